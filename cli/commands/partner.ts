@@ -1,0 +1,54 @@
+import { PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import type { CommandContext } from "./types.js";
+import { listOption, requireOption, requirePositional, UsageError } from "./types.js";
+
+const statusName: Record<PartnerStatus, string> = {
+  [PartnerStatus.UNSPECIFIED]: "unspecified",
+  [PartnerStatus.ACTIVE]: "active",
+  [PartnerStatus.PENDING]: "pending",
+  [PartnerStatus.SUSPENDED]: "suspended",
+};
+
+export function partnerJson(p: Partner) {
+  return { partner_id: p.partnerId, client_id: p.clientId, name: p.name, status: statusName[p.status], entitlements: p.entitlements, webhook_url: p.webhookUrl || null };
+}
+
+/** vaultgate partner create|rotate-secret|suspend|activate|entitlements */
+export async function partnerCommand(ctx: CommandContext) {
+  const [sub] = ctx.positionals;
+  const { partners } = (await ctx.admin()).clients;
+  switch (sub) {
+    case "create": {
+      const status = (ctx.options.status as string | undefined) ?? "active";
+      if (status !== "active" && status !== "pending") throw new UsageError("--status must be active or pending");
+      const entitlements = listOption(ctx, "entitlements");
+      const res = await partners.createPartner({
+        name: requireOption(ctx, "name"),
+        slug: (ctx.options.slug as string | undefined) ?? "",
+        entitlements: entitlements === undefined ? undefined : { scopes: entitlements },
+        status: status === "pending" ? PartnerStatus.PENDING : PartnerStatus.ACTIVE,
+        webhookUrl: (ctx.options["webhook-url"] as string | undefined) ?? "",
+      });
+      const p = res.partner!;
+      return { partner_id: p.partnerId, client_id: p.clientId, client_secret: res.clientSecret, status: statusName[p.status], entitlements: p.entitlements };
+    }
+    case "rotate-secret": {
+      const res = await partners.rotateSecret({ clientId: requirePositional(ctx, 1, "CLIENT_ID") });
+      return { client_id: res.clientId, client_secret: res.clientSecret };
+    }
+    case "suspend":
+    case "activate": {
+      const status = sub === "suspend" ? PartnerStatus.SUSPENDED : PartnerStatus.ACTIVE;
+      const res = await partners.setPartnerStatus({ clientId: requirePositional(ctx, 1, "CLIENT_ID"), status });
+      return partnerJson(res.partner!);
+    }
+    case "entitlements": {
+      const set = listOption(ctx, "set");
+      if (set === undefined) throw new UsageError("--set a,b is required (--set \"\" for none)");
+      const res = await partners.setEntitlements({ clientId: requirePositional(ctx, 1, "CLIENT_ID"), entitlements: set });
+      return partnerJson(res.partner!);
+    }
+    default:
+      throw new UsageError("partner create|rotate-secret|suspend|activate|entitlements");
+  }
+}

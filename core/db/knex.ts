@@ -1,0 +1,55 @@
+import knexFactory, { type Knex } from "knex";
+import ClientPGLite from "knex-pglite";
+import pg from "pg";
+
+// Money is bigint cents and stays within 2^53-1 (DESIGN 6), so int8 parses to number.
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export interface DbOptions {
+  /** A postgres:// URL; when absent the embedded PGlite database is used. */
+  url?: string;
+  /** PGlite data directory; absent means an in-memory database. */
+  dataDir?: string;
+  /** Pool size for Postgres (PGlite is always one connection). */
+  poolMax?: number;
+}
+
+export type Db = Knex;
+
+/** Opens the database: Postgres when a URL is given, else embedded PGlite. */
+export function createDb(options: DbOptions): Db {
+  if (options.url) {
+    return knexFactory({
+      client: "pg",
+      connection: options.url,
+      pool: { min: 0, max: options.poolMax ?? 10 },
+    });
+  }
+  return knexFactory({
+    client: ClientPGLite as unknown as typeof knexFactory.Client,
+    dialect: "postgres",
+    connection: { connectionString: options.dataDir ?? "memory://" } as Knex.StaticConnectionConfig,
+    // PGlite returns int8 as bigint; normalise to number like the pg driver above.
+    postProcessResponse: normaliseBigints,
+  });
+}
+
+function normaliseBigints(result: unknown): unknown {
+  if (Array.isArray(result)) {
+    for (const row of result) normaliseRow(row);
+  } else if (result && typeof result === "object" && Array.isArray((result as { rows?: unknown }).rows)) {
+    for (const row of (result as { rows: unknown[] }).rows) normaliseRow(row);
+  }
+  return result;
+}
+
+function normaliseRow(row: unknown): void {
+  if (!row || typeof row !== "object") return;
+  const r = row as Record<string, unknown>;
+  for (const k of Object.keys(r)) if (typeof r[k] === "bigint") r[k] = Number(r[k]);
+}
+
+/** True when the driver is embedded PGlite (single connection, no concurrent transactions). */
+export function isEmbedded(db: Db): boolean {
+  return db.client.config.client !== "pg";
+}

@@ -1,0 +1,70 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { ErrorDetailSchema, Reason, type ErrorDetail } from "../gen/vaultgate/common/v1/errors_pb.js";
+
+type ErrorDetailInit = MessageInitShape<typeof ErrorDetailSchema>;
+
+/** The gRPC status each reason travels with; exhaustive so a new Reason is a compile error. */
+const grpcCode = {
+  [Reason.UNSPECIFIED]: Code.Unknown,
+  [Reason.INVALID_REQUEST]: Code.InvalidArgument,
+  [Reason.NOT_FOUND]: Code.NotFound,
+  [Reason.INTERNAL]: Code.Internal,
+  [Reason.RATE_LIMITED]: Code.ResourceExhausted,
+  [Reason.IDEMPOTENCY_CONFLICT]: Code.AlreadyExists,
+  [Reason.ADMIN_UNAUTHENTICATED]: Code.Unauthenticated,
+  [Reason.INVALID_CLIENT]: Code.Unauthenticated,
+  [Reason.CLIENT_INACTIVE]: Code.PermissionDenied,
+  [Reason.UNSUPPORTED_GRANT_TYPE]: Code.InvalidArgument,
+  [Reason.INVALID_SCOPE]: Code.InvalidArgument,
+  [Reason.SIGNING_UNAVAILABLE]: Code.Unavailable,
+  [Reason.INVALID_GRANT]: Code.InvalidArgument,
+  [Reason.INVALID_CLIENT_METADATA]: Code.InvalidArgument,
+  [Reason.INVALID_REDIRECT_URI]: Code.InvalidArgument,
+  [Reason.ACCESS_DENIED]: Code.PermissionDenied,
+  [Reason.INVALID_TARGET]: Code.InvalidArgument,
+  [Reason.INVALID_TOKEN]: Code.Unauthenticated,
+  [Reason.AUTH_UNAVAILABLE]: Code.Unavailable,
+  [Reason.GRANT_REQUIRED]: Code.PermissionDenied,
+  [Reason.PARTNER_INACTIVE]: Code.PermissionDenied,
+  [Reason.USER_INACTIVE]: Code.PermissionDenied,
+  [Reason.USER_NOT_FOUND]: Code.NotFound,
+  [Reason.KYC_PROVIDER_CONFLICT]: Code.FailedPrecondition,
+  [Reason.AUDIT_UNAVAILABLE]: Code.Unavailable,
+  [Reason.PROVIDER_UNAVAILABLE]: Code.Unavailable,
+  [Reason.INVALID_CURSOR]: Code.InvalidArgument,
+  [Reason.INSUFFICIENT_SCOPE]: Code.PermissionDenied,
+  [Reason.TREASURY_INACTIVE]: Code.PermissionDenied,
+  [Reason.PAYER_NOT_ALLOWED]: Code.PermissionDenied,
+  [Reason.POLICY_DENIED]: Code.PermissionDenied,
+  [Reason.TREASURY_NOT_CONFIGURED]: Code.NotFound,
+  [Reason.INSUFFICIENT_FUNDS]: Code.FailedPrecondition,
+  [Reason.EXECUTION_CONFLICT]: Code.AlreadyExists,
+  [Reason.VAULT_CONTENTION]: Code.Aborted,
+  [Reason.PROVISIONING_FAILED]: Code.Internal,
+  [Reason.WRONG_ENDPOINT]: Code.Unimplemented,
+} satisfies Record<Reason, Code>;
+
+/**
+ * Raises an expected failure. The message is shown to clients for 4xx-class
+ * reasons, so it must never carry secrets or internals; put those in `cause`.
+ */
+export function fail(
+  reason: Reason,
+  message: string,
+  extra: Omit<ErrorDetailInit, "reason"> = {},
+  cause?: unknown,
+): never {
+  throw new ConnectError(message, grpcCode[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, ...extra } }], cause);
+}
+
+/** Reads the domain detail of any error; undefined for bugs and transport failures. */
+export function errorDetailOf(err: unknown): ErrorDetail | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  return err.findDetails(ErrorDetailSchema)[0];
+}
+
+/** The gRPC code a reason travels with (exported for the error-table contract test). */
+export function codeOf(reason: Reason): Code {
+  return grpcCode[reason];
+}

@@ -1,0 +1,31 @@
+/** spec 5.3: the five consent scopes, which are also the default entitlements. */
+export const CONSENT_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive"] as const;
+
+/** Token-only scope an administrator may add; never a consent (spec 5.3 rule 3). */
+export const TREASURY_SCOPE = "treasury:write";
+
+export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
+
+/** RFC 6749 3.3 scope-token: printable ASCII except space, '"' and '\'. */
+const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
+
+/** Splits a space-delimited scope string; undefined when it is not RFC 6749 3.3 syntax. */
+export function parseScopeParam(value: string): string[] | undefined {
+  const tokens = value.split(" ");
+  if (tokens.some((t) => !SCOPE_TOKEN.test(t))) return undefined;
+  return [...new Set(tokens)];
+}
+
+export type ScopeResolution = { ok: true; scopes: string[] } | { ok: false };
+
+/**
+ * spec 5.3 rules 1-2: an omitted scope asks for every entitlement; an explicit one
+ * must be a subset of them.
+ */
+export function resolveTokenScopes(requested: string | undefined, entitlements: readonly string[]): ScopeResolution {
+  // RFC 6749 3.1: a parameter sent without a value is treated as omitted.
+  if (requested === undefined || requested.trim() === "") return { ok: true, scopes: [...entitlements] };
+  const scopes = parseScopeParam(requested);
+  if (!scopes || !scopes.every((s) => entitlements.includes(s))) return { ok: false };
+  return { ok: true, scopes };
+}

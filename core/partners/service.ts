@@ -1,0 +1,263 @@
+import { randomUUID } from "node:crypto";
+import type { ServiceImpl, HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { PartnersService, PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { PartnerSchema } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { fail, errorDetailOf } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import type { Keyring } from "../keys/keyring.js";
+import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
+import { normaliseEmail, type UsersStore } from "./users-store.js";
+import {
+  constantTimeEqual,
+  generateClientId,
+  generateClientSecret,
+  isValidSlug,
+  slugFromName,
+  type SecretHasher,
+} from "./credentials.js";
+import { CONSENT_SCOPES, PARTNER_SCOPES, resolveTokenScopes } from "./scopes.js";
+import { PARTNER_TOKEN_HEADER, PARTNER_TOKEN_TTL_SECONDS, partnerTokenClaims } from "./token-claims.js";
+
+export interface PartnersServiceDeps {
+  db: Db;
+  store: PartnersStore;
+  users: UsersStore;
+  audit: AuditStore;
+  rateLimits: RateLimitStore;
+  secrets: SecretHasher;
+  keyring: Keyring;
+  clock: () => Date;
+  logger: Logger;
+  issuer: string;
+  audience: string;
+  /** spec 8: 30 issuances per minute per client, failures included. */
+  issuanceLimitPerMinute: number;
+}
+
+const ISSUE_ACTION = "partner.token.issue";
+const MAX_CLIENT_ID = 128;
+const MAX_SECRET = 256;
+
+const statusName = {
+  [PartnerStatus.UNSPECIFIED]: undefined,
+  [PartnerStatus.ACTIVE]: "active",
+  [PartnerStatus.PENDING]: "pending",
+  [PartnerStatus.SUSPENDED]: "suspended",
+} satisfies Record<PartnerStatus, PartnerStatusName | undefined>;
+
+const statusEnum = { active: PartnerStatus.ACTIVE, pending: PartnerStatus.PENDING, suspended: PartnerStatus.SUSPENDED } satisfies Record<
+  PartnerStatusName,
+  PartnerStatus
+>;
+
+export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<typeof PartnersService> {
+  const { db, store, audit } = deps;
+
+  /** Records a failed attempt outside the rolled-back transaction; if even that fails, withhold (503). */
+  async function auditFailure(ctx: HandlerContext, actor: string, action: string, reason: string, subject = "") {
+    try {
+      await audit.append(db, { requestId: ctx.values.get(kRequestId), actor, action, outcome: "failure", reason, subject, at: deps.clock() });
+    } catch (err) {
+      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+    }
+  }
+
+  /** Runs an admin mutation in one transaction with its audit row. */
+  async function adminChange<T>(ctx: HandlerContext, action: string, subject: string, work: (trx: import("knex").Knex.Transaction) => Promise<T>) {
+    return db.transaction(async (trx) => {
+      const result = await work(trx);
+      await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
+      return result;
+    });
+  }
+
+  return {
+    async issueToken(req, ctx) {
+      const clientId = req.clientId;
+      const actor = `partner:${clientId.slice(0, MAX_CLIENT_ID)}`;
+      if (clientId.length === 0 || clientId.length > MAX_CLIENT_ID || req.clientSecret.length > MAX_SECRET) {
+        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+        fail(Reason.INVALID_CLIENT, "client authentication failed");
+      }
+
+      // spec 8 / DESIGN 7: count the attempt before any hashing, failures included.
+      const limit = await deps.rateLimits.hit(`partner-token:${clientId}`, deps.issuanceLimitPerMinute, 60, deps.clock());
+      if (!limit.allowed) {
+        await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
+        fail(Reason.RATE_LIMITED, "too many token requests", { retryAfterSeconds: 60 });
+      }
+
+      // spec 5.2: unknown clients cost the same scrypt derivation as a wrong secret.
+      const candidate = await store.findByClientId(clientId);
+      const verified = await deps.secrets.verify(req.clientSecret, candidate?.secretHash ?? deps.secrets.dummyHash);
+      if (!candidate || !verified) {
+        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+        fail(Reason.INVALID_CLIENT, "client authentication failed");
+      }
+
+      try {
+        return await db.transaction(async (trx) => {
+          // spec 5.2: the row stays locked through the decision and signing, so rotation,
+          // entitlement changes and suspension are ordered against this issuance. The
+          // costly derivation ran before the lock; here we confirm it checked the hash
+          // that is current under the lock (a rotation in between fails closed).
+          const partner = await store.lockByClientId(trx, clientId);
+          if (!partner || !constantTimeEqual(partner.secretHash, candidate.secretHash)) {
+            fail(Reason.INVALID_CLIENT, "client authentication failed");
+          }
+          if (partner.status !== "active") {
+            fail(Reason.CLIENT_INACTIVE, `client is ${partner.status}`);
+          }
+          const scopes = resolveTokenScopes(req.scope, partner.entitlements);
+          if (!scopes.ok) fail(Reason.INVALID_SCOPE, "requested scope exceeds the client's entitlements");
+          if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
+
+          const now = deps.clock();
+          const claims = partnerTokenClaims({ issuer: deps.issuer, audience: deps.audience, clientId, scopes: scopes.scopes, now });
+          const accessToken = deps.keyring.signJwt(PARTNER_TOKEN_HEADER, claims);
+          try {
+            await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: ISSUE_ACTION, outcome: "success", subject: claims.jti, at: now });
+          } catch (err) {
+            fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+          }
+          return { accessToken, tokenType: "Bearer", expiresIn: BigInt(PARTNER_TOKEN_TTL_SECONDS), scope: claims.scope };
+        });
+      } catch (err) {
+        const detail = errorDetailOf(err);
+        if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
+          await auditFailure(ctx, actor, ISSUE_ACTION, reasonLabel(detail.reason));
+        }
+        throw err;
+      }
+    },
+
+    async createPartner(req, ctx) {
+      const name = req.name.trim();
+      if (name.length === 0 || name.length > 200) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
+      const slug = req.slug ? req.slug : slugFromName(name);
+      if (!slug || !isValidSlug(slug)) {
+        fail(Reason.INVALID_REQUEST, "slug must be 1-32 lower-case letters, digits or inner '-'");
+      }
+      const entitlements = req.entitlements ? [...new Set(req.entitlements.scopes)] : [...CONSENT_SCOPES];
+      checkEntitlements(entitlements);
+      const status = req.status === PartnerStatus.UNSPECIFIED ? "active" : statusName[req.status];
+      if (status !== "active" && status !== "pending") fail(Reason.INVALID_REQUEST, "a new partner is active or pending");
+      const webhookUrl = req.webhookUrl ? checkWebhookUrl(req.webhookUrl) : null;
+
+      const clientSecret = generateClientSecret();
+      const secretHash = await deps.secrets.hash(clientSecret);
+      const now = deps.clock();
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const record: PartnerRecord = {
+          id: randomUUID(),
+          name,
+          slug,
+          clientId: generateClientId(slug),
+          secretHash,
+          status,
+          entitlements,
+          webhookUrl,
+          createdAt: now,
+          updatedAt: now,
+        };
+        // A client_id collision (8 random hex chars) is retried with a fresh suffix.
+        const inserted = await adminChange(ctx, "partner.create", record.clientId, async (trx) => (await store.insert(trx, record)).inserted);
+        if (inserted) return { partner: toProto(record), clientSecret };
+      }
+      return fail(Reason.INTERNAL, "could not allocate a client id");
+    },
+
+    async rotateSecret(req, ctx) {
+      const clientSecret = generateClientSecret();
+      const secretHash = await deps.secrets.hash(clientSecret);
+      // spec 5.4: replaces the hash at once; client_id and status unchanged.
+      await adminChange(ctx, "partner.rotate_secret", req.clientId, async (trx) => {
+        const locked = await store.lockByClientId(trx, req.clientId);
+        if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+        return store.update(trx, req.clientId, { secretHash }, deps.clock());
+      });
+      return { clientId: req.clientId, clientSecret };
+    },
+
+    async setPartnerStatus(req, ctx) {
+      const status = statusName[req.status];
+      if (!status) fail(Reason.INVALID_REQUEST, "status is required");
+      const partner = await adminChange(ctx, `partner.set_status.${status}`, req.clientId, async (trx) => {
+        const locked = await store.lockByClientId(trx, req.clientId);
+        if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+        return (await store.update(trx, req.clientId, { status }, deps.clock()))!;
+      });
+      return { partner: toProto(partner) };
+    },
+
+    async setEntitlements(req, ctx) {
+      const entitlements = [...new Set(req.entitlements)];
+      checkEntitlements(entitlements);
+      const partner = await adminChange(ctx, "partner.set_entitlements", req.clientId, async (trx) => {
+        const locked = await store.lockByClientId(trx, req.clientId);
+        if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+        return (await store.update(trx, req.clientId, { entitlements }, deps.clock()))!;
+      });
+      return { partner: toProto(partner) };
+    },
+
+    async createUser(req, ctx) {
+      const email = normaliseEmail(req.email);
+      if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+      const ids = await db.transaction(async (trx) => {
+        const result = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: deps.clock() });
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "user.create", outcome: "success", subject: result.userId, at: deps.clock() });
+        return result;
+      });
+      return ids;
+    },
+
+    async getPartner(req) {
+      const partner = await store.findByClientId(req.clientId);
+      if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+      return { partner: toProto(partner) };
+    },
+  };
+}
+
+function checkEntitlements(entitlements: string[]): void {
+  const unknown = entitlements.filter((s) => !PARTNER_SCOPES.includes(s));
+  if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown entitlements: ${unknown.join(", ")}; allowed: ${PARTNER_SCOPES.join(", ")}`);
+}
+
+function checkWebhookUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return fail(Reason.INVALID_REQUEST, "webhook_url must be an absolute URL");
+  }
+  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) {
+    fail(Reason.INVALID_REQUEST, "webhook_url must be https (http only on loopback)");
+  }
+  return url.toString();
+}
+
+function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Partial<Partner> {
+  return {
+    partnerId: p.id,
+    name: p.name,
+    slug: p.slug,
+    clientId: p.clientId,
+    status: statusEnum[p.status],
+    entitlements: p.entitlements,
+    webhookUrl: p.webhookUrl ?? "",
+  };
+}
+
+/** The audit `reason` label of a failure: the snake_case Reason name. */
+function reasonLabel(reason: Reason): string {
+  return (Reason[reason] ?? "unspecified").toLowerCase();
+}

@@ -1,0 +1,94 @@
+import type { Knex } from "knex";
+import type { Db } from "../db/knex.js";
+
+export type PartnerStatusName = "active" | "pending" | "suspended";
+
+export interface PartnerRecord {
+  id: string;
+  name: string;
+  slug: string;
+  clientId: string;
+  secretHash: string;
+  status: PartnerStatusName;
+  entitlements: string[];
+  webhookUrl: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+type Conn = Knex | Knex.Transaction;
+
+/** SQL for partner records. */
+export function createPartnersStore(db: Db) {
+  return {
+    async insert(conn: Conn, p: PartnerRecord): Promise<{ inserted: boolean }> {
+      try {
+        await conn("partners").insert({
+          id: p.id,
+          name: p.name,
+          slug: p.slug,
+          client_id: p.clientId,
+          secret_hash: p.secretHash,
+          status: p.status,
+          entitlements: p.entitlements,
+          webhook_url: p.webhookUrl,
+          created_at: p.createdAt,
+          updated_at: p.updatedAt,
+        });
+        return { inserted: true };
+      } catch (err) {
+        if ((err as { code?: string }).code === "23505") return { inserted: false };
+        throw err;
+      }
+    },
+
+    async findByClientId(clientId: string, conn: Conn = db): Promise<PartnerRecord | undefined> {
+      const row = await conn("partners").where({ client_id: clientId }).first();
+      return row ? toPartner(row) : undefined;
+    },
+
+    /** Reads and locks the row until the transaction ends (spec 5.2 issuance ordering). */
+    async lockByClientId(trx: Knex.Transaction, clientId: string): Promise<PartnerRecord | undefined> {
+      const row = await trx("partners").where({ client_id: clientId }).forUpdate().first();
+      return row ? toPartner(row) : undefined;
+    },
+
+    async update(
+      trx: Knex.Transaction,
+      clientId: string,
+      changes: Partial<Pick<PartnerRecord, "secretHash" | "status" | "entitlements">>,
+      at: Date,
+    ): Promise<PartnerRecord | undefined> {
+      const patch: Record<string, unknown> = { updated_at: at };
+      if (changes.secretHash !== undefined) patch.secret_hash = changes.secretHash;
+      if (changes.status !== undefined) patch.status = changes.status;
+      if (changes.entitlements !== undefined) patch.entitlements = changes.entitlements;
+      const rows = await trx("partners").where({ client_id: clientId }).update(patch).returning("*");
+      return rows[0] ? toPartner(rows[0]) : undefined;
+    },
+  };
+}
+
+export type PartnersStore = ReturnType<typeof createPartnersStore>;
+
+function toPartner(r: Record<string, unknown>): PartnerRecord {
+  return {
+    id: String(r.id),
+    name: String(r.name),
+    slug: String(r.slug),
+    clientId: String(r.client_id),
+    secretHash: String(r.secret_hash),
+    status: r.status as PartnerStatusName,
+    entitlements: parseTextArray(r.entitlements),
+    webhookUrl: r.webhook_url == null ? null : String(r.webhook_url),
+    createdAt: new Date(r.created_at as string | Date),
+    updatedAt: new Date(r.updated_at as string | Date),
+  };
+}
+
+function parseTextArray(value: unknown): string[] {
+  if (Array.isArray(value)) return value.map(String);
+  // Defensive: a driver that returns the literal '{a,b}'.
+  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  return [];
+}

@@ -1,0 +1,31 @@
+import { randomUUID } from "node:crypto";
+
+/** spec 2.5: partner tokens live exactly one hour. */
+export const PARTNER_TOKEN_TTL_SECONDS = 3600;
+
+export interface PartnerClaimsInput {
+  issuer: string;
+  audience: string;
+  clientId: string;
+  scopes: readonly string[];
+  now: Date;
+}
+
+/** Exactly the claims of spec 2.5, and nothing else. */
+export function partnerTokenClaims(input: PartnerClaimsInput) {
+  const iat = Math.floor(input.now.getTime() / 1000);
+  return {
+    iss: input.issuer,
+    aud: input.audience,
+    sub: input.clientId,
+    client_id: input.clientId,
+    scope: input.scopes.join(" "),
+    jti: randomUUID(),
+    iat,
+    nbf: iat,
+    exp: iat + PARTNER_TOKEN_TTL_SECONDS,
+  };
+}
+
+/** spec 2.5 header: `typ` at+jwt, `alg` ES256 (added with `kid` by the signer). */
+export const PARTNER_TOKEN_HEADER = { typ: "at+jwt" } as const;

@@ -1,0 +1,38 @@
+import { randomUUID } from "node:crypto";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import type { CoreClients } from "./core-clients.js";
+import { partnerGateway } from "./partner/plugin.js";
+import { wellKnownRoutes } from "./wellknown/plugin.js";
+
+export interface GatewayOptions {
+  clients: CoreClients;
+  logger: Logger;
+  /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
+  partnerRealm?: string;
+}
+
+/** Builds (does not listen) the one fastify app that serves every public surface. */
+export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: options.logger as FastifyBaseLogger,
+    // A client-supplied request id is never trusted (fastify docs, Logging).
+    genReqId: () => randomUUID(),
+    // The smallest limit any route allows; routes raise it where the contract does.
+    bodyLimit: 64 * 1024,
+    return503OnClosing: true,
+  });
+
+  app.addHook("onRequest", async (request, reply) => {
+    reply.header("x-request-id", request.id);
+    reply.header("x-content-type-options", "nosniff");
+  });
+
+  await app.register(wellKnownRoutes, { clients: options.clients });
+  await app.register(partnerGateway, {
+    prefix: "/api/partner",
+    clients: options.clients,
+    realm: options.partnerRealm ?? "vaultgate-partner",
+  });
+  return app;
+}

@@ -1,0 +1,116 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Client } from "@connectrpc/connect";
+import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { withRequestId } from "../core-clients.js";
+import { formDecode, parseForm } from "../shared/form.js";
+import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+
+export interface TokenRouteOptions {
+  partners: Client<typeof PartnersService>;
+  /** Realm of `WWW-Authenticate: Basic` on 401 (spec 7.2). */
+  realm: string;
+}
+
+/** spec 4.6 / 8: the form body limit. */
+const FORM_LIMIT = 4096;
+const FORM_TYPE = "application/x-www-form-urlencoded";
+
+/** Thrown by a check to answer with a flat OAuth error. */
+class TokenRequestError extends Error {
+  constructor(readonly oauth: OAuthError) {
+    super(oauth.error);
+  }
+}
+
+const invalidRequest = (description: string) => new TokenRequestError({ status: 400, error: "invalid_request", description });
+const invalidClient = () => new TokenRequestError({ status: 401, error: "invalid_client", description: "client authentication failed" });
+
+interface Credentials {
+  clientId: string;
+  clientSecret: string;
+}
+
+/** POST /oauth/token: partner client_credentials (spec 4.6, 5.2, 7.2). */
+export async function tokenRoute(app: FastifyInstance, options: TokenRouteOptions) {
+  // Raw string so duplicates and malformed encoding can be seen (fastify's parsers hide them).
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+  // Any other content type reaches the handler, which refuses it as invalid_request.
+  app.addContentTypeParser("*", { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, _body, done) => done(null, undefined));
+
+  app.setErrorHandler((err: unknown, request, reply) => {
+    if (err instanceof TokenRequestError) return sendTokenError(reply, err.oauth, options.realm);
+    const status = (err as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      // Body too large, bad content length and similar edge failures (DESIGN 4.4).
+      return sendTokenError(reply, { status: 400, error: "invalid_request", description: "malformed request" }, options.realm);
+    }
+    request.log.error({ err }, "token endpoint failure");
+    return sendTokenError(reply, oauthErrorFrom(err), options.realm);
+  });
+
+  app.post("/oauth/token", { bodyLimit: FORM_LIMIT }, async (request, reply) => {
+    const params = readForm(request);
+    rejectDuplicates(params.duplicates);
+    const credentials = authenticateClient(request, params.params);
+    const scope = checkGrantType(params.params);
+    const token = await options.partners.issueToken(
+      { clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope },
+      withRequestId(request.id),
+    );
+    return reply
+      .header("cache-control", "no-store")
+      .header("pragma", "no-cache")
+      .send({ access_token: token.accessToken, token_type: token.tokenType, expires_in: Number(token.expiresIn), scope: token.scope });
+  });
+}
+
+function sendTokenError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }, realm: string) {
+  // spec 7.2: 401 carries the Basic challenge, whichever method the client used.
+  if (e.status === 401) reply.header("www-authenticate", `Basic realm="${realm}"`);
+  return sendOAuthError(reply, e);
+}
+
+function readForm(request: FastifyRequest) {
+  const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
+  const parsed = parseForm(typeof request.body === "string" ? request.body : "");
+  if (!parsed.ok) throw invalidRequest("malformed form body");
+  return parsed;
+}
+
+function rejectDuplicates(duplicates: string[]) {
+  if (duplicates.length > 0) throw invalidRequest(`repeated parameter: ${duplicates[0]}`);
+}
+
+/** RFC 6749 2.3.1: HTTP Basic with form-encoded parts, or form fields; never both. */
+function authenticateClient(request: FastifyRequest, params: Map<string, string>): Credentials {
+  const header = request.headers.authorization;
+  const formUsed = params.has("client_id") || params.has("client_secret");
+  if (header !== undefined) {
+    if (formUsed) throw invalidRequest("use one client authentication method, not both");
+    return parseBasic(header);
+  }
+  return { clientId: params.get("client_id") ?? "", clientSecret: params.get("client_secret") ?? "" };
+}
+
+function parseBasic(header: string): Credentials {
+  const match = /^Basic ([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
+  if (!match) throw invalidClient();
+  const decoded = Buffer.from(match[1]!, "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  if (colon === -1) throw invalidClient();
+  const clientId = formDecode(decoded.slice(0, colon));
+  const clientSecret = formDecode(decoded.slice(colon + 1));
+  if (clientId === undefined || clientSecret === undefined) throw invalidClient();
+  return { clientId, clientSecret };
+}
+
+/** Returns the optional scope once the grant type is known to be client_credentials. */
+function checkGrantType(params: Map<string, string>): string | undefined {
+  const grantType = params.get("grant_type");
+  if (grantType === undefined || grantType === "") throw invalidRequest("grant_type is required");
+  if (grantType !== "client_credentials") {
+    throw new TokenRequestError({ status: 400, error: "unsupported_grant_type", description: "only client_credentials is supported" });
+  }
+  return params.get("scope");
+}

@@ -1,0 +1,60 @@
+import { randomBytes } from "node:crypto";
+import knexFactory from "knex";
+import { createDb, type Db } from "../../core/db/knex.js";
+import { migrateLatest } from "../../core/db/migrate.js";
+
+let shared: Promise<{ db: Db; url?: string; drop(): Promise<void> }> | undefined;
+
+/**
+ * One migrated database per test process: embedded PGlite, or a fresh database on the
+ * server named by TEST_DATABASE_URL (dropped at the end). Tests isolate by creating
+ * their own partners and users, never by truncating.
+ */
+export function testDatabase() {
+  shared ??= open();
+  return shared;
+}
+
+/** A fresh database URL on the TEST_DATABASE_URL server, for tests that need their own processes. */
+export async function createScratchDatabase(): Promise<{ url: string; drop(): Promise<void> } | undefined> {
+  const base = process.env.TEST_DATABASE_URL;
+  if (!base) return undefined;
+  const name = `vg_test_${randomBytes(6).toString("hex")}`;
+  const admin = knexFactory({ client: "pg", connection: base, pool: { min: 0, max: 1 } });
+  await admin.raw(`CREATE DATABASE ${name}`);
+  await admin.destroy();
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const a = knexFactory({ client: "pg", connection: base, pool: { min: 0, max: 1 } });
+      await a.raw(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await a.destroy();
+    },
+  };
+}
+
+async function open() {
+  const scratch = await createScratchDatabase();
+  const db = createDb(scratch ? { url: scratch.url, poolMax: 20 } : {});
+  await migrateLatest(db);
+  return {
+    db,
+    url: scratch?.url,
+    async drop() {
+      await db.destroy();
+      await scratch?.drop();
+    },
+  };
+}
+
+/** Closes the shared database after the whole run (mocha root hook). */
+export async function closeTestDatabase() {
+  if (!shared) return;
+  const s = await shared;
+  shared = undefined;
+  await s.drop();
+}
+
+export const usingPostgres = () => Boolean(process.env.TEST_DATABASE_URL);
