@@ -1,4 +1,4 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
@@ -37,5 +37,16 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         throw err;
       }
     },
+
+    // TODO(issue 5): agent grants arrive with the authorization server.
+    verifyAgentToken: notYet,
+    supersedeGrant: notYet,
+    revokeAllGrants: notYet,
+    refreshGrant: notYet,
+    issueGrant: notYet,
   };
+}
+
+function notYet(): never {
+  throw new ConnectError("agent grants are not implemented yet", Code.Unimplemented);
 }

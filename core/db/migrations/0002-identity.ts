@@ -33,6 +33,18 @@ export async function up(knex: Knex): Promise<void> {
       PRIMARY KEY (partner_id, user_id)
     );
 
+    -- Agents acting for a user: an OAuth client's principal, or a child created by
+    -- agent.budget.create (parent_agent_id set, with its own vault).
+    CREATE TABLE agent_principals (
+      id               uuid PRIMARY KEY,
+      user_id          uuid NOT NULL REFERENCES users (id),
+      parent_agent_id  uuid REFERENCES agent_principals (id),
+      vault_id         uuid REFERENCES vaults (id),
+      display_name     text NOT NULL,
+      created_at       timestamptz NOT NULL
+    );
+    CREATE INDEX agent_principals_user ON agent_principals (user_id);
+
     -- What a user approved for a partner; an empty scope list means revoked.
     CREATE TABLE consents (
       partner_id  uuid NOT NULL REFERENCES partners (id),
@@ -45,5 +57,5 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `DROP TABLE consents, partner_users, vaults, users`);
+  await runScript(knex, `DROP TABLE consents, agent_principals, partner_users, vaults, users`);
 }

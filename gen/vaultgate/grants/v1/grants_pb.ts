@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/grants.proto.
  */
 export const file_vaultgate_grants_v1_grants: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAky3AEKDUdyYW50c1NlcnZpY2USVAoHR2V0SndrcxIjLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1JlcXVlc3QaJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXNwb25zZRJ1ChBSb3RhdGVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBYgZwcm90bzM", [file_vaultgate_common_v1_options]);
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgy8AUKDUdyYW50c1NlcnZpY2USVAoHR2V0SndrcxIjLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1JlcXVlc3QaJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXNwb25zZRJ1ChBSb3RhdGVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.grants.v1.GetJwksRequest
@@ -81,8 +81,332 @@ export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse
   messageDesc(file_vaultgate_grants_v1_grants, 3);
 
 /**
- * GrantsService is the token authority: the shared ES256 signing key and, as the
- * agent authorization issue lands, OAuth clients, codes and grants.
+ * AgentGrant is what a verified agent access token stands for, read fresh.
+ *
+ * @generated from message vaultgate.grants.v1.AgentGrant
+ */
+export type AgentGrant = Message<"vaultgate.grants.v1.AgentGrant"> & {
+  /**
+   * The grant id, equal to the token's jti.
+   *
+   * @generated from field: string grant_id = 1;
+   */
+  grantId: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string client_id = 3;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string agent_principal_id = 4;
+   */
+  agentPrincipalId: string;
+
+  /**
+   * @generated from field: string vault_id = 5;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: repeated string scopes = 6;
+   */
+  scopes: string[];
+
+  /**
+   * True when the user passed step-up while approving (acr = step-up).
+   *
+   * @generated from field: bool step_up = 7;
+   */
+  stepUp: boolean;
+
+  /**
+   * Unix seconds of the step-up authentication; 0 when none.
+   *
+   * @generated from field: int64 auth_time = 8;
+   */
+  authTime: bigint;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.AgentGrant.
+ * Use `create(AgentGrantSchema)` to create a new message.
+ */
+export const AgentGrantSchema: GenMessage<AgentGrant> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 4);
+
+/**
+ * @generated from message vaultgate.grants.v1.VerifyAgentTokenRequest
+ */
+export type VerifyAgentTokenRequest = Message<"vaultgate.grants.v1.VerifyAgentTokenRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.VerifyAgentTokenRequest.
+ * Use `create(VerifyAgentTokenRequestSchema)` to create a new message.
+ */
+export const VerifyAgentTokenRequestSchema: GenMessage<VerifyAgentTokenRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 5);
+
+/**
+ * @generated from message vaultgate.grants.v1.VerifyAgentTokenResponse
+ */
+export type VerifyAgentTokenResponse = Message<"vaultgate.grants.v1.VerifyAgentTokenResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.AgentGrant grant = 1;
+   */
+  grant?: AgentGrant | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.VerifyAgentTokenResponse.
+ * Use `create(VerifyAgentTokenResponseSchema)` to create a new message.
+ */
+export const VerifyAgentTokenResponseSchema: GenMessage<VerifyAgentTokenResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 6);
+
+/**
+ * TokenResponse is spec 2.4.
+ *
+ * @generated from message vaultgate.grants.v1.TokenResponse
+ */
+export type TokenResponse = Message<"vaultgate.grants.v1.TokenResponse"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string token_type = 2;
+   */
+  tokenType: string;
+
+  /**
+   * @generated from field: int64 expires_in = 3;
+   */
+  expiresIn: bigint;
+
+  /**
+   * @generated from field: string refresh_token = 4;
+   */
+  refreshToken: string;
+
+  /**
+   * @generated from field: string scope = 5;
+   */
+  scope: string;
+
+  /**
+   * @generated from field: string jti = 6;
+   */
+  jti: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.TokenResponse.
+ * Use `create(TokenResponseSchema)` to create a new message.
+ */
+export const TokenResponseSchema: GenMessage<TokenResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 7);
+
+/**
+ * @generated from message vaultgate.grants.v1.SupersedeGrantResponse
+ */
+export type SupersedeGrantResponse = Message<"vaultgate.grants.v1.SupersedeGrantResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.TokenResponse token = 1;
+   */
+  token?: TokenResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.SupersedeGrantResponse.
+ * Use `create(SupersedeGrantResponseSchema)` to create a new message.
+ */
+export const SupersedeGrantResponseSchema: GenMessage<SupersedeGrantResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 8);
+
+/**
+ * @generated from message vaultgate.grants.v1.RefreshGrantResponse
+ */
+export type RefreshGrantResponse = Message<"vaultgate.grants.v1.RefreshGrantResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.TokenResponse token = 1;
+   */
+  token?: TokenResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RefreshGrantResponse.
+ * Use `create(RefreshGrantResponseSchema)` to create a new message.
+ */
+export const RefreshGrantResponseSchema: GenMessage<RefreshGrantResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 9);
+
+/**
+ * @generated from message vaultgate.grants.v1.IssueGrantResponse
+ */
+export type IssueGrantResponse = Message<"vaultgate.grants.v1.IssueGrantResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.TokenResponse token = 1;
+   */
+  token?: TokenResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.IssueGrantResponse.
+ * Use `create(IssueGrantResponseSchema)` to create a new message.
+ */
+export const IssueGrantResponseSchema: GenMessage<IssueGrantResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 10);
+
+/**
+ * @generated from message vaultgate.grants.v1.SupersedeGrantRequest
+ */
+export type SupersedeGrantRequest = Message<"vaultgate.grants.v1.SupersedeGrantRequest"> & {
+  /**
+   * The calling grant's access token.
+   *
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * Space-separated; empty keeps the current scopes. Must be a subset of them.
+   *
+   * @generated from field: string scope = 2;
+   */
+  scope: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.SupersedeGrantRequest.
+ * Use `create(SupersedeGrantRequestSchema)` to create a new message.
+ */
+export const SupersedeGrantRequestSchema: GenMessage<SupersedeGrantRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 11);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeAllGrantsRequest
+ */
+export type RevokeAllGrantsRequest = Message<"vaultgate.grants.v1.RevokeAllGrantsRequest"> & {
+  /**
+   * The calling grant's access token.
+   *
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeAllGrantsRequest.
+ * Use `create(RevokeAllGrantsRequestSchema)` to create a new message.
+ */
+export const RevokeAllGrantsRequestSchema: GenMessage<RevokeAllGrantsRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 12);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeAllGrantsResponse
+ */
+export type RevokeAllGrantsResponse = Message<"vaultgate.grants.v1.RevokeAllGrantsResponse"> & {
+  /**
+   * @generated from field: uint32 revoked = 1;
+   */
+  revoked: number;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeAllGrantsResponse.
+ * Use `create(RevokeAllGrantsResponseSchema)` to create a new message.
+ */
+export const RevokeAllGrantsResponseSchema: GenMessage<RevokeAllGrantsResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 13);
+
+/**
+ * @generated from message vaultgate.grants.v1.RefreshGrantRequest
+ */
+export type RefreshGrantRequest = Message<"vaultgate.grants.v1.RefreshGrantRequest"> & {
+  /**
+   * @generated from field: string refresh_token = 1;
+   */
+  refreshToken: string;
+
+  /**
+   * @generated from field: string client_id = 2;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string client_secret = 3;
+   */
+  clientSecret: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RefreshGrantRequest.
+ * Use `create(RefreshGrantRequestSchema)` to create a new message.
+ */
+export const RefreshGrantRequestSchema: GenMessage<RefreshGrantRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 14);
+
+/**
+ * @generated from message vaultgate.grants.v1.IssueGrantRequest
+ */
+export type IssueGrantRequest = Message<"vaultgate.grants.v1.IssueGrantRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string vault_id = 2;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: repeated string scopes = 3;
+   */
+  scopes: string[];
+
+  /**
+   * OAuth client the grant belongs to; empty = an operator-issued grant with no client.
+   *
+   * @generated from field: string client_id = 4;
+   */
+  clientId: string;
+
+  /**
+   * Mark the grant as step-up authenticated (acr = step-up, auth_time = now).
+   *
+   * @generated from field: bool step_up = 5;
+   */
+  stepUp: boolean;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.IssueGrantRequest.
+ * Use `create(IssueGrantRequestSchema)` to create a new message.
+ */
+export const IssueGrantRequestSchema: GenMessage<IssueGrantRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 15);
+
+/**
+ * GrantsService is the token authority: the shared ES256 signing key, and agent
+ * grants (OAuth clients, authorization codes, grants with lineage and revocation).
  *
  * @generated from service vaultgate.grants.v1.GrantsService
  */
@@ -106,6 +430,58 @@ export const GrantsService: GenService<{
     methodKind: "unary";
     input: typeof RotateSigningKeyRequestSchema;
     output: typeof RotateSigningKeyResponseSchema;
+  },
+  /**
+   * VerifyAgentToken verifies an agent grant access token (DESIGN 3) and reads the
+   * grant's state afresh: missing, expired, superseded or revoked -> REASON_INVALID_TOKEN.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.VerifyAgentToken
+   */
+  verifyAgentToken: {
+    methodKind: "unary";
+    input: typeof VerifyAgentTokenRequestSchema;
+    output: typeof VerifyAgentTokenResponseSchema;
+  },
+  /**
+   * SupersedeGrant issues a new grant replacing the calling one (agent.grant.issue);
+   * scope never widens.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.SupersedeGrant
+   */
+  supersedeGrant: {
+    methodKind: "unary";
+    input: typeof SupersedeGrantRequestSchema;
+    output: typeof SupersedeGrantResponseSchema;
+  },
+  /**
+   * RevokeAllGrants revokes every grant of the calling grant's user (killSwitch.all).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RevokeAllGrants
+   */
+  revokeAllGrants: {
+    methodKind: "unary";
+    input: typeof RevokeAllGrantsRequestSchema;
+    output: typeof RevokeAllGrantsResponseSchema;
+  },
+  /**
+   * RefreshGrant exchanges a refresh token (client authenticated) for a new grant.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RefreshGrant
+   */
+  refreshGrant: {
+    methodKind: "unary";
+    input: typeof RefreshGrantRequestSchema;
+    output: typeof RefreshGrantResponseSchema;
+  },
+  /**
+   * IssueGrant mints a grant directly for a user and vault (operator: `vaultgate grant issue`).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.IssueGrant
+   */
+  issueGrant: {
+    methodKind: "unary";
+    input: typeof IssueGrantRequestSchema;
+    output: typeof IssueGrantResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_grants_v1_grants, 0);
