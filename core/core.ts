@@ -15,6 +15,8 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { createTreasuryStore } from "./treasury/store.js";
+import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -34,6 +36,8 @@ export interface CoreOptions {
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
   migrate?: boolean;
+  /** Test-only seam: see TreasuryFaults. */
+  treasuryFaults?: TreasuryFaults;
 }
 
 export interface Core {
@@ -74,6 +78,14 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuer: options.issuer,
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
+      }),
+      treasury: createTreasuryService({
+        db,
+        store: createTreasuryStore(db),
+        partners: createPartnersStore(db),
+        audit,
+        clock,
+        faults: options.treasuryFaults,
       }),
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });

@@ -1,0 +1,371 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { create, fromJsonString, toJsonString, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Knex } from "knex";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import {
+  BatchSchema,
+  ItemStatus,
+  TreasuryService,
+  TreasuryStatus,
+  type TreasurySchema,
+} from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { PartnerRecord, PartnersStore } from "../partners/store.js";
+import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
+import { exceededLimit, utcDay } from "./policy.js";
+import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
+
+/** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
+export interface TreasuryFaults {
+  /** Runs inside the batch transaction after every write, just before COMMIT. */
+  beforeCommit?: (batchId: string) => Promise<void>;
+}
+
+export interface TreasuryServiceDeps {
+  db: Db;
+  store: TreasuryStore;
+  partners: PartnersStore;
+  audit: AuditStore;
+  clock: () => Date;
+  faults?: TreasuryFaults;
+}
+
+const BATCH_ACTION = "treasury.batch.execute";
+const PAYOUTS_RECEIVE = "payouts:receive";
+const MAX_CENTS = Number.MAX_SAFE_INTEGER;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+const statusName = {
+  [TreasuryStatus.UNSPECIFIED]: undefined,
+  [TreasuryStatus.ACTIVE]: "active",
+  [TreasuryStatus.SUSPENDED]: "suspended",
+  [TreasuryStatus.DISABLED]: "disabled",
+  [TreasuryStatus.MANDATE_EXPIRED]: "mandate_expired",
+} satisfies Record<TreasuryStatus, TreasuryStatusName | undefined>;
+
+const statusEnum = {
+  active: TreasuryStatus.ACTIVE,
+  suspended: TreasuryStatus.SUSPENDED,
+  disabled: TreasuryStatus.DISABLED,
+  mandate_expired: TreasuryStatus.MANDATE_EXPIRED,
+} satisfies Record<TreasuryStatusName, TreasuryStatus>;
+
+export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<typeof TreasuryService> {
+  const { db, store, audit } = deps;
+  const requestIdOf = (ctx: HandlerContext) => ctx.values.get(kRequestId);
+
+  async function appendAudit(conn: Knex | Knex.Transaction, ctx: HandlerContext, entry: { actor: string; action: string; subject: string; reason?: string }) {
+    try {
+      await audit.append(conn, { requestId: requestIdOf(ctx), outcome: entry.reason ? "failure" : "success", at: deps.clock(), ...entry });
+    } catch (err) {
+      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+    }
+  }
+
+  /** The caller established by the gateway's bearer check; suspension takes effect at once (spec 5.4). */
+  async function activePartner(clientId: string): Promise<PartnerRecord> {
+    const partner = clientId ? await deps.partners.findByClientId(clientId) : undefined;
+    if (!partner || partner.status !== "active") fail(Reason.PARTNER_INACTIVE, "partner is not active");
+    return partner;
+  }
+
+  async function partnerForAdmin(clientId: string): Promise<PartnerRecord> {
+    const partner = clientId ? await deps.partners.findByClientId(clientId) : undefined;
+    if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+    return partner;
+  }
+
+  /** Runs an admin change in one transaction with its audit row. */
+  function adminChange<T>(ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
+    return db.transaction(async (trx) => {
+      const result = await work(trx);
+      await appendAudit(trx, ctx, { actor: "admin", action, subject });
+      return result;
+    });
+  }
+
+  /** A stored success for the key: the same request replays it, any other is a conflict. */
+  function replay(earlier: BatchRecord, requestHash: string) {
+    if (earlier.requestHash !== requestHash) {
+      fail(Reason.IDEMPOTENCY_CONFLICT, "this Idempotency-Key was used with a different request");
+    }
+    return { batch: fromJsonString(BatchSchema, earlier.response), replayed: true };
+  }
+
+  return {
+    async bindTreasury(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      if (!UUID.test(req.payerEntityId)) fail(Reason.INVALID_REQUEST, "payer_entity_id must be a UUID");
+      const currency = req.currency === "" ? "USD" : req.currency;
+      if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code in upper case");
+      const limits = {
+        balanceCents: cents(req.balanceCents, "balance_cents"),
+        capPerItemCents: optionalCents(req.capPerItemCents, "cap_per_item_cents"),
+        capPerDayCents: optionalCents(req.capPerDayCents, "cap_per_day_cents"),
+        capLifetimeCents: optionalCents(req.capLifetimeCents, "cap_lifetime_cents"),
+        stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
+      };
+      const result = await adminChange(ctx, "treasury.bind", partner.clientId, (trx) =>
+        store.upsert(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, deps.clock()),
+      );
+      return { treasury: toProto(partner, result.treasury), created: result.created };
+    },
+
+    async setTreasuryStatus(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      const status = statusName[req.status];
+      if (!status) fail(Reason.INVALID_REQUEST, "status is required");
+      const treasury = await adminChange(ctx, `treasury.set_status.${status}`, partner.clientId, async (trx) => {
+        if (!(await store.lock(trx, partner.id))) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+        return (await store.setStatus(trx, partner.id, status, deps.clock()))!;
+      });
+      return { treasury: toProto(partner, treasury) };
+    },
+
+    async fundTreasury(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      const amount = cents(req.amountCents, "amount_cents");
+      if (amount === 0) fail(Reason.INVALID_REQUEST, "amount_cents must be at least 1");
+      const treasury = await adminChange(ctx, "treasury.fund", partner.clientId, async (trx) => {
+        const locked = await store.lock(trx, partner.id);
+        if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+        if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);
+        return (await store.fund(trx, partner.id, amount, deps.clock()))!;
+      });
+      return { treasury: toProto(partner, treasury) };
+    },
+
+    async getTreasury(req, ctx) {
+      const partner = await activePartner(req.clientId);
+      const treasury = await store.find(partner.id);
+      if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+      // A read is withheld when its audit row cannot be written (DESIGN 6).
+      await appendAudit(db, ctx, { actor: `partner:${partner.clientId}`, action: "treasury.read", subject: partner.clientId });
+      return { treasury: toProto(partner, treasury) };
+    },
+
+    async executeBatch(req, ctx) {
+      const partner = await activePartner(req.clientId);
+      const actor = `partner:${partner.clientId}`;
+      try {
+        // DESIGN 4.4 order: body validation, idempotency, configured, active, payer,
+        // execution conflicts, currency/recipients/consent, caps and step-up, funds.
+        const validation = validateBatch({
+          idempotencyKey: req.idempotencyKey,
+          payerEntityId: req.payerEntityId,
+          items: req.items,
+        });
+        if (!validation.ok) fail(Reason.INVALID_REQUEST, validation.message);
+        const input = validation.batch;
+        const requestHash = canonicalBatchHash(input);
+
+        const earlier = await store.findBatch(partner.id, input.idempotencyKey);
+        if (earlier) {
+          const replayed = replay(earlier, requestHash);
+          await appendAudit(db, ctx, { actor, action: "treasury.batch.replay", subject: earlier.id });
+          return replayed;
+        }
+
+        const outcome = await db.transaction(async (trx) => {
+          const treasury = await store.lock(trx, partner.id);
+          if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+          // A request with this key may have committed while we waited for the lock.
+          const raced = await store.findBatch(partner.id, input.idempotencyKey, trx);
+          if (raced) return { replay: raced, batch: undefined };
+
+          if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, `treasury is ${treasury.status.replace("_", " ")}`);
+          if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
+
+          const plan = await planItems(trx, partner.id, input.payerEntityId, input.items);
+          const fresh = input.items.filter((item) => !plan.already.has(item.executionId));
+
+          const otherCurrency = fresh.findIndex((item) => item.currency !== treasury.currency);
+          if (otherCurrency !== -1) fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
+          await checkRecipients(trx, partner.id, fresh);
+
+          const now = deps.clock();
+          const today = utcDay(now);
+          const amounts = fresh.map((i) => i.amountCents);
+          const limit = exceededLimit(treasury, amounts, today);
+          // spec 7.4 / DESIGN 4.4: name the limit, never the remaining allowance.
+          if (limit) fail(Reason.POLICY_DENIED, `the batch exceeds the treasury's ${limit} limit`, { limitName: limit });
+          const total = amounts.reduce((a, b) => a + b, 0);
+          if (total > treasury.balanceCents) fail(Reason.INSUFFICIENT_FUNDS, "the available balance is below the batch total");
+
+          const batchId = randomUUID();
+          const batch = create(BatchSchema, {
+            batchId,
+            payerEntityId: input.payerEntityId,
+            totalCents: BigInt(total),
+            createdAt: timestampFromDate(now),
+            items: input.items.map((item) => {
+              const done = plan.already.get(item.executionId);
+              return {
+                executionId: item.executionId,
+                payoutId: item.payoutId,
+                status: done ? ItemStatus.ALREADY_EXECUTED : ItemStatus.EXECUTED,
+                executedAt: timestampFromDate(done ? done.executedAt : now),
+              };
+            }),
+          });
+          const response = toJsonString(BatchSchema, batch);
+          const stored = await store.insertBatch(trx, {
+            id: batchId,
+            partnerId: partner.id,
+            idempotencyKey: input.idempotencyKey,
+            requestHash,
+            response,
+            createdAt: now,
+          });
+          // Unreachable while every batch takes the treasury lock first; fail closed if not.
+          if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
+          await store.insertExecutions(
+            trx,
+            fresh.map((item) => ({
+              partnerId: partner.id,
+              batchId,
+              payerEntityId: input.payerEntityId,
+              executedAt: now,
+              executionId: item.executionId,
+              payoutId: item.payoutId,
+              recipientUserId: item.recipientUserId,
+              amountCents: item.amountCents,
+              currency: item.currency,
+              reference: item.reference,
+            })),
+          );
+          const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
+          await store.debit(trx, partner.id, { amountCents: total, day: today, dayCents, at: now });
+          await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
+          await deps.faults?.beforeCommit?.(batchId);
+          return { replay: undefined, batch };
+        });
+
+        if (outcome.replay) {
+          const replayed = replay(outcome.replay, requestHash);
+          await appendAudit(db, ctx, { actor, action: "treasury.batch.replay", subject: outcome.replay.id });
+          return replayed;
+        }
+        return { batch: outcome.batch, replayed: false };
+      } catch (err) {
+        // spec 4.8: rejections are audited; the rollback above consumed no ids.
+        const detail = errorDetailOf(err);
+        if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
+          await appendAudit(db, ctx, { actor, action: BATCH_ACTION, subject: req.idempotencyKey.slice(0, 255), reason: reasonLabel(detail.reason) });
+        }
+        throw err;
+      }
+    },
+
+    async getPayout(req, ctx) {
+      const partner = await activePartner(req.clientId);
+      if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user id must be a UUID");
+      if (req.payoutId.length === 0 || req.payoutId.length > 128) fail(Reason.INVALID_REQUEST, "payout id must be 1 to 128 characters");
+      const userId = req.userId.toLowerCase();
+      const access = await store.recipientAccess(partner.id, userId);
+      // Issue 3's order for user resources: unknown to this partner, inactive, consent.
+      if (!access.known) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
+      if (access.status !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
+      if (!access.scopes.includes(PAYOUTS_RECEIVE)) fail(Reason.GRANT_REQUIRED, `the user has not granted ${PAYOUTS_RECEIVE}`);
+      const payout = await store.findPayout(partner.id, userId, req.payoutId);
+      if (!payout) fail(Reason.NOT_FOUND, "no such payout for this user");
+      await appendAudit(db, ctx, { actor: `partner:${partner.clientId}`, action: "treasury.payout.read", subject: `${userId}/${payout.payoutId}` });
+      return {
+        payout: {
+          payoutId: payout.payoutId,
+          executionId: payout.executionId,
+          batchId: payout.batchId,
+          userId: payout.recipientUserId,
+          amountCents: BigInt(payout.amountCents),
+          currency: payout.currency,
+          reference: payout.reference,
+          status: "executed",
+          executedAt: timestampFromDate(payout.executedAt),
+        },
+      };
+    },
+  };
+
+  /**
+   * Sorts items into new ones and ones already executed with identical fields; any
+   * reuse with a changed field fails the whole batch (spec 4.8 execution_conflict).
+   * A payout_id already paid under another execution_id is a conflict too.
+   */
+  async function planItems(trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[]) {
+    const existing = await store.findExecutions(
+      trx,
+      partnerId,
+      items.map((i) => i.executionId),
+      items.map((i) => i.payoutId),
+    );
+    const byExecution = new Map(existing.map((e) => [e.executionId, e]));
+    const byPayout = new Map(existing.map((e) => [e.payoutId, e]));
+    const already = new Map<string, ExecutionRecord>();
+    for (const [index, item] of items.entries()) {
+      const earlier = byExecution.get(item.executionId);
+      if (earlier) {
+        const same =
+          earlier.payoutId === item.payoutId &&
+          earlier.recipientUserId === item.recipientUserId &&
+          earlier.payerEntityId === payerEntityId &&
+          earlier.amountCents === item.amountCents &&
+          earlier.currency === item.currency &&
+          earlier.reference === item.reference;
+        if (!same) fail(Reason.EXECUTION_CONFLICT, `items[${index}].execution_id was executed before with different fields`);
+        already.set(item.executionId, earlier);
+      } else if (byPayout.has(item.payoutId)) {
+        fail(Reason.EXECUTION_CONFLICT, `items[${index}].payout_id was paid before under another execution_id`);
+      }
+    }
+    return { already };
+  }
+
+  /** Recipients of new payouts must exist, be active and have granted payouts:receive to this partner. */
+  async function checkRecipients(trx: Knex.Transaction, partnerId: string, items: BatchItemInput[]) {
+    if (items.length === 0) return;
+    const recipients = new Map((await store.recipients(trx, partnerId, [...new Set(items.map((i) => i.recipientUserId))])).map((r) => [r.userId, r]));
+    for (const item of items) {
+      const r = recipients.get(item.recipientUserId);
+      // An unknown user and a user without consent answer alike: no existence oracle.
+      if (!r || !r.scopes.includes(PAYOUTS_RECEIVE)) {
+        fail(Reason.GRANT_REQUIRED, `recipient ${item.recipientUserId} has not granted ${PAYOUTS_RECEIVE} to this partner`);
+      }
+      if (r.status !== "active") fail(Reason.USER_INACTIVE, `recipient ${item.recipientUserId} is not active`);
+    }
+  }
+}
+
+function cents(value: bigint, field: string): number {
+  if (value < 0n || value > BigInt(MAX_CENTS)) fail(Reason.INVALID_REQUEST, `${field} must be an integer from 0 to ${MAX_CENTS}`);
+  return Number(value);
+}
+
+function optionalCents(value: bigint | undefined, field: string): number | null {
+  return value === undefined ? null : cents(value, field);
+}
+
+function toProto(partner: PartnerRecord, t: TreasuryRecord): MessageInitShape<typeof TreasurySchema> {
+  const big = (v: number | null) => (v === null ? undefined : BigInt(v));
+  return {
+    clientId: partner.clientId,
+    status: statusEnum[t.status],
+    payerEntityId: t.payerEntityId,
+    currency: t.currency,
+    availableCents: BigInt(t.balanceCents),
+    capPerItemCents: big(t.capPerItemCents),
+    capPerDayCents: big(t.capPerDayCents),
+    capLifetimeCents: big(t.capLifetimeCents),
+    stepUpAmountCents: big(t.stepUpAmountCents),
+  };
+}
+
+/** The audit `reason` label of a failure: the snake_case Reason name. */
+function reasonLabel(reason: Reason): string {
+  return (Reason[reason] ?? "unspecified").toLowerCase();
+}
+
