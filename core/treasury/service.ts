@@ -24,6 +24,8 @@ import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, 
 export interface TreasuryFaults {
   /** Runs inside the batch transaction after every write, just before COMMIT. */
   beforeCommit?: (batchId: string) => Promise<void>;
+  /** Runs after COMMIT, before the answer leaves (a crash here loses only the response). */
+  afterCommit?: (batchId: string) => Promise<void>;
 }
 
 export interface TreasuryServiceDeps {
@@ -251,6 +253,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           await appendAudit(db, ctx, { actor, action: "treasury.batch.replay", subject: outcome.replay.id });
           return replayed;
         }
+        await deps.faults?.afterCommit?.(outcome.batch.batchId);
         return { batch: outcome.batch, replayed: false };
       } catch (err) {
         // spec 4.8: rejections are audited; the rollback above consumed no ids.
