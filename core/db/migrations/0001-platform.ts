@@ -29,6 +29,12 @@ export async function up(knex: Knex): Promise<void> {
     );
     CREATE INDEX audit_records_request_id ON audit_records (request_id);
 
+    -- Append-only: the database itself refuses to change or remove a record.
+    CREATE FUNCTION audit_records_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'audit_records is append-only'; END $$;
+    CREATE TRIGGER audit_records_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit_records
+      FOR EACH STATEMENT EXECUTE FUNCTION audit_records_append_only();
+
     -- Sliding-window log per key: the attempt times inside the window (at most the
     -- limit), exact where a fixed window would let 2x the limit through across a
     -- boundary, and updated in one atomic upsert.
@@ -52,5 +58,6 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_windows, audit_records, partners`);
+  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_windows, audit_records, partners;
+    DROP FUNCTION audit_records_append_only`);
 }
