@@ -145,9 +145,11 @@ export function createTreasuryStore(db: Db) {
     /** Executions of this partner that reuse any of the given execution or payout ids. */
     async findExecutions(trx: Knex.Transaction, partnerId: string, executionIds: string[], payoutIds: string[]): Promise<ExecutionRecord[]> {
       const { rows } = await trx.raw(
-        `SELECT * FROM treasury_executions
-          WHERE partner_id = ? AND (execution_id = ANY(?::text[]) OR payout_id = ANY(?::text[]))`,
-        [partnerId, executionIds, payoutIds],
+        // Two index probes (primary key, payout unique key) rather than one OR scan.
+        `SELECT * FROM treasury_executions WHERE partner_id = ? AND execution_id = ANY(?::text[])
+         UNION
+         SELECT * FROM treasury_executions WHERE partner_id = ? AND payout_id = ANY(?::text[])`,
+        [partnerId, executionIds, partnerId, payoutIds],
       );
       return (rows as Record<string, unknown>[]).map(toExecution);
     },

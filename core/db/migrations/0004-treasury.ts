@@ -38,12 +38,15 @@ export async function up(knex: Knex): Promise<void> {
     );
 
     -- An execution is a payout: its execution_id and payout_id are each used once per partner.
+    -- No foreign keys here on purpose: per-row FK checks doubled the INSERT of a 500-item
+    -- batch (docs/treasury.md). Each row is written in the transaction that writes its
+    -- batch row and checks its recipient under the treasury lock; nothing is ever deleted.
     CREATE TABLE treasury_executions (
-      partner_id         uuid NOT NULL REFERENCES partners (id),
+      partner_id         uuid NOT NULL,
       execution_id       text NOT NULL,
       payout_id          text NOT NULL,
-      batch_id           uuid NOT NULL REFERENCES treasury_batches (id),
-      recipient_user_id  uuid NOT NULL REFERENCES users (id),
+      batch_id           uuid NOT NULL,
+      recipient_user_id  uuid NOT NULL,
       payer_entity_id    uuid NOT NULL,
       amount_cents       bigint NOT NULL CHECK (amount_cents > 0),
       currency           text NOT NULL,
