@@ -4,7 +4,7 @@
  * same run on the same database.
  *
  * The batch goes through the ExecuteBatch RPC over the in-process transport (the path
- * the gateway uses in one process): a 500-item body is over the 64 KiB HTTP limit
+ * the gateway uses in one process, interceptors included): a 500-item body is over the 64 KiB HTTP limit
  * of spec 8, so no HTTP client can send one.
  */
 import { randomBytes, randomUUID } from "node:crypto";
@@ -13,6 +13,7 @@ import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import pino from "pino";
 import { createCore } from "../core/core.js";
 import { createCoreClients } from "../gateways/core-clients.js";
+import { createInProcessTransport } from "../core/in-process-transport.js";
 import { insertConsentRowFixture } from "../test/support/treasury.js";
 import { benchDatabase, fmt, median, percentile, table } from "./support.js";
 
@@ -84,9 +85,11 @@ export async function run(): Promise<void> {
         );
       });
     };
+    // What the gateway uses in one process (`vaultgate serve`).
+    const gatewayClients = createCoreClients(createInProcessTransport(core.routes, core.interceptors));
     const vaultgate = async () => {
       const b = batch();
-      await clients.treasury.executeBatch(b);
+      await gatewayClients.treasury.executeBatch(b);
     };
 
     // Interleave the two so drift (autovacuum, cache) hits both alike.
