@@ -413,3 +413,30 @@ describe("TreasuryService.ExecuteBatch", () => {
     });
   });
 });
+
+describe("TreasuryService.ExecuteBatch when the audit trail is unavailable", () => {
+  let stack: TestStack;
+  let failAudit = false;
+  before(async () => {
+    stack = await startStack({ auditFaults: { appendFault: () => (failAudit ? new Error("audit down") : undefined) } });
+  });
+  after(() => stack.close());
+
+  it("withholds the batch (audit_unavailable), executes nothing, and the identical retry succeeds", async () => {
+    const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
+    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 1_000n });
+    const user = await createRecipient(stack.admin, stack.core.db, partner);
+    const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 400n }]);
+    failAudit = true;
+    try {
+      const r = await refusal(stack.clients.treasury.executeBatch(req));
+      expect(r).to.include({ reason: Reason.AUDIT_UNAVAILABLE, code: Code.Unavailable });
+    } finally {
+      failAudit = false;
+    }
+    expect(Number((await stack.clients.treasury.getTreasury({ clientId: partner.clientId })).treasury!.availableCents)).to.equal(1_000);
+    const res = await stack.clients.treasury.executeBatch(req);
+    expect(res.replayed).to.equal(false);
+    expect(Number((await stack.clients.treasury.getTreasury({ clientId: partner.clientId })).treasury!.availableCents)).to.equal(600);
+  });
+});
