@@ -25,7 +25,7 @@ describe("partner webhooks", () => {
     return { stack, receiver, partner, secret, userId };
   }
 
-  const mine = (received: { body: string }[], userId: string) => received.filter((r) => r.body.includes(userId));
+  const mine = <T extends { body: string }>(received: T[], userId: string): T[] => received.filter((r) => r.body.includes(userId));
 
   it("delivers outbox events with Standard Webhooks signatures (verified by the standardwebhooks package)", async () => {
     const { stack, receiver, secret, userId } = await setup();
