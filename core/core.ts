@@ -87,6 +87,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       clock,
       logger,
       rateLimits: { default: 1200, ...options.resourceRateLimits },
+      auditFault: options.auditFaults?.appendFault,
     });
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
 

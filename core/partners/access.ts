@@ -6,7 +6,7 @@ import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
-import type { ResourcesStore } from "./resources-store.js";
+import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import { CONSENT_SCOPES } from "./scopes.js";
 
 /** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60). */
@@ -22,6 +22,8 @@ export interface PartnerAccessDeps {
   logger: Logger;
   /** Requests per minute per partner and operation; `default` for any operation not named. */
   rateLimits: Record<string, number> & { default: number };
+  /** Test-only seam, the same one the audit store honours (AuditStoreOptions.appendFault). */
+  auditFault?: () => Error | undefined;
 }
 
 export interface AccessRequest {
@@ -32,6 +34,14 @@ export interface AccessRequest {
   userId?: string;
   /** The consent scope the resource needs (with userId). */
   scope?: string;
+  /**
+   * Write the read's success audit row in the access statement itself (user reads):
+   * when authorize() returns, the row is committed; when it cannot be written,
+   * authorize() fails with audit_unavailable and no data may leave.
+   */
+  auditRead?: boolean;
+  /** Also return the user's verification record (GET /kyc in one round trip). */
+  withKyc?: boolean;
 }
 
 export interface PartnerPrincipal {
@@ -40,6 +50,9 @@ export interface PartnerPrincipal {
   tokenScopes: string[];
   /** Audit actor: `partner:<client_id>`. */
   actor: string;
+  /** With `withKyc`: the record, or the not_started defaults' creation time. */
+  kyc?: KycRecord;
+  userCreatedAt?: Date;
 }
 
 /**
@@ -55,34 +68,61 @@ export interface PartnerPrincipal {
  * Callers then write their audit row (audited()) before any data leaves.
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
-  async function check(req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
+  let checks = 0;
+
+  async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
     const token = await deps.verifier.verify(req.token);
     if (req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
     seen.actor = `partner:${token.clientId}`;
     const now = deps.clock();
     const windowStart = new Date(Math.floor(now.getTime() / WINDOW_MS) * WINDOW_MS);
-    const row = await deps.resources.readAccess({
-      clientId: token.clientId,
-      userId: req.userId ?? null,
-      rateKey: `partner-resource:${token.clientId}:${req.operation}`,
-      windowStart,
-    });
+    if (++checks % 1000 === 0) {
+      deps.resources.pruneRateWindows(new Date(windowStart.getTime() - 2 * WINDOW_MS)).catch((err: unknown) => deps.logger.warn({ err }, "rate window prune failed"));
+    }
+    const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
+    const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
+    const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);
+    let row;
+    try {
+      row = await deps.resources.readAccess({
+        clientId: token.clientId,
+        userId: req.userId ?? null,
+        rateKey: `partner-resource:${token.clientId}:${req.operation}`,
+        windowStart,
+        limit,
+        scope: req.scope,
+        tokenHasScope,
+        audit:
+          req.auditRead && !auditFault
+            ? { requestId: ctx.values.get(kRequestId), actor: seen.actor, action: `partner.${req.operation}`, subject: req.userId ?? "", at: now }
+            : undefined,
+        withKyc: req.withKyc,
+      });
+    } catch (err) {
+      // The statement carries the audit INSERT: if it fails, the read is withheld.
+      if (req.auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      throw err;
+    }
     // A validly signed token for a partner that no longer exists verifies nothing.
     if (!row) fail(Reason.INVALID_TOKEN, "the access token is invalid");
     if (row.partnerStatus !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
-    const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
     if (row.rateCount > limit) fail(Reason.RATE_LIMITED, "too many requests for this operation", { retryAfterSeconds: 60 });
-    const principal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: `partner:${token.clientId}` };
+    const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
     if (req.userId === undefined) return principal;
     // spec 7.3: ids that belong only to another partner look exactly like unknown ids.
     if (!row.userExists || (!row.hasReceipt && row.consentScopes === null)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
     if (row.userStatus !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
     const scope = req.scope;
     const isConsentScope = scope !== undefined && (CONSENT_SCOPES as readonly string[]).includes(scope);
-    if (!isConsentScope || !token.scopes.includes(scope) || !(row.consentScopes ?? []).includes(scope)) {
+    if (!isConsentScope || !tokenHasScope || !(row.consentScopes ?? []).includes(scope)) {
       fail(Reason.GRANT_REQUIRED, scope ? `this resource needs ${scope} in both the token and the user's consent` : "grant required");
     }
-    return principal;
+    if (req.auditRead) {
+      if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
+      // Every check above passed, so the statement's guarded INSERT must have run.
+      if (!row.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");
+    }
+    return { ...principal, kyc: row.kyc, userCreatedAt: row.userCreatedAt ?? undefined };
   }
 
   return {
@@ -90,7 +130,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     async authorize(ctx: HandlerContext, req: AccessRequest): Promise<PartnerPrincipal> {
       const seen = { actor: "partner" };
       try {
-        return await check(req, seen);
+        return await check(ctx, req, seen);
       } catch (err) {
         const detail = errorDetailOf(err);
         if (detail && detail.reason !== Reason.INVALID_TOKEN && detail.reason !== Reason.AUTH_UNAVAILABLE) {

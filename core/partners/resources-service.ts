@@ -135,10 +135,10 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     },
 
     async getKycStatus(req, ctx) {
-      const principal = await access.authorize(ctx, { token: req.accessToken, operation: "kyc.read", userId: req.userId, scope: "kyc:read" });
-      const kyc = await kycOf(req.userId);
-      await access.audited(ctx, principal, "kyc.read", req.userId);
-      return kycOut(kyc);
+      // One round trip: checks, audit row and the record (the audit row is committed
+      // before this returns, so it precedes the data leaving).
+      const principal = await access.authorize(ctx, { token: req.accessToken, operation: "kyc.read", userId: req.userId, scope: "kyc:read", auditRead: true, withKyc: true });
+      return kycOut(principal.kyc ?? { userId: req.userId, status: "not_started", provider: null, updatedAt: principal.userCreatedAt ?? deps.clock() });
     },
 
     async createKycLink(req, ctx) {
@@ -165,16 +165,14 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     },
 
     async listWallets(req, ctx) {
-      const principal = await access.authorize(ctx, { token: req.accessToken, operation: "wallets.read", userId: req.userId, scope: "wallet:read" });
+      await access.authorize(ctx, { token: req.accessToken, operation: "wallets.read", userId: req.userId, scope: "wallet:read", auditRead: true });
       const wallets = await resources.listWallets(db, req.userId);
-      await access.audited(ctx, principal, "wallets.read", req.userId);
       return { userId: req.userId, wallets };
     },
 
     async getUsAccount(req, ctx) {
-      const principal = await access.authorize(ctx, { token: req.accessToken, operation: "us_account.read", userId: req.userId, scope: "us_account:read" });
+      await access.authorize(ctx, { token: req.accessToken, operation: "us_account.read", userId: req.userId, scope: "us_account:read", auditRead: true });
       const account = await resources.getUsAccount(db, req.userId);
-      await access.audited(ctx, principal, "us_account.read", req.userId);
       return usAccountOut(req.userId, account);
     },
 
@@ -184,6 +182,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
       const { afterSeq, limit } = position(req.page, binding);
       const rows = await resources.listLedger(db, req.userId, afterSeq, limit + 1);
       const out = pageOut(rows, limit, afterSeq, binding);
+      // Paging input is validated before the audit row: a refused cursor reads nothing.
       await access.audited(ctx, principal, "transfers.read", req.userId);
       return { data: out.page.map(transferOut), nextCursor: out.nextCursor, watermark: out.watermark };
     },

@@ -13,7 +13,15 @@ export interface AccessRow {
   hasReceipt: boolean;
   /** null when no consent row exists; [] when revoked. */
   consentScopes: string[] | null;
+  userCreatedAt: Date | null;
+  /** The success audit row was written by the same statement. */
+  audited: boolean;
+  /** With `withKyc`: the user's verification record, if any. */
+  kyc?: KycRecord;
 }
+
+/** Rows per rate-limit window and key: spreads one partner's concurrent updates. */
+const RATE_SHARDS = 32;
 
 export interface KycRecord {
   userId: string;
@@ -47,25 +55,46 @@ export interface LedgerEntry {
 export function createResourcesStore(db: Db) {
   return {
     /**
-     * Counts one request in the partner's fixed one-minute window and reads partner,
-     * user, receipt and consent, all in one round trip.
+     * One round trip for the access checks of a request: counts it in the partner's
+     * rate-limit window (one of RATE_SHARDS rows, so concurrent requests of one partner
+     * do not queue on a single row lock), reads partner, user, receipt and consent, and,
+     * when `audit` is given and every check passes, inserts the success audit row in the
+     * same statement: the row exists exactly when the caller may return the data.
+     * `withKyc` also reads the user's verification record (the hottest read).
      */
-    async readAccess(input: { clientId: string; userId: string | null; rateKey: string; windowStart: Date }): Promise<AccessRow | undefined> {
-      const { rows } = await db.raw(
-        `WITH rl AS (
-           INSERT INTO rate_limit_windows (key, window_start, count) VALUES (?, ?, 1)
-           ON CONFLICT (key, window_start) DO UPDATE SET count = rate_limit_windows.count + 1
-           RETURNING count
-         )
-         SELECT p.id AS partner_id, p.status AS partner_status, (SELECT count FROM rl) AS rate_count,
-                u.id AS user_id, u.status AS user_status, (pu.user_id IS NOT NULL) AS has_receipt, c.scopes AS consent_scopes
-           FROM partners p
-           LEFT JOIN users u ON u.id = ?::uuid
-           LEFT JOIN partner_users pu ON pu.partner_id = p.id AND pu.user_id = u.id
-           LEFT JOIN consents c ON c.partner_id = p.id AND c.user_id = u.id
-          WHERE p.client_id = ?`,
-        [input.rateKey, input.windowStart, input.userId, input.clientId],
-      );
+    async readAccess(input: {
+      clientId: string;
+      userId: string | null;
+      rateKey: string;
+      windowStart: Date;
+      limit: number;
+      scope?: string;
+      tokenHasScope?: boolean;
+      audit?: { requestId: string; actor: string; action: string; subject: string; at: Date };
+      withKyc?: boolean;
+    }): Promise<AccessRow | undefined> {
+      const shard = Math.floor(Math.random() * RATE_SHARDS);
+      const keys = Array.from({ length: RATE_SHARDS }, (_, i) => `${input.rateKey}#${i}`);
+      const own = keys[shard]!;
+      const others = `{${keys.filter((k) => k !== own).map((k) => `"${k.replace(/["\\]/g, "")}"`).join(",")}}`;
+      const audit = input.audit;
+      const { rows } = await db.raw(`SELECT * FROM partner_access(?, ?::uuid, ?, ?::text[], ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
+        input.clientId,
+        input.userId,
+        own,
+        others,
+        input.windowStart,
+        input.limit,
+        input.tokenHasScope === true,
+        input.scope ?? "",
+        Boolean(audit),
+        audit?.requestId ?? "",
+        audit?.actor ?? "",
+        audit?.action ?? "",
+        audit?.subject ?? "",
+        audit?.at ?? input.windowStart,
+        input.withKyc === true,
+      ]);
       const r = (rows as Record<string, unknown>[])[0];
       if (!r) return undefined;
       return {
@@ -74,8 +103,14 @@ export function createResourcesStore(db: Db) {
         rateCount: Number(r.rate_count),
         userExists: r.user_id != null,
         userStatus: r.user_status == null ? null : String(r.user_status),
+        userCreatedAt: r.user_created_at == null ? null : toDate(r.user_created_at),
         hasReceipt: r.has_receipt === true,
         consentScopes: r.consent_scopes == null ? null : parseTextArray(r.consent_scopes),
+        audited: r.audit_seq != null,
+        kyc:
+          r.kyc_status != null && r.user_id != null
+            ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
+            : undefined,
       };
     },
 
@@ -212,6 +247,10 @@ function toLedger(r: Record<string, unknown>): LedgerEntry {
     createdAt: r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at)),
     updatedAt: r.updated_at instanceof Date ? r.updated_at : new Date(String(r.updated_at)),
   };
+}
+
+function toDate(v: unknown): Date {
+  return v instanceof Date ? v : new Date(String(v));
 }
 
 function parseTextArray(value: unknown): string[] {
