@@ -32,6 +32,26 @@ describe("partner resources over HTTP", () => {
     return res.records;
   }
 
+  describe("OpenAPI document", () => {
+    it("is valid OpenAPI 3.1 and describes the token endpoint's answers too", async () => {
+      const partner = await createPartner(stack);
+      const form = (body: string, headers: Record<string, string> = {}) =>
+        fetch(`${stack.url}/api/partner/oauth/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", ...headers }, body });
+      const toApi = async (res: Response): Promise<ApiResponse> => {
+        const text = await res.text();
+        return { status: res.status, headers: res.headers, body: JSON.parse(text) as unknown, text };
+      };
+      const ok = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}`));
+      expect(ok.status).to.equal(200);
+      openapi.check("POST", "/oauth/token", ok);
+      const bad = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=wrong`));
+      expect(bad.status).to.equal(401);
+      openapi.check("POST", "/oauth/token", bad);
+      openapi.check("POST", "/oauth/token", await toApi(await form("grant_type=password")));
+      for (const path of Object.keys(openapi.doc.paths)) expect(path).to.match(/^\/(oauth\/token|users|events|openapi\.json)/);
+    });
+  });
+
   describe("pre-create (POST /users)", () => {
     it("is idempotent per partner and e-mail: 201 then 200 with the same user_id", async () => {
       const partner = await createPartner(stack);
