@@ -89,7 +89,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       rateLimits: { default: 1200, ...options.resourceRateLimits },
       auditFault: options.auditFaults?.appendFault,
     });
-    const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
 
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
@@ -126,6 +125,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       }),
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
+    // Last, so nothing after it can fail and leave the delivery loop running.
+    const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     return {
       routes,
       interceptors,
