@@ -69,10 +69,10 @@ describe("operator CLI: users, consent, ledger, webhooks", () => {
   });
 
   it("partner create --webhook-url returns the webhook secret once; partner webhook replaces it", async () => {
-    const created = await cli(server, stack.adminToken, "partner", "create", "--name", "Hooked", "--slug", `h-${Math.random().toString(16).slice(2, 8)}`, "--webhook-url", "https://hooks.example/v1");
-    expect(created.json.webhook_url).to.equal("https://hooks.example/v1");
+    const created = await cli(server, stack.adminToken, "partner", "create", "--name", "Hooked", "--slug", `h-${Math.random().toString(16).slice(2, 8)}`, "--webhook-url", "http://127.0.0.1:9/v1");
+    expect(created.json.webhook_url).to.equal("http://127.0.0.1:9/v1");
     expect(created.json.webhook_secret).to.match(/^whsec_/);
-    const replaced = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "https://hooks.example/v2");
+    const replaced = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "http://127.0.0.1:9/v2");
     expect(replaced.json.webhook_secret).to.match(/^whsec_/).and.not.equal(created.json.webhook_secret);
     const refused = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "http://hooks.example/plain");
     expect(refused.code).to.equal(1);
