@@ -21,6 +21,12 @@ export interface Config {
   logLevel: string;
   adminToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
+  /** Partner resource requests per minute per partner and operation (docs/partner-api.md). */
+  partnerResourceLimitPerMinute: number;
+  /** Base URL of the built-in sandbox KYC provider's hosted pages. */
+  kycSandboxUrl: string | undefined;
+  /** Webhook delivery loop period (ms). */
+  webhookPollMs: number;
 }
 
 export class ConfigError extends Error {
@@ -59,6 +65,9 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
+    partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
+    kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,
+    webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
   };
 }
 

@@ -9,6 +9,8 @@ import { serve, type Role } from "./serve.js";
 import { partnerCommand } from "./commands/partner.js";
 import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
+import { consentCommand } from "./commands/consent.js";
+import { ledgerCommand } from "./commands/ledger.js";
 import { treasuryCommand } from "./commands/treasury.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
@@ -20,6 +22,13 @@ const USAGE = `usage: vaultgate <command>
   partner suspend|activate CLIENT_ID
   partner entitlements CLIENT_ID --set a,b
   user create --email E
+  user set-kyc USER_ID --status S [--provider P]
+  user set-status USER_ID active|inactive
+  user add-wallet USER_ID --chain C --address A
+  user provision-us-account USER_ID
+  consent grant|revoke --partner CLIENT_ID --user USER_ID [--scopes a,b]
+  ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
+  partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
   treasury bind --partner CLIENT_ID --payer-entity-id UUID --balance-cents N [--currency USD]
       [--cap-per-item N] [--cap-per-day N] [--cap-lifetime N] [--step-up-amount N]
@@ -34,6 +43,8 @@ const commands: Record<string, Command> = {
   partner: partnerCommand,
   keys: keysCommand,
   user: userCommand,
+  consent: consentCommand,
+  ledger: ledgerCommand,
   treasury: treasuryCommand,
 };
 

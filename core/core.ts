@@ -15,6 +15,14 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { createResourcesStore } from "./partners/resources-store.js";
+import { createPartnerTokenVerifier } from "./partners/access-token.js";
+import { createPartnerAccess } from "./partners/access.js";
+import { createPartnerResourcesService } from "./partners/resources-service.js";
+import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
+import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
+import { createSecretBox } from "./partners/webhooks/signing.js";
+import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
 
@@ -36,6 +44,16 @@ export interface CoreOptions {
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
   migrate?: boolean;
+  /** Partner resource limits per minute per partner and operation (docs/partner-api.md); `default` covers unnamed ones. */
+  resourceRateLimits?: Record<string, number>;
+  /** Base URL of the built-in sandbox KYC provider's hosted pages. */
+  kycSandboxUrl?: string;
+  /** Extra verification providers (the sandbox is always present). */
+  kycProviders?: KycProvider[];
+  /** Webhook delivery loop period in ms; 0 = no background loop (tests drive webhooks.runOnce()). */
+  webhookPollMs?: number;
+  /** Backoff and lease tuning of webhook delivery. */
+  webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
   /** Test-only seam: see TreasuryFaults. */
   treasuryFaults?: TreasuryFaults;
 }
@@ -46,6 +64,8 @@ export interface Core {
   db: Db;
   keyring: Keyring;
   close(): Promise<void>;
+  /** The webhook delivery worker (started here, stopped by close()). */
+  webhooks: WebhookWorker;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -60,6 +80,19 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const audit = createAuditStore(db, options.auditFaults);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
     const secrets = await createSecretHasher({ params: options.scrypt });
+    const outbox = createOutboxStore(db);
+    const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
+    const resources = createResourcesStore(db);
+    const partnerAccess = createPartnerAccess({
+      db,
+      verifier: createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock }),
+      resources,
+      audit,
+      clock,
+      logger,
+      rateLimits: { default: 1200, ...options.resourceRateLimits },
+      auditFault: options.auditFaults?.appendFault,
+    });
 
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
@@ -79,6 +112,21 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
       }),
+      partnerResources: createPartnerResourcesService({
+        db,
+        access: partnerAccess,
+        partners: createPartnersStore(db),
+        users: createUsersStore(),
+        resources,
+        outbox,
+        audit,
+        cursors,
+        box,
+        kycProviders: [createSandboxKycProvider({ baseUrl: options.kycSandboxUrl ?? "https://sandbox.kyc.vaultgate.invalid" }), ...(options.kycProviders ?? [])],
+        defaultKycProvider: "sandbox",
+        clock,
+        logger,
+      }),
       treasury: createTreasuryService({
         db,
         store: createTreasuryStore(db),
@@ -89,12 +137,16 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       }),
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
+    // Last, so nothing after it can fail and leave the delivery loop running.
+    const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     return {
       routes,
       interceptors,
       db,
       keyring,
+      webhooks,
       async close() {
+        await webhooks.stop();
         if (ownsDb) await db.destroy();
       },
     };

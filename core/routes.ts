@@ -3,6 +3,7 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
 
 export interface CoreServices {
@@ -10,6 +11,7 @@ export interface CoreServices {
   partners: ServiceImpl<typeof PartnersService>;
   audit: ServiceImpl<typeof AuditService>;
   grants: ServiceImpl<typeof GrantsService>;
+  partnerResources: ServiceImpl<typeof PartnerResourcesService>;
   treasury: ServiceImpl<typeof TreasuryService>;
 }
 
@@ -20,6 +22,7 @@ export function createRoutes(services: CoreServices) {
     router.service(PartnersService, services.partners);
     router.service(AuditService, services.audit);
     router.service(GrantsService, services.grants);
+    router.service(PartnerResourcesService, services.partnerResources);
     router.service(TreasuryService, services.treasury);
   };
 }
