@@ -14,7 +14,6 @@ import pino from "pino";
 import { createCore } from "../core/core.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
-import { insertConsentRowFixture } from "../test/support/treasury.js";
 import { benchDatabase, fmt, median, percentile, table } from "./support.js";
 
 const ITEMS = 500;
@@ -45,11 +44,12 @@ export async function run(): Promise<void> {
     const users: string[] = [];
     for (let i = 0; i < RECIPIENTS; i++) {
       const { userId } = await clients.partners.createUser({ email: `bench-${i}-${randomUUID()}@example.test` });
-      await insertConsentRowFixture(core.db, partner.partnerId, userId, ["payouts:receive"]);
+      await clients.partnerResources.grantConsent({ clientId: partner.clientId, userId, scopes: { scopes: ["payouts:receive"] } });
       users.push(userId);
     }
+    const { accessToken } = await clients.partners.issueToken({ clientId: partner.clientId, clientSecret: created.clientSecret });
     const batch = () => ({
-      clientId: partner.clientId,
+      accessToken,
       idempotencyKey: randomUUID(),
       payerEntityId: payer,
       items: Array.from({ length: ITEMS }, (_, i) => ({

@@ -131,6 +131,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         db,
         store: createTreasuryStore(db),
         partners: createPartnersStore(db),
+        access: partnerAccess,
         audit,
         clock,
         faults: options.treasuryFaults,

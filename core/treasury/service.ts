@@ -16,6 +16,9 @@ import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
+import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
+import { enqueueMany } from "../partners/webhooks/outbox-store.js";
+import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
 import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
@@ -32,6 +35,8 @@ export interface TreasuryServiceDeps {
   db: Db;
   store: TreasuryStore;
   partners: PartnersStore;
+  /** Issue 3's partner access checks: token, partner active, rate limit, user and consent. */
+  access: PartnerAccess;
   audit: AuditStore;
   clock: () => Date;
   faults?: TreasuryFaults;
@@ -69,11 +74,18 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     }
   }
 
-  /** The caller established by the gateway's bearer check; suspension takes effect at once (spec 5.4). */
-  async function activePartner(clientId: string): Promise<PartnerRecord> {
-    const partner = clientId ? await deps.partners.findByClientId(clientId) : undefined;
-    if (!partner || partner.status !== "active") fail(Reason.PARTNER_INACTIVE, "partner is not active");
-    return partner;
+  /**
+   * The partner-level access checks (token, partner active, rate limit; refusals
+   * audited by them), then the token scope: treasury:write is a token entitlement,
+   * never consent (spec 5.3).
+   */
+  async function treasuryCaller(ctx: HandlerContext, token: string, operation: string): Promise<PartnerPrincipal> {
+    const principal = await deps.access.authorize(ctx, { token, operation });
+    if (!principal.tokenScopes.includes(TREASURY_SCOPE)) {
+      await appendAudit(db, ctx, { actor: principal.actor, action: `partner.${operation}`, subject: principal.clientId, reason: "grant_required" });
+      fail(Reason.GRANT_REQUIRED, `the access token lacks ${TREASURY_SCOPE}`);
+    }
+    return principal;
   }
 
   async function partnerForAdmin(clientId: string): Promise<PartnerRecord> {
@@ -143,18 +155,23 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async getTreasury(req, ctx) {
-      const partner = await activePartner(req.clientId);
-      const treasury = await store.find(partner.id);
-      if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
+      const treasury = await store.find(caller.partnerId);
+      if (!treasury) {
+        await appendAudit(db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: caller.clientId, reason: "treasury_not_configured" });
+        fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+      }
       // A read is withheld when its audit row cannot be written (DESIGN 6).
-      await appendAudit(db, ctx, { actor: `partner:${partner.clientId}`, action: "treasury.read", subject: partner.clientId });
-      return { treasury: toProto(partner, treasury) };
+      await deps.access.audited(ctx, caller, "treasury.read", caller.clientId);
+      return { treasury: toProto(caller, treasury) };
     },
 
     async executeBatch(req, ctx) {
-      const partner = await activePartner(req.clientId);
-      const actor = `partner:${partner.clientId}`;
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout");
+      const partner = { id: caller.partnerId, clientId: caller.clientId };
+      const actor = caller.actor;
       try {
+        if (req.bodyProblem) fail(Reason.INVALID_REQUEST, req.bodyProblem);
         // DESIGN 4.4 order: body validation, idempotency, configured, active, payer,
         // execution conflicts, currency/recipients/consent, caps and step-up, funds.
         const validation = validateBatch({
@@ -243,6 +260,24 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           );
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
           await store.debit(trx, partner.id, { amountCents: total, day: today, dayCents, at: now });
+          // DESIGN 4.3: one payout.executed event per new payout, committed with the batch.
+          await enqueueMany(
+            trx,
+            partner.id,
+            "payout.executed",
+            fresh.map((item) => ({
+              payout_id: item.payoutId,
+              execution_id: item.executionId,
+              batch_id: batchId,
+              user_id: item.recipientUserId,
+              amount_cents: item.amountCents,
+              currency: item.currency,
+              reference: item.reference,
+              status: "executed",
+              executed_at: now.toISOString(),
+            })),
+            now,
+          );
           await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
           await deps.faults?.beforeCommit?.(batchId);
           return { replay: undefined, batch };
@@ -266,18 +301,17 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async getPayout(req, ctx) {
-      const partner = await activePartner(req.clientId);
-      if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user id must be a UUID");
-      if (req.payoutId.length === 0 || req.payoutId.length > 128) fail(Reason.INVALID_REQUEST, "payout id must be 1 to 128 characters");
+      // Issue 3's order for user resources: token, partner, rate limit, user known to
+      // this partner, user active, payouts:receive in both token and consent.
+      const caller = await deps.access.authorize(ctx, { token: req.accessToken, operation: "payouts.read", userId: req.userId, scope: PAYOUTS_RECEIVE });
       const userId = req.userId.toLowerCase();
-      const access = await store.recipientAccess(partner.id, userId);
-      // Issue 3's order for user resources: unknown to this partner, inactive, consent.
-      if (!access.known) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
-      if (access.status !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
-      if (!access.scopes.includes(PAYOUTS_RECEIVE)) fail(Reason.GRANT_REQUIRED, `the user has not granted ${PAYOUTS_RECEIVE}`);
-      const payout = await store.findPayout(partner.id, userId, req.payoutId);
-      if (!payout) fail(Reason.NOT_FOUND, "no such payout for this user");
-      await appendAudit(db, ctx, { actor: `partner:${partner.clientId}`, action: "treasury.payout.read", subject: `${userId}/${payout.payoutId}` });
+      if (req.payoutId.length === 0 || req.payoutId.length > 128) fail(Reason.INVALID_REQUEST, "payout id must be 1 to 128 characters");
+      const payout = await store.findPayout(caller.partnerId, userId, req.payoutId);
+      if (!payout) {
+        await appendAudit(db, ctx, { actor: caller.actor, action: "partner.payouts.read", subject: userId, reason: "not_found" });
+        fail(Reason.NOT_FOUND, "no such payout for this user");
+      }
+      await deps.access.audited(ctx, caller, "payouts.read", `${userId}/${payout.payoutId}`);
       return {
         payout: {
           payoutId: payout.payoutId,
@@ -352,7 +386,7 @@ function optionalCents(value: bigint | undefined, field: string): number | null 
   return value === undefined ? null : cents(value, field);
 }
 
-function toProto(partner: PartnerRecord, t: TreasuryRecord): MessageInitShape<typeof TreasurySchema> {
+function toProto(partner: Pick<PartnerRecord, "clientId">, t: TreasuryRecord): MessageInitShape<typeof TreasurySchema> {
   const big = (v: number | null) => (v === null ? undefined : BigInt(v));
   return {
     clientId: partner.clientId,

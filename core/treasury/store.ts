@@ -195,24 +195,6 @@ export function createTreasuryStore(db: Db) {
       return row ? toExecution(row) : undefined;
     },
 
-    /**
-     * What a partner may know about one user: known through a pre-creation receipt or a
-     * consent row (even a revoked one), the user's status and the consented scopes.
-     */
-    async recipientAccess(partnerId: string, userId: string, conn: Conn = db): Promise<{ known: boolean; status: string; scopes: string[] }> {
-      const { rows } = await conn.raw(
-        `SELECT u.status, c.scopes, (pu.user_id IS NOT NULL OR c.user_id IS NOT NULL) AS known
-           FROM users u
-           LEFT JOIN partner_users pu ON pu.user_id = u.id AND pu.partner_id = ?
-           LEFT JOIN consents c ON c.user_id = u.id AND c.partner_id = ?
-          WHERE u.id = ?`,
-        [partnerId, partnerId, userId],
-      );
-      const row = (rows as Record<string, unknown>[])[0];
-      if (!row || row.known !== true) return { known: false, status: "", scopes: [] };
-      return { known: true, status: String(row.status), scopes: parseTextArray(row.scopes) };
-    },
-
     /** The recipients among `userIds` that exist, with their status and this partner's consent scopes. */
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
       const { rows } = await trx.raw(

@@ -1,26 +1,34 @@
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { BindTreasuryRequestSchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
-import type { Db } from "../../core/db/knex.js";
 import type { CoreClients } from "../../gateways/core-clients.js";
 import type { TestPartner } from "./partners.js";
 
-/**
- * FIXTURE until issue 3 (consent RPCs) is merged: writes a consent row with raw SQL,
- * the state `vaultgate consent grant` will produce. Replace with the consent RPC then.
- */
-export async function insertConsentRowFixture(db: Db, partnerId: string, userId: string, scopes: string[]) {
-  await db.raw(
-    `INSERT INTO consents (partner_id, user_id, scopes, updated_at) VALUES (?, ?, ?, now())
-     ON CONFLICT (partner_id, user_id) DO UPDATE SET scopes = EXCLUDED.scopes, updated_at = now()`,
-    [partnerId, userId, scopes],
-  );
+/** A partner with an access token minted through core (no HTTP). */
+export interface TreasuryPartner extends TestPartner {
+  token: string;
+}
+
+/** Mints a token for the partner through the IssueToken RPC (spec 5.3: omitted scope = every entitlement). */
+export async function withToken(clients: CoreClients, partner: TestPartner, scope?: string): Promise<TreasuryPartner> {
+  const res = await clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope });
+  return { ...partner, token: res.accessToken };
+}
+
+/** The user grants (adds) consent scopes to the partner, as `vaultgate consent grant` does. */
+export async function grantConsent(admin: CoreClients, partner: TestPartner, userId: string, scopes = ["payouts:receive"]) {
+  await admin.partnerResources.grantConsent({ clientId: partner.clientId, userId, scopes: { scopes } });
+}
+
+/** Revokes every consent scope; the user stays known to the partner. */
+export async function revokeConsent(admin: CoreClients, partner: TestPartner, userId: string) {
+  await admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId });
 }
 
 /** A fresh user who granted payouts:receive (or `scopes`) to the partner. */
-export async function createRecipient(admin: CoreClients, db: Db, partner: TestPartner, scopes = ["payouts:receive"]): Promise<string> {
+export async function createRecipient(admin: CoreClients, partner: TestPartner, scopes = ["payouts:receive"]): Promise<string> {
   const { userId } = await admin.partners.createUser({ email: `r-${randomUUID()}@example.test` });
-  await insertConsentRowFixture(db, partner.partnerId, userId, scopes);
+  await grantConsent(admin, partner, userId, scopes);
   return userId;
 }
 
@@ -54,21 +62,16 @@ export interface BatchItemInit {
 
 /** A plain ExecuteBatch request (assignable to the RPC's init shape), easy to copy and change. */
 export interface BatchRequestInit {
-  clientId: string;
+  accessToken: string;
   idempotencyKey: string;
   payerEntityId: string;
   items: BatchItemInit[];
 }
 
 /** An ExecuteBatch request; ids default to fresh unique values. */
-export function batchRequest(
-  partner: TestPartner,
-  payerEntityId: string,
-  items: ItemSpec[],
-  idempotencyKey = `key-${randomUUID()}`,
-): BatchRequestInit {
+export function batchRequest(partner: { token: string }, payerEntityId: string, items: ItemSpec[], idempotencyKey = `key-${randomUUID()}`): BatchRequestInit {
   return {
-    clientId: partner.clientId,
+    accessToken: partner.token,
     idempotencyKey,
     payerEntityId,
     items: items.map((i) => ({

@@ -12,8 +12,8 @@ import { createCore, type Core } from "../../../core/core.js";
 import { createCoreClients, type CoreClients } from "../../../gateways/core-clients.js";
 import { createScratchDatabase, usingPostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createPartner, type TestPartner } from "../../support/partners.js";
-import { batchRequest, bindTreasury, createRecipient } from "../../support/treasury.js";
+import { createPartner } from "../../support/partners.js";
+import { batchRequest, bindTreasury, createRecipient, withToken, type TreasuryPartner } from "../../support/treasury.js";
 
 const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 
@@ -34,12 +34,12 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
   after(() => stack?.close());
 
   async function setup(balanceCents: bigint) {
-    const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
+    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
     const payer = await bindTreasury(stack.admin, partner, { balanceCents });
-    const user = await createRecipient(stack.admin, stack.core.db, partner);
+    const user = await createRecipient(stack.admin, partner);
     return { partner, payer, user };
   }
-  const balanceOf = async (p: TestPartner) => Number((await stack.clients.treasury.getTreasury({ clientId: p.clientId })).treasury!.availableCents);
+  const balanceOf = async (p: TreasuryPartner) => Number((await stack.clients.treasury.getTreasury({ accessToken: p.token })).treasury!.availableCents);
 
   it("20 concurrent requests with one key debit once and all answer the same batch", async () => {
     const { partner, payer, user } = await setup(10_000n);
@@ -123,9 +123,9 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
 
     async function fixture() {
       const res = await admin.partners.createPartner({ name: "Crash Co", slug: `crash-${randomBytes(3).toString("hex")}`, entitlements: { scopes: ["treasury:write"] } });
-      const partner: TestPartner = { partnerId: res.partner!.partnerId, clientId: res.partner!.clientId, clientSecret: res.clientSecret };
+      const partner = await withToken(admin, { partnerId: res.partner!.partnerId, clientId: res.partner!.clientId, clientSecret: res.clientSecret });
       const payer = await bindTreasury(admin, partner, { balanceCents: 50_000n });
-      const users = await Promise.all(Array.from({ length: 3 }, () => createRecipient(admin, core!.db, partner)));
+      const users = await Promise.all(Array.from({ length: 3 }, () => createRecipient(admin, partner)));
       const req = batchRequest(
         partner,
         payer,

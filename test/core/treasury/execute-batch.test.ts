@@ -6,7 +6,7 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { ExecuteBatchResponseSchema, ItemStatus, TreasuryStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, type TestPartner } from "../../support/partners.js";
-import { batchRequest, bindTreasury, createRecipient, insertConsentRowFixture, type BatchItemInit } from "../../support/treasury.js";
+import { batchRequest, bindTreasury, createRecipient, grantConsent, revokeConsent, withToken, type BatchItemInit, type TreasuryPartner } from "../../support/treasury.js";
 
 const detailOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0];
 
@@ -28,7 +28,7 @@ describe("TreasuryService.ExecuteBatch", () => {
   after(() => stack.close());
 
   const treasury = () => stack.clients.treasury;
-  const balanceOf = async (p: TestPartner) => Number((await treasury().getTreasury({ clientId: p.clientId })).treasury!.availableCents);
+  const balanceOf = async (p: TreasuryPartner) => Number((await treasury().getTreasury({ accessToken: p.token })).treasury!.availableCents);
   const executionCount = async (p: TestPartner) => {
     const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM treasury_executions WHERE partner_id = ?`, [p.partnerId]);
     return (rows as { n: number }[])[0]!.n;
@@ -37,9 +37,9 @@ describe("TreasuryService.ExecuteBatch", () => {
     (await stack.admin.audit.listRecords({ actor: `partner:${p.clientId}`, action: "treasury.batch.execute", limit: 500 })).records;
 
   async function setup(bind: Parameters<typeof bindTreasury>[2] = {}) {
-    const partner = await createPartner(stack, { entitlements: ["payouts:receive", "treasury:write"] });
+    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["payouts:receive", "treasury:write"] }));
     const payer = await bindTreasury(stack.admin, partner, bind);
-    const user = await createRecipient(stack.admin, stack.core.db, partner);
+    const user = await createRecipient(stack.admin, partner);
     return { partner, payer, user };
   }
 
@@ -57,7 +57,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       req.items!.map((i) => [i.executionId, i.payoutId, ItemStatus.EXECUTED]),
     );
     expect(await balanceOf(partner)).to.equal(6_500);
-    const payout = await treasury().getPayout({ clientId: partner.clientId, userId: user, payoutId: req.items![1]!.payoutId! });
+    const payout = await treasury().getPayout({ accessToken: partner.token, userId: user, payoutId: req.items![1]!.payoutId! });
     expect(payout.payout).to.include({ executionId: req.items![1]!.executionId, batchId: res.batch!.batchId, userId: user, amountCents: 2_500n, currency: "USD", status: "executed" });
     const audit = await auditOf(partner);
     expect(audit.map((r) => [r.reason, r.subject])).to.deep.equal([["", res.batch!.batchId]]);
@@ -65,7 +65,7 @@ describe("TreasuryService.ExecuteBatch", () => {
 
   describe("check order (DESIGN 4.4)", () => {
     it("reports the earliest failing check, and after each fix the same ids succeed", async () => {
-      const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
+      const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
       const user = (await stack.admin.partners.createUser({ email: `r-${randomUUID()}@example.test` })).userId;
       const payer = randomUUID();
       // Everything wrong at once: no treasury, and (once bound) inactive, wrong payer, a
@@ -85,16 +85,16 @@ describe("TreasuryService.ExecuteBatch", () => {
 
       await bindTreasury(stack.admin, partner, { payerEntityId: payer, balanceCents: 1_000n, capPerItemCents: 4_000n });
       // An earlier payout under this execution id with another amount: conflict first.
-      await insertConsentRowFixture(stack.core.db, partner.partnerId, user, ["payouts:receive"]);
+      await grantConsent(stack.admin, partner, user);
       const earlier = { ...good, idempotencyKey: `k-${randomUUID()}`, items: [{ ...good.items![0]!, payoutId: `po-${randomUUID()}`, amountCents: 10n }] };
       await treasury().executeBatch(earlier);
-      await insertConsentRowFixture(stack.core.db, partner.partnerId, user, []);
+      await revokeConsent(stack.admin, partner, user);
       expect((await refusal(treasury().executeBatch(good))).reason).to.equal(Reason.EXECUTION_CONFLICT);
 
       const fresh = { ...good, items: [{ ...good.items![0]!, executionId: `ex-${randomUUID()}` }] };
       expect((await refusal(treasury().executeBatch(fresh))).reason).to.equal(Reason.GRANT_REQUIRED);
 
-      await insertConsentRowFixture(stack.core.db, partner.partnerId, user, ["payouts:receive"]);
+      await grantConsent(stack.admin, partner, user);
       const policy = await refusal(treasury().executeBatch(fresh));
       expect(policy).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_item_cap" });
 
@@ -232,7 +232,7 @@ describe("TreasuryService.ExecuteBatch", () => {
     for (const [field, change] of changes) {
       it(`a reused execution_id with a changed ${field} is execution_conflict and nothing of the batch executes`, async () => {
         const { partner, payer, user } = await setup({ balanceCents: 10_000n });
-        const other = await createRecipient(stack.admin, stack.core.db, partner);
+        const other = await createRecipient(stack.admin, partner);
         const first = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }]);
         await treasury().executeBatch(first);
         const reused = { ...first.items[0]! };
@@ -244,7 +244,7 @@ describe("TreasuryService.ExecuteBatch", () => {
         expect(r.message).to.contain("items[1]");
         expect(await balanceOf(partner)).to.equal(9_900);
         expect(await executionCount(partner)).to.equal(1);
-        expect((await refusal(treasury().getPayout({ clientId: partner.clientId, userId: other, payoutId: second.items![0]!.payoutId! }))).reason).to.equal(
+        expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId: second.items![0]!.payoutId! }))).reason).to.equal(
           Reason.NOT_FOUND,
         );
       });
@@ -302,8 +302,8 @@ describe("TreasuryService.ExecuteBatch", () => {
     });
 
     it("per_day_cap counts what was paid today (UTC) and resets the next day", async () => {
-      const { partner, payer, user } = await setup({ capPerDayCents: 1_000n });
       stack.clock.set(new Date("2030-01-01T23:00:00Z"));
+      const { partner, payer, user } = await setup({ capPerDayCents: 1_000n });
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 600n }]));
       const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }, { recipientUserId: user, amountCents: 200n }]);
       const r = await refusal(treasury().executeBatch(req));
@@ -315,9 +315,10 @@ describe("TreasuryService.ExecuteBatch", () => {
     });
 
     it("lifetime_cap counts every payout", async () => {
-      const { partner, payer, user } = await setup({ capLifetimeCents: 1_000n });
-      await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 700n }]));
+      const { partner: first, payer, user } = await setup({ capLifetimeCents: 1_000n });
+      await treasury().executeBatch(batchRequest(first, payer, [{ recipientUserId: user, amountCents: 700n }]));
       stack.clock.advance(3 * 86_400_000);
+      const partner = await withToken(stack.clients, first); // the first token has expired meanwhile
       const r = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 301n }])));
       expect(r).to.include({ reason: Reason.POLICY_DENIED, limitName: "lifetime_cap" });
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]));
@@ -337,20 +338,20 @@ describe("TreasuryService.ExecuteBatch", () => {
     }
 
     it("a partner without a treasury gets treasury_not_configured on read and batch", async () => {
-      const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
-      expect(await refusal(treasury().getTreasury({ clientId: partner.clientId }))).to.include({ reason: Reason.TREASURY_NOT_CONFIGURED, code: Code.NotFound });
+      const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
+      expect(await refusal(treasury().getTreasury({ accessToken: partner.token }))).to.include({ reason: Reason.TREASURY_NOT_CONFIGURED, code: Code.NotFound });
     });
 
     it("a suspended partner is refused before anything else", async () => {
       const { partner, payer, user } = await setup();
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: 3 });
       expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])))).reason).to.equal(Reason.PARTNER_INACTIVE);
-      expect((await refusal(treasury().getTreasury({ clientId: partner.clientId }))).reason).to.equal(Reason.PARTNER_INACTIVE);
+      expect((await refusal(treasury().getTreasury({ accessToken: partner.token }))).reason).to.equal(Reason.PARTNER_INACTIVE);
     });
 
     it("GetTreasury shows status, payer, currency and available balance", async () => {
       const { partner, payer } = await setup({ balanceCents: 4_200n, currency: "EUR", capPerDayCents: 10n });
-      const t = (await treasury().getTreasury({ clientId: partner.clientId })).treasury!;
+      const t = (await treasury().getTreasury({ accessToken: partner.token })).treasury!;
       expect(t).to.include({ status: TreasuryStatus.ACTIVE, payerEntityId: payer, currency: "EUR", availableCents: 4_200n, capPerDayCents: 10n });
     });
   });
@@ -358,7 +359,7 @@ describe("TreasuryService.ExecuteBatch", () => {
   describe("recipients", () => {
     it("a recipient without payouts:receive (even with other scopes, or unknown) is grant_required", async () => {
       const { partner, payer } = await setup();
-      const narrow = await createRecipient(stack.admin, stack.core.db, partner, ["kyc:read", "treasury:write"]);
+      const narrow = await createRecipient(stack.admin, partner, ["kyc:read"]);
       expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: narrow }])))).reason).to.equal(Reason.GRANT_REQUIRED);
       expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: randomUUID() }])))).reason).to.equal(
         Reason.GRANT_REQUIRED,
@@ -368,7 +369,7 @@ describe("TreasuryService.ExecuteBatch", () => {
     it("consent given to another partner does not count", async () => {
       const { partner, payer } = await setup();
       const other = await createPartner(stack);
-      const user = await createRecipient(stack.admin, stack.core.db, other);
+      const user = await createRecipient(stack.admin, other);
       expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])))).reason).to.equal(Reason.GRANT_REQUIRED);
     });
   });
@@ -379,12 +380,12 @@ describe("TreasuryService.ExecuteBatch", () => {
       const req = batchRequest(partner, payer, [{ recipientUserId: user }]);
       await treasury().executeBatch(req);
       const payoutId = req.items![0]!.payoutId!;
-      const other = await createRecipient(stack.admin, stack.core.db, partner);
-      expect((await refusal(treasury().getPayout({ clientId: partner.clientId, userId: other, payoutId }))).reason).to.equal(Reason.NOT_FOUND);
-      const stranger = await createPartner(stack);
-      expect((await refusal(treasury().getPayout({ clientId: stranger.clientId, userId: user, payoutId }))).reason).to.equal(Reason.USER_NOT_FOUND);
-      await insertConsentRowFixture(stack.core.db, partner.partnerId, user, []);
-      expect((await refusal(treasury().getPayout({ clientId: partner.clientId, userId: user, payoutId }))).reason).to.equal(Reason.GRANT_REQUIRED);
+      const other = await createRecipient(stack.admin, partner);
+      expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId }))).reason).to.equal(Reason.NOT_FOUND);
+      const stranger = await withToken(stack.clients, await createPartner(stack));
+      expect((await refusal(treasury().getPayout({ accessToken: stranger.token, userId: user, payoutId }))).reason).to.equal(Reason.USER_NOT_FOUND);
+      await revokeConsent(stack.admin, partner, user);
+      expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: user, payoutId }))).reason).to.equal(Reason.GRANT_REQUIRED);
     });
   });
 
@@ -423,9 +424,9 @@ describe("TreasuryService.ExecuteBatch when the audit trail is unavailable", () 
   after(() => stack.close());
 
   it("withholds the batch (audit_unavailable), executes nothing, and the identical retry succeeds", async () => {
-    const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
+    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
     const payer = await bindTreasury(stack.admin, partner, { balanceCents: 1_000n });
-    const user = await createRecipient(stack.admin, stack.core.db, partner);
+    const user = await createRecipient(stack.admin, partner);
     const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 400n }]);
     failAudit = true;
     try {
@@ -434,9 +435,80 @@ describe("TreasuryService.ExecuteBatch when the audit trail is unavailable", () 
     } finally {
       failAudit = false;
     }
-    expect(Number((await stack.clients.treasury.getTreasury({ clientId: partner.clientId })).treasury!.availableCents)).to.equal(1_000);
+    expect(Number((await stack.clients.treasury.getTreasury({ accessToken: partner.token })).treasury!.availableCents)).to.equal(1_000);
     const res = await stack.clients.treasury.executeBatch(req);
     expect(res.replayed).to.equal(false);
-    expect(Number((await stack.clients.treasury.getTreasury({ clientId: partner.clientId })).treasury!.availableCents)).to.equal(600);
+    expect(Number((await stack.clients.treasury.getTreasury({ accessToken: partner.token })).treasury!.availableCents)).to.equal(600);
+  });
+});
+
+describe("TreasuryService partner access and events", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack();
+  });
+  after(() => stack.close());
+
+  async function setup() {
+    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["payouts:receive", "treasury:write"] }));
+    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 10_000n });
+    const user = await createRecipient(stack.admin, partner);
+    return { partner, payer, user };
+  }
+
+  it("needs a valid token carrying treasury:write; consent scopes alone are grant_required", async () => {
+    const { partner, payer, user } = await setup();
+    const narrow = await withToken(stack.clients, partner, "payouts:receive");
+    expect(await refusal(stack.clients.treasury.executeBatch(batchRequest(narrow, payer, [{ recipientUserId: user }])))).to.include({
+      reason: Reason.GRANT_REQUIRED,
+      code: Code.PermissionDenied,
+    });
+    expect((await refusal(stack.clients.treasury.getTreasury({ accessToken: narrow.token }))).reason).to.equal(Reason.GRANT_REQUIRED);
+    expect((await refusal(stack.clients.treasury.getTreasury({ accessToken: "x.y.z" }))).reason).to.equal(Reason.INVALID_TOKEN);
+    // A receipt needs payouts:receive in the token too.
+    const treasuryOnly = await withToken(stack.clients, partner, "treasury:write");
+    const req = batchRequest(treasuryOnly, payer, [{ recipientUserId: user }]);
+    await stack.clients.treasury.executeBatch(req);
+    const payoutId = req.items[0]!.payoutId;
+    expect((await refusal(stack.clients.treasury.getPayout({ accessToken: treasuryOnly.token, userId: user, payoutId }))).reason).to.equal(Reason.GRANT_REQUIRED);
+    const receipt = await stack.clients.treasury.getPayout({ accessToken: partner.token, userId: user, payoutId });
+    expect(receipt.payout!.payoutId).to.equal(payoutId);
+    const audit = await stack.admin.audit.listRecords({ actor: `partner:${partner.clientId}`, limit: 100 });
+    expect(audit.records.map((r) => [r.action, r.reason])).to.deep.include.members([
+      ["partner.treasury.payout", "grant_required"],
+      ["partner.treasury.read", "grant_required"],
+      ["treasury.batch.execute", ""],
+      ["partner.payouts.read", ""],
+    ]);
+  });
+
+  it("a body the gateway found malformed is refused after authentication and audited", async () => {
+    const { partner, payer, user } = await setup();
+    const req = { ...batchRequest(partner, payer, [{ recipientUserId: user }]), bodyProblem: "unknown field: memo" };
+    const r = await refusal(stack.clients.treasury.executeBatch(req));
+    expect(r).to.include({ reason: Reason.INVALID_REQUEST, message: "unknown field: memo" });
+    const audit = await stack.admin.audit.listRecords({ actor: `partner:${partner.clientId}`, action: "treasury.batch.execute" });
+    expect(audit.records.map((r) => r.reason)).to.deep.equal(["invalid_request"]);
+  });
+
+  it("writes one payout.executed event per newly paid payout, in the batch's transaction", async () => {
+    const { partner, payer, user } = await setup();
+    const first = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }, { recipientUserId: user, amountCents: 200n }]);
+    const done = await stack.clients.treasury.executeBatch(first);
+    // Rejected and replayed batches write nothing; already executed items are not announced again.
+    await refusal(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 99_999n }])));
+    await stack.clients.treasury.executeBatch(first);
+    const second = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]);
+    second.items.unshift(first.items[0]!);
+    await stack.clients.treasury.executeBatch(second);
+
+    const events = await stack.clients.partnerResources.listEvents({ accessToken: partner.token, page: { limit: 100 } });
+    const data = events.data.map((e): Record<string, unknown> => ({ type: e.type, ...(JSON.parse(e.dataJson) as Record<string, unknown>) }));
+    expect(data.map((d) => [d.type, d.payout_id, d.amount_cents])).to.deep.equal([
+      ["payout.executed", first.items[0]!.payoutId, 100],
+      ["payout.executed", first.items[1]!.payoutId, 200],
+      ["payout.executed", second.items[1]!.payoutId, 300],
+    ]);
+    expect(data[0]).to.deep.include({ execution_id: first.items[0]!.executionId, batch_id: done.batch!.batchId, user_id: user, currency: "USD", reference: "invoice 1", status: "executed" });
   });
 });
