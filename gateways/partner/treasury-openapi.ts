@@ -1,16 +1,20 @@
 import { BATCH_BODY_LIMIT, MAX_IDEMPOTENCY_KEY } from "./treasury-wire.js";
 
-/**
- * The treasury paths and schemas of the partner OpenAPI 3.1 document (DESIGN 4.3),
- * merged into the served document. `errorResponse(status, codes)` comes from the
- * document so every error shares its envelope schema.
- */
-export function treasuryOpenApi(errorResponse: (description: string, codes: string[]) => Record<string, unknown>) {
+/** Helpers of the partner document (gateways/partner/openapi.ts), so treasury paths share its envelope. */
+export interface OpenApiHelpers {
+  ref(name: string): unknown;
+  json(schema: unknown, description: string, extraHeaders?: Record<string, unknown>): unknown;
+  /** The common resource error responses plus the given statuses. */
+  errors(...statuses: string[]): Record<string, unknown>;
+}
+
+/** The treasury paths and schemas of the partner OpenAPI 3.1 document (DESIGN 4.3). */
+export function treasuryOpenApi(h: OpenApiHelpers) {
   const uuid = { type: "string", format: "uuid" };
   const int53 = { type: "integer", minimum: 0, maximum: Number.MAX_SAFE_INTEGER };
   const partnerId = { type: "string", minLength: 1, maxLength: 128, pattern: "^[A-Za-z0-9._:~-]+$" };
   const dateTime = { type: "string", format: "date-time" };
-  const bearer = [{ partnerBearer: [] }];
+  const bearer = [{ bearer: [] }];
 
   const schemas = {
     Treasury: {
@@ -93,74 +97,46 @@ export function treasuryOpenApi(errorResponse: (description: string, codes: stri
     },
   };
 
-  const json = (ref: string) => ({ "application/json": { schema: { $ref: `#/components/schemas/${ref}` } } });
-  const common = {
-    "401": errorResponse("Missing, expired or unverifiable bearer token", ["invalid_token"]),
-    "429": errorResponse("Over the per-operation rate limit", ["rate_limited"]),
-    "500": errorResponse("Unhandled server error", ["internal_error"]),
-    "503": errorResponse("Verification keys or audit persistence unavailable", ["auth_unavailable", "audit_unavailable"]),
-  };
-
   const paths = {
     "/treasury": {
       get: {
         operationId: "getTreasury",
-        summary: "The partner's treasury (treasury:write)",
+        summary: "The partner's treasury (token scope treasury:write)",
         security: bearer,
-        responses: {
-          "200": { description: "Treasury", content: json("Treasury") },
-          "403": errorResponse("Token lacks treasury:write, or partner suspended", ["grant_required", "partner_inactive"]),
-          "404": errorResponse("No treasury bound to the partner", ["treasury_not_configured"]),
-          ...common,
-        },
+        responses: { "200": h.json(h.ref("Treasury"), "treasury"), ...h.errors("404") },
       },
     },
     "/treasury/payouts": {
       post: {
         operationId: "executeTreasuryBatch",
-        summary: "Pay a batch all-or-nothing, idempotent on Idempotency-Key (treasury:write)",
+        summary: "Pay a batch all-or-nothing, idempotent on Idempotency-Key (token scope treasury:write)",
         description:
           `Body at most ${BATCH_BODY_LIMIT} bytes. The same Idempotency-Key with the same body (item order counts) returns ` +
-          "the original 200 body; with a different body, 409 idempotency_conflict. Rejections consume no execution ids.",
+          "the original 200 body byte for byte; with a different body, 409 idempotency_conflict. Rejections execute nothing " +
+          "and consume no execution ids. Recipients need payouts:receive consent. See docs/treasury.md for the check order.",
         security: bearer,
         parameters: [
           { name: "Idempotency-Key", in: "header", required: true, schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY } },
         ],
-        requestBody: { required: true, content: json("BatchRequest") },
+        requestBody: { required: true, content: { "application/json": { schema: h.ref("BatchRequest") } } },
         responses: {
-          "200": { description: "Batch executed (or replayed)", content: json("Batch") },
-          "400": errorResponse("Invalid body, missing Idempotency-Key, or unparseable JSON", ["invalid_request", "invalid_json"]),
-          "403": errorResponse("Refused by scope, treasury state, payer, consent or a limit", [
-            "grant_required",
-            "partner_inactive",
-            "treasury_inactive",
-            "payer_not_allowed",
-            "policy_denied",
-            "user_inactive",
-          ]),
-          "404": errorResponse("No treasury bound to the partner", ["treasury_not_configured"]),
-          "409": errorResponse("Funds, idempotency or execution conflict", ["insufficient_funds", "idempotency_conflict", "execution_conflict"]),
-          "413": errorResponse("Body over 64 KiB", ["body_too_large"]),
-          ...common,
+          "200": h.json(h.ref("Batch"), "batch executed, or the replay of the first answer for this key", {
+            "Idempotent-Replayed": { description: "present on a replay", required: false, schema: { const: "true" } },
+          }),
+          ...h.errors("404", "409", "413"),
         },
       },
     },
     "/users/{user_id}/payouts/{payout_id}": {
       get: {
         operationId: "getPayoutReceipt",
-        summary: "A payout receipt (payouts:receive)",
+        summary: "A payout receipt (payouts:receive in the token and the user's consent)",
         security: bearer,
         parameters: [
           { name: "user_id", in: "path", required: true, schema: uuid },
           { name: "payout_id", in: "path", required: true, schema: partnerId },
         ],
-        responses: {
-          "200": { description: "Payout receipt", content: json("PayoutReceipt") },
-          "400": errorResponse("Malformed user or payout id", ["invalid_request"]),
-          "403": errorResponse("No payouts:receive grant, or user or partner inactive", ["grant_required", "user_inactive", "partner_inactive"]),
-          "404": errorResponse("User unknown to the partner, or no such payout", ["user_not_found", "not_found"]),
-          ...common,
-        },
+        responses: { "200": h.json(h.ref("PayoutReceipt"), "payout receipt"), ...h.errors("404") },
       },
     },
   };
