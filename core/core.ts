@@ -15,6 +15,7 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { createGrantsStore } from "./grants/store.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -34,6 +35,12 @@ export interface CoreOptions {
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
   migrate?: boolean;
+  /** MCP_URL: first `aud` of agent tokens (DESIGN 3); default the issuer. */
+  mcpUrl?: string;
+  /** URN_NAMESPACE of vault URNs; default "vaultgate". */
+  urnNamespace?: string;
+  /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
+  refreshGraceSeconds?: number;
 }
 
 export interface Core {
@@ -60,7 +67,21 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
       audit: createAuditService({ store: audit, cursors }),
-      grants: createGrantsService({ db, keyring, audit, clock }),
+      grants: createGrantsService({
+        db,
+        keyring,
+        audit,
+        clock,
+        store: createGrantsStore(db),
+        secrets,
+        rateLimits: createRateLimitStore(db),
+        logger,
+        issuer: options.issuer,
+        mcpUrl: options.mcpUrl ?? options.issuer,
+        urnNamespace: options.urnNamespace ?? "vaultgate",
+        refreshSecret: await loadInstanceSecret(db, "refresh-token"),
+        refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
+      }),
       partners: createPartnersService({
         db,
         store: createPartnersStore(db),
