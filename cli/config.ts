@@ -21,6 +21,8 @@ export interface Config {
   logLevel: string;
   adminToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
+  /** DESIGN 3: refresh-token reuse grace window, seconds. */
+  refreshGraceSeconds: number;
 }
 
 export class ConfigError extends Error {
@@ -59,6 +61,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
+    refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
   };
 }
 

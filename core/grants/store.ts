@@ -286,7 +286,7 @@ export function createGrantsStore(db: Db) {
     },
 
     async listOutbox(conn: Conn, email: string | undefined, limit = 100) {
-      const q = conn("dev_outbox").orderBy("created_at", "desc").limit(limit);
+      const q = conn("dev_outbox").orderBy("seq", "desc").limit(limit);
       if (email) q.where({ email });
       const rows = await q;
       return rows.map((r: Record<string, unknown>) => ({

@@ -92,13 +92,14 @@ export async function up(knex: Knex): Promise<void> {
     );
 
     CREATE TABLE dev_outbox (
+      seq         bigint GENERATED ALWAYS AS IDENTITY,
       id          uuid PRIMARY KEY,
       email       text NOT NULL,
       subject     text NOT NULL,
       body        text NOT NULL,
       created_at  timestamptz NOT NULL
     );
-    CREATE INDEX dev_outbox_email ON dev_outbox (email, created_at);
+    CREATE INDEX dev_outbox_email ON dev_outbox (email, seq);
   `);
 }
 
