@@ -9,6 +9,7 @@ import { serve, type Role } from "./serve.js";
 import { partnerCommand } from "./commands/partner.js";
 import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
+import { devCommand, grantCommand } from "./commands/grant.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -20,6 +21,8 @@ const USAGE = `usage: vaultgate <command>
   partner entitlements CLIENT_ID --set a,b
   user create --email E
   keys rotate
+  grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
+  dev outbox [--email E]
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
 
@@ -29,6 +32,8 @@ const commands: Record<string, Command> = {
   partner: partnerCommand,
   keys: keysCommand,
   user: userCommand,
+  grant: grantCommand,
+  dev: devCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

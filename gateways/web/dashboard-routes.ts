@@ -62,8 +62,8 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     const active = a.grants.filter((g) => g.state === "active");
     const past = a.grants.filter((g) => g.state !== "active").slice(0, 20);
     const row = (g: GrantSummary, revoke: boolean) =>
-      html`<tr><td><code>${g.grantId}</code><br><span class="muted">${when(g.createdAt)}${g.stepUp ? " · step-up" : ""}</span></td>
-        <td>${g.scopes.map((s) => html`<div title="${AGENT_SCOPE_WORDS[s] ?? s}"><code>${s}</code></div>`)}<span class="muted">vault ${g.vaultId.slice(0, 8)}</span></td>
+      html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${when(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
+        <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
         <td>${revoke
           ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
           : g.state}</td></tr>`;

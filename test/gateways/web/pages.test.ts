@@ -98,6 +98,7 @@ describe("web pages: sign-in, dashboard, revoke, kill switch (DESIGN 4.2)", () =
     const agentPath = /href="(\/dashboard\/agents\/[0-9a-f-]{36})"/.exec(list)![1]!;
     const agentPage = await (await jar.get(agentPath)).text();
     expect(agentPage).to.include(token.jti);
+    expect(agentPage).to.include("See the balance of the vault");
     const action = `${agentPath}/grants/${token.jti}/revoke`;
     // Without the CSRF token nothing happens.
     expect((await jar.post(action, { csrf: "nope" })).status).to.equal(403);
