@@ -77,7 +77,8 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
 
 /** Renders the error; the caller sets surface-specific headers (WWW-Authenticate) first. */
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
-  if (e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
+  // spec 7.2 / 8: the wait rides on 429 only.
+  if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds || 60));
   return reply
     .code(e.status)
     .header("cache-control", "no-store")

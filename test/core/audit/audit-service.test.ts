@@ -1,0 +1,91 @@
+import { expect } from "chai";
+import { ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner } from "../../support/partners.js";
+
+const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
+
+describe("AuditService", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack();
+  });
+  after(() => stack.close());
+
+  async function failedIssuances(clientId: string, n: number) {
+    for (let i = 0; i < n; i++) await stack.clients.partners.issueToken({ clientId, clientSecret: "wrong" }).catch(() => undefined);
+  }
+
+  it("pages with an opaque cursor and resumes strictly after a since watermark", async () => {
+    const p = await createPartner(stack);
+    await failedIssuances(p.clientId, 5);
+    const actor = `partner:${p.clientId}`;
+    const first = await stack.admin.audit.listRecords({ actor, limit: 2 });
+    expect(first.records).to.have.length(2);
+    expect(first.nextCursor).to.not.equal("");
+    const second = await stack.admin.audit.listRecords({ actor, limit: 2, cursor: first.nextCursor });
+    const third = await stack.admin.audit.listRecords({ actor, limit: 2, cursor: second.nextCursor });
+    const all = [...first.records, ...second.records, ...third.records];
+    expect(all).to.have.length(5);
+    expect(third.nextCursor).to.equal("");
+    expect(new Set(all.map((r) => r.recordId)).size).to.equal(5);
+    expect(all.every((r) => r.outcome === Outcome.FAILURE && r.reason === "invalid_client" && r.action === "partner.token.issue")).to.equal(true);
+
+    const since = await stack.admin.audit.listRecords({ actor, since: all[2]!.recordId });
+    expect(since.records.map((r) => r.recordId)).to.deep.equal(all.slice(3).map((r) => r.recordId));
+  });
+
+  it("refuses a tampered cursor and a malformed watermark", async () => {
+    const p = await createPartner(stack);
+    await failedIssuances(p.clientId, 3);
+    const { nextCursor } = await stack.admin.audit.listRecords({ actor: `partner:${p.clientId}`, limit: 1 });
+    const [body, sig] = nextCursor.split(".");
+    const forged = Buffer.from(JSON.stringify({ a: 0 })).toString("base64url");
+    for (const cursor of [`${forged}.${sig}`, `${body}.AAAA`, "garbage"]) {
+      expect(reasonOf(await stack.admin.audit.listRecords({ cursor }).catch((e) => e))).to.equal(Reason.INVALID_CURSOR);
+    }
+    expect(reasonOf(await stack.admin.audit.listRecords({ since: "abc" }).catch((e) => e))).to.equal(Reason.INVALID_CURSOR);
+  });
+
+  it("streams new records to a tail as they land", async () => {
+    const p = await createPartner(stack);
+    const actor = `partner:${p.clientId}`;
+    const controller = new AbortController();
+    const stream = stack.admin.audit.tailRecords({ actor }, { signal: controller.signal });
+    const received: string[] = [];
+    const reading = (async () => {
+      try {
+        for await (const { record } of stream) {
+          received.push(record!.reason);
+          if (received.length === 2) controller.abort();
+        }
+      } catch (e) {
+        if (!controller.signal.aborted) throw e;
+      }
+    })();
+    await failedIssuances(p.clientId, 2);
+    await reading;
+    expect(received).to.deep.equal(["invalid_client", "invalid_client"]);
+  });
+
+  it("is only for the operator", async () => {
+    expect(reasonOf(await stack.clients.audit.listRecords({}).catch((e) => e))).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+  });
+});
+
+describe("audit_records", () => {
+  it("refuses updates and deletes at the database", async () => {
+    const stack = await startStack();
+    try {
+      await createPartner(stack);
+      for (const sql of ["UPDATE audit_records SET actor = 'x'", "DELETE FROM audit_records", "TRUNCATE audit_records"]) {
+        const err = await stack.core.db.raw(sql).then(() => undefined, (e: unknown) => e);
+        expect(String(err)).to.match(/append-only/);
+      }
+    } finally {
+      await stack.close();
+    }
+  });
+});

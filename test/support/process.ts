@@ -1,0 +1,81 @@
+import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
+const runFile = promisify(execFile);
+
+export interface ServiceProcess {
+  child: ChildProcess;
+  gatewayUrl?: string;
+  coreUrl?: string;
+  output(): string;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Runs `vaultgate serve` as a real process and waits until it reports its URLs. */
+export async function startServiceProcess(role: "all" | "core" | "gateway", env: Record<string, string>): Promise<ServiceProcess> {
+  const child = spawn(process.execPath, [bin, "serve", "--role", role], {
+    env: { ...process.env, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const ready = new Promise<{ gatewayUrl?: string; coreUrl?: string }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`service did not start:\n${out}`)), 60_000);
+    const urls: { gatewayUrl?: string; coreUrl?: string } = {};
+    const onData = (chunk: Buffer) => {
+      out += chunk.toString();
+      for (const line of out.split("\n")) {
+        if (!line.startsWith("{")) continue;
+        try {
+          const entry = JSON.parse(line) as { msg?: string; url?: string; gateway?: string };
+          if (entry.msg?.startsWith("core listening")) urls.coreUrl = entry.url;
+          if (entry.gateway) urls.gatewayUrl = entry.gateway;
+        } catch {
+          /* partial line */
+        }
+      }
+      const done = role === "core" ? urls.coreUrl : urls.gatewayUrl;
+      if (done) {
+        clearTimeout(timer);
+        resolve(urls);
+      }
+    };
+    child.stdout!.on("data", onData);
+    child.stderr!.on("data", (c: Buffer) => (out += c.toString()));
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code}:\n${out}`));
+    });
+  });
+  const urls = await ready;
+  return {
+    child,
+    ...urls,
+    output: () => out,
+    async stop(signal = "SIGTERM") {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** Runs a CLI command and returns its exit code, parsed JSON stdout (if any) and stderr. */
+export async function runCli(args: string[], env: Record<string, string>) {
+  try {
+    const { stdout, stderr } = await runFile(process.execPath, [bin, ...args], { env: { ...process.env, ...env } });
+    return { code: 0, json: stdout.trim() ? (JSON.parse(stdout) as Record<string, unknown>) : undefined, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, json: undefined, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+export async function tempDataDir(): Promise<{ path: string; remove(): Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), "vaultgate-test-"));
+  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+}
