@@ -64,6 +64,20 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   // Successful scrypt checks, keyed by client, secret digest and the stored hash: a
   // rotated hash misses, and only a secret that already verified is ever cached.
   const verifiedSecrets = new Set<string>();
+  // OAuth clients are immutable once registered (no update or rotation RPC), so a short
+  // per-process cache of their rows is safe across replicas and saves a round trip.
+  const clientCache = new Map<string, { client: ClientRecord; until: number }>();
+  async function findClient(clientId: string): Promise<ClientRecord | undefined> {
+    const now = Date.now();
+    const hit = clientCache.get(clientId);
+    if (hit && hit.until > now) return hit.client;
+    const client = await store.findClient(db, clientId);
+    if (client) {
+      if (clientCache.size > 10_000) clientCache.clear();
+      clientCache.set(clientId, { client, until: now + 60_000 });
+    }
+    return client;
+  }
 
   const refreshTokenFor = (grantId: string) => `vgr_${createHmac("sha256", deps.refreshSecret).update(grantId).digest("base64url")}`;
   const requestId = (ctx: HandlerContext) => ctx.values.get(kRequestId);
@@ -72,7 +86,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
   async function authenticateClient(clientId: string, secret: string): Promise<ClientRecord> {
     if (clientId.length === 0 || clientId.length > 128 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
-    const client = await store.findClient(db, clientId);
+    const client = await findClient(clientId);
     const key = client ? `${clientId}\0${sha256Hex(secret)}\0${client.secretHash}` : "";
     if (client && verifiedSecrets.has(key)) return client;
     // spec 5.2 habit: unknown clients cost the same derivation as a wrong secret.
@@ -167,7 +181,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
   /** spec 4.3 / DESIGN 4.2, in order; no side effects. */
   async function checkAuthorization(req: CheckAuthorizationRequest) {
-    const client = req.clientId ? await store.findClient(db, req.clientId) : undefined;
+    const client = req.clientId ? await findClient(req.clientId) : undefined;
     if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
     // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
     if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
@@ -386,11 +400,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const now = deps.clock();
       await db.transaction(async (trx) => {
         // The agent principal of this user and client is created on first consent.
-        await store.ensureAgent(trx, { id: randomUUID(), userId: s.userId, clientKey: r.client.clientId, displayName: r.client.clientName, at: now });
+        const agentPrincipalId = await store.ensureAgent(trx, { id: randomUUID(), userId: s.userId, clientKey: r.client.clientId, displayName: r.client.clientName, at: now });
         await store.insertCode(trx, {
           codeHash: sha256Hex(code),
           clientId: r.client.clientId,
           userId: s.userId,
+          agentPrincipalId,
           vaultId,
           scopes: r.scopes,
           redirectUri: req.request!.redirectUri,
@@ -427,11 +442,10 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         for (const resource of req.resources) {
           if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
         }
-        const agentId = await store.ensureAgent(trx, { id: randomUUID(), userId: c.userId, clientKey: client.clientId, displayName: client.clientName, at: now });
         const g = await insertGrant(trx, {
           userId: c.userId,
           clientId: client.clientId,
-          agentPrincipalId: agentId,
+          agentPrincipalId: c.agentPrincipalId,
           vaultId: c.vaultId,
           scopes: c.scopes,
           stepUp: c.stepUp,

@@ -40,6 +40,7 @@ export interface CodeRecord {
   codeHash: string;
   clientId: string;
   userId: string;
+  agentPrincipalId: string;
   vaultId: string;
   scopes: string[];
   redirectUri: string;
@@ -178,6 +179,7 @@ export function createGrantsStore(db: Db) {
         code_hash: c.codeHash,
         client_id: c.clientId,
         user_id: c.userId,
+        agent_principal_id: c.agentPrincipalId,
         vault_id: c.vaultId,
         scopes: c.scopes,
         redirect_uri: c.redirectUri,
@@ -363,6 +365,7 @@ function toCode(r: Record<string, unknown>): CodeRecord {
     codeHash: String(r.code_hash),
     clientId: String(r.client_id),
     userId: String(r.user_id),
+    agentPrincipalId: String(r.agent_principal_id),
     vaultId: String(r.vault_id),
     scopes: textArray(r.scopes),
     redirectUri: String(r.redirect_uri),

@@ -57,6 +57,7 @@ export async function up(knex: Knex): Promise<void> {
       code_hash       text PRIMARY KEY,
       client_id       text NOT NULL REFERENCES oauth_clients (client_id),
       user_id         uuid NOT NULL REFERENCES users (id),
+      agent_principal_id uuid NOT NULL REFERENCES agent_principals (id),
       vault_id        uuid NOT NULL REFERENCES vaults (id),
       scopes          text[] NOT NULL,
       redirect_uri    text NOT NULL,
