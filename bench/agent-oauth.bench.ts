@@ -10,6 +10,7 @@
 import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { performance } from "node:perf_hooks";
+import autocannon from "autocannon";
 import pino from "pino";
 import { createCore } from "../core/core.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
@@ -73,7 +74,7 @@ export async function run(): Promise<void> {
 
 async function exchangeLoad(c: Contender, codes: string[]): Promise<LoadResult> {
   let next = 0;
-  return load({
+  return loadAmount({
     url: c.tokenUrl,
     method: "POST",
     connections: CONNECTIONS,
@@ -121,6 +122,17 @@ async function refreshLoad(c: Contender, tokens: string[]): Promise<LoadResult> 
       },
     ],
   } as never);
+}
+
+/**
+ * A fixed number of requests (each code works once): req/s is the exact total over the
+ * wall time, since autocannon's per-second average is coarse for runs of a few seconds.
+ */
+async function loadAmount(options: autocannon.Options): Promise<LoadResult> {
+  if (!/^http:\/\/127\.0\.0\.1[:/]/.test(String(options.url))) throw new Error("benchmarks only target 127.0.0.1");
+  const r = await autocannon(options);
+  const seconds = (r.finish.getTime() - r.start.getTime()) / 1000;
+  return { rps: r.requests.total / seconds, p50: r.latency.p50, p99: r.latency.p99, errors: r.errors, non2xx: r.non2xx };
 }
 
 interface OurContender extends Contender {

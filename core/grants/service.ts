@@ -302,6 +302,23 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (req.clientId || req.clientSecret) clientId = (await authenticateClient(req.clientId, req.clientSecret)).clientId;
       const hash = sha256Hex(req.refreshToken);
       const now = deps.clock();
+      if (req.refreshToken) {
+        const id = randomUUID();
+        const rotated = await db.transaction(async (trx) => {
+          const g = await store.rotateRefreshFast(trx, {
+            refreshHash: hash,
+            clientId,
+            issuedAfter: new Date(now.getTime() - REFRESH_TTL_MS),
+            grantId: id,
+            newRefreshHash: sha256Hex(refreshTokenFor(id)),
+            now,
+            expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+          });
+          if (g) await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: g.id });
+          return g;
+        });
+        if (rotated) return { token: signToken(rotated) };
+      }
       const outcome = await db.transaction(async (trx) => {
         // The row lock orders concurrent refreshes of one token: the second sees the
         // first's successor and gets the same pair (no second lineage).
@@ -424,6 +441,25 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async exchangeCode(req, ctx) {
       const client = await authenticateClient(req.clientId, req.clientSecret);
       const now = deps.clock();
+      if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
+        const id = randomUUID();
+        const issued = await db.transaction(async (trx) => {
+          const g = await store.exchangeCodeFast(trx, {
+            codeHash: sha256Hex(req.code),
+            clientId: client.clientId,
+            redirectUri: req.redirectUri,
+            codeChallenge: createHash("sha256").update(req.codeVerifier).digest("base64url"),
+            grantId: id,
+            refreshHash: sha256Hex(refreshTokenFor(id)),
+            now,
+            expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+          });
+          if (g) await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
+          return g;
+        });
+        if (issued) return { token: signToken(issued) };
+      }
+      // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
       const outcome = await db.transaction(async (trx) => {
         const c = req.code ? await store.lockCode(trx, sha256Hex(req.code)) : undefined;
         if (!c || c.clientId !== client.clientId) return { kind: "invalid" as const, why: "unknown code" };

@@ -190,6 +190,58 @@ export function createGrantsStore(db: Db) {
       });
     },
 
+    /**
+     * The common case of a code exchange in one statement: consumes a code that is unused,
+     * unexpired and matches client, redirect URI and PKCE challenge, and inserts its grant.
+     * Undefined when any condition fails (the caller then inspects the code under a lock).
+     */
+    async exchangeCodeFast(
+      trx: Knex.Transaction,
+      x: { codeHash: string; clientId: string; redirectUri: string; codeChallenge: string; grantId: string; refreshHash: string; now: Date; expiresAt: Date },
+    ): Promise<GrantRecord | undefined> {
+      const { rows } = await trx.raw(
+        `WITH c AS (
+           UPDATE authorization_codes SET consumed_at = :now, grant_id = :grantId
+            WHERE code_hash = :codeHash AND consumed_at IS NULL AND client_id = :clientId
+              AND redirect_uri = :redirectUri AND code_challenge = :codeChallenge AND expires_at > :now
+           RETURNING *
+         )
+         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+         SELECT :grantId, :grantId, NULL, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                step_up, auth_time, :now, :expiresAt, :refreshHash, :now FROM c
+         RETURNING *`,
+        x,
+      );
+      return rows[0] ? toGrant(rows[0]) : undefined;
+    },
+
+    /**
+     * The common case of a refresh in one statement: supersedes an active grant whose refresh
+     * token is unused and issues its successor in the same lineage. Undefined otherwise
+     * (reuse, grace retry, revoked, other client): the caller decides under a row lock.
+     */
+    async rotateRefreshFast(
+      trx: Knex.Transaction,
+      x: { refreshHash: string; clientId: string; issuedAfter: Date; grantId: string; newRefreshHash: string; now: Date; expiresAt: Date },
+    ): Promise<GrantRecord | undefined> {
+      const { rows } = await trx.raw(
+        `WITH old AS (
+           UPDATE grants SET state = 'superseded', refresh_used_at = :now, successor_id = :grantId, state_changed_at = :now, state_reason = 'refresh'
+            WHERE refresh_hash = :refreshHash AND state = 'active' AND refresh_used_at IS NULL
+              AND coalesce(client_id, '') = :clientId AND issued_at > :issuedAfter
+           RETURNING *
+         )
+         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+         SELECT :grantId, lineage_id, id, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                step_up, auth_time, :now, :expiresAt, :newRefreshHash, :now FROM old
+         RETURNING *`,
+        x,
+      );
+      return rows[0] ? toGrant(rows[0]) : undefined;
+    },
+
     async lockCode(trx: Knex.Transaction, codeHash: string): Promise<CodeRecord | undefined> {
       const row = await trx("authorization_codes").where({ code_hash: codeHash }).forUpdate().first();
       return row ? toCode(row) : undefined;

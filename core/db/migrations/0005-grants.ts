@@ -66,7 +66,8 @@ export async function up(knex: Knex): Promise<void> {
       auth_time       timestamptz,
       expires_at      timestamptz NOT NULL,
       consumed_at     timestamptz,
-      grant_id        uuid REFERENCES grants (id)
+      -- No foreign key: the exchange consumes the code and inserts this grant in one statement.
+      grant_id        uuid
     );
 
     CREATE TABLE web_sessions (
