@@ -60,7 +60,8 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
   /** Untrusted client or redirect URI: a page; anything else goes back to the client (RFC 6749 4.1.2.1). */
   function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
     const reason = reasonOf(err);
-    if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === undefined) throw err;
+    // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
+    if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === Reason.INVALID_TOKEN || reason === undefined) throw err;
     const e = oauthErrorFrom(err);
     return redirectBack(reply, p, { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
   }
