@@ -11,6 +11,7 @@ import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
 import { consentCommand } from "./commands/consent.js";
 import { ledgerCommand } from "./commands/ledger.js";
+import { devCommand, grantCommand } from "./commands/grant.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -29,6 +30,8 @@ const USAGE = `usage: vaultgate <command>
   ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
   partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
+  grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
+  dev outbox [--email E]
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
 
@@ -40,6 +43,8 @@ const commands: Record<string, Command> = {
   user: userCommand,
   consent: consentCommand,
   ledger: ledgerCommand,
+  grant: grantCommand,
+  dev: devCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {
