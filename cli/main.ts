@@ -12,6 +12,7 @@ import { userCommand } from "./commands/user.js";
 import { consentCommand } from "./commands/consent.js";
 import { ledgerCommand } from "./commands/ledger.js";
 import { treasuryCommand } from "./commands/treasury.js";
+import { devCommand, grantCommand } from "./commands/grant.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -34,6 +35,8 @@ const USAGE = `usage: vaultgate <command>
       [--cap-per-item N] [--cap-per-day N] [--cap-lifetime N] [--step-up-amount N]
   treasury set-status CLIENT_ID active|suspended|disabled|mandate_expired
   treasury fund CLIENT_ID --amount-cents N
+  grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
+  dev outbox [--email E]
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
 
@@ -46,6 +49,8 @@ const commands: Record<string, Command> = {
   consent: consentCommand,
   ledger: ledgerCommand,
   treasury: treasuryCommand,
+  grant: grantCommand,
+  dev: devCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

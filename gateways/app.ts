@@ -4,12 +4,17 @@ import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
+import { oauthGateway } from "./oauth/plugin.js";
+import { webGateway } from "./web/plugin.js";
+import type { PublicUrls } from "./shared/public-urls.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
   logger: Logger;
   /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
   partnerRealm?: string;
+  /** Issuer and the spec's four addresses; enables the agent OAuth and web surfaces. */
+  urls?: PublicUrls;
 }
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
@@ -34,5 +39,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     clients: options.clients,
     realm: options.partnerRealm ?? "vaultgate-partner",
   });
+  if (options.urls) {
+    await app.register(oauthGateway, { grants: options.clients.grants, urls: options.urls, realm: "vaultgate-oauth" });
+    await app.register(webGateway, { grants: options.clients.grants, urls: options.urls });
+  }
   return app;
 }

@@ -4,6 +4,7 @@ import * as m0001 from "./migrations/0001-platform.js";
 import * as m0002 from "./migrations/0002-identity.js";
 import * as m0003 from "./migrations/0003-partner-resources.js";
 import * as m0004 from "./migrations/0004-treasury.js";
+import * as m0005 from "./migrations/0005-grants.js";
 
 interface Migration {
   name: string;
@@ -17,6 +18,7 @@ const migrations: Migration[] = [
   { name: "0002-identity", ...m0002 },
   { name: "0003-partner-resources", ...m0003 },
   { name: "0004-treasury", ...m0004 },
+  { name: "0005-grants", ...m0005 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
