@@ -17,7 +17,7 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
-import { enqueueMany } from "../partners/webhooks/outbox-store.js";
+import { enqueue } from "../partners/webhooks/outbox-store.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
@@ -260,24 +260,31 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           );
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
           await store.debit(trx, partner.id, { amountCents: total, day: today, dayCents, at: now });
-          // DESIGN 4.3: one payout.executed event per new payout, committed with the batch.
-          await enqueueMany(
-            trx,
-            partner.id,
-            "payout.executed",
-            fresh.map((item) => ({
-              payout_id: item.payoutId,
-              execution_id: item.executionId,
-              batch_id: batchId,
-              user_id: item.recipientUserId,
-              amount_cents: item.amountCents,
-              currency: item.currency,
-              reference: item.reference,
-              status: "executed",
-              executed_at: now.toISOString(),
-            })),
-            now,
-          );
+          // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
+          // committed with them (a 500-item batch is one delivery, not 500).
+          if (fresh.length > 0) {
+            await enqueue(
+              trx,
+              partner.id,
+              "payout.executed",
+              {
+                batch_id: batchId,
+                payer_entity_id: input.payerEntityId,
+                total_cents: total,
+                executed_at: now.toISOString(),
+                payouts: fresh.map((item) => ({
+                  payout_id: item.payoutId,
+                  execution_id: item.executionId,
+                  user_id: item.recipientUserId,
+                  amount_cents: item.amountCents,
+                  currency: item.currency,
+                  reference: item.reference,
+                  status: "executed",
+                })),
+              },
+              now,
+            );
+          }
           await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
           await deps.faults?.beforeCommit?.(batchId);
           return { replay: undefined, batch };

@@ -47,26 +47,6 @@ export async function enqueue(
   return { eventId: id, seq: Number((rows as { seq: number }[])[0]!.seq) };
 }
 
-/**
- * `enqueue` for many events of one partner in one statement (a treasury batch writes a
- * `payout.executed` per payout): same advisory lock, seq in the order given.
- */
-export async function enqueueMany(
-  trx: Knex.Transaction,
-  partnerId: string,
-  type: EventType,
-  data: Record<string, unknown>[],
-  at: Date,
-): Promise<void> {
-  if (data.length === 0) return;
-  await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, [`events:${partnerId}`]);
-  await trx.raw(
-    `INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at)
-     SELECT e.id, ?, ?, e.data, ?, ? FROM unnest(?::uuid[], ?::jsonb[]) WITH ORDINALITY AS e(id, data, n) ORDER BY e.n`,
-    [partnerId, type, at, at, data.map(() => randomUUID()), data.map((d) => JSON.stringify(d))],
-  );
-}
-
 /** Reads and delivery bookkeeping of the outbox. */
 export function createOutboxStore(db: Db) {
   return {

@@ -491,24 +491,28 @@ describe("TreasuryService partner access and events", () => {
     expect(audit.records.map((r) => r.reason)).to.deep.equal(["invalid_request"]);
   });
 
-  it("writes one payout.executed event per newly paid payout, in the batch's transaction", async () => {
+  it("writes one payout.executed event per batch listing the payouts it paid, in the batch's transaction", async () => {
     const { partner, payer, user } = await setup();
     const first = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }, { recipientUserId: user, amountCents: 200n }]);
     const done = await stack.clients.treasury.executeBatch(first);
     // Rejected and replayed batches write nothing; already executed items are not announced again.
     await refusal(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 99_999n }])));
     await stack.clients.treasury.executeBatch(first);
+    await stack.clients.treasury.executeBatch({ ...first, idempotencyKey: `k-${randomUUID()}` });
     const second = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]);
     second.items.unshift(first.items[0]!);
-    await stack.clients.treasury.executeBatch(second);
+    const next = await stack.clients.treasury.executeBatch(second);
 
     const events = await stack.clients.partnerResources.listEvents({ accessToken: partner.token, page: { limit: 100 } });
-    const data = events.data.map((e): Record<string, unknown> => ({ type: e.type, ...(JSON.parse(e.dataJson) as Record<string, unknown>) }));
-    expect(data.map((d) => [d.type, d.payout_id, d.amount_cents])).to.deep.equal([
-      ["payout.executed", first.items[0]!.payoutId, 100],
-      ["payout.executed", first.items[1]!.payoutId, 200],
-      ["payout.executed", second.items[1]!.payoutId, 300],
+    expect(events.data.map((e) => e.type)).to.deep.equal(["payout.executed", "payout.executed"]);
+    type Data = { batch_id: string; total_cents: number; payouts: { payout_id: string; amount_cents: number }[] };
+    const [a, b] = events.data.map((e) => JSON.parse(e.dataJson) as Data);
+    expect(a).to.deep.include({ batch_id: done.batch!.batchId, payer_entity_id: payer, total_cents: 300 });
+    expect(a!.payouts).to.deep.equal([
+      { payout_id: first.items[0]!.payoutId, execution_id: first.items[0]!.executionId, user_id: user, amount_cents: 100, currency: "USD", reference: "invoice 1", status: "executed" },
+      { payout_id: first.items[1]!.payoutId, execution_id: first.items[1]!.executionId, user_id: user, amount_cents: 200, currency: "USD", reference: "invoice 1", status: "executed" },
     ]);
-    expect(data[0]).to.deep.include({ execution_id: first.items[0]!.executionId, batch_id: done.batch!.batchId, user_id: user, currency: "USD", reference: "invoice 1", status: "executed" });
+    expect(b).to.deep.include({ batch_id: next.batch!.batchId, total_cents: 300 });
+    expect(b!.payouts.map((p) => p.payout_id)).to.deep.equal([second.items[1]!.payoutId]);
   });
 });

@@ -80,8 +80,9 @@ describe("partner treasury endpoints (HTTP)", () => {
     expect((t.body as { available_cents: number }).available_cents).to.equal(100_000 - 300);
 
     const events = await call("GET", "/events", { token });
-    const feed = (events.body as { data: { type: string; data: { payout_id: string } }[] }).data;
-    expect(feed.map((e) => [e.type, e.data.payout_id])).to.deep.equal(b.items.map((i) => ["payout.executed", i.payout_id]));
+    const feed = (events.body as { data: { type: string; data: { batch_id: string; payouts: { payout_id: string }[] } }[] }).data;
+    expect(feed.map((e) => [e.type, e.data.batch_id])).to.deep.equal([["payout.executed", parsed.batch_id]]);
+    expect(feed[0]!.data.payouts.map((p) => p.payout_id)).to.deep.equal(b.items.map((i) => i.payout_id));
     const receipt = await call("GET", `/users/${user}/payouts/${b.items[1]!.payout_id}`, { token });
     expect(receipt.status).to.equal(200);
     expect(receipt.body).to.deep.include({ payout_id: b.items[1]!.payout_id, execution_id: b.items[1]!.execution_id, batch_id: parsed.batch_id, user_id: user, amount_cents: 100, currency: "USD", reference: "invoice 1", status: "executed" });
