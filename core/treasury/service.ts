@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { create, fromJsonString, toJsonString, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -108,7 +108,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     if (earlier.requestHash !== requestHash) {
       fail(Reason.IDEMPOTENCY_CONFLICT, "this Idempotency-Key was used with a different request");
     }
-    return { batch: fromJsonString(BatchSchema, earlier.response), replayed: true };
+    return { batch: fromBinary(BatchSchema, earlier.response), replayed: true };
   }
 
   return {
@@ -200,14 +200,33 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, `treasury is ${treasury.status.replace("_", " ")}`);
           if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
 
-          const plan = await planItems(trx, partner.id, input.payerEntityId, input.items);
+          // Every item is inserted as if new; the unique keys on (partner, execution_id) and
+          // (partner, payout_id) skip the reused ones, and only those are read back. Any
+          // later refusal rolls the inserts back with the rest.
+          const now = deps.clock();
+          const batchId = randomUUID();
+          const inserted = await store.insertExecutions(
+            trx,
+            input.items.map((item) => ({
+              partnerId: partner.id,
+              batchId,
+              payerEntityId: input.payerEntityId,
+              executedAt: now,
+              executionId: item.executionId,
+              payoutId: item.payoutId,
+              recipientUserId: item.recipientUserId,
+              amountCents: item.amountCents,
+              currency: item.currency,
+              reference: item.reference,
+            })),
+          );
+          const plan = await planItems(trx, partner.id, input.payerEntityId, input.items, inserted);
           const fresh = input.items.filter((item) => !plan.already.has(item.executionId));
 
           const otherCurrency = fresh.findIndex((item) => item.currency !== treasury.currency);
           if (otherCurrency !== -1) fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
           await checkRecipients(trx, partner.id, fresh);
 
-          const now = deps.clock();
           const today = utcDay(now);
           const amounts = fresh.map((i) => i.amountCents);
           const limit = exceededLimit(treasury, amounts, today);
@@ -216,7 +235,6 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           const total = amounts.reduce((a, b) => a + b, 0);
           if (total > treasury.balanceCents) fail(Reason.INSUFFICIENT_FUNDS, "the available balance is below the batch total");
 
-          const batchId = randomUUID();
           const batch = create(BatchSchema, {
             batchId,
             payerEntityId: input.payerEntityId,
@@ -232,7 +250,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
               };
             }),
           });
-          const response = toJsonString(BatchSchema, batch);
+          const response = toBinary(BatchSchema, batch);
           const stored = await store.insertBatch(trx, {
             id: batchId,
             partnerId: partner.id,
@@ -243,21 +261,6 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           });
           // Unreachable while every batch takes the treasury lock first; fail closed if not.
           if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
-          await store.insertExecutions(
-            trx,
-            fresh.map((item) => ({
-              partnerId: partner.id,
-              batchId,
-              payerEntityId: input.payerEntityId,
-              executedAt: now,
-              executionId: item.executionId,
-              payoutId: item.payoutId,
-              recipientUserId: item.recipientUserId,
-              amountCents: item.amountCents,
-              currency: item.currency,
-              reference: item.reference,
-            })),
-          );
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
           await store.debit(trx, partner.id, { amountCents: total, day: today, dayCents, at: now });
           // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
@@ -270,6 +273,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
               {
                 batch_id: batchId,
                 payer_entity_id: input.payerEntityId,
+                currency: treasury.currency,
                 total_cents: total,
                 executed_at: now.toISOString(),
                 payouts: fresh.map((item) => ({
@@ -277,9 +281,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
                   execution_id: item.executionId,
                   user_id: item.recipientUserId,
                   amount_cents: item.amountCents,
-                  currency: item.currency,
                   reference: item.reference,
-                  status: "executed",
                 })),
               },
               now,
@@ -340,17 +342,20 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
    * reuse with a changed field fails the whole batch (spec 4.8 execution_conflict).
    * A payout_id already paid under another execution_id is a conflict too.
    */
-  async function planItems(trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[]) {
+  async function planItems(trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[], inserted: Set<string>) {
+    const reused = items.filter((i) => !inserted.has(i.executionId));
+    const already = new Map<string, ExecutionRecord>();
+    if (reused.length === 0) return { already };
     const existing = await store.findExecutions(
       trx,
       partnerId,
-      items.map((i) => i.executionId),
-      items.map((i) => i.payoutId),
+      reused.map((i) => i.executionId),
+      reused.map((i) => i.payoutId),
     );
     const byExecution = new Map(existing.map((e) => [e.executionId, e]));
     const byPayout = new Map(existing.map((e) => [e.payoutId, e]));
-    const already = new Map<string, ExecutionRecord>();
     for (const [index, item] of items.entries()) {
+      if (inserted.has(item.executionId)) continue;
       const earlier = byExecution.get(item.executionId);
       if (earlier) {
         const same =
@@ -364,6 +369,8 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         already.set(item.executionId, earlier);
       } else if (byPayout.has(item.payoutId)) {
         fail(Reason.EXECUTION_CONFLICT, `items[${index}].payout_id was paid before under another execution_id`);
+      } else {
+        throw new Error("an execution was skipped as a duplicate but no earlier execution matches it");
       }
     }
     return { already };

@@ -27,8 +27,8 @@ export interface BatchRecord {
   partnerId: string;
   idempotencyKey: string;
   requestHash: string;
-  /** The first answer, stored so a replay returns it unchanged. */
-  response: string;
+  /** The first answer (a serialized Batch), stored so a replay returns it unchanged. */
+  response: Uint8Array;
   createdAt: Date;
 }
 
@@ -137,7 +137,7 @@ export function createTreasuryStore(db: Db) {
       const { rows } = await trx.raw(
         `INSERT INTO treasury_batches (id, partner_id, idempotency_key, request_hash, response, created_at)
          VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partner_id, idempotency_key) DO NOTHING RETURNING id`,
-        [b.id, b.partnerId, b.idempotencyKey, b.requestHash, b.response, b.createdAt],
+        [b.id, b.partnerId, b.idempotencyKey, b.requestHash, Buffer.from(b.response.buffer, b.response.byteOffset, b.response.byteLength), b.createdAt],
       );
       return { inserted: (rows as unknown[]).length > 0 };
     },
@@ -154,9 +154,12 @@ export function createTreasuryStore(db: Db) {
       return (rows as Record<string, unknown>[]).map(toExecution);
     },
 
-    /** Every execution of a batch in one multi-row INSERT. */
-    async insertExecutions(trx: Knex.Transaction, executions: ExecutionRecord[]): Promise<void> {
-      if (executions.length === 0) return;
+    /**
+     * Every execution of a batch in one multi-row INSERT; rows whose execution_id or
+     * payout_id this partner already used are skipped. Returns the inserted execution ids.
+     */
+    async insertExecutions(trx: Knex.Transaction, executions: ExecutionRecord[]): Promise<Set<string>> {
+      if (executions.length === 0) return new Set();
       const columns = [
         "partner_id",
         "execution_id",
@@ -170,11 +173,13 @@ export function createTreasuryStore(db: Db) {
         "executed_at",
       ];
       // unnest keeps the statement text and parameter count fixed whatever the batch size.
-      await trx.raw(
+      const { rows } = await trx.raw(
         `INSERT INTO treasury_executions (${columns.join(", ")})
          SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz
            FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[])
-                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)`,
+                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)
+         ON CONFLICT DO NOTHING
+         RETURNING execution_id`,
         [
           executions[0]!.partnerId,
           executions[0]!.batchId,
@@ -188,6 +193,7 @@ export function createTreasuryStore(db: Db) {
           executions.map((e) => e.reference),
         ],
       );
+      return new Set((rows as { execution_id: string }[]).map((r) => r.execution_id));
     },
 
     async findPayout(partnerId: string, userId: string, payoutId: string, conn: Conn = db): Promise<ExecutionRecord | undefined> {
@@ -239,7 +245,7 @@ function toBatch(r: Record<string, unknown>): BatchRecord {
     partnerId: String(r.partner_id),
     idempotencyKey: String(r.idempotency_key),
     requestHash: String(r.request_hash),
-    response: String(r.response),
+    response: r.response as Uint8Array,
     createdAt: new Date(r.created_at as string | Date),
   };
 }

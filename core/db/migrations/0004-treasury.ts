@@ -32,7 +32,7 @@ export async function up(knex: Knex): Promise<void> {
       partner_id       uuid NOT NULL REFERENCES partners (id),
       idempotency_key  text NOT NULL,
       request_hash     text NOT NULL,
-      response         text NOT NULL,
+      response         bytea NOT NULL,  -- the first answer, a serialized vaultgate.treasury.v1.Batch
       created_at       timestamptz NOT NULL,
       UNIQUE (partner_id, idempotency_key)
     );
