@@ -183,19 +183,15 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         const input = validation.batch;
         const requestHash = canonicalBatchHash(input);
 
-        const earlier = await store.findBatch(partner.id, input.idempotencyKey);
-        if (earlier) {
-          const replayed = replay(earlier, requestHash);
-          await appendAudit(db, ctx, { actor, action: "treasury.batch.replay", subject: earlier.id });
-          return replayed;
-        }
-
         const outcome = await db.transaction(async (trx) => {
           const treasury = await store.lock(trx, partner.id);
+          // Idempotency (DESIGN 4.4 step 2) is read under the lock: a request with this key
+          // that committed while we waited is seen. Without a treasury no batch can exist
+          // (bindings are never removed), so answering treasury_not_configured first is
+          // the same outcome as checking the key first.
           if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
-          // A request with this key may have committed while we waited for the lock.
-          const raced = await store.findBatch(partner.id, input.idempotencyKey, trx);
-          if (raced) return { replay: raced, batch: undefined };
+          const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
+          if (earlier) return { replay: earlier, batch: undefined };
 
           if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, `treasury is ${treasury.status.replace("_", " ")}`);
           if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
