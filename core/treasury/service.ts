@@ -247,18 +247,14 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
             }),
           });
           const response = toBinary(BatchSchema, batch);
-          const stored = await store.insertBatch(trx, {
-            id: batchId,
-            partnerId: partner.id,
-            idempotencyKey: input.idempotencyKey,
-            requestHash,
-            response,
-            createdAt: now,
-          });
+          const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
+          const stored = await store.recordBatch(
+            trx,
+            { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
+            { amountCents: total, day: today, dayCents },
+          );
           // Unreachable while every batch takes the treasury lock first; fail closed if not.
           if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
-          const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
-          await store.debit(trx, partner.id, { amountCents: total, day: today, dayCents, at: now });
           // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
           // committed with them (a 500-item batch is one delivery, not 500).
           if (fresh.length > 0) {

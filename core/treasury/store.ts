@@ -114,30 +114,42 @@ export function createTreasuryStore(db: Db) {
       return rows[0] ? toTreasury(rows[0]) : undefined;
     },
 
-    /** Debits a batch on the locked row and moves the spent totals. */
-    async debit(trx: Knex.Transaction, partnerId: string, d: { amountCents: number; day: string; dayCents: number; at: Date }): Promise<void> {
-      await trx("treasuries")
-        .where({ partner_id: partnerId })
-        .update({
-          balance_cents: trx.raw("balance_cents - ?", [d.amountCents]),
-          spent_lifetime_cents: trx.raw("spent_lifetime_cents + ?", [d.amountCents]),
-          spent_day: d.day,
-          spent_day_cents: d.dayCents,
-          updated_at: d.at,
-        });
-    },
-
     async findBatch(partnerId: string, idempotencyKey: string, conn: Conn = db): Promise<BatchRecord | undefined> {
       const row = await conn("treasury_batches").where({ partner_id: partnerId, idempotency_key: idempotencyKey }).first();
       return row ? toBatch(row) : undefined;
     },
 
-    /** Inserts the batch record; `inserted: false` when the key was taken meanwhile. */
-    async insertBatch(trx: Knex.Transaction, b: BatchRecord): Promise<{ inserted: boolean }> {
+    /**
+     * Records a batch and debits it on the locked treasury row, in one statement.
+     * `inserted: false` (and no debit) when the key was taken meanwhile.
+     */
+    async recordBatch(
+      trx: Knex.Transaction,
+      b: BatchRecord,
+      d: { amountCents: number; day: string; dayCents: number },
+    ): Promise<{ inserted: boolean }> {
       const { rows } = await trx.raw(
-        `INSERT INTO treasury_batches (id, partner_id, idempotency_key, request_hash, response, created_at)
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partner_id, idempotency_key) DO NOTHING RETURNING id`,
-        [b.id, b.partnerId, b.idempotencyKey, b.requestHash, Buffer.from(b.response.buffer, b.response.byteOffset, b.response.byteLength), b.createdAt],
+        `WITH batch AS (
+           INSERT INTO treasury_batches (id, partner_id, idempotency_key, request_hash, response, created_at)
+           VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partner_id, idempotency_key) DO NOTHING RETURNING partner_id
+         )
+         UPDATE treasuries t SET balance_cents = t.balance_cents - ?, spent_lifetime_cents = t.spent_lifetime_cents + ?,
+                spent_day = ?, spent_day_cents = ?, updated_at = ?
+           FROM batch WHERE t.partner_id = batch.partner_id
+         RETURNING t.partner_id`,
+        [
+          b.id,
+          b.partnerId,
+          b.idempotencyKey,
+          b.requestHash,
+          Buffer.from(b.response.buffer, b.response.byteOffset, b.response.byteLength),
+          b.createdAt,
+          d.amountCents,
+          d.amountCents,
+          d.day,
+          d.dayCents,
+          b.createdAt,
+        ],
       );
       return { inserted: (rows as unknown[]).length > 0 };
     },

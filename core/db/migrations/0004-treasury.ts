@@ -36,6 +36,8 @@ export async function up(knex: Knex): Promise<void> {
       created_at       timestamptz NOT NULL,
       UNIQUE (partner_id, idempotency_key)
     );
+    -- A stored answer is written once and read on replay only: spare the compression.
+    ALTER TABLE treasury_batches ALTER COLUMN response SET STORAGE EXTERNAL;
 
     -- An execution is a payout: its execution_id and payout_id are each used once per partner.
     -- No foreign keys here on purpose: per-row FK checks doubled the INSERT of a 500-item
