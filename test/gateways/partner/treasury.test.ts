@@ -1,5 +1,7 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
+import { Webhook } from "standardwebhooks";
+import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
@@ -157,5 +159,37 @@ describe("partner treasury endpoints (HTTP)", () => {
     const { user, token } = await setup();
     expectError(await call("GET", `/users/${user}/payouts/po-none`, { token }), 404, "not_found");
     expectError(await call("GET", `/users/not-a-uuid/payouts/po-none`, { token }), 400, "invalid_request");
+  });
+});
+
+describe("payout.executed webhook", () => {
+  it("is delivered signed (verified by the standardwebhooks package) once per batch", async () => {
+    const stack = await startStack({ webhookPollMs: 0 });
+    const receiver = await startWebhookReceiver();
+    try {
+      const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"], webhookUrl: receiver.url });
+      const { secret } = await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
+      const payer = await bindTreasury(stack.admin, partner);
+      const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
+      const token = (await stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret })).accessToken;
+      const res = await stack.clients.treasury.executeBatch({
+        accessToken: token,
+        idempotencyKey: `k-${randomUUID()}`,
+        payerEntityId: payer,
+        items: [{ executionId: "ex-1", payoutId: "po-1", recipientUserId: userId, amountCents: 250n, currency: "USD", reference: "r" }],
+      });
+      await stack.core.webhooks.runOnce();
+      await receiver.waitFor(1);
+      const payload = new Webhook(secret).verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>) as {
+        type: string;
+        data: { batch_id: string; payouts: { payout_id: string; user_id: string; amount_cents: number }[] };
+      };
+      expect(payload.type).to.equal("payout.executed");
+      expect(payload.data.batch_id).to.equal(res.batch!.batchId);
+      expect(payload.data.payouts).to.deep.equal([{ payout_id: "po-1", execution_id: "ex-1", user_id: userId, amount_cents: 250, reference: "r" }]);
+    } finally {
+      await stack.close();
+      await receiver.close();
+    }
   });
 });
