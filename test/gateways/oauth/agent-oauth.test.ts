@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { expect } from "chai";
 import { decodeJwt } from "jose";
 import { ConnectError } from "@connectrpc/connect";
@@ -251,6 +252,20 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       // One agent principal per user+client, created on first consent.
       const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM oauth_agents WHERE user_id = ? AND client_id = ?`, [user.userId, client.client_id]);
       expect(rows[0].n).to.equal(1);
+    });
+
+    it("stores codes and refresh tokens only as SHA-256", async () => {
+      const { token, code } = await grantFor();
+      const sha = (v: string) => createHash("sha256").update(v).digest("hex");
+      const codes = await stack.core.db.raw(`SELECT count(*)::int AS n FROM authorization_codes WHERE code_hash = ?`, [sha(code)]);
+      expect(codes.rows[0].n).to.equal(1);
+      const grants = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti]);
+      expect(grants.rows[0].refresh_hash).to.equal(sha(token.body.refresh_token as string));
+      const leaked = await stack.core.db.raw(
+        `SELECT count(*)::int AS n FROM authorization_codes a, grants g WHERE a.code_hash = ? OR g.refresh_hash = ?`,
+        [code, token.body.refresh_token],
+      );
+      expect(leaked.rows[0].n).to.equal(0);
     });
 
     it("accepts client_secret_basic", async () => {
