@@ -326,6 +326,15 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(((await dup.json()) as { error: string }).error).to.equal("invalid_request");
       expect(stack.logs.text()).to.not.include(client.client_secret);
     });
+
+    it("refuses other content types and oversized bodies with invalid_request", async () => {
+      const json = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ grant_type: "refresh_token" }) });
+      expect(json.status).to.equal(400);
+      expect(((await json.json()) as { error: string }).error).to.equal("invalid_request");
+      const big = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: `grant_type=refresh_token&refresh_token=${"a".repeat(9000)}` });
+      expect(big.status).to.equal(400);
+      expect(((await big.json()) as { error: string }).error).to.equal("invalid_request");
+    });
   });
 
   describe("refresh rotation (DESIGN 3)", () => {
