@@ -259,11 +259,11 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       const sha = (v: string) => createHash("sha256").update(v).digest("hex");
       const codes = await stack.core.db.raw(`SELECT count(*)::int AS n FROM authorization_codes WHERE code_hash = ?`, [sha(code)]);
       expect(codes.rows[0].n).to.equal(1);
-      const grants = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti]);
+      const grants = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti as string]);
       expect(grants.rows[0].refresh_hash).to.equal(sha(token.body.refresh_token as string));
       const leaked = await stack.core.db.raw(
         `SELECT count(*)::int AS n FROM authorization_codes a, grants g WHERE a.code_hash = ? OR g.refresh_hash = ?`,
-        [code, token.body.refresh_token],
+        [code, token.body.refresh_token as string],
       );
       expect(leaked.rows[0].n).to.equal(0);
     });
