@@ -131,6 +131,10 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       };
     },
     csrfToken(request, reply) {
+      // Signed in: the token is derived from the HttpOnly session cookie, so a cookie an
+      // attacker managed to plant (vg_csrf) cannot authorize actions in the user's session.
+      const sessionToken = readCookies(request)[SESSION_COOKIE];
+      if (sessionToken) return sessionCsrf(sessionToken);
       const existing = readCookies(request)[CSRF_COOKIE];
       if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
       const token = randomBytes(32).toString("base64url");
@@ -138,8 +142,9 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       return token;
     },
     checkCsrf(request, form) {
-      // Double-submit: the form field must equal the HttpOnly SameSite cookie.
-      const expected = readCookies(request)[CSRF_COOKIE] ?? "";
+      // Signed out: double-submit (the form field must equal the HttpOnly SameSite cookie).
+      const cookies = readCookies(request);
+      const expected = cookies[SESSION_COOKIE] ? sessionCsrf(cookies[SESSION_COOKIE]) : (cookies[CSRF_COOKIE] ?? "");
       const given = form.get("csrf") ?? "";
       if (!expected || !sameSecret(expected, given)) {
         throw new PageError(403, "This form has expired", "Go back, reload the page and try again.");
@@ -215,6 +220,10 @@ function readCookies(request: FastifyRequest): Record<string, string> {
     if (!(name in out)) out[name] = part.slice(eq + 1).trim();
   }
   return out;
+}
+
+function sessionCsrf(sessionToken: string): string {
+  return createHash("sha256").update(`csrf:${sessionToken}`).digest("base64url");
 }
 
 function sameSecret(a: string, b: string): boolean {
