@@ -18,6 +18,7 @@ import knexFactory from "knex";
 import pg from "pg";
 import pino from "pino";
 import { createCore } from "../core/core.js";
+import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
@@ -58,7 +59,8 @@ async function startPostgres(): Promise<{ url: string; stop(): Promise<void> }> 
 }
 
 async function cannon(url: string, headers: Record<string, string> = {}) {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers });
+  // A worker thread: the load generator must not share the measured server's event loop.
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, workers: 1 });
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${url}: ${result.non2xx} non-2xx, ${result.errors} errors`);
   return { rps: result.requests.average, p99: result.latency.p99 };
 }
@@ -96,7 +98,8 @@ export async function run(): Promise<void> {
     webhookPollMs: 0,
     resourceRateLimits: { default: 1_000_000_000 },
   });
-  const transport = createRouterTransport(core.routes, { router: { interceptors: core.interceptors } });
+  // The gateway's transport as `vaultgate serve` wires it in one process.
+  const transport = createInProcessTransport(core.routes, core.interceptors);
   const admin = createCoreClients(
     createRouterTransport(core.routes, {
       router: { interceptors: core.interceptors },

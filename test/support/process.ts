@@ -18,7 +18,9 @@ export interface ServiceProcess {
 
 /** Runs `vaultgate serve` as a real process and waits until it reports its URLs. */
 export async function startServiceProcess(role: "all" | "core" | "gateway", env: Record<string, string>): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, [bin, "serve", "--role", role], {
+  // VAULTGATE_PROFILE_DIR: write a V8 CPU profile of each service process (benchmarks).
+  const profile = process.env.VAULTGATE_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.VAULTGATE_PROFILE_DIR}`] : [];
+  const child = spawn(process.execPath, [...profile, bin, "serve", "--role", role], {
     env: { ...process.env, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
