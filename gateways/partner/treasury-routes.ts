@@ -38,7 +38,8 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     const accessToken = bearerToken(request);
     noQuery(request);
     const key = request.headers["idempotency-key"];
-    // Repeated headers arrive as an array: not one key.
+    // Node joins a repeated header with ", ", which core's key rule (visible ASCII, no
+    // spaces) refuses; an array is not one key either.
     const idempotencyKey = typeof key === "string" ? key : "";
     let parsed: ReturnType<typeof parseBatchBody>;
     try {

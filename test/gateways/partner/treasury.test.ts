@@ -95,6 +95,13 @@ describe("partner treasury endpoints (HTTP)", () => {
     expectError(await post(token, body(payer, user), null), 400, "invalid_request");
     expectError(await post(token, body(payer, user), "k".repeat(256)), 400, "invalid_request");
     expect((await post(token, body(payer, user), "k".repeat(255))).status).to.equal(200);
+    // A repeated header is not one key.
+    const repeated = await fetch(`${stack.url}/api/partner/treasury/payouts`, {
+      method: "POST",
+      headers: [["authorization", `Bearer ${token}`], ["content-type", "application/json"], ["idempotency-key", "k-a"], ["idempotency-key", "k-b"]],
+      body: JSON.stringify(body(payer, user)),
+    });
+    expect(repeated.status).to.equal(400);
   });
 
   it("refuses unknown fields, bad JSON and bodies over 64 KiB", async () => {
