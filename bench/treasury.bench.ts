@@ -18,8 +18,8 @@ import { benchDatabase, fmt, median, percentile, table } from "./support.js";
 
 const ITEMS = 500;
 const RECIPIENTS = 50;
-const WARMUP = 5;
-const ROUNDS = 40;
+const WARMUP = 10;
+const ROUNDS = 100;
 
 export async function run(): Promise<void> {
   const scratch = await benchDatabase();
