@@ -11,6 +11,7 @@ import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
 import { consentCommand } from "./commands/consent.js";
 import { ledgerCommand } from "./commands/ledger.js";
+import { treasuryCommand } from "./commands/treasury.js";
 import { devCommand, grantCommand } from "./commands/grant.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
@@ -30,6 +31,10 @@ const USAGE = `usage: vaultgate <command>
   ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
   partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
+  treasury bind --partner CLIENT_ID --payer-entity-id UUID --balance-cents N [--currency USD]
+      [--cap-per-item N] [--cap-per-day N] [--cap-lifetime N] [--step-up-amount N]
+  treasury set-status CLIENT_ID active|suspended|disabled|mandate_expired
+  treasury fund CLIENT_ID --amount-cents N
   grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
   dev outbox [--email E]
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
@@ -43,6 +48,7 @@ const commands: Record<string, Command> = {
   user: userCommand,
   consent: consentCommand,
   ledger: ledgerCommand,
+  treasury: treasuryCommand,
   grant: grantCommand,
   dev: devCommand,
 };

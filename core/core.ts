@@ -23,6 +23,8 @@ import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-provi
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "./partners/webhooks/signing.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
+import { createTreasuryStore } from "./treasury/store.js";
+import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
 import { createGrantsStore } from "./grants/store.js";
 
 export interface CoreOptions {
@@ -53,6 +55,8 @@ export interface CoreOptions {
   webhookPollMs?: number;
   /** Backoff and lease tuning of webhook delivery. */
   webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
+  /** Test-only seam: see TreasuryFaults. */
+  treasuryFaults?: TreasuryFaults;
   /** MCP_URL: first `aud` of agent tokens (DESIGN 3); default the issuer. */
   mcpUrl?: string;
   /** URN_NAMESPACE of vault URNs; default "vaultgate". */
@@ -143,6 +147,15 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         defaultKycProvider: "sandbox",
         clock,
         logger,
+      }),
+      treasury: createTreasuryService({
+        db,
+        store: createTreasuryStore(db),
+        partners: createPartnersStore(db),
+        access: partnerAccess,
+        audit,
+        clock,
+        faults: options.treasuryFaults,
       }),
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });

@@ -3,6 +3,8 @@
  * Tests validate real responses against it, so it must say exactly what the routes send.
  */
 
+import { treasuryOpenApi } from "./treasury-openapi.js";
+
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const resp = (name: string) => ({ $ref: `#/components/responses/${name}` });
 const dateTime = { type: "string", format: "date-time" };
@@ -24,6 +26,7 @@ const pageParams = [
 ];
 
 export function partnerOpenApi(serverUrl: string) {
+  const treasury = treasuryOpenApi({ ref, json, errors: (...statuses) => resourceErrors(...common, ...statuses) });
   return {
     openapi: "3.1.0",
     info: {
@@ -141,6 +144,7 @@ export function partnerOpenApi(serverUrl: string) {
           responses: { "200": json(ref("EventPage"), "one page of events"), ...resourceErrors(...common) },
         },
       },
+      ...treasury.paths,
       "/openapi.json": {
         get: {
           operationId: "getOpenApi",
@@ -171,9 +175,9 @@ export function partnerOpenApi(serverUrl: string) {
         [
           ["400", "invalid_request, invalid_json or invalid_cursor", {}],
           ["401", "invalid_token", { "WWW-Authenticate": { required: true, schema: { type: "string", pattern: "^Bearer" } } }],
-          ["403", "grant_required, partner_inactive or user_inactive", {}],
-          ["404", "user_not_found", {}],
-          ["409", "kyc_provider_conflict", {}],
+          ["403", "grant_required, partner_inactive or user_inactive; treasury: treasury_inactive, payer_not_allowed or policy_denied", {}],
+          ["404", "user_not_found; treasury: treasury_not_configured, or not_found for an unknown payout", {}],
+          ["409", "kyc_provider_conflict; treasury: insufficient_funds, idempotency_conflict or execution_conflict", {}],
           ["413", "body_too_large", {}],
           ["429", "rate_limited", { "Retry-After": { required: true, schema: { const: "60" } } }],
           ["500", "internal_error", {}],
@@ -181,6 +185,7 @@ export function partnerOpenApi(serverUrl: string) {
         ].map(([status, description, headers]) => [`E${status as string}`, json(ref("ResourceError"), description as string, headers as Record<string, unknown>)]),
       ),
       schemas: {
+        ...treasury.schemas,
         TokenResponse: {
           type: "object",
           required: ["access_token", "token_type", "expires_in", "scope"],

@@ -3,6 +3,7 @@ import type { CoreClients } from "../core-clients.js";
 import { tokenRoute } from "./token-route.js";
 import { resourceRoutes } from "./resource-routes.js";
 import { openApiRoute } from "./openapi-route.js";
+import { treasuryRoutes } from "./treasury-routes.js";
 
 export interface PartnerGatewayOptions {
   clients: CoreClients;
@@ -15,5 +16,6 @@ export interface PartnerGatewayOptions {
 export async function partnerGateway(app: FastifyInstance, options: PartnerGatewayOptions) {
   await app.register(tokenRoute, { partners: options.clients.partners, realm: options.realm });
   await app.register(resourceRoutes, { resources: options.clients.partnerResources });
+  await app.register(treasuryRoutes, { treasury: options.clients.treasury });
   await app.register(openApiRoute, { serverUrl: options.serverUrl ?? "/api/partner" });
 }

@@ -10,7 +10,7 @@ const NOT_JSON = Symbol("not-json");
  * errors become a fixed 500) and not-found handler. Issue 4's treasury routes register
  * inside a context prepared by this, so both share one envelope.
  */
-export function installResourceContext(app: FastifyInstance) {
+export function installResourceContext(app: FastifyInstance, options: { notFoundHandler?: boolean } = {}) {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = String(body);
@@ -28,9 +28,13 @@ export function installResourceContext(app: FastifyInstance) {
     if (e.status >= 500) request.log.error({ err }, "partner resource failure");
     return sendResourceError(request, reply, e);
   });
-  app.setNotFoundHandler((request, reply) =>
-    sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" }),
-  );
+  // fastify allows one not-found handler per prefix: a second context under the same
+  // prefix (the treasury routes) passes notFoundHandler: false and shares this one.
+  if (options.notFoundHandler !== false) {
+    app.setNotFoundHandler((request, reply) =>
+      sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" }),
+    );
+  }
 }
 
 /** The JSON body as an object, refusing non-JSON content types and non-object bodies. */

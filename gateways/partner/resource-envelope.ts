@@ -21,7 +21,8 @@ const INTERNAL: Row = { status: 500, code: "internal_error" };
 const table = {
   [Reason.UNSPECIFIED]: INTERNAL,
   [Reason.INVALID_REQUEST]: { status: 400, code: "invalid_request" },
-  [Reason.NOT_FOUND]: INTERNAL,
+  // A named record (a payout receipt) that does not exist; same code as an unknown path.
+  [Reason.NOT_FOUND]: { status: 404, code: "not_found" },
   [Reason.INTERNAL]: INTERNAL,
   [Reason.RATE_LIMITED]: { status: 429, code: "rate_limited" },
   [Reason.IDEMPOTENCY_CONFLICT]: { status: 409, code: "idempotency_conflict" },

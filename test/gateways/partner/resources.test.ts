@@ -48,7 +48,7 @@ describe("partner resources over HTTP", () => {
       expect(bad.status).to.equal(401);
       openapi.check("POST", "/oauth/token", bad);
       openapi.check("POST", "/oauth/token", await toApi(await form("grant_type=password")));
-      for (const path of Object.keys(openapi.doc.paths)) expect(path).to.match(/^\/(oauth\/token|users|events|openapi\.json)/);
+      for (const path of Object.keys(openapi.doc.paths)) expect(path).to.match(/^\/(oauth\/token|users|events|treasury|openapi\.json)/);
     });
   });
 

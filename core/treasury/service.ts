@@ -1,0 +1,414 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Knex } from "knex";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import {
+  BatchSchema,
+  ItemStatus,
+  TreasuryService,
+  TreasuryStatus,
+  type TreasurySchema,
+} from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { PartnerRecord, PartnersStore } from "../partners/store.js";
+import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
+import { enqueue } from "../partners/webhooks/outbox-store.js";
+import { TREASURY_SCOPE } from "../partners/scopes.js";
+import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
+import { exceededLimit, utcDay } from "./policy.js";
+import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
+
+/** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
+export interface TreasuryFaults {
+  /** Runs inside the batch transaction after every write, just before COMMIT. */
+  beforeCommit?: (batchId: string) => Promise<void>;
+  /** Runs after COMMIT, before the answer leaves (a crash here loses only the response). */
+  afterCommit?: (batchId: string) => Promise<void>;
+}
+
+export interface TreasuryServiceDeps {
+  db: Db;
+  store: TreasuryStore;
+  partners: PartnersStore;
+  /** Issue 3's partner access checks: token, partner active, rate limit, user and consent. */
+  access: PartnerAccess;
+  audit: AuditStore;
+  clock: () => Date;
+  faults?: TreasuryFaults;
+}
+
+const BATCH_ACTION = "treasury.batch.execute";
+const PAYOUTS_RECEIVE = "payouts:receive";
+const MAX_CENTS = Number.MAX_SAFE_INTEGER;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+const statusName = {
+  [TreasuryStatus.UNSPECIFIED]: undefined,
+  [TreasuryStatus.ACTIVE]: "active",
+  [TreasuryStatus.SUSPENDED]: "suspended",
+  [TreasuryStatus.DISABLED]: "disabled",
+  [TreasuryStatus.MANDATE_EXPIRED]: "mandate_expired",
+} satisfies Record<TreasuryStatus, TreasuryStatusName | undefined>;
+
+const statusEnum = {
+  active: TreasuryStatus.ACTIVE,
+  suspended: TreasuryStatus.SUSPENDED,
+  disabled: TreasuryStatus.DISABLED,
+  mandate_expired: TreasuryStatus.MANDATE_EXPIRED,
+} satisfies Record<TreasuryStatusName, TreasuryStatus>;
+
+export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<typeof TreasuryService> {
+  const { db, store, audit } = deps;
+  const requestIdOf = (ctx: HandlerContext) => ctx.values.get(kRequestId);
+
+  async function appendAudit(conn: Knex | Knex.Transaction, ctx: HandlerContext, entry: { actor: string; action: string; subject: string; reason?: string }) {
+    try {
+      await audit.append(conn, { requestId: requestIdOf(ctx), outcome: entry.reason ? "failure" : "success", at: deps.clock(), ...entry });
+    } catch (err) {
+      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+    }
+  }
+
+  /**
+   * The partner-level access checks (token, partner active, rate limit; refusals
+   * audited by them), then the token scope: treasury:write is a token entitlement,
+   * never consent (spec 5.3).
+   */
+  async function treasuryCaller(ctx: HandlerContext, token: string, operation: string): Promise<PartnerPrincipal> {
+    const principal = await deps.access.authorize(ctx, { token, operation });
+    if (!principal.tokenScopes.includes(TREASURY_SCOPE)) {
+      await appendAudit(db, ctx, { actor: principal.actor, action: `partner.${operation}`, subject: principal.clientId, reason: "grant_required" });
+      fail(Reason.GRANT_REQUIRED, `the access token lacks ${TREASURY_SCOPE}`);
+    }
+    return principal;
+  }
+
+  async function partnerForAdmin(clientId: string): Promise<PartnerRecord> {
+    const partner = clientId ? await deps.partners.findByClientId(clientId) : undefined;
+    if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+    return partner;
+  }
+
+  /** Runs an admin change in one transaction with its audit row. */
+  function adminChange<T>(ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
+    return db.transaction(async (trx) => {
+      const result = await work(trx);
+      await appendAudit(trx, ctx, { actor: "admin", action, subject });
+      return result;
+    });
+  }
+
+  /** A stored success for the key: the same request replays it, any other is a conflict. */
+  function replay(earlier: BatchRecord, requestHash: string) {
+    if (earlier.requestHash !== requestHash) {
+      fail(Reason.IDEMPOTENCY_CONFLICT, "this Idempotency-Key was used with a different request");
+    }
+    return { batch: fromBinary(BatchSchema, earlier.response), replayed: true };
+  }
+
+  return {
+    async bindTreasury(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      if (!UUID.test(req.payerEntityId)) fail(Reason.INVALID_REQUEST, "payer_entity_id must be a UUID");
+      const currency = req.currency === "" ? "USD" : req.currency;
+      if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code in upper case");
+      const limits = {
+        balanceCents: cents(req.balanceCents, "balance_cents"),
+        capPerItemCents: optionalCents(req.capPerItemCents, "cap_per_item_cents"),
+        capPerDayCents: optionalCents(req.capPerDayCents, "cap_per_day_cents"),
+        capLifetimeCents: optionalCents(req.capLifetimeCents, "cap_lifetime_cents"),
+        stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
+      };
+      const result = await adminChange(ctx, "treasury.bind", partner.clientId, (trx) =>
+        store.upsert(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, deps.clock()),
+      );
+      return { treasury: toProto(partner, result.treasury), created: result.created };
+    },
+
+    async setTreasuryStatus(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      const status = statusName[req.status];
+      if (!status) fail(Reason.INVALID_REQUEST, "status is required");
+      const treasury = await adminChange(ctx, `treasury.set_status.${status}`, partner.clientId, async (trx) => {
+        if (!(await store.lock(trx, partner.id))) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+        return (await store.setStatus(trx, partner.id, status, deps.clock()))!;
+      });
+      return { treasury: toProto(partner, treasury) };
+    },
+
+    async fundTreasury(req, ctx) {
+      const partner = await partnerForAdmin(req.clientId);
+      const amount = cents(req.amountCents, "amount_cents");
+      if (amount === 0) fail(Reason.INVALID_REQUEST, "amount_cents must be at least 1");
+      const treasury = await adminChange(ctx, "treasury.fund", partner.clientId, async (trx) => {
+        const locked = await store.lock(trx, partner.id);
+        if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+        if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);
+        return (await store.fund(trx, partner.id, amount, deps.clock()))!;
+      });
+      return { treasury: toProto(partner, treasury) };
+    },
+
+    async getTreasury(req, ctx) {
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
+      const treasury = await store.find(caller.partnerId);
+      if (!treasury) {
+        await appendAudit(db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: caller.clientId, reason: "treasury_not_configured" });
+        fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+      }
+      // A read is withheld when its audit row cannot be written (DESIGN 6).
+      await deps.access.audited(ctx, caller, "treasury.read", caller.clientId);
+      return { treasury: toProto(caller, treasury) };
+    },
+
+    async executeBatch(req, ctx) {
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout");
+      const partner = { id: caller.partnerId, clientId: caller.clientId };
+      const actor = caller.actor;
+      try {
+        if (req.bodyProblem) fail(Reason.INVALID_REQUEST, req.bodyProblem);
+        // DESIGN 4.4 order: body validation, idempotency, configured, active, payer,
+        // execution conflicts, currency/recipients/consent, caps and step-up, funds.
+        const validation = validateBatch({
+          idempotencyKey: req.idempotencyKey,
+          payerEntityId: req.payerEntityId,
+          items: req.items,
+        });
+        if (!validation.ok) fail(Reason.INVALID_REQUEST, validation.message);
+        const input = validation.batch;
+        const requestHash = canonicalBatchHash(input);
+
+        const outcome = await db.transaction(async (trx) => {
+          const treasury = await store.lock(trx, partner.id);
+          // Idempotency (DESIGN 4.4 step 2) is read under the lock: a request with this key
+          // that committed while we waited is seen. Without a treasury no batch can exist
+          // (bindings are never removed), so answering treasury_not_configured first is
+          // the same outcome as checking the key first.
+          if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+          const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
+          if (earlier) return { replay: earlier, batch: undefined };
+
+          if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, `treasury is ${treasury.status.replace("_", " ")}`);
+          if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
+
+          // Every item is inserted as if new; the unique keys on (partner, execution_id) and
+          // (partner, payout_id) skip the reused ones, and only those are read back. Any
+          // later refusal rolls the inserts back with the rest.
+          const now = deps.clock();
+          const batchId = randomUUID();
+          const inserted = await store.insertExecutions(
+            trx,
+            input.items.map((item) => ({
+              partnerId: partner.id,
+              batchId,
+              payerEntityId: input.payerEntityId,
+              executedAt: now,
+              executionId: item.executionId,
+              payoutId: item.payoutId,
+              recipientUserId: item.recipientUserId,
+              amountCents: item.amountCents,
+              currency: item.currency,
+              reference: item.reference,
+            })),
+          );
+          const plan = await planItems(trx, partner.id, input.payerEntityId, input.items, inserted);
+          const fresh = input.items.filter((item) => !plan.already.has(item.executionId));
+
+          const otherCurrency = fresh.findIndex((item) => item.currency !== treasury.currency);
+          if (otherCurrency !== -1) fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
+          await checkRecipients(trx, partner.id, fresh);
+
+          const today = utcDay(now);
+          const amounts = fresh.map((i) => i.amountCents);
+          const limit = exceededLimit(treasury, amounts, today);
+          // spec 7.4 / DESIGN 4.4: name the limit, never the remaining allowance.
+          if (limit) fail(Reason.POLICY_DENIED, `the batch exceeds the treasury's ${limit} limit`, { limitName: limit });
+          const total = amounts.reduce((a, b) => a + b, 0);
+          if (total > treasury.balanceCents) fail(Reason.INSUFFICIENT_FUNDS, "the available balance is below the batch total");
+
+          const batch = create(BatchSchema, {
+            batchId,
+            payerEntityId: input.payerEntityId,
+            totalCents: BigInt(total),
+            createdAt: timestampFromDate(now),
+            items: input.items.map((item) => {
+              const done = plan.already.get(item.executionId);
+              return {
+                executionId: item.executionId,
+                payoutId: item.payoutId,
+                status: done ? ItemStatus.ALREADY_EXECUTED : ItemStatus.EXECUTED,
+                executedAt: timestampFromDate(done ? done.executedAt : now),
+              };
+            }),
+          });
+          const response = toBinary(BatchSchema, batch);
+          const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
+          const stored = await store.recordBatch(
+            trx,
+            { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
+            { amountCents: total, day: today, dayCents },
+          );
+          // Unreachable while every batch takes the treasury lock first; fail closed if not.
+          if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
+          // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
+          // committed with them (a 500-item batch is one delivery, not 500).
+          if (fresh.length > 0) {
+            await enqueue(
+              trx,
+              partner.id,
+              "payout.executed",
+              {
+                batch_id: batchId,
+                payer_entity_id: input.payerEntityId,
+                currency: treasury.currency,
+                total_cents: total,
+                executed_at: now.toISOString(),
+                payouts: fresh.map((item) => ({
+                  payout_id: item.payoutId,
+                  execution_id: item.executionId,
+                  user_id: item.recipientUserId,
+                  amount_cents: item.amountCents,
+                  reference: item.reference,
+                })),
+              },
+              now,
+            );
+          }
+          await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
+          await deps.faults?.beforeCommit?.(batchId);
+          return { replay: undefined, batch };
+        });
+
+        if (outcome.replay) {
+          const replayed = replay(outcome.replay, requestHash);
+          await appendAudit(db, ctx, { actor, action: "treasury.batch.replay", subject: outcome.replay.id });
+          return replayed;
+        }
+        await deps.faults?.afterCommit?.(outcome.batch.batchId);
+        return { batch: outcome.batch, replayed: false };
+      } catch (err) {
+        // spec 4.8: rejections are audited; the rollback above consumed no ids.
+        const detail = errorDetailOf(err);
+        if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
+          await appendAudit(db, ctx, { actor, action: BATCH_ACTION, subject: req.idempotencyKey.slice(0, 255), reason: reasonLabel(detail.reason) });
+        }
+        throw err;
+      }
+    },
+
+    async getPayout(req, ctx) {
+      // Issue 3's order for user resources: token, partner, rate limit, user known to
+      // this partner, user active, payouts:receive in both token and consent.
+      const caller = await deps.access.authorize(ctx, { token: req.accessToken, operation: "payouts.read", userId: req.userId, scope: PAYOUTS_RECEIVE });
+      const userId = req.userId.toLowerCase();
+      if (req.payoutId.length === 0 || req.payoutId.length > 128) fail(Reason.INVALID_REQUEST, "payout id must be 1 to 128 characters");
+      const payout = await store.findPayout(caller.partnerId, userId, req.payoutId);
+      if (!payout) {
+        await appendAudit(db, ctx, { actor: caller.actor, action: "partner.payouts.read", subject: userId, reason: "not_found" });
+        fail(Reason.NOT_FOUND, "no such payout for this user");
+      }
+      await deps.access.audited(ctx, caller, "payouts.read", `${userId}/${payout.payoutId}`);
+      return {
+        payout: {
+          payoutId: payout.payoutId,
+          executionId: payout.executionId,
+          batchId: payout.batchId,
+          userId: payout.recipientUserId,
+          amountCents: BigInt(payout.amountCents),
+          currency: payout.currency,
+          reference: payout.reference,
+          status: "executed",
+          executedAt: timestampFromDate(payout.executedAt),
+        },
+      };
+    },
+  };
+
+  /**
+   * Sorts items into new ones and ones already executed with identical fields; any
+   * reuse with a changed field fails the whole batch (spec 4.8 execution_conflict).
+   * A payout_id already paid under another execution_id is a conflict too.
+   */
+  async function planItems(trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[], inserted: Set<string>) {
+    const reused = items.filter((i) => !inserted.has(i.executionId));
+    const already = new Map<string, ExecutionRecord>();
+    if (reused.length === 0) return { already };
+    const existing = await store.findExecutions(
+      trx,
+      partnerId,
+      reused.map((i) => i.executionId),
+      reused.map((i) => i.payoutId),
+    );
+    const byExecution = new Map(existing.map((e) => [e.executionId, e]));
+    const byPayout = new Map(existing.map((e) => [e.payoutId, e]));
+    for (const [index, item] of items.entries()) {
+      if (inserted.has(item.executionId)) continue;
+      const earlier = byExecution.get(item.executionId);
+      if (earlier) {
+        const same =
+          earlier.payoutId === item.payoutId &&
+          earlier.recipientUserId === item.recipientUserId &&
+          earlier.payerEntityId === payerEntityId &&
+          earlier.amountCents === item.amountCents &&
+          earlier.currency === item.currency &&
+          earlier.reference === item.reference;
+        if (!same) fail(Reason.EXECUTION_CONFLICT, `items[${index}].execution_id was executed before with different fields`);
+        already.set(item.executionId, earlier);
+      } else if (byPayout.has(item.payoutId)) {
+        fail(Reason.EXECUTION_CONFLICT, `items[${index}].payout_id was paid before under another execution_id`);
+      } else {
+        throw new Error("an execution was skipped as a duplicate but no earlier execution matches it");
+      }
+    }
+    return { already };
+  }
+
+  /** Recipients of new payouts must exist, be active and have granted payouts:receive to this partner. */
+  async function checkRecipients(trx: Knex.Transaction, partnerId: string, items: BatchItemInput[]) {
+    if (items.length === 0) return;
+    const recipients = new Map((await store.recipients(trx, partnerId, [...new Set(items.map((i) => i.recipientUserId))])).map((r) => [r.userId, r]));
+    for (const item of items) {
+      const r = recipients.get(item.recipientUserId);
+      // An unknown user and a user without consent answer alike: no existence oracle.
+      if (!r || !r.scopes.includes(PAYOUTS_RECEIVE)) {
+        fail(Reason.GRANT_REQUIRED, `recipient ${item.recipientUserId} has not granted ${PAYOUTS_RECEIVE} to this partner`);
+      }
+      if (r.status !== "active") fail(Reason.USER_INACTIVE, `recipient ${item.recipientUserId} is not active`);
+    }
+  }
+}
+
+function cents(value: bigint, field: string): number {
+  if (value < 0n || value > BigInt(MAX_CENTS)) fail(Reason.INVALID_REQUEST, `${field} must be an integer from 0 to ${MAX_CENTS}`);
+  return Number(value);
+}
+
+function optionalCents(value: bigint | undefined, field: string): number | null {
+  return value === undefined ? null : cents(value, field);
+}
+
+function toProto(partner: Pick<PartnerRecord, "clientId">, t: TreasuryRecord): MessageInitShape<typeof TreasurySchema> {
+  const big = (v: number | null) => (v === null ? undefined : BigInt(v));
+  return {
+    clientId: partner.clientId,
+    status: statusEnum[t.status],
+    payerEntityId: t.payerEntityId,
+    currency: t.currency,
+    availableCents: BigInt(t.balanceCents),
+    capPerItemCents: big(t.capPerItemCents),
+    capPerDayCents: big(t.capPerDayCents),
+    capLifetimeCents: big(t.capLifetimeCents),
+    stepUpAmountCents: big(t.stepUpAmountCents),
+  };
+}
+
+/** The audit `reason` label of a failure: the snake_case Reason name. */
+function reasonLabel(reason: Reason): string {
+  return (Reason[reason] ?? "unspecified").toLowerCase();
+}
+

@@ -1,0 +1,33 @@
+/**
+ * A real core process for the crash test (issue 4): serves core over h2c on a given
+ * database with the treasury fault seam armed, so a batch stops at a chosen point
+ * and the parent can kill -9 it there.
+ *   node --import tsx test/support/treasury-core-child.ts <database-url> <admin-token> <before-commit|after-commit>
+ * Prints {"url": ...} once listening and {"paused": <batch_id>} when a batch reaches the seam.
+ */
+import pino from "pino";
+import { createCore } from "../../core/core.js";
+import { startCoreServer } from "../../core/server.js";
+
+const [url, adminToken, stage] = process.argv.slice(2);
+if (!url || !adminToken || (stage !== "before-commit" && stage !== "after-commit")) {
+  process.stderr.write("usage: treasury-core-child.ts <database-url> <admin-token> <before-commit|after-commit>\n");
+  process.exit(2);
+}
+
+const pause = async (batchId: string) => {
+  process.stdout.write(JSON.stringify({ paused: batchId }) + "\n");
+  // Hold here (transaction open, or committed but unanswered) until killed.
+  await new Promise(() => {});
+};
+
+const core = await createCore({
+  db: { url },
+  logger: pino({ level: "silent" }),
+  adminToken,
+  issuer: "http://vaultgate.test",
+  partnerAudience: "urn:vaultgate:partner-api",
+  treasuryFaults: stage === "before-commit" ? { beforeCommit: pause } : { afterCommit: pause },
+});
+const server = await startCoreServer(core, 0);
+process.stdout.write(JSON.stringify({ url: server.url }) + "\n");

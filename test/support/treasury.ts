@@ -1,0 +1,86 @@
+import { randomUUID } from "node:crypto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { BindTreasuryRequestSchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import type { CoreClients } from "../../gateways/core-clients.js";
+import type { TestPartner } from "./partners.js";
+
+/** A partner with an access token minted through core (no HTTP). */
+export interface TreasuryPartner extends TestPartner {
+  token: string;
+}
+
+/** Mints a token for the partner through the IssueToken RPC (spec 5.3: omitted scope = every entitlement). */
+export async function withToken(clients: CoreClients, partner: TestPartner, scope?: string): Promise<TreasuryPartner> {
+  const res = await clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope });
+  return { ...partner, token: res.accessToken };
+}
+
+/** The user grants (adds) consent scopes to the partner, as `vaultgate consent grant` does. */
+export async function grantConsent(admin: CoreClients, partner: TestPartner, userId: string, scopes = ["payouts:receive"]) {
+  await admin.partnerResources.grantConsent({ clientId: partner.clientId, userId, scopes: { scopes } });
+}
+
+/** Revokes every consent scope; the user stays known to the partner. */
+export async function revokeConsent(admin: CoreClients, partner: TestPartner, userId: string) {
+  await admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId });
+}
+
+/** A fresh user who granted payouts:receive (or `scopes`) to the partner. */
+export async function createRecipient(admin: CoreClients, partner: TestPartner, scopes = ["payouts:receive"]): Promise<string> {
+  const { userId } = await admin.partners.createUser({ email: `r-${randomUUID()}@example.test` });
+  await grantConsent(admin, partner, userId, scopes);
+  return userId;
+}
+
+export async function bindTreasury(
+  admin: CoreClients,
+  partner: TestPartner,
+  options: Partial<MessageInitShape<typeof BindTreasuryRequestSchema>> = {},
+) {
+  const payerEntityId = options.payerEntityId ?? randomUUID();
+  await admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId, balanceCents: 1_000_000n, currency: "USD", ...options });
+  return payerEntityId;
+}
+
+export interface ItemSpec {
+  executionId?: string;
+  payoutId?: string;
+  recipientUserId: string;
+  amountCents?: bigint;
+  currency?: string;
+  reference?: string;
+}
+
+export interface BatchItemInit {
+  executionId: string;
+  payoutId: string;
+  recipientUserId: string;
+  amountCents: bigint;
+  currency: string;
+  reference: string;
+}
+
+/** A plain ExecuteBatch request (assignable to the RPC's init shape), easy to copy and change. */
+export interface BatchRequestInit {
+  accessToken: string;
+  idempotencyKey: string;
+  payerEntityId: string;
+  items: BatchItemInit[];
+}
+
+/** An ExecuteBatch request; ids default to fresh unique values. */
+export function batchRequest(partner: { token: string }, payerEntityId: string, items: ItemSpec[], idempotencyKey = `key-${randomUUID()}`): BatchRequestInit {
+  return {
+    accessToken: partner.token,
+    idempotencyKey,
+    payerEntityId,
+    items: items.map((i) => ({
+      executionId: i.executionId ?? `ex-${randomUUID()}`,
+      payoutId: i.payoutId ?? `po-${randomUUID()}`,
+      recipientUserId: i.recipientUserId,
+      amountCents: i.amountCents ?? 100n,
+      currency: i.currency ?? "USD",
+      reference: i.reference ?? "invoice 1",
+    })),
+  };
+}
