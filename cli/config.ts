@@ -21,6 +21,8 @@ export interface Config {
   logLevel: string;
   adminToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
+  /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
+  provisioningLimitPerMinute: number;
 }
 
 export class ConfigError extends Error {
@@ -59,6 +61,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
+    provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
   };
 }
 

@@ -9,6 +9,7 @@ import { serve, type Role } from "./serve.js";
 import { partnerCommand } from "./commands/partner.js";
 import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
+import { vaultCommand } from "./commands/vault.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -20,6 +21,7 @@ const USAGE = `usage: vaultgate <command>
   partner entitlements CLIENT_ID --set a,b
   user create --email E
   keys rotate
+  vault fund VAULT_ID --amount-cents N
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
 
@@ -29,6 +31,7 @@ const commands: Record<string, Command> = {
   partner: partnerCommand,
   keys: keysCommand,
   user: userCommand,
+  vault: vaultCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

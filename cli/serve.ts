@@ -39,6 +39,9 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,
         tokenIssuanceLimitPerMinute: config.tokenIssuanceLimitPerMinute,
+        appUrl: config.appUrl,
+        provisioningLimitPerMinute: config.provisioningLimitPerMinute,
+        reaperIntervalMs: 60_000,
       });
       coreServer = await startCoreServer(core, config.corePort, config.host);
       logger.info({ url: coreServer.url }, "core listening (gRPC, gRPC-Web, Connect over h2c)");

@@ -15,6 +15,8 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
+import { createBudgetsStore } from "./budgets/store.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -34,6 +36,14 @@ export interface CoreOptions {
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
   migrate?: boolean;
+  /** `{app_url}`: where owners approve step-ups (budgets, payments). */
+  appUrl?: string;
+  /** DESIGN 4.4: budget provisioning starts per parent vault per minute (default 10). */
+  provisioningLimitPerMinute?: number;
+  /** Test-only seam: see BudgetsFaults. */
+  budgetFaults?: BudgetsFaults;
+  /** Run the stuck-provisioning reaper every this many ms; absent = only on demand. */
+  reaperIntervalMs?: number;
 }
 
 export interface Core {
@@ -41,6 +51,8 @@ export interface Core {
   interceptors: Interceptor[];
   db: Db;
   keyring: Keyring;
+  /** One pass of the stuck-provisioning reaper (also run on reaperIntervalMs). */
+  reapProvisioning(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -57,6 +69,17 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
     const secrets = await createSecretHasher({ params: options.scrypt });
 
+    const budgets = createBudgetsService({
+      db,
+      store: createBudgetsStore(),
+      audit,
+      rateLimits: createRateLimitStore(db),
+      cursors,
+      clock,
+      appUrl: options.appUrl ?? options.issuer,
+      provisioningLimitPerMinute: options.provisioningLimitPerMinute ?? 10,
+      faults: options.budgetFaults,
+    });
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
       audit: createAuditService({ store: audit, cursors }),
@@ -75,14 +98,22 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
       }),
+      budgets,
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
+    const reaper = options.reaperIntervalMs
+      ? setInterval(() => {
+          budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
+        }, options.reaperIntervalMs).unref()
+      : undefined;
     return {
       routes,
       interceptors,
       db,
       keyring,
+      reapProvisioning: () => budgets.reap(),
       async close() {
+        if (reaper) clearInterval(reaper);
         if (ownsDb) await db.destroy();
       },
     };

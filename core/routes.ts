@@ -3,12 +3,14 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 
 export interface CoreServices {
   health: ServiceImpl<typeof Health>;
   partners: ServiceImpl<typeof PartnersService>;
   audit: ServiceImpl<typeof AuditService>;
   grants: ServiceImpl<typeof GrantsService>;
+  budgets: ServiceImpl<typeof BudgetsService>;
 }
 
 /** Registers every service; handed unchanged to the h2c server and the in-process transport. */
@@ -18,5 +20,6 @@ export function createRoutes(services: CoreServices) {
     router.service(PartnersService, services.partners);
     router.service(AuditService, services.audit);
     router.service(GrantsService, services.grants);
+    router.service(BudgetsService, services.budgets);
   };
 }

@@ -3,12 +3,14 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 
 export interface CoreClients {
   health: Client<typeof Health>;
   partners: Client<typeof PartnersService>;
   audit: Client<typeof AuditService>;
   grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
 }
 
 /** Typed clients over one transport: in-memory router transport or gRPC h2c. */
@@ -18,6 +20,7 @@ export function createCoreClients(transport: Transport): CoreClients {
     partners: createClient(PartnersService, transport),
     audit: createClient(AuditService, transport),
     grants: createClient(GrantsService, transport),
+    budgets: createClient(BudgetsService, transport),
   };
 }
 
