@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import type { Db } from "./knex.js";
+import { isEmbedded, type Db } from "./knex.js";
 import * as m0001 from "./migrations/0001-platform.js";
 import * as m0002 from "./migrations/0002-identity.js";
 import * as m0006 from "./migrations/0006-budgets.js";
@@ -25,22 +25,32 @@ const source: Knex.MigrationSource<Migration> = {
 
 const config = { migrationSource: source, tableName: "knex_migrations" };
 
+/** Arbitrary constant naming the migration advisory lock. */
+const MIGRATION_LOCK_KEY = 7_370_423_001;
+
 /**
- * Applies pending migrations under knex's migration lock. Replicas starting together
- * wait for the one holding the lock instead of failing.
+ * Applies pending migrations. On Postgres, replicas starting together queue on a
+ * session advisory lock held on a dedicated connection, so knex's own lock table is
+ * never contended (it fails instead of waiting). PGlite is single-connection.
  */
-export async function migrateLatest(db: Db, { waitMs = 60_000 } = {}): Promise<string[]> {
-  const deadline = Date.now() + waitMs;
-  for (;;) {
+export async function migrateLatest(db: Db): Promise<string[]> {
+  if (isEmbedded(db)) return latest(db);
+  const conn = await db.client.acquireConnection();
+  try {
+    await db.raw(`SELECT pg_advisory_lock(?)`, [MIGRATION_LOCK_KEY]).connection(conn);
     try {
-      const [, applied] = (await db.migrate.latest(config)) as [number, string[]];
-      return applied;
-    } catch (err) {
-      const locked = err instanceof Error && err.name === "MigrationLocked";
-      if (!locked || Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 200));
+      return await latest(db);
+    } finally {
+      await db.raw(`SELECT pg_advisory_unlock(?)`, [MIGRATION_LOCK_KEY]).connection(conn);
     }
+  } finally {
+    await db.client.releaseConnection(conn);
   }
+}
+
+async function latest(db: Db): Promise<string[]> {
+  const [, applied] = (await db.migrate.latest(config)) as [number, string[]];
+  return applied;
 }
 
 /** True when every known migration has been applied. */

@@ -7,23 +7,27 @@ export interface RateLimitResult {
 }
 
 /**
- * A sliding-window log shared by every replica through the database. Each check runs
- * in its own transaction, so a counted attempt survives the rollback of the work it guards.
+ * A sliding-window log shared by every replica through the database. One statement per
+ * check: the upsert's row lock serialises attempts on a key, and it commits on its own,
+ * so a counted attempt survives the rollback of the work it guards. A refused attempt
+ * is not counted, so a client that waits is let back in.
  */
 export function createRateLimitStore(db: Db) {
   return {
     async hit(key: string, limit: number, windowSeconds: number, now: Date): Promise<RateLimitResult> {
-      return db.transaction(async (trx) => {
-        // Serialise checks of one key so concurrent attempts cannot both see room.
-        await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, [key]);
-        const since = new Date(now.getTime() - windowSeconds * 1000);
-        await trx.raw(`DELETE FROM rate_limit_hits WHERE key = ? AND at <= ?`, [key, since]);
-        const { rows } = await trx.raw(`SELECT count(*)::int AS n FROM rate_limit_hits WHERE key = ?`, [key]);
-        const count = Number((rows as { n: number }[])[0]!.n);
-        if (count >= limit) return { allowed: false, count };
-        await trx.raw(`INSERT INTO rate_limit_hits (key, at) VALUES (?, ?)`, [key, now]);
-        return { allowed: true, count: count + 1 };
-      });
+      const since = new Date(now.getTime() - windowSeconds * 1000);
+      const { rows } = await db.raw(
+        `INSERT INTO rate_limit_windows AS w (key, hits, allowed) VALUES (:key, ARRAY[:now::timestamptz], :limit > 0)
+         ON CONFLICT (key) DO UPDATE SET
+           allowed = (SELECT count(*) < :limit FROM unnest(w.hits) AS h WHERE h > :since),
+           hits = (SELECT CASE WHEN count(*) < :limit THEN coalesce(array_agg(h ORDER BY h), '{}') || :now::timestamptz
+                               ELSE coalesce(array_agg(h ORDER BY h), '{}') END
+                     FROM unnest(w.hits) AS h WHERE h > :since)
+         RETURNING allowed, cardinality(hits) AS count`,
+        { key, now, since, limit },
+      );
+      const row = (rows as { allowed: boolean; count: number }[])[0]!;
+      return { allowed: row.allowed, count: Number(row.count) };
     },
   };
 }

@@ -94,6 +94,22 @@ describe("vaultgate processes", function () {
     });
   });
 
+  it("vaultgate migrate applies every migration once", async () => {
+    const dir = await tempDataDir();
+    const scratch = await createScratchDatabase();
+    const env = { DATA_DIR: dir.path, ...(scratch ? { DATABASE_URL: scratch.url } : {}) };
+    try {
+      const first = await runCli(["migrate"], env);
+      expect(first.code, first.stderr).to.equal(0);
+      expect(first.json!.applied).to.include("0001-platform");
+      const again = await runCli(["migrate"], env);
+      expect(again.json!.applied).to.deep.equal([]);
+    } finally {
+      await scratch?.drop();
+      await dir.remove();
+    }
+  });
+
   describe("two replicas against one Postgres", function () {
     let dirs: Awaited<ReturnType<typeof tempDataDir>>[] = [];
     let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;

@@ -29,13 +29,20 @@ export async function up(knex: Knex): Promise<void> {
     );
     CREATE INDEX audit_records_request_id ON audit_records (request_id);
 
-    -- One row per counted attempt; a sliding window is exact where a fixed window
-    -- would let 2x the limit through across a minute boundary.
-    CREATE TABLE rate_limit_hits (
-      key  text NOT NULL,
-      at   timestamptz NOT NULL
+    -- Append-only: the database itself refuses to change or remove a record.
+    CREATE FUNCTION audit_records_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'audit_records is append-only'; END $$;
+    CREATE TRIGGER audit_records_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit_records
+      FOR EACH STATEMENT EXECUTE FUNCTION audit_records_append_only();
+
+    -- Sliding-window log per key: the attempt times inside the window (at most the
+    -- limit), exact where a fixed window would let 2x the limit through across a
+    -- boundary, and updated in one atomic upsert.
+    CREATE TABLE rate_limit_windows (
+      key      text PRIMARY KEY,
+      hits     timestamptz[] NOT NULL,
+      allowed  boolean NOT NULL
     );
-    CREATE INDEX rate_limit_hits_key_at ON rate_limit_hits (key, at);
 
     CREATE TABLE signing_keys (
       kid         text PRIMARY KEY,
@@ -51,5 +58,6 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_hits, audit_records, partners`);
+  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_windows, audit_records, partners;
+    DROP FUNCTION audit_records_append_only`);
 }

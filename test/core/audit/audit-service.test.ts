@@ -74,3 +74,18 @@ describe("AuditService", () => {
     expect(reasonOf(await stack.clients.audit.listRecords({}).catch((e) => e))).to.equal(Reason.ADMIN_UNAUTHENTICATED);
   });
 });
+
+describe("audit_records", () => {
+  it("refuses updates and deletes at the database", async () => {
+    const stack = await startStack();
+    try {
+      await createPartner(stack);
+      for (const sql of ["UPDATE audit_records SET actor = 'x'", "DELETE FROM audit_records", "TRUNCATE audit_records"]) {
+        const err = await stack.core.db.raw(sql).then(() => undefined, (e: unknown) => e);
+        expect(String(err)).to.match(/append-only/);
+      }
+    } finally {
+      await stack.close();
+    }
+  });
+});
