@@ -51,7 +51,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       const transport = core
         ? createRouterTransport(core.routes, { router: { interceptors: core.interceptors } })
         : createGrpcTransport({ baseUrl: config.coreUrl! });
-      gateway = await buildGateway({ clients: createCoreClients(transport), logger });
+      gateway = await buildGateway({ clients: createCoreClients(transport), logger, mcpUrl: config.mcpUrl });
       await gateway.listen({ port: config.port, host: config.host });
     }
   } catch (err) {

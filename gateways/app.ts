@@ -4,12 +4,15 @@ import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
+import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
   logger: Logger;
   /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
   partnerRealm?: string;
+  /** `{mcp_url}` of the agent tool endpoints (defaults to the gateway's own origin in tests). */
+  mcpUrl?: string;
 }
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
@@ -34,5 +37,6 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     clients: options.clients,
     realm: options.partnerRealm ?? "vaultgate-partner",
   });
+  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? "http://127.0.0.1" });
   return app;
 }
