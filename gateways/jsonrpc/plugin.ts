@@ -47,7 +47,9 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     (["read", "write", "treasury"] as const).map((c) => [c, TOOLS.filter((t) => t.category === c).map(describeTool)]),
   );
 
-  // The raw text, so unparsable JSON becomes -32700 rather than a framework error.
+  // The raw text, so unparsable JSON becomes -32700 rather than a framework error; every
+  // other content type (text/plain included) is refused with 415.
+  app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
   app.addContentTypeParser("*", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, _body, done) => done(null, NOT_JSON));
 
