@@ -1,9 +1,9 @@
-import { createRouterTransport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { createCore, type Core } from "../core/core.js";
 import { startCoreServer, type CoreServer } from "../core/server.js";
+import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { ensureAdminToken } from "./admin-token.js";
@@ -49,7 +49,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     if (role !== "core") {
       if (role === "gateway" && !config.coreUrl) throw new Error("--role gateway needs CORE_URL (where core listens)");
       const transport = core
-        ? createRouterTransport(core.routes, { router: { interceptors: core.interceptors } })
+        ? createInProcessTransport(core.routes, core.interceptors)
         : createGrpcTransport({ baseUrl: config.coreUrl! });
       gateway = await buildGateway({ clients: createCoreClients(transport), logger, mcpUrl: config.mcpUrl });
       await gateway.listen({ port: config.port, host: config.host });

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
 import { createCore, type Core, type CoreOptions } from "../../core/core.js";
+import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
 import { createTestClock, type TestClock } from "./clock.js";
@@ -13,7 +14,7 @@ export interface TestStack {
   clock: TestClock;
   /** Clients without credentials (what the gateway uses). */
   clients: CoreClients;
-  /** Clients carrying the operator credential, for fixtures via admin RPCs. */
+  /** Clients carrying the operator credential, for fixtures via admin RPCs (router transport: real serialization). */
   admin: CoreClients;
   adminToken: string;
   logs: ReturnType<typeof createCapturedLogger>;
@@ -47,7 +48,8 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     migrate: false,
     ...coreOverrides,
   });
-  const transport = createRouterTransport(core.routes, { router: { interceptors: core.interceptors } });
+  // The gateway's transport in one process, as `vaultgate serve` wires it.
+  const transport = createInProcessTransport(core.routes, core.interceptors);
   const auth: Interceptor = (next) => (req) => {
     req.header.set("authorization", `Bearer ${adminToken}`);
     return next(req);

@@ -1,0 +1,57 @@
+import { expect } from "chai";
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { createInProcessTransport } from "../../core/in-process-transport.js";
+import { fail } from "../../core/errors.js";
+import { kRequestId } from "../../core/context.js";
+
+/** The gateway's in-process hop keeps Connect's client contract without serialization. */
+describe("in-process transport", () => {
+  const client = (check: (service: string, requestId: string) => unknown, interceptors: Interceptor[] = []) =>
+    createClient(
+      Health,
+      createInProcessTransport((router) => {
+        router.service(Health, { check: (req, ctx) => check(req.service, ctx.values.get(kRequestId)) as never });
+      }, interceptors),
+    );
+
+  it("runs the interceptors and passes context values and headers to the handler", async () => {
+    const setId: Interceptor = (next) => (req) => {
+      req.contextValues.set(kRequestId, req.header.get("x-request-id") ?? "none");
+      return next(req);
+    };
+    let seen = "";
+    const res = await client((_s, id) => ((seen = id), { status: Status.SERVING }), [setId]).check({ service: "" }, { headers: { "x-request-id": "r-1" } });
+    expect(res.status).to.equal(Status.SERVING);
+    expect(seen).to.equal("r-1");
+  });
+
+  it("delivers a domain error with its detail", async () => {
+    const err = await client(() => fail(Reason.RATE_LIMITED, "slow down", { retryAfterSeconds: 60 }))
+      .check({ service: "" })
+      .catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(ConnectError);
+    const detail = (err as ConnectError).findDetails(ErrorDetailSchema)[0]!;
+    expect(detail.reason).to.equal(Reason.RATE_LIMITED);
+    expect(detail.retryAfterSeconds).to.equal(60);
+    expect((err as ConnectError).rawMessage).to.equal("slow down");
+  });
+
+  it("turns a bug into a bare internal error, keeping the cause out of the message", async () => {
+    const err = (await client(() => {
+      throw new Error("password=hunter2 in a stack");
+    })
+      .check({ service: "" })
+      .catch((e: unknown) => e)) as ConnectError;
+    expect(err.code).to.equal(Code.Internal);
+    expect(err.rawMessage).to.equal("internal error");
+    expect(err.findDetails(ErrorDetailSchema)).to.deep.equal([]);
+  });
+
+  it("answers unimplemented for an unregistered service method", async () => {
+    const transport = createInProcessTransport(() => {}, []);
+    const err = (await createClient(Health, transport).check({ service: "" }).catch((e: unknown) => e)) as ConnectError;
+    expect(err.code).to.equal(Code.Unimplemented);
+  });
+});
