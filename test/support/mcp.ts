@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { createRouterTransport, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
+import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import type { DescService } from "@bufbuild/protobuf";
 import type { FastifyInstance } from "fastify";
 import { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { fail } from "../../core/errors.js";
+import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
 import { startStack, type StackOptions, type TestStack } from "./stack.js";
@@ -61,7 +62,8 @@ export async function startMcpStack(options: StackOptions = {}): Promise<McpStac
     };
     stack.core.routes(wrapped);
   };
-  const transport = createRouterTransport(routes, { router: { interceptors: stack.core.interceptors } });
+  // The gateway's transport in one process, as `vaultgate serve` wires it.
+  const transport = createInProcessTransport(routes, stack.core.interceptors);
   const gateway: FastifyInstance = await buildGateway({ clients: createCoreClients(transport), logger: stack.logs.logger, mcpUrl: TEST_MCP_URL });
   await gateway.listen({ port: 0, host: "127.0.0.1" });
   const url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;

@@ -77,7 +77,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   it("a missing, unknown or revoked bearer is HTTP 401 with the resource_metadata challenge and -32001", async () => {
     const revoked = stack.bearerFor(grantFor(stack, await createOwner(stack)));
     stack.revokeStandIn(revoked);
-    for (const headers of [{}, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer standin.unknown" }, { authorization: `Bearer ${revoked}` }]) {
+    for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer standin.unknown" }, { authorization: `Bearer ${revoked}` }]) {
       const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 9, method: "tools/list" }, headers);
       expect(res.status, JSON.stringify(headers)).to.equal(401);
       expect(res.headers.get("www-authenticate")).to.equal(CHALLENGE);
