@@ -101,7 +101,8 @@ export function rpcErrorFrom(err: unknown): RpcError {
   }
   const row: Row = table[detail.reason];
   const data: Record<string, unknown> = { reason_id: row.reasonId };
-  if (detail.retryAfterSeconds) data.retry_after_seconds = detail.retryAfterSeconds;
+  // spec 7.1: the wait rides on -32004 only.
+  if (row.code === RpcCode.RATE_LIMITED) data.retry_after_seconds = detail.retryAfterSeconds || 60;
   if (detail.limitName) data.limit = detail.limitName;
   if (detail.provisioning) {
     data.provisioning = detail.provisioning.steps.map((s) => ({ step: s.name, state: s.state }));
