@@ -328,15 +328,14 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const outcome = await db.transaction(async (trx): Promise<{ payment: PaymentRecord; denied?: undefined } | { denied: Exclude<Rule, "step_up_amount"> }> => {
         const now = clock();
         // The vault row lock orders every payment of the vault: caps and balance are read and spent atomically.
-        const vault = await store.findVault(trx, g.vaultId, true);
-        if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+        const context = await store.paymentContext(trx, g.vaultId, utcDayStart(now), true);
+        if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+        const { vault, usage, policy } = context;
         if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
         const prior = await store.findPayment(trx, vault.id, input.idempotencyKey);
         if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
         if (prior && prior.status !== "approved") return { payment: prior };
 
-        const usage = await store.usage(trx, vault.id, utcDayStart(now));
-        const policy = await store.findPolicy(trx, vault.id);
         const evaluation = evaluatePayment(
           policy,
           { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
@@ -392,10 +391,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = requireGrant(req.grant, SCOPES.paymentsSimulate);
       const input = paymentInput(req.payment);
       const now = clock();
-      const vault = await store.findVault(db, g.vaultId);
-      if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      const context = await store.paymentContext(db, g.vaultId, utcDayStart(now));
+      if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      const { vault, usage, policy } = context;
       if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
-      const [usage, policy] = await Promise.all([store.usage(db, vault.id, utcDayStart(now)), store.findPolicy(db, vault.id)]);
       const evaluation: Evaluation = evaluatePayment(
         policy,
         { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },

@@ -262,11 +262,6 @@ export function createBudgetsStore() {
       return toVault(row);
     },
 
-    async findPolicy(conn: Conn, vaultId: string): Promise<Policy | undefined> {
-      const row = await conn("vault_policies").where({ vault_id: vaultId }).first();
-      return row ? toPolicy(row) : undefined;
-    },
-
     async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {
       const row = await conn("agent_payments").where({ vault_id: vaultId, idempotency_key: idempotencyKey }).first();
       return row ? toPayment(row) : undefined;
@@ -306,16 +301,29 @@ export function createBudgetsStore() {
       return toPayment(row);
     },
 
-    /** Completed spend of a vault: since `dayStart` and in total. */
-    async usage(conn: Conn, vaultId: string, dayStart: Date): Promise<{ today: number; lifetime: number }> {
+    /**
+     * Everything a payment decision reads, in one round trip: the vault (row-locked when
+     * asked), its policy, and its completed spend since `dayStart` and in total.
+     */
+    async paymentContext(conn: Conn, vaultId: string, dayStart: Date, lock = false) {
       const { rows } = await conn.raw(
-        `SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8 AS today,
-                coalesce(sum(amount_cents), 0)::int8 AS lifetime
-           FROM agent_payments WHERE vault_id = ? AND status = 'completed'`,
+        `SELECT v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
+                (SELECT coalesce(sum(amount_cents), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
+           FROM vaults v LEFT JOIN vault_policies p ON p.vault_id = v.id
+          WHERE v.id = ?${lock ? " FOR UPDATE OF v" : ""}`,
         [dayStart, vaultId],
       );
-      const r = (rows as { today: number; lifetime: number }[])[0]!;
-      return { today: Number(r.today), lifetime: Number(r.lifetime) };
+      const r = (rows as Record<string, unknown>[])[0];
+      if (!r) return undefined;
+      return {
+        vault: toVault(r),
+        policy: r.p_vault_id ? toPolicy({ ...r, status: r.p_status }) : undefined,
+        usage: { today: Number(r.spent_today), lifetime: Number(r.spent_lifetime) },
+      };
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
