@@ -13,7 +13,7 @@ import {
   type PaymentSchema,
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { fail } from "../errors.js";
+import { errorDetailOf, fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
@@ -274,7 +274,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       try {
         budget = await startSaga(g, existing, params, hash, req.idempotencyKey, now);
       } catch (err) {
-        await auditOutside(ctx, actor, "agent.budget.create", "failure", "vault_contention", g.vaultId);
+        const reason = errorDetailOf(err)?.reason;
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? Reason[reason].toLowerCase() : "internal", g.vaultId);
         throw err;
       }
 
