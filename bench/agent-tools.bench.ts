@@ -11,6 +11,7 @@ import { performance } from "node:perf_hooks";
 import { benchDatabase, fmt, load, median, percentile, table } from "./support.js";
 
 const CONNECTIONS = 50;
+const ROUNDS = 5;
 const serverScript = fileURLToPath(new URL("./agent-tools-server.ts", import.meta.url));
 
 export async function run(): Promise<void> {
@@ -31,13 +32,26 @@ export async function run(): Promise<void> {
 
     await load({ ...a, duration: 2 });
     await load({ ...b, duration: 2 });
-    const ra = await load(a);
-    const rb = await load(b);
+    // The machine is shared and noisy: alternate short rounds and compare medians.
+    const oursRounds: Awaited<ReturnType<typeof load>>[] = [];
+    const theirs: Awaited<ReturnType<typeof load>>[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      oursRounds.push(await load({ ...a, duration: 4 }));
+      theirs.push(await load({ ...b, duration: 4 }));
+    }
+    const summary = (rs: Awaited<ReturnType<typeof load>>[]) => ({
+      "req/s (median of rounds)": fmt(median(rs.map((r) => r.rps))),
+      "p50 ms": median(rs.map((r) => r.p50)),
+      "p99 ms": median(rs.map((r) => r.p99)),
+      non2xx: rs.reduce((n, r) => n + r.non2xx, 0),
+      errors: rs.reduce((n, r) => n + r.errors, 0),
+    });
     table([
-      { measure: `payments.simulate via /mcp/write, ${CONNECTIONS} conns (${info.kind})`, "req/s": fmt(ra.rps), "p50 ms": ra.p50, "p99 ms": ra.p99, non2xx: ra.non2xx, errors: ra.errors },
-      { measure: `MCP SDK stateless server, trivial tool, ${CONNECTIONS} conns`, "req/s": fmt(rb.rps), "p50 ms": rb.p50, "p99 ms": rb.p99, non2xx: rb.non2xx, errors: rb.errors },
+      { measure: `payments.simulate via /mcp/write, ${CONNECTIONS} conns (${info.kind})`, ...summary(oursRounds) },
+      { measure: `MCP SDK stateless server, trivial tool, ${CONNECTIONS} conns`, ...summary(theirs) },
     ]);
-    console.log(`ratio: ${fmt(ra.rps / rb.rps, 2)}x the SDK server's req/s (target >= 2.0x)`);
+    const ratios = oursRounds.map((r, i) => r.rps / theirs[i]!.rps);
+    console.log(`ratio: ${fmt(median(ratios), 2)}x the SDK server's req/s, median of ${ROUNDS} alternating rounds (${ratios.map((r) => fmt(r, 2)).join(", ")}); target >= 2.0x`);
 
     // agent.budget.create: sequential provisioning sagas on one parent vault.
     const latencies: number[] = [];
