@@ -121,9 +121,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     };
   }
 
-  /** Runs one saga step in its own transaction and records its state on the budget. */
-  async function runStep(b: BudgetRecord, name: StepName, at: Date): Promise<void> {
+  /** Runs one saga step and records it as done on the budget, in one transaction. */
+  async function runStep(b: BudgetRecord, name: StepName, steps: { name: StepName; state: StepState }[], at: Date): Promise<void> {
     await db.transaction(async (trx) => {
+      const recorded = steps.map((s) => (s.name === name ? { name, state: "done" as const } : s));
       const fault = faults.step?.(name, "run");
       if (fault) throw fault;
       if (name === "vault") {
@@ -157,6 +158,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           at,
         );
       }
+      await store.updateBudget(trx, b.id, { steps: recorded }, at);
     });
   }
 
@@ -283,9 +285,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       for (const step of steps) {
         try {
           await faults.beforeStep?.(step.name);
-          await runStep(budget, step.name, clock());
+          await runStep(budget, step.name, steps, clock());
           step.state = "done";
-          await store.updateBudget(db, budget.id, { steps }, clock());
         } catch (err) {
           step.state = "failed";
           const provisioning = await compensate(budget, steps);
