@@ -63,6 +63,9 @@ const MAX_AUDIT_LIMIT = 500;
 
 type Trx = Knex.Transaction;
 
+/** A newer attempt (a retry, or the reaper) took the saga over: this one must stop writing. */
+class SagaFenced extends Error {}
+
 export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
   /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
   reap(): Promise<number>;
@@ -124,6 +127,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   /** Runs one saga step and records it as done on the budget, in one transaction. */
   async function runStep(b: BudgetRecord, name: StepName, steps: { name: StepName; state: StepState }[], at: Date): Promise<void> {
     await db.transaction(async (trx) => {
+      if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
       const recorded = steps.map((s) => (s.name === name ? { name, state: "done" as const } : s));
       const fault = faults.step?.(name, "run");
       if (fault) throw fault;
@@ -182,9 +186,13 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     for (const step of [...steps].reverse()) {
       if (step.state !== "done") continue;
       try {
-        await compensateStep(b, step.name);
+        await db.transaction(async (trx) => {
+          if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+          await compensateStep(b, step.name, trx);
+        });
         step.state = "compensated";
-      } catch {
+      } catch (err) {
+        if (err instanceof SagaFenced) throw err;
         step.state = "compensation_failed";
       }
     }
@@ -205,7 +213,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       let budget: BudgetRecord;
       if (existing) {
-        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.grantId, steps: [], remaining: [] }, now);
+        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.grantId, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
       } else {
         budget = {
           id: randomUUID(),
@@ -220,6 +228,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           vaultId: randomUUID(),
           status: "provisioning",
           policyVersion: 0,
+          attempt: 1,
           steps: [],
           remaining: [],
           createdAt: now,
@@ -288,8 +297,15 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           await runStep(budget, step.name, steps, clock());
           step.state = "done";
         } catch (err) {
+          if (err instanceof SagaFenced) fenced();
           step.state = "failed";
-          const provisioning = await compensate(budget, steps);
+          let provisioning: Awaited<ReturnType<typeof compensate>>;
+          try {
+            provisioning = await compensate(budget, steps);
+          } catch (compensationErr) {
+            if (compensationErr instanceof SagaFenced) fenced();
+            throw compensationErr;
+          }
           await auditOutside(ctx, actor, "agent.budget.create", "failure", `provisioning_failed:${step.name}`, budget.agentPrincipalId);
           fail(Reason.PROVISIONING_FAILED, `provisioning step ${step.name} failed`, { provisioning }, err);
         }
@@ -298,6 +314,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       // spec 3.1 / DESIGN 4.1: active at once only with a fresh step-up on the calling grant.
       const active = hasFreshStepUp(g.stepUp, Number(g.authTime), clock());
       const done = await db.transaction(async (trx) => {
+        if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) fenced();
         if (active) await store.activatePolicy(trx, budget.vaultId, clock());
         const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
         await store.releaseClaim(trx, budget.parentVaultId, budget.id);
@@ -497,7 +514,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
             if (!row || (row.status !== "cleanup_pending" && !stale)) return;
             for (const name of [...STEPS].reverse()) await compensateStep(candidate, name, trx);
             const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
-            await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [] }, now);
+            // Bumping the attempt fences the abandoned saga if it ever wakes up.
+            await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: Number(row.attempt) + 1 }, now);
             await store.releaseClaim(trx, candidate.parentVaultId, candidate.id);
             await audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
             cleaned++;
@@ -509,6 +527,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return cleaned;
     },
   };
+}
+
+function fenced(): never {
+  return fail(Reason.VAULT_CONTENTION, "this provisioning attempt was taken over by a newer one; retry with the same idempotency_key");
 }
 
 function optNumber(v: bigint | undefined): number | undefined {

@@ -31,6 +31,7 @@ export interface BudgetRecord {
   vaultId: string;
   status: BudgetStatusName;
   policyVersion: number;
+  attempt: number;
   steps: { name: StepName; state: StepState }[];
   remaining: string[];
   createdAt: Date;
@@ -81,6 +82,7 @@ function toBudget(r: Record<string, unknown>): BudgetRecord {
     vaultId: String(r.vault_id),
     status: r.status as BudgetStatusName,
     policyVersion: Number(r.policy_version),
+    attempt: Number(r.attempt),
     steps: (typeof r.steps === "string" ? JSON.parse(r.steps) : r.steps) as BudgetRecord["steps"],
     remaining: (r.remaining as string[]) ?? [],
     createdAt: date(r.created_at),
@@ -147,12 +149,12 @@ export function createBudgetsStore() {
     async insertBudget(trx: Conn, b: BudgetRecord): Promise<{ inserted: boolean }> {
       const { rows } = await trx.raw(
         `INSERT INTO budgets (id, parent_vault_id, user_id, parent_agent_id, grant_id, idempotency_key, params_hash, params,
-                              agent_principal_id, vault_id, status, policy_version, steps, remaining, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
+                              agent_principal_id, vault_id, status, policy_version, attempt, steps, remaining, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
          ON CONFLICT (parent_vault_id, idempotency_key) DO NOTHING RETURNING id`,
         [
           b.id, b.parentVaultId, b.userId, b.parentAgentId, b.grantId, b.idempotencyKey, b.paramsHash, JSON.stringify(b.params),
-          b.agentPrincipalId, b.vaultId, b.status, b.policyVersion, JSON.stringify(b.steps), b.remaining, b.createdAt, b.updatedAt,
+          b.agentPrincipalId, b.vaultId, b.status, b.policyVersion, b.attempt, JSON.stringify(b.steps), b.remaining, b.createdAt, b.updatedAt,
         ],
       );
       return { inserted: (rows as unknown[]).length > 0 };
@@ -161,7 +163,7 @@ export function createBudgetsStore() {
     async updateBudget(
       conn: Conn,
       id: string,
-      fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId">>,
+      fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt">>,
       at: Date,
     ): Promise<BudgetRecord> {
       const patch: Record<string, unknown> = { updated_at: at };
@@ -170,8 +172,15 @@ export function createBudgetsStore() {
       if (fields.steps !== undefined) patch.steps = JSON.stringify(fields.steps);
       if (fields.remaining !== undefined) patch.remaining = fields.remaining;
       if (fields.grantId !== undefined) patch.grant_id = fields.grantId;
+    if (fields.attempt !== undefined) patch.attempt = fields.attempt;
       const [row] = await conn("budgets").where({ id }).update(patch).returning("*");
       return toBudget(row);
+    },
+
+    /** Locks a budget row and says whether `attempt` still owns its saga. */
+    async holdsAttempt(trx: Knex.Transaction, id: string, attempt: number): Promise<boolean> {
+      const row = await trx("budgets").where({ id }).forUpdate().first("attempt", "status");
+      return Boolean(row) && Number(row.attempt) === attempt && row.status === "provisioning";
     },
 
     /** Budgets whose cleanup is unfinished, or whose saga was abandoned before `staleBefore`. */

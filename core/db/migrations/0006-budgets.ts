@@ -22,6 +22,9 @@ export async function up(knex: Knex): Promise<void> {
       vault_id            uuid NOT NULL,
       status              text NOT NULL CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active')),
       policy_version      int NOT NULL DEFAULT 0,
+      -- Fencing token: each (re)start of the saga and each reaper pass bumps it, and a
+      -- step only writes while it still holds the current attempt.
+      attempt             int NOT NULL DEFAULT 1,
       steps               jsonb NOT NULL DEFAULT '[]',
       remaining           text[] NOT NULL DEFAULT '{}',
       created_at          timestamptz NOT NULL,

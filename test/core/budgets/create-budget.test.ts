@@ -212,8 +212,12 @@ describe("BudgetsService.CreateBudget", () => {
     expect(await stack.core.db("vault_provisioning_claims").where({ vault_id: owner.vaultId })).to.deep.equal([]);
     hold = undefined;
     release();
-    // The abandoned call itself fails (its rows are gone); a retry with the key completes.
-    await pending.catch(() => undefined);
+    // The abandoned call wakes up fenced: it writes nothing and says so; a retry with the key completes.
+    const woke = await rejection(pending);
+    expect(woke.detail?.reason).to.equal(Reason.VAULT_CONTENTION);
+    const after = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
+    expect(after.status).to.equal("failed");
+    expect(await stack.core.db("vaults").where({ id: after.vault_id })).to.deep.equal([]);
     const retried = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
     expect(retried.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
