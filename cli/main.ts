@@ -10,6 +10,8 @@ import { partnerCommand } from "./commands/partner.js";
 import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
 import { vaultCommand } from "./commands/vault.js";
+import { consentCommand } from "./commands/consent.js";
+import { ledgerCommand } from "./commands/ledger.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -20,6 +22,13 @@ const USAGE = `usage: vaultgate <command>
   partner suspend|activate CLIENT_ID
   partner entitlements CLIENT_ID --set a,b
   user create --email E
+  user set-kyc USER_ID --status S [--provider P]
+  user set-status USER_ID active|inactive
+  user add-wallet USER_ID --chain C --address A
+  user provision-us-account USER_ID
+  consent grant|revoke --partner CLIENT_ID --user USER_ID [--scopes a,b]
+  ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
+  partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
   vault fund VAULT_ID --amount-cents N
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
@@ -32,6 +41,8 @@ const commands: Record<string, Command> = {
   keys: keysCommand,
   user: userCommand,
   vault: vaultCommand,
+  consent: consentCommand,
+  ledger: ledgerCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

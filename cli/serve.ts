@@ -42,6 +42,9 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         appUrl: config.appUrl,
         provisioningLimitPerMinute: config.provisioningLimitPerMinute,
         reaperIntervalMs: 60_000,
+        resourceRateLimits: { default: config.partnerResourceLimitPerMinute },
+        kycSandboxUrl: config.kycSandboxUrl,
+        webhookPollMs: config.webhookPollMs,
       });
       coreServer = await startCoreServer(core, config.corePort, config.host);
       logger.info({ url: coreServer.url }, "core listening (gRPC, gRPC-Web, Connect over h2c)");

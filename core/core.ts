@@ -17,6 +17,14 @@ import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore } from "./budgets/store.js";
+import { createResourcesStore } from "./partners/resources-store.js";
+import { createPartnerTokenVerifier } from "./partners/access-token.js";
+import { createPartnerAccess } from "./partners/access.js";
+import { createPartnerResourcesService } from "./partners/resources-service.js";
+import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
+import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
+import { createSecretBox } from "./partners/webhooks/signing.js";
+import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -44,6 +52,16 @@ export interface CoreOptions {
   budgetFaults?: BudgetsFaults;
   /** Run the stuck-provisioning reaper every this many ms; absent = only on demand. */
   reaperIntervalMs?: number;
+  /** Partner resource limits per minute per partner and operation (docs/partner-api.md); `default` covers unnamed ones. */
+  resourceRateLimits?: Record<string, number>;
+  /** Base URL of the built-in sandbox KYC provider's hosted pages. */
+  kycSandboxUrl?: string;
+  /** Extra verification providers (the sandbox is always present). */
+  kycProviders?: KycProvider[];
+  /** Webhook delivery loop period in ms; 0 = no background loop (tests drive webhooks.runOnce()). */
+  webhookPollMs?: number;
+  /** Backoff and lease tuning of webhook delivery. */
+  webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
 }
 
 export interface Core {
@@ -54,6 +72,8 @@ export interface Core {
   /** One pass of the stuck-provisioning reaper (also run on reaperIntervalMs). */
   reapProvisioning(): Promise<number>;
   close(): Promise<void>;
+  /** The webhook delivery worker (started here, stopped by close()). */
+  webhooks: WebhookWorker;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -68,6 +88,19 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const audit = createAuditStore(db, options.auditFaults);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
     const secrets = await createSecretHasher({ params: options.scrypt });
+    const outbox = createOutboxStore(db);
+    const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
+    const resources = createResourcesStore(db);
+    const partnerAccess = createPartnerAccess({
+      db,
+      verifier: createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock }),
+      resources,
+      audit,
+      clock,
+      logger,
+      rateLimits: { default: 1200, ...options.resourceRateLimits },
+      auditFault: options.auditFaults?.appendFault,
+    });
 
     const budgets = createBudgetsService({
       db,
@@ -99,8 +132,25 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
       }),
       budgets,
+      partnerResources: createPartnerResourcesService({
+        db,
+        access: partnerAccess,
+        partners: createPartnersStore(db),
+        users: createUsersStore(),
+        resources,
+        outbox,
+        audit,
+        cursors,
+        box,
+        kycProviders: [createSandboxKycProvider({ baseUrl: options.kycSandboxUrl ?? "https://sandbox.kyc.vaultgate.invalid" }), ...(options.kycProviders ?? [])],
+        defaultKycProvider: "sandbox",
+        clock,
+        logger,
+      }),
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
+    // Last, so nothing after it can fail and leave the delivery loop running.
+    const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     const reaper = options.reaperIntervalMs
       ? setInterval(() => {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
@@ -112,8 +162,10 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       db,
       keyring,
       reapProvisioning: () => budgets.reap(),
+      webhooks,
       async close() {
         if (reaper) clearInterval(reaper);
+        await webhooks.stop();
         if (ownsDb) await db.destroy();
       },
     };

@@ -4,6 +4,7 @@ import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 
 export interface CoreServices {
   health: ServiceImpl<typeof Health>;
@@ -11,6 +12,7 @@ export interface CoreServices {
   audit: ServiceImpl<typeof AuditService>;
   grants: ServiceImpl<typeof GrantsService>;
   budgets: ServiceImpl<typeof BudgetsService>;
+  partnerResources: ServiceImpl<typeof PartnerResourcesService>;
 }
 
 /** Registers every service; handed unchanged to the h2c server and the in-process transport. */
@@ -21,5 +23,6 @@ export function createRoutes(services: CoreServices) {
     router.service(AuditService, services.audit);
     router.service(GrantsService, services.grants);
     router.service(BudgetsService, services.budgets);
+    router.service(PartnerResourcesService, services.partnerResources);
   };
 }

@@ -4,6 +4,7 @@ import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 
 export interface CoreClients {
   health: Client<typeof Health>;
@@ -11,6 +12,7 @@ export interface CoreClients {
   audit: Client<typeof AuditService>;
   grants: Client<typeof GrantsService>;
   budgets: Client<typeof BudgetsService>;
+  partnerResources: Client<typeof PartnerResourcesService>;
 }
 
 /** Typed clients over one transport: in-memory router transport or gRPC h2c. */
@@ -21,6 +23,7 @@ export function createCoreClients(transport: Transport): CoreClients {
     audit: createClient(AuditService, transport),
     grants: createClient(GrantsService, transport),
     budgets: createClient(BudgetsService, transport),
+    partnerResources: createClient(PartnerResourcesService, transport),
   };
 }
 

@@ -30,7 +30,18 @@ export async function partnerCommand(ctx: CommandContext) {
         webhookUrl: (ctx.options["webhook-url"] as string | undefined) ?? "",
       });
       const p = res.partner!;
-      return { partner_id: p.partnerId, client_id: p.clientId, client_secret: res.clientSecret, status: statusName[p.status], entitlements: p.entitlements };
+      const out = { partner_id: p.partnerId, client_id: p.clientId, client_secret: res.clientSecret, status: statusName[p.status], entitlements: p.entitlements };
+      if (!p.webhookUrl) return out;
+      // The webhook signing secret is generated with the URL and shown once, like client_secret.
+      const hook = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
+      return { ...out, webhook_url: hook.url, webhook_secret: hook.secret };
+    }
+    case "webhook": {
+      const clientId = requirePositional(ctx, 1, "CLIENT_ID");
+      const url = ctx.options.url;
+      if (typeof url !== "string") throw new UsageError("partner webhook CLIENT_ID --url U [--secret whsec_...] (--url \"\" clears it)");
+      const res = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId, url, secret: (ctx.options.secret as string | undefined) ?? "" });
+      return { client_id: res.clientId, webhook_url: res.url || null, webhook_secret: res.secret || null };
     }
     case "rotate-secret": {
       const res = await partners.rotateSecret({ clientId: requirePositional(ctx, 1, "CLIENT_ID") });
@@ -49,6 +60,6 @@ export async function partnerCommand(ctx: CommandContext) {
       return partnerJson(res.partner!);
     }
     default:
-      throw new UsageError("partner create|rotate-secret|suspend|activate|entitlements");
+      throw new UsageError("partner create|rotate-secret|suspend|activate|entitlements|webhook");
   }
 }

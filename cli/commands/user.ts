@@ -1,16 +1,51 @@
 import type { CommandContext } from "./types.js";
-import { requireOption, UsageError } from "./types.js";
+import { requireOption, requirePositional, UsageError } from "./types.js";
 
-/** vaultgate user create (other user commands arrive with the partner-resources work). */
+const USAGE = "user create --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
+
+/** vaultgate user create|set-kyc|set-status|add-wallet|provision-us-account */
 export async function userCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
-  const { partners } = (await ctx.admin()).clients;
+  const { partners, partnerResources } = (await ctx.admin()).clients;
   switch (sub) {
     case "create": {
       const res = await partners.createUser({ email: requireOption(ctx, "email") });
       return { user_id: res.userId, vault_id: res.vaultId, created: res.created };
     }
+    case "set-kyc": {
+      const res = await partnerResources.setKycStatus({
+        userId: requirePositional(ctx, 1, "USER_ID"),
+        status: requireOption(ctx, "status"),
+        provider: (ctx.options.provider as string | undefined) ?? "",
+      });
+      const k = res.kyc!;
+      return { user_id: k.userId, status: k.status, provider: k.provider || null, updated_at: k.updatedAt };
+    }
+    case "set-status": {
+      const res = await partnerResources.setUserStatus({ userId: requirePositional(ctx, 1, "USER_ID"), status: requirePositional(ctx, 2, "active|inactive") });
+      return { user_id: res.userId, status: res.status };
+    }
+    case "add-wallet": {
+      const res = await partnerResources.addWallet({
+        userId: requirePositional(ctx, 1, "USER_ID"),
+        chain: requireOption(ctx, "chain"),
+        address: requireOption(ctx, "address"),
+      });
+      return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
+    }
+    case "provision-us-account": {
+      const a = (await partnerResources.provisionUsAccount({ userId: requirePositional(ctx, 1, "USER_ID") })).account!;
+      return {
+        user_id: a.userId,
+        status: a.status,
+        bank_name: a.bankName,
+        routing_number: a.routingNumber,
+        account_number: a.accountNumber,
+        account_type: a.accountType,
+        beneficiary_name: a.beneficiaryName,
+      };
+    }
     default:
-      throw new UsageError("user create --email E");
+      throw new UsageError(USAGE);
   }
 }

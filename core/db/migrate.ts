@@ -2,6 +2,7 @@ import type { Knex } from "knex";
 import { isEmbedded, type Db } from "./knex.js";
 import * as m0001 from "./migrations/0001-platform.js";
 import * as m0002 from "./migrations/0002-identity.js";
+import * as m0003 from "./migrations/0003-partner-resources.js";
 import * as m0006 from "./migrations/0006-budgets.js";
 
 interface Migration {
@@ -14,6 +15,7 @@ interface Migration {
 const migrations: Migration[] = [
   { name: "0001-platform", ...m0001 },
   { name: "0002-identity", ...m0002 },
+  { name: "0003-partner-resources", ...m0003 },
   { name: "0006-budgets", ...m0006 },
 ];
 

@@ -17,7 +17,7 @@ export function createRateLimitStore(db: Db) {
     async hit(key: string, limit: number, windowSeconds: number, now: Date): Promise<RateLimitResult> {
       const since = new Date(now.getTime() - windowSeconds * 1000);
       const { rows } = await db.raw(
-        `INSERT INTO rate_limit_windows AS w (key, hits, allowed) VALUES (:key, ARRAY[:now::timestamptz], :limit > 0)
+        `INSERT INTO rate_limit_logs AS w (key, hits, allowed) VALUES (:key, ARRAY[:now::timestamptz], :limit > 0)
          ON CONFLICT (key) DO UPDATE SET
            allowed = (SELECT count(*) < :limit FROM unnest(w.hits) AS h WHERE h > :since),
            hits = (SELECT CASE WHEN count(*) < :limit THEN coalesce(array_agg(h ORDER BY h), '{}') || :now::timestamptz

@@ -1,13 +1,19 @@
 import type { FastifyInstance } from "fastify";
 import type { CoreClients } from "../core-clients.js";
 import { tokenRoute } from "./token-route.js";
+import { resourceRoutes } from "./resource-routes.js";
+import { openApiRoute } from "./openapi-route.js";
 
 export interface PartnerGatewayOptions {
   clients: CoreClients;
   realm: string;
+  /** Public base of this surface for the OpenAPI `servers` entry (default: relative). */
+  serverUrl?: string;
 }
 
 /** The partner REST surface under /api/partner; each envelope in its own encapsulated context. */
 export async function partnerGateway(app: FastifyInstance, options: PartnerGatewayOptions) {
   await app.register(tokenRoute, { partners: options.clients.partners, realm: options.realm });
+  await app.register(resourceRoutes, { resources: options.clients.partnerResources });
+  await app.register(openApiRoute, { serverUrl: options.serverUrl ?? "/api/partner" });
 }

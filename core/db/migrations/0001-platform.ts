@@ -38,7 +38,7 @@ export async function up(knex: Knex): Promise<void> {
     -- Sliding-window log per key: the attempt times inside the window (at most the
     -- limit), exact where a fixed window would let 2x the limit through across a
     -- boundary, and updated in one atomic upsert.
-    CREATE TABLE rate_limit_windows (
+    CREATE TABLE rate_limit_logs (
       key      text PRIMARY KEY,
       hits     timestamptz[] NOT NULL,
       allowed  boolean NOT NULL
@@ -58,6 +58,6 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_windows, audit_records, partners;
+  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_logs, audit_records, partners;
     DROP FUNCTION audit_records_append_only`);
 }

@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/partners/v1/partners.proto.
  */
 export const file_vaultgate_partners_v1_partners: GenFile = /*@__PURE__*/
-  fileDesc("CiR2YXVsdGdhdGUvcGFydG5lcnMvdjEvcGFydG5lcnMucHJvdG8SFXZhdWx0Z2F0ZS5wYXJ0bmVycy52MSIbCglTY29wZUxpc3QSDgoGc2NvcGVzGAEgAygJIq0BCgdQYXJ0bmVyEhIKCnBhcnRuZXJfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhEKCWNsaWVudF9pZBgEIAEoCRI0CgZzdGF0dXMYBSABKA4yJC52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lclN0YXR1cxIUCgxlbnRpdGxlbWVudHMYBiADKAkSEwoLd2ViaG9va191cmwYByABKAkiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUiYQoSSXNzdWVUb2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSDQoFc2NvcGUYBCABKAkitQEKFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEc2x1ZxgCIAEoCRI2CgxlbnRpdGxlbWVudHMYAyABKAsyIC52YXVsdGdhdGUucGFydG5lcnMudjEuU2NvcGVMaXN0EjQKBnN0YXR1cxgEIAEoDjIkLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyU3RhdHVzEhMKC3dlYmhvb2tfdXJsGAUgASgJIl8KFUNyZWF0ZVBhcnRuZXJSZXNwb25zZRIvCgdwYXJ0bmVyGAEgASgLMh4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXISFQoNY2xpZW50X3NlY3JldBgCIAEoCSIoChNSb3RhdGVTZWNyZXRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJAChRSb3RhdGVTZWNyZXRSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCSJiChdTZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSNAoGc3RhdHVzGAIgASgOMiQudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXJTdGF0dXMiSwoYU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlEi8KB3BhcnRuZXIYASABKAsyHi52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lciJBChZTZXRFbnRpdGxlbWVudHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIUCgxlbnRpdGxlbWVudHMYAiADKAkiSgoXU2V0RW50aXRsZW1lbnRzUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiYKEUdldFBhcnRuZXJSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJFChJHZXRQYXJ0bmVyUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiIKEUNyZWF0ZVVzZXJSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIkgKEkNyZWF0ZVVzZXJSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEg8KB2NyZWF0ZWQYAyABKAgqhAEKDVBhcnRuZXJTdGF0dXMSHgoaUEFSVE5FUl9TVEFUVVNfVU5TUEVDSUZJRUQQABIZChVQQVJUTkVSX1NUQVRVU19BQ1RJVkUQARIaChZQQVJUTkVSX1NUQVRVU19QRU5ESU5HEAISHAoYUEFSVE5FUl9TVEFUVVNfU1VTUEVOREVEEAMymgYKD1BhcnRuZXJzU2VydmljZRJhCgpJc3N1ZVRva2VuEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLklzc3VlVG9rZW5SZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLklzc3VlVG9rZW5SZXNwb25zZRJwCg1DcmVhdGVQYXJ0bmVyEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZVBhcnRuZXJSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZVBhcnRuZXJSZXNwb25zZSIEiLUYARJtCgxSb3RhdGVTZWNyZXQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuUm90YXRlU2VjcmV0UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Sb3RhdGVTZWNyZXRSZXNwb25zZSIEiLUYARJ5ChBTZXRQYXJ0bmVyU3RhdHVzEi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFBhcnRuZXJTdGF0dXNSZXF1ZXN0Gi8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFBhcnRuZXJTdGF0dXNSZXNwb25zZSIEiLUYARJ2Cg9TZXRFbnRpdGxlbWVudHMSLS52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0RW50aXRsZW1lbnRzUmVxdWVzdBouLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRFbnRpdGxlbWVudHNSZXNwb25zZSIEiLUYARJnCgpHZXRQYXJ0bmVyEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkdldFBhcnRuZXJSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkdldFBhcnRuZXJSZXNwb25zZSIEiLUYARJnCgpDcmVhdGVVc2VyEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZVVzZXJSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZVVzZXJSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
+  fileDesc("CiR2YXVsdGdhdGUvcGFydG5lcnMvdjEvcGFydG5lcnMucHJvdG8SFXZhdWx0Z2F0ZS5wYXJ0bmVycy52MSIbCglTY29wZUxpc3QSDgoGc2NvcGVzGAEgAygJIq0BCgdQYXJ0bmVyEhIKCnBhcnRuZXJfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhEKCWNsaWVudF9pZBgEIAEoCRI0CgZzdGF0dXMYBSABKA4yJC52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lclN0YXR1cxIUCgxlbnRpdGxlbWVudHMYBiADKAkSEwoLd2ViaG9va191cmwYByABKAkiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUiYQoSSXNzdWVUb2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSDQoFc2NvcGUYBCABKAkitQEKFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEc2x1ZxgCIAEoCRI2CgxlbnRpdGxlbWVudHMYAyABKAsyIC52YXVsdGdhdGUucGFydG5lcnMudjEuU2NvcGVMaXN0EjQKBnN0YXR1cxgEIAEoDjIkLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyU3RhdHVzEhMKC3dlYmhvb2tfdXJsGAUgASgJIl8KFUNyZWF0ZVBhcnRuZXJSZXNwb25zZRIvCgdwYXJ0bmVyGAEgASgLMh4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXISFQoNY2xpZW50X3NlY3JldBgCIAEoCSIoChNSb3RhdGVTZWNyZXRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJAChRSb3RhdGVTZWNyZXRSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCSJiChdTZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSNAoGc3RhdHVzGAIgASgOMiQudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXJTdGF0dXMiSwoYU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlEi8KB3BhcnRuZXIYASABKAsyHi52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lciJBChZTZXRFbnRpdGxlbWVudHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIUCgxlbnRpdGxlbWVudHMYAiADKAkiSgoXU2V0RW50aXRsZW1lbnRzUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiYKEUdldFBhcnRuZXJSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJFChJHZXRQYXJ0bmVyUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiIKEUNyZWF0ZVVzZXJSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIkgKEkNyZWF0ZVVzZXJSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEg8KB2NyZWF0ZWQYAyABKAgiTwoXQXV0aG9yaXplUGFydG5lclJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSDQoFc2NvcGUYAyABKAkiVwoYQXV0aG9yaXplUGFydG5lclJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhQKDHRva2VuX3Njb3BlcxgDIAMoCSI7ChRQcmVDcmVhdGVVc2VyUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSDQoFZW1haWwYAiABKAkiOQoVUHJlQ3JlYXRlVXNlclJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoCCI8ChNHZXRLeWNTdGF0dXNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIPCgd1c2VyX2lkGAIgASgJIl0KFEdldEt5Y1N0YXR1c1Jlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEhIKCnVwZGF0ZWRfYXQYBCABKAkiZQoUQ3JlYXRlS3ljTGlua1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJIkoKFUNyZWF0ZUt5Y0xpbmtSZXNwb25zZRILCgN1cmwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSEgoKZXhwaXJlc19hdBgDIAEoCSI7ChJMaXN0V2FsbGV0c1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiKAoGV2FsbGV0Eg0KBWNoYWluGAEgASgJEg8KB2FkZHJlc3MYAiABKAkiVgoTTGlzdFdhbGxldHNSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEi4KB3dhbGxldHMYAiADKAsyHS52YXVsdGdhdGUucGFydG5lcnMudjEuV2FsbGV0IjwKE0dldFVzQWNjb3VudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiqgEKFEdldFVzQWNjb3VudFJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhEKCWJhbmtfbmFtZRgDIAEoCRIWCg5yb3V0aW5nX251bWJlchgEIAEoCRIWCg5hY2NvdW50X251bWJlchgFIAEoCRIUCgxhY2NvdW50X3R5cGUYBiABKAkSGAoQYmVuZWZpY2lhcnlfbmFtZRgHIAEoCSI7CgtQYWdlUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkibwoUTGlzdFRyYW5zZmVyc1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSMAoEcGFnZRgDIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCKSAQoIVHJhbnNmZXISEwoLdHJhbnNmZXJfaWQYASABKAkSEQoJZGlyZWN0aW9uGAIgASgJEhQKDGFtb3VudF9jZW50cxgDIAEoAxIQCghjdXJyZW5jeRgEIAEoCRIOCgZzdGF0dXMYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoCRISCgp1cGRhdGVkX2F0GAcgASgJIm4KFUxpc3RUcmFuc2ZlcnNSZXNwb25zZRItCgRkYXRhGAEgAygLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyEhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJbChFMaXN0RXZlbnRzUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSMAoEcGFnZRgCIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCJOCgVFdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCmNyZWF0ZWRfYXQYAyABKAkSEQoJZGF0YV9qc29uGAQgASgJImgKEkxpc3RFdmVudHNSZXNwb25zZRIqCgRkYXRhGAEgAygLMhwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkV2ZW50EhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJIChNTZXRLeWNTdGF0dXNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJIlAKFFNldEt5Y1N0YXR1c1Jlc3BvbnNlEjgKA2t5YxgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZSI3ChRTZXRVc2VyU3RhdHVzUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg4KBnN0YXR1cxgCIAEoCSI4ChVTZXRVc2VyU3RhdHVzUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIOCgZzdGF0dXMYAiABKAkiQwoQQWRkV2FsbGV0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg0KBWNoYWluGAIgASgJEg8KB2FkZHJlc3MYAyABKAkiVAoRQWRkV2FsbGV0UmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIuCgd3YWxsZXRzGAIgAygLMh0udmF1bHRnYXRlLnBhcnRuZXJzLnYxLldhbGxldCIsChlQcm92aXNpb25Vc0FjY291bnRSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkiWgoaUHJvdmlzaW9uVXNBY2NvdW50UmVzcG9uc2USPAoHYWNjb3VudBgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZSJrChNHcmFudENvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJgoUR3JhbnRDb25zZW50UmVzcG9uc2USDgoGc2NvcGVzGAEgAygJImwKFFJldm9rZUNvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJwoVUmV2b2tlQ29uc2VudFJlc3BvbnNlEg4KBnNjb3BlcxgBIAMoCSJ2ChhSZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIRCglkaXJlY3Rpb24YAiABKAkSFAoMYW1vdW50X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEg4KBnN0YXR1cxgFIAEoCSJOChlSZWNvcmRMZWRnZXJFbnRyeVJlc3BvbnNlEjEKCHRyYW5zZmVyGAEgASgLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyIkMKEVNldFdlYmhvb2tSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRILCgN1cmwYAiABKAkSDgoGc2VjcmV0GAMgASgJIkQKElNldFdlYmhvb2tSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBnNlY3JldBgDIAEoCSqEAQoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhoKFlBBUlRORVJfU1RBVFVTX1BFTkRJTkcQAhIcChhQQVJUTkVSX1NUQVRVU19TVVNQRU5ERUQQAzKaBgoPUGFydG5lcnNTZXJ2aWNlEmEKCklzc3VlVG9rZW4SKC52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlc3BvbnNlEnAKDUNyZWF0ZVBhcnRuZXISKy52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaLC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlc3BvbnNlIgSItRgBEm0KDFJvdGF0ZVNlY3JldBIqLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Sb3RhdGVTZWNyZXRSZXF1ZXN0GisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJvdGF0ZVNlY3JldFJlc3BvbnNlIgSItRgBEnkKEFNldFBhcnRuZXJTdGF0dXMSLi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1JlcXVlc3QaLy52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlIgSItRgBEnYKD1NldEVudGl0bGVtZW50cxItLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRFbnRpdGxlbWVudHNSZXF1ZXN0Gi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldEVudGl0bGVtZW50c1Jlc3BvbnNlIgSItRgBEmcKCkdldFBhcnRuZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlc3BvbnNlIgSItRgBEmcKCkNyZWF0ZVVzZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlc3BvbnNlIgSItRgBMv0NChdQYXJ0bmVyUmVzb3VyY2VzU2VydmljZRJzChBBdXRob3JpemVQYXJ0bmVyEi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXF1ZXN0Gi8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXNwb25zZRJqCg1QcmVDcmVhdGVVc2VyEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXNwb25zZRJnCgxHZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZRJqCg1DcmVhdGVLeWNMaW5rEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXNwb25zZRJkCgtMaXN0V2FsbGV0cxIpLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5MaXN0V2FsbGV0c1JlcXVlc3QaKi52YXVsdGdhdGUucGFydG5lcnMudjEuTGlzdFdhbGxldHNSZXNwb25zZRJnCgxHZXRVc0FjY291bnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0VXNBY2NvdW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZRJqCg1MaXN0VHJhbnNmZXJzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXNwb25zZRJhCgpMaXN0RXZlbnRzEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXNwb25zZRJtCgxTZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRLeWNTdGF0dXNSZXNwb25zZSIEiLUYARJwCg1TZXRVc2VyU3RhdHVzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXNwb25zZSIEiLUYARJkCglBZGRXYWxsZXQSJy52YXVsdGdhdGUucGFydG5lcnMudjEuQWRkV2FsbGV0UmVxdWVzdBooLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5BZGRXYWxsZXRSZXNwb25zZSIEiLUYARJ/ChJQcm92aXNpb25Vc0FjY291bnQSMC52YXVsdGdhdGUucGFydG5lcnMudjEuUHJvdmlzaW9uVXNBY2NvdW50UmVxdWVzdBoxLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Qcm92aXNpb25Vc0FjY291bnRSZXNwb25zZSIEiLUYARJtCgxHcmFudENvbnNlbnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR3JhbnRDb25zZW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HcmFudENvbnNlbnRSZXNwb25zZSIEiLUYARJwCg1SZXZva2VDb25zZW50EisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXNwb25zZSIEiLUYARJ8ChFSZWNvcmRMZWRnZXJFbnRyeRIvLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5SZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QaMC52YXVsdGdhdGUucGFydG5lcnMudjEuUmVjb3JkTGVkZ2VyRW50cnlSZXNwb25zZSIEiLUYARJnCgpTZXRXZWJob29rEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
 
 /**
  * ScopeList wraps a scope list so that "not given" and "empty" differ.
@@ -403,6 +403,962 @@ export const CreateUserResponseSchema: GenMessage<CreateUserResponse> = /*@__PUR
   messageDesc(file_vaultgate_partners_v1_partners, 15);
 
 /**
+ * @generated from message vaultgate.partners.v1.AuthorizePartnerRequest
+ */
+export type AuthorizePartnerRequest = Message<"vaultgate.partners.v1.AuthorizePartnerRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * Empty: only the token and the partner's state are checked.
+   *
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * The consent scope the resource needs; empty with user_id empty.
+   *
+   * @generated from field: string scope = 3;
+   */
+  scope: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.AuthorizePartnerRequest.
+ * Use `create(AuthorizePartnerRequestSchema)` to create a new message.
+ */
+export const AuthorizePartnerRequestSchema: GenMessage<AuthorizePartnerRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 16);
+
+/**
+ * @generated from message vaultgate.partners.v1.AuthorizePartnerResponse
+ */
+export type AuthorizePartnerResponse = Message<"vaultgate.partners.v1.AuthorizePartnerResponse"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * @generated from field: string client_id = 2;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: repeated string token_scopes = 3;
+   */
+  tokenScopes: string[];
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.AuthorizePartnerResponse.
+ * Use `create(AuthorizePartnerResponseSchema)` to create a new message.
+ */
+export const AuthorizePartnerResponseSchema: GenMessage<AuthorizePartnerResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 17);
+
+/**
+ * @generated from message vaultgate.partners.v1.PreCreateUserRequest
+ */
+export type PreCreateUserRequest = Message<"vaultgate.partners.v1.PreCreateUserRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string email = 2;
+   */
+  email: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.PreCreateUserRequest.
+ * Use `create(PreCreateUserRequestSchema)` to create a new message.
+ */
+export const PreCreateUserRequestSchema: GenMessage<PreCreateUserRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 18);
+
+/**
+ * @generated from message vaultgate.partners.v1.PreCreateUserResponse
+ */
+export type PreCreateUserResponse = Message<"vaultgate.partners.v1.PreCreateUserResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: bool created = 2;
+   */
+  created: boolean;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.PreCreateUserResponse.
+ * Use `create(PreCreateUserResponseSchema)` to create a new message.
+ */
+export const PreCreateUserResponseSchema: GenMessage<PreCreateUserResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 19);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetKycStatusRequest
+ */
+export type GetKycStatusRequest = Message<"vaultgate.partners.v1.GetKycStatusRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetKycStatusRequest.
+ * Use `create(GetKycStatusRequestSchema)` to create a new message.
+ */
+export const GetKycStatusRequestSchema: GenMessage<GetKycStatusRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 20);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetKycStatusResponse
+ */
+export type GetKycStatusResponse = Message<"vaultgate.partners.v1.GetKycStatusResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * not_started, pending, approved or rejected.
+   *
+   * @generated from field: string status = 2;
+   */
+  status: string;
+
+  /**
+   * Empty when no provider is involved yet.
+   *
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+
+  /**
+   * RFC 3339 UTC.
+   *
+   * @generated from field: string updated_at = 4;
+   */
+  updatedAt: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetKycStatusResponse.
+ * Use `create(GetKycStatusResponseSchema)` to create a new message.
+ */
+export const GetKycStatusResponseSchema: GenMessage<GetKycStatusResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 21);
+
+/**
+ * @generated from message vaultgate.partners.v1.CreateKycLinkRequest
+ */
+export type CreateKycLinkRequest = Message<"vaultgate.partners.v1.CreateKycLinkRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * Empty: the default provider.
+   *
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string redirect_uri = 4;
+   */
+  redirectUri: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.CreateKycLinkRequest.
+ * Use `create(CreateKycLinkRequestSchema)` to create a new message.
+ */
+export const CreateKycLinkRequestSchema: GenMessage<CreateKycLinkRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 22);
+
+/**
+ * @generated from message vaultgate.partners.v1.CreateKycLinkResponse
+ */
+export type CreateKycLinkResponse = Message<"vaultgate.partners.v1.CreateKycLinkResponse"> & {
+  /**
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string expires_at = 3;
+   */
+  expiresAt: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.CreateKycLinkResponse.
+ * Use `create(CreateKycLinkResponseSchema)` to create a new message.
+ */
+export const CreateKycLinkResponseSchema: GenMessage<CreateKycLinkResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 23);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListWalletsRequest
+ */
+export type ListWalletsRequest = Message<"vaultgate.partners.v1.ListWalletsRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListWalletsRequest.
+ * Use `create(ListWalletsRequestSchema)` to create a new message.
+ */
+export const ListWalletsRequestSchema: GenMessage<ListWalletsRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 24);
+
+/**
+ * @generated from message vaultgate.partners.v1.Wallet
+ */
+export type Wallet = Message<"vaultgate.partners.v1.Wallet"> & {
+  /**
+   * @generated from field: string chain = 1;
+   */
+  chain: string;
+
+  /**
+   * @generated from field: string address = 2;
+   */
+  address: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.Wallet.
+ * Use `create(WalletSchema)` to create a new message.
+ */
+export const WalletSchema: GenMessage<Wallet> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 25);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListWalletsResponse
+ */
+export type ListWalletsResponse = Message<"vaultgate.partners.v1.ListWalletsResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.Wallet wallets = 2;
+   */
+  wallets: Wallet[];
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListWalletsResponse.
+ * Use `create(ListWalletsResponseSchema)` to create a new message.
+ */
+export const ListWalletsResponseSchema: GenMessage<ListWalletsResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 26);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetUsAccountRequest
+ */
+export type GetUsAccountRequest = Message<"vaultgate.partners.v1.GetUsAccountRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetUsAccountRequest.
+ * Use `create(GetUsAccountRequestSchema)` to create a new message.
+ */
+export const GetUsAccountRequestSchema: GenMessage<GetUsAccountRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 27);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetUsAccountResponse
+ */
+export type GetUsAccountResponse = Message<"vaultgate.partners.v1.GetUsAccountResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * provisioned or not_provisioned.
+   *
+   * @generated from field: string status = 2;
+   */
+  status: string;
+
+  /**
+   * @generated from field: string bank_name = 3;
+   */
+  bankName: string;
+
+  /**
+   * @generated from field: string routing_number = 4;
+   */
+  routingNumber: string;
+
+  /**
+   * @generated from field: string account_number = 5;
+   */
+  accountNumber: string;
+
+  /**
+   * @generated from field: string account_type = 6;
+   */
+  accountType: string;
+
+  /**
+   * @generated from field: string beneficiary_name = 7;
+   */
+  beneficiaryName: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetUsAccountResponse.
+ * Use `create(GetUsAccountResponseSchema)` to create a new message.
+ */
+export const GetUsAccountResponseSchema: GenMessage<GetUsAccountResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 28);
+
+/**
+ * PageRequest: limit 0 means the default; cursor and since are opaque.
+ *
+ * @generated from message vaultgate.partners.v1.PageRequest
+ */
+export type PageRequest = Message<"vaultgate.partners.v1.PageRequest"> & {
+  /**
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+
+  /**
+   * @generated from field: string since = 3;
+   */
+  since: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.PageRequest.
+ * Use `create(PageRequestSchema)` to create a new message.
+ */
+export const PageRequestSchema: GenMessage<PageRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 29);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListTransfersRequest
+ */
+export type ListTransfersRequest = Message<"vaultgate.partners.v1.ListTransfersRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: vaultgate.partners.v1.PageRequest page = 3;
+   */
+  page?: PageRequest | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListTransfersRequest.
+ * Use `create(ListTransfersRequestSchema)` to create a new message.
+ */
+export const ListTransfersRequestSchema: GenMessage<ListTransfersRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 30);
+
+/**
+ * @generated from message vaultgate.partners.v1.Transfer
+ */
+export type Transfer = Message<"vaultgate.partners.v1.Transfer"> & {
+  /**
+   * @generated from field: string transfer_id = 1;
+   */
+  transferId: string;
+
+  /**
+   * @generated from field: string direction = 2;
+   */
+  direction: string;
+
+  /**
+   * @generated from field: int64 amount_cents = 3;
+   */
+  amountCents: bigint;
+
+  /**
+   * @generated from field: string currency = 4;
+   */
+  currency: string;
+
+  /**
+   * @generated from field: string status = 5;
+   */
+  status: string;
+
+  /**
+   * @generated from field: string created_at = 6;
+   */
+  createdAt: string;
+
+  /**
+   * @generated from field: string updated_at = 7;
+   */
+  updatedAt: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.Transfer.
+ * Use `create(TransferSchema)` to create a new message.
+ */
+export const TransferSchema: GenMessage<Transfer> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 31);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListTransfersResponse
+ */
+export type ListTransfersResponse = Message<"vaultgate.partners.v1.ListTransfersResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.Transfer data = 1;
+   */
+  data: Transfer[];
+
+  /**
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+
+  /**
+   * @generated from field: string watermark = 3;
+   */
+  watermark: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListTransfersResponse.
+ * Use `create(ListTransfersResponseSchema)` to create a new message.
+ */
+export const ListTransfersResponseSchema: GenMessage<ListTransfersResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 32);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListEventsRequest
+ */
+export type ListEventsRequest = Message<"vaultgate.partners.v1.ListEventsRequest"> & {
+  /**
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: vaultgate.partners.v1.PageRequest page = 2;
+   */
+  page?: PageRequest | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListEventsRequest.
+ * Use `create(ListEventsRequestSchema)` to create a new message.
+ */
+export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 33);
+
+/**
+ * @generated from message vaultgate.partners.v1.Event
+ */
+export type Event = Message<"vaultgate.partners.v1.Event"> & {
+  /**
+   * @generated from field: string event_id = 1;
+   */
+  eventId: string;
+
+  /**
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * @generated from field: string created_at = 3;
+   */
+  createdAt: string;
+
+  /**
+   * The event's data object as JSON.
+   *
+   * @generated from field: string data_json = 4;
+   */
+  dataJson: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.Event.
+ * Use `create(EventSchema)` to create a new message.
+ */
+export const EventSchema: GenMessage<Event> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 34);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListEventsResponse
+ */
+export type ListEventsResponse = Message<"vaultgate.partners.v1.ListEventsResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.Event data = 1;
+   */
+  data: Event[];
+
+  /**
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+
+  /**
+   * @generated from field: string watermark = 3;
+   */
+  watermark: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListEventsResponse.
+ * Use `create(ListEventsResponseSchema)` to create a new message.
+ */
+export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 35);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetKycStatusRequest
+ */
+export type SetKycStatusRequest = Message<"vaultgate.partners.v1.SetKycStatusRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string status = 2;
+   */
+  status: string;
+
+  /**
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetKycStatusRequest.
+ * Use `create(SetKycStatusRequestSchema)` to create a new message.
+ */
+export const SetKycStatusRequestSchema: GenMessage<SetKycStatusRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 36);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetKycStatusResponse
+ */
+export type SetKycStatusResponse = Message<"vaultgate.partners.v1.SetKycStatusResponse"> & {
+  /**
+   * @generated from field: vaultgate.partners.v1.GetKycStatusResponse kyc = 1;
+   */
+  kyc?: GetKycStatusResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetKycStatusResponse.
+ * Use `create(SetKycStatusResponseSchema)` to create a new message.
+ */
+export const SetKycStatusResponseSchema: GenMessage<SetKycStatusResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 37);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetUserStatusRequest
+ */
+export type SetUserStatusRequest = Message<"vaultgate.partners.v1.SetUserStatusRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * active or inactive.
+   *
+   * @generated from field: string status = 2;
+   */
+  status: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetUserStatusRequest.
+ * Use `create(SetUserStatusRequestSchema)` to create a new message.
+ */
+export const SetUserStatusRequestSchema: GenMessage<SetUserStatusRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 38);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetUserStatusResponse
+ */
+export type SetUserStatusResponse = Message<"vaultgate.partners.v1.SetUserStatusResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string status = 2;
+   */
+  status: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetUserStatusResponse.
+ * Use `create(SetUserStatusResponseSchema)` to create a new message.
+ */
+export const SetUserStatusResponseSchema: GenMessage<SetUserStatusResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 39);
+
+/**
+ * @generated from message vaultgate.partners.v1.AddWalletRequest
+ */
+export type AddWalletRequest = Message<"vaultgate.partners.v1.AddWalletRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string chain = 2;
+   */
+  chain: string;
+
+  /**
+   * @generated from field: string address = 3;
+   */
+  address: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.AddWalletRequest.
+ * Use `create(AddWalletRequestSchema)` to create a new message.
+ */
+export const AddWalletRequestSchema: GenMessage<AddWalletRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 40);
+
+/**
+ * @generated from message vaultgate.partners.v1.AddWalletResponse
+ */
+export type AddWalletResponse = Message<"vaultgate.partners.v1.AddWalletResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.Wallet wallets = 2;
+   */
+  wallets: Wallet[];
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.AddWalletResponse.
+ * Use `create(AddWalletResponseSchema)` to create a new message.
+ */
+export const AddWalletResponseSchema: GenMessage<AddWalletResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 41);
+
+/**
+ * @generated from message vaultgate.partners.v1.ProvisionUsAccountRequest
+ */
+export type ProvisionUsAccountRequest = Message<"vaultgate.partners.v1.ProvisionUsAccountRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ProvisionUsAccountRequest.
+ * Use `create(ProvisionUsAccountRequestSchema)` to create a new message.
+ */
+export const ProvisionUsAccountRequestSchema: GenMessage<ProvisionUsAccountRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 42);
+
+/**
+ * @generated from message vaultgate.partners.v1.ProvisionUsAccountResponse
+ */
+export type ProvisionUsAccountResponse = Message<"vaultgate.partners.v1.ProvisionUsAccountResponse"> & {
+  /**
+   * @generated from field: vaultgate.partners.v1.GetUsAccountResponse account = 1;
+   */
+  account?: GetUsAccountResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ProvisionUsAccountResponse.
+ * Use `create(ProvisionUsAccountResponseSchema)` to create a new message.
+ */
+export const ProvisionUsAccountResponseSchema: GenMessage<ProvisionUsAccountResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 43);
+
+/**
+ * @generated from message vaultgate.partners.v1.GrantConsentRequest
+ */
+export type GrantConsentRequest = Message<"vaultgate.partners.v1.GrantConsentRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * Absent: every consent scope.
+   *
+   * @generated from field: vaultgate.partners.v1.ScopeList scopes = 3;
+   */
+  scopes?: ScopeList | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GrantConsentRequest.
+ * Use `create(GrantConsentRequestSchema)` to create a new message.
+ */
+export const GrantConsentRequestSchema: GenMessage<GrantConsentRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 44);
+
+/**
+ * @generated from message vaultgate.partners.v1.GrantConsentResponse
+ */
+export type GrantConsentResponse = Message<"vaultgate.partners.v1.GrantConsentResponse"> & {
+  /**
+   * @generated from field: repeated string scopes = 1;
+   */
+  scopes: string[];
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GrantConsentResponse.
+ * Use `create(GrantConsentResponseSchema)` to create a new message.
+ */
+export const GrantConsentResponseSchema: GenMessage<GrantConsentResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 45);
+
+/**
+ * @generated from message vaultgate.partners.v1.RevokeConsentRequest
+ */
+export type RevokeConsentRequest = Message<"vaultgate.partners.v1.RevokeConsentRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * Absent: every scope.
+   *
+   * @generated from field: vaultgate.partners.v1.ScopeList scopes = 3;
+   */
+  scopes?: ScopeList | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.RevokeConsentRequest.
+ * Use `create(RevokeConsentRequestSchema)` to create a new message.
+ */
+export const RevokeConsentRequestSchema: GenMessage<RevokeConsentRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 46);
+
+/**
+ * @generated from message vaultgate.partners.v1.RevokeConsentResponse
+ */
+export type RevokeConsentResponse = Message<"vaultgate.partners.v1.RevokeConsentResponse"> & {
+  /**
+   * @generated from field: repeated string scopes = 1;
+   */
+  scopes: string[];
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.RevokeConsentResponse.
+ * Use `create(RevokeConsentResponseSchema)` to create a new message.
+ */
+export const RevokeConsentResponseSchema: GenMessage<RevokeConsentResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 47);
+
+/**
+ * @generated from message vaultgate.partners.v1.RecordLedgerEntryRequest
+ */
+export type RecordLedgerEntryRequest = Message<"vaultgate.partners.v1.RecordLedgerEntryRequest"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * credit or debit.
+   *
+   * @generated from field: string direction = 2;
+   */
+  direction: string;
+
+  /**
+   * @generated from field: int64 amount_cents = 3;
+   */
+  amountCents: bigint;
+
+  /**
+   * @generated from field: string currency = 4;
+   */
+  currency: string;
+
+  /**
+   * pending, settled or failed; empty means settled.
+   *
+   * @generated from field: string status = 5;
+   */
+  status: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.RecordLedgerEntryRequest.
+ * Use `create(RecordLedgerEntryRequestSchema)` to create a new message.
+ */
+export const RecordLedgerEntryRequestSchema: GenMessage<RecordLedgerEntryRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 48);
+
+/**
+ * @generated from message vaultgate.partners.v1.RecordLedgerEntryResponse
+ */
+export type RecordLedgerEntryResponse = Message<"vaultgate.partners.v1.RecordLedgerEntryResponse"> & {
+  /**
+   * @generated from field: vaultgate.partners.v1.Transfer transfer = 1;
+   */
+  transfer?: Transfer | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.RecordLedgerEntryResponse.
+ * Use `create(RecordLedgerEntryResponseSchema)` to create a new message.
+ */
+export const RecordLedgerEntryResponseSchema: GenMessage<RecordLedgerEntryResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 49);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetWebhookRequest
+ */
+export type SetWebhookRequest = Message<"vaultgate.partners.v1.SetWebhookRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * Empty clears the URL (no deliveries).
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * Empty: generate a fresh whsec_ secret.
+   *
+   * @generated from field: string secret = 3;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetWebhookRequest.
+ * Use `create(SetWebhookRequestSchema)` to create a new message.
+ */
+export const SetWebhookRequestSchema: GenMessage<SetWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 50);
+
+/**
+ * @generated from message vaultgate.partners.v1.SetWebhookResponse
+ */
+export type SetWebhookResponse = Message<"vaultgate.partners.v1.SetWebhookResponse"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * Standard Webhooks secret (whsec_<base64>); shown once.
+   *
+   * @generated from field: string secret = 3;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.SetWebhookResponse.
+ * Use `create(SetWebhookResponseSchema)` to create a new message.
+ */
+export const SetWebhookResponseSchema: GenMessage<SetWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 51);
+
+/**
  * @generated from enum vaultgate.partners.v1.PartnerStatus
  */
 export enum PartnerStatus {
@@ -512,4 +1468,177 @@ export const PartnersService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_partners_v1_partners, 0);
+
+/**
+ * PartnerResourcesService serves the consent-gated partner resources (spec 4.7, 4.9,
+ * 5.2, 5.3, DESIGN 4.3) and the operator commands that shape them. Every partner RPC
+ * carries the bearer access token; core verifies it and runs the access checks in the
+ * order of docs/partner-api.md before any data leaves.
+ *
+ * @generated from service vaultgate.partners.v1.PartnerResourcesService
+ */
+export const PartnerResourcesService: GenService<{
+  /**
+   * AuthorizePartner verifies a partner access token and, when user_id is set, runs the
+   * access checks for one consent scope. Writes no audit row: callers audit their own work.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.AuthorizePartner
+   */
+  authorizePartner: {
+    methodKind: "unary";
+    input: typeof AuthorizePartnerRequestSchema;
+    output: typeof AuthorizePartnerResponseSchema;
+  },
+  /**
+   * PreCreateUser creates (or finds) the user for an e-mail and records this partner's receipt.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.PreCreateUser
+   */
+  preCreateUser: {
+    methodKind: "unary";
+    input: typeof PreCreateUserRequestSchema;
+    output: typeof PreCreateUserResponseSchema;
+  },
+  /**
+   * GetKycStatus reads a user's verification status (kyc:read).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.GetKycStatus
+   */
+  getKycStatus: {
+    methodKind: "unary";
+    input: typeof GetKycStatusRequestSchema;
+    output: typeof GetKycStatusResponseSchema;
+  },
+  /**
+   * CreateKycLink asks a verification provider for a hosted link (kyc:read).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.CreateKycLink
+   */
+  createKycLink: {
+    methodKind: "unary";
+    input: typeof CreateKycLinkRequestSchema;
+    output: typeof CreateKycLinkResponseSchema;
+  },
+  /**
+   * ListWallets reads a user's public addresses (wallet:read).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.ListWallets
+   */
+  listWallets: {
+    methodKind: "unary";
+    input: typeof ListWalletsRequestSchema;
+    output: typeof ListWalletsResponseSchema;
+  },
+  /**
+   * GetUsAccount reads a user's provisioned USD receiving details (us_account:read).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.GetUsAccount
+   */
+  getUsAccount: {
+    methodKind: "unary";
+    input: typeof GetUsAccountRequestSchema;
+    output: typeof GetUsAccountResponseSchema;
+  },
+  /**
+   * ListTransfers pages through a user's ledger (transfers:read).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.ListTransfers
+   */
+  listTransfers: {
+    methodKind: "unary";
+    input: typeof ListTransfersRequestSchema;
+    output: typeof ListTransfersResponseSchema;
+  },
+  /**
+   * ListEvents pages through the events written for this partner.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.ListEvents
+   */
+  listEvents: {
+    methodKind: "unary";
+    input: typeof ListEventsRequestSchema;
+    output: typeof ListEventsResponseSchema;
+  },
+  /**
+   * SetKycStatus records a verification outcome and emits kyc.status_changed.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.SetKycStatus
+   */
+  setKycStatus: {
+    methodKind: "unary";
+    input: typeof SetKycStatusRequestSchema;
+    output: typeof SetKycStatusResponseSchema;
+  },
+  /**
+   * SetUserStatus activates or deactivates a user.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.SetUserStatus
+   */
+  setUserStatus: {
+    methodKind: "unary";
+    input: typeof SetUserStatusRequestSchema;
+    output: typeof SetUserStatusResponseSchema;
+  },
+  /**
+   * AddWallet adds a public address on one of the six chains.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.AddWallet
+   */
+  addWallet: {
+    methodKind: "unary";
+    input: typeof AddWalletRequestSchema;
+    output: typeof AddWalletResponseSchema;
+  },
+  /**
+   * ProvisionUsAccount provisions USD receiving details (idempotent per user).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.ProvisionUsAccount
+   */
+  provisionUsAccount: {
+    methodKind: "unary";
+    input: typeof ProvisionUsAccountRequestSchema;
+    output: typeof ProvisionUsAccountResponseSchema;
+  },
+  /**
+   * GrantConsent adds consent scopes of a user for a partner (treasury:write is refused).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.GrantConsent
+   */
+  grantConsent: {
+    methodKind: "unary";
+    input: typeof GrantConsentRequestSchema;
+    output: typeof GrantConsentResponseSchema;
+  },
+  /**
+   * RevokeConsent removes the given scopes, or all of them when none are given.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.RevokeConsent
+   */
+  revokeConsent: {
+    methodKind: "unary";
+    input: typeof RevokeConsentRequestSchema;
+    output: typeof RevokeConsentResponseSchema;
+  },
+  /**
+   * RecordLedgerEntry records a transfer; settled and failed ones emit events.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.RecordLedgerEntry
+   */
+  recordLedgerEntry: {
+    methodKind: "unary";
+    input: typeof RecordLedgerEntryRequestSchema;
+    output: typeof RecordLedgerEntryResponseSchema;
+  },
+  /**
+   * SetWebhook sets a partner's webhook URL and secret; the secret is returned once.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnerResourcesService.SetWebhook
+   */
+  setWebhook: {
+    methodKind: "unary";
+    input: typeof SetWebhookRequestSchema;
+    output: typeof SetWebhookResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_vaultgate_partners_v1_partners, 1);
 

@@ -1,0 +1,13 @@
+import type { CommandContext } from "./types.js";
+import { listOption, requireOption, UsageError } from "./types.js";
+
+/** vaultgate consent grant|revoke --partner CLIENT_ID --user USER_ID [--scopes a,b] */
+export async function consentCommand(ctx: CommandContext) {
+  const [sub] = ctx.positionals;
+  if (sub !== "grant" && sub !== "revoke") throw new UsageError("consent grant|revoke --partner CLIENT_ID --user USER_ID [--scopes a,b]");
+  const { partnerResources } = (await ctx.admin()).clients;
+  const scopes = listOption(ctx, "scopes");
+  const req = { clientId: requireOption(ctx, "partner"), userId: requireOption(ctx, "user"), scopes: scopes === undefined ? undefined : { scopes } };
+  const res = sub === "grant" ? await partnerResources.grantConsent(req) : await partnerResources.revokeConsent(req);
+  return { client_id: req.clientId, user_id: req.userId, scopes: res.scopes };
+}

@@ -1,0 +1,174 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { PartnerTokenVerifier } from "./access-token.js";
+import type { KycRecord, ResourcesStore } from "./resources-store.js";
+import { CONSENT_SCOPES } from "./scopes.js";
+
+/** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60). */
+const WINDOW_MS = 60_000;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface PartnerAccessDeps {
+  db: Db;
+  verifier: PartnerTokenVerifier;
+  resources: ResourcesStore;
+  audit: AuditStore;
+  clock: () => Date;
+  logger: Logger;
+  /** Requests per minute per partner and operation; `default` for any operation not named. */
+  rateLimits: Record<string, number> & { default: number };
+  /** Test-only seam, the same one the audit store honours (AuditStoreOptions.appendFault). */
+  auditFault?: () => Error | undefined;
+}
+
+export interface AccessRequest {
+  token: string;
+  /** The operation, for the rate-limit key and the audit action, e.g. "kyc.read". */
+  operation: string;
+  /** The user the resource belongs to; absent for partner-level operations. */
+  userId?: string;
+  /** The consent scope the resource needs (with userId). */
+  scope?: string;
+  /**
+   * Write the read's success audit row in the access statement itself (user reads):
+   * when authorize() returns, the row is committed; when it cannot be written,
+   * authorize() fails with audit_unavailable and no data may leave.
+   */
+  auditRead?: boolean;
+  /** Also return the user's verification record (GET /kyc in one round trip). */
+  withKyc?: boolean;
+}
+
+export interface PartnerPrincipal {
+  partnerId: string;
+  clientId: string;
+  tokenScopes: string[];
+  /** Audit actor: `partner:<client_id>`. */
+  actor: string;
+  /** With `withKyc`: the record, or the not_started defaults' creation time. */
+  kyc?: KycRecord;
+  userCreatedAt?: Date;
+}
+
+/**
+ * The partner resource access checks, in the fixed order of docs/partner-api.md:
+ *  1. key configuration usable, else auth_unavailable (503)
+ *  2. token valid (ES256, typ, iss, aud, lifetime, skew), else invalid_token (401)
+ *  3. partner active, else partner_inactive (403) — read fresh on every request
+ *  4. per-partner, per-operation rate limit, else rate_limited (429)
+ *  5. user known to this partner (receipt or consent row), else user_not_found (404)
+ *  6. user active, else user_inactive (403)
+ *  7. token scope and the user's consent both cover the resource, else grant_required (403);
+ *     treasury:write is never a consent scope.
+ * Callers then write their audit row (audited()) before any data leaves.
+ */
+export function createPartnerAccess(deps: PartnerAccessDeps) {
+  let checks = 0;
+
+  async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
+    const token = await deps.verifier.verify(req.token);
+    if (req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
+    seen.actor = `partner:${token.clientId}`;
+    const now = deps.clock();
+    const windowStart = new Date(Math.floor(now.getTime() / WINDOW_MS) * WINDOW_MS);
+    if (++checks % 1000 === 0) {
+      deps.resources.pruneRateWindows(new Date(windowStart.getTime() - 2 * WINDOW_MS)).catch((err: unknown) => deps.logger.warn({ err }, "rate window prune failed"));
+    }
+    const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
+    const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
+    const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);
+    let row;
+    try {
+      row = await deps.resources.readAccess({
+        clientId: token.clientId,
+        userId: req.userId ?? null,
+        rateKey: `partner-resource:${token.clientId}:${req.operation}`,
+        windowStart,
+        limit,
+        scope: req.scope,
+        tokenHasScope,
+        audit:
+          req.auditRead && !auditFault
+            ? { requestId: ctx.values.get(kRequestId), actor: seen.actor, action: `partner.${req.operation}`, subject: req.userId ?? "", at: now }
+            : undefined,
+        withKyc: req.withKyc,
+      });
+    } catch (err) {
+      // The statement carries the audit INSERT: if it fails, the read is withheld.
+      if (req.auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      throw err;
+    }
+    // A validly signed token for a partner that no longer exists verifies nothing.
+    if (!row) fail(Reason.INVALID_TOKEN, "the access token is invalid");
+    if (row.partnerStatus !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
+    if (row.rateCount > limit) fail(Reason.RATE_LIMITED, "too many requests for this operation", { retryAfterSeconds: 60 });
+    const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
+    if (req.userId === undefined) return principal;
+    // spec 7.3: ids that belong only to another partner look exactly like unknown ids.
+    if (!row.userExists || (!row.hasReceipt && row.consentScopes === null)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
+    if (row.userStatus !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
+    const scope = req.scope;
+    const isConsentScope = scope !== undefined && (CONSENT_SCOPES as readonly string[]).includes(scope);
+    if (!isConsentScope || !tokenHasScope || !(row.consentScopes ?? []).includes(scope)) {
+      fail(Reason.GRANT_REQUIRED, scope ? `this resource needs ${scope} in both the token and the user's consent` : "grant required");
+    }
+    if (req.auditRead) {
+      if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
+      // Every check above passed, so the statement's guarded INSERT must have run.
+      if (!row.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");
+    }
+    return { ...principal, kyc: row.kyc, userCreatedAt: row.userCreatedAt ?? undefined };
+  }
+
+  return {
+    /** Runs the checks; a refusal is audited (best effort) and rethrown. */
+    async authorize(ctx: HandlerContext, req: AccessRequest): Promise<PartnerPrincipal> {
+      const seen = { actor: "partner" };
+      try {
+        return await check(ctx, req, seen);
+      } catch (err) {
+        const detail = errorDetailOf(err);
+        if (detail && detail.reason !== Reason.INVALID_TOKEN && detail.reason !== Reason.AUTH_UNAVAILABLE) {
+          await deps.audit
+            .append(deps.db, {
+              requestId: ctx.values.get(kRequestId),
+              actor: seen.actor,
+              action: `partner.${req.operation}`,
+              outcome: "failure",
+              reason: (Reason[detail.reason] ?? "unspecified").toLowerCase(),
+              subject: req.userId ?? "",
+              at: deps.clock(),
+            })
+            .catch((auditErr: unknown) => deps.logger.error({ err: auditErr }, "refusal audit failed"));
+        }
+        throw err;
+      }
+    },
+
+    /**
+     * Writes the success audit row of a read before its data leaves; when it cannot be
+     * written the read is withheld (spec 7.3 audit_unavailable).
+     */
+    async audited(ctx: HandlerContext, principal: PartnerPrincipal, operation: string, subject: string): Promise<void> {
+      try {
+        await deps.audit.append(deps.db, {
+          requestId: ctx.values.get(kRequestId),
+          actor: principal.actor,
+          action: `partner.${operation}`,
+          outcome: "success",
+          subject,
+          at: deps.clock(),
+        });
+      } catch (err) {
+        fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      }
+    },
+  };
+}
+
+export type PartnerAccess = ReturnType<typeof createPartnerAccess>;

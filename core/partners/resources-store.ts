@@ -1,0 +1,265 @@
+import type { Knex } from "knex";
+import type { Db } from "../db/knex.js";
+
+type Conn = Knex | Knex.Transaction;
+
+/** What the access checks need, read fresh in one statement with the rate-limit count. */
+export interface AccessRow {
+  partnerId: string;
+  partnerStatus: string;
+  rateCount: number;
+  userExists: boolean;
+  userStatus: string | null;
+  hasReceipt: boolean;
+  /** null when no consent row exists; [] when revoked. */
+  consentScopes: string[] | null;
+  userCreatedAt: Date | null;
+  /** The success audit row was written by the same statement. */
+  audited: boolean;
+  /** With `withKyc`: the user's verification record, if any. */
+  kyc?: KycRecord;
+}
+
+/** Rows per rate-limit window and key: spreads one partner's concurrent updates. */
+const RATE_SHARDS = 32;
+
+export interface KycRecord {
+  userId: string;
+  status: "not_started" | "pending" | "approved" | "rejected";
+  provider: string | null;
+  updatedAt: Date;
+}
+
+export interface UsAccountRecord {
+  userId: string;
+  bankName: string;
+  routingNumber: string;
+  accountNumber: string;
+  accountType: string;
+  beneficiaryName: string;
+}
+
+export interface LedgerEntry {
+  seq: number;
+  id: string;
+  userId: string;
+  direction: "credit" | "debit";
+  amountCents: number;
+  currency: string;
+  status: "pending" | "settled" | "failed";
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/** SQL for the partner resources of DESIGN 4.3 (users, consents, KYC, wallets, US accounts, ledger). */
+export function createResourcesStore(db: Db) {
+  return {
+    /**
+     * One round trip for the access checks of a request: counts it in the partner's
+     * rate-limit window (one of RATE_SHARDS rows, so concurrent requests of one partner
+     * do not queue on a single row lock), reads partner, user, receipt and consent, and,
+     * when `audit` is given and every check passes, inserts the success audit row in the
+     * same statement: the row exists exactly when the caller may return the data.
+     * `withKyc` also reads the user's verification record (the hottest read).
+     */
+    async readAccess(input: {
+      clientId: string;
+      userId: string | null;
+      rateKey: string;
+      windowStart: Date;
+      limit: number;
+      scope?: string;
+      tokenHasScope?: boolean;
+      audit?: { requestId: string; actor: string; action: string; subject: string; at: Date };
+      withKyc?: boolean;
+    }): Promise<AccessRow | undefined> {
+      const shard = Math.floor(Math.random() * RATE_SHARDS);
+      const keys = Array.from({ length: RATE_SHARDS }, (_, i) => `${input.rateKey}#${i}`);
+      const own = keys[shard]!;
+      const others = `{${keys.filter((k) => k !== own).map((k) => `"${k.replace(/["\\]/g, "")}"`).join(",")}}`;
+      const audit = input.audit;
+      const { rows } = await db.raw(`SELECT * FROM partner_access(?, ?::uuid, ?, ?::text[], ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
+        input.clientId,
+        input.userId,
+        own,
+        others,
+        input.windowStart,
+        input.limit,
+        input.tokenHasScope === true,
+        input.scope ?? "",
+        Boolean(audit),
+        audit?.requestId ?? "",
+        audit?.actor ?? "",
+        audit?.action ?? "",
+        audit?.subject ?? "",
+        audit?.at ?? input.windowStart,
+        input.withKyc === true,
+      ]);
+      const r = (rows as Record<string, unknown>[])[0];
+      if (!r) return undefined;
+      return {
+        partnerId: String(r.partner_id),
+        partnerStatus: String(r.partner_status),
+        rateCount: Number(r.rate_count),
+        userExists: r.user_id != null,
+        userStatus: r.user_status == null ? null : String(r.user_status),
+        userCreatedAt: r.user_created_at == null ? null : toDate(r.user_created_at),
+        hasReceipt: r.has_receipt === true,
+        consentScopes: r.consent_scopes == null ? null : parseTextArray(r.consent_scopes),
+        audited: r.audit_seq != null,
+        kyc:
+          r.kyc_status != null && r.user_id != null
+            ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
+            : undefined,
+      };
+    },
+
+    /** Old windows are only history; drop them now and then. */
+    async pruneRateWindows(before: Date): Promise<void> {
+      await db.raw(`DELETE FROM rate_limit_windows WHERE window_start < ?`, [before]);
+    },
+
+    /** Records a partner's pre-creation receipt; inserted=false when it already existed. */
+    async addReceipt(trx: Knex.Transaction, partnerId: string, userId: string, at: Date): Promise<{ inserted: boolean }> {
+      const { rows } = await trx.raw(
+        `INSERT INTO partner_users (partner_id, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING user_id`,
+        [partnerId, userId, at],
+      );
+      return { inserted: (rows as unknown[]).length > 0 };
+    },
+
+    async lockUser(trx: Knex.Transaction, userId: string): Promise<{ id: string; status: string } | undefined> {
+      const { rows } = await trx.raw(`SELECT id, status FROM users WHERE id = ?::uuid FOR UPDATE`, [userId]);
+      return (rows as { id: string; status: string }[])[0];
+    },
+
+    async setUserStatus(trx: Knex.Transaction, userId: string, status: "active" | "inactive"): Promise<void> {
+      await trx.raw(`UPDATE users SET status = ? WHERE id = ?`, [status, userId]);
+    },
+
+    async getKyc(conn: Conn, userId: string): Promise<KycRecord | undefined> {
+      const { rows } = await conn.raw(`SELECT user_id, status, provider, updated_at FROM user_kyc WHERE user_id = ?`, [userId]);
+      const r = (rows as Record<string, unknown>[])[0];
+      return r ? toKyc(r) : undefined;
+    },
+
+    async upsertKyc(trx: Knex.Transaction, k: KycRecord): Promise<void> {
+      await trx.raw(
+        `INSERT INTO user_kyc (user_id, status, provider, updated_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (user_id) DO UPDATE SET status = excluded.status, provider = excluded.provider, updated_at = excluded.updated_at`,
+        [k.userId, k.status, k.provider, k.updatedAt],
+      );
+    },
+
+    async listWallets(conn: Conn, userId: string): Promise<{ chain: string; address: string }[]> {
+      const { rows } = await conn.raw(`SELECT chain, address FROM user_wallets WHERE user_id = ? ORDER BY created_at, chain, address`, [userId]);
+      return rows as { chain: string; address: string }[];
+    },
+
+    async addWallet(trx: Knex.Transaction, userId: string, chain: string, address: string, at: Date): Promise<void> {
+      await trx.raw(`INSERT INTO user_wallets (user_id, chain, address, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`, [userId, chain, address, at]);
+    },
+
+    async getUsAccount(conn: Conn, userId: string): Promise<UsAccountRecord | undefined> {
+      const { rows } = await conn.raw(`SELECT * FROM us_accounts WHERE user_id = ?`, [userId]);
+      const r = (rows as Record<string, unknown>[])[0];
+      return r
+        ? {
+            userId: String(r.user_id),
+            bankName: String(r.bank_name),
+            routingNumber: String(r.routing_number),
+            accountNumber: String(r.account_number),
+            accountType: String(r.account_type),
+            beneficiaryName: String(r.beneficiary_name),
+          }
+        : undefined;
+    },
+
+    async insertUsAccount(trx: Knex.Transaction, a: UsAccountRecord, at: Date): Promise<void> {
+      await trx.raw(
+        `INSERT INTO us_accounts (user_id, bank_name, routing_number, account_number, account_type, beneficiary_name, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (user_id) DO NOTHING`,
+        [a.userId, a.bankName, a.routingNumber, a.accountNumber, a.accountType, a.beneficiaryName, at],
+      );
+    },
+
+    async getConsent(trx: Knex.Transaction, partnerId: string, userId: string): Promise<string[] | undefined> {
+      const { rows } = await trx.raw(`SELECT scopes FROM consents WHERE partner_id = ? AND user_id = ? FOR UPDATE`, [partnerId, userId]);
+      const r = (rows as { scopes: unknown }[])[0];
+      return r ? parseTextArray(r.scopes) : undefined;
+    },
+
+    async putConsent(trx: Knex.Transaction, partnerId: string, userId: string, scopes: string[], at: Date): Promise<void> {
+      await trx.raw(
+        `INSERT INTO consents (partner_id, user_id, scopes, updated_at) VALUES (?, ?, ?::text[], ?)
+         ON CONFLICT (partner_id, user_id) DO UPDATE SET scopes = excluded.scopes, updated_at = excluded.updated_at`,
+        [partnerId, userId, toTextArray(scopes), at],
+      );
+    },
+
+    /** Partners whose current consent of this user includes the scope, in id order (lock order for events). */
+    async partnersConsenting(trx: Knex.Transaction, userId: string, scope: string): Promise<string[]> {
+      const { rows } = await trx.raw(`SELECT partner_id FROM consents WHERE user_id = ? AND ? = ANY(scopes) ORDER BY partner_id`, [userId, scope]);
+      return (rows as { partner_id: string }[]).map((r) => String(r.partner_id));
+    },
+
+    /**
+     * Appends a ledger entry. Writers of one user are serialised until commit, so seq
+     * order equals commit order per user and paging never skips a late-committing row.
+     */
+    async insertLedgerEntry(trx: Knex.Transaction, e: Omit<LedgerEntry, "seq">): Promise<LedgerEntry> {
+      await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, [`ledger:${e.userId}`]);
+      const { rows } = await trx.raw(
+        `INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
+        [e.id, e.userId, e.direction, e.amountCents, e.currency, e.status, e.createdAt, e.updatedAt],
+      );
+      return toLedger((rows as Record<string, unknown>[])[0]!);
+    },
+
+    async listLedger(conn: Conn, userId: string, afterSeq: number, limit: number): Promise<LedgerEntry[]> {
+      const { rows } = await conn.raw(`SELECT * FROM ledger_entries WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?`, [userId, afterSeq, limit]);
+      return (rows as Record<string, unknown>[]).map(toLedger);
+    },
+  };
+}
+
+export type ResourcesStore = ReturnType<typeof createResourcesStore>;
+
+function toKyc(r: Record<string, unknown>): KycRecord {
+  return {
+    userId: String(r.user_id),
+    status: r.status as KycRecord["status"],
+    provider: r.provider == null ? null : String(r.provider),
+    updatedAt: r.updated_at instanceof Date ? r.updated_at : new Date(String(r.updated_at)),
+  };
+}
+
+function toLedger(r: Record<string, unknown>): LedgerEntry {
+  return {
+    seq: Number(r.seq),
+    id: String(r.id),
+    userId: String(r.user_id),
+    direction: r.direction as LedgerEntry["direction"],
+    amountCents: Number(r.amount_cents),
+    currency: String(r.currency),
+    status: r.status as LedgerEntry["status"],
+    createdAt: r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at)),
+    updatedAt: r.updated_at instanceof Date ? r.updated_at : new Date(String(r.updated_at)),
+  };
+}
+
+function toDate(v: unknown): Date {
+  return v instanceof Date ? v : new Date(String(v));
+}
+
+function parseTextArray(value: unknown): string[] {
+  if (Array.isArray(value)) return value.map(String);
+  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  return [];
+}
+
+/** A Postgres text[] literal; scope names never contain quotes, commas or braces. */
+function toTextArray(values: string[]): string {
+  return `{${values.join(",")}}`;
+}

@@ -1,0 +1,52 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
+
+/** Marker body for a request whose content type is not JSON. */
+const NOT_JSON = Symbol("not-json");
+
+/**
+ * Makes an encapsulated fastify context speak the resource envelope (spec 7.3): its own
+ * JSON parser (invalid_json, body_too_large), error handler (Reason table; unknown
+ * errors become a fixed 500) and not-found handler. Issue 4's treasury routes register
+ * inside a context prepared by this, so both share one envelope.
+ */
+export function installResourceContext(app: FastifyInstance) {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
+    const text = String(body);
+    if (text.trim() === "") return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch {
+      done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
+    }
+  });
+  app.addContentTypeParser("*", { parseAs: "string" }, (_req, _body, done) => done(null, NOT_JSON));
+
+  app.setErrorHandler((err: unknown, request, reply) => {
+    const e = resourceErrorFrom(err);
+    if (e.status >= 500) request.log.error({ err }, "partner resource failure");
+    return sendResourceError(request, reply, e);
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" }),
+  );
+}
+
+/** The JSON body as an object, refusing non-JSON content types and non-object bodies. */
+export function jsonObjectBody(request: FastifyRequest, optional = false): Record<string, unknown> {
+  const body = request.body as unknown;
+  if (body === undefined || body === null) {
+    if (optional) return {};
+    throw new ResourceError(400, "invalid_request", "a JSON body is required");
+  }
+  if (body === NOT_JSON) throw new ResourceError(400, "invalid_request", "content type must be application/json");
+  if (typeof body !== "object" || Array.isArray(body)) throw new ResourceError(400, "invalid_request", "the body must be a JSON object");
+  return body as Record<string, unknown>;
+}
+
+/** Refuses any field outside `allowed` (strict validation). */
+export function onlyFields(body: Record<string, unknown>, allowed: string[]) {
+  const unknown = Object.keys(body).filter((k) => !allowed.includes(k));
+  if (unknown.length > 0) throw new ResourceError(400, "invalid_request", `unknown field: ${unknown[0]}`);
+}

@@ -1,0 +1,166 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { Client } from "@connectrpc/connect";
+import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { withRequestId } from "../core-clients.js";
+import { bearerToken } from "./bearer.js";
+import { installResourceContext, jsonObjectBody, onlyFields } from "./resource-context.js";
+import { invalidRequest } from "./resource-envelope.js";
+
+export interface ResourceRoutesOptions {
+  resources: Client<typeof PartnerResourcesService>;
+}
+
+/** spec 4.9 / 8: pre-create body limit. */
+export const PRE_CREATE_BODY_LIMIT = 4096;
+/** A link request is as small as a pre-create. */
+const LINK_BODY_LIMIT = 4096;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+type Params = { id: string };
+
+/**
+ * The consent-gated partner resources of DESIGN 4.3 (all but the token endpoint and
+ * treasury). Checks run in this order, documented in docs/partner-api.md: body size and
+ * JSON (413, invalid_json), bearer present (401), request shape (400), then core's
+ * access checks and audit.
+ */
+export async function resourceRoutes(app: FastifyInstance, options: ResourceRoutesOptions) {
+  const rpc = options.resources;
+  installResourceContext(app);
+  app.addHook("onSend", async (_request, reply) => {
+    reply.header("cache-control", "no-store");
+  });
+
+  app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT }, async (request, reply) => {
+    const accessToken = bearerToken(request);
+    noQuery(request);
+    const body = jsonObjectBody(request);
+    onlyFields(body, ["email"]);
+    const email = stringField(body, "email", 3, 254, true)!;
+    const res = await rpc.preCreateUser({ accessToken, email }, withRequestId(request.id));
+    return reply.code(res.created ? 201 : 200).send({ user_id: res.userId, created: res.created });
+  });
+
+  app.get<{ Params: Params }>("/users/:id/kyc", async (request) => {
+    const accessToken = bearerToken(request);
+    const userId = userIdParam(request);
+    noQuery(request);
+    const res = await rpc.getKycStatus({ accessToken, userId }, withRequestId(request.id));
+    return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
+  });
+
+  app.post<{ Params: Params }>("/users/:id/kyc/link", { bodyLimit: LINK_BODY_LIMIT }, async (request, reply) => {
+    const accessToken = bearerToken(request);
+    const userId = userIdParam(request);
+    noQuery(request);
+    const body = jsonObjectBody(request, true);
+    onlyFields(body, ["provider", "redirect_uri"]);
+    const provider = stringField(body, "provider", 1, 64, false) ?? "";
+    const redirectUri = stringField(body, "redirect_uri", 1, 2048, false) ?? "";
+    const res = await rpc.createKycLink({ accessToken, userId, provider, redirectUri }, withRequestId(request.id));
+    return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
+  });
+
+  app.get<{ Params: Params }>("/users/:id/wallets", async (request) => {
+    const accessToken = bearerToken(request);
+    const userId = userIdParam(request);
+    noQuery(request);
+    const res = await rpc.listWallets({ accessToken, userId }, withRequestId(request.id));
+    return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
+  });
+
+  app.get<{ Params: Params }>("/users/:id/us-account", async (request) => {
+    const accessToken = bearerToken(request);
+    const userId = userIdParam(request);
+    noQuery(request);
+    const r = await rpc.getUsAccount({ accessToken, userId }, withRequestId(request.id));
+    const v = (s: string) => s || null;
+    return {
+      user_id: r.userId,
+      status: r.status,
+      bank_name: v(r.bankName),
+      routing_number: v(r.routingNumber),
+      account_number: v(r.accountNumber),
+      account_type: v(r.accountType),
+      beneficiary_name: v(r.beneficiaryName),
+    };
+  });
+
+  app.get<{ Params: Params }>("/users/:id/transfers", async (request) => {
+    const accessToken = bearerToken(request);
+    const userId = userIdParam(request);
+    const page = pageQuery(request);
+    const res = await rpc.listTransfers({ accessToken, userId, page }, withRequestId(request.id));
+    return {
+      data: res.data.map((t) => ({
+        transfer_id: t.transferId,
+        direction: t.direction,
+        amount_cents: Number(t.amountCents),
+        currency: t.currency,
+        status: t.status,
+        created_at: t.createdAt,
+        updated_at: t.updatedAt,
+      })),
+      next_cursor: res.nextCursor || null,
+      watermark: res.watermark,
+    };
+  });
+
+  app.get("/events", async (request) => {
+    const accessToken = bearerToken(request);
+    const page = pageQuery(request);
+    const res = await rpc.listEvents({ accessToken, page }, withRequestId(request.id));
+    return {
+      data: res.data.map((e) => ({ event_id: e.eventId, type: e.type, created_at: e.createdAt, data: JSON.parse(e.dataJson) as unknown })),
+      next_cursor: res.nextCursor || null,
+      watermark: res.watermark,
+    };
+  });
+}
+
+/** Re-exported for routes registered in the same authenticated context later (issue 4). */
+export { bearerToken };
+
+function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
+  const id = request.params.id;
+  if (!UUID.test(id)) throw invalidRequest("user id must be a UUID");
+  return id.toLowerCase();
+}
+
+function queryOf(request: FastifyRequest): Record<string, unknown> {
+  return (request.query ?? {}) as Record<string, unknown>;
+}
+
+function noQuery(request: FastifyRequest) {
+  const keys = Object.keys(queryOf(request));
+  if (keys.length > 0) throw invalidRequest(`unknown query parameter: ${keys[0]}`);
+}
+
+/** limit (1-100), cursor, since: each at most once; nothing else. */
+function pageQuery(request: FastifyRequest) {
+  const q = queryOf(request);
+  for (const [k, v] of Object.entries(q)) {
+    if (!["limit", "cursor", "since"].includes(k)) throw invalidRequest(`unknown query parameter: ${k}`);
+    if (typeof v !== "string") throw invalidRequest(`repeated query parameter: ${k}`);
+  }
+  const limitText = q.limit as string | undefined;
+  let limit = 0;
+  if (limitText !== undefined) {
+    if (!/^\d{1,3}$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > 100) throw invalidRequest("limit must be an integer from 1 to 100");
+    limit = Number(limitText);
+  }
+  const cursor = (q.cursor as string | undefined) ?? "";
+  const since = (q.since as string | undefined) ?? "";
+  if (cursor.length > 1024 || since.length > 1024) throw invalidRequest("cursor and since are at most 1024 characters");
+  return { limit, cursor, since };
+}
+
+function stringField(body: Record<string, unknown>, name: string, min: number, max: number, required: boolean): string | undefined {
+  const v = body[name];
+  if (v === undefined) {
+    if (required) throw invalidRequest(`${name} is required`);
+    return undefined;
+  }
+  if (typeof v !== "string" || v.length < min || v.length > max) throw invalidRequest(`${name} must be a string of ${min} to ${max} characters`);
+  return v;
+}

@@ -1,0 +1,42 @@
+import { ConnectError } from "@connectrpc/connect";
+import { expect } from "chai";
+import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner } from "../../support/partners.js";
+import { createUserFor } from "../../support/resources.js";
+
+async function reasonOf(p: Promise<unknown>): Promise<Reason | undefined> {
+  try {
+    await p;
+    return undefined;
+  } catch (err) {
+    return ConnectError.from(err).findDetails(ErrorDetailSchema)[0]?.reason;
+  }
+}
+
+describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack({ webhookPollMs: 0 });
+  });
+  after(() => stack.close());
+
+  it("answers the principal, and refuses in the documented order", async () => {
+    const partner = await createPartner(stack, { entitlements: ["payouts:receive", "treasury:write"] });
+    const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
+    const { accessToken: token } = await stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
+    const rpc = stack.clients.partnerResources;
+
+    const ok = await rpc.authorizePartner({ accessToken: token });
+    expect(ok).to.include({ partnerId: partner.partnerId, clientId: partner.clientId });
+    expect(ok.tokenScopes).to.deep.equal(["payouts:receive", "treasury:write"]);
+    expect((await rpc.authorizePartner({ accessToken: token, userId, scope: "payouts:receive" })).clientId).to.equal(partner.clientId);
+    // treasury:write is in the token but is never consent.
+    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId, scope: "treasury:write" }))).to.equal(Reason.GRANT_REQUIRED);
+    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }))).to.equal(Reason.USER_NOT_FOUND);
+    expect(await reasonOf(rpc.authorizePartner({ accessToken: "x" }))).to.equal(Reason.INVALID_TOKEN);
+    await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
+    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }))).to.equal(Reason.PARTNER_INACTIVE);
+  });
+});

@@ -1,0 +1,114 @@
+import { expect } from "chai";
+import { Webhook } from "standardwebhooks";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner } from "../../support/partners.js";
+import { createUserFor } from "../../support/resources.js";
+import { startWebhookReceiver } from "../../support/webhook-receiver.js";
+import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
+
+describe("partner webhooks", () => {
+  const stacks: TestStack[] = [];
+  const receivers: Awaited<ReturnType<typeof startWebhookReceiver>>[] = [];
+  afterEach(async () => {
+    for (const s of stacks.splice(0)) await s.close();
+    for (const r of receivers.splice(0)) await r.close();
+  });
+
+  async function setup(status: () => number = () => 204, pollMs = 0) {
+    const stack = await startStack({ webhookPollMs: pollMs });
+    stacks.push(stack);
+    const receiver = await startWebhookReceiver(status);
+    receivers.push(receiver);
+    const partner = await createPartner(stack, { webhookUrl: receiver.url });
+    const { secret } = await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
+    const { userId } = await createUserFor(stack, partner);
+    return { stack, receiver, partner, secret, userId };
+  }
+
+  const mine = <T extends { body: string }>(received: T[], userId: string): T[] => received.filter((r) => r.body.includes(userId));
+
+  it("delivers outbox events with Standard Webhooks signatures (verified by the standardwebhooks package)", async () => {
+    const { stack, receiver, secret, userId } = await setup();
+    expect(secret).to.match(/^whsec_/);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "sandbox" });
+    await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 1234n });
+    await stack.core.webhooks.runOnce();
+    await receiver.waitFor(2);
+    const wh = new Webhook(secret);
+    const payloads = mine(receiver.received, userId).map((r) => wh.verify(r.body, r.headers as Record<string, string>) as { type: string; data: Record<string, unknown> });
+    expect(payloads.map((p) => p.type)).to.deep.equal(["kyc.status_changed", "transfer.settled"]);
+    expect(payloads[1]!.data).to.include({ user_id: userId, amount_cents: 1234, currency: "USD", status: "settled" });
+    // A wrong secret does not verify.
+    const other = new Webhook("whsec_" + Buffer.alloc(32, 7).toString("base64"));
+    expect(() => other.verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>)).to.throw();
+    // Delivered once: another pass sends nothing more.
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(2);
+  });
+
+  it("retries with exponential backoff on the injected clock", async () => {
+    let answer = 500;
+    const { stack, receiver, userId } = await setup(() => answer);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(1);
+    await stack.core.webhooks.runOnce(); // not due yet
+    expect(mine(receiver.received, userId)).to.have.length(1);
+    stack.clock.advance(30_000); // first retry after 30 s
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(2);
+    stack.clock.advance(30_000); // second retry waits 60 s
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(2);
+    answer = 200;
+    stack.clock.advance(30_000);
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(3);
+    stack.clock.advance(3600_000);
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(3);
+    const ids = new Set(mine(receiver.received, userId).map((r) => r.headers["webhook-id"]));
+    expect(ids.size).to.equal(1); // the same event id on every attempt
+  });
+
+  it("delivers nothing while the partner is suspended and resumes on reactivation", async () => {
+    const { stack, receiver, partner, userId } = await setup();
+    await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "rejected" });
+    await stack.core.webhooks.runOnce();
+    stack.clock.advance(3600_000);
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(0);
+    await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.ACTIVE });
+    await stack.core.webhooks.runOnce();
+    expect(mine(receiver.received, userId)).to.have.length(1);
+  });
+
+  it("survives a restart: an event written before the process stopped is delivered by the next one", async () => {
+    const { stack, receiver, userId, secret } = await setup();
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "approved" });
+    await stack.close();
+    stacks.splice(stacks.indexOf(stack), 1);
+    const next = await startStack({ webhookPollMs: 0 });
+    stacks.push(next);
+    await next.core.webhooks.runOnce();
+    const got = mine(receiver.received, userId);
+    expect(got).to.have.length(1);
+    expect(() => new Webhook(secret).verify(got[0]!.body, got[0]!.headers as Record<string, string>)).to.not.throw();
+  });
+
+  it("the background worker started by core delivers on its own", async () => {
+    const { stack, receiver, userId } = await setup(() => 204, 10);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+    while (mine(receiver.received, userId).length === 0) await receiver.waitFor(receiver.received.length + 1);
+    expect(mine(receiver.received, userId)).to.have.length(1);
+  });
+
+  it("the secret is stored encrypted, never in plain text", async () => {
+    const { stack, partner, secret } = await setup();
+    const { rows } = await stack.core.db.raw(`SELECT webhook_secret_enc FROM partners WHERE client_id = ?`, [partner.clientId]);
+    const stored = String((rows as { webhook_secret_enc: string }[])[0]!.webhook_secret_enc);
+    expect(stored).to.not.include(secret.slice(6, 20));
+    expect(stack.logs.text()).to.not.include(secret.slice(6));
+  });
+});
