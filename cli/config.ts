@@ -29,6 +29,8 @@ export interface Config {
   kycSandboxUrl: string | undefined;
   /** Webhook delivery loop period (ms). */
   webhookPollMs: number;
+  /** DESIGN 3: refresh-token reuse grace window, seconds. */
+  refreshGraceSeconds: number;
 }
 
 export class ConfigError extends Error {
@@ -71,6 +73,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
+    refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
   };
 }
 

@@ -12,6 +12,7 @@ import { userCommand } from "./commands/user.js";
 import { vaultCommand } from "./commands/vault.js";
 import { consentCommand } from "./commands/consent.js";
 import { ledgerCommand } from "./commands/ledger.js";
+import { devCommand, grantCommand } from "./commands/grant.js";
 import { UsageError, type Command, type CommandContext } from "./commands/types.js";
 
 const USAGE = `usage: vaultgate <command>
@@ -30,6 +31,8 @@ const USAGE = `usage: vaultgate <command>
   ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
   partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
+  grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
+  dev outbox [--email E]
   vault fund VAULT_ID --amount-cents N
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
@@ -43,6 +46,8 @@ const commands: Record<string, Command> = {
   vault: vaultCommand,
   consent: consentCommand,
   ledger: ledgerCommand,
+  grant: grantCommand,
+  dev: devCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

@@ -45,6 +45,9 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         resourceRateLimits: { default: config.partnerResourceLimitPerMinute },
         kycSandboxUrl: config.kycSandboxUrl,
         webhookPollMs: config.webhookPollMs,
+        mcpUrl: config.mcpUrl,
+        urnNamespace: config.urnNamespace,
+        refreshGraceSeconds: config.refreshGraceSeconds,
       });
       coreServer = await startCoreServer(core, config.corePort, config.host);
       logger.info({ url: coreServer.url }, "core listening (gRPC, gRPC-Web, Connect over h2c)");
@@ -54,7 +57,11 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       const transport = core
         ? createInProcessTransport(core.routes, core.interceptors)
         : createGrpcTransport({ baseUrl: config.coreUrl! });
-      gateway = await buildGateway({ clients: createCoreClients(transport), logger, mcpUrl: config.mcpUrl });
+      gateway = await buildGateway({
+        clients: createCoreClients(transport),
+        logger,
+        urls: { issuer: config.issuer, baseUrl: config.baseUrl, authUrl: config.authUrl, appUrl: config.appUrl, mcpUrl: config.mcpUrl },
+      });
       await gateway.listen({ port: config.port, host: config.host });
     }
   } catch (err) {

@@ -25,6 +25,7 @@ import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-provi
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "./partners/webhooks/signing.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
+import { createGrantsStore } from "./grants/store.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -62,6 +63,12 @@ export interface CoreOptions {
   webhookPollMs?: number;
   /** Backoff and lease tuning of webhook delivery. */
   webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
+  /** MCP_URL: first `aud` of agent tokens (DESIGN 3); default the issuer. */
+  mcpUrl?: string;
+  /** URN_NAMESPACE of vault URNs; default "vaultgate". */
+  urnNamespace?: string;
+  /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
+  refreshGraceSeconds?: number;
 }
 
 export interface Core {
@@ -116,7 +123,21 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
       audit: createAuditService({ store: audit, cursors }),
-      grants: createGrantsService({ db, keyring, audit, clock }),
+      grants: createGrantsService({
+        db,
+        keyring,
+        audit,
+        clock,
+        store: createGrantsStore(db),
+        secrets,
+        rateLimits: createRateLimitStore(db),
+        logger,
+        issuer: options.issuer,
+        mcpUrl: options.mcpUrl ?? options.issuer,
+        urnNamespace: options.urnNamespace ?? "vaultgate",
+        refreshSecret: await loadInstanceSecret(db, "refresh-token"),
+        refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
+      }),
       partners: createPartnersService({
         db,
         store: createPartnersStore(db),

@@ -5,14 +5,19 @@ import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
+import { oauthGateway } from "./oauth/plugin.js";
+import { webGateway } from "./web/plugin.js";
+import type { PublicUrls } from "./shared/public-urls.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
   logger: Logger;
   /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
   partnerRealm?: string;
-  /** `{mcp_url}` of the agent tool endpoints (defaults to the gateway's own origin in tests). */
+  /** `{mcp_url}` of the agent tool endpoints, when `urls` is not given (tests). */
   mcpUrl?: string;
+  /** Issuer and the spec's four addresses; enables the agent OAuth and web surfaces. */
+  urls?: PublicUrls;
 }
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
@@ -37,6 +42,10 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     clients: options.clients,
     realm: options.partnerRealm ?? "vaultgate-partner",
   });
-  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? "http://127.0.0.1" });
+  if (options.urls) {
+    await app.register(oauthGateway, { grants: options.clients.grants, urls: options.urls, realm: "vaultgate-oauth" });
+    await app.register(webGateway, { grants: options.clients.grants, urls: options.urls });
+  }
+  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });
   return app;
 }

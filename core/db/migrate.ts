@@ -3,6 +3,7 @@ import { isEmbedded, type Db } from "./knex.js";
 import * as m0001 from "./migrations/0001-platform.js";
 import * as m0002 from "./migrations/0002-identity.js";
 import * as m0003 from "./migrations/0003-partner-resources.js";
+import * as m0005 from "./migrations/0005-grants.js";
 import * as m0006 from "./migrations/0006-budgets.js";
 
 interface Migration {
@@ -16,6 +17,7 @@ const migrations: Migration[] = [
   { name: "0001-platform", ...m0001 },
   { name: "0002-identity", ...m0002 },
   { name: "0003-partner-resources", ...m0003 },
+  { name: "0005-grants", ...m0005 },
   { name: "0006-budgets", ...m0006 },
 ];
 

@@ -1,20 +1,242 @@
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { createHash, createHmac, randomBytes, randomInt, randomUUID } from "node:crypto";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import { GrantsService, type CheckAuthorizationRequest, type TokenResponseSchema, type OAuthClientSchema } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { kRequestId } from "../context.js";
+import { constantTimeEqual, sha256Hex, type SecretHasher } from "../partners/credentials.js";
+import { normaliseEmail } from "../partners/users-store.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./store.js";
+import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
+import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
+import { checkClientMetadata } from "./client-metadata.js";
 
 export interface GrantsServiceDeps {
   db: Db;
   keyring: Keyring;
   audit: AuditStore;
   clock: () => Date;
+  store: GrantsStore;
+  secrets: SecretHasher;
+  rateLimits: RateLimitStore;
+  logger: Logger;
+  /** `iss` of every token (DESIGN 3). */
+  issuer: string;
+  /** First `aud` of agent tokens and the protected resource (DESIGN 3, 4.2). */
+  mcpUrl: string;
+  /** Vault URN namespace: `urn:<ns>:vault:<uuid>`. */
+  urnNamespace: string;
+  /** HMAC key for refresh tokens, so a grace-window retry can return the same token (DESIGN 3). */
+  refreshSecret: Buffer;
+  /** DESIGN 3: "about 30 s, configurable". */
+  refreshGraceSeconds: number;
 }
 
+type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** DESIGN 4.2: codes live 60 s. */
+const CODE_TTL_MS = 60_000;
+/** Refresh tokens end 30 days after their grant was issued (a decision; docs/agent-oauth.md). */
+const REFRESH_TTL_MS = 30 * 24 * 3600_000;
+const SESSION_TTL_MS = 12 * 3600_000;
+/** DESIGN 4.1: a step-up counts for 10 minutes. */
+const STEP_UP_FRESH_MS = 10 * 60_000;
+const OTP_TTL_MS = 10 * 60_000;
+const OTP_MAX_ATTEMPTS = 5;
+const OTP_SENDS_PER_10_MIN = 5;
+/** MCP endpoints (DESIGN 4.1) that may be named as `resource`. */
+export const MCP_RESOURCE_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
+const OPERATOR_CLIENT = "operator";
+
 export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof GrantsService> {
+  const { db, store } = deps;
+  const verifier = createAccessTokenVerifier({ keyring: deps.keyring, issuer: deps.issuer, mcpUrl: deps.mcpUrl, clock: deps.clock });
+  const vaultUrnPrefix = `urn:${deps.urnNamespace}:vault:`;
+  const mcpResources = new Set([deps.mcpUrl, ...MCP_RESOURCE_PATHS.map((p) => deps.mcpUrl + p)]);
+  // Successful scrypt checks, keyed by client, secret digest and the stored hash: a
+  // rotated hash misses, and only a secret that already verified is ever cached.
+  const verifiedSecrets = new Set<string>();
+  // OAuth clients are immutable once registered (no update or rotation RPC), so a short
+  // per-process cache of their rows is safe across replicas and saves a round trip.
+  const clientCache = new Map<string, { client: ClientRecord; until: number }>();
+  async function findClient(clientId: string): Promise<ClientRecord | undefined> {
+    const now = Date.now();
+    const hit = clientCache.get(clientId);
+    if (hit && hit.until > now) return hit.client;
+    const client = await store.findClient(db, clientId);
+    if (client) {
+      if (clientCache.size > 10_000) clientCache.clear();
+      clientCache.set(clientId, { client, until: now + 60_000 });
+    }
+    return client;
+  }
+
+  const refreshTokenFor = (grantId: string) => `vgr_${createHmac("sha256", deps.refreshSecret).update(grantId).digest("base64url")}`;
+  const requestId = (ctx: HandlerContext) => ctx.values.get(kRequestId);
+  const audit = (conn: Knex | Knex.Transaction, ctx: HandlerContext, e: { actor: string; action: string; subject?: string; outcome?: "success" | "failure"; reason?: string }) =>
+    deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, at: deps.clock() });
+
+  async function authenticateClient(clientId: string, secret: string): Promise<ClientRecord> {
+    if (clientId.length === 0 || clientId.length > 128 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    const client = await findClient(clientId);
+    const key = client ? `${clientId}\0${sha256Hex(secret)}\0${client.secretHash}` : "";
+    if (client && verifiedSecrets.has(key)) return client;
+    // spec 5.2 habit: unknown clients cost the same derivation as a wrong secret.
+    const ok = await deps.secrets.verify(secret, client?.secretHash ?? deps.secrets.dummyHash);
+    if (!client || !ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    if (verifiedSecrets.size > 10_000) verifiedSecrets.clear();
+    verifiedSecrets.add(key);
+    return client;
+  }
+
+  function signToken(g: GrantRecord): TokenInit {
+    if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
+    const claims = agentTokenClaims({
+      issuer: deps.issuer,
+      mcpUrl: deps.mcpUrl,
+      vaultUrn: vaultUrnPrefix + g.vaultId,
+      userId: g.userId,
+      clientId: g.clientId ?? OPERATOR_CLIENT,
+      agentId: g.agentPrincipalId,
+      vaultId: g.vaultId,
+      scopes: g.scopes,
+      grantId: g.id,
+      issuedAt: g.issuedAt,
+      authTime: g.stepUp ? g.authTime : null,
+    });
+    let accessToken: string;
+    try {
+      accessToken = deps.keyring.signJwt(AGENT_TOKEN_HEADER, claims as unknown as Record<string, unknown>);
+    } catch (err) {
+      if (err instanceof KeyringError) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, err);
+      throw err;
+    }
+    return {
+      accessToken,
+      tokenType: "Bearer",
+      expiresIn: BigInt(ACCESS_TOKEN_TTL_SECONDS),
+      refreshToken: refreshTokenFor(g.id),
+      scope: claims.scope,
+      jti: g.id,
+    };
+  }
+
+  async function insertGrant(
+    trx: Knex.Transaction,
+    g: Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & { lineageId?: string; parentGrantId?: string },
+  ): Promise<GrantRecord> {
+    const id = randomUUID();
+    const now = deps.clock();
+    const record: GrantRecord = {
+      id,
+      lineageId: g.lineageId ?? id,
+      parentGrantId: g.parentGrantId ?? null,
+      userId: g.userId,
+      clientId: g.clientId,
+      agentPrincipalId: g.agentPrincipalId,
+      vaultId: g.vaultId,
+      scopes: g.scopes,
+      state: "active",
+      stepUp: g.stepUp,
+      authTime: g.authTime,
+      issuedAt: now,
+      expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+      refreshHash: sha256Hex(refreshTokenFor(id)),
+      refreshUsedAt: null,
+      successorId: null,
+    };
+    await store.insertGrant(trx, record);
+    return record;
+  }
+
+  /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
+  async function activeGrant(accessToken: string): Promise<GrantRecord> {
+    const claims = accessToken ? await verifier.verify(accessToken) : undefined;
+    if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
+    const grant = await store.findGrant(db, claims.jti);
+    if (!grant) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
+    if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
+    if (grant.expiresAt.getTime() + 30_000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
+    return grant;
+  }
+
+  async function session(token: string): Promise<SessionRecord & { stepUpFresh: boolean }> {
+    const s = token ? await store.findSession(db, sha256Hex(token)) : undefined;
+    const now = deps.clock().getTime();
+    if (!s || s.endedAt || s.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
+    return { ...s, stepUpFresh: s.stepUpAt !== null && now - s.stepUpAt.getTime() <= STEP_UP_FRESH_MS };
+  }
+
+  function vaultLabel(v: { id: string; parentVaultId: string | null }) {
+    return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
+  }
+
+  /** spec 4.3 / DESIGN 4.2, in order; no side effects. */
+  async function checkAuthorization(req: CheckAuthorizationRequest) {
+    const client = req.clientId ? await findClient(req.clientId) : undefined;
+    if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
+    // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
+    if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
+    if (req.codeChallengeMethod !== "S256") fail(Reason.INVALID_REQUEST, "PKCE with code_challenge_method S256 is required");
+    if (!/^[A-Za-z0-9_-]{43}$/.test(req.codeChallenge)) fail(Reason.INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier");
+    const scopes = parseScope(req.scope);
+    if (!scopes || scopes.length === 0) fail(Reason.INVALID_SCOPE, "scope is required");
+    if (!isSubset(scopes, client.scopes)) fail(Reason.INVALID_SCOPE, "scope exceeds the client's registration");
+    let vaultId = "";
+    for (const resource of req.resources) {
+      if (mcpResources.has(resource)) continue;
+      const id = resource.startsWith(vaultUrnPrefix) ? resource.slice(vaultUrnPrefix.length) : "";
+      if (!UUID.test(id)) fail(Reason.INVALID_TARGET, "resource must be a vault URN or the MCP server URL");
+      if (vaultId && vaultId !== id.toLowerCase()) fail(Reason.INVALID_TARGET, "a grant binds one vault");
+      vaultId = id.toLowerCase();
+    }
+    let vaults: { vaultId: string; urn: string; label: string }[] = [];
+    let stepUpFresh = false;
+    let s: (SessionRecord & { stepUpFresh: boolean }) | undefined;
+    if (req.sessionToken) {
+      s = await session(req.sessionToken);
+      stepUpFresh = s.stepUpFresh;
+      const owned = await store.vaultsOfUser(db, s.userId);
+      if (vaultId && !owned.some((v) => v.id === vaultId)) fail(Reason.INVALID_TARGET, "the vault is not one of the signed-in user's vaults");
+      vaults = owned.filter((v) => !vaultId || v.id === vaultId).map((v) => ({ vaultId: v.id, urn: vaultUrnPrefix + v.id, label: vaultLabel(v) }));
+    }
+    return { client, scopes, vaultId, vaults, stepUpRequired: needsStepUp(scopes), stepUpFresh, session: s };
+  }
+
+  function clientInit(c: ClientRecord): MessageInitShape<typeof OAuthClientSchema> {
+    return {
+      clientId: c.clientId,
+      clientName: c.clientName,
+      redirectUris: c.redirectUris,
+      grantTypes: c.grantTypes,
+      responseTypes: c.responseTypes,
+      tokenEndpointAuthMethod: c.tokenEndpointAuthMethod,
+      scopes: c.scopes,
+      clientIdIssuedAt: BigInt(Math.floor(c.createdAt.getTime() / 1000)),
+    };
+  }
+
+  function grantSummary(g: GrantRecord) {
+    return {
+      grantId: g.id,
+      state: g.state,
+      scopes: g.scopes,
+      vaultId: g.vaultId,
+      clientId: g.clientId ?? "",
+      createdAt: BigInt(Math.floor(g.issuedAt.getTime() / 1000)),
+      expiresAt: BigInt(Math.floor(g.expiresAt.getTime() / 1000)),
+      stepUp: g.stepUp,
+    };
+  }
+
   return {
     async getJwks() {
       return { jwksJson: JSON.stringify(await deps.keyring.jwks()) };
@@ -23,14 +245,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async rotateSigningKey(_req, ctx) {
       try {
         const rotated = await deps.keyring.rotate();
-        await deps.audit.append(deps.db, {
-          requestId: ctx.values.get(kRequestId),
-          actor: "admin",
-          action: "keys.rotate",
-          outcome: "success",
-          subject: rotated.kid,
-          at: deps.clock(),
-        });
+        await audit(db, ctx, { actor: "admin", action: "keys.rotate", subject: rotated.kid });
         return { kid: rotated.kid, publishedKids: rotated.publishedKids };
       } catch (err) {
         if (err instanceof KeyringError) fail(Reason.INVALID_REQUEST, err.message);
@@ -38,15 +253,416 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       }
     },
 
-    // TODO(issue 5): agent grants arrive with the authorization server.
-    verifyAgentToken: notYet,
-    supersedeGrant: notYet,
-    revokeAllGrants: notYet,
-    refreshGrant: notYet,
-    issueGrant: notYet,
-  };
-}
+    async verifyAgentToken(req) {
+      const g = await activeGrant(req.accessToken);
+      return {
+        grant: {
+          grantId: g.id,
+          userId: g.userId,
+          clientId: g.clientId ?? "",
+          agentPrincipalId: g.agentPrincipalId,
+          vaultId: g.vaultId,
+          scopes: g.scopes,
+          stepUp: g.stepUp,
+          authTime: g.stepUp && g.authTime ? BigInt(Math.floor(g.authTime.getTime() / 1000)) : 0n,
+        },
+      };
+    },
 
-function notYet(): never {
-  throw new ConnectError("agent grants are not implemented yet", Code.Unimplemented);
+    async supersedeGrant(req, ctx) {
+      const current = await activeGrant(req.accessToken);
+      const wanted = parseScope(req.scope);
+      if (!wanted) fail(Reason.INVALID_SCOPE, "scope is malformed");
+      const scopes = wanted.length === 0 ? current.scopes : wanted;
+      // DESIGN 4.4: agent.grant.issue never widens scope.
+      if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
+      const next = await db.transaction(async (trx) => {
+        const locked = await store.lockGrant(trx, current.id);
+        if (!locked || locked.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
+        const g = await insertGrant(trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id });
+        await store.supersede(trx, locked.id, g.id, deps.clock(), false);
+        await audit(trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
+        return g;
+      });
+      return { token: signToken(next) };
+    },
+
+    async revokeAllGrants(req, ctx) {
+      const g = await activeGrant(req.accessToken);
+      const revoked = await db.transaction(async (trx) => {
+        const n = await store.revokeAllOfUser(trx, g.userId, deps.clock(), "kill_switch");
+        await audit(trx, ctx, { actor: `agent:${g.agentPrincipalId}`, action: "killSwitch.all", subject: g.userId, reason: req.reason.slice(0, 200) });
+        return n;
+      });
+      return { revoked };
+    },
+
+    async refreshGrant(req, ctx) {
+      let clientId = "";
+      if (req.clientId || req.clientSecret) clientId = (await authenticateClient(req.clientId, req.clientSecret)).clientId;
+      const hash = sha256Hex(req.refreshToken);
+      const now = deps.clock();
+      if (req.refreshToken) {
+        const id = randomUUID();
+        const rotated = await db.transaction(async (trx) => {
+          const g = await store.rotateRefreshFast(trx, {
+            refreshHash: hash,
+            clientId,
+            issuedAfter: new Date(now.getTime() - REFRESH_TTL_MS),
+            grantId: id,
+            newRefreshHash: sha256Hex(refreshTokenFor(id)),
+            now,
+            expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+          });
+          if (g) await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: g.id });
+          return g;
+        });
+        if (rotated) return { token: signToken(rotated) };
+      }
+      const outcome = await db.transaction(async (trx) => {
+        // The row lock orders concurrent refreshes of one token: the second sees the
+        // first's successor and gets the same pair (no second lineage).
+        const g = req.refreshToken ? await store.lockGrantByRefresh(trx, hash) : undefined;
+        if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const };
+        if (g.state === "active" && !g.refreshUsedAt) {
+          if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const };
+          const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id });
+          await store.supersede(trx, g.id, next.id, now, true);
+          await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: next.id });
+          return { kind: "issued" as const, grant: next };
+        }
+        if (g.refreshUsedAt && g.successorId && now.getTime() - g.refreshUsedAt.getTime() <= deps.refreshGraceSeconds * 1000) {
+          const successor = await store.lockGrant(trx, g.successorId);
+          // A retry of a lost response: hand back the same pair while nothing moved on.
+          if (successor && successor.state === "active" && !successor.refreshUsedAt) return { kind: "issued" as const, grant: successor };
+        }
+        if (g.refreshUsedAt) {
+          // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage.
+          await store.revokeLineage(trx, g.lineageId, now, "refresh_reuse");
+          await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh_reuse", subject: g.lineageId, outcome: "failure", reason: "refresh_reuse" });
+        }
+        return { kind: "invalid" as const };
+      });
+      if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked");
+      return { token: signToken(outcome.grant) };
+    },
+
+    async issueGrant(req, ctx) {
+      if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user must be a UUID");
+      if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault must be a UUID");
+      const scopes = [...new Set(req.scopes)];
+      if (scopes.length === 0 || !isSubset(scopes, AGENT_SCOPES)) fail(Reason.INVALID_SCOPE, `scopes must be some of ${AGENT_SCOPES.join(", ")}`);
+      const user = await store.findUser(db, req.userId);
+      if (!user) fail(Reason.NOT_FOUND, "no such user");
+      if ((await store.vaultOwner(db, req.vaultId)) !== user.id) fail(Reason.INVALID_TARGET, "the vault does not belong to the user");
+      const client = req.clientId ? await store.findClient(db, req.clientId) : undefined;
+      if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
+      const now = deps.clock();
+      const g = await db.transaction(async (trx) => {
+        const agentId = await store.ensureAgent(trx, {
+          id: randomUUID(),
+          userId: user.id,
+          clientKey: client?.clientId ?? "",
+          displayName: client?.clientName ?? "Operator-issued grants",
+          at: now,
+        });
+        const grant = await insertGrant(trx, {
+          userId: user.id,
+          clientId: client?.clientId ?? null,
+          agentPrincipalId: agentId,
+          vaultId: req.vaultId.toLowerCase(),
+          scopes,
+          stepUp: req.stepUp,
+          authTime: req.stepUp ? now : null,
+        });
+        await audit(trx, ctx, { actor: "admin", action: "grant.issue", subject: grant.id });
+        return grant;
+      });
+      return { token: signToken(g) };
+    },
+
+    async registerClient(req, ctx) {
+      const meta = checkClientMetadata(req);
+      const clientSecret = `ags_${randomBytes(32).toString("base64url")}`;
+      const secretHash = await deps.secrets.hash(clientSecret);
+      const record: ClientRecord = { ...meta, clientId: `agc_${randomBytes(12).toString("hex")}`, secretHash, createdAt: deps.clock() };
+      await db.transaction(async (trx) => {
+        const { inserted } = await store.insertClient(trx, record);
+        if (!inserted) fail(Reason.INTERNAL, "could not allocate a client id");
+        await audit(trx, ctx, { actor: "anonymous", action: "oauth.client.register", subject: record.clientId });
+      });
+      return { client: clientInit(record), clientSecret };
+    },
+
+    async checkAuthorization(req) {
+      const r = await checkAuthorization(req);
+      return {
+        client: clientInit(r.client),
+        scopes: r.scopes,
+        vaultId: r.vaultId,
+        stepUpRequired: r.stepUpRequired,
+        vaults: r.vaults,
+        stepUpFresh: r.stepUpFresh,
+      };
+    },
+
+    async approveAuthorization(req, ctx) {
+      if (!req.request) fail(Reason.INVALID_REQUEST, "request is required");
+      const r = await checkAuthorization({ ...req.request, sessionToken: req.sessionToken });
+      const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first");
+      const vaultId = (r.vaultId || req.vaultId).toLowerCase();
+      if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults");
+      if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes");
+      const code = `vgc_${randomBytes(32).toString("base64url")}`;
+      const now = deps.clock();
+      await db.transaction(async (trx) => {
+        // The agent principal of this user and client is created on first consent.
+        const agentPrincipalId = await store.ensureAgent(trx, { id: randomUUID(), userId: s.userId, clientKey: r.client.clientId, displayName: r.client.clientName, at: now });
+        await store.insertCode(trx, {
+          codeHash: sha256Hex(code),
+          clientId: r.client.clientId,
+          userId: s.userId,
+          agentPrincipalId,
+          vaultId,
+          scopes: r.scopes,
+          redirectUri: req.request!.redirectUri,
+          codeChallenge: req.request!.codeChallenge,
+          stepUp: r.stepUpFresh,
+          authTime: r.stepUpFresh ? s.stepUpAt : null,
+          expiresAt: new Date(now.getTime() + CODE_TTL_MS),
+          consumedAt: null,
+          grantId: null,
+        });
+        await audit(trx, ctx, { actor: `user:${s.userId}`, action: "oauth.consent", subject: r.client.clientId });
+      });
+      return { code, issuer: deps.issuer };
+    },
+
+    async exchangeCode(req, ctx) {
+      const client = await authenticateClient(req.clientId, req.clientSecret);
+      const now = deps.clock();
+      if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
+        const id = randomUUID();
+        const issued = await db.transaction(async (trx) => {
+          const g = await store.exchangeCodeFast(trx, {
+            codeHash: sha256Hex(req.code),
+            clientId: client.clientId,
+            redirectUri: req.redirectUri,
+            codeChallenge: createHash("sha256").update(req.codeVerifier).digest("base64url"),
+            grantId: id,
+            refreshHash: sha256Hex(refreshTokenFor(id)),
+            now,
+            expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+          });
+          if (g) await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
+          return g;
+        });
+        if (issued) return { token: signToken(issued) };
+      }
+      // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
+      const outcome = await db.transaction(async (trx) => {
+        const c = req.code ? await store.lockCode(trx, sha256Hex(req.code)) : undefined;
+        if (!c || c.clientId !== client.clientId) return { kind: "invalid" as const, why: "unknown code" };
+        if (c.consumedAt) {
+          // RFC 6749 4.1.2: a code used twice revokes what it issued.
+          const issued = c.grantId ? await store.findGrant(trx, c.grantId) : undefined;
+          if (issued) await store.revokeLineage(trx, issued.lineageId, now, "code_replay");
+          await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_replay", subject: c.grantId ?? "", outcome: "failure", reason: "code_replay" });
+          return { kind: "invalid" as const, why: "replayed code" };
+        }
+        if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };
+        if (c.redirectUri !== req.redirectUri) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
+        if (!/^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier)) return { kind: "invalid" as const, why: "malformed code_verifier" };
+        const computed = createHash("sha256").update(req.codeVerifier).digest("base64url");
+        if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
+        for (const resource of req.resources) {
+          if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
+        }
+        const g = await insertGrant(trx, {
+          userId: c.userId,
+          clientId: client.clientId,
+          agentPrincipalId: c.agentPrincipalId,
+          vaultId: c.vaultId,
+          scopes: c.scopes,
+          stepUp: c.stepUp,
+          authTime: c.authTime,
+        });
+        await store.consumeCode(trx, c.codeHash, g.id, now);
+        await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
+        return { kind: "issued" as const, grant: g };
+      });
+      if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource does not match the authorization");
+      // One generic answer; the reason stays in the cause (oidc-provider's pkce.js habit).
+      if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the authorization code is invalid, expired or already used", {}, outcome.why);
+      return { token: signToken(outcome.grant) };
+    },
+
+    async revokeToken(req, ctx) {
+      const client = await authenticateClient(req.clientId, req.clientSecret);
+      let grant: GrantRecord | undefined;
+      if (req.token.startsWith("vgr_")) grant = await store.findGrantByRefresh(db, sha256Hex(req.token));
+      else {
+        const claims = await verifier.verify(req.token);
+        grant = claims ? await store.findGrant(db, claims.jti) : undefined;
+      }
+      // RFC 7009 2.2: an unknown or already invalid token is not an error.
+      if (!grant) return {};
+      if (grant.clientId !== client.clientId) fail(Reason.INVALID_REQUEST, "the token was not issued to this client");
+      await db.transaction(async (trx) => {
+        await store.revokeLineage(trx, grant.lineageId, deps.clock(), "client_revocation");
+        await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.revoke", subject: grant.id });
+      });
+      return {};
+    },
+
+    async startSignIn(req, ctx) {
+      const now = deps.clock();
+      const id = randomUUID();
+      const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
+      let userId: string | null = null;
+      let sessionId: string | null = null;
+      let email: string;
+      if (req.sessionToken) {
+        const s = await session(req.sessionToken);
+        userId = s.userId;
+        sessionId = s.id;
+        email = s.email;
+      } else {
+        email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
+        const user = await store.findUserByEmail(db, email);
+        // Unknown or inactive addresses get a challenge that can never succeed, and no message.
+        userId = user && user.status === "active" ? user.id : null;
+      }
+      const limit = await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_10_MIN, 600, now);
+      if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many codes requested; wait a few minutes", { retryAfterSeconds: 600 });
+      await db.transaction(async (trx) => {
+        await store.insertChallenge(trx, {
+          id,
+          userId,
+          sessionId,
+          purpose: sessionId ? "step_up" : "sign_in",
+          codeHash: sha256Hex(`${id}:${code}`),
+          attempts: 0,
+          createdAt: now,
+          expiresAt: new Date(now.getTime() + OTP_TTL_MS),
+          consumedAt: null,
+        });
+        if (userId) {
+          const purpose = sessionId ? "confirm (step-up)" : "sign in to";
+          await store.insertOutbox(trx, {
+            id: randomUUID(),
+            email,
+            subject: `Your Vaultgate code: ${code}`,
+            body: `Use ${code} to ${purpose} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
+            at: now,
+          });
+          await audit(trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
+        }
+      });
+      // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
+      if (userId) deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
+      return { challengeId: id };
+    },
+
+    async completeSignIn(req, ctx) {
+      if (!UUID.test(req.challengeId)) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+      const now = deps.clock();
+      const stepUpSession = req.sessionToken ? await session(req.sessionToken) : undefined;
+      const outcome = await db.transaction(async (trx) => {
+        const c = await store.lockChallenge(trx, req.challengeId);
+        if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const };
+        if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.id !== c.sessionId)) return { ok: false as const };
+        await store.countAttempt(trx, c.id);
+        if (!c.userId || !constantTimeEqual(sha256Hex(`${c.id}:${req.code.trim()}`), c.codeHash)) return { ok: false as const };
+        await store.consumeChallenge(trx, c.id, now);
+        if (stepUpSession) {
+          await store.setStepUp(trx, stepUpSession.id, now);
+          await audit(trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
+          return { ok: true as const, token: "" };
+        }
+        const token = `vgs_${randomBytes(32).toString("base64url")}`;
+        await store.insertSession(trx, { id: randomUUID(), tokenHash: sha256Hex(token), userId: c.userId, at: now, expiresAt: new Date(now.getTime() + SESSION_TTL_MS) });
+        await audit(trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
+        return { ok: true as const, token };
+      });
+      if (!outcome.ok) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+      return { sessionToken: outcome.token, expiresIn: outcome.token ? BigInt(SESSION_TTL_MS / 1000) : 0n };
+    },
+
+    async getSession(req) {
+      const s = await session(req.sessionToken);
+      return {
+        session: {
+          userId: s.userId,
+          email: s.email,
+          stepUpAt: s.stepUpAt ? BigInt(Math.floor(s.stepUpAt.getTime() / 1000)) : 0n,
+          stepUpFresh: s.stepUpFresh,
+        },
+      };
+    },
+
+    async endSession(req) {
+      if (req.sessionToken) await store.endSession(db, sha256Hex(req.sessionToken), deps.clock());
+      return {};
+    },
+
+    async listAgents(req) {
+      const s = await session(req.sessionToken);
+      const agents = await store.agentsOfUser(db, s.userId);
+      return {
+        agents: agents.map((a) => ({
+          agentId: a.agentId,
+          displayName: a.displayName,
+          clientId: a.clientId,
+          activeGrants: a.grants.filter((g) => g.state === "active").length,
+          grants: a.grants.filter((g) => g.state === "active").map(grantSummary),
+        })),
+      };
+    },
+
+    async getAgent(req) {
+      const s = await session(req.sessionToken);
+      if (!UUID.test(req.agentId)) fail(Reason.NOT_FOUND, "no such agent");
+      const [a] = await store.agentsOfUser(db, s.userId, req.agentId.toLowerCase());
+      if (!a) fail(Reason.NOT_FOUND, "no such agent");
+      return {
+        agent: {
+          agentId: a.agentId,
+          displayName: a.displayName,
+          clientId: a.clientId,
+          activeGrants: a.grants.filter((g) => g.state === "active").length,
+          grants: a.grants.map(grantSummary),
+        },
+      };
+    },
+
+    async revokeUserGrant(req, ctx) {
+      const s = await session(req.sessionToken);
+      if (!UUID.test(req.grantId)) fail(Reason.NOT_FOUND, "no such grant");
+      const g = await store.findGrant(db, req.grantId.toLowerCase());
+      if (!g || g.userId !== s.userId) fail(Reason.NOT_FOUND, "no such grant");
+      const revoked = await db.transaction(async (trx) => {
+        const n = await store.revokeLineage(trx, g.lineageId, deps.clock(), "user_revocation");
+        await audit(trx, ctx, { actor: `user:${s.userId}`, action: "grant.revoke", subject: g.id });
+        return n;
+      });
+      return { revoked };
+    },
+
+    async killSwitch(req, ctx) {
+      const s = await session(req.sessionToken);
+      const revoked = await db.transaction(async (trx) => {
+        const n = await store.revokeAllOfUser(trx, s.userId, deps.clock(), "kill_switch");
+        await audit(trx, ctx, { actor: `user:${s.userId}`, action: "killSwitch.all", subject: s.userId });
+        return n;
+      });
+      return { revoked };
+    },
+
+    async listOutbox(req) {
+      const email = req.email ? normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address") : undefined;
+      const rows = await store.listOutbox(db, email);
+      return { messages: rows.map((m) => ({ email: m.email, subject: m.subject, body: m.body, createdAt: m.createdAt.toISOString() })) };
+    },
+  };
 }

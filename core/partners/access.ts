@@ -65,7 +65,8 @@ export interface PartnerPrincipal {
  *  6. user active, else user_inactive (403)
  *  7. token scope and the user's consent both cover the resource, else grant_required (403);
  *     treasury:write is never a consent scope.
- * Callers then write their audit row (audited()) before any data leaves.
+ * The success audit row is written before any data leaves: by the access call itself
+ * (`auditRead`, one round trip) or by the caller through audited().
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
   let checks = 0;

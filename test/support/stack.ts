@@ -26,6 +26,11 @@ export interface TestStack {
 
 export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" | "clock" | "adminToken">> {
   gateway?: boolean;
+  /**
+   * Use the gateway's own address (http://127.0.0.1:<port>) as issuer and as every public
+   * URL, so real OAuth clients and browsers can follow discovery and redirects.
+   */
+  publicUrls?: boolean;
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -37,7 +42,10 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const clock = createTestClock();
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, ...coreOverrides } = options;
+  const { gateway: withGateway, publicUrls, ...coreOverrides } = options;
+  const port = publicUrls ? await freePort() : 0;
+  const origin = `http://127.0.0.1:${port}`;
+  if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
   const core = await createCore({
     db: { instance: db },
     logger: logs.logger,
@@ -58,8 +66,16 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   let gateway: FastifyInstance | undefined;
   let url = "";
   if (withGateway) {
-    gateway = await buildGateway({ clients: createCoreClients(transport), logger: logs.logger });
-    await gateway.listen({ port: 0, host: "127.0.0.1" });
+    const issuer = coreOverrides.issuer ?? TEST_ISSUER;
+    const mcpUrl = coreOverrides.mcpUrl ?? issuer;
+    gateway = await buildGateway({
+      clients: createCoreClients(transport),
+      logger: logs.logger,
+      urls: publicUrls
+        ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
+        : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
+    });
+    await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
   }
   return {
@@ -81,4 +97,17 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
 /** A unique slug so tests sharing one database never collide. */
 export function uniqueSlug(prefix = "p"): string {
   return `${prefix}-${randomBytes(4).toString("hex")}`;
+}
+
+/** A port that was free a moment ago (publicUrls needs the URL before the gateway listens). */
+async function freePort(): Promise<number> {
+  const { createServer } = await import("node:net");
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
 }

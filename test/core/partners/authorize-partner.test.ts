@@ -39,4 +39,16 @@ describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)",
     await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
     expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }))).to.equal(Reason.PARTNER_INACTIVE);
   });
+
+  it("counts exactly to the limit across rate-limit shards", async () => {
+    const limited = await startStack({ webhookPollMs: 0, resourceRateLimits: { authorize: 200 } });
+    try {
+      const partner = await createPartner(limited);
+      const { accessToken } = await limited.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
+      for (let i = 0; i < 200; i++) await limited.clients.partnerResources.authorizePartner({ accessToken });
+      expect(await reasonOf(limited.clients.partnerResources.authorizePartner({ accessToken }))).to.equal(Reason.RATE_LIMITED);
+    } finally {
+      await limited.close();
+    }
+  });
 });

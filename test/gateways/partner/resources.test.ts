@@ -281,6 +281,34 @@ describe("partner resources over HTTP", () => {
       expect(seen).to.deep.equal(Array.from({ length: n - 1 }, (_, i) => i + 1));
     });
 
+    it("never skips or repeats a row while concurrent writers commit during paging", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      const writes: Promise<unknown>[] = [];
+      for (let i = 1; i <= 30; i++) writes.push(stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: BigInt(i) }));
+      const seen: string[] = [];
+      let query = "limit=3";
+      let settled = false;
+      const allWritten = Promise.all(writes).then(() => {
+        settled = true;
+      });
+      for (;;) {
+        const done = settled;
+        const res = await call("GET", `/users/${userId}/transfers?${query}`, { token });
+        const page = res.body as { data: { transfer_id: string }[]; next_cursor: string | null; watermark: string };
+        seen.push(...page.data.map((d) => d.transfer_id));
+        if (page.next_cursor) query = `limit=3&cursor=${encodeURIComponent(page.next_cursor)}`;
+        else if (done && page.data.length === 0) break;
+        else {
+          query = `limit=3&since=${encodeURIComponent(page.watermark)}`;
+          if (!done) await Promise.race([allWritten, new Promise((r) => setImmediate(r))]);
+        }
+      }
+      expect(new Set(seen).size).to.equal(seen.length);
+      expect(seen).to.have.length(30);
+    });
+
     it("refuses a tampered cursor, another list's cursor and bad paging parameters", async () => {
       const partner = await createPartner(stack);
       const a = await createUserFor(stack, partner);

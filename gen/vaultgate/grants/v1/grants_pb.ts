@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/grants.proto.
  */
 export const file_vaultgate_grants_v1_grants: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgy8AUKDUdyYW50c1NlcnZpY2USVAoHR2V0SndrcxIjLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1JlcXVlc3QaJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXNwb25zZRJ1ChBSb3RhdGVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgiowEKFVJlZ2lzdGVyQ2xpZW50UmVxdWVzdBITCgtjbGllbnRfbmFtZRgBIAEoCRIVCg1yZWRpcmVjdF91cmlzGAIgAygJEhMKC2dyYW50X3R5cGVzGAMgAygJEhYKDnJlc3BvbnNlX3R5cGVzGAQgAygJEiIKGnRva2VuX2VuZHBvaW50X2F1dGhfbWV0aG9kGAUgASgJEg0KBXNjb3BlGAYgASgJIsoBCgtPQXV0aENsaWVudBIRCgljbGllbnRfaWQYASABKAkSEwoLY2xpZW50X25hbWUYAiABKAkSFQoNcmVkaXJlY3RfdXJpcxgDIAMoCRITCgtncmFudF90eXBlcxgEIAMoCRIWCg5yZXNwb25zZV90eXBlcxgFIAMoCRIiChp0b2tlbl9lbmRwb2ludF9hdXRoX21ldGhvZBgGIAEoCRIOCgZzY29wZXMYByADKAkSGwoTY2xpZW50X2lkX2lzc3VlZF9hdBgIIAEoAyJhChZSZWdpc3RlckNsaWVudFJlc3BvbnNlEjAKBmNsaWVudBgBIAEoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuT0F1dGhDbGllbnQSFQoNY2xpZW50X3NlY3JldBgCIAEoCSK0AQoZQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSFAoMcmVkaXJlY3RfdXJpGAIgASgJEg0KBXNjb3BlGAMgASgJEhEKCXJlc291cmNlcxgEIAMoCRIWCg5jb2RlX2NoYWxsZW5nZRgFIAEoCRIdChVjb2RlX2NoYWxsZW5nZV9tZXRob2QYBiABKAkSFQoNc2Vzc2lvbl90b2tlbhgHIAEoCSI7CgtWYXVsdENob2ljZRIQCgh2YXVsdF9pZBgBIAEoCRILCgN1cm4YAiABKAkSDQoFbGFiZWwYAyABKAki0wEKGkNoZWNrQXV0aG9yaXphdGlvblJlc3BvbnNlEjAKBmNsaWVudBgBIAEoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuT0F1dGhDbGllbnQSDgoGc2NvcGVzGAIgAygJEhAKCHZhdWx0X2lkGAMgASgJEhgKEHN0ZXBfdXBfcmVxdWlyZWQYBCABKAgSMAoGdmF1bHRzGAUgAygLMiAudmF1bHRnYXRlLmdyYW50cy52MS5WYXVsdENob2ljZRIVCg1zdGVwX3VwX2ZyZXNoGAYgASgIIocBChtBcHByb3ZlQXV0aG9yaXphdGlvblJlcXVlc3QSPwoHcmVxdWVzdBgBIAEoCzIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJIjwKHEFwcHJvdmVBdXRob3JpemF0aW9uUmVzcG9uc2USDAoEY29kZRgBIAEoCRIOCgZpc3N1ZXIYAiABKAkijQEKE0V4Y2hhbmdlQ29kZVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSDAoEY29kZRgDIAEoCRIUCgxyZWRpcmVjdF91cmkYBCABKAkSFQoNY29kZV92ZXJpZmllchgFIAEoCRIRCglyZXNvdXJjZXMYBiADKAkiSQoURXhjaGFuZ2VDb2RlUmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiZgoSUmV2b2tlVG9rZW5SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEg0KBXRva2VuGAMgASgJEhcKD3Rva2VuX3R5cGVfaGludBgEIAEoCSIVChNSZXZva2VUb2tlblJlc3BvbnNlIjoKElN0YXJ0U2lnbkluUmVxdWVzdBINCgVlbWFpbBgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJIisKE1N0YXJ0U2lnbkluUmVzcG9uc2USFAoMY2hhbGxlbmdlX2lkGAEgASgJIlIKFUNvbXBsZXRlU2lnbkluUmVxdWVzdBIUCgxjaGFsbGVuZ2VfaWQYASABKAkSDAoEY29kZRgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJIkMKFkNvbXBsZXRlU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIioKEUdldFNlc3Npb25SZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiVwoKV2ViU2Vzc2lvbhIPCgd1c2VyX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhIKCnN0ZXBfdXBfYXQYAyABKAMSFQoNc3RlcF91cF9mcmVzaBgEIAEoCCJGChJHZXRTZXNzaW9uUmVzcG9uc2USMAoHc2Vzc2lvbhgBIAEoCzIfLnZhdWx0Z2F0ZS5ncmFudHMudjEuV2ViU2Vzc2lvbiIqChFFbmRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIhQKEkVuZFNlc3Npb25SZXNwb25zZSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiKgoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiOgoPR2V0QWdlbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIYWdlbnRfaWQYAiABKAkiRAoQR2V0QWdlbnRSZXNwb25zZRIwCgVhZ2VudBgBIAEoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5IkEKFlJldm9rZVVzZXJHcmFudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIQCghncmFudF9pZBgCIAEoCSIqChdSZXZva2VVc2VyR3JhbnRSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNIioKEUtpbGxTd2l0Y2hSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiJQoSS2lsbFN3aXRjaFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKA0iIgoRTGlzdE91dGJveFJlcXVlc3QSDQoFZW1haWwYASABKAkiUQoNT3V0Ym94TWVzc2FnZRINCgVlbWFpbBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEgwKBGJvZHkYAyABKAkSEgoKY3JlYXRlZF9hdBgEIAEoCSJKChJMaXN0T3V0Ym94UmVzcG9uc2USNAoIbWVzc2FnZXMYASADKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLk91dGJveE1lc3NhZ2UyixEKDUdyYW50c1NlcnZpY2USVAoHR2V0SndrcxIjLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1JlcXVlc3QaJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXNwb25zZRJ1ChBSb3RhdGVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYARJpCg5SZWdpc3RlckNsaWVudBIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVnaXN0ZXJDbGllbnRSZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5SZWdpc3RlckNsaWVudFJlc3BvbnNlEnUKEkNoZWNrQXV0aG9yaXphdGlvbhIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBovLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVzcG9uc2USewoUQXBwcm92ZUF1dGhvcml6YXRpb24SMC52YXVsdGdhdGUuZ3JhbnRzLnYxLkFwcHJvdmVBdXRob3JpemF0aW9uUmVxdWVzdBoxLnZhdWx0Z2F0ZS5ncmFudHMudjEuQXBwcm92ZUF1dGhvcml6YXRpb25SZXNwb25zZRJjCgxFeGNoYW5nZUNvZGUSKC52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlcXVlc3QaKS52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlc3BvbnNlEmAKC1Jldm9rZVRva2VuEicudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VUb2tlblJlcXVlc3QaKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVRva2VuUmVzcG9uc2USYAoLU3RhcnRTaWduSW4SJy52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0U2lnbkluUmVxdWVzdBooLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRTaWduSW5SZXNwb25zZRJpCg5Db21wbGV0ZVNpZ25JbhIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVTaWduSW5SZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5Db21wbGV0ZVNpZ25JblJlc3BvbnNlEl0KCkdldFNlc3Npb24SJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldFNlc3Npb25SZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5HZXRTZXNzaW9uUmVzcG9uc2USXQoKRW5kU2Vzc2lvbhImLnZhdWx0Z2F0ZS5ncmFudHMudjEuRW5kU2Vzc2lvblJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLkVuZFNlc3Npb25SZXNwb25zZRJdCgpMaXN0QWdlbnRzEiYudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0QWdlbnRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdEFnZW50c1Jlc3BvbnNlElcKCEdldEFnZW50EiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRBZ2VudFJlcXVlc3QaJS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEFnZW50UmVzcG9uc2USbAoPUmV2b2tlVXNlckdyYW50EisudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXNwb25zZRJdCgpLaWxsU3dpdGNoEiYudmF1bHRnYXRlLmdyYW50cy52MS5LaWxsU3dpdGNoUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuS2lsbFN3aXRjaFJlc3BvbnNlEmMKCkxpc3RPdXRib3gSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RPdXRib3hSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0T3V0Ym94UmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.grants.v1.GetJwksRequest
@@ -405,6 +405,914 @@ export const IssueGrantRequestSchema: GenMessage<IssueGrantRequest> = /*@__PURE_
   messageDesc(file_vaultgate_grants_v1_grants, 15);
 
 /**
+ * @generated from message vaultgate.grants.v1.RegisterClientRequest
+ */
+export type RegisterClientRequest = Message<"vaultgate.grants.v1.RegisterClientRequest"> & {
+  /**
+   * @generated from field: string client_name = 1;
+   */
+  clientName: string;
+
+  /**
+   * @generated from field: repeated string redirect_uris = 2;
+   */
+  redirectUris: string[];
+
+  /**
+   * @generated from field: repeated string grant_types = 3;
+   */
+  grantTypes: string[];
+
+  /**
+   * @generated from field: repeated string response_types = 4;
+   */
+  responseTypes: string[];
+
+  /**
+   * @generated from field: string token_endpoint_auth_method = 5;
+   */
+  tokenEndpointAuthMethod: string;
+
+  /**
+   * Space-separated; empty = every agent scope.
+   *
+   * @generated from field: string scope = 6;
+   */
+  scope: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RegisterClientRequest.
+ * Use `create(RegisterClientRequestSchema)` to create a new message.
+ */
+export const RegisterClientRequestSchema: GenMessage<RegisterClientRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 16);
+
+/**
+ * @generated from message vaultgate.grants.v1.OAuthClient
+ */
+export type OAuthClient = Message<"vaultgate.grants.v1.OAuthClient"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string client_name = 2;
+   */
+  clientName: string;
+
+  /**
+   * @generated from field: repeated string redirect_uris = 3;
+   */
+  redirectUris: string[];
+
+  /**
+   * @generated from field: repeated string grant_types = 4;
+   */
+  grantTypes: string[];
+
+  /**
+   * @generated from field: repeated string response_types = 5;
+   */
+  responseTypes: string[];
+
+  /**
+   * @generated from field: string token_endpoint_auth_method = 6;
+   */
+  tokenEndpointAuthMethod: string;
+
+  /**
+   * @generated from field: repeated string scopes = 7;
+   */
+  scopes: string[];
+
+  /**
+   * Unix seconds.
+   *
+   * @generated from field: int64 client_id_issued_at = 8;
+   */
+  clientIdIssuedAt: bigint;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.OAuthClient.
+ * Use `create(OAuthClientSchema)` to create a new message.
+ */
+export const OAuthClientSchema: GenMessage<OAuthClient> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 17);
+
+/**
+ * @generated from message vaultgate.grants.v1.RegisterClientResponse
+ */
+export type RegisterClientResponse = Message<"vaultgate.grants.v1.RegisterClientResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.OAuthClient client = 1;
+   */
+  client?: OAuthClient | undefined;
+
+  /**
+   * Shown once; only a scrypt hash is kept.
+   *
+   * @generated from field: string client_secret = 2;
+   */
+  clientSecret: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RegisterClientResponse.
+ * Use `create(RegisterClientResponseSchema)` to create a new message.
+ */
+export const RegisterClientResponseSchema: GenMessage<RegisterClientResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 18);
+
+/**
+ * @generated from message vaultgate.grants.v1.CheckAuthorizationRequest
+ */
+export type CheckAuthorizationRequest = Message<"vaultgate.grants.v1.CheckAuthorizationRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string redirect_uri = 2;
+   */
+  redirectUri: string;
+
+  /**
+   * @generated from field: string scope = 3;
+   */
+  scope: string;
+
+  /**
+   * @generated from field: repeated string resources = 4;
+   */
+  resources: string[];
+
+  /**
+   * @generated from field: string code_challenge = 5;
+   */
+  codeChallenge: string;
+
+  /**
+   * @generated from field: string code_challenge_method = 6;
+   */
+  codeChallengeMethod: string;
+
+  /**
+   * The signed-in user's session, if any: enables the vault ownership check.
+   *
+   * @generated from field: string session_token = 7;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.CheckAuthorizationRequest.
+ * Use `create(CheckAuthorizationRequestSchema)` to create a new message.
+ */
+export const CheckAuthorizationRequestSchema: GenMessage<CheckAuthorizationRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 19);
+
+/**
+ * @generated from message vaultgate.grants.v1.VaultChoice
+ */
+export type VaultChoice = Message<"vaultgate.grants.v1.VaultChoice"> & {
+  /**
+   * @generated from field: string vault_id = 1;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: string urn = 2;
+   */
+  urn: string;
+
+  /**
+   * @generated from field: string label = 3;
+   */
+  label: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.VaultChoice.
+ * Use `create(VaultChoiceSchema)` to create a new message.
+ */
+export const VaultChoiceSchema: GenMessage<VaultChoice> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 20);
+
+/**
+ * @generated from message vaultgate.grants.v1.CheckAuthorizationResponse
+ */
+export type CheckAuthorizationResponse = Message<"vaultgate.grants.v1.CheckAuthorizationResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.OAuthClient client = 1;
+   */
+  client?: OAuthClient | undefined;
+
+  /**
+   * @generated from field: repeated string scopes = 2;
+   */
+  scopes: string[];
+
+  /**
+   * Set when the request names a vault URN; else the user picks one of `vaults`.
+   *
+   * @generated from field: string vault_id = 3;
+   */
+  vaultId: string;
+
+  /**
+   * True when a scope needs step-up (payments:initiate, agent:budget:create).
+   *
+   * @generated from field: bool step_up_required = 4;
+   */
+  stepUpRequired: boolean;
+
+  /**
+   * The session user's vaults (when session_token was given).
+   *
+   * @generated from field: repeated vaultgate.grants.v1.VaultChoice vaults = 5;
+   */
+  vaults: VaultChoice[];
+
+  /**
+   * True when the session has a fresh step-up.
+   *
+   * @generated from field: bool step_up_fresh = 6;
+   */
+  stepUpFresh: boolean;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.CheckAuthorizationResponse.
+ * Use `create(CheckAuthorizationResponseSchema)` to create a new message.
+ */
+export const CheckAuthorizationResponseSchema: GenMessage<CheckAuthorizationResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 21);
+
+/**
+ * @generated from message vaultgate.grants.v1.ApproveAuthorizationRequest
+ */
+export type ApproveAuthorizationRequest = Message<"vaultgate.grants.v1.ApproveAuthorizationRequest"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.CheckAuthorizationRequest request = 1;
+   */
+  request?: CheckAuthorizationRequest | undefined;
+
+  /**
+   * @generated from field: string session_token = 2;
+   */
+  sessionToken: string;
+
+  /**
+   * The vault the user picked (or the one the request named).
+   *
+   * @generated from field: string vault_id = 3;
+   */
+  vaultId: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ApproveAuthorizationRequest.
+ * Use `create(ApproveAuthorizationRequestSchema)` to create a new message.
+ */
+export const ApproveAuthorizationRequestSchema: GenMessage<ApproveAuthorizationRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 22);
+
+/**
+ * @generated from message vaultgate.grants.v1.ApproveAuthorizationResponse
+ */
+export type ApproveAuthorizationResponse = Message<"vaultgate.grants.v1.ApproveAuthorizationResponse"> & {
+  /**
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * RFC 9207 iss parameter for the redirect.
+   *
+   * @generated from field: string issuer = 2;
+   */
+  issuer: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ApproveAuthorizationResponse.
+ * Use `create(ApproveAuthorizationResponseSchema)` to create a new message.
+ */
+export const ApproveAuthorizationResponseSchema: GenMessage<ApproveAuthorizationResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 23);
+
+/**
+ * @generated from message vaultgate.grants.v1.ExchangeCodeRequest
+ */
+export type ExchangeCodeRequest = Message<"vaultgate.grants.v1.ExchangeCodeRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string client_secret = 2;
+   */
+  clientSecret: string;
+
+  /**
+   * @generated from field: string code = 3;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string redirect_uri = 4;
+   */
+  redirectUri: string;
+
+  /**
+   * @generated from field: string code_verifier = 5;
+   */
+  codeVerifier: string;
+
+  /**
+   * @generated from field: repeated string resources = 6;
+   */
+  resources: string[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ExchangeCodeRequest.
+ * Use `create(ExchangeCodeRequestSchema)` to create a new message.
+ */
+export const ExchangeCodeRequestSchema: GenMessage<ExchangeCodeRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 24);
+
+/**
+ * @generated from message vaultgate.grants.v1.ExchangeCodeResponse
+ */
+export type ExchangeCodeResponse = Message<"vaultgate.grants.v1.ExchangeCodeResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.TokenResponse token = 1;
+   */
+  token?: TokenResponse | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ExchangeCodeResponse.
+ * Use `create(ExchangeCodeResponseSchema)` to create a new message.
+ */
+export const ExchangeCodeResponseSchema: GenMessage<ExchangeCodeResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 25);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeTokenRequest
+ */
+export type RevokeTokenRequest = Message<"vaultgate.grants.v1.RevokeTokenRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string client_secret = 2;
+   */
+  clientSecret: string;
+
+  /**
+   * @generated from field: string token = 3;
+   */
+  token: string;
+
+  /**
+   * @generated from field: string token_type_hint = 4;
+   */
+  tokenTypeHint: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeTokenRequest.
+ * Use `create(RevokeTokenRequestSchema)` to create a new message.
+ */
+export const RevokeTokenRequestSchema: GenMessage<RevokeTokenRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 26);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeTokenResponse
+ */
+export type RevokeTokenResponse = Message<"vaultgate.grants.v1.RevokeTokenResponse"> & {
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeTokenResponse.
+ * Use `create(RevokeTokenResponseSchema)` to create a new message.
+ */
+export const RevokeTokenResponseSchema: GenMessage<RevokeTokenResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 27);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartSignInRequest
+ */
+export type StartSignInRequest = Message<"vaultgate.grants.v1.StartSignInRequest"> & {
+  /**
+   * Sign-in: the e-mail address. Ignored for step-up.
+   *
+   * @generated from field: string email = 1;
+   */
+  email: string;
+
+  /**
+   * Step-up: the session to step up.
+   *
+   * @generated from field: string session_token = 2;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartSignInRequest.
+ * Use `create(StartSignInRequestSchema)` to create a new message.
+ */
+export const StartSignInRequestSchema: GenMessage<StartSignInRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 28);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartSignInResponse
+ */
+export type StartSignInResponse = Message<"vaultgate.grants.v1.StartSignInResponse"> & {
+  /**
+   * Opaque challenge id to present with the code.
+   *
+   * @generated from field: string challenge_id = 1;
+   */
+  challengeId: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartSignInResponse.
+ * Use `create(StartSignInResponseSchema)` to create a new message.
+ */
+export const StartSignInResponseSchema: GenMessage<StartSignInResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 29);
+
+/**
+ * @generated from message vaultgate.grants.v1.CompleteSignInRequest
+ */
+export type CompleteSignInRequest = Message<"vaultgate.grants.v1.CompleteSignInRequest"> & {
+  /**
+   * @generated from field: string challenge_id = 1;
+   */
+  challengeId: string;
+
+  /**
+   * @generated from field: string code = 2;
+   */
+  code: string;
+
+  /**
+   * Step-up: the session being stepped up.
+   *
+   * @generated from field: string session_token = 3;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.CompleteSignInRequest.
+ * Use `create(CompleteSignInRequestSchema)` to create a new message.
+ */
+export const CompleteSignInRequestSchema: GenMessage<CompleteSignInRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 30);
+
+/**
+ * @generated from message vaultgate.grants.v1.CompleteSignInResponse
+ */
+export type CompleteSignInResponse = Message<"vaultgate.grants.v1.CompleteSignInResponse"> & {
+  /**
+   * A new session (sign-in only).
+   *
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: int64 expires_in = 2;
+   */
+  expiresIn: bigint;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.CompleteSignInResponse.
+ * Use `create(CompleteSignInResponseSchema)` to create a new message.
+ */
+export const CompleteSignInResponseSchema: GenMessage<CompleteSignInResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 31);
+
+/**
+ * @generated from message vaultgate.grants.v1.GetSessionRequest
+ */
+export type GetSessionRequest = Message<"vaultgate.grants.v1.GetSessionRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.GetSessionRequest.
+ * Use `create(GetSessionRequestSchema)` to create a new message.
+ */
+export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 32);
+
+/**
+ * @generated from message vaultgate.grants.v1.WebSession
+ */
+export type WebSession = Message<"vaultgate.grants.v1.WebSession"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string email = 2;
+   */
+  email: string;
+
+  /**
+   * Unix seconds of the last step-up; 0 when none.
+   *
+   * @generated from field: int64 step_up_at = 3;
+   */
+  stepUpAt: bigint;
+
+  /**
+   * @generated from field: bool step_up_fresh = 4;
+   */
+  stepUpFresh: boolean;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.WebSession.
+ * Use `create(WebSessionSchema)` to create a new message.
+ */
+export const WebSessionSchema: GenMessage<WebSession> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 33);
+
+/**
+ * @generated from message vaultgate.grants.v1.GetSessionResponse
+ */
+export type GetSessionResponse = Message<"vaultgate.grants.v1.GetSessionResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.WebSession session = 1;
+   */
+  session?: WebSession | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.GetSessionResponse.
+ * Use `create(GetSessionResponseSchema)` to create a new message.
+ */
+export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 34);
+
+/**
+ * @generated from message vaultgate.grants.v1.EndSessionRequest
+ */
+export type EndSessionRequest = Message<"vaultgate.grants.v1.EndSessionRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.EndSessionRequest.
+ * Use `create(EndSessionRequestSchema)` to create a new message.
+ */
+export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 35);
+
+/**
+ * @generated from message vaultgate.grants.v1.EndSessionResponse
+ */
+export type EndSessionResponse = Message<"vaultgate.grants.v1.EndSessionResponse"> & {
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.EndSessionResponse.
+ * Use `create(EndSessionResponseSchema)` to create a new message.
+ */
+export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 36);
+
+/**
+ * @generated from message vaultgate.grants.v1.GrantSummary
+ */
+export type GrantSummary = Message<"vaultgate.grants.v1.GrantSummary"> & {
+  /**
+   * @generated from field: string grant_id = 1;
+   */
+  grantId: string;
+
+  /**
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * @generated from field: repeated string scopes = 3;
+   */
+  scopes: string[];
+
+  /**
+   * @generated from field: string vault_id = 4;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: string client_id = 5;
+   */
+  clientId: string;
+
+  /**
+   * Unix seconds.
+   *
+   * @generated from field: int64 created_at = 6;
+   */
+  createdAt: bigint;
+
+  /**
+   * @generated from field: int64 expires_at = 7;
+   */
+  expiresAt: bigint;
+
+  /**
+   * @generated from field: bool step_up = 8;
+   */
+  stepUp: boolean;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.GrantSummary.
+ * Use `create(GrantSummarySchema)` to create a new message.
+ */
+export const GrantSummarySchema: GenMessage<GrantSummary> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 37);
+
+/**
+ * @generated from message vaultgate.grants.v1.AgentSummary
+ */
+export type AgentSummary = Message<"vaultgate.grants.v1.AgentSummary"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string display_name = 2;
+   */
+  displayName: string;
+
+  /**
+   * @generated from field: string client_id = 3;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: uint32 active_grants = 4;
+   */
+  activeGrants: number;
+
+  /**
+   * @generated from field: repeated vaultgate.grants.v1.GrantSummary grants = 5;
+   */
+  grants: GrantSummary[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.AgentSummary.
+ * Use `create(AgentSummarySchema)` to create a new message.
+ */
+export const AgentSummarySchema: GenMessage<AgentSummary> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 38);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListAgentsRequest
+ */
+export type ListAgentsRequest = Message<"vaultgate.grants.v1.ListAgentsRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListAgentsRequest.
+ * Use `create(ListAgentsRequestSchema)` to create a new message.
+ */
+export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 39);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListAgentsResponse
+ */
+export type ListAgentsResponse = Message<"vaultgate.grants.v1.ListAgentsResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.grants.v1.AgentSummary agents = 1;
+   */
+  agents: AgentSummary[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListAgentsResponse.
+ * Use `create(ListAgentsResponseSchema)` to create a new message.
+ */
+export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 40);
+
+/**
+ * @generated from message vaultgate.grants.v1.GetAgentRequest
+ */
+export type GetAgentRequest = Message<"vaultgate.grants.v1.GetAgentRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.GetAgentRequest.
+ * Use `create(GetAgentRequestSchema)` to create a new message.
+ */
+export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 41);
+
+/**
+ * @generated from message vaultgate.grants.v1.GetAgentResponse
+ */
+export type GetAgentResponse = Message<"vaultgate.grants.v1.GetAgentResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.AgentSummary agent = 1;
+   */
+  agent?: AgentSummary | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.GetAgentResponse.
+ * Use `create(GetAgentResponseSchema)` to create a new message.
+ */
+export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 42);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeUserGrantRequest
+ */
+export type RevokeUserGrantRequest = Message<"vaultgate.grants.v1.RevokeUserGrantRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: string grant_id = 2;
+   */
+  grantId: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeUserGrantRequest.
+ * Use `create(RevokeUserGrantRequestSchema)` to create a new message.
+ */
+export const RevokeUserGrantRequestSchema: GenMessage<RevokeUserGrantRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 43);
+
+/**
+ * @generated from message vaultgate.grants.v1.RevokeUserGrantResponse
+ */
+export type RevokeUserGrantResponse = Message<"vaultgate.grants.v1.RevokeUserGrantResponse"> & {
+  /**
+   * @generated from field: uint32 revoked = 1;
+   */
+  revoked: number;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RevokeUserGrantResponse.
+ * Use `create(RevokeUserGrantResponseSchema)` to create a new message.
+ */
+export const RevokeUserGrantResponseSchema: GenMessage<RevokeUserGrantResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 44);
+
+/**
+ * @generated from message vaultgate.grants.v1.KillSwitchRequest
+ */
+export type KillSwitchRequest = Message<"vaultgate.grants.v1.KillSwitchRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.KillSwitchRequest.
+ * Use `create(KillSwitchRequestSchema)` to create a new message.
+ */
+export const KillSwitchRequestSchema: GenMessage<KillSwitchRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 45);
+
+/**
+ * @generated from message vaultgate.grants.v1.KillSwitchResponse
+ */
+export type KillSwitchResponse = Message<"vaultgate.grants.v1.KillSwitchResponse"> & {
+  /**
+   * @generated from field: uint32 revoked = 1;
+   */
+  revoked: number;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.KillSwitchResponse.
+ * Use `create(KillSwitchResponseSchema)` to create a new message.
+ */
+export const KillSwitchResponseSchema: GenMessage<KillSwitchResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 46);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListOutboxRequest
+ */
+export type ListOutboxRequest = Message<"vaultgate.grants.v1.ListOutboxRequest"> & {
+  /**
+   * Empty = every recipient.
+   *
+   * @generated from field: string email = 1;
+   */
+  email: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListOutboxRequest.
+ * Use `create(ListOutboxRequestSchema)` to create a new message.
+ */
+export const ListOutboxRequestSchema: GenMessage<ListOutboxRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 47);
+
+/**
+ * @generated from message vaultgate.grants.v1.OutboxMessage
+ */
+export type OutboxMessage = Message<"vaultgate.grants.v1.OutboxMessage"> & {
+  /**
+   * @generated from field: string email = 1;
+   */
+  email: string;
+
+  /**
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * @generated from field: string body = 3;
+   */
+  body: string;
+
+  /**
+   * RFC 3339 UTC.
+   *
+   * @generated from field: string created_at = 4;
+   */
+  createdAt: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.OutboxMessage.
+ * Use `create(OutboxMessageSchema)` to create a new message.
+ */
+export const OutboxMessageSchema: GenMessage<OutboxMessage> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 48);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListOutboxResponse
+ */
+export type ListOutboxResponse = Message<"vaultgate.grants.v1.ListOutboxResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.grants.v1.OutboxMessage messages = 1;
+   */
+  messages: OutboxMessage[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListOutboxResponse.
+ * Use `create(ListOutboxResponseSchema)` to create a new message.
+ */
+export const ListOutboxResponseSchema: GenMessage<ListOutboxResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 49);
+
+/**
  * GrantsService is the token authority: the shared ES256 signing key, and agent
  * grants (OAuth clients, authorization codes, grants with lineage and revocation).
  *
@@ -482,6 +1390,148 @@ export const GrantsService: GenService<{
     methodKind: "unary";
     input: typeof IssueGrantRequestSchema;
     output: typeof IssueGrantResponseSchema;
+  },
+  /**
+   * RegisterClient is RFC 7591 dynamic client registration (spec 2.3).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RegisterClient
+   */
+  registerClient: {
+    methodKind: "unary";
+    input: typeof RegisterClientRequestSchema;
+    output: typeof RegisterClientResponseSchema;
+  },
+  /**
+   * CheckAuthorization validates an authorization request (spec 4.3) without side effects.
+   * REASON_INVALID_CLIENT and REASON_INVALID_REDIRECT_URI mean the redirect URI cannot be
+   * trusted (show a page); any other reason may be redirected to the client.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.CheckAuthorization
+   */
+  checkAuthorization: {
+    methodKind: "unary";
+    input: typeof CheckAuthorizationRequestSchema;
+    output: typeof CheckAuthorizationResponseSchema;
+  },
+  /**
+   * ApproveAuthorization records the signed-in user's consent and mints a code.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.ApproveAuthorization
+   */
+  approveAuthorization: {
+    methodKind: "unary";
+    input: typeof ApproveAuthorizationRequestSchema;
+    output: typeof ApproveAuthorizationResponseSchema;
+  },
+  /**
+   * ExchangeCode is the authorization_code grant (spec 4.4).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.ExchangeCode
+   */
+  exchangeCode: {
+    methodKind: "unary";
+    input: typeof ExchangeCodeRequestSchema;
+    output: typeof ExchangeCodeResponseSchema;
+  },
+  /**
+   * RevokeToken is RFC 7009 token revocation by the client.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RevokeToken
+   */
+  revokeToken: {
+    methodKind: "unary";
+    input: typeof RevokeTokenRequestSchema;
+    output: typeof RevokeTokenResponseSchema;
+  },
+  /**
+   * StartSignIn sends an e-mail one-time code (sign-in, or step-up for a session).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.StartSignIn
+   */
+  startSignIn: {
+    methodKind: "unary";
+    input: typeof StartSignInRequestSchema;
+    output: typeof StartSignInResponseSchema;
+  },
+  /**
+   * CompleteSignIn checks the code; sign-in yields a session, step-up marks the session.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.CompleteSignIn
+   */
+  completeSignIn: {
+    methodKind: "unary";
+    input: typeof CompleteSignInRequestSchema;
+    output: typeof CompleteSignInResponseSchema;
+  },
+  /**
+   * GetSession reads a web session afresh.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.GetSession
+   */
+  getSession: {
+    methodKind: "unary";
+    input: typeof GetSessionRequestSchema;
+    output: typeof GetSessionResponseSchema;
+  },
+  /**
+   * EndSession signs out.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.EndSession
+   */
+  endSession: {
+    methodKind: "unary";
+    input: typeof EndSessionRequestSchema;
+    output: typeof EndSessionResponseSchema;
+  },
+  /**
+   * ListAgents lists the session user's agents (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.ListAgents
+   */
+  listAgents: {
+    methodKind: "unary";
+    input: typeof ListAgentsRequestSchema;
+    output: typeof ListAgentsResponseSchema;
+  },
+  /**
+   * GetAgent shows one agent of the session user with its grants (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.GetAgent
+   */
+  getAgent: {
+    methodKind: "unary";
+    input: typeof GetAgentRequestSchema;
+    output: typeof GetAgentResponseSchema;
+  },
+  /**
+   * RevokeUserGrant revokes a grant (and its lineage) of the session user (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RevokeUserGrant
+   */
+  revokeUserGrant: {
+    methodKind: "unary";
+    input: typeof RevokeUserGrantRequestSchema;
+    output: typeof RevokeUserGrantResponseSchema;
+  },
+  /**
+   * KillSwitch revokes every grant of the session user (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.KillSwitch
+   */
+  killSwitch: {
+    methodKind: "unary";
+    input: typeof KillSwitchRequestSchema;
+    output: typeof KillSwitchResponseSchema;
+  },
+  /**
+   * ListOutbox shows the dev outbox (`vaultgate dev outbox`).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.ListOutbox
+   */
+  listOutbox: {
+    methodKind: "unary";
+    input: typeof ListOutboxRequestSchema;
+    output: typeof ListOutboxResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_grants_v1_grants, 0);

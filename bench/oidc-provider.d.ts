@@ -1,0 +1,2 @@
+// oidc-provider ships no type declarations; the bench uses it as an untyped peer.
+declare module "oidc-provider";

@@ -1,0 +1,437 @@
+import type { Knex } from "knex";
+import type { Db } from "../db/knex.js";
+
+type Conn = Knex | Knex.Transaction;
+
+export type GrantState = "active" | "superseded" | "revoked";
+
+export interface ClientRecord {
+  clientId: string;
+  secretHash: string;
+  clientName: string;
+  redirectUris: string[];
+  grantTypes: string[];
+  responseTypes: string[];
+  tokenEndpointAuthMethod: string;
+  scopes: string[];
+  createdAt: Date;
+}
+
+export interface GrantRecord {
+  id: string;
+  lineageId: string;
+  parentGrantId: string | null;
+  userId: string;
+  clientId: string | null;
+  agentPrincipalId: string;
+  vaultId: string;
+  scopes: string[];
+  state: GrantState;
+  stepUp: boolean;
+  authTime: Date | null;
+  issuedAt: Date;
+  expiresAt: Date;
+  refreshHash: string | null;
+  refreshUsedAt: Date | null;
+  successorId: string | null;
+}
+
+export interface CodeRecord {
+  codeHash: string;
+  clientId: string;
+  userId: string;
+  agentPrincipalId: string;
+  vaultId: string;
+  scopes: string[];
+  redirectUri: string;
+  codeChallenge: string;
+  stepUp: boolean;
+  authTime: Date | null;
+  expiresAt: Date;
+  consumedAt: Date | null;
+  grantId: string | null;
+}
+
+export interface SessionRecord {
+  id: string;
+  userId: string;
+  email: string;
+  expiresAt: Date;
+  stepUpAt: Date | null;
+  endedAt: Date | null;
+}
+
+export interface ChallengeRecord {
+  id: string;
+  userId: string | null;
+  sessionId: string | null;
+  purpose: "sign_in" | "step_up";
+  codeHash: string;
+  attempts: number;
+  expiresAt: Date;
+  consumedAt: Date | null;
+}
+
+/** SQL for OAuth clients, codes, grants, sessions, one-time codes and the dev outbox. */
+export function createGrantsStore(db: Db) {
+  return {
+    async insertClient(conn: Conn, c: ClientRecord): Promise<{ inserted: boolean }> {
+      try {
+        await conn("oauth_clients").insert({
+          client_id: c.clientId,
+          secret_hash: c.secretHash,
+          client_name: c.clientName,
+          redirect_uris: c.redirectUris,
+          grant_types: c.grantTypes,
+          response_types: c.responseTypes,
+          token_endpoint_auth_method: c.tokenEndpointAuthMethod,
+          scopes: c.scopes,
+          created_at: c.createdAt,
+        });
+        return { inserted: true };
+      } catch (err) {
+        if ((err as { code?: string }).code === "23505") return { inserted: false };
+        throw err;
+      }
+    },
+
+    async findClient(conn: Conn, clientId: string): Promise<ClientRecord | undefined> {
+      const row = await conn("oauth_clients").where({ client_id: clientId }).first();
+      return row ? toClient(row) : undefined;
+    },
+
+    /** The agent principal of a user and client, created on first use. */
+    async ensureAgent(trx: Knex.Transaction, a: { id: string; userId: string; clientKey: string; displayName: string; at: Date }): Promise<string> {
+      const existing = await trx("oauth_agents").where({ user_id: a.userId, client_id: a.clientKey }).first();
+      if (existing) return String(existing.agent_principal_id);
+      await trx("agent_principals").insert({ id: a.id, user_id: a.userId, display_name: a.displayName, created_at: a.at });
+      const { rows } = await trx.raw(
+        `INSERT INTO oauth_agents (user_id, client_id, agent_principal_id) VALUES (?, ?, ?)
+         ON CONFLICT (user_id, client_id) DO NOTHING RETURNING agent_principal_id`,
+        [a.userId, a.clientKey, a.id],
+      );
+      if ((rows as unknown[]).length > 0) return a.id;
+      // A concurrent first consent won; drop ours and use theirs.
+      await trx("agent_principals").where({ id: a.id }).delete();
+      const row = await trx("oauth_agents").where({ user_id: a.userId, client_id: a.clientKey }).first();
+      return String(row.agent_principal_id);
+    },
+
+    async insertGrant(trx: Conn, g: GrantRecord): Promise<void> {
+      await trx("grants").insert({
+        id: g.id,
+        lineage_id: g.lineageId,
+        parent_grant_id: g.parentGrantId,
+        user_id: g.userId,
+        client_id: g.clientId,
+        agent_principal_id: g.agentPrincipalId,
+        vault_id: g.vaultId,
+        scopes: g.scopes,
+        state: g.state,
+        step_up: g.stepUp,
+        auth_time: g.authTime,
+        issued_at: g.issuedAt,
+        expires_at: g.expiresAt,
+        refresh_hash: g.refreshHash,
+        refresh_used_at: g.refreshUsedAt,
+        successor_id: g.successorId,
+        state_changed_at: g.issuedAt,
+      });
+    },
+
+    async findGrant(conn: Conn, id: string): Promise<GrantRecord | undefined> {
+      const row = await conn("grants").where({ id }).first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
+      const row = await trx("grants").where({ id }).forUpdate().first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    async lockGrantByRefresh(trx: Knex.Transaction, refreshHash: string): Promise<GrantRecord | undefined> {
+      const row = await trx("grants").where({ refresh_hash: refreshHash }).forUpdate().first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    async findGrantByRefresh(conn: Conn, refreshHash: string): Promise<GrantRecord | undefined> {
+      const row = await conn("grants").where({ refresh_hash: refreshHash }).first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    /** Marks an active grant superseded by `successorId`; `viaRefresh` records the refresh token's use. */
+    async supersede(trx: Knex.Transaction, id: string, successorId: string, at: Date, viaRefresh: boolean): Promise<void> {
+      await trx("grants")
+        .where({ id, state: "active" })
+        .update({ state: "superseded", successor_id: successorId, state_changed_at: at, state_reason: viaRefresh ? "refresh" : "issue", ...(viaRefresh ? { refresh_used_at: at } : {}) });
+    },
+
+    async revokeLineage(trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> {
+      return trx("grants").where({ lineage_id: lineageId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    },
+
+    async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
+      return trx("grants").where({ user_id: userId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    },
+
+    async insertCode(conn: Conn, c: CodeRecord): Promise<void> {
+      await conn("authorization_codes").insert({
+        code_hash: c.codeHash,
+        client_id: c.clientId,
+        user_id: c.userId,
+        agent_principal_id: c.agentPrincipalId,
+        vault_id: c.vaultId,
+        scopes: c.scopes,
+        redirect_uri: c.redirectUri,
+        code_challenge: c.codeChallenge,
+        step_up: c.stepUp,
+        auth_time: c.authTime,
+        expires_at: c.expiresAt,
+      });
+    },
+
+    /**
+     * The common case of a code exchange in one statement: consumes a code that is unused,
+     * unexpired and matches client, redirect URI and PKCE challenge, and inserts its grant.
+     * Undefined when any condition fails (the caller then inspects the code under a lock).
+     */
+    async exchangeCodeFast(
+      trx: Knex.Transaction,
+      x: { codeHash: string; clientId: string; redirectUri: string; codeChallenge: string; grantId: string; refreshHash: string; now: Date; expiresAt: Date },
+    ): Promise<GrantRecord | undefined> {
+      const { rows } = await trx.raw(
+        `WITH c AS (
+           UPDATE authorization_codes SET consumed_at = :now, grant_id = :grantId
+            WHERE code_hash = :codeHash AND consumed_at IS NULL AND client_id = :clientId
+              AND redirect_uri = :redirectUri AND code_challenge = :codeChallenge AND expires_at > :now
+           RETURNING *
+         )
+         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+         SELECT :grantId, :grantId, NULL, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                step_up, auth_time, :now, :expiresAt, :refreshHash, :now FROM c
+         RETURNING *`,
+        x,
+      );
+      return rows[0] ? toGrant(rows[0]) : undefined;
+    },
+
+    /**
+     * The common case of a refresh in one statement: supersedes an active grant whose refresh
+     * token is unused and issues its successor in the same lineage. Undefined otherwise
+     * (reuse, grace retry, revoked, other client): the caller decides under a row lock.
+     */
+    async rotateRefreshFast(
+      trx: Knex.Transaction,
+      x: { refreshHash: string; clientId: string; issuedAfter: Date; grantId: string; newRefreshHash: string; now: Date; expiresAt: Date },
+    ): Promise<GrantRecord | undefined> {
+      const { rows } = await trx.raw(
+        `WITH old AS (
+           UPDATE grants SET state = 'superseded', refresh_used_at = :now, successor_id = :grantId, state_changed_at = :now, state_reason = 'refresh'
+            WHERE refresh_hash = :refreshHash AND state = 'active' AND refresh_used_at IS NULL
+              AND coalesce(client_id, '') = :clientId AND issued_at > :issuedAfter
+           RETURNING *
+         )
+         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+         SELECT :grantId, lineage_id, id, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                step_up, auth_time, :now, :expiresAt, :newRefreshHash, :now FROM old
+         RETURNING *`,
+        x,
+      );
+      return rows[0] ? toGrant(rows[0]) : undefined;
+    },
+
+    async lockCode(trx: Knex.Transaction, codeHash: string): Promise<CodeRecord | undefined> {
+      const row = await trx("authorization_codes").where({ code_hash: codeHash }).forUpdate().first();
+      return row ? toCode(row) : undefined;
+    },
+
+    async consumeCode(trx: Knex.Transaction, codeHash: string, grantId: string, at: Date): Promise<void> {
+      await trx("authorization_codes").where({ code_hash: codeHash }).update({ consumed_at: at, grant_id: grantId });
+    },
+
+    async vaultsOfUser(conn: Conn, userId: string): Promise<{ id: string; parentVaultId: string | null }[]> {
+      const rows = await conn("vaults").where({ owner_user_id: userId }).orderBy("created_at").select("id", "parent_vault_id");
+      return rows.map((r: Record<string, unknown>) => ({ id: String(r.id), parentVaultId: r.parent_vault_id == null ? null : String(r.parent_vault_id) }));
+    },
+
+    async vaultOwner(conn: Conn, vaultId: string): Promise<string | undefined> {
+      const row = await conn("vaults").where({ id: vaultId }).first("owner_user_id");
+      return row ? String(row.owner_user_id) : undefined;
+    },
+
+    async findUserByEmail(conn: Conn, email: string): Promise<{ id: string; status: string } | undefined> {
+      const row = await conn("users").where({ email }).first("id", "status");
+      return row ? { id: String(row.id), status: String(row.status) } : undefined;
+    },
+
+    async findUser(conn: Conn, id: string): Promise<{ id: string; email: string; status: string } | undefined> {
+      const row = await conn("users").where({ id }).first("id", "email", "status");
+      return row ? { id: String(row.id), email: String(row.email), status: String(row.status) } : undefined;
+    },
+
+    async insertSession(conn: Conn, s: { id: string; tokenHash: string; userId: string; at: Date; expiresAt: Date }): Promise<void> {
+      await conn("web_sessions").insert({ id: s.id, token_hash: s.tokenHash, user_id: s.userId, created_at: s.at, expires_at: s.expiresAt });
+    },
+
+    async findSession(conn: Conn, tokenHash: string): Promise<SessionRecord | undefined> {
+      const row = await conn("web_sessions as s")
+        .join("users as u", "u.id", "s.user_id")
+        .where({ "s.token_hash": tokenHash })
+        .first("s.id", "s.user_id", "u.email", "s.expires_at", "s.step_up_at", "s.ended_at", "u.status");
+      if (!row || row.status !== "active") return undefined;
+      return {
+        id: String(row.id),
+        userId: String(row.user_id),
+        email: String(row.email),
+        expiresAt: new Date(row.expires_at),
+        stepUpAt: row.step_up_at ? new Date(row.step_up_at) : null,
+        endedAt: row.ended_at ? new Date(row.ended_at) : null,
+      };
+    },
+
+    async setStepUp(conn: Conn, sessionId: string, at: Date): Promise<void> {
+      await conn("web_sessions").where({ id: sessionId }).update({ step_up_at: at });
+    },
+
+    async endSession(conn: Conn, tokenHash: string, at: Date): Promise<void> {
+      await conn("web_sessions").where({ token_hash: tokenHash }).whereNull("ended_at").update({ ended_at: at });
+    },
+
+    async insertChallenge(conn: Conn, c: ChallengeRecord & { createdAt: Date }): Promise<void> {
+      await conn("signin_challenges").insert({
+        id: c.id,
+        user_id: c.userId,
+        session_id: c.sessionId,
+        purpose: c.purpose,
+        code_hash: c.codeHash,
+        attempts: c.attempts,
+        created_at: c.createdAt,
+        expires_at: c.expiresAt,
+      });
+    },
+
+    async lockChallenge(trx: Knex.Transaction, id: string): Promise<ChallengeRecord | undefined> {
+      const row = await trx("signin_challenges").where({ id }).forUpdate().first();
+      if (!row) return undefined;
+      return {
+        id: String(row.id),
+        userId: row.user_id == null ? null : String(row.user_id),
+        sessionId: row.session_id == null ? null : String(row.session_id),
+        purpose: row.purpose,
+        codeHash: String(row.code_hash),
+        attempts: Number(row.attempts),
+        expiresAt: new Date(row.expires_at),
+        consumedAt: row.consumed_at ? new Date(row.consumed_at) : null,
+      };
+    },
+
+    async countAttempt(conn: Conn, id: string): Promise<void> {
+      await conn("signin_challenges").where({ id }).increment("attempts", 1);
+    },
+
+    async consumeChallenge(conn: Conn, id: string, at: Date): Promise<void> {
+      await conn("signin_challenges").where({ id }).update({ consumed_at: at });
+    },
+
+    async insertOutbox(conn: Conn, m: { id: string; email: string; subject: string; body: string; at: Date }): Promise<void> {
+      await conn("dev_outbox").insert({ id: m.id, email: m.email, subject: m.subject, body: m.body, created_at: m.at });
+    },
+
+    async listOutbox(conn: Conn, email: string | undefined, limit = 100) {
+      const q = conn("dev_outbox").orderBy("seq", "desc").limit(limit);
+      if (email) q.where({ email });
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({
+        email: String(r.email),
+        subject: String(r.subject),
+        body: String(r.body),
+        createdAt: new Date(r.created_at as string),
+      }));
+    },
+
+    /** The user's OAuth agents with their grants, newest first. */
+    async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
+      const q = conn("oauth_agents as a")
+        .join("agent_principals as p", "p.id", "a.agent_principal_id")
+        .leftJoin("oauth_clients as c", "c.client_id", "a.client_id")
+        .where({ "a.user_id": userId })
+        .orderBy("p.created_at", "desc")
+        .select("a.agent_principal_id", "a.client_id", "p.display_name", "c.client_name");
+      if (agentId) q.where({ "a.agent_principal_id": agentId });
+      const agents = await q;
+      const ids = agents.map((a: Record<string, unknown>) => String(a.agent_principal_id));
+      const grants = ids.length === 0 ? [] : await conn("grants").whereIn("agent_principal_id", ids).orderBy("issued_at", "desc").limit(500);
+      return agents.map((a: Record<string, unknown>) => ({
+        agentId: String(a.agent_principal_id),
+        clientId: String(a.client_id),
+        displayName: String(a.client_name ?? a.display_name),
+        grants: grants.filter((g: Record<string, unknown>) => String(g.agent_principal_id) === String(a.agent_principal_id)).map(toGrant),
+      }));
+    },
+
+    db,
+  };
+}
+
+export type GrantsStore = ReturnType<typeof createGrantsStore>;
+
+function toClient(r: Record<string, unknown>): ClientRecord {
+  return {
+    clientId: String(r.client_id),
+    secretHash: String(r.secret_hash),
+    clientName: String(r.client_name),
+    redirectUris: textArray(r.redirect_uris),
+    grantTypes: textArray(r.grant_types),
+    responseTypes: textArray(r.response_types),
+    tokenEndpointAuthMethod: String(r.token_endpoint_auth_method),
+    scopes: textArray(r.scopes),
+    createdAt: new Date(r.created_at as string),
+  };
+}
+
+function toGrant(r: Record<string, unknown>): GrantRecord {
+  return {
+    id: String(r.id),
+    lineageId: String(r.lineage_id),
+    parentGrantId: r.parent_grant_id == null ? null : String(r.parent_grant_id),
+    userId: String(r.user_id),
+    clientId: r.client_id == null ? null : String(r.client_id),
+    agentPrincipalId: String(r.agent_principal_id),
+    vaultId: String(r.vault_id),
+    scopes: textArray(r.scopes),
+    state: r.state as GrantState,
+    stepUp: Boolean(r.step_up),
+    authTime: r.auth_time ? new Date(r.auth_time as string) : null,
+    issuedAt: new Date(r.issued_at as string),
+    expiresAt: new Date(r.expires_at as string),
+    refreshHash: r.refresh_hash == null ? null : String(r.refresh_hash),
+    refreshUsedAt: r.refresh_used_at ? new Date(r.refresh_used_at as string) : null,
+    successorId: r.successor_id == null ? null : String(r.successor_id),
+  };
+}
+
+function toCode(r: Record<string, unknown>): CodeRecord {
+  return {
+    codeHash: String(r.code_hash),
+    clientId: String(r.client_id),
+    userId: String(r.user_id),
+    agentPrincipalId: String(r.agent_principal_id),
+    vaultId: String(r.vault_id),
+    scopes: textArray(r.scopes),
+    redirectUri: String(r.redirect_uri),
+    codeChallenge: String(r.code_challenge),
+    stepUp: Boolean(r.step_up),
+    authTime: r.auth_time ? new Date(r.auth_time as string) : null,
+    expiresAt: new Date(r.expires_at as string),
+    consumedAt: r.consumed_at ? new Date(r.consumed_at as string) : null,
+    grantId: r.grant_id == null ? null : String(r.grant_id),
+  };
+}
+
+function textArray(value: unknown): string[] {
+  if (Array.isArray(value)) return value.map(String);
+  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  return [];
+}

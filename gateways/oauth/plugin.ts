@@ -1,0 +1,243 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Client } from "@connectrpc/connect";
+import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { withRequestId } from "../core-clients.js";
+import { formDecode, parseForm } from "../shared/form.js";
+import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
+
+export interface OAuthGatewayOptions {
+  grants: Client<typeof GrantsService>;
+  urls: PublicUrls;
+  /** `WWW-Authenticate: Basic realm` on 401 invalid_client. */
+  realm: string;
+}
+
+const FORM_TYPE = "application/x-www-form-urlencoded";
+const FORM_LIMIT = 8192;
+const JSON_LIMIT = 16 * 1024;
+/** RFC 8707: `resource` may repeat; every other parameter must not (RFC 6749 3.1/3.2). */
+const REPEATABLE = new Set(["resource"]);
+
+class OAuthRequestError extends Error {
+  constructor(readonly oauth: OAuthError) {
+    super(oauth.error);
+  }
+}
+const invalidRequest = (description: string) => new OAuthRequestError({ status: 400, error: "invalid_request", description });
+const invalidClient = () => new OAuthRequestError({ status: 401, error: "invalid_client", description: "client authentication failed" });
+
+/**
+ * Agent OAuth JSON endpoints on {auth_url} (spec 4.2, 4.4; DESIGN 4.2): registration,
+ * token, revocation, and the RFC 8414 / RFC 9728 metadata documents.
+ */
+export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOptions) {
+  const { grants, urls } = options;
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+  // Registration parses JSON itself, so malformed bodies get RFC 7591's error, not fastify's.
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: JSON_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("*", { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, _body, done) => done(null, undefined));
+
+  app.setErrorHandler((err: unknown, request, reply) => {
+    if (err instanceof OAuthRequestError) return sendError(reply, err.oauth);
+    const status = (err as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      const registration = request.url.startsWith("/oauth2/register");
+      return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description: "malformed request" });
+    }
+    const e = oauthErrorFrom(err);
+    if (e.status >= 500) request.log.error({ err }, "oauth endpoint failure");
+    return sendError(reply, e);
+  });
+
+  function sendError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
+    if (e.status === 401) reply.header("www-authenticate", `Basic realm="${options.realm}"`);
+    return sendOAuthError(reply, e);
+  }
+
+  const scopes = Object.keys(AGENT_SCOPE_WORDS);
+  const authMethods = ["client_secret_basic", "client_secret_post"];
+  const asMetadata = {
+    issuer: urls.issuer,
+    authorization_endpoint: `${urls.authUrl}/oauth2/authorize`,
+    token_endpoint: `${urls.authUrl}/oauth2/token`,
+    registration_endpoint: `${urls.authUrl}/oauth2/register`,
+    revocation_endpoint: `${urls.authUrl}/oauth2/revoke`,
+    jwks_uri: `${urls.baseUrl}/.well-known/agent-jwks.json`,
+    scopes_supported: scopes,
+    response_types_supported: ["code"],
+    response_modes_supported: ["query"],
+    grant_types_supported: ["authorization_code", "refresh_token"],
+    code_challenge_methods_supported: ["S256"],
+    token_endpoint_auth_methods_supported: authMethods,
+    revocation_endpoint_auth_methods_supported: authMethods,
+    authorization_response_iss_parameter_supported: true,
+  };
+  app.get("/.well-known/oauth-authorization-server", async (_request, reply) =>
+    reply.header("cache-control", "public, max-age=300").send(asMetadata),
+  );
+
+  const protectedResource = (resource: string) => ({
+    resource,
+    authorization_servers: [urls.issuer],
+    scopes_supported: scopes,
+    bearer_methods_supported: ["header"],
+    resource_name: "Vaultgate agent tools",
+  });
+  app.get("/.well-known/oauth-protected-resource", async (_request, reply) =>
+    reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl)),
+  );
+  // RFC 9728 3.1: the path of the resource follows the well-known suffix.
+  for (const path of MCP_PATHS) {
+    app.get(`/.well-known/oauth-protected-resource${path}`, async (_request, reply) =>
+      reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl + path)),
+    );
+  }
+
+  app.post("/oauth2/register", { bodyLimit: JSON_LIMIT }, async (request, reply) => {
+    const body = readJson(request);
+    const res = await grants.registerClient(
+      {
+        clientName: optString(body, "client_name"),
+        redirectUris: optStringArray(body, "redirect_uris", "invalid_redirect_uri"),
+        grantTypes: optStringArray(body, "grant_types"),
+        responseTypes: optStringArray(body, "response_types"),
+        tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
+        scope: optString(body, "scope"),
+      },
+      withRequestId(request.id),
+    );
+    const c = res.client!;
+    return reply
+      .code(201)
+      .header("cache-control", "no-store")
+      .header("pragma", "no-cache")
+      .send({
+        client_id: c.clientId,
+        client_secret: res.clientSecret,
+        client_id_issued_at: Number(c.clientIdIssuedAt),
+        client_secret_expires_at: 0,
+        client_name: c.clientName,
+        redirect_uris: c.redirectUris,
+        grant_types: c.grantTypes,
+        response_types: c.responseTypes,
+        token_endpoint_auth_method: c.tokenEndpointAuthMethod,
+        scope: c.scopes.join(" "),
+      });
+  });
+
+  app.post("/oauth2/token", { bodyLimit: FORM_LIMIT }, async (request, reply) => {
+    const form = readForm(request);
+    const client = authenticateClient(request, form.params);
+    const grantType = form.params.get("grant_type");
+    if (!grantType) throw invalidRequest("grant_type is required");
+    let token: TokenResponse | undefined;
+    if (grantType === "authorization_code") {
+      const code = required(form.params, "code");
+      const redirectUri = required(form.params, "redirect_uri");
+      const codeVerifier = required(form.params, "code_verifier");
+      ({ token } = await grants.exchangeCode({ ...client, code, redirectUri, codeVerifier, resources: form.resources }, withRequestId(request.id)));
+    } else if (grantType === "refresh_token") {
+      const refreshToken = required(form.params, "refresh_token");
+      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, withRequestId(request.id)));
+    } else {
+      throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
+    }
+    return reply
+      .header("cache-control", "no-store")
+      .header("pragma", "no-cache")
+      .send({
+        access_token: token!.accessToken,
+        token_type: token!.tokenType,
+        expires_in: Number(token!.expiresIn),
+        refresh_token: token!.refreshToken,
+        scope: token!.scope,
+        jti: token!.jti,
+      });
+  });
+
+  app.post("/oauth2/revoke", { bodyLimit: FORM_LIMIT }, async (request, reply) => {
+    const form = readForm(request);
+    const client = authenticateClient(request, form.params);
+    const token = required(form.params, "token");
+    await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, withRequestId(request.id));
+    // RFC 7009 2.2: 200 with an empty body, whether or not the token was known.
+    return reply.header("cache-control", "no-store").code(200).send();
+  });
+}
+
+function readForm(request: FastifyRequest) {
+  const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
+  const body = typeof request.body === "string" ? request.body : "";
+  const parsed = parseForm(body);
+  if (!parsed.ok) throw invalidRequest("malformed form body");
+  const repeated = parsed.duplicates.filter((d) => !REPEATABLE.has(d));
+  if (repeated.length > 0) throw invalidRequest(`repeated parameter: ${repeated[0]}`);
+  const resources = body
+    .split("&")
+    .filter((p) => p.startsWith("resource="))
+    .map((p) => formDecode(p.slice("resource=".length)) ?? "");
+  return { params: parsed.params, resources };
+}
+
+function required(params: Map<string, string>, name: string): string {
+  const v = params.get(name);
+  if (!v) throw invalidRequest(`${name} is required`);
+  return v;
+}
+
+/** RFC 6749 2.3.1: client_secret_basic (form-encoded parts) or client_secret_post; never both. */
+function authenticateClient(request: FastifyRequest, params: Map<string, string>): { clientId: string; clientSecret: string } {
+  const header = request.headers.authorization;
+  const formUsed = params.has("client_secret");
+  if (header !== undefined) {
+    if (formUsed) throw invalidRequest("use one client authentication method, not both");
+    const match = /^Basic ([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
+    if (!match) throw invalidClient();
+    const decoded = Buffer.from(match[1]!, "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    if (colon === -1) throw invalidClient();
+    const clientId = formDecode(decoded.slice(0, colon));
+    const clientSecret = formDecode(decoded.slice(colon + 1));
+    if (clientId === undefined || clientSecret === undefined) throw invalidClient();
+    const formId = params.get("client_id");
+    if (formId !== undefined && formId !== clientId) throw invalidRequest("client_id does not match the authenticated client");
+    return { clientId, clientSecret };
+  }
+  const clientId = params.get("client_id");
+  const clientSecret = params.get("client_secret");
+  if (!clientId || clientSecret === undefined) throw invalidClient();
+  return { clientId, clientSecret };
+}
+
+type JsonObject = Record<string, unknown>;
+const badMetadata = (description: string, error = "invalid_client_metadata") => new OAuthRequestError({ status: 400, error, description });
+
+function readJson(request: FastifyRequest): JsonObject {
+  const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "application/json") throw badMetadata("content type must be application/json");
+  let body: unknown;
+  try {
+    body = JSON.parse(typeof request.body === "string" ? request.body : "");
+  } catch {
+    throw badMetadata("body is not valid JSON");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw badMetadata("body must be a JSON object");
+  return body as JsonObject;
+}
+
+function optString(body: JsonObject, name: string): string {
+  const v = body[name];
+  if (v === undefined || v === null) return "";
+  if (typeof v !== "string") throw badMetadata(`${name} must be a string`);
+  return v;
+}
+
+function optStringArray(body: JsonObject, name: string, error = "invalid_client_metadata"): string[] {
+  const v = body[name];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== "string")) throw badMetadata(`${name} must be an array of strings`, error);
+  return v as string[];
+}

@@ -1,0 +1,20 @@
+/** The spec's four addresses plus the token issuer, as the gateway renders them. */
+export interface PublicUrls {
+  issuer: string;
+  baseUrl: string;
+  authUrl: string;
+  appUrl: string;
+  mcpUrl: string;
+}
+
+/** Agent scopes (spec 5.3 rule 5) in the words the consent page and metadata use. */
+export const AGENT_SCOPE_WORDS: Readonly<Record<string, string>> = {
+  "accounts:read": "See the balance of the vault",
+  "payments:initiate": "Start payments from the vault, within its spending policy",
+  "payments:simulate": "Check whether a payment would be allowed, without moving money",
+  "audit:stream": "Read the vault's activity log",
+  "agent:budget:create": "Create sub-budgets with their own spending limits",
+};
+
+/** MCP endpoints that have protected-resource metadata (DESIGN 4.1, 4.2). */
+export const MCP_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];

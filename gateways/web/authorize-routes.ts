@@ -1,0 +1,158 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { CheckAuthorizationResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { oauthErrorFrom } from "../shared/oauth-error.js";
+import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
+import { html } from "./html.js";
+import { PageError, reasonOf, type WebContext } from "./plugin.js";
+
+/** spec 4.3 parameters; `resource` may repeat (RFC 8707). */
+const PARAMS = ["response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method", "scope", "resource", "state"] as const;
+
+interface AuthorizeParams {
+  values: Map<string, string>;
+  resources: string[];
+  duplicates: string[];
+}
+
+function fromSearch(sp: URLSearchParams): AuthorizeParams {
+  const values = new Map<string, string>();
+  const duplicates: string[] = [];
+  for (const name of PARAMS) {
+    const all = sp.getAll(name);
+    if (name !== "resource" && all.length > 1) duplicates.push(name);
+    if (all.length > 0) values.set(name, all[0]!);
+  }
+  return { values, resources: sp.getAll("resource"), duplicates };
+}
+
+function toQuery(p: AuthorizeParams): string {
+  const sp = new URLSearchParams();
+  for (const name of PARAMS) {
+    if (name === "resource") p.resources.forEach((r) => sp.append("resource", r));
+    else if (p.values.has(name)) sp.set(name, p.values.get(name)!);
+  }
+  return sp.toString();
+}
+
+/** GET /oauth2/authorize and the consent decision (spec 4.3, DESIGN 4.2). */
+export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
+  const coreRequest = (p: AuthorizeParams, sessionToken = "") => ({
+    clientId: p.values.get("client_id") ?? "",
+    redirectUri: p.values.get("redirect_uri") ?? "",
+    scope: p.values.get("scope") ?? "",
+    resources: p.resources,
+    codeChallenge: p.values.get("code_challenge") ?? "",
+    codeChallengeMethod: p.values.get("code_challenge_method") ?? "",
+    sessionToken,
+  });
+
+  /** RFC 6749 4.1.2 with RFC 9207's iss. */
+  function redirectBack(reply: FastifyReply, p: AuthorizeParams, params: Record<string, string>) {
+    const url = new URL(p.values.get("redirect_uri")!);
+    for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+    const state = p.values.get("state");
+    if (state !== undefined) url.searchParams.set("state", state);
+    url.searchParams.set("iss", ctx.urls.issuer);
+    return reply.redirect(url.toString(), 303);
+  }
+
+  /** Untrusted client or redirect URI: a page; anything else goes back to the client (RFC 6749 4.1.2.1). */
+  function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
+    const reason = reasonOf(err);
+    // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
+    if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === Reason.INVALID_TOKEN || reason === undefined) throw err;
+    const e = oauthErrorFrom(err);
+    return redirectBack(reply, p, { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
+  }
+
+  /** Validates in spec order; returns the check when the flow may continue. */
+  async function check(request: FastifyRequest, reply: FastifyReply, p: AuthorizeParams, sessionToken: string) {
+    if (p.duplicates.includes("client_id") || p.duplicates.includes("redirect_uri")) {
+      throw new PageError(400, "Something is wrong with this request", "A parameter was repeated, so the application cannot be identified.");
+    }
+    let checked: CheckAuthorizationResponse;
+    try {
+      checked = await ctx.grants.checkAuthorization(coreRequest(p, sessionToken), ctx.rpc(request));
+    } catch (err) {
+      return { reply: refuse(reply, p, err) };
+    }
+    if (p.duplicates.length > 0) return { reply: redirectBack(reply, p, { error: "invalid_request", error_description: `repeated parameter: ${p.duplicates[0]}` }) };
+    if (p.values.get("response_type") !== "code") {
+      return { reply: redirectBack(reply, p, { error: "unsupported_response_type", error_description: "response_type must be code" }) };
+    }
+    return { checked };
+  }
+
+  app.get("/oauth2/authorize", async (request, reply) => {
+    const p = fromSearch(new URL(request.url, "http://local").searchParams);
+    const current = await ctx.session(request);
+    const result = await check(request, reply, p, current?.token ?? "");
+    if (!result.checked) return result.reply;
+    const here = `/oauth2/authorize?${toQuery(p)}`;
+    if (!current) return ctx.signInRedirect(reply, here);
+    const c = result.checked;
+    if (c.stepUpRequired && !c.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
+    if (c.vaults.length === 0) throw new PageError(400, "No vault to connect", "Your account has no vault this application could use.");
+
+    const csrf = ctx.csrfToken(request, reply);
+    const client = c.client!;
+    const redirectHost = new URL(p.values.get("redirect_uri")!).host;
+    const hidden = PARAMS.flatMap((name) =>
+      name === "resource"
+        ? p.resources.map((r) => html`<input type="hidden" name="resource" value="${r}">`)
+        : p.values.has(name)
+          ? [html`<input type="hidden" name="${name}" value="${p.values.get(name)}">`]
+          : [],
+    );
+    const vaultChoice = c.vaultId
+      ? html`<p><strong>Vault:</strong> ${c.vaults[0]!.label}<br><code class="muted">${c.vaults[0]!.urn}</code></p><input type="hidden" name="vault_id" value="${c.vaultId}">`
+      : html`<fieldset><legend><strong>Which vault may it use?</strong></legend>${c.vaults.map(
+          (v, i) => html`<label><input type="radio" name="vault_id" value="${v.vaultId}" ${i === 0 ? html`checked` : ""}> ${v.label} <code class="muted">${v.urn}</code></label>`,
+        )}</fieldset>`;
+    return ctx.send(
+      reply,
+      200,
+      `Allow ${client.clientName}?`,
+      html`<form class="card" method="post" action="/oauth2/authorize/decision">
+        <p><strong>${client.clientName}</strong> <span class="muted">(<code>${client.clientId}</code>)</span> wants to act for you. It will be able to:</p>
+        <ul class="scopes">${c.scopes.map((s) => html`<li>${AGENT_SCOPE_WORDS[s] ?? s} <span class="muted">(<code>${s}</code>)</span></li>`)}</ul>
+        ${vaultChoice}
+        ${c.stepUpFresh ? html`<p class="muted">You confirmed it's you a moment ago; this approval is marked as step-up verified.</p>` : ""}
+        <p class="muted">After you decide you will return to <strong>${redirectHost}</strong>. You can revoke access at any time from your dashboard.</p>
+        <input type="hidden" name="csrf" value="${csrf}">${hidden}
+        <button type="submit" name="decision" value="approve">Allow</button>
+        <button type="submit" name="decision" value="deny" class="secondary">Deny</button>
+      </form>`,
+      { email: current.session.email, csrf },
+    );
+  });
+
+  app.post("/oauth2/authorize/decision", async (request, reply) => {
+    const form = ctx.readForm(request, ["resource"]);
+    ctx.checkCsrf(request, form.params);
+    const sp = new URLSearchParams();
+    for (const name of PARAMS) {
+      if (name === "resource") form.all("resource").forEach((r) => sp.append("resource", r));
+      else if (form.params.has(name)) sp.set(name, form.params.get(name)!);
+    }
+    const p = fromSearch(sp);
+    const current = await ctx.session(request);
+    const result = await check(request, reply, p, current?.token ?? "");
+    if (!result.checked) return result.reply;
+    if (!current) return ctx.signInRedirect(reply, `/oauth2/authorize?${toQuery(p)}`);
+    if (form.params.get("decision") !== "approve") {
+      return redirectBack(reply, p, { error: "access_denied", error_description: "the user denied the request" });
+    }
+    try {
+      const res = await ctx.grants.approveAuthorization(
+        { request: coreRequest(p), sessionToken: current.token, vaultId: form.params.get("vault_id") ?? "" },
+        ctx.rpc(request),
+      );
+      return redirectBack(reply, p, { code: res.code });
+    } catch (err) {
+      if (reasonOf(err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
+      return refuse(reply, p, err);
+    }
+  });
+}

@@ -1,0 +1,197 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ConnectError, type Client } from "@connectrpc/connect";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { GrantsService, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { withRequestId } from "../core-clients.js";
+import { parseForm } from "../shared/form.js";
+import type { PublicUrls } from "../shared/public-urls.js";
+import { html, page, type Html } from "./html.js";
+import { authorizeRoutes } from "./authorize-routes.js";
+import { dashboardRoutes } from "./dashboard-routes.js";
+import { signInRoutes } from "./signin-routes.js";
+
+export interface WebGatewayOptions {
+  grants: Client<typeof GrantsService>;
+  urls: PublicUrls;
+}
+
+const FORM_TYPE = "application/x-www-form-urlencoded";
+const FORM_LIMIT = 16 * 1024;
+export const SESSION_COOKIE = "vg_session";
+const CSRF_COOKIE = "vg_csrf";
+
+/** A page-level failure with a status and words for people (never internals). */
+export class PageError extends Error {
+  constructor(
+    readonly status: number,
+    readonly title: string,
+    readonly detail: string,
+  ) {
+    super(title);
+  }
+}
+
+/** Reason -> page. Reasons not listed render the generic 500 page. */
+const pageTable: Partial<Record<Reason, { status: number; title: string }>> = {
+  [Reason.INVALID_REQUEST]: { status: 400, title: "Something is wrong with this request" },
+  [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
+  [Reason.INVALID_REDIRECT_URI]: { status: 400, title: "This application sent an unregistered return address" },
+  [Reason.INVALID_SCOPE]: { status: 400, title: "This application asked for permissions it may not have" },
+  [Reason.INVALID_TARGET]: { status: 400, title: "That vault cannot be used here" },
+  [Reason.ACCESS_DENIED]: { status: 403, title: "Not allowed" },
+  [Reason.INVALID_GRANT]: { status: 400, title: "That code is invalid or expired" },
+  [Reason.NOT_FOUND]: { status: 404, title: "Not found" },
+  [Reason.RATE_LIMITED]: { status: 429, title: "Too many attempts" },
+  [Reason.SIGNING_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.AUDIT_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
+};
+
+/** What every web route shares: cookies, CSRF, the session, rendering. */
+export interface WebContext {
+  grants: Client<typeof GrantsService>;
+  urls: PublicUrls;
+  rpc: (request: FastifyRequest) => ReturnType<typeof withRequestId>;
+  readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string>; all(name: string): string[] };
+  csrfToken(request: FastifyRequest, reply: FastifyReply): string;
+  checkCsrf(request: FastifyRequest, form: Map<string, string>): void;
+  session(request: FastifyRequest): Promise<{ token: string; session: WebSession } | undefined>;
+  setSession(reply: FastifyReply, token: string, maxAgeSeconds: number): void;
+  clearSession(reply: FastifyReply): void;
+  send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
+  signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
+}
+
+/**
+ * Server-rendered pages on {app_url} and {auth_url} (DESIGN 4.2): sign-in, step-up,
+ * consent and the dashboard. No scripts; every form carries a CSRF token; every value
+ * is escaped by the html template tag.
+ */
+export async function webGateway(app: FastifyInstance, options: WebGatewayOptions) {
+  const secureCookies = options.urls.appUrl.startsWith("https:");
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+
+  app.addHook("onSend", async (_request, reply) => {
+    reply.header("cache-control", "no-store");
+    // No referrer: the consent URL carries state and the redirect carries the code.
+    reply.header("referrer-policy", "no-referrer");
+    reply.header("x-frame-options", "DENY");
+    reply.header("content-security-policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'");
+  });
+
+  const cookie = (name: string, value: string, maxAge: number) =>
+    `${name}=${value}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secureCookies ? "; Secure" : ""}`;
+  const addCookie = (reply: FastifyReply, value: string) => {
+    const prev = reply.getHeader("set-cookie");
+    reply.header("set-cookie", prev === undefined ? [value] : [...(Array.isArray(prev) ? prev : [String(prev)]), value]);
+  };
+
+  const ctx: WebContext = {
+    grants: options.grants,
+    urls: options.urls,
+    rpc: (request) => withRequestId(request.id),
+    readForm(request, repeatable = []) {
+      const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+      if (type !== FORM_TYPE || typeof request.body !== "string") throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      const parsed = parseForm(request.body);
+      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
+      if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
+      const body = request.body;
+      return {
+        params: parsed.params,
+        all: (name) => [...new URLSearchParams(body).getAll(name)],
+      };
+    },
+    csrfToken(request, reply) {
+      const existing = readCookies(request)[CSRF_COOKIE];
+      if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
+      const token = randomBytes(32).toString("base64url");
+      addCookie(reply, cookie(CSRF_COOKIE, token, 86400));
+      return token;
+    },
+    checkCsrf(request, form) {
+      // Double-submit: the form field must equal the HttpOnly SameSite cookie.
+      const expected = readCookies(request)[CSRF_COOKIE] ?? "";
+      const given = form.get("csrf") ?? "";
+      if (!expected || !sameSecret(expected, given)) {
+        throw new PageError(403, "This form has expired", "Go back, reload the page and try again.");
+      }
+    },
+    async session(request) {
+      const token = readCookies(request)[SESSION_COOKIE];
+      if (!token || token.length > 200) return undefined;
+      try {
+        const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
+        return { token, session: res.session! };
+      } catch (err) {
+        if (reasonOf(err) === Reason.INVALID_TOKEN) return undefined;
+        throw err;
+      }
+    },
+    setSession(reply, token, maxAge) {
+      addCookie(reply, cookie(SESSION_COOKIE, token, maxAge));
+    },
+    clearSession(reply) {
+      addCookie(reply, cookie(SESSION_COOKIE, "", 0));
+    },
+    send(reply, status, title, body, nav) {
+      return reply.code(status).type("text/html; charset=utf-8").send(page(title, body, nav));
+    },
+    signInRedirect(reply, returnTo) {
+      return reply.redirect(`/signin?return_to=${encodeURIComponent(safeReturnTo(returnTo))}`, 303);
+    },
+  };
+
+  app.setErrorHandler((err: unknown, request, reply) => {
+    if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`);
+    const status = (err as { statusCode?: number }).statusCode;
+    if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
+      return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);
+    }
+    const reason = reasonOf(err);
+    if (reason === Reason.INVALID_TOKEN) {
+      ctx.clearSession(reply);
+      return ctx.signInRedirect(reply, request.method === "GET" ? request.url : "/dashboard/agents");
+    }
+    const row = reason !== undefined ? pageTable[reason] : undefined;
+    if (!row) {
+      request.log.error({ err }, "page failure");
+      return ctx.send(reply, 500, "Something went wrong", html`<div class="card error"><p>Please try again. Reference: <code>${request.id}</code></p></div>`);
+    }
+    const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
+    return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`);
+  });
+
+  await signInRoutes(app, ctx);
+  await authorizeRoutes(app, ctx);
+  await dashboardRoutes(app, ctx);
+}
+
+export function reasonOf(err: unknown): Reason | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  return err.findDetails(ErrorDetailSchema)[0]?.reason;
+}
+
+/** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
+export function safeReturnTo(value: string | undefined): string {
+  if (!value || !value.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\u0000-\u001f]/.test(value)) return "/dashboard/agents";
+  return value;
+}
+
+function readCookies(request: FastifyRequest): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of (request.headers.cookie ?? "").split(";")) {
+    const eq = part.indexOf("=");
+    if (eq === -1) continue;
+    const name = part.slice(0, eq).trim();
+    if (!(name in out)) out[name] = part.slice(eq + 1).trim();
+  }
+  return out;
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const ha = createHash("sha256").update(a).digest();
+  const hb = createHash("sha256").update(b).digest();
+  return timingSafeEqual(ha, hb);
+}

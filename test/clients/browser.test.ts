@@ -1,0 +1,133 @@
+import { expect } from "chai";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startStack, type TestStack } from "../support/stack.js";
+import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
+
+/**
+ * Headless Chromium (Debian's package, driven by playwright-core) signs in, steps up,
+ * consents, lands on the client's redirect with a code, then revokes on the dashboard,
+ * on a phone-sized viewport with JavaScript disabled.
+ */
+describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromium)", function () {
+  this.timeout(120_000);
+  let stack: TestStack;
+  let callback: Server;
+  let callbackUrl: string;
+  let userDataDir: string;
+
+  before(async function () {
+    if (!existsSync(CHROMIUM)) {
+      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
+      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
+      this.skip();
+    }
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    callback = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>client</title><p>Back at the client.</p>");
+    });
+    await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
+    callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
+    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
+    await mkdir(ARTIFACTS, { recursive: true });
+  });
+
+  after(async () => {
+    await stack?.close();
+    await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+  });
+
+  it("runs the whole consent flow and a dashboard revocation", async () => {
+    const { chromium } = await import("playwright-core");
+    const context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      javaScriptEnabled: false,
+      viewport: { width: 390, height: 844 },
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+    try {
+      const page = context.pages()[0] ?? (await context.newPage());
+      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+      const user = await createUser(stack);
+      const client = (await registerClient(stack, { client_name: "Browser test agent", redirect_uris: [callbackUrl] })).body;
+      const { challenge, verifier } = pkce();
+      const q = new URLSearchParams({
+        response_type: "code",
+        client_id: client.client_id,
+        redirect_uri: callbackUrl,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read payments:initiate",
+        resource: `urn:vaultgate:vault:${user.vaultId}`,
+        state: "browser-state",
+      });
+
+      await page.goto(`${stack.url}/oauth2/authorize?${q}`);
+      expect(new URL(page.url()).pathname).to.equal("/signin");
+      await shot("01-signin");
+      await page.fill("#email", user.email);
+      await page.click("button[type=submit]");
+      expect(new URL(page.url()).pathname).to.equal("/signin/code");
+      await shot("02-signin-code");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/signin/code'] button[type=submit]");
+
+      // payments:initiate needs a step-up before consent.
+      expect(new URL(page.url()).pathname).to.equal("/stepup");
+      await shot("03-stepup");
+      await page.click("form[action='/stepup'] button[type=submit]");
+      await shot("04-stepup-code");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/stepup/code'] button[type=submit]");
+
+      expect(new URL(page.url()).pathname).to.equal("/oauth2/authorize");
+      const consent = await page.textContent("main");
+      expect(consent).to.include("Browser test agent");
+      expect(consent).to.include("Start payments from the vault");
+      expect(consent).to.include(user.vaultId);
+      await shot("05-consent");
+      await page.click("button[value=approve]");
+
+      const landed = new URL(page.url());
+      expect(landed.origin + landed.pathname).to.equal(callbackUrl);
+      expect(landed.searchParams.get("state")).to.equal("browser-state");
+      expect(landed.searchParams.get("iss")).to.equal(stack.url);
+      const code = landed.searchParams.get("code")!;
+      expect(code).to.match(/^vgc_/);
+      await shot("06-client-redirect");
+
+      const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code, redirect_uri: callbackUrl, code_verifier: verifier, client_id: client.client_id, client_secret: client.client_secret });
+      expect(token.status).to.equal(200);
+      const accessToken = token.body.access_token as string;
+      const { grant } = await stack.clients.grants.verifyAgentToken({ accessToken });
+      expect(grant!.stepUp).to.equal(true);
+
+      await page.goto(`${stack.url}/dashboard/agents`);
+      await shot("07-dashboard");
+      await page.click("text=Browser test agent");
+      expect(new URL(page.url()).pathname).to.equal(`/dashboard/agents/${grant!.agentPrincipalId}`);
+      await shot("08-agent");
+      await page.click(`form[action$='/grants/${grant!.grantId}/revoke'] button`);
+      expect(await page.textContent("main")).to.include("The grant was revoked");
+      await shot("09-revoked");
+
+      let refused = false;
+      try {
+        await stack.clients.grants.verifyAgentToken({ accessToken });
+      } catch {
+        refused = true;
+      }
+      expect(refused).to.equal(true);
+    } finally {
+      await context.close();
+    }
+  });
+});

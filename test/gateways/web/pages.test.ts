@@ -1,0 +1,187 @@
+import { expect } from "chai";
+import { ConnectError } from "@connectrpc/connect";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { authorize, createJar, createUser, formFields, latestCode, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
+
+const REDIRECT = "http://127.0.0.1:9/callback";
+
+describe("web pages: sign-in, dashboard, revoke, kill switch (DESIGN 4.2)", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+  });
+  after(() => stack.close());
+
+  async function active(accessToken: string) {
+    try {
+      await stack.clients.grants.verifyAgentToken({ accessToken });
+      return true;
+    } catch (err) {
+      expect(err).to.be.instanceOf(ConnectError);
+      return false;
+    }
+  }
+
+  async function grant(user: { email: string; vaultId: string }, jar = createJar(stack.url), clientName = "Budget bot") {
+    const client = (await registerClient(stack, { client_name: clientName })).body;
+    const p = pkce();
+    const back = await authorize(stack, jar, user.email, {
+      response_type: "code",
+      client_id: client.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: p.challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+      resource: `urn:vaultgate:vault:${user.vaultId}`,
+      state: "s",
+    });
+    const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: back.searchParams.get("code")!, redirect_uri: REDIRECT, code_verifier: p.verifier, client_id: client.client_id, client_secret: client.client_secret });
+    return { jar, client, token: token.body as { access_token: string; jti: string } };
+  }
+
+  it("sends signed-out visitors to sign-in, and sign-in lands on the dashboard", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const res = await jar.get("/dashboard/agents");
+    expect(res.status).to.equal(303);
+    expect(res.headers.get("location")).to.equal("/signin?return_to=%2Fdashboard%2Fagents");
+    const done = await signIn(stack, jar, user.email);
+    expect(done.headers.get("location")).to.equal("/dashboard/agents");
+    const dash = await jar.get("/dashboard/agents");
+    expect(dash.status).to.equal(200);
+    const text = await dash.text();
+    expect(text).to.include(user.email);
+    expect(text).to.include("Pending approvals");
+    expect(text).to.include('name="viewport"');
+    expect(dash.headers.get("x-frame-options")).to.equal("DENY");
+    expect(text).to.not.include("<script");
+  });
+
+  it("stores OTPs hashed, allows 5 attempts, and never logs the code", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const form = formFields(await (await jar.get("/signin")).text(), "/signin");
+    const sent = await jar.post("/signin", { ...form, email: user.email });
+    const codeFields = formFields(await (await jar.get(sent.headers.get("location")!)).text(), "/signin/code");
+    const code = await latestCode(stack, user.email);
+    const { rows } = await stack.core.db.raw(`SELECT code_hash FROM signin_challenges WHERE id = ?`, [codeFields.challenge]);
+    expect(rows[0].code_hash).to.match(/^[0-9a-f]{64}$/);
+    const wrong = code === "000000" ? "111111" : "000000";
+    for (let i = 0; i < 5; i++) expect((await jar.post("/signin/code", { ...codeFields, code: wrong })).status).to.equal(400);
+    const late = await jar.post("/signin/code", { ...codeFields, code });
+    expect(late.status).to.equal(400);
+    expect(jar.cookies.has("vg_session")).to.equal(false);
+    expect(stack.logs.text()).to.not.match(new RegExp(`\\b${code}\\b`));
+  });
+
+  it("a one-time code expires after 10 minutes", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const form = formFields(await (await jar.get("/signin")).text(), "/signin");
+    const sent = await jar.post("/signin", { ...form, email: user.email });
+    const codeFields = formFields(await (await jar.get(sent.headers.get("location")!)).text(), "/signin/code");
+    stack.clock.advance(10 * 60_000 + 1000);
+    const res = await jar.post("/signin/code", { ...codeFields, code: await latestCode(stack, user.email) });
+    expect(res.status).to.equal(400);
+    expect(jar.cookies.has("vg_session")).to.equal(false);
+  });
+
+  it("a step-up counts for 10 minutes, then sensitive scopes need another", async () => {
+    const user = await createUser(stack);
+    const client = (await registerClient(stack)).body;
+    const jar = createJar(stack.url);
+    const q = { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "payments:initiate", resource: `urn:vaultgate:vault:${user.vaultId}`, state: "s" };
+    const back = await authorize(stack, jar, user.email, q);
+    expect(back.searchParams.get("code")).to.be.a("string");
+    const fresh = await jar.get(`/oauth2/authorize?${new URLSearchParams(q)}`);
+    expect(fresh.status).to.equal(200);
+    stack.clock.advance(10 * 60_000 + 1000);
+    const stale = await jar.get(`/oauth2/authorize?${new URLSearchParams(q)}`);
+    expect(stale.status).to.equal(303);
+    expect(stale.headers.get("location")).to.match(/^\/stepup\?/);
+  });
+
+  it("an unknown e-mail gets the same answer and no message", async () => {
+    const jar = createJar(stack.url);
+    const form = formFields(await (await jar.get("/signin")).text(), "/signin");
+    const sent = await jar.post("/signin", { ...form, email: "nobody-here@example.com" });
+    expect(sent.status).to.equal(303);
+    expect(sent.headers.get("location")).to.match(/^\/signin\/code\?challenge=/);
+    const { messages } = await stack.admin.grants.listOutbox({ email: "nobody-here@example.com" });
+    expect(messages).to.have.length(0);
+  });
+
+  it("never redirects sign-in to another origin", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const done = await signIn(stack, jar, user.email, "//evil.example/x");
+    expect(done.headers.get("location")).to.equal("/dashboard/agents");
+  });
+
+  it("revokes a grant from the agent page, and the next verification refuses it", async () => {
+    const user = await createUser(stack);
+    const { jar, token } = await grant(user);
+    const list = await (await jar.get("/dashboard/agents")).text();
+    const agentPath = /href="(\/dashboard\/agents\/[0-9a-f-]{36})"/.exec(list)![1]!;
+    const agentPage = await (await jar.get(agentPath)).text();
+    expect(agentPage).to.include(token.jti);
+    expect(agentPage).to.include("See the balance of the vault");
+    const action = `${agentPath}/grants/${token.jti}/revoke`;
+    // Without the CSRF token nothing happens.
+    expect((await jar.post(action, { csrf: "nope" })).status).to.equal(403);
+    expect(await active(token.access_token)).to.equal(true);
+    const res = await jar.post(action, formFields(agentPage, action));
+    expect(res.status).to.equal(303);
+    expect(await active(token.access_token)).to.equal(false);
+    const after = await (await jar.get(res.headers.get("location")!)).text();
+    expect(after).to.include("The grant was revoked");
+  });
+
+  it("another user cannot see or revoke someone else's agent", async () => {
+    const owner = await createUser(stack);
+    const { jar, token } = await grant(owner);
+    const agentPath = /href="(\/dashboard\/agents\/[0-9a-f-]{36})"/.exec(await (await jar.get("/dashboard/agents")).text())![1]!;
+    const intruder = await createUser(stack);
+    const other = createJar(stack.url);
+    await signIn(stack, other, intruder.email);
+    expect((await other.get(agentPath)).status).to.equal(404);
+    const dash = await (await other.get("/dashboard/agents")).text();
+    const res = await other.post(`${agentPath}/grants/${token.jti}/revoke`, formFields(dash, "/dashboard/kill-switch"));
+    expect(res.status).to.equal(404);
+    expect(await active(token.access_token)).to.equal(true);
+  });
+
+  it("the kill switch revokes every grant of the user", async () => {
+    const user = await createUser(stack);
+    const a = await grant(user);
+    const b = await grant(user, a.jar, "Second bot");
+    const dash = await (await a.jar.get("/dashboard/agents")).text();
+    const res = await a.jar.post("/dashboard/kill-switch", formFields(dash, "/dashboard/kill-switch"));
+    expect(res.status).to.equal(303);
+    expect(await active(a.token.access_token)).to.equal(false);
+    expect(await active(b.token.access_token)).to.equal(false);
+  });
+
+  it("escapes every value: a hostile client name renders as text", async () => {
+    const user = await createUser(stack);
+    const { jar } = await grant(user, createJar(stack.url), `<img src=x onerror=alert(1)>"'`);
+    const text = await (await jar.get("/dashboard/agents")).text();
+    expect(text).to.not.include("<img src=x");
+    expect(text).to.include("&lt;img src=x onerror=alert(1)&gt;&quot;&#39;");
+  });
+
+  it("tampered parameters give a clear page, never a stack trace", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    for (const path of ["/dashboard/agents/not-a-uuid", "/dashboard/agents/00000000-0000-4000-8000-000000000000", "/oauth2/authorize?client_id=%ff", "/oauth2/authorize"]) {
+      const res = await jar.get(path);
+      expect(res.status, path).to.be.oneOf([400, 404]);
+      const text = await res.text();
+      expect(text, path).to.match(/^<!doctype html>/);
+      expect(text, path).to.not.match(/Error:|\.ts:\d+/);
+    }
+    const bad = await jar.request("/dashboard/kill-switch", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: "csrf=%zz" });
+    expect(bad.status).to.equal(400);
+  });
+});
