@@ -245,6 +245,32 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     });
   }
 
+  /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
+  async function reap(): Promise<number> {
+    const now = clock();
+    let cleaned = 0;
+    for (const candidate of await store.listReapable(db, new Date(now.getTime() - staleMs))) {
+      try {
+        await db.transaction(async (trx) => {
+          // Re-read under lock: a retry of the key may have restarted it meanwhile.
+          const row = await store.lockBudget(trx, candidate.id);
+          const stale = row && row.status === "provisioning" && row.updatedAt.getTime() < now.getTime() - staleMs;
+          if (!row || (row.status !== "cleanup_pending" && !stale)) return;
+          for (const name of [...STEPS].reverse()) await compensateStep(candidate, name, trx);
+          const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
+          // Bumping the attempt fences the abandoned saga if it ever wakes up.
+          await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
+          await store.releaseClaim(trx, candidate.parentVaultId, candidate.id);
+          await audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
+          cleaned++;
+        });
+      } catch {
+        // Left for the next pass; the budget still reports its remaining resources.
+      }
+    }
+    return cleaned;
+  }
+
   return {
     async createBudget(req, ctx) {
       const now = clock();
@@ -499,33 +525,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     },
 
     async reapProvisioning() {
-      return { cleaned: await this.reap() };
+      return { cleaned: await reap() };
     },
 
-    async reap() {
-      const now = clock();
-      let cleaned = 0;
-      for (const candidate of await store.listReapable(db, new Date(now.getTime() - staleMs))) {
-        try {
-          await db.transaction(async (trx) => {
-            // Re-read under lock: a retry of the key may have restarted it meanwhile.
-            const row = await trx("budgets").where({ id: candidate.id }).forUpdate().first();
-            const stale = row && row.status === "provisioning" && new Date(row.updated_at).getTime() < now.getTime() - staleMs;
-            if (!row || (row.status !== "cleanup_pending" && !stale)) return;
-            for (const name of [...STEPS].reverse()) await compensateStep(candidate, name, trx);
-            const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
-            // Bumping the attempt fences the abandoned saga if it ever wakes up.
-            await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: Number(row.attempt) + 1 }, now);
-            await store.releaseClaim(trx, candidate.parentVaultId, candidate.id);
-            await audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
-            cleaned++;
-          });
-        } catch {
-          // Left for the next pass; the budget still reports its remaining resources.
-        }
-      }
-      return cleaned;
-    },
+    reap,
   };
 }
 

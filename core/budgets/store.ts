@@ -177,6 +177,11 @@ export function createBudgetsStore() {
       return toBudget(row);
     },
 
+    async lockBudget(trx: Knex.Transaction, id: string): Promise<BudgetRecord | undefined> {
+      const row = await trx("budgets").where({ id }).forUpdate().first();
+      return row ? toBudget(row) : undefined;
+    },
+
     /** Locks a budget row and says whether `attempt` still owns its saga. */
     async holdsAttempt(trx: Knex.Transaction, id: string, attempt: number): Promise<boolean> {
       const row = await trx("budgets").where({ id }).forUpdate().first("attempt", "status");

@@ -171,7 +171,9 @@ describe("BudgetsService.CreateBudget", () => {
     expect((await stack.core.db("budgets").where({ id: budget.id }).first()).status).to.equal("cleanup_pending");
 
     failing = [];
-    expect(await stack.core.reapProvisioning()).to.be.greaterThan(0);
+    // The operator's RPC runs the same pass (admin only).
+    expect((await rejection(stack.clients.budgets.reapProvisioning({}))).detail?.reason).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+    expect((await stack.admin.budgets.reapProvisioning({})).cleaned).to.be.greaterThan(0);
     const reaped = await stack.core.db("budgets").where({ id: budget.id }).first();
     expect(reaped.status).to.equal("failed");
     expect(reaped.remaining).to.deep.equal([]);
