@@ -161,9 +161,10 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
     if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-    const grant = await store.findGrant(db, claims.jti);
+    const grant = await store.findGrantWithUser(db, claims.jti);
     if (!grant) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
     if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
+    if (!grant.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
     if (grant.expiresAt.getTime() + 30_000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
     return grant;
   }

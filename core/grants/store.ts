@@ -144,6 +144,12 @@ export function createGrantsStore(db: Db) {
       return row ? toGrant(row) : undefined;
     },
 
+    /** The grant with its user's status, for verification (one round trip). */
+    async findGrantWithUser(conn: Conn, id: string): Promise<(GrantRecord & { userActive: boolean }) | undefined> {
+      const row = await conn("grants as g").join("users as u", "u.id", "g.user_id").where({ "g.id": id }).first("g.*", "u.status as user_status");
+      return row ? { ...toGrant(row), userActive: row.user_status === "active" } : undefined;
+    },
+
     async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
       const row = await trx("grants").where({ id }).forUpdate().first();
       return row ? toGrant(row) : undefined;

@@ -3,6 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
+import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 
@@ -194,14 +195,9 @@ function authenticateClient(request: FastifyRequest, params: Map<string, string>
   const formUsed = params.has("client_secret");
   if (header !== undefined) {
     if (formUsed) throw invalidRequest("use one client authentication method, not both");
-    const match = /^Basic ([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
-    if (!match) throw invalidClient();
-    const decoded = Buffer.from(match[1]!, "base64").toString("utf8");
-    const colon = decoded.indexOf(":");
-    if (colon === -1) throw invalidClient();
-    const clientId = formDecode(decoded.slice(0, colon));
-    const clientSecret = formDecode(decoded.slice(colon + 1));
-    if (clientId === undefined || clientSecret === undefined) throw invalidClient();
+    const credentials = parseBasicCredentials(header);
+    if (!credentials) throw invalidClient();
+    const { clientId, clientSecret } = credentials;
     const formId = params.get("client_id");
     if (formId !== undefined && formId !== clientId) throw invalidRequest("client_id does not match the authenticated client");
     return { clientId, clientSecret };

@@ -2,7 +2,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { withRequestId } from "../core-clients.js";
-import { formDecode, parseForm } from "../shared/form.js";
+import { parseForm } from "../shared/form.js";
+import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 
 export interface TokenRouteOptions {
@@ -88,21 +89,11 @@ function authenticateClient(request: FastifyRequest, params: Map<string, string>
   const formUsed = params.has("client_id") || params.has("client_secret");
   if (header !== undefined) {
     if (formUsed) throw invalidRequest("use one client authentication method, not both");
-    return parseBasic(header);
+    const credentials = parseBasicCredentials(header);
+    if (!credentials) throw invalidClient();
+    return credentials;
   }
   return { clientId: params.get("client_id") ?? "", clientSecret: params.get("client_secret") ?? "" };
-}
-
-function parseBasic(header: string): Credentials {
-  const match = /^Basic ([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
-  if (!match) throw invalidClient();
-  const decoded = Buffer.from(match[1]!, "base64").toString("utf8");
-  const colon = decoded.indexOf(":");
-  if (colon === -1) throw invalidClient();
-  const clientId = formDecode(decoded.slice(0, colon));
-  const clientSecret = formDecode(decoded.slice(colon + 1));
-  if (clientId === undefined || clientSecret === undefined) throw invalidClient();
-  return { clientId, clientSecret };
 }
 
 /** Returns the optional scope once the grant type is known to be client_credentials. */

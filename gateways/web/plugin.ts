@@ -32,20 +32,47 @@ export class PageError extends Error {
   }
 }
 
-/** Reason -> page. Reasons not listed render the generic 500 page. */
-const pageTable: Partial<Record<Reason, { status: number; title: string }>> = {
+/** Reason -> page; `undefined` renders the generic 500 page. Exhaustive, so a new Reason is a compile error. */
+const GENERIC = undefined;
+const pageTable = {
+  [Reason.UNSPECIFIED]: GENERIC,
   [Reason.INVALID_REQUEST]: { status: 400, title: "Something is wrong with this request" },
-  [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
-  [Reason.INVALID_REDIRECT_URI]: { status: 400, title: "This application sent an unregistered return address" },
-  [Reason.INVALID_SCOPE]: { status: 400, title: "This application asked for permissions it may not have" },
-  [Reason.INVALID_TARGET]: { status: 400, title: "That vault cannot be used here" },
-  [Reason.ACCESS_DENIED]: { status: 403, title: "Not allowed" },
-  [Reason.INVALID_GRANT]: { status: 400, title: "That code is invalid or expired" },
   [Reason.NOT_FOUND]: { status: 404, title: "Not found" },
+  [Reason.INTERNAL]: GENERIC,
   [Reason.RATE_LIMITED]: { status: 429, title: "Too many attempts" },
+  [Reason.IDEMPOTENCY_CONFLICT]: GENERIC,
+  [Reason.ADMIN_UNAUTHENTICATED]: GENERIC,
+  [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
+  [Reason.CLIENT_INACTIVE]: { status: 400, title: "Unknown application" },
+  [Reason.UNSUPPORTED_GRANT_TYPE]: GENERIC,
+  [Reason.INVALID_SCOPE]: { status: 400, title: "This application asked for permissions it may not have" },
   [Reason.SIGNING_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.INVALID_GRANT]: { status: 400, title: "That code is invalid or expired" },
+  [Reason.INVALID_CLIENT_METADATA]: GENERIC,
+  [Reason.INVALID_REDIRECT_URI]: { status: 400, title: "This application sent an unregistered return address" },
+  [Reason.ACCESS_DENIED]: { status: 403, title: "Not allowed" },
+  [Reason.INVALID_TARGET]: { status: 400, title: "That vault cannot be used here" },
+  [Reason.INVALID_TOKEN]: GENERIC,
+  [Reason.AUTH_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.GRANT_REQUIRED]: GENERIC,
+  [Reason.PARTNER_INACTIVE]: GENERIC,
+  [Reason.USER_INACTIVE]: { status: 403, title: "This account is not active" },
+  [Reason.USER_NOT_FOUND]: { status: 404, title: "Not found" },
+  [Reason.KYC_PROVIDER_CONFLICT]: GENERIC,
   [Reason.AUDIT_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
-};
+  [Reason.PROVIDER_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.INVALID_CURSOR]: GENERIC,
+  [Reason.INSUFFICIENT_SCOPE]: GENERIC,
+  [Reason.TREASURY_INACTIVE]: GENERIC,
+  [Reason.PAYER_NOT_ALLOWED]: GENERIC,
+  [Reason.POLICY_DENIED]: GENERIC,
+  [Reason.TREASURY_NOT_CONFIGURED]: GENERIC,
+  [Reason.INSUFFICIENT_FUNDS]: GENERIC,
+  [Reason.EXECUTION_CONFLICT]: GENERIC,
+  [Reason.VAULT_CONTENTION]: GENERIC,
+  [Reason.PROVISIONING_FAILED]: GENERIC,
+  [Reason.WRONG_ENDPOINT]: GENERIC,
+} satisfies Record<Reason, { status: number; title: string } | undefined>;
 
 /** What every web route shares: cookies, CSRF, the session, rendering. */
 export interface WebContext {
@@ -104,6 +131,10 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       };
     },
     csrfToken(request, reply) {
+      // Signed in: the token is derived from the HttpOnly session cookie, so a cookie an
+      // attacker managed to plant (vg_csrf) cannot authorize actions in the user's session.
+      const sessionToken = readCookies(request)[SESSION_COOKIE];
+      if (sessionToken) return sessionCsrf(sessionToken);
       const existing = readCookies(request)[CSRF_COOKIE];
       if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
       const token = randomBytes(32).toString("base64url");
@@ -111,8 +142,9 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       return token;
     },
     checkCsrf(request, form) {
-      // Double-submit: the form field must equal the HttpOnly SameSite cookie.
-      const expected = readCookies(request)[CSRF_COOKIE] ?? "";
+      // Signed out: double-submit (the form field must equal the HttpOnly SameSite cookie).
+      const cookies = readCookies(request);
+      const expected = cookies[SESSION_COOKIE] ? sessionCsrf(cookies[SESSION_COOKIE]) : (cookies[CSRF_COOKIE] ?? "");
       const given = form.get("csrf") ?? "";
       if (!expected || !sameSecret(expected, given)) {
         throw new PageError(403, "This form has expired", "Go back, reload the page and try again.");
@@ -154,7 +186,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       ctx.clearSession(reply);
       return ctx.signInRedirect(reply, request.method === "GET" ? request.url : "/dashboard/agents");
     }
-    const row = reason !== undefined ? pageTable[reason] : undefined;
+    const row: { status: number; title: string } | undefined = reason !== undefined ? pageTable[reason] : undefined;
     if (!row) {
       request.log.error({ err }, "page failure");
       return ctx.send(reply, 500, "Something went wrong", html`<div class="card error"><p>Please try again. Reference: <code>${request.id}</code></p></div>`);
@@ -188,6 +220,10 @@ function readCookies(request: FastifyRequest): Record<string, string> {
     if (!(name in out)) out[name] = part.slice(eq + 1).trim();
   }
   return out;
+}
+
+function sessionCsrf(sessionToken: string): string {
+  return createHash("sha256").update(`csrf:${sessionToken}`).digest("base64url");
 }
 
 function sameSecret(a: string, b: string): boolean {

@@ -109,6 +109,15 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
     expect(await reasonOf(stack.clients.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] }))).to.equal(Reason.ADMIN_UNAUTHENTICATED);
   });
 
+  it("an inactive user's grants are refused at verification", async () => {
+    const u = await user();
+    const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] });
+    await stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken });
+    // No RPC sets a user's status yet (raw SQL only for states no RPC can produce).
+    await stack.core.db.raw(`UPDATE users SET status = 'inactive' WHERE id = ?`, [u.userId]);
+    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+  });
+
   it("operator grants without a client refresh with the refresh token alone", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] });

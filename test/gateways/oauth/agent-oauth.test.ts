@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { expect } from "chai";
 import { decodeJwt } from "jose";
 import { ConnectError } from "@connectrpc/connect";
@@ -253,6 +254,20 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(rows[0].n).to.equal(1);
     });
 
+    it("stores codes and refresh tokens only as SHA-256", async () => {
+      const { token, code } = await grantFor();
+      const sha = (v: string) => createHash("sha256").update(v).digest("hex");
+      const codes = await stack.core.db.raw(`SELECT count(*)::int AS n FROM authorization_codes WHERE code_hash = ?`, [sha(code)]);
+      expect(codes.rows[0].n).to.equal(1);
+      const grants = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti as string]);
+      expect(grants.rows[0].refresh_hash).to.equal(sha(token.body.refresh_token as string));
+      const leaked = await stack.core.db.raw(
+        `SELECT count(*)::int AS n FROM authorization_codes a, grants g WHERE a.code_hash = ? OR g.refresh_hash = ?`,
+        [code, token.body.refresh_token as string],
+      );
+      expect(leaked.rows[0].n).to.equal(0);
+    });
+
     it("accepts client_secret_basic", async () => {
       const { token } = await grantFor({ auth: "basic" });
       expect(token.status).to.equal(200);
@@ -310,6 +325,15 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(dup.status).to.equal(400);
       expect(((await dup.json()) as { error: string }).error).to.equal("invalid_request");
       expect(stack.logs.text()).to.not.include(client.client_secret);
+    });
+
+    it("refuses other content types and oversized bodies with invalid_request", async () => {
+      const json = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ grant_type: "refresh_token" }) });
+      expect(json.status).to.equal(400);
+      expect(((await json.json()) as { error: string }).error).to.equal("invalid_request");
+      const big = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: `grant_type=refresh_token&refresh_token=${"a".repeat(9000)}` });
+      expect(big.status).to.equal(400);
+      expect(((await big.json()) as { error: string }).error).to.equal("invalid_request");
     });
   });
 

@@ -151,6 +151,15 @@ describe("web pages: sign-in, dashboard, revoke, kill switch (DESIGN 4.2)", () =
     expect(await active(token.access_token)).to.equal(true);
   });
 
+  it("signed in, a planted vg_csrf cookie cannot authorize a form", async () => {
+    const user = await createUser(stack);
+    const { jar, token } = await grant(user);
+    jar.cookies.set("vg_csrf", "A".repeat(43));
+    const res = await jar.post("/dashboard/kill-switch", { csrf: "A".repeat(43) });
+    expect(res.status).to.equal(403);
+    expect(await active(token.access_token)).to.equal(true);
+  });
+
   it("the kill switch revokes every grant of the user", async () => {
     const user = await createUser(stack);
     const a = await grant(user);
