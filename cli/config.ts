@@ -21,6 +21,8 @@ export interface Config {
   logLevel: string;
   adminToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
+  /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
+  provisioningLimitPerMinute: number;
   /** Partner resource requests per minute per partner and operation (docs/partner-api.md). */
   partnerResourceLimitPerMinute: number;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
@@ -67,6 +69,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
+    provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),

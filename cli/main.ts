@@ -9,6 +9,7 @@ import { serve, type Role } from "./serve.js";
 import { partnerCommand } from "./commands/partner.js";
 import { keysCommand } from "./commands/keys.js";
 import { userCommand } from "./commands/user.js";
+import { vaultCommand } from "./commands/vault.js";
 import { consentCommand } from "./commands/consent.js";
 import { ledgerCommand } from "./commands/ledger.js";
 import { treasuryCommand } from "./commands/treasury.js";
@@ -37,6 +38,7 @@ const USAGE = `usage: vaultgate <command>
   treasury fund CLIENT_ID --amount-cents N
   grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
   dev outbox [--email E]
+  vault fund VAULT_ID --amount-cents N
 Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
 with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
 
@@ -46,6 +48,7 @@ const commands: Record<string, Command> = {
   partner: partnerCommand,
   keys: keysCommand,
   user: userCommand,
+  vault: vaultCommand,
   consent: consentCommand,
   ledger: ledgerCommand,
   treasury: treasuryCommand,

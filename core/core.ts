@@ -15,6 +15,8 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
+import { createBudgetsStore } from "./budgets/store.js";
 import { createResourcesStore } from "./partners/resources-store.js";
 import { createPartnerTokenVerifier } from "./partners/access-token.js";
 import { createPartnerAccess } from "./partners/access.js";
@@ -45,6 +47,14 @@ export interface CoreOptions {
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
   migrate?: boolean;
+  /** `{app_url}`: where owners approve step-ups (budgets, payments). */
+  appUrl?: string;
+  /** DESIGN 4.4: budget provisioning starts per parent vault per minute (default 10). */
+  provisioningLimitPerMinute?: number;
+  /** Test-only seam: see BudgetsFaults. */
+  budgetFaults?: BudgetsFaults;
+  /** Run the stuck-provisioning reaper every this many ms; absent = only on demand. */
+  reaperIntervalMs?: number;
   /** Partner resource limits per minute per partner and operation (docs/partner-api.md); `default` covers unnamed ones. */
   resourceRateLimits?: Record<string, number>;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
@@ -70,6 +80,8 @@ export interface Core {
   interceptors: Interceptor[];
   db: Db;
   keyring: Keyring;
+  /** One pass of the stuck-provisioning reaper (also run on reaperIntervalMs). */
+  reapProvisioning(): Promise<number>;
   close(): Promise<void>;
   /** The webhook delivery worker (started here, stopped by close()). */
   webhooks: WebhookWorker;
@@ -101,6 +113,17 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       auditFault: options.auditFaults?.appendFault,
     });
 
+    const budgets = createBudgetsService({
+      db,
+      store: createBudgetsStore(),
+      audit,
+      rateLimits: createRateLimitStore(db),
+      cursors,
+      clock,
+      appUrl: options.appUrl ?? options.issuer,
+      provisioningLimitPerMinute: options.provisioningLimitPerMinute ?? 10,
+      faults: options.budgetFaults,
+    });
     const routes = createRoutes({
       health: createHealthService({ db, keyring }),
       audit: createAuditService({ store: audit, cursors }),
@@ -133,6 +156,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
       }),
+      budgets,
       partnerResources: createPartnerResourcesService({
         db,
         access: partnerAccess,
@@ -161,13 +185,20 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
+    const reaper = options.reaperIntervalMs
+      ? setInterval(() => {
+          budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
+        }, options.reaperIntervalMs).unref()
+      : undefined;
     return {
       routes,
       interceptors,
       db,
       keyring,
+      reapProvisioning: () => budgets.reap(),
       webhooks,
       async close() {
+        if (reaper) clearInterval(reaper);
         await webhooks.stop();
         if (ownsDb) await db.destroy();
       },

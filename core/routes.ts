@@ -3,6 +3,7 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
 
@@ -11,6 +12,7 @@ export interface CoreServices {
   partners: ServiceImpl<typeof PartnersService>;
   audit: ServiceImpl<typeof AuditService>;
   grants: ServiceImpl<typeof GrantsService>;
+  budgets: ServiceImpl<typeof BudgetsService>;
   partnerResources: ServiceImpl<typeof PartnerResourcesService>;
   treasury: ServiceImpl<typeof TreasuryService>;
 }
@@ -22,6 +24,7 @@ export function createRoutes(services: CoreServices) {
     router.service(PartnersService, services.partners);
     router.service(AuditService, services.audit);
     router.service(GrantsService, services.grants);
+    router.service(BudgetsService, services.budgets);
     router.service(PartnerResourcesService, services.partnerResources);
     router.service(TreasuryService, services.treasury);
   };

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
+import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
 import type { PublicUrls } from "./shared/public-urls.js";
@@ -13,6 +14,8 @@ export interface GatewayOptions {
   logger: Logger;
   /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
   partnerRealm?: string;
+  /** `{mcp_url}` of the agent tool endpoints, when `urls` is not given (tests). */
+  mcpUrl?: string;
   /** Issuer and the spec's four addresses; enables the agent OAuth and web surfaces. */
   urls?: PublicUrls;
 }
@@ -43,5 +46,6 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     await app.register(oauthGateway, { grants: options.clients.grants, urls: options.urls, realm: "vaultgate-oauth" });
     await app.register(webGateway, { grants: options.clients.grants, urls: options.urls });
   }
+  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });
   return app;
 }

@@ -3,6 +3,7 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
 
@@ -11,6 +12,7 @@ export interface CoreClients {
   partners: Client<typeof PartnersService>;
   audit: Client<typeof AuditService>;
   grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
   partnerResources: Client<typeof PartnerResourcesService>;
   treasury: Client<typeof TreasuryService>;
 }
@@ -22,6 +24,7 @@ export function createCoreClients(transport: Transport): CoreClients {
     partners: createClient(PartnersService, transport),
     audit: createClient(AuditService, transport),
     grants: createClient(GrantsService, transport),
+    budgets: createClient(BudgetsService, transport),
     partnerResources: createClient(PartnerResourcesService, transport),
     treasury: createClient(TreasuryService, transport),
   };

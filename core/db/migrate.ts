@@ -5,6 +5,7 @@ import * as m0002 from "./migrations/0002-identity.js";
 import * as m0003 from "./migrations/0003-partner-resources.js";
 import * as m0004 from "./migrations/0004-treasury.js";
 import * as m0005 from "./migrations/0005-grants.js";
+import * as m0006 from "./migrations/0006-budgets.js";
 
 interface Migration {
   name: string;
@@ -19,6 +20,7 @@ const migrations: Migration[] = [
   { name: "0003-partner-resources", ...m0003 },
   { name: "0004-treasury", ...m0004 },
   { name: "0005-grants", ...m0005 },
+  { name: "0006-budgets", ...m0006 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -1,0 +1,569 @@
+import { createHash, randomUUID } from "node:crypto";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Knex } from "knex";
+import {
+  BudgetsService,
+  BudgetStatus,
+  Decision,
+  PaymentStatus,
+  type BudgetSchema,
+  type GrantContext,
+  type PaymentSchema,
+} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import type { CursorCodec } from "../paging.js";
+import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
+import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
+import { checkBudgetInput, checkPaymentInput } from "./validation.js";
+
+/**
+ * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
+ * through a deliberate seam).
+ */
+export interface BudgetsFaults {
+  /** An error fails that step (phase "run") or its compensation inside its transaction. */
+  step?: (name: StepName, phase: "run" | "compensate") => Error | undefined;
+  /** Awaited before a step starts, outside any transaction: holds a saga mid-flight. */
+  beforeStep?: (name: StepName) => Promise<void>;
+}
+
+export interface BudgetsServiceDeps {
+  db: Db;
+  store: BudgetsStore;
+  audit: AuditStore;
+  rateLimits: RateLimitStore;
+  cursors: CursorCodec;
+  clock: () => Date;
+  /** `{app_url}`, where owners approve step-ups. */
+  appUrl: string;
+  /** DESIGN 4.4: provisioning starts per parent vault per minute (default 10). */
+  provisioningLimitPerMinute: number;
+  /** A saga untouched this long is abandoned and reaped (default 300 s). */
+  staleProvisioningSeconds?: number;
+  faults?: BudgetsFaults;
+}
+
+export const SCOPES = {
+  budgetCreate: "agent:budget:create",
+  paymentsInitiate: "payments:initiate",
+  paymentsSimulate: "payments:simulate",
+  accountsRead: "accounts:read",
+  auditStream: "audit:stream",
+} as const;
+
+const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
+const MAX_AUDIT_LIMIT = 500;
+
+type Trx = Knex.Transaction;
+
+/** A newer attempt (a retry, or the reaper) took the saga over: this one must stop writing. */
+class SagaFenced extends Error {}
+
+export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
+  /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
+  reap(): Promise<number>;
+}
+
+export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
+  const { db, store, audit, clock } = deps;
+  const faults = deps.faults ?? {};
+  const staleMs = (deps.staleProvisioningSeconds ?? 300) * 1000;
+
+  const actorOf = (g: GrantContext) => (g.agentPrincipalId ? `agent:${g.agentPrincipalId}` : `grant:${g.grantId}`);
+
+  async function auditOutside(ctx: HandlerContext, actor: string, action: string, outcome: "success" | "failure", reason: string, subject: string) {
+    try {
+      await audit.append(db, { requestId: ctx.values.get(kRequestId), actor, action, outcome, reason, subject, at: clock() });
+    } catch (err) {
+      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+    }
+  }
+
+  function requireGrant(grant: GrantContext | undefined, scope: string): GrantContext {
+    if (!grant || !grant.grantId || !grant.vaultId || !grant.userId) fail(Reason.INVALID_TOKEN, "a verified grant is required");
+    if (!hasScope(grant.scopes, scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
+    return grant;
+  }
+
+  function budgetView(b: BudgetRecord): MessageInitShape<typeof BudgetSchema> {
+    return {
+      budgetId: b.id,
+      agentPrincipalId: b.agentPrincipalId,
+      vaultId: b.vaultId,
+      policyVersion: BigInt(b.policyVersion),
+      status: b.status === "active" ? BudgetStatus.ACTIVE : BudgetStatus.DRAFT,
+      createdAt: timestampFromDate(b.createdAt),
+      displayName: b.params.displayName,
+    };
+  }
+
+  function stepUpUrl(p: PaymentRecord): string {
+    const agent = p.agentPrincipalId ? `/${encodeURIComponent(p.agentPrincipalId)}` : "";
+    return `${deps.appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}`;
+  }
+
+  function paymentView(p: PaymentRecord): MessageInitShape<typeof PaymentSchema> {
+    const status = { pending_step_up: PaymentStatus.PENDING_STEP_UP, approved: PaymentStatus.APPROVED, completed: PaymentStatus.COMPLETED }[p.status];
+    return {
+      paymentId: p.id,
+      vaultId: p.vaultId,
+      status,
+      amountCents: BigInt(p.amountCents),
+      currency: p.currency,
+      counterparty: { address: p.address, chain: p.chain, token: p.token },
+      createdAt: timestampFromDate(p.createdAt),
+      stepUpUrl: p.status === "completed" ? "" : stepUpUrl(p),
+      agentPrincipalId: p.agentPrincipalId ?? "",
+    };
+  }
+
+  /** Runs one saga step and records it as done on the budget, in one transaction. */
+  async function runStep(b: BudgetRecord, name: StepName, steps: { name: StepName; state: StepState }[], at: Date): Promise<void> {
+    await db.transaction(async (trx) => {
+      if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+      const recorded = steps.map((s) => (s.name === name ? { name, state: "done" as const } : s));
+      const fault = faults.step?.(name, "run");
+      if (fault) throw fault;
+      if (name === "vault") {
+        const parent = (await store.findVault(trx, b.parentVaultId))!;
+        await store.insertChildVault(trx, { id: b.vaultId, ownerUserId: b.userId, parentVaultId: b.parentVaultId, currency: parent.currency, at });
+      } else if (name === "agent_principal") {
+        await store.insertAgentPrincipal(trx, {
+          id: b.agentPrincipalId,
+          userId: b.userId,
+          parentAgentId: b.parentAgentId,
+          vaultId: b.vaultId,
+          displayName: b.params.displayName,
+          at,
+        });
+      } else {
+        const p = b.params;
+        await store.insertPolicy(
+          trx,
+          b.vaultId,
+          p.purpose,
+          {
+            status: "draft",
+            amountCapCentsPerTx: p.amountCapCentsPerTx,
+            amountCapCentsPerDay: p.amountCapCentsPerDay,
+            amountCapCentsLifetime: p.amountCapCentsLifetime,
+            stepUpAmountCents: p.stepUpAmountCents,
+            chainAllowlist: p.chainAllowlist,
+            timeWindowEnd: p.timeWindowEnd ? new Date(p.timeWindowEnd) : null,
+          },
+          0,
+          at,
+        );
+      }
+      await store.updateBudget(trx, b.id, { steps: recorded }, at);
+    });
+  }
+
+  async function compensateStep(b: BudgetRecord, name: StepName, trx?: Trx): Promise<void> {
+    const work = async (conn: Trx) => {
+      const fault = faults.step?.(name, "compensate");
+      if (fault) throw fault;
+      if (name === "policy") await store.deletePolicy(conn, b.vaultId);
+      else if (name === "agent_principal") await store.deleteAgentPrincipal(conn, b.agentPrincipalId);
+      else await store.deleteVault(conn, b.vaultId);
+    };
+    if (trx) await work(trx);
+    else await db.transaction(work);
+  }
+
+  /**
+   * Undoes what a failed saga created, newest first; each undo in its own transaction.
+   * The report comes from what still exists in the database, not from what we hoped.
+   */
+  async function compensate(b: BudgetRecord, steps: { name: StepName; state: StepState }[]) {
+    for (const step of [...steps].reverse()) {
+      if (step.state !== "done") continue;
+      try {
+        await db.transaction(async (trx) => {
+          if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+          await compensateStep(b, step.name, trx);
+        });
+        step.state = "compensated";
+      } catch (err) {
+        if (err instanceof SagaFenced) throw err;
+        step.state = "compensation_failed";
+      }
+    }
+    const remaining = await store.existing(db, b);
+    const cleanup = remaining.length === 0 ? "complete" : "partial";
+    const at = clock();
+    await db.transaction(async (trx) => {
+      await store.updateBudget(trx, b.id, { status: cleanup === "complete" ? "failed" : "cleanup_pending", steps, remaining }, at);
+      await store.releaseClaim(trx, b.parentVaultId, b.id);
+    });
+    return { steps, cleanup, remaining };
+  }
+
+  /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
+  async function startSaga(g: GrantContext, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
+    return db.transaction(async (trx) => {
+      const parent = await store.findVault(trx, g.vaultId);
+      if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      let budget: BudgetRecord;
+      if (existing) {
+        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.grantId, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
+      } else {
+        budget = {
+          id: randomUUID(),
+          parentVaultId: g.vaultId,
+          userId: g.userId,
+          parentAgentId: g.agentPrincipalId || null,
+          grantId: g.grantId,
+          idempotencyKey: key,
+          paramsHash: hash,
+          params,
+          agentPrincipalId: randomUUID(),
+          vaultId: randomUUID(),
+          status: "provisioning",
+          policyVersion: 0,
+          attempt: 1,
+          steps: [],
+          remaining: [],
+          createdAt: now,
+          updatedAt: now,
+        };
+        const { inserted } = await store.insertBudget(trx, budget);
+        // The same key raced in from another call, which now provisions it.
+        if (!inserted) fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
+      }
+      if (!(await store.claimVault(trx, g.vaultId, budget.id, now))) {
+        fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
+      }
+      return budget;
+    });
+  }
+
+  /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
+  async function reap(): Promise<number> {
+    const now = clock();
+    let cleaned = 0;
+    for (const candidate of await store.listReapable(db, new Date(now.getTime() - staleMs))) {
+      try {
+        await db.transaction(async (trx) => {
+          // Re-read under lock: a retry of the key may have restarted it meanwhile.
+          const row = await store.lockBudget(trx, candidate.id);
+          const stale = row && row.status === "provisioning" && row.updatedAt.getTime() < now.getTime() - staleMs;
+          if (!row || (row.status !== "cleanup_pending" && !stale)) return;
+          for (const name of [...STEPS].reverse()) await compensateStep(candidate, name, trx);
+          const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
+          // Bumping the attempt fences the abandoned saga if it ever wakes up.
+          await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
+          await store.releaseClaim(trx, candidate.parentVaultId, candidate.id);
+          await audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
+          cleaned++;
+        });
+      } catch {
+        // Left for the next pass; the budget still reports its remaining resources.
+      }
+    }
+    return cleaned;
+  }
+
+  return {
+    async createBudget(req, ctx) {
+      const now = clock();
+      const g = requireGrant(req.grant, SCOPES.budgetCreate);
+      const params = checkBudgetInput(
+        {
+          purpose: req.purpose,
+          displayName: req.displayName,
+          amountCapCentsPerTx: optNumber(req.amountCapCentsPerTx),
+          amountCapCentsPerDay: optNumber(req.amountCapCentsPerDay),
+          amountCapCentsLifetime: optNumber(req.amountCapCentsLifetime),
+          stepUpAmountCents: optNumber(req.stepUpAmountCents),
+          chainAllowlist: req.chainAllowlist,
+          timeWindowEnd: req.timeWindowEnd ? timestampDate(req.timeWindowEnd) : undefined,
+          idempotencyKey: req.idempotencyKey,
+        },
+        now,
+      );
+      const hash = sha256(canonicalJson(params));
+      const actor = actorOf(g);
+
+      // DESIGN 4.1: a replay answers with the same ids and the budget's current status.
+      const existing = await store.findBudget(db, g.vaultId, req.idempotencyKey);
+      if (existing) {
+        if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+        if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
+        if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
+      }
+
+      // DESIGN 4.4: only starts that pass validation count, replays do not.
+      const limit = await deps.rateLimits.hit(`budget-provisioning:${g.vaultId}`, deps.provisioningLimitPerMinute, 60, now);
+      if (!limit.allowed) {
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", "rate_limited", g.vaultId);
+        fail(Reason.RATE_LIMITED, "too many budget provisioning starts for this vault", { retryAfterSeconds: 60 });
+      }
+
+      let budget: BudgetRecord;
+      try {
+        budget = await startSaga(g, existing, params, hash, req.idempotencyKey, now);
+      } catch (err) {
+        const reason = errorDetailOf(err)?.reason;
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? Reason[reason].toLowerCase() : "internal", g.vaultId);
+        throw err;
+      }
+
+      const steps: { name: StepName; state: StepState }[] = STEPS.map((name) => ({ name, state: "pending" }));
+      for (const step of steps) {
+        try {
+          await faults.beforeStep?.(step.name);
+          await runStep(budget, step.name, steps, clock());
+          step.state = "done";
+        } catch (err) {
+          if (err instanceof SagaFenced) fenced();
+          step.state = "failed";
+          let provisioning: Awaited<ReturnType<typeof compensate>>;
+          try {
+            provisioning = await compensate(budget, steps);
+          } catch (compensationErr) {
+            if (compensationErr instanceof SagaFenced) fenced();
+            throw compensationErr;
+          }
+          await auditOutside(ctx, actor, "agent.budget.create", "failure", `provisioning_failed:${step.name}`, budget.agentPrincipalId);
+          fail(Reason.PROVISIONING_FAILED, `provisioning step ${step.name} failed`, { provisioning }, err);
+        }
+      }
+
+      // spec 3.1 / DESIGN 4.1: active at once only with a fresh step-up on the calling grant.
+      const active = hasFreshStepUp(g.stepUp, Number(g.authTime), clock());
+      const done = await db.transaction(async (trx) => {
+        if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) fenced();
+        if (active) await store.activatePolicy(trx, budget.vaultId, clock());
+        const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
+        await store.releaseClaim(trx, budget.parentVaultId, budget.id);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
+        return b;
+      });
+      return { budget: budgetView(done) };
+    },
+
+    async activateBudget(req, ctx) {
+      const now = clock();
+      if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
+      const budget = await db.transaction(async (trx) => {
+        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId, true);
+        if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
+        if (b.status === "active") return b;
+        await store.activatePolicy(trx, b.vaultId, now);
+        const updated = await store.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
+        return updated;
+      });
+      return { budget: budgetView(budget) };
+    },
+
+    async initiatePayment(req, ctx) {
+      const g = requireGrant(req.grant, SCOPES.paymentsInitiate);
+      const input = paymentInput(req.payment);
+      const hash = sha256(canonicalJson(input));
+      const actor = actorOf(g);
+      const outcome = await db.transaction(async (trx): Promise<{ payment: PaymentRecord; denied?: undefined } | { denied: Exclude<Rule, "step_up_amount"> }> => {
+        const now = clock();
+        // The vault row lock orders every payment of the vault: caps and balance are read and spent atomically.
+        const context = await store.paymentContext(trx, g.vaultId, utcDayStart(now), true);
+        if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+        const { vault, usage, policy } = context;
+        if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
+        const prior = await store.findPayment(trx, vault.id, input.idempotencyKey);
+        if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+        if (prior && prior.status !== "approved") return { payment: prior };
+
+        const evaluation = evaluatePayment(
+          policy,
+          { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
+          { amountCents: input.amountCents, chain: input.chain },
+          now,
+          { stepUpApproved: prior?.status === "approved" },
+        );
+        if (evaluation.decision === "deny") return { denied: evaluation.rule };
+        let payment: PaymentRecord;
+        if (prior) {
+          payment = await store.setPaymentStatus(trx, prior.id, "completed", now);
+        } else {
+          payment = {
+            id: randomUUID(),
+            vaultId: vault.id,
+            userId: g.userId,
+            agentPrincipalId: g.agentPrincipalId || null,
+            grantId: g.grantId,
+            idempotencyKey: input.idempotencyKey,
+            paramsHash: hash,
+            address: input.address,
+            chain: input.chain,
+            token: input.token,
+            amountCents: input.amountCents,
+            currency: input.currency,
+            status: evaluation.decision === "step_up" ? "pending_step_up" : "completed",
+            createdAt: now,
+          };
+          await store.insertPayment(trx, payment);
+        }
+        if (payment.status === "completed") await store.addBalance(trx, vault.id, -payment.amountCents);
+        await audit.append(trx, {
+          requestId: ctx.values.get(kRequestId),
+          actor,
+          action: payment.status === "completed" ? "payments.initiate" : "payments.initiate.pending_step_up",
+          outcome: "success",
+          subject: payment.id,
+          at: now,
+        });
+        return { payment };
+      });
+      if (outcome.denied !== undefined) {
+        const rule = outcome.denied;
+        await auditOutside(ctx, actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, g.vaultId);
+        if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
+        // DESIGN 4.4: the limit is named; no remaining allowance is revealed.
+        fail(Reason.POLICY_DENIED, rule, { limitName: rule });
+      }
+      return { payment: paymentView(outcome.payment) };
+    },
+
+    async simulatePayment(req) {
+      const g = requireGrant(req.grant, SCOPES.paymentsSimulate);
+      const input = paymentInput(req.payment);
+      const now = clock();
+      const context = await store.paymentContext(db, g.vaultId, utcDayStart(now));
+      if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      const { vault, usage, policy } = context;
+      if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
+      const evaluation: Evaluation = evaluatePayment(
+        policy,
+        { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
+        { amountCents: input.amountCents, chain: input.chain },
+        now,
+      );
+      const decision = { accept: Decision.ACCEPT, step_up: Decision.STEP_UP, deny: Decision.DENY }[evaluation.decision];
+      const rule: Rule | "" = evaluation.decision === "accept" ? "" : evaluation.rule;
+      return { decision, rule };
+    },
+
+    async approvePayment(req, ctx) {
+      const now = clock();
+      if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
+      const payment = await db.transaction(async (trx) => {
+        const p = await store.findPaymentById(trx, req.paymentId, true);
+        if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
+        if (p.status !== "pending_step_up") return p;
+        const approved = await store.setPaymentStatus(trx, p.id, "approved", now);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
+        return approved;
+      });
+      return { payment: paymentView(payment) };
+    },
+
+    async listPendingApprovals(req) {
+      const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, req.userId), store.listPendingPayments(db, req.userId)]);
+      return { draftBudgets: budgets.map(budgetView), pendingPayments: payments.map(paymentView) };
+    },
+
+    async getBalance(req) {
+      const g = requireGrant(req.grant, SCOPES.accountsRead);
+      const vault = await store.findVault(db, g.vaultId);
+      if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
+    },
+
+    async listGrantAudit(req) {
+      const g = requireGrant(req.grant, SCOPES.auditStream);
+      const limit = req.limit === 0 ? 100 : req.limit;
+      if (limit > MAX_AUDIT_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_AUDIT_LIMIT}`);
+      let afterSeq = 0;
+      if (req.since !== "") {
+        if (!/^\d{1,15}$/.test(req.since)) fail(Reason.INVALID_CURSOR, "since must be a record_id watermark");
+        afterSeq = Number(req.since);
+      }
+      const actor = actorOf(g);
+      if (req.cursor) {
+        const position = deps.cursors.decode(req.cursor);
+        // A cursor is bound to the actor it was issued for.
+        if (!position || typeof position.a !== "number" || position.w !== actor) return fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
+        afterSeq = position.a;
+      }
+      const rows = await audit.list({ afterSeq, limit: limit + 1, actor });
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      return {
+        records: page.map((r) => ({
+          recordId: String(r.seq),
+          action: r.action,
+          outcome: r.outcome,
+          reason: r.reason,
+          subject: r.subject,
+          createdAt: timestampFromDate(r.createdAt),
+        })),
+        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq, w: actor }) : "",
+        watermark: last ? String(last.seq) : String(afterSeq),
+      };
+    },
+
+    async fundVault(req, ctx) {
+      const amountCents = Number(req.amountCents);
+      if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
+      const vault = await db.transaction(async (trx) => {
+        const v = await store.findVault(trx, req.vaultId, true);
+        if (!v) fail(Reason.NOT_FOUND, "no such vault");
+        if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
+        const funded = await store.addBalance(trx, v.id, amountCents);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "vault.fund", outcome: "success", subject: v.id, at: clock() });
+        return funded;
+      });
+      return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
+    },
+
+    async reapProvisioning() {
+      return { cleaned: await reap() };
+    },
+
+    reap,
+  };
+}
+
+function fenced(): never {
+  return fail(Reason.VAULT_CONTENTION, "this provisioning attempt was taken over by a newer one; retry with the same idempotency_key");
+}
+
+function optNumber(v: bigint | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  // Out-of-range values stay out of range so validation names the field.
+  return v > BigInt(Number.MAX_SAFE_INTEGER) || v < 0n ? -1 : Number(v);
+}
+
+function paymentInput(p: { counterparty?: { address: string; chain: string; token: string }; amountCents: bigint; currency: string; idempotencyKey: string } | undefined) {
+  if (!p || !p.counterparty) return fail(Reason.INVALID_REQUEST, "counterparty is required");
+  return checkPaymentInput({
+    address: p.counterparty.address,
+    chain: p.counterparty.chain,
+    token: p.counterparty.token,
+    amountCents: optNumber(p.amountCents)!,
+    currency: p.currency,
+    idempotencyKey: p.idempotencyKey,
+  });
+}
+
+/** JSON with sorted keys: the identity of a request's parameters for idempotency. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function sha256(s: string): string {
+  return createHash("sha256").update(s).digest("hex");
+}

@@ -1,0 +1,351 @@
+import type { Knex } from "knex";
+import type { Policy } from "./policy.js";
+
+type Conn = Knex | Knex.Transaction;
+
+export type BudgetStatusName = "provisioning" | "failed" | "cleanup_pending" | "draft" | "active";
+export type StepName = "vault" | "agent_principal" | "policy";
+export type StepState = "pending" | "done" | "failed" | "compensated" | "compensation_failed";
+
+export interface BudgetParams {
+  purpose: string;
+  displayName: string;
+  amountCapCentsPerTx: number | null;
+  amountCapCentsPerDay: number | null;
+  amountCapCentsLifetime: number | null;
+  stepUpAmountCents: number | null;
+  chainAllowlist: string[];
+  timeWindowEnd: string | null;
+}
+
+export interface BudgetRecord {
+  id: string;
+  parentVaultId: string;
+  userId: string;
+  parentAgentId: string | null;
+  grantId: string;
+  idempotencyKey: string;
+  paramsHash: string;
+  params: BudgetParams;
+  agentPrincipalId: string;
+  vaultId: string;
+  status: BudgetStatusName;
+  policyVersion: number;
+  attempt: number;
+  steps: { name: StepName; state: StepState }[];
+  remaining: string[];
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export interface VaultRecord {
+  id: string;
+  ownerUserId: string;
+  parentVaultId: string | null;
+  balanceCents: number;
+  currency: string;
+}
+
+export type PaymentStatusName = "pending_step_up" | "approved" | "completed";
+
+export interface PaymentRecord {
+  id: string;
+  vaultId: string;
+  userId: string;
+  agentPrincipalId: string | null;
+  grantId: string;
+  idempotencyKey: string;
+  paramsHash: string;
+  address: string;
+  chain: string;
+  token: string;
+  amountCents: number;
+  currency: string;
+  status: PaymentStatusName;
+  createdAt: Date;
+}
+
+const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
+const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+
+function toBudget(r: Record<string, unknown>): BudgetRecord {
+  return {
+    id: String(r.id),
+    parentVaultId: String(r.parent_vault_id),
+    userId: String(r.user_id),
+    parentAgentId: r.parent_agent_id ? String(r.parent_agent_id) : null,
+    grantId: String(r.grant_id),
+    idempotencyKey: String(r.idempotency_key),
+    paramsHash: String(r.params_hash),
+    params: (typeof r.params === "string" ? JSON.parse(r.params) : r.params) as BudgetParams,
+    agentPrincipalId: String(r.agent_principal_id),
+    vaultId: String(r.vault_id),
+    status: r.status as BudgetStatusName,
+    policyVersion: Number(r.policy_version),
+    attempt: Number(r.attempt),
+    steps: (typeof r.steps === "string" ? JSON.parse(r.steps) : r.steps) as BudgetRecord["steps"],
+    remaining: (r.remaining as string[]) ?? [],
+    createdAt: date(r.created_at),
+    updatedAt: date(r.updated_at),
+  };
+}
+
+function toVault(r: Record<string, unknown>): VaultRecord {
+  return {
+    id: String(r.id),
+    ownerUserId: String(r.owner_user_id),
+    parentVaultId: r.parent_vault_id ? String(r.parent_vault_id) : null,
+    balanceCents: Number(r.balance_cents),
+    currency: String(r.currency),
+  };
+}
+
+function toPolicy(r: Record<string, unknown>): Policy {
+  return {
+    status: r.status as Policy["status"],
+    amountCapCentsPerTx: num(r.amount_cap_cents_per_tx),
+    amountCapCentsPerDay: num(r.amount_cap_cents_per_day),
+    amountCapCentsLifetime: num(r.amount_cap_cents_lifetime),
+    stepUpAmountCents: num(r.step_up_amount_cents),
+    chainAllowlist: r.chain_allowlist as string[],
+    timeWindowEnd: r.time_window_end ? date(r.time_window_end) : null,
+  };
+}
+
+function toPayment(r: Record<string, unknown>): PaymentRecord {
+  return {
+    id: String(r.id),
+    vaultId: String(r.vault_id),
+    userId: String(r.user_id),
+    agentPrincipalId: r.agent_principal_id ? String(r.agent_principal_id) : null,
+    grantId: String(r.grant_id),
+    idempotencyKey: String(r.idempotency_key),
+    paramsHash: String(r.params_hash),
+    address: String(r.address),
+    chain: String(r.chain),
+    token: String(r.token),
+    amountCents: Number(r.amount_cents),
+    currency: String(r.currency),
+    status: r.status as PaymentStatusName,
+    createdAt: date(r.created_at),
+  };
+}
+
+/** SQL for budgets, vault policies, provisioning claims, vault balances and agent payments. */
+export function createBudgetsStore() {
+  return {
+    async findBudget(conn: Conn, parentVaultId: string, idempotencyKey: string): Promise<BudgetRecord | undefined> {
+      const row = await conn("budgets").where({ parent_vault_id: parentVaultId, idempotency_key: idempotencyKey }).first();
+      return row ? toBudget(row) : undefined;
+    },
+
+    async findBudgetByAgent(conn: Conn, agentPrincipalId: string, lock = false): Promise<BudgetRecord | undefined> {
+      const q = conn("budgets").where({ agent_principal_id: agentPrincipalId }).whereIn("status", ["draft", "active"]).first();
+      const row = lock ? await q.forUpdate() : await q;
+      return row ? toBudget(row) : undefined;
+    },
+
+    /** Inserts unless the key exists under the parent vault; `inserted` says which. */
+    async insertBudget(trx: Conn, b: BudgetRecord): Promise<{ inserted: boolean }> {
+      const { rows } = await trx.raw(
+        `INSERT INTO budgets (id, parent_vault_id, user_id, parent_agent_id, grant_id, idempotency_key, params_hash, params,
+                              agent_principal_id, vault_id, status, policy_version, attempt, steps, remaining, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
+         ON CONFLICT (parent_vault_id, idempotency_key) DO NOTHING RETURNING id`,
+        [
+          b.id, b.parentVaultId, b.userId, b.parentAgentId, b.grantId, b.idempotencyKey, b.paramsHash, JSON.stringify(b.params),
+          b.agentPrincipalId, b.vaultId, b.status, b.policyVersion, b.attempt, JSON.stringify(b.steps), b.remaining, b.createdAt, b.updatedAt,
+        ],
+      );
+      return { inserted: (rows as unknown[]).length > 0 };
+    },
+
+    async updateBudget(
+      conn: Conn,
+      id: string,
+      fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt">>,
+      at: Date,
+    ): Promise<BudgetRecord> {
+      const patch: Record<string, unknown> = { updated_at: at };
+      if (fields.status !== undefined) patch.status = fields.status;
+      if (fields.policyVersion !== undefined) patch.policy_version = fields.policyVersion;
+      if (fields.steps !== undefined) patch.steps = JSON.stringify(fields.steps);
+      if (fields.remaining !== undefined) patch.remaining = fields.remaining;
+      if (fields.grantId !== undefined) patch.grant_id = fields.grantId;
+    if (fields.attempt !== undefined) patch.attempt = fields.attempt;
+      const [row] = await conn("budgets").where({ id }).update(patch).returning("*");
+      return toBudget(row);
+    },
+
+    async lockBudget(trx: Knex.Transaction, id: string): Promise<BudgetRecord | undefined> {
+      const row = await trx("budgets").where({ id }).forUpdate().first();
+      return row ? toBudget(row) : undefined;
+    },
+
+    /** Locks a budget row and says whether `attempt` still owns its saga. */
+    async holdsAttempt(trx: Knex.Transaction, id: string, attempt: number): Promise<boolean> {
+      const row = await trx("budgets").where({ id }).forUpdate().first("attempt", "status");
+      return Boolean(row) && Number(row.attempt) === attempt && row.status === "provisioning";
+    },
+
+    /** Budgets whose cleanup is unfinished, or whose saga was abandoned before `staleBefore`. */
+    async listReapable(conn: Conn, staleBefore: Date): Promise<BudgetRecord[]> {
+      const rows = await conn("budgets")
+        .where("status", "cleanup_pending")
+        .orWhere((q) => q.where("status", "provisioning").andWhere("updated_at", "<", staleBefore))
+        .orderBy("updated_at")
+        .limit(100);
+      return rows.map(toBudget);
+    },
+
+    async listDraftBudgets(conn: Conn, userId: string): Promise<BudgetRecord[]> {
+      const rows = await conn("budgets").where({ user_id: userId, status: "draft" }).orderBy("created_at");
+      return rows.map(toBudget);
+    },
+
+    /** Claims the parent vault for one provisioning sequence; false when another holds it. */
+    async claimVault(conn: Conn, vaultId: string, budgetId: string, at: Date): Promise<boolean> {
+      const { rows } = await conn.raw(
+        `INSERT INTO vault_provisioning_claims (vault_id, budget_id, claimed_at) VALUES (?, ?, ?)
+         ON CONFLICT (vault_id) DO NOTHING RETURNING vault_id`,
+        [vaultId, budgetId, at],
+      );
+      return (rows as unknown[]).length > 0;
+    },
+
+    async releaseClaim(conn: Conn, vaultId: string, budgetId: string): Promise<void> {
+      await conn("vault_provisioning_claims").where({ vault_id: vaultId, budget_id: budgetId }).delete();
+    },
+
+    // Saga steps: each insert is idempotent (a retry re-runs it), each delete is too.
+    async insertChildVault(conn: Conn, v: { id: string; ownerUserId: string; parentVaultId: string; currency: string; at: Date }) {
+      await conn.raw(
+        `INSERT INTO vaults (id, owner_user_id, parent_vault_id, currency, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+        [v.id, v.ownerUserId, v.parentVaultId, v.currency, v.at],
+      );
+    },
+    async deleteVault(conn: Conn, id: string) {
+      await conn("vaults").where({ id }).delete();
+    },
+    async insertAgentPrincipal(conn: Conn, a: { id: string; userId: string; parentAgentId: string | null; vaultId: string; displayName: string; at: Date }) {
+      await conn.raw(
+        `INSERT INTO agent_principals (id, user_id, parent_agent_id, vault_id, display_name, created_at) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO NOTHING`,
+        [a.id, a.userId, a.parentAgentId, a.vaultId, a.displayName, a.at],
+      );
+    },
+    async deleteAgentPrincipal(conn: Conn, id: string) {
+      await conn("agent_principals").where({ id }).delete();
+    },
+    async insertPolicy(conn: Conn, vaultId: string, purpose: string, p: Policy, version: number, at: Date) {
+      await conn.raw(
+        `INSERT INTO vault_policies (vault_id, status, version, purpose, amount_cap_cents_per_tx, amount_cap_cents_per_day,
+                                     amount_cap_cents_lifetime, step_up_amount_cents, chain_allowlist, time_window_end, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (vault_id) DO NOTHING`,
+        [vaultId, p.status, version, purpose, p.amountCapCentsPerTx, p.amountCapCentsPerDay, p.amountCapCentsLifetime, p.stepUpAmountCents,
+          p.chainAllowlist, p.timeWindowEnd, at, at],
+      );
+    },
+    async deletePolicy(conn: Conn, vaultId: string) {
+      await conn("vault_policies").where({ vault_id: vaultId }).delete();
+    },
+    async activatePolicy(conn: Conn, vaultId: string, at: Date) {
+      await conn("vault_policies").where({ vault_id: vaultId }).update({ status: "active", version: 1, updated_at: at });
+    },
+
+    /** Which of a budget's resources still exist (for cleanup reports). */
+    async existing(conn: Conn, b: Pick<BudgetRecord, "vaultId" | "agentPrincipalId">): Promise<StepName[]> {
+      const { rows } = await conn.raw(
+        `SELECT (SELECT count(*) FROM vaults WHERE id = ?)::int AS vault,
+                (SELECT count(*) FROM agent_principals WHERE id = ?)::int AS agent_principal,
+                (SELECT count(*) FROM vault_policies WHERE vault_id = ?)::int AS policy`,
+        [b.vaultId, b.agentPrincipalId, b.vaultId],
+      );
+      const r = (rows as Record<StepName, number>[])[0]!;
+      return (["vault", "agent_principal", "policy"] as const).filter((k) => Number(r[k]) > 0);
+    },
+
+    async findVault(conn: Conn, id: string, lock = false): Promise<VaultRecord | undefined> {
+      const q = conn("vaults").where({ id }).first();
+      const row = lock ? await q.forUpdate() : await q;
+      return row ? toVault(row) : undefined;
+    },
+
+    async addBalance(conn: Conn, id: string, deltaCents: number): Promise<VaultRecord> {
+      const [row] = await conn("vaults").where({ id }).update({ balance_cents: conn.raw("balance_cents + ?", [deltaCents]) }).returning("*");
+      return toVault(row);
+    },
+
+    async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {
+      const row = await conn("agent_payments").where({ vault_id: vaultId, idempotency_key: idempotencyKey }).first();
+      return row ? toPayment(row) : undefined;
+    },
+
+    async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
+      const q = conn("agent_payments").where({ id }).first();
+      const row = lock ? await q.forUpdate() : await q;
+      return row ? toPayment(row) : undefined;
+    },
+
+    async insertPayment(conn: Conn, p: PaymentRecord): Promise<void> {
+      await conn("agent_payments").insert({
+        id: p.id,
+        vault_id: p.vaultId,
+        user_id: p.userId,
+        agent_principal_id: p.agentPrincipalId,
+        grant_id: p.grantId,
+        idempotency_key: p.idempotencyKey,
+        params_hash: p.paramsHash,
+        address: p.address,
+        chain: p.chain,
+        token: p.token,
+        amount_cents: p.amountCents,
+        currency: p.currency,
+        status: p.status,
+        created_at: p.createdAt,
+        completed_at: p.status === "completed" ? p.createdAt : null,
+      });
+    },
+
+    async setPaymentStatus(conn: Conn, id: string, status: PaymentStatusName, at: Date): Promise<PaymentRecord> {
+      const patch: Record<string, unknown> = { status };
+      if (status === "approved") patch.approved_at = at;
+      if (status === "completed") patch.completed_at = at;
+      const [row] = await conn("agent_payments").where({ id }).update(patch).returning("*");
+      return toPayment(row);
+    },
+
+    /**
+     * Everything a payment decision reads, in one round trip: the vault (row-locked when
+     * asked), its policy, and its completed spend since `dayStart` and in total.
+     */
+    async paymentContext(conn: Conn, vaultId: string, dayStart: Date, lock = false) {
+      const { rows } = await conn.raw(
+        `SELECT v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
+                (SELECT coalesce(sum(amount_cents), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
+           FROM vaults v LEFT JOIN vault_policies p ON p.vault_id = v.id
+          WHERE v.id = ?${lock ? " FOR UPDATE OF v" : ""}`,
+        [dayStart, vaultId],
+      );
+      const r = (rows as Record<string, unknown>[])[0];
+      if (!r) return undefined;
+      return {
+        vault: toVault(r),
+        policy: r.p_vault_id ? toPolicy({ ...r, status: r.p_status }) : undefined,
+        usage: { today: Number(r.spent_today), lifetime: Number(r.spent_lifetime) },
+      };
+    },
+
+    async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
+      const rows = await conn("agent_payments").where({ user_id: userId, status: "pending_step_up" }).orderBy("created_at");
+      return rows.map(toPayment);
+    },
+
+  };
+}
+
+export type BudgetsStore = ReturnType<typeof createBudgetsStore>;

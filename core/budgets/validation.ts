@@ -1,0 +1,80 @@
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
+import type { BudgetParams } from "./store.js";
+
+/** The spec 2.1 fields as core receives them (proto init shape, already typed). */
+export interface BudgetInput {
+  purpose: string;
+  displayName: string;
+  amountCapCentsPerTx?: number;
+  amountCapCentsPerDay?: number;
+  amountCapCentsLifetime?: number;
+  stepUpAmountCents?: number;
+  chainAllowlist: string[];
+  timeWindowEnd?: Date;
+  idempotencyKey: string;
+}
+
+/**
+ * spec 2.1 rules that any caller of core must meet (the gateway checks the wire schema
+ * first); DESIGN 4.4: a time_window_end in the past is invalid.
+ */
+export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
+  if (!(PURPOSES as readonly string[]).includes(input.purpose)) fail(Reason.INVALID_REQUEST, `purpose must be one of ${PURPOSES.join(", ")}`);
+  const nameLength = [...input.displayName].length;
+  if (nameLength < 1 || nameLength > 100) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
+  checkKey(input.idempotencyKey);
+  const amounts = {
+    amount_cap_cents_per_tx: input.amountCapCentsPerTx,
+    amount_cap_cents_per_day: input.amountCapCentsPerDay,
+    amount_cap_cents_lifetime: input.amountCapCentsLifetime,
+    step_up_amount_cents: input.stepUpAmountCents,
+  };
+  for (const [name, value] of Object.entries(amounts)) {
+    if (value !== undefined && !isAmount(value)) fail(Reason.INVALID_REQUEST, `${name} must be an integer from 0 to ${MAX_AMOUNT}`);
+  }
+  if (input.chainAllowlist.length === 0) fail(Reason.INVALID_REQUEST, "chain_allowlist needs at least one chain");
+  const unknown = input.chainAllowlist.filter((c) => !(CHAINS as readonly string[]).includes(c));
+  if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `chain_allowlist items must be among ${CHAINS.join(", ")}`);
+  if (input.timeWindowEnd && input.timeWindowEnd.getTime() <= now.getTime()) fail(Reason.INVALID_REQUEST, "time_window_end must be in the future");
+  return {
+    purpose: input.purpose,
+    displayName: input.displayName,
+    amountCapCentsPerTx: input.amountCapCentsPerTx ?? null,
+    amountCapCentsPerDay: input.amountCapCentsPerDay ?? null,
+    amountCapCentsLifetime: input.amountCapCentsLifetime ?? null,
+    stepUpAmountCents: input.stepUpAmountCents ?? null,
+    // A set: order and repeats do not change the policy, so they do not change identity.
+    chainAllowlist: [...new Set(input.chainAllowlist)].sort(),
+    timeWindowEnd: input.timeWindowEnd ? input.timeWindowEnd.toISOString() : null,
+  };
+}
+
+export interface PaymentInput {
+  address: string;
+  chain: string;
+  token: string;
+  amountCents: number;
+  currency: string;
+  idempotencyKey: string;
+}
+
+/** spec 4.5 payment arguments; all are required (DESIGN 4.1 leaves that to us). */
+export function checkPaymentInput(p: PaymentInput): PaymentInput {
+  if (p.address.length < 1 || p.address.length > 256) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
+  if (!(CHAINS as readonly string[]).includes(p.chain)) fail(Reason.INVALID_REQUEST, `counterparty.chain must be one of ${CHAINS.join(", ")}`);
+  if (p.token.length < 1 || p.token.length > 64) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
+  if (!isAmount(p.amountCents) || p.amountCents < 1) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
+  if (!/^[A-Z]{3}$/.test(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
+  checkKey(p.idempotencyKey);
+  return p;
+}
+
+function checkKey(key: string) {
+  if (key.length < 8 || key.length > 128) fail(Reason.INVALID_REQUEST, "idempotency_key must be 8 to 128 characters");
+}
+
+function isAmount(v: number): boolean {
+  return Number.isSafeInteger(v) && v >= 0 && v <= MAX_AMOUNT;
+}

@@ -1,0 +1,257 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { create } from "@bufbuild/protobuf";
+import { GrantContextSchema, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { withRequestId, type CoreClients } from "../core-clients.js";
+import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
+import { compileToolSchemas, describeErrors } from "./schemas.js";
+import { TOOLS, type Category, type Tool } from "./tools.js";
+
+export interface JsonRpcGatewayOptions {
+  clients: CoreClients;
+  /** `{mcp_url}`: named in the 401 challenge's resource_metadata. */
+  mcpUrl: string;
+  serverVersion?: string;
+}
+
+/** DESIGN 4.1: one endpoint per category; `/write` is spec 4.5's address for the write category. */
+const ENDPOINTS: Record<string, Category> = { "/mcp/read": "read", "/mcp/write": "write", "/write": "write", "/mcp/treasury": "treasury" };
+/** MCP revisions we speak, newest first; a client asking for another one gets the newest. */
+export const PROTOCOL_VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"];
+const BODY_LIMIT = 64 * 1024;
+const ENVELOPE_KEYS = new Set(["jsonrpc", "id", "method", "params"]);
+
+interface Message {
+  id: RpcId;
+  notification: boolean;
+  method: string;
+  params: unknown;
+}
+
+type Reply = { jsonrpc: "2.0"; id: RpcId; result: unknown } | { jsonrpc: "2.0"; id: RpcId; error: unknown };
+
+/** What a call runs as: the bearer, verified afresh once per HTTP request and only when needed. */
+interface Caller {
+  requestId: string;
+  bearer: string | undefined;
+  verified?: Promise<GrantContext>;
+  unauthorized: boolean;
+}
+
+/** JSON-RPC 2.0 / MCP (Streamable HTTP, JSON responses) agent tools on `{mcp_url}` (spec 4.1, 4.5, 7.1; DESIGN 4.1). */
+export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatewayOptions) {
+  const { clients } = options;
+  const validators = compileToolSchemas(TOOLS);
+  const toolsByName = new Map(TOOLS.map((t) => [t.name, t]));
+  const challenge = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource"`;
+  const toolLists = new Map<Category, unknown[]>(
+    (["read", "write", "treasury"] as const).map((c) => [c, TOOLS.filter((t) => t.category === c).map(describeTool)]),
+  );
+
+  // The raw text, so unparsable JSON becomes -32700 rather than a framework error; every
+  // other content type (text/plain included) is refused with 415.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("*", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, _body, done) => done(null, NOT_JSON));
+
+  app.setErrorHandler((err: unknown, request, reply) => {
+    const status = (err as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      return send(reply, status, [errorReply(null, new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: status === 413 ? "body_too_large" : "invalid_request" }), request.id)]);
+    }
+    request.log.error({ err }, "json-rpc gateway failure");
+    return send(reply, 500, [errorReply(null, new RpcError(RpcCode.INTERNAL_ERROR, "Internal error", { reason_id: "internal_error" }), request.id)]);
+  });
+
+  for (const [path, category] of Object.entries(ENDPOINTS)) {
+    app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => handle(request, reply, category));
+    // Streamable HTTP: we open no server-to-client stream and keep no session.
+    app.route({ method: ["GET", "DELETE"], url: path, handler: (_req, reply) => reply.code(405).header("allow", "POST").send() });
+  }
+
+  async function handle(request: FastifyRequest, reply: FastifyReply, category: Category) {
+    const caller: Caller = { requestId: request.id, bearer: bearerOf(request.headers.authorization), unauthorized: false };
+    if (request.body === NOT_JSON) {
+      const e = new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "unsupported_media_type" });
+      return send(reply, 415, [errorReply(null, e, request.id)]);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(typeof request.body === "string" ? request.body : "");
+    } catch {
+      return send(reply, 200, [errorReply(null, new RpcError(RpcCode.PARSE_ERROR, "Parse error", { reason_id: "parse_error" }), request.id)]);
+    }
+    const batch = Array.isArray(parsed);
+    const messages = batch ? (parsed as unknown[]) : [parsed];
+    if (batch && messages.length === 0) {
+      return send(reply, 200, [errorReply(null, new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request" }), request.id)]);
+    }
+    const replies: Reply[] = [];
+    for (const raw of messages) {
+      const r = await handleOne(raw, category, caller);
+      if (r) replies.push(r);
+    }
+    const status = caller.unauthorized ? 401 : replies.length === 0 ? 202 : 200;
+    if (caller.unauthorized) reply.header("www-authenticate", challenge);
+    if (replies.length === 0) return reply.code(status).send();
+    return send(reply, status, batch ? replies : [replies[0]!], batch);
+  }
+
+  async function handleOne(raw: unknown, category: Category, caller: Caller): Promise<Reply | undefined> {
+    const envelope = readEnvelope(raw);
+    if ("error" in envelope) return errorReply(envelope.id, envelope.error, caller.requestId);
+    const msg = envelope.message;
+    try {
+      const result = await dispatch(msg, category, caller);
+      return msg.notification ? undefined : { jsonrpc: "2.0", id: msg.id, result };
+    } catch (err) {
+      const e = rpcErrorFrom(err);
+      if (e.unauthorized) caller.unauthorized = true;
+      return msg.notification ? undefined : errorReply(msg.id, e, caller.requestId);
+    }
+  }
+
+  async function dispatch(msg: Message, category: Category, caller: Caller): Promise<unknown> {
+    // Which tool (if any) the message names decides whether the bearer is needed:
+    // agent.grant.refresh authenticates with its own params (DESIGN 4.1).
+    const toolName = msg.method === "tools/call" ? nameOf(msg.params) : toolsByName.has(msg.method) ? msg.method : undefined;
+    const tool = toolName === undefined ? undefined : toolsByName.get(toolName);
+    const grant = tool?.auth === "none" ? undefined : await authenticate(caller);
+
+    switch (msg.method) {
+      case "initialize":
+        return initialize(msg.params);
+      case "ping":
+        return {};
+      case "tools/list":
+        return { tools: toolLists.get(category) };
+      case "tools/call": {
+        const params = objectParams(msg.params);
+        if (typeof params.name !== "string") throw invalidParams("params.name must be a tool name");
+        const args = params.arguments === undefined ? {} : params.arguments;
+        if (!isObject(args)) throw invalidParams("params.arguments must be an object");
+        const result = await callTool(routeTool(params.name, category, true), args, caller, grant);
+        return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError: false };
+      }
+      default:
+        if (msg.method.startsWith("notifications/") && msg.notification) return undefined;
+        return callTool(routeTool(msg.method, category, false), objectParams(msg.params), caller, grant);
+    }
+  }
+
+  function routeTool(name: string, category: Category, viaToolsCall: boolean): Tool {
+    const tool = toolsByName.get(name);
+    if (!tool) {
+      // MCP: an unknown tool in tools/call is invalid params; an unknown method is -32601.
+      if (viaToolsCall) throw new RpcError(RpcCode.INVALID_PARAMS, `Unknown tool: ${name}`, { reason_id: "unknown_tool" });
+      throw new RpcError(RpcCode.METHOD_NOT_FOUND, "Method not found", { reason_id: "method_not_found" });
+    }
+    if (tool.category !== category) {
+      throw new RpcError(RpcCode.METHOD_NOT_FOUND, `${name} is served at /mcp/${tool.category}`, { reason_id: "wrong_endpoint", endpoint: `${options.mcpUrl}/mcp/${tool.category}` });
+    }
+    return tool;
+  }
+
+  async function callTool(tool: Tool, args: Record<string, unknown>, caller: Caller, grant: GrantContext | undefined) {
+    const v = validators.get(tool.name)!;
+    if (!v.input(args)) throw new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) });
+    const result = await tool.call(args, { clients, requestId: caller.requestId, grant, accessToken: caller.bearer });
+    // Results conform to their outputSchema; a mismatch is our bug, never the caller's.
+    if (!v.output(result)) throw new Error(`${tool.name} result does not match its outputSchema: ${JSON.stringify(describeErrors(v.output.errors))}`);
+    return result;
+  }
+
+  async function authenticate(caller: Caller): Promise<GrantContext> {
+    if (!caller.bearer) {
+      caller.unauthorized = true;
+      throw new RpcError(RpcCode.UNAUTHORIZED, "Unauthorized", { reason_id: "invalid_token" }, true);
+    }
+    // Grant state is read fresh on every HTTP request (spec 3.2), once per request.
+    caller.verified ??= clients.grants.verifyAgentToken({ accessToken: caller.bearer }, withRequestId(caller.requestId)).then((res) => {
+      const g = res.grant!;
+      return create(GrantContextSchema, {
+        grantId: g.grantId,
+        userId: g.userId,
+        agentPrincipalId: g.agentPrincipalId,
+        vaultId: g.vaultId,
+        scopes: g.scopes,
+        stepUp: g.stepUp,
+        authTime: g.authTime,
+        clientId: g.clientId,
+      });
+    });
+    return caller.verified;
+  }
+
+  function initialize(params: unknown) {
+    const p = objectParams(params);
+    if (typeof p.protocolVersion !== "string") throw invalidParams("params.protocolVersion is required");
+    const version = PROTOCOL_VERSIONS.includes(p.protocolVersion) ? p.protocolVersion : PROTOCOL_VERSIONS[0]!;
+    return {
+      protocolVersion: version,
+      capabilities: { tools: { listChanged: false } },
+      serverInfo: { name: "vaultgate", version: options.serverVersion ?? "0.1.0" },
+    };
+  }
+}
+
+const NOT_JSON = Symbol("not json");
+
+function describeTool(t: Tool) {
+  return {
+    name: t.name,
+    title: t.title,
+    description: t.description,
+    inputSchema: t.inputSchema,
+    outputSchema: t.outputSchema,
+    annotations: { title: t.title, ...t.annotations },
+    _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, category: t.category },
+  };
+}
+
+function readEnvelope(raw: unknown): { message: Message } | { id: RpcId; error: RpcError } {
+  const invalid = (id: RpcId, why: string) => ({ id, error: new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request", detail: why }) });
+  if (!isObject(raw)) return invalid(null, "the request must be a JSON object");
+  const hasId = Object.hasOwn(raw, "id");
+  const id = raw.id;
+  const idOk = !hasId || id === null || typeof id === "string" || (typeof id === "number" && Number.isFinite(id));
+  const safeId: RpcId = hasId && idOk ? (id as RpcId) : null;
+  if (!idOk) return invalid(null, "id must be a string, a number or null");
+  if (raw.jsonrpc !== "2.0") return invalid(safeId, 'jsonrpc must be "2.0"');
+  if (typeof raw.method !== "string" || raw.method.length === 0) return invalid(safeId, "method must be a string");
+  if (Object.hasOwn(raw, "params") && !isObject(raw.params) && !Array.isArray(raw.params)) return invalid(safeId, "params must be an object or an array");
+  const extra = Object.keys(raw).filter((k) => !ENVELOPE_KEYS.has(k));
+  if (extra.length > 0) return invalid(safeId, `unknown member ${extra[0]}`);
+  return { message: { id: safeId, notification: !hasId, method: raw.method, params: raw.params } };
+}
+
+function nameOf(params: unknown): string | undefined {
+  return isObject(params) && typeof params.name === "string" ? params.name : undefined;
+}
+
+function objectParams(params: unknown): Record<string, unknown> {
+  if (params === undefined) return {};
+  // Tools take named arguments only.
+  if (!isObject(params)) throw invalidParams("params must be an object of named arguments");
+  return params;
+}
+
+function invalidParams(detail: string) {
+  return new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", detail });
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function bearerOf(header: string | undefined): string | undefined {
+  const m = /^Bearer +([A-Za-z0-9\-._~+/]+=*)$/i.exec(header ?? "");
+  return m?.[1];
+}
+
+function errorReply(id: RpcId, e: RpcError, requestId: string): Reply {
+  return { jsonrpc: "2.0", id, error: e.body(requestId) };
+}
+
+function send(reply: FastifyReply, status: number, replies: Reply[], batch = false) {
+  return reply.code(status).header("cache-control", "no-store").type("application/json").send(JSON.stringify(batch ? replies : replies[0]));
+}

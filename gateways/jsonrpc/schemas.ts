@@ -1,0 +1,42 @@
+import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
+import { isDateTime } from "./date-time.js";
+import type { Tool } from "./tools.js";
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Ajv for the JSON Schema 2020-12 dialect of spec 9, with date-time exactly as spec 2.1 defines it. */
+export function createSchemaAjv(): Ajv2020 {
+  const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false });
+  ajv.addFormat("date-time", { type: "string", validate: isDateTime });
+  ajv.addFormat("uuid", { type: "string", validate: (s: string) => UUID.test(s) });
+  ajv.addFormat("uri", {
+    type: "string",
+    validate: (s: string) => {
+      try {
+        return Boolean(new URL(s).protocol);
+      } catch {
+        return false;
+      }
+    },
+  });
+  return ajv;
+}
+
+export interface ToolValidators {
+  input: ValidateFunction;
+  output: ValidateFunction;
+}
+
+/** Compiles every tool's schemas once, at startup (a bad schema fails the boot, not a call). */
+export function compileToolSchemas(tools: readonly Tool[]): Map<string, ToolValidators> {
+  const ajv = createSchemaAjv();
+  return new Map(tools.map((t) => [t.name, { input: ajv.compile(t.inputSchema), output: ajv.compile(t.outputSchema) }]));
+}
+
+/** Validation errors as they appear in `data.errors`: where, and what failed. */
+export function describeErrors(errors: ErrorObject[] | null | undefined): { path: string; message: string }[] {
+  return (errors ?? []).slice(0, 20).map((e) => ({
+    path: e.instancePath || "/",
+    message: e.keyword === "additionalProperties" ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}` : (e.message ?? e.keyword),
+  }));
+}

@@ -1,0 +1,83 @@
+import { expect } from "chai";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { McpError } from "@modelcontextprotocol/sdk/types.js";
+import { startMcpStack, type McpStack } from "../support/mcp.js";
+import { createOwner, grantFor } from "../support/budgets.js";
+
+/** The official MCP TypeScript SDK client against our endpoints (DESIGN 4.1, 7). */
+describe("MCP SDK client", () => {
+  let stack: McpStack;
+  const clients: Client[] = [];
+  before(async () => {
+    stack = await startMcpStack();
+  });
+  after(async () => {
+    for (const c of clients) await c.close().catch(() => undefined);
+    await stack.close();
+  });
+
+  async function connect(path: string, token?: string) {
+    const client = new Client({ name: "vaultgate-test", version: "1.0.0" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${stack.url}${path}`), {
+      requestInit: token ? { headers: { authorization: `Bearer ${token}` } } : {},
+    });
+    await client.connect(transport);
+    clients.push(client);
+    return client;
+  }
+
+  it("initializes, lists and calls tools on /mcp/treasury and /mcp/write; output is validated by the SDK against outputSchema", async () => {
+    const owner = await createOwner(stack);
+    const token = stack.bearerFor(grantFor(stack, owner, { stepUp: true }));
+    const treasury = await connect("/mcp/treasury", token);
+    expect(treasury.getServerVersion()?.name).to.equal("vaultgate");
+    const { tools } = await treasury.listTools();
+    expect(tools.map((t) => t.name)).to.include("agent.budget.create");
+    const created = await treasury.callTool({
+      name: "agent.budget.create",
+      arguments: {
+        purpose: "ap",
+        display_name: "Accounts payable",
+        amount_cap_cents_per_tx: 1_000,
+        step_up_amount_cents: 500,
+        chain_allowlist: ["base"],
+        idempotency_key: `sdk-${Date.now()}-0001`,
+      },
+    });
+    const budget = created.structuredContent as { vault_id: string; agent_principal_id: string; status: string };
+    expect(budget.status).to.equal("active");
+
+    await stack.admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 10_000n });
+    const childToken = stack.bearerFor(grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id }));
+    const write = await connect("/mcp/write", childToken);
+    await write.listTools();
+    const sim = await write.callTool({
+      name: "payments.simulate",
+      arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 700, currency: "USD", idempotency_key: "sdk-sim-0001" },
+    });
+    expect(sim.structuredContent).to.deep.equal({ outcome: "pending_step_up", rule: "step_up_amount" });
+    await write.ping();
+
+    // A domain refusal reaches the SDK as a JSON-RPC error with our code.
+    try {
+      await write.callTool({
+        name: "payments.initiate",
+        arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 1_001, currency: "USD", idempotency_key: "sdk-pay-0001" },
+      });
+      expect.fail("expected a policy refusal");
+    } catch (err) {
+      expect(err).to.be.instanceOf(McpError);
+      expect((err as McpError).code).to.equal(-32002);
+    }
+  });
+
+  it("without a bearer the SDK sees the 401", async () => {
+    try {
+      await connect("/mcp/read");
+      expect.fail("expected 401");
+    } catch (err) {
+      expect(String(err)).to.match(/401|Unauthorized/i);
+    }
+  });
+});

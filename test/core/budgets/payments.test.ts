@@ -1,0 +1,168 @@
+import { expect } from "chai";
+import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { budgetParams, createOwner, futureTimestamp, grantFor, payment, rejection, type TestOwner } from "../../support/budgets.js";
+
+const APP_URL = "http://app.vaultgate.test";
+
+describe("BudgetsService payments, balance and audit", () => {
+  let stack: TestStack;
+  let owner: TestOwner;
+  /** The child agent's view: a grant on the budget's vault. */
+  let child: TestOwner;
+
+  before(async () => {
+    stack = await startStack({ appUrl: APP_URL });
+  });
+  after(() => stack.close());
+
+  async function budget(overrides: Record<string, unknown> = {}, stepUp = true, fundCents = 100_000n) {
+    owner = await createOwner(stack);
+    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp }), ...budgetParams(overrides) });
+    if (fundCents > 0n) await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: fundCents });
+    child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
+    return budget!;
+  }
+  const pay = (p: ReturnType<typeof payment>, scopes?: string[]) =>
+    stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child, scopes ? { scopes } : {}), payment: p });
+  const simulate = (p: ReturnType<typeof payment>) => stack.clients.budgets.simulatePayment({ grant: grantFor(stack, child), payment: p });
+  const balance = async () => Number((await stack.clients.budgets.getBalance({ grant: grantFor(stack, child) })).balanceCents);
+  const denial = async (p: ReturnType<typeof payment>) => (await rejection(pay(p))).detail;
+
+  it("accepts a payment within the policy, debits the vault once, and replays idempotently", async () => {
+    await budget();
+    const p = payment({ amountCents: 1_500n });
+    const first = await pay(p);
+    expect(first.payment!.status).to.equal(PaymentStatus.COMPLETED);
+    expect(first.payment!.stepUpUrl).to.equal("");
+    expect(await balance()).to.equal(98_500);
+    const again = await pay(p);
+    expect(again.payment!.paymentId).to.equal(first.payment!.paymentId);
+    expect(await balance()).to.equal(98_500);
+    const conflict = await rejection(pay({ ...p, amountCents: 1_600n }));
+    expect(conflict.detail?.reason).to.equal(Reason.IDEMPOTENCY_CONFLICT);
+  });
+
+  it("enforces per-tx, per-day and lifetime caps, naming the limit and never the remaining allowance", async () => {
+    await budget({ amountCapCentsPerTx: 10_000n, amountCapCentsPerDay: 15_000n, amountCapCentsLifetime: 25_000n, stepUpAmountCents: undefined });
+    const perTx = await denial(payment({ amountCents: 10_001n }));
+    expect([perTx?.reason, perTx?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "per_tx_cap"]);
+    await pay(payment({ amountCents: 10_000n }));
+    const perDay = await denial(payment({ amountCents: 5_001n }));
+    expect([perDay?.reason, perDay?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "per_day_cap"]);
+    await pay(payment({ amountCents: 5_000n }));
+    stack.clock.advance(86_400_000);
+    await pay(payment({ amountCents: 10_000n }));
+    const lifetime = await denial(payment({ amountCents: 1n }));
+    expect([lifetime?.reason, lifetime?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "lifetime_cap"]);
+    expect(await balance()).to.equal(75_000);
+    const audit = await stack.core.db("audit_records").where({ actor: `agent:${child.agentPrincipalId}`, outcome: "failure" }).orderBy("seq");
+    expect(audit.map((a) => a.reason)).to.deep.equal(["policy_denied:per_tx_cap", "policy_denied:per_day_cap", "policy_denied:lifetime_cap"]);
+  });
+
+  it("enforces the chain allowlist, time_window_end, the balance and an installed policy", async () => {
+    await budget({ timeWindowEnd: futureTimestamp(stack, 3_600_000) }, true, 2_000n);
+    expect((await denial(payment({ chain: "sol" })))?.limitName).to.equal("chain_allowlist");
+    expect((await denial(payment({ amountCents: 2_001n })))?.reason).to.equal(Reason.INSUFFICIENT_FUNDS);
+    stack.clock.advance(3_600_000);
+    expect((await denial(payment()))?.limitName).to.equal("time_window_end");
+
+    await budget({}, false);
+    expect((await denial(payment()))?.limitName).to.equal("policy_inactive");
+    const bad = await rejection(pay(payment({ currency: "EUR" })));
+    expect(bad.detail?.reason).to.equal(Reason.INVALID_REQUEST);
+  });
+
+  it("needs payments:initiate (and payments:simulate, accounts:read for the other calls)", async () => {
+    await budget();
+    expect((await rejection(pay(payment(), ["payments:simulate"]))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    const simulateOnly = grantFor(stack, child, { scopes: ["payments:initiate"] });
+    expect((await rejection(stack.clients.budgets.simulatePayment({ grant: simulateOnly, payment: payment() }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    expect((await rejection(stack.clients.budgets.getBalance({ grant: simulateOnly }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+  });
+
+  it("over the step-up amount: pending with a step_up_url; after the owner's step-up approval the same call completes", async () => {
+    await budget({ stepUpAmountCents: 5_000n });
+    const p = payment({ amountCents: 7_000n });
+    const pending = await pay(p);
+    expect(pending.payment!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
+    const id = pending.payment!.paymentId;
+    expect(pending.payment!.stepUpUrl).to.equal(`${APP_URL}/dashboard/agents/${child.agentPrincipalId}?payment=${id}`);
+    expect(await balance()).to.equal(100_000);
+    expect((await pay(p)).payment!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
+
+    const listed = await stack.clients.budgets.listPendingApprovals({ userId: owner.userId });
+    expect(listed.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
+
+    const now = BigInt(Math.floor(stack.clock().getTime() / 1000));
+    expect((await rejection(stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: id, stepUpAuthTime: now - 700n }))).detail?.reason).to.equal(
+      Reason.ACCESS_DENIED,
+    );
+    const stranger = await createOwner(stack);
+    expect((await rejection(stack.clients.budgets.approvePayment({ userId: stranger.userId, paymentId: id, stepUpAuthTime: now }))).detail?.reason).to.equal(
+      Reason.NOT_FOUND,
+    );
+    const approved = await stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: id, stepUpAuthTime: now });
+    expect(approved.payment!.status).to.equal(PaymentStatus.APPROVED);
+    expect(await balance()).to.equal(100_000);
+
+    const done = await pay(p);
+    expect(done.payment!.paymentId).to.equal(id);
+    expect(done.payment!.status).to.equal(PaymentStatus.COMPLETED);
+    expect(await balance()).to.equal(93_000);
+    expect((await pay(p)).payment!.status).to.equal(PaymentStatus.COMPLETED);
+    expect(await balance()).to.equal(93_000);
+  });
+
+  it("simulate names the deciding rule and has no side effects", async () => {
+    await budget({ amountCapCentsPerTx: 10_000n, stepUpAmountCents: 5_000n }, true, 8_000n);
+    const cases: [ReturnType<typeof payment>, Decision, string][] = [
+      [payment({ amountCents: 100n }), Decision.ACCEPT, ""],
+      [payment({ amountCents: 6_000n }), Decision.STEP_UP, "step_up_amount"],
+      [payment({ amountCents: 10_001n }), Decision.DENY, "per_tx_cap"],
+      [payment({ amountCents: 9_000n }), Decision.DENY, "balance"],
+      [payment({ chain: "op" }), Decision.DENY, "chain_allowlist"],
+    ];
+    for (const [p, decision, rule] of cases) {
+      const r = await simulate(p);
+      expect([r.decision, r.rule]).to.deep.equal([decision, rule]);
+    }
+    expect(await balance()).to.equal(8_000);
+    expect(await stack.core.db("agent_payments").where({ vault_id: child.vaultId })).to.deep.equal([]);
+  });
+
+  it("FundVault is an admin RPC and credits the vault", async () => {
+    await budget({}, true, 0n);
+    const refused = await rejection(stack.clients.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n }));
+    expect(refused.detail?.reason).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+    const funded = await stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n });
+    expect(funded.balanceCents).to.equal(5n);
+    expect((await rejection(stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 0n }))).detail?.reason).to.equal(Reason.INVALID_REQUEST);
+    expect((await rejection(stack.admin.budgets.fundVault({ vaultId: "00000000-0000-4000-8000-000000000000", amountCents: 1n }))).detail?.reason).to.equal(
+      Reason.NOT_FOUND,
+    );
+  });
+
+  it("lists the grant's audit records with cursor paging and a since watermark", async () => {
+    await budget();
+    for (let i = 0; i < 3; i++) await pay(payment({ amountCents: 100n }));
+    const grant = grantFor(stack, child);
+    const page1 = await stack.clients.budgets.listGrantAudit({ grant, limit: 2 });
+    expect(page1.records.map((r) => r.action)).to.deep.equal(["payments.initiate", "payments.initiate"]);
+    expect(page1.nextCursor).to.not.equal("");
+    const page2 = await stack.clients.budgets.listGrantAudit({ grant, limit: 2, cursor: page1.nextCursor });
+    expect(page2.records).to.have.length(1);
+    expect(page2.nextCursor).to.equal("");
+    const since = await stack.clients.budgets.listGrantAudit({ grant, since: page2.watermark });
+    expect(since.records).to.deep.equal([]);
+    expect(since.watermark).to.equal(page2.watermark);
+    // Another agent's cursor, or a tampered one, is refused.
+    const tampered = await rejection(stack.clients.budgets.listGrantAudit({ grant: grantFor(stack, owner), cursor: page1.nextCursor }));
+    expect(tampered.detail?.reason).to.equal(Reason.INVALID_CURSOR);
+    expect((await rejection(stack.clients.budgets.listGrantAudit({ grant, cursor: "x.y" }))).detail?.reason).to.equal(Reason.INVALID_CURSOR);
+    expect((await rejection(stack.clients.budgets.listGrantAudit({ grant: grantFor(stack, child, { scopes: ["accounts:read"] }) }))).detail?.reason).to.equal(
+      Reason.INSUFFICIENT_SCOPE,
+    );
+  });
+});

@@ -1,0 +1,149 @@
+import { expect } from "chai";
+import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../support/mcp.js";
+import { createOwner, grantFor } from "../../support/budgets.js";
+import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
+
+const CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource"`;
+
+describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
+  let stack: McpStack;
+  let token: string;
+  let auth: Record<string, string>;
+
+  before(async () => {
+    stack = await startMcpStack();
+    const owner = await createOwner(stack);
+    token = stack.bearerFor(grantFor(stack, owner));
+    auth = { authorization: `Bearer ${token}` };
+  });
+  after(() => stack.close());
+
+  const at = (path: string) => `${stack.url}${path}`;
+
+  it("unparsable JSON is -32700 with id null (exact envelope)", async () => {
+    const res = await postRpc(at("/mcp/write"), '{"jsonrpc":"2.0",', auth);
+    expect(res.status).to.equal(200);
+    const requestId = res.headers.get("x-request-id");
+    expect(res.text).to.equal(
+      JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error", data: { reason_id: "parse_error", request_id: requestId } } }),
+    );
+  });
+
+  it("a malformed envelope is -32600, echoing the id when the id itself is valid", async () => {
+    const cases: [unknown, unknown][] = [
+      [1, null],
+      ["x", null],
+      [{}, null],
+      [{ jsonrpc: "1.0", id: 1, method: "ping" }, 1],
+      [{ id: 2, method: "ping" }, 2],
+      [{ jsonrpc: "2.0", id: "a", method: 5 }, "a"],
+      [{ jsonrpc: "2.0", id: 3, method: "" }, 3],
+      [{ jsonrpc: "2.0", id: 4, method: "ping", params: "x" }, 4],
+      [{ jsonrpc: "2.0", id: { n: 1 }, method: "ping" }, null],
+      [{ jsonrpc: "2.0", id: 5, method: "ping", extra: true }, 5],
+      [[], null],
+    ];
+    for (const [body, id] of cases) {
+      const res = await postRpc(at("/mcp/write"), JSON.stringify(body), auth);
+      expect(res.status, JSON.stringify(body)).to.equal(200);
+      expect(res.json!.jsonrpc).to.equal("2.0");
+      expect(res.json!.id, JSON.stringify(body)).to.deep.equal(id);
+      expect(res.json!.error.code, JSON.stringify(body)).to.equal(-32600);
+      expect(res.json!.error.message).to.equal("Invalid Request");
+      expect(res.json!.error.data.reason_id).to.equal("invalid_request");
+    }
+  });
+
+  it("answers batches element by element; notifications get no response and no body", async () => {
+    const batch = await postRpc(
+      at("/mcp/write"),
+      [{ jsonrpc: "2.0", id: 1, method: "ping" }, { jsonrpc: "2.0", method: "notifications/initialized" }, 7, { jsonrpc: "2.0", id: "u", method: "nope" }],
+      auth,
+    );
+    expect(batch.status).to.equal(200);
+    const replies = batch.json as unknown as { id: unknown; result?: unknown; error?: { code: number } }[];
+    expect(replies.map((r) => [r.id, r.result ?? r.error!.code])).to.deep.equal([
+      [1, {}],
+      [null, -32600],
+      ["u", -32601],
+    ]);
+    const note = await postRpc(at("/mcp/write"), { jsonrpc: "2.0", method: "notifications/initialized" }, auth);
+    expect(note.status).to.equal(202);
+    expect(note.text).to.equal("");
+    const onlyNotes = await postRpc(at("/mcp/read"), [{ jsonrpc: "2.0", method: "notifications/initialized" }, { jsonrpc: "2.0", method: "ping" }], auth);
+    expect([onlyNotes.status, onlyNotes.text]).to.deep.equal([202, ""]);
+  });
+
+  it("a missing, unknown or revoked bearer is HTTP 401 with the resource_metadata challenge and -32001", async () => {
+    const revoked = stack.bearerFor(grantFor(stack, await createOwner(stack)));
+    stack.revokeStandIn(revoked);
+    for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer standin.unknown" }, { authorization: `Bearer ${revoked}` }]) {
+      const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 9, method: "tools/list" }, headers);
+      expect(res.status, JSON.stringify(headers)).to.equal(401);
+      expect(res.headers.get("www-authenticate")).to.equal(CHALLENGE);
+      expect(res.json!.id).to.equal(9);
+      expect(res.json!.error.code).to.equal(-32001);
+      expect(res.json!.error.data.reason_id).to.equal("invalid_token");
+    }
+    // A notification without a bearer: 401, still no body.
+    const note = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", method: "notifications/initialized" });
+    expect([note.status, note.text, note.headers.get("www-authenticate")]).to.deep.equal([401, "", CHALLENGE]);
+  });
+
+  it("unknown methods are -32601; a tool on another category's endpoint is -32601 wrong_endpoint", async () => {
+    const unknown = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 1, method: "payments.refund", params: {} }, auth);
+    expect([unknown.json!.error.code, unknown.json!.error.data.reason_id]).to.deep.equal([-32601, "method_not_found"]);
+    const wrong = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 2, method: "payments.simulate", params: {} }, auth);
+    expect([wrong.json!.error.code, wrong.json!.error.data.reason_id, wrong.json!.error.data.endpoint]).to.deep.equal([-32601, "wrong_endpoint", `${TEST_MCP_URL}/mcp/write`]);
+    const wrongCall = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "agent.budget.create", arguments: {} } }, auth);
+    expect([wrongCall.json!.error.code, wrongCall.json!.error.data.reason_id]).to.deep.equal([-32601, "wrong_endpoint"]);
+    const unknownTool = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 4, method: "tools/call", params: { name: "x.y", arguments: {} } }, auth);
+    expect([unknownTool.json!.error.code, unknownTool.json!.error.data.reason_id]).to.deep.equal([-32602, "unknown_tool"]);
+  });
+
+  it("initialize negotiates the protocol revision", async () => {
+    const init = (v: string) => postRpc(at("/mcp/write"), { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: v, capabilities: {}, clientInfo: { name: "t", version: "1" } } }, auth);
+    expect((await init("2025-06-18")).json!.result.protocolVersion).to.equal("2025-06-18");
+    const newest = (await init("1999-01-01")).json!.result;
+    expect(newest.protocolVersion).to.equal("2025-11-25");
+    expect(newest.capabilities).to.deep.equal({ tools: { listChanged: false } });
+    expect(newest.serverInfo.name).to.equal("vaultgate");
+  });
+
+  it("tools/list per category with 2020-12 input and output schemas and the spec 4.1 annotations", async () => {
+    const list = async (path: string) => (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
+    const names = async (path: string) => (await list(path)).map((t) => t.name);
+    expect(await names("/mcp/read")).to.deep.equal(["accounts.balance", "audit.list"]);
+    expect(await names("/mcp/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
+    expect(await names("/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
+    expect(await names("/mcp/treasury")).to.deep.equal(["agent.budget.create", "agent.grant.issue", "agent.grant.refresh", "killSwitch.all"]);
+    const ajv = createSchemaAjv();
+    for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
+      for (const tool of await list(path)) {
+        expect(tool.inputSchema.$schema).to.equal("https://json-schema.org/draft/2020-12/schema");
+        expect(tool.outputSchema.$schema).to.equal("https://json-schema.org/draft/2020-12/schema");
+        expect(tool.inputSchema.type).to.equal("object");
+        ajv.compile(tool.inputSchema);
+        ajv.compile(tool.outputSchema);
+      }
+    }
+    const create = (await list("/mcp/treasury")).find((t) => t.name === "agent.budget.create")!;
+    expect(create.annotations).to.deep.equal({ title: "Create Agent Budget", readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false });
+    expect(create._meta.requiresHumanApproval).to.equal(true);
+    expect(create._meta.scope).to.equal("agent:budget:create");
+    expect(create.inputSchema.additionalProperties).to.equal(false);
+    expect(create.inputSchema.required).to.deep.equal(["purpose", "display_name", "chain_allowlist", "idempotency_key"]);
+    expect(create.outputSchema.required).to.deep.equal(["agent_principal_id", "vault_id", "policy_version", "status", "created_at"]);
+  });
+
+  it("only POST: GET and DELETE are 405; other content types 415; oversized bodies 413 -32600", async () => {
+    const get = await fetch(at("/mcp/write"), { headers: auth });
+    expect([get.status, get.headers.get("allow")]).to.deep.equal([405, "POST"]);
+    const text = await fetch(at("/mcp/write"), { method: "POST", headers: { ...auth, "content-type": "text/plain" }, body: "{}" });
+    expect(text.status).to.equal(415);
+    expect(((await text.json()) as any).error.code).to.equal(-32600);
+    const big = await postRpc(at("/mcp/write"), { jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(70_000) } }, auth);
+    expect(big.status).to.equal(413);
+    expect(big.json!.error.code).to.equal(-32600);
+  });
+});

@@ -1,0 +1,241 @@
+import { expect } from "chai";
+import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
+import { createOwner, grantFor, type TestOwner } from "../../support/budgets.js";
+import { compileToolSchemas } from "../../../gateways/jsonrpc/schemas.js";
+import { TOOLS } from "../../../gateways/jsonrpc/tools.js";
+import type { StepName } from "../../../core/budgets/store.js";
+
+const APP_URL = "http://app.vaultgate.test";
+const validators = compileToolSchemas(TOOLS);
+
+describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () => {
+  let stack: McpStack;
+  let failing: StepName | undefined;
+  let hold: ((name: StepName) => Promise<void>) | undefined;
+  let seq = 0;
+
+  before(async () => {
+    stack = await startMcpStack({
+      appUrl: APP_URL,
+      budgetFaults: {
+        step: (name, phase) => (phase === "run" && name === failing ? new Error("injected") : undefined),
+        beforeStep: (name) => hold?.(name) ?? Promise.resolve(),
+      },
+    });
+  });
+  after(() => stack.close());
+  beforeEach(() => {
+    failing = undefined;
+    hold = undefined;
+  });
+
+  const key = () => `key-${Date.now().toString(36)}-${++seq}-abcdef`;
+  const budgetArgs = (o: Record<string, unknown> = {}) => ({
+    purpose: "market-research",
+    display_name: "Research agent",
+    amount_cap_cents_per_tx: 10_000,
+    amount_cap_cents_per_day: 20_000,
+    amount_cap_cents_lifetime: 50_000,
+    step_up_amount_cents: 5_000,
+    chain_allowlist: ["base"],
+    time_window_end: "2099-02-28T23:59Z",
+    idempotency_key: key(),
+    ...o,
+  });
+  const call = (path: string, token: string, method: string, params: unknown, id: number | string = 1) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id, method, params }, { authorization: `Bearer ${token}` });
+  const tool = (path: string, token: string, name: string, args: unknown) => call(path, token, "tools/call", { name, arguments: args });
+
+  async function owner(scopes?: string[], stepUp = false): Promise<{ o: TestOwner; token: string }> {
+    const o = await createOwner(stack);
+    return { o, token: stack.bearerFor(grantFor(stack, o, { scopes, stepUp })) };
+  }
+
+  it("agent.budget.create (direct method) answers exactly the spec 2.2 result; tools/call wraps the same in structuredContent", async () => {
+    const { token } = await owner(undefined, true);
+    const args = budgetArgs();
+    const direct = await call("/mcp/treasury", token, "agent.budget.create", args);
+    expect(direct.status).to.equal(200);
+    const r = direct.json!.result;
+    expect(Object.keys(r).sort()).to.deep.equal(["agent_principal_id", "created_at", "policy_version", "status", "vault_id"]);
+    expect([r.status, r.policy_version]).to.deep.equal(["active", 1]);
+    expect(r.created_at).to.match(/Z$/);
+    expect(validators.get("agent.budget.create")!.output(r)).to.equal(true);
+
+    const viaCall = await tool("/mcp/treasury", token, "agent.budget.create", args);
+    expect(viaCall.json!.result.structuredContent).to.deep.equal(r);
+    expect(JSON.parse(viaCall.json!.result.content[0].text)).to.deep.equal(r);
+    expect(viaCall.json!.result.isError).to.equal(false);
+
+    const draft = await call("/mcp/treasury", (await owner()).token, "agent.budget.create", budgetArgs());
+    expect([draft.json!.result.status, draft.json!.result.policy_version]).to.deep.equal(["draft", 0]);
+  });
+
+  it("-32602: schema violations (including spec 2.1 date-time), a past time_window_end, and idempotency_conflict", async () => {
+    const { token } = await owner();
+    const bad: Record<string, unknown>[] = [
+      { purpose: "holiday" },
+      { display_name: "" },
+      { chain_allowlist: [] },
+      { chain_allowlist: ["doge"] },
+      { amount_cap_cents_per_tx: -1 },
+      { amount_cap_cents_per_tx: 9007199254740992 },
+      { amount_cap_cents_per_tx: 1.5 },
+      { idempotency_key: "short" },
+      { time_window_end: "2027-02-29T10:00Z" },
+      { time_window_end: "2099-01-01T10:00:00+00:00" },
+      { unexpected: true },
+    ];
+    for (const o of bad) {
+      const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs(o));
+      expect(res.json!.error?.code, JSON.stringify(o)).to.equal(-32602);
+      expect(res.json!.error.data.reason_id).to.equal("invalid_params");
+    }
+    const missing = await call("/mcp/treasury", token, "agent.budget.create", { purpose: "ap" });
+    expect(missing.json!.error.code).to.equal(-32602);
+    const past = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs({ time_window_end: "2001-01-01T00:00Z" }));
+    expect([past.json!.error.code, past.json!.error.data.reason_id]).to.deep.equal([-32602, "invalid_params"]);
+
+    const args = budgetArgs({ time_window_end: "2096-02-29T12:00:00.5Z" });
+    const first = await call("/mcp/treasury", token, "agent.budget.create", args);
+    const replay = await call("/mcp/treasury", token, "agent.budget.create", args);
+    expect(replay.json!.result).to.deep.equal(first.json!.result);
+    const conflict = await call("/mcp/treasury", token, "agent.budget.create", { ...args, display_name: "Other" });
+    expect([conflict.json!.error.code, conflict.json!.error.data.reason_id]).to.deep.equal([-32602, "idempotency_conflict"]);
+  });
+
+  it("-32002: the grant lacks agent:budget:create (a superset of scopes is accepted)", async () => {
+    const { token } = await owner(["payments:initiate"]);
+    const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
+    expect(res.status).to.equal(200);
+    expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32002, "insufficient_scope"]);
+    const superset = await owner(["agent:budget:create", "payments:initiate", "accounts:read"]);
+    expect((await call("/mcp/treasury", superset.token, "agent.budget.create", budgetArgs())).json!.result.status).to.equal("draft");
+  });
+
+  it("-32004: provisioning starts are rate limited per vault, with data.retry_after_seconds", async () => {
+    const { token } = await owner();
+    for (let i = 0; i < 10; i++) expect((await call("/mcp/treasury", token, "agent.budget.create", budgetArgs())).json!.result).to.not.equal(undefined);
+    const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
+    expect([res.json!.error.code, res.json!.error.data.reason_id, res.json!.error.data.retry_after_seconds]).to.deep.equal([-32004, "rate_limited", 60]);
+  });
+
+  it("-32005: the parent vault is in another provisioning sequence", async () => {
+    const { token } = await owner();
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let reached!: () => void;
+    const atPolicy = new Promise<void>((r) => (reached = r));
+    hold = (name) => (name === "policy" ? (reached(), held) : Promise.resolve());
+    const first = call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
+    await atPolicy;
+    hold = undefined;
+    const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
+    expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32005, "vault_contention"]);
+    release();
+    expect((await first).json!.result.status).to.equal("draft");
+  });
+
+  it("-32603: a failed provisioning step shows each step and the cleanup; a retry with the same key completes", async () => {
+    const { token } = await owner();
+    const args = budgetArgs();
+    failing = "agent_principal";
+    const res = await call("/mcp/treasury", token, "agent.budget.create", args);
+    expect(res.json!.error).to.deep.equal({
+      code: -32603,
+      message: "Internal error",
+      data: {
+        reason_id: "provisioning_failed",
+        provisioning: [
+          { step: "vault", state: "compensated" },
+          { step: "agent_principal", state: "failed" },
+          { step: "policy", state: "pending" },
+        ],
+        cleanup: "complete",
+        remaining: [],
+        request_id: res.headers.get("x-request-id"),
+      },
+    });
+    expect(res.text).to.not.include("injected");
+    failing = undefined;
+    expect((await call("/mcp/treasury", token, "agent.budget.create", args)).json!.result.status).to.equal("draft");
+  });
+
+  describe("payments on /write and /mcp/write", () => {
+    let child: TestOwner;
+    let token: string;
+    before(async () => {
+      const parent = await owner(undefined, true);
+      const created = (await call("/mcp/treasury", parent.token, "agent.budget.create", budgetArgs({ time_window_end: undefined }))).json!.result;
+      await stack.admin.budgets.fundVault({ vaultId: created.vault_id, amountCents: 30_000n });
+      child = { userId: parent.o.userId, vaultId: created.vault_id, agentPrincipalId: created.agent_principal_id };
+      token = stack.bearerFor(grantFor(stack, child));
+    });
+    const pay = (o: Record<string, unknown> = {}) => ({
+      counterparty: { address: "0x1111111111111111111111111111111111111111", chain: "base", token: "USDC" },
+      amount_cents: 1_000,
+      currency: "USD",
+      idempotency_key: key(),
+      ...o,
+    });
+
+    it("payments.initiate via tools/call on /write: accepted, then idempotent", async () => {
+      const args = pay();
+      const res = await tool("/write", token, "payments.initiate", args);
+      const out = res.json!.result.structuredContent;
+      expect(out.kind).to.equal("accepted");
+      expect(out.status).to.equal("completed");
+      expect(validators.get("payments.initiate")!.output(out)).to.equal(true);
+      expect((await tool("/mcp/write", token, "payments.initiate", args)).json!.result.structuredContent).to.deep.equal(out);
+      const balance = await call("/mcp/read", token, "accounts.balance", {});
+      expect(balance.json!.result).to.deep.equal({ vault_id: child.vaultId, balance_cents: 29_000, currency: "USD" });
+    });
+
+    it("over the step-up amount: pending_step_up with a step_up_url at {app_url}", async () => {
+      const res = await tool("/write", token, "payments.initiate", pay({ amount_cents: 6_000 }));
+      const out = res.json!.result.structuredContent;
+      expect(out.kind).to.equal("pending_step_up");
+      expect(out.step_up_url.startsWith(`${APP_URL}/dashboard/agents/`)).to.equal(true);
+    });
+
+    it("-32002 policy_denied names the limit; -32003 insufficient_funds; simulate names the rule", async () => {
+      const denied = await tool("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
+      expect(denied.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(denied.json!.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
+      expect(denied.text).to.not.match(/remaining|allowance/);
+      const chain = await tool("/write", token, "payments.initiate", pay({ counterparty: { address: "x", chain: "sol", token: "USDC" } }));
+      expect(chain.json!.error.data.limit).to.equal("chain_allowlist");
+      const broke = await tool("/write", token, "payments.initiate", pay({ amount_cents: 4_000, idempotency_key: key() }));
+      expect(broke.json!.result.structuredContent.kind).to.equal("accepted");
+      for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result).to.not.equal(undefined);
+      // Today: 15,000 of the 20,000 daily cap spent.
+      const sim = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 5_001 }));
+      expect(sim.json!.result).to.deep.equal({ outcome: "denied", rule: "per_day_cap" });
+      const ok = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 10 }));
+      expect(ok.json!.result).to.deep.equal({ outcome: "accepted", rule: null });
+      // 15,000 left in the vault; drain it within the caps on the next day.
+      stack.clock.advance(86_400_000);
+      for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result).to.not.equal(undefined);
+      const funds = await tool("/write", token, "payments.initiate", pay({ amount_cents: 1_001 }));
+      expect([funds.json!.error.code, funds.json!.error.data.reason_id]).to.deep.equal([-32003, "insufficient_funds"]);
+    });
+
+    it("audit.list pages the agent's records with cursor and since", async () => {
+      const page = await call("/mcp/read", token, "audit.list", { limit: 2 });
+      const r = page.json!.result;
+      expect(validators.get("audit.list")!.output(r)).to.equal(true);
+      expect(r.records).to.have.length(2);
+      expect(r.next_cursor).to.be.a("string");
+      const next = await call("/mcp/read", token, "audit.list", { cursor: r.next_cursor });
+      expect(next.json!.result.records[0].record_id).to.not.equal(r.records[1].record_id);
+      const bad = await call("/mcp/read", token, "audit.list", { cursor: "forged.cursor" });
+      expect([bad.json!.error.code, bad.json!.error.data.reason_id]).to.deep.equal([-32602, "invalid_cursor"]);
+    });
+
+    it("-32002 when the read scopes are missing", async () => {
+      const narrow = stack.bearerFor(grantFor(stack, child, { scopes: ["payments:initiate"] }));
+      const res = await call("/mcp/read", narrow, "accounts.balance", {});
+      expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32002, "insufficient_scope"]);
+    });
+  });
+});
