@@ -1,32 +1,15 @@
 import { expect } from "chai";
 import { decodeJwt } from "jose";
-import { createScratchDatabase } from "../support/db.js";
-import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
+import { runCli, useServiceProcess } from "../support/process.js";
 
 /** DESIGN 5 operator commands of issue 5 against a real `vaultgate serve`. */
 describe("vaultgate grant issue and dev outbox (CLI)", function () {
   this.timeout(120_000);
-  let dir: Awaited<ReturnType<typeof tempDataDir>>;
-  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
-  let service: ServiceProcess;
-  let env: Record<string, string>;
-
-  before(async () => {
-    dir = await tempDataDir();
-    scratch = await createScratchDatabase();
-    env = { DATA_DIR: dir.path, ...(scratch ? { DATABASE_URL: scratch.url } : {}) };
-    service = await startServiceProcess("all", env);
-    env.CORE_URL = service.coreUrl!;
-  });
-  after(async () => {
-    await service?.stop();
-    await scratch?.drop();
-    await dir?.remove();
-  });
+  const proc = useServiceProcess("all");
 
   it("issues a spec 2.4 token response for a user's vault, with --step-up", async () => {
-    const user = (await runCli(["user", "create", "--email", "cli-grant@example.com"], env)).json!;
-    const res = await runCli(["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read,payments:initiate", "--step-up"], env);
+    const user = (await runCli(["user", "create", "--email", "cli-grant@example.com"], proc.env)).json!;
+    const res = await runCli(["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read,payments:initiate", "--step-up"], proc.env);
     expect(res.code, res.stderr).to.equal(0);
     expect(Object.keys(res.json!).sort()).to.deep.equal(["access_token", "expires_in", "jti", "refresh_token", "scope", "token_type"]);
     expect(res.json!.scope).to.equal("accounts:read payments:initiate");
@@ -37,32 +20,32 @@ describe("vaultgate grant issue and dev outbox (CLI)", function () {
   });
 
   it("refuses a vault that is not the user's, and a missing --scopes", async () => {
-    const a = (await runCli(["user", "create", "--email", "cli-a@example.com"], env)).json!;
-    const b = (await runCli(["user", "create", "--email", "cli-b@example.com"], env)).json!;
-    const wrong = await runCli(["grant", "issue", "--user", a.user_id as string, "--vault", b.vault_id as string, "--scopes", "accounts:read"], env);
+    const a = (await runCli(["user", "create", "--email", "cli-a@example.com"], proc.env)).json!;
+    const b = (await runCli(["user", "create", "--email", "cli-b@example.com"], proc.env)).json!;
+    const wrong = await runCli(["grant", "issue", "--user", a.user_id as string, "--vault", b.vault_id as string, "--scopes", "accounts:read"], proc.env);
     expect(wrong.code).to.equal(1);
     expect(wrong.stderr).to.include("invalid_target");
-    const usage = await runCli(["grant", "issue", "--user", a.user_id as string, "--vault", a.vault_id as string], env);
+    const usage = await runCli(["grant", "issue", "--user", a.user_id as string, "--vault", a.vault_id as string], proc.env);
     expect(usage.code).to.equal(2);
   });
 
   it("dev outbox shows the one-time code a sign-in sent, which the service log never contains", async () => {
-    await runCli(["user", "create", "--email", "cli-otp@example.com"], env);
-    const page = await fetch(`${service.gatewayUrl}/signin`);
+    await runCli(["user", "create", "--email", "cli-otp@example.com"], proc.env);
+    const page = await fetch(`${proc.service.gatewayUrl}/signin`);
     const cookie = page.headers.getSetCookie()[0]!.split(";")[0]!;
     const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1]!;
-    const sent = await fetch(`${service.gatewayUrl}/signin`, {
+    const sent = await fetch(`${proc.service.gatewayUrl}/signin`, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded", cookie },
       body: new URLSearchParams({ csrf, email: "cli-otp@example.com" }).toString(),
       redirect: "manual",
     });
     expect(sent.status).to.equal(303);
-    const out = await runCli(["dev", "outbox", "--email", "cli-otp@example.com"], env);
+    const out = await runCli(["dev", "outbox", "--email", "cli-otp@example.com"], proc.env);
     const messages = out.json!.messages as { email: string; subject: string }[];
     expect(messages).to.have.length(1);
     const code = /\d{6}/.exec(messages[0]!.subject)![0];
-    expect(service.output()).to.include("dev outbox");
-    expect(service.output()).to.not.match(new RegExp(`\\b${code}\\b`));
+    expect(proc.service.output()).to.include("dev outbox");
+    expect(proc.service.output()).to.not.match(new RegExp(`\\b${code}\\b`));
   });
 });

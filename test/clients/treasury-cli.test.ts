@@ -1,36 +1,19 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
-import { createScratchDatabase } from "../support/db.js";
-import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
+import { runCli, useServiceProcess } from "../support/process.js";
 
-/** DESIGN 5: `vaultgate treasury bind|set-status|fund` against a running core. */
+/** DESIGN 5: `vaultgate treasury bind|set-status|fund` against a running proc.service. */
 describe("vaultgate treasury (CLI)", function () {
   this.timeout(120_000);
-  let dir: Awaited<ReturnType<typeof tempDataDir>>;
-  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
-  let core: ServiceProcess;
-  let env: Record<string, string>;
-
-  before(async () => {
-    dir = await tempDataDir();
-    scratch = await createScratchDatabase();
-    env = { DATA_DIR: dir.path, ...(scratch ? { DATABASE_URL: scratch.url } : {}) };
-    core = await startServiceProcess("core", env);
-    env.CORE_URL = core.coreUrl!;
-  });
-  after(async () => {
-    await core?.stop();
-    await scratch?.drop();
-    await dir?.remove();
-  });
+  const proc = useServiceProcess("core");
 
   it("binds, funds, suspends and reactivates a treasury with JSON output", async () => {
-    const partner = (await runCli(["partner", "create", "--name", "Payer Co", "--entitlements", "treasury:write"], env)).json!;
+    const partner = (await runCli(["partner", "create", "--name", "Payer Co", "--entitlements", "treasury:write"], proc.env)).json!;
     const id = partner.client_id as string;
     const payer = randomUUID();
     const bound = await runCli(
       ["treasury", "bind", "--partner", id, "--payer-entity-id", payer, "--balance-cents", "5000", "--cap-per-item", "1000", "--step-up-amount", "800"],
-      env,
+      proc.env,
     );
     expect(bound.code, bound.stderr).to.equal(0);
     expect(bound.json).to.deep.equal({
@@ -45,27 +28,27 @@ describe("vaultgate treasury (CLI)", function () {
       step_up_amount_cents: 800,
       created: true,
     });
-    const funded = await runCli(["treasury", "fund", id, "--amount-cents", "2500"], env);
+    const funded = await runCli(["treasury", "fund", id, "--amount-cents", "2500"], proc.env);
     expect(funded.json!.available_cents).to.equal(7500);
     for (const status of ["suspended", "disabled", "mandate_expired", "active"]) {
-      const set = await runCli(["treasury", "set-status", id, status], env);
+      const set = await runCli(["treasury", "set-status", id, status], proc.env);
       expect(set.code, set.stderr).to.equal(0);
       expect(set.json!.status).to.equal(status);
     }
   });
 
   it("fails with a clear message and a non-zero exit", async () => {
-    const usage = await runCli(["treasury", "set-status", "gpc_x_00000000", "frozen"], env);
+    const usage = await runCli(["treasury", "set-status", "gpc_x_00000000", "frozen"], proc.env);
     expect(usage.code).to.equal(2);
     expect(usage.stderr).to.contain("status must be one of");
-    const missing = await runCli(["treasury", "fund", "gpc_nobody_00000000", "--amount-cents", "1"], env);
+    const missing = await runCli(["treasury", "fund", "gpc_nobody_00000000", "--amount-cents", "1"], proc.env);
     expect(missing.code).to.equal(1);
     expect(missing.stderr).to.contain("(not_found)");
-    const partner = (await runCli(["partner", "create", "--name", "Unbound"], env)).json!;
-    const unbound = await runCli(["treasury", "fund", partner.client_id as string, "--amount-cents", "1"], env);
+    const partner = (await runCli(["partner", "create", "--name", "Unbound"], proc.env)).json!;
+    const unbound = await runCli(["treasury", "fund", partner.client_id as string, "--amount-cents", "1"], proc.env);
     expect(unbound.code).to.equal(1);
     expect(unbound.stderr).to.contain("(treasury_not_configured)");
-    const badPayer = await runCli(["treasury", "bind", "--partner", partner.client_id as string, "--payer-entity-id", "x", "--balance-cents", "1"], env);
+    const badPayer = await runCli(["treasury", "bind", "--partner", partner.client_id as string, "--payer-entity-id", "x", "--balance-cents", "1"], proc.env);
     expect(badPayer.stderr).to.contain("payer_entity_id must be a UUID");
   });
 });

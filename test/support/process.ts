@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { createScratchDatabase } from "./db.js";
 
 const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
 const runFile = promisify(execFile);
@@ -80,4 +81,34 @@ export async function runCli(args: string[], env: Record<string, string>) {
 export async function tempDataDir(): Promise<{ path: string; remove(): Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), "vaultgate-test-"));
   return { path, remove: () => rm(path, { recursive: true, force: true }) };
+}
+
+export interface OperatorProcess {
+  /** Environment for `runCli` against the running service (DATA_DIR, DATABASE_URL, CORE_URL). */
+  env: Record<string, string>;
+  service: ServiceProcess;
+}
+
+/**
+ * Registers mocha hooks that run one `vaultgate serve --role <role>` for the suite, on a
+ * scratch Postgres database when TEST_DATABASE_URL is set (else embedded in a temp
+ * DATA_DIR), and tear it down after. Read `.env`/`.service` inside tests.
+ */
+export function useServiceProcess(role: "all" | "core"): OperatorProcess {
+  const handle = {} as OperatorProcess;
+  let dir: Awaited<ReturnType<typeof tempDataDir>> | undefined;
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  before(async () => {
+    dir = await tempDataDir();
+    scratch = await createScratchDatabase();
+    handle.env = { DATA_DIR: dir.path, ...(scratch ? { DATABASE_URL: scratch.url } : {}) };
+    handle.service = await startServiceProcess(role, handle.env);
+    handle.env.CORE_URL = handle.service.coreUrl!;
+  });
+  after(async () => {
+    await handle.service?.stop();
+    await scratch?.drop();
+    await dir?.remove();
+  });
+  return handle;
 }
