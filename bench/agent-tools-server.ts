@@ -8,7 +8,6 @@
 import { createServer } from "node:http";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { Code, ConnectError } from "@connectrpc/connect";
 
 const [role, databaseUrl] = process.argv.slice(2);
 const stoppers: (() => Promise<void>)[] = [];
@@ -37,29 +36,44 @@ if (role === "peer") {
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   console.log(JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
 } else if (role === "ours" && databaseUrl) {
-  // The MCP test stack runs on the database TEST_DATABASE_URL names.
-  process.env.TEST_DATABASE_URL = databaseUrl;
-  const { startMcpStack } = await import("../test/support/mcp.js");
-  const { createOwner, grantFor, ALL_AGENT_SCOPES } = await import("../test/support/budgets.js");
-  const { closeTestDatabase } = await import("../test/support/db.js");
-  const stack = await startMcpStack({ provisioningLimitPerMinute: 1_000_000 });
-  stoppers.push(() => stack.close(), closeTestDatabase);
-
-  /** A real grant token once issue 5 mints them; until then a stand-in bearer. */
-  const bearer = async (owner: { userId: string; vaultId: string; agentPrincipalId: string }, stepUp: boolean) => {
-    try {
-      const res = await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp });
-      return { token: res.token!.accessToken, kind: "real grant token" };
-    } catch (err) {
-      if (ConnectError.from(err).code !== Code.Unimplemented) throw err;
-      return { token: stack.bearerFor(grantFor(stack, owner, { stepUp })), kind: "stand-in bearer: issue 5 pending" };
-    }
-  };
-  const owner = await createOwner(stack);
-  const parent = await bearer(owner, true);
-  const res = await fetch(`${stack.url}/mcp/treasury`, {
+  // Production shape: `vaultgate serve --role all` (real config, pino at info to a sink),
+  // fixtures through the operator's gRPC API like the CLI.
+  const { loadConfig } = await import("../cli/config.js");
+  const { serve } = await import("../cli/serve.js");
+  const { createLogger } = await import("../cli/logger.js");
+  const { createCoreClients } = await import("../gateways/core-clients.js");
+  const { createGrpcTransport } = await import("@connectrpc/connect-node");
+  const { mkdtemp, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const { randomBytes } = await import("node:crypto");
+  const { Writable } = await import("node:stream");
+  const dataDir = await mkdtemp(join(tmpdir(), "vaultgate-bench-tools-"));
+  const adminToken = randomBytes(16).toString("hex");
+  const config = loadConfig({
+    DATABASE_URL: databaseUrl,
+    DATA_DIR: dataDir,
+    PORT: "0",
+    CORE_PORT: "0",
+    ADMIN_TOKEN: adminToken,
+    PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
+  });
+  // Logs are formatted and written as in production, then dropped.
+  const sink = new Writable({ write: (_c, _e, done) => done() });
+  const running = await serve(config, "all", createLogger("info", sink));
+  stoppers.push(() => running.close(), () => rm(dataDir, { recursive: true, force: true }));
+  const admin = createCoreClients(
+    createGrpcTransport({
+      baseUrl: running.coreUrl!,
+      interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
+    }),
+  );
+  const scopes = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
+  const user = await admin.partners.createUser({ email: `bench-${randomBytes(6).toString("hex")}@example.test` });
+  const parent = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes, stepUp: true })).token!.accessToken;
+  const res = await fetch(`${running.gatewayUrl}/mcp/treasury`, {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${parent.token}` },
+    headers: { "content-type": "application/json", authorization: `Bearer ${parent}` },
     body: JSON.stringify({
       jsonrpc: "2.0",
       id: 1,
@@ -68,9 +82,9 @@ if (role === "peer") {
     }),
   });
   const budget = ((await res.json()) as { result: { vault_id: string; agent_principal_id: string } }).result;
-  await stack.admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 1_000_000n });
-  const child = await bearer({ userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id }, false);
-  console.log(JSON.stringify({ url: stack.url, parentToken: parent.token, childToken: child.token, kind: child.kind }));
+  await admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 1_000_000n });
+  const child = (await admin.grants.issueGrant({ userId: user.userId, vaultId: budget.vault_id, scopes, stepUp: false })).token!.accessToken;
+  console.log(JSON.stringify({ url: running.gatewayUrl, parentToken: parent, childToken: child, kind: "real grant token" }));
 } else {
   console.error("usage: agent-tools-server.ts ours <postgres-url> | peer");
   process.exit(2);

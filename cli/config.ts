@@ -8,6 +8,8 @@ export interface Config {
   /** Gateway role: where core listens. Undefined = in process. */
   coreUrl: string | undefined;
   databaseUrl: string | undefined;
+  /** Connections per process to a DATABASE_URL server. */
+  databasePoolMax: number;
   dataDir: string;
   baseUrl: string;
   mcpUrl: string;
@@ -57,6 +59,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     corePort,
     coreUrl: env.CORE_URL ? urlSetting(env, "CORE_URL", "") : undefined,
     databaseUrl,
+    databasePoolMax: intSetting(env, "DATABASE_POOL_MAX", 20, 1, 1000),
     dataDir: resolve(env.DATA_DIR || "./.vaultgate"),
     baseUrl,
     mcpUrl: urlSetting(env, "MCP_URL", origin),

@@ -31,7 +31,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     if (role !== "gateway") {
       const adminToken = await ensureAdminToken(config.dataDir, config.adminToken);
       core = await createCore({
-        db: config.databaseUrl ? { url: config.databaseUrl } : { dataDir: `${config.dataDir}/pgdata` },
+        db: config.databaseUrl ? { url: config.databaseUrl, poolMax: config.databasePoolMax } : { dataDir: `${config.dataDir}/pgdata` },
         logger,
         adminToken,
         signingKey: config.signingKey,

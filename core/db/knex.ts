@@ -22,7 +22,7 @@ export function createDb(options: DbOptions): Db {
     return knexFactory({
       client: "pg",
       connection: options.url,
-      pool: { min: 0, max: options.poolMax ?? 10 },
+      pool: { min: 0, max: options.poolMax ?? 20 },
     });
   }
   return knexFactory({
