@@ -67,7 +67,7 @@ export function limitWords(b: Budget): Html[] {
 
 function paymentWords(p: Payment, agentName: string): Html {
   const c = p.counterparty;
-  return html`<strong>${agentName}</strong> wants to pay <strong>${money(p.amountCents, p.currency)}</strong>${c ? html` in ${c.token} on <strong>${c.chain}</strong> to <code>${c.address}</code>` : ""}.`;
+  return html`A payment of <strong>${money(p.amountCents, p.currency)}</strong>${c ? html` in ${c.token} on <strong>${c.chain}</strong> to <code>${c.address}</code>` : ""}, requested by <strong>${agentName}</strong>.`;
 }
 
 /** The dashboard's "Pending approvals" card. */
@@ -133,6 +133,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
       html`<section class="card">
         <p>${paymentWords(p, pending.agentName(p.agentPrincipalId))}</p>
         <table>
+          <tr><th>Agent</th><td>${pending.agentName(p.agentPrincipalId)}</td></tr>
           <tr><th>Amount</th><td>${money(p.amountCents, p.currency)} (${p.currency})</td></tr>
           <tr><th>To</th><td><code>${p.counterparty?.address ?? ""}</code></td></tr>
           <tr><th>Chain</th><td>${p.counterparty?.chain ?? ""}</td></tr>
