@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Budget, Payment } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import type { WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { AgentSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { html, type Html } from "./html.js";
 import { PageError, reasonOf, type WebContext } from "./plugin.js";
 
@@ -35,12 +35,12 @@ export function money(cents: bigint | number, currency: string): string {
 const day = (t: Timestamp) => timestampDate(t).toISOString().replace("T", " ").slice(0, 16) + " UTC";
 
 /** Reads the user's pending approvals (BudgetsService) and agent names (GrantsService). */
-export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current): Promise<PendingApprovals> {
+export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current, known?: AgentSummary[]): Promise<PendingApprovals> {
   const [pending, agents] = await Promise.all([
     ctx.budgets.listPendingApprovals({ userId: current.session.userId }, ctx.rpc(request)),
-    ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)),
+    known ?? ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents),
   ]);
-  const names = new Map<string, string>(agents.agents.map((a) => [a.agentId, a.displayName]));
+  const names = new Map<string, string>(agents.map((a) => [a.agentId, a.displayName]));
   for (const b of pending.draftBudgets) if (b.displayName) names.set(b.agentPrincipalId, b.displayName);
   return {
     budgets: pending.draftBudgets,

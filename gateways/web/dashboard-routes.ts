@@ -45,7 +45,8 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
     const csrf = ctx.csrfToken(request, reply);
-    const [{ agents }, pending] = await Promise.all([ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)), loadPending(ctx, request, current)]);
+    const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
+    const pending = await loadPending(ctx, request, current, agents);
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) => html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
