@@ -44,7 +44,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   });
   if (options.urls) {
     await app.register(oauthGateway, { grants: options.clients.grants, urls: options.urls, realm: "vaultgate-oauth" });
-    await app.register(webGateway, { grants: options.clients.grants, urls: options.urls });
+    await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls });
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });
   return app;

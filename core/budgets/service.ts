@@ -92,7 +92,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     return grant;
   }
 
-  function budgetView(b: BudgetRecord): MessageInitShape<typeof BudgetSchema> {
+  function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typeof BudgetSchema> {
+    const p = b.params;
+    const cents = (v: number | null) => (v === null ? undefined : BigInt(v));
     return {
       budgetId: b.id,
       agentPrincipalId: b.agentPrincipalId,
@@ -101,6 +103,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       status: b.status === "active" ? BudgetStatus.ACTIVE : BudgetStatus.DRAFT,
       createdAt: timestampFromDate(b.createdAt),
       displayName: b.params.displayName,
+      limits: {
+        purpose: p.purpose,
+        amountCapCentsPerTx: cents(p.amountCapCentsPerTx),
+        amountCapCentsPerDay: cents(p.amountCapCentsPerDay),
+        amountCapCentsLifetime: cents(p.amountCapCentsLifetime),
+        stepUpAmountCents: cents(p.stepUpAmountCents),
+        chainAllowlist: p.chainAllowlist,
+        timeWindowEnd: p.timeWindowEnd ? timestampFromDate(new Date(p.timeWindowEnd)) : undefined,
+        currency,
+      },
     };
   }
 
@@ -353,8 +365,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     async activateBudget(req, ctx) {
       const now = clock();
       if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
+      // A malformed id is refused like an unknown one (and never reaches a uuid column).
+      if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
       const budget = await db.transaction(async (trx) => {
-        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId, true);
+        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
         if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "active") return b;
         await store.activatePolicy(trx, b.vaultId, now);
@@ -454,8 +468,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     async approvePayment(req, ctx) {
       const now = clock();
       if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
+      if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
       const payment = await db.transaction(async (trx) => {
-        const p = await store.findPaymentById(trx, req.paymentId, true);
+        const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
         if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
         if (p.status !== "pending_step_up") return p;
         const approved = await store.setPaymentStatus(trx, p.id, "approved", now);
@@ -466,8 +481,14 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     },
 
     async listPendingApprovals(req) {
+      if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a user id");
       const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, req.userId), store.listPendingPayments(db, req.userId)]);
-      return { draftBudgets: budgets.map(budgetView), pendingPayments: payments.map(paymentView) };
+      // Review pages show limits in the vault's currency (a child vault inherits its parent's).
+      const currencies = new Map<string, string>();
+      for (const b of budgets) {
+        if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await store.findVault(db, b.vaultId))?.currency ?? "");
+      }
+      return { draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))), pendingPayments: payments.map(paymentView) };
     },
 
     async getBalance(req) {
@@ -531,6 +552,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     reap,
   };
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function fenced(): never {
   return fail(Reason.VAULT_CONTENTION, "this provisioning attempt was taken over by a newer one; retry with the same idempotency_key");

@@ -3,6 +3,7 @@ import type { GrantSummary } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
 import { html } from "./html.js";
 import { PageError, type WebContext } from "./plugin.js";
+import { loadPending, paymentPath, pendingSection } from "./approval-routes.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -10,6 +11,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const NOTICES: Record<string, string> = {
   revoked: "The grant was revoked. Calls with its tokens are refused from now on.",
   killed: "Every grant was revoked. All agents have lost access.",
+  "payment-approved": "The payment was approved. It completes when the agent repeats its request.",
+  "budget-activated": "The budget is active. Its agent can now spend within its limits.",
 };
 
 const when = (unixSeconds: bigint) => new Date(Number(unixSeconds) * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
@@ -23,11 +26,27 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
 
   app.get("/dashboard", async (_request, reply) => reply.redirect("/dashboard/agents", 303));
 
+  /**
+   * A payment's step_up_url is `/dashboard/agents[/<agent_id>]?payment=<id>` (core); it
+   * leads to the payment's review page, whatever the agent segment says.
+   */
+  const paymentLink = (request: FastifyRequest): string | undefined => {
+    const id = (request.query as Record<string, unknown>).payment;
+    if (id === undefined) return undefined;
+    if (typeof id !== "string" || !UUID.test(id)) {
+      throw new PageError(404, "Nothing to approve here", "There is no payment waiting for your approval at this address. It may have been approved already, or the link is wrong.");
+    }
+    return paymentPath(id.toLowerCase());
+  };
+
   app.get("/dashboard/agents", async (request, reply) => {
+    const link = paymentLink(request);
+    if (link) return reply.redirect(link, 303);
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
     const csrf = ctx.csrfToken(request, reply);
     const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
+    const pending = await loadPending(ctx, request, current, agents);
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) => html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
@@ -40,7 +59,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       html`${notice(request)}
       <section class="card">${list}</section>
       <h2>Pending approvals</h2>
-      <section class="card"><p class="muted">Nothing is waiting for your approval.</p></section>
+      ${pendingSection(pending)}
       <h2>Kill switch</h2>
       <form class="card" method="post" action="/dashboard/kill-switch">
         <p>Revoke every grant of every agent at once. Agents must ask again.</p>
@@ -53,6 +72,8 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
 
   app.get("/dashboard/agents/:agentId", async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
+    const link = paymentLink(request);
+    if (link) return reply.redirect(link, 303);
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, UUID.test(agentId) ? `/dashboard/agents/${agentId}` : "/dashboard/agents");
     if (!UUID.test(agentId)) throw new PageError(404, "Not found", "There is no such agent.");

@@ -3,16 +3,19 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConnectError, type Client } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { GrantsService, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import type { PublicUrls } from "../shared/public-urls.js";
 import { html, page, type Html } from "./html.js";
 import { authorizeRoutes } from "./authorize-routes.js";
+import { approvalRoutes } from "./approval-routes.js";
 import { dashboardRoutes } from "./dashboard-routes.js";
 import { signInRoutes } from "./signin-routes.js";
 
 export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
 }
 
@@ -77,6 +80,7 @@ const pageTable = {
 /** What every web route shares: cookies, CSRF, the session, rendering. */
 export interface WebContext {
   grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
   rpc: (request: FastifyRequest) => ReturnType<typeof withRequestId>;
   readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string>; all(name: string): string[] };
@@ -115,6 +119,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
 
   const ctx: WebContext = {
     grants: options.grants,
+    budgets: options.budgets,
     urls: options.urls,
     rpc: (request) => withRequestId(request.id),
     readForm(request, repeatable = []) {
@@ -198,6 +203,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   await signInRoutes(app, ctx);
   await authorizeRoutes(app, ctx);
   await dashboardRoutes(app, ctx);
+  await approvalRoutes(app, ctx);
 }
 
 export function reasonOf(err: unknown): Reason | undefined {

@@ -275,6 +275,22 @@ describe("BudgetsService.CreateBudget", () => {
       expect(foreign.detail?.reason).to.equal(Reason.NOT_FOUND);
       const pending = await stack.clients.budgets.listPendingApprovals({ userId: owner.userId });
       expect(pending.draftBudgets.map((b) => b.agentPrincipalId)).to.include(budget!.agentPrincipalId);
+      // The review page shows what would be installed, in the vault's currency.
+      const limits = pending.draftBudgets.find((b) => b.agentPrincipalId === budget!.agentPrincipalId)!.limits!;
+      expect([limits.purpose, limits.amountCapCentsPerTx, limits.amountCapCentsPerDay, limits.amountCapCentsLifetime, limits.stepUpAmountCents, limits.chainAllowlist, limits.currency]).to.deep.equal([
+        "trip",
+        10_000n,
+        20_000n,
+        50_000n,
+        5_000n,
+        ["base", "eth"],
+        "USD",
+      ]);
+      // A malformed id is refused like an unknown one.
+      for (const agentPrincipalId of ["not-a-uuid", ""]) {
+        const bad = await rejection(stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId, stepUpAuthTime: now }));
+        expect(bad.detail?.reason).to.equal(Reason.NOT_FOUND);
+      }
       const activated = await stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId, stepUpAuthTime: now });
       expect(activated.budget!.status).to.equal(BudgetStatus.ACTIVE);
       expect(activated.budget!.policyVersion).to.equal(1n);

@@ -103,6 +103,7 @@ describe("BudgetsService payments, balance and audit", () => {
     expect((await rejection(stack.clients.budgets.approvePayment({ userId: stranger.userId, paymentId: id, stepUpAuthTime: now }))).detail?.reason).to.equal(
       Reason.NOT_FOUND,
     );
+    expect((await rejection(stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: "x'; --", stepUpAuthTime: now }))).detail?.reason).to.equal(Reason.NOT_FOUND);
     const approved = await stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: id, stepUpAuthTime: now });
     expect(approved.payment!.status).to.equal(PaymentStatus.APPROVED);
     expect(await balance()).to.equal(100_000);

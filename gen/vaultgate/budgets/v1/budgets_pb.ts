@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSKmAQoMR3JhbnRDb250ZXh0EhAKCGdyYW50X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIPCgdzdGVwX3VwGAYgASgIEhEKCWF1dGhfdGltZRgHIAEoAxIRCgljbGllbnRfaWQYCCABKAki3gMKE0NyZWF0ZUJ1ZGdldFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzItsBCgZCdWRnZXQSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhYKDnBvbGljeV92ZXJzaW9uGAMgASgDEjIKBnN0YXR1cxgEIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglidWRnZXRfaWQYBiABKAkSFAoMZGlzcGxheV9uYW1lGAcgASgJIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJfChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAkSGQoRc3RlcF91cF9hdXRoX3RpbWUYAyABKAMiRgoWQWN0aXZhdGVCdWRnZXRSZXNwb25zZRIsCgZidWRnZXQYASABKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQiPQoMQ291bnRlcnBhcnR5Eg8KB2FkZHJlc3MYASABKAkSDQoFY2hhaW4YAiABKAkSDQoFdG9rZW4YAyABKAkiiwEKDlBheW1lbnRSZXF1ZXN0EjgKDGNvdW50ZXJwYXJ0eRgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNvdW50ZXJwYXJ0eRIUCgxhbW91bnRfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJIoIBChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EjEKBWdyYW50GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRDb250ZXh0EjUKB3BheW1lbnQYAiABKAsyJC52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50UmVxdWVzdCKnAgoHUGF5bWVudBISCgpwYXltZW50X2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEjMKBnN0YXR1cxgDIAEoDjIjLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRTdGF0dXMSFAoMYW1vdW50X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEjgKDGNvdW50ZXJwYXJ0eRgGIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNvdW50ZXJwYXJ0eRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtzdGVwX3VwX3VybBgIIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYCSABKAkiSQoXSW5pdGlhdGVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiggEKFlNpbXVsYXRlUGF5bWVudFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSNQoHcGF5bWVudBgCIAEoCzIkLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRSZXF1ZXN0IlkKF1NpbXVsYXRlUGF5bWVudFJlc3BvbnNlEjAKCGRlY2lzaW9uGAEgASgOMh4udmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjaXNpb24SDAoEcnVsZRgCIAEoCSJXChVBcHByb3ZlUGF5bWVudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwYXltZW50X2lkGAIgASgJEhkKEXN0ZXBfdXBfYXV0aF90aW1lGAMgASgDIkgKFkFwcHJvdmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiLgobTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkijAEKHExpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USMwoNZHJhZnRfYnVkZ2V0cxgBIAMoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldBI3ChBwZW5kaW5nX3BheW1lbnRzGAIgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJGChFHZXRCYWxhbmNlUmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dCJPChJHZXRCYWxhbmNlUmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSJ4ChVMaXN0R3JhbnRBdWRpdFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDgoGY3Vyc29yGAIgASgJEg0KBXNpbmNlGAMgASgJEg0KBWxpbWl0GAQgASgNIpcBChBHcmFudEF1ZGl0UmVjb3JkEhEKCXJlY29yZF9pZBgBIAEoCRIOCgZhY3Rpb24YAiABKAkSDwoHb3V0Y29tZRgDIAEoCRIOCgZyZWFzb24YBCABKAkSDwoHc3ViamVjdBgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ5ChZMaXN0R3JhbnRBdWRpdFJlc3BvbnNlEjcKB3JlY29yZHMYASADKAsyJi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudEF1ZGl0UmVjb3JkEhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSI6ChBGdW5kVmF1bHRSZXF1ZXN0EhAKCHZhdWx0X2lkGAEgASgJEhQKDGFtb3VudF9jZW50cxgCIAEoAyJOChFGdW5kVmF1bHRSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJIhkKF1JlYXBQcm92aXNpb25pbmdSZXF1ZXN0IisKGFJlYXBQcm92aXNpb25pbmdSZXNwb25zZRIPCgdjbGVhbmVkGAEgASgNKmAKDEJ1ZGdldFN0YXR1cxIdChlCVURHRVRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTQlVER0VUX1NUQVRVU19EUkFGVBABEhgKFEJVREdFVF9TVEFUVVNfQUNUSVZFEAIqjgEKDVBheW1lbnRTdGF0dXMSHgoaUEFZTUVOVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIiCh5QQVlNRU5UX1NUQVRVU19QRU5ESU5HX1NURVBfVVAQARIbChdQQVlNRU5UX1NUQVRVU19BUFBST1ZFRBACEhwKGFBBWU1FTlRfU1RBVFVTX0NPTVBMRVRFRBADKmIKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASEwoPREVDSVNJT05fQUNDRVBUEAESFAoQREVDSVNJT05fU1RFUF9VUBACEhEKDURFQ0lTSU9OX0RFTlkQAzLbCAoOQnVkZ2V0c1NlcnZpY2USZQoMQ3JlYXRlQnVkZ2V0EikudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVxdWVzdBoqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNyZWF0ZUJ1ZGdldFJlc3BvbnNlEmsKDkFjdGl2YXRlQnVkZ2V0EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQWN0aXZhdGVCdWRnZXRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQWN0aXZhdGVCdWRnZXRSZXNwb25zZRJuCg9Jbml0aWF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuSW5pdGlhdGVQYXltZW50UmVzcG9uc2USbgoPU2ltdWxhdGVQYXltZW50EiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVxdWVzdBotLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlNpbXVsYXRlUGF5bWVudFJlc3BvbnNlEmsKDkFwcHJvdmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXNwb25zZRJ9ChRMaXN0UGVuZGluZ0FwcHJvdmFscxIxLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBoyLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USXwoKR2V0QmFsYW5jZRInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlc3BvbnNlEmsKDkxpc3RHcmFudEF1ZGl0EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXNwb25zZRJiCglGdW5kVmF1bHQSJi52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXF1ZXN0GicudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVzcG9uc2UiBIi1GAESdwoQUmVhcFByb3Zpc2lvbmluZxItLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXF1ZXN0Gi4udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlIgSItRgBYgZwcm90bzM", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSKmAQoMR3JhbnRDb250ZXh0EhAKCGdyYW50X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIPCgdzdGVwX3VwGAYgASgIEhEKCWF1dGhfdGltZRgHIAEoAxIRCgljbGllbnRfaWQYCCABKAki3gMKE0NyZWF0ZUJ1ZGdldFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIo8CCgZCdWRnZXQSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhYKDnBvbGljeV92ZXJzaW9uGAMgASgDEjIKBnN0YXR1cxgEIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglidWRnZXRfaWQYBiABKAkSFAoMZGlzcGxheV9uYW1lGAcgASgJEjIKBmxpbWl0cxgIIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cyKHAwoMQnVkZ2V0TGltaXRzEg8KB3B1cnBvc2UYASABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYAiABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYAyABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAQgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYBSABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYBiADKAkSMwoPdGltZV93aW5kb3dfZW5kGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghjdXJyZW5jeRgIIAEoCUIaChhfYW1vdW50X2NhcF9jZW50c19wZXJfdHhCGwoZX2Ftb3VudF9jYXBfY2VudHNfcGVyX2RheUIcChpfYW1vdW50X2NhcF9jZW50c19saWZldGltZUIXChVfc3RlcF91cF9hbW91bnRfY2VudHMiRAoUQ3JlYXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Il8KFUFjdGl2YXRlQnVkZ2V0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgCIAEoCRIZChFzdGVwX3VwX2F1dGhfdGltZRgDIAEoAyJGChZBY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCI9CgxDb3VudGVycGFydHkSDwoHYWRkcmVzcxgBIAEoCRINCgVjaGFpbhgCIAEoCRINCgV0b2tlbhgDIAEoCSKLAQoOUGF5bWVudFJlcXVlc3QSOAoMY291bnRlcnBhcnR5GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5EhQKDGFtb3VudF9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkiggEKFkluaXRpYXRlUGF5bWVudFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSNQoHcGF5bWVudBgCIAEoCzIkLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRSZXF1ZXN0IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCKCAQoWU2ltdWxhdGVQYXltZW50UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3QiWQoXU2ltdWxhdGVQYXltZW50UmVzcG9uc2USMAoIZGVjaXNpb24YASABKA4yHi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNpc2lvbhIMCgRydWxlGAIgASgJIlcKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSGQoRc3RlcF91cF9hdXRoX3RpbWUYAyABKAMiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCIuChtMaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSKMAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkYKEUdldEJhbGFuY2VSZXF1ZXN0EjEKBWdyYW50GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRDb250ZXh0Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJIngKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkSDQoFbGltaXQYBCABKA0ilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0qYAoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAiqOAQoNUGF5bWVudFN0YXR1cxIeChpQQVlNRU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEiIKHlBBWU1FTlRfU1RBVFVTX1BFTkRJTkdfU1RFUF9VUBABEhsKF1BBWU1FTlRfU1RBVFVTX0FQUFJPVkVEEAISHAoYUEFZTUVOVF9TVEFUVVNfQ09NUExFVEVEEAMqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMtsICg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEn0KFExpc3RQZW5kaW5nQXBwcm92YWxzEjEudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0GjIudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRJfCgpHZXRCYWxhbmNlEicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVzcG9uc2USawoOTGlzdEdyYW50QXVkaXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlc3BvbnNlEmIKCUZ1bmRWYXVsdBImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlcXVlc3QaJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXNwb25zZSIEiLUYARJ3ChBSZWFwUHJvdmlzaW9uaW5nEi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QaLi52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * GrantContext is the verified grant a tool call runs under (GrantsService.AgentGrant).
@@ -173,6 +173,13 @@ export type Budget = Message<"vaultgate.budgets.v1.Budget"> & {
    * @generated from field: string display_name = 7;
    */
   displayName: string;
+
+  /**
+   * What the owner approves on the dashboard; not part of the spec 2.2 tool result.
+   *
+   * @generated from field: vaultgate.budgets.v1.BudgetLimits limits = 8;
+   */
+  limits?: BudgetLimits | undefined;
 };
 
 /**
@@ -181,6 +188,62 @@ export type Budget = Message<"vaultgate.budgets.v1.Budget"> & {
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
   messageDesc(file_vaultgate_budgets_v1_budgets, 2);
+
+/**
+ * BudgetLimits is the policy a budget installs (spec 2.1 inputs), for review pages.
+ *
+ * @generated from message vaultgate.budgets.v1.BudgetLimits
+ */
+export type BudgetLimits = Message<"vaultgate.budgets.v1.BudgetLimits"> & {
+  /**
+   * @generated from field: string purpose = 1;
+   */
+  purpose: string;
+
+  /**
+   * @generated from field: optional int64 amount_cap_cents_per_tx = 2;
+   */
+  amountCapCentsPerTx?: bigint | undefined;
+
+  /**
+   * @generated from field: optional int64 amount_cap_cents_per_day = 3;
+   */
+  amountCapCentsPerDay?: bigint | undefined;
+
+  /**
+   * @generated from field: optional int64 amount_cap_cents_lifetime = 4;
+   */
+  amountCapCentsLifetime?: bigint | undefined;
+
+  /**
+   * @generated from field: optional int64 step_up_amount_cents = 5;
+   */
+  stepUpAmountCents?: bigint | undefined;
+
+  /**
+   * @generated from field: repeated string chain_allowlist = 6;
+   */
+  chainAllowlist: string[];
+
+  /**
+   * @generated from field: google.protobuf.Timestamp time_window_end = 7;
+   */
+  timeWindowEnd?: Timestamp | undefined;
+
+  /**
+   * The child vault's currency.
+   *
+   * @generated from field: string currency = 8;
+   */
+  currency: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.BudgetLimits.
+ * Use `create(BudgetLimitsSchema)` to create a new message.
+ */
+export const BudgetLimitsSchema: GenMessage<BudgetLimits> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 3);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetResponse
@@ -197,7 +260,7 @@ export type CreateBudgetResponse = Message<"vaultgate.budgets.v1.CreateBudgetRes
  * Use `create(CreateBudgetResponseSchema)` to create a new message.
  */
 export const CreateBudgetResponseSchema: GenMessage<CreateBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 3);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 4);
 
 /**
  * @generated from message vaultgate.budgets.v1.ActivateBudgetRequest
@@ -228,7 +291,7 @@ export type ActivateBudgetRequest = Message<"vaultgate.budgets.v1.ActivateBudget
  * Use `create(ActivateBudgetRequestSchema)` to create a new message.
  */
 export const ActivateBudgetRequestSchema: GenMessage<ActivateBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 4);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 5);
 
 /**
  * @generated from message vaultgate.budgets.v1.ActivateBudgetResponse
@@ -245,7 +308,7 @@ export type ActivateBudgetResponse = Message<"vaultgate.budgets.v1.ActivateBudge
  * Use `create(ActivateBudgetResponseSchema)` to create a new message.
  */
 export const ActivateBudgetResponseSchema: GenMessage<ActivateBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 5);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
 
 /**
  * @generated from message vaultgate.budgets.v1.Counterparty
@@ -272,7 +335,7 @@ export type Counterparty = Message<"vaultgate.budgets.v1.Counterparty"> & {
  * Use `create(CounterpartySchema)` to create a new message.
  */
 export const CounterpartySchema: GenMessage<Counterparty> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
 
 /**
  * @generated from message vaultgate.budgets.v1.PaymentRequest
@@ -304,7 +367,7 @@ export type PaymentRequest = Message<"vaultgate.budgets.v1.PaymentRequest"> & {
  * Use `create(PaymentRequestSchema)` to create a new message.
  */
 export const PaymentRequestSchema: GenMessage<PaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
 
 /**
  * @generated from message vaultgate.budgets.v1.InitiatePaymentRequest
@@ -326,7 +389,7 @@ export type InitiatePaymentRequest = Message<"vaultgate.budgets.v1.InitiatePayme
  * Use `create(InitiatePaymentRequestSchema)` to create a new message.
  */
 export const InitiatePaymentRequestSchema: GenMessage<InitiatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
 
 /**
  * @generated from message vaultgate.budgets.v1.Payment
@@ -385,7 +448,7 @@ export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
  * Use `create(PaymentSchema)` to create a new message.
  */
 export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
 
 /**
  * @generated from message vaultgate.budgets.v1.InitiatePaymentResponse
@@ -402,7 +465,7 @@ export type InitiatePaymentResponse = Message<"vaultgate.budgets.v1.InitiatePaym
  * Use `create(InitiatePaymentResponseSchema)` to create a new message.
  */
 export const InitiatePaymentResponseSchema: GenMessage<InitiatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentRequest
@@ -424,7 +487,7 @@ export type SimulatePaymentRequest = Message<"vaultgate.budgets.v1.SimulatePayme
  * Use `create(SimulatePaymentRequestSchema)` to create a new message.
  */
 export const SimulatePaymentRequestSchema: GenMessage<SimulatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentResponse
@@ -448,7 +511,7 @@ export type SimulatePaymentResponse = Message<"vaultgate.budgets.v1.SimulatePaym
  * Use `create(SimulatePaymentResponseSchema)` to create a new message.
  */
 export const SimulatePaymentResponseSchema: GenMessage<SimulatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentRequest
@@ -475,7 +538,7 @@ export type ApprovePaymentRequest = Message<"vaultgate.budgets.v1.ApprovePayment
  * Use `create(ApprovePaymentRequestSchema)` to create a new message.
  */
 export const ApprovePaymentRequestSchema: GenMessage<ApprovePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentResponse
@@ -492,7 +555,7 @@ export type ApprovePaymentResponse = Message<"vaultgate.budgets.v1.ApprovePaymen
  * Use `create(ApprovePaymentResponseSchema)` to create a new message.
  */
 export const ApprovePaymentResponseSchema: GenMessage<ApprovePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsRequest
@@ -509,7 +572,7 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
  * Use `create(ListPendingApprovalsRequestSchema)` to create a new message.
  */
 export const ListPendingApprovalsRequestSchema: GenMessage<ListPendingApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsResponse
@@ -531,7 +594,7 @@ export type ListPendingApprovalsResponse = Message<"vaultgate.budgets.v1.ListPen
  * Use `create(ListPendingApprovalsResponseSchema)` to create a new message.
  */
 export const ListPendingApprovalsResponseSchema: GenMessage<ListPendingApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceRequest
@@ -548,7 +611,7 @@ export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"
  * Use `create(GetBalanceRequestSchema)` to create a new message.
  */
 export const GetBalanceRequestSchema: GenMessage<GetBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceResponse
@@ -575,7 +638,7 @@ export type GetBalanceResponse = Message<"vaultgate.budgets.v1.GetBalanceRespons
  * Use `create(GetBalanceResponseSchema)` to create a new message.
  */
 export const GetBalanceResponseSchema: GenMessage<GetBalanceResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditRequest
@@ -607,7 +670,7 @@ export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAudit
  * Use `create(ListGrantAuditRequestSchema)` to create a new message.
  */
 export const ListGrantAuditRequestSchema: GenMessage<ListGrantAuditRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
 
 /**
  * @generated from message vaultgate.budgets.v1.GrantAuditRecord
@@ -649,7 +712,7 @@ export type GrantAuditRecord = Message<"vaultgate.budgets.v1.GrantAuditRecord"> 
  * Use `create(GrantAuditRecordSchema)` to create a new message.
  */
 export const GrantAuditRecordSchema: GenMessage<GrantAuditRecord> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditResponse
@@ -678,7 +741,7 @@ export type ListGrantAuditResponse = Message<"vaultgate.budgets.v1.ListGrantAudi
  * Use `create(ListGrantAuditResponseSchema)` to create a new message.
  */
 export const ListGrantAuditResponseSchema: GenMessage<ListGrantAuditResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultRequest
@@ -700,7 +763,7 @@ export type FundVaultRequest = Message<"vaultgate.budgets.v1.FundVaultRequest"> 
  * Use `create(FundVaultRequestSchema)` to create a new message.
  */
 export const FundVaultRequestSchema: GenMessage<FundVaultRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultResponse
@@ -727,7 +790,7 @@ export type FundVaultResponse = Message<"vaultgate.budgets.v1.FundVaultResponse"
  * Use `create(FundVaultResponseSchema)` to create a new message.
  */
 export const FundVaultResponseSchema: GenMessage<FundVaultResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningRequest
@@ -740,7 +803,7 @@ export type ReapProvisioningRequest = Message<"vaultgate.budgets.v1.ReapProvisio
  * Use `create(ReapProvisioningRequestSchema)` to create a new message.
  */
 export const ReapProvisioningRequestSchema: GenMessage<ReapProvisioningRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningResponse
@@ -759,7 +822,7 @@ export type ReapProvisioningResponse = Message<"vaultgate.budgets.v1.ReapProvisi
  * Use `create(ReapProvisioningResponseSchema)` to create a new message.
  */
 export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
 
 /**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus

@@ -1,0 +1,117 @@
+import { expect } from "chai";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ALL_AGENT_SCOPES } from "../support/budgets.js";
+import { postRpc } from "../support/mcp.js";
+import { startStack, type TestStack } from "../support/stack.js";
+import { createUser, latestCode } from "../support/agent-oauth.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
+
+/**
+ * Headless Chromium (as in browser.test.ts: Debian's package, playwright-core, phone
+ * viewport, JavaScript disabled) follows a pending payment's step_up_url: sign-in,
+ * review, step-up, approve; the agent's identical payments.initiate then completes.
+ */
+describe("browser: approving a pending payment through its step_up_url (headless Chromium)", function () {
+  this.timeout(120_000);
+  let stack: TestStack;
+  let userDataDir: string;
+
+  before(async function () {
+    if (!existsSync(CHROMIUM)) {
+      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
+      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
+      this.skip();
+    }
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
+    await mkdir(ARTIFACTS, { recursive: true });
+  });
+
+  after(async () => {
+    await stack?.close();
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+  });
+
+  it("signs in from the step_up_url, steps up and approves; the agent's call completes", async () => {
+    const rpc = (path: string, token: string, method: string, params: unknown) =>
+      postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+    const user = await createUser(stack);
+    const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Trip budget",
+      amount_cap_cents_per_tx: 10_000,
+      step_up_amount_cents: 5_000,
+      chain_allowlist: ["base"],
+      idempotency_key: "browser-approval-budget",
+    });
+    const childVault = budget.json!.result.vault_id as string;
+    await stack.admin.budgets.fundVault({ vaultId: childVault, amountCents: 50_000n });
+    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: childVault, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+    const args = {
+      counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+      amount_cents: 7_500,
+      currency: "USD",
+      idempotency_key: "browser-approval-payment",
+    };
+    const pending = await rpc("/mcp/write", agent, "payments.initiate", args);
+    expect(pending.json!.result.kind).to.equal("pending_step_up");
+    const paymentId = pending.json!.result.payment_id as string;
+    const review = `/dashboard/approvals/payments/${paymentId}`;
+
+    const { chromium } = await import("playwright-core");
+    const context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      javaScriptEnabled: false,
+      viewport: { width: 390, height: 844 },
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+    try {
+      const page = context.pages()[0] ?? (await context.newPage());
+      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+      await page.goto(pending.json!.result.step_up_url as string);
+      expect(new URL(page.url()).pathname).to.equal("/signin");
+      await shot("approval-01-signin");
+      await page.fill("#email", user.email);
+      await page.click("button[type=submit]");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/signin/code'] button[type=submit]");
+
+      expect(new URL(page.url()).pathname).to.equal(review);
+      const text = await page.textContent("main");
+      expect(text).to.include("A payment of $75.00 in USDC on base to 0xabc0000000000000000000000000000000000001, requested by Operator-issued grants.");
+      expect(text).to.include("0xabc0000000000000000000000000000000000001");
+      await shot("approval-02-review");
+      await page.click(`form[action='${review}/approve'] button[type=submit]`);
+
+      // No fresh step-up yet: the existing step-up page, then back to the review.
+      expect(new URL(page.url()).pathname).to.equal("/stepup");
+      await shot("approval-03-stepup");
+      await page.click("form[action='/stepup'] button[type=submit]");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/stepup/code'] button[type=submit]");
+      expect(new URL(page.url()).pathname).to.equal(review);
+      expect(await page.textContent("main")).to.include("You confirmed it's you a moment ago");
+      await shot("approval-04-review-stepped-up");
+      await page.click(`form[action='${review}/approve'] button[type=submit]`);
+
+      expect(new URL(page.url()).pathname).to.equal("/dashboard/agents");
+      const dash = await page.textContent("main");
+      expect(dash).to.include("The payment was approved");
+      expect(dash).to.include("Nothing is waiting for your approval");
+      await shot("approval-05-approved");
+    } finally {
+      await context.close();
+    }
+
+    const done = await rpc("/mcp/write", agent, "payments.initiate", args);
+    expect(done.json!.result).to.deep.equal({ kind: "accepted", payment_id: paymentId, status: "completed" });
+  });
+});
