@@ -333,8 +333,11 @@ class MapAdapter {
 
 /** The user revokes on the dashboard (real HTTP form post); time until verification refuses. */
 async function revocationToRefusal(ours: OurContender, trials: number) {
-  const csrf = randomBytes(32).toString("base64url");
-  const cookie = `${ours.sessionCookie}; vg_csrf=${csrf}`;
+  // The form token a signed-in browser gets: read it from the dashboard page.
+  const cookie = ours.sessionCookie;
+  const dashboard = await (await fetch(`${ours.url}/dashboard/agents`, { headers: { cookie } })).text();
+  const csrf = /name="csrf" value="([^"]+)"/.exec(dashboard)?.[1];
+  if (!csrf) throw new Error("no form token on the dashboard");
   const latencies: number[] = [];
   const codes = await ours.mintCodes(trials);
   for (const code of codes) {
