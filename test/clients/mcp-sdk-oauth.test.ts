@@ -1,58 +1,13 @@
-import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { UnauthorizedError, type OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
-import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from "@modelcontextprotocol/sdk/shared/auth.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { authorize, createJar, createUser } from "../support/agent-oauth.js";
-
-/** An in-memory OAuthClientProvider: what an MCP host keeps per server. */
-function createProvider(): OAuthClientProvider & { authorizationUrl?: URL; client?: OAuthClientInformationMixed; saved?: OAuthTokens } {
-  let verifier = "";
-  const redirect = "http://127.0.0.1:9/callback";
-  const state = randomBytes(8).toString("hex");
-  const provider = {
-    authorizationUrl: undefined as URL | undefined,
-    client: undefined as OAuthClientInformationMixed | undefined,
-    saved: undefined as OAuthTokens | undefined,
-    get redirectUrl() {
-      return redirect;
-    },
-    get clientMetadata(): OAuthClientMetadata {
-      return {
-        client_name: "MCP SDK test host",
-        redirect_uris: [redirect],
-        grant_types: ["authorization_code", "refresh_token"],
-        response_types: ["code"],
-        token_endpoint_auth_method: "client_secret_post",
-        scope: "accounts:read audit:stream",
-      };
-    },
-    state: () => state,
-    clientInformation: () => provider.client,
-    saveClientInformation: (info: OAuthClientInformationMixed) => {
-      provider.client = info;
-    },
-    tokens: () => provider.saved,
-    saveTokens: (t: OAuthTokens) => {
-      provider.saved = t;
-    },
-    redirectToAuthorization: (url: URL) => {
-      provider.authorizationUrl = url;
-    },
-    saveCodeVerifier: (v: string) => {
-      verifier = v;
-    },
-    codeVerifier: () => verifier,
-  };
-  return provider;
-}
+import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
 /**
  * The MCP SDK client's own OAuth support against our servers: the 401 challenge leads it
  * to the protected-resource metadata, then the authorization server; it registers, sends
- * the user to authorize (pages driven over HTTP here), exchanges the code and calls tools.
+ * the user to authorize (pages driven over HTTP here; in headless Chromium in
+ * mcp-sdk-oauth-browser.test.ts), exchanges the code and calls tools.
  */
 describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
   let stack: TestStack;
@@ -64,15 +19,11 @@ describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
   it("discovers, registers, completes the code flow and calls tools with the grant", async () => {
     const user = await createUser(stack);
     await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 4_200n });
-    const provider = createProvider();
+    const provider = createSdkOAuthProvider();
     const endpoint = new URL(`${stack.url}/mcp/read`);
 
-    const first = new StreamableHTTPClientTransport(endpoint, { authProvider: provider });
-    let refused: unknown;
-    await new Client({ name: "host", version: "1" }).connect(first).catch((err: unknown) => (refused = err));
-    expect(refused).to.be.instanceOf(UnauthorizedError);
+    const { transport: first, authorizationUrl: url } = await beginSdkAuthorization(endpoint, provider);
     expect(provider.client).to.have.property("client_id");
-    const url = provider.authorizationUrl!;
     expect(url.origin + url.pathname).to.equal(`${stack.url}/oauth2/authorize`);
     expect(url.searchParams.get("code_challenge_method")).to.equal("S256");
 
@@ -84,8 +35,7 @@ describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
     await first.finishAuth(code!);
     expect(provider.saved?.access_token).to.be.a("string");
 
-    const client = new Client({ name: "host", version: "1" });
-    await client.connect(new StreamableHTTPClientTransport(endpoint, { authProvider: provider }));
+    const client = await connectSdkClient(endpoint, provider);
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name)).to.deep.equal(["accounts.balance", "audit.list"]);
     const balance = await client.callTool({ name: "accounts.balance", arguments: {} });

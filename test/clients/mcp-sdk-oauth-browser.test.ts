@@ -1,0 +1,146 @@
+import { expect } from "chai";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ALL_AGENT_SCOPES } from "../support/budgets.js";
+import { startStack, type TestStack } from "../support/stack.js";
+import { createUser, latestCode } from "../support/agent-oauth.js";
+import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
+
+/**
+ * The official MCP SDK client's OAuth support with a real browser for the user (as in
+ * browser.test.ts: Debian's Chromium, playwright-core, phone viewport, JavaScript
+ * disabled). The SDK meets our 401, discovers and registers, and sends the user to
+ * /oauth2/authorize; Chromium signs in with the e-mailed code, steps up (the SDK asks for
+ * every scope our metadata lists, payments:initiate among them) and consents, landing on
+ * the host's loopback redirect; the SDK exchanges that code and calls tools with the grant.
+ */
+describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", function () {
+  this.timeout(120_000);
+  let stack: TestStack;
+  let callback: Server;
+  let callbackUrl: string;
+  let userDataDir: string;
+
+  before(async function () {
+    if (!existsSync(CHROMIUM)) {
+      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
+      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
+      this.skip();
+    }
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    callback = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>MCP host</title><p>Back at the MCP host.</p>");
+    });
+    await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
+    callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
+    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
+    await mkdir(ARTIFACTS, { recursive: true });
+  });
+
+  after(async () => {
+    await stack?.close();
+    await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+  });
+
+  it("discovers, registers, the user signs in, steps up and consents in Chromium, and the SDK calls tools", async () => {
+    const user = await createUser(stack);
+    await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 4_200n });
+    const provider = createSdkOAuthProvider({ redirectUrl: callbackUrl, clientName: "MCP SDK browser host" });
+    const endpoint = new URL(`${stack.url}/mcp/read`);
+
+    const { transport: first, authorizationUrl } = await beginSdkAuthorization(endpoint, provider);
+    expect(provider.client).to.have.property("client_id");
+    expect(authorizationUrl.origin + authorizationUrl.pathname).to.equal(`${stack.url}/oauth2/authorize`);
+    expect(authorizationUrl.searchParams.get("code_challenge_method")).to.equal("S256");
+    expect(authorizationUrl.searchParams.get("redirect_uri")).to.equal(callbackUrl);
+    // resource: {mcp_url}, from the protected-resource metadata our 401 challenge names.
+    expect(authorizationUrl.searchParams.get("resource")).to.equal(stack.url);
+    // The SDK asks for the protected resource's scopes_supported: step-up scopes included.
+    expect(authorizationUrl.searchParams.get("scope")!.split(" ").sort()).to.deep.equal([...ALL_AGENT_SCOPES].sort());
+
+    const { chromium } = await import("playwright-core");
+    const context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      javaScriptEnabled: false,
+      viewport: { width: 390, height: 844 },
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+    let landed: URL;
+    try {
+      const page = context.pages()[0] ?? (await context.newPage());
+      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+      await page.goto(authorizationUrl.href);
+      expect(new URL(page.url()).pathname).to.equal("/signin");
+      await shot("mcp-sdk-01-signin");
+      await page.fill("#email", user.email);
+      await page.click("button[type=submit]");
+      expect(new URL(page.url()).pathname).to.equal("/signin/code");
+      await shot("mcp-sdk-02-signin-code");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/signin/code'] button[type=submit]");
+
+      // payments:initiate and agent:budget:create need a step-up before consent.
+      expect(new URL(page.url()).pathname).to.equal("/stepup");
+      await shot("mcp-sdk-03-stepup");
+      await page.click("form[action='/stepup'] button[type=submit]");
+      await shot("mcp-sdk-04-stepup-code");
+      await page.fill("#code", await latestCode(stack, user.email));
+      await page.click("form[action='/stepup/code'] button[type=submit]");
+
+      // The MCP server URL as resource: the user picks the vault (the only one, preselected).
+      expect(new URL(page.url()).pathname).to.equal("/oauth2/authorize");
+      const consent = await page.textContent("main");
+      expect(consent).to.include("MCP SDK browser host");
+      expect(consent).to.include("Start payments from the vault");
+      expect(consent).to.include("Create sub-budgets with their own spending limits");
+      expect(consent).to.include(`urn:vaultgate:vault:${user.vaultId}`);
+      expect(consent).to.include("marked as step-up verified");
+      expect(await page.isChecked(`input[name=vault_id][value='${user.vaultId}']`)).to.equal(true);
+      await shot("mcp-sdk-05-consent");
+      await page.click("button[value=approve]");
+
+      landed = new URL(page.url());
+      expect(landed.origin + landed.pathname).to.equal(callbackUrl);
+      expect(await page.textContent("body")).to.include("Back at the MCP host.");
+      await shot("mcp-sdk-06-host-redirect");
+    } finally {
+      await context.close();
+    }
+
+    expect(landed.searchParams.get("state")).to.equal(provider.stateValue);
+    expect(landed.searchParams.get("iss")).to.equal(stack.url);
+    const code = landed.searchParams.get("code")!;
+    expect(code).to.match(/^vgc_/);
+    await first.finishAuth(code);
+    const accessToken = provider.saved?.access_token;
+    expect(accessToken).to.be.a("string");
+    const { grant } = await stack.clients.grants.verifyAgentToken({ accessToken: accessToken! });
+    expect(grant!.vaultId).to.equal(user.vaultId);
+    expect(grant!.stepUp).to.equal(true);
+
+    const read = await connectSdkClient(endpoint, provider);
+    const { tools } = await read.listTools();
+    expect(tools.map((t) => t.name)).to.deep.equal(["accounts.balance", "audit.list"]);
+    const balance = await read.callTool({ name: "accounts.balance", arguments: {} });
+    expect(balance.structuredContent).to.deep.equal({ vault_id: user.vaultId, balance_cents: 4_200, currency: "USD" });
+    await read.close();
+
+    // The step-up done in the browser is on the grant: a budget is active at once (DESIGN 4.1).
+    const treasury = await connectSdkClient(new URL(`${stack.url}/mcp/treasury`), provider);
+    const budget = await treasury.callTool({
+      name: "agent.budget.create",
+      arguments: { purpose: "trip", display_name: "Trip budget", chain_allowlist: ["base"], idempotency_key: "mcp-sdk-browser-budget" },
+    });
+    expect(budget.structuredContent).to.include({ status: "active", policy_version: 1 });
+    await treasury.close();
+  });
+});
