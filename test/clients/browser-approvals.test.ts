@@ -1,15 +1,11 @@
 import { expect } from "chai";
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
 import { join } from "node:path";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { postRpc } from "../support/mcp.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode } from "../support/agent-oauth.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
 
 /**
  * Headless Chromium (as in browser.test.ts: Debian's package, playwright-core, phone
@@ -19,22 +15,14 @@ const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
 describe("browser: approving a pending payment through its step_up_url (headless Chromium)", function () {
   this.timeout(120_000);
   let stack: TestStack;
-  let userDataDir: string;
 
   before(async function () {
-    if (!existsSync(CHROMIUM)) {
-      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
-      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
-      this.skip();
-    }
+    requireChromium(this);
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
-    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
-    await mkdir(ARTIFACTS, { recursive: true });
   });
 
   after(async () => {
     await stack?.close();
-    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
   });
 
   it("signs in from the step_up_url, steps up and approves; the agent's call completes", async () => {
@@ -64,17 +52,11 @@ describe("browser: approving a pending payment through its step_up_url (headless
     const paymentId = pending.json!.result.payment_id as string;
     const review = `/dashboard/approvals/payments/${paymentId}`;
 
-    const { chromium } = await import("playwright-core");
-    const context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      javaScriptEnabled: false,
-      viewport: { width: 390, height: 844 },
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    const browser = await launchPhoneBrowser();
+    const { context } = browser;
     try {
       const page = context.pages()[0] ?? (await context.newPage());
-      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+      const shot = (name: string) => page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
 
       await page.goto(pending.json!.result.step_up_url as string);
       expect(new URL(page.url()).pathname).to.equal("/signin");
@@ -108,7 +90,7 @@ describe("browser: approving a pending payment through its step_up_url (headless
       expect(dash).to.include("Nothing is waiting for your approval");
       await shot("approval-05-approved");
     } finally {
-      await context.close();
+      await browser.close();
     }
 
     const done = await rpc("/mcp/write", agent, "payments.initiate", args);

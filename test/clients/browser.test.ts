@@ -1,14 +1,10 @@
 import { expect } from "chai";
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
 import { createServer, type Server } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
 
 /**
  * Headless Chromium (Debian's package, driven by playwright-core) signs in, steps up,
@@ -20,42 +16,28 @@ describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromiu
   let stack: TestStack;
   let callback: Server;
   let callbackUrl: string;
-  let userDataDir: string;
 
   before(async function () {
-    if (!existsSync(CHROMIUM)) {
-      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
-      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
-      this.skip();
-    }
+    requireChromium(this);
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
     callback = createServer((_req, res) => {
       res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>client</title><p>Back at the client.</p>");
     });
     await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
     callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
-    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
-    await mkdir(ARTIFACTS, { recursive: true });
   });
 
   after(async () => {
     await stack?.close();
     await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
-    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
   });
 
   it("runs the whole consent flow and a dashboard revocation", async () => {
-    const { chromium } = await import("playwright-core");
-    const context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      javaScriptEnabled: false,
-      viewport: { width: 390, height: 844 },
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    const browser = await launchPhoneBrowser();
+    const { context } = browser;
     try {
       const page = context.pages()[0] ?? (await context.newPage());
-      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+      const shot = (name: string) => page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
       const user = await createUser(stack);
       const client = (await registerClient(stack, { client_name: "Browser test agent", redirect_uris: [callbackUrl] })).body;
       const { challenge, verifier } = pkce();
@@ -127,7 +109,7 @@ describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromiu
       }
       expect(refused).to.equal(true);
     } finally {
-      await context.close();
+      await browser.close();
     }
   });
 });

@@ -1,16 +1,12 @@
 import { expect } from "chai";
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
 import { createServer, type Server } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode } from "../support/agent-oauth.js";
 import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-const ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
 
 /**
  * The official MCP SDK client's OAuth support with a real browser for the user (as in
@@ -25,28 +21,20 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
   let stack: TestStack;
   let callback: Server;
   let callbackUrl: string;
-  let userDataDir: string;
 
   before(async function () {
-    if (!existsSync(CHROMIUM)) {
-      if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
-      console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
-      this.skip();
-    }
+    requireChromium(this);
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
     callback = createServer((_req, res) => {
       res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>MCP host</title><p>Back at the MCP host.</p>");
     });
     await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
     callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
-    userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
-    await mkdir(ARTIFACTS, { recursive: true });
   });
 
   after(async () => {
     await stack?.close();
     await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
-    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
   });
 
   it("discovers, registers, the user signs in, steps up and consents in Chromium, and the SDK calls tools", async () => {
@@ -65,18 +53,12 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
     // The SDK asks for the protected resource's scopes_supported: step-up scopes included.
     expect(authorizationUrl.searchParams.get("scope")!.split(" ").sort()).to.deep.equal([...ALL_AGENT_SCOPES].sort());
 
-    const { chromium } = await import("playwright-core");
-    const context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      javaScriptEnabled: false,
-      viewport: { width: 390, height: 844 },
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    const browser = await launchPhoneBrowser();
+    const { context } = browser;
     let landed: URL;
     try {
       const page = context.pages()[0] ?? (await context.newPage());
-      const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+      const shot = (name: string) => page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
 
       await page.goto(authorizationUrl.href);
       expect(new URL(page.url()).pathname).to.equal("/signin");
@@ -113,7 +95,7 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
       expect(await page.textContent("body")).to.include("Back at the MCP host.");
       await shot("mcp-sdk-06-host-redirect");
     } finally {
-      await context.close();
+      await browser.close();
     }
 
     expect(landed.searchParams.get("state")).to.equal(provider.stateValue);

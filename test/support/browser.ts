@@ -1,0 +1,46 @@
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { BrowserContext } from "playwright-core";
+
+/** Debian's chromium: CI installs it (.ci/run); it is never downloaded. */
+export const CHROMIUM = "/usr/bin/chromium";
+
+/** Where page screenshots are kept as test artifacts (gitignored). */
+export const BROWSER_ARTIFACTS = join(process.cwd(), "test-artifacts", "browser");
+
+/**
+ * Call from a mocha `before(function () {...})`: skips the suite with a visible reason
+ * when chromium is missing, except under CI=true, where a missing browser is a failure.
+ */
+export function requireChromium(ctx: Mocha.Context): void {
+  if (existsSync(CHROMIUM)) return;
+  if (process.env.CI === "true") throw new Error(`${CHROMIUM} is missing; CI must install Debian's chromium`);
+  console.log(`    (skipped: ${CHROMIUM} not installed; apt-get install chromium to run the browser test)`);
+  ctx.skip();
+}
+
+/**
+ * Headless chromium as a phone with JavaScript off (the pages must work without it),
+ * a fresh profile, and the flags this closed network needs. close() removes the profile.
+ */
+export async function launchPhoneBrowser(): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+  const { chromium } = await import("playwright-core");
+  await mkdir(BROWSER_ARTIFACTS, { recursive: true });
+  const userDataDir = await mkdtemp(join(tmpdir(), "vg-chromium-"));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    javaScriptEnabled: false,
+    viewport: { width: 390, height: 844 },
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      await rm(userDataDir, { recursive: true, force: true });
+    },
+  };
+}
