@@ -6,6 +6,7 @@ import * as m0003 from "./migrations/0003-partner-resources.js";
 import * as m0004 from "./migrations/0004-treasury.js";
 import * as m0005 from "./migrations/0005-grants.js";
 import * as m0006 from "./migrations/0006-budgets.js";
+import * as m0007 from "./migrations/0007-grants-perf.js";
 
 interface Migration {
   name: string;
@@ -21,6 +22,7 @@ const migrations: Migration[] = [
   { name: "0004-treasury", ...m0004 },
   { name: "0005-grants", ...m0005 },
   { name: "0006-budgets", ...m0006 },
+  { name: "0007-grants-perf", ...m0007 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

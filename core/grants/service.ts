@@ -305,8 +305,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const now = deps.clock();
       if (req.refreshToken) {
         const id = randomUUID();
-        const rotated = await db.transaction(async (trx) => {
-          const g = await store.rotateRefreshFast(trx, {
+        const rotated = await store.rotateRefreshFast(
+          db,
+          {
             refreshHash: hash,
             clientId,
             issuedAfter: new Date(now.getTime() - REFRESH_TTL_MS),
@@ -314,10 +315,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
             newRefreshHash: sha256Hex(refreshTokenFor(id)),
             now,
             expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
-          });
-          if (g) await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: g.id });
-          return g;
-        });
+          },
+          { requestId: requestId(ctx), actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh" },
+        );
         if (rotated) return { token: signToken(rotated) };
       }
       const outcome = await db.transaction(async (trx) => {
@@ -444,8 +444,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const now = deps.clock();
       if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
         const id = randomUUID();
-        const issued = await db.transaction(async (trx) => {
-          const g = await store.exchangeCodeFast(trx, {
+        const issued = await store.exchangeCodeFast(
+          db,
+          {
             codeHash: sha256Hex(req.code),
             clientId: client.clientId,
             redirectUri: req.redirectUri,
@@ -454,10 +455,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
             refreshHash: sha256Hex(refreshTokenFor(id)),
             now,
             expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
-          });
-          if (g) await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
-          return g;
-        });
+          },
+          { requestId: requestId(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
+        );
         if (issued) return { token: signToken(issued) };
       }
       // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.

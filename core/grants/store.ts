@@ -72,6 +72,20 @@ export interface ChallengeRecord {
   consumedAt: Date | null;
 }
 
+/** The audit record a fast-path statement appends for the grant it issues (subject = the new grant id). */
+export interface FastAudit {
+  requestId: string;
+  actor: string;
+  action: string;
+}
+
+// The same columns and values AuditStore.append writes (outcome success, no reason),
+// as a data-modifying CTE over the issued grant `g`, so it lands in the same statement.
+const AUDIT_FROM_G = `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
+           SELECT :auditRequestId, :auditActor, :auditAction, 'success', '', g.id::text, :now FROM g`;
+
+const auditBindings = (a: FastAudit) => ({ auditRequestId: a.requestId, auditActor: a.actor, auditAction: a.action });
+
 /** SQL for OAuth clients, codes, grants, sessions, one-time codes and the dev outbox. */
 export function createGrantsStore(db: Db) {
   return {
@@ -198,52 +212,61 @@ export function createGrantsStore(db: Db) {
 
     /**
      * The common case of a code exchange in one statement: consumes a code that is unused,
-     * unexpired and matches client, redirect URI and PKCE challenge, and inserts its grant.
-     * Undefined when any condition fails (the caller then inspects the code under a lock).
+     * unexpired and matches client, redirect URI and PKCE challenge, inserts its grant and
+     * appends the audit record. One statement is atomic on its own (all three writes
+     * commit or none does), so it needs no BEGIN/COMMIT round trips. Undefined when any
+     * condition fails (nothing is written; the caller then inspects the code under a lock).
      */
     async exchangeCodeFast(
-      trx: Knex.Transaction,
+      conn: Conn,
       x: { codeHash: string; clientId: string; redirectUri: string; codeChallenge: string; grantId: string; refreshHash: string; now: Date; expiresAt: Date },
+      audit: FastAudit,
     ): Promise<GrantRecord | undefined> {
-      const { rows } = await trx.raw(
+      const { rows } = await conn.raw(
         `WITH c AS (
            UPDATE authorization_codes SET consumed_at = :now, grant_id = :grantId
             WHERE code_hash = :codeHash AND consumed_at IS NULL AND client_id = :clientId
               AND redirect_uri = :redirectUri AND code_challenge = :codeChallenge AND expires_at > :now
            RETURNING *
-         )
-         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
-                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
-         SELECT :grantId, :grantId, NULL, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
-                step_up, auth_time, :now, :expiresAt, :refreshHash, :now FROM c
-         RETURNING *`,
-        x,
+         ), g AS (
+           INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                               step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+           SELECT :grantId, :grantId, NULL, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                  step_up, auth_time, :now, :expiresAt, :refreshHash, :now FROM c
+           RETURNING *
+         ), a AS (${AUDIT_FROM_G})
+         SELECT * FROM g`,
+        { ...x, ...auditBindings(audit) },
       );
       return rows[0] ? toGrant(rows[0]) : undefined;
     },
 
     /**
      * The common case of a refresh in one statement: supersedes an active grant whose refresh
-     * token is unused and issues its successor in the same lineage. Undefined otherwise
-     * (reuse, grace retry, revoked, other client): the caller decides under a row lock.
+     * token is unused, issues its successor in the same lineage and appends the audit record
+     * (atomic as one statement, no BEGIN/COMMIT). Undefined otherwise (reuse, grace retry,
+     * revoked, other client; nothing is written): the caller decides under a row lock.
      */
     async rotateRefreshFast(
-      trx: Knex.Transaction,
+      conn: Conn,
       x: { refreshHash: string; clientId: string; issuedAfter: Date; grantId: string; newRefreshHash: string; now: Date; expiresAt: Date },
+      audit: FastAudit,
     ): Promise<GrantRecord | undefined> {
-      const { rows } = await trx.raw(
+      const { rows } = await conn.raw(
         `WITH old AS (
            UPDATE grants SET state = 'superseded', refresh_used_at = :now, successor_id = :grantId, state_changed_at = :now, state_reason = 'refresh'
             WHERE refresh_hash = :refreshHash AND state = 'active' AND refresh_used_at IS NULL
               AND coalesce(client_id, '') = :clientId AND issued_at > :issuedAfter
            RETURNING *
-         )
-         INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
-                             step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
-         SELECT :grantId, lineage_id, id, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
-                step_up, auth_time, :now, :expiresAt, :newRefreshHash, :now FROM old
-         RETURNING *`,
-        x,
+         ), g AS (
+           INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
+                               step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
+           SELECT :grantId, lineage_id, id, user_id, client_id, agent_principal_id, vault_id, scopes, 'active',
+                  step_up, auth_time, :now, :expiresAt, :newRefreshHash, :now FROM old
+           RETURNING *
+         ), a AS (${AUDIT_FROM_G})
+         SELECT * FROM g`,
+        { ...x, ...auditBindings(audit) },
       );
       return rows[0] ? toGrant(rows[0]) : undefined;
     },
