@@ -1,6 +1,5 @@
 import { expect } from "chai";
-import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
-import { createServer, type Server } from "node:http";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, startLoopbackCallback } from "../support/browser.js";
 import { join } from "node:path";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
@@ -14,22 +13,19 @@ import { createUser, latestCode, pkce, postForm, registerClient } from "../suppo
 describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromium)", function () {
   this.timeout(120_000);
   let stack: TestStack;
-  let callback: Server;
+  let callback: Awaited<ReturnType<typeof startLoopbackCallback>>;
   let callbackUrl: string;
 
   before(async function () {
     requireChromium(this);
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
-    callback = createServer((_req, res) => {
-      res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>client</title><p>Back at the client.</p>");
-    });
-    await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
-    callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
+    callback = await startLoopbackCallback("client");
+    callbackUrl = callback.url;
   });
 
   after(async () => {
     await stack?.close();
-    await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
+    await callback?.close();
   });
 
   it("runs the whole consent flow and a dashboard revocation", async () => {

@@ -1,6 +1,5 @@
 import { expect } from "chai";
-import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
-import { createServer, type Server } from "node:http";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, startLoopbackCallback } from "../support/browser.js";
 import { join } from "node:path";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -19,22 +18,19 @@ import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from 
 describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", function () {
   this.timeout(120_000);
   let stack: TestStack;
-  let callback: Server;
+  let callback: Awaited<ReturnType<typeof startLoopbackCallback>>;
   let callbackUrl: string;
 
   before(async function () {
     requireChromium(this);
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
-    callback = createServer((_req, res) => {
-      res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>MCP host</title><p>Back at the MCP host.</p>");
-    });
-    await new Promise<void>((resolve) => callback.listen(0, "127.0.0.1", resolve));
-    callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
+    callback = await startLoopbackCallback("MCP host");
+    callbackUrl = callback.url;
   });
 
   after(async () => {
     await stack?.close();
-    await new Promise<void>((resolve) => (callback ? callback.close(() => resolve()) : resolve()));
+    await callback?.close();
   });
 
   it("discovers, registers, the user signs in, steps up and consents in Chromium, and the SDK calls tools", async () => {

@@ -44,3 +44,16 @@ export async function launchPhoneBrowser(): Promise<{ context: BrowserContext; c
     },
   };
 }
+
+/** A stand-in OAuth client's redirect target on 127.0.0.1:0 that just shows a page. */
+export async function startLoopbackCallback(title: string): Promise<{ url: string; close(): Promise<void> }> {
+  const { createServer } = await import("node:http");
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { "content-type": "text/html" }).end(`<!doctype html><title>${title}</title><p>Back at the ${title}.</p>`);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/callback`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
