@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium } from "../support/browser.js";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage, stepUpOnPage } from "../support/browser.js";
 import { join } from "node:path";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { postRpc } from "../support/mcp.js";
@@ -59,12 +59,8 @@ describe("browser: approving a pending payment through its step_up_url (headless
       const shot = (name: string) => page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
 
       await page.goto(pending.json!.result.step_up_url as string);
-      expect(new URL(page.url()).pathname).to.equal("/signin");
-      await shot("approval-01-signin");
-      await page.fill("#email", user.email);
-      await page.click("button[type=submit]");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/signin/code'] button[type=submit]");
+      const outboxCode = () => latestCode(stack, user.email);
+      await signInOnPage(page, user.email, outboxCode, { form: "approval-01-signin" });
 
       expect(new URL(page.url()).pathname).to.equal(review);
       const text = await page.textContent("main");
@@ -74,11 +70,7 @@ describe("browser: approving a pending payment through its step_up_url (headless
       await page.click(`form[action='${review}/approve'] button[type=submit]`);
 
       // No fresh step-up yet: the existing step-up page, then back to the review.
-      expect(new URL(page.url()).pathname).to.equal("/stepup");
-      await shot("approval-03-stepup");
-      await page.click("form[action='/stepup'] button[type=submit]");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/stepup/code'] button[type=submit]");
+      await stepUpOnPage(page, outboxCode, { form: "approval-03-stepup" });
       expect(new URL(page.url()).pathname).to.equal(review);
       expect(await page.textContent("main")).to.include("You confirmed it's you a moment ago");
       await shot("approval-04-review-stepped-up");

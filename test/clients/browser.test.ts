@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, startLoopbackCallback } from "../support/browser.js";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage, stepUpOnPage, startLoopbackCallback } from "../support/browser.js";
 import { join } from "node:path";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
@@ -49,22 +49,10 @@ describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromiu
       });
 
       await page.goto(`${stack.url}/oauth2/authorize?${q}`);
-      expect(new URL(page.url()).pathname).to.equal("/signin");
-      await shot("01-signin");
-      await page.fill("#email", user.email);
-      await page.click("button[type=submit]");
-      expect(new URL(page.url()).pathname).to.equal("/signin/code");
-      await shot("02-signin-code");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/signin/code'] button[type=submit]");
-
+      const outboxCode = () => latestCode(stack, user.email);
+      await signInOnPage(page, user.email, outboxCode, { form: "01-signin", code: "02-signin-code" });
       // payments:initiate needs a step-up before consent.
-      expect(new URL(page.url()).pathname).to.equal("/stepup");
-      await shot("03-stepup");
-      await page.click("form[action='/stepup'] button[type=submit]");
-      await shot("04-stepup-code");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/stepup/code'] button[type=submit]");
+      await stepUpOnPage(page, outboxCode, { form: "03-stepup", code: "04-stepup-code" });
 
       expect(new URL(page.url()).pathname).to.equal("/oauth2/authorize");
       const consent = await page.textContent("main");

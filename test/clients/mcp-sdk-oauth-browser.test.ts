@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, startLoopbackCallback } from "../support/browser.js";
+import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage, stepUpOnPage, startLoopbackCallback } from "../support/browser.js";
 import { join } from "node:path";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -57,22 +57,10 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
       const shot = (name: string) => page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
 
       await page.goto(authorizationUrl.href);
-      expect(new URL(page.url()).pathname).to.equal("/signin");
-      await shot("mcp-sdk-01-signin");
-      await page.fill("#email", user.email);
-      await page.click("button[type=submit]");
-      expect(new URL(page.url()).pathname).to.equal("/signin/code");
-      await shot("mcp-sdk-02-signin-code");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/signin/code'] button[type=submit]");
-
+      const outboxCode = () => latestCode(stack, user.email);
+      await signInOnPage(page, user.email, outboxCode, { form: "mcp-sdk-01-signin", code: "mcp-sdk-02-signin-code" });
       // payments:initiate and agent:budget:create need a step-up before consent.
-      expect(new URL(page.url()).pathname).to.equal("/stepup");
-      await shot("mcp-sdk-03-stepup");
-      await page.click("form[action='/stepup'] button[type=submit]");
-      await shot("mcp-sdk-04-stepup-code");
-      await page.fill("#code", await latestCode(stack, user.email));
-      await page.click("form[action='/stepup/code'] button[type=submit]");
+      await stepUpOnPage(page, outboxCode, { form: "mcp-sdk-03-stepup", code: "mcp-sdk-04-stepup-code" });
 
       // The MCP server URL as resource: the user picks the vault (the only one, preselected).
       expect(new URL(page.url()).pathname).to.equal("/oauth2/authorize");

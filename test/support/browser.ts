@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { expect } from "chai";
 import type { BrowserContext } from "playwright-core";
 
 /** Debian's chromium: CI installs it (.ci/run); it is never downloaded. */
@@ -56,4 +57,33 @@ export async function startLoopbackCallback(title: string): Promise<{ url: strin
     url: `http://127.0.0.1:${(server.address() as { port: number }).port}/callback`,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
+}
+
+type Page = BrowserContext["pages"] extends () => (infer P)[] ? P : never;
+type Shots = { form?: string; code?: string };
+
+async function shoot(page: Page, name: string | undefined) {
+  if (name) await page.screenshot({ path: join(BROWSER_ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+/** On /signin: submits the e-mail, then the one-time code from the dev outbox. */
+export async function signInOnPage(page: Page, email: string, code: () => Promise<string>, shots: Shots = {}): Promise<void> {
+  expect(new URL(page.url()).pathname).to.equal("/signin");
+  await shoot(page, shots.form);
+  await page.fill("#email", email);
+  await page.click("button[type=submit]");
+  expect(new URL(page.url()).pathname).to.equal("/signin/code");
+  await shoot(page, shots.code);
+  await page.fill("#code", await code());
+  await page.click("form[action='/signin/code'] button[type=submit]");
+}
+
+/** On /stepup: asks for a fresh code and submits it from the dev outbox. */
+export async function stepUpOnPage(page: Page, code: () => Promise<string>, shots: Shots = {}): Promise<void> {
+  expect(new URL(page.url()).pathname).to.equal("/stepup");
+  await shoot(page, shots.form);
+  await page.click("form[action='/stepup'] button[type=submit]");
+  await shoot(page, shots.code);
+  await page.fill("#code", await code());
+  await page.click("form[action='/stepup/code'] button[type=submit]");
 }
