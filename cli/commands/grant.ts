@@ -1,4 +1,5 @@
 import type { CommandContext } from "./types.js";
+import { agentTokenJson } from "../../gateways/shared/token-response.js";
 import { listOption, requireOption, UsageError } from "./types.js";
 
 /** vaultgate grant issue --user U --vault V --scopes a,b [--client C] [--step-up] -> spec 2.4 token response. */
@@ -15,14 +16,7 @@ export async function grantCommand(ctx: CommandContext) {
     clientId: typeof ctx.options.client === "string" ? ctx.options.client : "",
     stepUp: ctx.options["step-up"] === true,
   });
-  return {
-    access_token: token!.accessToken,
-    token_type: token!.tokenType,
-    expires_in: Number(token!.expiresIn),
-    refresh_token: token!.refreshToken,
-    scope: token!.scope,
-    jti: token!.jti,
-  };
+  return agentTokenJson(token);
 }
 
 /** vaultgate dev outbox [--email E]: the e-mails the embedded default delivered (one-time codes). */

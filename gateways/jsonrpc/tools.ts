@@ -1,6 +1,6 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { agentTokenJson } from "../shared/token-response.js";
 import { BudgetStatus, Decision, PaymentStatus, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
-import type { TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { parseDateTime } from "./date-time.js";
 
@@ -55,16 +55,6 @@ const TOKEN_RESPONSE = object(
   ["access_token", "token_type", "expires_in", "refresh_token", "scope", "jti"],
 );
 
-function tokenJson(t: TokenResponse | undefined): Json {
-  return {
-    access_token: t?.accessToken ?? "",
-    token_type: t?.tokenType ?? "Bearer",
-    expires_in: Number(t?.expiresIn ?? 0n),
-    refresh_token: t?.refreshToken ?? "",
-    scope: t?.scope ?? "",
-    jti: t?.jti ?? "",
-  };
-}
 
 const PAYMENT_INPUT = object(
   {
@@ -287,7 +277,7 @@ export const TOOLS: readonly Tool[] = [
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
       const res = await ctx.clients.grants.supersedeGrant({ accessToken: ctx.accessToken!, scope: (args.scope as string) ?? "" }, withRequestId(ctx.requestId));
-      return tokenJson(res.token);
+      return agentTokenJson(res.token);
     },
   },
   {
@@ -309,7 +299,7 @@ export const TOOLS: readonly Tool[] = [
         { refreshToken: args.refresh_token as string, clientId: args.client_id as string, clientSecret: args.client_secret as string },
         withRequestId(ctx.requestId),
       );
-      return tokenJson(res.token);
+      return agentTokenJson(res.token);
     },
   },
   {

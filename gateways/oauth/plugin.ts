@@ -4,6 +4,7 @@ import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1
 import { withRequestId } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
+import { agentTokenJson } from "../shared/token-response.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 
@@ -148,14 +149,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     return reply
       .header("cache-control", "no-store")
       .header("pragma", "no-cache")
-      .send({
-        access_token: token!.accessToken,
-        token_type: token!.tokenType,
-        expires_in: Number(token!.expiresIn),
-        refresh_token: token!.refreshToken,
-        scope: token!.scope,
-        jti: token!.jti,
-      });
+      .send(agentTokenJson(token));
   });
 
   app.post("/oauth2/revoke", { bodyLimit: FORM_LIMIT }, async (request, reply) => {

@@ -1,0 +1,13 @@
+import type { TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+
+/** spec 2.4: the agent grant token response, as every surface renders it (OAuth, JSON-RPC, CLI). */
+export function agentTokenJson(t: TokenResponse | undefined) {
+  return {
+    access_token: t?.accessToken ?? "",
+    token_type: t?.tokenType ?? "Bearer",
+    expires_in: Number(t?.expiresIn ?? 0n),
+    refresh_token: t?.refreshToken ?? "",
+    scope: t?.scope ?? "",
+    jti: t?.jti ?? "",
+  };
+}
