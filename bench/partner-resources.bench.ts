@@ -4,17 +4,10 @@
  * single-row INSERTs through `pg` at the same concurrency (issue 3). Target: at least 60%
  * of the INSERT ceiling, p99 under 25 ms.
  */
-import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { promisify } from "node:util";
-import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createRouterTransport } from "@connectrpc/connect";
 import autocannon from "autocannon";
 import Fastify from "fastify";
-import knexFactory from "knex";
 import pg from "pg";
 import pino from "pino";
 import { createCore } from "../core/core.js";
@@ -22,42 +15,10 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { benchDatabase } from "./support.js";
 
-const run$ = promisify(execFile);
 const CONNECTIONS = 50;
 const DURATION_S = 10;
-/** A port that was free a moment ago. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-/** A throwaway cluster of our own (own directory and port: never another run's server). */
-async function startPostgres(): Promise<{ url: string; stop(): Promise<void> }> {
-  const PG_DIR = await mkdtemp(join(tmpdir(), "vaultgate-bench3-"));
-  const { stdout } = await run$("bash", ["scripts/pg-throwaway.sh", "start", PG_DIR, String(await freePort())]);
-  const base = stdout.trim().split("\n").pop()!;
-  const name = `vg_bench_${randomBytes(4).toString("hex")}`;
-  const admin = knexFactory({ client: "pg", connection: base, pool: { min: 0, max: 1 } });
-  await admin.raw(`CREATE DATABASE ${name}`);
-  await admin.destroy();
-  const url = new URL(base);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    async stop() {
-      const a = knexFactory({ client: "pg", connection: base, pool: { min: 0, max: 1 } });
-      await a.raw(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await a.destroy();
-      await run$("bash", ["scripts/pg-throwaway.sh", "stop", PG_DIR]);
-      await rm(PG_DIR, { recursive: true, force: true });
-    },
-  };
-}
-
 async function cannon(url: string, headers: Record<string, string> = {}) {
   // A worker thread: the load generator must not share the measured server's event loop.
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, workers: 1 });
@@ -87,7 +48,7 @@ async function insertCeiling(url: string) {
 }
 
 export async function run(): Promise<void> {
-  const pgServer = await startPostgres();
+  const pgServer = await benchDatabase();
   const logger = pino({ level: "silent" });
   const core = await createCore({
     db: { url: pgServer.url, poolMax: 30 },
@@ -149,6 +110,6 @@ export async function run(): Promise<void> {
     await bare.close();
     await gateway.close();
     await core.close();
-    await pgServer.stop();
+    await pgServer.drop();
   }
 }

@@ -7,7 +7,9 @@ import { createScratchDatabase } from "../test/support/db.js";
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
 
+const BENCH_PG_DIR = "/tmp/vaultgate-bench-pg";
 let server: Promise<string> | undefined;
+let started = false;
 
 /**
  * A real PostgreSQL for benchmarks: BENCH_DATABASE_URL, or a throwaway server started
@@ -16,8 +18,15 @@ let server: Promise<string> | undefined;
 export function benchPostgres(): Promise<string> {
   server ??= process.env.BENCH_DATABASE_URL
     ? Promise.resolve(process.env.BENCH_DATABASE_URL)
-    : run("bash", [script, "start", "/tmp/vaultgate-bench-pg", "55499"]).then((r) => r.stdout.trim());
+    : run("bash", [script, "start", BENCH_PG_DIR, "55499"]).then((r) => ((started = true), r.stdout.trim()));
   return server;
+}
+
+/** Stops the throwaway server if this run started it (bench/run.ts calls it at the end). */
+export async function stopBenchPostgres(): Promise<void> {
+  if (started) await run("bash", [script, "stop", BENCH_PG_DIR]);
+  started = false;
+  server = undefined;
 }
 
 /** A fresh database on the bench server. */
