@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { createGroupCommit } from "../db/group-commit.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -20,8 +21,27 @@ export interface AccessRow {
   kyc?: KycRecord;
 }
 
-/** Rows per rate-limit window and key: spreads one partner's concurrent updates. */
-const RATE_SHARDS = 32;
+/**
+ * Group commit of the access checks: at most this many requests per statement, and this
+ * many statements at once (the rest of the pool serves the other queries). Chosen with
+ * `npm run bench partner-resources`; see docs/partner-api.md.
+ */
+const ACCESS_MAX_BATCH = 64;
+const ACCESS_MAX_IN_FLIGHT = 2;
+
+/** One request's access checks (see readAccess). */
+export interface AccessInput {
+  clientId: string;
+  userId: string | null;
+  /** The partner and operation's rate-limit key. */
+  rateKey: string;
+  windowStart: Date;
+  limit: number;
+  scope?: string;
+  tokenHasScope?: boolean;
+  audit?: { requestId: string; actor: string; action: string; subject: string; at: Date };
+  withKyc?: boolean;
+}
 
 export interface KycRecord {
   userId: string;
@@ -53,66 +73,51 @@ export interface LedgerEntry {
 
 /** SQL for the partner resources of DESIGN 4.3 (users, consents, KYC, wallets, US accounts, ledger). */
 export function createResourcesStore(db: Db) {
+  /** The group-committed form of partner_access() (migration 0008): one statement per batch. */
+  const readAccess = createGroupCommit<AccessInput, AccessRow | undefined>(
+    async (items) => {
+      const col = <T>(f: (i: AccessInput) => T) => items.map(f);
+      const { rows } = await db.raw(
+        `SELECT * FROM partner_access_batch(?::text[], ?::uuid[], ?::text[], ?::timestamptz[], ?::integer[], ?::boolean[], ?::text[], ?::boolean[], ?::text[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::boolean[])`,
+        [
+          pgArray(col((i) => i.clientId)),
+          pgArray(col((i) => i.userId)),
+          pgArray(col((i) => i.rateKey)),
+          pgArray(col((i) => i.windowStart.toISOString())),
+          pgArray(col((i) => String(i.limit))),
+          pgArray(col((i) => String(i.tokenHasScope === true))),
+          pgArray(col((i) => i.scope ?? "")),
+          pgArray(col((i) => String(Boolean(i.audit)))),
+          pgArray(col((i) => i.audit?.requestId ?? "")),
+          pgArray(col((i) => i.audit?.actor ?? "")),
+          pgArray(col((i) => i.audit?.action ?? "")),
+          pgArray(col((i) => i.audit?.subject ?? "")),
+          pgArray(col((i) => (i.audit?.at ?? i.windowStart).toISOString())),
+          pgArray(col((i) => String(i.withKyc === true))),
+        ],
+      );
+      const byIndex = new Map<number, Record<string, unknown>>();
+      for (const r of rows as Record<string, unknown>[]) byIndex.set(Number(r.idx), r);
+      return items.map((_, n) => {
+        const r = byIndex.get(n + 1);
+        return r ? toAccessRow(r) : undefined;
+      });
+    },
+    { maxBatch: ACCESS_MAX_BATCH, maxInFlight: ACCESS_MAX_IN_FLIGHT },
+  );
+
   return {
     /**
-     * One round trip for the access checks of a request: counts it in the partner's
-     * rate-limit window (one of RATE_SHARDS rows, so concurrent requests of one partner
-     * do not queue on a single row lock), reads partner, user, receipt and consent, and,
+     * The access checks of a request, group-committed with its concurrent neighbours
+     * (one statement and one transaction per batch): counts it exactly in the partner's
+     * rate-limit window (one row per key, locked once per batch), reads partner, user,
+     * receipt and consent, and,
      * when `audit` is given and every check passes, inserts the success audit row in the
-     * same statement: the row exists exactly when the caller may return the data.
-     * `withKyc` also reads the user's verification record (the hottest read).
+     * same statement: when this resolves the row is committed, and it exists exactly
+     * when the caller may return the data. `withKyc` also reads the user's verification
+     * record (the hottest read). Undefined when the client id names no partner.
      */
-    async readAccess(input: {
-      clientId: string;
-      userId: string | null;
-      rateKey: string;
-      windowStart: Date;
-      limit: number;
-      scope?: string;
-      tokenHasScope?: boolean;
-      audit?: { requestId: string; actor: string; action: string; subject: string; at: Date };
-      withKyc?: boolean;
-    }): Promise<AccessRow | undefined> {
-      const shard = Math.floor(Math.random() * RATE_SHARDS);
-      const keys = Array.from({ length: RATE_SHARDS }, (_, i) => `${input.rateKey}#${i}`);
-      const own = keys[shard]!;
-      const others = `{${keys.filter((k) => k !== own).map((k) => `"${k.replace(/["\\]/g, "")}"`).join(",")}}`;
-      const audit = input.audit;
-      const { rows } = await db.raw(`SELECT * FROM partner_access(?, ?::uuid, ?, ?::text[], ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
-        input.clientId,
-        input.userId,
-        own,
-        others,
-        input.windowStart,
-        input.limit,
-        input.tokenHasScope === true,
-        input.scope ?? "",
-        Boolean(audit),
-        audit?.requestId ?? "",
-        audit?.actor ?? "",
-        audit?.action ?? "",
-        audit?.subject ?? "",
-        audit?.at ?? input.windowStart,
-        input.withKyc === true,
-      ]);
-      const r = (rows as Record<string, unknown>[])[0];
-      if (!r) return undefined;
-      return {
-        partnerId: String(r.partner_id),
-        partnerStatus: String(r.partner_status),
-        rateCount: Number(r.rate_count),
-        userExists: r.user_id != null,
-        userStatus: r.user_status == null ? null : String(r.user_status),
-        userCreatedAt: r.user_created_at == null ? null : toDate(r.user_created_at),
-        hasReceipt: r.has_receipt === true,
-        consentScopes: r.consent_scopes == null ? null : parseTextArray(r.consent_scopes),
-        audited: r.audit_seq != null,
-        kyc:
-          r.kyc_status != null && r.user_id != null
-            ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
-            : undefined,
-      };
-    },
+    readAccess,
 
     /** Old windows are only history; drop them now and then. */
     async pruneRateWindows(before: Date): Promise<void> {
@@ -247,6 +252,29 @@ function toLedger(r: Record<string, unknown>): LedgerEntry {
     createdAt: r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at)),
     updatedAt: r.updated_at instanceof Date ? r.updated_at : new Date(String(r.updated_at)),
   };
+}
+
+function toAccessRow(r: Record<string, unknown>): AccessRow {
+  return {
+    partnerId: String(r.partner_id),
+    partnerStatus: String(r.partner_status),
+    rateCount: Number(r.rate_count),
+    userExists: r.user_id != null,
+    userStatus: r.user_status == null ? null : String(r.user_status),
+    userCreatedAt: r.user_created_at == null ? null : toDate(r.user_created_at),
+    hasReceipt: r.has_receipt === true,
+    consentScopes: r.consent_scopes == null ? null : parseTextArray(r.consent_scopes),
+    audited: r.audited === true,
+    kyc:
+      r.kyc_status != null && r.user_id != null
+        ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
+        : undefined,
+  };
+}
+
+/** A Postgres array literal of text elements (null for SQL NULL), for one array-typed parameter. */
+function pgArray(values: (string | null)[]): string {
+  return `{${values.map((v) => (v === null ? "NULL" : `"${v.replace(/[\\"]/g, "\\$&")}"`)).join(",")}}`;
 }
 
 function toDate(v: unknown): Date {

@@ -1,0 +1,78 @@
+/**
+ * Group commit: concurrent callers' items are sent to the database together, as one
+ * statement in one transaction, so a busy hot path pays one round trip and one WAL
+ * flush per batch rather than per request.
+ *
+ * Items submitted during one turn of the event loop are collected and flushed after it
+ * (setImmediate), so an idle service adds no wait. While `maxInFlight` batches are
+ * running, new items queue and leave with the next batch as soon as one returns; a
+ * batch holds at most `maxBatch` items. The queue holds only items whose callers are
+ * awaiting them, so it is bounded by the requests in flight.
+ *
+ * When a batch of several items fails, each item is retried on its own, so one item the
+ * database refuses cannot fail the others; a batch that fails whole rolled back whole,
+ * so the retry repeats nothing.
+ */
+export interface GroupCommitOptions {
+  maxBatch: number;
+  maxInFlight: number;
+}
+
+interface Pending<I, O> {
+  item: I;
+  resolve: (value: O) => void;
+  reject: (err: unknown) => void;
+}
+
+export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, options: GroupCommitOptions): (item: I) => Promise<O> {
+  let queue: Pending<I, O>[] = [];
+  let inFlight = 0;
+  let scheduled = false;
+
+  function settle(batch: Pending<I, O>[], outs: O[]) {
+    if (outs.length !== batch.length) throw new Error(`group commit: ${outs.length} results for ${batch.length} items`);
+    batch.forEach((p, i) => p.resolve(outs[i]!));
+  }
+
+  async function runBatch(batch: Pending<I, O>[]) {
+    try {
+      settle(batch, await run(batch.map((p) => p.item)));
+    } catch (err) {
+      if (batch.length === 1) {
+        batch[0]!.reject(err);
+        return;
+      }
+      await Promise.all(
+        batch.map(async (p) => {
+          try {
+            settle([p], await run([p.item]));
+          } catch (itemErr) {
+            p.reject(itemErr);
+          }
+        }),
+      );
+    }
+  }
+
+  function pump() {
+    scheduled = false;
+    while (inFlight < options.maxInFlight && queue.length > 0) {
+      const batch = queue.length <= options.maxBatch ? queue : queue.slice(0, options.maxBatch);
+      queue = queue.length <= options.maxBatch ? [] : queue.slice(options.maxBatch);
+      inFlight++;
+      void runBatch(batch).finally(() => {
+        inFlight--;
+        if (queue.length > 0 && !scheduled) pump();
+      });
+    }
+  }
+
+  return (item: I) =>
+    new Promise<O>((resolve, reject) => {
+      queue.push({ item, resolve, reject });
+      if (!scheduled && inFlight < options.maxInFlight) {
+        scheduled = true;
+        setImmediate(pump);
+      }
+    });
+}

@@ -1,0 +1,56 @@
+import { expect } from "chai";
+import { createGroupCommit } from "../../core/db/group-commit.js";
+
+describe("group commit (core/db/group-commit.ts)", () => {
+  it("sends the items of one event-loop turn together and answers each caller with its own result", async () => {
+    const batches: number[][] = [];
+    const submit = createGroupCommit<number, number>(
+      async (items) => {
+        batches.push(items);
+        return items.map((i) => i * 10);
+      },
+      { maxBatch: 100, maxInFlight: 2 },
+    );
+    const results = await Promise.all([1, 2, 3, 4, 5].map(submit));
+    expect(results).to.deep.equal([10, 20, 30, 40, 50]);
+    expect(batches).to.deep.equal([[1, 2, 3, 4, 5]]);
+  });
+
+  it("keeps at most maxInFlight batches running and at most maxBatch items in one; the rest leave as batches return", async () => {
+    let running = 0;
+    let peak = 0;
+    const sizes: number[] = [];
+    const submit = createGroupCommit<number, number>(
+      async (items) => {
+        running++;
+        peak = Math.max(peak, running);
+        sizes.push(items.length);
+        await new Promise((r) => setTimeout(r, 5));
+        running--;
+        return items;
+      },
+      { maxBatch: 3, maxInFlight: 2 },
+    );
+    const results = await Promise.all(Array.from({ length: 10 }, (_, i) => submit(i)));
+    expect(results).to.deep.equal(Array.from({ length: 10 }, (_, i) => i));
+    expect(peak).to.equal(2);
+    expect(Math.max(...sizes)).to.equal(3);
+    expect(sizes.reduce((a, b) => a + b, 0)).to.equal(10);
+  });
+
+  it("retries a failed batch item by item, so only the item the database refuses fails", async () => {
+    const calls: number[][] = [];
+    const submit = createGroupCommit<number, number>(
+      async (items) => {
+        calls.push(items);
+        if (items.includes(3)) throw new Error("refused");
+        return items;
+      },
+      { maxBatch: 100, maxInFlight: 1 },
+    );
+    const settled = await Promise.allSettled([1, 2, 3, 4].map(submit));
+    expect(settled.map((s) => s.status)).to.deep.equal(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect(calls[0]).to.deep.equal([1, 2, 3, 4]);
+    expect(calls.slice(1).map((c) => c.length)).to.deep.equal([1, 1, 1, 1]);
+  });
+});
