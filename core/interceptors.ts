@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { getOption } from "@bufbuild/protobuf";
+import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
@@ -46,8 +46,15 @@ function requestContext(logger: Logger): Interceptor {
 
 /** admin_only RPCs need `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
 function adminAuth(adminToken: string | undefined): Interceptor {
+  // getOption decodes the method's options on every call; the answer never changes.
+  const adminOnly = new WeakMap<DescMethod, boolean>();
+  const isAdminOnly = (method: DescMethod) => {
+    let v = adminOnly.get(method);
+    if (v === undefined) adminOnly.set(method, (v = getOption(method, admin_only)));
+    return v;
+  };
   return (next) => async (req) => {
-    if (getOption(req.method, admin_only)) {
+    if (isAdminOnly(req.method)) {
       const header = req.header.get("authorization") ?? "";
       const presented = header.startsWith("Bearer ") ? header.slice(7) : "";
       if (!adminToken || !presented || !constantTimeEqual(presented, adminToken)) {
