@@ -7,6 +7,7 @@ import * as m0004 from "./migrations/0004-treasury.js";
 import * as m0005 from "./migrations/0005-grants.js";
 import * as m0006 from "./migrations/0006-budgets.js";
 import * as m0007 from "./migrations/0007-grants-perf.js";
+import * as m0010 from "./migrations/0010-approval-decline.js";
 
 interface Migration {
   name: string;
@@ -23,6 +24,7 @@ const migrations: Migration[] = [
   { name: "0005-grants", ...m0005 },
   { name: "0006-budgets", ...m0006 },
   { name: "0007-grants-perf", ...m0007 },
+  { name: "0010-approval-decline", ...m0010 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
