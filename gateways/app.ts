@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import { STATUS_CODES } from "node:http";
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
@@ -7,6 +8,7 @@ import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
+import { isPagePath, sendBadUrlPage } from "./web/bad-url.js";
 import type { PublicUrls } from "./shared/public-urls.js";
 
 export interface GatewayOptions {
@@ -29,6 +31,12 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // The smallest limit any route allows; routes raise it where the contract does.
     bodyLimit: 64 * 1024,
     return503OnClosing: true,
+    // Router refusals (malformed percent-encoding, over-long parameter) happen before any
+    // plugin: pages get an HTML page, every other path fastify's own JSON as before.
+    frameworkErrors: (err, request, reply) => {
+      if (options.urls && isPagePath(request.url)) return sendBadUrlPage(err, request, reply);
+      return sendFrameworkJson(err, request, reply);
+    },
   });
 
   app.addHook("onRequest", async (request, reply) => {
@@ -48,4 +56,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });
   return app;
+}
+
+/** The body fastify itself sends for a router refusal when `frameworkErrors` is unset. */
+function sendFrameworkJson(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const statusCode = err.statusCode ?? 400;
+  reply.header("x-request-id", request.id);
+  return reply.code(statusCode).send({ error: STATUS_CODES[statusCode], code: err.code, message: err.message, statusCode });
 }

@@ -100,7 +100,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       agentPrincipalId: b.agentPrincipalId,
       vaultId: b.vaultId,
       policyVersion: BigInt(b.policyVersion),
-      status: b.status === "active" ? BudgetStatus.ACTIVE : BudgetStatus.DRAFT,
+      status: b.status === "active" ? BudgetStatus.ACTIVE : b.status === "declined" ? BudgetStatus.DECLINED : BudgetStatus.DRAFT,
       createdAt: timestampFromDate(b.createdAt),
       displayName: b.params.displayName,
       limits: {
@@ -122,7 +122,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   }
 
   function paymentView(p: PaymentRecord): MessageInitShape<typeof PaymentSchema> {
-    const status = { pending_step_up: PaymentStatus.PENDING_STEP_UP, approved: PaymentStatus.APPROVED, completed: PaymentStatus.COMPLETED }[p.status];
+    const status = {
+      pending_step_up: PaymentStatus.PENDING_STEP_UP,
+      approved: PaymentStatus.APPROVED,
+      completed: PaymentStatus.COMPLETED,
+      declined: PaymentStatus.DECLINED,
+    }[p.status];
     return {
       paymentId: p.id,
       vaultId: p.vaultId,
@@ -131,7 +136,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       currency: p.currency,
       counterparty: { address: p.address, chain: p.chain, token: p.token },
       createdAt: timestampFromDate(p.createdAt),
-      stepUpUrl: p.status === "completed" ? "" : stepUpUrl(p),
+      stepUpUrl: p.status === "completed" || p.status === "declined" ? "" : stepUpUrl(p),
       agentPrincipalId: p.agentPrincipalId ?? "",
     };
   }
@@ -309,6 +314,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (existing) {
         if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
         if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
+        // spec 2.2 knows only draft and active; a declined budget is not reprovisioned under its key.
+        if (existing.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
         if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
       }
 
@@ -370,6 +377,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const budget = await db.transaction(async (trx) => {
         const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
         if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
+        if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
         if (b.status === "active") return b;
         await store.activatePolicy(trx, b.vaultId, now);
         const updated = await store.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
@@ -393,6 +401,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
         const prior = await store.findPayment(trx, vault.id, input.idempotencyKey);
         if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+        if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
         if (prior && prior.status !== "approved") return { payment: prior };
 
         const evaluation = evaluatePayment(
@@ -472,12 +481,44 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const payment = await db.transaction(async (trx) => {
         const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
         if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
+        if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
         if (p.status !== "pending_step_up") return p;
         const approved = await store.setPaymentStatus(trx, p.id, "approved", now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
         return approved;
       });
       return { payment: paymentView(payment) };
+    },
+
+    async declinePayment(req, ctx) {
+      const now = clock();
+      if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
+      const payment = await db.transaction(async (trx) => {
+        // The row lock orders a decline against a concurrent approval: one of them decides.
+        const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
+        if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
+        if (p.status === "declined") return p;
+        if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
+        const declined = await store.setPaymentStatus(trx, p.id, "declined", now);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
+        return declined;
+      });
+      return { payment: paymentView(payment) };
+    },
+
+    async declineBudget(req, ctx) {
+      const now = clock();
+      if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
+      const budget = await db.transaction(async (trx) => {
+        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
+        if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
+        if (b.status === "declined") return b;
+        if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
+        const declined = await store.updateBudget(trx, b.id, { status: "declined" }, now);
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
+        return declined;
+      });
+      return { budget: budgetView(budget) };
     },
 
     async listPendingApprovals(req) {

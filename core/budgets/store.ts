@@ -3,7 +3,7 @@ import type { Policy } from "./policy.js";
 
 type Conn = Knex | Knex.Transaction;
 
-export type BudgetStatusName = "provisioning" | "failed" | "cleanup_pending" | "draft" | "active";
+export type BudgetStatusName = "provisioning" | "failed" | "cleanup_pending" | "draft" | "active" | "declined";
 export type StepName = "vault" | "agent_principal" | "policy";
 export type StepState = "pending" | "done" | "failed" | "compensated" | "compensation_failed";
 
@@ -46,7 +46,7 @@ export interface VaultRecord {
   currency: string;
 }
 
-export type PaymentStatusName = "pending_step_up" | "approved" | "completed";
+export type PaymentStatusName = "pending_step_up" | "approved" | "completed" | "declined";
 
 export interface PaymentRecord {
   id: string;
@@ -139,8 +139,9 @@ export function createBudgetsStore() {
       return row ? toBudget(row) : undefined;
     },
 
+    /** The provisioned budget (draft, active or declined) of a child agent principal. */
     async findBudgetByAgent(conn: Conn, agentPrincipalId: string, lock = false): Promise<BudgetRecord | undefined> {
-      const q = conn("budgets").where({ agent_principal_id: agentPrincipalId }).whereIn("status", ["draft", "active"]).first();
+      const q = conn("budgets").where({ agent_principal_id: agentPrincipalId }).whereIn("status", ["draft", "active", "declined"]).first();
       const row = lock ? await q.forUpdate() : await q;
       return row ? toBudget(row) : undefined;
     },
@@ -311,6 +312,7 @@ export function createBudgetsStore() {
       const patch: Record<string, unknown> = { status };
       if (status === "approved") patch.approved_at = at;
       if (status === "completed") patch.completed_at = at;
+      if (status === "declined") patch.declined_at = at;
       const [row] = await conn("agent_payments").where({ id }).update(patch).returning("*");
       return toPayment(row);
     },

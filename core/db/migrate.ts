@@ -8,6 +8,7 @@ import * as m0005 from "./migrations/0005-grants.js";
 import * as m0006 from "./migrations/0006-budgets.js";
 import * as m0007 from "./migrations/0007-grants-perf.js";
 import * as m0008 from "./migrations/0008-partner-access-batch.js";
+import * as m0010 from "./migrations/0010-approval-decline.js";
 
 interface Migration {
   name: string;
@@ -25,6 +26,7 @@ const migrations: Migration[] = [
   { name: "0006-budgets", ...m0006 },
   { name: "0007-grants-perf", ...m0007 },
   { name: "0008-partner-access-batch", ...m0008 },
+  { name: "0010-approval-decline", ...m0010 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -324,9 +324,13 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         // The row lock orders concurrent refreshes of one token: the second sees the
         // first's successor and gets the same pair (no second lineage).
         const g = req.refreshToken ? await store.lockGrantByRefresh(trx, hash) : undefined;
-        if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const };
+        if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const, why: "unknown refresh token" };
+        // RFC 6749 5.2 invalid_grant: nothing is issued for an account that is no longer
+        // active; the token is not used up, so it works again if the account is reactivated.
+        const userActive = (await store.findUser(trx, g.userId))?.status === "active";
         if (g.state === "active" && !g.refreshUsedAt) {
-          if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const };
+          if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
+          if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
           const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id });
           await store.supersede(trx, g.id, next.id, now, true);
           await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: next.id });
@@ -335,16 +339,18 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         if (g.refreshUsedAt && g.successorId && now.getTime() - g.refreshUsedAt.getTime() <= deps.refreshGraceSeconds * 1000) {
           const successor = await store.lockGrant(trx, g.successorId);
           // A retry of a lost response: hand back the same pair while nothing moved on.
-          if (successor && successor.state === "active" && !successor.refreshUsedAt) return { kind: "issued" as const, grant: successor };
+          if (successor && successor.state === "active" && !successor.refreshUsedAt) {
+            return userActive ? { kind: "issued" as const, grant: successor } : { kind: "invalid" as const, why: "user inactive" };
+          }
         }
         if (g.refreshUsedAt) {
           // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage.
           await store.revokeLineage(trx, g.lineageId, now, "refresh_reuse");
           await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh_reuse", subject: g.lineageId, outcome: "failure", reason: "refresh_reuse" });
         }
-        return { kind: "invalid" as const };
+        return { kind: "invalid" as const, why: "refresh token no longer valid" };
       });
-      if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked");
+      if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
       return { token: signToken(outcome.grant) };
     },
 
@@ -479,6 +485,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         for (const resource of req.resources) {
           if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
         }
+        // RFC 6749 5.2 invalid_grant for an account that is no longer active; the code is not consumed.
+        if ((await store.findUser(trx, c.userId))?.status !== "active") return { kind: "invalid" as const, why: "user inactive" };
         const g = await insertGrant(trx, {
           userId: c.userId,
           clientId: client.clientId,

@@ -212,7 +212,8 @@ export function createGrantsStore(db: Db) {
 
     /**
      * The common case of a code exchange in one statement: consumes a code that is unused,
-     * unexpired and matches client, redirect URI and PKCE challenge, inserts its grant and
+     * unexpired, matches client, redirect URI and PKCE challenge and belongs to an active
+     * user (a primary-key probe in the same statement), inserts its grant and
      * appends the audit record. One statement is atomic on its own (all three writes
      * commit or none does), so it needs no BEGIN/COMMIT round trips. Undefined when any
      * condition fails (nothing is written; the caller then inspects the code under a lock).
@@ -227,6 +228,7 @@ export function createGrantsStore(db: Db) {
            UPDATE authorization_codes SET consumed_at = :now, grant_id = :grantId
             WHERE code_hash = :codeHash AND consumed_at IS NULL AND client_id = :clientId
               AND redirect_uri = :redirectUri AND code_challenge = :codeChallenge AND expires_at > :now
+              AND EXISTS (SELECT 1 FROM users u WHERE u.id = authorization_codes.user_id AND u.status = 'active')
            RETURNING *
          ), g AS (
            INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
@@ -242,10 +244,10 @@ export function createGrantsStore(db: Db) {
     },
 
     /**
-     * The common case of a refresh in one statement: supersedes an active grant whose refresh
-     * token is unused, issues its successor in the same lineage and appends the audit record
+     * The common case of a refresh in one statement: supersedes an active grant of an active
+     * user whose refresh token is unused, issues its successor in the same lineage and appends the audit record
      * (atomic as one statement, no BEGIN/COMMIT). Undefined otherwise (reuse, grace retry,
-     * revoked, other client; nothing is written): the caller decides under a row lock.
+     * revoked, other client, inactive user; nothing is written): the caller decides under a row lock.
      */
     async rotateRefreshFast(
       conn: Conn,
@@ -257,6 +259,7 @@ export function createGrantsStore(db: Db) {
            UPDATE grants SET state = 'superseded', refresh_used_at = :now, successor_id = :grantId, state_changed_at = :now, state_reason = 'refresh'
             WHERE refresh_hash = :refreshHash AND state = 'active' AND refresh_used_at IS NULL
               AND coalesce(client_id, '') = :clientId AND issued_at > :issuedAfter
+              AND EXISTS (SELECT 1 FROM users u WHERE u.id = grants.user_id AND u.status = 'active')
            RETURNING *
          ), g AS (
            INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,

@@ -46,7 +46,9 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     const status = (err as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
       const registration = request.url.startsWith("/oauth2/register");
-      return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description: "malformed request" });
+      // RFC 6749 5.2 / RFC 7591 3.2.2 define no 413: an oversized body is a 400 that says so.
+      const description = (err as { code?: string }).code === "FST_ERR_CTP_BODY_TOO_LARGE" ? "request body too large" : "malformed request";
+      return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description });
     }
     const e = oauthErrorFrom(err);
     if (e.status >= 500) request.log.error({ err }, "oauth endpoint failure");

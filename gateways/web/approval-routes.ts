@@ -70,19 +70,24 @@ function paymentWords(p: Payment, agentName: string): Html {
   return html`A payment of <strong>${money(p.amountCents, p.currency)}</strong>${c ? html` in ${c.token} on <strong>${c.chain}</strong> to <code>${c.address}</code>` : ""}, requested by <strong>${agentName}</strong>.`;
 }
 
-/** The dashboard's "Pending approvals" card. */
-export function pendingSection(pending: PendingApprovals): Html {
+/** A CSRF-protected Decline button (no step-up: declining only takes a possibility away). */
+function declineForm(action: string, csrf: string, label: string): Html {
+  return html`<form method="post" action="${action}"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="secondary">${label}</button></form>`;
+}
+
+/** The dashboard's "Pending approvals" card, each item with its review link and a Decline button. */
+export function pendingSection(pending: PendingApprovals, csrf: string): Html {
   if (pending.budgets.length === 0 && pending.payments.length === 0) {
     return html`<section class="card"><p class="muted">Nothing is waiting for your approval.</p></section>`;
   }
   const payments = pending.payments.map(
     (p) => html`<li><p>${paymentWords(p, pending.agentName(p.agentPrincipalId))}<br><span class="muted">Asked ${p.createdAt ? day(p.createdAt) : ""}</span></p>
-      <p><a href="${paymentPath(p.paymentId)}">Review payment</a></p></li>`,
+      <p><a href="${paymentPath(p.paymentId)}">Review payment</a></p>${declineForm(`${paymentPath(p.paymentId)}/decline`, csrf, "Decline payment")}</li>`,
   );
   const budgets = pending.budgets.map(
     (b) => html`<li><p><strong>${pending.agentName(b.agentPrincipalId)}</strong>: a new budget waiting to be activated.</p>
       <ul>${limitWords(b).map((w) => html`<li>${w}</li>`)}</ul>
-      <p><a href="${budgetPath(b.agentPrincipalId)}">Review budget</a></p></li>`,
+      <p><a href="${budgetPath(b.agentPrincipalId)}">Review budget</a></p>${declineForm(`${budgetPath(b.agentPrincipalId)}/decline`, csrf, "Decline budget")}</li>`,
   );
   return html`${payments.length ? html`<section class="card"><h3>Payments</h3><ul>${payments}</ul></section>` : ""}
     ${budgets.length ? html`<section class="card"><h3>Budgets</h3><ul>${budgets}</ul></section>` : ""}`;
@@ -148,7 +153,11 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
         <input type="hidden" name="csrf" value="${csrf}">
         <button type="submit">Approve payment</button>
       </form>
-      <p class="muted">Not expected? Don't approve it; you can revoke the agent's access from <a href="/dashboard/agents">your agents</a>.</p>`,
+      <form class="card" method="post" action="${here}/decline">
+        <p>Not expected? Decline it: it will never be paid, and the agent's repeated request is refused. You can also revoke the agent's access from <a href="/dashboard/agents">your agents</a>.</p>
+        <input type="hidden" name="csrf" value="${csrf}">
+        <button type="submit" class="secondary">Decline payment</button>
+      </form>`,
       { email: current.session.email, csrf },
     );
   });
@@ -168,6 +177,39 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
         throw err;
       });
     return approve(reply, here, call, "/dashboard/agents?done=payment-approved");
+  });
+
+  /**
+   * Declining needs the session and the CSRF token but no step-up (it only takes a
+   * possibility away). Core makes it idempotent; anything not pending is the 404 page.
+   */
+  async function decline(request: FastifyRequest, reply: FastifyReply, what: "payment" | "budget", id: string, call: (current: Current) => Promise<unknown>) {
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    if (!UUID.test(id)) throw nothing(what);
+    const current = await signedIn(request, reply, what === "payment" ? paymentPath(id) : budgetPath(id));
+    if (!current) return reply;
+    try {
+      await call(current);
+    } catch (err) {
+      if (reasonOf(err) === Reason.NOT_FOUND) throw nothing(what);
+      throw err;
+    }
+    return reply.redirect(`/dashboard/agents?done=${what}-declined`, 303);
+  }
+
+  app.post("/dashboard/approvals/payments/:paymentId/decline", async (request, reply) => {
+    const { paymentId } = request.params as { paymentId: string };
+    return decline(request, reply, "payment", paymentId, (current) =>
+      ctx.budgets.declinePayment({ userId: current.session.userId, paymentId }, ctx.rpc(request)),
+    );
+  });
+
+  app.post("/dashboard/approvals/budgets/:agentId/decline", async (request, reply) => {
+    const { agentId } = request.params as { agentId: string };
+    return decline(request, reply, "budget", agentId, (current) =>
+      ctx.budgets.declineBudget({ userId: current.session.userId, agentPrincipalId: agentId }, ctx.rpc(request)),
+    );
   });
 
   app.get("/dashboard/approvals/budgets/:agentId", async (request, reply) => {
@@ -194,6 +236,11 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
         ${stepUpNote(current.session)}
         <input type="hidden" name="csrf" value="${csrf}">
         <button type="submit">Activate budget</button>
+      </form>
+      <form class="card" method="post" action="${here}/decline">
+        <p>Don't want it? Decline it: the budget can never be activated or spend anything.</p>
+        <input type="hidden" name="csrf" value="${csrf}">
+        <button type="submit" class="secondary">Decline budget</button>
       </form>
       <p><a href="/dashboard/agents">All agents</a></p>`,
       { email: current.session.email, csrf },

@@ -13,6 +13,8 @@ const NOTICES: Record<string, string> = {
   killed: "Every grant was revoked. All agents have lost access.",
   "payment-approved": "The payment was approved. It completes when the agent repeats its request.",
   "budget-activated": "The budget is active. Its agent can now spend within its limits.",
+  "payment-declined": "The payment was declined. It will not be paid.",
+  "budget-declined": "The budget was declined. It can never be activated.",
 };
 
 const when = (unixSeconds: bigint) => new Date(Number(unixSeconds) * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
@@ -59,7 +61,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       html`${notice(request)}
       <section class="card">${list}</section>
       <h2>Pending approvals</h2>
-      ${pendingSection(pending)}
+      ${pendingSection(pending, csrf)}
       <h2>Kill switch</h2>
       <form class="card" method="post" action="/dashboard/kill-switch">
         <p>Revoke every grant of every agent at once. Agents must ask again.</p>
@@ -80,6 +82,9 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     const csrf = ctx.csrfToken(request, reply);
     const { agent } = await ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request));
     const a = agent!;
+    // DESIGN 4.2: this agent's own pending approvals, with the same review links and Decline buttons.
+    const all = await loadPending(ctx, request, current);
+    const mine = { ...all, payments: all.payments.filter((p) => p.agentPrincipalId === a.agentId), budgets: all.budgets.filter((b) => b.agentPrincipalId === a.agentId) };
     const active = a.grants.filter((g) => g.state === "active");
     const past = a.grants.filter((g) => g.state !== "active").slice(0, 20);
     const row = (g: GrantSummary, revoke: boolean) =>
@@ -97,6 +102,8 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       <h2>Active grants</h2>
       <section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>
       ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}
+      <h2>Pending approvals</h2>
+      ${pendingSection(mine, csrf)}
       <p><a href="/dashboard/agents">All agents</a></p>`,
       { email: current.session.email, csrf },
     );

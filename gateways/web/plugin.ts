@@ -35,6 +35,33 @@ export class PageError extends Error {
   }
 }
 
+/** The words of the 400 page for an address that is not valid percent-encoding. */
+export const BAD_ADDRESS = {
+  title: "Something is wrong with this request",
+  detail: "The address contains characters that are not allowed. Check the link, or start again from your dashboard.",
+};
+
+/** Headers of every page: no caching, no framing, no scripts, no referrer. */
+export function setPageHeaders(reply: FastifyReply): void {
+  reply.header("cache-control", "no-store");
+  // No referrer: the consent URL carries state and the redirect carries the code.
+  reply.header("referrer-policy", "no-referrer");
+  reply.header("x-frame-options", "DENY");
+  reply.header("content-security-policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'");
+}
+
+/** True when the query of `url` (if any) is valid percent-encoded UTF-8 (RFC 3986 2.1). */
+export function wellFormedQuery(url: string): boolean {
+  const q = url.indexOf("?");
+  if (q === -1) return true;
+  try {
+    decodeURIComponent(url.slice(q + 1));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Reason -> page; `undefined` renders the generic 500 page. Exhaustive, so a new Reason is a compile error. */
 const GENERIC = undefined;
 const pageTable = {
@@ -103,11 +130,12 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
 
   app.addHook("onSend", async (_request, reply) => {
-    reply.header("cache-control", "no-store");
-    // No referrer: the consent URL carries state and the redirect carries the code.
-    reply.header("referrer-policy", "no-referrer");
-    reply.header("x-frame-options", "DENY");
-    reply.header("content-security-policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'");
+    setPageHeaders(reply);
+  });
+  // A query that is not percent-encoded UTF-8 cannot be read reliably (fastify's parser
+  // and URLSearchParams both guess), so no parameter of it is trusted: a 400 page.
+  app.addHook("onRequest", async (request) => {
+    if (!wellFormedQuery(request.url)) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
   });
 
   const cookie = (name: string, value: string, maxAge: number) =>

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSKmAQoMR3JhbnRDb250ZXh0EhAKCGdyYW50X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIPCgdzdGVwX3VwGAYgASgIEhEKCWF1dGhfdGltZRgHIAEoAxIRCgljbGllbnRfaWQYCCABKAki3gMKE0NyZWF0ZUJ1ZGdldFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIo8CCgZCdWRnZXQSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhYKDnBvbGljeV92ZXJzaW9uGAMgASgDEjIKBnN0YXR1cxgEIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglidWRnZXRfaWQYBiABKAkSFAoMZGlzcGxheV9uYW1lGAcgASgJEjIKBmxpbWl0cxgIIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cyKHAwoMQnVkZ2V0TGltaXRzEg8KB3B1cnBvc2UYASABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYAiABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYAyABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAQgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYBSABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYBiADKAkSMwoPdGltZV93aW5kb3dfZW5kGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghjdXJyZW5jeRgIIAEoCUIaChhfYW1vdW50X2NhcF9jZW50c19wZXJfdHhCGwoZX2Ftb3VudF9jYXBfY2VudHNfcGVyX2RheUIcChpfYW1vdW50X2NhcF9jZW50c19saWZldGltZUIXChVfc3RlcF91cF9hbW91bnRfY2VudHMiRAoUQ3JlYXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Il8KFUFjdGl2YXRlQnVkZ2V0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgCIAEoCRIZChFzdGVwX3VwX2F1dGhfdGltZRgDIAEoAyJGChZBY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCI9CgxDb3VudGVycGFydHkSDwoHYWRkcmVzcxgBIAEoCRINCgVjaGFpbhgCIAEoCRINCgV0b2tlbhgDIAEoCSKLAQoOUGF5bWVudFJlcXVlc3QSOAoMY291bnRlcnBhcnR5GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5EhQKDGFtb3VudF9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkiggEKFkluaXRpYXRlUGF5bWVudFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSNQoHcGF5bWVudBgCIAEoCzIkLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRSZXF1ZXN0IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCKCAQoWU2ltdWxhdGVQYXltZW50UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3QiWQoXU2ltdWxhdGVQYXltZW50UmVzcG9uc2USMAoIZGVjaXNpb24YASABKA4yHi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNpc2lvbhIMCgRydWxlGAIgASgJIlcKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSGQoRc3RlcF91cF9hdXRoX3RpbWUYAyABKAMiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCIuChtMaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSKMAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkYKEUdldEJhbGFuY2VSZXF1ZXN0EjEKBWdyYW50GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRDb250ZXh0Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJIngKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkSDQoFbGltaXQYBCABKA0ilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0qYAoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAiqOAQoNUGF5bWVudFN0YXR1cxIeChpQQVlNRU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEiIKHlBBWU1FTlRfU1RBVFVTX1BFTkRJTkdfU1RFUF9VUBABEhsKF1BBWU1FTlRfU1RBVFVTX0FQUFJPVkVEEAISHAoYUEFZTUVOVF9TVEFUVVNfQ09NUExFVEVEEAMqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMtsICg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEn0KFExpc3RQZW5kaW5nQXBwcm92YWxzEjEudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0GjIudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRJfCgpHZXRCYWxhbmNlEicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVzcG9uc2USawoOTGlzdEdyYW50QXVkaXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlc3BvbnNlEmIKCUZ1bmRWYXVsdBImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlcXVlc3QaJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXNwb25zZSIEiLUYARJ3ChBSZWFwUHJvdmlzaW9uaW5nEi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QaLi52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSKmAQoMR3JhbnRDb250ZXh0EhAKCGdyYW50X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIPCgdzdGVwX3VwGAYgASgIEhEKCWF1dGhfdGltZRgHIAEoAxIRCgljbGllbnRfaWQYCCABKAki3gMKE0NyZWF0ZUJ1ZGdldFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIo8CCgZCdWRnZXQSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhYKDnBvbGljeV92ZXJzaW9uGAMgASgDEjIKBnN0YXR1cxgEIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglidWRnZXRfaWQYBiABKAkSFAoMZGlzcGxheV9uYW1lGAcgASgJEjIKBmxpbWl0cxgIIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cyKHAwoMQnVkZ2V0TGltaXRzEg8KB3B1cnBvc2UYASABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYAiABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYAyABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAQgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYBSABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYBiADKAkSMwoPdGltZV93aW5kb3dfZW5kGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghjdXJyZW5jeRgIIAEoCUIaChhfYW1vdW50X2NhcF9jZW50c19wZXJfdHhCGwoZX2Ftb3VudF9jYXBfY2VudHNfcGVyX2RheUIcChpfYW1vdW50X2NhcF9jZW50c19saWZldGltZUIXChVfc3RlcF91cF9hbW91bnRfY2VudHMiRAoUQ3JlYXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Il8KFUFjdGl2YXRlQnVkZ2V0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgCIAEoCRIZChFzdGVwX3VwX2F1dGhfdGltZRgDIAEoAyJGChZBY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCI9CgxDb3VudGVycGFydHkSDwoHYWRkcmVzcxgBIAEoCRINCgVjaGFpbhgCIAEoCRINCgV0b2tlbhgDIAEoCSKLAQoOUGF5bWVudFJlcXVlc3QSOAoMY291bnRlcnBhcnR5GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5EhQKDGFtb3VudF9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkiggEKFkluaXRpYXRlUGF5bWVudFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSNQoHcGF5bWVudBgCIAEoCzIkLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRSZXF1ZXN0IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCKCAQoWU2ltdWxhdGVQYXltZW50UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3QiWQoXU2ltdWxhdGVQYXltZW50UmVzcG9uc2USMAoIZGVjaXNpb24YASABKA4yHi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNpc2lvbhIMCgRydWxlGAIgASgJIlcKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSGQoRc3RlcF91cF9hdXRoX3RpbWUYAyABKAMiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCI8ChVEZWNsaW5lUGF5bWVudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwYXltZW50X2lkGAIgASgJIkgKFkRlY2xpbmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiQwoURGVjbGluZUJ1ZGdldFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAkiRQoVRGVjbGluZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCIuChtMaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSKMAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkYKEUdldEJhbGFuY2VSZXF1ZXN0EjEKBWdyYW50GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRDb250ZXh0Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJIngKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkSDQoFbGltaXQYBCABKA0ilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0qfAoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAhIaChZCVURHRVRfU1RBVFVTX0RFQ0xJTkVEEAMqqwEKDVBheW1lbnRTdGF0dXMSHgoaUEFZTUVOVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIiCh5QQVlNRU5UX1NUQVRVU19QRU5ESU5HX1NURVBfVVAQARIbChdQQVlNRU5UX1NUQVRVU19BUFBST1ZFRBACEhwKGFBBWU1FTlRfU1RBVFVTX0NPTVBMRVRFRBADEhsKF1BBWU1FTlRfU1RBVFVTX0RFQ0xJTkVEEAQqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMrIKCg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEmsKDkRlY2xpbmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXNwb25zZRJoCg1EZWNsaW5lQnVkZ2V0EioudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlcXVlc3QaKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVzcG9uc2USfQoUTGlzdFBlbmRpbmdBcHByb3ZhbHMSMS52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QaMi52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEl8KCkdldEJhbGFuY2USJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXNwb25zZRJrCg5MaXN0R3JhbnRBdWRpdBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USYgoJRnVuZFZhdWx0EiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVxdWVzdBonLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlc3BvbnNlIgSItRgBEncKEFJlYXBQcm92aXNpb25pbmcSLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVxdWVzdBouLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * GrantContext is the verified grant a tool call runs under (GrantsService.AgentGrant).
@@ -558,6 +558,88 @@ export const ApprovePaymentResponseSchema: GenMessage<ApprovePaymentResponse> = 
   messageDesc(file_vaultgate_budgets_v1_budgets, 15);
 
 /**
+ * @generated from message vaultgate.budgets.v1.DeclinePaymentRequest
+ */
+export type DeclinePaymentRequest = Message<"vaultgate.budgets.v1.DeclinePaymentRequest"> & {
+  /**
+   * The dashboard's signed-in user; must own the payment.
+   *
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string payment_id = 2;
+   */
+  paymentId: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.DeclinePaymentRequest.
+ * Use `create(DeclinePaymentRequestSchema)` to create a new message.
+ */
+export const DeclinePaymentRequestSchema: GenMessage<DeclinePaymentRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
+
+/**
+ * @generated from message vaultgate.budgets.v1.DeclinePaymentResponse
+ */
+export type DeclinePaymentResponse = Message<"vaultgate.budgets.v1.DeclinePaymentResponse"> & {
+  /**
+   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
+   */
+  payment?: Payment | undefined;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.DeclinePaymentResponse.
+ * Use `create(DeclinePaymentResponseSchema)` to create a new message.
+ */
+export const DeclinePaymentResponseSchema: GenMessage<DeclinePaymentResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
+
+/**
+ * @generated from message vaultgate.budgets.v1.DeclineBudgetRequest
+ */
+export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRequest"> & {
+  /**
+   * The dashboard's signed-in user; must own the budget's vault.
+   *
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string agent_principal_id = 2;
+   */
+  agentPrincipalId: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.DeclineBudgetRequest.
+ * Use `create(DeclineBudgetRequestSchema)` to create a new message.
+ */
+export const DeclineBudgetRequestSchema: GenMessage<DeclineBudgetRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
+
+/**
+ * @generated from message vaultgate.budgets.v1.DeclineBudgetResponse
+ */
+export type DeclineBudgetResponse = Message<"vaultgate.budgets.v1.DeclineBudgetResponse"> & {
+  /**
+   * @generated from field: vaultgate.budgets.v1.Budget budget = 1;
+   */
+  budget?: Budget | undefined;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.DeclineBudgetResponse.
+ * Use `create(DeclineBudgetResponseSchema)` to create a new message.
+ */
+export const DeclineBudgetResponseSchema: GenMessage<DeclineBudgetResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
+
+/**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsRequest
  */
 export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPendingApprovalsRequest"> & {
@@ -572,7 +654,7 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
  * Use `create(ListPendingApprovalsRequestSchema)` to create a new message.
  */
 export const ListPendingApprovalsRequestSchema: GenMessage<ListPendingApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsResponse
@@ -594,7 +676,7 @@ export type ListPendingApprovalsResponse = Message<"vaultgate.budgets.v1.ListPen
  * Use `create(ListPendingApprovalsResponseSchema)` to create a new message.
  */
 export const ListPendingApprovalsResponseSchema: GenMessage<ListPendingApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceRequest
@@ -611,7 +693,7 @@ export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"
  * Use `create(GetBalanceRequestSchema)` to create a new message.
  */
 export const GetBalanceRequestSchema: GenMessage<GetBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceResponse
@@ -638,7 +720,7 @@ export type GetBalanceResponse = Message<"vaultgate.budgets.v1.GetBalanceRespons
  * Use `create(GetBalanceResponseSchema)` to create a new message.
  */
 export const GetBalanceResponseSchema: GenMessage<GetBalanceResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditRequest
@@ -670,7 +752,7 @@ export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAudit
  * Use `create(ListGrantAuditRequestSchema)` to create a new message.
  */
 export const ListGrantAuditRequestSchema: GenMessage<ListGrantAuditRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
 
 /**
  * @generated from message vaultgate.budgets.v1.GrantAuditRecord
@@ -712,7 +794,7 @@ export type GrantAuditRecord = Message<"vaultgate.budgets.v1.GrantAuditRecord"> 
  * Use `create(GrantAuditRecordSchema)` to create a new message.
  */
 export const GrantAuditRecordSchema: GenMessage<GrantAuditRecord> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditResponse
@@ -741,7 +823,7 @@ export type ListGrantAuditResponse = Message<"vaultgate.budgets.v1.ListGrantAudi
  * Use `create(ListGrantAuditResponseSchema)` to create a new message.
  */
 export const ListGrantAuditResponseSchema: GenMessage<ListGrantAuditResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultRequest
@@ -763,7 +845,7 @@ export type FundVaultRequest = Message<"vaultgate.budgets.v1.FundVaultRequest"> 
  * Use `create(FundVaultRequestSchema)` to create a new message.
  */
 export const FundVaultRequestSchema: GenMessage<FundVaultRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultResponse
@@ -790,7 +872,7 @@ export type FundVaultResponse = Message<"vaultgate.budgets.v1.FundVaultResponse"
  * Use `create(FundVaultResponseSchema)` to create a new message.
  */
 export const FundVaultResponseSchema: GenMessage<FundVaultResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningRequest
@@ -803,7 +885,7 @@ export type ReapProvisioningRequest = Message<"vaultgate.budgets.v1.ReapProvisio
  * Use `create(ReapProvisioningRequestSchema)` to create a new message.
  */
 export const ReapProvisioningRequestSchema: GenMessage<ReapProvisioningRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningResponse
@@ -822,7 +904,7 @@ export type ReapProvisioningResponse = Message<"vaultgate.budgets.v1.ReapProvisi
  * Use `create(ReapProvisioningResponseSchema)` to create a new message.
  */
 export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 30);
 
 /**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus
@@ -842,6 +924,13 @@ export enum BudgetStatus {
    * @generated from enum value: BUDGET_STATUS_ACTIVE = 2;
    */
   ACTIVE = 2,
+
+  /**
+   * The owner declined the draft on the dashboard; it never becomes active.
+   *
+   * @generated from enum value: BUDGET_STATUS_DECLINED = 3;
+   */
+  DECLINED = 3,
 }
 
 /**
@@ -873,6 +962,13 @@ export enum PaymentStatus {
    * @generated from enum value: PAYMENT_STATUS_COMPLETED = 3;
    */
   COMPLETED = 3,
+
+  /**
+   * The owner declined the pending payment; it is never paid.
+   *
+   * @generated from enum value: PAYMENT_STATUS_DECLINED = 4;
+   */
+  DECLINED = 4,
 }
 
 /**
@@ -971,6 +1067,29 @@ export const BudgetsService: GenService<{
     methodKind: "unary";
     input: typeof ApprovePaymentRequestSchema;
     output: typeof ApprovePaymentResponseSchema;
+  },
+  /**
+   * DeclinePayment records the vault owner's refusal of a pending payment: it becomes
+   * DECLINED and can no longer be approved or completed. No step-up is needed (it only
+   * takes a possibility away). Idempotent: declining a declined payment returns it.
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.DeclinePayment
+   */
+  declinePayment: {
+    methodKind: "unary";
+    input: typeof DeclinePaymentRequestSchema;
+    output: typeof DeclinePaymentResponseSchema;
+  },
+  /**
+   * DeclineBudget records the vault owner's refusal of a draft budget: it becomes
+   * DECLINED and can no longer be activated. Same rules as DeclinePayment.
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.DeclineBudget
+   */
+  declineBudget: {
+    methodKind: "unary";
+    input: typeof DeclineBudgetRequestSchema;
+    output: typeof DeclineBudgetResponseSchema;
   },
   /**
    * ListPendingApprovals lists a user's draft budgets and payments awaiting step-up.

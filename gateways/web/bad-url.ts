@@ -1,0 +1,30 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
+import { html, page } from "./html.js";
+import { BAD_ADDRESS, setPageHeaders } from "./plugin.js";
+
+/** Path prefixes served by the page surface (gateways/web): people, not programs, read these. */
+const PAGE_PREFIXES = ["/signin", "/stepup", "/signout", "/dashboard", "/oauth2/authorize"];
+
+/** True when `url` (raw, as received) belongs to a page route. */
+export function isPagePath(url: string): boolean {
+  return PAGE_PREFIXES.some((p) => url === p || url.startsWith(`${p}/`) || url.startsWith(`${p}?`));
+}
+
+/**
+ * fastify's `frameworkErrors` for page paths: the router refuses a path that is not valid
+ * percent-encoding (FST_ERR_BAD_URL) or has an over-long parameter
+ * (FST_ERR_MAX_PARAM_LENGTH) before any plugin, hook or error handler runs, so the page
+ * headers and the request id are set here.
+ */
+export function sendBadUrlPage(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const status = err.statusCode === 414 ? 414 : 400;
+  const title = status === 414 ? "This address is too long" : BAD_ADDRESS.title;
+  const detail = status === 414 ? "Check the link, or start again from your dashboard." : BAD_ADDRESS.detail;
+  reply.header("x-request-id", request.id);
+  reply.header("x-content-type-options", "nosniff");
+  setPageHeaders(reply);
+  return reply
+    .code(status)
+    .type("text/html; charset=utf-8")
+    .send(page(title, html`<div class="card error"><p>${detail}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
+}

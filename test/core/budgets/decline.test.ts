@@ -1,0 +1,83 @@
+import { expect } from "chai";
+import { randomUUID } from "node:crypto";
+import { Code } from "@connectrpc/connect";
+import { BudgetStatus, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { budgetParams, createOwner, grantFor, payment, rejection } from "../../support/budgets.js";
+
+/** BudgetsService.DeclinePayment / DeclineBudget (issue 5 gap, docs/agent-oauth.md "Decline"). */
+describe("BudgetsService declines", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack();
+  });
+  after(() => stack.close());
+
+  const now = () => BigInt(Math.floor(stack.clock().getTime() / 1000));
+
+  async function pendingPayment() {
+    const owner = await createOwner(stack);
+    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
+    await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
+    const child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
+    const p = payment({ amountCents: 7_000n });
+    const { payment: pending } = await stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child), payment: p });
+    expect(pending!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
+    return { owner, child, p, paymentId: pending!.paymentId };
+  }
+
+  it("a decline and an approval racing on one payment: exactly one decides", async () => {
+    for (let i = 0; i < 5; i++) {
+      const { owner, paymentId } = await pendingPayment();
+      const results = await Promise.allSettled([
+        stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId, stepUpAuthTime: now() }),
+        stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId }),
+      ]);
+      const decided = await stack.core.db("audit_records").whereIn("action", ["payments.approve", "payments.decline"]).where({ subject: paymentId });
+      expect(decided).to.have.length(1);
+      const row = await stack.core.db("agent_payments").where({ id: paymentId }).first();
+      expect(row.status).to.equal(decided[0].action === "payments.approve" ? "approved" : "declined");
+      expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
+    }
+  });
+
+  it("declining clears the step_up_url, is idempotent, and is NOT_FOUND once approved or for a stranger", async () => {
+    const { owner, child, p, paymentId } = await pendingPayment();
+    const stranger = await createOwner(stack);
+    expect((await rejection(stack.clients.budgets.declinePayment({ userId: stranger.userId, paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    expect((await rejection(stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const { payment: declined } = await stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId });
+    expect(declined!.status).to.equal(PaymentStatus.DECLINED);
+    expect(declined!.stepUpUrl).to.equal("");
+    expect((await stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId })).payment!.status).to.equal(PaymentStatus.DECLINED);
+    const row = await stack.core.db("agent_payments").where({ id: paymentId }).first();
+    expect(row.declined_at).to.not.equal(null);
+    const replay = await rejection(stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child), payment: p }));
+    expect([replay.code, replay.detail?.reason, replay.message]).to.deep.equal([Code.PermissionDenied, Reason.ACCESS_DENIED, "the vault owner declined this payment"]);
+    expect((await stack.clients.budgets.listPendingApprovals({ userId: owner.userId })).pendingPayments).to.have.length(0);
+
+    const other = await pendingPayment();
+    await stack.clients.budgets.approvePayment({ userId: other.owner.userId, paymentId: other.paymentId, stepUpAuthTime: now() });
+    expect((await rejection(stack.clients.budgets.declinePayment({ userId: other.owner.userId, paymentId: other.paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+  });
+
+  it("a declined draft budget cannot be activated; an active one cannot be declined", async () => {
+    const owner = await createOwner(stack);
+    const params = budgetParams();
+    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    expect(budget!.status).to.equal(BudgetStatus.DRAFT);
+    const req = { userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId };
+    expect((await rejection(stack.clients.budgets.declineBudget({ ...req, userId: randomUUID() }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
+    expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
+    expect(await stack.core.db("audit_records").where({ action: "agent.budget.decline", subject: budget!.agentPrincipalId })).to.have.length(1);
+    expect((await rejection(stack.clients.budgets.activateBudget({ ...req, stepUpAuthTime: now() }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const replay = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params }));
+    expect(replay.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+    expect((await stack.clients.budgets.listPendingApprovals({ userId: owner.userId })).draftBudgets).to.have.length(0);
+
+    const active = (await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true }), ...budgetParams() })).budget!;
+    expect((await rejection(stack.clients.budgets.declineBudget({ userId: owner.userId, agentPrincipalId: active.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+  });
+});
