@@ -8,7 +8,7 @@ import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
-import { isPagePath, sendBadUrlPage } from "./web/bad-url.js";
+import { isPagePath, sendBadUrlPage, sendPageNotFound } from "./web/bad-url.js";
 import type { PublicUrls } from "./shared/public-urls.js";
 
 export interface GatewayOptions {
@@ -42,6 +42,13 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.addHook("onRequest", async (request, reply) => {
     reply.header("x-request-id", request.id);
     reply.header("x-content-type-options", "nosniff");
+  });
+
+  // Unknown addresses: a page under the page prefixes, fastify's own JSON elsewhere (the
+  // partner and JSON-RPC surfaces answer their own prefixes in their own envelopes).
+  app.setNotFoundHandler((request, reply) => {
+    if (options.urls && isPagePath(request.url)) return sendPageNotFound(request, reply);
+    return reply.code(404).send({ message: `Route ${request.method}:${request.url} not found`, error: "Not Found", statusCode: 404 });
   });
 
   await app.register(wellKnownRoutes, { clients: options.clients });

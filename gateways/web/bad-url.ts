@@ -28,3 +28,14 @@ export function sendBadUrlPage(err: FastifyError, request: FastifyRequest, reply
     .type("text/html; charset=utf-8")
     .send(page(title, html`<div class="card error"><p>${detail}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
 }
+
+/** An unknown address under a page prefix: a page saying so, not fastify's JSON 404. */
+export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  reply.header("x-request-id", request.id);
+  reply.header("x-content-type-options", "nosniff");
+  setPageHeaders(reply);
+  return reply
+    .code(404)
+    .type("text/html; charset=utf-8")
+    .send(page("Page not found", html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
+}

@@ -107,6 +107,23 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
     }
   });
 
+  it("an unknown address under a page prefix -> HTML 404 page; elsewhere fastify's JSON 404", async () => {
+    for (const path of ["/dashboard/foo", "/dashboard/agents/x/y/z", "/signin/extra"]) {
+      const res = await fetch(stack.url + path, { redirect: "manual" });
+      const text = await res.text();
+      expect(res.status, path).to.equal(404);
+      expect(res.headers.get("content-type")).to.equal("text/html; charset=utf-8");
+      expect(res.headers.get("x-request-id")).to.match(UUID_RE);
+      expect(res.headers.get("content-security-policy")).to.include("default-src 'none'");
+      expect(text).to.include("<title>Page not found · Vaultgate</title>");
+      expect(text).to.not.include(path);
+    }
+    const api = await fetch(`${stack.url}/no-such-thing`);
+    expect(api.status).to.equal(404);
+    expect(api.headers.get("content-type")).to.match(/^application\/json/);
+    expect(await api.json()).to.deep.equal({ message: "Route GET:/no-such-thing not found", error: "Not Found", statusCode: 404 });
+  });
+
   it("well-formed queries are unaffected (+, %20, UTF-8)", async () => {
     const res = await fetch(`${stack.url}/signin?return_to=%2Fdashboard%2Fagents&x=a+b%20%C3%A9`, { redirect: "manual" });
     expect(res.status).to.equal(200);
