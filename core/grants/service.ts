@@ -306,7 +306,6 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (req.refreshToken) {
         const id = randomUUID();
         const rotated = await store.rotateRefreshFast(
-          db,
           {
             refreshHash: hash,
             clientId,
@@ -451,7 +450,6 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
         const id = randomUUID();
         const issued = await store.exchangeCodeFast(
-          db,
           {
             codeHash: sha256Hex(req.code),
             clientId: client.clientId,

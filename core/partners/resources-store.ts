@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
+import { pgArray } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -270,11 +271,6 @@ function toAccessRow(r: Record<string, unknown>): AccessRow {
         ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
         : undefined,
   };
-}
-
-/** A Postgres array literal of text elements (null for SQL NULL), for one array-typed parameter. */
-function pgArray(values: (string | null)[]): string {
-  return `{${values.map((v) => (v === null ? "NULL" : `"${v.replace(/[\\"]/g, "\\$&")}"`)).join(",")}}`;
 }
 
 function toDate(v: unknown): Date {

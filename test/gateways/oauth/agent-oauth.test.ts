@@ -307,6 +307,33 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect((await exchange({ code: b.code, code_verifier: b.verifier })).body.error).to.equal("invalid_grant");
     });
 
+    it("exchanges arriving together each get their own grant; one code sent several times at once issues once, then the replay revokes it", async () => {
+      const user = await createUser(stack);
+      const client = (await registerClient(stack)).body;
+      const jar = createJar(stack.url);
+      const codes: { code: string; verifier: string }[] = [];
+      for (let i = 0; i < 8; i++) {
+        const p = pkce();
+        const back = await authorize(stack, jar, user.email, { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: p.challenge, code_challenge_method: "S256", scope: "accounts:read", resource: urn(user.vaultId), state: "s" });
+        codes.push({ code: back.searchParams.get("code")!, verifier: p.verifier });
+      }
+      const exchange = (c: { code: string; verifier: string }) =>
+        postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: c.code, redirect_uri: REDIRECT, code_verifier: c.verifier, client_id: client.client_id, client_secret: client.client_secret });
+      // Seven different codes and the eighth three times, all in flight at once.
+      const results = await Promise.all([...codes.slice(0, 7), codes[7]!, codes[7]!, codes[7]!].map(exchange));
+      const distinct = results.slice(0, 7);
+      expect(distinct.map((r) => r.status)).to.deep.equal(new Array(7).fill(200));
+      expect(new Set(distinct.map((r) => r.body.jti)).size).to.equal(7);
+      for (const r of distinct) expect(await verifyReason(r.body.access_token as string)).to.equal("ok");
+      const same = results.slice(7);
+      expect(same.filter((r) => r.status === 200)).to.have.length(1);
+      expect(same.filter((r) => r.body.error === "invalid_grant")).to.have.length(2);
+      // RFC 6749 4.1.2: the replays revoked what the code had issued.
+      expect(await verifyReason(same.find((r) => r.status === 200)!.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);
+      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM audit_records WHERE action = 'oauth.code_exchange' AND actor = ?`, [`client:${client.client_id}`]);
+      expect(rows[0].n).to.equal(8);
+    });
+
     it("answers invalid_client with 401 and a Basic challenge; both methods at once is invalid_request", async () => {
       const client = (await registerClient(stack)).body;
       const bad = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: "vgr_x", client_id: client.client_id, client_secret: "wrong" });
