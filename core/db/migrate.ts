@@ -9,6 +9,7 @@ import * as m0006 from "./migrations/0006-budgets.js";
 import * as m0007 from "./migrations/0007-grants-perf.js";
 import * as m0008 from "./migrations/0008-partner-access-batch.js";
 import * as m0010 from "./migrations/0010-approval-decline.js";
+import * as m0011 from "./migrations/0011-token-batch-functions.js";
 
 interface Migration {
   name: string;
@@ -27,6 +28,7 @@ const migrations: Migration[] = [
   { name: "0007-grants-perf", ...m0007 },
   { name: "0008-partner-access-batch", ...m0008 },
   { name: "0010-approval-decline", ...m0010 },
+  { name: "0011-token-batch-functions", ...m0011 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

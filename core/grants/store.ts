@@ -108,17 +108,18 @@ export interface FastRefresh {
 const TOKEN_MAX_BATCH = 64;
 const TOKEN_MAX_IN_FLIGHT = 2;
 
-/** A batch's rows (each with its 1-based `batch_index`) as one result per item. */
-function byBatchIndex(count: number, rows: Record<string, unknown>[]): (GrantRecord | undefined)[] {
-  const out: (GrantRecord | undefined)[] = new Array(count).fill(undefined);
-  for (const r of rows) out[Number(r.batch_index) - 1] = toGrant(r);
-  return out;
+/** A batch's issued grants as one result per item: each item chose its new grant's id. */
+function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]): (GrantRecord | undefined)[] {
+  const issued = new Map<string, GrantRecord>();
+  for (const r of rows) issued.set(String(r.id), toGrant(r));
+  return items.map((i) => issued.get(i.grantId));
 }
 
 /** SQL for OAuth clients, codes, grants, sessions, one-time codes and the dev outbox. */
 export function createGrantsStore(db: Db) {
   // The token endpoint's two hot statements, group-committed (core/db/group-commit.ts):
   // requests that arrive together share one statement, one round trip and one commit.
+  // The statements are PL/pgSQL functions (migration 0011) so each session plans them once.
   // Each item keeps its own result: an UPDATE ... FROM matches every item to at most its
   // own row (a code or refresh token presented twice in one batch is consumed once; the
   // other item gets nothing and takes the locked slow path, exactly as when two
@@ -127,28 +128,7 @@ export function createGrantsStore(db: Db) {
     async (items) => {
       const col = <T extends string | null>(f: (i: FastExchange & { audit: FastAudit }) => T) => pgArray(items.map(f));
       const { rows } = await db.raw(
-        `WITH x AS (
-           SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])
-             WITH ORDINALITY AS t(code_hash, client_id, redirect_uri, code_challenge, grant_id, refresh_hash, now, expires_at, request_id, actor, action, i)
-         ), c AS (
-           UPDATE authorization_codes ac SET consumed_at = x.now, grant_id = x.grant_id
-             FROM x
-            WHERE ac.code_hash = x.code_hash AND ac.consumed_at IS NULL AND ac.client_id = x.client_id
-              AND ac.redirect_uri = x.redirect_uri AND ac.code_challenge = x.code_challenge AND ac.expires_at > x.now
-              AND EXISTS (SELECT 1 FROM users u WHERE u.id = ac.user_id AND u.status = 'active')
-           RETURNING ac.user_id, ac.client_id, ac.agent_principal_id, ac.vault_id, ac.scopes, ac.step_up, ac.auth_time,
-                     x.grant_id, x.refresh_hash, x.now, x.expires_at, x.request_id, x.actor, x.action, x.i
-         ), g AS (
-           INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
-                               step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
-           SELECT c.grant_id, c.grant_id, NULL, c.user_id, c.client_id, c.agent_principal_id, c.vault_id, c.scopes, 'active',
-                  c.step_up, c.auth_time, c.now, c.expires_at, c.refresh_hash, c.now FROM c ORDER BY c.i
-           RETURNING *
-         ), a AS (
-           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-           SELECT c.request_id, c.actor, c.action, 'success', '', c.grant_id::text, c.now FROM c ORDER BY c.i
-         )
-         SELECT g.*, c.i AS batch_index FROM g JOIN c ON c.grant_id = g.id`,
+        `SELECT * FROM grant_exchange_batch(?::text[], ?::text[], ?::text[], ?::text[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])`,
         [
           col((i) => i.codeHash),
           col((i) => i.clientId),
@@ -163,7 +143,7 @@ export function createGrantsStore(db: Db) {
           col((i) => i.audit.action),
         ],
       );
-      return byBatchIndex(items.length, rows as Record<string, unknown>[]);
+      return byGrantId(items, rows as Record<string, unknown>[]);
     },
     { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT },
   );
@@ -172,28 +152,7 @@ export function createGrantsStore(db: Db) {
     async (items) => {
       const col = <T extends string | null>(f: (i: FastRefresh & { audit: FastAudit }) => T) => pgArray(items.map(f));
       const { rows } = await db.raw(
-        `WITH x AS (
-           SELECT * FROM unnest(?::text[], ?::text[], ?::timestamptz[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])
-             WITH ORDINALITY AS t(refresh_hash, client_id, issued_after, grant_id, new_refresh_hash, now, expires_at, request_id, actor, action, i)
-         ), old AS (
-           UPDATE grants o SET state = 'superseded', refresh_used_at = x.now, successor_id = x.grant_id, state_changed_at = x.now, state_reason = 'refresh'
-             FROM x
-            WHERE o.refresh_hash = x.refresh_hash AND o.state = 'active' AND o.refresh_used_at IS NULL
-              AND coalesce(o.client_id, '') = x.client_id AND o.issued_at > x.issued_after
-              AND EXISTS (SELECT 1 FROM users u WHERE u.id = o.user_id AND u.status = 'active')
-           RETURNING o.id AS parent_id, o.lineage_id, o.user_id, o.client_id, o.agent_principal_id, o.vault_id, o.scopes, o.step_up, o.auth_time,
-                     x.grant_id, x.new_refresh_hash, x.now, x.expires_at, x.request_id, x.actor, x.action, x.i
-         ), g AS (
-           INSERT INTO grants (id, lineage_id, parent_grant_id, user_id, client_id, agent_principal_id, vault_id, scopes, state,
-                               step_up, auth_time, issued_at, expires_at, refresh_hash, state_changed_at)
-           SELECT old.grant_id, old.lineage_id, old.parent_id, old.user_id, old.client_id, old.agent_principal_id, old.vault_id, old.scopes, 'active',
-                  old.step_up, old.auth_time, old.now, old.expires_at, old.new_refresh_hash, old.now FROM old ORDER BY old.i
-           RETURNING *
-         ), a AS (
-           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-           SELECT old.request_id, old.actor, old.action, 'success', '', old.grant_id::text, old.now FROM old ORDER BY old.i
-         )
-         SELECT g.*, old.i AS batch_index FROM g JOIN old ON old.grant_id = g.id`,
+        `SELECT * FROM grant_refresh_batch(?::text[], ?::text[], ?::timestamptz[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])`,
         [
           col((i) => i.refreshHash),
           col((i) => i.clientId),
@@ -207,7 +166,7 @@ export function createGrantsStore(db: Db) {
           col((i) => i.audit.action),
         ],
       );
-      return byBatchIndex(items.length, rows as Record<string, unknown>[]);
+      return byGrantId(items, rows as Record<string, unknown>[]);
     },
     { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT },
   );
