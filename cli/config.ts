@@ -23,6 +23,7 @@ export interface Config {
   logLevel: string;
   adminToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
+  registrationLimitPerMinute: number;
   /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
   provisioningLimitPerMinute: number;
   /** Partner resource requests per minute per partner and operation (docs/partner-api.md). */
@@ -72,6 +73,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
+    registrationLimitPerMinute: intSetting(env, "REGISTRATION_RATE_LIMIT_PER_MINUTE", 20, 1, 1_000_000),
     provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,

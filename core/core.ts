@@ -73,6 +73,8 @@ export interface CoreOptions {
   urnNamespace?: string;
   /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
   refreshGraceSeconds?: number;
+  /** Dynamic client registrations per remote address per minute (docs/agent-oauth.md); default 20. */
+  registrationLimitPerMinute?: number;
 }
 
 export interface Core {
@@ -141,6 +143,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         urnNamespace: options.urnNamespace ?? "vaultgate",
         refreshSecret: await loadInstanceSecret(db, "refresh-token"),
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
+        registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
       }),
       partners: createPartnersService({
         db,

@@ -37,6 +37,8 @@ export interface GrantsServiceDeps {
   refreshSecret: Buffer;
   /** DESIGN 3: "about 30 s, configurable". */
   refreshGraceSeconds: number;
+  /** Dynamic client registrations per remote address per minute. */
+  registrationLimitPerMinute: number;
 }
 
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
@@ -388,6 +390,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     },
 
     async registerClient(req, ctx) {
+      // Before the metadata and the scrypt: a flood costs one upsert per request.
+      const limit = await deps.rateLimits.hit(`oauth-register:${req.remoteAddress.slice(0, 64)}`, deps.registrationLimitPerMinute, 60, deps.clock());
+      if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client registrations from this address", { retryAfterSeconds: 60 });
       const meta = checkClientMetadata(req);
       const clientSecret = `ags_${randomBytes(32).toString("base64url")}`;
       const secretHash = await deps.secrets.hash(clientSecret);

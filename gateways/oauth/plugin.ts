@@ -109,6 +109,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         responseTypes: optStringArray(body, "response_types"),
         tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
         scope: optString(body, "scope"),
+        remoteAddress: request.ip,
       },
       withRequestId(request.id),
     );

@@ -108,7 +108,7 @@ export async function registerClient(stack: TestStack, body: Record<string, unkn
       ...body,
     }),
   });
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> & { client_id: string; client_secret: string } };
+  return { status: res.status, headers: res.headers, body: (await res.json()) as Record<string, unknown> & { client_id: string; client_secret: string } };
 }
 
 /**

@@ -54,6 +54,8 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     partnerAudience: TEST_AUDIENCE,
     clock,
     migrate: false,
+    // Every suite registers from 127.0.0.1; the limit has its own test.
+    registrationLimitPerMinute: 1_000_000,
     ...coreOverrides,
   });
   // The gateway's transport in one process, as `vaultgate serve` wires it.

@@ -81,6 +81,27 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
   });
 
   describe("registration (RFC 7591)", () => {
+    it("is rate-limited per remote address before the secret is derived: 429 rate_limited, Retry-After: 60, nothing registered", async () => {
+      const limited = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 }, registrationLimitPerMinute: 2 });
+      try {
+        // Another address's quota (the limit is per address, shared through the database).
+        await limited.core.db.raw(`DELETE FROM rate_limit_logs WHERE key LIKE 'oauth-register:%'`);
+        expect((await registerClient(limited)).status).to.equal(201);
+        expect((await registerClient(limited)).status).to.equal(201);
+        const before = await limited.core.db.raw(`SELECT count(*)::int AS n FROM oauth_clients`);
+        const refused = await registerClient(limited);
+        expect(refused.status).to.equal(429);
+        expect(refused.headers.get("retry-after")).to.equal("60");
+        expect(refused.body.error).to.equal("rate_limited");
+        const after = await limited.core.db.raw(`SELECT count(*)::int AS n FROM oauth_clients`);
+        expect(after.rows[0].n).to.equal(before.rows[0].n);
+        limited.clock.advance(61_000);
+        expect((await registerClient(limited)).status).to.equal(201);
+      } finally {
+        await limited.close();
+      }
+    });
+
     it("registers a client and returns the spec 2.3 fields once", async () => {
       const { status, body } = await registerClient(stack);
       expect(status).to.equal(201);
