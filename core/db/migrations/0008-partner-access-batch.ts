@@ -16,7 +16,9 @@ import type { Knex } from "knex";
  *  - the success audit row of an item is inserted exactly when it asked for one and
  *    every check passes, so `audited` is true exactly when its data may leave.
  * Counter rows are upserted in key order, so concurrent batches that share keys always
- * lock them in the same order and cannot deadlock. PL/pgSQL caches the plan.
+ * lock them in the same order and cannot deadlock. PL/pgSQL caches the plan; every row
+ * is found by a primary or unique key, so sequential scans are switched off for it (a plan
+ * cached while a table was small must not scan it once it has grown; see 0011).
  * partner_access() itself is no longer called; it stays for rollback to older code.
  */
 const PARTNER_ACCESS_BATCH_FUNCTION = `
@@ -29,7 +31,8 @@ CREATE FUNCTION partner_access_batch(
   idx bigint, partner_id uuid, partner_status text, rate_count bigint, user_id uuid, user_status text,
   user_created_at timestamptz, has_receipt boolean, consent_scopes text[], audited boolean,
   kyc_status text, kyc_provider text, kyc_updated_at timestamptz
-) LANGUAGE plpgsql AS $fn$
+) LANGUAGE plpgsql
+SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY

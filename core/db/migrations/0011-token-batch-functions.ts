@@ -6,9 +6,16 @@ import type { Knex } from "knex";
  * once (planning the CTE took about 0.2 ms a batch, three times its execution when
  * nothing matched). Each returns the grants it issued; the caller matches them to its
  * items by the grant ids it chose.
+ *
+ * `SET enable_seqscan = off`: every row these statements touch is found by a unique
+ * index (code hash, refresh hash, user id), but a plan cached while the table was small
+ * (or its statistics stale) joined the batch against a sequential scan of grants; in the
+ * bench that grew to milliseconds per batch as grants filled. Index lookups are right
+ * at every table size here, so the planner is not given the choice.
  */
 const GRANT_EXCHANGE_BATCH = `
-CREATE FUNCTION grant_exchange_batch(p_code_hashes text[], p_client_ids text[], p_redirect_uris text[], p_code_challenges text[], p_grant_ids uuid[], p_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION grant_exchange_batch(p_code_hashes text[], p_client_ids text[], p_redirect_uris text[], p_code_challenges text[], p_grant_ids uuid[], p_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql
+SET enable_seqscan = off AS $fn$
 BEGIN
   RETURN QUERY
   WITH x AS (
@@ -37,7 +44,8 @@ END
 $fn$`;
 
 const GRANT_REFRESH_BATCH = `
-CREATE FUNCTION grant_refresh_batch(p_refresh_hashes text[], p_client_ids text[], p_issued_after timestamptz[], p_grant_ids uuid[], p_new_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION grant_refresh_batch(p_refresh_hashes text[], p_client_ids text[], p_issued_after timestamptz[], p_grant_ids uuid[], p_new_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql
+SET enable_seqscan = off AS $fn$
 BEGIN
   RETURN QUERY
   WITH x AS (
