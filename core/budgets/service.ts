@@ -22,6 +22,7 @@ import type { CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
+import { createCoalescer } from "../db/coalesce.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -75,6 +76,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   const { db, store, audit, clock } = deps;
   const faults = deps.faults ?? {};
   const staleMs = (deps.staleProvisioningSeconds ?? 300) * 1000;
+
+  // payments.simulate reads afresh on every call; concurrent calls share the statement.
+  // A key is "<vault uuid> <day start in ms>".
+  const readPaymentContext = createCoalescer(async (keys) => {
+    const parsed = keys.map((k) => ({ vaultId: k.slice(0, 36), dayStart: new Date(Number(k.slice(37))) }));
+    const byIndex = await store.paymentContexts(db, parsed);
+    return new Map([...byIndex].map(([i, c]) => [keys[i]!, c]));
+  });
+  const paymentContextNow = (vaultId: string, dayStart: Date) =>
+    UUID.test(vaultId) ? readPaymentContext(`${vaultId.toLowerCase()} ${dayStart.getTime()}`) : store.paymentContext(db, vaultId, dayStart);
 
   const actorOf = (g: GrantContext) => (g.agentPrincipalId ? `agent:${g.agentPrincipalId}` : `grant:${g.grantId}`);
 
@@ -459,7 +470,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = requireGrant(req.grant, SCOPES.paymentsSimulate);
       const input = paymentInput(req.payment);
       const now = clock();
-      const context = await store.paymentContext(db, g.vaultId, utcDayStart(now));
+      const context = await paymentContextNow(g.vaultId, utcDayStart(now));
       if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       const { vault, usage, policy } = context;
       if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);

@@ -17,6 +17,7 @@ import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./st
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
+import { createCoalescer } from "../db/coalesce.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -158,10 +159,13 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   }
 
   /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
+  // Grant state is read fresh for every call; concurrent calls share the statement.
+  const readGrant = createCoalescer((ids) => store.findGrantsWithUser(db, ids));
+
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
     if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-    const grant = await store.findGrantWithUser(db, claims.jti);
+    const grant = UUID.test(claims.jti) ? await readGrant(claims.jti.toLowerCase()) : await store.findGrantWithUser(db, claims.jti);
     if (!grant) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
     if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
     if (!grant.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");

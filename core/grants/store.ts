@@ -288,6 +288,20 @@ export function createGrantsStore(db: Db) {
       return row ? { ...toGrant(row), userActive: row.user_status === "active" } : undefined;
     },
 
+    /**
+     * findGrantWithUser for many grants in one statement (the coalesced read of token
+     * verification); `ids` must be UUIDs. Keyed by grant id.
+     */
+    async findGrantsWithUser(conn: Conn, ids: string[]): Promise<Map<string, GrantRecord & { userActive: boolean }>> {
+      const { rows } = await conn.raw(
+        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
+        [pgArray(ids)],
+      );
+      const found = new Map<string, GrantRecord & { userActive: boolean }>();
+      for (const row of rows as Record<string, unknown>[]) found.set(String(row.id), { ...toGrant(row), userActive: row.user_status === "active" });
+      return found;
+    },
+
     async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
       const row = await trx("grants").where({ id }).forUpdate().first();
       return row ? toGrant(row) : undefined;
@@ -539,6 +553,11 @@ function toCode(r: Record<string, unknown>): CodeRecord {
     consumedAt: r.consumed_at ? new Date(r.consumed_at as string) : null,
     grantId: r.grant_id == null ? null : String(r.grant_id),
   };
+}
+
+/** A Postgres array literal of UUIDs (no element needs quoting), bound as one text parameter. */
+function pgArray(uuids: string[]): string {
+  return `{${uuids.join(",")}}`;
 }
 
 function textArray(value: unknown): string[] {
