@@ -26,7 +26,8 @@ interface Waiter<V> {
  *
  * Every read is still fresh: its statement starts after the read was asked for, so it
  * sees every change committed before that (a revocation included). Use it only for reads
- * outside transactions; a failed statement fails every read it carried.
+ * outside transactions; a failed statement fails every read it carried. Reads of the
+ * same key in one statement get the same value object: callers must not mutate it.
  */
 export function createCoalescer<V>(load: BatchLoad<V>, options: CoalescerOptions = {}): (key: string) => Promise<V | undefined> {
   const maxInFlight = options.maxInFlight ?? 2;

@@ -170,7 +170,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
     if (!grant.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
     if (grant.expiresAt.getTime() + 30_000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
-    return grant;
+    // Calls of one coalesced read share the row; each caller gets its own copy.
+    return { ...grant, scopes: [...grant.scopes] };
   }
 
   async function session(token: string): Promise<SessionRecord & { stepUpFresh: boolean }> {
