@@ -22,7 +22,7 @@ import type { CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
-import { createCoalescer } from "../db/coalesce.js";
+import { createGroupCommit } from "../db/group-commit.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -77,15 +77,17 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   const faults = deps.faults ?? {};
   const staleMs = (deps.staleProvisioningSeconds ?? 300) * 1000;
 
-  // payments.simulate reads afresh on every call; concurrent calls share the statement.
-  // A key is "<vault uuid> <day start in ms>".
-  const readPaymentContext = createCoalescer(async (keys) => {
-    const parsed = keys.map((k) => ({ vaultId: k.slice(0, 36), dayStart: new Date(Number(k.slice(37))) }));
-    const byIndex = await store.paymentContexts(db, parsed);
-    return new Map([...byIndex].map(([i, c]) => [keys[i]!, c]));
-  });
+  // payments.simulate reads afresh on every call (a batch leaves after its calls
+  // arrived); concurrent calls share the statement.
+  const readPaymentContext = createGroupCommit(
+    async (keys: { vaultId: string; dayStart: Date }[]) => {
+      const byIndex = await store.paymentContexts(db, keys);
+      return keys.map((_, i) => byIndex.get(i));
+    },
+    { maxBatch: 256, maxInFlight: 2 },
+  );
   const paymentContextNow = (vaultId: string, dayStart: Date) =>
-    UUID.test(vaultId) ? readPaymentContext(`${vaultId.toLowerCase()} ${dayStart.getTime()}`) : store.paymentContext(db, vaultId, dayStart);
+    UUID.test(vaultId) ? readPaymentContext({ vaultId, dayStart }) : store.paymentContext(db, vaultId, dayStart);
 
   const actorOf = (g: GrantContext) => (g.agentPrincipalId ? `agent:${g.agentPrincipalId}` : `grant:${g.grantId}`);
 

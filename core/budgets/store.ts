@@ -338,9 +338,9 @@ export function createBudgetsStore() {
     },
 
     /**
-     * paymentContext (unlocked) for many vaults in one statement: the coalesced read of
+     * paymentContext (unlocked) for many vaults in one statement: the batched read of
      * payments.simulate. `keys[i]` is a vault id (UUID) and the start of its day; the
-     * answer is keyed by index into `keys`.
+     * answer is keyed by index into `keys` (no entry: no such vault).
      */
     async paymentContexts(conn: Conn, keys: { vaultId: string; dayStart: Date }[]) {
       const { rows } = await conn.raw(

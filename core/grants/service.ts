@@ -17,7 +17,7 @@ import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./st
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
-import { createCoalescer } from "../db/coalesce.js";
+import { createGroupCommit } from "../db/group-commit.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -159,8 +159,15 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   }
 
   /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
-  // Grant state is read fresh for every call; concurrent calls share the statement.
-  const readGrant = createCoalescer((ids) => store.findGrantsWithUser(db, ids));
+  // Grant state is read fresh for every call (a batch leaves after its calls arrived);
+  // concurrent calls share the statement.
+  const readGrant = createGroupCommit(
+    async (ids: string[]) => {
+      const found = await store.findGrantsWithUser(db, ids);
+      return ids.map((id) => found.get(id));
+    },
+    { maxBatch: 256, maxInFlight: 2 },
+  );
 
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
@@ -170,7 +177,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
     if (!grant.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
     if (grant.expiresAt.getTime() + 30_000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
-    // Calls of one coalesced read share the row; each caller gets its own copy.
+    // Calls in one batch for the same grant share the row; each caller gets its own copy.
     return { ...grant, scopes: [...grant.scopes] };
   }
 

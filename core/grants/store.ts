@@ -289,7 +289,7 @@ export function createGrantsStore(db: Db) {
     },
 
     /**
-     * findGrantWithUser for many grants in one statement (the coalesced read of token
+     * findGrantWithUser for many grants in one statement (the batched read of token
      * verification); `ids` must be UUIDs. Keyed by grant id.
      */
     async findGrantsWithUser(conn: Conn, ids: string[]): Promise<Map<string, GrantRecord & { userActive: boolean }>> {
