@@ -158,7 +158,6 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return record;
   }
 
-  /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
   // Grant state is read fresh for every call (a batch leaves after its calls arrived);
   // concurrent calls share the statement.
   const readGrant = createGroupCommit(
@@ -169,6 +168,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     { maxBatch: 256, maxInFlight: 2 },
   );
 
+  /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
     if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
