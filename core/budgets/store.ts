@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Policy } from "./policy.js";
+import { pgArray } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -352,7 +353,7 @@ export function createBudgetsStore() {
                    FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
            FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(vault_id, day_start, n)
            JOIN vaults v ON v.id = k.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
-        [`{${keys.map((k) => k.vaultId).join(",")}}`, `{${keys.map((k) => k.dayStart.toISOString()).join(",")}}`],
+        [pgArray(keys.map((k) => k.vaultId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
       );
       const found = new Map<number, ReturnType<typeof toPaymentContext>>();
       for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, toPaymentContext(r));

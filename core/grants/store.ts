@@ -555,11 +555,6 @@ function toCode(r: Record<string, unknown>): CodeRecord {
   };
 }
 
-/** A Postgres array literal of UUIDs (no element needs quoting), bound as one text parameter. */
-function pgArray(uuids: string[]): string {
-  return `{${uuids.join(",")}}`;
-}
-
 function textArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
   if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
