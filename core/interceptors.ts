@@ -4,7 +4,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { kLogger, kRequestId, REQUEST_ID_HEADER } from "./context.js";
+import { kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { errorDetailOf, fail } from "./errors.js";
 import { constantTimeEqual } from "./partners/credentials.js";
 
@@ -22,19 +22,20 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
 }
 
 /**
- * Binds the request id (from the gateway, or minted for direct gRPC callers) and a
- * child logger; logs bugs (errors without a domain reason) with their stack.
+ * Binds the request id (from the gateway, or minted for direct gRPC callers); logs
+ * refusals, and bugs (errors without a domain reason) with their stack, through a child
+ * logger bound to the request id.
  */
 function requestContext(logger: Logger): Interceptor {
   return (next) => async (req) => {
     const given = req.header.get(REQUEST_ID_HEADER);
     const requestId = given && UUID.test(given) ? given.toLowerCase() : randomUUID();
-    const log = logger.child({ requestId, rpc: `${req.service.typeName}/${req.method.name}` });
     req.contextValues.set(kRequestId, requestId);
-    req.contextValues.set(kLogger, log);
     try {
       return await next(req);
     } catch (err) {
+      // Only a failed call logs, so only it pays for the child logger (pino redacts its bindings).
+      const log = logger.child({ requestId, rpc: `${req.service.typeName}/${req.method.name}` });
       const detail = errorDetailOf(err);
       if (detail) log.info({ reason: Reason[detail.reason] }, "rpc refused");
       else if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) log.info({ code: Code[err.code] }, "rpc failed");

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Policy } from "./policy.js";
+import { pgArray } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -334,12 +335,29 @@ export function createBudgetsStore() {
         [dayStart, vaultId],
       );
       const r = (rows as Record<string, unknown>[])[0];
-      if (!r) return undefined;
-      return {
-        vault: toVault(r),
-        policy: r.p_vault_id ? toPolicy({ ...r, status: r.p_status }) : undefined,
-        usage: { today: Number(r.spent_today), lifetime: Number(r.spent_lifetime) },
-      };
+      return r ? toPaymentContext(r) : undefined;
+    },
+
+    /**
+     * paymentContext (unlocked) for many vaults in one statement: the batched read of
+     * payments.simulate. `keys[i]` is a vault id (UUID) and the start of its day; the
+     * answer is keyed by index into `keys` (no entry: no such vault).
+     */
+    async paymentContexts(conn: Conn, keys: { vaultId: string; dayStart: Date }[]) {
+      const { rows } = await conn.raw(
+        `SELECT k.n, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
+                (SELECT coalesce(sum(amount_cents), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
+           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(vault_id, day_start, n)
+           JOIN vaults v ON v.id = k.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
+        [pgArray(keys.map((k) => k.vaultId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
+      );
+      const found = new Map<number, ReturnType<typeof toPaymentContext>>();
+      for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, toPaymentContext(r));
+      return found;
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
@@ -351,3 +369,11 @@ export function createBudgetsStore() {
 }
 
 export type BudgetsStore = ReturnType<typeof createBudgetsStore>;
+
+function toPaymentContext(r: Record<string, unknown>) {
+  return {
+    vault: toVault(r),
+    policy: r.p_vault_id ? toPolicy({ ...r, status: r.p_status }) : undefined,
+    usage: { today: Number(r.spent_today), lifetime: Number(r.spent_lifetime) },
+  };
+}

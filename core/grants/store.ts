@@ -247,6 +247,20 @@ export function createGrantsStore(db: Db) {
       return row ? { ...toGrant(row), userActive: row.user_status === "active" } : undefined;
     },
 
+    /**
+     * findGrantWithUser for many grants in one statement (the batched read of token
+     * verification); `ids` must be UUIDs. Keyed by grant id.
+     */
+    async findGrantsWithUser(conn: Conn, ids: string[]): Promise<Map<string, GrantRecord & { userActive: boolean }>> {
+      const { rows } = await conn.raw(
+        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
+        [pgArray(ids)],
+      );
+      const found = new Map<string, GrantRecord & { userActive: boolean }>();
+      for (const row of rows as Record<string, unknown>[]) found.set(String(row.id), { ...toGrant(row), userActive: row.user_status === "active" });
+      return found;
+    },
+
     async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
       const row = await trx("grants").where({ id }).forUpdate().first();
       return row ? toGrant(row) : undefined;

@@ -77,6 +77,36 @@ describe("agent tools with real grant tokens", function () {
     expect401(await call("/mcp/read", other.token!.accessToken, "accounts.balance"));
   });
 
+  it("concurrent payments.simulate calls on several grants each read their own grant and vault; a revocation refuses the next burst", async () => {
+    // A vault with a policy (a budget's child vault) and a root vault without one.
+    const { owner, token: parent } = await grant(ALL_AGENT_SCOPES, true);
+    const budget = await call("/mcp/treasury", parent.accessToken, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Concurrent",
+      amount_cap_cents_per_tx: 500,
+      chain_allowlist: ["base"],
+      idempotency_key: "concurrent-sim-0001",
+    });
+    const child = budget.json!.result as { vault_id: string };
+    await stack.admin.budgets.fundVault({ vaultId: child.vault_id, amountCents: 10_000n });
+    const withPolicy = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vault_id, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+    const rootOnly = (await grant()).token.accessToken;
+    const simulate = (token: string, amount: number) =>
+      call("/mcp/write", token, "payments.simulate", {
+        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        amount_cents: amount,
+        currency: "USD",
+        idempotency_key: "concurrent-sim-key",
+      });
+    const burst = () => Promise.all(Array.from({ length: 24 }, (_, i) => (i % 3 === 0 ? simulate(rootOnly, 100) : simulate(withPolicy, i % 3 === 1 ? 100 : 501))));
+    const expected = (i: number) =>
+      i % 3 === 0 ? { outcome: "denied", rule: "policy_inactive" } : i % 3 === 1 ? { outcome: "accepted", rule: null } : { outcome: "denied", rule: "per_tx_cap" };
+
+    (await burst()).forEach((res, i) => expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i)));
+    expect((await call("/mcp/treasury", rootOnly, "killSwitch.all", {})).json!.result.revoked).to.equal(1);
+    (await burst()).forEach((res, i) => (i % 3 === 0 ? expect401(res) : expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i))));
+  });
+
   it("agent.budget.create with a step-up grant is active", async () => {
     const { token } = await grant(ALL_AGENT_SCOPES, true);
     const res = await call("/mcp/treasury", token.accessToken, "agent.budget.create", {
