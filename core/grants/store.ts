@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
-import { pgArray } from "../db/sql.js";
+import { batchFunction, pgArray } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -124,52 +124,36 @@ export function createGrantsStore(db: Db) {
   // own row (a code or refresh token presented twice in one batch is consumed once; the
   // other item gets nothing and takes the locked slow path, exactly as when two
   // statements race).
-  const exchangeFast = createGroupCommit<FastExchange & { audit: FastAudit }, GrantRecord | undefined>(
-    async (items) => {
-      const col = <T extends string | null>(f: (i: FastExchange & { audit: FastAudit }) => T) => pgArray(items.map(f));
-      const { rows } = await db.raw(
-        `SELECT * FROM grant_exchange_batch(?::text[], ?::text[], ?::text[], ?::text[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])`,
-        [
-          col((i) => i.codeHash),
-          col((i) => i.clientId),
-          col((i) => i.redirectUri),
-          col((i) => i.codeChallenge),
-          col((i) => i.grantId),
-          col((i) => i.refreshHash),
-          col((i) => i.now.toISOString()),
-          col((i) => i.expiresAt.toISOString()),
-          col((i) => i.audit.requestId),
-          col((i) => i.audit.actor),
-          col((i) => i.audit.action),
-        ],
-      );
-      return byGrantId(items, rows as Record<string, unknown>[]);
-    },
-    { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT },
-  );
-
-  const refreshFast = createGroupCommit<FastRefresh & { audit: FastAudit }, GrantRecord | undefined>(
-    async (items) => {
-      const col = <T extends string | null>(f: (i: FastRefresh & { audit: FastAudit }) => T) => pgArray(items.map(f));
-      const { rows } = await db.raw(
-        `SELECT * FROM grant_refresh_batch(?::text[], ?::text[], ?::timestamptz[], ?::uuid[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::text[], ?::text[])`,
-        [
-          col((i) => i.refreshHash),
-          col((i) => i.clientId),
-          col((i) => i.issuedAfter.toISOString()),
-          col((i) => i.grantId),
-          col((i) => i.newRefreshHash),
-          col((i) => i.now.toISOString()),
-          col((i) => i.expiresAt.toISOString()),
-          col((i) => i.audit.requestId),
-          col((i) => i.audit.actor),
-          col((i) => i.audit.action),
-        ],
-      );
-      return byGrantId(items, rows as Record<string, unknown>[]);
-    },
-    { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT },
-  );
+  type Exchange = FastExchange & { audit: FastAudit };
+  type Refresh = FastRefresh & { audit: FastAudit };
+  const exchangeBatch = batchFunction<Exchange>("grant_exchange_batch", [
+    ["text", (i) => i.codeHash],
+    ["text", (i) => i.clientId],
+    ["text", (i) => i.redirectUri],
+    ["text", (i) => i.codeChallenge],
+    ["uuid", (i) => i.grantId],
+    ["text", (i) => i.refreshHash],
+    ["timestamptz", (i) => i.now.toISOString()],
+    ["timestamptz", (i) => i.expiresAt.toISOString()],
+    ["text", (i) => i.audit.requestId],
+    ["text", (i) => i.audit.actor],
+    ["text", (i) => i.audit.action],
+  ]);
+  const refreshBatch = batchFunction<Refresh>("grant_refresh_batch", [
+    ["text", (i) => i.refreshHash],
+    ["text", (i) => i.clientId],
+    ["timestamptz", (i) => i.issuedAfter.toISOString()],
+    ["uuid", (i) => i.grantId],
+    ["text", (i) => i.newRefreshHash],
+    ["timestamptz", (i) => i.now.toISOString()],
+    ["timestamptz", (i) => i.expiresAt.toISOString()],
+    ["text", (i) => i.audit.requestId],
+    ["text", (i) => i.audit.actor],
+    ["text", (i) => i.audit.action],
+  ]);
+  const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
+  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), tokenBatches);
+  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), tokenBatches);
 
   return {
     async insertClient(conn: Conn, c: ClientRecord): Promise<{ inserted: boolean }> {

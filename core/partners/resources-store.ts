@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
-import { pgArray } from "../db/sql.js";
+import { batchFunction } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -74,31 +74,27 @@ export interface LedgerEntry {
 
 /** SQL for the partner resources of DESIGN 4.3 (users, consents, KYC, wallets, US accounts, ledger). */
 export function createResourcesStore(db: Db) {
+  const accessBatch = batchFunction<AccessInput>("partner_access_batch", [
+    ["text", (i) => i.clientId],
+    ["uuid", (i) => i.userId],
+    ["text", (i) => i.rateKey],
+    ["timestamptz", (i) => i.windowStart.toISOString()],
+    ["integer", (i) => String(i.limit)],
+    ["boolean", (i) => String(i.tokenHasScope === true)],
+    ["text", (i) => i.scope ?? ""],
+    ["boolean", (i) => String(Boolean(i.audit))],
+    ["text", (i) => i.audit?.requestId ?? ""],
+    ["text", (i) => i.audit?.actor ?? ""],
+    ["text", (i) => i.audit?.action ?? ""],
+    ["text", (i) => i.audit?.subject ?? ""],
+    ["timestamptz", (i) => (i.audit?.at ?? i.windowStart).toISOString()],
+    ["boolean", (i) => String(i.withKyc === true)],
+  ]);
   /** The group-committed form of partner_access() (migration 0008): one statement per batch. */
   const readAccess = createGroupCommit<AccessInput, AccessRow | undefined>(
     async (items) => {
-      const col = <T>(f: (i: AccessInput) => T) => items.map(f);
-      const { rows } = await db.raw(
-        `SELECT * FROM partner_access_batch(?::text[], ?::uuid[], ?::text[], ?::timestamptz[], ?::integer[], ?::boolean[], ?::text[], ?::boolean[], ?::text[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::boolean[])`,
-        [
-          pgArray(col((i) => i.clientId)),
-          pgArray(col((i) => i.userId)),
-          pgArray(col((i) => i.rateKey)),
-          pgArray(col((i) => i.windowStart.toISOString())),
-          pgArray(col((i) => String(i.limit))),
-          pgArray(col((i) => String(i.tokenHasScope === true))),
-          pgArray(col((i) => i.scope ?? "")),
-          pgArray(col((i) => String(Boolean(i.audit)))),
-          pgArray(col((i) => i.audit?.requestId ?? "")),
-          pgArray(col((i) => i.audit?.actor ?? "")),
-          pgArray(col((i) => i.audit?.action ?? "")),
-          pgArray(col((i) => i.audit?.subject ?? "")),
-          pgArray(col((i) => (i.audit?.at ?? i.windowStart).toISOString())),
-          pgArray(col((i) => String(i.withKyc === true))),
-        ],
-      );
       const byIndex = new Map<number, Record<string, unknown>>();
-      for (const r of rows as Record<string, unknown>[]) byIndex.set(Number(r.idx), r);
+      for (const r of await accessBatch(db, items)) byIndex.set(Number(r.idx), r);
       return items.map((_, n) => {
         const r = byIndex.get(n + 1);
         return r ? toAccessRow(r) : undefined;

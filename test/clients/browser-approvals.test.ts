@@ -1,10 +1,9 @@
 import { expect } from "chai";
 import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage, stepUpOnPage } from "../support/browser.js";
 import { join } from "node:path";
-import { ALL_AGENT_SCOPES } from "../support/budgets.js";
-import { postRpc } from "../support/mcp.js";
+import { pendingPayment } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
-import { createUser, latestCode } from "../support/agent-oauth.js";
+import { latestCode } from "../support/agent-oauth.js";
 
 
 /**
@@ -26,30 +25,13 @@ describe("browser: approving a pending payment through its step_up_url (headless
   });
 
   it("signs in from the step_up_url, steps up and approves; the agent's call completes", async () => {
-    const rpc = (path: string, token: string, method: string, params: unknown) =>
-      postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-    const user = await createUser(stack);
-    const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
-    const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Trip budget",
-      amount_cap_cents_per_tx: 10_000,
-      step_up_amount_cents: 5_000,
-      chain_allowlist: ["base"],
-      idempotency_key: "browser-approval-budget",
+    const { rpc, user, agent, args, pending, paymentId } = await pendingPayment(stack, {
+      key: "browser-approval",
+      amountCents: 7_500,
+      address: "0xabc0000000000000000000000000000000000001",
+      budget: { amount_cap_cents_per_tx: 10_000 },
     });
-    const childVault = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId: childVault, amountCents: 50_000n });
-    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: childVault, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
-    const args = {
-      counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
-      amount_cents: 7_500,
-      currency: "USD",
-      idempotency_key: "browser-approval-payment",
-    };
-    const pending = await rpc("/mcp/write", agent, "payments.initiate", args);
     expect(pending.json!.result.kind).to.equal("pending_step_up");
-    const paymentId = pending.json!.result.payment_id as string;
     const review = `/dashboard/approvals/payments/${paymentId}`;
 
     const browser = await launchPhoneBrowser();

@@ -1,10 +1,9 @@
 import { expect } from "chai";
 import { join } from "node:path";
 import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage } from "../support/browser.js";
-import { ALL_AGENT_SCOPES } from "../support/budgets.js";
-import { postRpc } from "../support/mcp.js";
+import { pendingPayment } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
-import { createUser, latestCode } from "../support/agent-oauth.js";
+import { latestCode } from "../support/agent-oauth.js";
 
 /**
  * Headless Chromium (Debian's package, phone viewport, JavaScript off): the owner declines
@@ -24,28 +23,7 @@ describe("browser: declining a pending payment; malformed addresses (headless Ch
   });
 
   it("signs in, declines the payment from the dashboard; the agent's repeat is refused", async () => {
-    const rpc = (path: string, token: string, method: string, params: unknown) =>
-      postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-    const user = await createUser(stack);
-    const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
-    const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Trip budget",
-      step_up_amount_cents: 5_000,
-      chain_allowlist: ["base"],
-      idempotency_key: "browser-decline-budget",
-    });
-    const childVault = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId: childVault, amountCents: 50_000n });
-    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: childVault, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
-    const args = {
-      counterparty: { address: "0xabc0000000000000000000000000000000000002", chain: "base", token: "USDC" },
-      amount_cents: 9_000,
-      currency: "USD",
-      idempotency_key: "browser-decline-payment",
-    };
-    const pending = await rpc("/mcp/write", agent, "payments.initiate", args);
-    const paymentId = pending.json!.result.payment_id as string;
+    const { rpc, user, agent, args, paymentId } = await pendingPayment(stack, { key: "browser-decline", amountCents: 9_000, address: "0xabc0000000000000000000000000000000000002" });
 
     const browser = await launchPhoneBrowser();
     try {

@@ -5,6 +5,8 @@ import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { GrantContextSchema, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import type { TestStack } from "./stack.js";
+import { createUser } from "./agent-oauth.js";
+import { postRpc } from "./mcp.js";
 
 export const ALL_AGENT_SCOPES = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
 
@@ -87,4 +89,36 @@ export async function rejection(call: Promise<unknown>) {
     return { code: e.code, detail: e.findDetails(ErrorDetailSchema)[0], message: e.rawMessage };
   }
   throw new Error("expected the call to fail");
+}
+
+/**
+ * Over JSON-RPC, as an owner and its agent would: a fresh user's owner token creates a
+ * child budget (step-up above $50.00 on base), the operator funds it with $500.00, and an
+ * agent on it asks for a payment of `amountCents` that waits for the owner's approval.
+ * For the suites that approve or decline it in the pages.
+ */
+export async function pendingPayment(stack: TestStack, opts: { key: string; amountCents: number; address: string; budget?: Record<string, unknown> }) {
+  const rpc = (path: string, token: string, method: string, params: unknown) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+  const user = await createUser(stack);
+  const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+  const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
+    purpose: "trip",
+    display_name: "Trip budget",
+    step_up_amount_cents: 5_000,
+    chain_allowlist: ["base"],
+    idempotency_key: `${opts.key}-budget`,
+    ...opts.budget,
+  });
+  const childVault = budget.json!.result.vault_id as string;
+  await stack.admin.budgets.fundVault({ vaultId: childVault, amountCents: 50_000n });
+  const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: childVault, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+  const args = {
+    counterparty: { address: opts.address, chain: "base", token: "USDC" },
+    amount_cents: opts.amountCents,
+    currency: "USD",
+    idempotency_key: `${opts.key}-payment`,
+  };
+  const pending = await rpc("/mcp/write", agent, "payments.initiate", args);
+  return { rpc, user, agent, args, pending, paymentId: pending.json!.result.payment_id as string };
 }
