@@ -12,13 +12,23 @@ export async function runScript(knex: Knex, script: string): Promise<void> {
   for (const statement of statements) await knex.raw(statement);
 }
 
+const NEEDS_ESCAPE = /[\\"]/;
+const ESCAPED = /[\\"]/g;
+
 /**
  * A Postgres array literal of text elements (null for SQL NULL), bound as one parameter
  * and cast in the statement (`?::uuid[]`): group-committed statements pass one array per
  * column and unnest them together.
  */
 export function pgArray(values: readonly (string | null)[]): string {
-  return `{${values.map((v) => (v === null ? "NULL" : `"${v.replace(/[\\"]/g, "\\$&")}"`)).join(",")}}`;
+  let out = "{";
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i]!;
+    if (i > 0) out += ",";
+    if (v === null) out += "NULL";
+    else out += `"${NEEDS_ESCAPE.test(v) ? v.replace(ESCAPED, "\\$&") : v}"`;
+  }
+  return out + "}";
 }
 
 /**

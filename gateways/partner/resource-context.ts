@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 
 /** Marker body for a request whose content type is not JSON. */
@@ -35,6 +35,15 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
       sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" }),
     );
   }
+}
+
+/**
+ * onSend hook: partner answers are never cached (every response, errors included). In
+ * callback style: an async hook costs a promise and a microtask turn per response.
+ */
+export function noStore(_request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
+  reply.header("cache-control", "no-store");
+  done(null, payload);
 }
 
 /** The JSON body as an object, refusing non-JSON content types and non-object bodies. */

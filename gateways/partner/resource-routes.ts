@@ -3,7 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { installResourceContext, jsonObjectBody, onlyFields } from "./resource-context.js";
+import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
 
 export interface ResourceRoutesOptions {
@@ -27,9 +27,7 @@ type Params = { id: string };
 export async function resourceRoutes(app: FastifyInstance, options: ResourceRoutesOptions) {
   const rpc = options.resources;
   installResourceContext(app);
-  app.addHook("onSend", async (_request, reply) => {
-    reply.header("cache-control", "no-store");
-  });
+  app.addHook("onSend", noStore);
 
   app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT }, async (request, reply) => {
     const accessToken = bearerToken(request);

@@ -3,7 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { installResourceContext, jsonObjectBody } from "./resource-context.js";
+import { installResourceContext, noStore, jsonObjectBody } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
 
@@ -23,9 +23,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRoutesOptions) {
   const rpc = options.treasury;
   installResourceContext(app, { notFoundHandler: false });
-  app.addHook("onSend", async (_request, reply) => {
-    reply.header("cache-control", "no-store");
-  });
+  app.addHook("onSend", noStore);
 
   app.get("/treasury", async (request) => {
     const accessToken = bearerToken(request);
