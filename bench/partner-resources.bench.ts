@@ -19,6 +19,12 @@ import { benchDatabase } from "./support.js";
 
 const CONNECTIONS = 50;
 const DURATION_S = 10;
+const ROUNDS = 3;
+
+/** The round with the median req/s (its p99 with it). */
+function medianRound(rounds: { rps: number; p99: number }[]) {
+  return [...rounds].sort((a, b) => a.rps - b.rps)[Math.floor(rounds.length / 2)]!;
+}
 async function cannon(url: string, headers: Record<string, string> = {}) {
   // A worker thread: the load generator must not share the measured server's event loop.
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, workers: 1 });
@@ -94,18 +100,27 @@ export async function run(): Promise<void> {
     await bare.listen({ port: 0, host: "127.0.0.1" });
     const bareUrl = `http://127.0.0.1:${(bare.server.address() as { port: number }).port}${path}`;
 
-    const ours = await cannon(`${gatewayUrl}${path}`, { authorization: `Bearer ${token.accessToken}` });
+    // Ours and the INSERT ceiling alternate for ROUNDS rounds and are compared by their
+    // medians: on this shared 2-core machine either swings by a third between runs.
+    const oursRounds: { rps: number; p99: number }[] = [];
+    const insertRounds: { rps: number; p99: number }[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      oursRounds.push(await cannon(`${gatewayUrl}${path}`, { authorization: `Bearer ${token.accessToken}` }));
+      insertRounds.push(await insertCeiling(pgServer.url));
+    }
+    const ours = medianRound(oursRounds);
+    const inserts = medianRound(insertRounds);
     const fastifyBare = await cannon(bareUrl);
-    const inserts = await insertCeiling(pgServer.url);
 
     const pct = (a: number, b: number) => `${((a / b) * 100).toFixed(0)}%`;
-    console.log(`| ${CONNECTIONS} connections, ${DURATION_S} s each | req/s | p99 ms |`);
+    console.log(`| ${CONNECTIONS} connections, ${DURATION_S} s each; ours and INSERT: median of ${ROUNDS} alternating rounds | req/s | p99 ms |`);
     console.log(`|---|---:|---:|`);
     console.log(`| GET /users/<id>/kyc (token check, access checks, rate limit, audit INSERT) | ${ours.rps.toFixed(0)} | ${ours.p99} |`);
     console.log(`| ceiling: bare fastify, same JSON | ${fastifyBare.rps.toFixed(0)} | ${fastifyBare.p99} |`);
     console.log(`| ceiling: single-row INSERT through pg | ${inserts.rps.toFixed(0)} | ${inserts.p99.toFixed(1)} |`);
     const ok = ours.rps >= 0.6 * inserts.rps && ours.p99 < 25;
-    console.log(`kyc vs INSERT ceiling: ${pct(ours.rps, inserts.rps)} (target >= 60%), p99 ${ours.p99} ms (target < 25 ms): ${ok ? "MET" : "NOT MET"}`);
+    const rounds = oursRounds.map((o, i) => pct(o.rps, insertRounds[i]!.rps)).join(", ");
+    console.log(`kyc vs INSERT ceiling: ${pct(ours.rps, inserts.rps)} (rounds ${rounds}; target >= 60%), p99 ${ours.p99} ms (target < 25 ms): ${ok ? "MET" : "NOT MET"}`);
   } finally {
     await bare.close();
     await gateway.close();

@@ -111,11 +111,11 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
     if (req.userId === undefined) return principal;
     // spec 7.3: ids that belong only to another partner look exactly like unknown ids.
-    if (!row.userExists || (!row.hasReceipt && row.consentScopes === null)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
+    if (!row.userExists || (!row.hasReceipt && !row.hasConsent)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
     if (row.userStatus !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
     const scope = req.scope;
     const isConsentScope = scope !== undefined && (CONSENT_SCOPES as readonly string[]).includes(scope);
-    if (!isConsentScope || !tokenHasScope || !(row.consentScopes ?? []).includes(scope)) {
+    if (!isConsentScope || !tokenHasScope || !row.consentCovers) {
       fail(Reason.GRANT_REQUIRED, scope ? `this resource needs ${scope} in both the token and the user's consent` : "grant required");
     }
     if (req.auditRead) {

@@ -13,8 +13,10 @@ export interface AccessRow {
   userExists: boolean;
   userStatus: string | null;
   hasReceipt: boolean;
-  /** null when no consent row exists; [] when revoked. */
-  consentScopes: string[] | null;
+  /** A consent row exists (its scopes may be empty: revoked). */
+  hasConsent: boolean;
+  /** The consent row's scopes include the requested scope. */
+  consentCovers: boolean;
   userCreatedAt: Date | null;
   /** The success audit row was written by the same statement. */
   audited: boolean;
@@ -94,10 +96,10 @@ export function createResourcesStore(db: Db) {
   const readAccess = createGroupCommit<AccessInput, AccessRow | undefined>(
     async (items) => {
       const byIndex = new Map<number, Record<string, unknown>>();
-      for (const r of await accessBatch(db, items)) byIndex.set(Number(r.idx), r);
-      return items.map((_, n) => {
+      for (const r of await accessBatch(db, items)) byIndex.set(r.idx as number, r);
+      return items.map((item, n) => {
         const r = byIndex.get(n + 1);
-        return r ? toAccessRow(r) : undefined;
+        return r ? toAccessRow(r, item.userId) : undefined;
       });
     },
     { maxBatch: ACCESS_MAX_BATCH, maxInFlight: ACCESS_MAX_IN_FLIGHT },
@@ -251,27 +253,26 @@ function toLedger(r: Record<string, unknown>): LedgerEntry {
   };
 }
 
-function toAccessRow(r: Record<string, unknown>): AccessRow {
+function toAccessRow(r: Record<string, unknown>, userId: string | null): AccessRow {
+  const kycUpdated = r.kyc_updated_ms as number | null;
   return {
-    partnerId: String(r.partner_id),
-    partnerStatus: String(r.partner_status),
-    rateCount: Number(r.rate_count),
-    userExists: r.user_id != null,
-    userStatus: r.user_status == null ? null : String(r.user_status),
-    userCreatedAt: r.user_created_at == null ? null : toDate(r.user_created_at),
+    partnerId: r.partner_id as string,
+    partnerStatus: r.partner_status as string,
+    rateCount: r.rate_count as number,
+    userExists: r.user_found === true,
+    userStatus: (r.user_status as string | null) ?? null,
+    userCreatedAt: r.user_created_ms == null ? null : new Date(r.user_created_ms as number),
     hasReceipt: r.has_receipt === true,
-    consentScopes: r.consent_scopes == null ? null : parseTextArray(r.consent_scopes),
+    hasConsent: r.has_consent === true,
+    consentCovers: r.consent_covers === true,
     audited: r.audited === true,
     kyc:
-      r.kyc_status != null && r.user_id != null
-        ? toKyc({ user_id: r.user_id, status: r.kyc_status, provider: r.kyc_provider, updated_at: r.kyc_updated_at })
+      r.kyc_status != null && userId !== null && kycUpdated != null
+        ? { userId, status: r.kyc_status as KycRecord["status"], provider: (r.kyc_provider as string | null) ?? null, updatedAt: new Date(kycUpdated) }
         : undefined,
   };
 }
 
-function toDate(v: unknown): Date {
-  return v instanceof Date ? v : new Date(String(v));
-}
 
 function parseTextArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);

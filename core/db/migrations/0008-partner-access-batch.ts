@@ -15,6 +15,8 @@ import type { Knex } from "knex";
  *    concurrent requests could pass the limit.)
  *  - the success audit row of an item is inserted exactly when it asked for one and
  *    every check passes, so `audited` is true exactly when its data may leave.
+ * The result is scalars that are cheap to decode on the hot path: booleans for the
+ * consent checks instead of the scope array, times as epoch milliseconds.
  * Counter rows are upserted in key order, so concurrent batches that share keys always
  * lock them in the same order and cannot deadlock. PL/pgSQL caches the plan; every row
  * is found by a primary or unique key, so sequential scans are switched off for it (a plan
@@ -28,9 +30,9 @@ CREATE FUNCTION partner_access_batch(
   p_request_ids text[], p_actors text[], p_actions text[], p_subjects text[], p_ats timestamptz[],
   p_with_kyc boolean[]
 ) RETURNS TABLE (
-  idx bigint, partner_id uuid, partner_status text, rate_count bigint, user_id uuid, user_status text,
-  user_created_at timestamptz, has_receipt boolean, consent_scopes text[], audited boolean,
-  kyc_status text, kyc_provider text, kyc_updated_at timestamptz
+  idx integer, partner_id uuid, partner_status text, rate_count integer, user_found boolean, user_status text,
+  user_created_ms float8, has_receipt boolean, has_consent boolean, consent_covers boolean, audited boolean,
+  kyc_status text, kyc_provider text, kyc_updated_ms float8
 ) LANGUAGE plpgsql
 SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
@@ -82,8 +84,9 @@ BEGIN
       SELECT d.request_id, d.actor, d.action, 'success', '', d.subject, d.at FROM decided d WHERE d.do_audit ORDER BY d.i
     RETURNING 1 AS one
   )
-  SELECT d.i, d.pid, d.pstatus, d.rc, d.user_found, d.ustatus, d.ucreated, d.receipt, d.cscopes,
-    d.do_audit AND EXISTS (SELECT 1 FROM written), d.kstatus, d.kprovider, d.kupdated
+  SELECT d.i::integer, d.pid, d.pstatus, d.rc::integer, d.user_found IS NOT NULL, d.ustatus,
+    extract(epoch FROM d.ucreated)::float8 * 1000, d.receipt, d.cscopes IS NOT NULL, coalesce(d.scope = ANY (d.cscopes), false),
+    d.do_audit AND EXISTS (SELECT 1 FROM written), d.kstatus, d.kprovider, extract(epoch FROM d.kupdated)::float8 * 1000
   FROM decided d ORDER BY d.i;
 END
 $fn$`;
