@@ -117,7 +117,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
 
     const budgets = createBudgetsService({
       db,
-      store: createBudgetsStore(),
+      store: createBudgetsStore(db),
       audit,
       rateLimits: createRateLimitStore(db),
       cursors,

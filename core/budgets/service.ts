@@ -22,7 +22,6 @@ import type { CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
-import { createGroupCommit } from "../db/group-commit.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -76,18 +75,6 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   const { db, store, audit, clock } = deps;
   const faults = deps.faults ?? {};
   const staleMs = (deps.staleProvisioningSeconds ?? 300) * 1000;
-
-  // payments.simulate reads afresh on every call (a batch leaves after its calls
-  // arrived); concurrent calls share the statement.
-  const readPaymentContext = createGroupCommit(
-    async (keys: { vaultId: string; dayStart: Date }[]) => {
-      const byIndex = await store.paymentContexts(db, keys);
-      return keys.map((_, i) => byIndex.get(i));
-    },
-    { maxBatch: 256, maxInFlight: 2 },
-  );
-  const paymentContextNow = (vaultId: string, dayStart: Date) =>
-    UUID.test(vaultId) ? readPaymentContext({ vaultId, dayStart }) : store.paymentContext(db, vaultId, dayStart);
 
   const actorOf = (g: GrantContext) => (g.agentPrincipalId ? `agent:${g.agentPrincipalId}` : `grant:${g.grantId}`);
 
@@ -472,7 +459,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = requireGrant(req.grant, SCOPES.paymentsSimulate);
       const input = paymentInput(req.payment);
       const now = clock();
-      const context = await paymentContextNow(g.vaultId, utcDayStart(now));
+      const context = await store.currentPaymentContext(g.vaultId, utcDayStart(now));
       if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       const { vault, usage, policy } = context;
       if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);

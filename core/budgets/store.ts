@@ -1,5 +1,7 @@
 import type { Knex } from "knex";
 import type { Policy } from "./policy.js";
+import type { Db } from "../db/knex.js";
+import { createGroupCommit } from "../db/group-commit.js";
 import { pgArray } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
@@ -133,7 +135,30 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
 }
 
 /** SQL for budgets, vault policies, provisioning claims, vault balances and agent payments. */
-export function createBudgetsStore() {
+export function createBudgetsStore(db: Db) {
+  const unlockedContexts = createGroupCommit<{ vaultId: string; dayStart: Date }, PaymentContext | undefined>(
+    async (keys) => {
+      const { rows } = await db.raw(
+        `SELECT k.n, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
+                (SELECT coalesce(sum(amount_cents), 0)::int8
+                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
+           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(vault_id, day_start, n)
+           JOIN vaults v ON v.id = k.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
+        [pgArray(keys.map((k) => k.vaultId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
+      );
+      const found = new Map<number, Record<string, unknown>>();
+      for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, r);
+      return keys.map((_, i) => {
+        const r = found.get(i);
+        return r ? toPaymentContext(r) : undefined;
+      });
+    },
+    { maxBatch: 256, maxInFlight: 2 },
+  );
+
   return {
     async findBudget(conn: Conn, parentVaultId: string, idempotencyKey: string): Promise<BudgetRecord | undefined> {
       const row = await conn("budgets").where({ parent_vault_id: parentVaultId, idempotency_key: idempotencyKey }).first();
@@ -339,25 +364,12 @@ export function createBudgetsStore() {
     },
 
     /**
-     * paymentContext (unlocked) for many vaults in one statement: the batched read of
-     * payments.simulate. `keys[i]` is a vault id (UUID) and the start of its day; the
-     * answer is keyed by index into `keys` (no entry: no such vault).
+     * paymentContext without the lock, read afresh for every call (payments.simulate):
+     * concurrent calls share one statement (group commit), whose read starts after each
+     * of its calls arrived. A non-UUID id names no vault.
      */
-    async paymentContexts(conn: Conn, keys: { vaultId: string; dayStart: Date }[]) {
-      const { rows } = await conn.raw(
-        `SELECT k.n, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
-                (SELECT coalesce(sum(amount_cents), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
-           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(vault_id, day_start, n)
-           JOIN vaults v ON v.id = k.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
-        [pgArray(keys.map((k) => k.vaultId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
-      );
-      const found = new Map<number, ReturnType<typeof toPaymentContext>>();
-      for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, toPaymentContext(r));
-      return found;
+    currentPaymentContext(vaultId: string, dayStart: Date): Promise<PaymentContext | undefined> {
+      return UUID.test(vaultId) ? unlockedContexts({ vaultId: vaultId.toLowerCase(), dayStart }) : Promise.resolve(undefined);
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
@@ -369,6 +381,10 @@ export function createBudgetsStore() {
 }
 
 export type BudgetsStore = ReturnType<typeof createBudgetsStore>;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export type PaymentContext = ReturnType<typeof toPaymentContext>;
 
 function toPaymentContext(r: Record<string, unknown>) {
   return {

@@ -17,7 +17,6 @@ import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./st
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
-import { createGroupCommit } from "../db/group-commit.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -160,27 +159,16 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return record;
   }
 
-  // Grant state is read fresh for every call (a batch leaves after its calls arrived);
-  // concurrent calls share the statement.
-  const readGrant = createGroupCommit(
-    async (ids: string[]) => {
-      const found = await store.findGrantsWithUser(db, ids);
-      return ids.map((id) => found.get(id));
-    },
-    { maxBatch: 256, maxInFlight: 2 },
-  );
-
   /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
     if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-    const grant = UUID.test(claims.jti) ? await readGrant(claims.jti.toLowerCase()) : await store.findGrantWithUser(db, claims.jti);
+    const grant = await store.findGrantWithUser(claims.jti);
     if (!grant) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
     if (grant.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${grant.state}`);
     if (!grant.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
     if (grant.expiresAt.getTime() + 30_000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
-    // Calls in one batch for the same grant share the row; each caller gets its own copy.
-    return { ...grant, scopes: [...grant.scopes] };
+    return grant;
   }
 
   async function session(token: string): Promise<SessionRecord & { stepUpFresh: boolean }> {

@@ -81,6 +81,10 @@ export interface FastAudit {
   action: string;
 }
 
+export type GrantWithUser = GrantRecord & { userActive: boolean };
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 /** A code exchange for the fast path (see exchangeCodeFast). */
 export interface FastExchange {
   codeHash: string;
@@ -152,6 +156,20 @@ export function createGrantsStore(db: Db) {
     ["text", (i) => i.audit.action],
   ]);
   const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
+  const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(
+    async (ids) => {
+      const { rows } = await db.raw(
+        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
+        [pgArray(ids)],
+      );
+      const byId = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), r]));
+      return ids.map((id) => {
+        const r = byId.get(id);
+        return r ? { ...toGrant(r), userActive: r.user_status === "active" } : undefined;
+      });
+    },
+    { maxBatch: 256, maxInFlight: 2 },
+  );
   const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), tokenBatches);
   const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), tokenBatches);
 
@@ -225,25 +243,12 @@ export function createGrantsStore(db: Db) {
       return row ? toGrant(row) : undefined;
     },
 
-    /** The grant with its user's status, for verification (one round trip). */
-    async findGrantWithUser(conn: Conn, id: string): Promise<(GrantRecord & { userActive: boolean }) | undefined> {
-      const row = await conn("grants as g").join("users as u", "u.id", "g.user_id").where({ "g.id": id }).first("g.*", "u.status as user_status");
-      return row ? { ...toGrant(row), userActive: row.user_status === "active" } : undefined;
-    },
-
     /**
-     * findGrantWithUser for many grants in one statement (the batched read of token
-     * verification); `ids` must be UUIDs. Keyed by grant id.
+     * The grant with its user's status, for verification, read afresh for every call:
+     * concurrent calls share one statement (group commit), whose read starts after each
+     * of its calls arrived. Each caller gets its own record. A non-UUID id names no grant.
      */
-    async findGrantsWithUser(conn: Conn, ids: string[]): Promise<Map<string, GrantRecord & { userActive: boolean }>> {
-      const { rows } = await conn.raw(
-        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
-        [pgArray(ids)],
-      );
-      const found = new Map<string, GrantRecord & { userActive: boolean }>();
-      for (const row of rows as Record<string, unknown>[]) found.set(String(row.id), { ...toGrant(row), userActive: row.user_status === "active" });
-      return found;
-    },
+    findGrantWithUser: (id: string): Promise<GrantWithUser | undefined> => (UUID.test(id) ? grantWithUser(id.toLowerCase()) : Promise.resolve(undefined)),
 
     async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
       const row = await trx("grants").where({ id }).forUpdate().first();
