@@ -7,8 +7,7 @@ import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { errorDetailOf, fail } from "./errors.js";
 import { constantTimeEqual } from "./partners/credentials.js";
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { UUID } from "./uuid.js";
 
 export interface InterceptorOptions {
   logger: Logger;

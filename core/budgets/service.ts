@@ -22,6 +22,7 @@ import type { CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
+import { UUID } from "../uuid.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -593,8 +594,6 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     reap,
   };
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function fenced(): never {
   return fail(Reason.VAULT_CONTENTION, "this provisioning attempt was taken over by a newer one; retry with the same idempotency_key");

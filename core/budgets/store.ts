@@ -3,6 +3,7 @@ import type { Policy } from "./policy.js";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { pgArray } from "../db/sql.js";
+import { UUID } from "../uuid.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -381,8 +382,6 @@ export function createBudgetsStore(db: Db) {
 }
 
 export type BudgetsStore = ReturnType<typeof createBudgetsStore>;
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export type PaymentContext = ReturnType<typeof toPaymentContext>;
 

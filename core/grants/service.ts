@@ -17,6 +17,7 @@ import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./st
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
+import { UUID } from "../uuid.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -43,7 +44,6 @@ export interface GrantsServiceDeps {
 
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** DESIGN 4.2: codes live 60 s. */
 const CODE_TTL_MS = 60_000;
 /** Refresh tokens end 30 days after their grant was issued (a decision; docs/agent-oauth.md). */

@@ -2,6 +2,7 @@ import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { batchFunction, pgArray } from "../db/sql.js";
+import { UUID } from "../uuid.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -82,8 +83,6 @@ export interface FastAudit {
 }
 
 export type GrantWithUser = GrantRecord & { userActive: boolean };
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** A code exchange for the fast path (see exchangeCodeFast). */
 export interface FastExchange {

@@ -8,10 +8,10 @@ import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
 import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import { CONSENT_SCOPES } from "./scopes.js";
+import { UUID } from "../uuid.js";
 
 /** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60). */
 const WINDOW_MS = 60_000;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface PartnerAccessDeps {
   db: Db;

@@ -17,6 +17,7 @@ import { CONSENT_SCOPES, TREASURY_SCOPE } from "./scopes.js";
 import type { KycProvider } from "./kyc-providers.js";
 import { enqueue, type EventType, type OutboxStore } from "./webhooks/outbox-store.js";
 import { generateWebhookSecret, parseWebhookSecret, type SecretBox } from "./webhooks/signing.js";
+import { UUID } from "../uuid.js";
 
 export interface PartnerResourcesDeps {
   db: Db;
@@ -39,7 +40,6 @@ const KYC_STATUSES = ["not_started", "pending", "approved", "rejected"] as const
 const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 const DEFAULT_LIMIT = 50;
 const MAX_LIMIT = 100;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 type Page = { limit: number; cursor: string; since: string } | undefined;
 

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { UUID } from "../uuid.js";
 
 /** A batch item with amounts as numbers, after validation. */
 export interface BatchItemInput {
@@ -27,7 +28,6 @@ export const MAX_IDEMPOTENCY_KEY = 255;
 export const MAX_ITEMS = 1000;
 export const MAX_ID = 128;
 export const MAX_REFERENCE = 140;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Partner-chosen ids: printable, URL-safe, so a payout_id can sit in a path segment. */
 const PARTNER_ID = /^[A-Za-z0-9._:~-]+$/;
 const CURRENCY = /^[A-Z]{3}$/;

@@ -22,6 +22,7 @@ import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
 import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
+import { UUID } from "../uuid.js";
 
 /** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
 export interface TreasuryFaults {
@@ -45,7 +46,6 @@ export interface TreasuryServiceDeps {
 const BATCH_ACTION = "treasury.batch.execute";
 const PAYOUTS_RECEIVE = "payouts:receive";
 const MAX_CENTS = Number.MAX_SAFE_INTEGER;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const statusName = {
   [TreasuryStatus.UNSPECIFIED]: undefined,

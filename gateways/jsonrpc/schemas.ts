@@ -1,8 +1,7 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import { isDateTime } from "./date-time.js";
 import type { Tool } from "./tools.js";
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { UUID } from "../shared/uuid.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect of spec 9, with date-time exactly as spec 2.1 defines it. */
 export function createSchemaAjv(): Ajv2020 {

@@ -5,6 +5,7 @@ import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
+import { UUID } from "../shared/uuid.js";
 
 export interface ResourceRoutesOptions {
   resources: Client<typeof PartnerResourcesService>;
@@ -14,7 +15,6 @@ export interface ResourceRoutesOptions {
 export const PRE_CREATE_BODY_LIMIT = 4096;
 /** A link request is as small as a pre-create. */
 const LINK_BODY_LIMIT = 4096;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 type Params = { id: string };
 

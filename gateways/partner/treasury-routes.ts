@@ -6,12 +6,11 @@ import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
+import { UUID } from "../shared/uuid.js";
 
 export interface TreasuryRoutesOptions {
   treasury: Client<typeof TreasuryService>;
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * The treasury endpoints of DESIGN 4.3 in the resource envelope (spec 7.3, 7.4). Edge

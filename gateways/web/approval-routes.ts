@@ -5,8 +5,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { html, type Html } from "./html.js";
 import { PageError, reasonOf, type WebContext } from "./plugin.js";
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { UUID } from "../shared/uuid.js";
 
 type Current = { token: string; session: WebSession };
 

@@ -4,8 +4,7 @@ import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
 import { html } from "./html.js";
 import { PageError, type WebContext } from "./plugin.js";
 import { loadPending, paymentPath, pendingSection } from "./approval-routes.js";
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { UUID } from "../shared/uuid.js";
 
 /** Fixed notices selected by a query flag; the flag's value is never echoed. */
 const NOTICES: Record<string, string> = {
