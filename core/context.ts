@@ -2,6 +2,20 @@ import { createContextKey } from "@connectrpc/connect";
 
 /** Header that carries the gateway's request id into core on every transport. */
 export const REQUEST_ID_HEADER = "x-request-id";
+/** Header of the gateway credential: proves the caller is one of our gateways. */
+export const GATEWAY_CREDENTIAL_HEADER = "x-vaultgate-gateway";
+/** Header of the client address a gateway saw; believed only with a valid gateway credential. */
+export const CLIENT_ADDRESS_HEADER = "x-vaultgate-client-address";
 
 /** The request id of the current call (from the gateway, or minted for direct gRPC callers). */
 export const kRequestId = createContextKey<string>("", { description: "request id" });
+
+/** True when the call presented the operator credential (ADMIN_TOKEN) as its bearer. */
+export const kOperator = createContextKey<boolean>(false, { description: "operator credential presented" });
+
+/**
+ * The network address of the client behind the call, as vouched for by a gateway that
+ * proved itself with the gateway credential; "" when nobody vouched (direct callers share
+ * one bucket in every per-address limit).
+ */
+export const kClientAddress = createContextKey<string>("", { description: "client address vouched for by a gateway" });

@@ -34,6 +34,8 @@ export interface CoreOptions {
   logger: Logger;
   /** Operator credential for admin RPCs. */
   adminToken: string | undefined;
+  /** Gateway credential: a gateway presenting it may vouch for the client address it saw. */
+  gatewayToken?: string;
   signingKey?: string;
   /** Where a generated dev signing key is kept; absent = in memory. */
   dataDir?: string;
@@ -185,7 +187,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         faults: options.treasuryFaults,
       }),
     });
-    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken });
+    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     const reaper = options.reaperIntervalMs

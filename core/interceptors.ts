@@ -4,7 +4,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { kRequestId, REQUEST_ID_HEADER } from "./context.js";
+import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { errorDetailOf, fail } from "./errors.js";
 import { constantTimeEqual } from "./partners/credentials.js";
 import { UUID } from "./uuid.js";
@@ -13,11 +13,13 @@ export interface InterceptorOptions {
   logger: Logger;
   /** Operator credential for admin_only RPCs; undefined disables them entirely. */
   adminToken: string | undefined;
+  /** Gateway credential: lets a gateway vouch for the client address it saw; undefined = nobody can. */
+  gatewayToken: string | undefined;
 }
 
 /** The interceptors core runs on every transport, in order. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
-  return [requestContext(options.logger), adminAuth(options.adminToken)];
+  return [requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken)];
 }
 
 /**
@@ -44,8 +46,16 @@ function requestContext(logger: Logger): Interceptor {
   };
 }
 
-/** admin_only RPCs need `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
-function adminAuth(adminToken: string | undefined): Interceptor {
+/**
+ * Core trusts no caller. This interceptor decides only what a header can prove:
+ * - the operator credential (`Authorization: Bearer <ADMIN_TOKEN>`, constant time) sets
+ *   kOperator, and admin_only RPCs refuse every call without it;
+ * - the gateway credential (`x-vaultgate-gateway`) makes core believe the client address
+ *   the gateway saw (`x-vaultgate-client-address`); without it that header is ignored.
+ * Every other credential (agent access token, partner token, web session, client secret)
+ * travels in the request message and is verified by the service that acts on it.
+ */
+function callerCredentials(adminToken: string | undefined, gatewayToken: string | undefined): Interceptor {
   // getOption decodes the method's options on every call; the answer never changes.
   const adminOnly = new WeakMap<DescMethod, boolean>();
   const isAdminOnly = (method: DescMethod) => {
@@ -53,13 +63,16 @@ function adminAuth(adminToken: string | undefined): Interceptor {
     if (v === undefined) adminOnly.set(method, (v = getOption(method, admin_only)));
     return v;
   };
-  return (next) => async (req) => {
-    if (isAdminOnly(req.method)) {
-      const header = req.header.get("authorization") ?? "";
+  return (next) => (req) => {
+    const header = req.header.get("authorization");
+    if (header !== null && adminToken) {
       const presented = header.startsWith("Bearer ") ? header.slice(7) : "";
-      if (!adminToken || !presented || !constantTimeEqual(presented, adminToken)) {
-        fail(Reason.ADMIN_UNAUTHENTICATED, "operator credential required");
-      }
+      if (presented && constantTimeEqual(presented, adminToken)) req.contextValues.set(kOperator, true);
+    }
+    if (isAdminOnly(req.method) && !req.contextValues.get(kOperator)) fail(Reason.ADMIN_UNAUTHENTICATED, "operator credential required");
+    const vouch = req.header.get(GATEWAY_CREDENTIAL_HEADER);
+    if (vouch !== null && gatewayToken && constantTimeEqual(vouch, gatewayToken)) {
+      req.contextValues.set(kClientAddress, (req.header.get(CLIENT_ADDRESS_HEADER) ?? "").slice(0, 64));
     }
     return next(req);
   };

@@ -15,11 +15,27 @@ export interface CoreClients {
   budgets: Client<typeof BudgetsService>;
   partnerResources: Client<typeof PartnerResourcesService>;
   treasury: Client<typeof TreasuryService>;
+  /**
+   * Call options for an RPC where core needs the client's network address (per-address
+   * limits): the gateway vouches for it with its gateway credential. Without a credential
+   * core ignores the address and counts the call in one shared bucket.
+   */
+  vouched(requestId: string, clientAddress: string): { headers: Record<string, string> };
+}
+
+export interface CoreClientsOptions {
+  /** GATEWAY_TOKEN: the credential that lets this gateway vouch for client addresses. */
+  gatewayToken?: string;
 }
 
 /** Typed clients over one transport: in-memory router transport or gRPC h2c. */
-export function createCoreClients(transport: Transport): CoreClients {
+export function createCoreClients(transport: Transport, options: CoreClientsOptions = {}): CoreClients {
+  const { gatewayToken } = options;
   return {
+    vouched(requestId, clientAddress) {
+      if (!gatewayToken) return withRequestId(requestId);
+      return { headers: { "x-request-id": requestId, "x-vaultgate-gateway": gatewayToken, "x-vaultgate-client-address": clientAddress } };
+    },
     health: createClient(Health, transport),
     partners: createClient(PartnersService, transport),
     audit: createClient(AuditService, transport),

@@ -48,6 +48,7 @@ const table = {
   [Reason.NOT_FOUND]: { code: RpcCode.INVALID_PARAMS, reasonId: "not_found" },
   [Reason.INTERNAL]: INTERNAL,
   [Reason.RATE_LIMITED]: { code: RpcCode.RATE_LIMITED, reasonId: "rate_limited" },
+  [Reason.OVERLOADED]: { code: RpcCode.INTERNAL_ERROR, reasonId: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: { code: RpcCode.INVALID_PARAMS, reasonId: "idempotency_conflict" },
   [Reason.ADMIN_UNAUTHENTICATED]: INTERNAL,
   [Reason.INVALID_CLIENT]: { code: RpcCode.UNAUTHORIZED, reasonId: "invalid_client" },

@@ -25,6 +25,7 @@ const table = {
   [Reason.NOT_FOUND]: { status: 404, code: "not_found" },
   [Reason.INTERNAL]: INTERNAL,
   [Reason.RATE_LIMITED]: { status: 429, code: "rate_limited" },
+  [Reason.OVERLOADED]: { status: 503, code: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: { status: 409, code: "idempotency_conflict" },
   [Reason.ADMIN_UNAUTHENTICATED]: INTERNAL,
   [Reason.INVALID_CLIENT]: { status: 401, code: "invalid_token" },
@@ -110,6 +111,7 @@ export function sendResourceError(request: FastifyRequest, reply: FastifyReply, 
   if (e.status === 401) reply.header("www-authenticate", e.code === "invalid_token" ? `Bearer error="invalid_token"` : "Bearer");
   // spec 7.3 / 8: every resource 429 says Retry-After: 60.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds ?? 60));
+  else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
   return reply
     .code(e.status)
     .header("cache-control", "no-store")

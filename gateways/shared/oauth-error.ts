@@ -20,6 +20,7 @@ const table = {
   [Reason.NOT_FOUND]: SERVER_ERROR,
   [Reason.INTERNAL]: SERVER_ERROR,
   [Reason.RATE_LIMITED]: { status: 429, error: "rate_limited" },
+  [Reason.OVERLOADED]: { status: 503, error: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: SERVER_ERROR,
   [Reason.ADMIN_UNAUTHENTICATED]: SERVER_ERROR,
   [Reason.INVALID_CLIENT]: { status: 401, error: "invalid_client" },
@@ -79,6 +80,7 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
   // spec 7.2 / 8: the wait rides on 429 only.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds || 60));
+  else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
   return reply
     .code(e.status)
     .header("cache-control", "no-store")

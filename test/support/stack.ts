@@ -17,6 +17,8 @@ export interface TestStack {
   /** Clients carrying the operator credential, for fixtures via admin RPCs (router transport: real serialization). */
   admin: CoreClients;
   adminToken: string;
+  /** The gateway credential the test gateway presents to core. */
+  gatewayToken: string;
   logs: ReturnType<typeof createCapturedLogger>;
   /** Gateway base URL (127.0.0.1, ephemeral port) when started with gateway: true. */
   url: string;
@@ -24,7 +26,7 @@ export interface TestStack {
   close(): Promise<void>;
 }
 
-export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" | "clock" | "adminToken">> {
+export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" | "clock" | "adminToken" | "gatewayToken">> {
   gateway?: boolean;
   /**
    * Use the gateway's own address (http://127.0.0.1:<port>) as issuer and as every public
@@ -42,6 +44,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const clock = createTestClock();
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
+  const gatewayToken = randomBytes(16).toString("hex");
   const { gateway: withGateway, publicUrls, ...coreOverrides } = options;
   const port = publicUrls ? await freePort() : 0;
   const origin = `http://127.0.0.1:${port}`;
@@ -50,6 +53,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     db: { instance: db },
     logger: logs.logger,
     adminToken,
+    gatewayToken,
     issuer: TEST_ISSUER,
     partnerAudience: TEST_AUDIENCE,
     clock,
@@ -71,7 +75,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     const issuer = coreOverrides.issuer ?? TEST_ISSUER;
     const mcpUrl = coreOverrides.mcpUrl ?? issuer;
     gateway = await buildGateway({
-      clients: createCoreClients(transport),
+      clients: createCoreClients(transport, { gatewayToken }),
       logger: logs.logger,
       urls: publicUrls
         ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
@@ -86,6 +90,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     clients: createCoreClients(transport),
     admin: createCoreClients(adminTransport),
     adminToken,
+    gatewayToken,
     logs,
     url,
     gateway,

@@ -13,72 +13,19 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSKmAQoMR3JhbnRDb250ZXh0EhAKCGdyYW50X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIPCgdzdGVwX3VwGAYgASgIEhEKCWF1dGhfdGltZRgHIAEoAxIRCgljbGllbnRfaWQYCCABKAki3gMKE0NyZWF0ZUJ1ZGdldFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIo8CCgZCdWRnZXQSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhYKDnBvbGljeV92ZXJzaW9uGAMgASgDEjIKBnN0YXR1cxgEIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglidWRnZXRfaWQYBiABKAkSFAoMZGlzcGxheV9uYW1lGAcgASgJEjIKBmxpbWl0cxgIIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cyKHAwoMQnVkZ2V0TGltaXRzEg8KB3B1cnBvc2UYASABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYAiABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYAyABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAQgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYBSABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYBiADKAkSMwoPdGltZV93aW5kb3dfZW5kGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghjdXJyZW5jeRgIIAEoCUIaChhfYW1vdW50X2NhcF9jZW50c19wZXJfdHhCGwoZX2Ftb3VudF9jYXBfY2VudHNfcGVyX2RheUIcChpfYW1vdW50X2NhcF9jZW50c19saWZldGltZUIXChVfc3RlcF91cF9hbW91bnRfY2VudHMiRAoUQ3JlYXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Il8KFUFjdGl2YXRlQnVkZ2V0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgCIAEoCRIZChFzdGVwX3VwX2F1dGhfdGltZRgDIAEoAyJGChZBY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCI9CgxDb3VudGVycGFydHkSDwoHYWRkcmVzcxgBIAEoCRINCgVjaGFpbhgCIAEoCRINCgV0b2tlbhgDIAEoCSKLAQoOUGF5bWVudFJlcXVlc3QSOAoMY291bnRlcnBhcnR5GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5EhQKDGFtb3VudF9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkiggEKFkluaXRpYXRlUGF5bWVudFJlcXVlc3QSMQoFZ3JhbnQYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudENvbnRleHQSNQoHcGF5bWVudBgCIAEoCzIkLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnRSZXF1ZXN0IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCKCAQoWU2ltdWxhdGVQYXltZW50UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3QiWQoXU2ltdWxhdGVQYXltZW50UmVzcG9uc2USMAoIZGVjaXNpb24YASABKA4yHi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNpc2lvbhIMCgRydWxlGAIgASgJIlcKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSGQoRc3RlcF91cF9hdXRoX3RpbWUYAyABKAMiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCI8ChVEZWNsaW5lUGF5bWVudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwYXltZW50X2lkGAIgASgJIkgKFkRlY2xpbmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiQwoURGVjbGluZUJ1ZGdldFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAkiRQoVRGVjbGluZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCIuChtMaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSKMAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkYKEUdldEJhbGFuY2VSZXF1ZXN0EjEKBWdyYW50GAEgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRDb250ZXh0Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJIngKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIxCgVncmFudBgBIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50Q29udGV4dBIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkSDQoFbGltaXQYBCABKA0ilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0qfAoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAhIaChZCVURHRVRfU1RBVFVTX0RFQ0xJTkVEEAMqqwEKDVBheW1lbnRTdGF0dXMSHgoaUEFZTUVOVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIiCh5QQVlNRU5UX1NUQVRVU19QRU5ESU5HX1NURVBfVVAQARIbChdQQVlNRU5UX1NUQVRVU19BUFBST1ZFRBACEhwKGFBBWU1FTlRfU1RBVFVTX0NPTVBMRVRFRBADEhsKF1BBWU1FTlRfU1RBVFVTX0RFQ0xJTkVEEAQqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMrIKCg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEmsKDkRlY2xpbmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXNwb25zZRJoCg1EZWNsaW5lQnVkZ2V0EioudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlcXVlc3QaKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVzcG9uc2USfQoUTGlzdFBlbmRpbmdBcHByb3ZhbHMSMS52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QaMi52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEl8KCkdldEJhbGFuY2USJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXNwb25zZRJrCg5MaXN0R3JhbnRBdWRpdBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USYgoJRnVuZFZhdWx0EiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVxdWVzdBonLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlc3BvbnNlIgSItRgBEncKEFJlYXBQcm92aXNpb25pbmcSLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVxdWVzdBouLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
-
-/**
- * GrantContext is the verified grant a tool call runs under (GrantsService.AgentGrant).
- *
- * @generated from message vaultgate.budgets.v1.GrantContext
- */
-export type GrantContext = Message<"vaultgate.budgets.v1.GrantContext"> & {
-  /**
-   * @generated from field: string grant_id = 1;
-   */
-  grantId: string;
-
-  /**
-   * @generated from field: string user_id = 2;
-   */
-  userId: string;
-
-  /**
-   * @generated from field: string agent_principal_id = 3;
-   */
-  agentPrincipalId: string;
-
-  /**
-   * @generated from field: string vault_id = 4;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: repeated string scopes = 5;
-   */
-  scopes: string[];
-
-  /**
-   * @generated from field: bool step_up = 6;
-   */
-  stepUp: boolean;
-
-  /**
-   * Unix seconds of the step-up authentication; 0 when none.
-   *
-   * @generated from field: int64 auth_time = 7;
-   */
-  authTime: bigint;
-
-  /**
-   * @generated from field: string client_id = 8;
-   */
-  clientId: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.GrantContext.
- * Use `create(GrantContextSchema)` to create a new message.
- */
-export const GrantContextSchema: GenMessage<GrantContext> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 0);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJyChZTaW11bGF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IlkKF1NpbXVsYXRlUGF5bWVudFJlc3BvbnNlEjAKCGRlY2lzaW9uGAEgASgOMh4udmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjaXNpb24SDAoEcnVsZRgCIAEoCSJqChVBcHByb3ZlUGF5bWVudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRISCgpwYXltZW50X2lkGAIgASgJSgQIARACSgQIAxAEUgd1c2VyX2lkUhFzdGVwX3VwX2F1dGhfdGltZSJIChZBcHByb3ZlUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IlEKFURlY2xpbmVQYXltZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEhIKCnBheW1lbnRfaWQYAiABKAlKBAgBEAJSB3VzZXJfaWQiSAoWRGVjbGluZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJYChREZWNsaW5lQnVkZ2V0UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgCIAEoCUoECAEQAlIHdXNlcl9pZCJFChVEZWNsaW5lQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0IkMKG0xpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAIgASgJSgQIARACUgd1c2VyX2lkIowBChxMaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEjMKDWRyYWZ0X2J1ZGdldHMYASADKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQSNwoQcGVuZGluZ19wYXltZW50cxgCIAMoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiNgoRR2V0QmFsYW5jZVJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAIgASgJSgQIARACUgVncmFudCJPChJHZXRCYWxhbmNlUmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSJoChVMaXN0R3JhbnRBdWRpdFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAUgASgJEg4KBmN1cnNvchgCIAEoCRINCgVzaW5jZRgDIAEoCRINCgVsaW1pdBgEIAEoDUoECAEQAlIFZ3JhbnQilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0qfAoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAhIaChZCVURHRVRfU1RBVFVTX0RFQ0xJTkVEEAMqqwEKDVBheW1lbnRTdGF0dXMSHgoaUEFZTUVOVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIiCh5QQVlNRU5UX1NUQVRVU19QRU5ESU5HX1NURVBfVVAQARIbChdQQVlNRU5UX1NUQVRVU19BUFBST1ZFRBACEhwKGFBBWU1FTlRfU1RBVFVTX0NPTVBMRVRFRBADEhsKF1BBWU1FTlRfU1RBVFVTX0RFQ0xJTkVEEAQqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMrIKCg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEmsKDkRlY2xpbmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXNwb25zZRJoCg1EZWNsaW5lQnVkZ2V0EioudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlcXVlc3QaKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVzcG9uc2USfQoUTGlzdFBlbmRpbmdBcHByb3ZhbHMSMS52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QaMi52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEl8KCkdldEJhbGFuY2USJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXNwb25zZRJrCg5MaXN0R3JhbnRBdWRpdBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USYgoJRnVuZFZhdWx0EiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVxdWVzdBonLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlc3BvbnNlIgSItRgBEncKEFJlYXBQcm92aXNpb25pbmcSLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVxdWVzdBouLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetRequest
  */
 export type CreateBudgetRequest = Message<"vaultgate.budgets.v1.CreateBudgetRequest"> & {
   /**
-   * @generated from field: vaultgate.budgets.v1.GrantContext grant = 1;
+   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
+   * afresh, inside the transaction that acts on it.
+   *
+   * @generated from field: string access_token = 11;
    */
-  grant?: GrantContext | undefined;
+  accessToken: string;
 
   /**
    * @generated from field: string purpose = 2;
@@ -131,7 +78,7 @@ export type CreateBudgetRequest = Message<"vaultgate.budgets.v1.CreateBudgetRequ
  * Use `create(CreateBudgetRequestSchema)` to create a new message.
  */
 export const CreateBudgetRequestSchema: GenMessage<CreateBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 1);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 0);
 
 /**
  * Budget is spec 2.2.
@@ -187,7 +134,7 @@ export type Budget = Message<"vaultgate.budgets.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 2);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 1);
 
 /**
  * BudgetLimits is the policy a budget installs (spec 2.1 inputs), for review pages.
@@ -243,7 +190,7 @@ export type BudgetLimits = Message<"vaultgate.budgets.v1.BudgetLimits"> & {
  * Use `create(BudgetLimitsSchema)` to create a new message.
  */
 export const BudgetLimitsSchema: GenMessage<BudgetLimits> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 3);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 2);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetResponse
@@ -260,30 +207,23 @@ export type CreateBudgetResponse = Message<"vaultgate.budgets.v1.CreateBudgetRes
  * Use `create(CreateBudgetResponseSchema)` to create a new message.
  */
 export const CreateBudgetResponseSchema: GenMessage<CreateBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 4);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 3);
 
 /**
  * @generated from message vaultgate.budgets.v1.ActivateBudgetRequest
  */
 export type ActivateBudgetRequest = Message<"vaultgate.budgets.v1.ActivateBudgetRequest"> & {
   /**
-   * The dashboard's signed-in user; must own the budget's vault.
+   * The signed-in owner's web session; it must own the budget's vault and have a fresh step-up.
    *
-   * @generated from field: string user_id = 1;
+   * @generated from field: string session_token = 4;
    */
-  userId: string;
+  sessionToken: string;
 
   /**
    * @generated from field: string agent_principal_id = 2;
    */
   agentPrincipalId: string;
-
-  /**
-   * Unix seconds of the user's step-up; must be within the step-up window.
-   *
-   * @generated from field: int64 step_up_auth_time = 3;
-   */
-  stepUpAuthTime: bigint;
 };
 
 /**
@@ -291,7 +231,7 @@ export type ActivateBudgetRequest = Message<"vaultgate.budgets.v1.ActivateBudget
  * Use `create(ActivateBudgetRequestSchema)` to create a new message.
  */
 export const ActivateBudgetRequestSchema: GenMessage<ActivateBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 5);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 4);
 
 /**
  * @generated from message vaultgate.budgets.v1.ActivateBudgetResponse
@@ -308,7 +248,7 @@ export type ActivateBudgetResponse = Message<"vaultgate.budgets.v1.ActivateBudge
  * Use `create(ActivateBudgetResponseSchema)` to create a new message.
  */
 export const ActivateBudgetResponseSchema: GenMessage<ActivateBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 5);
 
 /**
  * @generated from message vaultgate.budgets.v1.Counterparty
@@ -335,7 +275,7 @@ export type Counterparty = Message<"vaultgate.budgets.v1.Counterparty"> & {
  * Use `create(CounterpartySchema)` to create a new message.
  */
 export const CounterpartySchema: GenMessage<Counterparty> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
 
 /**
  * @generated from message vaultgate.budgets.v1.PaymentRequest
@@ -367,16 +307,19 @@ export type PaymentRequest = Message<"vaultgate.budgets.v1.PaymentRequest"> & {
  * Use `create(PaymentRequestSchema)` to create a new message.
  */
 export const PaymentRequestSchema: GenMessage<PaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
 
 /**
  * @generated from message vaultgate.budgets.v1.InitiatePaymentRequest
  */
 export type InitiatePaymentRequest = Message<"vaultgate.budgets.v1.InitiatePaymentRequest"> & {
   /**
-   * @generated from field: vaultgate.budgets.v1.GrantContext grant = 1;
+   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
+   * afresh, inside the transaction that acts on it.
+   *
+   * @generated from field: string access_token = 3;
    */
-  grant?: GrantContext | undefined;
+  accessToken: string;
 
   /**
    * @generated from field: vaultgate.budgets.v1.PaymentRequest payment = 2;
@@ -389,7 +332,7 @@ export type InitiatePaymentRequest = Message<"vaultgate.budgets.v1.InitiatePayme
  * Use `create(InitiatePaymentRequestSchema)` to create a new message.
  */
 export const InitiatePaymentRequestSchema: GenMessage<InitiatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
 
 /**
  * @generated from message vaultgate.budgets.v1.Payment
@@ -448,7 +391,7 @@ export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
  * Use `create(PaymentSchema)` to create a new message.
  */
 export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
 
 /**
  * @generated from message vaultgate.budgets.v1.InitiatePaymentResponse
@@ -465,16 +408,19 @@ export type InitiatePaymentResponse = Message<"vaultgate.budgets.v1.InitiatePaym
  * Use `create(InitiatePaymentResponseSchema)` to create a new message.
  */
 export const InitiatePaymentResponseSchema: GenMessage<InitiatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentRequest
  */
 export type SimulatePaymentRequest = Message<"vaultgate.budgets.v1.SimulatePaymentRequest"> & {
   /**
-   * @generated from field: vaultgate.budgets.v1.GrantContext grant = 1;
+   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
+   * afresh, inside the transaction that acts on it.
+   *
+   * @generated from field: string access_token = 3;
    */
-  grant?: GrantContext | undefined;
+  accessToken: string;
 
   /**
    * @generated from field: vaultgate.budgets.v1.PaymentRequest payment = 2;
@@ -487,7 +433,7 @@ export type SimulatePaymentRequest = Message<"vaultgate.budgets.v1.SimulatePayme
  * Use `create(SimulatePaymentRequestSchema)` to create a new message.
  */
 export const SimulatePaymentRequestSchema: GenMessage<SimulatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentResponse
@@ -511,26 +457,23 @@ export type SimulatePaymentResponse = Message<"vaultgate.budgets.v1.SimulatePaym
  * Use `create(SimulatePaymentResponseSchema)` to create a new message.
  */
 export const SimulatePaymentResponseSchema: GenMessage<SimulatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentRequest
  */
 export type ApprovePaymentRequest = Message<"vaultgate.budgets.v1.ApprovePaymentRequest"> & {
   /**
-   * @generated from field: string user_id = 1;
+   * The signed-in owner's web session; it must own the payment and have a fresh step-up.
+   *
+   * @generated from field: string session_token = 4;
    */
-  userId: string;
+  sessionToken: string;
 
   /**
    * @generated from field: string payment_id = 2;
    */
   paymentId: string;
-
-  /**
-   * @generated from field: int64 step_up_auth_time = 3;
-   */
-  stepUpAuthTime: bigint;
 };
 
 /**
@@ -538,7 +481,7 @@ export type ApprovePaymentRequest = Message<"vaultgate.budgets.v1.ApprovePayment
  * Use `create(ApprovePaymentRequestSchema)` to create a new message.
  */
 export const ApprovePaymentRequestSchema: GenMessage<ApprovePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentResponse
@@ -555,18 +498,18 @@ export type ApprovePaymentResponse = Message<"vaultgate.budgets.v1.ApprovePaymen
  * Use `create(ApprovePaymentResponseSchema)` to create a new message.
  */
 export const ApprovePaymentResponseSchema: GenMessage<ApprovePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclinePaymentRequest
  */
 export type DeclinePaymentRequest = Message<"vaultgate.budgets.v1.DeclinePaymentRequest"> & {
   /**
-   * The dashboard's signed-in user; must own the payment.
+   * The signed-in owner's web session; it must own the payment.
    *
-   * @generated from field: string user_id = 1;
+   * @generated from field: string session_token = 3;
    */
-  userId: string;
+  sessionToken: string;
 
   /**
    * @generated from field: string payment_id = 2;
@@ -579,7 +522,7 @@ export type DeclinePaymentRequest = Message<"vaultgate.budgets.v1.DeclinePayment
  * Use `create(DeclinePaymentRequestSchema)` to create a new message.
  */
 export const DeclinePaymentRequestSchema: GenMessage<DeclinePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclinePaymentResponse
@@ -596,18 +539,18 @@ export type DeclinePaymentResponse = Message<"vaultgate.budgets.v1.DeclinePaymen
  * Use `create(DeclinePaymentResponseSchema)` to create a new message.
  */
 export const DeclinePaymentResponseSchema: GenMessage<DeclinePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetRequest
  */
 export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRequest"> & {
   /**
-   * The dashboard's signed-in user; must own the budget's vault.
+   * The signed-in owner's web session; it must own the budget's vault.
    *
-   * @generated from field: string user_id = 1;
+   * @generated from field: string session_token = 3;
    */
-  userId: string;
+  sessionToken: string;
 
   /**
    * @generated from field: string agent_principal_id = 2;
@@ -620,7 +563,7 @@ export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRe
  * Use `create(DeclineBudgetRequestSchema)` to create a new message.
  */
 export const DeclineBudgetRequestSchema: GenMessage<DeclineBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetResponse
@@ -637,16 +580,18 @@ export type DeclineBudgetResponse = Message<"vaultgate.budgets.v1.DeclineBudgetR
  * Use `create(DeclineBudgetResponseSchema)` to create a new message.
  */
 export const DeclineBudgetResponseSchema: GenMessage<DeclineBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsRequest
  */
 export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPendingApprovalsRequest"> & {
   /**
-   * @generated from field: string user_id = 1;
+   * The signed-in owner's web session.
+   *
+   * @generated from field: string session_token = 2;
    */
-  userId: string;
+  sessionToken: string;
 };
 
 /**
@@ -654,7 +599,7 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
  * Use `create(ListPendingApprovalsRequestSchema)` to create a new message.
  */
 export const ListPendingApprovalsRequestSchema: GenMessage<ListPendingApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsResponse
@@ -676,16 +621,19 @@ export type ListPendingApprovalsResponse = Message<"vaultgate.budgets.v1.ListPen
  * Use `create(ListPendingApprovalsResponseSchema)` to create a new message.
  */
 export const ListPendingApprovalsResponseSchema: GenMessage<ListPendingApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceRequest
  */
 export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"> & {
   /**
-   * @generated from field: vaultgate.budgets.v1.GrantContext grant = 1;
+   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
+   * afresh, inside the transaction that acts on it.
+   *
+   * @generated from field: string access_token = 2;
    */
-  grant?: GrantContext | undefined;
+  accessToken: string;
 };
 
 /**
@@ -693,7 +641,7 @@ export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"
  * Use `create(GetBalanceRequestSchema)` to create a new message.
  */
 export const GetBalanceRequestSchema: GenMessage<GetBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceResponse
@@ -720,16 +668,19 @@ export type GetBalanceResponse = Message<"vaultgate.budgets.v1.GetBalanceRespons
  * Use `create(GetBalanceResponseSchema)` to create a new message.
  */
 export const GetBalanceResponseSchema: GenMessage<GetBalanceResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditRequest
  */
 export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAuditRequest"> & {
   /**
-   * @generated from field: vaultgate.budgets.v1.GrantContext grant = 1;
+   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
+   * afresh, inside the transaction that acts on it.
+   *
+   * @generated from field: string access_token = 5;
    */
-  grant?: GrantContext | undefined;
+  accessToken: string;
 
   /**
    * @generated from field: string cursor = 2;
@@ -752,7 +703,7 @@ export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAudit
  * Use `create(ListGrantAuditRequestSchema)` to create a new message.
  */
 export const ListGrantAuditRequestSchema: GenMessage<ListGrantAuditRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
 
 /**
  * @generated from message vaultgate.budgets.v1.GrantAuditRecord
@@ -794,7 +745,7 @@ export type GrantAuditRecord = Message<"vaultgate.budgets.v1.GrantAuditRecord"> 
  * Use `create(GrantAuditRecordSchema)` to create a new message.
  */
 export const GrantAuditRecordSchema: GenMessage<GrantAuditRecord> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditResponse
@@ -823,7 +774,7 @@ export type ListGrantAuditResponse = Message<"vaultgate.budgets.v1.ListGrantAudi
  * Use `create(ListGrantAuditResponseSchema)` to create a new message.
  */
 export const ListGrantAuditResponseSchema: GenMessage<ListGrantAuditResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultRequest
@@ -845,7 +796,7 @@ export type FundVaultRequest = Message<"vaultgate.budgets.v1.FundVaultRequest"> 
  * Use `create(FundVaultRequestSchema)` to create a new message.
  */
 export const FundVaultRequestSchema: GenMessage<FundVaultRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultResponse
@@ -872,7 +823,7 @@ export type FundVaultResponse = Message<"vaultgate.budgets.v1.FundVaultResponse"
  * Use `create(FundVaultResponseSchema)` to create a new message.
  */
 export const FundVaultResponseSchema: GenMessage<FundVaultResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningRequest
@@ -885,7 +836,7 @@ export type ReapProvisioningRequest = Message<"vaultgate.budgets.v1.ReapProvisio
  * Use `create(ReapProvisioningRequestSchema)` to create a new message.
  */
 export const ReapProvisioningRequestSchema: GenMessage<ReapProvisioningRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningResponse
@@ -904,7 +855,7 @@ export type ReapProvisioningResponse = Message<"vaultgate.budgets.v1.ReapProvisi
  * Use `create(ReapProvisioningResponseSchema)` to create a new message.
  */
 export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 30);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
 
 /**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus
@@ -1011,8 +962,10 @@ export const DecisionSchema: GenEnum<Decision> = /*@__PURE__*/
 /**
  * BudgetsService owns agent budgets (child agent principal, child vault, spending
  * policy), vault balances and agent payments under a vault's policy (spec 2.1, 2.2,
- * 3.1, 4.1, 4.5; DESIGN 4.1). Agent-facing RPCs take the GrantContext the caller got
- * from GrantsService.VerifyAgentToken on this same call.
+ * 3.1, 4.1, 4.5). Core trusts no caller: agent-facing RPCs take the agent's raw access
+ * token, which core verifies and whose grant it reads inside the transaction that acts on
+ * it; owner-facing (dashboard) RPCs take the signed-in web session's token, from which
+ * core derives the user and the step-up time; operator RPCs need the operator credential.
  *
  * @generated from service vaultgate.budgets.v1.BudgetsService
  */

@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/grants.proto.
  */
 export const file_vaultgate_grants_v1_grants: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgiuwEKFVJlZ2lzdGVyQ2xpZW50UmVxdWVzdBITCgtjbGllbnRfbmFtZRgBIAEoCRIVCg1yZWRpcmVjdF91cmlzGAIgAygJEhMKC2dyYW50X3R5cGVzGAMgAygJEhYKDnJlc3BvbnNlX3R5cGVzGAQgAygJEiIKGnRva2VuX2VuZHBvaW50X2F1dGhfbWV0aG9kGAUgASgJEg0KBXNjb3BlGAYgASgJEhYKDnJlbW90ZV9hZGRyZXNzGAcgASgJIsoBCgtPQXV0aENsaWVudBIRCgljbGllbnRfaWQYASABKAkSEwoLY2xpZW50X25hbWUYAiABKAkSFQoNcmVkaXJlY3RfdXJpcxgDIAMoCRITCgtncmFudF90eXBlcxgEIAMoCRIWCg5yZXNwb25zZV90eXBlcxgFIAMoCRIiChp0b2tlbl9lbmRwb2ludF9hdXRoX21ldGhvZBgGIAEoCRIOCgZzY29wZXMYByADKAkSGwoTY2xpZW50X2lkX2lzc3VlZF9hdBgIIAEoAyJhChZSZWdpc3RlckNsaWVudFJlc3BvbnNlEjAKBmNsaWVudBgBIAEoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuT0F1dGhDbGllbnQSFQoNY2xpZW50X3NlY3JldBgCIAEoCSK0AQoZQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSFAoMcmVkaXJlY3RfdXJpGAIgASgJEg0KBXNjb3BlGAMgASgJEhEKCXJlc291cmNlcxgEIAMoCRIWCg5jb2RlX2NoYWxsZW5nZRgFIAEoCRIdChVjb2RlX2NoYWxsZW5nZV9tZXRob2QYBiABKAkSFQoNc2Vzc2lvbl90b2tlbhgHIAEoCSI7CgtWYXVsdENob2ljZRIQCgh2YXVsdF9pZBgBIAEoCRILCgN1cm4YAiABKAkSDQoFbGFiZWwYAyABKAki0wEKGkNoZWNrQXV0aG9yaXphdGlvblJlc3BvbnNlEjAKBmNsaWVudBgBIAEoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuT0F1dGhDbGllbnQSDgoGc2NvcGVzGAIgAygJEhAKCHZhdWx0X2lkGAMgASgJEhgKEHN0ZXBfdXBfcmVxdWlyZWQYBCABKAgSMAoGdmF1bHRzGAUgAygLMiAudmF1bHRnYXRlLmdyYW50cy52MS5WYXVsdENob2ljZRIVCg1zdGVwX3VwX2ZyZXNoGAYgASgIIocBChtBcHByb3ZlQXV0aG9yaXphdGlvblJlcXVlc3QSPwoHcmVxdWVzdBgBIAEoCzIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJIjwKHEFwcHJvdmVBdXRob3JpemF0aW9uUmVzcG9uc2USDAoEY29kZRgBIAEoCRIOCgZpc3N1ZXIYAiABKAkijQEKE0V4Y2hhbmdlQ29kZVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSDAoEY29kZRgDIAEoCRIUCgxyZWRpcmVjdF91cmkYBCABKAkSFQoNY29kZV92ZXJpZmllchgFIAEoCRIRCglyZXNvdXJjZXMYBiADKAkiSQoURXhjaGFuZ2VDb2RlUmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiZgoSUmV2b2tlVG9rZW5SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEg0KBXRva2VuGAMgASgJEhcKD3Rva2VuX3R5cGVfaGludBgEIAEoCSIVChNSZXZva2VUb2tlblJlc3BvbnNlIjoKElN0YXJ0U2lnbkluUmVxdWVzdBINCgVlbWFpbBgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJIisKE1N0YXJ0U2lnbkluUmVzcG9uc2USFAoMY2hhbGxlbmdlX2lkGAEgASgJIlIKFUNvbXBsZXRlU2lnbkluUmVxdWVzdBIUCgxjaGFsbGVuZ2VfaWQYASABKAkSDAoEY29kZRgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJIkMKFkNvbXBsZXRlU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIioKEUdldFNlc3Npb25SZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiVwoKV2ViU2Vzc2lvbhIPCgd1c2VyX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhIKCnN0ZXBfdXBfYXQYAyABKAMSFQoNc3RlcF91cF9mcmVzaBgEIAEoCCJGChJHZXRTZXNzaW9uUmVzcG9uc2USMAoHc2Vzc2lvbhgBIAEoCzIfLnZhdWx0Z2F0ZS5ncmFudHMudjEuV2ViU2Vzc2lvbiIqChFFbmRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIhQKEkVuZFNlc3Npb25SZXNwb25zZSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiKgoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiOgoPR2V0QWdlbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIYWdlbnRfaWQYAiABKAkiRAoQR2V0QWdlbnRSZXNwb25zZRIwCgVhZ2VudBgBIAEoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5IkEKFlJldm9rZVVzZXJHcmFudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIQCghncmFudF9pZBgCIAEoCSIqChdSZXZva2VVc2VyR3JhbnRSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNIioKEUtpbGxTd2l0Y2hSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiJQoSS2lsbFN3aXRjaFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKA0iIgoRTGlzdE91dGJveFJlcXVlc3QSDQoFZW1haWwYASABKAkiUQoNT3V0Ym94TWVzc2FnZRINCgVlbWFpbBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEgwKBGJvZHkYAyABKAkSEgoKY3JlYXRlZF9hdBgEIAEoCSJKChJMaXN0T3V0Ym94UmVzcG9uc2USNAoIbWVzc2FnZXMYASADKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLk91dGJveE1lc3NhZ2UyixEKDUdyYW50c1NlcnZpY2USVAoHR2V0SndrcxIjLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1JlcXVlc3QaJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXNwb25zZRJ1ChBSb3RhdGVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYARJpCg5SZWdpc3RlckNsaWVudBIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVnaXN0ZXJDbGllbnRSZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5SZWdpc3RlckNsaWVudFJlc3BvbnNlEnUKEkNoZWNrQXV0aG9yaXphdGlvbhIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBovLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVzcG9uc2USewoUQXBwcm92ZUF1dGhvcml6YXRpb24SMC52YXVsdGdhdGUuZ3JhbnRzLnYxLkFwcHJvdmVBdXRob3JpemF0aW9uUmVxdWVzdBoxLnZhdWx0Z2F0ZS5ncmFudHMudjEuQXBwcm92ZUF1dGhvcml6YXRpb25SZXNwb25zZRJjCgxFeGNoYW5nZUNvZGUSKC52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlcXVlc3QaKS52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlc3BvbnNlEmAKC1Jldm9rZVRva2VuEicudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VUb2tlblJlcXVlc3QaKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVRva2VuUmVzcG9uc2USYAoLU3RhcnRTaWduSW4SJy52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0U2lnbkluUmVxdWVzdBooLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRTaWduSW5SZXNwb25zZRJpCg5Db21wbGV0ZVNpZ25JbhIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVTaWduSW5SZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5Db21wbGV0ZVNpZ25JblJlc3BvbnNlEl0KCkdldFNlc3Npb24SJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldFNlc3Npb25SZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5HZXRTZXNzaW9uUmVzcG9uc2USXQoKRW5kU2Vzc2lvbhImLnZhdWx0Z2F0ZS5ncmFudHMudjEuRW5kU2Vzc2lvblJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLkVuZFNlc3Npb25SZXNwb25zZRJdCgpMaXN0QWdlbnRzEiYudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0QWdlbnRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdEFnZW50c1Jlc3BvbnNlElcKCEdldEFnZW50EiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRBZ2VudFJlcXVlc3QaJS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEFnZW50UmVzcG9uc2USbAoPUmV2b2tlVXNlckdyYW50EisudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXNwb25zZRJdCgpLaWxsU3dpdGNoEiYudmF1bHRnYXRlLmdyYW50cy52MS5LaWxsU3dpdGNoUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuS2lsbFN3aXRjaFJlc3BvbnNlEmMKCkxpc3RPdXRib3gSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RPdXRib3hSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0T3V0Ym94UmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_vaultgate_common_v1_options]);
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkiJgoXUmV0aXJlU2lnbmluZ0tleVJlcXVlc3QSCwoDa2lkGAEgASgJIj8KGFJldGlyZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgiuQEKFVJlZ2lzdGVyQ2xpZW50UmVxdWVzdBITCgtjbGllbnRfbmFtZRgBIAEoCRIVCg1yZWRpcmVjdF91cmlzGAIgAygJEhMKC2dyYW50X3R5cGVzGAMgAygJEhYKDnJlc3BvbnNlX3R5cGVzGAQgAygJEiIKGnRva2VuX2VuZHBvaW50X2F1dGhfbWV0aG9kGAUgASgJEg0KBXNjb3BlGAYgASgJSgQIBxAIUg5yZW1vdGVfYWRkcmVzcyLKAQoLT0F1dGhDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2NsaWVudF9uYW1lGAIgASgJEhUKDXJlZGlyZWN0X3VyaXMYAyADKAkSEwoLZ3JhbnRfdHlwZXMYBCADKAkSFgoOcmVzcG9uc2VfdHlwZXMYBSADKAkSIgoadG9rZW5fZW5kcG9pbnRfYXV0aF9tZXRob2QYBiABKAkSDgoGc2NvcGVzGAcgAygJEhsKE2NsaWVudF9pZF9pc3N1ZWRfYXQYCCABKAMiYQoWUmVnaXN0ZXJDbGllbnRSZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50EhUKDWNsaWVudF9zZWNyZXQYAiABKAkitAEKGUNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhQKDHJlZGlyZWN0X3VyaRgCIAEoCRINCgVzY29wZRgDIAEoCRIRCglyZXNvdXJjZXMYBCADKAkSFgoOY29kZV9jaGFsbGVuZ2UYBSABKAkSHQoVY29kZV9jaGFsbGVuZ2VfbWV0aG9kGAYgASgJEhUKDXNlc3Npb25fdG9rZW4YByABKAkiOwoLVmF1bHRDaG9pY2USEAoIdmF1bHRfaWQYASABKAkSCwoDdXJuGAIgASgJEg0KBWxhYmVsGAMgASgJItMBChpDaGVja0F1dGhvcml6YXRpb25SZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50Eg4KBnNjb3BlcxgCIAMoCRIQCgh2YXVsdF9pZBgDIAEoCRIYChBzdGVwX3VwX3JlcXVpcmVkGAQgASgIEjAKBnZhdWx0cxgFIAMoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuVmF1bHRDaG9pY2USFQoNc3RlcF91cF9mcmVzaBgGIAEoCCKHAQobQXBwcm92ZUF1dGhvcml6YXRpb25SZXF1ZXN0Ej8KB3JlcXVlc3QYASABKAsyLi52YXVsdGdhdGUuZ3JhbnRzLnYxLkNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIQCgh2YXVsdF9pZBgDIAEoCSI8ChxBcHByb3ZlQXV0aG9yaXphdGlvblJlc3BvbnNlEgwKBGNvZGUYASABKAkSDgoGaXNzdWVyGAIgASgJIo0BChNFeGNoYW5nZUNvZGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEgwKBGNvZGUYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJEhUKDWNvZGVfdmVyaWZpZXIYBSABKAkSEQoJcmVzb3VyY2VzGAYgAygJIkkKFEV4Y2hhbmdlQ29kZVJlc3BvbnNlEjEKBXRva2VuGAEgASgLMiIudmF1bHRnYXRlLmdyYW50cy52MS5Ub2tlblJlc3BvbnNlImYKElJldm9rZVRva2VuUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCRINCgV0b2tlbhgDIAEoCRIXCg90b2tlbl90eXBlX2hpbnQYBCABKAkiFQoTUmV2b2tlVG9rZW5SZXNwb25zZSI6ChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCSIrChNTdGFydFNpZ25JblJlc3BvbnNlEhQKDGNoYWxsZW5nZV9pZBgBIAEoCSJSChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJDChZDb21wbGV0ZVNpZ25JblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoAyIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIUChJFbmRTZXNzaW9uUmVzcG9uc2UinQEKDEdyYW50U3VtbWFyeRIQCghncmFudF9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIOCgZzY29wZXMYAyADKAkSEAoIdmF1bHRfaWQYBCABKAkSEQoJY2xpZW50X2lkGAUgASgJEhIKCmNyZWF0ZWRfYXQYBiABKAMSEgoKZXhwaXJlc19hdBgHIAEoAxIPCgdzdGVwX3VwGAggASgIIpMBCgxBZ2VudFN1bW1hcnkSEAoIYWdlbnRfaWQYASABKAkSFAoMZGlzcGxheV9uYW1lGAIgASgJEhEKCWNsaWVudF9pZBgDIAEoCRIVCg1hY3RpdmVfZ3JhbnRzGAQgASgNEjEKBmdyYW50cxgFIAMoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuR3JhbnRTdW1tYXJ5IioKEUxpc3RBZ2VudHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiRwoSTGlzdEFnZW50c1Jlc3BvbnNlEjEKBmFnZW50cxgBIAMoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5IjoKD0dldEFnZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhAKCGFnZW50X2lkGAIgASgJIkQKEEdldEFnZW50UmVzcG9uc2USMAoFYWdlbnQYASABKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeSJBChZSZXZva2VVc2VyR3JhbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIZ3JhbnRfaWQYAiABKAkiKgoXUmV2b2tlVXNlckdyYW50UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSIqChFLaWxsU3dpdGNoUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIiUKEktpbGxTd2l0Y2hSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNIiIKEUxpc3RPdXRib3hSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIlEKDU91dGJveE1lc3NhZ2USDQoFZW1haWwYASABKAkSDwoHc3ViamVjdBgCIAEoCRIMCgRib2R5GAMgASgJEhIKCmNyZWF0ZWRfYXQYBCABKAkiSgoSTGlzdE91dGJveFJlc3BvbnNlEjQKCG1lc3NhZ2VzGAEgAygLMiIudmF1bHRnYXRlLmdyYW50cy52MS5PdXRib3hNZXNzYWdlMoISCg1HcmFudHNTZXJ2aWNlElQKB0dldEp3a3MSIy52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXF1ZXN0GiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRKd2tzUmVzcG9uc2USdQoQUm90YXRlU2lnbmluZ0tleRIsLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlcXVlc3QaLS52YXVsdGdhdGUuZ3JhbnRzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZSIEiLUYARJ1ChBSZXRpcmVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXRpcmVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmV0aXJlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYARJpCg5SZWdpc3RlckNsaWVudBIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVnaXN0ZXJDbGllbnRSZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5SZWdpc3RlckNsaWVudFJlc3BvbnNlEnUKEkNoZWNrQXV0aG9yaXphdGlvbhIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBovLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVzcG9uc2USewoUQXBwcm92ZUF1dGhvcml6YXRpb24SMC52YXVsdGdhdGUuZ3JhbnRzLnYxLkFwcHJvdmVBdXRob3JpemF0aW9uUmVxdWVzdBoxLnZhdWx0Z2F0ZS5ncmFudHMudjEuQXBwcm92ZUF1dGhvcml6YXRpb25SZXNwb25zZRJjCgxFeGNoYW5nZUNvZGUSKC52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlcXVlc3QaKS52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlc3BvbnNlEmAKC1Jldm9rZVRva2VuEicudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VUb2tlblJlcXVlc3QaKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVRva2VuUmVzcG9uc2USYAoLU3RhcnRTaWduSW4SJy52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0U2lnbkluUmVxdWVzdBooLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRTaWduSW5SZXNwb25zZRJpCg5Db21wbGV0ZVNpZ25JbhIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVTaWduSW5SZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5Db21wbGV0ZVNpZ25JblJlc3BvbnNlEl0KCkdldFNlc3Npb24SJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldFNlc3Npb25SZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5HZXRTZXNzaW9uUmVzcG9uc2USXQoKRW5kU2Vzc2lvbhImLnZhdWx0Z2F0ZS5ncmFudHMudjEuRW5kU2Vzc2lvblJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLkVuZFNlc3Npb25SZXNwb25zZRJdCgpMaXN0QWdlbnRzEiYudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0QWdlbnRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdEFnZW50c1Jlc3BvbnNlElcKCEdldEFnZW50EiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRBZ2VudFJlcXVlc3QaJS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEFnZW50UmVzcG9uc2USbAoPUmV2b2tlVXNlckdyYW50EisudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXNwb25zZRJdCgpLaWxsU3dpdGNoEiYudmF1bHRnYXRlLmdyYW50cy52MS5LaWxsU3dpdGNoUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuS2lsbFN3aXRjaFJlc3BvbnNlEmMKCkxpc3RPdXRib3gSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RPdXRib3hSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0T3V0Ym94UmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.grants.v1.GetJwksRequest
@@ -81,6 +81,47 @@ export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse
   messageDesc(file_vaultgate_grants_v1_grants, 3);
 
 /**
+ * @generated from message vaultgate.grants.v1.RetireSigningKeyRequest
+ */
+export type RetireSigningKeyRequest = Message<"vaultgate.grants.v1.RetireSigningKeyRequest"> & {
+  /**
+   * The key to remove from verification and from the JWKS at once.
+   *
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RetireSigningKeyRequest.
+ * Use `create(RetireSigningKeyRequestSchema)` to create a new message.
+ */
+export const RetireSigningKeyRequestSchema: GenMessage<RetireSigningKeyRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 4);
+
+/**
+ * @generated from message vaultgate.grants.v1.RetireSigningKeyResponse
+ */
+export type RetireSigningKeyResponse = Message<"vaultgate.grants.v1.RetireSigningKeyResponse"> & {
+  /**
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+
+  /**
+   * @generated from field: repeated string published_kids = 2;
+   */
+  publishedKids: string[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RetireSigningKeyResponse.
+ * Use `create(RetireSigningKeyResponseSchema)` to create a new message.
+ */
+export const RetireSigningKeyResponseSchema: GenMessage<RetireSigningKeyResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 5);
+
+/**
  * AgentGrant is what a verified agent access token stands for, read fresh.
  *
  * @generated from message vaultgate.grants.v1.AgentGrant
@@ -138,7 +179,7 @@ export type AgentGrant = Message<"vaultgate.grants.v1.AgentGrant"> & {
  * Use `create(AgentGrantSchema)` to create a new message.
  */
 export const AgentGrantSchema: GenMessage<AgentGrant> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 4);
+  messageDesc(file_vaultgate_grants_v1_grants, 6);
 
 /**
  * @generated from message vaultgate.grants.v1.VerifyAgentTokenRequest
@@ -155,7 +196,7 @@ export type VerifyAgentTokenRequest = Message<"vaultgate.grants.v1.VerifyAgentTo
  * Use `create(VerifyAgentTokenRequestSchema)` to create a new message.
  */
 export const VerifyAgentTokenRequestSchema: GenMessage<VerifyAgentTokenRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 5);
+  messageDesc(file_vaultgate_grants_v1_grants, 7);
 
 /**
  * @generated from message vaultgate.grants.v1.VerifyAgentTokenResponse
@@ -172,7 +213,7 @@ export type VerifyAgentTokenResponse = Message<"vaultgate.grants.v1.VerifyAgentT
  * Use `create(VerifyAgentTokenResponseSchema)` to create a new message.
  */
 export const VerifyAgentTokenResponseSchema: GenMessage<VerifyAgentTokenResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 6);
+  messageDesc(file_vaultgate_grants_v1_grants, 8);
 
 /**
  * TokenResponse is spec 2.4.
@@ -216,7 +257,7 @@ export type TokenResponse = Message<"vaultgate.grants.v1.TokenResponse"> & {
  * Use `create(TokenResponseSchema)` to create a new message.
  */
 export const TokenResponseSchema: GenMessage<TokenResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 7);
+  messageDesc(file_vaultgate_grants_v1_grants, 9);
 
 /**
  * @generated from message vaultgate.grants.v1.SupersedeGrantResponse
@@ -233,7 +274,7 @@ export type SupersedeGrantResponse = Message<"vaultgate.grants.v1.SupersedeGrant
  * Use `create(SupersedeGrantResponseSchema)` to create a new message.
  */
 export const SupersedeGrantResponseSchema: GenMessage<SupersedeGrantResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 8);
+  messageDesc(file_vaultgate_grants_v1_grants, 10);
 
 /**
  * @generated from message vaultgate.grants.v1.RefreshGrantResponse
@@ -250,7 +291,7 @@ export type RefreshGrantResponse = Message<"vaultgate.grants.v1.RefreshGrantResp
  * Use `create(RefreshGrantResponseSchema)` to create a new message.
  */
 export const RefreshGrantResponseSchema: GenMessage<RefreshGrantResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 9);
+  messageDesc(file_vaultgate_grants_v1_grants, 11);
 
 /**
  * @generated from message vaultgate.grants.v1.IssueGrantResponse
@@ -267,7 +308,7 @@ export type IssueGrantResponse = Message<"vaultgate.grants.v1.IssueGrantResponse
  * Use `create(IssueGrantResponseSchema)` to create a new message.
  */
 export const IssueGrantResponseSchema: GenMessage<IssueGrantResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 10);
+  messageDesc(file_vaultgate_grants_v1_grants, 12);
 
 /**
  * @generated from message vaultgate.grants.v1.SupersedeGrantRequest
@@ -293,7 +334,7 @@ export type SupersedeGrantRequest = Message<"vaultgate.grants.v1.SupersedeGrantR
  * Use `create(SupersedeGrantRequestSchema)` to create a new message.
  */
 export const SupersedeGrantRequestSchema: GenMessage<SupersedeGrantRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 11);
+  messageDesc(file_vaultgate_grants_v1_grants, 13);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeAllGrantsRequest
@@ -317,7 +358,7 @@ export type RevokeAllGrantsRequest = Message<"vaultgate.grants.v1.RevokeAllGrant
  * Use `create(RevokeAllGrantsRequestSchema)` to create a new message.
  */
 export const RevokeAllGrantsRequestSchema: GenMessage<RevokeAllGrantsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 12);
+  messageDesc(file_vaultgate_grants_v1_grants, 14);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeAllGrantsResponse
@@ -334,7 +375,7 @@ export type RevokeAllGrantsResponse = Message<"vaultgate.grants.v1.RevokeAllGran
  * Use `create(RevokeAllGrantsResponseSchema)` to create a new message.
  */
 export const RevokeAllGrantsResponseSchema: GenMessage<RevokeAllGrantsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 13);
+  messageDesc(file_vaultgate_grants_v1_grants, 15);
 
 /**
  * @generated from message vaultgate.grants.v1.RefreshGrantRequest
@@ -361,7 +402,7 @@ export type RefreshGrantRequest = Message<"vaultgate.grants.v1.RefreshGrantReque
  * Use `create(RefreshGrantRequestSchema)` to create a new message.
  */
 export const RefreshGrantRequestSchema: GenMessage<RefreshGrantRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 14);
+  messageDesc(file_vaultgate_grants_v1_grants, 16);
 
 /**
  * @generated from message vaultgate.grants.v1.IssueGrantRequest
@@ -402,7 +443,7 @@ export type IssueGrantRequest = Message<"vaultgate.grants.v1.IssueGrantRequest">
  * Use `create(IssueGrantRequestSchema)` to create a new message.
  */
 export const IssueGrantRequestSchema: GenMessage<IssueGrantRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 15);
+  messageDesc(file_vaultgate_grants_v1_grants, 17);
 
 /**
  * @generated from message vaultgate.grants.v1.RegisterClientRequest
@@ -439,14 +480,6 @@ export type RegisterClientRequest = Message<"vaultgate.grants.v1.RegisterClientR
    * @generated from field: string scope = 6;
    */
   scope: string;
-
-  /**
-   * The registering party's network address, as the gateway saw it: registrations are
-   * rate-limited per address (each costs one scrypt). Empty counts as one shared address.
-   *
-   * @generated from field: string remote_address = 7;
-   */
-  remoteAddress: string;
 };
 
 /**
@@ -454,7 +487,7 @@ export type RegisterClientRequest = Message<"vaultgate.grants.v1.RegisterClientR
  * Use `create(RegisterClientRequestSchema)` to create a new message.
  */
 export const RegisterClientRequestSchema: GenMessage<RegisterClientRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 16);
+  messageDesc(file_vaultgate_grants_v1_grants, 18);
 
 /**
  * @generated from message vaultgate.grants.v1.OAuthClient
@@ -508,7 +541,7 @@ export type OAuthClient = Message<"vaultgate.grants.v1.OAuthClient"> & {
  * Use `create(OAuthClientSchema)` to create a new message.
  */
 export const OAuthClientSchema: GenMessage<OAuthClient> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 17);
+  messageDesc(file_vaultgate_grants_v1_grants, 19);
 
 /**
  * @generated from message vaultgate.grants.v1.RegisterClientResponse
@@ -532,7 +565,7 @@ export type RegisterClientResponse = Message<"vaultgate.grants.v1.RegisterClient
  * Use `create(RegisterClientResponseSchema)` to create a new message.
  */
 export const RegisterClientResponseSchema: GenMessage<RegisterClientResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 18);
+  messageDesc(file_vaultgate_grants_v1_grants, 20);
 
 /**
  * @generated from message vaultgate.grants.v1.CheckAuthorizationRequest
@@ -581,7 +614,7 @@ export type CheckAuthorizationRequest = Message<"vaultgate.grants.v1.CheckAuthor
  * Use `create(CheckAuthorizationRequestSchema)` to create a new message.
  */
 export const CheckAuthorizationRequestSchema: GenMessage<CheckAuthorizationRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 19);
+  messageDesc(file_vaultgate_grants_v1_grants, 21);
 
 /**
  * @generated from message vaultgate.grants.v1.VaultChoice
@@ -608,7 +641,7 @@ export type VaultChoice = Message<"vaultgate.grants.v1.VaultChoice"> & {
  * Use `create(VaultChoiceSchema)` to create a new message.
  */
 export const VaultChoiceSchema: GenMessage<VaultChoice> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 20);
+  messageDesc(file_vaultgate_grants_v1_grants, 22);
 
 /**
  * @generated from message vaultgate.grants.v1.CheckAuthorizationResponse
@@ -658,7 +691,7 @@ export type CheckAuthorizationResponse = Message<"vaultgate.grants.v1.CheckAutho
  * Use `create(CheckAuthorizationResponseSchema)` to create a new message.
  */
 export const CheckAuthorizationResponseSchema: GenMessage<CheckAuthorizationResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 21);
+  messageDesc(file_vaultgate_grants_v1_grants, 23);
 
 /**
  * @generated from message vaultgate.grants.v1.ApproveAuthorizationRequest
@@ -687,7 +720,7 @@ export type ApproveAuthorizationRequest = Message<"vaultgate.grants.v1.ApproveAu
  * Use `create(ApproveAuthorizationRequestSchema)` to create a new message.
  */
 export const ApproveAuthorizationRequestSchema: GenMessage<ApproveAuthorizationRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 22);
+  messageDesc(file_vaultgate_grants_v1_grants, 24);
 
 /**
  * @generated from message vaultgate.grants.v1.ApproveAuthorizationResponse
@@ -711,7 +744,7 @@ export type ApproveAuthorizationResponse = Message<"vaultgate.grants.v1.ApproveA
  * Use `create(ApproveAuthorizationResponseSchema)` to create a new message.
  */
 export const ApproveAuthorizationResponseSchema: GenMessage<ApproveAuthorizationResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 23);
+  messageDesc(file_vaultgate_grants_v1_grants, 25);
 
 /**
  * @generated from message vaultgate.grants.v1.ExchangeCodeRequest
@@ -753,7 +786,7 @@ export type ExchangeCodeRequest = Message<"vaultgate.grants.v1.ExchangeCodeReque
  * Use `create(ExchangeCodeRequestSchema)` to create a new message.
  */
 export const ExchangeCodeRequestSchema: GenMessage<ExchangeCodeRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 24);
+  messageDesc(file_vaultgate_grants_v1_grants, 26);
 
 /**
  * @generated from message vaultgate.grants.v1.ExchangeCodeResponse
@@ -770,7 +803,7 @@ export type ExchangeCodeResponse = Message<"vaultgate.grants.v1.ExchangeCodeResp
  * Use `create(ExchangeCodeResponseSchema)` to create a new message.
  */
 export const ExchangeCodeResponseSchema: GenMessage<ExchangeCodeResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 25);
+  messageDesc(file_vaultgate_grants_v1_grants, 27);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeTokenRequest
@@ -802,7 +835,7 @@ export type RevokeTokenRequest = Message<"vaultgate.grants.v1.RevokeTokenRequest
  * Use `create(RevokeTokenRequestSchema)` to create a new message.
  */
 export const RevokeTokenRequestSchema: GenMessage<RevokeTokenRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 26);
+  messageDesc(file_vaultgate_grants_v1_grants, 28);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeTokenResponse
@@ -815,7 +848,7 @@ export type RevokeTokenResponse = Message<"vaultgate.grants.v1.RevokeTokenRespon
  * Use `create(RevokeTokenResponseSchema)` to create a new message.
  */
 export const RevokeTokenResponseSchema: GenMessage<RevokeTokenResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 27);
+  messageDesc(file_vaultgate_grants_v1_grants, 29);
 
 /**
  * @generated from message vaultgate.grants.v1.StartSignInRequest
@@ -841,7 +874,7 @@ export type StartSignInRequest = Message<"vaultgate.grants.v1.StartSignInRequest
  * Use `create(StartSignInRequestSchema)` to create a new message.
  */
 export const StartSignInRequestSchema: GenMessage<StartSignInRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 28);
+  messageDesc(file_vaultgate_grants_v1_grants, 30);
 
 /**
  * @generated from message vaultgate.grants.v1.StartSignInResponse
@@ -860,7 +893,7 @@ export type StartSignInResponse = Message<"vaultgate.grants.v1.StartSignInRespon
  * Use `create(StartSignInResponseSchema)` to create a new message.
  */
 export const StartSignInResponseSchema: GenMessage<StartSignInResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 29);
+  messageDesc(file_vaultgate_grants_v1_grants, 31);
 
 /**
  * @generated from message vaultgate.grants.v1.CompleteSignInRequest
@@ -889,7 +922,7 @@ export type CompleteSignInRequest = Message<"vaultgate.grants.v1.CompleteSignInR
  * Use `create(CompleteSignInRequestSchema)` to create a new message.
  */
 export const CompleteSignInRequestSchema: GenMessage<CompleteSignInRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 30);
+  messageDesc(file_vaultgate_grants_v1_grants, 32);
 
 /**
  * @generated from message vaultgate.grants.v1.CompleteSignInResponse
@@ -913,7 +946,7 @@ export type CompleteSignInResponse = Message<"vaultgate.grants.v1.CompleteSignIn
  * Use `create(CompleteSignInResponseSchema)` to create a new message.
  */
 export const CompleteSignInResponseSchema: GenMessage<CompleteSignInResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 31);
+  messageDesc(file_vaultgate_grants_v1_grants, 33);
 
 /**
  * @generated from message vaultgate.grants.v1.GetSessionRequest
@@ -930,7 +963,7 @@ export type GetSessionRequest = Message<"vaultgate.grants.v1.GetSessionRequest">
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 32);
+  messageDesc(file_vaultgate_grants_v1_grants, 34);
 
 /**
  * @generated from message vaultgate.grants.v1.WebSession
@@ -964,7 +997,7 @@ export type WebSession = Message<"vaultgate.grants.v1.WebSession"> & {
  * Use `create(WebSessionSchema)` to create a new message.
  */
 export const WebSessionSchema: GenMessage<WebSession> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 33);
+  messageDesc(file_vaultgate_grants_v1_grants, 35);
 
 /**
  * @generated from message vaultgate.grants.v1.GetSessionResponse
@@ -981,7 +1014,7 @@ export type GetSessionResponse = Message<"vaultgate.grants.v1.GetSessionResponse
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 34);
+  messageDesc(file_vaultgate_grants_v1_grants, 36);
 
 /**
  * @generated from message vaultgate.grants.v1.EndSessionRequest
@@ -998,7 +1031,7 @@ export type EndSessionRequest = Message<"vaultgate.grants.v1.EndSessionRequest">
  * Use `create(EndSessionRequestSchema)` to create a new message.
  */
 export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 35);
+  messageDesc(file_vaultgate_grants_v1_grants, 37);
 
 /**
  * @generated from message vaultgate.grants.v1.EndSessionResponse
@@ -1011,7 +1044,7 @@ export type EndSessionResponse = Message<"vaultgate.grants.v1.EndSessionResponse
  * Use `create(EndSessionResponseSchema)` to create a new message.
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 36);
+  messageDesc(file_vaultgate_grants_v1_grants, 38);
 
 /**
  * @generated from message vaultgate.grants.v1.GrantSummary
@@ -1065,7 +1098,7 @@ export type GrantSummary = Message<"vaultgate.grants.v1.GrantSummary"> & {
  * Use `create(GrantSummarySchema)` to create a new message.
  */
 export const GrantSummarySchema: GenMessage<GrantSummary> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 37);
+  messageDesc(file_vaultgate_grants_v1_grants, 39);
 
 /**
  * @generated from message vaultgate.grants.v1.AgentSummary
@@ -1102,7 +1135,7 @@ export type AgentSummary = Message<"vaultgate.grants.v1.AgentSummary"> & {
  * Use `create(AgentSummarySchema)` to create a new message.
  */
 export const AgentSummarySchema: GenMessage<AgentSummary> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 38);
+  messageDesc(file_vaultgate_grants_v1_grants, 40);
 
 /**
  * @generated from message vaultgate.grants.v1.ListAgentsRequest
@@ -1119,7 +1152,7 @@ export type ListAgentsRequest = Message<"vaultgate.grants.v1.ListAgentsRequest">
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 39);
+  messageDesc(file_vaultgate_grants_v1_grants, 41);
 
 /**
  * @generated from message vaultgate.grants.v1.ListAgentsResponse
@@ -1136,7 +1169,7 @@ export type ListAgentsResponse = Message<"vaultgate.grants.v1.ListAgentsResponse
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 40);
+  messageDesc(file_vaultgate_grants_v1_grants, 42);
 
 /**
  * @generated from message vaultgate.grants.v1.GetAgentRequest
@@ -1158,7 +1191,7 @@ export type GetAgentRequest = Message<"vaultgate.grants.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 41);
+  messageDesc(file_vaultgate_grants_v1_grants, 43);
 
 /**
  * @generated from message vaultgate.grants.v1.GetAgentResponse
@@ -1175,7 +1208,7 @@ export type GetAgentResponse = Message<"vaultgate.grants.v1.GetAgentResponse"> &
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 42);
+  messageDesc(file_vaultgate_grants_v1_grants, 44);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeUserGrantRequest
@@ -1197,7 +1230,7 @@ export type RevokeUserGrantRequest = Message<"vaultgate.grants.v1.RevokeUserGran
  * Use `create(RevokeUserGrantRequestSchema)` to create a new message.
  */
 export const RevokeUserGrantRequestSchema: GenMessage<RevokeUserGrantRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 43);
+  messageDesc(file_vaultgate_grants_v1_grants, 45);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeUserGrantResponse
@@ -1214,7 +1247,7 @@ export type RevokeUserGrantResponse = Message<"vaultgate.grants.v1.RevokeUserGra
  * Use `create(RevokeUserGrantResponseSchema)` to create a new message.
  */
 export const RevokeUserGrantResponseSchema: GenMessage<RevokeUserGrantResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 44);
+  messageDesc(file_vaultgate_grants_v1_grants, 46);
 
 /**
  * @generated from message vaultgate.grants.v1.KillSwitchRequest
@@ -1231,7 +1264,7 @@ export type KillSwitchRequest = Message<"vaultgate.grants.v1.KillSwitchRequest">
  * Use `create(KillSwitchRequestSchema)` to create a new message.
  */
 export const KillSwitchRequestSchema: GenMessage<KillSwitchRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 45);
+  messageDesc(file_vaultgate_grants_v1_grants, 47);
 
 /**
  * @generated from message vaultgate.grants.v1.KillSwitchResponse
@@ -1248,7 +1281,7 @@ export type KillSwitchResponse = Message<"vaultgate.grants.v1.KillSwitchResponse
  * Use `create(KillSwitchResponseSchema)` to create a new message.
  */
 export const KillSwitchResponseSchema: GenMessage<KillSwitchResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 46);
+  messageDesc(file_vaultgate_grants_v1_grants, 48);
 
 /**
  * @generated from message vaultgate.grants.v1.ListOutboxRequest
@@ -1267,7 +1300,7 @@ export type ListOutboxRequest = Message<"vaultgate.grants.v1.ListOutboxRequest">
  * Use `create(ListOutboxRequestSchema)` to create a new message.
  */
 export const ListOutboxRequestSchema: GenMessage<ListOutboxRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 47);
+  messageDesc(file_vaultgate_grants_v1_grants, 49);
 
 /**
  * @generated from message vaultgate.grants.v1.OutboxMessage
@@ -1301,7 +1334,7 @@ export type OutboxMessage = Message<"vaultgate.grants.v1.OutboxMessage"> & {
  * Use `create(OutboxMessageSchema)` to create a new message.
  */
 export const OutboxMessageSchema: GenMessage<OutboxMessage> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 48);
+  messageDesc(file_vaultgate_grants_v1_grants, 50);
 
 /**
  * @generated from message vaultgate.grants.v1.ListOutboxResponse
@@ -1318,7 +1351,7 @@ export type ListOutboxResponse = Message<"vaultgate.grants.v1.ListOutboxResponse
  * Use `create(ListOutboxResponseSchema)` to create a new message.
  */
 export const ListOutboxResponseSchema: GenMessage<ListOutboxResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 49);
+  messageDesc(file_vaultgate_grants_v1_grants, 51);
 
 /**
  * GrantsService is the token authority: the shared ES256 signing key, and agent
@@ -1338,7 +1371,8 @@ export const GrantsService: GenService<{
     output: typeof GetJwksResponseSchema;
   },
   /**
-   * RotateSigningKey makes a new current key; previous public keys stay published.
+   * RotateSigningKey makes a new current key. The previous key verifies only tokens issued
+   * before the rotation and leaves the JWKS after the longest token lifetime plus skew.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.RotateSigningKey
    */
@@ -1346,6 +1380,17 @@ export const GrantsService: GenService<{
     methodKind: "unary";
     input: typeof RotateSigningKeyRequestSchema;
     output: typeof RotateSigningKeyResponseSchema;
+  },
+  /**
+   * RetireSigningKey withdraws a key at once (the leaked-key case): tokens it signed are
+   * refused and it leaves the JWKS. The current signing key cannot be retired; rotate first.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RetireSigningKey
+   */
+  retireSigningKey: {
+    methodKind: "unary";
+    input: typeof RetireSigningKeyRequestSchema;
+    output: typeof RetireSigningKeyResponseSchema;
   },
   /**
    * VerifyAgentToken verifies an agent grant access token (DESIGN 3) and reads the
@@ -1380,7 +1425,8 @@ export const GrantsService: GenService<{
     output: typeof RevokeAllGrantsResponseSchema;
   },
   /**
-   * RefreshGrant exchanges a refresh token (client authenticated) for a new grant.
+   * RefreshGrant exchanges a refresh token (client authenticated) for a new grant. A grant
+   * issued by the operator (no client) refreshes only with the operator credential.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.RefreshGrant
    */
