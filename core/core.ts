@@ -28,6 +28,8 @@ import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } fr
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
 import { createGrantsStore } from "./grants/store.js";
+import { createAccessTokenVerifier } from "./grants/access-token.js";
+import { createSessionVerifier } from "./identity/sessions.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -124,6 +126,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       rateLimits: createRateLimitStore(db),
       cursors,
       clock,
+      verifier: createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock }),
+      sessions: createSessionVerifier({ db, clock }),
       appUrl: options.appUrl ?? options.issuer,
       provisioningLimitPerMinute: options.provisioningLimitPerMinute ?? 10,
       faults: options.budgetFaults,

@@ -9,7 +9,6 @@ import {
   Decision,
   PaymentStatus,
   type BudgetSchema,
-  type GrantContext,
   type PaymentSchema,
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -20,7 +19,9 @@ import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
-import type { BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
+import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
+import type { AgentTokenClaims } from "../grants/access-token.js";
+import type { SessionVerifier } from "../identity/sessions.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
 
@@ -42,6 +43,10 @@ export interface BudgetsServiceDeps {
   rateLimits: RateLimitStore;
   cursors: CursorCodec;
   clock: () => Date;
+  /** Verifies agent access tokens (signature, issuer, audience, type, lifetime); grant state is read here. */
+  verifier: { verify(token: string): Promise<AgentTokenClaims | undefined> };
+  /** Turns the dashboard's web session token into the signed-in owner. */
+  sessions: SessionVerifier;
   /** `{app_url}`, where owners approve step-ups. */
   appUrl: string;
   /** DESIGN 4.4: provisioning starts per parent vault per minute (default 10). */
@@ -67,6 +72,12 @@ type Trx = Knex.Transaction;
 /** A newer attempt (a retry, or the reaper) took the saga over: this one must stop writing. */
 class SagaFenced extends Error {}
 
+/** The calling grant stopped being usable while its saga ran (revoked, superseded, user inactive). */
+class GrantGone extends Error {}
+
+/** spec 5.2 / DESIGN 3: 30 s of clock skew on token lifetimes. */
+const CLOCK_SKEW_MS = 30_000;
+
 export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
   /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
   reap(): Promise<number>;
@@ -77,7 +88,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   const faults = deps.faults ?? {};
   const staleMs = (deps.staleProvisioningSeconds ?? 300) * 1000;
 
-  const actorOf = (g: GrantContext) => (g.agentPrincipalId ? `agent:${g.agentPrincipalId}` : `grant:${g.grantId}`);
+  const actorOf = (g: AgentGrant) => `agent:${g.agentPrincipalId}`;
 
   async function auditOutside(ctx: HandlerContext, actor: string, action: string, outcome: "success" | "failure", reason: string, subject: string) {
     try {
@@ -87,10 +98,34 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     }
   }
 
-  function requireGrant(grant: GrantContext | undefined, scope: string): GrantContext {
-    if (!grant || !grant.grantId || !grant.vaultId || !grant.userId) fail(Reason.INVALID_TOKEN, "a verified grant is required");
-    if (!hasScope(grant.scopes, scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
-    return grant;
+  /**
+   * Verifies the caller's access token (ES256, iss, aud, typ, lifetime, skew) and that it
+   * carries `scope`. The grant it names is not trusted yet: each RPC reads it afresh with
+   * `usable`, inside the transaction that acts on it where there is one.
+   */
+  async function claimsFor(accessToken: string, scope: string): Promise<AgentTokenClaims> {
+    const claims = accessToken ? await deps.verifier.verify(accessToken) : undefined;
+    if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
+    if (typeof claims.scope !== "string" || !hasScope(claims.scope.split(" "), scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
+    return claims;
+  }
+
+  /** The grant as read from the database, refused unless it is active, unexpired and its user active (spec 3.2). */
+  function usable(g: AgentGrant | undefined): AgentGrant {
+    if (!g) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
+    if (g.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${g.state}`);
+    if (!g.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
+    if (g.expiresAt.getTime() + CLOCK_SKEW_MS < clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
+    return g;
+  }
+
+  /** usable(), for a grant re-read in a later step of a saga: a refusal there must unwind the saga first. */
+  function stillUsable(g: AgentGrant | undefined): AgentGrant {
+    try {
+      return usable(g);
+    } catch {
+      throw new GrantGone();
+    }
   }
 
   function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typeof BudgetSchema> {
@@ -225,20 +260,21 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   }
 
   /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
-  async function startSaga(g: GrantContext, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
+  async function startSaga(grantId: string, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
     return db.transaction(async (trx) => {
+      const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       let budget: BudgetRecord;
       if (existing) {
-        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.grantId, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
+        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
       } else {
         budget = {
           id: randomUUID(),
           parentVaultId: g.vaultId,
           userId: g.userId,
-          parentAgentId: g.agentPrincipalId || null,
-          grantId: g.grantId,
+          parentAgentId: g.agentPrincipalId,
+          grantId: g.id,
           idempotencyKey: key,
           paramsHash: hash,
           params,
@@ -292,7 +328,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   return {
     async createBudget(req, ctx) {
       const now = clock();
-      const g = requireGrant(req.grant, SCOPES.budgetCreate);
+      const claims = await claimsFor(req.accessToken, SCOPES.budgetCreate);
+      // Replays and rate limits answer only a live grant; each saga transaction re-reads it under lock.
+      const g = usable(await store.findGrant(db, claims.jti));
       const params = checkBudgetInput(
         {
           purpose: req.purpose,
@@ -329,7 +367,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
       let budget: BudgetRecord;
       try {
-        budget = await startSaga(g, existing, params, hash, req.idempotencyKey, now);
+        budget = await startSaga(g.id, existing, params, hash, req.idempotencyKey, now);
       } catch (err) {
         const reason = errorDetailOf(err)?.reason;
         await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? Reason[reason].toLowerCase() : "internal", g.vaultId);
@@ -357,53 +395,71 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         }
       }
 
-      // spec 3.1 / DESIGN 4.1: active at once only with a fresh step-up on the calling grant.
-      const active = hasFreshStepUp(g.stepUp, Number(g.authTime), clock());
-      const done = await db.transaction(async (trx) => {
-        if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) fenced();
-        if (active) await store.activatePolicy(trx, budget.vaultId, clock());
-        const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
-        await store.releaseClaim(trx, budget.parentVaultId, budget.id);
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
-        return b;
-      });
+      // spec 3.1 / DESIGN 4.1: active at once only with a fresh step-up on the calling grant,
+      // read (and share-locked) in the transaction that activates: a grant revoked while
+      // the saga ran installs nothing, and its saga is unwound.
+      let done: BudgetRecord;
+      try {
+        done = await db.transaction(async (trx) => {
+          if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) fenced();
+          const current = stillUsable(await store.findGrant(trx, g.id, true));
+          const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
+          if (active) await store.activatePolicy(trx, budget.vaultId, clock());
+          const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
+          await store.releaseClaim(trx, budget.parentVaultId, budget.id);
+          await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
+          return b;
+        });
+      } catch (err) {
+        if (!(err instanceof GrantGone)) throw err;
+        await compensate(budget, steps).catch((e: unknown) => {
+          if (e instanceof SagaFenced) fenced();
+          throw e;
+        });
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", "grant_revoked", budget.agentPrincipalId);
+        fail(Reason.INVALID_TOKEN, "the grant was revoked while the budget was being provisioned; nothing was kept");
+      }
       return { budget: budgetView(done) };
     },
 
     async activateBudget(req, ctx) {
       const now = clock();
-      if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
+      const owner = await deps.sessions.verify(req.sessionToken);
+      if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
       // A malformed id is refused like an unknown one (and never reaches a uuid column).
       if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
       const budget = await db.transaction(async (trx) => {
         const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
-        if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
+        if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
         if (b.status === "active") return b;
         await store.activatePolicy(trx, b.vaultId, now);
         const updated = await store.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
         return updated;
       });
       return { budget: budgetView(budget) };
     },
 
     async initiatePayment(req, ctx) {
-      const g = requireGrant(req.grant, SCOPES.paymentsInitiate);
+      const claims = await claimsFor(req.accessToken, SCOPES.paymentsInitiate);
       const input = paymentInput(req.payment);
       const hash = sha256(canonicalJson(input));
-      const actor = actorOf(g);
-      const outcome = await db.transaction(async (trx): Promise<{ payment: PaymentRecord; denied?: undefined } | { denied: Exclude<Rule, "step_up_amount"> }> => {
+      type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> };
+      const outcome = await db.transaction(async (trx): Promise<Outcome> => {
         const now = clock();
-        // The vault row lock orders every payment of the vault: caps and balance are read and spent atomically.
-        const context = await store.paymentContext(trx, g.vaultId, utcDayStart(now), true);
+        // The grant is share-locked and the vault locked for update: a revocation committed
+        // first is seen, none commits in between, and every payment of the vault is ordered.
+        const context = await store.lockPaymentContext(trx, claims.jti, utcDayStart(now));
+        const g = usable(context?.grant);
         if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+        const actor = actorOf(g);
         const { vault, usage, policy } = context;
         if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
         const prior = await store.findPayment(trx, vault.id, input.idempotencyKey);
         if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
         if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
-        if (prior && prior.status !== "approved") return { payment: prior };
+        if (prior && prior.status !== "approved") return { actor, payment: prior };
 
         const evaluation = evaluatePayment(
           policy,
@@ -412,7 +468,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           now,
           { stepUpApproved: prior?.status === "approved" },
         );
-        if (evaluation.decision === "deny") return { denied: evaluation.rule };
+        if (evaluation.decision === "deny") return { actor, vaultId: vault.id, denied: evaluation.rule };
         let payment: PaymentRecord;
         if (prior) {
           payment = await store.setPaymentStatus(trx, prior.id, "completed", now);
@@ -421,8 +477,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
             id: randomUUID(),
             vaultId: vault.id,
             userId: g.userId,
-            agentPrincipalId: g.agentPrincipalId || null,
-            grantId: g.grantId,
+            agentPrincipalId: g.agentPrincipalId,
+            grantId: g.id,
             idempotencyKey: input.idempotencyKey,
             paramsHash: hash,
             address: input.address,
@@ -444,11 +500,11 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           subject: payment.id,
           at: now,
         });
-        return { payment };
+        return { actor, payment };
       });
       if (outcome.denied !== undefined) {
         const rule = outcome.denied;
-        await auditOutside(ctx, actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, g.vaultId);
+        await auditOutside(ctx, outcome.actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, outcome.vaultId);
         if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
         // DESIGN 4.4: the limit is named; no remaining allowance is revealed.
         fail(Reason.POLICY_DENIED, rule, { limitName: rule });
@@ -457,10 +513,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     },
 
     async simulatePayment(req) {
-      const g = requireGrant(req.grant, SCOPES.paymentsSimulate);
+      const claims = await claimsFor(req.accessToken, SCOPES.paymentsSimulate);
       const input = paymentInput(req.payment);
       const now = clock();
-      const context = await store.currentPaymentContext(g.vaultId, utcDayStart(now));
+      // One statement reads the grant afresh with everything the decision needs.
+      const context = await store.currentPaymentContext(claims.jti, utcDayStart(now));
+      const g = usable(context?.grant);
       if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       const { vault, usage, policy } = context;
       if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
@@ -477,15 +535,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async approvePayment(req, ctx) {
       const now = clock();
-      if (!hasFreshStepUp(true, Number(req.stepUpAuthTime), now)) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
+      const owner = await deps.sessions.verify(req.sessionToken);
+      if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
       if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
       const payment = await db.transaction(async (trx) => {
         const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
-        if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
+        if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
         if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
         if (p.status !== "pending_step_up") return p;
         const approved = await store.setPaymentStatus(trx, p.id, "approved", now);
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
         return approved;
       });
       return { payment: paymentView(payment) };
@@ -493,15 +552,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async declinePayment(req, ctx) {
       const now = clock();
+      const owner = await deps.sessions.verify(req.sessionToken);
       if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
       const payment = await db.transaction(async (trx) => {
         // The row lock orders a decline against a concurrent approval: one of them decides.
         const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
-        if (!p || p.userId !== req.userId) fail(Reason.NOT_FOUND, "no such payment");
+        if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
         if (p.status === "declined") return p;
         if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
         const declined = await store.setPaymentStatus(trx, p.id, "declined", now);
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
         return declined;
       });
       return { payment: paymentView(payment) };
@@ -509,22 +569,23 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async declineBudget(req, ctx) {
       const now = clock();
+      const owner = await deps.sessions.verify(req.sessionToken);
       if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
       const budget = await db.transaction(async (trx) => {
         const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
-        if (!b || b.userId !== req.userId) fail(Reason.NOT_FOUND, "no such budget");
+        if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") return b;
         if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
         const declined = await store.updateBudget(trx, b.id, { status: "declined" }, now);
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${req.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
+        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
         return declined;
       });
       return { budget: budgetView(budget) };
     },
 
     async listPendingApprovals(req) {
-      if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a user id");
-      const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, req.userId), store.listPendingPayments(db, req.userId)]);
+      const owner = await deps.sessions.verify(req.sessionToken);
+      const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, owner.userId), store.listPendingPayments(db, owner.userId)]);
       // Review pages show limits in the vault's currency (a child vault inherits its parent's).
       const currencies = new Map<string, string>();
       for (const b of budgets) {
@@ -534,14 +595,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     },
 
     async getBalance(req) {
-      const g = requireGrant(req.grant, SCOPES.accountsRead);
+      const claims = await claimsFor(req.accessToken, SCOPES.accountsRead);
+      const g = usable(await store.findGrant(db, claims.jti));
       const vault = await store.findVault(db, g.vaultId);
       if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
     },
 
     async listGrantAudit(req) {
-      const g = requireGrant(req.grant, SCOPES.auditStream);
+      const claims = await claimsFor(req.accessToken, SCOPES.auditStream);
+      const g = usable(await store.findGrant(db, claims.jti));
       const limit = req.limit === 0 ? 100 : req.limit;
       if (limit > MAX_AUDIT_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_AUDIT_LIMIT}`);
       let afterSeq = 0;

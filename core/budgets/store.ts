@@ -69,6 +69,39 @@ export interface PaymentRecord {
   createdAt: Date;
 }
 
+/** A grant as an agent call acts under it, read from the database (never from the caller). */
+export interface AgentGrant {
+  id: string;
+  userId: string;
+  agentPrincipalId: string;
+  vaultId: string;
+  scopes: string[];
+  state: string;
+  stepUp: boolean;
+  authTime: Date | null;
+  expiresAt: Date;
+  userActive: boolean;
+}
+
+const GRANT_COLUMNS = `g.id AS g_id, g.user_id AS g_user_id, g.agent_principal_id AS g_agent_principal_id, g.vault_id AS g_vault_id,
+                g.scopes AS g_scopes, g.state AS g_state, g.step_up AS g_step_up, g.auth_time AS g_auth_time,
+                g.expires_at AS g_expires_at, (u.status = 'active') AS g_user_active`;
+
+function toAgentGrant(r: Record<string, unknown>): AgentGrant {
+  return {
+    id: String(r.g_id),
+    userId: String(r.g_user_id),
+    agentPrincipalId: String(r.g_agent_principal_id),
+    vaultId: String(r.g_vault_id),
+    scopes: r.g_scopes as string[],
+    state: String(r.g_state),
+    stepUp: Boolean(r.g_step_up),
+    authTime: r.g_auth_time ? date(r.g_auth_time) : null,
+    expiresAt: date(r.g_expires_at),
+    userActive: Boolean(r.g_user_active),
+  };
+}
+
 const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
@@ -137,24 +170,28 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
 
 /** SQL for budgets, vault policies, provisioning claims, vault balances and agent payments. */
 export function createBudgetsStore(db: Db) {
-  const unlockedContexts = createGroupCommit<{ vaultId: string; dayStart: Date }, PaymentContext | undefined>(
+  // payments.simulate's read: the grant and everything its decision needs, for many
+  // concurrent calls in one statement (group commit); each statement's snapshot starts
+  // after all of its calls arrived, so a revocation committed before a call is seen.
+  const unlockedContexts = createGroupCommit<{ grantId: string; dayStart: Date }, (PaymentContext & { grant: AgentGrant }) | undefined>(
     async (keys) => {
       const { rows } = await db.raw(
-        `SELECT k.n, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+        `SELECT k.n, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                 p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
                 (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
                    FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
                 (SELECT coalesce(sum(amount_cents), 0)::int8
                    FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
-           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(vault_id, day_start, n)
-           JOIN vaults v ON v.id = k.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
-        [pgArray(keys.map((k) => k.vaultId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
+           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(grant_id, day_start, n)
+           JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
+           JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
+        [pgArray(keys.map((k) => k.grantId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
       );
       const found = new Map<number, Record<string, unknown>>();
       for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, r);
       return keys.map((_, i) => {
         const r = found.get(i);
-        return r ? toPaymentContext(r) : undefined;
+        return r ? { ...toPaymentContext(r), grant: toAgentGrant(r) } : undefined;
       });
     },
     { maxBatch: 256, maxInFlight: 2 },
@@ -345,32 +382,58 @@ export function createBudgetsStore(db: Db) {
     },
 
     /**
-     * Everything a payment decision reads, in one round trip: the vault (row-locked when
-     * asked), its policy, and its completed spend since `dayStart` and in total.
+     * The grant an agent call acts under, read afresh. With `lock` (inside the transaction
+     * that acts on it) the row is share-locked: a revocation (an UPDATE of the row) waits
+     * for this transaction, so one that committed first is always seen, and none can
+     * commit in between. A non-UUID id names no grant.
      */
-    async paymentContext(conn: Conn, vaultId: string, dayStart: Date, lock = false) {
+    async findGrant(conn: Conn, grantId: string, lock = false): Promise<AgentGrant | undefined> {
+      if (!UUID.test(grantId)) return undefined;
       const { rows } = await conn.raw(
-        `SELECT v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
-                (SELECT coalesce(sum(amount_cents), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
-           FROM vaults v LEFT JOIN vault_policies p ON p.vault_id = v.id
-          WHERE v.id = ?${lock ? " FOR UPDATE OF v" : ""}`,
-        [dayStart, vaultId],
+        `SELECT ${GRANT_COLUMNS} FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ?${lock ? " FOR SHARE OF g" : ""}`,
+        [grantId.toLowerCase()],
       );
       const r = (rows as Record<string, unknown>[])[0];
-      return r ? toPaymentContext(r) : undefined;
+      return r ? toAgentGrant(r) : undefined;
     },
 
     /**
-     * paymentContext without the lock, read afresh for every call (payments.simulate):
-     * concurrent calls share one statement (group commit), whose read starts after each
-     * of its calls arrived. A non-UUID id names no vault.
+     * Everything a payment decision reads, for a payment that will be made: the grant
+     * (share-locked, see findGrant) and its vault (locked for update: every payment of the
+     * vault is ordered by this lock), then, in a second statement whose snapshot starts
+     * after both locks are held, the policy and the vault's completed spend since
+     * `dayStart` and in total. Reading the spend in the locking statement would use a
+     * snapshot taken before the lock was granted and miss payments committed meanwhile.
      */
-    currentPaymentContext(vaultId: string, dayStart: Date): Promise<PaymentContext | undefined> {
-      return UUID.test(vaultId) ? unlockedContexts({ vaultId: vaultId.toLowerCase(), dayStart }) : Promise.resolve(undefined);
+    async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
+      if (!UUID.test(grantId)) return undefined;
+      const { rows: locked } = await trx.raw(
+        `SELECT ${GRANT_COLUMNS}, v.* FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+          WHERE g.id = ? FOR SHARE OF g FOR UPDATE OF v`,
+        [grantId.toLowerCase()],
+      );
+      const head = (locked as Record<string, unknown>[])[0];
+      if (!head) return undefined;
+      const { rows } = await trx.raw(
+        `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
+                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_today,
+                (SELECT coalesce(sum(amount_cents), 0)::int8
+                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_lifetime
+           FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
+        [dayStart, String(head.id), String(head.id), String(head.id)],
+      );
+      return { ...toPaymentContext({ ...head, ...(rows as Record<string, unknown>[])[0] }), grant: toAgentGrant(head) };
+    },
+
+    /**
+     * The simulate read: the grant and its payment context without locks, read afresh
+     * for every call; concurrent calls share one statement (group commit). A non-UUID id
+     * names no grant.
+     */
+    currentPaymentContext(grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
+      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart }) : Promise.resolve(undefined);
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {

@@ -1,6 +1,4 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { create } from "@bufbuild/protobuf";
-import { GrantContextSchema, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
 import { compileToolSchemas, describeErrors } from "./schemas.js";
@@ -29,11 +27,14 @@ interface Message {
 
 type Reply = { jsonrpc: "2.0"; id: RpcId; result: unknown } | { jsonrpc: "2.0"; id: RpcId; error: unknown };
 
-/** What a call runs as: the bearer, verified afresh once per HTTP request and only when needed. */
+/**
+ * What a call runs as: the bearer as presented. The gateway never decides what a token
+ * allows: each batch element hands the raw token to core, which verifies it and reads
+ * its grant afresh for that element alone.
+ */
 interface Caller {
   requestId: string;
   bearer: string | undefined;
-  verified?: Promise<GrantContext>;
   unauthorized: boolean;
 }
 
@@ -115,71 +116,76 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     // agent.grant.refresh authenticates with its own params (DESIGN 4.1).
     const toolName = msg.method === "tools/call" ? nameOf(msg.params) : toolsByName.has(msg.method) ? msg.method : undefined;
     const tool = toolName === undefined ? undefined : toolsByName.get(toolName);
-    const grant = tool?.auth === "none" ? undefined : await authenticate(caller);
+    if (tool?.auth !== "none" && !caller.bearer) unauthorized(caller);
 
     switch (msg.method) {
       case "initialize":
+        await authenticate(caller);
         return initialize(msg.params);
       case "ping":
+        await authenticate(caller);
         return {};
       case "tools/list":
+        await authenticate(caller);
         return { tools: toolLists.get(category) };
       case "tools/call": {
         const params = objectParams(msg.params);
-        if (typeof params.name !== "string") throw invalidParams("params.name must be a tool name");
+        if (typeof params.name !== "string") return refuse(caller, invalidParams("params.name must be a tool name"));
         const args = params.arguments === undefined ? {} : params.arguments;
-        if (!isObject(args)) throw invalidParams("params.arguments must be an object");
-        const result = await callTool(routeTool(params.name, category, true), args, caller, grant);
+        if (!isObject(args)) return refuse(caller, invalidParams("params.arguments must be an object"));
+        const result = await callTool(routeTool(params.name, category, true, caller), args, caller);
         return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError: false };
       }
       default:
-        if (msg.method.startsWith("notifications/") && msg.notification) return undefined;
-        return callTool(routeTool(msg.method, category, false), objectParams(msg.params), caller, grant);
+        if (msg.method.startsWith("notifications/") && msg.notification) return authenticate(caller);
+        return callTool(routeTool(msg.method, category, false, caller), objectParams(msg.params), caller);
     }
   }
 
-  function routeTool(name: string, category: Category, viaToolsCall: boolean): Tool {
+  /** routeTool, but a refusal made before core saw the token is preceded by the token's own check. */
+  function routeTool(name: string, category: Category, viaToolsCall: boolean, caller: Caller): Tool | Promise<never> {
     const tool = toolsByName.get(name);
     if (!tool) {
       // MCP: an unknown tool in tools/call is invalid params; an unknown method is -32601.
-      if (viaToolsCall) throw new RpcError(RpcCode.INVALID_PARAMS, `Unknown tool: ${name}`, { reason_id: "unknown_tool" });
-      throw new RpcError(RpcCode.METHOD_NOT_FOUND, "Method not found", { reason_id: "method_not_found" });
+      if (viaToolsCall) return refuse(caller, new RpcError(RpcCode.INVALID_PARAMS, `Unknown tool: ${name}`, { reason_id: "unknown_tool" }));
+      return refuse(caller, new RpcError(RpcCode.METHOD_NOT_FOUND, "Method not found", { reason_id: "method_not_found" }));
     }
     if (tool.category !== category) {
-      throw new RpcError(RpcCode.METHOD_NOT_FOUND, `${name} is served at /mcp/${tool.category}`, { reason_id: "wrong_endpoint", endpoint: `${options.mcpUrl}/mcp/${tool.category}` });
+      return refuse(caller, new RpcError(RpcCode.METHOD_NOT_FOUND, `${name} is served at /mcp/${tool.category}`, { reason_id: "wrong_endpoint", endpoint: `${options.mcpUrl}/mcp/${tool.category}` }), tool);
     }
     return tool;
   }
 
-  async function callTool(tool: Tool, args: Record<string, unknown>, caller: Caller, grant: GrantContext | undefined) {
+  async function callTool(routed: Tool | Promise<never>, args: Record<string, unknown>, caller: Caller) {
+    const tool = await routed;
     const v = validators.get(tool.name)!;
-    if (!v.input(args)) throw new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) });
-    const result = await tool.call(args, { clients, requestId: caller.requestId, grant, accessToken: caller.bearer });
+    if (!v.input(args)) return refuse(caller, new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) }), tool);
+    // Core verifies the token and reads the grant inside the call that acts on it.
+    const result = await tool.call(args, { clients, requestId: caller.requestId, accessToken: caller.bearer ?? "" });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.
     if (!v.output(result)) throw new Error(`${tool.name} result does not match its outputSchema: ${JSON.stringify(describeErrors(v.output.errors))}`);
     return result;
   }
 
-  async function authenticate(caller: Caller): Promise<GrantContext> {
-    if (!caller.bearer) {
-      caller.unauthorized = true;
-      throw new RpcError(RpcCode.UNAUTHORIZED, "Unauthorized", { reason_id: "invalid_token" }, true);
-    }
-    // Grant state is read fresh on every HTTP request (spec 3.2), once per request.
-    caller.verified ??= clients.grants.verifyAgentToken({ accessToken: caller.bearer }, withRequestId(caller.requestId)).then((res) => {
-      const g = res.grant!;
-      return create(GrantContextSchema, {
-        grantId: g.grantId,
-        userId: g.userId,
-        agentPrincipalId: g.agentPrincipalId,
-        vaultId: g.vaultId,
-        scopes: g.scopes,
-        stepUp: g.stepUp,
-        authTime: g.authTime,
-        clientId: g.clientId,
-      });
-    });
-    return caller.verified;
+  function unauthorized(caller: Caller): never {
+    caller.unauthorized = true;
+    throw new RpcError(RpcCode.UNAUTHORIZED, "Unauthorized", { reason_id: "invalid_token" }, true);
+  }
+
+  /**
+   * Verifies the bearer in core for calls that do not reach core with it (protocol
+   * methods and refusals made here), so a bad token is answered 401 before anything else,
+   * as when core sees it. Each call verifies afresh: nothing is shared across a batch.
+   */
+  async function authenticate(caller: Caller): Promise<void> {
+    if (!caller.bearer) unauthorized(caller);
+    await clients.grants.verifyAgentToken({ accessToken: caller.bearer }, withRequestId(caller.requestId));
+  }
+
+  /** Refuses a call with `error`, unless its bearer is itself refused (401 comes first). */
+  async function refuse(caller: Caller, error: RpcError, tool?: Tool): Promise<never> {
+    if (tool?.auth !== "none") await authenticate(caller);
+    throw error;
   }
 
   function initialize(params: unknown) {

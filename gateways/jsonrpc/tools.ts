@@ -1,6 +1,6 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { agentTokenJson } from "../shared/token-response.js";
-import { BudgetStatus, Decision, PaymentStatus, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, Decision, PaymentStatus } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { parseDateTime } from "./date-time.js";
 
@@ -9,9 +9,8 @@ export type Category = "read" | "write" | "treasury";
 export interface ToolContext {
   clients: CoreClients;
   requestId: string;
-  /** The verified grant; undefined only for tools with auth "none". */
-  grant?: GrantContext;
-  accessToken?: string;
+  /** The bearer as presented ("" for tools with auth "none"); core verifies it. */
+  accessToken: string;
 }
 
 type Json = Record<string, unknown>;
@@ -123,7 +122,7 @@ export const TOOLS: readonly Tool[] = [
       const end = typeof args.time_window_end === "string" ? parseDateTime(args.time_window_end) : undefined;
       const { budget } = await ctx.clients.budgets.createBudget(
         {
-          grant: ctx.grant,
+          accessToken: ctx.accessToken,
           purpose: args.purpose as string,
           displayName: args.display_name as string,
           amountCapCentsPerTx: opt(args.amount_cap_cents_per_tx),
@@ -164,7 +163,7 @@ export const TOOLS: readonly Tool[] = [
       ].map(({ $schema: _, ...s }) => s),
     },
     async call(args, ctx) {
-      const { payment } = await ctx.clients.budgets.initiatePayment({ grant: ctx.grant, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
+      const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
       if (payment!.status === PaymentStatus.COMPLETED) return { kind: "accepted", payment_id: payment!.paymentId, status: "completed" };
       return { kind: "pending_step_up", payment_id: payment!.paymentId, step_up_url: payment!.stepUpUrl };
     },
@@ -190,7 +189,7 @@ export const TOOLS: readonly Tool[] = [
       ["outcome", "rule"],
     ),
     async call(args, ctx) {
-      const res = await ctx.clients.budgets.simulatePayment({ grant: ctx.grant, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.budgets.simulatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
       const outcome = res.decision === Decision.ACCEPT ? "accepted" : res.decision === Decision.STEP_UP ? "pending_step_up" : "denied";
       return { outcome, rule: res.rule || null };
     },
@@ -207,7 +206,7 @@ export const TOOLS: readonly Tool[] = [
     inputSchema: object({}, []),
     outputSchema: object({ vault_id: UUID, balance_cents: AMOUNT, currency: { type: "string" } }, ["vault_id", "balance_cents", "currency"]),
     async call(_args, ctx) {
-      const res = await ctx.clients.budgets.getBalance({ grant: ctx.grant }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.budgets.getBalance({ accessToken: ctx.accessToken }, withRequestId(ctx.requestId));
       return { vault_id: res.vaultId, balance_cents: Number(res.balanceCents), currency: res.currency };
     },
   },
@@ -247,7 +246,7 @@ export const TOOLS: readonly Tool[] = [
     ),
     async call(args, ctx) {
       const res = await ctx.clients.budgets.listGrantAudit(
-        { grant: ctx.grant, cursor: (args.cursor as string) ?? "", since: (args.since as string) ?? "", limit: (args.limit as number) ?? 0 },
+        { accessToken: ctx.accessToken, cursor: (args.cursor as string) ?? "", since: (args.since as string) ?? "", limit: (args.limit as number) ?? 0 },
         withRequestId(ctx.requestId),
       );
       return {
@@ -276,7 +275,7 @@ export const TOOLS: readonly Tool[] = [
     inputSchema: object({ scope: { type: "string", maxLength: 1024 } }, []),
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
-      const res = await ctx.clients.grants.supersedeGrant({ accessToken: ctx.accessToken!, scope: (args.scope as string) ?? "" }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.grants.supersedeGrant({ accessToken: ctx.accessToken, scope: (args.scope as string) ?? "" }, withRequestId(ctx.requestId));
       return agentTokenJson(res.token);
     },
   },
@@ -314,7 +313,7 @@ export const TOOLS: readonly Tool[] = [
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
     outputSchema: object({ revoked: { type: "integer", minimum: 0 } }, ["revoked"]),
     async call(args, ctx) {
-      const res = await ctx.clients.grants.revokeAllGrants({ accessToken: ctx.accessToken!, reason: (args.reason as string) ?? "" }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.grants.revokeAllGrants({ accessToken: ctx.accessToken, reason: (args.reason as string) ?? "" }, withRequestId(ctx.requestId));
       return { revoked: res.revoked };
     },
   },

@@ -36,7 +36,7 @@ const day = (t: Timestamp) => timestampDate(t).toISOString().replace("T", " ").s
 /** Reads the user's pending approvals (BudgetsService) and agent names (GrantsService). */
 export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current, known?: AgentSummary[]): Promise<PendingApprovals> {
   const [pending, agents] = await Promise.all([
-    ctx.budgets.listPendingApprovals({ userId: current.session.userId }, ctx.rpc(request)),
+    ctx.budgets.listPendingApprovals({ sessionToken: current.token }, ctx.rpc(request)),
     known ?? ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents),
   ]);
   const names = new Map<string, string>(agents.map((a) => [a.agentId, a.displayName]));
@@ -171,7 +171,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current) return reply;
     if (!current.session.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
     const call = () =>
-      ctx.budgets.approvePayment({ userId: current.session.userId, paymentId, stepUpAuthTime: current.session.stepUpAt }, ctx.rpc(request)).catch((err: unknown) => {
+      ctx.budgets.approvePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)).catch((err: unknown) => {
         if (reasonOf(err) === Reason.NOT_FOUND) throw nothing("payment");
         throw err;
       });
@@ -200,14 +200,14 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
   app.post("/dashboard/approvals/payments/:paymentId/decline", async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
     return decline(request, reply, "payment", paymentId, (current) =>
-      ctx.budgets.declinePayment({ userId: current.session.userId, paymentId }, ctx.rpc(request)),
+      ctx.budgets.declinePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)),
     );
   });
 
   app.post("/dashboard/approvals/budgets/:agentId/decline", async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
     return decline(request, reply, "budget", agentId, (current) =>
-      ctx.budgets.declineBudget({ userId: current.session.userId, agentPrincipalId: agentId }, ctx.rpc(request)),
+      ctx.budgets.declineBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request)),
     );
   });
 
@@ -257,7 +257,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current.session.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
     const call = () =>
       ctx.budgets
-        .activateBudget({ userId: current.session.userId, agentPrincipalId: agentId, stepUpAuthTime: current.session.stepUpAt }, ctx.rpc(request))
+        .activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request))
         .catch((err: unknown) => {
           if (reasonOf(err) === Reason.NOT_FOUND) throw nothing("budget");
           throw err;

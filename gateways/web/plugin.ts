@@ -70,6 +70,7 @@ const pageTable = {
   [Reason.NOT_FOUND]: { status: 404, title: "Not found" },
   [Reason.INTERNAL]: GENERIC,
   [Reason.RATE_LIMITED]: { status: 429, title: "Too many attempts" },
+  [Reason.OVERLOADED]: { status: 503, title: "Temporarily unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: GENERIC,
   [Reason.ADMIN_UNAUTHENTICATED]: GENERIC,
   [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },

@@ -29,7 +29,7 @@ describe("MCP SDK client", () => {
 
   it("initializes, lists and calls tools on /mcp/treasury and /mcp/write; output is validated by the SDK against outputSchema", async () => {
     const owner = await createOwner(stack);
-    const token = stack.bearerFor(grantFor(stack, owner, { stepUp: true }));
+    const token = await grantFor(stack, owner, { stepUp: true });
     const treasury = await connect("/mcp/treasury", token);
     expect(treasury.getServerVersion()?.name).to.equal("vaultgate");
     const { tools } = await treasury.listTools();
@@ -49,7 +49,7 @@ describe("MCP SDK client", () => {
     expect(budget.status).to.equal("active");
 
     await stack.admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 10_000n });
-    const childToken = stack.bearerFor(grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id }));
+    const childToken = await grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id });
     const write = await connect("/mcp/write", childToken);
     await write.listTools();
     const sim = await write.callTool({

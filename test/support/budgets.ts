@@ -1,9 +1,8 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { create } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { GrantContextSchema, type GrantContext } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { AGENT_TOKEN_HEADER, agentTokenClaims } from "../../core/grants/access-token.js";
 import type { TestStack } from "./stack.js";
 import { createUser } from "./agent-oauth.js";
 import { postRpc } from "./mcp.js";
@@ -34,23 +33,56 @@ export async function createOwner(stack: TestStack): Promise<TestOwner> {
   return { userId: user.userId, vaultId: user.vaultId, agentPrincipalId };
 }
 
-/** The context VerifyAgentToken would hand over for a grant on `vaultId`. */
-export function grantFor(
+/**
+ * A real grant on `owner.vaultId` acting as `owner.agentPrincipalId`, and its access token
+ * signed by core's own key: what the OAuth flow would issue to that agent principal. The
+ * grant row is written directly because no RPC issues a grant for a chosen principal;
+ * core verifies the token and reads the grant like any other.
+ */
+export async function grantFor(
   stack: TestStack,
   owner: { userId: string; vaultId: string; agentPrincipalId: string },
   options: { scopes?: string[]; stepUp?: boolean; authTime?: Date } = {},
-): GrantContext {
+): Promise<string> {
   const stepUp = options.stepUp ?? false;
-  return create(GrantContextSchema, {
-    grantId: randomUUID(),
-    userId: owner.userId,
-    agentPrincipalId: owner.agentPrincipalId,
-    vaultId: owner.vaultId,
-    scopes: options.scopes ?? ALL_AGENT_SCOPES,
-    stepUp,
-    authTime: stepUp ? BigInt(Math.floor((options.authTime ?? stack.clock()).getTime() / 1000)) : 0n,
-    clientId: "",
+  const id = randomUUID();
+  const now = stack.clock();
+  const authTime = stepUp ? (options.authTime ?? now) : null;
+  const scopes = options.scopes ?? ALL_AGENT_SCOPES;
+  await stack.core.db("grants").insert({
+    id,
+    lineage_id: id,
+    user_id: owner.userId,
+    agent_principal_id: owner.agentPrincipalId,
+    vault_id: owner.vaultId,
+    scopes,
+    state: "active",
+    step_up: stepUp,
+    auth_time: authTime,
+    issued_at: now,
+    expires_at: new Date(now.getTime() + 3600_000),
+    state_changed_at: now,
   });
+  const claims = agentTokenClaims({
+    issuer: stack.issuer,
+    mcpUrl: stack.mcpUrl,
+    vaultUrn: `urn:vaultgate:vault:${owner.vaultId}`,
+    userId: owner.userId,
+    clientId: "operator",
+    agentId: owner.agentPrincipalId,
+    vaultId: owner.vaultId,
+    scopes,
+    grantId: id,
+    issuedAt: now,
+    authTime,
+  });
+  return stack.core.keyring.signJwt(AGENT_TOKEN_HEADER, claims as unknown as Record<string, unknown>);
+}
+
+/** Revokes the grant behind an access token, as the dashboard would (state only). */
+export async function revokeGrant(stack: TestStack, accessToken: string): Promise<void> {
+  const { jti } = JSON.parse(Buffer.from(accessToken.split(".")[1]!, "base64url").toString("utf8")) as { jti: string };
+  await stack.core.db("grants").where({ id: jti }).update({ state: "revoked", state_changed_at: stack.clock(), state_reason: "user_revocation" });
 }
 
 export function budgetParams(overrides: Record<string, unknown> = {}) {
@@ -121,4 +153,24 @@ export async function pendingPayment(stack: TestStack, opts: { key: string; amou
   };
   const pending = await rpc("/mcp/write", agent, "payments.initiate", args);
   return { rpc, user, agent, args, pending, paymentId: pending.json!.result.payment_id as string };
+}
+
+/**
+ * A signed-in web session of the user, as the dashboard holds it: sign-in by e-mailed
+ * one-time code over the real RPCs, the code read from the dev outbox. With `stepUp`, the
+ * session also passes step-up (a second code).
+ */
+export async function ownerSession(stack: TestStack, userId: string, options: { stepUp?: boolean } = {}): Promise<string> {
+  const { email } = await stack.core.db("users").where({ id: userId }).first("email");
+  const codeOf = async () => {
+    const { messages } = await stack.admin.grants.listOutbox({ email });
+    return /(\d{6})/.exec(messages[0]!.subject)![1]!; // newest first
+  };
+  const started = await stack.clients.grants.startSignIn({ email });
+  const { sessionToken } = await stack.clients.grants.completeSignIn({ challengeId: started.challengeId, code: await codeOf() });
+  if (options.stepUp) {
+    const challenge = await stack.clients.grants.startSignIn({ sessionToken });
+    await stack.clients.grants.completeSignIn({ challengeId: challenge.challengeId, code: await codeOf(), sessionToken });
+  }
+  return sessionToken;
 }

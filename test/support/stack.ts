@@ -19,6 +19,9 @@ export interface TestStack {
   adminToken: string;
   /** The gateway credential the test gateway presents to core. */
   gatewayToken: string;
+  /** Core's `iss` and first agent-token `aud`. */
+  issuer: string;
+  mcpUrl: string;
   logs: ReturnType<typeof createCapturedLogger>;
   /** Gateway base URL (127.0.0.1, ephemeral port) when started with gateway: true. */
   url: string;
@@ -91,6 +94,8 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     admin: createCoreClients(adminTransport),
     adminToken,
     gatewayToken,
+    issuer: coreOverrides.issuer ?? TEST_ISSUER,
+    mcpUrl: coreOverrides.mcpUrl ?? coreOverrides.issuer ?? TEST_ISSUER,
     logs,
     url,
     gateway,

@@ -19,7 +19,7 @@ describe("BudgetsService.CreateBudget under concurrency (Postgres)", function ()
     const n = 12;
     const outcomes = await Promise.all(
       Array.from({ length: n }, async () => {
-        const call = stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
+        const call = stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
         try {
           return { ok: (await call).budget! };
         } catch (err) {
@@ -44,11 +44,12 @@ describe("BudgetsService.CreateBudget under concurrency (Postgres)", function ()
   it("concurrent replays of one key provision it once", async () => {
     const owner = await createOwner(stack);
     const params = budgetParams();
-    const outcomes = await Promise.allSettled(Array.from({ length: 8 }, () => stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params })));
+    const tokens = await Promise.all(Array.from({ length: 8 }, () => grantFor(stack, owner)));
+    const outcomes = await Promise.allSettled(tokens.map((accessToken) => stack.clients.budgets.createBudget({ accessToken, ...params })));
     const ids = new Set(outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value.budget!.vaultId] : [])));
     expect(ids.size).to.equal(1);
     for (const o of outcomes) if (o.status === "rejected") expect((await rejection(Promise.reject(o.reason))).detail?.reason).to.equal(Reason.VAULT_CONTENTION);
-    const final = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const final = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(ids.has(final.budget!.vaultId)).to.equal(true);
     expect(await stack.core.db("vaults").where({ parent_vault_id: owner.vaultId })).to.have.length(1);
   });

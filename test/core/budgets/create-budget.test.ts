@@ -4,7 +4,7 @@ import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import type { StepName } from "../../../core/budgets/store.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, futureTimestamp, grantFor, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, rejection, type TestOwner } from "../../support/budgets.js";
 
 describe("BudgetsService.CreateBudget", () => {
   let stack: TestStack;
@@ -37,7 +37,7 @@ describe("BudgetsService.CreateBudget", () => {
   };
 
   it("provisions a draft budget without step-up: child principal, child vault, draft policy (spec 3.1)", async () => {
-    const res = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
+    const res = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     const b = res.budget!;
     expect(b.status).to.equal(BudgetStatus.DRAFT);
     expect(b.policyVersion).to.equal(0n);
@@ -55,43 +55,42 @@ describe("BudgetsService.CreateBudget", () => {
   });
 
   it("is active at once (policy_version 1) with a fresh step-up on the grant, draft when it is older than 10 minutes", async () => {
-    const fresh = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
+    const fresh = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
     expect(fresh.budget!.status).to.equal(BudgetStatus.ACTIVE);
     expect(fresh.budget!.policyVersion).to.equal(1n);
     expect((await rows(fresh.budget!.vaultId, fresh.budget!.agentPrincipalId)).policy.status).to.equal("active");
 
     const stale = new Date(stack.clock().getTime() - 601_000);
-    const old = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true, authTime: stale }), ...budgetParams() });
+    const old = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true, authTime: stale }), ...budgetParams() });
     expect(old.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
   it("replays the same key with the same ids and the current status; other params are an idempotency conflict", async () => {
     const params = budgetParams({ timeWindowEnd: futureTimestamp(stack, 86_400_000) });
-    const first = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const first = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     // A replay under a superseded grant (new grant id) of the same agent on the same vault.
-    const again = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params, chainAllowlist: ["eth", "base", "eth"] });
+    const again = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, chainAllowlist: ["eth", "base", "eth"] });
     expect(again.budget!.agentPrincipalId).to.equal(first.budget!.agentPrincipalId);
     expect(again.budget!.vaultId).to.equal(first.budget!.vaultId);
     expect(again.budget!.createdAt).to.deep.equal(first.budget!.createdAt);
 
     // Dashboard activation after step-up, then the replay reports the current status.
-    const now = Math.floor(stack.clock().getTime() / 1000);
-    await stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId: first.budget!.agentPrincipalId, stepUpAuthTime: BigInt(now) });
-    const after = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    await stack.clients.budgets.activateBudget({ sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }), agentPrincipalId: first.budget!.agentPrincipalId });
+    const after = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(after.budget!.status).to.equal(BudgetStatus.ACTIVE);
     expect(after.budget!.policyVersion).to.equal(1n);
 
-    const conflict = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params, displayName: "Other" }));
+    const conflict = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, displayName: "Other" }));
     expect(conflict.detail?.reason).to.equal(Reason.IDEMPOTENCY_CONFLICT);
     expect(conflict.code).to.equal(Code.AlreadyExists);
   });
 
   it("needs the agent:budget:create scope; a superset is accepted", async () => {
     const denied = await rejection(
-      stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { scopes: ["payments:initiate", "accounts:read"] }), ...budgetParams() }),
+      stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { scopes: ["payments:initiate", "accounts:read"] }), ...budgetParams() }),
     );
     expect(denied.detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
-    const ok = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { scopes: ["agent:budget:create", "x:other"] }), ...budgetParams() });
+    const ok = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { scopes: ["agent:budget:create", "x:other"] }), ...budgetParams() });
     expect(ok.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
@@ -108,11 +107,11 @@ describe("BudgetsService.CreateBudget", () => {
       { timeWindowEnd: futureTimestamp(stack, -1000) },
     ];
     for (const c of cases) {
-      const r = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams(c) }));
+      const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams(c) }));
       expect(r.detail?.reason, JSON.stringify(c, (_k, v) => (typeof v === "bigint" ? String(v) : v))).to.equal(Reason.INVALID_REQUEST);
     }
     const boundary = await stack.clients.budgets.createBudget({
-      grant: grantFor(stack, owner),
+      accessToken: await grantFor(stack, owner),
       ...budgetParams({ displayName: "x".repeat(100), amountCapCentsPerTx: 9007199254740991n, amountCapCentsPerDay: 0n }),
     });
     expect(boundary.budget!.status).to.equal(BudgetStatus.DRAFT);
@@ -122,7 +121,7 @@ describe("BudgetsService.CreateBudget", () => {
     it(`a failing ${step} step compensates the earlier steps and reports complete cleanup; the same key then completes`, async () => {
       const params = budgetParams();
       failing = [{ name: step, phase: "run" }];
-      const r = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params }));
+      const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
       expect(r.detail?.reason).to.equal(Reason.PROVISIONING_FAILED);
       expect(r.code).to.equal(Code.Internal);
       const p = r.detail!.provisioning!;
@@ -140,7 +139,7 @@ describe("BudgetsService.CreateBudget", () => {
       expect(await stack.core.db("vault_provisioning_claims").where({ vault_id: owner.vaultId })).to.deep.equal([]);
 
       failing = [];
-      const retried = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+      const retried = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
       expect(retried.budget!.vaultId).to.equal(budget.vault_id);
       expect(retried.budget!.agentPrincipalId).to.equal(budget.agent_principal_id);
       expect(retried.budget!.status).to.equal(BudgetStatus.DRAFT);
@@ -153,7 +152,7 @@ describe("BudgetsService.CreateBudget", () => {
       { name: "policy", phase: "run" },
       { name: "vault", phase: "compensate" },
     ];
-    const r = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params }));
+    const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
     const p = r.detail!.provisioning!;
     expect(p.steps.map((s) => [s.name, s.state])).to.deep.equal([
       ["vault", "compensation_failed"],
@@ -179,7 +178,7 @@ describe("BudgetsService.CreateBudget", () => {
     expect(reaped.remaining).to.deep.equal([]);
     expect((await rows(budget.vault_id, budget.agent_principal_id)).vault).to.equal(undefined);
 
-    const retried = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const retried = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(retried.budget!.vaultId).to.equal(budget.vault_id);
   });
 
@@ -189,9 +188,9 @@ describe("BudgetsService.CreateBudget", () => {
       { name: "policy", phase: "run" },
       { name: "vault", phase: "compensate" },
     ];
-    await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params }));
+    await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
     failing = [];
-    const retried = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const retried = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(retried.budget!.status).to.equal(BudgetStatus.DRAFT);
     const r = await rows(retried.budget!.vaultId, retried.budget!.agentPrincipalId);
     expect([Boolean(r.vault), Boolean(r.agent), Boolean(r.policy)]).to.deep.equal([true, true, true]);
@@ -202,7 +201,7 @@ describe("BudgetsService.CreateBudget", () => {
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
     hold = (name) => (name === "policy" ? held : Promise.resolve());
-    const pending = stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const pending = stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     // Wait until the saga reaches the held step.
     for (let i = 0; i < 200; i++) {
       const b = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
@@ -220,7 +219,7 @@ describe("BudgetsService.CreateBudget", () => {
     const after = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
     expect(after.status).to.equal("failed");
     expect(await stack.core.db("vaults").where({ id: after.vault_id })).to.deep.equal([]);
-    const retried = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const retried = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(retried.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
@@ -234,46 +233,58 @@ describe("BudgetsService.CreateBudget", () => {
       reached();
       return held;
     };
-    const first = stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
+    const first = stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     await atPolicy;
     hold = undefined;
     const second = budgetParams();
-    const contended = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...second }));
+    const contended = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second }));
     expect(contended.detail?.reason).to.equal(Reason.VAULT_CONTENTION);
     expect(contended.code).to.equal(Code.Aborted);
     // Another user's vault is not affected.
     const other = await createOwner(stack);
-    expect((await stack.clients.budgets.createBudget({ grant: grantFor(stack, other), ...budgetParams() })).budget!.status).to.equal(BudgetStatus.DRAFT);
+    expect((await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() })).budget!.status).to.equal(BudgetStatus.DRAFT);
     release();
     expect((await first).budget!.status).to.equal(BudgetStatus.DRAFT);
-    expect((await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...second })).budget!.status).to.equal(BudgetStatus.DRAFT);
+    expect((await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second })).budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
   it("limits provisioning starts to 10 per minute per parent vault (replays do not count)", async () => {
     const first = budgetParams();
-    await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...first });
-    for (let i = 0; i < 9; i++) await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
+    await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...first });
+    for (let i = 0; i < 9; i++) await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     // A replay is not a start.
-    await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...first });
-    const limited = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() }));
+    await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...first });
+    const limited = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }));
     expect(limited.detail?.reason).to.equal(Reason.RATE_LIMITED);
     expect(limited.detail?.retryAfterSeconds).to.equal(60);
     const other = await createOwner(stack);
-    await stack.clients.budgets.createBudget({ grant: grantFor(stack, other), ...budgetParams() });
+    await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() });
     stack.clock.advance(60_001);
-    await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
+    await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
   });
 
   describe("ActivateBudget", () => {
     it("needs the owner and a fresh step-up; activation is idempotent", async () => {
-      const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...budgetParams() });
-      const now = BigInt(Math.floor(stack.clock().getTime() / 1000));
-      const stale = await rejection(stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId, stepUpAuthTime: now - 601n }));
+      const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
+      // The step-up is the session's own: core reads it, the caller cannot claim one.
+      const session = await ownerSession(stack, owner.userId);
+      const notStepped = await rejection(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }));
+      expect(notStepped.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+      const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
+      stack.clock.advance(601_000);
+      const stale = await rejection(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }));
       expect(stale.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+      for (const forged of ["", "vgs_forged", stepped.slice(0, -2) + "xx"]) {
+        const refused = await rejection(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }));
+        expect(refused.detail?.reason).to.equal(Reason.INVALID_TOKEN);
+      }
       const other = await createOwner(stack);
-      const foreign = await rejection(stack.clients.budgets.activateBudget({ userId: other.userId, agentPrincipalId: budget!.agentPrincipalId, stepUpAuthTime: now }));
+      const foreign = await rejection(
+        stack.clients.budgets.activateBudget({ sessionToken: await ownerSession(stack, other.userId, { stepUp: true }), agentPrincipalId: budget!.agentPrincipalId }),
+      );
       expect(foreign.detail?.reason).to.equal(Reason.NOT_FOUND);
-      const pending = await stack.clients.budgets.listPendingApprovals({ userId: owner.userId });
+      const sessionToken = await ownerSession(stack, owner.userId, { stepUp: true });
+      const pending = await stack.clients.budgets.listPendingApprovals({ sessionToken });
       expect(pending.draftBudgets.map((b) => b.agentPrincipalId)).to.include(budget!.agentPrincipalId);
       // The review page shows what would be installed, in the vault's currency.
       const limits = pending.draftBudgets.find((b) => b.agentPrincipalId === budget!.agentPrincipalId)!.limits!;
@@ -288,15 +299,15 @@ describe("BudgetsService.CreateBudget", () => {
       ]);
       // A malformed id is refused like an unknown one.
       for (const agentPrincipalId of ["not-a-uuid", ""]) {
-        const bad = await rejection(stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId, stepUpAuthTime: now }));
+        const bad = await rejection(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }));
         expect(bad.detail?.reason).to.equal(Reason.NOT_FOUND);
       }
-      const activated = await stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId, stepUpAuthTime: now });
+      const activated = await stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId: budget!.agentPrincipalId });
       expect(activated.budget!.status).to.equal(BudgetStatus.ACTIVE);
       expect(activated.budget!.policyVersion).to.equal(1n);
-      const again = await stack.clients.budgets.activateBudget({ userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId, stepUpAuthTime: now });
+      const again = await stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId: budget!.agentPrincipalId });
       expect(again.budget!.status).to.equal(BudgetStatus.ACTIVE);
-      expect((await stack.clients.budgets.listPendingApprovals({ userId: owner.userId })).draftBudgets).to.deep.equal([]);
+      expect((await stack.clients.budgets.listPendingApprovals({ sessionToken })).draftBudgets).to.deep.equal([]);
     });
   });
 });

@@ -4,7 +4,7 @@ import { Code } from "@connectrpc/connect";
 import { BudgetStatus, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, payment, rejection } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, payment, rejection } from "../../support/budgets.js";
 
 /** BudgetsService.DeclinePayment / DeclineBudget (issue 5 gap, docs/agent-oauth.md "Decline"). */
 describe("BudgetsService declines", () => {
@@ -14,15 +14,13 @@ describe("BudgetsService declines", () => {
   });
   after(() => stack.close());
 
-  const now = () => BigInt(Math.floor(stack.clock().getTime() / 1000));
-
   async function pendingPayment() {
     const owner = await createOwner(stack);
-    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
     await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
     const child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
     const p = payment({ amountCents: 7_000n });
-    const { payment: pending } = await stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child), payment: p });
+    const { payment: pending } = await stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p });
     expect(pending!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
     return { owner, child, p, paymentId: pending!.paymentId };
   }
@@ -30,9 +28,10 @@ describe("BudgetsService declines", () => {
   it("a decline and an approval racing on one payment: exactly one decides", async () => {
     for (let i = 0; i < 5; i++) {
       const { owner, paymentId } = await pendingPayment();
+      const sessionToken = await ownerSession(stack, owner.userId, { stepUp: true });
       const results = await Promise.allSettled([
-        stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId, stepUpAuthTime: now() }),
-        stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId }),
+        stack.clients.budgets.approvePayment({ sessionToken, paymentId }),
+        stack.clients.budgets.declinePayment({ sessionToken, paymentId }),
       ]);
       const decided = await stack.core.db("audit_records").whereIn("action", ["payments.approve", "payments.decline"]).where({ subject: paymentId });
       expect(decided).to.have.length(1);
@@ -45,39 +44,44 @@ describe("BudgetsService declines", () => {
   it("declining clears the step_up_url, is idempotent, and is NOT_FOUND once approved or for a stranger", async () => {
     const { owner, child, p, paymentId } = await pendingPayment();
     const stranger = await createOwner(stack);
-    expect((await rejection(stack.clients.budgets.declinePayment({ userId: stranger.userId, paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    expect((await rejection(stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    const { payment: declined } = await stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId });
+    const strangerSession = await ownerSession(stack, stranger.userId);
+    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: strangerSession, paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: "", paymentId }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    const sessionToken = await ownerSession(stack, owner.userId);
+    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const { payment: declined } = await stack.clients.budgets.declinePayment({ sessionToken, paymentId });
     expect(declined!.status).to.equal(PaymentStatus.DECLINED);
     expect(declined!.stepUpUrl).to.equal("");
-    expect((await stack.clients.budgets.declinePayment({ userId: owner.userId, paymentId })).payment!.status).to.equal(PaymentStatus.DECLINED);
+    expect((await stack.clients.budgets.declinePayment({ sessionToken, paymentId })).payment!.status).to.equal(PaymentStatus.DECLINED);
     const row = await stack.core.db("agent_payments").where({ id: paymentId }).first();
     expect(row.declined_at).to.not.equal(null);
-    const replay = await rejection(stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child), payment: p }));
+    const replay = await rejection(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p }));
     expect([replay.code, replay.detail?.reason, replay.message]).to.deep.equal([Code.PermissionDenied, Reason.ACCESS_DENIED, "the vault owner declined this payment"]);
-    expect((await stack.clients.budgets.listPendingApprovals({ userId: owner.userId })).pendingPayments).to.have.length(0);
+    expect((await stack.clients.budgets.listPendingApprovals({ sessionToken })).pendingPayments).to.have.length(0);
 
     const other = await pendingPayment();
-    await stack.clients.budgets.approvePayment({ userId: other.owner.userId, paymentId: other.paymentId, stepUpAuthTime: now() });
-    expect((await rejection(stack.clients.budgets.declinePayment({ userId: other.owner.userId, paymentId: other.paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const otherSession = await ownerSession(stack, other.owner.userId, { stepUp: true });
+    await stack.clients.budgets.approvePayment({ sessionToken: otherSession, paymentId: other.paymentId });
+    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: otherSession, paymentId: other.paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
   });
 
   it("a declined draft budget cannot be activated; an active one cannot be declined", async () => {
     const owner = await createOwner(stack);
     const params = budgetParams();
-    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params });
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(budget!.status).to.equal(BudgetStatus.DRAFT);
-    const req = { userId: owner.userId, agentPrincipalId: budget!.agentPrincipalId };
-    expect((await rejection(stack.clients.budgets.declineBudget({ ...req, userId: randomUUID() }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const req = { sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }), agentPrincipalId: budget!.agentPrincipalId };
+    const stranger = await ownerSession(stack, (await createOwner(stack)).userId);
+    expect((await rejection(stack.clients.budgets.declineBudget({ ...req, sessionToken: stranger }))).detail?.reason).to.equal(Reason.NOT_FOUND);
     expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
     expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
     expect(await stack.core.db("audit_records").where({ action: "agent.budget.decline", subject: budget!.agentPrincipalId })).to.have.length(1);
-    expect((await rejection(stack.clients.budgets.activateBudget({ ...req, stepUpAuthTime: now() }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    const replay = await rejection(stack.clients.budgets.createBudget({ grant: grantFor(stack, owner), ...params }));
+    expect((await rejection(stack.clients.budgets.activateBudget(req))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const replay = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
     expect(replay.detail?.reason).to.equal(Reason.ACCESS_DENIED);
-    expect((await stack.clients.budgets.listPendingApprovals({ userId: owner.userId })).draftBudgets).to.have.length(0);
+    expect((await stack.clients.budgets.listPendingApprovals({ sessionToken: req.sessionToken })).draftBudgets).to.have.length(0);
 
-    const active = (await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp: true }), ...budgetParams() })).budget!;
-    expect((await rejection(stack.clients.budgets.declineBudget({ userId: owner.userId, agentPrincipalId: active.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const active = (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() })).budget!;
+    expect((await rejection(stack.clients.budgets.declineBudget({ sessionToken: req.sessionToken, agentPrincipalId: active.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
   });
 });

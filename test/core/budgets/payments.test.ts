@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, futureTimestamp, grantFor, payment, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, payment, rejection, type TestOwner } from "../../support/budgets.js";
 
 const APP_URL = "http://app.vaultgate.test";
 
@@ -19,15 +19,15 @@ describe("BudgetsService payments, balance and audit", () => {
 
   async function budget(overrides: Record<string, unknown> = {}, stepUp = true, fundCents = 100_000n) {
     owner = await createOwner(stack);
-    const { budget } = await stack.clients.budgets.createBudget({ grant: grantFor(stack, owner, { stepUp }), ...budgetParams(overrides) });
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp }), ...budgetParams(overrides) });
     if (fundCents > 0n) await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: fundCents });
     child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
     return budget!;
   }
-  const pay = (p: ReturnType<typeof payment>, scopes?: string[]) =>
-    stack.clients.budgets.initiatePayment({ grant: grantFor(stack, child, scopes ? { scopes } : {}), payment: p });
-  const simulate = (p: ReturnType<typeof payment>) => stack.clients.budgets.simulatePayment({ grant: grantFor(stack, child), payment: p });
-  const balance = async () => Number((await stack.clients.budgets.getBalance({ grant: grantFor(stack, child) })).balanceCents);
+  const pay = async (p: ReturnType<typeof payment>, scopes?: string[]) =>
+    stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child, scopes ? { scopes } : {}), payment: p });
+  const simulate = async (p: ReturnType<typeof payment>) => stack.clients.budgets.simulatePayment({ accessToken: await grantFor(stack, child), payment: p });
+  const balance = async () => Number((await stack.clients.budgets.getBalance({ accessToken: await grantFor(stack, child) })).balanceCents);
   const denial = async (p: ReturnType<typeof payment>) => (await rejection(pay(p))).detail;
 
   it("accepts a payment within the policy, debits the vault once, and replays idempotently", async () => {
@@ -77,9 +77,9 @@ describe("BudgetsService payments, balance and audit", () => {
   it("needs payments:initiate (and payments:simulate, accounts:read for the other calls)", async () => {
     await budget();
     expect((await rejection(pay(payment(), ["payments:simulate"]))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
-    const simulateOnly = grantFor(stack, child, { scopes: ["payments:initiate"] });
-    expect((await rejection(stack.clients.budgets.simulatePayment({ grant: simulateOnly, payment: payment() }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
-    expect((await rejection(stack.clients.budgets.getBalance({ grant: simulateOnly }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    const initiateOnly = await grantFor(stack, child, { scopes: ["payments:initiate"] });
+    expect((await rejection(stack.clients.budgets.simulatePayment({ accessToken: initiateOnly, payment: payment() }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    expect((await rejection(stack.clients.budgets.getBalance({ accessToken: initiateOnly }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
   });
 
   it("over the step-up amount: pending with a step_up_url; after the owner's step-up approval the same call completes", async () => {
@@ -92,19 +92,19 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(await balance()).to.equal(100_000);
     expect((await pay(p)).payment!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
 
-    const listed = await stack.clients.budgets.listPendingApprovals({ userId: owner.userId });
+    const sessionToken = await ownerSession(stack, owner.userId);
+    const listed = await stack.clients.budgets.listPendingApprovals({ sessionToken });
     expect(listed.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
 
-    const now = BigInt(Math.floor(stack.clock().getTime() / 1000));
-    expect((await rejection(stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: id, stepUpAuthTime: now - 700n }))).detail?.reason).to.equal(
-      Reason.ACCESS_DENIED,
-    );
+    // Without a step-up on the session (core reads it; the caller cannot claim one).
+    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken, paymentId: id }))).detail?.reason).to.equal(Reason.ACCESS_DENIED);
     const stranger = await createOwner(stack);
-    expect((await rejection(stack.clients.budgets.approvePayment({ userId: stranger.userId, paymentId: id, stepUpAuthTime: now }))).detail?.reason).to.equal(
-      Reason.NOT_FOUND,
-    );
-    expect((await rejection(stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: "x'; --", stepUpAuthTime: now }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    const approved = await stack.clients.budgets.approvePayment({ userId: owner.userId, paymentId: id, stepUpAuthTime: now });
+    const strangerSession = await ownerSession(stack, stranger.userId, { stepUp: true });
+    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: strangerSession, paymentId: id }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: "vgs_forged", paymentId: id }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
+    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: stepped, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    const approved = await stack.clients.budgets.approvePayment({ sessionToken: stepped, paymentId: id });
     expect(approved.payment!.status).to.equal(PaymentStatus.APPROVED);
     expect(await balance()).to.equal(100_000);
 
@@ -148,21 +148,21 @@ describe("BudgetsService payments, balance and audit", () => {
   it("lists the grant's audit records with cursor paging and a since watermark", async () => {
     await budget();
     for (let i = 0; i < 3; i++) await pay(payment({ amountCents: 100n }));
-    const grant = grantFor(stack, child);
-    const page1 = await stack.clients.budgets.listGrantAudit({ grant, limit: 2 });
+    const accessToken = await grantFor(stack, child);
+    const page1 = await stack.clients.budgets.listGrantAudit({ accessToken, limit: 2 });
     expect(page1.records.map((r) => r.action)).to.deep.equal(["payments.initiate", "payments.initiate"]);
     expect(page1.nextCursor).to.not.equal("");
-    const page2 = await stack.clients.budgets.listGrantAudit({ grant, limit: 2, cursor: page1.nextCursor });
+    const page2 = await stack.clients.budgets.listGrantAudit({ accessToken, limit: 2, cursor: page1.nextCursor });
     expect(page2.records).to.have.length(1);
     expect(page2.nextCursor).to.equal("");
-    const since = await stack.clients.budgets.listGrantAudit({ grant, since: page2.watermark });
+    const since = await stack.clients.budgets.listGrantAudit({ accessToken, since: page2.watermark });
     expect(since.records).to.deep.equal([]);
     expect(since.watermark).to.equal(page2.watermark);
     // Another agent's cursor, or a tampered one, is refused.
-    const tampered = await rejection(stack.clients.budgets.listGrantAudit({ grant: grantFor(stack, owner), cursor: page1.nextCursor }));
+    const tampered = await rejection(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }));
     expect(tampered.detail?.reason).to.equal(Reason.INVALID_CURSOR);
-    expect((await rejection(stack.clients.budgets.listGrantAudit({ grant, cursor: "x.y" }))).detail?.reason).to.equal(Reason.INVALID_CURSOR);
-    expect((await rejection(stack.clients.budgets.listGrantAudit({ grant: grantFor(stack, child, { scopes: ["accounts:read"] }) }))).detail?.reason).to.equal(
+    expect((await rejection(stack.clients.budgets.listGrantAudit({ accessToken, cursor: "x.y" }))).detail?.reason).to.equal(Reason.INVALID_CURSOR);
+    expect((await rejection(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }))).detail?.reason).to.equal(
       Reason.INSUFFICIENT_SCOPE,
     );
   });

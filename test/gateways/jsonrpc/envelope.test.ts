@@ -20,6 +20,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.UNSUPPORTED_GRANT_TYPE]: [-32602, "unsupported_grant_type"],
   [Reason.INVALID_SCOPE]: [-32602, "invalid_scope"],
   [Reason.SIGNING_UNAVAILABLE]: [-32603, "temporarily_unavailable"],
+  [Reason.OVERLOADED]: [-32603, "temporarily_unavailable"],
   [Reason.INVALID_GRANT]: [-32001, "invalid_grant"],
   [Reason.INVALID_CLIENT_METADATA]: [-32602, "invalid_params"],
   [Reason.INVALID_REDIRECT_URI]: [-32602, "invalid_params"],

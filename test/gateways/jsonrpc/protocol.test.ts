@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../support/mcp.js";
-import { createOwner, grantFor } from "../../support/budgets.js";
+import { createOwner, grantFor, revokeGrant } from "../../support/budgets.js";
 import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
 
 const CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource"`;
@@ -13,7 +13,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   before(async () => {
     stack = await startMcpStack();
     const owner = await createOwner(stack);
-    token = stack.bearerFor(grantFor(stack, owner));
+    token = await grantFor(stack, owner);
     auth = { authorization: `Bearer ${token}` };
   });
   after(() => stack.close());
@@ -75,9 +75,9 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   });
 
   it("a missing, unknown or revoked bearer is HTTP 401 with the resource_metadata challenge and -32001", async () => {
-    const revoked = stack.bearerFor(grantFor(stack, await createOwner(stack)));
-    stack.revokeStandIn(revoked);
-    for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer standin.unknown" }, { authorization: `Bearer ${revoked}` }]) {
+    const revoked = await grantFor(stack, await createOwner(stack));
+    await revokeGrant(stack, revoked);
+    for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer not.a.token" }, { authorization: `Bearer ${revoked}` }]) {
       const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 9, method: "tools/list" }, headers);
       expect(res.status, JSON.stringify(headers)).to.equal(401);
       expect(res.headers.get("www-authenticate")).to.equal(CHALLENGE);

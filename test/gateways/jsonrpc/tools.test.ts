@@ -48,7 +48,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
 
   async function owner(scopes?: string[], stepUp = false): Promise<{ o: TestOwner; token: string }> {
     const o = await createOwner(stack);
-    return { o, token: stack.bearerFor(grantFor(stack, o, { scopes, stepUp })) };
+    return { o, token: await grantFor(stack, o, { scopes, stepUp }) };
   }
 
   it("agent.budget.create (direct method) answers exactly the spec 2.2 result; tools/call wraps the same in structuredContent", async () => {
@@ -169,7 +169,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       const created = (await call("/mcp/treasury", parent.token, "agent.budget.create", budgetArgs({ time_window_end: undefined }))).json!.result;
       await stack.admin.budgets.fundVault({ vaultId: created.vault_id, amountCents: 30_000n });
       child = { userId: parent.o.userId, vaultId: created.vault_id, agentPrincipalId: created.agent_principal_id };
-      token = stack.bearerFor(grantFor(stack, child));
+      token = await grantFor(stack, child);
     });
     const pay = (o: Record<string, unknown> = {}) => ({
       counterparty: { address: "0x1111111111111111111111111111111111111111", chain: "base", token: "USDC" },
@@ -215,6 +215,8 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       expect(ok.json!.result).to.deep.equal({ outcome: "accepted", rule: null });
       // 15,000 left in the vault; drain it within the caps on the next day.
       stack.clock.advance(86_400_000);
+      // A day later the hour-long access token has expired: the agent refreshes.
+      token = await grantFor(stack, child);
       for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result).to.not.equal(undefined);
       const funds = await tool("/write", token, "payments.initiate", pay({ amount_cents: 1_001 }));
       expect([funds.json!.error.code, funds.json!.error.data.reason_id]).to.deep.equal([-32003, "insufficient_funds"]);
@@ -233,7 +235,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
     });
 
     it("-32002 when the read scopes are missing", async () => {
-      const narrow = stack.bearerFor(grantFor(stack, child, { scopes: ["payments:initiate"] }));
+      const narrow = await grantFor(stack, child, { scopes: ["payments:initiate"] });
       const res = await call("/mcp/read", narrow, "accounts.balance", {});
       expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32002, "insufficient_scope"]);
     });

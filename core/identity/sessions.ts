@@ -1,0 +1,48 @@
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { Db } from "../db/knex.js";
+import { fail } from "../errors.js";
+import { sha256Hex } from "../partners/credentials.js";
+import { STEP_UP_WINDOW_SECONDS } from "../budgets/policy.js";
+
+/** A signed-in person, as proven by the web session token they hold. */
+export interface SignedIn {
+  sessionId: string;
+  userId: string;
+  email: string;
+  /** When the session last passed step-up; null when never. */
+  stepUpAt: Date | null;
+  /** True when that step-up is recent enough to approve money or access. */
+  stepUpFresh: boolean;
+}
+
+/**
+ * Turns a web session token into the signed-in user. Core never takes a user id or a
+ * step-up time from its caller for owner actions: the dashboard hands over the session
+ * token it holds (an opaque secret, stored only as SHA-256), and the user and the
+ * step-up time come from here.
+ */
+export function createSessionVerifier(deps: { db: Db; clock: () => Date }) {
+  return {
+    /** The session's user, or INVALID_TOKEN ("not signed in") for a missing, ended, expired or inactive one. */
+    async verify(token: string): Promise<SignedIn> {
+      if (!token || token.length > 256) fail(Reason.INVALID_TOKEN, "not signed in");
+      const row = await deps
+        .db("web_sessions as s")
+        .join("users as u", "u.id", "s.user_id")
+        .where({ "s.token_hash": sha256Hex(token) })
+        .first("s.id", "s.user_id", "u.email", "u.status", "s.expires_at", "s.step_up_at", "s.ended_at");
+      const now = deps.clock().getTime();
+      if (!row || row.status !== "active" || row.ended_at || new Date(row.expires_at).getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
+      const stepUpAt = row.step_up_at ? new Date(row.step_up_at) : null;
+      return {
+        sessionId: String(row.id),
+        userId: String(row.user_id),
+        email: String(row.email),
+        stepUpAt,
+        stepUpFresh: stepUpAt !== null && now - stepUpAt.getTime() <= STEP_UP_WINDOW_SECONDS * 1000,
+      };
+    },
+  };
+}
+
+export type SessionVerifier = ReturnType<typeof createSessionVerifier>;
