@@ -77,7 +77,7 @@ export interface CoreOptions {
   urnNamespace?: string;
   /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
   refreshGraceSeconds?: number;
-  /** Dynamic client registrations per remote address per minute (docs/agent-oauth.md); default 20. */
+  /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
 }
 
@@ -147,7 +147,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuer: options.issuer,
         mcpUrl: options.mcpUrl ?? options.issuer,
         urnNamespace: options.urnNamespace ?? "vaultgate",
-        refreshSecret: await loadInstanceSecret(db, "refresh-token"),
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
       }),

@@ -61,7 +61,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     realm: options.partnerRealm ?? "vaultgate-partner",
   });
   if (options.urls) {
-    await app.register(oauthGateway, { grants: options.clients.grants, urls: options.urls, realm: "vaultgate-oauth" });
+    await app.register(oauthGateway, { grants: options.clients.grants, vouched: (id, ip) => options.clients.vouched(id, ip), urls: options.urls, realm: "vaultgate-oauth" });
     await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls });
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });

@@ -9,7 +9,7 @@ import { fail } from "../errors.js";
 import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
-import { kRequestId } from "../context.js";
+import { kClientAddress, kOperator, kRequestId } from "../context.js";
 import { constantTimeEqual, sha256Hex, type SecretHasher } from "../partners/credentials.js";
 import { normaliseEmail } from "../partners/users-store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -34,11 +34,9 @@ export interface GrantsServiceDeps {
   mcpUrl: string;
   /** Vault URN namespace: `urn:<ns>:vault:<uuid>`. */
   urnNamespace: string;
-  /** HMAC key for refresh tokens, so a grace-window retry can return the same token (DESIGN 3). */
-  refreshSecret: Buffer;
   /** DESIGN 3: "about 30 s, configurable". */
   refreshGraceSeconds: number;
-  /** Dynamic client registrations per remote address per minute. */
+  /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
 }
 
@@ -57,6 +55,36 @@ const OTP_SENDS_PER_10_MIN = 5;
 /** MCP endpoints (DESIGN 4.1) that may be named as `resource`. */
 export const MCP_RESOURCE_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
 const OPERATOR_CLIENT = "operator";
+
+/** A refresh token to issue: the token itself (handed out once), and what is stored of it. */
+interface NewRefresh {
+  token: string;
+  hash: string;
+  salt: string | null;
+}
+
+/** A lineage's first refresh token (code exchange, IssueGrant, SupersedeGrant): 32 random bytes. */
+function randomRefresh(): NewRefresh {
+  const token = `vgr_${randomBytes(32).toString("base64url")}`;
+  return { token, hash: sha256Hex(token), salt: null };
+}
+
+/**
+ * The successor's token on rotation: HMAC-SHA256 keyed with the refresh token presented,
+ * over a random salt stored on the successor row. The database holds the salt but never
+ * the presented token; whoever holds the presented token lacks the salt. A grace-window
+ * retry presents the same token and recomputes the same successor token from the stored
+ * salt, so nothing that could mint a token is ever stored (DESIGN 3).
+ */
+function derivedRefreshToken(presented: string, salt: string): string {
+  return `vgr_${createHmac("sha256", presented).update(salt).digest("base64url")}`;
+}
+
+function derivedRefresh(presented: string): NewRefresh & { salt: string } {
+  const salt = randomBytes(32).toString("base64url");
+  const token = derivedRefreshToken(presented, salt);
+  return { token, hash: sha256Hex(token), salt };
+}
 
 export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof GrantsService> {
   const { db, store } = deps;
@@ -81,7 +109,6 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return client;
   }
 
-  const refreshTokenFor = (grantId: string) => `vgr_${createHmac("sha256", deps.refreshSecret).update(grantId).digest("base64url")}`;
   const requestId = (ctx: HandlerContext) => ctx.values.get(kRequestId);
   const audit = (conn: Knex | Knex.Transaction, ctx: HandlerContext, e: { actor: string; action: string; subject?: string; outcome?: "success" | "failure"; reason?: string }) =>
     deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, at: deps.clock() });
@@ -99,7 +126,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return client;
   }
 
-  function signToken(g: GrantRecord): TokenInit {
+  /** The token response for a grant; the refresh token is the one issued with it (only its hash is stored). */
+  function signToken(g: GrantRecord, refreshToken: string): TokenInit {
     if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
     const claims = agentTokenClaims({
       issuer: deps.issuer,
@@ -125,7 +153,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       accessToken,
       tokenType: "Bearer",
       expiresIn: BigInt(ACCESS_TOKEN_TTL_SECONDS),
-      refreshToken: refreshTokenFor(g.id),
+      refreshToken,
       scope: claims.scope,
       jti: g.id,
     };
@@ -134,6 +162,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   async function insertGrant(
     trx: Knex.Transaction,
     g: Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & { lineageId?: string; parentGrantId?: string },
+    refresh: NewRefresh,
   ): Promise<GrantRecord> {
     const id = randomUUID();
     const now = deps.clock();
@@ -151,7 +180,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       authTime: g.authTime,
       issuedAt: now,
       expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
-      refreshHash: sha256Hex(refreshTokenFor(id)),
+      refreshHash: refresh.hash,
+      refreshSalt: refresh.salt,
       refreshUsedAt: null,
       successorId: null,
     };
@@ -279,15 +309,16 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const scopes = wanted.length === 0 ? current.scopes : wanted;
       // DESIGN 4.4: agent.grant.issue never widens scope.
       if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
+      const refresh = randomRefresh();
       const next = await db.transaction(async (trx) => {
         const locked = await store.lockGrant(trx, current.id);
         if (!locked || locked.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
-        const g = await insertGrant(trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id });
+        const g = await insertGrant(trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
         await store.supersede(trx, locked.id, g.id, deps.clock(), false);
         await audit(trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
         return g;
       });
-      return { token: signToken(next) };
+      return { token: signToken(next, refresh.token) };
     },
 
     async revokeAllGrants(req, ctx) {
@@ -303,8 +334,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async refreshGrant(req, ctx) {
       let clientId = "";
       if (req.clientId || req.clientSecret) clientId = (await authenticateClient(req.clientId, req.clientSecret)).clientId;
+      // An operator-issued grant (no client) refreshes only with the operator credential.
+      else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
       const hash = sha256Hex(req.refreshToken);
       const now = deps.clock();
+      // The successor's token, if this refresh issues one (the fast path or under the lock).
+      const refresh = derivedRefresh(req.refreshToken);
       if (req.refreshToken) {
         const id = randomUUID();
         const rotated = await store.rotateRefreshFast(
@@ -313,13 +348,14 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
             clientId,
             issuedAfter: new Date(now.getTime() - REFRESH_TTL_MS),
             grantId: id,
-            newRefreshHash: sha256Hex(refreshTokenFor(id)),
+            newRefreshHash: refresh.hash,
+            newRefreshSalt: refresh.salt,
             now,
             expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
           },
           { requestId: requestId(ctx), actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh" },
         );
-        if (rotated) return { token: signToken(rotated) };
+        if (rotated) return { token: signToken(rotated, refresh.token) };
       }
       const outcome = await db.transaction(async (trx) => {
         // The row lock orders concurrent refreshes of one token: the second sees the
@@ -332,16 +368,25 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         if (g.state === "active" && !g.refreshUsedAt) {
           if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
           if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
-          const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id });
+          const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
           await store.supersede(trx, g.id, next.id, now, true);
           await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: next.id });
-          return { kind: "issued" as const, grant: next };
+          return { kind: "issued" as const, grant: next, refreshToken: refresh.token };
         }
         if (g.refreshUsedAt && g.successorId && now.getTime() - g.refreshUsedAt.getTime() <= deps.refreshGraceSeconds * 1000) {
           const successor = await store.lockGrant(trx, g.successorId);
           // A retry of a lost response: hand back the same pair while nothing moved on.
           if (successor && successor.state === "active" && !successor.refreshUsedAt) {
-            return userActive ? { kind: "issued" as const, grant: successor } : { kind: "invalid" as const, why: "user inactive" };
+            if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+            // The successor's token is derived from the token just presented and the
+            // successor's salt; the database alone cannot produce it (DESIGN 3).
+            const again = successor.refreshSalt ? derivedRefreshToken(req.refreshToken, successor.refreshSalt) : "";
+            if (again && successor.refreshHash && constantTimeEqual(sha256Hex(again), successor.refreshHash)) {
+              return { kind: "issued" as const, grant: successor, refreshToken: again };
+            }
+            // A successor issued before migration 0013 has no salt: its token cannot be
+            // reproduced. Nothing was reused, so the lineage stays.
+            return { kind: "invalid" as const, why: "successor token not reproducible" };
           }
         }
         if (g.refreshUsedAt) {
@@ -352,7 +397,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         return { kind: "invalid" as const, why: "refresh token no longer valid" };
       });
       if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
-      return { token: signToken(outcome.grant) };
+      return { token: signToken(outcome.grant, outcome.refreshToken) };
     },
 
     async issueGrant(req, ctx) {
@@ -366,6 +411,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const client = req.clientId ? await store.findClient(db, req.clientId) : undefined;
       if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
       const now = deps.clock();
+      const refresh = randomRefresh();
       const g = await db.transaction(async (trx) => {
         const agentId = await store.ensureAgent(trx, {
           id: randomUUID(),
@@ -382,16 +428,18 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           scopes,
           stepUp: req.stepUp,
           authTime: req.stepUp ? now : null,
-        });
+        }, refresh);
         await audit(trx, ctx, { actor: "admin", action: "grant.issue", subject: grant.id });
         return grant;
       });
-      return { token: signToken(g) };
+      return { token: signToken(g, refresh.token) };
     },
 
     async registerClient(req, ctx) {
       // Before the metadata and the scrypt: a flood costs one upsert per request.
-      const limit = await deps.rateLimits.hit(`oauth-register:${req.remoteAddress.slice(0, 64)}`, deps.registrationLimitPerMinute, 60, deps.clock());
+      // Per client address a gateway vouched for (kClientAddress); every direct caller
+      // shares the "" bucket, so forging an address escapes nothing.
+      const limit = await deps.rateLimits.hit(`oauth-register:${ctx.values.get(kClientAddress)}`, deps.registrationLimitPerMinute, 60, deps.clock());
       if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client registrations from this address", { retryAfterSeconds: 60 });
       const meta = checkClientMetadata(req);
       const clientSecret = `ags_${randomBytes(32).toString("base64url")}`;
@@ -452,6 +500,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async exchangeCode(req, ctx) {
       const client = await authenticateClient(req.clientId, req.clientSecret);
       const now = deps.clock();
+      const refresh = randomRefresh();
       if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
         const id = randomUUID();
         const issued = await store.exchangeCodeFast(
@@ -461,13 +510,13 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
             redirectUri: req.redirectUri,
             codeChallenge: createHash("sha256").update(req.codeVerifier).digest("base64url"),
             grantId: id,
-            refreshHash: sha256Hex(refreshTokenFor(id)),
+            refreshHash: refresh.hash,
             now,
             expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
           },
           { requestId: requestId(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
         );
-        if (issued) return { token: signToken(issued) };
+        if (issued) return { token: signToken(issued, refresh.token) };
       }
       // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
       const outcome = await db.transaction(async (trx) => {
@@ -498,7 +547,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           scopes: c.scopes,
           stepUp: c.stepUp,
           authTime: c.authTime,
-        });
+        }, refresh);
         await store.consumeCode(trx, c.codeHash, g.id, now);
         await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
         return { kind: "issued" as const, grant: g };
@@ -506,7 +555,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource does not match the authorization");
       // One generic answer; the reason stays in the cause (oidc-provider's pkce.js habit).
       if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the authorization code is invalid, expired or already used", {}, outcome.why);
-      return { token: signToken(outcome.grant) };
+      return { token: signToken(outcome.grant, refresh.token) };
     },
 
     async revokeToken(req, ctx) {

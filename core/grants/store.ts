@@ -35,6 +35,12 @@ export interface GrantRecord {
   issuedAt: Date;
   expiresAt: Date;
   refreshHash: string | null;
+  /**
+   * Salt of a refresh token derived from its predecessor's (docs/agent-oauth.md): the
+   * token is HMAC-SHA256(key = the predecessor's token, message = this salt). Null for a
+   * lineage's first, random token.
+   */
+  refreshSalt: string | null;
   refreshUsedAt: Date | null;
   successorId: string | null;
 }
@@ -103,6 +109,8 @@ export interface FastRefresh {
   issuedAfter: Date;
   grantId: string;
   newRefreshHash: string;
+  /** The salt the new refresh token was derived with (GrantRecord.refreshSalt). */
+  newRefreshSalt: string;
   now: Date;
   expiresAt: Date;
 }
@@ -122,7 +130,7 @@ function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]
 export function createGrantsStore(db: Db) {
   // The token endpoint's two hot statements, group-committed (core/db/group-commit.ts):
   // requests that arrive together share one statement, one round trip and one commit.
-  // The statements are PL/pgSQL functions (migration 0011) so each session plans them once.
+  // The statements are PL/pgSQL functions (migrations 0011, 0013) so each session plans them once.
   // Each item keeps its own result: an UPDATE ... FROM matches every item to at most its
   // own row (a code or refresh token presented twice in one batch is consumed once; the
   // other item gets nothing and takes the locked slow path, exactly as when two
@@ -148,6 +156,7 @@ export function createGrantsStore(db: Db) {
     ["timestamptz", (i) => i.issuedAfter.toISOString()],
     ["uuid", (i) => i.grantId],
     ["text", (i) => i.newRefreshHash],
+    ["text", (i) => i.newRefreshSalt],
     ["timestamptz", (i) => i.now.toISOString()],
     ["timestamptz", (i) => i.expiresAt.toISOString()],
     ["text", (i) => i.audit.requestId],
@@ -231,6 +240,7 @@ export function createGrantsStore(db: Db) {
         issued_at: g.issuedAt,
         expires_at: g.expiresAt,
         refresh_hash: g.refreshHash,
+        refresh_salt: g.refreshSalt,
         refresh_used_at: g.refreshUsedAt,
         successor_id: g.successorId,
         state_changed_at: g.issuedAt,
@@ -479,6 +489,7 @@ function toGrant(r: Record<string, unknown>): GrantRecord {
     issuedAt: new Date(r.issued_at as string),
     expiresAt: new Date(r.expires_at as string),
     refreshHash: r.refresh_hash == null ? null : String(r.refresh_hash),
+    refreshSalt: r.refresh_salt == null ? null : String(r.refresh_salt),
     refreshUsedAt: r.refresh_used_at ? new Date(r.refresh_used_at as string) : null,
     successorId: r.successor_id == null ? null : String(r.successor_id),
   };

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
-import { withRequestId } from "../core-clients.js";
+import { withRequestId, type CoreClients } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
@@ -10,6 +10,8 @@ import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
+  /** Call options vouching (gateway credential) for the client address this gateway saw: registration is limited per address. */
+  vouched: CoreClients["vouched"];
   urls: PublicUrls;
   /** `WWW-Authenticate: Basic realm` on 401 invalid_client. */
   realm: string;
@@ -34,7 +36,7 @@ const invalidClient = () => new OAuthRequestError({ status: 401, error: "invalid
  * token, revocation, and the RFC 8414 / RFC 9728 metadata documents.
  */
 export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOptions) {
-  const { grants, urls } = options;
+  const { grants, urls, vouched } = options;
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   // Registration parses JSON itself, so malformed bodies get RFC 7591's error, not fastify's.
   app.removeContentTypeParser("application/json");
@@ -109,9 +111,9 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         responseTypes: optStringArray(body, "response_types"),
         tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
         scope: optString(body, "scope"),
-        remoteAddress: request.ip,
       },
-      withRequestId(request.id),
+      // The socket's address (no trustProxy): a forwarding header cannot pick the bucket.
+      vouched(request.id, request.ip),
     );
     const c = res.client!;
     return reply

@@ -118,10 +118,12 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
     expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
   });
 
-  it("operator grants without a client refresh with the refresh token alone", async () => {
+  it("operator grants without a client refresh only with the operator credential", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] });
-    const r = await stack.clients.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" });
+    // The refresh token alone is not enough (test/core/grants/refresh-tokens.test.ts covers more).
+    expect(await reasonOf(stack.clients.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" }))).to.equal(Reason.INVALID_CLIENT);
+    const r = await stack.admin.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" });
     expect(r.token!.jti).to.not.equal(token!.jti);
     expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
   });
