@@ -396,7 +396,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       }
 
       // spec 3.1 / DESIGN 4.1: active at once only with a fresh step-up on the calling grant,
-      // read (and share-locked) in the transaction that activates: a grant revoked while
+      // read (and locked) in the transaction that activates: a grant revoked while
       // the saga ran installs nothing, and its saga is unwound.
       let done: BudgetRecord;
       try {
@@ -448,7 +448,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> };
       const outcome = await db.transaction(async (trx): Promise<Outcome> => {
         const now = clock();
-        // The grant is share-locked and the vault locked for update: a revocation committed
+        // The grant and the vault are locked: a revocation committed
         // first is seen, none commits in between, and every payment of the vault is ordered.
         const context = await store.lockPaymentContext(trx, claims.jti, utcDayStart(now));
         const g = usable(context?.grant);

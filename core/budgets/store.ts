@@ -383,14 +383,18 @@ export function createBudgetsStore(db: Db) {
 
     /**
      * The grant an agent call acts under, read afresh. With `lock` (inside the transaction
-     * that acts on it) the row is share-locked: a revocation (an UPDATE of the row) waits
-     * for this transaction, so one that committed first is always seen, and none can
-     * commit in between. A non-UUID id names no grant.
+     * that acts on it) the row is locked FOR NO KEY UPDATE: a revocation (an UPDATE of the
+     * row) waits for this transaction, so one that committed first is always seen and none
+     * can commit in between. Not FOR SHARE: a stream of share lockers can overtake a
+     * waiting UPDATE for ever (they are compatible with each other), which would starve a
+     * revocation under load; exclusive lockers queue in order. Calls on one grant are
+     * ordered by their vault's lock anyway, so this costs no concurrency. A non-UUID id
+     * names no grant.
      */
     async findGrant(conn: Conn, grantId: string, lock = false): Promise<AgentGrant | undefined> {
       if (!UUID.test(grantId)) return undefined;
       const { rows } = await conn.raw(
-        `SELECT ${GRANT_COLUMNS} FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ?${lock ? " FOR SHARE OF g" : ""}`,
+        `SELECT ${GRANT_COLUMNS} FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ?${lock ? " FOR NO KEY UPDATE OF g" : ""}`,
         [grantId.toLowerCase()],
       );
       const r = (rows as Record<string, unknown>[])[0];
@@ -399,7 +403,7 @@ export function createBudgetsStore(db: Db) {
 
     /**
      * Everything a payment decision reads, for a payment that will be made: the grant
-     * (share-locked, see findGrant) and its vault (locked for update: every payment of the
+     * (locked as in findGrant) and its vault (locked for update: every payment of the
      * vault is ordered by this lock), then, in a second statement whose snapshot starts
      * after both locks are held, the policy and the vault's completed spend since
      * `dayStart` and in total. Reading the spend in the locking statement would use a
@@ -409,7 +413,7 @@ export function createBudgetsStore(db: Db) {
       if (!UUID.test(grantId)) return undefined;
       const { rows: locked } = await trx.raw(
         `SELECT ${GRANT_COLUMNS}, v.* FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
-          WHERE g.id = ? FOR SHARE OF g FOR UPDATE OF v`,
+          WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
         [grantId.toLowerCase()],
       );
       const head = (locked as Record<string, unknown>[])[0];
