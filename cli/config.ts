@@ -73,7 +73,6 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     caFile: pathSetting(env, "CORE_TLS_CA"),
   };
   if (!coreTls.certFile !== !coreTls.keyFile) throw new ConfigError("CORE_TLS_CERT and CORE_TLS_KEY must be set together (PEM certificate and its private key)");
-  if (coreTls.caFile && !coreTls.certFile) throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY when this process serves core");
   const coreClientTls = { certFile: pathSetting(env, "CORE_TLS_CLIENT_CERT"), keyFile: pathSetting(env, "CORE_TLS_CLIENT_KEY") };
   if (!coreClientTls.certFile !== !coreClientTls.keyFile) throw new ConfigError("CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY must be set together");
   const gatewayToken = env.GATEWAY_TOKEN || undefined;
@@ -178,6 +177,8 @@ export interface CoreServerTls {
  */
 export function loadCoreServerTls(config: Config): CoreServerTls | undefined {
   const { certFile, keyFile, caFile } = config.coreTls;
+  // On a dialling process CORE_TLS_CA alone is a trust anchor; on core it means mTLS, which needs TLS.
+  if (caFile && !certFile) throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core (client certificates need TLS)");
   if (!certFile || !keyFile) {
     if (!isLoopbackHost(config.coreHost) && !config.coreAllowCleartext) {
       throw new ConfigError(
