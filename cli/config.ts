@@ -1,3 +1,6 @@
+import { createPrivateKey, X509Certificate, type KeyObject } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
 
 /** Every setting of DESIGN 2, parsed and checked once. The only reader of process.env. */
@@ -5,8 +8,16 @@ export interface Config {
   port: number;
   host: string;
   corePort: number;
-  /** Gateway role: where core listens. Undefined = in process. */
+  /** Where core binds (CORE_HOST); its own setting so core never follows the public HOST. */
+  coreHost: string;
+  /** Gateway role and CLI: where core listens. Undefined = in process (CLI: this host's core). */
   coreUrl: string | undefined;
+  /** PEM file paths (resolved) of the core port's TLS: CORE_TLS_CERT, CORE_TLS_KEY, CORE_TLS_CA. */
+  coreTls: { certFile: string | undefined; keyFile: string | undefined; caFile: string | undefined };
+  /** PEM file paths of the client certificate gateways and the CLI present to core. */
+  coreClientTls: { certFile: string | undefined; keyFile: string | undefined };
+  /** CORE_ALLOW_CLEARTEXT: the operator accepts h2c to or from a non-loopback core address. */
+  coreAllowCleartext: boolean;
   databaseUrl: string | undefined;
   /** Connections per process to a DATABASE_URL server. */
   databasePoolMax: number;
@@ -22,6 +33,8 @@ export interface Config {
   signingKey: string | undefined;
   logLevel: string;
   adminToken: string | undefined;
+  /** GATEWAY_TOKEN: lets gateways vouch for client addresses; never logged. */
+  gatewayToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
   registrationLimitPerMinute: number;
   /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
@@ -54,11 +67,29 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   if (!/^[a-z0-9][a-z0-9-]{0,31}$/i.test(urnNamespace)) throw new ConfigError("URN_NAMESPACE must be a URN namespace identifier (letters, digits, '-')");
   const databaseUrl = env.DATABASE_URL || undefined;
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError("DATABASE_URL must be a postgres:// URL");
+  const coreTls = {
+    certFile: pathSetting(env, "CORE_TLS_CERT"),
+    keyFile: pathSetting(env, "CORE_TLS_KEY"),
+    caFile: pathSetting(env, "CORE_TLS_CA"),
+  };
+  if (!coreTls.certFile !== !coreTls.keyFile) throw new ConfigError("CORE_TLS_CERT and CORE_TLS_KEY must be set together (PEM certificate and its private key)");
+  const coreClientTls = { certFile: pathSetting(env, "CORE_TLS_CLIENT_CERT"), keyFile: pathSetting(env, "CORE_TLS_CLIENT_KEY") };
+  if (!coreClientTls.certFile !== !coreClientTls.keyFile) throw new ConfigError("CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY must be set together");
+  const gatewayToken = env.GATEWAY_TOKEN || undefined;
+  if (gatewayToken !== undefined && !/^[\x21-\x7e]{16,512}$/.test(gatewayToken)) {
+    throw new ConfigError("GATEWAY_TOKEN must be 16 to 512 printable ASCII characters without spaces");
+  }
+  const coreHost = env.CORE_HOST || "127.0.0.1";
+  if (/[\s/]/.test(coreHost)) throw new ConfigError("CORE_HOST must be a host name or IP address");
   return {
     port,
     host,
     corePort,
+    coreHost,
     coreUrl: env.CORE_URL ? urlSetting(env, "CORE_URL", "") : undefined,
+    coreTls,
+    coreClientTls,
+    coreAllowCleartext: boolSetting(env, "CORE_ALLOW_CLEARTEXT", false),
     databaseUrl,
     databasePoolMax: intSetting(env, "DATABASE_POOL_MAX", 20, 1, 1000),
     dataDir: resolve(env.DATA_DIR || "./.vaultgate"),
@@ -72,6 +103,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     signingKey: env.SIGNING_KEY,
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
+    gatewayToken,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
     registrationLimitPerMinute: intSetting(env, "REGISTRATION_RATE_LIMIT_PER_MINUTE", 20, 1, 1_000_000),
     provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
@@ -100,4 +132,144 @@ function urlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): str
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(`${name} must be an absolute http(s) URL`);
   return raw.replace(/\/+$/, "");
+}
+
+function boolSetting(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (raw === "true") return true;
+  if (raw === "false") return false;
+  throw new ConfigError(`${name} must be true or false`);
+}
+
+function pathSetting(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const raw = env[name];
+  return raw ? resolve(raw) : undefined;
+}
+
+// ---------------------------------------------------------------------------------------
+// The core port on a network: TLS, mTLS, and cleartext only on loopback.
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet("127.0.0.0", 8, "ipv4");
+LOOPBACK.addAddress("::1", "ipv6");
+
+/** True for `localhost`, 127.0.0.0/8 and ::1 (also IPv4-mapped, bracketed as in URLs). */
+export function isLoopbackHost(host: string): boolean {
+  const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
+  if (bare.toLowerCase() === "localhost") return true;
+  const family = isIP(bare);
+  return family !== 0 && LOOPBACK.check(bare, family === 4 ? "ipv4" : "ipv6");
+}
+
+/** Key material core serves with: PEM strings, checked. */
+export interface CoreServerTls {
+  cert: string;
+  key: string;
+  /** When set, core requires a client certificate signed by one of these CAs. */
+  ca?: string;
+}
+
+/**
+ * Reads and checks the core port's TLS files (undefined = cleartext), and refuses
+ * cleartext on a non-loopback CORE_HOST unless CORE_ALLOW_CLEARTEXT=true. Called by
+ * `serve` before core starts; every failure names its variable and never shows key bytes.
+ */
+export function loadCoreServerTls(config: Config): CoreServerTls | undefined {
+  const { certFile, keyFile, caFile } = config.coreTls;
+  // On a dialling process CORE_TLS_CA alone is a trust anchor; on core it means mTLS, which needs TLS.
+  if (caFile && !certFile) throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core (client certificates need TLS)");
+  if (!certFile || !keyFile) {
+    if (!isLoopbackHost(config.coreHost) && !config.coreAllowCleartext) {
+      throw new ConfigError(
+        `CORE_HOST=${config.coreHost} is not a loopback address: core would serve gRPC without TLS on the network. ` +
+          "Set CORE_TLS_CERT and CORE_TLS_KEY (and CORE_TLS_CA to require client certificates), " +
+          "bind CORE_HOST=127.0.0.1, or set CORE_ALLOW_CLEARTEXT=true if the network path is protected otherwise",
+      );
+    }
+    return undefined;
+  }
+  const cert = readPem("CORE_TLS_CERT", certFile);
+  const key = readPem("CORE_TLS_KEY", keyFile);
+  const x509 = certificate("CORE_TLS_CERT", cert);
+  const privateKey = privateKeyOf("CORE_TLS_KEY", key);
+  if (!x509.checkPrivateKey(privateKey)) throw new ConfigError("CORE_TLS_KEY is not the private key of the certificate in CORE_TLS_CERT");
+  const tls: CoreServerTls = { cert, key };
+  if (caFile) tls.ca = caBundle("CORE_TLS_CA", readPem("CORE_TLS_CA", caFile));
+  return tls;
+}
+
+/** What a gateway or the CLI needs to dial core: its URL and the TLS options for http2.connect. */
+export interface CoreDial {
+  baseUrl: string;
+  nodeOptions: { ca?: string; cert?: string; key?: string };
+}
+
+/**
+ * How gateways and the CLI reach core. `https://` URLs verify core's certificate against
+ * CORE_TLS_CA when set (else the system's trusted roots) and present CORE_TLS_CLIENT_CERT
+ * when set. A cleartext `http://` URL must name a loopback host unless CORE_ALLOW_CLEARTEXT=true:
+ * credentials (operator, gateway) would otherwise cross the network in the clear.
+ */
+export function loadCoreDial(config: Config, baseUrl: string): CoreDial {
+  const url = new URL(baseUrl);
+  const { certFile, keyFile } = config.coreClientTls;
+  if (url.protocol === "http:") {
+    if (!isLoopbackHost(url.hostname) && !config.coreAllowCleartext) {
+      throw new ConfigError(
+        `CORE_URL=${url.origin} is cleartext to a non-loopback host: use an https:// CORE_URL (core with CORE_TLS_CERT/CORE_TLS_KEY), ` +
+          "or set CORE_ALLOW_CLEARTEXT=true if the network path is protected otherwise",
+      );
+    }
+    if (certFile) throw new ConfigError(`CORE_TLS_CLIENT_CERT is set but CORE_URL=${url.origin} is not https://`);
+    return { baseUrl, nodeOptions: {} };
+  }
+  const nodeOptions: CoreDial["nodeOptions"] = {};
+  if (config.coreTls.caFile) nodeOptions.ca = caBundle("CORE_TLS_CA", readPem("CORE_TLS_CA", config.coreTls.caFile));
+  if (certFile && keyFile) {
+    nodeOptions.cert = readPem("CORE_TLS_CLIENT_CERT", certFile);
+    nodeOptions.key = readPem("CORE_TLS_CLIENT_KEY", keyFile);
+    const x509 = certificate("CORE_TLS_CLIENT_CERT", nodeOptions.cert);
+    if (!x509.checkPrivateKey(privateKeyOf("CORE_TLS_CLIENT_KEY", nodeOptions.key))) {
+      throw new ConfigError("CORE_TLS_CLIENT_KEY is not the private key of the certificate in CORE_TLS_CLIENT_CERT");
+    }
+  }
+  return { baseUrl, nodeOptions };
+}
+
+function readPem(name: string, file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? "error";
+    throw new ConfigError(`${name}: cannot read ${file} (${code})`);
+  }
+  if (!text.includes("-----BEGIN ")) throw new ConfigError(`${name}: ${file} is not a PEM file`);
+  return text;
+}
+
+function certificate(name: string, pem: string): X509Certificate {
+  try {
+    return new X509Certificate(pem);
+  } catch {
+    throw new ConfigError(`${name} must hold a PEM X.509 certificate`);
+  }
+}
+
+function privateKeyOf(name: string, pem: string): KeyObject {
+  try {
+    return createPrivateKey(pem);
+  } catch {
+    // The parser's message may quote the input; say only what is wrong.
+    throw new ConfigError(`${name} must hold an unencrypted PEM private key`);
+  }
+}
+
+/** A CA file may hold several certificates; each must parse. */
+function caBundle(name: string, pem: string): string {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) throw new ConfigError(`${name} must hold one or more PEM CA certificates`);
+  for (const block of blocks) certificate(name, block);
+  return pem;
 }

@@ -6,8 +6,8 @@ import { startCoreServer, type CoreServer } from "../core/server.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
-import { ensureAdminToken } from "./admin-token.js";
-import type { Config } from "./config.js";
+import { ensureAdminToken, ensureGatewayToken, readGatewayToken } from "./admin-token.js";
+import { ConfigError, loadCoreDial, loadCoreServerTls, type Config } from "./config.js";
 
 export type Role = "all" | "core" | "gateway";
 
@@ -17,8 +17,25 @@ export interface Running {
   close(): Promise<void>;
 }
 
-/** Starts the roles of DESIGN 2 in this process. */
+/**
+ * Starts the roles of DESIGN 2 in this process. Every setting the roles need (TLS files,
+ * CORE_URL, GATEWAY_TOKEN) is checked before anything starts.
+ */
 export async function serve(config: Config, role: Role, logger: Logger): Promise<Running> {
+  const coreTls = role !== "gateway" ? loadCoreServerTls(config) : undefined;
+  let dial: ReturnType<typeof loadCoreDial> | undefined;
+  let gatewayToken: string | undefined;
+  if (role === "gateway") {
+    if (!config.coreUrl) throw new ConfigError("--role gateway needs CORE_URL (where core listens)");
+    dial = loadCoreDial(config, config.coreUrl);
+    // Never generated here: a token core does not know would vouch for nothing.
+    gatewayToken = await readGatewayToken(config.dataDir, config.gatewayToken);
+    if (!gatewayToken) {
+      throw new ConfigError(`--role gateway needs GATEWAY_TOKEN: set the same value on core and every gateway (core writes one into ${config.dataDir}/gateway-token when unset)`);
+    }
+  } else {
+    gatewayToken = await ensureGatewayToken(config.dataDir, config.gatewayToken);
+  }
   let core: Core | undefined;
   let coreServer: CoreServer | undefined;
   let gateway: FastifyInstance | undefined;
@@ -34,6 +51,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         db: config.databaseUrl ? { url: config.databaseUrl, poolMax: config.databasePoolMax } : { dataDir: `${config.dataDir}/pgdata` },
         logger,
         adminToken,
+        gatewayToken,
         signingKey: config.signingKey,
         dataDir: config.dataDir,
         issuer: config.issuer,
@@ -50,16 +68,16 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         urnNamespace: config.urnNamespace,
         refreshGraceSeconds: config.refreshGraceSeconds,
       });
-      coreServer = await startCoreServer(core, config.corePort, config.host);
-      logger.info({ url: coreServer.url }, "core listening (gRPC, gRPC-Web, Connect over h2c)");
+      coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });
+      const over = !coreTls ? "h2c" : coreTls.ca ? "TLS, client certificates required" : "TLS";
+      logger.info({ url: coreServer.url, tls: !!coreTls, clientCertificates: !!coreTls?.ca }, `core listening (gRPC, gRPC-Web, Connect over ${over})`);
     }
     if (role !== "core") {
-      if (role === "gateway" && !config.coreUrl) throw new Error("--role gateway needs CORE_URL (where core listens)");
       const transport = core
         ? createInProcessTransport(core.routes, core.interceptors)
-        : createGrpcTransport({ baseUrl: config.coreUrl! });
+        : createGrpcTransport({ baseUrl: dial!.baseUrl, nodeOptions: dial!.nodeOptions });
       gateway = await buildGateway({
-        clients: createCoreClients(transport),
+        clients: createCoreClients(transport, { gatewayToken }),
         logger,
         urls: { issuer: config.issuer, baseUrl: config.baseUrl, authUrl: config.authUrl, appUrl: config.appUrl, mcpUrl: config.mcpUrl },
       });

@@ -8,10 +8,39 @@ export interface CoreServer {
   close(): Promise<void>;
 }
 
-/** Serves every core service over HTTP/2 cleartext: gRPC, gRPC-Web and Connect. */
-export async function startCoreServer(core: Pick<Core, "routes" | "interceptors">, port: number, host = "127.0.0.1"): Promise<CoreServer> {
+export interface CoreServerOptions {
+  /**
+   * PEM key material: serve HTTP/2 over TLS instead of cleartext. With `ca`, every client
+   * must present a certificate signed by one of those CAs (mTLS); others fail the handshake.
+   */
+  tls?: { cert: string; key: string; ca?: string };
+}
+
+/**
+ * Serves every core service over HTTP/2: gRPC, gRPC-Web and Connect, over TLS when given
+ * key material, else cleartext h2c (the caller decides where that is allowed: cli/config.ts).
+ */
+export async function startCoreServer(
+  core: Pick<Core, "routes" | "interceptors">,
+  port: number,
+  host = "127.0.0.1",
+  options: CoreServerOptions = {},
+): Promise<CoreServer> {
   const handler = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors });
-  const server = http2.createServer(handler);
+  const { tls } = options;
+  const server = tls
+    ? http2.createSecureServer(
+        {
+          cert: tls.cert,
+          key: tls.key,
+          ...(tls.ca ? { ca: tls.ca, requestCert: true, rejectUnauthorized: true } : {}),
+          minVersion: "TLSv1.2",
+          // HTTP/2 only, as in cleartext: every core client (grpc-js, connect-node) negotiates h2.
+          allowHTTP1: false,
+        },
+        handler,
+      )
+    : http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
@@ -24,7 +53,7 @@ export async function startCoreServer(core: Pick<Core, "routes" | "interceptors"
   const address = server.address() as AddressInfo;
   const shownHost = address.family === "IPv6" ? `[${address.address}]` : address.address;
   return {
-    url: `http://${shownHost}:${address.port}`,
+    url: `${tls ? "https" : "http"}://${shownHost}:${address.port}`,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sessions) s.close();
