@@ -1,11 +1,11 @@
-import { randomUUID, type KeyObject } from "node:crypto";
+import { generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
 import { decodeJwt, decodeProtectedHeader, SignJWT, type JWTPayload } from "jose";
 import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { AGENT_TOKEN_HEADER } from "../../../core/grants/access-token.js";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
-import { createPartner, mintPartnerToken, type TestPartner } from "../../support/partners.js";
+import { basic, createPartner, mintPartnerToken, postToken, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 
 /**
@@ -205,6 +205,34 @@ describe("signing key lifecycle", function () {
     expect(new Set(kids).size).to.equal(5);
     const { rows } = await stack.core.db.raw(`SELECT kid FROM signing_keys WHERE kid = ANY(?) AND rotated_at IS NULL`, [kids]);
     expect((rows as { kid: string }[]).map((r) => r.kid)).to.deep.equal([currentKey().kid]);
+  });
+
+  it("with SIGNING_KEY, rotate refuses; a process configured with a retired key refuses to sign and reports not ready", async () => {
+    const signingKey = JSON.stringify(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "jwk" }));
+    const envStack = await startStack({ gateway: true, signingKey });
+    let restarted: TestStack | undefined;
+    try {
+      const envKid = envStack.core.keyring.current()!.kid;
+      const refused = await rpcError(envStack.admin.grants.rotateSigningKey({}));
+      expect(refused.reason).to.equal(Reason.INVALID_REQUEST);
+      expect(refused.message).to.match(/SIGNING_KEY/);
+      expect(refused.message).to.not.include(signingKey);
+      expect(envStack.core.keyring.current()!.kid).to.equal(envKid);
+
+      // The operator moved every process to a new key, then retires the old kid.
+      await stack.admin.grants.retireSigningKey({ kid: envKid });
+      restarted = await startStack({ gateway: true, signingKey });
+      expect(restarted.core.keyring.current()).to.equal(undefined);
+      expect((await fetch(`${restarted.url}/readyz`)).status).to.equal(503);
+      const partner = await createPartner(restarted);
+      const res = await postToken(restarted.url, "grant_type=client_credentials", { authorization: basic(partner.clientId, partner.clientSecret) });
+      expect(res.status).to.equal(503);
+      expect(await jwksKids(restarted)).to.not.include(envKid);
+      expect(restarted.logs.text()).to.not.include(signingKey);
+    } finally {
+      await restarted?.close();
+      await envStack.close();
+    }
   });
 
   it("another replica on the same database follows a retirement within its short refresh period", async () => {
