@@ -44,13 +44,25 @@ describe("signing key lifecycle", function () {
     return { status: res.status, error: body.error?.code };
   }
 
-  async function balance(token: string) {
+  /**
+   * accounts.balance on /mcp/read: "refused" (401 invalid_token, the gateway's
+   * authentication said no) or "authenticated" (anything past authentication). The tool
+   * result itself is not asserted here: the agent tools are being rewritten on another
+   * branch; acceptance is asserted exactly through VerifyAgentToken (agentReason).
+   */
+  async function balance(token: string): Promise<"refused" | "authenticated"> {
     const res = await fetch(`${stack.url}/mcp/read`, {
       method: "POST",
       headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${token}` },
       body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "accounts.balance", params: {} }),
     });
-    return res.status;
+    const body = (await res.json()) as { error?: { code: number; data?: { reason_id?: string } } };
+    if (res.status === 401) {
+      expect([body.error?.code, body.error?.data?.reason_id]).to.deep.equal([-32001, "invalid_token"]);
+      return "refused";
+    }
+    expect(body.error?.data?.reason_id).to.not.equal("invalid_token");
+    return "authenticated";
   }
 
   async function agentReason(token: string): Promise<Reason | "ok"> {
@@ -100,7 +112,7 @@ describe("signing key lifecycle", function () {
     expect(decodeProtectedHeader(f.partnerToken).kid).to.equal(old.kid);
     // Verified (and cached) before the rotation.
     expect((await kyc(f.userId, f.partnerToken)).status).to.equal(200);
-    expect(await balance(f.agentToken)).to.equal(200);
+    expect(await balance(f.agentToken)).to.equal("authenticated");
 
     const rotated = await stack.admin.grants.rotateSigningKey({});
     expect(rotated.kid).to.not.equal(old.kid);
@@ -112,17 +124,19 @@ describe("signing key lifecycle", function () {
     const forgedPartner = await signWith(old, partnerClaims(f.partner, now));
     expect(await kyc(f.userId, forgedPartner)).to.deep.equal({ status: 401, error: "invalid_token" });
     const forgedAgent = await signWith(old, agentClaimsAt(f.agentToken, now));
-    expect(await balance(forgedAgent)).to.equal(401);
+    expect(await balance(forgedAgent)).to.equal("refused");
     expect(await agentReason(forgedAgent)).to.equal(Reason.INVALID_TOKEN);
 
     // The same claims signed by the new key pass: the refusal is the key rule, nothing else.
     const sign = (claims: JWTPayload) => stack.core.keyring.signJwt(AGENT_TOKEN_HEADER, claims as Record<string, unknown>);
     expect((await kyc(f.userId, sign(partnerClaims(f.partner, now)))).status).to.equal(200);
-    expect(await balance(sign(agentClaimsAt(f.agentToken, now)))).to.equal(200);
+    const resigned = sign(agentClaimsAt(f.agentToken, now));
+    expect(await balance(resigned)).to.equal("authenticated");
+    expect(await agentReason(resigned)).to.equal("ok");
 
     // Tokens the old key signed before the rotation keep working until they expire.
     expect((await kyc(f.userId, f.partnerToken)).status).to.equal(200);
-    expect(await balance(f.agentToken)).to.equal(200);
+    expect(await balance(f.agentToken)).to.equal("authenticated");
     expect(await agentReason(f.agentToken)).to.equal("ok");
     // New tokens carry the new kid.
     expect(decodeProtectedHeader(await mintPartnerToken(stack, f.partner)).kid).to.equal(rotated.kid);
@@ -153,7 +167,7 @@ describe("signing key lifecycle", function () {
     const f = await fixtures();
     const old = currentKey();
     expect((await kyc(f.userId, f.partnerToken)).status).to.equal(200);
-    expect(await balance(f.agentToken)).to.equal(200);
+    expect(await balance(f.agentToken)).to.equal("authenticated");
     await stack.admin.grants.rotateSigningKey({});
     stack.clock.advance(1_000);
     // Rotation does not stop a leaked key from backdating tokens; retirement does.
@@ -166,7 +180,7 @@ describe("signing key lifecycle", function () {
     expect(await jwksKids()).to.not.include(old.kid);
     expect(await kyc(f.userId, f.partnerToken)).to.deep.equal({ status: 401, error: "invalid_token" });
     expect(await kyc(f.userId, backdated)).to.deep.equal({ status: 401, error: "invalid_token" });
-    expect(await balance(f.agentToken)).to.equal(401);
+    expect(await balance(f.agentToken)).to.equal("refused");
     expect(await agentReason(f.agentToken)).to.equal(Reason.INVALID_TOKEN);
     // Tokens of the new key are untouched.
     expect((await kyc(f.userId, await mintPartnerToken(stack, f.partner))).status).to.equal(200);
