@@ -32,6 +32,7 @@ const USAGE = `usage: vaultgate <command>
   ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
   partner webhook CLIENT_ID --url U [--secret whsec_...]
   keys rotate
+  keys retire KID                     withdraw a signing key at once (never the current one)
   treasury bind --partner CLIENT_ID --payer-entity-id UUID --balance-cents N [--currency USD]
       [--cap-per-item N] [--cap-per-day N] [--cap-lifetime N] [--step-up-amount N]
   treasury set-status CLIENT_ID active|suspended|disabled|mandate_expired

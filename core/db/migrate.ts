@@ -10,6 +10,7 @@ import * as m0007 from "./migrations/0007-grants-perf.js";
 import * as m0008 from "./migrations/0008-partner-access-batch.js";
 import * as m0010 from "./migrations/0010-approval-decline.js";
 import * as m0011 from "./migrations/0011-token-batch-functions.js";
+import * as m0012 from "./migrations/0012-signing-key-lifecycle.js";
 import * as m0013 from "./migrations/0013-refresh-salt.js";
 
 interface Migration {
@@ -30,6 +31,7 @@ const migrations: Migration[] = [
   { name: "0008-partner-access-batch", ...m0008 },
   { name: "0010-approval-decline", ...m0010 },
   { name: "0011-token-batch-functions", ...m0011 },
+  { name: "0012-signing-key-lifecycle", ...m0012 },
   { name: "0013-refresh-salt", ...m0013 },
 ];
 

@@ -1,10 +1,9 @@
-import { createPublicKey, verify as verifySignature, type KeyObject } from "node:crypto";
-import type { JWK } from "jose";
+import { verify as verifySignature } from "node:crypto";
 import type { Keyring } from "../keys/keyring.js";
+import { CLOCK_SKEW_SECONDS, MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
 
 /** DESIGN 3: agent grant access tokens live 3600 s; verification allows 30 s of skew. */
-export const ACCESS_TOKEN_TTL_SECONDS = 3600;
-const CLOCK_SKEW_SECONDS = 30;
+export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 
 export const AGENT_TOKEN_HEADER = { typ: "at+jwt" } as const;
 
@@ -68,27 +67,17 @@ export interface AccessTokenVerifierOptions {
 
 /**
  * Verifies agent access tokens with node:crypto (DESIGN 7: about 3x jose). The
- * signature check of a given token is done once and cached; time and grant state are
- * checked on every call by the caller.
+ * signature check of a given token is done once and cached; whether its key may still
+ * verify it (rotation, retirement: keyring.verificationKey), time and grant state are
+ * checked on every call.
  */
 export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
-  const keys = new Map<string, KeyObject>();
-  const verified = new Map<string, AgentTokenClaims>();
+  const verified = new Map<string, { claims: AgentTokenClaims; kid: string }>();
   const MAX_CACHED = 10_000;
-
-  async function keyFor(kid: string): Promise<KeyObject | undefined> {
-    const known = keys.get(kid);
-    if (known) return known;
-    const { keys: published } = await options.keyring.jwks();
-    for (const jwk of published as JWK[]) {
-      if (jwk.kid && !keys.has(jwk.kid)) keys.set(jwk.kid, createPublicKey({ key: jwk as import("node:crypto").JsonWebKey, format: "jwk" }));
-    }
-    return keys.get(kid);
-  }
 
   async function verifySigned(token: string): Promise<AgentTokenClaims | undefined> {
     const cached = verified.get(token);
-    if (cached) return cached;
+    if (cached) return (await options.keyring.verificationKey(cached.kid, cached.claims.iat)) ? cached.claims : undefined;
     const parts = token.split(".");
     if (parts.length !== 3 || token.length > 8192) return undefined;
     let header: Record<string, unknown>;
@@ -99,13 +88,14 @@ export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
     } catch {
       return undefined;
     }
-    if (header.alg !== "ES256" || header.typ !== "at+jwt" || typeof header.kid !== "string") return undefined;
-    const key = await keyFor(header.kid);
+    if (!header || typeof header !== "object" || header.alg !== "ES256" || header.typ !== "at+jwt" || typeof header.kid !== "string") return undefined;
+    if (typeof payload !== "object" || payload === null || !Number.isSafeInteger(payload.iat)) return undefined;
+    const key = await options.keyring.verificationKey(header.kid, payload.iat);
     if (!key) return undefined;
     const ok = verifySignature("sha256", Buffer.from(`${parts[0]}.${parts[1]}`), { key, dsaEncoding: "ieee-p1363" }, Buffer.from(parts[2]!, "base64url"));
-    if (!ok || typeof payload !== "object" || payload === null) return undefined;
+    if (!ok) return undefined;
     if (verified.size >= MAX_CACHED) verified.clear();
-    verified.set(token, payload);
+    verified.set(token, { claims: payload, kid: header.kid });
     return payload;
   }
 

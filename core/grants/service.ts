@@ -277,11 +277,21 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
     async rotateSigningKey(_req, ctx) {
       try {
-        const rotated = await deps.keyring.rotate();
-        await audit(db, ctx, { actor: "admin", action: "keys.rotate", subject: rotated.kid });
+        // The previous key is marked rotated in the same transaction as the audit row.
+        const rotated = await deps.keyring.rotate((trx, c) => audit(trx, ctx, { actor: "admin", action: "keys.rotate", subject: c.kid }));
         return { kid: rotated.kid, publishedKids: rotated.publishedKids };
       } catch (err) {
         if (err instanceof KeyringError) fail(Reason.INVALID_REQUEST, err.message);
+        throw err;
+      }
+    },
+
+    async retireSigningKey(req, ctx) {
+      try {
+        const retired = await deps.keyring.retire(req.kid, (trx, c) => audit(trx, ctx, { actor: "admin", action: "keys.retire", subject: c.kid }));
+        return { kid: retired.kid, publishedKids: retired.publishedKids };
+      } catch (err) {
+        if (err instanceof KeyringError) fail(err.code === "not_found" ? Reason.NOT_FOUND : Reason.INVALID_REQUEST, err.message);
         throw err;
       }
     },

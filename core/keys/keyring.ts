@@ -2,9 +2,11 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyO
 import { mkdir, readFile, writeFile, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { calculateJwkThumbprint, type JWK } from "jose";
+import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Db } from "../db/knex.js";
 import { createKeysStore } from "./store.js";
+import { createVerificationKeys } from "./verification-keys.js";
 
 export interface KeyringOptions {
   /** SIGNING_KEY: an ES256 private JWK (JSON) or PKCS#8 PEM. Wins over dataDir. */
@@ -14,6 +16,8 @@ export interface KeyringOptions {
   db: Db;
   logger: Logger;
   clock: () => Date;
+  /** How long key states (rotated, retired) are cached before being reread; default 1 s. */
+  keyStateTtlMs?: number;
 }
 
 export interface SigningKey {
@@ -22,25 +26,42 @@ export interface SigningKey {
   publicJwk: JWK;
 }
 
+/** Writes the audit row of a key change inside the transaction that makes the change. */
+export type KeyChangeRecorder = (trx: Knex.Transaction, change: { kid: string; previousKid?: string }) => Promise<unknown>;
+
 export interface Keyring {
   /** The current signing key, or undefined when key configuration is missing or malformed. */
   current(): SigningKey | undefined;
   /** Why current() is undefined, for logs and readiness (never the key itself). */
   problem(): string | undefined;
-  /** Every published public key: this process's current key plus all previously published ones. */
+  /** The published public keys: neither retired nor rotated out (lifecycle.ts). */
   jwks(): Promise<{ keys: JWK[] }>;
-  /** Replaces the current key; previous public keys stay published. */
-  rotate(): Promise<{ kid: string; publishedKids: string[] }>;
+  /**
+   * The public key that may verify a token with this kid and iat now (lifecycle.ts), or
+   * undefined. Both token verifiers ask this on every token; the answer comes from a
+   * per-process snapshot reread about once a second.
+   */
+  verificationKey(kid: string, iat: number): Promise<KeyObject | undefined>;
+  /** True when some published key can verify anything (false = a configuration problem). */
+  hasVerificationKeys(): boolean;
+  /** Replaces the current key; the previous one is marked rotated at this moment. */
+  rotate(record?: KeyChangeRecorder): Promise<{ kid: string; previousKid?: string; publishedKids: string[] }>;
+  /** Withdraws a key at once: it verifies nothing and leaves the JWKS. Never the current key. */
+  retire(kid: string, record?: KeyChangeRecorder): Promise<{ kid: string; publishedKids: string[] }>;
   /** Signs a compact JWS (ES256) with the current key. Synchronous: no thread-pool hop. */
   signJwt(header: Record<string, unknown>, payload: Record<string, unknown>): string;
   readonly source: "env" | "file" | "memory";
 }
 
 const KEY_FILE = "signing-key.json";
+/** A kid as the keyring makes them (RFC 7638 thumbprint) or any other sane one. */
+const KID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** Loads or creates the signing key and publishes its public half. Never throws on bad config. */
 export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
-  const store = createKeysStore(options.db);
+  const { db } = options;
+  const store = createKeysStore(db);
+  const keys = createVerificationKeys({ store, clock: options.clock, logger: options.logger, ttlMs: options.keyStateTtlMs });
   const source = options.signingKey !== undefined ? "env" : options.dataDir ? "file" : "memory";
   let current: SigningKey | undefined;
   let problem: string | undefined;
@@ -55,32 +76,84 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     problem = `signing key unusable: ${err instanceof Error ? err.message : "invalid"}`;
     options.logger.error({ source }, problem);
   }
-  if (current) await store.publish(current.kid, current.publicJwk, options.clock());
+  if (current) {
+    await store.publish(db, current.kid, current.publicJwk, options.clock());
+    // A key already rotated or retired would sign tokens no verifier accepts: refuse to
+    // sign with it (503s and readiness down) until a new key is configured or rotated in.
+    const state = await store.get(current.kid);
+    if (state?.retiredAt || state?.rotatedAt) {
+      problem = `signing key unusable: key ${current.kid} has been ${state.retiredAt ? "retired" : "rotated out"}; configure a new signing key`;
+      options.logger.error({ source, kid: current.kid }, problem);
+      current = undefined;
+    }
+  }
+
+  // Rotations and retirements of this process happen one at a time.
+  let changing: Promise<unknown> = Promise.resolve();
+  function serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const run = changing.then(fn, fn);
+    changing = run.catch(() => undefined);
+    return run;
+  }
+  const publishedKids = async () => (await keys.published()).map((k) => k.kid);
 
   return {
     source,
     current: () => current,
     problem: () => problem,
     async jwks() {
-      const published = await store.listPublished();
-      const keys = published.map((k) => k.jwk);
-      if (current && !published.some((k) => k.kid === current!.kid)) keys.unshift(current.publicJwk);
-      return { keys };
+      return { keys: (await keys.published()).map((k) => k.jwk) };
     },
-    async rotate() {
-      if (source === "env") {
-        throw new KeyringError("the signing key comes from SIGNING_KEY; rotate it there (the previous public key stays published)");
-      }
-      const next = await toSigningKey(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
-      await store.publish(next.kid, next.publicJwk, options.clock());
-      if (source === "file") await writeKeyFile(options.dataDir!, next.privateKey);
-      current = next;
-      problem = undefined;
-      const published = await store.listPublished();
-      return { kid: next.kid, publishedKids: published.map((k) => k.kid) };
+    verificationKey: (kid, iat) => keys.keyFor(kid, iat),
+    hasVerificationKeys: () => keys.anyLive(),
+    rotate(record) {
+      return serialized(async () => {
+        if (source === "env") {
+          throw new KeyringError("the signing key comes from SIGNING_KEY; rotate it there (set the new key, restart, then retire the old kid)", "env");
+        }
+        const previous = current;
+        const next = await toSigningKey(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
+        const at = options.clock();
+        // The file first: if the database change then fails, the file goes back, and a
+        // crash in between only leaves the old key unrotated (still valid), never a
+        // process signing with a key the database calls rotated.
+        if (source === "file") await writeKeyFile(options.dataDir!, next.privateKey);
+        try {
+          await db.transaction(async (trx) => {
+            await store.publish(trx, next.kid, next.publicJwk, at);
+            if (previous) await store.markRotated(trx, previous.kid, at);
+            await record?.(trx, { kid: next.kid, previousKid: previous?.kid });
+          });
+        } catch (err) {
+          if (source === "file" && previous) await writeKeyFile(options.dataDir!, previous.privateKey).catch(() => undefined);
+          throw err;
+        } finally {
+          keys.invalidate();
+        }
+        current = next;
+        problem = undefined;
+        return { kid: next.kid, previousKid: previous?.kid, publishedKids: await publishedKids() };
+      });
+    },
+    retire(kid, record) {
+      return serialized(async () => {
+        if (!KID_PATTERN.test(kid)) throw new KeyringError("kid is malformed", "invalid");
+        if (current?.kid === kid) {
+          throw new KeyringError("this key is the current signing key; rotate first, then retire it", "current");
+        }
+        try {
+          await db.transaction(async (trx) => {
+            if (!(await store.retire(trx, kid, options.clock()))) throw new KeyringError("no signing key has this kid", "not_found");
+            await record?.(trx, { kid });
+          });
+        } finally {
+          keys.invalidate();
+        }
+        return { kid, publishedKids: await publishedKids() };
+      });
     },
     signJwt(header, payload) {
-      if (!current) throw new KeyringError(problem ?? "no signing key");
+      if (!current) throw new KeyringError(problem ?? "no signing key", "unavailable");
       const input = `${b64json({ ...header, alg: "ES256", kid: current.kid })}.${b64json(payload)}`;
       const signature = sign("sha256", Buffer.from(input), { key: current.privateKey, dsaEncoding: "ieee-p1363" });
       return `${input}.${signature.toString("base64url")}`;
@@ -88,9 +161,16 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
   };
 }
 
-/** A key operation that cannot be done with the current configuration. */
+/** A key operation that cannot be done with the current configuration or arguments. */
 export class KeyringError extends Error {
   override name = "KeyringError";
+  constructor(
+    message: string,
+    /** env: SIGNING_KEY is configured; current: the key signs now; not_found / invalid: the kid. */
+    readonly code: "env" | "current" | "not_found" | "invalid" | "unavailable",
+  ) {
+    super(message);
+  }
 }
 
 function b64json(value: unknown): string {

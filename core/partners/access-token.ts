@@ -1,18 +1,24 @@
-import { createPublicKey, verify as verifySignature, type KeyObject } from "node:crypto";
-import type { JWK } from "jose";
+import { verify as verifySignature } from "node:crypto";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Keyring } from "../keys/keyring.js";
+import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
 import { PARTNER_TOKEN_TTL_SECONDS } from "./token-claims.js";
 
 /** spec 5.2: clock skew tolerated on exp, nbf and iat. */
-export const CLOCK_SKEW_SECONDS = 30;
+export { CLOCK_SKEW_SECONDS };
 
 export interface VerifiedPartnerToken {
   clientId: string;
   scopes: string[];
   jti: string;
   exp: number;
+}
+
+interface CachedToken {
+  verified: VerifiedPartnerToken;
+  kid: string;
+  iat: number;
 }
 
 export interface PartnerTokenVerifierOptions {
@@ -34,38 +40,12 @@ const MAX_TOKEN_LENGTH = 4096;
 /**
  * Verifies partner access tokens exactly as spec 5.2 / DESIGN 3 say: ES256 only,
  * `typ` at+jwt, `iss`, `aud`, `exp - iat <= 3600`, 30 s skew. Keys come from the
- * published JWKS (every replica's current and previous keys).
+ * keyring, which alone decides whether a kid may verify a token issued at `iat`
+ * (rotation, retirement); that is asked again on every call, cached tokens included.
  */
 export function createPartnerTokenVerifier(options: PartnerTokenVerifierOptions): PartnerTokenVerifier {
   const cacheSize = options.cacheSize ?? 10_000;
-  const cache = new Map<string, VerifiedPartnerToken>();
-  let keys = new Map<string, KeyObject>();
-  let keysLoadedAt = 0;
-
-  async function keyFor(kid: string): Promise<KeyObject | undefined> {
-    let key = keys.get(kid);
-    // An unknown kid may be a key another replica just rotated in: reload, at most once a second.
-    if (!key && Date.now() - keysLoadedAt > 1000) {
-      keys = await loadKeys();
-      keysLoadedAt = Date.now();
-      key = keys.get(kid);
-    }
-    return key;
-  }
-
-  async function loadKeys(): Promise<Map<string, KeyObject>> {
-    const { keys: jwks } = await options.keyring.jwks();
-    const loaded = new Map<string, KeyObject>();
-    for (const jwk of jwks as JWK[]) {
-      if (!jwk.kid || jwk.kty !== "EC" || jwk.crv !== "P-256") continue;
-      try {
-        loaded.set(jwk.kid, createPublicKey({ key: { kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y }, format: "jwk" }));
-      } catch {
-        // A malformed published key verifies nothing; the others still work.
-      }
-    }
-    return loaded;
-  }
+  const cache = new Map<string, CachedToken>();
 
   function checkTimes(t: { exp: number; nbf?: number; iat: number }, nowSeconds: number) {
     if (nowSeconds > t.exp + CLOCK_SKEW_SECONDS) fail(Reason.INVALID_TOKEN, "the access token has expired");
@@ -81,11 +61,15 @@ export function createPartnerTokenVerifier(options: PartnerTokenVerifierOptions)
 
       const cached = cache.get(token);
       if (cached) {
-        if (nowSeconds > cached.exp + CLOCK_SKEW_SECONDS) {
+        if (nowSeconds > cached.verified.exp + CLOCK_SKEW_SECONDS) {
           cache.delete(token);
           fail(Reason.INVALID_TOKEN, "the access token has expired");
         }
-        return cached;
+        if (!(await options.keyring.verificationKey(cached.kid, cached.iat))) {
+          cache.delete(token);
+          fail(Reason.INVALID_TOKEN, "the access token is invalid");
+        }
+        return cached.verified;
       }
 
       if (token.length > MAX_TOKEN_LENGTH) fail(Reason.INVALID_TOKEN, "the access token is invalid");
@@ -101,10 +85,12 @@ export function createPartnerTokenVerifier(options: PartnerTokenVerifierOptions)
         fail(Reason.INVALID_TOKEN, "the access token is invalid");
       }
       if (typeof header.kid !== "string") fail(Reason.INVALID_TOKEN, "the access token is invalid");
-      const key = await keyFor(header.kid);
+      const kid = header.kid;
+      if (!isInt(claims.iat)) fail(Reason.INVALID_TOKEN, "the access token is invalid");
+      const key = await options.keyring.verificationKey(kid, claims.iat);
       if (!key) {
         // No usable published key at all is a configuration problem, not a bad token.
-        if (keys.size === 0) fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
+        if (!options.keyring.hasVerificationKeys()) fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
         fail(Reason.INVALID_TOKEN, "the access token is invalid");
       }
       const signature = Buffer.from(s, "base64url");
@@ -127,7 +113,7 @@ export function createPartnerTokenVerifier(options: PartnerTokenVerifierOptions)
 
       const verified: VerifiedPartnerToken = { clientId: sub, scopes: scope === "" ? [] : scope.split(" "), jti, exp };
       if (cache.size >= cacheSize) cache.delete(cache.keys().next().value!);
-      cache.set(token, verified);
+      cache.set(token, { verified, kid, iat });
       return verified;
     },
   };
