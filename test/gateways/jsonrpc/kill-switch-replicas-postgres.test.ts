@@ -1,0 +1,83 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import { expect } from "chai";
+import { testDatabase, usingPostgres } from "../../support/db.js";
+import { fixtures, postJsonRpc, startReplica, type Replica } from "../../support/trust.js";
+
+/**
+ * The kill switch across replicas: two cores, each with its own gateway and connection
+ * pool, on one PostgreSQL database. A long JSON-RPC batch of payments runs on replica A
+ * while the user's kill switch is pulled through replica B. Each batch element is
+ * authorized afresh against the grant row, so once the revocation commits nothing more is
+ * paid, and nothing paid committed after it.
+ *
+ * Needs several connections (real concurrency), so it runs only with TEST_DATABASE_URL;
+ * PGlite serves one query at a time.
+ */
+describe("kill switch across replicas during a payment batch (Postgres: needs several connections)", function () {
+  this.timeout(120_000);
+  let a: Replica;
+  let b: Replica;
+
+  before(async function () {
+    if (!usingPostgres()) {
+      // PGlite is one connection: two replicas cannot run side by side on it.
+      this.skip();
+    }
+    const { url } = await testDatabase();
+    const adminToken = randomBytes(16).toString("hex");
+    a = await startReplica(url!, { adminToken, poolMax: 10 });
+    b = await startReplica(url!, { adminToken, poolMax: 10 });
+  });
+  after(async () => {
+    await a?.close();
+    await b?.close();
+  });
+
+  it("nothing is paid after the revocation commits, and every paid row committed before it", async () => {
+    const f = fixtures(a);
+    const user = await f.user();
+    // A user's root vault has no policy: pay from an active budget vault (step-up grant),
+    // funded by the operator, with an agent grant on the child vault.
+    const budget = await f.fundedBudget(user, { fundCents: 1_000_000n });
+    const agentToken = budget.agent.accessToken;
+    const killer = await f.grant(user, { stepUp: true });
+
+    const N = 200;
+    const batch = Array.from({ length: N }, (_, i) => ({
+      jsonrpc: "2.0",
+      id: i + 1,
+      method: "payments.initiate",
+      params: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: `ks-${i}-${randomUUID()}` },
+    }));
+    const running = postJsonRpc(`${a.url}/mcp/write`, batch, agentToken);
+
+    // Pull the kill switch through replica B once replica A has paid something.
+    const paidSoFar = async () => Number((await b.core.db("agent_payments").where({ vault_id: budget.vaultId }).count({ n: "*" }))[0]!.n);
+    while ((await paidSoFar()) === 0) await new Promise((r) => setImmediate(r));
+    const kill = await postJsonRpc(`${b.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "replica test" } }, killer.accessToken);
+    expect(kill.json?.result?.revoked, kill.text).to.be.at.least(2);
+
+    const res = await running;
+    const replies = res.json as Record<string, any>[];
+    expect(replies, res.text.slice(0, 500)).to.be.an("array").with.length(N);
+    const outcome = replies.map((r) => (r.result ? "paid" : r.error?.code === -32001 && r.error?.data?.reason_id === "invalid_token" ? "refused" : `other:${JSON.stringify(r.error)}`));
+    const firstRefusal = outcome.indexOf("refused");
+    expect(outcome.filter((o) => o.startsWith("other")), "only payments or invalid_token refusals").to.deep.equal([]);
+    expect(firstRefusal, "the kill switch landed before the batch ended").to.be.greaterThan(0);
+    expect(outcome.slice(firstRefusal).every((o) => o === "refused"), "nothing succeeds after the first refusal").to.equal(true);
+
+    // The database agrees: each paid element is one completed row, and none committed
+    // after the grant's revocation.
+    const grant = await b.core.db("grants").where({ id: budget.agent.grantId }).first();
+    expect(grant.state).to.equal("revoked");
+    const rows = await b.core.db("agent_payments").where({ vault_id: budget.vaultId });
+    expect(rows.length).to.equal(firstRefusal);
+    for (const row of rows) {
+      expect(row.status).to.equal("completed");
+      const committed = new Date(row.completed_at ?? row.created_at).getTime();
+      expect(committed, `payment ${row.id}`).to.be.at.most(new Date(grant.state_changed_at).getTime());
+    }
+    const vault = await b.core.db("vaults").where({ id: budget.vaultId }).first();
+    expect(Number(vault.balance_cents)).to.equal(1_000_000 - 100 * firstRefusal);
+  });
+});

@@ -1,0 +1,458 @@
+import { createHash, generateKeyPairSync, randomBytes, randomUUID, sign, type KeyObject } from "node:crypto";
+import { readdirSync } from "node:fs";
+import { join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import type { DescService } from "@bufbuild/protobuf";
+import { startCoreServer, type CoreServer } from "../../core/server.js";
+import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
+import type { FastifyInstance } from "fastify";
+import { createCore, type Core } from "../../core/core.js";
+import { createInProcessTransport } from "../../core/in-process-transport.js";
+import { buildGateway } from "../../gateways/app.js";
+import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
+import { createCapturedLogger } from "./logs.js";
+import { TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "./stack.js";
+import { createPartner, type TestPartner } from "./partners.js";
+import { bindTreasury, createRecipient, batchRequest } from "./treasury.js";
+
+/**
+ * Support for the trust-boundary suites: a stock @grpc/grpc-js client on core's real
+ * port, fixtures made through core's own RPCs (users, grants, web sessions, step-ups,
+ * budgets, pending payments, partners, OAuth clients) and forged credentials.
+ */
+
+const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
+const genDir = fileURLToPath(new URL("../../gen", import.meta.url));
+
+export const ALL_AGENT_SCOPES = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
+export const PARTNER_ALL_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive", "treasury:write"];
+
+/** Every service descriptor exported by every generated gen/**\/*_pb file. */
+export async function generatedServices(): Promise<DescService[]> {
+  const files: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(dir, e.name));
+      else if (/_pb\.(ts|js)$/.test(e.name)) files.push(join(dir, e.name));
+    }
+  };
+  walk(genDir);
+  const out = new Map<string, DescService>();
+  for (const file of files.sort()) {
+    const mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    for (const v of Object.values(mod)) {
+      if (v && typeof v === "object" && (v as { kind?: unknown }).kind === "service") out.set((v as DescService).typeName, v as DescService);
+    }
+  }
+  if (out.size === 0) throw new Error(`no service descriptors under ${relative(process.cwd(), genDir)}`);
+  return [...out.values()];
+}
+
+type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Record<string, any>) => void) => grpc.ClientUnaryCall;
+type ServerStream = (req: object, md: grpc.Metadata) => grpc.ClientReadableStream<Record<string, any>>;
+
+export interface GrpcCore {
+  server: CoreServer;
+  address: string;
+  /**
+   * Calls `Service/Method` (fully qualified service name) with a stock grpc-js client.
+   * A server-streaming call resolves with its first message and is then cancelled.
+   */
+  call(service: string, method: string, req: object, md?: grpc.Metadata): Promise<Record<string, any>>;
+  close(): Promise<void>;
+}
+
+/** Core on 127.0.0.1:<ephemeral> over h2c, with grpc-js clients built from proto/ by proto-loader. */
+export async function startGrpcCore(stack: Pick<TestStack, "core">): Promise<GrpcCore> {
+  const server = await startCoreServer(stack.core, 0, "127.0.0.1");
+  const address = server.url.replace("http://", "");
+  const protoFiles: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(dir, e.name));
+      else if (e.name.endsWith(".proto")) protoFiles.push(relative(protoDir, join(dir, e.name)));
+    }
+  };
+  walk(protoDir);
+  const definition = protoLoader.loadSync(protoFiles, { includeDirs: [protoDir], keepCase: true, longs: String, enums: String, defaults: true });
+  const clients = new Map<string, grpc.Client & Record<string, Unary & ServerStream>>();
+  const clientFor = (service: string) => {
+    let c = clients.get(service);
+    if (!c) {
+      const def = definition[service] as grpc.ServiceDefinition | undefined;
+      if (!def || "format" in def) throw new Error(`proto/ defines no service ${service}`);
+      const Ctor = grpc.makeGenericClientConstructor(def as grpc.ServiceDefinition, service);
+      c = new Ctor(address, grpc.credentials.createInsecure()) as never;
+      clients.set(service, c!);
+    }
+    return c!;
+  };
+  return {
+    server,
+    address,
+    call(service, method, req, md = new grpc.Metadata()) {
+      const def = definition[service] as unknown as Record<string, { responseStream: boolean }> | undefined;
+      const m = def?.[method];
+      if (!m) return Promise.reject(new Error(`proto/ defines no method ${service}/${method}`));
+      const client = clientFor(service);
+      if (!m.responseStream) {
+        return new Promise((resolve, reject) => client[method]!(req, md, (err, res) => (err ? reject(err) : resolve(res))));
+      }
+      return new Promise((resolve, reject) => {
+        const stream = (client[method] as ServerStream)(req, md);
+        let settled = false;
+        stream.on("data", (msg: Record<string, any>) => {
+          if (settled) return;
+          settled = true;
+          resolve(msg);
+          stream.cancel();
+        });
+        stream.on("error", (err: grpc.ServiceError) => {
+          if (!settled) reject(err);
+          settled = true;
+        });
+        stream.on("end", () => {
+          if (!settled) reject(new Error(`${service}/${method} ended without a message`));
+          settled = true;
+        });
+      });
+    },
+    async close() {
+      for (const c of clients.values()) c.close();
+      await server.close();
+    },
+  };
+}
+
+/** Metadata with an `authorization` header (or none). */
+export function bearerMd(token?: string, extra: Record<string, string> = {}): grpc.Metadata {
+  const md = new grpc.Metadata();
+  if (token !== undefined) md.set("authorization", `Bearer ${token}`);
+  for (const [k, v] of Object.entries(extra)) md.set(k, v);
+  return md;
+}
+
+/** The gRPC status a call failed with; throws when it succeeded. */
+export async function grpcRefusal(call: Promise<unknown>): Promise<grpc.ServiceError> {
+  try {
+    await call;
+  } catch (err) {
+    if (typeof (err as grpc.ServiceError).code === "number") return err as grpc.ServiceError;
+    throw err;
+  }
+  throw new Error("expected the call to be refused, but it succeeded");
+}
+
+export const statusName = (code: number) => grpc.status[code] ?? String(code);
+
+// ---------------------------------------------------------------------------
+// Forged and tampered JWTs.
+
+function b64json(v: unknown) {
+  return Buffer.from(JSON.stringify(v)).toString("base64url");
+}
+
+/** Header and payload of a compact JWS, unverified. */
+export function decodeJwt(token: string): { header: Record<string, unknown>; payload: Record<string, unknown> } {
+  const [h, p] = token.split(".");
+  return { header: JSON.parse(Buffer.from(h!, "base64url").toString()), payload: JSON.parse(Buffer.from(p!, "base64url").toString()) };
+}
+
+/** Signs an ES256 JWS with `key` (any P-256 private key). */
+export function signEs256(header: Record<string, unknown>, payload: Record<string, unknown>, key: KeyObject): string {
+  const input = `${b64json({ ...header, alg: "ES256" })}.${b64json(payload)}`;
+  return `${input}.${sign("sha256", Buffer.from(input), { key, dsaEncoding: "ieee-p1363" }).toString("base64url")}`;
+}
+
+/** The same header (real kid) and claims as `token`, signed by a freshly generated P-256 key. */
+export function forgeWithFreshKey(token: string, claims: Record<string, unknown> = {}): string {
+  const { header, payload } = decodeJwt(token);
+  const { privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  return signEs256(header, { ...payload, ...claims }, privateKey);
+}
+
+/** `alg: none` with the real token's header and claims. */
+export function unsignedCopy(token: string): string {
+  const { header, payload } = decodeJwt(token);
+  return `${b64json({ ...header, alg: "none" })}.${b64json(payload)}.`;
+}
+
+/** A copy of `token` with its claims changed, still carrying the original signature. */
+export function tamperedCopy(token: string, claims: Record<string, unknown>): string {
+  const [h, p, s] = token.split(".");
+  const payload = { ...JSON.parse(Buffer.from(p!, "base64url").toString()), ...claims };
+  return `${h}.${b64json(payload)}.${s}`;
+}
+
+/**
+ * Re-signs `token`'s claims (changed by `claims`, header by `header`) with core's real
+ * current key: only core's own checks of iss, aud, typ, lifetime and time can refuse it.
+ */
+export function resignWithRealKey(stack: Pick<TestStack, "core">, token: string, claims: Record<string, unknown>, header: Record<string, unknown> = {}): string {
+  const d = decodeJwt(token);
+  const { alg: _a, kid: _k, ...rest } = d.header;
+  return stack.core.keyring.signJwt({ ...rest, ...header }, { ...d.payload, ...claims });
+}
+
+// ---------------------------------------------------------------------------
+// Fixtures through core's RPCs (Connect clients on the in-process transport: stack.admin
+// carries the operator credential, stack.clients carries none).
+
+export interface TestUser {
+  email: string;
+  userId: string;
+  vaultId: string;
+}
+
+export interface AgentToken {
+  accessToken: string;
+  refreshToken: string;
+  grantId: string;
+}
+
+export function fixtures(stack: Pick<TestStack, "admin" | "clients">) {
+  const f = {
+    async user(): Promise<TestUser> {
+      const email = `t-${randomBytes(6).toString("hex")}@example.test`;
+      const res = await stack.admin.partners.createUser({ email });
+      return { email, userId: res.userId, vaultId: res.vaultId };
+    },
+
+    /** An operator-issued grant (admin IssueGrant). */
+    async grant(user: Pick<TestUser, "userId" | "vaultId">, opts: { scopes?: string[]; stepUp?: boolean; vaultId?: string; clientId?: string } = {}): Promise<AgentToken> {
+      const res = await stack.admin.grants.issueGrant({
+        userId: user.userId,
+        vaultId: opts.vaultId ?? user.vaultId,
+        scopes: opts.scopes ?? ALL_AGENT_SCOPES,
+        stepUp: opts.stepUp ?? false,
+        clientId: opts.clientId ?? "",
+      });
+      return { accessToken: res.token!.accessToken, refreshToken: res.token!.refreshToken, grantId: res.token!.jti };
+    },
+
+    /** The newest 6-digit code e-mailed to `email`. */
+    async code(email: string): Promise<string> {
+      const { messages } = await stack.admin.grants.listOutbox({ email });
+      const m = /\b(\d{6})\b/.exec(messages[0]?.subject ?? "");
+      if (!m) throw new Error(`no code in the outbox for ${email}`);
+      return m[1]!;
+    },
+
+    /** Signs in by e-mail code: StartSignIn -> outbox -> CompleteSignIn. */
+    async session(user: Pick<TestUser, "email">): Promise<string> {
+      const { challengeId } = await stack.clients.grants.startSignIn({ email: user.email });
+      const res = await stack.clients.grants.completeSignIn({ challengeId, code: await f.code(user.email) });
+      return res.sessionToken;
+    },
+
+    /** Steps a session up: StartSignIn{sessionToken} -> outbox -> CompleteSignIn{..., sessionToken}. */
+    async stepUp(user: Pick<TestUser, "email">, sessionToken: string): Promise<void> {
+      const { challengeId } = await stack.clients.grants.startSignIn({ sessionToken });
+      await stack.clients.grants.completeSignIn({ challengeId, code: await f.code(user.email), sessionToken });
+    },
+
+    async steppedUpSession(user: Pick<TestUser, "email">): Promise<string> {
+      const s = await f.session(user);
+      await f.stepUp(user, s);
+      return s;
+    },
+
+    /**
+     * A budget made by CreateBudget with an owner grant on the user's root vault: with a
+     * step-up grant it is active at once, without one it is a draft awaiting the owner.
+     */
+    async budget(user: TestUser, opts: { stepUp: boolean; stepUpAmountCents?: bigint; perTxCents?: bigint }) {
+      const owner = await f.grant(user, { stepUp: opts.stepUp });
+      const { budget } = await stack.clients.budgets.createBudget({
+        accessToken: owner.accessToken,
+        purpose: "trip",
+        displayName: "Trust boundary budget",
+        stepUpAmountCents: opts.stepUpAmountCents,
+        amountCapCentsPerTx: opts.perTxCents,
+        chainAllowlist: ["base"],
+        idempotencyKey: `tb-${randomUUID()}`,
+      });
+      return { owner, agentPrincipalId: budget!.agentPrincipalId, vaultId: budget!.vaultId };
+    },
+
+    /** An active, funded budget vault with an agent grant on it (accepting policy up to the caps). */
+    async fundedBudget(user: TestUser, opts: { stepUpAmountCents?: bigint; fundCents?: bigint } = {}) {
+      const b = await f.budget(user, { stepUp: true, stepUpAmountCents: opts.stepUpAmountCents });
+      await stack.admin.budgets.fundVault({ vaultId: b.vaultId, amountCents: opts.fundCents ?? 100_000n });
+      const agent = await f.grant(user, { vaultId: b.vaultId });
+      return { ...b, agent };
+    },
+
+    /** A payment over the budget's step-up amount: PENDING_STEP_UP, waiting for the owner. */
+    async pendingPayment(user: TestUser) {
+      const b = await f.fundedBudget(user, { stepUpAmountCents: 5_000n });
+      const { payment } = await stack.clients.budgets.initiatePayment({ accessToken: b.agent.accessToken, payment: paymentInit({ amountCents: 7_500n }) });
+      return { ...b, paymentId: payment!.paymentId };
+    },
+
+    /** A partner (all scopes entitled) with a token minted by IssueToken. */
+    async partner(opts: { entitlements?: string[]; scope?: string } = {}): Promise<TestPartner & { token: string }> {
+      const p = await createPartner(stack as TestStack, { entitlements: opts.entitlements ?? PARTNER_ALL_SCOPES });
+      const res = await stack.clients.partners.issueToken({ clientId: p.clientId, clientSecret: p.clientSecret, scope: opts.scope });
+      return { ...p, token: res.accessToken };
+    },
+
+    /** A partner with a bound treasury, a consenting recipient, and one executed payout. */
+    async partnerWithPayout() {
+      const p = await f.partner();
+      const payer = await bindTreasury(stack.admin, p);
+      const recipient = await createRecipient(stack.admin, p);
+      const req = batchRequest(p, payer, [{ recipientUserId: recipient }]);
+      await stack.clients.treasury.executeBatch(req);
+      return { partner: p, payer, recipient, payoutId: req.items[0]!.payoutId };
+    },
+
+    /** A dynamically registered OAuth client (RegisterClient, no gateway). */
+    async oauthClient(scope = ALL_AGENT_SCOPES.join(" ")) {
+      const res = await stack.clients.grants.registerClient({
+        clientName: "Trust boundary agent",
+        redirectUris: ["http://127.0.0.1:9/callback"],
+        grantTypes: ["authorization_code", "refresh_token"],
+        responseTypes: ["code"],
+        tokenEndpointAuthMethod: "client_secret_post",
+        scope,
+      });
+      return { clientId: res.client!.clientId, clientSecret: res.clientSecret, redirectUri: "http://127.0.0.1:9/callback" };
+    },
+
+    /** An authorization request for `client` (PKCE S256), as CheckAuthorization takes it. */
+    authRequest(client: { clientId: string; redirectUri: string }, opts: { scope?: string; vaultId?: string } = {}) {
+      const verifier = randomBytes(32).toString("base64url");
+      const challenge = createHashB64(verifier);
+      return {
+        verifier,
+        request: {
+          clientId: client.clientId,
+          redirectUri: client.redirectUri,
+          scope: opts.scope ?? "accounts:read",
+          resources: opts.vaultId ? [`urn:vaultgate:vault:${opts.vaultId}`] : [],
+          codeChallenge: challenge,
+          codeChallengeMethod: "S256",
+          sessionToken: "",
+        },
+      };
+    },
+
+    /** Consent by the user's session: ApproveAuthorization -> an authorization code. */
+    async authorizationCode(user: TestUser, client: { clientId: string; redirectUri: string }, scope = "accounts:read") {
+      const session = await f.session(user);
+      const { verifier, request } = f.authRequest(client, { scope, vaultId: user.vaultId });
+      const res = await stack.clients.grants.approveAuthorization({ request, sessionToken: session, vaultId: user.vaultId });
+      return { code: res.code, verifier, session };
+    },
+
+    /** A grant issued to an OAuth client through the authorization-code flow. */
+    async clientGrant(user: TestUser, client: { clientId: string; clientSecret: string; redirectUri: string }) {
+      const { code, verifier } = await f.authorizationCode(user, client);
+      const res = await stack.clients.grants.exchangeCode({ clientId: client.clientId, clientSecret: client.clientSecret, code, redirectUri: client.redirectUri, codeVerifier: verifier });
+      return { accessToken: res.token!.accessToken, refreshToken: res.token!.refreshToken, grantId: res.token!.jti };
+    },
+
+    /** The agent principal (act.sub) an access token acts as. */
+    agentOf(token: string): string {
+      return (decodeJwt(token).payload.act as { sub: string }).sub;
+    },
+  };
+  return f;
+}
+
+export type Fixtures = ReturnType<typeof fixtures>;
+
+function createHashB64(verifier: string): string {
+  return createHash("sha256").update(verifier).digest("base64url");
+}
+
+/** A payment request (Connect init shape) on chain base in USD. */
+export function paymentInit(o: { amountCents?: bigint; idempotencyKey?: string } = {}) {
+  return {
+    counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+    amountCents: o.amountCents ?? 100n,
+    currency: "USD",
+    idempotencyKey: o.idempotencyKey ?? `tb-pay-${randomUUID()}`,
+  };
+}
+
+/** The same payment request in proto-loader's wire shape (snake_case). */
+export function paymentWire(o: { amountCents?: number; idempotencyKey?: string } = {}) {
+  return {
+    counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+    amount_cents: String(o.amountCents ?? 100),
+    currency: "USD",
+    idempotency_key: o.idempotencyKey ?? `tb-pay-${randomUUID()}`,
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Replicas: several cores (each with its own gateway and connection pool) on one database.
+
+export interface Replica {
+  core: Core;
+  clients: CoreClients;
+  admin: CoreClients;
+  adminToken: string;
+  url: string;
+  gateway: FastifyInstance;
+  close(): Promise<void>;
+}
+
+/**
+ * One replica of `vaultgate serve` on the PostgreSQL database at `dbUrl`: its own core,
+ * signing key, connection pool and HTTP gateway on 127.0.0.1:0, and the wall clock, so
+ * rows written by different replicas can be ordered in time.
+ */
+export async function startReplica(dbUrl: string, options: { adminToken: string; gatewayToken?: string; poolMax?: number }): Promise<Replica> {
+  const logs = createCapturedLogger();
+  const gatewayToken = options.gatewayToken ?? randomBytes(16).toString("hex");
+  const core = await createCore({
+    db: { url: dbUrl, poolMax: options.poolMax ?? 10 },
+    logger: logs.logger,
+    adminToken: options.adminToken,
+    gatewayToken,
+    issuer: TEST_ISSUER,
+    partnerAudience: TEST_AUDIENCE,
+    clock: () => new Date(),
+    migrate: false,
+    registrationLimitPerMinute: 1_000_000,
+  });
+  const transport = createInProcessTransport(core.routes, core.interceptors);
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${options.adminToken}`);
+    return next(req);
+  };
+  const adminTransport = createRouterTransport(core.routes, { router: { interceptors: core.interceptors }, transport: { interceptors: [auth] } });
+  const gateway = await buildGateway({
+    clients: createCoreClients(transport, { gatewayToken }),
+    logger: logs.logger,
+    urls: { issuer: TEST_ISSUER, baseUrl: TEST_ISSUER, authUrl: TEST_ISSUER, appUrl: TEST_ISSUER, mcpUrl: TEST_ISSUER },
+  });
+  await gateway.listen({ port: 0, host: "127.0.0.1" });
+  const url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
+  return {
+    core,
+    clients: createCoreClients(transport),
+    admin: createCoreClients(adminTransport),
+    adminToken: options.adminToken,
+    url,
+    gateway,
+    async close() {
+      await gateway.close();
+      await core.close();
+    },
+  };
+}
+
+/** POSTs a JSON-RPC body (one message or a batch) with an agent bearer. */
+export async function postJsonRpc(url: string, body: unknown, bearer?: string) {
+  const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+  if (bearer) headers.authorization = `Bearer ${bearer}`;
+  const res = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, text, json: text ? (JSON.parse(text) as any) : undefined };
+}
