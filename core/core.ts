@@ -8,7 +8,7 @@ import { createAuditService } from "./audit/service.js";
 import { createPartnersStore } from "./partners/store.js";
 import { createUsersStore } from "./partners/users-store.js";
 import { createPartnersService } from "./partners/service.js";
-import { createSecretHasher, type ScryptParams } from "./partners/credentials.js";
+import { createSecretHasher, type ScryptParams, type SecretHasherOptions } from "./partners/credentials.js";
 import { createRateLimitStore } from "./rate-limits/store.js";
 import { createGrantsService } from "./grants/service.js";
 import { createHealthService } from "./health.js";
@@ -47,6 +47,10 @@ export interface CoreOptions {
   /** spec 8; configurable for tests and deployments. */
   tokenIssuanceLimitPerMinute?: number;
   scrypt?: ScryptParams;
+  /** Bounds of the shared secret-check queue (docs/partner-token.md); defaults 2 / 16 / 1000 ms. */
+  secretChecks?: Pick<SecretHasherOptions, "maxConcurrent" | "maxQueue" | "maxWaitMs">;
+  /** Failed partner client authentications per client address per minute (docs/partner-token.md); default 20. */
+  tokenFailuresPerAddressPerMinute?: number;
   /** Test-only seam: see AuditStoreOptions. */
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
@@ -104,7 +108,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const keyring = await createKeyring({ signingKey: options.signingKey, dataDir: options.dataDir, db, logger, clock });
     const audit = createAuditStore(db, options.auditFaults);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
-    const secrets = await createSecretHasher({ params: options.scrypt });
+    const secrets = await createSecretHasher({ params: options.scrypt, ...options.secretChecks });
     const outbox = createOutboxStore(db);
     const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
     const resources = createResourcesStore(db);
@@ -163,6 +167,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuer: options.issuer,
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
+        failedAttemptsPerAddressPerMinute: options.tokenFailuresPerAddressPerMinute,
       }),
       budgets,
       partnerResources: createPartnerResourcesService({

@@ -1,4 +1,7 @@
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, createHash, type ScryptOptions } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
 
 /** spec 2.5: `gpc_<slug>_<8 hex chars>`. */
 export function generateClientId(slug: string): string {
@@ -47,13 +50,28 @@ export interface SecretHasherOptions {
   params?: ScryptParams;
   /** At most this many derivations at once; the rest queue (DESIGN 7: keep the thread pool free). */
   maxConcurrent?: number;
+  /** At most this many waiting derivations per lane; one more is shed at once (OVERLOADED). */
+  maxQueue?: number;
+  /** A derivation expected to wait longer than this, or that did, is shed (OVERLOADED). */
+  maxWaitMs?: number;
 }
 
+/**
+ * Which queue a derivation waits in. `priority` is served before `normal` whenever a
+ * slot frees: admin hashing and clients with a recent successful check, so a flood of
+ * anonymous failures (always `normal`) never stands in front of them.
+ */
+export type SecretLane = "normal" | "priority";
+
 export interface SecretHasher {
-  hash(secret: string): Promise<string>;
-  verify(secret: string, stored: string): Promise<boolean>;
+  /** Throws OVERLOADED (with retryAfterSeconds) when the derivation is shed. */
+  hash(secret: string, lane?: SecretLane): Promise<string>;
+  /** Throws OVERLOADED (with retryAfterSeconds) when the check is shed: nothing was decided. */
+  verify(secret: string, stored: string, lane?: SecretLane): Promise<boolean>;
   /** A hash of a random secret: unknown clients are verified against it (spec 5.2). */
   readonly dummyHash: string;
+  /** Derivations running and waiting now (operators' and tests' view of the queue). */
+  load(): { active: number; queued: number; priorityQueued: number };
 }
 
 const KEYLEN = 32;
@@ -61,53 +79,108 @@ const KEYLEN = 32;
 /** Salted scrypt with its parameters stored beside the hash: `scrypt$N$r$p$salt$hash`. */
 export async function createSecretHasher(options: SecretHasherOptions = {}): Promise<SecretHasher> {
   const params = options.params ?? { N: 2 ** 14, r: 8, p: 1 };
-  const gate = createGate(options.maxConcurrent ?? 2);
+  const gate = createGate({ max: options.maxConcurrent ?? 2, maxQueue: options.maxQueue ?? 16, maxWaitMs: options.maxWaitMs ?? 1000 });
 
-  const derive = (secret: string, salt: Buffer, p: ScryptParams) =>
-    gate(
+  const derive = (secret: string, salt: Buffer, p: ScryptParams, lane: SecretLane) =>
+    gate.run(
       () =>
         new Promise<Buffer>((resolve, reject) => {
           const opts: ScryptOptions = { N: p.N, r: p.r, p: p.p, maxmem: 256 * p.N * p.r + 1024 * 1024 };
           scryptCb(secret, salt, KEYLEN, opts, (err, key) => (err ? reject(err) : resolve(key)));
         }),
+      lane,
     );
 
-  const hash = async (secret: string) => {
+  const hash = async (secret: string, lane: SecretLane = "normal") => {
     const salt = randomBytes(16);
-    const key = await derive(secret, salt, params);
+    const key = await derive(secret, salt, params, lane);
     return `scrypt$${params.N}$${params.r}$${params.p}$${salt.toString("base64url")}$${key.toString("base64url")}`;
   };
 
-  const dummyHash = await hash(randomBytes(32).toString("base64url"));
+  const dummyHash = await hash(randomBytes(32).toString("base64url"), "priority");
 
   return {
     hash,
     dummyHash,
-    async verify(secret, stored) {
+    load: () => gate.load(),
+    async verify(secret, stored, lane = "normal") {
       const parts = stored.split("$");
       const [scheme, n, r, p, salt, expected] = parts;
       if (parts.length !== 6 || scheme !== "scrypt" || !salt || !expected) return false;
-      const key = await derive(secret, Buffer.from(salt, "base64url"), { N: Number(n), r: Number(r), p: Number(p) });
+      const key = await derive(secret, Buffer.from(salt, "base64url"), { N: Number(n), r: Number(r), p: Number(p) }, lane);
       const want = Buffer.from(expected, "base64url");
       return want.length === key.length && timingSafeEqual(key, want);
     },
   };
 }
 
-/** A counting semaphore as a function wrapper. */
-function createGate(max: number) {
+interface Waiter {
+  start: () => void;
+  shed: () => void;
+  enqueuedAt: number;
+}
+
+/**
+ * A counting semaphore with two bounded FIFO lanes and load shedding. A caller is refused
+ * at once (OVERLOADED) when its lane is full or when the expected wait (work ahead of it
+ * over the slots, at the observed cost of one derivation) exceeds maxWaitMs; one that
+ * still waited longer than maxWaitMs is refused when its turn comes, without running.
+ */
+function createGate(o: { max: number; maxQueue: number; maxWaitMs: number }) {
   let active = 0;
-  const waiting: (() => void)[] = [];
-  return async <T>(work: () => Promise<T>): Promise<T> => {
-    if (active >= max) await new Promise<void>((resolve) => waiting.push(resolve));
-    else active++;
-    try {
-      return await work();
-    } finally {
-      const next = waiting.shift();
-      if (next) next();
-      else active--;
+  const lanes: Record<SecretLane, Waiter[]> = { priority: [], normal: [] };
+  // Moving average of one derivation's wall time, seeded pessimistically (first calls).
+  let avgMs = 100;
+
+  const overloaded = (waitMs: number): never =>
+    fail(Reason.OVERLOADED, "too many credential checks in progress; retry shortly", {
+      retryAfterSeconds: Math.min(30, Math.max(1, Math.ceil(waitMs / 1000))),
+    });
+
+  const drainEstimate = (ahead: number) => ((ahead + 1) / o.max) * avgMs;
+
+  function next() {
+    for (;;) {
+      const w = lanes.priority.shift() ?? lanes.normal.shift();
+      if (!w) return void active--;
+      if (performance.now() - w.enqueuedAt > o.maxWaitMs) {
+        w.shed();
+        continue;
+      }
+      return w.start();
     }
+  }
+
+  return {
+    load: () => ({ active, queued: lanes.normal.length, priorityQueued: lanes.priority.length }),
+    async run<T>(work: () => Promise<T>, lane: SecretLane): Promise<T> {
+      if (active >= o.max) {
+        const queue = lanes[lane];
+        const ahead = lane === "priority" ? queue.length : lanes.priority.length + queue.length;
+        const expected = drainEstimate(ahead);
+        if (queue.length >= o.maxQueue || expected > o.maxWaitMs) overloaded(expected);
+        await new Promise<void>((resolve, reject) => {
+          queue.push({
+            start: resolve,
+            shed: () => {
+              try {
+                overloaded(drainEstimate(lanes.priority.length + lanes.normal.length));
+              } catch (err) {
+                reject(err);
+              }
+            },
+            enqueuedAt: performance.now(),
+          });
+        });
+      } else active++;
+      const started = performance.now();
+      try {
+        return await work();
+      } finally {
+        avgMs = avgMs * 0.8 + (performance.now() - started) * 0.2;
+        next();
+      }
+    },
   };
 }
 

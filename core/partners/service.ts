@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHmac, randomBytes, randomUUID } from "node:crypto";
 import type { ServiceImpl, HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { PartnersService, PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
@@ -6,7 +6,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PartnerSchema } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { fail, errorDetailOf } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { kClientAddress, kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -21,6 +21,7 @@ import {
   slugFromName,
   type SecretHasher,
 } from "./credentials.js";
+import { createExpiringMap } from "./expiring-map.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES, resolveTokenScopes } from "./scopes.js";
 import { PARTNER_TOKEN_HEADER, PARTNER_TOKEN_TTL_SECONDS, partnerTokenClaims } from "./token-claims.js";
 
@@ -38,11 +39,23 @@ export interface PartnersServiceDeps {
   audience: string;
   /** spec 8: 30 issuances per minute per client, failures included. */
   issuanceLimitPerMinute: number;
+  /**
+   * Failed client authentications per vouched client address per minute, checked before
+   * the per-client limit and before any scrypt work (default 20).
+   */
+  failedAttemptsPerAddressPerMinute?: number;
 }
 
 const ISSUE_ACTION = "partner.token.issue";
 const MAX_CLIENT_ID = 128;
 const MAX_SECRET = 256;
+/** How long a verified secret is remembered (a hit skips scrypt, nothing else). */
+const VERIFIED_TTL_MS = 15 * 60_000;
+/** How long a success from an address puts that client's checks in the priority lane. */
+const RECENT_SUCCESS_TTL_MS = 2 * 60 * 60_000;
+/** How long this process refuses an address the shared counter refused, without asking again. */
+const ADDRESS_BLOCK_MS = 5_000;
+const MEMORY_ENTRIES = 10_000;
 
 const statusName = {
   [PartnerStatus.UNSPECIFIED]: undefined,
@@ -77,6 +90,84 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     });
   }
 
+  const failuresPerAddress = deps.failedAttemptsPerAddressPerMinute ?? 20;
+  // Verified secrets: HMAC(process-random key, client_id, secret) -> the stored hash the
+  // secret verified against. The key proves nothing without the secret and dies with the
+  // process; a hit is honoured only if that hash is still the partner's under the row
+  // lock, so a rotation (new hash) makes every entry for the old secret useless.
+  const cacheKey = randomBytes(32);
+  const verified = createExpiringMap<string>(MEMORY_ENTRIES);
+  const verifiedKey = (clientId: string, secret: string) =>
+    createHmac("sha256", cacheKey).update(clientId).update("\0").update(secret).digest("base64url");
+  // client_id + vouched address -> a recent success: such checks use the priority lane.
+  const recentSuccess = createExpiringMap<true>(MEMORY_ENTRIES);
+  // Addresses the shared failure counter refused a moment ago: refused from memory.
+  const blockedAddresses = createExpiringMap<true>(MEMORY_ENTRIES);
+
+  /** spec 8 / DESIGN 7: count the attempt before any hashing, failures included. */
+  async function countIssuance(ctx: HandlerContext, clientId: string, actor: string) {
+    const limit = await deps.rateLimits.hit(`partner-token:${clientId}`, deps.issuanceLimitPerMinute, 60, deps.clock());
+    if (!limit.allowed) {
+      await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
+      fail(Reason.RATE_LIMITED, "too many token requests", { retryAfterSeconds: 60 });
+    }
+  }
+
+  /**
+   * The scrypt check for a secret not in the verified cache. Order: the address's failure
+   * budget (a slot is reserved, so concurrent attempts cannot overshoot it, and given back
+   * unless the secret turns out wrong) -> the client's spec 8 counter -> the bounded
+   * hasher (OVERLOADED when shed) against the stored hash, or the dummy hash for an
+   * unknown client. Returns the stored hash the secret verified against.
+   */
+  async function checkSecret(ctx: HandlerContext, clientId: string, secret: string, actor: string): Promise<string> {
+    const address = ctx.values.get(kClientAddress);
+    const now = deps.clock();
+    if (blockedAddresses.get(address, now.getTime())) {
+      // Already refused by the shared counter a moment ago; not audited again (one row per
+      // block, below), so a flood costs no database work.
+      fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 });
+    }
+    const failKey = `token-fail-addr:${address}`;
+    const slot = await deps.rateLimits.hit(failKey, failuresPerAddress, 60, now);
+    if (!slot.allowed) {
+      blockedAddresses.set(address, true, now.getTime() + ADDRESS_BLOCK_MS);
+      await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
+      fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 });
+    }
+    let wrongSecret = false;
+    try {
+      await countIssuance(ctx, clientId, actor);
+      // spec 5.2: unknown clients cost the same scrypt derivation as a wrong secret.
+      const candidate = await store.findByClientId(clientId);
+      const recentKey = `${clientId}\0${address}`;
+      let ok: boolean;
+      try {
+        const lane = recentSuccess.get(recentKey, now.getTime()) ? "priority" : "normal";
+        ok = await deps.secrets.verify(secret, candidate?.secretHash ?? deps.secrets.dummyHash, lane);
+      } catch (err) {
+        await auditFailure(ctx, actor, ISSUE_ACTION, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
+        throw err;
+      }
+      if (!candidate || !ok) {
+        wrongSecret = true;
+        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+        fail(Reason.INVALID_CLIENT, "client authentication failed");
+      }
+      const at = deps.clock().getTime();
+      verified.set(verifiedKey(clientId, secret), candidate.secretHash, at + VERIFIED_TTL_MS);
+      recentSuccess.set(recentKey, true, at + RECENT_SUCCESS_TTL_MS);
+      return candidate.secretHash;
+    } finally {
+      // Only a wrong secret (or unknown client) spends the address's budget.
+      if (!wrongSecret) {
+        await deps.rateLimits.release(failKey, now).catch((err: unknown) => {
+          deps.logger.warn({ requestId: ctx.values.get(kRequestId), err: String(err) }, "could not release a failed-attempt slot");
+        });
+      }
+    }
+  }
+
   return {
     async issueToken(req, ctx) {
       const clientId = req.clientId;
@@ -86,29 +177,28 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
         fail(Reason.INVALID_CLIENT, "client authentication failed");
       }
 
-      // spec 8 / DESIGN 7: count the attempt before any hashing, failures included.
-      const limit = await deps.rateLimits.hit(`partner-token:${clientId}`, deps.issuanceLimitPerMinute, 60, deps.clock());
-      if (!limit.allowed) {
-        await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
-        fail(Reason.RATE_LIMITED, "too many token requests", { retryAfterSeconds: 60 });
-      }
-
-      // spec 5.2: unknown clients cost the same scrypt derivation as a wrong secret.
-      const candidate = await store.findByClientId(clientId);
-      const verified = await deps.secrets.verify(req.clientSecret, candidate?.secretHash ?? deps.secrets.dummyHash);
-      if (!candidate || !verified) {
-        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
-        fail(Reason.INVALID_CLIENT, "client authentication failed");
+      // A secret that verified recently skips the address budget and scrypt, nothing else:
+      // the attempt is still counted (spec 8) and decided under the row lock below.
+      const key = verifiedKey(clientId, req.clientSecret);
+      const cachedHash = verified.get(key, deps.clock().getTime());
+      let verifiedHash: string;
+      if (cachedHash !== undefined) {
+        await countIssuance(ctx, clientId, actor);
+        verifiedHash = cachedHash;
+      } else {
+        verifiedHash = await checkSecret(ctx, clientId, req.clientSecret, actor);
       }
 
       try {
         return await db.transaction(async (trx) => {
           // spec 5.2: the row stays locked through the decision and signing, so rotation,
           // entitlement changes and suspension are ordered against this issuance. The
-          // costly derivation ran before the lock; here we confirm it checked the hash
-          // that is current under the lock (a rotation in between fails closed).
+          // costly derivation ran before the lock (or was remembered); here we confirm it
+          // checked the hash that is current under the lock (a rotation in between, or
+          // since the secret was remembered, fails closed).
           const partner = await store.lockByClientId(trx, clientId);
-          if (!partner || !constantTimeEqual(partner.secretHash, candidate.secretHash)) {
+          if (!partner || !constantTimeEqual(partner.secretHash, verifiedHash)) {
+            verified.delete(key);
             fail(Reason.INVALID_CLIENT, "client authentication failed");
           }
           if (partner.status !== "active") {
@@ -151,7 +241,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       const webhookUrl = req.webhookUrl ? checkWebhookUrl(req.webhookUrl) : null;
 
       const clientSecret = generateClientSecret();
-      const secretHash = await deps.secrets.hash(clientSecret);
+      const secretHash = await deps.secrets.hash(clientSecret, "priority");
       const now = deps.clock();
       for (let attempt = 0; attempt < 5; attempt++) {
         const record: PartnerRecord = {
@@ -175,7 +265,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
 
     async rotateSecret(req, ctx) {
       const clientSecret = generateClientSecret();
-      const secretHash = await deps.secrets.hash(clientSecret);
+      const secretHash = await deps.secrets.hash(clientSecret, "priority");
       // spec 5.4: replaces the hash at once; client_id and status unchanged.
       await adminChange(ctx, "partner.rotate_secret", req.clientId, async (trx) => {
         const locked = await store.lockByClientId(trx, req.clientId);

@@ -29,6 +29,23 @@ export function createRateLimitStore(db: Db) {
       const row = (rows as { allowed: boolean; count: number }[])[0]!;
       return { allowed: row.allowed, count: Number(row.count) };
     },
+
+    /**
+     * Takes back one attempt that `hit` counted at `at` (the same `now`), for limits that
+     * count only some outcomes: reserve a slot with `hit` before the work (so concurrent
+     * attempts cannot overshoot the limit), release it when the outcome does not count.
+     */
+    async release(key: string, at: Date): Promise<void> {
+      // Positional bindings: the slice colons must not read as named ones. Arrays built
+      // by `hit` start at index 1.
+      await db.raw(
+        `UPDATE rate_limit_logs AS w
+            SET hits = w.hits[1 : array_position(w.hits, ?::timestamptz) - 1]
+                    || w.hits[array_position(w.hits, ?::timestamptz) + 1 : cardinality(w.hits)]
+          WHERE w.key = ? AND array_position(w.hits, ?::timestamptz) IS NOT NULL`,
+        [at, at, key, at],
+      );
+    },
   };
 }
 

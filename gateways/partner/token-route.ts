@@ -1,13 +1,15 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-import { withRequestId } from "../core-clients.js";
+import type { CoreClients } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
-import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { hasDomainReason, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 
 export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
+  /** Call options vouching for the client address (core limits failed attempts per address). */
+  vouched: CoreClients["vouched"];
   /** Realm of `WWW-Authenticate: Basic` on 401 (spec 7.2). */
   realm: string;
 }
@@ -45,7 +47,10 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
       // Body too large, bad content length and similar edge failures (DESIGN 4.4).
       return sendTokenError(reply, { status: 400, error: "invalid_request", description: "malformed request" }, options.realm);
     }
-    request.log.error({ err }, "token endpoint failure");
+    // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is logged
+    // once, by core, as a one-line "rpc refused" at info; only bugs and an unreachable
+    // core are errors worth a stack here.
+    if (!hasDomainReason(err)) request.log.error({ err }, "token endpoint failure");
     return sendTokenError(reply, oauthErrorFrom(err), options.realm);
   });
 
@@ -56,7 +61,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     const scope = checkGrantType(params.params);
     const token = await options.partners.issueToken(
       { clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope },
-      withRequestId(request.id),
+      options.vouched(request.id, request.ip),
     );
     return reply
       .header("cache-control", "no-store")

@@ -76,9 +76,15 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
   return { ...row, description, retryAfterSeconds: detail.retryAfterSeconds || undefined };
 }
 
+/** True when core refused with a domain reason (an answer, not a failure of ours). */
+export function hasDomainReason(err: unknown): boolean {
+  return err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0;
+}
+
 /** Renders the error; the caller sets surface-specific headers (WWW-Authenticate) first. */
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
-  // spec 7.2 / 8: the wait rides on 429 only.
+  // spec 7.2 / 8: 429 always says how long to wait; a 503 does when core knows (OVERLOADED
+  // sheds with the expected drain time), so clients back off instead of hammering.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds || 60));
   else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
   return reply

@@ -1,0 +1,30 @@
+/**
+ * A small in-memory map whose entries expire at a given time and whose size is capped:
+ * when full, the entry inserted longest ago goes first. Times are caller-supplied epoch
+ * milliseconds so an injected clock drives expiry.
+ */
+export function createExpiringMap<V>(maxEntries: number) {
+  const entries = new Map<string, { value: V; until: number }>();
+  return {
+    get(key: string, now: number): V | undefined {
+      const e = entries.get(key);
+      if (!e) return undefined;
+      if (e.until <= now) {
+        entries.delete(key);
+        return undefined;
+      }
+      return e.value;
+    },
+    set(key: string, value: V, until: number): void {
+      entries.delete(key);
+      if (entries.size >= maxEntries) entries.delete(entries.keys().next().value!);
+      entries.set(key, { value, until });
+    },
+    delete(key: string): void {
+      entries.delete(key);
+    },
+    get size(): number {
+      return entries.size;
+    },
+  };
+}
