@@ -673,7 +673,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     },
 
     async endSession(req) {
-      if (req.sessionToken) await store.endSession(db, sha256Hex(req.sessionToken), deps.clock());
+      // Like every session RPC, only the holder of a live session may end it.
+      await session(req.sessionToken);
+      await store.endSession(db, sha256Hex(req.sessionToken), deps.clock());
       return {};
     },
 

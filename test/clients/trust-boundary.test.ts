@@ -527,11 +527,11 @@ const TABLE: Record<string, Entry> = {
         const g = await c.f.grant(await c.f.user());
         return { req: { refresh_token: g.refreshToken }, md: bearerMd(c.stack.adminToken) };
       }),
-      refused("an operator-issued grant without the operator credential", S.INVALID_ARGUMENT, async (c) => {
+      refused("an operator-issued grant without the operator credential", S.UNAUTHENTICATED, async (c) => {
         const g = await c.f.grant(await c.f.user());
         return { req: { refresh_token: g.refreshToken }, after: () => stillActive(c, g.accessToken) };
       }),
-      refused("an operator-issued grant with a wrong operator token", S.INVALID_ARGUMENT, async (c) => {
+      refused("an operator-issued grant with a wrong operator token", S.UNAUTHENTICATED, async (c) => {
         const g = await c.f.grant(await c.f.user());
         return { req: { refresh_token: g.refreshToken }, md: bearerMd(randomBytes(16).toString("hex")), after: () => stillActive(c, g.accessToken) };
       }),
@@ -540,7 +540,7 @@ const TABLE: Record<string, Entry> = {
         const other = await c.f.oauthClient();
         return { req: { refresh_token: g.refreshToken, client_id: other.clientId, client_secret: other.clientSecret } };
       }),
-      refused("a client's grant without client credentials", S.INVALID_ARGUMENT, async (c) => {
+      refused("a client's grant without client credentials", S.UNAUTHENTICATED, async (c) => {
         const g = await c.f.clientGrant(await c.f.user(), await c.f.oauthClient());
         return { req: { refresh_token: g.refreshToken } };
       }),
