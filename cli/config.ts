@@ -45,6 +45,8 @@ export interface Config {
   partnerResourceLimitPerMinute: number;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
   kycSandboxUrl: string | undefined;
+  /** ALLOWED_ORIGINS: origins besides the four public addresses that browsers and MCP clients may use. */
+  allowedOrigins: string[];
   /** Webhook delivery loop period (ms). */
   webhookPollMs: number;
   /** DESIGN 3: refresh-token reuse grace window, seconds. */
@@ -112,6 +114,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,
+    allowedOrigins: originsSetting(env, "ALLOWED_ORIGINS"),
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
   };
@@ -122,6 +125,28 @@ function intSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, min:
   if (raw === undefined || raw === "") return fallback;
   if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) throw new ConfigError(`${name} must be an integer from ${min} to ${max}`);
   return Number(raw);
+}
+
+/** A comma-separated list of origins (scheme://host[:port], no path). */
+function originsSetting(env: NodeJS.ProcessEnv, name: string): string[] {
+  const raw = env[name];
+  if (!raw) return [];
+  return raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((o) => {
+      let url: URL;
+      try {
+        url = new URL(o);
+      } catch {
+        throw new ConfigError(`${name} must be a comma-separated list of origins such as https://agents.example.com`);
+      }
+      if ((url.protocol !== "http:" && url.protocol !== "https:") || url.origin !== o.replace(/\/+$/, "")) {
+        throw new ConfigError(`${name} must be a comma-separated list of origins such as https://agents.example.com (no path): ${JSON.stringify(o)}`);
+      }
+      return url.origin;
+    });
 }
 
 function urlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): string {

@@ -81,6 +81,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         clients: createCoreClients(transport, { gatewayToken }),
         logger,
         urls: { issuer: config.issuer, baseUrl: config.baseUrl, authUrl: config.authUrl, appUrl: config.appUrl, mcpUrl: config.mcpUrl },
+        allowedOrigins: config.allowedOrigins,
       });
       await gateway.listen({ port: config.port, host: config.host });
     }

@@ -8,8 +8,9 @@ import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
-import { isPagePath, sendBadUrlPage, sendPageNotFound } from "./web/bad-url.js";
-import type { PublicUrls } from "./shared/public-urls.js";
+import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
+import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
+import { createOriginGuard } from "./shared/origin-guard.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -20,7 +21,11 @@ export interface GatewayOptions {
   mcpUrl?: string;
   /** Issuer and the spec's four addresses; enables the agent OAuth and web surfaces. */
   urls?: PublicUrls;
+  /** ALLOWED_ORIGINS: further origins (and hosts) browsers and MCP clients may use. */
+  allowedOrigins?: readonly string[];
 }
+
+const MCP_ENDPOINTS = new Set(MCP_PATHS);
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
 export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
@@ -41,9 +46,30 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 
   // Callback style, not async: this runs on every request, and an async hook costs a
   // promise and a microtask turn each time.
+  const mcpUrl = options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1";
+  const guard = createOriginGuard(options.urls ?? { issuer: mcpUrl, baseUrl: mcpUrl, authUrl: mcpUrl, appUrl: mcpUrl, mcpUrl }, options.allowedOrigins);
   app.addHook("onRequest", (request, reply, done) => {
     reply.header("x-request-id", request.id);
     reply.header("x-content-type-options", "nosniff");
+    // DNS-rebinding and cross-site protection on the MCP endpoints and on every
+    // state-changing browser or registration endpoint: Host and (when sent) Origin must
+    // be ours. Server-to-server endpoints (token, partner API) are not browser-reachable
+    // with credentials and are left alone.
+    const path = request.url.split("?", 1)[0]!;
+    const mcp = MCP_ENDPOINTS.has(path);
+    const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));
+    if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin))) {
+      request.log.info({ host: request.headers.host, origin: request.headers.origin }, "refused a request from a foreign Host or Origin");
+      if (mcp) {
+        const body = { jsonrpc: "2.0", id: null, error: { code: -32600, message: "Forbidden: Host or Origin not allowed", data: { reason_id: "origin_not_allowed", request_id: request.id } } };
+        reply.code(403).header("cache-control", "no-store").type("application/json").send(JSON.stringify(body));
+      } else if (path === "/oauth2/register") {
+        reply.code(403).header("cache-control", "no-store").send({ error: "access_denied", error_description: "Host or Origin not allowed" });
+      } else {
+        sendForbiddenOriginPage(request, reply);
+      }
+      return;
+    }
     done();
   });
 
@@ -64,7 +90,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     await app.register(oauthGateway, { grants: options.clients.grants, vouched: (id, ip) => options.clients.vouched(id, ip), urls: options.urls, realm: "vaultgate-oauth" });
     await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls });
   }
-  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl: options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1" });
+  await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });
   return app;
 }
 

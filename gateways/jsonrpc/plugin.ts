@@ -3,6 +3,7 @@ import { withRequestId, type CoreClients } from "../core-clients.js";
 import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
 import { compileToolSchemas, describeErrors } from "./schemas.js";
 import { TOOLS, type Category, type Tool } from "./tools.js";
+import { MCP_ENDPOINT_SCOPES } from "../shared/public-urls.js";
 
 export interface JsonRpcGatewayOptions {
   clients: CoreClients;
@@ -17,6 +18,27 @@ const ENDPOINTS: Record<string, Category> = { "/mcp/read": "read", "/mcp/write":
 export const PROTOCOL_VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"];
 const BODY_LIMIT = 64 * 1024;
 const ENVELOPE_KEYS = new Set(["jsonrpc", "id", "method", "params"]);
+/** MCP-Protocol-Version values: a date (malformed otherwise). */
+const VERSION_SHAPE = /^\d{4}-\d{2}-\d{2}$/;
+/**
+ * Inside tools/call, these stay JSON-RPC errors: they say who is calling, where, or that
+ * the server failed, not what the tool decided. Every other refusal (arguments, policy,
+ * funds, idempotency, rate limits, contention, a failed provisioning) is a tool result
+ * with isError, so the model sees why (MCP 2025-11-25).
+ */
+const PROTOCOL_REASONS = new Set([
+  "invalid_token",
+  "insufficient_scope",
+  "wrong_endpoint",
+  "unknown_tool",
+  "method_not_found",
+  "invalid_request",
+  "parse_error",
+  "internal_error",
+  "temporarily_unavailable",
+  "auth_unavailable",
+  "audit_unavailable",
+]);
 
 interface Message {
   id: RpcId;
@@ -43,7 +65,15 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   const { clients } = options;
   const validators = compileToolSchemas(TOOLS);
   const toolsByName = new Map(TOOLS.map((t) => [t.name, t]));
-  const challenge = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource"`;
+  // RFC 9728 5.1 / RFC 6750 3: each endpoint points at its own metadata and names only the
+  // scopes its tools need, so clients ask for no more; a presented token that failed
+  // verification also gets error="invalid_token".
+  const challenges = new Map(
+    Object.entries(ENDPOINTS).map(([path]) => {
+      const base = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource${path}", scope="${MCP_ENDPOINT_SCOPES[path]!.join(" ")}"`;
+      return [path, { missing: base, invalid: `${base}, error="invalid_token"` }];
+    }),
+  );
   const toolLists = new Map<Category, unknown[]>(
     (["read", "write", "treasury"] as const).map((c) => [c, TOOLS.filter((t) => t.category === c).map(describeTool)]),
   );
@@ -64,12 +94,12 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   });
 
   for (const [path, category] of Object.entries(ENDPOINTS)) {
-    app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => handle(request, reply, category));
+    app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => handle(request, reply, category, path));
     // Streamable HTTP: we open no server-to-client stream and keep no session.
     app.route({ method: ["GET", "DELETE"], url: path, handler: (_req, reply) => reply.code(405).header("allow", "POST").send() });
   }
 
-  async function handle(request: FastifyRequest, reply: FastifyReply, category: Category) {
+  async function handle(request: FastifyRequest, reply: FastifyReply, category: Category, path: string) {
     const caller: Caller = { requestId: request.id, bearer: bearerOf(request.headers.authorization), unauthorized: false };
     if (request.body === NOT_JSON) {
       const e = new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "unsupported_media_type" });
@@ -83,6 +113,20 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     }
     const batch = Array.isArray(parsed);
     const messages = batch ? (parsed as unknown[]) : [parsed];
+    // MCP transport: a version the client claims must be one we speak (400 otherwise); a
+    // missing header is accepted. initialize itself negotiates, so it is exempt.
+    const version = request.headers["mcp-protocol-version"];
+    if (version !== undefined && !messages.every(isInitialize)) {
+      const v = Array.isArray(version) ? version.at(-1)! : version;
+      if (!PROTOCOL_VERSIONS.includes(v)) {
+        const why = VERSION_SHAPE.test(v) ? "unsupported" : "malformed";
+        const e = new RpcError(RpcCode.INVALID_REQUEST, `Bad Request: ${why} MCP-Protocol-Version (supported: ${PROTOCOL_VERSIONS.join(", ")})`, {
+          reason_id: "unsupported_protocol_version",
+          supported: PROTOCOL_VERSIONS,
+        });
+        return send(reply, 400, [errorReply(null, e, request.id)]);
+      }
+    }
     if (batch && messages.length === 0) {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request" }), request.id)]);
     }
@@ -92,12 +136,15 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
       if (r) replies.push(r);
     }
     const status = caller.unauthorized ? 401 : replies.length === 0 ? 202 : 200;
-    if (caller.unauthorized) reply.header("www-authenticate", challenge);
+    if (caller.unauthorized) reply.header("www-authenticate", caller.bearer ? challenges.get(path)!.invalid : challenges.get(path)!.missing);
     if (replies.length === 0) return reply.code(status).send();
     return send(reply, status, batch ? replies : [replies[0]!], batch);
   }
 
   async function handleOne(raw: unknown, category: Category, caller: Caller): Promise<Reply | undefined> {
+    // A response sent by the client (to a request we never make): accepted and ignored
+    // like a notification, never answered (MCP transport: 202, not an error reply).
+    if (isResponse(raw)) return undefined;
     const envelope = readEnvelope(raw);
     if ("error" in envelope) return errorReply(envelope.id, envelope.error, caller.requestId);
     const msg = envelope.message;
@@ -133,7 +180,14 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
         if (typeof params.name !== "string") return refuse(caller, invalidParams("params.name must be a tool name"));
         const args = params.arguments === undefined ? {} : params.arguments;
         if (!isObject(args)) return refuse(caller, invalidParams("params.arguments must be an object"));
-        const result = await callTool(routeTool(params.name, category, true, caller), args, caller);
+        let result: Record<string, unknown>;
+        try {
+          result = await callTool(routeTool(params.name, category, true, caller), args, caller);
+        } catch (err) {
+          const e = rpcErrorFrom(err);
+          if (e.unauthorized || PROTOCOL_REASONS.has(String(e.data.reason_id))) throw e;
+          return toolError(e, caller.requestId);
+        }
         return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result, isError: false };
       }
       default:
@@ -202,13 +256,36 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
 
 const NOT_JSON = Symbol("not json");
 
+/** What a refused tool call carries in structuredContent: the JSON-RPC error it would have been. */
+const TOOL_ERROR_SCHEMA = {
+  type: "object",
+  properties: {
+    error: {
+      type: "object",
+      properties: { code: { type: "integer" }, message: { type: "string" }, data: { type: "object" } },
+      required: ["code", "message", "data"],
+    },
+  },
+  required: ["error"],
+  additionalProperties: false,
+};
+
+/** A refusal inside tools/call as a tool result the model can read (isError). */
+function toolError(e: RpcError, requestId: string) {
+  const error = e.body(requestId);
+  const text = `Refused: ${error.message} (${String(error.data.reason_id)}). ${JSON.stringify(error.data)}`;
+  return { content: [{ type: "text", text }], structuredContent: { error }, isError: true };
+}
+
 function describeTool(t: Tool) {
+  const { $schema, ...result } = t.outputSchema;
   return {
     name: t.name,
     title: t.title,
     description: t.description,
     inputSchema: t.inputSchema,
-    outputSchema: t.outputSchema,
+    // Both shapes a tools/call answer can take: the tool's result, or a refusal (isError).
+    outputSchema: { $schema, type: "object", anyOf: [result, TOOL_ERROR_SCHEMA] },
     annotations: { title: t.title, ...t.annotations },
     _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, category: t.category },
   };
@@ -228,6 +305,15 @@ function readEnvelope(raw: unknown): { message: Message } | { id: RpcId; error: 
   const extra = Object.keys(raw).filter((k) => !ENVELOPE_KEYS.has(k));
   if (extra.length > 0) return invalid(safeId, `unknown member ${extra[0]}`);
   return { message: { id: safeId, notification: !hasId, method: raw.method, params: raw.params } };
+}
+
+function isInitialize(raw: unknown): boolean {
+  return isObject(raw) && raw.method === "initialize";
+}
+
+/** A JSON-RPC response object: an id and a result or error, and no method. */
+function isResponse(raw: unknown): boolean {
+  return isObject(raw) && raw.jsonrpc === "2.0" && !Object.hasOwn(raw, "method") && Object.hasOwn(raw, "id") && (Object.hasOwn(raw, "result") || Object.hasOwn(raw, "error"));
 }
 
 function nameOf(params: unknown): string | undefined {

@@ -6,7 +6,7 @@ import { formDecode, parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
-import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
+import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -84,10 +84,10 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     reply.header("cache-control", "public, max-age=300").send(asMetadata),
   );
 
-  const protectedResource = (resource: string) => ({
+  const protectedResource = (resource: string, resourceScopes: readonly string[] = scopes) => ({
     resource,
     authorization_servers: [urls.issuer],
-    scopes_supported: scopes,
+    scopes_supported: resourceScopes,
     bearer_methods_supported: ["header"],
     resource_name: "Vaultgate agent tools",
   });
@@ -97,7 +97,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
   // RFC 9728 3.1: the path of the resource follows the well-known suffix.
   for (const path of MCP_PATHS) {
     app.get(`/.well-known/oauth-protected-resource${path}`, async (_request, reply) =>
-      reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl + path)),
+      reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl + path, MCP_ENDPOINT_SCOPES[path])),
     );
   }
 

@@ -18,3 +18,15 @@ export const AGENT_SCOPE_WORDS: Readonly<Record<string, string>> = {
 
 /** MCP endpoints that have protected-resource metadata (DESIGN 4.1, 4.2). */
 export const MCP_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
+
+/**
+ * The scopes each MCP endpoint's tools need (least privilege): what its 401 challenge
+ * and its protected-resource document name, so a client asks for no more. A test checks
+ * this against the tools' own scopes.
+ */
+export const MCP_ENDPOINT_SCOPES: Readonly<Record<string, readonly string[]>> = {
+  "/mcp/read": ["accounts:read", "audit:stream"],
+  "/mcp/write": ["payments:initiate", "payments:simulate"],
+  "/write": ["payments:initiate", "payments:simulate"],
+  "/mcp/treasury": ["agent:budget:create"],
+};

@@ -39,3 +39,12 @@ export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): 
     .type("text/html; charset=utf-8")
     .send(page("Page not found", html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
 }
+
+/** A page request from a foreign Origin or Host (DNS rebinding, cross-site form posts). */
+export function sendForbiddenOriginPage(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  setPageHeaders(reply);
+  return reply
+    .code(403)
+    .type("text/html; charset=utf-8")
+    .send(page("Request refused", html`<div class="card error"><p>This request did not come from a Vaultgate page. Open Vaultgate at its own address and try again.</p></div>`));
+}

@@ -59,16 +59,23 @@ describe("MCP SDK client", () => {
     expect(sim.structuredContent).to.deep.equal({ outcome: "pending_step_up", rule: "step_up_amount" });
     await write.ping();
 
-    // A domain refusal reaches the SDK as a JSON-RPC error with our code.
+    // A domain refusal reaches the model as a tool result with isError: the SDK validates it
+    // against the published outputSchema and does not throw; the text says why.
+    const refused = await write.callTool({
+      name: "payments.initiate",
+      arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 1_001, currency: "USD", idempotency_key: "sdk-pay-0001" },
+    });
+    expect(refused.isError).to.equal(true);
+    const error = (refused.structuredContent as { error: { code: number; message: string; data: Record<string, unknown> } }).error;
+    expect([error.code, error.message, error.data.reason_id, error.data.limit]).to.deep.equal([-32002, "per_tx_cap", "policy_denied", "per_tx_cap"]);
+    expect((refused.content as { type: string; text: string }[])[0]!.text).to.match(/per_tx_cap/);
+    // Authentication problems stay protocol errors the SDK throws.
     try {
-      await write.callTool({
-        name: "payments.initiate",
-        arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 1_001, currency: "USD", idempotency_key: "sdk-pay-0001" },
-      });
-      expect.fail("expected a policy refusal");
+      await write.callTool({ name: "no.such.tool", arguments: {} });
+      expect.fail("expected an unknown-tool error");
     } catch (err) {
       expect(err).to.be.instanceOf(McpError);
-      expect((err as McpError).code).to.equal(-32002);
+      expect((err as McpError).code).to.equal(-32602);
     }
   });
 

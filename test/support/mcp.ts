@@ -43,5 +43,5 @@ export async function postRpc(url: string, body: string | object, headers: Recor
     body: typeof body === "string" ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, any>) : undefined };
+  return { url, status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, any>) : undefined };
 }

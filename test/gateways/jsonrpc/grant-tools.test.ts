@@ -3,7 +3,11 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../support/mcp.js";
 import { ALL_AGENT_SCOPES, createOwner } from "../../support/budgets.js";
 
-const CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource"`;
+/** The 401 challenge of an endpoint: its own metadata and scopes; error="invalid_token" when a token was presented. */
+const challenge = (path: string) => {
+  const scopes: Record<string, string> = { "/mcp/read": "accounts:read audit:stream", "/mcp/write": "payments:initiate payments:simulate", "/mcp/treasury": "agent:budget:create" };
+  return `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource${path}", scope="${scopes[path]}", error="invalid_token"`;
+};
 
 /**
  * Agent tools with real grant tokens from GrantsService (issue 5): expiry, supersession,
@@ -33,7 +37,7 @@ describe("agent tools with real grant tokens", function () {
     postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
   const expect401 = (res: Awaited<ReturnType<typeof call>>) => {
     expect(res.status).to.equal(401);
-    expect(res.headers.get("www-authenticate")).to.equal(CHALLENGE);
+    expect(res.headers.get("www-authenticate")).to.equal(challenge(new URL(res.url).pathname));
     expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32001, "invalid_token"]);
   };
 

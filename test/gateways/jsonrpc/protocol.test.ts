@@ -3,7 +3,8 @@ import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../suppo
 import { createOwner, grantFor, revokeGrant } from "../../support/budgets.js";
 import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
 
-const CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource"`;
+const TREASURY_CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource/mcp/treasury", scope="agent:budget:create"`;
+const READ_CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource/mcp/read", scope="accounts:read audit:stream"`;
 
 describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   let stack: McpStack;
@@ -80,14 +81,17 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer not.a.token" }, { authorization: `Bearer ${revoked}` }]) {
       const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 9, method: "tools/list" }, headers);
       expect(res.status, JSON.stringify(headers)).to.equal(401);
-      expect(res.headers.get("www-authenticate")).to.equal(CHALLENGE);
+      // Each endpoint names its own metadata and only the scopes its tools need; a token
+      // that was presented and refused adds error="invalid_token" (RFC 6750 3.1).
+      const presented = "authorization" in headers && /^Bearer \S/.test(headers.authorization!);
+      expect(res.headers.get("www-authenticate")).to.equal(presented ? `${TREASURY_CHALLENGE}, error="invalid_token"` : TREASURY_CHALLENGE);
       expect(res.json!.id).to.equal(9);
       expect(res.json!.error.code).to.equal(-32001);
       expect(res.json!.error.data.reason_id).to.equal("invalid_token");
     }
     // A notification without a bearer: 401, still no body.
     const note = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", method: "notifications/initialized" });
-    expect([note.status, note.text, note.headers.get("www-authenticate")]).to.deep.equal([401, "", CHALLENGE]);
+    expect([note.status, note.text, note.headers.get("www-authenticate")]).to.deep.equal([401, "", READ_CHALLENGE]);
   });
 
   it("unknown methods are -32601; a tool on another category's endpoint is -32601 wrong_endpoint", async () => {
@@ -133,7 +137,9 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect(create._meta.scope).to.equal("agent:budget:create");
     expect(create.inputSchema.additionalProperties).to.equal(false);
     expect(create.inputSchema.required).to.deep.equal(["purpose", "display_name", "chain_allowlist", "idempotency_key"]);
-    expect(create.outputSchema.required).to.deep.equal(["agent_principal_id", "vault_id", "policy_version", "status", "created_at"]);
+    // The published outputSchema covers both answers of tools/call: the result, or a refusal (isError).
+    expect(create.outputSchema.anyOf[0].required).to.deep.equal(["agent_principal_id", "vault_id", "policy_version", "status", "created_at"]);
+    expect(create.outputSchema.anyOf[1].required).to.deep.equal(["error"]);
   });
 
   it("only POST: GET and DELETE are 405; other content types 415; oversized bodies 413 -32600", async () => {

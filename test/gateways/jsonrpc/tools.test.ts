@@ -199,15 +199,25 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
     });
 
     it("-32002 policy_denied names the limit; -32003 insufficient_funds; simulate names the rule", async () => {
+      // Inside tools/call a refusal is a result the model reads (isError), carrying the
+      // JSON-RPC error it would have been; called directly, the same refusal is that error.
       const denied = await tool("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
-      expect(denied.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
-      expect(denied.json!.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
+      expect(denied.json!.result.isError).to.equal(true);
+      expect(denied.json!.result.structuredContent.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(denied.json!.result.structuredContent.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
+      expect(denied.json!.result.content[0].text).to.match(/per_tx_cap/);
       expect(denied.text).to.not.match(/remaining|allowance/);
+      const direct = await call("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
+      expect(direct.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(direct.json!.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
       const chain = await tool("/write", token, "payments.initiate", pay({ counterparty: { address: "x", chain: "sol", token: "USDC" } }));
-      expect(chain.json!.error.data.limit).to.equal("chain_allowlist");
+      expect(chain.json!.result.structuredContent.error.data.limit).to.equal("chain_allowlist");
+      // Invalid arguments are refusals the model can fix: isError too.
+      const invalid = await tool("/write", token, "payments.initiate", pay({ amount_cents: -1 }));
+      expect([invalid.json!.result.isError, invalid.json!.result.structuredContent.error.code]).to.deep.equal([true, -32602]);
       const broke = await tool("/write", token, "payments.initiate", pay({ amount_cents: 4_000, idempotency_key: key() }));
       expect(broke.json!.result.structuredContent.kind).to.equal("accepted");
-      for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result).to.not.equal(undefined);
+      for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       // Today: 15,000 of the 20,000 daily cap spent.
       const sim = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 5_001 }));
       expect(sim.json!.result).to.deep.equal({ outcome: "denied", rule: "per_day_cap" });
@@ -217,9 +227,10 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       stack.clock.advance(86_400_000);
       // A day later the hour-long access token has expired: the agent refreshes.
       token = await grantFor(stack, child);
-      for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result).to.not.equal(undefined);
+      for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       const funds = await tool("/write", token, "payments.initiate", pay({ amount_cents: 1_001 }));
-      expect([funds.json!.error.code, funds.json!.error.data.reason_id]).to.deep.equal([-32003, "insufficient_funds"]);
+      const fundsError = funds.json!.result.structuredContent.error;
+      expect([funds.json!.result.isError, fundsError.code, fundsError.data.reason_id]).to.deep.equal([true, -32003, "insufficient_funds"]);
     });
 
     it("audit.list pages the agent's records with cursor and since", async () => {

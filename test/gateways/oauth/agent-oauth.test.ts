@@ -68,13 +68,21 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(m.authorization_response_iss_parameter_supported).to.equal(true);
     });
 
-    it("publishes RFC 9728 protected resource metadata for the MCP endpoints", async () => {
-      for (const path of ["", "/mcp/read", "/mcp/write", "/mcp/treasury"]) {
+    it("publishes RFC 9728 protected resource metadata for the MCP endpoints, each listing only its tools' scopes", async () => {
+      const scopes: Record<string, string[]> = {
+        "": ["accounts:read", "payments:initiate", "payments:simulate", "audit:stream", "agent:budget:create"],
+        "/mcp/read": ["accounts:read", "audit:stream"],
+        "/mcp/write": ["payments:initiate", "payments:simulate"],
+        "/write": ["payments:initiate", "payments:simulate"],
+        "/mcp/treasury": ["agent:budget:create"],
+      };
+      for (const path of Object.keys(scopes)) {
         const res = await fetch(`${stack.url}/.well-known/oauth-protected-resource${path}`);
         expect(res.status).to.equal(200);
         const m = (await res.json()) as Record<string, unknown>;
         expect(m.resource).to.equal(stack.url + path);
         expect(m.authorization_servers).to.deep.equal([stack.url]);
+        expect(m.scopes_supported).to.have.members(scopes[path]!);
       }
       expect((await fetch(`${stack.url}/.well-known/oauth-protected-resource/nope`)).status).to.equal(404);
     });

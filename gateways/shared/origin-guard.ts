@@ -1,0 +1,34 @@
+import type { PublicUrls } from "./public-urls.js";
+
+/**
+ * DNS-rebinding and cross-site protection (MCP transport: servers MUST validate Origin).
+ * Allowed: the origins and hosts of the public addresses (BASE_URL, MCP_URL, AUTH_URL,
+ * APP_URL, ISSUER) and of ALLOWED_ORIGINS; and, for Host only, loopback literals
+ * (127.0.0.0/8, ::1, localhost): a rebinding attack reaches us under the attacker's own
+ * name, never under these, and local health checks use them.
+ */
+export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly string[] = []) {
+  const configured = [urls.issuer, urls.baseUrl, urls.mcpUrl, urls.authUrl, urls.appUrl, ...allowedOrigins].map((u) => new URL(u));
+  const origins = new Set(configured.map((u) => u.origin));
+  const hosts = new Set(configured.map((u) => u.host.toLowerCase()));
+  return {
+    /** An absent Origin (non-browser clients) is allowed; a present one must be ours. */
+    originAllowed(origin: string | undefined): boolean {
+      return origin === undefined || origins.has(origin);
+    },
+    hostAllowed(host: string | undefined): boolean {
+      if (!host) return false;
+      const h = host.toLowerCase();
+      if (hosts.has(h)) return true;
+      let hostname: string;
+      try {
+        hostname = new URL(`http://${h}`).hostname;
+      } catch {
+        return false;
+      }
+      return hostname === "localhost" || hostname === "[::1]" || /^127(\.\d{1,3}){3}$/.test(hostname);
+    },
+  };
+}
+
+export type OriginGuard = ReturnType<typeof createOriginGuard>;
