@@ -58,7 +58,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     const path = request.url.split("?", 1)[0]!;
     const mcp = MCP_ENDPOINTS.has(path);
     const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));
-    if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin))) {
+    if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin, request.headers.host))) {
       request.log.info({ host: request.headers.host, origin: request.headers.origin }, "refused a request from a foreign Host or Origin");
       if (mcp) {
         const body = { jsonrpc: "2.0", id: null, error: { code: -32600, message: "Forbidden: Host or Origin not allowed", data: { reason_id: "origin_not_allowed", request_id: request.id } } };

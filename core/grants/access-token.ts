@@ -9,7 +9,8 @@ export const AGENT_TOKEN_HEADER = { typ: "at+jwt" } as const;
 
 export interface AgentTokenClaims {
   iss: string;
-  aud: [string, string];
+  /** MCP_URL first, the exact MCP resources the client asked for, then the vault URN. */
+  aud: string[];
   sub: string;
   client_id: string;
   act: { sub: string };
@@ -36,11 +37,13 @@ export function agentTokenClaims(g: {
   grantId: string;
   issuedAt: Date;
   authTime: Date | null;
+  /** Exact MCP resources the client asked for (RFC 8707), besides mcpUrl. */
+  audiences?: readonly string[];
 }): AgentTokenClaims {
   const iat = Math.floor(g.issuedAt.getTime() / 1000);
   const claims: AgentTokenClaims = {
     iss: g.issuer,
-    aud: [g.mcpUrl, g.vaultUrn],
+    aud: [g.mcpUrl, ...(g.audiences ?? []).filter((a) => a !== g.mcpUrl), g.vaultUrn],
     sub: g.userId,
     client_id: g.clientId,
     act: { sub: g.agentId },

@@ -141,6 +141,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       grantId: g.id,
       issuedAt: g.issuedAt,
       authTime: g.stepUp ? g.authTime : null,
+      audiences: g.audiences,
     });
     let accessToken: string;
     try {
@@ -161,7 +162,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
   async function insertGrant(
     trx: Knex.Transaction,
-    g: Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & { lineageId?: string; parentGrantId?: string },
+    g: Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & { lineageId?: string; parentGrantId?: string; audiences?: string[] },
     refresh: NewRefresh,
   ): Promise<GrantRecord> {
     const id = randomUUID();
@@ -184,6 +185,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       refreshSalt: refresh.salt,
       refreshUsedAt: null,
       successorId: null,
+      audiences: g.audiences ?? [],
     };
     await store.insertGrant(trx, record);
     return record;
@@ -501,6 +503,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           expiresAt: new Date(now.getTime() + CODE_TTL_MS),
           consumedAt: null,
           grantId: null,
+          // RFC 8707: the exact MCP resources asked for become part of the token's audience.
+          audiences: [...new Set(req.request!.resources.filter((x) => mcpResources.has(x) && x !== deps.mcpUrl))],
         });
         await audit(trx, ctx, { actor: `user:${s.userId}`, action: "oauth.consent", subject: r.client.clientId });
       });
@@ -557,6 +561,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           scopes: c.scopes,
           stepUp: c.stepUp,
           authTime: c.authTime,
+          audiences: c.audiences,
         }, refresh);
         await store.consumeCode(trx, c.codeHash, g.id, now);
         await audit(trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });

@@ -43,6 +43,8 @@ export interface GrantRecord {
   refreshSalt: string | null;
   refreshUsedAt: Date | null;
   successorId: string | null;
+  /** MCP resources the client asked for (RFC 8707), named in `aud` besides MCP_URL and the vault URN. */
+  audiences: string[];
 }
 
 export interface CodeRecord {
@@ -59,6 +61,8 @@ export interface CodeRecord {
   expiresAt: Date;
   consumedAt: Date | null;
   grantId: string | null;
+  /** MCP resources named in the authorization request, copied to the grant's `aud`. */
+  audiences: string[];
 }
 
 export interface SessionRecord {
@@ -244,6 +248,7 @@ export function createGrantsStore(db: Db) {
         refresh_used_at: g.refreshUsedAt,
         successor_id: g.successorId,
         state_changed_at: g.issuedAt,
+        audiences: g.audiences,
       });
     },
 
@@ -302,6 +307,7 @@ export function createGrantsStore(db: Db) {
         step_up: c.stepUp,
         auth_time: c.authTime,
         expires_at: c.expiresAt,
+        audiences: c.audiences,
       });
     },
 
@@ -492,6 +498,7 @@ function toGrant(r: Record<string, unknown>): GrantRecord {
     refreshSalt: r.refresh_salt == null ? null : String(r.refresh_salt),
     refreshUsedAt: r.refresh_used_at ? new Date(r.refresh_used_at as string) : null,
     successorId: r.successor_id == null ? null : String(r.successor_id),
+    audiences: textArray(r.audiences),
   };
 }
 
@@ -510,6 +517,7 @@ function toCode(r: Record<string, unknown>): CodeRecord {
     expiresAt: new Date(r.expires_at as string),
     consumedAt: r.consumed_at ? new Date(r.consumed_at as string) : null,
     grantId: r.grant_id == null ? null : String(r.grant_id),
+    audiences: textArray(r.audiences),
   };
 }
 

@@ -12,9 +12,15 @@ export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly str
   const origins = new Set(configured.map((u) => u.origin));
   const hosts = new Set(configured.map((u) => u.host.toLowerCase()));
   return {
-    /** An absent Origin (non-browser clients) is allowed; a present one must be ours. */
-    originAllowed(origin: string | undefined): boolean {
-      return origin === undefined || origins.has(origin);
+    /**
+     * An absent Origin (non-browser clients) is allowed; a present one must be ours, or
+     * the same origin as an allowed Host (our own page, reached by a loopback address).
+     */
+    originAllowed(origin: string | undefined, host: string | undefined): boolean {
+      if (origin === undefined || origins.has(origin)) return true;
+      if (!host || !this.hostAllowed(host)) return false;
+      const h = host.toLowerCase();
+      return origin === `http://${h}` || origin === `https://${h}`;
     },
     hostAllowed(host: string | undefined): boolean {
       if (!host) return false;

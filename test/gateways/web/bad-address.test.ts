@@ -24,7 +24,7 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
     expect(res.headers.get("cache-control")).to.equal("no-store");
     expect(res.headers.get("x-frame-options")).to.equal("DENY");
     expect(res.headers.get("content-security-policy")).to.include("default-src 'none'");
-    expect(res.headers.get("referrer-policy")).to.equal("no-referrer");
+    expect(res.headers.get("referrer-policy")).to.equal("same-origin");
     expect(text).to.match(/^<!doctype html>/);
     expect(text).to.not.include("<script");
     // No framework internals, no echo of the bad input, no stack.
