@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -6,17 +7,45 @@ export interface ReceivedWebhook {
   body: string;
 }
 
-/** A webhook receiver on 127.0.0.1:0 that records deliveries and answers `status()`. */
+export interface HeldRequest {
+  /** Index into `received`. */
+  index: number;
+  /** Answers the held request (default: `status()`). */
+  answer(status?: number): void;
+}
+
+/**
+ * A webhook receiver on 127.0.0.1:0 that records deliveries and answers `status()`.
+ * Its URL has a random path, and only requests to that path are recorded (others get
+ * 404): a partner of an earlier test whose receiver had the same port never shows up here.
+ * While `hold()` is on, each request is recorded at once but answered only when the test
+ * calls `answer()` on it (a slow receiver without timers).
+ */
 export async function startWebhookReceiver(status: () => number = () => 204) {
+  const path = `/hooks/${randomBytes(6).toString("hex")}`;
   const received: ReceivedWebhook[] = [];
+  const held: HeldRequest[] = [];
+  let holding = false;
   let waiters: (() => void)[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      received.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
-      res.statusCode = status();
-      res.end();
+      if (req.url !== path) {
+        res.statusCode = 404;
+        res.end();
+        return;
+      }
+      const index = received.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") }) - 1;
+      let answered = false;
+      const answer = (code = status()) => {
+        if (answered) return;
+        answered = true;
+        res.statusCode = code;
+        res.end();
+      };
+      if (holding) held.push({ index, answer });
+      else answer();
       const w = waiters;
       waiters = [];
       for (const fn of w) fn();
@@ -24,13 +53,28 @@ export async function startWebhookReceiver(status: () => number = () => 204) {
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
+  const release = (code?: number) => {
+    holding = false;
+    for (const h of held.splice(0)) h.answer(code);
+  };
   return {
-    url: `http://127.0.0.1:${port}/hooks`,
+    url: `http://127.0.0.1:${port}${path}`,
     received,
+    /** Requests recorded while holding, in arrival order (answering one leaves it here; `release` empties it). */
+    held,
+    /** From now on, hold requests until answered. */
+    hold() {
+      holding = true;
+    },
+    /** Stops holding and answers every held request with `code` (default `status()`). */
+    release,
     /** Resolves once at least n deliveries arrived (no timers: the test timeout bounds it). */
     async waitFor(n: number) {
       while (received.length < n) await new Promise<void>((resolve) => waiters.push(resolve));
     },
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    close() {
+      release();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
   };
 }

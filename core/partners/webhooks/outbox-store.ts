@@ -59,43 +59,103 @@ export function createOutboxStore(db: Db) {
     },
 
     /**
-     * Claims due deliveries of active partners with a webhook, leasing each until
-     * `leaseUntil`: a worker that dies mid-delivery leaves the event due again after the
-     * lease, so delivery survives a restart. Suspended partners' events stay pending.
+     * Takes up to `limit` delivery lanes: partners that are active, have a webhook and have
+     * a due event, and whose lane no worker holds (or whose holder's lease ran out). A lane
+     * is taken atomically (one upsert), so two replicas never hold the same partner; the
+     * holder sends that partner's events one at a time, in sequence order.
      */
-    async claimDue(now: Date, leaseUntil: Date, limit: number): Promise<DueDelivery[]> {
-      return db.transaction(async (trx) => {
-        const { rows } = await trx.raw(
-          `SELECT e.seq, e.id, e.partner_id, e.type, e.data, e.created_at, e.attempts, p.webhook_url, p.webhook_secret_enc
+    async claimLanes(now: Date, leaseUntil: Date, limit: number): Promise<Lane[]> {
+      const token = randomUUID();
+      const { rows } = await db.raw(
+        `WITH due AS (
+           SELECT e.partner_id, min(e.seq) AS first_seq
              FROM partner_events e JOIN partners p ON p.id = e.partner_id
             WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
               AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL
-            ORDER BY e.seq LIMIT ? FOR UPDATE OF e SKIP LOCKED`,
-          [now, limit],
+              AND NOT EXISTS (SELECT 1 FROM webhook_lanes l WHERE l.partner_id = e.partner_id AND l.leased_until > ?)
+            GROUP BY e.partner_id ORDER BY first_seq LIMIT ?
+         )
+         INSERT INTO webhook_lanes (partner_id, lease_token, leased_until)
+         SELECT partner_id, ?, ? FROM due
+         ON CONFLICT (partner_id) DO UPDATE SET lease_token = EXCLUDED.lease_token, leased_until = EXCLUDED.leased_until
+          WHERE webhook_lanes.leased_until <= ?
+         RETURNING partner_id, lease_token`,
+        [now, now, limit, token, leaseUntil, now],
+      );
+      return (rows as { partner_id: string; lease_token: string }[]).map((r) => ({ partnerId: String(r.partner_id), token: String(r.lease_token) }));
+    },
+
+    /**
+     * The step just before one request, in one transaction: renews the lane (fenced by its
+     * token), reads the partner's status, URL and secret afresh (FOR SHARE, so a status
+     * change being committed is waited for, never missed), and leases the partner's first
+     * due event until `leaseUntil`, counting the attempt. `lost`: another worker holds the
+     * lane now; `stop`: the partner is not active or has no webhook (its events stay
+     * pending, untouched); `idle`: nothing is due.
+     */
+    async leaseNext(lane: Lane, now: Date, leaseUntil: Date): Promise<LeaseStep> {
+      return db.transaction(async (trx) => {
+        const renewed = await trx.raw(`UPDATE webhook_lanes SET leased_until = ? WHERE partner_id = ? AND lease_token = ? RETURNING partner_id`, [
+          leaseUntil,
+          lane.partnerId,
+          lane.token,
+        ]);
+        if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
+        const partner = (
+          await trx.raw(`SELECT status, webhook_url, webhook_secret_enc FROM partners WHERE id = ? FOR SHARE`, [lane.partnerId])
+        ).rows[0] as { status: string; webhook_url: string | null; webhook_secret_enc: string | null } | undefined;
+        if (!partner || partner.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
+        const { rows } = await trx.raw(
+          `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
+            WHERE partner_id = ? AND delivery_state = 'pending' AND next_attempt_at <= ?
+            ORDER BY seq LIMIT 1 FOR UPDATE`,
+          [lane.partnerId, now],
         );
-        const due = (rows as Record<string, unknown>[]).map((r) => ({
-          ...toEvent(r),
-          attempts: Number(r.attempts) + 1,
-          webhookUrl: String(r.webhook_url),
-          webhookSecretEnc: String(r.webhook_secret_enc),
-        }));
-        if (due.length > 0) {
-          await trx.raw(`UPDATE partner_events SET attempts = attempts + 1, next_attempt_at = ? WHERE seq = ANY(?::bigint[])`, [
-            leaseUntil,
-            `{${due.map((d) => d.seq).join(",")}}`,
-          ]);
-        }
-        return due;
+        const row = (rows as Record<string, unknown>[])[0];
+        if (!row) return { kind: "idle" } as const;
+        await trx.raw(`UPDATE partner_events SET attempts = attempts + 1, next_attempt_at = ? WHERE seq = ?`, [leaseUntil, Number(row.seq)]);
+        const delivery: DueDelivery = {
+          ...toEvent(row),
+          attempts: Number(row.attempts) + 1,
+          webhookUrl: partner.webhook_url,
+          webhookSecretEnc: partner.webhook_secret_enc,
+        };
+        return { kind: "deliver", delivery } as const;
       });
     },
 
-    async markDelivered(seq: number, at: Date): Promise<void> {
-      await db.raw(`UPDATE partner_events SET delivery_state = 'delivered', delivered_at = ?, last_error = NULL WHERE seq = ?`, [at, seq]);
+    /** Gives the lane back at once (a no-op if another worker took it meanwhile). */
+    async releaseLane(lane: Lane): Promise<void> {
+      await db.raw(`DELETE FROM webhook_lanes WHERE partner_id = ? AND lease_token = ?`, [lane.partnerId, lane.token]);
     },
 
-    async markRetry(seq: number, next: Date | undefined, error: string): Promise<void> {
-      if (next) await db.raw(`UPDATE partner_events SET next_attempt_at = ?, last_error = ? WHERE seq = ?`, [next, error, seq]);
-      else await db.raw(`UPDATE partner_events SET delivery_state = 'failed', last_error = ? WHERE seq = ?`, [error, seq]);
+    /**
+     * Records a 2xx for attempt `attempt`. False (nothing written) when the event was leased
+     * again since: that attempt's lease ran out and another worker owns the event now.
+     */
+    async markDelivered(seq: number, attempt: number, at: Date): Promise<boolean> {
+      const res = await db.raw(
+        `UPDATE partner_events SET delivery_state = 'delivered', delivered_at = ?, last_error = NULL WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`,
+        [at, seq, attempt],
+      );
+      return (res.rows as unknown[]).length > 0;
+    },
+
+    /** Records a failed attempt (next try at `next`, or `failed` when undefined); fenced like markDelivered. */
+    async markRetry(seq: number, attempt: number, next: Date | undefined, error: string): Promise<boolean> {
+      const res = next
+        ? await db.raw(`UPDATE partner_events SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`, [
+            next,
+            error,
+            seq,
+            attempt,
+          ])
+        : await db.raw(`UPDATE partner_events SET delivery_state = 'failed', last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`, [
+            error,
+            seq,
+            attempt,
+          ]);
+      return (res.rows as unknown[]).length > 0;
     },
 
     async setWebhook(trx: Knex.Transaction, clientId: string, url: string | null, secretEnc: string | null): Promise<boolean> {
@@ -106,6 +166,14 @@ export function createOutboxStore(db: Db) {
 }
 
 export type OutboxStore = ReturnType<typeof createOutboxStore>;
+
+/** A partner's delivery lane held by one worker (see claimLanes). */
+export interface Lane {
+  partnerId: string;
+  token: string;
+}
+
+export type LeaseStep = { kind: "lost" } | { kind: "stop" } | { kind: "idle" } | { kind: "deliver"; delivery: DueDelivery };
 
 function toEvent(r: Record<string, unknown>): PartnerEvent {
   return {

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import type { OutboxStore } from "./outbox-store.js";
+import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
 
 export interface WebhookWorkerOptions {
@@ -14,15 +14,25 @@ export interface WebhookWorkerOptions {
   maxDelayMs?: number;
   /** After this many attempts an event is marked failed. */
   maxAttempts?: number;
-  /** How long a claimed delivery is leased before another worker may retry it. */
+  /**
+   * How long a lease on a partner's lane and on the event being sent lasts; renewed before
+   * every request. Must exceed timeoutMs by LEASE_MARGIN_MS, so a live worker never loses
+   * a lease while its request is on the wire.
+   */
   leaseMs?: number;
   /** Per-request timeout. */
   timeoutMs?: number;
+  /** Events one lane sends before it is given back (the next poll takes it again). */
   batchSize?: number;
+  /** Partners served at once by this worker, each by its own lane. */
+  maxLanes?: number;
 }
 
+/** What a lease must exceed the per-request timeout by (clock skew between replicas, database round trips). */
+export const LEASE_MARGIN_MS = 5_000;
+
 export interface WebhookWorker {
-  /** Delivers every due event once; resolves with how many were attempted. */
+  /** Takes every free lane and works each through (up to batchSize events); resolves with how many deliveries were attempted. */
   runOnce(): Promise<number>;
   /** Stops the loop and waits for the current pass. */
   stop(): Promise<void>;
@@ -33,19 +43,31 @@ export function backoffMs(attempts: number, baseMs: number, maxMs: number): numb
   return Math.min(maxMs, baseMs * 2 ** Math.max(0, attempts - 1));
 }
 
-/** Delivers outbox events with Standard Webhooks signatures and exponential backoff. */
+/**
+ * Delivers outbox events with Standard Webhooks signatures and exponential backoff.
+ *
+ * Each poll takes free lanes (one partner each, held by one worker at a time across all
+ * replicas) and works through each lane on its own, so a slow receiver only ever delays
+ * its own partner. Within a lane, just before each request the worker renews its lease,
+ * reads the partner afresh (active? URL, secret) and leases the first due event; the
+ * result is recorded only if that attempt still owns the event.
+ */
 export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorker {
   const baseMs = options.baseDelayMs ?? 30_000;
   const maxMs = options.maxDelayMs ?? 6 * 3600_000;
   const maxAttempts = options.maxAttempts ?? 12;
-  const leaseMs = options.leaseMs ?? 60_000;
   const timeoutMs = options.timeoutMs ?? 10_000;
+  const leaseMs = options.leaseMs ?? Math.max(60_000, timeoutMs + LEASE_MARGIN_MS);
+  if (leaseMs < timeoutMs + LEASE_MARGIN_MS) throw new Error(`webhook leaseMs must be at least timeoutMs + ${LEASE_MARGIN_MS} ms`);
   const batchSize = options.batchSize ?? 50;
+  const maxLanes = options.maxLanes ?? 32;
+  const { outbox, logger } = options;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<unknown> = Promise.resolve();
+  const running = new Set<Promise<number>>();
 
-  async function deliverOne(d: Awaited<ReturnType<OutboxStore["claimDue"]>>[number]): Promise<void> {
+  async function deliverOne(d: DueDelivery): Promise<void> {
     const now = options.clock();
     const body = JSON.stringify({ type: d.type, timestamp: d.createdAt.toISOString(), data: d.data });
     let error: string;
@@ -60,7 +82,9 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       });
       await res.body?.cancel().catch(() => {});
       if (res.status >= 200 && res.status < 300) {
-        await options.outbox.markDelivered(d.seq, options.clock());
+        if (!(await outbox.markDelivered(d.seq, d.attempts, options.clock()))) {
+          logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook delivered after its lease passed to another attempt; not recorded");
+        }
         return;
       }
       error = `HTTP ${res.status}`;
@@ -68,29 +92,52 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       error = err instanceof Error ? err.name : "delivery error";
     }
     const next = d.attempts >= maxAttempts ? undefined : new Date(now.getTime() + backoffMs(d.attempts, baseMs, maxMs));
-    options.logger.info({ eventId: d.id, attempts: d.attempts, error, gaveUp: !next }, "webhook delivery failed");
-    await options.outbox.markRetry(d.seq, next, error);
+    logger.info({ eventId: d.id, attempts: d.attempts, error, gaveUp: !next }, "webhook delivery failed");
+    if (!(await outbox.markRetry(d.seq, d.attempts, next, error))) {
+      logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
+    }
   }
 
-  async function pass(): Promise<number> {
+  /** Sends one partner's due events in sequence order, one at a time; resolves with the attempts made. */
+  async function runLane(lane: Lane): Promise<number> {
+    let attempted = 0;
+    try {
+      while (attempted < batchSize && !stopped) {
+        const now = options.clock();
+        const step = await outbox.leaseNext(lane, now, new Date(now.getTime() + leaseMs));
+        if (step.kind === "lost") logger.warn({ partnerId: lane.partnerId }, "webhook lane lease ran out; another worker holds it");
+        if (step.kind !== "deliver") break;
+        attempted++;
+        await deliverOne(step.delivery);
+      }
+    } finally {
+      await outbox.releaseLane(lane).catch((err: unknown) => logger.error({ err }, "webhook lane release failed"));
+    }
+    return attempted;
+  }
+
+  /** Takes free lanes and starts them; resolves once they are started, with their completions. */
+  async function claim(): Promise<Promise<number>[]> {
+    const free = maxLanes - running.size;
+    if (stopped || free <= 0) return [];
     const now = options.clock();
-    const due = await options.outbox.claimDue(now, new Date(now.getTime() + leaseMs), batchSize);
-    // One partner's events go out in order; different partners in parallel.
-    const byPartner = new Map<string, typeof due>();
-    for (const d of due) byPartner.set(d.partnerId, [...(byPartner.get(d.partnerId) ?? []), d]);
-    await Promise.all(
-      [...byPartner.values()].map(async (list) => {
-        for (const d of list) await deliverOne(d);
-      }),
-    );
-    return due.length;
+    const lanes = await outbox.claimLanes(now, new Date(now.getTime() + leaseMs), free);
+    return lanes.map((lane) => {
+      const done = runLane(lane).catch((err: unknown) => {
+        logger.error({ err }, "webhook lane failed");
+        return 0;
+      });
+      running.add(done);
+      void done.finally(() => running.delete(done));
+      return done;
+    });
   }
 
   function schedule() {
     if (stopped || options.pollMs <= 0) return;
     timer = setTimeout(() => {
-      current = pass()
-        .catch((err: unknown) => options.logger.error({ err }, "webhook pass failed"))
+      current = claim()
+        .catch((err: unknown) => logger.error({ err }, "webhook pass failed"))
         .finally(schedule);
     }, options.pollMs);
     timer.unref();
@@ -99,14 +146,14 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
 
   return {
     async runOnce() {
-      const run = current.then(() => pass());
-      current = run.catch(() => {});
-      return run;
+      const counts = await Promise.all(await claim());
+      return counts.reduce((a, b) => a + b, 0);
     },
     async stop() {
       stopped = true;
       if (timer) clearTimeout(timer);
       await current.catch(() => {});
+      await Promise.all([...running]);
     },
   };
 }

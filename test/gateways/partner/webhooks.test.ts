@@ -48,7 +48,7 @@ describe("partner webhooks", () => {
 
   it("retries with exponential backoff on the injected clock", async () => {
     let answer = 500;
-    const { stack, receiver, userId } = await setup(() => answer);
+    const { stack, receiver, userId, secret } = await setup(() => answer);
     await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
     await stack.core.webhooks.runOnce();
     expect(mine(receiver.received, userId)).to.have.length(1);
@@ -69,6 +69,9 @@ describe("partner webhooks", () => {
     expect(mine(receiver.received, userId)).to.have.length(3);
     const ids = new Set(mine(receiver.received, userId).map((r) => r.headers["webhook-id"]));
     expect(ids.size).to.equal(1); // the same event id on every attempt
+    // Every attempt is signed afresh (its own timestamp) and verifies.
+    const wh = new Webhook(secret);
+    for (const r of mine(receiver.received, userId)) expect(() => wh.verify(r.body, r.headers as Record<string, string>)).to.not.throw();
   });
 
   it("delivers nothing while the partner is suspended and resumes on reactivation", async () => {
