@@ -18,6 +18,8 @@ export interface TreasuryRoutesOptions {
  * (401); then core authenticates and runs DESIGN 4.4's checks. A body whose shape is
  * wrong (unknown field, wrong type) is passed to core as `body_problem`, so the
  * rejection is authenticated and audited like every other validation failure (spec 4.8).
+ * A batch request refused at the edge is handed to core as `edge_rejection` so it is
+ * audited too (docs/treasury.md).
  */
 export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRoutesOptions) {
   const rpc = options.treasury;
