@@ -112,9 +112,10 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const outbox = createOutboxStore(db);
     const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
     const resources = createResourcesStore(db);
+    const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({
       db,
-      verifier: createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock }),
+      verifier: partnerTokens,
       resources,
       audit,
       clock,
@@ -135,9 +136,11 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       appUrl: options.appUrl ?? options.issuer,
       provisioningLimitPerMinute: options.provisioningLimitPerMinute ?? 10,
       faults: options.budgetFaults,
+      auditFault: options.auditFaults?.appendFault,
+      logger,
     });
     const routes = createRoutes({
-      health: createHealthService({ db, keyring }),
+      health: createHealthService({ db, keyring, audit }),
       audit: createAuditService({ store: audit, cursors }),
       grants: createGrantsService({
         db,
@@ -192,6 +195,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         access: partnerAccess,
         audit,
         clock,
+        tokens: partnerTokens,
         faults: options.treasuryFaults,
       }),
     });

@@ -3,30 +3,83 @@ import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc
 import type { Db } from "./db/knex.js";
 import { migrationsCurrent } from "./db/migrate.js";
 import type { Keyring } from "./keys/keyring.js";
+import type { AuditStore } from "./audit/store.js";
 
 export interface HealthDeps {
   db: Db;
   keyring: Keyring;
+  audit: AuditStore;
 }
 
+/** The readiness checks, each also served as its own health service `vaultgate.<check>`. */
+export const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit"] as const;
+export type ReadinessCheck = (typeof READINESS_CHECKS)[number];
+
+/** Rolls the audit probe's transaction back: the probe leaves no record. */
+class ProbeRollback extends Error {}
+
 /**
- * The standard gRPC health protocol; service "" is overall readiness: database
- * reachable, migrations current, signing key usable.
+ * The standard gRPC health protocol. Service "" (or "vaultgate") is overall readiness:
+ * every check passes. Each check is also its own service, so a caller can name the
+ * failing one: `vaultgate.database` (reachable), `vaultgate.migrations` (current),
+ * `vaultgate.signing_key` (usable), `vaultgate.audit` (an audit record can be written:
+ * one is appended in a transaction that is then rolled back, so nothing stays, though
+ * the record sequence skips a number). Without audit, no read may answer and no change
+ * may commit, so the service is not ready.
  */
 export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health> {
   let migrated = false;
+
+  async function database(): Promise<boolean> {
+    try {
+      await deps.db.raw("SELECT 1");
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async function migrations(): Promise<boolean> {
+    try {
+      // Once current, migrations stay current for this process's code.
+      migrated ||= await migrationsCurrent(deps.db);
+    } catch {
+      return false;
+    }
+    return migrated;
+  }
+
+  async function audit(): Promise<boolean> {
+    try {
+      await deps.db.transaction(async (trx) => {
+        await deps.audit.append(trx, { requestId: "readiness-probe", actor: "health", action: "health.audit_probe", outcome: "success", at: new Date() });
+        throw new ProbeRollback();
+      });
+      return false;
+    } catch (err) {
+      return err instanceof ProbeRollback;
+    }
+  }
+
+  const checks: Record<ReadinessCheck, () => Promise<boolean>> = {
+    database,
+    migrations,
+    signing_key: async () => deps.keyring.current() !== undefined,
+    audit,
+  };
+
   return {
     async check(req) {
-      if (req.service !== "" && req.service !== "vaultgate") return { status: Status.SERVICE_UNKNOWN };
-      try {
-        await deps.db.raw("SELECT 1");
-        // Once current, migrations stay current for this process's code.
-        migrated ||= await migrationsCurrent(deps.db);
-      } catch {
-        return { status: Status.NOT_SERVING };
+      if (req.service === "" || req.service === "vaultgate") {
+        // The database first: without it nothing else can be checked.
+        if (!(await database())) return { status: Status.NOT_SERVING };
+        const results = await Promise.all([checks.migrations(), checks.signing_key(), checks.audit()]);
+        return { status: results.every(Boolean) ? Status.SERVING : Status.NOT_SERVING };
       }
-      const ok = migrated && deps.keyring.current() !== undefined;
-      return { status: ok ? Status.SERVING : Status.NOT_SERVING };
+      const name = req.service.startsWith("vaultgate.") ? req.service.slice("vaultgate.".length) : "";
+      const run = (checks as Record<string, (() => Promise<boolean>) | undefined>)[name];
+      if (!Object.hasOwn(checks, name) || !run) return { status: Status.SERVICE_UNKNOWN };
+      return { status: (await run()) ? Status.SERVING : Status.NOT_SERVING };
     },
   };
 }

@@ -3,6 +3,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Knex } from "knex";
+import type { Logger } from "pino";
 import {
   BudgetsService,
   BudgetStatus,
@@ -34,6 +35,10 @@ export interface BudgetsFaults {
   step?: (name: StepName, phase: "run" | "compensate") => Error | undefined;
   /** Awaited before a step starts, outside any transaction: holds a saga mid-flight. */
   beforeStep?: (name: StepName) => Promise<void>;
+  /** An error replaces the success audit row of the final transaction (it rolls back). */
+  finalAudit?: () => Error | undefined;
+  /** An error fails the final transaction after all of its writes, as a failed COMMIT would. */
+  finalCommit?: () => Error | undefined;
 }
 
 export interface BudgetsServiceDeps {
@@ -54,6 +59,9 @@ export interface BudgetsServiceDeps {
   /** A saga untouched this long is abandoned and reaped (default 300 s). */
   staleProvisioningSeconds?: number;
   faults?: BudgetsFaults;
+  /** Test-only seam, the same one the audit store honours (AuditStoreOptions.appendFault). */
+  auditFault?: () => Error | undefined;
+  logger?: Logger;
 }
 
 export const SCOPES = {
@@ -249,14 +257,76 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         step.state = "compensation_failed";
       }
     }
-    const remaining = await store.existing(db, b);
+    let remaining: string[];
+    try {
+      remaining = await store.existing(db, b);
+    } catch {
+      // Unknown: report every step whose undo did not succeed as still there.
+      remaining = steps.filter((s) => s.state === "done" || s.state === "compensation_failed").map((s) => s.name);
+    }
     const cleanup = remaining.length === 0 ? "complete" : "partial";
     const at = clock();
-    await db.transaction(async (trx) => {
-      await store.updateBudget(trx, b.id, { status: cleanup === "complete" ? "failed" : "cleanup_pending", steps, remaining }, at);
-      await store.releaseClaim(trx, b.parentVaultId, b.id);
-    });
+    try {
+      await db.transaction(async (trx) => {
+        if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+        await store.updateBudget(trx, b.id, { status: cleanup === "complete" ? "failed" : "cleanup_pending", steps, remaining }, at);
+        await store.releaseClaim(trx, b.parentVaultId, b.id);
+      });
+    } catch (err) {
+      if (err instanceof SagaFenced) throw err;
+      // The saga ends here whatever happens: the parent vault must not stay claimed. The
+      // budget keeps status provisioning, so the reaper finishes its bookkeeping later.
+      deps.logger?.error({ err, budgetId: b.id }, "could not record the end of a failed provisioning saga");
+      await store.releaseClaim(db, b.parentVaultId, b.id).catch((releaseErr: unknown) => {
+        deps.logger?.error({ err: releaseErr, budgetId: b.id }, "could not release the parent vault of a failed provisioning saga");
+      });
+    }
     return { steps, cleanup, remaining };
+  }
+
+  /**
+   * Ends a saga that failed after claiming its vault, whatever failed (a step, the final
+   * audit row, the final commit): compensation, then the claim released, then the
+   * failure audited where possible, and always PROVISIONING_FAILED with what is left.
+   * `failed` names the failed step, or "finalize" for the final transaction (reported
+   * after the three resource steps, never stored).
+   */
+  async function failSaga(
+    ctx: HandlerContext,
+    actor: string,
+    b: BudgetRecord,
+    steps: { name: StepName; state: StepState }[],
+    failed: StepName | "finalize",
+    cause: unknown,
+  ): Promise<never> {
+    let provisioning: Awaited<ReturnType<typeof compensate>>;
+    try {
+      provisioning = await compensate(b, steps);
+    } catch (err) {
+      if (err instanceof SagaFenced) fenced();
+      throw err;
+    }
+    try {
+      await audit.append(db, {
+        requestId: ctx.values.get(kRequestId),
+        actor,
+        action: "agent.budget.create",
+        outcome: "failure",
+        reason: `provisioning_failed:${failed}`,
+        subject: b.agentPrincipalId,
+        at: clock(),
+      });
+    } catch (err) {
+      // Nothing of the saga was kept; the agent still needs the cleanup report to retry.
+      deps.logger?.error({ err, budgetId: b.id }, "could not audit a failed provisioning saga");
+    }
+    const reported = failed === "finalize" ? [...provisioning.steps, { name: "finalize", state: "failed" }] : provisioning.steps;
+    return fail(
+      Reason.PROVISIONING_FAILED,
+      failed === "finalize" ? "provisioning could not be committed" : `provisioning step ${failed} failed`,
+      { provisioning: { ...provisioning, steps: reported } },
+      cause,
+    );
   }
 
   /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
@@ -383,15 +453,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         } catch (err) {
           if (err instanceof SagaFenced) fenced();
           step.state = "failed";
-          let provisioning: Awaited<ReturnType<typeof compensate>>;
-          try {
-            provisioning = await compensate(budget, steps);
-          } catch (compensationErr) {
-            if (compensationErr instanceof SagaFenced) fenced();
-            throw compensationErr;
-          }
-          await auditOutside(ctx, actor, "agent.budget.create", "failure", `provisioning_failed:${step.name}`, budget.agentPrincipalId);
-          fail(Reason.PROVISIONING_FAILED, `provisioning step ${step.name} failed`, { provisioning }, err);
+          await failSaga(ctx, actor, budget, steps, step.name, err);
         }
       }
 
@@ -401,17 +463,27 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       let done: BudgetRecord;
       try {
         done = await db.transaction(async (trx) => {
-          if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) fenced();
+          if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
           const current = stillUsable(await store.findGrant(trx, g.id, true));
           const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
           if (active) await store.activatePolicy(trx, budget.vaultId, clock());
           const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
           await store.releaseClaim(trx, budget.parentVaultId, budget.id);
+          const auditFault = faults.finalAudit?.();
+          if (auditFault) throw auditFault;
           await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
+          const commitFault = faults.finalCommit?.();
+          if (commitFault) throw commitFault;
           return b;
         });
       } catch (err) {
-        if (!(err instanceof GrantGone)) throw err;
+        if (err instanceof SagaFenced) fenced();
+        if (!(err instanceof GrantGone)) {
+          // A COMMIT that failed on the wire may still have committed: then it succeeded.
+          const after = await store.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
+          if (after && after.attempt === budget.attempt && (after.status === "draft" || after.status === "active")) return { budget: budgetView(after) };
+          return failSaga(ctx, actor, budget, steps, "finalize", err);
+        }
         await compensate(budget, steps).catch((e: unknown) => {
           if (e instanceof SagaFenced) fenced();
           throw e;
@@ -512,16 +584,31 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return { payment: paymentView(outcome.payment) };
     },
 
-    async simulatePayment(req) {
+    async simulatePayment(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.paymentsSimulate);
       const input = paymentInput(req.payment);
       const now = clock();
-      // One statement reads the grant afresh with everything the decision needs.
-      const context = await store.currentPaymentContext(claims.jti, utcDayStart(now));
+      // One statement reads the grant afresh with everything the decision needs, and
+      // writes the read's audit row when the call will answer (audit before data).
+      const auditFault = deps.auditFault?.();
+      let context: Awaited<ReturnType<typeof store.currentPaymentContext>>;
+      try {
+        context = await store.currentPaymentContext(
+          claims.jti,
+          utcDayStart(now),
+          auditFault ? undefined : { requestId: ctx.values.get(kRequestId), at: now, currency: input.currency },
+        );
+      } catch (err) {
+        // The statement carries the audit INSERT: if it fails, the read is withheld.
+        return fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      }
       const g = usable(context?.grant);
       if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       const { vault, usage, policy } = context;
       if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
+      if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
+      // Every check above passed, so the statement's guarded INSERT must have run.
+      if (!context.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");
       const evaluation: Evaluation = evaluatePayment(
         policy,
         { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
@@ -594,15 +681,17 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return { draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))), pendingPayments: payments.map(paymentView) };
     },
 
-    async getBalance(req) {
+    async getBalance(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.accountsRead);
       const g = usable(await store.findGrant(db, claims.jti));
       const vault = await store.findVault(db, g.vaultId);
       if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      // A read is withheld when its audit row cannot be written.
+      await auditOutside(ctx, actorOf(g), "accounts.balance", "success", "", vault.id);
       return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
     },
 
-    async listGrantAudit(req) {
+    async listGrantAudit(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.auditStream);
       const g = usable(await store.findGrant(db, claims.jti));
       const limit = req.limit === 0 ? 100 : req.limit;
@@ -622,6 +711,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const rows = await audit.list({ afterSeq, limit: limit + 1, actor });
       const page = rows.slice(0, limit);
       const last = page.at(-1);
+      // A read is withheld when its audit row cannot be written. Its actor is not the
+      // stream's own, so polling the stream never feeds it (each poll would list the last).
+      await auditOutside(ctx, `${actor}:audit-reader`, "audit.list", "success", "", g.id);
       return {
         records: page.map((r) => ({
           recordId: String(r.seq),

@@ -168,30 +168,61 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
   };
 }
 
+/** The clock skew allowed on an agent token's expiry (the service's CLOCK_SKEW_MS). */
+const SKEW_SECONDS = 30;
+
+/** One payments.simulate read; `audit` asks for its success row, written when the call answers. */
+interface SimulateRead {
+  grantId: string;
+  dayStart: Date;
+  audit?: { requestId: string; at: Date; currency: string };
+}
+
 /** SQL for budgets, vault policies, provisioning claims, vault balances and agent payments. */
 export function createBudgetsStore(db: Db) {
   // payments.simulate's read: the grant and everything its decision needs, for many
   // concurrent calls in one statement (group commit); each statement's snapshot starts
   // after all of its calls arrived, so a revocation committed before a call is seen.
-  const unlockedContexts = createGroupCommit<{ grantId: string; dayStart: Date }, (PaymentContext & { grant: AgentGrant }) | undefined>(
+  // The same statement inserts each call's success audit row, guarded by the checks the
+  // service makes before answering (grant usable, vault the grant user's, currency):
+  // when it resolves the rows are committed, and a row exists exactly when the call may
+  // answer. A failing INSERT fails the statement, so no read answers unaudited.
+  const unlockedContexts = createGroupCommit<SimulateRead, (PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined>(
     async (keys) => {
       const { rows } = await db.raw(
-        `SELECT k.n, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
-                (SELECT coalesce(sum(amount_cents), 0)::int8
-                   FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime
-           FROM unnest(?::uuid[], ?::timestamptz[]) WITH ORDINALITY AS k(grant_id, day_start, n)
-           JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
-           JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id`,
-        [pgArray(keys.map((k) => k.grantId)), pgArray(keys.map((k) => k.dayStart.toISOString()))],
+        `WITH ctx AS (
+           SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                  p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                  (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
+                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
+                  (SELECT coalesce(sum(amount_cents), 0)::int8
+                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime,
+                  (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${SKEW_SECONDS} seconds' >= k.k_at
+                   AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
+             FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
+                  WITH ORDINALITY AS k(grant_id, day_start, k_audit, k_request_id, k_at, k_currency, n)
+             JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
+             JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id),
+         audited AS (
+           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
+           SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_at
+             FROM ctx WHERE k_audit AND answers ORDER BY n
+           RETURNING seq)
+         SELECT ctx.*, (k_audit AND answers) AS audited FROM ctx`,
+        [
+          pgArray(keys.map((k) => k.grantId)),
+          pgArray(keys.map((k) => k.dayStart.toISOString())),
+          pgArray(keys.map((k) => String(k.audit !== undefined))),
+          pgArray(keys.map((k) => k.audit?.requestId ?? "")),
+          pgArray(keys.map((k) => (k.audit?.at ?? k.dayStart).toISOString())),
+          pgArray(keys.map((k) => k.audit?.currency ?? "")),
+        ],
       );
       const found = new Map<number, Record<string, unknown>>();
       for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, r);
       return keys.map((_, i) => {
         const r = found.get(i);
-        return r ? { ...toPaymentContext(r), grant: toAgentGrant(r) } : undefined;
+        return r ? { ...toPaymentContext(r), grant: toAgentGrant(r), audited: r.audited === true } : undefined;
       });
     },
     { maxBatch: 256, maxInFlight: 2 },
@@ -436,8 +467,12 @@ export function createBudgetsStore(db: Db) {
      * for every call; concurrent calls share one statement (group commit). A non-UUID id
      * names no grant.
      */
-    currentPaymentContext(grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
-      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart }) : Promise.resolve(undefined);
+    currentPaymentContext(
+      grantId: string,
+      dayStart: Date,
+      audit?: SimulateRead["audit"],
+    ): Promise<(PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined> {
+      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit }) : Promise.resolve(undefined);
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {

@@ -6,6 +6,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import {
   BatchSchema,
+  EdgeRejection,
   ItemStatus,
   TreasuryService,
   TreasuryStatus,
@@ -17,6 +18,7 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
+import type { PartnerTokenVerifier } from "../partners/access-token.js";
 import { enqueue } from "../partners/webhooks/outbox-store.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
@@ -40,10 +42,22 @@ export interface TreasuryServiceDeps {
   access: PartnerAccess;
   audit: AuditStore;
   clock: () => Date;
+  /** Names the partner of an edge-rejected request (signature and lifetime only). */
+  tokens: PartnerTokenVerifier;
   faults?: TreasuryFaults;
 }
 
 const BATCH_ACTION = "treasury.batch.execute";
+/** Audit actor of a request whose token proves no partner. */
+const ANONYMOUS = "anonymous";
+
+/** Edge rejections: the audit reason (the gateway's error code) and core's answer. */
+const EDGE_REJECTIONS: Partial<Record<EdgeRejection, { label: string; reason: Reason; message: string }>> = {
+  [EdgeRejection.BODY_TOO_LARGE]: { label: "body_too_large", reason: Reason.INVALID_REQUEST, message: "request body is too large" },
+  [EdgeRejection.INVALID_JSON]: { label: "invalid_json", reason: Reason.INVALID_REQUEST, message: "request body is not valid JSON" },
+  [EdgeRejection.BEARER_MISSING]: { label: "invalid_token", reason: Reason.INVALID_TOKEN, message: "a bearer access token is required" },
+  [EdgeRejection.MALFORMED]: { label: "invalid_request", reason: Reason.INVALID_REQUEST, message: "malformed request" },
+};
 const PAYOUTS_RECEIVE = "payouts:receive";
 const MAX_CENTS = Number.MAX_SAFE_INTEGER;
 
@@ -167,7 +181,20 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async executeBatch(req, ctx) {
-      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout");
+      const subject = req.idempotencyKey.slice(0, 255);
+      if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(ctx, req.accessToken, req.edgeRejection, subject);
+      let caller: PartnerPrincipal;
+      try {
+        caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout");
+      } catch (err) {
+        // The access checks audit their refusals once they know the partner; a token
+        // that proves no partner is audited here, under "anonymous".
+        const reason = errorDetailOf(err)?.reason;
+        if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
+          await appendAudit(db, ctx, { actor: ANONYMOUS, action: BATCH_ACTION, subject, reason: reasonLabel(reason) });
+        }
+        throw err;
+      }
       const partner = { id: caller.partnerId, clientId: caller.clientId };
       const actor = caller.actor;
       try {
@@ -328,6 +355,27 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
       };
     },
   };
+
+  /**
+   * A batch request the gateway refused before reading it: audited under the partner the
+   * token proves, else "anonymous"; answers the gateway's error, or audit_unavailable
+   * when the record could not be written. No rate limit is counted and nothing else of
+   * the request is looked at.
+   */
+  async function rejectAtEdge(ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string): Promise<never> {
+    const edge = EDGE_REJECTIONS[rejection];
+    if (!edge) return fail(Reason.INVALID_REQUEST, "unknown edge_rejection");
+    let actor = ANONYMOUS;
+    if (token !== "") {
+      try {
+        actor = `partner:${(await deps.tokens.verify(token)).clientId}`;
+      } catch {
+        // Unverifiable: the request stays anonymous.
+      }
+    }
+    await appendAudit(db, ctx, { actor, action: BATCH_ACTION, subject, reason: edge.label });
+    return fail(edge.reason, edge.message);
+  }
 
   /**
    * Sorts items into new ones and ones already executed with identical fields; any

@@ -1,10 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { Client } from "@connectrpc/connect";
-import type { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { ConnectError, type Client } from "@connectrpc/connect";
+import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody } from "./resource-context.js";
-import { invalidRequest } from "./resource-envelope.js";
+import { invalidRequest, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
 import { UUID } from "../shared/uuid.js";
 
@@ -18,6 +18,8 @@ export interface TreasuryRoutesOptions {
  * (401); then core authenticates and runs DESIGN 4.4's checks. A body whose shape is
  * wrong (unknown field, wrong type) is passed to core as `body_problem`, so the
  * rejection is authenticated and audited like every other validation failure (spec 4.8).
+ * A batch request refused at the edge is handed to core as `edge_rejection` so it is
+ * audited too (docs/treasury.md).
  */
 export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRoutesOptions) {
   const rpc = options.treasury;
@@ -31,27 +33,38 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     return renderTreasury(res.treasury!);
   });
 
-  app.post("/treasury/payouts", { bodyLimit: BATCH_BODY_LIMIT }, async (request, reply) => {
-    const accessToken = bearerToken(request);
-    noQuery(request);
-    const key = request.headers["idempotency-key"];
-    // Node joins a repeated header with ", ", which core's key rule (visible ASCII, no
-    // spaces) refuses; an array is not one key either.
-    const idempotencyKey = typeof key === "string" ? key : "";
-    let parsed: ReturnType<typeof parseBatchBody>;
-    try {
-      parsed = parseBatchBody(jsonObjectBody(request));
-    } catch (err) {
-      parsed = { ok: false, message: (err as Error).message };
-    }
-    const res = await rpc.executeBatch(
-      parsed.ok
-        ? { accessToken, idempotencyKey, payerEntityId: parsed.payerEntityId, items: parsed.items }
-        : { accessToken, idempotencyKey, bodyProblem: parsed.message },
-      withRequestId(request.id),
-    );
-    if (res.replayed) reply.header("idempotent-replayed", "true");
-    return renderBatch(res.batch!);
+  // The batch endpoint in its own context: a request it refuses at the edge (body too
+  // large, invalid JSON, unreadable, no bearer) is still handed to core, which audits it.
+  await app.register(async (payouts) => {
+    payouts.setErrorHandler(async (err: unknown, request, reply) => {
+      const e = resourceErrorFrom(err);
+      const rejection = err instanceof ConnectError ? undefined : edgeRejectionOf(e);
+      const answer = rejection === undefined ? e : await recordEdgeRejection(rpc, request, rejection, e);
+      if (answer.status >= 500) request.log.error({ err }, "partner resource failure");
+      return sendResourceError(request, reply, answer);
+    });
+
+    payouts.post("/treasury/payouts", { bodyLimit: BATCH_BODY_LIMIT }, async (request, reply) => {
+      const accessToken = bearerToken(request);
+      const idempotencyKey = idempotencyKeyOf(request);
+      // A query parameter, a body that is not a JSON object or has the wrong shape: core
+      // authenticates the caller, audits the rejection and answers invalid_request.
+      let parsed: ReturnType<typeof parseBatchBody>;
+      try {
+        noQuery(request);
+        parsed = parseBatchBody(jsonObjectBody(request));
+      } catch (err) {
+        parsed = { ok: false, message: (err as Error).message };
+      }
+      const res = await rpc.executeBatch(
+        parsed.ok
+          ? { accessToken, idempotencyKey, payerEntityId: parsed.payerEntityId, items: parsed.items }
+          : { accessToken, idempotencyKey, bodyProblem: parsed.message },
+        withRequestId(request.id),
+      );
+      if (res.replayed) reply.header("idempotent-replayed", "true");
+      return renderBatch(res.batch!);
+    });
   });
 
   app.get<{ Params: { id: string; payoutId: string } }>("/users/:id/payouts/:payoutId", async (request) => {
@@ -61,6 +74,54 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     const res = await rpc.getPayout({ accessToken, userId: request.params.id.toLowerCase(), payoutId: request.params.payoutId }, withRequestId(request.id));
     return renderPayout(res.payout!);
   });
+}
+
+/**
+ * Node joins a repeated header with ", ", which core's key rule (visible ASCII, no
+ * spaces) refuses; an array is not one key either.
+ */
+function idempotencyKeyOf(request: FastifyRequest): string {
+  const key = request.headers["idempotency-key"];
+  return typeof key === "string" ? key : "";
+}
+
+/** Which edge rejection a gateway-made error is, if it is one (core's errors never are). */
+function edgeRejectionOf(e: ResourceErrorBody): EdgeRejection | undefined {
+  if (e.code === "body_too_large") return EdgeRejection.BODY_TOO_LARGE;
+  if (e.code === "invalid_json") return EdgeRejection.INVALID_JSON;
+  if (e.code === "invalid_token") return EdgeRejection.BEARER_MISSING;
+  if (e.status >= 400 && e.status < 500) return EdgeRejection.MALFORMED;
+  return undefined;
+}
+
+/**
+ * Hands an edge rejection to core, which audits it (under the partner a well-formed
+ * bearer proves, else "anonymous") and answers an error: the gateway's own answer
+ * stands unless the record could not be written (503 audit_unavailable) or core could
+ * not be asked (then nothing proves the audit: 5xx).
+ */
+async function recordEdgeRejection(
+  rpc: Client<typeof TreasuryService>,
+  request: FastifyRequest,
+  edgeRejection: EdgeRejection,
+  edge: ResourceErrorBody,
+): Promise<ResourceErrorBody> {
+  try {
+    await rpc.executeBatch({ accessToken: lenientBearer(request), idempotencyKey: idempotencyKeyOf(request), edgeRejection }, withRequestId(request.id));
+  } catch (err) {
+    const answer = resourceErrorFrom(err);
+    return answer.status >= 500 ? answer : edge;
+  }
+  return edge;
+}
+
+/** The bearer token if the header carries one, else "" (core then audits "anonymous"). */
+function lenientBearer(request: FastifyRequest): string {
+  try {
+    return bearerToken(request);
+  } catch {
+    return "";
+  }
 }
 
 function noQuery(request: FastifyRequest) {

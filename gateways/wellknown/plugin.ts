@@ -2,6 +2,9 @@ import type { FastifyInstance } from "fastify";
 import { HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 
+/** Core's named readiness checks (health services `vaultgate.<name>`, core/health.ts). */
+const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit"] as const;
+
 export interface WellKnownOptions {
   clients: CoreClients;
 }
@@ -22,9 +25,17 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
 
   app.get("/healthz", async () => ({ status: "ok" }));
 
+  // Ready when core's overall check passes; otherwise each named check is asked, so the
+  // answer says which failed (`failing`: database, migrations, signing_key, audit).
   app.get("/readyz", async (request, reply) => {
     const res = await health.check({ service: "" }, withRequestId(request.id));
-    const ready = res.status === Status.SERVING;
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready" });
+    if (res.status === Status.SERVING) return reply.code(200).send({ status: "ready" });
+    const results = await Promise.all(
+      READINESS_CHECKS.map(async (name) => {
+        const one = await health.check({ service: `vaultgate.${name}` }, withRequestId(request.id)).catch(() => undefined);
+        return { name, ok: one?.status === Status.SERVING };
+      }),
+    );
+    return reply.code(503).send({ status: "not_ready", failing: results.filter((r) => !r.ok).map((r) => r.name) });
   });
 }
