@@ -220,7 +220,7 @@ export const TOOLS: readonly Tool[] = [
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(
-      { cursor: { type: "string", maxLength: 1024 }, since: { type: "string", maxLength: 32 }, limit: { type: "integer", minimum: 1, maximum: 500 } },
+      { cursor: { type: "string", maxLength: 1024 }, since: { type: "string", maxLength: 40 }, limit: { type: "integer", minimum: 1, maximum: 500 } },
       [],
     ),
     outputSchema: object(
