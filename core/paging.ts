@@ -36,3 +36,84 @@ export async function loadInstanceSecret(db: Db, name: string): Promise<Buffer> 
   const value = (rows as { value: Uint8Array }[])[0]!.value;
   return Buffer.from(value);
 }
+
+/**
+ * Feed positions. A change feed (audit records, partner events, a user's transfers) is
+ * ordered by (xid, seq): the id of the transaction that wrote the row (column default
+ * pg_current_xact_id(), migration 0014), then the row's sequence number. A reader returns
+ * a row only once it is settled: its xid is below the oldest transaction still running
+ * (pg_snapshot_xmin of the reading statement's snapshot). Any row that could still commit
+ * belongs to a transaction at or above that horizon, so it sorts after every row already
+ * returned, and a reader that resumes strictly after the last position it was given sees
+ * each committed row exactly once, whatever the commit order. Rows written before 0014
+ * have xid 0 and keep their seq order.
+ */
+export interface FeedPosition {
+  /** Decimal xid8 of the writing transaction. */
+  xid: string;
+  seq: number;
+}
+
+export const FEED_START: FeedPosition = { xid: "0", seq: 0 };
+
+/** Strictly after a position; binds [xid, seq]. Pair with ORDER BY xid, seq. */
+export const FEED_AFTER_SQL = `(xid, seq) > (?::xid8, ?::bigint)`;
+/** Selected with each row: its xid as text and whether it is below the horizon. */
+export const FEED_COLUMNS_SQL = `xid::text AS feed_xid, xid < pg_snapshot_xmin(pg_current_snapshot()) AS feed_settled`;
+/** The horizon itself: every row committed from here on sorts at or after (xid, 0). */
+export const FEED_HORIZON_SQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xid`;
+
+const MAX_XID = (1n << 63n) - 1n;
+
+/** "<xid>.<seq>": the watermark text of a position. */
+export function formatWatermark(p: FeedPosition): string {
+  return `${p.xid}.${p.seq}`;
+}
+
+/** Parses "<xid>.<seq>"; undefined when it is not one. */
+export function parseWatermark(text: string): FeedPosition | undefined {
+  const m = /^(\d{1,19})\.(\d{1,15})$/.exec(text);
+  if (!m) return undefined;
+  const xid = BigInt(m[1]!);
+  if (xid > MAX_XID) return undefined;
+  return { xid: xid.toString(), seq: Number(m[2]) };
+}
+
+/** The xid of a signed cursor/watermark body: absent in those issued before 0014 (xid 0). */
+export function positionXid(value: unknown): string | undefined {
+  if (value === undefined) return "0";
+  if (typeof value !== "string" || !/^\d{1,19}$/.test(value) || BigInt(value) > MAX_XID) return undefined;
+  return BigInt(value).toString();
+}
+
+/** A feed row as read: the caller's row plus its position and whether it is settled. */
+export interface FeedRead<T> {
+  row: T;
+  position: FeedPosition;
+  settled: boolean;
+}
+
+export function toFeedRead<T>(r: Record<string, unknown>, row: T & { seq: number }): FeedRead<T> {
+  return { row, position: { xid: String(r.feed_xid), seq: row.seq }, settled: r.feed_settled === true };
+}
+
+/** Re-reads while settling: 10, 30 then 60 ms, about 0.1 s in all. */
+const SETTLE_DELAYS_MS = [10, 30, 60];
+
+/**
+ * Reads a page of a feed (rows ordered by (xid, seq), each flagged) and
+ * returns its settled prefix with positions. When rows past the horizon were read and the
+ * prefix is short, some older transaction is still open: re-read a few times over about
+ * 0.1 s so a reader normally sees a write that committed just before its request; after
+ * that, what is held back comes on a later call. `settle: false` reads once (a tail that
+ * polls anyway).
+ */
+export async function readSettled<T>(read: () => Promise<FeedRead<T>[]>, settle = true): Promise<{ row: T; position: FeedPosition }[]> {
+  for (let attempt = 0; ; attempt++) {
+    const rows = await read();
+    const held = rows.findIndex((r) => !r.settled);
+    if (held < 0) return rows;
+    if (!settle || attempt >= SETTLE_DELAYS_MS.length) return rows.slice(0, held);
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_DELAYS_MS[attempt]));
+  }
+}

@@ -3,7 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AuditService, Outcome } from "../../gen/vaultgate/audit/v1/audit_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import type { CursorCodec } from "../paging.js";
+import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
 import type { AuditRow, AuditStore } from "./store.js";
 
 export interface AuditServiceDeps {
@@ -18,43 +18,68 @@ const MAX_LIMIT = 500;
 export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof AuditService> {
   const pollMs = deps.tailPollMs ?? 250;
 
-  function parseSince(since: string): number {
-    if (since === "") return 0;
-    if (!/^\d{1,15}$/.test(since)) fail(Reason.INVALID_CURSOR, "since must be a record_id watermark");
-    return Number(since);
-  }
-
   return {
     async listRecords(req) {
       const limit = req.limit === 0 ? 100 : req.limit;
       if (limit > MAX_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_LIMIT}`);
-      let afterSeq = parseSince(req.since);
-      if (req.cursor) {
-        const position = deps.cursors.decode(req.cursor);
-        if (!position || typeof position.a !== "number") fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
-        afterSeq = position.a;
-      }
-      const rows = await deps.store.list({ afterSeq, limit: limit + 1, actor: req.actor, action: req.action, requestId: req.requestId });
+      let after = await auditSince(deps.store, req.since);
+      if (req.cursor) after = auditCursor(deps.cursors, req.cursor, {});
+      const rows = await deps.store.list({ after, limit: limit + 1, actor: req.actor, action: req.action, requestId: req.requestId });
       const page = rows.slice(0, limit);
-      const last = page.at(-1);
+      const last = page.at(-1)?.position;
       return {
-        records: page.map(toProto),
-        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq }) : "",
+        records: page.map((r) => toProto(r.row)),
+        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq, x: last.xid }) : "",
+        watermark: formatWatermark(last ?? after),
       };
     },
 
     async *tailRecords(req, ctx) {
-      let afterSeq = req.since === "" ? await deps.store.maxSeq() : parseSince(req.since);
+      let after = req.since === "" ? await deps.store.horizon() : await auditSince(deps.store, req.since);
       while (!ctx.signal.aborted) {
-        const rows = await deps.store.list({ afterSeq, limit: 100, actor: req.actor, action: req.action });
-        for (const row of rows) {
-          afterSeq = row.seq;
-          yield { record: toProto(row) };
+        // No settling wait: the poll below is the wait.
+        const rows = await deps.store.list({ after, limit: 100, actor: req.actor, action: req.action }, false);
+        for (const { row, position } of rows) {
+          after = position;
+          yield { record: toProto(row), watermark: formatWatermark(position) };
         }
         if (rows.length < 100) await sleep(pollMs, ctx.signal);
       }
     },
   };
+}
+
+/**
+ * Resolves an audit feed's `since`: empty = the beginning, "<xid>.<seq>" = a watermark, or
+ * a bare record_id = strictly after that record (its position is looked up; "0" = the
+ * beginning). A record_id that names no visible record (of `actor`, when given) is
+ * invalid_cursor. See docs/agent-tools.md, audit.list.
+ */
+export async function auditSince(store: AuditStore, since: string, actor?: string): Promise<FeedPosition> {
+  if (since === "") return FEED_START;
+  const watermark = parseWatermark(since);
+  if (watermark) return watermark;
+  if (/^\d{1,15}$/.test(since)) {
+    const seq = Number(since);
+    if (seq === 0) return FEED_START;
+    const position = await store.positionOf(seq, actor);
+    if (position) return position;
+  }
+  return fail(Reason.INVALID_CURSOR, "since must be a watermark or record_id of this feed");
+}
+
+/**
+ * Decodes an audit paging cursor `{a: seq, x: xid, ...binding}`; every `binding` entry
+ * must match. Cursors issued before the feed horizon have no `x` (xid 0).
+ */
+export function auditCursor(cursors: CursorCodec, cursor: string, binding: Record<string, string>): FeedPosition {
+  const position = cursors.decode(cursor);
+  const xid = position ? positionXid(position.x) : undefined;
+  const bound = position !== undefined && Object.entries(binding).every(([k, v]) => position[k] === v);
+  if (!position || !bound || xid === undefined || typeof position.a !== "number" || !Number.isSafeInteger(position.a) || position.a < 0) {
+    return fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
+  }
+  return { xid, seq: position.a };
 }
 
 function toProto(r: AuditRow) {

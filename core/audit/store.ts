@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, FEED_HORIZON_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
 
 export interface AuditEntry {
   requestId: string;
@@ -17,7 +18,8 @@ export interface AuditRow extends Required<Omit<AuditEntry, "at">> {
 }
 
 export interface AuditFilter {
-  afterSeq: number;
+  /** Strictly after this feed position (core/paging.ts). */
+  after: FeedPosition;
   limit: number;
   actor?: string;
   action?: string;
@@ -47,18 +49,37 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
       return Number((rows as { seq: number }[])[0]!.seq);
     },
 
-    async list(filter: AuditFilter): Promise<AuditRow[]> {
-      const q = db("audit_records").where("seq", ">", filter.afterSeq).orderBy("seq").limit(filter.limit);
-      if (filter.actor) q.andWhere("actor", filter.actor);
-      if (filter.action) q.andWhere("action", filter.action);
-      if (filter.requestId) q.andWhere("request_id", filter.requestId);
-      const rows = (await q) as Record<string, unknown>[];
-      return rows.map(toAuditRow);
+    /**
+     * The settled records strictly after `filter.after`, in feed order (xid, seq), each
+     * with its position; `settle: false` does not wait for held-back rows.
+     */
+    async list(filter: AuditFilter, settle = true): Promise<{ row: AuditRow; position: FeedPosition }[]> {
+      return readSettled(async () => {
+        const q = db("audit_records")
+          .select("*", db.raw(FEED_COLUMNS_SQL))
+          .whereRaw(FEED_AFTER_SQL, [filter.after.xid, filter.after.seq])
+          .orderBy([{ column: "xid" }, { column: "seq" }])
+          .limit(filter.limit);
+        if (filter.actor) q.andWhere("actor", filter.actor);
+        if (filter.action) q.andWhere("action", filter.action);
+        if (filter.requestId) q.andWhere("request_id", filter.requestId);
+        const rows = (await q) as Record<string, unknown>[];
+        return rows.map((r) => toFeedRead(r, toAuditRow(r)));
+      }, settle);
     },
 
-    async maxSeq(): Promise<number> {
-      const { rows } = await db.raw(`SELECT coalesce(max(seq), 0)::int8 AS seq FROM audit_records`);
-      return Number((rows as { seq: number }[])[0]!.seq);
+    /** Where "from now" starts: every record that commits later sorts after it. */
+    async horizon(): Promise<FeedPosition> {
+      const { rows } = await db.raw(FEED_HORIZON_SQL);
+      return { xid: String((rows as { xid: string }[])[0]!.xid), seq: 0 };
+    },
+
+    /** The feed position of a visible record (of `actor`, when given), by record_id. */
+    async positionOf(seq: number, actor?: string): Promise<FeedPosition | undefined> {
+      const q = db("audit_records").select(db.raw("xid::text AS xid")).where("seq", seq);
+      if (actor !== undefined) q.andWhere("actor", actor);
+      const r = ((await q) as { xid: string }[])[0];
+      return r ? { xid: r.xid, seq } : undefined;
     },
   };
 }

@@ -17,8 +17,9 @@ import { errorDetailOf, fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
+import { auditCursor, auditSince } from "../audit/service.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
-import type { CursorCodec } from "../paging.js";
+import { formatWatermark, type CursorCodec } from "../paging.js";
 import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
@@ -696,26 +697,19 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = usable(await store.findGrant(db, claims.jti));
       const limit = req.limit === 0 ? 100 : req.limit;
       if (limit > MAX_AUDIT_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_AUDIT_LIMIT}`);
-      let afterSeq = 0;
-      if (req.since !== "") {
-        if (!/^\d{1,15}$/.test(req.since)) fail(Reason.INVALID_CURSOR, "since must be a record_id watermark");
-        afterSeq = Number(req.since);
-      }
       const actor = actorOf(g);
-      if (req.cursor) {
-        const position = deps.cursors.decode(req.cursor);
-        // A cursor is bound to the actor it was issued for.
-        if (!position || typeof position.a !== "number" || position.w !== actor) return fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
-        afterSeq = position.a;
-      }
-      const rows = await audit.list({ afterSeq, limit: limit + 1, actor });
+      // Feed positions (core/paging.ts): a watermark, or a record_id of this actor's feed.
+      let after = await auditSince(audit, req.since, actor);
+      // A cursor is bound to the actor it was issued for.
+      if (req.cursor) after = auditCursor(deps.cursors, req.cursor, { w: actor });
+      const rows = await audit.list({ after, limit: limit + 1, actor });
       const page = rows.slice(0, limit);
-      const last = page.at(-1);
+      const last = page.at(-1)?.position;
       // A read is withheld when its audit row cannot be written. Its actor is not the
       // stream's own, so polling the stream never feeds it (each poll would list the last).
       await auditOutside(ctx, `${actor}:audit-reader`, "audit.list", "success", "", g.id);
       return {
-        records: page.map((r) => ({
+        records: page.map(({ row: r }) => ({
           recordId: String(r.seq),
           action: r.action,
           outcome: r.outcome,
@@ -723,8 +717,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           subject: r.subject,
           createdAt: timestampFromDate(r.createdAt),
         })),
-        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq, w: actor }) : "",
-        watermark: last ? String(last.seq) : String(afterSeq),
+        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq, x: last.xid, w: actor }) : "",
+        watermark: formatWatermark(last ?? after),
       };
     },
 

@@ -12,6 +12,7 @@ import * as m0010 from "./migrations/0010-approval-decline.js";
 import * as m0011 from "./migrations/0011-token-batch-functions.js";
 import * as m0012 from "./migrations/0012-signing-key-lifecycle.js";
 import * as m0013 from "./migrations/0013-refresh-salt.js";
+import * as m0014 from "./migrations/0014-feed-horizon.js";
 import * as m0015 from "./migrations/0015-webhook-leases.js";
 import * as m0016 from "./migrations/0016-grant-audiences.js";
 
@@ -35,6 +36,7 @@ const migrations: Migration[] = [
   { name: "0011-token-batch-functions", ...m0011 },
   { name: "0012-signing-key-lifecycle", ...m0012 },
   { name: "0013-refresh-salt", ...m0013 },
+  { name: "0014-feed-horizon", ...m0014 },
   { name: "0015-webhook-leases", ...m0015 },
   { name: "0016-grant-audiences", ...m0016 },
 ];

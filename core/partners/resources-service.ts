@@ -8,7 +8,7 @@ import { fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
-import type { CursorCodec } from "../paging.js";
+import { FEED_START, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
 import type { KycRecord, LedgerEntry, ResourcesStore, UsAccountRecord } from "./resources-store.js";
@@ -63,36 +63,40 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     return user;
   }
 
-  /** Emits one event per consenting partner, in partner id order (the outbox's lock order). */
+  /** Emits one event per consenting partner, in partner id order. */
   async function emit(trx: Knex.Transaction, userId: string, scope: string, type: EventType, data: Record<string, unknown>) {
     for (const partnerId of await resources.partnersConsenting(trx, userId, scope)) await enqueue(trx, partnerId, type, data, deps.clock());
   }
 
   /**
-   * Resolves paging input to the seq to read after. Cursors and watermarks are signed
-   * and bound to one partner's view of one list (`binding`): anything else is invalid_cursor.
+   * Resolves paging input to the feed position to read after (core/paging.ts). Cursors
+   * and watermarks are signed and bound to one partner's view of one list (`binding`):
+   * anything else is invalid_cursor. Those issued before the feed horizon carry no xid
+   * (`x`) and mean xid 0, the xid of every row written before it.
    */
-  function position(page: Page, binding: string): { afterSeq: number; limit: number } {
+  function position(page: Page, binding: string): { after: FeedPosition; limit: number } {
     const limit = !page || page.limit === 0 ? DEFAULT_LIMIT : page.limit;
     if (limit < 1 || limit > MAX_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_LIMIT}`);
     if (page?.cursor && page.since) fail(Reason.INVALID_REQUEST, "send cursor or since, not both");
     const token = page?.cursor || page?.since;
-    if (!token) return { afterSeq: 0, limit };
+    if (!token) return { after: FEED_START, limit };
     const kind = page?.cursor ? "c" : "w";
     const decoded = deps.cursors.decode(token);
-    if (!decoded || decoded.k !== kind || decoded.b !== binding || typeof decoded.a !== "number" || !Number.isSafeInteger(decoded.a) || decoded.a < 0) {
+    const xid = decoded ? positionXid(decoded.x) : undefined;
+    if (!decoded || xid === undefined || decoded.k !== kind || decoded.b !== binding || typeof decoded.a !== "number" || !Number.isSafeInteger(decoded.a) || decoded.a < 0) {
       fail(Reason.INVALID_CURSOR, kind === "c" ? "cursor is malformed or no longer valid" : "since is not a watermark of this list");
     }
-    return { afterSeq: decoded.a, limit };
+    return { after: { xid, seq: decoded.a }, limit };
   }
 
-  function pageOut<T extends { seq: number }>(rows: T[], limit: number, afterSeq: number, binding: string) {
+  function pageOut<T>(rows: { row: T; position: FeedPosition }[], limit: number, after: FeedPosition, binding: string) {
     const page = rows.slice(0, limit);
-    const last = page.at(-1);
+    const last = page.at(-1)?.position;
+    const at = last ?? after;
     return {
-      page,
-      nextCursor: rows.length > limit && last ? deps.cursors.encode({ k: "c", b: binding, a: last.seq }) : "",
-      watermark: deps.cursors.encode({ k: "w", b: binding, a: last ? last.seq : afterSeq }),
+      page: page.map((r) => r.row),
+      nextCursor: rows.length > limit && last ? deps.cursors.encode({ k: "c", b: binding, a: last.seq, x: last.xid }) : "",
+      watermark: deps.cursors.encode({ k: "w", b: binding, a: at.seq, x: at.xid }),
     };
   }
 
@@ -179,9 +183,9 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     async listTransfers(req, ctx) {
       const principal = await access.authorize(ctx, { token: req.accessToken, operation: "transfers.read", userId: req.userId, scope: "transfers:read" });
       const binding = `t:${principal.partnerId}:${req.userId}`;
-      const { afterSeq, limit } = position(req.page, binding);
-      const rows = await resources.listLedger(db, req.userId, afterSeq, limit + 1);
-      const out = pageOut(rows, limit, afterSeq, binding);
+      const { after, limit } = position(req.page, binding);
+      const rows = await resources.listLedger(db, req.userId, after, limit + 1);
+      const out = pageOut(rows, limit, after, binding);
       // Paging input is validated before the audit row: a refused cursor reads nothing.
       await access.audited(ctx, principal, "transfers.read", req.userId);
       return { data: out.page.map(transferOut), nextCursor: out.nextCursor, watermark: out.watermark };
@@ -190,9 +194,9 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     async listEvents(req, ctx) {
       const principal = await access.authorize(ctx, { token: req.accessToken, operation: "events.read" });
       const binding = `e:${principal.partnerId}`;
-      const { afterSeq, limit } = position(req.page, binding);
-      const rows = await deps.outbox.list(db, principal.partnerId, afterSeq, limit + 1);
-      const out = pageOut(rows, limit, afterSeq, binding);
+      const { after, limit } = position(req.page, binding);
+      const rows = await deps.outbox.list(db, principal.partnerId, after, limit + 1);
+      const out = pageOut(rows, limit, after, binding);
       await access.audited(ctx, principal, "events.read", "");
       return {
         data: out.page.map((e) => ({ eventId: e.id, type: e.type, createdAt: e.createdAt.toISOString(), dataJson: JSON.stringify(e.data) })),

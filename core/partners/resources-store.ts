@@ -2,6 +2,7 @@ import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { batchFunction } from "../db/sql.js";
+import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -208,11 +209,11 @@ export function createResourcesStore(db: Db) {
     },
 
     /**
-     * Appends a ledger entry. Writers of one user are serialised until commit, so seq
-     * order equals commit order per user and paging never skips a late-committing row.
+     * Appends a ledger entry. The row records its transaction's id (migration 0014) and the
+     * transfers feed reads up to the commit horizon (core/paging.ts), so a late-committing
+     * entry still reaches every reader exactly once; writers take no feed lock.
      */
     async insertLedgerEntry(trx: Knex.Transaction, e: Omit<LedgerEntry, "seq">): Promise<LedgerEntry> {
-      await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, [`ledger:${e.userId}`]);
       const { rows } = await trx.raw(
         `INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
@@ -221,9 +222,15 @@ export function createResourcesStore(db: Db) {
       return toLedger((rows as Record<string, unknown>[])[0]!);
     },
 
-    async listLedger(conn: Conn, userId: string, afterSeq: number, limit: number): Promise<LedgerEntry[]> {
-      const { rows } = await conn.raw(`SELECT * FROM ledger_entries WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?`, [userId, afterSeq, limit]);
-      return (rows as Record<string, unknown>[]).map(toLedger);
+    /** The user's settled entries strictly after `after`, in feed order (core/paging.ts). */
+    async listLedger(conn: Conn, userId: string, after: FeedPosition, limit: number): Promise<{ row: LedgerEntry; position: FeedPosition }[]> {
+      return readSettled(async () => {
+        const { rows } = await conn.raw(
+          `SELECT *, ${FEED_COLUMNS_SQL} FROM ledger_entries WHERE user_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?`,
+          [userId, after.xid, after.seq, limit],
+        );
+        return (rows as Record<string, unknown>[]).map((r) => toFeedRead(r, toLedger(r)));
+      });
     },
   };
 }

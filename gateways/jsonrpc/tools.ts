@@ -216,11 +216,11 @@ export const TOOLS: readonly Tool[] = [
     scope: "audit:stream",
     auth: "bearer",
     title: "List Audit Records",
-    description: "Pages through the audit records of the grant's agent, oldest first; save `watermark` to resume with `since`.",
+    description: "Pages through the audit records of the grant's agent, oldest transaction first; save `watermark` and resume with `since` to get each record exactly once.",
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(
-      { cursor: { type: "string", maxLength: 1024 }, since: { type: "string", maxLength: 32 }, limit: { type: "integer", minimum: 1, maximum: 500 } },
+      { cursor: { type: "string", maxLength: 1024 }, since: { type: "string", maxLength: 40 }, limit: { type: "integer", minimum: 1, maximum: 500 } },
       [],
     ),
     outputSchema: object(

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
+import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../../paging.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -27,9 +28,9 @@ export interface DueDelivery extends PartnerEvent {
  * GET /events feed). Call it inside the transaction of the change it reports, so the
  * event exists exactly when the change does.
  *
- * Events of one partner are serialised until commit (advisory lock), so seq order is
- * commit order and the feed never skips a row. A transaction that enqueues for several
- * partners must do so in ascending partner id order (no deadlocks).
+ * The row records its transaction's id (column default, migration 0014) and the feed reads
+ * up to the commit horizon (core/paging.ts), so writers take no lock: a row that commits
+ * late still reaches every reader exactly once.
  */
 export async function enqueue(
   trx: Knex.Transaction,
@@ -38,7 +39,6 @@ export async function enqueue(
   data: Record<string, unknown>,
   at: Date,
 ): Promise<{ eventId: string; seq: number }> {
-  await trx.raw(`SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, [`events:${partnerId}`]);
   const id = randomUUID();
   const { rows } = await trx.raw(
     `INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at) VALUES (?, ?, ?, ?::jsonb, ?, ?) RETURNING seq`,
@@ -50,12 +50,16 @@ export async function enqueue(
 /** Reads and delivery bookkeeping of the outbox. */
 export function createOutboxStore(db: Db) {
   return {
-    async list(conn: Conn, partnerId: string, afterSeq: number, limit: number): Promise<PartnerEvent[]> {
-      const { rows } = await conn.raw(
-        `SELECT seq, id, partner_id, type, data, created_at FROM partner_events WHERE partner_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-        [partnerId, afterSeq, limit],
-      );
-      return (rows as Record<string, unknown>[]).map(toEvent);
+    /** The partner's settled events strictly after `after`, in feed order (core/paging.ts). */
+    async list(conn: Conn, partnerId: string, after: FeedPosition, limit: number): Promise<{ row: PartnerEvent; position: FeedPosition }[]> {
+      return readSettled(async () => {
+        const { rows } = await conn.raw(
+          `SELECT seq, id, partner_id, type, data, created_at, ${FEED_COLUMNS_SQL} FROM partner_events
+            WHERE partner_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?`,
+          [partnerId, after.xid, after.seq, limit],
+        );
+        return (rows as Record<string, unknown>[]).map((r) => toFeedRead(r, toEvent(r)));
+      });
     },
 
     /**

@@ -13,14 +13,15 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/audit/v1/audit.proto.
  */
 export const file_vaultgate_audit_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIlwKE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCSJCChJUYWlsUmVjb3Jkc1JlcXVlc3QSDQoFc2luY2UYASABKAkSDQoFYWN0b3IYAiABKAkSDgoGYWN0aW9uGAMgASgJIkYKE1RhaWxSZWNvcmRzUmVzcG9uc2USLwoGcmVjb3JkGAEgASgLMh8udmF1bHRnYXRlLmF1ZGl0LnYxLkF1ZGl0UmVjb3JkKkwKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhMKD09VVENPTUVfU1VDQ0VTUxABEhMKD09VVENPTUVfRkFJTFVSRRACMtwBCgxBdWRpdFNlcnZpY2USZAoLTGlzdFJlY29yZHMSJi52YXVsdGdhdGUuYXVkaXQudjEuTGlzdFJlY29yZHNSZXF1ZXN0GicudmF1bHRnYXRlLmF1ZGl0LnYxLkxpc3RSZWNvcmRzUmVzcG9uc2UiBIi1GAESZgoLVGFpbFJlY29yZHMSJi52YXVsdGdhdGUuYXVkaXQudjEuVGFpbFJlY29yZHNSZXF1ZXN0GicudmF1bHRnYXRlLmF1ZGl0LnYxLlRhaWxSZWNvcmRzUmVzcG9uc2UiBIi1GAEwAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIm8KE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiQgoSVGFpbFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCSJZChNUYWlsUmVjb3Jkc1Jlc3BvbnNlEi8KBnJlY29yZBgBIAEoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBIRCgl3YXRlcm1hcmsYAiABKAkqTAoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASEwoPT1VUQ09NRV9TVUNDRVNTEAESEwoPT1VUQ09NRV9GQUlMVVJFEAIy3AEKDEF1ZGl0U2VydmljZRJkCgtMaXN0UmVjb3JkcxImLnZhdWx0Z2F0ZS5hdWRpdC52MS5MaXN0UmVjb3Jkc1JlcXVlc3QaJy52YXVsdGdhdGUuYXVkaXQudjEuTGlzdFJlY29yZHNSZXNwb25zZSIEiLUYARJmCgtUYWlsUmVjb3JkcxImLnZhdWx0Z2F0ZS5hdWRpdC52MS5UYWlsUmVjb3Jkc1JlcXVlc3QaJy52YXVsdGdhdGUuYXVkaXQudjEuVGFpbFJlY29yZHNSZXNwb25zZSIEiLUYATABYgZwcm90bzM", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.audit.v1.AuditRecord
  */
 export type AuditRecord = Message<"vaultgate.audit.v1.AuditRecord"> & {
   /**
-   * Opaque, ordered position of the record; usable as a `since` watermark.
+   * The record's sequence number. Feeds are ordered by commit horizon, not by record_id;
+   * a record_id is still accepted as `since` (strictly after that record).
    *
    * @generated from field: string record_id = 1;
    */
@@ -89,7 +90,7 @@ export type ListRecordsRequest = Message<"vaultgate.audit.v1.ListRecordsRequest"
   cursor: string;
 
   /**
-   * A record_id watermark: only records strictly after it.
+   * A `watermark` from a previous response (or a record_id): only records after it.
    *
    * @generated from field: string since = 2;
    */
@@ -144,6 +145,14 @@ export type ListRecordsResponse = Message<"vaultgate.audit.v1.ListRecordsRespons
    * @generated from field: string next_cursor = 2;
    */
   nextCursor: string;
+
+  /**
+   * Position of the last record returned (or the given one): pass it as `since` to get
+   * every record committed after, each exactly once. Opaque, "<xid>.<seq>".
+   *
+   * @generated from field: string watermark = 3;
+   */
+  watermark: string;
 };
 
 /**
@@ -158,7 +167,7 @@ export const ListRecordsResponseSchema: GenMessage<ListRecordsResponse> = /*@__P
  */
 export type TailRecordsRequest = Message<"vaultgate.audit.v1.TailRecordsRequest"> & {
   /**
-   * A record_id watermark: start strictly after it; empty starts at the newest record.
+   * A watermark (or a record_id): start strictly after it; empty starts from now.
    *
    * @generated from field: string since = 1;
    */
@@ -190,6 +199,13 @@ export type TailRecordsResponse = Message<"vaultgate.audit.v1.TailRecordsRespons
    * @generated from field: vaultgate.audit.v1.AuditRecord record = 1;
    */
   record?: AuditRecord | undefined;
+
+  /**
+   * Position of this record: resume a tail with `since` = the last one received.
+   *
+   * @generated from field: string watermark = 2;
+   */
+  watermark: string;
 };
 
 /**
