@@ -21,6 +21,7 @@ const table = {
   [Reason.INTERNAL]: SERVER_ERROR,
   [Reason.RATE_LIMITED]: { status: 429, error: "rate_limited" },
   [Reason.OVERLOADED]: { status: 503, error: "temporarily_unavailable" },
+  [Reason.UNAVAILABLE]: { status: 503, error: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: SERVER_ERROR,
   [Reason.ADMIN_UNAUTHENTICATED]: SERVER_ERROR,
   [Reason.INVALID_CLIENT]: { status: 401, error: "invalid_client" },

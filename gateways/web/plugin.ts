@@ -71,6 +71,7 @@ const pageTable = {
   [Reason.INTERNAL]: GENERIC,
   [Reason.RATE_LIMITED]: { status: 429, title: "Too many attempts" },
   [Reason.OVERLOADED]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: GENERIC,
   [Reason.ADMIN_UNAUTHENTICATED]: GENERIC,
   [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
@@ -226,6 +227,8 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       return ctx.send(reply, 500, "Something went wrong", html`<div class="card error"><p>Please try again. Reference: <code>${request.id}</code></p></div>`);
     }
     const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
+    const retryAfter = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds : undefined;
+    if (row.status === 503 && retryAfter) reply.header("retry-after", String(retryAfter));
     return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`);
   });
 
