@@ -31,7 +31,7 @@ export function textProblem(s: string): string | undefined {
 }
 
 export interface BadText {
-  /** Where: `a.b[2].c` (field names as the caller sent them; a bad name itself is `(a field name)`). */
+  /** Where: `a.b[2].c` (field names as the caller sent them; for a bad field name, the object holding it). */
   path: string;
   problem: string;
   /** "<path> <problem>", ready for an error message. */
@@ -42,7 +42,7 @@ export interface BadText {
 export function findBadText(value: unknown, path = ""): BadText | undefined {
   if (typeof value === "string") {
     const problem = textProblem(value);
-    return problem ? bad(path || "value", problem) : undefined;
+    return problem ? bad(path || "the body", problem) : undefined;
   }
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
@@ -69,7 +69,7 @@ export function findBadText(value: unknown, path = ""): BadText | undefined {
 
 function checkEntry(key: string, v: unknown, path: string): BadText | undefined {
   const keyProblem = textProblem(key);
-  if (keyProblem) return bad(path ? `${path}: a field name` : "a field name", keyProblem);
+  if (keyProblem) return bad(path || "the body", `has a field name that ${keyProblem}`);
   return findBadText(v, path ? `${path}.${key}` : key);
 }
 

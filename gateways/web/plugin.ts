@@ -135,9 +135,11 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     setPageHeaders(reply);
   });
   // A query that is not percent-encoded UTF-8 cannot be read reliably (fastify's parser
-  // and URLSearchParams both guess), so no parameter of it is trusted: a 400 page.
+  // and URLSearchParams both guess), so no parameter of it is trusted: a 400 page. So is
+  // an encoded NUL anywhere in the address (no text we keep may hold one); decoding cannot
+  // yield an unpaired surrogate, since those are not UTF-8.
   app.addHook("onRequest", async (request) => {
-    if (!wellFormedQuery(request.url)) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
+    if (!wellFormedQuery(request.url) || /%00/.test(request.url)) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
   });
 
   const cookie = (name: string, value: string, maxAge: number) =>
@@ -156,7 +158,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
       if (type !== FORM_TYPE || typeof request.body !== "string") throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
       const parsed = parseForm(request.body);
-      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", parsed.message === "malformed form body" ? "The form could not be read." : `The form field ${parsed.message}.`);
       const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
       if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
       const body = request.body;
