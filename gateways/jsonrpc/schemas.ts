@@ -6,8 +6,8 @@ import { findBadText } from "../shared/text.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect of spec 9, with date-time exactly as spec 2.1 defines it. */
 export function createSchemaAjv(): Ajv2020 {
-  // unicode (Ajv's default, spelled out): maxLength/minLength count code points, as the spec's limits mean.
-  const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false, unicode: true });
+  // Ajv's minLength/maxLength count code points (always, in Ajv 8), as the spec's limits mean.
+  const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false });
   ajv.addFormat("date-time", { type: "string", validate: isDateTime });
   ajv.addFormat("uuid", { type: "string", validate: (s: string) => UUID.test(s) });
   ajv.addFormat("uri", {
