@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
-import { errorDetailOf, fail } from "./errors.js";
+import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { constantTimeEqual } from "./partners/credentials.js";
 import { UUID } from "./uuid.js";
@@ -60,16 +60,20 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
 const OUTAGE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "53400"]);
 /** Socket errors of the driver when the server is unreachable or drops the connection. */
 const OUTAGE_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
-const OUTAGE_MESSAGES = /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Knex: Timeout acquiring a connection|timeout exceeded when trying to connect)/;
+// Matched anywhere: knex prefixes a failed query's message with its SQL ("select ... - Connection terminated").
+const OUTAGE_MESSAGES = /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Timeout acquiring a connection|timeout exceeded when trying to connect/;
 
 /**
  * A short description (code or message, never a stack) when `err`, or anything in its
- * cause chain, says the database is unreachable; undefined for every other error,
- * including ones that already carry a domain reason other than INTERNAL.
+ * cause chain, says the database is unreachable; undefined for every other error. A
+ * domain refusal (4xx-class reason) is never reclassified; a failure a service already
+ * wrapped as internal or unavailable (e.g. AUDIT_UNAVAILABLE around a failed audit
+ * write) is, when its cause is the database going away: one answer for one outage.
  */
 export function databaseOutage(err: unknown): string | undefined {
   const detail = errorDetailOf(err);
-  if (detail && detail.reason !== Reason.INTERNAL && detail.reason !== Reason.UNSPECIFIED) return undefined;
+  if (detail && ![Code.Internal, Code.Unavailable, Code.Unknown].includes(codeOf(detail.reason))) return undefined;
+  if (detail?.reason === Reason.UNAVAILABLE) return undefined;
   const seen = new Set<unknown>();
   const queue: unknown[] = [err];
   while (queue.length > 0) {
@@ -79,7 +83,10 @@ export function databaseOutage(err: unknown): string | undefined {
     const { code, message, name, cause, errors } = e as { code?: unknown; message?: unknown; name?: unknown; cause?: unknown; errors?: unknown };
     if (typeof code === "string" && (OUTAGE_SQLSTATES.has(code) || /^08[0-9A-Z]{3}$/.test(code) || OUTAGE_ERRNOS.has(code))) return code;
     if (name === "KnexTimeoutError") return "pool acquire timeout";
-    if (typeof message === "string" && OUTAGE_MESSAGES.test(message)) return message.slice(0, 80);
+    if (typeof message === "string") {
+      const m = OUTAGE_MESSAGES.exec(message);
+      if (m) return m[0];
+    }
     queue.push(cause);
     if (Array.isArray(errors)) queue.push(...errors);
   }

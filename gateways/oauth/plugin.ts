@@ -6,7 +6,7 @@ import { formDecode, parseForm } from "../shared/form.js";
 import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
-import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 
 export interface OAuthGatewayOptions {
@@ -54,7 +54,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description });
     }
     const e = oauthErrorFrom(err);
-    if (e.status >= 500) request.log.error({ err }, "oauth endpoint failure");
+    if (e.status >= 500 && !isOutage(err)) request.log.error({ err }, "oauth endpoint failure");
     return sendError(reply, e);
   });
 

@@ -35,7 +35,8 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
 
   app.setErrorHandler((err: unknown, request, reply) => {
     const e = resourceErrorFrom(err);
-    if (e.status >= 500) request.log.error({ err }, "partner resource failure");
+    // A database outage (temporarily_unavailable) was logged once by core, at warn.
+    if (e.status >= 500 && e.code !== "temporarily_unavailable") request.log.error({ err }, "partner resource failure");
     return sendResourceError(request, reply, e);
   });
   // fastify allows one not-found handler per prefix: a second context under the same

@@ -77,6 +77,11 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
   return { ...row, description, retryAfterSeconds: detail.retryAfterSeconds || undefined };
 }
 
+/** True when core answered UNAVAILABLE (a database outage): core logged it once; the edge need not. */
+export function isOutage(err: unknown): boolean {
+  return err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.reason === Reason.UNAVAILABLE;
+}
+
 /** True when core refused with a domain reason (an answer, not a failure of ours). */
 export function hasDomainReason(err: unknown): boolean {
   return err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0;
