@@ -12,6 +12,7 @@ const grpcCode = {
   [Reason.INTERNAL]: Code.Internal,
   [Reason.RATE_LIMITED]: Code.ResourceExhausted,
   [Reason.OVERLOADED]: Code.Unavailable,
+  [Reason.UNAVAILABLE]: Code.Unavailable,
   [Reason.IDEMPOTENCY_CONFLICT]: Code.AlreadyExists,
   [Reason.ADMIN_UNAUTHENTICATED]: Code.Unauthenticated,
   [Reason.INVALID_CLIENT]: Code.Unauthenticated,

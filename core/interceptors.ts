@@ -5,7 +5,8 @@ import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
-import { errorDetailOf, fail } from "./errors.js";
+import { codeOf, errorDetailOf, fail } from "./errors.js";
+import { inputGuard } from "./input-guard.js";
 import { constantTimeEqual } from "./partners/credentials.js";
 import { UUID } from "./uuid.js";
 
@@ -19,13 +20,14 @@ export interface InterceptorOptions {
 
 /** The interceptors core runs on every transport, in order. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
-  return [requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken)];
+  return [requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken), inputGuard()];
 }
 
 /**
  * Binds the request id (from the gateway, or minted for direct gRPC callers); logs
  * refusals, and bugs (errors without a domain reason) with their stack, through a child
- * logger bound to the request id.
+ * logger bound to the request id. A database that cannot be reached is not a bug: it
+ * becomes UNAVAILABLE (retry after a few seconds), logged at warn without a stack.
  */
 function requestContext(logger: Logger): Interceptor {
   return (next) => async (req) => {
@@ -37,6 +39,11 @@ function requestContext(logger: Logger): Interceptor {
     } catch (err) {
       // Only a failed call logs, so only it pays for the child logger (pino redacts its bindings).
       const log = logger.child({ requestId, rpc: `${req.service.typeName}/${req.method.name}` });
+      const outage = databaseOutage(err);
+      if (outage) {
+        log.warn({ dependency: "database", cause: outage }, "rpc unavailable: database unreachable");
+        fail(Reason.UNAVAILABLE, "a dependency is temporarily unavailable; retry later", { retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS }, err);
+      }
       const detail = errorDetailOf(err);
       if (detail) log.info({ reason: Reason[detail.reason] }, "rpc refused");
       else if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) log.info({ code: Code[err.code] }, "rpc failed");
@@ -44,6 +51,46 @@ function requestContext(logger: Logger): Interceptor {
       throw err;
     }
   };
+}
+
+/** What a client is told to wait after a database outage: long enough for a failover or restart to show. */
+const DATABASE_RETRY_AFTER_SECONDS = 5;
+
+/** SQLSTATEs that mean "the database is not there for us" (not "your query is wrong"). */
+const OUTAGE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "53400"]);
+/** Socket errors of the driver when the server is unreachable or drops the connection. */
+const OUTAGE_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+// Matched anywhere: knex prefixes a failed query's message with its SQL ("select ... - Connection terminated").
+const OUTAGE_MESSAGES = /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Timeout acquiring a connection|timeout exceeded when trying to connect/;
+
+/**
+ * A short description (code or message, never a stack) when `err`, or anything in its
+ * cause chain, says the database is unreachable; undefined for every other error. A
+ * domain refusal (4xx-class reason) is never reclassified; a failure a service already
+ * wrapped as internal or unavailable (e.g. AUDIT_UNAVAILABLE around a failed audit
+ * write) is, when its cause is the database going away: one answer for one outage.
+ */
+export function databaseOutage(err: unknown): string | undefined {
+  const detail = errorDetailOf(err);
+  if (detail && ![Code.Internal, Code.Unavailable, Code.Unknown].includes(codeOf(detail.reason))) return undefined;
+  if (detail?.reason === Reason.UNAVAILABLE) return undefined;
+  const seen = new Set<unknown>();
+  const queue: unknown[] = [err];
+  while (queue.length > 0) {
+    const e = queue.shift();
+    if (!e || typeof e !== "object" || seen.has(e)) continue;
+    seen.add(e);
+    const { code, message, name, cause, errors } = e as { code?: unknown; message?: unknown; name?: unknown; cause?: unknown; errors?: unknown };
+    if (typeof code === "string" && (OUTAGE_SQLSTATES.has(code) || /^08[0-9A-Z]{3}$/.test(code) || OUTAGE_ERRNOS.has(code))) return code;
+    if (name === "KnexTimeoutError") return "pool acquire timeout";
+    if (typeof message === "string") {
+      const m = OUTAGE_MESSAGES.exec(message);
+      if (m) return m[0];
+    }
+    queue.push(cause);
+    if (Array.isArray(errors)) queue.push(...errors);
+  }
+  return undefined;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
+import { lengthBetween } from "../text.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./store.js";
 
@@ -18,12 +19,12 @@ export interface BudgetInput {
 
 /**
  * spec 2.1 rules that any caller of core must meet (the gateway checks the wire schema
- * first); DESIGN 4.4: a time_window_end in the past is invalid.
+ * first); DESIGN 4.4: a time_window_end in the past is invalid. Lengths are characters
+ * (code points), as at the gateway.
  */
 export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
   if (!(PURPOSES as readonly string[]).includes(input.purpose)) fail(Reason.INVALID_REQUEST, `purpose must be one of ${PURPOSES.join(", ")}`);
-  const nameLength = [...input.displayName].length;
-  if (nameLength < 1 || nameLength > 100) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
+  if (!lengthBetween(input.displayName, 1, 100)) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
   checkKey(input.idempotencyKey);
   const amounts = {
     amount_cap_cents_per_tx: input.amountCapCentsPerTx,
@@ -62,9 +63,9 @@ export interface PaymentInput {
 
 /** spec 4.5 payment arguments; all are required (DESIGN 4.1 leaves that to us). */
 export function checkPaymentInput(p: PaymentInput): PaymentInput {
-  if (p.address.length < 1 || p.address.length > 256) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
+  if (!lengthBetween(p.address, 1, 256)) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
   if (!(CHAINS as readonly string[]).includes(p.chain)) fail(Reason.INVALID_REQUEST, `counterparty.chain must be one of ${CHAINS.join(", ")}`);
-  if (p.token.length < 1 || p.token.length > 64) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
+  if (!lengthBetween(p.token, 1, 64)) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
   if (!isAmount(p.amountCents) || p.amountCents < 1) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   if (!/^[A-Z]{3}$/.test(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   checkKey(p.idempotencyKey);
@@ -72,7 +73,7 @@ export function checkPaymentInput(p: PaymentInput): PaymentInput {
 }
 
 function checkKey(key: string) {
-  if (key.length < 8 || key.length > 128) fail(Reason.INVALID_REQUEST, "idempotency_key must be 8 to 128 characters");
+  if (!lengthBetween(key, 8, 128)) fail(Reason.INVALID_REQUEST, "idempotency_key must be 8 to 128 characters");
 }
 
 function isAmount(v: number): boolean {

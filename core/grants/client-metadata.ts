@@ -2,6 +2,7 @@ import type { RegisterClientRequest } from "../../gen/vaultgate/grants/v1/grants
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
+import { codePointLength } from "../text.js";
 
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
 const AUTH_METHODS = ["client_secret_post", "client_secret_basic"];
@@ -33,7 +34,7 @@ export function checkClientMetadata(req: RegisterClientRequest): ClientMetadata 
   if (!scopes) fail(Reason.INVALID_CLIENT_METADATA, "scope must be space-separated scope names");
   if (!isSubset(scopes, AGENT_SCOPES)) fail(Reason.INVALID_CLIENT_METADATA, `scope may hold ${AGENT_SCOPES.join(", ")}`);
   const clientName = req.clientName.trim();
-  if (clientName.length > 100) fail(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
+  if (codePointLength(clientName) > 100) fail(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
   if (/[\u0000-\u001f\u007f]/.test(clientName)) fail(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
   return {
     clientName: clientName || "Unnamed agent",

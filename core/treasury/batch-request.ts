@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { lengthBetween } from "../text.js";
 import { UUID } from "../uuid.js";
 
 /** A batch item with amounts as numbers, after validation. */
@@ -56,7 +57,8 @@ export function validateBatch(raw: RawBatch): Validation {
       return bad(`${at}.amount_cents must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`);
     }
     if (!CURRENCY.test(item.currency)) return bad(`${at}.currency must be an ISO 4217 code in upper case`);
-    if (item.reference.length === 0 || item.reference.length > MAX_REFERENCE || /[\u0000-\u001f\u007f]/.test(item.reference)) {
+    // Characters are code points; unpaired surrogates never get here (core's input guard).
+    if (!lengthBetween(item.reference, 1, MAX_REFERENCE) || /[\u0000-\u001f\u007f]/.test(item.reference)) {
       return bad(`${at}.reference must be 1 to ${MAX_REFERENCE} characters without control characters`);
     }
     if (executionIds.has(item.executionId)) return bad(`${at}.execution_id repeats an earlier item`);

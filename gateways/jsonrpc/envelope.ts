@@ -49,6 +49,7 @@ const table = {
   [Reason.INTERNAL]: INTERNAL,
   [Reason.RATE_LIMITED]: { code: RpcCode.RATE_LIMITED, reasonId: "rate_limited" },
   [Reason.OVERLOADED]: { code: RpcCode.INTERNAL_ERROR, reasonId: "temporarily_unavailable" },
+  [Reason.UNAVAILABLE]: { code: RpcCode.INTERNAL_ERROR, reasonId: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: { code: RpcCode.INVALID_PARAMS, reasonId: "idempotency_conflict" },
   [Reason.ADMIN_UNAUTHENTICATED]: INTERNAL,
   [Reason.INVALID_CLIENT]: { code: RpcCode.UNAUTHORIZED, reasonId: "invalid_client" },
@@ -104,6 +105,8 @@ export function rpcErrorFrom(err: unknown): RpcError {
   const data: Record<string, unknown> = { reason_id: row.reasonId };
   // spec 7.1: the wait rides on -32004 only.
   if (row.code === RpcCode.RATE_LIMITED) data.retry_after_seconds = detail.retryAfterSeconds || 60;
+  // A dependency outage is retryable too: the wait rides in data, the code stays -32603.
+  if (detail.reason === Reason.UNAVAILABLE) data.retry_after_seconds = detail.retryAfterSeconds || 5;
   if (detail.limitName) data.limit = detail.limitName;
   if (detail.provisioning) {
     data.provisioning = detail.provisioning.steps.map((s) => ({ step: s.name, state: s.state }));

@@ -2,9 +2,11 @@ import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.
 import { isDateTime } from "./date-time.js";
 import type { Tool } from "./tools.js";
 import { UUID } from "../shared/uuid.js";
+import { findBadText } from "../shared/text.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect of spec 9, with date-time exactly as spec 2.1 defines it. */
 export function createSchemaAjv(): Ajv2020 {
+  // Ajv's minLength/maxLength count code points (always, in Ajv 8), as the spec's limits mean.
   const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false });
   ajv.addFormat("date-time", { type: "string", validate: isDateTime });
   ajv.addFormat("uuid", { type: "string", validate: (s: string) => UUID.test(s) });
@@ -29,7 +31,33 @@ export interface ToolValidators {
 /** Compiles every tool's schemas once, at startup (a bad schema fails the boot, not a call). */
 export function compileToolSchemas(tools: readonly Tool[]): Map<string, ToolValidators> {
   const ajv = createSchemaAjv();
-  return new Map(tools.map((t) => [t.name, { input: ajv.compile(t.inputSchema), output: ajv.compile(t.outputSchema) }]));
+  return new Map(tools.map((t) => [t.name, { input: withTextRules(ajv.compile(t.inputSchema)), output: ajv.compile(t.outputSchema) }]));
+}
+
+/**
+ * The tool's input schema, plus the text rules every argument obeys: no NUL and no
+ * unpaired surrogate in any string or property name (-32602 naming the path).
+ */
+function withTextRules(schema: ValidateFunction): ValidateFunction {
+  const validate = ((data: unknown) => {
+    const bad = findBadText(data);
+    if (bad) {
+      validate.errors = [{ instancePath: pointer(bad.path), schemaPath: "#", keyword: "text", params: {}, message: bad.problem }];
+      return false;
+    }
+    const ok = schema(data);
+    validate.errors = schema.errors;
+    return ok;
+  }) as ValidateFunction;
+  validate.schema = schema.schema;
+  validate.schemaEnv = schema.schemaEnv;
+  return validate;
+}
+
+/** `a.b[2]` as a JSON Pointer (`/a/b/2`), the way data.errors names places. */
+function pointer(path: string): string {
+  if (path === "the body") return "/";
+  return "/" + path.replace(/\[(\d+)\]/g, ".$1").split(".").filter(Boolean).map((s) => s.replace(/~/g, "~0").replace(/\//g, "~1")).join("/");
 }
 
 /** Validation errors as they appear in `data.errors`: where, and what failed. */

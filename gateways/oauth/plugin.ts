@@ -3,9 +3,10 @@ import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
+import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
-import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 
 export interface OAuthGatewayOptions {
@@ -53,7 +54,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description });
     }
     const e = oauthErrorFrom(err);
-    if (e.status >= 500) request.log.error({ err }, "oauth endpoint failure");
+    if (e.status >= 500 && !isOutage(err)) request.log.error({ err }, "oauth endpoint failure");
     return sendError(reply, e);
   });
 
@@ -172,7 +173,7 @@ function readForm(request: FastifyRequest) {
   if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
   const body = typeof request.body === "string" ? request.body : "";
   const parsed = parseForm(body);
-  if (!parsed.ok) throw invalidRequest("malformed form body");
+  if (!parsed.ok) throw invalidRequest(parsed.message);
   const repeated = parsed.duplicates.filter((d) => !REPEATABLE.has(d));
   if (repeated.length > 0) throw invalidRequest(`repeated parameter: ${repeated[0]}`);
   const resources = body
@@ -220,6 +221,8 @@ function readJson(request: FastifyRequest): JsonObject {
     throw badMetadata("body is not valid JSON");
   }
   if (typeof body !== "object" || body === null || Array.isArray(body)) throw badMetadata("body must be a JSON object");
+  const badText = findBadText(body);
+  if (badText) throw badMetadata(badText.message);
   return body as JsonObject;
 }
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { findBadText } from "../shared/text.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 
 /** Marker body for a request whose content type is not JSON. */
@@ -15,17 +16,27 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = String(body);
     if (text.trim() === "") return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
+    let parsed: unknown;
     try {
-      done(null, JSON.parse(text));
+      parsed = JSON.parse(text);
     } catch {
-      done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
+      return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
     }
+    const badText = findBadText(parsed);
+    if (badText) return done(new ResourceError(400, "invalid_request", badText.message), undefined);
+    done(null, parsed);
+  });
+  // Query and path parameters obey the same text rules as the body.
+  app.addHook("preValidation", (request, _reply, done) => {
+    const badText = findBadText(request.query) ?? findBadText(request.params);
+    done(badText ? new ResourceError(400, "invalid_request", badText.message) : undefined);
   });
   app.addContentTypeParser("*", { parseAs: "string" }, (_req, _body, done) => done(null, NOT_JSON));
 
   app.setErrorHandler((err: unknown, request, reply) => {
     const e = resourceErrorFrom(err);
-    if (e.status >= 500) request.log.error({ err }, "partner resource failure");
+    // A database outage (temporarily_unavailable) was logged once by core, at warn.
+    if (e.status >= 500 && e.code !== "temporarily_unavailable") request.log.error({ err }, "partner resource failure");
     return sendResourceError(request, reply, e);
   });
   // fastify allows one not-found handler per prefix: a second context under the same

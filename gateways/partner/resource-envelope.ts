@@ -26,6 +26,7 @@ const table = {
   [Reason.INTERNAL]: INTERNAL,
   [Reason.RATE_LIMITED]: { status: 429, code: "rate_limited" },
   [Reason.OVERLOADED]: { status: 503, code: "temporarily_unavailable" },
+  [Reason.UNAVAILABLE]: { status: 503, code: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: { status: 409, code: "idempotency_conflict" },
   [Reason.ADMIN_UNAUTHENTICATED]: INTERNAL,
   [Reason.INVALID_CLIENT]: { status: 401, code: "invalid_token" },
@@ -63,6 +64,7 @@ const table = {
 /** Fixed texts for 5xx: nothing internal ever reaches a body. */
 const FIXED_5XX: Record<string, string> = {
   internal_error: "the server could not complete the request",
+  temporarily_unavailable: "the service is temporarily unavailable; retry after the Retry-After delay",
   auth_unavailable: "token verification is temporarily unavailable; retry with backoff",
   audit_unavailable: "the audit record could not be persisted; nothing was returned or changed; retry",
   provider_unavailable: "the upstream provider is unavailable; retry later",

@@ -6,6 +6,7 @@ import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
 import { UUID } from "../shared/uuid.js";
+import { codePointLength } from "../shared/text.js";
 
 export interface ResourceRoutesOptions {
   resources: Client<typeof PartnerResourcesService>;
@@ -159,6 +160,6 @@ function stringField(body: Record<string, unknown>, name: string, min: number, m
     if (required) throw invalidRequest(`${name} is required`);
     return undefined;
   }
-  if (typeof v !== "string" || v.length < min || v.length > max) throw invalidRequest(`${name} must be a string of ${min} to ${max} characters`);
+  if (typeof v !== "string" || codePointLength(v) < min || codePointLength(v) > max) throw invalidRequest(`${name} must be a string of ${min} to ${max} characters`);
   return v;
 }

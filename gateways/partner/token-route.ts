@@ -80,7 +80,7 @@ function readForm(request: FastifyRequest) {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
   const parsed = parseForm(typeof request.body === "string" ? request.body : "");
-  if (!parsed.ok) throw invalidRequest("malformed form body");
+  if (!parsed.ok) throw invalidRequest(parsed.message);
   return parsed;
 }
 

@@ -21,6 +21,7 @@ const table = {
   [Reason.INTERNAL]: SERVER_ERROR,
   [Reason.RATE_LIMITED]: { status: 429, error: "rate_limited" },
   [Reason.OVERLOADED]: { status: 503, error: "temporarily_unavailable" },
+  [Reason.UNAVAILABLE]: { status: 503, error: "temporarily_unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: SERVER_ERROR,
   [Reason.ADMIN_UNAUTHENTICATED]: SERVER_ERROR,
   [Reason.INVALID_CLIENT]: { status: 401, error: "invalid_client" },
@@ -74,6 +75,11 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
   const row = table[detail.reason];
   const description = row.status >= 500 ? FIXED_5XX[row.error] : connectErr.rawMessage;
   return { ...row, description, retryAfterSeconds: detail.retryAfterSeconds || undefined };
+}
+
+/** True when core answered UNAVAILABLE (a database outage): core logged it once; the edge need not. */
+export function isOutage(err: unknown): boolean {
+  return err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.reason === Reason.UNAVAILABLE;
 }
 
 /** True when core refused with a domain reason (an answer, not a failure of ours). */

@@ -73,6 +73,7 @@ const pageTable = {
   [Reason.INTERNAL]: GENERIC,
   [Reason.RATE_LIMITED]: { status: 429, title: "Too many attempts" },
   [Reason.OVERLOADED]: { status: 503, title: "Temporarily unavailable" },
+  [Reason.UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
   [Reason.IDEMPOTENCY_CONFLICT]: GENERIC,
   [Reason.ADMIN_UNAUTHENTICATED]: GENERIC,
   [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
@@ -136,9 +137,11 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     setPageHeaders(reply);
   });
   // A query that is not percent-encoded UTF-8 cannot be read reliably (fastify's parser
-  // and URLSearchParams both guess), so no parameter of it is trusted: a 400 page.
+  // and URLSearchParams both guess), so no parameter of it is trusted: a 400 page. So is
+  // an encoded NUL anywhere in the address (no text we keep may hold one); decoding cannot
+  // yield an unpaired surrogate, since those are not UTF-8.
   app.addHook("onRequest", async (request) => {
-    if (!wellFormedQuery(request.url)) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
+    if (!wellFormedQuery(request.url) || /%00/.test(request.url)) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
   });
 
   const cookie = (name: string, value: string, maxAge: number) =>
@@ -157,7 +160,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
       if (type !== FORM_TYPE || typeof request.body !== "string") throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
       const parsed = parseForm(request.body);
-      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", parsed.message === "malformed form body" ? "The form could not be read." : `The form field ${parsed.message}.`);
       const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
       if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
       const body = request.body;
@@ -228,6 +231,8 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       return ctx.send(reply, 500, "Something went wrong", html`<div class="card error"><p>Please try again. Reference: <code>${request.id}</code></p></div>`);
     }
     const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
+    const retryAfter = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds : undefined;
+    if (row.status === 503 && retryAfter) reply.header("retry-after", String(retryAfter));
     return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`);
   });
 

@@ -21,6 +21,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.INVALID_SCOPE]: [-32602, "invalid_scope"],
   [Reason.SIGNING_UNAVAILABLE]: [-32603, "temporarily_unavailable"],
   [Reason.OVERLOADED]: [-32603, "temporarily_unavailable"],
+  [Reason.UNAVAILABLE]: [-32603, "temporarily_unavailable"],
   [Reason.INVALID_GRANT]: [-32001, "invalid_grant"],
   [Reason.INVALID_CLIENT_METADATA]: [-32602, "invalid_params"],
   [Reason.INVALID_REDIRECT_URI]: [-32602, "invalid_params"],
@@ -77,7 +78,8 @@ describe("JSON-RPC envelope for every Reason", () => {
       expect(body.error.code).to.equal(code);
       expect(body.error.data.reason_id).to.equal(reasonId);
       expect(body.error.data.request_id).to.equal(res.headers.get("x-request-id"));
-      expect(body.error.data.retry_after_seconds === 60).to.equal(reason === Reason.RATE_LIMITED);
+      // The wait rides on -32004, and on a dependency outage (still -32603).
+      expect(body.error.data.retry_after_seconds === 60).to.equal(reason === Reason.RATE_LIMITED || reason === Reason.UNAVAILABLE);
       if (code === -32603) {
         expect(body.error.message).to.equal("Internal error");
         expect(text).to.not.include(SECRET);

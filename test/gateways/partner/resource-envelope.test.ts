@@ -41,6 +41,11 @@ describe("resource envelope (spec 7.3, 7.4)", () => {
         else expect(body.error.message).to.equal("client-facing text");
         if (row.status === 401) expect(res.headers.get("www-authenticate")).to.match(/^Bearer/);
         if (row.status === 429) expect(res.headers.get("retry-after")).to.equal("60");
+        if (reason === Reason.UNAVAILABLE) {
+          // A database outage: retryable, with the wait core gave.
+          expect([res.status, body.error.code]).to.deep.equal([503, "temporarily_unavailable"]);
+          expect(res.headers.get("retry-after")).to.equal("60");
+        }
       } finally {
         await app.close();
       }

@@ -17,6 +17,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.RATE_LIMITED]: [429, "rate_limited"],
   [Reason.SIGNING_UNAVAILABLE]: [503, "temporarily_unavailable"],
   [Reason.OVERLOADED]: [503, "temporarily_unavailable"],
+  [Reason.UNAVAILABLE]: [503, "temporarily_unavailable"],
   [Reason.AUDIT_UNAVAILABLE]: [503, "temporarily_unavailable"],
   // The flat envelope is shared with the agent OAuth endpoints (RFC 6749 5.2, RFC 7591 3.2.2).
   [Reason.INVALID_GRANT]: [400, "invalid_grant"],
@@ -41,7 +42,7 @@ describe("partner token endpoint: the OAuth error envelope for every Reason", ()
   before(async () => {
     // Core is a stub here on purpose (STYLE): only the envelope is under test.
     const transport = createRouterTransport(({ rpc }) => {
-      rpc(PartnersService.method.issueToken, () => fail(current, current in EXPECTED ? "client-facing message" : SECRET_MESSAGE, { retryAfterSeconds: current === Reason.RATE_LIMITED || current === Reason.OVERLOADED ? 60 : 0 }));
+      rpc(PartnersService.method.issueToken, () => fail(current, current in EXPECTED ? "client-facing message" : SECRET_MESSAGE, { retryAfterSeconds: current === Reason.RATE_LIMITED || current === Reason.OVERLOADED || current === Reason.UNAVAILABLE ? 60 : 0 }));
     });
     app = await buildGateway({ clients: createCoreClients(transport), logger: createCapturedLogger().logger });
     await app.listen({ port: 0, host: "127.0.0.1" });
@@ -66,8 +67,8 @@ describe("partner token endpoint: the OAuth error envelope for every Reason", ()
       expect(res.headers.get("cache-control")).to.equal("no-store");
       expect(res.headers.get("pragma")).to.equal("no-cache");
       expect(res.headers.get("www-authenticate") !== null).to.equal(status === 401);
-      // Core names a wait for rate limits and for shed load (OVERLOADED: 503 with Retry-After).
-      expect(res.headers.get("retry-after") !== null).to.equal(status === 429 || reason === Reason.OVERLOADED);
+      // Core names a wait for rate limits, shed load and database outages (503 with Retry-After).
+      expect(res.headers.get("retry-after") !== null).to.equal(status === 429 || reason === Reason.OVERLOADED || reason === Reason.UNAVAILABLE);
       if (status >= 500) expect(text).to.not.include(SECRET_MESSAGE);
     });
   }

@@ -1,0 +1,40 @@
+/**
+ * Text rules shared by every core check. The spec's length limits count characters,
+ * i.e. Unicode code points: an emoji is one character even though JavaScript stores it
+ * as two UTF-16 units. Text may not hold NUL (PostgreSQL cannot store it) or unpaired
+ * surrogates (they are not Unicode text at all and break JSON columns).
+ */
+
+/** Length in Unicode code points (a lone surrogate counts as one). */
+export function codePointLength(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length - 1; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        n--;
+        i++;
+      }
+    }
+  }
+  return n;
+}
+
+/** True when `s` is between min and max code points long, inclusive. */
+export function lengthBetween(s: string, min: number, max: number): boolean {
+  // Code points are never more than UTF-16 units, nor fewer than half of them.
+  if (s.length < min || s.length > max * 2) return false;
+  const n = codePointLength(s);
+  return n >= min && n <= max;
+}
+
+// NUL, a high surrogate not followed by a low one, or a low one not preceded by a high one.
+const BAD_TEXT = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Why `s` is not acceptable text (NUL or an unpaired surrogate), or undefined when it is. */
+export function textProblem(s: string): string | undefined {
+  const m = BAD_TEXT.exec(s);
+  if (!m) return undefined;
+  return m[0] === "\u0000" ? "must not contain NUL characters" : "must be valid Unicode text (it holds an unpaired surrogate)";
+}
