@@ -56,8 +56,13 @@ export async function startDatabase(dbName: string): Promise<Database> {
   return {
     url,
     async restart() {
-      const [cmd, args] = asOwner([await pgCtl(), "-D", join(dir, "data"), "-m", "fast", "-w", "-t", "30", "restart"]);
-      await run(cmd, args);
+      // -l: the restarted server must not inherit (and hold open) our pipe as its log.
+      const [cmd, args] = asOwner([await pgCtl(), "-D", join(dir, "data"), "-l", join(dir, "postgres.log"), "-m", "fast", "-w", "-t", "30", "restart"]);
+      await new Promise<void>((resolve, reject) => {
+        const child = spawn(cmd, args, { stdio: "ignore" });
+        child.once("error", reject);
+        child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`pg_ctl restart exited ${code}`))));
+      });
     },
     async stop() {
       await dropScratch(base, dbName).catch(() => undefined);
