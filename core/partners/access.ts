@@ -127,7 +127,11 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
   }
 
   return {
-    /** Runs the checks; a refusal is audited (best effort) and rethrown. */
+    /**
+     * Runs the checks; a refusal is audited and rethrown. A refusal whose audit row cannot
+     * be written is not answered as that refusal: like a withheld read it fails closed
+     * with audit_unavailable (503, safe to retry), so no answer leaves without its record.
+     */
     async authorize(ctx: HandlerContext, req: AccessRequest): Promise<PartnerPrincipal> {
       const seen = { actor: "partner" };
       try {
@@ -145,7 +149,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
               subject: req.userId ?? "",
               at: deps.clock(),
             })
-            .catch((auditErr: unknown) => deps.logger.error({ err: auditErr }, "refusal audit failed"));
+            .catch((auditErr: unknown) => fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditErr));
         }
         throw err;
       }

@@ -224,6 +224,24 @@ describe("partner resources over HTTP", () => {
         expect(res.text).to.not.include("0x5290");
       }
       expectError(await call("GET", `/events`, { token }), 503, "audit_unavailable");
+      auditBroken = false;
+    });
+
+    it("a refusal whose audit row cannot be written fails closed: 503 audit_unavailable, not the refusal", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
+      const refused = await call("GET", `/users/${userId}/kyc`, { token });
+      expectError(refused, 403, "partner_inactive");
+      const rows = await auditRows(refused.headers.get("x-request-id")!);
+      expect(rows.map((r) => r.reason)).to.deep.equal(["partner_inactive"]);
+      auditBroken = true;
+      try {
+        expectError(await call("GET", `/users/${userId}/kyc`, { token }), 503, "audit_unavailable");
+      } finally {
+        auditBroken = false;
+      }
     });
 
     it("serves KYC, US account and wallets", async () => {
