@@ -169,7 +169,17 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async getTreasury(req, ctx) {
-      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
+      let caller: PartnerPrincipal;
+      try {
+        caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
+      } catch (err) {
+        // As for batches: a token that proves no partner is audited under "anonymous".
+        const reason = errorDetailOf(err)?.reason;
+        if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
+          await appendAudit(db, ctx, { actor: ANONYMOUS, action: "partner.treasury.read", subject: "", reason: reasonLabel(reason) });
+        }
+        throw err;
+      }
       const treasury = await store.find(caller.partnerId);
       if (!treasury) {
         await appendAudit(db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: caller.clientId, reason: "treasury_not_configured" });

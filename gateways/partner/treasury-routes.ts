@@ -27,7 +27,14 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   app.addHook("onSend", noStore);
 
   app.get("/treasury", async (request) => {
-    const accessToken = bearerToken(request);
+    // A missing or malformed bearer still goes to core, which audits the refusal (as
+    // "anonymous") and answers 401 invalid_token, like every rejected treasury request.
+    let accessToken = "";
+    try {
+      accessToken = bearerToken(request);
+    } catch {
+      accessToken = "";
+    }
     noQuery(request);
     const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id));
     return renderTreasury(res.treasury!);

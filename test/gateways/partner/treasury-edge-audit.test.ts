@@ -52,6 +52,16 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
     { label: "an unknown query parameter", send: () => api(stack, "POST", "/treasury/payouts?x=1", { token, json: body(), headers: { "idempotency-key": "k-query" } }), status: 400, code: "invalid_request", actor: () => `partner:${clientId}`, subject: "k-query" },
   ];
 
+  for (const [label, headers] of [["no bearer", {}], ["a malformed Authorization header", { authorization: "Basic abc" }], ["an invalid bearer", { authorization: "Bearer not.a.token" }]] as const) {
+    it(`GET /treasury with ${label}: answers 401 invalid_token and leaves one anonymous failure row`, async () => {
+      const res = await api(stack, "GET", "/treasury", { headers: { ...headers } });
+      expectError(res, 401, "invalid_token");
+      expect(await rowsOf(res)).to.deep.equal([["anonymous", "partner.treasury.read", "failure", "invalid_token", ""]]);
+      auditDown = true;
+      expectError(await api(stack, "GET", "/treasury", { headers: { ...headers } }), 503, "audit_unavailable");
+    });
+  }
+
   for (const c of cases) {
     it(`${c.label}: answers ${c.status} ${c.code} and leaves one failure audit row`, async () => {
       const res = await c.send();
