@@ -51,7 +51,12 @@ const SESSION_TTL_MS = 12 * 3600_000;
 const STEP_UP_FRESH_MS = 10 * 60_000;
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
-const OTP_SENDS_PER_10_MIN = 5;
+/**
+ * One-time codes e-mailed per address per 10 minutes. An authorization that needs a
+ * step-up spends two (sign-in and step-up), so 10 lets a person do a few in a row (or
+ * lose a code or two) while still bounding mail sent to one address.
+ */
+const OTP_SENDS_PER_10_MIN = 10;
 /** MCP endpoints (DESIGN 4.1) that may be named as `resource`. */
 export const MCP_RESOURCE_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
 const OPERATOR_CLIENT = "operator";
@@ -610,7 +615,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         userId = user && user.status === "active" ? user.id : null;
       }
       const limit = await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_10_MIN, 600, now);
-      if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many codes requested; wait a few minutes", { retryAfterSeconds: 600 });
+      if (!limit.allowed) {
+        const minutes = Math.ceil(limit.retryAfterSeconds / 60);
+        fail(Reason.RATE_LIMITED, `too many codes were sent to this address; try again in ${minutes} minute${minutes === 1 ? "" : "s"}`, {
+          retryAfterSeconds: limit.retryAfterSeconds,
+        });
+      }
       await db.transaction(async (trx) => {
         await store.insertChallenge(trx, {
           id,

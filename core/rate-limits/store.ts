@@ -4,6 +4,8 @@ export interface RateLimitResult {
   allowed: boolean;
   /** Attempts counted in the window, this one included when allowed. */
   count: number;
+  /** When refused: seconds until the oldest counted attempt leaves the window; 0 when allowed. */
+  retryAfterSeconds: number;
 }
 
 /**
@@ -23,11 +25,14 @@ export function createRateLimitStore(db: Db) {
            hits = (SELECT CASE WHEN count(*) < :limit THEN coalesce(array_agg(h ORDER BY h), '{}') || :now::timestamptz
                                ELSE coalesce(array_agg(h ORDER BY h), '{}') END
                      FROM unnest(w.hits) AS h WHERE h > :since)
-         RETURNING allowed, cardinality(hits) AS count`,
+         RETURNING allowed, cardinality(hits) AS count, hits[1] AS oldest`,
         { key, now, since, limit },
       );
-      const row = (rows as { allowed: boolean; count: number }[])[0]!;
-      return { allowed: row.allowed, count: Number(row.count) };
+      const row = (rows as { allowed: boolean; count: number; oldest: Date | string | null }[])[0]!;
+      // A refused hit may try again once the oldest counted attempt leaves the window.
+      const oldest = row.oldest ? new Date(row.oldest).getTime() : now.getTime();
+      const retryAfterSeconds = row.allowed ? 0 : Math.max(1, Math.ceil((oldest + windowSeconds * 1000 - now.getTime()) / 1000));
+      return { allowed: row.allowed, count: Number(row.count), retryAfterSeconds };
     },
 
     /**

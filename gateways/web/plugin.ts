@@ -232,7 +232,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     }
     const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
     const retryAfter = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds : undefined;
-    if (row.status === 503 && retryAfter) reply.header("retry-after", String(retryAfter));
+    if ((row.status === 503 || row.status === 429) && retryAfter) reply.header("retry-after", String(retryAfter));
     return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`);
   });
 
