@@ -55,7 +55,8 @@ export function partnerOpenApi(serverUrl: string) {
                     client_id: { type: "string" },
                     client_secret: { type: "string" },
                   },
-                  additionalProperties: false,
+                  // RFC 6749 3.2: the token endpoint ignores parameters it does not know.
+                  additionalProperties: true,
                 },
               },
             },

@@ -49,6 +49,11 @@ describe("partner resources over HTTP", () => {
       expect(bad.status).to.equal(401);
       openapi.check("POST", "/oauth/token", bad);
       openapi.check("POST", "/oauth/token", await toApi(await form("grant_type=password")));
+      // The server ignores parameters it does not know (RFC 6749 3.2), and the document says so.
+      const extra = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}&audience=x`));
+      expect(extra.status).to.equal(200);
+      const tokenDoc = openapi.doc.paths["/oauth/token"]!.post as unknown as { requestBody: { content: Record<string, { schema: { additionalProperties: unknown } }> } };
+      expect(tokenDoc.requestBody.content["application/x-www-form-urlencoded"]!.schema.additionalProperties).to.equal(true);
       for (const path of Object.keys(openapi.doc.paths)) expect(path).to.match(/^\/(oauth\/token|users|events|treasury|openapi\.json)/);
     });
   });
