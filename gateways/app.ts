@@ -8,6 +8,7 @@ import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
+import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard } from "./shared/origin-guard.js";
@@ -89,6 +90,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   if (options.urls) {
     await app.register(oauthGateway, { grants: options.clients.grants, vouched: (id, ip) => options.clients.vouched(id, ip), urls: options.urls, realm: "vaultgate-oauth" });
     await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls });
+    await app.register(homeRoute, { urls: options.urls });
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });
   return app;
