@@ -132,6 +132,18 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     await transport.terminateSession();
   });
 
+  it("after the owner declines, the retry is an isError access_denied result, not another elicitation", async () => {
+    const { owner, token } = await steppedUpBudget();
+    const { client } = await connect("/mcp/write", token, { urlElicitation: true });
+    const args = payment(800, key("decline"));
+    const paymentId = (await elicitationOf(client.callTool({ name: "payments.initiate", arguments: args }))).elicitations[0]!.elicitationId;
+    await stack.clients.budgets.declinePayment({ sessionToken: await ownerSession(stack, owner.userId), paymentId });
+    const retry = await client.callTool({ name: "payments.initiate", arguments: args });
+    expect(retry.isError).to.equal(true);
+    const error = (retry.structuredContent as { error: { code: number; data: Record<string, unknown> } }).error;
+    expect([error.code, error.data.reason_id]).to.deep.equal([-32002, "access_denied"]);
+  });
+
   it("concurrent retries after approval complete the one payment once", async () => {
     const { owner, token } = await steppedUpBudget();
     const { client } = await connect("/mcp/write", token, { urlElicitation: true });
