@@ -1,3 +1,4 @@
+import { hkdfSync } from "node:crypto";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
@@ -21,6 +22,12 @@ export interface CoreClients {
    * core ignores the address and counts the call in one shared bucket.
    */
   vouched(requestId: string, clientAddress: string): { headers: Record<string, string> };
+  /**
+   * The key that signs stateless MCP session ids (gateways/jsonrpc): HKDF-SHA256 of
+   * GATEWAY_TOKEN, so every replica shares it and it reveals nothing of the token. Unset
+   * without a GATEWAY_TOKEN (the JSON-RPC gateway then uses a per-process key).
+   */
+  mcpSessionKey?: Uint8Array;
 }
 
 export interface CoreClientsOptions {
@@ -36,6 +43,7 @@ export function createCoreClients(transport: Transport, options: CoreClientsOpti
       if (!gatewayToken) return withRequestId(requestId);
       return { headers: { "x-request-id": requestId, "x-vaultgate-gateway": gatewayToken, "x-vaultgate-client-address": clientAddress } };
     },
+    mcpSessionKey: gatewayToken ? new Uint8Array(hkdfSync("sha256", gatewayToken, "", "vaultgate mcp-session-id v1", 32)) : undefined,
     health: createClient(Health, transport),
     partners: createClient(PartnersService, transport),
     audit: createClient(AuditService, transport),

@@ -13,6 +13,8 @@ export const RpcCode = {
   INSUFFICIENT_FUNDS: -32003,
   RATE_LIMITED: -32004,
   VAULT_CONTENTION: -32005,
+  /** MCP 2025-11-25: the request needs the user at a URL first (URLElicitationRequiredError). */
+  URL_ELICITATION_REQUIRED: -32042,
 } as const;
 
 export type RpcId = string | number | null;

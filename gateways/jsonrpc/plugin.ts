@@ -1,15 +1,19 @@
+import { randomBytes } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
 import { compileToolSchemas, describeErrors } from "./schemas.js";
 import { TOOLS, type Category, type Tool } from "./tools.js";
 import { MCP_ENDPOINT_SCOPES } from "../shared/public-urls.js";
+import { createSessionCodec, declaresUrlElicitation, URL_ELICITATION_SINCE } from "./session.js";
 
 export interface JsonRpcGatewayOptions {
   clients: CoreClients;
   /** `{mcp_url}`: named in the 401 challenge's resource_metadata. */
   mcpUrl: string;
   serverVersion?: string;
+  /** Signs stateless Mcp-Session-Id values; default: clients.mcpSessionKey, else per process. */
+  sessionKey?: Uint8Array;
 }
 
 /** DESIGN 4.1: one endpoint per category; `/write` is spec 4.5's address for the write category. */
@@ -38,6 +42,8 @@ const PROTOCOL_REASONS = new Set([
   "temporarily_unavailable",
   "auth_unavailable",
   "audit_unavailable",
+  // -32042: MCP defines URL elicitation as a protocol error the client acts on, not a result.
+  "step_up_required",
 ]);
 
 interface Message {
@@ -58,6 +64,10 @@ interface Caller {
   requestId: string;
   bearer: string | undefined;
   unauthorized: boolean;
+  /** The client said on initialize that it shows URL elicitations (its Mcp-Session-Id). */
+  urlElicitation: boolean;
+  /** The Mcp-Session-Id an initialize in this request negotiated. */
+  issuedSession?: string;
 }
 
 /** JSON-RPC 2.0 / MCP (Streamable HTTP, JSON responses) agent tools on `{mcp_url}` (spec 4.1, 4.5, 7.1; DESIGN 4.1). */
@@ -65,6 +75,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   const { clients } = options;
   const validators = compileToolSchemas(TOOLS);
   const toolsByName = new Map(TOOLS.map((t) => [t.name, t]));
+  const sessions = createSessionCodec(options.sessionKey ?? clients.mcpSessionKey ?? randomBytes(32));
   // RFC 9728 5.1 / RFC 6750 3: each endpoint points at its own metadata and names only the
   // scopes its tools need, so clients ask for no more; a presented token that failed
   // verification also gets error="invalid_token".
@@ -100,7 +111,12 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply, category: Category, path: string) {
-    const caller: Caller = { requestId: request.id, bearer: bearerOf(request.headers.authorization), unauthorized: false };
+    const caller: Caller = {
+      requestId: request.id,
+      bearer: bearerOf(request.headers.authorization),
+      unauthorized: false,
+      urlElicitation: sessions.read(request.headers["mcp-session-id"])?.urlElicitation ?? false,
+    };
     if (request.body === NOT_JSON) {
       const e = new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "unsupported_media_type" });
       return send(reply, 415, [errorReply(null, e, request.id)]);
@@ -137,6 +153,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     }
     const status = caller.unauthorized ? 401 : replies.length === 0 ? 202 : 200;
     if (caller.unauthorized) reply.header("www-authenticate", caller.bearer ? challenges.get(path)!.invalid : challenges.get(path)!.missing);
+    if (caller.issuedSession) reply.header("mcp-session-id", caller.issuedSession);
     if (replies.length === 0) return reply.code(status).send();
     return send(reply, status, batch ? replies : [replies[0]!], batch);
   }
@@ -168,7 +185,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     switch (msg.method) {
       case "initialize":
         await authenticate(caller);
-        return initialize(msg.params);
+        return initialize(msg.params, caller);
       case "ping":
         await authenticate(caller);
         return {};
@@ -218,6 +235,15 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     const result = await tool.call(args, { clients, requestId: caller.requestId, accessToken: caller.bearer ?? "" });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.
     if (!v.output(result)) throw new Error(`${tool.name} result does not match its outputSchema: ${JSON.stringify(describeErrors(v.output.errors))}`);
+    // A client that shows URL elicitations gets the browser step as -32042 (MCP
+    // 2025-11-25) and retries the same call once the user has completed it.
+    const elicitation = caller.urlElicitation ? tool.urlElicitation?.(result) : undefined;
+    if (elicitation) {
+      throw new RpcError(RpcCode.URL_ELICITATION_REQUIRED, "URL elicitation required: the account owner must approve in their browser", {
+        reason_id: "step_up_required",
+        elicitations: [elicitation],
+      });
+    }
     return result;
   }
 
@@ -242,10 +268,13 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     throw error;
   }
 
-  function initialize(params: unknown) {
+  function initialize(params: unknown, caller: Caller) {
     const p = objectParams(params);
     if (typeof p.protocolVersion !== "string") throw invalidParams("params.protocolVersion is required");
     const version = PROTOCOL_VERSIONS.includes(p.protocolVersion) ? p.protocolVersion : PROTOCOL_VERSIONS[0]!;
+    // Stateless: what the client can show travels back with it in the signed session id.
+    const urlElicitation = version >= URL_ELICITATION_SINCE && declaresUrlElicitation(p.capabilities);
+    caller.issuedSession = sessions.issue({ protocolVersion: version, urlElicitation });
     return {
       protocolVersion: version,
       capabilities: { tools: { listChanged: false } },

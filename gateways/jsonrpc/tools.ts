@@ -29,6 +29,19 @@ export interface Tool {
   inputSchema: Json;
   outputSchema: Json;
   call(args: Json, ctx: ToolContext): Promise<Json>;
+  /**
+   * For a client that can show URL elicitations (MCP 2025-11-25): the browser step a
+   * result is waiting for, answered as -32042 instead of the result. Undefined: none.
+   */
+  urlElicitation?(result: Json): UrlElicitation | undefined;
+}
+
+/** One entry of a -32042 error's `data.elicitations`. */
+export interface UrlElicitation {
+  mode: "url";
+  elicitationId: string;
+  url: string;
+  message: string;
 }
 
 const DIALECT = "https://json-schema.org/draft/2020-12/schema";
@@ -166,6 +179,16 @@ export const TOOLS: readonly Tool[] = [
       const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
       if (payment!.status === PaymentStatus.COMPLETED) return { kind: "accepted", payment_id: payment!.paymentId, status: "completed" };
       return { kind: "pending_step_up", payment_id: payment!.paymentId, step_up_url: payment!.stepUpUrl };
+    },
+    // The payment id names the elicitation: every retry before approval asks for the same one.
+    urlElicitation(result) {
+      if (result.kind !== "pending_step_up") return undefined;
+      return {
+        mode: "url",
+        elicitationId: result.payment_id as string,
+        url: result.step_up_url as string,
+        message: "This payment is over the budget's step-up amount: the account owner must approve it in their browser (sign in, confirm, approve). Then repeat the same call with the same idempotency_key.",
+      };
     },
   },
   {
