@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { createRemoteJWKSet, jwtVerify } from "jose";
-import { createScratchDatabase, usingPostgres } from "../support/db.js";
+import { createScratchDatabase, requirePostgres, usingPostgres } from "../support/db.js";
 import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 import { basic, postToken } from "../support/partners.js";
 
@@ -118,7 +118,7 @@ describe("vaultgate processes", function () {
 
     before(async function () {
       // PGlite is an embedded, single-process database: replicas need a server.
-      if (!usingPostgres()) this.skip();
+      requirePostgres(this, "replicas need a database server");
       scratch = await createScratchDatabase();
       dirs = [await tempDataDir(), await tempDataDir()];
       env = { DATABASE_URL: scratch!.url, ADMIN_TOKEN: "replica-admin-token" };

@@ -7,7 +7,7 @@ import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
 import { createTestClock } from "../support/clock.js";
-import { createScratchDatabase, usingPostgres } from "../support/db.js";
+import { createScratchDatabase, requirePostgres, usingPostgres } from "../support/db.js";
 import { createCapturedLogger } from "../support/logs.js";
 import { createOwner, grantFor } from "../support/budgets.js";
 import { basic, createPartner, mintPartnerToken } from "../support/partners.js";
@@ -76,7 +76,7 @@ describe("database outage (PostgreSQL)", function () {
 
   before(async function () {
     // Embedded PGlite has no connection to lose; the outage needs a real server.
-    if (!usingPostgres()) this.skip();
+    requirePostgres(this, "the embedded database has no connection to lose");
     const scratch = (await createScratchDatabase())!;
     drop = scratch.drop;
     const dbUrl = new URL(scratch.url);

@@ -58,3 +58,17 @@ export async function closeTestDatabase() {
 }
 
 export const usingPostgres = () => Boolean(process.env.TEST_DATABASE_URL);
+
+/**
+ * Skips the calling test (or, from a hook, its suite) on the embedded database, and says
+ * why in the title mocha prints as pending: PostgreSQL-only tests prove what needs several
+ * connections, and a skip must never hide a broken feature. CI runs them in its
+ * PostgreSQL pass.
+ */
+export function requirePostgres(ctx: Mocha.Context, why: string): void {
+  if (usingPostgres()) return;
+  const runnable = (ctx.currentTest ?? ctx.test) as (Mocha.Runnable & { type?: string }) | undefined;
+  const target: { title: string } | undefined = runnable?.type === "hook" ? runnable.parent : runnable;
+  if (target && !target.title.includes("PostgreSQL only")) target.title += ` (PostgreSQL only, skipped on PGlite: ${why})`;
+  ctx.skip();
+}

@@ -2,14 +2,14 @@ import { expect } from "chai";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { usingPostgres } from "../../support/db.js";
+import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { budgetParams, createOwner, grantFor, rejection } from "../../support/budgets.js";
 
 /** Real concurrency needs real connections: PGlite runs one query at a time. */
 describe("BudgetsService.CreateBudget under concurrency (Postgres)", function () {
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) this.skip();
+    requirePostgres(this, "concurrent sagas need several connections");
     stack = await startStack({ provisioningLimitPerMinute: 1000 });
   });
   after(() => stack?.close());

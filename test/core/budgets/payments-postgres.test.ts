@@ -3,7 +3,7 @@ import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import knexFactory from "knex";
-import { testDatabase, usingPostgres } from "../../support/db.js";
+import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
 import { budgetParams, createOwner, grantFor, payment, rejection } from "../../support/budgets.js";
 
 /**
@@ -13,7 +13,7 @@ import { budgetParams, createOwner, grantFor, payment, rejection } from "../../s
 describe("BudgetsService.InitiatePayment under concurrency (Postgres)", function () {
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) this.skip(); // needs several connections: PGlite serialises everything
+    requirePostgres(this, "concurrent payments need several connections");
     stack = await startStack();
   });
   after(() => stack?.close());

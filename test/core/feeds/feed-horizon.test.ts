@@ -4,7 +4,7 @@ import type { Knex } from "knex";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { usingPostgres } from "../../support/db.js";
+import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { postRpc } from "../../support/mcp.js";
 import { createOwner, grantFor } from "../../support/budgets.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
@@ -134,7 +134,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
 
   describe("late commit (Postgres)", function () {
     before(function () {
-      if (!usingPostgres()) this.skip(); // needs two open transactions: PGlite has one connection
+      requirePostgres(this, "interleaved transactions need several connections");
     });
 
     for (const [name, make] of feeds) {
@@ -212,7 +212,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
 
   describe("many writers, one follower (Postgres)", function () {
     before(function () {
-      if (!usingPostgres()) this.skip(); // concurrent transactions need several connections
+      requirePostgres(this, "interleaved transactions need several connections");
     });
 
     for (const [name, make] of feeds) {

@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import { usingPostgres } from "../../support/db.js";
+import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 
@@ -16,7 +16,7 @@ describe("PartnersService.IssueToken ordering against partner changes", function
   let stack: TestStack;
   before(async function () {
     // Needs a second connection to hold the lock; PGlite has exactly one.
-    if (!usingPostgres()) this.skip();
+    requirePostgres(this, "lock ordering needs several connections");
     stack = await startStack();
   });
   after(() => stack?.close());

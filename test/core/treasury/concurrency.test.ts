@@ -10,7 +10,7 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { TreasuryService } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { createCore, type Core } from "../../../core/core.js";
 import { createCoreClients, type CoreClients } from "../../../gateways/core-clients.js";
-import { createScratchDatabase, usingPostgres } from "../../support/db.js";
+import { createScratchDatabase, requirePostgres, usingPostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, withToken, type TreasuryPartner } from "../../support/treasury.js";
@@ -26,9 +26,7 @@ const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSch
 describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function () {
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) {
-      this.skip(); // PGlite is single-connection: there is no concurrency to prove there.
-    }
+    requirePostgres(this, "concurrent batches need several connections");
     stack = await startStack();
   });
   after(() => stack?.close());

@@ -10,21 +10,16 @@ const challenge = (path: string) => {
 };
 
 /**
- * Agent tools with real grant tokens from GrantsService (issue 5): expiry, supersession,
- * revocation, agent.grant.issue / refresh and killSwitch.all. Skipped while IssueGrant is
- * not implemented on this branch.
+ * Agent tools with real grant tokens from GrantsService: expiry, supersession,
+ * revocation, agent.grant.issue / refresh and killSwitch.all.
  */
 describe("agent tools with real grant tokens", function () {
   let stack: McpStack;
   before(async function () {
     stack = await startMcpStack();
     const owner = await createOwner(stack);
-    try {
-      await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] });
-    } catch (err) {
-      if (ConnectError.from(err).code === Code.Unimplemented) this.skip();
-      throw err;
-    }
+    // IssueGrant must work: these tests never skip on a missing RPC.
+    await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] });
   });
   after(() => stack?.close());
 

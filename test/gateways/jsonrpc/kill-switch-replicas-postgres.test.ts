@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { testDatabase, usingPostgres } from "../../support/db.js";
+import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
 import { fixtures, postJsonRpc, startReplica, type Replica } from "../../support/trust.js";
 
 /**
@@ -19,10 +19,7 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
   let b: Replica;
 
   before(async function () {
-    if (!usingPostgres()) {
-      // PGlite is one connection: two replicas cannot run side by side on it.
-      this.skip();
-    }
+    requirePostgres(this, "two replicas need several connections");
     const { url } = await testDatabase();
     const adminToken = randomBytes(16).toString("hex");
     a = await startReplica(url!, { adminToken, poolMax: 10 });

@@ -1,3 +1,4 @@
+import { requirePostgres } from "../../support/db.js";
 import { expect } from "chai";
 import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, type TestOwner } from "../../support/budgets.js";
@@ -81,7 +82,7 @@ describe("agent reads are audited and withheld without their audit row (JSON-RPC
 
   it("concurrent simulates share statements and each writes exactly its own row (Postgres)", async function () {
     // PGlite serialises everything on one connection; batching is a Postgres concern.
-    if (!process.env.TEST_DATABASE_URL) this.skip();
+    requirePostgres(this, "concurrent reads need several connections");
     const answers = await Promise.all(Array.from({ length: 40 }, () => call("/mcp/write", token, "payments.simulate", simulateArgs())));
     for (const res of answers) {
       expect(res.json!.result.outcome, res.text).to.be.a("string");

@@ -1,3 +1,4 @@
+import { requirePostgres } from "../../support/db.js";
 import { expect } from "chai";
 import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, type TestOwner } from "../../support/budgets.js";
@@ -122,7 +123,7 @@ describe("agent.budget.create failures release the vault (JSON-RPC)", () => {
 
   it("concurrent creates on one vault with a failing final commit: each answers -32603 or -32005, and the vault ends free (Postgres)", async function () {
     // PGlite runs one connection: concurrent sagas cannot interleave there.
-    if (!process.env.TEST_DATABASE_URL) this.skip();
+    requirePostgres(this, "concurrent sagas need several connections");
     const owner = await createOwner(stack);
     const token = await grantFor(stack, owner);
     failCommit = true;

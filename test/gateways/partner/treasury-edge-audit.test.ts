@@ -1,3 +1,4 @@
+import { requirePostgres } from "../../support/db.js";
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -79,7 +80,7 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
 
   it("a flood of edge rejections, each audited once (Postgres)", async function () {
     // Concurrency against one audit table is a Postgres concern; PGlite runs one connection.
-    if (!process.env.TEST_DATABASE_URL) this.skip();
+    requirePostgres(this, "a concurrent flood needs several connections");
     const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? post({ json: body() }) : post({ token, rawBody: "{" }))));
     for (const res of answers) expect(await rowsOf(res)).to.have.length(1);
   });

@@ -4,7 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
-import { usingPostgres } from "../../support/db.js";
+import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
 import { createOutboxStore } from "../../../core/partners/webhooks/outbox-store.js";
 import { createSecretBox } from "../../../core/partners/webhooks/signing.js";
@@ -116,7 +116,7 @@ describe("partner webhook delivery: suspension, leases and replicas", () => {
   it("a suspension being committed while the next event is leased is waited for, not missed", async function () {
     // Needs a second connection holding the partner row mid-transaction; PGlite is one
     // connection, so the worker could not even run while that transaction is open.
-    if (!usingPostgres()) this.skip();
+    requirePostgres(this, "a suspension still committing needs a second connection");
     const stack = await stackWith();
     const { receiver, partner, userId } = await partnerWithReceiver(stack);
     await credits(stack, userId, 3);
