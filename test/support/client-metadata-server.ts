@@ -9,7 +9,7 @@ export type DocumentHandler = (req: http.IncomingMessage, res: http.ServerRespon
  * certificate). Each path serves a handler; every request is counted per path, so tests
  * can tell a cached document from a fetched one, and a refusal that never connected.
  */
-export async function startDocumentServer(tls?: { cert: string; key: string }) {
+export async function startDocumentServer(tls?: { cert: string; key: string }, listen: { host?: string; name?: string } = {}) {
   const routes = new Map<string, DocumentHandler>();
   const hits = new Map<string, number>();
   const open = new Set<http.ServerResponse>();
@@ -27,8 +27,9 @@ export async function startDocumentServer(tls?: { cert: string; key: string }) {
     route(req, res);
   };
   const server = tls ? https.createServer({ cert: tls.cert, key: tls.key }, handler) : http.createServer(handler);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const origin = `${tls ? "https" : "http"}://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // `host` is the address to bind, `name` what the URLs say (e.g. bind ::1, name localhost).
+  await new Promise<void>((resolve) => server.listen(0, listen.host ?? "127.0.0.1", resolve));
+  const origin = `${tls ? "https" : "http"}://${listen.name ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
   let n = 0;
 
   const api = {

@@ -1,3 +1,4 @@
+import { lookup } from "node:dns/promises";
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -276,6 +277,21 @@ describe("client ID metadata documents: the resolver", function () {
       const strict = createClientIdMetadataResolver({ clock, allowPrivate: true });
       const other = secure.document();
       expect((await refusal(strict.resolve(other))).message).to.match(/could not be fetched/);
+    });
+
+    it("resolves a host name itself and connects to the checked address, with the name for TLS", async () => {
+      // Bound to whatever localhost resolves to first here, the address core will pick.
+      const first = (await lookup("localhost", { all: true, verbatim: true }))[0]!;
+      const named = await startDocumentServer({ cert: certs.server.cert, key: certs.server.key }, { host: first.address, name: "localhost" });
+      try {
+        const withCa = createClientIdMetadataResolver({ clock, allowPrivate: true, ca: certs.ca });
+        const url = named.document();
+        expect(url).to.match(/^https:\/\/localhost:\d+\//);
+        expect((await withCa.resolve(url)).clientId).to.equal(url);
+        expect(named.hits(url)).to.equal(1);
+      } finally {
+        await named.close();
+      }
     });
   });
 });
