@@ -51,6 +51,8 @@ export interface Config {
   webhookPollMs: number;
   /** DESIGN 3: refresh-token reuse grace window, seconds. */
   refreshGraceSeconds: number;
+  /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/agent-oauth.md). */
+  clientMetadataAllowPrivate: boolean;
 }
 
 export class ConfigError extends Error {
@@ -117,6 +119,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     allowedOrigins: originsSetting(env, "ALLOWED_ORIGINS"),
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
+    clientMetadataAllowPrivate: boolSetting(env, "CLIENT_METADATA_ALLOW_PRIVATE", false),
   };
 }
 

@@ -68,6 +68,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         mcpUrl: config.mcpUrl,
         urnNamespace: config.urnNamespace,
         refreshGraceSeconds: config.refreshGraceSeconds,
+        clientMetadataAllowPrivate: config.clientMetadataAllowPrivate,
       });
       coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });
       const over = !coreTls ? "h2c" : coreTls.ca ? "TLS, client certificates required" : "TLS";

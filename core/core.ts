@@ -83,6 +83,8 @@ export interface CoreOptions {
   refreshGraceSeconds?: number;
   /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
+  /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/agent-oauth.md); default false. */
+  clientMetadataAllowPrivate?: boolean;
 }
 
 export interface Core {
@@ -156,6 +158,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         urnNamespace: options.urnNamespace ?? "vaultgate",
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
+        clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
       }),
       partners: createPartnersService({
         db,

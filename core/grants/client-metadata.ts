@@ -17,25 +17,45 @@ export interface ClientMetadata {
   scopes: string[];
 }
 
+/** What differs between a registration (RFC 7591) and a client ID metadata document. */
+export interface MetadataRules {
+  authMethods: string[];
+  defaultAuthMethod: string;
+  /** Scope names we do not know: refused (registration) or ignored (a document is written for many servers). */
+  unknownScopes: "refuse" | "ignore";
+  /** Every failure carries this reason instead of invalid_redirect_uri / invalid_client_metadata. */
+  reason?: Reason;
+}
+
+const REGISTRATION: MetadataRules = { authMethods: AUTH_METHODS, defaultAuthMethod: "client_secret_basic", unknownScopes: "refuse" };
+
+type MetadataFields = Pick<RegisterClientRequest, "clientName" | "redirectUris" | "grantTypes" | "responseTypes" | "tokenEndpointAuthMethod" | "scope">;
+
 /** RFC 7591 2 with spec 2.3's values; a bad redirect URI is invalid_redirect_uri, the rest invalid_client_metadata. */
-export function checkClientMetadata(req: RegisterClientRequest): ClientMetadata {
-  if (req.redirectUris.length === 0) fail(Reason.INVALID_REDIRECT_URI, "redirect_uris must list at least one URI");
-  if (req.redirectUris.length > 10) fail(Reason.INVALID_REDIRECT_URI, "at most 10 redirect_uris");
-  for (const uri of req.redirectUris) checkRedirectUri(uri);
+export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = REGISTRATION): ClientMetadata {
+  const bad = (reason: Reason, message: string): never => fail(rules.reason ?? reason, message);
+  if (req.redirectUris.length === 0) bad(Reason.INVALID_REDIRECT_URI, "redirect_uris must list at least one URI");
+  if (req.redirectUris.length > 10) bad(Reason.INVALID_REDIRECT_URI, "at most 10 redirect_uris");
+  for (const uri of req.redirectUris) checkRedirectUri(uri, rules.reason);
   const grantTypes = req.grantTypes.length > 0 ? [...new Set(req.grantTypes)] : ["authorization_code", "refresh_token"];
   if (!isSubset(grantTypes, GRANT_TYPES) || !grantTypes.includes("authorization_code")) {
-    fail(Reason.INVALID_CLIENT_METADATA, "grant_types must be authorization_code, optionally with refresh_token");
+    bad(Reason.INVALID_CLIENT_METADATA, "grant_types must be authorization_code, optionally with refresh_token");
   }
   const responseTypes = req.responseTypes.length > 0 ? [...new Set(req.responseTypes)] : ["code"];
-  if (responseTypes.length !== 1 || responseTypes[0] !== "code") fail(Reason.INVALID_CLIENT_METADATA, "response_types must be [\"code\"]");
-  const method = req.tokenEndpointAuthMethod || "client_secret_basic";
-  if (!AUTH_METHODS.includes(method)) fail(Reason.INVALID_CLIENT_METADATA, `token_endpoint_auth_method must be one of ${AUTH_METHODS.join(", ")}`);
-  const scopes = parseScope(req.scope);
-  if (!scopes) fail(Reason.INVALID_CLIENT_METADATA, "scope must be space-separated scope names");
-  if (!isSubset(scopes, AGENT_SCOPES)) fail(Reason.INVALID_CLIENT_METADATA, `scope may hold ${AGENT_SCOPES.join(", ")}`);
+  if (responseTypes.length !== 1 || responseTypes[0] !== "code") bad(Reason.INVALID_CLIENT_METADATA, "response_types must be [\"code\"]");
+  const method = req.tokenEndpointAuthMethod || rules.defaultAuthMethod;
+  if (!rules.authMethods.includes(method)) bad(Reason.INVALID_CLIENT_METADATA, `token_endpoint_auth_method must be one of ${rules.authMethods.join(", ")}`);
+  let scopes = parseScope(req.scope);
+  if (!scopes) return bad(Reason.INVALID_CLIENT_METADATA, "scope must be space-separated scope names");
+  if (rules.unknownScopes === "ignore") {
+    const asked = scopes.length;
+    scopes = scopes.filter((s) => (AGENT_SCOPES as readonly string[]).includes(s));
+    if (asked > 0 && scopes.length === 0) bad(Reason.INVALID_CLIENT_METADATA, `scope names none of ${AGENT_SCOPES.join(", ")}`);
+  }
+  if (!isSubset(scopes, AGENT_SCOPES)) bad(Reason.INVALID_CLIENT_METADATA, `scope may hold ${AGENT_SCOPES.join(", ")}`);
   const clientName = req.clientName.trim();
-  if (codePointLength(clientName) > 100) fail(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
-  if (/[\u0000-\u001f\u007f]/.test(clientName)) fail(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
+  if (codePointLength(clientName) > 100) bad(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
+  if (/[\u0000-\u001f\u007f]/.test(clientName)) bad(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
   return {
     clientName: clientName || "Unnamed agent",
     redirectUris: [...new Set(req.redirectUris)],
@@ -47,17 +67,17 @@ export function checkClientMetadata(req: RegisterClientRequest): ClientMetadata 
 }
 
 /** DESIGN 4.2: https, or http on loopback only; absolute, no fragment, no credentials. */
-function checkRedirectUri(uri: string): void {
+function checkRedirectUri(uri: string, reason = Reason.INVALID_REDIRECT_URI): void {
   let url: URL;
   try {
     url = new URL(uri);
   } catch {
-    return fail(Reason.INVALID_REDIRECT_URI, "redirect_uris must be absolute URIs");
+    return fail(reason, "redirect_uris must be absolute URIs");
   }
-  if (uri.length > 2000) fail(Reason.INVALID_REDIRECT_URI, "redirect URI too long");
-  if (url.hash || uri.includes("#")) fail(Reason.INVALID_REDIRECT_URI, "redirect URIs must not have a fragment");
-  if (url.username || url.password) fail(Reason.INVALID_REDIRECT_URI, "redirect URIs must not carry credentials");
+  if (uri.length > 2000) fail(reason, "redirect URI too long");
+  if (url.hash || uri.includes("#")) fail(reason, "redirect URIs must not have a fragment");
+  if (url.username || url.password) fail(reason, "redirect URIs must not carry credentials");
   if (url.protocol === "https:") return;
   if (url.protocol === "http:" && LOOPBACK.has(url.hostname)) return;
-  fail(Reason.INVALID_REDIRECT_URI, "redirect URIs must be https (http only on loopback)");
+  fail(reason, "redirect URIs must be https (http only on loopback)");
 }

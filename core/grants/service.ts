@@ -17,6 +17,7 @@ import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./st
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
+import { createClientIdMetadataResolver, isClientIdUrl } from "./client-id-metadata.js";
 import { UUID } from "../uuid.js";
 
 export interface GrantsServiceDeps {
@@ -38,6 +39,8 @@ export interface GrantsServiceDeps {
   refreshGraceSeconds: number;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
+  /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/agent-oauth.md). */
+  clientMetadataAllowPrivate?: boolean;
 }
 
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
@@ -102,7 +105,11 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   // OAuth clients are immutable once registered (no update or rotation RPC), so a short
   // per-process cache of their rows is safe across replicas and saves a round trip.
   const clientCache = new Map<string, { client: ClientRecord; until: number }>();
+  // A client_id that is an https URL names its metadata document: fetched, checked, cached.
+  const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false });
+  if (deps.clientMetadataAllowPrivate) deps.logger.warn("client metadata documents may be fetched from private and loopback addresses (development setting)");
   async function findClient(clientId: string): Promise<ClientRecord | undefined> {
+    if (isClientIdUrl(clientId)) return documents.resolve(clientId);
     const now = Date.now();
     const hit = clientCache.get(clientId);
     if (hit && hit.until > now) return hit.client;
@@ -119,13 +126,20 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, at: deps.clock() });
 
   async function authenticateClient(clientId: string, secret: string): Promise<ClientRecord> {
-    if (clientId.length === 0 || clientId.length > 128 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    if (isClientIdUrl(clientId)) {
+      // A metadata-document client is public (token_endpoint_auth_method none): it proves
+      // nothing here; the code it exchanges is bound to its client_id and PKCE verifier.
+      if (secret) fail(Reason.INVALID_CLIENT, "a client_id metadata document client is a public client and sends no client_secret");
+      return documents.resolve(clientId);
+    }
+    // A registered client always authenticates with its secret (an empty one never verifies).
+    if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
     const client = await findClient(clientId);
     const key = client ? `${clientId}\0${sha256Hex(secret)}\0${client.secretHash}` : "";
     if (client && verifiedSecrets.has(key)) return client;
     // spec 5.2 habit: unknown clients cost the same derivation as a wrong secret.
     const ok = await deps.secrets.verify(secret, client?.secretHash ?? deps.secrets.dummyHash);
-    if (!client || !ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    if (!client || !ok || client.secretHash === null) fail(Reason.INVALID_CLIENT, "client authentication failed");
     if (verifiedSecrets.size > 10_000) verifiedSecrets.clear();
     verifiedSecrets.add(key);
     return client;
@@ -492,6 +506,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const code = `vgc_${randomBytes(32).toString("base64url")}`;
       const now = deps.clock();
       await db.transaction(async (trx) => {
+        // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
+        if (r.client.metadataDocument) await store.upsertDocumentClient(trx, r.client);
         // The agent principal of this user and client is created on first consent.
         const agentPrincipalId = await store.ensureAgent(trx, { id: randomUUID(), userId: s.userId, clientKey: r.client.clientId, displayName: r.client.clientName, at: now });
         await store.insertCode(trx, {

@@ -10,7 +10,8 @@ export type GrantState = "active" | "superseded" | "revoked";
 
 export interface ClientRecord {
   clientId: string;
-  secretHash: string;
+  /** Null for a client described by a metadata document (a public client without a secret). */
+  secretHash: string | null;
   clientName: string;
   redirectUris: string[];
   grantTypes: string[];
@@ -18,6 +19,8 @@ export interface ClientRecord {
   tokenEndpointAuthMethod: string;
   scopes: string[];
   createdAt: Date;
+  /** A client whose client_id is the URL of its metadata document (core/grants/client-id-metadata.ts). */
+  metadataDocument?: boolean;
 }
 
 export interface GrantRecord {
@@ -204,6 +207,27 @@ export function createGrantsStore(db: Db) {
         if ((err as { code?: string }).code === "23505") return { inserted: false };
         throw err;
       }
+    },
+
+    /**
+     * The row of a client described by a metadata document, written (or brought up to
+     * date) when a user consents, so codes, grants and the dashboard can refer to it.
+     * Never touches a registered client's row.
+     */
+    async upsertDocumentClient(conn: Conn, c: ClientRecord): Promise<void> {
+      const fields = {
+        client_name: c.clientName,
+        redirect_uris: c.redirectUris,
+        grant_types: c.grantTypes,
+        response_types: c.responseTypes,
+        token_endpoint_auth_method: c.tokenEndpointAuthMethod,
+        scopes: c.scopes,
+      };
+      await conn("oauth_clients")
+        .insert({ client_id: c.clientId, secret_hash: null, metadata_document: true, created_at: c.createdAt, ...fields })
+        .onConflict("client_id")
+        .merge(fields)
+        .where("oauth_clients.metadata_document", true);
     },
 
     async findClient(conn: Conn, clientId: string): Promise<ClientRecord | undefined> {
@@ -468,7 +492,7 @@ export type GrantsStore = ReturnType<typeof createGrantsStore>;
 function toClient(r: Record<string, unknown>): ClientRecord {
   return {
     clientId: String(r.client_id),
-    secretHash: String(r.secret_hash),
+    secretHash: r.secret_hash == null ? null : String(r.secret_hash),
     clientName: String(r.client_name),
     redirectUris: textArray(r.redirect_uris),
     grantTypes: textArray(r.grant_types),
@@ -476,6 +500,7 @@ function toClient(r: Record<string, unknown>): ClientRecord {
     tokenEndpointAuthMethod: String(r.token_endpoint_auth_method),
     scopes: textArray(r.scopes),
     createdAt: new Date(r.created_at as string),
+    metadataDocument: Boolean(r.metadata_document),
   };
 }
 

@@ -64,7 +64,8 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
   }
 
   const scopes = Object.keys(AGENT_SCOPE_WORDS);
-  const authMethods = ["client_secret_basic", "client_secret_post"];
+  // "none": public clients named by a client ID metadata document (PKCE, no secret).
+  const authMethods = ["client_secret_basic", "client_secret_post", "none"];
   const asMetadata = {
     issuer: urls.issuer,
     authorization_endpoint: `${urls.authUrl}/oauth2/authorize`,
@@ -80,6 +81,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     token_endpoint_auth_methods_supported: authMethods,
     revocation_endpoint_auth_methods_supported: authMethods,
     authorization_response_iss_parameter_supported: true,
+    client_id_metadata_document_supported: true,
   };
   app.get("/.well-known/oauth-authorization-server", async (_request, reply) =>
     reply.header("cache-control", "public, max-age=300").send(asMetadata),
@@ -189,7 +191,11 @@ function required(params: Map<string, string>, name: string): string {
   return v;
 }
 
-/** RFC 6749 2.3.1: client_secret_basic (form-encoded parts) or client_secret_post; never both. */
+/**
+ * RFC 6749 2.3.1: client_secret_basic (form-encoded parts) or client_secret_post; never both.
+ * A public client (2.1; a client_id metadata document URL) sends client_id alone: core
+ * decides, and a registered client without its secret is invalid_client there.
+ */
 function authenticateClient(request: FastifyRequest, params: Map<string, string>): { clientId: string; clientSecret: string } {
   const header = request.headers.authorization;
   const formUsed = params.has("client_secret");
@@ -204,8 +210,8 @@ function authenticateClient(request: FastifyRequest, params: Map<string, string>
   }
   const clientId = params.get("client_id");
   const clientSecret = params.get("client_secret");
-  if (!clientId || clientSecret === undefined) throw invalidClient();
-  return { clientId, clientSecret };
+  if (!clientId) throw invalidClient();
+  return { clientId, clientSecret: clientSecret ?? "" };
 }
 
 type JsonObject = Record<string, unknown>;

@@ -64,7 +64,7 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(m.registration_endpoint).to.equal(`${stack.url}/oauth2/register`);
       expect(m.revocation_endpoint).to.equal(`${stack.url}/oauth2/revoke`);
       expect(m.code_challenge_methods_supported).to.deep.equal(["S256"]);
-      expect(m.token_endpoint_auth_methods_supported).to.have.members(["client_secret_post", "client_secret_basic"]);
+      expect(m.token_endpoint_auth_methods_supported).to.have.members(["client_secret_post", "client_secret_basic", "none"]);
       expect(m.authorization_response_iss_parameter_supported).to.equal(true);
     });
 

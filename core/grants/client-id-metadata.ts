@@ -1,0 +1,354 @@
+import { lookup as dnsLookup } from "node:dns/promises";
+import http from "node:http";
+import https from "node:https";
+import { isIP, type LookupFunction } from "node:net";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { textProblem } from "../text.js";
+import { checkClientMetadata } from "./client-metadata.js";
+import type { ClientRecord } from "./store.js";
+
+/**
+ * OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document):
+ * a `client_id` that is an https URL names a JSON document, served at that URL, that
+ * describes the client. Such a client is never registered; core fetches the document,
+ * checks it and caches it. It is a public client: no secret, PKCE only.
+ *
+ * The fetch is the server reaching out to an address any caller chooses, so it is fenced
+ * in: the URL's form, a private-address rule checked against the addresses we resolved
+ * ourselves (and then connect to, so a second DNS answer cannot swap in another host), no
+ * redirects, a size and a time limit. Limits and the cache are described in
+ * docs/agent-oauth.md ("Client ID Metadata Documents").
+ */
+
+export const CLIENT_ID_URL_MAX = 512;
+export const DOCUMENT_MAX_BYTES = 5 * 1024;
+export const FETCH_TIMEOUT_MS = 3000;
+export const CACHE_DEFAULT_S = 300;
+export const CACHE_MIN_S = 60;
+export const CACHE_MAX_S = 24 * 3600;
+const CACHE_MAX_ENTRIES = 1000;
+/** Fetches in flight at once (per process); more wait for nothing: they are refused as overload. */
+const MAX_CONCURRENT_FETCHES = 32;
+const LOOPBACK_HOSTS = new Set(["127.0.0.1", "[::1]", "localhost"]);
+
+/** True when `clientId` is meant as a metadata document URL (any case of the scheme); everything else is a registered client id. */
+export function isClientIdUrl(clientId: string): boolean {
+  return /^https?:\/\//i.test(clientId);
+}
+
+export interface ClientIdMetadataOptions {
+  clock: () => Date;
+  /**
+   * Development only (CLIENT_METADATA_ALLOW_PRIVATE): documents on private, loopback and
+   * link-local addresses are fetched, and `http://` client ids on loopback hosts are accepted.
+   */
+  allowPrivate: boolean;
+  /** Test seam: the CA that https document servers chain to (default: Node's roots). */
+  ca?: string;
+  timeoutMs?: number;
+}
+
+export interface ClientIdMetadataResolver {
+  /** The client a metadata document URL names, fetched or cached; INVALID_CLIENT with the reason when it cannot be used. */
+  resolve(clientId: string): Promise<ClientRecord>;
+}
+
+class DocumentProblem extends Error {}
+const problem = (message: string): never => {
+  throw new DocumentProblem(message);
+};
+
+interface Cached {
+  client: ClientRecord;
+  until: number;
+}
+
+export function createClientIdMetadataResolver(options: ClientIdMetadataOptions): ClientIdMetadataResolver {
+  const cache = new Map<string, Cached>();
+  const inflight = new Map<string, Promise<Cached>>();
+  let fetching = 0;
+  const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS;
+
+  async function load(url: URL, clientId: string): Promise<Cached> {
+    const doc = await fetchDocument(url, { allowPrivate: options.allowPrivate, ca: options.ca, timeoutMs });
+    const client = documentClient(clientId, doc.body, options.clock());
+    return { client, until: options.clock().getTime() + cacheSeconds(doc.cacheControl) * 1000 };
+  }
+
+  return {
+    async resolve(clientId) {
+      const url = checkClientIdUrl(clientId, options.allowPrivate);
+      const now = options.clock().getTime();
+      const hit = cache.get(clientId);
+      if (hit && hit.until > now) return hit.client;
+      let pending = inflight.get(clientId);
+      if (!pending) {
+        if (fetching >= MAX_CONCURRENT_FETCHES) fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 });
+        fetching++;
+        pending = load(url, clientId).finally(() => {
+          fetching--;
+          inflight.delete(clientId);
+        });
+        inflight.set(clientId, pending);
+      }
+      let entry: Cached;
+      try {
+        entry = await pending;
+      } catch (err) {
+        const why = err instanceof DocumentProblem ? err.message : "the document could not be fetched";
+        return fail(Reason.INVALID_CLIENT, `client_id metadata document: ${why}`, {}, err);
+      }
+      cache.delete(clientId);
+      if (cache.size >= CACHE_MAX_ENTRIES) cache.delete(cache.keys().next().value!);
+      cache.set(clientId, entry);
+      return entry.client;
+    },
+  };
+}
+
+/** The URL rules of the draft (section 3) plus ours: canonical form, so one document is one client. */
+export function checkClientIdUrl(clientId: string, allowPrivate: boolean): URL {
+  const refuse = (why: string): never => fail(Reason.INVALID_CLIENT, `client_id URL ${why}`);
+  if (clientId.length > CLIENT_ID_URL_MAX) refuse(`is longer than ${CLIENT_ID_URL_MAX} characters`);
+  let url: URL;
+  try {
+    url = new URL(clientId);
+  } catch {
+    return refuse("is not a valid URL");
+  }
+  if (url.protocol === "http:") {
+    if (!allowPrivate) refuse("must use https");
+    if (!LOOPBACK_HOSTS.has(url.hostname)) refuse("must use https (http only on loopback, in development)");
+  } else if (url.protocol !== "https:") refuse("must use https");
+  if (clientId.includes("#")) refuse("must not have a fragment");
+  if (url.username || url.password || /^[a-z]+:\/\/[^/]*@/i.test(clientId)) refuse("must not carry credentials");
+  const rawPath = clientId.replace(/^[a-z]+:\/\/[^/?]*/i, "").split("?")[0]!;
+  if (rawPath.split("/").some((seg) => /^(\.|%2e){1,2}$/i.test(seg))) refuse("must not have . or .. path segments");
+  if (url.pathname === "/" || url.pathname === "") refuse("must have a path");
+  if (url.href !== clientId) refuse(`must be in canonical form (${url.href})`);
+  return url;
+}
+
+/** Cache lifetime from Cache-Control: max-age within [CACHE_MIN_S, CACHE_MAX_S]; no-store/no-cache count as the minimum. */
+export function cacheSeconds(header: string | undefined): number {
+  if (!header) return CACHE_DEFAULT_S;
+  const directives = header.toLowerCase().split(",").map((d) => d.trim());
+  if (directives.some((d) => d === "no-store" || d === "no-cache")) return CACHE_MIN_S;
+  const maxAge = directives.map((d) => /^max-age\s*=\s*"?(\d+)"?$/.exec(d)).find(Boolean);
+  if (!maxAge) return CACHE_DEFAULT_S;
+  return Math.min(CACHE_MAX_S, Math.max(CACHE_MIN_S, Number(maxAge[1])));
+}
+
+/**
+ * True for an address a document may be fetched from: IPv4 outside private, loopback,
+ * link-local, CGNAT, multicast, documentation and reserved ranges; IPv6 global unicast
+ * (2000::/3) outside documentation and 6to4 ranges (IPv4-mapped addresses are judged
+ * by their IPv4 address).
+ */
+export function isPublicAddress(address: string): boolean {
+  const family = isIP(address);
+  if (family === 4) return isPublicV4(address);
+  if (family !== 6) return false;
+  const groups = expandV6(address);
+  if (!groups) return false;
+  // ::ffff:a.b.c.d (mapped) and 64:ff9b::a.b.c.d (NAT64) lead to an IPv4 address.
+  const mapped = groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff;
+  const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0);
+  if (mapped || nat64) return isPublicV4(`${groups[6]! >> 8}.${groups[6]! & 255}.${groups[7]! >> 8}.${groups[7]! & 255}`);
+  if ((groups[0]! & 0xe000) !== 0x2000) return false; // not global unicast: ::, ::1, fc00::/7, fe80::/10, ff00::/8, ...
+  if (groups[0] === 0x2001 && groups[1] === 0x0db8) return false; // documentation
+  if (groups[0] === 0x2002) return false; // 6to4 can wrap any IPv4 address
+  if (groups[0] === 0x2001 && groups[1]! < 0x0200) return false; // 2001::/23 protocol assignments (Teredo, ...)
+  return true;
+}
+
+function isPublicV4(address: string): boolean {
+  const [a, b, c] = address.split(".").map(Number) as [number, number, number, number];
+  if (a === 0 || a === 10 || a === 127 || a >= 224) return false; // this network, private, loopback, multicast, reserved, broadcast
+  if (a === 100 && b >= 64 && b <= 127) return false; // CGNAT 100.64/10
+  if (a === 169 && b === 254) return false; // link-local (cloud metadata)
+  if (a === 172 && b >= 16 && b <= 31) return false;
+  if (a === 192 && b === 168) return false;
+  if (a === 192 && b === 0 && (c === 0 || c === 2)) return false; // protocol assignments, TEST-NET-1
+  if (a === 198 && (b === 18 || b === 19)) return false; // benchmarking
+  if (a === 198 && b === 51 && c === 100) return false; // TEST-NET-2
+  if (a === 203 && b === 0 && c === 113) return false; // TEST-NET-3
+  return true;
+}
+
+function expandV6(address: string): number[] | undefined {
+  let s = address.toLowerCase().split("%")[0]!;
+  const v4 = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
+  if (v4) {
+    const [a, b, c, d] = v4[1]!.split(".").map(Number) as [number, number, number, number];
+    s = s.slice(0, -v4[1]!.length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = s.split("::") as [string, string | undefined];
+  const h = head ? head.split(":") : [];
+  const t = tail ? tail.split(":") : [];
+  const fill = tail === undefined ? 0 : 8 - h.length - t.length;
+  const groups = [...h, ...Array(Math.max(0, fill)).fill("0"), ...t].map((g) => parseInt(g, 16));
+  return groups.length === 8 && groups.every((g) => g >= 0 && g <= 0xffff) ? groups : undefined;
+}
+
+interface Fetched {
+  body: Buffer;
+  cacheControl: string | undefined;
+}
+
+/**
+ * GET the document: resolve the host ourselves, refuse private addresses (unless allowed),
+ * connect to the address we checked, no redirects, at most DOCUMENT_MAX_BYTES, all within
+ * the time limit.
+ */
+async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: string; timeoutMs: number }): Promise<Fetched> {
+  let timer: NodeJS.Timeout | undefined;
+  let request: http.ClientRequest | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      request?.destroy();
+      reject(new DocumentProblem(`no answer within ${opts.timeoutMs / 1000} s`));
+    }, opts.timeoutMs);
+  });
+  try {
+    return await Promise.race([expired, get()]);
+  } finally {
+    clearTimeout(timer);
+  }
+
+  async function get(): Promise<Fetched> {
+    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    let addresses: { address: string; family: number }[];
+    if (isIP(host)) addresses = [{ address: host, family: isIP(host) }];
+    else {
+      try {
+        addresses = await dnsLookup(host, { all: true, verbatim: true });
+      } catch {
+        return problem("its host name does not resolve");
+      }
+    }
+    if (addresses.length === 0) problem("its host name does not resolve");
+    if (!opts.allowPrivate && addresses.some((a) => !isPublicAddress(a.address))) {
+      problem("its host is a private, loopback, link-local or otherwise non-public address");
+    }
+    const target = addresses[0]!;
+    // Every connection goes to the address checked above, whatever DNS answers next.
+    const pinned = ((_hostname: string, lookupOptions: { all?: boolean }, callback: (...args: unknown[]) => void) => {
+      if (lookupOptions?.all) callback(null, [{ address: target.address, family: target.family }]);
+      else callback(null, target.address, target.family);
+    }) as unknown as LookupFunction;
+    const secure = url.protocol === "https:";
+    return new Promise<Fetched>((resolve, reject) => {
+      const req = (secure ? https : http).request({
+        protocol: url.protocol,
+        hostname: host,
+        port: url.port || undefined,
+        path: url.pathname + url.search,
+        method: "GET",
+        agent: false,
+        lookup: pinned,
+        headers: { accept: "application/json", "accept-encoding": "identity", "user-agent": "Vaultgate (client metadata)" },
+        ...(secure ? { servername: isIP(host) ? undefined : host, ...(opts.ca ? { ca: opts.ca } : {}) } : {}),
+      });
+      request = req;
+      req.on("error", (err) => reject(err instanceof DocumentProblem ? err : new DocumentProblem("the document could not be fetched")));
+      req.on("response", (res) => {
+        const status = res.statusCode ?? 0;
+        const stop = (why: string) => {
+          res.resume();
+          req.destroy();
+          reject(new DocumentProblem(why));
+        };
+        if (status >= 300 && status < 400) return stop(`answered with a redirect (HTTP ${status}); redirects are not followed`);
+        if (status !== 200) return stop(`answered HTTP ${status}`);
+        const encoding = res.headers["content-encoding"];
+        if (encoding && encoding.toLowerCase() !== "identity") return stop("must not be compressed");
+        if (Number(res.headers["content-length"] ?? 0) > DOCUMENT_MAX_BYTES) return stop(`is larger than ${DOCUMENT_MAX_BYTES} bytes`);
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > DOCUMENT_MAX_BYTES) return stop(`is larger than ${DOCUMENT_MAX_BYTES} bytes`);
+          chunks.push(chunk);
+        });
+        res.on("end", () => resolve({ body: Buffer.concat(chunks), cacheControl: header(res.headers["cache-control"]) }));
+        res.on("error", () => reject(new DocumentProblem("the document could not be read")));
+      });
+      req.end();
+    });
+  }
+}
+
+function header(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v.join(", ") : v;
+}
+
+/** The document, checked: JSON object, client_id equal to the URL, public client, our metadata rules. */
+function documentClient(clientId: string, body: Buffer, now: Date): ClientRecord {
+  let text: string;
+  let doc: unknown;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(body);
+    doc = JSON.parse(text);
+  } catch {
+    return problem("is not JSON");
+  }
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) problem("must be a JSON object");
+  const bad = findBadString(doc);
+  if (bad) problem(bad);
+  const d = doc as Record<string, unknown>;
+  if (d.client_id !== clientId) problem("its client_id must equal the URL it is served from");
+  if ("client_secret" in d || "client_secret_expires_at" in d) problem("must not contain a client_secret");
+  const method = str(d, "token_endpoint_auth_method");
+  if (method === "private_key_jwt") problem("token_endpoint_auth_method private_key_jwt is not supported here; use none (a public client with PKCE)");
+  if (method && method !== "none") problem("token_endpoint_auth_method must be none");
+  const fields = {
+    clientName: str(d, "client_name"),
+    redirectUris: strings(d, "redirect_uris"),
+    grantTypes: strings(d, "grant_types"),
+    responseTypes: strings(d, "response_types"),
+    tokenEndpointAuthMethod: "none",
+    scope: str(d, "scope"),
+  };
+  let meta;
+  try {
+    meta = checkClientMetadata(fields, { authMethods: ["none"], defaultAuthMethod: "none", unknownScopes: "ignore", reason: Reason.INVALID_CLIENT });
+  } catch (err) {
+    return problem((err as Error & { rawMessage?: string }).rawMessage ?? "is not valid client metadata");
+  }
+  if (meta.redirectUris.length === 0) problem("redirect_uris must list at least one URI");
+  return { ...meta, clientId, secretHash: null, createdAt: now, metadataDocument: true };
+}
+
+function str(d: Record<string, unknown>, name: string): string {
+  const v = d[name];
+  if (v === undefined || v === null) return "";
+  if (typeof v !== "string") return problem(`${name} must be a string`);
+  return v;
+}
+
+function strings(d: Record<string, unknown>, name: string): string[] {
+  const v = d[name];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== "string")) return problem(`${name} must be an array of strings`);
+  return v as string[];
+}
+
+/** The first string (key or value) holding NUL or an unpaired surrogate: nothing we store may hold one. */
+function findBadString(value: unknown, depth = 0): string | undefined {
+  if (depth > 32) return "nests too deeply";
+  if (typeof value === "string") return textProblem(value) && `text ${textProblem(value)}`;
+  if (Array.isArray(value)) {
+    for (const v of value) {
+      const p = findBadString(v, depth + 1);
+      if (p) return p;
+    }
+  } else if (typeof value === "object" && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      const p = findBadString(k, depth + 1) ?? findBadString(v, depth + 1);
+      if (p) return p;
+    }
+  }
+  return undefined;
+}
