@@ -308,17 +308,18 @@ export const TOOLS: readonly Tool[] = [
     scope: null,
     auth: "none",
     title: "Refresh Grant",
-    description: "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded.",
+    description:
+      "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded. A client whose client_id is the URL of its metadata document is public and sends no client_secret.",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(
-      { refresh_token: { type: "string", minLength: 1, maxLength: 512 }, client_id: { type: "string", minLength: 1, maxLength: 256 }, client_secret: { type: "string", minLength: 1, maxLength: 512 } },
-      ["refresh_token", "client_id", "client_secret"],
+      { refresh_token: { type: "string", minLength: 1, maxLength: 512 }, client_id: { type: "string", minLength: 1, maxLength: 512 }, client_secret: { type: "string", minLength: 1, maxLength: 512 } },
+      ["refresh_token", "client_id"],
     ),
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
       const res = await ctx.clients.grants.refreshGrant(
-        { refreshToken: args.refresh_token as string, clientId: args.client_id as string, clientSecret: args.client_secret as string },
+        { refreshToken: args.refresh_token as string, clientId: args.client_id as string, clientSecret: (args.client_secret as string | undefined) ?? "" },
         withRequestId(ctx.requestId),
       );
       return agentTokenJson(res.token);

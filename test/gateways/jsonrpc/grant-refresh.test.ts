@@ -61,5 +61,21 @@ describe("agent.grant.refresh over JSON-RPC", () => {
       params: { refresh_token: next.refresh_token, client_id: client.client_id, client_secret: "wrong-secret" },
     });
     expect(wrongSecret.json!.error.code).to.equal(-32001);
+    // client_secret may be left out (public clients have none), but a registered client
+    // without its secret is refused like a wrong one, and nothing is used up.
+    const noSecret = await postRpc(`${stack.url}/mcp/treasury`, {
+      jsonrpc: "2.0",
+      id: 5,
+      method: "agent.grant.refresh",
+      params: { refresh_token: next.refresh_token, client_id: client.client_id },
+    });
+    expect([noSecret.json!.error.code, noSecret.json!.error.data.reason_id]).to.deep.equal([-32001, "invalid_client"]);
+    const stillGood = await postRpc(`${stack.url}/mcp/treasury`, {
+      jsonrpc: "2.0",
+      id: 6,
+      method: "agent.grant.refresh",
+      params: { refresh_token: next.refresh_token, client_id: client.client_id, client_secret: client.client_secret },
+    });
+    expect(stillGood.json!.result.jti).to.be.a("string");
   });
 });
