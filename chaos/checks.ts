@@ -208,11 +208,14 @@ async function auditFollowers(w: World, c: pg.Client): Promise<CheckReport> {
     const counts = new Map<string, number>();
     for (const id of f.seen) counts.set(id, (counts.get(id) ?? 0) + 1);
     for (const [id, n] of counts) if (n > 1) r.fail(`follower of agent:${principal} was handed record ${id} ${n} times`);
-    const { rows } = await c.query(`SELECT seq::text AS seq, action, created_at FROM audit_records WHERE actor = $1 AND seq <= $2 ORDER BY seq`, [`agent:${principal}`, f.watermark]);
+    // The feed is ordered by (writing transaction id, seq); its watermark is "<xid>.<seq>".
+    const [wxid, wseq] = f.watermark.includes(".") ? f.watermark.split(".") : ["0", f.watermark];
+    const below = `(xid < $2::text::xid8 OR (xid = $2::text::xid8 AND seq <= $3::int8))`;
+    const { rows } = await c.query(`SELECT seq::text AS seq, action, created_at FROM audit_records WHERE actor = $1 AND ${below} ORDER BY xid, seq`, [`agent:${principal}`, wxid, wseq]);
     r.checked += rows.length;
     const missed = rows.filter((row) => !counts.has(row.seq));
     if (missed.length) r.fail(`follower of agent:${principal} never saw ${missed.length} of ${rows.length} records below its watermark ${f.watermark} (first: seq ${missed[0].seq} ${missed[0].action})`, missed.slice(0, 10));
-    const after = await c.query(`SELECT count(*)::int AS n FROM audit_records WHERE actor = $1 AND seq > $2`, [`agent:${principal}`, f.watermark]);
+    const after = await c.query(`SELECT count(*)::int AS n FROM audit_records WHERE actor = $1 AND NOT ${below}`, [`agent:${principal}`, wxid, wseq]);
     if (after.rows[0].n > 0) r.fail(`follower of agent:${principal} ended at watermark ${f.watermark} with ${after.rows[0].n} records after it never handed out`);
   }
   return r;
