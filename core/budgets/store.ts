@@ -102,6 +102,8 @@ function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   };
 }
 
+/** The UTC calendar day of an instant, as a SQL date literal (YYYY-MM-DD). */
+const utcDay = (at: Date) => at.toISOString().slice(0, 10);
 const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
@@ -168,6 +170,12 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
   };
 }
 
+/**
+ * Today's completed spend from the vault row's running totals (migration 0018): the day's
+ * total while the row's spend day is the reader's UTC day (`?`, a date), else nothing.
+ */
+const SPENT_TODAY_SQL = `(CASE WHEN v.spent_day >= ? THEN v.spent_day_cents ELSE 0 END)`;
+
 /** The clock skew allowed on an agent token's expiry (the service's CLOCK_SKEW_MS). */
 const SKEW_SECONDS = 30;
 
@@ -193,10 +201,7 @@ export function createBudgetsStore(db: Db) {
         `WITH ctx AS (
            SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                  (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
-                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
-                  (SELECT coalesce(sum(amount_cents), 0)::int8
-                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime,
+                  ${SPENT_TODAY_SQL.replace("?", "(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
                   (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${SKEW_SECONDS} seconds' >= k.k_at
                    AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
              FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
@@ -377,6 +382,26 @@ export function createBudgetsStore(db: Db) {
       return row ? toPayment(row) : undefined;
     },
 
+    /**
+     * Takes a completed payment off the vault's balance and adds it to the running totals
+     * the caps are checked against, in one UPDATE. Call it in the transaction that completes
+     * the payment, holding the vault row FOR UPDATE (lockPaymentContext): the totals then
+     * equal the sum of the vault's completed payments at every commit. A payment on a later
+     * UTC day than the row's spend day starts the day afresh; one dated before it (a clock
+     * set back) counts towards the lifetime only.
+     */
+    async recordSpend(trx: Knex.Transaction, id: string, amountCents: number, at: Date): Promise<void> {
+      const day = utcDay(at);
+      await trx.raw(
+        `UPDATE vaults SET balance_cents = balance_cents - ?, spent_lifetime_cents = spent_lifetime_cents + ?,
+                spent_day_cents = CASE WHEN spent_day = ?::date THEN spent_day_cents + ?
+                                       WHEN spent_day > ?::date THEN spent_day_cents ELSE ? END,
+                spent_day = greatest(spent_day, ?::date)
+          WHERE id = ?`,
+        [amountCents, amountCents, day, amountCents, day, amountCents, day, id],
+      );
+    },
+
     async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
       const q = conn("agent_payments").where({ id }).first();
       const row = lock ? await q.forUpdate() : await q;
@@ -435,29 +460,27 @@ export function createBudgetsStore(db: Db) {
     /**
      * Everything a payment decision reads, for a payment that will be made: the grant
      * (locked as in findGrant) and its vault (locked for update: every payment of the
-     * vault is ordered by this lock), then, in a second statement whose snapshot starts
-     * after both locks are held, the policy and the vault's completed spend since
-     * `dayStart` and in total. Reading the spend in the locking statement would use a
-     * snapshot taken before the lock was granted and miss payments committed meanwhile.
+     * vault is ordered by this lock) with its balance and running spend totals, then, in
+     * a second statement whose snapshot starts after both locks are held, the policy.
+     * The vault columns come from the locked row's latest version (a row lock waits for
+     * and then reads the committed update of the payment before), so the totals include
+     * every payment committed before the lock was granted; no payment history is read.
      */
     async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
       if (!UUID.test(grantId)) return undefined;
       const { rows: locked } = await trx.raw(
-        `SELECT ${GRANT_COLUMNS}, v.* FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+        `SELECT ${GRANT_COLUMNS}, v.*, ${SPENT_TODAY_SQL} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
+           FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
           WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
-        [grantId.toLowerCase()],
+        [utcDay(dayStart), grantId.toLowerCase()],
       );
       const head = (locked as Record<string, unknown>[])[0];
       if (!head) return undefined;
       const { rows } = await trx.raw(
         `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
-                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_today,
-                (SELECT coalesce(sum(amount_cents), 0)::int8
-                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_lifetime
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id
            FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
-        [dayStart, String(head.id), String(head.id), String(head.id)],
+        [String(head.id)],
       );
       return { ...toPaymentContext({ ...head, ...(rows as Record<string, unknown>[])[0] }), grant: toAgentGrant(head) };
     },
