@@ -171,10 +171,16 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
 }
 
 /**
- * Today's completed spend from the vault row's running totals (migration 0018): the day's
- * total while the row's spend day is the reader's UTC day (`?`, a date), else nothing.
+ * Today's completed spend (every completion since the reader's UTC midnight, `d` a SQL
+ * date) from the vault row's running totals (migration 0018): nothing when the row's
+ * spend day is earlier, that day's total when it is today, and the last two days' when
+ * the row is already a day ahead (a payment stamped before midnight decided after one
+ * stamped after it). A reader further behind (a clock set back over a day) counts the
+ * whole lifetime, erring towards refusal.
  */
-const SPENT_TODAY_SQL = `(CASE WHEN v.spent_day >= ? THEN v.spent_day_cents ELSE 0 END)`;
+const spentTodaySql = (d: string) =>
+  `(CASE WHEN v.spent_day IS NULL OR v.spent_day < ${d} THEN 0 WHEN v.spent_day = ${d} THEN v.spent_day_cents
+         WHEN v.spent_day = ${d} + 1 THEN v.spent_day_cents + v.spent_prev_day_cents ELSE v.spent_lifetime_cents END)`;
 
 /** The clock skew allowed on an agent token's expiry (the service's CLOCK_SKEW_MS). */
 const SKEW_SECONDS = 30;
@@ -201,7 +207,7 @@ export function createBudgetsStore(db: Db) {
         `WITH ctx AS (
            SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                  ${SPENT_TODAY_SQL.replace("?", "(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
+                  ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
                   (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${SKEW_SECONDS} seconds' >= k.k_at
                    AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
              FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
@@ -387,18 +393,24 @@ export function createBudgetsStore(db: Db) {
      * the caps are checked against, in one UPDATE. Call it in the transaction that completes
      * the payment, holding the vault row FOR UPDATE (lockPaymentContext): the totals then
      * equal the sum of the vault's completed payments at every commit. A payment on a later
-     * UTC day than the row's spend day starts the day afresh; one dated before it (a clock
-     * set back) counts towards the lifetime only.
+     * UTC day than the row's spend day starts the day afresh (the old day becomes the
+     * previous day when it is the day before); one dated the day before the row's spend day
+     * (stamped before midnight, decided after) adds to the previous day; one dated earlier
+     * still (a clock set back) counts towards the lifetime only.
      */
     async recordSpend(trx: Knex.Transaction, id: string, amountCents: number, at: Date): Promise<void> {
-      const day = utcDay(at);
       await trx.raw(
-        `UPDATE vaults SET balance_cents = balance_cents - ?, spent_lifetime_cents = spent_lifetime_cents + ?,
-                spent_day_cents = CASE WHEN spent_day = ?::date THEN spent_day_cents + ?
-                                       WHEN spent_day > ?::date THEN spent_day_cents ELSE ? END,
-                spent_day = greatest(spent_day, ?::date)
-          WHERE id = ?`,
-        [amountCents, amountCents, day, amountCents, day, amountCents, day, id],
+        `UPDATE vaults v SET balance_cents = balance_cents - x.a, spent_lifetime_cents = spent_lifetime_cents + x.a,
+                spent_prev_day_cents = CASE WHEN spent_day = x.day THEN spent_prev_day_cents
+                                            WHEN spent_day = x.day - 1 THEN spent_day_cents
+                                            WHEN spent_day = x.day + 1 THEN spent_prev_day_cents + x.a
+                                            WHEN spent_day > x.day THEN spent_prev_day_cents ELSE 0 END,
+                spent_day_cents = CASE WHEN spent_day = x.day THEN spent_day_cents + x.a
+                                       WHEN spent_day > x.day THEN spent_day_cents ELSE x.a END,
+                spent_day = greatest(spent_day, x.day)
+           FROM (SELECT ?::bigint AS a, ?::date AS day) x
+          WHERE v.id = ?`,
+        [amountCents, utcDay(at), id],
       );
     },
 
@@ -469,8 +481,8 @@ export function createBudgetsStore(db: Db) {
     async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
       if (!UUID.test(grantId)) return undefined;
       const { rows: locked } = await trx.raw(
-        `SELECT ${GRANT_COLUMNS}, v.*, ${SPENT_TODAY_SQL} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
-           FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+        `SELECT ${GRANT_COLUMNS}, v.*, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
+           FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
           WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
         [utcDay(dayStart), grantId.toLowerCase()],
       );
