@@ -62,6 +62,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         appUrl: config.appUrl,
         provisioningLimitPerMinute: config.provisioningLimitPerMinute,
         reaperIntervalMs: 60_000,
+        pruneIntervalMs: 300_000,
         resourceRateLimits: { default: config.partnerResourceLimitPerMinute },
         kycSandboxUrl: config.kycSandboxUrl,
         webhookPollMs: config.webhookPollMs,

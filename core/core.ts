@@ -30,6 +30,7 @@ import { createTreasuryService, type TreasuryFaults } from "./treasury/service.j
 import { createGrantsStore } from "./grants/store.js";
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
+import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -63,6 +64,10 @@ export interface CoreOptions {
   budgetFaults?: BudgetsFaults;
   /** Run the stuck-provisioning reaper every this many ms; absent = only on demand. */
   reaperIntervalMs?: number;
+  /** Prune expired rows (core/maintenance/pruner.ts) every this many ms; absent = only on demand (Core.prune). */
+  pruneIntervalMs?: number;
+  /** Retention of pruned rows; defaults in core/maintenance/pruner.ts (docs/architecture.md). */
+  retention?: Partial<Retention>;
   /** Partner resource limits per minute per partner and operation (docs/partner-api.md); `default` covers unnamed ones. */
   resourceRateLimits?: Record<string, number>;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
@@ -94,6 +99,8 @@ export interface Core {
   keyring: Keyring;
   /** One pass of the stuck-provisioning reaper (also run on reaperIntervalMs). */
   reapProvisioning(): Promise<number>;
+  /** One pass of the pruner (also run on pruneIntervalMs). */
+  prune(): Promise<PruneReport>;
   close(): Promise<void>;
   /** The webhook delivery worker (started here, stopped by close()). */
   webhooks: WebhookWorker;
@@ -210,15 +217,24 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
         }, options.reaperIntervalMs).unref()
       : undefined;
+    const pruner = createPruner({ db, clock, logger, retention: options.retention });
+    const pruning = options.pruneIntervalMs
+      ? setInterval(() => {
+          pruner.runOnce().catch((err: unknown) => logger.error({ err }, "prune pass failed"));
+        }, options.pruneIntervalMs).unref()
+      : undefined;
     return {
       routes,
       interceptors,
       db,
       keyring,
       reapProvisioning: () => budgets.reap(),
+      prune: () => pruner.runOnce(),
       webhooks,
       async close() {
         if (reaper) clearInterval(reaper);
+        if (pruning) clearInterval(pruning);
+        await pruner.idle();
         await webhooks.stop();
         if (ownsDb) await db.destroy();
       },

@@ -564,7 +564,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           };
           await store.insertPayment(trx, payment);
         }
-        if (payment.status === "completed") await store.addBalance(trx, vault.id, -payment.amountCents);
+        // The balance and the running totals the caps read move together, under the vault lock.
+        if (payment.status === "completed") await store.recordSpend(trx, vault.id, payment.amountCents, now);
         await audit.append(trx, {
           requestId: ctx.values.get(kRequestId),
           actor,

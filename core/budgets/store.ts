@@ -102,6 +102,8 @@ function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   };
 }
 
+/** The UTC calendar day of an instant, as a SQL date literal (YYYY-MM-DD). */
+const utcDay = (at: Date) => at.toISOString().slice(0, 10);
 const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
@@ -168,6 +170,18 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
   };
 }
 
+/**
+ * Today's completed spend (every completion since the reader's UTC midnight, `d` a SQL
+ * date) from the vault row's running totals (migration 0018): nothing when the row's
+ * spend day is earlier, that day's total when it is today, and the last two days' when
+ * the row is already a day ahead (a payment stamped before midnight decided after one
+ * stamped after it). A reader further behind (a clock set back over a day) counts the
+ * whole lifetime, erring towards refusal.
+ */
+const spentTodaySql = (d: string) =>
+  `(CASE WHEN v.spent_day IS NULL OR v.spent_day < ${d} THEN 0 WHEN v.spent_day = ${d} THEN v.spent_day_cents
+         WHEN v.spent_day = ${d} + 1 THEN v.spent_day_cents + v.spent_prev_day_cents ELSE v.spent_lifetime_cents END)`;
+
 /** The clock skew allowed on an agent token's expiry (the service's CLOCK_SKEW_MS). */
 const SKEW_SECONDS = 30;
 
@@ -193,10 +207,7 @@ export function createBudgetsStore(db: Db) {
         `WITH ctx AS (
            SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                  (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= k.day_start), 0)::int8
-                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_today,
-                  (SELECT coalesce(sum(amount_cents), 0)::int8
-                     FROM agent_payments WHERE vault_id = v.id AND status = 'completed') AS spent_lifetime,
+                  ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
                   (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${SKEW_SECONDS} seconds' >= k.k_at
                    AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
              FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
@@ -377,6 +388,32 @@ export function createBudgetsStore(db: Db) {
       return row ? toPayment(row) : undefined;
     },
 
+    /**
+     * Takes a completed payment off the vault's balance and adds it to the running totals
+     * the caps are checked against, in one UPDATE. Call it in the transaction that completes
+     * the payment, holding the vault row FOR UPDATE (lockPaymentContext): the totals then
+     * equal the sum of the vault's completed payments at every commit. A payment on a later
+     * UTC day than the row's spend day starts the day afresh (the old day becomes the
+     * previous day when it is the day before); one dated the day before the row's spend day
+     * (stamped before midnight, decided after) adds to the previous day; one dated earlier
+     * still (a clock set back) counts towards the lifetime only.
+     */
+    async recordSpend(trx: Knex.Transaction, id: string, amountCents: number, at: Date): Promise<void> {
+      await trx.raw(
+        `UPDATE vaults v SET balance_cents = balance_cents - x.a, spent_lifetime_cents = spent_lifetime_cents + x.a,
+                spent_prev_day_cents = CASE WHEN spent_day = x.day THEN spent_prev_day_cents
+                                            WHEN spent_day = x.day - 1 THEN spent_day_cents
+                                            WHEN spent_day = x.day + 1 THEN spent_prev_day_cents + x.a
+                                            WHEN spent_day > x.day THEN spent_prev_day_cents ELSE 0 END,
+                spent_day_cents = CASE WHEN spent_day = x.day THEN spent_day_cents + x.a
+                                       WHEN spent_day > x.day THEN spent_day_cents ELSE x.a END,
+                spent_day = greatest(spent_day, x.day)
+           FROM (SELECT ?::bigint AS a, ?::date AS day) x
+          WHERE v.id = ?`,
+        [amountCents, utcDay(at), id],
+      );
+    },
+
     async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
       const q = conn("agent_payments").where({ id }).first();
       const row = lock ? await q.forUpdate() : await q;
@@ -435,29 +472,27 @@ export function createBudgetsStore(db: Db) {
     /**
      * Everything a payment decision reads, for a payment that will be made: the grant
      * (locked as in findGrant) and its vault (locked for update: every payment of the
-     * vault is ordered by this lock), then, in a second statement whose snapshot starts
-     * after both locks are held, the policy and the vault's completed spend since
-     * `dayStart` and in total. Reading the spend in the locking statement would use a
-     * snapshot taken before the lock was granted and miss payments committed meanwhile.
+     * vault is ordered by this lock) with its balance and running spend totals, then, in
+     * a second statement whose snapshot starts after both locks are held, the policy.
+     * The vault columns come from the locked row's latest version (a row lock waits for
+     * and then reads the committed update of the payment before), so the totals include
+     * every payment committed before the lock was granted; no payment history is read.
      */
     async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
       if (!UUID.test(grantId)) return undefined;
       const { rows: locked } = await trx.raw(
-        `SELECT ${GRANT_COLUMNS}, v.* FROM grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+        `SELECT ${GRANT_COLUMNS}, v.*, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
+           FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
           WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
-        [grantId.toLowerCase()],
+        [utcDay(dayStart), grantId.toLowerCase()],
       );
       const head = (locked as Record<string, unknown>[])[0];
       if (!head) return undefined;
       const { rows } = await trx.raw(
         `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
-                (SELECT coalesce(sum(amount_cents) FILTER (WHERE completed_at >= ?), 0)::int8
-                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_today,
-                (SELECT coalesce(sum(amount_cents), 0)::int8
-                   FROM agent_payments WHERE vault_id = ? AND status = 'completed') AS spent_lifetime
+                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id
            FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
-        [dayStart, String(head.id), String(head.id), String(head.id)],
+        [String(head.id)],
       );
       return { ...toPaymentContext({ ...head, ...(rows as Record<string, unknown>[])[0] }), grant: toAgentGrant(head) };
     },

@@ -16,6 +16,8 @@ import * as m0014 from "./migrations/0014-feed-horizon.js";
 import * as m0015 from "./migrations/0015-webhook-leases.js";
 import * as m0016 from "./migrations/0016-grant-audiences.js";
 import * as m0017 from "./migrations/0017-client-metadata-documents.js";
+import * as m0018 from "./migrations/0018-vault-spend-totals.js";
+import * as m0019 from "./migrations/0019-pruning.js";
 
 interface Migration {
   name: string;
@@ -41,6 +43,8 @@ const migrations: Migration[] = [
   { name: "0015-webhook-leases", ...m0015 },
   { name: "0016-grant-audiences", ...m0016 },
   { name: "0017-client-metadata-documents", ...m0017 },
+  { name: "0018-vault-spend-totals", ...m0018 },
+  { name: "0019-pruning", ...m0019 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -18,15 +18,19 @@ export function createRateLimitStore(db: Db) {
   return {
     async hit(key: string, limit: number, windowSeconds: number, now: Date): Promise<RateLimitResult> {
       const since = new Date(now.getTime() - windowSeconds * 1000);
+      // expires_at: when the window after the latest counted attempt ends; past it the row
+      // counts nothing and the pruner (core/maintenance/pruner.ts) may delete it.
+      const expires = new Date(now.getTime() + windowSeconds * 1000);
       const { rows } = await db.raw(
-        `INSERT INTO rate_limit_logs AS w (key, hits, allowed) VALUES (:key, ARRAY[:now::timestamptz], :limit > 0)
+        `INSERT INTO rate_limit_logs AS w (key, hits, allowed, expires_at) VALUES (:key, ARRAY[:now::timestamptz], :limit > 0, :expires)
          ON CONFLICT (key) DO UPDATE SET
+           expires_at = greatest(w.expires_at, :expires::timestamptz),
            allowed = (SELECT count(*) < :limit FROM unnest(w.hits) AS h WHERE h > :since),
            hits = (SELECT CASE WHEN count(*) < :limit THEN coalesce(array_agg(h ORDER BY h), '{}') || :now::timestamptz
                                ELSE coalesce(array_agg(h ORDER BY h), '{}') END
                      FROM unnest(w.hits) AS h WHERE h > :since)
          RETURNING allowed, cardinality(hits) AS count, hits[1] AS oldest`,
-        { key, now, since, limit },
+        { key, now, since, limit, expires },
       );
       const row = (rows as { allowed: boolean; count: number; oldest: Date | string | null }[])[0]!;
       // A refused hit may try again once the oldest counted attempt leaves the window.

@@ -1,0 +1,154 @@
+import type { Logger } from "pino";
+import type { Db } from "../db/knex.js";
+
+/**
+ * How long rows stay after they stop mattering (docs/architecture.md, "Costs that stay flat").
+ * Every age is measured on core's clock.
+ */
+export interface Retention {
+  /** Authorization codes are kept this long after they expire, so a replay still revokes what the code issued (default 1 day). */
+  authorizationCodesMs: number;
+  /** Delivered or failed partner events older than this leave the outbox and the `GET /events` feed (default 30 days). */
+  partnerEventsMs: number;
+  /** Messages in the development outbox older than this are dropped (default 1 day). */
+  devOutboxMs: number;
+}
+
+export const DEFAULT_RETENTION: Retention = {
+  authorizationCodesMs: 24 * 3600_000,
+  partnerEventsMs: 30 * 24 * 3600_000,
+  devOutboxMs: 24 * 3600_000,
+};
+
+export interface PrunerOptions {
+  db: Db;
+  clock: () => Date;
+  logger: Logger;
+  retention?: Partial<Retention>;
+  /** Rows deleted per statement (default 1000). */
+  batchSize?: number;
+  /** Statements per table per pass (default 10): a pass never runs unbounded. */
+  maxBatchesPerTable?: number;
+}
+
+/** Rows deleted per table by one pass. */
+export type PruneReport = Record<PrunedTable, number>;
+
+export type PrunedTable = "rate_limit_logs" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox";
+
+interface Target {
+  table: PrunedTable;
+  /** DELETE of at most `?` (the batch size) rows, given the cutoff binding(s) first. */
+  sql: string;
+  cutoff: (now: Date, r: Retention) => Date;
+}
+
+/**
+ * Each statement picks a bounded batch through an index on the expiry column (migration
+ * 0019), locks it with SKIP LOCKED (a row some request holds is left for the next pass,
+ * so the pruner never waits on traffic and traffic waits at most one short batch), and
+ * deletes it; every statement commits on its own.
+ */
+const TARGETS: readonly Target[] = [
+  {
+    // A window that ended holds no attempt that could still count: deleting the row
+    // changes no decision (the next attempt starts a fresh row, as it would count afresh).
+    table: "rate_limit_logs",
+    sql: `DELETE FROM rate_limit_logs WHERE key IN (
+            SELECT key FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    cutoff: (now) => now,
+  },
+  {
+    // Consumed or not, an expired code can never be exchanged again.
+    table: "authorization_codes",
+    sql: `DELETE FROM authorization_codes WHERE code_hash IN (
+            SELECT code_hash FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    cutoff: (now, r) => new Date(now.getTime() - r.authorizationCodesMs),
+  },
+  {
+    // Expired one-time codes (consumed ones included: they expire within minutes).
+    table: "signin_challenges",
+    sql: `DELETE FROM signin_challenges WHERE id IN (
+            SELECT id FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    cutoff: (now) => now,
+  },
+  {
+    // Expired or signed-out sessions; one still named by a live step-up challenge waits
+    // until that challenge has expired and gone (its foreign key).
+    table: "web_sessions",
+    sql: `DELETE FROM web_sessions WHERE id IN (
+            SELECT s.id FROM (
+              (SELECT id FROM web_sessions WHERE expires_at < ? ORDER BY expires_at LIMIT ?)
+              UNION (SELECT id FROM web_sessions WHERE ended_at IS NOT NULL AND ended_at < ? ORDER BY ended_at LIMIT ?)) s
+             WHERE NOT EXISTS (SELECT 1 FROM signin_challenges c WHERE c.session_id = s.id)
+             LIMIT ?) RETURNING 1`,
+    cutoff: (now) => now,
+  },
+  {
+    // Events whose delivery is settled (delivered, or failed for good) and older than the
+    // feed's retention; pending events stay whatever their age.
+    table: "partner_events",
+    sql: `DELETE FROM partner_events WHERE seq IN (
+            SELECT seq FROM partner_events WHERE delivery_state <> 'pending' AND created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
+  },
+  {
+    table: "dev_outbox",
+    sql: `DELETE FROM dev_outbox WHERE id IN (
+            SELECT id FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    cutoff: (now, r) => new Date(now.getTime() - r.devOutboxMs),
+  },
+];
+
+/**
+ * Deletes rows of the tables that grow with traffic rather than with business data, once
+ * they can no longer matter. Never touches audit_records (append-only) or anything a
+ * decision still reads.
+ */
+export function createPruner(options: PrunerOptions) {
+  const retention: Retention = { ...DEFAULT_RETENTION, ...options.retention };
+  const batchSize = options.batchSize ?? 1000;
+  const maxBatches = options.maxBatchesPerTable ?? 10;
+  let running: Promise<PruneReport> | undefined;
+
+  async function pass(): Promise<PruneReport> {
+    const now = options.clock();
+    const report = {} as PruneReport;
+    for (const t of TARGETS) {
+      const cutoff = t.cutoff(now, retention);
+      const bindings = t.table === "web_sessions" ? [cutoff, batchSize, cutoff, batchSize, batchSize] : [cutoff, batchSize];
+      let deleted = 0;
+      try {
+        for (let i = 0; i < maxBatches; i++) {
+          const { rows } = (await options.db.raw(t.sql, bindings)) as { rows: unknown[] };
+          deleted += rows.length;
+          if (rows.length < batchSize) break;
+        }
+      } catch (err) {
+        // One table's failure (a lost connection, a row that gained a reference meanwhile)
+        // leaves the others to be pruned; the next pass tries again.
+        options.logger.warn({ err, table: t.table }, "prune batch failed");
+      }
+      report[t.table] = deleted;
+    }
+    const total = Object.values(report).reduce((a, b) => a + b, 0);
+    if (total > 0) options.logger.info({ pruned: report }, "pruned expired rows");
+    return report;
+  }
+
+  return {
+    /** One pass over every table; a call while a pass runs shares that pass. */
+    runOnce(): Promise<PruneReport> {
+      running ??= pass().finally(() => {
+        running = undefined;
+      });
+      return running;
+    },
+    /** The pass under way, if any (awaited on shutdown). */
+    idle(): Promise<void> {
+      return running ? running.then(() => undefined, () => undefined) : Promise.resolve();
+    },
+  };
+}
+
+export type Pruner = ReturnType<typeof createPruner>;
