@@ -46,35 +46,52 @@ export type Rule =
 export type Evaluation = { decision: "accept" } | { decision: "step_up"; rule: "step_up_amount" } | { decision: "deny"; rule: Exclude<Rule, "step_up_amount"> };
 
 /**
- * Evaluates a payment against a vault's policy, in a fixed order: policy installed,
- * time window, chain, per-transaction, per-day and lifetime caps, balance, then the
- * step-up amount (so a payment sent for approval could actually run once approved).
- * A payment already approved by the owner skips the step-up rule. Pure: no I/O.
+ * Every rule a payment breaks, in a fixed order: policy installed, time window, chain,
+ * per-transaction, per-day and lifetime caps, balance, then the step-up amount (so a
+ * payment sent for approval could actually run once approved). A draft policy is still
+ * checked rule by rule, so an agent learns everything at once; with no policy at all only
+ * `policy_inactive` applies. A payment already approved by the owner skips the step-up
+ * rule. Pure: no I/O.
  */
-export function evaluatePayment(
-  policy: Policy | undefined,
-  usage: VaultUsage,
-  ask: PaymentAsk,
-  now: Date,
-  options: { stepUpApproved?: boolean } = {},
-): Evaluation {
-  if (!policy || policy.status !== "active") return { decision: "deny", rule: "policy_inactive" };
+export function brokenRules(policy: Policy | undefined, usage: VaultUsage, ask: PaymentAsk, now: Date, options: { stepUpApproved?: boolean } = {}): Rule[] {
+  if (!policy) return ["policy_inactive"];
+  const broken: Rule[] = [];
+  if (policy.status !== "active") broken.push("policy_inactive");
   // The window is open up to and excluding its end instant.
-  if (policy.timeWindowEnd && now.getTime() >= policy.timeWindowEnd.getTime()) return { decision: "deny", rule: "time_window_end" };
-  if (!policy.chainAllowlist.includes(ask.chain)) return { decision: "deny", rule: "chain_allowlist" };
-  if (policy.amountCapCentsPerTx !== null && ask.amountCents > policy.amountCapCentsPerTx) return { decision: "deny", rule: "per_tx_cap" };
-  if (policy.amountCapCentsPerDay !== null && usage.spentTodayCents + ask.amountCents > policy.amountCapCentsPerDay) {
-    return { decision: "deny", rule: "per_day_cap" };
-  }
-  if (policy.amountCapCentsLifetime !== null && usage.spentLifetimeCents + ask.amountCents > policy.amountCapCentsLifetime) {
-    return { decision: "deny", rule: "lifetime_cap" };
-  }
-  if (ask.amountCents > usage.balanceCents) return { decision: "deny", rule: "balance" };
-  if (!options.stepUpApproved && policy.stepUpAmountCents !== null && ask.amountCents > policy.stepUpAmountCents) {
-    return { decision: "step_up", rule: "step_up_amount" };
-  }
+  if (policy.timeWindowEnd && now.getTime() >= policy.timeWindowEnd.getTime()) broken.push("time_window_end");
+  if (!policy.chainAllowlist.includes(ask.chain)) broken.push("chain_allowlist");
+  if (policy.amountCapCentsPerTx !== null && ask.amountCents > policy.amountCapCentsPerTx) broken.push("per_tx_cap");
+  if (policy.amountCapCentsPerDay !== null && usage.spentTodayCents + ask.amountCents > policy.amountCapCentsPerDay) broken.push("per_day_cap");
+  if (policy.amountCapCentsLifetime !== null && usage.spentLifetimeCents + ask.amountCents > policy.amountCapCentsLifetime) broken.push("lifetime_cap");
+  if (ask.amountCents > usage.balanceCents) broken.push("balance");
+  if (!options.stepUpApproved && policy.stepUpAmountCents !== null && ask.amountCents > policy.stepUpAmountCents) broken.push("step_up_amount");
+  return broken;
+}
+
+/** The decision from the broken rules: the first refusing rule decides; else a step-up; else accept. */
+export function decide(broken: readonly Rule[]): Evaluation {
+  const deny = broken.find((r): r is Exclude<Rule, "step_up_amount"> => r !== "step_up_amount");
+  if (deny) return { decision: "deny", rule: deny };
+  if (broken.includes("step_up_amount")) return { decision: "step_up", rule: "step_up_amount" };
   return { decision: "accept" };
 }
+
+/** Evaluates a payment against a vault's policy: `decide(brokenRules(...))`. */
+export function evaluatePayment(policy: Policy | undefined, usage: VaultUsage, ask: PaymentAsk, now: Date, options: { stepUpApproved?: boolean } = {}): Evaluation {
+  return decide(brokenRules(policy, usage, ask, now, options));
+}
+
+/** Stable words for each rule, for agents and people; never an amount or a remaining allowance. */
+export const RULE_MESSAGES: Readonly<Record<Rule, string>> = {
+  policy_inactive: "the vault's spending policy is not active",
+  time_window_end: "the policy's time window has ended",
+  chain_allowlist: "the chain is not in the policy's allowlist",
+  per_tx_cap: "the amount is over the per-transaction cap",
+  per_day_cap: "the amount would go over today's cap",
+  lifetime_cap: "the amount would go over the lifetime cap",
+  balance: "the vault's balance is below the amount",
+  step_up_amount: "the amount needs the owner's step-up approval",
+};
 
 /** DESIGN 4.1: a grant counts as stepped up when acr = step-up and auth_time is recent. */
 export function hasFreshStepUp(stepUp: boolean, authTimeSeconds: number, now: Date): boolean {

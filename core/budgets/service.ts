@@ -20,7 +20,7 @@ import type { AuditStore } from "../audit/store.js";
 import { auditCursor, auditSince } from "../audit/service.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
-import { evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, utcDayStart, type Evaluation, type Rule } from "./policy.js";
+import { brokenRules, decide, evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
 import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
@@ -611,15 +611,17 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
       // Every check above passed, so the statement's guarded INSERT must have run.
       if (!context.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");
-      const evaluation: Evaluation = evaluatePayment(
+      // Every rule the payment would break, so an agent learns them all at once.
+      const broken = brokenRules(
         policy,
         { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
         { amountCents: input.amountCents, chain: input.chain },
         now,
       );
+      const evaluation: Evaluation = decide(broken);
       const decision = { accept: Decision.ACCEPT, step_up: Decision.STEP_UP, deny: Decision.DENY }[evaluation.decision];
       const rule: Rule | "" = evaluation.decision === "accept" ? "" : evaluation.rule;
-      return { decision, rule };
+      return { decision, rule, brokenRules: broken.map((r) => ({ reasonId: r, message: RULE_MESSAGES[r] })) };
     },
 
     async approvePayment(req, ctx) {

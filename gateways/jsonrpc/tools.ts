@@ -197,7 +197,8 @@ export const TOOLS: readonly Tool[] = [
     scope: "payments:simulate",
     auth: "bearer",
     title: "Simulate Payment",
-    description: "Evaluates a payment like payments.initiate without side effects and names the deciding rule.",
+    description:
+      "Evaluates a payment like payments.initiate without side effects: the outcome, the deciding rule, and every rule the payment would break (each with a stable reason_id and words; never a remaining allowance).",
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: PAYMENT_INPUT,
@@ -208,13 +209,25 @@ export const TOOLS: readonly Tool[] = [
           type: ["string", "null"],
           enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount", null],
         },
+        broken_rules: {
+          type: "array",
+          items: {
+            type: "object",
+            properties: {
+              reason_id: { type: "string", enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount"] },
+              message: { type: "string" },
+            },
+            required: ["reason_id", "message"],
+            additionalProperties: false,
+          },
+        },
       },
-      ["outcome", "rule"],
+      ["outcome", "rule", "broken_rules"],
     ),
     async call(args, ctx) {
       const res = await ctx.clients.budgets.simulatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
       const outcome = res.decision === Decision.ACCEPT ? "accepted" : res.decision === Decision.STEP_UP ? "pending_step_up" : "denied";
-      return { outcome, rule: res.rule || null };
+      return { outcome, rule: res.rule || null, broken_rules: res.brokenRules.map((b) => ({ reason_id: b.reasonId, message: b.message })) };
     },
   },
   {

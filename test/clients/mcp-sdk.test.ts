@@ -56,7 +56,11 @@ describe("MCP SDK client", () => {
       name: "payments.simulate",
       arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 700, currency: "USD", idempotency_key: "sdk-sim-0001" },
     });
-    expect(sim.structuredContent).to.deep.equal({ outcome: "pending_step_up", rule: "step_up_amount" });
+    expect(sim.structuredContent).to.deep.equal({
+      outcome: "pending_step_up",
+      rule: "step_up_amount",
+      broken_rules: [{ reason_id: "step_up_amount", message: "the amount needs the owner's step-up approval" }],
+    });
     await write.ping();
 
     // A domain refusal reaches the model as a tool result with isError: the SDK validates it

@@ -98,8 +98,13 @@ describe("agent tools with real grant tokens", function () {
         idempotency_key: "concurrent-sim-key",
       });
     const burst = () => Promise.all(Array.from({ length: 24 }, (_, i) => (i % 3 === 0 ? simulate(rootOnly, 100) : simulate(withPolicy, i % 3 === 1 ? 100 : 501))));
+    const broken = (reason_id: string, message: string) => [{ reason_id, message }];
     const expected = (i: number) =>
-      i % 3 === 0 ? { outcome: "denied", rule: "policy_inactive" } : i % 3 === 1 ? { outcome: "accepted", rule: null } : { outcome: "denied", rule: "per_tx_cap" };
+      i % 3 === 0
+        ? { outcome: "denied", rule: "policy_inactive", broken_rules: broken("policy_inactive", "the vault's spending policy is not active") }
+        : i % 3 === 1
+          ? { outcome: "accepted", rule: null, broken_rules: [] }
+          : { outcome: "denied", rule: "per_tx_cap", broken_rules: broken("per_tx_cap", "the amount is over the per-transaction cap") };
 
     (await burst()).forEach((res, i) => expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i)));
     expect((await call("/mcp/treasury", rootOnly, "killSwitch.all", {})).json!.result.revoked).to.equal(1);

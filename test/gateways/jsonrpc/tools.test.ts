@@ -220,9 +220,22 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       // Today: 15,000 of the 20,000 daily cap spent.
       const sim = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 5_001 }));
-      expect(sim.json!.result).to.deep.equal({ outcome: "denied", rule: "per_day_cap" });
+      expect(sim.json!.result).to.deep.equal({
+        outcome: "denied",
+        rule: "per_day_cap",
+        broken_rules: [
+          { reason_id: "per_day_cap", message: "the amount would go over today's cap" },
+          { reason_id: "step_up_amount", message: "the amount needs the owner's step-up approval" },
+        ],
+      });
       const ok = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 10 }));
-      expect(ok.json!.result).to.deep.equal({ outcome: "accepted", rule: null });
+      expect(ok.json!.result).to.deep.equal({ outcome: "accepted", rule: null, broken_rules: [] });
+      // Every rule at once, the deciding one first; never an amount or an allowance.
+      const many = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 10_001, counterparty: { address: "x", chain: "sol", token: "USDC" } }));
+      expect(many.json!.result.outcome).to.equal("denied");
+      expect(many.json!.result.rule).to.equal("chain_allowlist");
+      expect(many.json!.result.broken_rules.map((b: { reason_id: string }) => b.reason_id)).to.deep.equal(["chain_allowlist", "per_tx_cap", "per_day_cap", "step_up_amount"]);
+      expect(many.text).to.not.match(/remaining|allowance|\d{3,}/);
       // 15,000 left in the vault; drain it within the caps on the next day.
       stack.clock.advance(86_400_000);
       // A day later the hour-long access token has expired: the agent refreshes.
