@@ -1,20 +1,35 @@
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { readAdminToken } from "./admin-token.js";
 import { loadCoreDial, type Config } from "./config.js";
+
+export interface AdminConnection {
+  clients: CoreClients;
+  coreUrl: string;
+  /** Where coreUrl came from, for messages: "CORE_URL" or CORE_HOST and CORE_PORT. */
+  coreUrlFrom: string;
+  /** Where the operator credential came from, for messages. */
+  tokenFrom: string;
+}
 
 /**
  * Admin clients for the operator CLI: gRPC to the running core, over TLS for an https://
  * CORE_URL (trusting CORE_TLS_CA, presenting CORE_TLS_CLIENT_CERT when set).
  */
-export async function connectAdmin(config: Config): Promise<{ clients: CoreClients; coreUrl: string }> {
+export async function connectAdmin(config: Config): Promise<AdminConnection> {
   const coreUrl = config.coreUrl ?? defaultCoreUrl(config);
+  const coreUrlFrom = config.coreUrl ? "CORE_URL" : "CORE_HOST and CORE_PORT; CORE_URL is unset";
   const dial = loadCoreDial(config, coreUrl);
   const token = await readAdminToken(config.dataDir, config.adminToken);
   if (!token) {
-    throw new Error(`no operator credential: set ADMIN_TOKEN or start the service once so it writes ${config.dataDir}/admin-token`);
+    throw new Error(
+      `no operator credential: ADMIN_TOKEN is unset and ${config.dataDir}/admin-token does not exist (DATA_DIR=${config.dataDir}). ` +
+        "Run this with the DATA_DIR the service uses, or set ADMIN_TOKEN to the server's ADMIN_TOKEN.",
+    );
   }
+  const tokenFrom = config.adminToken ? "ADMIN_TOKEN" : `${config.dataDir}/admin-token (DATA_DIR=${config.dataDir}; ADMIN_TOKEN is unset)`;
   const auth: Interceptor = (next) => (req) => {
     req.header.set("authorization", `Bearer ${token}`);
     return next(req);
@@ -27,7 +42,27 @@ export async function connectAdmin(config: Config): Promise<{ clients: CoreClien
     }
   };
   const transport = createGrpcTransport({ baseUrl: dial.baseUrl, nodeOptions: dial.nodeOptions, interceptors: [hints, auth] });
-  return { clients: createCoreClients(transport), coreUrl };
+  return { clients: createCoreClients(transport), coreUrl, coreUrlFrom, tokenFrom };
+}
+
+/** An RPC failure as one line that says what to do: `message (reason)` plus a hint. */
+export function describeRpcError(err: unknown, conn: Pick<AdminConnection, "coreUrl" | "coreUrlFrom" | "tokenFrom">): Error {
+  if (!(err instanceof ConnectError)) return err instanceof Error ? err : new Error(String(err));
+  const detail = err.findDetails(ErrorDetailSchema)[0];
+  if (!detail && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal) && /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|connect/i.test(err.message)) {
+    return new Error(
+      `cannot reach core at ${conn.coreUrl} (from ${conn.coreUrlFrom}): is 'vaultgate serve' running? ` +
+        "Set CORE_URL to where core listens, or CORE_PORT if it runs on this host.",
+    );
+  }
+  const reason = detail ? Reason[detail.reason].toLowerCase() : Code[err.code];
+  if (detail?.reason === Reason.ADMIN_UNAUTHENTICATED) {
+    return new Error(
+      `${err.rawMessage} (${reason}): core at ${conn.coreUrl} refused the operator credential from ${conn.tokenFrom}. ` +
+        "ADMIN_TOKEN must match the server's ADMIN_TOKEN (or use the DATA_DIR the server writes its admin-token into).",
+    );
+  }
+  return new Error(`${err.rawMessage} (${reason})`);
 }
 
 /** The core of this host: CORE_HOST (loopback for a wildcard bind) and CORE_PORT, https when it serves TLS. */

@@ -1,118 +1,213 @@
-import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { createDb } from "../core/db/knex.js";
-import { migrateLatest } from "../core/db/migrate.js";
-import { ConfigError, loadConfig } from "./config.js";
-import { connectAdmin } from "./core-client.js";
-import { createLogger } from "./logger.js";
-import { serve, type Role } from "./serve.js";
-import { partnerCommand } from "./commands/partner.js";
-import { keysCommand } from "./commands/keys.js";
-import { userCommand } from "./commands/user.js";
-import { vaultCommand } from "./commands/vault.js";
-import { consentCommand } from "./commands/consent.js";
-import { ledgerCommand } from "./commands/ledger.js";
-import { treasuryCommand } from "./commands/treasury.js";
-import { devCommand, grantCommand } from "./commands/grant.js";
-import { UsageError, type Command, type CommandContext } from "./commands/types.js";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import {
+  COMMANDS,
+  GLOBAL_OPTIONS,
+  commandHelp,
+  findCommand,
+  fullName,
+  overview,
+  subcommandHelp,
+  suggest,
+  type CommandSpec,
+  type SubcommandSpec,
+} from "./commands/registry.js";
+import { UsageError, type CommandContext } from "./commands/types.js";
+import type { Config } from "./config.js";
+import type { Role } from "./serve.js";
 
-const USAGE = `usage: vaultgate <command>
-  serve [--role all|core|gateway]     run the service (default: all, embedded database)
-  migrate                             apply database migrations
-  partner create --name N [--slug S] [--entitlements a,b] [--status active|pending] [--webhook-url U]
-  partner rotate-secret CLIENT_ID
-  partner suspend|activate CLIENT_ID
-  partner entitlements CLIENT_ID --set a,b
-  user create --email E
-  user set-kyc USER_ID --status S [--provider P]
-  user set-status USER_ID active|inactive
-  user add-wallet USER_ID --chain C --address A
-  user provision-us-account USER_ID
-  consent grant|revoke --partner CLIENT_ID --user USER_ID [--scopes a,b]
-  ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
-  partner webhook CLIENT_ID --url U [--secret whsec_...]
-  keys rotate
-  keys retire KID                     withdraw a signing key at once (never the current one)
-  treasury bind --partner CLIENT_ID --payer-entity-id UUID --balance-cents N [--currency USD]
-      [--cap-per-item N] [--cap-per-day N] [--cap-lifetime N] [--step-up-amount N]
-  treasury set-status CLIENT_ID active|suspended|disabled|mandate_expired
-  treasury fund CLIENT_ID --amount-cents N
-  grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]
-  dev outbox [--email E]
-  vault fund VAULT_ID --amount-cents N
-Operator commands talk to the running core (CORE_URL, default http://127.0.0.1:$CORE_PORT)
-with ADMIN_TOKEN or the token the service wrote into DATA_DIR.`;
+// Only node built-ins and the command table load up front: each command imports what it
+// needs (the RPC stack, the database, the gateways) when it runs, so help and --version
+// stay fast.
 
-const BOOLEAN_FLAGS = new Set(["step-up", "help"]);
-
-const commands: Record<string, Command> = {
-  partner: partnerCommand,
-  keys: keysCommand,
-  user: userCommand,
-  vault: vaultCommand,
-  consent: consentCommand,
-  ledger: ledgerCommand,
-  treasury: treasuryCommand,
-  grant: grantCommand,
-  dev: devCommand,
-};
+/** A failure with a message that already says what to do: printed as is, exit 1. */
+export class CliError extends Error {
+  override name = "CliError";
+}
 
 export async function main(argv: string[]): Promise<number> {
-  const { positionals, options } = parseArgv(argv);
-  const [name, ...rest] = positionals;
-  if (!name || options.help) {
-    process.stdout.write(USAGE + "\n");
-    return name || options.help ? 0 : 2;
+  const [first, ...rest] = argv;
+  if (first === "--version" || first === "-v" || first === "version") {
+    process.stdout.write(`${version()}\n`);
+    return 0;
   }
+  if (first === undefined) {
+    process.stderr.write(overview(version()) + "\n");
+    return 2;
+  }
+  if (first === "--help" || first === "-h") {
+    process.stdout.write(overview(version()) + "\n");
+    return 0;
+  }
+  if (first === "help") return help(rest);
+
+  let cmd: CommandSpec | undefined;
+  let sub: SubcommandSpec | undefined;
   try {
-    const config = loadConfig(process.env);
-    if (name === "serve") return await runServe(config, options);
-    if (name === "migrate") {
-      const db = createDb(config.databaseUrl ? { url: config.databaseUrl } : { dataDir: `${config.dataDir}/pgdata` });
-      try {
-        const applied = await migrateLatest(db);
-        print({ applied });
-      } finally {
-        await db.destroy();
+    cmd = findCommand(first);
+    if (!cmd) {
+      if (first.startsWith("-")) throw new UsageError(`unknown option ${first}; options go after the command`, "vaultgate --help");
+      throw new UsageError(`unknown command: ${first}${didYouMean(first, COMMANDS.map((c) => c.name))}`, "vaultgate --help");
+    }
+    let args = rest;
+    if (cmd.subcommands[0]!.name === "") {
+      sub = cmd.subcommands[0]!;
+    } else {
+      const word = rest[0];
+      if (word === undefined || word === "--help" || word === "-h") {
+        process.stdout.write(commandHelp(cmd) + "\n");
+        return word === undefined ? 2 : 0;
       }
+      sub = cmd.subcommands.find((s) => s.name === word);
+      if (!sub) {
+        const names = cmd.subcommands.map((s) => s.name);
+        throw new UsageError(`unknown subcommand: ${cmd.name} ${word}${didYouMean(word, names)} (one of ${names.join(", ")})`, `vaultgate ${cmd.name} --help`);
+      }
+      args = rest.slice(1);
+    }
+    const parsed = parse(sub, args);
+    if (parsed === "help") {
+      process.stdout.write(subcommandHelp(cmd, sub) + "\n");
       return 0;
     }
-    const command = commands[name];
-    if (!command) throw new UsageError(`unknown command: ${name}`);
-    let admin: Awaited<ReturnType<typeof connectAdmin>> | undefined;
-    const ctx: CommandContext = { config, positionals: rest, options, admin: async () => (admin ??= await connectAdmin(config)) };
+    const format = outputFormat(parsed.options);
+    const config = await loadSettings();
+    if (cmd.name === "serve") return await runServe(config, parsed.options);
+    if (cmd.name === "migrate") {
+      print(await runMigrate(config), format);
+      return 0;
+    }
+    let admin: Awaited<ReturnType<CommandContext["admin"]>> | undefined;
+    const ctx: CommandContext = {
+      config,
+      positionals: [sub.name, ...parsed.positionals],
+      options: parsed.options,
+      admin: async () => (admin ??= await (await import("./core-client.js")).connectAdmin(config)),
+    };
+    const run = await cmd.load!();
+    let result: unknown;
     try {
-      print(await command(ctx));
+      result = await run(ctx);
     } catch (err) {
-      if (err instanceof ConnectError && admin) throw describeRpcError(err, admin.coreUrl);
+      if (admin) throw await (await import("./core-client.js")).describeRpcError(err, admin);
       throw err;
     }
+    print(result, format);
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
-      process.stderr.write(`vaultgate: ${err.message}\n\n${USAGE}\n`);
+      const see = err.see ?? (cmd && sub ? `${fullName(cmd, sub)} --help` : "vaultgate --help");
+      process.stderr.write(`vaultgate: ${err.message}\nsee '${see}'\n`);
       return 2;
     }
-    const message = err instanceof ConfigError || err instanceof CliError ? err.message : err instanceof Error ? err.message : String(err);
-    process.stderr.write(`vaultgate: ${message}\n`);
+    process.stderr.write(`vaultgate: ${err instanceof Error ? err.message : String(err)}\n`);
     return 1;
   }
 }
 
-class CliError extends Error {}
-
-function describeRpcError(err: ConnectError, coreUrl: string): CliError {
-  const detail = err.findDetails(ErrorDetailSchema)[0];
-  if (!detail && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal) && /ECONNREFUSED|connect/i.test(err.message)) {
-    return new CliError(`cannot reach core at ${coreUrl}: is 'vaultgate serve' running?`);
+function help(words: string[]): number {
+  const [name, subName] = words;
+  if (!name) {
+    process.stdout.write(overview(version()) + "\n");
+    return 0;
   }
-  const reason = detail ? Reason[detail.reason].toLowerCase() : Code[err.code];
-  return new CliError(`${err.rawMessage} (${reason})`);
+  const cmd = findCommand(name);
+  if (!cmd) {
+    process.stderr.write(`vaultgate: no help for unknown command ${name}${didYouMean(name, COMMANDS.map((c) => c.name))}\nsee 'vaultgate --help'\n`);
+    return 2;
+  }
+  if (!subName || !cmd.subcommands[0]!.name) {
+    process.stdout.write(commandHelp(cmd) + "\n");
+    return 0;
+  }
+  const sub = cmd.subcommands.find((s) => s.name === subName);
+  if (!sub) {
+    process.stderr.write(`vaultgate: unknown subcommand: ${cmd.name} ${subName}${didYouMean(subName, cmd.subcommands.map((s) => s.name))}\nsee 'vaultgate ${cmd.name} --help'\n`);
+    return 2;
+  }
+  process.stdout.write(subcommandHelp(cmd, sub) + "\n");
+  return 0;
 }
 
-async function runServe(config: ReturnType<typeof loadConfig>, options: Record<string, string | boolean | undefined>): Promise<number> {
+function didYouMean(word: string, candidates: string[]): string {
+  const s = suggest(word, candidates);
+  return s ? `; did you mean ${s}?` : "";
+}
+
+/** node:util parseArgs in strict mode, with messages that say what was meant. */
+function parse(sub: SubcommandSpec, args: string[]) {
+  const specs = { ...(sub.options ?? {}), ...GLOBAL_OPTIONS };
+  const options = Object.fromEntries(Object.entries(specs).map(([k, o]) => [k, o.short ? { type: o.type, short: o.short } : { type: o.type }]));
+  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
+  try {
+    parsed = parseArgs({ args, options, strict: true, allowPositionals: true }) as typeof parsed;
+  } catch (err) {
+    if (args.includes("--help") || args.includes("-h")) return "help" as const;
+    throw new UsageError(parseError(err, Object.keys(specs), args));
+  }
+  if (parsed.values.help) return "help" as const;
+  const expected = sub.args ?? [];
+  if (parsed.positionals.length > expected.length) throw new UsageError(`unexpected argument ${JSON.stringify(parsed.positionals[expected.length])}`);
+  const missing = expected.slice(parsed.positionals.length);
+  if (missing.length > 0) throw new UsageError(`${missing.join(" ")} ${missing.length > 1 ? "are" : "is"} required`);
+  for (const [name, o] of Object.entries(specs)) {
+    const v = parsed.values[name];
+    if (o.required && (v === undefined || (v === "" && !o.allowEmpty))) throw new UsageError(`--${name} ${o.value ?? "VALUE"} is required`);
+  }
+  return { positionals: parsed.positionals, options: parsed.values };
+}
+
+function parseError(err: unknown, known: string[], args: string[]): string {
+  const code = (err as { code?: string }).code;
+  const message = err instanceof Error ? err.message : String(err);
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    const flag = /'([^']+)'/.exec(message)?.[1] ?? "";
+    const bare = flag.replace(/^-+/, "").split("=")[0]!;
+    const s = suggest(bare, known);
+    return `unknown option ${flag.split("=")[0]}${s ? `; did you mean --${s}?` : ""}`;
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") {
+    const flag = /'(-[^' ]+)/.exec(message)?.[1] ?? "";
+    const name = flag.replace(/^-+/, "");
+    const spec = GLOBAL_OPTIONS[name];
+    if (/does not take an argument/.test(message) || spec?.type === "boolean") return `${flag} takes no value`;
+    const i = args.findIndex((a) => a === flag || a.startsWith(`${flag}=`));
+    const next = i >= 0 ? args[i + 1] : undefined;
+    return next === undefined ? `${flag} needs a value` : `${flag} needs a value (got ${JSON.stringify(next)}; write ${flag}=${next} if that is the value)`;
+  }
+  return message;
+}
+
+type Format = "text" | "json" | "env";
+
+function outputFormat(options: Record<string, string | boolean | undefined>): Format {
+  const f = options.format;
+  if (f !== undefined && f !== "text" && f !== "json" && f !== "env") throw new UsageError(`--format must be text, json or env`);
+  if (options.json) return "json";
+  if (f) return f;
+  return process.stdout.isTTY ? "text" : "json";
+}
+
+/** Settings are read only when a command runs: help works even with a broken environment. */
+async function loadSettings(): Promise<Config> {
+  const { loadConfig } = await import("./config.js");
+  return loadConfig(process.env);
+}
+
+async function runMigrate(config: Config) {
+  const [{ createDb }, { migrateLatest }] = await Promise.all([import("../core/db/knex.js"), import("../core/db/migrate.js")]);
+  const db = createDb(config.databaseUrl ? { url: config.databaseUrl } : { dataDir: `${config.dataDir}/pgdata` });
+  try {
+    return { applied: await migrateLatest(db) };
+  } finally {
+    await db.destroy();
+  }
+}
+
+async function runServe(config: Config, options: Record<string, string | boolean | undefined>): Promise<number> {
   const role = (options.role ?? "all") as Role;
   if (!["all", "core", "gateway"].includes(role)) throw new UsageError("--role must be all, core or gateway");
+  const [{ createLogger }, { serve }] = await Promise.all([import("./logger.js"), import("./serve.js")]);
   const logger = createLogger(config.logLevel);
   const running = await serve(config, role, logger);
   if (running.gatewayUrl) {
@@ -132,30 +227,75 @@ async function runServe(config: ReturnType<typeof loadConfig>, options: Record<s
   return 0;
 }
 
-function parseArgv(argv: string[]) {
-  const positionals: string[] = [];
-  const options: Record<string, string | boolean | undefined> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (!arg.startsWith("--")) {
-      positionals.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf("=");
-    if (eq !== -1) {
-      options[arg.slice(2, eq)] = arg.slice(eq + 1);
-      continue;
-    }
-    const key = arg.slice(2);
-    const next = argv[i + 1];
-    if (!BOOLEAN_FLAGS.has(key) && next !== undefined && !next.startsWith("--")) {
-      options[key] = next;
-      i++;
-    } else options[key] = true;
+function print(value: unknown, format: Format) {
+  if (format === "json") {
+    process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+    return;
   }
-  return { positionals, options };
+  if (format === "env") {
+    process.stdout.write(envLines(value as Record<string, unknown>));
+    return;
+  }
+  process.stdout.write(renderText(value) + "\n");
+  if (value && typeof value === "object" && "client_secret" in value) {
+    process.stderr.write("Store client_secret now: it is not shown again (partner rotate-secret replaces it).\n");
+  }
 }
 
-function print(value: unknown) {
-  process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+/** `--format env`: KEY=value lines a shell can eval or a .env file can hold. */
+function envLines(value: Record<string, unknown>): string {
+  const keys: [string, string][] = [
+    ["client_id", "CLIENT_ID"],
+    ["client_secret", "CLIENT_SECRET"],
+    ["webhook_secret", "WEBHOOK_SECRET"],
+  ];
+  return keys
+    .filter(([k]) => typeof value[k] === "string" && value[k] !== "")
+    .map(([k, env]) => `${env}=${shellWord(value[k] as string)}\n`)
+    .join("");
+}
+
+function shellWord(s: string): string {
+  return /^[A-Za-z0-9_.:/+=@-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+const scalar = (v: unknown): string =>
+  v === null || v === undefined || v === "" ? "-" : Array.isArray(v) ? (v.length ? v.map(scalar).join(", ") : "-") : typeof v === "object" ? JSON.stringify(v) : String(v);
+
+/** Aligned `key: value` lines; a list of records becomes a small table. */
+export function renderText(value: unknown): string {
+  if (value === null || typeof value !== "object") return scalar(value);
+  const entries = Object.entries(value as Record<string, unknown>);
+  const tables = entries.filter(([, v]) => Array.isArray(v) && v.length > 0 && v.every((x) => x && typeof x === "object" && !Array.isArray(x)));
+  // Beside a table, an empty field (a null next_cursor on the last page) says nothing.
+  const plain = entries.filter((e) => !tables.includes(e) && (tables.length === 0 || (e[1] !== null && e[1] !== "")));
+  const width = Math.max(0, ...plain.map(([k]) => k.length));
+  const out: string[] = [];
+  for (const [k, rows] of tables) out.push(`${k}:`, table(rows as Record<string, unknown>[]), "");
+  out.push(...plain.map(([k, v]) => `${`${k}:`.padEnd(width + 1)} ${scalar(v)}`));
+  return out.join("\n").trimEnd();
+}
+
+function table(rows: Record<string, unknown>[]): string {
+  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+  const cells = rows.map((r) => cols.map((c) => scalar(r[c]).replace(/\s+/g, " ")));
+  const widths = cols.map((c, i) => Math.max(c.length, ...cells.map((r) => r[i]!.length)));
+  const line = (r: string[]) => "  " + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
+  return [line(cols.map((c) => c.toUpperCase())), ...cells.map(line)].join("\n");
+}
+
+let cachedVersion: string | undefined;
+
+/** package.json's version: next to cli/ in a checkout, two levels up in the compiled dist/cli/. */
+export function version(): string {
+  if (cachedVersion) return cachedVersion;
+  for (const rel of ["../package.json", "../../package.json"]) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), "utf8")) as { name?: string; version?: string };
+      if (pkg.name === "vaultgate" && pkg.version) return (cachedVersion = pkg.version);
+    } catch {
+      /* try the next place */
+    }
+  }
+  return "unknown";
 }

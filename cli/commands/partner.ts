@@ -1,6 +1,6 @@
 import { PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { CommandContext } from "./types.js";
-import { listOption, requireOption, requirePositional, UsageError } from "./types.js";
+import { listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
 
 const statusName: Record<PartnerStatus, string> = {
   [PartnerStatus.UNSPECIFIED]: "unspecified",
@@ -13,7 +13,7 @@ export function partnerJson(p: Partner) {
   return { partner_id: p.partnerId, client_id: p.clientId, name: p.name, status: statusName[p.status], entitlements: p.entitlements, webhook_url: p.webhookUrl || null };
 }
 
-/** vaultgate partner create|rotate-secret|suspend|activate|entitlements */
+/** vaultgate partner create|list|rotate-secret|suspend|activate|entitlements|webhook */
 export async function partnerCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
   const { partners } = (await ctx.admin()).clients;
@@ -35,6 +35,13 @@ export async function partnerCommand(ctx: CommandContext) {
       // The webhook signing secret is generated with the URL and shown once, like client_secret.
       const hook = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
       return { ...out, webhook_url: hook.url, webhook_secret: hook.secret };
+    }
+    case "list": {
+      const { items, nextCursor } = await pages(ctx, async (limit, cursor) => {
+        const res = await partners.listPartners({ limit, cursor });
+        return { items: res.partners.map(partnerJson), nextCursor: res.nextCursor };
+      });
+      return { partners: items, next_cursor: nextCursor };
     }
     case "webhook": {
       const clientId = requirePositional(ctx, 1, "CLIENT_ID");
@@ -60,6 +67,6 @@ export async function partnerCommand(ctx: CommandContext) {
       return partnerJson(res.partner!);
     }
     default:
-      throw new UsageError("partner create|rotate-secret|suspend|activate|entitlements|webhook");
+      throw new UsageError("partner create|list|rotate-secret|suspend|activate|entitlements|webhook");
   }
 }

@@ -1,20 +1,27 @@
 import type { Config } from "../config.js";
-import type { CoreClients } from "../../gateways/core-clients.js";
+import type { AdminConnection } from "../core-client.js";
 
 export interface CommandContext {
   config: Config;
   /** Words after the command name, e.g. ["create"] for `partner create`. */
   positionals: string[];
   options: Record<string, string | boolean | undefined>;
-  admin(): Promise<{ clients: CoreClients; coreUrl: string }>;
+  /** Connects on first use (the RPC stack loads only for commands that call core). */
+  admin(): Promise<AdminConnection>;
 }
 
-/** A command's answer is printed as JSON on stdout. */
+/** A command's answer: printed as JSON (piped, --json) or as aligned text (terminal). */
 export type Command = (ctx: CommandContext) => Promise<unknown>;
 
-/** Wrong words on the command line: exit 2 with the usage line. */
+/** Wrong words on the command line: exit 2 with the message and where to read more. */
 export class UsageError extends Error {
   override name = "UsageError";
+  /** The help to point at (default: the command's own --help). */
+  readonly see: string | undefined;
+  constructor(message: string, see?: string) {
+    super(message);
+    this.see = see;
+  }
 }
 
 export function requireOption(ctx: CommandContext, name: string): string {
@@ -45,4 +52,24 @@ export function intOption(ctx: CommandContext, name: string, required = true): n
     throw new UsageError(`--${name} must be a non-negative integer`);
   }
   return Number(v);
+}
+
+/**
+ * `--limit N --cursor C` one page, or `--all` every page; next_cursor is null on the last.
+ * `fetch` asks core for one page.
+ */
+export async function pages<T>(
+  ctx: CommandContext,
+  fetch: (limit: number, cursor: string) => Promise<{ items: T[]; nextCursor: string }>,
+): Promise<{ items: T[]; nextCursor: string | null }> {
+  const limit = intOption(ctx, "limit", false) ?? 50;
+  if (limit < 1 || limit > 200) throw new UsageError("--limit must be from 1 to 200");
+  let cursor = typeof ctx.options.cursor === "string" ? ctx.options.cursor : "";
+  const items: T[] = [];
+  do {
+    const page = await fetch(limit, cursor);
+    items.push(...page.items);
+    cursor = page.nextCursor;
+  } while (ctx.options.all === true && cursor);
+  return { items, nextCursor: cursor || null };
 }

@@ -1,9 +1,12 @@
 import type { CommandContext } from "./types.js";
-import { requireOption, requirePositional, UsageError } from "./types.js";
+import type { User } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { pages, requireOption, requirePositional, UsageError } from "./types.js";
 
-const USAGE = "user create --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
+const userJson = (u: User) => ({ user_id: u.userId, email: u.email, status: u.status, vault_id: u.vaultId || null, created_at: u.createdAt });
 
-/** vaultgate user create|set-kyc|set-status|add-wallet|provision-us-account */
+const USAGE = "user create --email E | list | get --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
+
+/** vaultgate user create|list|get|set-kyc|set-status|add-wallet|provision-us-account */
 export async function userCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
   const { partners, partnerResources } = (await ctx.admin()).clients;
@@ -11,6 +14,17 @@ export async function userCommand(ctx: CommandContext) {
     case "create": {
       const res = await partners.createUser({ email: requireOption(ctx, "email") });
       return { user_id: res.userId, vault_id: res.vaultId, created: res.created };
+    }
+    case "list": {
+      const { items, nextCursor } = await pages(ctx, async (limit, cursor) => {
+        const res = await partners.listUsers({ limit, cursor });
+        return { items: res.users.map(userJson), nextCursor: res.nextCursor };
+      });
+      return { users: items, next_cursor: nextCursor };
+    }
+    case "get": {
+      const res = await partners.getUserByEmail({ email: requireOption(ctx, "email") });
+      return userJson(res.user!);
     }
     case "set-kyc": {
       const res = await partnerResources.setKycStatus({

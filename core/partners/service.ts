@@ -12,7 +12,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { Keyring } from "../keys/keyring.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
-import { normaliseEmail, type UsersStore } from "./users-store.js";
+import { normaliseEmail, type UserListing, type UsersStore } from "./users-store.js";
 import {
   constantTimeEqual,
   generateClientId,
@@ -308,12 +308,58 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       return ids;
     },
 
+    async listPartners(req) {
+      const limit = pageLimit(req.limit);
+      const rows = await store.list(limit + 1, afterIdOf(req.cursor));
+      const page = rows.slice(0, limit);
+      return { partners: page.map(toProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+    },
+
+    async listUsers(req) {
+      const limit = pageLimit(req.limit);
+      const rows = await deps.users.list(db, limit + 1, afterIdOf(req.cursor));
+      const page = rows.slice(0, limit);
+      return { users: page.map(userToProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+    },
+
+    async getUserByEmail(req) {
+      const email = normaliseEmail(req.email);
+      if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+      const user = await deps.users.findByEmail(db, email);
+      if (!user) fail(Reason.NOT_FOUND, "no such user");
+      return { user: userToProto(user) };
+    },
+
     async getPartner(req) {
       const partner = await store.findByClientId(req.clientId);
       if (!partner) fail(Reason.NOT_FOUND, "no such partner");
       return { partner: toProto(partner) };
     },
   };
+}
+
+const DEFAULT_PAGE = 50;
+const MAX_PAGE = 200;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+function pageLimit(limit: number): number {
+  return limit === 0 ? DEFAULT_PAGE : Math.min(limit, MAX_PAGE);
+}
+
+/** A list cursor names the last row of the previous page; opaque to callers. */
+function cursorOf(id: string): string {
+  return Buffer.from(id).toString("base64url");
+}
+
+function afterIdOf(cursor: string): string | undefined {
+  if (!cursor) return undefined;
+  const id = cursor.length <= 64 ? Buffer.from(cursor, "base64url").toString() : "";
+  if (!UUID.test(id)) fail(Reason.INVALID_REQUEST, "cursor must be a next_cursor this list returned");
+  return id;
+}
+
+function userToProto(u: UserListing) {
+  return { userId: u.id, email: u.email, status: u.status, vaultId: u.vaultId ?? "", createdAt: u.createdAt.toISOString() };
 }
 
 function checkEntitlements(entitlements: string[]): void {

@@ -53,6 +53,16 @@ export function createPartnersStore(db: Db) {
       return row ? toPartner(row) : undefined;
     },
 
+    /**
+     * Up to `limit` partners, oldest first, after the partner with id `afterId` (keyset
+     * paging on created_at, id; the caller checked afterId is a UUID).
+     */
+    async list(limit: number, afterId: string | undefined, conn: Conn = db): Promise<PartnerRecord[]> {
+      const q = conn("partners").orderBy([{ column: "created_at" }, { column: "id" }]).limit(limit);
+      if (afterId) q.whereRaw("(created_at, id) > (SELECT created_at, id FROM partners WHERE id = ?)", [afterId]);
+      return (await q).map(toPartner);
+    },
+
     async update(
       trx: Knex.Transaction,
       clientId: string,

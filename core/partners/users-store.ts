@@ -9,6 +9,19 @@ export interface UserRecord {
 
 type Conn = Knex | Knex.Transaction;
 
+/** A user as the operator sees it: with its root vault (null only if none was ever made). */
+export interface UserListing extends UserRecord {
+  vaultId: string | null;
+}
+
+const USER_LISTING = `SELECT u.id, u.email, u.status, u.created_at,
+    (SELECT v.id FROM vaults v WHERE v.owner_user_id = u.id AND v.parent_vault_id IS NULL ORDER BY v.created_at LIMIT 1) AS vault_id
+  FROM users u`;
+
+function toListing(row: { id: string; email: string; status: UserRecord["status"]; created_at: string | Date; vault_id: string | null }): UserListing {
+  return { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at), vaultId: row.vault_id ?? null };
+}
+
 /** Normalises an e-mail for identity: trimmed and lower-cased; undefined when not an address. */
 export function normaliseEmail(value: string): string | undefined {
   const email = value.trim().toLowerCase();
@@ -37,6 +50,21 @@ export function createUsersStore() {
       );
       const row = (rows as { user_id: string; vault_id: string }[])[0]!;
       return { userId: row.user_id, vaultId: row.vault_id, created: false };
+    },
+
+    /** Up to `limit` users, oldest first, after the user with id `afterId` (a UUID the caller checked). */
+    async list(conn: Conn, limit: number, afterId: string | undefined): Promise<UserListing[]> {
+      const { rows } = afterId
+        ? await conn.raw(`${USER_LISTING} WHERE (u.created_at, u.id) > (SELECT created_at, id FROM users WHERE id = ?) ORDER BY u.created_at, u.id LIMIT ?`, [afterId, limit])
+        : await conn.raw(`${USER_LISTING} ORDER BY u.created_at, u.id LIMIT ?`, [limit]);
+      return (rows as Parameters<typeof toListing>[0][]).map(toListing);
+    },
+
+    /** The user with this (already normalised) e-mail. */
+    async findByEmail(conn: Conn, email: string): Promise<UserListing | undefined> {
+      const { rows } = await conn.raw(`${USER_LISTING} WHERE u.email = ?`, [email]);
+      const row = (rows as Parameters<typeof toListing>[0][])[0];
+      return row ? toListing(row) : undefined;
     },
 
     async findById(conn: Conn, id: string): Promise<UserRecord | undefined> {

@@ -17,7 +17,8 @@ async function cli(core: CoreServer, adminToken: string, ...argv: string[]): Pro
     return true;
   }) as typeof process.stdout.write;
   try {
-    const code = await main(argv);
+    // --json: the test's own stdout may be a terminal (text output).
+    const code = await main([...argv, "--json"]);
     return { code, json: out ? (JSON.parse(out) as Record<string, unknown>) : {} };
   } finally {
     process.stdout.write = write;

@@ -399,6 +399,9 @@ const TABLE: Record<string, Entry> = {
   "vaultgate.partners.v1.PartnersService/SetEntitlements": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, entitlements: ["kyc:read"] })),
   "vaultgate.partners.v1.PartnersService/GetPartner": admin(async (c) => ({ client_id: (await c.f.partner()).clientId })),
   "vaultgate.partners.v1.PartnersService/CreateUser": admin(() => ({ email: `tb-${randomUUID()}@example.test` })),
+  "vaultgate.partners.v1.PartnersService/ListPartners": admin(() => ({ limit: 5 })),
+  "vaultgate.partners.v1.PartnersService/ListUsers": admin(() => ({ limit: 5 })),
+  "vaultgate.partners.v1.PartnersService/GetUserByEmail": admin(async (c) => ({ email: (await c.f.user()).email })),
 
   // vaultgate.partners.v1.PartnerResourcesService: partner token; admin for the operator commands.
   "vaultgate.partners.v1.PartnerResourcesService/AuthorizePartner": partner((t, u: string) => ({ access_token: t, user_id: u, scope: "kyc:read" }), {

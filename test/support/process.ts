@@ -6,6 +6,9 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { createScratchDatabase } from "./db.js";
 
+// The real entry point: it runs the compiled dist/ when that is at least as new as every
+// source (CI runs `npm ci`, which builds it), else the TypeScript sources through tsx, so
+// these processes always run the code in the working tree (VAULTGATE_DEV=1 forces sources).
 const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
 const runFile = promisify(execFile);
 
@@ -67,11 +70,14 @@ export async function startServiceProcess(role: "all" | "core" | "gateway", env:
   };
 }
 
-/** Runs a CLI command and returns its exit code, parsed JSON stdout (if any) and stderr. */
-export async function runCli(args: string[], env: Record<string, string>) {
+/**
+ * Runs a CLI command (stdout is a pipe, so commands print JSON) and returns its exit code,
+ * parsed JSON stdout (when stdout is JSON), stdout and stderr. `nodeArgs` go before the script.
+ */
+export async function runCli(args: string[], env: Record<string, string>, nodeArgs: string[] = []) {
   try {
-    const { stdout, stderr } = await runFile(process.execPath, [bin, ...args], { env: { ...process.env, ...env } });
-    return { code: 0, json: stdout.trim() ? (JSON.parse(stdout) as Record<string, unknown>) : undefined, stdout, stderr };
+    const { stdout, stderr } = await runFile(process.execPath, [...nodeArgs, bin, ...args], { env: { ...process.env, ...env } });
+    return { code: 0, json: /^\s*[{[]/.test(stdout) ? (JSON.parse(stdout) as Record<string, unknown>) : undefined, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
     return { code: e.code, json: undefined, stdout: e.stdout, stderr: e.stderr };

@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/partners/v1/partners.proto.
  */
 export const file_vaultgate_partners_v1_partners: GenFile = /*@__PURE__*/
-  fileDesc("CiR2YXVsdGdhdGUvcGFydG5lcnMvdjEvcGFydG5lcnMucHJvdG8SFXZhdWx0Z2F0ZS5wYXJ0bmVycy52MSIbCglTY29wZUxpc3QSDgoGc2NvcGVzGAEgAygJIq0BCgdQYXJ0bmVyEhIKCnBhcnRuZXJfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhEKCWNsaWVudF9pZBgEIAEoCRI0CgZzdGF0dXMYBSABKA4yJC52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lclN0YXR1cxIUCgxlbnRpdGxlbWVudHMYBiADKAkSEwoLd2ViaG9va191cmwYByABKAkiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUiYQoSSXNzdWVUb2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSDQoFc2NvcGUYBCABKAkitQEKFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEc2x1ZxgCIAEoCRI2CgxlbnRpdGxlbWVudHMYAyABKAsyIC52YXVsdGdhdGUucGFydG5lcnMudjEuU2NvcGVMaXN0EjQKBnN0YXR1cxgEIAEoDjIkLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyU3RhdHVzEhMKC3dlYmhvb2tfdXJsGAUgASgJIl8KFUNyZWF0ZVBhcnRuZXJSZXNwb25zZRIvCgdwYXJ0bmVyGAEgASgLMh4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXISFQoNY2xpZW50X3NlY3JldBgCIAEoCSIoChNSb3RhdGVTZWNyZXRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJAChRSb3RhdGVTZWNyZXRSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCSJiChdTZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSNAoGc3RhdHVzGAIgASgOMiQudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXJTdGF0dXMiSwoYU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlEi8KB3BhcnRuZXIYASABKAsyHi52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lciJBChZTZXRFbnRpdGxlbWVudHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIUCgxlbnRpdGxlbWVudHMYAiADKAkiSgoXU2V0RW50aXRsZW1lbnRzUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiYKEUdldFBhcnRuZXJSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJFChJHZXRQYXJ0bmVyUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiIKEUNyZWF0ZVVzZXJSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIkgKEkNyZWF0ZVVzZXJSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEg8KB2NyZWF0ZWQYAyABKAgiTwoXQXV0aG9yaXplUGFydG5lclJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSDQoFc2NvcGUYAyABKAkiVwoYQXV0aG9yaXplUGFydG5lclJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhQKDHRva2VuX3Njb3BlcxgDIAMoCSI7ChRQcmVDcmVhdGVVc2VyUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSDQoFZW1haWwYAiABKAkiOQoVUHJlQ3JlYXRlVXNlclJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoCCI8ChNHZXRLeWNTdGF0dXNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIPCgd1c2VyX2lkGAIgASgJIl0KFEdldEt5Y1N0YXR1c1Jlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEhIKCnVwZGF0ZWRfYXQYBCABKAkiZQoUQ3JlYXRlS3ljTGlua1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJIkoKFUNyZWF0ZUt5Y0xpbmtSZXNwb25zZRILCgN1cmwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSEgoKZXhwaXJlc19hdBgDIAEoCSI7ChJMaXN0V2FsbGV0c1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiKAoGV2FsbGV0Eg0KBWNoYWluGAEgASgJEg8KB2FkZHJlc3MYAiABKAkiVgoTTGlzdFdhbGxldHNSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEi4KB3dhbGxldHMYAiADKAsyHS52YXVsdGdhdGUucGFydG5lcnMudjEuV2FsbGV0IjwKE0dldFVzQWNjb3VudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiqgEKFEdldFVzQWNjb3VudFJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhEKCWJhbmtfbmFtZRgDIAEoCRIWCg5yb3V0aW5nX251bWJlchgEIAEoCRIWCg5hY2NvdW50X251bWJlchgFIAEoCRIUCgxhY2NvdW50X3R5cGUYBiABKAkSGAoQYmVuZWZpY2lhcnlfbmFtZRgHIAEoCSI7CgtQYWdlUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkibwoUTGlzdFRyYW5zZmVyc1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSMAoEcGFnZRgDIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCKSAQoIVHJhbnNmZXISEwoLdHJhbnNmZXJfaWQYASABKAkSEQoJZGlyZWN0aW9uGAIgASgJEhQKDGFtb3VudF9jZW50cxgDIAEoAxIQCghjdXJyZW5jeRgEIAEoCRIOCgZzdGF0dXMYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoCRISCgp1cGRhdGVkX2F0GAcgASgJIm4KFUxpc3RUcmFuc2ZlcnNSZXNwb25zZRItCgRkYXRhGAEgAygLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyEhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJbChFMaXN0RXZlbnRzUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSMAoEcGFnZRgCIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCJOCgVFdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCmNyZWF0ZWRfYXQYAyABKAkSEQoJZGF0YV9qc29uGAQgASgJImgKEkxpc3RFdmVudHNSZXNwb25zZRIqCgRkYXRhGAEgAygLMhwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkV2ZW50EhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJIChNTZXRLeWNTdGF0dXNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJIlAKFFNldEt5Y1N0YXR1c1Jlc3BvbnNlEjgKA2t5YxgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZSI3ChRTZXRVc2VyU3RhdHVzUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg4KBnN0YXR1cxgCIAEoCSI4ChVTZXRVc2VyU3RhdHVzUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIOCgZzdGF0dXMYAiABKAkiQwoQQWRkV2FsbGV0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg0KBWNoYWluGAIgASgJEg8KB2FkZHJlc3MYAyABKAkiVAoRQWRkV2FsbGV0UmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIuCgd3YWxsZXRzGAIgAygLMh0udmF1bHRnYXRlLnBhcnRuZXJzLnYxLldhbGxldCIsChlQcm92aXNpb25Vc0FjY291bnRSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkiWgoaUHJvdmlzaW9uVXNBY2NvdW50UmVzcG9uc2USPAoHYWNjb3VudBgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZSJrChNHcmFudENvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJgoUR3JhbnRDb25zZW50UmVzcG9uc2USDgoGc2NvcGVzGAEgAygJImwKFFJldm9rZUNvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJwoVUmV2b2tlQ29uc2VudFJlc3BvbnNlEg4KBnNjb3BlcxgBIAMoCSJ2ChhSZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIRCglkaXJlY3Rpb24YAiABKAkSFAoMYW1vdW50X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEg4KBnN0YXR1cxgFIAEoCSJOChlSZWNvcmRMZWRnZXJFbnRyeVJlc3BvbnNlEjEKCHRyYW5zZmVyGAEgASgLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyIkMKEVNldFdlYmhvb2tSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRILCgN1cmwYAiABKAkSDgoGc2VjcmV0GAMgASgJIkQKElNldFdlYmhvb2tSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBnNlY3JldBgDIAEoCSqEAQoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhoKFlBBUlRORVJfU1RBVFVTX1BFTkRJTkcQAhIcChhQQVJUTkVSX1NUQVRVU19TVVNQRU5ERUQQAzKaBgoPUGFydG5lcnNTZXJ2aWNlEmEKCklzc3VlVG9rZW4SKC52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlc3BvbnNlEnAKDUNyZWF0ZVBhcnRuZXISKy52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaLC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlc3BvbnNlIgSItRgBEm0KDFJvdGF0ZVNlY3JldBIqLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Sb3RhdGVTZWNyZXRSZXF1ZXN0GisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJvdGF0ZVNlY3JldFJlc3BvbnNlIgSItRgBEnkKEFNldFBhcnRuZXJTdGF0dXMSLi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1JlcXVlc3QaLy52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlIgSItRgBEnYKD1NldEVudGl0bGVtZW50cxItLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRFbnRpdGxlbWVudHNSZXF1ZXN0Gi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldEVudGl0bGVtZW50c1Jlc3BvbnNlIgSItRgBEmcKCkdldFBhcnRuZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlc3BvbnNlIgSItRgBEmcKCkNyZWF0ZVVzZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlc3BvbnNlIgSItRgBMv0NChdQYXJ0bmVyUmVzb3VyY2VzU2VydmljZRJzChBBdXRob3JpemVQYXJ0bmVyEi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXF1ZXN0Gi8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXNwb25zZRJqCg1QcmVDcmVhdGVVc2VyEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXNwb25zZRJnCgxHZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZRJqCg1DcmVhdGVLeWNMaW5rEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXNwb25zZRJkCgtMaXN0V2FsbGV0cxIpLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5MaXN0V2FsbGV0c1JlcXVlc3QaKi52YXVsdGdhdGUucGFydG5lcnMudjEuTGlzdFdhbGxldHNSZXNwb25zZRJnCgxHZXRVc0FjY291bnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0VXNBY2NvdW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZRJqCg1MaXN0VHJhbnNmZXJzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXNwb25zZRJhCgpMaXN0RXZlbnRzEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXNwb25zZRJtCgxTZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRLeWNTdGF0dXNSZXNwb25zZSIEiLUYARJwCg1TZXRVc2VyU3RhdHVzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXNwb25zZSIEiLUYARJkCglBZGRXYWxsZXQSJy52YXVsdGdhdGUucGFydG5lcnMudjEuQWRkV2FsbGV0UmVxdWVzdBooLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5BZGRXYWxsZXRSZXNwb25zZSIEiLUYARJ/ChJQcm92aXNpb25Vc0FjY291bnQSMC52YXVsdGdhdGUucGFydG5lcnMudjEuUHJvdmlzaW9uVXNBY2NvdW50UmVxdWVzdBoxLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Qcm92aXNpb25Vc0FjY291bnRSZXNwb25zZSIEiLUYARJtCgxHcmFudENvbnNlbnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR3JhbnRDb25zZW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HcmFudENvbnNlbnRSZXNwb25zZSIEiLUYARJwCg1SZXZva2VDb25zZW50EisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXNwb25zZSIEiLUYARJ8ChFSZWNvcmRMZWRnZXJFbnRyeRIvLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5SZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QaMC52YXVsdGdhdGUucGFydG5lcnMudjEuUmVjb3JkTGVkZ2VyRW50cnlSZXNwb25zZSIEiLUYARJnCgpTZXRXZWJob29rEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
+  fileDesc("CiR2YXVsdGdhdGUvcGFydG5lcnMvdjEvcGFydG5lcnMucHJvdG8SFXZhdWx0Z2F0ZS5wYXJ0bmVycy52MSIbCglTY29wZUxpc3QSDgoGc2NvcGVzGAEgAygJIq0BCgdQYXJ0bmVyEhIKCnBhcnRuZXJfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhEKCWNsaWVudF9pZBgEIAEoCRI0CgZzdGF0dXMYBSABKA4yJC52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lclN0YXR1cxIUCgxlbnRpdGxlbWVudHMYBiADKAkSEwoLd2ViaG9va191cmwYByABKAkiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUiYQoSSXNzdWVUb2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSDQoFc2NvcGUYBCABKAkitQEKFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEc2x1ZxgCIAEoCRI2CgxlbnRpdGxlbWVudHMYAyABKAsyIC52YXVsdGdhdGUucGFydG5lcnMudjEuU2NvcGVMaXN0EjQKBnN0YXR1cxgEIAEoDjIkLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyU3RhdHVzEhMKC3dlYmhvb2tfdXJsGAUgASgJIl8KFUNyZWF0ZVBhcnRuZXJSZXNwb25zZRIvCgdwYXJ0bmVyGAEgASgLMh4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXISFQoNY2xpZW50X3NlY3JldBgCIAEoCSIoChNSb3RhdGVTZWNyZXRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJAChRSb3RhdGVTZWNyZXRSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCSJiChdTZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSNAoGc3RhdHVzGAIgASgOMiQudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlBhcnRuZXJTdGF0dXMiSwoYU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlEi8KB3BhcnRuZXIYASABKAsyHi52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lciJBChZTZXRFbnRpdGxlbWVudHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIUCgxlbnRpdGxlbWVudHMYAiADKAkiSgoXU2V0RW50aXRsZW1lbnRzUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiYKEUdldFBhcnRuZXJSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJFChJHZXRQYXJ0bmVyUmVzcG9uc2USLwoHcGFydG5lchgBIAEoCzIeLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYXJ0bmVyIiIKEUNyZWF0ZVVzZXJSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIkgKEkNyZWF0ZVVzZXJSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEg8KB2NyZWF0ZWQYAyABKAgiNAoTTGlzdFBhcnRuZXJzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIOCgZjdXJzb3IYAiABKAkiXQoUTGlzdFBhcnRuZXJzUmVzcG9uc2USMAoIcGFydG5lcnMYASADKAsyHi52YXVsdGdhdGUucGFydG5lcnMudjEuUGFydG5lchITCgtuZXh0X2N1cnNvchgCIAEoCSJcCgRVc2VyEg8KB3VzZXJfaWQYASABKAkSDQoFZW1haWwYAiABKAkSDgoGc3RhdHVzGAMgASgJEhAKCHZhdWx0X2lkGAQgASgJEhIKCmNyZWF0ZWRfYXQYBSABKAkiMQoQTGlzdFVzZXJzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIOCgZjdXJzb3IYAiABKAkiVAoRTGlzdFVzZXJzUmVzcG9uc2USKgoFdXNlcnMYASADKAsyGy52YXVsdGdhdGUucGFydG5lcnMudjEuVXNlchITCgtuZXh0X2N1cnNvchgCIAEoCSImChVHZXRVc2VyQnlFbWFpbFJlcXVlc3QSDQoFZW1haWwYASABKAkiQwoWR2V0VXNlckJ5RW1haWxSZXNwb25zZRIpCgR1c2VyGAEgASgLMhsudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlVzZXIiTwoXQXV0aG9yaXplUGFydG5lclJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSDQoFc2NvcGUYAyABKAkiVwoYQXV0aG9yaXplUGFydG5lclJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhQKDHRva2VuX3Njb3BlcxgDIAMoCSI7ChRQcmVDcmVhdGVVc2VyUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSDQoFZW1haWwYAiABKAkiOQoVUHJlQ3JlYXRlVXNlclJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoCCI8ChNHZXRLeWNTdGF0dXNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIPCgd1c2VyX2lkGAIgASgJIl0KFEdldEt5Y1N0YXR1c1Jlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEhIKCnVwZGF0ZWRfYXQYBCABKAkiZQoUQ3JlYXRlS3ljTGlua1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJIkoKFUNyZWF0ZUt5Y0xpbmtSZXNwb25zZRILCgN1cmwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSEgoKZXhwaXJlc19hdBgDIAEoCSI7ChJMaXN0V2FsbGV0c1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiKAoGV2FsbGV0Eg0KBWNoYWluGAEgASgJEg8KB2FkZHJlc3MYAiABKAkiVgoTTGlzdFdhbGxldHNSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEi4KB3dhbGxldHMYAiADKAsyHS52YXVsdGdhdGUucGFydG5lcnMudjEuV2FsbGV0IjwKE0dldFVzQWNjb3VudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkiqgEKFEdldFVzQWNjb3VudFJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhEKCWJhbmtfbmFtZRgDIAEoCRIWCg5yb3V0aW5nX251bWJlchgEIAEoCRIWCg5hY2NvdW50X251bWJlchgFIAEoCRIUCgxhY2NvdW50X3R5cGUYBiABKAkSGAoQYmVuZWZpY2lhcnlfbmFtZRgHIAEoCSI7CgtQYWdlUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkibwoUTGlzdFRyYW5zZmVyc1JlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSMAoEcGFnZRgDIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCKSAQoIVHJhbnNmZXISEwoLdHJhbnNmZXJfaWQYASABKAkSEQoJZGlyZWN0aW9uGAIgASgJEhQKDGFtb3VudF9jZW50cxgDIAEoAxIQCghjdXJyZW5jeRgEIAEoCRIOCgZzdGF0dXMYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoCRISCgp1cGRhdGVkX2F0GAcgASgJIm4KFUxpc3RUcmFuc2ZlcnNSZXNwb25zZRItCgRkYXRhGAEgAygLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyEhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJbChFMaXN0RXZlbnRzUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSMAoEcGFnZRgCIAEoCzIiLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5QYWdlUmVxdWVzdCJOCgVFdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCmNyZWF0ZWRfYXQYAyABKAkSEQoJZGF0YV9qc29uGAQgASgJImgKEkxpc3RFdmVudHNSZXNwb25zZRIqCgRkYXRhGAEgAygLMhwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkV2ZW50EhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSJIChNTZXRLeWNTdGF0dXNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkSDgoGc3RhdHVzGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJIlAKFFNldEt5Y1N0YXR1c1Jlc3BvbnNlEjgKA2t5YxgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZSI3ChRTZXRVc2VyU3RhdHVzUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg4KBnN0YXR1cxgCIAEoCSI4ChVTZXRVc2VyU3RhdHVzUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIOCgZzdGF0dXMYAiABKAkiQwoQQWRkV2FsbGV0UmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEg0KBWNoYWluGAIgASgJEg8KB2FkZHJlc3MYAyABKAkiVAoRQWRkV2FsbGV0UmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRIuCgd3YWxsZXRzGAIgAygLMh0udmF1bHRnYXRlLnBhcnRuZXJzLnYxLldhbGxldCIsChlQcm92aXNpb25Vc0FjY291bnRSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkiWgoaUHJvdmlzaW9uVXNBY2NvdW50UmVzcG9uc2USPAoHYWNjb3VudBgBIAEoCzIrLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZSJrChNHcmFudENvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJgoUR3JhbnRDb25zZW50UmVzcG9uc2USDgoGc2NvcGVzGAEgAygJImwKFFJldm9rZUNvbnNlbnRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEjAKBnNjb3BlcxgDIAEoCzIgLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TY29wZUxpc3QiJwoVUmV2b2tlQ29uc2VudFJlc3BvbnNlEg4KBnNjb3BlcxgBIAMoCSJ2ChhSZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIRCglkaXJlY3Rpb24YAiABKAkSFAoMYW1vdW50X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEg4KBnN0YXR1cxgFIAEoCSJOChlSZWNvcmRMZWRnZXJFbnRyeVJlc3BvbnNlEjEKCHRyYW5zZmVyGAEgASgLMh8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlRyYW5zZmVyIkMKEVNldFdlYmhvb2tSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRILCgN1cmwYAiABKAkSDgoGc2VjcmV0GAMgASgJIkQKElNldFdlYmhvb2tSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBnNlY3JldBgDIAEoCSqEAQoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhoKFlBBUlRORVJfU1RBVFVTX1BFTkRJTkcQAhIcChhQQVJUTkVSX1NUQVRVU19TVVNQRU5ERUQQAzLkCAoPUGFydG5lcnNTZXJ2aWNlEmEKCklzc3VlVG9rZW4SKC52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuSXNzdWVUb2tlblJlc3BvbnNlEnAKDUNyZWF0ZVBhcnRuZXISKy52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaLC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlUGFydG5lclJlc3BvbnNlIgSItRgBEm0KDFJvdGF0ZVNlY3JldBIqLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Sb3RhdGVTZWNyZXRSZXF1ZXN0GisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJvdGF0ZVNlY3JldFJlc3BvbnNlIgSItRgBEnkKEFNldFBhcnRuZXJTdGF0dXMSLi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1JlcXVlc3QaLy52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlIgSItRgBEnYKD1NldEVudGl0bGVtZW50cxItLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRFbnRpdGxlbWVudHNSZXF1ZXN0Gi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldEVudGl0bGVtZW50c1Jlc3BvbnNlIgSItRgBEmcKCkdldFBhcnRuZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0UGFydG5lclJlc3BvbnNlIgSItRgBEmcKCkNyZWF0ZVVzZXISKC52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlcXVlc3QaKS52YXVsdGdhdGUucGFydG5lcnMudjEuQ3JlYXRlVXNlclJlc3BvbnNlIgSItRgBEm0KDExpc3RQYXJ0bmVycxIqLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5MaXN0UGFydG5lcnNSZXF1ZXN0GisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RQYXJ0bmVyc1Jlc3BvbnNlIgSItRgBEmQKCUxpc3RVc2VycxInLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5MaXN0VXNlcnNSZXF1ZXN0GigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RVc2Vyc1Jlc3BvbnNlIgSItRgBEnMKDkdldFVzZXJCeUVtYWlsEiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkdldFVzZXJCeUVtYWlsUmVxdWVzdBotLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc2VyQnlFbWFpbFJlc3BvbnNlIgSItRgBMv0NChdQYXJ0bmVyUmVzb3VyY2VzU2VydmljZRJzChBBdXRob3JpemVQYXJ0bmVyEi4udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXF1ZXN0Gi8udmF1bHRnYXRlLnBhcnRuZXJzLnYxLkF1dGhvcml6ZVBhcnRuZXJSZXNwb25zZRJqCg1QcmVDcmVhdGVVc2VyEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlByZUNyZWF0ZVVzZXJSZXNwb25zZRJnCgxHZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRLeWNTdGF0dXNSZXNwb25zZRJqCg1DcmVhdGVLeWNMaW5rEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkNyZWF0ZUt5Y0xpbmtSZXNwb25zZRJkCgtMaXN0V2FsbGV0cxIpLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5MaXN0V2FsbGV0c1JlcXVlc3QaKi52YXVsdGdhdGUucGFydG5lcnMudjEuTGlzdFdhbGxldHNSZXNwb25zZRJnCgxHZXRVc0FjY291bnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR2V0VXNBY2NvdW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HZXRVc0FjY291bnRSZXNwb25zZRJqCg1MaXN0VHJhbnNmZXJzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RUcmFuc2ZlcnNSZXNwb25zZRJhCgpMaXN0RXZlbnRzEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLkxpc3RFdmVudHNSZXNwb25zZRJtCgxTZXRLeWNTdGF0dXMSKi52YXVsdGdhdGUucGFydG5lcnMudjEuU2V0S3ljU3RhdHVzUmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5TZXRLeWNTdGF0dXNSZXNwb25zZSIEiLUYARJwCg1TZXRVc2VyU3RhdHVzEisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFVzZXJTdGF0dXNSZXNwb25zZSIEiLUYARJkCglBZGRXYWxsZXQSJy52YXVsdGdhdGUucGFydG5lcnMudjEuQWRkV2FsbGV0UmVxdWVzdBooLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5BZGRXYWxsZXRSZXNwb25zZSIEiLUYARJ/ChJQcm92aXNpb25Vc0FjY291bnQSMC52YXVsdGdhdGUucGFydG5lcnMudjEuUHJvdmlzaW9uVXNBY2NvdW50UmVxdWVzdBoxLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5Qcm92aXNpb25Vc0FjY291bnRSZXNwb25zZSIEiLUYARJtCgxHcmFudENvbnNlbnQSKi52YXVsdGdhdGUucGFydG5lcnMudjEuR3JhbnRDb25zZW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5HcmFudENvbnNlbnRSZXNwb25zZSIEiLUYARJwCg1SZXZva2VDb25zZW50EisudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXF1ZXN0GiwudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlJldm9rZUNvbnNlbnRSZXNwb25zZSIEiLUYARJ8ChFSZWNvcmRMZWRnZXJFbnRyeRIvLnZhdWx0Z2F0ZS5wYXJ0bmVycy52MS5SZWNvcmRMZWRnZXJFbnRyeVJlcXVlc3QaMC52YXVsdGdhdGUucGFydG5lcnMudjEuUmVjb3JkTGVkZ2VyRW50cnlSZXNwb25zZSIEiLUYARJnCgpTZXRXZWJob29rEigudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXF1ZXN0GikudmF1bHRnYXRlLnBhcnRuZXJzLnYxLlNldFdlYmhvb2tSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
 
 /**
  * ScopeList wraps a scope list so that "not given" and "empty" differ.
@@ -403,6 +403,183 @@ export const CreateUserResponseSchema: GenMessage<CreateUserResponse> = /*@__PUR
   messageDesc(file_vaultgate_partners_v1_partners, 15);
 
 /**
+ * @generated from message vaultgate.partners.v1.ListPartnersRequest
+ */
+export type ListPartnersRequest = Message<"vaultgate.partners.v1.ListPartnersRequest"> & {
+  /**
+   * 0 means 50; larger than 200 means 200.
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * Empty for the first page, else the next_cursor of the previous page (opaque).
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListPartnersRequest.
+ * Use `create(ListPartnersRequestSchema)` to create a new message.
+ */
+export const ListPartnersRequestSchema: GenMessage<ListPartnersRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 16);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListPartnersResponse
+ */
+export type ListPartnersResponse = Message<"vaultgate.partners.v1.ListPartnersResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.Partner partners = 1;
+   */
+  partners: Partner[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListPartnersResponse.
+ * Use `create(ListPartnersResponseSchema)` to create a new message.
+ */
+export const ListPartnersResponseSchema: GenMessage<ListPartnersResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 17);
+
+/**
+ * @generated from message vaultgate.partners.v1.User
+ */
+export type User = Message<"vaultgate.partners.v1.User"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * @generated from field: string email = 2;
+   */
+  email: string;
+
+  /**
+   * active or inactive.
+   *
+   * @generated from field: string status = 3;
+   */
+  status: string;
+
+  /**
+   * The user's root vault.
+   *
+   * @generated from field: string vault_id = 4;
+   */
+  vaultId: string;
+
+  /**
+   * RFC 3339 UTC.
+   *
+   * @generated from field: string created_at = 5;
+   */
+  createdAt: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.User.
+ * Use `create(UserSchema)` to create a new message.
+ */
+export const UserSchema: GenMessage<User> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 18);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListUsersRequest
+ */
+export type ListUsersRequest = Message<"vaultgate.partners.v1.ListUsersRequest"> & {
+  /**
+   * 0 means 50; larger than 200 means 200.
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * Empty for the first page, else the next_cursor of the previous page (opaque).
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListUsersRequest.
+ * Use `create(ListUsersRequestSchema)` to create a new message.
+ */
+export const ListUsersRequestSchema: GenMessage<ListUsersRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 19);
+
+/**
+ * @generated from message vaultgate.partners.v1.ListUsersResponse
+ */
+export type ListUsersResponse = Message<"vaultgate.partners.v1.ListUsersResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.partners.v1.User users = 1;
+   */
+  users: User[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.ListUsersResponse.
+ * Use `create(ListUsersResponseSchema)` to create a new message.
+ */
+export const ListUsersResponseSchema: GenMessage<ListUsersResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 20);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetUserByEmailRequest
+ */
+export type GetUserByEmailRequest = Message<"vaultgate.partners.v1.GetUserByEmailRequest"> & {
+  /**
+   * @generated from field: string email = 1;
+   */
+  email: string;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetUserByEmailRequest.
+ * Use `create(GetUserByEmailRequestSchema)` to create a new message.
+ */
+export const GetUserByEmailRequestSchema: GenMessage<GetUserByEmailRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 21);
+
+/**
+ * @generated from message vaultgate.partners.v1.GetUserByEmailResponse
+ */
+export type GetUserByEmailResponse = Message<"vaultgate.partners.v1.GetUserByEmailResponse"> & {
+  /**
+   * @generated from field: vaultgate.partners.v1.User user = 1;
+   */
+  user?: User | undefined;
+};
+
+/**
+ * Describes the message vaultgate.partners.v1.GetUserByEmailResponse.
+ * Use `create(GetUserByEmailResponseSchema)` to create a new message.
+ */
+export const GetUserByEmailResponseSchema: GenMessage<GetUserByEmailResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_partners_v1_partners, 22);
+
+/**
  * @generated from message vaultgate.partners.v1.AuthorizePartnerRequest
  */
 export type AuthorizePartnerRequest = Message<"vaultgate.partners.v1.AuthorizePartnerRequest"> & {
@@ -431,7 +608,7 @@ export type AuthorizePartnerRequest = Message<"vaultgate.partners.v1.AuthorizePa
  * Use `create(AuthorizePartnerRequestSchema)` to create a new message.
  */
 export const AuthorizePartnerRequestSchema: GenMessage<AuthorizePartnerRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 16);
+  messageDesc(file_vaultgate_partners_v1_partners, 23);
 
 /**
  * @generated from message vaultgate.partners.v1.AuthorizePartnerResponse
@@ -458,7 +635,7 @@ export type AuthorizePartnerResponse = Message<"vaultgate.partners.v1.AuthorizeP
  * Use `create(AuthorizePartnerResponseSchema)` to create a new message.
  */
 export const AuthorizePartnerResponseSchema: GenMessage<AuthorizePartnerResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 17);
+  messageDesc(file_vaultgate_partners_v1_partners, 24);
 
 /**
  * @generated from message vaultgate.partners.v1.PreCreateUserRequest
@@ -480,7 +657,7 @@ export type PreCreateUserRequest = Message<"vaultgate.partners.v1.PreCreateUserR
  * Use `create(PreCreateUserRequestSchema)` to create a new message.
  */
 export const PreCreateUserRequestSchema: GenMessage<PreCreateUserRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 18);
+  messageDesc(file_vaultgate_partners_v1_partners, 25);
 
 /**
  * @generated from message vaultgate.partners.v1.PreCreateUserResponse
@@ -502,7 +679,7 @@ export type PreCreateUserResponse = Message<"vaultgate.partners.v1.PreCreateUser
  * Use `create(PreCreateUserResponseSchema)` to create a new message.
  */
 export const PreCreateUserResponseSchema: GenMessage<PreCreateUserResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 19);
+  messageDesc(file_vaultgate_partners_v1_partners, 26);
 
 /**
  * @generated from message vaultgate.partners.v1.GetKycStatusRequest
@@ -524,7 +701,7 @@ export type GetKycStatusRequest = Message<"vaultgate.partners.v1.GetKycStatusReq
  * Use `create(GetKycStatusRequestSchema)` to create a new message.
  */
 export const GetKycStatusRequestSchema: GenMessage<GetKycStatusRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 20);
+  messageDesc(file_vaultgate_partners_v1_partners, 27);
 
 /**
  * @generated from message vaultgate.partners.v1.GetKycStatusResponse
@@ -562,7 +739,7 @@ export type GetKycStatusResponse = Message<"vaultgate.partners.v1.GetKycStatusRe
  * Use `create(GetKycStatusResponseSchema)` to create a new message.
  */
 export const GetKycStatusResponseSchema: GenMessage<GetKycStatusResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 21);
+  messageDesc(file_vaultgate_partners_v1_partners, 28);
 
 /**
  * @generated from message vaultgate.partners.v1.CreateKycLinkRequest
@@ -596,7 +773,7 @@ export type CreateKycLinkRequest = Message<"vaultgate.partners.v1.CreateKycLinkR
  * Use `create(CreateKycLinkRequestSchema)` to create a new message.
  */
 export const CreateKycLinkRequestSchema: GenMessage<CreateKycLinkRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 22);
+  messageDesc(file_vaultgate_partners_v1_partners, 29);
 
 /**
  * @generated from message vaultgate.partners.v1.CreateKycLinkResponse
@@ -623,7 +800,7 @@ export type CreateKycLinkResponse = Message<"vaultgate.partners.v1.CreateKycLink
  * Use `create(CreateKycLinkResponseSchema)` to create a new message.
  */
 export const CreateKycLinkResponseSchema: GenMessage<CreateKycLinkResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 23);
+  messageDesc(file_vaultgate_partners_v1_partners, 30);
 
 /**
  * @generated from message vaultgate.partners.v1.ListWalletsRequest
@@ -645,7 +822,7 @@ export type ListWalletsRequest = Message<"vaultgate.partners.v1.ListWalletsReque
  * Use `create(ListWalletsRequestSchema)` to create a new message.
  */
 export const ListWalletsRequestSchema: GenMessage<ListWalletsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 24);
+  messageDesc(file_vaultgate_partners_v1_partners, 31);
 
 /**
  * @generated from message vaultgate.partners.v1.Wallet
@@ -667,7 +844,7 @@ export type Wallet = Message<"vaultgate.partners.v1.Wallet"> & {
  * Use `create(WalletSchema)` to create a new message.
  */
 export const WalletSchema: GenMessage<Wallet> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 25);
+  messageDesc(file_vaultgate_partners_v1_partners, 32);
 
 /**
  * @generated from message vaultgate.partners.v1.ListWalletsResponse
@@ -689,7 +866,7 @@ export type ListWalletsResponse = Message<"vaultgate.partners.v1.ListWalletsResp
  * Use `create(ListWalletsResponseSchema)` to create a new message.
  */
 export const ListWalletsResponseSchema: GenMessage<ListWalletsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 26);
+  messageDesc(file_vaultgate_partners_v1_partners, 33);
 
 /**
  * @generated from message vaultgate.partners.v1.GetUsAccountRequest
@@ -711,7 +888,7 @@ export type GetUsAccountRequest = Message<"vaultgate.partners.v1.GetUsAccountReq
  * Use `create(GetUsAccountRequestSchema)` to create a new message.
  */
 export const GetUsAccountRequestSchema: GenMessage<GetUsAccountRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 27);
+  messageDesc(file_vaultgate_partners_v1_partners, 34);
 
 /**
  * @generated from message vaultgate.partners.v1.GetUsAccountResponse
@@ -760,7 +937,7 @@ export type GetUsAccountResponse = Message<"vaultgate.partners.v1.GetUsAccountRe
  * Use `create(GetUsAccountResponseSchema)` to create a new message.
  */
 export const GetUsAccountResponseSchema: GenMessage<GetUsAccountResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 28);
+  messageDesc(file_vaultgate_partners_v1_partners, 35);
 
 /**
  * PageRequest: limit 0 means the default; cursor and since are opaque.
@@ -789,7 +966,7 @@ export type PageRequest = Message<"vaultgate.partners.v1.PageRequest"> & {
  * Use `create(PageRequestSchema)` to create a new message.
  */
 export const PageRequestSchema: GenMessage<PageRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 29);
+  messageDesc(file_vaultgate_partners_v1_partners, 36);
 
 /**
  * @generated from message vaultgate.partners.v1.ListTransfersRequest
@@ -816,7 +993,7 @@ export type ListTransfersRequest = Message<"vaultgate.partners.v1.ListTransfersR
  * Use `create(ListTransfersRequestSchema)` to create a new message.
  */
 export const ListTransfersRequestSchema: GenMessage<ListTransfersRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 30);
+  messageDesc(file_vaultgate_partners_v1_partners, 37);
 
 /**
  * @generated from message vaultgate.partners.v1.Transfer
@@ -863,7 +1040,7 @@ export type Transfer = Message<"vaultgate.partners.v1.Transfer"> & {
  * Use `create(TransferSchema)` to create a new message.
  */
 export const TransferSchema: GenMessage<Transfer> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 31);
+  messageDesc(file_vaultgate_partners_v1_partners, 38);
 
 /**
  * @generated from message vaultgate.partners.v1.ListTransfersResponse
@@ -890,7 +1067,7 @@ export type ListTransfersResponse = Message<"vaultgate.partners.v1.ListTransfers
  * Use `create(ListTransfersResponseSchema)` to create a new message.
  */
 export const ListTransfersResponseSchema: GenMessage<ListTransfersResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 32);
+  messageDesc(file_vaultgate_partners_v1_partners, 39);
 
 /**
  * @generated from message vaultgate.partners.v1.ListEventsRequest
@@ -912,7 +1089,7 @@ export type ListEventsRequest = Message<"vaultgate.partners.v1.ListEventsRequest
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 33);
+  messageDesc(file_vaultgate_partners_v1_partners, 40);
 
 /**
  * @generated from message vaultgate.partners.v1.Event
@@ -946,7 +1123,7 @@ export type Event = Message<"vaultgate.partners.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 34);
+  messageDesc(file_vaultgate_partners_v1_partners, 41);
 
 /**
  * @generated from message vaultgate.partners.v1.ListEventsResponse
@@ -973,7 +1150,7 @@ export type ListEventsResponse = Message<"vaultgate.partners.v1.ListEventsRespon
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 35);
+  messageDesc(file_vaultgate_partners_v1_partners, 42);
 
 /**
  * @generated from message vaultgate.partners.v1.SetKycStatusRequest
@@ -1000,7 +1177,7 @@ export type SetKycStatusRequest = Message<"vaultgate.partners.v1.SetKycStatusReq
  * Use `create(SetKycStatusRequestSchema)` to create a new message.
  */
 export const SetKycStatusRequestSchema: GenMessage<SetKycStatusRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 36);
+  messageDesc(file_vaultgate_partners_v1_partners, 43);
 
 /**
  * @generated from message vaultgate.partners.v1.SetKycStatusResponse
@@ -1017,7 +1194,7 @@ export type SetKycStatusResponse = Message<"vaultgate.partners.v1.SetKycStatusRe
  * Use `create(SetKycStatusResponseSchema)` to create a new message.
  */
 export const SetKycStatusResponseSchema: GenMessage<SetKycStatusResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 37);
+  messageDesc(file_vaultgate_partners_v1_partners, 44);
 
 /**
  * @generated from message vaultgate.partners.v1.SetUserStatusRequest
@@ -1041,7 +1218,7 @@ export type SetUserStatusRequest = Message<"vaultgate.partners.v1.SetUserStatusR
  * Use `create(SetUserStatusRequestSchema)` to create a new message.
  */
 export const SetUserStatusRequestSchema: GenMessage<SetUserStatusRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 38);
+  messageDesc(file_vaultgate_partners_v1_partners, 45);
 
 /**
  * @generated from message vaultgate.partners.v1.SetUserStatusResponse
@@ -1063,7 +1240,7 @@ export type SetUserStatusResponse = Message<"vaultgate.partners.v1.SetUserStatus
  * Use `create(SetUserStatusResponseSchema)` to create a new message.
  */
 export const SetUserStatusResponseSchema: GenMessage<SetUserStatusResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 39);
+  messageDesc(file_vaultgate_partners_v1_partners, 46);
 
 /**
  * @generated from message vaultgate.partners.v1.AddWalletRequest
@@ -1090,7 +1267,7 @@ export type AddWalletRequest = Message<"vaultgate.partners.v1.AddWalletRequest">
  * Use `create(AddWalletRequestSchema)` to create a new message.
  */
 export const AddWalletRequestSchema: GenMessage<AddWalletRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 40);
+  messageDesc(file_vaultgate_partners_v1_partners, 47);
 
 /**
  * @generated from message vaultgate.partners.v1.AddWalletResponse
@@ -1112,7 +1289,7 @@ export type AddWalletResponse = Message<"vaultgate.partners.v1.AddWalletResponse
  * Use `create(AddWalletResponseSchema)` to create a new message.
  */
 export const AddWalletResponseSchema: GenMessage<AddWalletResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 41);
+  messageDesc(file_vaultgate_partners_v1_partners, 48);
 
 /**
  * @generated from message vaultgate.partners.v1.ProvisionUsAccountRequest
@@ -1129,7 +1306,7 @@ export type ProvisionUsAccountRequest = Message<"vaultgate.partners.v1.Provision
  * Use `create(ProvisionUsAccountRequestSchema)` to create a new message.
  */
 export const ProvisionUsAccountRequestSchema: GenMessage<ProvisionUsAccountRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 42);
+  messageDesc(file_vaultgate_partners_v1_partners, 49);
 
 /**
  * @generated from message vaultgate.partners.v1.ProvisionUsAccountResponse
@@ -1146,7 +1323,7 @@ export type ProvisionUsAccountResponse = Message<"vaultgate.partners.v1.Provisio
  * Use `create(ProvisionUsAccountResponseSchema)` to create a new message.
  */
 export const ProvisionUsAccountResponseSchema: GenMessage<ProvisionUsAccountResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 43);
+  messageDesc(file_vaultgate_partners_v1_partners, 50);
 
 /**
  * @generated from message vaultgate.partners.v1.GrantConsentRequest
@@ -1175,7 +1352,7 @@ export type GrantConsentRequest = Message<"vaultgate.partners.v1.GrantConsentReq
  * Use `create(GrantConsentRequestSchema)` to create a new message.
  */
 export const GrantConsentRequestSchema: GenMessage<GrantConsentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 44);
+  messageDesc(file_vaultgate_partners_v1_partners, 51);
 
 /**
  * @generated from message vaultgate.partners.v1.GrantConsentResponse
@@ -1192,7 +1369,7 @@ export type GrantConsentResponse = Message<"vaultgate.partners.v1.GrantConsentRe
  * Use `create(GrantConsentResponseSchema)` to create a new message.
  */
 export const GrantConsentResponseSchema: GenMessage<GrantConsentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 45);
+  messageDesc(file_vaultgate_partners_v1_partners, 52);
 
 /**
  * @generated from message vaultgate.partners.v1.RevokeConsentRequest
@@ -1221,7 +1398,7 @@ export type RevokeConsentRequest = Message<"vaultgate.partners.v1.RevokeConsentR
  * Use `create(RevokeConsentRequestSchema)` to create a new message.
  */
 export const RevokeConsentRequestSchema: GenMessage<RevokeConsentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 46);
+  messageDesc(file_vaultgate_partners_v1_partners, 53);
 
 /**
  * @generated from message vaultgate.partners.v1.RevokeConsentResponse
@@ -1238,7 +1415,7 @@ export type RevokeConsentResponse = Message<"vaultgate.partners.v1.RevokeConsent
  * Use `create(RevokeConsentResponseSchema)` to create a new message.
  */
 export const RevokeConsentResponseSchema: GenMessage<RevokeConsentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 47);
+  messageDesc(file_vaultgate_partners_v1_partners, 54);
 
 /**
  * @generated from message vaultgate.partners.v1.RecordLedgerEntryRequest
@@ -1279,7 +1456,7 @@ export type RecordLedgerEntryRequest = Message<"vaultgate.partners.v1.RecordLedg
  * Use `create(RecordLedgerEntryRequestSchema)` to create a new message.
  */
 export const RecordLedgerEntryRequestSchema: GenMessage<RecordLedgerEntryRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 48);
+  messageDesc(file_vaultgate_partners_v1_partners, 55);
 
 /**
  * @generated from message vaultgate.partners.v1.RecordLedgerEntryResponse
@@ -1296,7 +1473,7 @@ export type RecordLedgerEntryResponse = Message<"vaultgate.partners.v1.RecordLed
  * Use `create(RecordLedgerEntryResponseSchema)` to create a new message.
  */
 export const RecordLedgerEntryResponseSchema: GenMessage<RecordLedgerEntryResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 49);
+  messageDesc(file_vaultgate_partners_v1_partners, 56);
 
 /**
  * @generated from message vaultgate.partners.v1.SetWebhookRequest
@@ -1327,7 +1504,7 @@ export type SetWebhookRequest = Message<"vaultgate.partners.v1.SetWebhookRequest
  * Use `create(SetWebhookRequestSchema)` to create a new message.
  */
 export const SetWebhookRequestSchema: GenMessage<SetWebhookRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 50);
+  messageDesc(file_vaultgate_partners_v1_partners, 57);
 
 /**
  * @generated from message vaultgate.partners.v1.SetWebhookResponse
@@ -1356,7 +1533,7 @@ export type SetWebhookResponse = Message<"vaultgate.partners.v1.SetWebhookRespon
  * Use `create(SetWebhookResponseSchema)` to create a new message.
  */
 export const SetWebhookResponseSchema: GenMessage<SetWebhookResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_partners_v1_partners, 51);
+  messageDesc(file_vaultgate_partners_v1_partners, 58);
 
 /**
  * @generated from enum vaultgate.partners.v1.PartnerStatus
@@ -1465,6 +1642,36 @@ export const PartnersService: GenService<{
     methodKind: "unary";
     input: typeof CreateUserRequestSchema;
     output: typeof CreateUserResponseSchema;
+  },
+  /**
+   * ListPartners pages through partner records, oldest first (never their secrets).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnersService.ListPartners
+   */
+  listPartners: {
+    methodKind: "unary";
+    input: typeof ListPartnersRequestSchema;
+    output: typeof ListPartnersResponseSchema;
+  },
+  /**
+   * ListUsers pages through users, oldest first, each with its root vault.
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnersService.ListUsers
+   */
+  listUsers: {
+    methodKind: "unary";
+    input: typeof ListUsersRequestSchema;
+    output: typeof ListUsersResponseSchema;
+  },
+  /**
+   * GetUserByEmail reads one user by e-mail (normalised as CreateUser does).
+   *
+   * @generated from rpc vaultgate.partners.v1.PartnersService.GetUserByEmail
+   */
+  getUserByEmail: {
+    methodKind: "unary";
+    input: typeof GetUserByEmailRequestSchema;
+    output: typeof GetUserByEmailResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_partners_v1_partners, 0);

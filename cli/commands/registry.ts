@@ -1,0 +1,366 @@
+/**
+ * Every command the CLI knows: its words, options, help text and the module that runs it.
+ * This file imports nothing at load time, so `vaultgate --help` and `--version` never load
+ * the database, the gateways or the RPC stack; a command's module is imported when it runs.
+ */
+import type { Command } from "./types.js";
+
+export interface OptionSpec {
+  type: "string" | "boolean";
+  short?: string;
+  /** Placeholder shown in help, e.g. "N" for `--name N`. */
+  value?: string;
+  required?: boolean;
+  /** A required option that may be "" (an empty list, a cleared URL). */
+  allowEmpty?: boolean;
+  description: string;
+}
+
+export interface SubcommandSpec {
+  /** The word after the command ("create"); "" for commands without subcommands. */
+  name: string;
+  summary: string;
+  /** Positional arguments after the subcommand, e.g. ["CLIENT_ID"]. */
+  args?: string[];
+  options?: Record<string, OptionSpec>;
+  examples: string[];
+  /** Extra lines for --help. */
+  notes?: string[];
+  /** Talks to the running core (needs the operator credential). */
+  admin?: boolean;
+}
+
+export interface CommandSpec {
+  name: string;
+  summary: string;
+  subcommands: SubcommandSpec[];
+  /** Loads the module that runs it (serve and migrate run inside main). */
+  load?: () => Promise<Command>;
+}
+
+/** Options every command accepts. */
+export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
+  help: { type: "boolean", short: "h", description: "show this help" },
+  json: { type: "boolean", description: "print JSON (the default when stdout is not a terminal)" },
+};
+
+const csv = (what: string) => `${what}, comma-separated ("" for none)`;
+
+export const COMMANDS: CommandSpec[] = [
+  {
+    name: "serve",
+    summary: "run the service (core and gateways; embedded database unless DATABASE_URL)",
+    subcommands: [
+      {
+        name: "",
+        summary: "run the service until SIGINT/SIGTERM",
+        options: { role: { type: "string", value: "all|core|gateway", description: "which part to run (default all)" } },
+        examples: ["vaultgate serve", "DATABASE_URL=postgres://... vaultgate serve --role core", "CORE_URL=https://core.internal:8081 vaultgate serve --role gateway"],
+      },
+    ],
+  },
+  {
+    name: "migrate",
+    summary: "apply database migrations (serve also does this on start)",
+    subcommands: [{ name: "", summary: "apply pending migrations and print their names", examples: ["vaultgate migrate", "DATABASE_URL=postgres://... vaultgate migrate"] }],
+  },
+  {
+    name: "partner",
+    summary: "create and manage partner API clients",
+    load: async () => (await import("./partner.js")).partnerCommand,
+    subcommands: [
+      {
+        name: "create",
+        summary: "create a partner; its client_secret is shown once",
+        admin: true,
+        options: {
+          name: { type: "string", value: "NAME", required: true, description: "display name" },
+          slug: { type: "string", value: "SLUG", description: "client_id infix (default: derived from --name)" },
+          entitlements: { type: "string", value: "a,b", description: csv("scopes it may request (default: the five consent scopes)") },
+          status: { type: "string", value: "active|pending", description: "initial status (default active)" },
+          "webhook-url": { type: "string", value: "URL", description: "webhook endpoint; its signing secret is shown once" },
+          format: { type: "string", value: "text|json|env", description: "output format; env prints CLIENT_ID=... and CLIENT_SECRET=... lines" },
+        },
+        examples: [
+          'vaultgate partner create --name "Acme"',
+          'vaultgate partner create --name "Acme" --entitlements kyc:read,wallet:read',
+          'eval "$(vaultgate partner create --name Acme --format env)"   # sets CLIENT_ID and CLIENT_SECRET',
+        ],
+      },
+      {
+        name: "list",
+        summary: "list partners, oldest first (never their secrets)",
+        admin: true,
+        options: {
+          limit: { type: "string", value: "N", description: "partners per page, 1-200 (default 50)" },
+          cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
+          all: { type: "boolean", description: "follow every page" },
+        },
+        examples: ["vaultgate partner list", "vaultgate partner list --all --json | jq -r '.partners[].client_id'"],
+      },
+      { name: "rotate-secret", summary: "replace a partner's client_secret at once (shown once)", admin: true, args: ["CLIENT_ID"], examples: ["vaultgate partner rotate-secret gpc_acme_1a2b3c4d"] },
+      { name: "suspend", summary: "suspend a partner: token requests fail until activated", admin: true, args: ["CLIENT_ID"], examples: ["vaultgate partner suspend gpc_acme_1a2b3c4d"] },
+      { name: "activate", summary: "activate a pending or suspended partner", admin: true, args: ["CLIENT_ID"], examples: ["vaultgate partner activate gpc_acme_1a2b3c4d"] },
+      {
+        name: "entitlements",
+        summary: "replace the scopes a partner may request",
+        admin: true,
+        args: ["CLIENT_ID"],
+        options: { set: { type: "string", value: "a,b", required: true, allowEmpty: true, description: csv("the new entitlements") } },
+        examples: ["vaultgate partner entitlements gpc_acme_1a2b3c4d --set kyc:read,treasury:write", 'vaultgate partner entitlements gpc_acme_1a2b3c4d --set ""'],
+      },
+      {
+        name: "webhook",
+        summary: "set or clear a partner's webhook URL; a new signing secret is shown once",
+        admin: true,
+        args: ["CLIENT_ID"],
+        options: {
+          url: { type: "string", value: "URL", required: true, allowEmpty: true, description: 'https URL (http only on loopback); "" clears it' },
+          secret: { type: "string", value: "whsec_...", description: "signing secret to use (default: a fresh one)" },
+        },
+        examples: ["vaultgate partner webhook gpc_acme_1a2b3c4d --url https://acme.example/hooks", 'vaultgate partner webhook gpc_acme_1a2b3c4d --url ""'],
+      },
+    ],
+  },
+  {
+    name: "user",
+    summary: "create, find and shape users",
+    load: async () => (await import("./user.js")).userCommand,
+    subcommands: [
+      { name: "create", summary: "create a user and its root vault (an existing e-mail returns its ids)", admin: true, options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail" } }, examples: ["vaultgate user create --email ada@example.com"] },
+      {
+        name: "list",
+        summary: "list users with their root vaults, oldest first",
+        admin: true,
+        options: {
+          limit: { type: "string", value: "N", description: "users per page, 1-200 (default 50)" },
+          cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
+          all: { type: "boolean", description: "follow every page" },
+        },
+        examples: ["vaultgate user list", "vaultgate user list --limit 10 --cursor <next_cursor>"],
+      },
+      { name: "get", summary: "show one user by e-mail", admin: true, options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail (any case)" } }, examples: ["vaultgate user get --email ada@example.com"] },
+      {
+        name: "set-kyc",
+        summary: "record a verification outcome (emits kyc.status_changed)",
+        admin: true,
+        args: ["USER_ID"],
+        options: { status: { type: "string", value: "STATUS", required: true, description: "not_started|pending|approved|rejected" }, provider: { type: "string", value: "P", description: "verification provider name" } },
+        examples: ["vaultgate user set-kyc 6f1c... --status approved --provider sandbox"],
+      },
+      { name: "set-status", summary: "activate or deactivate a user", admin: true, args: ["USER_ID", "active|inactive"], examples: ["vaultgate user set-status 6f1c... inactive"] },
+      {
+        name: "add-wallet",
+        summary: "add a public wallet address",
+        admin: true,
+        args: ["USER_ID"],
+        options: { chain: { type: "string", value: "CHAIN", required: true, description: "one of the supported chains, e.g. sol, eth" }, address: { type: "string", value: "ADDR", required: true, description: "the public address" } },
+        examples: ["vaultgate user add-wallet 6f1c... --chain sol --address 9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"],
+      },
+      { name: "provision-us-account", summary: "provision USD receiving details (idempotent)", admin: true, args: ["USER_ID"], examples: ["vaultgate user provision-us-account 6f1c..."] },
+    ],
+  },
+  {
+    name: "consent",
+    summary: "grant or revoke a user's consent for a partner",
+    load: async () => (await import("./consent.js")).consentCommand,
+    subcommands: ["grant", "revoke"].map((name) => ({
+      name,
+      summary: name === "grant" ? "add consent scopes (default: every consent scope)" : "remove consent scopes (default: all of them)",
+      admin: true,
+      options: {
+        partner: { type: "string", value: "CLIENT_ID", required: true, description: "the partner's client_id" },
+        user: { type: "string", value: "USER_ID", required: true, description: "the user" },
+        scopes: { type: "string", value: "a,b", description: csv("consent scopes") },
+      },
+      examples: [`vaultgate consent ${name} --partner gpc_acme_1a2b3c4d --user 6f1c... --scopes kyc:read,wallet:read`],
+    })) as SubcommandSpec[],
+  },
+  {
+    name: "ledger",
+    summary: "record transfers in a user's ledger",
+    load: async () => (await import("./ledger.js")).ledgerCommand,
+    subcommands: [
+      {
+        name: "record",
+        summary: "record a credit or debit (settled and failed ones emit events)",
+        admin: true,
+        args: ["USER_ID"],
+        options: {
+          direction: { type: "string", value: "credit|debit", required: true, description: "direction" },
+          "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" },
+          currency: { type: "string", value: "CUR", description: "currency (default USD)" },
+          status: { type: "string", value: "S", description: "pending|settled|failed (default settled)" },
+        },
+        examples: ["vaultgate ledger record 6f1c... --direction credit --amount-cents 2500"],
+      },
+    ],
+  },
+  {
+    name: "keys",
+    summary: "rotate and retire token signing keys",
+    load: async () => (await import("./keys.js")).keysCommand,
+    subcommands: [
+      { name: "rotate", summary: "make a new current signing key; the previous one stays published", admin: true, examples: ["vaultgate keys rotate"] },
+      { name: "retire", summary: "withdraw a signing key at once (never the current one)", admin: true, args: ["KID"], examples: ["vaultgate keys retire 2025-01-01-ab12"] },
+    ],
+  },
+  {
+    name: "treasury",
+    summary: "bind, fund and switch a partner's treasury",
+    load: async () => (await import("./treasury.js")).treasuryCommand,
+    subcommands: [
+      {
+        name: "bind",
+        summary: "bind a treasury to a partner with its caps",
+        admin: true,
+        options: {
+          partner: { type: "string", value: "CLIENT_ID", required: true, description: "the partner's client_id" },
+          "payer-entity-id": { type: "string", value: "UUID", required: true, description: "the paying entity" },
+          "balance-cents": { type: "string", value: "N", required: true, description: "opening balance in cents" },
+          currency: { type: "string", value: "CUR", description: "currency (default USD)" },
+          "cap-per-item": { type: "string", value: "N", description: "cap per payment, cents" },
+          "cap-per-day": { type: "string", value: "N", description: "cap per day, cents" },
+          "cap-lifetime": { type: "string", value: "N", description: "lifetime cap, cents" },
+          "step-up-amount": { type: "string", value: "N", description: "payments from this amount need step-up, cents" },
+        },
+        examples: ["vaultgate treasury bind --partner gpc_acme_1a2b3c4d --payer-entity-id 0b5e... --balance-cents 100000 --cap-per-day 20000"],
+      },
+      { name: "set-status", summary: "switch a treasury's status", admin: true, args: ["CLIENT_ID", "active|suspended|disabled|mandate_expired"], examples: ["vaultgate treasury set-status gpc_acme_1a2b3c4d suspended"] },
+      { name: "fund", summary: "add to a treasury's balance", admin: true, args: ["CLIENT_ID"], options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } }, examples: ["vaultgate treasury fund gpc_acme_1a2b3c4d --amount-cents 2500"] },
+    ],
+  },
+  {
+    name: "grant",
+    summary: "issue an agent grant without the browser flow",
+    load: async () => (await import("./grant.js")).grantCommand,
+    subcommands: [
+      {
+        name: "issue",
+        summary: "issue an agent access and refresh token for a user's vault",
+        admin: true,
+        options: {
+          user: { type: "string", value: "USER_ID", required: true, description: "the user" },
+          vault: { type: "string", value: "VAULT_ID", required: true, description: "one of the user's vaults" },
+          scopes: { type: "string", value: "a,b", required: true, description: "agent scopes, comma-separated" },
+          client: { type: "string", value: "CLIENT_ID", description: "the agent's OAuth client" },
+          "step-up": { type: "boolean", description: "mark the grant as stepped up" },
+        },
+        examples: ["vaultgate grant issue --user 6f1c... --vault 91d0... --scopes accounts:read,payments:initiate"],
+      },
+    ],
+  },
+  {
+    name: "dev",
+    summary: "development helpers",
+    load: async () => (await import("./grant.js")).devCommand,
+    subcommands: [
+      { name: "outbox", summary: "show the e-mails the embedded default delivered (one-time codes)", admin: true, options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } }, examples: ["vaultgate dev outbox --email ada@example.com"] },
+    ],
+  },
+  {
+    name: "vault",
+    summary: "fund vaults",
+    load: async () => (await import("./vault.js")).vaultCommand,
+    subcommands: [{ name: "fund", summary: "add to a vault's balance", admin: true, args: ["VAULT_ID"], options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } }, examples: ["vaultgate vault fund 91d0... --amount-cents 12345"] }],
+  },
+];
+
+export function findCommand(name: string): CommandSpec | undefined {
+  return COMMANDS.find((c) => c.name === name);
+}
+
+/** `vaultgate partner create` */
+export function fullName(cmd: CommandSpec, sub: SubcommandSpec): string {
+  return ["vaultgate", cmd.name, sub.name].filter(Boolean).join(" ");
+}
+
+/** One usage line: `vaultgate partner create --name NAME [--slug SLUG] ...` */
+export function usageLine(cmd: CommandSpec, sub: SubcommandSpec): string {
+  const parts = [fullName(cmd, sub), ...(sub.args ?? [])];
+  for (const [name, o] of Object.entries(sub.options ?? {})) {
+    const flag = o.type === "boolean" ? `--${name}` : `--${name} ${o.value ?? "VALUE"}`;
+    parts.push(o.required ? flag : `[${flag}]`);
+  }
+  return parts.join(" ");
+}
+
+export function overview(version: string): string {
+  const width = Math.max(...COMMANDS.map((c) => c.name.length));
+  const lines = [
+    `vaultgate ${version}: scoped, revocable grants for agents and partners`,
+    "",
+    "usage: vaultgate <command> [subcommand] [options]",
+    "",
+    "commands:",
+    ...COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}${c.subcommands[0]!.name ? ` (${c.subcommands.map((s) => s.name).join(", ")})` : ""}`),
+    "",
+    "options: -h, --help  help (also: vaultgate help <command>)   --version   --json  JSON output",
+    "",
+    "Operator commands talk to the running core (CORE_URL, else http://CORE_HOST:CORE_PORT,",
+    "default http://127.0.0.1:8081) with ADMIN_TOKEN, else the token `serve` wrote into",
+    "DATA_DIR/admin-token (DATA_DIR defaults to ./.vaultgate). Output is aligned text on a",
+    "terminal and JSON when piped or with --json.",
+    "",
+    "examples:",
+    '  vaultgate serve',
+    '  vaultgate partner create --name "Acme"',
+    "  vaultgate help partner create",
+  ];
+  return lines.join("\n");
+}
+
+export function commandHelp(cmd: CommandSpec): string {
+  if (!cmd.subcommands[0]!.name) return subcommandHelp(cmd, cmd.subcommands[0]!);
+  const width = Math.max(...cmd.subcommands.map((s) => s.name.length));
+  return [
+    `vaultgate ${cmd.name}: ${cmd.summary}`,
+    "",
+    "subcommands:",
+    ...cmd.subcommands.map((s) => `  ${s.name.padEnd(width)}  ${s.summary}`),
+    "",
+    `see 'vaultgate ${cmd.name} <subcommand> --help' for options and examples`,
+  ].join("\n");
+}
+
+export function subcommandHelp(cmd: CommandSpec, sub: SubcommandSpec): string {
+  const options = { ...(sub.options ?? {}), ...GLOBAL_OPTIONS };
+  const flags = Object.entries(options).map(([name, o]) => [`${o.short ? `-${o.short}, ` : ""}--${name}${o.type === "string" ? ` ${o.value ?? "VALUE"}` : ""}`, o.description + (o.required ? " (required)" : "")] as const);
+  const width = Math.max(...flags.map(([f]) => f.length));
+  return [
+    `${fullName(cmd, sub)}: ${sub.summary}`,
+    "",
+    `usage: ${usageLine(cmd, sub)}`,
+    "",
+    "options:",
+    ...flags.map(([f, d]) => `  ${f.padEnd(width)}  ${d}`),
+    ...(sub.notes ? ["", ...sub.notes] : []),
+    "",
+    "examples:",
+    ...sub.examples.map((e) => `  ${e}`),
+  ].join("\n");
+}
+
+/** The closest candidate to a mistyped word, if one is close enough to be what was meant. */
+export function suggest(word: string, candidates: string[]): string | undefined {
+  let best: { c: string; d: number } | undefined;
+  for (const c of candidates) {
+    const d = c.startsWith(word) || word.startsWith(c) ? Math.min(1, Math.abs(c.length - word.length)) : distance(word, c);
+    if (!best || d < best.d) best = { c, d };
+  }
+  return best && best.d <= Math.max(2, Math.floor(word.length / 3)) ? best.c : undefined;
+}
+
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
+}

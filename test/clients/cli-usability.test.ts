@@ -1,0 +1,197 @@
+import { expect } from "chai";
+import { readFileSync } from "node:fs";
+import { main } from "../../cli/main.js";
+import { COMMANDS } from "../../cli/commands/registry.js";
+import { runCli, tempDataDir, useServiceProcess } from "../support/process.js";
+
+const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+
+/** Logs every module the process resolves from node_modules to stderr ("LOADED <url>"). */
+const TRACE_MODULES = [
+  "--import",
+  "data:text/javascript,import{register}from'node:module';register(" +
+    JSON.stringify("data:text/javascript,export async function resolve(s,c,n){const r=await n(s,c);if(r.url.includes('/node_modules/'))console.error('LOADED '+r.url);return r}") +
+    ")",
+];
+const HEAVY = /\/node_modules\/(knex|fastify|@electric-sql\/pglite|@connectrpc)\//;
+
+/** Runs main() in this process with stdout captured; `tty` makes stdout look like a terminal. */
+async function inProcess(argv: string[], tty: boolean): Promise<{ code: number; out: string; err: string }> {
+  let out = "";
+  let err = "";
+  const write = process.stdout.write.bind(process.stdout);
+  const writeErr = process.stderr.write.bind(process.stderr);
+  const wasTty = process.stdout.isTTY;
+  process.stdout.write = ((chunk: string) => ((out += chunk), true)) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => ((err += chunk), true)) as typeof process.stderr.write;
+  process.stdout.isTTY = tty;
+  try {
+    return { code: await main(argv), out, err };
+  } finally {
+    process.stdout.write = write;
+    process.stderr.write = writeErr;
+    process.stdout.isTTY = wasTty;
+  }
+}
+
+describe("vaultgate CLI usability (real processes)", function () {
+  this.timeout(180_000);
+  const proc = useServiceProcess("all");
+
+  it("refuses a misspelled flag with a suggestion and a short usage error, and creates nothing", async () => {
+    const res = await runCli(["partner", "create", "--name", "Typo", "--entitlement", "kyc:read"], proc.env);
+    expect(res.code).to.equal(2);
+    expect(res.stderr).to.equal("vaultgate: unknown option --entitlement; did you mean --entitlements?\nsee 'vaultgate partner create --help'\n");
+    expect(res.stdout).to.equal("");
+    const list = await runCli(["partner", "list", "--all"], proc.env);
+    expect((list.json!.partners as { name: string }[]).map((p) => p.name)).to.not.include("Typo");
+
+    const cases: [string[], RegExp][] = [
+      [["partnr", "list"], /^vaultgate: unknown command: partnr; did you mean partner\?\nsee 'vaultgate --help'\n$/],
+      [["partner", "lst"], /unknown subcommand: partner lst; did you mean list\?/],
+      [["partner", "create", "--name"], /^vaultgate: --name needs a value\nsee 'vaultgate partner create --help'\n$/],
+      [["partner", "create"], /--name NAME is required/],
+      [["partner", "list", "--all=yes"], /--all takes no value/],
+      [["keys", "retire"], /KID is required/],
+      [["keys", "rotate", "extra"], /unexpected argument "extra"/],
+      [["user", "set-status", "u1"], /active\|inactive is required/],
+    ];
+    for (const [argv, message] of cases) {
+      const r = await runCli(argv, proc.env);
+      expect(r.code, argv.join(" ")).to.equal(2);
+      expect(r.stderr, argv.join(" ")).to.match(message);
+      expect(r.stderr.trimEnd().split("\n").length, argv.join(" ")).to.be.at.most(2);
+    }
+  });
+
+  it("prints --version, help, and help per command without loading the database, gateways or RPC stack", async () => {
+    const version = await runCli(["--version"], {}, TRACE_MODULES);
+    expect(version.code).to.equal(0);
+    expect(version.stdout).to.equal(`${pkg.version}\n`);
+    for (const argv of [["--version"], ["--help"], ["-h"], ["help"], ["help", "partner", "create"], ["partner", "create", "--help"], ["user", "-h"], ["partner", "create", "--entitlement", "x"]]) {
+      const r = await runCli(argv, {}, TRACE_MODULES);
+      expect(r.stderr.split("\n").filter((l) => HEAVY.test(l)), argv.join(" ")).to.deep.equal([]);
+      expect(r.stderr, "the trace hook works").to.satisfy((s: string) => !/ERR_/.test(s));
+    }
+    // The positive control: a command that calls core does load the RPC stack, and the trace sees it.
+    const rpc = await runCli(["partner", "list"], proc.env, TRACE_MODULES);
+    expect(rpc.code, rpc.stderr).to.equal(0);
+    expect(rpc.stderr).to.match(/LOADED \S*\/node_modules\/@connectrpc\//);
+    expect(rpc.stderr).to.not.match(/\/node_modules\/(knex|fastify|@electric-sql\/pglite)\//);
+    const overview = await runCli(["help"], {});
+    expect(overview.code).to.equal(0);
+    for (const c of COMMANDS) expect(overview.stdout).to.include(`  ${c.name}`);
+    const perCommand = await runCli(["help", "user", "get"], {});
+    expect(perCommand.stdout).to.include("usage: vaultgate user get --email EMAIL").and.include("examples:\n  vaultgate user get --email");
+    const flag = await runCli(["partner", "create", "-h"], {});
+    expect(flag.code).to.equal(0);
+    expect(flag.stdout).to.include("--entitlements a,b").and.include("--format text|json|env").and.include("examples:");
+    // No command: the overview on stderr, exit 2.
+    const none = await runCli([], {});
+    expect(none.code).to.equal(2);
+    expect(none.stderr).to.include("usage: vaultgate <command>");
+  });
+
+  it("has --help with usage and examples for every subcommand (in process)", async () => {
+    for (const c of COMMANDS) {
+      for (const s of c.subcommands) {
+        const argv = [c.name, ...(s.name ? [s.name] : []), "--help"];
+        const r = await inProcess(argv, false);
+        expect(r.code, argv.join(" ")).to.equal(0);
+        expect(r.out, argv.join(" ")).to.include(`usage: vaultgate ${[c.name, s.name].filter(Boolean).join(" ")}`).and.include("examples:\n  vaultgate ");
+      }
+      const group = await inProcess(["help", c.name], false);
+      expect(group.code).to.equal(0);
+    }
+  });
+
+  it("partner create --format env prints lines a shell can eval", async () => {
+    const res = await runCli(["partner", "create", "--name", "Env Co", "--entitlements", "kyc:read", "--format", "env"], proc.env);
+    expect(res.code, res.stderr).to.equal(0);
+    expect(res.stdout).to.match(/^CLIENT_ID=gpc_env-co_[0-9a-f]{8}\nCLIENT_SECRET=gps_[A-Za-z0-9_-]+\n$/);
+    const clientId = /^CLIENT_ID=(.+)$/m.exec(res.stdout)![1]!;
+    const list = await runCli(["partner", "list", "--all"], proc.env);
+    expect((list.json!.partners as { client_id: string }[]).map((p) => p.client_id)).to.include(clientId);
+    expect((await runCli(["partner", "create", "--name", "X", "--format", "yaml"], proc.env)).stderr).to.include("--format must be text, json or env");
+  });
+
+  it("partner list, user list and user get print JSON when piped, paging with --limit/--cursor or --all", async () => {
+    const made: string[] = [];
+    for (const name of ["List A", "List B", "List C"]) made.push((await runCli(["partner", "create", "--name", name], proc.env)).json!.client_id as string);
+    const all = await runCli(["partner", "list", "--all"], proc.env);
+    expect(all.code, all.stderr).to.equal(0);
+    const partners = all.json!.partners as Record<string, unknown>[];
+    expect(Object.keys(all.json!).sort()).to.deep.equal(["next_cursor", "partners"]);
+    expect(all.json!.next_cursor).to.equal(null);
+    const listed = partners.filter((p) => made.includes(p.client_id as string));
+    expect(listed.map((p) => p.client_id)).to.deep.equal(made);
+    expect(Object.keys(listed[0]!).sort()).to.deep.equal(["client_id", "entitlements", "name", "partner_id", "status", "webhook_url"]);
+
+    const first = await runCli(["partner", "list", "--limit", "1"], proc.env);
+    expect(first.json!.partners).to.have.length(1);
+    expect(first.json!.next_cursor).to.be.a("string");
+    const second = await runCli(["partner", "list", "--limit", "1", "--cursor", first.json!.next_cursor as string], proc.env);
+    expect((second.json!.partners as { client_id: string }[])[0]!.client_id).to.not.equal((first.json!.partners as { client_id: string }[])[0]!.client_id);
+    expect((await runCli(["partner", "list", "--limit", "0"], proc.env)).code).to.equal(2);
+    const forged = await runCli(["partner", "list", "--cursor", "forged"], proc.env);
+    expect(forged.code).to.equal(1);
+    expect(forged.stderr).to.include("invalid_request");
+
+    const email = `cli-list-${Math.random().toString(16).slice(2)}@example.com`;
+    const user = (await runCli(["user", "create", "--email", email], proc.env)).json!;
+    const got = await runCli(["user", "get", "--email", email.toUpperCase()], proc.env);
+    expect(got.code, got.stderr).to.equal(0);
+    expect(got.json).to.deep.include({ user_id: user.user_id, email, status: "active", vault_id: user.vault_id });
+    expect(got.json!.created_at).to.be.a("string");
+    const users = await runCli(["user", "list", "--all"], proc.env);
+    expect((users.json!.users as { user_id: string }[]).map((u) => u.user_id)).to.include(user.user_id);
+    const missing = await runCli(["user", "get", "--email", "nobody@example.com"], proc.env);
+    expect(missing.code).to.equal(1);
+    expect(missing.stderr).to.equal("vaultgate: no such user (not_found)\n");
+  });
+
+  it("prints aligned text on a terminal and the same JSON with --json (in process)", async () => {
+    const env = { CORE_URL: proc.env.CORE_URL!, DATA_DIR: proc.env.DATA_DIR! };
+    const saved = { ...process.env };
+    Object.assign(process.env, env);
+    try {
+      const email = `cli-text-${Math.random().toString(16).slice(2)}@example.com`;
+      await inProcess(["user", "create", "--email", email], false);
+      const text = await inProcess(["user", "get", "--email", email], true);
+      expect(text.code, text.err).to.equal(0);
+      expect(text.out).to.match(new RegExp(`^user_id:    [0-9a-f-]{36}\\nemail:      ${email.replace(/\./g, "\\.")}\\nstatus:     active\\n`));
+      const json = await inProcess(["user", "get", "--email", email, "--json"], true);
+      expect(JSON.parse(json.out)).to.include({ email, status: "active" });
+      const table = await inProcess(["partner", "list", "--all"], true);
+      expect(table.out).to.match(/^partners:\n  PARTNER_ID +CLIENT_ID +NAME +STATUS +ENTITLEMENTS +WEBHOOK_URL\n/);
+      const created = await inProcess(["partner", "create", "--name", "Text Co"], true);
+      expect(created.out).to.match(/^partner_id: +\S+\nclient_id: +gpc_text-co_/m);
+      expect(created.err).to.include("not shown again");
+    } finally {
+      for (const k of Object.keys(env)) if (saved[k] === undefined) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  });
+
+  it("says which DATA_DIR it looked in, that ADMIN_TOKEN must match, and which core address it tried", async () => {
+    const empty = await tempDataDir();
+    try {
+      const noToken = await runCli(["partner", "list"], { CORE_URL: proc.env.CORE_URL!, DATA_DIR: empty.path, ADMIN_TOKEN: "" });
+      expect(noToken.code).to.equal(1);
+      expect(noToken.stderr).to.include(`DATA_DIR=${empty.path}`).and.include("ADMIN_TOKEN");
+      expect(noToken.stderr.trimEnd().split("\n")).to.have.length(1);
+    } finally {
+      await empty.remove();
+    }
+    const wrong = await runCli(["partner", "list"], { ...proc.env, ADMIN_TOKEN: "not-the-servers-token" });
+    expect(wrong.code).to.equal(1);
+    expect(wrong.stderr).to.include("operator credential required").and.include("from ADMIN_TOKEN").and.include("must match the server's ADMIN_TOKEN");
+    expect(wrong.stderr).to.not.include("not-the-servers-token");
+    const away = await runCli(["partner", "list"], { ...proc.env, CORE_URL: "http://127.0.0.1:9" });
+    expect(away.code).to.equal(1);
+    expect(away.stderr).to.include("cannot reach core at http://127.0.0.1:9 (from CORE_URL)");
+    const { CORE_URL: _unused, ...withoutUrl } = proc.env;
+    const byPort = await runCli(["partner", "list"], { ...withoutUrl, CORE_URL: "", CORE_PORT: "9" });
+    expect(byPort.stderr).to.include("cannot reach core at http://127.0.0.1:9 (from CORE_HOST and CORE_PORT; CORE_URL is unset)");
+  });
+});

@@ -1,0 +1,93 @@
+import { ConnectError, Code } from "@connectrpc/connect";
+import { expect } from "chai";
+import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner } from "../../support/partners.js";
+
+async function failure(p: Promise<unknown>): Promise<{ code: Code; reason: Reason | undefined }> {
+  try {
+    await p;
+  } catch (err) {
+    const e = ConnectError.from(err);
+    return { code: e.code, reason: e.findDetails(ErrorDetailSchema)[0]?.reason };
+  }
+  throw new Error("expected a failure");
+}
+
+/** PartnersService.ListPartners, ListUsers and GetUserByEmail: the operator's read-only views. */
+describe("PartnersService admin lists", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack({ webhookPollMs: 0 });
+  });
+  after(() => stack.close());
+
+  it("pages through every partner exactly once, oldest first, without secrets", async () => {
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      made.push((await createPartner(stack)).clientId);
+      stack.clock.advance(1000);
+    }
+    const seen: string[] = [];
+    let cursor = "";
+    let pages = 0;
+    do {
+      const res = await stack.admin.partners.listPartners({ limit: 2, cursor });
+      expect(res.partners.length).to.be.at.most(2);
+      seen.push(...res.partners.map((p) => p.clientId));
+      for (const p of res.partners) expect(JSON.stringify(p)).to.not.match(/secret|scrypt/i);
+      cursor = res.nextCursor;
+      pages++;
+    } while (cursor && pages < 20);
+    expect(new Set(seen).size).to.equal(seen.length);
+    expect(seen.filter((id) => made.includes(id))).to.deep.equal(made);
+  });
+
+  it("pages through users with their root vaults, and finds one by e-mail in any case", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const u = await stack.admin.partners.createUser({ email: `list-${i}-${crypto.randomUUID()}@example.test` });
+      ids.push(u.userId);
+      stack.clock.advance(1000);
+    }
+    const first = await stack.admin.partners.listUsers({ limit: 1 });
+    expect(first.users).to.have.length(1);
+    expect(first.nextCursor).to.not.equal("");
+    const all = [...first.users];
+    let cursor = first.nextCursor;
+    while (cursor) {
+      const page = await stack.admin.partners.listUsers({ limit: 200, cursor });
+      all.push(...page.users);
+      cursor = page.nextCursor;
+    }
+    const mine = all.filter((u) => ids.includes(u.userId));
+    expect(mine.map((u) => u.userId)).to.deep.equal(ids);
+    for (const u of mine) {
+      expect(u.status).to.equal("active");
+      expect(u.vaultId).to.match(/^[0-9a-f-]{36}$/);
+      expect(Number.isNaN(Date.parse(u.createdAt))).to.equal(false);
+    }
+
+    const email = `Find-Me-${crypto.randomUUID()}@Example.test`;
+    const created = await stack.admin.partners.createUser({ email });
+    const found = await stack.admin.partners.getUserByEmail({ email: `  ${email.toUpperCase()} ` });
+    expect(found.user).to.include({ userId: created.userId, vaultId: created.vaultId, email: email.toLowerCase(), status: "active" });
+  });
+
+  it("refuses a forged cursor or a bad e-mail as invalid_request, an unknown e-mail as not_found", async () => {
+    for (const cursor of ["x", "not-base64!!", Buffer.from("' OR 1=1 --").toString("base64url"), "A".repeat(5000)]) {
+      expect(await failure(stack.admin.partners.listPartners({ cursor }))).to.deep.equal({ code: Code.InvalidArgument, reason: Reason.INVALID_REQUEST });
+      expect(await failure(stack.admin.partners.listUsers({ cursor }))).to.deep.equal({ code: Code.InvalidArgument, reason: Reason.INVALID_REQUEST });
+    }
+    // A well-formed cursor for a row that does not exist is an empty page, not an error.
+    expect((await stack.admin.partners.listUsers({ cursor: Buffer.from(crypto.randomUUID()).toString("base64url") })).users).to.deep.equal([]);
+    expect((await failure(stack.admin.partners.getUserByEmail({ email: "nope" }))).reason).to.equal(Reason.INVALID_REQUEST);
+    expect((await failure(stack.admin.partners.getUserByEmail({ email: `nobody-${crypto.randomUUID()}@example.test` }))).reason).to.equal(Reason.NOT_FOUND);
+  });
+
+  it("answers nothing without the operator credential", async () => {
+    expect((await failure(stack.clients.partners.listPartners({}))).code).to.equal(Code.Unauthenticated);
+    expect((await failure(stack.clients.partners.listUsers({}))).code).to.equal(Code.Unauthenticated);
+    expect((await failure(stack.clients.partners.getUserByEmail({ email: "a@example.test" }))).code).to.equal(Code.Unauthenticated);
+  });
+});
