@@ -209,13 +209,53 @@ async function runServe(config: Config, options: Record<string, string | boolean
   if (!["all", "core", "gateway"].includes(role)) throw new UsageError("--role must be all, core or gateway");
   const [{ createLogger }, { serve }] = await Promise.all([import("./logger.js"), import("./serve.js")]);
   const logger = createLogger(config.logLevel);
-  const running = await serve(config, role, logger);
+  const terminal = Boolean(process.stderr.isTTY);
+  const database = config.databaseUrl ? `PostgreSQL at ${databaseAddress(config.databaseUrl)}` : `the embedded database in ${config.dataDir}/pgdata`;
+  if (terminal) process.stderr.write(`Starting Vaultgate (${role}) on ${database}; migrations run first...\n`);
+  let running: Awaited<ReturnType<typeof serve>>;
+  try {
+    running = await serve(config, role, logger);
+  } catch (err) {
+    // A database that cannot be reached is a setting to fix, not a crash to read.
+    const { databaseOutage } = await import("../core/interceptors.js");
+    if (databaseOutage(err)) {
+      const setting = config.databaseUrl ? `DATABASE_URL (${databaseAddress(config.databaseUrl)})` : `DATA_DIR (${config.dataDir})`;
+      process.stderr.write(`vaultgate: cannot reach the database named by ${setting}: ${(err as Error).message.split("\n")[0]}\n`);
+      return 1;
+    }
+    throw err;
+  }
   if (running.gatewayUrl) {
-    logger.info(
-      { gateway: running.gatewayUrl, core: running.coreUrl, database: config.databaseUrl ? "postgres" : `embedded (${config.dataDir}/pgdata)` },
-      `Vaultgate is up. Partner token endpoint: ${config.baseUrl}/api/partner/oauth/token. ` +
-        `Create a first partner in another terminal: npx vaultgate partner create --name "Acme"`,
-    );
+    const failing = await readinessProblems(running.gatewayUrl);
+    const urls = {
+      dashboard: `${config.appUrl}/dashboard/agents`,
+      mcp: `${config.mcpUrl}/mcp/read, /mcp/write, /mcp/treasury`,
+      partner_api: `${config.baseUrl}/api/partner`,
+      openapi: `${config.baseUrl}/api/partner/openapi.json`,
+    };
+    if (failing.length === 0) {
+      logger.info({ gateway: running.gatewayUrl, core: running.coreUrl, database, urls }, "Vaultgate is ready");
+    } else {
+      // Up but not ready: say what fails instead of inviting partners to retry blindly.
+      logger.warn({ gateway: running.gatewayUrl, failing }, `Vaultgate started but is not ready: ${failing.join(", ")} failing (GET /readyz)`);
+    }
+    if (terminal) {
+      const lines = [
+        failing.length === 0 ? "Vaultgate is ready." : `Vaultgate started, but is NOT ready: ${failing.join(", ")} failing (see GET ${running.gatewayUrl}/readyz and the log).`,
+        `  Dashboard      ${urls.dashboard}`,
+        `  MCP endpoints  ${config.mcpUrl}/mcp/read  /mcp/write  /mcp/treasury`,
+        `  Partner API    ${urls.partner_api}`,
+        `  OpenAPI        ${urls.openapi}`,
+        running.coreUrl ? `  Core (gRPC)    ${running.coreUrl}  (for internal callers; not a web page)` : "",
+        `  Database       ${database}`,
+        "",
+        'Next, in another terminal:  npx vaultgate partner create --name "Acme"    (see the README quick start)',
+      ];
+      process.stderr.write(lines.filter((l, i) => l !== "" || i === lines.length - 2).join("\n") + "\n");
+    }
+  } else if (running.coreUrl) {
+    logger.info({ core: running.coreUrl, database }, "Vaultgate core is up");
+    if (terminal) process.stderr.write(`Vaultgate core is listening at ${running.coreUrl} (gRPC, gRPC-Web, Connect) on ${database}.\n`);
   }
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
@@ -225,6 +265,28 @@ async function runServe(config: Config, options: Record<string, string | boolean
   logger.info("shutting down");
   await running.close();
   return 0;
+}
+
+/** The checks /readyz names as failing (empty when ready). */
+async function readinessProblems(gatewayUrl: string): Promise<string[]> {
+  try {
+    const res = await fetch(`${gatewayUrl}/readyz`);
+    if (res.ok) return [];
+    const body = (await res.json()) as { failing?: string[] };
+    return body.failing?.length ? body.failing : ["readiness"];
+  } catch {
+    return ["readiness"];
+  }
+}
+
+/** host:port/db of a postgres:// URL, never its credentials. */
+function databaseAddress(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
+  } catch {
+    return "(unparsable URL)";
+  }
 }
 
 function print(value: unknown, format: Format) {

@@ -1,0 +1,64 @@
+import { expect } from "chai";
+import { runCli, startServiceProcess, tempDataDir } from "../support/process.js";
+
+/**
+ * Start-up that talks: a bad database setting names its variable and exits without a
+ * stack trace; a malformed SIGNING_KEY starts but says it is not ready and why.
+ */
+describe("vaultgate serve start-up (real processes)", function () {
+  this.timeout(60_000);
+
+  it("an unreachable DATABASE_URL names the variable and exits 1, without a stack trace", async () => {
+    const dir = await tempDataDir();
+    try {
+      // Port 1 on loopback: nothing listens, so the connection is refused at once.
+      const res = await runCli(["serve"], { DATA_DIR: dir.path, DATABASE_URL: "postgres://someone:secret-pw@127.0.0.1:1/vaultgate", PORT: "0", CORE_PORT: "0" });
+      expect(res.code).to.equal(1);
+      expect(res.stderr).to.include("cannot reach the database named by DATABASE_URL (127.0.0.1:1/vaultgate)");
+      expect(res.stderr).to.not.match(/\n\s+at /);
+      expect(res.stderr + res.stdout).to.not.include("secret-pw");
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it("a malformed SIGNING_KEY: the process starts, logs that it is not ready and names the failing check", async () => {
+    const dir = await tempDataDir();
+    const proc = await startServiceProcess("all", { DATA_DIR: dir.path, SIGNING_KEY: "{not a key" });
+    try {
+      const lines = proc
+        .output()
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l) as { level: number; msg: string; failing?: string[] });
+      const started = lines.find((l) => l.msg?.startsWith("Vaultgate started but is not ready"));
+      expect(started, proc.output()).to.not.equal(undefined);
+      expect(started!.failing).to.include("signing_key");
+      expect(lines.some((l) => l.msg === "Vaultgate is ready")).to.equal(false);
+      const ready = await fetch(`${proc.gatewayUrl}/readyz`);
+      expect(ready.status).to.equal(503);
+      expect(((await ready.json()) as { failing: string[] }).failing).to.include("signing_key");
+    } finally {
+      await proc.stop();
+      await dir.remove();
+    }
+  });
+
+  it("a healthy start logs that it is ready with the public addresses", async () => {
+    const dir = await tempDataDir();
+    const proc = await startServiceProcess("all", { DATA_DIR: dir.path });
+    try {
+      const ready = proc
+        .output()
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l) as { msg: string; urls?: Record<string, string> })
+        .find((l) => l.msg === "Vaultgate is ready");
+      expect(ready?.urls?.openapi).to.match(/\/api\/partner\/openapi\.json$/);
+      expect((await fetch(`${proc.gatewayUrl}/`, { headers: { accept: "application/json" } })).status).to.equal(200);
+    } finally {
+      await proc.stop();
+      await dir.remove();
+    }
+  });
+});
