@@ -1,3 +1,4 @@
+import { isSpanContextValid, trace } from "@opentelemetry/api";
 import pino, { type Logger, type DestinationStream } from "pino";
 
 /** Paths pino blanks in every log line (STYLE: no secret or token in a log). */
@@ -37,6 +38,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   return pino(
     {
       level,
+      mixin: traceFields,
       redact: { paths: REDACT_PATHS, censor: "[redacted]" },
       serializers: {
         // Paths only: query strings can carry codes and states.
@@ -45,4 +47,17 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
     },
     destination ?? pino.destination({ dest: 1, sync: true }),
   );
+}
+
+const NO_TRACE = Object.freeze({});
+
+/**
+ * `traceId` and `spanId` of the span active where a line is written (when tracing is on,
+ * docs/operating-observability.md), so a log line leads to its trace and back.
+ */
+function traceFields(): object {
+  const span = trace.getActiveSpan();
+  if (!span) return NO_TRACE;
+  const sc = span.spanContext();
+  return isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : NO_TRACE;
 }

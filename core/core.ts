@@ -15,6 +15,7 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { outboxLagReader, registerCoreMetrics } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore } from "./budgets/store.js";
 import { createResourcesStore } from "./partners/resources-store.js";
@@ -83,6 +84,8 @@ export interface CoreOptions {
   refreshGraceSeconds?: number;
   /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
+  /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
+  tracing?: boolean;
 }
 
 export interface Core {
@@ -199,7 +202,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         faults: options.treasuryFaults,
       }),
     });
-    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken });
+    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     const reaper = options.reaperIntervalMs
@@ -207,6 +210,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
         }, options.reaperIntervalMs).unref()
       : undefined;
+    const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: outboxLagReader(db, clock) });
     return {
       routes,
       interceptors,
@@ -216,6 +220,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       webhooks,
       async close() {
         if (reaper) clearInterval(reaper);
+        unregisterMetrics();
         await webhooks.stop();
         if (ownsDb) await db.destroy();
       },
