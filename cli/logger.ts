@@ -49,15 +49,14 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   );
 }
 
-const NO_TRACE = Object.freeze({});
-
 /**
  * `traceId` and `spanId` of the span active where a line is written (when tracing is on,
  * docs/operating-observability.md), so a log line leads to its trace and back.
  */
 function traceFields(): object {
+  // A fresh object each time: pino merges the line's own fields into it.
   const span = trace.getActiveSpan();
-  if (!span) return NO_TRACE;
+  if (!span) return {};
   const sc = span.spanContext();
-  return isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : NO_TRACE;
+  return isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : {};
 }
