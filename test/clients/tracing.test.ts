@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Transport } from "@connectrpc/connect";
-import { SpanKind } from "@opentelemetry/api";
+import { SpanKind, trace } from "@opentelemetry/api";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
 import type { FastifyInstance } from "fastify";
 import { startTracing, type Tracing } from "../../cli/tracing.js";
@@ -109,4 +110,12 @@ describe("tracing: W3C trace context from the gateway to core", function () {
       });
     });
   }
+});
+
+describe("tracing: a collector that cannot be reached", () => {
+  it("loses spans but never fails the shutdown", async () => {
+    const tracing = startTracing({ exporter: new OTLPTraceExporter({ url: "http://127.0.0.1:1/v1/traces", timeoutMillis: 500 }), serviceName: "vaultgate-test" });
+    trace.getTracer("test").startSpan("lost").end();
+    await tracing.shutdown();
+  });
 });
