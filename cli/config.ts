@@ -53,6 +53,14 @@ export interface Config {
   refreshGraceSeconds: number;
   /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/agent-oauth.md). */
   clientMetadataAllowPrivate: boolean;
+  /** METRICS_PORT: where GET /metrics is served (its own listener, never the public port); undefined = off. */
+  metricsPort: number | undefined;
+  /** METRICS_HOST: the metrics listener's address (default loopback). */
+  metricsHost: string;
+  /** METRICS_TOKEN: a bearer a scrape must present; required when METRICS_HOST is not loopback. Never logged. */
+  metricsToken: string | undefined;
+  /** OTEL_TRACES_EXPORTER=otlp turns tracing on; spans go to `endpoint` (OTLP over HTTP). */
+  tracing: { exporter: "none" | "otlp"; endpoint: string; serviceName: string };
 }
 
 export class ConfigError extends Error {
@@ -85,6 +93,24 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   if (gatewayToken !== undefined && !/^[\x21-\x7e]{16,512}$/.test(gatewayToken)) {
     throw new ConfigError("GATEWAY_TOKEN must be 16 to 512 printable ASCII characters without spaces");
   }
+  const metricsPort = env.METRICS_PORT ? intSetting(env, "METRICS_PORT", 0, 0, 65535) : undefined;
+  const metricsHost = env.METRICS_HOST || "127.0.0.1";
+  if (/[\s/]/.test(metricsHost)) throw new ConfigError("METRICS_HOST must be a host name or IP address");
+  const metricsToken = env.METRICS_TOKEN || undefined;
+  if (metricsToken !== undefined && !/^[\x21-\x7e]{16,512}$/.test(metricsToken)) {
+    throw new ConfigError("METRICS_TOKEN must be 16 to 512 printable ASCII characters without spaces");
+  }
+  if (metricsPort !== undefined && !isLoopbackHost(metricsHost) && !metricsToken) {
+    throw new ConfigError(`METRICS_HOST=${metricsHost} is not a loopback address: set METRICS_TOKEN so only your scraper can read the metrics, or bind METRICS_HOST=127.0.0.1`);
+  }
+  const tracesExporter = env.OTEL_TRACES_EXPORTER || "none";
+  if (tracesExporter !== "none" && tracesExporter !== "otlp") throw new ConfigError("OTEL_TRACES_EXPORTER must be none or otlp");
+  const otlpBase = env.OTEL_EXPORTER_OTLP_ENDPOINT ? urlSetting(env, "OTEL_EXPORTER_OTLP_ENDPOINT", "") : "http://localhost:4318";
+  const tracing = {
+    exporter: tracesExporter as "none" | "otlp",
+    endpoint: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? urlSetting(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "") : `${otlpBase}/v1/traces`,
+    serviceName: env.OTEL_SERVICE_NAME || "vaultgate",
+  };
   const coreHost = env.CORE_HOST || "127.0.0.1";
   if (/[\s/]/.test(coreHost)) throw new ConfigError("CORE_HOST must be a host name or IP address");
   return {
@@ -120,6 +146,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
     clientMetadataAllowPrivate: boolSetting(env, "CLIENT_METADATA_ALLOW_PRIVATE", false),
+    metricsPort,
+    metricsHost,
+    metricsToken,
+    tracing,
   };
 }
 

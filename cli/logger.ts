@@ -1,3 +1,4 @@
+import { isSpanContextValid, trace } from "@opentelemetry/api";
 import pino, { type Logger, type DestinationStream } from "pino";
 
 /** Paths pino blanks in every log line (STYLE: no secret or token in a log). */
@@ -37,6 +38,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   return pino(
     {
       level,
+      mixin: traceFields,
       redact: { paths: REDACT_PATHS, censor: "[redacted]" },
       serializers: {
         // Paths only: query strings can carry codes and states.
@@ -45,4 +47,16 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
     },
     destination ?? pino.destination({ dest: 1, sync: true }),
   );
+}
+
+/**
+ * `traceId` and `spanId` of the span active where a line is written (when tracing is on,
+ * docs/operating-observability.md), so a log line leads to its trace and back.
+ */
+function traceFields(): object {
+  // A fresh object each time: pino merges the line's own fields into it.
+  const span = trace.getActiveSpan();
+  if (!span) return {};
+  const sc = span.spanContext();
+  return isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : {};
 }

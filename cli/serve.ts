@@ -8,12 +8,20 @@ import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { ensureAdminToken, ensureGatewayToken, readGatewayToken } from "./admin-token.js";
 import { ConfigError, loadCoreDial, loadCoreServerTls, type Config } from "./config.js";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import type { Registry } from "prom-client";
+import { coreRegistry } from "../core/observability/metrics.js";
+import { gatewayRegistry, tracedTransport } from "../gateways/shared/observability.js";
+import { startMetricsServer, type MetricsServer } from "./metrics-server.js";
+import { startTracing, type Tracing } from "./tracing.js";
 
 export type Role = "all" | "core" | "gateway";
 
 export interface Running {
   gatewayUrl?: string;
   coreUrl?: string;
+  /** METRICS_PORT set: where this process's metrics are scraped. */
+  metricsUrl?: string;
   close(): Promise<void>;
 }
 
@@ -39,12 +47,18 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
   let core: Core | undefined;
   let coreServer: CoreServer | undefined;
   let gateway: FastifyInstance | undefined;
+  let metrics: MetricsServer | undefined;
+  let tracer: Tracing | undefined;
   const close = async () => {
+    await metrics?.close();
     await gateway?.close();
     await coreServer?.close();
     await core?.close();
+    await tracer?.shutdown();
   };
+  const tracing = config.tracing.exporter === "otlp";
   try {
+    if (tracing) tracer = startTracing({ exporter: new OTLPTraceExporter({ url: config.tracing.endpoint }), serviceName: config.tracing.serviceName });
     if (role !== "gateway") {
       const adminToken = await ensureAdminToken(config.dataDir, config.adminToken);
       core = await createCore({
@@ -70,29 +84,37 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         urnNamespace: config.urnNamespace,
         refreshGraceSeconds: config.refreshGraceSeconds,
         clientMetadataAllowPrivate: config.clientMetadataAllowPrivate,
+        tracing,
       });
       coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });
       const over = !coreTls ? "h2c" : coreTls.ca ? "TLS, client certificates required" : "TLS";
       logger.info({ url: coreServer.url, tls: !!coreTls, clientCertificates: !!coreTls?.ca }, `core listening (gRPC, gRPC-Web, Connect over ${over})`);
     }
     if (role !== "core") {
-      const transport = core
+      const direct = core
         ? createInProcessTransport(core.routes, core.interceptors)
         : createGrpcTransport({ baseUrl: dial!.baseUrl, nodeOptions: dial!.nodeOptions });
+      const transport = tracing ? tracedTransport(direct) : direct;
       gateway = await buildGateway({
         clients: createCoreClients(transport, { gatewayToken }),
         logger,
         urls: { issuer: config.issuer, baseUrl: config.baseUrl, authUrl: config.authUrl, appUrl: config.appUrl, mcpUrl: config.mcpUrl },
         allowedOrigins: config.allowedOrigins,
+        tracing,
       });
       await gateway.listen({ port: config.port, host: config.host });
+    }
+    if (config.metricsPort !== undefined) {
+      const registries: Registry[] = [...(core ? [coreRegistry] : []), ...(gateway ? [gatewayRegistry] : [])];
+      metrics = await startMetricsServer({ host: config.metricsHost, port: config.metricsPort, token: config.metricsToken, registries });
+      logger.info({ url: metrics.url, authenticated: !!config.metricsToken }, "metrics listening");
     }
   } catch (err) {
     await close().catch(() => {});
     throw err;
   }
   const gatewayUrl = gateway ? `http://${hostForUrl(config.host)}:${(gateway.server.address() as { port: number }).port}` : undefined;
-  return { gatewayUrl, coreUrl: coreServer?.url, close };
+  return { gatewayUrl, coreUrl: coreServer?.url, metricsUrl: metrics?.url, close };
 }
 
 function hostForUrl(host: string) {

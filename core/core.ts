@@ -15,6 +15,7 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
+import { outboxLagReader, registerCoreMetrics } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore } from "./budgets/store.js";
 import { createResourcesStore } from "./partners/resources-store.js";
@@ -90,6 +91,8 @@ export interface CoreOptions {
   registrationLimitPerMinute?: number;
   /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
+  /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
+  tracing?: boolean;
 }
 
 export interface Core {
@@ -209,7 +212,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         faults: options.treasuryFaults,
       }),
     });
-    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken });
+    const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     const reaper = options.reaperIntervalMs
@@ -223,6 +226,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           pruner.runOnce().catch((err: unknown) => logger.error({ err }, "prune pass failed"));
         }, options.pruneIntervalMs).unref()
       : undefined;
+    const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: outboxLagReader(db, clock) });
     return {
       routes,
       interceptors,
@@ -235,6 +239,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         if (reaper) clearInterval(reaper);
         if (pruning) clearInterval(pruning);
         await pruner.idle();
+        unregisterMetrics();
         await webhooks.stop();
         if (ownsDb) await db.destroy();
       },

@@ -7,6 +7,7 @@ import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
+import { observeCalls } from "./observability/tracing.js";
 import { constantTimeEqual } from "./partners/credentials.js";
 import { UUID } from "./uuid.js";
 
@@ -16,11 +17,13 @@ export interface InterceptorOptions {
   adminToken: string | undefined;
   /** Gateway credential: lets a gateway vouch for the client address it saw; undefined = nobody can. */
   gatewayToken: string | undefined;
+  /** Run each call in an OpenTelemetry server span (docs/operating-observability.md); default off. */
+  tracing?: boolean;
 }
 
 /** The interceptors core runs on every transport, in order. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
-  return [requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken), inputGuard()];
+  return [observeCalls({ tracing: options.tracing ?? false }), requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken), inputGuard()];
 }
 
 /**

@@ -6,6 +6,7 @@ import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { createReflectionServices, ReflectionV1, ReflectionV1Alpha } from "./observability/reflection.js";
 
 export interface CoreServices {
   health: ServiceImpl<typeof Health>;
@@ -17,8 +18,13 @@ export interface CoreServices {
   treasury: ServiceImpl<typeof TreasuryService>;
 }
 
-/** Registers every service; handed unchanged to the h2c server and the in-process transport. */
+/**
+ * Registers every service, and gRPC server reflection describing them (it only
+ * describes: every RPC still takes its own credential); handed unchanged to the h2c
+ * server and the in-process transport.
+ */
 export function createRoutes(services: CoreServices) {
+  const reflection = createReflectionServices([Health, PartnersService, AuditService, GrantsService, BudgetsService, PartnerResourcesService, TreasuryService]);
   return (router: ConnectRouter) => {
     router.service(Health, services.health);
     router.service(PartnersService, services.partners);
@@ -27,5 +33,7 @@ export function createRoutes(services: CoreServices) {
     router.service(BudgetsService, services.budgets);
     router.service(PartnerResourcesService, services.partnerResources);
     router.service(TreasuryService, services.treasury);
+    router.service(ReflectionV1, reflection.v1);
+    router.service(ReflectionV1Alpha, reflection.v1alpha);
   };
 }

@@ -12,6 +12,7 @@ import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard } from "./shared/origin-guard.js";
+import { observeRequests } from "./shared/observability.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -24,6 +25,8 @@ export interface GatewayOptions {
   urls?: PublicUrls;
   /** ALLOWED_ORIGINS: further origins (and hosts) browsers and MCP clients may use. */
   allowedOrigins?: readonly string[];
+  /** A server span per request (an OpenTelemetry tracer provider must be registered); default off. Metrics are always recorded. */
+  tracing?: boolean;
 }
 
 const MCP_ENDPOINTS = new Set(MCP_PATHS);
@@ -73,6 +76,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     }
     done();
   });
+  observeRequests(app, { tracing: options.tracing ?? false });
 
   // Unknown addresses: a page under the page prefixes, fastify's own JSON elsewhere (the
   // partner and JSON-RPC surfaces answer their own prefixes in their own envelopes).

@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, FEED_HORIZON_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
+import { auditWriteFailures } from "../observability/metrics.js";
 
 export interface AuditEntry {
   requestId: string;
@@ -39,14 +40,19 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
   return {
     /** Writes one record; pass the transaction of the change it records. */
     async append(trx: Knex | Knex.Transaction, entry: AuditEntry): Promise<number> {
-      const fault = options.appendFault?.();
-      if (fault) throw fault;
-      const { rows } = await trx.raw(
-        `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
-        [entry.requestId, entry.actor, entry.action, entry.outcome, entry.reason ?? "", entry.subject ?? "", entry.at],
-      );
-      return Number((rows as { seq: number }[])[0]!.seq);
+      try {
+        const fault = options.appendFault?.();
+        if (fault) throw fault;
+        const { rows } = await trx.raw(
+          `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+          [entry.requestId, entry.actor, entry.action, entry.outcome, entry.reason ?? "", entry.subject ?? "", entry.at],
+        );
+        return Number((rows as { seq: number }[])[0]!.seq);
+      } catch (err) {
+        auditWriteFailures.inc();
+        throw err;
+      }
     },
 
     /**

@@ -236,7 +236,7 @@ export function createBudgetsStore(db: Db) {
         return r ? { ...toPaymentContext(r), grant: toAgentGrant(r), audited: r.audited === true } : undefined;
       });
     },
-    { maxBatch: 256, maxInFlight: 2 },
+    { maxBatch: 256, maxInFlight: 2, name: "payment_context" },
   );
 
   return {

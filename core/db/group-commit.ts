@@ -1,3 +1,5 @@
+import { groupCommitBatchSize } from "../observability/metrics.js";
+
 /**
  * Group commit: concurrent callers' items are sent to the database together, as one
  * statement in one transaction, so a busy hot path pays one round trip and one WAL
@@ -16,6 +18,8 @@
 export interface GroupCommitOptions {
   maxBatch: number;
   maxInFlight: number;
+  /** Label of this batcher's batch-size histogram (vaultgate_group_commit_batch_size); default "unnamed". */
+  name?: string;
 }
 
 interface Pending<I, O> {
@@ -28,6 +32,7 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
   let queue: Pending<I, O>[] = [];
   let inFlight = 0;
   let scheduled = false;
+  const batchSizes = groupCommitBatchSize.labels(options.name ?? "unnamed");
 
   function settle(batch: Pending<I, O>[], outs: O[]) {
     if (outs.length !== batch.length) throw new Error(`group commit: ${outs.length} results for ${batch.length} items`);
@@ -60,6 +65,7 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
       const batch = queue.length <= options.maxBatch ? queue : queue.slice(0, options.maxBatch);
       queue = queue.length <= options.maxBatch ? [] : queue.slice(options.maxBatch);
       inFlight++;
+      batchSizes.observe(batch.length);
       void runBatch(batch).finally(() => {
         inFlight--;
         if (queue.length > 0 && !scheduled) pump();

@@ -183,10 +183,10 @@ export function createGrantsStore(db: Db) {
         return r ? { ...toGrant(r), userActive: r.user_status === "active" } : undefined;
       });
     },
-    { maxBatch: 256, maxInFlight: 2 },
+    { maxBatch: 256, maxInFlight: 2, name: "grant_with_user" },
   );
-  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), tokenBatches);
-  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), tokenBatches);
+  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), { ...tokenBatches, name: "token_exchange" });
+  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), { ...tokenBatches, name: "token_refresh" });
 
   return {
     async insertClient(conn: Conn, c: ClientRecord): Promise<{ inserted: boolean }> {

@@ -2,6 +2,7 @@ import { randomBytes, scrypt as scryptCb, timingSafeEqual, createHash, type Scry
 import { performance } from "node:perf_hooks";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
+import { secretChecksActive, secretChecksQueued, secretChecksShed } from "../observability/metrics.js";
 
 /** spec 2.5: `gpc_<slug>_<8 hex chars>`. */
 export function generateClientId(slug: string): string {
@@ -115,6 +116,7 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
 }
 
 interface Waiter {
+  lane: SecretLane;
   start: () => void;
   shed: () => void;
   enqueuedAt: number;
@@ -132,17 +134,23 @@ function createGate(o: { max: number; maxQueue: number; maxWaitMs: number }) {
   // Moving average of one derivation's wall time, seeded pessimistically (first calls).
   let avgMs = 100;
 
-  const overloaded = (waitMs: number): never =>
-    fail(Reason.OVERLOADED, "too many credential checks in progress; retry shortly", {
+  const overloaded = (waitMs: number): never => {
+    secretChecksShed.inc();
+    return fail(Reason.OVERLOADED, "too many credential checks in progress; retry shortly", {
       retryAfterSeconds: Math.min(30, Math.max(1, Math.ceil(waitMs / 1000))),
     });
+  };
 
   const drainEstimate = (ahead: number) => ((ahead + 1) / o.max) * avgMs;
 
   function next() {
     for (;;) {
       const w = lanes.priority.shift() ?? lanes.normal.shift();
-      if (!w) return void active--;
+      if (!w) {
+        secretChecksActive.dec();
+        return void active--;
+      }
+      secretChecksQueued.dec({ lane: w.lane });
       if (performance.now() - w.enqueuedAt > o.maxWaitMs) {
         w.shed();
         continue;
@@ -160,7 +168,9 @@ function createGate(o: { max: number; maxQueue: number; maxWaitMs: number }) {
         const expected = drainEstimate(ahead);
         if (queue.length >= o.maxQueue || expected > o.maxWaitMs) overloaded(expected);
         await new Promise<void>((resolve, reject) => {
+          secretChecksQueued.inc({ lane });
           queue.push({
+            lane,
             start: resolve,
             shed: () => {
               try {
@@ -172,7 +182,10 @@ function createGate(o: { max: number; maxQueue: number; maxWaitMs: number }) {
             enqueuedAt: performance.now(),
           });
         });
-      } else active++;
+      } else {
+        active++;
+        secretChecksActive.inc();
+      }
       const started = performance.now();
       try {
         return await work();

@@ -103,7 +103,7 @@ export function createResourcesStore(db: Db) {
         return r ? toAccessRow(r, item.userId) : undefined;
       });
     },
-    { maxBatch: ACCESS_MAX_BATCH, maxInFlight: ACCESS_MAX_IN_FLIGHT },
+    { maxBatch: ACCESS_MAX_BATCH, maxInFlight: ACCESS_MAX_IN_FLIGHT, name: "partner_access" },
   );
 
   return {

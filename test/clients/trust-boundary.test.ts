@@ -361,6 +361,17 @@ const TABLE: Record<string, Entry> = {
     cases: [ok("without any credential", async () => ({ req: { service: "" }, after: (res) => void expect(res!.status).to.equal("SERVING") }))],
   },
 
+  // grpc.reflection.v1 / v1alpha ServerReflection: public. It only describes the services;
+  // each described RPC keeps its own credential (the admin_only ones are refused above).
+  "grpc.reflection.v1.ServerReflection/ServerReflectionInfo": {
+    kind: "public",
+    cases: [ok("without any credential", async () => ({ req: { list_services: "" }, after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.grants.v1.GrantsService") }))],
+  },
+  "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {
+    kind: "public",
+    cases: [ok("without any credential", async () => ({ req: { list_services: "" }, after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.audit.v1.AuditService") }))],
+  },
+
   // vaultgate.audit.v1.AuditService: admin.
   "vaultgate.audit.v1.AuditService/ListRecords": admin(() => ({ limit: 5 })),
   "vaultgate.audit.v1.AuditService/TailRecords": admin(async (c) => {

@@ -51,6 +51,7 @@ export async function generatedServices(): Promise<DescService[]> {
 }
 
 type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Record<string, any>) => void) => grpc.ClientUnaryCall;
+type BidiStream = (md: grpc.Metadata) => grpc.ClientDuplexStream<object, Record<string, any>>;
 type ServerStream = (req: object, md: grpc.Metadata) => grpc.ClientReadableStream<Record<string, any>>;
 
 export interface GrpcCore {
@@ -93,7 +94,7 @@ export async function startGrpcCore(stack: Pick<TestStack, "core">): Promise<Grp
     server,
     address,
     call(service, method, req, md = new grpc.Metadata()) {
-      const def = definition[service] as unknown as Record<string, { responseStream: boolean }> | undefined;
+      const def = definition[service] as unknown as Record<string, { requestStream: boolean; responseStream: boolean }> | undefined;
       const m = def?.[method];
       if (!m) return Promise.reject(new Error(`proto/ defines no method ${service}/${method}`));
       const client = clientFor(service);
@@ -101,7 +102,9 @@ export async function startGrpcCore(stack: Pick<TestStack, "core">): Promise<Grp
         return new Promise((resolve, reject) => client[method]!(req, md, (err, res) => (err ? reject(err) : resolve(res))));
       }
       return new Promise((resolve, reject) => {
-        const stream = (client[method] as ServerStream)(req, md);
+        // A bidi call (reflection) sends `req` as its one message, then half-closes.
+        const stream = m.requestStream ? (client[method] as unknown as BidiStream)(md) : (client[method] as ServerStream)(req, md);
+        if (m.requestStream) (stream as grpc.ClientDuplexStream<object, Record<string, any>>).end(req);
         let settled = false;
         stream.on("data", (msg: Record<string, any>) => {
           if (settled) return;

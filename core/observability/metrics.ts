@@ -1,0 +1,151 @@
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { Db } from "../db/knex.js";
+
+/**
+ * Core's Prometheus metrics, in one registry of this process (the composition root merges
+ * it with the gateway's and the process metrics, docs/operating-observability.md). Values
+ * are module-level because the code that moves them (group commit, secret checks, audit
+ * writes) is shared by every core of the process; what belongs to one core instance
+ * (its database pool, its outbox) is read at scrape time from the cores registered here.
+ */
+export const coreRegistry = new Registry();
+
+/** Seconds; from well under a millisecond (in-process hop) to a slow database. */
+const RPC_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export const rpcDuration = new Histogram({
+  name: "vaultgate_core_rpc_duration_seconds",
+  help: "Core RPCs by service, method and gRPC status code, and how long each took (its _count is the request count)",
+  labelNames: ["service", "method", "code"] as const,
+  buckets: RPC_BUCKETS,
+  registers: [coreRegistry],
+});
+
+export const groupCommitBatchSize = new Histogram({
+  name: "vaultgate_group_commit_batch_size",
+  help: "Items per statement of each group-commit batcher (1 = no sharing)",
+  labelNames: ["batcher"] as const,
+  buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+  registers: [coreRegistry],
+});
+
+export const secretChecksActive = new Gauge({
+  name: "vaultgate_secret_checks_active",
+  help: "Secret derivations (scrypt) running now",
+  registers: [coreRegistry],
+});
+
+export const secretChecksQueued = new Gauge({
+  name: "vaultgate_secret_checks_queued",
+  help: "Secret derivations waiting for a slot, by lane",
+  labelNames: ["lane"] as const,
+  registers: [coreRegistry],
+});
+
+export const secretChecksShed = new Counter({
+  name: "vaultgate_secret_checks_shed_total",
+  help: "Secret checks refused with OVERLOADED because the queue was full or the wait too long",
+  registers: [coreRegistry],
+});
+
+export const auditWriteFailures = new Counter({
+  name: "vaultgate_audit_write_failures_total",
+  help: "Audit record appends that failed (the action they recorded was refused or rolled back)",
+  registers: [coreRegistry],
+});
+
+/** What one running core lets the scrape read. */
+export interface CoreMetricsSource {
+  db: Db;
+  /** Age in seconds of the oldest due, undelivered webhook event; 0 when none is due. */
+  outboxLagSeconds(): Promise<number>;
+}
+
+const sources = new Set<CoreMetricsSource>();
+
+/** Adds a core's pool and outbox to the scrape; the returned function removes them (on close). */
+export function registerCoreMetrics(source: CoreMetricsSource): () => void {
+  sources.add(source);
+  return () => void sources.delete(source);
+}
+
+interface TarnPool {
+  numUsed(): number;
+  numFree(): number;
+  numPendingAcquires(): number;
+  numPendingCreates(): number;
+  max: number;
+}
+
+const poolOf = (db: Db): TarnPool | undefined => (db.client as { pool?: TarnPool }).pool;
+
+/** A gauge whose value is the sum, over the registered cores, of one pool figure. */
+function poolGauge(name: string, help: string, read: (p: TarnPool) => number) {
+  return new Gauge({
+    name,
+    help,
+    registers: [coreRegistry],
+    collect() {
+      let sum = 0;
+      for (const s of sources) {
+        const pool = poolOf(s.db);
+        if (pool) sum += read(pool);
+      }
+      this.set(sum);
+    },
+  });
+}
+
+poolGauge("vaultgate_db_pool_connections_in_use", "Database connections lent to a query or transaction now", (p) => p.numUsed());
+poolGauge("vaultgate_db_pool_connections_idle", "Open database connections waiting in the pool", (p) => p.numFree());
+poolGauge("vaultgate_db_pool_pending_acquires", "Queries and transactions waiting for a database connection", (p) => p.numPendingAcquires());
+poolGauge("vaultgate_db_pool_pending_creates", "Database connections being opened", (p) => p.numPendingCreates());
+poolGauge("vaultgate_db_pool_max", "Most connections the pool opens (embedded PGlite: 1)", (p) => p.max);
+
+/** Longest the scrape waits for the outbox query; a slower database leaves the last value. */
+const OUTBOX_QUERY_TIMEOUT_MS = 1000;
+
+new Gauge({
+  name: "vaultgate_webhook_outbox_lag_seconds",
+  help: "Age of the oldest partner webhook event that is due and not yet delivered (0 = none waiting)",
+  registers: [coreRegistry],
+  async collect() {
+    let worst: number | undefined;
+    for (const s of sources) {
+      const lag = await withTimeout(s.outboxLagSeconds(), OUTBOX_QUERY_TIMEOUT_MS).catch(() => undefined);
+      if (lag !== undefined) worst = Math.max(worst ?? 0, lag);
+    }
+    if (worst !== undefined) this.set(worst);
+  },
+});
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * The outbox lag query: the partial index partner_events_due (pending events by
+ * next_attempt_at) answers min() from its first entry. Events leased to a worker have
+ * next_attempt_at in the future and do not count; neither do events backing off.
+ * At most one query per core runs at a time: concurrent scrapes share it.
+ */
+export function outboxLagReader(db: Db, clock: () => Date): () => Promise<number> {
+  let running: Promise<number> | undefined;
+  return () =>
+    (running ??= (async () => {
+      try {
+        const now = clock();
+        const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [now]);
+        const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
+        return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
+      } finally {
+        running = undefined;
+      }
+    })());
+}
+
+// Both lanes show from the first scrape, not only once something queued.
+secretChecksQueued.set({ lane: "normal" }, 0);
+secretChecksQueued.set({ lane: "priority" }, 0);
