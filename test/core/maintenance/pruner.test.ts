@@ -136,7 +136,7 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     expect((await stack.clients.grants.getSession({ sessionToken: liveToken })).session!.userId).to.equal(late.userId);
     expect((await limits.hit(liveWindow, 2, 600, t1)).allowed).to.equal(false);
     // A pruned window starts afresh, as it would have anyway.
-    expect(await limits.hit(oldWindow, 1, 60, t1)).to.deep.equal({ allowed: true, count: 1 });
+    expect(await limits.hit(oldWindow, 1, 60, t1)).to.deep.equal({ allowed: true, count: 1, retryAfterSeconds: 0 });
   });
 
   it("a signed-out session still named by a live step-up challenge waits for that challenge", async () => {
