@@ -1,7 +1,7 @@
 /**
  * Child process of agent-tools.bench.ts, so the load generator never shares an event
  * loop with a server under test:
- *   tsx bench/agent-tools-server.ts ours <postgres-url>   our gateway + core (one process, as `serve --role all`)
+ *   tsx bench/agent-tools-server.ts ours <postgres-url> <log-file>   our gateway + core (one process, as `serve --role all`)
  *   tsx bench/agent-tools-server.ts peer                  the MCP SDK's stateless server, trivial tool
  * Prints one JSON line with what the parent needs, then serves until SIGTERM.
  */
@@ -9,7 +9,7 @@ import { createServer } from "node:http";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
-const [role, databaseUrl] = process.argv.slice(2);
+const [role, databaseUrl, logFile] = process.argv.slice(2);
 const stoppers: (() => Promise<void>)[] = [];
 process.once("SIGTERM", async () => {
   for (const stop of stoppers) await stop().catch(() => undefined);
@@ -35,8 +35,9 @@ if (role === "peer") {
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   console.log(JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
-} else if (role === "ours" && databaseUrl) {
-  // Production shape: `vaultgate serve --role all` (real config, pino at info to a sink),
+} else if (role === "ours" && databaseUrl && logFile) {
+  // Production shape: `vaultgate serve --role all` (real config, the production logger at
+  // info writing synchronously to a file, as serve writes to stdout),
   // fixtures through the operator's gRPC API like the CLI.
   const { loadConfig } = await import("../cli/config.js");
   const { serve } = await import("../cli/serve.js");
@@ -47,7 +48,7 @@ if (role === "peer") {
   const { tmpdir } = await import("node:os");
   const { join } = await import("node:path");
   const { randomBytes } = await import("node:crypto");
-  const { Writable } = await import("node:stream");
+  const { default: pino } = await import("pino");
   const dataDir = await mkdtemp(join(tmpdir(), "vaultgate-bench-tools-"));
   const adminToken = randomBytes(16).toString("hex");
   const config = loadConfig({
@@ -58,9 +59,7 @@ if (role === "peer") {
     ADMIN_TOKEN: adminToken,
     PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
   });
-  // Logs are formatted and written as in production, then dropped.
-  const sink = new Writable({ write: (_c, _e, done) => done() });
-  const running = await serve(config, "all", createLogger("info", sink));
+  const running = await serve(config, "all", createLogger("info", pino.destination({ dest: logFile, sync: true })));
   stoppers.push(() => running.close(), () => rm(dataDir, { recursive: true, force: true }));
   const admin = createCoreClients(
     createGrpcTransport({
@@ -86,6 +85,6 @@ if (role === "peer") {
   const child = (await admin.grants.issueGrant({ userId: user.userId, vaultId: budget.vault_id, scopes, stepUp: false })).token!.accessToken;
   console.log(JSON.stringify({ url: running.gatewayUrl, parentToken: parent, childToken: child, kind: "real grant token" }));
 } else {
-  console.error("usage: agent-tools-server.ts ours <postgres-url> | peer");
+  console.error("usage: agent-tools-server.ts ours <postgres-url> <log-file> | peer");
   process.exit(2);
 }

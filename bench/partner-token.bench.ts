@@ -1,29 +1,33 @@
 /**
- * Issue 2: partner token issuance at 10 concurrent partners on real Postgres, next to
- * the raw floor (scrypt verification + ES256 signature) measured in the same run, and
- * unknown-client vs wrong-secret timing. Then a legitimate partner's mint p50 and the
- * partner KYC read's p99, each without and with a concurrent flood of wrong secrets for
- * random client ids (64 connections), in alternating rounds.
+ * Partner token issuance at 10 concurrent partners over HTTP (`vaultgate serve` as
+ * shipped: LOG_LEVEL info, durable Postgres) in alternating rounds with the raw floor
+ * (scrypt verification + ES256 signature, 10 at a time in this process); target: issuance
+ * p50 <= 1.2x the floor's (median of the per-round ratios). Unknown-client vs
+ * wrong-secret timing in alternating rounds; target: medians under 5% apart. Then a
+ * legitimate partner's mint p50 and the partner KYC read's p99, without and with a
+ * concurrent flood of wrong secrets for random client ids (64 connections), in
+ * alternating rounds; targets: mint p50 <= 2x, read p99 <= 1.5x.
  */
 import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import autocannon from "autocannon";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
-import { runCli, startServiceProcess, tempDataDir } from "../test/support/process.js";
-import { benchDatabase, fmt, load, median, percentile, table } from "./support.js";
+import { runCli, tempDataDir } from "../test/support/process.js";
+import { alternate, benchDatabase, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, type BodyCheck, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
+const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
   const dir = await tempDataDir();
   // Every request comes from 127.0.0.1: the per-address failure budget would turn the
   // unknown-vs-wrong sample into 429s, so this part lifts it (the flood part below does not).
-  const env = { DATABASE_URL: db.url, DATA_DIR: dir.path, LOG_LEVEL: "info", TOKEN_RATE_LIMIT_PER_MINUTE: "1000000", TOKEN_FAILURES_PER_ADDRESS_PER_MINUTE: "1000000" };
-  const service = await startServiceProcess("all", env);
+  const env = { DATABASE_URL: db.url, DATA_DIR: dir.path, TOKEN_RATE_LIMIT_PER_MINUTE: "1000000", TOKEN_FAILURES_PER_ADDRESS_PER_MINUTE: "1000000" };
+  const service = await startService(env);
   try {
-    const cliEnv = { ...env, CORE_URL: service.coreUrl! };
+    const cliEnv = { ...env, CORE_URL: service.coreUrl };
     const partners: { id: string; secret: string }[] = [];
     for (let i = 0; i < PARTNERS; i++) {
       const p = (await runCli(["partner", "create", "--name", `Bench ${i}`], cliEnv)).json!;
@@ -31,27 +35,39 @@ export async function run(): Promise<void> {
     }
     const url = `${service.gatewayUrl}/api/partner/oauth/token`;
     const auth = (id: string, secret: string) => `Basic ${Buffer.from(`${id}:${secret}`).toString("base64")}`;
+    const issuance = (s: number) =>
+      load({
+        url,
+        method: "POST",
+        connections: PARTNERS,
+        seconds: s,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: "grant_type=client_credentials",
+        connectionHeaders: partners.map((p) => ({ authorization: auth(p.id, p.secret) })),
+        check: TOKEN,
+      });
 
-    // Warm up connections, JIT and the partner rows.
-    await load({ url, method: "POST", connections: PARTNERS, duration: 2, ...perConnection(partners, auth) });
-    const issuance = await load({ url, method: "POST", connections: PARTNERS, duration: 10, ...perConnection(partners, auth) });
-
-    const floor = await measureFloor();
-    table([
-      { measure: "token issuance, 10 partners, repeat mints (HTTP + core + Postgres)", "req/s": fmt(issuance.rps), "p50 ms": issuance.p50, "p99 ms": issuance.p99, non2xx: issuance.non2xx },
-      { measure: "floor: scrypt verify + ES256 sign, 10 concurrent, no HTTP/DB", "req/s": fmt(floor.concurrentRps), "p50 ms": fmt(floor.concurrentP50), "p99 ms": fmt(floor.concurrentP99), non2xx: 0 },
-      { measure: "floor: one scrypt verify + one ES256 sign, alone", "req/s": fmt(1000 / floor.singleMs), "p50 ms": fmt(floor.singleMs), "p99 ms": "", non2xx: 0 },
+    await issuance(2); // warm-up: connections, JIT, the partner rows
+    const cmp = await alternate("token issuance (10 partners, repeat mints, HTTP + core + Postgres) vs floor (scrypt verify + ES256 sign, 10 concurrent, no HTTP/DB)", [
+      { name: "issuance", measure: () => issuance(seconds(8)) },
+      { name: "floor", measure: () => measureFloor() },
     ]);
+    const p50Ratios = cmp.sides[0]!.rounds.map((r, i) => r.p50 / cmp.sides[1]!.rounds[i]!.p50);
+    const p50Ratio = median(p50Ratios);
+    const single = await measureSingle();
+    console.log(`floor alone (one scrypt verify + one ES256 sign, sequential): ${fmt(single, 2)} ms`);
     // Repeat mints present a secret that already verified, so they skip scrypt (the
     // verified-secret cache): the floor is what a first mint of a secret pays.
-    console.log(`p50 ratio to the same-concurrency floor: ${fmt(issuance.p50 / floor.concurrentP50, 2)}x (target <= 1.2x; repeat mints skip the floor's scrypt)`);
+    verdict(
+      "issuance p50 <= 1.2x the same-concurrency floor's (repeat mints skip the floor's scrypt)",
+      `${p50Ratio.toFixed(2)}x (rounds ${p50Ratios.map((r) => r.toFixed(2)).join(", ")}; p50 ${cmp.sides[0]!.p50} ms vs ${fmt(cmp.sides[1]!.p50, 1)} ms)`,
+      p50Ratio <= 1.2 && cmp.failures === 0,
+    );
 
     const timing = await unknownVsWrong(url, partners[0]!.id, auth);
-    table([
-      { case: "unknown client", "median ms": fmt(timing.unknown, 2) },
-      { case: "wrong secret", "median ms": fmt(timing.wrong, 2) },
-    ]);
-    console.log(`difference: ${fmt((Math.abs(timing.unknown - timing.wrong) / Math.min(timing.unknown, timing.wrong)) * 100, 2)}% (target < 5%)`);
+    table(timing.rounds.map((r, i) => ({ round: i + 1, "unknown client median ms": fmt(r.unknown, 2), "wrong secret median ms": fmt(r.wrong, 2), "difference %": fmt(r.diff * 100, 2), "others cores": fmt(r.load.others, 2), disturbed: r.load.disturbed ? "DISTURBED" : "" })));
+    const diff = median(timing.rounds.map((r) => r.diff));
+    verdict("unknown client vs wrong secret: medians < 5% apart (median over rounds)", `${fmt(diff * 100, 2)}%`, diff < 0.05 && timing.failures === 0);
   } finally {
     await service.stop();
     await db.drop();
@@ -60,18 +76,8 @@ export async function run(): Promise<void> {
   await floodComparison();
 }
 
-function perConnection(partners: { id: string; secret: string }[], auth: (id: string, secret: string) => string) {
-  let next = 0;
-  return {
-    setupClient(client: { setHeadersAndBody(h: Record<string, string>, b: string): void }) {
-      const p = partners[next++ % partners.length]!;
-      client.setHeadersAndBody({ "content-type": "application/x-www-form-urlencoded", authorization: auth(p.id, p.secret) }, "grant_type=client_credentials");
-    },
-  };
-}
-
-/** The unavoidable work of one issuance, measured in this process: alone and 10 at a time. */
-async function measureFloor() {
+/** The unavoidable work of one issuance: one scrypt verification and one ES256 signature. */
+async function floorWork() {
   const hasher = await createSecretHasher();
   const stored = await hasher.hash("gps_bench-secret");
   const { privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
@@ -80,12 +86,24 @@ async function measureFloor() {
     sign("sha256", Buffer.from("header.payload"), { key: privateKey, dsaEncoding: "ieee-p1363" });
   };
   for (let i = 0; i < 5; i++) await once();
+  return once;
+}
+
+/** One floor operation at a time: the median of 30. */
+async function measureSingle(): Promise<number> {
+  const once = await floorWork();
   const single: number[] = [];
   for (let i = 0; i < 30; i++) {
     const t = performance.now();
     await once();
     single.push(performance.now() - t);
   }
+  return median(single);
+}
+
+/** The floor 10 at a time (in this process, no HTTP or database). */
+async function measureFloor(): Promise<Measurement> {
+  const once = await floorWork();
   const latencies: number[] = [];
   const started = performance.now();
   await Promise.all(
@@ -98,32 +116,48 @@ async function measureFloor() {
     }),
   );
   const elapsed = (performance.now() - started) / 1000;
-  return { singleMs: median(single), concurrentP50: median(latencies), concurrentP99: percentile(latencies, 99), concurrentRps: latencies.length / elapsed };
+  return { rps: latencies.length / elapsed, p50: median(latencies), p99: percentile(latencies, 99), requests: latencies.length, failures: 0, samples: [] };
 }
 
-/** Alternating sequential requests, so both cases see the same machine state. */
+/**
+ * Alternating sequential requests (unknown, wrong, unknown, ...), so both cases see the
+ * same machine state, in ROUNDS rounds; each answer must be 401 invalid_client.
+ */
 async function unknownVsWrong(url: string, knownId: string, auth: (id: string, secret: string) => string) {
-  const unknown: number[] = [];
-  const wrong: number[] = [];
+  let failures = 0;
   const once = async (id: string) => {
     const t = performance.now();
     const res = await fetch(url, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", authorization: auth(id, "gps_wrong") }, body: "grant_type=client_credentials" });
-    await res.arrayBuffer();
-    return performance.now() - t;
+    const body = await res.text();
+    const ms = performance.now() - t;
+    if (res.status !== 401 || !body.includes("invalid_client")) {
+      failures++;
+      if (failures <= 5) console.log(`FAILED RESPONSE (want 401 invalid_client): ${res.status} ${body.slice(0, 200)}`);
+    }
+    return ms;
   };
   for (let i = 0; i < 10; i++) await once(knownId);
-  for (let i = 0; i < 150; i++) {
-    unknown.push(await once(`gpc_unknown_${(i % 16).toString(16).padStart(8, "0")}`));
-    wrong.push(await once(knownId));
+  const rounds = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const unknown: number[] = [];
+    const wrong: number[] = [];
+    const stop = watchLoad();
+    for (let i = 0; i < 100; i++) {
+      unknown.push(await once(`gpc_unknown_${(i % 16).toString(16).padStart(8, "0")}`));
+      wrong.push(await once(knownId));
+    }
+    const u = median(unknown);
+    const w = median(wrong);
+    rounds.push({ unknown: u, wrong: w, diff: Math.abs(u - w) / Math.min(u, w), load: stop() });
   }
-  return { unknown: median(unknown), wrong: median(wrong) };
+  return { rounds, failures };
 }
 
 const FLOOD_CONNECTIONS = 64;
 /** Requests per second per flood connection (64 x 4 = 256/s, about 7x what scrypt can check on 2 cores). */
 const FLOOD_RATE = Number(process.env.BENCH_FLOOD_RATE ?? 4);
-const FLOOD_ROUND_S = 6;
-const FLOOD_ROUNDS = 2;
+const FLOOD_ROUND_S = seconds(6);
+const FLOOD_ROUNDS = ROUNDS;
 const GET_CONNECTIONS = 8;
 /** KYC reads per second in all (paced, so p99 shows service time rather than a saturated closed loop). */
 const GET_RATE = 200;
@@ -140,10 +174,10 @@ async function floodComparison() {
   // Deployment defaults (per-address failure budget 20/min) but for the per-client token
   // counter, which the legitimate partner's 20 mints/s would otherwise meet,
   // and the KYC read's per-partner limit, which the paced reads would.
-  const env = { DATABASE_URL: db.url, DATA_DIR: dir.path, LOG_LEVEL: "info", TOKEN_RATE_LIMIT_PER_MINUTE: "1000000", PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE: "1000000000" };
-  const service = await startServiceProcess("all", env);
+  const env = { DATABASE_URL: db.url, DATA_DIR: dir.path, TOKEN_RATE_LIMIT_PER_MINUTE: "1000000", PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE: "1000000000" };
+  const service = await startService(env);
   try {
-    await floodRounds(service.gatewayUrl!, { ...env, CORE_URL: service.coreUrl! });
+    await floodRounds(service.gatewayUrl, { ...env, CORE_URL: service.coreUrl });
   } finally {
     await service.stop();
     await db.drop();
@@ -171,8 +205,10 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   };
   const token = (await mintOnce()).token;
   const kycUrl = `${gatewayUrl}/api/partner/users/${userId}/kyc`;
-  const check = await fetch(kycUrl, { headers: { authorization: `Bearer ${token}` } });
-  if (check.status !== 200) throw new Error(`kyc read failed: ${check.status} ${await check.text()}`);
+  const sample = await fetch(kycUrl, { headers: { authorization: `Bearer ${token}` } });
+  const sampleBody = await sample.text();
+  if (sample.status !== 200) throw new Error(`kyc read failed: ${sample.status} ${sampleBody}`);
+  const kycCheck: BodyCheck = { status: 200, keys: Object.keys(JSON.parse(sampleBody) as object) };
 
   const floodRequests = Array.from({ length: 1000 }, () => ({
     method: "POST" as const,
@@ -185,11 +221,12 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
 
   const round = async (withFlood: boolean) => {
     const stop = { now: false };
+    const stopLoad = watchLoad();
     const flood = withFlood
       ? autocannon({ url: tokenUrl, connections: FLOOD_CONNECTIONS, connectionRate: FLOOD_RATE, duration: FLOOD_ROUND_S + 1, requests: floodRequests, workers: 1 })
       : undefined;
     if (flood) await sleep(500); // let the flood reach its pace before measuring
-    const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, overallRate: GET_RATE, duration: FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, workers: 1 });
+    const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, seconds: FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
     const mints: number[] = [];
     const minting = (async () => {
       while (!stop.now) {
@@ -201,8 +238,8 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     stop.now = true;
     await minting;
     const floodResult = flood ? await flood : undefined;
-    if (get.non2xx > 0 || get.errors > 0) throw new Error(`kyc reads failed: ${get.non2xx} non-2xx, ${get.errors} errors`);
-    return { mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, flood: floodResult };
+    if (get.failures > 0) console.log(`FAILED kyc reads: ${get.failures}; e.g.\n  ${get.samples.join("\n  ")}`);
+    return { mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, load: stopLoad() };
   };
 
   const quiet: Awaited<ReturnType<typeof round>>[] = [];
@@ -211,6 +248,19 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     quiet.push(await round(false));
     flooded.push(await round(true));
   }
+  table(
+    quiet.flatMap((q, i) => [q, flooded[i]!].map((r, j) => ({
+      round: i + 1,
+      flood: j === 1 ? "yes" : "no",
+      "mint p50 ms": fmt(r.mintP50, 2),
+      "kyc p99 ms": r.getP99,
+      "kyc req/s": fmt(r.getRps),
+      failures: r.failures,
+      "others cores": fmt(r.load.others, 2),
+      "busiest other": r.load.top,
+      disturbed: r.load.disturbed ? "DISTURBED" : "",
+    }))),
+  );
   const med = (rs: typeof quiet, f: (r: (typeof quiet)[number]) => number) => median(rs.map(f));
   const mintQuiet = med(quiet, (r) => r.mintP50);
   const mintFlood = med(flooded, (r) => r.mintP50);
@@ -229,4 +279,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   ]);
   const mix = Object.entries(codes).map(([c, n]) => `${c}: ${n}`).join(", ");
   console.log(`flood: ${floodTotal} requests over ${FLOOD_ROUNDS} rounds (${fmt(floodTotal / (FLOOD_ROUNDS * (FLOOD_ROUND_S + 1)))} /s); statuses ${mix || "none"}`);
+  const readFailures = [...quiet, ...flooded].reduce((n, r) => n + r.failures, 0);
+  verdict("legitimate mint p50 under a wrong-secret flood <= 2x without", `${(mintFlood / mintQuiet).toFixed(2)}x`, mintFlood / mintQuiet <= 2);
+  verdict("KYC read p99 under a wrong-secret flood <= 1.5x without", `${(getFlood / getQuiet).toFixed(2)}x`, getFlood / getQuiet <= 1.5 && readFailures === 0);
 }

@@ -2,24 +2,32 @@
  * `npm run bench`: runs every bench/*.bench.ts (or those named on the command line)
  * one after another and prints their tables. Each module exports
  * `run(): Promise<void>` and prints its own results next to the peer or ceiling it is
- * judged against, measured in the same run.
+ * judged against, measured in the same run, with a PASS/FAIL line per target; the run
+ * ends with a summary of every target and exits non-zero when one failed.
+ * BENCH_QUICK=1: 2 s measurements and one round, for development (docs/benchmarks.md).
  */
 import { readdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { stopBenchPostgres } from "./support.js";
+import { printVerdicts, QUICK, removeBenchLogs, setCurrentBench, stopBenchPostgres } from "./support.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const wanted = process.argv.slice(2);
 const files = (await readdir(here)).filter((f) => f.endsWith(".bench.ts")).sort();
+const unknown = wanted.filter((w) => !files.includes(`${w}.bench.ts`));
+if (unknown.length) throw new Error(`no such bench: ${unknown.join(", ")} (have ${files.map((f) => f.replace(/\.bench\.ts$/, "")).join(", ")})`);
+if (QUICK) console.log("BENCH_QUICK=1: short single rounds, numbers are for development only");
 try {
   for (const file of files) {
     const name = file.replace(/\.bench\.ts$/, "");
     if (wanted.length > 0 && !wanted.includes(name)) continue;
     console.log(`\n### ${name}`);
+    setCurrentBench(name);
     const mod = (await import(pathToFileURL(join(here, file)).href)) as { run(): Promise<void> };
     await mod.run();
   }
 } finally {
   await stopBenchPostgres();
+  removeBenchLogs();
 }
+if (!printVerdicts()) process.exitCode = 1;

@@ -1,24 +1,79 @@
-import { execFile } from "node:child_process";
+/**
+ * What every bench shares, so each measures the same way (docs/benchmarks.md):
+ * - the shipped configuration: the production logger (cli/logger.ts) at `info`, lines
+ *   written synchronously to a file as `vaultgate serve` writes them to stdout;
+ * - a durable PostgreSQL (fsync, synchronous_commit and full_page_writes on);
+ * - the load generator in its own process (bench/loadgen.ts), checking every response's
+ *   status and body;
+ * - comparisons in alternating rounds (ours, peer, ours, peer, ...), every round printed
+ *   with the machine's load while it ran, judged on the median of the per-round ratios;
+ * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`.
+ */
+import { execFile, spawn } from "node:child_process";
+import { mkdirSync, openSync, closeSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import autocannon from "autocannon";
+import pg from "pg";
+import pino, { type Logger } from "pino";
+import { createLogger } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
+const loadgenScript = fileURLToPath(new URL("./loadgen.ts", import.meta.url));
+const bin = fileURLToPath(new URL("../bin/vaultgate.mjs", import.meta.url));
+
+// ---------------------------------------------------------------------------------------
+// Knobs: BENCH_QUICK=1 for development (2 s measurements, one round); BENCH_ROUNDS and
+// BENCH_SECONDS override either.
+
+export const QUICK = process.env.BENCH_QUICK === "1";
+/** Rounds of each alternating comparison (at least 3 unless BENCH_QUICK). */
+export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+/** Seconds of one measurement: `full` normally, 2 with BENCH_QUICK, or BENCH_SECONDS. */
+export function seconds(full: number): number {
+  return Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : full));
+}
+
+// ---------------------------------------------------------------------------------------
+// PostgreSQL
 
 const BENCH_PG_DIR = "/tmp/vaultgate-bench-pg";
 let server: Promise<string> | undefined;
 let started = false;
+/** Processes of the bench's PostgreSQL (the postmaster; its backends are its children). */
+const benchRoots = new Set<number>();
 
 /**
- * A real PostgreSQL for benchmarks: BENCH_DATABASE_URL, or a throwaway server started
- * once per bench run (Debian's packages; installed if missing).
+ * A real, durable PostgreSQL for benchmarks: BENCH_DATABASE_URL, or a throwaway server
+ * with PostgreSQL's durable defaults started once per bench run. Refuses a server with
+ * fsync or synchronous_commit off (BENCH_ALLOW_NONDURABLE=1 to measure one anyway).
  */
 export function benchPostgres(): Promise<string> {
-  server ??= process.env.BENCH_DATABASE_URL
-    ? Promise.resolve(process.env.BENCH_DATABASE_URL)
-    : run("bash", [script, "start", BENCH_PG_DIR, "55499"]).then((r) => ((started = true), r.stdout.trim()));
+  server ??= (async () => {
+    const url = process.env.BENCH_DATABASE_URL
+      ? process.env.BENCH_DATABASE_URL
+      : await run("bash", [script, "start", BENCH_PG_DIR, "55499"], { env: { ...process.env, PG_DURABLE: "1" } }).then((r) => ((started = true), r.stdout.trim()));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const show = async (name: string) => ((await client.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[name]!;
+      const settings = { fsync: await show("fsync"), synchronous_commit: await show("synchronous_commit"), full_page_writes: await show("full_page_writes") };
+      const backend = ((await client.query("SELECT pg_backend_pid() AS pid")).rows[0] as { pid: number }).pid;
+      const postmaster = parentOf(backend);
+      if (postmaster) benchRoots.add(postmaster);
+      console.log(`PostgreSQL ${url.replace(/\/\/[^@]*@/, "//")}: ${Object.entries(settings).map(([k, v]) => `${k}=${v}`).join(" ")}${postmaster ? `, postmaster pid ${postmaster}` : ", not on this machine (its CPU counts as other load)"}`);
+      const durable = settings.fsync === "on" && settings.synchronous_commit !== "off";
+      if (!durable && process.env.BENCH_ALLOW_NONDURABLE !== "1") {
+        throw new Error(`bench PostgreSQL is not durable (${JSON.stringify(settings)}); a leftover throwaway cluster? run scripts/pg-throwaway.sh stop ${BENCH_PG_DIR}`);
+      }
+    } finally {
+      await client.end();
+    }
+    return url;
+  })();
   return server;
 }
 
@@ -37,24 +92,410 @@ export async function benchDatabase() {
   try {
     return (await createScratchDatabase())!;
   } finally {
-    process.env.TEST_DATABASE_URL = previous;
+    if (previous === undefined) delete process.env.TEST_DATABASE_URL;
+    else process.env.TEST_DATABASE_URL = previous;
   }
 }
 
-export interface LoadResult {
+// ---------------------------------------------------------------------------------------
+// Logging as shipped
+
+const LOG_DIR = join(tmpdir(), "vaultgate-bench-logs");
+
+/** A file the bench's servers log to (removed by `removeBenchLogs`). */
+export function benchLogFile(name: string): string {
+  mkdirSync(LOG_DIR, { recursive: true });
+  return join(LOG_DIR, `${name}-${process.pid}-${Date.now()}.log`);
+}
+
+/**
+ * The production logger (cli/logger.ts: redaction, synchronous writes) at `level`
+ * (default `info`, the shipped default), writing to a file instead of the bench's stdout.
+ */
+export function benchLogger(name: string, level = "info"): Logger {
+  return createLogger(level, pino.destination({ dest: benchLogFile(name), sync: true }));
+}
+
+export function removeBenchLogs(): void {
+  rmSync(LOG_DIR, { recursive: true, force: true });
+}
+
+/**
+ * `vaultgate serve --role all` as shipped (LOG_LEVEL info unless `env` says otherwise),
+ * its stdout and stderr going to a log file; resolves when it reports its addresses.
+ */
+export async function startService(env: Record<string, string>): Promise<{ gatewayUrl: string; coreUrl: string; pid: number; stop(): Promise<void> }> {
+  const logFile = benchLogFile("serve");
+  const fd = openSync(logFile, "w");
+  const child = spawn(process.execPath, [bin, "serve", "--role", "all"], {
+    env: { ...process.env, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", fd, fd],
+  });
+  closeSync(fd);
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  let exitCode: number | null | undefined;
+  void exited.then((c) => (exitCode = c));
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const text = readFileSync(logFile, "utf8");
+    let gatewayUrl: string | undefined;
+    let coreUrl: string | undefined;
+    for (const line of text.split("\n")) {
+      if (!line.startsWith("{")) continue;
+      try {
+        const e = JSON.parse(line) as { msg?: string; url?: string; gateway?: string };
+        if (e.msg?.startsWith("core listening")) coreUrl = e.url;
+        if (e.gateway) gatewayUrl = e.gateway;
+      } catch {
+        /* partial line */
+      }
+    }
+    if (gatewayUrl && coreUrl) {
+      return {
+        gatewayUrl,
+        coreUrl,
+        pid: child.pid!,
+        async stop() {
+          if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+          await exited;
+        },
+      };
+    }
+    if (exitCode !== undefined || Date.now() > deadline) throw new Error(`vaultgate serve did not start:\n${text}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Machine load: CPU of every process that is not part of the bench
+
+const HZ = 100; // USER_HZ, the unit of /proc's CPU times on Linux
+/** Other processes may use up to this many cores during a round before it is marked disturbed. */
+export const DISTURBED_CORES = 0.1;
+
+interface ProcSample {
+  ppid: number;
+  /** utime + stime: the process's own CPU. */
+  ticks: number;
+  /** cutime + cstime: CPU of its children that it has reaped (counted when reaped). */
+  reaped: number;
+  comm: string;
+}
+interface CpuSnapshot {
+  at: number;
+  busy: number;
+  procs: Map<number, ProcSample>;
+}
+
+function parentOf(pid: number): number | undefined {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8")).ppid;
+  } catch {
+    return undefined;
+  }
+}
+
+function parseStat(text: string): ProcSample {
+  // comm may contain spaces and parentheses: fields start after the last ')'.
+  const close = text.lastIndexOf(")");
+  const comm = text.slice(text.indexOf("(") + 1, close);
+  const f = text.slice(close + 2).split(" ");
+  // f[0] = state (field 3), so field n is f[n - 3]: ppid 4, utime 14, stime 15, cutime 16, cstime 17.
+  return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]), comm };
+}
+
+function snapshot(): CpuSnapshot {
+  const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal
+  const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]! + cpu[7]!;
+  const procs = new Map<number, ProcSample>();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      procs.set(Number(name), parseStat(readFileSync(`/proc/${name}/stat`, "utf8")));
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return { at: performance.now(), busy, procs };
+}
+
+/** This process, the bench PostgreSQL's postmaster, and all their descendants. */
+function benchPids(procs: Map<number, ProcSample>): Set<number> {
+  const children = new Map<number, number[]>();
+  for (const [pid, p] of procs) children.set(p.ppid, [...(children.get(p.ppid) ?? []), pid]);
+  const out = new Set<number>();
+  const stack = [process.pid, ...benchRoots];
+  while (stack.length) {
+    const pid = stack.pop()!;
+    if (out.has(pid)) continue;
+    out.add(pid);
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return out;
+}
+
+export interface Load {
+  /** Cores the whole machine was busy (from /proc/stat). */
+  machine: number;
+  /** Cores used by processes outside the bench (per-process times from /proc/<pid>/stat). */
+  others: number;
+  /** The busiest outside process. */
+  top: string;
+  disturbed: boolean;
+}
+
+/** Starts measuring the machine's load; call the result when the measured work ends. */
+export function watchLoad(): () => Load {
+  const before = snapshot();
+  return () => {
+    const after = snapshot();
+    const secondsElapsed = (after.at - before.at) / 1000;
+    const ours = new Set([...benchPids(before.procs), ...benchPids(after.procs)]);
+    let othersTicks = 0;
+    let benchTicks = 0;
+    let topTicks = 0;
+    let top = "";
+    for (const [pid, p] of after.procs) {
+      const was = before.procs.get(pid);
+      if (ours.has(pid)) {
+        // The bench's own short-lived children (load generators, backends) are reaped by it.
+        benchTicks += was && was.comm === p.comm ? p.ticks + p.reaped - was.ticks - was.reaped : p.ticks + p.reaped;
+        continue;
+      }
+      // Others: their own CPU only. A reaped child's time lands in its parent's all at once
+      // at exit, which would charge a whole test run to one round.
+      // A process seen for the first time started during the round: all its time is new.
+      const delta = was && was.comm === p.comm ? p.ticks - was.ticks : p.ticks;
+      if (delta <= 0) continue;
+      othersTicks += delta;
+      if (delta > topTicks) {
+        topTicks = delta;
+        top = `${p.comm}[${pid}]`;
+      }
+    }
+    const machine = (after.busy - before.busy) / HZ / secondsElapsed;
+    // Never more than the machine did beyond the bench.
+    const others = Math.min(othersTicks / HZ / secondsElapsed, Math.max(0, machine - benchTicks / HZ / secondsElapsed));
+    return {
+      machine,
+      others,
+      top: top ? `${top} ${fmt(topTicks / HZ / secondsElapsed, 2)}` : "-",
+      disturbed: others > DISTURBED_CORES,
+    };
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Load generation (bench/loadgen.ts, a child process) with a check of every response
+
+/** What a response must be to count as a success. */
+export interface BodyCheck {
+  /** Expected HTTP status (default 200). */
+  status?: number;
+  /** Dotted paths that must be present (not undefined) in the JSON body. */
+  keys?: string[];
+  /** A JSON-RPC response with a `result`, no `error`, and no `result.isError`. */
+  jsonrpc?: boolean;
+}
+
+export interface LoadSpec {
+  url: string;
+  method?: "GET" | "POST";
+  headers?: Record<string, string>;
+  /** The same body on every request. */
+  body?: string;
+  /** Each body sent exactly once (single-use codes); the run ends when all are answered. */
+  bodies?: string[];
+  /**
+   * Refresh-token rotation: each request presents the newest token of one lineage (a form
+   * body of `form` plus `field=<token>`), and its answer's `field` goes back to the pool.
+   */
+  rotate?: { tokens: string[]; form: Record<string, string>; field: string };
+  /** Per-connection headers, round-robin over connections (e.g. one partner each). */
+  connectionHeaders?: Record<string, string>[];
+  connections: number;
+  /** Duration in seconds (ignored with `bodies`). */
+  seconds?: number;
+  /** Requests per second in all (paced instead of a closed loop). */
+  rate?: number;
+  check: BodyCheck;
+}
+
+export interface Measurement {
   rps: number;
   p50: number;
   p99: number;
-  errors: number;
-  non2xx: number;
+  requests: number;
+  /** Requests that failed: non-2xx or unexpected status, a body that does not match, an error, a timeout. */
+  failures: number;
+  /** A few failures, for the printout. */
+  samples: string[];
 }
 
-/** autocannon with our defaults; only ever against 127.0.0.1. */
-export async function load(options: autocannon.Options): Promise<LoadResult> {
-  if (!/^http:\/\/127\.0\.0\.1[:/]/.test(String(options.url))) throw new Error("benchmarks only target 127.0.0.1");
-  const result = await autocannon({ duration: 8, ...options });
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors, non2xx: result.non2xx };
+export function checkResponse(check: BodyCheck, status: number, body: string): string | undefined {
+  const want = check.status ?? 200;
+  if (status !== want) return `HTTP ${status} (want ${want}): ${body.slice(0, 200)}`;
+  if (!check.jsonrpc && !check.keys?.length) return undefined;
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch {
+    return `not JSON: ${body.slice(0, 200)}`;
+  }
+  if (check.jsonrpc) {
+    const rpc = json as { error?: unknown; result?: { isError?: boolean } };
+    if (rpc.error !== undefined) return `JSON-RPC error: ${JSON.stringify(rpc.error).slice(0, 200)}`;
+    if (rpc.result === undefined) return `no JSON-RPC result: ${body.slice(0, 200)}`;
+    if (rpc.result.isError) return `tool error: ${body.slice(0, 200)}`;
+  }
+  for (const key of check.keys ?? []) {
+    let v: unknown = json;
+    for (const part of key.split(".")) v = v === null || typeof v !== "object" ? undefined : (v as Record<string, unknown>)[part];
+    if (v === undefined) return `missing ${key}: ${body.slice(0, 200)}`;
+  }
+  return undefined;
 }
+
+/** Runs one load in the load-generator process (only ever against 127.0.0.1). */
+export async function load(spec: LoadSpec): Promise<Measurement> {
+  if (!/^http:\/\/127\.0\.0\.1[:/]/.test(spec.url)) throw new Error("benchmarks only target 127.0.0.1");
+  const child = spawn(process.execPath, ["--import", "tsx", loadgenScript], { stdio: ["pipe", "pipe", "inherit"] });
+  let out = "";
+  child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  child.stdin!.end(JSON.stringify({ seconds: seconds(8), ...spec }));
+  const code = await exited;
+  if (code !== 0) throw new Error(`load generator exited with ${code}: ${out}`);
+  return JSON.parse(out) as Measurement;
+}
+
+// ---------------------------------------------------------------------------------------
+// Alternating comparisons
+
+export interface Side {
+  name: string;
+  /** One measurement (a `load`, or anything measured the same way). */
+  measure(round: number): Promise<Measurement>;
+}
+
+export interface SideResult {
+  name: string;
+  rounds: (Measurement & { load: Load })[];
+  rps: number;
+  p50: number;
+  p99: number;
+  failures: number;
+}
+
+export interface Alternation {
+  title: string;
+  sides: SideResult[];
+  /** Per round: the first side's req/s over the second's. */
+  ratios: number[];
+  /** Median of `ratios`. */
+  ratio: number;
+  failures: number;
+  disturbed: number;
+}
+
+/**
+ * Measures `sides` in alternating rounds (A, B, A, B, ...; `ROUNDS` of each), printing
+ * every round with the machine's load while it ran and any failed responses; the sides
+ * are compared by the median of the per-round req/s ratios (first side over second).
+ */
+export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
+  const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
+  const rows: Record<string, string | number>[] = [];
+  for (let round = 0; round < rounds; round++) {
+    for (const [i, side] of sides.entries()) {
+      const stop = watchLoad();
+      const m = await side.measure(round);
+      const l = stop();
+      results[i]!.rounds.push({ ...m, load: l });
+      rows.push({
+        round: round + 1,
+        side: side.name,
+        "req/s": fmt(m.rps),
+        "p50 ms": fmt(m.p50, 2),
+        "p99 ms": fmt(m.p99, 2),
+        failures: m.failures,
+        "machine cores": fmt(l.machine, 2),
+        "others cores": fmt(l.others, 2),
+        "busiest other": l.top,
+        disturbed: l.disturbed ? "DISTURBED" : "",
+      });
+    }
+  }
+  console.log(`\n${title}: ${rounds} alternating round(s)`);
+  table(rows);
+  for (const r of results) {
+    r.rps = median(r.rounds.map((x) => x.rps));
+    r.p50 = median(r.rounds.map((x) => x.p50));
+    r.p99 = median(r.rounds.map((x) => x.p99));
+    r.failures = r.rounds.reduce((n, x) => n + x.failures, 0);
+    const samples = [...new Set(r.rounds.flatMap((x) => x.samples))].slice(0, 5);
+    if (r.failures > 0) console.log(`FAILED RESPONSES from ${r.name}: ${r.failures}; e.g.\n  ${samples.join("\n  ")}`);
+  }
+  const ratios = results.length > 1 ? results[0]!.rounds.map((x, i) => x.rps / results[1]!.rounds[i]!.rps) : [];
+  const disturbed = results.reduce((n, r) => n + r.rounds.filter((x) => x.load.disturbed).length, 0);
+  const out: Alternation = {
+    title,
+    sides: results,
+    ratios,
+    ratio: ratios.length ? median(ratios) : NaN,
+    failures: results.reduce((n, r) => n + r.failures, 0),
+    disturbed,
+  };
+  if (ratios.length) {
+    console.log(
+      `${results[0]!.name} / ${results[1]!.name}: median ${fmt(out.ratio, 2)}x (rounds ${ratios.map((r) => `${fmt(r, 2)}x`).join(", ")}); ` +
+        `${disturbed} of ${rounds * sides.length} measurements disturbed (others > ${DISTURBED_CORES} core)${out.failures ? `; ${out.failures} FAILED responses` : ""}`,
+    );
+  }
+  return out;
+}
+
+/**
+ * `alternate` at each concurrency in `levels`, then each side at its own peak (its best
+ * median req/s over the levels): equal-concurrency ratios and the peak-to-peak ratio.
+ */
+export async function alternateAtLevels(title: string, levels: number[], sides: (connections: number) => Side[]) {
+  const perLevel: { connections: number; result: Alternation }[] = [];
+  for (const connections of levels) perLevel.push({ connections, result: await alternate(`${title}, ${connections} connections`, sides(connections)) });
+  const peak = (i: number) => Math.max(...perLevel.map((l) => l.result.sides[i]!.rps));
+  const peakRatio = peak(0) / peak(1);
+  const names = perLevel[0]!.result.sides.map((s) => s.name);
+  console.log(`${title}: peak ${names[0]} ${fmt(peak(0))} req/s, peak ${names[1]} ${fmt(peak(1))} req/s: ${fmt(peakRatio, 2)}x`);
+  return { perLevel, peakRatio, failures: perLevel.reduce((n, l) => n + l.result.failures, 0) };
+}
+
+// ---------------------------------------------------------------------------------------
+// Verdicts
+
+const verdicts: { bench: string; target: string; measured: string; pass: boolean }[] = [];
+let currentBench = "";
+export function setCurrentBench(name: string): void {
+  currentBench = name;
+}
+
+/** Prints one target's verdict and records it for the summary. */
+export function verdict(target: string, measured: string, pass: boolean): boolean {
+  console.log(`${pass ? "PASS" : "FAIL"}  ${target}: ${measured}`);
+  verdicts.push({ bench: currentBench, target, measured, pass });
+  return pass;
+}
+
+/** The summary `npm run bench` prints last; false when any target failed. */
+export function printVerdicts(): boolean {
+  if (verdicts.length === 0) return true;
+  console.log("\n### targets");
+  table(verdicts.map((v) => ({ bench: v.bench, target: v.target, measured: v.measured, verdict: v.pass ? "PASS" : "FAIL" })));
+  return verdicts.every((v) => v.pass);
+}
+
+// ---------------------------------------------------------------------------------------
+// Small helpers
 
 export function median(values: number[]): number {
   const s = [...values].sort((a, b) => a - b);

@@ -13,6 +13,7 @@ import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound }
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard } from "./shared/origin-guard.js";
 import { observeRequests } from "./shared/observability.js";
+import { requestLogController } from "./request-log.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -37,6 +38,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     loggerInstance: options.logger as FastifyBaseLogger,
     // A client-supplied request id is never trusted (fastify docs, Logging).
     genReqId: () => randomUUID(),
+    // One line per request (gateways/request-log.ts) instead of fastify's two.
+    logController: requestLogController(),
     // The smallest limit any route allows; routes raise it where the contract does.
     bodyLimit: 64 * 1024,
     return503OnClosing: true,

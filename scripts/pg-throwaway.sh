@@ -2,6 +2,8 @@
 # Starts (or stops) a throwaway PostgreSQL on 127.0.0.1 for tests and benchmarks.
 #   scripts/pg-throwaway.sh start [DIR] [PORT]  -> prints a postgres:// URL on stdout
 #   scripts/pg-throwaway.sh stop  [DIR]
+# PG_DURABLE=1 (benchmarks) keeps PostgreSQL's durable defaults (fsync, synchronous_commit,
+# full_page_writes on); otherwise they are off, as tests need no crash safety.
 # Installs Debian's postgresql if missing. initdb refuses to run as root, so as root
 # the cluster belongs to the 'postgres' system user.
 set -euo pipefail
@@ -40,8 +42,10 @@ fi
 if [ ! -f "$dir/data/PG_VERSION" ]; then
   as_owner "$bin/initdb" -D "$dir/data" -U vaultgate --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
 fi
+durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+[ "${PG_DURABLE:-}" = "1" ] && durability=""
 if ! as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
-    -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >&2
+    -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=300 $durability" start >&2
 fi
 echo "postgres://vaultgate@127.0.0.1:$port/postgres"
