@@ -47,29 +47,30 @@ interface Target {
  * Each statement picks a bounded batch through an index on the expiry column (migration
  * 0019), locks it with SKIP LOCKED (a row some request holds is left for the next pass,
  * so the pruner never waits on traffic and traffic waits at most one short batch), and
- * deletes it; every statement commits on its own.
+ * deletes those very rows by their ctid: a TID scan, where a `key IN (subquery)` form let
+ * the planner scan the whole table for the outer side. Every statement commits on its own.
  */
 const TARGETS: readonly Target[] = [
   {
     // A window that ended holds no attempt that could still count: deleting the row
     // changes no decision (the next attempt starts a fresh row, as it would count afresh).
     table: "rate_limit_logs",
-    sql: `DELETE FROM rate_limit_logs WHERE key IN (
-            SELECT key FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    sql: `DELETE FROM rate_limit_logs WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now) => now,
   },
   {
     // Consumed or not, an expired code can never be exchanged again.
     table: "authorization_codes",
-    sql: `DELETE FROM authorization_codes WHERE code_hash IN (
-            SELECT code_hash FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    sql: `DELETE FROM authorization_codes WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now, r) => new Date(now.getTime() - r.authorizationCodesMs),
   },
   {
     // Expired one-time codes (consumed ones included: they expire within minutes).
     table: "signin_challenges",
-    sql: `DELETE FROM signin_challenges WHERE id IN (
-            SELECT id FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    sql: `DELETE FROM signin_challenges WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now) => now,
   },
   {
@@ -88,14 +89,14 @@ const TARGETS: readonly Target[] = [
     // Events whose delivery is settled (delivered, or failed for good) and older than the
     // feed's retention; pending events stay whatever their age.
     table: "partner_events",
-    sql: `DELETE FROM partner_events WHERE seq IN (
-            SELECT seq FROM partner_events WHERE delivery_state <> 'pending' AND created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    sql: `DELETE FROM partner_events WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM partner_events WHERE delivery_state <> 'pending' AND created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
   },
   {
     table: "dev_outbox",
-    sql: `DELETE FROM dev_outbox WHERE id IN (
-            SELECT id FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING 1`,
+    sql: `DELETE FROM dev_outbox WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now, r) => new Date(now.getTime() - r.devOutboxMs),
   },
 ];
