@@ -169,6 +169,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async getTreasury(req, ctx) {
+      if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(ctx, req.accessToken, req.edgeRejection, "", "partner.treasury.read");
       let caller: PartnerPrincipal;
       try {
         caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
@@ -372,7 +373,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
    * when the record could not be written. No rate limit is counted and nothing else of
    * the request is looked at.
    */
-  async function rejectAtEdge(ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string): Promise<never> {
+  async function rejectAtEdge(ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string, action = BATCH_ACTION): Promise<never> {
     const edge = EDGE_REJECTIONS[rejection];
     if (!edge) return fail(Reason.INVALID_REQUEST, "unknown edge_rejection");
     let actor = ANONYMOUS;
@@ -383,7 +384,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         // Unverifiable: the request stays anonymous.
       }
     }
-    await appendAudit(db, ctx, { actor, action: BATCH_ACTION, subject, reason: edge.label });
+    await appendAudit(db, ctx, { actor, action, subject, reason: edge.label });
     return fail(edge.reason, edge.message);
   }
 

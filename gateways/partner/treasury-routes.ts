@@ -35,7 +35,15 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     } catch {
       accessToken = "";
     }
-    noQuery(request);
+    try {
+      noQuery(request);
+    } catch (edge) {
+      // Refused at the edge, still recorded by core; the answer stays the edge's own
+      // unless the record could not be written (then core's 503 audit_unavailable).
+      const recorded = await rpc.getTreasury({ accessToken, edgeRejection: EdgeRejection.MALFORMED }, withRequestId(request.id)).catch((err: unknown) => err);
+      if (resourceErrorFrom(recorded).status === 503) throw recorded;
+      throw edge;
+    }
     const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id));
     return renderTreasury(res.treasury!);
   });

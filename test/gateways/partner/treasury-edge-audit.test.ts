@@ -63,6 +63,14 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
     });
   }
 
+  it("GET /treasury with a query it does not take: answers 400 invalid_request and leaves one failure row under the partner", async () => {
+    const res = await api(stack, "GET", "/treasury?x=1", { token });
+    expectError(res, 400, "invalid_request");
+    expect(await rowsOf(res)).to.deep.equal([[`partner:${clientId}`, "partner.treasury.read", "failure", "invalid_request", ""]]);
+    auditDown = true;
+    expectError(await api(stack, "GET", "/treasury?x=1", { token }), 503, "audit_unavailable");
+  });
+
   for (const c of cases) {
     it(`${c.label}: answers ${c.status} ${c.code} and leaves one failure audit row`, async () => {
       const res = await c.send();
