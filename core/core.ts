@@ -136,6 +136,9 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       auditFault: options.auditFaults?.appendFault,
     });
 
+    // One verifier of agent tokens and one of web sessions for every service that takes them.
+    const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
+    const sessions = createSessionVerifier({ db, clock });
     const budgets = createBudgetsService({
       db,
       store: createBudgetsStore(db),
@@ -143,8 +146,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       rateLimits: createRateLimitStore(db),
       cursors,
       clock,
-      verifier: createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock }),
-      sessions: createSessionVerifier({ db, clock }),
+      verifier: agentTokens,
+      sessions,
       appUrl: options.appUrl ?? options.issuer,
       provisioningLimitPerMinute: options.provisioningLimitPerMinute ?? 10,
       faults: options.budgetFaults,
@@ -155,6 +158,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       health: createHealthService({ db, keyring, audit }),
       audit: createAuditService({ store: audit, cursors }),
       grants: createGrantsService({
+        verifier: agentTokens,
+        sessions,
         db,
         keyring,
         audit,

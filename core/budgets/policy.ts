@@ -1,12 +1,11 @@
+import { STEP_UP_WINDOW_SECONDS } from "../identity/sessions.js";
+
 /** spec 2.1: the chains a budget may allow. */
 export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 /** spec 2.1: budget purposes. */
 export const PURPOSES = ["ap", "treasury", "trip", "market-research", "payroll", "multi-chain-concierge", "custom"] as const;
 /** spec 2.1 / 8: amount fields are integers 0 to 2^53-1. */
 export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
-/** DESIGN 4.1: a grant's step-up counts for this long after auth_time. */
-export const STEP_UP_WINDOW_SECONDS = 600;
-
 export interface Policy {
   status: "draft" | "active";
   amountCapCentsPerTx: number | null;

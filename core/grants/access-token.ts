@@ -119,3 +119,5 @@ export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
     },
   };
 }
+
+export type AccessTokenVerifier = ReturnType<typeof createAccessTokenVerifier>;

@@ -13,9 +13,10 @@ import { kClientAddress, kOperator, kRequestId } from "../context.js";
 import { constantTimeEqual, sha256Hex, type SecretHasher } from "../partners/credentials.js";
 import { normaliseEmail } from "../partners/users-store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
-import type { ClientRecord, GrantRecord, GrantsStore, SessionRecord } from "./store.js";
+import type { ClientRecord, GrantRecord, GrantsStore } from "./store.js";
+import type { SessionVerifier, SignedIn } from "../identity/sessions.js";
 import { AGENT_SCOPES, isSubset, needsStepUp, parseScope } from "./scopes.js";
-import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, createAccessTokenVerifier } from "./access-token.js";
+import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, type AccessTokenVerifier } from "./access-token.js";
 import { checkClientMetadata } from "./client-metadata.js";
 import { createClientIdMetadataResolver, isClientIdUrl } from "./client-id-metadata.js";
 import { UUID } from "../uuid.js";
@@ -37,6 +38,10 @@ export interface GrantsServiceDeps {
   urnNamespace: string;
   /** DESIGN 3: "about 30 s, configurable". */
   refreshGraceSeconds: number;
+  /** Agent access-token verification, shared with the budgets service (one cache per process). */
+  verifier: AccessTokenVerifier;
+  /** Web sessions, shared with the budgets service's dashboard RPCs. */
+  sessions: SessionVerifier;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
   /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/agent-oauth.md). */
@@ -51,7 +56,6 @@ const CODE_TTL_MS = 60_000;
 const REFRESH_TTL_MS = 30 * 24 * 3600_000;
 const SESSION_TTL_MS = 12 * 3600_000;
 /** DESIGN 4.1: a step-up counts for 10 minutes. */
-const STEP_UP_FRESH_MS = 10 * 60_000;
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
 /**
@@ -96,7 +100,7 @@ function derivedRefresh(presented: string): NewRefresh & { salt: string } {
 
 export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof GrantsService> {
   const { db, store } = deps;
-  const verifier = createAccessTokenVerifier({ keyring: deps.keyring, issuer: deps.issuer, mcpUrl: deps.mcpUrl, clock: deps.clock });
+  const { verifier } = deps;
   const vaultUrnPrefix = `urn:${deps.urnNamespace}:vault:`;
   const mcpResources = new Set([deps.mcpUrl, ...MCP_RESOURCE_PATHS.map((p) => deps.mcpUrl + p)]);
   // Successful scrypt checks, keyed by client, secret digest and the stored hash: a
@@ -222,12 +226,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return grant;
   }
 
-  async function session(token: string): Promise<SessionRecord & { stepUpFresh: boolean }> {
-    const s = token ? await store.findSession(db, sha256Hex(token)) : undefined;
-    const now = deps.clock().getTime();
-    if (!s || s.endedAt || s.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
-    return { ...s, stepUpFresh: s.stepUpAt !== null && now - s.stepUpAt.getTime() <= STEP_UP_FRESH_MS };
-  }
+  /** The signed-in user of a web session token (one verifier for every service: core/identity). */
+  const session = (token: string): Promise<SignedIn> => deps.sessions.verify(token);
 
   function vaultLabel(v: { id: string; parentVaultId: string | null }) {
     return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
@@ -254,7 +254,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     }
     let vaults: { vaultId: string; urn: string; label: string }[] = [];
     let stepUpFresh = false;
-    let s: (SessionRecord & { stepUpFresh: boolean }) | undefined;
+    let s: SignedIn | undefined;
     if (req.sessionToken) {
       s = await session(req.sessionToken);
       stepUpFresh = s.stepUpFresh;
@@ -622,7 +622,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (req.sessionToken) {
         const s = await session(req.sessionToken);
         userId = s.userId;
-        sessionId = s.id;
+        sessionId = s.sessionId;
         email = s.email;
       } else {
         email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
@@ -673,12 +673,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const outcome = await db.transaction(async (trx) => {
         const c = await store.lockChallenge(trx, req.challengeId);
         if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const };
-        if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.id !== c.sessionId)) return { ok: false as const };
+        if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId)) return { ok: false as const };
         await store.countAttempt(trx, c.id);
         if (!c.userId || !constantTimeEqual(sha256Hex(`${c.id}:${req.code.trim()}`), c.codeHash)) return { ok: false as const };
         await store.consumeChallenge(trx, c.id, now);
         if (stepUpSession) {
-          await store.setStepUp(trx, stepUpSession.id, now);
+          await store.setStepUp(trx, stepUpSession.sessionId, now);
           await audit(trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
           return { ok: true as const, token: "" };
         }

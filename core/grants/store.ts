@@ -68,15 +68,6 @@ export interface CodeRecord {
   audiences: string[];
 }
 
-export interface SessionRecord {
-  id: string;
-  userId: string;
-  email: string;
-  expiresAt: Date;
-  stepUpAt: Date | null;
-  endedAt: Date | null;
-}
-
 export interface ChallengeRecord {
   id: string;
   userId: string | null;
@@ -385,22 +376,6 @@ export function createGrantsStore(db: Db) {
 
     async insertSession(conn: Conn, s: { id: string; tokenHash: string; userId: string; at: Date; expiresAt: Date }): Promise<void> {
       await conn("web_sessions").insert({ id: s.id, token_hash: s.tokenHash, user_id: s.userId, created_at: s.at, expires_at: s.expiresAt });
-    },
-
-    async findSession(conn: Conn, tokenHash: string): Promise<SessionRecord | undefined> {
-      const row = await conn("web_sessions as s")
-        .join("users as u", "u.id", "s.user_id")
-        .where({ "s.token_hash": tokenHash })
-        .first("s.id", "s.user_id", "u.email", "s.expires_at", "s.step_up_at", "s.ended_at", "u.status");
-      if (!row || row.status !== "active") return undefined;
-      return {
-        id: String(row.id),
-        userId: String(row.user_id),
-        email: String(row.email),
-        expiresAt: new Date(row.expires_at),
-        stepUpAt: row.step_up_at ? new Date(row.step_up_at) : null,
-        endedAt: row.ended_at ? new Date(row.ended_at) : null,
-      };
     },
 
     async setStepUp(conn: Conn, sessionId: string, at: Date): Promise<void> {

@@ -2,7 +2,9 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../partners/credentials.js";
-import { STEP_UP_WINDOW_SECONDS } from "../budgets/policy.js";
+
+/** A step-up counts for this long: approving money or access needs one this recent. */
+export const STEP_UP_WINDOW_SECONDS = 600;
 
 /** A signed-in person, as proven by the web session token they hold. */
 export interface SignedIn {
