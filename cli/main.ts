@@ -12,7 +12,7 @@ import {
   type CommandSpec,
   type SubcommandSpec,
 } from "./commands/registry.js";
-import { UsageError, type CommandContext } from "./commands/types.js";
+import { FailingAnswer, UsageError, type CommandContext } from "./commands/types.js";
 import type { Config } from "./config.js";
 import type { Role } from "./serve.js";
 
@@ -91,6 +91,11 @@ export async function main(argv: string[]): Promise<number> {
     } catch (err) {
       if (admin) throw await (await import("./core-client.js")).describeRpcError(err, admin);
       throw err;
+    }
+    if (result instanceof FailingAnswer) {
+      print(result.value, format);
+      process.stderr.write(`vaultgate: ${result.complaint}\n`);
+      return result.exitCode;
     }
     print(result, format);
     return 0;

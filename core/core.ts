@@ -5,6 +5,7 @@ import { migrateLatest } from "./db/migrate.js";
 import { createKeyring, type Keyring } from "./keys/keyring.js";
 import { createAuditStore, type AuditStoreOptions } from "./audit/store.js";
 import { createAuditService } from "./audit/service.js";
+import { createLedgerStore } from "./ledger/store.js";
 import { createPartnersStore } from "./partners/store.js";
 import { createUsersStore } from "./partners/users-store.js";
 import { createPartnersService } from "./partners/service.js";
@@ -119,6 +120,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     if (options.migrate !== false) await migrateLatest(db);
     const keyring = await createKeyring({ signingKey: options.signingKey, dataDir: options.dataDir, db, logger, clock });
     const audit = createAuditStore(db, options.auditFaults);
+    const ledger = createLedgerStore(db);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
     const secrets = await createSecretHasher({ params: options.scrypt, ...options.secretChecks });
     const outbox = createOutboxStore(db);
@@ -156,7 +158,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     });
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit }),
-      audit: createAuditService({ store: audit, cursors }),
+      audit: createAuditService({ store: audit, cursors, ledger }),
       grants: createGrantsService({
         verifier: agentTokens,
         sessions,

@@ -1,8 +1,12 @@
 import type { CommandContext } from "./types.js";
-import { intOption, requireOption, requirePositional, UsageError } from "./types.js";
+import { FailingAnswer, intOption, requireOption, requirePositional, UsageError } from "./types.js";
 
-/** vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled] */
+/**
+ * vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
+ * vaultgate ledger verify
+ */
 export async function ledgerCommand(ctx: CommandContext) {
+  if (ctx.positionals[0] === "verify") return verify(ctx);
   if (ctx.positionals[0] !== "record") throw new UsageError("ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]");
   const { partnerResources } = (await ctx.admin()).clients;
   const res = await partnerResources.recordLedgerEntry({
@@ -22,4 +26,21 @@ export async function ledgerCommand(ctx: CommandContext) {
     status: t.status,
     created_at: t.createdAt,
   };
+}
+
+/** Proves the books; exits 1 naming the first discrepancy of each failed check. */
+async function verify(ctx: CommandContext) {
+  const { audit } = (await ctx.admin()).clients;
+  const started = performance.now();
+  const r = await audit.verifyLedger({});
+  const report = {
+    ok: r.ok,
+    transactions: Number(r.transactions),
+    postings: Number(r.postings),
+    accounts: Number(r.accounts),
+    seconds: Math.round(performance.now() - started) / 1000,
+    discrepancies: r.discrepancies.map((d) => ({ check: d.check, message: d.message })),
+  };
+  if (r.ok) return report;
+  return new FailingAnswer(report, `the ledger does not balance: ${r.discrepancies[0]!.message}`);
 }

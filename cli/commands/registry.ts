@@ -178,7 +178,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: "ledger",
-    summary: "record transfers in a user's ledger",
+    summary: "record users' transfers; prove the books",
     load: async () => (await import("./ledger.js")).ledgerCommand,
     subcommands: [
       {
@@ -193,6 +193,12 @@ export const COMMANDS: CommandSpec[] = [
           status: { type: "string", value: "S", description: "pending|settled|failed (default settled)" },
         },
         examples: ["vaultgate ledger record 6f1c... --direction credit --amount-cents 2500"],
+      },
+      {
+        name: "verify",
+        summary: "prove every ledger transaction balances and every balance equals its postings (exit 1 naming the first discrepancy)",
+        admin: true,
+        examples: ["vaultgate ledger verify"],
       },
     ],
   },

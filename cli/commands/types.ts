@@ -13,6 +13,18 @@ export interface CommandContext {
 /** A command's answer: printed as JSON (piped, --json) or as aligned text (terminal). */
 export type Command = (ctx: CommandContext) => Promise<unknown>;
 
+/**
+ * An answer that is printed like any other but fails the command: exit `exitCode`, with
+ * `complaint` on stderr (e.g. `ledger verify` finding a discrepancy).
+ */
+export class FailingAnswer {
+  constructor(
+    readonly value: unknown,
+    readonly complaint: string,
+    readonly exitCode = 1,
+  ) {}
+}
+
 /** Wrong words on the command line: exit 2 with the message and where to read more. */
 export class UsageError extends Error {
   override name = "UsageError";

@@ -5,10 +5,13 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
 import type { AuditRow, AuditStore } from "./store.js";
+import type { LedgerStore } from "../ledger/store.js";
 
 export interface AuditServiceDeps {
   store: AuditStore;
   cursors: CursorCodec;
+  /** The ledger `VerifyLedger` proves. */
+  ledger: LedgerStore;
   /** How often a tail looks for new records. */
   tailPollMs?: number;
 }
@@ -45,6 +48,17 @@ export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof A
         }
         if (rows.length < 100) await sleep(pollMs, ctx.signal);
       }
+    },
+
+    async verifyLedger() {
+      const r = await deps.ledger.verify();
+      return {
+        ok: r.discrepancies.length === 0,
+        transactions: BigInt(r.transactions),
+        postings: BigInt(r.postings),
+        accounts: BigInt(r.accounts),
+        discrepancies: r.discrepancies,
+      };
     },
   };
 }

@@ -565,7 +565,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           await store.insertPayment(trx, payment);
         }
         // The balance and the running totals the caps read move together, under the vault lock.
-        if (payment.status === "completed") await store.recordSpend(trx, vault.id, payment.amountCents, now);
+        if (payment.status === "completed") await store.recordSpend(trx, vault, payment, now);
         await audit.append(trx, {
           requestId: ctx.values.get(kRequestId),
           actor,
@@ -732,7 +732,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const v = await store.findVault(trx, req.vaultId, true);
         if (!v) fail(Reason.NOT_FOUND, "no such vault");
         if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
-        const funded = await store.addBalance(trx, v.id, amountCents);
+        const funded = await store.fundVault(trx, v, amountCents, { id: randomUUID(), kind: "vault.fund", reference: `vault:${v.id}`, at: clock() });
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "vault.fund", outcome: "success", subject: v.id, at: clock() });
         return funded;
       });

@@ -4,6 +4,8 @@ import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { pgArray } from "../db/sql.js";
 import { UUID } from "../uuid.js";
+import { externalAccount, vaultAccount } from "../ledger/accounts.js";
+import { movementCtes } from "../ledger/store.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -378,9 +380,25 @@ export function createBudgetsStore(db: Db) {
       return row ? toVault(row) : undefined;
     },
 
-    async addBalance(conn: Conn, id: string, deltaCents: number): Promise<VaultRecord> {
-      const [row] = await conn("vaults").where({ id }).update({ balance_cents: conn.raw("balance_cents + ?", [deltaCents]) }).returning("*");
-      return toVault(row);
+    /**
+     * Moves money into a vault and records it in the ledger in one statement: `from` is
+     * debited (external:funding for the operator's funding, the parent vault for a budget
+     * allocation). `movementId` is the ledger transaction's id.
+     */
+    async fundVault(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, amountCents: number, movement: { id: string; kind: "vault.fund"; reference: string; at: Date }): Promise<VaultRecord> {
+      const ledger = movementCtes({
+        ...movement,
+        legs: [
+          { account: externalAccount("funding", vault.currency), amountCents: -amountCents },
+          { account: vaultAccount(vault.id, vault.currency), amountCents },
+        ],
+      });
+      const { rows } = await trx.raw(`WITH ${ledger.sql} UPDATE vaults SET balance_cents = balance_cents + ? WHERE id = ? RETURNING *`, [
+        ...ledger.bindings,
+        amountCents,
+        vault.id,
+      ]);
+      return toVault((rows as Record<string, unknown>[])[0]!);
     },
 
     async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {
@@ -398,9 +416,21 @@ export function createBudgetsStore(db: Db) {
      * (stamped before midnight, decided after) adds to the previous day; one dated earlier
      * still (a clock set back) counts towards the lifetime only.
      */
-    async recordSpend(trx: Knex.Transaction, id: string, amountCents: number, at: Date): Promise<void> {
+    async recordSpend(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, payment: Pick<PaymentRecord, "id" | "amountCents">, at: Date): Promise<void> {
+      // The payment's ledger transaction rides in the same statement: vault -> external:payments.
+      const ledger = movementCtes({
+        id: payment.id,
+        kind: "payment",
+        reference: `payment:${payment.id}`,
+        at,
+        legs: [
+          { account: vaultAccount(vault.id, vault.currency), amountCents: -payment.amountCents },
+          { account: externalAccount("payments", vault.currency), amountCents: payment.amountCents },
+        ],
+      });
       await trx.raw(
-        `UPDATE vaults v SET balance_cents = balance_cents - x.a, spent_lifetime_cents = spent_lifetime_cents + x.a,
+        `WITH ${ledger.sql}
+         UPDATE vaults v SET balance_cents = balance_cents - x.a, spent_lifetime_cents = spent_lifetime_cents + x.a,
                 spent_prev_day_cents = CASE WHEN spent_day = x.day THEN spent_prev_day_cents
                                             WHEN spent_day = x.day - 1 THEN spent_day_cents
                                             WHEN spent_day = x.day + 1 THEN spent_prev_day_cents + x.a
@@ -410,7 +440,7 @@ export function createBudgetsStore(db: Db) {
                 spent_day = greatest(spent_day, x.day)
            FROM (SELECT ?::bigint AS a, ?::date AS day) x
           WHERE v.id = ?`,
-        [amountCents, utcDay(at), id],
+        [...ledger.bindings, payment.amountCents, utcDay(at), vault.id],
       );
     },
 

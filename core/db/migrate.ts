@@ -18,6 +18,7 @@ import * as m0016 from "./migrations/0016-grant-audiences.js";
 import * as m0017 from "./migrations/0017-client-metadata-documents.js";
 import * as m0018 from "./migrations/0018-vault-spend-totals.js";
 import * as m0019 from "./migrations/0019-pruning.js";
+import * as m0020 from "./migrations/0020-ledger.js";
 
 interface Migration {
   name: string;
@@ -45,6 +46,7 @@ const migrations: Migration[] = [
   { name: "0017-client-metadata-documents", ...m0017 },
   { name: "0018-vault-spend-totals", ...m0018 },
   { name: "0019-pruning", ...m0019 },
+  { name: "0020-ledger", ...m0020 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

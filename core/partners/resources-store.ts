@@ -3,6 +3,8 @@ import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { batchFunction } from "../db/sql.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
+import { externalAccount, userAccount } from "../ledger/accounts.js";
+import { movementCtes } from "../ledger/store.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -214,10 +216,26 @@ export function createResourcesStore(db: Db) {
      * entry still reaches every reader exactly once; writers take no feed lock.
      */
     async insertLedgerEntry(trx: Knex.Transaction, e: Omit<LedgerEntry, "seq">): Promise<LedgerEntry> {
+      // A settled entry moves money: one ledger transaction (its id is the entry's) between
+      // the user's transfer account and external:transfers, in the same statement.
+      const moves = e.status === "settled" && e.amountCents > 0;
+      const sign = e.direction === "credit" ? 1 : -1;
+      const ledger = moves
+        ? movementCtes({
+            id: e.id,
+            kind: "transfer",
+            reference: `transfer:${e.id}`,
+            at: e.createdAt,
+            legs: [
+              { account: userAccount(e.userId, e.currency), amountCents: sign * e.amountCents },
+              { account: externalAccount("transfers", e.currency), amountCents: -sign * e.amountCents },
+            ],
+          })
+        : undefined;
       const { rows } = await trx.raw(
-        `INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
+        `${ledger ? `WITH ${ledger.sql} ` : ""}INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
-        [e.id, e.userId, e.direction, e.amountCents, e.currency, e.status, e.createdAt, e.updatedAt],
+        [...(ledger?.bindings ?? []), e.id, e.userId, e.direction, e.amountCents, e.currency, e.status, e.createdAt, e.updatedAt],
       );
       return toLedger((rows as Record<string, unknown>[])[0]!);
     },

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/audit/v1/audit.proto.
  */
 export const file_vaultgate_audit_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIm8KE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiQgoSVGFpbFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCSJZChNUYWlsUmVjb3Jkc1Jlc3BvbnNlEi8KBnJlY29yZBgBIAEoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBIRCgl3YXRlcm1hcmsYAiABKAkqTAoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASEwoPT1VUQ09NRV9TVUNDRVNTEAESEwoPT1VUQ09NRV9GQUlMVVJFEAIy3AEKDEF1ZGl0U2VydmljZRJkCgtMaXN0UmVjb3JkcxImLnZhdWx0Z2F0ZS5hdWRpdC52MS5MaXN0UmVjb3Jkc1JlcXVlc3QaJy52YXVsdGdhdGUuYXVkaXQudjEuTGlzdFJlY29yZHNSZXNwb25zZSIEiLUYARJmCgtUYWlsUmVjb3JkcxImLnZhdWx0Z2F0ZS5hdWRpdC52MS5UYWlsUmVjb3Jkc1JlcXVlc3QaJy52YXVsdGdhdGUuYXVkaXQudjEuVGFpbFJlY29yZHNSZXNwb25zZSIEiLUYATABYgZwcm90bzM", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIm8KE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiQgoSVGFpbFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCSJZChNUYWlsUmVjb3Jkc1Jlc3BvbnNlEi8KBnJlY29yZBgBIAEoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBIRCgl3YXRlcm1hcmsYAiABKAkiFQoTVmVyaWZ5TGVkZ2VyUmVxdWVzdCKaAQoUVmVyaWZ5TGVkZ2VyUmVzcG9uc2USCgoCb2sYASABKAgSFAoMdHJhbnNhY3Rpb25zGAIgASgDEhAKCHBvc3RpbmdzGAMgASgDEhAKCGFjY291bnRzGAQgASgDEjwKDWRpc2NyZXBhbmNpZXMYBSADKAsyJS52YXVsdGdhdGUuYXVkaXQudjEuTGVkZ2VyRGlzY3JlcGFuY3kiMwoRTGVkZ2VyRGlzY3JlcGFuY3kSDQoFY2hlY2sYASABKAkSDwoHbWVzc2FnZRgCIAEoCSpMCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARITCg9PVVRDT01FX0ZBSUxVUkUQAjLFAgoMQXVkaXRTZXJ2aWNlEmQKC0xpc3RSZWNvcmRzEiYudmF1bHRnYXRlLmF1ZGl0LnYxLkxpc3RSZWNvcmRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5hdWRpdC52MS5MaXN0UmVjb3Jkc1Jlc3BvbnNlIgSItRgBEmYKC1RhaWxSZWNvcmRzEiYudmF1bHRnYXRlLmF1ZGl0LnYxLlRhaWxSZWNvcmRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5hdWRpdC52MS5UYWlsUmVjb3Jkc1Jlc3BvbnNlIgSItRgBMAESZwoMVmVyaWZ5TGVkZ2VyEicudmF1bHRnYXRlLmF1ZGl0LnYxLlZlcmlmeUxlZGdlclJlcXVlc3QaKC52YXVsdGdhdGUuYXVkaXQudjEuVmVyaWZ5TGVkZ2VyUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.audit.v1.AuditRecord
@@ -216,6 +216,84 @@ export const TailRecordsResponseSchema: GenMessage<TailRecordsResponse> = /*@__P
   messageDesc(file_vaultgate_audit_v1_audit, 4);
 
 /**
+ * @generated from message vaultgate.audit.v1.VerifyLedgerRequest
+ */
+export type VerifyLedgerRequest = Message<"vaultgate.audit.v1.VerifyLedgerRequest"> & {
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.VerifyLedgerRequest.
+ * Use `create(VerifyLedgerRequestSchema)` to create a new message.
+ */
+export const VerifyLedgerRequestSchema: GenMessage<VerifyLedgerRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 5);
+
+/**
+ * @generated from message vaultgate.audit.v1.VerifyLedgerResponse
+ */
+export type VerifyLedgerResponse = Message<"vaultgate.audit.v1.VerifyLedgerResponse"> & {
+  /**
+   * True when no check found a discrepancy.
+   *
+   * @generated from field: bool ok = 1;
+   */
+  ok: boolean;
+
+  /**
+   * @generated from field: int64 transactions = 2;
+   */
+  transactions: bigint;
+
+  /**
+   * @generated from field: int64 postings = 3;
+   */
+  postings: bigint;
+
+  /**
+   * @generated from field: int64 accounts = 4;
+   */
+  accounts: bigint;
+
+  /**
+   * The first case each failed check found, in the order the checks run.
+   *
+   * @generated from field: repeated vaultgate.audit.v1.LedgerDiscrepancy discrepancies = 5;
+   */
+  discrepancies: LedgerDiscrepancy[];
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.VerifyLedgerResponse.
+ * Use `create(VerifyLedgerResponseSchema)` to create a new message.
+ */
+export const VerifyLedgerResponseSchema: GenMessage<VerifyLedgerResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 6);
+
+/**
+ * @generated from message vaultgate.audit.v1.LedgerDiscrepancy
+ */
+export type LedgerDiscrepancy = Message<"vaultgate.audit.v1.LedgerDiscrepancy"> & {
+  /**
+   * transaction_unbalanced, transaction_unknown, transaction_empty, account_unknown or balance_mismatch.
+   *
+   * @generated from field: string check = 1;
+   */
+  check: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.LedgerDiscrepancy.
+ * Use `create(LedgerDiscrepancySchema)` to create a new message.
+ */
+export const LedgerDiscrepancySchema: GenMessage<LedgerDiscrepancy> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 7);
+
+/**
  * @generated from enum vaultgate.audit.v1.Outcome
  */
 export enum Outcome {
@@ -267,6 +345,18 @@ export const AuditService: GenService<{
     methodKind: "server_streaming";
     input: typeof TailRecordsRequestSchema;
     output: typeof TailRecordsResponseSchema;
+  },
+  /**
+   * VerifyLedger proves the books (operator: `vaultgate ledger verify`): every ledger
+   * transaction balances, every posting names a known transaction and account, and every
+   * balance equals the sum of its account's postings. Read-only, one consistent snapshot.
+   *
+   * @generated from rpc vaultgate.audit.v1.AuditService.VerifyLedger
+   */
+  verifyLedger: {
+    methodKind: "unary";
+    input: typeof VerifyLedgerRequestSchema;
+    output: typeof VerifyLedgerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_audit_v1_audit, 0);
