@@ -739,6 +739,18 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
     },
 
+    async fundBudget() {
+      return fail(Reason.INTERNAL, "FundBudget is not implemented yet");
+    },
+
+    async closeBudget() {
+      return fail(Reason.INTERNAL, "CloseBudget is not implemented yet");
+    },
+
+    async getMoneyView() {
+      return fail(Reason.INTERNAL, "GetMoneyView is not implemented yet");
+    },
+
     async reapProvisioning() {
       return { cleaned: await reap() };
     },

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJyChZTaW11bGF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IpEBChdTaW11bGF0ZVBheW1lbnRSZXNwb25zZRIwCghkZWNpc2lvbhgBIAEoDjIeLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2lzaW9uEgwKBHJ1bGUYAiABKAkSNgoMYnJva2VuX3J1bGVzGAMgAygLMiAudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnJva2VuUnVsZSIwCgpCcm9rZW5SdWxlEhEKCXJlYXNvbl9pZBgBIAEoCRIPCgdtZXNzYWdlGAIgASgJImoKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAQgASgJEhIKCnBheW1lbnRfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkgKFkFwcHJvdmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiUQoVRGVjbGluZVBheW1lbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSEgoKcGF5bWVudF9pZBgCIAEoCUoECAEQAlIHdXNlcl9pZCJIChZEZWNsaW5lUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IlgKFERlY2xpbmVCdWRnZXRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkUKFURlY2xpbmVCdWRnZXRSZXNwb25zZRIsCgZidWRnZXQYASABKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQiQwobTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAiABKAlKBAgBEAJSB3VzZXJfaWQijAEKHExpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USMwoNZHJhZnRfYnVkZ2V0cxgBIAMoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldBI3ChBwZW5kaW5nX3BheW1lbnRzGAIgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCI2ChFHZXRCYWxhbmNlUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YAiABKAlKBAgBEAJSBWdyYW50Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJImgKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YBSABKAkSDgoGY3Vyc29yGAIgASgJEg0KBXNpbmNlGAMgASgJEg0KBWxpbWl0GAQgASgNSgQIARACUgVncmFudCKXAQoQR3JhbnRBdWRpdFJlY29yZBIRCglyZWNvcmRfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEg8KB291dGNvbWUYAyABKAkSDgoGcmVhc29uGAQgASgJEg8KB3N1YmplY3QYBSABKAkSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieQoWTGlzdEdyYW50QXVkaXRSZXNwb25zZRI3CgdyZWNvcmRzGAEgAygLMiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRBdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiOgoQRnVuZFZhdWx0UmVxdWVzdBIQCgh2YXVsdF9pZBgBIAEoCRIUCgxhbW91bnRfY2VudHMYAiABKAMiTgoRRnVuZFZhdWx0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSIZChdSZWFwUHJvdmlzaW9uaW5nUmVxdWVzdCIrChhSZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoDSp8CgxCdWRnZXRTdGF0dXMSHQoZQlVER0VUX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9TVEFUVVNfRFJBRlQQARIYChRCVURHRVRfU1RBVFVTX0FDVElWRRACEhoKFkJVREdFVF9TVEFUVVNfREVDTElORUQQAyqrAQoNUGF5bWVudFN0YXR1cxIeChpQQVlNRU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEiIKHlBBWU1FTlRfU1RBVFVTX1BFTkRJTkdfU1RFUF9VUBABEhsKF1BBWU1FTlRfU1RBVFVTX0FQUFJPVkVEEAISHAoYUEFZTUVOVF9TVEFUVVNfQ09NUExFVEVEEAMSGwoXUEFZTUVOVF9TVEFUVVNfREVDTElORUQQBCpiCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhMKD0RFQ0lTSU9OX0FDQ0VQVBABEhQKEERFQ0lTSU9OX1NURVBfVVAQAhIRCg1ERUNJU0lPTl9ERU5ZEAMysgoKDkJ1ZGdldHNTZXJ2aWNlEmUKDENyZWF0ZUJ1ZGdldBIpLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNyZWF0ZUJ1ZGdldFJlcXVlc3QaKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXNwb25zZRJrCg5BY3RpdmF0ZUJ1ZGdldBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USbgoPSW5pdGlhdGVQYXltZW50EiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuSW5pdGlhdGVQYXltZW50UmVxdWVzdBotLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlc3BvbnNlEm4KD1NpbXVsYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlNpbXVsYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXNwb25zZRJrCg5BcHByb3ZlUGF5bWVudBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFwcHJvdmVQYXltZW50UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFwcHJvdmVQYXltZW50UmVzcG9uc2USawoORGVjbGluZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lUGF5bWVudFJlc3BvbnNlEmgKDURlY2xpbmVCdWRnZXQSKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVxdWVzdBorLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVCdWRnZXRSZXNwb25zZRJ9ChRMaXN0UGVuZGluZ0FwcHJvdmFscxIxLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBoyLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USXwoKR2V0QmFsYW5jZRInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlc3BvbnNlEmsKDkxpc3RHcmFudEF1ZGl0EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXNwb25zZRJiCglGdW5kVmF1bHQSJi52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXF1ZXN0GicudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVzcG9uc2UiBIi1GAESdwoQUmVhcFByb3Zpc2lvbmluZxItLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXF1ZXN0Gi4udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlIgSItRgBYgZwcm90bzM", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJyChZTaW11bGF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IpEBChdTaW11bGF0ZVBheW1lbnRSZXNwb25zZRIwCghkZWNpc2lvbhgBIAEoDjIeLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2lzaW9uEgwKBHJ1bGUYAiABKAkSNgoMYnJva2VuX3J1bGVzGAMgAygLMiAudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnJva2VuUnVsZSIwCgpCcm9rZW5SdWxlEhEKCXJlYXNvbl9pZBgBIAEoCRIPCgdtZXNzYWdlGAIgASgJImoKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAQgASgJEhIKCnBheW1lbnRfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkgKFkFwcHJvdmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiUQoVRGVjbGluZVBheW1lbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSEgoKcGF5bWVudF9pZBgCIAEoCUoECAEQAlIHdXNlcl9pZCJIChZEZWNsaW5lUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IlgKFERlY2xpbmVCdWRnZXRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkUKFURlY2xpbmVCdWRnZXRSZXNwb25zZRIsCgZidWRnZXQYASABKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQiQwobTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAiABKAlKBAgBEAJSB3VzZXJfaWQijAEKHExpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USMwoNZHJhZnRfYnVkZ2V0cxgBIAMoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldBI3ChBwZW5kaW5nX3BheW1lbnRzGAIgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCI2ChFHZXRCYWxhbmNlUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YAiABKAlKBAgBEAJSBWdyYW50Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJImgKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YBSABKAkSDgoGY3Vyc29yGAIgASgJEg0KBXNpbmNlGAMgASgJEg0KBWxpbWl0GAQgASgNSgQIARACUgVncmFudCKXAQoQR3JhbnRBdWRpdFJlY29yZBIRCglyZWNvcmRfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEg8KB291dGNvbWUYAyABKAkSDgoGcmVhc29uGAQgASgJEg8KB3N1YmplY3QYBSABKAkSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieQoWTGlzdEdyYW50QXVkaXRSZXNwb25zZRI3CgdyZWNvcmRzGAEgAygLMiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRBdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiOgoQRnVuZFZhdWx0UmVxdWVzdBIQCgh2YXVsdF9pZBgBIAEoCRIUCgxhbW91bnRfY2VudHMYAiABKAMiTgoRRnVuZFZhdWx0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSIZChdSZWFwUHJvdmlzaW9uaW5nUmVxdWVzdCIrChhSZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoDSKBAQoRRnVuZEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCSKlAQoSRnVuZEJ1ZGdldFJlc3BvbnNlEhMKC3RyYW5zZmVyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhcKD3BhcmVudF92YXVsdF9pZBgDIAEoCRIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSFQoNYmFsYW5jZV9jZW50cxgGIAEoAxIQCghyZXBsYXllZBgHIAEoCCJnChJDbG9zZUJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSEgoKa2VlcF9mdW5kcxgEIAEoCCKPAgoTQ2xvc2VCdWRnZXRSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSMgoGc3RhdHVzGAMgASgOMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0U3RhdHVzEhMKC3N3ZXB0X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEhMKC3RyYW5zZmVyX2lkGAYgASgJEhYKDnJldm9rZWRfZ3JhbnRzGAcgASgFEhYKDmFscmVhZHlfY2xvc2VkGAggASgIEi0KCWNsb3NlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLAoTR2V0TW9uZXlWaWV3UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkcKFEdldE1vbmV5Vmlld1Jlc3BvbnNlEi8KBnZhdWx0cxgBIAMoCzIfLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlZhdWx0VmlldyLqAgoJVmF1bHRWaWV3EhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEjIKBnN0YXR1cxgFIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIQCghjdXJyZW5jeRgGIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAcgASgDEhkKEXNwZW50X3RvZGF5X2NlbnRzGAggASgDEhwKFHNwZW50X2xpZmV0aW1lX2NlbnRzGAkgASgDEjIKBmxpbWl0cxgKIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cxI2Cg9yZWNlbnRfcGF5bWVudHMYCyADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50KpYBCgxCdWRnZXRTdGF0dXMSHQoZQlVER0VUX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9TVEFUVVNfRFJBRlQQARIYChRCVURHRVRfU1RBVFVTX0FDVElWRRACEhoKFkJVREdFVF9TVEFUVVNfREVDTElORUQQAxIYChRCVURHRVRfU1RBVFVTX0NMT1NFRBAEKqsBCg1QYXltZW50U3RhdHVzEh4KGlBBWU1FTlRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASIgoeUEFZTUVOVF9TVEFUVVNfUEVORElOR19TVEVQX1VQEAESGwoXUEFZTUVOVF9TVEFUVVNfQVBQUk9WRUQQAhIcChhQQVlNRU5UX1NUQVRVU19DT01QTEVURUQQAxIbChdQQVlNRU5UX1NUQVRVU19ERUNMSU5FRBAEKmIKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASEwoPREVDSVNJT05fQUNDRVBUEAESFAoQREVDSVNJT05fU1RFUF9VUBACEhEKDURFQ0lTSU9OX0RFTlkQAzLeDAoOQnVkZ2V0c1NlcnZpY2USZQoMQ3JlYXRlQnVkZ2V0EikudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVxdWVzdBoqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNyZWF0ZUJ1ZGdldFJlc3BvbnNlEmsKDkFjdGl2YXRlQnVkZ2V0EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQWN0aXZhdGVCdWRnZXRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQWN0aXZhdGVCdWRnZXRSZXNwb25zZRJuCg9Jbml0aWF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuSW5pdGlhdGVQYXltZW50UmVzcG9uc2USbgoPU2ltdWxhdGVQYXltZW50EiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVxdWVzdBotLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlNpbXVsYXRlUGF5bWVudFJlc3BvbnNlEmsKDkFwcHJvdmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXNwb25zZRJrCg5EZWNsaW5lUGF5bWVudBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVzcG9uc2USaAoNRGVjbGluZUJ1ZGdldBIqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVCdWRnZXRSZXF1ZXN0GisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlc3BvbnNlEn0KFExpc3RQZW5kaW5nQXBwcm92YWxzEjEudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0GjIudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRJfCgpHZXRCYWxhbmNlEicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVzcG9uc2USawoOTGlzdEdyYW50QXVkaXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlc3BvbnNlEl8KCkZ1bmRCdWRnZXQSJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kQnVkZ2V0UmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRCdWRnZXRSZXNwb25zZRJiCgtDbG9zZUJ1ZGdldBIoLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVxdWVzdBopLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVzcG9uc2USZQoMR2V0TW9uZXlWaWV3EikudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0TW9uZXlWaWV3UmVxdWVzdBoqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldE1vbmV5Vmlld1Jlc3BvbnNlEmIKCUZ1bmRWYXVsdBImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlcXVlc3QaJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXNwb25zZSIEiLUYARJ3ChBSZWFwUHJvdmlzaW9uaW5nEi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QaLi52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetRequest
@@ -891,6 +891,318 @@ export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse
   messageDesc(file_vaultgate_budgets_v1_budgets, 30);
 
 /**
+ * @generated from message vaultgate.budgets.v1.FundBudgetRequest
+ */
+export type FundBudgetRequest = Message<"vaultgate.budgets.v1.FundBudgetRequest"> & {
+  /**
+   * Exactly one of access_token (an agent) and session_token (the owner) is set.
+   *
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string session_token = 2;
+   */
+  sessionToken: string;
+
+  /**
+   * The budget's vault (agent.budget.create's vault_id).
+   *
+   * @generated from field: string vault_id = 3;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: int64 amount_cents = 4;
+   */
+  amountCents: bigint;
+
+  /**
+   * 8 to 128 characters; the same key with the same amount replays, with another is idempotency_conflict.
+   *
+   * @generated from field: string idempotency_key = 5;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.FundBudgetRequest.
+ * Use `create(FundBudgetRequestSchema)` to create a new message.
+ */
+export const FundBudgetRequestSchema: GenMessage<FundBudgetRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 31);
+
+/**
+ * @generated from message vaultgate.budgets.v1.FundBudgetResponse
+ */
+export type FundBudgetResponse = Message<"vaultgate.budgets.v1.FundBudgetResponse"> & {
+  /**
+   * The ledger transaction that moved the money.
+   *
+   * @generated from field: string transfer_id = 1;
+   */
+  transferId: string;
+
+  /**
+   * @generated from field: string vault_id = 2;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: string parent_vault_id = 3;
+   */
+  parentVaultId: string;
+
+  /**
+   * @generated from field: int64 amount_cents = 4;
+   */
+  amountCents: bigint;
+
+  /**
+   * @generated from field: string currency = 5;
+   */
+  currency: string;
+
+  /**
+   * The budget vault's balance after this call.
+   *
+   * @generated from field: int64 balance_cents = 6;
+   */
+  balanceCents: bigint;
+
+  /**
+   * True when the key had already moved the money (nothing moved again).
+   *
+   * @generated from field: bool replayed = 7;
+   */
+  replayed: boolean;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.FundBudgetResponse.
+ * Use `create(FundBudgetResponseSchema)` to create a new message.
+ */
+export const FundBudgetResponseSchema: GenMessage<FundBudgetResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 32);
+
+/**
+ * @generated from message vaultgate.budgets.v1.CloseBudgetRequest
+ */
+export type CloseBudgetRequest = Message<"vaultgate.budgets.v1.CloseBudgetRequest"> & {
+  /**
+   * Exactly one of access_token (an agent) and session_token (the owner) is set.
+   *
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string session_token = 2;
+   */
+  sessionToken: string;
+
+  /**
+   * The budget's vault.
+   *
+   * @generated from field: string vault_id = 3;
+   */
+  vaultId: string;
+
+  /**
+   * Leave the remaining balance in the budget's vault instead of sweeping it to the parent.
+   *
+   * @generated from field: bool keep_funds = 4;
+   */
+  keepFunds: boolean;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.CloseBudgetRequest.
+ * Use `create(CloseBudgetRequestSchema)` to create a new message.
+ */
+export const CloseBudgetRequestSchema: GenMessage<CloseBudgetRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 33);
+
+/**
+ * @generated from message vaultgate.budgets.v1.CloseBudgetResponse
+ */
+export type CloseBudgetResponse = Message<"vaultgate.budgets.v1.CloseBudgetResponse"> & {
+  /**
+   * @generated from field: string vault_id = 1;
+   */
+  vaultId: string;
+
+  /**
+   * @generated from field: string parent_vault_id = 2;
+   */
+  parentVaultId: string;
+
+  /**
+   * @generated from field: vaultgate.budgets.v1.BudgetStatus status = 3;
+   */
+  status: BudgetStatus;
+
+  /**
+   * What was swept back to the parent vault by this call (0 on a replay or with keep_funds).
+   *
+   * @generated from field: int64 swept_cents = 4;
+   */
+  sweptCents: bigint;
+
+  /**
+   * @generated from field: string currency = 5;
+   */
+  currency: string;
+
+  /**
+   * The sweep's ledger transaction; empty when nothing was swept.
+   *
+   * @generated from field: string transfer_id = 6;
+   */
+  transferId: string;
+
+  /**
+   * Grants this call revoked.
+   *
+   * @generated from field: int32 revoked_grants = 7;
+   */
+  revokedGrants: number;
+
+  /**
+   * True when the budget was closed before this call (nothing changed).
+   *
+   * @generated from field: bool already_closed = 8;
+   */
+  alreadyClosed: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp closed_at = 9;
+   */
+  closedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.CloseBudgetResponse.
+ * Use `create(CloseBudgetResponseSchema)` to create a new message.
+ */
+export const CloseBudgetResponseSchema: GenMessage<CloseBudgetResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 34);
+
+/**
+ * @generated from message vaultgate.budgets.v1.GetMoneyViewRequest
+ */
+export type GetMoneyViewRequest = Message<"vaultgate.budgets.v1.GetMoneyViewRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.GetMoneyViewRequest.
+ * Use `create(GetMoneyViewRequestSchema)` to create a new message.
+ */
+export const GetMoneyViewRequestSchema: GenMessage<GetMoneyViewRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 35);
+
+/**
+ * @generated from message vaultgate.budgets.v1.GetMoneyViewResponse
+ */
+export type GetMoneyViewResponse = Message<"vaultgate.budgets.v1.GetMoneyViewResponse"> & {
+  /**
+   * The owner's vaults, each root vault followed by its budgets.
+   *
+   * @generated from field: repeated vaultgate.budgets.v1.VaultView vaults = 1;
+   */
+  vaults: VaultView[];
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.GetMoneyViewResponse.
+ * Use `create(GetMoneyViewResponseSchema)` to create a new message.
+ */
+export const GetMoneyViewResponseSchema: GenMessage<GetMoneyViewResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 36);
+
+/**
+ * @generated from message vaultgate.budgets.v1.VaultView
+ */
+export type VaultView = Message<"vaultgate.budgets.v1.VaultView"> & {
+  /**
+   * @generated from field: string vault_id = 1;
+   */
+  vaultId: string;
+
+  /**
+   * Empty for a root vault.
+   *
+   * @generated from field: string parent_vault_id = 2;
+   */
+  parentVaultId: string;
+
+  /**
+   * A budget's agent principal (the /dashboard/agents/<id> page); empty for a root vault.
+   *
+   * @generated from field: string agent_principal_id = 3;
+   */
+  agentPrincipalId: string;
+
+  /**
+   * @generated from field: string display_name = 4;
+   */
+  displayName: string;
+
+  /**
+   * UNSPECIFIED for a root vault.
+   *
+   * @generated from field: vaultgate.budgets.v1.BudgetStatus status = 5;
+   */
+  status: BudgetStatus;
+
+  /**
+   * @generated from field: string currency = 6;
+   */
+  currency: string;
+
+  /**
+   * @generated from field: int64 balance_cents = 7;
+   */
+  balanceCents: bigint;
+
+  /**
+   * @generated from field: int64 spent_today_cents = 8;
+   */
+  spentTodayCents: bigint;
+
+  /**
+   * @generated from field: int64 spent_lifetime_cents = 9;
+   */
+  spentLifetimeCents: bigint;
+
+  /**
+   * The vault's policy (absent when none is installed).
+   *
+   * @generated from field: vaultgate.budgets.v1.BudgetLimits limits = 10;
+   */
+  limits?: BudgetLimits | undefined;
+
+  /**
+   * The newest payments first (at most 10).
+   *
+   * @generated from field: repeated vaultgate.budgets.v1.Payment recent_payments = 11;
+   */
+  recentPayments: Payment[];
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.VaultView.
+ * Use `create(VaultViewSchema)` to create a new message.
+ */
+export const VaultViewSchema: GenMessage<VaultView> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 37);
+
+/**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus
  */
 export enum BudgetStatus {
@@ -915,6 +1227,13 @@ export enum BudgetStatus {
    * @generated from enum value: BUDGET_STATUS_DECLINED = 3;
    */
   DECLINED = 3,
+
+  /**
+   * Closed (CloseBudget): its grants revoked, its policy frozen; nothing more is paid.
+   *
+   * @generated from enum value: BUDGET_STATUS_CLOSED = 4;
+   */
+  CLOSED = 4,
 }
 
 /**
@@ -1106,6 +1425,42 @@ export const BudgetsService: GenService<{
     methodKind: "unary";
     input: typeof ListGrantAuditRequestSchema;
     output: typeof ListGrantAuditResponseSchema;
+  },
+  /**
+   * FundBudget moves money from a budget's parent vault into the budget's vault, as one
+   * ledger transaction; idempotent on `idempotency_key`. Callers: an agent (access_token
+   * with agent:budget:create on the parent vault; tool agent.budget.fund) or the owner on
+   * the dashboard (session_token with a fresh step-up).
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.FundBudget
+   */
+  fundBudget: {
+    methodKind: "unary";
+    input: typeof FundBudgetRequestSchema;
+    output: typeof FundBudgetResponseSchema;
+  },
+  /**
+   * CloseBudget closes a budget: revokes every grant on its vault, freezes its policy and
+   * sweeps what remains back to the parent vault unless keep_funds; idempotent. Callers
+   * as FundBudget (tool agent.budget.revoke).
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.CloseBudget
+   */
+  closeBudget: {
+    methodKind: "unary";
+    input: typeof CloseBudgetRequestSchema;
+    output: typeof CloseBudgetResponseSchema;
+  },
+  /**
+   * GetMoneyView is the owner's money at a glance (dashboard): every vault and budget
+   * with its balance, spend against each cap and recent payments.
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.GetMoneyView
+   */
+  getMoneyView: {
+    methodKind: "unary";
+    input: typeof GetMoneyViewRequestSchema;
+    output: typeof GetMoneyViewResponseSchema;
   },
   /**
    * FundVault credits a vault (operator: `vaultgate vault fund`).
