@@ -1,6 +1,8 @@
 import type pg from "pg";
 import { rpcError, rpcResult, unconfirmed, type Attempt } from "./history.js";
 import { withDb, type World } from "./workload.js";
+import { createDb } from "../core/db/knex.js";
+import { createLedgerStore } from "../core/ledger/store.js";
 
 export interface Violation {
   check: string;
@@ -26,6 +28,7 @@ export async function runChecks(w: World, unsettled: string[]): Promise<CheckRep
     await auditFollowers(w, c),
     await auditedRefusals(w, c),
     await webhooks(w, c),
+    await ledgerBalances(w),
   ]);
 }
 
@@ -39,6 +42,20 @@ class Report implements CheckReport {
 }
 
 const report = (name: string) => new Report(name);
+
+/** The whole database's books, as `vaultgate ledger verify` proves them, after every crash and restart. */
+async function ledgerBalances(w: World): Promise<CheckReport> {
+  const r = report("ledger balances");
+  const db = createDb({ url: w.db.url, poolMax: 1 });
+  try {
+    const v = await createLedgerStore(db).verify();
+    r.checked = v.postings;
+    for (const d of v.discrepancies) r.fail(`${d.check}: ${d.message}`);
+  } finally {
+    await db.destroy();
+  }
+  return r;
+}
 
 async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
   const r = report("caps and balances");

@@ -44,7 +44,7 @@ describe("vaultgate ledger verify (real processes)", function () {
     await service!.stop();
     service = undefined;
     const db = createDb(scratch ? { url: scratch.url, poolMax: 1 } : { dataDir: `${dir.path}/pgdata` });
-    await db.raw("UPDATE vaults SET balance_cents = balance_cents + 1 WHERE id = ?", [user.vault_id]);
+    await db.raw("UPDATE vaults SET balance_cents = balance_cents + 1 WHERE id = ?", [user.vault_id as string]);
     await db.destroy();
     cli = await start();
     const damaged = await runCli(["ledger", "verify", "--json"], cli);
