@@ -438,15 +438,19 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (scopes.length === 0 || !isSubset(scopes, AGENT_SCOPES)) fail(Reason.INVALID_SCOPE, `scopes must be some of ${AGENT_SCOPES.join(", ")}`);
       const user = await store.findUser(db, req.userId);
       if (!user) fail(Reason.NOT_FOUND, "no such user");
-      if ((await store.vaultOwner(db, req.vaultId)) !== user.id) fail(Reason.INVALID_TARGET, "the vault does not belong to the user");
       const client = req.clientId ? await store.findClient(db, req.clientId) : undefined;
       if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
       const now = deps.clock();
       const refresh = randomRefresh();
       const g = await db.transaction(async (trx) => {
-        const agentId = await store.ensureAgent(trx, {
+        const vaultId = req.vaultId.toLowerCase();
+        // Checked (and held) in the transaction that inserts the grant, like its principal.
+        if ((await store.vaultOwner(trx, vaultId, true)) !== user.id) fail(Reason.INVALID_TARGET, "the vault does not belong to the user");
+        // The budget's principal on a budget's vault, else this user's and client's.
+        const agentId = await store.principalForGrant(trx, {
           id: randomUUID(),
           userId: user.id,
+          vaultId,
           clientKey: client?.clientId ?? "",
           displayName: client?.clientName ?? "Operator-issued grants",
           at: now,
@@ -455,7 +459,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           userId: user.id,
           clientId: client?.clientId ?? null,
           agentPrincipalId: agentId,
-          vaultId: req.vaultId.toLowerCase(),
+          vaultId,
           scopes,
           stepUp: req.stepUp,
           authTime: req.stepUp ? now : null,
@@ -508,8 +512,18 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       await db.transaction(async (trx) => {
         // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
         if (r.client.metadataDocument) await store.upsertDocumentClient(trx, r.client);
-        // The agent principal of this user and client is created on first consent.
-        const agentPrincipalId = await store.ensureAgent(trx, { id: randomUUID(), userId: s.userId, clientKey: r.client.clientId, displayName: r.client.clientName, at: now });
+        // Still the user's, and held until the code is inserted (a budget cleanup may delete it).
+        if ((await store.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults");
+        // On a budget's vault the code acts as the budget; elsewhere as the principal of this
+        // user and client, created on first consent. The exchange copies it to the grant.
+        const agentPrincipalId = await store.principalForGrant(trx, {
+          id: randomUUID(),
+          userId: s.userId,
+          vaultId,
+          clientKey: r.client.clientId,
+          displayName: r.client.clientName,
+          at: now,
+        });
         await store.insertCode(trx, {
           codeHash: sha256Hex(code),
           clientId: r.client.clientId,
