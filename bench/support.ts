@@ -124,10 +124,14 @@ export function removeBenchLogs(): void {
  * `vaultgate serve --role all` as shipped (LOG_LEVEL info unless `env` says otherwise),
  * its stdout and stderr going to a log file; resolves when it reports its addresses.
  */
-export async function startService(env: Record<string, string>): Promise<{ gatewayUrl: string; coreUrl: string; pid: number; stop(): Promise<void> }> {
+export async function startService(
+  env: Record<string, string>,
+  /** Another checkout's bin/vaultgate.mjs (e.g. an older version to compare with). */
+  binPath = bin,
+): Promise<{ gatewayUrl: string; coreUrl: string; pid: number; stop(): Promise<void> }> {
   const logFile = benchLogFile("serve");
   const fd = openSync(logFile, "w");
-  const child = spawn(process.execPath, [bin, "serve", "--role", "all"], {
+  const child = spawn(process.execPath, [binPath, "serve", "--role", "all"], {
     env: { ...process.env, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info", ...env },
     stdio: ["ignore", fd, fd],
   });
