@@ -417,31 +417,8 @@ export function createBudgetsStore(db: Db) {
      * still (a clock set back) counts towards the lifetime only.
      */
     async recordSpend(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, payment: Pick<PaymentRecord, "id" | "amountCents">, at: Date): Promise<void> {
-      // The payment's ledger transaction rides in the same statement: vault -> external:payments.
-      const ledger = movementCtes({
-        id: payment.id,
-        kind: "payment",
-        reference: `payment:${payment.id}`,
-        at,
-        legs: [
-          { account: vaultAccount(vault.id, vault.currency), amountCents: -payment.amountCents },
-          { account: externalAccount("payments", vault.currency), amountCents: payment.amountCents },
-        ],
-      });
-      await trx.raw(
-        `WITH ${ledger.sql}
-         UPDATE vaults v SET balance_cents = balance_cents - x.a, spent_lifetime_cents = spent_lifetime_cents + x.a,
-                spent_prev_day_cents = CASE WHEN spent_day = x.day THEN spent_prev_day_cents
-                                            WHEN spent_day = x.day - 1 THEN spent_day_cents
-                                            WHEN spent_day = x.day + 1 THEN spent_prev_day_cents + x.a
-                                            WHEN spent_day > x.day THEN spent_prev_day_cents ELSE 0 END,
-                spent_day_cents = CASE WHEN spent_day = x.day THEN spent_day_cents + x.a
-                                       WHEN spent_day > x.day THEN spent_day_cents ELSE x.a END,
-                spent_day = greatest(spent_day, x.day)
-           FROM (SELECT ?::bigint AS a, ?::date AS day) x
-          WHERE v.id = ?`,
-        [...ledger.bindings, payment.amountCents, utcDay(at), vault.id],
-      );
+      // With the payment's ledger transaction (vault -> external:payments): migration 0020.
+      await trx.raw(`SELECT vault_record_spend(?, ?, ?, ?, ?::date, ?)`, [vault.id, vault.currency, payment.id, payment.amountCents, utcDay(at), at]);
     },
 
     async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
