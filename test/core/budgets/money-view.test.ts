@@ -119,6 +119,7 @@ describe("BudgetsService.GetMoneyView", () => {
     let release!: () => void;
     hold = new Promise<void>((r) => (release = r));
     const atStep = new Promise<void>((r) => (reached = r));
+    stack.clock.advance(1_000); // created after the declined one: the order is well defined
     const creating = stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams({ displayName: "Mid-flight" }) });
     try {
       await atStep;
