@@ -25,6 +25,7 @@ import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, S
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { checkBudgetInput, checkPaymentInput } from "./validation.js";
+import { getMoneyView } from "./money-view.js";
 import { UUID } from "../uuid.js";
 
 /**
@@ -747,9 +748,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return fail(Reason.INTERNAL, "CloseBudget is not implemented yet");
     },
 
-    async getMoneyView() {
-      return fail(Reason.INTERNAL, "GetMoneyView is not implemented yet");
-    },
+    getMoneyView: (req) => getMoneyView(deps, req),
 
     async reapProvisioning() {
       return { cleaned: await reap() };

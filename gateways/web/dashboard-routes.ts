@@ -1,10 +1,15 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { GrantSummary } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { VaultView } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { AgentSummary, GrantSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
-import { html } from "./html.js";
-import { PageError, type WebContext } from "./plugin.js";
-import { loadPending, paymentPath, pendingSection } from "./approval-routes.js";
+import { html, type Html } from "./html.js";
+import { PageError, reasonOf, type WebContext } from "./plugin.js";
+import { loadPending, money, paymentPath, pendingSection } from "./approval-routes.js";
+import { FORM_KEY, MONEY_NOTICES, MONEY_PATH, moneyReturnTo, parseAmount, prefillFrom, vaultAnchor, vaultCard, type CardOptions } from "./money.js";
 import { UUID } from "../shared/uuid.js";
+
+type Current = { token: string; session: WebSession };
 
 /** Fixed notices selected by a query flag; the flag's value is never echoed. */
 const NOTICES: Record<string, string> = {
@@ -14,7 +19,32 @@ const NOTICES: Record<string, string> = {
   "budget-activated": "The budget is active. Its agent can now spend within its limits.",
   "payment-declined": "The payment was declined. It will not be paid.",
   "budget-declined": "The budget was declined. It can never be activated.",
+  ...MONEY_NOTICES,
 };
+
+/**
+ * How a refused Fund or Close reads on the page (core's own message follows the title).
+ * Reasons not listed go to the plugin's error pages.
+ */
+const MONEY_ERRORS: Partial<Record<Reason, { status: number; title: string; hint?: string }>> = {
+  [Reason.INSUFFICIENT_FUNDS]: { status: 409, title: "Not enough money", hint: "The vault the money comes from holds less than that amount." },
+  [Reason.INVALID_REQUEST]: { status: 400, title: "That could not be done" },
+  [Reason.NOT_FOUND]: { status: 404, title: "No such budget", hint: "It may have been closed or removed meanwhile." },
+  [Reason.IDEMPOTENCY_CONFLICT]: {
+    status: 409,
+    title: "That form was already used",
+    hint: "Each Fund form moves money once, and this one was already sent with another amount. Enter the amount again below.",
+  },
+  [Reason.ACCESS_DENIED]: { status: 403, title: "Not allowed" },
+  [Reason.POLICY_DENIED]: { status: 403, title: "Not allowed" },
+  [Reason.VAULT_CONTENTION]: { status: 409, title: "The vault is busy", hint: "Another change to it is under way. Try again in a moment." },
+};
+
+/** A page-level answer to a Fund or Close form: the page it came from, with this card on top. */
+interface Problem {
+  status: number;
+  card: Html;
+}
 
 const when = (unixSeconds: bigint) => new Date(Number(unixSeconds) * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
 
@@ -58,6 +88,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       200,
       "Your agents",
       html`${notice(request)}
+      <p><a href="${MONEY_PATH}">Your money: balances, budgets and spending</a></p>
       <section class="card">${list}</section>
       <h2>Pending approvals</h2>
       ${pendingSection(pending, csrf)}
@@ -71,19 +102,65 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     );
   });
 
-  app.get("/dashboard/agents/:agentId", async (request, reply) => {
-    const { agentId } = request.params as { agentId: string };
-    const link = paymentLink(request);
-    if (link) return reply.redirect(link, 303);
-    const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, UUID.test(agentId) ? `/dashboard/agents/${agentId}` : "/dashboard/agents");
-    if (!UUID.test(agentId)) throw new PageError(404, "Not found", "There is no such agent.");
+  /** The owner's vaults and budgets (BudgetsService.GetMoneyView). */
+  const loadMoney = async (request: FastifyRequest, current: Current): Promise<VaultView[]> =>
+    (await ctx.budgets.getMoneyView({ sessionToken: current.token }, ctx.rpc(request))).vaults;
+
+  const cardOptions = (request: FastifyRequest, csrf: string, returnTo: string, all: VaultView[]): CardOptions => ({
+    csrf,
+    returnTo,
+    all,
+    prefill: prefillFrom(request.query as Record<string, unknown>),
+  });
+
+  /**
+   * An agent's page: an OAuth client's agent with its grants, or a budget's own agent
+   * (not an OAuth client: GetAgent does not know it) with its budget. Either way the
+   * money it can reach and its pending approvals.
+   */
+  async function agentPage(request: FastifyRequest, reply: FastifyReply, current: Current, agentId: string, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const { agent } = await ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request));
-    const a = agent!;
+    const [agent, vaults, all] = await Promise.all([
+      ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
+        (r) => r.agent,
+        (err: unknown) => {
+          if (reasonOf(err) === Reason.NOT_FOUND) return undefined;
+          throw err;
+        },
+      ),
+      loadMoney(request, current),
+      loadPending(ctx, request, current),
+    ]);
+    const here = `/dashboard/agents/${agentId.toLowerCase()}`;
+    const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
+    if (!agent && !budget) throw new PageError(404, "Not found", "There is no such agent.");
     // DESIGN 4.2: this agent's own pending approvals, with the same review links and Decline buttons.
-    const all = await loadPending(ctx, request, current);
-    const mine = { ...all, payments: all.payments.filter((p) => p.agentPrincipalId === a.agentId), budgets: all.budgets.filter((b) => b.agentPrincipalId === a.agentId) };
+    const id = agent?.agentId ?? budget!.agentPrincipalId;
+    const mine = { ...all, payments: all.payments.filter((p) => p.agentPrincipalId === id), budgets: all.budgets.filter((b) => b.agentPrincipalId === id) };
+    // The money this agent reaches: its budget, and the vaults its active grants act on.
+    const grantVaults = new Set((agent?.grants ?? []).filter((g) => g.state === "active").map((g) => g.vaultId));
+    const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
+    const options = cardOptions(request, csrf, here, vaults);
+    const moneySection = reach.length
+      ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}`
+      : html``;
+    const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
+    return ctx.send(
+      reply,
+      problem?.status ?? 200,
+      title,
+      html`${problem?.card ?? notice(request)}
+      <p class="muted">Agent <code>${id}</code>${agent?.clientId ? html` · client <code>${agent.clientId}</code>` : ""}${budget && !agent ? " · the agent of a budget" : ""}</p>
+      ${moneySection}
+      ${agent ? grantsSection(agent, csrf) : ""}
+      <h2>Pending approvals</h2>
+      ${pendingSection(mine, csrf)}
+      <p><a href="/dashboard/agents">All agents</a> · <a href="${MONEY_PATH}">Your money</a></p>`,
+      { email: current.session.email, csrf },
+    );
+  }
+
+  function grantsSection(a: AgentSummary, csrf: string): Html {
     const active = a.grants.filter((g) => g.state === "active");
     const past = a.grants.filter((g) => g.state !== "active").slice(0, 20);
     const row = (g: GrantSummary, revoke: boolean) =>
@@ -92,21 +169,138 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
         <td>${revoke
           ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
           : g.state}</td></tr>`;
+    return html`<h2>Active grants</h2>
+      <section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>
+      ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}`;
+  }
+
+  app.get("/dashboard/agents/:agentId", async (request, reply) => {
+    const { agentId } = request.params as { agentId: string };
+    const link = paymentLink(request);
+    if (link) return reply.redirect(link, 303);
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, UUID.test(agentId) ? `/dashboard/agents/${agentId}` : "/dashboard/agents");
+    if (!UUID.test(agentId)) throw new PageError(404, "Not found", "There is no such agent.");
+    return agentPage(request, reply, current, agentId);
+  });
+
+  /** {app_url}/dashboard/money: every vault and budget, spend against each cap, recent payments, pending approvals. */
+  async function moneyPage(request: FastifyRequest, reply: FastifyReply, current: Current, problem?: Problem) {
+    const csrf = ctx.csrfToken(request, reply);
+    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current)]);
+    const options = cardOptions(request, csrf, MONEY_PATH, vaults);
+    // What the owner holds in all, per currency (budgets' money is still the owner's).
+    const totals = new Map<string, bigint>();
+    for (const v of vaults) totals.set(v.currency, (totals.get(v.currency) ?? 0n) + v.balanceCents);
+    const budgets = vaults.filter((v) => v.parentVaultId).length;
     return ctx.send(
       reply,
-      200,
-      a.displayName,
-      html`${notice(request)}
-      <p class="muted">Agent <code>${a.agentId}</code>${a.clientId ? html` · client <code>${a.clientId}</code>` : ""}</p>
-      <h2>Active grants</h2>
-      <section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>
-      ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}
+      problem?.status ?? 200,
+      "Your money",
+      html`${problem?.card ?? notice(request)}
+      <section class="card summary"><p><span class="num big">${[...totals].map(([cur, cents], i) => html`${i ? " + " : ""}${money(cents, cur)}`)}</span>
+        <span class="muted">in ${vaults.length === 1 ? "your vault" : html`${vaults.length - budgets} vault${vaults.length - budgets === 1 ? "" : "s"} and ${budgets} budget${budgets === 1 ? "" : "s"}`}</span></p></section>
+      ${vaults.map((v) => vaultCard(v, options))}
       <h2>Pending approvals</h2>
-      ${pendingSection(mine, csrf)}
-      <p><a href="/dashboard/agents">All agents</a></p>`,
+      ${pendingSection(pending, csrf)}
+      <p><a href="/dashboard/agents">Your agents</a></p>`,
       { email: current.session.email, csrf },
     );
+  }
+
+  app.get(MONEY_PATH, async (request, reply) => {
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, MONEY_PATH);
+    return moneyPage(request, reply, current);
   });
+
+  /**
+   * Fund and Close, from the money view or an agent's page. Both need the session, the
+   * CSRF token and a fresh step-up: without one the owner goes through the step-up page
+   * and back (the typed amount kept). Core's refusals are shown on the page the form
+   * came from; the Fund form's per-render idempotency key makes a double submit move
+   * the money once.
+   */
+  async function moneyAction<T>(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    action: "fund" | "close",
+    /** Reads the form; a PageError(400) is shown on the page, before any step-up detour. */
+    check: (form: Map<string, string>) => T,
+    call: (current: Current, input: T, vaultId: string) => Promise<string>,
+  ) {
+    const { vaultId: rawId } = request.params as { vaultId: string };
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    const back = moneyReturnTo(form.params.get("return_to"));
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, back);
+    if (!UUID.test(rawId)) throw new PageError(404, "No such budget", "There is no such budget.");
+    const vaultId = rawId.toLowerCase();
+    const show = (problem: Problem) => (back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice("/dashboard/agents/".length), problem));
+    const refused = (status: number, title: string, detail: string, hint?: string) =>
+      show({ status, card: html`<div class="card error" role="alert"><p><strong>${title}.</strong> ${detail}</p>${hint ? html`<p>${hint}</p>` : ""}</div>` });
+
+    // Back here after the step-up, with what was typed still in the form.
+    const amount = form.params.get("amount") ?? "";
+    const again = action === "fund" && amount.length <= 24 && "cents" in parseAmount(amount) ? `?done=stepped-up&fund=${vaultId}&amount=${encodeURIComponent(amount)}` : "?done=stepped-up";
+    const stepUp = () => reply.redirect(`/stepup?return_to=${encodeURIComponent(`${back}${again}#${vaultAnchor(vaultId)}`)}`, 303);
+    let input: T;
+    try {
+      input = check(form.params);
+    } catch (err) {
+      if (err instanceof PageError && err.status === 400) return refused(400, err.title, err.detail);
+      throw err;
+    }
+    if (!current.session.stepUpFresh) return stepUp();
+    try {
+      const done = await call(current, input, vaultId);
+      return reply.redirect(`${back}?done=${done}#${vaultAnchor(vaultId)}`, 303);
+    } catch (err) {
+      const reason = reasonOf(err);
+      const row = reason === undefined ? undefined : MONEY_ERRORS[reason];
+      if (!row) throw err;
+      // A step-up that went stale meanwhile: through the step-up page again.
+      if (reason === Reason.ACCESS_DENIED) {
+        const now = await ctx.session(request);
+        if (now && !now.session.stepUpFresh) return stepUp();
+      }
+      return refused(row.status, row.title, (err as { rawMessage?: string }).rawMessage ?? "", row.hint);
+    }
+  }
+
+  app.post(`${MONEY_PATH}/budgets/:vaultId/fund`, async (request, reply) =>
+    moneyAction(
+      request,
+      reply,
+      "fund",
+      (form) => {
+        const parsed = parseAmount(form.get("amount"));
+        if ("error" in parsed) throw new PageError(400, "That amount cannot be used", parsed.error);
+        const key = form.get("idempotency_key") ?? "";
+        if (!FORM_KEY.test(key)) throw new PageError(400, "This form has expired", "Reload the page and try again.");
+        return { amountCents: parsed.cents, idempotencyKey: key };
+      },
+      async (current, input, vaultId) => {
+        const res = await ctx.budgets.fundBudget({ sessionToken: current.token, vaultId, ...input }, ctx.rpc(request));
+        return res.replayed ? "fund-replayed" : "funded";
+      },
+    ),
+  );
+
+  app.post(`${MONEY_PATH}/budgets/:vaultId/close`, async (request, reply) =>
+    moneyAction(
+      request,
+      reply,
+      "close",
+      (form) => ({ keepFunds: form.get("keep_funds") === "yes" }),
+      async (current, { keepFunds }, vaultId) => {
+        const res = await ctx.budgets.closeBudget({ sessionToken: current.token, vaultId, keepFunds }, ctx.rpc(request));
+        if (res.alreadyClosed) return "already-closed";
+        return keepFunds ? "closed-kept" : "closed";
+      },
+    ),
+  );
 
   app.post("/dashboard/agents/:agentId/grants/:grantId/revoke", async (request, reply) => {
     const { agentId, grantId } = request.params as { agentId: string; grantId: string };

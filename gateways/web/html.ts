@@ -42,12 +42,22 @@ ul.scopes{padding-left:1.2rem}code{word-break:break-all}.muted{color:#5b6572;fon
 .error{background:#fdecea;border-color:#f5c2bd}.ok{background:#ecfdf3;border-color:#b7ebc6}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:.35rem;border-bottom:1px solid #eef0f3;vertical-align:top}
 nav a{margin-right:1rem}
+.num{font-variant-numeric:tabular-nums}.big{font-size:1.5rem;font-weight:700}.balance{margin:.5rem 0}
+.vault-head{display:flex;justify-content:space-between;align-items:baseline;gap:.5rem}.vault-head h3{margin:0;font-size:1.05rem}
+.card.budget{margin-left:.75rem;border-left:4px solid #1b4fd8}
+.status{font-size:.8rem;padding:.1rem .5rem;border-radius:999px;background:#eef0f3;color:#5b6572;white-space:nowrap}
+.status-active{background:#ecfdf3;color:#05603a}.status-draft{background:#fff6e5;color:#8a4b00}
+.bar{margin:.6rem 0}.bar-text{display:flex;justify-content:space-between;gap:.5rem;font-size:.95rem}
+meter{display:block;width:100%;height:1.1rem;margin-top:.15rem}
+details summary{cursor:pointer;font-weight:600;margin:.5rem 0}.payments td{font-size:.9rem}.payments code{word-break:normal;white-space:nowrap}
+.money-form{border-top:1px solid #eef0f3;margin-top:.75rem;padding-top:.25rem}
+label.check{display:flex;gap:.5rem;align-items:center;font-weight:400}
 `;
 
 /** The page shell: phone-readable, no scripts. */
 export function page(title: string, body: Html, opts: { email?: string; csrf?: string } = {}): string {
   const nav = opts.email
-    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="/dashboard/agents">Your agents</a>
+    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="/dashboard/agents">Your agents</a> · <a href="/dashboard/money">Your money</a>
         <form method="post" action="/signout" style="display:inline"><input type="hidden" name="csrf" value="${opts.csrf ?? ""}"><button class="secondary" type="submit">Sign out</button></form></nav>`
     : html``;
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -864,6 +864,20 @@ const TABLE: Record<string, Entry> = {
       expect((await pendingIds(c, owner)).payments).to.include(fx.paymentId);
     },
   }),
+  // A read of the owner's own money: no step-up; another user's session sees only its own vaults.
+  "vaultgate.budgets.v1.BudgetsService/GetMoneyView": session((t) => ({ session_token: t }), {
+    setup: (c, owner) => c.f.fundedBudget(owner),
+    after: (_c, owner, fx, res) => {
+      expect(res!.vaults.map((v: { vault_id: string }) => v.vault_id)).to.deep.equal([owner.vaultId, fx.vaultId]);
+      expect(res!.vaults[1].balance_cents).to.equal("100000");
+    },
+    otherUserOk: (_c, owner, fx, res) => {
+      const seen = res!.vaults.map((v: { vault_id: string }) => v.vault_id);
+      expect(seen).to.have.length(1);
+      expect(seen).to.not.include(owner.vaultId);
+      expect(seen).to.not.include(fx.vaultId);
+    },
+  }),
   "vaultgate.budgets.v1.BudgetsService/GetBalance": agent((t) => ({ access_token: t }), { scope: "accounts:read" }),
   "vaultgate.budgets.v1.BudgetsService/ListGrantAudit": agent((t) => ({ access_token: t, limit: 10 }), { scope: "audit:stream" }),
   "vaultgate.budgets.v1.BudgetsService/FundVault": admin(async (c) => ({ vault_id: (await c.f.user()).vaultId, amount_cents: "100" })),

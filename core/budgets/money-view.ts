@@ -1,0 +1,129 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  BudgetStatus,
+  PaymentStatus,
+  type GetMoneyViewRequest,
+  type GetMoneyViewResponseSchema,
+  type PaymentSchema,
+  type VaultViewSchema,
+} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { Db } from "../db/knex.js";
+import type { SessionVerifier } from "../identity/sessions.js";
+import { createMoneyViewStore, type MoneyPaymentRow, type MoneyVaultRow } from "./money-view-store.js";
+
+export interface MoneyViewDeps {
+  db: Db;
+  sessions: SessionVerifier;
+  clock: () => Date;
+  /** `{app_url}`, for the step-up links of payments waiting for the owner. */
+  appUrl: string;
+}
+
+type VaultView = MessageInitShape<typeof VaultViewSchema>;
+type PaymentView = MessageInitShape<typeof PaymentSchema>;
+
+/**
+ * Stored budget statuses as the proto names them. A status this code does not know (a
+ * later migration's) reads as UNSPECIFIED rather than failing the whole view.
+ */
+const BUDGET_STATUS: Record<string, BudgetStatus> = {
+  draft: BudgetStatus.DRAFT,
+  active: BudgetStatus.ACTIVE,
+  declined: BudgetStatus.DECLINED,
+  closed: BudgetStatus.CLOSED,
+};
+
+const PAYMENT_STATUS: Record<string, PaymentStatus> = {
+  pending_step_up: PaymentStatus.PENDING_STEP_UP,
+  approved: PaymentStatus.APPROVED,
+  completed: PaymentStatus.COMPLETED,
+  declined: PaymentStatus.DECLINED,
+};
+
+/**
+ * BudgetsService.GetMoneyView: the signed-in owner's money at a glance. The user comes
+ * from the web session token, never from the request. Every vault the user owns, each
+ * root vault followed by its budgets (depth first, oldest first: a budget's own budgets
+ * follow it), with balance, today's and lifetime spend, the policy's caps and the newest
+ * payments. Two statements in one snapshot, however many vaults there are.
+ */
+export async function getMoneyView(deps: MoneyViewDeps, req: GetMoneyViewRequest): Promise<MessageInitShape<typeof GetMoneyViewResponseSchema>> {
+  const owner = await deps.sessions.verify(req.sessionToken);
+  const { vaults, payments } = await createMoneyViewStore(deps.db).read(owner.userId, deps.clock());
+
+  const recent = new Map<string, PaymentView[]>();
+  for (const p of payments) {
+    const list = recent.get(p.vaultId) ?? [];
+    list.push(paymentView(p, deps.appUrl));
+    recent.set(p.vaultId, list);
+  }
+
+  // Rows arrive oldest first; children are listed under their parent, depth first.
+  const ids = new Set(vaults.map((v) => v.vaultId));
+  const children = new Map<string, MoneyVaultRow[]>();
+  const roots: MoneyVaultRow[] = [];
+  for (const v of vaults) {
+    // A vault whose parent is not shown (not the user's, or mid-provisioning) stands on its own.
+    if (v.parentVaultId && ids.has(v.parentVaultId)) children.set(v.parentVaultId, [...(children.get(v.parentVaultId) ?? []), v]);
+    else roots.push(v);
+  }
+  const out: VaultView[] = [];
+  const seen = new Set<string>();
+  const visit = (v: MoneyVaultRow) => {
+    if (seen.has(v.vaultId)) return;
+    seen.add(v.vaultId);
+    out.push(vaultView(v, recent.get(v.vaultId) ?? []));
+    for (const c of children.get(v.vaultId) ?? []) visit(c);
+  };
+  for (const r of roots) visit(r);
+  // A parent cycle cannot be built through the API; should one exist, its vaults still show.
+  for (const v of vaults) visit(v);
+  return { vaults: out };
+}
+
+function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
+  const cents = (n: number | null) => (n === null ? undefined : BigInt(n));
+  const p = v.policy;
+  return {
+    vaultId: v.vaultId,
+    parentVaultId: v.parentVaultId ?? "",
+    agentPrincipalId: v.agentPrincipalId ?? "",
+    displayName: v.displayName,
+    status: v.budgetStatus === null ? BudgetStatus.UNSPECIFIED : (BUDGET_STATUS[v.budgetStatus] ?? BudgetStatus.UNSPECIFIED),
+    currency: v.currency,
+    balanceCents: BigInt(v.balanceCents),
+    spentTodayCents: BigInt(v.spentTodayCents),
+    spentLifetimeCents: BigInt(v.spentLifetimeCents),
+    limits: p
+      ? {
+          purpose: p.purpose,
+          amountCapCentsPerTx: cents(p.amountCapCentsPerTx),
+          amountCapCentsPerDay: cents(p.amountCapCentsPerDay),
+          amountCapCentsLifetime: cents(p.amountCapCentsLifetime),
+          stepUpAmountCents: cents(p.stepUpAmountCents),
+          chainAllowlist: p.chainAllowlist,
+          timeWindowEnd: p.timeWindowEnd ? timestampFromDate(p.timeWindowEnd) : undefined,
+          currency: v.currency,
+        }
+      : undefined,
+    recentPayments,
+  };
+}
+
+/** As BudgetsService answers payments elsewhere: a step-up link only while the owner can still act on it. */
+function paymentView(p: MoneyPaymentRow, appUrl: string): PaymentView {
+  const open = p.status === "pending_step_up" || p.status === "approved";
+  const agent = p.agentPrincipalId ? `/${encodeURIComponent(p.agentPrincipalId)}` : "";
+  return {
+    paymentId: p.id,
+    vaultId: p.vaultId,
+    status: PAYMENT_STATUS[p.status] ?? PaymentStatus.UNSPECIFIED,
+    amountCents: BigInt(p.amountCents),
+    currency: p.currency,
+    counterparty: { address: p.address, chain: p.chain, token: p.token },
+    createdAt: timestampFromDate(p.createdAt),
+    stepUpUrl: open ? `${appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}` : "",
+    agentPrincipalId: p.agentPrincipalId ?? "",
+  };
+}
