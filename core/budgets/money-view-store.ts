@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { spentTodaySql } from "./store.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -51,18 +52,6 @@ export interface MoneyPaymentRow {
 
 const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
-
-/**
- * Today's spend from the vault row's running totals (migration 0018), exactly as the
- * payment decisions read it (core/budgets/store.ts spentTodaySql), so the bar the owner
- * sees is the figure the daily cap is checked against: 0 when the row's spend day is
- * earlier than the reader's UTC day, that day's total when it is today, both days' when
- * the row is a day ahead (a payment stamped before midnight decided after), and the
- * lifetime when it is further ahead (a clock set back).
- */
-const spentTodaySql = (d: string) =>
-  `(CASE WHEN v.spent_day IS NULL OR v.spent_day < ${d} THEN 0 WHEN v.spent_day = ${d} THEN v.spent_day_cents
-         WHEN v.spent_day = ${d} + 1 THEN v.spent_day_cents + v.spent_prev_day_cents ELSE v.spent_lifetime_cents END)`;
 
 /** SQL for the owner's money at a glance (GetMoneyView): two statements whatever the number of vaults. */
 export function createMoneyViewStore(db: Db) {

@@ -180,7 +180,7 @@ function toPayment(r: Record<string, unknown>): PaymentRecord {
  * stamped after it). A reader further behind (a clock set back over a day) counts the
  * whole lifetime, erring towards refusal.
  */
-const spentTodaySql = (d: string) =>
+export const spentTodaySql = (d: string) =>
   `(CASE WHEN v.spent_day IS NULL OR v.spent_day < ${d} THEN 0 WHEN v.spent_day = ${d} THEN v.spent_day_cents
          WHEN v.spent_day = ${d} + 1 THEN v.spent_day_cents + v.spent_prev_day_cents ELSE v.spent_lifetime_cents END)`;
 
