@@ -139,7 +139,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
       };
       const result = await adminChange(ctx, "treasury.bind", partner.clientId, (trx) =>
-        store.upsert(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, deps.clock()),
+        store.bind(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, { id: randomUUID(), at: deps.clock() }),
       );
       return { treasury: toProto(partner, result.treasury), created: result.created };
     },
@@ -163,7 +163,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         const locked = await store.lock(trx, partner.id);
         if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
         if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);
-        return (await store.fund(trx, partner.id, amount, deps.clock()))!;
+        return store.fund(trx, locked, amount, { id: randomUUID(), at: deps.clock() });
       });
       return { treasury: toProto(partner, treasury) };
     },

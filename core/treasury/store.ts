@@ -1,5 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { movementCtes } from "../ledger/store.js";
+import { bindLegs, fundLegs } from "./ledger.js";
 
 export type TreasuryStatusName = "active" | "suspended" | "disabled" | "mandate_expired";
 
@@ -45,6 +47,12 @@ export interface ExecutionRecord {
   executedAt: Date;
 }
 
+/** A ledger movement's id and time, chosen by the caller. */
+export interface MovementStamp {
+  id: string;
+  at: Date;
+}
+
 export interface RecipientRecord {
   userId: string;
   status: "active" | "inactive";
@@ -52,6 +60,11 @@ export interface RecipientRecord {
 }
 
 type Conn = Knex | Knex.Transaction;
+
+async function lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {
+  const row = await trx("treasuries").where({ partner_id: partnerId }).forUpdate().first();
+  return row ? toTreasury(row) : undefined;
+}
 
 /** SQL for treasuries, batches and executions. */
 export function createTreasuryStore(db: Db) {
@@ -62,30 +75,39 @@ export function createTreasuryStore(db: Db) {
     },
 
     /** Reads and locks the treasury until the transaction ends: batches on one treasury run one at a time. */
-    async lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {
-      const row = await trx("treasuries").where({ partner_id: partnerId }).forUpdate().first();
-      return row ? toTreasury(row) : undefined;
-    },
+    lock,
 
-    /** Inserts or replaces the binding; spent totals survive a rebind. */
-    async upsert(
+    /**
+     * Inserts or replaces the binding (spent totals and status survive a rebind) and
+     * records the balance it sets in the ledger: the difference to what the treasury held
+     * is one "treasury.bind" movement, in the statement that sets it.
+     *
+     * A new treasury is first inserted empty (`ON CONFLICT DO NOTHING`: a concurrent first
+     * bind waits for the other's commit and then finds its row), then the row is locked and
+     * read, so the difference is computed from the balance no fund, batch or bind can change
+     * until this transaction ends.
+     */
+    async bind(
       trx: Knex.Transaction,
       t: Pick<TreasuryRecord, "partnerId" | "payerEntityId" | "currency" | "balanceCents"> & TreasuryLimits,
-      at: Date,
+      movement: MovementStamp,
     ): Promise<{ treasury: TreasuryRecord; created: boolean }> {
+      const inserted = await trx.raw(
+        `INSERT INTO treasuries (partner_id, payer_entity_id, currency, status, balance_cents, created_at, updated_at)
+         VALUES (?, ?, ?, 'active', 0, ?, ?) ON CONFLICT (partner_id) DO NOTHING RETURNING partner_id`,
+        [t.partnerId, t.payerEntityId, t.currency, movement.at, movement.at],
+      );
+      const created = (inserted.rows as unknown[]).length > 0;
+      const before = (await lock(trx, t.partnerId))!;
+      const legs = bindLegs(t.partnerId, before, t);
+      const ledger = legs.length > 0 ? movementCtes({ ...movement, kind: "treasury.bind", reference: `treasury:${t.partnerId}`, legs }) : undefined;
       const { rows } = await trx.raw(
-        `INSERT INTO treasuries (partner_id, payer_entity_id, currency, status, balance_cents,
-                                 cap_per_item_cents, cap_per_day_cents, cap_lifetime_cents, step_up_amount_cents,
-                                 created_at, updated_at)
-         VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (partner_id) DO UPDATE SET
-           payer_entity_id = EXCLUDED.payer_entity_id, currency = EXCLUDED.currency,
-           balance_cents = EXCLUDED.balance_cents, cap_per_item_cents = EXCLUDED.cap_per_item_cents,
-           cap_per_day_cents = EXCLUDED.cap_per_day_cents, cap_lifetime_cents = EXCLUDED.cap_lifetime_cents,
-           step_up_amount_cents = EXCLUDED.step_up_amount_cents, updated_at = EXCLUDED.updated_at
-         RETURNING *, (xmax = 0) AS created`,
+        `${ledger ? `WITH ${ledger.sql} ` : ""}UPDATE treasuries SET
+           payer_entity_id = ?, currency = ?, balance_cents = ?, cap_per_item_cents = ?, cap_per_day_cents = ?,
+           cap_lifetime_cents = ?, step_up_amount_cents = ?, updated_at = ?
+          WHERE partner_id = ? RETURNING *`,
         [
-          t.partnerId,
+          ...(ledger?.bindings ?? []),
           t.payerEntityId,
           t.currency,
           t.balanceCents,
@@ -93,12 +115,11 @@ export function createTreasuryStore(db: Db) {
           t.capPerDayCents,
           t.capLifetimeCents,
           t.stepUpAmountCents,
-          at,
-          at,
+          movement.at,
+          t.partnerId,
         ],
       );
-      const row = (rows as Record<string, unknown>[])[0]!;
-      return { treasury: toTreasury(row), created: row.created === true };
+      return { treasury: toTreasury((rows as Record<string, unknown>[])[0]!), created };
     },
 
     async setStatus(trx: Knex.Transaction, partnerId: string, status: TreasuryStatusName, at: Date): Promise<TreasuryRecord | undefined> {
@@ -106,12 +127,24 @@ export function createTreasuryStore(db: Db) {
       return rows[0] ? toTreasury(rows[0]) : undefined;
     },
 
-    async fund(trx: Knex.Transaction, partnerId: string, amountCents: number, at: Date): Promise<TreasuryRecord | undefined> {
-      const rows = await trx("treasuries")
-        .where({ partner_id: partnerId })
-        .update({ balance_cents: trx.raw("balance_cents + ?", [amountCents]), updated_at: at })
-        .returning("*");
-      return rows[0] ? toTreasury(rows[0]) : undefined;
+    /**
+     * Adds to the balance of a treasury locked by this transaction (so its currency cannot
+     * change) and records it in the ledger (external:funding -> treasury), in one statement.
+     */
+    async fund(trx: Knex.Transaction, locked: Pick<TreasuryRecord, "partnerId" | "currency">, amountCents: number, movement: MovementStamp): Promise<TreasuryRecord> {
+      const ledger = movementCtes({
+        ...movement,
+        kind: "treasury.fund",
+        reference: `treasury:${locked.partnerId}`,
+        legs: fundLegs(locked.partnerId, locked.currency, amountCents),
+      });
+      const { rows } = await trx.raw(`WITH ${ledger.sql} UPDATE treasuries SET balance_cents = balance_cents + ?, updated_at = ? WHERE partner_id = ? RETURNING *`, [
+        ...ledger.bindings,
+        amountCents,
+        movement.at,
+        locked.partnerId,
+      ]);
+      return toTreasury((rows as Record<string, unknown>[])[0]!);
     },
 
     async findBatch(partnerId: string, idempotencyKey: string, conn: Conn = db): Promise<BatchRecord | undefined> {
