@@ -19,7 +19,6 @@ import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
-import { enqueue } from "../partners/webhooks/outbox-store.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
@@ -286,37 +285,38 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           });
           const response = toBinary(BatchSchema, batch);
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
+          // One statement records the batch, debits the treasury and, for what it newly paid,
+          // posts the ledger transaction, credits each recipient's transfers and writes the
+          // events: DESIGN 4.3 payout.executed, one per batch listing the payouts it paid (a
+          // 500-item batch is one delivery, not 500), and transfer.settled per payout for the
+          // partners the recipient lets read their transfers (store.ts recordBatch).
           const stored = await store.recordBatch(
             trx,
             { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
             { amountCents: total, day: today, dayCents },
+            fresh.length === 0
+              ? undefined
+              : {
+                  currency: treasury.currency,
+                  items: fresh,
+                  executedEvent: {
+                    batch_id: batchId,
+                    payer_entity_id: input.payerEntityId,
+                    currency: treasury.currency,
+                    total_cents: total,
+                    executed_at: now.toISOString(),
+                    payouts: fresh.map((item) => ({
+                      payout_id: item.payoutId,
+                      execution_id: item.executionId,
+                      user_id: item.recipientUserId,
+                      amount_cents: item.amountCents,
+                      reference: item.reference,
+                    })),
+                  },
+                },
           );
           // Unreachable while every batch takes the treasury lock first; fail closed if not.
           if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
-          // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
-          // committed with them (a 500-item batch is one delivery, not 500).
-          if (fresh.length > 0) {
-            await enqueue(
-              trx,
-              partner.id,
-              "payout.executed",
-              {
-                batch_id: batchId,
-                payer_entity_id: input.payerEntityId,
-                currency: treasury.currency,
-                total_cents: total,
-                executed_at: now.toISOString(),
-                payouts: fresh.map((item) => ({
-                  payout_id: item.payoutId,
-                  execution_id: item.executionId,
-                  user_id: item.recipientUserId,
-                  amount_cents: item.amountCents,
-                  reference: item.reference,
-                })),
-              },
-              now,
-            );
-          }
           await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
           await deps.faults?.beforeCommit?.(batchId);
           return { replay: undefined, batch };
