@@ -19,7 +19,6 @@ import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
-import { enqueue } from "../partners/webhooks/outbox-store.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
@@ -139,7 +138,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
       };
       const result = await adminChange(ctx, "treasury.bind", partner.clientId, (trx) =>
-        store.upsert(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, deps.clock()),
+        store.bind(trx, { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits }, { id: randomUUID(), at: deps.clock() }),
       );
       return { treasury: toProto(partner, result.treasury), created: result.created };
     },
@@ -163,7 +162,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         const locked = await store.lock(trx, partner.id);
         if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
         if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);
-        return (await store.fund(trx, partner.id, amount, deps.clock()))!;
+        return store.fund(trx, locked, amount, { id: randomUUID(), at: deps.clock() });
       });
       return { treasury: toProto(partner, treasury) };
     },
@@ -286,37 +285,38 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           });
           const response = toBinary(BatchSchema, batch);
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
+          // One statement records the batch, debits the treasury and, for what it newly paid,
+          // posts the ledger transaction, credits each recipient's transfers and writes the
+          // events: DESIGN 4.3 payout.executed, one per batch listing the payouts it paid (a
+          // 500-item batch is one delivery, not 500), and transfer.settled per payout for the
+          // partners the recipient lets read their transfers (store.ts recordBatch).
           const stored = await store.recordBatch(
             trx,
             { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
             { amountCents: total, day: today, dayCents },
+            fresh.length === 0
+              ? undefined
+              : {
+                  currency: treasury.currency,
+                  items: fresh,
+                  executedEvent: {
+                    batch_id: batchId,
+                    payer_entity_id: input.payerEntityId,
+                    currency: treasury.currency,
+                    total_cents: total,
+                    executed_at: now.toISOString(),
+                    payouts: fresh.map((item) => ({
+                      payout_id: item.payoutId,
+                      execution_id: item.executionId,
+                      user_id: item.recipientUserId,
+                      amount_cents: item.amountCents,
+                      reference: item.reference,
+                    })),
+                  },
+                },
           );
           // Unreachable while every batch takes the treasury lock first; fail closed if not.
           if (!stored.inserted) throw new Error("idempotency key taken under the treasury lock");
-          // DESIGN 4.3 payout.executed: one event per batch listing the payouts it paid,
-          // committed with them (a 500-item batch is one delivery, not 500).
-          if (fresh.length > 0) {
-            await enqueue(
-              trx,
-              partner.id,
-              "payout.executed",
-              {
-                batch_id: batchId,
-                payer_entity_id: input.payerEntityId,
-                currency: treasury.currency,
-                total_cents: total,
-                executed_at: now.toISOString(),
-                payouts: fresh.map((item) => ({
-                  payout_id: item.payoutId,
-                  execution_id: item.executionId,
-                  user_id: item.recipientUserId,
-                  amount_cents: item.amountCents,
-                  reference: item.reference,
-                })),
-              },
-              now,
-            );
-          }
           await appendAudit(trx, ctx, { actor, action: BATCH_ACTION, subject: batchId });
           await deps.faults?.beforeCommit?.(batchId);
           return { replay: undefined, batch };

@@ -1,5 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { movementCtes } from "../ledger/store.js";
+import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL } from "./ledger.js";
 
 export type TreasuryStatusName = "active" | "suspended" | "disabled" | "mandate_expired";
 
@@ -45,6 +47,23 @@ export interface ExecutionRecord {
   executedAt: Date;
 }
 
+/**
+ * What a batch paid: its newly executed items (in batch order) and the payer's
+ * payout.executed event. Absent when the batch only reported already-executed items.
+ */
+export interface BatchPayout {
+  currency: string;
+  items: { executionId: string; recipientUserId: string; amountCents: number }[];
+  /** The `data` of the paying partner's payout.executed event. */
+  executedEvent: Record<string, unknown>;
+}
+
+/** A ledger movement's id and time, chosen by the caller. */
+export interface MovementStamp {
+  id: string;
+  at: Date;
+}
+
 export interface RecipientRecord {
   userId: string;
   status: "active" | "inactive";
@@ -52,6 +71,11 @@ export interface RecipientRecord {
 }
 
 type Conn = Knex | Knex.Transaction;
+
+async function lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {
+  const row = await trx("treasuries").where({ partner_id: partnerId }).forUpdate().first();
+  return row ? toTreasury(row) : undefined;
+}
 
 /** SQL for treasuries, batches and executions. */
 export function createTreasuryStore(db: Db) {
@@ -62,30 +86,39 @@ export function createTreasuryStore(db: Db) {
     },
 
     /** Reads and locks the treasury until the transaction ends: batches on one treasury run one at a time. */
-    async lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {
-      const row = await trx("treasuries").where({ partner_id: partnerId }).forUpdate().first();
-      return row ? toTreasury(row) : undefined;
-    },
+    lock,
 
-    /** Inserts or replaces the binding; spent totals survive a rebind. */
-    async upsert(
+    /**
+     * Inserts or replaces the binding (spent totals and status survive a rebind) and
+     * records the balance it sets in the ledger: the difference to what the treasury held
+     * is one "treasury.bind" movement, in the statement that sets it.
+     *
+     * A new treasury is first inserted empty (`ON CONFLICT DO NOTHING`: a concurrent first
+     * bind waits for the other's commit and then finds its row), then the row is locked and
+     * read, so the difference is computed from the balance no fund, batch or bind can change
+     * until this transaction ends.
+     */
+    async bind(
       trx: Knex.Transaction,
       t: Pick<TreasuryRecord, "partnerId" | "payerEntityId" | "currency" | "balanceCents"> & TreasuryLimits,
-      at: Date,
+      movement: MovementStamp,
     ): Promise<{ treasury: TreasuryRecord; created: boolean }> {
+      const inserted = await trx.raw(
+        `INSERT INTO treasuries (partner_id, payer_entity_id, currency, status, balance_cents, created_at, updated_at)
+         VALUES (?, ?, ?, 'active', 0, ?, ?) ON CONFLICT (partner_id) DO NOTHING RETURNING partner_id`,
+        [t.partnerId, t.payerEntityId, t.currency, movement.at, movement.at],
+      );
+      const created = (inserted.rows as unknown[]).length > 0;
+      const before = (await lock(trx, t.partnerId))!;
+      const legs = bindLegs(t.partnerId, before, t);
+      const ledger = legs.length > 0 ? movementCtes({ ...movement, kind: "treasury.bind", reference: `treasury:${t.partnerId}`, legs }) : undefined;
       const { rows } = await trx.raw(
-        `INSERT INTO treasuries (partner_id, payer_entity_id, currency, status, balance_cents,
-                                 cap_per_item_cents, cap_per_day_cents, cap_lifetime_cents, step_up_amount_cents,
-                                 created_at, updated_at)
-         VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (partner_id) DO UPDATE SET
-           payer_entity_id = EXCLUDED.payer_entity_id, currency = EXCLUDED.currency,
-           balance_cents = EXCLUDED.balance_cents, cap_per_item_cents = EXCLUDED.cap_per_item_cents,
-           cap_per_day_cents = EXCLUDED.cap_per_day_cents, cap_lifetime_cents = EXCLUDED.cap_lifetime_cents,
-           step_up_amount_cents = EXCLUDED.step_up_amount_cents, updated_at = EXCLUDED.updated_at
-         RETURNING *, (xmax = 0) AS created`,
+        `${ledger ? `WITH ${ledger.sql} ` : ""}UPDATE treasuries SET
+           payer_entity_id = ?, currency = ?, balance_cents = ?, cap_per_item_cents = ?, cap_per_day_cents = ?,
+           cap_lifetime_cents = ?, step_up_amount_cents = ?, updated_at = ?
+          WHERE partner_id = ? RETURNING *`,
         [
-          t.partnerId,
+          ...(ledger?.bindings ?? []),
           t.payerEntityId,
           t.currency,
           t.balanceCents,
@@ -93,12 +126,11 @@ export function createTreasuryStore(db: Db) {
           t.capPerDayCents,
           t.capLifetimeCents,
           t.stepUpAmountCents,
-          at,
-          at,
+          movement.at,
+          t.partnerId,
         ],
       );
-      const row = (rows as Record<string, unknown>[])[0]!;
-      return { treasury: toTreasury(row), created: row.created === true };
+      return { treasury: toTreasury((rows as Record<string, unknown>[])[0]!), created };
     },
 
     async setStatus(trx: Knex.Transaction, partnerId: string, status: TreasuryStatusName, at: Date): Promise<TreasuryRecord | undefined> {
@@ -106,12 +138,24 @@ export function createTreasuryStore(db: Db) {
       return rows[0] ? toTreasury(rows[0]) : undefined;
     },
 
-    async fund(trx: Knex.Transaction, partnerId: string, amountCents: number, at: Date): Promise<TreasuryRecord | undefined> {
-      const rows = await trx("treasuries")
-        .where({ partner_id: partnerId })
-        .update({ balance_cents: trx.raw("balance_cents + ?", [amountCents]), updated_at: at })
-        .returning("*");
-      return rows[0] ? toTreasury(rows[0]) : undefined;
+    /**
+     * Adds to the balance of a treasury locked by this transaction (so its currency cannot
+     * change) and records it in the ledger (external:funding -> treasury), in one statement.
+     */
+    async fund(trx: Knex.Transaction, locked: Pick<TreasuryRecord, "partnerId" | "currency">, amountCents: number, movement: MovementStamp): Promise<TreasuryRecord> {
+      const ledger = movementCtes({
+        ...movement,
+        kind: "treasury.fund",
+        reference: `treasury:${locked.partnerId}`,
+        legs: fundLegs(locked.partnerId, locked.currency, amountCents),
+      });
+      const { rows } = await trx.raw(`WITH ${ledger.sql} UPDATE treasuries SET balance_cents = balance_cents + ?, updated_at = ? WHERE partner_id = ? RETURNING *`, [
+        ...ledger.bindings,
+        amountCents,
+        movement.at,
+        locked.partnerId,
+      ]);
+      return toTreasury((rows as Record<string, unknown>[])[0]!);
     },
 
     async findBatch(partnerId: string, idempotencyKey: string, conn: Conn = db): Promise<BatchRecord | undefined> {
@@ -120,16 +164,109 @@ export function createTreasuryStore(db: Db) {
     },
 
     /**
-     * Records a batch and debits it on the locked treasury row, in one statement.
-     * `inserted: false` (and no debit) when the key was taken meanwhile.
+     * Records a batch and everything it paid, on the locked treasury row, in one statement:
+     * the batch row (its stored answer), the debit and spent totals, and for `payout` (the
+     * newly executed items):
+     * - one ledger transaction "payout" whose id is the batch id: the treasury account
+     *   debited by the total, one credit leg per item on its recipient's user account
+     *   (accounts not yet open are opened, in id order so concurrent batches never wait on
+     *   each other in a cycle);
+     * - one settled credit in each recipient's transfers (ledger_entries) per item, id
+     *   payoutTransferId(partner, execution id);
+     * - the events: payout.executed for the payer, then per item (in batch order) one
+     *   transfer.settled for every partner whose consent of the recipient includes
+     *   transfers:read now (partner id order).
+     * Every part is derived from one list of items, so the legs, the entries and the debit
+     * cannot disagree. `inserted: false` (and nothing written) when the key was taken meanwhile.
      */
     async recordBatch(
       trx: Knex.Transaction,
       b: BatchRecord,
       d: { amountCents: number; day: string; dayCents: number },
+      payout?: BatchPayout,
     ): Promise<{ inserted: boolean }> {
+      const paid = payout && payout.items.length > 0 ? payout : undefined;
+      if ((paid?.items.reduce((sum, i) => sum + i.amountCents, 0) ?? 0) !== d.amountCents) throw new Error("the batch debit is not the sum of its paid items");
+      const at = b.createdAt.toISOString();
+      const payoutCtes = paid
+        ? {
+            sql: `items AS MATERIALIZED (
+                    SELECT i.n, i.user_id, i.amount_cents, ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")} AS transfer_id
+                      FROM unnest(?::text[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, user_id, amount_cents, n)
+                  ),
+                  recipients AS MATERIALIZED (
+                    SELECT r.user_id, ledger_account_id('user', r.user_id::text, ?::text) AS account_id FROM (SELECT DISTINCT user_id FROM items) r
+                  ),
+                  payout_accounts AS (
+                    INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
+                    SELECT account_id, 'user', user_id::text, ?, ?::timestamptz FROM recipients ORDER BY account_id
+                    ON CONFLICT DO NOTHING
+                  ),
+                  payout_tx AS (
+                    INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, 'payout', ?, ?::timestamptz)
+                  ),
+                  payout_legs AS (
+                    INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at)
+                    SELECT ?::uuid, l.account_id, l.amount_cents, ?, ?::timestamptz
+                      FROM (SELECT 0::bigint AS n, ledger_account_id('treasury', ?::text, ?::text) AS account_id, (-sum(amount_cents))::bigint AS amount_cents FROM items
+                            UNION ALL
+                            SELECT i.n, r.account_id, i.amount_cents FROM items i JOIN recipients r ON r.user_id = i.user_id) l
+                     ORDER BY l.n
+                  ),
+                  payout_entries AS (
+                    INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
+                    SELECT transfer_id, user_id, 'credit', amount_cents, ?, 'settled', ?::timestamptz, ?::timestamptz FROM items ORDER BY n
+                  ),
+                  payout_events AS (
+                    INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at)
+                    SELECT gen_random_uuid(), e.partner_id, e.type, e.data, ?::timestamptz, ?::timestamptz
+                      FROM (SELECT 0::bigint AS n, ?::uuid AS partner_id, 'payout.executed' AS type, ?::jsonb AS data
+                            UNION ALL
+                            SELECT i.n, c.partner_id, 'transfer.settled',
+                                   jsonb_build_object('user_id', i.user_id, 'transfer_id', i.transfer_id, 'direction', 'credit',
+                                                      'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
+                                                      'created_at', ?::text, 'updated_at', ?::text)
+                              FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)) e
+                     ORDER BY e.n, e.partner_id
+                  ),`,
+            bindings: [
+              // items, recipients
+              b.partnerId,
+              paid.items.map((i) => i.executionId),
+              paid.items.map((i) => i.recipientUserId),
+              paid.items.map((i) => String(i.amountCents)),
+              paid.currency,
+              // payout_accounts
+              paid.currency,
+              b.createdAt,
+              // payout_tx
+              b.id,
+              `batch:${b.id}`,
+              b.createdAt,
+              // payout_legs
+              b.id,
+              paid.currency,
+              b.createdAt,
+              b.partnerId,
+              paid.currency,
+              // payout_entries
+              paid.currency,
+              b.createdAt,
+              b.createdAt,
+              // payout_events
+              b.createdAt,
+              b.createdAt,
+              b.partnerId,
+              JSON.stringify(paid.executedEvent),
+              paid.currency,
+              at,
+              at,
+            ] as Knex.RawBinding[],
+          }
+        : { sql: "", bindings: [] as Knex.RawBinding[] };
       const { rows } = await trx.raw(
-        `WITH batch AS (
+        `WITH ${payoutCtes.sql}
+         batch AS (
            INSERT INTO treasury_batches (id, partner_id, idempotency_key, request_hash, response, created_at)
            VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partner_id, idempotency_key) DO NOTHING RETURNING partner_id
          )
@@ -138,6 +275,7 @@ export function createTreasuryStore(db: Db) {
            FROM batch WHERE t.partner_id = batch.partner_id
          RETURNING t.partner_id`,
         [
+          ...payoutCtes.bindings,
           b.id,
           b.partnerId,
           b.idempotencyKey,
@@ -213,12 +351,19 @@ export function createTreasuryStore(db: Db) {
       return row ? toExecution(row) : undefined;
     },
 
-    /** The recipients among `userIds` that exist, with their status and this partner's consent scopes. */
+    /**
+     * The recipients among `userIds` that exist, with their status and this partner's
+     * consent scopes. Their user rows are held FOR KEY SHARE until the batch ends (what the
+     * foreign keys of their transfer entries take anyway): a change that locks a user
+     * (status, a recorded transfer) waits for the batch, or the batch for it, before
+     * either writes anything of that user.
+     */
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
       const { rows } = await trx.raw(
         `SELECT u.id AS user_id, u.status, coalesce(c.scopes, '{}') AS scopes
            FROM users u LEFT JOIN consents c ON c.user_id = u.id AND c.partner_id = ?
-          WHERE u.id = ANY(?::uuid[])`,
+          WHERE u.id = ANY(?::uuid[])
+            FOR KEY SHARE OF u`,
         [partnerId, userIds],
       );
       return (rows as Record<string, unknown>[]).map((r) => ({

@@ -1,0 +1,61 @@
+import { createHash } from "node:crypto";
+import { externalAccount, treasuryAccount, type ExternalAccount } from "../ledger/accounts.js";
+import type { Leg } from "../ledger/store.js";
+
+/**
+ * How treasury money shows in the double-entry ledger (core/ledger/store.ts).
+ *
+ * - `treasury fund`: external:funding -> treasury:<partner> ("treasury.fund").
+ * - `treasury bind` sets the balance: the difference to the balance held before is one
+ *   "treasury.bind" movement against external:funding. A rebind into another currency
+ *   moves the whole old balance out (old currency) and the new one in (new currency), so
+ *   the account of a currency the treasury no longer holds sums to zero.
+ * - A batch: one "payout" transaction whose id is the batch id; the treasury account is
+ *   debited by the batch total and each newly executed item credits its recipient's
+ *   user account (one leg per item), next to a settled credit entry in the recipient's
+ *   transfers (ledger_entries) whose id is `payoutTransferId` (store.ts recordBatch).
+ */
+
+/** Where operator money enters and leaves a treasury. */
+const FUNDING: ExternalAccount = "funding";
+
+/**
+ * The transfer id of a payout in its recipient's transfers: a UUID-shaped md5 of
+ * `payout:<partner id>:<execution id>`, the same as SQL `md5('payout:' || partner_id || ':' || execution_id)::uuid`.
+ * An execution id is used once per partner, so a payout has exactly one transfer and its
+ * id never changes.
+ */
+export function payoutTransferId(partnerId: string, executionId: string): string {
+  const h = createHash("md5").update(`payout:${partnerId.toLowerCase()}:${executionId}`).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/** SQL twin of payoutTransferId, over a partner id and an execution id expression. */
+export const PAYOUT_TRANSFER_ID_SQL = (partnerIdSql: string, executionIdSql: string) => `md5('payout:' || ${partnerIdSql} || ':' || ${executionIdSql})::uuid`;
+
+/** Legs of a fund: external:funding pays into the treasury. */
+export function fundLegs(partnerId: string, currency: string, amountCents: number): Leg[] {
+  return [
+    { account: externalAccount(FUNDING, currency), amountCents: -amountCents },
+    { account: treasuryAccount(partnerId, currency), amountCents },
+  ];
+}
+
+/**
+ * Legs that take a treasury from what it held before a bind (a first bind starts from an
+ * empty treasury in the new currency) to what the bind sets; empty when nothing changes.
+ */
+export function bindLegs(partnerId: string, before: { currency: string; balanceCents: number }, after: { currency: string; balanceCents: number }): Leg[] {
+  const legs: Leg[] = [];
+  const move = (currency: string, cents: number) => {
+    if (cents === 0) return;
+    legs.push({ account: treasuryAccount(partnerId, currency), amountCents: cents }, { account: externalAccount(FUNDING, currency), amountCents: -cents });
+  };
+  if (before.currency === after.currency) {
+    move(after.currency, after.balanceCents - before.balanceCents);
+  } else {
+    move(before.currency, -before.balanceCents);
+    move(after.currency, after.balanceCents);
+  }
+  return legs;
+}

@@ -1,0 +1,179 @@
+import { expect } from "chai";
+import { randomUUID } from "node:crypto";
+import { Webhook } from "standardwebhooks";
+import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
+import { bindTreasury, grantConsent } from "../../support/treasury.js";
+import { startWebhookReceiver } from "../../support/webhook-receiver.js";
+
+type Receiver = Awaited<ReturnType<typeof startWebhookReceiver>>;
+
+interface Transfer {
+  transfer_id: string;
+  direction: string;
+  amount_cents: number;
+  currency: string;
+  status: string;
+  created_at: string;
+  updated_at: string;
+}
+
+interface Delivered {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * A payout credits its recipient: over the real partner API, a batch paid by one partner
+ * shows up in the recipient's transfers for every partner the recipient lets read them,
+ * and reaches those partners as transfer.settled webhooks; partners without that consent
+ * see and hear nothing of it.
+ */
+describe("payouts in the recipients' transfers (HTTP)", () => {
+  let stack: TestStack;
+  let openapi: OpenApiChecker;
+  const receivers: Receiver[] = [];
+  before(async () => {
+    stack = await startStack({ gateway: true, webhookPollMs: 0 });
+    openapi = await loadOpenApi(stack.url);
+  });
+  after(async () => {
+    await stack.close();
+    for (const r of receivers) await r.close();
+  });
+
+  async function call(method: string, path: string, options: Parameters<typeof api>[3] = {}): Promise<ApiResponse> {
+    const res = await api(stack, method, path, options);
+    openapi.check(method, path, res);
+    return res;
+  }
+
+  /** A partner with its own webhook receiver and signing secret. */
+  async function partnerWithWebhook(entitlements: string[]) {
+    const receiver = await startWebhookReceiver();
+    receivers.push(receiver);
+    const partner = await createPartner(stack, { entitlements, webhookUrl: receiver.url });
+    const { secret } = await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
+    return { partner, receiver, secret, token: await mintPartnerToken(stack, partner) };
+  }
+
+  /** Every delivery verified with the standardwebhooks package (a bad signature throws). */
+  const verified = (receiver: Receiver, secret: string): Delivered[] =>
+    receiver.received.map((r) => new Webhook(secret).verify(r.body, r.headers as Record<string, string>) as Delivered);
+
+  const post = (token: string, json: unknown, key = `k-${randomUUID()}`) => call("POST", "/treasury/payouts", { token, json, headers: { "idempotency-key": key } });
+
+  const item = (userId: string, amount: number) => ({
+    execution_id: `ex-${randomUUID()}`,
+    payout_id: `po-${randomUUID()}`,
+    recipient: { user_id: userId },
+    amount_cents: amount,
+    currency: "USD",
+    reference: "May rebate",
+  });
+
+  async function transfersOf(token: string, userId: string): Promise<Transfer[]> {
+    const res = await call("GET", `/users/${userId}/transfers?limit=100`, { token });
+    expect(res.status, res.text).to.equal(200);
+    return (res.body as { data: Transfer[] }).data;
+  }
+
+  async function eventTypes(token: string): Promise<string[]> {
+    const res = await call("GET", "/events?limit=100", { token });
+    expect(res.status, res.text).to.equal(200);
+    return (res.body as { data: { type: string }[] }).data.map((e) => e.type);
+  }
+
+  it("credits the recipient: transfers and signed transfer.settled for partners with transfers:read, payout.executed for the payer, nothing for the others", async () => {
+    const payer = await partnerWithWebhook(["treasury:write", "payouts:receive", "transfers:read"]);
+    const reader = await partnerWithWebhook(["transfers:read"]);
+    const outsider = await partnerWithWebhook(["kyc:read", "transfers:read"]);
+    const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
+    // The recipient lets the payer pay them, the reader read their transfers, the outsider only read their KYC.
+    const { userId } = await createUserFor(stack, payer.partner, ["payouts:receive"]);
+    await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
+    await grantConsent(stack.admin, outsider.partner, userId, ["kyc:read"]);
+    // A second recipient the reader knows nothing of.
+    const { userId: stranger } = await createUserFor(stack, payer.partner, ["payouts:receive"]);
+
+    const body = { payer_entity_id: payerEntity, items: [item(userId, 1_500), item(stranger, 300), item(userId, 700)] };
+    const key = `k-${randomUUID()}`;
+    const paid = await post(payer.token, body, key);
+    expect(paid.status, paid.text).to.equal(200);
+    const batchId = (paid.body as { batch_id: string }).batch_id;
+
+    // The reader sees both credits in the recipient's transfers, settled, ids derived from the payer and the execution.
+    const seen = await transfersOf(reader.token, userId);
+    const ids = [body.items[0]!, body.items[2]!].map((i) => payoutTransferId(payer.partner.partnerId, i.execution_id));
+    expect(seen.map((t) => [t.transfer_id, t.direction, t.amount_cents, t.currency, t.status])).to.deep.equal([
+      [ids[0], "credit", 1_500, "USD", "settled"],
+      [ids[1], "credit", 700, "USD", "settled"],
+    ]);
+    // The reader is not told of the stranger's payout; the outsider may not read transfers; the payer has no such consent.
+    expectError(await call("GET", `/users/${stranger}/transfers`, { token: reader.token }), 404, "user_not_found");
+    expectError(await call("GET", `/users/${userId}/transfers`, { token: outsider.token }), 403, "grant_required");
+    expectError(await call("GET", `/users/${userId}/transfers`, { token: payer.token }), 403, "grant_required");
+
+    // The identical request again is a replay: nothing more is credited or announced.
+    const again = await post(payer.token, body, key);
+    expect(again.headers.get("idempotent-replayed")).to.equal("true");
+    expect(await transfersOf(reader.token, userId)).to.deep.equal(seen);
+
+    await stack.core.webhooks.runOnce();
+    const toReader = verified(reader.receiver, reader.secret);
+    expect(toReader.map((d) => d.type)).to.deep.equal(["transfer.settled", "transfer.settled"]);
+    expect(toReader.map((d) => d.data)).to.deep.equal(seen.map((t) => ({ user_id: userId, ...t })));
+    const toPayer = verified(payer.receiver, payer.secret);
+    expect(toPayer.map((d) => d.type)).to.deep.equal(["payout.executed"]);
+    expect(toPayer[0]!.data).to.deep.include({ batch_id: batchId, total_cents: 2_500 });
+    expect(outsider.receiver.received).to.deep.equal([]);
+    expect(await eventTypes(outsider.token)).to.deep.equal([]);
+    expect(await eventTypes(reader.token)).to.deep.equal(["transfer.settled", "transfer.settled"]);
+
+    // Same event shape as a transfer recorded by the operator (`vaultgate ledger record`).
+    await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 5n });
+    await stack.core.webhooks.runOnce();
+    const recorded = verified(reader.receiver, reader.secret).at(-1)!;
+    expect(recorded.type).to.equal("transfer.settled");
+    expect(Object.keys(recorded.data).sort()).to.deep.equal(Object.keys(toReader[0]!.data).sort());
+  });
+
+  it("a payer the recipient lets read their transfers gets payout.executed first, then transfer.settled per payout in batch order", async () => {
+    const payer = await partnerWithWebhook(["treasury:write", "payouts:receive", "transfers:read"]);
+    const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
+    const users = [await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"]), await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"])];
+    const body = { payer_entity_id: payerEntity, items: [item(users[1]!.userId, 40), item(users[0]!.userId, 60), item(users[1]!.userId, 20)] };
+    expect((await post(payer.token, body)).status).to.equal(200);
+    await stack.core.webhooks.runOnce();
+    const got = verified(payer.receiver, payer.secret);
+    expect(got.map((d) => d.type)).to.deep.equal(["payout.executed", "transfer.settled", "transfer.settled", "transfer.settled"]);
+    expect(got.slice(1).map((d) => [d.data.user_id, d.data.amount_cents, d.data.transfer_id])).to.deep.equal(
+      body.items.map((i) => [i.recipient.user_id, i.amount_cents, payoutTransferId(payer.partner.partnerId, i.execution_id)]),
+    );
+    const seen = await transfersOf(payer.token, users[1]!.userId);
+    expect(seen.map((t) => t.amount_cents)).to.deep.equal([40, 20]);
+  });
+
+  it("a consent to transfers:read revoked before the payout means no event and no access, granted later shows the payout", async () => {
+    const payer = await partnerWithWebhook(["treasury:write", "payouts:receive"]);
+    const reader = await partnerWithWebhook(["transfers:read"]);
+    const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 1_000n });
+    const { userId } = await createUserFor(stack, payer.partner, ["payouts:receive"]);
+    await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
+    await stack.admin.partnerResources.revokeConsent({ clientId: reader.partner.clientId, userId, scopes: { scopes: ["transfers:read"] } });
+    const body = { payer_entity_id: payerEntity, items: [item(userId, 250)] };
+    expect((await post(payer.token, body)).status).to.equal(200);
+    await stack.core.webhooks.runOnce();
+    expect(reader.receiver.received).to.deep.equal([]);
+    expectError(await call("GET", `/users/${userId}/transfers`, { token: reader.token }), 403, "grant_required");
+    // The transfer is the user's: a partner they let read it later sees it (events are not sent after the fact).
+    await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
+    const seen = await transfersOf(reader.token, userId);
+    expect(seen.map((t) => [t.transfer_id, t.amount_cents])).to.deep.equal([[payoutTransferId(payer.partner.partnerId, body.items[0]!.execution_id), 250]]);
+    await stack.core.webhooks.runOnce();
+    expect(reader.receiver.received).to.deep.equal([]);
+  });
+});
