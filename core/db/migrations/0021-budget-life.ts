@@ -8,6 +8,8 @@ import { runScript } from "../sql.js";
  *   `closed`, which no payment passes (the payment rules treat anything but `active` as
  *   an inactive policy) and which activation never changes back.
  * - Fund and close find a budget by its vault: one budget per vault, by index.
+ * - Closing declines a budget's payments that have not completed: found by a partial index
+ *   of the open ones, however long the vault's payment history.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(knex, `
@@ -16,6 +18,7 @@ export async function up(knex: Knex): Promise<void> {
       CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active', 'declined', 'closed'));
     ALTER TABLE budgets ADD COLUMN closed_at timestamptz;
     CREATE UNIQUE INDEX budgets_vault ON budgets (vault_id);
+    CREATE INDEX agent_payments_vault_open ON agent_payments (vault_id) WHERE status IN ('pending_step_up', 'approved');
     ALTER TABLE vault_policies DROP CONSTRAINT vault_policies_status_check;
     ALTER TABLE vault_policies ADD CONSTRAINT vault_policies_status_check CHECK (status IN ('draft', 'active', 'closed'));
   `);
@@ -26,6 +29,7 @@ export async function down(knex: Knex): Promise<void> {
     UPDATE vault_policies SET status = 'draft' WHERE status = 'closed';
     ALTER TABLE vault_policies DROP CONSTRAINT vault_policies_status_check;
     ALTER TABLE vault_policies ADD CONSTRAINT vault_policies_status_check CHECK (status IN ('draft', 'active'));
+    DROP INDEX agent_payments_vault_open;
     DROP INDEX budgets_vault;
     ALTER TABLE budgets DROP COLUMN closed_at;
     UPDATE budgets SET status = 'declined' WHERE status = 'closed';
