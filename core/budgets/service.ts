@@ -21,7 +21,7 @@ import { auditCursor, auditSince } from "../audit/service.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
 import { brokenRules, decide, evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
-import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
+import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState, VaultRecord } from "./store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
@@ -345,6 +345,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      // A closed budget's vault makes no budgets (a grant issued on it after the close could
+      // otherwise move its kept money on). Grants that existed at the close were revoked by it.
+      if ((await store.findBudgetByVault(trx, g.vaultId))?.status === "closed") fail(Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget");
       let budget: BudgetRecord;
       if (existing) {
         budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
@@ -423,20 +426,23 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   }
 
   /**
-   * Inside the acting transaction: the caller's grant read afresh (and locked, so a
-   * revocation committed first is seen and none commits in between), then the budget of
-   * `vaultId`, locked FOR UPDATE: every fund and close of one budget is ordered by this
-   * lock. An agent acts only on budgets under its grant's own vault (the budget's parent)
-   * and of its grant's user; the owner on their own budgets. Another user's budget, a
-   * vault that is no budget and an unfinished one are all "no such budget". Locks are
-   * taken in one order everywhere: the caller's grant, the budget, the budget's grants,
-   * then the vaults by id (a payment takes its grant, then its one vault).
+   * Inside the acting transaction: the budget of `vaultId`, locked FOR UPDATE (every fund
+   * and close of one budget is ordered by this lock), and the caller. An agent acts only on
+   * budgets under its grant's own vault (the budget's parent) and of its grant's user; the
+   * owner on their own budgets. Another user's budget, a vault that is no budget and an
+   * unfinished one are all "no such budget".
+   *
+   * Locks are taken in one order everywhere: budget rows (an ancestor before its
+   * descendants), then grants (the caller's, then those a close revokes), then vaults by
+   * id; a payment takes its grant, then its one vault. So the agent's grant is read once
+   * to refuse a dead one before any lock, and read again under lock (FOR NO KEY UPDATE:
+   * a revocation committed first is seen, none commits in between) after the budget's.
    */
   async function actingOn(trx: Trx, caller: BudgetCaller, vaultId: string, seen: { actor?: string }) {
     let userId: string;
     let grantVaultId: string | undefined;
     if (caller.kind === "agent") {
-      const g = usable(await store.findGrant(trx, caller.grantId, true));
+      const g = usable(await store.findGrant(trx, caller.grantId));
       seen.actor = actorOf(g);
       userId = g.userId;
       grantVaultId = g.vaultId;
@@ -449,6 +455,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     if (grantVaultId !== undefined && budget.parentVaultId !== grantVaultId) {
       fail(Reason.GRANT_REQUIRED, "the grant's vault is not this budget's parent vault: fund and close a budget with a grant on the vault it was created under");
     }
+    if (caller.kind === "agent") usable(await store.findGrant(trx, caller.grantId, true));
     return { budget, actor: seen.actor, agent: caller.kind === "agent" };
   }
 
@@ -465,17 +472,27 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
   /**
    * Moves everything a budget's vault holds back to its parent vault (ledger kind
-   * budget.sweep), when it holds anything. `why` makes the movement's id: a budget is
-   * declined at most once and closed at most once.
+   * budget.sweep), when it holds anything. `vaults` holds both rows, locked; their balances
+   * are updated in it. `why` makes the movement's id: a budget is declined at most once
+   * and closed at most once.
    */
-  async function sweep(trx: Trx, b: BudgetRecord, why: "close" | "decline", at: Date): Promise<{ sweptCents: number; transferId: string; currency: string }> {
-    const { parent, child } = await lockBudgetVaults(trx, b);
-    if (child.balanceCents <= 0) return { sweptCents: 0, transferId: "", currency: child.currency };
+  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline", at: Date): Promise<{ sweptCents: number; transferId: string }> {
+    const parent = vaults.get(b.parentVaultId)!;
+    const child = vaults.get(b.vaultId)!;
+    if (child.balanceCents <= 0) return { sweptCents: 0, transferId: "" };
     if (parent.balanceCents + child.balanceCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the parent vault's balance would exceed 2^53-1 cents");
     const transferId = derivedId("budget.sweep", b.vaultId, why);
     const moved = await store.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
     if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
-    return { sweptCents: child.balanceCents, transferId, currency: child.currency };
+    vaults.set(parent.id, moved.to);
+    vaults.set(child.id, moved.from);
+    return { sweptCents: child.balanceCents, transferId };
+  }
+
+  /** sweepInto for one budget, locking its vault and its parent first. */
+  async function sweep(trx: Trx, b: BudgetRecord, why: "close" | "decline", at: Date) {
+    const { parent, child } = await lockBudgetVaults(trx, b);
+    return sweepInto(trx, b, new Map([[parent.id, parent], [child.id, child]]), why, at);
   }
 
   /** A refusal made once the caller was known is audited (the token's own refusals are not: there is no actor). */
@@ -893,25 +910,40 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
             const v = (await store.findVault(trx, b.vaultId))!;
             return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
           }
+          // The budgets its agent made close with it, all levels down (top-down, locked).
+          const below = (await store.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
+          const closing = [b, ...below];
+          const vaultIds = closing.map((x) => x.vaultId);
           // Grants first (a payment locks its grant, then its vault): from here on none of
           // them pays, and none can be refreshed into a new one.
-          const revoked = await store.revokeVaultGrants(trx, b.userId, b.vaultId, now, "budget_closed");
-          const { child } = await lockBudgetVaults(trx, b);
+          const revoked = await store.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
+          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
+          for (const x of closing) {
+            const v = vaults.get(x.vaultId);
+            if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+          }
+          const parent = vaults.get(b.parentVaultId);
+          if (!parent || parent.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
           // A payment waiting for the owner (or approved and not yet repeated) never completes.
-          await store.declineOpenPayments(trx, b.vaultId, now);
-          // The policy is frozen: a grant issued on this vault later still pays nothing.
-          await store.closePolicy(trx, b.vaultId, now);
-          const closed = await store.updateBudget(trx, b.id, { status: "closed", closedAt: now }, now);
-          const swept = req.keepFunds ? { sweptCents: 0, transferId: "", currency: child.currency } : await sweep(trx, b, "close", now);
-          await audit.append(trx, {
-            requestId: ctx.values.get(kRequestId),
-            actor,
-            action: "agent.budget.close",
-            outcome: "success",
-            subject: b.vaultId,
-            at: now,
-          });
-          return { b: closed, ...swept, revoked, already: false };
+          await store.declineOpenPayments(trx, vaultIds, now);
+          // The policies are frozen: a grant issued on these vaults later still pays nothing.
+          await store.closePolicies(trx, vaultIds, now);
+          let closed = b;
+          for (const x of closing) {
+            const updated = await store.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
+            if (x.id === b.id) closed = updated;
+            await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.close", outcome: "success", subject: x.vaultId, at: now });
+          }
+          // Deepest first, each budget's money goes up to its parent, so what the closed
+          // budget's own budgets held reaches the vault the closed budget was made under.
+          let swept = { sweptCents: 0, transferId: "" };
+          if (!req.keepFunds) {
+            for (const x of [...closing].reverse()) {
+              const moved = await sweepInto(trx, x, vaults, "close", now);
+              if (x.id === b.id) swept = moved;
+            }
+          }
+          return { b: closed, ...swept, currency: vaults.get(b.vaultId)!.currency, revoked, already: false };
         });
         return {
           vaultId: out.b.vaultId,

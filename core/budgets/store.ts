@@ -201,9 +201,10 @@ interface SimulateRead {
 
 /**
  * Locks vault rows FOR UPDATE in id order, the one order every caller locking more than
- * one vault uses (fund, close and decline lock a budget's vault and its parent), so two of
- * them never wait on each other in a cycle. A payment locks one vault only. The rows are
- * sorted before they are locked (ORDER BY runs below the lock), so the order holds.
+ * one vault uses (fund and decline lock a budget's vault and its parent; close locks the
+ * vaults of every budget it closes and the top one's parent), so two of them never wait on
+ * each other in a cycle. A payment locks one vault only. The rows are sorted before they
+ * are locked (ORDER BY runs below the lock), so the order holds.
  */
 async function lockVaults(trx: Knex.Transaction, ids: string[]): Promise<Map<string, VaultRecord>> {
   const { rows } = await trx.raw(`SELECT * FROM vaults WHERE id = ANY(?::uuid[]) ORDER BY id FOR UPDATE`, [pgArray(ids)]);
@@ -387,9 +388,9 @@ export function createBudgetsStore(db: Db) {
     async activatePolicy(conn: Conn, vaultId: string, at: Date) {
       await conn("vault_policies").where({ vault_id: vaultId }).whereNot({ status: "closed" }).update({ status: "active", version: 1, updated_at: at });
     },
-    /** Freezes a closed budget's policy: no payment passes it again, and activation leaves it alone. */
-    async closePolicy(conn: Conn, vaultId: string, at: Date) {
-      await conn("vault_policies").where({ vault_id: vaultId }).update({ status: "closed", updated_at: at });
+    /** Freezes closed budgets' policies: no payment passes them again, and activation leaves them alone. */
+    async closePolicies(conn: Conn, vaultIds: string[], at: Date) {
+      await conn("vault_policies").whereIn("vault_id", vaultIds).update({ status: "closed", updated_at: at });
     },
 
     /** Which of a budget's resources still exist (for cleanup reports). */
@@ -495,16 +496,37 @@ export function createBudgetsStore(db: Db) {
      * revocation writes it; returns how many. Reached through the user's index (grants
      * have none on vault_id), in the same order as the kill switch's UPDATE.
      */
-    async revokeVaultGrants(trx: Knex.Transaction, userId: string, vaultId: string, at: Date, reason: string): Promise<number> {
+    async revokeVaultGrants(trx: Knex.Transaction, userId: string, vaultIds: string[], at: Date, reason: string): Promise<number> {
       return trx("grants")
-        .where({ user_id: userId, vault_id: vaultId })
+        .where({ user_id: userId })
+        .whereIn("vault_id", vaultIds)
         .whereNot({ state: "revoked" })
         .update({ state: "revoked", state_changed_at: at, state_reason: reason });
     },
 
-    /** Declines every payment of a vault that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
-    async declineOpenPayments(trx: Knex.Transaction, vaultId: string, at: Date): Promise<number> {
-      return trx("agent_payments").where({ vault_id: vaultId }).whereIn("status", ["pending_step_up", "approved"]).update({ status: "declined", declined_at: at });
+    /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
+    async declineOpenPayments(trx: Knex.Transaction, vaultIds: string[], at: Date): Promise<number> {
+      return trx("agent_payments").whereIn("vault_id", vaultIds).whereIn("status", ["pending_step_up", "approved"]).update({ status: "declined", declined_at: at });
+    },
+
+    /**
+     * The budgets under a budget's vault that are not closed, every level down (a budget's
+     * agent may have made budgets of its own), locked FOR UPDATE top-down: by depth, then
+     * id. Two closes of nested budgets lock their common budgets in the same order, and
+     * both lock an ancestor before its descendants, as a single budget's fund or close does.
+     * A closed budget's own budgets were closed with it, so the walk stops there.
+     */
+    async lockOpenDescendants(trx: Knex.Transaction, userId: string, vaultId: string): Promise<BudgetRecord[]> {
+      const { rows } = await trx.raw(
+        `WITH RECURSIVE sub (id, vault_id, depth) AS (
+           SELECT id, vault_id, 1 FROM budgets WHERE parent_vault_id = ? AND user_id = ? AND status IN ('draft', 'active', 'declined')
+           UNION ALL
+           SELECT b.id, b.vault_id, s.depth + 1 FROM budgets b JOIN sub s ON b.parent_vault_id = s.vault_id
+            WHERE b.user_id = ? AND b.status IN ('draft', 'active', 'declined'))
+         SELECT b.* FROM budgets b JOIN sub s ON s.id = b.id ORDER BY s.depth, b.id FOR UPDATE OF b`,
+        [vaultId, userId, userId],
+      );
+      return (rows as Record<string, unknown>[]).map(toBudget);
     },
 
     async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {

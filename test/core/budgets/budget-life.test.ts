@@ -208,6 +208,45 @@ describe("BudgetsService budget life: fund and close", () => {
       await expectLedgerBalanced(stack);
     });
 
+    it("closing a budget closes the budgets its agent made, all levels down; their money comes up; nothing new is made under it", async () => {
+      // root A -> B -> C -> D, each funded from its parent; C's agent has spent 500.
+      const { owner, parentToken, child: b } = await budgetUnderRoot(stack, { parentCents: 10_000n });
+      await fund(parentToken, b.vaultId, 5_000n);
+      const tokenB = await grantFor(stack, b, { stepUp: true });
+      const c = (await stack.clients.budgets.createBudget({ accessToken: tokenB, ...budgetParams({ stepUpAmountCents: undefined }) })).budget!;
+      await fund(tokenB, c.vaultId, 2_000n);
+      const cAgent = { userId: owner.userId, vaultId: c.vaultId, agentPrincipalId: c.agentPrincipalId };
+      const tokenC = await grantFor(stack, cAgent, { stepUp: true });
+      expect((await stack.clients.budgets.initiatePayment({ accessToken: tokenC, payment: payment({ amountCents: 500n }) })).payment!.status).to.equal(PaymentStatus.COMPLETED);
+      const d = (await stack.clients.budgets.createBudget({ accessToken: tokenC, ...budgetParams() })).budget!;
+      await fund(tokenC, d.vaultId, 300n);
+      const dToken = await grantFor(stack, { userId: owner.userId, vaultId: d.vaultId, agentPrincipalId: d.agentPrincipalId });
+      // A sibling under A stays as it is.
+      const sibling = (await stack.clients.budgets.createBudget({ accessToken: parentToken, ...budgetParams() })).budget!;
+      await fund(parentToken, sibling.vaultId, 100n);
+      await expectLedgerBalanced(stack);
+
+      const closed = await stack.clients.budgets.closeBudget({ accessToken: parentToken, vaultId: b.vaultId });
+      // D's 300 went to C, C's 1,200 + 300 to B, B's 3,000 + 1,500 to A.
+      expect([closed.sweptCents, closed.revokedGrants]).to.deep.equal([4_500n, 3]); // one grant on each of B, C and D
+      const balances = await Promise.all([owner.vaultId, b.vaultId, c.vaultId, d.vaultId, sibling.vaultId].map((v) => balanceOf(stack, v)));
+      expect(balances).to.deep.equal([9_400, 0, 0, 0, 100]);
+      const statuses = await Promise.all([b.vaultId, c.vaultId, d.vaultId, sibling.vaultId].map(async (v) => (await stack.core.db("budgets").where({ vault_id: v }).first()).status));
+      expect(statuses).to.deep.equal(["closed", "closed", "closed", "active"]);
+      const sweeps = await stack.core.db("ledger_transactions").where({ kind: "budget.sweep" }).whereIn("reference", [b, c, d].map((x) => `budget:${x.vaultId}`));
+      expect(sweeps).to.have.length(3);
+      await expectLedgerBalanced(stack);
+      for (const t of [tokenB, tokenC, dToken]) expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 1n }) }))).to.equal(Reason.INVALID_TOKEN);
+      // A grant issued later on a closed budget's vault neither pays nor makes budgets there.
+      const later = await grantFor(stack, cAgent, { stepUp: true });
+      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 1n }) }))).to.equal(Reason.POLICY_DENIED);
+      const made = await rejection(stack.clients.budgets.createBudget({ accessToken: later, ...budgetParams() }));
+      expect([made.detail?.reason, made.message]).to.deep.equal([Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget"]);
+      expect(await stack.core.db("budgets").where({ parent_vault_id: c.vaultId })).to.have.length(1);
+      // D alone was closed with its parents: closing it again changes nothing.
+      expect((await stack.clients.budgets.closeBudget({ accessToken: later, vaultId: d.vaultId })).alreadyClosed).to.equal(true);
+    });
+
     it("hostile callers: another user's budget, the budget's own grant, a vault that is no budget; an approved payment never completes after close", async () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: 500n } });
       await fund(parentToken, child.vaultId, 5_000n);
