@@ -7,7 +7,8 @@ export const PURPOSES = ["ap", "treasury", "trip", "market-research", "payroll",
 /** spec 2.1 / 8: amount fields are integers 0 to 2^53-1. */
 export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
 export interface Policy {
-  status: "draft" | "active";
+  /** `closed`: the budget was closed and its policy frozen; like a draft, it passes no payment. */
+  status: "draft" | "active" | "closed";
   amountCapCentsPerTx: number | null;
   amountCapCentsPerDay: number | null;
   amountCapCentsLifetime: number | null;

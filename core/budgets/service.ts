@@ -21,11 +21,11 @@ import { auditCursor, auditSince } from "../audit/service.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
 import { brokenRules, decide, evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
-import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState } from "./store.js";
+import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState, VaultRecord } from "./store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
-import { checkBudgetInput, checkPaymentInput } from "./validation.js";
 import { getMoneyView } from "./money-view.js";
+import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
 
 /**
@@ -75,9 +75,18 @@ export const SCOPES = {
 } as const;
 
 const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
+const STATUS_OF: Partial<Record<BudgetRecord["status"], BudgetStatus>> = {
+  draft: BudgetStatus.DRAFT,
+  active: BudgetStatus.ACTIVE,
+  declined: BudgetStatus.DECLINED,
+  closed: BudgetStatus.CLOSED,
+};
 const MAX_AUDIT_LIMIT = 500;
 
 type Trx = Knex.Transaction;
+
+/** Who calls FundBudget or CloseBudget: an agent (its grant not yet read) or the signed-in owner. */
+type BudgetCaller = { kind: "agent"; grantId: string } | { kind: "owner"; userId: string };
 
 /** A newer attempt (a retry, or the reaper) took the saga over: this one must stop writing. */
 class SagaFenced extends Error {}
@@ -146,7 +155,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       agentPrincipalId: b.agentPrincipalId,
       vaultId: b.vaultId,
       policyVersion: BigInt(b.policyVersion),
-      status: b.status === "active" ? BudgetStatus.ACTIVE : b.status === "declined" ? BudgetStatus.DECLINED : BudgetStatus.DRAFT,
+      status: STATUS_OF[b.status] ?? BudgetStatus.DRAFT,
       createdAt: timestampFromDate(b.createdAt),
       displayName: b.params.displayName,
       limits: {
@@ -337,6 +346,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      // A closed budget's vault makes no budgets (a grant issued on it after the close could
+      // otherwise move its kept money on). Grants that existed at the close were revoked by it.
+      if ((await store.findBudgetByVault(trx, g.vaultId))?.status === "closed") fail(Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget");
       let budget: BudgetRecord;
       if (existing) {
         budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
@@ -359,6 +371,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           remaining: [],
           createdAt: now,
           updatedAt: now,
+          closedAt: null,
         };
         const { inserted } = await store.insertBudget(trx, budget);
         // The same key raced in from another call, which now provisions it.
@@ -397,6 +410,99 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     return cleaned;
   }
 
+  /**
+   * FundBudget's and CloseBudget's caller, before any transaction: exactly one of an
+   * agent's access token (verified, with agent:budget:create; its grant is read later,
+   * inside the acting transaction) and the owner's web session (with a fresh step-up).
+   */
+  async function budgetCaller(accessToken: string, sessionToken: string, what: string): Promise<BudgetCaller> {
+    if (accessToken && sessionToken) fail(Reason.INVALID_REQUEST, "set exactly one of access_token and session_token");
+    if (sessionToken) {
+      const owner = await deps.sessions.verify(sessionToken);
+      if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, `${what} needs a fresh step-up`);
+      return { kind: "owner", userId: owner.userId };
+    }
+    const claims = await claimsFor(accessToken, SCOPES.budgetCreate);
+    return { kind: "agent", grantId: claims.jti };
+  }
+
+  /**
+   * Inside the acting transaction: the budget of `vaultId`, locked FOR UPDATE (every fund
+   * and close of one budget is ordered by this lock), and the caller. An agent acts only on
+   * budgets under its grant's own vault (the budget's parent) and of its grant's user; the
+   * owner on their own budgets. Another user's budget, a vault that is no budget and an
+   * unfinished one are all "no such budget".
+   *
+   * Locks are taken in one order everywhere: budget rows (an ancestor before its
+   * descendants), then grants (the caller's, then those a close revokes), then vaults by
+   * id; a payment takes its grant, then its one vault. So the agent's grant is read once
+   * to refuse a dead one before any lock, and read again under lock (FOR NO KEY UPDATE:
+   * a revocation committed first is seen, none commits in between) after the budget's.
+   */
+  async function actingOn(trx: Trx, caller: BudgetCaller, vaultId: string, seen: { actor?: string }) {
+    let userId: string;
+    let grantVaultId: string | undefined;
+    if (caller.kind === "agent") {
+      const g = usable(await store.findGrant(trx, caller.grantId));
+      seen.actor = actorOf(g);
+      userId = g.userId;
+      grantVaultId = g.vaultId;
+    } else {
+      seen.actor = `user:${caller.userId}`;
+      userId = caller.userId;
+    }
+    const budget = await store.findBudgetByVault(trx, vaultId, true);
+    if (!budget || budget.userId !== userId) fail(Reason.NOT_FOUND, "no such budget");
+    if (grantVaultId !== undefined && budget.parentVaultId !== grantVaultId) {
+      fail(Reason.GRANT_REQUIRED, "the grant's vault is not this budget's parent vault: fund and close a budget with a grant on the vault it was created under");
+    }
+    if (caller.kind === "agent") usable(await store.findGrant(trx, caller.grantId, true));
+    return { budget, actor: seen.actor, agent: caller.kind === "agent" };
+  }
+
+  /** The budget's vault and its parent, locked (lockVaults' order), both the budget owner's. */
+  async function lockBudgetVaults(trx: Trx, b: BudgetRecord) {
+    const locked = await store.lockVaults(trx, [b.parentVaultId, b.vaultId]);
+    const parent = locked.get(b.parentVaultId);
+    const child = locked.get(b.vaultId);
+    if (!parent || !child || parent.ownerUserId !== b.userId || child.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+    // A child vault is made in its parent's currency and neither ever changes.
+    if (parent.currency !== child.currency) throw new Error(`budget vault ${b.vaultId} is in ${child.currency}, its parent in ${parent.currency}`);
+    return { parent, child };
+  }
+
+  /**
+   * Moves everything a budget's vault holds back to its parent vault (ledger kind
+   * budget.sweep), when it holds anything. `vaults` holds both rows, locked; their balances
+   * are updated in it. `why` makes the movement's id: a budget is declined at most once
+   * and closed at most once.
+   */
+  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline", at: Date): Promise<{ sweptCents: number; transferId: string }> {
+    const parent = vaults.get(b.parentVaultId)!;
+    const child = vaults.get(b.vaultId)!;
+    if (child.balanceCents <= 0) return { sweptCents: 0, transferId: "" };
+    if (parent.balanceCents + child.balanceCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the parent vault's balance would exceed 2^53-1 cents");
+    const transferId = derivedId("budget.sweep", b.vaultId, why);
+    const moved = await store.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
+    if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
+    vaults.set(parent.id, moved.to);
+    vaults.set(child.id, moved.from);
+    return { sweptCents: child.balanceCents, transferId };
+  }
+
+  /** sweepInto for one budget, locking its vault and its parent first. */
+  async function sweep(trx: Trx, b: BudgetRecord, why: "close" | "decline", at: Date) {
+    const { parent, child } = await lockBudgetVaults(trx, b);
+    return sweepInto(trx, b, new Map([[parent.id, parent], [child.id, child]]), why, at);
+  }
+
+  /** A refusal made once the caller was known is audited (the token's own refusals are not: there is no actor). */
+  async function auditRefusal(ctx: HandlerContext, actor: string | undefined, action: string, subject: string, err: unknown): Promise<void> {
+    const reason = errorDetailOf(err)?.reason;
+    if (!actor || reason === undefined || reason === Reason.INVALID_TOKEN || reason === Reason.AUDIT_UNAVAILABLE) return;
+    await auditOutside(ctx, actor, action, "failure", Reason[reason].toLowerCase(), subject);
+  }
+
   return {
     async createBudget(req, ctx) {
       const now = clock();
@@ -427,6 +533,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
         // spec 2.2 knows only draft and active; a declined budget is not reprovisioned under its key.
         if (existing.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
+        // Nor is a closed one: closing is final.
+        if (existing.status === "closed") fail(Reason.ACCESS_DENIED, "this budget was closed");
         if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
       }
 
@@ -506,6 +614,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
         if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
+        if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
         if (b.status === "active") return b;
         await store.activatePolicy(trx, b.vaultId, now);
         const updated = await store.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
@@ -668,6 +777,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") return b;
         if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
+        // The owner may have funded the draft: what it holds goes back to the parent vault.
+        await sweep(trx, b, "decline", now);
         const declined = await store.updateBudget(trx, b.id, { status: "declined" }, now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
         return declined;
@@ -740,12 +851,116 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
     },
 
-    async fundBudget() {
-      return fail(Reason.INTERNAL, "FundBudget is not implemented yet");
+    async fundBudget(req, ctx) {
+      const caller = await budgetCaller(req.accessToken, req.sessionToken, "funding a budget");
+      const amountCents = checkFundInput(req.amountCents, req.idempotencyKey);
+      if (!UUID.test(req.vaultId)) fail(Reason.NOT_FOUND, "no such budget");
+      const vaultId = req.vaultId.toLowerCase();
+      // The key's ledger transaction: the same key on the same budget names the same movement.
+      const transferId = derivedId("budget.fund", vaultId, req.idempotencyKey);
+      const seen: { actor?: string } = {};
+      try {
+        const out = await db.transaction(async (trx) => {
+          const now = clock();
+          const { budget: b, actor, agent } = await actingOn(trx, caller, vaultId, seen);
+          const current = (await store.findVault(trx, b.vaultId))!;
+          // A replay answers what the key did, whatever the budget became since.
+          const prior = await store.findTransfer(trx, transferId, { vaultId: b.vaultId, currency: current.currency });
+          if (prior) {
+            if (prior.kind !== "budget.fund" || prior.amountCents !== amountCents) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with another amount");
+            return { b, vault: current, replayed: true };
+          }
+          if (b.status === "closed") fail(Reason.ACCESS_DENIED, "the budget is closed");
+          if (b.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
+          // Money goes into a budget an agent made without a step-up only once its owner looked at it.
+          if (b.status === "draft" && agent) fail(Reason.ACCESS_DENIED, "the budget is a draft awaiting its owner's approval: only the owner can fund it");
+          const { parent, child } = await lockBudgetVaults(trx, b);
+          if (parent.balanceCents < amountCents) fail(Reason.INSUFFICIENT_FUNDS, "the parent vault's balance is below the amount");
+          if (child.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the budget's balance would exceed 2^53-1 cents");
+          const moved = await store.moveBetweenVaults(trx, parent, child, amountCents, { id: transferId, kind: "budget.fund", reference: `budget:${b.vaultId}`, at: now });
+          // Impossible while the budget is locked (findTransfer saw no such movement).
+          if (!moved.moved) throw new Error(`budget funding ${transferId} was already in the ledger`);
+          await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.fund", outcome: "success", subject: b.vaultId, at: now });
+          return { b, vault: moved.to, replayed: false };
+        });
+        return {
+          transferId,
+          vaultId: out.b.vaultId,
+          parentVaultId: out.b.parentVaultId,
+          amountCents: BigInt(amountCents),
+          currency: out.vault.currency,
+          balanceCents: BigInt(out.vault.balanceCents),
+          replayed: out.replayed,
+        };
+      } catch (err) {
+        await auditRefusal(ctx, seen.actor, "agent.budget.fund", vaultId, err);
+        throw err;
+      }
     },
 
-    async closeBudget() {
-      return fail(Reason.INTERNAL, "CloseBudget is not implemented yet");
+    async closeBudget(req, ctx) {
+      const caller = await budgetCaller(req.accessToken, req.sessionToken, "closing a budget");
+      if (!UUID.test(req.vaultId)) fail(Reason.NOT_FOUND, "no such budget");
+      const vaultId = req.vaultId.toLowerCase();
+      const seen: { actor?: string } = {};
+      try {
+        const out = await db.transaction(async (trx) => {
+          const now = clock();
+          const { budget: b, actor } = await actingOn(trx, caller, vaultId, seen);
+          if (b.status === "closed") {
+            const v = (await store.findVault(trx, b.vaultId))!;
+            return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
+          }
+          // The budgets its agent made close with it, all levels down (top-down, locked).
+          const below = (await store.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
+          const closing = [b, ...below];
+          const vaultIds = closing.map((x) => x.vaultId);
+          // Grants first (a payment locks its grant, then its vault): from here on none of
+          // them pays, and none can be refreshed into a new one.
+          const revoked = await store.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
+          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
+          for (const x of closing) {
+            const v = vaults.get(x.vaultId);
+            if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+          }
+          const parent = vaults.get(b.parentVaultId);
+          if (!parent || parent.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+          // A payment waiting for the owner (or approved and not yet repeated) never completes.
+          await store.declineOpenPayments(trx, vaultIds, now);
+          // The policies are frozen: a grant issued on these vaults later still pays nothing.
+          await store.closePolicies(trx, vaultIds, now);
+          let closed = b;
+          for (const x of closing) {
+            const updated = await store.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
+            if (x.id === b.id) closed = updated;
+            await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.close", outcome: "success", subject: x.vaultId, at: now });
+          }
+          // Deepest first, each budget's money goes up to its parent, so what the closed
+          // budget's own budgets held reaches the vault the closed budget was made under.
+          let swept = { sweptCents: 0, transferId: "" };
+          if (!req.keepFunds) {
+            for (const x of [...closing].reverse()) {
+              const moved = await sweepInto(trx, x, vaults, "close", now);
+              if (x.id === b.id) swept = moved;
+            }
+          }
+          return { b: closed, ...swept, currency: vaults.get(b.vaultId)!.currency, revoked, already: false };
+        });
+        return {
+          vaultId: out.b.vaultId,
+          parentVaultId: out.b.parentVaultId,
+          status: BudgetStatus.CLOSED,
+          sweptCents: BigInt(out.sweptCents),
+          currency: out.currency,
+          transferId: out.transferId,
+          revokedGrants: out.revoked,
+          alreadyClosed: out.already,
+          closedAt: out.b.closedAt ? timestampFromDate(out.b.closedAt) : undefined,
+        };
+      } catch (err) {
+        await auditRefusal(ctx, seen.actor, "agent.budget.close", vaultId, err);
+        throw err;
+      }
     },
 
     getMoneyView: (req) => getMoneyView(deps, req),
@@ -788,6 +1003,16 @@ export function canonicalJson(value: unknown): string {
     return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
   }
   return JSON.stringify(value);
+}
+
+/**
+ * A UUID that is a pure function of its parts (RFC 9562 version 8: custom, from SHA-256),
+ * for ledger transactions whose id is their idempotency key.
+ */
+export function derivedId(...parts: string[]): string {
+  const h = createHash("sha256").update(parts.join("\n")).digest("hex");
+  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }
 
 function sha256(s: string): string {

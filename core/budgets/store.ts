@@ -4,12 +4,14 @@ import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { pgArray } from "../db/sql.js";
 import { UUID } from "../uuid.js";
-import { externalAccount, vaultAccount } from "../ledger/accounts.js";
+import { accountId, externalAccount, vaultAccount } from "../ledger/accounts.js";
 import { movementCtes } from "../ledger/store.js";
 
 type Conn = Knex | Knex.Transaction;
 
-export type BudgetStatusName = "provisioning" | "failed" | "cleanup_pending" | "draft" | "active" | "declined";
+export type BudgetStatusName = "provisioning" | "failed" | "cleanup_pending" | "draft" | "active" | "declined" | "closed";
+/** The statuses of a budget whose saga finished: it has a vault, an agent principal and a policy. */
+export const PROVISIONED: readonly BudgetStatusName[] = ["draft", "active", "declined", "closed"];
 export type StepName = "vault" | "agent_principal" | "policy";
 export type StepState = "pending" | "done" | "failed" | "compensated" | "compensation_failed";
 
@@ -42,6 +44,8 @@ export interface BudgetRecord {
   remaining: string[];
   createdAt: Date;
   updatedAt: Date;
+  /** When CloseBudget closed it; null before. */
+  closedAt: Date | null;
 }
 
 export interface VaultRecord {
@@ -128,6 +132,7 @@ function toBudget(r: Record<string, unknown>): BudgetRecord {
     remaining: (r.remaining as string[]) ?? [],
     createdAt: date(r.created_at),
     updatedAt: date(r.updated_at),
+    closedAt: r.closed_at ? date(r.closed_at) : null,
   };
 }
 
@@ -194,6 +199,18 @@ interface SimulateRead {
   audit?: { requestId: string; at: Date; currency: string };
 }
 
+/**
+ * Locks vault rows FOR UPDATE in id order, the one order every caller locking more than
+ * one vault uses (fund and decline lock a budget's vault and its parent; close locks the
+ * vaults of every budget it closes and the top one's parent), so two of them never wait on
+ * each other in a cycle. A payment locks one vault only. The rows are sorted before they
+ * are locked (ORDER BY runs below the lock), so the order holds.
+ */
+async function lockVaults(trx: Knex.Transaction, ids: string[]): Promise<Map<string, VaultRecord>> {
+  const { rows } = await trx.raw(`SELECT * FROM vaults WHERE id = ANY(?::uuid[]) ORDER BY id FOR UPDATE`, [pgArray(ids)]);
+  return new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), toVault(r)]));
+}
+
 /** SQL for budgets, vault policies, provisioning claims, vault balances and agent payments. */
 export function createBudgetsStore(db: Db) {
   // payments.simulate's read: the grant and everything its decision needs, for many
@@ -247,9 +264,17 @@ export function createBudgetsStore(db: Db) {
       return row ? toBudget(row) : undefined;
     },
 
-    /** The provisioned budget (draft, active or declined) of a child agent principal. */
+    /** The provisioned budget (draft, active, declined or closed) of a child agent principal. */
     async findBudgetByAgent(conn: Conn, agentPrincipalId: string, lock = false): Promise<BudgetRecord | undefined> {
-      const q = conn("budgets").where({ agent_principal_id: agentPrincipalId }).whereIn("status", ["draft", "active", "declined"]).first();
+      const q = conn("budgets").where({ agent_principal_id: agentPrincipalId }).whereIn("status", PROVISIONED).first();
+      const row = lock ? await q.forUpdate() : await q;
+      return row ? toBudget(row) : undefined;
+    },
+
+    /** The provisioned budget (draft, active, declined or closed) whose vault this is. A non-UUID id names none. */
+    async findBudgetByVault(conn: Conn, vaultId: string, lock = false): Promise<BudgetRecord | undefined> {
+      if (!UUID.test(vaultId)) return undefined;
+      const q = conn("budgets").where({ vault_id: vaultId.toLowerCase() }).whereIn("status", PROVISIONED).first();
       const row = lock ? await q.forUpdate() : await q;
       return row ? toBudget(row) : undefined;
     },
@@ -272,7 +297,7 @@ export function createBudgetsStore(db: Db) {
     async updateBudget(
       conn: Conn,
       id: string,
-      fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt">>,
+      fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt" | "closedAt">>,
       at: Date,
     ): Promise<BudgetRecord> {
       const patch: Record<string, unknown> = { updated_at: at };
@@ -281,7 +306,8 @@ export function createBudgetsStore(db: Db) {
       if (fields.steps !== undefined) patch.steps = JSON.stringify(fields.steps);
       if (fields.remaining !== undefined) patch.remaining = fields.remaining;
       if (fields.grantId !== undefined) patch.grant_id = fields.grantId;
-    if (fields.attempt !== undefined) patch.attempt = fields.attempt;
+      if (fields.attempt !== undefined) patch.attempt = fields.attempt;
+      if (fields.closedAt !== undefined) patch.closed_at = fields.closedAt;
       const [row] = await conn("budgets").where({ id }).update(patch).returning("*");
       return toBudget(row);
     },
@@ -358,8 +384,13 @@ export function createBudgetsStore(db: Db) {
     async deletePolicy(conn: Conn, vaultId: string) {
       await conn("vault_policies").where({ vault_id: vaultId }).delete();
     },
+    /** Installs a draft policy; a closed (frozen) one stays closed. */
     async activatePolicy(conn: Conn, vaultId: string, at: Date) {
-      await conn("vault_policies").where({ vault_id: vaultId }).update({ status: "active", version: 1, updated_at: at });
+      await conn("vault_policies").where({ vault_id: vaultId }).whereNot({ status: "closed" }).update({ status: "active", version: 1, updated_at: at });
+    },
+    /** Freezes closed budgets' policies: no payment passes them again, and activation leaves them alone. */
+    async closePolicies(conn: Conn, vaultIds: string[], at: Date) {
+      await conn("vault_policies").whereIn("vault_id", vaultIds).update({ status: "closed", updated_at: at });
     },
 
     /** Which of a budget's resources still exist (for cleanup reports). */
@@ -399,6 +430,103 @@ export function createBudgetsStore(db: Db) {
         vault.id,
       ]);
       return toVault((rows as Record<string, unknown>[])[0]!);
+    },
+
+    /** Locks vault rows FOR UPDATE in id order (see lockVaults above). */
+    lockVaults,
+
+    /**
+     * Moves money between two vaults of one currency (a budget's funding or its sweep) and
+     * records it as one ledger transaction (`from` debited, `to` credited), in one
+     * statement. Both rows must be held FOR UPDATE (lockVaults) and `from` must hold the
+     * amount. The balances move only when the ledger transaction is new: a movement whose
+     * id is already in the ledger moves nothing and `moved` is false.
+     */
+    async moveBetweenVaults(
+      trx: Knex.Transaction,
+      from: Pick<VaultRecord, "id" | "currency">,
+      to: Pick<VaultRecord, "id" | "currency">,
+      amountCents: number,
+      movement: { id: string; kind: "budget.fund" | "budget.sweep"; reference: string; at: Date },
+    ): Promise<{ moved: boolean; from: VaultRecord; to: VaultRecord }> {
+      if (from.currency !== to.currency) throw new Error(`cannot move ${from.currency} into a ${to.currency} vault`);
+      const ledger = movementCtes({
+        ...movement,
+        legs: [
+          { account: vaultAccount(from.id, from.currency), amountCents: -amountCents },
+          { account: vaultAccount(to.id, to.currency), amountCents },
+        ],
+      });
+      const { rows } = await trx.raw(
+        `WITH ${ledger.sql},
+         moved AS (
+           UPDATE vaults v SET balance_cents = v.balance_cents + d.delta
+             FROM (VALUES (?::uuid, ?::bigint), (?::uuid, ?::bigint)) d (id, delta)
+            WHERE v.id = d.id AND EXISTS (SELECT 1 FROM ledger_tx)
+           RETURNING v.*)
+         SELECT * FROM moved`,
+        [...ledger.bindings, from.id, -amountCents, to.id, amountCents],
+      );
+      const after = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), toVault(r)]));
+      if (after.size === 0) {
+        const current = await lockVaults(trx, [from.id, to.id]);
+        return { moved: false, from: current.get(from.id)!, to: current.get(to.id)! };
+      }
+      return { moved: true, from: after.get(from.id)!, to: after.get(to.id)! };
+    },
+
+    /**
+     * A ledger transaction by id, with what it moved on one account (the sum of its legs
+     * there). For replays of a budget funding: the transaction's legs are found through the
+     * account's index, so this reads the account's postings, never the whole ledger.
+     */
+    async findTransfer(conn: Conn, id: string, account: { vaultId: string; currency: string }): Promise<{ kind: string; amountCents: number } | undefined> {
+      const { rows } = await conn.raw(
+        `SELECT t.kind, (SELECT coalesce(sum(p.amount_cents), 0) FROM ledger_postings p WHERE p.account_id = ? AND p.transaction_id = t.id)::text AS amount
+           FROM ledger_transactions t WHERE t.id = ?`,
+        [accountId("vault", account.vaultId.toLowerCase(), account.currency), id],
+      );
+      const r = (rows as Record<string, unknown>[])[0];
+      return r ? { kind: String(r.kind), amountCents: Number(r.amount) } : undefined;
+    },
+
+    /**
+     * Revokes every grant on a vault that is not revoked yet (active ones, and superseded
+     * ones whose refresh token could otherwise mint a new grant), as the dashboard's
+     * revocation writes it; returns how many. Reached through the user's index (grants
+     * have none on vault_id), in the same order as the kill switch's UPDATE.
+     */
+    async revokeVaultGrants(trx: Knex.Transaction, userId: string, vaultIds: string[], at: Date, reason: string): Promise<number> {
+      return trx("grants")
+        .where({ user_id: userId })
+        .whereIn("vault_id", vaultIds)
+        .whereNot({ state: "revoked" })
+        .update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    },
+
+    /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
+    async declineOpenPayments(trx: Knex.Transaction, vaultIds: string[], at: Date): Promise<number> {
+      return trx("agent_payments").whereIn("vault_id", vaultIds).whereIn("status", ["pending_step_up", "approved"]).update({ status: "declined", declined_at: at });
+    },
+
+    /**
+     * The budgets under a budget's vault that are not closed, every level down (a budget's
+     * agent may have made budgets of its own), locked FOR UPDATE top-down: by depth, then
+     * id. Two closes of nested budgets lock their common budgets in the same order, and
+     * both lock an ancestor before its descendants, as a single budget's fund or close does.
+     * A closed budget's own budgets were closed with it, so the walk stops there.
+     */
+    async lockOpenDescendants(trx: Knex.Transaction, userId: string, vaultId: string): Promise<BudgetRecord[]> {
+      const { rows } = await trx.raw(
+        `WITH RECURSIVE sub (id, vault_id, depth) AS (
+           SELECT id, vault_id, 1 FROM budgets WHERE parent_vault_id = ? AND user_id = ? AND status IN ('draft', 'active', 'declined')
+           UNION ALL
+           SELECT b.id, b.vault_id, s.depth + 1 FROM budgets b JOIN sub s ON b.parent_vault_id = s.vault_id
+            WHERE b.user_id = ? AND b.status IN ('draft', 'active', 'declined'))
+         SELECT b.* FROM budgets b JOIN sub s ON s.id = b.id ORDER BY s.depth, b.id FOR UPDATE OF b`,
+        [vaultId, userId, userId],
+      );
+      return (rows as Record<string, unknown>[]).map(toBudget);
     },
 
     async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {

@@ -72,6 +72,13 @@ export function checkPaymentInput(p: PaymentInput): PaymentInput {
   return p;
 }
 
+/** FundBudget's arguments: an amount of 1 to 2^53-1 cents and an idempotency key. */
+export function checkFundInput(amountCents: bigint, idempotencyKey: string): number {
+  if (amountCents < 1n || amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
+  checkKey(idempotencyKey);
+  return Number(amountCents);
+}
+
 function checkKey(key: string) {
   if (!lengthBetween(key, 8, 128)) fail(Reason.INVALID_REQUEST, "idempotency_key must be 8 to 128 characters");
 }

@@ -19,6 +19,7 @@ import * as m0017 from "./migrations/0017-client-metadata-documents.js";
 import * as m0018 from "./migrations/0018-vault-spend-totals.js";
 import * as m0019 from "./migrations/0019-pruning.js";
 import * as m0020 from "./migrations/0020-ledger.js";
+import * as m0021 from "./migrations/0021-budget-life.js";
 
 interface Migration {
   name: string;
@@ -47,6 +48,7 @@ const migrations: Migration[] = [
   { name: "0018-vault-spend-totals", ...m0018 },
   { name: "0019-pruning", ...m0019 },
   { name: "0020-ledger", ...m0020 },
+  { name: "0021-budget-life", ...m0021 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -158,6 +158,88 @@ export const TOOLS: readonly Tool[] = [
     },
   },
   {
+    name: "agent.budget.fund",
+    category: "treasury",
+    scope: "agent:budget:create",
+    auth: "bearer",
+    title: "Fund Agent Budget",
+    description:
+      "Moves amount_cents from the grant's vault into one of the budgets created under it (vault_id, as agent.budget.create answered it), as one ledger transfer. Refused beyond the grant vault's balance; an active budget only (a draft waits for its owner). Idempotent on idempotency_key: a replay moves nothing and says replayed.",
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    requiresHumanApproval: false,
+    inputSchema: object({ vault_id: UUID, amount_cents: { ...AMOUNT, minimum: 1 }, idempotency_key: KEY }, ["vault_id", "amount_cents", "idempotency_key"]),
+    outputSchema: object(
+      {
+        transfer_id: UUID,
+        vault_id: UUID,
+        parent_vault_id: UUID,
+        amount_cents: AMOUNT,
+        currency: { type: "string" },
+        balance_cents: AMOUNT,
+        replayed: { type: "boolean" },
+      },
+      ["transfer_id", "vault_id", "parent_vault_id", "amount_cents", "currency", "balance_cents", "replayed"],
+    ),
+    async call(args, ctx) {
+      const res = await ctx.clients.budgets.fundBudget(
+        { accessToken: ctx.accessToken, vaultId: args.vault_id as string, amountCents: BigInt(args.amount_cents as number), idempotencyKey: args.idempotency_key as string },
+        withRequestId(ctx.requestId),
+      );
+      return {
+        transfer_id: res.transferId,
+        vault_id: res.vaultId,
+        parent_vault_id: res.parentVaultId,
+        amount_cents: Number(res.amountCents),
+        currency: res.currency,
+        balance_cents: Number(res.balanceCents),
+        replayed: res.replayed,
+      };
+    },
+  },
+  {
+    name: "agent.budget.revoke",
+    category: "treasury",
+    scope: "agent:budget:create",
+    auth: "bearer",
+    title: "Close Agent Budget",
+    description:
+      "Closes one of the budgets created under the grant's vault, and every budget its agent made in turn: revokes every grant on their vaults, declines their payments still waiting for approval, freezes their policies so nothing more is paid, and moves what they hold back to the grant's vault unless keep_funds. Idempotent: closing a closed budget changes nothing and says already_closed.",
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+    requiresHumanApproval: false,
+    inputSchema: object({ vault_id: UUID, keep_funds: { type: "boolean" } }, ["vault_id"]),
+    outputSchema: object(
+      {
+        vault_id: UUID,
+        parent_vault_id: UUID,
+        status: { type: "string", enum: ["closed"] },
+        swept_cents: AMOUNT,
+        currency: { type: "string" },
+        transfer_id: { type: ["string", "null"], format: "uuid" },
+        revoked_grants: { type: "integer", minimum: 0 },
+        already_closed: { type: "boolean" },
+        closed_at: DATE_TIME,
+      },
+      ["vault_id", "parent_vault_id", "status", "swept_cents", "currency", "transfer_id", "revoked_grants", "already_closed", "closed_at"],
+    ),
+    async call(args, ctx) {
+      const res = await ctx.clients.budgets.closeBudget(
+        { accessToken: ctx.accessToken, vaultId: args.vault_id as string, keepFunds: args.keep_funds === true },
+        withRequestId(ctx.requestId),
+      );
+      return {
+        vault_id: res.vaultId,
+        parent_vault_id: res.parentVaultId,
+        status: "closed",
+        swept_cents: Number(res.sweptCents),
+        currency: res.currency,
+        transfer_id: res.transferId || null,
+        revoked_grants: res.revokedGrants,
+        already_closed: res.alreadyClosed,
+        closed_at: iso(res.closedAt),
+      };
+    },
+  },
+  {
     name: "payments.initiate",
     category: "write",
     scope: "payments:initiate",

@@ -36,7 +36,7 @@ import { batchRequest, bindTreasury } from "../support/treasury.js";
  */
 
 const S = grpc.status;
-type Kind = "admin" | "agent" | "session" | "client" | "partner" | "proof" | "public";
+type Kind = "admin" | "agent" | "session" | "agent or session" | "client" | "partner" | "proof" | "public";
 
 interface Ctx {
   stack: TestStack;
@@ -91,33 +91,36 @@ function admin(valid: (c: Ctx) => Promise<object> | object, after?: Built["after
 // ---------------------------------------------------------------------------
 // agent: the raw grant access token in `access_token`, verified and read afresh.
 
-interface AgentOpts {
+interface AgentOpts<F> {
   /** The scope the RPC needs; the grant without it is refused with PERMISSION_DENIED. */
   scope?: string;
   /** The grant the positive control (and every refusal) starts from. */
   grant?: (c: Ctx, user: TestUser) => Promise<AgentToken>;
-  after?: (c: Ctx, token: AgentToken, user: TestUser) => Built["after"];
+  /** The resource the request names, made for the grant's user (every case gets its own). */
+  setup?: (c: Ctx, user: TestUser) => Promise<F>;
+  after?: (c: Ctx, token: AgentToken, user: TestUser, fx: F) => Built["after"];
 }
 
-function agent(build: (token: string) => object, opts: AgentOpts = {}): Entry {
+function agent<F = undefined>(build: (token: string, fx: F) => object, opts: AgentOpts<F> = {}): Entry {
+  const fixture = async (c: Ctx, user?: TestUser) => (opts.setup ? await opts.setup(c, user ?? (await c.f.user())) : undefined) as F;
   const start = async (c: Ctx) => {
     const user = await c.f.user();
     const token = await (opts.grant ?? ((cc, u) => cc.f.grant(u, { stepUp: true })))(c, user);
-    return { user, token };
+    return { user, token, fx: await fixture(c, user) };
   };
   const now = (c: Ctx) => Math.floor(c.stack.clock().getTime() / 1000);
   const variant = (name: string, make: (c: Ctx, t: AgentToken, u: TestUser) => Promise<string> | string): Case =>
     refused(name, S.UNAUTHENTICATED, async (c) => {
-      const { user, token } = await start(c);
-      return { req: build(await make(c, token, user)) };
+      const { user, token, fx } = await start(c);
+      return { req: build(await make(c, token, user), fx) };
     });
   const cases: Case[] = [
     ok("with the grant's access token", async (c) => {
-      const { user, token } = await start(c);
-      return { req: build(token.accessToken), after: opts.after?.(c, token, user) };
+      const { user, token, fx } = await start(c);
+      return { req: build(token.accessToken, fx), after: opts.after?.(c, token, user, fx) };
     }),
-    refused("without an access token", S.UNAUTHENTICATED, async () => ({ req: build("") })),
-    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({ req: build(""), md: bearerMd(c.stack.adminToken) })),
+    refused("without an access token", S.UNAUTHENTICATED, async (c) => ({ req: build("", await fixture(c)) })),
+    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({ req: build("", await fixture(c)), md: bearerMd(c.stack.adminToken) })),
     variant("with a random string", () => randomBytes(24).toString("base64url")),
     variant("forged: a fresh P-256 key signs the real kid and claims", (_c, t) => forgeWithFreshKey(t.accessToken)),
     variant("forged: alg none", (_c, t) => unsignedCopy(t.accessToken)),
@@ -163,7 +166,7 @@ function agent(build: (token: string) => object, opts: AgentOpts = {}): Entry {
       refused(`with a grant that lacks ${scope}`, S.PERMISSION_DENIED, async (c) => {
         const user = await c.f.user();
         const t = await c.f.grant(user, { stepUp: true, scopes: ALL_AGENT_SCOPES.filter((s) => s !== scope) });
-        return { req: build(t.accessToken) };
+        return { req: build(t.accessToken, await fixture(c, user)) };
       }),
     );
   }
@@ -331,6 +334,61 @@ const pendingIds = async (c: Ctx, owner: TestUser) => {
   const s = await c.f.session(owner);
   const res = await c.stack.clients.budgets.listPendingApprovals({ sessionToken: s });
   return { budgets: res.draftBudgets.map((b) => b.agentPrincipalId), payments: res.pendingPayments.map((p) => p.paymentId) };
+};
+
+/** An active budget under the user's root vault, which holds 1,000 cents to fund it from. */
+const fundableBudget = async (c: Ctx, user: TestUser) => {
+  const b = await c.f.budget(user, { stepUp: true });
+  await c.stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 1_000n });
+  return { user, vaultId: b.vaultId };
+};
+type BudgetFx = Awaited<ReturnType<typeof fundableBudget>>;
+const vaultRow = async (c: Ctx, vaultId: string) => Number((await c.stack.core.db("vaults").where({ id: vaultId }).first("balance_cents")).balance_cents);
+const budgetRow = async (c: Ctx, vaultId: string) => (await c.stack.core.db("budgets").where({ vault_id: vaultId }).first("status")).status as string;
+/** A refused fund or close left the budget as it was: active, empty, its parent untouched. */
+const untouched = (c: Ctx, fx: BudgetFx) => async () => {
+  expect([await budgetRow(c, fx.vaultId), await vaultRow(c, fx.vaultId), await vaultRow(c, fx.user.vaultId)]).to.deep.equal(["active", 0, 1_000]);
+};
+
+/**
+ * An RPC that takes either an agent's access token or the owner's session: every agent
+ * case and every session case, plus the mix-ups between them and the wrong grants.
+ */
+function agentOrSession(a: Entry, s: Entry, build: (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => object): Entry {
+  const hostile: Case[] = [
+    refused("as an agent whose grant is on the budget's own vault, not its parent", S.PERMISSION_DENIED, async (c) => {
+      const user = await c.f.user();
+      const fx = await fundableBudget(c, user);
+      const own = await c.f.grant(user, { stepUp: true, vaultId: fx.vaultId });
+      return { req: build({ access_token: own.accessToken }, fx), after: untouched(c, fx) };
+    }),
+    refused("as another user's agent naming the budget", S.NOT_FOUND, async (c) => {
+      const fx = await fundableBudget(c, await c.f.user());
+      const other = await c.f.grant(await c.f.user(), { stepUp: true });
+      return { req: build({ access_token: other.accessToken }, fx), after: untouched(c, fx) };
+    }),
+    refused("with both the agent's access token and the owner's session", S.INVALID_ARGUMENT, async (c) => {
+      const user = await c.f.user();
+      const fx = await fundableBudget(c, user);
+      const token = (await c.f.grant(user, { stepUp: true })).accessToken;
+      return { req: build({ access_token: token, session_token: await c.f.steppedUpSession(user) }, fx), after: untouched(c, fx) };
+    }),
+  ];
+  return {
+    kind: "agent or session",
+    cases: [...a.cases.map((x) => ({ ...x, name: `as an agent: ${x.name}` })), ...s.cases.map((x) => ({ ...x, name: `as the owner: ${x.name}` })), ...hostile],
+  };
+}
+
+const fundWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({ ...creds, vault_id: fx.vaultId, amount_cents: "100", idempotency_key: `tb-${randomUUID()}` });
+const closeWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({ ...creds, vault_id: fx.vaultId });
+const funded = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+  expect([String(res!.balance_cents), res!.replayed]).to.deep.equal(["100", false]);
+  expect([await vaultRow(c, fx.vaultId), await vaultRow(c, fx.user.vaultId)]).to.deep.equal([100, 900]);
+};
+const closed = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+  expect([res!.status, res!.already_closed]).to.deep.equal(["BUDGET_STATUS_CLOSED", false]);
+  expect(await budgetRow(c, fx.vaultId)).to.equal("closed");
 };
 
 /** A client's authorization request naming the owner's vault (wire shape). */
@@ -880,6 +938,26 @@ const TABLE: Record<string, Entry> = {
   }),
   "vaultgate.budgets.v1.BudgetsService/GetBalance": agent((t) => ({ access_token: t }), { scope: "accounts:read" }),
   "vaultgate.budgets.v1.BudgetsService/ListGrantAudit": agent((t) => ({ access_token: t, limit: 10 }), { scope: "audit:stream" }),
+  "vaultgate.budgets.v1.BudgetsService/FundBudget": agentOrSession(
+    agent((t, fx: BudgetFx) => fundWire({ access_token: t }, fx), { scope: "agent:budget:create", setup: fundableBudget, after: (c, _t, _u, fx) => funded(c, fx) }),
+    session((t, fx: BudgetFx) => fundWire({ session_token: t }, fx), {
+      setup: fundableBudget,
+      stepUp: true,
+      otherUser: S.NOT_FOUND,
+      after: (c, _o, fx, res) => funded(c, fx)(res),
+    }),
+    fundWire,
+  ),
+  "vaultgate.budgets.v1.BudgetsService/CloseBudget": agentOrSession(
+    agent((t, fx: BudgetFx) => closeWire({ access_token: t }, fx), { scope: "agent:budget:create", setup: fundableBudget, after: (c, _t, _u, fx) => closed(c, fx) }),
+    session((t, fx: BudgetFx) => closeWire({ session_token: t }, fx), {
+      setup: fundableBudget,
+      stepUp: true,
+      otherUser: S.NOT_FOUND,
+      after: (c, _o, fx, res) => closed(c, fx)(res),
+    }),
+    closeWire,
+  ),
   "vaultgate.budgets.v1.BudgetsService/FundVault": admin(async (c) => ({ vault_id: (await c.f.user()).vaultId, amount_cents: "100" })),
   "vaultgate.budgets.v1.BudgetsService/ReapProvisioning": admin(() => ({})),
 };
