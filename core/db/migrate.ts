@@ -20,6 +20,7 @@ import * as m0018 from "./migrations/0018-vault-spend-totals.js";
 import * as m0019 from "./migrations/0019-pruning.js";
 import * as m0020 from "./migrations/0020-ledger.js";
 import * as m0021 from "./migrations/0021-budget-life.js";
+import * as m0022 from "./migrations/0022-consents-by-user.js";
 
 interface Migration {
   name: string;
@@ -49,6 +50,7 @@ const migrations: Migration[] = [
   { name: "0019-pruning", ...m0019 },
   { name: "0020-ledger", ...m0020 },
   { name: "0021-budget-life", ...m0021 },
+  { name: "0022-consents-by-user", ...m0022 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
