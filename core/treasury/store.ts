@@ -168,7 +168,8 @@ export function createTreasuryStore(db: Db) {
      * the batch row (its stored answer), the debit and spent totals, and for `payout` (the
      * newly executed items):
      * - one ledger transaction "payout" whose id is the batch id: the treasury account
-     *   debited by the total, one credit leg per item on its recipient's user account
+     *   debited by the total, one credit leg per recipient (the sum of its items) on its
+     *   user account, in the order recipients first appear
      *   (accounts not yet open are opened, in id order so concurrent batches never wait on
      *   each other in a cycle);
      * - one settled credit in each recipient's transfers (ledger_entries) per item, id
@@ -210,7 +211,8 @@ export function createTreasuryStore(db: Db) {
                     SELECT ?::uuid, l.account_id, l.amount_cents, ?, ?::timestamptz
                       FROM (SELECT 0::bigint AS n, ledger_account_id('treasury', ?::text, ?::text) AS account_id, (-sum(amount_cents))::bigint AS amount_cents FROM items
                             UNION ALL
-                            SELECT i.n, r.account_id, i.amount_cents FROM items i JOIN recipients r ON r.user_id = i.user_id) l
+                            SELECT min(i.n), r.account_id, sum(i.amount_cents)::bigint FROM items i JOIN recipients r ON r.user_id = i.user_id
+                             GROUP BY r.account_id) l
                      ORDER BY l.n
                   ),
                   payout_entries AS (
