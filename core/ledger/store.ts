@@ -51,6 +51,8 @@ function checkBalanced(m: Movement): void {
  * change it records (`WITH <sql> UPDATE ...`), so the ledger costs no extra round trip.
  * Opens the accounts it touches that do not exist yet; adds nothing when the movement's id
  * is already in the ledger. Names its CTEs `<prefix>_accounts`, `<prefix>_tx`, `<prefix>_legs`.
+ * Accounts are opened in id order: a movement opening an account another uncommitted one
+ * is opening waits for it, and a fixed order keeps two such waits from forming a cycle.
  * `openAccounts: false` skips opening the accounts, for movements whose accounts exist by
  * construction (a vault's own account and the external accounts of its currency are
  * opened with the vault), which keeps the hot paths' statement small.
@@ -66,6 +68,7 @@ export function movementCtes(m: Movement, prefix = "ledger", options: { openAcco
             INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
             SELECT DISTINCT a.id, a.kind, a.owner, a.currency, ?::timestamptz
               FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[]) a (id, kind, owner, currency)
+             ORDER BY a.id
             ON CONFLICT DO NOTHING
           ),`
         : ""

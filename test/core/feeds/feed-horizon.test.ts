@@ -110,6 +110,15 @@ describe("change feeds: every committed row reaches a watermark follower exactly
     const partner = await createPartner(stack);
     const { userId } = await createUserFor(stack, partner);
     const token = await mintPartnerToken(stack, partner);
+    // Open the user's ledger account (and external:transfers) first, as the first settled transfer would: these
+    // writers bypass the per-user lock that orders real writers, and a second writer opening
+    // the same new account would wait for the first to commit.
+    await stack.core.db.raw(
+      `INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
+       VALUES (ledger_account_id('user', ?, 'USD'), 'user', ?, 'USD', now()), (ledger_account_id('external', 'transfers', 'USD'), 'external', 'transfers', 'USD', now())
+       ON CONFLICT DO NOTHING`,
+      [userId, userId],
+    );
     return {
       async write(trx) {
         const at = stack.clock();

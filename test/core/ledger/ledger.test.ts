@@ -79,7 +79,6 @@ describe("Ledger", function () {
       () => db("ledger_transactions").where({ id: leg.transaction_id }).update({ kind: "x" }),
       () => db("ledger_transactions").where({ id: leg.transaction_id }).delete(),
       () => db("ledger_accounts").where({ id: leg.account_id }).update({ currency: "EUR" }),
-      () => db.raw("TRUNCATE ledger_postings"),
     ]) {
       let error: unknown;
       try {
@@ -144,6 +143,18 @@ describe("Ledger verify finds every kind of damage", function () {
     expect(report.discrepancies[0]!.message).to.equal(`vault ${u.vaultId} holds 1001 USD but its postings sum to 1000`);
     await db.raw("UPDATE vaults SET balance_cents = balance_cents - 1 WHERE id = ?", [u.vaultId]);
     expect((await admin.audit.verifyLedger({})).ok).to.equal(true);
+  });
+
+  it("refuses TRUNCATE of the ledger's tables (here: TRUNCATE waits for every open transaction on a shared database)", async () => {
+    for (const table of ["ledger_postings", "ledger_transactions", "ledger_accounts"]) {
+      let error: unknown;
+      try {
+        await db.raw(`TRUNCATE ${table}`);
+      } catch (err) {
+        error = err;
+      }
+      expect(String(error)).to.match(/append-only/);
+    }
   });
 
   it("names an unbalanced transaction, a leg of an unknown transaction or account, and an empty transaction", async () => {
