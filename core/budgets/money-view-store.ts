@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { spentTodaySql } from "./store.js";
+import type { LimitsSource } from "./views.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -26,15 +27,7 @@ export interface MoneyVaultRow {
   budgetStatus: string | null;
   agentPrincipalId: string | null;
   displayName: string;
-  policy: {
-    purpose: string;
-    amountCapCentsPerTx: number | null;
-    amountCapCentsPerDay: number | null;
-    amountCapCentsLifetime: number | null;
-    stepUpAmountCents: number | null;
-    chainAllowlist: string[];
-    timeWindowEnd: Date | null;
-  } | null;
+  policy: LimitsSource | null;
 }
 
 export interface MoneyPaymentRow {

@@ -10,6 +10,7 @@ import {
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import type { Db } from "../db/knex.js";
 import type { SessionVerifier } from "../identity/sessions.js";
+import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
 import { createMoneyViewStore, type MoneyPaymentRow, type MoneyVaultRow } from "./money-view-store.js";
 
 export interface MoneyViewDeps {
@@ -22,24 +23,6 @@ export interface MoneyViewDeps {
 
 type VaultView = MessageInitShape<typeof VaultViewSchema>;
 type PaymentView = MessageInitShape<typeof PaymentSchema>;
-
-/**
- * Stored budget statuses as the proto names them. A status this code does not know (a
- * later migration's) reads as UNSPECIFIED rather than failing the whole view.
- */
-const BUDGET_STATUS: Record<string, BudgetStatus> = {
-  draft: BudgetStatus.DRAFT,
-  active: BudgetStatus.ACTIVE,
-  declined: BudgetStatus.DECLINED,
-  closed: BudgetStatus.CLOSED,
-};
-
-const PAYMENT_STATUS: Record<string, PaymentStatus> = {
-  pending_step_up: PaymentStatus.PENDING_STEP_UP,
-  approved: PaymentStatus.APPROVED,
-  completed: PaymentStatus.COMPLETED,
-  declined: PaymentStatus.DECLINED,
-};
 
 /**
  * BudgetsService.GetMoneyView: the signed-in owner's money at a glance. The user comes
@@ -83,7 +66,6 @@ export async function getMoneyView(deps: MoneyViewDeps, req: GetMoneyViewRequest
 }
 
 function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
-  const cents = (n: number | null) => (n === null ? undefined : BigInt(n));
   const p = v.policy;
   return {
     vaultId: v.vaultId,
@@ -96,16 +78,7 @@ function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
     spentTodayCents: BigInt(v.spentTodayCents),
     spentLifetimeCents: BigInt(v.spentLifetimeCents),
     limits: p
-      ? {
-          purpose: p.purpose,
-          amountCapCentsPerTx: cents(p.amountCapCentsPerTx),
-          amountCapCentsPerDay: cents(p.amountCapCentsPerDay),
-          amountCapCentsLifetime: cents(p.amountCapCentsLifetime),
-          stepUpAmountCents: cents(p.stepUpAmountCents),
-          chainAllowlist: p.chainAllowlist,
-          timeWindowEnd: p.timeWindowEnd ? timestampFromDate(p.timeWindowEnd) : undefined,
-          currency: v.currency,
-        }
+      ? limitsView(p, v.currency)
       : undefined,
     recentPayments,
   };

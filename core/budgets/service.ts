@@ -8,7 +8,6 @@ import {
   BudgetsService,
   BudgetStatus,
   Decision,
-  PaymentStatus,
   type BudgetSchema,
   type PaymentSchema,
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
@@ -25,6 +24,7 @@ import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, S
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { getMoneyView } from "./money-view.js";
+import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
 import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
 
@@ -75,12 +75,6 @@ export const SCOPES = {
 } as const;
 
 const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
-const STATUS_OF: Partial<Record<BudgetRecord["status"], BudgetStatus>> = {
-  draft: BudgetStatus.DRAFT,
-  active: BudgetStatus.ACTIVE,
-  declined: BudgetStatus.DECLINED,
-  closed: BudgetStatus.CLOSED,
-};
 const MAX_AUDIT_LIMIT = 500;
 
 type Trx = Knex.Transaction;
@@ -149,25 +143,15 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
   function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typeof BudgetSchema> {
     const p = b.params;
-    const cents = (v: number | null) => (v === null ? undefined : BigInt(v));
     return {
       budgetId: b.id,
       agentPrincipalId: b.agentPrincipalId,
       vaultId: b.vaultId,
       policyVersion: BigInt(b.policyVersion),
-      status: STATUS_OF[b.status] ?? BudgetStatus.DRAFT,
+      status: BUDGET_STATUS[b.status] ?? BudgetStatus.DRAFT,
       createdAt: timestampFromDate(b.createdAt),
       displayName: b.params.displayName,
-      limits: {
-        purpose: p.purpose,
-        amountCapCentsPerTx: cents(p.amountCapCentsPerTx),
-        amountCapCentsPerDay: cents(p.amountCapCentsPerDay),
-        amountCapCentsLifetime: cents(p.amountCapCentsLifetime),
-        stepUpAmountCents: cents(p.stepUpAmountCents),
-        chainAllowlist: p.chainAllowlist,
-        timeWindowEnd: p.timeWindowEnd ? timestampFromDate(new Date(p.timeWindowEnd)) : undefined,
-        currency,
-      },
+      limits: limitsView(p, currency),
     };
   }
 
@@ -177,12 +161,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   }
 
   function paymentView(p: PaymentRecord): MessageInitShape<typeof PaymentSchema> {
-    const status = {
-      pending_step_up: PaymentStatus.PENDING_STEP_UP,
-      approved: PaymentStatus.APPROVED,
-      completed: PaymentStatus.COMPLETED,
-      declined: PaymentStatus.DECLINED,
-    }[p.status];
+    const status = PAYMENT_STATUS[p.status];
     return {
       paymentId: p.id,
       vaultId: p.vaultId,

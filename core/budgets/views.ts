@@ -1,0 +1,47 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { BudgetStatus, PaymentStatus, type BudgetLimitsSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+
+/** A vault's spending policy as the owner reviews it (budget creation, activation, the money view). */
+export interface LimitsSource {
+  purpose: string;
+  amountCapCentsPerTx: number | null;
+  amountCapCentsPerDay: number | null;
+  amountCapCentsLifetime: number | null;
+  stepUpAmountCents: number | null;
+  chainAllowlist: string[];
+  timeWindowEnd: Date | string | null;
+}
+
+export function limitsView(p: LimitsSource, currency: string): MessageInitShape<typeof BudgetLimitsSchema> {
+  const cents = (v: number | null) => (v === null ? undefined : BigInt(v));
+  return {
+    purpose: p.purpose,
+    amountCapCentsPerTx: cents(p.amountCapCentsPerTx),
+    amountCapCentsPerDay: cents(p.amountCapCentsPerDay),
+    amountCapCentsLifetime: cents(p.amountCapCentsLifetime),
+    stepUpAmountCents: cents(p.stepUpAmountCents),
+    chainAllowlist: p.chainAllowlist,
+    timeWindowEnd: p.timeWindowEnd ? timestampFromDate(new Date(p.timeWindowEnd)) : undefined,
+    currency,
+  };
+}
+
+/**
+ * Stored budget statuses as the proto names them. A status this code does not know (a
+ * later migration's) has no entry: each caller decides what it reads as.
+ */
+export const BUDGET_STATUS: Readonly<Record<string, BudgetStatus>> = {
+  draft: BudgetStatus.DRAFT,
+  active: BudgetStatus.ACTIVE,
+  declined: BudgetStatus.DECLINED,
+  closed: BudgetStatus.CLOSED,
+};
+
+/** Stored payment statuses as the proto names them. */
+export const PAYMENT_STATUS: Readonly<Record<string, PaymentStatus>> = {
+  pending_step_up: PaymentStatus.PENDING_STEP_UP,
+  approved: PaymentStatus.APPROVED,
+  completed: PaymentStatus.COMPLETED,
+  declined: PaymentStatus.DECLINED,
+};
