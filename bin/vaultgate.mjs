@@ -13,7 +13,7 @@ const compiled = `${root}dist/cli/main.js`;
 
 /** The first source newer than the build, if any (about 2 ms for some 130 files). */
 function newerSource(builtAt) {
-  const stack = ["cli/", "core/", "gateways/", "gen/"];
+  const stack = ["cli/", "core/", "gateways/", "gen/", "lib/"];
   while (stack.length > 0) {
     const dir = stack.pop();
     let entries;

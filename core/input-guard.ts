@@ -2,7 +2,7 @@ import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf
 import type { Interceptor } from "@connectrpc/connect";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "./errors.js";
-import { textProblem } from "./text.js";
+import { textProblem } from "../lib/text.js";
 
 /**
  * Core trusts no caller, so it refuses text it cannot store or echo before any service

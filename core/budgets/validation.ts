@@ -1,6 +1,6 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { lengthBetween } from "../text.js";
+import { lengthBetween } from "../../lib/text.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./store.js";
 

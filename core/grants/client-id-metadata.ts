@@ -4,7 +4,7 @@ import https from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { textProblem } from "../text.js";
+import { textProblem } from "../../lib/text.js";
 import { checkClientMetadata } from "./client-metadata.js";
 import type { ClientRecord } from "./store.js";
 

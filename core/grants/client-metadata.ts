@@ -2,7 +2,7 @@ import type { RegisterClientRequest } from "../../gen/vaultgate/grants/v1/grants
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
-import { codePointLength } from "../text.js";
+import { codePointLength } from "../../lib/text.js";
 
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
 const AUTH_METHODS = ["client_secret_post", "client_secret_basic"];

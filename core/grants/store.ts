@@ -6,6 +6,18 @@ import { UUID } from "../uuid.js";
 
 type Conn = Knex | Knex.Transaction;
 
+/** A client's registered metadata as oauth_clients columns. */
+function clientMetadataColumns(c: ClientRecord) {
+  return {
+    client_name: c.clientName,
+    redirect_uris: c.redirectUris,
+    grant_types: c.grantTypes,
+    response_types: c.responseTypes,
+    token_endpoint_auth_method: c.tokenEndpointAuthMethod,
+    scopes: c.scopes,
+  };
+}
+
 export type GrantState = "active" | "superseded" | "revoked";
 
 export interface ClientRecord {
@@ -217,17 +229,7 @@ export function createGrantsStore(db: Db) {
   return {
     async insertClient(conn: Conn, c: ClientRecord): Promise<{ inserted: boolean }> {
       try {
-        await conn("oauth_clients").insert({
-          client_id: c.clientId,
-          secret_hash: c.secretHash,
-          client_name: c.clientName,
-          redirect_uris: c.redirectUris,
-          grant_types: c.grantTypes,
-          response_types: c.responseTypes,
-          token_endpoint_auth_method: c.tokenEndpointAuthMethod,
-          scopes: c.scopes,
-          created_at: c.createdAt,
-        });
+        await conn("oauth_clients").insert({ client_id: c.clientId, secret_hash: c.secretHash, created_at: c.createdAt, ...clientMetadataColumns(c) });
         return { inserted: true };
       } catch (err) {
         if ((err as { code?: string }).code === "23505") return { inserted: false };
@@ -241,14 +243,7 @@ export function createGrantsStore(db: Db) {
      * Never touches a registered client's row.
      */
     async upsertDocumentClient(conn: Conn, c: ClientRecord): Promise<void> {
-      const fields = {
-        client_name: c.clientName,
-        redirect_uris: c.redirectUris,
-        grant_types: c.grantTypes,
-        response_types: c.responseTypes,
-        token_endpoint_auth_method: c.tokenEndpointAuthMethod,
-        scopes: c.scopes,
-      };
+      const fields = clientMetadataColumns(c);
       await conn("oauth_clients")
         .insert({ client_id: c.clientId, secret_hash: null, metadata_document: true, created_at: c.createdAt, ...fields })
         .onConflict("client_id")

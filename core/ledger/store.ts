@@ -2,7 +2,6 @@ import type { Knex } from "knex";
 import { pgArray } from "../db/sql.js";
 import { accountId, type AccountRef } from "./accounts.js";
 
-type Conn = Knex | Knex.Transaction;
 
 /** What a ledger transaction records: each is one movement of money. */
 export type MovementKind =
@@ -53,26 +52,18 @@ function checkBalanced(m: Movement): void {
  * is already in the ledger. Names its CTEs `<prefix>_accounts`, `<prefix>_tx`, `<prefix>_legs`.
  * Accounts are opened in id order: a movement opening an account another uncommitted one
  * is opening waits for it, and a fixed order keeps two such waits from forming a cycle.
- * `openAccounts: false` skips opening the accounts, for movements whose accounts exist by
- * construction (a vault's own account and the external accounts of its currency are
- * opened with the vault), which keeps the hot paths' statement small.
  */
-export function movementCtes(m: Movement, prefix = "ledger", options: { openAccounts?: boolean } = {}): { sql: string; bindings: Knex.RawBinding[] } {
+export function movementCtes(m: Movement, prefix = "ledger"): { sql: string; bindings: Knex.RawBinding[] } {
   checkBalanced(m);
   const ids = m.legs.map((l) => accountId(l.account.kind, l.account.owner, l.account.currency));
-  const open = options.openAccounts !== false;
   return {
-    sql: `${
-      open
-        ? `${prefix}_accounts AS (
+    sql: `${prefix}_accounts AS (
             INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
             SELECT DISTINCT a.id, a.kind, a.owner, a.currency, ?::timestamptz
               FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[]) a (id, kind, owner, currency)
              ORDER BY a.id
             ON CONFLICT DO NOTHING
-          ),`
-        : ""
-    }
+          ),
           ${prefix}_tx AS (
             INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, ?, ?, ?)
             ON CONFLICT (id) DO NOTHING RETURNING id
@@ -85,9 +76,11 @@ export function movementCtes(m: Movement, prefix = "ledger", options: { openAcco
             RETURNING transaction_id
           )`,
     bindings: [
-      ...(open
-        ? [m.at, pgArray(ids), pgArray(m.legs.map((l) => l.account.kind)), pgArray(m.legs.map((l) => l.account.owner)), pgArray(m.legs.map((l) => l.account.currency))]
-        : []),
+      m.at,
+      pgArray(ids),
+      pgArray(m.legs.map((l) => l.account.kind)),
+      pgArray(m.legs.map((l) => l.account.owner)),
+      pgArray(m.legs.map((l) => l.account.currency)),
       m.id,
       m.kind,
       m.reference,
@@ -115,19 +108,6 @@ export interface VerifyReport {
 
 export function createLedgerStore(db: Knex) {
   return {
-    /** Appends a movement in the caller's transaction; false when its id was already in the ledger. */
-    async append(trx: Knex.Transaction, m: Movement): Promise<boolean> {
-      const { sql, bindings } = movementCtes(m);
-      const { rows } = await trx.raw(`WITH ${sql} SELECT count(*)::int AS n FROM ledger_legs`, bindings);
-      return Number((rows as { n: number }[])[0]!.n) > 0;
-    },
-
-    /** Whether a movement with this id is in the ledger (and its kind and reference). */
-    async findMovement(conn: Conn, id: string): Promise<{ kind: string; reference: string } | undefined> {
-      const row = await conn("ledger_transactions").where({ id }).first();
-      return row ? { kind: String(row.kind), reference: String(row.reference) } : undefined;
-    },
-
     /**
      * Proves the books: every transaction's legs sum to zero per currency, every leg names
      * a known transaction and an account of its currency, every transaction has legs, and

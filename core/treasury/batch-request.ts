@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { lengthBetween } from "../text.js";
+import { lengthBetween } from "../../lib/text.js";
 import { UUID } from "../uuid.js";
 
 /** A batch item with amounts as numbers, after validation. */

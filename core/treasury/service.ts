@@ -90,10 +90,21 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
   /**
    * The partner-level access checks (token, partner active, rate limit; refusals
    * audited by them), then the token scope: treasury:write is a token entitlement,
-   * never consent (spec 5.3).
+   * never consent (spec 5.3). The access checks audit their refusals once they know the
+   * partner; a token that proves no partner is audited here, under "anonymous", as
+   * `action` about `subject`.
    */
-  async function treasuryCaller(ctx: HandlerContext, token: string, operation: string): Promise<PartnerPrincipal> {
-    const principal = await deps.access.authorize(ctx, { token, operation });
+  async function treasuryCaller(ctx: HandlerContext, token: string, operation: string, action: string, subject: string): Promise<PartnerPrincipal> {
+    let principal: PartnerPrincipal;
+    try {
+      principal = await deps.access.authorize(ctx, { token, operation });
+    } catch (err) {
+      const reason = errorDetailOf(err)?.reason;
+      if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
+        await appendAudit(db, ctx, { actor: ANONYMOUS, action, subject, reason: reasonLabel(reason) });
+      }
+      throw err;
+    }
     if (!principal.tokenScopes.includes(TREASURY_SCOPE)) {
       await appendAudit(db, ctx, { actor: principal.actor, action: `partner.${operation}`, subject: principal.clientId, reason: "grant_required" });
       fail(Reason.GRANT_REQUIRED, `the access token lacks ${TREASURY_SCOPE}`);
@@ -169,17 +180,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
 
     async getTreasury(req, ctx) {
       if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(ctx, req.accessToken, req.edgeRejection, "", "partner.treasury.read");
-      let caller: PartnerPrincipal;
-      try {
-        caller = await treasuryCaller(ctx, req.accessToken, "treasury.read");
-      } catch (err) {
-        // As for batches: a token that proves no partner is audited under "anonymous".
-        const reason = errorDetailOf(err)?.reason;
-        if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
-          await appendAudit(db, ctx, { actor: ANONYMOUS, action: "partner.treasury.read", subject: "", reason: reasonLabel(reason) });
-        }
-        throw err;
-      }
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.read", "partner.treasury.read", "");
       const treasury = await store.find(caller.partnerId);
       if (!treasury) {
         await appendAudit(db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: caller.clientId, reason: "treasury_not_configured" });
@@ -193,18 +194,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     async executeBatch(req, ctx) {
       const subject = req.idempotencyKey.slice(0, 255);
       if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(ctx, req.accessToken, req.edgeRejection, subject);
-      let caller: PartnerPrincipal;
-      try {
-        caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout");
-      } catch (err) {
-        // The access checks audit their refusals once they know the partner; a token
-        // that proves no partner is audited here, under "anonymous".
-        const reason = errorDetailOf(err)?.reason;
-        if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
-          await appendAudit(db, ctx, { actor: ANONYMOUS, action: BATCH_ACTION, subject, reason: reasonLabel(reason) });
-        }
-        throw err;
-      }
+      const caller = await treasuryCaller(ctx, req.accessToken, "treasury.payout", BATCH_ACTION, subject);
       const partner = { id: caller.partnerId, clientId: caller.clientId };
       const actor = caller.actor;
       try {

@@ -1,34 +1,12 @@
 /**
- * Text rules at the edge, the same as core's (gateways never import core): lengths count
+ * Text rules at the edge, the very ones core applies (lib/text.ts): lengths count
  * Unicode code points, and text may not hold NUL or unpaired surrogates. Refusing them
  * here gives each surface its own 400 naming the field; core refuses them again for
  * callers that reach it directly.
  */
+import { codePointLength, textProblem } from "../../lib/text.js";
 
-/** Length in Unicode code points (a lone surrogate counts as one). */
-export function codePointLength(s: string): number {
-  let n = s.length;
-  for (let i = 0; i < s.length - 1; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = s.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        n--;
-        i++;
-      }
-    }
-  }
-  return n;
-}
-
-const BAD_TEXT = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-/** Why `s` is not acceptable text, or undefined when it is. */
-export function textProblem(s: string): string | undefined {
-  const m = BAD_TEXT.exec(s);
-  if (!m) return undefined;
-  return m[0] === "\u0000" ? "must not contain NUL characters" : "must be valid Unicode text (it holds an unpaired surrogate)";
-}
+export { codePointLength, textProblem };
 
 export interface BadText {
   /** Where: `a.b[2].c` (field names as the caller sent them; for a bad field name, the object holding it). */

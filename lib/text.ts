@@ -1,5 +1,6 @@
 /**
- * Text rules shared by every core check. The spec's length limits count characters,
+ * Text rules shared by core's checks and the gateways' (lib/ holds pure helpers both
+ * layers use; it imports neither). The spec's length limits count characters,
  * i.e. Unicode code points: an emoji is one character even though JavaScript stores it
  * as two UTF-16 units. Text may not hold NUL (PostgreSQL cannot store it) or unpaired
  * surrogates (they are not Unicode text at all and break JSON columns).
