@@ -29,8 +29,8 @@ export const REDACT_PATHS = [
 
 /**
  * Lines go to stdout synchronously by default. pino's own default writes through the
- * libuv thread pool, the pool scrypt uses (partner and client secrets, about 50 ms a
- * derivation): every log line then waited behind derivations and took a pool slot from
+ * libuv thread pool, the pool scrypt used then (partner and client secrets, about 50 ms a
+ * derivation; now on threads of their own): every log line waited behind derivations and took a pool slot from
  * the next one (`npm run bench partner-token`: issuance p50 1.21-1.30x the scrypt+ES256
  * floor with pool writes, 1.18-1.19x with synchronous ones).
  */

@@ -123,6 +123,9 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const ledger = createLedgerStore(db);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
     const secrets = await createSecretHasher({ params: options.scrypt, ...options.secretChecks });
+    void secrets.lowPriority().then((low) => {
+      if (!low) logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests");
+    });
     const outbox = createOutboxStore(db);
     const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
     const resources = createResourcesStore(db);
@@ -248,6 +251,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         await pruner.idle();
         unregisterMetrics();
         await webhooks.stop();
+        await secrets.close();
         if (ownsDb) await db.destroy();
       },
     };

@@ -1,8 +1,9 @@
-import { randomBytes, scrypt as scryptCb, timingSafeEqual, createHash, type ScryptOptions } from "node:crypto";
+import { randomBytes, timingSafeEqual, createHash, type ScryptOptions } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { secretChecksActive, secretChecksQueued, secretChecksShed } from "../observability/metrics.js";
+import { createScryptWorkers } from "./scrypt-workers.js";
 
 /** spec 2.5: `gpc_<slug>_<8 hex chars>`. */
 export function generateClientId(slug: string): string {
@@ -73,24 +74,30 @@ export interface SecretHasher {
   readonly dummyHash: string;
   /** Derivations running and waiting now (operators' and tests' view of the queue). */
   load(): { active: number; queued: number; priorityQueued: number };
+  /** Whether derivations run at the lowest CPU priority (false where the platform refuses). */
+  lowPriority(): Promise<boolean>;
+  /** Stops the derivation threads. */
+  close(): Promise<void>;
 }
 
 const KEYLEN = 32;
 
-/** Salted scrypt with its parameters stored beside the hash: `scrypt$N$r$p$salt$hash`. */
+/**
+ * Salted scrypt with its parameters stored beside the hash: `scrypt$N$r$p$salt$hash`.
+ * Derivations run on their own low-priority threads (scrypt-workers.ts), at most
+ * `maxConcurrent` at once, behind a gate that queues and sheds.
+ */
 export async function createSecretHasher(options: SecretHasherOptions = {}): Promise<SecretHasher> {
   const params = options.params ?? { N: 2 ** 14, r: 8, p: 1 };
-  const gate = createGate({ max: options.maxConcurrent ?? 2, maxQueue: options.maxQueue ?? 16, maxWaitMs: options.maxWaitMs ?? 1000 });
+  const max = options.maxConcurrent ?? 2;
+  const gate = createGate({ max, maxQueue: options.maxQueue ?? 16, maxWaitMs: options.maxWaitMs ?? 1000 });
+  const workers = createScryptWorkers(max);
 
   const derive = (secret: string, salt: Buffer, p: ScryptParams, lane: SecretLane) =>
-    gate.run(
-      () =>
-        new Promise<Buffer>((resolve, reject) => {
-          const opts: ScryptOptions = { N: p.N, r: p.r, p: p.p, maxmem: 256 * p.N * p.r + 1024 * 1024 };
-          scryptCb(secret, salt, KEYLEN, opts, (err, key) => (err ? reject(err) : resolve(key)));
-        }),
-      lane,
-    );
+    gate.run(() => {
+      const opts: ScryptOptions = { N: p.N, r: p.r, p: p.p, maxmem: 256 * p.N * p.r + 1024 * 1024 };
+      return workers.derive(secret, salt, KEYLEN, opts);
+    }, lane);
 
   const hash = async (secret: string, lane: SecretLane = "normal") => {
     const salt = randomBytes(16);
@@ -104,6 +111,8 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
     hash,
     dummyHash,
     load: () => gate.load(),
+    lowPriority: () => workers.niced(),
+    close: () => workers.close(),
     async verify(secret, stored, lane = "normal") {
       const parts = stored.split("$");
       const [scheme, n, r, p, salt, expected] = parts;

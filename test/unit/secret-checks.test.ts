@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
 import { createSecretHasher } from "../../core/partners/credentials.js";
@@ -51,5 +52,32 @@ describe("secret checks: bounded queue, shedding and the priority lane", () => {
     await overloaded(hasher.verify("s3cret", stored));
     expect(hasher.load().queued).to.equal(0);
     expect(await first).to.equal(true);
+  });
+});
+
+describe("secret checks: derivations at the lowest CPU priority", () => {
+  /** Nice value of each thread of this process, from /proc (Linux, where CI and the service run). */
+  const threadNices = () =>
+    readdirSync("/proc/self/task").map((tid) => {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
+      // Fields after the command (which may hold spaces): state is field 3, nice field 19.
+      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+    });
+
+  it("runs every derivation on its own threads at nice 19 and leaves the serving threads alone", async () => {
+    const before = threadNices();
+    const hasher = await createSecretHasher({ params, maxConcurrent: 2 });
+    try {
+      expect(await hasher.lowPriority()).to.equal(true);
+      const stored = await hasher.hash("s3cret");
+      expect(await Promise.all([hasher.verify("s3cret", stored), hasher.verify("wrong", stored)])).to.deep.equal([true, false]);
+      const after = threadNices();
+      expect(after.filter((n) => n === 19).length - before.filter((n) => n === 19).length).to.equal(2);
+      // This thread (the event loop that serves requests) keeps its priority.
+      const self = readFileSync("/proc/thread-self/stat", "utf8");
+      expect(Number(self.slice(self.lastIndexOf(")") + 2).split(" ")[16])).to.equal(0);
+    } finally {
+      await hasher.close();
+    }
   });
 });
