@@ -2,8 +2,9 @@
  * Authorization-code exchange and refresh req/s next to node-oidc-provider (same grants,
  * PKCE S256, client_secret_post, ES256 JWT access tokens, refresh rotation), in
  * alternating rounds at 10 and 50 connections and each at its peak; and
- * revocation-to-refusal latency over 200 trials. Targets: at least 1.0x the peer's req/s
- * at each level; revocation-to-refusal p99 under 50 ms.
+ * revocation-to-refusal latency over 200 trials. Floor: at least 1.0x the peer's req/s,
+ * each at its peak; goal: 1.5x at 10 and at 50 connections; revocation-to-refusal p99
+ * under 50 ms.
  *
  * Ours runs as shipped (the production logger at info, the default pool of 20, commits
  * to durable Postgres); oidc-provider uses an in-memory adapter (its documented dev
@@ -56,10 +57,12 @@ export async function run(): Promise<void> {
             grant === "exchange" ? exchangeLoad(c, await c.mintCodes(CODES), connections) : refreshLoad(c, await c.refreshTokens(connections * 2), connections),
         })),
       );
+      // The floor every change keeps (each side at its peak, where it was first set), and
+      // the goal at equal concurrency.
+      verdict(`${grant} >= 1.0x oidc-provider, each at its peak (floor)`, `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 1 && cmp.failures === 0);
       for (const { connections, result } of cmp.perLevel) {
-        verdict(`${grant} >= 1.0x oidc-provider at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, result.ratio >= 1 && result.failures === 0);
+        verdict(`${grant} >= 1.5x oidc-provider at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, result.ratio >= 1.5 && result.failures === 0);
       }
-      verdict(`${grant} >= 1.0x oidc-provider, each at its peak`, `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 1 && cmp.failures === 0);
     }
 
     const lat = await revocationToRefusal(ours as OurContender, 200);

@@ -2,8 +2,8 @@
  * `payments.simulate` through `/mcp/write` (bearer verified, vault, policy and spend read
  * from durable Postgres on every call; `vaultgate serve --role all` with the production
  * logger at info) next to a stateless `@modelcontextprotocol/sdk` server answering a
- * trivial tool, in alternating rounds at 10 and 50 connections. Target: at least 2.0x the
- * SDK server's req/s at 50 connections. Every response must be a JSON-RPC result (an
+ * trivial tool, in alternating rounds at 10 and 50 connections. Floor: at least 2.0x the
+ * SDK server's req/s at 50 connections; goal: 3.0x at 10 and 50 connections and at peak. Every response must be a JSON-RPC result (an
  * error body or a tool error counts as a failure). Then `agent.budget.create` p50/p99.
  * Each server runs in its own process (bench/agent-tools-server.ts).
  */
@@ -45,11 +45,14 @@ export async function run(): Promise<void> {
       { name: `vaultgate (${info.kind})`, measure: () => load({ ...oursSpec, connections, seconds: 4, check: oursCheck }) },
       { name: "MCP SDK stateless", measure: () => load({ ...peerSpec, connections, seconds: 4, check: peerCheck }) },
     ]);
+    // The floor every change keeps (at 50 connections, where it was first set), and the
+    // goal at equal concurrency (10 and 50) and at each side's peak.
+    const at50 = cmp.perLevel.find((l) => l.connections === 50)!.result;
+    verdict("tools/call >= 2.0x the SDK server's req/s at 50 connections (floor)", `${fmt(at50.ratio, 2)}x (rounds ${at50.ratios.map((r) => fmt(r, 2)).join(", ")})`, at50.ratio >= 2 && at50.failures === 0);
     for (const { connections, result } of cmp.perLevel) {
-      const pass = result.ratio >= 2 && result.failures === 0;
-      verdict(`tools/call >= 2.0x the SDK server's req/s at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, pass);
+      verdict(`tools/call >= 3.0x the SDK server's req/s at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, result.ratio >= 3 && result.failures === 0);
     }
-    verdict("tools/call >= 2.0x the SDK server, each at its peak", `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 2 && cmp.failures === 0);
+    verdict("tools/call >= 3.0x the SDK server, each at its peak", `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 3 && cmp.failures === 0);
 
     // agent.budget.create: sequential provisioning sagas on one parent vault.
     const latencies: number[] = [];

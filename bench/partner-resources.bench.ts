@@ -2,8 +2,8 @@
  * GET /api/partner/users/<id>/kyc on durable Postgres, as shipped (production logger at
  * info, core's default pool of 20, in-process core as `vaultgate serve --role all`), in
  * alternating rounds against the single-row committed INSERT ceiling through `pg` with
- * the same pool size, at 10 and 50 connections. Target: at least 60% of the ceiling at
- * 50 connections, p99 under 25 ms. Then the same read with the gateway's logger at info
+ * the same pool size, at 10 and 50 connections. Floor: at least 60% of the ceiling at
+ * 50 connections, p99 under 25 ms; goal: 100% of it. Then the same read with the gateway's logger at info
  * against silent (target: info costs under 10%), and a bare fastify route returning the
  * same JSON (printed, not judged).
  */
@@ -119,7 +119,9 @@ export async function run(): Promise<void> {
     const at50 = vsInsert.perLevel.find((l) => l.connections === 50)!.result;
     const ours50 = at50.sides[0]!;
     console.log(`\nbare fastify: ${fmt(fastifyBare.sides[0]!.rps)} req/s`);
-    verdict("kyc >= 60% of the INSERT ceiling at 50 connections, pool 20 (median of per-round ratios)", `${fmt(at50.ratio * 100, 0)}% (rounds ${at50.ratios.map((r) => `${fmt(r * 100, 0)}%`).join(", ")})`, at50.ratio >= 0.6 && at50.failures === 0);
+    const pctRounds = `${fmt(at50.ratio * 100, 0)}% (rounds ${at50.ratios.map((r) => `${fmt(r * 100, 0)}%`).join(", ")})`;
+    verdict("kyc >= 60% of the INSERT ceiling at 50 connections, pool 20 (floor; median of per-round ratios)", pctRounds, at50.ratio >= 0.6 && at50.failures === 0);
+    verdict("kyc >= 100% of the INSERT ceiling at 50 connections, pool 20 (goal: group commit beats a commit per row)", pctRounds, at50.ratio >= 1 && at50.failures === 0);
     verdict("kyc p99 < 25 ms at 50 connections", `${fmt(ours50.p99, 1)} ms`, ours50.p99 < 25 && ours50.failures === 0);
     verdict("info logging costs < 10% of kyc throughput (info/silent >= 0.90x)", `${fmt(logging.ratio, 2)}x`, logging.ratio >= 0.9 && logging.failures === 0);
     verdict("no failed responses", `${vsInsert.failures + logging.failures}`, vsInsert.failures + logging.failures === 0);
