@@ -28,10 +28,18 @@ type Traced = FastifyRequest & { [kSpan]?: Span; [kContext]?: Context };
  * as it gets a new request id.
  */
 export function observeRequests(app: FastifyInstance, options: { tracing: boolean }): void {
+  // One labelled series per method, route pattern and status class, looked up once: the
+  // label set is bounded (HTTP methods, the app's routes, five classes), and prom-client's
+  // own lookup hashes the labels on every call.
+  const series = new Map<string, ReturnType<typeof httpDuration.labels>>();
   app.addHook("onResponse", (request, reply, done) => {
     const route = request.routeOptions.url ?? "unmatched";
     const status = reply.statusCode;
-    httpDuration.labels(request.method, route, `${Math.floor(status / 100)}xx`).observe(reply.elapsedTime / 1000);
+    const statusClass = `${Math.floor(status / 100)}xx`;
+    const key = `${request.method} ${statusClass} ${route}`;
+    let observed = series.get(key);
+    if (!observed) series.set(key, (observed = httpDuration.labels(request.method, route, statusClass)));
+    observed.observe(reply.elapsedTime / 1000);
     const span = (request as Traced)[kSpan];
     if (span) {
       span.setAttribute("http.response.status_code", status);
