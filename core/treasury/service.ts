@@ -275,11 +275,12 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           });
           const response = toBinary(BatchSchema, batch);
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
-          // One statement records the batch, debits the treasury and, for what it newly paid,
-          // posts the ledger transaction, credits each recipient's transfers and writes the
-          // events: DESIGN 4.3 payout.executed, one per batch listing the payouts it paid (a
-          // 500-item batch is one delivery, not 500), and transfer.settled per payout for the
-          // partners the recipient lets read their transfers (store.ts recordBatch).
+          // One statement records the batch, debits the treasury and, for what it newly paid
+          // (the executions inserted above, which are also the recipients' transfers), posts
+          // the ledger transaction and writes the events: DESIGN 4.3 payout.executed, one per
+          // batch listing the payouts it paid (a 500-item batch is one delivery, not 500), and
+          // transfer.settled per payout for the partners the recipient lets read their
+          // transfers (store.ts recordBatch).
           const stored = await store.recordBatch(
             trx,
             { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
