@@ -302,6 +302,13 @@ export function createTreasuryStore(db: Db) {
      * Every execution of a batch in one multi-row INSERT; rows whose execution_id or
      * payout_id this partner already used are skipped. Returns the inserted execution ids.
      *
+     * The usual batch reuses no id, so a plain INSERT goes first, from a savepoint; a
+     * reused id fails it at a unique key, and the same rows are then inserted again with
+     * ON CONFLICT DO NOTHING, which skips the reused ones. (On every batch that clause cost
+     * as much as the INSERT itself: each row is checked against both unique keys before it
+     * is written, and again when it is.) Batches of one partner run one at a time under its
+     * treasury lock, so no other batch can take an id between the two.
+     *
      * An execution is also its recipient's settled credit transfer (migration 0023): each
      * row takes its feed position here, the writing transaction's id and a number from the
      * transfer entries' sequence, in batch order. A batch that is refused later rolls the
@@ -310,28 +317,33 @@ export function createTreasuryStore(db: Db) {
     async insertExecutions(trx: Knex.Transaction, executions: ExecutionRecord[]): Promise<Set<string>> {
       if (executions.length === 0) return new Set();
       // unnest keeps the statement text and parameter count fixed whatever the batch size.
-      const { rows } = await trx.raw(
-        `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id,
-                                          amount_cents, currency, reference, executed_at, xid, seq)
+      const insert = `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id,
+                                                    amount_cents, currency, reference, executed_at, xid, seq)
          SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz,
                 pg_current_xact_id(), nextval('ledger_entries_seq_seq')
            FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[])
-                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)
-         ON CONFLICT DO NOTHING
-         RETURNING execution_id`,
-        [
-          executions[0]!.partnerId,
-          executions[0]!.batchId,
-          executions[0]!.payerEntityId,
-          executions[0]!.executedAt,
-          executions.map((e) => e.executionId),
-          executions.map((e) => e.payoutId),
-          executions.map((e) => e.recipientUserId),
-          executions.map((e) => String(e.amountCents)),
-          executions.map((e) => e.currency),
-          executions.map((e) => e.reference),
-        ],
-      );
+                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)`;
+      const bindings = [
+        executions[0]!.partnerId,
+        executions[0]!.batchId,
+        executions[0]!.payerEntityId,
+        executions[0]!.executedAt,
+        executions.map((e) => e.executionId),
+        executions.map((e) => e.payoutId),
+        executions.map((e) => e.recipientUserId),
+        executions.map((e) => String(e.amountCents)),
+        executions.map((e) => e.currency),
+        executions.map((e) => e.reference),
+      ];
+      await trx.raw(`SAVEPOINT treasury_executions`);
+      try {
+        await trx.raw(insert, bindings);
+        return new Set(executions.map((e) => e.executionId));
+      } catch (err) {
+        if ((err as { code?: string }).code !== "23505") throw err;
+      }
+      await trx.raw(`ROLLBACK TO SAVEPOINT treasury_executions`);
+      const { rows } = await trx.raw(`${insert} ON CONFLICT DO NOTHING RETURNING execution_id`, bindings);
       return new Set((rows as { execution_id: string }[]).map((r) => r.execution_id));
     },
 
