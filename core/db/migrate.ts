@@ -21,6 +21,7 @@ import * as m0019 from "./migrations/0019-pruning.js";
 import * as m0020 from "./migrations/0020-ledger.js";
 import * as m0021 from "./migrations/0021-budget-life.js";
 import * as m0022 from "./migrations/0022-consents-by-user.js";
+import * as m0023 from "./migrations/0023-payout-transfers.js";
 
 interface Migration {
   name: string;
@@ -51,6 +52,7 @@ const migrations: Migration[] = [
   { name: "0020-ledger", ...m0020 },
   { name: "0021-budget-life", ...m0021 },
   { name: "0022-consents-by-user", ...m0022 },
+  { name: "0023-payout-transfers", ...m0023 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
  * - vault:<vault id>: what a vault holds (its balance_cents).
  * - treasury:<partner id>: what a partner's treasury holds (its balance_cents).
  * - user:<user id>: a user's transfer account; its balance is the sum of their settled
- *   transfer entries (credits minus debits).
+ *   transfers (credits minus debits): their transfer entries and the payouts they received.
  * - external:<name>: money entering or leaving the books: `funding` (operator funding of
  *   vaults and treasuries), `payments` (agent payments paid out to counterparties),
  *   `transfers` (users' transfers recorded from outside), `opening` (balances carried in

@@ -112,7 +112,7 @@ export function createLedgerStore(db: Knex) {
      * Proves the books: every transaction's legs sum to zero per currency, every leg names
      * a known transaction and an account of its currency, every transaction has legs, and
      * every balance equals the sum of its account's legs (vaults, treasuries, users'
-     * settled transfer entries). One consistent snapshot; the first case of each failed
+     * settled transfers). One consistent snapshot; the first case of each failed
      * check is named.
      */
     async verify(): Promise<VerifyReport> {
@@ -175,14 +175,18 @@ export type LedgerStore = ReturnType<typeof createLedgerStore>;
 /**
  * Every balance against its postings: vaults and treasuries (their balance_cents; an
  * account of a vault or treasury that is gone, or in a currency it no longer holds, must
- * sum to zero) and users (the sum of their settled transfer entries, per currency).
+ * sum to zero) and users (the sum of their settled transfers, per currency: their settled
+ * entries and the payouts they received, migration 0023).
  */
 const BALANCE_MISMATCH_SQL = `
   WITH sums AS (SELECT account_id, sum(amount_cents) AS total FROM ledger_postings GROUP BY account_id),
   entries AS (
-    SELECT ledger_account_id('user', user_id::text, currency) AS id, user_id::text AS owner, currency,
-           sum(CASE direction WHEN 'credit' THEN amount_cents ELSE -amount_cents END) AS expected
-      FROM ledger_entries WHERE status = 'settled' GROUP BY user_id, currency
+    SELECT ledger_account_id('user', user_id::text, currency) AS id, user_id::text AS owner, currency, sum(cents) AS expected
+      FROM (SELECT user_id, currency, CASE direction WHEN 'credit' THEN amount_cents ELSE -amount_cents END AS cents
+              FROM ledger_entries WHERE status = 'settled'
+            UNION ALL
+            SELECT recipient_user_id, currency, amount_cents FROM treasury_executions WHERE seq IS NOT NULL) t
+     GROUP BY user_id, currency
   ),
   users AS (SELECT a.id, a.owner, a.currency, s.total FROM ledger_accounts a JOIN sums s ON s.account_id = a.id WHERE a.kind = 'user')
   SELECT * FROM (

@@ -5,6 +5,7 @@ import { batchFunction } from "../db/sql.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
 import { externalAccount, userAccount } from "../ledger/accounts.js";
 import { movementCtes } from "../ledger/store.js";
+import { PAYOUT_TRANSFER_ID_SQL } from "../treasury/ledger.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -240,12 +241,24 @@ export function createResourcesStore(db: Db) {
       return toLedger((rows as Record<string, unknown>[])[0]!);
     },
 
-    /** The user's settled entries strictly after `after`, in feed order (core/paging.ts). */
+    /**
+     * The user's transfers strictly after `after`, in feed order (core/paging.ts): their
+     * entries, and the payouts they received, each a settled credit whose id is
+     * payoutTransferId(payer, execution id) (migration 0023). Both take their seq from one
+     * sequence, so a position names one row of either; each side is one index range scan.
+     */
     async listLedger(conn: Conn, userId: string, after: FeedPosition, limit: number): Promise<{ row: LedgerEntry; position: FeedPosition }[]> {
       return readSettled(async () => {
         const { rows } = await conn.raw(
-          `SELECT *, ${FEED_COLUMNS_SQL} FROM ledger_entries WHERE user_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?`,
-          [userId, after.xid, after.seq, limit],
+          `SELECT *, ${FEED_COLUMNS_SQL} FROM (
+             (SELECT seq, id, user_id, direction, amount_cents, currency, status, created_at, updated_at, xid
+                FROM ledger_entries WHERE user_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?)
+             UNION ALL
+             (SELECT seq, ${PAYOUT_TRANSFER_ID_SQL("partner_id::text", "execution_id")}, recipient_user_id, 'credit', amount_cents, currency, 'settled',
+                     executed_at, executed_at, xid
+                FROM treasury_executions WHERE recipient_user_id = ? AND seq IS NOT NULL AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?)
+           ) t ORDER BY xid, seq LIMIT ?`,
+          [userId, after.xid, after.seq, limit, userId, after.xid, after.seq, limit, limit],
         );
         return (rows as Record<string, unknown>[]).map((r) => toFeedRead(r, toLedger(r)));
       });

@@ -11,9 +11,10 @@ import type { Leg } from "../ledger/store.js";
  *   moves the whole old balance out (old currency) and the new one in (new currency), so
  *   the account of a currency the treasury no longer holds sums to zero.
  * - A batch: one "payout" transaction whose id is the batch id; the treasury account is
- *   debited by the batch total and each newly executed item credits its recipient's
- *   user account (one leg per item), next to a settled credit entry in the recipient's
- *   transfers (ledger_entries) whose id is `payoutTransferId` (store.ts recordBatch).
+ *   debited by the batch total and each recipient's user account credited with the sum of
+ *   the items newly executed for it (one leg per recipient, store.ts recordBatch). Each such
+ *   execution is a settled credit in its recipient's transfers whose id is
+ *   `payoutTransferId` (the transfers feed reads it from treasury_executions).
  */
 
 /** Where operator money enters and leaves a treasury. */

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -20,6 +20,7 @@ import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
+import { encodeBatch } from "./batch-encoding.js";
 import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
 import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
@@ -258,28 +259,30 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           const total = amounts.reduce((a, b) => a + b, 0);
           if (total > treasury.balanceCents) fail(Reason.INSUFFICIENT_FUNDS, "the available balance is below the batch total");
 
+          const executedNow = timestampFromDate(now);
           const batch = create(BatchSchema, {
             batchId,
             payerEntityId: input.payerEntityId,
             totalCents: BigInt(total),
-            createdAt: timestampFromDate(now),
+            createdAt: executedNow,
             items: input.items.map((item) => {
               const done = plan.already.get(item.executionId);
               return {
                 executionId: item.executionId,
                 payoutId: item.payoutId,
                 status: done ? ItemStatus.ALREADY_EXECUTED : ItemStatus.EXECUTED,
-                executedAt: timestampFromDate(done ? done.executedAt : now),
+                executedAt: done ? timestampFromDate(done.executedAt) : executedNow,
               };
             }),
           });
-          const response = toBinary(BatchSchema, batch);
+          const response = encodeBatch(batch);
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
-          // One statement records the batch, debits the treasury and, for what it newly paid,
-          // posts the ledger transaction, credits each recipient's transfers and writes the
-          // events: DESIGN 4.3 payout.executed, one per batch listing the payouts it paid (a
-          // 500-item batch is one delivery, not 500), and transfer.settled per payout for the
-          // partners the recipient lets read their transfers (store.ts recordBatch).
+          // One statement records the batch, debits the treasury and, for what it newly paid
+          // (the executions inserted above, which are also the recipients' transfers), posts
+          // the ledger transaction and writes the events: DESIGN 4.3 payout.executed, one per
+          // batch listing the payouts it paid (a 500-item batch is one delivery, not 500), and
+          // transfer.settled per payout for the partners the recipient lets read their
+          // transfers (store.ts recordBatch).
           const stored = await store.recordBatch(
             trx,
             { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },

@@ -172,13 +172,13 @@ export function createTreasuryStore(db: Db) {
      *   user account, in the order recipients first appear
      *   (accounts not yet open are opened, in id order so concurrent batches never wait on
      *   each other in a cycle);
-     * - one settled credit in each recipient's transfers (ledger_entries) per item, id
-     *   payoutTransferId(partner, execution id);
      * - the events: payout.executed for the payer, then per item (in batch order) one
-     *   transfer.settled for every partner whose consent of the recipient includes
-     *   transfers:read now (partner id order).
-     * Every part is derived from one list of items, so the legs, the entries and the debit
-     * cannot disagree. `inserted: false` (and nothing written) when the key was taken meanwhile.
+     *   transfer.settled (transfer id payoutTransferId(partner, execution id)) for every
+     *   partner whose consent of the recipient includes transfers:read now (partner id order).
+     * Each item's settled credit in its recipient's transfers is its execution row
+     * (insertExecutions). Every part here is derived from one list of items, so the legs, the
+     * events and the debit cannot disagree. `inserted: false` (and nothing written) when the
+     * key was taken meanwhile.
      */
     async recordBatch(
       trx: Knex.Transaction,
@@ -192,7 +192,7 @@ export function createTreasuryStore(db: Db) {
       const payoutCtes = paid
         ? {
             sql: `items AS MATERIALIZED (
-                    SELECT i.n, i.user_id, i.amount_cents, ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")} AS transfer_id
+                    SELECT i.n, i.execution_id, i.user_id, i.amount_cents
                       FROM unnest(?::text[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, user_id, amount_cents, n)
                   ),
                   recipients AS MATERIALIZED (
@@ -215,17 +215,13 @@ export function createTreasuryStore(db: Db) {
                              GROUP BY r.account_id) l
                      ORDER BY l.n
                   ),
-                  payout_entries AS (
-                    INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
-                    SELECT transfer_id, user_id, 'credit', amount_cents, ?, 'settled', ?::timestamptz, ?::timestamptz FROM items ORDER BY n
-                  ),
                   payout_events AS (
                     INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at)
                     SELECT gen_random_uuid(), e.partner_id, e.type, e.data, ?::timestamptz, ?::timestamptz
                       FROM (SELECT 0::bigint AS n, ?::uuid AS partner_id, 'payout.executed' AS type, ?::jsonb AS data
                             UNION ALL
                             SELECT i.n, c.partner_id, 'transfer.settled',
-                                   jsonb_build_object('user_id', i.user_id, 'transfer_id', i.transfer_id, 'direction', 'credit',
+                                   jsonb_build_object('user_id', i.user_id, 'transfer_id', ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")}, 'direction', 'credit',
                                                       'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
                                                       'created_at', ?::text, 'updated_at', ?::text)
                               FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)) e
@@ -233,7 +229,6 @@ export function createTreasuryStore(db: Db) {
                   ),`,
             bindings: [
               // items, recipients
-              b.partnerId,
               paid.items.map((i) => i.executionId),
               paid.items.map((i) => i.recipientUserId),
               paid.items.map((i) => String(i.amountCents)),
@@ -251,15 +246,12 @@ export function createTreasuryStore(db: Db) {
               b.createdAt,
               b.partnerId,
               paid.currency,
-              // payout_entries
-              paid.currency,
-              b.createdAt,
-              b.createdAt,
               // payout_events
               b.createdAt,
               b.createdAt,
               b.partnerId,
               JSON.stringify(paid.executedEvent),
+              b.partnerId,
               paid.currency,
               at,
               at,
@@ -309,42 +301,49 @@ export function createTreasuryStore(db: Db) {
     /**
      * Every execution of a batch in one multi-row INSERT; rows whose execution_id or
      * payout_id this partner already used are skipped. Returns the inserted execution ids.
+     *
+     * The usual batch reuses no id, so a plain INSERT goes first, from a savepoint; a
+     * reused id fails it at a unique key, and the same rows are then inserted again with
+     * ON CONFLICT DO NOTHING, which skips the reused ones. (On every batch that clause cost
+     * as much as the INSERT itself: each row is checked against both unique keys before it
+     * is written, and again when it is.) Batches of one partner run one at a time under its
+     * treasury lock, so no other batch can take an id between the two.
+     *
+     * An execution is also its recipient's settled credit transfer (migration 0023): each
+     * row takes its feed position here, the writing transaction's id and a number from the
+     * transfer entries' sequence, in batch order. A batch that is refused later rolls the
+     * rows back with everything else.
      */
     async insertExecutions(trx: Knex.Transaction, executions: ExecutionRecord[]): Promise<Set<string>> {
       if (executions.length === 0) return new Set();
-      const columns = [
-        "partner_id",
-        "execution_id",
-        "payout_id",
-        "batch_id",
-        "recipient_user_id",
-        "payer_entity_id",
-        "amount_cents",
-        "currency",
-        "reference",
-        "executed_at",
-      ];
       // unnest keeps the statement text and parameter count fixed whatever the batch size.
-      const { rows } = await trx.raw(
-        `INSERT INTO treasury_executions (${columns.join(", ")})
-         SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz
+      const insert = `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id,
+                                                    amount_cents, currency, reference, executed_at, xid, seq)
+         SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz,
+                pg_current_xact_id(), nextval('ledger_entries_seq_seq')
            FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[])
-                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)
-         ON CONFLICT DO NOTHING
-         RETURNING execution_id`,
-        [
-          executions[0]!.partnerId,
-          executions[0]!.batchId,
-          executions[0]!.payerEntityId,
-          executions[0]!.executedAt,
-          executions.map((e) => e.executionId),
-          executions.map((e) => e.payoutId),
-          executions.map((e) => e.recipientUserId),
-          executions.map((e) => String(e.amountCents)),
-          executions.map((e) => e.currency),
-          executions.map((e) => e.reference),
-        ],
-      );
+                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)`;
+      const bindings = [
+        executions[0]!.partnerId,
+        executions[0]!.batchId,
+        executions[0]!.payerEntityId,
+        executions[0]!.executedAt,
+        executions.map((e) => e.executionId),
+        executions.map((e) => e.payoutId),
+        executions.map((e) => e.recipientUserId),
+        executions.map((e) => String(e.amountCents)),
+        executions.map((e) => e.currency),
+        executions.map((e) => e.reference),
+      ];
+      await trx.raw(`SAVEPOINT treasury_executions`);
+      try {
+        await trx.raw(insert, bindings);
+        return new Set(executions.map((e) => e.executionId));
+      } catch (err) {
+        if ((err as { code?: string }).code !== "23505") throw err;
+      }
+      await trx.raw(`ROLLBACK TO SAVEPOINT treasury_executions`);
+      const { rows } = await trx.raw(`${insert} ON CONFLICT DO NOTHING RETURNING execution_id`, bindings);
       return new Set((rows as { execution_id: string }[]).map((r) => r.execution_id));
     },
 
@@ -355,10 +354,9 @@ export function createTreasuryStore(db: Db) {
 
     /**
      * The recipients among `userIds` that exist, with their status and this partner's
-     * consent scopes. Their user rows are held FOR KEY SHARE until the batch ends (what the
-     * foreign keys of their transfer entries take anyway): a change that locks a user
-     * (status, a recorded transfer) waits for the batch, or the batch for it, before
-     * either writes anything of that user.
+     * consent scopes. Their user rows are held FOR KEY SHARE until the batch ends: a change
+     * that locks a user (status, a recorded transfer) waits for the batch, or the batch for
+     * it, before either writes anything of that user.
      */
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
       const { rows } = await trx.raw(

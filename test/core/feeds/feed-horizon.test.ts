@@ -13,6 +13,8 @@ import { createAuditStore } from "../../../core/audit/store.js";
 import { enqueue } from "../../../core/partners/webhooks/outbox-store.js";
 import { createResourcesStore } from "../../../core/partners/resources-store.js";
 import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
+import { createTreasuryStore } from "../../../core/treasury/store.js";
+import { payoutTransferId } from "../../../core/treasury/ledger.js";
 
 const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -50,11 +52,13 @@ describe("change feeds: every committed row reaches a watermark follower exactly
   let stack: TestStack;
   let auditStore: ReturnType<typeof createAuditStore>;
   let resources: ReturnType<typeof createResourcesStore>;
+  let treasuries: ReturnType<typeof createTreasuryStore>;
 
   before(async () => {
     stack = await startStack({ gateway: true, webhookPollMs: 0 });
     auditStore = createAuditStore(stack.core.db);
     resources = createResourcesStore(stack.core.db);
+    treasuries = createTreasuryStore(stack.core.db);
   });
   after(() => stack.close());
 
@@ -105,7 +109,11 @@ describe("change feeds: every committed row reaches a watermark follower exactly
     };
   }
 
-  /** GET /api/partner/users/<id>/transfers. */
+  /**
+   * GET /api/partner/users/<id>/transfers, written by the two writers of a user's
+   * transfers in turn: a recorded entry (ledger_entries), then a payout to the user
+   * (treasury_executions, as a batch inserts it), and so on, also within one transaction.
+   */
   async function transfersFeed(): Promise<Feed> {
     const partner = await createPartner(stack);
     const { userId } = await createUserFor(stack, partner);
@@ -119,9 +127,16 @@ describe("change feeds: every committed row reaches a watermark follower exactly
        ON CONFLICT DO NOTHING`,
       [userId, userId],
     );
+    let writes = 0;
     return {
       async write(trx) {
         const at = stack.clock();
+        if (writes++ % 2 === 1) {
+          const executionId = `ex-${randomUUID()}`;
+          const execution = { partnerId: partner.partnerId, executionId, payoutId: `po-${randomUUID()}`, batchId: randomUUID(), recipientUserId: userId };
+          await treasuries.insertExecutions(trx, [{ ...execution, payerEntityId: randomUUID(), amountCents: 1, currency: "USD", reference: "feed", executedAt: at }]);
+          return payoutTransferId(partner.partnerId, executionId);
+        }
         const e = await resources.insertLedgerEntry(trx, { id: randomUUID(), userId, direction: "credit", amountCents: 1, currency: "USD", status: "settled", createdAt: at, updatedAt: at });
         return e.id;
       },

@@ -24,11 +24,13 @@ async function refusal(p: Promise<unknown>) {
 /**
  * Treasury money in the double-entry ledger: fund, bind and rebind move the balance
  * against external:funding, and a batch is one "payout" transaction (treasury debited,
- * each paid item credited to its recipient with a settled transfer entry). After every
- * step the admin's VerifyLedger must prove the books.
+ * each recipient credited with its paid items, each of which is a settled credit in the
+ * recipient's transfers). After every step the admin's VerifyLedger must prove the books.
  */
 describe("treasury movements in the ledger", () => {
   let stack: TestStack;
+  /** Reads recipients' transfers (ListTransfers) as a partner they let do so. */
+  let reader: TreasuryPartner;
   /** Set to make the next batch fail inside its transaction, after every write (the fault seam). */
   let failNextBatch = false;
   let failedBatchId: string | undefined;
@@ -45,6 +47,7 @@ describe("treasury movements in the ledger", () => {
       },
       auditFaults: { appendFault: () => (auditDown ? new Error("injected audit fault") : undefined) },
     });
+    reader = await withToken(stack.clients, await createPartner(stack, { entitlements: ["transfers:read"] }));
   });
   after(() => stack.close());
   afterEach(() => {
@@ -83,16 +86,27 @@ describe("treasury movements in the ledger", () => {
     ).then((rows) => rows.map((r) => ({ account: r.account_id, cents: Number(r.amount_cents), currency: r.currency })));
   }
 
-  /** What the ledger holds of a partner's payouts: entries, postings and events it wrote. */
+  /** The users' transfers as a partner reads them (ListTransfers), in feed order per user. */
+  async function transfersOf(users: string[]) {
+    const out: { userId: string; transferId: string; direction: string; amountCents: bigint; currency: string; status: string }[] = [];
+    for (const userId of users) {
+      await grantConsent(stack.admin, reader, userId, ["transfers:read"]);
+      const res = await stack.clients.partnerResources.listTransfers({ accessToken: reader.token, userId, page: { limit: 100 } });
+      expect(res.nextCursor, "one page holds them all").to.equal("");
+      out.push(...res.data.map((t) => ({ userId, transferId: t.transferId, direction: t.direction, amountCents: t.amountCents, currency: t.currency, status: t.status })));
+    }
+    return out;
+  }
+
+  /** What the ledger holds of a partner's payouts: transactions, postings, the recipients' transfers and the payer's events. */
   async function footprint(partner: TreasuryPartner, users: string[]) {
-    const [row] = await sql<{ txs: number; legs: number; entries: number; events: number }>(
+    const [row] = await sql<{ txs: number; legs: number; events: number }>(
       `SELECT (SELECT count(*)::int FROM ledger_transactions t JOIN treasury_batches b ON b.id = t.id WHERE b.partner_id = ?) AS txs,
               (SELECT count(*)::int FROM ledger_postings p JOIN treasury_batches b ON b.id = p.transaction_id WHERE b.partner_id = ?) AS legs,
-              (SELECT count(*)::int FROM ledger_entries WHERE user_id = ANY(?::uuid[])) AS entries,
               (SELECT count(*)::int FROM partner_events WHERE partner_id = ?) AS events`,
-      [partner.partnerId, partner.partnerId, users, partner.partnerId],
+      [partner.partnerId, partner.partnerId, partner.partnerId],
     );
-    return row!;
+    return { txs: row!.txs, legs: row!.legs, entries: (await transfersOf(users)).length, events: row!.events };
   }
 
   const balanceOf = async (p: TreasuryPartner) => Number((await stack.clients.treasury.getTreasury({ accessToken: p.token })).treasury!.availableCents);
@@ -167,16 +181,13 @@ describe("treasury movements in the ledger", () => {
       { account: accountId("user", user, "USD"), cents: 3_000, currency: "USD" },
       { account: accountId("user", other, "USD"), cents: 250, currency: "USD" },
     ]);
-    const entries = await sql<{ id: string; user_id: string; direction: string; amount_cents: string; currency: string; status: string }>(
-      `SELECT id, user_id, direction, amount_cents::text, currency, status FROM ledger_entries WHERE user_id = ANY(?::uuid[]) ORDER BY seq`,
-      [[user, other]],
-    );
-    expect(entries).to.deep.equal(
-      req.items.map((i) => ({
-        id: payoutTransferId(partner.partnerId, i.executionId),
-        user_id: i.recipientUserId,
+    // Each paid item is a settled credit in its recipient's transfers, in batch order.
+    expect(await transfersOf([user, other])).to.deep.equal(
+      [req.items[0]!, req.items[2]!, req.items[1]!].map((i) => ({
+        userId: i.recipientUserId,
+        transferId: payoutTransferId(partner.partnerId, i.executionId),
         direction: "credit",
-        amount_cents: String(i.amountCents),
+        amountCents: i.amountCents,
         currency: "USD",
         status: "settled",
       })),
@@ -266,7 +277,7 @@ describe("treasury movements in the ledger", () => {
       requirePostgres(this, "concurrent batches, funds and binds need several connections");
     });
 
-    it("many concurrent batches and funds on one treasury: no overspend, each paid item has exactly one entry and is in exactly one credit leg, the books balance", async () => {
+    it("many concurrent batches and funds on one treasury: no overspend, each paid item is exactly one transfer and in exactly one credit leg, the books balance", async () => {
       const { partner, payer, user } = await setup(20_000n);
       const users = [user, ...(await Promise.all(Array.from({ length: 4 }, () => createRecipient(stack.admin, partner))))];
       // Every batch also carries one shared execution id: it must be paid exactly once.
@@ -303,9 +314,8 @@ describe("treasury movements in the ledger", () => {
       );
       expect(executed.filter((e) => e.execution_id === shared.executionId)).to.have.length(1);
       expect(executed.reduce((sum, e) => sum + Number(e.amount_cents), 0)).to.equal(spent);
-      const entries = await sql<{ id: string; n: number }>(`SELECT id, count(*)::int AS n FROM ledger_entries WHERE user_id = ANY(?::uuid[]) GROUP BY id`, [users]);
-      expect(entries.map((e) => e.n).every((n) => n === 1)).to.equal(true);
-      expect(new Set(entries.map((e) => e.id))).to.deep.equal(new Set(executed.map((e) => payoutTransferId(partner.partnerId, e.execution_id))));
+      const transfers = await transfersOf(users);
+      expect(transfers.map((t) => t.transferId).sort()).to.deep.equal(executed.map((e) => payoutTransferId(partner.partnerId, e.execution_id)).sort());
       // One credit leg per recipient of each batch, in that batch's transaction, summing the
       // items it executed for them; one debit per paying batch.
       const legs = await sql<{ transaction_id: string; account_id: string; amount_cents: string }>(

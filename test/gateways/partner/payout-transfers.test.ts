@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { createResourcesStore } from "../../../core/partners/resources-store.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
@@ -175,5 +176,84 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
     expect(seen.map((t) => [t.transfer_id, t.amount_cents])).to.deep.equal([[payoutTransferId(payer.partner.partnerId, body.items[0]!.execution_id), 250]]);
     await stack.core.webhooks.runOnce();
     expect(reader.receiver.received).to.deep.equal([]);
+  });
+  /** Every page of a user's transfers, `limit` at a time, following next_cursor; and the watermark after the last. */
+  async function pagedTransfers(token: string, userId: string, limit: number) {
+    const seen: Transfer[] = [];
+    let cursor = "";
+    for (let pages = 0; pages < 50; pages++) {
+      const res = await call("GET", `/users/${userId}/transfers?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, { token });
+      expect(res.status, res.text).to.equal(200);
+      const body = res.body as { data: Transfer[]; next_cursor: string | null; watermark: string };
+      seen.push(...body.data);
+      if (!body.next_cursor) return { seen, watermark: body.watermark };
+      cursor = body.next_cursor;
+    }
+    throw new Error("too many pages");
+  }
+
+  it("pages through recorded transfers and payouts in the order they were written, one cursor across both, and a watermark sees what comes after", async () => {
+    const payer = await partnerWithWebhook(["treasury:write"]);
+    const reader = await partnerWithWebhook(["transfers:read"]);
+    const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
+    const { userId } = await createUserFor(stack, payer.partner, ["payouts:receive"]);
+    await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
+    const record = async (direction: string, cents: number, status = "settled") =>
+      (await stack.admin.partnerResources.recordLedgerEntry({ userId, direction, amountCents: BigInt(cents), status })).transfer!.transferId;
+    const pay = async (...cents: number[]) => {
+      const body = { payer_entity_id: payerEntity, items: cents.map((c) => item(userId, c)) };
+      expect((await post(payer.token, body)).status).to.equal(200);
+      return body.items.map((i) => payoutTransferId(payer.partner.partnerId, i.execution_id));
+    };
+
+    const written = [await record("credit", 11), ...(await pay(21, 22, 23)), await record("debit", 5), await record("credit", 7, "pending"), ...(await pay(31))];
+    for (const limit of [1, 2, 3, 100]) {
+      const { seen } = await pagedTransfers(reader.token, userId, limit);
+      expect(seen.map((t) => t.transfer_id), `limit ${limit}`).to.deep.equal(written);
+      expect(seen.map((t) => [t.direction, t.amount_cents, t.status])).to.deep.equal([
+        ["credit", 11, "settled"],
+        ["credit", 21, "settled"],
+        ["credit", 22, "settled"],
+        ["credit", 23, "settled"],
+        ["debit", 5, "settled"],
+        ["credit", 7, "pending"],
+        ["credit", 31, "settled"],
+      ]);
+    }
+    const { watermark } = await pagedTransfers(reader.token, userId, 100);
+    const later = [...(await pay(41)), await record("credit", 51)];
+    const since = await call("GET", `/users/${userId}/transfers?since=${encodeURIComponent(watermark)}`, { token: reader.token });
+    expect((since.body as { data: Transfer[] }).data.map((t) => t.transfer_id)).to.deep.equal(later);
+    const report = await stack.admin.audit.verifyLedger({});
+    expect(report.discrepancies.map((d) => d.message)).to.deep.equal([]);
+  });
+
+  it("a payout stored without a feed position (before this version, or by a replica of the version before during a rollout) counts once: as its transfer entry if it has one, else not at all", async () => {
+    const payer = await partnerWithWebhook(["treasury:write"]);
+    const reader = await partnerWithWebhook(["transfers:read"]);
+    await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
+    const { userId } = await createUserFor(stack, payer.partner, ["payouts:receive"]);
+    await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
+    const at = new Date();
+    // What the version before wrote for a payout: the execution (no seq, no xid) and, since
+    // payouts credit their recipients, a settled transfer entry with the payout's transfer id
+    // and its posting. Before that, an execution alone.
+    const legacy = async (executionId: string) =>
+      stack.core.db.raw(
+        `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id, amount_cents, currency, reference, executed_at)
+         VALUES (?, ?, ?, ?, ?, ?, 600, 'USD', 'old', ?)`,
+        [payer.partner.partnerId, executionId, `po-${randomUUID()}`, randomUUID(), userId, randomUUID(), at],
+      );
+    const credited = `ex-${randomUUID()}`;
+    await legacy(credited);
+    await legacy(`ex-${randomUUID()}`);
+    const id = payoutTransferId(payer.partner.partnerId, credited);
+    await stack.core.db.transaction((trx) =>
+      createResourcesStore(stack.core.db).insertLedgerEntry(trx, { id, userId, direction: "credit", amountCents: 600, currency: "USD", status: "settled", createdAt: at, updatedAt: at }),
+    );
+
+    expect((await transfersOf(reader.token, userId)).map((t) => [t.transfer_id, t.amount_cents])).to.deep.equal([[id, 600]]);
+    const report = await stack.admin.audit.verifyLedger({});
+    expect(report.discrepancies.map((d) => d.message)).to.deep.equal([]);
   });
 });
