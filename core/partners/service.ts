@@ -56,6 +56,11 @@ const RECENT_SUCCESS_TTL_MS = 2 * 60 * 60_000;
 /** How long this process refuses an address the shared counter refused, without asking again. */
 const ADDRESS_BLOCK_MS = 5_000;
 const MEMORY_ENTRIES = 10_000;
+/**
+ * Checks of one address waiting for its turn at the shared failure counter; one more is
+ * refused from memory (429), as the counter would refuse a flood that size anyway.
+ */
+const ADDRESS_QUEUE = 64;
 
 const statusName = {
   [PartnerStatus.UNSPECIFIED]: undefined,
@@ -103,6 +108,8 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   const recentSuccess = createExpiringMap<true>(MEMORY_ENTRIES);
   // Addresses the shared failure counter refused a moment ago: refused from memory.
   const blockedAddresses = createExpiringMap<true>(MEMORY_ENTRIES);
+  // Turns at the shared failure counter, one address at a time.
+  const addressTurns = createKeyedTurns(ADDRESS_QUEUE, () => fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 }));
 
   /** spec 8 / DESIGN 7: count the attempt before any hashing, failures included. */
   async function countIssuance(ctx: HandlerContext, clientId: string, actor: string) {
@@ -122,6 +129,19 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
    */
   async function checkSecret(ctx: HandlerContext, clientId: string, secret: string, actor: string): Promise<string> {
     const address = ctx.values.get(kClientAddress);
+    // One check of an address at a time, from its reservation at the shared failure
+    // counter to its audit row. A burst from one address (a flood opening 64 connections
+    // at once) would otherwise put that many statements on the counter's one row, and
+    // their follow-up work on the database and the secret-check queue at once, holding
+    // the connection pool other requests need. Those behind wait in memory; once the
+    // counter refuses, the address is blocked and they are refused without asking again.
+    // A client that succeeded from this address lately does not queue behind it (it is
+    // in the secret-check queue's priority lane too).
+    if (recentSuccess.get(`${clientId}\0${address}`, deps.clock().getTime())) return checkSecretInTurn(ctx, clientId, secret, actor, address);
+    return addressTurns.run(address, () => checkSecretInTurn(ctx, clientId, secret, actor, address));
+  }
+
+  async function checkSecretInTurn(ctx: HandlerContext, clientId: string, secret: string, actor: string, address: string): Promise<string> {
     const now = deps.clock();
     if (blockedAddresses.get(address, now.getTime())) {
       // Already refused by the shared counter a moment ago; not audited again (one row per
@@ -396,4 +416,36 @@ function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Par
 /** The audit `reason` label of a failure: the snake_case Reason name. */
 function reasonLabel(reason: Reason): string {
   return (Reason[reason] ?? "unspecified").toLowerCase();
+}
+
+/**
+ * Runs work for one key at a time, in arrival order; different keys run independently.
+ * At most `maxWaiting` callers of a key wait (each an in-flight request); one more is
+ * refused at once by `refuse`. Keys with nothing running are forgotten.
+ */
+export function createKeyedTurns(maxWaiting: number, refuse: () => never) {
+  const lines = new Map<string, { waiting: number; tail: Promise<void> }>();
+  return {
+    async run<T>(key: string, work: () => Promise<T>): Promise<T> {
+      let line = lines.get(key);
+      if (line && line.waiting >= maxWaiting) refuse();
+      // The first caller of an idle key runs at once; the others wait for the one before.
+      const before = line?.tail;
+      if (!line) lines.set(key, (line = { waiting: 0, tail: Promise.resolve() }));
+      let done!: () => void;
+      const mine = new Promise<void>((resolve) => (done = resolve));
+      line.tail = mine;
+      try {
+        if (before) {
+          line.waiting++;
+          await before;
+          line.waiting--;
+        }
+        return await work();
+      } finally {
+        done();
+        if (line.tail === mine) lines.delete(key);
+      }
+    },
+  };
 }

@@ -48,16 +48,18 @@ const randomClient = () => basic(`gpc_flood_${randomBytes(4).toString("hex")}`, 
 
 /**
  * Wrong secrets for random client ids from `connections` loops until `stop()` (or `cap`
- * requests in all, so a broken server cannot make it spin forever).
+ * requests in all, so a broken server cannot make it spin forever). With `spread`, each
+ * loop sends from its own loopback address (127.0.1.<n>): a flood from many addresses,
+ * since one address's checks wait for each other.
  */
-function startFlood(url: string, connections: number, cap = 5000) {
+function startFlood(url: string, connections: number, cap = 5000, spread = false) {
   const answers: Answer[] = [];
   let stopped = false;
   let firstShed: () => void;
   const shed = new Promise<void>((resolve) => (firstShed = resolve));
-  const loops = Array.from({ length: connections }, async () => {
+  const loops = Array.from({ length: connections }, async (_, n) => {
     while (!stopped && answers.length < cap) {
-      const a = await post(url, randomClient());
+      const a = spread ? await postTokenFrom(url, `127.0.1.${n + 1}`, randomClient()) : await post(url, randomClient());
       answers.push(a);
       if (a.status === 503) firstShed();
     }
@@ -92,7 +94,7 @@ describe("partner token endpoint under a flood of bad credentials", function () 
       expect((await post(stack.url, basic(partner.clientId, partner.clientSecret))).status).to.equal(200);
       const linesBefore = stack.logs.lines.length;
 
-      const flood = startFlood(stack.url, 32);
+      const flood = startFlood(stack.url, 32, 5000, true);
       const legit: Answer[] = [];
       try {
         await flood.shed;
@@ -206,6 +208,18 @@ describe("partner token endpoint under a flood of bad credentials", function () 
       const count = (s: number) => burst.filter((a) => a.status === s).length;
       expect(count(401)).to.equal(3);
       expect(count(429)).to.equal(17);
+    });
+
+    it("asks the shared counter one check at a time: the rest of a burst is refused from memory, one audit row per block", async () => {
+      const E = "127.0.0.15";
+      const ids = Array.from({ length: 30 }, () => `gpc_flood_${randomBytes(4).toString("hex")}`);
+      const burst = await Promise.all(ids.map((id) => postTokenFrom(stack.url, E, basic(id, `gps_${randomBytes(32).toString("base64url")}`))));
+      expect(burst.filter((a) => a.status === 401)).to.have.length(3);
+      expect(burst.filter((a) => a.status === 429)).to.have.length(27);
+      // Concurrent checks each asking the counter would each be refused and audited; in
+      // turn, the first refusal blocks the address and the others never reach it.
+      const refusals = await stack.core.db("audit_records").whereIn("actor", ids.map((id) => `partner:${id}`)).andWhere({ action: "partner.token.issue", reason: "rate_limited" });
+      expect(refusals).to.have.length(1);
     });
   });
 });
