@@ -122,9 +122,10 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const audit = createAuditStore(db, options.auditFaults);
     const ledger = createLedgerStore(db);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
-    const secrets = await createSecretHasher({ params: options.scrypt, ...options.secretChecks });
-    void secrets.lowPriority().then((low) => {
-      if (!low) logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests");
+    const secrets = await createSecretHasher({
+      params: options.scrypt,
+      ...options.secretChecks,
+      onPriorityRefused: () => logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests"),
     });
     const outbox = createOutboxStore(db);
     const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));

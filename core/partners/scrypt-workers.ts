@@ -46,13 +46,19 @@ interface Slot {
 export interface ScryptWorkers {
   /** Derives a key on a free worker; callers never run more derivations than `size` at once. */
   derive(secret: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer>;
-  /** Whether every worker lowered its priority (false where the platform refuses). */
+  /** Whether every worker started so far lowered its priority (false where the platform refuses). */
   niced(): Promise<boolean>;
   close(): Promise<void>;
 }
 
-export function createScryptWorkers(size: number): ScryptWorkers {
+/**
+ * `size` workers at most, each started on first need (a process that never checks a
+ * secret, such as most CLI commands, starts none). `onPriorityRefused` is called once if
+ * a worker could not lower its priority.
+ */
+export function createScryptWorkers(size: number, onPriorityRefused?: () => void): ScryptWorkers {
   let nextId = 0;
+  let warned = false;
   const free: Slot[] = [];
   const all: Slot[] = [];
 
@@ -62,7 +68,13 @@ export function createScryptWorkers(size: number): ScryptWorkers {
     let readyResolve!: (niced: boolean) => void;
     const slot: Slot = { worker, ready: new Promise((resolve) => (readyResolve = resolve)) };
     worker.on("message", (m: { ready?: boolean; niced?: boolean; id?: number; key?: Uint8Array; error?: string }) => {
-      if (m.ready) return readyResolve(m.niced === true);
+      if (m.ready) {
+        if (m.niced !== true && !warned && onPriorityRefused) {
+          warned = true;
+          onPriorityRefused();
+        }
+        return readyResolve(m.niced === true);
+      }
       const job = slot.job;
       slot.job = undefined;
       worker.unref();
@@ -72,7 +84,7 @@ export function createScryptWorkers(size: number): ScryptWorkers {
       else job.resolve(Buffer.from(m.key.buffer, m.key.byteOffset, m.key.byteLength));
     });
     worker.on("error", (err) => {
-      // A worker that died takes its job with it; a fresh one takes its place.
+      // A worker that died takes its job with it; the next derivation starts a fresh one.
       slot.job?.reject(err);
       slot.job = undefined;
       readyResolve(false);
@@ -80,25 +92,14 @@ export function createScryptWorkers(size: number): ScryptWorkers {
       if (i >= 0) all.splice(i, 1);
       const f = free.indexOf(slot);
       if (f >= 0) free.splice(f, 1);
-      if (!closed) {
-        const replacement = start();
-        all.push(replacement);
-        free.push(replacement);
-      }
     });
-    return slot;
-  }
-
-  let closed = false;
-  for (let i = 0; i < size; i++) {
-    const slot = start();
     all.push(slot);
-    free.push(slot);
+    return slot;
   }
 
   return {
     derive(secret, salt, keylen, options) {
-      const slot = free.pop();
+      const slot = free.pop() ?? (all.length < size ? start() : undefined);
       if (!slot) return Promise.reject(new Error("scrypt workers: more derivations than workers"));
       return new Promise<Buffer>((resolve, reject) => {
         slot.job = { resolve, reject };
@@ -110,8 +111,8 @@ export function createScryptWorkers(size: number): ScryptWorkers {
       return (await Promise.all(all.map((s) => s.ready))).every(Boolean);
     },
     async close() {
-      closed = true;
-      await Promise.all(all.map((s) => s.worker.terminate()));
+      await Promise.all(all.splice(0).map((s) => s.worker.terminate()));
+      free.length = 0;
     },
   };
 }
