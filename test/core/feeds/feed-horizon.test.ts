@@ -15,6 +15,8 @@ import { createResourcesStore } from "../../../core/partners/resources-store.js"
 import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
 import { createTreasuryStore } from "../../../core/treasury/store.js";
 import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { movementCtes } from "../../../core/ledger/store.js";
+import { externalAccount, userAccount } from "../../../core/ledger/accounts.js";
 
 const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -135,6 +137,19 @@ describe("change feeds: every committed row reaches a watermark follower exactly
           const executionId = `ex-${randomUUID()}`;
           const execution = { partnerId: partner.partnerId, executionId, payoutId: `po-${randomUUID()}`, batchId: randomUUID(), recipientUserId: userId };
           await treasuries.insertExecutions(trx, [{ ...execution, payerEntityId: randomUUID(), amountCents: 1, currency: "USD", reference: "feed", executedAt: at }]);
+          // And the credit a batch posts with it, so the shared database still passes
+          // `ledger verify` for the tests that run after this one.
+          const credit = movementCtes({
+            id: randomUUID(),
+            kind: "transfer",
+            reference: `feed:${executionId}`,
+            at,
+            legs: [
+              { account: userAccount(userId, "USD"), amountCents: 1 },
+              { account: externalAccount("transfers", "USD"), amountCents: -1 },
+            ],
+          });
+          await trx.raw(`WITH ${credit.sql} SELECT 1`, credit.bindings);
           return payoutTransferId(partner.partnerId, executionId);
         }
         const e = await resources.insertLedgerEntry(trx, { id: randomUUID(), userId, direction: "credit", amountCents: 1, currency: "USD", status: "settled", createdAt: at, updatedAt: at });
