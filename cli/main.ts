@@ -145,7 +145,7 @@ function parse(sub: SubcommandSpec, args: string[]) {
   const options = Object.fromEntries(Object.entries(specs).map(([k, o]) => [k, o.short ? { type: o.type, short: o.short } : { type: o.type }]));
   let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
   try {
-    parsed = parseArgs({ args, options, strict: true, allowPositionals: true }) as typeof parsed;
+    parsed = parseArgs({ args: dashedValuesLast(args, specs), options, strict: true, allowPositionals: true }) as typeof parsed;
   } catch (err) {
     if (args.includes("--help") || args.includes("-h")) return "help" as const;
     throw new UsageError(parseError(err, Object.keys(specs), args));
@@ -160,6 +160,26 @@ function parse(sub: SubcommandSpec, args: string[]) {
     if (o.required && (v === undefined || (v === "" && !o.allowEmpty))) throw new UsageError(`--${name} ${o.value ?? "VALUE"} is required`);
   }
   return { positionals: parsed.positionals, options: parsed.values };
+}
+
+/**
+ * A key id is base64url and can start with '-' (`keys retire -6Xq...`); parseArgs would
+ * read it as a bundle of short options. Our only short option is `-h`, used alone, so an
+ * argument of a single '-' and two or more characters that is not an option's value is
+ * an argument: it is moved after `--`, keeping the order of such arguments.
+ */
+function dashedValuesLast(args: string[], specs: Record<string, { type: string }>): string[] {
+  const end = args.indexOf("--");
+  const head = end < 0 ? args : args.slice(0, end);
+  const dashed: string[] = [];
+  const rest: string[] = [];
+  head.forEach((a, i) => {
+    const prev = head[i - 1];
+    const takesValue = prev !== undefined && /^--[^=]+$/.test(prev) && specs[prev.slice(2)]?.type === "string";
+    (/^-[^-]./.test(a) && !takesValue ? dashed : rest).push(a);
+  });
+  if (dashed.length === 0) return args;
+  return [...rest, "--", ...dashed, ...(end < 0 ? [] : args.slice(end + 1))];
 }
 
 function parseError(err: unknown, known: string[], args: string[]): string {
