@@ -20,7 +20,9 @@ const SECRET_NESTED_KEYS = new Set([
   "token",
   "secret",
 ]);
+/** Under `req.headers`; a top-level `headers` object has only its authorization blanked. */
 const SECRET_HEADERS = new Set(["authorization", "cookie"]);
+const HEADER_AUTHORIZATION = new Set(["authorization"]);
 const CENSOR = "[redacted]";
 
 /** The same value with its own properties (and an error's message and stack) copied. */
@@ -78,7 +80,6 @@ export function redactSecrets(fields: Record<string, unknown>): Record<string, u
   }
   return out;
 }
-const HEADER_AUTHORIZATION = new Set(["authorization"]);
 
 /**
  * Lines go to stdout synchronously by default. pino's own default writes through the

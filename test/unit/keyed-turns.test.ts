@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { createKeyedTurns } from "../../core/partners/service.js";
+import { createKeyedTurns } from "../../core/partners/keyed-turns.js";
 
 const refuse = (): never => {
   throw new Error("refused");
