@@ -49,6 +49,7 @@ if (role === "peer") {
   const { join } = await import("node:path");
   const { randomBytes } = await import("node:crypto");
   const { default: pino } = await import("pino");
+  const { fundedAgentBudget } = await import("./support.js");
   const dataDir = await mkdtemp(join(tmpdir(), "vaultgate-bench-tools-"));
   const adminToken = randomBytes(16).toString("hex");
   const config = loadConfig({
@@ -67,22 +68,11 @@ if (role === "peer") {
       interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
     }),
   );
-  const scopes = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
-  const user = await admin.partners.createUser({ email: `bench-${randomBytes(6).toString("hex")}@example.test` });
-  const parent = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes, stepUp: true })).token!.accessToken;
-  const res = await fetch(`${running.gatewayUrl}/mcp/treasury`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${parent}` },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "agent.budget.create",
-      params: { purpose: "custom", display_name: "bench", amount_cap_cents_per_tx: 100_000, chain_allowlist: ["base"], idempotency_key: "bench-budget-0001" },
-    }),
+  const { parentToken: parent, agentToken: child } = await fundedAgentBudget(admin, running.gatewayUrl!, {
+    scopes: ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"],
+    caps: { amount_cap_cents_per_tx: 100_000 },
+    fundCents: 1_000_000n,
   });
-  const budget = ((await res.json()) as { result: { vault_id: string; agent_principal_id: string } }).result;
-  await admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 1_000_000n });
-  const child = (await admin.grants.issueGrant({ userId: user.userId, vaultId: budget.vault_id, scopes, stepUp: false })).token!.accessToken;
   console.log(JSON.stringify({ url: running.gatewayUrl, parentToken: parent, childToken: child, kind: "real grant token" }));
 } else {
   console.error("usage: agent-tools-server.ts ours <postgres-url> <log-file> | peer");

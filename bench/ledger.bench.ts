@@ -21,7 +21,7 @@ import { createDb } from "../core/db/knex.js";
 import { migrateLatest } from "../core/db/migrate.js";
 import { createLedgerStore } from "../core/ledger/store.js";
 import { createCoreClients } from "../gateways/core-clients.js";
-import { alternate, benchDatabase, fmt, load, median, QUICK, startService, table, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import { alternate, benchDatabase, fmt, fundedAgentBudget, load, median, QUICK, startService, table, verdict, type BodyCheck, type LoadSpec } from "./support.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CONNECTIONS = 10;
@@ -72,23 +72,11 @@ async function side(name: string, bin: string | undefined): Promise<Side> {
   const service = await startService({ DATABASE_URL: db.url, ADMIN_TOKEN: adminToken, DATA_DIR: dataDir, PROVISIONING_LIMIT_PER_MINUTE: "1000000" }, bin);
   const auth: Interceptor = (next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req));
   const admin = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl, interceptors: [auth] }));
-  const user = await admin.partners.createUser({ email: `bench-${randomBytes(4).toString("hex")}@example.test` });
-  const scopes = ["agent:budget:create", "payments:initiate"];
-  const parent = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes, stepUp: true })).token!.accessToken;
-  const res = await fetch(`${service.gatewayUrl}/mcp/treasury`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${parent}` },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "agent.budget.create",
-      params: { purpose: "custom", display_name: "bench", amount_cap_cents_per_tx: 100_000, amount_cap_cents_per_day: 1e12, amount_cap_cents_lifetime: 1e12, chain_allowlist: ["base"], idempotency_key: "bench-budget-0001" },
-    }),
+  const { agentToken } = await fundedAgentBudget(admin, service.gatewayUrl, {
+    scopes: ["agent:budget:create", "payments:initiate"],
+    caps: { amount_cap_cents_per_tx: 100_000, amount_cap_cents_per_day: 1e12, amount_cap_cents_lifetime: 1e12 },
+    fundCents: 1_000_000_000_000n,
   });
-  const body = (await res.json()) as { result?: { vault_id: string } };
-  if (!body.result) throw new Error(`agent.budget.create failed on ${name}: ${JSON.stringify(body)}`);
-  await admin.budgets.fundVault({ vaultId: body.result.vault_id, amountCents: 1_000_000_000_000n });
-  const agentToken = (await admin.grants.issueGrant({ userId: user.userId, vaultId: body.result.vault_id, scopes, stepUp: false })).token!.accessToken;
   return {
     name,
     url: service.gatewayUrl,

@@ -10,6 +10,7 @@
  * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`.
  */
 import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, openSync, closeSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,6 +20,7 @@ import pg from "pg";
 import pino, { type Logger } from "pino";
 import { createLogger } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
+import type { CoreClients } from "../gateways/core-clients.js";
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
@@ -517,3 +519,29 @@ export function table(rows: Record<string, string | number>[]): void {
 }
 
 export const fmt = (n: number, digits = 1) => Number(n.toFixed(digits));
+
+/**
+ * An agent budget made as an agent makes one (agent.budget.create on /mcp/treasury with
+ * the owner's step-up grant), funded by the operator, and a grant on its vault: what the
+ * agent benches pay and simulate with. `caps` are the tool's cap arguments.
+ */
+export async function fundedAgentBudget(admin: CoreClients, gatewayUrl: string, o: { scopes: string[]; caps: Record<string, number>; fundCents: bigint }) {
+  const user = await admin.partners.createUser({ email: `bench-${randomBytes(6).toString("hex")}@example.test` });
+  const parentToken = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: o.scopes, stepUp: true })).token!.accessToken;
+  const res = await fetch(`${gatewayUrl}/mcp/treasury`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${parentToken}` },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "agent.budget.create",
+      params: { purpose: "custom", display_name: "bench", ...o.caps, chain_allowlist: ["base"], idempotency_key: "bench-budget-0001" },
+    }),
+  });
+  const body = (await res.json()) as { result?: { vault_id: string } };
+  if (!body.result) throw new Error(`agent.budget.create failed: ${JSON.stringify(body)}`);
+  const vaultId = body.result.vault_id;
+  await admin.budgets.fundVault({ vaultId, amountCents: o.fundCents });
+  const agentToken = (await admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: o.scopes, stepUp: false })).token!.accessToken;
+  return { parentToken, agentToken, vaultId };
+}
