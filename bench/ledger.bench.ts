@@ -10,7 +10,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { rmSync, symlinkSync } from "node:fs";
+import { existsSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -40,7 +40,9 @@ function checkout(ref: string): { bin: string; remove(): void } {
   rmSync(dir, { recursive: true, force: true });
   execFileSync("git", ["worktree", "add", "--detach", "--force", dir, ref], { cwd: root, stdio: "ignore" });
   symlinkSync(join(root, "node_modules"), join(dir, "node_modules"));
-  execFileSync(process.execPath, [join(root, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"], { cwd: dir, stdio: "inherit" });
+  // The checkout's own build: scripts/build.mjs where it has one, tsc into dist/ before that.
+  const build = existsSync(join(dir, "scripts/build.mjs")) ? [join(dir, "scripts/build.mjs")] : [join(root, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"];
+  execFileSync(process.execPath, build, { cwd: dir, stdio: "inherit" });
   return {
     bin: join(dir, "bin/vaultgate.mjs"),
     remove() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // The operator CLI and service entry point.
 //
-// Runs the compiled JavaScript in dist/ (`npm ci` builds it through "prepare"; `npm run build`
-// rebuilds it). Falls back to the TypeScript sources through tsx when dist/ is missing or
+// Runs the built bundle in dist/cli/ (`npm ci` builds it through "prepare"; `npm run build`
+// rebuilds it: scripts/build.mjs). Falls back to the TypeScript sources through tsx when dist/ is missing or
 // older than any source file (a checkout that has not been rebuilt since an edit or a pull),
 // or when VAULTGATE_DEV=1. On a terminal the fallback says so on stderr.
 import { existsSync, readdirSync, statSync } from "node:fs";
