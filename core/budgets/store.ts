@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import type { Policy } from "./policy.js";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
-import { pgArray } from "../db/sql.js";
+import { pgArray, prepared } from "../db/sql.js";
 import { UUID } from "../uuid.js";
 import { accountId, externalAccount, vaultAccount } from "../ledger/accounts.js";
 import { movementCtes } from "../ledger/store.js";
@@ -92,6 +92,9 @@ export interface AgentGrant {
 const GRANT_COLUMNS = `g.id AS g_id, g.user_id AS g_user_id, g.agent_principal_id AS g_agent_principal_id, g.vault_id AS g_vault_id,
                 g.scopes AS g_scopes, g.state AS g_state, g.step_up AS g_step_up, g.auth_time AS g_auth_time,
                 g.expires_at AS g_expires_at, (u.status = 'active') AS g_user_active`;
+
+/** The vault columns toVault reads (named, not v.*: the statements reading them are prepared). */
+const VAULT_COLUMNS = `v.id, v.owner_user_id, v.parent_vault_id, v.balance_cents, v.currency`;
 
 function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   return {
@@ -220,11 +223,10 @@ export function createBudgetsStore(db: Db) {
   // service makes before answering (grant usable, vault the grant user's, currency):
   // when it resolves the rows are committed, and a row exists exactly when the call may
   // answer. A failing INSERT fails the statement, so no read answers unaudited.
-  const unlockedContexts = createGroupCommit<SimulateRead, (PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined>(
-    async (keys) => {
-      const { rows } = await db.raw(
-        `WITH ctx AS (
-           SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, v.*, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+  const contextsWithAudit = prepared(
+    "payment_context",
+    `WITH ctx AS (
+           SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
                   ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
                   (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${SKEW_SECONDS} seconds' >= k.k_at
@@ -239,23 +241,38 @@ export function createBudgetsStore(db: Db) {
              FROM ctx WHERE k_audit AND answers ORDER BY n
            RETURNING seq)
          SELECT ctx.*, (k_audit AND answers) AS audited FROM ctx`,
-        [
-          pgArray(keys.map((k) => k.grantId)),
-          pgArray(keys.map((k) => k.dayStart.toISOString())),
-          pgArray(keys.map((k) => String(k.audit !== undefined))),
-          pgArray(keys.map((k) => k.audit?.requestId ?? "")),
-          pgArray(keys.map((k) => (k.audit?.at ?? k.dayStart).toISOString())),
-          pgArray(keys.map((k) => k.audit?.currency ?? "")),
-        ],
-      );
+  );
+  const unlockedContexts = createGroupCommit<SimulateRead, (PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined>(
+    async (keys) => {
+      const rows = await contextsWithAudit(db, [
+        pgArray(keys.map((k) => k.grantId)),
+        pgArray(keys.map((k) => k.dayStart.toISOString())),
+        pgArray(keys.map((k) => String(k.audit !== undefined))),
+        pgArray(keys.map((k) => k.audit?.requestId ?? "")),
+        pgArray(keys.map((k) => (k.audit?.at ?? k.dayStart).toISOString())),
+        pgArray(keys.map((k) => k.audit?.currency ?? "")),
+      ]);
       const found = new Map<number, Record<string, unknown>>();
-      for (const r of rows as Record<string, unknown>[]) found.set(Number(r.n) - 1, r);
+      for (const r of rows) found.set(Number(r.n) - 1, r);
       return keys.map((_, i) => {
         const r = found.get(i);
         return r ? { ...toPaymentContext(r), grant: toAgentGrant(r), audited: r.audited === true } : undefined;
       });
     },
     { maxBatch: 256, maxInFlight: 2, name: "payment_context" },
+  );
+
+  const lockedGrantAndVault = prepared(
+    "locked_payment_context",
+    `SELECT ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
+       FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+      WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
+  );
+  const policyOf = prepared(
+    "payment_policy",
+    `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+            p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id
+       FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
   );
 
   return {
@@ -615,21 +632,10 @@ export function createBudgetsStore(db: Db) {
      */
     async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
       if (!UUID.test(grantId)) return undefined;
-      const { rows: locked } = await trx.raw(
-        `SELECT ${GRANT_COLUMNS}, v.*, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
-           FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
-          WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
-        [utcDay(dayStart), grantId.toLowerCase()],
-      );
-      const head = (locked as Record<string, unknown>[])[0];
+      const head = (await lockedGrantAndVault(trx, [utcDay(dayStart), grantId.toLowerCase()]))[0];
       if (!head) return undefined;
-      const { rows } = await trx.raw(
-        `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
-                p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id
-           FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
-        [String(head.id)],
-      );
-      return { ...toPaymentContext({ ...head, ...(rows as Record<string, unknown>[])[0] }), grant: toAgentGrant(head) };
+      const rows = await policyOf(trx, [String(head.id)]);
+      return { ...toPaymentContext({ ...head, ...rows[0] }), grant: toAgentGrant(head) };
     },
 
     /**

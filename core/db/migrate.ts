@@ -22,6 +22,7 @@ import * as m0020 from "./migrations/0020-ledger.js";
 import * as m0021 from "./migrations/0021-budget-life.js";
 import * as m0022 from "./migrations/0022-consents-by-user.js";
 import * as m0023 from "./migrations/0023-payout-transfers.js";
+import * as m0024 from "./migrations/0024-generic-batch-plans.js";
 
 interface Migration {
   name: string;
@@ -53,6 +54,7 @@ const migrations: Migration[] = [
   { name: "0021-budget-life", ...m0021 },
   { name: "0022-consents-by-user", ...m0022 },
   { name: "0023-payout-transfers", ...m0023 },
+  { name: "0024-generic-batch-plans", ...m0024 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -140,16 +140,40 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
   }
 
   /**
+   * Both plans PostgreSQL may run a statement with, under `settings` (name=value): the
+   * custom plan for these arguments, and the generic plan a prepared statement or a PL/pgSQL
+   * function settles on (the hot statements are prepared; the batch functions force it).
+   */
+  async function plans(sql: string, bindings: readonly unknown[], settings: readonly string[] = []): Promise<{ custom: PlanNode; generic: PlanNode }> {
+    return stack.core.db.transaction(async (trx) => {
+      for (const setting of settings) {
+        const [k, v] = setting.split("=");
+        await trx.raw(`SELECT set_config(?, ?, true)`, [k, v]);
+      }
+      const custom = await explain(trx, sql, bindings);
+      await trx.raw(`SET LOCAL plan_cache_mode = force_generic_plan`);
+      let n = 0;
+      await trx.raw(`PREPARE vg_explain AS ${sql.replace(/\?/g, () => `$${++n}`)}`);
+      // EXPLAIN EXECUTE takes its arguments inline (a utility statement binds no parameters).
+      const execute = trx.raw(`EXECUTE vg_explain(${bindings.map(() => "?").join(", ")})`, bindings as Knex.RawBinding[]).toQuery();
+      const generic = await explain(trx, execute, []);
+      await trx.raw(`DEALLOCATE vg_explain`);
+      return { custom, generic };
+    });
+  }
+
+  /**
    * A call of a set-returning PL/pgSQL batch function: its RETURN QUERY statement with the
    * call's arguments in place of the parameters, planned under the function's own settings.
    */
-  async function explainFunctionBody(fn: string, bindings: readonly unknown[]): Promise<PlanNode> {
+  async function functionBodyPlans(fn: string, bindings: readonly unknown[]): Promise<{ custom: PlanNode; generic: PlanNode }> {
     const { rows } = await stack.core.db.raw(
       `SELECT prosrc, proargnames, proconfig, (SELECT array_agg(format_type(t, NULL) ORDER BY n) FROM unnest(proargtypes) WITH ORDINALITY AS a(t, n)) AS types
          FROM pg_proc WHERE proname = ?`,
       [fn],
     );
     const p = (rows as { prosrc: string; proargnames: string[]; proconfig: string[] | null; types: string[] }[])[0]!;
+    expect(p.proconfig, `${fn} plans once per connection`).to.include("plan_cache_mode=force_generic_plan");
     const body = /RETURN QUERY([\s\S]*);\s*END\s*$/i.exec(p.prosrc.trim())![1]!;
     const params: unknown[] = [];
     const names = p.types.map((_, i) => p.proargnames[i]!);
@@ -158,13 +182,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       params.push(bindings[i]);
       return `?::${p.types[i]}`;
     });
-    return stack.core.db.transaction(async (trx) => {
-      for (const setting of p.proconfig ?? []) {
-        const [k, v] = setting.split("=");
-        await trx.raw(`SELECT set_config(?, ?, true)`, [k, v]);
-      }
-      return explain(trx, sql, params);
-    });
+    return plans(sql, params, p.proconfig ?? []);
   }
 
   it("payments context (locked and group-committed), grant lookup, audit feed page, partner access batch and rate-limit hit: no sequential scan", async () => {
@@ -192,12 +210,12 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       const fn = /\bFROM\s+(\w+_batch)\s*\(/i.exec(s.sql)?.[1];
       // vault_record_spend: two INSERTs (no reads) and the vault's UPDATE by its key, explained here.
       const spend = /vault_record_spend\(/.test(s.sql);
-      const plan = fn
-        ? await explainFunctionBody(fn, s.bindings)
+      const { custom, generic } = fn
+        ? await functionBodyPlans(fn, s.bindings)
         : spend
-          ? await explain(stack.core.db, `UPDATE vaults v SET balance_cents = balance_cents - 1 WHERE v.id = ?`, [s.bindings[0]])
-          : await explain(stack.core.db, s.sql, s.bindings);
-      const scans = seqScans(plan);
+          ? await plans(`UPDATE vaults v SET balance_cents = balance_cents - 1 WHERE v.id = ?`, [s.bindings[0]])
+          : await plans(s.sql, s.bindings);
+      const scans = [...seqScans(custom), ...seqScans(generic).map((x) => `${x} (generic plan)`)];
       checked.push(fn ?? s.sql.replace(/\s+/g, " ").slice(0, 80));
       if (scans.length > 0) offenders.push(`${scans.join(", ")} in: ${(fn ?? s.sql).replace(/\s+/g, " ").slice(0, 300)}`);
     }
