@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { newRequestId } from "../lib/request-id.js";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -35,7 +35,7 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
 function requestContext(logger: Logger): Interceptor {
   return (next) => async (req) => {
     const given = req.header.get(REQUEST_ID_HEADER);
-    const requestId = given && UUID.test(given) ? given.toLowerCase() : randomUUID();
+    const requestId = given && UUID.test(given) ? given.toLowerCase() : newRequestId();
     req.contextValues.set(kRequestId, requestId);
     try {
       return await next(req);
