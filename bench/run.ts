@@ -9,7 +9,7 @@
 import { readdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { printVerdicts, QUICK, removeBenchLogs, setCurrentBench, stopBenchPostgres } from "./support.js";
+import { printVerdicts, QUICK, removeBenchLogs, setCurrentBench, settleBenchPostgres, stopBenchPostgres } from "./support.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const wanted = process.argv.slice(2);
@@ -22,6 +22,7 @@ try {
     const name = file.replace(/\.bench\.ts$/, "");
     if (wanted.length > 0 && !wanted.includes(name)) continue;
     console.log(`\n### ${name}`);
+    await settleBenchPostgres(); // what an earlier bench left to PostgreSQL is not this one's load
     setCurrentBench(name);
     const mod = (await import(pathToFileURL(join(here, file)).href)) as { run(): Promise<void> };
     await mod.run();

@@ -79,6 +79,35 @@ export function benchPostgres(): Promise<string> {
   return server;
 }
 
+/**
+ * Waits until the bench server has caught up with what earlier benches left behind
+ * (bench/run.ts calls it between benches): autovacuum on the tables a seeding bench
+ * filled, and the dirty pages a checkpoint must write. Its processes count as the system
+ * under test, not as other load, so without this wait a bench after the grown-data or
+ * ledger seeding measured their clean-up. Gives up after two minutes and says so.
+ */
+export async function settleBenchPostgres(): Promise<void> {
+  if (!server) return;
+  const client = new pg.Client({ connectionString: await server });
+  await client.connect();
+  try {
+    const t0 = performance.now();
+    let busy = 0;
+    for (;;) {
+      const { rows } = await client.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active'`);
+      busy = (rows[0] as { n: number }).n;
+      if (busy === 0 || performance.now() - t0 > 120_000) break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    await client.query("CHECKPOINT");
+    const waited = (performance.now() - t0) / 1000;
+    if (busy > 0) console.log(`PostgreSQL still had ${busy} autovacuum worker(s) busy after 120 s; measuring anyway`);
+    else if (waited > 1) console.log(`waited ${waited.toFixed(1)} s for PostgreSQL to settle (autovacuum, checkpoint)`);
+  } finally {
+    await client.end();
+  }
+}
+
 /** Stops the throwaway server if this run started it (bench/run.ts calls it at the end). */
 export async function stopBenchPostgres(): Promise<void> {
   if (started) await run("bash", [script, "stop", BENCH_PG_DIR]);
