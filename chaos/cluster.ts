@@ -1,6 +1,6 @@
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { createWriteStream, type WriteStream } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -66,7 +66,10 @@ export async function startDatabase(dbName: string): Promise<Database> {
     },
     async stop() {
       await dropScratch(base, dbName).catch(() => undefined);
-      if (!process.env.CHAOS_KEEP_PG) await run("bash", [pgScript, "stop", dir]).catch(() => undefined);
+      if (process.env.CHAOS_KEEP_PG) return;
+      await run("bash", [pgScript, "stop", dir]).catch(() => undefined);
+      // The cluster is ours unless CHAOS_PG_DIR named it: leave nothing behind.
+      if (!process.env.CHAOS_PG_DIR) await rm(dir, { recursive: true, force: true });
     },
   };
 }
@@ -116,6 +119,9 @@ export class Replica {
   private log: WriteStream;
   starts = 0;
   up = false;
+  get dataDir(): string {
+    return this.env.DATA_DIR!;
+  }
 
   constructor(
     readonly name: string,
@@ -224,6 +230,11 @@ export function adminClients(replica: Replica, adminToken: string): CoreClients 
     return next(req);
   };
   return createCoreClients(createGrpcTransport({ baseUrl: replica.coreUrl, interceptors: [auth] }));
+}
+
+/** Removes a replica's DATA_DIR (after it stopped): its keys and tokens are of no use to anyone. */
+export async function removeDataDir(replica: Replica): Promise<void> {
+  await rm(replica.dataDir, { recursive: true, force: true });
 }
 
 export async function workDir(): Promise<string> {

@@ -10,7 +10,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { makeSecrets, startDatabase, startReplicas, workDir, type Replica } from "./cluster.js";
+import { rm } from "node:fs/promises";
+import { makeSecrets, removeDataDir, startDatabase, startReplicas, workDir, type Replica } from "./cluster.js";
 import { runChecks } from "./checks.js";
 import { History } from "./history.js";
 import { Rng } from "./rng.js";
@@ -27,10 +28,11 @@ async function main(): Promise<number> {
   log(`seed ${seed} (replay: CHAOS_SEED=${seed} CHAOS_SECONDS=${seconds} npm run chaos)`);
   const rng = new Rng(seed);
   const dir = await workDir();
-  log(`work dir ${dir} (replica logs; history on failure)`);
+  log(`work dir ${dir} (replica logs; history on failure; removed when every check passes)`);
   const db = await startDatabase(`chaos_${seed.replace(/[^a-z0-9]/gi, "").slice(0, 20)}_${Date.now()}`.toLowerCase());
   let replicas: Replica[] = [];
   let receiver: World["receiver"] | undefined;
+  let passed = false;
   try {
     const secrets = await makeSecrets((n) => rng.hex(n));
     replicas = await startReplicas(2, secrets, db.url, dir);
@@ -73,6 +75,7 @@ async function main(): Promise<number> {
     const violations = reports.flatMap((r) => r.violations);
     if (violations.length === 0) {
       log(`all checks passed (seed ${seed})`);
+      passed = true;
       return 0;
     }
     const file = join(dir, "history.jsonl");
@@ -86,8 +89,11 @@ async function main(): Promise<number> {
     return 1;
   } finally {
     await Promise.all(replicas.map((r) => r.stop().catch(() => undefined)));
+    await Promise.all(replicas.map((r) => removeDataDir(r).catch(() => undefined)));
     receiver?.close();
     await db.stop().catch(() => undefined);
+    // The work dir holds the replicas' logs and, after a violation, the history: kept then.
+    if (passed) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 
