@@ -19,7 +19,7 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, benchDatabase, benchLogger, fmt, load, QUICK, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import { alternate, benchDatabase, benchLogger, fmt, fundedAgentBudget, load, QUICK, verdict, type BodyCheck, type LoadSpec } from "./support.js";
 
 const SCALE = Number(process.env.BENCH_GROWN_SCALE ?? 1); // BENCH_GROWN_SCALE=0.1 for a quick try
 const AUDIT_ROWS = Math.round(1_000_000 * SCALE);
@@ -96,30 +96,12 @@ async function startStack(name: string, dbUrl: string): Promise<Stack> {
   // A budget vault with a policy (per-tx, daily and lifetime caps: the checks that read
   // spend), funded, and a child agent's token on it.
   const scopes = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate"];
-  const parent = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes, stepUp: true })).token!.accessToken;
-  const res = await fetch(`${origin}/mcp/treasury`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${parent}` },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "agent.budget.create",
-      params: {
-        purpose: "custom",
-        display_name: "bench",
-        amount_cap_cents_per_tx: 100_000,
-        amount_cap_cents_per_day: 1_000_000_000_000,
-        amount_cap_cents_lifetime: 1_000_000_000_000,
-        chain_allowlist: ["base"],
-        idempotency_key: "bench-budget-0001",
-      },
-    }),
+  const { vaultId: budgetVaultId, agentToken } = await fundedAgentBudget(admin, origin, {
+    scopes,
+    caps: { amount_cap_cents_per_tx: 100_000, amount_cap_cents_per_day: 1_000_000_000_000, amount_cap_cents_lifetime: 1_000_000_000_000 },
+    fundCents: 1_000_000_000_000n,
+    user,
   });
-  const budgetBody = (await res.json()) as { result?: { vault_id: string }; error?: unknown };
-  if (!budgetBody.result) throw new Error(`agent.budget.create failed: ${JSON.stringify(budgetBody)}`);
-  const budgetVaultId = budgetBody.result.vault_id;
-  await admin.budgets.fundVault({ vaultId: budgetVaultId, amountCents: 1_000_000_000_000n });
-  const agentToken = (await admin.grants.issueGrant({ userId: user.userId, vaultId: budgetVaultId, scopes, stepUp: false })).token!.accessToken;
 
   // An OAuth client with refresh lineages (sign-in, approval, code exchange).
   const ch = await clients.grants.startSignIn({ email });

@@ -552,10 +552,15 @@ export const fmt = (n: number, digits = 1) => Number(n.toFixed(digits));
 /**
  * An agent budget made as an agent makes one (agent.budget.create on /mcp/treasury with
  * the owner's step-up grant), funded by the operator, and a grant on its vault: what the
- * agent benches pay and simulate with. `caps` are the tool's cap arguments.
+ * agent benches pay and simulate with. `caps` are the tool's cap arguments; `user` owns the
+ * parent vault (a fresh user when left out).
  */
-export async function fundedAgentBudget(admin: CoreClients, gatewayUrl: string, o: { scopes: string[]; caps: Record<string, number>; fundCents: bigint }) {
-  const user = await admin.partners.createUser({ email: `bench-${randomBytes(6).toString("hex")}@example.test` });
+export async function fundedAgentBudget(
+  admin: CoreClients,
+  gatewayUrl: string,
+  o: { scopes: string[]; caps: Record<string, number>; fundCents: bigint; user?: { userId: string; vaultId: string } },
+) {
+  const user = o.user ?? (await admin.partners.createUser({ email: `bench-${randomBytes(6).toString("hex")}@example.test` }));
   const parentToken = (await admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: o.scopes, stepUp: true })).token!.accessToken;
   const res = await fetch(`${gatewayUrl}/mcp/treasury`, {
     method: "POST",
