@@ -418,4 +418,3 @@ function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Par
 function reasonLabel(reason: Reason): string {
   return (Reason[reason] ?? "unspecified").toLowerCase();
 }
-
