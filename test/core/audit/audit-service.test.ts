@@ -22,6 +22,14 @@ describe("AuditService", () => {
     const p = await createPartner(stack);
     await failedIssuances(p.clientId, 5);
     const actor = `partner:${p.clientId}`;
+    // The feed returns a record once no older transaction is still open anywhere on the
+    // server (core/paging.ts). Another database's long transaction can hold that back for
+    // longer than the feed's short wait, so wait until all five are listed, then page.
+    for (const deadline = Date.now() + 10_000; ; ) {
+      const { records } = await stack.admin.audit.listRecords({ actor, limit: 10 });
+      if (records.length === 5 || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
     const first = await stack.admin.audit.listRecords({ actor, limit: 2 });
     expect(first.records).to.have.length(2);
     expect(first.nextCursor).to.not.equal("");

@@ -28,7 +28,10 @@ type Owner = { email: string; userId: string; vaultId: string };
 describe("grants on a budget's vault act as the budget's agent principal", () => {
   let stack: TestStack;
   before(async () => {
-    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    // The concurrency test below makes 24 code exchanges at once, each a client-secret
+    // check: a queue long enough for all of them, so none is shed as overloaded (shedding
+    // has its own tests; this one is about which principal each grant gets).
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 }, secretChecks: { maxQueue: 64, maxWaitMs: 60_000 } });
   });
   after(() => stack.close());
 
