@@ -72,3 +72,22 @@ export function requirePostgres(ctx: Mocha.Context, why: string): void {
   if (target && !target.title.includes("PostgreSQL only")) target.title += ` (PostgreSQL only, skipped on PGlite: ${why})`;
   ctx.skip();
 }
+
+/**
+ * Waits until every transaction that was open on the server when it was called has ended.
+ * A change feed (audit records, a user's transfers, partner events) returns a row only
+ * once no older open transaction could still commit before it (core/paging.ts), and on a
+ * server shared with other work (another database's suite, say) such a transaction can
+ * stay open longer than the feed's own short wait. Call it after writing and before
+ * reading a feed whose rows the test counts. Throws after `timeoutMs`.
+ */
+export async function feedsSettled(db: Db, timeoutMs = 10_000): Promise<void> {
+  const { rows } = await db.raw(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`);
+  const xmax = (rows as { xmax: string }[])[0]!.xmax;
+  for (const deadline = Date.now() + timeoutMs; ; ) {
+    const { rows: now } = await db.raw(`SELECT pg_snapshot_xmin(pg_current_snapshot()) >= ?::xid8 AS settled`, [xmax]);
+    if ((now as { settled: boolean }[])[0]!.settled) return;
+    if (Date.now() > deadline) throw new Error(`a transaction older than xid ${xmax} is still open after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

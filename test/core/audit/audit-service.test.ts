@@ -4,6 +4,7 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
+import { feedsSettled } from "../../support/db.js";
 
 const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 
@@ -22,14 +23,7 @@ describe("AuditService", () => {
     const p = await createPartner(stack);
     await failedIssuances(p.clientId, 5);
     const actor = `partner:${p.clientId}`;
-    // The feed returns a record once no older transaction is still open anywhere on the
-    // server (core/paging.ts). Another database's long transaction can hold that back for
-    // longer than the feed's short wait, so wait until all five are listed, then page.
-    for (const deadline = Date.now() + 10_000; ; ) {
-      const { records } = await stack.admin.audit.listRecords({ actor, limit: 10 });
-      if (records.length === 5 || Date.now() > deadline) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await feedsSettled(stack.core.db); // another database's open transaction can hold the feed back
     const first = await stack.admin.audit.listRecords({ actor, limit: 2 });
     expect(first.records).to.have.length(2);
     expect(first.nextCursor).to.not.equal("");

@@ -5,7 +5,7 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { ItemStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { accountId } from "../../../core/ledger/accounts.js";
 import { payoutTransferId } from "../../../core/treasury/ledger.js";
-import { requirePostgres } from "../../support/db.js";
+import { feedsSettled, requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, withToken, type BatchRequestInit, type TreasuryPartner } from "../../support/treasury.js";
@@ -89,6 +89,7 @@ describe("treasury movements in the ledger", () => {
   /** The users' transfers as a partner reads them (ListTransfers), in feed order per user. */
   async function transfersOf(users: string[]) {
     const out: { userId: string; transferId: string; direction: string; amountCents: bigint; currency: string; status: string }[] = [];
+    await feedsSettled(stack.core.db); // the feed holds back rows another database's open transaction could precede
     for (const userId of users) {
       await grantConsent(stack.admin, reader, userId, ["transfers:read"]);
       const res = await stack.clients.partnerResources.listTransfers({ accessToken: reader.token, userId, page: { limit: 100 } });
