@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { payoutTransferId } from "../../../core/treasury/ledger.js";
 import { createResourcesStore } from "../../../core/partners/resources-store.js";
+import { feedsSettled } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
@@ -77,6 +78,7 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
   });
 
   async function transfersOf(token: string, userId: string): Promise<Transfer[]> {
+    await feedsSettled(stack.core.db); // the feed holds back rows another database's open transaction could precede
     const res = await call("GET", `/users/${userId}/transfers?limit=100`, { token });
     expect(res.status, res.text).to.equal(200);
     return (res.body as { data: Transfer[] }).data;
@@ -181,6 +183,7 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
   async function pagedTransfers(token: string, userId: string, limit: number) {
     const seen: Transfer[] = [];
     let cursor = "";
+    await feedsSettled(stack.core.db);
     for (let pages = 0; pages < 50; pages++) {
       const res = await call("GET", `/users/${userId}/transfers?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, { token });
       expect(res.status, res.text).to.equal(200);
