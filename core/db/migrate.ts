@@ -23,6 +23,7 @@ import * as m0021 from "./migrations/0021-budget-life.js";
 import * as m0022 from "./migrations/0022-consents-by-user.js";
 import * as m0023 from "./migrations/0023-payout-transfers.js";
 import * as m0024 from "./migrations/0024-generic-batch-plans.js";
+import * as m0025 from "./migrations/0025-rate-window-pruning.js";
 
 interface Migration {
   name: string;
@@ -55,6 +56,7 @@ const migrations: Migration[] = [
   { name: "0022-consents-by-user", ...m0022 },
   { name: "0023-payout-transfers", ...m0023 },
   { name: "0024-generic-batch-plans", ...m0024 },
+  { name: "0025-rate-window-pruning", ...m0025 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

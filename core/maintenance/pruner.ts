@@ -34,7 +34,10 @@ export interface PrunerOptions {
 /** Rows deleted per table by one pass. */
 export type PruneReport = Record<PrunedTable, number>;
 
-export type PrunedTable = "rate_limit_logs" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox";
+export type PrunedTable = "rate_limit_logs" | "rate_limit_windows" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox";
+
+/** The partner resource rate-limit window (core/partners/access.ts). */
+const RATE_WINDOW_MS = 60_000;
 
 interface Target {
   table: PrunedTable;
@@ -58,6 +61,14 @@ const TARGETS: readonly Target[] = [
     sql: `DELETE FROM rate_limit_logs WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now) => now,
+  },
+  {
+    // Partner resource limits count in fixed one-minute windows, each check only in the
+    // window it falls in: a window that ended more than a minute ago counts nothing.
+    table: "rate_limit_windows",
+    sql: `DELETE FROM rate_limit_windows WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM rate_limit_windows WHERE window_start < ? ORDER BY window_start LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    cutoff: (now) => new Date(now.getTime() - 2 * RATE_WINDOW_MS),
   },
   {
     // Consumed or not, an expired code can never be exchanged again.

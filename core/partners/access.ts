@@ -69,17 +69,12 @@ export interface PartnerPrincipal {
  * (`auditRead`, one round trip) or by the caller through audited().
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
-  let checks = 0;
-
   async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
     const token = await deps.verifier.verify(req.token);
     if (req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
     seen.actor = `partner:${token.clientId}`;
     const now = deps.clock();
     const windowStart = new Date(Math.floor(now.getTime() / WINDOW_MS) * WINDOW_MS);
-    if (++checks % 1000 === 0) {
-      deps.resources.pruneRateWindows(new Date(windowStart.getTime() - 2 * WINDOW_MS)).catch((err: unknown) => deps.logger.warn({ err }, "rate window prune failed"));
-    }
     const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
     const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
     const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);

@@ -122,11 +122,6 @@ export function createResourcesStore(db: Db) {
      */
     readAccess,
 
-    /** Old windows are only history; drop them now and then. */
-    async pruneRateWindows(before: Date): Promise<void> {
-      await db.raw(`DELETE FROM rate_limit_windows WHERE window_start < ?`, [before]);
-    },
-
     /** Records a partner's pre-creation receipt; inserted=false when it already existed. */
     async addReceipt(trx: Knex.Transaction, partnerId: string, userId: string, at: Date): Promise<{ inserted: boolean }> {
       const { rows } = await trx.raw(

@@ -3,7 +3,8 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
 import { createOwner, ownerSession } from "../../support/budgets.js";
-import { createPartner } from "../../support/partners.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { api, createUserFor } from "../../support/resources.js";
 import { createRateLimitStore } from "../../../core/rate-limits/store.js";
 import { createPruner } from "../../../core/maintenance/pruner.js";
 import { sha256Hex } from "../../../core/partners/credentials.js";
@@ -137,6 +138,42 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     expect((await limits.hit(liveWindow, 2, 600, t1)).allowed).to.equal(false);
     // A pruned window starts afresh, as it would have anyway.
     expect(await limits.hit(oldWindow, 1, 60, t1)).to.deep.equal({ allowed: true, count: 1, retryAfterSeconds: 0 });
+  });
+
+  it("removes partner rate-limit windows that ended more than a minute ago; the current window keeps counting", async () => {
+    const limited = await startStack({ gateway: true, webhookPollMs: 0, resourceRateLimits: { "kyc.read": 2 } });
+    try {
+      const partner = await createPartner(limited);
+      const { userId } = await createUserFor(limited, partner);
+      const token = await mintPartnerToken(limited, partner);
+      const read = async () => (await api(limited, "GET", `/users/${userId}/kyc`, { token })).status;
+      const key = `partner-resource:${partner.clientId}:kyc.read`;
+      const windows = async () =>
+        (await limited.core.db("rate_limit_windows").where({ key }).orderBy("window_start")).map((w: { window_start: Date; count: number }) => [w.window_start.getTime(), w.count]);
+      const minuteOf = (t: Date) => Math.floor(t.getTime() / 60_000) * 60_000;
+
+      const first = minuteOf(limited.clock());
+      expect([await read(), await read(), await read()]).to.deep.equal([200, 200, 429]);
+      expect(await windows()).to.deep.equal([[first, 3]]);
+
+      // The next minute: a fresh window. The first ended less than a minute ago and stays.
+      limited.clock.set(new Date(first + 60_000));
+      expect(await read()).to.equal(200);
+      await limited.core.prune();
+      expect(await windows()).to.deep.equal([[first, 3], [first + 60_000, 1]]);
+
+      // Two minutes later both have ended more than a minute ago and go; the current
+      // window, counted after the pass, still refuses its third read.
+      limited.clock.set(new Date(first + 185_000));
+      expect(await read()).to.equal(200);
+      // (The test database is shared: other tests' old windows may go in the same pass.)
+      expect((await limited.core.prune()).rate_limit_windows).to.be.at.least(2);
+      expect(await windows()).to.deep.equal([[first + 180_000, 1]]);
+      expect([await read(), await read()]).to.deep.equal([200, 429]);
+      expect(await windows()).to.deep.equal([[first + 180_000, 3]]);
+    } finally {
+      await limited.close();
+    }
   });
 
   it("a signed-out session still named by a live step-up challenge waits for that challenge", async () => {
