@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { Db } from "../db/knex.js";
+import { RATE_WINDOW_MS } from "../partners/access.js";
 
 /**
  * How long rows stay after they stop mattering (docs/architecture.md, "Costs that stay flat").
@@ -35,9 +36,6 @@ export interface PrunerOptions {
 export type PruneReport = Record<PrunedTable, number>;
 
 export type PrunedTable = "rate_limit_logs" | "rate_limit_windows" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox";
-
-/** The partner resource rate-limit window (core/partners/access.ts). */
-const RATE_WINDOW_MS = 60_000;
 
 interface Target {
   table: PrunedTable;

@@ -10,8 +10,8 @@ import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import { CONSENT_SCOPES } from "./scopes.js";
 import { UUID } from "../uuid.js";
 
-/** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60). */
-const WINDOW_MS = 60_000;
+/** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60); the pruner drops ended ones. */
+export const RATE_WINDOW_MS = 60_000;
 
 export interface PartnerAccessDeps {
   db: Db;
@@ -74,7 +74,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     if (req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
     seen.actor = `partner:${token.clientId}`;
     const now = deps.clock();
-    const windowStart = new Date(Math.floor(now.getTime() / WINDOW_MS) * WINDOW_MS);
+    const windowStart = new Date(Math.floor(now.getTime() / RATE_WINDOW_MS) * RATE_WINDOW_MS);
     const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
     const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
     const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);
