@@ -435,7 +435,7 @@ export interface Alternation {
 }
 
 /**
- * Measures `sides` in alternating rounds (A, B, A, B, ...; `ROUNDS` of each), printing
+ * Measures `sides` in alternating rounds (A B, B A, A B, ...; `ROUNDS` of each), printing
  * every round with the machine's load while it ran and any failed responses; the sides
  * are compared by the median of the per-round req/s ratios (first side over second).
  */
@@ -443,7 +443,11 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const rows: Record<string, string | number>[] = [];
   for (let round = 0; round < rounds; round++) {
-    for (const [i, side] of sides.entries()) {
+    // The order flips every round (A B, B A, A B, ...): a side that always went second
+    // would always meet what the first left behind (a checkpoint, autovacuum, a warm cache).
+    const order = [...sides.entries()];
+    if (round % 2 === 1) order.reverse();
+    for (const [i, side] of order) {
       const stop = watchLoad();
       const m = await side.measure(round);
       const l = stop();
