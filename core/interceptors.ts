@@ -1,4 +1,4 @@
-import { newRequestId } from "../lib/request-id.js";
+import { uuidv7 } from "../lib/uuidv7.js";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -35,7 +35,7 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
 function requestContext(logger: Logger): Interceptor {
   return (next) => async (req) => {
     const given = req.header.get(REQUEST_ID_HEADER);
-    const requestId = given && UUID.test(given) ? given.toLowerCase() : newRequestId();
+    const requestId = given && UUID.test(given) ? given.toLowerCase() : uuidv7();
     req.contextValues.set(kRequestId, requestId);
     try {
       return await next(req);

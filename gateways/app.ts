@@ -1,4 +1,4 @@
-import { newRequestId } from "../lib/request-id.js";
+import { uuidv7 } from "../lib/uuidv7.js";
 import { STATUS_CODES } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
@@ -38,7 +38,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     loggerInstance: options.logger as FastifyBaseLogger,
     // A client-supplied request id is never trusted (fastify docs, Logging). Time-ordered
     // (UUIDv7), so the audit trail's request-id index grows at its end.
-    genReqId: () => newRequestId(),
+    genReqId: () => uuidv7(),
     // One line per request (gateways/request-log.ts) instead of fastify's two.
     logController: requestLogController(),
     // The smallest limit any route allows; routes raise it where the contract does.

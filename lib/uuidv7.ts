@@ -1,10 +1,12 @@
 import { randomFillSync } from "node:crypto";
 
 /**
- * A new request id: a UUID version 7 (RFC 9562 5.7), the current Unix time in
- * milliseconds followed by 74 random bits. Ids made later sort later, so the audit trail's
- * request-id index grows at its right edge instead of touching a random page of a
- * million-row index on every insert; 74 random bits keep ids unguessable and unique.
+ * A UUID version 7 (RFC 9562 5.7): the current Unix time in milliseconds followed by 74
+ * random bits. Ids made later sort later, so an index on them (the audit trail's request
+ * ids, the grants' primary key) grows at its right edge instead of touching a random page
+ * of a large index on every insert; a page touched for the first time since a checkpoint
+ * costs a full 8 kB image in the WAL. 74 random bits keep ids unguessable and unique.
+ * Request ids and grant ids are made here.
  *
  * Random bytes come from a pooled buffer (refilled 4 KiB at a time), as node's randomUUID
  * does; hex is written from a table.
@@ -17,7 +19,7 @@ const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"
 let prefixMs = -1;
 let prefix = "";
 
-export function newRequestId(now = Date.now()): string {
+export function uuidv7(now = Date.now()): string {
   if (offset + 10 > POOL_BYTES) {
     randomFillSync(pool);
     offset = 0;

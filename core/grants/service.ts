@@ -20,6 +20,7 @@ import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims, type Ac
 import { checkClientMetadata } from "./client-metadata.js";
 import { createClientIdMetadataResolver, isClientIdUrl } from "./client-id-metadata.js";
 import { UUID } from "../uuid.js";
+import { uuidv7 } from "../../lib/uuidv7.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -188,7 +189,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     g: Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & { lineageId?: string; parentGrantId?: string; audiences?: string[] },
     refresh: NewRefresh,
   ): Promise<GrantRecord> {
-    const id = randomUUID();
+    const id = uuidv7();
     const now = deps.clock();
     const record: GrantRecord = {
       id,
@@ -372,7 +373,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       // The successor's token, if this refresh issues one (the fast path or under the lock).
       const refresh = derivedRefresh(req.refreshToken);
       if (req.refreshToken) {
-        const id = randomUUID();
+        const id = uuidv7();
         const rotated = await store.rotateRefreshFast(
           {
             refreshHash: hash,
@@ -551,7 +552,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const now = deps.clock();
       const refresh = randomRefresh();
       if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
-        const id = randomUUID();
+        const id = uuidv7();
         const issued = await store.exchangeCodeFast(
           {
             codeHash: sha256Hex(req.code),

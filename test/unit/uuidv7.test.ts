@@ -1,12 +1,12 @@
 import { expect } from "chai";
-import { newRequestId } from "../../lib/request-id.js";
+import { uuidv7 } from "../../lib/uuidv7.js";
 import { UUID } from "../../core/uuid.js";
 
-describe("request ids (UUID version 7)", () => {
+describe("uuidv7: request and grant ids (UUID version 7)", () => {
   it("are UUIDs of version 7 and the RFC variant, carrying the time in milliseconds", () => {
     const at = Date.UTC(2026, 10, 23, 7, 0, 0, 123);
     for (let i = 0; i < 2000; i++) {
-      const id = newRequestId(at);
+      const id = uuidv7(at);
       expect(id).to.match(UUID);
       expect(id[14]).to.equal("7");
       expect("89ab").to.include(id[19]!);
@@ -16,12 +16,12 @@ describe("request ids (UUID version 7)", () => {
 
   it("sort in the order they were made, millisecond by millisecond", () => {
     const start = Date.now();
-    const ids = Array.from({ length: 500 }, (_, i) => newRequestId(start + i));
+    const ids = Array.from({ length: 500 }, (_, i) => uuidv7(start + i));
     expect([...ids].sort()).to.deep.equal(ids);
   });
 
   it("are unique and spread over their random bits", () => {
-    const ids = Array.from({ length: 100_000 }, () => newRequestId(1_700_000_000_000));
+    const ids = Array.from({ length: 100_000 }, () => uuidv7(1_700_000_000_000));
     expect(new Set(ids).size).to.equal(ids.length);
     // Every hex digit of the random tail turns up in every position.
     for (let pos = 24; pos < 36; pos++) expect(new Set(ids.slice(0, 2000).map((id) => id[pos])).size, `position ${pos}`).to.equal(16);

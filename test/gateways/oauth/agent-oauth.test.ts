@@ -412,6 +412,21 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(await verifyReason(r1.body.access_token as string)).to.equal("ok");
     });
 
+    it("grant ids (jti) are UUID version 7: each grant's carries the time it was issued, so later grants sort later", async () => {
+      const { token, client } = await grantFor();
+      const r1 = await refresh(client, token.body.refresh_token as string);
+      const r2 = await refresh(client, r1.body.refresh_token as string);
+      const jtis = [token, r1, r2].map((t) => t.body.jti as string);
+      const ms = (id: string) => parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+      for (const jti of jtis) {
+        expect(jti[14], jti).to.equal("7");
+        expect("89ab", jti).to.include(jti[19]!);
+        expect(Math.abs(ms(jti) - Date.now()), jti).to.be.below(60_000);
+      }
+      expect(ms(jtis[0]!)).to.be.at.most(ms(jtis[1]!));
+      expect(ms(jtis[1]!)).to.be.at.most(ms(jtis[2]!));
+    });
+
     it("a reused refresh token after the grace window revokes the whole lineage", async () => {
       const { token, client } = await grantFor();
       const r1 = await refresh(client, token.body.refresh_token as string);
