@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import knexFactory from "knex";
 import { createDb, type Db } from "../../core/db/knex.js";
 import { migrateLatest } from "../../core/db/migrate.js";
+import { FEED_HORIZON_SQL } from "../../core/paging.js";
 
 let shared: Promise<{ db: Db; url?: string; drop(): Promise<void> }> | undefined;
 
@@ -82,12 +83,17 @@ export function requirePostgres(ctx: Mocha.Context, why: string): void {
  * reading a feed whose rows the test counts. Throws after `timeoutMs`.
  */
 export async function feedsSettled(db: Db, timeoutMs = 10_000): Promise<void> {
-  const { rows } = await db.raw(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`);
-  const xmax = (rows as { xmax: string }[])[0]!.xmax;
+  // A fresh xid, newer than that of every transaction open now. (A snapshot's xmax is not:
+  // it is the newest *completed* xid plus one, so a transaction that started after it
+  // and is still open sits at or above it.)
+  const { rows } = await db.raw(`SELECT pg_current_xact_id()::text AS xid`);
+  const mark = BigInt((rows as { xid: string }[])[0]!.xid);
   for (const deadline = Date.now() + timeoutMs; ; ) {
-    const { rows: now } = await db.raw(`SELECT pg_snapshot_xmin(pg_current_snapshot()) >= ?::xid8 AS settled`, [xmax]);
-    if ((now as { settled: boolean }[])[0]!.settled) return;
-    if (Date.now() > deadline) throw new Error(`a transaction older than xid ${xmax} is still open after ${timeoutMs} ms`);
+    // The feeds' own horizon (core/paging.ts): once it passes the mark, every row written
+    // before the call is returned.
+    const { rows: horizon } = await db.raw(FEED_HORIZON_SQL);
+    if (BigInt((horizon as { xid: string }[])[0]!.xid) > mark) return;
+    if (Date.now() > deadline) throw new Error(`a transaction older than xid ${mark} is still open after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
