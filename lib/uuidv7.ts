@@ -1,4 +1,4 @@
-import { randomFillSync } from "node:crypto";
+import { pool, take } from "./random.js";
 
 /**
  * A UUID version 7 (RFC 9562 5.7): the current Unix time in milliseconds followed by 74
@@ -8,24 +8,16 @@ import { randomFillSync } from "node:crypto";
  * costs a full 8 kB image in the WAL. 74 random bits keep ids unguessable and unique.
  * Request ids and grant ids are made here.
  *
- * Random bytes come from a pooled buffer (refilled 4 KiB at a time), as node's randomUUID
- * does; hex is written from a table.
+ * Random bytes come from the pooled buffer of lib/random.ts, as node's randomUUID does;
+ * hex is written from a table.
  */
-const POOL_BYTES = 4096;
-const pool = Buffer.allocUnsafe(POOL_BYTES);
-let offset = POOL_BYTES;
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
 let prefixMs = -1;
 let prefix = "";
 
 export function uuidv7(now = Date.now()): string {
-  if (offset + 10 > POOL_BYTES) {
-    randomFillSync(pool);
-    offset = 0;
-  }
-  const r = offset;
-  offset += 10;
+  const r = take(10);
   if (now !== prefixMs) {
     // 48-bit big-endian milliseconds as 12 hex digits, made once per millisecond.
     const ms = Math.max(0, Math.floor(now)).toString(16).padStart(12, "0").slice(-12);

@@ -21,6 +21,7 @@ import { checkClientMetadata } from "./client-metadata.js";
 import { createClientIdMetadataResolver, isClientIdUrl } from "./client-id-metadata.js";
 import { UUID } from "../uuid.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
+import { randomBase64url } from "../../lib/random.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -78,7 +79,7 @@ interface NewRefresh {
 
 /** A lineage's first refresh token (code exchange, IssueGrant, SupersedeGrant): 32 random bytes. */
 function randomRefresh(): NewRefresh {
-  const token = `vgr_${randomBytes(32).toString("base64url")}`;
+  const token = `vgr_${randomBase64url(32)}`;
   return { token, hash: sha256Hex(token), salt: null };
 }
 
@@ -94,7 +95,7 @@ function derivedRefreshToken(presented: string, salt: string): string {
 }
 
 function derivedRefresh(presented: string): NewRefresh & { salt: string } {
-  const salt = randomBytes(32).toString("base64url");
+  const salt = randomBase64url(32);
   const token = derivedRefreshToken(presented, salt);
   return { token, hash: sha256Hex(token), salt };
 }
@@ -508,7 +509,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const vaultId = (r.vaultId || req.vaultId).toLowerCase();
       if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults");
       if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes");
-      const code = `vgc_${randomBytes(32).toString("base64url")}`;
+      const code = `vgc_${randomBase64url(32)}`;
       const now = deps.clock();
       await db.transaction(async (trx) => {
         // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
