@@ -37,18 +37,17 @@ if (role === "peer") {
   console.log(JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
 } else if (role === "ours" && databaseUrl && logFile) {
   // Production shape: `vaultgate serve --role all` (real config, the production logger at
-  // info writing synchronously to a file, as serve writes to stdout),
+  // info through the service's buffered destination, to a file instead of stdout),
   // fixtures through the operator's gRPC API like the CLI.
   const { loadConfig } = await import("../cli/config.js");
   const { serve } = await import("../cli/serve.js");
-  const { createLogger } = await import("../cli/logger.js");
+  const { createLogger, logDestination } = await import("../cli/logger.js");
   const { createCoreClients } = await import("../gateways/core-clients.js");
   const { createGrpcTransport } = await import("@connectrpc/connect-node");
   const { mkdtemp, rm } = await import("node:fs/promises");
   const { tmpdir } = await import("node:os");
   const { join } = await import("node:path");
   const { randomBytes } = await import("node:crypto");
-  const { default: pino } = await import("pino");
   const { fundedAgentBudget } = await import("./support.js");
   const dataDir = await mkdtemp(join(tmpdir(), "vaultgate-bench-tools-"));
   const adminToken = randomBytes(16).toString("hex");
@@ -60,7 +59,7 @@ if (role === "peer") {
     ADMIN_TOKEN: adminToken,
     PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
   });
-  const running = await serve(config, "all", createLogger("info", pino.destination({ dest: logFile, sync: true })));
+  const running = await serve(config, "all", createLogger("info", logDestination(logFile)));
   stoppers.push(() => running.close(), () => rm(dataDir, { recursive: true, force: true }));
   const admin = createCoreClients(
     createGrpcTransport({

@@ -17,8 +17,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import pg from "pg";
-import pino, { type Logger } from "pino";
-import { createLogger } from "../cli/logger.js";
+import type { Logger } from "pino";
+import { createLogger, logDestination } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
 import type { CoreClients } from "../gateways/core-clients.js";
 
@@ -140,11 +140,11 @@ export function benchLogFile(name: string): string {
 }
 
 /**
- * The production logger (cli/logger.ts: redaction, synchronous writes) at `level`
- * (default `info`, the shipped default), writing to a file instead of the bench's stdout.
+ * The production logger (cli/logger.ts: redaction, the service's buffered destination) at
+ * `level` (default `info`, the shipped default), writing to a file instead of stdout.
  */
 export function benchLogger(name: string, level = "info"): Logger {
-  return createLogger(level, pino.destination({ dest: benchLogFile(name), sync: true }));
+  return createLogger(level, logDestination(benchLogFile(name)));
 }
 
 export function removeBenchLogs(): void {

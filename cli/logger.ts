@@ -1,6 +1,9 @@
 import { isSpanContextValid, trace } from "@opentelemetry/api";
 import pino, { type Logger, type DestinationStream } from "pino";
 
+/** pino's own destination stream (sonic-boom). */
+type SonicBoom = ReturnType<typeof pino.destination>;
+
 /**
  * What is blanked in every log line and in every child logger's bindings (STYLE: no
  * secret or token in a log): these keys at the top level, the second-level keys below
@@ -81,14 +84,55 @@ export function redactSecrets(fields: Record<string, unknown>): Record<string, u
   return out;
 }
 
+/** Bytes of log lines gathered before they are written out together. */
+export const LOG_BUFFER_BYTES = 4096;
+/** The longest an info line waits in the buffer. */
+export const LOG_FLUSH_MS = 100;
+
+const buffered = new Set<SonicBoom>();
+let flushAtExit = false;
+
 /**
- * Lines go to stdout synchronously by default. pino's own default writes through the
- * libuv thread pool, the pool scrypt used then (partner and client secrets, about 50 ms a
- * derivation; now on threads of their own): every log line waited behind derivations and took a pool slot from
- * the next one (`npm run bench partner-token`: issuance p50 1.21-1.30x the scrypt+ES256
- * floor with pool writes, 1.18-1.19x with synchronous ones).
+ * Where the service's lines go (stdout unless `dest` names a file descriptor or a path):
+ * written by this thread, gathered in a buffer of LOG_BUFFER_BYTES and written when it
+ * fills, or by a timer every LOG_FLUSH_MS, whichever comes first. A line at warn or
+ * above is written at once with everything before it (createLogger), and whatever is left
+ * is written synchronously when the process exits (also after an uncaught exception), so
+ * only a process killed outright (SIGKILL) can lose its last tenth of a second of info
+ * lines. One write per line was 2-4% of a partner read's CPU (`npm run bench
+ * partner-resources`, info against silent).
+ *
+ * The writes stay synchronous: pino's asynchronous default writes through the libuv thread
+ * pool, the pool scrypt used then (partner and client secrets, about 50 ms a derivation;
+ * now on threads of their own): every log line waited behind derivations and took a pool
+ * slot from the next one.
  */
+export function logDestination(dest: number | string = 1): SonicBoom {
+  const stream = pino.destination({ dest, sync: true, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS });
+  buffered.add(stream);
+  stream.once("close", () => buffered.delete(stream));
+  if (!flushAtExit) {
+    flushAtExit = true;
+    // No event loop is left at 'exit': each buffer is written synchronously.
+    process.once("exit", () => {
+      for (const s of buffered) {
+        try {
+          s.flushSync();
+        } catch {
+          /* a closed or broken stdout: nothing more can be written */
+        }
+      }
+    });
+  }
+  return stream;
+}
+
+/** pino's level number of `warn`: lines at or above it are written at once. */
+const WARN = 40;
+
 export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const stream = destination ?? logDestination();
+  const flush = typeof (stream as { flush?: unknown }).flush === "function" ? () => (stream as SonicBoom).flush() : undefined;
   const logger = pino(
     {
       level,
@@ -98,8 +142,18 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
         // Paths only: query strings can carry codes and states.
         req: (req: { method: string; url: string; id: string }) => ({ method: req.method, path: req.url.split("?")[0], id: req.id }),
       },
+      // Warnings and errors are not left in the buffer: an operator sees them at once,
+      // and a process that dies next has written them.
+      ...(flush && {
+        hooks: {
+          logMethod(args, method, lineLevel) {
+            method.apply(this, args);
+            if (lineLevel >= WARN) flush();
+          },
+        },
+      }),
     },
-    destination ?? pino.destination({ dest: 1, sync: true }),
+    stream,
   );
   // pino applies `formatters.bindings` to the root's own bindings only; a child's are
   // blanked here. Children inherit this method, so grandchildren are covered too.

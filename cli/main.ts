@@ -289,6 +289,8 @@ async function runServe(config: Config, options: Record<string, string | boolean
   });
   logger.info("shutting down");
   await running.close();
+  // Written with the rest of the buffered lines as the process exits (cli/logger.ts).
+  logger.info("stopped");
   return 0;
 }
 

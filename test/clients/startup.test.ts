@@ -61,4 +61,33 @@ describe("vaultgate serve start-up (real processes)", function () {
       await dir.remove();
     }
   });
+
+  it("writes its request lines while it runs and every line, the last included, when it stops", async () => {
+    const dir = await tempDataDir();
+    const proc = await startServiceProcess("all", { DATA_DIR: dir.path });
+    const entries = () =>
+      proc
+        .output()
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l) as { msg: string; reqId?: string; status?: number });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 20; i++) {
+        const res = await fetch(`${proc.gatewayUrl}/no/such/page-${i}`);
+        await res.arrayBuffer();
+        ids.push(res.headers.get("x-request-id")!);
+      }
+      // No more traffic: the buffered lines go out on the logger's timer.
+      const logged = () => new Set(entries().filter((e) => e.msg === "request").map((e) => e.reqId));
+      const deadline = Date.now() + 10_000;
+      while (!ids.every((id) => logged().has(id)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(ids.filter((id) => !logged().has(id)), proc.output()).to.deep.equal([]);
+    } finally {
+      expect(await proc.stop()).to.equal(0);
+      await dir.remove();
+    }
+    // The line written after the servers closed went out as the process exited.
+    expect(entries().map((e) => e.msg).slice(-2), proc.output()).to.deep.equal(["shutting down", "stopped"]);
+  });
 });
