@@ -10,10 +10,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
-import { alternateAtLevels, benchDatabase, benchLogFile, fmt, load, median, percentile, table, verdict, type BodyCheck } from "./support.js";
+import { alternateAtLevels, benchDatabase, benchScript, benchLogFile, fmt, load, median, percentile, table, verdict, type BodyCheck } from "./support.js";
 
 const LEVELS = [10, 50];
-const serverScript = fileURLToPath(new URL("./agent-tools-server.ts", import.meta.url));
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
@@ -81,7 +80,7 @@ export async function run(): Promise<void> {
 }
 
 async function startChild(args: string[]): Promise<{ child: ChildProcess; info: unknown; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", serverScript, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...benchScript("agent-tools-server"), ...args], { stdio: ["ignore", "pipe", "inherit"] });
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   const info = await new Promise<unknown>((resolve, reject) => {
     let out = "";

@@ -13,13 +13,15 @@ import { printVerdicts, QUICK, removeBenchLogs, setCurrentBench, settleBenchPost
 
 const here = dirname(fileURLToPath(import.meta.url));
 const wanted = process.argv.slice(2);
-const files = (await readdir(here)).filter((f) => f.endsWith(".bench.ts")).sort();
-const unknown = wanted.filter((w) => !files.includes(`${w}.bench.ts`));
-if (unknown.length) throw new Error(`no such bench: ${unknown.join(", ")} (have ${files.map((f) => f.replace(/\.bench\.ts$/, "")).join(", ")})`);
+// From the bundle (npm run bench, scripts/bench.mjs) the benches are .js files, through tsx .ts.
+const ext = import.meta.url.endsWith(".js") ? ".js" : ".ts";
+const files = (await readdir(here)).filter((f) => f.endsWith(`.bench${ext}`)).sort();
+const unknown = wanted.filter((w) => !files.includes(`${w}.bench${ext}`));
+if (unknown.length) throw new Error(`no such bench: ${unknown.join(", ")} (have ${files.map((f) => f.slice(0, -`.bench${ext}`.length)).join(", ")})`);
 if (QUICK) console.log("BENCH_QUICK=1: short single rounds, numbers are for development only");
 try {
   for (const file of files) {
-    const name = file.replace(/\.bench\.ts$/, "");
+    const name = file.slice(0, -`.bench${ext}`.length);
     if (wanted.length > 0 && !wanted.includes(name)) continue;
     console.log(`\n### ${name}`);
     await settleBenchPostgres(); // what an earlier bench left to PostgreSQL is not this one's load

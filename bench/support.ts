@@ -24,7 +24,17 @@ import type { CoreClients } from "../gateways/core-clients.js";
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
-const loadgenScript = fileURLToPath(new URL("./loadgen.ts", import.meta.url));
+/** True when this runs from the bundle `npm run bench` makes (scripts/bench.mjs), false through tsx. */
+const compiled = import.meta.url.endsWith(".js");
+
+/**
+ * The node arguments that start a sibling script of the benches: its bundled .js with
+ * plain node under `npm run bench`, its .ts through tsx when the benches run from source.
+ */
+export function benchScript(name: string): string[] {
+  const file = fileURLToPath(new URL(`./${name}.${compiled ? "js" : "ts"}`, import.meta.url));
+  return compiled ? [file] : ["--import", "tsx", file];
+}
 const bin = fileURLToPath(new URL("../bin/vaultgate.mjs", import.meta.url));
 
 // ---------------------------------------------------------------------------------------
@@ -395,7 +405,7 @@ export function checkResponse(check: BodyCheck, status: number, body: string): s
 /** Runs one load in the load-generator process (only ever against 127.0.0.1). */
 export async function load(spec: LoadSpec): Promise<Measurement> {
   if (!/^http:\/\/127\.0\.0\.1[:/]/.test(spec.url)) throw new Error("benchmarks only target 127.0.0.1");
-  const child = spawn(process.execPath, ["--import", "tsx", loadgenScript], { stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawn(process.execPath, benchScript("loadgen"), { stdio: ["pipe", "pipe", "inherit"] });
   let out = "";
   child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
   const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));

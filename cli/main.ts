@@ -282,6 +282,8 @@ async function runServe(config: Config, options: Record<string, string | boolean
     logger.info({ core: running.coreUrl, database }, "Vaultgate core is up");
     if (terminal) process.stderr.write(`Vaultgate core is listening at ${running.coreUrl} (gRPC, gRPC-Web, Connect) on ${database}.\n`);
   }
+  // The lines saying where the service listens go out now, not with the next batch.
+  logger.flush();
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once("SIGINT", stop);

@@ -31,7 +31,11 @@ export async function startServiceProcess(role: "all" | "core" | "gateway", env:
   let out = "";
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const ready = new Promise<{ gatewayUrl?: string; coreUrl?: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start:\n${out}`)), 60_000);
+    const timer = setTimeout(() => {
+      // Not left running behind the failed test.
+      child.kill("SIGKILL");
+      reject(new Error(`service did not start:\n${out}`));
+    }, 60_000);
     const urls: { gatewayUrl?: string; coreUrl?: string } = {};
     const onData = (chunk: Buffer) => {
       out += chunk.toString();
