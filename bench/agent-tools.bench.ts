@@ -8,7 +8,6 @@
  * Each server runs in its own process (bench/agent-tools-server.ts).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { alternateAtLevels, benchDatabase, benchScript, benchLogFile, fmt, load, median, percentile, table, verdict, type BodyCheck } from "./support.js";
 
