@@ -1,6 +1,8 @@
+import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import { createLogger, LOG_BUFFER_BYTES, LOG_FLUSH_MS, logDestination } from "../../cli/logger.js";
 
@@ -50,5 +52,13 @@ describe("logger: buffered destination", () => {
     // The first write came once the lines reached the buffer's size, not line by line.
     expect(n * line.length).to.be.at.least(LOG_BUFFER_BYTES * 0.5);
     expect(n * line.length).to.be.at.most(LOG_BUFFER_BYTES * 2);
+  });
+
+  it("writes what is in the buffer when the process dies of an uncaught exception", async () => {
+    const file = join(dir, "crash.log");
+    const child = fileURLToPath(new URL("../support/log-crash-child.ts", import.meta.url));
+    const code = await new Promise<number | null>((resolve) => execFile(process.execPath, ["--import", "tsx", child, file], (err) => resolve(err ? (err as { code?: number }).code ?? null : 0)));
+    expect(code).to.equal(1);
+    expect(read(file).map((l) => l.msg)).to.deep.equal(["before the crash", "still before the crash"]);
   });
 });
