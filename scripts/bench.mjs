@@ -1,6 +1,7 @@
-// `npm run bench [name ...]`: bundles the benches with the product's code the way
-// scripts/build.mjs bundles the service (esbuild, ESM for node20, @bufbuild/protobuf and
-// Connect bundled, no names kept), into dist-bench/, then runs dist-bench/run.js.
+// `npm run bench [name ...]`: builds dist/ (scripts/build.mjs), bundles the benches with
+// the product's code the way that build bundles the service (esbuild, ESM for node20,
+// @bufbuild/protobuf and Connect bundled, no names kept) into dist-bench/, then runs
+// dist-bench/run.js.
 //
 // Why: most benches run the service in their own process, and through tsx they measured
 // our TypeScript sources as tsx compiles them, not what ships: tsx keeps function names,
@@ -9,12 +10,17 @@
 // node_modules instead of the bundle's copy. The load generator and the agent-tools
 // servers are bundled beside them and started with plain node. `npx tsx bench/run.ts`
 // still runs the sources (for a profile that names source lines, say).
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { build } from "esbuild";
 
 const root = fileURLToPath(new URL("../", import.meta.url));
+
+// The benches that start `vaultgate serve` or the CLI as a process (ledger, partner-token,
+// startup) run bin/vaultgate.mjs, which falls back to the TypeScript sources when dist/ is
+// older than any of them: build it first, so they too measure what ships.
+execFileSync(process.execPath, [`${root}scripts/build.mjs`], { stdio: "inherit" });
 const BUNDLED = new Set(["@bufbuild/protobuf", "@connectrpc/connect", "@connectrpc/connect-node"]);
 const pkg = JSON.parse(readFileSync(`${root}package.json`, "utf8"));
 const external = [...Object.keys(pkg.dependencies), ...Object.keys(pkg.devDependencies)]
@@ -25,6 +31,22 @@ const scripts = readdirSync(`${root}bench`).filter((f) => f.endsWith(".bench.ts"
 const entryPoints = Object.fromEntries(
   ["run.ts", "loadgen.ts", "agent-tools-server.ts", ...scripts].map((f) => [f.replace(/\.ts$/, ""), `bench/${f}`]),
 );
+
+// Code outside bench/ (test/support's process helpers, cli/) finds files relative to its
+// own source (`new URL("../../bin/vaultgate.mjs", import.meta.url)`); in a chunk of the
+// bundle that URL would be the chunk's. Such a module keeps its source file's URL. The
+// benches' own URLs stay the bundle's: they find their bundled siblings by it.
+const sourceUrls = {
+  name: "source-import-meta-url",
+  setup(b) {
+    b.onLoad({ filter: /\.ts$/ }, (args) => {
+      if (args.path.startsWith(`${root}bench/`)) return undefined;
+      const text = readFileSync(args.path, "utf8");
+      if (!text.includes("import.meta.url")) return undefined;
+      return { contents: text.replaceAll("import.meta.url", JSON.stringify(pathToFileURL(args.path).href)), loader: "ts" };
+    });
+  },
+};
 
 // Beside bench/ (not under dist/, which `npm run build` replaces), so the benches' paths
 // relative to their own file (../scripts, ../bin) hold in both forms.
@@ -42,6 +64,7 @@ await build({
   chunkNames: "[name]-[hash]",
   sourcemap: true,
   external,
+  plugins: [sourceUrls],
   logLevel: "warning",
 });
 
