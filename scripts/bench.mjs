@@ -12,20 +12,14 @@
 // still runs the sources (for a profile that names source lines, say).
 import { execFileSync, spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { build } from "esbuild";
-
-const root = fileURLToPath(new URL("../", import.meta.url));
+import { BUNDLE_OPTIONS, externals, root } from "./bundle.mjs";
 
 // The benches that start `vaultgate serve` or the CLI as a process (ledger, partner-token,
 // startup) run bin/vaultgate.mjs, which falls back to the TypeScript sources when dist/ is
 // older than any of them: build it first, so they too measure what ships.
 execFileSync(process.execPath, [`${root}scripts/build.mjs`], { stdio: "inherit" });
-const BUNDLED = new Set(["@bufbuild/protobuf", "@connectrpc/connect", "@connectrpc/connect-node"]);
-const pkg = JSON.parse(readFileSync(`${root}package.json`, "utf8"));
-const external = [...Object.keys(pkg.dependencies), ...Object.keys(pkg.devDependencies)]
-  .filter((name) => !BUNDLED.has(name))
-  .flatMap((name) => [name, `${name}/*`]);
 
 const scripts = readdirSync(`${root}bench`).filter((f) => f.endsWith(".bench.ts"));
 const entryPoints = Object.fromEntries(
@@ -53,19 +47,11 @@ const sourceUrls = {
 const outdir = `${root}dist-bench`;
 rmSync(outdir, { recursive: true, force: true });
 await build({
-  absWorkingDir: root,
+  ...BUNDLE_OPTIONS,
   entryPoints,
   outdir,
-  bundle: true,
-  splitting: true,
-  format: "esm",
-  platform: "node",
-  target: "node20",
-  chunkNames: "[name]-[hash]",
-  sourcemap: true,
-  external,
+  external: externals("dependencies", "devDependencies"),
   plugins: [sourceUrls],
-  logLevel: "warning",
 });
 
 const child = spawn(process.execPath, [`${outdir}/run.js`, ...process.argv.slice(2)], { stdio: "inherit" });

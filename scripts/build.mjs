@@ -16,30 +16,16 @@
 // up from any of them. bin/vaultgate.mjs compares dist/cli/main.js's time with the sources',
 // so it is written last.
 import { execFileSync } from "node:child_process";
-import { readFileSync, rmSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { rmSync } from "node:fs";
 import { build } from "esbuild";
-
-const root = fileURLToPath(new URL("../", import.meta.url));
-const BUNDLED = new Set(["@bufbuild/protobuf", "@connectrpc/connect", "@connectrpc/connect-node"]);
-
-const pkg = JSON.parse(readFileSync(`${root}package.json`, "utf8"));
-const external = Object.keys(pkg.dependencies).filter((name) => !BUNDLED.has(name)).flatMap((name) => [name, `${name}/*`]);
+import { BUNDLE_OPTIONS, externals, root } from "./bundle.mjs";
 
 rmSync(`${root}dist`, { recursive: true, force: true });
 execFileSync(process.execPath, [`${root}node_modules/typescript/bin/tsc`, "-p", `${root}tsconfig.build.json`], { stdio: "inherit" });
 
 await build({
-  absWorkingDir: root,
+  ...BUNDLE_OPTIONS,
   entryPoints: { main: "cli/main.ts" },
   outdir: "dist/cli",
-  bundle: true,
-  splitting: true,
-  format: "esm",
-  platform: "node",
-  target: "node20",
-  chunkNames: "[name]-[hash]",
-  sourcemap: true,
-  external,
-  logLevel: "warning",
+  external: externals("dependencies"),
 });
