@@ -418,6 +418,42 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
 // ---------------------------------------------------------------------------------------
 // Alternating comparisons
 
+// ---------------------------------------------------------------------------------------
+// PostgreSQL's own background work during a measurement
+
+/**
+ * Starts watching the bench PostgreSQL for its own background work (none when no bench
+ * server was started): checkpoints that ran, and autovacuum workers busy when the
+ * measurement started or ended. Its processes are the system under test, so the load
+ * columns count them as the bench's; this names them. A checkpoint makes the pages it
+ * writes out cost a full-page image in the WAL when next changed, so a round it lands in
+ * is slower for reasons of timing rather than of the code measured.
+ */
+async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
+  if (!server) return undefined;
+  const client = new pg.Client({ connectionString: await server });
+  await client.connect();
+  const version = Number(((await client.query("SHOW server_version_num")).rows[0] as { server_version_num: string }).server_version_num);
+  // PostgreSQL 17 moved the checkpoint counters to pg_stat_checkpointer.
+  const checkpointsSql =
+    version >= 170000 ? "SELECT (num_timed + num_requested)::bigint AS n FROM pg_stat_checkpointer" : "SELECT (checkpoints_timed + checkpoints_req)::bigint AS n FROM pg_stat_bgwriter";
+  const look = async () => {
+    const checkpoints = Number(((await client.query(checkpointsSql)).rows[0] as { n: string }).n);
+    const { rows } = await client.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active'`);
+    return { checkpoints, autovacuum: (rows[0] as { n: number }).n > 0 };
+  };
+  return {
+    async start() {
+      const before = await look();
+      return async () => {
+        const after = await look();
+        return [after.checkpoints > before.checkpoints ? "checkpoint" : "", before.autovacuum || after.autovacuum ? "autovacuum" : ""].filter(Boolean).join(", ");
+      };
+    },
+    close: () => client.end(),
+  };
+}
+
 export interface Side {
   name: string;
   /** One measurement (a `load`, or anything measured the same way). */
@@ -426,7 +462,8 @@ export interface Side {
 
 export interface SideResult {
   name: string;
-  rounds: (Measurement & { load: Load })[];
+  /** `background`: PostgreSQL's own work seen during the measurement ("checkpoint", "autovacuum"), or "". */
+  rounds: (Measurement & { load: Load; background: string })[];
   rps: number;
   p50: number;
   p99: number;
@@ -442,6 +479,8 @@ export interface Alternation {
   ratio: number;
   failures: number;
   disturbed: number;
+  /** Measurements during which PostgreSQL checkpointed or vacuumed (printed, not judged). */
+  background: number;
 }
 
 /**
@@ -452,29 +491,37 @@ export interface Alternation {
 export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const rows: Record<string, string | number>[] = [];
-  for (let round = 0; round < rounds; round++) {
-    // The order flips every round (A B, B A, A B, ...): a side that always went second
-    // would always meet what the first left behind (a checkpoint, autovacuum, a warm cache).
-    const order = [...sides.entries()];
-    if (round % 2 === 1) order.reverse();
-    for (const [i, side] of order) {
-      const stop = watchLoad();
-      const m = await side.measure(round);
-      const l = stop();
-      results[i]!.rounds.push({ ...m, load: l });
-      rows.push({
-        round: round + 1,
-        side: side.name,
-        "req/s": fmt(m.rps),
-        "p50 ms": fmt(m.p50, 2),
-        "p99 ms": fmt(m.p99, 2),
-        failures: m.failures,
-        "machine cores": fmt(l.machine, 2),
-        "others cores": fmt(l.others, 2),
-        "busiest other": l.top,
-        disturbed: l.disturbed ? "DISTURBED" : "",
-      });
+  const pgWatch = await watchPostgres();
+  try {
+    for (let round = 0; round < rounds; round++) {
+      // The order flips every round (A B, B A, A B, ...): a side that always went second
+      // would always meet what the first left behind (a checkpoint, autovacuum, a warm cache).
+      const order = [...sides.entries()];
+      if (round % 2 === 1) order.reverse();
+      for (const [i, side] of order) {
+        const stopPostgres = await pgWatch?.start();
+        const stop = watchLoad();
+        const m = await side.measure(round);
+        const l = stop();
+        const background = stopPostgres ? await stopPostgres() : "";
+        results[i]!.rounds.push({ ...m, load: l, background });
+        rows.push({
+          round: round + 1,
+          side: side.name,
+          "req/s": fmt(m.rps),
+          "p50 ms": fmt(m.p50, 2),
+          "p99 ms": fmt(m.p99, 2),
+          failures: m.failures,
+          "machine cores": fmt(l.machine, 2),
+          "others cores": fmt(l.others, 2),
+          "busiest other": l.top,
+          disturbed: l.disturbed ? "DISTURBED" : "",
+          "postgres background": background,
+        });
+      }
     }
+  } finally {
+    await pgWatch?.close();
   }
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
@@ -488,6 +535,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
   }
   const ratios = results.length > 1 ? results[0]!.rounds.map((x, i) => x.rps / results[1]!.rounds[i]!.rps) : [];
   const disturbed = results.reduce((n, r) => n + r.rounds.filter((x) => x.load.disturbed).length, 0);
+  const background = results.reduce((n, r) => n + r.rounds.filter((x) => x.background).length, 0);
   const out: Alternation = {
     title,
     sides: results,
@@ -495,11 +543,13 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     ratio: ratios.length ? median(ratios) : NaN,
     failures: results.reduce((n, r) => n + r.failures, 0),
     disturbed,
+    background,
   };
   if (ratios.length) {
     console.log(
       `${results[0]!.name} / ${results[1]!.name}: median ${fmt(out.ratio, 2)}x (rounds ${ratios.map((r) => `${fmt(r, 2)}x`).join(", ")}); ` +
-        `${disturbed} of ${rounds * sides.length} measurements disturbed (others > ${DISTURBED_CORES} core)${out.failures ? `; ${out.failures} FAILED responses` : ""}`,
+        `${disturbed} of ${rounds * sides.length} measurements disturbed (others > ${DISTURBED_CORES} core)` +
+        `${background ? `; ${background} with a PostgreSQL checkpoint or autovacuum` : ""}${out.failures ? `; ${out.failures} FAILED responses` : ""}`,
     );
   }
   return out;
