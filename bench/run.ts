@@ -9,12 +9,11 @@
 import { readdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { printVerdicts, QUICK, removeBenchLogs, setCurrentBench, settleBenchPostgres, stopBenchPostgres } from "./support.js";
+import { BENCH_EXT, printVerdicts, QUICK, removeBenchLogs, setCurrentBench, settleBenchPostgres, stopBenchPostgres } from "./support.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const wanted = process.argv.slice(2);
-// From the bundle (npm run bench, scripts/bench.mjs) the benches are .js files, through tsx .ts.
-const ext = import.meta.url.endsWith(".js") ? ".js" : ".ts";
+const ext = BENCH_EXT;
 const files = (await readdir(here)).filter((f) => f.endsWith(`.bench${ext}`)).sort();
 const unknown = wanted.filter((w) => !files.includes(`${w}.bench${ext}`));
 if (unknown.length) throw new Error(`no such bench: ${unknown.join(", ")} (have ${files.map((f) => f.slice(0, -`.bench${ext}`.length)).join(", ")})`);

@@ -24,18 +24,20 @@ import type { CoreClients } from "../gateways/core-clients.js";
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
+const bin = fileURLToPath(new URL("../bin/vaultgate.mjs", import.meta.url));
 /** True when this runs from the bundle `npm run bench` makes (scripts/bench.mjs), false through tsx. */
 const compiled = import.meta.url.endsWith(".js");
+/** The extension of the benches' own files in this form: `.js` bundled, `.ts` through tsx. */
+export const BENCH_EXT = compiled ? ".js" : ".ts";
 
 /**
  * The node arguments that start a sibling script of the benches: its bundled .js with
  * plain node under `npm run bench`, its .ts through tsx when the benches run from source.
  */
 export function benchScript(name: string): string[] {
-  const file = fileURLToPath(new URL(`./${name}.${compiled ? "js" : "ts"}`, import.meta.url));
+  const file = fileURLToPath(new URL(`./${name}${BENCH_EXT}`, import.meta.url));
   return compiled ? [file] : ["--import", "tsx", file];
 }
-const bin = fileURLToPath(new URL("../bin/vaultgate.mjs", import.meta.url));
 
 // ---------------------------------------------------------------------------------------
 // Knobs: BENCH_QUICK=1 for development (2 s measurements, one round); BENCH_ROUNDS and
@@ -416,9 +418,6 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Alternating comparisons
-
-// ---------------------------------------------------------------------------------------
 // PostgreSQL's own background work during a measurement
 
 /**
@@ -435,12 +434,12 @@ async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>
   await client.connect();
   const version = Number(((await client.query("SHOW server_version_num")).rows[0] as { server_version_num: string }).server_version_num);
   // PostgreSQL 17 moved the checkpoint counters to pg_stat_checkpointer.
-  const checkpointsSql =
-    version >= 170000 ? "SELECT (num_timed + num_requested)::bigint AS n FROM pg_stat_checkpointer" : "SELECT (checkpoints_timed + checkpoints_req)::bigint AS n FROM pg_stat_bgwriter";
+  const checkpoints = version >= 170000 ? "(SELECT num_timed + num_requested FROM pg_stat_checkpointer)" : "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)";
+  const sql = `SELECT ${checkpoints}::bigint AS checkpoints,
+    EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active') AS autovacuum`;
   const look = async () => {
-    const checkpoints = Number(((await client.query(checkpointsSql)).rows[0] as { n: string }).n);
-    const { rows } = await client.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active'`);
-    return { checkpoints, autovacuum: (rows[0] as { n: number }).n > 0 };
+    const row = (await client.query(sql)).rows[0] as { checkpoints: string; autovacuum: boolean };
+    return { checkpoints: Number(row.checkpoints), autovacuum: row.autovacuum };
   };
   return {
     async start() {
@@ -453,6 +452,9 @@ async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>
     close: () => client.end(),
   };
 }
+
+// ---------------------------------------------------------------------------------------
+// Alternating comparisons
 
 export interface Side {
   name: string;
