@@ -455,6 +455,26 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       expect(await verifyReason(token.body.access_token as string)).to.equal("ok");
     });
 
+    it("many lineages refreshed at once each get refresh tokens of their own, twice over; another client's token is refused", async () => {
+      const lineages = [];
+      for (let i = 0; i < 12; i++) lineages.push(await grantFor());
+      const first = lineages.map((l) => l.token.body.refresh_token as string);
+      // All twelve in flight together: one group-committed batch on PostgreSQL.
+      const round1 = await Promise.all(lineages.map((l, i) => refresh(l.client, first[i]!)));
+      expect(round1.map((r) => r.status)).to.deep.equal(new Array(12).fill(200));
+      const second = round1.map((r) => r.body.refresh_token as string);
+      for (const t of second) expect(t).to.match(/^vgr_[A-Za-z0-9_-]{43}$/);
+      expect(new Set([...first, ...second]).size).to.equal(24);
+      // A lineage's token is no other client's: presented by the next lineage's client it is refused.
+      const crossed = await refresh(lineages[1]!.client, second[0]!);
+      expect(crossed.body.error).to.equal("invalid_grant");
+      const round2 = await Promise.all(lineages.map((l, i) => refresh(l.client, second[i]!)));
+      expect(round2.map((r) => r.status)).to.deep.equal(new Array(12).fill(200));
+      expect(new Set([...first, ...second, ...round2.map((r) => r.body.refresh_token as string)]).size).to.equal(36);
+      expect(new Set(round2.map((r) => r.body.jti)).size).to.equal(12);
+      for (const r of round2) expect(await verifyReason(r.body.access_token as string)).to.equal("ok");
+    });
+
     it("concurrent refreshes of one token never make two lineages", async () => {
       const { token, client, user } = await grantFor();
       const results = await Promise.all(Array.from({ length: 6 }, () => refresh(client, token.body.refresh_token as string)));
