@@ -8,6 +8,7 @@ import { fundedChild } from "../support/spend.js";
 import { createPartner, mintPartnerToken } from "../support/partners.js";
 import { createUserFor } from "../support/resources.js";
 import { createRateLimitStore } from "../../core/rate-limits/store.js";
+import { fixtures } from "../support/trust.js";
 
 /** Tables that grow with users, grants, payments and traffic: a hot statement must never scan one. */
 const HOT_TABLES = new Set([
@@ -22,6 +23,9 @@ const HOT_TABLES = new Set([
   "user_kyc",
   "rate_limit_logs",
   "rate_limit_windows",
+  "authorization_codes",
+  "oauth_clients",
+  "partners",
 ]);
 
 /** The most rows a scan of a hot table may expect to read when nothing above it limits the rows. */
@@ -111,6 +115,35 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
   }
 
+  /**
+   * The token endpoints' tables at size: 4,000 registered clients, 4,000 partners, an
+   * unexpired code for each seeded user, and a refresh token on each seeded grant.
+   */
+  async function seedTokens() {
+    const db = stack.core.db;
+    const tag = randomBytes(4).toString("hex");
+    await db.raw(
+      `INSERT INTO oauth_clients (client_id, secret_hash, client_name, redirect_uris, grant_types, response_types, token_endpoint_auth_method, scopes, created_at)
+       SELECT 'seed-' || ? || '-' || i, 'x', 'seed', '{http://127.0.0.1:9/cb}', '{authorization_code,refresh_token}', '{code}', 'client_secret_post', '{accounts:read}', now()
+         FROM generate_series(1, 4000) i`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO partners (id, name, slug, client_id, secret_hash, status, entitlements, created_at, updated_at)
+       SELECT gen_random_uuid(), 'Seed', 'seed-' || ? || '-' || i, 'seed-' || ? || '-' || i, 'x', 'active', '{kyc:read}', now(), now()
+         FROM generate_series(1, 4000) i`,
+      [tag, tag],
+    );
+    await db.raw(
+      `INSERT INTO authorization_codes (code_hash, client_id, user_id, agent_principal_id, vault_id, scopes, redirect_uri, code_challenge, step_up, expires_at)
+       SELECT md5(? || a.id::text), 'seed-' || ? || '-1', a.user_id, a.id, a.vault_id, '{accounts:read}', 'http://127.0.0.1:9/cb', 'c', false, now() + interval '10 minutes'
+         FROM agent_principals a WHERE a.display_name = 'seed'`,
+      [tag, tag],
+    );
+    await db.raw(`UPDATE grants SET refresh_hash = md5(? || id::text) WHERE refresh_hash IS NULL AND scopes = '{}'`, [tag]);
+    for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
+  }
+
   /** Every statement `work` sends through core's database handle. */
   async function capture(work: () => Promise<unknown>): Promise<Captured[]> {
     const seen: Captured[] = [];
@@ -185,6 +218,30 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     return plans(sql, params, p.proconfig ?? []);
   }
 
+  /**
+   * EXPLAINs every captured statement (both plans; a batch function's body under its own
+   * settings) and fails naming each one that scans a hot table; returns what was checked.
+   */
+  async function expectIndexedPlans(statements: Captured[]): Promise<string[]> {
+    const checked: string[] = [];
+    const offenders: string[] = [];
+    for (const s of statements) {
+      const fn = /\bFROM\s+(\w+_batch)\s*\(/i.exec(s.sql)?.[1];
+      // vault_record_spend: two INSERTs (no reads) and the vault's UPDATE by its key, explained here.
+      const spend = /vault_record_spend\(/.test(s.sql);
+      const { custom, generic } = fn
+        ? await functionBodyPlans(fn, s.bindings)
+        : spend
+          ? await plans(`UPDATE vaults v SET balance_cents = balance_cents - 1 WHERE v.id = ?`, [s.bindings[0]])
+          : await plans(s.sql, s.bindings);
+      const scans = [...seqScans(custom), ...seqScans(generic).map((x) => `${x} (generic plan)`)];
+      checked.push(fn ?? s.sql.replace(/\s+/g, " ").slice(0, 80));
+      if (scans.length > 0) offenders.push(`${scans.join(", ")} in: ${(fn ?? s.sql).replace(/\s+/g, " ").slice(0, 300)}`);
+    }
+    expect(offenders, offenders.join("\n")).to.deep.equal([]);
+    return checked;
+  }
+
   it("payments context (locked and group-committed), grant lookup, audit feed page, partner access batch and rate-limit hit: no sequential scan", async () => {
     const { child, token } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
     const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
@@ -204,22 +261,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       await createRateLimitStore(stack.core.db).hit(`explain:${randomBytes(4).toString("hex")}`, 10, 60, stack.clock());
     });
 
-    const checked: string[] = [];
-    const offenders: string[] = [];
-    for (const s of statements) {
-      const fn = /\bFROM\s+(\w+_batch)\s*\(/i.exec(s.sql)?.[1];
-      // vault_record_spend: two INSERTs (no reads) and the vault's UPDATE by its key, explained here.
-      const spend = /vault_record_spend\(/.test(s.sql);
-      const { custom, generic } = fn
-        ? await functionBodyPlans(fn, s.bindings)
-        : spend
-          ? await plans(`UPDATE vaults v SET balance_cents = balance_cents - 1 WHERE v.id = ?`, [s.bindings[0]])
-          : await plans(s.sql, s.bindings);
-      const scans = [...seqScans(custom), ...seqScans(generic).map((x) => `${x} (generic plan)`)];
-      checked.push(fn ?? s.sql.replace(/\s+/g, " ").slice(0, 80));
-      if (scans.length > 0) offenders.push(`${scans.join(", ")} in: ${(fn ?? s.sql).replace(/\s+/g, " ").slice(0, 300)}`);
-    }
-    expect(offenders, offenders.join("\n")).to.deep.equal([]);
+    const checked = await expectIndexedPlans(statements);
     // Each hot path was really among the statements checked.
     const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), String(re)).to.equal(true);
     saw(/FOR UPDATE OF v/); // payments.initiate: the locked context
@@ -230,6 +272,31 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     saw(/INSERT INTO rate_limit_logs/); // rate-limit hit
     saw(/vault_record_spend\(/); // the spend totals and the payment's ledger transaction
     expect(checked.length).to.be.greaterThan(8);
+  });
+
+  it("token endpoints: code exchange and refresh (group-committed), a partner's client_credentials token: no sequential scan", async () => {
+    const f = fixtures(stack);
+    const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    await seed(partner.partnerId, child);
+    await seedTokens();
+    const user = await f.user();
+    const client = await f.oauthClient("accounts:read");
+    const { code, verifier } = await f.authorizationCode(user, client);
+    const other = await f.clientGrant(user, client); // warms the client's secret check, outside the capture
+
+    const statements = await capture(async () => {
+      const exchanged = await stack.clients.grants.exchangeCode({ clientId: client.clientId, clientSecret: client.clientSecret, code, redirectUri: client.redirectUri, codeVerifier: verifier });
+      await stack.clients.grants.refreshGrant({ refreshToken: exchanged.token!.refreshToken, clientId: client.clientId, clientSecret: client.clientSecret });
+      await stack.clients.grants.refreshGrant({ refreshToken: other.refreshToken, clientId: client.clientId, clientSecret: client.clientSecret });
+      await stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope: "kyc:read" });
+    });
+
+    const checked = await expectIndexedPlans(statements);
+    const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
+    saw(/grant_exchange_batch/); // the exchange's fast path: code, grant and audit row in one statement
+    saw(/grant_refresh_batch/); // the refresh's fast path: old grant, successor and audit row
+    saw(/"partners"|\bpartners\b/); // the client_credentials grant reads its partner
   });
 
   it("the pruner's batches find expired rows by index", async () => {
