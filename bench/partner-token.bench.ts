@@ -245,13 +245,20 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   const quiet: Awaited<ReturnType<typeof round>>[] = [];
   const flooded: Awaited<ReturnType<typeof round>>[] = [];
   for (let i = 0; i < FLOOD_ROUNDS; i++) {
-    quiet.push(await round(false));
-    flooded.push(await round(true));
+    // The order flips every round (as in alternate()): neither side always runs first,
+    // right after whatever the other left behind (a flood's rate-limit rows and audit trail).
+    if (i % 2 === 0) {
+      quiet.push(await round(false));
+      flooded.push(await round(true));
+    } else {
+      flooded.push(await round(true));
+      quiet.push(await round(false));
+    }
   }
   table(
-    quiet.flatMap((q, i) => [q, flooded[i]!].map((r, j) => ({
+    quiet.flatMap((q, i) => (i % 2 === 0 ? [q, flooded[i]!] : [flooded[i]!, q]).map((r) => ({
       round: i + 1,
-      flood: j === 1 ? "yes" : "no",
+      flood: r.flood ? "yes" : "no",
       "mint p50 ms": fmt(r.mintP50, 2),
       "kyc p99 ms": r.getP99,
       "kyc req/s": fmt(r.getRps),
@@ -266,20 +273,26 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   const mintFlood = med(flooded, (r) => r.mintP50);
   const getQuiet = med(quiet, (r) => r.getP99);
   const getFlood = med(flooded, (r) => r.getP99);
+  // Judged like every comparison: the median of each round's own ratio (flooded / quiet).
+  const mintRatios = flooded.map((r, i) => r.mintP50 / quiet[i]!.mintP50);
+  const getRatios = flooded.map((r, i) => r.getP99 / quiet[i]!.getP99);
+  const mintRatio = median(mintRatios);
+  const getRatio = median(getRatios);
+  const roundsOf = (xs: number[]) => `rounds ${xs.map((x) => x.toFixed(2)).join(", ")}`;
   const codes: Record<string, number> = {};
   let floodTotal = 0;
   for (const r of flooded) {
     for (const [code, stat] of Object.entries(r.flood!.statusCodeStats ?? {})) codes[code] = (codes[code] ?? 0) + (stat as { count: number }).count;
     floodTotal += r.flood!.requests.total;
   }
-  console.log(`\nLegitimate partner under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), median of ${FLOOD_ROUNDS} alternating ${FLOOD_ROUND_S} s rounds:`);
+  console.log(`\nLegitimate partner under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), ${FLOOD_ROUNDS} rounds of ${FLOOD_ROUND_S} s, the order flipping every round:`);
   table([
-    { measure: "partner token mint p50 ms (sequential, cached secret)", "no flood": fmt(mintQuiet, 2), flood: fmt(mintFlood, 2), ratio: `${fmt(mintFlood / mintQuiet, 2)}x`, target: "<= 2x" },
-    { measure: `GET /users/<id>/kyc p99 ms (${GET_RATE}/s, ${GET_CONNECTIONS} connections)`, "no flood": getQuiet, flood: getFlood, ratio: `${fmt(getFlood / getQuiet, 2)}x`, target: "<= 1.5x" },
+    { measure: "partner token mint p50 ms (sequential, cached secret)", "no flood": fmt(mintQuiet, 2), flood: fmt(mintFlood, 2), "median of round ratios": `${fmt(mintRatio, 2)}x`, target: "<= 2x" },
+    { measure: `GET /users/<id>/kyc p99 ms (${GET_RATE}/s, ${GET_CONNECTIONS} connections)`, "no flood": getQuiet, flood: getFlood, "median of round ratios": `${fmt(getRatio, 2)}x`, target: "<= 1.5x" },
   ]);
   const mix = Object.entries(codes).map(([c, n]) => `${c}: ${n}`).join(", ");
   console.log(`flood: ${floodTotal} requests over ${FLOOD_ROUNDS} rounds (${fmt(floodTotal / (FLOOD_ROUNDS * (FLOOD_ROUND_S + 1)))} /s); statuses ${mix || "none"}`);
   const readFailures = [...quiet, ...flooded].reduce((n, r) => n + r.failures, 0);
-  verdict("legitimate mint p50 under a wrong-secret flood <= 2x without", `${(mintFlood / mintQuiet).toFixed(2)}x`, mintFlood / mintQuiet <= 2);
-  verdict("KYC read p99 under a wrong-secret flood <= 1.5x without", `${(getFlood / getQuiet).toFixed(2)}x`, getFlood / getQuiet <= 1.5 && readFailures === 0);
+  verdict("legitimate mint p50 under a wrong-secret flood <= 2x without (median of round ratios)", `${mintRatio.toFixed(2)}x (${roundsOf(mintRatios)})`, mintRatio <= 2);
+  verdict("KYC read p99 under a wrong-secret flood <= 1.5x without (median of round ratios)", `${getRatio.toFixed(2)}x (${roundsOf(getRatios)})`, getRatio <= 1.5 && readFailures === 0);
 }
