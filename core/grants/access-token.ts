@@ -5,7 +5,7 @@ import { CLOCK_SKEW_SECONDS, MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycl
 /** DESIGN 3: agent grant access tokens live 3600 s; verification allows 30 s of skew. */
 export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 
-export const AGENT_TOKEN_HEADER = { typ: "at+jwt" } as const;
+export const AGENT_TOKEN_HEADER = Object.freeze({ typ: "at+jwt" } as const);
 
 export interface AgentTokenClaims {
   iss: string;

@@ -49,7 +49,8 @@ export interface Keyring {
   /** Withdraws a key at once: it verifies nothing and leaves the JWKS. Never the current key. */
   retire(kid: string, record?: KeyChangeRecorder): Promise<{ kid: string; publishedKids: string[] }>;
   /** Signs a compact JWS (ES256) with the current key. Synchronous: no thread-pool hop. */
-  signJwt(header: Record<string, unknown>, payload: Record<string, unknown>): string;
+  /** `header` is a constant (its encoding is kept per kid); `alg` and `kid` are set here. */
+  signJwt(header: Readonly<Record<string, unknown>>, payload: Record<string, unknown>): string;
   readonly source: "env" | "file" | "memory";
 }
 
@@ -64,6 +65,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
   const keys = createVerificationKeys({ store, clock: options.clock, logger: options.logger, ttlMs: options.keyStateTtlMs });
   const source = options.signingKey !== undefined ? "env" : options.dataDir ? "file" : "memory";
   let current: SigningKey | undefined;
+  const headerSegments = new WeakMap<Readonly<Record<string, unknown>>, { kid: string; segment: string }>();
   let problem: string | undefined;
 
   try {
@@ -154,7 +156,11 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     },
     signJwt(header, payload) {
       if (!current) throw new KeyringError(problem ?? "no signing key", "unavailable");
-      const input = `${b64json({ ...header, alg: "ES256", kid: current.kid })}.${b64json(payload)}`;
+      // The header segment depends only on the (constant, frozen) header and the current
+      // kid: encoded once per pair, not per token.
+      let encoded = headerSegments.get(header);
+      if (encoded?.kid !== current.kid) headerSegments.set(header, (encoded = { kid: current.kid, segment: b64json({ ...header, alg: "ES256", kid: current.kid }) }));
+      const input = `${encoded.segment}.${b64json(payload)}`;
       const signature = sign("sha256", Buffer.from(input), { key: current.privateKey, dsaEncoding: "ieee-p1363" });
       return `${input}.${signature.toString("base64url")}`;
     },

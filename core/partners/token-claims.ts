@@ -28,4 +28,4 @@ export function partnerTokenClaims(input: PartnerClaimsInput) {
 }
 
 /** spec 2.5 header: `typ` at+jwt, `alg` ES256 (added with `kid` by the signer). */
-export const PARTNER_TOKEN_HEADER = { typ: "at+jwt" } as const;
+export const PARTNER_TOKEN_HEADER = Object.freeze({ typ: "at+jwt" } as const);

@@ -131,6 +131,8 @@ describe("signing key lifecycle", function () {
     const sign = (claims: JWTPayload) => stack.core.keyring.signJwt(AGENT_TOKEN_HEADER, claims as Record<string, unknown>);
     expect((await kyc(f.userId, sign(partnerClaims(f.partner, now)))).status).to.equal(200);
     const resigned = sign(agentClaimsAt(f.agentToken, now));
+    // The header segment is kept per kid: the first token after the rotation names the new one.
+    expect(decodeProtectedHeader(resigned).kid).to.equal(rotated.kid);
     expect(await balance(resigned)).to.equal("authenticated");
     expect(await agentReason(resigned)).to.equal("ok");
 
