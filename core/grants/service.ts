@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomBytes, randomInt, randomUUID } from "node:crypto";
+import { createHmac, randomBytes, randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
@@ -10,7 +10,7 @@ import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { kClientAddress, kOperator, kRequestId } from "../context.js";
-import { constantTimeEqual, sha256Hex, type SecretHasher } from "../partners/credentials.js";
+import { constantTimeEqual, sha256Base64url, sha256Hex, type SecretHasher } from "../partners/credentials.js";
 import { normaliseEmail } from "../partners/users-store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { ClientRecord, GrantRecord, GrantsStore } from "./store.js";
@@ -559,7 +559,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
             codeHash: sha256Hex(req.code),
             clientId: client.clientId,
             redirectUri: req.redirectUri,
-            codeChallenge: createHash("sha256").update(req.codeVerifier).digest("base64url"),
+            codeChallenge: sha256Base64url(req.codeVerifier),
             grantId: id,
             refreshHash: refresh.hash,
             now,
@@ -583,7 +583,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };
         if (c.redirectUri !== req.redirectUri) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
         if (!/^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier)) return { kind: "invalid" as const, why: "malformed code_verifier" };
-        const computed = createHash("sha256").update(req.codeVerifier).digest("base64url");
+        const computed = sha256Base64url(req.codeVerifier);
         if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
         for (const resource of req.resources) {
           if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
