@@ -59,7 +59,7 @@ const options: autocannon.Options = {
   connections: spec.connections,
   headers: spec.headers ?? {},
   ...(spec.body !== undefined ? { body: spec.body } : {}),
-  ...(spec.bodies ? { amount: spec.bodies.length } : { duration: spec.seconds ?? 8 }),
+  ...(spec.bodies ? { amount: spec.bodies.length } : spec.requests ? { amount: spec.requests } : { duration: spec.seconds ?? 8 }),
   // A paced load records each response's own latency. autocannon's coordinated-omission
   // correction back-fills synthetic samples at an interval of ceil(1 / rate) = 1 ms (the
   // rate is per second, the histogram in ms): one 100 ms stall added 99 invented samples

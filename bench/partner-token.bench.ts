@@ -226,7 +226,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
       ? autocannon({ url: tokenUrl, connections: FLOOD_CONNECTIONS, connectionRate: FLOOD_RATE, duration: FLOOD_ROUND_S + 1, requests: floodRequests, workers: 1 })
       : undefined;
     if (flood) await sleep(500); // let the flood reach its pace before measuring
-    const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, seconds: FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
+    const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, requests: GET_RATE * FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
     const mints: number[] = [];
     const minting = (async () => {
       while (!stop.now) {

@@ -366,6 +366,12 @@ export interface LoadSpec {
   seconds?: number;
   /** Requests per second in all (paced instead of a closed loop). */
   rate?: number;
+  /**
+   * Stop after this many requests instead of after `seconds`. A paced load sends each
+   * second's share when that second starts, so a duration can end just before or just
+   * after a second's share: the same `seconds` then gave 1,000 or 1,200 requests.
+   */
+  requests?: number;
   check: BodyCheck;
 }
 
