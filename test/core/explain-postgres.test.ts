@@ -118,8 +118,10 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
   /**
    * The token endpoints' tables at size: 4,000 registered clients, 4,000 partners, an
    * unexpired code for each seeded user, and a refresh token on each seeded grant.
+   * Resolves to a cleanup that deletes the clients, partners and codes again: the test
+   * database is shared by the whole run, and other suites page through every partner.
    */
-  async function seedTokens() {
+  async function seedTokens(): Promise<() => Promise<void>> {
     const db = stack.core.db;
     const tag = randomBytes(4).toString("hex");
     await db.raw(
@@ -142,6 +144,11 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     );
     await db.raw(`UPDATE grants SET refresh_hash = md5(? || id::text) WHERE refresh_hash IS NULL AND scopes = '{}'`, [tag]);
     for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
+    return async () => {
+      await db.raw(`DELETE FROM authorization_codes WHERE client_id = 'seed-' || ? || '-1'`, [tag]);
+      await db.raw(`DELETE FROM oauth_clients WHERE client_id LIKE 'seed-' || ? || '-%'`, [tag]);
+      await db.raw(`DELETE FROM partners WHERE client_id LIKE 'seed-' || ? || '-%'`, [tag]);
+    };
   }
 
   /** Every statement `work` sends through core's database handle. */
@@ -275,11 +282,19 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
   });
 
   it("token endpoints: code exchange and refresh (group-committed), a partner's client_credentials token: no sequential scan", async () => {
-    const f = fixtures(stack);
     const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
     const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
     await seed(partner.partnerId, child);
-    await seedTokens();
+    const unseed = await seedTokens();
+    try {
+      await checkTokenEndpoints(partner);
+    } finally {
+      await unseed();
+    }
+  });
+
+  async function checkTokenEndpoints(partner: Awaited<ReturnType<typeof createPartner>>) {
+    const f = fixtures(stack);
     const user = await f.user();
     const client = await f.oauthClient("accounts:read");
     const { code, verifier } = await f.authorizationCode(user, client);
@@ -297,7 +312,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     saw(/grant_exchange_batch/); // the exchange's fast path: code, grant and audit row in one statement
     saw(/grant_refresh_batch/); // the refresh's fast path: old grant, successor and audit row
     saw(/"partners"|\bpartners\b/); // the client_credentials grant reads its partner
-  });
+  }
 
   it("the pruner's batches find expired rows by index", async () => {
     const statements = await capture(() => stack.core.prune());
