@@ -27,6 +27,7 @@ import { getMoneyView } from "./money-view.js";
 import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
 import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
+import { sha256Hex } from "../partners/credentials.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -502,7 +503,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         },
         now,
       );
-      const hash = sha256(canonicalJson(params));
+      const hash = sha256Hex(canonicalJson(params));
       const actor = actorOf(g);
 
       // DESIGN 4.1: a replay answers with the same ids and the budget's current status.
@@ -606,7 +607,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     async initiatePayment(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.paymentsInitiate);
       const input = paymentInput(req.payment);
-      const hash = sha256(canonicalJson(input));
+      const hash = sha256Hex(canonicalJson(input));
       type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> };
       const outcome = await db.transaction(async (trx): Promise<Outcome> => {
         const now = clock();
@@ -992,8 +993,4 @@ export function derivedId(...parts: string[]): string {
   const h = createHash("sha256").update(parts.join("\n")).digest("hex");
   const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
-}
-
-function sha256(s: string): string {
-  return createHash("sha256").update(s).digest("hex");
 }
