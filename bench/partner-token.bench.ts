@@ -242,22 +242,18 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     return { mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, load: stopLoad() };
   };
 
-  const quiet: Awaited<ReturnType<typeof round>>[] = [];
-  const flooded: Awaited<ReturnType<typeof round>>[] = [];
+  type Round = Awaited<ReturnType<typeof round>> & { round: number };
+  const ran: Round[] = [];
   for (let i = 0; i < FLOOD_ROUNDS; i++) {
     // The order flips every round (as in alternate()): neither side always runs first,
     // right after whatever the other left behind (a flood's rate-limit rows and audit trail).
-    if (i % 2 === 0) {
-      quiet.push(await round(false));
-      flooded.push(await round(true));
-    } else {
-      flooded.push(await round(true));
-      quiet.push(await round(false));
-    }
+    for (const withFlood of i % 2 === 0 ? [false, true] : [true, false]) ran.push({ ...(await round(withFlood)), round: i + 1 });
   }
+  const quiet = ran.filter((r) => !r.flood);
+  const flooded = ran.filter((r) => r.flood);
   table(
-    quiet.flatMap((q, i) => (i % 2 === 0 ? [q, flooded[i]!] : [flooded[i]!, q]).map((r) => ({
-      round: i + 1,
+    ran.map((r) => ({
+      round: r.round,
       flood: r.flood ? "yes" : "no",
       "mint p50 ms": fmt(r.mintP50, 2),
       "kyc p99 ms": r.getP99,
@@ -266,7 +262,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
       "others cores": fmt(r.load.others, 2),
       "busiest other": r.load.top,
       disturbed: r.load.disturbed ? "DISTURBED" : "",
-    }))),
+    })),
   );
   const med = (rs: typeof quiet, f: (r: (typeof quiet)[number]) => number) => median(rs.map(f));
   const mintQuiet = med(quiet, (r) => r.mintP50);

@@ -1,9 +1,10 @@
 import { spawn, execFile } from "node:child_process";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { version as packageVersion } from "../cli/main.js";
 import { verdict } from "./support.js";
 
 const bin = fileURLToPath(new URL("../bin/vaultgate.mjs", import.meta.url));
@@ -76,8 +77,7 @@ export async function run(): Promise<void> {
     await first.stop();
     const again = await timedStart(dir);
     const env = { DATA_DIR: dir, CORE_URL: again.core };
-    const { version: expectedVersion } = JSON.parse(await readFile(fileURLToPath(new URL("../package.json", import.meta.url)), "utf8")) as { version: string };
-    const version = await p50OfCommand(["--version"], env, (out) => out.includes(expectedVersion));
+    const version = await p50OfCommand(["--version"], env, (out) => out.includes(packageVersion()));
     const list = await p50OfCommand(["partner", "list", "--json"], env, (out) => Array.isArray((JSON.parse(out) as { partners?: unknown }).partners));
     await again.stop();
     console.log(`first start to /readyz 200 (empty embedded database, printed only): ${Math.round(first.ms)} ms`);
