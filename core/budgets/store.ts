@@ -342,9 +342,9 @@ export function createBudgetsStore(db: Db) {
 
     /** Budgets whose cleanup is unfinished, or whose saga was abandoned before `staleBefore`. */
     async listReapable(conn: Conn, staleBefore: Date): Promise<BudgetRecord[]> {
+      // The statuses as literals, matching the unfinished-budgets partial index in any plan.
       const rows = await conn("budgets")
-        .where("status", "cleanup_pending")
-        .orWhere((q) => q.where("status", "provisioning").andWhere("updated_at", "<", staleBefore))
+        .whereRaw(`(status = 'cleanup_pending' OR (status = 'provisioning' AND updated_at < ?))`, [staleBefore])
         .orderBy("updated_at")
         .limit(100);
       return rows.map(toBudget);
@@ -523,7 +523,8 @@ export function createBudgetsStore(db: Db) {
 
     /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
     async declineOpenPayments(trx: Knex.Transaction, vaultIds: string[], at: Date): Promise<number> {
-      return trx("agent_payments").whereIn("vault_id", vaultIds).whereIn("status", ["pending_step_up", "approved"]).update({ status: "declined", declined_at: at });
+      // The statuses as literals, matching the open-payments partial index in any plan.
+      return trx("agent_payments").whereIn("vault_id", vaultIds).whereRaw(`status IN ('pending_step_up', 'approved')`).update({ status: "declined", declined_at: at });
     },
 
     /**
@@ -652,7 +653,8 @@ export function createBudgetsStore(db: Db) {
     },
 
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
-      const rows = await conn("agent_payments").where({ user_id: userId, status: "pending_step_up" }).orderBy("created_at");
+      // The status as a literal, matching the pending-payments partial index in any plan.
+      const rows = await conn("agent_payments").where({ user_id: userId }).whereRaw(`status = 'pending_step_up'`).orderBy("created_at");
       return rows.map(toPayment);
     },
 

@@ -24,6 +24,7 @@ import * as m0022 from "./migrations/0022-consents-by-user.js";
 import * as m0023 from "./migrations/0023-payout-transfers.js";
 import * as m0024 from "./migrations/0024-generic-batch-plans.js";
 import * as m0025 from "./migrations/0025-rate-window-pruning.js";
+import * as m0026 from "./migrations/0026-owner-lookups.js";
 
 interface Migration {
   name: string;
@@ -57,6 +58,7 @@ const migrations: Migration[] = [
   { name: "0023-payout-transfers", ...m0023 },
   { name: "0024-generic-batch-plans", ...m0024 },
   { name: "0025-rate-window-pruning", ...m0025 },
+  { name: "0026-owner-lookups", ...m0026 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
