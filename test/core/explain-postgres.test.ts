@@ -9,6 +9,8 @@ import { createPartner, mintPartnerToken } from "../support/partners.js";
 import { createUserFor } from "../support/resources.js";
 import { createRateLimitStore } from "../../core/rate-limits/store.js";
 import { fixtures } from "../support/trust.js";
+import { batchRequest, bindTreasury, createRecipient } from "../support/treasury.js";
+import { startWebhookReceiver } from "../support/webhook-receiver.js";
 
 /** Tables that grow with users, grants, payments and traffic: a hot statement must never scan one. */
 const HOT_TABLES = new Set([
@@ -26,6 +28,16 @@ const HOT_TABLES = new Set([
   "authorization_codes",
   "oauth_clients",
   "partners",
+  "agent_principals",
+  "budgets",
+  "web_sessions",
+  "signin_challenges",
+  "partner_events",
+  "treasury_batches",
+  "treasury_executions",
+  "ledger_entries",
+  "user_wallets",
+  "us_accounts",
 ]);
 
 /** The most rows a scan of a hot table may expect to read when nothing above it limits the rows. */
@@ -78,6 +90,12 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     stack = await startStack({ gateway: true, webhookPollMs: 0 });
   });
   after(() => stack?.close());
+  // What a test seeded into tables other suites read or prune, deleted after it: the test
+  // database is shared by the whole run (the pruner's test counts what one pass removes).
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
 
   async function seed(partnerId: string, child: { vaultId: string; agentPrincipalId: string; userId: string }) {
     const db = stack.core.db;
@@ -113,18 +131,71 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
          FROM generate_series(1, 6000) i`,
       [child.agentPrincipalId],
     );
+    // Every seeded principal's vault is a budget; every seeded user has a session, a sign-in
+    // challenge, a wallet, a US account and transfers; the partner has a delivered event
+    // history and past payouts. Nothing here is pending or due: the suites sharing this
+    // database never see a seeded event to deliver or a seeded transfer in their books.
+    const seeded = `SELECT id FROM users WHERE email LIKE 'seed-%-' || ? || '@example.test'`;
+    await db.raw(
+      `INSERT INTO budgets (id, parent_vault_id, user_id, grant_id, idempotency_key, params_hash, params, agent_principal_id, vault_id, status, created_at, updated_at)
+       SELECT gen_random_uuid(), a.vault_id, a.user_id, 'seed', 'seed-' || a.id, 'h', '{}', a.id, a.vault_id, 'active', now(), now()
+         FROM agent_principals a WHERE a.user_id IN (${seeded})`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO web_sessions (id, token_hash, user_id, created_at, expires_at) SELECT gen_random_uuid(), md5(random()::text || id::text), id, now(), now() + interval '1 day' FROM (${seeded}) u`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO signin_challenges (id, user_id, purpose, code_hash, created_at, expires_at) SELECT gen_random_uuid(), id, 'sign_in', 'x', now(), now() + interval '10 minutes' FROM (${seeded}) u`,
+      [tag],
+    );
+    await db.raw(`INSERT INTO user_wallets (user_id, chain, address, created_at) SELECT id, 'base', '0x' || md5(id::text), now() FROM (${seeded}) u`, [tag]);
+    await db.raw(
+      `INSERT INTO us_accounts (user_id, bank_name, routing_number, account_number, account_type, beneficiary_name, created_at)
+       SELECT id, 'Seed', '000000000', '0', 'checking', 'Seed', now() FROM (${seeded}) u`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO ledger_entries (id, user_id, direction, amount_cents, currency, status, created_at, updated_at)
+       SELECT gen_random_uuid(), id, 'credit', 1, 'USD', 'pending', now(), now() FROM (${seeded}) u`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO partner_events (id, partner_id, type, data, created_at, delivery_state, attempts, next_attempt_at, delivered_at)
+       SELECT gen_random_uuid(), ?, 'kyc.status_changed', '{}', now(), 'delivered', 1, now(), now() FROM generate_series(1, 5000) i`,
+      [partnerId],
+    );
+    await db.raw(
+      `INSERT INTO treasury_batches (id, partner_id, idempotency_key, request_hash, response, created_at)
+       SELECT gen_random_uuid(), ?, 'seed-' || ? || '-' || i, 'h', '\\x00', now() FROM generate_series(1, 4000) i`,
+      [partnerId, tag],
+    );
+    await db.raw(
+      `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id, amount_cents, currency, reference, executed_at)
+       SELECT ?, 'seed-' || ? || '-' || n, 'seed-' || ? || '-' || n, gen_random_uuid(), id, gen_random_uuid(), 1, 'USD', '', now()
+         FROM (SELECT id, row_number() OVER () AS n FROM (${seeded}) u) r`,
+      [partnerId, tag, tag, tag],
+    );
     await db.raw(`INSERT INTO rate_limit_logs (key, hits, allowed, expires_at) SELECT 'seed:' || ? || ':' || i, ARRAY[now()], true, now() + interval '1 minute' FROM generate_series(1, 4000) i`, [tag]);
     await db.raw(`INSERT INTO rate_limit_windows (key, window_start, count) SELECT 'seed:' || ? || ':' || i, date_trunc('minute', now()), 1 FROM generate_series(1, 4000) i`, [tag]);
     for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
+    cleanups.push(async () => {
+      await db.raw(`DELETE FROM rate_limit_logs WHERE key LIKE 'seed:' || ? || ':%'`, [tag]);
+      await db.raw(`DELETE FROM rate_limit_windows WHERE key LIKE 'seed:' || ? || ':%'`, [tag]);
+      await db.raw(`DELETE FROM signin_challenges WHERE user_id IN (${seeded})`, [tag]);
+      await db.raw(`DELETE FROM web_sessions WHERE user_id IN (${seeded})`, [tag]);
+      await db.raw(`DELETE FROM partner_events WHERE partner_id = ?`, [partnerId]);
+    });
   }
 
   /**
    * The token endpoints' tables at size: 4,000 registered clients, 4,000 partners, an
    * unexpired code for each seeded user, and a refresh token on each seeded grant.
-   * Resolves to a cleanup that deletes the clients, partners and codes again: the test
-   * database is shared by the whole run, and other suites page through every partner.
+   * The clients, partners and codes are deleted after the test: other suites page through
+   * every partner.
    */
-  async function seedTokens(): Promise<() => Promise<void>> {
+  async function seedTokens(): Promise<void> {
     const db = stack.core.db;
     const tag = randomBytes(4).toString("hex");
     await db.raw(
@@ -147,11 +218,11 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     );
     await db.raw(`UPDATE grants SET refresh_hash = md5(? || id::text) WHERE refresh_hash IS NULL AND scopes = '{}'`, [tag]);
     for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
-    return async () => {
+    cleanups.push(async () => {
       await db.raw(`DELETE FROM authorization_codes WHERE client_id = 'seed-' || ? || '-1'`, [tag]);
       await db.raw(`DELETE FROM oauth_clients WHERE client_id LIKE 'seed-' || ? || '-%'`, [tag]);
       await db.raw(`DELETE FROM partners WHERE client_id LIKE 'seed-' || ? || '-%'`, [tag]);
-    };
+    });
   }
 
   /** Every statement `work` sends through core's database handle. */
@@ -197,8 +268,10 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       await trx.raw(`SET LOCAL plan_cache_mode = force_generic_plan`);
       let n = 0;
       await trx.raw(`PREPARE vg_explain AS ${sql.replace(/\?/g, () => `$${++n}`)}`);
-      // EXPLAIN EXECUTE takes its arguments inline (a utility statement binds no parameters).
-      const execute = trx.raw(`EXECUTE vg_explain(${bindings.map(() => "?").join(", ")})`, bindings as Knex.RawBinding[]).toQuery();
+      // EXPLAIN EXECUTE takes its arguments inline (a utility statement binds no parameters);
+      // bytes as bytea's text form (knex would inline a bit string).
+      const inline = bindings.map((b) => (Buffer.isBuffer(b) ? `\\x${b.toString("hex")}` : b));
+      const execute = trx.raw(`EXECUTE vg_explain(${inline.map(() => "?").join(", ")})`, inline as Knex.RawBinding[]).toQuery();
       const generic = await explain(trx, execute, []);
       await trx.raw(`DEALLOCATE vg_explain`);
       return { custom, generic };
@@ -288,12 +361,8 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
     const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
     await seed(partner.partnerId, child);
-    const unseed = await seedTokens();
-    try {
-      await checkTokenEndpoints(partner);
-    } finally {
-      await unseed();
-    }
+    await seedTokens();
+    await checkTokenEndpoints(partner);
   });
 
   async function checkTokenEndpoints(partner: Awaited<ReturnType<typeof createPartner>>) {
@@ -315,6 +384,107 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     saw(/grant_exchange_batch/); // the exchange's fast path: code, grant and audit row in one statement
     saw(/grant_refresh_batch/); // the refresh's fast path: old grant, successor and audit row
     saw(/\bpartners\b/); // the client_credentials grant reads its partner
+  }
+
+  it("partner reads and feeds, webhook delivery, treasury payouts, budgets and the owner's pages: no sequential scan", async () => {
+    const f = fixtures(stack);
+    const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
+    const partner = await f.partner();
+    await seed(partner.partnerId, child);
+    await seedTokens();
+    await checkPartnerAndOwnerPaths(f, partner);
+  });
+
+  async function checkPartnerAndOwnerPaths(f: ReturnType<typeof fixtures>, partner: Awaited<ReturnType<ReturnType<typeof fixtures>["partner"]>>) {
+    // The partner's user, with a wallet, a US account and a settled transfer to read.
+    const { userId } = await createUserFor(stack, partner, ["kyc:read", "wallet:read", "us_account:read", "transfers:read"]);
+    await stack.admin.partnerResources.addWallet({ userId, chain: "base", address: "0x52908400098527886E0F7030069857D2E4169EE7" });
+    await stack.admin.partnerResources.provisionUsAccount({ userId });
+    await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 500n });
+    // Webhooks go to a second partner, so the seeded partner never has anything to deliver.
+    const hooked = await f.partner();
+    const receiver = await startWebhookReceiver();
+    await stack.admin.partnerResources.setWebhook({ clientId: hooked.clientId, url: receiver.url });
+    const hookedUser = await createUserFor(stack, hooked, ["kyc:read"]);
+    const payer = await bindTreasury(stack.admin, partner);
+    const recipient = await createRecipient(stack.admin, partner);
+    const payout = batchRequest(partner, payer, [{ recipientUserId: recipient, amountCents: 100n }]);
+    // An owner with a stepped-up session, two drafts to activate and decline, and an active budget to fund and close.
+    const owner = await f.user();
+    const session = await f.steppedUpSession(owner);
+    await stack.admin.budgets.fundVault({ vaultId: owner.vaultId, amountCents: 100_000n });
+    const toActivate = await f.budget(owner, { stepUp: false });
+    const toDecline = await f.budget(owner, { stepUp: false });
+    const active = await f.budget(owner, { stepUp: true });
+    const parentGrant = await f.grant(owner, { stepUp: true });
+    const pending = await f.pendingPayment(owner);
+    const client = await f.oauthClient("accounts:read");
+    const consent = f.authRequest(client, { vaultId: owner.vaultId });
+    await stack.clients.partnerResources.listEvents({ accessToken: partner.token }); // warm up, outside the capture
+
+    let statements: Captured[];
+    try {
+      statements = await capture(async () => {
+        await stack.clients.partnerResources.listWallets({ accessToken: partner.token, userId });
+        await stack.clients.partnerResources.getUsAccount({ accessToken: partner.token, userId });
+        await stack.clients.partnerResources.listTransfers({ accessToken: partner.token, userId });
+        await stack.clients.partnerResources.listEvents({ accessToken: partner.token });
+        await stack.clients.partnerResources.authorizePartner({ accessToken: partner.token, userId, scope: "kyc:read" });
+        await stack.clients.partnerResources.preCreateUser({ accessToken: partner.token, email: `explain-${randomBytes(4).toString("hex")}@example.test` });
+        await stack.clients.partnerResources.createKycLink({ accessToken: partner.token, userId, provider: "", redirectUri: "" });
+        await stack.admin.partnerResources.setKycStatus({ userId: hookedUser.userId, status: "approved", provider: "sandbox" });
+        await stack.core.webhooks.runOnce();
+        await stack.clients.treasury.executeBatch(payout);
+        await stack.clients.treasury.executeBatch(payout); // the replay answers from the stored batch
+        await stack.clients.treasury.getPayout({ accessToken: partner.token, userId: recipient, payoutId: payout.items[0]!.payoutId });
+        await stack.clients.treasury.getTreasury({ accessToken: partner.token });
+        await stack.clients.budgets.createBudget({
+          accessToken: parentGrant.accessToken,
+          purpose: "trip",
+          displayName: "Explained budget",
+          chainAllowlist: ["base"],
+          idempotencyKey: `explain-${randomBytes(4).toString("hex")}`,
+        });
+        await f.session(owner);
+        await stack.clients.grants.getSession({ sessionToken: session });
+        await stack.clients.grants.checkAuthorization({ ...consent.request, sessionToken: session });
+        await stack.clients.grants.approveAuthorization({ request: consent.request, sessionToken: session, vaultId: owner.vaultId });
+        await stack.clients.grants.listAgents({ sessionToken: session });
+        await stack.clients.grants.getAgent({ sessionToken: session, agentId: f.agentOf(pending.agent.accessToken) });
+        await stack.clients.grants.revokeUserGrant({ sessionToken: session, grantId: parentGrant.grantId });
+        await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.paymentId });
+        await stack.clients.budgets.listPendingApprovals({ sessionToken: session });
+        await stack.clients.budgets.getMoneyView({ sessionToken: session });
+        await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
+        await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });
+        await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: active.vaultId, amountCents: 1_000n, idempotencyKey: `explain-${randomBytes(4).toString("hex")}` });
+        await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId });
+        await stack.clients.grants.killSwitch({ sessionToken: session });
+        await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
+      });
+    } finally {
+      await receiver.close();
+    }
+    expect(receiver.received.some((r) => r.body.includes(hookedUser.userId)), "the webhook was delivered").to.equal(true);
+
+    const checked = await expectIndexedPlans(statements);
+    const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
+    saw(/from "user_wallets"|FROM user_wallets/i); // GET wallets
+    saw(/from "us_accounts"|FROM us_accounts/i); // GET US account
+    saw(/FROM ledger_entries/i); // the transfers feed
+    saw(/FROM partner_events[\s\S]*WHERE partner_id = \?/); // the events feed
+    saw(/INSERT INTO partner_events/); // an event enqueued with its change
+    saw(/INSERT INTO webhook_lanes/); // the dispatcher's due-lanes query
+    saw(/FROM partner_events[\s\S]*FOR UPDATE/); // the dispatcher leases the next event
+    saw(/SET delivery_state = 'delivered'/); // and records the delivery
+    saw(/treasury_batches/); // a payout batch and its replay
+    saw(/treasury_executions/); // a payout's lookup
+    saw(/web_sessions/); // the owner's session
+    saw(/from "budgets"|FROM budgets/i); // the owner's budgets
+    saw(/vault_provisioning_claims/); // an agent's budget creation
+    saw(/authorization_codes/); // the consent page's approval
+    saw(/cleanup_pending/); // the reaper's sweep
+    expect(checked.length).to.be.greaterThan(40);
   }
 
   it("the pruner's batches find expired rows by index", async () => {
