@@ -1,90 +1,172 @@
 /**
  * The load generator, a child process of the bench so it never shares an event loop with
- * a server under test: reads a LoadSpec (bench/support.ts) as JSON on stdin, runs
- * autocannon against 127.0.0.1, checks every response (status and body), and prints a
- * Measurement as JSON on stdout.
+ * a server under test: reads a LoadSpec (bench/support.ts) as JSON on stdin, runs the load
+ * against 127.0.0.1, checks every response (status and body), and prints a Measurement as
+ * JSON on stdout. A closed loop (each connection sends its next request when the last is
+ * answered) runs on autocannon; a paced load (`rate`) runs on paced() below.
  */
+import { Agent, request as httpRequest } from "node:http";
 import autocannon from "autocannon";
-import { checkResponse, type LoadSpec, type Measurement } from "./support.js";
+import { checkResponse, percentile, type LoadSpec, type Measurement } from "./support.js";
 
 const chunks: Buffer[] = [];
 for await (const c of process.stdin) chunks.push(c as Buffer);
 const spec = JSON.parse(Buffer.concat(chunks).toString("utf8")) as LoadSpec;
 
-let failures = 0;
-const samples: string[] = [];
-const clock = { first: 0, last: 0 };
-const record = (status: number, body: string) => {
-  clock.last = performance.now();
-  const problem = checkResponse(spec.check, status, body);
-  if (problem) {
-    failures++;
-    if (samples.length < 5) samples.push(problem);
-  }
-};
-const started = () => {
-  if (clock.first === 0) clock.first = performance.now();
-};
+/** How long one paced request may take before it counts as failed. */
+const PACED_TIMEOUT_MS = 10_000;
 
-const rotatePool = spec.rotate ? [...spec.rotate.tokens] : [];
-let nextBody = 0;
-const request = {
-  setupRequest: (req: Record<string, unknown>) => {
-    started();
-    if (spec.bodies) return { ...req, body: spec.bodies[nextBody++ % spec.bodies.length] };
-    if (spec.rotate) {
-      // An empty pool means lineages were lost: the request then fails and is counted.
-      const token = rotatePool.shift() ?? "exhausted";
-      return { ...req, body: new URLSearchParams({ ...spec.rotate.form, [spec.rotate.field]: token }).toString() };
-    }
-    return req;
-  },
-  onResponse: (status: number, body: string) => {
-    record(status, body);
-    if (spec.rotate && status === 200) {
-      try {
-        const next = (JSON.parse(body) as Record<string, string>)[spec.rotate.field];
-        if (next) rotatePool.push(next);
-      } catch {
-        /* counted by record */
+/**
+ * An open loop: request i leaves at start + i/rate seconds on whichever of the keep-alive
+ * connections is free (or waits for one), whatever the earlier answers. Its latency runs
+ * from that scheduled moment to the end of its answer, so time spent waiting for a free
+ * connection counts too (no coordinated omission). autocannon's rate is not used: each of
+ * its connections sends its share of a second back to back when the second starts, so a
+ * "200/s" load arrived as a burst every second, and two paced loads (reads and a flood)
+ * met or missed each other's bursts depending on when their generators happened to start.
+ */
+async function paced(spec: LoadSpec & { rate: number }): Promise<Measurement> {
+  const url = new URL(spec.url);
+  const agent = new Agent({ keepAlive: true, maxSockets: spec.connections });
+  const total = spec.requests ?? Math.round(spec.rate * (spec.seconds ?? 8));
+  const interval = 1000 / spec.rate;
+  const latencies: number[] = [];
+  const statuses: Record<string, number> = {};
+  const samples: string[] = [];
+  let failures = 0;
+  let answered = 0;
+  let sent = 0;
+  let last = 0;
+  const start = performance.now() + 5;
+  await new Promise<void>((resolve) => {
+    const settle = (due: number, status: number | undefined, body: string, error?: string) => {
+      last = performance.now();
+      const problem = error ?? checkResponse(spec.check, status!, body);
+      if (status !== undefined) {
+        statuses[status] = (statuses[status] ?? 0) + 1;
+        latencies.push(last - due);
       }
-    }
-  },
-};
+      if (problem) {
+        failures++;
+        if (samples.length < 5) samples.push(problem);
+      }
+      if (++answered === total) resolve();
+    };
+    const send = (i: number) => {
+      const due = start + i * interval;
+      const body = spec.bodies ? spec.bodies[i % spec.bodies.length] : spec.body;
+      const headers: Record<string, string | number> = { ...spec.headers, ...spec.requestHeaders?.[i % spec.requestHeaders.length] };
+      if (body !== undefined) headers["content-length"] = Buffer.byteLength(body);
+      let done = false;
+      const once = (status: number | undefined, text: string, error?: string) => {
+        if (done) return;
+        done = true;
+        settle(due, status, text, error);
+      };
+      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: spec.method ?? "GET", headers, agent }, (res) => {
+        const parts: Buffer[] = [];
+        res.on("data", (c: Buffer) => parts.push(c));
+        res.on("end", () => once(res.statusCode, Buffer.concat(parts).toString("utf8")));
+        res.on("error", (err) => once(undefined, "", `response error: ${err.message}`));
+      });
+      req.setTimeout(PACED_TIMEOUT_MS, () => req.destroy(new Error(`no answer in ${PACED_TIMEOUT_MS} ms`)));
+      req.on("error", (err) => once(undefined, "", `request error: ${err.message}`));
+      req.end(body);
+    };
+    const tick = () => {
+      const now = performance.now();
+      while (sent < total && start + sent * interval <= now) send(sent++);
+      if (sent < total) setTimeout(tick, Math.max(0, start + sent * interval - performance.now()));
+    };
+    setTimeout(tick, 5);
+  });
+  agent.destroy();
+  const seconds = (last - start) / 1000;
+  return {
+    rps: seconds > 0 ? answered / seconds : 0,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    requests: answered,
+    failures,
+    samples,
+    statuses,
+  };
+}
 
-let nextConnection = 0;
-const options: autocannon.Options = {
-  url: spec.url,
-  method: spec.method ?? "GET",
-  connections: spec.connections,
-  headers: spec.headers ?? {},
-  ...(spec.body !== undefined ? { body: spec.body } : {}),
-  ...(spec.bodies ? { amount: spec.bodies.length } : spec.requests ? { amount: spec.requests } : { duration: spec.seconds ?? 8 }),
-  // A paced load records each response's own latency. autocannon's coordinated-omission
-  // correction back-fills synthetic samples at an interval of ceil(1 / rate) = 1 ms (the
-  // rate is per second, the histogram in ms): one 100 ms stall added 99 invented samples
-  // from 1 to 99 ms, enough to make a p99 of 1,000 reads out of a single slow answer.
-  ...(spec.rate ? { overallRate: spec.rate, ignoreCoordinatedOmission: true } : {}),
-  requests: [request as never],
-  ...(spec.connectionHeaders
-    ? {
-        setupClient: (client: { setHeaders(h: Record<string, string>): void }) => {
-          client.setHeaders({ ...spec.headers, ...spec.connectionHeaders![nextConnection++ % spec.connectionHeaders!.length]! });
-        },
+/** A closed loop on autocannon: every connection sends its next request when the last is answered. */
+async function closedLoop(spec: LoadSpec): Promise<Measurement> {
+  let failures = 0;
+  const samples: string[] = [];
+  const clock = { first: 0, last: 0 };
+  const record = (status: number, body: string) => {
+    clock.last = performance.now();
+    const problem = checkResponse(spec.check, status, body);
+    if (problem) {
+      failures++;
+      if (samples.length < 5) samples.push(problem);
+    }
+  };
+  const started = () => {
+    if (clock.first === 0) clock.first = performance.now();
+  };
+
+  const rotatePool = spec.rotate ? [...spec.rotate.tokens] : [];
+  let nextBody = 0;
+  const request = {
+    setupRequest: (req: Record<string, unknown>) => {
+      started();
+      if (spec.bodies) return { ...req, body: spec.bodies[nextBody++ % spec.bodies.length] };
+      if (spec.rotate) {
+        // An empty pool means lineages were lost: the request then fails and is counted.
+        const token = rotatePool.shift() ?? "exhausted";
+        return { ...req, body: new URLSearchParams({ ...spec.rotate.form, [spec.rotate.field]: token }).toString() };
       }
-    : {}),
-};
-const result = await autocannon(options);
-const secondsElapsed = (clock.last - clock.first) / 1000;
-// Connection errors and timeouts get no response: they are failures too.
-failures += result.errors + result.timeouts;
-if (result.errors + result.timeouts > 0 && samples.length < 5) samples.push(`${result.errors} connection errors, ${result.timeouts} timeouts`);
-const out: Measurement = {
-  rps: secondsElapsed > 0 ? result.requests.total / secondsElapsed : 0,
-  p50: result.latency.p50,
-  p99: result.latency.p99,
-  requests: result.requests.total,
-  failures,
-  samples,
-};
+      return req;
+    },
+    onResponse: (status: number, body: string) => {
+      record(status, body);
+      if (spec.rotate && status === 200) {
+        try {
+          const next = (JSON.parse(body) as Record<string, string>)[spec.rotate.field];
+          if (next) rotatePool.push(next);
+        } catch {
+          /* counted by record */
+        }
+      }
+    },
+  };
+
+  let nextConnection = 0;
+  const options: autocannon.Options = {
+    url: spec.url,
+    method: spec.method ?? "GET",
+    connections: spec.connections,
+    headers: spec.headers ?? {},
+    ...(spec.body !== undefined ? { body: spec.body } : {}),
+    ...(spec.bodies ? { amount: spec.bodies.length } : spec.requests ? { amount: spec.requests } : { duration: spec.seconds ?? 8 }),
+    requests: [request as never],
+    ...(spec.connectionHeaders
+      ? {
+          setupClient: (client: { setHeaders(h: Record<string, string>): void }) => {
+            client.setHeaders({ ...spec.headers, ...spec.connectionHeaders![nextConnection++ % spec.connectionHeaders!.length]! });
+          },
+        }
+      : {}),
+  };
+  const result = await autocannon(options);
+  const secondsElapsed = (clock.last - clock.first) / 1000;
+  // Connection errors and timeouts get no response: they are failures too.
+  failures += result.errors + result.timeouts;
+  if (result.errors + result.timeouts > 0 && samples.length < 5) samples.push(`${result.errors} connection errors, ${result.timeouts} timeouts`);
+  return {
+    rps: secondsElapsed > 0 ? result.requests.total / secondsElapsed : 0,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    failures,
+    samples,
+  };
+}
+
+const out = spec.rate ? await paced(spec as LoadSpec & { rate: number }) : await closedLoop(spec);
 process.stdout.write(JSON.stringify(out));

@@ -338,8 +338,8 @@ export function watchLoad(): () => Load {
 
 /** What a response must be to count as a success. */
 export interface BodyCheck {
-  /** Expected HTTP status (default 200). */
-  status?: number;
+  /** Expected HTTP status (default 200), or the statuses any of which is right. */
+  status?: number | readonly number[];
   /** Dotted paths that must be present (not undefined) in the JSON body. */
   keys?: string[];
   /** A JSON-RPC response with a `result`, no `error`, and no `result.isError`. */
@@ -361,16 +361,17 @@ export interface LoadSpec {
   rotate?: { tokens: string[]; form: Record<string, string>; field: string };
   /** Per-connection headers, round-robin over connections (e.g. one partner each). */
   connectionHeaders?: Record<string, string>[];
+  /** Per-request headers, round-robin over requests (paced loads only). */
+  requestHeaders?: Record<string, string>[];
   connections: number;
   /** Duration in seconds (ignored with `bodies`). */
   seconds?: number;
-  /** Requests per second in all (paced instead of a closed loop). */
-  rate?: number;
   /**
-   * Stop after this many requests instead of after `seconds`. A paced load sends each
-   * second's share when that second starts, so a duration can end just before or just
-   * after a second's share: the same `seconds` then gave 1,000 or 1,200 requests.
+   * Requests per second in all: an open loop that sends one request every 1/rate s on
+   * whichever of `connections` is free, whatever the answers (bench/loadgen.ts, "paced").
    */
+  rate?: number;
+  /** Stop after this many requests instead of after `seconds` (a paced load: exactly this many). */
   requests?: number;
   check: BodyCheck;
 }
@@ -384,11 +385,13 @@ export interface Measurement {
   failures: number;
   /** A few failures, for the printout. */
   samples: string[];
+  /** How many answers had each HTTP status (paced loads). */
+  statuses?: Record<string, number>;
 }
 
 export function checkResponse(check: BodyCheck, status: number, body: string): string | undefined {
   const want = check.status ?? 200;
-  if (status !== want) return `HTTP ${status} (want ${want}): ${body.slice(0, 200)}`;
+  if (typeof want === "number" ? status !== want : !want.includes(status)) return `HTTP ${status} (want ${String(want)}): ${body.slice(0, 200)}`;
   if (!check.jsonrpc && !check.keys?.length) return undefined;
   let json: unknown;
   try {
