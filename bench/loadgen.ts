@@ -168,5 +168,8 @@ async function closedLoop(spec: LoadSpec): Promise<Measurement> {
   };
 }
 
+// Each generator takes only the options it implements; anything else is a bench's mistake.
+if (spec.rate && (spec.rotate || spec.connectionHeaders)) throw new Error("a paced load takes requestHeaders, not rotate or connectionHeaders");
+if (!spec.rate && spec.requestHeaders) throw new Error("requestHeaders are for paced loads");
 const out = spec.rate ? await paced(spec as LoadSpec & { rate: number }) : await closedLoop(spec);
 process.stdout.write(JSON.stringify(out));
