@@ -24,10 +24,14 @@ import { alternate, alternateAtLevels, benchDatabase, benchLogger, fmt, load, pe
 const POOL = 20;
 const LEVELS = [10, 50];
 
+/** The ceiling's table and its one statement: a single-row committed INSERT. */
+const INSERT_TABLE = `CREATE TABLE IF NOT EXISTS bench_inserts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, at timestamptz NOT NULL)`;
+const insertRow = (pool: pg.Pool) => pool.query(`INSERT INTO bench_inserts (request_id, at) VALUES ($1, now())`, [randomBytes(8).toString("hex")]);
+
 /** Single-row committed INSERTs through a pool of POOL connections, `connections` at a time. */
 async function insertCeiling(url: string, connections: number): Promise<Measurement> {
   const pool = new pg.Pool({ connectionString: url, max: POOL });
-  await pool.query(`CREATE TABLE IF NOT EXISTS bench_inserts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, at timestamptz NOT NULL)`);
+  await pool.query(INSERT_TABLE);
   const latencies: number[] = [];
   let failures = 0;
   const samples: string[] = [];
@@ -39,7 +43,7 @@ async function insertCeiling(url: string, connections: number): Promise<Measurem
       while (performance.now() < deadline) {
         const t = performance.now();
         try {
-          await pool.query(`INSERT INTO bench_inserts (request_id, at) VALUES ($1, now())`, [randomBytes(8).toString("hex")]);
+          await insertRow(pool);
           latencies.push(performance.now() - t);
         } catch (err) {
           failures++;
@@ -106,9 +110,9 @@ export async function run(): Promise<void> {
     console.log(`expected shape: ${JSON.stringify(check)}`);
     bare.get(path, async (_req, reply) => reply.type("application/json").send(sampleBody));
     await bare.listen({ port: 0, host: "127.0.0.1" });
-    await insertPool.query(`CREATE TABLE IF NOT EXISTS bench_inserts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, at timestamptz NOT NULL)`);
+    await insertPool.query(INSERT_TABLE);
     insertOverHttp.get(path, async (_req, reply) => {
-      await insertPool.query(`INSERT INTO bench_inserts (request_id, at) VALUES ($1, now())`, [randomBytes(8).toString("hex")]);
+      await insertRow(insertPool);
       return reply.type("application/json").send(sampleBody);
     });
     await insertOverHttp.listen({ port: 0, host: "127.0.0.1" });

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -990,7 +990,7 @@ export function canonicalJson(value: unknown): string {
  * for ledger transactions whose id is their idempotency key.
  */
 export function derivedId(...parts: string[]): string {
-  const h = createHash("sha256").update(parts.join("\n")).digest("hex");
+  const h = sha256Hex(parts.join("\n"));
   const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }

@@ -5,10 +5,10 @@ import { startStack, type TestStack } from "../support/stack.js";
 import { usingPostgres } from "../support/db.js";
 import { grantFor, payment } from "../support/budgets.js";
 import { fundedChild } from "../support/spend.js";
-import { createPartner, mintPartnerToken } from "../support/partners.js";
+import { createPartner, mintPartnerToken, type TestPartner } from "../support/partners.js";
 import { createUserFor } from "../support/resources.js";
 import { createRateLimitStore } from "../../core/rate-limits/store.js";
-import { fixtures } from "../support/trust.js";
+import { fixtures, type Fixtures } from "../support/trust.js";
 import { batchRequest, bindTreasury, createRecipient } from "../support/treasury.js";
 import { startWebhookReceiver } from "../support/webhook-receiver.js";
 
@@ -395,7 +395,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     await checkPartnerAndOwnerPaths(f, partner);
   });
 
-  async function checkPartnerAndOwnerPaths(f: ReturnType<typeof fixtures>, partner: Awaited<ReturnType<ReturnType<typeof fixtures>["partner"]>>) {
+  async function checkPartnerAndOwnerPaths(f: Fixtures, partner: TestPartner & { token: string }) {
     // The partner's user, with a wallet, a US account and a settled transfer to read.
     const { userId } = await createUserFor(stack, partner, ["kyc:read", "wallet:read", "us_account:read", "transfers:read"]);
     await stack.admin.partnerResources.addWallet({ userId, chain: "base", address: "0x52908400098527886E0F7030069857D2E4169EE7" });
@@ -404,6 +404,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     // Webhooks go to a second partner, so the seeded partner never has anything to deliver.
     const hooked = await f.partner();
     const receiver = await startWebhookReceiver();
+    cleanups.push(() => receiver.close());
     await stack.admin.partnerResources.setWebhook({ clientId: hooked.clientId, url: receiver.url });
     const hookedUser = await createUserFor(stack, hooked, ["kyc:read"]);
     const payer = await bindTreasury(stack.admin, partner);
@@ -422,49 +423,44 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     const consent = f.authRequest(client, { vaultId: owner.vaultId });
     await stack.clients.partnerResources.listEvents({ accessToken: partner.token }); // warm up, outside the capture
 
-    let statements: Captured[];
-    try {
-      statements = await capture(async () => {
-        await stack.clients.partnerResources.listWallets({ accessToken: partner.token, userId });
-        await stack.clients.partnerResources.getUsAccount({ accessToken: partner.token, userId });
-        await stack.clients.partnerResources.listTransfers({ accessToken: partner.token, userId });
-        await stack.clients.partnerResources.listEvents({ accessToken: partner.token });
-        await stack.clients.partnerResources.authorizePartner({ accessToken: partner.token, userId, scope: "kyc:read" });
-        await stack.clients.partnerResources.preCreateUser({ accessToken: partner.token, email: `explain-${randomBytes(4).toString("hex")}@example.test` });
-        await stack.clients.partnerResources.createKycLink({ accessToken: partner.token, userId, provider: "", redirectUri: "" });
-        await stack.admin.partnerResources.setKycStatus({ userId: hookedUser.userId, status: "approved", provider: "sandbox" });
-        await stack.core.webhooks.runOnce();
-        await stack.clients.treasury.executeBatch(payout);
-        await stack.clients.treasury.executeBatch(payout); // the replay answers from the stored batch
-        await stack.clients.treasury.getPayout({ accessToken: partner.token, userId: recipient, payoutId: payout.items[0]!.payoutId });
-        await stack.clients.treasury.getTreasury({ accessToken: partner.token });
-        await stack.clients.budgets.createBudget({
-          accessToken: parentGrant.accessToken,
-          purpose: "trip",
-          displayName: "Explained budget",
-          chainAllowlist: ["base"],
-          idempotencyKey: `explain-${randomBytes(4).toString("hex")}`,
-        });
-        await f.session(owner);
-        await stack.clients.grants.getSession({ sessionToken: session });
-        await stack.clients.grants.checkAuthorization({ ...consent.request, sessionToken: session });
-        await stack.clients.grants.approveAuthorization({ request: consent.request, sessionToken: session, vaultId: owner.vaultId });
-        await stack.clients.grants.listAgents({ sessionToken: session });
-        await stack.clients.grants.getAgent({ sessionToken: session, agentId: f.agentOf(pending.agent.accessToken) });
-        await stack.clients.grants.revokeUserGrant({ sessionToken: session, grantId: parentGrant.grantId });
-        await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.paymentId });
-        await stack.clients.budgets.listPendingApprovals({ sessionToken: session });
-        await stack.clients.budgets.getMoneyView({ sessionToken: session });
-        await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
-        await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });
-        await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: active.vaultId, amountCents: 1_000n, idempotencyKey: `explain-${randomBytes(4).toString("hex")}` });
-        await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId });
-        await stack.clients.grants.killSwitch({ sessionToken: session });
-        await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
+    const statements = await capture(async () => {
+      await stack.clients.partnerResources.listWallets({ accessToken: partner.token, userId });
+      await stack.clients.partnerResources.getUsAccount({ accessToken: partner.token, userId });
+      await stack.clients.partnerResources.listTransfers({ accessToken: partner.token, userId });
+      await stack.clients.partnerResources.listEvents({ accessToken: partner.token });
+      await stack.clients.partnerResources.authorizePartner({ accessToken: partner.token, userId, scope: "kyc:read" });
+      await stack.clients.partnerResources.preCreateUser({ accessToken: partner.token, email: `explain-${randomBytes(4).toString("hex")}@example.test` });
+      await stack.clients.partnerResources.createKycLink({ accessToken: partner.token, userId, provider: "", redirectUri: "" });
+      await stack.admin.partnerResources.setKycStatus({ userId: hookedUser.userId, status: "approved", provider: "sandbox" });
+      await stack.core.webhooks.runOnce();
+      await stack.clients.treasury.executeBatch(payout);
+      await stack.clients.treasury.executeBatch(payout); // the replay answers from the stored batch
+      await stack.clients.treasury.getPayout({ accessToken: partner.token, userId: recipient, payoutId: payout.items[0]!.payoutId });
+      await stack.clients.treasury.getTreasury({ accessToken: partner.token });
+      await stack.clients.budgets.createBudget({
+        accessToken: parentGrant.accessToken,
+        purpose: "trip",
+        displayName: "Explained budget",
+        chainAllowlist: ["base"],
+        idempotencyKey: `explain-${randomBytes(4).toString("hex")}`,
       });
-    } finally {
-      await receiver.close();
-    }
+      await f.session(owner);
+      await stack.clients.grants.getSession({ sessionToken: session });
+      await stack.clients.grants.checkAuthorization({ ...consent.request, sessionToken: session });
+      await stack.clients.grants.approveAuthorization({ request: consent.request, sessionToken: session, vaultId: owner.vaultId });
+      await stack.clients.grants.listAgents({ sessionToken: session });
+      await stack.clients.grants.getAgent({ sessionToken: session, agentId: f.agentOf(pending.agent.accessToken) });
+      await stack.clients.grants.revokeUserGrant({ sessionToken: session, grantId: parentGrant.grantId });
+      await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.paymentId });
+      await stack.clients.budgets.listPendingApprovals({ sessionToken: session });
+      await stack.clients.budgets.getMoneyView({ sessionToken: session });
+      await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
+      await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });
+      await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: active.vaultId, amountCents: 1_000n, idempotencyKey: `explain-${randomBytes(4).toString("hex")}` });
+      await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId });
+      await stack.clients.grants.killSwitch({ sessionToken: session });
+      await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
+    });
     expect(receiver.received.some((r) => r.body.includes(hookedUser.userId)), "the webhook was delivered").to.equal(true);
 
     const checked = await expectIndexedPlans(statements);
