@@ -58,10 +58,10 @@ const RECENT_SUCCESS_TTL_MS = 2 * 60 * 60_000;
 const ADDRESS_BLOCK_MS = 5_000;
 const MEMORY_ENTRIES = 10_000;
 /**
- * Checks of one address waiting for its turn at the shared failure counter; one more is
- * refused from memory (429), as the counter would refuse a flood that size anyway.
+ * The most checks of one address that may wait for their turn at the shared failure
+ * counter, whatever the address's failure budget (see `addressTurns`).
  */
-const ADDRESS_QUEUE = 64;
+const MAX_ADDRESS_LINE = 64;
 
 const statusName = {
   [PartnerStatus.UNSPECIFIED]: undefined,
@@ -109,8 +109,15 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   const recentSuccess = createExpiringMap<true>(MEMORY_ENTRIES);
   // Addresses the shared failure counter refused a moment ago: refused from memory.
   const blockedAddresses = createExpiringMap<true>(MEMORY_ENTRIES);
-  // Turns at the shared failure counter, one address at a time.
-  const addressTurns = createKeyedTurns(ADDRESS_QUEUE, () => fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 }));
+  // Turns at the shared failure counter, one address at a time. No more checks wait than
+  // the address may fail in a minute: a longer line could not all be failures the counter
+  // accepts, so one more is refused from memory (429). The line holds its callers'
+  // connections, and when the budget runs out everyone in it is refused at once: a line
+  // of 64 under a flood answered 64 requests (and the flood's backlog behind them) in one
+  // burst, delaying every other request of the process by tens of milliseconds.
+  const addressTurns = createKeyedTurns(Math.min(failuresPerAddress, MAX_ADDRESS_LINE), () =>
+    fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 }),
+  );
 
   /** spec 8 / DESIGN 7: count the attempt before any hashing, failures included. */
   async function countIssuance(ctx: HandlerContext, clientId: string, actor: string) {

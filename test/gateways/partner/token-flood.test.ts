@@ -4,6 +4,7 @@ import { expect } from "chai";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, postToken, type TestPartner } from "../../support/partners.js";
+import { requirePostgres } from "../../support/db.js";
 
 const CC = "grant_type=client_credentials";
 
@@ -220,6 +221,57 @@ describe("partner token endpoint under a flood of bad credentials", function () 
       // turn, the first refusal blocks the address and the others never reach it.
       const refusals = await stack.core.db("audit_records").whereIn("actor", ids.map((id) => `partner:${id}`)).andWhere({ action: "partner.token.issue", reason: "rate_limited" });
       expect(refusals).to.have.length(1);
+    });
+  });
+  describe("one address's waiting line is no longer than its failure budget (PostgreSQL)", () => {
+    let stack: TestStack;
+    before(async function () {
+      requirePostgres(this, "the test holds the failure counter's row lock from a second connection");
+      stack = await startStack({ gateway: true, tokenFailuresPerAddressPerMinute: 3 });
+    });
+    after(() => stack?.close());
+
+    it("refuses a burst beyond one check in progress and three waiting at once, while the check in progress is held up", async () => {
+      const F = "127.0.0.16";
+      const ids = Array.from({ length: 30 }, () => `gpc_flood_${randomBytes(4).toString("hex")}`);
+      // Hold the address's failure counter: its row, uncommitted, in a transaction of the
+      // test's own, so the check in progress waits on its row lock until we let go.
+      const trx = await stack.core.db.transaction();
+      let holding = true;
+      try {
+        await trx.raw("INSERT INTO rate_limit_logs (key, hits, allowed, expires_at) VALUES (?, '{}', true, now() + interval '1 minute')", [`token-fail-addr:${F}`]);
+        const answered: Answer[] = [];
+        let early!: () => void;
+        const earlyDone = new Promise<void>((resolve) => (early = resolve));
+        const burst = ids.map((id) =>
+          postTokenFrom(stack.url, F, basic(id, `gps_${randomBytes(32).toString("base64url")}`)).then((a) => {
+            answered.push(a);
+            if (holding && answered.length === 26) early();
+            return a;
+          }),
+        );
+        // With the counter held, one check is in progress and three wait their turn; the
+        // other 26 are refused without waiting. A longer line would answer nobody here.
+        let deadline: NodeJS.Timeout | undefined;
+        await Promise.race([
+          earlyDone,
+          new Promise((_, reject) => (deadline = setTimeout(() => reject(new Error(`only ${answered.length} of the burst answered while one check was held up`)), 10_000))),
+        ]).finally(() => clearTimeout(deadline));
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        expect(answered).to.have.length(26);
+        expect(answered.map((a) => [a.status, a.body.error, a.retryAfter])).to.deep.equal(Array.from({ length: 26 }, () => [429, "rate_limited", "60"]));
+        holding = false;
+        await trx.commit();
+        // Let go: the four checks take their turns, three are wrong secrets (401) and the
+        // counter refuses the fourth (429, the one audited refusal of the block).
+        const all = await Promise.all(burst);
+        expect(all.filter((a) => a.status === 401)).to.have.length(3);
+        expect(all.filter((a) => a.status === 429)).to.have.length(27);
+        const refusals = await stack.core.db("audit_records").whereIn("actor", ids.map((id) => `partner:${id}`)).andWhere({ action: "partner.token.issue", reason: "rate_limited" });
+        expect(refusals).to.have.length(1);
+      } finally {
+        if (!trx.isCompleted()) await trx.rollback();
+      }
     });
   });
 });
