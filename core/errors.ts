@@ -57,7 +57,18 @@ export function fail(
   extra: Omit<ErrorDetailInit, "reason"> = {},
   cause?: unknown,
 ): never {
-  throw new ConnectError(message, grpcCode[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, ...extra } }], cause);
+  // A refusal is an answer, not a bug: nothing reads its stack (refusals are logged by
+  // reason, and a cause keeps its own), and capturing one, with the async frames above
+  // it, cost a tenth of the CPU of a request refused from memory.
+  const stackTraceLimit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  let err: ConnectError;
+  try {
+    err = new ConnectError(message, grpcCode[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, ...extra } }], cause);
+  } finally {
+    Error.stackTraceLimit = stackTraceLimit;
+  }
+  throw err;
 }
 
 /** Reads the domain detail of any error; undefined for bugs and transport failures. */
