@@ -125,7 +125,10 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const secrets = await createSecretHasher({
       params: options.scrypt,
       ...options.secretChecks,
-      onPriorityRefused: () => logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests"),
+      onPriorityShortfall: ({ niced }) => {
+        if (!niced) logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests");
+        else logger.info("secret checks run at nice 19 without the SCHED_IDLE policy (Linux with util-linux's chrt): a burst of wrong client secrets delays requests a little more");
+      },
     });
     const outbox = createOutboxStore(db);
     const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));

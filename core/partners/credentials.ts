@@ -4,7 +4,7 @@ import { performance } from "node:perf_hooks";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { secretChecksActive, secretChecksQueued, secretChecksShed } from "../observability/metrics.js";
-import { createScryptWorkers } from "./scrypt-workers.js";
+import { createScryptWorkers, type HasherPriority } from "./scrypt-workers.js";
 
 /** spec 2.5: `gpc_<slug>_<8 hex chars>`. */
 export function generateClientId(slug: string): string {
@@ -57,8 +57,8 @@ export interface SecretHasherOptions {
   maxQueue?: number;
   /** A derivation expected to wait longer than this, or that did, is shed (OVERLOADED). */
   maxWaitMs?: number;
-  /** Called once if derivations could not be given the lowest CPU priority. */
-  onPriorityRefused?: () => void;
+  /** Called once, with what was achieved, if derivations could not be given the lowest CPU priority. */
+  onPriorityShortfall?: (priority: HasherPriority) => void;
 }
 
 /**
@@ -77,8 +77,8 @@ export interface SecretHasher {
   readonly dummyHash: string;
   /** Derivations running and waiting now (operators' and tests' view of the queue). */
   load(): { active: number; queued: number; priorityQueued: number };
-  /** Whether the derivation threads started so far run at the lowest CPU priority. */
-  lowPriority(): Promise<boolean>;
+  /** How far the derivation threads started so far lowered their CPU priority. */
+  priority(): Promise<HasherPriority>;
   /** Stops the derivation threads. */
   close(): Promise<void>;
 }
@@ -94,7 +94,7 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
   const params = options.params ?? { N: 2 ** 14, r: 8, p: 1 };
   const max = options.maxConcurrent ?? 2;
   const gate = createGate({ max, maxQueue: options.maxQueue ?? 16, maxWaitMs: options.maxWaitMs ?? 1000 });
-  const workers = createScryptWorkers(max, options.onPriorityRefused);
+  const workers = createScryptWorkers(max, options.onPriorityShortfall);
 
   const derive = (secret: string, salt: Buffer, p: ScryptParams, lane: SecretLane) =>
     gate.run(() => {
@@ -117,7 +117,7 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
     hash,
     dummyHash,
     load: () => gate.load(),
-    lowPriority: () => workers.niced(),
+    priority: () => workers.priority(),
     close: () => workers.close(),
     async verify(secret, stored, lane = "normal") {
       const parts = stored.split("$");

@@ -56,26 +56,31 @@ describe("secret checks: bounded queue, shedding and the priority lane", () => {
 });
 
 describe("secret checks: derivations at the lowest CPU priority", () => {
-  /** Nice value of each thread of this process, from /proc (Linux, where CI and the service run). */
-  const threadNices = () =>
+  /** Nice value and scheduling policy of each thread of this process, from /proc (Linux, where CI and the service run). */
+  const threads = () =>
     readdirSync("/proc/self/task").map((tid) => {
       const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
-      // Fields after the command (which may hold spaces): state is field 3, nice field 19.
-      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+      // Fields after the command (which may hold spaces): state is field 3, nice field 19, policy field 41.
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return { nice: Number(f[16]), policy: Number(f[38]) };
     });
+  const SCHED_OTHER = 0;
+  const SCHED_IDLE = 5;
+  const lowest = (t: { nice: number; policy: number }) => t.nice === 19 && t.policy === SCHED_IDLE;
 
-  it("runs every derivation on its own threads at nice 19 and leaves the serving threads alone", async () => {
-    const before = threadNices();
+  it("runs every derivation on its own threads at nice 19 under SCHED_IDLE and leaves the serving threads alone", async () => {
+    const before = threads();
     const hasher = await createSecretHasher({ params, maxConcurrent: 2 });
     try {
-      expect(await hasher.lowPriority()).to.equal(true);
       const stored = await hasher.hash("s3cret");
       expect(await Promise.all([hasher.verify("s3cret", stored), hasher.verify("wrong", stored)])).to.deep.equal([true, false]);
-      const after = threadNices();
-      expect(after.filter((n) => n === 19).length - before.filter((n) => n === 19).length).to.equal(2);
-      // This thread (the event loop that serves requests) keeps its priority.
+      expect(await hasher.priority()).to.deep.equal({ niced: true, idle: true });
+      const after = threads();
+      expect(after.filter(lowest).length - before.filter(lowest).length).to.equal(2);
+      // This thread (the event loop that serves requests) keeps its priority and policy.
       const self = readFileSync("/proc/thread-self/stat", "utf8");
-      expect(Number(self.slice(self.lastIndexOf(")") + 2).split(" ")[16])).to.equal(0);
+      const f = self.slice(self.lastIndexOf(")") + 2).split(" ");
+      expect({ nice: Number(f[16]), policy: Number(f[38]) }).to.deep.equal({ nice: 0, policy: SCHED_OTHER });
     } finally {
       await hasher.close();
     }
