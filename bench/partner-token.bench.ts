@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchPostgres, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -279,8 +279,10 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   const bare = await startBareRefuser();
   const floodAtBare: LoadSpec = { ...flood, url: bare.url, check: { status: 429 } };
 
+  const pgWatch = await watchPostgres();
   const round = async (kind: FloodKind) => {
     const stop = { now: false };
+    const stopPostgres = await pgWatch?.start();
     const stopLoad = watchLoad();
     const flooding = kind === "service" ? load(flood) : kind === "bare" ? load(floodAtBare) : undefined;
     if (flooding) await sleep(500); // let the flood reach its pace before measuring
@@ -297,7 +299,9 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     await minting;
     const floodResult = flooding ? await flooding : undefined;
     if (get.failures > 0) console.log(`FAILED kyc reads: ${get.failures}; e.g.\n  ${get.samples.join("\n  ")}`);
-    return { kind, mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, load: stopLoad() };
+    const machine = stopLoad();
+    const background = stopPostgres ? await stopPostgres() : "";
+    return { kind, mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, load: machine, background };
   };
 
   type Round = Awaited<ReturnType<typeof round>> & { round: number };
@@ -311,6 +315,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     }
   } finally {
     await bare.stop();
+    await pgWatch?.close();
   }
   const quiet = ran.filter((r) => r.kind === "none");
   const flooded = ran.filter((r) => r.kind === "service");
@@ -326,6 +331,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
       "others cores": fmt(r.load.others, 2),
       "busiest other": r.load.top,
       disturbed: r.load.disturbed ? "DISTURBED" : "",
+      "postgres background": r.background,
     })),
   );
   const med = (rs: typeof quiet, f: (r: (typeof quiet)[number]) => number) => median(rs.map(f));

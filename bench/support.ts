@@ -437,7 +437,7 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
  * writes out cost a full-page image in the WAL when next changed, so a round it lands in
  * is slower for reasons of timing rather than of the code measured.
  */
-async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
+export async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
   if (!server) return undefined;
   const client = new pg.Client({ connectionString: await server });
   await client.connect();
