@@ -39,7 +39,7 @@ try {
   const tid = fs.readlinkSync("/proc/thread-self").split("/").pop();
   const chrt = ["/usr/bin/chrt", "/bin/chrt"].find((path) => fs.existsSync(path));
   if (/^[0-9]+$/.test(tid) && chrt) {
-    require("node:child_process").execFileSync(chrt, ["--idle", "--pid", "0", tid], { stdio: "ignore", timeout: 5000 });
+    require("node:child_process").execFileSync(chrt, ["--idle", "--pid", "0", tid], { stdio: "ignore", timeout: 5000, env: {} });
     idle = true;
   }
 } catch {}
