@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { createScratchDatabase, requirePostgres, usingPostgres } from "../support/db.js";
@@ -50,6 +51,25 @@ describe("vaultgate processes", function () {
       const jwks = createRemoteJWKSet(new URL(`${gateway.gatewayUrl}/.well-known/agent-jwks.json`));
       await jwtVerify(access_token, jwks, { algorithms: ["ES256"], typ: "at+jwt" });
       expect((await fetch(`${gateway.gatewayUrl}/readyz`)).status).to.equal(200);
+    });
+
+    it("checks a wrong secret on a core thread at nice 19 under SCHED_IDLE; the thread serving requests keeps its priority", async () => {
+      const res = await mint(gateway.gatewayUrl!, `gpc_probe_${Date.now().toString(16)}`, "gps_wrong");
+      expect(res.status).to.equal(401);
+      // Linux /proc: fields after the command (which may hold spaces) start at state (field 3);
+      // nice is field 19, the scheduling policy field 41 (0 SCHED_OTHER, 5 SCHED_IDLE).
+      const pid = core.child.pid!;
+      const threads = readdirSync(`/proc/${pid}/task`).map((tid) => {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+        const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        return { tid: Number(tid), nice: Number(f[16]), policy: Number(f[38]) };
+      });
+      // The hasher threads started so far (one or two): each at nice 19 and SCHED_IDLE.
+      const lowered = threads.filter((t) => t.nice === 19 || t.policy === 5);
+      expect(lowered).to.have.length.within(1, 2);
+      for (const t of lowered) expect(t).to.deep.include({ nice: 19, policy: 5 });
+      expect(threads.find((t) => t.tid === pid)).to.deep.include({ nice: 0, policy: 0 });
+      expect(core.output()).to.not.match(/secret checks (could not lower|run at nice 19 without)/);
     });
 
     it("runs the operator commands of DESIGN 5 with JSON output", async () => {
