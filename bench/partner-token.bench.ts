@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchPostgres, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, benchScript, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchPostgres, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -169,20 +169,9 @@ async function unknownVsWrong(url: string, knownId: string, auth: (id: string, s
 
 type FloodKind = "none" | "service" | "bare";
 
-/**
- * A server in a process of its own that answers every request at once with 429 and a
- * short JSON body, doing nothing else: the far end of a flood whose cost is only the
- * machine's. Plain node:http, so it is cheaper per request than any real server.
- */
+/** bench/bare-refuser.ts in a process of its own: a server that answers 429 at once and does nothing else. */
 async function startBareRefuser(): Promise<{ url: string; stop(): Promise<void> }> {
-  const source = `require("node:http").createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      res.writeHead(429, { "content-type": "application/json", "retry-after": "60" });
-      res.end('{"error":"rate_limited"}');
-    });
-  }).listen(0, "127.0.0.1", function () { process.stdout.write(this.address().port + "\\n"); });`;
-  const child = spawn(process.execPath, ["-e", source], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, benchScript("bare-refuser"), { stdio: ["ignore", "pipe", "inherit"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const port = await new Promise<number>((resolve, reject) => {
     child.stdout!.once("data", (d: Buffer) => resolve(Number(String(d).trim())));
