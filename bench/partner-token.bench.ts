@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, benchScript, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchPostgres, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, benchScript, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -268,11 +268,10 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   const bare = await startBareRefuser();
   const floodAtBare: LoadSpec = { ...flood, url: bare.url, check: { status: 429 } };
 
-  const pgWatch = await watchPostgres();
+  const watch = await watchRounds();
   const round = async (kind: FloodKind) => {
     const stop = { now: false };
-    const stopPostgres = await pgWatch?.start();
-    const stopLoad = watchLoad();
+    const stopWatching = await watch.start();
     const flooding = kind === "service" ? load(flood) : kind === "bare" ? load(floodAtBare) : undefined;
     if (flooding) await sleep(500); // let the flood reach its pace before measuring
     const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, requests: GET_RATE * FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
@@ -288,9 +287,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     await minting;
     const floodResult = flooding ? await flooding : undefined;
     if (get.failures > 0) console.log(`FAILED kyc reads: ${get.failures}; e.g.\n  ${get.samples.join("\n  ")}`);
-    const machine = stopLoad();
-    const background = stopPostgres ? await stopPostgres() : "";
-    return { kind, mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, load: machine, background };
+    return { kind, mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, ...(await stopWatching()) };
   };
 
   type Round = Awaited<ReturnType<typeof round>> & { round: number };
@@ -304,7 +301,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     }
   } finally {
     await bare.stop();
-    await pgWatch?.close();
+    await watch.close();
   }
   const quiet = ran.filter((r) => r.kind === "none");
   const flooded = ran.filter((r) => r.kind === "service");

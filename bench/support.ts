@@ -437,7 +437,7 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
  * writes out cost a full-page image in the WAL when next changed, so a round it lands in
  * is slower for reasons of timing rather than of the code measured.
  */
-export async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
+async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
   if (!server) return undefined;
   const client = new pg.Client({ connectionString: await server });
   await client.connect();
@@ -459,6 +459,26 @@ export async function watchPostgres(): Promise<{ start(): Promise<() => Promise<
       };
     },
     close: () => client.end(),
+  };
+}
+
+/**
+ * What every measured round records besides its own numbers: the machine's load
+ * (watchLoad) and PostgreSQL's own background work (watchPostgres). `start()` before
+ * the measurement; the function it returns after it.
+ */
+export async function watchRounds(): Promise<{ start(): Promise<() => Promise<{ load: Load; background: string }>>; close(): Promise<void> }> {
+  const pgWatch = await watchPostgres();
+  return {
+    async start() {
+      const stopPostgres = await pgWatch?.start();
+      const stopLoad = watchLoad();
+      return async () => {
+        const load = stopLoad();
+        return { load, background: stopPostgres ? await stopPostgres() : "" };
+      };
+    },
+    close: async () => pgWatch?.close(),
   };
 }
 
@@ -502,7 +522,7 @@ export interface Alternation {
 export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const rows: Record<string, string | number>[] = [];
-  const pgWatch = await watchPostgres();
+  const watch = await watchRounds();
   try {
     for (let round = 0; round < rounds; round++) {
       // The order flips every round (A B, B A, A B, ...): a side that always went second
@@ -510,11 +530,9 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
       const order = [...sides.entries()];
       if (round % 2 === 1) order.reverse();
       for (const [i, side] of order) {
-        const stopPostgres = await pgWatch?.start();
-        const stop = watchLoad();
+        const stop = await watch.start();
         const m = await side.measure(round);
-        const l = stop();
-        const background = stopPostgres ? await stopPostgres() : "";
+        const { load: l, background } = await stop();
         results[i]!.rounds.push({ ...m, load: l, background });
         rows.push({
           round: round + 1,
@@ -532,7 +550,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
       }
     }
   } finally {
-    await pgWatch?.close();
+    await watch.close();
   }
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
