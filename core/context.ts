@@ -19,3 +19,10 @@ export const kOperator = createContextKey<boolean>(false, { description: "operat
  * one bucket in every per-address limit).
  */
 export const kClientAddress = createContextKey<string>("", { description: "client address vouched for by a gateway" });
+
+/**
+ * True when the call came through the in-process transport, from a gateway in this
+ * process: that gateway writes the request's one log line, naming core's refusal reason,
+ * so core does not log the refusal again.
+ */
+export const kInProcess = createContextKey<boolean>(false, { description: "call from a gateway in this process" });

@@ -13,12 +13,14 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
+import { kInProcess } from "./context.js";
 
 /**
  * A transport that calls core's handlers directly, through the same interceptors, for
  * a gateway in the same process. It skips only what a process boundary needs: HTTP
  * framing and protobuf serialization (DESIGN 7: the hop must stay under 50 us;
  * createRouterTransport costs about 3x that). Streaming calls use the router transport.
+ * Calls are marked kInProcess (the gateway's request line then names a refusal's reason).
  * Errors keep Connect's contract: a handler's ConnectError arrives as is (details
  * readable with findDetails), anything else as a bare `internal` with the cause kept.
  */
@@ -33,8 +35,11 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
       timeoutMs: number | undefined,
       header: ConstructorParameters<typeof Headers>[0] | undefined,
       input: MessageInitShape<I>,
-      contextValues = createContextValues(),
     ): Promise<UnaryResponse<I, O>> {
+      // Fresh values, never the caller's: core's interceptors alone decide what they hold
+      // (the operator flag, the vouched address), whatever object a caller passes.
+      const contextValues = createContextValues();
+      contextValues.set(kInProcess, true);
       const spec = methods.get(method.parent.typeName + "/" + method.name);
       if (!spec || spec.kind !== "unary") throw new ConnectError(`${method.parent.typeName}/${method.name} is not implemented`, Code.Unimplemented);
       const impl = spec.impl as (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;

@@ -4,7 +4,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
+import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kInProcess, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
@@ -30,7 +30,9 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
  * Binds the request id (from the gateway, or minted for direct gRPC callers); logs
  * refusals, and bugs (errors without a domain reason) with their stack, through a child
  * logger bound to the request id. A database that cannot be reached is not a bug: it
- * becomes UNAVAILABLE (retry after a few seconds), logged at warn without a stack.
+ * becomes UNAVAILABLE (retry after a few seconds), logged at warn without a stack. A
+ * refusal of a call from a gateway in this process is left to that gateway's request
+ * line (one line per request), unless it reports a failure on our side.
  */
 function requestContext(logger: Logger): Interceptor {
   return (next) => async (req) => {
@@ -40,14 +42,16 @@ function requestContext(logger: Logger): Interceptor {
     try {
       return await next(req);
     } catch (err) {
-      // Only a failed call logs, so only it pays for the child logger (pino redacts its bindings).
-      const log = logger.child({ requestId, rpc: `${req.service.typeName}/${req.method.name}` });
       const outage = databaseOutage(err);
+      const detail = outage ? undefined : errorDetailOf(err);
+      // A gateway in this process names the refusal in its request's one line.
+      if (detail && req.contextValues.get(kInProcess) && !OUR_FAILURES.has(detail.reason)) throw err;
+      // Only a call that logs pays for the child logger (pino redacts its bindings).
+      const log = logger.child({ requestId, rpc: `${req.service.typeName}/${req.method.name}` });
       if (outage) {
         log.warn({ dependency: "database", cause: outage }, "rpc unavailable: database unreachable");
         fail(Reason.UNAVAILABLE, "a dependency is temporarily unavailable; retry later", { retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS }, err);
       }
-      const detail = errorDetailOf(err);
       if (detail) log.info({ reason: Reason[detail.reason] }, "rpc refused");
       else if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) log.info({ code: Code[err.code] }, "rpc failed");
       else log.error({ err: err instanceof ConnectError && err.cause ? err.cause : err }, "rpc error");
@@ -55,6 +59,17 @@ function requestContext(logger: Logger): Interceptor {
     }
   };
 }
+
+/**
+ * Codes of refusals that report a failure on our side (an audit record that could not be
+ * written, a provider or signing key unavailable...): core logs these for every caller.
+ * Load shedding (OVERLOADED) is an answer to the caller's load, like a rate limit.
+ */
+const OUR_FAILURES: ReadonlySet<Reason> = new Set(
+  (Object.values(Reason).filter((r) => typeof r === "number") as Reason[]).filter(
+    (r) => r !== Reason.OVERLOADED && [Code.Internal, Code.Unknown, Code.Unavailable, Code.DataLoss].includes(codeOf(r)),
+  ),
+);
 
 /** What a client is told to wait after a database outage: long enough for a failover or restart to show. */
 const DATABASE_RETRY_AFTER_SECONDS = 5;

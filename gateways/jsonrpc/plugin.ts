@@ -6,6 +6,7 @@ import { compileToolSchemas, describeErrors } from "./schemas.js";
 import { TOOLS, type Category, type Tool } from "./tools.js";
 import { MCP_ENDPOINT_SCOPES } from "../shared/public-urls.js";
 import { createSessionCodec, declaresUrlElicitation, URL_ELICITATION_SINCE } from "./session.js";
+import { noteRefusal } from "../request-log.js";
 
 export interface JsonRpcGatewayOptions {
   clients: CoreClients;
@@ -61,6 +62,8 @@ type Reply = { jsonrpc: "2.0"; id: RpcId; result: unknown } | { jsonrpc: "2.0"; 
  * its grant afresh for that element alone.
  */
 interface Caller {
+  /** The HTTP request (its log line names core's refusals, noteRefusal). */
+  request: FastifyRequest;
   requestId: string;
   bearer: string | undefined;
   unauthorized: boolean;
@@ -112,6 +115,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
 
   async function handle(request: FastifyRequest, reply: FastifyReply, category: Category, path: string) {
     const caller: Caller = {
+      request,
       requestId: request.id,
       bearer: bearerOf(request.headers.authorization),
       unauthorized: false,
@@ -169,6 +173,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
       const result = await dispatch(msg, category, caller);
       return msg.notification ? undefined : { jsonrpc: "2.0", id: msg.id, result };
     } catch (err) {
+      noteRefusal(caller.request, err);
       const e = rpcErrorFrom(err);
       if (e.unauthorized) caller.unauthorized = true;
       return msg.notification ? undefined : errorReply(msg.id, e, caller.requestId);
@@ -201,6 +206,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
         try {
           result = await callTool(routeTool(params.name, category, true, caller), args, caller);
         } catch (err) {
+          noteRefusal(caller.request, err);
           const e = rpcErrorFrom(err);
           if (e.unauthorized || PROTOCOL_REASONS.has(String(e.data.reason_id))) throw e;
           return toolError(e, caller.requestId);

@@ -8,6 +8,7 @@ import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
 import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
+import { noteRefusal } from "../request-log.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -53,6 +54,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       const description = (err as { code?: string }).code === "FST_ERR_CTP_BODY_TOO_LARGE" ? "request body too large" : "malformed request";
       return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description });
     }
+    noteRefusal(request, err);
     const e = oauthErrorFrom(err);
     if (e.status >= 500 && !isOutage(err)) request.log.error({ err }, "oauth endpoint failure");
     return sendError(reply, e);

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { findBadText } from "../shared/text.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
+import { noteRefusal } from "../request-log.js";
 
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
@@ -34,6 +35,7 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   app.addContentTypeParser("*", { parseAs: "string" }, (_req, _body, done) => done(null, NOT_JSON));
 
   app.setErrorHandler((err: unknown, request, reply) => {
+    noteRefusal(request, err);
     const e = resourceErrorFrom(err);
     // A database outage (temporarily_unavailable) was logged once by core, at warn.
     if (e.status >= 500 && e.code !== "temporarily_unavailable") request.log.error({ err }, "partner resource failure");

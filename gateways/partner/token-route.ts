@@ -5,6 +5,7 @@ import type { CoreClients } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { hasDomainReason, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { noteRefusal } from "../request-log.js";
 
 export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
@@ -47,9 +48,9 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
       // Body too large, bad content length and similar edge failures (DESIGN 4.4).
       return sendTokenError(reply, { status: 400, error: "invalid_request", description: "malformed request" }, options.realm);
     }
-    // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is logged
-    // once, by core, as a one-line "rpc refused" at info; only bugs and an unreachable
-    // core are errors worth a stack here.
+    // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is named in
+    // the request's one line; only bugs and an unreachable core are errors worth a stack.
+    noteRefusal(request, err);
     if (!hasDomainReason(err)) request.log.error({ err }, "token endpoint failure");
     return sendTokenError(reply, oauthErrorFrom(err), options.realm);
   });

@@ -7,6 +7,7 @@ import { installResourceContext, noStore, jsonObjectBody } from "./resource-cont
 import { invalidRequest, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
 import { UUID } from "../shared/uuid.js";
+import { noteRefusal } from "../request-log.js";
 
 export interface TreasuryRoutesOptions {
   treasury: Client<typeof TreasuryService>;
@@ -52,6 +53,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   // large, invalid JSON, unreadable, no bearer) is still handed to core, which audits it.
   await app.register(async (payouts) => {
     payouts.setErrorHandler(async (err: unknown, request, reply) => {
+      noteRefusal(request, err);
       const e = resourceErrorFrom(err);
       const rejection = err instanceof ConnectError ? undefined : edgeRejectionOf(e);
       const answer = rejection === undefined ? e : await recordEdgeRejection(rpc, request, rejection, e);

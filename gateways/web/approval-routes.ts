@@ -114,7 +114,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     try {
       await call();
     } catch (err) {
-      if (reasonOf(err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
+      if (reasonOf(reply.request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
       throw err;
     }
     return reply.redirect(done, 303);
@@ -172,7 +172,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current.session.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
     const call = () =>
       ctx.budgets.approvePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)).catch((err: unknown) => {
-        if (reasonOf(err) === Reason.NOT_FOUND) throw nothing("payment");
+        if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing("payment");
         throw err;
       });
     return approve(reply, here, call, "/dashboard/agents?done=payment-approved");
@@ -191,7 +191,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     try {
       await call(current);
     } catch (err) {
-      if (reasonOf(err) === Reason.NOT_FOUND) throw nothing(what);
+      if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing(what);
       throw err;
     }
     return reply.redirect(`/dashboard/agents?done=${what}-declined`, 303);
@@ -259,7 +259,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.budgets
         .activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request))
         .catch((err: unknown) => {
-          if (reasonOf(err) === Reason.NOT_FOUND) throw nothing("budget");
+          if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing("budget");
           throw err;
         });
     return approve(reply, here, call, "/dashboard/agents?done=budget-activated");

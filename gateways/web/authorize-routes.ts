@@ -59,7 +59,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
 
   /** Untrusted client or redirect URI: a page; anything else goes back to the client (RFC 6749 4.1.2.1). */
   function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
-    const reason = reasonOf(err);
+    const reason = reasonOf(reply.request, err);
     // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
     if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === Reason.INVALID_TOKEN || reason === undefined) throw err;
     const e = oauthErrorFrom(err);
@@ -151,7 +151,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
       );
       return redirectBack(reply, p, { code: res.code });
     } catch (err) {
-      if (reasonOf(err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
+      if (reasonOf(request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
       return refuse(reply, p, err);
     }
   });

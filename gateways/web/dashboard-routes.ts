@@ -124,7 +124,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
         (r) => r.agent,
         (err: unknown) => {
-          if (reasonOf(err) === Reason.NOT_FOUND) return undefined;
+          if (reasonOf(request, err) === Reason.NOT_FOUND) return undefined;
           throw err;
         },
       ),
@@ -257,7 +257,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       const done = await call(current, input, vaultId);
       return reply.redirect(`${back}?done=${done}#${vaultAnchor(vaultId)}`, 303);
     } catch (err) {
-      const reason = reasonOf(err);
+      const reason = reasonOf(request, err);
       const row = reason === undefined ? undefined : MONEY_ERRORS[reason];
       if (!row) throw err;
       // A step-up that went stale meanwhile: through the step-up page again.

@@ -12,6 +12,7 @@ import { authorizeRoutes } from "./authorize-routes.js";
 import { approvalRoutes } from "./approval-routes.js";
 import { dashboardRoutes } from "./dashboard-routes.js";
 import { signInRoutes } from "./signin-routes.js";
+import { noteRefusal } from "../request-log.js";
 
 export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -196,7 +197,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
         const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
         return { token, session: res.session! };
       } catch (err) {
-        if (reasonOf(err) === Reason.INVALID_TOKEN) return undefined;
+        if (reasonOf(request, err) === Reason.INVALID_TOKEN) return undefined;
         throw err;
       }
     },
@@ -220,7 +221,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
       return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);
     }
-    const reason = reasonOf(err);
+    const reason = reasonOf(request, err);
     if (reason === Reason.INVALID_TOKEN) {
       ctx.clearSession(reply);
       return ctx.signInRedirect(reply, request.method === "GET" ? request.url : "/dashboard/agents");
@@ -242,8 +243,10 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   await approvalRoutes(app, ctx);
 }
 
-export function reasonOf(err: unknown): Reason | undefined {
+/** Core's reason for refusing a call made for `request`, noted for the request's log line. */
+export function reasonOf(request: FastifyRequest, err: unknown): Reason | undefined {
   if (!(err instanceof ConnectError)) return undefined;
+  noteRefusal(request, err);
   return err.findDetails(ErrorDetailSchema)[0]?.reason;
 }
 

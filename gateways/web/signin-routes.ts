@@ -58,7 +58,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "" }, ctx.rpc(request));
       return reply.redirect(`/signin/code?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
     } catch (err) {
-      if (reasonOf(err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
+      if (reasonOf(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
       throw err;
     }
   });
@@ -86,7 +86,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
       return reply.redirect(returnTo, 303);
     } catch (err) {
-      if (reasonOf(err) !== Reason.INVALID_GRANT) throw err;
+      if (reasonOf(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
         action: "/signin/code",
         challenge: UUID.test(challenge) ? challenge : "",
@@ -164,7 +164,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       await ctx.grants.completeSignIn({ challengeId: challenge, code: form.params.get("code") ?? "", sessionToken: current.token }, ctx.rpc(request));
       return reply.redirect(returnTo, 303);
     } catch (err) {
-      if (reasonOf(err) !== Reason.INVALID_GRANT) throw err;
+      if (reasonOf(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
         action: "/stepup/code",
         challenge: UUID.test(challenge) ? challenge : "",

@@ -36,12 +36,12 @@ describe("tracing: W3C trace context from the gateway to core", function () {
     await tracing?.shutdown();
   });
 
-  const transports: [string, () => Transport][] = [
-    ["in-process transport (headers object)", () => createInProcessTransport(stack.core.routes, stack.core.interceptors)],
-    ["gRPC over h2c (metadata)", () => createGrpcTransport({ baseUrl: coreServer.url })],
+  const transports: [string, () => Transport, boolean][] = [
+    ["in-process transport (headers object)", () => createInProcessTransport(stack.core.routes, stack.core.interceptors), false],
+    ["gRPC over h2c (metadata)", () => createGrpcTransport({ baseUrl: coreServer.url }), true],
   ];
 
-  for (const [name, makeTransport] of transports) {
+  for (const [name, makeTransport, remoteCore] of transports) {
     describe(name, () => {
       let gateway: FastifyInstance;
       let url: string;
@@ -81,7 +81,7 @@ describe("tracing: W3C trace context from the gateway to core", function () {
         expect(edge.parentSpanContext).to.equal(undefined);
       });
 
-      it("a POST with a body (context kept across body parsing), and core's log line carries the trace id", async () => {
+      it("a POST with a body (context kept across body parsing), and the refusal's log lines carry the trace id", async () => {
         const before = stack.logs.lines.length;
         const res = await fetch(`${url}/api/partner/users`, {
           method: "POST",
@@ -95,10 +95,19 @@ describe("tracing: W3C trace context from the gateway to core", function () {
         expect(core.length).to.be.at.least(1);
         for (const s of core) expect(s.parentSpanContext?.spanId).to.equal(edge.spanContext().spanId);
         const lines = stack.logs.lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
+        // The gateway's request line names the refusal, in the edge span.
+        const [line, ...more] = lines.filter((l) => l.msg === "request" && l.reqId === res.headers.get("x-request-id"));
+        expect(more).to.deep.equal([]);
+        expect(line).to.include({ status: 401, reason: "INVALID_TOKEN", traceId, spanId: edge.spanContext().spanId });
         const refused = lines.filter((l) => l.msg === "rpc refused");
-        expect(refused.length, "core logged the refusal").to.be.at.least(1);
-        expect(refused.every((l) => l.traceId === traceId)).to.equal(true);
-        expect(core.some((s) => s.spanContext().spanId === refused[0]!.spanId)).to.equal(true);
+        if (remoteCore) {
+          // Core in a process of its own logs the refusal too, in its own span.
+          expect(refused.length, "core logged the refusal").to.be.at.least(1);
+          expect(refused.every((l) => l.traceId === traceId)).to.equal(true);
+          expect(core.some((s) => s.spanContext().spanId === refused[0]!.spanId)).to.equal(true);
+        } else {
+          expect(refused, "core leaves an in-process refusal to the request line").to.deep.equal([]);
+        }
       });
 
       it("does not follow a client's traceparent: every public request starts a new trace", async () => {

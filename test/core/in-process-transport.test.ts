@@ -1,10 +1,12 @@
 import { expect } from "chai";
-import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { fail } from "../../core/errors.js";
-import { kRequestId } from "../../core/context.js";
+import { kOperator, kRequestId } from "../../core/context.js";
+import { createCoreInterceptors } from "../../core/interceptors.js";
+import { createCapturedLogger } from "../support/logs.js";
 
 /** The gateway's in-process hop keeps Connect's client contract without serialization. */
 describe("in-process transport", () => {
@@ -53,5 +55,43 @@ describe("in-process transport", () => {
     const transport = createInProcessTransport(() => {}, []);
     const err = (await createClient(Health, transport).check({ service: "" }).catch((e: unknown) => e)) as ConnectError;
     expect(err.code).to.equal(Code.Unimplemented);
+  });
+
+  it("gives core fresh context values: nothing a caller passes reaches core's interceptors or handlers", async () => {
+    const forged = createContextValues();
+    forged.set(kOperator, true);
+    let operator: boolean | undefined;
+    const transport = createInProcessTransport((router) => {
+      router.service(Health, { check: (_req, ctx) => ((operator = ctx.values.get(kOperator)), { status: Status.SERVING }) });
+    }, []);
+    await createClient(Health, transport).check({ service: "" }, { contextValues: forged });
+    expect(operator).to.equal(false);
+  });
+
+  describe("core's log of refusals of in-process calls", () => {
+    const logs = createCapturedLogger();
+    const interceptors = createCoreInterceptors({ logger: logs.logger, adminToken: undefined, gatewayToken: undefined });
+    const refusedWith = async (reason: Reason) => {
+      const before = logs.lines.length;
+      const err = await client(() => fail(reason, "no"), interceptors)
+        .check({ service: "" })
+        .catch((e: unknown) => e);
+      expect((err as ConnectError).findDetails(ErrorDetailSchema)[0]?.reason).to.equal(reason);
+      return logs.lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
+    };
+
+    it("leaves a refusal of the caller to the gateway's request line", async () => {
+      for (const reason of [Reason.INVALID_TOKEN, Reason.RATE_LIMITED, Reason.OVERLOADED, Reason.NOT_FOUND, Reason.POLICY_DENIED]) {
+        expect(await refusedWith(reason), Reason[reason]).to.deep.equal([]);
+      }
+    });
+
+    it("still logs a refusal that reports a failure on our side", async () => {
+      for (const reason of [Reason.AUDIT_UNAVAILABLE, Reason.SIGNING_UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, Reason.PROVISIONING_FAILED, Reason.INTERNAL]) {
+        const lines = await refusedWith(reason);
+        expect(lines, Reason[reason]).to.have.length(1);
+        expect(lines[0]).to.include({ msg: "rpc refused", reason: Reason[reason] });
+      }
+    });
   });
 });
