@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, benchScript, fmt, load, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -314,9 +314,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
       "kyc p99 ms": fmt(r.getP99, 1),
       "kyc req/s": fmt(r.getRps),
       failures: r.failures,
-      "others cores": fmt(r.load.others, 2),
-      "busiest other": r.load.top,
-      disturbed: r.load.disturbed ? "DISTURBED" : "",
+      ...loadColumns(r.load),
       "postgres background": r.background,
     })),
   );

@@ -227,10 +227,16 @@ interface ProcSample {
   /** cutime + cstime: CPU of its children that it has reaped (counted when reaped). */
   reaped: number;
   comm: string;
+  /** When the process started (clock ticks after boot): with the pid, who it is. */
+  start: number;
 }
 interface CpuSnapshot {
   at: number;
   busy: number;
+  /** CPU time the hypervisor gave to others while this machine wanted it (/proc/stat steal). */
+  steal: number;
+  /** Microseconds during which every non-idle task waited for I/O (/proc/pressure/io "full"); undefined without PSI. */
+  ioFull: number | undefined;
   procs: Map<number, ProcSample>;
 }
 
@@ -247,14 +253,29 @@ function parseStat(text: string): ProcSample {
   const close = text.lastIndexOf(")");
   const comm = text.slice(text.indexOf("(") + 1, close);
   const f = text.slice(close + 2).split(" ");
-  // f[0] = state (field 3), so field n is f[n - 3]: ppid 4, utime 14, stime 15, cutime 16, cstime 17.
-  return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]), comm };
+  // f[0] = state (field 3), so field n is f[n - 3]: ppid 4, utime 14, stime 15, cutime 16,
+  // cstime 17, starttime 22.
+  return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]), comm, start: Number(f[19]) };
+}
+
+/** The same process in two snapshots: same pid and start time (a kernel worker's name changes with its work). */
+const sameProcess = (was: ProcSample | undefined, now: ProcSample): was is ProcSample => was !== undefined && was.start === now.start;
+
+function ioFullMicros(): number | undefined {
+  try {
+    const full = /^full .*total=(\d+)/m.exec(readFileSync("/proc/pressure/io", "utf8"));
+    return full ? Number(full[1]) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function snapshot(): CpuSnapshot {
   const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
   // user nice system idle iowait irq softirq steal
   const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]! + cpu[7]!;
+  const steal = cpu[7]!;
+  const ioFull = ioFullMicros();
   const procs = new Map<number, ProcSample>();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
@@ -264,7 +285,7 @@ function snapshot(): CpuSnapshot {
       /* exited meanwhile */
     }
   }
-  return { at: performance.now(), busy, procs };
+  return { at: performance.now(), busy, steal, ioFull, procs };
 }
 
 /** This process, the bench PostgreSQL's postmaster, and all their descendants. */
@@ -285,10 +306,18 @@ function benchPids(procs: Map<number, ProcSample>): Set<number> {
 export interface Load {
   /** Cores the whole machine was busy (from /proc/stat). */
   machine: number;
-  /** Cores used by processes outside the bench (per-process times from /proc/<pid>/stat). */
+  /**
+   * Cores used by processes outside the bench (per-process times from /proc/<pid>/stat),
+   * plus the cores the hypervisor took for other machines (steal).
+   */
   others: number;
-  /** The busiest outside process. */
+  /** The busiest outside process, or "host steal". */
   top: string;
+  /**
+   * Milliseconds of the round during which every task that wanted to run waited for the
+   * disk (Linux pressure stall information); undefined where the kernel does not report it.
+   */
+  ioStallMs: number | undefined;
   disturbed: boolean;
 }
 
@@ -307,13 +336,13 @@ export function watchLoad(): () => Load {
       const was = before.procs.get(pid);
       if (ours.has(pid)) {
         // The bench's own short-lived children (load generators, backends) are reaped by it.
-        benchTicks += was && was.comm === p.comm ? p.ticks + p.reaped - was.ticks - was.reaped : p.ticks + p.reaped;
+        benchTicks += sameProcess(was, p) ? p.ticks + p.reaped - was.ticks - was.reaped : p.ticks + p.reaped;
         continue;
       }
       // Others: their own CPU only. A reaped child's time lands in its parent's all at once
       // at exit, which would charge a whole test run to one round.
       // A process seen for the first time started during the round: all its time is new.
-      const delta = was && was.comm === p.comm ? p.ticks - was.ticks : p.ticks;
+      const delta = sameProcess(was, p) ? p.ticks - was.ticks : p.ticks;
       if (delta <= 0) continue;
       othersTicks += delta;
       if (delta > topTicks) {
@@ -321,15 +350,32 @@ export function watchLoad(): () => Load {
         top = `${p.comm}[${pid}]`;
       }
     }
-    const machine = (after.busy - before.busy) / HZ / secondsElapsed;
-    // Never more than the machine did beyond the bench.
-    const others = Math.min(othersTicks / HZ / secondsElapsed, Math.max(0, machine - benchTicks / HZ / secondsElapsed));
+    const cores = (ticks: number) => ticks / HZ / secondsElapsed;
+    const machine = cores(after.busy - before.busy);
+    const steal = cores(after.steal - before.steal);
+    // Never more than the machine did beyond the bench (and beyond what the host took).
+    const processes = Math.min(cores(othersTicks), Math.max(0, machine - steal - cores(benchTicks)));
+    const others = processes + steal;
+    if (steal > cores(topTicks)) top = "host steal";
+    const topCores = top === "host steal" ? steal : cores(topTicks);
     return {
       machine,
       others,
-      top: top ? `${top} ${fmt(topTicks / HZ / secondsElapsed, 2)}` : "-",
+      top: top ? `${top} ${fmt(topCores, 2)}` : "-",
+      ioStallMs: before.ioFull === undefined || after.ioFull === undefined ? undefined : (after.ioFull - before.ioFull) / 1000,
       disturbed: others > DISTURBED_CORES,
     };
+  };
+}
+
+/** The columns every table of measured rounds prints about the machine (watchLoad). */
+export function loadColumns(l: Load): Record<string, string | number> {
+  return {
+    "machine cores": fmt(l.machine, 2),
+    "others cores": fmt(l.others, 2),
+    "busiest other": l.top,
+    "io stall ms": l.ioStallMs === undefined ? "-" : fmt(l.ioStallMs, 0),
+    disturbed: l.disturbed ? "DISTURBED" : "",
   };
 }
 
@@ -541,10 +587,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
           "p50 ms": fmt(m.p50, 2),
           "p99 ms": fmt(m.p99, 2),
           failures: m.failures,
-          "machine cores": fmt(l.machine, 2),
-          "others cores": fmt(l.others, 2),
-          "busiest other": l.top,
-          disturbed: l.disturbed ? "DISTURBED" : "",
+          ...loadColumns(l),
           "postgres background": background,
         });
       }

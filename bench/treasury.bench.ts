@@ -16,7 +16,7 @@ import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { createCore } from "../core/core.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
-import { benchDatabase, benchLogger, fmt, median, percentile, QUICK, ROUNDS, table, verdict, watchLoad, type Load } from "./support.js";
+import { benchDatabase, benchLogger, fmt, loadColumns, median, percentile, QUICK, ROUNDS, table, verdict, watchLoad, type Load } from "./support.js";
 
 const ITEMS = 500;
 const RECIPIENTS = 50;
@@ -130,10 +130,7 @@ export async function run(): Promise<void> {
         "ExecuteBatch p50 ms": fmt(median(r.ours)),
         "bare p50 ms": fmt(median(r.theirs)),
         "items/s % of bare": fmt((itemsPerSecond(r.ours) / itemsPerSecond(r.theirs)) * 100),
-        "machine cores": fmt(r.load.machine, 2),
-        "others cores": fmt(r.load.others, 2),
-        "busiest other": r.load.top,
-        disturbed: r.load.disturbed ? "DISTURBED" : "",
+        ...loadColumns(r.load),
       })),
     );
     table([
