@@ -61,9 +61,10 @@ function requestContext(logger: Logger): Interceptor {
 }
 
 /**
- * Codes of refusals that report a failure on our side (an audit record that could not be
- * written, a provider or signing key unavailable...): core logs these for every caller.
- * Load shedding (OVERLOADED) is an answer to the caller's load, like a rate limit.
+ * Refusal reasons that report a failure on our side (those that travel as internal,
+ * unknown, unavailable or data loss: an audit record that could not be written, a
+ * provider or the signing key unavailable...): core logs these for every caller. Load
+ * shedding (OVERLOADED) is an answer to the caller's load, like a rate limit.
  */
 const OUR_FAILURES: ReadonlySet<Reason> = new Set(
   (Object.values(Reason).filter((r) => typeof r === "number") as Reason[]).filter(
