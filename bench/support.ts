@@ -10,7 +10,7 @@
  * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`.
  */
 import { execFile, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, openSync, closeSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -318,14 +318,38 @@ export interface Load {
    * disk (Linux pressure stall information); undefined where the kernel does not report it.
    */
   ioStallMs: number | undefined;
+  /** cpuProbe() just before and just after the round, in ms. */
+  probeMs: [before: number, after: number];
   disturbed: boolean;
+}
+
+const PROBE_INPUT = Buffer.alloc(16 * 1024, 7);
+
+/**
+ * How fast this machine's CPU is right now: the best of three timings of a fixed piece of
+ * work (SHA-256 over 1.6 MB, about 1.2 ms here). On a virtual machine the same work takes
+ * longer while the host is busy with other machines, and not all of that shows as steal:
+ * six runs of an ES256 signing loop, seconds apart on an idle machine, took 25.3-31.9 us
+ * per signature. A round whose probes read well above the others' ran on a slower machine.
+ */
+export function cpuProbe(): number {
+  let best = Infinity;
+  for (let run = 0; run < 3; run++) {
+    const t = performance.now();
+    for (let i = 0; i < 100; i++) createHash("sha256").update(PROBE_INPUT).digest();
+    best = Math.min(best, performance.now() - t);
+  }
+  return best;
 }
 
 /** Starts measuring the machine's load; call the result when the measured work ends. */
 export function watchLoad(): () => Load {
+  // The probes run outside the measured window (before the first snapshot, after the last).
+  const probeBefore = cpuProbe();
   const before = snapshot();
   return () => {
     const after = snapshot();
+    const probeAfter = cpuProbe();
     const secondsElapsed = (after.at - before.at) / 1000;
     const ours = new Set([...benchPids(before.procs), ...benchPids(after.procs)]);
     let othersTicks = 0;
@@ -363,6 +387,7 @@ export function watchLoad(): () => Load {
       others,
       top: top ? `${top} ${fmt(topCores, 2)}` : "-",
       ioStallMs: before.ioFull === undefined || after.ioFull === undefined ? undefined : (after.ioFull - before.ioFull) / 1000,
+      probeMs: [probeBefore, probeAfter],
       disturbed: others > DISTURBED_CORES,
     };
   };
@@ -375,6 +400,7 @@ export function loadColumns(l: Load): Record<string, string | number> {
     "others cores": fmt(l.others, 2),
     "busiest other": l.top,
     "io stall ms": l.ioStallMs === undefined ? "-" : fmt(l.ioStallMs, 0),
+    "cpu probe ms": `${fmt(l.probeMs[0], 2)}/${fmt(l.probeMs[1], 2)}`,
     disturbed: l.disturbed ? "DISTURBED" : "",
   };
 }
