@@ -9,7 +9,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { startCoreServer } from "../core/server.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
-import { fmt, median, ROUNDS, table, verdict, watchLoad } from "./support.js";
+import { fmt, loadColumns, median, ROUNDS, table, verdict, watchLoad } from "./support.js";
 
 const routes = (router: ConnectRouter) => {
   router.service(Health, { check: () => ({ status: HealthCheckResponse_ServingStatus.SERVING }) });
@@ -44,7 +44,7 @@ export async function run(): Promise<void> {
         const load = stop();
         const us = median(runs.map((r) => r.usPerCall));
         if (client === direct) directWorst = Math.max(directWorst, us);
-        rows.push({ hop: label, concurrency, "us/call": fmt(us), "runs us/call": runs.map((r) => fmt(r.usPerCall)).join(", "), "others cores": fmt(load.others, 2), disturbed: load.disturbed ? "DISTURBED" : "" });
+        rows.push({ hop: label, concurrency, "us/call": fmt(us), "runs us/call": runs.map((r) => fmt(r.usPerCall)).join(", "), ...loadColumns(load) });
       }
     }
     table(rows);

@@ -19,7 +19,7 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, benchDatabase, benchLogger, fmt, fundedAgentBudget, load, QUICK, ROUNDS, settleBenchPostgres, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import { alternate, benchDatabase, benchLogger, fmt, fundedAgentBudget, load, QUICK, comparisonRounds, settleBenchPostgres, verdict, type BodyCheck, type LoadSpec } from "./support.js";
 
 const SCALE = Number(process.env.BENCH_GROWN_SCALE ?? 1); // BENCH_GROWN_SCALE=0.1 for a quick try
 const AUDIT_ROWS = Math.round(1_000_000 * SCALE);
@@ -36,7 +36,7 @@ const CONNECTIONS = 50;
 // rounds was 0.97-1.01 (docs/benchmarks.md). For a path that truly measures 1.00x, nine
 // rounds make a false FAIL about half as likely as five (about 9% of runs against 16%).
 // BENCH_ROUNDS still decides when set.
-const ROUNDS_HERE = process.env.BENCH_ROUNDS ? ROUNDS : QUICK ? 1 : 9;
+const ROUNDS_HERE = comparisonRounds(9);
 const INITIATES = QUICK ? 1500 : 5000;
 const REDIRECT = "http://127.0.0.1:9/cb";
 const verifier = randomBytes(32).toString("base64url");

@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, QUICK, ROUNDS, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -73,7 +73,7 @@ export async function run(): Promise<void> {
     // in neither.
     const probed = (await runCli(["partner", "create", "--name", "Bench probed"], cliEnv)).json!;
     const timing = await unknownVsWrong(url, probed.client_id as string, auth);
-    table(timing.rounds.map((r, i) => ({ round: i + 1, "unknown client median ms": fmt(r.unknown, 2), "wrong secret median ms": fmt(r.wrong, 2), "difference %": fmt(r.diff * 100, 2), "others cores": fmt(r.load.others, 2), disturbed: r.load.disturbed ? "DISTURBED" : "" })));
+    table(timing.rounds.map((r, i) => ({ round: i + 1, "unknown client median ms": fmt(r.unknown, 2), "wrong secret median ms": fmt(r.wrong, 2), "difference %": fmt(r.diff * 100, 2), ...loadColumns(r.load) })));
     const diff = median(timing.rounds.map((r) => r.diff));
     verdict("unknown client vs wrong secret: medians < 5% apart (median over rounds)", `${fmt(diff * 100, 2)}%`, diff < 0.05 && timing.failures === 0);
   } finally {
@@ -197,7 +197,7 @@ const FLOOD_ROUND_S = seconds(6);
  * of stall in the other rounds). With three rounds one such round and the ordinary
  * spread of two 5-10 ms p99s decided the median; five need two stalled rounds.
  */
-const FLOOD_ROUNDS = process.env.BENCH_ROUNDS ? ROUNDS : QUICK ? 1 : 5;
+const FLOOD_ROUNDS = comparisonRounds(5);
 const GET_CONNECTIONS = 8;
 /** KYC reads per second in all (paced, so p99 shows service time rather than a saturated closed loop). */
 const GET_RATE = 200;

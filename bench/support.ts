@@ -46,6 +46,13 @@ export function benchScript(name: string): string[] {
 export const QUICK = process.env.BENCH_QUICK === "1";
 /** Rounds of each alternating comparison (at least 3 unless BENCH_QUICK). */
 export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+/**
+ * Rounds of a comparison that needs more than ROUNDS (a p99 verdict, ratios that should
+ * sit at 1.0): `full` normally, 1 with BENCH_QUICK, or BENCH_ROUNDS.
+ */
+export function comparisonRounds(full: number): number {
+  return process.env.BENCH_ROUNDS ? ROUNDS : QUICK ? 1 : full;
+}
 /** Seconds of one measurement: `full` normally, 2 with BENCH_QUICK, or BENCH_SECONDS. */
 export function seconds(full: number): number {
   return Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : full));
@@ -332,7 +339,7 @@ const PROBE_INPUT = Buffer.alloc(16 * 1024, 7);
  * six runs of an ES256 signing loop, seconds apart on an idle machine, took 25.3-31.9 us
  * per signature. A round whose probes read well above the others' ran on a slower machine.
  */
-export function cpuProbe(): number {
+function cpuProbe(): number {
   let best = Infinity;
   for (let run = 0; run < 3; run++) {
     const t = performance.now();
@@ -380,12 +387,11 @@ export function watchLoad(): () => Load {
     // Never more than the machine did beyond the bench (and beyond what the host took).
     const processes = Math.min(cores(othersTicks), Math.max(0, machine - steal - cores(benchTicks)));
     const others = processes + steal;
-    if (steal > cores(topTicks)) top = "host steal";
-    const topCores = top === "host steal" ? steal : cores(topTicks);
+    const [topName, topCores] = steal > cores(topTicks) ? ["host steal", steal] : [top, cores(topTicks)];
     return {
       machine,
       others,
-      top: top ? `${top} ${fmt(topCores, 2)}` : "-",
+      top: topName ? `${topName} ${fmt(topCores, 2)}` : "-",
       ioStallMs: before.ioFull === undefined || after.ioFull === undefined ? undefined : (after.ioFull - before.ioFull) / 1000,
       probeMs: [probeBefore, probeAfter],
       disturbed: others > DISTURBED_CORES,

@@ -7,18 +7,20 @@ const refusals = new WeakMap<FastifyRequest, string>();
 
 /**
  * Records that `request` is answered with core's refusal `err`, so that its one log line
- * names the reason. Core does not log refusals of calls from a gateway in its own process
- * (the in-process transport): this line is where they are seen. Anything without a
- * domain reason (a bug, core unreachable) is logged where it is handled, with its error.
+ * names the reason, and returns the reason; undefined (nothing recorded) for anything
+ * without one (a bug, core unreachable), which is logged where it is handled, with its
+ * error. Core does not log refusals of calls from a gateway in its own process (the
+ * in-process transport): this line is where they are seen.
  */
-export function noteRefusal(request: FastifyRequest, err: unknown): void {
-  if (!(err instanceof ConnectError)) return;
+export function noteRefusal(request: FastifyRequest, err: unknown): Reason | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
   const detail = err.findDetails(ErrorDetailSchema)[0];
-  if (!detail) return;
+  if (!detail) return undefined;
   const name = Reason[detail.reason] ?? String(detail.reason);
   const before = refusals.get(request);
   if (before === undefined) refusals.set(request, name);
   else if (!before.split(",").includes(name)) refusals.set(request, `${before},${name}`);
+  return detail.reason;
 }
 
 /**

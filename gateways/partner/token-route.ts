@@ -4,7 +4,7 @@ import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_p
 import type { CoreClients } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
-import { hasDomainReason, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
+import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { noteRefusal } from "../request-log.js";
 
 export interface TokenRouteOptions {
@@ -50,8 +50,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     }
     // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is named in
     // the request's one line; only bugs and an unreachable core are errors worth a stack.
-    noteRefusal(request, err);
-    if (!hasDomainReason(err)) request.log.error({ err }, "token endpoint failure");
+    if (noteRefusal(request, err) === undefined) request.log.error({ err }, "token endpoint failure");
     return sendTokenError(reply, oauthErrorFrom(err), options.realm);
   });
 

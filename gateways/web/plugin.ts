@@ -244,11 +244,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
 }
 
 /** Core's reason for refusing a call made for `request`, noted for the request's log line. */
-export function reasonOf(request: FastifyRequest, err: unknown): Reason | undefined {
-  if (!(err instanceof ConnectError)) return undefined;
-  noteRefusal(request, err);
-  return err.findDetails(ErrorDetailSchema)[0]?.reason;
-}
+export const reasonOf: (request: FastifyRequest, err: unknown) => Reason | undefined = noteRefusal;
 
 /** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
 export function safeReturnTo(value: string | undefined): string {
