@@ -82,11 +82,6 @@ export function isOutage(err: unknown): boolean {
   return err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.reason === Reason.UNAVAILABLE;
 }
 
-/** True when core refused with a domain reason (an answer, not a failure of ours). */
-export function hasDomainReason(err: unknown): boolean {
-  return err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0;
-}
-
 /** Renders the error; the caller sets surface-specific headers (WWW-Authenticate) first. */
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
   // spec 7.2 / 8: 429 always says how long to wait; a 503 does when core knows (OVERLOADED
