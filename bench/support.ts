@@ -21,6 +21,9 @@ import type { Logger } from "pino";
 import { createLogger, logDestination } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
 import type { CoreClients } from "../gateways/core-clients.js";
+import { DISTURBED_CORES, loadBetween, parseCpuLine, parseIoFull, parseStat, type CpuSnapshot, type Load, type ProcSample } from "./machine-load.js";
+
+export type { Load } from "./machine-load.js";
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../scripts/pg-throwaway.sh", import.meta.url));
@@ -223,30 +226,6 @@ export async function startService(
 // ---------------------------------------------------------------------------------------
 // Machine load: CPU of every process that is not part of the bench
 
-const HZ = 100; // USER_HZ, the unit of /proc's CPU times on Linux
-/** Other processes may use up to this many cores during a round before it is marked disturbed. */
-export const DISTURBED_CORES = 0.1;
-
-interface ProcSample {
-  ppid: number;
-  /** utime + stime: the process's own CPU. */
-  ticks: number;
-  /** cutime + cstime: CPU of its children that it has reaped (counted when reaped). */
-  reaped: number;
-  comm: string;
-  /** When the process started (clock ticks after boot): with the pid, who it is. */
-  start: number;
-}
-interface CpuSnapshot {
-  at: number;
-  busy: number;
-  /** CPU time the hypervisor gave to others while this machine wanted it (/proc/stat steal). */
-  steal: number;
-  /** Microseconds during which every non-idle task waited for I/O (/proc/pressure/io "full"); undefined without PSI. */
-  ioFull: number | undefined;
-  procs: Map<number, ProcSample>;
-}
-
 function parentOf(pid: number): number | undefined {
   try {
     return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8")).ppid;
@@ -255,34 +234,14 @@ function parentOf(pid: number): number | undefined {
   }
 }
 
-function parseStat(text: string): ProcSample {
-  // comm may contain spaces and parentheses: fields start after the last ')'.
-  const close = text.lastIndexOf(")");
-  const comm = text.slice(text.indexOf("(") + 1, close);
-  const f = text.slice(close + 2).split(" ");
-  // f[0] = state (field 3), so field n is f[n - 3]: ppid 4, utime 14, stime 15, cutime 16,
-  // cstime 17, starttime 22.
-  return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), reaped: Number(f[13]) + Number(f[14]), comm, start: Number(f[19]) };
-}
-
-/** The same process in two snapshots: same pid and start time (a kernel worker's name changes with its work). */
-const sameProcess = (was: ProcSample | undefined, now: ProcSample): was is ProcSample => was !== undefined && was.start === now.start;
-
-function ioFullMicros(): number | undefined {
-  try {
-    const full = /^full .*total=(\d+)/m.exec(readFileSync("/proc/pressure/io", "utf8"));
-    return full ? Number(full[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 function snapshot(): CpuSnapshot {
-  const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-  // user nice system idle iowait irq softirq steal
-  const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]! + cpu[7]!;
-  const steal = cpu[7]!;
-  const ioFull = ioFullMicros();
+  const { busy, steal } = parseCpuLine(readFileSync("/proc/stat", "utf8"));
+  let ioFull: number | undefined;
+  try {
+    ioFull = parseIoFull(readFileSync("/proc/pressure/io", "utf8"));
+  } catch {
+    ioFull = undefined; // a kernel without pressure stall information
+  }
   const procs = new Map<number, ProcSample>();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
@@ -293,41 +252,6 @@ function snapshot(): CpuSnapshot {
     }
   }
   return { at: performance.now(), busy, steal, ioFull, procs };
-}
-
-/** This process, the bench PostgreSQL's postmaster, and all their descendants. */
-function benchPids(procs: Map<number, ProcSample>): Set<number> {
-  const children = new Map<number, number[]>();
-  for (const [pid, p] of procs) children.set(p.ppid, [...(children.get(p.ppid) ?? []), pid]);
-  const out = new Set<number>();
-  const stack = [process.pid, ...benchRoots];
-  while (stack.length) {
-    const pid = stack.pop()!;
-    if (out.has(pid)) continue;
-    out.add(pid);
-    stack.push(...(children.get(pid) ?? []));
-  }
-  return out;
-}
-
-export interface Load {
-  /** Cores the whole machine was busy (from /proc/stat). */
-  machine: number;
-  /**
-   * Cores used by processes outside the bench (per-process times from /proc/<pid>/stat),
-   * plus the cores the hypervisor took for other machines (steal).
-   */
-  others: number;
-  /** The busiest outside process, or "host steal". */
-  top: string;
-  /**
-   * Milliseconds of the round during which every task that wanted to run waited for the
-   * disk (Linux pressure stall information); undefined where the kernel does not report it.
-   */
-  ioStallMs: number | undefined;
-  /** cpuProbe() just before and just after the round, in ms. */
-  probeMs: [before: number, after: number];
-  disturbed: boolean;
 }
 
 const PROBE_INPUT = Buffer.alloc(16 * 1024, 7);
@@ -356,46 +280,7 @@ export function watchLoad(): () => Load {
   const before = snapshot();
   return () => {
     const after = snapshot();
-    const probeAfter = cpuProbe();
-    const secondsElapsed = (after.at - before.at) / 1000;
-    const ours = new Set([...benchPids(before.procs), ...benchPids(after.procs)]);
-    let othersTicks = 0;
-    let benchTicks = 0;
-    let topTicks = 0;
-    let top = "";
-    for (const [pid, p] of after.procs) {
-      const was = before.procs.get(pid);
-      if (ours.has(pid)) {
-        // The bench's own short-lived children (load generators, backends) are reaped by it.
-        benchTicks += sameProcess(was, p) ? p.ticks + p.reaped - was.ticks - was.reaped : p.ticks + p.reaped;
-        continue;
-      }
-      // Others: their own CPU only. A reaped child's time lands in its parent's all at once
-      // at exit, which would charge a whole test run to one round.
-      // A process seen for the first time started during the round: all its time is new.
-      const delta = sameProcess(was, p) ? p.ticks - was.ticks : p.ticks;
-      if (delta <= 0) continue;
-      othersTicks += delta;
-      if (delta > topTicks) {
-        topTicks = delta;
-        top = `${p.comm}[${pid}]`;
-      }
-    }
-    const cores = (ticks: number) => ticks / HZ / secondsElapsed;
-    const machine = cores(after.busy - before.busy);
-    const steal = cores(after.steal - before.steal);
-    // Never more than the machine did beyond the bench (and beyond what the host took).
-    const processes = Math.min(cores(othersTicks), Math.max(0, machine - steal - cores(benchTicks)));
-    const others = processes + steal;
-    const [topName, topCores] = steal > cores(topTicks) ? ["host steal", steal] : [top, cores(topTicks)];
-    return {
-      machine,
-      others,
-      top: topName ? `${topName} ${fmt(topCores, 2)}` : "-",
-      ioStallMs: before.ioFull === undefined || after.ioFull === undefined ? undefined : (after.ioFull - before.ioFull) / 1000,
-      probeMs: [probeBefore, probeAfter],
-      disturbed: others > DISTURBED_CORES,
-    };
+    return loadBetween(before, after, [process.pid, ...benchRoots], [probeBefore, cpuProbe()]);
   };
 }
 
@@ -404,7 +289,7 @@ export function loadColumns(l: Load): Record<string, string | number> {
   return {
     "machine cores": fmt(l.machine, 2),
     "others cores": fmt(l.others, 2),
-    "busiest other": l.top,
+    "busiest other": l.top ? `${l.top.name} ${fmt(l.top.cores, 2)}` : "-",
     "io stall ms": l.ioStallMs === undefined ? "-" : fmt(l.ioStallMs, 0),
     "cpu probe ms": `${fmt(l.probeMs[0], 2)}/${fmt(l.probeMs[1], 2)}`,
     disturbed: l.disturbed ? "DISTURBED" : "",
