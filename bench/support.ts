@@ -234,6 +234,26 @@ function parentOf(pid: number): number | undefined {
   }
 }
 
+/**
+ * The processes that only launched this bench (`npm run bench`, its `sh -c`,
+ * scripts/bench.mjs): this process's ancestors, nearest first, as long as their command
+ * line names the bench. Their CPU is the bench's own, not outside load.
+ */
+const launchers: number[] = (() => {
+  const out: number[] = [];
+  for (let pid: number | undefined = process.ppid; pid !== undefined && pid > 1; pid = parentOf(pid)) {
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      break;
+    }
+    if (!cmdline.includes("bench")) break;
+    out.push(pid);
+  }
+  return out;
+})();
+
 function snapshot(): CpuSnapshot {
   const { busy, steal } = parseCpuLine(readFileSync("/proc/stat", "utf8"));
   let ioFull: number | undefined;
@@ -280,7 +300,7 @@ export function watchLoad(): () => Load {
   const before = snapshot();
   return () => {
     const after = snapshot();
-    return loadBetween(before, after, [process.pid, ...benchRoots], [probeBefore, cpuProbe()]);
+    return loadBetween(before, after, [process.pid, ...launchers, ...benchRoots], [probeBefore, cpuProbe()]);
   };
 }
 
