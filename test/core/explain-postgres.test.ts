@@ -303,9 +303,11 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
 
   /**
    * EXPLAINs every captured statement (both plans; a batch function's body under its own
-   * settings) and fails naming each one that scans a hot table; returns what was checked.
+   * settings) and fails naming each one that scans a hot table. Each of `including` must
+   * match a captured statement, so a hot path that stopped running fails rather than
+   * passing unchecked. Returns what was checked.
    */
-  async function expectIndexedPlans(statements: Captured[]): Promise<string[]> {
+  async function expectIndexedPlans(statements: Captured[], including: RegExp[]): Promise<string[]> {
     const checked: string[] = [];
     const offenders: string[] = [];
     for (const s of statements) {
@@ -322,6 +324,9 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       if (scans.length > 0) offenders.push(`${scans.join(", ")} in: ${(fn ?? s.sql).replace(/\s+/g, " ").slice(0, 300)}`);
     }
     expect(offenders, offenders.join("\n")).to.deep.equal([]);
+    for (const re of including) {
+      expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
+    }
     return checked;
   }
 
@@ -344,16 +349,16 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       await createRateLimitStore(stack.core.db).hit(`explain:${randomBytes(4).toString("hex")}`, 10, 60, stack.clock());
     });
 
-    const checked = await expectIndexedPlans(statements);
-    // Each hot path was really among the statements checked.
-    const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), String(re)).to.equal(true);
-    saw(/FOR UPDATE OF v/); // payments.initiate: the locked context
-    saw(/unnest\([\s\S]*AS k\(grant_id, day_start/); // payments.simulate: the group-committed context
-    saw(/FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = \?/); // grant lookup
-    saw(/from "audit_records"/i); // audit feed page
-    saw(/partner_access_batch/); // partner access batch
-    saw(/INSERT INTO rate_limit_logs/); // rate-limit hit
-    saw(/vault_record_spend\(/); // the spend totals and the payment's ledger transaction
+    // Each hot path must be among the statements checked.
+    const checked = await expectIndexedPlans(statements, [
+      /FOR UPDATE OF v/, // payments.initiate: the locked context
+      /unnest\([\s\S]*AS k\(grant_id, day_start/, // payments.simulate: the group-committed context
+      /FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = \?/, // grant lookup
+      /from "audit_records"/i, // audit feed page
+      /partner_access_batch/, // partner access batch
+      /INSERT INTO rate_limit_logs/, // rate-limit hit
+      /vault_record_spend\(/, // the spend totals and the payment's ledger transaction
+    ]);
     expect(checked.length).to.be.greaterThan(8);
   });
 
@@ -379,11 +384,12 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       await stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope: "kyc:read" });
     });
 
-    const checked = await expectIndexedPlans(statements);
-    const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
-    saw(/grant_exchange_batch/); // the exchange's fast path: code, grant and audit row in one statement
-    saw(/grant_refresh_batch/); // the refresh's fast path: old grant, successor and audit row
-    saw(/\bpartners\b/); // the client_credentials grant reads its partner
+    // Each hot path must be among the statements checked.
+    await expectIndexedPlans(statements, [
+      /grant_exchange_batch/, // the exchange's fast path: code, grant and audit row in one statement
+      /grant_refresh_batch/, // the refresh's fast path: old grant, successor and audit row
+      /\bpartners\b/, // the client_credentials grant reads its partner
+    ]);
   }
 
   it("partner reads and feeds, webhook delivery, treasury payouts, budgets and the owner's pages: no sequential scan", async () => {
@@ -463,23 +469,24 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     });
     expect(receiver.received.some((r) => r.body.includes(hookedUser.userId)), "the webhook was delivered").to.equal(true);
 
-    const checked = await expectIndexedPlans(statements);
-    const saw = (re: RegExp) => expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
-    saw(/from "user_wallets"|FROM user_wallets/i); // GET wallets
-    saw(/from "us_accounts"|FROM us_accounts/i); // GET US account
-    saw(/FROM ledger_entries/i); // the transfers feed
-    saw(/FROM partner_events[\s\S]*WHERE partner_id = \?/); // the events feed
-    saw(/INSERT INTO partner_events/); // an event enqueued with its change
-    saw(/INSERT INTO webhook_lanes/); // the dispatcher's due-lanes query
-    saw(/FROM partner_events[\s\S]*FOR UPDATE/); // the dispatcher leases the next event
-    saw(/SET delivery_state = 'delivered'/); // and records the delivery
-    saw(/treasury_batches/); // a payout batch and its replay
-    saw(/treasury_executions/); // a payout's lookup
-    saw(/web_sessions/); // the owner's session
-    saw(/from "budgets"|FROM budgets/i); // the owner's budgets
-    saw(/vault_provisioning_claims/); // an agent's budget creation
-    saw(/authorization_codes/); // the consent page's approval
-    saw(/cleanup_pending/); // the reaper's sweep
+    // Each hot path must be among the statements checked.
+    const checked = await expectIndexedPlans(statements, [
+      /from "user_wallets"|FROM user_wallets/i, // GET wallets
+      /from "us_accounts"|FROM us_accounts/i, // GET US account
+      /FROM ledger_entries/i, // the transfers feed
+      /FROM partner_events[\s\S]*WHERE partner_id = \?/, // the events feed
+      /INSERT INTO partner_events/, // an event enqueued with its change
+      /INSERT INTO webhook_lanes/, // the dispatcher's due-lanes query
+      /FROM partner_events[\s\S]*FOR UPDATE/, // the dispatcher leases the next event
+      /SET delivery_state = 'delivered'/, // and records the delivery
+      /treasury_batches/, // a payout batch and its replay
+      /treasury_executions/, // a payout's lookup
+      /web_sessions/, // the owner's session
+      /from "budgets"|FROM budgets/i, // the owner's budgets
+      /vault_provisioning_claims/, // an agent's budget creation
+      /authorization_codes/, // the consent page's approval
+      /cleanup_pending/, // the reaper's sweep
+    ]);
     expect(checked.length).to.be.greaterThan(40);
   }
 
