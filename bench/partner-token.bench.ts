@@ -16,7 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startService, table, verdict, watchLoad, watchRounds, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startService, table, verdict, watchLoad, inTurns, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -275,10 +275,8 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
   const bare = await startBareRefuser();
   const floodAtBare: LoadSpec = { ...flood, url: bare.url, check: { status: 429 } };
 
-  const watch = await watchRounds();
   const round = async (kind: FloodKind) => {
     const stop = { now: false };
-    const stopWatching = await watch.start();
     const flooding = kind === "service" ? load(flood) : kind === "bare" ? load(floodAtBare) : undefined;
     if (flooding) await sleep(500); // let the flood reach its pace before measuring
     const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, requests: GET_RATE * FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
@@ -294,22 +292,12 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     await minting;
     const floodResult = flooding ? await flooding : undefined;
     if (get.failures > 0) console.log(`FAILED kyc reads: ${get.failures}; e.g.\n  ${get.samples.join("\n  ")}`);
-    return { kind, mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult, ...(await stopWatching()) };
+    return { mintP50: median(mints), mints: mints.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult };
   };
 
-  type Round = Awaited<ReturnType<typeof round>> & { round: number };
-  const ran: Round[] = [];
   const kinds: FloodKind[] = ["none", "service", "bare"];
-  try {
-    for (let i = 0; i < FLOOD_ROUNDS; i++) {
-      // The order turns every round (as in alternate()): no side always runs first, right
-      // after whatever another left behind (a flood's rate-limit rows and audit trail).
-      for (const kind of [...kinds.slice(i % 3), ...kinds.slice(0, i % 3)]) ran.push({ ...(await round(kind)), round: i + 1 });
-    }
-  } finally {
-    await bare.stop();
-    await watch.close();
-  }
+  const turns = await inTurns(kinds, FLOOD_ROUNDS, round).finally(() => bare.stop());
+  const ran = turns.map((t) => ({ ...t.measured, kind: t.side, round: t.round, load: t.load, background: t.background }));
   const quiet = ran.filter((r) => r.kind === "none");
   const flooded = ran.filter((r) => r.kind === "service");
   const atBare = ran.filter((r) => r.kind === "bare");

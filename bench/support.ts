@@ -497,6 +497,44 @@ export interface Alternation {
   background: number;
 }
 
+/** One measurement of `inTurns`, with the machine's load while it ran. */
+export interface Turn<S, M> {
+  side: S;
+  /** The side's index in the list given. */
+  index: number;
+  /** 1-based. */
+  round: number;
+  measured: M;
+  load: Load;
+  /** PostgreSQL's checkpoints and autovacuum during the measurement ("" for none). */
+  background: string;
+}
+
+/**
+ * Measures every side once a round for `rounds` rounds, the order turning every round
+ * (A B C, B C A, C A B, ...; for two sides A B, B A): no side always runs first, or always
+ * right after what the same other side left behind (a checkpoint, autovacuum, a flood's
+ * rate-limit rows, a warm cache). Each measurement carries the machine's load while it ran.
+ */
+export async function inTurns<S, M>(sides: readonly S[], rounds: number, measure: (side: S, round: number) => Promise<M>): Promise<Turn<S, M>[]> {
+  const turns: Turn<S, M>[] = [];
+  const watch = await watchRounds();
+  try {
+    for (let round = 0; round < rounds; round++) {
+      const first = round % sides.length;
+      const order = [...sides.entries()];
+      for (const [index, side] of [...order.slice(first), ...order.slice(0, first)]) {
+        const stop = await watch.start();
+        const measured = await measure(side, round);
+        turns.push({ side, index, round: round + 1, measured, ...(await stop()) });
+      }
+    }
+  } finally {
+    await watch.close();
+  }
+  return turns;
+}
+
 /**
  * Measures `sides` in alternating rounds (A B, B A, A B, ...; `ROUNDS` of each), printing
  * every round with the machine's load while it ran and any failed responses; the sides
@@ -504,34 +542,20 @@ export interface Alternation {
  */
 export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
-  const rows: Record<string, string | number>[] = [];
-  const watch = await watchRounds();
-  try {
-    for (let round = 0; round < rounds; round++) {
-      // The order flips every round (A B, B A, A B, ...): a side that always went second
-      // would always meet what the first left behind (a checkpoint, autovacuum, a warm cache).
-      const order = [...sides.entries()];
-      if (round % 2 === 1) order.reverse();
-      for (const [i, side] of order) {
-        const stop = await watch.start();
-        const m = await side.measure(round);
-        const { load: l, background } = await stop();
-        results[i]!.rounds.push({ ...m, load: l, background });
-        rows.push({
-          round: round + 1,
-          side: side.name,
-          "req/s": fmt(m.rps),
-          "p50 ms": fmt(m.p50, 2),
-          "p99 ms": fmt(m.p99, 2),
-          failures: m.failures,
-          ...loadColumns(l),
-          "postgres background": background,
-        });
-      }
-    }
-  } finally {
-    await watch.close();
-  }
+  const turns = await inTurns(sides, rounds, (side, round) => side.measure(round));
+  const rows = turns.map(({ side, index, round, measured: m, load: l, background }) => {
+    results[index]!.rounds.push({ ...m, load: l, background });
+    return {
+      round,
+      side: side.name,
+      "req/s": fmt(m.rps),
+      "p50 ms": fmt(m.p50, 2),
+      "p99 ms": fmt(m.p99, 2),
+      failures: m.failures,
+      ...loadColumns(l),
+      "postgres background": background,
+    };
+  });
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
   for (const r of results) {
