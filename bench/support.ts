@@ -589,12 +589,20 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
 }
 
 /**
+ * Rounds of each level of `alternateAtLevels`, the comparisons with the goals against a
+ * peer: five, not three. Two full runs of the same code an hour apart flipped the
+ * verdict at 50 connections (exchange 1.57x, then 1.37x, against 1.5x) on one round's
+ * difference; a median of five moves less with one unusual round.
+ */
+const LEVEL_ROUNDS = comparisonRounds(5);
+
+/**
  * `alternate` at each concurrency in `levels`, then each side at its own peak (its best
  * median req/s over the levels): equal-concurrency ratios and the peak-to-peak ratio.
  */
 export async function alternateAtLevels(title: string, levels: number[], sides: (connections: number) => Side[]) {
   const perLevel: { connections: number; result: Alternation }[] = [];
-  for (const connections of levels) perLevel.push({ connections, result: await alternate(`${title}, ${connections} connections`, sides(connections)) });
+  for (const connections of levels) perLevel.push({ connections, result: await alternate(`${title}, ${connections} connections`, sides(connections), LEVEL_ROUNDS) });
   const peak = (i: number) => Math.max(...perLevel.map((l) => l.result.sides[i]!.rps));
   const peakRatio = peak(0) / peak(1);
   const names = perLevel[0]!.result.sides.map((s) => s.name);
