@@ -236,9 +236,11 @@ function parentOf(pid: number): number | undefined {
 
 /**
  * The processes that only launched this bench (`npm run bench`, its `sh -c`,
- * scripts/bench.mjs): this process's ancestors, nearest first, as long as their command
- * line names the bench. Their CPU is the bench's own, not outside load.
+ * scripts/bench.mjs): this process's ancestors, nearest first, as long as each is one of
+ * those. Their CPU is the bench's own, not outside load. The walk stops at the first
+ * other process (the operator's shell), whose other children are not the bench's.
  */
+const LAUNCHER = /^npm run bench(?:[ \0]|$)|(?:^|\0)scripts\/bench\.mjs(?:\0|$)|^(?:\/bin\/)?sh\0-c\0node scripts\/bench\.mjs/;
 const launchers: number[] = (() => {
   const out: number[] = [];
   for (let pid: number | undefined = process.ppid; pid !== undefined && pid > 1; pid = parentOf(pid)) {
@@ -248,7 +250,7 @@ const launchers: number[] = (() => {
     } catch {
       break;
     }
-    if (!cmdline.includes("bench")) break;
+    if (!LAUNCHER.test(cmdline)) break;
     out.push(pid);
   }
   return out;
