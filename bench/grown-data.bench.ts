@@ -19,7 +19,7 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, benchDatabase, benchLogger, fmt, fundedAgentBudget, load, QUICK, comparisonRounds, settleBenchPostgres, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import { alternate, benchDatabase, benchLogger, fmt, fundedAgentBudget, load, QUICK, NEAR_ONE_ROUNDS, settleBenchPostgres, verdict, type BodyCheck, type LoadSpec } from "./support.js";
 
 const SCALE = Number(process.env.BENCH_GROWN_SCALE ?? 1); // BENCH_GROWN_SCALE=0.1 for a quick try
 const AUDIT_ROWS = Math.round(1_000_000 * SCALE);
@@ -29,14 +29,6 @@ const PAYMENT_VAULTS = 10;
 const PAYMENTS_PER_VAULT = Math.round(10_000 * SCALE);
 const BENCH_VAULT_PAYMENTS = Math.round(100_000 * SCALE);
 const CONNECTIONS = 50;
-// Grown and fresh should measure the same, so a round's ratio is mostly this machine's
-// noise: one measurement of 5 s moves by about 8% from the next, and the rounds of one
-// path spread 0.82-1.27 in a run. With five rounds the median still moved by about 5%
-// from run to run, enough to flip a 0.95x verdict on a path whose ratio over fifteen
-// rounds was 0.97-1.01 (docs/benchmarks.md). For a path that truly measures 1.00x, nine
-// rounds make a false FAIL about half as likely as five (about 9% of runs against 16%).
-// BENCH_ROUNDS still decides when set.
-const ROUNDS_HERE = comparisonRounds(9);
 const INITIATES = QUICK ? 1500 : 5000;
 const REDIRECT = "http://127.0.0.1:9/cb";
 const verifier = randomBytes(32).toString("base64url");
@@ -274,7 +266,7 @@ export async function run(): Promise<void> {
     const results = [];
     for (const path of paths.filter((p) => !only || only.split(",").some((w) => p.name.includes(w.trim())))) {
       for (const s of [grown, fresh]) await load({ ...(await path.spec(s)), ...(path.name === "payments.initiate" ? {} : { seconds: 2 }) }); // warm-up
-      const r = await alternate(`${path.name}, ${CONNECTIONS} connections: grown vs fresh database`, [grown, fresh].map((s) => ({ name: s.name, measure: async () => load(await path.spec(s)) })), ROUNDS_HERE);
+      const r = await alternate(`${path.name}, ${CONNECTIONS} connections: grown vs fresh database`, [grown, fresh].map((s) => ({ name: s.name, measure: async () => load(await path.spec(s)) })), NEAR_ONE_ROUNDS);
       results.push({ path: path.name, r });
     }
     for (const { path, r } of results) {

@@ -18,7 +18,7 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, alternateAtLevels, benchDatabase, benchLogger, fmt, load, percentile, seconds, verdict, type BodyCheck, type Measurement } from "./support.js";
+import { alternate, alternateAtLevels, benchDatabase, benchLogger, fmt, load, NEAR_ONE_ROUNDS, percentile, seconds, verdict, type BodyCheck, type Measurement } from "./support.js";
 
 /** `DATABASE_POOL_MAX`'s default (cli/config.ts): the ceiling gets the same pool. */
 const POOL = 20;
@@ -127,7 +127,7 @@ export async function run(): Promise<void> {
     const logging = await alternate("GET /users/<id>/kyc, gateway log level info vs silent, 50 connections", [
       { name: "info", measure: kyc(urlOf(gateway), 50) },
       { name: "silent", measure: kyc(urlOf(silentGateway), 50) },
-    ]);
+    ], NEAR_ONE_ROUNDS);
     const vsInsertOverHttp = await alternate("GET /users/<id>/kyc vs the INSERT ceiling behind HTTP (fastify route, same JSON, same load generator), 50 connections (printed, not judged)", [
       { name: "GET kyc (info log)", measure: kyc(urlOf(gateway), 50) },
       { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
