@@ -4,7 +4,8 @@ import type { Budget, Payment } from "../../gen/vaultgate/budgets/v1/budgets_pb.
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { html, type Html } from "./html.js";
-import { PageError, reasonOf, type WebContext } from "./plugin.js";
+import { PageError, type WebContext } from "./plugin.js";
+import { noteRefusal } from "../request-log.js";
 import { UUID } from "../shared/uuid.js";
 
 type Current = { token: string; session: WebSession };
@@ -114,7 +115,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     try {
       await call();
     } catch (err) {
-      if (reasonOf(reply.request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
+      if (noteRefusal(reply.request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
       throw err;
     }
     return reply.redirect(done, 303);
@@ -172,7 +173,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current.session.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
     const call = () =>
       ctx.budgets.approvePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)).catch((err: unknown) => {
-        if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing("payment");
+        if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("payment");
         throw err;
       });
     return approve(reply, here, call, "/dashboard/agents?done=payment-approved");
@@ -191,7 +192,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
     try {
       await call(current);
     } catch (err) {
-      if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing(what);
+      if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing(what);
       throw err;
     }
     return reply.redirect(`/dashboard/agents?done=${what}-declined`, 303);
@@ -259,7 +260,7 @@ export async function approvalRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.budgets
         .activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request))
         .catch((err: unknown) => {
-          if (reasonOf(request, err) === Reason.NOT_FOUND) throw nothing("budget");
+          if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("budget");
           throw err;
         });
     return approve(reply, here, call, "/dashboard/agents?done=budget-activated");

@@ -4,7 +4,8 @@ import type { CheckAuthorizationResponse } from "../../gen/vaultgate/grants/v1/g
 import { oauthErrorFrom } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
 import { html } from "./html.js";
-import { PageError, reasonOf, type WebContext } from "./plugin.js";
+import { PageError, type WebContext } from "./plugin.js";
+import { noteRefusal } from "../request-log.js";
 
 /** spec 4.3 parameters; `resource` may repeat (RFC 8707). */
 const PARAMS = ["response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method", "scope", "resource", "state"] as const;
@@ -59,7 +60,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
 
   /** Untrusted client or redirect URI: a page; anything else goes back to the client (RFC 6749 4.1.2.1). */
   function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
-    const reason = reasonOf(reply.request, err);
+    const reason = noteRefusal(reply.request, err);
     // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
     if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === Reason.INVALID_TOKEN || reason === undefined) throw err;
     const e = oauthErrorFrom(err);
@@ -151,7 +152,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
       );
       return redirectBack(reply, p, { code: res.code });
     } catch (err) {
-      if (reasonOf(request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
       return refuse(reply, p, err);
     }
   });

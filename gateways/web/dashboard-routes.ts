@@ -4,7 +4,8 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary, GrantSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
 import { html, type Html } from "./html.js";
-import { PageError, reasonOf, type WebContext } from "./plugin.js";
+import { PageError, type WebContext } from "./plugin.js";
+import { noteRefusal } from "../request-log.js";
 import { loadPending, money, paymentPath, pendingSection } from "./approval-routes.js";
 import { FORM_KEY, MONEY_NOTICES, MONEY_PATH, moneyReturnTo, parseAmount, prefillFrom, vaultAnchor, vaultCard, type CardOptions } from "./money.js";
 import { UUID } from "../shared/uuid.js";
@@ -124,7 +125,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
         (r) => r.agent,
         (err: unknown) => {
-          if (reasonOf(request, err) === Reason.NOT_FOUND) return undefined;
+          if (noteRefusal(request, err) === Reason.NOT_FOUND) return undefined;
           throw err;
         },
       ),
@@ -257,7 +258,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
       const done = await call(current, input, vaultId);
       return reply.redirect(`${back}?done=${done}#${vaultAnchor(vaultId)}`, 303);
     } catch (err) {
-      const reason = reasonOf(request, err);
+      const reason = noteRefusal(request, err);
       const row = reason === undefined ? undefined : MONEY_ERRORS[reason];
       if (!row) throw err;
       // A step-up that went stale meanwhile: through the step-up page again.

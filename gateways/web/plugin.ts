@@ -197,7 +197,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
         const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
         return { token, session: res.session! };
       } catch (err) {
-        if (reasonOf(request, err) === Reason.INVALID_TOKEN) return undefined;
+        if (noteRefusal(request, err) === Reason.INVALID_TOKEN) return undefined;
         throw err;
       }
     },
@@ -221,7 +221,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
       return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);
     }
-    const reason = reasonOf(request, err);
+    const reason = noteRefusal(request, err);
     if (reason === Reason.INVALID_TOKEN) {
       ctx.clearSession(reply);
       return ctx.signInRedirect(reply, request.method === "GET" ? request.url : "/dashboard/agents");
@@ -242,9 +242,6 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   await dashboardRoutes(app, ctx);
   await approvalRoutes(app, ctx);
 }
-
-/** Core's reason for refusing a call made for `request`, noted for the request's log line. */
-export const reasonOf: (request: FastifyRequest, err: unknown) => Reason | undefined = noteRefusal;
 
 /** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
 export function safeReturnTo(value: string | undefined): string {

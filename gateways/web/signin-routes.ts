@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { html } from "./html.js";
-import { reasonOf, safeReturnTo, type WebContext } from "./plugin.js";
+import { safeReturnTo, type WebContext } from "./plugin.js";
+import { noteRefusal } from "../request-log.js";
 import { UUID } from "../shared/uuid.js";
 
 type Query = Record<string, string | string[] | undefined>;
@@ -58,7 +59,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "" }, ctx.rpc(request));
       return reply.redirect(`/signin/code?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
     } catch (err) {
-      if (reasonOf(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
+      if (noteRefusal(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
       throw err;
     }
   });
@@ -86,7 +87,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
       return reply.redirect(returnTo, 303);
     } catch (err) {
-      if (reasonOf(request, err) !== Reason.INVALID_GRANT) throw err;
+      if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
         action: "/signin/code",
         challenge: UUID.test(challenge) ? challenge : "",
@@ -164,7 +165,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       await ctx.grants.completeSignIn({ challengeId: challenge, code: form.params.get("code") ?? "", sessionToken: current.token }, ctx.rpc(request));
       return reply.redirect(returnTo, 303);
     } catch (err) {
-      if (reasonOf(request, err) !== Reason.INVALID_GRANT) throw err;
+      if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
         action: "/stepup/code",
         challenge: UUID.test(challenge) ? challenge : "",
