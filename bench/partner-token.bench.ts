@@ -337,7 +337,7 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>) {
     floodBroken += r.flood!.failures;
     if (r.flood!.failures > 0) console.log(`flood requests not refused: ${r.flood!.failures}; e.g.\n  ${r.flood!.samples.join("\n  ")}`);
   }
-  console.log(`\nLegitimate partner under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), ${FLOOD_ROUNDS} rounds of ${FLOOD_ROUND_S} s, the order flipping every round:`);
+  console.log(`\nLegitimate partner under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), ${FLOOD_ROUNDS} rounds of ${FLOOD_ROUND_S} s, the order turning every round:`);
   table([
     { measure: "partner token mint p50 ms (sequential, cached secret)", "no flood": fmt(mintQuiet, 2), flood: fmt(mintFlood, 2), "median of round ratios": `${fmt(mintRatio, 2)}x`, target: "<= 2x" },
     { measure: `GET /users/<id>/kyc p99 ms (${GET_RATE}/s, ${GET_CONNECTIONS} connections)`, "no flood": fmt(getQuiet, 1), flood: fmt(getFlood, 1), "median of round ratios": `${fmt(getRatio, 2)}x`, target: "<= 1.5x" },

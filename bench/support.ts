@@ -273,7 +273,7 @@ function snapshot(): CpuSnapshot {
   try {
     ioFull = parseIoFull(readFileSync("/proc/pressure/io", "utf8"));
   } catch {
-    ioFull = undefined; // a kernel without pressure stall information
+    // a kernel without pressure stall information: no stall figure
   }
   const procs = new Map<number, ProcSample>();
   for (const name of readdirSync("/proc")) {
@@ -549,26 +549,24 @@ export async function inTurns<S, M>(sides: readonly S[], rounds: number, measure
 }
 
 /**
- * Measures `sides` in alternating rounds (A B, B A, A B, ...; `ROUNDS` of each), printing
+ * Measures `sides` in alternating rounds (A B, B A, A B, ...; `ROUNDS` of each, see inTurns), printing
  * every round with the machine's load while it ran and any failed responses; the sides
  * are compared by the median of the per-round req/s ratios (first side over second).
  */
 export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const turns = await inTurns(sides, rounds, (side, round) => side.measure(round));
-  const rows = turns.map(({ side, index, round, measured: m, load: l, background }) => {
-    results[index]!.rounds.push({ ...m, load: l, background });
-    return {
-      round,
-      side: side.name,
-      "req/s": fmt(m.rps),
-      "p50 ms": fmt(m.p50, 2),
-      "p99 ms": fmt(m.p99, 2),
-      failures: m.failures,
-      ...loadColumns(l),
-      "postgres background": background,
-    };
-  });
+  for (const t of turns) results[t.index]!.rounds.push({ ...t.measured, load: t.load, background: t.background });
+  const rows = turns.map(({ side, round, measured: m, load: l, background }) => ({
+    round,
+    side: side.name,
+    "req/s": fmt(m.rps),
+    "p50 ms": fmt(m.p50, 2),
+    "p99 ms": fmt(m.p99, 2),
+    failures: m.failures,
+    ...loadColumns(l),
+    "postgres background": background,
+  }));
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
   for (const r of results) {
