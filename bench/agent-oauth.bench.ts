@@ -81,6 +81,7 @@ function exchangeLoad(c: Contender, codes: string[], connections: number): Promi
     url: c.tokenUrl,
     method: "POST",
     connections,
+    server: process.pid,
     headers: { "content-type": "application/x-www-form-urlencoded" },
     bodies: codes.map((code) =>
       new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }).toString(),
@@ -98,6 +99,7 @@ function refreshLoad(c: Contender, tokens: string[], connections: number): Promi
     url: c.tokenUrl,
     method: "POST",
     connections,
+    server: process.pid,
     headers: { "content-type": "application/x-www-form-urlencoded" },
     rotate: { tokens, field: "refresh_token", form: { grant_type: "refresh_token", client_id: c.clientId, client_secret: c.clientSecret } },
     check: TOKEN_RESPONSE,

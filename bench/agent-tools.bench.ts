@@ -25,9 +25,9 @@ export async function run(): Promise<void> {
       method: "tools/call",
       params: { name: "payments.simulate", arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: "bench-sim-0001" } },
     });
-    const oursSpec = { url: `${info.url}/mcp/write`, method: "POST" as const, body: simulate, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` } };
+    const oursSpec = { url: `${info.url}/mcp/write`, method: "POST" as const, server: ours.child.pid, body: simulate, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` } };
     const trivial = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "echo", arguments: {} } });
-    const peerSpec = { url: `${(peer.info as { url: string }).url}/mcp`, method: "POST" as const, body: trivial, headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } };
+    const peerSpec = { url: `${(peer.info as { url: string }).url}/mcp`, method: "POST" as const, server: peer.child.pid, body: trivial, headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } };
 
     // The expected shape: a JSON-RPC result whose structured content has the fields of a
     // good simulation (taken from one checked answer).

@@ -266,7 +266,7 @@ export async function run(): Promise<void> {
     const results = [];
     for (const path of paths.filter((p) => !only || only.split(",").some((w) => p.name.includes(w.trim())))) {
       for (const s of [grown, fresh]) await load({ ...(await path.spec(s)), ...(path.name === "payments.initiate" ? {} : { seconds: 2 }) }); // warm-up
-      const r = await alternate(`${path.name}, ${CONNECTIONS} connections: grown vs fresh database`, [grown, fresh].map((s) => ({ name: s.name, measure: async () => load(await path.spec(s)) })), NEAR_ONE_ROUNDS);
+      const r = await alternate(`${path.name}, ${CONNECTIONS} connections: grown vs fresh database`, [grown, fresh].map((s) => ({ name: s.name, measure: async () => load({ ...(await path.spec(s)), server: process.pid }) })), NEAR_ONE_ROUNDS);
       results.push({ path: path.name, r });
     }
     for (const { path, r } of results) {

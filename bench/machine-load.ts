@@ -152,3 +152,33 @@ export function loadBetween(before: CpuSnapshot, after: CpuSnapshot, roots: Iter
     disturbed: others > DISTURBED_CORES,
   };
 }
+
+/**
+ * One thread's scheduler counters, from /proc/<pid>/task/<tid>/schedstat: nanoseconds it
+ * ran on a core, and nanoseconds it was ready to run but waited while other tasks had
+ * every core.
+ */
+export interface ThreadSched {
+  onCpuNs: number;
+  waitNs: number;
+}
+
+/** A schedstat line ("<on cpu ns> <waiting ns> <timeslices>"); undefined when it is not one. */
+export function parseSchedstat(text: string): ThreadSched | undefined {
+  const fields = text.trim().split(/\s+/);
+  if (fields.length !== 3 || !fields.every((f) => /^\d+$/.test(f))) return undefined;
+  return { onCpuNs: Number(fields[0]), waitNs: Number(fields[1]) };
+}
+
+/**
+ * Of the time a thread wanted a core between two readings, the share it spent waiting for
+ * one: 0 when it always had a core at once, 0.2 when a fifth of its time ready to run went
+ * to other tasks. Undefined when a reading is missing or the thread never wanted a core.
+ */
+export function waitedShare(before: ThreadSched | undefined, after: ThreadSched | undefined): number | undefined {
+  if (!before || !after) return undefined;
+  const ran = after.onCpuNs - before.onCpuNs;
+  const waited = after.waitNs - before.waitNs;
+  if (ran < 0 || waited < 0 || ran + waited === 0) return undefined;
+  return waited / (ran + waited);
+}

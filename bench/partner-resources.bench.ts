@@ -117,7 +117,7 @@ export async function run(): Promise<void> {
     });
     await insertOverHttp.listen({ port: 0, host: "127.0.0.1" });
 
-    const kyc = (base: string, connections: number) => () => load({ url: `${base}${path}`, headers, connections, check });
+    const kyc = (base: string, connections: number) => () => load({ url: `${base}${path}`, headers, connections, check, server: process.pid });
     await kyc(urlOf(gateway), 10)(); // warm-up: JIT, pools
 
     const vsInsert = await alternateAtLevels("GET /users/<id>/kyc vs single-row INSERT ceiling", LEVELS, (connections) => [
@@ -133,7 +133,7 @@ export async function run(): Promise<void> {
       { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
     ]);
     const fastifyBare = await alternate("ceiling: bare fastify, same JSON, 50 connections (printed, not judged)", [
-      { name: "bare fastify", measure: () => load({ url: `${urlOf(bare)}${path}`, connections: 50, check }) },
+      { name: "bare fastify", measure: () => load({ url: `${urlOf(bare)}${path}`, connections: 50, check, server: process.pid }) },
     ], 1);
 
     const at50 = vsInsert.perLevel.find((l) => l.connections === 50)!.result;

@@ -21,7 +21,7 @@ import type { Logger } from "pino";
 import { createLogger, logDestination } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
 import type { CoreClients } from "../gateways/core-clients.js";
-import { DISTURBED_CORES, loadBetween, parseCpuLine, parseIoFull, parseStat, type CpuSnapshot, type Load, type ProcSample } from "./machine-load.js";
+import { DISTURBED_CORES, loadBetween, parseCpuLine, parseIoFull, parseSchedstat, parseStat, waitedShare, type CpuSnapshot, type Load, type ProcSample, type ThreadSched } from "./machine-load.js";
 
 export type { Load } from "./machine-load.js";
 
@@ -287,6 +287,18 @@ function snapshot(): CpuSnapshot {
   return { at: performance.now(), busy, steal, ioFull, procs };
 }
 
+/**
+ * The scheduler counters of process `pid`'s main thread (its thread id is its pid), or
+ * undefined where the kernel keeps none or the process is gone.
+ */
+function mainThreadSched(pid: number): ThreadSched | undefined {
+  try {
+    return parseSchedstat(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
 const PROBE_INPUT = Buffer.alloc(16 * 1024, 7);
 
 /**
@@ -370,6 +382,11 @@ export interface LoadSpec {
   /** Stop after this many requests instead of after `seconds` (a paced load: exactly this many). */
   requests?: number;
   check: BodyCheck;
+  /**
+   * The process whose main thread answers (`process.pid` for a server in the bench's own
+   * process): the measurement then says how long that thread waited for a core.
+   */
+  server?: number;
 }
 
 export interface Measurement {
@@ -383,6 +400,11 @@ export interface Measurement {
   samples: string[];
   /** How many answers had each HTTP status (paced loads). */
   statuses?: Record<string, number>;
+  /**
+   * With `server`: of the time the server's main thread was ready to run during the load,
+   * the share it waited while other tasks held every core (see `waitedShare`).
+   */
+  serverWaited?: number;
 }
 
 export function checkResponse(check: BodyCheck, status: number, body: string): string | undefined {
@@ -416,10 +438,13 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
   let out = "";
   child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
   const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  const before = spec.server === undefined ? undefined : mainThreadSched(spec.server);
   child.stdin!.end(JSON.stringify({ seconds: seconds(8), ...spec }));
   const code = await exited;
   if (code !== 0) throw new Error(`load generator exited with ${code}: ${out}`);
-  return JSON.parse(out) as Measurement;
+  const measured = JSON.parse(out) as Measurement;
+  if (spec.server !== undefined) measured.serverWaited = waitedShare(before, mainThreadSched(spec.server));
+  return measured;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -557,6 +582,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const turns = await inTurns(sides, rounds, (side, round) => side.measure(round));
   for (const t of turns) results[t.index]!.rounds.push({ ...t.measured, load: t.load, background: t.background });
+  const serverKnown = turns.some((t) => t.measured.serverWaited !== undefined);
   const rows = turns.map(({ side, round, measured: m, load: l, background }) => ({
     round,
     side: side.name,
@@ -564,11 +590,19 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     "p50 ms": fmt(m.p50, 2),
     "p99 ms": fmt(m.p99, 2),
     failures: m.failures,
+    ...(serverKnown ? { "server waited": m.serverWaited === undefined ? "-" : `${fmt(100 * m.serverWaited, 0)}%` } : {}),
     ...loadColumns(l),
     "postgres background": background,
   }));
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
+  if (serverKnown) {
+    const waits = results.map((r) => {
+      const shares = r.rounds.flatMap((x) => (x.serverWaited === undefined ? [] : [x.serverWaited]));
+      return `${r.name} ${shares.length ? `${fmt(100 * median(shares), 0)}%` : "-"}`;
+    });
+    console.log(`server's main thread waited for a core (of the time it was ready to run; median of rounds): ${waits.join(", ")}`);
+  }
   for (const r of results) {
     r.rps = median(r.rounds.map((x) => x.rps));
     r.p50 = median(r.rounds.map((x) => x.p50));

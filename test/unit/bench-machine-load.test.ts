@@ -7,7 +7,9 @@ import {
   loadBetween,
   parseCpuLine,
   parseIoFull,
+  parseSchedstat,
   parseStat,
+  waitedShare,
   type CpuSnapshot,
   type ProcSample,
 } from "../../bench/machine-load.js";
@@ -160,6 +162,30 @@ describe("bench machine load: what the per-round load columns mean", () => {
       const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 0, 20)]]);
       const after = snap(10, 10 * HZ, [[BENCH, proc(1, 0, 10)], [300, proc(1, 101, 20)]]);
       expect(loadBetween(before, after, [BENCH], probes).disturbed).to.equal(true);
+    });
+  });
+
+  describe("the server thread's wait for a core", () => {
+    it("reads the time on a core and the time ready but waiting from a schedstat line", () => {
+      expect(parseSchedstat("5123456789 912345678 40211\n")).to.deep.equal({ onCpuNs: 5123456789, waitNs: 912345678 });
+    });
+
+    it("refuses what is not a schedstat line (a kernel without the counters leaves the column empty)", () => {
+      for (const text of ["", "\n", "1 2", "1 2 3 4", "a b c", "1 -2 3"]) expect(parseSchedstat(text), JSON.stringify(text)).to.equal(undefined);
+    });
+
+    it("is the share of the time the thread wanted a core that it spent waiting", () => {
+      const before = { onCpuNs: 10e9, waitNs: 1e9 };
+      expect(waitedShare(before, { onCpuNs: 14e9, waitNs: 2e9 })).to.equal(0.2);
+      expect(waitedShare(before, { onCpuNs: 13e9, waitNs: 1e9 })).to.equal(0);
+    });
+
+    it("has no share without both readings, for a thread that never wanted a core, or for counters that went back (a new process under the pid)", () => {
+      const r = { onCpuNs: 10e9, waitNs: 1e9 };
+      expect(waitedShare(undefined, r)).to.equal(undefined);
+      expect(waitedShare(r, undefined)).to.equal(undefined);
+      expect(waitedShare(r, { ...r })).to.equal(undefined);
+      expect(waitedShare(r, { onCpuNs: 1e9, waitNs: 2e9 })).to.equal(undefined);
     });
   });
 });
