@@ -192,10 +192,11 @@ const FLOOD_RATE = Number(process.env.BENCH_FLOOD_RATE ?? 4);
 const FLOOD_ROUND_S = seconds(6);
 /**
  * Five rounds of each kind, not three (BENCH_ROUNDS still decides when set). The verdict is
- * a p99 of 1,000-1,200 reads (the 10th-12th slowest; 200 a second for 5-6 s): one disk stall of a few hundred
- * milliseconds sets it alone (a round without a flood read 164 ms at p99 beside 45-91 ms
- * of stall in the other rounds). With three rounds one such round and the ordinary
- * spread of two 5-10 ms p99s decided the median; five need two stalled rounds.
+ * a p99 of 1,000-1,200 reads (the 10th-12th slowest; 200 a second for 5-6 s): one disk
+ * stall of a few hundred milliseconds sets it alone (a round without a flood read 164 ms
+ * at p99 beside 45-91 ms of stall in the other rounds). With three rounds one such round
+ * and the ordinary spread of two 5-10 ms p99s decided the median; five need two stalled
+ * rounds.
  */
 const FLOOD_ROUNDS = comparisonRounds(5);
 const GET_CONNECTIONS = 8;

@@ -535,6 +535,9 @@ export interface Alternation {
   background: number;
 }
 
+/** A share (0.17) as a whole percentage ("17%"), or "-" when there is none. */
+const percent = (share: number | undefined) => (share === undefined ? "-" : `${fmt(100 * share, 0)}%`);
+
 /** One measurement of `inTurns`, with the machine's load while it ran. */
 export interface Turn<S, M> {
   side: S;
@@ -590,16 +593,16 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     "p50 ms": fmt(m.p50, 2),
     "p99 ms": fmt(m.p99, 2),
     failures: m.failures,
-    ...(serverKnown ? { "server waited": m.serverWaited === undefined ? "-" : `${fmt(100 * m.serverWaited, 0)}%` } : {}),
+    ...(serverKnown ? { "server waited": percent(m.serverWaited) } : {}),
     ...loadColumns(l),
     "postgres background": background,
   }));
   console.log(`\n${title}: ${rounds} alternating round(s)`);
   table(rows);
   if (serverKnown) {
-    const waits = results.map((r) => {
+    const waits = results.flatMap((r) => {
       const shares = r.rounds.flatMap((x) => (x.serverWaited === undefined ? [] : [x.serverWaited]));
-      return `${r.name} ${shares.length ? `${fmt(100 * median(shares), 0)}%` : "-"}`;
+      return shares.length ? [`${r.name} ${percent(median(shares))}`] : [];
     });
     console.log(`server's main thread waited for a core (of the time it was ready to run; median of rounds): ${waits.join(", ")}`);
   }
