@@ -8,18 +8,18 @@
  *
  * Ours runs as shipped (the production logger at info, the default pool of 20, commits
  * to durable Postgres); oidc-provider uses an in-memory adapter (its documented dev
- * default), which flatters the peer. Both servers live in this process and are never
- * measured at the same time; the load generator is its own process. Every response must
- * be a token response (access_token, refresh_token, token_type).
+ * default), which flatters the peer. Each server runs in a process of its own (ours is
+ * `vaultgate serve`, the peer bench/agent-oauth-peer.ts), as does the load generator, and
+ * they are never measured at the same time. Every response must be a token response
+ * (access_token, refresh_token, token_type).
  */
-import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
-import { createServer, type Server } from "node:http";
+import { createHash, randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
-import { createCore } from "../core/core.js";
-import { createInProcessTransport } from "../core/in-process-transport.js";
-import { buildGateway } from "../gateways/app.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
-import { alternateAtLevels, benchLogger, benchDatabase, fmt, load, median, percentile, QUICK, table, verdict, type BodyCheck, type Measurement } from "./support.js";
+import { tempDataDir } from "../test/support/process.js";
+import { alternateAtLevels, benchDatabase, fmt, load, median, percentile, QUICK, startBenchChild, startService, table, verdict, type BodyCheck, type Measurement } from "./support.js";
 
 const LEVELS = [10, 50];
 const CODES = QUICK ? 1000 : 4000;
@@ -32,20 +32,20 @@ const challenge = createHash("sha256").update(verifier).digest("base64url");
 
 interface Contender {
   name: string;
+  /** The process that answers (its main thread's waits are printed). */
+  pid: number;
   tokenUrl: string;
   clientId: string;
   clientSecret: string;
   /** Fresh single-use codes bound to REDIRECT and `challenge`. */
   mintCodes(n: number): Promise<string[]>;
-  /** One refresh token per connection, each starting its own lineage. */
-  refreshTokens(n: number): Promise<string[]>;
   close(): Promise<void>;
 }
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
   const ours = await startOurs(db.url);
-  const peer = await startOidcProvider();
+  const peer = await startPeer();
   try {
     // Warm-up: JIT, pools, the client-secret check.
     for (const c of [ours, peer]) await exchangeLoad(c, await c.mintCodes(300), 10);
@@ -54,7 +54,7 @@ export async function run(): Promise<void> {
         [ours, peer].map((c) => ({
           name: c.name,
           measure: async () =>
-            grant === "exchange" ? exchangeLoad(c, await c.mintCodes(CODES), connections) : refreshLoad(c, await c.refreshTokens(connections * 2), connections),
+            grant === "exchange" ? exchangeLoad(c, await c.mintCodes(CODES), connections) : refreshLoad(c, await refreshTokens(c, connections * 2), connections),
         })),
       );
       // The floor every change keeps (each side at its peak, where it was first set), and
@@ -81,7 +81,7 @@ function exchangeLoad(c: Contender, codes: string[], connections: number): Promi
     url: c.tokenUrl,
     method: "POST",
     connections,
-    server: process.pid,
+    server: c.pid,
     headers: { "content-type": "application/x-www-form-urlencoded" },
     bodies: codes.map((code) =>
       new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }).toString(),
@@ -99,38 +99,48 @@ function refreshLoad(c: Contender, tokens: string[], connections: number): Promi
     url: c.tokenUrl,
     method: "POST",
     connections,
-    server: process.pid,
+    server: c.pid,
     headers: { "content-type": "application/x-www-form-urlencoded" },
     rotate: { tokens, field: "refresh_token", form: { grant_type: "refresh_token", client_id: c.clientId, client_secret: c.clientSecret } },
     check: TOKEN_RESPONSE,
   });
 }
 
+/** One refresh token per lineage: fresh codes exchanged at the token endpoint, as a client would. */
+async function refreshTokens(c: Contender, n: number): Promise<string[]> {
+  const out: string[] = [];
+  for (const code of await c.mintCodes(n)) {
+    const res = await fetch(c.tokenUrl, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }),
+    });
+    const body = (await res.json()) as { refresh_token?: string };
+    if (!body.refresh_token) throw new Error(`${c.name}: code exchange failed: ${res.status} ${JSON.stringify(body)}`);
+    out.push(body.refresh_token);
+  }
+  return out;
+}
+
 interface OurContender extends Contender {
   url: string;
   clients: CoreClients;
-  admin: CoreClients;
-  userId: string;
-  vaultId: string;
   sessionCookie: string;
 }
 
+/** `vaultgate serve --role all` as shipped; fixtures through core's gRPC API, as the CLI reaches it. */
 async function startOurs(databaseUrl: string): Promise<OurContender> {
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const port = await freePort();
-  const origin = `http://127.0.0.1:${port}`;
-  const core = await createCore({ db: { url: databaseUrl, poolMax: 20 }, logger: benchLogger("agent-oauth-core"), adminToken, gatewayToken, issuer: origin, mcpUrl: origin, partnerAudience: "urn:vaultgate:partner-api" });
-  const clients = createCoreClients(createInProcessTransport(core.routes, core.interceptors), { gatewayToken });
-  const admin = clients;
+  const dir = await tempDataDir();
+  const service = await startService({ DATABASE_URL: databaseUrl, DATA_DIR: dir.path, ADMIN_TOKEN: adminToken, GATEWAY_TOKEN: gatewayToken });
+  const clients = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl }), { gatewayToken });
   const adminCall = { headers: { authorization: `Bearer ${adminToken}` } };
-  const gateway = await buildGateway({ clients, logger: benchLogger("agent-oauth-gateway"), urls: { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin } });
-  await gateway.listen({ port, host: "127.0.0.1" });
 
   const email = `bench-${randomBytes(4).toString("hex")}@example.com`;
-  const user = await admin.partners.createUser({ email }, adminCall);
+  const user = await clients.partners.createUser({ email }, adminCall);
   const ch = await clients.grants.startSignIn({ email });
-  const { messages } = await admin.grants.listOutbox({ email }, adminCall);
+  const { messages } = await clients.grants.listOutbox({ email }, adminCall);
   const otp = /\d{6}/.exec(messages[0]!.subject)![0];
   const { sessionToken } = await clients.grants.completeSignIn({ challengeId: ch.challengeId, code: otp });
   const reg = await clients.grants.registerClient({ clientName: "bench", redirectUris: [REDIRECT], tokenEndpointAuthMethod: "client_secret_post", scope: SCOPE });
@@ -143,163 +153,40 @@ async function startOurs(databaseUrl: string): Promise<OurContender> {
     codeChallengeMethod: "S256",
     sessionToken: "",
   };
-  const mintCodes = async (n: number) => {
-    const out: string[] = [];
-    for (let i = 0; i < n; i += 20) {
-      const batch = await Promise.all(Array.from({ length: Math.min(20, n - i) }, () => clients.grants.approveAuthorization({ request, sessionToken, vaultId: user.vaultId })));
-      out.push(...batch.map((b) => b.code));
-    }
-    return out;
-  };
   return {
     name: "vaultgate",
-    url: origin,
-    tokenUrl: `${origin}/oauth2/token`,
+    pid: service.pid,
+    url: service.gatewayUrl,
+    tokenUrl: `${service.gatewayUrl}/oauth2/token`,
     clientId: reg.client!.clientId,
     clientSecret: reg.clientSecret,
     clients,
-    admin,
-    userId: user.userId,
-    vaultId: user.vaultId,
     sessionCookie: `vg_session=${sessionToken}`,
-    mintCodes,
-    async refreshTokens(n) {
-      const codes = await mintCodes(n);
+    async mintCodes(n) {
       const out: string[] = [];
-      for (const code of codes) {
-        const t = await clients.grants.exchangeCode({ clientId: reg.client!.clientId, clientSecret: reg.clientSecret, code, redirectUri: REDIRECT, codeVerifier: verifier });
-        out.push(t.token!.refreshToken);
+      for (let i = 0; i < n; i += 20) {
+        const batch = await Promise.all(Array.from({ length: Math.min(20, n - i) }, () => clients.grants.approveAuthorization({ request, sessionToken, vaultId: user.vaultId })));
+        out.push(...batch.map((b) => b.code));
       }
       return out;
     },
     async close() {
-      await gateway.close();
-      await core.close();
+      await service.stop();
+      await dir.remove();
     },
   };
 }
 
-async function startOidcProvider(): Promise<Contender> {
-  const { default: Provider } = await import("oidc-provider");
-  const port = await freePort();
-  const issuer = `http://127.0.0.1:${port}`;
-  const resource = `${issuer}/mcp`;
-  const { privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
-  const jwk = { ...privateKey.export({ format: "jwk" }), kid: "bench", alg: "ES256", use: "sig" };
-  const clientId = "bench-client";
-  const clientSecret = randomBytes(32).toString("base64url");
-  const provider = new Provider(issuer, {
-    clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: [REDIRECT], grant_types: ["authorization_code", "refresh_token"], response_types: ["code"], token_endpoint_auth_method: "client_secret_post", scope: SCOPE, id_token_signed_response_alg: "ES256" }],
-    jwks: { keys: [jwk as never] },
-    scopes: [SCOPE],
-    cookies: { keys: [randomBytes(16).toString("hex")] },
-    pkce: { required: () => true },
-    issueRefreshToken: async () => true,
-    rotateRefreshToken: () => true,
-    features: {
-      devInteractions: { enabled: false },
-      resourceIndicators: {
-        enabled: true,
-        defaultResource: async () => resource,
-        useGrantedResource: async () => true,
-        getResourceServerInfo: async () => ({ scope: SCOPE, audience: resource, accessTokenTTL: 3600, accessTokenFormat: "jwt", jwt: { sign: { alg: "ES256" } } }),
-      },
-    },
-    findAccount: async (_ctx: unknown, sub: string) => ({ accountId: sub, claims: async () => ({ sub }) }),
-    adapter: MapAdapter,
-  } as never);
-  const server: Server = createServer(provider.callback());
-  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
-  const client = await provider.Client.find(clientId);
-  const mintCodes = async (n: number) => {
-    const out: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const grant = new provider.Grant({ accountId: "bench-user", clientId });
-      grant.addResourceScope(resource, SCOPE);
-      const grantId = await grant.save();
-      const code = new provider.AuthorizationCode({
-        accountId: "bench-user",
-        client,
-        grantId,
-        redirectUri: REDIRECT,
-        scope: SCOPE,
-        resource,
-        codeChallenge: challenge,
-        codeChallengeMethod: "S256",
-      } as never);
-      out.push(await code.save());
-    }
-    return out;
-  };
-  const tokenUrl = `${issuer}/token`;
+/** node-oidc-provider in its own process (bench/agent-oauth-peer.ts). */
+async function startPeer(): Promise<Contender> {
+  const peer = await startBenchChild<{ tokenUrl: string; clientId: string; clientSecret: string }>("agent-oauth-peer", [challenge]);
   return {
     name: "oidc-provider",
-    tokenUrl,
-    clientId,
-    clientSecret,
-    mintCodes,
-    async refreshTokens(n) {
-      const out: string[] = [];
-      for (const code of await mintCodes(n)) {
-        const res = await fetch(tokenUrl, {
-          method: "POST",
-          headers: { "content-type": "application/x-www-form-urlencoded" },
-          body: new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: clientId, client_secret: clientSecret }),
-        });
-        const body = (await res.json()) as { refresh_token?: string; error?: string; error_description?: string };
-        if (!body.refresh_token) throw new Error(`oidc-provider exchange failed: ${JSON.stringify(body)}`);
-        out.push(body.refresh_token);
-      }
-      return out;
-    },
-    async close() {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
+    pid: peer.pid,
+    ...peer.info,
+    mintCodes: (n) => peer.call<string[]>("codes", n),
+    close: () => peer.stop(),
   };
-}
-
-/**
- * oidc-provider's stock memory adapter is an LRU of 1000 entries, which evicts codes and
- * grants mid-run; this unbounded Map keeps the same semantics (upsert, find, consume,
- * destroy, revokeByGrantId) so the peer is measured without spurious failures.
- */
-class MapAdapter {
-  static readonly store = new Map<string, Record<string, unknown>>();
-  static readonly byGrant = new Map<string, Set<string>>();
-  constructor(private readonly name: string) {}
-  private key(id: string) {
-    return `${this.name}:${id}`;
-  }
-  async upsert(id: string, payload: Record<string, unknown>) {
-    const key = this.key(id);
-    MapAdapter.store.set(key, payload);
-    if (typeof payload.grantId === "string") {
-      const set = MapAdapter.byGrant.get(payload.grantId) ?? new Set<string>();
-      set.add(key);
-      MapAdapter.byGrant.set(payload.grantId, set);
-    }
-  }
-  async find(id: string) {
-    return MapAdapter.store.get(this.key(id));
-  }
-  async findByUid(uid: string) {
-    for (const [key, value] of MapAdapter.store) if (key.startsWith(`${this.name}:`) && value.uid === uid) return value;
-    return undefined;
-  }
-  async findByUserCode() {
-    return undefined;
-  }
-  async consume(id: string) {
-    const p = MapAdapter.store.get(this.key(id));
-    if (p) p.consumed = Math.floor(Date.now() / 1000);
-  }
-  async destroy(id: string) {
-    MapAdapter.store.delete(this.key(id));
-  }
-  async revokeByGrantId(grantId: string) {
-    for (const key of MapAdapter.byGrant.get(grantId) ?? []) MapAdapter.store.delete(key);
-    MapAdapter.byGrant.delete(grantId);
-  }
 }
 
 /** The user revokes on the dashboard (real HTTP form post); time until verification refuses. */
@@ -326,23 +213,13 @@ async function revocationToRefusal(ours: OurContender, trials: number) {
     for (;;) {
       try {
         await ours.clients.grants.verifyAgentToken({ accessToken: token!.accessToken });
-      } catch {
+      } catch (err) {
+        // Only the refusal ends the wait: a failed call would otherwise pass for one.
+        if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
         break;
       }
     }
     latencies.push(performance.now() - t0);
   }
   return { p50: median(latencies), p99: percentile(latencies, 99), max: Math.max(...latencies) };
-}
-
-async function freePort(): Promise<number> {
-  const { createServer: netServer } = await import("node:net");
-  return new Promise((resolve, reject) => {
-    const srv = netServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
 }

@@ -7,27 +7,26 @@
  * error body or a tool error counts as a failure). Then `agent.budget.create` p50/p99.
  * Each server runs in its own process (bench/agent-tools-server.ts).
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { performance } from "node:perf_hooks";
-import { alternateAtLevels, benchDatabase, benchScript, benchLogFile, fmt, load, median, percentile, table, verdict, type BodyCheck } from "./support.js";
+import { alternateAtLevels, benchDatabase, benchLogFile, fmt, startBenchChild, load, median, percentile, table, verdict, type BodyCheck } from "./support.js";
 
 const LEVELS = [10, 50];
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
-  const ours = await startChild(["ours", db.url, benchLogFile("agent-tools")]);
-  const peer = await startChild(["peer"]);
+  const ours = await startBenchChild<{ url: string; parentToken: string; childToken: string; kind: string }>("agent-tools-server", ["ours", db.url, benchLogFile("agent-tools")]);
+  const peer = await startBenchChild<{ url: string }>("agent-tools-server", ["peer"]);
   try {
-    const info = ours.info as { url: string; parentToken: string; childToken: string; kind: string };
+    const info = ours.info;
     const simulate = JSON.stringify({
       jsonrpc: "2.0",
       id: 1,
       method: "tools/call",
       params: { name: "payments.simulate", arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: "bench-sim-0001" } },
     });
-    const oursSpec = { url: `${info.url}/mcp/write`, method: "POST" as const, server: ours.child.pid, body: simulate, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` } };
+    const oursSpec = { url: `${info.url}/mcp/write`, method: "POST" as const, server: ours.pid, body: simulate, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` } };
     const trivial = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "echo", arguments: {} } });
-    const peerSpec = { url: `${(peer.info as { url: string }).url}/mcp`, method: "POST" as const, server: peer.child.pid, body: trivial, headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } };
+    const peerSpec = { url: `${peer.info.url}/mcp`, method: "POST" as const, server: peer.pid, body: trivial, headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } };
 
     // The expected shape: a JSON-RPC result whose structured content has the fields of a
     // good simulation (taken from one checked answer).
@@ -76,26 +75,4 @@ export async function run(): Promise<void> {
     await peer.stop();
     await db.drop();
   }
-}
-
-async function startChild(args: string[]): Promise<{ child: ChildProcess; info: unknown; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, [...benchScript("agent-tools-server"), ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  const info = await new Promise<unknown>((resolve, reject) => {
-    let out = "";
-    child.stdout!.on("data", (c: Buffer) => {
-      out += c.toString();
-      const line = out.split("\n").find((l) => l.startsWith("{"));
-      if (line) resolve(JSON.parse(line));
-    });
-    void exited.then(() => reject(new Error(`bench server ${args[0]} exited:\n${out}`)));
-  });
-  return {
-    child,
-    info,
-    async stop() {
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
 }

@@ -42,6 +42,78 @@ export function benchScript(name: string): string[] {
   return compiled ? [file] : ["--import", "tsx", file];
 }
 
+/** A server a bench runs in a process of its own (startBenchChild). */
+export interface BenchChild<Info> {
+  pid: number;
+  /** The JSON line the child printed first. */
+  info: Info;
+  /** Asks the child to do `op` (outside any measurement) and resolves with its answer. */
+  call<T>(op: string, arg?: unknown): Promise<T>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a sibling script (benchScript) with `args` and an IPC channel, and resolves with
+ * the first JSON line it prints. The child answers `{ id, op, arg }` messages with
+ * `{ id, result }` or `{ id, error }` (serveBenchCalls), so a bench can ask a server in
+ * another process for fixtures (codes, tokens) between measurements.
+ */
+export async function startBenchChild<Info>(script: string, args: string[] = []): Promise<BenchChild<Info>> {
+  const child = spawn(process.execPath, [...benchScript(script), ...args], { stdio: ["ignore", "pipe", "inherit", "ipc"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
+  let exitedEarly = false;
+  child.on("message", (m: { id: number; result?: unknown; error?: string }) => {
+    const p = pending.get(m.id);
+    pending.delete(m.id);
+    if (m.error !== undefined) p?.reject(new Error(`${script}: ${m.error}`));
+    else p?.resolve(m.result);
+  });
+  void exited.then(() => {
+    exitedEarly = true;
+    for (const p of pending.values()) p.reject(new Error(`${script} exited`));
+    pending.clear();
+  });
+  const info = await new Promise<Info>((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (c: Buffer) => {
+      out += c.toString();
+      const line = out.split("\n").find((l) => l.startsWith("{"));
+      if (line) resolve(JSON.parse(line) as Info);
+    });
+    void exited.then(() => reject(new Error(`${script} ${args.join(" ")} exited:\n${out}`)));
+  });
+  let nextId = 0;
+  return {
+    pid: child.pid!,
+    info,
+    call<T>(op: string, arg?: unknown) {
+      if (exitedEarly) return Promise.reject(new Error(`${script} exited`));
+      const id = nextId++;
+      return new Promise<T>((resolve, reject) => {
+        pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+        child.send({ id, op, arg });
+      });
+    },
+    async stop() {
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** The child's side of startBenchChild: answers each call with `handlers[op](arg)`. */
+export function serveBenchCalls(handlers: Record<string, (arg: never) => Promise<unknown>>): void {
+  process.on("message", (m: { id: number; op: string; arg?: unknown }) => {
+    const handler = handlers[m.op];
+    const answer = handler ? handler(m.arg as never) : Promise.reject(new Error(`unknown call ${m.op}`));
+    answer.then(
+      (result) => process.send!({ id: m.id, result }),
+      (err: unknown) => process.send!({ id: m.id, error: err instanceof Error ? err.message : String(err) }),
+    );
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // Knobs: BENCH_QUICK=1 for development (2 s measurements, one round); BENCH_ROUNDS and
 // BENCH_SECONDS override either.

@@ -23,7 +23,7 @@ execFileSync(process.execPath, [`${root}scripts/build.mjs`], { stdio: "inherit" 
 
 const scripts = readdirSync(`${root}bench`).filter((f) => f.endsWith(".bench.ts"));
 const entryPoints = Object.fromEntries(
-  ["run.ts", "loadgen.ts", "agent-tools-server.ts", "bare-refuser.ts", ...scripts].map((f) => [f.replace(/\.ts$/, ""), `bench/${f}`]),
+  ["run.ts", "loadgen.ts", "agent-oauth-peer.ts", "agent-tools-server.ts", "bare-refuser.ts", ...scripts].map((f) => [f.replace(/\.ts$/, ""), `bench/${f}`]),
 );
 
 // Code outside bench/ (test/support's process helpers, cli/) finds files relative to its

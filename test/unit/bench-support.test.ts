@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { alternate, checkResponse, inTurns, type Measurement } from "../../bench/support.js";
+import { alternate, checkResponse, inTurns, startBenchChild, type Measurement } from "../../bench/support.js";
 
 /** How every bench judges a response and orders and judges its rounds (bench/support.ts). */
 describe("bench support: response checks and alternating rounds", () => {
@@ -91,4 +91,28 @@ describe("bench support: response checks and alternating rounds", () => {
       expect(result.sides.map((s) => s.failures)).to.deep.equal([2, 3]);
     });
   });
+
+  describe("startBenchChild: a server in a process of its own", () => {
+    it("reads the child's first JSON line, answers calls over IPC, refuses an unknown call, and stops it", async function () {
+      this.timeout(30_000);
+      // The OAuth peer: node-oidc-provider minting codes for a PKCE challenge.
+      const peer = await startBenchChild<{ tokenUrl: string; clientId: string }>("agent-oauth-peer", ["challenge-of-the-test-0123456789abcdefghij"]);
+      try {
+        expect(peer.info.tokenUrl).to.match(/^http:\/\/127\.0\.0\.1:\d+\/token$/);
+        expect(peer.info.clientId).to.equal("bench-client");
+        const codes = await peer.call<string[]>("codes", 3);
+        expect(codes).to.have.length(3);
+        expect(new Set(codes).size).to.equal(3);
+        let refusal: unknown;
+        await peer.call("no-such-call").catch((err: unknown) => (refusal = err));
+        expect(String(refusal)).to.match(/agent-oauth-peer: unknown call no-such-call/);
+      } finally {
+        await peer.stop();
+      }
+      let afterStop: unknown;
+      await peer.call("codes", 1).catch((err: unknown) => (afterStop = err));
+      expect(String(afterStop)).to.match(/agent-oauth-peer exited/);
+    });
+  });
 });
+
