@@ -529,8 +529,12 @@ export async function load(spec: LoadSpec): Promise<Measurement> {
  * columns count them as the bench's; this names them. A checkpoint makes the pages it
  * writes out cost a full-page image in the WAL when next changed, so a round it lands in
  * is slower for reasons of timing rather than of the code measured.
+ *
+ * It also reads how far the WAL's insert position moved (pg_current_wal_lsn, exact at
+ * once, unlike pg_stat_wal's counters, which backends report up to a second late): the
+ * bytes of WAL the measurement cost, whoever wrote them.
  */
-async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>>; close(): Promise<void> } | undefined> {
+async function watchPostgres(): Promise<{ start(): Promise<() => Promise<{ background: string; walBytes: number }>>; close(): Promise<void> } | undefined> {
   if (!server) return undefined;
   const client = new pg.Client({ connectionString: await server });
   await client.connect();
@@ -538,17 +542,21 @@ async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>
   // PostgreSQL 17 moved the checkpoint counters to pg_stat_checkpointer.
   const checkpoints = version >= 170000 ? "(SELECT num_timed + num_requested FROM pg_stat_checkpointer)" : "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)";
   const sql = `SELECT ${checkpoints}::bigint AS checkpoints,
-    EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active') AS autovacuum`;
+    EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active') AS autovacuum,
+    pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal`;
   const look = async () => {
-    const row = (await client.query(sql)).rows[0] as { checkpoints: string; autovacuum: boolean };
-    return { checkpoints: Number(row.checkpoints), autovacuum: row.autovacuum };
+    const row = (await client.query(sql)).rows[0] as { checkpoints: string; autovacuum: boolean; wal: string };
+    return { checkpoints: Number(row.checkpoints), autovacuum: row.autovacuum, wal: Number(row.wal) };
   };
   return {
     async start() {
       const before = await look();
       return async () => {
         const after = await look();
-        return [after.checkpoints > before.checkpoints ? "checkpoint" : "", before.autovacuum || after.autovacuum ? "autovacuum" : ""].filter(Boolean).join(", ");
+        return {
+          background: [after.checkpoints > before.checkpoints ? "checkpoint" : "", before.autovacuum || after.autovacuum ? "autovacuum" : ""].filter(Boolean).join(", "),
+          walBytes: after.wal - before.wal,
+        };
       };
     },
     close: () => client.end(),
@@ -560,7 +568,7 @@ async function watchPostgres(): Promise<{ start(): Promise<() => Promise<string>
  * (watchLoad) and PostgreSQL's own background work (watchPostgres). `start()` before
  * the measurement; the function it returns after it.
  */
-export async function watchRounds(): Promise<{ start(): Promise<() => Promise<{ load: Load; background: string }>>; close(): Promise<void> }> {
+export async function watchRounds(): Promise<{ start(): Promise<() => Promise<{ load: Load; background: string; walBytes?: number }>>; close(): Promise<void> }> {
   const pgWatch = await watchPostgres();
   return {
     async start() {
@@ -568,7 +576,7 @@ export async function watchRounds(): Promise<{ start(): Promise<() => Promise<{ 
       const stopLoad = watchLoad();
       return async () => {
         const load = stopLoad();
-        return { load, background: stopPostgres ? await stopPostgres() : "" };
+        return { load, ...(stopPostgres ? await stopPostgres() : { background: "" }) };
       };
     },
     close: async () => pgWatch?.close(),
@@ -586,8 +594,11 @@ export interface Side {
 
 export interface SideResult {
   name: string;
-  /** `background`: PostgreSQL's own work seen during the measurement ("checkpoint", "autovacuum"), or "". */
-  rounds: (Measurement & { load: Load; background: string })[];
+  /**
+   * `background`: PostgreSQL's own work seen during the measurement ("checkpoint",
+   * "autovacuum"), or ""; `walBytes`: the WAL written meanwhile (with a bench PostgreSQL).
+   */
+  rounds: (Measurement & { load: Load; background: string; walBytes?: number })[];
   rps: number;
   p50: number;
   p99: number;
@@ -607,6 +618,9 @@ export interface Alternation {
   background: number;
 }
 
+/** Bytes of WAL per answered request, or "-" when either is unknown. */
+const walPerRequest = (walBytes: number | undefined, requests: number) => (walBytes === undefined || requests === 0 ? "-" : fmt(walBytes / requests, 0));
+
 /** A share (0.17) as a whole percentage ("17%"), or "-" when there is none. */
 const percent = (share: number | undefined) => (share === undefined ? "-" : `${fmt(100 * share, 0)}%`);
 
@@ -621,6 +635,8 @@ export interface Turn<S, M> {
   load: Load;
   /** PostgreSQL's checkpoints and autovacuum during the measurement ("" for none). */
   background: string;
+  /** Bytes of WAL the bench PostgreSQL wrote during the measurement (none without one). */
+  walBytes?: number;
 }
 
 /**
@@ -656,9 +672,10 @@ export async function inTurns<S, M>(sides: readonly S[], rounds: number, measure
 export async function alternate(title: string, sides: Side[], rounds = ROUNDS): Promise<Alternation> {
   const results: SideResult[] = sides.map((s) => ({ name: s.name, rounds: [], rps: 0, p50: 0, p99: 0, failures: 0 }));
   const turns = await inTurns(sides, rounds, (side, round) => side.measure(round));
-  for (const t of turns) results[t.index]!.rounds.push({ ...t.measured, load: t.load, background: t.background });
+  for (const t of turns) results[t.index]!.rounds.push({ ...t.measured, load: t.load, background: t.background, walBytes: t.walBytes });
   const serverKnown = turns.some((t) => t.measured.serverWaited !== undefined);
-  const rows = turns.map(({ side, round, measured: m, load: l, background }) => ({
+  const walKnown = turns.some((t) => t.walBytes !== undefined);
+  const rows = turns.map(({ side, round, measured: m, load: l, background, walBytes }) => ({
     round,
     side: side.name,
     "req/s": fmt(m.rps),
@@ -666,6 +683,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     "p99 ms": fmt(m.p99, 2),
     failures: m.failures,
     ...(serverKnown ? { "server waited": percent(m.serverWaited) } : {}),
+    ...(walKnown ? { "WAL B/req": walPerRequest(walBytes, m.requests) } : {}),
     ...loadColumns(l),
     "postgres background": background,
   }));
@@ -677,6 +695,10 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
       return shares.length ? [`${r.name} ${percent(median(shares))}`] : [];
     });
     console.log(`server's main thread waited for a core (of the time it was ready to run; median of rounds): ${waits.join(", ")}`);
+  }
+  if (walKnown) {
+    const wal = results.map((r) => `${r.name} ${fmt(median(r.rounds.flatMap((x) => (x.walBytes === undefined || x.requests === 0 ? [] : [x.walBytes / x.requests]))), 0)}`);
+    console.log(`WAL written per request (all of PostgreSQL's, median of rounds, bytes): ${wal.join(", ")}`);
   }
   for (const r of results) {
     r.rps = median(r.rounds.map((x) => x.rps));
