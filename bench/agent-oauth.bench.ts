@@ -91,6 +91,11 @@ async function exchangeRound(c: Contender, connections: number, rates: Map<strin
   return m;
 }
 
+/** The token request that redeems `code` (PKCE verifier, client_secret_post). */
+function exchangeForm(c: Contender, code: string): string {
+  return new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }).toString();
+}
+
 /** Each code once; req/s over the wall time from the first request to the last response. */
 function exchangeLoad(c: Contender, codes: string[], connections: number): Promise<Measurement> {
   return load({
@@ -99,9 +104,7 @@ function exchangeLoad(c: Contender, codes: string[], connections: number): Promi
     connections,
     server: c.pid,
     headers: { "content-type": "application/x-www-form-urlencoded" },
-    bodies: codes.map((code) =>
-      new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }).toString(),
-    ),
+    bodies: codes.map((code) => exchangeForm(c, code)),
     check: TOKEN_RESPONSE,
   });
 }
@@ -129,7 +132,7 @@ async function refreshTokens(c: Contender, n: number): Promise<string[]> {
     const res = await fetch(c.tokenUrl, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }),
+      body: exchangeForm(c, code),
     });
     const body = (await res.json()) as { refresh_token?: string };
     if (!body.refresh_token) throw new Error(`${c.name}: code exchange failed: ${res.status} ${JSON.stringify(body)}`);

@@ -2,8 +2,8 @@
  * Child process of partner-token.bench.ts: a server that answers every request at once
  * with 429 and a short JSON body and does nothing else, the far end of a flood whose cost
  * is only the machine's (its load generator, the kernel, one more busy process). Plain
- * node:http, so it is cheaper per request than any real server. Prints its port, then
- * serves until it is stopped.
+ * node:http, so it is cheaper per request than any real server. Prints its port as one
+ * JSON line (startBenchChild), then serves until it is stopped.
  */
 import { createServer } from "node:http";
 
@@ -15,5 +15,5 @@ const server = createServer((req, res) => {
   });
 });
 server.listen(0, "127.0.0.1", () => {
-  process.stdout.write(`${(server.address() as { port: number }).port}\n`);
+  process.stdout.write(`${JSON.stringify({ port: (server.address() as { port: number }).port })}\n`);
 });

@@ -11,12 +11,11 @@
  * read's p99 the machine alone loses to a flood.
  */
 import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
-import { spawn } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
 import { createSecretHasher } from "../core/partners/credentials.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, benchScript, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startService, table, verdict, watchLoad, inTurns, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
+import { alternate, benchDatabase, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startBenchChild, startService, table, verdict, watchLoad, inTurns, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -171,19 +170,8 @@ type FloodKind = "none" | "service" | "bare";
 
 /** bench/bare-refuser.ts in a process of its own: a server that answers 429 at once and does nothing else. */
 async function startBareRefuser(): Promise<{ url: string; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, benchScript("bare-refuser"), { stdio: ["ignore", "pipe", "inherit"] });
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const port = await new Promise<number>((resolve, reject) => {
-    child.stdout!.once("data", (d: Buffer) => resolve(Number(String(d).trim())));
-    child.once("exit", (code) => reject(new Error(`bare refuser exited (${code})`)));
-  });
-  return {
-    url: `http://127.0.0.1:${port}/token`,
-    async stop() {
-      child.kill();
-      await exited;
-    },
-  };
+  const child = await startBenchChild<{ port: number }>("bare-refuser");
+  return { url: `http://127.0.0.1:${child.info.port}/token`, stop: () => child.stop() };
 }
 
 const FLOOD_CONNECTIONS = 64;

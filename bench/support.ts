@@ -62,7 +62,7 @@ export async function startBenchChild<Info>(script: string, args: string[] = [])
   const child = spawn(process.execPath, [...benchScript(script), ...args], { stdio: ["ignore", "pipe", "inherit", "ipc"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
-  let exitedEarly = false;
+  let gone = false;
   child.on("message", (m: { id: number; result?: unknown; error?: string }) => {
     const p = pending.get(m.id);
     pending.delete(m.id);
@@ -70,7 +70,7 @@ export async function startBenchChild<Info>(script: string, args: string[] = [])
     else p?.resolve(m.result);
   });
   void exited.then(() => {
-    exitedEarly = true;
+    gone = true;
     for (const p of pending.values()) p.reject(new Error(`${script} exited`));
     pending.clear();
   });
@@ -88,7 +88,7 @@ export async function startBenchChild<Info>(script: string, args: string[] = [])
     pid: child.pid!,
     info,
     call<T>(op: string, arg?: unknown) {
-      if (exitedEarly) return Promise.reject(new Error(`${script} exited`));
+      if (gone) return Promise.reject(new Error(`${script} exited`));
       const id = nextId++;
       return new Promise<T>((resolve, reject) => {
         pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
@@ -618,8 +618,11 @@ export interface Alternation {
   background: number;
 }
 
-/** Bytes of WAL per answered request, or "-" when either is unknown. */
-const walPerRequest = (walBytes: number | undefined, requests: number) => (walBytes === undefined || requests === 0 ? "-" : fmt(walBytes / requests, 0));
+/** Bytes of WAL per answered request, or undefined when either is unknown. */
+const walPerRequest = (walBytes: number | undefined, requests: number) => (walBytes === undefined || requests === 0 ? undefined : walBytes / requests);
+
+/** Whole bytes, or "-" when there are none. */
+const bytes = (n: number | undefined) => (n === undefined ? "-" : fmt(n, 0));
 
 /** A share (0.17) as a whole percentage ("17%"), or "-" when there is none. */
 const percent = (share: number | undefined) => (share === undefined ? "-" : `${fmt(100 * share, 0)}%`);
@@ -683,7 +686,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     "p99 ms": fmt(m.p99, 2),
     failures: m.failures,
     ...(serverKnown ? { "server waited": percent(m.serverWaited) } : {}),
-    ...(walKnown ? { "WAL B/req": walPerRequest(walBytes, m.requests) } : {}),
+    ...(walKnown ? { "WAL B/req": bytes(walPerRequest(walBytes, m.requests)) } : {}),
     ...loadColumns(l),
     "postgres background": background,
   }));
@@ -697,7 +700,10 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     console.log(`server's main thread waited for a core (of the time it was ready to run; median of rounds): ${waits.join(", ")}`);
   }
   if (walKnown) {
-    const wal = results.map((r) => `${r.name} ${fmt(median(r.rounds.flatMap((x) => (x.walBytes === undefined || x.requests === 0 ? [] : [x.walBytes / x.requests]))), 0)}`);
+    const wal = results.flatMap((r) => {
+      const perRequest = r.rounds.flatMap((x) => walPerRequest(x.walBytes, x.requests) ?? []);
+      return perRequest.length ? [`${r.name} ${bytes(median(perRequest))}`] : [];
+    });
     console.log(`WAL written per request (all of PostgreSQL's, median of rounds, bytes): ${wal.join(", ")}`);
   }
   for (const r of results) {

@@ -115,4 +115,3 @@ describe("bench support: response checks and alternating rounds", () => {
     });
   });
 });
-
