@@ -618,6 +618,11 @@ export interface Alternation {
   background: number;
 }
 
+/** Per round: `a`'s req/s over `b`'s (the ratios an Alternation is judged by). */
+export function roundRatios(a: SideResult, b: SideResult): number[] {
+  return a.rounds.map((x, i) => x.rps / b.rounds[i]!.rps);
+}
+
 /** Bytes of WAL per answered request, or undefined when either is unknown. */
 const walPerRequest = (walBytes: number | undefined, requests: number) => (walBytes === undefined || requests === 0 ? undefined : walBytes / requests);
 
@@ -714,7 +719,7 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
     const samples = [...new Set(r.rounds.flatMap((x) => x.samples))].slice(0, 5);
     if (r.failures > 0) console.log(`FAILED RESPONSES from ${r.name}: ${r.failures}; e.g.\n  ${samples.join("\n  ")}`);
   }
-  const ratios = results.length > 1 ? results[0]!.rounds.map((x, i) => x.rps / results[1]!.rounds[i]!.rps) : [];
+  const ratios = results.length > 1 ? roundRatios(results[0]!, results[1]!) : [];
   const disturbed = results.reduce((n, r) => n + r.rounds.filter((x) => x.load.disturbed).length, 0);
   const background = results.reduce((n, r) => n + r.rounds.filter((x) => x.background).length, 0);
   const out: Alternation = {

@@ -33,8 +33,8 @@ export interface AccessRow {
  * many statements at once (the rest of the pool serves the other queries). Chosen with
  * `npm run bench partner-resources`; see docs/partner-api.md.
  */
-const ACCESS_MAX_BATCH = 64;
-const ACCESS_MAX_IN_FLIGHT = 2;
+export const ACCESS_MAX_BATCH = 64;
+export const ACCESS_MAX_IN_FLIGHT = 2;
 
 /** One request's access checks (see readAccess). */
 export interface AccessInput {

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { alternate, checkResponse, inTurns, startBenchChild, type Measurement } from "../../bench/support.js";
+import { alternate, checkResponse, inTurns, roundRatios, startBenchChild, type Measurement } from "../../bench/support.js";
 
 /** How every bench judges a response and orders and judges its rounds (bench/support.ts). */
 describe("bench support: response checks and alternating rounds", () => {
@@ -78,6 +78,16 @@ describe("bench support: response checks and alternating rounds", () => {
       expect(result.ratio).to.equal(1);
       expect(result.sides.map((s) => s.rps)).to.deep.equal([200, 100]);
       expect(result.failures).to.equal(0);
+    });
+
+    it("with three sides, keeps each side's rounds in order so any two can be compared round by round", async () => {
+      // The rotation runs A B C, B C A, C A B; each side's rounds stay in round order.
+      const rates = { ours: [100, 300, 200], peer: [100, 100, 400], third: [50, 600, 100] };
+      const result = await quietly(() =>
+        alternate("test", (["ours", "peer", "third"] as const).map((name) => ({ name, measure: async (round: number) => measurement(rates[name][round]!) })), 3),
+      );
+      expect(result.ratios).to.deep.equal([1, 3, 0.5]);
+      expect(roundRatios(result.sides[0]!, result.sides[2]!)).to.deep.equal([2, 0.5, 2]);
     });
 
     it("counts every failed response of either side", async () => {
