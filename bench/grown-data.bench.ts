@@ -4,7 +4,8 @@
  * /mcp/write, and the refresh-token grant. The grown database gets, by SQL (fast,
  * generate_series): 1,000,000 audit rows, 50,000 users with a vault, an agent, KYC and
  * consent to the bench partner, 150,000 grants, ten vaults with 10,000 payments each, and
- * the bench's own budget vault with 100,000 payments of history. Target for each path:
+ * the bench's own budget vault with 100,000 payments of history (grant and request ids
+ * time-ordered, as the product makes them). Target for each path:
  * grown/fresh >= 0.95x (median of the per-round req/s ratios).
  *
  * Both stacks run as shipped (in-process core and gateway as `vaultgate serve --role
