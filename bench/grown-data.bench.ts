@@ -141,6 +141,17 @@ async function startStack(name: string, dbUrl: string): Promise<Stack> {
   };
 }
 
+/**
+ * SQL for a UUIDv7 (text) made at the timestamptz `at`, as lib/uuidv7.ts makes one: the
+ * 48-bit milliseconds and the version digit over a random v4 (whose variant bits are v7's
+ * too). The product makes grant ids and request ids this way, so their indexes grow at the
+ * right edge; the seed makes them from each seeded row's own time. Random ones would send
+ * every new id into the middle of an index of a million keys, splitting pages a database
+ * of ours never splits.
+ */
+export const seedUuidv7 = (at: string) =>
+  `overlay(gen_random_uuid()::text PLACING regexp_replace(lpad(to_hex(floor(extract(epoch FROM ${at}) * 1000)::bigint), 12, '0'), '^(.{8})(.{4})$', '\\1-\\2-7') FROM 1 FOR 15)`;
+
 /** Grows `stack`'s database by SQL around its fixtures. */
 async function seed(stack: Stack): Promise<void> {
   const client = new pg.Client({ connectionString: stack.dbUrl });
@@ -152,13 +163,6 @@ async function seed(stack: Stack): Promise<void> {
     console.log(`  seed: ${label}: ${r.rowCount ?? 0} rows, ${fmt((performance.now() - t) / 1000, 1)} s`);
   };
   try {
-    // The product makes grant ids and request ids as UUIDv7 (lib/uuidv7.ts): time first,
-    // so their indexes grow at the right edge. Seeded ids are made the same way from the
-    // seeded row's own time; random ones would send every new id into the middle of an
-    // index of a million keys, a page split a real database of ours never pays.
-    await client.query(`CREATE FUNCTION pg_temp.seed_uuidv7(at timestamptz) RETURNS uuid LANGUAGE sql AS $$
-      SELECT overlay(overlay(overlay(gen_random_uuid()::text PLACING substr(ms, 1, 8) FROM 1 FOR 8) PLACING substr(ms, 9, 4) FROM 10 FOR 4) PLACING '7' FROM 15 FOR 1)::uuid
-        FROM (SELECT lpad(to_hex(floor(extract(epoch FROM at) * 1000)::bigint), 12, '0') AS ms) t $$`);
     await client.query("CREATE TEMP TABLE seed_users AS SELECT g AS n, gen_random_uuid() AS user_id, gen_random_uuid() AS vault_id, gen_random_uuid() AS agent_id FROM generate_series(1, $1::int) g", [USERS]);
     await step("users", "INSERT INTO users (id, email, status, created_at) SELECT user_id, 'seed-' || n || '@example.test', 'active', now() - (n % 700) * interval '1 day' FROM seed_users");
     await step("vaults", "INSERT INTO vaults (id, owner_user_id, balance_cents, currency, created_at) SELECT vault_id, user_id, 10000, 'USD', now() - (n % 700) * interval '1 day' FROM seed_users");
@@ -173,7 +177,7 @@ async function seed(stack: Stack): Promise<void> {
     await step(
       "grants (superseded, revoked, active)",
       `INSERT INTO grants (id, lineage_id, user_id, agent_principal_id, vault_id, scopes, state, issued_at, expires_at, refresh_hash, state_changed_at)
-       SELECT pg_temp.seed_uuidv7(at), s.vault_id, s.user_id, s.agent_id, s.vault_id, ARRAY['accounts:read'],
+       SELECT ${seedUuidv7("at")}::uuid, s.vault_id, s.user_id, s.agent_id, s.vault_id, ARRAY['accounts:read'],
               (ARRAY['superseded', 'revoked', 'active'])[k], at, now() + interval '30 days',
               md5('seed-refresh-' || s.n || '-' || k), now() - interval '1 day'
        FROM seed_users s, generate_series(1, $1::int) k, LATERAL (SELECT now() - interval '2 days' - (s.n * $1::int + k) * interval '1 second' AS at) t
@@ -207,7 +211,7 @@ async function seed(stack: Stack): Promise<void> {
     await step(
       "audit rows",
       `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-       SELECT pg_temp.seed_uuidv7(at)::text, 'partner:seed', (ARRAY['partner.kyc.read', 'grants.refresh', 'payments.initiate', 'payments.simulate'])[1 + g % 4],
+       SELECT ${seedUuidv7("at")}, 'partner:seed', (ARRAY['partner.kyc.read', 'grants.refresh', 'payments.initiate', 'payments.simulate'])[1 + g % 4],
               CASE WHEN g % 50 = 0 THEN 'failure' ELSE 'success' END, '', 'user:' || g % 50000, at
        FROM generate_series($1::int, 1, -1) g, LATERAL (SELECT now() - g * interval '1 second' AS at) t`,
       [AUDIT_ROWS],
