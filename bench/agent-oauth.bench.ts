@@ -52,12 +52,7 @@ export async function run(): Promise<void> {
   try {
     // Warm-up: JIT, pools, the client-secret check; and first rates (redeeming, minting) for exchangeRound.
     const rates = new Map<string, number>();
-    for (const c of [ours, peer]) {
-      const t = performance.now();
-      const codes = await c.mintCodes(300);
-      rates.set(`${c.name} minting`, codes.length / ((performance.now() - t) / 1000));
-      rates.set(c.name, (await exchangeLoad(c, codes, 10)).rps);
-    }
+    for (const c of [ours, peer]) rates.set(c.name, (await exchangeLoad(c, await mintTimed(c, 300, rates), 10)).rps);
     for (const grant of ["exchange", "refresh"] as const) {
       const cmp = await alternateAtLevels(`${grant}: vaultgate vs oidc-provider`, LEVELS, (connections) =>
         [ours, peer].map((c) => ({
@@ -115,12 +110,17 @@ async function exchangeRound(c: Contender, connections: number, rates: Map<strin
   const fits = mintRate && rate ? Math.floor(CODE_BUDGET_S / (1 / mintRate + 1 / rate)) : wanted;
   const n = Math.min(wanted, fits);
   if (n < wanted) console.log(`${key}: ${n} codes instead of ${wanted}, so that each is redeemed within ${CODE_BUDGET_S} s of its minting`);
+  const m = await exchangeLoad(c, await mintTimed(c, n, rates), connections);
+  rates.set(key, m.rps);
+  return m;
+}
+
+/** `n` fresh codes from `c`, keeping its minting rate (codes a second) in `rates`. */
+async function mintTimed(c: Contender, n: number, rates: Map<string, number>): Promise<string[]> {
   const t = performance.now();
   const codes = await c.mintCodes(n);
   rates.set(`${c.name} minting`, n / ((performance.now() - t) / 1000));
-  const m = await exchangeLoad(c, codes, connections);
-  rates.set(key, m.rps);
-  return m;
+  return codes;
 }
 
 /** The token request that redeems `code` (PKCE verifier, client_secret_post). */

@@ -49,10 +49,10 @@ export interface Keyring {
   /** Withdraws a key at once: it verifies nothing and leaves the JWKS. Never the current key. */
   retire(kid: string, record?: KeyChangeRecorder): Promise<{ kid: string; publishedKids: string[] }>;
   /**
-   * Signs a compact JWS (ES256) with the current key. Synchronous: signing on libuv's
-   * thread pool was measured slower three times (docs/benchmarks.md).
+   * Signs a compact JWS (ES256) with the current key. `header` is a constant (its
+   * encoding is kept per kid); `alg` and `kid` are set here. Synchronous: signing on
+   * libuv's thread pool was measured slower three times (docs/benchmarks.md).
    */
-  /** `header` is a constant (its encoding is kept per kid); `alg` and `kid` are set here. */
   signJwt(header: Readonly<Record<string, unknown>>, payload: Record<string, unknown>): string;
   readonly source: "env" | "file" | "memory";
 }
