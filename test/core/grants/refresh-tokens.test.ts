@@ -178,6 +178,24 @@ describe("grants core: refresh tokens", () => {
       expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: r1.access_token }))).to.equal(Reason.INVALID_TOKEN);
       expect((await refused(refresh(r1.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
     });
+
+    it("a used refresh token replayed 40 days later, past its own lifetime and a pruning pass, still revokes the live lineage", async () => {
+      const { u, token } = await operatorGrant();
+      const r1 = await refresh(token.refresh_token, operator());
+      stack.clock.advance(20 * 24 * 3600_000);
+      const r2 = await refresh(r1.refresh_token, operator());
+      stack.clock.advance(20 * 24 * 3600_000);
+      const r3 = await refresh(r2.refresh_token, operator());
+      await stack.core.prune(); // the pruner keeps every grant: the replay is recognized by its row
+      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM grants WHERE user_id = ?`, [u.userId]);
+      expect(rows[0].n).to.equal(4);
+
+      // A thief replays the first token, used 40 days ago (its lifetime is 30 days).
+      expect((await refused(refresh(token.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+      // The lineage's live member, whose token was fresh, is revoked with it.
+      expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: r3.access_token }))).to.equal(Reason.INVALID_TOKEN);
+      expect((await refused(refresh(r3.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+    });
   });
 
   describe("concurrency", () => {
