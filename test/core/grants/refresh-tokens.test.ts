@@ -211,5 +211,32 @@ describe("grants core: refresh tokens", () => {
       expect(rows[0].id).to.equal(results[0]!.jti);
       expect(rows[0].refresh_hash).to.equal(sha(results[0]!.refresh_token));
     });
+
+    it("a thief's replay of a used token racing the holder's refreshes of the live one leaves no member of the lineage usable", async () => {
+      // On PostgreSQL the replays and the refreshes run at once (fast path, row locks,
+      // the revocation); whichever commits first, nothing the lineage issued may survive.
+      for (let round = 0; round < 4; round++) {
+        const { u, creds, token } = await clientGrant();
+        const r1 = await refresh(token.refresh_token, undefined, creds);
+        stack.clock.advance(31_000); // past the grace window: presenting t0 again is reuse
+        const calls = Array.from({ length: 16 }, (_, i) =>
+          i % 2 === 0
+            ? refused(refresh(token.refresh_token, undefined, creds)).then((e) => ({ thief: e }))
+            : refresh(r1.refresh_token, undefined, creds).then((t) => ({ holder: t }), (e: grpc.ServiceError) => ({ holderRefused: e.code })),
+        );
+        const outcomes = await Promise.all(calls);
+        for (const o of outcomes) {
+          if ("thief" in o) expect(o.thief.code).to.equal(grpc.status.INVALID_ARGUMENT);
+          if ("holderRefused" in o) expect(o.holderRefused).to.equal(grpc.status.INVALID_ARGUMENT);
+        }
+        const issued = outcomes.flatMap((o) => ("holder" in o ? [o.holder] : []));
+        for (const t of [r1, ...issued]) {
+          expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: t.access_token }))).to.equal(Reason.INVALID_TOKEN);
+          expect((await refused(refresh(t.refresh_token, undefined, creds))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+        }
+        const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM grants WHERE user_id = ? AND state = 'active'`, [u.userId]);
+        expect(rows[0].n).to.equal(0);
+      }
+    });
   });
 });
