@@ -17,6 +17,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { CODE_TTL_MS } from "../core/grants/service.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { tempDataDir } from "../test/support/process.js";
 import { alternateAtLevels, benchDatabase, fmt, load, median, percentile, QUICK, seconds, startBenchChild, startService, table, verdict, type BodyCheck, type Measurement } from "./support.js";
@@ -80,10 +81,10 @@ export async function run(): Promise<void> {
 }
 
 /**
- * How long an authorization code stays good, on both servers (ours: core/grants/service.ts;
- * oidc-provider's default). Every code of a round must be redeemed within it.
+ * How long an authorization code stays good, on both servers (ours; oidc-provider's
+ * default is the same 60 s). Every code of a round must be redeemed within it.
  */
-const CODE_LIFETIME_S = 60;
+const CODE_LIFETIME_S = CODE_TTL_MS / 1000;
 /** The share of a code's lifetime a round may use for minting and redeeming its codes. */
 const CODE_BUDGET_S = CODE_LIFETIME_S * 0.75;
 

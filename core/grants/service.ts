@@ -53,7 +53,7 @@ export interface GrantsServiceDeps {
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
 
 /** DESIGN 4.2: codes live 60 s. */
-const CODE_TTL_MS = 60_000;
+export const CODE_TTL_MS = 60_000;
 /** Refresh tokens end 30 days after their grant was issued (a decision; docs/agent-oauth.md). */
 const REFRESH_TTL_MS = 30 * 24 * 3600_000;
 const SESSION_TTL_MS = 12 * 3600_000;
