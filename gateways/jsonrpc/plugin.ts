@@ -22,6 +22,11 @@ const ENDPOINTS: Record<string, Category> = { "/mcp/read": "read", "/mcp/write":
 /** MCP revisions we speak, newest first; a client asking for another one gets the newest. */
 export const PROTOCOL_VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"];
 const BODY_LIMIT = 64 * 1024;
+/**
+ * Calls one batch may carry. Each element is a full call (authorized afresh, often a
+ * write), so a bigger batch is refused whole before any element runs.
+ */
+export const MAX_BATCH_CALLS = 20;
 const ENVELOPE_KEYS = new Set(["jsonrpc", "id", "method", "params"]);
 /** MCP-Protocol-Version values: a date (malformed otherwise). */
 const VERSION_SHAPE = /^\d{4}-\d{2}-\d{2}$/;
@@ -149,6 +154,13 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     }
     if (batch && messages.length === 0) {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request" }), request.id)]);
+    }
+    if (messages.length > MAX_BATCH_CALLS) {
+      const e = new RpcError(RpcCode.INVALID_REQUEST, `Invalid Request: a batch may hold at most ${MAX_BATCH_CALLS} calls`, {
+        reason_id: "batch_too_large",
+        max_batch_calls: MAX_BATCH_CALLS,
+      });
+      return send(reply, 200, [errorReply(null, e, request.id)]);
     }
     const replies: Reply[] = [];
     for (const raw of messages) {

@@ -5,7 +5,7 @@ import { fixtures, postJsonRpc, startReplica, type Replica } from "../../support
 
 /**
  * The kill switch across replicas: two cores, each with its own gateway and connection
- * pool, on one PostgreSQL database. A long JSON-RPC batch of payments runs on replica A
+ * pool, on one PostgreSQL database. JSON-RPC batches of payments run back to back on replica A
  * while the user's kill switch is pulled through replica B. Each batch element is
  * authorized afresh against the grant row, so once the revocation commits nothing more is
  * paid, and nothing paid committed after it.
@@ -39,14 +39,26 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
     const agentToken = budget.agent.accessToken;
     const killer = await f.grant(user, { stepUp: true });
 
-    const N = 200;
-    const batch = Array.from({ length: N }, (_, i) => ({
-      jsonrpc: "2.0",
-      id: i + 1,
-      method: "payments.initiate",
-      params: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: `ks-${i}-${randomUUID()}` },
-    }));
-    const running = postJsonRpc(`${a.url}/mcp/write`, batch, agentToken);
+    // Batches of 20 (the most one may carry), back to back, as a client with many calls sends them.
+    const BATCHES = 10;
+    const SIZE = 20;
+    const N = BATCHES * SIZE;
+    const payBatch = (n: number) =>
+      Array.from({ length: SIZE }, (_, i) => ({
+        jsonrpc: "2.0",
+        id: n * SIZE + i + 1,
+        method: "payments.initiate",
+        params: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: `ks-${n}-${i}-${randomUUID()}` },
+      }));
+    const running = (async () => {
+      const all: Record<string, any>[] = [];
+      for (let n = 0; n < BATCHES; n++) {
+        const res = await postJsonRpc(`${a.url}/mcp/write`, payBatch(n), agentToken);
+        expect(res.json, res.text.slice(0, 500)).to.be.an("array").with.length(SIZE);
+        all.push(...(res.json as Record<string, any>[]));
+      }
+      return all;
+    })();
 
     // Pull the kill switch through replica B once replica A has paid something.
     const paidSoFar = async () => Number((await b.core.db("agent_payments").where({ vault_id: budget.vaultId }).count({ n: "*" }))[0]!.n);
@@ -54,13 +66,12 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
     const kill = await postJsonRpc(`${b.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "replica test" } }, killer.accessToken);
     expect(kill.json?.result?.revoked, kill.text).to.be.at.least(2);
 
-    const res = await running;
-    const replies = res.json as Record<string, any>[];
-    expect(replies, res.text.slice(0, 500)).to.be.an("array").with.length(N);
+    const replies = await running;
+    expect(replies).to.have.length(N);
     const outcome = replies.map((r) => (r.result ? "paid" : r.error?.code === -32001 && r.error?.data?.reason_id === "invalid_token" ? "refused" : `other:${JSON.stringify(r.error)}`));
     const firstRefusal = outcome.indexOf("refused");
     expect(outcome.filter((o) => o.startsWith("other")), "only payments or invalid_token refusals").to.deep.equal([]);
-    expect(firstRefusal, "the kill switch landed before the batch ended").to.be.greaterThan(0);
+    expect(firstRefusal, "the kill switch landed before the batches ended").to.be.greaterThan(0);
     expect(outcome.slice(firstRefusal).every((o) => o === "refused"), "nothing succeeds after the first refusal").to.equal(true);
 
     // The database agrees: each paid element is one completed row, and none committed
