@@ -303,36 +303,24 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
 
 const NOT_JSON = Symbol("not json");
 
-/** What a refused tool call carries in structuredContent: the JSON-RPC error it would have been. */
-const TOOL_ERROR_SCHEMA = {
-  type: "object",
-  properties: {
-    error: {
-      type: "object",
-      properties: { code: { type: "integer" }, message: { type: "string" }, data: { type: "object" } },
-      required: ["code", "message", "data"],
-    },
-  },
-  required: ["error"],
-  additionalProperties: false,
-};
-
-/** A refusal inside tools/call as a tool result the model can read (isError). */
+/**
+ * A refusal inside tools/call as a tool result the model can read (isError). It has no
+ * structuredContent: that field belongs to the tool's outputSchema (clients validate it
+ * when present), so the error travels as JSON text and in _meta.
+ */
 function toolError(e: RpcError, requestId: string) {
   const error = e.body(requestId);
-  const text = `Refused: ${error.message} (${String(error.data.reason_id)}). ${JSON.stringify(error.data)}`;
-  return { content: [{ type: "text", text }], structuredContent: { error }, isError: true };
+  return { content: [{ type: "text", text: JSON.stringify({ error }) }], isError: true, _meta: { error } };
 }
 
 function describeTool(t: Tool) {
-  const { $schema, ...result } = t.outputSchema;
   return {
     name: t.name,
     title: t.title,
     description: t.description,
     inputSchema: t.inputSchema,
-    // Both shapes a tools/call answer can take: the tool's result, or a refusal (isError).
-    outputSchema: { $schema, type: "object", anyOf: [result, TOOL_ERROR_SCHEMA] },
+    // The result alone: a refusal carries no structuredContent, so the schema need not allow one.
+    outputSchema: t.outputSchema,
     annotations: { title: t.title, ...t.annotations },
     _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, category: t.category },
   };

@@ -48,6 +48,8 @@ const DIALECT = "https://json-schema.org/draft/2020-12/schema";
 const AMOUNT = { type: "integer", minimum: 0, maximum: 9007199254740991 };
 const UUID = { type: "string", format: "uuid" };
 const DATE_TIME = { type: "string", format: "date-time" };
+/** A time we answer with: always UTC, written with Z (toISOString). */
+const UTC_DATE_TIME = { type: "string", format: "date-time", pattern: "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?Z$" };
 const CHAIN = { type: "string", enum: ["eth", "base", "arb", "op", "polygon", "sol"] };
 const KEY = { type: "string", minLength: 8, maxLength: 128 };
 
@@ -127,7 +129,7 @@ export const TOOLS: readonly Tool[] = [
         vault_id: UUID,
         policy_version: AMOUNT,
         status: { type: "string", enum: ["draft", "active"] },
-        created_at: DATE_TIME,
+        created_at: UTC_DATE_TIME,
       },
       ["agent_principal_id", "vault_id", "policy_version", "status", "created_at"],
     ),
@@ -217,7 +219,7 @@ export const TOOLS: readonly Tool[] = [
         transfer_id: { type: ["string", "null"], format: "uuid" },
         revoked_grants: { type: "integer", minimum: 0 },
         already_closed: { type: "boolean" },
-        closed_at: DATE_TIME,
+        closed_at: UTC_DATE_TIME,
       },
       ["vault_id", "parent_vault_id", "status", "swept_cents", "currency", "transfer_id", "revoked_grants", "already_closed", "closed_at"],
     ),
@@ -352,7 +354,7 @@ export const TOOLS: readonly Tool[] = [
               outcome: { type: "string", enum: ["success", "failure"] },
               reason: { type: "string" },
               subject: { type: "string" },
-              created_at: DATE_TIME,
+              created_at: UTC_DATE_TIME,
             },
             ["record_id", "action", "outcome", "reason", "subject", "created_at"],
           ),

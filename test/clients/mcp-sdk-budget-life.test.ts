@@ -35,7 +35,7 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     });
   const errorOf = (res: Awaited<ReturnType<Client["callTool"]>>) => {
     expect(res.isError, JSON.stringify(res)).to.equal(true);
-    const e = (res.structuredContent as { error: { code: number; data: Record<string, unknown> } }).error;
+    const e = (res._meta as { error: { code: number; data: Record<string, unknown> } }).error;
     return [e.code, e.data.reason_id, e.data.limit];
   };
 

@@ -140,7 +140,7 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     await stack.clients.budgets.declinePayment({ sessionToken: await ownerSession(stack, owner.userId), paymentId });
     const retry = await client.callTool({ name: "payments.initiate", arguments: args });
     expect(retry.isError).to.equal(true);
-    const error = (retry.structuredContent as { error: { code: number; data: Record<string, unknown> } }).error;
+    const error = (retry._meta as { error: { code: number; data: Record<string, unknown> } }).error;
     expect([error.code, error.data.reason_id]).to.deep.equal([-32002, "access_denied"]);
   });
 

@@ -34,6 +34,7 @@ describe("MCP SDK client", () => {
     expect(treasury.getServerVersion()?.name).to.equal("vaultgate");
     const { tools } = await treasury.listTools();
     expect(tools.map((t) => t.name)).to.include("agent.budget.create");
+    const createKey = `sdk-${Date.now()}-0001`;
     const created = await treasury.callTool({
       name: "agent.budget.create",
       arguments: {
@@ -42,11 +43,24 @@ describe("MCP SDK client", () => {
         amount_cap_cents_per_tx: 1_000,
         step_up_amount_cents: 500,
         chain_allowlist: ["base"],
-        idempotency_key: `sdk-${Date.now()}-0001`,
+        idempotency_key: createKey,
       },
     });
     const budget = created.structuredContent as { vault_id: string; agent_principal_id: string; status: string };
     expect(budget.status).to.equal("active");
+    expect(created.isError).to.equal(false);
+
+    // The same key with other arguments: a refusal the SDK accepts as an isError result
+    // (no structuredContent for it to check against the outputSchema), never a throw.
+    const conflict = await treasury.callTool({
+      name: "agent.budget.create",
+      arguments: { purpose: "trip", display_name: "Something else", chain_allowlist: ["base"], idempotency_key: createKey },
+    });
+    expect(conflict.isError).to.equal(true);
+    expect(conflict.structuredContent).to.equal(undefined);
+    const conflictError = (conflict._meta as { error: { code: number; data: Record<string, unknown> } }).error;
+    expect([conflictError.code, conflictError.data.reason_id]).to.deep.equal([-32602, "idempotency_conflict"]);
+    expect(JSON.parse((conflict.content as { type: string; text: string }[])[0]!.text)).to.deep.equal({ error: conflictError });
 
     await stack.admin.budgets.fundVault({ vaultId: budget.vault_id, amountCents: 10_000n });
     const childToken = await grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id });
@@ -63,14 +77,15 @@ describe("MCP SDK client", () => {
     });
     await write.ping();
 
-    // A domain refusal reaches the model as a tool result with isError: the SDK validates it
-    // against the published outputSchema and does not throw; the text says why.
+    // A domain refusal reaches the model as a tool result with isError: the SDK does not
+    // throw; the text (JSON) and _meta carry the JSON-RPC error.
     const refused = await write.callTool({
       name: "payments.initiate",
       arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 1_001, currency: "USD", idempotency_key: "sdk-pay-0001" },
     });
     expect(refused.isError).to.equal(true);
-    const error = (refused.structuredContent as { error: { code: number; message: string; data: Record<string, unknown> } }).error;
+    expect(refused.structuredContent).to.equal(undefined);
+    const error = (refused._meta as { error: { code: number; message: string; data: Record<string, unknown> } }).error;
     expect([error.code, error.message, error.data.reason_id, error.data.limit]).to.deep.equal([-32002, "per_tx_cap", "policy_denied", "per_tx_cap"]);
     expect((refused.content as { type: string; text: string }[])[0]!.text).to.match(/per_tx_cap/);
     // Authentication problems stay protocol errors the SDK throws.

@@ -137,9 +137,35 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect(create._meta.scope).to.equal("agent:budget:create");
     expect(create.inputSchema.additionalProperties).to.equal(false);
     expect(create.inputSchema.required).to.deep.equal(["purpose", "display_name", "chain_allowlist", "idempotency_key"]);
-    // The published outputSchema covers both answers of tools/call: the result, or a refusal (isError).
-    expect(create.outputSchema.anyOf[0].required).to.deep.equal(["agent_principal_id", "vault_id", "policy_version", "status", "created_at"]);
-    expect(create.outputSchema.anyOf[1].required).to.deep.equal(["error"]);
+    // The published outputSchema is the creation result exactly; a refusal (isError) has
+    // no structuredContent, so the schema allows no error shape.
+    const UTC = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?Z$";
+    expect(create.outputSchema).to.deep.equal({
+      $schema: "https://json-schema.org/draft/2020-12/schema",
+      type: "object",
+      properties: {
+        agent_principal_id: { type: "string", format: "uuid" },
+        vault_id: { type: "string", format: "uuid" },
+        policy_version: { type: "integer", minimum: 0, maximum: 9007199254740991 },
+        status: { type: "string", enum: ["draft", "active"] },
+        created_at: { type: "string", format: "date-time", pattern: UTC },
+      },
+      required: ["agent_principal_id", "vault_id", "policy_version", "status", "created_at"],
+      additionalProperties: false,
+    });
+    const validate = ajv.compile(create.outputSchema);
+    const result = { agent_principal_id: "0190a5a4-0000-7000-8000-000000000001", vault_id: "0190a5a4-0000-7000-8000-000000000002", policy_version: 0, status: "draft", created_at: "2026-01-02T03:04:05.678Z" };
+    expect(validate(result)).to.equal(true);
+    expect(validate({ ...result, created_at: "2026-01-02T04:04:05.678+01:00" }), "UTC with Z only").to.equal(false);
+    expect(validate({ error: { code: -32602, message: "Invalid params", data: {} } }), "no error shape").to.equal(false);
+    expect(validate({ ...result, extra: 1 })).to.equal(false);
+    // No tool publishes an error branch: every outputSchema is the tool's result alone.
+    for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
+      for (const tool of await list(path)) {
+        expect(JSON.stringify(tool.outputSchema), tool.name).to.not.match(/"anyOf"|"error"/);
+        expect(ajv.compile(tool.outputSchema)({ error: { code: -32602, message: "Invalid params", data: {} } }), tool.name).to.equal(false);
+      }
+    }
   });
 
   it("only POST: GET and DELETE are 405; other content types 415; oversized bodies 413 -32600", async () => {

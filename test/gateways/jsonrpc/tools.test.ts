@@ -203,18 +203,21 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       // JSON-RPC error it would have been; called directly, the same refusal is that error.
       const denied = await tool("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
       expect(denied.json!.result.isError).to.equal(true);
-      expect(denied.json!.result.structuredContent.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
-      expect(denied.json!.result.structuredContent.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
-      expect(denied.json!.result.content[0].text).to.match(/per_tx_cap/);
+      // No structuredContent (that is the result's, under its outputSchema): the error is
+      // the text, as JSON, and _meta.error.
+      expect(denied.json!.result).to.not.have.property("structuredContent");
+      expect(denied.json!.result._meta.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(denied.json!.result._meta.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
+      expect(JSON.parse(denied.json!.result.content[0].text)).to.deep.equal({ error: denied.json!.result._meta.error });
       expect(denied.text).to.not.match(/remaining|allowance/);
       const direct = await call("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
       expect(direct.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
       expect(direct.json!.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
       const chain = await tool("/write", token, "payments.initiate", pay({ counterparty: { address: "x", chain: "sol", token: "USDC" } }));
-      expect(chain.json!.result.structuredContent.error.data.limit).to.equal("chain_allowlist");
+      expect(chain.json!.result._meta.error.data.limit).to.equal("chain_allowlist");
       // Invalid arguments are refusals the model can fix: isError too.
       const invalid = await tool("/write", token, "payments.initiate", pay({ amount_cents: -1 }));
-      expect([invalid.json!.result.isError, invalid.json!.result.structuredContent.error.code]).to.deep.equal([true, -32602]);
+      expect([invalid.json!.result.isError, invalid.json!.result._meta.error.code]).to.deep.equal([true, -32602]);
       const broke = await tool("/write", token, "payments.initiate", pay({ amount_cents: 4_000, idempotency_key: key() }));
       expect(broke.json!.result.structuredContent.kind).to.equal("accepted");
       for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
@@ -242,7 +245,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
       token = await grantFor(stack, child);
       for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       const funds = await tool("/write", token, "payments.initiate", pay({ amount_cents: 1_001 }));
-      const fundsError = funds.json!.result.structuredContent.error;
+      const fundsError = funds.json!.result._meta.error;
       expect([funds.json!.result.isError, fundsError.code, fundsError.data.reason_id]).to.deep.equal([true, -32003, "insufficient_funds"]);
     });
 
