@@ -132,6 +132,11 @@ export interface WebContext {
  */
 export async function webGateway(app: FastifyInstance, options: WebGatewayOptions) {
   const secureCookies = options.urls.appUrl.startsWith("https:");
+  // Over https the names carry __Host-: browsers then keep them only when Secure, Path=/
+  // and host-only, so a sibling subdomain can neither plant nor shadow them. Browsers
+  // refuse Secure cookies over plain http (the loopback default), which keeps plain names.
+  const sessionCookie = secureCookies ? `__Host-${SESSION_COOKIE}` : SESSION_COOKIE;
+  const csrfCookie = secureCookies ? `__Host-${CSRF_COOKIE}` : CSRF_COOKIE;
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
 
   app.addHook("onSend", async (_request, reply) => {
@@ -173,25 +178,25 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     csrfToken(request, reply) {
       // Signed in: the token is derived from the HttpOnly session cookie, so a cookie an
       // attacker managed to plant (vg_csrf) cannot authorize actions in the user's session.
-      const sessionToken = readCookies(request)[SESSION_COOKIE];
+      const sessionToken = readCookies(request)[sessionCookie];
       if (sessionToken) return sessionCsrf(sessionToken);
-      const existing = readCookies(request)[CSRF_COOKIE];
+      const existing = readCookies(request)[csrfCookie];
       if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
       const token = randomBytes(32).toString("base64url");
-      addCookie(reply, cookie(CSRF_COOKIE, token, 86400));
+      addCookie(reply, cookie(csrfCookie, token, 86400));
       return token;
     },
     checkCsrf(request, form) {
       // Signed out: double-submit (the form field must equal the HttpOnly SameSite cookie).
       const cookies = readCookies(request);
-      const expected = cookies[SESSION_COOKIE] ? sessionCsrf(cookies[SESSION_COOKIE]) : (cookies[CSRF_COOKIE] ?? "");
+      const expected = cookies[sessionCookie] ? sessionCsrf(cookies[sessionCookie]) : (cookies[csrfCookie] ?? "");
       const given = form.get("csrf") ?? "";
       if (!expected || !sameSecret(expected, given)) {
         throw new PageError(403, "This form has expired", "Go back, reload the page and try again.");
       }
     },
     async session(request) {
-      const token = readCookies(request)[SESSION_COOKIE];
+      const token = readCookies(request)[sessionCookie];
       if (!token || token.length > 200) return undefined;
       try {
         const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
@@ -202,10 +207,10 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
       }
     },
     setSession(reply, token, maxAge) {
-      addCookie(reply, cookie(SESSION_COOKIE, token, maxAge));
+      addCookie(reply, cookie(sessionCookie, token, maxAge));
     },
     clearSession(reply) {
-      addCookie(reply, cookie(SESSION_COOKIE, "", 0));
+      addCookie(reply, cookie(sessionCookie, "", 0));
     },
     send(reply, status, title, body, nav) {
       return reply.code(status).type("text/html; charset=utf-8").send(page(title, body, nav));
