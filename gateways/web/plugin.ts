@@ -119,6 +119,8 @@ export interface WebContext {
   csrfToken(request: FastifyRequest, reply: FastifyReply): string;
   checkCsrf(request: FastifyRequest, form: Map<string, string>): void;
   session(request: FastifyRequest): Promise<{ token: string; session: WebSession } | undefined>;
+  /** The session cookie's value as presented, unchecked (sign-out hands it to core). */
+  sessionToken(request: FastifyRequest): string | undefined;
   setSession(reply: FastifyReply, token: string, maxAgeSeconds: number): void;
   clearSession(reply: FastifyReply): void;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
@@ -205,6 +207,9 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
         if (noteRefusal(request, err) === Reason.INVALID_TOKEN) return undefined;
         throw err;
       }
+    },
+    sessionToken(request) {
+      return readCookies(request)[sessionCookie] || undefined;
     },
     setSession(reply, token, maxAge) {
       addCookie(reply, cookie(sessionCookie, token, maxAge));

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { html } from "./html.js";
 import { safeReturnTo, type WebContext } from "./plugin.js";
 import { noteRefusal } from "../request-log.js";
@@ -103,12 +104,36 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
   app.post("/signout", async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
-    const current = await ctx.session(request);
-    // A session that ended meanwhile has nothing left to end: sign-out still clears the cookie.
-    if (current) await ctx.grants.endSession({ sessionToken: current.token }, ctx.rpc(request)).catch(() => {});
+    const token = ctx.sessionToken(request);
+    // The browser forgets the session whatever core answers.
     ctx.clearSession(reply);
+    if (token) {
+      try {
+        await ctx.grants.endSession({ sessionToken: token }, ctx.rpc(request));
+      } catch (err) {
+        // A session that had already ended (or never was) has nothing left to end.
+        if (noteRefusal(request, err) !== Reason.INVALID_TOKEN) return signOutFailed(request, reply, err);
+      }
+    }
     return reply.redirect("/signin", 303);
   });
+
+  /** The session may still be live on the server: say so instead of claiming success. */
+  function signOutFailed(request: FastifyRequest, reply: FastifyReply, err: unknown) {
+    const connectErr = ConnectError.from(err);
+    const detail = connectErr.findDetails(ErrorDetailSchema)[0];
+    const unavailable = detail
+      ? detail.reason === Reason.UNAVAILABLE || detail.reason === Reason.OVERLOADED
+      : connectErr.code === Code.Unavailable || connectErr.code === Code.DeadlineExceeded;
+    if (!unavailable) request.log.error({ err }, "sign-out failure");
+    if (unavailable && detail?.retryAfterSeconds) reply.header("retry-after", String(detail.retryAfterSeconds));
+    return ctx.send(
+      reply,
+      unavailable ? 503 : 500,
+      "Sign-out did not complete",
+      html`<div class="card error"><p>We could not end your session on the server just now. This browser no longer keeps it, but the session itself stays valid until it expires, at most 12 hours after you signed in.</p><p>On a shared computer, close the browser. Reference: <code>${request.id}</code></p><p><a href="/signin">Sign in</a></p></div>`,
+    );
+  }
 
   app.get("/stepup", async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
