@@ -1,11 +1,11 @@
 import { createHmac, randomBytes, randomInt, randomUUID } from "node:crypto";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import { GrantsService, type CheckAuthorizationRequest, type TokenResponseSchema, type OAuthClientSchema } from "../../gen/vaultgate/grants/v1/grants_pb.js";
-import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { fail } from "../errors.js";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
 import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
@@ -235,12 +235,32 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
   }
 
+  /**
+   * Runs checks that follow the client's and its redirect URI's verification. Their
+   * refusals say so (redirect_uri_verified): only such a refusal may be sent back to the
+   * redirect URI; anything else is shown to the user where they are.
+   */
+  async function afterRedirectVerified<T>(checks: () => Promise<T>): Promise<T> {
+    try {
+      return await checks();
+    } catch (err) {
+      const detail = errorDetailOf(err);
+      if (!detail || !(err instanceof ConnectError)) throw err;
+      throw new ConnectError(err.rawMessage, err.code, err.metadata, [{ desc: ErrorDetailSchema, value: { ...detail, redirectUriVerified: true } }], err.cause);
+    }
+  }
+
   /** spec 4.3 / DESIGN 4.2, in order; no side effects. */
   async function checkAuthorization(req: CheckAuthorizationRequest) {
     const client = req.clientId ? await findClient(req.clientId) : undefined;
     if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
     // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
     if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
+    return afterRedirectVerified(() => checkVerifiedAuthorization(client, req));
+  }
+
+  /** The checks after the client's and its redirect URI's: their refusals may be sent back to it. */
+  async function checkVerifiedAuthorization(client: ClientRecord, req: CheckAuthorizationRequest) {
     if (req.codeChallengeMethod !== "S256") fail(Reason.INVALID_REQUEST, "PKCE with code_challenge_method S256 is required");
     if (!/^[A-Za-z0-9_-]{43}$/.test(req.codeChallenge)) fail(Reason.INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier");
     const scopes = parseScope(req.scope);
@@ -505,17 +525,19 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async approveAuthorization(req, ctx) {
       if (!req.request) fail(Reason.INVALID_REQUEST, "request is required");
       const r = await checkAuthorization({ ...req.request, sessionToken: req.sessionToken });
-      const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first");
+      // checkAuthorization verified the client and its redirect URI: refusals may go back to it.
+      const verified = { redirectUriVerified: true };
+      const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first", verified);
       const vaultId = (r.vaultId || req.vaultId).toLowerCase();
-      if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults");
-      if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes");
+      if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
+      if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes", verified);
       const code = `vgc_${randomBase64url(32)}`;
       const now = deps.clock();
       await db.transaction(async (trx) => {
         // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
         if (r.client.metadataDocument) await store.upsertDocumentClient(trx, r.client);
         // Still the user's, and held until the code is inserted (a budget cleanup may delete it).
-        if ((await store.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults");
+        if ((await store.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
         // On a budget's vault the code acts as the budget; elsewhere as the principal of this
         // user and client, created on first consent. The exchange copies it to the grant.
         const agentPrincipalId = await store.principalForGrant(trx, {

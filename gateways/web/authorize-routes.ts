@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { CheckAuthorizationResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { oauthErrorFrom } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
@@ -58,11 +59,16 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
     return reply.redirect(url.toString(), 303);
   }
 
-  /** Untrusted client or redirect URI: a page; anything else goes back to the client (RFC 6749 4.1.2.1). */
+  /**
+   * RFC 6749 4.1.2.1: only a refusal core made after verifying the client and its
+   * redirect URI goes back to that URI. Anything else (the pair not verified, core
+   * overloaded or unreachable before it could check, a bug) is a page here.
+   */
   function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
     const reason = noteRefusal(reply.request, err);
+    const verified = err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.redirectUriVerified === true;
     // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
-    if (reason === Reason.INVALID_CLIENT || reason === Reason.INVALID_REDIRECT_URI || reason === Reason.INVALID_TOKEN || reason === undefined) throw err;
+    if (!verified || reason === Reason.INVALID_TOKEN) throw err;
     const e = oauthErrorFrom(err);
     return redirectBack(reply, p, { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
   }
