@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { createServer, connect, type Server, type Socket } from "node:net";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
 import { createCore, type Core } from "../../core/core.js";
@@ -14,48 +13,7 @@ import { basic, createPartner, mintPartnerToken } from "../support/partners.js";
 import { createUserFor } from "../support/resources.js";
 import { postRpc } from "../support/mcp.js";
 import type { TestStack } from "../support/stack.js";
-
-/**
- * A TCP relay between core and PostgreSQL that the test can cut: existing connections
- * are torn down (as when the server dies or a network partition drops them) and new ones
- * are refused (as when nothing listens any more), then restored.
- */
-async function startRelay(target: { host: string; port: number }) {
-  const sockets = new Set<Socket>();
-  let server: Server | undefined;
-  let port = 0;
-  const listen = () =>
-    new Promise<void>((resolve) => {
-      server = createServer((client) => {
-        const upstream = connect(target.port, target.host);
-        for (const s of [client, upstream]) {
-          sockets.add(s);
-          s.on("close", () => sockets.delete(s));
-          s.on("error", () => s.destroy());
-        }
-        client.pipe(upstream).pipe(client);
-      });
-      server.listen(port, "127.0.0.1", () => {
-        port = (server!.address() as { port: number }).port;
-        resolve();
-      });
-    });
-  await listen();
-  return {
-    get port() {
-      return port;
-    },
-    async cut() {
-      await new Promise<void>((resolve) => {
-        server!.close(() => resolve());
-        for (const s of sockets) s.destroy();
-      });
-    },
-    async restore() {
-      if (!server?.listening) await listen();
-    },
-  };
-}
+import { startRelay } from "../support/db-relay.js";
 
 /**
  * A database outage is a 503 with Retry-After on every surface (a JSON-RPC -32603
