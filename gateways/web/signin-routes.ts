@@ -105,16 +105,16 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const token = ctx.sessionToken(request);
-    // The browser forgets the session whatever core answers.
-    ctx.clearSession(reply);
     if (token) {
       try {
         await ctx.grants.endSession({ sessionToken: token }, ctx.rpc(request));
       } catch (err) {
-        // A session that had already ended (or never was) has nothing left to end.
+        // A session that had already ended (or never was) has nothing left to end. Any other
+        // failure keeps the cookie, so that trying again can still end the session.
         if (noteRefusal(request, err) !== Reason.INVALID_TOKEN) return signOutFailed(request, reply, err);
       }
     }
+    ctx.clearSession(reply);
     return reply.redirect("/signin", 303);
   });
 
@@ -131,7 +131,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       reply,
       unavailable ? 503 : 500,
       "Sign-out did not complete",
-      html`<div class="card error"><p>We could not end your session on the server just now. This browser no longer keeps it, but the session itself stays valid until it expires, at most 12 hours after you signed in.</p><p>On a shared computer, close the browser. Reference: <code>${request.id}</code></p><p><a href="/signin">Sign in</a></p></div>`,
+      html`<div class="card error"><p>We could not end your session on the server just now, so you are still signed in. Try again in a moment.</p><form method="post" action="/signout"><input type="hidden" name="csrf" value="${ctx.csrfToken(request, reply)}"><button type="submit">Sign out again</button></form><p>Reference: <code>${request.id}</code></p></div>`,
     );
   }
 
