@@ -11,7 +11,7 @@ import { webGateway } from "./web/plugin.js";
 import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
-import { createOriginGuard } from "./shared/origin-guard.js";
+import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
 import { observeRequests } from "./shared/observability.js";
 import { requestLogController } from "./request-log.js";
 
@@ -63,7 +63,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // state-changing browser or registration endpoint: Host and (when sent) Origin must
     // be ours. Server-to-server endpoints (token, partner API) are not browser-reachable
     // with credentials and are left alone.
-    const path = request.url.split("?", 1)[0]!;
+    // Judged on the decoded, normalized path: `/%6dcp/write` is routed as `/mcp/write`.
+    const path = guardedPath(request.url);
     const mcp = MCP_ENDPOINTS.has(path);
     const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));
     if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin, request.headers.host))) {
