@@ -12,6 +12,7 @@ import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
+import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
 import { observeRequests } from "./shared/observability.js";
 import { requestLogController } from "./request-log.js";
 
@@ -26,6 +27,8 @@ export interface GatewayOptions {
   urls?: PublicUrls;
   /** ALLOWED_ORIGINS: further origins (and hosts) browsers and MCP clients may use. */
   allowedOrigins?: readonly string[];
+  /** TRUST_PROXY: which X-Forwarded-For / Forwarded entries name the client; default none (the TCP peer). */
+  trustProxy?: TrustProxy;
   /** A server span per request (an OpenTelemetry tracer provider must be registered); default off. Metrics are always recorded. */
   tracing?: boolean;
 }
@@ -49,6 +52,14 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     frameworkErrors: (err, request, reply) => {
       if (options.urls && isPagePath(request.url)) return sendBadUrlPage(err, request, reply);
       return sendFrameworkJson(err, request, reply);
+    },
+  });
+
+  // Computed when a route asks (per-address limits), never for other requests.
+  const clientAddressOf = createClientAddress(options.trustProxy ?? false);
+  app.decorateRequest("clientAddress", {
+    getter(this: FastifyRequest) {
+      return clientAddressOf(this.socket.remoteAddress, this.headers);
     },
   });
 

@@ -117,8 +117,8 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
         scope: optString(body, "scope"),
       },
-      // The socket's address (no trustProxy): a forwarding header cannot pick the bucket.
-      vouched(request.id, request.ip),
+      // TRUST_PROXY decides whether a forwarding header may name the address.
+      vouched(request.id, request.clientAddress),
     );
     const c = res.client!;
     return reply
