@@ -13,6 +13,7 @@ import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound }
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
 import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
+import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
 import { observeRequests } from "./shared/observability.js";
 import { requestLogController } from "./request-log.js";
 
@@ -53,6 +54,15 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       if (options.urls && isPagePath(request.url)) return sendBadUrlPage(err, request, reply);
       return sendFrameworkJson(err, request, reply);
     },
+  });
+
+  // fastify's own JSON parser (pages, unknown paths), behind the depth check every JSON
+  // surface makes; the partner, JSON-RPC and OAuth surfaces parse in their own envelopes.
+  const defaultJson = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
+    if (jsonTooDeep(body as string)) return done(tooDeepError(), undefined);
+    defaultJson(request, body as string, done);
   });
 
   // Computed when a route asks (per-address limits), never for other requests.
@@ -114,6 +124,13 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });
   return app;
+}
+
+/** Bad input, not a bug: fastify logs a 4xx error's fields, and this one has no stack to show. */
+function tooDeepError(): Error {
+  const err = Object.assign(new Error(TOO_DEEP), { statusCode: 400, code: "FST_ERR_CTP_INVALID_JSON_BODY" });
+  delete err.stack;
+  return err;
 }
 
 /** The body fastify itself sends for a router refusal when `frameworkErrors` is unset. */

@@ -9,6 +9,7 @@ import { agentTokenJson } from "../shared/token-response.js";
 import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 import { noteRefusal } from "../request-log.js";
+import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -222,9 +223,11 @@ const badMetadata = (description: string, error = "invalid_client_metadata") => 
 function readJson(request: FastifyRequest): JsonObject {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== "application/json") throw badMetadata("content type must be application/json");
+  const text = typeof request.body === "string" ? request.body : "";
+  if (jsonTooDeep(text)) throw badMetadata(TOO_DEEP);
   let body: unknown;
   try {
-    body = JSON.parse(typeof request.body === "string" ? request.body : "");
+    body = JSON.parse(text);
   } catch {
     throw badMetadata("body is not valid JSON");
   }
