@@ -97,6 +97,9 @@ describe("JSON nesting depth (every surface, HTTP)", () => {
       expect([res.status, res.json?.error], res.body).to.deep.equal([400, "invalid_client_metadata"]);
       expect(res.json.error_description).to.match(/deeper than 64|nested more than 64/);
     }
+    // 10,000 levels are 20 KB, over the endpoint's 16 KiB: refused for size, still not a 500.
+    const huge = await post("/oauth2/register", nested(10_000));
+    expect([huge.status, huge.json?.error]).to.deep.equal([400, "invalid_client_metadata"]);
     for (const body of bodies(64)) {
       const res = await post("/oauth2/register", body);
       expect(res.status, res.body).to.equal(400);
