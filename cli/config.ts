@@ -2,6 +2,7 @@ import { createPrivateKey, X509Certificate, type KeyObject } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
+import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 
 /** Every setting of DESIGN 2, parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -45,6 +46,8 @@ export interface Config {
   partnerResourceLimitPerMinute: number;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
   kycSandboxUrl: string | undefined;
+  /** TRUST_PROXY: which forwarded-for entries name the client (off: the TCP peer). */
+  trustProxy: TrustProxy;
   /** ALLOWED_ORIGINS: origins besides the four public addresses that browsers and MCP clients may use. */
   allowedOrigins: string[];
   /** Webhook delivery loop period (ms). */
@@ -111,6 +114,12 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     endpoint: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? urlSetting(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "") : `${otlpBase}/v1/traces`,
     serviceName: env.OTEL_SERVICE_NAME || "vaultgate",
   };
+  let trustProxy: TrustProxy;
+  try {
+    trustProxy = parseTrustProxy(env.TRUST_PROXY);
+  } catch (err) {
+    throw new ConfigError(`TRUST_PROXY ${(err as Error).message}`);
+  }
   const coreHost = env.CORE_HOST || "127.0.0.1";
   if (/[\s/]/.test(coreHost)) throw new ConfigError("CORE_HOST must be a host name or IP address");
   return {
@@ -143,6 +152,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,
     allowedOrigins: originsSetting(env, "ALLOWED_ORIGINS"),
+    trustProxy,
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
     clientMetadataAllowPrivate: boolSetting(env, "CLIENT_METADATA_ALLOW_PRIVATE", false),

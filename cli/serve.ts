@@ -100,6 +100,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         logger,
         urls: { issuer: config.issuer, baseUrl: config.baseUrl, authUrl: config.authUrl, appUrl: config.appUrl, mcpUrl: config.mcpUrl },
         allowedOrigins: config.allowedOrigins,
+        trustProxy: config.trustProxy,
         tracing,
       });
       await gateway.listen({ port: config.port, host: config.host });

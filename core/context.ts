@@ -7,8 +7,14 @@ export const GATEWAY_CREDENTIAL_HEADER = "x-vaultgate-gateway";
 /** Header of the client address a gateway saw; believed only with a valid gateway credential. */
 export const CLIENT_ADDRESS_HEADER = "x-vaultgate-client-address";
 
-/** The request id of the current call (from the gateway, or minted for direct gRPC callers). */
+/**
+ * The request id of the current call: the one an authenticated gateway sent (the gateway
+ * credential, or a gateway in this process), else one core makes; never a caller's own.
+ */
 export const kRequestId = createContextKey<string>("", { description: "request id" });
+
+/** True when the call presented a valid gateway credential (GATEWAY_TOKEN). */
+export const kGatewayCaller = createContextKey<boolean>(false, { description: "gateway credential presented" });
 
 /** True when the call presented the operator credential (ADMIN_TOKEN) as its bearer. */
 export const kOperator = createContextKey<boolean>(false, { description: "operator credential presented" });

@@ -4,7 +4,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kInProcess, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
+import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kGatewayCaller, kInProcess, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
 import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
@@ -23,20 +23,25 @@ export interface InterceptorOptions {
 
 /** The interceptors core runs on every transport, in order. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
-  return [observeCalls({ tracing: options.tracing ?? false }), requestContext(options.logger), callerCredentials(options.adminToken, options.gatewayToken), inputGuard()];
+  return [observeCalls({ tracing: options.tracing ?? false }), requestContext(options.logger, options.gatewayToken), callerCredentials(options.adminToken), inputGuard()];
 }
 
 /**
- * Binds the request id (from the gateway, or minted for direct gRPC callers); logs
+ * Checks the gateway credential once (kGatewayCaller) and binds the request id: the one an
+ * authenticated gateway sent (credential, or a gateway in this process), else a fresh one,
+ * so a direct caller cannot put its own id on audit records. Logs
  * refusals, and bugs (errors without a domain reason) with their stack, through a child
  * logger bound to the request id. A database that cannot be reached is not a bug: it
  * becomes UNAVAILABLE (retry after a few seconds), logged at warn without a stack. A
  * refusal of a call from a gateway in this process is left to that gateway's request
  * line (one line per request), unless it reports a failure on our side.
  */
-function requestContext(logger: Logger): Interceptor {
+function requestContext(logger: Logger, gatewayToken: string | undefined): Interceptor {
   return (next) => async (req) => {
-    const given = req.header.get(REQUEST_ID_HEADER);
+    const vouch = req.header.get(GATEWAY_CREDENTIAL_HEADER);
+    const gateway = vouch !== null && !!gatewayToken && constantTimeEqual(vouch, gatewayToken);
+    if (gateway) req.contextValues.set(kGatewayCaller, true);
+    const given = gateway || req.contextValues.get(kInProcess) ? req.header.get(REQUEST_ID_HEADER) : null;
     const requestId = given && UUID.test(given) ? given.toLowerCase() : uuidv7();
     req.contextValues.set(kRequestId, requestId);
     try {
@@ -116,12 +121,13 @@ export function databaseOutage(err: unknown): string | undefined {
  * Core trusts no caller. This interceptor decides only what a header can prove:
  * - the operator credential (`Authorization: Bearer <ADMIN_TOKEN>`, constant time) sets
  *   kOperator, and admin_only RPCs refuse every call without it;
- * - the gateway credential (`x-vaultgate-gateway`) makes core believe the client address
- *   the gateway saw (`x-vaultgate-client-address`); without it that header is ignored.
+ * - the gateway credential (`x-vaultgate-gateway`, checked by requestContext) makes core
+ *   believe the client address the gateway saw (`x-vaultgate-client-address`); without it
+ *   that header is ignored.
  * Every other credential (agent access token, partner token, web session, client secret)
  * travels in the request message and is verified by the service that acts on it.
  */
-function callerCredentials(adminToken: string | undefined, gatewayToken: string | undefined): Interceptor {
+function callerCredentials(adminToken: string | undefined): Interceptor {
   // getOption decodes the method's options on every call; the answer never changes.
   const adminOnly = new WeakMap<DescMethod, boolean>();
   const isAdminOnly = (method: DescMethod) => {
@@ -136,8 +142,7 @@ function callerCredentials(adminToken: string | undefined, gatewayToken: string 
       if (presented && constantTimeEqual(presented, adminToken)) req.contextValues.set(kOperator, true);
     }
     if (isAdminOnly(req.method) && !req.contextValues.get(kOperator)) fail(Reason.ADMIN_UNAUTHENTICATED, "operator credential required");
-    const vouch = req.header.get(GATEWAY_CREDENTIAL_HEADER);
-    if (vouch !== null && gatewayToken && constantTimeEqual(vouch, gatewayToken)) {
+    if (req.contextValues.get(kGatewayCaller)) {
       req.contextValues.set(kClientAddress, (req.header.get(CLIENT_ADDRESS_HEADER) ?? "").slice(0, 64));
     }
     return next(req);

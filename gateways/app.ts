@@ -11,7 +11,9 @@ import { webGateway } from "./web/plugin.js";
 import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
-import { createOriginGuard } from "./shared/origin-guard.js";
+import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
+import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
+import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
 import { observeRequests } from "./shared/observability.js";
 import { requestLogController } from "./request-log.js";
 
@@ -26,6 +28,8 @@ export interface GatewayOptions {
   urls?: PublicUrls;
   /** ALLOWED_ORIGINS: further origins (and hosts) browsers and MCP clients may use. */
   allowedOrigins?: readonly string[];
+  /** TRUST_PROXY: which X-Forwarded-For / Forwarded entries name the client; default none (the TCP peer). */
+  trustProxy?: TrustProxy;
   /** A server span per request (an OpenTelemetry tracer provider must be registered); default off. Metrics are always recorded. */
   tracing?: boolean;
 }
@@ -52,6 +56,23 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     },
   });
 
+  // fastify's own JSON parser (pages, unknown paths), behind the depth check every JSON
+  // surface makes; the partner, JSON-RPC and OAuth surfaces parse in their own envelopes.
+  const defaultJson = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
+    if (jsonTooDeep(body as string)) return done(tooDeepError(), undefined);
+    defaultJson(request, body as string, done);
+  });
+
+  // Computed when a route asks (per-address limits), never for other requests.
+  const clientAddressOf = createClientAddress(options.trustProxy ?? false);
+  app.decorateRequest("clientAddress", {
+    getter(this: FastifyRequest) {
+      return clientAddressOf(this.socket.remoteAddress, this.headers);
+    },
+  });
+
   // Callback style, not async: this runs on every request, and an async hook costs a
   // promise and a microtask turn each time.
   const mcpUrl = options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1";
@@ -63,7 +84,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // state-changing browser or registration endpoint: Host and (when sent) Origin must
     // be ours. Server-to-server endpoints (token, partner API) are not browser-reachable
     // with credentials and are left alone.
-    const path = request.url.split("?", 1)[0]!;
+    // Judged on the decoded, normalized path: `/%6dcp/write` is routed as `/mcp/write`.
+    const path = guardedPath(request.url);
     const mcp = MCP_ENDPOINTS.has(path);
     const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));
     if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin, request.headers.host))) {
@@ -102,6 +124,13 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });
   return app;
+}
+
+/** Bad input, not a bug: fastify logs a 4xx error's fields, and this one has no stack to show. */
+function tooDeepError(): Error {
+  const err = Object.assign(new Error(TOO_DEEP), { statusCode: 400, code: "FST_ERR_CTP_INVALID_JSON_BODY" });
+  delete err.stack;
+  return err;
 }
 
 /** The body fastify itself sends for a router refusal when `frameworkErrors` is unset. */

@@ -36,8 +36,9 @@ export interface CoreClientsOptions {
 }
 
 /** Typed clients over one transport: in-memory router transport or gRPC h2c. */
-export function createCoreClients(transport: Transport, options: CoreClientsOptions = {}): CoreClients {
+export function createCoreClients(base: Transport, options: CoreClientsOptions = {}): CoreClients {
   const { gatewayToken } = options;
+  const transport = gatewayToken ? withGatewayCredential(base, gatewayToken) : base;
   return {
     vouched(requestId, clientAddress) {
       if (!gatewayToken) return withRequestId(requestId);
@@ -51,6 +52,27 @@ export function createCoreClients(transport: Transport, options: CoreClientsOpti
     budgets: createClient(BudgetsService, transport),
     partnerResources: createClient(PartnerResourcesService, transport),
     treasury: createClient(TreasuryService, transport),
+  };
+}
+
+/**
+ * Presents the gateway credential on every call, so core believes the request id it
+ * carries (a core across the network mints its own for calls without it).
+ */
+type Header = ConstructorParameters<typeof Headers>[0];
+
+function withGatewayCredential(transport: Transport, gatewayToken: string): Transport {
+  const sign = (header: Header): Header => {
+    if (header === undefined) return { "x-vaultgate-gateway": gatewayToken };
+    // withRequestId's plain object, copied cheaply; anything else through Headers.
+    if (!(header instanceof Headers) && !Array.isArray(header)) return { ...header, "x-vaultgate-gateway": gatewayToken };
+    const h = new Headers(header);
+    h.set("x-vaultgate-gateway", gatewayToken);
+    return h;
+  };
+  return {
+    unary: (method, signal, timeoutMs, header, input, contextValues) => transport.unary(method, signal, timeoutMs, sign(header), input, contextValues),
+    stream: (method, signal, timeoutMs, header, input, contextValues) => transport.stream(method, signal, timeoutMs, sign(header), input, contextValues),
   };
 }
 

@@ -10,10 +10,12 @@ export interface AuditEntry {
   outcome: "success" | "failure";
   reason?: string;
   subject?: string;
+  /** The client's address a gateway vouched for on this call ("" when none did). */
+  clientAddress?: string;
   at: Date;
 }
 
-export interface AuditRow extends Required<Omit<AuditEntry, "at">> {
+export interface AuditRow extends Required<Omit<AuditEntry, "at" | "clientAddress">> {
   seq: number;
   createdAt: Date;
 }
@@ -44,9 +46,9 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
         const fault = options.appendFault?.();
         if (fault) throw fault;
         const { rows } = await trx.raw(
-          `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
-          [entry.requestId, entry.actor, entry.action, entry.outcome, entry.reason ?? "", entry.subject ?? "", entry.at],
+          `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, client_address, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+          [entry.requestId, entry.actor, entry.action, entry.outcome, entry.reason ?? "", entry.subject ?? "", entry.clientAddress ?? "", entry.at],
         );
         return Number((rows as { seq: number }[])[0]!.seq);
       } catch (err) {

@@ -129,7 +129,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
   const requestId = (ctx: HandlerContext) => ctx.values.get(kRequestId);
   const audit = (conn: Knex | Knex.Transaction, ctx: HandlerContext, e: { actor: string; action: string; subject?: string; outcome?: "success" | "failure"; reason?: string }) =>
-    deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, at: deps.clock() });
+    deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
 
   async function authenticateClient(clientId: string, secret: string): Promise<ClientRecord> {
     if (isClientIdUrl(clientId)) {

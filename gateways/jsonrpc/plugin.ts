@@ -7,6 +7,7 @@ import { TOOLS, type Category, type Tool } from "./tools.js";
 import { MCP_ENDPOINT_SCOPES } from "../shared/public-urls.js";
 import { createSessionCodec, declaresUrlElicitation, URL_ELICITATION_SINCE } from "./session.js";
 import { noteRefusal } from "../request-log.js";
+import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 
 export interface JsonRpcGatewayOptions {
   clients: CoreClients;
@@ -132,7 +133,9 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     }
     let parsed: unknown;
     try {
-      parsed = JSON.parse(typeof request.body === "string" ? request.body : "");
+      const text = typeof request.body === "string" ? request.body : "";
+      if (jsonTooDeep(text)) throw new SyntaxError(TOO_DEEP);
+      parsed = JSON.parse(text);
     } catch {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.PARSE_ERROR, "Parse error", { reason_id: "parse_error" }), request.id)]);
     }

@@ -9,6 +9,7 @@ import { agentTokenJson } from "../shared/token-response.js";
 import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
 import { noteRefusal } from "../request-log.js";
+import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -117,8 +118,8 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
         scope: optString(body, "scope"),
       },
-      // The socket's address (no trustProxy): a forwarding header cannot pick the bucket.
-      vouched(request.id, request.ip),
+      // TRUST_PROXY decides whether a forwarding header may name the address.
+      vouched(request.id, request.clientAddress),
     );
     const c = res.client!;
     return reply
@@ -222,9 +223,11 @@ const badMetadata = (description: string, error = "invalid_client_metadata") => 
 function readJson(request: FastifyRequest): JsonObject {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== "application/json") throw badMetadata("content type must be application/json");
+  const text = typeof request.body === "string" ? request.body : "";
+  if (jsonTooDeep(text)) throw badMetadata(TOO_DEEP);
   let body: unknown;
   try {
-    body = JSON.parse(typeof request.body === "string" ? request.body : "");
+    body = JSON.parse(text);
   } catch {
     throw badMetadata("body is not valid JSON");
   }

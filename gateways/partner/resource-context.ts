@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { findBadText } from "../shared/text.js";
+import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
 
@@ -17,6 +18,7 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = String(body);
     if (text.trim() === "") return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
+    if (jsonTooDeep(text)) return done(new ResourceError(400, "invalid_json", TOO_DEEP), undefined);
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);

@@ -61,7 +61,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     const scope = checkGrantType(params.params);
     const token = await options.partners.issueToken(
       { clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope },
-      options.vouched(request.id, request.ip),
+      options.vouched(request.id, request.clientAddress),
     );
     return reply
       .header("cache-control", "no-store")

@@ -38,3 +38,30 @@ export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly str
 }
 
 export type OriginGuard = ReturnType<typeof createOriginGuard>;
+
+/**
+ * The path the Origin/Host guard judges: `url` without its query, percent-decoded (again
+ * while anything decodes, so `%256d` cannot slip past), `.` and `..` segments resolved,
+ * empty segments (doubled or trailing slashes) dropped, lower-cased. The router decodes
+ * `/%6dcp/write` to `/mcp/write`, and a proxy in front may normalize the rest, so a
+ * spelling of a guarded path must never escape the guard; over-matching only guards a
+ * path that has no route.
+ */
+export function guardedPath(url: string): string {
+  const q = url.indexOf("?");
+  let path = q === -1 ? url : url.slice(0, q);
+  // Nearly every request: nothing to decode or resolve.
+  if (!/[%.\\]|\/\/|\/$|[A-Z]/.test(path)) return path;
+  for (let i = 0; i < 4 && path.includes("%"); i++) {
+    const decoded = path.replace(/%([0-9a-fA-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+    if (decoded === path) break;
+    path = decoded;
+  }
+  const out: string[] = [];
+  for (const segment of path.toLowerCase().split(/[/\\]/)) {
+    if (segment === "" || segment === ".") continue;
+    if (segment === "..") out.pop();
+    else out.push(segment);
+  }
+  return `/${out.join("/")}`;
+}

@@ -1,0 +1,45 @@
+/** The deepest nesting of arrays and objects a JSON request body may have. */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * True when `text` nests arrays/objects deeper than `max`, counting `[` and `{` outside
+ * strings. Run before JSON.parse on every JSON body: what walks a parsed value afterwards
+ * (schema validation, text checks) recurses, and 10,000 levels overflowed the stack into a
+ * 500. Malformed text is left to JSON.parse to refuse.
+ */
+export function jsonTooDeep(text: string, max = MAX_JSON_DEPTH): boolean {
+  // Fewer openings than levels cannot be too deep: most bodies stop here, after a few
+  // native searches.
+  if (!moreOpeningsThan(text, max)) return false;
+  let depth = 0;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      // Skip the string natively: to the next quote not escaped by an odd run of backslashes.
+      for (;;) {
+        i = text.indexOf('"', i + 1);
+        if (i === -1) return false;
+        let backslashes = 0;
+        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++;
+        if (backslashes % 2 === 0) break;
+      }
+    } else if (c === 0x5b /* [ */ || c === 0x7b /* { */) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d /* ] */ || c === 0x7d /* } */) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+function moreOpeningsThan(text: string, max: number): boolean {
+  let count = 0;
+  for (const open of ["[", "{"]) {
+    for (let i = text.indexOf(open); i !== -1; i = text.indexOf(open, i + 1)) if (++count > max) return true;
+  }
+  return false;
+}
+
+/** The message every surface gives for a body nested too deeply. */
+export const TOO_DEEP = `JSON nested more than ${MAX_JSON_DEPTH} levels deep`;
