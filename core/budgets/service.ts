@@ -89,6 +89,9 @@ class SagaFenced extends Error {}
 /** The calling grant stopped being usable while its saga ran (revoked, superseded, user inactive). */
 class GrantGone extends Error {}
 
+/** The grant's vault became a closed or declined budget's while its saga ran. */
+class ParentGone extends Error {}
+
 /** spec 5.2 / DESIGN 3: 30 s of clock skew on token lifetimes. */
 const CLOCK_SKEW_MS = 30_000;
 
@@ -320,15 +323,29 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     );
   }
 
+  /**
+   * Why a vault makes no budgets, when it is a closed or declined budget's (a grant issued
+   * on it later could otherwise move kept money on, or spend beside a refused budget);
+   * undefined when it may. `b` is the vault's budget, locked by the caller so a close or
+   * decline is ordered against the saga: one that commits first is seen.
+   */
+  function openParent(b: BudgetRecord | undefined): string | undefined {
+    if (b?.status === "closed") return "the grant's vault belongs to a closed budget";
+    if (b?.status === "declined") return "the grant's vault belongs to a budget its owner declined";
+    return undefined;
+  }
+
   /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
   async function startSaga(grantId: string, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
     return db.transaction(async (trx) => {
+      // Budget rows before grants (the lock order): the grant's vault never changes, so
+      // it is read unlocked first, then the budget of that vault is locked, then the grant.
+      const vaultId = usable(await store.findGrant(trx, grantId)).vaultId;
+      const refusal = openParent(await store.findBudgetByVault(trx, vaultId, true));
+      if (refusal) fail(Reason.ACCESS_DENIED, refusal);
       const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
-      // A closed budget's vault makes no budgets (a grant issued on it after the close could
-      // otherwise move its kept money on). Grants that existed at the close were revoked by it.
-      if ((await store.findBudgetByVault(trx, g.vaultId))?.status === "closed") fail(Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget");
       let budget: BudgetRecord;
       if (existing) {
         budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
@@ -553,6 +570,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       let done: BudgetRecord;
       try {
         done = await db.transaction(async (trx) => {
+          // The parent's budget first (an ancestor before its descendants): a close or
+          // decline of it that committed while the saga ran unwinds the saga.
+          const parentRefusal = openParent(await store.findBudgetByVault(trx, budget.parentVaultId, true));
+          if (parentRefusal) throw new ParentGone(parentRefusal);
           if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
           const current = stillUsable(await store.findGrant(trx, g.id, true));
           const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
@@ -568,7 +589,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         });
       } catch (err) {
         if (err instanceof SagaFenced) fenced();
-        if (!(err instanceof GrantGone)) {
+        if (!(err instanceof GrantGone) && !(err instanceof ParentGone)) {
           // A COMMIT that failed on the wire may still have committed: then it succeeded.
           const after = await store.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
           if (after && after.attempt === budget.attempt && (after.status === "draft" || after.status === "active")) return { budget: budgetView(after) };
@@ -578,6 +599,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           if (e instanceof SagaFenced) fenced();
           throw e;
         });
+        if (err instanceof ParentGone) {
+          await auditOutside(ctx, actor, "agent.budget.create", "failure", "access_denied", budget.agentPrincipalId);
+          fail(Reason.ACCESS_DENIED, `${err.message}; nothing was kept`);
+        }
         await auditOutside(ctx, actor, "agent.budget.create", "failure", "grant_revoked", budget.agentPrincipalId);
         fail(Reason.INVALID_TOKEN, "the grant was revoked while the budget was being provisioned; nothing was kept");
       }
