@@ -76,6 +76,10 @@ export const SCOPES = {
 } as const;
 
 const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
+/** At most this many payments awaiting approval and draft budgets, together, per vault. */
+export const MAX_AWAITING_OWNER = 50;
+const AWAITING_LIMIT = "pending_approvals";
+const AWAITING_MESSAGE = `${AWAITING_LIMIT}: the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
 const MAX_AUDIT_LIMIT = 500;
 
 type Trx = Knex.Transaction;
@@ -91,6 +95,9 @@ class GrantGone extends Error {}
 
 /** The grant's vault became a closed or declined budget's while its saga ran. */
 class ParentGone extends Error {}
+
+/** The parent vault already has as many items waiting for its owner as it may. */
+class AwaitingFull extends Error {}
 
 /** spec 5.2 / DESIGN 3: 30 s of clock skew on token lifetimes. */
 const CLOCK_SKEW_MS = 30_000;
@@ -577,6 +584,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
           const current = stillUsable(await store.findGrant(trx, g.id, true));
           const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
+          if (!active) {
+            // A draft waits for the owner: it counts against the parent vault's bound,
+            // under the vault lock payments take (grant, then vault: the lock order).
+            await store.lockVaults(trx, [budget.parentVaultId]);
+            if ((await store.countAwaitingOwner(trx, budget.parentVaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) throw new AwaitingFull();
+          }
           if (active) await store.activatePolicy(trx, budget.vaultId, clock());
           const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
           await store.releaseClaim(trx, budget.parentVaultId, budget.id);
@@ -589,7 +602,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         });
       } catch (err) {
         if (err instanceof SagaFenced) fenced();
-        if (!(err instanceof GrantGone) && !(err instanceof ParentGone)) {
+        if (!(err instanceof GrantGone) && !(err instanceof ParentGone) && !(err instanceof AwaitingFull)) {
           // A COMMIT that failed on the wire may still have committed: then it succeeded.
           const after = await store.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
           if (after && after.attempt === budget.attempt && (after.status === "draft" || after.status === "active")) return { budget: budgetView(after) };
@@ -599,6 +612,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           if (e instanceof SagaFenced) fenced();
           throw e;
         });
+        if (err instanceof AwaitingFull) {
+          await auditOutside(ctx, actor, "agent.budget.create", "failure", `policy_denied:${AWAITING_LIMIT}`, budget.agentPrincipalId);
+          fail(Reason.POLICY_DENIED, `${AWAITING_MESSAGE}; nothing was kept`, { limitName: AWAITING_LIMIT });
+        }
         if (err instanceof ParentGone) {
           await auditOutside(ctx, actor, "agent.budget.create", "failure", "access_denied", budget.agentPrincipalId);
           fail(Reason.ACCESS_DENIED, `${err.message}; nothing was kept`);
@@ -633,7 +650,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const claims = await claimsFor(req.accessToken, SCOPES.paymentsInitiate);
       const input = paymentInput(req.payment);
       const hash = sha256Hex(canonicalJson(input));
-      type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> };
+      type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
       const outcome = await db.transaction(async (trx): Promise<Outcome> => {
         const now = clock();
         // The grant and the vault are locked: a revocation committed
@@ -657,6 +674,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           { stepUpApproved: prior?.status === "approved" },
         );
         if (evaluation.decision === "deny") return { actor, vaultId: vault.id, denied: evaluation.rule };
+        // A new payment waiting for the owner counts against the vault's bound (the vault row is locked).
+        if (evaluation.decision === "step_up" && !prior && (await store.countAwaitingOwner(trx, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+          return { actor, vaultId: vault.id, denied: AWAITING_LIMIT };
+        }
         let payment: PaymentRecord;
         if (prior) {
           payment = await store.setPaymentStatus(trx, prior.id, "completed", now);
@@ -695,6 +716,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const rule = outcome.denied;
         await auditOutside(ctx, outcome.actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, outcome.vaultId);
         if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
+        if (rule === AWAITING_LIMIT) fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: rule });
         // DESIGN 4.4: the limit is named; no remaining allowance is revealed.
         fail(Reason.POLICY_DENIED, rule, { limitName: rule });
       }

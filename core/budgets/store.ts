@@ -652,6 +652,21 @@ export function createBudgetsStore(db: Db) {
       return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit }) : Promise.resolve(undefined);
     },
 
+    /**
+     * How many items of a vault wait for its owner: payments awaiting step-up approval and
+     * draft budgets made under it, each count stopping at `cap` (found by partial indexes,
+     * never by reading the vault's history). Call it holding the vault row FOR UPDATE, the
+     * lock every payment and every budget's final transaction takes, so the count holds.
+     */
+    async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
+      const { rows } = await trx.raw(
+        `SELECT (SELECT count(*) FROM (SELECT 1 FROM agent_payments WHERE vault_id = ? AND status = 'pending_step_up' LIMIT ?) p)
+              + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft' LIMIT ?) b) AS n`,
+        [vaultId, cap, vaultId, cap],
+      );
+      return Number((rows as { n: unknown }[])[0]!.n);
+    },
+
     async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
       // The status as a literal, matching the pending-payments partial index in any plan.
       const rows = await conn("agent_payments").where({ user_id: userId }).whereRaw(`status = 'pending_step_up'`).orderBy("created_at");
