@@ -79,6 +79,10 @@ const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
 /** At most this many payments awaiting approval and draft budgets, together, per vault. */
 export const MAX_AWAITING_OWNER = 50;
 const AWAITING_LIMIT = "pending_approvals";
+/** The most pending approvals one page lists (ListPendingApprovals' limit). */
+const MAX_PENDING_PAGE = 100;
+/** The most stranded vaults ListStrandedFunds names. */
+const MAX_STRANDED = 100;
 const AWAITING_MESSAGE = `${AWAITING_LIMIT}: the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
 const MAX_AUDIT_LIMIT = 500;
 
@@ -481,12 +485,14 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
    * are updated in it. `why` makes the movement's id: a budget is declined at most once
    * and closed at most once.
    */
-  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline", at: Date): Promise<{ sweptCents: number; transferId: string }> {
+  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline" | "kept", at: Date): Promise<{ sweptCents: number; transferId: string }> {
     const parent = vaults.get(b.parentVaultId)!;
     const child = vaults.get(b.vaultId)!;
     if (child.balanceCents <= 0) return { sweptCents: 0, transferId: "" };
     if (parent.balanceCents + child.balanceCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the parent vault's balance would exceed 2^53-1 cents");
-    const transferId = derivedId("budget.sweep", b.vaultId, why);
+    // Kept money can be swept more than once (the operator may credit a closed vault), so
+    // each such sweep is a movement of its own; a close or decline happens once.
+    const transferId = why === "kept" ? randomUUID() : derivedId("budget.sweep", b.vaultId, why);
     const moved = await store.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
     if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
     vaults.set(parent.id, moved.to);
@@ -815,13 +821,39 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async listPendingApprovals(req) {
       const owner = await deps.sessions.verify(req.sessionToken);
-      const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, owner.userId), store.listPendingPayments(db, owner.userId)]);
+      if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
+      // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).
+      const position = (cursor: string, list: "b" | "p") => {
+        if (!cursor) return undefined;
+        if (req.limit === 0) fail(Reason.INVALID_CURSOR, "a cursor needs a limit");
+        const c = deps.cursors.decode(cursor);
+        if (!c || c.l !== list || c.u !== owner.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+        return { at: c.t, id: c.i };
+      };
+      const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
+      const [allBudgets, allPayments] = await Promise.all([
+        store.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
+        store.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
+      ]);
+      const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
+        if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };
+        const kept = rows.slice(0, req.limit);
+        const last = kept.at(-1)!.key;
+        return { rows: kept, cursor: deps.cursors.encode({ l: list, u: owner.userId, t: last.at, i: last.id }) };
+      };
+      const { rows: budgets, cursor: nextBudgetsCursor } = next(allBudgets, "b");
+      const { rows: payments, cursor: nextPaymentsCursor } = next(allPayments, "p");
       // Review pages show limits in the vault's currency (a child vault inherits its parent's).
       const currencies = new Map<string, string>();
       for (const b of budgets) {
         if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await store.findVault(db, b.vaultId))?.currency ?? "");
       }
-      return { draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))), pendingPayments: payments.map(paymentView) };
+      return {
+        draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))),
+        pendingPayments: payments.map(paymentView),
+        nextBudgetsCursor,
+        nextPaymentsCursor,
+      };
     },
 
     async getBalance(req, ctx) {
@@ -988,6 +1020,63 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         await auditRefusal(ctx, seen.actor, "agent.budget.close", vaultId, err);
         throw err;
       }
+    },
+
+    async sweepBudget(req, ctx) {
+      const caller = await budgetCaller(req.accessToken, req.sessionToken, "sweeping a budget");
+      if (!UUID.test(req.vaultId)) fail(Reason.NOT_FOUND, "no such budget");
+      const vaultId = req.vaultId.toLowerCase();
+      const seen: { actor?: string } = {};
+      try {
+        const out = await db.transaction(async (trx) => {
+          const now = clock();
+          const { budget: b, actor } = await actingOn(trx, caller, vaultId, seen);
+          if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
+          // What the budgets closed with it kept comes up too, deepest first (as a close sweeps).
+          const below = await store.lockDescendants(trx, b.userId, b.vaultId);
+          const sweeping = [b, ...below];
+          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
+          for (const id of [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]) {
+            const v = vaults.get(id);
+            if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+          }
+          let own = { sweptCents: 0, transferId: "" };
+          for (const x of [...sweeping].reverse()) {
+            const moved = await sweepInto(trx, x, vaults, "kept", now);
+            if (moved.sweptCents > 0 || x.id === b.id) {
+              await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.sweep", outcome: "success", reason: moved.sweptCents > 0 ? "" : "nothing_to_sweep", subject: x.vaultId, at: now });
+            }
+            if (x.id === b.id) own = moved;
+          }
+          return { b, ...own, currency: vaults.get(b.vaultId)!.currency };
+        });
+        return {
+          vaultId: out.b.vaultId,
+          parentVaultId: out.b.parentVaultId,
+          sweptCents: BigInt(out.sweptCents),
+          currency: out.currency,
+          transferId: out.transferId,
+          nothingToSweep: out.sweptCents === 0,
+        };
+      } catch (err) {
+        await auditRefusal(ctx, seen.actor, "agent.budget.sweep", vaultId, err);
+        throw err;
+      }
+    },
+
+    async listStrandedFunds() {
+      const rows = await store.listStranded(db, MAX_STRANDED + 1);
+      return {
+        vaults: rows.slice(0, MAX_STRANDED).map((r) => ({
+          vaultId: r.budget.vaultId,
+          parentVaultId: r.budget.parentVaultId,
+          userId: r.budget.userId,
+          balanceCents: BigInt(r.balanceCents),
+          currency: r.currency,
+          closedAt: r.budget.closedAt ? timestampFromDate(r.budget.closedAt) : undefined,
+        })),
+        more: rows.length > MAX_STRANDED,
+      };
     },
 
     getMoneyView: (req) => getMoneyView(deps, req),

@@ -24,7 +24,7 @@ const NOTICES: Record<string, string> = {
 };
 
 /**
- * How a refused Fund or Close reads on the page (core's own message follows the title).
+ * How a refused Fund, Close or Sweep reads on the page (core's own message follows the title).
  * Reasons not listed go to the plugin's error pages.
  */
 const MONEY_ERRORS: Partial<Record<Reason, { status: number; title: string; hint?: string }>> = {
@@ -216,7 +216,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   });
 
   /**
-   * Fund and Close, from the money view or an agent's page. Both need the session, the
+   * Fund, Close and Sweep, from the money view or an agent's page. Each needs the session, the
    * CSRF token and a fresh step-up: without one the owner goes through the step-up page
    * and back (the typed amount kept). Core's refusals are shown on the page the form
    * came from; the Fund form's per-render idempotency key makes a double submit move
@@ -225,7 +225,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   async function moneyAction<T>(
     request: FastifyRequest,
     reply: FastifyReply,
-    action: "fund" | "close",
+    action: "fund" | "close" | "sweep",
     /** Reads the form; a PageError(400) is shown on the page, before any step-up detour. */
     check: (form: Map<string, string>) => T,
     call: (current: Current, input: T, vaultId: string) => Promise<string>,
@@ -299,6 +299,19 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
         const res = await ctx.budgets.closeBudget({ sessionToken: current.token, vaultId, keepFunds }, ctx.rpc(request));
         if (res.alreadyClosed) return "already-closed";
         return keepFunds ? "closed-kept" : "closed";
+      },
+    ),
+  );
+
+  app.post(`${MONEY_PATH}/budgets/:vaultId/sweep`, async (request, reply) =>
+    moneyAction(
+      request,
+      reply,
+      "sweep",
+      () => ({}),
+      async (current, _input, vaultId) => {
+        const res = await ctx.budgets.sweepBudget({ sessionToken: current.token, vaultId }, ctx.rpc(request));
+        return res.nothingToSweep ? "nothing-to-sweep" : "swept";
       },
     ),
   );
