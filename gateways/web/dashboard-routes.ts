@@ -78,7 +78,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
     const csrf = ctx.csrfToken(request, reply);
     const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
-    const pending = await loadPending(ctx, request, current, agents);
+    const pending = await loadPending(ctx, request, current, agents, "/dashboard/agents");
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) => html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
@@ -188,7 +188,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   /** {app_url}/dashboard/money: every vault and budget, spend against each cap, recent payments, pending approvals. */
   async function moneyPage(request: FastifyRequest, reply: FastifyReply, current: Current, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current)]);
+    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current, undefined, MONEY_PATH)]);
     const options = cardOptions(request, csrf, MONEY_PATH, vaults);
     // What the owner holds in all, per currency (budgets' money is still the owner's).
     const totals = new Map<string, bigint>();

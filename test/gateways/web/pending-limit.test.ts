@@ -4,6 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, grantFor, ownerSession, type TestOwner } from "../../support/budgets.js";
 import { postRpc } from "../../support/mcp.js";
 import { requirePostgres } from "../../support/db.js";
+import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
 
 /**
  * A vault holds at most 50 payments awaiting approval and draft budgets together; past
@@ -109,5 +110,87 @@ describe("Pending approvals per vault: the bound", () => {
     await Promise.all([...Array.from({ length: 15 }, () => pay(token)), ...Array.from({ length: 5 }, draft)]);
     const drafts = await stack.core.db("budgets").where({ parent_vault_id: child.vaultId, status: "draft" });
     expect((await pendingOf(child.vaultId)) + drafts.length).to.equal(50);
+  });
+});
+
+/** The dashboard lists at most 20 pending payments and 20 draft budgets per page, and pages the rest. */
+describe("Pending approvals on the dashboard: pages of 20", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 }, provisioningLimitPerMinute: 1_000_000 });
+  });
+  after(() => stack.close());
+
+  const rpc = (path: string, token: string, method: string, params: unknown) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+  const ids = (text: string, what: "payments" | "budgets") => [...text.matchAll(new RegExp(`href="/dashboard/approvals/${what}/([0-9a-f-]{36})"`, "g"))].map((m) => m[1]!);
+  const nextLink = (text: string, what: string) => [...text.matchAll(/<a rel="next" href="([^"]+)">Next (\w+) →<\/a>/g)].find((m) => m[2] === what)?.[1]?.replaceAll("&amp;", "&");
+
+  it("25 payments and 23 drafts: 20 of each, next links to the rest, every item once; a forged or foreign cursor is a 400 page", async () => {
+    const user = await createUser(stack);
+    const issued = await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ["agent:budget:create", "payments:initiate"], stepUp: true });
+    const parent = issued.token!.accessToken;
+    const created = await rpc("/mcp/treasury", parent, "agent.budget.create", { purpose: "trip", display_name: "Spender", step_up_amount_cents: 100, chain_allowlist: ["base"], idempotency_key: `s-${randomBytes(6).toString("hex")}` });
+    const vaultId = created.json!.result.vault_id as string;
+    await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
+    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ["payments:initiate", "agent:budget:create"] })).token!.accessToken;
+    for (let i = 0; i < 25; i++) {
+      stack.clock.advance(1_000);
+      const res = await rpc("/mcp/write", agent, "payments.initiate", {
+        counterparty: { address: "0xabc0000000000000000000000000000000000009", chain: "base", token: "USDC" },
+        amount_cents: 500,
+        currency: "USD",
+        idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+      });
+      expect(res.json!.result, res.text).to.include({ kind: "pending_step_up" });
+    }
+    for (let i = 0; i < 23; i++) {
+      stack.clock.advance(1_000);
+      const res = await rpc("/mcp/treasury", agent, "agent.budget.create", { purpose: "trip", display_name: `Draft ${i}`, chain_allowlist: ["base"], idempotency_key: `d-${randomBytes(6).toString("hex")}` });
+      expect(res.json!.result, res.text).to.include({ status: "draft" });
+    }
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email, "/dashboard/agents");
+    const first = await (await jar.get("/dashboard/agents")).text();
+    const [p1, b1] = [ids(first, "payments"), ids(first, "budgets")];
+    expect([p1.length, b1.length]).to.deep.equal([20, 20]);
+    const morePayments = nextLink(first, "payments")!;
+    const moreBudgets = nextLink(first, "budgets")!;
+    expect(morePayments).to.match(/^\/dashboard\/agents\?payments_after=/);
+    expect(moreBudgets).to.match(/^\/dashboard\/agents\?budgets_after=/);
+
+    const second = await jar.get(morePayments);
+    expect(second.status).to.equal(200);
+    const secondText = await second.text();
+    const p2 = ids(secondText, "payments");
+    expect(p2).to.have.length(5);
+    expect(new Set([...p1, ...p2]).size).to.equal(25);
+    const all = await stack.core.db("agent_payments").where({ vault_id: vaultId, status: "pending_step_up" }).pluck("id");
+    expect([...p1, ...p2].sort()).to.deep.equal([...all].sort());
+    expect(nextLink(secondText, "payments")).to.equal(undefined);
+    expect(ids(secondText, "budgets")).to.deep.equal(b1); // the other list stays where it was
+    expect(secondText).to.include(`href="/dashboard/agents">Back to the first approvals`);
+
+    const b2 = ids(await (await jar.get(moreBudgets)).text(), "budgets");
+    expect(b2).to.have.length(3);
+    expect(new Set([...b1, ...b2]).size).to.equal(23);
+
+    // The money view pages the same way.
+    const money = await (await jar.get("/dashboard/money")).text();
+    expect(nextLink(money, "payments")).to.match(/^\/dashboard\/money\?payments_after=/);
+
+    // A changed cursor, garbage, or another user's cursor: a 400 page, nothing listed.
+    const cursor = new URL(morePayments, stack.url).searchParams.get("payments_after")!;
+    const [body, mac] = cursor.split(".");
+    for (const bad of [`${body}x.${mac}`, "garbage", `${body}.${mac!.slice(1)}A`]) {
+      const res = await jar.get(`/dashboard/agents?payments_after=${encodeURIComponent(bad)}`);
+      expect(res.status, bad).to.equal(400);
+      expect(await res.text()).to.include("This page link cannot be used");
+    }
+    const stranger = await createUser(stack);
+    const sjar = createJar(stack.url);
+    await signIn(stack, sjar, stranger.email, "/dashboard/agents");
+    const foreign = await sjar.get(morePayments);
+    expect(foreign.status).to.equal(400);
   });
 });
