@@ -404,6 +404,10 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const outcome = await db.transaction(async (trx) => {
         // The row lock orders concurrent refreshes of one token: the second sees the
         // first's successor and gets the same pair (no second lineage).
+        // A closed or declined budget's vault gets no new grant; its budget row is locked
+        // before the grant's (the budgets' lock order), the vault read from an unlocked look.
+        const seen = req.refreshToken ? await store.findGrantByRefresh(trx, hash) : undefined;
+        const dead = seen ? await deadBudgetVault(trx, seen.vaultId) : undefined;
         const g = req.refreshToken ? await store.lockGrantByRefresh(trx, hash) : undefined;
         if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const, why: "unknown refresh token" };
         // RFC 6749 5.2 invalid_grant: nothing is issued for an account that is no longer
@@ -412,6 +416,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         if (g.state === "active" && !g.refreshUsedAt) {
           if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
           if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+          if (dead) return { kind: "invalid" as const, why: dead };
           const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
           await store.supersede(trx, g.id, next.id, now, true);
           await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: next.id });

@@ -103,6 +103,40 @@ describe("Grants on closed and declined budget vaults", () => {
     expect(rows.map((r) => r.consumed_at)).to.deep.equal([null, null]);
   });
 
+  it("a refresh on a declined or closed budget's vault issues no new grant (the group-committed path leaves budget vaults to the locked one)", async () => {
+    // Declined: grants issued on the draft before the decline keep no way to renew themselves.
+    const owner = await createOwner(stack);
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
+    const before = await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget!.vaultId, scopes: ["accounts:read"] });
+    await stack.clients.budgets.declineBudget({ sessionToken: await ownerSession(stack, owner.userId), agentPrincipalId: budget!.agentPrincipalId });
+    const refused = await rejection(stack.admin.grants.refreshGrant({ refreshToken: before.token!.refreshToken }));
+    expect(refused.detail?.reason).to.equal(Reason.INVALID_GRANT);
+    expect((await stack.core.db("grants").where({ vault_id: budget!.vaultId })).map((g) => g.state)).to.deep.equal(["active"]);
+    // Closed: the close revoked them, and a refresh is refused as before.
+    const life = await budgetUnderRoot(stack);
+    const onChild = await stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] });
+    await stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId });
+    expect((await rejection(stack.admin.grants.refreshGrant({ refreshToken: onChild.token!.refreshToken }))).detail?.reason).to.equal(Reason.INVALID_GRANT);
+    expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
+    // An open budget's grants still refresh.
+    const open = await budgetUnderRoot(stack);
+    const live = await stack.admin.grants.issueGrant({ userId: open.owner.userId, vaultId: open.child.vaultId, scopes: ["accounts:read"] });
+    expect((await stack.admin.grants.refreshGrant({ refreshToken: live.token!.refreshToken })).token!.accessToken).to.be.a("string");
+  });
+
+  it("a close racing many refreshes of the budget's grants leaves none active (PostgreSQL)", async function () {
+    requirePostgres(this, "racing transactions need several connections");
+    for (let round = 0; round < 8; round++) {
+      const life = await budgetUnderRoot(stack);
+      const issued = await Promise.all(Array.from({ length: 40 }, () => stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] })));
+      const calls: Promise<unknown>[] = issued.map((t) => stack.admin.grants.refreshGrant({ refreshToken: t.token!.refreshToken }));
+      calls.splice(round * 4, 0, stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId }));
+      const settled = await Promise.allSettled(calls);
+      for (const r of settled) if (r.status === "rejected") expect((await rejection(Promise.reject(r.reason))).detail?.reason).to.equal(Reason.INVALID_GRANT);
+      expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
+    }
+  });
+
   it("a close racing many grant issues, consents and exchanges leaves no active grant on the closed vault (PostgreSQL)", async function () {
     requirePostgres(this, "racing transactions need several connections");
     const { clientId, clientSecret } = await client();
