@@ -1033,7 +1033,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           const { budget: b, actor } = await actingOn(trx, caller, vaultId, seen);
           if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
           // What the budgets closed with it kept comes up too, deepest first (as a close sweeps).
-          const below = await store.lockDescendants(trx, b.userId, b.vaultId);
+          // Closing reached them all; only closed budgets' money is ever swept.
+          const below = (await store.lockDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status === "closed");
           const sweeping = [b, ...below];
           const vaults = await store.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
           for (const id of [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]) {
