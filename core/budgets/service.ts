@@ -357,6 +357,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+      // A draft on a full vault is refused before any provisioning work; the final
+      // transaction counts again under the vault lock, which is what holds.
+      const draft = !hasFreshStepUp(g.stepUp, g.authTime ? Math.floor(g.authTime.getTime() / 1000) : 0, now);
+      if (draft && (await store.countAwaitingOwner(trx, g.vaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+        fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: AWAITING_LIMIT });
+      }
       let budget: BudgetRecord;
       if (existing) {
         budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
@@ -559,8 +565,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       try {
         budget = await startSaga(g.id, existing, params, hash, req.idempotencyKey, now);
       } catch (err) {
-        const reason = errorDetailOf(err)?.reason;
-        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? Reason[reason].toLowerCase() : "internal", g.vaultId);
+        const detail = errorDetailOf(err);
+        const reason = detail?.reason;
+        const limit = detail?.limitName ? `:${detail.limitName}` : "";
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? `${Reason[reason].toLowerCase()}${limit}` : "internal", g.vaultId);
         throw err;
       }
 

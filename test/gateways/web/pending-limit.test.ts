@@ -75,7 +75,11 @@ describe("Pending approvals per vault: the bound", () => {
     }
     const tooMany = await createDraft(maker);
     expectRefused(tooMany);
-    expect(tooMany.json!.error.message).to.match(/nothing was kept$/);
+    // Refused before any provisioning work, and audited with the limit's name.
+    expect(tooMany.json!.error.message).to.equal("pending_approvals: the vault already has 50 payments and draft budgets waiting for its owner");
+    const audited = await stack.core.db("audit_records").where({ action: "agent.budget.create", outcome: "failure", subject: child.vaultId });
+    expect(audited.map((a) => a.reason)).to.deep.equal(["policy_denied:pending_approvals"]);
+    expect(await stack.core.db("budgets").where({ parent_vault_id: child.vaultId })).to.have.length(2);
     expect(await stack.core.db("budgets").where({ parent_vault_id: child.vaultId, status: "draft" })).to.have.length(2);
     expect(await stack.core.db("vaults").where({ parent_vault_id: child.vaultId })).to.have.length(2);
     expectRefused(await pay(token));
