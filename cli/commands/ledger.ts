@@ -28,11 +28,24 @@ export async function ledgerCommand(ctx: CommandContext) {
   };
 }
 
-/** Proves the books; exits 1 naming the first discrepancy of each failed check. */
+/**
+ * Proves the books; exits 1 naming the first discrepancy of each failed check. Money a
+ * closed budget still holds (closed with keep_funds, not swept since) is listed under
+ * `findings`: accounted for, so the books balance and the exit status stays 0.
+ */
 async function verify(ctx: CommandContext) {
-  const { audit } = (await ctx.admin()).clients;
+  const { audit, budgets } = (await ctx.admin()).clients;
   const started = performance.now();
-  const r = await audit.verifyLedger({});
+  const [r, stranded] = await Promise.all([audit.verifyLedger({}), budgets.listStrandedFunds({})]);
+  const findings = stranded.vaults.map((v) => ({
+    check: "stranded_funds",
+    vault_id: v.vaultId,
+    parent_vault_id: v.parentVaultId,
+    user_id: v.userId,
+    balance_cents: Number(v.balanceCents),
+    currency: v.currency,
+    message: `closed budget vault ${v.vaultId} holds ${v.balanceCents} ${v.currency}; sweep it back to vault ${v.parentVaultId}`,
+  }));
   const report = {
     ok: r.ok,
     transactions: Number(r.transactions),
@@ -40,6 +53,8 @@ async function verify(ctx: CommandContext) {
     accounts: Number(r.accounts),
     seconds: Math.round(performance.now() - started) / 1000,
     discrepancies: r.discrepancies.map((d) => ({ check: d.check, message: d.message })),
+    findings,
+    ...(stranded.more ? { more_findings: true } : {}),
   };
   if (r.ok) return report;
   return new FailingAnswer(report, `the ledger does not balance: ${r.discrepancies[0]!.message}`);

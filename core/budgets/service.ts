@@ -76,6 +76,14 @@ export const SCOPES = {
 } as const;
 
 const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
+/** At most this many payments awaiting approval and draft budgets, together, per vault. */
+export const MAX_AWAITING_OWNER = 50;
+const AWAITING_LIMIT = "pending_approvals";
+/** The most pending approvals one page lists (ListPendingApprovals' limit). */
+const MAX_PENDING_PAGE = 100;
+/** The most stranded vaults ListStrandedFunds names. */
+const MAX_STRANDED = 100;
+const AWAITING_MESSAGE = `${AWAITING_LIMIT}: the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
 const MAX_AUDIT_LIMIT = 500;
 
 type Trx = Knex.Transaction;
@@ -88,6 +96,12 @@ class SagaFenced extends Error {}
 
 /** The calling grant stopped being usable while its saga ran (revoked, superseded, user inactive). */
 class GrantGone extends Error {}
+
+/** The grant's vault became a closed or declined budget's while its saga ran. */
+class ParentGone extends Error {}
+
+/** The parent vault already has as many items waiting for its owner as it may. */
+class AwaitingFull extends Error {}
 
 /** spec 5.2 / DESIGN 3: 30 s of clock skew on token lifetimes. */
 const CLOCK_SKEW_MS = 30_000;
@@ -320,15 +334,35 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     );
   }
 
+  /**
+   * Why a vault makes no budgets, when it is a closed or declined budget's (a grant issued
+   * on it later could otherwise move kept money on, or spend beside a refused budget);
+   * undefined when it may. `b` is the vault's budget, locked by the caller so a close or
+   * decline is ordered against the saga: one that commits first is seen.
+   */
+  function openParent(b: BudgetRecord | undefined): string | undefined {
+    if (b?.status === "closed") return "the grant's vault belongs to a closed budget";
+    if (b?.status === "declined") return "the grant's vault belongs to a budget its owner declined";
+    return undefined;
+  }
+
   /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
   async function startSaga(grantId: string, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
     return db.transaction(async (trx) => {
+      // Budget rows before grants (the lock order): the grant's vault never changes, so
+      // it is read unlocked first, then the budget of that vault is locked, then the grant.
+      const vaultId = usable(await store.findGrant(trx, grantId)).vaultId;
+      const refusal = openParent(await store.findBudgetByVault(trx, vaultId, true));
+      if (refusal) fail(Reason.ACCESS_DENIED, refusal);
       const g = usable(await store.findGrant(trx, grantId, true));
       const parent = await store.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
-      // A closed budget's vault makes no budgets (a grant issued on it after the close could
-      // otherwise move its kept money on). Grants that existed at the close were revoked by it.
-      if ((await store.findBudgetByVault(trx, g.vaultId))?.status === "closed") fail(Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget");
+      // A draft on a full vault is refused before any provisioning work; the final
+      // transaction counts again under the vault lock, which is what holds.
+      const draft = !hasFreshStepUp(g.stepUp, g.authTime ? Math.floor(g.authTime.getTime() / 1000) : 0, now);
+      if (draft && (await store.countAwaitingOwner(trx, g.vaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+        fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: AWAITING_LIMIT });
+      }
       let budget: BudgetRecord;
       if (existing) {
         budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
@@ -457,12 +491,14 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
    * are updated in it. `why` makes the movement's id: a budget is declined at most once
    * and closed at most once.
    */
-  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline", at: Date): Promise<{ sweptCents: number; transferId: string }> {
+  async function sweepInto(trx: Trx, b: BudgetRecord, vaults: Map<string, VaultRecord>, why: "close" | "decline" | "kept", at: Date): Promise<{ sweptCents: number; transferId: string }> {
     const parent = vaults.get(b.parentVaultId)!;
     const child = vaults.get(b.vaultId)!;
     if (child.balanceCents <= 0) return { sweptCents: 0, transferId: "" };
     if (parent.balanceCents + child.balanceCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the parent vault's balance would exceed 2^53-1 cents");
-    const transferId = derivedId("budget.sweep", b.vaultId, why);
+    // Kept money can be swept more than once (the operator may credit a closed vault), so
+    // each such sweep is a movement of its own; a close or decline happens once.
+    const transferId = why === "kept" ? randomUUID() : derivedId("budget.sweep", b.vaultId, why);
     const moved = await store.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
     if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
     vaults.set(parent.id, moved.to);
@@ -529,8 +565,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       try {
         budget = await startSaga(g.id, existing, params, hash, req.idempotencyKey, now);
       } catch (err) {
-        const reason = errorDetailOf(err)?.reason;
-        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? Reason[reason].toLowerCase() : "internal", g.vaultId);
+        const detail = errorDetailOf(err);
+        const reason = detail?.reason;
+        const limit = detail?.limitName ? `:${detail.limitName}` : "";
+        await auditOutside(ctx, actor, "agent.budget.create", "failure", reason ? `${Reason[reason].toLowerCase()}${limit}` : "internal", g.vaultId);
         throw err;
       }
 
@@ -553,9 +591,19 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       let done: BudgetRecord;
       try {
         done = await db.transaction(async (trx) => {
+          // The parent's budget first (an ancestor before its descendants): a close or
+          // decline of it that committed while the saga ran unwinds the saga.
+          const parentRefusal = openParent(await store.findBudgetByVault(trx, budget.parentVaultId, true));
+          if (parentRefusal) throw new ParentGone(parentRefusal);
           if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
           const current = stillUsable(await store.findGrant(trx, g.id, true));
           const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
+          if (!active) {
+            // A draft waits for the owner: it counts against the parent vault's bound,
+            // under the vault lock payments take (grant, then vault: the lock order).
+            await store.lockVaults(trx, [budget.parentVaultId]);
+            if ((await store.countAwaitingOwner(trx, budget.parentVaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) throw new AwaitingFull();
+          }
           if (active) await store.activatePolicy(trx, budget.vaultId, clock());
           const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
           await store.releaseClaim(trx, budget.parentVaultId, budget.id);
@@ -568,7 +616,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         });
       } catch (err) {
         if (err instanceof SagaFenced) fenced();
-        if (!(err instanceof GrantGone)) {
+        if (!(err instanceof GrantGone) && !(err instanceof ParentGone) && !(err instanceof AwaitingFull)) {
           // A COMMIT that failed on the wire may still have committed: then it succeeded.
           const after = await store.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
           if (after && after.attempt === budget.attempt && (after.status === "draft" || after.status === "active")) return { budget: budgetView(after) };
@@ -578,6 +626,14 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           if (e instanceof SagaFenced) fenced();
           throw e;
         });
+        if (err instanceof AwaitingFull) {
+          await auditOutside(ctx, actor, "agent.budget.create", "failure", `policy_denied:${AWAITING_LIMIT}`, budget.agentPrincipalId);
+          fail(Reason.POLICY_DENIED, `${AWAITING_MESSAGE}; nothing was kept`, { limitName: AWAITING_LIMIT });
+        }
+        if (err instanceof ParentGone) {
+          await auditOutside(ctx, actor, "agent.budget.create", "failure", "access_denied", budget.agentPrincipalId);
+          fail(Reason.ACCESS_DENIED, `${err.message}; nothing was kept`);
+        }
         await auditOutside(ctx, actor, "agent.budget.create", "failure", "grant_revoked", budget.agentPrincipalId);
         fail(Reason.INVALID_TOKEN, "the grant was revoked while the budget was being provisioned; nothing was kept");
       }
@@ -608,7 +664,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const claims = await claimsFor(req.accessToken, SCOPES.paymentsInitiate);
       const input = paymentInput(req.payment);
       const hash = sha256Hex(canonicalJson(input));
-      type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> };
+      type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
       const outcome = await db.transaction(async (trx): Promise<Outcome> => {
         const now = clock();
         // The grant and the vault are locked: a revocation committed
@@ -632,6 +688,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           { stepUpApproved: prior?.status === "approved" },
         );
         if (evaluation.decision === "deny") return { actor, vaultId: vault.id, denied: evaluation.rule };
+        // A new payment waiting for the owner counts against the vault's bound (the vault row is locked).
+        if (evaluation.decision === "step_up" && !prior && (await store.countAwaitingOwner(trx, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+          return { actor, vaultId: vault.id, denied: AWAITING_LIMIT };
+        }
         let payment: PaymentRecord;
         if (prior) {
           payment = await store.setPaymentStatus(trx, prior.id, "completed", now);
@@ -670,6 +730,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const rule = outcome.denied;
         await auditOutside(ctx, outcome.actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, outcome.vaultId);
         if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
+        if (rule === AWAITING_LIMIT) fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: rule });
         // DESIGN 4.4: the limit is named; no remaining allowance is revealed.
         fail(Reason.POLICY_DENIED, rule, { limitName: rule });
       }
@@ -768,13 +829,39 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async listPendingApprovals(req) {
       const owner = await deps.sessions.verify(req.sessionToken);
-      const [budgets, payments] = await Promise.all([store.listDraftBudgets(db, owner.userId), store.listPendingPayments(db, owner.userId)]);
+      if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
+      // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).
+      const position = (cursor: string, list: "b" | "p") => {
+        if (!cursor) return undefined;
+        if (req.limit === 0) fail(Reason.INVALID_CURSOR, "a cursor needs a limit");
+        const c = deps.cursors.decode(cursor);
+        if (!c || c.l !== list || c.u !== owner.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+        return { at: c.t, id: c.i };
+      };
+      const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
+      const [allBudgets, allPayments] = await Promise.all([
+        store.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
+        store.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
+      ]);
+      const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
+        if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };
+        const kept = rows.slice(0, req.limit);
+        const last = kept.at(-1)!.key;
+        return { rows: kept, cursor: deps.cursors.encode({ l: list, u: owner.userId, t: last.at, i: last.id }) };
+      };
+      const { rows: budgets, cursor: nextBudgetsCursor } = next(allBudgets, "b");
+      const { rows: payments, cursor: nextPaymentsCursor } = next(allPayments, "p");
       // Review pages show limits in the vault's currency (a child vault inherits its parent's).
       const currencies = new Map<string, string>();
       for (const b of budgets) {
         if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await store.findVault(db, b.vaultId))?.currency ?? "");
       }
-      return { draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))), pendingPayments: payments.map(paymentView) };
+      return {
+        draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))),
+        pendingPayments: payments.map(paymentView),
+        nextBudgetsCursor,
+        nextPaymentsCursor,
+      };
     },
 
     async getBalance(req, ctx) {
@@ -941,6 +1028,64 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         await auditRefusal(ctx, seen.actor, "agent.budget.close", vaultId, err);
         throw err;
       }
+    },
+
+    async sweepBudget(req, ctx) {
+      const caller = await budgetCaller(req.accessToken, req.sessionToken, "sweeping a budget");
+      if (!UUID.test(req.vaultId)) fail(Reason.NOT_FOUND, "no such budget");
+      const vaultId = req.vaultId.toLowerCase();
+      const seen: { actor?: string } = {};
+      try {
+        const out = await db.transaction(async (trx) => {
+          const now = clock();
+          const { budget: b, actor } = await actingOn(trx, caller, vaultId, seen);
+          if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
+          // What the budgets closed with it kept comes up too, deepest first (as a close sweeps).
+          // Closing reached them all; only closed budgets' money is ever swept.
+          const below = (await store.lockDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status === "closed");
+          const sweeping = [b, ...below];
+          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
+          for (const id of [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]) {
+            const v = vaults.get(id);
+            if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+          }
+          let own = { sweptCents: 0, transferId: "" };
+          for (const x of [...sweeping].reverse()) {
+            const moved = await sweepInto(trx, x, vaults, "kept", now);
+            if (moved.sweptCents > 0 || x.id === b.id) {
+              await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.sweep", outcome: "success", reason: moved.sweptCents > 0 ? "" : "nothing_to_sweep", subject: x.vaultId, at: now });
+            }
+            if (x.id === b.id) own = moved;
+          }
+          return { b, ...own, currency: vaults.get(b.vaultId)!.currency };
+        });
+        return {
+          vaultId: out.b.vaultId,
+          parentVaultId: out.b.parentVaultId,
+          sweptCents: BigInt(out.sweptCents),
+          currency: out.currency,
+          transferId: out.transferId,
+          nothingToSweep: out.sweptCents === 0,
+        };
+      } catch (err) {
+        await auditRefusal(ctx, seen.actor, "agent.budget.sweep", vaultId, err);
+        throw err;
+      }
+    },
+
+    async listStrandedFunds() {
+      const rows = await store.listStranded(db, MAX_STRANDED + 1);
+      return {
+        vaults: rows.slice(0, MAX_STRANDED).map((r) => ({
+          vaultId: r.budget.vaultId,
+          parentVaultId: r.budget.parentVaultId,
+          userId: r.budget.userId,
+          balanceCents: BigInt(r.balanceCents),
+          currency: r.currency,
+          closedAt: r.budget.closedAt ? timestampFromDate(r.budget.closedAt) : undefined,
+        })),
+        more: rows.length > MAX_STRANDED,
+      };
     },
 
     getMoneyView: (req) => getMoneyView(deps, req),

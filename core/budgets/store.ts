@@ -350,9 +350,17 @@ export function createBudgetsStore(db: Db) {
       return rows.map(toBudget);
     },
 
-    async listDraftBudgets(conn: Conn, userId: string): Promise<BudgetRecord[]> {
-      const rows = await conn("budgets").where({ user_id: userId, status: "draft" }).orderBy("created_at");
-      return rows.map(toBudget);
+    /**
+     * A user's draft budgets, oldest first (created_at, id); with `page`, at most `limit`
+     * strictly after `after` (a created_at as PostgreSQL prints it, and an id). Each row's
+     * `key` is its position, for the next page's cursor.
+     */
+    async listDraftBudgets(conn: Conn, userId: string, page?: { limit: number; after?: { at: string; id: string } }): Promise<(BudgetRecord & { key: { at: string; id: string } })[]> {
+      const q = conn("budgets").where({ user_id: userId, status: "draft" }).select("*", conn.raw("created_at::text AS created_key")).orderBy([{ column: "created_at" }, { column: "id" }]);
+      if (page?.after) q.whereRaw(`(created_at, id) > (?::timestamptz, ?::uuid)`, [page.after.at, page.after.id]);
+      if (page) q.limit(page.limit);
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({ ...toBudget(r), key: { at: String(r.created_key), id: String(r.id) } }));
     },
 
     /** Claims the parent vault for one provisioning sequence; false when another holds it. */
@@ -547,6 +555,33 @@ export function createBudgetsStore(db: Db) {
       return (rows as Record<string, unknown>[]).map(toBudget);
     },
 
+    /**
+     * Every provisioned budget under a budget's vault, all levels down, locked FOR UPDATE
+     * top-down (lockOpenDescendants' order), closed ones included: what a sweep reaches.
+     */
+    async lockDescendants(trx: Knex.Transaction, userId: string, vaultId: string): Promise<BudgetRecord[]> {
+      const { rows } = await trx.raw(
+        `WITH RECURSIVE sub (id, vault_id, depth) AS (
+           SELECT id, vault_id, 1 FROM budgets WHERE parent_vault_id = ? AND user_id = ? AND status IN ('draft', 'active', 'declined', 'closed')
+           UNION ALL
+           SELECT b.id, b.vault_id, s.depth + 1 FROM budgets b JOIN sub s ON b.parent_vault_id = s.vault_id
+            WHERE b.user_id = ? AND b.status IN ('draft', 'active', 'declined', 'closed'))
+         SELECT b.* FROM budgets b JOIN sub s ON s.id = b.id ORDER BY s.depth, b.id FOR UPDATE OF b`,
+        [vaultId, userId, userId],
+      );
+      return (rows as Record<string, unknown>[]).map(toBudget);
+    },
+
+    /** Closed budgets whose vault still holds money, oldest close first (at most `limit`). */
+    async listStranded(conn: Conn, limit: number): Promise<{ budget: BudgetRecord; balanceCents: number; currency: string }[]> {
+      const { rows } = await conn.raw(
+        `SELECT b.*, v.balance_cents AS v_balance_cents, v.currency AS v_currency FROM budgets b JOIN vaults v ON v.id = b.vault_id
+          WHERE b.status = 'closed' AND v.balance_cents > 0 ORDER BY b.closed_at, b.id LIMIT ?`,
+        [limit],
+      );
+      return (rows as Record<string, unknown>[]).map((r) => ({ budget: toBudget(r), balanceCents: Number(r.v_balance_cents), currency: String(r.v_currency) }));
+    },
+
     async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {
       const row = await conn("agent_payments").where({ vault_id: vaultId, idempotency_key: idempotencyKey }).first();
       return row ? toPayment(row) : undefined;
@@ -652,10 +687,33 @@ export function createBudgetsStore(db: Db) {
       return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit }) : Promise.resolve(undefined);
     },
 
-    async listPendingPayments(conn: Conn, userId: string): Promise<PaymentRecord[]> {
+    /**
+     * How many items of a vault wait for its owner: payments awaiting step-up approval and
+     * draft budgets made under it, each count stopping at `cap` (found by partial indexes,
+     * never by reading the vault's history). Call it holding the vault row FOR UPDATE, the
+     * lock every payment and every budget's final transaction takes, so the count holds.
+     */
+    async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
+      const { rows } = await trx.raw(
+        `SELECT (SELECT count(*) FROM (SELECT 1 FROM agent_payments WHERE vault_id = ? AND status = 'pending_step_up' LIMIT ?) p)
+              + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft' LIMIT ?) b) AS n`,
+        [vaultId, cap, vaultId, cap],
+      );
+      return Number((rows as { n: unknown }[])[0]!.n);
+    },
+
+    /** A user's payments awaiting approval, oldest first; paged as listDraftBudgets. */
+    async listPendingPayments(conn: Conn, userId: string, page?: { limit: number; after?: { at: string; id: string } }): Promise<(PaymentRecord & { key: { at: string; id: string } })[]> {
       // The status as a literal, matching the pending-payments partial index in any plan.
-      const rows = await conn("agent_payments").where({ user_id: userId }).whereRaw(`status = 'pending_step_up'`).orderBy("created_at");
-      return rows.map(toPayment);
+      const q = conn("agent_payments")
+        .where({ user_id: userId })
+        .whereRaw(`status = 'pending_step_up'`)
+        .select("*", conn.raw("created_at::text AS created_key"))
+        .orderBy([{ column: "created_at" }, { column: "id" }]);
+      if (page?.after) q.whereRaw(`(created_at, id) > (?::timestamptz, ?::uuid)`, [page.after.at, page.after.id]);
+      if (page) q.limit(page.limit);
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({ ...toPayment(r), key: { at: String(r.created_key), id: String(r.id) } }));
     },
 
   };

@@ -26,6 +26,7 @@ import * as m0024 from "./migrations/0024-generic-batch-plans.js";
 import * as m0025 from "./migrations/0025-rate-window-pruning.js";
 import * as m0026 from "./migrations/0026-owner-lookups.js";
 import * as m0027 from "./migrations/0027-audit-client-address.js";
+import * as m0028 from "./migrations/0028-dead-budget-vaults.js";
 
 interface Migration {
   name: string;
@@ -61,6 +62,7 @@ const migrations: Migration[] = [
   { name: "0025-rate-window-pruning", ...m0025 },
   { name: "0026-owner-lookups", ...m0026 },
   { name: "0027-audit-client-address", ...m0027 },
+  { name: "0028-dead-budget-vaults", ...m0028 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -216,6 +216,17 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     return record;
   }
 
+  /**
+   * Why no grant may bind this vault: it is a closed or declined budget's (checked under
+   * the budget row's lock, see lockBudgetStatusOfVault); undefined when one may.
+   */
+  async function deadBudgetVault(trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
+    const status = await store.lockBudgetStatusOfVault(trx, vaultId);
+    if (status === "closed") return "the vault belongs to a closed budget";
+    if (status === "declined") return "the vault belongs to a budget its owner declined";
+    return undefined;
+  }
+
   /** Verifies an agent token and reads its grant afresh (spec 3.2: on every call). */
   async function activeGrant(accessToken: string): Promise<GrantRecord> {
     const claims = accessToken ? await verifier.verify(accessToken) : undefined;
@@ -413,6 +424,10 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const outcome = await db.transaction(async (trx) => {
         // The row lock orders concurrent refreshes of one token: the second sees the
         // first's successor and gets the same pair (no second lineage).
+        // A closed or declined budget's vault gets no new grant; its budget row is locked
+        // before the grant's (the budgets' lock order), the vault read from an unlocked look.
+        const seen = req.refreshToken ? await store.findGrantByRefresh(trx, hash) : undefined;
+        const dead = seen ? await deadBudgetVault(trx, seen.vaultId) : undefined;
         const g = req.refreshToken ? await store.lockGrantByRefresh(trx, hash) : undefined;
         if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const, why: "unknown refresh token" };
         // RFC 6749 5.2 invalid_grant: nothing is issued for an account that is no longer
@@ -421,6 +436,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         if (g.state === "active" && !g.refreshUsedAt) {
           if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
           if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+          if (dead) return { kind: "invalid" as const, why: dead };
           const next = await insertGrant(trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
           await store.supersede(trx, g.id, next.id, now, true);
           await audit(trx, ctx, { actor: `client:${clientId || OPERATOR_CLIENT}`, action: "agent.grant.refresh", subject: next.id });
@@ -466,6 +482,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       const refresh = randomRefresh();
       const g = await db.transaction(async (trx) => {
         const vaultId = req.vaultId.toLowerCase();
+        const dead = await deadBudgetVault(trx, vaultId);
+        if (dead) fail(Reason.INVALID_TARGET, dead);
         // Checked (and held) in the transaction that inserts the grant, like its principal.
         if ((await store.vaultOwner(trx, vaultId, true)) !== user.id) fail(Reason.INVALID_TARGET, "the vault does not belong to the user");
         // The budget's principal on a budget's vault, else this user's and client's.
@@ -536,6 +554,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       await db.transaction(async (trx) => {
         // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
         if (r.client.metadataDocument) await store.upsertDocumentClient(trx, r.client);
+        const dead = await deadBudgetVault(trx, vaultId);
+        if (dead) fail(Reason.INVALID_TARGET, dead);
         // Still the user's, and held until the code is inserted (a budget cleanup may delete it).
         if ((await store.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
         // On a budget's vault the code acts as the budget; elsewhere as the principal of this
@@ -612,6 +632,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         }
         // RFC 6749 5.2 invalid_grant for an account that is no longer active; the code is not consumed.
         if ((await store.findUser(trx, c.userId))?.status !== "active") return { kind: "invalid" as const, why: "user inactive" };
+        // A budget closed or declined since the consent: nothing is issued, the code stays unused.
+        const dead = await deadBudgetVault(trx, c.vaultId);
+        if (dead) return { kind: "dead" as const, why: dead };
         const g = await insertGrant(trx, {
           userId: c.userId,
           clientId: client.clientId,
@@ -627,6 +650,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         return { kind: "issued" as const, grant: g };
       });
       if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource does not match the authorization");
+      if (outcome.kind === "dead") fail(Reason.INVALID_GRANT, `the authorization code cannot be used: ${outcome.why}`);
       // One generic answer; the reason stays in the cause (oidc-provider's pkce.js habit).
       if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the authorization code is invalid, expired or already used", {}, outcome.why);
       return { token: signToken(outcome.grant, refresh.token) };

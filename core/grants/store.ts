@@ -393,6 +393,19 @@ export function createGrantsStore(db: Db) {
       return row ? String(row.owner_user_id) : undefined;
     },
 
+    /**
+     * The status of the budget whose vault this is (undefined for a vault that is no
+     * budget's), its row locked FOR NO KEY UPDATE in the transaction that binds a grant or
+     * code to the vault: a close or decline (which lock that row FOR UPDATE first) either
+     * committed before and is seen, or waits until the grant is in and then revokes it.
+     * Taken before any grant or vault lock, in the budgets' lock order.
+     */
+    async lockBudgetStatusOfVault(trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
+      const { rows } = await trx.raw(`SELECT status FROM budgets WHERE vault_id = ? FOR NO KEY UPDATE`, [vaultId]);
+      const r = (rows as { status: string }[])[0];
+      return r?.status;
+    },
+
     async findUserByEmail(conn: Conn, email: string): Promise<{ id: string; status: string } | undefined> {
       const row = await conn("users").where({ email }).first("id", "status");
       return row ? { id: String(row.id), status: String(row.status) } : undefined;

@@ -242,6 +242,40 @@ export const TOOLS: readonly Tool[] = [
     },
   },
   {
+    name: "agent.budget.sweep",
+    category: "treasury",
+    scope: "agent:budget:create",
+    auth: "bearer",
+    title: "Sweep Closed Agent Budget",
+    description:
+      "Moves what a budget closed with keep_funds still holds, and what the budgets closed with it hold, back to the grant's vault (the budget's parent). Only a closed budget made under the grant's vault. Idempotent: when nothing is left it moves nothing and says nothing_to_sweep.",
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    requiresHumanApproval: false,
+    inputSchema: object({ vault_id: UUID }, ["vault_id"]),
+    outputSchema: object(
+      {
+        vault_id: UUID,
+        parent_vault_id: UUID,
+        swept_cents: AMOUNT,
+        currency: { type: "string" },
+        transfer_id: { type: ["string", "null"], format: "uuid" },
+        nothing_to_sweep: { type: "boolean" },
+      },
+      ["vault_id", "parent_vault_id", "swept_cents", "currency", "transfer_id", "nothing_to_sweep"],
+    ),
+    async call(args, ctx) {
+      const res = await ctx.clients.budgets.sweepBudget({ accessToken: ctx.accessToken, vaultId: args.vault_id as string }, withRequestId(ctx.requestId));
+      return {
+        vault_id: res.vaultId,
+        parent_vault_id: res.parentVaultId,
+        swept_cents: Number(res.sweptCents),
+        currency: res.currency,
+        transfer_id: res.transferId || null,
+        nothing_to_sweep: res.nothingToSweep,
+      };
+    },
+  },
+  {
     name: "payments.initiate",
     category: "write",
     scope: "payments:initiate",

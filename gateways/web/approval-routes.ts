@@ -15,7 +15,29 @@ export interface PendingApprovals {
   budgets: Budget[];
   payments: Payment[];
   agentName(agentId: string): string;
+  /** Paged lists only: the page's address with the next page of a list (empty when none follows). */
+  next?: { budgets: string; payments: string; first: string };
 }
+
+/** How many payments and draft budgets a dashboard page lists per section; the rest follow page by page. */
+export const PENDING_PAGE = 20;
+/** The query parameters that carry where each paged list resumes (core's signed cursors). */
+const AFTER = { budgets: "budgets_after", payments: "payments_after" } as const;
+/** What a cursor may look like in an address (core/paging.ts: base64url, a dot, base64url). */
+const CURSOR = /^[A-Za-z0-9_-]{1,1024}\.[A-Za-z0-9_-]{1,64}$/;
+
+/** The page's cursors from its query, each checked for shape (a bad one is a 400 page, never sent on). */
+function cursorsOf(query: Record<string, unknown>): { budgets: string; payments: string } {
+  const one = (name: string) => {
+    const v = query[name];
+    if (v === undefined || v === "") return "";
+    if (typeof v !== "string" || !CURSOR.test(v)) throw expiredLink();
+    return v;
+  };
+  return { budgets: one(AFTER.budgets), payments: one(AFTER.payments) };
+}
+
+const expiredLink = () => new PageError(400, "This page link cannot be used", "It may have been changed or it belongs to another account. Start again from the first page.");
 
 /** The review page of a pending payment; `step_up_url` (core) redirects here. */
 export const paymentPath = (paymentId: string) => `/dashboard/approvals/payments/${paymentId}`;
@@ -34,18 +56,46 @@ export function money(cents: bigint | number, currency: string): string {
 
 const day = (t: Timestamp) => timestampDate(t).toISOString().replace("T", " ").slice(0, 16) + " UTC";
 
-/** Reads the user's pending approvals (BudgetsService) and agent names (GrantsService). */
-export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current, known?: AgentSummary[]): Promise<PendingApprovals> {
+/**
+ * Reads the user's pending approvals (BudgetsService) and agent names (GrantsService).
+ * With `pagedAt` (the page's own path), each list holds at most PENDING_PAGE items, from
+ * where the page's query says, and `next` links to the following page of each.
+ */
+export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current, known?: AgentSummary[], pagedAt?: string): Promise<PendingApprovals> {
+  const cursors = pagedAt ? cursorsOf(request.query as Record<string, unknown>) : { budgets: "", payments: "" };
   const [pending, agents] = await Promise.all([
-    ctx.budgets.listPendingApprovals({ sessionToken: current.token }, ctx.rpc(request)),
+    ctx.budgets
+      .listPendingApprovals(
+        { sessionToken: current.token, limit: pagedAt ? PENDING_PAGE : 0, budgetsCursor: cursors.budgets, paymentsCursor: cursors.payments },
+        ctx.rpc(request),
+      )
+      .catch((err: unknown) => {
+        if (noteRefusal(request, err) === Reason.INVALID_CURSOR) throw expiredLink();
+        throw err;
+      }),
     known ?? ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents),
   ]);
+  const link = (budgets: string, payments: string) => {
+    const q = new URLSearchParams();
+    if (budgets) q.set(AFTER.budgets, budgets);
+    if (payments) q.set(AFTER.payments, payments);
+    const qs = q.toString();
+    return `${pagedAt}${qs ? `?${qs}` : ""}`;
+  };
   const names = new Map<string, string>(agents.map((a) => [a.agentId, a.displayName]));
   for (const b of pending.draftBudgets) if (b.displayName) names.set(b.agentPrincipalId, b.displayName);
   return {
     budgets: pending.draftBudgets,
     payments: pending.pendingPayments,
     agentName: (id) => names.get(id) ?? (id ? `Agent ${id.slice(0, 8)}` : "An agent"),
+    next: pagedAt
+      ? {
+          // Each list moves on by itself; the other stays where it is.
+          budgets: pending.nextBudgetsCursor ? link(pending.nextBudgetsCursor, cursors.payments) : "",
+          payments: pending.nextPaymentsCursor ? link(cursors.budgets, pending.nextPaymentsCursor) : "",
+          first: cursors.budgets || cursors.payments ? link("", "") : "",
+        }
+      : undefined,
   };
 }
 
@@ -89,8 +139,11 @@ export function pendingSection(pending: PendingApprovals, csrf: string): Html {
       <ul>${limitWords(b).map((w) => html`<li>${w}</li>`)}</ul>
       <p><a href="${budgetPath(b.agentPrincipalId)}">Review budget</a></p>${declineForm(`${budgetPath(b.agentPrincipalId)}/decline`, csrf, "Decline budget")}</li>`,
   );
-  return html`${payments.length ? html`<section class="card"><h3>Payments</h3><ul>${payments}</ul></section>` : ""}
-    ${budgets.length ? html`<section class="card"><h3>Budgets</h3><ul>${budgets}</ul></section>` : ""}`;
+  const more = (href: string | undefined, what: string) => (href ? html`<p class="pager"><a rel="next" href="${href}">Next ${what} →</a></p>` : "");
+  const next = pending.next;
+  return html`${payments.length ? html`<section class="card"><h3>Payments</h3><ul>${payments}</ul>${more(next?.payments, "payments")}</section>` : ""}
+    ${budgets.length ? html`<section class="card"><h3>Budgets</h3><ul>${budgets}</ul>${more(next?.budgets, "budgets")}</section>` : ""}
+    ${next?.first ? html`<p class="pager"><a href="${next.first}">Back to the first approvals</a></p>` : ""}`;
 }
 
 /** Pending payment review and approval, draft budget review and activation (DESIGN 4.1, 4.2). */

@@ -24,7 +24,7 @@ const NOTICES: Record<string, string> = {
 };
 
 /**
- * How a refused Fund or Close reads on the page (core's own message follows the title).
+ * How a refused Fund, Close or Sweep reads on the page (core's own message follows the title).
  * Reasons not listed go to the plugin's error pages.
  */
 const MONEY_ERRORS: Partial<Record<Reason, { status: number; title: string; hint?: string }>> = {
@@ -78,7 +78,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
     const csrf = ctx.csrfToken(request, reply);
     const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
-    const pending = await loadPending(ctx, request, current, agents);
+    const pending = await loadPending(ctx, request, current, agents, "/dashboard/agents");
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) => html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
@@ -188,7 +188,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   /** {app_url}/dashboard/money: every vault and budget, spend against each cap, recent payments, pending approvals. */
   async function moneyPage(request: FastifyRequest, reply: FastifyReply, current: Current, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current)]);
+    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current, undefined, MONEY_PATH)]);
     const options = cardOptions(request, csrf, MONEY_PATH, vaults);
     // What the owner holds in all, per currency (budgets' money is still the owner's).
     const totals = new Map<string, bigint>();
@@ -216,7 +216,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   });
 
   /**
-   * Fund and Close, from the money view or an agent's page. Both need the session, the
+   * Fund, Close and Sweep, from the money view or an agent's page. Each needs the session, the
    * CSRF token and a fresh step-up: without one the owner goes through the step-up page
    * and back (the typed amount kept). Core's refusals are shown on the page the form
    * came from; the Fund form's per-render idempotency key makes a double submit move
@@ -225,7 +225,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
   async function moneyAction<T>(
     request: FastifyRequest,
     reply: FastifyReply,
-    action: "fund" | "close",
+    action: "fund" | "close" | "sweep",
     /** Reads the form; a PageError(400) is shown on the page, before any step-up detour. */
     check: (form: Map<string, string>) => T,
     call: (current: Current, input: T, vaultId: string) => Promise<string>,
@@ -299,6 +299,19 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
         const res = await ctx.budgets.closeBudget({ sessionToken: current.token, vaultId, keepFunds }, ctx.rpc(request));
         if (res.alreadyClosed) return "already-closed";
         return keepFunds ? "closed-kept" : "closed";
+      },
+    ),
+  );
+
+  app.post(`${MONEY_PATH}/budgets/:vaultId/sweep`, async (request, reply) =>
+    moneyAction(
+      request,
+      reply,
+      "sweep",
+      () => ({}),
+      async (current, _input, vaultId) => {
+        const res = await ctx.budgets.sweepBudget({ sessionToken: current.token, vaultId }, ctx.rpc(request));
+        return res.nothingToSweep ? "nothing-to-sweep" : "swept";
       },
     ),
   );

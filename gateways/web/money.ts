@@ -10,6 +10,7 @@ export const MONEY_PATH = "/dashboard/money";
 
 export const fundPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/fund`;
 export const closePath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/close`;
+export const sweepPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/sweep`;
 /** The anchor of a vault's card, so a form's answer lands next to it. */
 export const vaultAnchor = (vaultId: string) => `v-${vaultId}`;
 
@@ -118,6 +119,8 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
   if (l?.timeWindowEnd) extra.push(html`until ${when(l.timeWindowEnd)}`);
   const canFund = isBudget && (v.status === BudgetStatus.ACTIVE || v.status === BudgetStatus.DRAFT);
   const canClose = isBudget && v.status !== BudgetStatus.CLOSED;
+  // A budget closed with keep_funds still holds money: it can be moved back later.
+  const canSweep = isBudget && v.status === BudgetStatus.CLOSED && v.balanceCents > 0n;
   const amountId = `amount-${v.vaultId}`;
   const prefill = o.prefill?.vaultId === v.vaultId ? o.prefill.amount : "";
   return html`<section class="card vault${isBudget ? " budget" : ""}" id="${vaultAnchor(v.vaultId)}">
@@ -150,6 +153,13 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
           <button type="submit" class="danger">Close budget</button>
         </form>`
       : ""}
+    ${canSweep
+      ? html`<form class="money-form" method="post" action="${sweepPath(v.vaultId)}">
+          <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="return_to" value="${o.returnTo}">
+          <p class="muted">This closed budget kept its funds. Nothing can spend them here.</p>
+          <button type="submit">Move ${money(v.balanceCents, cur)} back to ${parentName}</button>
+        </form>`
+      : ""}
   </section>`;
 }
 
@@ -160,6 +170,8 @@ export const MONEY_NOTICES: Record<string, string> = {
   closed: "The budget was closed. Its agents lost access, and its remaining funds went back to the vault it came from.",
   "closed-kept": "The budget was closed. Its agents lost access; its remaining funds stay in it.",
   "already-closed": "That budget was already closed. Nothing changed.",
+  swept: "The money the closed budget kept went back to the vault it came from.",
+  "nothing-to-sweep": "That closed budget holds nothing any more. Nothing moved.",
   "stepped-up": "You confirmed it's you. Send the form again to move the money.",
 };
 

@@ -83,8 +83,12 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     } catch (err) {
       expect(String(err)).to.match(/-32001.*the grant has been revoked.*invalid_token/);
     }
-    // A grant issued after the close meets a frozen policy.
-    const laterToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+    // No grant is issued on the closed vault; one that exists anyway (written directly) meets a frozen policy.
+    await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES }).then(
+      () => expect.fail("expected the refusal"),
+      (err: unknown) => expect(String(err)).to.include("the vault belongs to a closed budget"),
+    );
+    const laterToken = await grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id });
     const later = await connect("/mcp/write", laterToken);
     expect(errorOf(await pay(later, 100))).to.deep.equal([-32002, "policy_denied", "policy_inactive"]);
     // Nothing more goes in; revoking again changes nothing.

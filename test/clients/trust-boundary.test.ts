@@ -391,6 +391,18 @@ const closed = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undef
   expect(await budgetRow(c, fx.vaultId)).to.equal("closed");
 };
 
+/** A fundable budget holding 100 cents, closed with keep_funds: what SweepBudget moves back. */
+const keptBudget = async (c: Ctx, user: TestUser) => {
+  const fx = await fundableBudget(c, user);
+  await c.stack.admin.budgets.fundVault({ vaultId: fx.vaultId, amountCents: 100n });
+  await c.stack.clients.budgets.closeBudget({ accessToken: (await c.f.grant(user, { stepUp: true })).accessToken, vaultId: fx.vaultId, keepFunds: true });
+  return fx;
+};
+const swept = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+  expect([String(res!.swept_cents), res!.nothing_to_sweep]).to.deep.equal(["100", false]);
+  expect([await vaultRow(c, fx.vaultId), await vaultRow(c, fx.user.vaultId)]).to.deep.equal([0, 1_100]);
+};
+
 /** A client's authorization request naming the owner's vault (wire shape). */
 async function authorizationFixture(c: Ctx, owner: TestUser, scope = "accounts:read") {
   const client = await c.f.oauthClient();
@@ -958,6 +970,17 @@ const TABLE: Record<string, Entry> = {
     }),
     closeWire,
   ),
+  "vaultgate.budgets.v1.BudgetsService/SweepBudget": agentOrSession(
+    agent((t, fx: BudgetFx) => closeWire({ access_token: t }, fx), { scope: "agent:budget:create", setup: keptBudget, after: (c, _t, _u, fx) => swept(c, fx) }),
+    session((t, fx: BudgetFx) => closeWire({ session_token: t }, fx), {
+      setup: keptBudget,
+      stepUp: true,
+      otherUser: S.NOT_FOUND,
+      after: (c, _o, fx, res) => swept(c, fx)(res),
+    }),
+    closeWire,
+  ),
+  "vaultgate.budgets.v1.BudgetsService/ListStrandedFunds": admin(() => ({})),
   "vaultgate.budgets.v1.BudgetsService/FundVault": admin(async (c) => ({ vault_id: (await c.f.user()).vaultId, amount_cents: "100" })),
   "vaultgate.budgets.v1.BudgetsService/ReapProvisioning": admin(() => ({})),
 };

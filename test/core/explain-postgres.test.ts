@@ -459,11 +459,17 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       await stack.clients.grants.revokeUserGrant({ sessionToken: session, grantId: parentGrant.grantId });
       await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.paymentId });
       await stack.clients.budgets.listPendingApprovals({ sessionToken: session });
+      // A payment that would wait for the owner counts the vault's waiting items first.
+      await stack.clients.budgets.initiatePayment({ accessToken: pending.agent.accessToken, payment: payment({ amountCents: 7_500n }) });
+      // The dashboard's paged lists, first and next page.
+      const page = await stack.clients.budgets.listPendingApprovals({ sessionToken: session, limit: 1 });
+      await stack.clients.budgets.listPendingApprovals({ sessionToken: session, limit: 1, budgetsCursor: page.nextBudgetsCursor });
       await stack.clients.budgets.getMoneyView({ sessionToken: session });
       await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
       await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });
       await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: active.vaultId, amountCents: 1_000n, idempotencyKey: `explain-${randomBytes(4).toString("hex")}` });
-      await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId });
+      await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId, keepFunds: true });
+      await stack.clients.budgets.sweepBudget({ sessionToken: session, vaultId: active.vaultId });
       await stack.clients.grants.killSwitch({ sessionToken: session });
       await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
     });
@@ -486,6 +492,9 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       /vault_provisioning_claims/, // an agent's budget creation
       /authorization_codes/, // the consent page's approval
       /cleanup_pending/, // the reaper's sweep
+      /status = 'draft' LIMIT/, // the waiting items a pending payment counts
+      /\(created_at, id\) >/, // the next page of pending approvals
+      /status IN \('draft', 'active', 'declined', 'closed'\)/, // a sweep's budgets
     ]);
     expect(checked.length).to.be.greaterThan(40);
   }

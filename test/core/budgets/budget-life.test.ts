@@ -153,10 +153,12 @@ describe("BudgetsService budget life: fund and close", () => {
       expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId })).map((a) => a.actor)).to.deep.equal([`agent:${owner.agentPrincipalId}`]);
       await expectLedgerBalanced(stack);
 
-      // Nothing more is paid: the old grants are revoked, a grant issued later meets a frozen policy.
+      // Nothing more is paid: the old grants are revoked, no grant is issued on the vault
+      // any more, and one that exists anyway (written directly) meets a frozen policy.
       expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.INVALID_TOKEN);
       expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: reissued, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.INVALID_TOKEN);
-      const later = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+      expect(await reasonOf(stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }))).to.equal(Reason.INVALID_TARGET);
+      const later = await grantFor(stack, child, { stepUp: true });
       const frozen = await rejection(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }));
       expect([frozen.detail?.reason, frozen.detail?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "policy_inactive"]);
       expect((await stack.clients.budgets.simulatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) })).decision).to.equal(Decision.DENY);

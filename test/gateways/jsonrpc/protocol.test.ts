@@ -120,7 +120,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect(await names("/mcp/read")).to.deep.equal(["accounts.balance", "audit.list"]);
     expect(await names("/mcp/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
     expect(await names("/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
-    expect(await names("/mcp/treasury")).to.deep.equal(["agent.budget.create", "agent.budget.fund", "agent.budget.revoke", "agent.grant.issue", "agent.grant.refresh", "killSwitch.all"]);
+    expect(await names("/mcp/treasury")).to.deep.equal(["agent.budget.create", "agent.budget.fund", "agent.budget.revoke", "agent.budget.sweep", "agent.grant.issue", "agent.grant.refresh", "killSwitch.all"]);
     const ajv = createSchemaAjv();
     for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
       for (const tool of await list(path)) {
