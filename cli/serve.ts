@@ -67,6 +67,8 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         adminToken,
         gatewayToken,
         signingKey: config.signingKey,
+        webhookSecretKey: config.webhookSecretKey,
+        signinCodeKey: config.signinCodeKey,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,

@@ -26,6 +26,8 @@ import { createPartnerResourcesService } from "./partners/resources-service.js";
 import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "./partners/webhooks/signing.js";
+import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
+import { loadOutsideKey } from "./keys/outside-keys.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
@@ -44,6 +46,10 @@ export interface CoreOptions {
   signingKey?: string;
   /** Where a generated dev signing key is kept; absent = in memory. */
   dataDir?: string;
+  /** WEBHOOK_SECRET_KEY: encrypts stored webhook secrets; else a key file in dataDir (docs/deploying.md). */
+  webhookSecretKey?: string;
+  /** SIGNIN_CODE_KEY: keys sign-in code hashes and the dev outbox; else a key file in dataDir. */
+  signinCodeKey?: string;
   issuer: string;
   partnerAudience: string;
   clock?: () => Date;
@@ -131,7 +137,9 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       },
     });
     const outbox = createOutboxStore(db);
-    const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
+    const box = createSecretBox(await loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", fromEnv: options.webhookSecretKey, dataDir: options.dataDir }));
+    await moveWebhookKeyOutOfDatabase(db, box, logger);
+    const signinCodeKey = await loadOutsideKey({ name: "signin-code-key", setting: "SIGNIN_CODE_KEY", fromEnv: options.signinCodeKey, dataDir: options.dataDir });
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({
@@ -183,6 +191,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
+        signinCodeKey,
       }),
       partners: createPartnersService({
         db,

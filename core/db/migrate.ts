@@ -25,6 +25,7 @@ import * as m0023 from "./migrations/0023-payout-transfers.js";
 import * as m0024 from "./migrations/0024-generic-batch-plans.js";
 import * as m0025 from "./migrations/0025-rate-window-pruning.js";
 import * as m0026 from "./migrations/0026-owner-lookups.js";
+import * as m0027 from "./migrations/0027-signin-code-lockout.js";
 
 interface Migration {
   name: string;
@@ -59,6 +60,7 @@ const migrations: Migration[] = [
   { name: "0024-generic-batch-plans", ...m0024 },
   { name: "0025-rate-window-pruning", ...m0025 },
   { name: "0026-owner-lookups", ...m0026 },
+  { name: "0027-signin-code-lockout", ...m0027 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
