@@ -24,6 +24,7 @@ import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import { createSecretBox } from "../partners/webhooks/signing.js";
+import type { HostResolver } from "../net/resolver.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -52,6 +53,8 @@ export interface GrantsServiceDeps {
   clientMetadataAllowPrivate?: boolean;
   /** The key outside the database behind sign-in code hashes and the dev outbox (core/keys/outside-keys.ts). */
   signinCodeKey: Buffer;
+  /** Resolves metadata document hosts off the thread pool (core/net/resolver.ts). */
+  hostResolver?: HostResolver;
 }
 
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
@@ -126,7 +129,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   // per-process cache of their rows is safe across replicas and saves a round trip.
   const clientCache = new Map<string, { client: ClientRecord; until: number }>();
   // A client_id that is an https URL names its metadata document: fetched, checked, cached.
-  const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false });
+  const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false, resolver: deps.hostResolver });
   if (deps.clientMetadataAllowPrivate) deps.logger.warn("client metadata documents may be fetched from private and loopback addresses (development setting)");
   async function findClient(clientId: string): Promise<ClientRecord | undefined> {
     if (isClientIdUrl(clientId)) return documents.resolve(clientId);
