@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, formFields, pkce, registerClient } from "../../support/agent-oauth.js";
+import { requirePostgres } from "../../support/db.js";
 
 /**
  * E-mailed codes are limited per account: one per 30 seconds for each purpose (sign-in,
@@ -40,6 +41,14 @@ describe("web pages: the sign-in code send limit", () => {
       expect(landed.searchParams.get("code"), `authorization ${i + 1}`).to.match(/^vgc_/);
       stack.clock.advance(30_000);
     }
+  });
+
+  it("20 concurrent sends for one account send one code (PostgreSQL)", async function () {
+    requirePostgres(this, "concurrent sends need several connections");
+    const user = await createUser(stack);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send(user.email)));
+    expect(answers.map((a) => a.status).sort()).to.deep.equal([303, ...Array(19).fill(429)]);
+    expect((await stack.admin.grants.listOutbox({ email: user.email })).messages).to.have.length(1);
   });
 
   for (const known of [true, false]) {
