@@ -681,9 +681,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         userId = user && user.status === "active" ? user.id : null;
       }
       const purpose = sessionId ? "step_up" : "sign_in";
-      const gap = await deps.rateLimits.hit(`otp-send-gap:${purpose}:${email}`, 1, OTP_SEND_GAP_SECONDS, now);
+      const gapKey = `otp-send-gap:${purpose}:${email}`;
+      const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
       const limit = gap.allowed ? await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_HOUR, 3600, now) : gap;
       if (!limit.allowed) {
+        // Nothing was sent: the 30 s gap does not start.
+        if (gap.allowed) await deps.rateLimits.release(gapKey, now);
         fail(Reason.RATE_LIMITED, `${gap.allowed ? "too many codes were sent to this address" : "a code was sent to this address moments ago"}; try again in ${waitText(limit.retryAfterSeconds)}`, {
           retryAfterSeconds: limit.retryAfterSeconds,
         });
