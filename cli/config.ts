@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
+import { parseOutsideKey } from "../core/keys/outside-keys.js";
 
 /** Every setting of DESIGN 2, parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -32,6 +33,9 @@ export interface Config {
   urnNamespace: string;
   /** Raw SIGNING_KEY; a malformed value yields 503s later, never a startup failure. */
   signingKey: string | undefined;
+  /** WEBHOOK_SECRET_KEY / SIGNIN_CODE_KEY: keys outside the database; unset = files in DATA_DIR. */
+  webhookSecretKey: string | undefined;
+  signinCodeKey: string | undefined;
   logLevel: string;
   adminToken: string | undefined;
   /** GATEWAY_TOKEN: lets gateways vouch for client addresses; never logged. */
@@ -142,6 +146,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     partnerAudience: env.PARTNER_AUDIENCE || "urn:vaultgate:partner-api",
     urnNamespace,
     signingKey: env.SIGNING_KEY,
+    webhookSecretKey: outsideKeySetting(env, "WEBHOOK_SECRET_KEY"),
+    signinCodeKey: outsideKeySetting(env, "SIGNIN_CODE_KEY"),
     logLevel,
     adminToken: env.ADMIN_TOKEN || undefined,
     gatewayToken,
@@ -343,4 +349,11 @@ function caBundle(name: string, pem: string): string {
   if (blocks.length === 0) throw new ConfigError(`${name} must hold one or more PEM CA certificates`);
   for (const block of blocks) certificate(name, block);
   return pem;
+}
+
+function outsideKeySetting(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name];
+  if (!v) return undefined;
+  if (!parseOutsideKey(v)) throw new ConfigError(`${name} must be 32 random bytes as base64 or 64 hex digits (e.g. \`openssl rand -base64 32\`)`);
+  return v;
 }

@@ -84,6 +84,34 @@ export function redactSecrets(fields: Record<string, unknown>): Record<string, u
   return out;
 }
 
+/**
+ * Fields of database errors that carry a statement's bound values: knex's `bindings`,
+ * pg's `detail` ("Key (email)=(x@y) already exists") and `where`, PGlite's `params`.
+ * Dropped from every logged error and its causes.
+ */
+const BOUND_VALUE_FIELDS = ["bindings", "parameters", "params", "detail", "where", "internalQuery"];
+/** A value PostgreSQL quotes into its message (`invalid input syntax for type uuid: "..."`). */
+const QUOTED_VALUE = /(: )"(?:[^"\\]|\\.)*"/g;
+
+/** An error as pino's standard serializer gives it, without any value a statement was bound to. */
+export function serializeError(err: unknown): unknown {
+  const out = pino.stdSerializers.err(err as Error) as unknown;
+  return scrubBoundValues(out, 0);
+}
+
+function scrubBoundValues(value: unknown, depth: number): unknown {
+  if (!isObject(value) || depth > 4) return value;
+  const out: Record<string, unknown> = { ...value };
+  for (const f of BOUND_VALUE_FIELDS) if (f in out) delete out[f];
+  // A database error (pg and PGlite give a severity; `code` is blanked before serializers
+  // run): its message and stack may quote a value.
+  if (typeof out.severity === "string" || (typeof out.code === "string" && /^[0-9A-Z]{5}$/.test(out.code))) {
+    for (const k of ["message", "stack"]) if (typeof out[k] === "string") out[k] = (out[k] as string).replace(QUOTED_VALUE, `$1"${CENSOR}"`);
+  }
+  for (const k of Object.keys(out)) if (isObject(out[k])) out[k] = scrubBoundValues(out[k], depth + 1);
+  return out;
+}
+
 /** Bytes of log lines gathered before they are written out together. */
 export const LOG_BUFFER_BYTES = 4096;
 /** The longest an info line waits in the buffer. */
@@ -139,6 +167,8 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
       mixin: traceFields,
       formatters: { log: redactSecrets, bindings: redactSecrets },
       serializers: {
+        err: serializeError,
+        cause: serializeError,
         // Paths only: query strings can carry codes and states.
         req: (req: { method: string; url: string; id: string }) => ({ method: req.method, path: req.url.split("?")[0], id: req.id }),
       },

@@ -7,6 +7,7 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { ensureAdminToken, ensureGatewayToken, readGatewayToken } from "./admin-token.js";
+import { secureDataDir } from "./data-dir.js";
 import { ConfigError, loadCoreDial, loadCoreServerTls, type Config } from "./config.js";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import type { Registry } from "prom-client";
@@ -31,6 +32,7 @@ export interface Running {
  */
 export async function serve(config: Config, role: Role, logger: Logger): Promise<Running> {
   const coreTls = role !== "gateway" ? loadCoreServerTls(config) : undefined;
+  await secureDataDir(config.dataDir, logger);
   let dial: ReturnType<typeof loadCoreDial> | undefined;
   let gatewayToken: string | undefined;
   if (role === "gateway") {
@@ -67,6 +69,8 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         adminToken,
         gatewayToken,
         signingKey: config.signingKey,
+        webhookSecretKey: config.webhookSecretKey,
+        signinCodeKey: config.signinCodeKey,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,
@@ -86,6 +90,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         clientMetadataAllowPrivate: config.clientMetadataAllowPrivate,
         tracing,
       });
+      if (!config.databaseUrl) await secureDataDir(config.dataDir, logger, "database opened");
       coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });
       const over = !coreTls ? "h2c" : coreTls.ca ? "TLS, client certificates required" : "TLS";
       logger.info({ url: coreServer.url, tls: !!coreTls, clientCertificates: !!coreTls?.ca }, `core listening (gRPC, gRPC-Web, Connect over ${over})`);

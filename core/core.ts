@@ -26,6 +26,9 @@ import { createPartnerResourcesService } from "./partners/resources-service.js";
 import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "./partners/webhooks/signing.js";
+import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
+import { loadOutsideKey } from "./keys/outside-keys.js";
+import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
@@ -44,6 +47,10 @@ export interface CoreOptions {
   signingKey?: string;
   /** Where a generated dev signing key is kept; absent = in memory. */
   dataDir?: string;
+  /** WEBHOOK_SECRET_KEY: encrypts stored webhook secrets; else a key file in dataDir (docs/deploying.md). */
+  webhookSecretKey?: string;
+  /** SIGNIN_CODE_KEY: keys sign-in code hashes and the dev outbox; else a key file in dataDir. */
+  signinCodeKey?: string;
   issuer: string;
   partnerAudience: string;
   clock?: () => Date;
@@ -92,6 +99,8 @@ export interface CoreOptions {
   registrationLimitPerMinute?: number;
   /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
+  /** Name servers, timeout and concurrency of the lookups for client metadata documents and webhook URLs; default the system's servers. */
+  hostResolver?: HostResolverOptions;
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
 }
@@ -131,7 +140,11 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       },
     });
     const outbox = createOutboxStore(db);
-    const box = createSecretBox(await loadInstanceSecret(db, "webhook-secrets"));
+    const box = createSecretBox(await loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", fromEnv: options.webhookSecretKey, dataDir: options.dataDir }));
+    await moveWebhookKeyOutOfDatabase(db, box, logger);
+    // Caller-chosen host names (metadata documents, webhook URLs) share one bounded resolver.
+    const hostResolver = createHostResolver(options.hostResolver);
+    const signinCodeKey = await loadOutsideKey({ name: "signin-code-key", setting: "SIGNIN_CODE_KEY", fromEnv: options.signinCodeKey, dataDir: options.dataDir });
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({
@@ -183,6 +196,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
+        signinCodeKey,
+        hostResolver,
       }),
       partners: createPartnersService({
         db,
@@ -228,7 +243,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
-    const webhooks = createWebhookWorker({ outbox, box, clock, logger, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
+    const webhooks = createWebhookWorker({ outbox, box, clock, logger, resolver: hostResolver, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
     const reaper = options.reaperIntervalMs
       ? setInterval(() => {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));

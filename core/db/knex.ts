@@ -16,13 +16,18 @@ export interface DbOptions {
 
 export type Db = Knex;
 
-/** Opens the database: Postgres when a URL is given, else embedded PGlite. */
+/**
+ * Opens the database: Postgres when a URL is given, else embedded PGlite. A failed
+ * statement's message carries its SQL with placeholders, never its bound values
+ * (`compileSqlOnError: false`): errors reach log lines, values may be secrets.
+ */
 export function createDb(options: DbOptions): Db {
   if (options.url) {
     return knexFactory({
       client: "pg",
       connection: options.url,
       pool: { min: 0, max: options.poolMax ?? 20 },
+      compileSqlOnError: false,
     });
   }
   return knexFactory({
@@ -31,6 +36,7 @@ export function createDb(options: DbOptions): Db {
     connection: { connectionString: options.dataDir ?? "memory://" } as Knex.StaticConnectionConfig,
     // PGlite returns int8 as bigint; normalise to number like the pg driver above.
     postProcessResponse: normaliseBigints,
+    compileSqlOnError: false,
   });
 }
 

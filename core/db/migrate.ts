@@ -27,6 +27,7 @@ import * as m0025 from "./migrations/0025-rate-window-pruning.js";
 import * as m0026 from "./migrations/0026-owner-lookups.js";
 import * as m0027 from "./migrations/0027-audit-client-address.js";
 import * as m0028 from "./migrations/0028-dead-budget-vaults.js";
+import * as m0029 from "./migrations/0029-signin-code-lockout.js";
 
 interface Migration {
   name: string;
@@ -63,6 +64,7 @@ const migrations: Migration[] = [
   { name: "0026-owner-lookups", ...m0026 },
   { name: "0027-audit-client-address", ...m0027 },
   { name: "0028-dead-budget-vaults", ...m0028 },
+  { name: "0029-signin-code-lockout", ...m0029 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

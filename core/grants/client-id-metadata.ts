@@ -1,12 +1,12 @@
-import { lookup as dnsLookup } from "node:dns/promises";
 import http from "node:http";
 import https from "node:https";
-import { isIP, type LookupFunction } from "node:net";
+import { isIP } from "node:net";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { textProblem } from "../../lib/text.js";
 import { checkClientMetadata } from "./client-metadata.js";
 import type { ClientRecord } from "./store.js";
+import { createHostResolver, HostLookupError, pinnedLookup, type HostResolver } from "../net/resolver.js";
 
 /**
  * OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document):
@@ -47,6 +47,8 @@ export interface ClientIdMetadataOptions {
   /** Test seam: the CA that https document servers chain to (default: Node's roots). */
   ca?: string;
   timeoutMs?: number;
+  /** Resolves document hosts off the thread pool, bounded (core/net/resolver.ts); default the system's name servers. */
+  resolver?: HostResolver;
 }
 
 export interface ClientIdMetadataResolver {
@@ -69,9 +71,10 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
   const inflight = new Map<string, Promise<Cached>>();
   let fetching = 0;
   const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS;
+  const resolver = options.resolver ?? createHostResolver();
 
   async function load(url: URL, clientId: string): Promise<Cached> {
-    const doc = await fetchDocument(url, { allowPrivate: options.allowPrivate, ca: options.ca, timeoutMs });
+    const doc = await fetchDocument(url, { allowPrivate: options.allowPrivate, ca: options.ca, timeoutMs, resolver });
     const client = documentClient(clientId, doc.body, options.clock());
     return { client, until: options.clock().getTime() + cacheSeconds(doc.cacheControl) * 1000 };
   }
@@ -96,6 +99,8 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
       try {
         entry = await pending;
       } catch (err) {
+        // Too many lookups in flight: refused at once, like too many fetches.
+        if (err instanceof HostLookupError && err.kind === "busy") fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 }, err);
         const why = err instanceof DocumentProblem ? err.message : "the document could not be fetched";
         return fail(Reason.INVALID_CLIENT, `client_id metadata document: ${why}`, {}, err);
       }
@@ -202,7 +207,7 @@ interface Fetched {
  * connect to the address we checked, no redirects, at most DOCUMENT_MAX_BYTES, all within
  * the time limit.
  */
-async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: string; timeoutMs: number }): Promise<Fetched> {
+async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: string; timeoutMs: number; resolver: HostResolver }): Promise<Fetched> {
   let timer: NodeJS.Timeout | undefined;
   let request: http.ClientRequest | undefined;
   const expired = new Promise<never>((_, reject) => {
@@ -219,25 +224,20 @@ async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: strin
 
   async function get(): Promise<Fetched> {
     const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
-    let addresses: { address: string; family: number }[];
-    if (isIP(host)) addresses = [{ address: host, family: isIP(host) }];
-    else {
-      try {
-        addresses = await dnsLookup(host, { all: true, verbatim: true });
-      } catch {
-        return problem("its host name does not resolve");
-      }
+    let addresses: { address: string; family: 4 | 6 }[];
+    try {
+      addresses = await opts.resolver.resolve(host);
+    } catch (err) {
+      if (err instanceof HostLookupError && err.kind === "busy") throw err;
+      if (err instanceof HostLookupError && err.kind === "timeout") return problem(`its host name did not resolve in time (${err.message})`);
+      return problem("its host name does not resolve");
     }
     if (addresses.length === 0) problem("its host name does not resolve");
     if (!opts.allowPrivate && addresses.some((a) => !isPublicAddress(a.address))) {
       problem("its host is a private, loopback, link-local or otherwise non-public address");
     }
-    const target = addresses[0]!;
     // Every connection goes to the address checked above, whatever DNS answers next.
-    const pinned = ((_hostname: string, lookupOptions: { all?: boolean }, callback: (...args: unknown[]) => void) => {
-      if (lookupOptions?.all) callback(null, [{ address: target.address, family: target.family }]);
-      else callback(null, target.address, target.family);
-    }) as unknown as LookupFunction;
+    const pinned = pinnedLookup(addresses[0]!);
     const secure = url.protocol === "https:";
     return new Promise<Fetched>((resolve, reject) => {
       const req = (secure ? https : http).request({

@@ -22,6 +22,9 @@ import { createClientIdMetadataResolver, isClientIdUrl } from "./client-id-metad
 import { UUID } from "../uuid.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
+import { deriveKey } from "../keys/outside-keys.js";
+import { createSecretBox } from "../partners/webhooks/signing.js";
+import type { HostResolver } from "../net/resolver.js";
 
 export interface GrantsServiceDeps {
   db: Db;
@@ -48,6 +51,10 @@ export interface GrantsServiceDeps {
   registrationLimitPerMinute: number;
   /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/agent-oauth.md). */
   clientMetadataAllowPrivate?: boolean;
+  /** The key outside the database behind sign-in code hashes and the dev outbox (core/keys/outside-keys.ts). */
+  signinCodeKey: Buffer;
+  /** Resolves metadata document hosts off the thread pool (core/net/resolver.ts). */
+  hostResolver?: HostResolver;
 }
 
 type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
@@ -61,11 +68,21 @@ const SESSION_TTL_MS = 12 * 3600_000;
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
 /**
- * One-time codes e-mailed per address per 10 minutes. An authorization that needs a
- * step-up spends two (sign-in and step-up), so 10 lets a person do a few in a row (or
- * lose a code or two) while still bounding mail sent to one address.
+ * Wrong codes per account (the normalised address) per 15 minutes, from however many
+ * challenges and client addresses; past it the account's code sign-in and step-up answer
+ * 429, even for the right code, until the oldest wrong code leaves the window.
  */
-const OTP_SENDS_PER_10_MIN = 10;
+const OTP_WRONG_PER_ACCOUNT = 10;
+const OTP_WRONG_WINDOW_SECONDS = 900;
+/**
+ * Codes e-mailed per account: one per 30 s for each purpose (so the step-up right after a
+ * sign-in is not refused) and 10 an hour in all, which lets a person do a few
+ * authorizations with sign-in and step-up in a row while bounding mail to one address.
+ */
+const OTP_SEND_GAP_SECONDS = 30;
+const OTP_SENDS_PER_HOUR = 10;
+/** Marks a dev outbox text sealed under the outside key (older rows were plain). */
+const SEALED = "sealed:";
 /** MCP endpoints (DESIGN 4.1) that may be named as `resource`. */
 export const MCP_RESOURCE_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
 const OPERATOR_CLIENT = "operator";
@@ -112,7 +129,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   // per-process cache of their rows is safe across replicas and saves a round trip.
   const clientCache = new Map<string, { client: ClientRecord; until: number }>();
   // A client_id that is an https URL names its metadata document: fetched, checked, cached.
-  const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false });
+  const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false, resolver: deps.hostResolver });
   if (deps.clientMetadataAllowPrivate) deps.logger.warn("client metadata documents may be fetched from private and loopback addresses (development setting)");
   async function findClient(clientId: string): Promise<ClientRecord | undefined> {
     if (isClientIdUrl(clientId)) return documents.resolve(clientId);
@@ -126,6 +143,22 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     }
     return client;
   }
+
+  // Sign-in codes: a keyed hash, and dev outbox texts sealed, under the outside key, so the
+  // database alone neither reverses a six-digit code nor shows one.
+  const codeHashKey = deriveKey(deps.signinCodeKey, "sign-in code hash");
+  const outboxBox = createSecretBox(deriveKey(deps.signinCodeKey, "dev outbox"));
+  const hashCode = (challengeId: string, code: string) => createHmac("sha256", codeHashKey).update(`${challengeId}:${code}`).digest("hex");
+  const unseal = (text: string) => {
+    if (!text.startsWith(SEALED)) return text;
+    try {
+      return outboxBox.open(text.slice(SEALED.length));
+    } catch {
+      return "(sealed under another key)";
+    }
+  };
+  const mail = (conn: Knex | Knex.Transaction, m: { email: string; subject: string; body: string; at: Date }) =>
+    store.insertOutbox(conn, { id: randomUUID(), email: m.email, subject: SEALED + outboxBox.seal(m.subject), body: SEALED + outboxBox.seal(m.body), at: m.at });
 
   const requestId = (ctx: HandlerContext) => ctx.values.get(kRequestId);
   const audit = (conn: Knex | Knex.Transaction, ctx: HandlerContext, e: { actor: string; action: string; subject?: string; outcome?: "success" | "failure"; reason?: string }) =>
@@ -685,17 +718,22 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         const s = await session(req.sessionToken);
         userId = s.userId;
         sessionId = s.sessionId;
-        email = s.email;
+        email = normaliseEmail(s.email) ?? s.email;
       } else {
         email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
         const user = await store.findUserByEmail(db, email);
-        // Unknown or inactive addresses get a challenge that can never succeed, and no message.
+        // Unknown or inactive addresses get a challenge that can never succeed, and no
+        // message; they are limited exactly like known ones.
         userId = user && user.status === "active" ? user.id : null;
       }
-      const limit = await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_10_MIN, 600, now);
+      const purpose = sessionId ? "step_up" : "sign_in";
+      const gapKey = `otp-send-gap:${purpose}:${email}`;
+      const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
+      const limit = gap.allowed ? await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_HOUR, 3600, now) : gap;
       if (!limit.allowed) {
-        const minutes = Math.ceil(limit.retryAfterSeconds / 60);
-        fail(Reason.RATE_LIMITED, `too many codes were sent to this address; try again in ${minutes} minute${minutes === 1 ? "" : "s"}`, {
+        // Nothing was sent: the 30 s gap does not start.
+        if (gap.allowed) await deps.rateLimits.release(gapKey, now);
+        fail(Reason.RATE_LIMITED, `${gap.allowed ? "too many codes were sent to this address" : "a code was sent to this address moments ago"}; try again in ${waitText(limit.retryAfterSeconds)}`, {
           retryAfterSeconds: limit.retryAfterSeconds,
         });
       }
@@ -704,20 +742,20 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
           id,
           userId,
           sessionId,
-          purpose: sessionId ? "step_up" : "sign_in",
-          codeHash: sha256Hex(`${id}:${code}`),
+          purpose,
+          account: email,
+          codeHash: hashCode(id, code),
           attempts: 0,
           createdAt: now,
           expiresAt: new Date(now.getTime() + OTP_TTL_MS),
           consumedAt: null,
         });
         if (userId) {
-          const purpose = sessionId ? "confirm (step-up)" : "sign in to";
-          await store.insertOutbox(trx, {
-            id: randomUUID(),
+          const what = sessionId ? "confirm (step-up)" : "sign in to";
+          await mail(trx, {
             email,
             subject: `Your Vaultgate code: ${code}`,
-            body: `Use ${code} to ${purpose} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
+            body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
             at: now,
           });
           await audit(trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
@@ -732,12 +770,25 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
       if (!UUID.test(req.challengeId)) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
       const now = deps.clock();
       const stepUpSession = req.sessionToken ? await session(req.sessionToken) : undefined;
+      const found = await store.findChallenge(db, req.challengeId);
+      if (!found?.account) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+      // A slot among the account's wrong codes is taken before the code is compared, so
+      // concurrent guesses can never check more than the limit; a guess that turns out not
+      // to be wrong gives its slot back.
+      const account = found.account;
+      const slotKey = `otp-wrong:${account}`;
+      const slot = await deps.rateLimits.hit(slotKey, OTP_WRONG_PER_ACCOUNT, OTP_WRONG_WINDOW_SECONDS, now);
+      if (!slot.allowed) {
+        fail(Reason.RATE_LIMITED, `too many wrong codes were entered for this account; code sign-in is paused for ${waitText(slot.retryAfterSeconds)}`, {
+          retryAfterSeconds: slot.retryAfterSeconds,
+        });
+      }
       const outcome = await db.transaction(async (trx) => {
         const c = await store.lockChallenge(trx, req.challengeId);
-        if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const };
-        if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId)) return { ok: false as const };
+        if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const, wrong: false };
+        if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId)) return { ok: false as const, wrong: false };
         await store.countAttempt(trx, c.id);
-        if (!c.userId || !constantTimeEqual(sha256Hex(`${c.id}:${req.code.trim()}`), c.codeHash)) return { ok: false as const };
+        if (!c.userId || !constantTimeEqual(hashCode(c.id, req.code.trim()), c.codeHash)) return { ok: false as const, wrong: true, userId: c.userId };
         await store.consumeChallenge(trx, c.id, now);
         if (stepUpSession) {
           await store.setStepUp(trx, stepUpSession.sessionId, now);
@@ -748,8 +799,26 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
         await store.insertSession(trx, { id: randomUUID(), tokenHash: sha256Hex(token), userId: c.userId, at: now, expiresAt: new Date(now.getTime() + SESSION_TTL_MS) });
         await audit(trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
         return { ok: true as const, token };
+      }).catch(async (err: unknown) => {
+        await deps.rateLimits.release(slotKey, now).catch(() => {});
+        throw err;
       });
-      if (!outcome.ok) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+      if (!outcome.wrong) await deps.rateLimits.release(slotKey, now);
+      if (!outcome.ok) {
+        // The wrong code that filled the window tells the account holder, once per lockout.
+        if (outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_ACCOUNT) {
+          const ends = (await deps.rateLimits.windowEnd(slotKey, OTP_WRONG_WINDOW_SECONDS)) ?? new Date(now.getTime() + OTP_WRONG_WINDOW_SECONDS * 1000);
+          const until = ends.toISOString().slice(11, 16);
+          await mail(db, {
+            email: account,
+            subject: "Vaultgate: code sign-in paused",
+            body: `Someone tried codes for your account; code sign-in is paused until ${until} UTC. If it was not you, your account is safe: no code was accepted, and you can sign in again after that time.`,
+            at: now,
+          });
+          deps.logger.warn({ user: outcome.userId }, "code sign-in paused for an account after too many wrong codes");
+        }
+        fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+      }
       return { sessionToken: outcome.token, expiresIn: outcome.token ? BigInt(SESSION_TTL_MS / 1000) : 0n };
     },
 
@@ -828,7 +897,14 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     async listOutbox(req) {
       const email = req.email ? normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address") : undefined;
       const rows = await store.listOutbox(db, email);
-      return { messages: rows.map((m) => ({ email: m.email, subject: m.subject, body: m.body, createdAt: m.createdAt.toISOString() })) };
+      return { messages: rows.map((m) => ({ email: m.email, subject: unseal(m.subject), body: unseal(m.body), createdAt: m.createdAt.toISOString() })) };
     },
   };
+}
+
+/** "25 seconds" below two minutes, else whole minutes. */
+function waitText(seconds: number): string {
+  if (seconds < 120) return `${seconds} second${seconds === 1 ? "" : "s"}`;
+  const minutes = Math.ceil(seconds / 60);
+  return `${minutes} minutes`;
 }

@@ -85,6 +85,8 @@ export interface ChallengeRecord {
   userId: string | null;
   sessionId: string | null;
   purpose: "sign_in" | "step_up";
+  /** The normalised e-mail address the code went to: wrong codes are limited per account. */
+  account: string | null;
   codeHash: string;
   attempts: number;
   expiresAt: Date;
@@ -434,6 +436,7 @@ export function createGrantsStore(db: Db) {
         user_id: c.userId,
         session_id: c.sessionId,
         purpose: c.purpose,
+        account: c.account,
         code_hash: c.codeHash,
         attempts: c.attempts,
         created_at: c.createdAt,
@@ -443,17 +446,12 @@ export function createGrantsStore(db: Db) {
 
     async lockChallenge(trx: Knex.Transaction, id: string): Promise<ChallengeRecord | undefined> {
       const row = await trx("signin_challenges").where({ id }).forUpdate().first();
-      if (!row) return undefined;
-      return {
-        id: String(row.id),
-        userId: row.user_id == null ? null : String(row.user_id),
-        sessionId: row.session_id == null ? null : String(row.session_id),
-        purpose: row.purpose,
-        codeHash: String(row.code_hash),
-        attempts: Number(row.attempts),
-        expiresAt: new Date(row.expires_at),
-        consumedAt: row.consumed_at ? new Date(row.consumed_at) : null,
-      };
+      return row ? challengeRecord(row) : undefined;
+    },
+
+    async findChallenge(conn: Conn, id: string): Promise<ChallengeRecord | undefined> {
+      const row = await conn("signin_challenges").where({ id }).first();
+      return row ? challengeRecord(row) : undefined;
     },
 
     async countAttempt(conn: Conn, id: string): Promise<void> {
@@ -592,4 +590,18 @@ function textArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
   if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
   return [];
+}
+
+function challengeRecord(row: Record<string, unknown>): ChallengeRecord {
+  return {
+    id: String(row.id),
+    userId: row.user_id == null ? null : String(row.user_id),
+    sessionId: row.session_id == null ? null : String(row.session_id),
+    purpose: row.purpose as ChallengeRecord["purpose"],
+    account: row.account == null ? null : String(row.account),
+    codeHash: String(row.code_hash),
+    attempts: Number(row.attempts),
+    expiresAt: new Date(row.expires_at as string),
+    consumedAt: row.consumed_at ? new Date(row.consumed_at as string) : null,
+  };
 }

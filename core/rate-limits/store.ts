@@ -39,6 +39,13 @@ export function createRateLimitStore(db: Db) {
       return { allowed: row.allowed, count: Number(row.count), retryAfterSeconds };
     },
 
+    /** When the oldest attempt counted on `key` leaves a window of `windowSeconds` (undefined: none counted). */
+    async windowEnd(key: string, windowSeconds: number): Promise<Date | undefined> {
+      const { rows } = await db.raw(`SELECT hits[1] AS oldest FROM rate_limit_logs WHERE key = ?`, [key]);
+      const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
+      return oldest ? new Date(new Date(oldest).getTime() + windowSeconds * 1000) : undefined;
+    },
+
     /**
      * Takes back one attempt that `hit` counted at `at` (the same `now`), for limits that
      * count only some outcomes: reserve a slot with `hit` before the work (so concurrent

@@ -91,9 +91,9 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
   /**
    * The partner-level access checks (token, partner active, rate limit; refusals
    * audited by them), then the token scope: treasury:write is a token entitlement,
-   * never consent (spec 5.3). The access checks audit their refusals once they know the
-   * partner; a token that proves no partner is audited here, under "anonymous", as
-   * `action` about `subject`.
+   * never consent. A missing or invalid bearer proves no partner and writes no audit row
+   * (a flood of them must not grow the trail); unusable signing keys are audited, under
+   * "anonymous", as `action` about `subject`.
    */
   async function treasuryCaller(ctx: HandlerContext, token: string, operation: string, action: string, subject: string): Promise<PartnerPrincipal> {
     let principal: PartnerPrincipal;
@@ -101,7 +101,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
       principal = await deps.access.authorize(ctx, { token, operation });
     } catch (err) {
       const reason = errorDetailOf(err)?.reason;
-      if (reason === Reason.INVALID_TOKEN || reason === Reason.AUTH_UNAVAILABLE) {
+      if (reason === Reason.AUTH_UNAVAILABLE) {
         await appendAudit(db, ctx, { actor: ANONYMOUS, action, subject, reason: reasonLabel(reason) });
       }
       throw err;
@@ -362,22 +362,22 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
 
   /**
    * A batch request the gateway refused before reading it: audited under the partner the
-   * token proves, else "anonymous"; answers the gateway's error, or audit_unavailable
-   * when the record could not be written. No rate limit is counted and nothing else of
-   * the request is looked at.
+   * token proves (a request that proves no partner writes no row); answers the gateway's
+   * error, or audit_unavailable when the record could not be written. No rate limit is
+   * counted and nothing else of the request is looked at.
    */
   async function rejectAtEdge(ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string, action = BATCH_ACTION): Promise<never> {
     const edge = EDGE_REJECTIONS[rejection];
     if (!edge) return fail(Reason.INVALID_REQUEST, "unknown edge_rejection");
-    let actor = ANONYMOUS;
+    let actor: string | undefined;
     if (token !== "") {
       try {
         actor = `partner:${(await deps.tokens.verify(token)).clientId}`;
       } catch {
-        // Unverifiable: the request stays anonymous.
+        // Unverifiable: the request proves no partner.
       }
     }
-    await appendAudit(db, ctx, { actor, action, subject, reason: edge.label });
+    if (actor) await appendAudit(db, ctx, { actor, action, subject, reason: edge.label });
     return fail(edge.reason, edge.message);
   }
 

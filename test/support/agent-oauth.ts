@@ -1,4 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
+import { ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { TestStack } from "./stack.js";
 
 /** A tiny browser: cookies kept per name, redirects followed by hand. */
@@ -65,11 +67,31 @@ export async function latestCode(stack: TestStack, email: string): Promise<strin
   return m[1]!;
 }
 
+/**
+ * Codes are e-mailed at most once per 30 s per account and purpose: a helper that needs
+ * another one sooner lets the test clock pass the wait (only then), and sends again.
+ */
+export async function afterSendGap<T>(stack: Partial<Pick<TestStack, "clock">>, send: () => Promise<T>): Promise<T> {
+  try {
+    const res = await send();
+    const wait = res instanceof Response && res.status === 429 ? Number(res.headers.get("retry-after")) : 0;
+    if (!(wait > 0 && wait <= 30)) return res;
+    if (!stack.clock) throw new Error(`sign-in code sends are limited: wait ${wait} s`);
+    stack.clock.advance(wait * 1000);
+  } catch (err) {
+    const wait = err instanceof ConnectError ? (err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds ?? 0) : 0;
+    if (!(wait > 0 && wait <= 30)) throw err;
+    if (!stack.clock) throw new Error(`sign-in code sends are limited: wait ${wait} s`);
+    stack.clock.advance(wait * 1000);
+  }
+  return send();
+}
+
 /** Signs in over HTTP through the real pages; follows to `returnTo`. */
 export async function signIn(stack: TestStack, jar: Jar, email: string, returnTo = "/dashboard/agents"): Promise<Response> {
   const form = await jar.get(`/signin?return_to=${encodeURIComponent(returnTo)}`);
   const fields = formFields(await form.text(), "/signin");
-  const sent = await jar.post("/signin", { ...fields, email });
+  const sent = await afterSendGap(stack, () => jar.post("/signin", { ...fields, email }));
   if (sent.status !== 303) throw new Error(`sign-in start: ${sent.status}`);
   const codePage = await jar.get(sent.headers.get("location")!);
   const codeFields = formFields(await codePage.text(), "/signin/code");
@@ -82,7 +104,7 @@ export async function signIn(stack: TestStack, jar: Jar, email: string, returnTo
 export async function stepUp(stack: TestStack, jar: Jar, email: string, location: string): Promise<Response> {
   const pageRes = await jar.get(location);
   const fields = formFields(await pageRes.text(), "/stepup");
-  const sent = await jar.post("/stepup", fields);
+  const sent = await afterSendGap(stack, () => jar.post("/stepup", fields));
   const codePage = await jar.get(sent.headers.get("location")!);
   const codeFields = formFields(await codePage.text(), "/stepup/code");
   return jar.post("/stepup/code", { ...codeFields, code: await latestCode(stack, email) });

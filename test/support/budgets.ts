@@ -4,7 +4,7 @@ import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AGENT_TOKEN_HEADER, agentTokenClaims } from "../../core/grants/access-token.js";
 import type { TestStack } from "./stack.js";
-import { createUser } from "./agent-oauth.js";
+import { afterSendGap, createUser } from "./agent-oauth.js";
 import { postRpc } from "./mcp.js";
 
 export const ALL_AGENT_SCOPES = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
@@ -166,10 +166,10 @@ export async function ownerSession(stack: TestStack, userId: string, options: { 
     const { messages } = await stack.admin.grants.listOutbox({ email });
     return /(\d{6})/.exec(messages[0]!.subject)![1]!; // newest first
   };
-  const started = await stack.clients.grants.startSignIn({ email });
+  const started = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ email }));
   const { sessionToken } = await stack.clients.grants.completeSignIn({ challengeId: started.challengeId, code: await codeOf() });
   if (options.stepUp) {
-    const challenge = await stack.clients.grants.startSignIn({ sessionToken });
+    const challenge = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ sessionToken }));
     await stack.clients.grants.completeSignIn({ challengeId: challenge.challengeId, code: await codeOf(), sessionToken });
   }
   return sessionToken;

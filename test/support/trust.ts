@@ -14,6 +14,7 @@ import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
 import { createCapturedLogger } from "./logs.js";
 import { TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "./stack.js";
+import { afterSendGap } from "./agent-oauth.js";
 import { createPartner, type TestPartner } from "./partners.js";
 import { bindTreasury, createRecipient, batchRequest } from "./treasury.js";
 
@@ -215,7 +216,7 @@ export interface AgentToken {
   grantId: string;
 }
 
-export function fixtures(stack: Pick<TestStack, "admin" | "clients">) {
+export function fixtures(stack: Pick<TestStack, "admin" | "clients"> & Partial<Pick<TestStack, "clock">>) {
   const f = {
     async user(): Promise<TestUser> {
       const email = `t-${randomBytes(6).toString("hex")}@example.test`;
@@ -245,14 +246,14 @@ export function fixtures(stack: Pick<TestStack, "admin" | "clients">) {
 
     /** Signs in by e-mail code: StartSignIn -> outbox -> CompleteSignIn. */
     async session(user: Pick<TestUser, "email">): Promise<string> {
-      const { challengeId } = await stack.clients.grants.startSignIn({ email: user.email });
+      const { challengeId } = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ email: user.email }));
       const res = await stack.clients.grants.completeSignIn({ challengeId, code: await f.code(user.email) });
       return res.sessionToken;
     },
 
     /** Steps a session up: StartSignIn{sessionToken} -> outbox -> CompleteSignIn{..., sessionToken}. */
     async stepUp(user: Pick<TestUser, "email">, sessionToken: string): Promise<void> {
-      const { challengeId } = await stack.clients.grants.startSignIn({ sessionToken });
+      const { challengeId } = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ sessionToken }));
       await stack.clients.grants.completeSignIn({ challengeId, code: await f.code(user.email), sessionToken });
     },
 

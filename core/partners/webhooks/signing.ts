@@ -30,7 +30,8 @@ export function signWebhook(secret: string, id: string, timestampSeconds: number
 
 /**
  * Webhook secrets must be usable for signing, so they cannot be hashed; they are kept
- * encrypted (AES-256-GCM) under a per-deployment key from instance_secrets.
+ * encrypted (AES-256-GCM) under a per-deployment key kept outside the database
+ * (core/keys/outside-keys.ts).
  */
 export function createSecretBox(key: Buffer) {
   if (key.length !== 32) throw new Error("secret box key must be 32 bytes");

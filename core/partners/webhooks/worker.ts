@@ -1,4 +1,8 @@
+import http from "node:http";
+import https from "node:https";
+import { isIP } from "node:net";
 import type { Logger } from "pino";
+import { createHostResolver, pinnedLookup, type HostResolver } from "../../net/resolver.js";
 import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
 
@@ -26,6 +30,8 @@ export interface WebhookWorkerOptions {
   batchSize?: number;
   /** Partners served at once by this worker, each by its own lane. */
   maxLanes?: number;
+  /** Resolves receiver hosts off the thread pool, bounded (core/net/resolver.ts); default the system's name servers. */
+  resolver?: HostResolver;
 }
 
 /** What a lease must exceed the per-request timeout by (clock skew between replicas, database round trips). */
@@ -62,6 +68,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   const batchSize = options.batchSize ?? 50;
   const maxLanes = options.maxLanes ?? 32;
   const { outbox, logger } = options;
+  const resolver = options.resolver ?? createHostResolver();
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<unknown> = Promise.resolve();
@@ -73,21 +80,14 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     let error: string;
     try {
       const headers = signWebhook(options.box.open(d.webhookSecretEnc), d.id, Math.floor(now.getTime() / 1000), body);
-      const res = await fetch(d.webhookUrl, {
-        method: "POST",
-        headers: { ...headers, "content-type": "application/json", "user-agent": "vaultgate-webhooks" },
-        body,
-        redirect: "manual",
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      await res.body?.cancel().catch(() => {});
-      if (res.status >= 200 && res.status < 300) {
+      const status = await post(d.webhookUrl, { ...headers, "content-type": "application/json", "user-agent": "vaultgate-webhooks" }, body);
+      if (status >= 200 && status < 300) {
         if (!(await outbox.markDelivered(d.seq, d.attempts, options.clock()))) {
           logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook delivered after its lease passed to another attempt; not recorded");
         }
         return;
       }
-      error = `HTTP ${res.status}`;
+      error = `HTTP ${status}`;
     } catch (err) {
       error = err instanceof Error ? err.name : "delivery error";
     }
@@ -96,6 +96,42 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     if (!(await outbox.markRetry(d.seq, d.attempts, next, error))) {
       logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
     }
+  }
+
+  /**
+   * POSTs one delivery and answers the status. The host is resolved by the bounded
+   * resolver and the connection made to that address (no lookup on the thread pool);
+   * redirects are not followed; resolving, connecting and the answer share the timeout.
+   */
+  async function post(target: string, headers: Record<string, string>, body: string): Promise<number> {
+    const url = new URL(target);
+    const signal = AbortSignal.timeout(timeoutMs);
+    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    const addresses = await Promise.race([
+      resolver.resolve(host),
+      new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true })),
+    ]);
+    const secure = url.protocol === "https:";
+    return new Promise<number>((resolve, reject) => {
+      const req = (secure ? https : http).request({
+        protocol: url.protocol,
+        hostname: host,
+        port: url.port || undefined,
+        path: url.pathname + url.search,
+        method: "POST",
+        agent: false,
+        lookup: pinnedLookup(addresses[0]!),
+        signal,
+        headers: { ...headers, "content-length": Buffer.byteLength(body) },
+        ...(secure && !isIP(host) ? { servername: host } : {}),
+      });
+      req.on("error", reject);
+      req.on("response", (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.end(body);
+    });
   }
 
   /** Sends one partner's due events in sequence order, one at a time; resolves with the attempts made. */

@@ -100,7 +100,8 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     const liveCode = await insertCode(owner, clientId, new Date(t1.getTime() + 60_000), false);
     const late = await createUser(stack);
     const liveToken = await ownerSession(stack, late.userId);
-    const pending = await stack.clients.grants.startSignIn({ email: late.email }); // unused, live 10 minutes
+    // Unused, live 10 minutes (a step-up: a second sign-in code within 30 s would be refused).
+    const pending = await stack.clients.grants.startSignIn({ sessionToken: liveToken });
     const recentEvent = await insertEvent(partner.partnerId, new Date(t1.getTime() - 29 * DAY), "delivered");
     const auditBefore = Number((await stack.core.db("audit_records").count({ n: "*" }))[0]!.n);
 

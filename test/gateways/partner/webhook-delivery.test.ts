@@ -9,7 +9,10 @@ import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js
 import { createOutboxStore } from "../../../core/partners/webhooks/outbox-store.js";
 import { createSecretBox } from "../../../core/partners/webhooks/signing.js";
 import { createWebhookWorker, type WebhookWorker } from "../../../core/partners/webhooks/worker.js";
-import { loadInstanceSecret } from "../../../core/paging.js";
+import { loadOutsideKey } from "../../../core/keys/outside-keys.js";
+
+/** The webhook-secret key every core of this process uses (no DATA_DIR: one key per process). */
+const webhookKey = () => loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY" });
 
 /** The worker's default lease (no webhookDelivery override in these stacks). */
 const LEASE_MS = 60_000;
@@ -54,7 +57,7 @@ describe("partner webhook delivery: suspension, leases and replicas", () => {
 
   /** A second replica's worker: same database and clock, its own process state. */
   async function secondWorker(stack: TestStack) {
-    const box = createSecretBox(await loadInstanceSecret(stack.core.db, "webhook-secrets"));
+    const box = createSecretBox(await webhookKey());
     const worker = createWebhookWorker({ outbox: createOutboxStore(stack.core.db), box, clock: stack.clock, logger: stack.logs.logger, pollMs: 0 });
     workers.push(worker);
     return worker;
@@ -266,7 +269,7 @@ describe("partner webhook delivery: suspension, leases and replicas", () => {
 
   it("a lease shorter than the request timeout plus margin is refused at start", async () => {
     const stack = await stackWith();
-    const box = createSecretBox(await loadInstanceSecret(stack.core.db, "webhook-secrets"));
+    const box = createSecretBox(await webhookKey());
     const make = (leaseMs: number) => () =>
       createWebhookWorker({ outbox: createOutboxStore(stack.core.db), box, clock: stack.clock, logger: stack.logs.logger, pollMs: 0, timeoutMs: 10_000, leaseMs });
     expect(make(12_000)).to.throw(/leaseMs/);

@@ -1,0 +1,47 @@
+import { chmod, lstat, mkdir, readdir } from "node:fs/promises";
+import { join, relative } from "node:path";
+import type { Logger } from "pino";
+import { ConfigError } from "./config.js";
+
+/**
+ * DATA_DIR holds keys, tokens and the embedded database: at every start it is made 0700
+ * with every file in it 0600 (directories below it 0700), and files this process creates
+ * later (the embedded database writes through Node's fs) get no group or other bits. A
+ * mode that cannot be changed (a file owned by another user) refuses the start.
+ */
+export async function secureDataDir(dataDir: string, logger: Logger, when: "start" | "database opened" = "start"): Promise<void> {
+  process.umask(0o077);
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const tightened: string[] = [];
+  async function fix(path: string, want: number) {
+    const st = await lstat(path);
+    if ((st.mode & 0o777) === want) return;
+    try {
+      await chmod(path, want);
+    } catch (err) {
+      const uid = process.getuid?.();
+      throw new ConfigError(
+        `cannot restrict ${path} to mode ${want.toString(8)} (${(err as NodeJS.ErrnoException).code ?? "error"}): it is owned by uid ${st.uid}` +
+          `${uid === undefined ? "" : ` and vaultgate runs as uid ${uid}`}; chown -R the DATA_DIR to the user running vaultgate, or point DATA_DIR elsewhere`,
+      );
+    }
+    tightened.push(relative(dataDir, path) || ".");
+  }
+  async function walk(dir: string) {
+    await fix(dir, 0o700);
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      // Links are not followed: what they point at is not ours to change.
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.isFile()) await fix(path, 0o600);
+    }
+  }
+  await walk(dataDir);
+  // The embedded database sets modes of its own on the files it creates (0666): they are
+  // restricted again once it has opened, quietly, as that happens on every first start.
+  if (when === "database opened") {
+    if (tightened.length > 0) logger.debug({ dataDir, count: tightened.length }, "embedded database files restricted to 0600");
+  } else if (tightened.length > 0) {
+    logger.info({ dataDir, tightened: tightened.slice(0, 20), count: tightened.length }, `DATA_DIR permissions tightened to 0700/0600 for ${tightened.length} entr${tightened.length === 1 ? "y" : "ies"}`);
+  }
+}

@@ -1,0 +1,64 @@
+import { hkdfSync, randomBytes } from "node:crypto";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+
+/**
+ * Symmetric keys that protect something stored in the database (webhook secrets, sign-in
+ * code hashes, the dev outbox). They live outside it, so a dump of the database alone
+ * reveals nothing they protect: an operator setting, else a 0600 file in DATA_DIR written
+ * on first start, else (no DATA_DIR: tests, throwaway cores) one key per process.
+ */
+export type OutsideKeyName = "webhook-secret-key" | "signin-code-key";
+
+export class OutsideKeyError extends Error {}
+
+const perProcess = new Map<OutsideKeyName, Buffer>();
+
+/** 32 bytes written as base64, base64url or hex (64 hex digits). */
+export function parseOutsideKey(text: string): Buffer | undefined {
+  const t = text.trim();
+  if (/^[0-9a-fA-F]{64}$/.test(t)) return Buffer.from(t, "hex");
+  if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(t)) return undefined;
+  const key = Buffer.from(t.replace(/-/g, "+").replace(/_/g, "/"), "base64");
+  return key.length === 32 ? key : undefined;
+}
+
+export async function loadOutsideKey(options: { name: OutsideKeyName; setting: string; fromEnv?: string; dataDir?: string }): Promise<Buffer> {
+  if (options.fromEnv !== undefined && options.fromEnv !== "") {
+    // The message names the setting, never its value.
+    return parseOutsideKey(options.fromEnv) ?? fail(`${options.setting} must be 32 random bytes as base64 or 64 hex digits (e.g. \`openssl rand -base64 32\`)`);
+  }
+  if (!options.dataDir) {
+    let key = perProcess.get(options.name);
+    if (!key) perProcess.set(options.name, (key = randomBytes(32)));
+    return key;
+  }
+  const path = join(options.dataDir, options.name);
+  const existing = await readKeyFile(path);
+  if (existing) return parseOutsideKey(existing) ?? fail(`${path} does not hold a 32-byte key; restore it or set ${options.setting}`);
+  await mkdir(options.dataDir, { recursive: true, mode: 0o700 });
+  // "wx": a concurrent first start keeps whichever file landed first; both then read it.
+  await writeFile(path, randomBytes(32).toString("base64") + "\n", { mode: 0o600, flag: "wx" }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== "EEXIST") throw err;
+  });
+  const text = await readKeyFile(path);
+  return (text && parseOutsideKey(text)) || fail(`${path} does not hold a 32-byte key`);
+}
+
+/** A sub-key for one purpose, so one outside key never serves two algorithms. */
+export function deriveKey(key: Buffer, purpose: string): Buffer {
+  return Buffer.from(hkdfSync("sha256", key, Buffer.alloc(0), `vaultgate ${purpose}`, 32));
+}
+
+async function readKeyFile(path: string): Promise<string | undefined> {
+  try {
+    return (await readFile(path, "utf8")).trim() || undefined;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+}
+
+function fail(message: string): never {
+  throw new OutsideKeyError(message);
+}

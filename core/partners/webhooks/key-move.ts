@@ -1,0 +1,43 @@
+import type { Logger } from "pino";
+import type { Db } from "../../db/knex.js";
+import { createSecretBox, type SecretBox } from "./signing.js";
+
+/** The name under which earlier versions kept the webhook-secret key in the database. */
+const LEGACY_KEY = "webhook-secrets";
+
+/**
+ * Moves webhook secrets from the key earlier versions kept in the database to the outside
+ * key: every stored secret is re-encrypted and the database copy deleted, in one
+ * transaction. The legacy row stays locked throughout, so a second replica starting at the
+ * same moment waits and then finds nothing left to move. Idempotent; returns how many
+ * secrets were re-encrypted.
+ */
+export async function moveWebhookKeyOutOfDatabase(db: Db, box: SecretBox, logger: Logger): Promise<number> {
+  const moved = await db.transaction(async (trx) => {
+    const { rows } = await trx.raw(`SELECT value FROM instance_secrets WHERE name = ? FOR UPDATE`, [LEGACY_KEY]);
+    const row = (rows as { value: Uint8Array }[])[0];
+    if (!row) return undefined;
+    const old = createSecretBox(Buffer.from(row.value));
+    const partners = (await trx.raw(`SELECT id, webhook_secret_enc FROM partners WHERE webhook_secret_enc IS NOT NULL FOR UPDATE`)).rows as {
+      id: string;
+      webhook_secret_enc: string;
+    }[];
+    let count = 0;
+    for (const p of partners) {
+      let plain: string;
+      try {
+        plain = old.open(p.webhook_secret_enc);
+      } catch {
+        // Not sealed under the old key (already moved, or unreadable): left as it is.
+        logger.warn({ partnerId: p.id }, "webhook secret not readable with the database key; left unchanged");
+        continue;
+      }
+      await trx("partners").where({ id: p.id }).update({ webhook_secret_enc: box.seal(plain) });
+      count++;
+    }
+    await trx("instance_secrets").where({ name: LEGACY_KEY }).delete();
+    return count;
+  });
+  if (moved !== undefined) logger.info({ secrets: moved }, "webhook secrets re-encrypted under the key outside the database; the database copy of the old key was deleted");
+  return moved ?? 0;
+}

@@ -1,0 +1,59 @@
+import { expect } from "chai";
+import { chmod, lstat, mkdir, readdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { startServiceProcess, tempDataDir } from "../support/process.js";
+
+/** Every entry below `dir` (itself included) with its permission bits, links left out. */
+async function modes(dir: string): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const walk = async (path: string) => {
+    const st = await lstat(path);
+    if (st.isSymbolicLink()) return;
+    // Directories 0700, files 0600: anything else is loose.
+    const mode = (st.mode & 0o777).toString(8);
+    out.set(path, st.isDirectory() ? (mode === "700" ? "700" : `dir ${mode}`) : mode === "600" ? "600" : `file ${mode}`);
+    if (st.isDirectory()) for (const name of await readdir(path)) await walk(join(path, name));
+  };
+  await walk(dir);
+  return out;
+}
+
+/**
+ * DATA_DIR holds keys, tokens and the embedded database: whatever modes it had, a start
+ * leaves it 0700 with every file 0600, the files the embedded database creates included,
+ * and says in the log what it tightened.
+ */
+describe("vaultgate serve: DATA_DIR permissions (real process)", function () {
+  this.timeout(90_000);
+
+  it("a 0777 DATA_DIR with a 0666 file ends 0700/0600 everywhere, the embedded database's files included", async () => {
+    const dir = await tempDataDir();
+    const data = join(dir.path, "data");
+    await mkdir(data);
+    await chmod(data, 0o777);
+    await writeFile(join(data, "notes.txt"), "x");
+    await chmod(join(data, "notes.txt"), 0o666);
+    const proc = await startServiceProcess("all", { DATA_DIR: data, DATABASE_URL: "" });
+    try {
+      const found = await modes(data);
+      const loose = [...found].filter(([, m]) => m !== "700" && m !== "600");
+      expect(loose, "entries with other modes").to.deep.equal([]);
+      expect(found.get(data)).to.equal("700");
+      expect(found.get(join(data, "notes.txt"))).to.equal("600");
+      // The embedded database wrote its files during this start.
+      const pgFiles = [...found.keys()].filter((p) => p.startsWith(join(data, "pgdata") + "/"));
+      expect(pgFiles.length).to.be.greaterThan(10);
+      for (const name of ["signin-code-key", "webhook-secret-key", "admin-token"]) expect(found.get(join(data, name)), name).to.equal("600");
+      const line = proc
+        .output()
+        .split("\n")
+        .filter((l) => l.includes("DATA_DIR permissions tightened"))
+        .map((l) => JSON.parse(l) as { tightened: string[] });
+      expect(line).to.have.length(1);
+      expect(line[0]!.tightened).to.include.members([".", "notes.txt"]);
+    } finally {
+      await proc.stop();
+      await dir.remove();
+    }
+  });
+});

@@ -1,0 +1,56 @@
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { bindTreasury } from "../../support/treasury.js";
+import { usingPostgres } from "../../support/db.js";
+
+/**
+ * A partner request with a missing or bad bearer proves no partner: it answers 401
+ * invalid_token with `WWW-Authenticate: Bearer` and writes no audit row, on partner REST
+ * and the treasury routes alike, so a flood of them cannot grow the audit trail.
+ */
+describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
+  let stack: TestStack;
+  let user: string;
+  let payer: string;
+  let token: string;
+
+  before(async () => {
+    stack = await startStack({ gateway: true });
+    const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive", "kyc:read"] });
+    payer = await bindTreasury(stack.admin, partner, { balanceCents: 1000n });
+    user = (await createUserFor(stack, partner, ["kyc:read"])).userId;
+    token = await mintPartnerToken(stack, partner);
+  });
+  after(() => stack.close());
+
+  const auditRows = async () => Number((await stack.core.db("audit_records").count({ n: "*" }))[0]!.n);
+
+  it("50 requests with bad or missing bearers (concurrently on PostgreSQL) each answer 401 and add no audit row", async () => {
+    // A hostile caller: its own partner's token with the signature altered, garbage, another scheme, none.
+    const tampered = token.slice(0, -4) + (token.endsWith("AAAA") ? "BBBB" : "AAAA");
+    const bearers: Record<string, string>[] = [{ authorization: `Bearer ${tampered}` }, { authorization: "Bearer not.a.token" }, { authorization: "Basic abc" }, {}];
+    const routes: [string, string, unknown?][] = [
+      ["GET", `/users/${user}/kyc`],
+      ["GET", "/events"],
+      ["POST", "/users", { email: "someone@example.com" }],
+      ["GET", "/treasury"],
+      ["POST", "/treasury/payouts", { payer_entity_id: payer, items: [] }],
+    ];
+    const before = await auditRows();
+    const send = (i: number): Promise<ApiResponse> => {
+      const [method, path, json] = routes[i % routes.length]!;
+      const headers = { ...bearers[i % bearers.length], "idempotency-key": `k-anon-${i}`, ...(json ? { "content-type": "application/json" } : {}) };
+      return api(stack, method, path, { json, headers });
+    };
+    const indexes = Array.from({ length: 50 }, (_, i) => i);
+    const answers = usingPostgres() ? await Promise.all(indexes.map(send)) : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
+    for (const res of answers) expectError(res, 401, "invalid_token");
+    expect(await auditRows()).to.equal(before);
+    // The partner's own token still works and is audited.
+    const ok = await api(stack, "GET", "/treasury", { token });
+    expect(ok.status, ok.text).to.equal(200);
+    expect(await auditRows()).to.equal(before + 1);
+  });
+});

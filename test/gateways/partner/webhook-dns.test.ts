@@ -1,0 +1,57 @@
+import { expect } from "chai";
+import { Webhook } from "standardwebhooks";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner } from "../../support/partners.js";
+import { createUserFor } from "../../support/resources.js";
+import { startWebhookReceiver } from "../../support/webhook-receiver.js";
+import { startDnsServer, type TestDnsServer } from "../../support/dns-server.js";
+
+/**
+ * Webhook receivers named by host are resolved by core's bounded resolver (its own name
+ * servers, time limit and concurrency, off the thread pool) and the request goes to the
+ * address it gave. A name server that does not answer costs a failed attempt, retried
+ * later, never a stuck worker.
+ */
+describe("webhook delivery: receiver host names (real name server)", function () {
+  this.timeout(30_000);
+  const closers: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const c of closers.reverse()) await c();
+  });
+
+  async function setUp(dns: TestDnsServer) {
+    const stack: TestStack = await startStack({ webhookPollMs: 0, hostResolver: { servers: [dns.address], timeoutMs: 1000 } });
+    closers.push(() => stack.close());
+    const receiver = await startWebhookReceiver();
+    closers.push(() => receiver.close());
+    const partner = await createPartner(stack, { webhookUrl: receiver.url });
+    const { secret } = await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
+    // The same receiver, named (the operator surface takes http only on loopback names).
+    const named = receiver.url.replace("127.0.0.1", "hooks.vaultgate.test");
+    await stack.core.db("partners").where({ id: partner.partnerId }).update({ webhook_url: named });
+    const { userId } = await createUserFor(stack, partner);
+    await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 7n });
+    return { stack, receiver, partner, secret };
+  }
+
+  it("resolves the receiver's name with the configured name server and delivers to that address", async () => {
+    const dns = await startDnsServer({ "hooks.vaultgate.test": "127.0.0.1" });
+    closers.push(() => dns.close());
+    const { stack, receiver, secret } = await setUp(dns);
+    expect(await stack.core.webhooks.runOnce()).to.equal(1);
+    await receiver.waitFor(1);
+    expect(dns.queries.map((q) => q.name)).to.include("hooks.vaultgate.test");
+    const wh = new Webhook(secret);
+    expect((wh.verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>) as { data: { amount_cents: number } }).data.amount_cents).to.equal(7);
+  });
+
+  it("a silent name server: the attempt fails within the lookup's limit and is retried later", async () => {
+    const dns = await startDnsServer({}, { hold: true });
+    closers.push(() => dns.close());
+    const { stack, receiver, partner } = await setUp(dns);
+    expect(await stack.core.webhooks.runOnce()).to.equal(1);
+    expect(receiver.received).to.have.length(0);
+    const { rows } = await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId]);
+    expect(rows).to.deep.equal([{ delivery_state: "pending", attempts: 1, last_error: "HostLookupError" }]);
+  });
+});
