@@ -88,9 +88,9 @@ export interface CoreOptions {
   urnNamespace?: string;
   /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
   refreshGraceSeconds?: number;
-  /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/agent-oauth.md); default 20. */
+  /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/reference/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
-  /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/agent-oauth.md); default false. */
+  /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/reference/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
