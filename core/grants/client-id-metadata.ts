@@ -18,7 +18,7 @@ import { createHostResolver, HostLookupError, pinnedLookup, type HostResolver } 
  * in: the URL's form, a private-address rule checked against the addresses we resolved
  * ourselves (and then connect to, so a second DNS answer cannot swap in another host), no
  * redirects, a size and a time limit. Limits and the cache are described in
- * docs/agent-oauth.md ("Client ID Metadata Documents").
+ * docs/reference/agent-oauth.md ("Client ID Metadata Documents").
  */
 
 export const CLIENT_ID_URL_MAX = 512;

@@ -49,7 +49,7 @@ export interface GrantsServiceDeps {
   sessions: SessionVerifier;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
-  /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/agent-oauth.md). */
+  /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate?: boolean;
   /** The key outside the database behind sign-in code hashes and the dev outbox (core/keys/outside-keys.ts). */
   signinCodeKey: Buffer;
@@ -61,7 +61,7 @@ type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
 
 /** DESIGN 4.2: codes live 60 s. */
 export const CODE_TTL_MS = 60_000;
-/** Refresh tokens end 30 days after their grant was issued (a decision; docs/agent-oauth.md). */
+/** Refresh tokens end 30 days after their grant was issued (a decision; docs/reference/agent-oauth.md). */
 const REFRESH_TTL_MS = 30 * 24 * 3600_000;
 const SESSION_TTL_MS = 12 * 3600_000;
 /** DESIGN 4.1: a step-up counts for 10 minutes. */

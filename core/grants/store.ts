@@ -51,7 +51,7 @@ export interface GrantRecord {
   expiresAt: Date;
   refreshHash: string | null;
   /**
-   * Salt of a refresh token derived from its predecessor's (docs/agent-oauth.md): the
+   * Salt of a refresh token derived from its predecessor's (docs/reference/agent-oauth.md): the
    * token is HMAC-SHA256(key = the predecessor's token, message = this salt). Null for a
    * lineage's first, random token.
    */
@@ -260,7 +260,7 @@ export function createGrantsStore(db: Db) {
 
     /**
      * The one decision of which agent principal a new grant or authorization code acts as
-     * (docs/agent-oauth.md): on a budget's vault, the budget's principal; on any other
+     * (docs/reference/agent-oauth.md): on a budget's vault, the budget's principal; on any other
      * vault, the principal of the user and client (created on first use). Call it in the
      * transaction that inserts the grant or code.
      */

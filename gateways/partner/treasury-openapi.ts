@@ -113,7 +113,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
         description:
           `Body at most ${BATCH_BODY_LIMIT} bytes. The same Idempotency-Key with the same body (item order counts) returns ` +
           "the original 200 body byte for byte; with a different body, 409 idempotency_conflict. Rejections execute nothing " +
-          "and consume no execution ids. Recipients need payouts:receive consent. See docs/treasury.md for the check order.",
+          "and consume no execution ids. Recipients need payouts:receive consent. See docs/reference/treasury.md for the check order.",
         security: bearer,
         parameters: [
           { name: "Idempotency-Key", in: "header", required: true, schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY } },

@@ -20,7 +20,7 @@ export interface TreasuryRoutesOptions {
  * wrong (unknown field, wrong type) is passed to core as `body_problem`, so the
  * rejection is authenticated and audited like every other validation failure (spec 4.8).
  * A batch request refused at the edge is handed to core as `edge_rejection` so it is
- * audited too (docs/treasury.md).
+ * audited too (docs/reference/treasury.md).
  */
 export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRoutesOptions) {
   const rpc = options.treasury;

@@ -41,7 +41,7 @@ export async function up(knex: Knex): Promise<void> {
 
     -- An execution is a payout: its execution_id and payout_id are each used once per partner.
     -- No foreign keys here on purpose: per-row FK checks doubled the INSERT of a 500-item
-    -- batch (docs/treasury.md). Each row is written in the transaction that writes its
+    -- batch (docs/reference/treasury.md). Each row is written in the transaction that writes its
     -- batch row and checks its recipient under the treasury lock; nothing is ever deleted.
     CREATE TABLE treasury_executions (
       partner_id         uuid NOT NULL,

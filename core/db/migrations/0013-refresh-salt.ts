@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 
 /**
- * Refresh tokens no database dump can recompute (docs/agent-oauth.md, "Refresh tokens").
+ * Refresh tokens no database dump can recompute (docs/reference/agent-oauth.md, "Refresh").
  *
  * Until now a refresh token was an HMAC of its grant id under a key kept in
  * instance_secrets ('refresh-token'), so anyone holding a copy of the database could mint

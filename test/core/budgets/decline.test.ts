@@ -6,7 +6,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, grantFor, ownerSession, payment, rejection } from "../../support/budgets.js";
 
-/** BudgetsService.DeclinePayment / DeclineBudget (issue 5 gap, docs/agent-oauth.md "Decline"). */
+/** BudgetsService.DeclinePayment / DeclineBudget (docs/reference/agent-oauth.md, "Pending approvals"). */
 describe("BudgetsService declines", () => {
   let stack: TestStack;
   before(async () => {

@@ -28,7 +28,7 @@ const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const hmac = (key: string | Buffer, msg: string | Buffer) => createHmac("sha256", key).update(msg).digest("base64url");
 
 /**
- * Refresh tokens (docs/agent-oauth.md, "Refresh tokens"): nothing stored lets anyone
+ * Refresh tokens (docs/reference/agent-oauth.md, "Refresh"): nothing stored lets anyone
  * recompute one; operator grants refresh only with the operator credential. Core is
  * called by a stock grpc-js client on a real port, as an operator's tool would.
  */

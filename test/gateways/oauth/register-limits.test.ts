@@ -3,7 +3,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 
 /**
  * RFC 7591 registration is open (no initial access token), so its body must be bounded:
- * 16 KiB of JSON (docs/agent-oauth.md). An oversized body is refused before the handler
+ * 16 KiB of JSON (docs/reference/agent-oauth.md). An oversized body is refused before the handler
  * runs: no client is created, nothing is hashed or audited.
  */
 describe("POST /oauth2/register body limit", () => {
