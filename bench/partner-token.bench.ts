@@ -13,7 +13,7 @@
 import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { performance } from "node:perf_hooks";
-import { createSecretHasher } from "../core/partners/credentials.js";
+import { createSecretHasher } from "../core/secrets/hasher.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
 import { alternate, benchDatabase, fmt, load, loadColumns, median, percentile, ROUNDS, comparisonRounds, seconds, startBenchChild, startService, table, verdict, watchLoad, inTurns, type BodyCheck, type LoadSpec, type Measurement } from "./support.js";
 
