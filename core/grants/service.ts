@@ -157,6 +157,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     // spec 5.2 habit: unknown clients cost the same derivation as a wrong secret.
     const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientAddress));
     if (!client || !checked.ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    // A hash of older scrypt parameters is replaced once (a concurrent check may have done it).
     if (checked.upgrade && (await store.replaceClientSecretHash(db, clientId, checked.hash, checked.upgrade))) {
       clientCache.delete(clientId);
       secretCheck.remember(clientId, secret, checked.upgrade);

@@ -126,6 +126,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
         upgrade = checked.upgrade;
       }
 
+      let provenHash = verifiedHash;
       try {
         const issued = await db.transaction(async (trx) => {
           // spec 5.2: the row stays locked through the decision and signing, so rotation,
@@ -134,7 +135,10 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
           // checked the hash that is current under the lock (a rotation in between, or
           // since the secret was remembered, fails closed).
           const partner = await store.lockByClientId(trx, clientId);
-          if (!partner || !constantTimeEqual(partner.secretHash, verifiedHash)) {
+          // Besides the hash it was checked against, the secret is proven for a rehash of it
+          // that this or a concurrent issuance of this process stored.
+          const current = (h: string | undefined) => h !== undefined && partner !== undefined && constantTimeEqual(partner.secretHash, h);
+          if (!partner || !(current(verifiedHash) || current(upgrade) || current(secretCheck.remembered(clientId, req.clientSecret)))) {
             secretCheck.forget(clientId, req.clientSecret);
             fail(Reason.INVALID_CLIENT, "client authentication failed");
           }
@@ -154,10 +158,11 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
             fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
           }
           // A hash made with older scrypt parameters is replaced now that the secret proved right.
-          if (upgrade) await store.update(trx, clientId, { secretHash: upgrade }, now);
+          provenHash = partner.secretHash;
+          if (upgrade && current(verifiedHash)) provenHash = (await store.update(trx, clientId, { secretHash: upgrade }, now))!.secretHash;
           return { accessToken, tokenType: "Bearer", expiresIn: BigInt(PARTNER_TOKEN_TTL_SECONDS), scope: claims.scope };
         });
-        if (upgrade) secretCheck.remember(clientId, req.clientSecret, upgrade);
+        secretCheck.remember(clientId, req.clientSecret, provenHash);
         return issued;
       } catch (err) {
         const detail = errorDetailOf(err);

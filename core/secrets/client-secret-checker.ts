@@ -62,6 +62,24 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
     });
   }
 
+  // Checks of the same secret against the same hash that arrive together share one
+  // derivation (and one rehash): a client's burst of first requests costs one, not one each.
+  const inFlight = new Map<string, Promise<{ ok: boolean; upgrade?: string }>>();
+  function verifyOnce(clientId: string, secret: string, stored: string | undefined, flow: SecretFlow) {
+    const key = `${keyOf(clientId, secret)}\0${stored ?? ""}`;
+    let pending = inFlight.get(key);
+    if (!pending) {
+      pending = (async () => {
+        const ok = await o.hasher.verify(secret, stored ?? o.hasher.dummyHash, flow);
+        if (!ok || stored === undefined || !o.hasher.needsRehash(stored)) return { ok };
+        // A shed rehash waits for the next success.
+        return { ok, upgrade: await o.hasher.hash(secret, flow).catch(() => undefined) };
+      })().finally(() => inFlight.delete(key));
+      inFlight.set(key, pending);
+    }
+    return pending;
+  }
+
   const remember = (clientId: string, secret: string, hash: string) => verified.set(keyOf(clientId, secret), hash, o.clock().getTime() + VERIFIED_TTL_MS);
 
   return {
@@ -86,23 +104,19 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
       const now = o.clock();
       await count(clientId, now);
       const flow: SecretFlow = stored !== undefined ? { known: true, key: clientId } : { known: false, key: address };
-      let ok: boolean;
+      let verified: { ok: boolean; upgrade?: string };
       try {
-        ok = await o.hasher.verify(secret, stored ?? o.hasher.dummyHash, flow);
+        verified = await verifyOnce(clientId, secret, stored, flow);
       } catch (err) {
         // Shed: nothing was decided, so it is not a failure.
         if (o.budget.counts === "failures") await release(clientId, now);
         throw err;
       }
-      if (stored === undefined || !ok) return { ok: false };
+      if (stored === undefined || !verified.ok) return { ok: false };
       if (o.budget.counts === "failures") await release(clientId, now);
-      remember(clientId, secret, stored);
-      let upgrade: string | undefined;
-      if (o.hasher.needsRehash(stored)) {
-        // A hash from older parameters is replaced by the caller; a shed rehash waits for the next success.
-        upgrade = await o.hasher.hash(secret, flow).catch(() => undefined);
-      }
-      return { ok: true, hash: stored, upgrade };
+      // A hash about to be replaced is remembered by the caller once the replacement is stored.
+      if (!verified.upgrade) remember(clientId, secret, stored);
+      return { ok: true, hash: stored, upgrade: verified.upgrade };
     },
   };
 }
