@@ -158,9 +158,10 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientAddress));
     if (!client || !checked.ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
     // A hash of older scrypt parameters is replaced once (a concurrent check may have done it).
-    if (checked.upgrade && (await store.replaceClientSecretHash(db, clientId, checked.hash, checked.upgrade))) {
-      clientCache.delete(clientId);
-      secretCheck.remember(clientId, secret, checked.upgrade);
+    if (checked.upgrade) {
+      const replaced = await store.replaceClientSecretHash(db, clientId, checked.hash, checked.upgrade);
+      if (replaced) clientCache.delete(clientId);
+      secretCheck.remember(clientId, secret, replaced ? checked.upgrade : checked.hash);
     }
     return client;
   }

@@ -366,5 +366,16 @@ describe("partner token endpoint under a flood of bad credentials", function () 
         await fresh.close();
       }
     });
+
+    it("concurrent first checks of an agent client with an N=2^14 hash all pass; one rehash is stored", async () => {
+      const client = (await registerClient(stack)).body;
+      await stack.core.db("oauth_clients").where({ client_id: client.client_id }).update({ secret_hash: await oldHash(client.client_secret) });
+      const burst = await Promise.all(
+        Array.from({ length: 10 }, () => postForm(`${stack.url}/oauth2/revoke`, { token: "vgr_nope", client_id: client.client_id, client_secret: client.client_secret })),
+      );
+      expect(burst.map((a) => a.status)).to.deep.equal(Array.from({ length: 10 }, () => 200));
+      const row = await stack.core.db("oauth_clients").where({ client_id: client.client_id }).first("secret_hash");
+      expect(nOf(String(row.secret_hash))).to.equal(2 ** 10);
+    });
   });
 });
