@@ -27,7 +27,7 @@ const PACED_TIMEOUT_MS = 10_000;
  */
 async function paced(spec: LoadSpec & { rate: number }): Promise<Measurement> {
   const url = new URL(spec.url);
-  const agent = new Agent({ keepAlive: true, maxSockets: spec.connections });
+  const agent = new Agent({ keepAlive: true, maxSockets: spec.connections, localAddress: spec.localAddress });
   const total = spec.requests ?? Math.round(spec.rate * (spec.seconds ?? 8));
   const interval = 1000 / spec.rate;
   const latencies: number[] = [];

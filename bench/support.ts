@@ -445,6 +445,8 @@ export interface LoadSpec {
   connectionHeaders?: Record<string, string>[];
   /** Per-request headers, round-robin over requests (paced loads only). */
   requestHeaders?: Record<string, string>[];
+  /** Source address of the connections (paced loads only; e.g. 127.0.1.1, another client address on loopback). */
+  localAddress?: string;
   connections: number;
   /** Duration in seconds (ignored with `bodies`). */
   seconds?: number;

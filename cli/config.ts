@@ -41,8 +41,6 @@ export interface Config {
   /** GATEWAY_TOKEN: lets gateways vouch for client addresses; never logged. */
   gatewayToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
-  /** Failed partner client authentications per client address per minute (docs/partner-token.md). */
-  tokenFailuresPerAddressPerMinute: number;
   registrationLimitPerMinute: number;
   /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
   provisioningLimitPerMinute: number;
@@ -152,7 +150,6 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     adminToken: env.ADMIN_TOKEN || undefined,
     gatewayToken,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
-    tokenFailuresPerAddressPerMinute: intSetting(env, "TOKEN_FAILURES_PER_ADDRESS_PER_MINUTE", 20, 1, 1_000_000),
     registrationLimitPerMinute: intSetting(env, "REGISTRATION_RATE_LIMIT_PER_MINUTE", 20, 1, 1_000_000),
     provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),

@@ -75,7 +75,6 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,
         tokenIssuanceLimitPerMinute: config.tokenIssuanceLimitPerMinute,
-        tokenFailuresPerAddressPerMinute: config.tokenFailuresPerAddressPerMinute,
         registrationLimitPerMinute: config.registrationLimitPerMinute,
         appUrl: config.appUrl,
         provisioningLimitPerMinute: config.provisioningLimitPerMinute,

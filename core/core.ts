@@ -9,7 +9,7 @@ import { createLedgerStore } from "./ledger/store.js";
 import { createPartnersStore } from "./partners/store.js";
 import { createUsersStore } from "./partners/users-store.js";
 import { createPartnersService } from "./partners/service.js";
-import { createSecretHasher, type ScryptParams, type SecretHasherOptions } from "./partners/credentials.js";
+import { createSecretHasher, type ScryptParams, type SecretHasherOptions } from "./secrets/hasher.js";
 import { createRateLimitStore } from "./rate-limits/store.js";
 import { createGrantsService } from "./grants/service.js";
 import { createHealthService } from "./health.js";
@@ -57,10 +57,10 @@ export interface CoreOptions {
   /** spec 8; configurable for tests and deployments. */
   tokenIssuanceLimitPerMinute?: number;
   scrypt?: ScryptParams;
-  /** Bounds of the shared secret-check queue (docs/partner-token.md); defaults 2 / 16 / 1000 ms. */
-  secretChecks?: Pick<SecretHasherOptions, "maxConcurrent" | "maxQueue" | "maxWaitMs">;
-  /** Failed partner client authentications per client address per minute (docs/partner-token.md); default 20. */
-  tokenFailuresPerAddressPerMinute?: number;
+  /** Bounds of the shared secret-check gate (docs/partner-token.md); defaults 2 / 64 / 8 / 1000 ms. */
+  secretChecks?: Pick<SecretHasherOptions, "maxConcurrent" | "maxQueue" | "maxPerFlow" | "maxWaitMs">;
+  /** Failed agent client-secret checks per client id per minute (docs/partner-token.md); default 30. */
+  clientSecretFailuresPerMinute?: number;
   /** Test-only seam: see AuditStoreOptions. */
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
@@ -195,6 +195,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         urnNamespace: options.urnNamespace ?? "vaultgate",
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
+        clientFailuresPerMinute: options.clientSecretFailuresPerMinute ?? 30,
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
         signinCodeKey,
         hostResolver,
@@ -212,7 +213,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuer: options.issuer,
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
-        failedAttemptsPerAddressPerMinute: options.tokenFailuresPerAddressPerMinute,
       }),
       budgets,
       partnerResources: createPartnerResourcesService({

@@ -10,7 +10,9 @@ import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { kClientAddress, kOperator, kRequestId } from "../context.js";
-import { constantTimeEqual, sha256Base64url, sha256Hex, type SecretHasher } from "../partners/credentials.js";
+import { constantTimeEqual, sha256Base64url, sha256Hex } from "../partners/credentials.js";
+import type { SecretHasher } from "../secrets/hasher.js";
+import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
 import { normaliseEmail } from "../partners/users-store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { ClientRecord, GrantRecord, GrantsStore } from "./store.js";
@@ -47,6 +49,8 @@ export interface GrantsServiceDeps {
   verifier: AccessTokenVerifier;
   /** Web sessions, shared with the budgets service's dashboard RPCs. */
   sessions: SessionVerifier;
+  /** Failed client-secret checks per minute per agent client id (default 30). */
+  clientFailuresPerMinute?: number;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
   /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/reference/agent-oauth.md). */
@@ -122,9 +126,15 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const { verifier } = deps;
   const vaultUrnPrefix = `urn:${deps.urnNamespace}:vault:`;
   const mcpResources = new Set([deps.mcpUrl, ...MCP_RESOURCE_PATHS.map((p) => deps.mcpUrl + p)]);
-  // Successful scrypt checks, keyed by client, secret digest and the stored hash: a
-  // rotated hash misses, and only a secret that already verified is ever cached.
-  const verifiedSecrets = new Set<string>();
+  // Client secrets: failures counted per client id before any derivation (right secrets
+  // give their slot back), derivations scheduled fairly, verified secrets remembered.
+  const secretCheck = createClientSecretChecker({
+    hasher: deps.secrets,
+    rateLimits: deps.rateLimits,
+    clock: deps.clock,
+    logger: deps.logger,
+    budget: { key: "oauth-client-fail:", limit: deps.clientFailuresPerMinute ?? 30, counts: "failures" },
+  });
   // OAuth clients are immutable once registered (no update or rotation RPC), so a short
   // per-process cache of their rows is safe across replicas and saves a round trip.
   const clientCache = new Map<string, { client: ClientRecord; until: number }>();
@@ -164,7 +174,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const audit = (conn: Knex | Knex.Transaction, ctx: HandlerContext, e: { actor: string; action: string; subject?: string; outcome?: "success" | "failure"; reason?: string }) =>
     deps.audit.append(conn, { requestId: requestId(ctx), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
 
-  async function authenticateClient(clientId: string, secret: string): Promise<ClientRecord> {
+  async function authenticateClient(ctx: HandlerContext, clientId: string, secret: string): Promise<ClientRecord> {
     if (isClientIdUrl(clientId)) {
       // A metadata-document client is public (token_endpoint_auth_method none): it proves
       // nothing here; the code it exchanges is bound to its client_id and PKCE verifier.
@@ -174,13 +184,18 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     // A registered client always authenticates with its secret (an empty one never verifies).
     if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
     const client = await findClient(clientId);
-    const key = client ? `${clientId}\0${sha256Hex(secret)}\0${client.secretHash}` : "";
-    if (client && verifiedSecrets.has(key)) return client;
+    const stored = client?.secretHash ?? undefined;
+    const remembered = stored !== undefined ? secretCheck.remembered(clientId, secret) : undefined;
+    if (client && remembered !== undefined && constantTimeEqual(remembered, stored!)) return client;
     // spec 5.2 habit: unknown clients cost the same derivation as a wrong secret.
-    const ok = await deps.secrets.verify(secret, client?.secretHash ?? deps.secrets.dummyHash);
-    if (!client || !ok || client.secretHash === null) fail(Reason.INVALID_CLIENT, "client authentication failed");
-    if (verifiedSecrets.size > 10_000) verifiedSecrets.clear();
-    verifiedSecrets.add(key);
+    const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientAddress));
+    if (!client || !checked.ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    // A hash of older scrypt parameters is replaced once (a concurrent check may have done it).
+    if (checked.upgrade) {
+      const replaced = await store.replaceClientSecretHash(db, clientId, checked.hash, checked.upgrade);
+      if (replaced) clientCache.delete(clientId);
+      secretCheck.remember(clientId, secret, replaced ? checked.upgrade : checked.hash);
+    }
     return client;
   }
 
@@ -430,7 +445,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
     async refreshGrant(req, ctx) {
       let clientId = "";
-      if (req.clientId || req.clientSecret) clientId = (await authenticateClient(req.clientId, req.clientSecret)).clientId;
+      if (req.clientId || req.clientSecret) clientId = (await authenticateClient(ctx, req.clientId, req.clientSecret)).clientId;
       // An operator-issued grant (no client) refreshes only with the operator credential.
       else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
       const hash = sha256Hex(req.refreshToken);
@@ -624,7 +639,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     },
 
     async exchangeCode(req, ctx) {
-      const client = await authenticateClient(req.clientId, req.clientSecret);
+      const client = await authenticateClient(ctx, req.clientId, req.clientSecret);
       const now = deps.clock();
       const refresh = randomRefresh();
       if (req.code && /^[A-Za-z0-9._~-]{43,128}$/.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
@@ -690,7 +705,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     },
 
     async revokeToken(req, ctx) {
-      const client = await authenticateClient(req.clientId, req.clientSecret);
+      const client = await authenticateClient(ctx, req.clientId, req.clientSecret);
       let grant: GrantRecord | undefined;
       if (req.token.startsWith("vgr_")) grant = await store.findGrantByRefresh(db, sha256Hex(req.token));
       else {

@@ -258,6 +258,11 @@ export function createGrantsStore(db: Db) {
       return row ? toClient(row) : undefined;
     },
 
+    /** Replaces a client's secret hash only if it is still `from` (a rehash at new parameters); true when replaced. */
+    async replaceClientSecretHash(conn: Conn, clientId: string, from: string, to: string): Promise<boolean> {
+      return (await conn("oauth_clients").where({ client_id: clientId, secret_hash: from }).update({ secret_hash: to })) > 0;
+    },
+
     /**
      * The one decision of which agent principal a new grant or authorization code acts as
      * (docs/reference/agent-oauth.md): on a budget's vault, the budget's principal; on any other

@@ -37,7 +37,7 @@ export const secretChecksActive = new Gauge({
 
 export const secretChecksQueued = new Gauge({
   name: "vaultgate_secret_checks_queued",
-  help: "Secret derivations waiting for a slot, by lane",
+  help: "Secret derivations waiting for a slot, by class of client (known, unknown)",
   labelNames: ["lane"] as const,
   registers: [coreRegistry],
 });
@@ -146,6 +146,6 @@ export function outboxLagReader(db: Db, clock: () => Date): () => Promise<number
     })());
 }
 
-// Both lanes show from the first scrape, not only once something queued.
-secretChecksQueued.set({ lane: "normal" }, 0);
-secretChecksQueued.set({ lane: "priority" }, 0);
+// Both classes show from the first scrape, not only once something queued.
+secretChecksQueued.set({ lane: "known" }, 0);
+secretChecksQueued.set({ lane: "unknown" }, 0);

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import type { ServiceImpl, HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { PartnersService, PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
@@ -19,10 +19,9 @@ import {
   generateClientSecret,
   isValidSlug,
   slugFromName,
-  type SecretHasher,
 } from "./credentials.js";
-import { createKeyedTurns } from "./keyed-turns.js";
-import { createExpiringMap } from "./expiring-map.js";
+import type { SecretHasher } from "../secrets/hasher.js";
+import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES, resolveTokenScopes } from "./scopes.js";
 import { PARTNER_TOKEN_HEADER, PARTNER_TOKEN_TTL_SECONDS, partnerTokenClaims } from "./token-claims.js";
 
@@ -40,29 +39,11 @@ export interface PartnersServiceDeps {
   audience: string;
   /** spec 8: 30 issuances per minute per client, failures included. */
   issuanceLimitPerMinute: number;
-  /**
-   * Failed client authentications per vouched client address per minute, checked before
-   * the per-client limit and before any scrypt work (default 20).
-   */
-  failedAttemptsPerAddressPerMinute?: number;
 }
 
 const ISSUE_ACTION = "partner.token.issue";
 const MAX_CLIENT_ID = 128;
 const MAX_SECRET = 256;
-/** How long a verified secret is remembered (a hit skips scrypt, nothing else). */
-const VERIFIED_TTL_MS = 15 * 60_000;
-/** How long a success from an address puts that client's checks in the priority lane. */
-const RECENT_SUCCESS_TTL_MS = 2 * 60 * 60_000;
-/** How long this process refuses an address the shared counter refused, without asking again. */
-const ADDRESS_BLOCK_MS = 5_000;
-const MEMORY_ENTRIES = 10_000;
-/**
- * The most checks of one address that may wait for their turn at the shared failure
- * counter, whatever the address's failure budget (see `addressTurns`).
- */
-const MAX_ADDRESS_LINE = 64;
-
 const statusName = {
   [PartnerStatus.UNSPECIFIED]: undefined,
   [PartnerStatus.ACTIVE]: "active",
@@ -96,103 +77,23 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     });
   }
 
-  const failuresPerAddress = deps.failedAttemptsPerAddressPerMinute ?? 20;
-  // Verified secrets: HMAC(process-random key, client_id, secret) -> the stored hash the
-  // secret verified against. The key proves nothing without the secret and dies with the
-  // process; a hit is honoured only if that hash is still the partner's under the row
-  // lock, so a rotation (new hash) makes every entry for the old secret useless.
-  const cacheKey = randomBytes(32);
-  const verified = createExpiringMap<string>(MEMORY_ENTRIES);
-  const verifiedKey = (clientId: string, secret: string) =>
-    createHmac("sha256", cacheKey).update(clientId).update("\0").update(secret).digest("base64url");
-  // client_id + vouched address -> a recent success: such checks use the priority lane.
-  const recentSuccess = createExpiringMap<true>(MEMORY_ENTRIES);
-  // Addresses the shared failure counter refused a moment ago: refused from memory.
-  const blockedAddresses = createExpiringMap<true>(MEMORY_ENTRIES);
-  // Turns at the shared failure counter, one address at a time. No more checks wait than
-  // the address may fail in a minute: a longer line could not all be failures the counter
-  // accepts, so one more is refused from memory (429). The line holds its callers'
-  // connections, and when the budget runs out everyone in it is refused at once: a line
-  // of 64 under a flood answered 64 requests (and the flood's backlog behind them) in one
-  // burst, delaying every other request of the process by tens of milliseconds.
-  const addressTurns = createKeyedTurns(Math.min(failuresPerAddress, MAX_ADDRESS_LINE), () =>
-    fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 }),
-  );
+  // Per client: spec 8's count of every issuance attempt, failures included, taken before
+  // any derivation; the derivation itself is scheduled fairly (core/secrets).
+  const secretCheck = createClientSecretChecker({
+    hasher: deps.secrets,
+    rateLimits: deps.rateLimits,
+    clock: deps.clock,
+    logger: deps.logger,
+    budget: { key: "partner-token:", limit: deps.issuanceLimitPerMinute, counts: "attempts" },
+  });
 
-  /** spec 8 / DESIGN 7: count the attempt before any hashing, failures included. */
-  async function countIssuance(ctx: HandlerContext, clientId: string, actor: string) {
-    const limit = await deps.rateLimits.hit(`partner-token:${clientId}`, deps.issuanceLimitPerMinute, 60, deps.clock());
-    if (!limit.allowed) {
-      await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
-      fail(Reason.RATE_LIMITED, "too many token requests", { retryAfterSeconds: 60 });
-    }
-  }
-
-  /**
-   * The scrypt check for a secret not in the verified cache. Order: the address's failure
-   * budget (a slot is reserved, so concurrent attempts cannot overshoot it, and given back
-   * unless the secret turns out wrong) -> the client's spec 8 counter -> the bounded
-   * hasher (OVERLOADED when shed) against the stored hash, or the dummy hash for an
-   * unknown client. Returns the stored hash the secret verified against.
-   */
-  async function checkSecret(ctx: HandlerContext, clientId: string, secret: string, actor: string): Promise<string> {
-    const address = ctx.values.get(kClientAddress);
-    // One check of an address at a time, from its reservation at the shared failure
-    // counter to its audit row. A burst from one address (a flood opening 64 connections
-    // at once) would otherwise put that many statements on the counter's one row, and
-    // their follow-up work on the database and the secret-check queue at once, holding
-    // the connection pool other requests need. Those behind wait in memory; once the
-    // counter refuses, the address is blocked and they are refused without asking again.
-    // A client that succeeded from this address lately does not queue behind it (it is
-    // in the secret-check queue's priority lane too).
-    if (recentSuccess.get(`${clientId}\0${address}`, deps.clock().getTime())) return checkSecretInTurn(ctx, clientId, secret, actor, address);
-    return addressTurns.run(address, () => checkSecretInTurn(ctx, clientId, secret, actor, address));
-  }
-
-  async function checkSecretInTurn(ctx: HandlerContext, clientId: string, secret: string, actor: string, address: string): Promise<string> {
-    const now = deps.clock();
-    if (blockedAddresses.get(address, now.getTime())) {
-      // Already refused by the shared counter a moment ago; not audited again (one row per
-      // block, below), so a flood costs no database work.
-      fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 });
-    }
-    const failKey = `token-fail-addr:${address}`;
-    const slot = await deps.rateLimits.hit(failKey, failuresPerAddress, 60, now);
-    if (!slot.allowed) {
-      blockedAddresses.set(address, true, now.getTime() + ADDRESS_BLOCK_MS);
-      await auditFailure(ctx, actor, ISSUE_ACTION, "rate_limited");
-      fail(Reason.RATE_LIMITED, "too many failed token requests", { retryAfterSeconds: 60 });
-    }
-    let wrongSecret = false;
+  /** Audits a refusal with a domain reason (rate limited, shed) and passes it on. */
+  async function auditRefusal<T>(ctx: HandlerContext, actor: string, work: () => Promise<T>): Promise<T> {
     try {
-      await countIssuance(ctx, clientId, actor);
-      // spec 5.2: unknown clients cost the same scrypt derivation as a wrong secret.
-      const candidate = await store.findByClientId(clientId);
-      const recentKey = `${clientId}\0${address}`;
-      let ok: boolean;
-      try {
-        const lane = recentSuccess.get(recentKey, now.getTime()) ? "priority" : "normal";
-        ok = await deps.secrets.verify(secret, candidate?.secretHash ?? deps.secrets.dummyHash, lane);
-      } catch (err) {
-        await auditFailure(ctx, actor, ISSUE_ACTION, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
-        throw err;
-      }
-      if (!candidate || !ok) {
-        wrongSecret = true;
-        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
-        fail(Reason.INVALID_CLIENT, "client authentication failed");
-      }
-      const at = deps.clock().getTime();
-      verified.set(verifiedKey(clientId, secret), candidate.secretHash, at + VERIFIED_TTL_MS);
-      recentSuccess.set(recentKey, true, at + RECENT_SUCCESS_TTL_MS);
-      return candidate.secretHash;
-    } finally {
-      // Only a wrong secret (or unknown client) spends the address's budget.
-      if (!wrongSecret) {
-        await deps.rateLimits.release(failKey, now).catch((err: unknown) => {
-          deps.logger.warn({ requestId: ctx.values.get(kRequestId), err: String(err) }, "could not release a failed-attempt slot");
-        });
-      }
+      return await work();
+    } catch (err) {
+      await auditFailure(ctx, actor, ISSUE_ACTION, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
+      throw err;
     }
   }
 
@@ -205,28 +106,40 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
         fail(Reason.INVALID_CLIENT, "client authentication failed");
       }
 
-      // A secret that verified recently skips the address budget and scrypt, nothing else:
-      // the attempt is still counted (spec 8) and decided under the row lock below.
-      const key = verifiedKey(clientId, req.clientSecret);
-      const cachedHash = verified.get(key, deps.clock().getTime());
+      // A secret that verified recently skips the derivation, nothing else: the attempt is
+      // still counted (spec 8) and decided under the row lock below.
+      const cachedHash = secretCheck.remembered(clientId, req.clientSecret);
       let verifiedHash: string;
+      let upgrade: string | undefined;
       if (cachedHash !== undefined) {
-        await countIssuance(ctx, clientId, actor);
+        await auditRefusal(ctx, actor, () => secretCheck.count(clientId));
         verifiedHash = cachedHash;
       } else {
-        verifiedHash = await checkSecret(ctx, clientId, req.clientSecret, actor);
+        // spec 5.2: unknown clients cost the same derivation as a wrong secret.
+        const candidate = await store.findByClientId(clientId);
+        const checked = await auditRefusal(ctx, actor, () => secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)));
+        if (!checked.ok) {
+          await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+          fail(Reason.INVALID_CLIENT, "client authentication failed");
+        }
+        verifiedHash = checked.hash;
+        upgrade = checked.upgrade;
       }
 
+      let provenHash = verifiedHash;
       try {
-        return await db.transaction(async (trx) => {
+        const issued = await db.transaction(async (trx) => {
           // spec 5.2: the row stays locked through the decision and signing, so rotation,
           // entitlement changes and suspension are ordered against this issuance. The
           // costly derivation ran before the lock (or was remembered); here we confirm it
           // checked the hash that is current under the lock (a rotation in between, or
           // since the secret was remembered, fails closed).
           const partner = await store.lockByClientId(trx, clientId);
-          if (!partner || !constantTimeEqual(partner.secretHash, verifiedHash)) {
-            verified.delete(key);
+          // Besides the hash it was checked against, the secret is proven for a rehash of it
+          // that this or a concurrent issuance of this process stored.
+          const current = (h: string | undefined) => h !== undefined && partner !== undefined && constantTimeEqual(partner.secretHash, h);
+          if (!partner || !(current(verifiedHash) || current(upgrade) || current(secretCheck.remembered(clientId, req.clientSecret)))) {
+            secretCheck.forget(clientId, req.clientSecret);
             fail(Reason.INVALID_CLIENT, "client authentication failed");
           }
           if (partner.status !== "active") {
@@ -244,8 +157,13 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
           } catch (err) {
             fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
           }
+          // A hash made with older scrypt parameters is replaced now that the secret proved right.
+          provenHash = partner.secretHash;
+          if (upgrade && current(verifiedHash)) provenHash = (await store.update(trx, clientId, { secretHash: upgrade }, now))!.secretHash;
           return { accessToken, tokenType: "Bearer", expiresIn: BigInt(PARTNER_TOKEN_TTL_SECONDS), scope: claims.scope };
         });
+        secretCheck.remember(clientId, req.clientSecret, provenHash);
+        return issued;
       } catch (err) {
         const detail = errorDetailOf(err);
         if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
@@ -269,7 +187,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       const webhookUrl = req.webhookUrl ? checkWebhookUrl(req.webhookUrl) : null;
 
       const clientSecret = generateClientSecret();
-      const secretHash = await deps.secrets.hash(clientSecret, "priority");
+      const secretHash = await deps.secrets.hash(clientSecret);
       const now = deps.clock();
       for (let attempt = 0; attempt < 5; attempt++) {
         const record: PartnerRecord = {
@@ -293,7 +211,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
 
     async rotateSecret(req, ctx) {
       const clientSecret = generateClientSecret();
-      const secretHash = await deps.secrets.hash(clientSecret, "priority");
+      const secretHash = await deps.secrets.hash(clientSecret);
       // spec 5.4: replaces the hash at once; client_id and status unchanged.
       await adminChange(ctx, "partner.rotate_secret", req.clientId, async (trx) => {
         const locked = await store.lockByClientId(trx, req.clientId);

@@ -4,7 +4,7 @@ import { startMetricsServer, type MetricsServer } from "../../cli/metrics-server
 import { ConfigError, loadConfig } from "../../cli/config.js";
 import { coreRegistry } from "../../core/observability/metrics.js";
 import { createGroupCommit } from "../../core/db/group-commit.js";
-import { createSecretHasher } from "../../core/partners/credentials.js";
+import { createSecretHasher } from "../../core/secrets/hasher.js";
 import { gatewayRegistry } from "../../gateways/shared/observability.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createPartner } from "../support/partners.js";
@@ -157,7 +157,7 @@ describe("metrics: GET /metrics on the metrics listener", function () {
 
   it("shows secret-check shedding", async () => {
     const before = await scrape();
-    expect(before.has('vaultgate_secret_checks_queued{lane="normal"}')).to.equal(true);
+    expect(before.has('vaultgate_secret_checks_queued{lane="unknown"}')).to.equal(true);
     const hasher = await createSecretHasher({ params: { N: 1024, r: 8, p: 1 }, maxConcurrent: 1, maxQueue: 1, maxWaitMs: 60_000 });
     const results = await Promise.allSettled([1, 2, 3, 4].map((i) => hasher.hash(`secret-${i}`)));
     const shed = results.filter((r) => r.status === "rejected").length;

@@ -63,8 +63,6 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     migrate: false,
     // Every suite registers from 127.0.0.1; the limit has its own test.
     registrationLimitPerMinute: 1_000_000,
-    // Likewise every suite's failed partner token attempts come from 127.0.0.1.
-    tokenFailuresPerAddressPerMinute: 1_000_000,
     ...coreOverrides,
   });
   // The gateway's transport in one process, as `vaultgate serve` wires it.

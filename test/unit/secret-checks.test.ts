@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
 import { ConnectError } from "@connectrpc/connect";
-import { createSecretHasher } from "../../core/partners/credentials.js";
+import { createSecretHasher } from "../../core/secrets/hasher.js";
 import { errorDetailOf } from "../../core/errors.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
@@ -18,40 +18,95 @@ async function overloaded(promise: Promise<unknown>) {
   expect(detail.retryAfterSeconds).to.be.within(1, 30);
 }
 
-describe("secret checks: bounded queue, shedding and the priority lane", () => {
-  it("sheds at once with OVERLOADED and a Retry-After hint when the lane is full", async () => {
-    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 2, maxWaitMs: 60_000 });
-    const stored = await hasher.hash("s3cret");
-    const running = [hasher.verify("wrong", stored), hasher.verify("wrong", stored), hasher.verify("wrong", stored)];
-    expect(hasher.load()).to.deep.equal({ active: 1, queued: 2, priorityQueued: 0 });
-    await overloaded(hasher.verify("wrong", stored));
-    expect(await Promise.all(running)).to.deep.equal([false, false, false]);
-    expect(hasher.load()).to.deep.equal({ active: 0, queued: 0, priorityQueued: 0 });
+const known = (key: string) => ({ known: true, key });
+const unknownFrom = (address: string) => ({ known: false, key: address });
+
+describe("secret checks: fair scheduling and shedding", () => {
+  it("sheds only the flow that is over its own bound, with OVERLOADED and a Retry-After hint", async () => {
+    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 100, maxPerFlow: 2, maxWaitMs: 60_000 });
+    try {
+      const stored = await hasher.hash("s3cret");
+      const flood = unknownFrom("10.0.0.9");
+      const running = [hasher.verify("wrong", stored, flood), hasher.verify("wrong", stored, flood), hasher.verify("wrong", stored, flood)];
+      expect(hasher.load()).to.include({ active: 1, queued: 2, unknown: 2 });
+      await overloaded(hasher.verify("wrong", stored, flood));
+      // Another flow still gets in line, the right secret of a known client among them.
+      const honest = hasher.verify("s3cret", stored, known("gpc_honest"));
+      expect(await Promise.all([...running, honest])).to.deep.equal([false, false, false, true]);
+      expect(hasher.load()).to.include({ active: 0, queued: 0 });
+    } finally {
+      await hasher.close();
+    }
   });
 
-  it("serves the priority lane before queued anonymous checks, even when the normal lane is full", async () => {
-    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 2, maxWaitMs: 60_000 });
-    const stored = await hasher.hash("s3cret");
-    const order: string[] = [];
-    const track = (name: string, p: Promise<boolean>) => p.then((ok) => (order.push(name), ok));
-    const all = [
-      track("first", hasher.verify("wrong", stored)),
-      track("normal-1", hasher.verify("wrong", stored)),
-      track("normal-2", hasher.verify("wrong", stored)),
-    ];
-    await overloaded(hasher.verify("wrong", stored));
-    all.push(track("priority", hasher.verify("s3cret", stored, "priority")));
-    expect(await Promise.all(all)).to.deep.equal([false, false, false, true]);
-    expect(order).to.deep.equal(["first", "priority", "normal-1", "normal-2"]);
+  it("serves flows in turn, known and unknown classes alternating, whatever one flow's length", async () => {
+    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 100, maxPerFlow: 100, maxWaitMs: 60_000 });
+    try {
+      const stored = await hasher.hash("s3cret");
+      const order: string[] = [];
+      const track = (name: string, flow: { known: boolean; key: string }) => hasher.verify("x", stored, flow).then(() => order.push(name));
+      const all = [track("first", unknownFrom("a"))];
+      for (let i = 1; i <= 4; i++) all.push(track(`a${i}`, unknownFrom("a")));
+      all.push(track("b1", unknownFrom("b")));
+      all.push(track("x1", known("x")), track("x2", known("x")));
+      all.push(track("y1", known("y")));
+      await Promise.all(all);
+      expect(order).to.deep.equal(["first", "x1", "a1", "y1", "b1", "x2", "a2", "a3", "a4"]);
+    } finally {
+      await hasher.close();
+    }
+  });
+
+  it("when the whole queue is full, sheds the longest flow's newest waiter to admit another flow", async () => {
+    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 4, maxPerFlow: 100, maxWaitMs: 60_000 });
+    try {
+      const stored = await hasher.hash("s3cret");
+      const flood = unknownFrom("10.0.0.9");
+      const settled = (p: Promise<boolean>) => p.then((ok) => (ok ? "ok" : "wrong"), (err: unknown) => (errorDetailOf(err)?.reason === Reason.OVERLOADED ? "shed" : String(err)));
+      const floods = Array.from({ length: 5 }, () => settled(hasher.verify("wrong", stored, flood)));
+      expect(hasher.load()).to.include({ active: 1, queued: 4 });
+      // The flood itself is refused once the queue is full...
+      const extra = settled(hasher.verify("wrong", stored, flood));
+      // ...and a known client's check takes the place of the flood's newest waiter.
+      const honest = settled(hasher.verify("s3cret", stored, known("gpc_honest")));
+      expect(await extra).to.equal("shed");
+      expect(await honest).to.equal("ok");
+      expect(await Promise.all(floods)).to.deep.equal(["wrong", "wrong", "wrong", "wrong", "shed"]);
+    } finally {
+      await hasher.close();
+    }
   });
 
   it("sheds a check whose expected wait exceeds maxWaitMs, without queueing it", async () => {
     const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 100, maxWaitMs: 1 });
-    const stored = await hasher.hash("s3cret");
-    const first = hasher.verify("s3cret", stored);
-    await overloaded(hasher.verify("s3cret", stored));
-    expect(hasher.load().queued).to.equal(0);
-    expect(await first).to.equal(true);
+    try {
+      const stored = await hasher.hash("s3cret");
+      const first = hasher.verify("s3cret", stored);
+      await overloaded(hasher.verify("s3cret", stored));
+      expect(hasher.load().queued).to.equal(0);
+      expect(await first).to.equal(true);
+    } finally {
+      await hasher.close();
+    }
+  });
+
+  it("hashes at N=2^10 by default, verifies hashes of older parameters and says they need a rehash", async () => {
+    const current = await createSecretHasher();
+    const old = await createSecretHasher({ params: { N: 2 ** 14, r: 8, p: 1 } });
+    try {
+      const fresh = await current.hash("s3cret");
+      expect(fresh).to.match(/^scrypt\$1024\$8\$1\$/);
+      expect(current.dummyHash).to.match(/^scrypt\$1024\$8\$1\$/);
+      expect(current.needsRehash(fresh)).to.equal(false);
+      const legacy = await old.hash("s3cret");
+      expect(legacy).to.match(/^scrypt\$16384\$8\$1\$/);
+      expect(await current.verify("s3cret", legacy)).to.equal(true);
+      expect(await current.verify("wrong", legacy)).to.equal(false);
+      expect(current.needsRehash(legacy)).to.equal(true);
+    } finally {
+      await current.close();
+      await old.close();
+    }
   });
 });
 

@@ -1,0 +1,124 @@
+import { createHmac, randomBytes } from "node:crypto";
+import type { Logger } from "pino";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import { createExpiringMap } from "./expiring-map.js";
+import type { SecretFlow, SecretHasher } from "./hasher.js";
+
+/**
+ * How a client's attempts are counted, per presented client id, before any derivation:
+ * - `attempts`: every attempt counts (the partner token endpoint's 30 issuances a minute);
+ * - `failures`: a slot is reserved before the check (so a concurrent burst cannot
+ *   overshoot) and given back when the secret is right or the check was shed.
+ */
+export interface ClientBudget {
+  key: string;
+  limit: number;
+  counts: "attempts" | "failures";
+}
+
+export interface ClientSecretCheckerOptions {
+  hasher: SecretHasher;
+  rateLimits: RateLimitStore;
+  clock: () => Date;
+  logger: Logger;
+  budget: ClientBudget;
+}
+
+export type SecretCheck =
+  /** `hash` is the stored hash the secret verified against; `upgrade`, when set, replaces it at the current parameters. */
+  | { ok: true; hash: string; upgrade?: string }
+  | { ok: false };
+
+/** How long a verified secret is remembered (a hit skips the derivation, nothing else). */
+const VERIFIED_TTL_MS = 15 * 60_000;
+const MEMORY_ENTRIES = 10_000;
+
+/**
+ * The client-secret check both token endpoints share: a per-client budget counted before
+ * any derivation, then one fairly scheduled derivation (against a dummy hash for an
+ * unknown client, at the same cost), and a memory of secrets that verified.
+ *
+ * Nothing here refuses a caller for what other callers did: the budget belongs to the
+ * presented client id, and a flood only gets its fair share of derivations (fair-gate.ts).
+ */
+export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
+  // Verified secrets: HMAC(process-random key, client_id, secret) -> the stored hash the
+  // secret verified against. The key proves nothing without the secret and dies with the
+  // process; callers honour a hit only if that hash is still the client's current one.
+  const cacheKey = randomBytes(32);
+  const verified = createExpiringMap<string>(MEMORY_ENTRIES);
+  const keyOf = (clientId: string, secret: string) => createHmac("sha256", cacheKey).update(clientId).update("\0").update(secret).digest("base64url");
+
+  async function count(clientId: string, now: Date): Promise<void> {
+    const limit = await o.rateLimits.hit(o.budget.key + clientId, o.budget.limit, 60, now);
+    if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client authentication attempts", { retryAfterSeconds: 60 });
+  }
+
+  async function release(clientId: string, at: Date): Promise<void> {
+    await o.rateLimits.release(o.budget.key + clientId, at).catch((err: unknown) => {
+      o.logger.warn({ err: String(err) }, "could not release a client-secret attempt slot");
+    });
+  }
+
+  // Checks of the same secret against the same hash that arrive together share one
+  // derivation (and one rehash): a client's burst of first requests costs one, not one each.
+  const inFlight = new Map<string, Promise<{ ok: boolean; upgrade?: string }>>();
+  function verifyOnce(clientId: string, secret: string, stored: string | undefined, flow: SecretFlow) {
+    const key = `${keyOf(clientId, secret)}\0${stored ?? ""}`;
+    let pending = inFlight.get(key);
+    if (!pending) {
+      pending = (async () => {
+        const ok = await o.hasher.verify(secret, stored ?? o.hasher.dummyHash, flow);
+        if (!ok || stored === undefined || !o.hasher.needsRehash(stored)) return { ok };
+        // A shed rehash waits for the next success.
+        return { ok, upgrade: await o.hasher.hash(secret, flow).catch(() => undefined) };
+      })().finally(() => inFlight.delete(key));
+      inFlight.set(key, pending);
+    }
+    return pending;
+  }
+
+  const remember = (clientId: string, secret: string, hash: string) => verified.set(keyOf(clientId, secret), hash, o.clock().getTime() + VERIFIED_TTL_MS);
+
+  return {
+    /** The stored hash this secret verified against lately, if any. */
+    remembered(clientId: string, secret: string): string | undefined {
+      return verified.get(keyOf(clientId, secret), o.clock().getTime());
+    },
+    remember,
+    forget(clientId: string, secret: string): void {
+      verified.delete(keyOf(clientId, secret));
+    },
+    /** Counts one attempt against the client's budget (RATE_LIMITED when over it). */
+    count: (clientId: string) => count(clientId, o.clock()),
+
+    /**
+     * Counts the attempt, then derives. `stored` is the client's stored hash, undefined
+     * for an unknown client; `address` is the client address a gateway vouched for (an
+     * unknown client's checks share one flow per address). Throws RATE_LIMITED over the
+     * budget and OVERLOADED when shed; nothing else is decided here.
+     */
+    async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
+      const now = o.clock();
+      await count(clientId, now);
+      const flow: SecretFlow = stored !== undefined ? { known: true, key: clientId } : { known: false, key: address };
+      let verified: { ok: boolean; upgrade?: string };
+      try {
+        verified = await verifyOnce(clientId, secret, stored, flow);
+      } catch (err) {
+        // Shed: nothing was decided, so it is not a failure.
+        if (o.budget.counts === "failures") await release(clientId, now);
+        throw err;
+      }
+      if (stored === undefined || !verified.ok) return { ok: false };
+      if (o.budget.counts === "failures") await release(clientId, now);
+      // A hash about to be replaced is remembered by the caller once the replacement is stored.
+      if (!verified.upgrade) remember(clientId, secret, stored);
+      return { ok: true, hash: stored, upgrade: verified.upgrade };
+    },
+  };
+}
+
+export type ClientSecretChecker = ReturnType<typeof createClientSecretChecker>;
