@@ -103,12 +103,21 @@ export interface SharedSecrets {
   signingKey: string;
   adminToken: string;
   gatewayToken: string;
+  /** The keys outside the database every replica must share (webhook secrets, sign-in codes). */
+  webhookSecretKey: string;
+  signinCodeKey: string;
 }
 
 export async function makeSecrets(hex: (n: number) => string): Promise<SharedSecrets> {
   const { privateKey } = await generateKeyPair("ES256", { extractable: true });
   const jwk = await exportJWK(privateKey);
-  return { signingKey: JSON.stringify(jwk), adminToken: `chaos-admin-${hex(32)}`, gatewayToken: `chaos-gateway-${hex(32)}` };
+  return {
+    signingKey: JSON.stringify(jwk),
+    adminToken: `chaos-admin-${hex(32)}`,
+    gatewayToken: `chaos-gateway-${hex(32)}`,
+    webhookSecretKey: hex(64),
+    signinCodeKey: hex(64),
+  };
 }
 
 /** One `vaultgate serve --role all` process on fixed ports, restartable after kill -9. */
@@ -202,6 +211,8 @@ export async function startReplicas(n: number, secrets: SharedSecrets, databaseU
       ADMIN_TOKEN: secrets.adminToken,
       GATEWAY_TOKEN: secrets.gatewayToken,
       SIGNING_KEY: secrets.signingKey,
+      WEBHOOK_SECRET_KEY: secrets.webhookSecretKey,
+      SIGNIN_CODE_KEY: secrets.signinCodeKey,
       BASE_URL: publicUrl,
       ISSUER: publicUrl,
       MCP_URL: publicUrl,

@@ -27,7 +27,7 @@ import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-provi
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "./partners/webhooks/signing.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
-import { loadOutsideKey } from "./keys/outside-keys.js";
+import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
@@ -140,11 +140,14 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       },
     });
     const outbox = createOutboxStore(db);
-    const box = createSecretBox(await loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", fromEnv: options.webhookSecretKey, dataDir: options.dataDir }));
+    const webhookSecretKey = await loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", fromEnv: options.webhookSecretKey, dataDir: options.dataDir });
+    await checkOutsideKey(db, { name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", key: webhookSecretKey });
+    const box = createSecretBox(webhookSecretKey);
     await moveWebhookKeyOutOfDatabase(db, box, logger);
     // Caller-chosen host names (metadata documents, webhook URLs) share one bounded resolver.
     const hostResolver = createHostResolver(options.hostResolver);
     const signinCodeKey = await loadOutsideKey({ name: "signin-code-key", setting: "SIGNIN_CODE_KEY", fromEnv: options.signinCodeKey, dataDir: options.dataDir });
+    await checkOutsideKey(db, { name: "signin-code-key", setting: "SIGNIN_CODE_KEY", key: signinCodeKey });
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({

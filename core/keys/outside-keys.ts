@@ -1,6 +1,8 @@
-import { hkdfSync, randomBytes } from "node:crypto";
+import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { Db } from "../db/knex.js";
+import { recordKeyCheck } from "./store.js";
 
 /**
  * Symmetric keys that protect something stored in the database (webhook secrets, sign-in
@@ -43,6 +45,20 @@ export async function loadOutsideKey(options: { name: OutsideKeyName; setting: s
   });
   const text = await readKeyFile(path);
   return (text && parseOutsideKey(text)) || fail(`${path} does not hold a 32-byte key`);
+}
+
+/**
+ * Refuses a key other than the one that protects what this database holds. The first core
+ * to start records a check value (an HMAC under a sub-key: it reveals nothing of the key);
+ * a replica started with a key of its own then fails at once, naming the setting, instead
+ * of failing later to read what the other replicas wrote.
+ */
+export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; key: Buffer }): Promise<void> {
+  const mine = createHmac("sha256", deriveKey(options.key, "key check")).update(options.name).digest();
+  const recorded = await recordKeyCheck(db, options.name, mine);
+  if (recorded.length !== mine.length || !timingSafeEqual(recorded, mine)) {
+    fail(`${options.setting} is not the key that protects what this database already holds (every core replica needs the same ${options.setting}; a key file generated into DATA_DIR belongs to one process)`);
+  }
 }
 
 /** A sub-key for one purpose, so one outside key never serves two algorithms. */

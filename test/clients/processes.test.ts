@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
 import { createRemoteJWKSet, jwtVerify } from "jose";
@@ -141,7 +142,13 @@ describe("vaultgate processes", function () {
       requirePostgres(this, "replicas need a database server");
       scratch = await createScratchDatabase();
       dirs = [await tempDataDir(), await tempDataDir()];
-      env = { DATABASE_URL: scratch!.url, ADMIN_TOKEN: "replica-admin-token" };
+      // Replicas share the keys outside the database, as a deployment must.
+      env = {
+        DATABASE_URL: scratch!.url,
+        ADMIN_TOKEN: "replica-admin-token",
+        WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64"),
+        SIGNIN_CODE_KEY: randomBytes(32).toString("base64"),
+      };
       // Started together: migrations run once under knex's lock.
       replicas = await Promise.all(dirs.map((d) => startServiceProcess("all", { ...env, DATA_DIR: d.path })));
     });

@@ -36,6 +36,14 @@ export async function createScratchDatabase(): Promise<{ url: string; drop(): Pr
   };
 }
 
+/**
+ * A migrated database of the test's own (not the shared one): for a core whose keys differ
+ * from every other test's (a database records which outside keys protect it).
+ */
+export function ownDatabase() {
+  return open();
+}
+
 async function open() {
   const scratch = await createScratchDatabase();
   const db = createDb(scratch ? { url: scratch.url, poolMax: 20 } : {});

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
 import { createCore, type Core, type CoreOptions } from "../../core/core.js";
+import type { Db } from "../../core/db/knex.js";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
@@ -36,6 +37,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
    * URL, so real OAuth clients and browsers can follow discovery and redirects.
    */
   publicUrls?: boolean;
+  /** A database other than the shared test database (see `ownDatabase`). */
+  database?: Db;
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -43,12 +46,12 @@ export const TEST_AUDIENCE = "urn:vaultgate:partner-api";
 
 /** Core on the shared test database (in-process transport), optionally with the HTTP gateway on port 0. */
 export async function startStack(options: StackOptions = {}): Promise<TestStack> {
-  const { db } = await testDatabase();
+  const db = options.database ?? (await testDatabase()).db;
   const clock = createTestClock();
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, ...coreOverrides } = options;
+  const { gateway: withGateway, publicUrls, database: _database, ...coreOverrides } = options;
   const port = publicUrls ? await freePort() : 0;
   const origin = `http://127.0.0.1:${port}`;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });

@@ -9,7 +9,7 @@ import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { createSecretBox, generateWebhookSecret } from "../../../core/partners/webhooks/signing.js";
-import { usingPostgres } from "../../support/db.js";
+import { ownDatabase, usingPostgres } from "../../support/db.js";
 
 /** Every row of the tables that held or hold webhook-secret material, as a dump would. */
 async function dump(stack: TestStack): Promise<string> {
@@ -25,16 +25,26 @@ async function dump(stack: TestStack): Promise<string> {
  * key and the database copy is deleted, so the rows alone no longer open them, and
  * deliveries still verify with each partner's secret.
  */
-describe("webhook secrets: the key moves out of the database", () => {
+describe("webhook secrets: the key moves out of the database", function () {
+  this.timeout(60_000);
   const stacks: TestStack[] = [];
   const dirs: string[] = [];
+  const databases: Awaited<ReturnType<typeof ownDatabase>>[] = [];
+  // Each case on a database of its own: a database records which key protects it.
+  async function database() {
+    const d = await ownDatabase();
+    databases.push(d);
+    return d.db;
+  }
   after(async () => {
     for (const s of stacks) await s.close();
+    for (const d of databases) await d.drop();
     for (const d of dirs) await rm(d, { recursive: true, force: true });
   });
 
   it("a database holding the old key: after two replicas start the rows hold no key, and deliveries verify with the partner's secret", async () => {
-    const first = await startStack({ webhookPollMs: 0 });
+    const db = await database();
+    const first = await startStack({ webhookPollMs: 0, database: db });
     stacks.push(first);
     // What an earlier version left: its key in instance_secrets and a secret sealed under it.
     const oldKey = randomBytes(32);
@@ -50,7 +60,14 @@ describe("webhook secrets: the key moves out of the database", () => {
     const dataDir = await mkdtemp(join(tmpdir(), "vg-webhook-key-"));
     dirs.push(dataDir);
     const key = randomBytes(32).toString("base64");
-    const starts = [startStack({ webhookPollMs: 0, dataDir, webhookSecretKey: key }), startStack({ webhookPollMs: 0, webhookSecretKey: key })];
+    // The first stack (above) ran with keys of its own: forget their check values, as an
+    // earlier version's database never had any. The replicas share every outside key.
+    await db("instance_secrets").where("name", "like", "key-check:%").delete();
+    const signinCodeKey = randomBytes(32).toString("base64");
+    const starts = [
+      startStack({ webhookPollMs: 0, dataDir, webhookSecretKey: key, signinCodeKey, database: db }),
+      startStack({ webhookPollMs: 0, webhookSecretKey: key, signinCodeKey, database: db }),
+    ];
     const [moved, twin] = usingPostgres() ? await Promise.all(starts) : [await starts[0]!, await starts[1]!];
     stacks.push(moved!, twin!);
 
@@ -76,15 +93,34 @@ describe("webhook secrets: the key moves out of the database", () => {
   it("without a setting, the key is generated into DATA_DIR (0600) and kept across starts", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "vg-webhook-key-"));
     dirs.push(dataDir);
-    const a = await startStack({ webhookPollMs: 0, dataDir });
+    const db = await database();
+    const a = await startStack({ webhookPollMs: 0, dataDir, database: db });
     stacks.push(a);
     const file = join(dataDir, "webhook-secret-key");
     expect((await stat(file)).mode & 0o777).to.equal(0o600);
     const written = await readFile(file, "utf8");
     expect(Buffer.from(written.trim(), "base64")).to.have.length(32);
-    const b = await startStack({ webhookPollMs: 0, dataDir });
+    const b = await startStack({ webhookPollMs: 0, dataDir, database: db });
     stacks.push(b);
     expect(await readFile(file, "utf8")).to.equal(written);
     expect(await dump(b)).to.not.include(Buffer.from(written.trim(), "base64").toString("hex"));
+  });
+
+  it("hostile to operators' mistakes: a replica started with another key refuses to start, naming the setting", async () => {
+    const db = await database();
+    const key = randomBytes(32).toString("base64");
+    stacks.push(await startStack({ webhookPollMs: 0, webhookSecretKey: key, database: db }));
+    const other = randomBytes(32).toString("base64");
+    const err = await startStack({ webhookPollMs: 0, webhookSecretKey: other, database: db }).then(
+      (s) => {
+        stacks.push(s);
+        return undefined;
+      },
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).to.match(/^WEBHOOK_SECRET_KEY is not the key that protects what this database already holds/);
+    expect(err?.message).to.not.include(other);
+    // The same key still starts.
+    stacks.push(await startStack({ webhookPollMs: 0, webhookSecretKey: key, database: db }));
   });
 });

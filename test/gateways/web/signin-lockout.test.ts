@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, latestCode, signIn, type Jar } from "../../support/agent-oauth.js";
-import { requirePostgres } from "../../support/db.js";
+import { ownDatabase, requirePostgres } from "../../support/db.js";
 
 interface Answer {
   status: number;
@@ -175,12 +175,17 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
 describe("sign-in codes at rest", () => {
   let stack: TestStack;
   let dataDir: string;
-  before(async () => {
+  let database: Awaited<ReturnType<typeof ownDatabase>>;
+  before(async function () {
+    this.timeout(60_000);
     dataDir = await mkdtemp(join(tmpdir(), "vg-otp-key-"));
-    stack = await startStack({ gateway: true, dataDir });
+    // A database of its own: a database records which sign-in code key protects it.
+    database = await ownDatabase();
+    stack = await startStack({ gateway: true, dataDir, database: database.db });
   });
   after(async () => {
     await stack.close();
+    await database.drop();
     await rm(dataDir, { recursive: true, force: true });
   });
 
