@@ -62,7 +62,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   /** Records a failed attempt outside the rolled-back transaction; if even that fails, withhold (503). */
   async function auditFailure(ctx: HandlerContext, actor: string, action: string, reason: string, subject = "") {
     try {
-      await audit.append(db, { requestId: ctx.values.get(kRequestId), actor, action, outcome: "failure", reason, subject, at: deps.clock() });
+      await audit.append(db, { requestId: ctx.values.get(kRequestId), actor, action, outcome: "failure", reason, subject, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
     } catch (err) {
       fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
     }
@@ -153,7 +153,15 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
           const claims = partnerTokenClaims({ issuer: deps.issuer, audience: deps.audience, clientId, scopes: scopes.scopes, now });
           const accessToken = deps.keyring.signJwt(PARTNER_TOKEN_HEADER, claims);
           try {
-            await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: ISSUE_ACTION, outcome: "success", subject: claims.jti, at: now });
+            await audit.append(trx, {
+              requestId: ctx.values.get(kRequestId),
+              actor,
+              action: ISSUE_ACTION,
+              outcome: "success",
+              subject: claims.jti,
+              clientAddress: ctx.values.get(kClientAddress),
+              at: now,
+            });
           } catch (err) {
             fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
           }

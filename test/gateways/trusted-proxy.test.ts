@@ -8,6 +8,7 @@ import { createCoreClients } from "../../gateways/core-clients.js";
 import type { TrustProxy } from "../../gateways/shared/client-address.js";
 import { requireNginx, startNginx, type NginxProxy } from "../support/nginx.js";
 import { startStack, type TestStack } from "../support/stack.js";
+import { createPartner } from "../support/partners.js";
 
 const LIMIT = 5;
 const REGISTRATION = JSON.stringify({ client_name: "Proxy test agent", redirect_uris: ["http://127.0.0.1:9/callback"], scope: "accounts:read" });
@@ -38,6 +39,23 @@ function register(base: string, from: string, headers: Record<string, string> = 
     );
     req.on("error", reject);
     req.end(REGISTRATION);
+  });
+}
+
+/** POST the partner token endpoint from `from` with these client credentials; resolves the status. */
+function mintFrom(base: string, from: string, clientId: string, secret: string): Promise<number> {
+  const url = new URL(`${base}/api/partner/oauth/token`);
+  const body = new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: secret }).toString();
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", localAddress: from, agent: false, headers: { "content-type": "application/x-www-form-urlencoded" } },
+      (res) => {
+        res.resume();
+        res.on("end", () => resolve(res.statusCode!));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
   });
 }
 
@@ -172,5 +190,14 @@ describe("trusted proxies (nginx in front of the gateway)", function () {
     const r = await register(byCidr, forger, { "x-forwarded-for": loopback(), forwarded: `for=${loopback()}` });
     expect(r.status).to.equal(201);
     expect(await auditedAddress(r.clientId!)).to.equal(forger);
+  });
+
+  it("partner token requests through the trusted proxy: success and failure audit records name the real client", async () => {
+    const partner = await createPartner(stack);
+    const [honest, guesser] = [loopback(), loopback()];
+    expect(await mintFrom(viaXff, honest, partner.clientId, partner.clientSecret)).to.equal(200);
+    expect(await mintFrom(viaXff, guesser, partner.clientId, `${partner.clientSecret.slice(0, -2)}xx`)).to.equal(401);
+    const rows = await stack.core.db("audit_records").where({ action: "partner.token.issue", actor: `partner:${partner.clientId}` }).select<{ outcome: string; client_address: string }[]>("outcome", "client_address");
+    expect(rows.map((r) => `${r.outcome} ${r.client_address}`).sort()).to.deep.equal([`failure ${guesser}`, `success ${honest}`].sort());
   });
 });
