@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
 import { findBadText } from "../shared/text.js";
@@ -55,9 +56,10 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       const description = (err as { code?: string }).code === "FST_ERR_CTP_BODY_TOO_LARGE" ? "request body too large" : "malformed request";
       return sendError(reply, { status: 400, error: registration ? "invalid_client_metadata" : "invalid_request", description });
     }
-    noteRefusal(request, err);
+    const reason = noteRefusal(request, err);
     const e = oauthErrorFrom(err);
-    if (e.status >= 500 && !isOutage(err)) request.log.error({ err }, "oauth endpoint failure");
+    // Shed load is an answer to the callers' load, like a rate limit: not a failure of ours.
+    if (e.status >= 500 && !isOutage(err) && reason !== Reason.OVERLOADED) request.log.error({ err }, "oauth endpoint failure");
     return sendError(reply, e);
   });
 
