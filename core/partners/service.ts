@@ -117,6 +117,8 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       } else {
         // spec 5.2: unknown clients cost the same derivation as a wrong secret.
         const candidate = await store.findByClientId(clientId);
+        // Shed from memory, before the count and its audit row: not audited one by one.
+        secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
         const checked = await auditRefusal(ctx, actor, () => secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)));
         if (!checked.ok) {
           await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");

@@ -80,6 +80,9 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
     return pending;
   }
 
+  const flowOf = (clientId: string, stored: string | undefined, address: string): SecretFlow =>
+    stored !== undefined ? { known: true, key: clientId } : { known: false, key: address };
+
   const remember = (clientId: string, secret: string, hash: string) => verified.set(keyOf(clientId, secret), hash, o.clock().getTime() + VERIFIED_TTL_MS);
 
   return {
@@ -90,6 +93,13 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
     remember,
     forget(clientId: string, secret: string): void {
       verified.delete(keyOf(clientId, secret));
+    },
+    /**
+     * Refuses (OVERLOADED) before any database work when this check's share of the
+     * derivations is full: a flood's excess costs memory only, not a counted attempt.
+     */
+    admit(clientId: string, stored: string | undefined, address: string): void {
+      o.hasher.admit(flowOf(clientId, stored, address));
     },
     /** Counts one attempt against the client's budget (RATE_LIMITED when over it). */
     count: (clientId: string) => count(clientId, o.clock()),
@@ -102,8 +112,9 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
      */
     async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
       const now = o.clock();
+      const flow = flowOf(clientId, stored, address);
+      o.hasher.admit(flow);
       await count(clientId, now);
-      const flow: SecretFlow = stored !== undefined ? { known: true, key: clientId } : { known: false, key: address };
       let verified: { ok: boolean; upgrade?: string };
       try {
         verified = await verifyOnce(clientId, secret, stored, flow);

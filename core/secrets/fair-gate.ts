@@ -122,8 +122,25 @@ export function createFairGate(o: FairGateOptions) {
     return true;
   }
 
+  /** The expected wait when one more derivation of this flow would be refused now (nothing changes); undefined when it would be admitted. */
+  function refusal(cls: FlowClass, flow: Flow | undefined): number | undefined {
+    const expected = drainEstimate(aheadOf(flow, cls));
+    if ((flow?.waiters.length ?? 0) >= o.maxPerFlow || expected > o.maxWaitMs) return expected;
+    if (queued < o.maxQueue) return undefined;
+    let longest: Flow | undefined;
+    for (const f of flows.values()) if (!longest || f.waiters.length > longest.waiters.length) longest = f;
+    return !longest || longest === flow || longest.waiters.length <= (flow?.waiters.length ?? 0) + 1 ? expected : undefined;
+  }
+
   return {
     load: () => ({ active, queued, known: queuedInClass("known"), unknown: queuedInClass("unknown"), flows: flows.size }),
+    /** Refuses (OVERLOADED) at once, without queueing, if a derivation of this flow would be refused now. */
+    admit(flowOf: SecretFlow): void {
+      if (active < o.max) return;
+      const cls: FlowClass = flowOf.known ? "known" : "unknown";
+      const wait = refusal(cls, flows.get(`${cls}\0${flowOf.key}`));
+      if (wait !== undefined) overloaded(wait);
+    },
     async run<T>(work: () => Promise<T>, flowOf: SecretFlow): Promise<T> {
       if (active >= o.max) {
         const cls: FlowClass = flowOf.known ? "known" : "unknown";

@@ -39,6 +39,8 @@ export interface SecretHasher {
   hash(secret: string, flow?: SecretFlow): Promise<string>;
   /** Throws OVERLOADED (with retryAfterSeconds) when the check is shed: nothing was decided. */
   verify(secret: string, stored: string, flow?: SecretFlow): Promise<boolean>;
+  /** Throws OVERLOADED at once when a derivation of this flow would be shed now: callers refuse before any other work. */
+  admit(flow: SecretFlow): void;
   /** True when `stored` was made with other parameters than the current ones (rehash it after a success). */
   needsRehash(stored: string): boolean;
   /** A hash of a random secret at the current parameters: unknown clients are verified against it. */
@@ -95,6 +97,7 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
     hash,
     dummyHash,
     load: () => gate.load(),
+    admit: (flow) => gate.admit(flow),
     priority: () => workers.priority(),
     close: () => workers.close(),
     needsRehash(stored) {
