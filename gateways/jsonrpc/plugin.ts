@@ -253,7 +253,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     const v = validators.get(tool.name)!;
     if (!v.input(args)) return refuse(caller, new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) }), tool);
     // Core verifies the token and reads the grant inside the call that acts on it.
-    const result = await tool.call(args, { clients, requestId: caller.requestId, accessToken: caller.bearer ?? "" });
+    const result = await tool.call(args, { clients, requestId: caller.requestId, clientAddress: caller.request.clientAddress, accessToken: caller.bearer ?? "" });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.
     if (!v.output(result)) throw new Error(`${tool.name} result does not match its outputSchema: ${JSON.stringify(describeErrors(v.output.errors))}`);
     // A client that shows URL elicitations gets the browser step as -32042 (MCP

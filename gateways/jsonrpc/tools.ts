@@ -9,6 +9,8 @@ export type Category = "read" | "write" | "treasury";
 export interface ToolContext {
   clients: CoreClients;
   requestId: string;
+  /** The client address TRUST_PROXY decided, vouched for to core where a call checks a client secret. */
+  clientAddress: string;
   /** The bearer as presented ("" for tools with auth "none"); core verifies it. */
   accessToken: string;
 }
@@ -451,7 +453,7 @@ export const TOOLS: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.grants.refreshGrant(
         { refreshToken: args.refresh_token as string, clientId: args.client_id as string, clientSecret: (args.client_secret as string | undefined) ?? "" },
-        withRequestId(ctx.requestId),
+        ctx.clients.vouched(ctx.requestId, ctx.clientAddress),
       );
       return agentTokenJson(res.token);
     },

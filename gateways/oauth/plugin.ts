@@ -152,10 +152,10 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       const code = required(form.params, "code");
       const redirectUri = required(form.params, "redirect_uri");
       const codeVerifier = required(form.params, "code_verifier");
-      ({ token } = await grants.exchangeCode({ ...client, code, redirectUri, codeVerifier, resources: form.resources }, withRequestId(request.id)));
+      ({ token } = await grants.exchangeCode({ ...client, code, redirectUri, codeVerifier, resources: form.resources }, vouched(request.id, request.clientAddress)));
     } else if (grantType === "refresh_token") {
       const refreshToken = required(form.params, "refresh_token");
-      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, withRequestId(request.id)));
+      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, vouched(request.id, request.clientAddress)));
     } else {
       throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
     }
@@ -169,7 +169,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     const form = readForm(request);
     const client = authenticateClient(request, form.params);
     const token = required(form.params, "token");
-    await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, withRequestId(request.id));
+    await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, vouched(request.id, request.clientAddress));
     // RFC 7009 2.2: 200 with an empty body, whether or not the token was known.
     return reply.header("cache-control", "no-store").code(200).send();
   });

@@ -101,6 +101,25 @@ function startFlood(url: string, connections: number, cap = 5000, spread = false
   };
 }
 
+/** A refresh for a made-up agent client id at /oauth2/token, sent from a chosen loopback source address. */
+function postAgentTokenFrom(url: string, localAddress: string): Promise<Answer> {
+  const target = new URL(`${url}/oauth2/token`);
+  const body = new URLSearchParams(randomAgentForm()).toString();
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: target.hostname, port: target.port, path: target.pathname, method: "POST", localAddress, agent: false, headers: { "content-type": "application/x-www-form-urlencoded" } },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => resolve({ status: res.statusCode!, retryAfter: (res.headers["retry-after"] as string | undefined) ?? null, body: JSON.parse(text) }));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
 describe("partner token endpoint under a flood of bad credentials", function () {
   this.timeout(120_000);
 
@@ -242,6 +261,18 @@ describe("partner token endpoint under a flood of bad credentials", function () 
       expect(minted.status).to.equal(200);
       const statuses = new Set(flood.answers.map((a) => a.status));
       expect([...statuses].filter((s) => s !== 401 && s !== 503)).to.deep.equal([]);
+    });
+
+    it("unknown agent client ids from another address get their own turns during an agent-side flood: checked (401), not shed", async () => {
+      const flood = startFlood(stack.url, 48, 5000, false, () => postAgentToken(stack.url, randomAgentForm()));
+      const other: Answer[] = [];
+      try {
+        await flood.failures(30);
+        for (let i = 0; i < 5; i++) other.push(await postAgentTokenFrom(stack.url, "127.0.2.1"));
+      } finally {
+        await flood.stop();
+      }
+      expect(other.map((a) => a.status)).to.deep.equal([401, 401, 401, 401, 401]);
     });
   });
 
