@@ -77,8 +77,8 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     });
   }
 
-  // Per client: spec 8's count of every issuance attempt, failures included, taken before
-  // any derivation; the derivation itself is scheduled fairly (core/secrets).
+  // Per client: every issuance attempt counts (30 a minute), failures included, taken
+  // before any derivation; the derivation itself is scheduled fairly (core/secrets).
   const secretCheck = createClientSecretChecker({
     hasher: deps.secrets,
     rateLimits: deps.rateLimits,
@@ -107,7 +107,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       }
 
       // A secret that verified recently skips the derivation, nothing else: the attempt is
-      // still counted (spec 8) and decided under the row lock below.
+      // still counted and decided under the row lock below.
       const cachedHash = secretCheck.remembered(clientId, req.clientSecret);
       let verifiedHash: string;
       let upgrade: string | undefined;
@@ -115,7 +115,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
         await auditRefusal(ctx, actor, () => secretCheck.count(clientId));
         verifiedHash = cachedHash;
       } else {
-        // spec 5.2: unknown clients cost the same derivation as a wrong secret.
+        // Unknown clients cost the same derivation as a wrong secret.
         const candidate = await store.findByClientId(clientId);
         // Shed from memory, before the count and its audit row: not audited one by one.
         secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
