@@ -27,6 +27,9 @@ const core = await createCore({
   adminToken,
   issuer: "http://vaultgate.test",
   partnerAudience: "urn:vaultgate:partner-api",
+  // The parent's keys outside the database: a core with others refuses this database.
+  webhookSecretKey: process.env.WEBHOOK_SECRET_KEY,
+  signinCodeKey: process.env.SIGNIN_CODE_KEY,
   treasuryFaults: stage === "before-commit" ? { beforeCommit: pause } : { afterCommit: pause },
 });
 const server = await startCoreServer(core, 0);

@@ -85,10 +85,20 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
     let admin: CoreClients;
     let child: ChildProcess | undefined;
     const adminToken = randomBytes(16).toString("hex");
+    // Both cores share the keys outside the database, as replicas must.
+    const outsideKeys = { WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64"), SIGNIN_CODE_KEY: randomBytes(32).toString("base64") };
 
     beforeEach(async () => {
       scratch = (await createScratchDatabase())!;
-      core = await createCore({ db: { url: scratch.url }, logger: pino({ level: "silent" }), adminToken, issuer: "http://vaultgate.test", partnerAudience: "urn:vaultgate:partner-api" });
+      core = await createCore({
+        db: { url: scratch.url },
+        logger: pino({ level: "silent" }),
+        adminToken,
+        issuer: "http://vaultgate.test",
+        partnerAudience: "urn:vaultgate:partner-api",
+        webhookSecretKey: outsideKeys.WEBHOOK_SECRET_KEY,
+        signinCodeKey: outsideKeys.SIGNIN_CODE_KEY,
+      });
       const auth: Interceptor = (next) => (req) => {
         req.header.set("authorization", `Bearer ${adminToken}`);
         return next(req);
@@ -104,7 +114,7 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
     /** Starts the child core with the seam armed; resolves with its URL and a promise of the pause. */
     async function startChild(stage: "before-commit" | "after-commit") {
       const script = fileURLToPath(new URL("../../support/treasury-core-child.ts", import.meta.url));
-      child = spawn(process.execPath, ["--import", "tsx", script, scratch!.url, adminToken, stage], { stdio: ["ignore", "pipe", "inherit"] });
+      child = spawn(process.execPath, ["--import", "tsx", script, scratch!.url, adminToken, stage], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...outsideKeys } });
       const lines = createInterface({ input: child.stdout! });
       let onPaused!: (batchId: string) => void;
       const paused = new Promise<string>((resolve) => (onPaused = resolve));
