@@ -51,7 +51,7 @@ export interface Keyring {
   /**
    * Signs a compact JWS (ES256) with the current key. `header` is a constant (its
    * encoding is kept per kid); `alg` and `kid` are set here. Synchronous: signing on
-   * libuv's thread pool was measured slower three times (docs/benchmarks.md).
+   * libuv's thread pool was measured slower three times.
    */
   signJwt(header: Readonly<Record<string, unknown>>, payload: Record<string, unknown>): string;
   readonly source: "env" | "file" | "memory";

@@ -18,10 +18,7 @@ import type { ScryptOptions } from "node:crypto";
  *   nice-19 thread still keeps its time slice when a request's thread wakes on its CPU
  *   (Linux's EEVDF scheduler lets the running thread reach its fair share first), so a
  *   second of derivations delayed concurrent reads by several milliseconds each; a
- *   SCHED_IDLE thread gives way at once. Measured with a flood spending an address's
- *   budget of 20 derivations while partners read at 200/s: read p99 10-16.7 ms at
- *   nice 19, 8.8-12.1 ms under SCHED_IDLE, 7.1-9.1 ms with derivations made 16 times
- *   cheaper.
+ *   SCHED_IDLE thread gives way at once (the partner-token bench shows the difference).
  *
  * Workers run plain JavaScript from a string, so the same code works from the compiled
  * build and under tsx. The worker is referenced only while it works, so an idle hasher
