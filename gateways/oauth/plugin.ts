@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { withRequestId, type CoreClients } from "../core-clients.js";
+import type { CoreClients } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
 import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
