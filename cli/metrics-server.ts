@@ -1,7 +1,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { collectDefaultMetrics, Registry } from "prom-client";
-import { constantTimeEqual } from "../core/partners/credentials.js";
+import { constantTimeEqual } from "../lib/crypto.js";
 
 /** Node's process metrics (CPU, memory, event loop lag, GC, handles), collected once per process. */
 const processRegistry = new Registry();

@@ -8,7 +8,7 @@ import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kGate
 import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
-import { constantTimeEqual } from "./partners/credentials.js";
+import { constantTimeEqual } from "../lib/crypto.js";
 import { UUID } from "./uuid.js";
 
 export interface InterceptorOptions {

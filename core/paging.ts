@@ -1,6 +1,6 @@
 import { createHmac, randomBytes } from "node:crypto";
 import type { Db } from "./db/knex.js";
-import { constantTimeEqual } from "./partners/credentials.js";
+import { constantTimeEqual } from "../lib/crypto.js";
 
 /** Server-signed opaque cursors: tampering or a cursor from another server fails to decode. */
 export interface CursorCodec {

@@ -27,7 +27,7 @@ import { getMoneyView } from "./money-view.js";
 import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
 import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
-import { sha256Hex } from "../partners/credentials.js";
+import { sha256Hex } from "../../lib/crypto.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection

@@ -10,7 +10,7 @@ import { KeyringError, type Keyring } from "../keys/keyring.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { kClientAddress, kOperator, kRequestId } from "../context.js";
-import { constantTimeEqual, sha256Base64url, sha256Hex } from "../partners/credentials.js";
+import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
 import { normaliseEmail } from "../partners/users-store.js";

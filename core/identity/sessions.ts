@@ -1,7 +1,7 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
-import { sha256Hex } from "../partners/credentials.js";
+import { sha256Hex } from "../../lib/crypto.js";
 
 /** A step-up counts for this long: approving money or access needs one this recent. */
 export const STEP_UP_WINDOW_SECONDS = 600;

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
-import { sha256Base64url, sha256Hex } from "../../core/partners/credentials.js";
+import { sha256Base64url, sha256Hex } from "../../lib/crypto.js";
 
 describe("sha256Hex / sha256Base64url", () => {
   it("match the published test vectors", () => {

@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { parseForm } from "../../gateways/shared/form.js";
 import { resolveTokenScopes, parseScopeParam } from "../../core/partners/scopes.js";
-import { constantTimeEqual, generateClientId, generateClientSecret, slugFromName } from "../../core/partners/credentials.js";
+import { constantTimeEqual } from "../../lib/crypto.js";
+import { generateClientId, generateClientSecret, slugFromName } from "../../core/partners/credentials.js";
 import { createSecretHasher } from "../../core/secrets/hasher.js";
 import { createCursorCodec } from "../../core/paging.js";
 import { partnerTokenClaims } from "../../core/partners/token-claims.js";

@@ -7,7 +7,7 @@ import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor } from "../../support/resources.js";
 import { createRateLimitStore } from "../../../core/rate-limits/store.js";
 import { createPruner } from "../../../core/maintenance/pruner.js";
-import { sha256Hex } from "../../../core/partners/credentials.js";
+import { sha256Hex } from "../../../lib/crypto.js";
 
 const HOUR = 3600_000;
 const DAY = 24 * HOUR;
