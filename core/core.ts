@@ -7,7 +7,7 @@ import { createAuditStore, type AuditStoreOptions } from "./audit/store.js";
 import { createAuditService } from "./audit/service.js";
 import { createLedgerStore } from "./ledger/store.js";
 import { createPartnersStore } from "./partners/store.js";
-import { createUsersStore } from "./partners/users-store.js";
+import { createUsersStore } from "./identity/users-store.js";
 import { createPartnersService } from "./partners/service.js";
 import { createSecretHasher, type ScryptParams, type SecretHasherOptions } from "./secrets/hasher.js";
 import { createRateLimitStore } from "./rate-limits/store.js";

@@ -13,7 +13,7 @@ import { kClientAddress, kOperator, kRequestId } from "../context.js";
 import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
-import { normaliseEmail } from "../partners/users-store.js";
+import { normaliseEmail } from "../identity/users-store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { ClientRecord, GrantRecord, GrantsStore } from "./store.js";
 import type { SessionVerifier, SignedIn } from "../identity/sessions.js";
