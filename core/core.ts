@@ -32,7 +32,6 @@ import { createHostResolver, type HostResolverOptions } from "./net/resolver.js"
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
-import { createGrantsStore } from "./grants/store.js";
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
@@ -189,7 +188,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         keyring,
         audit,
         clock,
-        store: createGrantsStore(db),
         secrets,
         rateLimits: createRateLimitStore(db),
         logger,
