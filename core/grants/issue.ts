@@ -1,11 +1,10 @@
-import { createHmac } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import type { TokenResponseSchema } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { KeyringError, type Keyring } from "../keys/keyring.js";
-import { sha256Hex } from "../../lib/crypto.js";
+import { hmacSha256, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims } from "./access-token.js";
@@ -63,7 +62,7 @@ export function randomRefresh(): NewRefresh {
  * salt, so nothing that could mint a token is ever stored.
  */
 export function derivedRefreshToken(presented: string, salt: string): string {
-  return `vgr_${createHmac("sha256", presented).update(salt).digest("base64url")}`;
+  return `vgr_${hmacSha256(presented, salt, "base64url")}`;
 }
 
 export function derivedRefresh(presented: string): NewRefresh & { salt: string } {

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, randomInt, randomUUID } from "node:crypto";
+import { randomBytes, randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
@@ -7,7 +7,7 @@ import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { kClientAddress, kRequestId } from "../context.js";
-import { constantTimeEqual, sha256Hex } from "../../lib/crypto.js";
+import { constantTimeEqual, hmacSha256, sha256Hex } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { UUID } from "../uuid.js";
@@ -54,7 +54,7 @@ export type CodeHasher = (challengeId: string, code: string) => string;
 /** Sign-in codes are stored as an HMAC under a key derived from the outside key. */
 export function createCodeHasher(signinCodeKey: Buffer): CodeHasher {
   const key = deriveKey(signinCodeKey, "sign-in code hash");
-  return (challengeId, code) => createHmac("sha256", key).update(`${challengeId}:${code}`).digest("hex");
+  return (challengeId, code) => hmacSha256(key, `${challengeId}:${code}`);
 }
 
 function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx: HandlerContext, e: { actor: string; action: string; subject?: string }) {
