@@ -1,9 +1,7 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
+import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
 import type { GrantState } from "./stores/grants.js";
-
-/** Clocks of the issuer and the verifier may differ by this much. */
-const CLOCK_SKEW_MS = 30_000;
 
 /** What decides whether a grant read afresh may still act. */
 export interface GrantStanding {
@@ -21,5 +19,5 @@ export function assertGrantUsable<G extends GrantStanding>(g: G | undefined, now
   if (!g) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
   if (g.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${g.state}`);
   if (!g.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
-  if (g.expiresAt.getTime() + CLOCK_SKEW_MS < now.getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
+  if (g.expiresAt.getTime() + CLOCK_SKEW_SECONDS * 1000 < now.getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
 }
