@@ -25,7 +25,7 @@ import { createPartnerAccess } from "./partners/access.js";
 import { createPartnerResourcesService } from "./partners/resources-service.js";
 import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
-import { createSecretBox } from "./partners/webhooks/signing.js";
+import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
 import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";

@@ -5,7 +5,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import { deriveKey } from "../keys/outside-keys.js";
-import { createSecretBox } from "../partners/webhooks/signing.js";
+import { createSecretBox } from "../../lib/crypto.js";
 import { normaliseEmail } from "./users-store.js";
 import type { OutboxStore } from "./outbox-store.js";
 
