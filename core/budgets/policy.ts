@@ -1,4 +1,5 @@
 import { STEP_UP_WINDOW_SECONDS } from "../identity/sessions.js";
+import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
 
 /** spec 2.1: the chains a budget may allow. */
 export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
@@ -97,8 +98,8 @@ export const RULE_MESSAGES: Readonly<Record<Rule, string>> = {
 export function hasFreshStepUp(stepUp: boolean, authTimeSeconds: number, now: Date): boolean {
   if (!stepUp || authTimeSeconds <= 0) return false;
   const age = now.getTime() / 1000 - authTimeSeconds;
-  // A little future skew is tolerated like token clocks (30 s).
-  return age <= STEP_UP_WINDOW_SECONDS && age >= -30;
+  // A little future skew is tolerated like token clocks.
+  return age <= STEP_UP_WINDOW_SECONDS && age >= -CLOCK_SKEW_SECONDS;
 }
 
 /** Start of the UTC calendar day of `now` (per-day caps reset at 00:00Z). */

@@ -20,7 +20,9 @@ import { auditCursor, auditSince } from "../audit/service.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
 import { brokenRules, decide, evaluatePayment, hasFreshStepUp, hasScope, MAX_AMOUNT, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
-import type { AgentGrant, BudgetRecord, BudgetsStore, PaymentRecord, StepName, StepState, VaultRecord } from "./store.js";
+import type { BudgetsStore } from "./store.js";
+import type { BudgetRecord, PaymentRecord, StepName, StepState, VaultRecord } from "./records.js";
+import type { AgentGrant } from "../grants/budget-grants-store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { getMoneyView } from "./money-view.js";
@@ -28,6 +30,8 @@ import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
 import { checkBudgetInput, checkFundInput, checkPaymentInput } from "./validation.js";
 import { UUID } from "../uuid.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import { canonicalJson, derivedId } from "./ids.js";
+import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
 
 /**
  * Test-only seams for failures that cannot be caused for real (STYLE: fault injection
@@ -103,9 +107,6 @@ class ParentGone extends Error {}
 /** The parent vault already has as many items waiting for its owner as it may. */
 class AwaitingFull extends Error {}
 
-/** spec 5.2 / DESIGN 3: 30 s of clock skew on token lifetimes. */
-const CLOCK_SKEW_MS = 30_000;
-
 export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
   /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
   reap(): Promise<number>;
@@ -143,7 +144,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     if (!g) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
     if (g.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${g.state}`);
     if (!g.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
-    if (g.expiresAt.getTime() + CLOCK_SKEW_MS < clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
+    if (g.expiresAt.getTime() + CLOCK_SKEW_SECONDS * 1000 < clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
     return g;
   }
 
@@ -193,15 +194,15 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   /** Runs one saga step and records it as done on the budget, in one transaction. */
   async function runStep(b: BudgetRecord, name: StepName, steps: { name: StepName; state: StepState }[], at: Date): Promise<void> {
     await db.transaction(async (trx) => {
-      if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+      if (!(await store.saga.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
       const recorded = steps.map((s) => (s.name === name ? { name, state: "done" as const } : s));
       const fault = faults.step?.(name, "run");
       if (fault) throw fault;
       if (name === "vault") {
-        const parent = (await store.findVault(trx, b.parentVaultId))!;
-        await store.insertChildVault(trx, { id: b.vaultId, ownerUserId: b.userId, parentVaultId: b.parentVaultId, currency: parent.currency, at });
+        const parent = (await store.vaults.findVault(trx, b.parentVaultId))!;
+        await store.saga.insertChildVault(trx, { id: b.vaultId, ownerUserId: b.userId, parentVaultId: b.parentVaultId, currency: parent.currency, at });
       } else if (name === "agent_principal") {
-        await store.insertAgentPrincipal(trx, {
+        await store.saga.insertAgentPrincipal(trx, {
           id: b.agentPrincipalId,
           userId: b.userId,
           parentAgentId: b.parentAgentId,
@@ -211,7 +212,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         });
       } else {
         const p = b.params;
-        await store.insertPolicy(
+        await store.saga.insertPolicy(
           trx,
           b.vaultId,
           p.purpose,
@@ -228,7 +229,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           at,
         );
       }
-      await store.updateBudget(trx, b.id, { steps: recorded }, at);
+      await store.budgets.updateBudget(trx, b.id, { steps: recorded }, at);
     });
   }
 
@@ -236,9 +237,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     const work = async (conn: Trx) => {
       const fault = faults.step?.(name, "compensate");
       if (fault) throw fault;
-      if (name === "policy") await store.deletePolicy(conn, b.vaultId);
-      else if (name === "agent_principal") await store.deleteAgentPrincipal(conn, b.agentPrincipalId);
-      else await store.deleteVault(conn, b.vaultId);
+      if (name === "policy") await store.saga.deletePolicy(conn, b.vaultId);
+      else if (name === "agent_principal") await store.saga.deleteAgentPrincipal(conn, b.agentPrincipalId);
+      else await store.saga.deleteVault(conn, b.vaultId);
     };
     if (trx) await work(trx);
     else await db.transaction(work);
@@ -253,7 +254,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (step.state !== "done") continue;
       try {
         await db.transaction(async (trx) => {
-          if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+          if (!(await store.saga.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
           await compensateStep(b, step.name, trx);
         });
         step.state = "compensated";
@@ -264,7 +265,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     }
     let remaining: string[];
     try {
-      remaining = await store.existing(db, b);
+      remaining = await store.saga.existing(db, b);
     } catch {
       // Unknown: report every step whose undo did not succeed as still there.
       remaining = steps.filter((s) => s.state === "done" || s.state === "compensation_failed").map((s) => s.name);
@@ -273,16 +274,16 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     const at = clock();
     try {
       await db.transaction(async (trx) => {
-        if (!(await store.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
-        await store.updateBudget(trx, b.id, { status: cleanup === "complete" ? "failed" : "cleanup_pending", steps, remaining }, at);
-        await store.releaseClaim(trx, b.parentVaultId, b.id);
+        if (!(await store.saga.holdsAttempt(trx, b.id, b.attempt))) throw new SagaFenced();
+        await store.budgets.updateBudget(trx, b.id, { status: cleanup === "complete" ? "failed" : "cleanup_pending", steps, remaining }, at);
+        await store.saga.releaseClaim(trx, b.parentVaultId, b.id);
       });
     } catch (err) {
       if (err instanceof SagaFenced) throw err;
       // The saga ends here whatever happens: the parent vault must not stay claimed. The
       // budget keeps status provisioning, so the reaper finishes its bookkeeping later.
       deps.logger?.error({ err, budgetId: b.id }, "could not record the end of a failed provisioning saga");
-      await store.releaseClaim(db, b.parentVaultId, b.id).catch((releaseErr: unknown) => {
+      await store.saga.releaseClaim(db, b.parentVaultId, b.id).catch((releaseErr: unknown) => {
         deps.logger?.error({ err: releaseErr, budgetId: b.id }, "could not release the parent vault of a failed provisioning saga");
       });
     }
@@ -351,21 +352,21 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     return db.transaction(async (trx) => {
       // Budget rows before grants (the lock order): the grant's vault never changes, so
       // it is read unlocked first, then the budget of that vault is locked, then the grant.
-      const vaultId = usable(await store.findGrant(trx, grantId)).vaultId;
-      const refusal = openParent(await store.findBudgetByVault(trx, vaultId, true));
+      const vaultId = usable(await store.grants.findGrant(trx, grantId)).vaultId;
+      const refusal = openParent(await store.budgets.findBudgetByVault(trx, vaultId, true));
       if (refusal) fail(Reason.ACCESS_DENIED, refusal);
-      const g = usable(await store.findGrant(trx, grantId, true));
-      const parent = await store.findVault(trx, g.vaultId);
+      const g = usable(await store.grants.findGrant(trx, grantId, true));
+      const parent = await store.vaults.findVault(trx, g.vaultId);
       if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       // A draft on a full vault is refused before any provisioning work; the final
       // transaction counts again under the vault lock, which is what holds.
       const draft = !hasFreshStepUp(g.stepUp, g.authTime ? Math.floor(g.authTime.getTime() / 1000) : 0, now);
-      if (draft && (await store.countAwaitingOwner(trx, g.vaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+      if (draft && (await store.payments.countAwaitingOwner(trx, g.vaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
         fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: AWAITING_LIMIT });
       }
       let budget: BudgetRecord;
       if (existing) {
-        budget = await store.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
+        budget = await store.budgets.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
       } else {
         budget = {
           id: randomUUID(),
@@ -387,11 +388,11 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           updatedAt: now,
           closedAt: null,
         };
-        const { inserted } = await store.insertBudget(trx, budget);
+        const { inserted } = await store.budgets.insertBudget(trx, budget);
         // The same key raced in from another call, which now provisions it.
         if (!inserted) fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
       }
-      if (!(await store.claimVault(trx, g.vaultId, budget.id, now))) {
+      if (!(await store.saga.claimVault(trx, g.vaultId, budget.id, now))) {
         fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
       }
       return budget;
@@ -402,18 +403,18 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
   async function reap(): Promise<number> {
     const now = clock();
     let cleaned = 0;
-    for (const candidate of await store.listReapable(db, new Date(now.getTime() - staleMs))) {
+    for (const candidate of await store.saga.listReapable(db, new Date(now.getTime() - staleMs))) {
       try {
         await db.transaction(async (trx) => {
           // Re-read under lock: a retry of the key may have restarted it meanwhile.
-          const row = await store.lockBudget(trx, candidate.id);
+          const row = await store.budgets.lockBudget(trx, candidate.id);
           const stale = row && row.status === "provisioning" && row.updatedAt.getTime() < now.getTime() - staleMs;
           if (!row || (row.status !== "cleanup_pending" && !stale)) return;
           for (const name of [...STEPS].reverse()) await compensateStep(candidate, name, trx);
           const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
           // Bumping the attempt fences the abandoned saga if it ever wakes up.
-          await store.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
-          await store.releaseClaim(trx, candidate.parentVaultId, candidate.id);
+          await store.budgets.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
+          await store.saga.releaseClaim(trx, candidate.parentVaultId, candidate.id);
           await audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
           cleaned++;
         });
@@ -457,7 +458,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     let userId: string;
     let grantVaultId: string | undefined;
     if (caller.kind === "agent") {
-      const g = usable(await store.findGrant(trx, caller.grantId));
+      const g = usable(await store.grants.findGrant(trx, caller.grantId));
       seen.actor = actorOf(g);
       userId = g.userId;
       grantVaultId = g.vaultId;
@@ -465,18 +466,18 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       seen.actor = `user:${caller.userId}`;
       userId = caller.userId;
     }
-    const budget = await store.findBudgetByVault(trx, vaultId, true);
+    const budget = await store.budgets.findBudgetByVault(trx, vaultId, true);
     if (!budget || budget.userId !== userId) fail(Reason.NOT_FOUND, "no such budget");
     if (grantVaultId !== undefined && budget.parentVaultId !== grantVaultId) {
       fail(Reason.GRANT_REQUIRED, "the grant's vault is not this budget's parent vault: fund and close a budget with a grant on the vault it was created under");
     }
-    if (caller.kind === "agent") usable(await store.findGrant(trx, caller.grantId, true));
+    if (caller.kind === "agent") usable(await store.grants.findGrant(trx, caller.grantId, true));
     return { budget, actor: seen.actor, agent: caller.kind === "agent" };
   }
 
   /** The budget's vault and its parent, locked (lockVaults' order), both the budget owner's. */
   async function lockBudgetVaults(trx: Trx, b: BudgetRecord) {
-    const locked = await store.lockVaults(trx, [b.parentVaultId, b.vaultId]);
+    const locked = await store.vaults.lockVaults(trx, [b.parentVaultId, b.vaultId]);
     const parent = locked.get(b.parentVaultId);
     const child = locked.get(b.vaultId);
     if (!parent || !child || parent.ownerUserId !== b.userId || child.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
@@ -499,7 +500,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     // Kept money can be swept more than once (the operator may credit a closed vault), so
     // each such sweep is a movement of its own; a close or decline happens once.
     const transferId = why === "kept" ? randomUUID() : derivedId("budget.sweep", b.vaultId, why);
-    const moved = await store.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
+    const moved = await store.vaults.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
     if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
     vaults.set(parent.id, moved.to);
     vaults.set(child.id, moved.from);
@@ -524,7 +525,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const now = clock();
       const claims = await claimsFor(req.accessToken, SCOPES.budgetCreate);
       // Replays and rate limits answer only a live grant; each saga transaction re-reads it under lock.
-      const g = usable(await store.findGrant(db, claims.jti));
+      const g = usable(await store.grants.findGrant(db, claims.jti));
       const params = checkBudgetInput(
         {
           purpose: req.purpose,
@@ -543,7 +544,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const actor = actorOf(g);
 
       // DESIGN 4.1: a replay answers with the same ids and the budget's current status.
-      const existing = await store.findBudget(db, g.vaultId, req.idempotencyKey);
+      const existing = await store.budgets.findBudget(db, g.vaultId, req.idempotencyKey);
       if (existing) {
         if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
         if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
@@ -593,20 +594,20 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         done = await db.transaction(async (trx) => {
           // The parent's budget first (an ancestor before its descendants): a close or
           // decline of it that committed while the saga ran unwinds the saga.
-          const parentRefusal = openParent(await store.findBudgetByVault(trx, budget.parentVaultId, true));
+          const parentRefusal = openParent(await store.budgets.findBudgetByVault(trx, budget.parentVaultId, true));
           if (parentRefusal) throw new ParentGone(parentRefusal);
-          if (!(await store.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
-          const current = stillUsable(await store.findGrant(trx, g.id, true));
+          if (!(await store.saga.holdsAttempt(trx, budget.id, budget.attempt))) throw new SagaFenced();
+          const current = stillUsable(await store.grants.findGrant(trx, g.id, true));
           const active = hasFreshStepUp(current.stepUp, current.authTime ? Math.floor(current.authTime.getTime() / 1000) : 0, clock());
           if (!active) {
             // A draft waits for the owner: it counts against the parent vault's bound,
             // under the vault lock payments take (grant, then vault: the lock order).
-            await store.lockVaults(trx, [budget.parentVaultId]);
-            if ((await store.countAwaitingOwner(trx, budget.parentVaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) throw new AwaitingFull();
+            await store.vaults.lockVaults(trx, [budget.parentVaultId]);
+            if ((await store.payments.countAwaitingOwner(trx, budget.parentVaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) throw new AwaitingFull();
           }
-          if (active) await store.activatePolicy(trx, budget.vaultId, clock());
-          const b = await store.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
-          await store.releaseClaim(trx, budget.parentVaultId, budget.id);
+          if (active) await store.budgets.activatePolicy(trx, budget.vaultId, clock());
+          const b = await store.budgets.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
+          await store.saga.releaseClaim(trx, budget.parentVaultId, budget.id);
           const auditFault = faults.finalAudit?.();
           if (auditFault) throw auditFault;
           await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
@@ -618,7 +619,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         if (err instanceof SagaFenced) fenced();
         if (!(err instanceof GrantGone) && !(err instanceof ParentGone) && !(err instanceof AwaitingFull)) {
           // A COMMIT that failed on the wire may still have committed: then it succeeded.
-          const after = await store.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
+          const after = await store.budgets.findBudget(db, budget.parentVaultId, budget.idempotencyKey).catch(() => undefined);
           if (after && after.attempt === budget.attempt && (after.status === "draft" || after.status === "active")) return { budget: budgetView(after) };
           return failSaga(ctx, actor, budget, steps, "finalize", err);
         }
@@ -647,13 +648,13 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       // A malformed id is refused like an unknown one (and never reaches a uuid column).
       if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
       const budget = await db.transaction(async (trx) => {
-        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
+        const b = await store.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
         if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
         if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
         if (b.status === "active") return b;
-        await store.activatePolicy(trx, b.vaultId, now);
-        const updated = await store.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
+        await store.budgets.activatePolicy(trx, b.vaultId, now);
+        const updated = await store.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
         return updated;
       });
@@ -669,13 +670,13 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const now = clock();
         // The grant and the vault are locked: a revocation committed
         // first is seen, none commits in between, and every payment of the vault is ordered.
-        const context = await store.lockPaymentContext(trx, claims.jti, utcDayStart(now));
+        const context = await store.payments.lockPaymentContext(trx, claims.jti, utcDayStart(now));
         const g = usable(context?.grant);
         if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
         const actor = actorOf(g);
         const { vault, usage, policy } = context;
         if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
-        const prior = await store.findPayment(trx, vault.id, input.idempotencyKey);
+        const prior = await store.payments.findPayment(trx, vault.id, input.idempotencyKey);
         if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
         if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
         if (prior && prior.status !== "approved") return { actor, payment: prior };
@@ -689,12 +690,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         );
         if (evaluation.decision === "deny") return { actor, vaultId: vault.id, denied: evaluation.rule };
         // A new payment waiting for the owner counts against the vault's bound (the vault row is locked).
-        if (evaluation.decision === "step_up" && !prior && (await store.countAwaitingOwner(trx, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+        if (evaluation.decision === "step_up" && !prior && (await store.payments.countAwaitingOwner(trx, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
           return { actor, vaultId: vault.id, denied: AWAITING_LIMIT };
         }
         let payment: PaymentRecord;
         if (prior) {
-          payment = await store.setPaymentStatus(trx, prior.id, "completed", now);
+          payment = await store.payments.setPaymentStatus(trx, prior.id, "completed", now);
         } else {
           payment = {
             id: randomUUID(),
@@ -712,10 +713,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
             status: evaluation.decision === "step_up" ? "pending_step_up" : "completed",
             createdAt: now,
           };
-          await store.insertPayment(trx, payment);
+          await store.payments.insertPayment(trx, payment);
         }
         // The balance and the running totals the caps read move together, under the vault lock.
-        if (payment.status === "completed") await store.recordSpend(trx, vault, payment, now);
+        if (payment.status === "completed") await store.payments.recordSpend(trx, vault, payment, now);
         await audit.append(trx, {
           requestId: ctx.values.get(kRequestId),
           actor,
@@ -744,9 +745,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       // One statement reads the grant afresh with everything the decision needs, and
       // writes the read's audit row when the call will answer (audit before data).
       const auditFault = deps.auditFault?.();
-      let context: Awaited<ReturnType<typeof store.currentPaymentContext>>;
+      let context: Awaited<ReturnType<typeof store.payments.currentPaymentContext>>;
       try {
-        context = await store.currentPaymentContext(
+        context = await store.payments.currentPaymentContext(
           claims.jti,
           utcDayStart(now),
           auditFault ? undefined : { requestId: ctx.values.get(kRequestId), at: now, currency: input.currency },
@@ -781,11 +782,11 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
       if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
       const payment = await db.transaction(async (trx) => {
-        const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
+        const p = await store.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
         if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
         if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
         if (p.status !== "pending_step_up") return p;
-        const approved = await store.setPaymentStatus(trx, p.id, "approved", now);
+        const approved = await store.payments.setPaymentStatus(trx, p.id, "approved", now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
         return approved;
       });
@@ -798,11 +799,11 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
       const payment = await db.transaction(async (trx) => {
         // The row lock orders a decline against a concurrent approval: one of them decides.
-        const p = await store.findPaymentById(trx, req.paymentId.toLowerCase(), true);
+        const p = await store.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
         if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
         if (p.status === "declined") return p;
         if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
-        const declined = await store.setPaymentStatus(trx, p.id, "declined", now);
+        const declined = await store.payments.setPaymentStatus(trx, p.id, "declined", now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
         return declined;
       });
@@ -814,13 +815,13 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const owner = await deps.sessions.verify(req.sessionToken);
       if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
       const budget = await db.transaction(async (trx) => {
-        const b = await store.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
+        const b = await store.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
         if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
         if (b.status === "declined") return b;
         if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
         // The owner may have funded the draft: what it holds goes back to the parent vault.
         await sweep(trx, b, "decline", now);
-        const declined = await store.updateBudget(trx, b.id, { status: "declined" }, now);
+        const declined = await store.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
         return declined;
       });
@@ -840,8 +841,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       };
       const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
       const [allBudgets, allPayments] = await Promise.all([
-        store.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
-        store.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
+        store.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
+        store.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
       ]);
       const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
         if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };
@@ -854,7 +855,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       // Review pages show limits in the vault's currency (a child vault inherits its parent's).
       const currencies = new Map<string, string>();
       for (const b of budgets) {
-        if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await store.findVault(db, b.vaultId))?.currency ?? "");
+        if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await store.vaults.findVault(db, b.vaultId))?.currency ?? "");
       }
       return {
         draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))),
@@ -866,8 +867,8 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async getBalance(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.accountsRead);
-      const g = usable(await store.findGrant(db, claims.jti));
-      const vault = await store.findVault(db, g.vaultId);
+      const g = usable(await store.grants.findGrant(db, claims.jti));
+      const vault = await store.vaults.findVault(db, g.vaultId);
       if (!vault || vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
       // A read is withheld when its audit row cannot be written.
       await auditOutside(ctx, actorOf(g), "accounts.balance", "success", "", vault.id);
@@ -876,7 +877,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
 
     async listGrantAudit(req, ctx) {
       const claims = await claimsFor(req.accessToken, SCOPES.auditStream);
-      const g = usable(await store.findGrant(db, claims.jti));
+      const g = usable(await store.grants.findGrant(db, claims.jti));
       const limit = req.limit === 0 ? 100 : req.limit;
       if (limit > MAX_AUDIT_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_AUDIT_LIMIT}`);
       const actor = actorOf(g);
@@ -908,10 +909,10 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
       const amountCents = Number(req.amountCents);
       if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
       const vault = await db.transaction(async (trx) => {
-        const v = await store.findVault(trx, req.vaultId, true);
+        const v = await store.vaults.findVault(trx, req.vaultId, true);
         if (!v) fail(Reason.NOT_FOUND, "no such vault");
         if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
-        const funded = await store.fundVault(trx, v, amountCents, { id: randomUUID(), kind: "vault.fund", reference: `vault:${v.id}`, at: clock() });
+        const funded = await store.vaults.fundVault(trx, v, amountCents, { id: randomUUID(), kind: "vault.fund", reference: `vault:${v.id}`, at: clock() });
         await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "vault.fund", outcome: "success", subject: v.id, at: clock() });
         return funded;
       });
@@ -930,9 +931,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
         const out = await db.transaction(async (trx) => {
           const now = clock();
           const { budget: b, actor, agent } = await actingOn(trx, caller, vaultId, seen);
-          const current = (await store.findVault(trx, b.vaultId))!;
+          const current = (await store.vaults.findVault(trx, b.vaultId))!;
           // A replay answers what the key did, whatever the budget became since.
-          const prior = await store.findTransfer(trx, transferId, { vaultId: b.vaultId, currency: current.currency });
+          const prior = await store.vaults.findTransfer(trx, transferId, { vaultId: b.vaultId, currency: current.currency });
           if (prior) {
             if (prior.kind !== "budget.fund" || prior.amountCents !== amountCents) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with another amount");
             return { b, vault: current, replayed: true };
@@ -944,7 +945,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           const { parent, child } = await lockBudgetVaults(trx, b);
           if (parent.balanceCents < amountCents) fail(Reason.INSUFFICIENT_FUNDS, "the parent vault's balance is below the amount");
           if (child.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the budget's balance would exceed 2^53-1 cents");
-          const moved = await store.moveBetweenVaults(trx, parent, child, amountCents, { id: transferId, kind: "budget.fund", reference: `budget:${b.vaultId}`, at: now });
+          const moved = await store.vaults.moveBetweenVaults(trx, parent, child, amountCents, { id: transferId, kind: "budget.fund", reference: `budget:${b.vaultId}`, at: now });
           // Impossible while the budget is locked (findTransfer saw no such movement).
           if (!moved.moved) throw new Error(`budget funding ${transferId} was already in the ledger`);
           await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.fund", outcome: "success", subject: b.vaultId, at: now });
@@ -975,17 +976,17 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           const now = clock();
           const { budget: b, actor } = await actingOn(trx, caller, vaultId, seen);
           if (b.status === "closed") {
-            const v = (await store.findVault(trx, b.vaultId))!;
+            const v = (await store.vaults.findVault(trx, b.vaultId))!;
             return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
           }
           // The budgets its agent made close with it, all levels down (top-down, locked).
-          const below = (await store.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
+          const below = (await store.budgets.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
           const closing = [b, ...below];
           const vaultIds = closing.map((x) => x.vaultId);
           // Grants first (a payment locks its grant, then its vault): from here on none of
           // them pays, and none can be refreshed into a new one.
-          const revoked = await store.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
-          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
+          const revoked = await store.grants.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
+          const vaults = await store.vaults.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
           for (const x of closing) {
             const v = vaults.get(x.vaultId);
             if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
@@ -993,12 +994,12 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           const parent = vaults.get(b.parentVaultId);
           if (!parent || parent.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
           // A payment waiting for the owner (or approved and not yet repeated) never completes.
-          await store.declineOpenPayments(trx, vaultIds, now);
+          await store.payments.declineOpenPayments(trx, vaultIds, now);
           // The policies are frozen: a grant issued on these vaults later still pays nothing.
-          await store.closePolicies(trx, vaultIds, now);
+          await store.budgets.closePolicies(trx, vaultIds, now);
           let closed = b;
           for (const x of closing) {
-            const updated = await store.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
+            const updated = await store.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
             if (x.id === b.id) closed = updated;
             await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.close", outcome: "success", subject: x.vaultId, at: now });
           }
@@ -1042,9 +1043,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
           if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
           // What the budgets closed with it kept comes up too, deepest first (as a close sweeps).
           // Closing reached them all; only closed budgets' money is ever swept.
-          const below = (await store.lockDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status === "closed");
+          const below = (await store.budgets.lockDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status === "closed");
           const sweeping = [b, ...below];
-          const vaults = await store.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
+          const vaults = await store.vaults.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
           for (const id of [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]) {
             const v = vaults.get(id);
             if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
@@ -1074,7 +1075,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     },
 
     async listStrandedFunds() {
-      const rows = await store.listStranded(db, MAX_STRANDED + 1);
+      const rows = await store.budgets.listStranded(db, MAX_STRANDED + 1);
       return {
         vaults: rows.slice(0, MAX_STRANDED).map((r) => ({
           vaultId: r.budget.vaultId,
@@ -1118,24 +1119,4 @@ function paymentInput(p: { counterparty?: { address: string; chain: string; toke
     currency: p.currency,
     idempotencyKey: p.idempotencyKey,
   });
-}
-
-/** JSON with sorted keys: the identity of a request's parameters for idempotency. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value && typeof value === "object") {
-    const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
-  }
-  return JSON.stringify(value);
-}
-
-/**
- * A UUID that is a pure function of its parts (RFC 9562 version 8: custom, from SHA-256),
- * for ledger transactions whose id is their idempotency key.
- */
-export function derivedId(...parts: string[]): string {
-  const h = sha256Hex(parts.join("\n"));
-  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }

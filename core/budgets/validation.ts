@@ -2,7 +2,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { lengthBetween } from "../../lib/text.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
-import type { BudgetParams } from "./store.js";
+import type { BudgetParams } from "./records.js";
 
 /** The spec 2.1 fields as core receives them (proto init shape, already typed). */
 export interface BudgetInput {
