@@ -110,12 +110,9 @@ export async function budgetCaller(deps: TokenDeps & { sessions: SessionVerifier
 }
 
 /**
- * Inside the acting transaction: the budget of `vaultId`, locked FOR UPDATE (every fund
- * and close of one budget is ordered by this lock), and the caller. An agent acts only on
- * budgets under its grant's own vault (the budget's parent) and of its grant's user; the
- * owner on their own budgets. Another user's budget, a vault that is no budget and an
- * unfinished one are all "no such budget". Locks follow the order in saga.ts: the agent's
- * grant is read once to refuse a dead one before any lock, and again under lock after the budget's.
+ * The budget of `vaultId`, locked, and the caller: an agent acts only on budgets under its
+ * grant's vault and user, the owner on their own; anything else is "no such budget". The
+ * grant is read before any lock (a dead one is refused early) and again under lock after the budget.
  */
 async function actingOn(deps: ActingDeps, trx: Knex.Transaction, caller: BudgetCaller, vaultId: string, seen: { actor?: string }) {
   let userId: string;

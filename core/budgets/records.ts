@@ -145,12 +145,9 @@ export function toPayment(r: Record<string, unknown>): PaymentRecord {
 }
 
 /**
- * Today's completed spend (every completion since the reader's UTC midnight, `d` a SQL
- * date) from the vault row's running totals (migration 0018): nothing when the row's
- * spend day is earlier, that day's total when it is today, and the last two days' when
- * the row is already a day ahead (a payment stamped before midnight decided after one
- * stamped after it). A reader further behind (a clock set back over a day) counts the
- * whole lifetime, erring towards refusal.
+ * Today's completed spend from the vault row's running totals (`d`, a SQL date, is the
+ * reader's UTC day): a row a day ahead counts both days, for a payment stamped before midnight
+ * and decided after; a reader further behind (a clock set back) counts the lifetime, erring to refuse.
  */
 export const spentTodaySql = (d: string) =>
   `(CASE WHEN v.spent_day IS NULL OR v.spent_day < ${d} THEN 0 WHEN v.spent_day = ${d} THEN v.spent_day_cents

@@ -37,14 +37,9 @@ const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
 export function createBudgetGrantsStore() {
   return {
     /**
-     * The grant an agent call acts under, read afresh. With `lock` (inside the transaction
-     * that acts on it) the row is locked FOR NO KEY UPDATE: a revocation (an UPDATE of the
-     * row) waits for this transaction, so one that committed first is always seen and none
-     * can commit in between. Not FOR SHARE: a stream of share lockers can overtake a
-     * waiting UPDATE for ever (they are compatible with each other), which would starve a
-     * revocation under load; exclusive lockers queue in order. Calls on one grant are
-     * ordered by their vault's lock anyway, so this costs no concurrency. A non-UUID id
-     * names no grant.
+     * The grant an agent call acts under, read afresh. `lock` takes FOR NO KEY UPDATE, not FOR
+     * SHARE: a revocation committed first is seen and none commits in between, and a stream of
+     * share lockers cannot starve a waiting revocation. A non-UUID id names no grant.
      */
     async findGrant(conn: Conn, grantId: string, lock = false): Promise<AgentGrant | undefined> {
       if (!UUID.test(grantId)) return undefined;
@@ -57,10 +52,9 @@ export function createBudgetGrantsStore() {
     },
 
     /**
-     * Revokes every grant on a vault that is not revoked yet (active ones, and superseded
-     * ones whose refresh token could otherwise mint a new grant), as the dashboard's
-     * revocation writes it; returns how many. Reached through the user's index (grants
-     * have none on vault_id), in the same order as the kill switch's UPDATE.
+     * Revokes every grant on these vaults not revoked yet (superseded ones too: their refresh
+     * token could mint a new grant); returns how many. Reached through the user's index, in the
+     * kill switch's order.
      */
     async revokeVaultGrants(trx: Knex.Transaction, userId: string, vaultIds: string[], at: Date, reason: string): Promise<number> {
       return trx("grants")

@@ -86,11 +86,9 @@ export const budgetsStore = {
   },
 
   /**
-   * The budgets under a budget's vault that are not closed, every level down (a budget's
-   * agent may have made budgets of its own), locked FOR UPDATE top-down: by depth, then
-   * id. Two closes of nested budgets lock their common budgets in the same order, and
-   * both lock an ancestor before its descendants, as a single budget's fund or close does.
-   * A closed budget's own budgets were closed with it, so the walk stops there.
+   * The open budgets under a budget's vault, every level down, locked FOR UPDATE top-down
+   * (depth, then id): nested closes lock common budgets in one order, ancestors first. A closed
+   * budget's own budgets closed with it, so the walk stops there.
    */
   async lockOpenDescendants(trx: Knex.Transaction, userId: string, vaultId: string): Promise<BudgetRecord[]> {
     const { rows } = await trx.raw(

@@ -16,13 +16,9 @@ interface SimulateRead {
 
 /** SQL for agent payments: the decision's context, the payment rows, the spend totals. */
 export function createPaymentsStore(db: Db) {
-  // payments.simulate's read: the grant and everything its decision needs, for many
-  // concurrent calls in one statement (group commit); each statement's snapshot starts
-  // after all of its calls arrived, so a revocation committed before a call is seen.
-  // The same statement inserts each call's success audit row, guarded by the checks the
-  // service makes before answering (grant usable, vault the grant user's, currency):
-  // when it resolves the rows are committed, and a row exists exactly when the call may
-  // answer. A failing INSERT fails the statement, so no read answers unaudited.
+  // The simulate read, for many concurrent calls in one statement whose snapshot starts after
+  // they all arrived; it also inserts each answering call's audit row under the checks the
+  // service makes, so a row exists exactly when the call may answer, or the statement fails.
   const contextsWithAudit = prepared(
     "payment_context",
     `WITH ctx AS (
@@ -82,14 +78,9 @@ export function createPaymentsStore(db: Db) {
     },
 
     /**
-     * Takes a completed payment off the vault's balance and adds it to the running totals
-     * the caps are checked against, in one UPDATE. Call it in the transaction that completes
-     * the payment, holding the vault row FOR UPDATE (lockPaymentContext): the totals then
-     * equal the sum of the vault's completed payments at every commit. A payment on a later
-     * UTC day than the row's spend day starts the day afresh (the old day becomes the
-     * previous day when it is the day before); one dated the day before the row's spend day
-     * (stamped before midnight, decided after) adds to the previous day; one dated earlier
-     * still (a clock set back) counts towards the lifetime only.
+     * Takes a completed payment off the vault's balance and adds it to the caps' running totals
+     * in one UPDATE, holding the vault row FOR UPDATE, so the totals equal the completed payments at
+     * every commit. vault_record_spend decides which UTC day (or only the lifetime) a payment counts towards.
      */
     async recordSpend(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, payment: Pick<PaymentRecord, "id" | "amountCents">, at: Date): Promise<void> {
       // With the payment's ledger transaction (vault -> external:payments): migration 0020.
@@ -132,13 +123,9 @@ export function createPaymentsStore(db: Db) {
     },
 
     /**
-     * Everything a payment decision reads, for a payment that will be made: the grant
-     * (locked as in findGrant) and its vault (locked for update: every payment of the
-     * vault is ordered by this lock) with its balance and running spend totals, then, in
-     * a second statement whose snapshot starts after both locks are held, the policy.
-     * The vault columns come from the locked row's latest version (a row lock waits for
-     * and then reads the committed update of the payment before), so the totals include
-     * every payment committed before the lock was granted; no payment history is read.
+     * The grant (locked as in findGrant) and its vault (FOR UPDATE: every payment of the vault is
+     * ordered by this lock) with its running totals, then the policy in a second statement whose
+     * snapshot starts after both locks: the totals include every payment committed before.
      */
     async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
       if (!UUID.test(grantId)) return undefined;
@@ -162,10 +149,9 @@ export function createPaymentsStore(db: Db) {
     },
 
     /**
-     * How many items of a vault wait for its owner: payments awaiting step-up approval and
-     * draft budgets made under it, each count stopping at `cap` (found by partial indexes,
-     * never by reading the vault's history). Call it holding the vault row FOR UPDATE, the
-     * lock every payment and every budget's final transaction takes, so the count holds.
+     * Payments awaiting step-up and draft budgets of a vault, each count stopping at `cap` (partial
+     * indexes, no history read). Call it holding the vault row FOR UPDATE, the lock every payment
+     * and every saga's final transaction takes, so the count holds.
      */
     async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
       const { rows } = await trx.raw(

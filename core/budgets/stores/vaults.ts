@@ -5,11 +5,9 @@ import { movementCtes } from "../../ledger/store.js";
 import { toVault, type Conn, type VaultRecord } from "../records.js";
 
 /**
- * Locks vault rows FOR UPDATE in id order, the one order every caller locking more than
- * one vault uses (fund and decline lock a budget's vault and its parent; close locks the
- * vaults of every budget it closes and the top one's parent), so two of them never wait on
- * each other in a cycle. A payment locks one vault only. The rows are sorted before they
- * are locked (ORDER BY runs below the lock), so the order holds.
+ * Locks vault rows FOR UPDATE in id order, the one order every caller locking several vaults
+ * uses, so two never wait on each other in a cycle (a payment locks one vault only). ORDER BY
+ * runs below the lock, so the rows are locked in that order.
  */
 async function lockVaults(trx: Knex.Transaction, ids: string[]): Promise<Map<string, VaultRecord>> {
   const { rows } = await trx.raw(`SELECT * FROM vaults WHERE id = ANY(?::uuid[]) ORDER BY id FOR UPDATE`, [pgArray(ids)]);
@@ -49,11 +47,9 @@ export const vaultsStore = {
   lockVaults,
 
   /**
-   * Moves money between two vaults of one currency (a budget's funding or its sweep) and
-   * records it as one ledger transaction (`from` debited, `to` credited), in one
-   * statement. Both rows must be held FOR UPDATE (lockVaults) and `from` must hold the
-   * amount. The balances move only when the ledger transaction is new: a movement whose
-   * id is already in the ledger moves nothing and `moved` is false.
+   * Moves money between two vaults of one currency as one ledger transaction, in one statement;
+   * both rows held FOR UPDATE. A movement whose id is already in the ledger moves nothing
+   * (`moved` false): the id is the movement's idempotency key.
    */
   async moveBetweenVaults(
     trx: Knex.Transaction,
