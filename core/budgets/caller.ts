@@ -6,9 +6,9 @@ import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
-import type { AgentGrant, BudgetGrantsStore } from "../grants/budget-grants-store.js";
+import type { AgentGrant, BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import type { SessionVerifier } from "../identity/sessions.js";
-import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
+import { assertGrantUsable } from "../grants/usable.js";
 import { UUID } from "../uuid.js";
 import { hasScope } from "./policy.js";
 import type { BudgetRecord } from "./records.js";
@@ -54,12 +54,9 @@ export async function claimsFor(deps: TokenDeps, accessToken: string, scope: str
   return claims;
 }
 
-/** The grant as read from the database, refused unless it is active, unexpired and its user active. */
+/** The grant as read from the database, refused unless the one grant rule says it may act. */
 export function usable(deps: ClockDeps, g: AgentGrant | undefined): AgentGrant {
-  if (!g) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-  if (g.state !== "active") fail(Reason.INVALID_TOKEN, `the grant has been ${g.state}`);
-  if (!g.userActive) fail(Reason.INVALID_TOKEN, "the user's account is not active");
-  if (g.expiresAt.getTime() + CLOCK_SKEW_SECONDS * 1000 < deps.clock().getTime()) fail(Reason.INVALID_TOKEN, "the access token has expired");
+  assertGrantUsable(g, deps.clock());
   return g;
 }
 

@@ -5,7 +5,7 @@ import type { GetBalanceRequest, GetBalanceResponseSchema, ListGrantAuditRequest
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { auditCursor, auditSince } from "../audit/service.js";
-import type { BudgetGrantsStore } from "../grants/budget-grants-store.js";
+import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
 import type { VaultsStore } from "./stores/vaults.js";

@@ -13,7 +13,7 @@ import { fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
-import type { BudgetGrantsStore } from "../grants/budget-grants-store.js";
+import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { auditOutside, GrantGone, stillUsable, usable } from "./caller.js";
 import { AWAITING_LIMIT, AWAITING_MESSAGE, hasFreshStepUp, MAX_AWAITING_OWNER } from "./policy.js";
 import type { BudgetRecord, StepName, StepState } from "./records.js";

@@ -1,5 +1,5 @@
 import type { Db } from "../db/knex.js";
-import { createBudgetGrantsStore } from "../grants/budget-grants-store.js";
+import { createBudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { budgetsStore } from "./stores/budgets.js";
 import { createPaymentsStore } from "./stores/payments.js";
 import { sagaStore } from "./stores/saga.js";

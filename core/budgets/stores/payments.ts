@@ -4,7 +4,7 @@ import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../uuid.js";
 import { CLOCK_SKEW_SECONDS } from "../../keys/lifecycle.js";
-import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/budget-grants-store.js";
+import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
 import { spentTodaySql, toPayment, toPaymentContext, utcDay, VAULT_COLUMNS, type Conn, type PaymentContext, type PaymentRecord, type PaymentStatusName, type VaultRecord } from "../records.js";
 
 /** One payments.simulate read; `audit` asks for its success row, written when the call answers. */

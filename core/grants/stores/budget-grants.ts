@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
-import { UUID } from "../uuid.js";
-import type { GrantRecord, GrantState } from "./store.js";
+import { UUID } from "../../uuid.js";
+import type { GrantRecord, GrantState } from "./grants.js";
 
 type Conn = Knex | Knex.Transaction;
 
