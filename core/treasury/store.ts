@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { movementCtes } from "../ledger/store.js";
-import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL } from "./ledger.js";
+import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL } from "../ledger/treasury.js";
 
 export type TreasuryStatusName = "active" | "suspended" | "disabled" | "mandate_expired";
 
