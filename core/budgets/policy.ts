@@ -1,7 +1,6 @@
 import { STEP_UP_WINDOW_SECONDS } from "../identity/sessions.js";
 
-/** spec 2.1: the chains a budget may allow. */
-export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
+export { CHAINS } from "../../lib/vocabulary.js";
 /** spec 2.1: budget purposes. */
 export const PURPOSES = ["ap", "treasury", "trip", "market-research", "payroll", "multi-chain-concierge", "custom"] as const;
 /** spec 2.1 / 8: amount fields are integers 0 to 2^53-1. */

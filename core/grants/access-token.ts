@@ -1,6 +1,7 @@
 import { verify as verifySignature } from "node:crypto";
 import type { Keyring } from "../keys/keyring.js";
-import { CLOCK_SKEW_SECONDS, MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
+import { MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 
 /** DESIGN 3: agent grant access tokens live 3600 s; verification allows 30 s of skew. */
 export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;

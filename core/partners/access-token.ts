@@ -2,11 +2,8 @@ import { verify as verifySignature } from "node:crypto";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Keyring } from "../keys/keyring.js";
-import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import { PARTNER_TOKEN_TTL_SECONDS } from "./token-claims.js";
-
-/** spec 5.2: clock skew tolerated on exp, nbf and iat. */
-export { CLOCK_SKEW_SECONDS };
 
 export interface VerifiedPartnerToken {
   clientId: string;
