@@ -128,8 +128,6 @@ const STILL_OVER_400_BEING_SPLIT: string[] = [
   "core/budgets/store.ts",
   "core/grants/service.ts",
   "core/grants/store.ts",
-  "core/treasury/service.ts",
-  "core/treasury/store.ts",
   "gateways/jsonrpc/tools.ts",
   "test/clients/trust-boundary.test.ts",
   "test/core/explain-postgres.test.ts",
