@@ -1,6 +1,6 @@
 import type pg from "pg";
 import { rpcError, rpcResult, unconfirmed, type Attempt } from "./history.js";
-import { withDb, type World } from "./workload.js";
+import { withDb, type World } from "./world.js";
 import { createDb } from "../core/db/knex.js";
 import { createLedgerStore } from "../core/ledger/store.js";
 

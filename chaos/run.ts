@@ -15,7 +15,8 @@ import { makeSecrets, removeDataDir, startDatabase, startReplicas, workDir, type
 import { runChecks } from "./checks.js";
 import { History } from "./history.js";
 import { Rng } from "./rng.js";
-import { createFixtures, runClients, settle, startReceiver, type World } from "./workload.js";
+import { runClients, settle } from "./workload.js";
+import { createFixtures, startReceiver, type World } from "./world.js";
 
 const seed = process.env.CHAOS_SEED || randomBytes(6).toString("hex");
 const seconds = Number(process.env.CHAOS_SECONDS ?? 60);

@@ -2,13 +2,15 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
 import type { Db } from "./db/knex.js";
 import { migrationsCurrent } from "./db/migrate.js";
-import type { Keyring } from "./keys/keyring.js";
-import type { AuditStore } from "./audit/store.js";
+import type { Knex } from "knex";
 
+/** Only what the probes use, so this platform file depends on no domain room. */
 export interface HealthDeps {
   db: Db;
-  keyring: Keyring;
-  audit: AuditStore;
+  keyring: { current(): unknown };
+  audit: {
+    append(trx: Knex.Transaction, entry: { requestId: string; actor: string; action: string; outcome: "success"; at: Date }): Promise<unknown>;
+  };
 }
 
 /** The readiness checks, each also served as its own health service `vaultgate.<check>`. */

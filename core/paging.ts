@@ -1,6 +1,6 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { Db } from "./db/knex.js";
-import { constantTimeEqual } from "../lib/crypto.js";
+import { constantTimeEqual, hmacSha256 } from "../lib/crypto.js";
 
 /** Server-signed opaque cursors: tampering or a cursor from another server fails to decode. */
 export interface CursorCodec {
@@ -10,7 +10,7 @@ export interface CursorCodec {
 }
 
 export function createCursorCodec(key: Buffer): CursorCodec {
-  const mac = (body: string) => createHmac("sha256", key).update(body).digest("base64url").slice(0, 22);
+  const mac = (body: string) => hmacSha256(key, body, "base64url").slice(0, 22);
   return {
     encode(position) {
       const body = Buffer.from(JSON.stringify(position)).toString("base64url");

@@ -1,8 +1,7 @@
 import { STEP_UP_WINDOW_SECONDS } from "../identity/sessions.js";
-import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 
-/** The chains a budget may allow. */
-export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
+export { CHAINS } from "../../lib/vocabulary.js";
 /** Budget purposes. */
 export const PURPOSES = ["ap", "treasury", "trip", "market-research", "payroll", "multi-chain-concierge", "custom"] as const;
 /** Amount fields are integers 0 to 2^53-1. */

@@ -1,5 +1,5 @@
-import { createHash } from "node:crypto";
 import type { Knex } from "knex";
+import { sha256Hex } from "../../lib/crypto.js";
 
 /**
  * Runs a multi-statement SQL script one statement at a time: PGlite executes
@@ -46,7 +46,7 @@ export function pgArray(values: readonly (string | null)[]): string {
  * Statements name their columns where they can; `SELECT *` is for our own functions.
  */
 export function prepared(label: string, sql: string) {
-  const base = `vg_${label}_${createHash("sha256").update(sql).digest("hex").slice(0, 12)}`;
+  const base = `vg_${label}_${sha256Hex(sql).slice(0, 12)}`;
   let generation = 0;
   const nameNow = () => (generation === 0 ? base : `${base}_${generation}`);
   return async (conn: Knex, bindings: readonly Knex.Value[]): Promise<Record<string, unknown>[]> => {

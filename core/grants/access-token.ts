@@ -1,8 +1,8 @@
-import { verify as verifySignature } from "node:crypto";
 import type { Keyring } from "../keys/keyring.js";
-import { CLOCK_SKEW_SECONDS, MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
+import { MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
+import { checkAccessToken, timeRefusal } from "../keys/access-token-verifier.js";
 
-/** DESIGN 3: agent grant access tokens live 3600 s; verification allows 30 s of skew. */
+/** Agent grant access tokens live as long as any keyring token may. */
 export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 
 export const AGENT_TOKEN_HEADER = Object.freeze({ typ: "at+jwt" } as const);
@@ -69,53 +69,32 @@ export interface AccessTokenVerifierOptions {
 }
 
 /**
- * Verifies agent access tokens with node:crypto (DESIGN 7: about 3x jose). The
- * signature check of a given token is done once and cached; whether its key may still
- * verify it (rotation, retirement: keyring.verificationKey), time and grant state are
- * checked on every call.
+ * Verifies agent access tokens with the keyring's one token check. A token that passed is
+ * kept; whether its key may still verify it (rotation, retirement) and its times are
+ * checked again on every call. Grant state is the caller's to check.
  */
 export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
   const verified = new Map<string, { claims: AgentTokenClaims; kid: string }>();
   const MAX_CACHED = 10_000;
-
-  async function verifySigned(token: string): Promise<AgentTokenClaims | undefined> {
-    const cached = verified.get(token);
-    if (cached) return (await options.keyring.verificationKey(cached.kid, cached.claims.iat)) ? cached.claims : undefined;
-    const parts = token.split(".");
-    if (parts.length !== 3 || token.length > 8192) return undefined;
-    let header: Record<string, unknown>;
-    let payload: AgentTokenClaims;
-    try {
-      header = JSON.parse(Buffer.from(parts[0]!, "base64url").toString("utf8"));
-      payload = JSON.parse(Buffer.from(parts[1]!, "base64url").toString("utf8"));
-    } catch {
-      return undefined;
-    }
-    if (!header || typeof header !== "object" || header.alg !== "ES256" || header.typ !== "at+jwt" || typeof header.kid !== "string") return undefined;
-    if (typeof payload !== "object" || payload === null || !Number.isSafeInteger(payload.iat)) return undefined;
-    const key = await options.keyring.verificationKey(header.kid, payload.iat);
-    if (!key) return undefined;
-    const ok = verifySignature("sha256", Buffer.from(`${parts[0]}.${parts[1]}`), { key, dsaEncoding: "ieee-p1363" }, Buffer.from(parts[2]!, "base64url"));
-    if (!ok) return undefined;
-    if (verified.size >= MAX_CACHED) verified.clear();
-    verified.set(token, { claims: payload, kid: header.kid });
-    return payload;
-  }
+  const rules = { keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192 };
 
   return {
     /** The claims of a valid, unexpired agent token, or undefined. Grant state is not checked here. */
     async verify(token: string): Promise<AgentTokenClaims | undefined> {
-      const c = await verifySigned(token);
-      if (!c) return undefined;
-      const now = Math.floor(options.clock().getTime() / 1000);
-      if (c.iss !== options.issuer) return undefined;
-      if (!Array.isArray(c.aud) || !c.aud.includes(options.mcpUrl)) return undefined;
-      if (typeof c.exp !== "number" || typeof c.iat !== "number" || typeof c.jti !== "string") return undefined;
-      // DESIGN 3: maximum lifetime one hour, 30 s skew.
-      if (c.exp - c.iat > ACCESS_TOKEN_TTL_SECONDS) return undefined;
-      if (now > c.exp + CLOCK_SKEW_SECONDS) return undefined;
-      if (c.iat > now + CLOCK_SKEW_SECONDS || (typeof c.nbf === "number" && c.nbf > now + CLOCK_SKEW_SECONDS)) return undefined;
-      return c;
+      const now = options.clock();
+      const cached = verified.get(token);
+      if (cached) {
+        if (timeRefusal(cached.claims, now) !== undefined) return undefined;
+        return (await options.keyring.verificationKey(cached.kid, cached.claims.iat)) ? cached.claims : undefined;
+      }
+      const checked = await checkAccessToken(token, rules, now);
+      if (!checked.ok) return undefined;
+      const c = checked.claims;
+      // Agent tokens always carry an audience list and the grant id as jti.
+      if (!Array.isArray(c.aud) || typeof c.jti !== "string") return undefined;
+      if (verified.size >= MAX_CACHED) verified.clear();
+      verified.set(token, { claims: c as unknown as AgentTokenClaims, kid: checked.kid });
+      return c as unknown as AgentTokenClaims;
     },
   };
 }

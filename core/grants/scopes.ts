@@ -1,8 +1,6 @@
-/** The scopes an agent grant may carry. */
-export const AGENT_SCOPES = ["accounts:read", "payments:initiate", "payments:simulate", "audit:stream", "agent:budget:create"] as const;
+import { AGENT_SCOPES, STEP_UP_SCOPES } from "../../lib/vocabulary.js";
 
-/** Scopes whose approval needs a fresh step-up (they move money or access: a human approves them). */
-export const STEP_UP_SCOPES: readonly string[] = ["payments:initiate", "agent:budget:create"];
+export { AGENT_SCOPES, STEP_UP_SCOPES };
 
 /** Parses a space-separated scope string into a de-duplicated list; undefined if malformed. */
 export function parseScope(value: string): string[] | undefined {
@@ -18,5 +16,5 @@ export function isSubset(wanted: readonly string[], allowed: readonly string[]):
 }
 
 export function needsStepUp(scopes: readonly string[]): boolean {
-  return scopes.some((s) => STEP_UP_SCOPES.includes(s));
+  return scopes.some((s) => (STEP_UP_SCOPES as readonly string[]).includes(s));
 }

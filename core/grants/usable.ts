@@ -1,6 +1,6 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import type { GrantState } from "./stores/grants.js";
 
 /** What decides whether a grant read afresh may still act. */

@@ -1,12 +1,12 @@
 import type { JWK } from "jose";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 
 /**
  * The longest life any token signed by the keyring may claim (`exp - iat`). Both
  * verifiers refuse longer claims (agent and partner tokens live exactly this long).
  */
 export const MAX_TOKEN_LIFETIME_SECONDS = 3600;
-/** Clock skew tolerated on exp, nbf and iat by every verifier (DESIGN 3). */
-export const CLOCK_SKEW_SECONDS = 30;
+
 /** How long a rotated key stays published: after that every token it signed has expired. */
 export const ROTATED_KEY_GRACE_MS = (MAX_TOKEN_LIFETIME_SECONDS + CLOCK_SKEW_SECONDS) * 1000;
 

@@ -18,6 +18,7 @@ import type { KycProvider } from "./kyc-providers.js";
 import { enqueue, type EventType, type OutboxStore } from "./webhooks/outbox-store.js";
 import { generateWebhookSecret, parseWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { UUID } from "../uuid.js";
+import { CHAINS } from "../../lib/vocabulary.js";
 
 export interface PartnerResourcesDeps {
   db: Db;
@@ -37,7 +38,6 @@ export interface PartnerResourcesDeps {
 }
 
 const KYC_STATUSES = ["not_started", "pending", "approved", "rejected"] as const;
-const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 const DEFAULT_LIMIT = 50;
 const MAX_LIMIT = 100;
 

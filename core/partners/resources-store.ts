@@ -5,7 +5,7 @@ import { batchFunction } from "../db/sql.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../paging.js";
 import { externalAccount, userAccount } from "../ledger/accounts.js";
 import { movementCtes } from "../ledger/store.js";
-import { PAYOUT_TRANSFER_ID_SQL } from "../treasury/ledger.js";
+import { PAYOUT_TRANSFER_ID_SQL } from "../ledger/treasury.js";
 
 type Conn = Knex | Knex.Transaction;
 

@@ -1,10 +1,6 @@
-/** spec 5.3: the five consent scopes, which are also the default entitlements. */
-export const CONSENT_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive"] as const;
+import { CONSENT_SCOPES, PARTNER_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
 
-/** Token-only scope an administrator may add; never a consent (spec 5.3 rule 3). */
-export const TREASURY_SCOPE = "treasury:write";
-
-export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
+export { CONSENT_SCOPES, PARTNER_SCOPES, TREASURY_SCOPE };
 
 /** RFC 6749 3.3 scope-token: printable ASCII except space, '"' and '\'. */
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;

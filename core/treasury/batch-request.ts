@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { sha256Hex } from "../../lib/crypto.js";
 import { lengthBetween } from "../../lib/text.js";
 import { UUID } from "../uuid.js";
 
@@ -86,5 +86,5 @@ export function canonicalBatchHash(batch: Omit<BatchInput, "idempotencyKey">): s
     batch.payerEntityId,
     batch.items.map((i) => [i.executionId, i.payoutId, i.recipientUserId, i.amountCents, i.currency, i.reference]),
   ]);
-  return createHash("sha256").update(canonical).digest("hex");
+  return sha256Hex(canonical);
 }

@@ -1,17 +1,10 @@
 import { randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import {
-  BatchSchema,
-  EdgeRejection,
-  ItemStatus,
-  TreasuryService,
-  TreasuryStatus,
-  type TreasurySchema,
-} from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { BatchSchema, EdgeRejection, ItemStatus, TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
@@ -21,10 +14,12 @@ import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
 import { TREASURY_SCOPE } from "../partners/scopes.js";
 import { encodeBatch } from "./batch-encoding.js";
-import { canonicalBatchHash, validateBatch, type BatchItemInput } from "./batch-request.js";
+import { canonicalBatchHash, validateBatch } from "./batch-request.js";
 import { exceededLimit, utcDay } from "./policy.js";
-import type { BatchRecord, ExecutionRecord, TreasuryRecord, TreasuryStatusName, TreasuryStore } from "./store.js";
+import type { BatchRecord, TreasuryStore } from "./store.js";
 import { UUID } from "../uuid.js";
+import { checkRecipients, planItems } from "./batch-plan.js";
+import { cents, EDGE_REJECTIONS, MAX_CENTS, optionalCents, PAYOUTS_RECEIVE, reasonLabel, statusName, toProto } from "./wire.js";
 
 /** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
 export interface TreasuryFaults {
@@ -50,31 +45,6 @@ export interface TreasuryServiceDeps {
 const BATCH_ACTION = "treasury.batch.execute";
 /** Audit actor of a request whose token proves no partner. */
 const ANONYMOUS = "anonymous";
-
-/** Edge rejections: the audit reason (the gateway's error code) and core's answer. */
-const EDGE_REJECTIONS: Partial<Record<EdgeRejection, { label: string; reason: Reason; message: string }>> = {
-  [EdgeRejection.BODY_TOO_LARGE]: { label: "body_too_large", reason: Reason.INVALID_REQUEST, message: "request body is too large" },
-  [EdgeRejection.INVALID_JSON]: { label: "invalid_json", reason: Reason.INVALID_REQUEST, message: "request body is not valid JSON" },
-  [EdgeRejection.BEARER_MISSING]: { label: "invalid_token", reason: Reason.INVALID_TOKEN, message: "a bearer access token is required" },
-  [EdgeRejection.MALFORMED]: { label: "invalid_request", reason: Reason.INVALID_REQUEST, message: "malformed request" },
-};
-const PAYOUTS_RECEIVE = "payouts:receive";
-const MAX_CENTS = Number.MAX_SAFE_INTEGER;
-
-const statusName = {
-  [TreasuryStatus.UNSPECIFIED]: undefined,
-  [TreasuryStatus.ACTIVE]: "active",
-  [TreasuryStatus.SUSPENDED]: "suspended",
-  [TreasuryStatus.DISABLED]: "disabled",
-  [TreasuryStatus.MANDATE_EXPIRED]: "mandate_expired",
-} satisfies Record<TreasuryStatus, TreasuryStatusName | undefined>;
-
-const statusEnum = {
-  active: TreasuryStatus.ACTIVE,
-  suspended: TreasuryStatus.SUSPENDED,
-  disabled: TreasuryStatus.DISABLED,
-  mandate_expired: TreasuryStatus.MANDATE_EXPIRED,
-} satisfies Record<TreasuryStatusName, TreasuryStatus>;
 
 export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<typeof TreasuryService> {
   const { db, store, audit } = deps;
@@ -244,12 +214,12 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
               reference: item.reference,
             })),
           );
-          const plan = await planItems(trx, partner.id, input.payerEntityId, input.items, inserted);
+          const plan = await planItems(store, trx, partner.id, input.payerEntityId, input.items, inserted);
           const fresh = input.items.filter((item) => !plan.already.has(item.executionId));
 
           const otherCurrency = fresh.findIndex((item) => item.currency !== treasury.currency);
           if (otherCurrency !== -1) fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
-          await checkRecipients(trx, partner.id, fresh);
+          await checkRecipients(store, trx, partner.id, fresh);
 
           const today = utcDay(now);
           const amounts = fresh.map((i) => i.amountCents);
@@ -380,87 +350,4 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     if (actor) await appendAudit(db, ctx, { actor, action, subject, reason: edge.label });
     return fail(edge.reason, edge.message);
   }
-
-  /**
-   * Sorts items into new ones and ones already executed with identical fields; any
-   * reuse with a changed field fails the whole batch (spec 4.8 execution_conflict).
-   * A payout_id already paid under another execution_id is a conflict too.
-   */
-  async function planItems(trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[], inserted: Set<string>) {
-    const reused = items.filter((i) => !inserted.has(i.executionId));
-    const already = new Map<string, ExecutionRecord>();
-    if (reused.length === 0) return { already };
-    const existing = await store.findExecutions(
-      trx,
-      partnerId,
-      reused.map((i) => i.executionId),
-      reused.map((i) => i.payoutId),
-    );
-    const byExecution = new Map(existing.map((e) => [e.executionId, e]));
-    const byPayout = new Map(existing.map((e) => [e.payoutId, e]));
-    for (const [index, item] of items.entries()) {
-      if (inserted.has(item.executionId)) continue;
-      const earlier = byExecution.get(item.executionId);
-      if (earlier) {
-        const same =
-          earlier.payoutId === item.payoutId &&
-          earlier.recipientUserId === item.recipientUserId &&
-          earlier.payerEntityId === payerEntityId &&
-          earlier.amountCents === item.amountCents &&
-          earlier.currency === item.currency &&
-          earlier.reference === item.reference;
-        if (!same) fail(Reason.EXECUTION_CONFLICT, `items[${index}].execution_id was executed before with different fields`);
-        already.set(item.executionId, earlier);
-      } else if (byPayout.has(item.payoutId)) {
-        fail(Reason.EXECUTION_CONFLICT, `items[${index}].payout_id was paid before under another execution_id`);
-      } else {
-        throw new Error("an execution was skipped as a duplicate but no earlier execution matches it");
-      }
-    }
-    return { already };
-  }
-
-  /** Recipients of new payouts must exist, be active and have granted payouts:receive to this partner. */
-  async function checkRecipients(trx: Knex.Transaction, partnerId: string, items: BatchItemInput[]) {
-    if (items.length === 0) return;
-    const recipients = new Map((await store.recipients(trx, partnerId, [...new Set(items.map((i) => i.recipientUserId))])).map((r) => [r.userId, r]));
-    for (const item of items) {
-      const r = recipients.get(item.recipientUserId);
-      // An unknown user and a user without consent answer alike: no existence oracle.
-      if (!r || !r.scopes.includes(PAYOUTS_RECEIVE)) {
-        fail(Reason.GRANT_REQUIRED, `recipient ${item.recipientUserId} has not granted ${PAYOUTS_RECEIVE} to this partner`);
-      }
-      if (r.status !== "active") fail(Reason.USER_INACTIVE, `recipient ${item.recipientUserId} is not active`);
-    }
-  }
 }
-
-function cents(value: bigint, field: string): number {
-  if (value < 0n || value > BigInt(MAX_CENTS)) fail(Reason.INVALID_REQUEST, `${field} must be an integer from 0 to ${MAX_CENTS}`);
-  return Number(value);
-}
-
-function optionalCents(value: bigint | undefined, field: string): number | null {
-  return value === undefined ? null : cents(value, field);
-}
-
-function toProto(partner: Pick<PartnerRecord, "clientId">, t: TreasuryRecord): MessageInitShape<typeof TreasurySchema> {
-  const big = (v: number | null) => (v === null ? undefined : BigInt(v));
-  return {
-    clientId: partner.clientId,
-    status: statusEnum[t.status],
-    payerEntityId: t.payerEntityId,
-    currency: t.currency,
-    availableCents: BigInt(t.balanceCents),
-    capPerItemCents: big(t.capPerItemCents),
-    capPerDayCents: big(t.capPerDayCents),
-    capLifetimeCents: big(t.capLifetimeCents),
-    stepUpAmountCents: big(t.stepUpAmountCents),
-  };
-}
-
-/** The audit `reason` label of a failure: the snake_case Reason name. */
-function reasonLabel(reason: Reason): string {
-  return (Reason[reason] ?? "unspecified").toLowerCase();
-}
-

@@ -4,6 +4,7 @@
  */
 
 import { treasuryOpenApi } from "./treasury-openapi.js";
+import { CHAINS } from "../../lib/vocabulary.js";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const resp = (name: string) => ({ $ref: `#/components/responses/${name}` });
@@ -275,7 +276,7 @@ export function partnerOpenApi(serverUrl: string) {
               items: {
                 type: "object",
                 required: ["chain", "address"],
-                properties: { chain: { enum: ["eth", "base", "arb", "op", "polygon", "sol"] }, address: { type: "string" } },
+                properties: { chain: { enum: [...CHAINS] }, address: { type: "string" } },
                 additionalProperties: false,
               },
             },

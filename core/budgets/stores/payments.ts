@@ -3,7 +3,7 @@ import type { Db } from "../../db/knex.js";
 import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../uuid.js";
-import { CLOCK_SKEW_SECONDS } from "../../keys/lifecycle.js";
+import { CLOCK_SKEW_SECONDS } from "../../../lib/clock.js";
 import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
 import { spentTodaySql, toPayment, toPaymentContext, utcDay, VAULT_COLUMNS, type Conn, type PaymentContext, type PaymentRecord, type PaymentStatusName, type VaultRecord } from "../records.js";
 

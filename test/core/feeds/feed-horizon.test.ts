@@ -14,7 +14,7 @@ import { enqueue } from "../../../core/partners/webhooks/outbox-store.js";
 import { createResourcesStore } from "../../../core/partners/resources-store.js";
 import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
 import { createTreasuryStore } from "../../../core/treasury/store.js";
-import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { movementCtes } from "../../../core/ledger/store.js";
 import { externalAccount, userAccount } from "../../../core/ledger/accounts.js";
 

@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { ItemStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { accountId } from "../../../core/ledger/accounts.js";
-import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { feedsSettled, requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";

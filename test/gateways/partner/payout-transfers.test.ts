@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { Webhook } from "standardwebhooks";
-import { payoutTransferId } from "../../../core/treasury/ledger.js";
+import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { createResourcesStore } from "../../../core/partners/resources-store.js";
 import { feedsSettled } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";

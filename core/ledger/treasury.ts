@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
-import { externalAccount, treasuryAccount, type ExternalAccount } from "../ledger/accounts.js";
-import type { Leg } from "../ledger/store.js";
+import { externalAccount, treasuryAccount, type ExternalAccount } from "./accounts.js";
+import type { Leg } from "./store.js";
 
 /**
- * How treasury money shows in the double-entry ledger (core/ledger/store.ts).
+ * How treasury money shows in the double-entry ledger (store.ts).
  *
  * - `treasury fund`: external:funding -> treasury:<partner> ("treasury.fund").
  * - `treasury bind` sets the balance: the difference to the balance held before is one
@@ -12,7 +12,7 @@ import type { Leg } from "../ledger/store.js";
  *   the account of a currency the treasury no longer holds sums to zero.
  * - A batch: one "payout" transaction whose id is the batch id; the treasury account is
  *   debited by the batch total and each recipient's user account credited with the sum of
- *   the items newly executed for it (one leg per recipient, store.ts recordBatch). Each such
+ *   the items newly executed for it (one leg per recipient, treasury store recordBatch). Each such
  *   execution is a settled credit in its recipient's transfers whose id is
  *   `payoutTransferId` (the transfers feed reads it from treasury_executions).
  */

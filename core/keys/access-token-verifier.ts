@@ -1,0 +1,94 @@
+import { errors, jwtVerify, type JWTPayload } from "jose";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
+import type { Keyring } from "./keyring.js";
+import { MAX_TOKEN_LIFETIME_SECONDS } from "./lifecycle.js";
+
+/** Why a token was refused; each room words its own answer. */
+export type TokenRefusal = "expired" | "not_yet_valid" | "invalid" | "no_keys";
+
+export interface CheckedClaims extends JWTPayload {
+  iat: number;
+  exp: number;
+}
+
+export type TokenCheck = { ok: true; claims: CheckedClaims; kid: string } | { ok: false; refusal: TokenRefusal };
+
+export interface AccessTokenRules {
+  keyring: Pick<Keyring, "verificationKey" | "hasVerificationKeys">;
+  issuer: string;
+  audience: string;
+  /** Longer tokens are refused unread. */
+  maxLength: number;
+}
+
+class Refused extends Error {
+  constructor(readonly refusal: TokenRefusal) {
+    super(refusal);
+  }
+}
+
+/**
+ * The one check of the access tokens the keyring signs (agent and partner): ES256, typ
+ * at+jwt, issuer, audience, integer times, `exp - iat` within the longest lifetime and the
+ * clock skew on exp, nbf and iat. The keyring decides whether a kid may verify a token issued at `iat`.
+ */
+export async function checkAccessToken(token: string, rules: AccessTokenRules, now: Date): Promise<TokenCheck> {
+  if (token.length > rules.maxLength) return { ok: false, refusal: "invalid" };
+  let kid = "";
+  try {
+    const { payload } = await jwtVerify(
+      token,
+      async (header, jws) => {
+        // Checked before the key is looked up, so a malformed token never reads as a key problem.
+        if (typeof header.typ !== "string" || !["at+jwt", "application/at+jwt"].includes(header.typ.toLowerCase())) throw new Refused("invalid");
+        if (typeof header.kid !== "string") throw new Refused("invalid");
+        const claims = decodeClaims(typeof jws.payload === "string" ? jws.payload : "");
+        if (!claims || !isInt(claims.iat) || !isInt(claims.exp) || (claims.nbf !== undefined && !isInt(claims.nbf))) throw new Refused("invalid");
+        if (claims.exp < claims.iat || claims.exp - claims.iat > MAX_TOKEN_LIFETIME_SECONDS) throw new Refused("invalid");
+        const key = await rules.keyring.verificationKey(header.kid, claims.iat);
+        if (!key) throw new Refused(rules.keyring.hasVerificationKeys() ? "invalid" : "no_keys");
+        kid = header.kid;
+        return key;
+      },
+      {
+        algorithms: ["ES256"],
+        typ: "at+jwt",
+        issuer: rules.issuer,
+        audience: rules.audience,
+        clockTolerance: CLOCK_SKEW_SECONDS,
+        maxTokenAge: MAX_TOKEN_LIFETIME_SECONDS,
+        currentDate: now,
+      },
+    );
+    return { ok: true, claims: payload as CheckedClaims, kid };
+  } catch (err) {
+    if (err instanceof Refused) return { ok: false, refusal: err.refusal };
+    if (err instanceof errors.JWTExpired) return { ok: false, refusal: "expired" };
+    if (err instanceof errors.JWTClaimValidationFailed && (err.claim === "nbf" || err.claim === "iat") && err.reason === "check_failed") {
+      return { ok: false, refusal: "not_yet_valid" };
+    }
+    return { ok: false, refusal: "invalid" };
+  }
+}
+
+/** The same time rules for a token verified before and kept in a cache. */
+export function timeRefusal(claims: { iat: number; exp: number; nbf?: number }, now: Date): TokenRefusal | undefined {
+  const seconds = Math.floor(now.getTime() / 1000);
+  if (claims.exp <= seconds - CLOCK_SKEW_SECONDS) return "expired";
+  if (claims.iat > seconds + CLOCK_SKEW_SECONDS || (claims.nbf !== undefined && claims.nbf > seconds + CLOCK_SKEW_SECONDS)) return "not_yet_valid";
+  return undefined;
+}
+
+function decodeClaims(part: string): Record<string, unknown> | undefined {
+  if (!/^[A-Za-z0-9_-]+$/.test(part)) return undefined;
+  try {
+    const v: unknown = JSON.parse(Buffer.from(part, "base64url").toString("utf8"));
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isInt(v: unknown): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v);
+}

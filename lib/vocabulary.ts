@@ -1,0 +1,23 @@
+/**
+ * Names core and the gateways must agree on, defined once: a scope or chain added here
+ * reaches the rules, the consent page, the tool schemas and the OpenAPI document together.
+ */
+
+/** The scopes an agent grant may carry. */
+export const AGENT_SCOPES = ["accounts:read", "payments:initiate", "payments:simulate", "audit:stream", "agent:budget:create"] as const;
+export type AgentScope = (typeof AGENT_SCOPES)[number];
+
+/** Agent scopes whose approval needs a fresh step-up: they move money or create spending power. */
+export const STEP_UP_SCOPES: readonly AgentScope[] = ["payments:initiate", "agent:budget:create"];
+
+/** The partner scopes a user consents to; also a partner client's default entitlements. */
+export const CONSENT_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive"] as const;
+
+/** Token-only partner scope an administrator may add; never a consent. */
+export const TREASURY_SCOPE = "treasury:write";
+
+export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
+
+/** The chains a budget may allow and a wallet may be on. */
+export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
+export type Chain = (typeof CHAINS)[number];
