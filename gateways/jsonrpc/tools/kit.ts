@@ -1,4 +1,5 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { type AgentScope, CHAINS } from "../../../lib/vocabulary.js";
 import type { CoreClients } from "../../core-clients.js";
 
 /** What every tool definition is built from: the Tool shape, schema atoms, and argument types derived from schemas. */
@@ -19,7 +20,7 @@ export interface Tool {
   name: string;
   category: Category;
   /** The scope core requires (informational in tools/list; core enforces it). */
-  scope: string | null;
+  scope: AgentScope | null;
   /** "bearer": the grant token; "none": the tool authenticates with its own params. */
   auth: "bearer" | "none";
   title: string;
@@ -44,9 +45,6 @@ export interface UrlElicitation {
   url: string;
   message: string;
 }
-
-// TODO(vocabulary): the chains every surface accepts; to come from the one shared vocabulary module.
-export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 
 const DIALECT = "https://json-schema.org/draft/2020-12/schema";
 export const AMOUNT = { type: "integer", minimum: 0, maximum: 9007199254740991 } as const;
