@@ -3,7 +3,7 @@ import knexFactory from "knex";
 import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { testDatabase, usingPostgres } from "../../support/db.js";
+import { testDatabase, requirePostgres } from "../../support/db.js";
 import { grantFor, payment, rejection } from "../../support/budgets.js";
 import { fundedChild, totalsAndSums } from "../../support/spend.js";
 
@@ -15,7 +15,7 @@ describe("Running spend totals under concurrency across midnight (Postgres)", fu
   this.timeout(120_000);
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) this.skip(); // needs several connections: PGlite serialises everything
+    requirePostgres(this, "needs several connections: PGlite serialises everything");
     stack = await startStack();
   });
   after(() => stack?.close());
