@@ -138,19 +138,6 @@ export function bearerMd(token?: string, extra: Record<string, string> = {}): gr
   return md;
 }
 
-/** The gRPC status a call failed with; throws when it succeeded. */
-export async function grpcRefusal(call: Promise<unknown>): Promise<grpc.ServiceError> {
-  try {
-    await call;
-  } catch (err) {
-    if (typeof (err as grpc.ServiceError).code === "number") return err as grpc.ServiceError;
-    throw err;
-  }
-  throw new Error("expected the call to be refused, but it succeeded");
-}
-
-export const statusName = (code: number) => grpc.status[code] ?? String(code);
-
 // ---------------------------------------------------------------------------
 // Forged and tampered JWTs.
 

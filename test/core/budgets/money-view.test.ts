@@ -4,7 +4,8 @@ import { BudgetStatus, PaymentStatus, type VaultView } from "../../../gen/vaultg
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres } from "../../support/db.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 const APP_URL = "http://app.vaultgate.test";
 
@@ -152,11 +153,11 @@ describe("BudgetsService.GetMoneyView", () => {
     expect(theirs.map((v) => v.vaultId)).to.deep.equal([stranger.vaultId]);
 
     for (const token of ["", "vgs_not-a-session", "x".repeat(300)]) {
-      expect((await rejection(stack.clients.budgets.getMoneyView({ sessionToken: token }))).detail?.reason, token.slice(0, 10)).to.equal(Reason.INVALID_TOKEN);
+      expect((await refusalOf(stack.clients.budgets.getMoneyView({ sessionToken: token }))).detail?.reason, token.slice(0, 10)).to.equal(Reason.INVALID_TOKEN);
     }
     const ended = await ownerSession(stack, owner.userId);
     await stack.clients.grants.endSession({ sessionToken: ended });
-    expect((await rejection(stack.clients.budgets.getMoneyView({ sessionToken: ended }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.budgets.getMoneyView({ sessionToken: ended }), Reason.INVALID_TOKEN);
   });
 
   it("sends the same number of statements for one vault as for many (no query per vault)", async () => {
