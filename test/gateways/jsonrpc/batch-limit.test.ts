@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { fixtures, postJsonRpc, type Fixtures } from "../../support/trust.js";
+import { fixtures, type Fixtures } from "../../support/trust.js";
+import { postJsonRpc } from "../../support/replicas.js";
 import { MAX_BATCH_CALLS } from "../../../gateways/jsonrpc/plugin.js";
 import { expectJsonRpcError } from "../../support/refusals.js";
 
