@@ -18,6 +18,7 @@ import { createScratchDatabase } from "../support/db.js";
 import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 import { basic, createPartner, postToken } from "../support/partners.js";
 import { startStack, TEST_ISSUER, type TestStack } from "../support/stack.js";
+import { grpcRefusalOf } from "../support/refusals.js";
 
 const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
 
@@ -53,15 +54,6 @@ async function call(kind: "health" | "grants", address: string, creds: grpc.Chan
   } finally {
     client.close();
   }
-}
-
-async function refusal(promise: Promise<unknown>): Promise<grpc.ServiceError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e as grpc.ServiceError,
-  );
-  expect(err, "the call should have been refused").to.not.equal(undefined);
-  return err!;
 }
 
 const hostPort = (url: string) => url.replace(/^https?:\/\//, "");
@@ -102,9 +94,9 @@ describe("core over TLS", function () {
     });
 
     it("is refused by a client that does not trust the CA, and refuses cleartext", async () => {
-      const untrusted = await refusal(call("health", hostPort(server.url), grpc.credentials.createSsl(), "Check", { service: "" }));
+      const untrusted = await grpcRefusalOf(call("health", hostPort(server.url), grpc.credentials.createSsl(), "Check", { service: "" }));
       expect(untrusted.code).to.equal(grpc.status.UNAVAILABLE);
-      const cleartext = await refusal(call("health", hostPort(server.url), grpc.credentials.createInsecure(), "Check", { service: "" }));
+      const cleartext = await grpcRefusalOf(call("health", hostPort(server.url), grpc.credentials.createInsecure(), "Check", { service: "" }));
       expect(cleartext.code).to.be.oneOf([grpc.status.UNAVAILABLE, grpc.status.INTERNAL, grpc.status.DEADLINE_EXCEEDED]);
     });
   });
@@ -150,10 +142,10 @@ describe("core over TLS", function () {
     });
 
     it("refuses a client without a certificate and one whose certificate another CA signed", async () => {
-      const none = await refusal(call("health", hostPort(server.url), grpc.credentials.createSsl(buf(certs.ca)), "Check", { service: "" }));
+      const none = await grpcRefusalOf(call("health", hostPort(server.url), grpc.credentials.createSsl(buf(certs.ca)), "Check", { service: "" }));
       expect(none.code).to.equal(grpc.status.UNAVAILABLE);
       const rogueCreds = grpc.credentials.createSsl(buf(certs.ca), buf(certs.rogueClient.key), buf(certs.rogueClient.cert));
-      const rogue = await refusal(call("grants", hostPort(server.url), rogueCreds, "GetJwks"));
+      const rogue = await grpcRefusalOf(call("grants", hostPort(server.url), rogueCreds, "GetJwks"));
       expect(rogue.code).to.equal(grpc.status.UNAVAILABLE);
     });
 

@@ -13,11 +13,9 @@ import {
   fixtures,
   forgeWithFreshKey,
   generatedServices,
-  grpcRefusal,
   paymentWire,
   resignWithRealKey,
   startGrpcCore,
-  statusName,
   tamperedCopy,
   unsignedCopy,
   type AgentToken,
@@ -26,6 +24,7 @@ import {
   type TestUser,
 } from "../support/trust.js";
 import { batchRequest, bindTreasury } from "../support/treasury.js";
+import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 /**
  * Core trusts no caller, over its whole surface: every method of every service core
@@ -589,14 +588,14 @@ const TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/SupersedeGrant": agent((t) => ({ access_token: t, scope: "" }), {
     after: (c, t) => async (res) => {
       expect(res!.token.jti).to.not.equal(t.grantId);
-      const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: t.accessToken }));
+      const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: t.accessToken }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
   "vaultgate.grants.v1.GrantsService/RevokeAllGrants": agent((t) => ({ access_token: t, reason: "trust boundary" }), {
     after: (c, t) => async (res) => {
       expect(res!.revoked).to.be.at.least(1);
-      const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: t.accessToken }));
+      const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: t.accessToken }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
@@ -756,7 +755,7 @@ const TABLE: Record<string, Entry> = {
           return {
             req: { client_id: x.client.clientId, client_secret: x.client.clientSecret, token: x.grant.accessToken },
             after: async () => {
-              const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: x.grant.accessToken }));
+              const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: x.grant.accessToken }));
               expect(refusal.code).to.equal(S.UNAUTHENTICATED);
             },
           };
@@ -860,7 +859,7 @@ const TABLE: Record<string, Entry> = {
   }),
   "vaultgate.grants.v1.GrantsService/EndSession": session((t) => ({ session_token: t }), {
     after: async (c, _o, _fx, _res, token) => {
-      const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "GetSession", { session_token: token }));
+      const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "GetSession", { session_token: token }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
@@ -877,14 +876,14 @@ const TABLE: Record<string, Entry> = {
     setup: ownerGrant,
     otherUser: S.NOT_FOUND,
     after: async (c, _o, fx) => {
-      const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: fx.token.accessToken }));
+      const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: fx.token.accessToken }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
   "vaultgate.grants.v1.GrantsService/KillSwitch": session((t) => ({ session_token: t }), {
     setup: ownerGrant,
     after: async (c, _o, fx) => {
-      const refusal = await grpcRefusal(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: fx.token.accessToken }));
+      const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: fx.token.accessToken }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
     otherUserOk: (c, _o, fx) => stillActive(c, fx.token.accessToken),
@@ -1057,7 +1056,7 @@ describe("core trusts no caller: every RPC over a real port", function () {
                 const res = await call;
                 await built.after?.(res);
               } else {
-                const err = await grpcRefusal(call);
+                const err = await grpcRefusalOf(call);
                 expect(statusName(err.code), err.details).to.equal(statusName(spec.expect));
                 await built.after?.(undefined);
               }
@@ -1106,13 +1105,13 @@ describe("core trusts no caller: the client address behind RegisterClient", () =
     for (let i = 0; i <= LIMIT; i++) outcomes.push(await register(spoofed(`198.51.100.${i + 1}`)).then(() => "ok", (e: grpc.ServiceError) => statusName(e.code)));
     expect(outcomes.filter((o) => o === "ok").length, outcomes.join(",")).to.be.at.most(LIMIT);
     expect(outcomes.at(-1)).to.equal("RESOURCE_EXHAUSTED");
-    expect((await grpcRefusal(register())).code).to.equal(S.RESOURCE_EXHAUSTED);
+    expect((await grpcRefusalOf(register())).code).to.equal(S.RESOURCE_EXHAUSTED);
     // A wrong gateway credential is no credential: its addresses land in the same bucket.
-    expect((await grpcRefusal(register(vouched("203.0.113.7", randomBytes(16).toString("hex"))))).code).to.equal(S.RESOURCE_EXHAUSTED);
-    expect((await grpcRefusal(register(vouched("203.0.113.8", stack.adminToken)))).code).to.equal(S.RESOURCE_EXHAUSTED);
+    expect((await grpcRefusalOf(register(vouched("203.0.113.7", randomBytes(16).toString("hex"))))).code).to.equal(S.RESOURCE_EXHAUSTED);
+    expect((await grpcRefusalOf(register(vouched("203.0.113.8", stack.adminToken)))).code).to.equal(S.RESOURCE_EXHAUSTED);
     // The gateway vouches: each address has its own bucket.
     for (let i = 0; i < LIMIT; i++) await register(vouched("203.0.113.10"));
-    expect((await grpcRefusal(register(vouched("203.0.113.10")))).code).to.equal(S.RESOURCE_EXHAUSTED);
+    expect((await grpcRefusalOf(register(vouched("203.0.113.10")))).code).to.equal(S.RESOURCE_EXHAUSTED);
     await register(vouched("203.0.113.11"));
   });
 });

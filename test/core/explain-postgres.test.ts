@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { randomBytes } from "node:crypto";
 import type { Knex } from "knex";
 import { startStack, type TestStack } from "../support/stack.js";
-import { usingPostgres } from "../support/db.js";
+import { requirePostgres } from "../support/db.js";
 import { grantFor, payment } from "../support/budgets.js";
 import { fundedChild } from "../support/spend.js";
 import { createPartner, mintPartnerToken, type TestPartner } from "../support/partners.js";
@@ -83,7 +83,7 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
   this.timeout(180_000);
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) this.skip(); // the plans asserted are PostgreSQL's, on a server-sized seeded database
+    requirePostgres(this, "the plans asserted are PostgreSQL's, on a server-sized seeded database");
     // No webhook poller: a capture holds exactly the statements the calls below send. The
     // poller's query, caught when a poll happened to fall inside a capture, was checked by
     // chance, against whatever the shared test database held at that moment.

@@ -3,12 +3,13 @@ import { expect } from "chai";
 import { Code } from "@connectrpc/connect";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../support/stack.js";
-import { budgetParams, createOwner, grantFor, rejection } from "../support/budgets.js";
+import { budgetParams, createOwner, grantFor } from "../support/budgets.js";
 import { postRpc } from "../support/mcp.js";
 import { basic, createPartner, mintPartnerToken, postToken } from "../support/partners.js";
-import { api, createUserFor, expectError } from "../support/resources.js";
+import { api, createUserFor } from "../support/resources.js";
 import { bindTreasury } from "../support/treasury.js";
-import { bearerMd, grpcRefusal, startGrpcCore } from "../support/trust.js";
+import { bearerMd, startGrpcCore } from "../support/trust.js";
+import { expectHttpError, expectRefused, grpcRefusalOf, refusalOf } from "../support/refusals.js";
 
 const NUL = "a\u0000b";
 const LONE = "a\ud800b";
@@ -73,7 +74,7 @@ describe("input text rules on every surface", () => {
   describe("core, called directly", () => {
     it("refuses NUL and lone surrogates (in-process transport keeps JS strings as they are) naming the field", async () => {
       for (const displayName of [NUL, LONE]) {
-        const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await agentToken(), ...budgetParams({ displayName }) }));
+        const r = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await agentToken(), ...budgetParams({ displayName }) }));
         expect(r.code).to.equal(Code.InvalidArgument);
         expect(r.detail?.reason).to.equal(Reason.INVALID_REQUEST);
         expect(r.message).to.match(/^display_name /);
@@ -81,7 +82,7 @@ describe("input text rules on every surface", () => {
     });
 
     it("names nested and repeated fields (treasury batch items[0].reference)", async () => {
-      const r = await rejection(
+      const r = await refusalOf(
         stack.clients.treasury.executeBatch({
           accessToken: "t",
           idempotencyKey: "k-1",
@@ -99,16 +100,14 @@ describe("input text rules on every surface", () => {
         const res = await stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(n), displayName: emoji(100) }) });
         expect(res.budget?.budgetId).to.be.a("string");
       }
-      const tooLong = await rejection(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }));
-      expect(tooLong.detail?.reason).to.equal(Reason.INVALID_REQUEST);
-      const longName = await rejection(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }));
-      expect(longName.detail?.reason).to.equal(Reason.INVALID_REQUEST);
+      const tooLong = await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }), Reason.INVALID_REQUEST);
+      const longName = await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }), Reason.INVALID_REQUEST);
     });
 
     it("over real gRPC, a NUL is INVALID_ARGUMENT, not INTERNAL", async () => {
       const grpcCore = await startGrpcCore(stack);
       try {
-        const err = await grpcRefusal(grpcCore.call("vaultgate.partners.v1.PartnersService", "CreateUser", { email: "x\u0000@example.com" }, bearerMd(stack.adminToken)));
+        const err = await grpcRefusalOf(grpcCore.call("vaultgate.partners.v1.PartnersService", "CreateUser", { email: "x\u0000@example.com" }, bearerMd(stack.adminToken)));
         expect(err.code).to.equal(3); // INVALID_ARGUMENT
         expect(err.details).to.match(/^email /);
       } finally {
@@ -122,7 +121,7 @@ describe("input text rules on every surface", () => {
       const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
       const token = await mintPartnerToken(stack, partner);
       const res = await api(stack, "POST", "/users", { token, json: { email: `u${NUL}@example.com` } });
-      expectError(res, 400, "invalid_request");
+      expectHttpError(res, 400, "invalid_request");
       expect((res.body as { error: { message: string } }).error.message).to.match(/^email /);
     });
 
@@ -137,7 +136,7 @@ describe("input text rules on every surface", () => {
         headers: { "idempotency-key": `k-${randomUUID()}` },
         json: { payer_entity_id: payer, items: [{ execution_id: "e-1", payout_id: "p-1", recipient: { user_id: userId }, amount_cents: 100, currency: "USD", reference: LONE }] },
       });
-      expectError(res, 400, "invalid_request");
+      expectHttpError(res, 400, "invalid_request");
       expect((res.body as { error: { message: string } }).error.message).to.match(/^items\[0\]\.reference /);
     });
 
@@ -146,7 +145,7 @@ describe("input text rules on every surface", () => {
       const token = await mintPartnerToken(stack, partner);
       const { userId } = await createUserFor(stack, partner);
       const res = await api(stack, "GET", `/users/${userId}/transfers?cursor=a%00b`, { token });
-      expectError(res, 400, "invalid_request");
+      expectHttpError(res, 400, "invalid_request");
     });
 
     it("client_id=...%00 at the partner token endpoint is 400 invalid_request", async () => {

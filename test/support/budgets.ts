@@ -1,6 +1,4 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AGENT_TOKEN_HEADER, agentTokenClaims } from "../../core/grants/access-token.js";
 import type { TestStack } from "./stack.js";
@@ -110,17 +108,6 @@ export function payment(overrides: { amountCents?: bigint; chain?: string; curre
     currency: overrides.currency ?? "USD",
     idempotencyKey: overrides.idempotencyKey ?? `pay-${randomBytes(8).toString("hex")}`,
   };
-}
-
-/** Awaits a call that must fail and returns its domain detail (code checked by the caller). */
-export async function rejection(call: Promise<unknown>) {
-  try {
-    await call;
-  } catch (err) {
-    const e = ConnectError.from(err);
-    return { code: e.code, detail: e.findDetails(ErrorDetailSchema)[0], message: e.rawMessage };
-  }
-  throw new Error("expected the call to fail");
 }
 
 /**

@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { expect } from "chai";
 import type { TestStack } from "./stack.js";
 import type { TestPartner } from "./partners.js";
 
@@ -11,12 +10,9 @@ export async function createUserFor(stack: TestStack, partner?: TestPartner, sco
   return { userId, email };
 }
 
-export interface ApiResponse {
-  status: number;
-  headers: Headers;
-  body: unknown;
-  text: string;
-}
+import type { HttpResponse as ApiResponse } from "./refusals.js";
+
+export type { ApiResponse };
 
 /** Calls the partner API with a bearer token. */
 export async function api(
@@ -41,14 +37,3 @@ export async function api(
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
 
-/** Asserts the exact resource envelope and that request_id equals X-Request-Id. */
-export function expectError(res: ApiResponse, status: number, code: string) {
-  expect(res.status, res.text).to.equal(status);
-  const body = res.body as { error: { code: string; message: string; request_id: string } };
-  expect(Object.keys(body)).to.deep.equal(["error"]);
-  expect(Object.keys(body.error).sort()).to.deep.equal(["code", "message", "request_id"]);
-  expect(body.error.code).to.equal(code);
-  expect(body.error.request_id).to.equal(res.headers.get("x-request-id"));
-  if (status === 401) expect(res.headers.get("www-authenticate")).to.match(/^Bearer/);
-  if (status === 429) expect(res.headers.get("retry-after")).to.equal("60");
-}

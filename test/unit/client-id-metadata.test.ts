@@ -1,8 +1,6 @@
 import { lookup } from "node:dns/promises";
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { errorDetailOf } from "../../core/errors.js";
 import {
   cacheSeconds,
   checkClientIdUrl,
@@ -12,21 +10,7 @@ import {
 } from "../../core/grants/client-id-metadata.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, validDocument, type DocumentServer } from "../support/client-metadata-server.js";
 import { makeTestCerts, type TestCerts } from "../support/certs.js";
-
-/** The reason and message of a refusal (fails the test when `p` resolves). */
-async function refusal(p: Promise<unknown>): Promise<{ reason: Reason; message: string }> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).to.be.instanceOf(ConnectError);
-    return { reason: errorDetailOf(err)!.reason, message: (err as ConnectError).rawMessage };
-  }
-  throw new Error("expected a refusal");
-}
-
-function refusalOf(fn: () => unknown) {
-  return refusal(Promise.resolve().then(fn));
-}
+import { refusalOf } from "../support/refusals.js";
 
 describe("client ID metadata documents: the resolver", function () {
   this.timeout(20_000);
@@ -101,7 +85,7 @@ describe("client ID metadata documents: the resolver", function () {
       docs.serve(path, validDocument(`https://127.0.0.1:${new URL(docs.origin).port}${path}`));
       const port = new URL(docs.origin).port;
       for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, `[::ffff:7f00:1]:${port}`, "10.0.0.1", "169.254.169.254", "[fe80::1]", "[fd00::1]"]) {
-        const r = await refusal(prod.resolve(`https://${host}${path}`));
+        const r = await refusalOf(prod.resolve(`https://${host}${path}`));
         expect(r.reason, host).to.equal(Reason.INVALID_CLIENT);
         expect(r.message, host).to.match(/private, loopback, link-local or otherwise non-public address/);
       }
@@ -170,7 +154,7 @@ describe("client ID metadata documents: the resolver", function () {
         const path = docs.path("bad");
         const url = docs.origin + path;
         setup(url, path);
-        const r = await refusal(dev.resolve(url));
+        const r = await refusalOf(dev.resolve(url));
         expect(r.reason).to.equal(Reason.INVALID_CLIENT);
         expect(r.message).to.match(/^client_id metadata document: /);
         expect(r.message).to.match(why);
@@ -182,20 +166,20 @@ describe("client ID metadata documents: the resolver", function () {
       const quick = createClientIdMetadataResolver({ clock, allowPrivate: true, timeoutMs: 300 });
       const path = docs.path("slow");
       docs.route(path, () => undefined);
-      const r = await refusal(quick.resolve(docs.origin + path));
+      const r = await refusalOf(quick.resolve(docs.origin + path));
       expect(r.reason).to.equal(Reason.INVALID_CLIENT);
       expect(r.message).to.equal("client_id metadata document: no answer within 0.3 s");
       expect(docs.hits(path)).to.equal(1);
     });
 
     it("refuses a host name that does not resolve", async () => {
-      const r = await refusal(dev.resolve("https://no-such-host.invalid/client.json"));
+      const r = await refusalOf(dev.resolve("https://no-such-host.invalid/client.json"));
       expect(r.message).to.match(/does not resolve/);
     });
 
     it("refuses a connection that fails", async () => {
       // An https client_id at the plain-http server: the TLS handshake fails.
-      const r = await refusal(dev.resolve(`https://127.0.0.1:${new URL(docs.origin).port}/clients/tls.json`));
+      const r = await refusalOf(dev.resolve(`https://127.0.0.1:${new URL(docs.origin).port}/clients/tls.json`));
       expect(r.message).to.equal("client_id metadata document: the document could not be fetched");
     });
   });
@@ -251,7 +235,7 @@ describe("client ID metadata documents: the resolver", function () {
       const path = docs.path("fixed");
       const url = docs.origin + path;
       docs.serve(path, validDocument(url, { redirect_uris: ["http://agent.example/cb"] }));
-      await refusal(dev.resolve(url));
+      await refusalOf(dev.resolve(url));
       docs.serve(path, validDocument(url));
       expect((await dev.resolve(url)).clientId).to.equal(url);
     });
@@ -276,7 +260,7 @@ describe("client ID metadata documents: the resolver", function () {
       // Without the test CA the certificate is not trusted: refused, not a 5xx.
       const strict = createClientIdMetadataResolver({ clock, allowPrivate: true });
       const other = secure.document();
-      expect((await refusal(strict.resolve(other))).message).to.match(/could not be fetched/);
+      expect((await refusalOf(strict.resolve(other))).message).to.match(/could not be fetched/);
     });
 
     it("resolves a host name itself and connects to the checked address, with the name for TLS", async () => {

@@ -1,22 +1,11 @@
 import { expect } from "chai";
 import { lookup } from "node:dns/promises";
-import { ConnectError } from "@connectrpc/connect";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { errorDetailOf } from "../../core/errors.js";
 import { createClientIdMetadataResolver } from "../../core/grants/client-id-metadata.js";
 import { createHostResolver } from "../../core/net/resolver.js";
 import { startDocumentServer, type DocumentServer } from "../support/client-metadata-server.js";
 import { startDnsServer, type TestDnsServer } from "../support/dns-server.js";
-
-async function refusal(p: Promise<unknown>): Promise<{ reason: Reason; message: string }> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).to.be.instanceOf(ConnectError);
-    return { reason: errorDetailOf(err)!.reason, message: (err as ConnectError).rawMessage };
-  }
-  throw new Error("expected a refusal");
-}
+import { refusalOf } from "../support/refusals.js";
 
 /**
  * Host names of client metadata documents are resolved by core's own bounded resolver
@@ -50,7 +39,7 @@ describe("client metadata documents: host names resolved apart from the thread p
     const resolver = createHostResolver({ servers: [server.address] });
     // Private addresses are refused unless allowed (development), before connecting.
     const strict = createClientIdMetadataResolver({ clock, allowPrivate: false, resolver });
-    expect((await refusal(strict.resolve(url.replace("http:", "https:")))).message).to.match(/non-public address/);
+    expect((await refusalOf(strict.resolve(url.replace("http:", "https:")))).message).to.match(/non-public address/);
     expect(server.queries.map((q) => q.name)).to.include("docs.vaultgate.test");
     expect(docs.hits(url)).to.equal(0);
   });
@@ -62,7 +51,7 @@ describe("client metadata documents: host names resolved apart from the thread p
     // More lookups than libuv has pool threads (4 by default), all waiting on the silent server.
     let settled = 0;
     const pending = Array.from({ length: 8 }, (_, i) =>
-      refusal(documents.resolve(`https://slow-${i}.vaultgate.test/client.json`)).finally(() => settled++),
+      refusalOf(documents.resolve(`https://slow-${i}.vaultgate.test/client.json`)).finally(() => settled++),
     );
     while (silent.queries.length < 8) await new Promise((r) => setImmediate(r));
     // An unrelated lookup on the thread pool is answered while every one of them still waits.
@@ -79,9 +68,9 @@ describe("client metadata documents: host names resolved apart from the thread p
     const silent = await dns({}, true);
     const resolver = createHostResolver({ servers: [silent.address], timeoutMs: 1500, maxConcurrent: 2 });
     const documents = createClientIdMetadataResolver({ clock, allowPrivate: false, resolver, timeoutMs: 5000 });
-    const waiting = [0, 1].map((i) => refusal(documents.resolve(`https://busy-${i}.vaultgate.test/client.json`)));
+    const waiting = [0, 1].map((i) => refusalOf(documents.resolve(`https://busy-${i}.vaultgate.test/client.json`)));
     while (silent.queries.length < 4) await new Promise((r) => setImmediate(r)); // A and AAAA of each
-    const over = await refusal(documents.resolve("https://busy-2.vaultgate.test/client.json"));
+    const over = await refusalOf(documents.resolve("https://busy-2.vaultgate.test/client.json"));
     expect(over.reason).to.equal(Reason.OVERLOADED);
     expect(silent.queries.map((q) => q.name)).to.not.include("busy-2.vaultgate.test");
     silent.release();

@@ -1,12 +1,11 @@
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { feedsSettled } from "../../support/db.js";
+import { reasonOf } from "../../support/refusals.js";
 
-const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 
 describe("AuditService", () => {
   let stack: TestStack;

@@ -5,7 +5,8 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { BudgetStatus, Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { ALL_AGENT_SCOPES, budgetParams, createOwner, grantFor, ownerSession, payment, rejection, revokeGrant } from "../../support/budgets.js";
+import { ALL_AGENT_SCOPES, budgetParams, createOwner, grantFor, ownerSession, payment, revokeGrant } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced, legsOf } from "../../support/budget-life.js";
 
 /** BudgetsService.FundBudget and CloseBudget through core's Connect client: agents and owners. */
@@ -19,7 +20,6 @@ describe("BudgetsService budget life: fund and close", () => {
   const key = () => `fund-${randomUUID()}`;
   const fund = (accessToken: string, vaultId: string, amountCents: bigint, idempotencyKey = key()) =>
     stack.clients.budgets.fundBudget({ accessToken, vaultId, amountCents, idempotencyKey });
-  const reasonOf = async (call: Promise<unknown>) => (await rejection(call)).detail?.reason;
 
   describe("FundBudget", () => {
     it("an agent on the parent vault moves money into an active budget as one ledger transaction, audited, and the books balance", async () => {
@@ -47,7 +47,7 @@ describe("BudgetsService budget life: fund and close", () => {
       const again = await fund(await grantFor(stack, owner), child.vaultId, 3_000n, k);
       expect([again.replayed, again.transferId, again.amountCents, again.balanceCents]).to.deep.equal([true, first.transferId, 3_000n, 3_000n]);
       expect(await balanceOf(stack, owner.vaultId)).to.equal(7_000);
-      const conflict = await rejection(fund(parentToken, child.vaultId, 3_001n, k));
+      const conflict = await refusalOf(fund(parentToken, child.vaultId, 3_001n, k));
       expect([conflict.code, conflict.detail?.reason]).to.deep.equal([Code.AlreadyExists, Reason.IDEMPOTENCY_CONFLICT]);
       expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId)]).to.deep.equal([7_000, 3_000]);
       expect(await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, outcome: "success" })).to.have.length(1);
@@ -59,13 +59,13 @@ describe("BudgetsService budget life: fund and close", () => {
 
     it("refuses beyond the parent's balance (insufficient_funds, audited) and amounts or keys out of range; nothing moves", async () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 1_000n });
-      const over = await rejection(fund(parentToken, child.vaultId, 1_001n));
+      const over = await refusalOf(fund(parentToken, child.vaultId, 1_001n));
       expect([over.code, over.detail?.reason, over.message]).to.deep.equal([Code.FailedPrecondition, Reason.INSUFFICIENT_FUNDS, "the parent vault's balance is below the amount"]);
       const failure = await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, outcome: "failure" });
       expect(failure.map((a) => a.reason)).to.deep.equal(["insufficient_funds"]);
-      for (const amountCents of [0n, -1n, 9_007_199_254_740_992n]) expect(await reasonOf(fund(parentToken, child.vaultId, amountCents))).to.equal(Reason.INVALID_REQUEST);
-      expect(await reasonOf(fund(parentToken, child.vaultId, 10n, "short"))).to.equal(Reason.INVALID_REQUEST);
-      expect(await reasonOf(fund(parentToken, child.vaultId, 10n, "k".repeat(129)))).to.equal(Reason.INVALID_REQUEST);
+      for (const amountCents of [0n, -1n, 9_007_199_254_740_992n]) await expectRefused(fund(parentToken, child.vaultId, amountCents), Reason.INVALID_REQUEST);
+      await expectRefused(fund(parentToken, child.vaultId, 10n, "short"), Reason.INVALID_REQUEST);
+      await expectRefused(fund(parentToken, child.vaultId, 10n, "k".repeat(129)), Reason.INVALID_REQUEST);
       expect((await fund(parentToken, child.vaultId, 1_000n)).balanceCents).to.equal(1_000n); // exactly the balance is fine
       expect(await balanceOf(stack, owner.vaultId)).to.equal(0);
       await expectLedgerBalanced(stack);
@@ -75,27 +75,27 @@ describe("BudgetsService budget life: fund and close", () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
       const stranger = await budgetUnderRoot(stack, { parentCents: 10_000n });
       // Another user's budget looks like no budget at all.
-      expect(await reasonOf(fund(stranger.parentToken, child.vaultId, 100n))).to.equal(Reason.NOT_FOUND);
+      await expectRefused(fund(stranger.parentToken, child.vaultId, 100n), Reason.NOT_FOUND);
       // Vaults that are no budget: the owner's root vault, an unknown id, not an id.
-      for (const vaultId of [owner.vaultId, randomUUID(), "x'; --"]) expect(await reasonOf(fund(parentToken, vaultId, 100n))).to.equal(Reason.NOT_FOUND);
+      for (const vaultId of [owner.vaultId, randomUUID(), "x'; --"]) await expectRefused(fund(parentToken, vaultId, 100n), Reason.NOT_FOUND);
       // The budget's own grant (agent:budget:create on the budget vault) cannot fund its budget from its parent.
       const own = await grantFor(stack, child, { scopes: ALL_AGENT_SCOPES });
-      const self = await rejection(fund(own, child.vaultId, 100n));
+      const self = await refusalOf(fund(own, child.vaultId, 100n));
       expect([self.code, self.detail?.reason]).to.deep.equal([Code.PermissionDenied, Reason.GRANT_REQUIRED]);
       // A budget of the child (a grandchild) is funded from the child's vault, never by the root's grant.
       await stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 500n });
       const grandchild = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() });
-      expect(await reasonOf(fund(parentToken, grandchild.budget!.vaultId, 100n))).to.equal(Reason.GRANT_REQUIRED);
+      await expectRefused(fund(parentToken, grandchild.budget!.vaultId, 100n), Reason.GRANT_REQUIRED);
       expect((await fund(own, grandchild.budget!.vaultId, 100n)).parentVaultId).to.equal(child.vaultId);
       // Scope, token and caller shape.
       const noScope = await grantFor(stack, owner, { scopes: ALL_AGENT_SCOPES.filter((s) => s !== "agent:budget:create") });
-      expect(await reasonOf(fund(noScope, child.vaultId, 100n))).to.equal(Reason.INSUFFICIENT_SCOPE);
+      await expectRefused(fund(noScope, child.vaultId, 100n), Reason.INSUFFICIENT_SCOPE);
       const revoked = await grantFor(stack, owner);
       await revokeGrant(stack, revoked);
-      expect(await reasonOf(fund(revoked, child.vaultId, 100n))).to.equal(Reason.INVALID_TOKEN);
-      expect(await reasonOf(fund("", child.vaultId, 100n))).to.equal(Reason.INVALID_TOKEN);
+      await expectRefused(fund(revoked, child.vaultId, 100n), Reason.INVALID_TOKEN);
+      await expectRefused(fund("", child.vaultId, 100n), Reason.INVALID_TOKEN);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
-      expect(await reasonOf(stack.clients.budgets.fundBudget({ accessToken: parentToken, sessionToken: session, vaultId: child.vaultId, amountCents: 100n, idempotencyKey: key() }))).to.equal(Reason.INVALID_REQUEST);
+      await expectRefused(stack.clients.budgets.fundBudget({ accessToken: parentToken, sessionToken: session, vaultId: child.vaultId, amountCents: 100n, idempotencyKey: key() }), Reason.INVALID_REQUEST);
       // Nothing moved but the grandchild's 100.
       expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId), await balanceOf(stack, stranger.owner.vaultId)]).to.deep.equal([10_000, 400, 10_000]);
       await expectLedgerBalanced(stack);
@@ -104,15 +104,15 @@ describe("BudgetsService budget life: fund and close", () => {
     it("the owner funds with a stepped-up session, a draft budget too; an agent cannot fund a draft; declining a funded draft sweeps it back", async () => {
       const { owner, parentToken, child, budget } = await budgetUnderRoot(stack, { parentCents: 10_000n, stepUp: false });
       expect(budget.status).to.equal(BudgetStatus.DRAFT);
-      const draft = await rejection(fund(parentToken, child.vaultId, 100n));
+      const draft = await refusalOf(fund(parentToken, child.vaultId, 100n));
       expect([draft.detail?.reason, draft.message]).to.deep.equal([Reason.ACCESS_DENIED, "the budget is a draft awaiting its owner's approval: only the owner can fund it"]);
       const plain = await ownerSession(stack, owner.userId);
       const ownerFund = (sessionToken: string, vaultId = child.vaultId, amountCents = 4_000n) => stack.clients.budgets.fundBudget({ sessionToken, vaultId, amountCents, idempotencyKey: key() });
-      expect(await reasonOf(ownerFund(plain))).to.equal(Reason.ACCESS_DENIED);
+      await expectRefused(ownerFund(plain), Reason.ACCESS_DENIED);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
       expect((await ownerFund(session)).balanceCents).to.equal(4_000n);
       const stranger = await ownerSession(stack, (await createOwner(stack)).userId, { stepUp: true });
-      expect(await reasonOf(ownerFund(stranger))).to.equal(Reason.NOT_FOUND);
+      await expectRefused(ownerFund(stranger), Reason.NOT_FOUND);
       expect(await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, actor: `user:${owner.userId}` })).to.have.length(1);
       await expectLedgerBalanced(stack);
       // The owner declines the draft after all: its money goes back to the parent.
@@ -121,7 +121,7 @@ describe("BudgetsService budget life: fund and close", () => {
       const sweep = await stack.core.db("ledger_transactions").where({ kind: "budget.sweep", reference: `budget:${child.vaultId}` });
       expect(sweep).to.have.length(1);
       expect((await legsOf(stack, sweep[0].id)).legs).to.deep.equal({ [child.vaultId]: -4_000, [owner.vaultId]: 4_000 });
-      const declined = await rejection(ownerFund(session));
+      const declined = await refusalOf(ownerFund(session));
       expect([declined.detail?.reason, declined.message]).to.deep.equal([Reason.ACCESS_DENIED, "the vault owner declined this budget"]);
       await expectLedgerBalanced(stack);
     });
@@ -155,22 +155,22 @@ describe("BudgetsService budget life: fund and close", () => {
 
       // Nothing more is paid: the old grants are revoked, no grant is issued on the vault
       // any more, and one that exists anyway (written directly) meets a frozen policy.
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.INVALID_TOKEN);
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: reissued, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.INVALID_TOKEN);
-      expect(await reasonOf(stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }))).to.equal(Reason.INVALID_TARGET);
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: reissued, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
+      await expectRefused(stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }), Reason.INVALID_TARGET);
       const later = await grantFor(stack, child, { stepUp: true });
-      const frozen = await rejection(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }));
+      const frozen = await refusalOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }));
       expect([frozen.detail?.reason, frozen.detail?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "policy_inactive"]);
       expect((await stack.clients.budgets.simulatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) })).decision).to.equal(Decision.DENY);
       // The pending payment's repeat is declined, even for a new grant.
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: pendingAsk }))).to.equal(Reason.ACCESS_DENIED);
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: later, payment: pendingAsk }), Reason.ACCESS_DENIED);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
-      expect(await reasonOf(stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.payment!.paymentId }))).to.equal(Reason.NOT_FOUND);
+      await expectRefused(stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.payment!.paymentId }), Reason.NOT_FOUND);
       // Closed is final: no activation, no funding, no new life for its create key.
-      expect(await reasonOf(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: child.agentPrincipalId }))).to.equal(Reason.NOT_FOUND);
-      const closedFund = await rejection(fund(parentToken, child.vaultId, 100n));
+      await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: child.agentPrincipalId }), Reason.NOT_FOUND);
+      const closedFund = await refusalOf(fund(parentToken, child.vaultId, 100n));
       expect([closedFund.detail?.reason, closedFund.message]).to.deep.equal([Reason.ACCESS_DENIED, "the budget is closed"]);
-      expect(await reasonOf(stack.clients.budgets.createBudget({ accessToken: parentToken, ...params }))).to.equal(Reason.ACCESS_DENIED);
+      await expectRefused(stack.clients.budgets.createBudget({ accessToken: parentToken, ...params }), Reason.ACCESS_DENIED);
 
       const again = await stack.clients.budgets.closeBudget({ accessToken: parentToken, vaultId: child.vaultId });
       expect([again.alreadyClosed, again.sweptCents, again.transferId, again.revokedGrants, again.closedAt]).to.deep.equal([true, 0n, "", 0, closed.closedAt]);
@@ -185,9 +185,9 @@ describe("BudgetsService budget life: fund and close", () => {
       await fund(parentToken, child.vaultId, 2_000n, k);
       const childToken = await grantFor(stack, child);
       const plain = await ownerSession(stack, owner.userId);
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ sessionToken: plain, vaultId: child.vaultId, keepFunds: true }))).to.equal(Reason.ACCESS_DENIED);
+      await expectRefused(stack.clients.budgets.closeBudget({ sessionToken: plain, vaultId: child.vaultId, keepFunds: true }), Reason.ACCESS_DENIED);
       const stranger = await ownerSession(stack, (await createOwner(stack)).userId, { stepUp: true });
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ sessionToken: stranger, vaultId: child.vaultId }))).to.equal(Reason.NOT_FOUND);
+      await expectRefused(stack.clients.budgets.closeBudget({ sessionToken: stranger, vaultId: child.vaultId }), Reason.NOT_FOUND);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
       const closed = await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: child.vaultId, keepFunds: true });
       expect([closed.alreadyClosed, closed.sweptCents, closed.transferId, closed.revokedGrants]).to.deep.equal([false, 0n, "", 1]);
@@ -198,9 +198,9 @@ describe("BudgetsService budget life: fund and close", () => {
       ]);
       expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "success" }).first()).actor).to.equal(`user:${owner.userId}`);
       await expectLedgerBalanced(stack);
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.INVALID_TOKEN);
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
       const later = await grantFor(stack, child);
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }))).to.equal(Reason.POLICY_DENIED);
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }), Reason.POLICY_DENIED);
       // A replay of the funding key still answers what it did.
       expect((await fund(parentToken, child.vaultId, 2_000n, k)).replayed).to.equal(true);
       // Closing again (even without keep_funds) changes nothing.
@@ -238,11 +238,11 @@ describe("BudgetsService budget life: fund and close", () => {
       const sweeps = await stack.core.db("ledger_transactions").where({ kind: "budget.sweep" }).whereIn("reference", [b, c, d].map((x) => `budget:${x.vaultId}`));
       expect(sweeps).to.have.length(3);
       await expectLedgerBalanced(stack);
-      for (const t of [tokenB, tokenC, dToken]) expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 1n }) }))).to.equal(Reason.INVALID_TOKEN);
+      for (const t of [tokenB, tokenC, dToken]) await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 1n }) }), Reason.INVALID_TOKEN);
       // A grant issued later on a closed budget's vault neither pays nor makes budgets there.
       const later = await grantFor(stack, cAgent, { stepUp: true });
-      expect(await reasonOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 1n }) }))).to.equal(Reason.POLICY_DENIED);
-      const made = await rejection(stack.clients.budgets.createBudget({ accessToken: later, ...budgetParams() }));
+      await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 1n }) }), Reason.POLICY_DENIED);
+      const made = await refusalOf(stack.clients.budgets.createBudget({ accessToken: later, ...budgetParams() }));
       expect([made.detail?.reason, made.message]).to.deep.equal([Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget"]);
       expect(await stack.core.db("budgets").where({ parent_vault_id: c.vaultId })).to.have.length(1);
       // D alone was closed with its parents: closing it again changes nothing.
@@ -253,11 +253,11 @@ describe("BudgetsService budget life: fund and close", () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: 500n } });
       await fund(parentToken, child.vaultId, 5_000n);
       const stranger = await budgetUnderRoot(stack);
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ accessToken: stranger.parentToken, vaultId: child.vaultId }))).to.equal(Reason.NOT_FOUND);
+      await expectRefused(stack.clients.budgets.closeBudget({ accessToken: stranger.parentToken, vaultId: child.vaultId }), Reason.NOT_FOUND);
       const own = await grantFor(stack, child);
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ accessToken: own, vaultId: child.vaultId }))).to.equal(Reason.GRANT_REQUIRED);
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ accessToken: parentToken, vaultId: owner.vaultId }))).to.equal(Reason.NOT_FOUND);
-      expect(await reasonOf(stack.clients.budgets.closeBudget({ accessToken: "", vaultId: child.vaultId }))).to.equal(Reason.INVALID_TOKEN);
+      await expectRefused(stack.clients.budgets.closeBudget({ accessToken: own, vaultId: child.vaultId }), Reason.GRANT_REQUIRED);
+      await expectRefused(stack.clients.budgets.closeBudget({ accessToken: parentToken, vaultId: owner.vaultId }), Reason.NOT_FOUND);
+      await expectRefused(stack.clients.budgets.closeBudget({ accessToken: "", vaultId: child.vaultId }), Reason.INVALID_TOKEN);
       expect((await stack.core.db("budgets").where({ vault_id: child.vaultId }).first()).status).to.equal("active");
       expect(await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "failure" })).to.have.length(2);
 
@@ -267,7 +267,7 @@ describe("BudgetsService budget life: fund and close", () => {
       await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: pending.payment!.paymentId });
       await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: child.vaultId });
       expect((await stack.core.db("agent_payments").where({ id: pending.payment!.paymentId }).first()).status).to.equal("declined");
-      const repeat = await rejection(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: ask }));
+      const repeat = await refusalOf(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: ask }));
       expect([repeat.detail?.reason, repeat.message]).to.deep.equal([Reason.ACCESS_DENIED, "the vault owner declined this payment"]);
       expect(await balanceOf(stack, child.vaultId)).to.equal(0);
       expect(await balanceOf(stack, owner.vaultId)).to.equal(10_000);

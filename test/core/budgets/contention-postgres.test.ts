@@ -3,7 +3,8 @@ import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres, usingPostgres } from "../../support/db.js";
-import { budgetParams, createOwner, grantFor, rejection } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /** Real concurrency needs real connections: PGlite runs one query at a time. */
 describe("BudgetsService.CreateBudget under concurrency (Postgres)", function () {
@@ -23,7 +24,7 @@ describe("BudgetsService.CreateBudget under concurrency (Postgres)", function ()
         try {
           return { ok: (await call).budget! };
         } catch (err) {
-          return { err: await rejection(Promise.reject(err)) };
+          return { err: await refusalOf(Promise.reject(err)) };
         }
       }),
     );
@@ -48,7 +49,7 @@ describe("BudgetsService.CreateBudget under concurrency (Postgres)", function ()
     const outcomes = await Promise.allSettled(tokens.map((accessToken) => stack.clients.budgets.createBudget({ accessToken, ...params })));
     const ids = new Set(outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value.budget!.vaultId] : [])));
     expect(ids.size).to.equal(1);
-    for (const o of outcomes) if (o.status === "rejected") expect((await rejection(Promise.reject(o.reason))).detail?.reason).to.equal(Reason.VAULT_CONTENTION);
+    for (const o of outcomes) if (o.status === "rejected") await expectRefused(Promise.reject(o.reason), Reason.VAULT_CONTENTION);
     const final = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(ids.has(final.budget!.vaultId)).to.equal(true);
     expect(await stack.core.db("vaults").where({ parent_vault_id: owner.vaultId })).to.have.length(1);

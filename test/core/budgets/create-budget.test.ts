@@ -4,7 +4,8 @@ import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import type { StepName } from "../../../core/budgets/records.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, type TestOwner } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 describe("BudgetsService.CreateBudget", () => {
   let stack: TestStack;
@@ -80,13 +81,12 @@ describe("BudgetsService.CreateBudget", () => {
     expect(after.budget!.status).to.equal(BudgetStatus.ACTIVE);
     expect(after.budget!.policyVersion).to.equal(1n);
 
-    const conflict = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, displayName: "Other" }));
-    expect(conflict.detail?.reason).to.equal(Reason.IDEMPOTENCY_CONFLICT);
+    const conflict = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, displayName: "Other" }), Reason.IDEMPOTENCY_CONFLICT);
     expect(conflict.code).to.equal(Code.AlreadyExists);
   });
 
   it("needs the agent:budget:create scope; a superset is accepted", async () => {
-    const denied = await rejection(
+    const denied = await refusalOf(
       stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { scopes: ["payments:initiate", "accounts:read"] }), ...budgetParams() }),
     );
     expect(denied.detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
@@ -107,7 +107,7 @@ describe("BudgetsService.CreateBudget", () => {
       { timeWindowEnd: futureTimestamp(stack, -1000) },
     ];
     for (const c of cases) {
-      const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams(c) }));
+      const r = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams(c) }));
       expect(r.detail?.reason, JSON.stringify(c, (_k, v) => (typeof v === "bigint" ? String(v) : v))).to.equal(Reason.INVALID_REQUEST);
     }
     const boundary = await stack.clients.budgets.createBudget({
@@ -121,8 +121,7 @@ describe("BudgetsService.CreateBudget", () => {
     it(`a failing ${step} step compensates the earlier steps and reports complete cleanup; the same key then completes`, async () => {
       const params = budgetParams();
       failing = [{ name: step, phase: "run" }];
-      const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
-      expect(r.detail?.reason).to.equal(Reason.PROVISIONING_FAILED);
+      const r = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }), Reason.PROVISIONING_FAILED);
       expect(r.code).to.equal(Code.Internal);
       const p = r.detail!.provisioning!;
       const order = ["vault", "agent_principal", "policy"];
@@ -152,7 +151,7 @@ describe("BudgetsService.CreateBudget", () => {
       { name: "policy", phase: "run" },
       { name: "vault", phase: "compensate" },
     ];
-    const r = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
+    const r = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
     const p = r.detail!.provisioning!;
     expect(p.steps.map((s) => [s.name, s.state])).to.deep.equal([
       ["vault", "compensation_failed"],
@@ -171,7 +170,7 @@ describe("BudgetsService.CreateBudget", () => {
 
     failing = [];
     // The operator's RPC runs the same pass (admin only).
-    expect((await rejection(stack.clients.budgets.reapProvisioning({}))).detail?.reason).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+    await expectRefused(stack.clients.budgets.reapProvisioning({}), Reason.ADMIN_UNAUTHENTICATED);
     expect((await stack.admin.budgets.reapProvisioning({})).cleaned).to.be.greaterThan(0);
     const reaped = await stack.core.db("budgets").where({ id: budget.id }).first();
     expect(reaped.status).to.equal("failed");
@@ -188,7 +187,7 @@ describe("BudgetsService.CreateBudget", () => {
       { name: "policy", phase: "run" },
       { name: "vault", phase: "compensate" },
     ];
-    await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
+    await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
     failing = [];
     const retried = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(retried.budget!.status).to.equal(BudgetStatus.DRAFT);
@@ -214,8 +213,7 @@ describe("BudgetsService.CreateBudget", () => {
     hold = undefined;
     release();
     // The abandoned call wakes up fenced: it writes nothing and says so; a retry with the key completes.
-    const woke = await rejection(pending);
-    expect(woke.detail?.reason).to.equal(Reason.VAULT_CONTENTION);
+    const woke = await expectRefused(pending, Reason.VAULT_CONTENTION);
     const after = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
     expect(after.status).to.equal("failed");
     expect(await stack.core.db("vaults").where({ id: after.vault_id })).to.deep.equal([]);
@@ -237,8 +235,7 @@ describe("BudgetsService.CreateBudget", () => {
     await atPolicy;
     hold = undefined;
     const second = budgetParams();
-    const contended = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second }));
-    expect(contended.detail?.reason).to.equal(Reason.VAULT_CONTENTION);
+    const contended = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second }), Reason.VAULT_CONTENTION);
     expect(contended.code).to.equal(Code.Aborted);
     // Another user's vault is not affected.
     const other = await createOwner(stack);
@@ -254,8 +251,7 @@ describe("BudgetsService.CreateBudget", () => {
     for (let i = 0; i < 9; i++) await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     // A replay is not a start.
     await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...first });
-    const limited = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }));
-    expect(limited.detail?.reason).to.equal(Reason.RATE_LIMITED);
+    const limited = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }), Reason.RATE_LIMITED);
     expect(limited.detail?.retryAfterSeconds).to.equal(60);
     const other = await createOwner(stack);
     await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() });
@@ -268,18 +264,15 @@ describe("BudgetsService.CreateBudget", () => {
       const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
       // The step-up is the session's own: core reads it, the caller cannot claim one.
       const session = await ownerSession(stack, owner.userId);
-      const notStepped = await rejection(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }));
-      expect(notStepped.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+      const notStepped = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
       const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
       stack.clock.advance(601_000);
-      const stale = await rejection(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }));
-      expect(stale.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+      const stale = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
       for (const forged of ["", "vgs_forged", stepped.slice(0, -2) + "xx"]) {
-        const refused = await rejection(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }));
-        expect(refused.detail?.reason).to.equal(Reason.INVALID_TOKEN);
+        const refused = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }), Reason.INVALID_TOKEN);
       }
       const other = await createOwner(stack);
-      const foreign = await rejection(
+      const foreign = await refusalOf(
         stack.clients.budgets.activateBudget({ sessionToken: await ownerSession(stack, other.userId, { stepUp: true }), agentPrincipalId: budget!.agentPrincipalId }),
       );
       expect(foreign.detail?.reason).to.equal(Reason.NOT_FOUND);
@@ -299,8 +292,7 @@ describe("BudgetsService.CreateBudget", () => {
       ]);
       // A malformed id is refused like an unknown one.
       for (const agentPrincipalId of ["not-a-uuid", ""]) {
-        const bad = await rejection(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }));
-        expect(bad.detail?.reason).to.equal(Reason.NOT_FOUND);
+        const bad = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }), Reason.NOT_FOUND);
       }
       const activated = await stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId: budget!.agentPrincipalId });
       expect(activated.budget!.status).to.equal(BudgetStatus.ACTIVE);

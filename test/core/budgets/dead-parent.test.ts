@@ -3,7 +3,8 @@ import { Code } from "@connectrpc/connect";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, type TestOwner } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 import { requirePostgres } from "../../support/db.js";
 
 /** A declined (or closed) budget's vault makes no budgets of its own. */
@@ -41,7 +42,7 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
     const { child, sessionToken } = await draftBudget();
     const token = await grantFor(stack, child, { stepUp: true });
     await stack.clients.budgets.declineBudget({ sessionToken, agentPrincipalId: child.agentPrincipalId });
-    const refused = await rejection(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams() }));
+    const refused = await refusalOf(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams() }));
     expect([refused.code, refused.detail?.reason, refused.message]).to.deep.equal([
       Code.PermissionDenied,
       Reason.ACCESS_DENIED,
@@ -59,7 +60,7 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     const reached = new Promise<void>((resolve) => (hold = { reached: resolve, release: released }));
-    const create = rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() }));
+    const create = refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() }));
     await reached;
     await stack.clients.budgets.declineBudget({ sessionToken, agentPrincipalId: child.agentPrincipalId });
     release();
@@ -78,7 +79,7 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
     const made = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() });
     expect(made.budget!.status).to.equal(BudgetStatus.ACTIVE);
     await stack.clients.budgets.closeBudget({ accessToken: await grantFor(stack, owner), vaultId: child.vaultId });
-    const refused = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() }));
+    const refused = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child, { stepUp: true }), ...budgetParams() }));
     expect([refused.detail?.reason, refused.message]).to.deep.equal([Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget"]);
   });
 
@@ -102,7 +103,7 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
           const made = await stack.core.db("budgets").where({ parent_vault_id: child.vaultId }).whereIn("status", ["draft", "active"]);
           if (created.status === "rejected") {
             refusedCount++;
-            expect((await rejection(Promise.reject(created.reason))).detail?.reason).to.equal(Reason.ACCESS_DENIED);
+            await expectRefused(Promise.reject(created.reason), Reason.ACCESS_DENIED);
             expect(made).to.deep.equal([]);
             expect(await stack.core.db("vaults").where({ parent_vault_id: child.vaultId })).to.deep.equal([]);
             return;

@@ -4,7 +4,8 @@ import { Code } from "@connectrpc/connect";
 import { BudgetStatus, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment, rejection } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /** BudgetsService.DeclinePayment / DeclineBudget (docs/reference/agent-oauth.md, "Pending approvals"). */
 describe("BudgetsService declines", () => {
@@ -45,24 +46,24 @@ describe("BudgetsService declines", () => {
     const { owner, child, p, paymentId } = await pendingPayment();
     const stranger = await createOwner(stack);
     const strangerSession = await ownerSession(stack, stranger.userId);
-    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: strangerSession, paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: "", paymentId }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.budgets.declinePayment({ sessionToken: strangerSession, paymentId }), Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.declinePayment({ sessionToken: "", paymentId }), Reason.INVALID_TOKEN);
     const sessionToken = await ownerSession(stack, owner.userId);
-    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.declinePayment({ sessionToken, paymentId: "x'; --" }), Reason.NOT_FOUND);
     const { payment: declined } = await stack.clients.budgets.declinePayment({ sessionToken, paymentId });
     expect(declined!.status).to.equal(PaymentStatus.DECLINED);
     expect(declined!.stepUpUrl).to.equal("");
     expect((await stack.clients.budgets.declinePayment({ sessionToken, paymentId })).payment!.status).to.equal(PaymentStatus.DECLINED);
     const row = await stack.core.db("agent_payments").where({ id: paymentId }).first();
     expect(row.declined_at).to.not.equal(null);
-    const replay = await rejection(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p }));
+    const replay = await refusalOf(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p }));
     expect([replay.code, replay.detail?.reason, replay.message]).to.deep.equal([Code.PermissionDenied, Reason.ACCESS_DENIED, "the vault owner declined this payment"]);
     expect((await stack.clients.budgets.listPendingApprovals({ sessionToken })).pendingPayments).to.have.length(0);
 
     const other = await pendingPayment();
     const otherSession = await ownerSession(stack, other.owner.userId, { stepUp: true });
     await stack.clients.budgets.approvePayment({ sessionToken: otherSession, paymentId: other.paymentId });
-    expect((await rejection(stack.clients.budgets.declinePayment({ sessionToken: otherSession, paymentId: other.paymentId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.declinePayment({ sessionToken: otherSession, paymentId: other.paymentId }), Reason.NOT_FOUND);
   });
 
   it("a declined draft budget cannot be activated; an active one cannot be declined", async () => {
@@ -72,16 +73,15 @@ describe("BudgetsService declines", () => {
     expect(budget!.status).to.equal(BudgetStatus.DRAFT);
     const req = { sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }), agentPrincipalId: budget!.agentPrincipalId };
     const stranger = await ownerSession(stack, (await createOwner(stack)).userId);
-    expect((await rejection(stack.clients.budgets.declineBudget({ ...req, sessionToken: stranger }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.declineBudget({ ...req, sessionToken: stranger }), Reason.NOT_FOUND);
     expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
     expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
     expect(await stack.core.db("audit_records").where({ action: "agent.budget.decline", subject: budget!.agentPrincipalId })).to.have.length(1);
-    expect((await rejection(stack.clients.budgets.activateBudget(req))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    const replay = await rejection(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }));
-    expect(replay.detail?.reason).to.equal(Reason.ACCESS_DENIED);
+    await expectRefused(stack.clients.budgets.activateBudget(req), Reason.NOT_FOUND);
+    const replay = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }), Reason.ACCESS_DENIED);
     expect((await stack.clients.budgets.listPendingApprovals({ sessionToken: req.sessionToken })).draftBudgets).to.have.length(0);
 
     const active = (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() })).budget!;
-    expect((await rejection(stack.clients.budgets.declineBudget({ sessionToken: req.sessionToken, agentPrincipalId: active.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.declineBudget({ sessionToken: req.sessionToken, agentPrincipalId: active.agentPrincipalId }), Reason.NOT_FOUND);
   });
 });

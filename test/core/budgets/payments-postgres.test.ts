@@ -4,7 +4,8 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import knexFactory from "knex";
 import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
-import { budgetParams, createOwner, grantFor, payment, rejection } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, payment } from "../../support/budgets.js";
+import { expectRefused } from "../../support/refusals.js";
 
 /**
  * Caps and revocation under real concurrency. PGlite runs one statement at a time and
@@ -42,7 +43,7 @@ describe("BudgetsService.InitiatePayment under concurrency (Postgres)", function
       const cap = Number(caps.perDay ?? caps.lifetime) / 1_000;
       expect(accepted).to.have.length(cap);
       for (const o of outcomes) {
-        if (o.status === "rejected") expect((await rejection(Promise.reject(o.reason))).detail?.reason).to.equal(Reason.POLICY_DENIED);
+        if (o.status === "rejected") await expectRefused(Promise.reject(o.reason), Reason.POLICY_DENIED);
       }
       const vault = await stack.core.db("vaults").where({ id: child.vaultId }).first("balance_cents");
       expect(Number(vault.balance_cents)).to.equal(1_000_000 - cap * 1_000);
@@ -70,7 +71,7 @@ describe("BudgetsService.InitiatePayment under concurrency (Postgres)", function
     expect(final).to.equal(atRevocation);
     const refused = outcomes.filter((o) => o.status === "rejected");
     expect(refused.length).to.be.greaterThan(0);
-    for (const o of refused) expect((await rejection(Promise.reject(o.reason))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    for (const o of refused) await expectRefused(Promise.reject(o.reason), Reason.INVALID_TOKEN);
     expect(outcomes.filter((o) => o.status === "fulfilled")).to.have.length(atRevocation);
   });
 });

@@ -2,7 +2,8 @@ import { expect } from "chai";
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, payment, rejection, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 const APP_URL = "http://app.vaultgate.test";
 
@@ -28,7 +29,7 @@ describe("BudgetsService payments, balance and audit", () => {
     stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child, scopes ? { scopes } : {}), payment: p });
   const simulate = async (p: ReturnType<typeof payment>) => stack.clients.budgets.simulatePayment({ accessToken: await grantFor(stack, child), payment: p });
   const balance = async () => Number((await stack.clients.budgets.getBalance({ accessToken: await grantFor(stack, child) })).balanceCents);
-  const denial = async (p: ReturnType<typeof payment>) => (await rejection(pay(p))).detail;
+  const denial = async (p: ReturnType<typeof payment>) => (await refusalOf(pay(p))).detail;
 
   it("accepts a payment within the policy, debits the vault once, and replays idempotently", async () => {
     await budget();
@@ -40,8 +41,7 @@ describe("BudgetsService payments, balance and audit", () => {
     const again = await pay(p);
     expect(again.payment!.paymentId).to.equal(first.payment!.paymentId);
     expect(await balance()).to.equal(98_500);
-    const conflict = await rejection(pay({ ...p, amountCents: 1_600n }));
-    expect(conflict.detail?.reason).to.equal(Reason.IDEMPOTENCY_CONFLICT);
+    const conflict = await expectRefused(pay({ ...p, amountCents: 1_600n }), Reason.IDEMPOTENCY_CONFLICT);
   });
 
   it("enforces per-tx, per-day and lifetime caps, naming the limit and never the remaining allowance", async () => {
@@ -70,16 +70,15 @@ describe("BudgetsService payments, balance and audit", () => {
 
     await budget({}, false);
     expect((await denial(payment()))?.limitName).to.equal("policy_inactive");
-    const bad = await rejection(pay(payment({ currency: "EUR" })));
-    expect(bad.detail?.reason).to.equal(Reason.INVALID_REQUEST);
+    const bad = await expectRefused(pay(payment({ currency: "EUR" })), Reason.INVALID_REQUEST);
   });
 
   it("needs payments:initiate (and payments:simulate, accounts:read for the other calls)", async () => {
     await budget();
-    expect((await rejection(pay(payment(), ["payments:simulate"]))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    await expectRefused(pay(payment(), ["payments:simulate"]), Reason.INSUFFICIENT_SCOPE);
     const initiateOnly = await grantFor(stack, child, { scopes: ["payments:initiate"] });
-    expect((await rejection(stack.clients.budgets.simulatePayment({ accessToken: initiateOnly, payment: payment() }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
-    expect((await rejection(stack.clients.budgets.getBalance({ accessToken: initiateOnly }))).detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
+    await expectRefused(stack.clients.budgets.simulatePayment({ accessToken: initiateOnly, payment: payment() }), Reason.INSUFFICIENT_SCOPE);
+    await expectRefused(stack.clients.budgets.getBalance({ accessToken: initiateOnly }), Reason.INSUFFICIENT_SCOPE);
   });
 
   it("over the step-up amount: pending with a step_up_url; after the owner's step-up approval the same call completes", async () => {
@@ -97,13 +96,13 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(listed.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
 
     // Without a step-up on the session (core reads it; the caller cannot claim one).
-    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken, paymentId: id }))).detail?.reason).to.equal(Reason.ACCESS_DENIED);
+    await expectRefused(stack.clients.budgets.approvePayment({ sessionToken, paymentId: id }), Reason.ACCESS_DENIED);
     const stranger = await createOwner(stack);
     const strangerSession = await ownerSession(stack, stranger.userId, { stepUp: true });
-    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: strangerSession, paymentId: id }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: "vgs_forged", paymentId: id }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.budgets.approvePayment({ sessionToken: strangerSession, paymentId: id }), Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.approvePayment({ sessionToken: "vgs_forged", paymentId: id }), Reason.INVALID_TOKEN);
     const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
-    expect((await rejection(stack.clients.budgets.approvePayment({ sessionToken: stepped, paymentId: "x'; --" }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.budgets.approvePayment({ sessionToken: stepped, paymentId: "x'; --" }), Reason.NOT_FOUND);
     const approved = await stack.clients.budgets.approvePayment({ sessionToken: stepped, paymentId: id });
     expect(approved.payment!.status).to.equal(PaymentStatus.APPROVED);
     expect(await balance()).to.equal(100_000);
@@ -135,12 +134,11 @@ describe("BudgetsService payments, balance and audit", () => {
 
   it("FundVault is an admin RPC and credits the vault", async () => {
     await budget({}, true, 0n);
-    const refused = await rejection(stack.clients.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n }));
-    expect(refused.detail?.reason).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+    const refused = await expectRefused(stack.clients.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n }), Reason.ADMIN_UNAUTHENTICATED);
     const funded = await stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n });
     expect(funded.balanceCents).to.equal(5n);
-    expect((await rejection(stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 0n }))).detail?.reason).to.equal(Reason.INVALID_REQUEST);
-    expect((await rejection(stack.admin.budgets.fundVault({ vaultId: "00000000-0000-4000-8000-000000000000", amountCents: 1n }))).detail?.reason).to.equal(
+    await expectRefused(stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 0n }), Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.budgets.fundVault({ vaultId: "00000000-0000-4000-8000-000000000000", amountCents: 1n }), 
       Reason.NOT_FOUND,
     );
   });
@@ -159,10 +157,9 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(since.records).to.deep.equal([]);
     expect(since.watermark).to.equal(page2.watermark);
     // Another agent's cursor, or a tampered one, is refused.
-    const tampered = await rejection(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }));
-    expect(tampered.detail?.reason).to.equal(Reason.INVALID_CURSOR);
-    expect((await rejection(stack.clients.budgets.listGrantAudit({ accessToken, cursor: "x.y" }))).detail?.reason).to.equal(Reason.INVALID_CURSOR);
-    expect((await rejection(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }))).detail?.reason).to.equal(
+    const tampered = await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }), Reason.INVALID_CURSOR);
+    await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken, cursor: "x.y" }), Reason.INVALID_CURSOR);
+    await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }), 
       Reason.INSUFFICIENT_SCOPE,
     );
   });

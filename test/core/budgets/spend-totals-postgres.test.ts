@@ -3,8 +3,9 @@ import knexFactory from "knex";
 import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { testDatabase, usingPostgres } from "../../support/db.js";
-import { grantFor, payment, rejection } from "../../support/budgets.js";
+import { testDatabase, requirePostgres } from "../../support/db.js";
+import { grantFor, payment } from "../../support/budgets.js";
+import { expectRefused } from "../../support/refusals.js";
 import { fundedChild, totalsAndSums } from "../../support/spend.js";
 
 /**
@@ -15,7 +16,7 @@ describe("Running spend totals under concurrency across midnight (Postgres)", fu
   this.timeout(120_000);
   let stack: TestStack;
   before(async function () {
-    if (!usingPostgres()) this.skip(); // needs several connections: PGlite serialises everything
+    requirePostgres(this, "needs several connections: PGlite serialises everything");
     stack = await startStack();
   });
   after(() => stack?.close());
@@ -46,7 +47,7 @@ describe("Running spend totals under concurrency across midnight (Postgres)", fu
       // Wave 2, all on 1 March: it fills whatever the caps leave.
       const outcomes2 = await wave(20);
       for (const o of [...outcomes1, ...outcomes2]) {
-        if (o.status === "rejected") expect((await rejection(Promise.reject(o.reason))).detail?.reason).to.equal(Reason.POLICY_DENIED);
+        if (o.status === "rejected") await expectRefused(Promise.reject(o.reason), Reason.POLICY_DENIED);
         else expect(o.value.payment!.status).to.equal(PaymentStatus.COMPLETED);
       }
       const days = await completedByDay();

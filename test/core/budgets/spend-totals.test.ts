@@ -4,7 +4,8 @@ import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budge
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import * as spendTotals from "../../../core/db/migrations/0018-vault-spend-totals.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { grantFor, payment, rejection } from "../../support/budgets.js";
+import { grantFor, payment } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 import { fundedChild, totalsAndSums } from "../../support/spend.js";
 
 describe("Running spend totals (caps without reading payment history)", function () {
@@ -52,8 +53,7 @@ describe("Running spend totals (caps without reading payment history)", function
     expect((await simulate(1_000n)).decision).to.equal(Decision.ACCEPT);
     for (let i = 0; i < 4; i++) expect((await pay(1_000n)).payment!.status).to.equal(PaymentStatus.COMPLETED);
     expect(await simulate(1n)).to.deep.include({ decision: Decision.DENY, rule: "per_day_cap" });
-    const denied = await rejection(pay(1n));
-    expect(denied.detail?.reason).to.equal(Reason.POLICY_DENIED);
+    const denied = await expectRefused(pay(1n), Reason.POLICY_DENIED);
     expect(denied.detail?.limitName).to.equal("per_day_cap");
     // Next UTC day: the day cap starts afresh and the lifetime cap (500 left) binds.
     stack.clock.set(new Date("2031-03-11T00:00:00Z"));
@@ -61,7 +61,7 @@ describe("Running spend totals (caps without reading payment history)", function
     expect(await simulate(501n)).to.deep.include({ decision: Decision.DENY, rule: "lifetime_cap" });
     expect((await simulate(500n)).decision).to.equal(Decision.ACCEPT);
     expect((await pay(500n)).payment!.status).to.equal(PaymentStatus.COMPLETED);
-    expect((await rejection(pay(1n))).detail?.limitName).to.equal("lifetime_cap");
+    expect((await refusalOf(pay(1n))).detail?.limitName).to.equal("lifetime_cap");
     const after = await totalsAndSums(stack, child.vaultId);
     expect(after.totals).to.deep.equal(after.sums);
   });
@@ -82,7 +82,7 @@ describe("Running spend totals (caps without reading payment history)", function
     // 495,000 spent; 5,000 left, at most 1,000 per payment.
     const pay = (amountCents: bigint) => stack.clients.budgets.initiatePayment({ accessToken: token, payment: payment({ amountCents }) });
     for (let i = 0; i < 5; i++) expect((await pay(1_000n)).payment!.status).to.equal(PaymentStatus.COMPLETED);
-    expect((await rejection(pay(1n))).detail?.limitName).to.equal("lifetime_cap");
+    expect((await refusalOf(pay(1n))).detail?.limitName).to.equal("lifetime_cap");
     const t = await totalsAndSums(stack, child.vaultId);
     expect(t.totals).to.deep.equal(t.sums);
     expect(t.totals.lifetime).to.equal(500_000);
@@ -99,12 +99,12 @@ describe("Running spend totals (caps without reading payment history)", function
     // waiting for the vault lock): its "today" is 1 May, and everything since then counts.
     stack.clock.set(new Date("2031-05-01T23:59:59Z"));
     expect((await pay(1_000n)).payment!.status).to.equal(PaymentStatus.COMPLETED); // 1 May + 2 May = 3,000
-    expect((await rejection(pay(1n))).detail?.limitName).to.equal("per_day_cap");
+    expect((await refusalOf(pay(1n))).detail?.limitName).to.equal("per_day_cap");
     stack.clock.set(new Date("2031-05-02T00:00:02Z"));
     // 2 May alone: 1,000 spent, 2,000 left.
     expect((await pay(1_000n)).payment!.status).to.equal(PaymentStatus.COMPLETED);
     expect((await pay(1_000n)).payment!.status).to.equal(PaymentStatus.COMPLETED);
-    expect((await rejection(pay(1n))).detail?.limitName).to.equal("per_day_cap");
+    expect((await refusalOf(pay(1n))).detail?.limitName).to.equal("per_day_cap");
     const t = await totalsAndSums(stack, child.vaultId);
     expect(t.totals).to.deep.equal(t.sums);
     expect(t.totals).to.deep.equal({ lifetime: 5_000, day: "2031-05-02", dayCents: 3_000, prevCents: 2_000 });

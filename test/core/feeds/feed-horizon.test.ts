@@ -1,8 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import type { Knex } from "knex";
-import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { postRpc } from "../../support/mcp.js";
@@ -17,8 +16,8 @@ import { createTreasuryStore } from "../../../core/treasury/store.js";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { movementCtes } from "../../../core/ledger/store.js";
 import { externalAccount, userAccount } from "../../../core/ledger/accounts.js";
+import { reasonOf } from "../../support/refusals.js";
 
-const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**

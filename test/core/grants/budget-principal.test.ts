@@ -6,7 +6,8 @@ import { BudgetStatus, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/b
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, pkce, postForm, registerClient, type Jar } from "../../support/agent-oauth.js";
-import { ALL_AGENT_SCOPES, budgetParams, ownerSession, payment, rejection } from "../../support/budgets.js";
+import { ALL_AGENT_SCOPES, budgetParams, ownerSession, payment } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 import { postRpc } from "../../support/mcp.js";
 import { requirePostgres } from "../../support/db.js";
 import type { StepName } from "../../../core/budgets/records.js";
@@ -182,14 +183,14 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
     // The operator's per-client agent lists only its own grants.
     const operator = agents.find((x) => x.agentId === operatorPrincipal)!;
     expect(operator.grants.map((g) => g.vaultId)).to.deep.equal([user.vaultId, user.vaultId]);
-    expect((await rejection(stack.clients.grants.getAgent({ sessionToken: session, agentId: idle.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.grants.getAgent({ sessionToken: session, agentId: idle.agentPrincipalId }), Reason.NOT_FOUND);
 
     const { agent } = await stack.clients.grants.getAgent({ sessionToken: session, agentId: budget.agentPrincipalId.toUpperCase() });
     expect(agent!.agentId).to.equal(budget.agentPrincipalId);
     expect(agent!.grants.map((g) => g.grantId)).to.have.members([a.jti, b.jti]);
 
     expect((await stack.clients.grants.revokeUserGrant({ sessionToken: session, grantId: a.jti })).revoked).to.equal(1);
-    expect((await rejection(stack.clients.grants.verifyAgentToken({ accessToken: a.accessToken }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: a.accessToken }), Reason.INVALID_TOKEN);
     const refused = await rpc("/mcp/write", a.accessToken, "payments.initiate", payArgs(100));
     expect(refused.json!.error?.data?.reason_id, refused.text).to.equal("invalid_token");
     const after = (await stack.clients.grants.getAgent({ sessionToken: session, agentId: budget.agentPrincipalId })).agent!;
@@ -197,7 +198,7 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
     expect(after.grants.find((g) => g.grantId === a.jti)!.state).to.equal("revoked");
 
     await stack.clients.grants.killSwitch({ sessionToken: session });
-    expect((await rejection(stack.clients.grants.verifyAgentToken({ accessToken: b.accessToken }))).detail?.reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: b.accessToken }), Reason.INVALID_TOKEN);
     const killed = (await stack.clients.grants.listAgents({ sessionToken: session })).agents.find((x) => x.agentId === budget.agentPrincipalId)!;
     expect(killed.activeGrants).to.equal(0);
   });
@@ -227,7 +228,7 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
 
     // Operator IssueGrant for A on B's budget vault, in any spelling of the id.
     for (const vaultId of [budget.vaultId, budget.vaultId.toUpperCase()]) {
-      const refused = await rejection(stack.admin.grants.issueGrant({ userId: a.userId, vaultId, scopes: ["accounts:read"] }));
+      const refused = await refusalOf(stack.admin.grants.issueGrant({ userId: a.userId, vaultId, scopes: ["accounts:read"] }));
       expect(refused.detail?.reason, vaultId).to.equal(Reason.INVALID_TARGET);
     }
     // Consent by A naming B's budget vault, as the resource or as the picked vault.
@@ -249,16 +250,15 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
       codeChallengeMethod: "S256",
     });
     for (const [resources, vaultId] of [[[urn(budget.vaultId)], ""], [[], budget.vaultId]] as const) {
-      const refused = await rejection(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: aSession, vaultId }));
-      expect(refused.detail?.reason).to.equal(Reason.INVALID_TARGET);
+      const refused = await expectRefused(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: aSession, vaultId }), Reason.INVALID_TARGET);
     }
     expect(await stack.core.db("grants").where({ user_id: a.userId })).to.have.length(0);
     expect(await stack.core.db("authorization_codes").where({ user_id: a.userId })).to.have.length(0);
 
     // A's dashboard neither lists nor opens B's budget principal, nor revokes B's grant.
     expect((await stack.clients.grants.listAgents({ sessionToken: aSession })).agents.map((x) => x.agentId)).to.not.include(budget.agentPrincipalId);
-    expect((await rejection(stack.clients.grants.getAgent({ sessionToken: aSession, agentId: budget.agentPrincipalId }))).detail?.reason).to.equal(Reason.NOT_FOUND);
-    expect((await rejection(stack.clients.grants.revokeUserGrant({ sessionToken: aSession, grantId: bGrant.jti }))).detail?.reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.clients.grants.getAgent({ sessionToken: aSession, agentId: budget.agentPrincipalId }), Reason.NOT_FOUND);
+    await expectRefused(stack.clients.grants.revokeUserGrant({ sessionToken: aSession, grantId: bGrant.jti }), Reason.NOT_FOUND);
     await stack.clients.grants.killSwitch({ sessionToken: aSession });
     expect((await stack.clients.grants.verifyAgentToken({ accessToken: bGrant.accessToken })).grant!.agentPrincipalId).to.equal(budget.agentPrincipalId);
   });
@@ -354,8 +354,7 @@ describe("grants on a vault left by a failed budget act as the per-client princi
     failPolicy = true;
     failVaultUndo = true;
     const params = budgetParams();
-    const failed = await rejection(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }));
-    expect(failed.detail?.reason).to.equal(Reason.PROVISIONING_FAILED);
+    const failed = await expectRefused(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }), Reason.PROVISIONING_FAILED);
     const row = await stack.core.db("budgets").where({ parent_vault_id: user.vaultId, idempotency_key: params.idempotencyKey }).first();
     expect(row.status).to.equal("cleanup_pending");
     expect(await stack.core.db("agent_principals").where({ id: row.agent_principal_id })).to.have.length(0);
@@ -382,7 +381,7 @@ describe("grants on a vault left by a failed budget act as the per-client princi
         hold = { reached: () => reached(), release: new Promise<void>((r) => (release = r)) };
         failPolicy = true;
         const params = budgetParams();
-        const saga = rejection(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }));
+        const saga = refusalOf(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }));
         await atPolicy;
         // The vault and the principal exist; the policy step will fail and the saga undo them.
         const row = await stack.core.db("budgets").where({ parent_vault_id: user.vaultId, idempotency_key: params.idempotencyKey }).first();
@@ -392,7 +391,7 @@ describe("grants on a vault left by a failed budget act as the per-client princi
           stack.admin.grants.issueGrant({ userId: user.userId, vaultId: row.vault_id, scopes: ["accounts:read"] }).then(
             (r): Outcome => ({ ok: true, act: actOf(r.token!.accessToken) }),
             async (err): Promise<Outcome> => {
-              const { code, detail } = await rejection(Promise.reject(err));
+              const { code, detail } = await refusalOf(Promise.reject(err));
               return { ok: false, code, reason: detail?.reason };
             },
           );

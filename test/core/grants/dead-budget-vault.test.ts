@@ -2,7 +2,8 @@ import { expect } from "chai";
 import { Code } from "@connectrpc/connect";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { ALL_AGENT_SCOPES, budgetParams, createOwner, grantFor, ownerSession, rejection } from "../../support/budgets.js";
+import { ALL_AGENT_SCOPES, budgetParams, createOwner, grantFor, ownerSession } from "../../support/budgets.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 import { budgetUnderRoot } from "../../support/budget-life.js";
 import { pkce } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
@@ -54,7 +55,7 @@ describe("Grants on closed and declined budget vaults", () => {
       [closed.owner.userId, closed.child.vaultId, "the vault belongs to a closed budget"],
       [declined.owner.userId, declined.child.vaultId, "the vault belongs to a budget its owner declined"],
     ] as const) {
-      const refused = await rejection(stack.admin.grants.issueGrant({ userId, vaultId: vaultId.toUpperCase(), scopes: ALL_AGENT_SCOPES, stepUp: true }));
+      const refused = await refusalOf(stack.admin.grants.issueGrant({ userId, vaultId: vaultId.toUpperCase(), scopes: ALL_AGENT_SCOPES, stepUp: true }));
       expect([refused.code, refused.detail?.reason, refused.message]).to.deep.equal([Code.InvalidArgument, Reason.INVALID_TARGET, why]);
       expect(await activeGrantsOn(vaultId)).to.deep.equal([]);
     }
@@ -70,8 +71,7 @@ describe("Grants on closed and declined budget vaults", () => {
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
       const request = (resources: string[]) => ({ clientId, redirectUri: REDIRECT, scope: "accounts:read", resources, codeChallenge: pkce().challenge, codeChallengeMethod: "S256" });
       for (const [resources, vaultId] of [[[urn(child.vaultId)], ""], [[], child.vaultId]] as const) {
-        const refused = await rejection(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: session, vaultId }));
-        expect(refused.detail?.reason).to.equal(Reason.INVALID_TARGET);
+        const refused = await expectRefused(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: session, vaultId }), Reason.INVALID_TARGET);
         expect(refused.message).to.match(/^the vault belongs to a (closed budget|budget its owner declined)$/);
       }
       expect(await stack.core.db("authorization_codes").where({ vault_id: child.vaultId })).to.deep.equal([]);
@@ -95,7 +95,7 @@ describe("Grants on closed and declined budget vaults", () => {
     await stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId });
     for (const [i, c] of codes.entries()) {
       const resources = i === 0 ? [] : [urn(life.child.vaultId)];
-      const refused = await rejection(stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier, resources }));
+      const refused = await refusalOf(stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier, resources }));
       expect([refused.detail?.reason, refused.message]).to.deep.equal([Reason.INVALID_GRANT, "the authorization code cannot be used: the vault belongs to a closed budget"]);
     }
     expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
@@ -109,14 +109,13 @@ describe("Grants on closed and declined budget vaults", () => {
     const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     const before = await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget!.vaultId, scopes: ["accounts:read"] });
     await stack.clients.budgets.declineBudget({ sessionToken: await ownerSession(stack, owner.userId), agentPrincipalId: budget!.agentPrincipalId });
-    const refused = await rejection(stack.admin.grants.refreshGrant({ refreshToken: before.token!.refreshToken }));
-    expect(refused.detail?.reason).to.equal(Reason.INVALID_GRANT);
+    const refused = await expectRefused(stack.admin.grants.refreshGrant({ refreshToken: before.token!.refreshToken }), Reason.INVALID_GRANT);
     expect((await stack.core.db("grants").where({ vault_id: budget!.vaultId })).map((g) => g.state)).to.deep.equal(["active"]);
     // Closed: the close revoked them, and a refresh is refused as before.
     const life = await budgetUnderRoot(stack);
     const onChild = await stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] });
     await stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId });
-    expect((await rejection(stack.admin.grants.refreshGrant({ refreshToken: onChild.token!.refreshToken }))).detail?.reason).to.equal(Reason.INVALID_GRANT);
+    await expectRefused(stack.admin.grants.refreshGrant({ refreshToken: onChild.token!.refreshToken }), Reason.INVALID_GRANT);
     expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
     // An open budget's grants still refresh.
     const open = await budgetUnderRoot(stack);
@@ -132,7 +131,7 @@ describe("Grants on closed and declined budget vaults", () => {
       const calls: Promise<unknown>[] = issued.map((t) => stack.admin.grants.refreshGrant({ refreshToken: t.token!.refreshToken }));
       calls.splice(round * 4, 0, stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId }));
       const settled = await Promise.allSettled(calls);
-      for (const r of settled) if (r.status === "rejected") expect((await rejection(Promise.reject(r.reason))).detail?.reason).to.equal(Reason.INVALID_GRANT);
+      for (const r of settled) if (r.status === "rejected") await expectRefused(Promise.reject(r.reason), Reason.INVALID_GRANT);
       expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
     }
   });
@@ -170,7 +169,7 @@ describe("Grants on closed and declined budget vaults", () => {
       calls.splice(6, 0, stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId }));
       const settled = await Promise.allSettled(calls);
       for (const s of settled) {
-        if (s.status === "rejected") expect([Reason.INVALID_TARGET, Reason.INVALID_GRANT]).to.include((await rejection(Promise.reject(s.reason))).detail?.reason);
+        if (s.status === "rejected") expect([Reason.INVALID_TARGET, Reason.INVALID_GRANT]).to.include((await refusalOf(Promise.reject(s.reason))).detail?.reason);
       }
       expect(settled.filter((s) => s.status === "rejected").length, "some calls came after the close").to.be.greaterThan(0);
       expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);

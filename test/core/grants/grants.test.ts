@@ -1,20 +1,9 @@
 import { expect } from "chai";
 import { randomBytes } from "node:crypto";
-import { ConnectError } from "@connectrpc/connect";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import { errorDetailOf } from "../../../core/errors.js";
 import { startStack, TEST_ISSUER, type TestStack } from "../../support/stack.js";
-
-async function reasonOf(p: Promise<unknown>): Promise<Reason> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).to.be.instanceOf(ConnectError);
-    return errorDetailOf(err)?.reason ?? Reason.UNSPECIFIED;
-  }
-  throw new Error("expected a failure");
-}
+import { expectRefused } from "../../support/refusals.js";
 
 describe("grants core: operator grants, verification, supersede, kill switch", () => {
   let stack: TestStack;
@@ -59,15 +48,15 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
   it("refuses missing, tampered and expired tokens with INVALID_TOKEN", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] });
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: "" }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: "" }), Reason.INVALID_TOKEN);
     const [h, p, s] = token!.accessToken.split(".");
     const forged = Buffer.from(JSON.stringify({ ...decodeJwt(token!.accessToken), scope: "payments:initiate" })).toString("base64url");
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: `${h}.${forged}.${s}` }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: `${h}.${forged}.${s}` }), Reason.INVALID_TOKEN);
     expect(p).to.be.a("string");
     const clock = stack.clock;
     clock.advance(3600_000 + 31_000);
     try {
-      expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }), Reason.INVALID_TOKEN);
     } finally {
       clock.advance(-(3600_000 + 31_000));
     }
@@ -76,11 +65,11 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
   it("supersedes without widening, and the old token is refused at once", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read", "payments:simulate"] });
-    expect(await reasonOf(stack.clients.grants.supersedeGrant({ accessToken: token!.accessToken, scope: "payments:initiate" }))).to.equal(Reason.INVALID_SCOPE);
+    await expectRefused(stack.clients.grants.supersedeGrant({ accessToken: token!.accessToken, scope: "payments:initiate" }), Reason.INVALID_SCOPE);
     const next = await stack.clients.grants.supersedeGrant({ accessToken: token!.accessToken, scope: "accounts:read" });
     expect(next.token!.scope).to.equal("accounts:read");
     expect(next.token!.jti).to.not.equal(token!.jti);
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }), Reason.INVALID_TOKEN);
     const { grant } = await stack.clients.grants.verifyAgentToken({ accessToken: next.token!.accessToken });
     expect(grant!.scopes).to.deep.equal(["accounts:read"]);
     // An empty scope keeps the current scopes.
@@ -96,17 +85,17 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
     const o = await stack.admin.grants.issueGrant({ userId: other.userId, vaultId: other.vaultId, scopes: ["accounts:read"] });
     const res = await stack.clients.grants.revokeAllGrants({ accessToken: a.token!.accessToken, reason: "test" });
     expect(res.revoked).to.equal(2);
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: a.token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: b.token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: a.token!.accessToken }), Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: b.token!.accessToken }), Reason.INVALID_TOKEN);
     await stack.clients.grants.verifyAgentToken({ accessToken: o.token!.accessToken });
   });
 
   it("operator grants refuse vaults of other users and unknown scopes; IssueGrant is admin-only", async () => {
     const u = await user();
     const other = await user();
-    expect(await reasonOf(stack.admin.grants.issueGrant({ userId: u.userId, vaultId: other.vaultId, scopes: ["accounts:read"] }))).to.equal(Reason.INVALID_TARGET);
-    expect(await reasonOf(stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["treasury:write"] }))).to.equal(Reason.INVALID_SCOPE);
-    expect(await reasonOf(stack.clients.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] }))).to.equal(Reason.ADMIN_UNAUTHENTICATED);
+    await expectRefused(stack.admin.grants.issueGrant({ userId: u.userId, vaultId: other.vaultId, scopes: ["accounts:read"] }), Reason.INVALID_TARGET);
+    await expectRefused(stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["treasury:write"] }), Reason.INVALID_SCOPE);
+    await expectRefused(stack.clients.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] }), Reason.ADMIN_UNAUTHENTICATED);
   });
 
   it("an inactive user's grants are refused at verification", async () => {
@@ -115,16 +104,16 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
     await stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken });
     // No RPC sets a user's status yet (raw SQL only for states no RPC can produce).
     await stack.core.db.raw(`UPDATE users SET status = 'inactive' WHERE id = ?`, [u.userId]);
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }), Reason.INVALID_TOKEN);
   });
 
   it("operator grants without a client refresh only with the operator credential", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"] });
     // The refresh token alone is not enough (test/core/grants/refresh-tokens.test.ts covers more).
-    expect(await reasonOf(stack.clients.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" }))).to.equal(Reason.INVALID_CLIENT);
+    await expectRefused(stack.clients.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" }), Reason.INVALID_CLIENT);
     const r = await stack.admin.grants.refreshGrant({ refreshToken: token!.refreshToken, clientId: "", clientSecret: "" });
     expect(r.token!.jti).to.not.equal(token!.jti);
-    expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: token!.accessToken }), Reason.INVALID_TOKEN);
   });
 });

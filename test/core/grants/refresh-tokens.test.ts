@@ -3,26 +3,15 @@ import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { ConnectError } from "@connectrpc/connect";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import { errorDetailOf } from "../../../core/errors.js";
 import { startCoreServer, type CoreServer } from "../../../core/server.js";
 import { startStack, type TestStack } from "../../support/stack.js";
+import { expectGrpcRefused, expectRefused, grpcRefusalOf } from "../../support/refusals.js";
 
 const protoDir = fileURLToPath(new URL("../../../proto", import.meta.url));
 
 type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Record<string, unknown>) => void) => void;
 type Token = { access_token: string; refresh_token: string; jti: string };
-
-async function reasonOf(p: Promise<unknown>): Promise<Reason> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).to.be.instanceOf(ConnectError);
-    return errorDetailOf(err)?.reason ?? Reason.UNSPECIFIED;
-  }
-  throw new Error("expected a failure");
-}
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const hmac = (key: string | Buffer, msg: string | Buffer) => createHmac("sha256", key).update(msg).digest("base64url");
@@ -58,7 +47,6 @@ describe("grants core: refresh tokens", () => {
     new Promise<Record<string, unknown>>((resolve, reject) => grants[method]!(req, md, (err, res) => (err ? reject(err) : resolve(res))));
   const refresh = async (refreshToken: string, md?: grpc.Metadata, client = { client_id: "", client_secret: "" }) =>
     (await call("RefreshGrant", { refresh_token: refreshToken, ...client }, md)).token as Token;
-  const refused = (p: Promise<unknown>) => p.then(() => expect.fail("expected a refusal"), (e: grpc.ServiceError) => ({ code: e.code, details: e.details }));
 
   async function user() {
     return stack.admin.partners.createUser({ email: `u-${randomBytes(4).toString("hex")}@example.com` });
@@ -134,14 +122,14 @@ describe("grants core: refresh tokens", () => {
     it("refresh only with the operator credential", async () => {
       const { token } = await operatorGrant();
       // The refresh token alone, or with a wrong operator credential: invalid_client.
-      expect(await refused(refresh(token.refresh_token))).to.deep.equal({ code: grpc.status.UNAUTHENTICATED, details: "client authentication failed" });
-      expect(await refused(refresh(token.refresh_token, operator(randomBytes(16).toString("hex"))))).to.deep.equal({ code: grpc.status.UNAUTHENTICATED, details: "client authentication failed" });
-      expect(await reasonOf(stack.clients.grants.refreshGrant({ refreshToken: token.refresh_token }))).to.equal(Reason.INVALID_CLIENT);
+      await expectGrpcRefused(refresh(token.refresh_token), grpc.status.UNAUTHENTICATED, /^client authentication failed$/);
+      await expectGrpcRefused(refresh(token.refresh_token, operator(randomBytes(16).toString("hex"))), grpc.status.UNAUTHENTICATED, /^client authentication failed$/);
+      await expectRefused(stack.clients.grants.refreshGrant({ refreshToken: token.refresh_token }), Reason.INVALID_CLIENT);
       // Nothing was used up: the operator then refreshes it.
       const next = await refresh(token.refresh_token, operator());
       expect(next.jti).to.not.equal(token.jti);
       expect(next.refresh_token).to.match(/^vgr_[A-Za-z0-9_-]{43}$/);
-      expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: token.access_token }))).to.equal(Reason.INVALID_TOKEN);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: token.access_token }), Reason.INVALID_TOKEN);
       await stack.clients.grants.verifyAgentToken({ accessToken: next.access_token });
     });
 
@@ -155,9 +143,7 @@ describe("grants core: refresh tokens", () => {
         () => refresh(op.token.refresh_token, undefined, cg.creds),
         () => refresh(cg.token.refresh_token, operator()),
       ]) {
-        const e = await refused(attempt());
-        expect(e.code).to.equal(grpc.status.INVALID_ARGUMENT);
-        expect(e.details).to.match(/^the refresh token is invalid/);
+        await expectGrpcRefused(attempt(), grpc.status.INVALID_ARGUMENT, /^the refresh token is invalid/);
       }
       // Both grants are untouched.
       await stack.clients.grants.verifyAgentToken({ accessToken: op.token.access_token });
@@ -172,11 +158,11 @@ describe("grants core: refresh tokens", () => {
       expect(retry.jti).to.equal(r1.jti);
       expect(retry.refresh_token).to.equal(r1.refresh_token);
       // The retry without the operator credential is refused and changes nothing.
-      expect((await refused(refresh(token.refresh_token))).code).to.equal(grpc.status.UNAUTHENTICATED);
+      await expectGrpcRefused(refresh(token.refresh_token), grpc.status.UNAUTHENTICATED);
       stack.clock.advance(21_000);
-      expect((await refused(refresh(token.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
-      expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: r1.access_token }))).to.equal(Reason.INVALID_TOKEN);
-      expect((await refused(refresh(r1.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+      await expectGrpcRefused(refresh(token.refresh_token, operator()), grpc.status.INVALID_ARGUMENT);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: r1.access_token }), Reason.INVALID_TOKEN);
+      await expectGrpcRefused(refresh(r1.refresh_token, operator()), grpc.status.INVALID_ARGUMENT);
     });
 
     it("a used refresh token replayed 40 days later, past its own lifetime and a pruning pass, still revokes the live lineage", async () => {
@@ -191,10 +177,10 @@ describe("grants core: refresh tokens", () => {
       expect(rows[0].n).to.equal(4);
 
       // A thief replays the first token, used 40 days ago (its lifetime is 30 days).
-      expect((await refused(refresh(token.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+      await expectGrpcRefused(refresh(token.refresh_token, operator()), grpc.status.INVALID_ARGUMENT);
       // The lineage's live member, whose token was fresh, is revoked with it.
-      expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: r3.access_token }))).to.equal(Reason.INVALID_TOKEN);
-      expect((await refused(refresh(r3.refresh_token, operator()))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: r3.access_token }), Reason.INVALID_TOKEN);
+      await expectGrpcRefused(refresh(r3.refresh_token, operator()), grpc.status.INVALID_ARGUMENT);
     });
   });
 
@@ -221,7 +207,7 @@ describe("grants core: refresh tokens", () => {
         stack.clock.advance(31_000); // past the grace window: presenting t0 again is reuse
         const calls = Array.from({ length: 16 }, (_, i) =>
           i % 2 === 0
-            ? refused(refresh(token.refresh_token, undefined, creds)).then((e) => ({ thief: e }))
+            ? grpcRefusalOf(refresh(token.refresh_token, undefined, creds)).then((e) => ({ thief: e }))
             : refresh(r1.refresh_token, undefined, creds).then((t) => ({ holder: t }), (e: grpc.ServiceError) => ({ holderRefused: e.code })),
         );
         const outcomes = await Promise.all(calls);
@@ -231,8 +217,8 @@ describe("grants core: refresh tokens", () => {
         }
         const issued = outcomes.flatMap((o) => ("holder" in o ? [o.holder] : []));
         for (const t of [r1, ...issued]) {
-          expect(await reasonOf(stack.clients.grants.verifyAgentToken({ accessToken: t.access_token }))).to.equal(Reason.INVALID_TOKEN);
-          expect((await refused(refresh(t.refresh_token, undefined, creds))).code).to.equal(grpc.status.INVALID_ARGUMENT);
+          await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: t.access_token }), Reason.INVALID_TOKEN);
+          await expectGrpcRefused(refresh(t.refresh_token, undefined, creds), grpc.status.INVALID_ARGUMENT);
         }
         const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM grants WHERE user_id = ? AND state = 'active'`, [u.userId]);
         expect(rows[0].n).to.equal(0);

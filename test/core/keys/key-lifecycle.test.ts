@@ -7,6 +7,7 @@ import { AGENT_TOKEN_HEADER } from "../../../core/grants/access-token.js";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, mintPartnerToken, postToken, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /**
  * Signing keys have a lifecycle: after `keys rotate` the previous key verifies only
@@ -72,16 +73,6 @@ describe("signing key lifecycle", function () {
     } catch (err) {
       return ConnectError.from(err).findDetails(ErrorDetailSchema)[0]?.reason ?? Reason.UNSPECIFIED;
     }
-  }
-
-  async function rpcError(p: Promise<unknown>): Promise<{ reason: Reason | undefined; message: string }> {
-    try {
-      await p;
-    } catch (err) {
-      const e = ConnectError.from(err);
-      return { reason: e.findDetails(ErrorDetailSchema)[0]?.reason, message: e.rawMessage };
-    }
-    throw new Error("expected the call to fail");
   }
 
   async function jwksKids(s: TestStack = stack): Promise<string[]> {
@@ -196,20 +187,20 @@ describe("signing key lifecycle", function () {
   it("refuses to retire the current key, an unknown or malformed kid, and callers without the operator credential", async () => {
     const f = await fixtures();
     const current = currentKey();
-    const refused = await rpcError(stack.admin.grants.retireSigningKey({ kid: current.kid }));
+    const refused = await refusalOf(stack.admin.grants.retireSigningKey({ kid: current.kid }));
     expect(refused.reason).to.equal(Reason.INVALID_REQUEST);
     expect(refused.message).to.match(/current signing key; rotate first/);
     expect(await jwksKids()).to.include(current.kid);
     expect((await kyc(f.userId, f.partnerToken)).status).to.equal(200);
 
-    expect((await rpcError(stack.admin.grants.retireSigningKey({ kid: "no-such-kid" }))).reason).to.equal(Reason.NOT_FOUND);
-    expect((await rpcError(stack.admin.grants.retireSigningKey({ kid: "" }))).reason).to.equal(Reason.INVALID_REQUEST);
-    expect((await rpcError(stack.admin.grants.retireSigningKey({ kid: "a".repeat(129) }))).reason).to.equal(Reason.INVALID_REQUEST);
-    expect((await rpcError(stack.admin.grants.retireSigningKey({ kid: "bad kid/../" }))).reason).to.equal(Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.grants.retireSigningKey({ kid: "no-such-kid" }), Reason.NOT_FOUND);
+    await expectRefused(stack.admin.grants.retireSigningKey({ kid: "" }), Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.grants.retireSigningKey({ kid: "a".repeat(129) }), Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.grants.retireSigningKey({ kid: "bad kid/../" }), Reason.INVALID_REQUEST);
 
     // Hostile: no operator credential (the gateway's own clients) may not withdraw a key.
     await stack.admin.grants.rotateSigningKey({});
-    const denied = await rpcError(stack.clients.grants.retireSigningKey({ kid: current.kid }));
+    const denied = await refusalOf(stack.clients.grants.retireSigningKey({ kid: current.kid }));
     expect(denied.message).to.match(/operator credential required/);
     expect(await jwksKids()).to.include(current.kid);
   });
@@ -229,7 +220,7 @@ describe("signing key lifecycle", function () {
     let restarted: TestStack | undefined;
     try {
       const envKid = envStack.core.keyring.current()!.kid;
-      const refused = await rpcError(envStack.admin.grants.rotateSigningKey({}));
+      const refused = await refusalOf(envStack.admin.grants.rotateSigningKey({}));
       expect(refused.reason).to.equal(Reason.INVALID_REQUEST);
       expect(refused.message).to.match(/SIGNING_KEY/);
       expect(refused.message).to.not.include(signingKey);

@@ -1,18 +1,9 @@
-import { ConnectError, Code } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { expect } from "chai";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
-
-async function failure(p: Promise<unknown>): Promise<{ code: Code; reason: Reason | undefined }> {
-  try {
-    await p;
-  } catch (err) {
-    const e = ConnectError.from(err);
-    return { code: e.code, reason: e.findDetails(ErrorDetailSchema)[0]?.reason };
-  }
-  throw new Error("expected a failure");
-}
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /** PartnersService.ListPartners, ListUsers and GetUserByEmail: the operator's read-only views. */
 describe("PartnersService admin lists", () => {
@@ -80,18 +71,18 @@ describe("PartnersService admin lists", () => {
 
   it("refuses a forged cursor or a bad e-mail as invalid_request, an unknown e-mail as not_found", async () => {
     for (const cursor of ["x", "not-base64!!", Buffer.from("' OR 1=1 --").toString("base64url"), "A".repeat(5000)]) {
-      expect(await failure(stack.admin.partners.listPartners({ cursor }))).to.deep.equal({ code: Code.InvalidArgument, reason: Reason.INVALID_REQUEST });
-      expect(await failure(stack.admin.partners.listUsers({ cursor }))).to.deep.equal({ code: Code.InvalidArgument, reason: Reason.INVALID_REQUEST });
+      await expectRefused(stack.admin.partners.listPartners({ cursor }), Reason.INVALID_REQUEST);
+      await expectRefused(stack.admin.partners.listUsers({ cursor }), Reason.INVALID_REQUEST);
     }
     // A well-formed cursor for a row that does not exist is an empty page, not an error.
     expect((await stack.admin.partners.listUsers({ cursor: Buffer.from(crypto.randomUUID()).toString("base64url") })).users).to.deep.equal([]);
-    expect((await failure(stack.admin.partners.getUserByEmail({ email: "nope" }))).reason).to.equal(Reason.INVALID_REQUEST);
-    expect((await failure(stack.admin.partners.getUserByEmail({ email: `nobody-${crypto.randomUUID()}@example.test` }))).reason).to.equal(Reason.NOT_FOUND);
+    await expectRefused(stack.admin.partners.getUserByEmail({ email: "nope" }), Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.partners.getUserByEmail({ email: `nobody-${crypto.randomUUID()}@example.test` }), Reason.NOT_FOUND);
   });
 
   it("answers nothing without the operator credential", async () => {
-    expect((await failure(stack.clients.partners.listPartners({}))).code).to.equal(Code.Unauthenticated);
-    expect((await failure(stack.clients.partners.listUsers({}))).code).to.equal(Code.Unauthenticated);
-    expect((await failure(stack.clients.partners.getUserByEmail({ email: "a@example.test" }))).code).to.equal(Code.Unauthenticated);
+    expect((await refusalOf(stack.clients.partners.listPartners({}))).code).to.equal(Code.Unauthenticated);
+    expect((await refusalOf(stack.clients.partners.listUsers({}))).code).to.equal(Code.Unauthenticated);
+    expect((await refusalOf(stack.clients.partners.getUserByEmail({ email: "a@example.test" }))).code).to.equal(Code.Unauthenticated);
   });
 });

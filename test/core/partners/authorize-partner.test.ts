@@ -1,19 +1,10 @@
-import { ConnectError } from "@connectrpc/connect";
 import { expect } from "chai";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
-
-async function reasonOf(p: Promise<unknown>): Promise<Reason | undefined> {
-  try {
-    await p;
-    return undefined;
-  } catch (err) {
-    return ConnectError.from(err).findDetails(ErrorDetailSchema)[0]?.reason;
-  }
-}
+import { expectRefused } from "../../support/refusals.js";
 
 describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)", () => {
   let stack: TestStack;
@@ -33,11 +24,11 @@ describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)",
     expect(ok.tokenScopes).to.deep.equal(["payouts:receive", "treasury:write"]);
     expect((await rpc.authorizePartner({ accessToken: token, userId, scope: "payouts:receive" })).clientId).to.equal(partner.clientId);
     // treasury:write is in the token but is never consent.
-    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId, scope: "treasury:write" }))).to.equal(Reason.GRANT_REQUIRED);
-    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }))).to.equal(Reason.USER_NOT_FOUND);
-    expect(await reasonOf(rpc.authorizePartner({ accessToken: "x" }))).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(rpc.authorizePartner({ accessToken: token, userId, scope: "treasury:write" }), Reason.GRANT_REQUIRED);
+    await expectRefused(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }), Reason.USER_NOT_FOUND);
+    await expectRefused(rpc.authorizePartner({ accessToken: "x" }), Reason.INVALID_TOKEN);
     await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
-    expect(await reasonOf(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }))).to.equal(Reason.PARTNER_INACTIVE);
+    await expectRefused(rpc.authorizePartner({ accessToken: token, userId: crypto.randomUUID(), scope: "payouts:receive" }), Reason.PARTNER_INACTIVE);
   });
 
   it("counts exactly to the limit across rate-limit shards", async () => {
@@ -46,7 +37,7 @@ describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)",
       const partner = await createPartner(limited);
       const { accessToken } = await limited.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
       for (let i = 0; i < 200; i++) await limited.clients.partnerResources.authorizePartner({ accessToken });
-      expect(await reasonOf(limited.clients.partnerResources.authorizePartner({ accessToken }))).to.equal(Reason.RATE_LIMITED);
+      await expectRefused(limited.clients.partnerResources.authorizePartner({ accessToken }), Reason.RATE_LIMITED);
     } finally {
       await limited.close();
     }

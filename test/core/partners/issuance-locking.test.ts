@@ -1,11 +1,10 @@
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { requirePostgres, usingPostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
+import { reasonOf } from "../../support/refusals.js";
 
-const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 
 /**
  * spec 5.2: issuance locks the partner record through verification and signing, so a

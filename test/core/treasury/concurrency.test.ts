@@ -3,10 +3,10 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
-import { ConnectError, createClient, createRouterTransport, type Interceptor } from "@connectrpc/connect";
+import { createClient, createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import pino from "pino";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { TreasuryService } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { createCore, type Core } from "../../../core/core.js";
 import { createCoreClients, type CoreClients } from "../../../gateways/core-clients.js";
@@ -14,8 +14,8 @@ import { createScratchDatabase, requirePostgres, usingPostgres } from "../../sup
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, withToken, type TreasuryPartner } from "../../support/treasury.js";
+import { reasonOf } from "../../support/refusals.js";
 
-const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
 
 /**
  * issue 4: exactly-once and never-overdraw under real concurrency, and all-or-nothing

@@ -1,24 +1,14 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { toBinary } from "@bufbuild/protobuf";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { ExecuteBatchResponseSchema, ItemStatus, TreasuryStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, type TestPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, revokeConsent, withToken, type BatchItemInit, type TreasuryPartner } from "../../support/treasury.js";
+import { expectRefused, refusalOf } from "../../support/refusals.js";
 
-const detailOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0];
-
-async function refusal(p: Promise<unknown>) {
-  try {
-    await p;
-  } catch (err) {
-    const e = ConnectError.from(err);
-    return { reason: detailOf(e)?.reason, code: e.code, message: e.rawMessage, limitName: detailOf(e)?.limitName };
-  }
-  throw new Error("expected a refusal");
-}
 
 describe("TreasuryService.ExecuteBatch", () => {
   let stack: TestStack;
@@ -73,15 +63,15 @@ describe("TreasuryService.ExecuteBatch", () => {
       const good = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 5_000n }]);
       const bad = { ...good, items: [{ ...good.items![0]!, amountCents: 0n }] };
 
-      expect((await refusal(treasury().executeBatch(bad))).reason).to.equal(Reason.INVALID_REQUEST);
-      expect((await refusal(treasury().executeBatch(good))).reason).to.equal(Reason.TREASURY_NOT_CONFIGURED);
+      await expectRefused(treasury().executeBatch(bad), Reason.INVALID_REQUEST);
+      await expectRefused(treasury().executeBatch(good), Reason.TREASURY_NOT_CONFIGURED);
 
       await bindTreasury(stack.admin, partner, { payerEntityId: randomUUID(), balanceCents: 1_000n, capPerItemCents: 4_000n });
       await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.SUSPENDED });
-      expect((await refusal(treasury().executeBatch(good))).reason).to.equal(Reason.TREASURY_INACTIVE);
+      await expectRefused(treasury().executeBatch(good), Reason.TREASURY_INACTIVE);
 
       await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE });
-      expect((await refusal(treasury().executeBatch(good))).reason).to.equal(Reason.PAYER_NOT_ALLOWED);
+      await expectRefused(treasury().executeBatch(good), Reason.PAYER_NOT_ALLOWED);
 
       await bindTreasury(stack.admin, partner, { payerEntityId: payer, balanceCents: 1_000n, capPerItemCents: 4_000n });
       // An earlier payout under this execution id with another amount: conflict first.
@@ -89,17 +79,17 @@ describe("TreasuryService.ExecuteBatch", () => {
       const earlier = { ...good, idempotencyKey: `k-${randomUUID()}`, items: [{ ...good.items![0]!, payoutId: `po-${randomUUID()}`, amountCents: 10n }] };
       await treasury().executeBatch(earlier);
       await revokeConsent(stack.admin, partner, user);
-      expect((await refusal(treasury().executeBatch(good))).reason).to.equal(Reason.EXECUTION_CONFLICT);
+      await expectRefused(treasury().executeBatch(good), Reason.EXECUTION_CONFLICT);
 
       const fresh = { ...good, items: [{ ...good.items![0]!, executionId: `ex-${randomUUID()}` }] };
-      expect((await refusal(treasury().executeBatch(fresh))).reason).to.equal(Reason.GRANT_REQUIRED);
+      await expectRefused(treasury().executeBatch(fresh), Reason.GRANT_REQUIRED);
 
       await grantConsent(stack.admin, partner, user);
-      const policy = await refusal(treasury().executeBatch(fresh));
+      const policy = await refusalOf(treasury().executeBatch(fresh));
       expect(policy).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_item_cap" });
 
       await bindTreasury(stack.admin, partner, { payerEntityId: payer, balanceCents: 990n });
-      expect((await refusal(treasury().executeBatch(fresh))).reason).to.equal(Reason.INSUFFICIENT_FUNDS);
+      await expectRefused(treasury().executeBatch(fresh), Reason.INSUFFICIENT_FUNDS);
 
       const before = await executionCount(partner);
       expect(before).to.equal(1);
@@ -132,10 +122,10 @@ describe("TreasuryService.ExecuteBatch", () => {
       expect(again.replayed).to.equal(true);
       expect(again.batch!.batchId).to.equal(first.batch!.batchId);
       const changed = { ...req, items: [{ ...req.items![0]!, reference: "other" }] };
-      expect((await refusal(treasury().executeBatch(changed))).reason).to.equal(Reason.IDEMPOTENCY_CONFLICT);
+      await expectRefused(treasury().executeBatch(changed), Reason.IDEMPOTENCY_CONFLICT);
       // Body validation still comes first.
       const invalid = { ...req, payerEntityId: "not-a-uuid" };
-      expect((await refusal(treasury().executeBatch(invalid))).reason).to.equal(Reason.INVALID_REQUEST);
+      await expectRefused(treasury().executeBatch(invalid), Reason.INVALID_REQUEST);
     });
   });
 
@@ -159,7 +149,7 @@ describe("TreasuryService.ExecuteBatch", () => {
         const { partner, payer, user } = await setup();
         const req = batchRequest(partner, payer, [{ recipientUserId: user }, { recipientUserId: user }]);
         mutate(req);
-        const r = await refusal(treasury().executeBatch(req));
+        const r = await refusalOf(treasury().executeBatch(req));
         expect(r).to.include({ reason: Reason.INVALID_REQUEST, code: Code.InvalidArgument });
         expect(await executionCount(partner)).to.equal(0);
       });
@@ -173,7 +163,7 @@ describe("TreasuryService.ExecuteBatch", () => {
 
     it("refuses items in a currency other than the treasury's", async () => {
       const { partner, payer, user } = await setup();
-      const r = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, currency: "EUR" }])));
+      const r = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, currency: "EUR" }])));
       expect(r.reason).to.equal(Reason.INVALID_REQUEST);
       expect(r.message).to.contain("items[0].currency");
     });
@@ -197,7 +187,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       const req = batchRequest(partner, payer, [{ recipientUserId: user }, { recipientUserId: user }]);
       await treasury().executeBatch(req);
       const reordered = { ...req, items: [req.items![1]!, req.items![0]!] };
-      const r = await refusal(treasury().executeBatch(reordered));
+      const r = await refusalOf(treasury().executeBatch(reordered));
       expect(r).to.include({ reason: Reason.IDEMPOTENCY_CONFLICT, code: Code.AlreadyExists });
     });
 
@@ -213,7 +203,7 @@ describe("TreasuryService.ExecuteBatch", () => {
     it("stores nothing under the key of a rejected batch", async () => {
       const { partner, payer, user } = await setup({ balanceCents: 100n });
       const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 150n }]);
-      expect((await refusal(treasury().executeBatch(req))).reason).to.equal(Reason.INSUFFICIENT_FUNDS);
+      await expectRefused(treasury().executeBatch(req), Reason.INSUFFICIENT_FUNDS);
       await stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 50n });
       const res = await treasury().executeBatch(req);
       expect(res.replayed).to.equal(false);
@@ -239,12 +229,12 @@ describe("TreasuryService.ExecuteBatch", () => {
         change(reused, { other });
         const second = batchRequest(partner, payer, [{ recipientUserId: other, amountCents: 700n }]);
         second.items!.push(reused);
-        const r = await refusal(treasury().executeBatch(second));
+        const r = await refusalOf(treasury().executeBatch(second));
         expect(r).to.include({ reason: Reason.EXECUTION_CONFLICT, code: Code.AlreadyExists });
         expect(r.message).to.contain("items[1]");
         expect(await balanceOf(partner)).to.equal(9_900);
         expect(await executionCount(partner)).to.equal(1);
-        expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId: second.items![0]!.payoutId! }))).reason).to.equal(
+        await expectRefused(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId: second.items![0]!.payoutId! }), 
           Reason.NOT_FOUND,
         );
       });
@@ -255,7 +245,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       const first = batchRequest(partner, payer, [{ recipientUserId: user }]);
       await treasury().executeBatch(first);
       const newPayer = await bindTreasury(stack.admin, partner);
-      const r = await refusal(treasury().executeBatch({ ...first, idempotencyKey: `k-${randomUUID()}`, payerEntityId: newPayer }));
+      const r = await refusalOf(treasury().executeBatch({ ...first, idempotencyKey: `k-${randomUUID()}`, payerEntityId: newPayer }));
       expect(r.reason).to.equal(Reason.EXECUTION_CONFLICT);
     });
 
@@ -264,7 +254,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       const first = batchRequest(partner, payer, [{ recipientUserId: user }]);
       await treasury().executeBatch(first);
       const second = batchRequest(partner, payer, [{ recipientUserId: user, payoutId: first.items![0]!.payoutId! }]);
-      expect((await refusal(treasury().executeBatch(second))).reason).to.equal(Reason.EXECUTION_CONFLICT);
+      await expectRefused(treasury().executeBatch(second), Reason.EXECUTION_CONFLICT);
     });
 
     it("an unchanged execution_id is reported already_executed and not paid twice", async () => {
@@ -291,11 +281,11 @@ describe("TreasuryService.ExecuteBatch", () => {
 
     it("per_item_cap and step_up_amount name the limit only", async () => {
       const { partner, payer, user } = await setup({ capPerItemCents: 500n, stepUpAmountCents: 300n });
-      const over = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 501n }])));
+      const over = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 501n }])));
       expect(over).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_item_cap", code: Code.PermissionDenied });
       expect(over.message).to.contain("per_item_cap");
       noDigits(over.message);
-      const stepUp = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 301n }])));
+      const stepUp = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 301n }])));
       expect(stepUp).to.include({ reason: Reason.POLICY_DENIED, limitName: "step_up_amount" });
       noDigits(stepUp.message);
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]));
@@ -306,7 +296,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       const { partner, payer, user } = await setup({ capPerDayCents: 1_000n });
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 600n }]));
       const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }, { recipientUserId: user, amountCents: 200n }]);
-      const r = await refusal(treasury().executeBatch(req));
+      const r = await refusalOf(treasury().executeBatch(req));
       expect(r).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_day_cap" });
       noDigits(r.message);
       stack.clock.set(new Date("2030-01-02T00:00:00Z"));
@@ -319,7 +309,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       await treasury().executeBatch(batchRequest(first, payer, [{ recipientUserId: user, amountCents: 700n }]));
       stack.clock.advance(3 * 86_400_000);
       const partner = await withToken(stack.clients, first); // the first token has expired meanwhile
-      const r = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 301n }])));
+      const r = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 301n }])));
       expect(r).to.include({ reason: Reason.POLICY_DENIED, limitName: "lifetime_cap" });
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]));
     });
@@ -331,7 +321,7 @@ describe("TreasuryService.ExecuteBatch", () => {
         const { partner, payer, user } = await setup();
         await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status });
         const req = batchRequest(partner, payer, [{ recipientUserId: user }]);
-        expect(await refusal(treasury().executeBatch(req))).to.include({ reason: Reason.TREASURY_INACTIVE, code: Code.PermissionDenied });
+        expect(await refusalOf(treasury().executeBatch(req))).to.include({ reason: Reason.TREASURY_INACTIVE, code: Code.PermissionDenied });
         await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE });
         expect((await treasury().executeBatch(req)).replayed).to.equal(false);
       });
@@ -339,14 +329,14 @@ describe("TreasuryService.ExecuteBatch", () => {
 
     it("a partner without a treasury gets treasury_not_configured on read and batch", async () => {
       const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
-      expect(await refusal(treasury().getTreasury({ accessToken: partner.token }))).to.include({ reason: Reason.TREASURY_NOT_CONFIGURED, code: Code.NotFound });
+      expect(await refusalOf(treasury().getTreasury({ accessToken: partner.token }))).to.include({ reason: Reason.TREASURY_NOT_CONFIGURED, code: Code.NotFound });
     });
 
     it("a suspended partner is refused before anything else", async () => {
       const { partner, payer, user } = await setup();
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: 3 });
-      expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])))).reason).to.equal(Reason.PARTNER_INACTIVE);
-      expect((await refusal(treasury().getTreasury({ accessToken: partner.token }))).reason).to.equal(Reason.PARTNER_INACTIVE);
+      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])), Reason.PARTNER_INACTIVE);
+      await expectRefused(treasury().getTreasury({ accessToken: partner.token }), Reason.PARTNER_INACTIVE);
     });
 
     it("GetTreasury shows status, payer, currency and available balance", async () => {
@@ -360,8 +350,8 @@ describe("TreasuryService.ExecuteBatch", () => {
     it("a recipient without payouts:receive (even with other scopes, or unknown) is grant_required", async () => {
       const { partner, payer } = await setup();
       const narrow = await createRecipient(stack.admin, partner, ["kyc:read"]);
-      expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: narrow }])))).reason).to.equal(Reason.GRANT_REQUIRED);
-      expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: randomUUID() }])))).reason).to.equal(
+      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: narrow }])), Reason.GRANT_REQUIRED);
+      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: randomUUID() }])), 
         Reason.GRANT_REQUIRED,
       );
     });
@@ -370,7 +360,7 @@ describe("TreasuryService.ExecuteBatch", () => {
       const { partner, payer } = await setup();
       const other = await createPartner(stack);
       const user = await createRecipient(stack.admin, other);
-      expect((await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])))).reason).to.equal(Reason.GRANT_REQUIRED);
+      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user }])), Reason.GRANT_REQUIRED);
     });
   });
 
@@ -381,18 +371,18 @@ describe("TreasuryService.ExecuteBatch", () => {
       await treasury().executeBatch(req);
       const payoutId = req.items![0]!.payoutId!;
       const other = await createRecipient(stack.admin, partner);
-      expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId }))).reason).to.equal(Reason.NOT_FOUND);
+      await expectRefused(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId }), Reason.NOT_FOUND);
       const stranger = await withToken(stack.clients, await createPartner(stack));
-      expect((await refusal(treasury().getPayout({ accessToken: stranger.token, userId: user, payoutId }))).reason).to.equal(Reason.USER_NOT_FOUND);
+      await expectRefused(treasury().getPayout({ accessToken: stranger.token, userId: user, payoutId }), Reason.USER_NOT_FOUND);
       await revokeConsent(stack.admin, partner, user);
-      expect((await refusal(treasury().getPayout({ accessToken: partner.token, userId: user, payoutId }))).reason).to.equal(Reason.GRANT_REQUIRED);
+      await expectRefused(treasury().getPayout({ accessToken: partner.token, userId: user, payoutId }), Reason.GRANT_REQUIRED);
     });
   });
 
   describe("admin RPCs", () => {
     it("need the operator credential", async () => {
       const partner = await createPartner(stack);
-      const r = await refusal(stack.clients.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: randomUUID(), balanceCents: 1n }));
+      const r = await refusalOf(stack.clients.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: randomUUID(), balanceCents: 1n }));
       expect(r.reason).to.equal(Reason.ADMIN_UNAUTHENTICATED);
     });
 
@@ -401,14 +391,14 @@ describe("TreasuryService.ExecuteBatch", () => {
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 400n }]));
       const again = await stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: 5_000n, capLifetimeCents: 500n });
       expect(again.created).to.equal(false);
-      const r = await refusal(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 101n }])));
+      const r = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 101n }])));
       expect(r.limitName).to.equal("lifetime_cap");
     });
 
     it("fund and set-status on a partner without a treasury are treasury_not_configured", async () => {
       const partner = await createPartner(stack);
-      expect((await refusal(stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 1n }))).reason).to.equal(Reason.TREASURY_NOT_CONFIGURED);
-      expect((await refusal(stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE }))).reason).to.equal(
+      await expectRefused(stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 1n }), Reason.TREASURY_NOT_CONFIGURED);
+      await expectRefused(stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE }), 
         Reason.TREASURY_NOT_CONFIGURED,
       );
     });
@@ -430,7 +420,7 @@ describe("TreasuryService.ExecuteBatch when the audit trail is unavailable", () 
     const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 400n }]);
     failAudit = true;
     try {
-      const r = await refusal(stack.clients.treasury.executeBatch(req));
+      const r = await refusalOf(stack.clients.treasury.executeBatch(req));
       expect(r).to.include({ reason: Reason.AUDIT_UNAVAILABLE, code: Code.Unavailable });
     } finally {
       failAudit = false;
@@ -459,18 +449,18 @@ describe("TreasuryService partner access and events", () => {
   it("needs a valid token carrying treasury:write; consent scopes alone are grant_required", async () => {
     const { partner, payer, user } = await setup();
     const narrow = await withToken(stack.clients, partner, "payouts:receive");
-    expect(await refusal(stack.clients.treasury.executeBatch(batchRequest(narrow, payer, [{ recipientUserId: user }])))).to.include({
+    expect(await refusalOf(stack.clients.treasury.executeBatch(batchRequest(narrow, payer, [{ recipientUserId: user }])))).to.include({
       reason: Reason.GRANT_REQUIRED,
       code: Code.PermissionDenied,
     });
-    expect((await refusal(stack.clients.treasury.getTreasury({ accessToken: narrow.token }))).reason).to.equal(Reason.GRANT_REQUIRED);
-    expect((await refusal(stack.clients.treasury.getTreasury({ accessToken: "x.y.z" }))).reason).to.equal(Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.treasury.getTreasury({ accessToken: narrow.token }), Reason.GRANT_REQUIRED);
+    await expectRefused(stack.clients.treasury.getTreasury({ accessToken: "x.y.z" }), Reason.INVALID_TOKEN);
     // A receipt needs payouts:receive in the token too.
     const treasuryOnly = await withToken(stack.clients, partner, "treasury:write");
     const req = batchRequest(treasuryOnly, payer, [{ recipientUserId: user }]);
     await stack.clients.treasury.executeBatch(req);
     const payoutId = req.items[0]!.payoutId;
-    expect((await refusal(stack.clients.treasury.getPayout({ accessToken: treasuryOnly.token, userId: user, payoutId }))).reason).to.equal(Reason.GRANT_REQUIRED);
+    await expectRefused(stack.clients.treasury.getPayout({ accessToken: treasuryOnly.token, userId: user, payoutId }), Reason.GRANT_REQUIRED);
     const receipt = await stack.clients.treasury.getPayout({ accessToken: partner.token, userId: user, payoutId });
     expect(receipt.payout!.payoutId).to.equal(payoutId);
     const audit = await stack.admin.audit.listRecords({ actor: `partner:${partner.clientId}`, limit: 100 });
@@ -485,7 +475,7 @@ describe("TreasuryService partner access and events", () => {
   it("a body the gateway found malformed is refused after authentication and audited", async () => {
     const { partner, payer, user } = await setup();
     const req = { ...batchRequest(partner, payer, [{ recipientUserId: user }]), bodyProblem: "unknown field: memo" };
-    const r = await refusal(stack.clients.treasury.executeBatch(req));
+    const r = await refusalOf(stack.clients.treasury.executeBatch(req));
     expect(r).to.include({ reason: Reason.INVALID_REQUEST, message: "unknown field: memo" });
     const audit = await stack.admin.audit.listRecords({ actor: `partner:${partner.clientId}`, action: "treasury.batch.execute" });
     expect(audit.records.map((r) => r.reason)).to.deep.equal(["invalid_request"]);
@@ -496,7 +486,7 @@ describe("TreasuryService partner access and events", () => {
     const first = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }, { recipientUserId: user, amountCents: 200n }]);
     const done = await stack.clients.treasury.executeBatch(first);
     // Rejected and replayed batches write nothing; already executed items are not announced again.
-    await refusal(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 99_999n }])));
+    await refusalOf(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 99_999n }])));
     await stack.clients.treasury.executeBatch(first);
     await stack.clients.treasury.executeBatch({ ...first, idempotencyKey: `k-${randomUUID()}` });
     const second = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }]);

@@ -1,7 +1,6 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { ItemStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { accountId } from "../../../core/ledger/accounts.js";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
@@ -9,17 +8,8 @@ import { feedsSettled, requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, withToken, type BatchRequestInit, type TreasuryPartner } from "../../support/treasury.js";
+import { expectInternalError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
 
-const reasonOf = (e: unknown) => ConnectError.from(e).findDetails(ErrorDetailSchema)[0]?.reason;
-
-async function refusal(p: Promise<unknown>) {
-  try {
-    await p;
-  } catch (err) {
-    return { reason: reasonOf(err), code: ConnectError.from(err).code };
-  }
-  throw new Error("expected a refusal");
-}
 
 /**
  * Treasury money in the double-entry ledger: fund, bind and rebind move the balance
@@ -223,8 +213,8 @@ describe("treasury movements in the ledger", () => {
 
     // Refused batches roll back whole: a reused execution id with another amount, over the balance.
     const conflict = { ...batchRequest(partner, payer, []), items: [{ ...first.items[1]!, amountCents: 501n }] };
-    expect((await refusal(stack.clients.treasury.executeBatch(conflict))).reason).to.equal(Reason.EXECUTION_CONFLICT);
-    expect((await refusal(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 3_201n }])))).reason).to.equal(
+    await expectRefused(stack.clients.treasury.executeBatch(conflict), Reason.EXECUTION_CONFLICT);
+    await expectRefused(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 3_201n }])), 
       Reason.INSUFFICIENT_FUNDS,
     );
     // Only already-executed items: total 0 and no (empty) ledger transaction.
@@ -250,14 +240,13 @@ describe("treasury movements in the ledger", () => {
     const before = await footprint(partner, [user]);
 
     failNextBatch = true;
-    const failed = await refusal(stack.clients.treasury.executeBatch(req));
-    expect(failed.code).to.equal(Code.Internal);
+    await expectInternalError(stack.clients.treasury.executeBatch(req));
     expect(failedBatchId).to.be.a("string");
     expect(await sql(`SELECT id FROM ledger_transactions WHERE id = ?`, [failedBatchId])).to.deep.equal([]);
     expect(await footprint(partner, [user])).to.deep.equal(before);
 
     auditDown = true;
-    expect((await refusal(stack.clients.treasury.executeBatch(req))).reason).to.equal(Reason.AUDIT_UNAVAILABLE);
+    await expectRefused(stack.clients.treasury.executeBatch(req), Reason.AUDIT_UNAVAILABLE);
     auditDown = false;
     expect(await footprint(partner, [user])).to.deep.equal(before);
     expect(await balanceOf(partner)).to.equal(5_000);

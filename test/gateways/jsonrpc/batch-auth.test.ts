@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { fixtures, postJsonRpc, type Fixtures } from "../../support/trust.js";
+import { fixtures, type Fixtures } from "../../support/trust.js";
+import { postJsonRpc } from "../../support/replicas.js";
 
 /**
  * One JSON-RPC batch element = one call: each element is authorized afresh, so a grant

@@ -1,8 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { fixtures, postJsonRpc, type Fixtures } from "../../support/trust.js";
+import { fixtures, type Fixtures } from "../../support/trust.js";
+import { postJsonRpc } from "../../support/replicas.js";
 import { MAX_BATCH_CALLS } from "../../../gateways/jsonrpc/plugin.js";
+import { expectJsonRpcError } from "../../support/refusals.js";
 
 /**
  * A JSON-RPC batch carries at most 20 calls. A bigger one is refused whole, as one
@@ -33,10 +35,9 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
     expect(res.status, res.text).to.equal(200);
     expect(res.json, res.text).to.not.be.an("array");
     expect(res.json.id).to.equal(null);
-    expect(res.json.result).to.equal(undefined);
-    expect(res.json.error.code).to.equal(-32600);
-    expect(res.json.error.message).to.equal("Invalid Request: a batch may hold at most 20 calls");
-    expect(res.json.error.data).to.deep.include({ reason_id: "batch_too_large", max_batch_calls: 20 });
+    const error = expectJsonRpcError(res, -32600, "batch_too_large");
+    expect(error.message).to.equal("Invalid Request: a batch may hold at most 20 calls");
+    expect(error.data).to.deep.include({ max_batch_calls: 20 });
   }
 
   it("the limit is 20", () => {

@@ -1,7 +1,8 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
-import { fixtures, postJsonRpc, startReplica, type Replica } from "../../support/trust.js";
+import { fixtures } from "../../support/trust.js";
+import { postJsonRpc, startReplica, type Replica } from "../../support/replicas.js";
 
 /**
  * The kill switch across replicas: two cores, each with its own gateway and connection

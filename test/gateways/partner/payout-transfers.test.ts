@@ -6,7 +6,8 @@ import { createResourcesStore } from "../../../core/partners/resources-store.js"
 import { feedsSettled } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 import { bindTreasury, grantConsent } from "../../support/treasury.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
@@ -116,9 +117,9 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
       [ids[1], "credit", 700, "USD", "settled"],
     ]);
     // The reader is not told of the stranger's payout; the outsider may not read transfers; the payer has no such consent.
-    expectError(await call("GET", `/users/${stranger}/transfers`, { token: reader.token }), 404, "user_not_found");
-    expectError(await call("GET", `/users/${userId}/transfers`, { token: outsider.token }), 403, "grant_required");
-    expectError(await call("GET", `/users/${userId}/transfers`, { token: payer.token }), 403, "grant_required");
+    expectHttpError(await call("GET", `/users/${stranger}/transfers`, { token: reader.token }), 404, "user_not_found");
+    expectHttpError(await call("GET", `/users/${userId}/transfers`, { token: outsider.token }), 403, "grant_required");
+    expectHttpError(await call("GET", `/users/${userId}/transfers`, { token: payer.token }), 403, "grant_required");
 
     // The identical request again is a replay: nothing more is credited or announced.
     const again = await post(payer.token, body, key);
@@ -171,7 +172,7 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
     expect((await post(payer.token, body)).status).to.equal(200);
     await stack.core.webhooks.runOnce();
     expect(reader.receiver.received).to.deep.equal([]);
-    expectError(await call("GET", `/users/${userId}/transfers`, { token: reader.token }), 403, "grant_required");
+    expectHttpError(await call("GET", `/users/${userId}/transfers`, { token: reader.token }), 403, "grant_required");
     // The transfer is the user's: a partner they let read it later sees it (events are not sent after the fact).
     await grantConsent(stack.admin, reader.partner, userId, ["transfers:read"]);
     const seen = await transfersOf(reader.token, userId);

@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
 import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
@@ -82,13 +83,13 @@ describe("partner resources over HTTP", () => {
     it("refuses unknown fields, bad JSON, non-JSON and bodies over 4096 bytes", async () => {
       const partner = await createPartner(stack);
       const token = await mintPartnerToken(stack, partner);
-      expectError(await call("POST", "/users", { token, json: { email: "a@example.com", role: "admin" } }), 400, "invalid_request");
-      expectError(await call("POST", "/users", { token, rawBody: "{\"email\":" }), 400, "invalid_json");
-      expectError(await call("POST", "/users", { token, rawBody: "email=a@example.com", headers: { "content-type": "application/x-www-form-urlencoded" } }), 400, "invalid_request");
-      expectError(await call("POST", "/users", { token, json: { email: 42 } }), 400, "invalid_request");
-      expectError(await call("POST", "/users", { token, json: { email: "not-an-address" } }), 400, "invalid_request");
+      expectHttpError(await call("POST", "/users", { token, json: { email: "a@example.com", role: "admin" } }), 400, "invalid_request");
+      expectHttpError(await call("POST", "/users", { token, rawBody: "{\"email\":" }), 400, "invalid_json");
+      expectHttpError(await call("POST", "/users", { token, rawBody: "email=a@example.com", headers: { "content-type": "application/x-www-form-urlencoded" } }), 400, "invalid_request");
+      expectHttpError(await call("POST", "/users", { token, json: { email: 42 } }), 400, "invalid_request");
+      expectHttpError(await call("POST", "/users", { token, json: { email: "not-an-address" } }), 400, "invalid_request");
       const big = { email: `${"a".repeat(4100)}@example.com` };
-      expectError(await call("POST", "/users", { token, json: big }), 413, "body_too_large");
+      expectHttpError(await call("POST", "/users", { token, json: big }), 413, "body_too_large");
     });
 
     it("answers 503 audit_unavailable without creating anything, and the retry answers as the first call would", async () => {
@@ -97,7 +98,7 @@ describe("partner resources over HTTP", () => {
       const email = `audit-${Math.random().toString(16).slice(2)}@example.com`;
       auditBroken = true;
       const failed = await call("POST", "/users", { token, json: { email } });
-      expectError(failed, 503, "audit_unavailable");
+      expectHttpError(failed, 503, "audit_unavailable");
       expect(failed.text).to.not.include("disk full");
       auditBroken = false;
       const retry = await call("POST", "/users", { token, json: { email } });
@@ -112,14 +113,14 @@ describe("partner resources over HTTP", () => {
     it("401 invalid_token with WWW-Authenticate: Bearer for missing, garbage and forged tokens", async () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
-      expectError(await call("GET", `/users/${userId}/kyc`), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: "abc.def.ghi" }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: "abc.def.ghi" }), 401, "invalid_token");
       const token = await mintPartnerToken(stack, partner);
       const [h, p, s] = token.split(".");
       const forgedClaims = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p!, "base64url").toString()), scope: "kyc:read treasury:write" })).toString("base64url");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: `${h}.${forgedClaims}.${s}` }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: `${h}.${forgedClaims}.${s}` }), 401, "invalid_token");
       const noneHeader = Buffer.from(JSON.stringify({ alg: "none", typ: "at+jwt" })).toString("base64url");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: `${noneHeader}.${p}.` }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: `${noneHeader}.${p}.` }), 401, "invalid_token");
     });
 
     it("checks alg, typ, iss, aud and a lifetime of at most one hour", async () => {
@@ -129,12 +130,12 @@ describe("partner resources over HTTP", () => {
       const good = { iss: TEST_ISSUER, aud: TEST_AUDIENCE, sub: partner.clientId, client_id: partner.clientId, scope: "kyc:read", jti: crypto.randomUUID(), iat: now, nbf: now, exp: now + 3600 };
       const sign = (header: Record<string, unknown>, claims: Record<string, unknown>) => stack.core.keyring.signJwt(header, claims);
       expect((await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, good) })).status).to.equal(200);
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "JWT" }, { ...good, jti: crypto.randomUUID() }) }), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, iss: "https://evil.example" }) }), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, aud: "urn:other" }) }), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, exp: now + 3601 }) }), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, client_id: "gpc_other_00000000" }) }), 401, "invalid_token");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, nbf: now + 120, iat: now + 120, exp: now + 3700 }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "JWT" }, { ...good, jti: crypto.randomUUID() }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, iss: "https://evil.example" }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, aud: "urn:other" }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, exp: now + 3601 }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, client_id: "gpc_other_00000000" }) }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, nbf: now + 120, iat: now + 120, exp: now + 3700 }) }), 401, "invalid_token");
     });
 
     it("honours 30 s of clock skew after exp and no more, also for a cached token", async () => {
@@ -145,7 +146,7 @@ describe("partner resources over HTTP", () => {
       stack.clock.advance((3600 + 29) * 1000);
       expect((await call("GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
       stack.clock.advance(2000);
-      expectError(await call("GET", `/users/${userId}/kyc`, { token }), 401, "invalid_token");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 401, "invalid_token");
     });
   });
 
@@ -156,9 +157,9 @@ describe("partner resources over HTTP", () => {
       const token = await mintPartnerToken(stack, partner);
       expect((await call("GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
-      expectError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "partner_inactive");
-      expectError(await call("GET", `/users/${crypto.randomUUID()}/kyc`, { token }), 403, "partner_inactive");
-      expectError(await call("GET", `/events`, { token }), 403, "partner_inactive");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "partner_inactive");
+      expectHttpError(await call("GET", `/users/${crypto.randomUUID()}/kyc`, { token }), 403, "partner_inactive");
+      expectHttpError(await call("GET", `/events`, { token }), 403, "partner_inactive");
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.ACTIVE });
       expect((await call("GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
     });
@@ -169,26 +170,26 @@ describe("partner resources over HTTP", () => {
       const theirs = await createUserFor(stack, other);
       const token = await mintPartnerToken(stack, partner);
       const res = await call("GET", `/users/${theirs.userId}/kyc`, { token });
-      expectError(res, 404, "user_not_found");
+      expectHttpError(res, 404, "user_not_found");
       const unknown = await call("GET", `/users/${crypto.randomUUID()}/kyc`, { token });
-      expectError(unknown, 404, "user_not_found");
+      expectHttpError(unknown, 404, "user_not_found");
       expect((res.body as { error: { message: string } }).error.message).to.equal((unknown.body as { error: { message: string } }).error.message);
-      expectError(await call("GET", `/users/not-a-uuid/kyc`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/not-a-uuid/kyc`, { token }), 400, "invalid_request");
     });
 
     it("user inactive -> 403 user_inactive; then consent and token scope must both cover the resource", async () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner, ["wallet:read"]);
       const token = await mintPartnerToken(stack, partner);
-      expectError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
       expect((await call("GET", `/users/${userId}/wallets`, { token })).status).to.equal(200);
       const narrow = await mintPartnerToken(stack, partner, "kyc:read");
-      expectError(await call("GET", `/users/${userId}/wallets`, { token: narrow }), 403, "grant_required");
+      expectHttpError(await call("GET", `/users/${userId}/wallets`, { token: narrow }), 403, "grant_required");
       await stack.admin.partnerResources.setUserStatus({ userId, status: "inactive" });
-      expectError(await call("GET", `/users/${userId}/wallets`, { token }), 403, "user_inactive");
+      expectHttpError(await call("GET", `/users/${userId}/wallets`, { token }), 403, "user_inactive");
       await stack.admin.partnerResources.setUserStatus({ userId, status: "active" });
       await stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId });
-      expectError(await call("GET", `/users/${userId}/wallets`, { token }), 403, "grant_required");
+      expectHttpError(await call("GET", `/users/${userId}/wallets`, { token }), 403, "grant_required");
     });
 
     it("a pre-created user without consent is known (grant_required, not user_not_found)", async () => {
@@ -196,7 +197,7 @@ describe("partner resources over HTTP", () => {
       const token = await mintPartnerToken(stack, partner);
       const created = await call("POST", "/users", { token, json: { email: `r-${Math.random().toString(16).slice(2)}@example.com` } });
       const userId = (created.body as { user_id: string }).user_id;
-      expectError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
     });
 
     it("treasury:write is never a consent scope", async () => {
@@ -207,7 +208,7 @@ describe("partner resources over HTTP", () => {
         .catch((e: unknown) => e);
       expect(String(err)).to.match(/never a consent/);
       const token = await mintPartnerToken(stack, partner, "treasury:write");
-      expectError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
     });
   });
 
@@ -225,10 +226,10 @@ describe("partner resources over HTTP", () => {
       auditBroken = true;
       for (const path of ["wallets", "kyc", "us-account", "transfers"]) {
         const res = await call("GET", `/users/${userId}/${path}`, { token });
-        expectError(res, 503, "audit_unavailable");
+        expectHttpError(res, 503, "audit_unavailable");
         expect(res.text).to.not.include("0x5290");
       }
-      expectError(await call("GET", `/events`, { token }), 503, "audit_unavailable");
+      expectHttpError(await call("GET", `/events`, { token }), 503, "audit_unavailable");
       auditBroken = false;
     });
 
@@ -238,12 +239,12 @@ describe("partner resources over HTTP", () => {
       const token = await mintPartnerToken(stack, partner);
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
       const refused = await call("GET", `/users/${userId}/kyc`, { token });
-      expectError(refused, 403, "partner_inactive");
+      expectHttpError(refused, 403, "partner_inactive");
       const rows = await auditRows(refused.headers.get("x-request-id")!);
       expect(rows.map((r) => r.reason)).to.deep.equal(["partner_inactive"]);
       auditBroken = true;
       try {
-        expectError(await call("GET", `/users/${userId}/kyc`, { token }), 503, "audit_unavailable");
+        expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 503, "audit_unavailable");
       } finally {
         auditBroken = false;
       }
@@ -262,7 +263,7 @@ describe("partner resources over HTTP", () => {
       await stack.admin.partnerResources.provisionUsAccount({ userId });
       const acct = await call("GET", `/users/${userId}/us-account`, { token });
       expect(acct.body).to.include({ status: "provisioned", routing_number: "021000021", account_type: "checking" });
-      expectError(await call("GET", `/users/${userId}/kyc?x=1`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${userId}/kyc?x=1`, { token }), 400, "invalid_request");
     });
 
     it("hosted verification link: 201, 409 kyc_provider_conflict, 400 unknown provider", async () => {
@@ -274,10 +275,10 @@ describe("partner resources over HTTP", () => {
       expect((link.body as { url: string }).url).to.match(/^https:\/\//);
       expect((link.body as { provider: string }).provider).to.equal("sandbox");
       expect((await call("POST", `/users/${userId}/kyc/link`, { token })).status).to.equal(201);
-      expectError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { provider: "nope" } }), 400, "invalid_request");
-      expectError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { extra: 1 } }), 400, "invalid_request");
+      expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { provider: "nope" } }), 400, "invalid_request");
+      expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { extra: 1 } }), 400, "invalid_request");
       await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "acme-id" });
-      expectError(await call("POST", `/users/${userId}/kyc/link`, { token, json: {} }), 409, "kyc_provider_conflict");
+      expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: {} }), 409, "kyc_provider_conflict");
     });
   });
 
@@ -341,13 +342,13 @@ describe("partner resources over HTTP", () => {
       for (let i = 0; i < 3; i++) await stack.admin.partnerResources.recordLedgerEntry({ userId: a.userId, direction: "debit", amountCents: 5n });
       const first = (await call("GET", `/users/${a.userId}/transfers?limit=1`, { token })).body as { next_cursor: string; watermark: string };
       const tampered = first.next_cursor.slice(0, -2) + (first.next_cursor.endsWith("A") ? "BB" : "AA");
-      expectError(await call("GET", `/users/${a.userId}/transfers?cursor=${encodeURIComponent(tampered)}`, { token }), 400, "invalid_cursor");
-      expectError(await call("GET", `/users/${b.userId}/transfers?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
-      expectError(await call("GET", `/users/${a.userId}/transfers?since=garbage`, { token }), 400, "invalid_cursor");
-      expectError(await call("GET", `/events?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
-      expectError(await call("GET", `/users/${a.userId}/transfers?limit=0`, { token }), 400, "invalid_request");
-      expectError(await call("GET", `/users/${a.userId}/transfers?limit=1&limit=2`, { token }), 400, "invalid_request");
-      expectError(await call("GET", `/users/${a.userId}/transfers?page=2`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?cursor=${encodeURIComponent(tampered)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${b.userId}/transfers?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?since=garbage`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/events?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=0`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=1&limit=2`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?page=2`, { token }), 400, "invalid_request");
     });
 
     it("events: kyc.status_changed and transfer.settled/failed for consenting partners only", async () => {
@@ -380,7 +381,7 @@ describe("partner resources: configuration-dependent failures", () => {
     const broken = await startStack({ gateway: true, webhookPollMs: 0, signingKey: "{not json" });
     try {
       const res = await api(broken, "GET", `/users/${userId}/kyc`, { token });
-      expectError(res, 503, "auth_unavailable");
+      expectHttpError(res, 503, "auth_unavailable");
       expect(res.text).to.not.match(/SIGNING_KEY|json/i);
     } finally {
       await broken.close();
@@ -393,7 +394,7 @@ describe("partner resources: configuration-dependent failures", () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
       const res = await api(stack, "POST", `/users/${userId}/kyc/link`, { token: await mintPartnerToken(stack, partner) });
-      expectError(res, 503, "provider_unavailable");
+      expectHttpError(res, 503, "provider_unavailable");
       expect(res.text).to.not.include("ftp");
     } finally {
       await stack.close();
@@ -411,7 +412,7 @@ describe("partner resources: configuration-dependent failures", () => {
       expect((await api(a, "GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
       expect((await api(b, "GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
       expect((await api(a, "GET", `/users/${userId}/kyc`, { token })).status).to.equal(200);
-      expectError(await api(b, "GET", `/users/${userId}/kyc`, { token }), 429, "rate_limited");
+      expectHttpError(await api(b, "GET", `/users/${userId}/kyc`, { token }), 429, "rate_limited");
       // Other operations have their own budget.
       expect((await api(a, "GET", `/users/${userId}/wallets`, { token })).status).to.equal(200);
       a.clock.advance(60_000);

@@ -3,7 +3,8 @@ import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
 
 /**
@@ -57,19 +58,19 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
   for (const [label, headers] of [["no bearer", {}], ["a malformed Authorization header", { authorization: "Basic abc" }], ["an invalid bearer", { authorization: "Bearer not.a.token" }]] as const) {
     it(`GET /treasury with ${label}: answers 401 invalid_token and leaves no audit row, whether or not audit works`, async () => {
       const res = await api(stack, "GET", "/treasury", { headers: { ...headers } });
-      expectError(res, 401, "invalid_token");
+      expectHttpError(res, 401, "invalid_token");
       expect(await rowsOf(res)).to.deep.equal([]);
       auditDown = true;
-      expectError(await api(stack, "GET", "/treasury", { headers: { ...headers } }), 401, "invalid_token");
+      expectHttpError(await api(stack, "GET", "/treasury", { headers: { ...headers } }), 401, "invalid_token");
     });
   }
 
   it("GET /treasury with a query it does not take: answers 400 invalid_request and leaves one failure row under the partner", async () => {
     const res = await api(stack, "GET", "/treasury?x=1", { token });
-    expectError(res, 400, "invalid_request");
+    expectHttpError(res, 400, "invalid_request");
     expect(await rowsOf(res)).to.deep.equal([[`partner:${clientId}`, "partner.treasury.read", "failure", "invalid_request", ""]]);
     auditDown = true;
-    expectError(await api(stack, "GET", "/treasury?x=1", { token }), 503, "audit_unavailable");
+    expectHttpError(await api(stack, "GET", "/treasury?x=1", { token }), 503, "audit_unavailable");
   });
 
   for (const c of cases) {
@@ -77,15 +78,15 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
     const audited = c.actor() !== undefined;
     it(`${c.label}: answers ${c.status} ${c.code} and leaves ${audited ? "one failure audit row" : "no audit row"}`, async () => {
       const res = await c.send();
-      expectError(res, c.status, c.code);
+      expectHttpError(res, c.status, c.code);
       expect(await rowsOf(res)).to.deep.equal(audited ? [[c.actor(), "treasury.batch.execute", "failure", c.code, c.subject]] : []);
     });
 
     it(`${c.label}: ${audited ? "answers 503 audit_unavailable when the rejection cannot be audited" : "answers the same when audit is down"}`, async () => {
       auditDown = true;
       const res = await c.send();
-      if (audited) expectError(res, 503, "audit_unavailable");
-      else expectError(res, c.status, c.code);
+      if (audited) expectHttpError(res, 503, "audit_unavailable");
+      else expectHttpError(res, c.status, c.code);
       expect(await rowsOf(res)).to.deep.equal([]);
     });
   }

@@ -4,7 +4,8 @@ import { Webhook } from "standardwebhooks";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 import { bindTreasury } from "../../support/treasury.js";
 import { TreasuryStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
@@ -77,7 +78,7 @@ describe("partner treasury endpoints (HTTP)", () => {
     expect(again.text).to.equal(first.text);
     expect(again.headers.get("idempotent-replayed")).to.equal("true");
     const reordered = await post(token, { ...b, items: [...b.items].reverse() }, key);
-    expectError(reordered, 409, "idempotency_conflict");
+    expectHttpError(reordered, 409, "idempotency_conflict");
     const t = await call("GET", "/treasury", { token });
     expect((t.body as { available_cents: number }).available_cents).to.equal(100_000 - 300);
 
@@ -92,8 +93,8 @@ describe("partner treasury endpoints (HTTP)", () => {
 
   it("requires the Idempotency-Key header, at most 255 characters", async () => {
     const { payer, user, token } = await setup();
-    expectError(await post(token, body(payer, user), null), 400, "invalid_request");
-    expectError(await post(token, body(payer, user), "k".repeat(256)), 400, "invalid_request");
+    expectHttpError(await post(token, body(payer, user), null), 400, "invalid_request");
+    expectHttpError(await post(token, body(payer, user), "k".repeat(256)), 400, "invalid_request");
     expect((await post(token, body(payer, user), "k".repeat(255))).status).to.equal(200);
     // A repeated header is not one key.
     const repeated = await fetch(`${stack.url}/api/partner/treasury/payouts`, {
@@ -108,64 +109,64 @@ describe("partner treasury endpoints (HTTP)", () => {
     const { payer, user, token } = await setup();
     const b = body(payer, user) as Record<string, unknown>;
     const unknown = await post(token, { ...b, memo: "x" });
-    expectError(unknown, 400, "invalid_request");
+    expectHttpError(unknown, 400, "invalid_request");
     // spec 4.8: validation rejections are audited, under this response's request id.
     const audit = await stack.admin.audit.listRecords({ requestId: unknown.headers.get("x-request-id")! });
     expect(audit.records.map((r) => [r.action, r.reason])).to.deep.equal([["treasury.batch.execute", "invalid_request"]]);
     const item = { ...(b.items as Record<string, unknown>[])[0]!, payer: payer };
-    expectError(await post(token, { ...b, items: [item] }), 400, "invalid_request");
-    expectError(
+    expectHttpError(await post(token, { ...b, items: [item] }), 400, "invalid_request");
+    expectHttpError(
       await call("POST", "/treasury/payouts", { token, rawBody: "{", headers: { "idempotency-key": "k-1", "content-type": "application/json" } }),
       400,
       "invalid_json",
     );
     const big = body(payer, user, 420);
     expect(JSON.stringify(big).length).to.be.greaterThan(64 * 1024);
-    expectError(await post(token, big), 413, "body_too_large");
+    expectHttpError(await post(token, big), 413, "body_too_large");
   });
 
   it("renders each treasury refusal of spec 7.4", async () => {
     const { partner, payer, user, token } = await setup(1_000n);
-    expectError(await post(token, body(randomUUID(), user)), 403, "payer_not_allowed");
-    expectError(await post(token, body(payer, user, 1, 5_000)), 409, "insufficient_funds");
-    expectError(await post(token, body(payer, randomUUID())), 403, "grant_required");
+    expectHttpError(await post(token, body(randomUUID(), user)), 403, "payer_not_allowed");
+    expectHttpError(await post(token, body(payer, user, 1, 5_000)), 409, "insufficient_funds");
+    expectHttpError(await post(token, body(payer, randomUUID())), 403, "grant_required");
     await stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: 1_000n, capPerItemCents: 50n });
     const denied = await post(token, body(payer, user));
-    expectError(denied, 403, "policy_denied");
+    expectHttpError(denied, 403, "policy_denied");
     expect((denied.body as { error: { message: string } }).error.message).to.contain("per_item_cap").and.not.match(/\d/);
     await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.MANDATE_EXPIRED });
-    expectError(await post(token, body(payer, user)), 403, "treasury_inactive");
+    expectHttpError(await post(token, body(payer, user)), 403, "treasury_inactive");
     const first = body(payer, user);
     await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE });
     await stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: 1_000n });
     expect((await post(token, first)).status).to.equal(200);
     const changed = { ...first, items: [{ ...first.items[0]!, amount_cents: 101 }] };
-    expectError(await post(token, changed), 409, "execution_conflict");
+    expectHttpError(await post(token, changed), 409, "execution_conflict");
   });
 
   it("a partner without a treasury gets 404 treasury_not_configured", async () => {
     const partner = await createPartner(stack, { entitlements: ["treasury:write"] });
     const token = await mintPartnerToken(stack, partner);
-    expectError(await call("GET", "/treasury", { token }), 404, "treasury_not_configured");
-    expectError(await post(token, body(randomUUID(), randomUUID())), 404, "treasury_not_configured");
+    expectHttpError(await call("GET", "/treasury", { token }), 404, "treasury_not_configured");
+    expectHttpError(await post(token, body(randomUUID(), randomUUID())), 404, "treasury_not_configured");
   });
 
   it("needs treasury:write in the token, and payouts:receive for receipts", async () => {
     const { partner, payer, user } = await setup();
     const narrow = await mintPartnerToken(stack, partner, "payouts:receive");
-    expectError(await call("GET", "/treasury", { token: narrow }), 403, "grant_required");
-    expectError(await post(narrow, body(payer, user)), 403, "grant_required");
+    expectHttpError(await call("GET", "/treasury", { token: narrow }), 403, "grant_required");
+    expectHttpError(await post(narrow, body(payer, user)), 403, "grant_required");
     const treasuryOnly = await mintPartnerToken(stack, partner, "treasury:write");
     const b = body(payer, user);
     expect((await post(treasuryOnly, b)).status).to.equal(200);
-    expectError(await call("GET", `/users/${user}/payouts/${b.items[0]!.payout_id}`, { token: treasuryOnly }), 403, "grant_required");
-    expectError(await call("GET", "/treasury"), 401, "invalid_token");
+    expectHttpError(await call("GET", `/users/${user}/payouts/${b.items[0]!.payout_id}`, { token: treasuryOnly }), 403, "grant_required");
+    expectHttpError(await call("GET", "/treasury"), 401, "invalid_token");
   });
 
   it("a receipt for an unknown payout is 404", async () => {
     const { user, token } = await setup();
-    expectError(await call("GET", `/users/${user}/payouts/po-none`, { token }), 404, "not_found");
-    expectError(await call("GET", `/users/not-a-uuid/payouts/po-none`, { token }), 400, "invalid_request");
+    expectHttpError(await call("GET", `/users/${user}/payouts/po-none`, { token }), 404, "not_found");
+    expectHttpError(await call("GET", `/users/not-a-uuid/payouts/po-none`, { token }), 400, "invalid_request");
   });
 });
 

@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, expectError, type ApiResponse } from "../../support/resources.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
 import { usingPostgres } from "../../support/db.js";
 
@@ -46,7 +47,7 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
     };
     const indexes = Array.from({ length: 50 }, (_, i) => i);
     const answers = usingPostgres() ? await Promise.all(indexes.map(send)) : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
-    for (const res of answers) expectError(res, 401, "invalid_token");
+    for (const res of answers) expectHttpError(res, 401, "invalid_token");
     expect(await auditRows()).to.equal(before);
     // The partner's own token still works and is audited.
     const ok = await api(stack, "GET", "/treasury", { token });

@@ -5,6 +5,7 @@ import { budgetParams, createOwner, grantFor, ownerSession, type TestOwner } fro
 import { postRpc } from "../../support/mcp.js";
 import { requirePostgres } from "../../support/db.js";
 import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
+import { expectJsonRpcError } from "../../support/refusals.js";
 
 /**
  * A vault holds at most 50 payments awaiting approval and draft budgets together; past
@@ -43,9 +44,9 @@ describe("Pending approvals per vault: the bound", () => {
   const pendingOf = async (vaultId: string) => Number((await stack.core.db("agent_payments").where({ vault_id: vaultId, status: "pending_step_up" }).count("* as n"))[0]!.n);
 
   function expectRefused(res: Awaited<ReturnType<typeof pay>>) {
-    expect(res.json!.error, res.text).to.deep.include({ code: -32002 });
-    expect(res.json!.error.data).to.include({ reason_id: "policy_denied", limit: "pending_approvals" });
-    expect(res.json!.error.message).to.match(/^pending_approvals: the vault already has 50 payments and draft budgets waiting for its owner/);
+    const error = expectJsonRpcError(res, -32002, "policy_denied");
+    expect(error.data).to.include({ limit: "pending_approvals" });
+    expect(error.message).to.match(/^pending_approvals: the vault already has 50 payments and draft budgets waiting for its owner/);
   }
 
   it("the 51st payment awaiting approval is refused with policy_denied pending_approvals; payments that need no approval still complete", async () => {
