@@ -5,7 +5,7 @@ import { resolve } from "node:path";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 
-/** Every setting of DESIGN 2, parsed and checked once. The only reader of process.env. */
+/** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {
   port: number;
   host: string;
@@ -42,7 +42,7 @@ export interface Config {
   gatewayToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
   registrationLimitPerMinute: number;
-  /** DESIGN 4.4: agent budget provisioning starts per parent vault per minute. */
+  /** Agent budget provisioning starts per parent vault per minute. */
   provisioningLimitPerMinute: number;
   /** Partner resource requests per minute per partner and operation (docs/partner-api.md). */
   partnerResourceLimitPerMinute: number;
@@ -54,7 +54,7 @@ export interface Config {
   allowedOrigins: string[];
   /** Webhook delivery loop period (ms). */
   webhookPollMs: number;
-  /** DESIGN 3: refresh-token reuse grace window, seconds. */
+  /** Refresh-token reuse grace window, seconds. */
   refreshGraceSeconds: number;
   /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate: boolean;

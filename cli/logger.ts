@@ -127,11 +127,10 @@ let flushAtExit = false;
  * above is written at once with everything before it (createLogger), and whatever is left
  * is written synchronously when the process exits (also after an uncaught exception), so
  * only a process killed outright (SIGKILL) can lose its last tenth of a second of info
- * lines. One write per line was 2-4% of a partner read's CPU (`npm run bench
- * partner-resources`, info against silent).
+ * lines. One write per line cost a measurable share of a partner read's CPU.
  *
  * The writes stay synchronous: pino's asynchronous default writes through the libuv thread
- * pool, the pool scrypt used then (partner and client secrets, about 50 ms a derivation;
+ * pool, the pool scrypt used then (partner and client secrets;
  * now on threads of their own): every log line waited behind derivations and took a pool
  * slot from the next one.
  */

@@ -27,7 +27,7 @@ export interface Running {
 }
 
 /**
- * Starts the roles of DESIGN 2 in this process. Every setting the roles need (TLS files,
+ * Starts the given roles (core, gateway or both) in this process. Every setting the roles need (TLS files,
  * CORE_URL, GATEWAY_TOKEN) is checked before anything starts.
  */
 export async function serve(config: Config, role: Role, logger: Logger): Promise<Running> {

@@ -53,7 +53,7 @@ export interface CoreOptions {
   issuer: string;
   partnerAudience: string;
   clock?: () => Date;
-  /** spec 8; configurable for tests and deployments. */
+  /** Per client per minute, failures included; configurable for tests and deployments. */
   tokenIssuanceLimitPerMinute?: number;
   scrypt?: ScryptParams;
   /** Bounds of the shared secret-check gate (docs/partner-token.md); defaults 2 / 64 / 8 / 1000 ms. */
@@ -66,7 +66,7 @@ export interface CoreOptions {
   migrate?: boolean;
   /** `{app_url}`: where owners approve step-ups (budgets, payments). */
   appUrl?: string;
-  /** DESIGN 4.4: budget provisioning starts per parent vault per minute (default 10). */
+  /** Budget provisioning starts per parent vault per minute (default 10). */
   provisioningLimitPerMinute?: number;
   /** Test-only seam: see BudgetsFaults. */
   budgetFaults?: BudgetsFaults;
@@ -88,11 +88,11 @@ export interface CoreOptions {
   webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
   /** Test-only seam: see TreasuryFaults. */
   treasuryFaults?: TreasuryFaults;
-  /** MCP_URL: first `aud` of agent tokens (DESIGN 3); default the issuer. */
+  /** MCP_URL: first `aud` of agent tokens; default the issuer. */
   mcpUrl?: string;
   /** URN_NAMESPACE of vault URNs; default "vaultgate". */
   urnNamespace?: string;
-  /** Refresh-token reuse grace window in seconds (DESIGN 3); default 30. */
+  /** Refresh-token reuse grace window in seconds; default 30. */
   refreshGraceSeconds?: number;
   /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/reference/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;

@@ -18,8 +18,8 @@ import { kInProcess } from "./context.js";
 /**
  * A transport that calls core's handlers directly, through the same interceptors, for
  * a gateway in the same process. It skips only what a process boundary needs: HTTP
- * framing and protobuf serialization (DESIGN 7: the hop must stay under 50 us;
- * createRouterTransport costs about 3x that). Streaming calls use the router transport.
+ * framing and protobuf serialization, which createRouterTransport would spend on every
+ * in-process hop. Streaming calls use the router transport.
  * Calls are marked kInProcess (the gateway's request line then names a refusal's reason).
  * Errors keep Connect's contract: a handler's ConnectError arrives as is (details
  * readable with findDetails), anything else as a bare `internal` with the cause kept.

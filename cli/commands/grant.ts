@@ -2,7 +2,7 @@ import type { CommandContext } from "./types.js";
 import { agentTokenJson } from "../../gateways/shared/token-response.js";
 import { listOption, requireOption, UsageError } from "./types.js";
 
-/** vaultgate grant issue --user U --vault V --scopes a,b [--client C] [--step-up] -> spec 2.4 token response. */
+/** vaultgate grant issue --user U --vault V --scopes a,b [--client C] [--step-up] -> the agent token response. */
 export async function grantCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
   if (sub !== "issue") throw new UsageError("grant issue --user USER_ID --vault VAULT_ID --scopes a,b [--client CLIENT_ID] [--step-up]");

@@ -32,7 +32,7 @@ const optionalCents = (ctx: CommandContext, name: string) => {
   return v === undefined ? undefined : BigInt(v);
 };
 
-/** vaultgate treasury bind|set-status|fund (DESIGN 5) */
+/** vaultgate treasury bind|set-status|fund */
 export async function treasuryCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
   switch (sub) {

@@ -48,7 +48,7 @@ export function requirePositional(ctx: CommandContext, index: number, label: str
   return v;
 }
 
-/** `--x a,b` as a list; `--x ""` is an empty list; absent is undefined (DESIGN 4.4). */
+/** `--x a,b` as a list; `--x ""` is an empty list; absent is undefined. */
 export function listOption(ctx: CommandContext, name: string): string[] | undefined {
   const v = ctx.options[name];
   if (v === undefined) return undefined;

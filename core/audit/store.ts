@@ -32,7 +32,7 @@ export interface AuditFilter {
 export interface AuditStoreOptions {
   /**
    * Fault-injection seam for tests only: when it returns an error, append throws it
-   * instead of writing (spec 7.3 audit_unavailable cannot be caused for real otherwise).
+   * instead of writing (audit_unavailable cannot be caused for real otherwise).
    */
   appendFault?: () => Error | undefined;
 }

@@ -2,7 +2,7 @@ import knexFactory, { type Knex } from "knex";
 import ClientPGLite from "knex-pglite";
 import pg from "pg";
 
-// Money is bigint cents and stays within 2^53-1 (DESIGN 6), so int8 parses to number.
+// Money is bigint cents and stays within 2^53-1, so int8 parses to number.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
 export interface DbOptions {

@@ -24,7 +24,7 @@ export interface AgentTokenClaims {
   auth_time?: number;
 }
 
-/** Claims of DESIGN 3 for one grant; iat comes from the grant so a re-sign yields the same token claims. */
+/** The agent access-token claims of one grant; iat comes from the grant so a re-sign yields the same token claims. */
 export function agentTokenClaims(g: {
   issuer: string;
   mcpUrl: string;

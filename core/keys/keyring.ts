@@ -76,7 +76,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     else if (source === "file") current = await loadOrCreateFileKey(options.dataDir!);
     else current = await toSigningKey(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
   } catch (err) {
-    // spec 5.2 / DESIGN 2: a malformed key gives 503s, never a crash. The message names
+    // A malformed key gives 503s, never a crash. The message names
     // the setting, not its value.
     problem = `signing key unusable: ${err instanceof Error ? err.message : "invalid"}`;
     options.logger.error({ source }, problem);

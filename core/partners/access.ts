@@ -10,7 +10,7 @@ import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import { CONSENT_SCOPES } from "./scopes.js";
 import { UUID } from "../uuid.js";
 
-/** The resource-rate-limit window (spec 8: a refusal says Retry-After: 60); the pruner drops ended ones. */
+/** The resource-rate-limit window (a refusal says Retry-After: 60); the pruner drops ended ones. */
 export const RATE_WINDOW_MS = 60_000;
 
 export interface PartnerAccessDeps {
@@ -105,7 +105,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     if (row.rateCount > limit) fail(Reason.RATE_LIMITED, "too many requests for this operation", { retryAfterSeconds: 60 });
     const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
     if (req.userId === undefined) return principal;
-    // spec 7.3: ids that belong only to another partner look exactly like unknown ids.
+    // Ids that belong only to another partner look exactly like unknown ids.
     if (!row.userExists || (!row.hasReceipt && !row.hasConsent)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
     if (row.userStatus !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
     const scope = req.scope;
@@ -152,7 +152,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
 
     /**
      * Writes the success audit row of a read before its data leaves; when it cannot be
-     * written the read is withheld (spec 7.3 audit_unavailable).
+     * written the read is withheld (audit_unavailable).
      */
     async audited(ctx: HandlerContext, principal: PartnerPrincipal, operation: string, subject: string): Promise<void> {
       try {

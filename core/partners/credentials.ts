@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
 
-/** spec 2.5: `gpc_<slug>_<8 hex chars>`. */
+/** `gpc_<slug>_<8 hex chars>`. */
 export function generateClientId(slug: string): string {
   return `gpc_${slug}_${randomBytes(4).toString("hex")}`;
 }
 
-/** spec 2.5: `gps_` followed by 32 random bytes in base64url. */
+/** `gps_` followed by 32 random bytes in base64url. */
 export function generateClientSecret(): string {
   return `gps_${randomBytes(32).toString("base64url")}`;
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 
-/** A hosted identity-verification provider (DESIGN 4.3 `POST /users/<id>/kyc/link`). */
+/** A hosted identity-verification provider (behind `POST /users/<id>/kyc/link`). */
 export interface KycProvider {
   readonly name: string;
   /** Resolves with a hosted link, or rejects when the provider is unusable. */

@@ -133,7 +133,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
         } catch (err) {
           fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
         }
-        // DESIGN 4.4: `created` is about this partner's receipt, never whether the user existed.
+        // `created` is about this partner's receipt, never whether the user existed.
         return { userId: user.userId, created: receipt.inserted };
       });
     },

@@ -78,7 +78,7 @@ export interface LedgerEntry {
   updatedAt: Date;
 }
 
-/** SQL for the partner resources of DESIGN 4.3 (users, consents, KYC, wallets, US accounts, ledger). */
+/** SQL for the partner resources (users, consents, KYC, wallets, US accounts, ledger). */
 export function createResourcesStore(db: Db) {
   const accessBatch = batchFunction<AccessInput>("partner_access_batch", [
     ["text", (i) => i.clientId],

@@ -15,7 +15,7 @@ export function parseScopeParam(value: string): string[] | undefined {
 export type ScopeResolution = { ok: true; scopes: string[] } | { ok: false };
 
 /**
- * spec 5.3 rules 1-2: an omitted scope asks for every entitlement; an explicit one
+ * An omitted scope asks for every entitlement; an explicit one
  * must be a subset of them.
  */
 export function resolveTokenScopes(requested: string | undefined, entitlements: readonly string[]): ScopeResolution {

@@ -37,7 +37,7 @@ export interface PartnersServiceDeps {
   logger: Logger;
   issuer: string;
   audience: string;
-  /** spec 8: 30 issuances per minute per client, failures included. */
+  /** 30 issuances per minute per client, failures included. */
   issuanceLimitPerMinute: number;
 }
 
@@ -131,7 +131,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       let provenHash = verifiedHash;
       try {
         const issued = await db.transaction(async (trx) => {
-          // spec 5.2: the row stays locked through the decision and signing, so rotation,
+          // The row stays locked through the decision and signing, so rotation,
           // entitlement changes and suspension are ordered against this issuance. The
           // costly derivation ran before the lock (or was remembered); here we confirm it
           // checked the hash that is current under the lock (a rotation in between, or
@@ -222,7 +222,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     async rotateSecret(req, ctx) {
       const clientSecret = generateClientSecret();
       const secretHash = await deps.secrets.hash(clientSecret);
-      // spec 5.4: replaces the hash at once; client_id and status unchanged.
+      // Replaces the hash at once; client_id and status unchanged.
       await adminChange(ctx, "partner.rotate_secret", req.clientId, async (trx) => {
         const locked = await store.lockByClientId(trx, req.clientId);
         if (!locked) fail(Reason.NOT_FOUND, "no such partner");

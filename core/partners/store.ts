@@ -47,7 +47,7 @@ export function createPartnersStore(db: Db) {
       return row ? toPartner(row) : undefined;
     },
 
-    /** Reads and locks the row until the transaction ends (spec 5.2 issuance ordering). */
+    /** Reads and locks the row until the transaction ends (issuance decides and signs under this lock). */
     async lockByClientId(trx: Knex.Transaction, clientId: string): Promise<PartnerRecord | undefined> {
       const row = await trx("partners").where({ client_id: clientId }).forUpdate().first();
       return row ? toPartner(row) : undefined;

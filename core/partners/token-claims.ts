@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 
-/** spec 2.5: partner tokens live exactly one hour. */
+/** Partner tokens live exactly one hour. */
 export const PARTNER_TOKEN_TTL_SECONDS = 3600;
 
 export interface PartnerClaimsInput {
@@ -11,7 +11,7 @@ export interface PartnerClaimsInput {
   now: Date;
 }
 
-/** Exactly the claims of spec 2.5, and nothing else. */
+/** Exactly the partner token claims, and nothing else. */
 export function partnerTokenClaims(input: PartnerClaimsInput) {
   const iat = Math.floor(input.now.getTime() / 1000);
   return {
@@ -27,5 +27,5 @@ export function partnerTokenClaims(input: PartnerClaimsInput) {
   };
 }
 
-/** spec 2.5 header: `typ` at+jwt, `alg` ES256 (added with `kid` by the signer). */
+/** The header: `typ` at+jwt, `alg` ES256 (added with `kid` by the signer). */
 export const PARTNER_TOKEN_HEADER = Object.freeze({ typ: "at+jwt" } as const);

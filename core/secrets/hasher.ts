@@ -12,8 +12,8 @@ export interface ScryptParams {
 
 /**
  * Client secrets are 256 random bits: guessing one is hopeless at any cost per guess, so
- * scrypt's work factor buys nothing and only makes every wrong secret dearer for us. This
- * size keeps the salted, memory-hard hash (a dump yields nothing usable) at about 3 ms.
+ * scrypt's work factor buys nothing and only makes every wrong secret dearer for us; a
+ * small salted, memory-hard hash still leaves a dump nothing usable.
  */
 export const CLIENT_SECRET_SCRYPT: ScryptParams = { N: 2 ** 10, r: 8, p: 1 };
 

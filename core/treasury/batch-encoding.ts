@@ -4,8 +4,7 @@ import { BatchSchema, type Batch } from "../../gen/vaultgate/treasury/v1/treasur
 /**
  * The stored answer of a batch (treasury_batches.response): exactly the bytes
  * `toBinary(BatchSchema, batch)` writes, produced without protobuf-es's reflection, which
- * spent about 2 ms on a 500-item batch while the treasury lock was held; this takes a
- * tenth of that. Fields are written in field-number order and proto3 defaults are left
+ * is slow on a large batch while the treasury lock is held. Fields are written in field-number order and proto3 defaults are left
  * out, as toBinary does. A value this writer does not cover (a negative or unsafe integer,
  * unknown fields) falls back to toBinary. test/core/treasury/batch-encoding.test.ts
  * proves the bytes equal and fails when the message gains a field this writer does not know.

@@ -7,7 +7,7 @@ import { PAYOUTS_RECEIVE } from "./wire.js";
 
 /**
  * Sorts items into new ones and ones already executed with identical fields; any
- * reuse with a changed field fails the whole batch (spec 4.8 execution_conflict).
+ * reuse with a changed field fails the whole batch (execution_conflict).
  * A payout_id already paid under another execution_id is a conflict too.
  */
 export async function planItems(store: Pick<TreasuryStore, "findExecutions">, trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[], inserted: Set<string>) {

@@ -35,7 +35,7 @@ const CURRENCY = /^[A-Z]{3}$/;
 
 export type Validation = { ok: true; batch: BatchInput } | { ok: false; message: string };
 
-/** Body validation, the first check of DESIGN 4.4. Messages name the field, never a value. */
+/** Body validation, the first check of a batch. Messages name the field, never a value. */
 export function validateBatch(raw: RawBatch): Validation {
   const bad = (message: string): Validation => ({ ok: false, message });
   const key = raw.idempotencyKey;
@@ -77,7 +77,7 @@ function isPartnerId(v: string): boolean {
 }
 
 /**
- * The request identity behind idempotency_conflict (DESIGN 4.3): a SHA-256 over a
+ * The request identity behind idempotency_conflict: a SHA-256 over a
  * canonical JSON of the batch with fixed key order. Item order counts; JSON
  * whitespace and key order in the original body do not.
  */

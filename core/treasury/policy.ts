@@ -1,6 +1,6 @@
 import type { TreasuryRecord } from "./store.js";
 
-/** The limit names of DESIGN 4.4, in the order they are checked. */
+/** The treasury limit names, in the order they are checked. */
 export type LimitName = "per_item_cap" | "per_day_cap" | "lifetime_cap" | "step_up_amount";
 
 /** The UTC day of `at` as YYYY-MM-DD: per-day caps reset at 00:00 UTC. */

@@ -33,7 +33,7 @@ export interface TreasuryServiceDeps {
   db: Db;
   store: TreasuryStore;
   partners: PartnersStore;
-  /** Issue 3's partner access checks: token, partner active, rate limit, user and consent. */
+  /** The partner access checks: token, partner active, rate limit, user and consent. */
   access: PartnerAccess;
   audit: AuditStore;
   clock: () => Date;
@@ -157,7 +157,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         await appendAudit(db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: caller.clientId, reason: "treasury_not_configured" });
         fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
       }
-      // A read is withheld when its audit row cannot be written (DESIGN 6).
+      // A read is withheld when its audit row cannot be written.
       await deps.access.audited(ctx, caller, "treasury.read", caller.clientId);
       return { treasury: toProto(caller, treasury) };
     },
@@ -170,7 +170,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
       const actor = caller.actor;
       try {
         if (req.bodyProblem) fail(Reason.INVALID_REQUEST, req.bodyProblem);
-        // DESIGN 4.4 order: body validation, idempotency, configured, active, payer,
+        // Check order: body validation, idempotency, configured, active, payer,
         // execution conflicts, currency/recipients/consent, caps and step-up, funds.
         const validation = validateBatch({
           idempotencyKey: req.idempotencyKey,
@@ -183,7 +183,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
 
         const outcome = await db.transaction(async (trx) => {
           const treasury = await store.lock(trx, partner.id);
-          // Idempotency (DESIGN 4.4 step 2) is read under the lock: a request with this key
+          // Idempotency (the second check) is read under the lock: a request with this key
           // that committed while we waited is seen. Without a treasury no batch can exist
           // (bindings are never removed), so answering treasury_not_configured first is
           // the same outcome as checking the key first.
@@ -224,7 +224,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           const today = utcDay(now);
           const amounts = fresh.map((i) => i.amountCents);
           const limit = exceededLimit(treasury, amounts, today);
-          // spec 7.4 / DESIGN 4.4: name the limit, never the remaining allowance.
+          // Name the limit, never the remaining allowance.
           if (limit) fail(Reason.POLICY_DENIED, `the batch exceeds the treasury's ${limit} limit`, { limitName: limit });
           const total = amounts.reduce((a, b) => a + b, 0);
           if (total > treasury.balanceCents) fail(Reason.INSUFFICIENT_FUNDS, "the available balance is below the batch total");
@@ -249,7 +249,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
           // One statement records the batch, debits the treasury and, for what it newly paid
           // (the executions inserted above, which are also the recipients' transfers), posts
-          // the ledger transaction and writes the events: DESIGN 4.3 payout.executed, one per
+          // the ledger transaction and writes the events: payout.executed, one per
           // batch listing the payouts it paid (a 500-item batch is one delivery, not 500), and
           // transfer.settled per payout for the partners the recipient lets read their
           // transfers (store.ts recordBatch).
@@ -293,7 +293,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
         await deps.faults?.afterCommit?.(outcome.batch.batchId);
         return { batch: outcome.batch, replayed: false };
       } catch (err) {
-        // spec 4.8: rejections are audited; the rollback above consumed no ids.
+        // Rejections are audited; the rollback above consumed no ids.
         const detail = errorDetailOf(err);
         if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
           await appendAudit(db, ctx, { actor, action: BATCH_ACTION, subject: req.idempotencyKey.slice(0, 255), reason: reasonLabel(detail.reason) });
@@ -303,7 +303,7 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
     },
 
     async getPayout(req, ctx) {
-      // Issue 3's order for user resources: token, partner, rate limit, user known to
+      // The access-check order for user resources: token, partner, rate limit, user known to
       // this partner, user active, payouts:receive in both token and consent.
       const caller = await deps.access.authorize(ctx, { token: req.accessToken, operation: "payouts.read", userId: req.userId, scope: PAYOUTS_RECEIVE });
       const userId = req.userId.toLowerCase();

@@ -36,7 +36,7 @@ const invalidRequest = (description: string) => new OAuthRequestError({ status: 
 const invalidClient = () => new OAuthRequestError({ status: 401, error: "invalid_client", description: "client authentication failed" });
 
 /**
- * Agent OAuth JSON endpoints on {auth_url} (spec 4.2, 4.4; DESIGN 4.2): registration,
+ * Agent OAuth JSON endpoints on {auth_url}: registration,
  * token, revocation, and the RFC 8414 / RFC 9728 metadata documents.
  */
 export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOptions) {

@@ -2,7 +2,7 @@ import { ConnectError } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
-/** A resource-envelope error as it leaves the process (spec 7.3, 7.4). */
+/** A resource-envelope error as it leaves the process. */
 export interface ResourceErrorBody {
   status: number;
   code: string;
@@ -14,7 +14,7 @@ type Row = { status: number; code: string };
 const INTERNAL: Row = { status: 500, code: "internal_error" };
 
 /**
- * Reason -> resource envelope (spec 7.3, 7.4). Every Reason has a row; `satisfies`
+ * Reason -> resource envelope. Every Reason has a row; `satisfies`
  * makes a new Reason a compile error here. Reasons that cannot reach this surface
  * collapse to internal_error.
  */
@@ -111,7 +111,7 @@ export function resourceErrorFrom(err: unknown): ResourceErrorBody {
 /** Renders `{error:{code,message,request_id}}`; request_id is the X-Request-Id of this response. */
 export function sendResourceError(request: FastifyRequest, reply: FastifyReply, e: ResourceErrorBody) {
   if (e.status === 401) reply.header("www-authenticate", e.code === "invalid_token" ? `Bearer error="invalid_token"` : "Bearer");
-  // spec 7.3 / 8: every resource 429 says Retry-After: 60.
+  // Every resource 429 says Retry-After: 60.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds ?? 60));
   else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
   return reply

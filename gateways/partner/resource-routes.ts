@@ -12,7 +12,7 @@ export interface ResourceRoutesOptions {
   resources: Client<typeof PartnerResourcesService>;
 }
 
-/** spec 4.9 / 8: pre-create body limit. */
+/** Pre-create body limit. */
 export const PRE_CREATE_BODY_LIMIT = 4096;
 /** A link request is as small as a pre-create. */
 const LINK_BODY_LIMIT = 4096;
@@ -20,7 +20,7 @@ const LINK_BODY_LIMIT = 4096;
 type Params = { id: string };
 
 /**
- * The consent-gated partner resources of DESIGN 4.3 (all but the token endpoint and
+ * The consent-gated partner resources (all but the token endpoint and
  * treasury). Checks run in this order, documented in docs/partner-api.md: body size and
  * JSON (413, invalid_json), bearer present (401), request shape (400), then core's
  * access checks and audit.
@@ -117,7 +117,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   });
 }
 
-/** Re-exported for routes registered in the same authenticated context later (issue 4). */
+/** Re-exported for routes registered in the same authenticated context later (the treasury routes). */
 export { bearerToken };
 
 function userIdParam(request: FastifyRequest<{ Params: Params }>): string {

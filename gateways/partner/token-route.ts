@@ -11,11 +11,11 @@ export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
   /** Call options vouching for the client address (core limits failed attempts per address). */
   vouched: CoreClients["vouched"];
-  /** Realm of `WWW-Authenticate: Basic` on 401 (spec 7.2). */
+  /** Realm of `WWW-Authenticate: Basic` on 401. */
   realm: string;
 }
 
-/** spec 4.6 / 8: the form body limit. */
+/** The form body limit. */
 const FORM_LIMIT = 4096;
 const FORM_TYPE = "application/x-www-form-urlencoded";
 
@@ -34,7 +34,7 @@ interface Credentials {
   clientSecret: string;
 }
 
-/** POST /oauth/token: partner client_credentials (spec 4.6, 5.2, 7.2). */
+/** POST /oauth/token: partner client_credentials. */
 export async function tokenRoute(app: FastifyInstance, options: TokenRouteOptions) {
   // Raw string so duplicates and malformed encoding can be seen (fastify's parsers hide them).
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
@@ -45,7 +45,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     if (err instanceof TokenRequestError) return sendTokenError(reply, err.oauth, options.realm);
     const status = (err as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
-      // Body too large, bad content length and similar edge failures (DESIGN 4.4).
+      // Body too large, bad content length and similar edge failures.
       return sendTokenError(reply, { status: 400, error: "invalid_request", description: "malformed request" }, options.realm);
     }
     // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is named in
@@ -71,7 +71,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
 }
 
 function sendTokenError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }, realm: string) {
-  // spec 7.2: 401 carries the Basic challenge, whichever method the client used.
+  // 401 carries the Basic challenge, whichever method the client used.
   if (e.status === 401) reply.header("www-authenticate", `Basic realm="${realm}"`);
   return sendOAuthError(reply, e);
 }

@@ -8,7 +8,7 @@ export interface OpenApiHelpers {
   errors(...statuses: string[]): Record<string, unknown>;
 }
 
-/** The treasury paths and schemas of the partner OpenAPI 3.1 document (DESIGN 4.3). */
+/** The treasury paths and schemas of the partner OpenAPI 3.1 document. */
 export function treasuryOpenApi(h: OpenApiHelpers) {
   const uuid = { type: "string", format: "uuid" };
   const int53 = { type: "integer", minimum: 0, maximum: Number.MAX_SAFE_INTEGER };

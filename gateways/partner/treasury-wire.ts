@@ -9,9 +9,9 @@ import {
   type Treasury,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 
-/** spec 4.8 / 8: the batch body limit. */
+/** The batch body limit. */
 export const BATCH_BODY_LIMIT = 64 * 1024;
-/** DESIGN 4.4: a missing or longer Idempotency-Key is invalid_request. */
+/** A missing or longer Idempotency-Key is invalid_request. */
 export const MAX_IDEMPOTENCY_KEY = 255;
 
 export type ParsedBatch =
@@ -22,8 +22,8 @@ const BATCH_KEYS = ["payer_entity_id", "items"];
 const ITEM_KEYS = ["execution_id", "payout_id", "recipient", "amount_cents", "currency", "reference"];
 
 /**
- * The batch body's shape (DESIGN 4.3): exact keys (unknown fields are 400), JSON types.
- * Ranges and formats are core's (body validation, DESIGN 4.4), so every caller gets them.
+ * The batch body's shape: exact keys (unknown fields are 400), JSON types.
+ * Ranges and formats are core's (body validation), so every caller gets them.
  */
 export function parseBatchBody(body: unknown): ParsedBatch {
   const bad = (message: string): ParsedBatch => ({ ok: false, message });
@@ -87,7 +87,7 @@ const treasuryStatus = {
   [TreasuryStatus.MANDATE_EXPIRED]: "mandate_expired",
 } satisfies Record<TreasuryStatus, string>;
 
-/** DESIGN 4.3 batch answer; key order fixed, so a replayed batch renders the same bytes. */
+/** The batch answer; key order fixed, so a replayed batch renders the same bytes. */
 export function renderBatch(b: Batch) {
   return {
     batch_id: b.batchId,
@@ -98,12 +98,12 @@ export function renderBatch(b: Batch) {
   };
 }
 
-/** DESIGN 4.3 `GET /treasury`. */
+/** `GET /treasury`. */
 export function renderTreasury(t: Treasury) {
   return { status: treasuryStatus[t.status], payer_entity_id: t.payerEntityId, currency: t.currency, available_cents: Number(t.availableCents) };
 }
 
-/** DESIGN 4.3 payout receipt. */
+/** A payout receipt. */
 export function renderPayout(p: Payout) {
   return {
     payout_id: p.payoutId,

@@ -13,7 +13,7 @@ export interface OAuthError {
 type Row = { status: number; error: string };
 const SERVER_ERROR: Row = { status: 500, error: "server_error" };
 
-/** Reason -> flat OAuth error (spec 7.2). Every Reason has a row; `satisfies` keeps it exhaustive. */
+/** Reason -> flat OAuth error. Every Reason has a row; `satisfies` keeps it exhaustive. */
 const table = {
   [Reason.UNSPECIFIED]: SERVER_ERROR,
   [Reason.INVALID_REQUEST]: { status: 400, error: "invalid_request" },
@@ -84,7 +84,7 @@ export function isOutage(err: unknown): boolean {
 
 /** Renders the error; the caller sets surface-specific headers (WWW-Authenticate) first. */
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
-  // spec 7.2 / 8: 429 always says how long to wait; a 503 does when core knows (OVERLOADED
+  // 429 always says how long to wait; a 503 does when core knows (OVERLOADED
   // sheds with the expected drain time), so clients back off instead of hammering.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds || 60));
   else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));

@@ -18,7 +18,7 @@ export const AGENT_SCOPE_WORDS: Readonly<Record<string, string>> = {
   "agent:budget:create": "Create sub-budgets with their own spending limits",
 } satisfies Record<AgentScope, string>;
 
-/** MCP endpoints that have protected-resource metadata (DESIGN 4.1, 4.2). */
+/** MCP endpoints that have protected-resource metadata. */
 export const MCP_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
 
 /**

@@ -1,6 +1,6 @@
 import type { TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 
-/** spec 2.4: the agent grant token response, as every surface renders it (OAuth, JSON-RPC, CLI). */
+/** The agent grant token response, as every surface renders it (OAuth, JSON-RPC, CLI). */
 export function agentTokenJson(t: TokenResponse | undefined) {
   return {
     access_token: t?.accessToken ?? "",

@@ -25,7 +25,7 @@ export async function up(knex: Knex): Promise<void> {
     CREATE INDEX vaults_owner ON vaults (owner_user_id);
     CREATE INDEX vaults_parent ON vaults (parent_vault_id);
 
-    -- A partner's pre-creation receipt for a user (spec 4.9, DESIGN 4.4).
+    -- A partner's pre-creation receipt for a user.
     CREATE TABLE partner_users (
       partner_id  uuid NOT NULL REFERENCES partners (id),
       user_id     uuid NOT NULL REFERENCES users (id),

@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Partner resources (DESIGN 4.3): verification status, wallets, US accounts, the
+ * Partner resources: verification status, wallets, US accounts, the
  * personal ledger, the per-partner event feed that doubles as the webhook outbox,
  * per-partner webhook secrets and fixed-window resource rate-limit counters.
  */

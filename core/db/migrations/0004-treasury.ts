@@ -4,7 +4,7 @@ import { runScript } from "../sql.js";
 /**
  * Treasury bindings, batches (the idempotency records) and executions (one per
  * payout). Unique constraints are the backstop for exactly-once: the batch is also
- * serialised by a row lock on its treasury (DESIGN 6).
+ * serialised by a row lock on its treasury.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(knex, `
@@ -26,7 +26,7 @@ export async function up(knex: Knex): Promise<void> {
       updated_at            timestamptz NOT NULL
     );
 
-    -- One row per successful batch; a rejected batch stores nothing (DESIGN 4.4).
+    -- One row per successful batch; a rejected batch stores nothing.
     CREATE TABLE treasury_batches (
       id               uuid PRIMARY KEY,
       partner_id       uuid NOT NULL REFERENCES partners (id),

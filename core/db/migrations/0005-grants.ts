@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Agent authorization (issue 5): OAuth clients, authorization codes, grants with
+ * Agent authorization: OAuth clients, authorization codes, grants with
  * lineage, the OAuth agent principal of each user+client, web sessions, e-mail
  * one-time codes and the dev outbox. Codes, refresh tokens, session tokens and
  * OTPs are stored as SHA-256; client secrets as scrypt.

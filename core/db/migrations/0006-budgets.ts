@@ -3,7 +3,7 @@ import { runScript } from "../sql.js";
 
 /**
  * Agent budgets (recorded provisioning sagas), vault policies, the per-vault
- * provisioning claim and agent payments (issue 6).
+ * provisioning claim and agent payments.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(knex, `

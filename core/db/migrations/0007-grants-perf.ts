@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Issue 5 (token endpoint throughput): a refresh supersedes its grant by changing
+ * Token endpoint throughput: a refresh supersedes its grant by changing
  * state, refresh_used_at, successor_id and state_changed_at. `state` was in the
  * grants_user index, so every rotation was a non-HOT update that wrote a new entry
  * into all five indexes of grants. Indexing user_id alone still serves every lookup

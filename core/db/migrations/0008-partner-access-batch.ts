@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 
 /**
- * Issue 3 (partner resource throughput): group commit for the access checks. Concurrent
+ * Partner resource throughput: group commit for the access checks. Concurrent
  * requests' checks are sent together (core/partners/resources-store.ts readAccess) and
  * run as one statement in one transaction: one rate-limit upsert per key instead of one
  * per request, every success audit row in one multi-row INSERT, and one commit (one WAL

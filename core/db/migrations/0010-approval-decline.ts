@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Issue 5 (dashboard decline): the vault owner can decline a pending payment or a draft
+ * Dashboard decline: the vault owner can decline a pending payment or a draft
  * budget. `declined` is a final state of both (DeclinePayment, DeclineBudget);
  * `declined_at` keeps when, as approved_at and completed_at do for the other outcomes.
  */

@@ -1,16 +1,15 @@
 import type { Knex } from "knex";
 
 /**
- * Issue 5 (token endpoint throughput): the group-committed exchange and refresh
- * statements of core/grants/store.ts as PL/pgSQL functions, so each session plans them
- * once (planning the CTE took about 0.2 ms a batch, three times its execution when
- * nothing matched). Each returns the grants it issued; the caller matches them to its
+ * Token endpoint throughput: the group-committed exchange and refresh
+ * statements of core/grants/stores/agents.ts as PL/pgSQL functions, so each session plans
+ * them once instead of every batch. Each returns the grants it issued; the caller matches them to its
  * items by the grant ids it chose.
  *
  * `SET enable_seqscan = off`: every row these statements touch is found by a unique
  * index (code hash, refresh hash, user id), but a plan cached while the table was small
- * (or its statistics stale) joined the batch against a sequential scan of grants; in the
- * bench that grew to milliseconds per batch as grants filled. Index lookups are right
+ * (or its statistics stale) joined the batch against a sequential scan of grants, which
+ * grew slower as grants filled. Index lookups are right
  * at every table size here, so the planner is not given the choice.
  */
 const GRANT_EXCHANGE_BATCH = `

@@ -3,7 +3,7 @@ import { runScript } from "../sql.js";
 
 /**
  * Running spend totals on the vault row, so a payment decision reads one row instead of
- * summing the vault's whole payment history (core/budgets/store.ts).
+ * summing the vault's whole payment history (core/budgets/stores/payments.ts).
  *
  * - spent_lifetime_cents: every completed payment of the vault.
  * - spent_day / spent_day_cents: the UTC calendar day of the vault's latest completed

@@ -136,11 +136,11 @@ const OPENING = `
            HAVING sum(CASE direction WHEN 'credit' THEN amount_cents ELSE -amount_cents END) <> 0) a`;
 
 /**
- * A completed agent payment, on the hottest write path (core/budgets/store.ts recordSpend):
+ * A completed agent payment, on the hottest write path (core/budgets/stores/payments.ts recordSpend):
  * its ledger transaction (vault -> external:payments, id = the payment id), and the
  * vault's balance and running spend totals (migration 0018), in one call. PL/pgSQL keeps
  * each statement's plan for the session; the same work as one ad-hoc CTE statement
- * halved the payments a vault can complete per second (its lock is held meanwhile).
+ * was much slower, while the vault's lock is held.
  */
 const RECORD_SPEND_FUNCTION = `
 CREATE FUNCTION vault_record_spend(p_vault uuid, p_currency text, p_payment uuid, p_amount bigint, p_day date, p_at timestamptz)

@@ -21,8 +21,7 @@ import { runScript } from "../sql.js";
  * The feed index holds only the rows in the feed.
  *
  * Event data is compressed with lz4 where the server has it (PostgreSQL's default, pglz,
- * took 2 ms of a 500-item batch to compress its 100 KB payout.executed event; lz4 takes
- * about a tenth of that and stored it smaller, 48 KB against 61 KB). It applies to rows
+ * is much slower on a large batch's payout.executed event and stores it larger). It applies to rows
  * written from now on; older rows are read as they were stored. PGlite has no lz4 and
  * keeps pglz.
  */

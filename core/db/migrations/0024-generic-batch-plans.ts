@@ -6,8 +6,7 @@ import { runScript } from "../sql.js";
  *
  * PL/pgSQL caches a function's statement, but under the default plan_cache_mode it keeps
  * choosing a custom plan for the token functions (the arrays' lengths make a custom plan
- * look cheaper), so every batch planned its statement anew: 0.3 ms a call, a fifth of
- * grant_refresh_batch's time in PostgreSQL. A generic plan is the same plan, since each
+ * look cheaper), so every batch planned its statement anew. A generic plan is the same plan, since each
  * statement finds its rows by key (and enable_seqscan is off in each function); the
  * hot-statement EXPLAIN test checks the generic plans too.
  */

@@ -5,7 +5,7 @@ import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPos
 
 type Conn = Knex | Knex.Transaction;
 
-/** The four event kinds of DESIGN 4.3. */
+/** The four partner webhook event kinds. */
 export type EventType = "kyc.status_changed" | "transfer.settled" | "transfer.failed" | "payout.executed";
 
 export interface PartnerEvent {

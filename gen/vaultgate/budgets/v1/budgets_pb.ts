@@ -81,7 +81,7 @@ export const CreateBudgetRequestSchema: GenMessage<CreateBudgetRequest> = /*@__P
   messageDesc(file_vaultgate_budgets_v1_budgets, 0);
 
 /**
- * Budget is spec 2.2.
+ * Budget is a budget as the agent tools return it.
  *
  * @generated from message vaultgate.budgets.v1.Budget
  */
@@ -122,7 +122,7 @@ export type Budget = Message<"vaultgate.budgets.v1.Budget"> & {
   displayName: string;
 
   /**
-   * What the owner approves on the dashboard; not part of the spec 2.2 tool result.
+   * What the owner approves on the dashboard; not part of the agent tool result.
    *
    * @generated from field: vaultgate.budgets.v1.BudgetLimits limits = 8;
    */
@@ -137,7 +137,7 @@ export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
   messageDesc(file_vaultgate_budgets_v1_budgets, 1);
 
 /**
- * BudgetLimits is the policy a budget installs (spec 2.1 inputs), for review pages.
+ * BudgetLimits is the policy a budget installs (the inputs of creating it), for review pages.
  *
  * @generated from message vaultgate.budgets.v1.BudgetLimits
  */
@@ -1508,8 +1508,8 @@ export const DecisionSchema: GenEnum<Decision> = /*@__PURE__*/
 
 /**
  * BudgetsService owns agent budgets (child agent principal, child vault, spending
- * policy), vault balances and agent payments under a vault's policy (spec 2.1, 2.2,
- * 3.1, 4.1, 4.5). Core trusts no caller: agent-facing RPCs take the agent's raw access
+ * policy), vault balances and agent payments under a vault's policy.
+ * Core trusts no caller: agent-facing RPCs take the agent's raw access
  * token, which core verifies and whose grant it reads inside the transaction that acts on
  * it; owner-facing (dashboard) RPCs take the signed-in web session's token, from which
  * core derives the user and the step-up time; operator RPCs need the operator credential.

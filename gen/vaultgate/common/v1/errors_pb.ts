@@ -183,7 +183,7 @@ export enum Reason {
   UNAVAILABLE = 8,
 
   /**
-   * OAuth token endpoints (spec 7.2; RFC 6749 5.2).
+   * OAuth token endpoints (RFC 6749 5.2).
    *
    * @generated from enum value: REASON_INVALID_CLIENT = 10;
    */
@@ -235,7 +235,7 @@ export enum Reason {
   INVALID_TARGET = 19,
 
   /**
-   * Resource access (spec 7.3).
+   * Resource access.
    *
    * @generated from enum value: REASON_INVALID_TOKEN = 20;
    */
@@ -292,7 +292,7 @@ export enum Reason {
   INSUFFICIENT_SCOPE = 30,
 
   /**
-   * Treasury (spec 7.4).
+   * Treasury.
    *
    * @generated from enum value: REASON_TREASURY_INACTIVE = 40;
    */
@@ -324,7 +324,7 @@ export enum Reason {
   EXECUTION_CONFLICT = 45,
 
   /**
-   * Agent tools (spec 7.1).
+   * Agent tools.
    *
    * @generated from enum value: REASON_VAULT_CONTENTION = 50;
    */

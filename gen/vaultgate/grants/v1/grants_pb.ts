@@ -216,7 +216,7 @@ export const VerifyAgentTokenResponseSchema: GenMessage<VerifyAgentTokenResponse
   messageDesc(file_vaultgate_grants_v1_grants, 8);
 
 /**
- * TokenResponse is spec 2.4.
+ * TokenResponse is the agent grant token response every surface renders.
  *
  * @generated from message vaultgate.grants.v1.TokenResponse
  */
@@ -1393,7 +1393,7 @@ export const GrantsService: GenService<{
     output: typeof RetireSigningKeyResponseSchema;
   },
   /**
-   * VerifyAgentToken verifies an agent grant access token (DESIGN 3) and reads the
+   * VerifyAgentToken verifies an agent grant access token and reads the
    * grant's state afresh: missing, expired, superseded or revoked -> REASON_INVALID_TOKEN.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.VerifyAgentToken
@@ -1446,7 +1446,7 @@ export const GrantsService: GenService<{
     output: typeof IssueGrantResponseSchema;
   },
   /**
-   * RegisterClient is RFC 7591 dynamic client registration (spec 2.3).
+   * RegisterClient is RFC 7591 dynamic client registration.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.RegisterClient
    */
@@ -1456,7 +1456,7 @@ export const GrantsService: GenService<{
     output: typeof RegisterClientResponseSchema;
   },
   /**
-   * CheckAuthorization validates an authorization request (spec 4.3) without side effects.
+   * CheckAuthorization validates an authorization request without side effects.
    * REASON_INVALID_CLIENT and REASON_INVALID_REDIRECT_URI mean the redirect URI cannot be
    * trusted (show a page); any other reason may be redirected to the client.
    *
@@ -1478,7 +1478,7 @@ export const GrantsService: GenService<{
     output: typeof ApproveAuthorizationResponseSchema;
   },
   /**
-   * ExchangeCode is the authorization_code grant (spec 4.4).
+   * ExchangeCode is the authorization_code grant.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.ExchangeCode
    */

@@ -94,7 +94,7 @@ export type IssueTokenRequest = Message<"vaultgate.partners.v1.IssueTokenRequest
   clientSecret: string;
 
   /**
-   * Space-separated scopes; absent asks for every current entitlement (spec 5.3 rule 1).
+   * Space-separated scopes; absent asks for every current entitlement.
    *
    * @generated from field: optional string scope = 3;
    */
@@ -157,7 +157,7 @@ export type CreatePartnerRequest = Message<"vaultgate.partners.v1.CreatePartnerR
   slug: string;
 
   /**
-   * Absent: the five consent scopes (spec 5.3). Present and empty: none.
+   * Absent: the five consent scopes. Present and empty: none.
    *
    * @generated from field: vaultgate.partners.v1.ScopeList entitlements = 3;
    */
@@ -1568,7 +1568,7 @@ export const PartnerStatusSchema: GenEnum<PartnerStatus> = /*@__PURE__*/
 
 /**
  * PartnersService owns partner records, their credentials and entitlements, and
- * the client_credentials token issuance of the partner API (spec 2.5, 4.6, 5.2-5.4).
+ * the client_credentials token issuance of the partner API.
  *
  * @generated from service vaultgate.partners.v1.PartnersService
  */
@@ -1677,8 +1677,8 @@ export const PartnersService: GenService<{
   serviceDesc(file_vaultgate_partners_v1_partners, 0);
 
 /**
- * PartnerResourcesService serves the consent-gated partner resources (spec 4.7, 4.9,
- * 5.2, 5.3, DESIGN 4.3) and the operator commands that shape them. Every partner RPC
+ * PartnerResourcesService serves the consent-gated partner resources and
+ * the operator commands that shape them. Every partner RPC
  * carries the bearer access token; core verifies it and runs the access checks in the
  * order of docs/partner-api.md before any data leaves.
  *

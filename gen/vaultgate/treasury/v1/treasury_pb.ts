@@ -350,7 +350,7 @@ export type ExecuteBatchRequest = Message<"vaultgate.treasury.v1.ExecuteBatchReq
   /**
    * Set by a gateway whose body shape check failed (unknown field, wrong JSON type):
    * core authenticates the caller, audits the rejection and answers invalid_request
-   * with this text, so every validation rejection is audited (spec 4.8).
+   * with this text, so every validation rejection is audited.
    *
    * @generated from field: string body_problem = 5;
    */
@@ -614,7 +614,7 @@ export const TreasuryStatusSchema: GenEnum<TreasuryStatus> = /*@__PURE__*/
   enumDesc(file_vaultgate_treasury_v1_treasury, 0);
 
 /**
- * Why a gateway refused a batch request at its edge (spec 7.3 rows it answers itself).
+ * Why a gateway refused a batch request at its edge (the refusals it answers itself).
  *
  * @generated from enum vaultgate.treasury.v1.EdgeRejection
  */
@@ -690,8 +690,8 @@ export const ItemStatusSchema: GenEnum<ItemStatus> = /*@__PURE__*/
   enumDesc(file_vaultgate_treasury_v1_treasury, 2);
 
 /**
- * TreasuryService owns partner treasury bindings and batch payouts (spec 4.8, 7.4,
- * 7.5; DESIGN 4.3, 4.4). Partner-facing RPCs carry the partner's bearer access token;
+ * TreasuryService owns partner treasury bindings and batch payouts.
+ * Partner-facing RPCs carry the partner's bearer access token;
  * core verifies it and runs the partner access checks (docs/partner-api.md) first.
  *
  * @generated from service vaultgate.treasury.v1.TreasuryService
