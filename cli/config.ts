@@ -44,7 +44,7 @@ export interface Config {
   registrationLimitPerMinute: number;
   /** Agent budget provisioning starts per parent vault per minute. */
   provisioningLimitPerMinute: number;
-  /** Partner resource requests per minute per partner and operation (docs/partner-api.md). */
+  /** Partner resource requests per minute per partner and operation (docs/reference/partner-api.md). */
   partnerResourceLimitPerMinute: number;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
   kycSandboxUrl: string | undefined;

@@ -56,9 +56,9 @@ export interface CoreOptions {
   /** Per client per minute, failures included; configurable for tests and deployments. */
   tokenIssuanceLimitPerMinute?: number;
   scrypt?: ScryptParams;
-  /** Bounds of the shared secret-check gate (docs/partner-token.md); defaults 2 / 64 / 8 / 1000 ms. */
+  /** Bounds of the shared secret-check gate (docs/reference/partner-token.md); defaults 2 / 64 / 8 / 1000 ms. */
   secretChecks?: Pick<SecretHasherOptions, "maxConcurrent" | "maxQueue" | "maxPerFlow" | "maxWaitMs">;
-  /** Failed agent client-secret checks per client id per minute (docs/partner-token.md); default 30. */
+  /** Failed agent client-secret checks per client id per minute (docs/reference/partner-token.md); default 30. */
   clientSecretFailuresPerMinute?: number;
   /** Test-only seam: see AuditStoreOptions. */
   auditFaults?: AuditStoreOptions;
@@ -76,7 +76,7 @@ export interface CoreOptions {
   pruneIntervalMs?: number;
   /** Retention of pruned rows; defaults in core/maintenance/pruner.ts (docs/architecture.md). */
   retention?: Partial<Retention>;
-  /** Partner resource limits per minute per partner and operation (docs/partner-api.md); `default` covers unnamed ones. */
+  /** Partner resource limits per minute per partner and operation (docs/reference/partner-api.md); `default` covers unnamed ones. */
   resourceRateLimits?: Record<string, number>;
   /** Base URL of the built-in sandbox KYC provider's hosted pages. */
   kycSandboxUrl?: string;

@@ -56,7 +56,7 @@ export interface PartnerPrincipal {
 }
 
 /**
- * The partner resource access checks, in the fixed order of docs/partner-api.md:
+ * The partner resource access checks, in the fixed order of docs/reference/partner-api.md:
  *  1. key configuration usable, else auth_unavailable (503)
  *  2. token valid (ES256, typ, iss, aud, lifetime, skew), else invalid_token (401)
  *  3. partner active, else partner_inactive (403) — read fresh on every request

@@ -31,7 +31,7 @@ export interface AccessRow {
 /**
  * Group commit of the access checks: at most this many requests per statement, and this
  * many statements at once (the rest of the pool serves the other queries). Chosen with
- * `npm run bench partner-resources`; see docs/partner-api.md.
+ * `npm run bench partner-resources`; see docs/reference/partner-api.md.
  */
 export const ACCESS_MAX_BATCH = 64;
 export const ACCESS_MAX_IN_FLIGHT = 2;

@@ -21,7 +21,7 @@ type Params = { id: string };
 
 /**
  * The consent-gated partner resources (all but the token endpoint and
- * treasury). Checks run in this order, documented in docs/partner-api.md: body size and
+ * treasury). Checks run in this order, documented in docs/reference/partner-api.md: body size and
  * JSON (413, invalid_json), bearer present (401), request shape (400), then core's
  * access checks and audit.
  */

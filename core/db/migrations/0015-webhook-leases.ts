@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 
 /**
- * Webhook delivery lanes (docs/partner-api.md, "Events and webhooks").
+ * Webhook delivery lanes (docs/reference/partner-api.md, "Events and webhooks").
  *
  * One row per partner whose events a delivery worker is working through right now: the
  * worker that holds the row (its lease_token, until leased_until) is the only one that

@@ -1680,7 +1680,7 @@ export const PartnersService: GenService<{
  * PartnerResourcesService serves the consent-gated partner resources and
  * the operator commands that shape them. Every partner RPC
  * carries the bearer access token; core verifies it and runs the access checks in the
- * order of docs/partner-api.md before any data leaves.
+ * order of docs/reference/partner-api.md before any data leaves.
  *
  * @generated from service vaultgate.partners.v1.PartnerResourcesService
  */

@@ -692,7 +692,7 @@ export const ItemStatusSchema: GenEnum<ItemStatus> = /*@__PURE__*/
 /**
  * TreasuryService owns partner treasury bindings and batch payouts.
  * Partner-facing RPCs carry the partner's bearer access token;
- * core verifies it and runs the partner access checks (docs/partner-api.md) first.
+ * core verifies it and runs the partner access checks (docs/reference/partner-api.md) first.
  *
  * @generated from service vaultgate.treasury.v1.TreasuryService
  */
