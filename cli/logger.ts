@@ -121,18 +121,9 @@ const buffered = new Set<SonicBoom>();
 let flushAtExit = false;
 
 /**
- * Where the service's lines go (stdout unless `dest` names a file descriptor or a path):
- * written by this thread, gathered in a buffer of LOG_BUFFER_BYTES and written when it
- * fills, or by a timer every LOG_FLUSH_MS, whichever comes first. A line at warn or
- * above is written at once with everything before it (createLogger), and whatever is left
- * is written synchronously when the process exits (also after an uncaught exception), so
- * only a process killed outright (SIGKILL) can lose its last tenth of a second of info
- * lines. One write per line cost a measurable share of a partner read's CPU.
- *
- * The writes stay synchronous: pino's asynchronous default writes through the libuv thread
- * pool, the pool scrypt used then (partner and client secrets;
- * now on threads of their own): every log line waited behind derivations and took a pool
- * slot from the next one.
+ * Buffered synchronous log writes: a write per line cost partner reads CPU, and async pino writes
+ * queued on the libuv pool behind other work. Warn and above flush at once and the rest at exit, so
+ * only SIGKILL loses the last LOG_FLUSH_MS of info lines. `dest`: stdout, a descriptor or a path.
  */
 export function logDestination(dest: number | string = 1): SonicBoom {
   const stream = pino.destination({ dest, sync: true, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS });

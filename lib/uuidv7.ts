@@ -1,15 +1,9 @@
 import { pool, take } from "./random.js";
 
 /**
- * A UUID version 7 (RFC 9562 5.7): the current Unix time in milliseconds followed by 74
- * random bits. Ids made later sort later, so an index on them (the audit trail's request
- * ids, the grants' primary key) grows at its right edge instead of touching a random page
- * of a large index on every insert; a page touched for the first time since a checkpoint
- * costs a full 8 kB image in the WAL. 74 random bits keep ids unguessable and unique.
- * Request ids and grant ids are made here.
- *
- * Random bytes come from the pooled buffer of lib/random.ts, as node's randomUUID does;
- * hex is written from a table.
+ * A UUID version 7 (RFC 9562): time-ordered so indexes on request and grant ids grow at their
+ * right edge instead of dirtying random pages (and WAL full-page images); 74 random bits, from the
+ * pooled buffer of lib/random.ts, keep ids unguessable.
  */
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 

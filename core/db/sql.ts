@@ -33,17 +33,9 @@ export function pgArray(values: readonly (string | null)[]): string {
 }
 
 /**
- * A hot statement PostgreSQL parses and plans once per pooled connection (a named prepared
- * statement) instead of on every call: planning payments.simulate's group-committed read
- * cost PostgreSQL twice the time of running it. The name carries a hash of the text, so a
- * changed statement gets a new name. PGlite ignores the name.
- *
- * A schema change under a running server (a rolling upgrade's migration adding a column to
- * a table a statement returns whole) makes PostgreSQL refuse the connections' prepared
- * copies ("cached plan must not change result type"). The statement then moves to a fresh
- * name, which every connection prepares anew, and a call outside a transaction is retried
- * once; a call inside one fails with its transaction, and the next call succeeds.
- * Statements name their columns where they can; `SELECT *` is for our own functions.
+ * A hot statement prepared once per pooled connection, because planning it costs more than running
+ * it; the name hashes the text. After a schema change invalidates cached plans the statement moves to
+ * a fresh name and a call outside a transaction is retried once (PGlite ignores the name).
  */
 export function prepared(label: string, sql: string) {
   const base = `vg_${label}_${sha256Hex(sql).slice(0, 12)}`;

@@ -2,18 +2,9 @@ import { toBinary } from "@bufbuild/protobuf";
 import { BatchSchema, type Batch } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 
 /**
- * The stored answer of a batch (treasury_batches.response): exactly the bytes
- * `toBinary(BatchSchema, batch)` writes, produced without protobuf-es's reflection, which
- * is slow on a large batch while the treasury lock is held. Fields are written in field-number order and proto3 defaults are left
- * out, as toBinary does. A value this writer does not cover (a negative or unsafe integer,
- * unknown fields) falls back to toBinary. test/core/treasury/batch-encoding.test.ts
- * proves the bytes equal and fails when the message gains a field this writer does not know.
- *
- *   Batch:           1 batch_id string, 2 payer_entity_id string, 3 total_cents int64,
- *                    4 items repeated BatchResultItem, 5 created_at Timestamp
- *   BatchResultItem: 1 execution_id string, 2 payout_id string, 3 status enum,
- *                    4 executed_at Timestamp
- *   Timestamp:       1 seconds int64, 2 nanos int32
+ * The stored batch answer, byte-identical to `toBinary(BatchSchema, batch)` but without reflection,
+ * which is slow on large batches while the treasury lock is held; uncovered values fall back to
+ * toBinary, and batch-encoding.test.ts fails when the message gains a field this writer lacks.
  */
 export function encodeBatch(batch: Batch): Uint8Array {
   if (!plain(batch)) return toBinary(BatchSchema, batch);

@@ -101,21 +101,9 @@ export function createTreasuryStore(db: Db) {
     },
 
     /**
-     * Records a batch and everything it paid, on the locked treasury row, in one statement:
-     * the batch row (its stored answer), the debit and spent totals, and for `payout` (the
-     * newly executed items):
-     * - one ledger transaction "payout" whose id is the batch id: the treasury account
-     *   debited by the total, one credit leg per recipient (the sum of its items) on its
-     *   user account, in the order recipients first appear
-     *   (accounts not yet open are opened, in id order so concurrent batches never wait on
-     *   each other in a cycle);
-     * - the events: payout.executed for the payer, then per item (in batch order) one
-     *   transfer.settled (transfer id payoutTransferId(partner, execution id)) for every
-     *   partner whose consent of the recipient includes transfers:read now (partner id order).
-     * Each item's settled credit in its recipient's transfers is its execution row
-     * (insertExecutions). Every part here is derived from one list of items, so the legs, the
-     * events and the debit cannot disagree. `inserted: false` (and nothing written) when the
-     * key was taken meanwhile.
+     * Records a batch, its debit and everything it newly paid (ledger legs, events) in one statement,
+     * all derived from one item list so legs, events and debit cannot disagree; accounts open in id
+     * order so concurrent batches never wait in a cycle. `inserted: false` if the key was taken meanwhile.
      */
     async recordBatch(
       trx: Knex.Transaction,
@@ -236,20 +224,9 @@ export function createTreasuryStore(db: Db) {
     },
 
     /**
-     * Every execution of a batch in one multi-row INSERT; rows whose execution_id or
-     * payout_id this partner already used are skipped. Returns the inserted execution ids.
-     *
-     * The usual batch reuses no id, so a plain INSERT goes first, from a savepoint; a
-     * reused id fails it at a unique key, and the same rows are then inserted again with
-     * ON CONFLICT DO NOTHING, which skips the reused ones. (On every batch that clause cost
-     * as much as the INSERT itself: each row is checked against both unique keys before it
-     * is written, and again when it is.) Batches of one partner run one at a time under its
-     * treasury lock, so no other batch can take an id between the two.
-     *
-     * An execution is also its recipient's settled credit transfer (migration 0023): each
-     * row takes its feed position here, the writing transaction's id and a number from the
-     * transfer entries' sequence, in batch order. A batch that is refused later rolls the
-     * rows back with everything else.
+     * Inserts a batch's executions, skipping ids this partner already used; returns the inserted ids.
+     * A plain INSERT is tried first because ON CONFLICT costs as much again on every batch; the
+     * partner's treasury lock keeps ids from being taken between the two. Each row is also a feed entry.
      */
     async insertExecutions(trx: Knex.Transaction, executions: ExecutionRecord[]): Promise<Set<string>> {
       if (executions.length === 0) return new Set();
