@@ -16,13 +16,9 @@ import {
 import { kInProcess } from "./context.js";
 
 /**
- * A transport that calls core's handlers directly, through the same interceptors, for
- * a gateway in the same process. It skips only what a process boundary needs: HTTP
- * framing and protobuf serialization, which createRouterTransport would spend on every
- * in-process hop. Streaming calls use the router transport.
- * Calls are marked kInProcess (the gateway's request line then names a refusal's reason).
- * Errors keep Connect's contract: a handler's ConnectError arrives as is (details
- * readable with findDetails), anything else as a bare `internal` with the cause kept.
+ * Calls core's handlers directly, through the same interceptors, for a gateway in this process,
+ * skipping the HTTP framing and serialization a process boundary needs (streaming uses the router
+ * transport). Errors keep Connect's contract; calls are marked kInProcess.
  */
 export function createInProcessTransport(routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): Transport {
   const methods = collectMethods(routes);

@@ -5,14 +5,9 @@ import { fail } from "./errors.js";
 import { textProblem } from "../lib/text.js";
 
 /**
- * Core trusts no caller, so it refuses text it cannot store or echo before any service
- * sees it: a NUL (PostgreSQL text cannot hold it) or an unpaired surrogate (not Unicode;
- * PostgreSQL's json rejects it). Over the wire protobuf already replaces unpaired
- * surrogates, but the in-process transport hands the gateway's JS strings over as they
- * are. The refusal is INVALID_REQUEST naming the field (`items[3].reference`).
- *
- * Cost: per message type we compute once which fields can hold a string (directly or in
- * a nested message); a call then visits only those fields and runs one regex per string.
+ * Refuses NUL and unpaired surrogates (PostgreSQL text and json cannot hold them) before any service
+ * sees them, since the in-process transport passes JS strings unchecked; INVALID_REQUEST names the
+ * field. String-holding fields are computed once per message type so a call visits only those.
  */
 export function inputGuard(): Interceptor {
   return (next) => (req) => {

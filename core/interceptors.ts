@@ -27,14 +27,9 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
 }
 
 /**
- * Checks the gateway credential once (kGatewayCaller) and binds the request id: the one an
- * authenticated gateway sent (credential, or a gateway in this process), else a fresh one,
- * so a direct caller cannot put its own id on audit records. Logs
- * refusals, and bugs (errors without a domain reason) with their stack, through a child
- * logger bound to the request id. A database that cannot be reached is not a bug: it
- * becomes UNAVAILABLE (retry after a few seconds), logged at warn without a stack. A
- * refusal of a call from a gateway in this process is left to that gateway's request
- * line (one line per request), unless it reports a failure on our side.
+ * Checks the gateway credential once and binds the request id (a gateway's, else a fresh one, so a
+ * direct caller cannot forge audit ids). Logs refusals and bugs; an unreachable database is
+ * UNAVAILABLE at warn, and an in-process gateway's refusals are left to its own request line.
  */
 function requestContext(logger: Logger, gatewayToken: string | undefined): Interceptor {
   return (next) => async (req) => {

@@ -3,18 +3,9 @@ import { externalAccount, treasuryAccount, type ExternalAccount } from "./accoun
 import type { Leg } from "./store.js";
 
 /**
- * How treasury money shows in the double-entry ledger (store.ts).
- *
- * - `treasury fund`: external:funding -> treasury:<partner> ("treasury.fund").
- * - `treasury bind` sets the balance: the difference to the balance held before is one
- *   "treasury.bind" movement against external:funding. A rebind into another currency
- *   moves the whole old balance out (old currency) and the new one in (new currency), so
- *   the account of a currency the treasury no longer holds sums to zero.
- * - A batch: one "payout" transaction whose id is the batch id; the treasury account is
- *   debited by the batch total and each recipient's user account credited with the sum of
- *   the items newly executed for it (one leg per recipient, treasury store recordBatch). Each such
- *   execution is a settled credit in its recipient's transfers whose id is
- *   `payoutTransferId` (the transfers feed reads it from treasury_executions).
+ * How treasury money shows in the double-entry ledger (the movements are tabled in docs/ledger.md):
+ * fund, bind (the balance difference; a currency change empties the old currency's account) and
+ * batch payouts, each executed item being its recipient's settled credit transfer.
  */
 
 /** Where operator money enters and leaves a treasury. */

@@ -111,14 +111,9 @@ export function createResourcesStore(db: Db) {
 
   return {
     /**
-     * The access checks of a request, group-committed with its concurrent neighbours
-     * (one statement and one transaction per batch): counts it exactly in the partner's
-     * rate-limit window (one row per key, locked once per batch), reads partner, user,
-     * receipt and consent, and,
-     * when `audit` is given and every check passes, inserts the success audit row in the
-     * same statement: when this resolves the row is committed, and it exists exactly
-     * when the caller may return the data. `withKyc` also reads the user's verification
-     * record (the hottest read). Undefined when the client id names no partner.
+     * A request's access checks, group-committed with its neighbours; with `audit`, the success audit
+     * row is inserted in the same statement, so it is committed exactly when the caller may return data.
+     * Undefined when the client id names no partner.
      */
     readAccess,
 

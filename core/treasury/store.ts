@@ -26,14 +26,9 @@ export function createTreasuryStore(db: Db) {
     lock,
 
     /**
-     * Inserts or replaces the binding (spent totals and status survive a rebind) and
-     * records the balance it sets in the ledger: the difference to what the treasury held
-     * is one "treasury.bind" movement, in the statement that sets it.
-     *
-     * A new treasury is first inserted empty (`ON CONFLICT DO NOTHING`: a concurrent first
-     * bind waits for the other's commit and then finds its row), then the row is locked and
-     * read, so the difference is computed from the balance no fund, batch or bind can change
-     * until this transaction ends.
+     * Inserts or replaces the binding and books the balance difference as one treasury.bind movement.
+     * A new treasury is inserted empty first, then locked and read, so the difference is computed from
+     * a balance no concurrent fund, batch or bind can change before this transaction ends.
      */
     async bind(
       trx: Knex.Transaction,

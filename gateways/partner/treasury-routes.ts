@@ -14,13 +14,9 @@ export interface TreasuryRoutesOptions {
 }
 
 /**
- * The treasury endpoints in the resource envelope. Edge order as the other partner
- * resources: body size and JSON (413, invalid_json), bearer (401); then core
- * authenticates and runs the batch checks in their documented order. A body whose shape
- * is wrong (unknown field, wrong type) is passed to core as `body_problem`, so the
- * rejection is authenticated and audited like every other validation failure. A batch
- * request refused at the edge is handed to core as `edge_rejection` so it is audited too
- * when its bearer proves a partner (docs/reference/treasury.md).
+ * The treasury endpoints, with the other partner resources' edge order. A malformed body or an edge
+ * refusal is handed to core (`body_problem`, `edge_rejection`) instead of answered here, so it is
+ * authenticated and audited like every other rejection (docs/reference/treasury.md).
  */
 export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRoutesOptions) {
   const rpc = options.treasury;

@@ -83,13 +83,9 @@ function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]
 
 /** SQL for grants: issue, supersede, revoke, and the token endpoint's one-statement fast paths. */
 export function createGrantsStore(db: Db) {
-  // The token endpoint's two hot statements, group-committed (core/db/group-commit.ts):
-  // requests that arrive together share one statement, one round trip and one commit.
-  // The statements are PL/pgSQL functions (migrations 0011, 0013) so each session plans them once.
-  // Each item keeps its own result: an UPDATE ... FROM matches every item to at most its
-  // own row (a code or refresh token presented twice in one batch is consumed once; the
-  // other item gets nothing and takes the locked slow path, exactly as when two
-  // statements race).
+  // The token endpoint's hot statements, group-committed as PL/pgSQL functions (migrations 0011, 0013).
+  // UPDATE ... FROM matches each item to at most its own row, so a code presented twice in one batch
+  // is consumed once and the other item takes the locked slow path, as when two statements race.
   type Exchange = FastExchange & { audit: FastAudit };
   type Refresh = FastRefresh & { audit: FastAudit };
   const exchangeBatch = batchFunction<Exchange>("grant_exchange_batch", [

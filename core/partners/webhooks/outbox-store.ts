@@ -24,13 +24,9 @@ export interface DueDelivery extends PartnerEvent {
 }
 
 /**
- * Writes one event for one partner into the durable outbox (it is also the partner's
- * GET /events feed). Call it inside the transaction of the change it reports, so the
- * event exists exactly when the change does.
- *
- * The row records its transaction's id (column default, migration 0014) and the feed reads
- * up to the commit horizon (core/paging.ts), so writers take no lock: a row that commits
- * late still reaches every reader exactly once.
+ * Writes one event into the outbox (also the GET /events feed) inside the change's transaction, so
+ * it exists exactly when the change does. No lock: the feed reads up to the commit horizon
+ * (core/paging.ts), so a late commit still reaches every reader once.
  */
 export async function enqueue(
   trx: Knex.Transaction,

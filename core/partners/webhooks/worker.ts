@@ -50,13 +50,9 @@ export function backoffMs(attempts: number, baseMs: number, maxMs: number): numb
 }
 
 /**
- * Delivers outbox events with Standard Webhooks signatures and exponential backoff.
- *
- * Each poll takes free lanes (one partner each, held by one worker at a time across all
- * replicas) and works through each lane on its own, so a slow receiver only ever delays
- * its own partner. Within a lane, just before each request the worker renews its lease,
- * reads the partner afresh (active? URL, secret) and leases the first due event; the
- * result is recorded only if that attempt still owns the event.
+ * Delivers outbox events (Standard Webhooks, exponential backoff) one lane per partner, so a slow
+ * receiver delays only its own partner; the lease and the partner are re-read just before each
+ * request, and a result counts only if that attempt still owns the event.
  */
 export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorker {
   const baseMs = options.baseDelayMs ?? 30_000;
