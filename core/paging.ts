@@ -101,12 +101,9 @@ export function toFeedRead<T>(r: Record<string, unknown>, row: T & { seq: number
 const SETTLE_DELAYS_MS = [10, 30, 60];
 
 /**
- * Reads a page of a feed (rows ordered by (xid, seq), each flagged) and
- * returns its settled prefix with positions. When rows past the horizon were read and the
- * prefix is short, some older transaction is still open: re-read a few times over about
- * 0.1 s so a reader normally sees a write that committed just before its request; after
- * that, what is held back comes on a later call. `settle: false` reads once (a tail that
- * polls anyway).
+ * Reads a feed page and returns its settled prefix; when rows are held back by an open transaction
+ * it re-reads briefly so a write that committed just before the request normally shows at once.
+ * `settle: false` reads once, for tails that poll anyway.
  */
 export async function readSettled<T>(read: () => Promise<FeedRead<T>[]>, settle = true): Promise<{ row: T; position: FeedPosition }[]> {
   for (let attempt = 0; ; attempt++) {

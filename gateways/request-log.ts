@@ -24,14 +24,9 @@ export function noteRefusal(request: FastifyRequest, err: unknown): Reason | und
 }
 
 /**
- * One log line per request, written when the response is done: method, path (the route
- * pattern when one matched, else the path without its query string, which can carry
- * codes and states), status, duration in ms, core's refusal reason when the answer was
- * one (`reason`, see noteRefusal) and the request id (`reqId`, bound by fastify).
- * Fastify's own controller writes two lines per request ("incoming request" and "request
- * completed", each with the serialized request or reply); at the default `info` level
- * those two lines were the largest cost of a partner read after the database (`npm run
- * bench partner-resources` prints info against silent).
+ * One line per finished request (method, route pattern or query-less path, status, ms, core's
+ * refusal `reason`, `reqId`) in place of fastify's two, which were a partner read's largest cost
+ * after the database. The query string is left out because it can carry codes and states.
  */
 class OneLinePerRequest extends LogController {
   override incomingRequest(): void {}

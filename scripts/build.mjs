@@ -1,20 +1,11 @@
-// `npm run build` (also run by `npm ci` through "prepare"): type-checks the shipped sources,
-// then bundles the CLI and service entry point (cli/main.ts) into dist/cli/ with esbuild.
+// `npm run build` (also run by `npm ci` through "prepare"): type-checks, then bundles cli/main.ts
+// into dist/cli/ with esbuild, because resolving the many small ESM files of protobuf and Connect
+// dominated a short operator command's start-up.
 //
-// Why a bundle and not tsc's one-file-per-module output: an operator command such as
-// `vaultgate partner list` spent most of its ~270 ms resolving and reading the ~160 small
-// ESM files of @bufbuild/protobuf and Connect. Bundled, the same command takes ~180 ms.
-//
-// What is bundled: our code, @bufbuild/protobuf and Connect (they must share one copy: the
-// generated code, the RPC router and the clients compare descriptors and ConnectError by
-// identity). Every other dependency stays an import from node_modules: PGlite loads its
-// WebAssembly next to its own files, knex resolves dialects at run time, pino starts worker
-// threads by file path. Commands stay lazy: each is its own chunk, loaded when it runs, so
-// `--help` and `--version` load neither the RPC stack nor the database.
-//
-// The chunks sit beside main.js in dist/cli/, so cli/main.ts finds package.json two levels
-// up from any of them. bin/vaultgate.mjs compares dist/cli/main.js's time with the sources',
-// so it is written last.
+// Bundled: our code, @bufbuild/protobuf and Connect (descriptors and ConnectError are compared by
+// identity, so one copy); everything else stays in node_modules (PGlite, knex and pino load files
+// by path). Each command is its own chunk beside main.js (package.json stays two levels up), and
+// main.js is written last because bin/vaultgate.mjs compares its time with the sources'.
 import { execFileSync } from "node:child_process";
 import { rmSync } from "node:fs";
 import { build } from "esbuild";

@@ -46,12 +46,9 @@ function checkBalanced(m: Movement): void {
 }
 
 /**
- * The CTEs that append a movement, to put in front of the statement that makes the state
- * change it records (`WITH <sql> UPDATE ...`), so the ledger costs no extra round trip.
- * Opens the accounts it touches that do not exist yet; adds nothing when the movement's id
- * is already in the ledger. Names its CTEs `<prefix>_accounts`, `<prefix>_tx`, `<prefix>_legs`.
- * Accounts are opened in id order: a movement opening an account another uncommitted one
- * is opening waits for it, and a fixed order keeps two such waits from forming a cycle.
+ * CTEs that append a movement in front of the state change it records (`WITH <sql> UPDATE ...`), so
+ * the ledger costs no extra round trip; idempotent by movement id. Missing accounts are opened in id
+ * order so two movements opening accounts cannot wait on each other in a cycle.
  */
 export function movementCtes(m: Movement, prefix = "ledger"): { sql: string; bindings: Knex.RawBinding[] } {
   checkBalanced(m);

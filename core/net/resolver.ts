@@ -2,12 +2,9 @@ import { lookup as systemLookup, Resolver } from "node:dns/promises";
 import { isIP, type LookupFunction } from "node:net";
 
 /**
- * Host names that callers choose (client metadata documents, webhook URLs) are resolved
- * here, not by `dns.lookup`: that runs getaddrinfo on libuv's thread pool, which the
- * rest of core shares, so a slow or silent name server would hold pool threads and
- * delay unrelated work. This asks name servers directly (c-ares, no thread pool) with
- * its own time limit, and at most `maxConcurrent` lookups at once: one more fails at
- * once instead of queueing.
+ * Resolves caller-chosen host names (client metadata documents, webhook URLs) with c-ares, not
+ * `dns.lookup`, so a slow name server cannot hold the libuv pool threads the rest of core shares;
+ * lookups have their own time limit and at most `maxConcurrent` run, the next one failing at once.
  */
 export interface HostResolverOptions {
   /** Name servers (`"127.0.0.1:5353"`, `"[::1]:53"`); default the system's. */

@@ -247,12 +247,9 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           });
           const response = encodeBatch(batch);
           const dayCents = (treasury.spentDay === today ? treasury.spentDayCents : 0) + total;
-          // One statement records the batch, debits the treasury and, for what it newly paid
-          // (the executions inserted above, which are also the recipients' transfers), posts
-          // the ledger transaction and writes the events: payout.executed, one per
-          // batch listing the payouts it paid (a 500-item batch is one delivery, not 500), and
-          // transfer.settled per payout for the partners the recipient lets read their
-          // transfers (store.ts recordBatch).
+          // One statement records the batch, the debit, the ledger transaction and the events (one
+          // payout.executed per batch, not per payout; transfer.settled per payout to partners the recipient
+          // lets read transfers), so none of them can exist without the others (store.ts recordBatch).
           const stored = await store.recordBatch(
             trx,
             { id: batchId, partnerId: partner.id, idempotencyKey: input.idempotencyKey, requestHash, response, createdAt: now },
