@@ -5,8 +5,7 @@
 //
 // Why: most benches run the service in their own process, and through tsx they measured
 // our TypeScript sources as tsx compiles them, not what ships: tsx keeps function names,
-// so every closure made per request paid a __name call (about 1% of a partner read's
-// main-thread samples), and the protobuf and Connect modules were separate files from
+// so every closure made per request paid a __name call, and the protobuf and Connect modules were separate files from
 // node_modules instead of the bundle's copy. The load generator and the agent-tools
 // servers are bundled beside them and started with plain node. `npx tsx bench/run.ts`
 // still runs the sources (for a profile that names source lines, say).
