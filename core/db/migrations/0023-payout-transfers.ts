@@ -21,9 +21,9 @@ import { runScript } from "../sql.js";
  * The feed index holds only the rows in the feed.
  *
  * Event data is compressed with lz4 where the server has it (PostgreSQL's default, pglz,
- * is much slower on a large batch's payout.executed event and stores it larger). It applies to rows
- * written from now on; older rows are read as they were stored. PGlite has no lz4 and
- * keeps pglz.
+ * is much slower on a large batch's payout.executed event and stores it larger). It
+ * applies to rows written from now on; older rows are read as they were stored. PGlite
+ * has no lz4 and keeps pglz.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(knex, `
