@@ -80,11 +80,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.addHook("onRequest", (request, reply, done) => {
     reply.header("x-request-id", request.id);
     reply.header("x-content-type-options", "nosniff");
-    // DNS-rebinding and cross-site protection on the MCP endpoints and on every
-    // state-changing browser or registration endpoint: Host and (when sent) Origin must
-    // be ours. Server-to-server endpoints (token, partner API) are not browser-reachable
-    // with credentials and are left alone.
-    // Judged on the decoded, normalized path: `/%6dcp/write` is routed as `/mcp/write`.
+    // DNS-rebinding and cross-site protection: on MCP and state-changing browser or registration
+    // endpoints Host and any Origin must be ours (server-to-server endpoints carry no browser
+    // credentials), judged on the decoded, normalized path so `/%6dcp/write` cannot slip past.
     const path = guardedPath(request.url);
     const mcp = MCP_ENDPOINTS.has(path);
     const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));

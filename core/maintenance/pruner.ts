@@ -45,11 +45,9 @@ interface Target {
 }
 
 /**
- * Each statement picks a bounded batch through an index on the expiry column (migration
- * 0019), locks it with SKIP LOCKED (a row some request holds is left for the next pass,
- * so the pruner never waits on traffic and traffic waits at most one short batch), and
- * deletes those very rows by their ctid: a TID scan, where a `key IN (subquery)` form let
- * the planner scan the whole table for the outer side. Every statement commits on its own.
+ * Each statement deletes a bounded batch found through the expiry index and locked SKIP LOCKED, so
+ * the pruner never waits on traffic; rows are deleted by ctid because a `key IN (subquery)` form let
+ * the planner scan the whole table. Every statement commits on its own.
  */
 const TARGETS: readonly Target[] = [
   {

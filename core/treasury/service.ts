@@ -59,11 +59,9 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
   }
 
   /**
-   * The partner-level access checks (token, partner active, rate limit; refusals
-   * audited by them), then the token scope: treasury:write is a token entitlement,
-   * never consent. A missing or invalid bearer proves no partner and writes no audit row
-   * (a flood of them must not grow the trail); unusable signing keys are audited, under
-   * "anonymous", as `action` about `subject`.
+   * The partner-level access checks, then treasury:write in the token (an entitlement, never consent).
+   * A missing or invalid bearer proves no partner and writes no audit row, so a flood cannot grow the
+   * trail; unusable signing keys are audited under "anonymous".
    */
   async function treasuryCaller(ctx: HandlerContext, token: string, operation: string, action: string, subject: string): Promise<PartnerPrincipal> {
     let principal: PartnerPrincipal;

@@ -23,12 +23,9 @@ export function createAgentsStore() {
   }
 
   /**
-   * The budget principal of a vault: when `vaultId` is a budget's own vault (the vault of
-   * a child agent principal of `userId`, made by agent.budget.create), that principal;
-   * undefined for every other vault. The row is locked FOR KEY SHARE until the caller's
-   * transaction ends, so a budget cleanup cannot delete it between this read and the
-   * insert that refers to it: a cleanup that committed first is not seen (no principal),
-   * one that comes later waits and then finds the principal in use.
+   * The budget principal whose own vault is `vaultId` (undefined for any other vault), locked FOR KEY
+   * SHARE to the end of the caller's transaction so a budget cleanup cannot delete it between this
+   * read and the insert that refers to it.
    */
   async function budgetPrincipalOfVault(trx: Knex.Transaction, userId: string, vaultId: string): Promise<string | undefined> {
     const row = await trx("agent_principals")
