@@ -341,7 +341,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
 }
 
 function checkConsentScopes(scopes: string[]) {
-  if (scopes.includes(TREASURY_SCOPE)) fail(Reason.INVALID_REQUEST, "treasury:write is never a consent scope (spec 5.3 rule 3)");
+  if (scopes.includes(TREASURY_SCOPE)) fail(Reason.INVALID_REQUEST, "treasury:write is never a consent scope: an operator grants it to the client");
   const unknown = scopes.filter((s) => !(CONSENT_SCOPES as readonly string[]).includes(s));
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown consent scopes: ${unknown.join(", ")}; allowed: ${CONSENT_SCOPES.join(", ")}`);
 }
