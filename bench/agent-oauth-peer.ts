@@ -3,19 +3,21 @@
  * and token formats as ours (PKCE S256, client_secret_post, ES256 JWT access tokens,
  * refresh rotation), in a process of its own so that neither server's heap, garbage
  * collector or JIT state is the other's:
- *   node bench/agent-oauth-peer.js <code-challenge>
+ *   node bench/agent-oauth-peer.js <code-challenge> [<postgres-url>]
+ * With a URL its codes, grants and tokens live in PostgreSQL (PgAdapter), else in memory.
  * Prints one JSON line ({ tokenUrl, clientId, clientSecret }), then mints authorization
  * codes when the bench asks (`codes`, n) until SIGTERM.
  */
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { createServer } from "node:http";
+import pg from "pg";
 import { serveBenchCalls } from "./support.js";
 
 const REDIRECT = "http://127.0.0.1:9/cb";
 const SCOPE = "accounts:read";
-const challenge = process.argv[2];
+const [challenge, databaseUrl] = process.argv.slice(2);
 if (!challenge) {
-  console.error("usage: agent-oauth-peer <code-challenge>");
+  console.error("usage: agent-oauth-peer <code-challenge> [<postgres-url>]");
   process.exit(2);
 }
 
@@ -63,6 +65,62 @@ class MapAdapter {
   }
 }
 
+/** The same pool size as ours (DATABASE_POOL_MAX's default). */
+const pool = databaseUrl ? new pg.Pool({ connectionString: databaseUrl, max: 20 }) : undefined;
+
+/**
+ * Every oidc-provider model in one table, as the example adapters in its docs store them:
+ * the payload as JSON, with the columns lookups need (grant, uid, user code) beside it.
+ * Each call is one committed statement, so a code, grant or token is durable when saved.
+ */
+class PgAdapter {
+  constructor(private readonly name: string) {}
+  async upsert(id: string, payload: Record<string, unknown>, expiresIn?: number) {
+    await pool!.query(
+      `INSERT INTO oidc_models (model, id, payload, grant_id, uid, user_code, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::int IS NULL THEN NULL ELSE now() + make_interval(secs => $7::int) END)
+       ON CONFLICT (model, id) DO UPDATE SET payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
+         user_code = excluded.user_code, expires_at = excluded.expires_at`,
+      [this.name, id, payload, payload.grantId ?? null, payload.uid ?? null, payload.userCode ?? null, expiresIn ?? null],
+    );
+  }
+  private async one(column: string, value: string) {
+    const { rows } = await pool!.query(
+      `SELECT payload, consumed_at FROM oidc_models WHERE model = $1 AND ${column} = $2 AND (expires_at IS NULL OR expires_at > now())`,
+      [this.name, value],
+    );
+    const row = rows[0] as { payload: Record<string, unknown>; consumed_at: Date | null } | undefined;
+    return row && { ...row.payload, ...(row.consumed_at ? { consumed: true } : {}) };
+  }
+  find(id: string) {
+    return this.one("id", id);
+  }
+  findByUid(uid: string) {
+    return this.one("uid", uid);
+  }
+  findByUserCode(userCode: string) {
+    return this.one("user_code", userCode);
+  }
+  async consume(id: string) {
+    await pool!.query(`UPDATE oidc_models SET consumed_at = now() WHERE model = $1 AND id = $2`, [this.name, id]);
+  }
+  async destroy(id: string) {
+    await pool!.query(`DELETE FROM oidc_models WHERE model = $1 AND id = $2`, [this.name, id]);
+  }
+  async revokeByGrantId(grantId: string) {
+    await pool!.query(`DELETE FROM oidc_models WHERE model = $1 AND grant_id = $2`, [this.name, grantId]);
+  }
+}
+
+if (pool) {
+  await pool.query(`CREATE TABLE IF NOT EXISTS oidc_models (
+    model text NOT NULL, id text NOT NULL, payload jsonb NOT NULL, grant_id text, uid text, user_code text,
+    expires_at timestamptz, consumed_at timestamptz, PRIMARY KEY (model, id))`);
+  await pool.query(`CREATE INDEX IF NOT EXISTS oidc_models_grant ON oidc_models (model, grant_id)`);
+  await pool.query(`CREATE INDEX IF NOT EXISTS oidc_models_uid ON oidc_models (model, uid)`);
+  await pool.query(`CREATE INDEX IF NOT EXISTS oidc_models_user_code ON oidc_models (model, user_code)`);
+}
+
 const { default: Provider } = await import("oidc-provider");
 const server = createServer();
 await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -90,7 +148,7 @@ const provider = new Provider(issuer, {
     },
   },
   findAccount: async (_ctx: unknown, sub: string) => ({ accountId: sub, claims: async () => ({ sub }) }),
-  adapter: MapAdapter,
+  adapter: pool ? PgAdapter : MapAdapter,
 } as never);
 server.on("request", provider.callback());
 const client = await provider.Client.find(clientId);

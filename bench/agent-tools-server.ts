@@ -2,7 +2,7 @@
  * Child process of agent-tools.bench.ts, so the load generator never shares an event
  * loop with a server under test:
  *   tsx bench/agent-tools-server.ts ours <postgres-url> <log-file>   our gateway + core (one process, as `serve --role all`)
- *   tsx bench/agent-tools-server.ts peer                  the MCP SDK's stateless server, trivial tool
+ *   tsx bench/agent-tools-server.ts peer <postgres-url>   the MCP SDK's stateless server; its tool commits an audit row
  * Prints one JSON line with what the parent needs, then serves until SIGTERM.
  */
 import { createServer } from "node:http";
@@ -16,14 +16,24 @@ process.once("SIGTERM", async () => {
   process.exit(0);
 });
 
-if (role === "peer") {
+if (role === "peer" && databaseUrl) {
+  // The same durable duty as ours: the tool commits one audit row (its own statement, a
+  // pool as large as ours) on the same cluster before it answers.
+  const { default: pg } = await import("pg");
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+  stoppers.push(() => pool.end());
+  await pool.query(`CREATE TABLE IF NOT EXISTS peer_audit (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, tool text NOT NULL, outcome text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+  const { randomUUID } = await import("node:crypto");
   // The SDK's documented stateless pattern: a fresh server and transport per request, JSON responses.
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", async () => {
       const mcp = new McpServer({ name: "peer", version: "1.0.0" });
-      mcp.registerTool("echo", { description: "echo", inputSchema: {} }, async () => ({ content: [{ type: "text", text: "hi" }] }));
+      mcp.registerTool("echo", { description: "echo", inputSchema: {} }, async () => {
+        await pool.query(`INSERT INTO peer_audit (request_id, tool, outcome) VALUES ($1, 'echo', 'success')`, [randomUUID()]);
+        return { content: [{ type: "text", text: "hi" }] };
+      });
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       res.on("close", () => {
         void transport.close();
@@ -74,6 +84,6 @@ if (role === "peer") {
   });
   console.log(JSON.stringify({ url: running.gatewayUrl, parentToken: parent, childToken: child, kind: "real grant token" }));
 } else {
-  console.error("usage: agent-tools-server.ts ours <postgres-url> <log-file> | peer");
+  console.error("usage: agent-tools-server.ts ours <postgres-url> <log-file> | peer <postgres-url>");
   process.exit(2);
 }

@@ -1,10 +1,12 @@
 /**
  * `payments.simulate` through `/mcp/write` (bearer verified, vault, policy and spend read
  * from durable Postgres on every call; `vaultgate serve --role all` with the production
- * logger at info) next to a stateless `@modelcontextprotocol/sdk` server answering a
- * trivial tool, in alternating rounds at 10 and 50 connections. Floor: at least 2.0x the
- * SDK server's req/s at 50 connections; goal: 3.0x at 10 and 50 connections and at peak. Every response must be a JSON-RPC result (an
- * error body or a tool error counts as a failure). Then `agent.budget.create` p50/p99.
+ * logger at info) next to a stateless `@modelcontextprotocol/sdk` server whose tool
+ * commits one audit row to the same cluster before answering, as ours does, in
+ * alternating rounds at 10 and 50 connections. Floor: at least 2.0x the SDK server's
+ * req/s at 50 connections; goal: 3.0x at 10 and 50 connections and at peak. Every
+ * response must be a JSON-RPC result (an error body or a tool error counts as a
+ * failure). Then `agent.budget.create` p50/p99.
  * Each server runs in its own process (bench/agent-tools-server.ts).
  */
 import { performance } from "node:perf_hooks";
@@ -15,7 +17,7 @@ const LEVELS = [10, 50];
 export async function run(): Promise<void> {
   const db = await benchDatabase();
   const ours = await startBenchChild<{ url: string; parentToken: string; childToken: string; kind: string }>("agent-tools-server", ["ours", db.url, benchLogFile("agent-tools")]);
-  const peer = await startBenchChild<{ url: string }>("agent-tools-server", ["peer"]);
+  const peer = await startBenchChild<{ url: string }>("agent-tools-server", ["peer", db.url]);
   try {
     const info = ours.info;
     const simulate = JSON.stringify({
@@ -38,9 +40,9 @@ export async function run(): Promise<void> {
 
     await load({ ...oursSpec, connections: 10, seconds: 2, check: oursCheck });
     await load({ ...peerSpec, connections: 10, seconds: 2, check: peerCheck });
-    const cmp = await alternateAtLevels("payments.simulate via /mcp/write vs MCP SDK stateless server (trivial tool)", LEVELS, (connections) => [
+    const cmp = await alternateAtLevels("payments.simulate via /mcp/write vs MCP SDK stateless server (tool commits an audit row)", LEVELS, (connections) => [
       { name: `vaultgate (${info.kind})`, measure: () => load({ ...oursSpec, connections, seconds: 4, check: oursCheck }) },
-      { name: "MCP SDK stateless", measure: () => load({ ...peerSpec, connections, seconds: 4, check: peerCheck }) },
+      { name: "MCP SDK stateless + audit row", measure: () => load({ ...peerSpec, connections, seconds: 4, check: peerCheck }) },
     ]);
     // The floor every change keeps (at 50 connections, where it was first set), and the
     // goal at equal concurrency (10 and 50) and at each side's peak.

@@ -1,13 +1,14 @@
 /**
  * The load generator, a child process of the bench so it never shares an event loop with
- * a server under test: reads a LoadSpec (bench/support.ts) as JSON on stdin, runs the load
+ * a server under test: reads a LoadSpec (bench/load.ts) as JSON on stdin, runs the load
  * against 127.0.0.1, checks every response (status and body), and prints a Measurement as
  * JSON on stdout. A closed loop (each connection sends its next request when the last is
  * answered) runs on autocannon; a paced load (`rate`) runs on paced() below.
  */
 import { Agent, request as httpRequest } from "node:http";
 import autocannon from "autocannon";
-import { checkResponse, percentile, type LoadSpec, type Measurement } from "./support.js";
+import { percentile } from "./basics.js";
+import { checkResponse, type LoadSpec, type Measurement } from "./load.js";
 
 const chunks: Buffer[] = [];
 for await (const c of process.stdin) chunks.push(c as Buffer);

@@ -3,7 +3,7 @@
  * the bench's own processes used, the CPU everything else used (processes outside the
  * bench and the hypervisor's steal), and the time every task waited for the disk.
  *
- * This module only parses and computes; bench/support.ts reads /proc and times the CPU
+ * This module only parses and computes; bench/machine-watch.ts reads /proc and times the CPU
  * probes. Keeping the arithmetic here lets it be tested on made-up readings
  * (test/unit/bench-machine-load.test.ts).
  */

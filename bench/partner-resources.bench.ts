@@ -3,11 +3,11 @@
  * info, core's default pool of 20, in-process core as `vaultgate serve --role all`), in
  * alternating rounds against the single-row committed INSERT ceiling through `pg` with
  * the same pool size, at 10 and 50 connections. Floor: at least 60% of the ceiling at
- * 50 connections, p99 under 25 ms; goal: 100% of it. Then the same read with the gateway's logger at info
- * against silent (target: info costs under 10%), the read against the same INSERT behind
- * a fastify route with the same JSON and load generator, one INSERT per request and
- * group-committed, and a bare fastify route returning the same JSON (all printed, not
- * judged).
+ * 50 connections, p99 under 25 ms. Goal: at least 95% of the same INSERT group-committed
+ * behind a fastify route with the same JSON and load generator (the peer doing a durable
+ * write per request over HTTP), at 50 connections; one INSERT per request behind the
+ * route is printed beside it. Then the read with the gateway's logger at info against
+ * silent (target: info costs under 10%) and a bare fastify route (printed).
  */
 import { randomBytes } from "node:crypto";
 import { createRouterTransport } from "@connectrpc/connect";
@@ -21,7 +21,7 @@ import { ACCESS_MAX_BATCH, ACCESS_MAX_IN_FLIGHT } from "../core/partners/resourc
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, alternateAtLevels, benchDatabase, benchLogger, fmt, load, median, NEAR_ONE_ROUNDS, percentile, roundRatios, seconds, verdict, type BodyCheck, type Measurement } from "./support.js";
+import { alternate, alternateAtLevels, benchDatabase, benchLogger, comparisonRounds, fmt, load, median, NEAR_ONE_ROUNDS, percentile, roundRatios, seconds, verdict, type BodyCheck, type Measurement } from "./support.js";
 
 /** `DATABASE_POOL_MAX`'s default (cli/config.ts): the ceiling gets the same pool. */
 const POOL = 20;
@@ -158,11 +158,11 @@ export async function run(): Promise<void> {
       { name: "info", measure: kyc(urlOf(gateway), 50) },
       { name: "silent", measure: kyc(urlOf(silentGateway), 50) },
     ], NEAR_ONE_ROUNDS);
-    const vsInsertOverHttp = await alternate("GET /users/<id>/kyc vs the INSERT behind HTTP, one per request and group-committed (fastify routes, same JSON, same load generator), 50 connections (printed, not judged)", [
+    const vsInsertOverHttp = await alternate("GET /users/<id>/kyc vs the INSERT behind HTTP, group-committed (judged) and one per request (fastify routes, same JSON, same load generator), 50 connections", [
       { name: "GET kyc (info log)", measure: kyc(urlOf(gateway), 50) },
-      { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
       { name: `group-committed INSERT over HTTP, pool ${POOL}`, measure: kyc(urlOf(batchedOverHttp), 50) },
-    ]);
+      { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
+    ], comparisonRounds(5));
     const fastifyBare = await alternate("ceiling: bare fastify, same JSON, 50 connections (printed, not judged)", [
       { name: "bare fastify", measure: () => load({ url: `${urlOf(bare)}${path}`, connections: 50, check, server: process.pid }) },
     ], 1);
@@ -170,12 +170,11 @@ export async function run(): Promise<void> {
     const at50 = vsInsert.perLevel.find((l) => l.connections === 50)!.result;
     const ours50 = at50.sides[0]!;
     console.log(`\nbare fastify: ${fmt(fastifyBare.sides[0]!.rps)} req/s`);
-    const [ownKyc, , ownBatched] = vsInsertOverHttp.sides;
-    console.log(`kyc / the INSERT ceiling behind HTTP: ${percentRounds(vsInsertOverHttp.ratios)}; printed, not judged`);
-    console.log(`kyc / the group-committed INSERT behind HTTP: ${percentRounds(roundRatios(ownKyc!, ownBatched!))}; printed, not judged`);
+    const [ownKyc, , perRequest] = vsInsertOverHttp.sides;
+    console.log(`kyc / one INSERT per request behind HTTP: ${percentRounds(roundRatios(ownKyc!, perRequest!))}; printed, not judged`);
     const pctRounds = percentRounds(at50.ratios);
     verdict("kyc >= 60% of the INSERT ceiling at 50 connections, pool 20 (floor; median of per-round ratios)", pctRounds, at50.ratio >= 0.6 && at50.failures === 0);
-    verdict("kyc >= 100% of the INSERT ceiling at 50 connections, pool 20 (goal: group commit beats a commit per row)", pctRounds, at50.ratio >= 1 && at50.failures === 0);
+    verdict("kyc >= 95% of the group-committed INSERT route behind HTTP at 50 connections (median of per-round ratios)", percentRounds(vsInsertOverHttp.ratios), vsInsertOverHttp.ratio >= 0.95 && vsInsertOverHttp.failures === 0);
     verdict("kyc p99 < 25 ms at 50 connections", `${fmt(ours50.p99, 1)} ms`, ours50.p99 < 25 && ours50.failures === 0);
     verdict("info logging costs < 10% of kyc throughput (info/silent >= 0.90x)", `${fmt(logging.ratio, 2)}x`, logging.ratio >= 0.9 && logging.failures === 0);
     verdict("no failed responses", `${vsInsert.failures + logging.failures + vsInsertOverHttp.failures}`, vsInsert.failures + logging.failures + vsInsertOverHttp.failures === 0);

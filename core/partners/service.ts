@@ -22,6 +22,8 @@ import {
 } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
+import { createAddressSampler } from "../secrets/address-sampler.js";
+import { createTimingMirror } from "../secrets/timing-mirror.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES, resolveTokenScopes } from "./scopes.js";
 import { PARTNER_TOKEN_HEADER, PARTNER_TOKEN_TTL_SECONDS, partnerTokenClaims } from "./token-claims.js";
 
@@ -87,12 +89,27 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     budget: { key: "partner-token:", limit: deps.issuanceLimitPerMinute, counts: "attempts" },
   });
 
+  // A client id nobody registered is no client's attempt: its failures are audited once a
+  // minute per address, with how many went unrecorded before, and the rest wait as long as
+  // a failure's audit write takes, so they answer in the same time as a known client's.
+  const unknownFailures = createAddressSampler(60_000);
+  const failureWrites = createTimingMirror();
+
+  /** Audits a failed issuance: always for a registered client, sampled per address for an unknown one. */
+  async function auditIssueFailure(ctx: HandlerContext, actor: string, known: boolean, reason: string) {
+    if (known) return failureWrites.time(() => auditFailure(ctx, actor, ISSUE_ACTION, reason));
+    const sampled = unknownFailures.take(ctx.values.get(kClientAddress), deps.clock().getTime());
+    if (!sampled) return failureWrites.wait();
+    const subject = sampled.unrecorded > 0 ? `unrecorded_before:${sampled.unrecorded}` : "";
+    await failureWrites.time(() => auditFailure(ctx, actor, ISSUE_ACTION, reason, subject));
+  }
+
   /** Audits a refusal with a domain reason (rate limited, shed) and passes it on. */
-  async function auditRefusal<T>(ctx: HandlerContext, actor: string, work: () => Promise<T>): Promise<T> {
+  async function auditRefusal<T>(ctx: HandlerContext, actor: string, known: boolean, work: () => Promise<T>): Promise<T> {
     try {
       return await work();
     } catch (err) {
-      await auditFailure(ctx, actor, ISSUE_ACTION, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
+      await auditIssueFailure(ctx, actor, known, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
       throw err;
     }
   }
@@ -102,7 +119,9 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       const clientId = req.clientId;
       const actor = `partner:${clientId.slice(0, MAX_CLIENT_ID)}`;
       if (clientId.length === 0 || clientId.length > MAX_CLIENT_ID || req.clientSecret.length > MAX_SECRET) {
-        await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+        // An id of no registered client's shape is audited as an unknown one.
+        const known = clientId.length > 0 && clientId.length <= MAX_CLIENT_ID;
+        await auditIssueFailure(ctx, actor, known, "invalid_client");
         fail(Reason.INVALID_CLIENT, "client authentication failed");
       }
 
@@ -112,16 +131,17 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       let verifiedHash: string;
       let upgrade: string | undefined;
       if (cachedHash !== undefined) {
-        await auditRefusal(ctx, actor, () => secretCheck.count(clientId));
+        await auditRefusal(ctx, actor, true, () => secretCheck.count(clientId));
         verifiedHash = cachedHash;
       } else {
         // Unknown clients cost the same derivation as a wrong secret.
         const candidate = await store.findByClientId(clientId);
         // Shed from memory, before the count and its audit row: not audited one by one.
         secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
-        const checked = await auditRefusal(ctx, actor, () => secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)));
+        const known = candidate !== undefined;
+        const checked = await auditRefusal(ctx, actor, known, () => secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)));
         if (!checked.ok) {
-          await auditFailure(ctx, actor, ISSUE_ACTION, "invalid_client");
+          await auditIssueFailure(ctx, actor, known, "invalid_client");
           fail(Reason.INVALID_CLIENT, "client authentication failed");
         }
         verifiedHash = checked.hash;

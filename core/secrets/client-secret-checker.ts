@@ -5,9 +5,11 @@ import { fail } from "../errors.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { createExpiringMap } from "./expiring-map.js";
 import type { SecretFlow, SecretHasher } from "./hasher.js";
+import { createTimingMirror } from "./timing-mirror.js";
 
 /**
- * How a client's attempts are counted, per presented client id, before any derivation:
+ * How a client's attempts are counted, per client id, before any derivation (a registered
+ * client's in the shared database; an id nobody registered in this process's memory):
  * - `attempts`: every attempt counts (the partner token endpoint's 30 issuances a minute);
  * - `failures`: a slot is reserved before the check (so a concurrent burst cannot
  *   overshoot) and given back when the secret is right or the check was shed.
@@ -34,6 +36,8 @@ export type SecretCheck =
 /** How long a verified secret is remembered (a hit skips the derivation, nothing else). */
 const VERIFIED_TTL_MS = 15 * 60_000;
 const MEMORY_ENTRIES = 10_000;
+/** More unknown ids than the derivation gate can check in a minute, so a prober cannot evict one mid-window. */
+const UNKNOWN_ENTRIES = 100_000;
 
 /**
  * The client-secret check both token endpoints share: a per-client budget counted before
@@ -51,8 +55,25 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
   const verified = createExpiringMap<string>(MEMORY_ENTRIES);
   const keyOf = (clientId: string, secret: string) => createHmac("sha256", cacheKey).update(clientId).update("\0").update(secret).digest("base64url");
 
+  // How long counting takes: an unknown client id's check waits as long instead.
+  const counting = createTimingMirror();
+  // An unknown client id's attempts, counted in memory only: it answers 429 where a
+  // registered one would, so the limit tells a prober nothing about which ids exist.
+  const unknownAttempts = createExpiringMap<number[]>(UNKNOWN_ENTRIES);
+  function countUnknown(clientId: string, now: Date): void {
+    const at = now.getTime();
+    const hits = (unknownAttempts.get(o.budget.key + clientId, at) ?? []).filter((t) => t > at - 60_000);
+    if (hits.length >= o.budget.limit) fail(Reason.RATE_LIMITED, "too many client authentication attempts", { retryAfterSeconds: 60 });
+    hits.push(at);
+    unknownAttempts.set(o.budget.key + clientId, hits, at + 60_000);
+  }
+  function releaseUnknown(clientId: string, now: Date): void {
+    const hits = unknownAttempts.get(o.budget.key + clientId, now.getTime());
+    const i = hits?.lastIndexOf(now.getTime()) ?? -1;
+    if (i >= 0) hits!.splice(i, 1);
+  }
   async function count(clientId: string, now: Date): Promise<void> {
-    const limit = await o.rateLimits.hit(o.budget.key + clientId, o.budget.limit, 60, now);
+    const limit = await counting.time(() => o.rateLimits.hit(o.budget.key + clientId, o.budget.limit, 60, now));
     if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client authentication attempts", { retryAfterSeconds: 60 });
   }
 
@@ -106,21 +127,28 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
 
     /**
      * Counts the attempt, then derives. `stored` is the client's stored hash, undefined
-     * for an unknown client; `address` is the client address a gateway vouched for (an
-     * unknown client's checks share one flow per address). Throws RATE_LIMITED over the
-     * budget and OVERLOADED when shed; nothing else is decided here.
+     * for an unknown client id (counted in memory, after waiting as long as counting in the
+     * database takes); `address` is the client address a gateway vouched for (an unknown client's
+     * checks share one flow per address). Throws RATE_LIMITED over the budget and
+     * OVERLOADED when shed; nothing else is decided here.
      */
     async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
       const now = o.clock();
       const flow = flowOf(clientId, stored, address);
       o.hasher.admit(flow);
-      await count(clientId, now);
+      if (stored === undefined) {
+        await counting.wait();
+        countUnknown(clientId, now);
+      } else await count(clientId, now);
       let verified: { ok: boolean; upgrade?: string };
       try {
         verified = await verifyOnce(clientId, secret, stored, flow);
       } catch (err) {
         // Shed: nothing was decided, so it is not a failure.
-        if (o.budget.counts === "failures") await release(clientId, now);
+        if (o.budget.counts === "failures") {
+          if (stored === undefined) releaseUnknown(clientId, now);
+          else await release(clientId, now);
+        }
         throw err;
       }
       if (stored === undefined || !verified.ok) return { ok: false };

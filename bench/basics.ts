@@ -1,0 +1,81 @@
+/** Knobs, verdicts and small statistics every bench and the load generator share. */
+import { benchResults } from "./results.js";
+
+// ---------------------------------------------------------------------------------------
+// Knobs: BENCH_QUICK=1 for development (2 s measurements, one round); BENCH_ROUNDS and
+// BENCH_SECONDS override either.
+
+export const QUICK = process.env.BENCH_QUICK === "1";
+/** Rounds of each alternating comparison (at least 3 unless BENCH_QUICK). */
+export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+/**
+ * Rounds of a comparison that needs more than ROUNDS (a p99 verdict, ratios that should
+ * sit at 1.0): `full` normally, 1 with BENCH_QUICK, or BENCH_ROUNDS.
+ */
+export function comparisonRounds(full: number): number {
+  return process.env.BENCH_ROUNDS ? ROUNDS : QUICK ? 1 : full;
+}
+/**
+ * Rounds of a comparison whose sides measure nearly the same and whose line sits close
+ * to 1.0x (grown vs fresh data at 0.95x, info vs silent logging at 0.90x). Each round's
+ * ratio is then mostly this machine's noise: one measurement of 5 s moves by about 8%
+ * from the next, and the rounds of one comparison spread 0.82-1.27 in a run. With five
+ * rounds (three for logging) the median still moved enough between runs of the same
+ * code to flip the verdict (logging: 0.98x, 1.04x, then 0.83x). For sides that truly
+ * measure alike, nine rounds make a false FAIL about half as likely as five.
+ */
+export const NEAR_ONE_ROUNDS = comparisonRounds(9);
+
+/** Seconds of one measurement: `full` normally, 2 with BENCH_QUICK, or BENCH_SECONDS. */
+export function seconds(full: number): number {
+  return Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : full));
+}
+
+// ---------------------------------------------------------------------------------------
+// Verdicts
+
+const verdicts: { bench: string; target: string; measured: string; pass: boolean }[] = [];
+let currentBench = "";
+export function setCurrentBench(name: string): void {
+  currentBench = name;
+}
+
+/** Prints one target's verdict and records it for the summary. */
+export function verdict(target: string, measured: string, pass: boolean): boolean {
+  console.log(`${pass ? "PASS" : "FAIL"}  ${target}: ${measured}`);
+  verdicts.push({ bench: currentBench, target, measured, pass });
+  benchResults()?.verdict(target, measured, pass);
+  return pass;
+}
+
+/** The summary `npm run bench` prints last; false when any target failed. */
+export function printVerdicts(): boolean {
+  if (verdicts.length === 0) return true;
+  console.log("\n### targets");
+  table(verdicts.map((v) => ({ bench: v.bench, target: v.target, measured: v.measured, verdict: v.pass ? "PASS" : "FAIL" })));
+  return verdicts.every((v) => v.pass);
+}
+
+// ---------------------------------------------------------------------------------------
+// Small helpers
+
+export function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+export function percentile(values: number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+}
+
+/** Prints a table, and records its rows in the run's results (bench/results.ts). */
+export function table(rows: Record<string, string | number>[]): void {
+  const results = benchResults();
+  if (!results) return console.table(rows);
+  results.table(rows);
+  results.quietly(() => console.table(rows));
+}
+
+export const fmt = (n: number, digits = 1) => Number(n.toFixed(digits));
