@@ -36,6 +36,8 @@ import { createGrantsStore } from "./grants/store.js";
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
+import type { SettlementSettings } from "./settlement/config.js";
+import { startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -101,6 +103,11 @@ export interface CoreOptions {
   clientMetadataAllowPrivate?: boolean;
   /** Name servers, timeout and concurrency of the lookups for client metadata documents and webhook URLs; default the system's servers. */
   hostResolver?: HostResolverOptions;
+  /** Which chains settle on the evm rail (core/settlement/config.ts); absent = every chain on the sandbox rail. */
+  settlement?: SettlementSettings;
+  /** The settlement worker's loop period in ms (default 1000; 0 = no loop) and its tuning, for tests. */
+  settlementPollMs?: number;
+  settlementWorker?: SettlementOptions["worker"];
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
 }
@@ -117,6 +124,8 @@ export interface Core {
   close(): Promise<void>;
   /** The webhook delivery worker (started here, stopped by close()). */
   webhooks: WebhookWorker;
+  /** Rails, hot wallets and the settlement worker (started here, stopped by close()). */
+  settlement: Settlement;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -125,6 +134,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
   const db = "instance" in options.db ? options.db.instance : createDb(options.db);
   const clock = options.clock ?? (() => new Date());
   const logger = options.logger;
+  let settlement: Settlement | undefined;
   try {
     if (options.migrate !== false) await migrateLatest(db);
     const keyring = await createKeyring({ signingKey: options.signingKey, dataDir: options.dataDir, db, logger, clock });
@@ -179,8 +189,17 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       auditFault: options.auditFaults?.appendFault,
       logger,
     });
+    settlement = await startSettlement({
+      db,
+      logger,
+      clock,
+      settings: options.settlement ?? { evm: [] },
+      dataDir: options.dataDir,
+      pollMs: options.settlementPollMs ?? 1000,
+      worker: options.settlementWorker,
+    });
     const routes = createRoutes({
-      health: createHealthService({ db, keyring, audit }),
+      health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
       audit: createAuditService({ store: audit, cursors, ledger }),
       grants: createGrantsService({
         verifier: agentTokens,
@@ -267,17 +286,20 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       reapProvisioning: () => budgets.reap(),
       prune: () => pruner.runOnce(),
       webhooks,
+      settlement,
       async close() {
         if (reaper) clearInterval(reaper);
         if (pruning) clearInterval(pruning);
         await pruner.idle();
         unregisterMetrics();
         await webhooks.stop();
+        await settlement!.stop();
         await secrets.close();
         if (ownsDb) await db.destroy();
       },
     };
   } catch (err) {
+    await settlement?.stop().catch(() => {});
     if (ownsDb) await db.destroy().catch(() => {});
     throw err;
   }
