@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { join } from "node:path";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Abi, Hex } from "viem";
 
@@ -16,8 +17,16 @@ export interface UsdcArtifact {
   bytecode: Hex;
 }
 
-const root = fileURLToPath(new URL("..", import.meta.url));
-const SOURCE = join(root, "contracts", "USDC.sol");
+/** The checkout: the folder above this file holding contracts/ (from the sources or the dist/cli bundle). */
+function repositoryRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "contracts", "USDC.sol"))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error("contracts/USDC.sol not found above the vaultgate installation");
+    dir = up;
+  }
+  return dir;
+}
 
 let cached: Promise<UsdcArtifact> | undefined;
 
@@ -30,7 +39,8 @@ export function usdcArtifact(): Promise<UsdcArtifact> {
 }
 
 async function compile(): Promise<UsdcArtifact> {
-  const source = await readFile(SOURCE, "utf8");
+  const root = repositoryRoot();
+  const source = await readFile(join(root, "contracts", "USDC.sol"), "utf8");
   const require = createRequire(import.meta.url);
   const solcVersion = (require("solc/package.json") as { version: string }).version;
   const key = createHash("sha256").update(solcVersion).update("\0").update(source).digest("hex").slice(0, 16);
