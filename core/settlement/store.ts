@@ -10,6 +10,7 @@ export type SettlementStatus = "pending" | "submitted" | "completed" | "failed";
 
 export interface SettlementPayment {
   paymentId: string;
+  vaultId: string | null;
   chain: string;
   rail: RailKind;
   /** The hot wallet's address in lower case ("sandbox" on the sandbox rail). */
@@ -45,10 +46,12 @@ export interface SignedTransaction {
 }
 
 /** Runs inside the transaction that changes a payment's status, with the row as it now is. */
-export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, from: SettlementStatus) => Promise<void>;
+export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, before: SettlementPayment) => Promise<void>;
 
 export interface NewSettlement {
   paymentId: string;
+  /** The vault it was paid from (its refund goes back there). */
+  vaultId?: string;
   chain: string;
   rail: RailKind;
   wallet: string;
@@ -61,7 +64,7 @@ export interface NewSettlement {
   status?: "pending" | "completed";
 }
 
-const COLUMNS = `payment_id, chain, rail, wallet, recipient, amount_cents, currency, status, nonce, tx_hash, confirmations, mined_block,
+const COLUMNS = `payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, nonce, tx_hash, confirmations, mined_block,
   mined_block_hash, failure_reason, attempts, final, lease_token, next_attempt_at, expires_at, created_at, updated_at, submitted_at, completed_at`;
 
 function toPayment(r: Record<string, unknown>): SettlementPayment {
@@ -69,6 +72,7 @@ function toPayment(r: Record<string, unknown>): SettlementPayment {
   const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
   return {
     paymentId: r.payment_id as string,
+    vaultId: (r.vault_id as string | null) ?? null,
     chain: r.chain as string,
     rail: r.rail as RailKind,
     wallet: r.wallet as string,
@@ -134,10 +138,10 @@ export function createSettlementStore(db: Db) {
     async insert(trx: Conn, p: NewSettlement): Promise<void> {
       const status = p.status ?? "pending";
       await trx.raw(
-        `INSERT INTO settlement_payments (payment_id, chain, rail, wallet, recipient, amount_cents, currency, status, next_attempt_at, expires_at,
+        `INSERT INTO settlement_payments (payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, next_attempt_at, expires_at,
                                           created_at, updated_at, completed_at, final, confirmations)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (payment_id) DO NOTHING`,
-        [p.paymentId, p.chain, p.rail, p.wallet, p.recipient, p.amountCents, p.currency, status, p.at, p.expiresAt, p.at, p.at,
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (payment_id) DO NOTHING`,
+        [p.paymentId, p.vaultId ?? null, p.chain, p.rail, p.wallet, p.recipient, p.amountCents, p.currency, status, p.at, p.expiresAt, p.at, p.at,
           status === "completed" ? p.at : null, status === "completed"],
       );
     },
@@ -271,7 +275,7 @@ export function createSettlementStore(db: Db) {
         const r = (rows as Record<string, unknown>[])[0];
         if (!r) return undefined;
         const payment = toPayment(r);
-        if (to !== from && hook) await hook(trx, payment, from);
+        if (to !== from && hook) await hook(trx, payment, p);
         return payment;
       });
     },
