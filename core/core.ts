@@ -36,7 +36,8 @@ import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
 import type { SettlementSettings } from "./settlement/config.js";
-import { startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
+import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
+import { settlementLedgerHooks } from "./settlement/ledger.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -173,7 +174,19 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     // One verifier of agent tokens and one of web sessions for every service that takes them.
     const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
     const sessions = createSessionVerifier({ db, clock });
+    // Each settlement status change moves the books and is audited under the paying agent.
+    settlement = await startSettlement({
+      db,
+      logger,
+      clock,
+      settings: options.settlement ?? { evm: [] },
+      dataDir: options.dataDir,
+      pollMs: options.settlementPollMs ?? 1000,
+      worker: options.settlementWorker,
+      hooks: settlementLedgerHooks(clock, (trx, p) => auditSettlement(trx, audit, p, clock())),
+    });
     const budgets = createBudgetsService({
+      settlement,
       db,
       store: createBudgetsStore(db),
       audit,
@@ -187,15 +200,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       faults: options.budgetFaults,
       auditFault: options.auditFaults?.appendFault,
       logger,
-    });
-    settlement = await startSettlement({
-      db,
-      logger,
-      clock,
-      settings: options.settlement ?? { evm: [] },
-      dataDir: options.dataDir,
-      pollMs: options.settlementPollMs ?? 1000,
-      worker: options.settlementWorker,
     });
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),

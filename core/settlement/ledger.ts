@@ -31,6 +31,9 @@ async function move(trx: Knex.Transaction, id: string, kind: string, p: Settleme
 /** Hooks that keep the books in step with each status change, plus `also` (audit records) after them. */
 export function settlementLedgerHooks(clock: () => Date, also?: (trx: Knex.Transaction, p: SettlementPayment, before: SettlementPayment) => Promise<void>): SettlementHooks {
   return {
+    async submitted(trx, p, before) {
+      await also?.(trx, p, before);
+    },
     async completed(trx, p, before) {
       await move(trx, movementId("settled", p.paymentId, p.minedBlockHash ?? ""), "payment.settle", p, IN_FLIGHT_ACCOUNT, hotWalletAccount(p.chain, p.wallet), clock());
       await also?.(trx, p, before);

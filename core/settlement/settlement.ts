@@ -1,10 +1,12 @@
+import type { Knex } from "knex";
 import type { Logger } from "pino";
+import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { SettlementConfigError, type SettlementSettings } from "./config.js";
 import { createEvmRail, type EvmRail } from "./evm-rail.js";
 import { registerSettlementMetrics } from "./metrics.js";
 import type { RailKind } from "./rules.js";
-import { createSettlementStore, type SettlementStore } from "./store.js";
+import { createSettlementStore, type SettlementPayment, type SettlementStore } from "./store.js";
 import { loadHotWallet } from "./wallet.js";
 import { createSettlementWorker, type SettlementHooks, type SettlementWorker, type SettlementWorkerOptions } from "./worker.js";
 
@@ -35,6 +37,9 @@ export interface Settlement {
   worker: SettlementWorker;
   stop(): Promise<void>;
 }
+
+/** What the payments code needs of settlement: the rail of a chain and the rows. */
+export type SettlementPort = Pick<Settlement, "store" | "evm">;
 
 /**
  * Settlement for one core: a rail per chain, the hot wallets, and the worker. A node that
@@ -99,4 +104,22 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
       await worker.stop();
     },
   };
+}
+
+/**
+ * A status change in the paying agent's audit feed (`payments.settlement.<status>`, the
+ * payment as subject), written in the transaction that makes it.
+ */
+export async function auditSettlement(trx: Knex.Transaction, audit: AuditStore, p: SettlementPayment, at: Date): Promise<void> {
+  const { rows } = await trx.raw(`SELECT agent_principal_id FROM agent_payments WHERE id = ?`, [p.paymentId]);
+  const agent = (rows as { agent_principal_id: string | null }[])[0]?.agent_principal_id;
+  await audit.append(trx, {
+    requestId: `settlement:${p.paymentId}`,
+    actor: agent ? `agent:${agent}` : "settlement",
+    action: `payments.settlement.${p.status}`,
+    outcome: p.status === "failed" ? "failure" : "success",
+    reason: p.failureReason ?? (p.txHash ? `tx_hash:${p.txHash}` : ""),
+    subject: p.paymentId,
+    at,
+  });
 }

@@ -195,6 +195,7 @@ export function createSettlementStore(db: Db) {
       at: Date,
       chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number): bigint },
       sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
+      hook?: TransitionHook,
     ): Promise<SubmitResult> {
       return db.transaction(async (trx) => {
         const { rows } = await trx.raw(
@@ -226,7 +227,9 @@ export function createSettlementStore(db: Db) {
             WHERE payment_id = ? RETURNING ${COLUMNS}`,
           [nonce, signed.txHash, at, at, p.paymentId],
         );
-        return { kind: "submitted", payment: toPayment((updated.rows as Record<string, unknown>[])[0]!), signed } as const;
+        const payment = toPayment((updated.rows as Record<string, unknown>[])[0]!);
+        if (hook) await hook(trx, payment, p);
+        return { kind: "submitted", payment, signed } as const;
       });
     },
 

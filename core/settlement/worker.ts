@@ -6,6 +6,8 @@ import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFi
 
 /** What the books do when a payment's status changes (core/budgets): run in the transaction that changes it. */
 export interface SettlementHooks {
+  /** Signed, its hash stored (nothing sent yet). */
+  submitted?: TransitionHook;
   completed?: TransitionHook;
   failed?: TransitionHook;
   /** A reorg removed the block of a completed transfer: it is submitted again. */
@@ -102,6 +104,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
     const result = await store.submit(p, clock(), { balanceUnits, chainNonce, unitsOf: centsToUnits }, (nonce) =>
       rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
+      hooks.submitted,
     );
     if (result.kind === "lost") return undefined;
     if (result.kind === "underfunded") {
