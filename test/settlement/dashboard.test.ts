@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createJar, createUser, signIn } from "../support/agent-oauth.js";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
 import { postRpc } from "../support/mcp.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -20,7 +20,7 @@ describe("web pages: payment rows show settlement status and transaction hash", 
       gateway: true,
       publicUrls: true,
       scrypt: { N: 1024, r: 8, p: 1 },
-      settlement: { evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000 }] },
+      settlement: { evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: await freshWalletKeyFile() }] },
       settlementPollMs: 0,
       settlementWorker: { recheckMs: 0 },
     });

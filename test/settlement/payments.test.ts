@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
 import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { requirePostgres } from "../support/db.js";
@@ -19,7 +19,7 @@ describe("payments that settle on a chain (anvil)", function () {
     usdc = await anvil.deployUsdc();
     stack = await startMcpStack({
       settlement: {
-        evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000 }],
+        evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: await freshWalletKeyFile() }],
       },
       settlementPollMs: 0,
       settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },

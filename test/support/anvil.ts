@@ -149,3 +149,17 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
     },
   };
 }
+
+/**
+ * A key file holding a fresh hot wallet key, for a core under test: cores of one test
+ * process share the per-process key of a chain otherwise, and with it its nonces.
+ */
+export async function freshWalletKeyFile(): Promise<string> {
+  const { mkdtemp, writeFile } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const { randomBytes } = await import("node:crypto");
+  const dir = await mkdtemp(join(tmpdir(), "vg-hot-wallet-"));
+  const file = join(dir, "wallet.key");
+  await writeFile(file, `0x${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
+  return file;
+}
