@@ -4,6 +4,7 @@ import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
+import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
 
 /** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -66,6 +67,8 @@ export interface Config {
   metricsToken: string | undefined;
   /** OTEL_TRACES_EXPORTER=otlp turns tracing on; spans go to `endpoint` (OTLP over HTTP). */
   tracing: { exporter: "none" | "otlp"; endpoint: string; serviceName: string };
+  /** CHAIN_<NAME>_*: which chains settle on the evm rail, and how (core/settlement/config.ts). */
+  settlement: SettlementSettings;
 }
 
 export class ConfigError extends Error {
@@ -163,7 +166,16 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     metricsHost,
     metricsToken,
     tracing,
+    settlement: settlementSettings(env),
   };
+}
+
+function settlementSettings(env: NodeJS.ProcessEnv): SettlementSettings {
+  try {
+    return parseSettlementSettings(env);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
 }
 
 function intSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {

@@ -97,7 +97,8 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`vaultgate: ${result.complaint}\n`);
       return result.exitCode;
     }
-    print(result, format);
+    // A command that wrote its own output (dev chain) answers nothing.
+    if (result !== undefined) print(result, format);
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {

@@ -88,6 +88,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         refreshGraceSeconds: config.refreshGraceSeconds,
         clientMetadataAllowPrivate: config.clientMetadataAllowPrivate,
         tracing,
+        settlement: config.settlement,
       });
       if (!config.databaseUrl) await secureDataDir(config.dataDir, logger, "database opened");
       coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });

@@ -35,6 +35,9 @@ import { createTreasuryService, type TreasuryFaults } from "./treasury/service.j
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
+import type { SettlementSettings } from "./settlement/config.js";
+import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
+import { settlementLedgerHooks } from "./settlement/ledger.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -100,6 +103,11 @@ export interface CoreOptions {
   clientMetadataAllowPrivate?: boolean;
   /** Name servers, timeout and concurrency of the lookups for client metadata documents and webhook URLs; default the system's servers. */
   hostResolver?: HostResolverOptions;
+  /** Which chains settle on the evm rail (core/settlement/config.ts); absent = every chain on the sandbox rail. */
+  settlement?: SettlementSettings;
+  /** The settlement worker's loop period in ms (default 1000; 0 = no loop) and its tuning, for tests. */
+  settlementPollMs?: number;
+  settlementWorker?: SettlementOptions["worker"];
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
 }
@@ -116,6 +124,8 @@ export interface Core {
   close(): Promise<void>;
   /** The webhook delivery worker (started here, stopped by close()). */
   webhooks: WebhookWorker;
+  /** Rails, hot wallets and the settlement worker (started here, stopped by close()). */
+  settlement: Settlement;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -124,6 +134,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
   const db = "instance" in options.db ? options.db.instance : createDb(options.db);
   const clock = options.clock ?? (() => new Date());
   const logger = options.logger;
+  let settlement: Settlement | undefined;
   try {
     if (options.migrate !== false) await migrateLatest(db);
     const keyring = await createKeyring({ signingKey: options.signingKey, dataDir: options.dataDir, db, logger, clock });
@@ -163,7 +174,19 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     // One verifier of agent tokens and one of web sessions for every service that takes them.
     const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
     const sessions = createSessionVerifier({ db, clock });
+    // Each settlement status change moves the books and is audited under the paying agent.
+    settlement = await startSettlement({
+      db,
+      logger,
+      clock,
+      settings: options.settlement ?? { evm: [] },
+      dataDir: options.dataDir,
+      pollMs: options.settlementPollMs ?? 1000,
+      worker: options.settlementWorker,
+      hooks: settlementLedgerHooks(clock, (trx, p) => auditSettlement(trx, audit, p, clock())),
+    });
     const budgets = createBudgetsService({
+      settlement,
       db,
       store: createBudgetsStore(db),
       audit,
@@ -179,7 +202,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       logger,
     });
     const routes = createRoutes({
-      health: createHealthService({ db, keyring, audit }),
+      health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
       audit: createAuditService({ store: audit, cursors, ledger }),
       grants: createGrantsService({
         verifier: agentTokens,
@@ -265,17 +288,20 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       reapProvisioning: () => budgets.reap(),
       prune: () => pruner.runOnce(),
       webhooks,
+      settlement,
       async close() {
         if (reaper) clearInterval(reaper);
         if (pruning) clearInterval(pruning);
         await pruner.idle();
         unregisterMetrics();
         await webhooks.stop();
+        await settlement!.stop();
         await secrets.close();
         if (ownsDb) await db.destroy();
       },
     };
   } catch (err) {
+    await settlement?.stop().catch(() => {});
     if (ownsDb) await db.destroy().catch(() => {});
     throw err;
   }

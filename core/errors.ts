@@ -45,6 +45,7 @@ const grpcCode = {
   [Reason.VAULT_CONTENTION]: Code.Aborted,
   [Reason.PROVISIONING_FAILED]: Code.Internal,
   [Reason.WRONG_ENDPOINT]: Code.Unimplemented,
+  [Reason.TOKEN_UNSUPPORTED]: Code.InvalidArgument,
 } satisfies Record<Reason, Code>;
 
 /**

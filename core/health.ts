@@ -11,10 +11,12 @@ export interface HealthDeps {
   audit: {
     append(trx: Knex.Transaction, entry: { requestId: string; actor: string; action: string; outcome: "success"; at: Date }): Promise<unknown>;
   };
+  /** Every chain on the evm rail has a node answering with its chain id (core/settlement). */
+  settlementReady?: () => Promise<boolean>;
 }
 
 /** The readiness checks, each also served as its own health service `vaultgate.<check>`. */
-export const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit"] as const;
+export const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit", "settlement"] as const;
 export type ReadinessCheck = (typeof READINESS_CHECKS)[number];
 
 /** Rolls the audit probe's transaction back: the probe leaves no record. */
@@ -26,7 +28,8 @@ class ProbeRollback extends Error {}
  * failing one: `vaultgate.database` (reachable), `vaultgate.migrations` (current),
  * `vaultgate.signing_key` (usable), `vaultgate.audit` (an audit record can be written:
  * one is appended in a transaction that is then rolled back, so nothing stays, though
- * the record sequence skips a number). Without audit, no read may answer and no change
+ * the record sequence skips a number), `vaultgate.settlement` (every chain on the evm rail
+ * has a node answering with its chain id). Without audit, no read may answer and no change
  * may commit, so the service is not ready.
  */
 export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health> {
@@ -68,6 +71,7 @@ export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health
     migrations,
     signing_key: async () => deps.keyring.current() !== undefined,
     audit,
+    settlement: async () => (deps.settlementReady ? deps.settlementReady().catch(() => false) : true),
   };
 
   return {
@@ -75,7 +79,7 @@ export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health
       if (req.service === "" || req.service === "vaultgate") {
         // The database first: without it nothing else can be checked.
         if (!(await database())) return { status: Status.NOT_SERVING };
-        const results = await Promise.all([checks.migrations(), checks.signing_key(), checks.audit()]);
+        const results = await Promise.all([checks.migrations(), checks.signing_key(), checks.audit(), checks.settlement()]);
         return { status: results.every(Boolean) ? Status.SERVING : Status.NOT_SERVING };
       }
       const name = req.service.startsWith("vaultgate.") ? req.service.slice("vaultgate.".length) : "";

@@ -203,6 +203,41 @@ export const COMMANDS: CommandSpec[] = [
     ],
   },
   {
+    name: "wallet",
+    summary: "the hot wallets chains settle from (address to fund, USDC balance)",
+    load: async () => (await import("./wallet.js")).walletCommand,
+    subcommands: [
+      {
+        name: "address",
+        summary: "print a chain's hot wallet address (its key is generated into DATA_DIR on first use)",
+        options: { chain: { type: "string", value: "C", required: true, description: "eth, base, arb, op or polygon" } },
+        examples: ["vaultgate wallet address --chain base"],
+      },
+      {
+        name: "balance",
+        summary: "print a chain's hot wallet USDC balance, read from its node",
+        options: { chain: { type: "string", value: "C", required: true, description: "a chain on the evm rail" } },
+        examples: ["vaultgate wallet balance --chain base"],
+      },
+    ],
+  },
+  {
+    name: "dev",
+    summary: "development helpers",
+    load: async () => (await import("./dev-chain.js")).devChainCommand,
+    subcommands: [
+      {
+        name: "chain",
+        summary: "run a local EVM node with USDC deployed and the eth and base hot wallets funded; print the settings",
+        options: {
+          port: { type: "string", value: "P", description: "the node's port (default 8545)" },
+          format: { type: "string", value: "text|env", description: "env prints only the KEY=value lines" },
+        },
+        examples: ["vaultgate dev chain", "vaultgate dev chain --port 8546 --format env > chain.env"],
+      },
+    ],
+  },
+  {
     name: "keys",
     summary: "rotate and retire token signing keys",
     load: async () => (await import("./keys.js")).keysCommand,

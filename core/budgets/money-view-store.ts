@@ -41,6 +41,9 @@ export interface MoneyPaymentRow {
   chain: string;
   token: string;
   createdAt: Date;
+  /** An accepted payment's settlement (pending, submitted, completed, failed) and transfer hash. */
+  settlement: string | null;
+  txHash: string | null;
 }
 
 const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
@@ -119,10 +122,12 @@ export function createMoneyViewStore(db: Db) {
      */
     async recentPayments(conn: Conn, userId: string): Promise<MoneyPaymentRow[]> {
       const { rows } = await conn.raw(
-        `SELECT p.id, p.vault_id, p.agent_principal_id, p.status, p.amount_cents, p.currency, p.address, p.chain, p.token, p.created_at
+        `SELECT p.id, p.vault_id, p.agent_principal_id, p.status, p.amount_cents, p.currency, p.address, p.chain, p.token, p.created_at,
+                s.status AS s_status, s.tx_hash
            FROM vaults v
            CROSS JOIN LATERAL (SELECT * FROM agent_payments p WHERE p.vault_id = v.id
                                 ORDER BY p.created_at DESC, p.id DESC LIMIT ${RECENT_PAYMENTS}) p
+           LEFT JOIN settlement_payments s ON s.payment_id = p.id
           WHERE v.owner_user_id = ?
           ORDER BY p.vault_id, p.created_at DESC, p.id DESC`,
         [userId],
@@ -138,6 +143,8 @@ export function createMoneyViewStore(db: Db) {
         chain: String(r.chain),
         token: String(r.token),
         createdAt: date(r.created_at),
+        settlement: r.s_status ? String(r.s_status) : null,
+        txHash: r.tx_hash ? String(r.tx_hash) : null,
       }));
     },
   };

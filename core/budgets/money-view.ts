@@ -84,13 +84,21 @@ function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
   };
 }
 
+const SETTLED: Readonly<Record<string, PaymentStatus>> = {
+  pending: PaymentStatus.PENDING,
+  submitted: PaymentStatus.SUBMITTED,
+  completed: PaymentStatus.COMPLETED,
+  failed: PaymentStatus.FAILED,
+};
+
 /** As BudgetsService answers payments elsewhere: a step-up link only while the owner can still act on it. */
 function paymentView(p: MoneyPaymentRow, appUrl: string): PaymentView {
   const open = p.status === "pending_step_up" || p.status === "approved";
   return {
     paymentId: p.id,
     vaultId: p.vaultId,
-    status: PAYMENT_STATUS[p.status] ?? PaymentStatus.UNSPECIFIED,
+    status: (p.status === "completed" && p.settlement ? SETTLED[p.settlement] : PAYMENT_STATUS[p.status]) ?? PaymentStatus.UNSPECIFIED,
+    txHash: p.txHash ?? "",
     amountCents: BigInt(p.amountCents),
     currency: p.currency,
     counterparty: { address: p.address, chain: p.chain, token: p.token },

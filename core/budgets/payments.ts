@@ -7,6 +7,8 @@ import {
   type ApprovePaymentResponseSchema,
   type DeclinePaymentRequest,
   type DeclinePaymentResponseSchema,
+  type GetPaymentRequest,
+  type GetPaymentResponseSchema,
   type InitiatePaymentRequest,
   type InitiatePaymentResponseSchema,
   type ListPendingApprovalsRequest,
@@ -30,9 +32,15 @@ import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import { paymentInput } from "./validation.js";
 import { budgetView, paymentView } from "./views.js";
+import { reservePayment } from "../settlement/ledger.js";
+import type { SettlementPort } from "../settlement/settlement.js";
+import { evmAddressProblem, tokenSupported } from "../settlement/rules.js";
+import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 
 export interface AgentPaymentDeps extends AuditDeps, TokenDeps {
   payments: PaymentsStore;
+  /** Which rail settles each chain, and the settlement rows (core/settlement). */
+  settlement: SettlementPort;
   /** `{app_url}`, where owners approve step-ups. */
   appUrl: string;
   /** Test-only seam, the same one the audit store honours. */
@@ -59,8 +67,17 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
   const { payments, clock } = deps;
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate);
   const input = paymentInput(req.payment);
+  const rail = deps.settlement.evm(input.chain);
+  if (rail) {
+    // The evm rail pays USDC to an EVM address, in dollars (1 cent = 10,000 base units).
+    if (!tokenSupported("evm", input.token)) fail(Reason.TOKEN_UNSUPPORTED, `counterparty.token must be USDC on chain ${input.chain}`);
+    const problem = evmAddressProblem(input.address);
+    if (problem) fail(Reason.INVALID_REQUEST, `counterparty.address ${problem}`);
+    if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
+  }
   const hash = sha256Hex(canonicalJson(input));
-  type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
+  type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;
+  type Outcome = { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
   const outcome = await deps.db.transaction(async (trx): Promise<Outcome> => {
     const now = clock();
     // The grant and the vault are locked: a revocation committed
@@ -74,7 +91,8 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
     const prior = await payments.findPayment(trx, vault.id, input.idempotencyKey);
     if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
     if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
-    if (prior && prior.status !== "approved") return { actor, payment: prior };
+    // A retry answers the payment's current state, settlement included.
+    if (prior && prior.status !== "approved") return { actor, payment: prior, settled: await deps.settlement.store.get(trx, prior.id) };
 
     const evaluation = evaluatePayment(
       policy,
@@ -111,7 +129,24 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
       await payments.insertPayment(trx, payment);
     }
     // The balance and the running totals the caps read move together, under the vault lock.
-    if (payment.status === "completed") await payments.recordSpend(trx, vault, payment, now);
+    // On the evm rail the amount waits in the in-flight account until its transfer settles.
+    if (payment.status === "completed") {
+      if (rail) await reservePayment(trx, { vaultId: vault.id, currency: vault.currency, paymentId: payment.id, amountCents: payment.amountCents, at: now });
+      else await payments.recordSpend(trx, vault, payment, now);
+      await deps.settlement.store.insert(trx, {
+        paymentId: payment.id,
+        vaultId: vault.id,
+        chain: payment.chain,
+        rail: rail ? "evm" : "sandbox",
+        wallet: rail ? rail.wallet : "sandbox",
+        recipient: payment.address,
+        amountCents: payment.amountCents,
+        currency: payment.currency,
+        at: now,
+        expiresAt: new Date(now.getTime() + (rail ? rail.settings.expirySeconds * 1000 : 0)),
+        status: rail ? "pending" : "completed",
+      });
+    }
     await deps.audit.append(trx, {
       requestId: ctx.values.get(kRequestId),
       actor,
@@ -120,7 +155,7 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
       subject: payment.id,
       at: now,
     });
-    return { actor, payment };
+    return { actor, payment, settled: payment.status === "completed" ? await deps.settlement.store.get(trx, payment.id) : undefined };
   });
   if (outcome.denied !== undefined) {
     const rule = outcome.denied;
@@ -130,7 +165,27 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
     // The limit is named; no remaining allowance is revealed.
     fail(Reason.POLICY_DENIED, rule, { limitName: rule });
   }
-  return { payment: paymentView(deps.appUrl, outcome.payment) };
+  return { payment: paymentView(deps.appUrl, outcome.payment, outcome.settled) };
+}
+
+export interface GetPaymentDeps extends AuditDeps, TokenDeps {
+  payments: PaymentsStore;
+  grants: BudgetGrantsStore;
+  settlement: SettlementPort;
+  appUrl: string;
+}
+
+/** BudgetsService.GetPayment: one payment of the grant's vault, with its settlement state. */
+export async function getPayment(deps: GetPaymentDeps, req: GetPaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetPaymentResponseSchema>> {
+  // Either scope reads it: the agent that pays, or one that reads the accounts.
+  const claims = await claimsFor(deps, req.accessToken, SCOPES.accountsRead).catch(() => claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate));
+  const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));
+  if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
+  const p = await deps.payments.findPaymentById(deps.db, req.paymentId.toLowerCase(), false);
+  // Another vault's payment reads exactly like one that does not exist.
+  if (!p || p.vaultId !== g.vaultId || p.userId !== g.userId) fail(Reason.NOT_FOUND, "no such payment");
+  await auditOutside(deps, ctx, actorOf(g), "payments.get", "success", "", p.id);
+  return { payment: paymentView(deps.appUrl, p, await deps.settlement.store.get(deps.db, p.id)) };
 }
 
 /** BudgetsService.SimulatePayment: what the policy would decide, with every rule the payment breaks. */

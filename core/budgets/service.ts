@@ -10,7 +10,8 @@ import type { SessionVerifier } from "../identity/sessions.js";
 import { fundBudget, fundVault } from "./funding.js";
 import { activateBudget, closeBudget, createBudget, declineBudget, listStrandedFunds, sweepBudget } from "./lifecycle.js";
 import { getMoneyView } from "./money-view.js";
-import { approvePayment, declinePayment, initiatePayment, listPendingApprovals, simulatePayment } from "./payments.js";
+import { approvePayment, declinePayment, getPayment, initiatePayment, listPendingApprovals, simulatePayment } from "./payments.js";
+import type { SettlementPort } from "../settlement/settlement.js";
 import { getBalance, listGrantAudit } from "./reads.js";
 import { reap, type BudgetsFaults } from "./saga.js";
 import type { BudgetsStore } from "./store.js";
@@ -30,6 +31,8 @@ export interface BudgetsServiceDeps {
   sessions: SessionVerifier;
   /** `{app_url}`, where owners approve step-ups. */
   appUrl: string;
+  /** Which rail settles each chain, and the settlement rows (core/settlement). */
+  settlement: SettlementPort;
   /** Provisioning starts per parent vault per minute (default 10). */
   provisioningLimitPerMinute: number;
   /** A saga untouched this long is abandoned and reaped (default 300 s). */
@@ -63,6 +66,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
     listStrandedFunds: () => listStrandedFunds(d),
     initiatePayment: (req, ctx) => initiatePayment(d, req, ctx),
     simulatePayment: (req, ctx) => simulatePayment(d, req, ctx),
+    getPayment: (req, ctx) => getPayment(d, req, ctx),
     approvePayment: (req, ctx) => approvePayment(d, req, ctx),
     declinePayment: (req, ctx) => declinePayment(d, req, ctx),
     listPendingApprovals: (req) => listPendingApprovals(d, req),

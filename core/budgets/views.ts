@@ -2,6 +2,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { BudgetStatus, PaymentStatus, type BudgetLimitsSchema, type BudgetSchema, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import type { BudgetRecord, PaymentRecord } from "./records.js";
+import type { SettlementPayment } from "../settlement/store.js";
 
 /** A vault's spending policy as the owner reviews it (budget creation, activation, the money view). */
 export interface LimitsSource {
@@ -47,6 +48,14 @@ export const PAYMENT_STATUS: Readonly<Record<string, PaymentStatus>> = {
   declined: PaymentStatus.DECLINED,
 };
 
+/** An accepted payment's settlement status as the proto names it. */
+const SETTLEMENT_STATUS: Readonly<Record<SettlementPayment["status"], PaymentStatus>> = {
+  pending: PaymentStatus.PENDING,
+  submitted: PaymentStatus.SUBMITTED,
+  completed: PaymentStatus.COMPLETED,
+  failed: PaymentStatus.FAILED,
+};
+
 export function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typeof BudgetSchema> {
   const p = b.params;
   return {
@@ -67,8 +76,13 @@ export function stepUpUrl(appUrl: string, p: { id: string; agentPrincipalId: str
   return `${appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}`;
 }
 
-export function paymentView(appUrl: string, p: PaymentRecord): MessageInitShape<typeof PaymentSchema> {
-  const status = PAYMENT_STATUS[p.status];
+/**
+ * A payment; an accepted one (stored `completed`) shows its settlement's status, hash and
+ * depth. One accepted before settlement existed has no settlement row: it was completed.
+ */
+export function paymentView(appUrl: string, p: PaymentRecord, s?: SettlementPayment): MessageInitShape<typeof PaymentSchema> {
+  const settled = p.status === "completed" ? s : undefined;
+  const status = settled ? SETTLEMENT_STATUS[settled.status] : PAYMENT_STATUS[p.status];
   return {
     paymentId: p.id,
     vaultId: p.vaultId,
@@ -79,5 +93,9 @@ export function paymentView(appUrl: string, p: PaymentRecord): MessageInitShape<
     createdAt: timestampFromDate(p.createdAt),
     stepUpUrl: p.status === "completed" || p.status === "declined" ? "" : stepUpUrl(appUrl, p),
     agentPrincipalId: p.agentPrincipalId ?? "",
+    txHash: settled?.txHash ?? "",
+    confirmations: settled?.confirmations ?? 0,
+    failureReason: settled?.failureReason ?? "",
+    updatedAt: timestampFromDate(settled?.updatedAt ?? p.createdAt),
   };
 }

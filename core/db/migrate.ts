@@ -28,6 +28,8 @@ import * as m0026 from "./migrations/0026-owner-lookups.js";
 import * as m0027 from "./migrations/0027-audit-client-address.js";
 import * as m0028 from "./migrations/0028-dead-budget-vaults.js";
 import * as m0029 from "./migrations/0029-signin-code-lockout.js";
+import * as m0030 from "./migrations/0030-settlement.js";
+import * as m0031 from "./migrations/0031-settlement-ledger.js";
 
 interface Migration {
   name: string;
@@ -65,6 +67,8 @@ const migrations: Migration[] = [
   { name: "0027-audit-client-address", ...m0027 },
   { name: "0028-dead-budget-vaults", ...m0028 },
   { name: "0029-signin-code-lockout", ...m0029 },
+  { name: "0030-settlement", ...m0030 },
+  { name: "0031-settlement-ledger", ...m0031 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

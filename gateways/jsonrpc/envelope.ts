@@ -84,6 +84,7 @@ const table = {
   [Reason.VAULT_CONTENTION]: { code: RpcCode.VAULT_CONTENTION, reasonId: "vault_contention" },
   [Reason.PROVISIONING_FAILED]: { code: RpcCode.INTERNAL_ERROR, reasonId: "provisioning_failed" },
   [Reason.WRONG_ENDPOINT]: { code: RpcCode.METHOD_NOT_FOUND, reasonId: "wrong_endpoint" },
+  [Reason.TOKEN_UNSUPPORTED]: { code: RpcCode.INVALID_PARAMS, reasonId: "token_unsupported" },
 } satisfies Record<Reason, Row>;
 
 /** Fixed client-facing text per code; core's message is used only for client-class errors. */

@@ -59,6 +59,7 @@ const table = {
   [Reason.VAULT_CONTENTION]: INTERNAL,
   [Reason.PROVISIONING_FAILED]: INTERNAL,
   [Reason.WRONG_ENDPOINT]: INTERNAL,
+  [Reason.TOKEN_UNSUPPORTED]: INTERNAL,
 } satisfies Record<Reason, Row>;
 
 /** Fixed texts for 5xx: nothing internal ever reaches a body. */

@@ -54,6 +54,7 @@ const table = {
   [Reason.VAULT_CONTENTION]: SERVER_ERROR,
   [Reason.PROVISIONING_FAILED]: SERVER_ERROR,
   [Reason.WRONG_ENDPOINT]: SERVER_ERROR,
+  [Reason.TOKEN_UNSUPPORTED]: SERVER_ERROR,
 } satisfies Record<Reason, Row>;
 
 const FIXED_5XX: Record<string, string> = {

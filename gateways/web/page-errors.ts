@@ -48,6 +48,7 @@ const pageTable = {
   [Reason.VAULT_CONTENTION]: GENERIC,
   [Reason.PROVISIONING_FAILED]: GENERIC,
   [Reason.WRONG_ENDPOINT]: GENERIC,
+  [Reason.TOKEN_UNSUPPORTED]: { status: 400, title: "Something is wrong with this request" },
 } satisfies Record<Reason, { status: number; title: string } | undefined>;
 
 /**

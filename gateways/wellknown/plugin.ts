@@ -3,7 +3,7 @@ import { HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/heal
 import { withRequestId, type CoreClients } from "../core-clients.js";
 
 /** Core's named readiness checks (health services `vaultgate.<name>`, core/health.ts). */
-const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit"] as const;
+const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit", "settlement"] as const;
 
 export interface WellKnownOptions {
   clients: CoreClients;
@@ -26,7 +26,7 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
   app.get("/healthz", async () => ({ status: "ok" }));
 
   // Ready when core's overall check passes; otherwise each named check is asked, so the
-  // answer says which failed (`failing`: database, migrations, signing_key, audit).
+  // answer says which failed (`failing`: database, migrations, signing_key, audit, settlement).
   app.get("/readyz", async (request, reply) => {
     const res = await health.check({ service: "" }, withRequestId(request.id));
     if (res.status === Status.SERVING) return reply.code(200).send({ status: "ready" });

@@ -96,7 +96,7 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
 
     const read = await connectSdkClient(endpoint, provider);
     const { tools } = await read.listTools();
-    expect(tools.map((t) => t.name)).to.deep.equal(["accounts.balance", "audit.list"]);
+    expect(tools.map((t) => t.name)).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);
     const balance = await read.callTool({ name: "accounts.balance", arguments: {} });
     expect(balance.structuredContent).to.deep.equal({ vault_id: user.vaultId, balance_cents: 4_200, currency: "USD" });
     await read.close();

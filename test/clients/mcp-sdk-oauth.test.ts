@@ -37,7 +37,7 @@ describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
 
     const client = await connectSdkClient(endpoint, provider);
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name)).to.deep.equal(["accounts.balance", "audit.list"]);
+    expect(tools.map((t) => t.name)).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);
     const balance = await client.callTool({ name: "accounts.balance", arguments: {} });
     expect(balance.structuredContent).to.deep.equal({ vault_id: user.vaultId, balance_cents: 4_200, currency: "USD" });
     await client.close();

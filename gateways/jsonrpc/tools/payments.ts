@@ -1,4 +1,5 @@
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { withRequestId } from "../../core-clients.js";
 import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, type ArgsOf, type Tool } from "./kit.js";
 
@@ -27,6 +28,16 @@ function paymentRequest(args: ArgsOf<typeof PAYMENT_INPUT>) {
   };
 }
 
+/** An accepted payment's settlement status, by the proto's name. */
+const SETTLEMENT: Partial<Record<PaymentStatus, "pending" | "submitted" | "completed" | "failed">> = {
+  [PaymentStatus.PENDING]: "pending",
+  [PaymentStatus.SUBMITTED]: "submitted",
+  [PaymentStatus.COMPLETED]: "completed",
+  [PaymentStatus.FAILED]: "failed",
+};
+const SETTLEMENT_STATUS = { type: "string", enum: ["pending", "submitted", "completed", "failed"] } as const;
+const TX_HASH = { type: ["string", "null"], pattern: "^0x[0-9a-f]{64}$" } as const;
+
 /** Payments from the grant's vault, made or only evaluated under its policy. */
 export const paymentTools: readonly Tool[] = [
   defineTool({
@@ -35,7 +46,8 @@ export const paymentTools: readonly Tool[] = [
     scope: "payments:initiate",
     auth: "bearer",
     title: "Initiate Payment",
-    description: "Pays a counterparty from the grant's vault under its policy; over the step-up amount the payment waits for the owner's approval.",
+    description:
+      "Pays a counterparty from the grant's vault under its policy; over the step-up amount the payment waits for the owner's approval. An accepted payment is reserved at once and settles after: status pending (reserved), submitted (signed, tx_hash known), completed, or failed (refunded). On eth, base, arb, op and polygon when they settle on chain, the token must be USDC and the address an EVM address; sol settles on the sandbox rail (completed at once). A retry with the same idempotency_key answers the current state; payments.get reads it later.",
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     requiresHumanApproval: false,
     inputSchema: PAYMENT_INPUT,
@@ -43,13 +55,15 @@ export const paymentTools: readonly Tool[] = [
       $schema: "https://json-schema.org/draft/2020-12/schema",
       type: "object",
       oneOf: [
-        object({ kind: { const: "accepted" }, payment_id: UUID, status: { type: "string", enum: ["completed"] } }, ["kind", "payment_id", "status"]),
+        object({ kind: { const: "accepted" }, payment_id: UUID, status: SETTLEMENT_STATUS, tx_hash: { type: "string", pattern: "^0x[0-9a-f]{64}$" } }, ["kind", "payment_id", "status"]),
         object({ kind: { const: "pending_step_up" }, payment_id: UUID, step_up_url: { type: "string", format: "uri" } }, ["kind", "payment_id", "step_up_url"]),
       ].map(({ $schema: _, ...s }) => s),
     },
     async call(args, ctx) {
       const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
-      if (payment!.status === PaymentStatus.COMPLETED) return { kind: "accepted", payment_id: payment!.paymentId, status: "completed" };
+      const settled = SETTLEMENT[payment!.status];
+      // tx_hash once it is known (never on the sandbox rail).
+      if (settled) return { kind: "accepted", payment_id: payment!.paymentId, status: settled, ...(payment!.txHash ? { tx_hash: payment!.txHash } : {}) };
       return { kind: "pending_step_up", payment_id: payment!.paymentId, step_up_url: payment!.stepUpUrl };
     },
     // The payment id names the elicitation: every retry before approval asks for the same one.
@@ -100,6 +114,53 @@ export const paymentTools: readonly Tool[] = [
       const res = await ctx.clients.budgets.simulatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
       const outcome = res.decision === Decision.ACCEPT ? "accepted" : res.decision === Decision.STEP_UP ? "pending_step_up" : "denied";
       return { outcome, rule: res.rule || null, broken_rules: res.brokenRules.map((b) => ({ reason_id: b.reasonId, message: b.message })) };
+    },
+  }),
+  defineTool({
+    name: "payments.get",
+    category: "read",
+    scope: "accounts:read",
+    auth: "bearer",
+    title: "Get Payment",
+    description:
+      "One payment of the grant's vault and where its settlement stands: status (pending, submitted, completed, failed; pending_step_up, approved or declined before acceptance), tx_hash once signed, confirmations, failure_reason. Needs accounts:read or payments:initiate.",
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    requiresHumanApproval: false,
+    inputSchema: object({ payment_id: UUID }, ["payment_id"]),
+    outputSchema: object(
+      {
+        payment_id: UUID,
+        status: { type: "string", enum: ["pending", "submitted", "completed", "failed", "pending_step_up", "approved", "declined"] },
+        chain: CHAIN,
+        token: { type: "string" },
+        amount_cents: AMOUNT,
+        currency: { type: "string" },
+        counterparty: { type: "string" },
+        tx_hash: TX_HASH,
+        confirmations: { type: "integer", minimum: 0 },
+        failure_reason: { type: ["string", "null"], enum: ["reverted", "dropped", "expired", null] },
+        created_at: { type: "string", format: "date-time" },
+        updated_at: { type: "string", format: "date-time" },
+      },
+      ["payment_id", "status", "chain", "token", "amount_cents", "currency", "counterparty", "tx_hash", "confirmations", "failure_reason", "created_at", "updated_at"],
+    ),
+    async call(args, ctx) {
+      const { payment: p } = await ctx.clients.budgets.getPayment({ accessToken: ctx.accessToken, paymentId: args.payment_id }, withRequestId(ctx.requestId));
+      const before = { [PaymentStatus.PENDING_STEP_UP]: "pending_step_up", [PaymentStatus.APPROVED]: "approved", [PaymentStatus.DECLINED]: "declined" } as Partial<Record<PaymentStatus, string>>;
+      return {
+        payment_id: p!.paymentId,
+        status: SETTLEMENT[p!.status] ?? before[p!.status] ?? "pending",
+        chain: p!.counterparty!.chain,
+        token: p!.counterparty!.token,
+        amount_cents: Number(p!.amountCents),
+        currency: p!.currency,
+        counterparty: p!.counterparty!.address,
+        tx_hash: p!.txHash || null,
+        confirmations: p!.confirmations,
+        failure_reason: p!.failureReason || null,
+        created_at: timestampDate(p!.createdAt!).toISOString(),
+        updated_at: timestampDate(p!.updatedAt ?? p!.createdAt!).toISOString(),
+      };
     },
   }),
 ];

@@ -38,6 +38,9 @@ const PAYMENT_WORDS: Partial<Record<PaymentStatus, string>> = {
   [PaymentStatus.APPROVED]: "Approved, not yet paid",
   [PaymentStatus.COMPLETED]: "Paid",
   [PaymentStatus.DECLINED]: "Declined",
+  [PaymentStatus.PENDING]: "Accepted, not yet sent",
+  [PaymentStatus.SUBMITTED]: "Sent, confirming",
+  [PaymentStatus.FAILED]: "Failed, refunded",
 };
 
 /**
@@ -67,7 +70,7 @@ function paymentRow(p: Payment): Html {
   return html`<tr class="payment payment-${PaymentStatus[p.status]?.toLowerCase() ?? "unknown"}">
     <td class="num">${money(p.amountCents, p.currency)}</td>
     <td>${c ? html`<code title="${c.address}">${shortAddress(c.address)}</code><br><span class="muted">${c.token} on ${c.chain}</span>` : ""}</td>
-    <td>${statusCell}<br><span class="muted">${utcMinute(p.createdAt)}</span></td></tr>`;
+    <td>${statusCell}${p.txHash ? html`<br><code class="tx-hash" title="${p.txHash}">${shortAddress(p.txHash)}</code>` : ""}<br><span class="muted">${utcMinute(p.createdAt)}</span></td></tr>`;
 }
 
 export interface CardOptions {

@@ -41,6 +41,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.VAULT_CONTENTION]: [-32005, "vault_contention"],
   [Reason.PROVISIONING_FAILED]: [-32603, "provisioning_failed"],
   [Reason.WRONG_ENDPOINT]: [-32601, "wrong_endpoint"],
+  [Reason.TOKEN_UNSUPPORTED]: [-32602, "token_unsupported"],
 };
 
 /** Table-driven: every Reason core can raise renders inside the JSON-RPC envelope. Core is a stub here on purpose (STYLE). */

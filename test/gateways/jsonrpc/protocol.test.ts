@@ -117,7 +117,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   it("tools/list per category with 2020-12 input and output schemas and the spec 4.1 annotations", async () => {
     const list = async (path: string) => (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
     const names = async (path: string) => (await list(path)).map((t) => t.name);
-    expect(await names("/mcp/read")).to.deep.equal(["accounts.balance", "audit.list"]);
+    expect(await names("/mcp/read")).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);
     expect(await names("/mcp/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
     expect(await names("/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
     expect(await names("/mcp/treasury")).to.deep.equal(["agent.budget.create", "agent.budget.fund", "agent.budget.revoke", "agent.budget.sweep", "agent.grant.issue", "agent.grant.refresh", "killSwitch.all"]);

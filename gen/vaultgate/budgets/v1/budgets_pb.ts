@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IqcCCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCSJJChdJbml0aWF0ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJyChZTaW11bGF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IpEBChdTaW11bGF0ZVBheW1lbnRSZXNwb25zZRIwCghkZWNpc2lvbhgBIAEoDjIeLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2lzaW9uEgwKBHJ1bGUYAiABKAkSNgoMYnJva2VuX3J1bGVzGAMgAygLMiAudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnJva2VuUnVsZSIwCgpCcm9rZW5SdWxlEhEKCXJlYXNvbl9pZBgBIAEoCRIPCgdtZXNzYWdlGAIgASgJImoKFUFwcHJvdmVQYXltZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAQgASgJEhIKCnBheW1lbnRfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkgKFkFwcHJvdmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiUQoVRGVjbGluZVBheW1lbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSEgoKcGF5bWVudF9pZBgCIAEoCUoECAEQAlIHdXNlcl9pZCJIChZEZWNsaW5lUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IlgKFERlY2xpbmVCdWRnZXRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkUKFURlY2xpbmVCdWRnZXRSZXNwb25zZRIsCgZidWRnZXQYASABKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQigwEKG0xpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEg0KBWxpbWl0GAMgASgNEhYKDmJ1ZGdldHNfY3Vyc29yGAQgASgJEhcKD3BheW1lbnRzX2N1cnNvchgFIAEoCUoECAEQAlIHdXNlcl9pZCLHAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50EhsKE25leHRfYnVkZ2V0c19jdXJzb3IYAyABKAkSHAoUbmV4dF9wYXltZW50c19jdXJzb3IYBCABKAkiNgoRR2V0QmFsYW5jZVJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAIgASgJSgQIARACUgVncmFudCJPChJHZXRCYWxhbmNlUmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSJoChVMaXN0R3JhbnRBdWRpdFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAUgASgJEg4KBmN1cnNvchgCIAEoCRINCgVzaW5jZRgDIAEoCRINCgVsaW1pdBgEIAEoDUoECAEQAlIFZ3JhbnQilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0igQEKEUZ1bmRCdWRnZXRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJEhQKDGFtb3VudF9jZW50cxgEIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkipQEKEkZ1bmRCdWRnZXRSZXNwb25zZRITCgt0cmFuc2Zlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEhUKDWJhbGFuY2VfY2VudHMYBiABKAMSEAoIcmVwbGF5ZWQYByABKAgiZwoSQ2xvc2VCdWRnZXRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJEhIKCmtlZXBfZnVuZHMYBCABKAgijwIKE0Nsb3NlQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEjIKBnN0YXR1cxgDIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxITCgtzd2VwdF9jZW50cxgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRITCgt0cmFuc2Zlcl9pZBgGIAEoCRIWCg5yZXZva2VkX2dyYW50cxgHIAEoBRIWCg5hbHJlYWR5X2Nsb3NlZBgIIAEoCBItCgljbG9zZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiwKE0dldE1vbmV5Vmlld1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChRHZXRNb25leVZpZXdSZXNwb25zZRIvCgZ2YXVsdHMYASADKAsyHy52YXVsdGdhdGUuYnVkZ2V0cy52MS5WYXVsdFZpZXci6gIKCVZhdWx0VmlldxIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhQKDGRpc3BsYXlfbmFtZRgEIAEoCRIyCgZzdGF0dXMYBSABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSEAoIY3VycmVuY3kYBiABKAkSFQoNYmFsYW5jZV9jZW50cxgHIAEoAxIZChFzcGVudF90b2RheV9jZW50cxgIIAEoAxIcChRzcGVudF9saWZldGltZV9jZW50cxgJIAEoAxIyCgZsaW1pdHMYCiABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMSNgoPcmVjZW50X3BheW1lbnRzGAsgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJTChJTd2VlcEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkilgEKE1N3ZWVwQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEhMKC3N3ZXB0X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEhMKC3RyYW5zZmVyX2lkGAUgASgJEhgKEG5vdGhpbmdfdG9fc3dlZXAYBiABKAgiGgoYTGlzdFN0cmFuZGVkRnVuZHNSZXF1ZXN0Il4KGUxpc3RTdHJhbmRlZEZ1bmRzUmVzcG9uc2USMwoGdmF1bHRzGAEgAygLMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuU3RyYW5kZWRGdW5kcxIMCgRtb3JlGAIgASgIIqMBCg1TdHJhbmRlZEZ1bmRzEhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhUKDWJhbGFuY2VfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSLQoJY2xvc2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqWAQoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAhIaChZCVURHRVRfU1RBVFVTX0RFQ0xJTkVEEAMSGAoUQlVER0VUX1NUQVRVU19DTE9TRUQQBCqrAQoNUGF5bWVudFN0YXR1cxIeChpQQVlNRU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEiIKHlBBWU1FTlRfU1RBVFVTX1BFTkRJTkdfU1RFUF9VUBABEhsKF1BBWU1FTlRfU1RBVFVTX0FQUFJPVkVEEAISHAoYUEFZTUVOVF9TVEFUVVNfQ09NUExFVEVEEAMSGwoXUEFZTUVOVF9TVEFUVVNfREVDTElORUQQBCpiCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhMKD0RFQ0lTSU9OX0FDQ0VQVBABEhQKEERFQ0lTSU9OX1NURVBfVVAQAhIRCg1ERUNJU0lPTl9ERU5ZEAMyvg4KDkJ1ZGdldHNTZXJ2aWNlEmUKDENyZWF0ZUJ1ZGdldBIpLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNyZWF0ZUJ1ZGdldFJlcXVlc3QaKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXNwb25zZRJrCg5BY3RpdmF0ZUJ1ZGdldBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USbgoPSW5pdGlhdGVQYXltZW50EiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuSW5pdGlhdGVQYXltZW50UmVxdWVzdBotLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlc3BvbnNlEm4KD1NpbXVsYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlNpbXVsYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXNwb25zZRJrCg5BcHByb3ZlUGF5bWVudBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFwcHJvdmVQYXltZW50UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFwcHJvdmVQYXltZW50UmVzcG9uc2USawoORGVjbGluZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lUGF5bWVudFJlc3BvbnNlEmgKDURlY2xpbmVCdWRnZXQSKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVxdWVzdBorLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVCdWRnZXRSZXNwb25zZRJ9ChRMaXN0UGVuZGluZ0FwcHJvdmFscxIxLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBoyLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USXwoKR2V0QmFsYW5jZRInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlc3BvbnNlEmsKDkxpc3RHcmFudEF1ZGl0EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdEdyYW50QXVkaXRSZXNwb25zZRJfCgpGdW5kQnVkZ2V0EicudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZEJ1ZGdldFJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kQnVkZ2V0UmVzcG9uc2USYgoLQ2xvc2VCdWRnZXQSKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5DbG9zZUJ1ZGdldFJlcXVlc3QaKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DbG9zZUJ1ZGdldFJlc3BvbnNlEmIKC1N3ZWVwQnVkZ2V0EigudmF1bHRnYXRlLmJ1ZGdldHMudjEuU3dlZXBCdWRnZXRSZXF1ZXN0GikudmF1bHRnYXRlLmJ1ZGdldHMudjEuU3dlZXBCdWRnZXRSZXNwb25zZRJlCgxHZXRNb25leVZpZXcSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRNb25leVZpZXdSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0TW9uZXlWaWV3UmVzcG9uc2USegoRTGlzdFN0cmFuZGVkRnVuZHMSLi52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0U3RyYW5kZWRGdW5kc1JlcXVlc3QaLy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0U3RyYW5kZWRGdW5kc1Jlc3BvbnNlIgSItRgBEmIKCUZ1bmRWYXVsdBImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlcXVlc3QaJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXNwb25zZSIEiLUYARJ3ChBSZWFwUHJvdmlzaW9uaW5nEi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QaLi52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IpcDCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCRIPCgd0eF9oYXNoGAogASgJEhUKDWNvbmZpcm1hdGlvbnMYCyABKAUSFgoOZmFpbHVyZV9yZWFzb24YDCABKAkSLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPQoRR2V0UGF5bWVudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkiRAoSR2V0UGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkkKF0luaXRpYXRlUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50InIKFlNpbXVsYXRlUGF5bWVudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAMgASgJEjUKB3BheW1lbnQYAiABKAsyJC52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50UmVxdWVzdEoECAEQAlIFZ3JhbnQikQEKF1NpbXVsYXRlUGF5bWVudFJlc3BvbnNlEjAKCGRlY2lzaW9uGAEgASgOMh4udmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjaXNpb24SDAoEcnVsZRgCIAEoCRI2Cgxicm9rZW5fcnVsZXMYAyADKAsyIC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Ccm9rZW5SdWxlIjAKCkJyb2tlblJ1bGUSEQoJcmVhc29uX2lkGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiagoVQXBwcm92ZVBheW1lbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YBCABKAkSEgoKcGF5bWVudF9pZBgCIAEoCUoECAEQAkoECAMQBFIHdXNlcl9pZFIRc3RlcF91cF9hdXRoX3RpbWUiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJRChVEZWNsaW5lUGF5bWVudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRISCgpwYXltZW50X2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkgKFkRlY2xpbmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiWAoURGVjbGluZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJSB3VzZXJfaWQiRQoVRGVjbGluZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCKDAQobTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAiABKAkSDQoFbGltaXQYAyABKA0SFgoOYnVkZ2V0c19jdXJzb3IYBCABKAkSFwoPcGF5bWVudHNfY3Vyc29yGAUgASgJSgQIARACUgd1c2VyX2lkIscBChxMaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEjMKDWRyYWZ0X2J1ZGdldHMYASADKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQSNwoQcGVuZGluZ19wYXltZW50cxgCIAMoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQSGwoTbmV4dF9idWRnZXRzX2N1cnNvchgDIAEoCRIcChRuZXh0X3BheW1lbnRzX2N1cnNvchgEIAEoCSI2ChFHZXRCYWxhbmNlUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YAiABKAlKBAgBEAJSBWdyYW50Ik8KEkdldEJhbGFuY2VSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJImgKFUxpc3RHcmFudEF1ZGl0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YBSABKAkSDgoGY3Vyc29yGAIgASgJEg0KBXNpbmNlGAMgASgJEg0KBWxpbWl0GAQgASgNSgQIARACUgVncmFudCKXAQoQR3JhbnRBdWRpdFJlY29yZBIRCglyZWNvcmRfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEg8KB291dGNvbWUYAyABKAkSDgoGcmVhc29uGAQgASgJEg8KB3N1YmplY3QYBSABKAkSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieQoWTGlzdEdyYW50QXVkaXRSZXNwb25zZRI3CgdyZWNvcmRzGAEgAygLMiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuR3JhbnRBdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiOgoQRnVuZFZhdWx0UmVxdWVzdBIQCgh2YXVsdF9pZBgBIAEoCRIUCgxhbW91bnRfY2VudHMYAiABKAMiTgoRRnVuZFZhdWx0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSIZChdSZWFwUHJvdmlzaW9uaW5nUmVxdWVzdCIrChhSZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoDSKBAQoRRnVuZEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCSKlAQoSRnVuZEJ1ZGdldFJlc3BvbnNlEhMKC3RyYW5zZmVyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhcKD3BhcmVudF92YXVsdF9pZBgDIAEoCRIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSFQoNYmFsYW5jZV9jZW50cxgGIAEoAxIQCghyZXBsYXllZBgHIAEoCCJnChJDbG9zZUJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSEgoKa2VlcF9mdW5kcxgEIAEoCCKPAgoTQ2xvc2VCdWRnZXRSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSMgoGc3RhdHVzGAMgASgOMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0U3RhdHVzEhMKC3N3ZXB0X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEhMKC3RyYW5zZmVyX2lkGAYgASgJEhYKDnJldm9rZWRfZ3JhbnRzGAcgASgFEhYKDmFscmVhZHlfY2xvc2VkGAggASgIEi0KCWNsb3NlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLAoTR2V0TW9uZXlWaWV3UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkcKFEdldE1vbmV5Vmlld1Jlc3BvbnNlEi8KBnZhdWx0cxgBIAMoCzIfLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlZhdWx0VmlldyLqAgoJVmF1bHRWaWV3EhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEjIKBnN0YXR1cxgFIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIQCghjdXJyZW5jeRgGIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAcgASgDEhkKEXNwZW50X3RvZGF5X2NlbnRzGAggASgDEhwKFHNwZW50X2xpZmV0aW1lX2NlbnRzGAkgASgDEjIKBmxpbWl0cxgKIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cxI2Cg9yZWNlbnRfcGF5bWVudHMYCyADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IlMKElN3ZWVwQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIQCgh2YXVsdF9pZBgDIAEoCSKWAQoTU3dlZXBCdWRnZXRSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSEwoLc3dlcHRfY2VudHMYAyABKAMSEAoIY3VycmVuY3kYBCABKAkSEwoLdHJhbnNmZXJfaWQYBSABKAkSGAoQbm90aGluZ190b19zd2VlcBgGIAEoCCIaChhMaXN0U3RyYW5kZWRGdW5kc1JlcXVlc3QiXgoZTGlzdFN0cmFuZGVkRnVuZHNSZXNwb25zZRIzCgZ2YXVsdHMYASADKAsyIy52YXVsdGdhdGUuYnVkZ2V0cy52MS5TdHJhbmRlZEZ1bmRzEgwKBG1vcmUYAiABKAgiowEKDVN0cmFuZGVkRnVuZHMSEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSFQoNYmFsYW5jZV9jZW50cxgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRItCgljbG9zZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKpYBCgxCdWRnZXRTdGF0dXMSHQoZQlVER0VUX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9TVEFUVVNfRFJBRlQQARIYChRCVURHRVRfU1RBVFVTX0FDVElWRRACEhoKFkJVREdFVF9TVEFUVVNfREVDTElORUQQAxIYChRCVURHRVRfU1RBVFVTX0NMT1NFRBAEKoACCg1QYXltZW50U3RhdHVzEh4KGlBBWU1FTlRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASIgoeUEFZTUVOVF9TVEFUVVNfUEVORElOR19TVEVQX1VQEAESGwoXUEFZTUVOVF9TVEFUVVNfQVBQUk9WRUQQAhIcChhQQVlNRU5UX1NUQVRVU19DT01QTEVURUQQAxIbChdQQVlNRU5UX1NUQVRVU19ERUNMSU5FRBAEEhoKFlBBWU1FTlRfU1RBVFVTX1BFTkRJTkcQBRIcChhQQVlNRU5UX1NUQVRVU19TVUJNSVRURUQQBhIZChVQQVlNRU5UX1NUQVRVU19GQUlMRUQQBypiCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhMKD0RFQ0lTSU9OX0FDQ0VQVBABEhQKEERFQ0lTSU9OX1NURVBfVVAQAhIRCg1ERUNJU0lPTl9ERU5ZEAMynw8KDkJ1ZGdldHNTZXJ2aWNlEmUKDENyZWF0ZUJ1ZGdldBIpLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNyZWF0ZUJ1ZGdldFJlcXVlc3QaKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXNwb25zZRJrCg5BY3RpdmF0ZUJ1ZGdldBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USbgoPSW5pdGlhdGVQYXltZW50EiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuSW5pdGlhdGVQYXltZW50UmVxdWVzdBotLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlc3BvbnNlEm4KD1NpbXVsYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlNpbXVsYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXNwb25zZRJfCgpHZXRQYXltZW50EicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0UGF5bWVudFJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRQYXltZW50UmVzcG9uc2USawoOQXBwcm92ZVBheW1lbnQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BcHByb3ZlUGF5bWVudFJlc3BvbnNlEmsKDkRlY2xpbmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZVBheW1lbnRSZXNwb25zZRJoCg1EZWNsaW5lQnVkZ2V0EioudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlcXVlc3QaKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5EZWNsaW5lQnVkZ2V0UmVzcG9uc2USfQoUTGlzdFBlbmRpbmdBcHByb3ZhbHMSMS52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1JlcXVlc3QaMi52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0UGVuZGluZ0FwcHJvdmFsc1Jlc3BvbnNlEl8KCkdldEJhbGFuY2USJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldEJhbGFuY2VSZXNwb25zZRJrCg5MaXN0R3JhbnRBdWRpdBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USXwoKRnVuZEJ1ZGdldBInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRCdWRnZXRSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZEJ1ZGdldFJlc3BvbnNlEmIKC0Nsb3NlQnVkZ2V0EigudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ2xvc2VCdWRnZXRSZXF1ZXN0GikudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ2xvc2VCdWRnZXRSZXNwb25zZRJiCgtTd2VlcEJ1ZGdldBIoLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlN3ZWVwQnVkZ2V0UmVxdWVzdBopLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlN3ZWVwQnVkZ2V0UmVzcG9uc2USZQoMR2V0TW9uZXlWaWV3EikudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0TW9uZXlWaWV3UmVxdWVzdBoqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldE1vbmV5Vmlld1Jlc3BvbnNlEnoKEUxpc3RTdHJhbmRlZEZ1bmRzEi4udmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFN0cmFuZGVkRnVuZHNSZXF1ZXN0Gi8udmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFN0cmFuZGVkRnVuZHNSZXNwb25zZSIEiLUYARJiCglGdW5kVmF1bHQSJi52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kVmF1bHRSZXF1ZXN0GicudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVzcG9uc2UiBIi1GAESdwoQUmVhcFByb3Zpc2lvbmluZxItLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXF1ZXN0Gi4udmF1bHRnYXRlLmJ1ZGdldHMudjEuUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlIgSItRgBYgZwcm90bzM", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetRequest
@@ -384,6 +384,32 @@ export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
    * @generated from field: string agent_principal_id = 9;
    */
   agentPrincipalId: string;
+
+  /**
+   * The transfer's hash once signed ("" before, and on the sandbox rail).
+   *
+   * @generated from field: string tx_hash = 10;
+   */
+  txHash: string;
+
+  /**
+   * Blocks the transfer is deep (0 until mined).
+   *
+   * @generated from field: int32 confirmations = 11;
+   */
+  confirmations: number;
+
+  /**
+   * Why it failed: reverted, dropped, expired ("" unless FAILED).
+   *
+   * @generated from field: string failure_reason = 12;
+   */
+  failureReason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 13;
+   */
+  updatedAt?: Timestamp | undefined;
 };
 
 /**
@@ -392,6 +418,47 @@ export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
  */
 export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
   messageDesc(file_vaultgate_budgets_v1_budgets, 9);
+
+/**
+ * @generated from message vaultgate.budgets.v1.GetPaymentRequest
+ */
+export type GetPaymentRequest = Message<"vaultgate.budgets.v1.GetPaymentRequest"> & {
+  /**
+   * The agent's grant access token (an ES256 JWT).
+   *
+   * @generated from field: string access_token = 1;
+   */
+  accessToken: string;
+
+  /**
+   * @generated from field: string payment_id = 2;
+   */
+  paymentId: string;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.GetPaymentRequest.
+ * Use `create(GetPaymentRequestSchema)` to create a new message.
+ */
+export const GetPaymentRequestSchema: GenMessage<GetPaymentRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
+
+/**
+ * @generated from message vaultgate.budgets.v1.GetPaymentResponse
+ */
+export type GetPaymentResponse = Message<"vaultgate.budgets.v1.GetPaymentResponse"> & {
+  /**
+   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
+   */
+  payment?: Payment | undefined;
+};
+
+/**
+ * Describes the message vaultgate.budgets.v1.GetPaymentResponse.
+ * Use `create(GetPaymentResponseSchema)` to create a new message.
+ */
+export const GetPaymentResponseSchema: GenMessage<GetPaymentResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
 
 /**
  * @generated from message vaultgate.budgets.v1.InitiatePaymentResponse
@@ -408,7 +475,7 @@ export type InitiatePaymentResponse = Message<"vaultgate.budgets.v1.InitiatePaym
  * Use `create(InitiatePaymentResponseSchema)` to create a new message.
  */
 export const InitiatePaymentResponseSchema: GenMessage<InitiatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentRequest
@@ -433,7 +500,7 @@ export type SimulatePaymentRequest = Message<"vaultgate.budgets.v1.SimulatePayme
  * Use `create(SimulatePaymentRequestSchema)` to create a new message.
  */
 export const SimulatePaymentRequestSchema: GenMessage<SimulatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
 
 /**
  * @generated from message vaultgate.budgets.v1.SimulatePaymentResponse
@@ -465,7 +532,7 @@ export type SimulatePaymentResponse = Message<"vaultgate.budgets.v1.SimulatePaym
  * Use `create(SimulatePaymentResponseSchema)` to create a new message.
  */
 export const SimulatePaymentResponseSchema: GenMessage<SimulatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
 
 /**
  * @generated from message vaultgate.budgets.v1.BrokenRule
@@ -490,7 +557,7 @@ export type BrokenRule = Message<"vaultgate.budgets.v1.BrokenRule"> & {
  * Use `create(BrokenRuleSchema)` to create a new message.
  */
 export const BrokenRuleSchema: GenMessage<BrokenRule> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentRequest
@@ -514,7 +581,7 @@ export type ApprovePaymentRequest = Message<"vaultgate.budgets.v1.ApprovePayment
  * Use `create(ApprovePaymentRequestSchema)` to create a new message.
  */
 export const ApprovePaymentRequestSchema: GenMessage<ApprovePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
 
 /**
  * @generated from message vaultgate.budgets.v1.ApprovePaymentResponse
@@ -531,7 +598,7 @@ export type ApprovePaymentResponse = Message<"vaultgate.budgets.v1.ApprovePaymen
  * Use `create(ApprovePaymentResponseSchema)` to create a new message.
  */
 export const ApprovePaymentResponseSchema: GenMessage<ApprovePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclinePaymentRequest
@@ -555,7 +622,7 @@ export type DeclinePaymentRequest = Message<"vaultgate.budgets.v1.DeclinePayment
  * Use `create(DeclinePaymentRequestSchema)` to create a new message.
  */
 export const DeclinePaymentRequestSchema: GenMessage<DeclinePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclinePaymentResponse
@@ -572,7 +639,7 @@ export type DeclinePaymentResponse = Message<"vaultgate.budgets.v1.DeclinePaymen
  * Use `create(DeclinePaymentResponseSchema)` to create a new message.
  */
 export const DeclinePaymentResponseSchema: GenMessage<DeclinePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetRequest
@@ -596,7 +663,7 @@ export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRe
  * Use `create(DeclineBudgetRequestSchema)` to create a new message.
  */
 export const DeclineBudgetRequestSchema: GenMessage<DeclineBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetResponse
@@ -613,7 +680,7 @@ export type DeclineBudgetResponse = Message<"vaultgate.budgets.v1.DeclineBudgetR
  * Use `create(DeclineBudgetResponseSchema)` to create a new message.
  */
 export const DeclineBudgetResponseSchema: GenMessage<DeclineBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsRequest
@@ -653,7 +720,7 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
  * Use `create(ListPendingApprovalsRequestSchema)` to create a new message.
  */
 export const ListPendingApprovalsRequestSchema: GenMessage<ListPendingApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsResponse
@@ -689,7 +756,7 @@ export type ListPendingApprovalsResponse = Message<"vaultgate.budgets.v1.ListPen
  * Use `create(ListPendingApprovalsResponseSchema)` to create a new message.
  */
 export const ListPendingApprovalsResponseSchema: GenMessage<ListPendingApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceRequest
@@ -709,7 +776,7 @@ export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"
  * Use `create(GetBalanceRequestSchema)` to create a new message.
  */
 export const GetBalanceRequestSchema: GenMessage<GetBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceResponse
@@ -736,7 +803,7 @@ export type GetBalanceResponse = Message<"vaultgate.budgets.v1.GetBalanceRespons
  * Use `create(GetBalanceResponseSchema)` to create a new message.
  */
 export const GetBalanceResponseSchema: GenMessage<GetBalanceResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditRequest
@@ -771,7 +838,7 @@ export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAudit
  * Use `create(ListGrantAuditRequestSchema)` to create a new message.
  */
 export const ListGrantAuditRequestSchema: GenMessage<ListGrantAuditRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
 
 /**
  * @generated from message vaultgate.budgets.v1.GrantAuditRecord
@@ -813,7 +880,7 @@ export type GrantAuditRecord = Message<"vaultgate.budgets.v1.GrantAuditRecord"> 
  * Use `create(GrantAuditRecordSchema)` to create a new message.
  */
 export const GrantAuditRecordSchema: GenMessage<GrantAuditRecord> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditResponse
@@ -842,7 +909,7 @@ export type ListGrantAuditResponse = Message<"vaultgate.budgets.v1.ListGrantAudi
  * Use `create(ListGrantAuditResponseSchema)` to create a new message.
  */
 export const ListGrantAuditResponseSchema: GenMessage<ListGrantAuditResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultRequest
@@ -864,7 +931,7 @@ export type FundVaultRequest = Message<"vaultgate.budgets.v1.FundVaultRequest"> 
  * Use `create(FundVaultRequestSchema)` to create a new message.
  */
 export const FundVaultRequestSchema: GenMessage<FundVaultRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultResponse
@@ -891,7 +958,7 @@ export type FundVaultResponse = Message<"vaultgate.budgets.v1.FundVaultResponse"
  * Use `create(FundVaultResponseSchema)` to create a new message.
  */
 export const FundVaultResponseSchema: GenMessage<FundVaultResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 30);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningRequest
@@ -904,7 +971,7 @@ export type ReapProvisioningRequest = Message<"vaultgate.budgets.v1.ReapProvisio
  * Use `create(ReapProvisioningRequestSchema)` to create a new message.
  */
 export const ReapProvisioningRequestSchema: GenMessage<ReapProvisioningRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 31);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningResponse
@@ -923,7 +990,7 @@ export type ReapProvisioningResponse = Message<"vaultgate.budgets.v1.ReapProvisi
  * Use `create(ReapProvisioningResponseSchema)` to create a new message.
  */
 export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 30);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 32);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundBudgetRequest
@@ -966,7 +1033,7 @@ export type FundBudgetRequest = Message<"vaultgate.budgets.v1.FundBudgetRequest"
  * Use `create(FundBudgetRequestSchema)` to create a new message.
  */
 export const FundBudgetRequestSchema: GenMessage<FundBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 31);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 33);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundBudgetResponse
@@ -1019,7 +1086,7 @@ export type FundBudgetResponse = Message<"vaultgate.budgets.v1.FundBudgetRespons
  * Use `create(FundBudgetResponseSchema)` to create a new message.
  */
 export const FundBudgetResponseSchema: GenMessage<FundBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 32);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 34);
 
 /**
  * @generated from message vaultgate.budgets.v1.CloseBudgetRequest
@@ -1057,7 +1124,7 @@ export type CloseBudgetRequest = Message<"vaultgate.budgets.v1.CloseBudgetReques
  * Use `create(CloseBudgetRequestSchema)` to create a new message.
  */
 export const CloseBudgetRequestSchema: GenMessage<CloseBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 33);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 35);
 
 /**
  * @generated from message vaultgate.budgets.v1.CloseBudgetResponse
@@ -1122,7 +1189,7 @@ export type CloseBudgetResponse = Message<"vaultgate.budgets.v1.CloseBudgetRespo
  * Use `create(CloseBudgetResponseSchema)` to create a new message.
  */
 export const CloseBudgetResponseSchema: GenMessage<CloseBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 34);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 36);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetMoneyViewRequest
@@ -1139,7 +1206,7 @@ export type GetMoneyViewRequest = Message<"vaultgate.budgets.v1.GetMoneyViewRequ
  * Use `create(GetMoneyViewRequestSchema)` to create a new message.
  */
 export const GetMoneyViewRequestSchema: GenMessage<GetMoneyViewRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 35);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 37);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetMoneyViewResponse
@@ -1158,7 +1225,7 @@ export type GetMoneyViewResponse = Message<"vaultgate.budgets.v1.GetMoneyViewRes
  * Use `create(GetMoneyViewResponseSchema)` to create a new message.
  */
 export const GetMoneyViewResponseSchema: GenMessage<GetMoneyViewResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 36);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 38);
 
 /**
  * @generated from message vaultgate.budgets.v1.VaultView
@@ -1235,7 +1302,7 @@ export type VaultView = Message<"vaultgate.budgets.v1.VaultView"> & {
  * Use `create(VaultViewSchema)` to create a new message.
  */
 export const VaultViewSchema: GenMessage<VaultView> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 37);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 39);
 
 /**
  * @generated from message vaultgate.budgets.v1.SweepBudgetRequest
@@ -1266,7 +1333,7 @@ export type SweepBudgetRequest = Message<"vaultgate.budgets.v1.SweepBudgetReques
  * Use `create(SweepBudgetRequestSchema)` to create a new message.
  */
 export const SweepBudgetRequestSchema: GenMessage<SweepBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 38);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 40);
 
 /**
  * @generated from message vaultgate.budgets.v1.SweepBudgetResponse
@@ -1314,7 +1381,7 @@ export type SweepBudgetResponse = Message<"vaultgate.budgets.v1.SweepBudgetRespo
  * Use `create(SweepBudgetResponseSchema)` to create a new message.
  */
 export const SweepBudgetResponseSchema: GenMessage<SweepBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 39);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 41);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListStrandedFundsRequest
@@ -1327,7 +1394,7 @@ export type ListStrandedFundsRequest = Message<"vaultgate.budgets.v1.ListStrande
  * Use `create(ListStrandedFundsRequestSchema)` to create a new message.
  */
 export const ListStrandedFundsRequestSchema: GenMessage<ListStrandedFundsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 40);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 42);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListStrandedFundsResponse
@@ -1353,7 +1420,7 @@ export type ListStrandedFundsResponse = Message<"vaultgate.budgets.v1.ListStrand
  * Use `create(ListStrandedFundsResponseSchema)` to create a new message.
  */
 export const ListStrandedFundsResponseSchema: GenMessage<ListStrandedFundsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 41);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 43);
 
 /**
  * @generated from message vaultgate.budgets.v1.StrandedFunds
@@ -1395,7 +1462,7 @@ export type StrandedFunds = Message<"vaultgate.budgets.v1.StrandedFunds"> & {
  * Use `create(StrandedFundsSchema)` to create a new message.
  */
 export const StrandedFundsSchema: GenMessage<StrandedFunds> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 42);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 44);
 
 /**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus
@@ -1467,6 +1534,28 @@ export enum PaymentStatus {
    * @generated from enum value: PAYMENT_STATUS_DECLINED = 4;
    */
   DECLINED = 4,
+
+  /**
+   * Accepted: the amount is reserved (it left the vault's balance and counts toward every
+   * cap); its transfer is not signed yet.
+   *
+   * @generated from enum value: PAYMENT_STATUS_PENDING = 5;
+   */
+  PENDING = 5,
+
+  /**
+   * Its transfer is signed and its hash known; not yet deep enough on the chain.
+   *
+   * @generated from enum value: PAYMENT_STATUS_SUBMITTED = 6;
+   */
+  SUBMITTED = 6,
+
+  /**
+   * Reverted, dropped or expired: refunded to the vault, no longer counted toward caps.
+   *
+   * @generated from enum value: PAYMENT_STATUS_FAILED = 7;
+   */
+  FAILED = 7,
 }
 
 /**
@@ -1557,6 +1646,16 @@ export const BudgetsService: GenService<{
     methodKind: "unary";
     input: typeof SimulatePaymentRequestSchema;
     output: typeof SimulatePaymentResponseSchema;
+  },
+  /**
+   * GetPayment reads one payment of the grant's vault with its settlement state.
+   *
+   * @generated from rpc vaultgate.budgets.v1.BudgetsService.GetPayment
+   */
+  getPayment: {
+    methodKind: "unary";
+    input: typeof GetPaymentRequestSchema;
+    output: typeof GetPaymentResponseSchema;
   },
   /**
    * ApprovePayment records the vault owner's step-up approval of a pending payment.

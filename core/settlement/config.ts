@@ -1,0 +1,94 @@
+import { EVM_CHAINS, evmAddressProblem, type EvmChain, type RailKind } from "./rules.js";
+
+/**
+ * Which rail serves each chain, from settings named per chain (`CHAIN_<NAME>_...`, the
+ * name in upper case). Every chain is on the sandbox rail unless CHAIN_<NAME>_RAIL=evm;
+ * `sol` can only be on the sandbox rail. A bad setting refuses the start, naming it.
+ */
+export interface EvmChainSettings {
+  chain: EvmChain;
+  rail: "evm";
+  rpcUrl: string;
+  /** The USDC contract, checksummed or lower case as given. */
+  usdc: `0x${string}`;
+  /** The chain id the RPC must report (CHAIN_<NAME>_CHAIN_ID; default the public network's). */
+  chainId: number;
+  /** Blocks deep a transfer must be to count as completed (1 = mined). */
+  confirmations: number;
+  /** Blocks deep after which a completed transfer is no longer watched for a reorg. */
+  finalityBlocks: number;
+  /** A payment not yet mined this long after it was accepted is cancelled and refunded. */
+  expirySeconds: number;
+  /** The hot wallet's key file; absent = a file in DATA_DIR generated on first use. */
+  walletKeyFile?: string;
+  /** Longest one JSON-RPC call may take. */
+  rpcTimeoutMs: number;
+}
+
+export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSettings;
+
+export interface SettlementSettings {
+  /** Chains on the evm rail; every other chain settles on the sandbox rail. */
+  evm: EvmChainSettings[];
+}
+
+export class SettlementConfigError extends Error {
+  override name = "SettlementConfigError";
+}
+
+/** The public networks' chain ids. */
+export const MAINNET_CHAIN_IDS: Record<EvmChain, number> = { eth: 1, base: 8453, arb: 42161, op: 10, polygon: 137 };
+const DEFAULT_CONFIRMATIONS: Record<EvmChain, number> = { eth: 12, base: 12, arb: 12, op: 12, polygon: 64 };
+
+export function parseSettlementSettings(env: Record<string, string | undefined>): SettlementSettings {
+  const rail = (name: string): RailKind => {
+    const setting = `CHAIN_${name.toUpperCase()}_RAIL`;
+    const value = env[setting] || "sandbox";
+    if (value !== "sandbox" && value !== "evm") fail(`${setting} must be sandbox or evm`);
+    return value;
+  };
+  if (rail("sol") !== "sandbox") fail("CHAIN_SOL_RAIL must be sandbox: Solana settles on the sandbox rail only");
+  const evm: EvmChainSettings[] = [];
+  for (const chain of EVM_CHAINS) {
+    if (rail(chain) !== "evm") continue;
+    const p = `CHAIN_${chain.toUpperCase()}_`;
+    const rpcUrl = env[`${p}RPC_URL`] ?? "";
+    if (!rpcUrl) fail(`${p}RPC_URL is required when ${p}RAIL=evm`);
+    let url: URL;
+    try {
+      url = new URL(rpcUrl);
+    } catch {
+      fail(`${p}RPC_URL must be an http(s) URL`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") fail(`${p}RPC_URL must be an http(s) URL`);
+    const usdc = env[`${p}USDC`] ?? "";
+    if (!usdc) fail(`${p}USDC (the USDC contract address) is required when ${p}RAIL=evm`);
+    const problem = evmAddressProblem(usdc);
+    if (problem) fail(`${p}USDC ${problem}`);
+    const confirmations = int(env, `${p}CONFIRMATIONS`, DEFAULT_CONFIRMATIONS[chain], 1, 10_000);
+    evm.push({
+      chain,
+      rail: "evm",
+      rpcUrl,
+      usdc: usdc as `0x${string}`,
+      chainId: int(env, `${p}CHAIN_ID`, MAINNET_CHAIN_IDS[chain], 1, Number.MAX_SAFE_INTEGER),
+      confirmations,
+      finalityBlocks: int(env, `${p}FINALITY_BLOCKS`, Math.max(64, confirmations * 2), confirmations, 100_000),
+      expirySeconds: int(env, `${p}EXPIRY_SECONDS`, 3600, 10, 30 * 86_400),
+      walletKeyFile: env[`${p}WALLET_KEY_FILE`] || undefined,
+      rpcTimeoutMs: int(env, `${p}RPC_TIMEOUT_MS`, 10_000, 100, 120_000),
+    });
+  }
+  return { evm };
+}
+
+function int(env: Record<string, string | undefined>, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) fail(`${name} must be a whole number from ${min} to ${max}`);
+  return Number(raw);
+}
+
+function fail(message: string): never {
+  throw new SettlementConfigError(message);
+}

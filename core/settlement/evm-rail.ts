@@ -1,0 +1,126 @@
+import {
+  createPublicClient,
+  encodeFunctionData,
+  erc20Abi,
+  http,
+  keccak256,
+  type Hex,
+  type PrivateKeyAccount,
+  type PublicClient,
+} from "viem";
+import type { EvmChainSettings } from "./config.js";
+import { settlementRpcErrors } from "./metrics.js";
+
+/** Gas a USDC transfer is given (a transfer uses 35-65k); a cancellation is a plain 21k send. */
+export const TRANSFER_GAS = 120_000n;
+export const CANCEL_GAS = 21_000n;
+
+export interface Fees {
+  maxFeePerGas: bigint;
+  priorityFee: bigint;
+}
+
+export interface Receipt {
+  blockNumber: number;
+  blockHash: string;
+  success: boolean;
+}
+
+/**
+ * One chain on the evm rail: the node's JSON-RPC (viem, one attempt per call within the
+ * chain's timeout, each failure counted) and the hot wallet that signs. Signing is local;
+ * only `broadcast` sends anything that spends.
+ */
+export interface EvmRail {
+  settings: EvmChainSettings;
+  /** The hot wallet's address, lower case. */
+  wallet: string;
+  chainId(): Promise<number>;
+  blockNumber(): Promise<number>;
+  blockHash(n: number): Promise<string | undefined>;
+  usdcBalance(address?: string): Promise<bigint>;
+  /** Transactions of the hot wallet mined so far (the next nonce the chain expects). */
+  minedNonce(): Promise<number>;
+  fees(): Promise<Fees>;
+  signTransfer(nonce: number, to: string, units: bigint, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
+  /** A 0-value send to itself with the same nonce: once mined, the transfer never can be. */
+  signCancel(nonce: number, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
+  /** Sends signed bytes; a node that already has them (or has mined their nonce) is not an error. */
+  broadcast(rawTx: string): Promise<void>;
+  receipt(txHash: string): Promise<Receipt | undefined>;
+}
+
+export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAccount): EvmRail {
+  const client: PublicClient = createPublicClient({ transport: http(settings.rpcUrl, { timeout: settings.rpcTimeoutMs, retryCount: 0 }) });
+  const wallet = account.address.toLowerCase();
+
+  async function rpc<T>(method: string, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (err) {
+      settlementRpcErrors.inc({ chain: settings.chain, method });
+      throw err;
+    }
+  }
+
+  async function sign(tx: { nonce: number; to: Hex; data?: Hex; gas: bigint; fees: Fees }) {
+    const rawTx = await account.signTransaction({
+      type: "eip1559",
+      chainId: settings.chainId,
+      nonce: tx.nonce,
+      to: tx.to,
+      value: 0n,
+      data: tx.data,
+      gas: tx.gas,
+      maxFeePerGas: tx.fees.maxFeePerGas,
+      maxPriorityFeePerGas: tx.fees.priorityFee,
+    });
+    return { rawTx, txHash: keccak256(rawTx) };
+  }
+
+  return {
+    settings,
+    wallet,
+    chainId: () => rpc("eth_chainId", () => client.getChainId()),
+    blockNumber: () => rpc("eth_blockNumber", async () => Number(await client.getBlockNumber({ cacheTime: 0 }))),
+    blockHash: (n) =>
+      rpc("eth_getBlockByNumber", async () => {
+        try {
+          return (await client.getBlock({ blockNumber: BigInt(n) })).hash ?? undefined;
+        } catch (err) {
+          if ((err as Error).name === "BlockNotFoundError") return undefined;
+          throw err;
+        }
+      }),
+    usdcBalance: (address) =>
+      rpc("eth_call", () => client.readContract({ address: settings.usdc, abi: erc20Abi, functionName: "balanceOf", args: [(address ?? wallet) as Hex] })),
+    minedNonce: () => rpc("eth_getTransactionCount", () => client.getTransactionCount({ address: wallet as Hex, blockTag: "latest" })),
+    fees: () =>
+      rpc("eth_feeHistory", async () => {
+        const f = await client.estimateFeesPerGas({ chain: null, type: "eip1559" });
+        return { maxFeePerGas: f.maxFeePerGas, priorityFee: f.maxPriorityFeePerGas };
+      }),
+    signTransfer: (nonce, to, units, fees) =>
+      sign({ nonce, to: settings.usdc, data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to as Hex, units] }), gas: TRANSFER_GAS, fees }),
+    signCancel: (nonce, fees) => sign({ nonce, to: wallet as Hex, gas: CANCEL_GAS, fees }),
+    async broadcast(rawTx) {
+      try {
+        await rpc("eth_sendRawTransaction", () => client.sendRawTransaction({ serializedTransaction: rawTx as Hex }));
+      } catch (err) {
+        const text = `${(err as Error).message ?? ""} ${String((err as { details?: unknown }).details ?? "")}`.toLowerCase();
+        if (/already known|already imported|known transaction|nonce too low|replacement transaction underpriced|already exists/.test(text)) return;
+        throw err;
+      }
+    },
+    receipt: (txHash) =>
+      rpc("eth_getTransactionReceipt", async () => {
+        try {
+          const r = await client.getTransactionReceipt({ hash: txHash as Hex });
+          return { blockNumber: Number(r.blockNumber), blockHash: r.blockHash, success: r.status === "success" };
+        } catch (err) {
+          if ((err as Error).name === "TransactionReceiptNotFoundError") return undefined;
+          throw err;
+        }
+      }),
+  };
+}

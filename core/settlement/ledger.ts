@@ -1,0 +1,54 @@
+import { createHash } from "node:crypto";
+import type { Knex } from "knex";
+import type { SettlementPayment } from "./store.js";
+import type { SettlementHooks } from "./worker.js";
+
+/**
+ * The ledger side of settlement (migration 0031): accepted payments wait in
+ * external:in_flight; a transfer deep enough moves them to the hot wallet's account, a
+ * reorg moves them back, and a failure refunds the vault and its spend totals.
+ */
+export const IN_FLIGHT_ACCOUNT = "in_flight";
+export const hotWalletAccount = (chain: string, wallet: string) => `hot_wallet:${chain}:${wallet.toLowerCase()}`;
+
+/** A movement id derived from what it records, so a replay adds nothing. */
+function movementId(...parts: string[]): string {
+  const h = createHash("md5").update(parts.join(":")).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+const utcDay = (d: Date) => d.toISOString().slice(0, 10);
+
+/** Accepting a payment on the evm rail: vault -> in-flight, with the vault's balance and spend totals. */
+export async function reservePayment(trx: Knex.Transaction, p: { vaultId: string; currency: string; paymentId: string; amountCents: number; at: Date }): Promise<void> {
+  await trx.raw(`SELECT vault_reserve_payment(?, ?, ?, ?, ?::date, ?)`, [p.vaultId, p.currency, p.paymentId, p.amountCents, utcDay(p.at), p.at]);
+}
+
+async function move(trx: Knex.Transaction, id: string, kind: string, p: SettlementPayment, from: string, to: string, at: Date) {
+  await trx.raw(`SELECT settlement_move(?, ?, ?, ?, ?, ?, ?, ?)`, [id, kind, p.paymentId, from, to, p.amountCents, p.currency, at]);
+}
+
+/** Hooks that keep the books in step with each status change, plus `also` (audit records) after them. */
+export function settlementLedgerHooks(clock: () => Date, also?: (trx: Knex.Transaction, p: SettlementPayment, before: SettlementPayment) => Promise<void>): SettlementHooks {
+  return {
+    async submitted(trx, p, before) {
+      await also?.(trx, p, before);
+    },
+    async completed(trx, p, before) {
+      await move(trx, movementId("settled", p.paymentId, p.minedBlockHash ?? ""), "payment.settle", p, IN_FLIGHT_ACCOUNT, hotWalletAccount(p.chain, p.wallet), clock());
+      await also?.(trx, p, before);
+    },
+    async reorged(trx, p, before) {
+      await move(trx, movementId("reorged", p.paymentId, before.minedBlockHash ?? ""), "payment.reorg", p, hotWalletAccount(p.chain, p.wallet), IN_FLIGHT_ACCOUNT, clock());
+      await also?.(trx, p, before);
+    },
+    async failed(trx, p, before) {
+      if (p.vaultId) {
+        await trx.raw(`SELECT settlement_refund(?, ?, ?, ?, ?, ?::date, ?)`, [
+          movementId("refund", p.paymentId), p.vaultId, p.currency, p.paymentId, p.amountCents, utcDay(p.createdAt), clock(),
+        ]);
+      }
+      await also?.(trx, p, before);
+    },
+  };
+}

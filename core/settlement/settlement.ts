@@ -1,0 +1,125 @@
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import type { AuditStore } from "../audit/store.js";
+import type { Db } from "../db/knex.js";
+import { SettlementConfigError, type SettlementSettings } from "./config.js";
+import { createEvmRail, type EvmRail } from "./evm-rail.js";
+import { registerSettlementMetrics } from "./metrics.js";
+import type { RailKind } from "./rules.js";
+import { createSettlementStore, type SettlementPayment, type SettlementStore } from "./store.js";
+import { loadHotWallet } from "./wallet.js";
+import { createSettlementWorker, type SettlementHooks, type SettlementWorker, type SettlementWorkerOptions } from "./worker.js";
+
+export interface SettlementOptions {
+  db: Db;
+  logger: Logger;
+  clock: () => Date;
+  settings: SettlementSettings;
+  /** Where generated hot wallet keys are kept; absent = one key per process and chain. */
+  dataDir?: string;
+  hooks?: SettlementHooks;
+  /** The worker's loop period; 0 = no loop. */
+  pollMs: number;
+  worker?: Pick<SettlementWorkerOptions, "leaseMs" | "batchSize" | "recheckMs" | "bumpAfterMs" | "underfundedRetryMs">;
+}
+
+export interface Settlement {
+  store: SettlementStore;
+  /** The rail that serves a chain. */
+  railOf(chain: string): RailKind;
+  /** The evm rail of a chain (its settings and hot wallet), if it is on one. */
+  evm(chain: string): EvmRail | undefined;
+  /**
+   * Readiness: every evm chain's node answered with its configured chain id. A node that
+   * has not answered yet is asked again here (its chain is not served meanwhile).
+   */
+  ready(): Promise<boolean>;
+  worker: SettlementWorker;
+  stop(): Promise<void>;
+}
+
+/** What the payments code needs of settlement: the rail of a chain and the rows. */
+export type SettlementPort = Pick<Settlement, "store" | "evm">;
+
+/**
+ * Settlement for one core: a rail per chain, the hot wallets, and the worker. A node that
+ * answers with another chain id refuses the start naming CHAIN_<NAME>_CHAIN_ID; a node that
+ * does not answer is a readiness failure, asked again until it answers.
+ */
+export async function startSettlement(options: SettlementOptions): Promise<Settlement> {
+  const store = createSettlementStore(options.db);
+  const rails = new Map<string, EvmRail>();
+  for (const s of options.settings.evm) {
+    rails.set(s.chain, createEvmRail(s, await loadHotWallet({ chain: s.chain, keyFile: s.walletKeyFile, dataDir: options.dataDir })));
+  }
+  const verified = new Map<string, EvmRail>();
+
+  /** Asks a node its chain id: true when it matches, false when it did not answer; throws on a mismatch. */
+  async function verify(rail: EvmRail): Promise<boolean> {
+    let id: number;
+    try {
+      id = await rail.chainId();
+    } catch (err) {
+      options.logger.warn({ chain: rail.settings.chain, err: { name: (err as Error).name } }, `chain ${rail.settings.chain}: its node (CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL) does not answer; not ready`);
+      return false;
+    }
+    if (id !== rail.settings.chainId) {
+      throw new SettlementConfigError(
+        `CHAIN_${rail.settings.chain.toUpperCase()}_CHAIN_ID is ${rail.settings.chainId} but the node at CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL reports chain id ${id}`,
+      );
+    }
+    verified.set(rail.settings.chain, rail);
+    options.logger.info({ chain: rail.settings.chain, chainId: id, wallet: rail.wallet }, `chain ${rail.settings.chain} settles on the evm rail`);
+    return true;
+  }
+
+  await Promise.all([...rails.values()].map(verify));
+
+  async function ready(): Promise<boolean> {
+    const pending = [...rails.values()].filter((r) => !verified.has(r.settings.chain));
+    const results = await Promise.all(
+      pending.map((r) =>
+        verify(r).catch((err: unknown) => {
+          options.logger.error({ chain: r.settings.chain, err: { message: (err as Error).message } }, "settlement chain misconfigured");
+          return false;
+        }),
+      ),
+    );
+    return results.every(Boolean);
+  }
+
+  const worker = createSettlementWorker({ store, rails: () => verified, clock: options.clock, logger: options.logger, hooks: options.hooks, pollMs: options.pollMs, ...options.worker });
+  const unregister = registerSettlementMetrics(store);
+  // Chains whose node was down at start join once it answers.
+  const retry = rails.size > verified.size ? setInterval(() => void ready().then((ok) => ok && clearInterval(retry)), 5_000).unref() : undefined;
+  return {
+    store,
+    railOf: (chain) => (rails.has(chain) ? "evm" : "sandbox"),
+    evm: (chain) => rails.get(chain),
+    ready,
+    worker,
+    async stop() {
+      if (retry) clearInterval(retry);
+      unregister();
+      await worker.stop();
+    },
+  };
+}
+
+/**
+ * A status change in the paying agent's audit feed (`payments.settlement.<status>`, the
+ * payment as subject), written in the transaction that makes it.
+ */
+export async function auditSettlement(trx: Knex.Transaction, audit: AuditStore, p: SettlementPayment, at: Date): Promise<void> {
+  const { rows } = await trx.raw(`SELECT agent_principal_id FROM agent_payments WHERE id = ?`, [p.paymentId]);
+  const agent = (rows as { agent_principal_id: string | null }[])[0]?.agent_principal_id;
+  await audit.append(trx, {
+    requestId: `settlement:${p.paymentId}`,
+    actor: agent ? `agent:${agent}` : "settlement",
+    action: `payments.settlement.${p.status}`,
+    outcome: p.status === "failed" ? "failure" : "success",
+    reason: p.failureReason ?? (p.txHash ? `tx_hash:${p.txHash}` : ""),
+    subject: p.paymentId,
+    at,
+  });
+}

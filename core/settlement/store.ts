@@ -1,0 +1,304 @@
+import { randomUUID } from "node:crypto";
+import type { Knex } from "knex";
+import type { Db } from "../db/knex.js";
+import { pgArray } from "../db/sql.js";
+import type { RailKind } from "./rules.js";
+
+type Conn = Knex | Knex.Transaction;
+
+export type SettlementStatus = "pending" | "submitted" | "completed" | "failed";
+
+export interface SettlementPayment {
+  paymentId: string;
+  vaultId: string | null;
+  chain: string;
+  rail: RailKind;
+  /** The hot wallet's address in lower case ("sandbox" on the sandbox rail). */
+  wallet: string;
+  recipient: string;
+  amountCents: number;
+  currency: string;
+  status: SettlementStatus;
+  nonce: number | null;
+  txHash: string | null;
+  confirmations: number;
+  minedBlock: number | null;
+  minedBlockHash: string | null;
+  failureReason: string | null;
+  attempts: number;
+  final: boolean;
+  leaseToken: string | null;
+  nextAttemptAt: Date;
+  expiresAt: Date;
+  createdAt: Date;
+  updatedAt: Date;
+  submittedAt: Date | null;
+  completedAt: Date | null;
+}
+
+export interface SignedTransaction {
+  txHash: string;
+  kind: "transfer" | "cancel";
+  rawTx: string;
+  maxFeePerGas: bigint;
+  priorityFee: bigint;
+  createdAt: Date;
+}
+
+/** Runs inside the transaction that changes a payment's status, with the row as it now is. */
+export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, before: SettlementPayment) => Promise<void>;
+
+export interface NewSettlement {
+  paymentId: string;
+  /** The vault it was paid from (its refund goes back there). */
+  vaultId?: string;
+  chain: string;
+  rail: RailKind;
+  wallet: string;
+  recipient: string;
+  amountCents: number;
+  currency: string;
+  at: Date;
+  expiresAt: Date;
+  /** The sandbox rail settles at once: its row is written completed. */
+  status?: "pending" | "completed";
+}
+
+const COLUMNS = `payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, nonce, tx_hash, confirmations, mined_block,
+  mined_block_hash, failure_reason, attempts, final, lease_token, next_attempt_at, expires_at, created_at, updated_at, submitted_at, completed_at`;
+
+function toPayment(r: Record<string, unknown>): SettlementPayment {
+  const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+  const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
+  return {
+    paymentId: r.payment_id as string,
+    vaultId: (r.vault_id as string | null) ?? null,
+    chain: r.chain as string,
+    rail: r.rail as RailKind,
+    wallet: r.wallet as string,
+    recipient: r.recipient as string,
+    amountCents: Number(r.amount_cents),
+    currency: r.currency as string,
+    status: r.status as SettlementStatus,
+    nonce: num(r.nonce),
+    txHash: (r.tx_hash as string | null) ?? null,
+    confirmations: Number(r.confirmations),
+    minedBlock: num(r.mined_block),
+    minedBlockHash: (r.mined_block_hash as string | null) ?? null,
+    failureReason: (r.failure_reason as string | null) ?? null,
+    attempts: Number(r.attempts),
+    final: Boolean(r.final),
+    leaseToken: (r.lease_token as string | null) ?? null,
+    nextAttemptAt: date(r.next_attempt_at)!,
+    expiresAt: date(r.expires_at)!,
+    createdAt: date(r.created_at)!,
+    updatedAt: date(r.updated_at)!,
+    submittedAt: date(r.submitted_at),
+    completedAt: date(r.completed_at),
+  };
+}
+
+/** Fields a transition may set besides the status. */
+export interface TransitionFields {
+  txHash?: string;
+  confirmations?: number;
+  minedBlock?: number | null;
+  minedBlockHash?: string | null;
+  failureReason?: string | null;
+  final?: boolean;
+  completedAt?: Date | null;
+}
+
+export type SubmitResult =
+  | { kind: "lost" }
+  | { kind: "underfunded"; availableUnits: bigint }
+  | { kind: "submitted"; payment: SettlementPayment; signed: SignedTransaction };
+
+export function createSettlementStore(db: Db) {
+  const fieldsSql = (f: TransitionFields, at: Date): { sql: string; bindings: Knex.RawBinding[] } => {
+    const sets: string[] = ["updated_at = ?"];
+    const bindings: Knex.RawBinding[] = [at];
+    const add = (column: string, value: Knex.RawBinding | undefined) => {
+      if (value === undefined) return;
+      sets.push(`${column} = ?`);
+      bindings.push(value);
+    };
+    add("tx_hash", f.txHash);
+    add("confirmations", f.confirmations);
+    add("mined_block", f.minedBlock);
+    add("mined_block_hash", f.minedBlockHash);
+    add("failure_reason", f.failureReason);
+    add("final", f.final);
+    add("completed_at", f.completedAt);
+    return { sql: sets.join(", "), bindings };
+  };
+
+  return {
+    /** Records an accepted payment, in the transaction that accepts it. A second call for the same payment adds nothing. */
+    async insert(trx: Conn, p: NewSettlement): Promise<void> {
+      const status = p.status ?? "pending";
+      await trx.raw(
+        `INSERT INTO settlement_payments (payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, next_attempt_at, expires_at,
+                                          created_at, updated_at, completed_at, final, confirmations)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (payment_id) DO NOTHING`,
+        [p.paymentId, p.vaultId ?? null, p.chain, p.rail, p.wallet, p.recipient, p.amountCents, p.currency, status, p.at, p.expiresAt, p.at, p.at,
+          status === "completed" ? p.at : null, status === "completed"],
+      );
+    },
+
+    async get(conn: Conn, paymentId: string): Promise<SettlementPayment | undefined> {
+      const { rows } = await conn.raw(`SELECT ${COLUMNS} FROM settlement_payments WHERE payment_id = ?`, [paymentId]);
+      const r = (rows as Record<string, unknown>[])[0];
+      return r ? toPayment(r) : undefined;
+    },
+
+    /**
+     * Leases up to `limit` due payments of these hot wallets to one worker: rows no other worker
+     * holds (or whose holder's lease ran out), skipping rows another claim is locking now.
+     */
+    async claim(wallets: { chain: string; wallet: string }[], now: Date, leaseUntil: Date, limit: number): Promise<SettlementPayment[]> {
+      if (wallets.length === 0) return [];
+      const token = randomUUID();
+      const { rows } = await db.raw(
+        `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
+          WHERE s.payment_id IN (
+            SELECT payment_id FROM settlement_payments
+             WHERE status <> 'failed' AND NOT final AND next_attempt_at <= ? AND rail = 'evm'
+               AND (chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))
+               AND (leased_until IS NULL OR leased_until <= ?)
+             ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
+          RETURNING ${COLUMNS}`,
+        [token, leaseUntil, now, pgArray(wallets.map((w) => w.chain)), pgArray(wallets.map((w) => w.wallet)), now, limit],
+      );
+      return (rows as Record<string, unknown>[]).map(toPayment);
+    },
+
+    /** Gives a leased payment back, due again at `next`. False when the lease had passed to another worker. */
+    async release(p: SettlementPayment, next: Date): Promise<boolean> {
+      const { rowCount } = await db.raw(
+        `UPDATE settlement_payments SET lease_token = NULL, leased_until = NULL, next_attempt_at = ? WHERE payment_id = ? AND lease_token = ?`,
+        [next, p.paymentId, p.leaseToken],
+      );
+      return rowCount === 1;
+    },
+
+    /**
+     * Gives a pending payment its nonce and its signed transfer, in one transaction under
+     * the lock of the wallet's nonce row: the nonce is taken once (a payment that has one
+     * keeps it), and the signed bytes and their hash are stored before anything is sent.
+     * Refused while the wallet's balance, less what is signed and not yet mined, cannot
+     * cover the amount. `chainNonce` (the wallet's mined transaction count) only ever
+     * moves the counter forward, past nonces something else used.
+     */
+    async submit(
+      p: SettlementPayment,
+      at: Date,
+      chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number): bigint },
+      sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
+      hook?: TransitionHook,
+    ): Promise<SubmitResult> {
+      return db.transaction(async (trx) => {
+        const { rows } = await trx.raw(
+          `SELECT nonce FROM settlement_payments WHERE payment_id = ? AND lease_token = ? AND status = 'pending' FOR UPDATE`,
+          [p.paymentId, p.leaseToken],
+        );
+        const row = (rows as { nonce: string | null }[])[0];
+        if (!row) return { kind: "lost" } as const;
+        await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [p.chain, p.wallet, chain.chainNonce]);
+        await trx.raw(`SELECT 1 FROM settlement_nonces WHERE chain = ? AND wallet = ? FOR UPDATE`, [p.chain, p.wallet]);
+        let nonce = row.nonce === null ? null : Number(row.nonce);
+        if (nonce === null) {
+          const inFlight = await trx.raw(
+            `SELECT coalesce(sum(amount_cents), 0)::text AS cents FROM settlement_payments WHERE chain = ? AND wallet = ? AND status = 'submitted' AND mined_block IS NULL`,
+            [p.chain, p.wallet],
+          );
+          const available = chain.balanceUnits - chain.unitsOf(Number((inFlight.rows as { cents: string }[])[0]!.cents));
+          if (available < chain.unitsOf(p.amountCents)) return { kind: "underfunded", availableUnits: available } as const;
+          const taken = await trx.raw(
+            `UPDATE settlement_nonces SET next_nonce = greatest(next_nonce, ?) + 1 WHERE chain = ? AND wallet = ? RETURNING next_nonce - 1 AS nonce`,
+            [chain.chainNonce, p.chain, p.wallet],
+          );
+          nonce = Number((taken.rows as { nonce: string }[])[0]!.nonce);
+        }
+        const signed = { ...(await sign(nonce)), kind: "transfer" as const, createdAt: at };
+        await insertTransaction(trx, p.paymentId, signed);
+        const updated = await trx.raw(
+          `UPDATE settlement_payments SET status = 'submitted', nonce = ?, tx_hash = ?, submitted_at = ?, updated_at = ?
+            WHERE payment_id = ? RETURNING ${COLUMNS}`,
+          [nonce, signed.txHash, at, at, p.paymentId],
+        );
+        const payment = toPayment((updated.rows as Record<string, unknown>[])[0]!);
+        if (hook) await hook(trx, payment, p);
+        return { kind: "submitted", payment, signed } as const;
+      });
+    },
+
+    /** Stores another signed transaction for a submitted payment (a fee bump or a cancellation, same nonce). */
+    async addTransaction(p: SettlementPayment, signed: SignedTransaction): Promise<boolean> {
+      return db.transaction(async (trx) => {
+        const { rows } = await trx.raw(
+          `UPDATE settlement_payments SET updated_at = ?${signed.kind === "transfer" ? ", tx_hash = ?" : ""}
+            WHERE payment_id = ? AND lease_token = ? AND status = 'submitted' RETURNING payment_id`,
+          signed.kind === "transfer" ? [signed.createdAt, signed.txHash, p.paymentId, p.leaseToken] : [signed.createdAt, p.paymentId, p.leaseToken],
+        );
+        if ((rows as unknown[]).length === 0) return false;
+        await insertTransaction(trx, p.paymentId, signed);
+        return true;
+      });
+    },
+
+    /** Every transaction signed for a payment, oldest first. */
+    async transactions(paymentId: string): Promise<SignedTransaction[]> {
+      const { rows } = await db.raw(
+        `SELECT tx_hash, kind, raw_tx, max_fee_per_gas::text, priority_fee::text, created_at FROM settlement_transactions WHERE payment_id = ? ORDER BY created_at, tx_hash`,
+        [paymentId],
+      );
+      return (rows as Record<string, string>[]).map((r) => ({
+        txHash: r.tx_hash!,
+        kind: r.kind as "transfer" | "cancel",
+        rawTx: r.raw_tx!,
+        maxFeePerGas: BigInt(r.max_fee_per_gas!),
+        priorityFee: BigInt(r.priority_fee!),
+        createdAt: new Date(r.created_at!),
+      }));
+    },
+
+    /**
+     * Moves a leased payment from one status to another (or updates it in place when `to`
+     * equals `from`), and runs `hook` in the same transaction when the status changed.
+     * Answers the row as it now is, or undefined when the lease had passed on.
+     */
+    async transition(p: SettlementPayment, from: SettlementStatus, to: SettlementStatus, at: Date, fields: TransitionFields, hook?: TransitionHook) {
+      return db.transaction(async (trx) => {
+        const set = fieldsSql(fields, at);
+        const { rows } = await trx.raw(
+          `UPDATE settlement_payments SET status = ?, ${set.sql} WHERE payment_id = ? AND lease_token = ? AND status = ? RETURNING ${COLUMNS}`,
+          [to, ...set.bindings, p.paymentId, p.leaseToken, from],
+        );
+        const r = (rows as Record<string, unknown>[])[0];
+        if (!r) return undefined;
+        const payment = toPayment(r);
+        if (to !== from && hook) await hook(trx, payment, p);
+        return payment;
+      });
+    },
+
+    /** Payments waiting to settle (pending, submitted) per chain and status: the metrics scrape. */
+    async openCounts(): Promise<{ chain: string; status: SettlementStatus; count: number }[]> {
+      const { rows } = await db.raw(
+        `SELECT chain, status, count(*)::int AS count FROM settlement_payments WHERE status IN ('pending', 'submitted') AND NOT final GROUP BY chain, status`,
+      );
+      return (rows as { chain: string; status: SettlementStatus; count: number }[]).map((r) => ({ ...r, count: Number(r.count) }));
+    },
+  };
+}
+
+async function insertTransaction(trx: Knex.Transaction, paymentId: string, s: SignedTransaction): Promise<void> {
+  await trx.raw(
+    `INSERT INTO settlement_transactions (tx_hash, payment_id, kind, raw_tx, max_fee_per_gas, priority_fee, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (tx_hash) DO NOTHING`,
+    [s.txHash, paymentId, s.kind, s.rawTx, s.maxFeePerGas.toString(), s.priorityFee.toString(), s.createdAt],
+  );
+}
+
+export type SettlementStore = ReturnType<typeof createSettlementStore>;

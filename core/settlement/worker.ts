@@ -1,0 +1,236 @@
+import type { Logger } from "pino";
+import type { EvmRail, Fees } from "./evm-rail.js";
+import { hotWalletBalance, settlementAcceptToCompleted, settlementTransitions, settlementUnderfunded } from "./metrics.js";
+import { centsToUnits, formatUsdc } from "./rules.js";
+import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFields, TransitionHook } from "./store.js";
+
+/** What the books do when a payment's status changes (core/budgets): run in the transaction that changes it. */
+export interface SettlementHooks {
+  /** Signed, its hash stored (nothing sent yet). */
+  submitted?: TransitionHook;
+  completed?: TransitionHook;
+  failed?: TransitionHook;
+  /** A reorg removed the block of a completed transfer: it is submitted again. */
+  reorged?: TransitionHook;
+}
+
+export interface SettlementWorkerOptions {
+  store: SettlementStore;
+  /** The chains on the evm rail this worker serves (only those whose node answered with the right chain id). */
+  rails: () => Map<string, EvmRail>;
+  clock: () => Date;
+  logger: Logger;
+  hooks?: SettlementHooks;
+  /** How often the loop looks for due payments; 0 = no loop (call runOnce). */
+  pollMs: number;
+  /** How long a worker holds the payments it claimed; must exceed a few RPC timeouts. */
+  leaseMs?: number;
+  /** Payments claimed per pass. */
+  batchSize?: number;
+  /** When a submitted payment not yet deep enough is looked at again. */
+  recheckMs?: number;
+  /** A transfer still unmined this long after it was signed is signed again with a higher fee (same nonce). */
+  bumpAfterMs?: number;
+  /** When a payment the hot wallet could not cover is tried again. */
+  underfundedRetryMs?: number;
+}
+
+export interface SettlementWorker {
+  /** One pass: claims due payments and moves each as far as it can; resolves with how many it handled. */
+  runOnce(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** A fee bump raises both fees by at least this fraction (nodes ask 10% for a replacement). */
+const BUMP_NUMERATOR = 1125n;
+const BUMP_DENOMINATOR = 1000n;
+
+/**
+ * Settles payments on the evm rail as leased work shared by every core replica.
+ *
+ * A pending payment gets a nonce and its signed transfer in one transaction, stored before
+ * it is broadcast; after that the payment is only ever reconciled by the hashes stored for
+ * it: an RPC error or a timeout leaves it submitted and it is looked at again, the same
+ * bytes are sent again while nothing is mined, a stuck transfer is replaced only with the
+ * same nonce (a fee bump), and an expired one is cancelled by a 0-value send with that
+ * nonce. It fails only on evidence: its transfer reverted, the cancellation was mined, or
+ * the nonce was used by a transaction that is not one of its own. A reorg that removes the
+ * block of a counted transfer puts the payment back to submitted.
+ */
+export function createSettlementWorker(options: SettlementWorkerOptions): SettlementWorker {
+  const { store, logger, clock } = options;
+  const leaseMs = options.leaseMs ?? 60_000;
+  const batchSize = options.batchSize ?? 64;
+  const recheckMs = options.recheckMs ?? 4_000;
+  const bumpAfterMs = options.bumpAfterMs ?? 120_000;
+  const underfundedRetryMs = options.underfundedRetryMs ?? 30_000;
+  const hooks = options.hooks ?? {};
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<unknown> = Promise.resolve();
+  const later = (ms: number) => new Date(clock().getTime() + ms);
+
+  async function move(p: SettlementPayment, to: SettlementStatus, fields: TransitionFields, hook?: TransitionHook) {
+    const now = clock();
+    const moved = await store.transition(p, p.status, to, now, fields, hook);
+    if (!moved) {
+      logger.warn({ paymentId: p.paymentId }, "settlement lease passed to another worker; result not recorded");
+      return undefined;
+    }
+    if (to !== p.status) {
+      settlementTransitions.inc({ chain: p.chain, status: to });
+      logger.info({ paymentId: p.paymentId, chain: p.chain, from: p.status, to, txHash: moved.txHash, reason: moved.failureReason ?? undefined }, "settlement status changed");
+      if (to === "completed") settlementAcceptToCompleted.observe({ chain: p.chain }, (now.getTime() - p.createdAt.getTime()) / 1000);
+    }
+    return moved;
+  }
+
+  async function bumped(rail: EvmRail, last: Fees | undefined): Promise<Fees> {
+    const network = await rail.fees();
+    if (!last) return network;
+    const up = (x: bigint) => (x * BUMP_NUMERATOR) / BUMP_DENOMINATOR + 1n;
+    const priorityFee = network.priorityFee > up(last.priorityFee) ? network.priorityFee : up(last.priorityFee);
+    const maxFee = network.maxFeePerGas > up(last.maxFeePerGas) ? network.maxFeePerGas : up(last.maxFeePerGas);
+    return { priorityFee, maxFeePerGas: maxFee > priorityFee ? maxFee : priorityFee };
+  }
+
+  /** Pending: expired before it had a nonce -> failed; else nonce, sign, store, broadcast. */
+  async function pending(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
+    if (p.nonce === null && clock() >= p.expiresAt) {
+      await move(p, "failed", { failureReason: "expired" }, hooks.failed);
+      return undefined;
+    }
+    const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(), rail.minedNonce(), rail.fees()]);
+    hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
+    const result = await store.submit(p, clock(), { balanceUnits, chainNonce, unitsOf: centsToUnits }, (nonce) =>
+      rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
+      hooks.submitted,
+    );
+    if (result.kind === "lost") return undefined;
+    if (result.kind === "underfunded") {
+      settlementUnderfunded.inc({ chain: p.chain });
+      logger.warn(
+        { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, amountCents: p.amountCents, availableUsdc: formatUsdc(result.availableUnits) },
+        "hot wallet cannot cover this payment; it stays pending until the wallet is funded",
+      );
+      return later(underfundedRetryMs);
+    }
+    settlementTransitions.inc({ chain: p.chain, status: "submitted" });
+    logger.info({ paymentId: p.paymentId, chain: p.chain, nonce: result.payment.nonce, txHash: result.signed.txHash }, "settlement status changed");
+    // A failed send leaves the payment submitted: the next look sends the same bytes again.
+    await rail.broadcast(result.signed.rawTx);
+    return later(recheckMs);
+  }
+
+  /** Submitted: reconcile by the stored hashes; never fail on a guess. */
+  async function submitted(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
+    // The nonce is read before the receipts: a nonce used and no receipt of ours, read in
+    // that order, means another transaction used it.
+    const minedNonce = await rail.minedNonce();
+    const head = await rail.blockNumber();
+    const txs = await store.transactions(p.paymentId);
+    for (const tx of txs) {
+      const receipt = await rail.receipt(tx.txHash);
+      if (!receipt) continue;
+      const depth = head - receipt.blockNumber + 1;
+      const at = { confirmations: Math.max(0, depth), minedBlock: receipt.blockNumber, minedBlockHash: receipt.blockHash };
+      if (depth < rail.settings.confirmations) {
+        await move(p, "submitted", tx.kind === "transfer" ? { ...at, txHash: tx.txHash } : at);
+        return later(recheckMs);
+      }
+      if (tx.kind === "transfer" && receipt.success) {
+        await move(p, "completed", { ...at, txHash: tx.txHash, completedAt: clock(), final: depth >= rail.settings.finalityBlocks }, hooks.completed);
+        return later(recheckMs);
+      }
+      await move(p, "failed", { ...at, failureReason: tx.kind === "cancel" ? "expired" : "reverted", final: true }, hooks.failed);
+      return undefined;
+    }
+    if (p.minedBlock !== null) await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null });
+    if (minedNonce > p.nonce!) {
+      await move(p, "failed", { failureReason: "dropped", final: true }, hooks.failed);
+      return undefined;
+    }
+    const last = txs[txs.length - 1];
+    const lastFees = last ? { maxFeePerGas: last.maxFeePerGas, priorityFee: last.priorityFee } : undefined;
+    const cancelled = txs.some((t) => t.kind === "cancel");
+    const now = clock();
+    if (!cancelled && now >= p.expiresAt) {
+      const fees = await bumped(rail, lastFees);
+      const signed = { ...(await rail.signCancel(p.nonce!, fees)), ...fees, kind: "cancel" as const, createdAt: now };
+      if (!(await store.addTransaction(p, signed))) return undefined;
+      logger.info({ paymentId: p.paymentId, chain: p.chain, nonce: p.nonce, txHash: signed.txHash }, "settlement expired unmined; cancelling with the same nonce");
+      await rail.broadcast(signed.rawTx);
+      return later(recheckMs);
+    }
+    if (last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs) {
+      const fees = await bumped(rail, lastFees);
+      const kind = cancelled ? "cancel" : "transfer";
+      const s = kind === "cancel" ? await rail.signCancel(p.nonce!, fees) : await rail.signTransfer(p.nonce!, p.recipient, centsToUnits(p.amountCents), fees);
+      const signed = { ...s, ...fees, kind, createdAt: now } as const;
+      if (!(await store.addTransaction(p, signed))) return undefined;
+      logger.info({ paymentId: p.paymentId, chain: p.chain, nonce: p.nonce, txHash: signed.txHash }, "settlement unmined; fee bumped with the same nonce");
+      await rail.broadcast(signed.rawTx);
+      return later(recheckMs);
+    }
+    // Nothing mined: send the latest bytes again (a restarted or dropped-from-mempool transfer).
+    if (last) await rail.broadcast(last.rawTx);
+    return later(recheckMs);
+  }
+
+  /** Completed and not yet final: watch for a reorg that removes its block. */
+  async function completed(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
+    const head = await rail.blockNumber();
+    const receipt = await rail.receipt(p.txHash!);
+    if (!receipt || receipt.blockHash !== p.minedBlockHash) {
+      logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: p.txHash }, "reorg removed a completed transfer's block; the payment is submitted again");
+      await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null }, hooks.reorged);
+      return later(0);
+    }
+    const depth = head - receipt.blockNumber + 1;
+    await move(p, "completed", { confirmations: depth, final: depth >= rail.settings.finalityBlocks });
+    return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
+  }
+
+  async function handle(rail: EvmRail, p: SettlementPayment): Promise<void> {
+    let next: Date | undefined = later(recheckMs);
+    try {
+      if (p.status === "pending") next = await pending(rail, p);
+      else if (p.status === "submitted") next = await submitted(rail, p);
+      else if (p.status === "completed") next = await completed(rail, p);
+    } catch (err) {
+      logger.warn({ paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } }, "settlement step failed; it is tried again");
+      next = later(recheckMs);
+    }
+    // A payment that reached an end (failed, or final) is out of the queue already; give back the rest.
+    await store.release(p, next ?? clock()).catch((err: unknown) => logger.error({ err }, "settlement lease release failed"));
+  }
+
+  async function pass(): Promise<number> {
+    if (stopped) return 0;
+    const rails = options.rails();
+    const now = clock();
+    const claimed = await store.claim([...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet })), now, new Date(now.getTime() + leaseMs), batchSize);
+    await Promise.all(claimed.map((p) => handle(rails.get(p.chain)!, p)));
+    return claimed.length;
+  }
+
+  function schedule() {
+    if (stopped || options.pollMs <= 0) return;
+    timer = setTimeout(() => {
+      current = pass()
+        .catch((err: unknown) => logger.error({ err }, "settlement pass failed"))
+        .finally(schedule);
+    }, options.pollMs);
+    timer.unref();
+  }
+  schedule();
+
+  return {
+    runOnce: () => pass(),
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await current.catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,76 @@
+import { spawn } from "node:child_process";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
+import { expect } from "chai";
+import { runCli, tempDataDir } from "../support/process.js";
+
+const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
+
+async function freePort(): Promise<number> {
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+describe("vaultgate dev chain and wallet commands", function () {
+  this.timeout(120_000);
+
+  it("dev chain prints settings that make the funded hot wallets readable; wallet address and balance agree", async () => {
+    const dir = await tempDataDir();
+    const port = await freePort();
+    const child = spawn(process.execPath, [bin, "dev", "chain", "--port", String(port), "--format", "env"], {
+      env: { ...process.env, DATA_DIR: dir.path },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    try {
+      let out = "";
+      let err = "";
+      child.stderr!.on("data", (c: Buffer) => (err += c.toString()));
+      await new Promise<void>((resolve, reject) => {
+        child.stdout!.on("data", (c: Buffer) => {
+          out += c.toString();
+          if (out.includes("CHAIN_BASE_FINALITY_BLOCKS=")) resolve();
+        });
+        void exited.then((code) => reject(new Error(`dev chain exited ${code}: ${err}`)));
+      });
+      const env: Record<string, string> = { DATA_DIR: dir.path };
+      for (const line of out.trim().split("\n")) {
+        const m = /^([A-Z_]+)=(.*)$/.exec(line);
+        expect(m, line).to.not.equal(null);
+        env[m![1]!] = m![2]!;
+      }
+      expect(env.CHAIN_ETH_RAIL).to.equal("evm");
+      expect(env.CHAIN_BASE_RPC_URL).to.equal(`http://127.0.0.1:${port}`);
+      const address = await runCli(["wallet", "address", "--chain", "base"], env);
+      expect(address.code, address.stderr).to.equal(0);
+      expect(address.json).to.include({ chain: "base", rail: "evm" });
+      const balance = await runCli(["wallet", "balance", "--chain", "base"], env);
+      expect(balance.code, balance.stderr).to.equal(0);
+      expect(balance.json).to.include({ address: address.json!.address, balance_usdc: "1000000.000000" });
+      const eth = await runCli(["wallet", "address", "--chain", "eth"], env);
+      expect(eth.json!.address).to.not.equal(address.json!.address);
+      const sol = await runCli(["wallet", "address", "--chain", "sol"], env);
+      expect(sol.code).to.equal(2);
+      expect(sol.stderr).to.include("sandbox rail");
+    } finally {
+      child.kill("SIGINT");
+      expect(await exited).to.equal(0);
+      await dir.remove();
+    }
+  });
+
+  it("wallet balance on a chain left on the sandbox rail says how to put it on the evm rail", async () => {
+    const dir = await tempDataDir();
+    try {
+      const r = await runCli(["wallet", "balance", "--chain", "arb"], { DATA_DIR: dir.path });
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.include("CHAIN_ARB_RAIL=evm");
+    } finally {
+      await dir.remove();
+    }
+  });
+});

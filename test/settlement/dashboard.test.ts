@@ -1,0 +1,60 @@
+import { randomBytes } from "node:crypto";
+import { expect } from "chai";
+import { privateKeyToAccount } from "viem/accounts";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { createJar, createUser, signIn } from "../support/agent-oauth.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
+import { ALL_AGENT_SCOPES } from "../support/budgets.js";
+import { postRpc } from "../support/mcp.js";
+import { startStack, type TestStack } from "../support/stack.js";
+
+describe("web pages: payment rows show settlement status and transaction hash", function () {
+  this.timeout(120_000);
+  let anvil: Anvil;
+  let stack: TestStack;
+
+  before(async () => {
+    anvil = await startAnvil();
+    const usdc = await anvil.deployUsdc();
+    stack = await startStack({
+      gateway: true,
+      publicUrls: true,
+      scrypt: { N: 1024, r: 8, p: 1 },
+      settlement: { evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: await freshWalletKeyFile() }] },
+      settlementPollMs: 0,
+      settlementWorker: { recheckMs: 0 },
+    });
+    const wallet = stack.core.settlement.evm("base")!.wallet;
+    await anvil.fundGas(wallet);
+    await anvil.mintUsdc(usdc, wallet, centsToUnits(1_000_000));
+  });
+  after(async () => {
+    await stack?.close();
+    await anvil?.stop();
+  });
+
+  it("the money view shows a sent payment as confirming with its hash, then as paid", async () => {
+    const rpc = (path: string, token: string, method: string, params: unknown) =>
+      postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+    const user = await createUser(stack);
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", { purpose: "trip", display_name: "Chain", chain_allowlist: ["base"], idempotency_key: `b-${randomBytes(6).toString("hex")}` });
+    const vaultId = budget.json!.result.vault_id as string;
+    await stack.admin.budgets.fundVault({ vaultId, amountCents: 10_000n });
+    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+    const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+    await rpc("/mcp/write", agent, "payments.initiate", { counterparty: { address: to, chain: "base", token: "USDC" }, amount_cents: 700, currency: "USD", idempotency_key: `p-${randomBytes(6).toString("hex")}` });
+    await stack.core.settlement.worker.runOnce();
+    const hash = (await stack.core.db("settlement_payments").where({ vault_id: vaultId }).first()).tx_hash as string;
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email, "/dashboard/money");
+    const sent = await (await jar.get("/dashboard/money")).text();
+    expect(sent).to.include("Sent, confirming");
+    expect(sent).to.include(`<code class="tx-hash" title="${hash}">${hash.slice(0, 6)}…${hash.slice(-4)}</code>`);
+    await anvil.mine(2);
+    await stack.core.settlement.worker.runOnce();
+    const paid = await (await jar.get("/dashboard/money")).text();
+    expect(paid).to.not.include("Sent, confirming");
+    expect(paid).to.include(`title="${hash}"`);
+  });
+});

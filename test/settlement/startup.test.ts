@@ -1,0 +1,63 @@
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { expect } from "chai";
+import type { EvmChainSettings } from "../../core/settlement/config.js";
+import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { startStack } from "../support/stack.js";
+
+const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
+
+async function freePort(): Promise<number> {
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const chain = (port: number, over: Partial<EvmChainSettings> = {}): EvmChainSettings => ({
+  chain: "base",
+  rail: "evm",
+  rpcUrl: `http://127.0.0.1:${port}`,
+  usdc: USDC,
+  chainId: ANVIL_CHAIN_ID,
+  confirmations: 1,
+  finalityBlocks: 4,
+  expirySeconds: 3600,
+  rpcTimeoutMs: 500,
+  ...over,
+});
+
+describe("settlement at start", function () {
+  this.timeout(60_000);
+  let anvil: Anvil | undefined;
+  afterEach(async () => {
+    await anvil?.stop();
+    anvil = undefined;
+  });
+
+  it("a chain whose node does not answer starts core not ready, naming settlement in /readyz, and ready once the node answers", async () => {
+    const port = await freePort();
+    const stack = await startStack({ gateway: true, settlement: { evm: [chain(port)] }, settlementPollMs: 0 });
+    try {
+      const before = await fetch(`${stack.url}/readyz`);
+      expect(before.status).to.equal(503);
+      expect(((await before.json()) as { failing: string[] }).failing).to.deep.equal(["settlement"]);
+      anvil = await startAnvil({ port });
+      const after = await fetch(`${stack.url}/readyz`);
+      expect(after.status).to.equal(200);
+    } finally {
+      await stack.close();
+    }
+  });
+
+  it("a node reporting another chain id refuses the start, naming the setting", async () => {
+    anvil = await startAnvil();
+    let message = "";
+    await startStack({ settlement: { evm: [chain(anvil.port, { chainId: 8453 })] }, settlementPollMs: 0 }).then(
+      (s) => s.close(),
+      (err: Error) => (message = err.message),
+    );
+    expect(message).to.equal(`CHAIN_BASE_CHAIN_ID is 8453 but the node at CHAIN_BASE_RPC_URL reports chain id ${ANVIL_CHAIN_ID}`);
+  });
+});

@@ -1,0 +1,312 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import { expect } from "chai";
+import pino from "pino";
+import type { Hex } from "viem";
+import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
+import type { Db } from "../../core/db/knex.js";
+import type { EvmChainSettings } from "../../core/settlement/config.js";
+import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
+import { coreRegistry } from "../../core/observability/metrics.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { createSettlementStore, type SettlementPayment, type SettlementStore } from "../../core/settlement/store.js";
+import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import { ANVIL_CHAIN_ID, startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
+import { createTestClock } from "../support/clock.js";
+import { requirePostgres, testDatabase } from "../support/db.js";
+
+const logger = pino({ level: "silent" });
+
+describe("settlement on a local chain (anvil)", function () {
+  this.timeout(120_000);
+  let anvil: Anvil;
+  let usdc: Hex;
+  let db: Db;
+  let store: SettlementStore;
+  const workers: SettlementWorker[] = [];
+
+  before(async () => {
+    anvil = await startAnvil();
+    usdc = await anvil.deployUsdc();
+    db = (await testDatabase()).db;
+    store = createSettlementStore(db);
+  });
+  afterEach(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await anvil.setAutomine(true);
+  });
+  after(async () => {
+    await anvil?.stop();
+  });
+
+  const settings = (rpcUrl = anvil.url, over: Partial<EvmChainSettings> = {}): EvmChainSettings => ({
+    chain: "eth",
+    rail: "evm",
+    rpcUrl,
+    usdc,
+    chainId: ANVIL_CHAIN_ID,
+    confirmations: 2,
+    finalityBlocks: 4,
+    expirySeconds: 3600,
+    rpcTimeoutMs: 300,
+    ...over,
+  });
+
+  /** A hot wallet of the test's own (with gas), so tests never see each other's payments. */
+  async function hotWallet(usdcUnits = centsToUnits(1_000_000)): Promise<PrivateKeyAccount> {
+    const account = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    await anvil.fundGas(account.address);
+    if (usdcUnits > 0n) await anvil.mintUsdc(usdc, account.address, usdcUnits);
+    return account;
+  }
+
+  function worker(rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
+    const w = createSettlementWorker({ store, rails: () => new Map([[rail.settings.chain, rail]]), clock: () => new Date(), logger, pollMs: 0, recheckMs: 0, underfundedRetryMs: 0, ...over });
+    workers.push(w);
+    return w;
+  }
+
+  const recipient = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+
+  async function accept(wallet: PrivateKeyAccount, to: string, amountCents: number, at = new Date(), expiresAt = new Date(at.getTime() + 3600_000)): Promise<string> {
+    const paymentId = randomUUID();
+    await store.insert(db, { paymentId, chain: "eth", rail: "evm", wallet: wallet.address.toLowerCase(), recipient: to, amountCents, currency: "USD", at, expiresAt });
+    return paymentId;
+  }
+
+  const get = async (id: string) => (await store.get(db, id))!;
+
+  /** Runs passes until the payment is in `status` (bounded by a count of passes, never by time). */
+  async function until(w: SettlementWorker, id: string, status: SettlementPayment["status"], passes = 20): Promise<SettlementPayment> {
+    for (let i = 0; i < passes; i++) {
+      const p = await get(id);
+      if (p.status === status) return p;
+      await w.runOnce();
+    }
+    const p = await get(id);
+    expect(p.status, `payment ${id}`).to.equal(status);
+    return p;
+  }
+
+  it("pays the counterparty once the transfer is deep enough, with the stored signed bytes", async () => {
+    const wallet = await hotWallet();
+    const rail = createEvmRail(settings(), wallet);
+    const w = worker(rail);
+    const to = recipient();
+    const id = await accept(wallet, to, 125);
+    await w.runOnce();
+    const submitted = await get(id);
+    expect(submitted.status).to.equal("submitted");
+    expect(submitted.txHash).to.match(/^0x[0-9a-f]{64}$/);
+    expect(submitted.nonce).to.equal(0);
+    const done = await until(w, id, "submitted", 1).then(async () => {
+      await anvil.mine(1);
+      return until(w, id, "completed");
+    });
+    expect(done.confirmations).to.be.at.least(2);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(1_250_000n);
+    const [stored] = await store.transactions(id);
+    const onChain = await anvil.client.getTransaction({ hash: done.txHash as Hex });
+    expect(onChain.hash).to.equal(stored!.txHash);
+    expect(onChain.nonce).to.equal(0);
+  });
+
+  it("sends the same signed bytes again after the first broadcast never arrived (restart), and pays once", async () => {
+    const wallet = await hotWallet();
+    const proxy = await startRpcProxy(anvil.url);
+    try {
+      proxy.mode = "stall-send";
+      const first = worker(createEvmRail(settings(proxy.url), wallet));
+      const to = recipient();
+      const id = await accept(wallet, to, 300);
+      await first.runOnce(); // signed and stored; the broadcast times out
+      const p = await get(id);
+      expect(p.status).to.equal("submitted");
+      expect(await anvil.client.getTransactionCount({ address: wallet.address })).to.equal(0);
+      await first.runOnce(); // still nothing on the chain: a timeout never fails it
+      expect((await get(id)).status).to.equal("submitted");
+      await first.stop();
+
+      const second = worker(createEvmRail(settings(), wallet));
+      await anvil.mine(0);
+      await second.runOnce();
+      await anvil.mine(1);
+      const done = await until(second, id, "completed");
+      expect(done.txHash).to.equal(p.txHash);
+      const txs = await store.transactions(id);
+      expect(txs.map((t) => t.txHash)).to.deep.equal([p.txHash]);
+      expect(await anvil.usdcBalance(usdc, to)).to.equal(3_000_000n);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it("a node that stops answering leaves the payment submitted, counted as RPC errors, until it answers", async () => {
+    const wallet = await hotWallet();
+    const proxy = await startRpcProxy(anvil.url);
+    try {
+      const w = worker(createEvmRail(settings(proxy.url), wallet));
+      const id = await accept(wallet, recipient(), 50);
+      await w.runOnce();
+      expect((await get(id)).status).to.equal("submitted");
+      proxy.mode = "stall";
+      await anvil.mine(3);
+      for (let i = 0; i < 3; i++) await w.runOnce();
+      expect((await get(id)).status).to.equal("submitted");
+      const metrics = await coreRegistry.getSingleMetricAsString("vaultgate_settlement_rpc_errors_total");
+      expect(metrics).to.match(/vaultgate_settlement_rpc_errors_total\{chain="eth",method="eth_getTransactionCount"\} [1-9]/);
+      proxy.mode = "pass";
+      await until(w, id, "completed");
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it("a reorg that removes a completed transfer's block puts it back to submitted, and it completes again, paid once", async () => {
+    const wallet = await hotWallet();
+    const w = worker(createEvmRail(settings(undefined, { finalityBlocks: 50 }), wallet));
+    const to = recipient();
+    const id = await accept(wallet, to, 700);
+    await w.runOnce();
+    await anvil.mine(1);
+    const done = await until(w, id, "completed");
+    await anvil.setAutomine(false);
+    await anvil.rpc("anvil_reorg", [2, []]);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
+    await w.runOnce();
+    const back = await get(id);
+    expect(back.status).to.equal("submitted");
+    expect(back.completedAt).to.equal(null);
+    await w.runOnce(); // sends the same bytes again
+    await anvil.mine(2);
+    const again = await until(w, id, "completed");
+    expect(again.txHash).to.equal(done.txHash);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(7_000_000n);
+  });
+
+  it("a dropped transfer is sent again with the same bytes; one whose nonce another transaction took fails as dropped", async () => {
+    await anvil.setAutomine(false);
+    const wallet = await hotWallet();
+    const w = worker(createEvmRail(settings(), wallet));
+    const to = recipient();
+    const id = await accept(wallet, to, 200);
+    await w.runOnce();
+    const p = await get(id);
+    await anvil.rpc("anvil_dropTransaction", [p.txHash]);
+    await w.runOnce(); // nothing mined, nonce unused: the same bytes again
+    await anvil.mine(3);
+    const done = await until(w, id, "completed");
+    expect(done.txHash).to.equal(p.txHash);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(2_000_000n);
+
+    const to2 = recipient();
+    const id2 = await accept(wallet, to2, 200);
+    await w.runOnce();
+    const p2 = await get(id2);
+    await anvil.rpc("anvil_dropTransaction", [p2.txHash]);
+    // Someone else with the key spends the nonce.
+    const other = await wallet.signTransaction({ type: "eip1559", chainId: ANVIL_CHAIN_ID, nonce: p2.nonce!, to: wallet.address, value: 0n, gas: 21_000n, maxFeePerGas: 10n ** 10n, maxPriorityFeePerGas: 10n ** 9n });
+    await anvil.client.sendRawTransaction({ serializedTransaction: other });
+    await anvil.mine(1);
+    const failed = await until(w, id2, "failed");
+    expect(failed.failureReason).to.equal("dropped");
+    expect(await anvil.usdcBalance(usdc, to2)).to.equal(0n);
+  });
+
+  it("an expired unmined transfer is cancelled with its nonce and fails as expired; the payee gets nothing", async () => {
+    await anvil.setAutomine(false);
+    const wallet = await hotWallet();
+    const clock = createTestClock();
+    const w = worker(createEvmRail(settings(), wallet), { clock });
+    const to = recipient();
+    const id = await accept(wallet, to, 400, clock(), new Date(clock().getTime() + 60_000));
+    await w.runOnce();
+    const p = await get(id);
+    await anvil.rpc("anvil_dropTransaction", [p.txHash]); // stuck somewhere we cannot see
+    clock.advance(61_000);
+    await w.runOnce(); // signs and sends the cancellation
+    const txs = await store.transactions(id);
+    expect(txs.map((t) => t.kind)).to.deep.equal(["transfer", "cancel"]);
+    await anvil.mine(3);
+    const failed = await until(w, id, "failed");
+    expect(failed.failureReason).to.equal("expired");
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
+  });
+
+  it("a pending payment past its expiry, never signed, fails as expired without touching the chain", async () => {
+    const wallet = await hotWallet();
+    const clock = createTestClock();
+    const w = worker(createEvmRail(settings(), wallet), { clock });
+    const id = await accept(wallet, recipient(), 100, clock(), new Date(clock().getTime() + 1000));
+    clock.advance(2000);
+    await w.runOnce();
+    const p = await get(id);
+    expect(p.status).to.equal("failed");
+    expect(p.failureReason).to.equal("expired");
+    expect(p.nonce).to.equal(null);
+  });
+
+  it("a reverted transfer fails as reverted", async () => {
+    const wallet = await hotWallet();
+    const w = worker(createEvmRail(settings(), wallet));
+    const id = await accept(wallet, "0x0000000000000000000000000000000000000000", 100);
+    await w.runOnce();
+    await anvil.mine(2);
+    const p = await until(w, id, "failed");
+    expect(p.failureReason).to.equal("reverted");
+  });
+
+  it("an under-funded hot wallet leaves the payment pending, counted, and it goes out once funded", async () => {
+    const wallet = await hotWallet(centsToUnits(100));
+    const w = worker(createEvmRail(settings(), wallet));
+    const to = recipient();
+    const id = await accept(wallet, to, 150);
+    await w.runOnce();
+    await w.runOnce();
+    const p = await get(id);
+    expect(p.status).to.equal("pending");
+    expect(p.nonce).to.equal(null);
+    expect(await coreRegistry.getSingleMetricAsString("vaultgate_settlement_underfunded_total")).to.match(/chain="eth"\} [1-9]/);
+    await anvil.mintUsdc(usdc, wallet.address, centsToUnits(100));
+    await w.runOnce();
+    await anvil.mine(2);
+    await until(w, id, "completed");
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(1_500_000n);
+  });
+
+  it("a payment another worker holds is left alone until its lease runs out, then taken over", async () => {
+    const wallet = await hotWallet();
+    const rail = createEvmRail(settings(), wallet);
+    const id = await accept(wallet, recipient(), 100);
+    const now = new Date();
+    // A worker claims it and dies holding the lease.
+    const held = await store.claim([{ chain: "eth", wallet: rail.wallet }], now, new Date(now.getTime() + 60_000), 10);
+    expect(held.map((p) => p.paymentId)).to.deep.equal([id]);
+    const clock = createTestClock(now);
+    const w = worker(rail, { clock });
+    expect(await w.runOnce()).to.equal(0);
+    expect((await get(id)).status).to.equal("pending");
+    clock.advance(61_000);
+    expect(await w.runOnce()).to.equal(1);
+    expect((await get(id)).status).to.equal("submitted");
+  });
+
+  it("many payments from one wallet through several workers at once: one nonce each, contiguous, each payee paid once (PostgreSQL)", async function () {
+    requirePostgres(this, "several workers need several connections");
+    const wallet = await hotWallet();
+    const payees = Array.from({ length: 40 }, () => recipient());
+    const ids = await Promise.all(payees.map((to, i) => accept(wallet, to, 10 + i)));
+    const ws = Array.from({ length: 4 }, () => worker(createEvmRail(settings(), wallet), { batchSize: 7 }));
+    for (let round = 0; round < 40; round++) {
+      await Promise.all(ws.map((w) => w.runOnce()));
+      await anvil.mine(1);
+      const rows = await Promise.all(ids.map(get));
+      if (rows.every((p) => p.status === "completed")) break;
+    }
+    const rows = await Promise.all(ids.map(get));
+    expect(rows.map((p) => p.status)).to.deep.equal(ids.map(() => "completed"));
+    expect(rows.map((p) => p.nonce).sort((a, b) => a! - b!)).to.deep.equal(ids.map((_, i) => i));
+    const balances = await Promise.all(payees.map((to) => anvil.usdcBalance(usdc, to)));
+    expect(balances).to.deep.equal(payees.map((_, i) => centsToUnits(10 + i)));
+    expect(await anvil.client.getTransactionCount({ address: wallet.address })).to.equal(40);
+  });
+});

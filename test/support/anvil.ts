@@ -1,0 +1,165 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import http from "node:http";
+import { createRequire } from "node:module";
+import type { AddressInfo } from "node:net";
+import { dirname, join } from "node:path";
+import { createPublicClient, createWalletClient, http as viemHttp, erc20Abi, type Hex, type PublicClient } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { usdcArtifact } from "../../cli/usdc-contract.js";
+
+/** anvil's first funded account (its well-known dev key): deploys and mints USDC in tests. */
+export const ANVIL_DEPLOYER_KEY: Hex = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+export const ANVIL_CHAIN_ID = 31337;
+
+/**
+ * The anvil binary shipped by the @foundry-rs/anvil package (its platform package). There
+ * is no fallback and no skip: settlement tests need a real node, so a missing binary
+ * fails them, in CI as anywhere.
+ */
+export function anvilBinary(): string {
+  const require = createRequire(import.meta.url);
+  const pkg = `@foundry-rs/anvil-${process.platform === "win32" ? "win32" : process.platform}-${process.arch === "x64" ? "amd64" : process.arch}`;
+  return join(dirname(require.resolve(`${pkg}/package.json`)), "bin", process.platform === "win32" ? "anvil.exe" : "anvil");
+}
+
+export interface Anvil {
+  url: string;
+  port: number;
+  client: PublicClient;
+  rpc<T = unknown>(method: string, params?: unknown[]): Promise<T>;
+  mine(blocks?: number): Promise<void>;
+  setAutomine(on: boolean): Promise<void>;
+  /** Deploys contracts/USDC.sol; answers its address. */
+  deployUsdc(): Promise<Hex>;
+  mintUsdc(usdc: Hex, to: string, units: bigint): Promise<void>;
+  usdcBalance(usdc: Hex, of: string): Promise<bigint>;
+  /** Gives an address ETH for gas. */
+  fundGas(address: string, wei?: bigint): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Starts a local anvil (block time 0: a block per transaction) on a free port; resolves once it answers. */
+export async function startAnvil(options: { port?: number } = {}): Promise<Anvil> {
+  const port = options.port ?? (await freePort());
+  const child: ChildProcess = spawn(anvilBinary(), ["--port", String(port), "--host", "127.0.0.1", "--chain-id", String(ANVIL_CHAIN_ID), "--silent"], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<never>((_, reject) => child.once("exit", (code) => reject(new Error(`anvil exited (${code}): ${stderr}`))));
+  exited.catch(() => {});
+  const url = `http://127.0.0.1:${port}`;
+  const rpc = async <T>(method: string, params: unknown[] = []): Promise<T> => {
+    const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }) });
+    const body = (await res.json()) as { result?: T; error?: { message: string } };
+    if (body.error) throw new Error(`${method}: ${body.error.message}`);
+    return body.result as T;
+  };
+  for (let i = 0; ; i++) {
+    const up = await Promise.race([rpc("eth_chainId").then(() => true, () => false), exited]);
+    if (up) break;
+    if (i > 200) throw new Error(`anvil did not answer on ${url}: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const client = createPublicClient({ transport: viemHttp(url) }) as PublicClient;
+  const deployer = privateKeyToAccount(ANVIL_DEPLOYER_KEY);
+  const wallet = createWalletClient({ account: deployer, transport: viemHttp(url) });
+  const chain = { id: ANVIL_CHAIN_ID, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [url] } } };
+  return {
+    url,
+    port,
+    client,
+    rpc,
+    mine: (blocks = 1) => rpc("anvil_mine", [`0x${blocks.toString(16)}`]).then(() => undefined),
+    setAutomine: (on) => rpc("evm_setAutomine", [on]).then(() => undefined),
+    async deployUsdc() {
+      const { abi, bytecode } = await usdcArtifact();
+      const hash = await wallet.deployContract({ abi, bytecode, chain });
+      await rpc("anvil_mine", ["0x1"]).catch(() => {});
+      const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 20 });
+      return receipt.contractAddress!;
+    },
+    async mintUsdc(usdc, to, units) {
+      const { abi } = await usdcArtifact();
+      const hash = await wallet.writeContract({ address: usdc, abi, functionName: "mint", args: [to, units], chain });
+      await rpc("anvil_mine", ["0x1"]).catch(() => {});
+      await client.waitForTransactionReceipt({ hash, pollingInterval: 20 });
+    },
+    usdcBalance: (usdc, of) => client.readContract({ address: usdc, abi: erc20Abi, functionName: "balanceOf", args: [of as Hex] }),
+    fundGas: (address, wei = 10n ** 20n) => rpc("anvil_setBalance", [address, `0x${wei.toString(16)}`]).then(() => undefined),
+    async stop() {
+      if (child.exitCode !== null) return;
+      const gone = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await gone;
+    },
+  };
+}
+
+export type ProxyMode = "pass" | "stall" | "stall-send";
+
+/**
+ * A JSON-RPC proxy in front of a node that can stop answering (a stalled connection: the
+ * request is read and never answered), for everything or only for eth_sendRawTransaction
+ * (which is then not forwarded either: the transaction never reaches the node).
+ */
+export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; stop(): Promise<void> }> {
+  const stalled = new Set<http.ServerResponse>();
+  const state = { mode: "pass" as ProxyMode };
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks).toString();
+      const isSend = body.includes("eth_sendRawTransaction");
+      if (state.mode === "stall" || (state.mode === "stall-send" && isSend)) {
+        stalled.add(res);
+        return;
+      }
+      fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+        .then(async (r) => {
+          res.writeHead(r.status, { "content-type": "application/json" });
+          res.end(await r.text());
+        })
+        .catch(() => res.destroy());
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    get mode() {
+      return state.mode;
+    },
+    set mode(m: ProxyMode) {
+      state.mode = m;
+    },
+    async stop() {
+      for (const res of stalled) res.destroy();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/**
+ * A key file holding a fresh hot wallet key, for a core under test: cores of one test
+ * process share the per-process key of a chain otherwise, and with it its nonces.
+ */
+export async function freshWalletKeyFile(): Promise<string> {
+  const { mkdtemp, writeFile } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const { randomBytes } = await import("node:crypto");
+  const dir = await mkdtemp(join(tmpdir(), "vg-hot-wallet-"));
+  const file = join(dir, "wallet.key");
+  await writeFile(file, `0x${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
+  return file;
+}
