@@ -126,7 +126,6 @@ const STILL_OVER_400_BEING_SPLIT: string[] = [
   "bench/support.ts",
   "test/core/explain-postgres.test.ts",
   "test/core/grants/budget-principal.test.ts",
-  "test/core/treasury/execute-batch.test.ts",
   "test/gateways/oauth/agent-oauth.test.ts",
   "test/gateways/partner/resources.test.ts",
   "test/gateways/partner/token-flood.test.ts",
