@@ -125,7 +125,6 @@ const STILL_OVER_400_BEING_SPLIT: string[] = [
   "bench/partner-token.bench.ts",
   "bench/support.ts",
   "test/core/grants/budget-principal.test.ts",
-  "test/gateways/partner/resources.test.ts",
   "test/gateways/partner/token-flood.test.ts",
 ].map((f) => f.split("/").join(sep));
 const MAX_LINES = 400;
