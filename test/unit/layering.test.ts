@@ -124,7 +124,6 @@ function isPlatform(file: string): boolean {
 const STILL_OVER_400_BEING_SPLIT: string[] = [
   "bench/partner-token.bench.ts",
   "bench/support.ts",
-  "test/gateways/partner/token-flood.test.ts",
 ].map((f) => f.split("/").join(sep));
 const MAX_LINES = 400;
 
