@@ -10,7 +10,8 @@ import { codeOf } from "../../core/errors.js";
  *   (`expectInternalError` for a failure that is not a refusal);
  * - a raw gRPC call over the network (grpc-js): `expectGrpcRefused` / `grpcRefusalOf`;
  * - a JSON-RPC response (MCP endpoints): `expectJsonRpcError`;
- * - an HTTP response of the partner API: `expectHttpError`.
+ * - an HTTP response of the partner API: `expectHttpError`;
+ * - an OAuth token endpoint's error response: `expectOAuthError`.
  * Each fails the test when the call succeeded, and checks the code and the reason together.
  */
 
@@ -134,4 +135,18 @@ export function expectHttpError(res: HttpResponse, status: number, code: string)
   expect(body.error.request_id).to.equal(res.headers.get("x-request-id"));
   if (status === 401) expect(res.headers.get("www-authenticate")).to.match(/^Bearer/);
   if (status === 429) expect(res.headers.get("retry-after")).to.equal("60");
+}
+
+/**
+ * Asserts an OAuth token endpoint's error response (fetch `Response`): `status`, a body whose
+ * `error` is `error`, the no-store headers and a request id; returns the body.
+ */
+export async function expectOAuthError(res: Response, status: number, error: string): Promise<{ error: string; [k: string]: unknown }> {
+  expect(res.status, await res.clone().text()).to.equal(status);
+  const body = (await res.json()) as { error: string; [k: string]: unknown };
+  expect(body.error).to.equal(error);
+  expect(res.headers.get("cache-control")).to.equal("no-store");
+  expect(res.headers.get("pragma")).to.equal("no-cache");
+  expect(res.headers.get("x-request-id")).to.match(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  return body;
 }
