@@ -1,5 +1,5 @@
 /**
- * A real core process for the crash test (issue 4): serves core over h2c on a given
+ * A real core process for the treasury crash test: serves core over h2c on a given
  * database with the treasury fault seam armed, so a batch stops at a chosen point
  * and the parent can kill -9 it there.
  *   node --import tsx test/support/treasury-core-child.ts <database-url> <admin-token> <before-commit|after-commit>

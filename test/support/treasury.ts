@@ -10,7 +10,7 @@ export interface TreasuryPartner extends TestPartner {
   token: string;
 }
 
-/** Mints a token for the partner through the IssueToken RPC (spec 5.3: omitted scope = every entitlement). */
+/** Mints a token for the partner through the IssueToken RPC (an omitted scope means every entitlement). */
 export async function withToken(clients: CoreClients, partner: TestPartner, scope?: string): Promise<TreasuryPartner> {
   const res = await clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope });
   return { ...partner, token: res.accessToken };

@@ -39,7 +39,7 @@ describe("TreasuryService.ExecuteBatch", () => {
     expect(audit.map((r) => [r.reason, r.subject])).to.deep.equal([["", res.batch!.batchId]]);
   });
 
-  describe("check order (DESIGN 4.4)", () => {
+  describe("check order", () => {
     it("reports the earliest failing check, and after each fix the same ids succeed", async () => {
       const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
       const user = (await stack.admin.partners.createUser({ email: `r-${randomUUID()}@example.test` })).userId;

@@ -15,7 +15,7 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
   after(() => stack.close());
 
   describe("token endpoint", () => {
-    it("exchanges a code for exactly the spec 2.4 response (client_secret_post)", async () => {
+    it("exchanges a code for exactly the token response (client_secret_post)", async () => {
       const { token, back, user, client } = await oauthGrant(stack);
       expect(back.searchParams.get("state")).to.equal("st-1");
       expect(back.searchParams.get("iss")).to.equal(stack.url);
@@ -149,7 +149,7 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
     });
   });
 
-  describe("refresh rotation (DESIGN 3)", () => {
+  describe("refresh rotation", () => {
     const refresh = (client: { client_id: string; client_secret: string }, refreshToken: string) =>
       postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: refreshToken }, { authorization: basic(client.client_id, client.client_secret) });
 

@@ -4,7 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, formFields, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
 import { REDIRECT, oauthGrant, vaultUrn } from "../../support/agent-oauth.js";
 
-describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
+describe("agent OAuth over HTTP", () => {
   let stack: TestStack;
   before(async () => {
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
@@ -67,7 +67,7 @@ describe("agent OAuth over HTTP (spec 2.3, 2.4, 3.2, 4.2-4.4)", () => {
       }
     });
 
-    it("registers a client and returns the spec 2.3 fields once", async () => {
+    it("registers a client and returns the registration fields once", async () => {
       const { status, body } = await registerClient(stack);
       expect(status).to.equal(201);
       expect(body.client_id).to.match(/^agc_[0-9a-f]{24}$/);

@@ -108,7 +108,7 @@ describe("partner resources over HTTP", () => {
     });
   });
 
-  describe("bearer verification (spec 5.2)", () => {
+  describe("bearer verification", () => {
     it("401 invalid_token with WWW-Authenticate: Bearer for missing, garbage and forged tokens", async () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);

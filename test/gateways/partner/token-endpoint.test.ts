@@ -9,7 +9,7 @@ import { expectOAuthError } from "../../support/refusals.js";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const CC = "grant_type=client_credentials";
 
-/** spec 2.5, 4.6, 5.2-5.4, 7.2, 8: the partner token endpoint through real HTTP. */
+/** The partner token endpoint through real HTTP: credentials, claims, scopes, rotation, errors, rate limit. */
 describe("POST /api/partner/oauth/token", () => {
   let stack: TestStack;
   let partner: TestPartner;
@@ -24,7 +24,7 @@ describe("POST /api/partner/oauth/token", () => {
   const viaBasic = (p: TestPartner, body = CC) => postToken(stack.url, body, { authorization: basic(p.clientId, p.clientSecret) });
 
   describe("success", () => {
-    it("mints with HTTP Basic: spec 2.5 body and no-store headers", async () => {
+    it("mints with HTTP Basic: the token body and no-store headers", async () => {
       const res = await viaBasic(partner);
       expect(res.status).to.equal(200);
       expect(res.headers.get("cache-control")).to.equal("no-store");
@@ -60,7 +60,7 @@ describe("POST /api/partner/oauth/token", () => {
       expect(res.status).to.equal(200);
     });
 
-    it("carries exactly the claims of spec 2.5", async () => {
+    it("carries exactly the partner token claims", async () => {
       const res = await viaBasic(partner, `${CC}&scope=${encodeURIComponent("kyc:read wallet:read")}`);
       const { access_token } = (await res.json()) as { access_token: string };
       const header = decodeProtectedHeader(access_token);
@@ -82,7 +82,7 @@ describe("POST /api/partner/oauth/token", () => {
   });
 
   describe("credentials", () => {
-    it("has the spec 2.5 shapes, URL-safe", () => {
+    it("has the documented shapes, URL-safe", () => {
       expect(partner.clientId).to.match(/^gpc_[a-z0-9-]+_[0-9a-f]{8}$/);
       expect(partner.clientSecret).to.match(/^gps_[A-Za-z0-9_-]{43}$/);
       expect(Buffer.from(partner.clientSecret.slice(4), "base64url")).to.have.length(32);
@@ -117,7 +117,7 @@ describe("POST /api/partner/oauth/token", () => {
       expect((await viaBasic(partner)).status).to.equal(200);
     });
 
-    it("rotation replaces the secret at once and keeps client_id and status (spec 5.4)", async () => {
+    it("rotation replaces the secret at once and keeps client_id and status", async () => {
       const before = await viaBasic(partner);
       expect(before.status).to.equal(200);
       const rotated = await stack.admin.partners.rotateSecret({ clientId: partner.clientId });
@@ -178,7 +178,7 @@ describe("POST /api/partner/oauth/token", () => {
     });
   });
 
-  describe("scopes (spec 5.3)", () => {
+  describe("scopes", () => {
     const scopeOf = async (res: Response) => {
       expect(res.status).to.equal(200);
       return ((await res.json()) as { scope: string }).scope;
@@ -214,7 +214,7 @@ describe("POST /api/partner/oauth/token", () => {
     });
   });
 
-  describe("rate limit (spec 8)", () => {
+  describe("rate limit", () => {
     it("answers the 31st issuance in a minute with 429 and Retry-After: 60, counting failures", async () => {
       for (let i = 0; i < 30; i++) {
         const res = i % 3 === 0 ? await viaBasic({ ...partner, clientSecret: "gps_wrong" }) : await viaBasic(partner);
