@@ -9,7 +9,7 @@ import { codeOf } from "../../core/errors.js";
  * - a core call through a generated Connect client: `expectRefused` / `refusalOf`
  *   (`expectInternalError` for a failure that is not a refusal);
  * - a raw gRPC call over the network (grpc-js): `expectGrpcRefused` / `grpcRefusalOf`;
- * - a JSON-RPC response (MCP endpoints): `expectJsonRpcError`;
+ * - a JSON-RPC response (MCP endpoints): `expectJsonRpcError`; a refusal inside a tools/call result: `expectToolError`;
  * - an HTTP response of the partner API: `expectHttpError`;
  * - an OAuth token endpoint's error response: `expectOAuthError`.
  * Each fails the test when the call succeeded, and checks the code and the reason together.
@@ -111,6 +111,22 @@ export function expectJsonRpcError(res: { json?: unknown; text?: string }, code:
   expect(body, res.text).to.not.have.property("result");
   expect({ code: body!.error!.code, reason_id: body!.error!.data?.reason_id }, res.text).to.deep.equal({ code, reason_id: reasonId });
   return body!.error!;
+}
+
+/**
+ * Asserts an MCP tools/call result (raw JSON-RPC `result` or the SDK's) is a refusal: `isError`,
+ * no structuredContent, and the JSON-RPC error it carries in `_meta` has `code`, `reasonId` and,
+ * when given, `limit`; returns that error.
+ */
+export function expectToolError(result: unknown, code: number, reasonId: string, limit?: string): JsonRpcError {
+  const text = JSON.stringify(result);
+  const r = result as { isError?: unknown; _meta?: { error?: JsonRpcError } } | undefined;
+  expect(r?.isError, text).to.equal(true);
+  expect(r, text).to.not.have.property("structuredContent");
+  const e = r?._meta?.error;
+  expect({ code: e?.code, reason_id: e?.data?.reason_id }, text).to.deep.equal({ code, reason_id: reasonId });
+  if (limit !== undefined) expect(e!.data?.limit, text).to.equal(limit);
+  return e!;
 }
 
 /** A response of the partner API (see `api` in ./resources.ts). */
