@@ -10,27 +10,15 @@ import {
 } from "../support/trust.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
-/**
- * Core trusts no caller, over its whole surface: every method of every service core
- * serves has an entry here naming the credential it takes, with a positive control (so
- * no refusal passes vacuously) and the refusals: no credential, a forged one, another
- * user's, a revoked one. Calls go to core's real port through a stock grpc-js client.
- * A method without an entry fails, so a new RPC cannot ship without a decision here.
- */
 import type { Ctx, Entry } from "../support/trust-cases.js";
 import { PLATFORM_TABLE } from "../support/trust-table-platform.js";
 import { GRANTS_TABLE } from "../support/trust-table-grants.js";
 import { BUDGETS_TABLE } from "../support/trust-table-budgets.js";
 
-
 /**
- * Core trusts no caller, over its whole surface: every method of every service core
- * serves has an entry here naming the credential it takes, with a positive control (so
- * no refusal passes vacuously) and the refusals: no credential, a forged one, another
- * user's, a revoked one. Calls go to core's real port through a stock grpc-js client.
- * A method without an entry fails, so a new RPC cannot ship without a decision here.
-
-/** "package.Service/Method" -> the credential it takes and its cases. */
+ * Core trusts no caller: every RPC core serves has a table entry naming its credential, with a
+ * positive control and the refusals (none, forged, another user's, revoked), so no new RPC ships undecided.
+ */
 const TABLE: Record<string, Entry> = { ...PLATFORM_TABLE, ...GRANTS_TABLE, ...BUDGETS_TABLE };
 const services = await generatedServices();
 const methodKey = (s: DescService, m: string) => `${s.typeName}/${m}`;

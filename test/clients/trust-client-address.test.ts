@@ -9,14 +9,6 @@ import {
 } from "../support/trust.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
-/**
- * Core trusts no caller, over its whole surface: every method of every service core
- * serves has an entry here naming the credential it takes, with a positive control (so
- * no refusal passes vacuously) and the refusals: no credential, a forged one, another
- * user's, a revoked one. Calls go to core's real port through a stock grpc-js client.
- * A method without an entry fails, so a new RPC cannot ship without a decision here.
- */
-
 const S = grpc.status;
 
 /** A direct caller's claimed address is not believed: only the gateway, with its credential, may vouch for one. */

@@ -11,12 +11,8 @@ import { fixtures } from "../support/trust.js";
 import { explainKit } from "../support/explain.js";
 
 /**
- * The plans of the hot paths' real statements on a database seeded with thousands of rows
- * per hot table: every statement the calls below send is captured as sent (SQL and
- * bindings) and EXPLAINed, and a group-committed PL/pgSQL batch function is checked by
- * EXPLAINing the statement inside it with the same arguments and the function's settings.
- * PostgreSQL only: PGlite plans with the same planner but the point is the server's plans
- * on realistic table sizes, and the seeding relies on its statistics (ANALYZE).
+ * Hot statements, captured as sent and EXPLAINed (custom and generic plans) on a database seeded to
+ * thousands of rows per hot table. PostgreSQL only: the plans that matter are the server's, at size.
  */
 describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", function () {
   this.timeout(180_000);

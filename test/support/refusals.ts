@@ -5,14 +5,8 @@ import { type ErrorDetail, ErrorDetailSchema, Reason } from "../../gen/vaultgate
 import { codeOf } from "../../core/errors.js";
 
 /**
- * The one place tests say "this must be refused", one helper per real surface:
- * - a core call through a generated Connect client: `expectRefused` / `refusalOf`
- *   (`expectInternalError` for a failure that is not a refusal);
- * - a raw gRPC call over the network (grpc-js): `expectGrpcRefused` / `grpcRefusalOf`;
- * - a JSON-RPC response (MCP endpoints): `expectJsonRpcError`; a refusal inside a tools/call result: `expectToolError`;
- * - an HTTP response of the partner API: `expectHttpError`;
- * - an OAuth token endpoint's error response: `expectOAuthError`.
- * Each fails the test when the call succeeded, and checks the code and the reason together.
+ * The one place tests say "this must be refused", one helper per surface (Connect, grpc-js, JSON-RPC,
+ * MCP tool results, partner HTTP, OAuth token endpoint); each fails when the call succeeded.
  */
 
 /** What core refused a call with. */

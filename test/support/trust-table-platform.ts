@@ -7,13 +7,6 @@ import {
 } from "./trust.js";
 import { batchRequest, bindTreasury } from "./treasury.js";
 
-/**
- * Core trusts no caller, over its whole surface: every method of every service core
- * serves has an entry here naming the credential it takes, with a positive control (so
- * no refusal passes vacuously) and the refusals: no credential, a forged one, another
- * user's, a revoked one. Calls go to core's real port through a stock grpc-js client.
- * A method without an entry fails, so a new RPC cannot ship without a decision here.
- */
 import { admin, partner, ok, refused, consentingUser, S, type Entry } from "./trust-cases.js";
 
 /** Trust table entries of health, reflection, audit, partners and treasury. */

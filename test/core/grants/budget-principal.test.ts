@@ -18,11 +18,8 @@ const jtiOf = (accessToken: string) => decodeJwt(accessToken).jti as string;
 type Owner = { email: string; userId: string; vaultId: string };
 
 /**
- * A grant on a budget's vault acts as the budget's own agent principal: the token's
- * act.sub, the payment rows and the audit actor all name the budget that spent, whichever
- * way the grant was issued (operator IssueGrant, OAuth code flow, refresh, supersede).
- * Grants on any other vault keep the principal of the user and client. The owner's
- * dashboard (core ListAgents / GetAgent) lists such budget principals and revokes their grants.
+ * A grant on a budget's vault, however issued, acts as the budget's own principal (act.sub, payments,
+ * audit); grants on other vaults keep the user's and client's. The dashboard lists and revokes them.
  */
 describe("grants on a budget's vault act as the budget's agent principal", () => {
   let stack: TestStack;

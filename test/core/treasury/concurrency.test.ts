@@ -18,10 +18,8 @@ import { reasonOf } from "../../support/refusals.js";
 
 
 /**
- * Treasury batches: exactly-once and never-overdraw under real concurrency, and all-or-nothing
- * across a crash. These need several connections (and, for the crash, a second
- * process on a shared server), so they run on Postgres only: PGlite is one
- * connection in one process and serialises every transaction anyway.
+ * Treasury batches: exactly-once and never-overdraw under real concurrency, all-or-nothing across a
+ * crash. PostgreSQL only: PGlite is one connection in one process and serialises everything anyway.
  */
 describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function () {
   let stack: TestStack;
