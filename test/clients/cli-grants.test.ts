@@ -2,12 +2,12 @@ import { expect } from "chai";
 import { decodeJwt } from "jose";
 import { runCli, useServiceProcess } from "../support/process.js";
 
-/** DESIGN 5 operator commands of issue 5 against a real `vaultgate serve`. */
+/** The operator's grant commands against a real `vaultgate serve`. */
 describe("vaultgate grant issue and dev outbox (CLI)", function () {
   this.timeout(120_000);
   const proc = useServiceProcess("all");
 
-  it("issues a spec 2.4 token response for a user's vault, with --step-up", async () => {
+  it("issues an OAuth token response for a user's vault, with --step-up", async () => {
     const user = (await runCli(["user", "create", "--email", "cli-grant@example.com"], proc.env)).json!;
     const res = await runCli(["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read,payments:initiate", "--step-up"], proc.env);
     expect(res.code, res.stderr).to.equal(0);

@@ -5,6 +5,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { ALL_AGENT_SCOPES, createOwner, grantFor, ownerSession } from "../support/budgets.js";
 import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
+import { expectToolError } from "../support/refusals.js";
 
 /**
  * A budget's whole life with the official MCP SDK client as the agent: create, fund, pay
@@ -33,11 +34,6 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
       name: "payments.initiate",
       arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: `sdk-${randomUUID()}` },
     });
-  const errorOf = (res: Awaited<ReturnType<Client["callTool"]>>) => {
-    expect(res.isError, JSON.stringify(res)).to.equal(true);
-    const e = (res._meta as { error: { code: number; data: Record<string, unknown> } }).error;
-    return [e.code, e.data.reason_id, e.data.limit];
-  };
 
   it("the agent funds its budget and pays from it; the owner closes it and the money goes back; nothing more is paid", async () => {
     const owner = await createOwner(stack);
@@ -58,14 +54,14 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     expect(funded.isError).to.equal(false);
     expect(funded.structuredContent).to.deep.include({ vault_id: budget.vault_id, parent_vault_id: owner.vaultId, balance_cents: 5_000, replayed: false });
     const beyond = await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 5_001, idempotency_key: `sdk-${randomUUID()}` } });
-    expect(errorOf(beyond)).to.deep.equal([-32003, "insufficient_funds", undefined]);
+    expectToolError(beyond, -32003, "insufficient_funds");
     await expectLedgerBalanced(stack);
 
     // The budget's own agent (a grant the operator issues on the budget vault) pays under its policy.
     const agentToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
     const write = await connect("/mcp/write", agentToken);
     expect((await pay(write, 1_500)).structuredContent).to.deep.include({ kind: "accepted", status: "completed" });
-    expect(errorOf(await pay(write, 2_001))).to.deep.equal([-32002, "policy_denied", "per_tx_cap"]);
+    expectToolError(await pay(write, 2_001), -32002, "policy_denied", "per_tx_cap");
     expect(await balanceOf(stack, budget.vault_id)).to.equal(3_500);
     await expectLedgerBalanced(stack);
 
@@ -90,12 +86,9 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     );
     const laterToken = await grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id });
     const later = await connect("/mcp/write", laterToken);
-    expect(errorOf(await pay(later, 100))).to.deep.equal([-32002, "policy_denied", "policy_inactive"]);
+    expectToolError(await pay(later, 100), -32002, "policy_denied", "policy_inactive");
     // Nothing more goes in; revoking again changes nothing.
-    expect(errorOf(await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 100, idempotency_key: `sdk-${randomUUID()}` } })).slice(0, 2)).to.deep.equal([
-      -32002,
-      "access_denied",
-    ]);
+    expectToolError(await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 100, idempotency_key: `sdk-${randomUUID()}` } }), -32002, "access_denied");
     const again = await treasury.callTool({ name: "agent.budget.revoke", arguments: { vault_id: budget.vault_id } });
     expect(again.structuredContent).to.deep.include({ status: "closed", already_closed: true, swept_cents: 0, transfer_id: null, revoked_grants: 0 });
     expect(await balanceOf(stack, owner.vaultId)).to.equal(8_500);

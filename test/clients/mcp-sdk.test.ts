@@ -5,7 +5,7 @@ import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { createOwner, grantFor } from "../support/budgets.js";
 
-/** The official MCP TypeScript SDK client against our endpoints (DESIGN 4.1, 7). */
+/** The official MCP TypeScript SDK client against our endpoints. */
 describe("MCP SDK client", () => {
   let stack: McpStack;
   const clients: Client[] = [];

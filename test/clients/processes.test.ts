@@ -73,7 +73,7 @@ describe("vaultgate processes", function () {
       expect(core.output()).to.not.match(/secret checks (could not lower|run at nice 19 without)/);
     });
 
-    it("runs the operator commands of DESIGN 5 with JSON output", async () => {
+    it("runs the operator commands with JSON output", async () => {
       const created = (await runCli(["partner", "create", "--name", "Ops", "--slug", "ops", "--status", "pending", "--entitlements", ""], env)).json!;
       expect(created.status).to.equal("pending");
       expect(created.entitlements).to.deep.equal([]);

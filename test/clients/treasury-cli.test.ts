@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { runCli, useServiceProcess } from "../support/process.js";
 
-/** DESIGN 5: `vaultgate treasury bind|set-status|fund` against a running proc.service. */
+/** `vaultgate treasury bind|set-status|fund` against a running proc.service. */
 describe("vaultgate treasury (CLI)", function () {
   this.timeout(120_000);
   const proc = useServiceProcess("core");

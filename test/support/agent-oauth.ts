@@ -1,6 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
 import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { expect } from "chai";
+import { ErrorDetailSchema, type Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf } from "../../core/errors.js";
+import { basic } from "./partners.js";
 import type { TestStack } from "./stack.js";
 
 /** A tiny browser: cookies kept per name, redirects followed by hand. */
@@ -164,4 +167,46 @@ export async function postForm(url: string, form: Record<string, string>, header
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(form).toString() });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+}
+
+/** The redirect URI the agent OAuth suites register. */
+export const REDIRECT = "http://127.0.0.1:9/callback";
+
+/** The resource indicator naming a vault. */
+export const vaultUrn = (vaultId: string) => `urn:vaultgate:vault:${vaultId}`;
+
+/** What core says of an access token: "ok", or the reason it refuses it. */
+export async function verifyReason(stack: TestStack, accessToken: string): Promise<Reason | "ok"> {
+  try {
+    await stack.clients.grants.verifyAgentToken({ accessToken });
+    return "ok";
+  } catch (err) {
+    expect(err).to.be.instanceOf(ConnectError);
+    return errorDetailOf(err)!.reason;
+  }
+}
+
+/** Registration, sign-in, consent and code exchange; returns everything a test needs. */
+export async function oauthGrant(stack: TestStack, opts: { scope?: string; resource?: string[]; auth?: "post" | "basic" } = {}) {
+  const user = await createUser(stack);
+  const client = (await registerClient(stack)).body;
+  const jar = createJar(stack.url);
+  const { verifier, challenge } = pkce();
+  const back = await authorize(stack, jar, user.email, {
+    response_type: "code",
+    client_id: client.client_id,
+    redirect_uri: REDIRECT,
+    code_challenge: challenge,
+    code_challenge_method: "S256",
+    scope: opts.scope ?? "accounts:read",
+    resource: opts.resource ?? [vaultUrn(user.vaultId)],
+    state: "st-1",
+  });
+  const code = back.searchParams.get("code")!;
+  const form = { grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier };
+  const token =
+    opts.auth === "basic"
+      ? await postForm(`${stack.url}/oauth2/token`, form, { authorization: basic(client.client_id, client.client_secret) })
+      : await postForm(`${stack.url}/oauth2/token`, { ...form, client_id: client.client_id, client_secret: client.client_secret });
+  return { user, client, jar, back, code, verifier, token };
 }

@@ -15,7 +15,7 @@ export interface TestOwner {
 
 /**
  * A fresh user with its root vault (admin RPC) and an agent principal on it. The
- * principal row stands in for what an OAuth client's grant carries (issue 5); no RPC
+ * principal row stands in for what an OAuth client's grant carries; no RPC
  * creates a bare principal, so it is written directly.
  */
 export async function createOwner(stack: TestStack): Promise<TestOwner> {

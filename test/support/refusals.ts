@@ -5,13 +5,8 @@ import { type ErrorDetail, ErrorDetailSchema, Reason } from "../../gen/vaultgate
 import { codeOf } from "../../core/errors.js";
 
 /**
- * The one place tests say "this must be refused", one helper per real surface:
- * - a core call through a generated Connect client: `expectRefused` / `refusalOf`
- *   (`expectInternalError` for a failure that is not a refusal);
- * - a raw gRPC call over the network (grpc-js): `expectGrpcRefused` / `grpcRefusalOf`;
- * - a JSON-RPC response (MCP endpoints): `expectJsonRpcError`;
- * - an HTTP response of the partner API: `expectHttpError`.
- * Each fails the test when the call succeeded, and checks the code and the reason together.
+ * The one place tests say "this must be refused", one helper per surface (Connect, grpc-js, JSON-RPC,
+ * MCP tool results, partner HTTP, OAuth token endpoint); each fails when the call succeeded.
  */
 
 /** What core refused a call with. */
@@ -112,6 +107,22 @@ export function expectJsonRpcError(res: { json?: unknown; text?: string }, code:
   return body!.error!;
 }
 
+/**
+ * Asserts an MCP tools/call result (raw JSON-RPC `result` or the SDK's) is a refusal: `isError`,
+ * no structuredContent, and the JSON-RPC error it carries in `_meta` has `code`, `reasonId` and,
+ * when given, `limit`; returns that error.
+ */
+export function expectToolError(result: unknown, code: number, reasonId: string, limit?: string): JsonRpcError {
+  const text = JSON.stringify(result);
+  const r = result as { isError?: unknown; _meta?: { error?: JsonRpcError } } | undefined;
+  expect(r?.isError, text).to.equal(true);
+  expect(r, text).to.not.have.property("structuredContent");
+  const e = r?._meta?.error;
+  expect({ code: e?.code, reason_id: e?.data?.reason_id }, text).to.deep.equal({ code, reason_id: reasonId });
+  if (limit !== undefined) expect(e!.data?.limit, text).to.equal(limit);
+  return e!;
+}
+
 /** A response of the partner API (see `api` in ./resources.ts). */
 export interface HttpResponse {
   status: number;
@@ -134,4 +145,18 @@ export function expectHttpError(res: HttpResponse, status: number, code: string)
   expect(body.error.request_id).to.equal(res.headers.get("x-request-id"));
   if (status === 401) expect(res.headers.get("www-authenticate")).to.match(/^Bearer/);
   if (status === 429) expect(res.headers.get("retry-after")).to.equal("60");
+}
+
+/**
+ * Asserts an OAuth token endpoint's error response (fetch `Response`): `status`, a body whose
+ * `error` is `error`, the no-store headers and a request id; returns the body.
+ */
+export async function expectOAuthError(res: Response, status: number, error: string): Promise<{ error: string; [k: string]: unknown }> {
+  expect(res.status, await res.clone().text()).to.equal(status);
+  const body = (await res.json()) as { error: string; [k: string]: unknown };
+  expect(body.error).to.equal(error);
+  expect(res.headers.get("cache-control")).to.equal("no-store");
+  expect(res.headers.get("pragma")).to.equal("no-cache");
+  expect(res.headers.get("x-request-id")).to.match(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  return body;
 }

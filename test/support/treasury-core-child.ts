@@ -1,9 +1,6 @@
 /**
- * A real core process for the crash test (issue 4): serves core over h2c on a given
- * database with the treasury fault seam armed, so a batch stops at a chosen point
- * and the parent can kill -9 it there.
- *   node --import tsx test/support/treasury-core-child.ts <database-url> <admin-token> <before-commit|after-commit>
- * Prints {"url": ...} once listening and {"paused": <batch_id>} when a batch reaches the seam.
+ * A real core process with the treasury fault seam armed, so the crash test can kill -9 it mid-batch:
+ * `node --import tsx treasury-core-child.ts <db-url> <admin-token> <before-commit|after-commit>`; prints {"url"}, then {"paused"}.
  */
 import pino from "pino";
 import { createCore } from "../../core/core.js";

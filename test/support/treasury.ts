@@ -2,14 +2,15 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { BindTreasuryRequestSchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import type { CoreClients } from "../../gateways/core-clients.js";
-import type { TestPartner } from "./partners.js";
+import { createPartner, type TestPartner } from "./partners.js";
+import type { TestStack } from "./stack.js";
 
 /** A partner with an access token minted through core (no HTTP). */
 export interface TreasuryPartner extends TestPartner {
   token: string;
 }
 
-/** Mints a token for the partner through the IssueToken RPC (spec 5.3: omitted scope = every entitlement). */
+/** Mints a token for the partner through the IssueToken RPC (an omitted scope means every entitlement). */
 export async function withToken(clients: CoreClients, partner: TestPartner, scope?: string): Promise<TreasuryPartner> {
   const res = await clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope });
   return { ...partner, token: res.accessToken };
@@ -83,4 +84,23 @@ export function batchRequest(partner: { token: string }, payerEntityId: string, 
       reference: i.reference ?? "invoice 1",
     })),
   };
+}
+
+/** A treasury suite's reads and a fresh paying partner; `stack` is read at call time (a before hook starts it). */
+export function treasuryKit(stack: () => TestStack) {
+  const treasury = () => stack().clients.treasury;
+  const balanceOf = async (p: TreasuryPartner) => Number((await treasury().getTreasury({ accessToken: p.token })).treasury!.availableCents);
+  const executionCount = async (p: TestPartner) => {
+    const { rows } = await stack().core.db.raw(`SELECT count(*)::int AS n FROM treasury_executions WHERE partner_id = ?`, [p.partnerId]);
+    return (rows as { n: number }[])[0]!.n;
+  };
+  const auditOf = async (p: TestPartner) =>
+    (await stack().admin.audit.listRecords({ actor: `partner:${p.clientId}`, action: "treasury.batch.execute", limit: 500 })).records;
+  async function setup(bind: Parameters<typeof bindTreasury>[2] = {}) {
+    const partner = await withToken(stack().clients, await createPartner(stack(), { entitlements: ["payouts:receive", "treasury:write"] }));
+    const payer = await bindTreasury(stack().admin, partner, bind);
+    const user = await createRecipient(stack().admin, partner);
+    return { partner, payer, user };
+  }
+  return { treasury, balanceOf, executionCount, auditOf, setup };
 }

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { isDateTime, parseDateTime } from "../../gateways/jsonrpc/date-time.js";
 import { createSchemaAjv } from "../../gateways/jsonrpc/schemas.js";
 
-describe("spec 2.1 date-time", () => {
+describe("date-time strings", () => {
   const valid = [
     "2026-01-31T10:00Z",
     "2026-01-31T10:00:59Z",

@@ -23,7 +23,7 @@ describe("form parsing", () => {
   });
 });
 
-describe("token scopes (spec 5.3)", () => {
+describe("token scopes", () => {
   const ent = ["kyc:read", "wallet:read"];
   it("omitted or blank means every entitlement", () => {
     expect(resolveTokenScopes(undefined, ent)).to.deep.equal({ ok: true, scopes: ent });
@@ -39,7 +39,7 @@ describe("token scopes (spec 5.3)", () => {
   });
 });
 
-describe("partner credentials (spec 2.5)", () => {
+describe("partner credentials", () => {
   it("have the documented shapes", () => {
     expect(generateClientId("acme")).to.match(/^gpc_acme_[0-9a-f]{8}$/);
     expect(generateClientSecret()).to.match(/^gps_[A-Za-z0-9_-]{43}$/);
@@ -74,7 +74,7 @@ describe("cursor codec", () => {
   });
 });
 
-describe("partner token claims (spec 2.5)", () => {
+describe("partner token claims", () => {
   it("are exactly the documented set", () => {
     const now = new Date("2026-01-01T00:00:00.900Z");
     const claims = partnerTokenClaims({ issuer: "https://i", audience: "urn:a", clientId: "gpc_a_00000000", scopes: [], now });

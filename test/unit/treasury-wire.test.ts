@@ -14,7 +14,7 @@ const item = () => ({
 });
 
 describe("treasury batch body (gateway)", () => {
-  it("maps the DESIGN 4.3 body onto the RPC", () => {
+  it("maps the HTTP batch body onto the RPC", () => {
     const r = parseBatchBody({ payer_entity_id: "p", items: [item()] });
     expect(r).to.deep.equal({
       ok: true,

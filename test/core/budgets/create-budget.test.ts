@@ -37,7 +37,7 @@ describe("BudgetsService.CreateBudget", () => {
     };
   };
 
-  it("provisions a draft budget without step-up: child principal, child vault, draft policy (spec 3.1)", async () => {
+  it("provisions a draft budget without step-up: child principal, child vault, draft policy", async () => {
     const res = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     const b = res.budget!;
     expect(b.status).to.equal(BudgetStatus.DRAFT);
@@ -94,7 +94,7 @@ describe("BudgetsService.CreateBudget", () => {
     expect(ok.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
-  it("refuses invalid parameters, including a time_window_end in the past (DESIGN 4.4)", async () => {
+  it("refuses invalid parameters, including a time_window_end in the past", async () => {
     const cases: Record<string, unknown>[] = [
       { purpose: "holiday" },
       { displayName: "" },

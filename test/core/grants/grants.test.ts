@@ -16,7 +16,7 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
     return stack.admin.partners.createUser({ email: `u-${randomBytes(4).toString("hex")}@example.com` });
   }
 
-  it("issues a token with exactly the DESIGN 3 claims and verifies it", async () => {
+  it("issues a token with exactly the agent token claims and verifies it", async () => {
     const u = await user();
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read", "payments:initiate"], stepUp: true });
     expect(token!.tokenType).to.equal("Bearer");

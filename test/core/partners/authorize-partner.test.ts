@@ -6,7 +6,7 @@ import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { expectRefused } from "../../support/refusals.js";
 
-describe("PartnerResourcesService.AuthorizePartner (the checks issue 4 reuses)", () => {
+describe("PartnerResourcesService.AuthorizePartner (the checks treasury reuses)", () => {
   let stack: TestStack;
   before(async () => {
     stack = await startStack({ webhookPollMs: 0 });

@@ -7,7 +7,7 @@ import { reasonOf } from "../../support/refusals.js";
 
 
 /**
- * spec 5.2: issuance locks the partner record through verification and signing, so a
+ * Issuance locks the partner record through verification and signing, so a
  * suspension, rotation or entitlement change committed while an issuance waits for the
  * lock is what that issuance sees.
  */

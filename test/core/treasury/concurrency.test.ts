@@ -18,10 +18,8 @@ import { reasonOf } from "../../support/refusals.js";
 
 
 /**
- * issue 4: exactly-once and never-overdraw under real concurrency, and all-or-nothing
- * across a crash. These need several connections (and, for the crash, a second
- * process on a shared server), so they run on Postgres only: PGlite is one
- * connection in one process and serialises every transaction anyway.
+ * Treasury batches: exactly-once and never-overdraw under real concurrency, all-or-nothing across a
+ * crash. PostgreSQL only: PGlite is one connection in one process and serialises everything anyway.
  */
 describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function () {
   let stack: TestStack;
@@ -166,7 +164,7 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
       // Postgres rolls back the dead session's transaction and releases the treasury lock.
       expect(await state(partner.partnerId)).to.deep.equal({ balance: 50_000, executions: 0, batches: 0 });
 
-      // spec 7.5 rule 1: retry the identical body with the identical key.
+      // A retry sends the identical body with the identical key.
       const retry = await admin.treasury.executeBatch(req);
       expect(retry.replayed).to.equal(false);
       expect(retry.batch!.totalCents).to.equal(6_000n);

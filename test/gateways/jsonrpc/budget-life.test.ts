@@ -3,6 +3,7 @@ import { expect } from "chai";
 import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { ALL_AGENT_SCOPES, grantFor } from "../../support/budgets.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
+import { expectJsonRpcError, expectToolError } from "../../support/refusals.js";
 import { compileToolSchemas } from "../../../gateways/jsonrpc/schemas.js";
 import { TOOLS } from "../../../gateways/jsonrpc/tools.js";
 
@@ -20,15 +21,6 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
   const call = (path: string, token: string, method: string, params: unknown, id: number | string = 1) =>
     postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id, method, params }, { authorization: `Bearer ${token}` });
   const tool = (token: string, name: string, args: unknown) => call("/mcp/treasury", token, "tools/call", { name, arguments: args });
-  const errorOf = (res: Awaited<ReturnType<typeof postRpc>>) => [res.json!.error?.code, res.json!.error?.data?.reason_id];
-  /** A refusal inside tools/call: an isError result carrying the JSON-RPC error. */
-  const toolErrorOf = (res: Awaited<ReturnType<typeof postRpc>>) => {
-    expect(res.json!.result?.isError, res.text).to.equal(true);
-    expect(res.json!.result, res.text).to.not.have.property("structuredContent");
-    const e = res.json!.result._meta.error;
-    return [e.code, e.data.reason_id];
-  };
-
   it("tools/list publishes both with their schemas, scope and annotations (fund idempotent; revoke destructive and idempotent)", async () => {
     const { parentToken } = await budgetUnderRoot(stack);
     const tools = (await call("/mcp/treasury", parentToken, "tools/list", {})).json!.result.tools as Record<string, any>[];
@@ -47,7 +39,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     expect(revoke.inputSchema.required).to.deep.equal(["vault_id"]);
     // The write endpoint does not serve them.
     const wrong = await call("/mcp/write", parentToken, "agent.budget.fund", { vault_id: randomUUID(), amount_cents: 1, idempotency_key: key() });
-    expect(errorOf(wrong)).to.deep.equal([-32601, "wrong_endpoint"]);
+    expectJsonRpcError(wrong, -32601, "wrong_endpoint");
   });
 
   it("agent.budget.fund: the direct result matches its outputSchema, tools/call wraps it; replay, conflict, funds and schema refusals", async () => {
@@ -65,14 +57,14 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
 
     // Direct calls answer JSON-RPC errors; through tools/call the same refusals are isError results.
     const conflict = { ...args, amount_cents: 4_001 };
-    expect(errorOf(await call("/mcp/treasury", parentToken, "agent.budget.fund", conflict))).to.deep.equal([-32602, "idempotency_conflict"]);
-    expect(toolErrorOf(await tool(parentToken, "agent.budget.fund", conflict))).to.deep.equal([-32602, "idempotency_conflict"]);
+    expectJsonRpcError(await call("/mcp/treasury", parentToken, "agent.budget.fund", conflict), -32602, "idempotency_conflict");
+    expectToolError((await tool(parentToken, "agent.budget.fund", conflict)).json!.result, -32602, "idempotency_conflict");
     const over = { vault_id: child.vaultId, amount_cents: 6_001, idempotency_key: key() };
     const funds = await call("/mcp/treasury", parentToken, "agent.budget.fund", over);
-    expect(errorOf(funds)).to.deep.equal([-32003, "insufficient_funds"]);
+    expectJsonRpcError(funds, -32003, "insufficient_funds");
     expect(funds.json!.error.message).to.equal("the parent vault's balance is below the amount");
     expect(JSON.stringify(funds.json)).to.not.include("6000"); // no balance in a refusal
-    expect(toolErrorOf(await tool(parentToken, "agent.budget.fund", over))).to.deep.equal([-32003, "insufficient_funds"]);
+    expectToolError((await tool(parentToken, "agent.budget.fund", over)).json!.result, -32003, "insufficient_funds");
     for (const bad of [
       { ...over, amount_cents: 0 },
       { ...over, amount_cents: 1.5 },
@@ -81,7 +73,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
       { vault_id: child.vaultId, amount_cents: 1 },
       { ...over, amount_cents: 1, extra: true },
     ]) {
-      expect(errorOf(await call("/mcp/treasury", parentToken, "agent.budget.fund", bad))).to.deep.equal([-32602, "invalid_params"]);
+      expectJsonRpcError(await call("/mcp/treasury", parentToken, "agent.budget.fund", bad), -32602, "invalid_params");
     }
     expect(await balanceOf(stack, owner.vaultId)).to.equal(6_000);
     await expectLedgerBalanced(stack);
@@ -91,16 +83,17 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const { parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const stranger = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const args = { vault_id: child.vaultId, amount_cents: 100, idempotency_key: key() };
-    expect(errorOf(await call("/mcp/treasury", stranger.parentToken, "agent.budget.fund", args))).to.deep.equal([-32602, "not_found"]);
-    expect(toolErrorOf(await tool(stranger.parentToken, "agent.budget.revoke", { vault_id: child.vaultId }))).to.deep.equal([-32602, "not_found"]);
+    expectJsonRpcError(await call("/mcp/treasury", stranger.parentToken, "agent.budget.fund", args), -32602, "not_found");
+    expectToolError((await tool(stranger.parentToken, "agent.budget.revoke", { vault_id: child.vaultId })).json!.result, -32602, "not_found");
     const own = await grantFor(stack, child, { scopes: ALL_AGENT_SCOPES });
-    expect(errorOf(await call("/mcp/treasury", own, "agent.budget.fund", args))).to.deep.equal([-32002, "grant_required"]);
-    expect(toolErrorOf(await tool(own, "agent.budget.revoke", { vault_id: child.vaultId }))).to.deep.equal([-32002, "grant_required"]);
+    expectJsonRpcError(await call("/mcp/treasury", own, "agent.budget.fund", args), -32002, "grant_required");
+    expectToolError((await tool(own, "agent.budget.revoke", { vault_id: child.vaultId })).json!.result, -32002, "grant_required");
     // Who is calling stays a JSON-RPC error inside tools/call.
     const narrow = await grantFor(stack, stranger.owner, { scopes: ["accounts:read"] });
-    expect(errorOf(await tool(narrow, "agent.budget.fund", args))).to.deep.equal([-32002, "insufficient_scope"]);
+    expectJsonRpcError(await tool(narrow, "agent.budget.fund", args), -32002, "insufficient_scope");
     const anonymous = await postRpc(`${stack.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "agent.budget.revoke", params: { vault_id: child.vaultId } });
-    expect([anonymous.status, ...errorOf(anonymous)]).to.deep.equal([401, -32001, "invalid_token"]);
+    expect(anonymous.status).to.equal(401);
+    expectJsonRpcError(anonymous, -32001, "invalid_token");
     expect(await balanceOf(stack, child.vaultId)).to.equal(0);
     expect((await stack.core.db("budgets").where({ vault_id: child.vaultId }).first()).status).to.equal("active");
   });
@@ -126,11 +119,12 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     expect(again.json!.result.structuredContent).to.deep.equal({ ...r, swept_cents: 0, transfer_id: null, revoked_grants: 0, already_closed: true });
     expect(validators.get("agent.budget.revoke")!.output(again.json!.result.structuredContent)).to.equal(true);
     const refused = await pay(childToken);
-    expect([refused.status, ...errorOf(refused)]).to.deep.equal([401, -32001, "invalid_token"]);
+    expect(refused.status).to.equal(401);
+    expectJsonRpcError(refused, -32001, "invalid_token");
     const later = await grantFor(stack, child);
     const frozen = await pay(later);
-    expect([...errorOf(frozen), frozen.json!.error.data.limit]).to.deep.equal([-32002, "policy_denied", "policy_inactive"]);
-    expect(toolErrorOf(await tool(parentToken, "agent.budget.fund", { vault_id: child.vaultId, amount_cents: 1, idempotency_key: key() }))).to.deep.equal([-32002, "access_denied"]);
+    expect(expectJsonRpcError(frozen, -32002, "policy_denied").data?.limit).to.equal("policy_inactive");
+    expectToolError((await tool(parentToken, "agent.budget.fund", { vault_id: child.vaultId, amount_cents: 1, idempotency_key: key() })).json!.result, -32002, "access_denied");
     await expectLedgerBalanced(stack);
   });
 

@@ -9,7 +9,7 @@ import { createCoreClients } from "../../../gateways/core-clients.js";
 import { fail } from "../../../core/errors.js";
 import { createCapturedLogger } from "../../support/logs.js";
 
-/** spec 7.1 plus our documented choices for reasons the spec does not list. */
+/** Each reason's JSON-RPC error code: the published codes, and our documented choices for the rest. */
 const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.INVALID_REQUEST]: [-32602, "invalid_params"],
   [Reason.NOT_FOUND]: [-32602, "not_found"],

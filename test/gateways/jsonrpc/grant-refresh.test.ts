@@ -5,7 +5,7 @@ import { postRpc } from "../../support/mcp.js";
 
 const REDIRECT = "http://127.0.0.1:9/callback";
 
-/** agent.grant.refresh with a grant from the real code flow (DESIGN 3, 4.1). */
+/** agent.grant.refresh with a grant from the real code flow. */
 describe("agent.grant.refresh over JSON-RPC", () => {
   let stack: TestStack;
   before(async () => {

@@ -114,7 +114,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect(newest.serverInfo.name).to.equal("vaultgate");
   });
 
-  it("tools/list per category with 2020-12 input and output schemas and the spec 4.1 annotations", async () => {
+  it("tools/list per category with 2020-12 input and output schemas and the tool annotations", async () => {
     const list = async (path: string) => (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
     const names = async (path: string) => (await list(path)).map((t) => t.name);
     expect(await names("/mcp/read")).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);

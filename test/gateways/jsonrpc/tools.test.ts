@@ -8,7 +8,7 @@ import type { StepName } from "../../../core/budgets/records.js";
 const APP_URL = "http://app.vaultgate.test";
 const validators = compileToolSchemas(TOOLS);
 
-describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () => {
+describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)", () => {
   let stack: McpStack;
   let failing: StepName | undefined;
   let hold: ((name: StepName) => Promise<void>) | undefined;
@@ -51,7 +51,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
     return { o, token: await grantFor(stack, o, { scopes, stepUp }) };
   }
 
-  it("agent.budget.create (direct method) answers exactly the spec 2.2 result; tools/call wraps the same in structuredContent", async () => {
+  it("agent.budget.create (direct method) answers exactly the budget result; tools/call wraps the same in structuredContent", async () => {
     const { token } = await owner(undefined, true);
     const args = budgetArgs();
     const direct = await call("/mcp/treasury", token, "agent.budget.create", args);
@@ -71,7 +71,7 @@ describe("agent tools over JSON-RPC (every spec 7.1 code from a real case)", () 
     expect([draft.json!.result.status, draft.json!.result.policy_version]).to.deep.equal(["draft", 0]);
   });
 
-  it("-32602: schema violations (including spec 2.1 date-time), a past time_window_end, and idempotency_conflict", async () => {
+  it("-32602: schema violations (including date-time), a past time_window_end, and idempotency_conflict", async () => {
     const { token } = await owner();
     const bad: Record<string, unknown>[] = [
       { purpose: "holiday" },

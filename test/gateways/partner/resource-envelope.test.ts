@@ -24,7 +24,7 @@ async function gatewayThrowing(thrown: () => never): Promise<{ app: FastifyInsta
   return { app, url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`, logs };
 }
 
-describe("resource envelope (spec 7.3, 7.4)", () => {
+describe("resource envelope", () => {
   const reasons = Object.values(Reason).filter((v): v is Reason => typeof v === "number");
 
   it("renders every Reason from its table row, with request_id = X-Request-Id", async () => {

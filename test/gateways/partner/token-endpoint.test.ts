@@ -4,11 +4,12 @@ import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js
 import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, postToken, type TestPartner } from "../../support/partners.js";
+import { expectOAuthError } from "../../support/refusals.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const CC = "grant_type=client_credentials";
 
-/** spec 2.5, 4.6, 5.2-5.4, 7.2, 8: the partner token endpoint through real HTTP. */
+/** The partner token endpoint through real HTTP: credentials, claims, scopes, rotation, errors, rate limit. */
 describe("POST /api/partner/oauth/token", () => {
   let stack: TestStack;
   let partner: TestPartner;
@@ -22,18 +23,8 @@ describe("POST /api/partner/oauth/token", () => {
 
   const viaBasic = (p: TestPartner, body = CC) => postToken(stack.url, body, { authorization: basic(p.clientId, p.clientSecret) });
 
-  async function expectError(res: Response, status: number, error: string) {
-    expect(res.status, await res.clone().text()).to.equal(status);
-    const body = (await res.json()) as { error: string };
-    expect(body.error).to.equal(error);
-    expect(res.headers.get("cache-control")).to.equal("no-store");
-    expect(res.headers.get("pragma")).to.equal("no-cache");
-    expect(res.headers.get("x-request-id")).to.match(UUID);
-    return body;
-  }
-
   describe("success", () => {
-    it("mints with HTTP Basic: spec 2.5 body and no-store headers", async () => {
+    it("mints with HTTP Basic: the token body and no-store headers", async () => {
       const res = await viaBasic(partner);
       expect(res.status).to.equal(200);
       expect(res.headers.get("cache-control")).to.equal("no-store");
@@ -69,7 +60,7 @@ describe("POST /api/partner/oauth/token", () => {
       expect(res.status).to.equal(200);
     });
 
-    it("carries exactly the claims of spec 2.5", async () => {
+    it("carries exactly the partner token claims", async () => {
       const res = await viaBasic(partner, `${CC}&scope=${encodeURIComponent("kyc:read wallet:read")}`);
       const { access_token } = (await res.json()) as { access_token: string };
       const header = decodeProtectedHeader(access_token);
@@ -91,7 +82,7 @@ describe("POST /api/partner/oauth/token", () => {
   });
 
   describe("credentials", () => {
-    it("has the spec 2.5 shapes, URL-safe", () => {
+    it("has the documented shapes, URL-safe", () => {
       expect(partner.clientId).to.match(/^gpc_[a-z0-9-]+_[0-9a-f]{8}$/);
       expect(partner.clientSecret).to.match(/^gps_[A-Za-z0-9_-]{43}$/);
       expect(Buffer.from(partner.clientSecret.slice(4), "base64url")).to.have.length(32);
@@ -112,27 +103,27 @@ describe("POST /api/partner/oauth/token", () => {
 
     it("answers form-credential failures with 401 too", async () => {
       const form = new URLSearchParams({ grant_type: "client_credentials", client_id: partner.clientId, client_secret: "nope" });
-      await expectError(await postToken(stack.url, form.toString()), 401, "invalid_client");
-      await expectError(await postToken(stack.url, CC), 401, "invalid_client");
+      await expectOAuthError(await postToken(stack.url, form.toString()), 401, "invalid_client");
+      await expectOAuthError(await postToken(stack.url, CC), 401, "invalid_client");
     });
 
     it("refuses pending and suspended clients with 403 invalid_client, and reactivation restores access", async () => {
       const pending = await createPartner(stack, { status: "pending" });
-      await expectError(await viaBasic(pending), 403, "invalid_client");
+      await expectOAuthError(await viaBasic(pending), 403, "invalid_client");
 
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
-      await expectError(await viaBasic(partner), 403, "invalid_client");
+      await expectOAuthError(await viaBasic(partner), 403, "invalid_client");
       await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.ACTIVE });
       expect((await viaBasic(partner)).status).to.equal(200);
     });
 
-    it("rotation replaces the secret at once and keeps client_id and status (spec 5.4)", async () => {
+    it("rotation replaces the secret at once and keeps client_id and status", async () => {
       const before = await viaBasic(partner);
       expect(before.status).to.equal(200);
       const rotated = await stack.admin.partners.rotateSecret({ clientId: partner.clientId });
       expect(rotated.clientId).to.equal(partner.clientId);
       expect(rotated.clientSecret).to.not.equal(partner.clientSecret);
-      await expectError(await viaBasic(partner), 401, "invalid_client");
+      await expectOAuthError(await viaBasic(partner), 401, "invalid_client");
       expect((await viaBasic({ ...partner, clientSecret: rotated.clientSecret })).status).to.equal(200);
       const { partner: after } = await stack.admin.partners.getPartner({ clientId: partner.clientId });
       expect(after!.status).to.equal(PartnerStatus.ACTIVE);
@@ -143,32 +134,32 @@ describe("POST /api/partner/oauth/token", () => {
     it("refuses both authentication methods at once", async () => {
       const body = `${CC}&client_id=${partner.clientId}&client_secret=${partner.clientSecret}`;
       const res = await postToken(stack.url, body, { authorization: basic(partner.clientId, partner.clientSecret) });
-      await expectError(res, 400, "invalid_request");
+      await expectOAuthError(res, 400, "invalid_request");
     });
 
     for (const body of [`${CC}&${CC}`, `${CC}&scope=kyc:read&scope=kyc:read`, "grant_type=client_credentials&client_id=a&client_id=a&client_secret=b"]) {
       it(`refuses a repeated parameter: ${body}`, async () => {
-        await expectError(await postToken(stack.url, body), 400, "invalid_request");
+        await expectOAuthError(await postToken(stack.url, body), 400, "invalid_request");
       });
     }
 
     it("refuses a content type other than application/x-www-form-urlencoded", async () => {
       const auth = basic(partner.clientId, partner.clientSecret);
-      await expectError(await postToken(stack.url, JSON.stringify({ grant_type: "client_credentials" }), { authorization: auth, "content-type": "application/json" }), 400, "invalid_request");
-      await expectError(await postToken(stack.url, CC, { authorization: auth, "content-type": "text/plain" }), 400, "invalid_request");
+      await expectOAuthError(await postToken(stack.url, JSON.stringify({ grant_type: "client_credentials" }), { authorization: auth, "content-type": "application/json" }), 400, "invalid_request");
+      await expectOAuthError(await postToken(stack.url, CC, { authorization: auth, "content-type": "text/plain" }), 400, "invalid_request");
       const none = await fetch(`${stack.url}/api/partner/oauth/token`, { method: "POST", headers: { authorization: auth } });
-      await expectError(none, 400, "invalid_request");
+      await expectOAuthError(none, 400, "invalid_request");
     });
 
     it("refuses a malformed form body", async () => {
-      await expectError(await viaBasic(partner, "grant_type=client_credentials&scope=%zz"), 400, "invalid_request");
+      await expectOAuthError(await viaBasic(partner, "grant_type=client_credentials&scope=%zz"), 400, "invalid_request");
     });
 
     it("refuses a body over 4096 bytes without reaching core", async () => {
       const body = `${CC}&pad=${"x".repeat(4096)}`;
       const res = await viaBasic(partner, body);
       const requestId = res.headers.get("x-request-id")!;
-      await expectError(res, 400, "invalid_request");
+      await expectOAuthError(res, 400, "invalid_request");
       const { records } = await stack.admin.audit.listRecords({ requestId });
       expect(records).to.have.length(0);
     });
@@ -180,14 +171,14 @@ describe("POST /api/partner/oauth/token", () => {
     });
 
     it("needs grant_type, and refuses any other grant type", async () => {
-      await expectError(await viaBasic(partner, ""), 400, "invalid_request");
-      await expectError(await viaBasic(partner, "scope=kyc:read"), 400, "invalid_request");
-      await expectError(await viaBasic(partner, "grant_type=password"), 400, "unsupported_grant_type");
-      await expectError(await viaBasic(partner, "grant_type=authorization_code"), 400, "unsupported_grant_type");
+      await expectOAuthError(await viaBasic(partner, ""), 400, "invalid_request");
+      await expectOAuthError(await viaBasic(partner, "scope=kyc:read"), 400, "invalid_request");
+      await expectOAuthError(await viaBasic(partner, "grant_type=password"), 400, "unsupported_grant_type");
+      await expectOAuthError(await viaBasic(partner, "grant_type=authorization_code"), 400, "unsupported_grant_type");
     });
   });
 
-  describe("scopes (spec 5.3)", () => {
+  describe("scopes", () => {
     const scopeOf = async (res: Response) => {
       expect(res.status).to.equal(200);
       return ((await res.json()) as { scope: string }).scope;
@@ -204,14 +195,14 @@ describe("POST /api/partner/oauth/token", () => {
     });
 
     it("a scope outside the entitlements is invalid_scope", async () => {
-      await expectError(await viaBasic(partner, `${CC}&scope=treasury:write`), 400, "invalid_scope");
-      await expectError(await viaBasic(partner, `${CC}&scope=${encodeURIComponent("kyc:read admin")}`), 400, "invalid_scope");
+      await expectOAuthError(await viaBasic(partner, `${CC}&scope=treasury:write`), 400, "invalid_scope");
+      await expectOAuthError(await viaBasic(partner, `${CC}&scope=${encodeURIComponent("kyc:read admin")}`), 400, "invalid_scope");
     });
 
     it("empty entitlements give an empty scope string", async () => {
       const none = await createPartner(stack, { entitlements: [] });
       expect(await scopeOf(await viaBasic(none))).to.equal("");
-      await expectError(await viaBasic(none, `${CC}&scope=kyc:read`), 400, "invalid_scope");
+      await expectOAuthError(await viaBasic(none, `${CC}&scope=kyc:read`), 400, "invalid_scope");
     });
 
     it("entitlement changes affect only newly issued tokens", async () => {
@@ -223,7 +214,7 @@ describe("POST /api/partner/oauth/token", () => {
     });
   });
 
-  describe("rate limit (spec 8)", () => {
+  describe("rate limit", () => {
     it("answers the 31st issuance in a minute with 429 and Retry-After: 60, counting failures", async () => {
       for (let i = 0; i < 30; i++) {
         const res = i % 3 === 0 ? await viaBasic({ ...partner, clientSecret: "gps_wrong" }) : await viaBasic(partner);
@@ -232,7 +223,7 @@ describe("POST /api/partner/oauth/token", () => {
       }
       const limited = await viaBasic(partner);
       expect(limited.headers.get("retry-after")).to.equal("60");
-      await expectError(limited, 429, "rate_limited");
+      await expectOAuthError(limited, 429, "rate_limited");
 
       // Other clients are unaffected; the window slides with the (injected) clock.
       expect((await viaBasic(await createPartner(stack))).status).to.equal(200);

@@ -32,7 +32,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.PROVIDER_UNAVAILABLE]: [503, "temporarily_unavailable"],
 };
 
-/** Table-driven: every Reason core can raise renders inside the spec 7.2 envelope. */
+/** Table-driven: every Reason core can raise renders inside the OAuth error envelope. */
 describe("partner token endpoint: the OAuth error envelope for every Reason", () => {
   let app: FastifyInstance;
   let url: string;

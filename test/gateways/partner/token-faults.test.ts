@@ -5,7 +5,7 @@ import { basic, createPartner, postToken } from "../../support/partners.js";
 
 const CC = "grant_type=client_credentials";
 
-/** spec 7.2 503 temporarily_unavailable: signing or audit persistence unavailable. */
+/** 503 temporarily_unavailable when signing or audit persistence is unavailable. */
 describe("partner token endpoint: unavailable dependencies", () => {
   describe("audit persistence fails", () => {
     let stack: TestStack;

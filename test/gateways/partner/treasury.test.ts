@@ -10,7 +10,7 @@ import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 import { bindTreasury } from "../../support/treasury.js";
 import { TreasuryStatus } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 
-/** DESIGN 4.3 treasury endpoints over real HTTP, in the resource envelope (spec 7.3, 7.4). */
+/** The treasury endpoints over real HTTP, in the resource envelope. */
 describe("partner treasury endpoints (HTTP)", () => {
   let stack: TestStack;
   let openapi: OpenApiChecker;
@@ -110,7 +110,7 @@ describe("partner treasury endpoints (HTTP)", () => {
     const b = body(payer, user) as Record<string, unknown>;
     const unknown = await post(token, { ...b, memo: "x" });
     expectHttpError(unknown, 400, "invalid_request");
-    // spec 4.8: validation rejections are audited, under this response's request id.
+    // Validation rejections are audited too, under this response's request id.
     const audit = await stack.admin.audit.listRecords({ requestId: unknown.headers.get("x-request-id")! });
     expect(audit.records.map((r) => [r.action, r.reason])).to.deep.equal([["treasury.batch.execute", "invalid_request"]]);
     const item = { ...(b.items as Record<string, unknown>[])[0]!, payer: payer };
@@ -125,7 +125,7 @@ describe("partner treasury endpoints (HTTP)", () => {
     expectHttpError(await post(token, big), 413, "body_too_large");
   });
 
-  it("renders each treasury refusal of spec 7.4", async () => {
+  it("renders each treasury refusal", async () => {
     const { partner, payer, user, token } = await setup(1_000n);
     expectHttpError(await post(token, body(randomUUID(), user)), 403, "payer_not_allowed");
     expectHttpError(await post(token, body(payer, user, 1, 5_000)), 409, "insufficient_funds");

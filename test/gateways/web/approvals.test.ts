@@ -6,7 +6,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 
 /**
- * Pending approvals on the dashboard (DESIGN 4.1, 4.2): draft budgets and payments waiting
+ * Pending approvals on the dashboard: draft budgets and payments waiting
  * for step-up, approved through the real pages after a fresh e-mail step-up, and the
  * agent's identical JSON-RPC call completing afterwards. Real grant tokens (IssueGrant).
  */

@@ -8,11 +8,8 @@ import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../
 const MONEY = "/dashboard/money";
 
 /**
- * The owner's money view over real HTTP (DESIGN 4.2): every vault and budget with its
- * balance, spend against each cap as meters with the numbers in words, recent payments
- * and pending approvals; per budget a Fund and a Close form (CSRF, fresh step-up, a
- * per-render idempotency key). Fixtures are real: JSON-RPC budget and payments with
- * grant tokens, and the operator's FundVault.
+ * The owner's money view over real HTTP: balances, spend against caps, recent payments, pending
+ * approvals, and per budget Fund and Close forms (CSRF, fresh step-up, per-render idempotency key).
  */
 describe("web pages: the money view", () => {
   let stack: TestStack;

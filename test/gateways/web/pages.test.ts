@@ -5,7 +5,7 @@ import { authorize, createJar, createUser, formFields, latestCode, pkce, postFor
 
 const REDIRECT = "http://127.0.0.1:9/callback";
 
-describe("web pages: sign-in, dashboard, revoke, kill switch (DESIGN 4.2)", () => {
+describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
   let stack: TestStack;
   before(async () => {
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
