@@ -1,17 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import {
-  COMMANDS,
-  GLOBAL_OPTIONS,
-  commandHelp,
-  findCommand,
-  fullName,
-  overview,
-  subcommandHelp,
-  suggest,
-  type CommandSpec,
-  type SubcommandSpec,
-} from "./commands/registry.js";
+import { COMMANDS, GLOBAL_OPTIONS, findCommand, type CommandSpec, type SubcommandSpec } from "./commands/registry.js";
+import { commandHelp, fullName, overview, subcommandHelp, suggest } from "./commands/help.js";
 import { FailingAnswer, UsageError, type CommandContext } from "./commands/types.js";
 import type { Config } from "./config.js";
 import type { Role } from "./serve.js";

@@ -117,20 +117,9 @@ function isPlatform(file: string): boolean {
   return parts.length === 2 || PLATFORM_ROOMS.includes(parts[1]!);
 }
 
-/**
- * Files over 400 lines that are being split as this check lands. The list only shrinks:
- * a file leaves it when it is split, and no file joins it.
- */
-const STILL_OVER_400_BEING_SPLIT: string[] = [
-  "bench/partner-token.bench.ts",
-  "bench/support.ts",
-].map((f) => f.split("/").join(sep));
 const MAX_LINES = 400;
 
-/** The one import circle being undone as this check lands (the web gateway's routes and kernel); same rule. */
-const CYCLES_BEING_UNDONE: string[] = [];
-
-/** STYLE dependency direction: gateways never reach core or the database; stores never import Connect. */
+/** Dependency direction: gateways never reach core or the database; stores never import Connect. */
 describe("layering", () => {
   it("gateways import neither core/ nor knex/pg", async () => {
     const offenders: string[] = [];
@@ -165,8 +154,7 @@ describe("layering", () => {
 
   it("has no import cycle anywhere in the source tree", async () => {
     const found = cycles(await importGraph()).map((c) => c.join(" -> ").split(sep).join("/"));
-    expect(found.filter((c) => !CYCLES_BEING_UNDONE.includes(c)), "import cycles").to.deep.equal([]);
-    expect(CYCLES_BEING_UNDONE.filter((c) => !found.includes(c)), "undone already: take them off the list").to.deep.equal([]);
+    expect(found, "import cycles").to.deep.equal([]);
   });
 
   it("platform code imports no domain room", async () => {
@@ -201,7 +189,6 @@ describe("layering", () => {
       const lines = text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
       if (lines > MAX_LINES) over.push(file);
     }
-    expect(over.filter((f) => !STILL_OVER_400_BEING_SPLIT.includes(f)).sort(), "over the limit").to.deep.equal([]);
-    expect(STILL_OVER_400_BEING_SPLIT.filter((f) => !over.includes(f)), "split already: take them off the list").to.deep.equal([]);
+    expect(over.sort(), "over the limit").to.deep.equal([]);
   });
 });
