@@ -73,7 +73,10 @@ export function percentile(values: number[], p: number): number {
 /** Prints a table, and records its rows in the run's results (bench/results.ts). */
 export function table(rows: Record<string, string | number>[]): void {
   const results = benchResults();
-  if (!results) return console.table(rows);
+  if (!results) {
+    console.table(rows);
+    return;
+  }
   results.table(rows);
   results.quietly(() => console.table(rows));
 }

@@ -43,6 +43,7 @@ export interface BudgetsServiceDeps {
   logger?: Logger;
 }
 
+// biome-ignore lint/suspicious/noRedeclare: the service type merges with the generated descriptor of the same name
 export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
   /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
   reap(): Promise<number>;

@@ -36,7 +36,9 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
 
   function settle(batch: Pending<I, O>[], outs: O[]) {
     if (outs.length !== batch.length) throw new Error(`group commit: ${outs.length} results for ${batch.length} items`);
-    batch.forEach((p, i) => p.resolve(outs[i]!));
+    batch.forEach((p, i) => {
+      p.resolve(outs[i]!);
+    });
   }
 
   async function runBatch(batch: Pending<I, O>[]) {

@@ -311,7 +311,7 @@ function documentClient(clientId: string, body: Buffer, now: Date): ClientRecord
     tokenEndpointAuthMethod: "none",
     scope: str(d, "scope"),
   };
-  let meta;
+  let meta: ReturnType<typeof checkClientMetadata>;
   try {
     meta = checkClientMetadata(fields, { authMethods: ["none"], defaultAuthMethod: "none", unknownScopes: "ignore", reason: Reason.INVALID_CLIENT });
   } catch (err) {

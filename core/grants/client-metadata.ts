@@ -72,7 +72,7 @@ function checkRedirectUri(uri: string, reason = Reason.INVALID_REDIRECT_URI): vo
   try {
     url = new URL(uri);
   } catch {
-    return fail(reason, "redirect_uris must be absolute URIs");
+    fail(reason, "redirect_uris must be absolute URIs");
   }
   if (uri.length > 2000) fail(reason, "redirect URI too long");
   if (url.hash || uri.includes("#")) fail(reason, "redirect URIs must not have a fragment");

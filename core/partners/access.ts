@@ -78,7 +78,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
     const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
     const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);
-    let row;
+    let row: Awaited<ReturnType<typeof deps.resources.readAccess>>;
     try {
       row = await deps.resources.readAccess({
         clientId: token.clientId,

@@ -30,7 +30,7 @@ export function createJar(base: string) {
     get: (path: string) => request(path),
     post: (path: string, form: Record<string, string | string[]>) => {
       const body = new URLSearchParams();
-      for (const [k, v] of Object.entries(form)) (Array.isArray(v) ? v : [v]).forEach((x) => body.append(k, x));
+      for (const [k, v] of Object.entries(form)) for (const x of Array.isArray(v) ? v : [v]) body.append(k, x);
       return request(path, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: body.toString() });
     },
   };
@@ -142,7 +142,7 @@ export async function registerClient(stack: TestStack, body: Record<string, unkn
  */
 export async function authorize(stack: TestStack, jar: Jar, email: string, query: Record<string, string | string[]>, decide: "approve" | "deny" = "approve"): Promise<URL> {
   const sp = new URLSearchParams();
-  for (const [k, v] of Object.entries(query)) (Array.isArray(v) ? v : [v]).forEach((x) => sp.append(k, x));
+  for (const [k, v] of Object.entries(query)) for (const x of Array.isArray(v) ? v : [v]) sp.append(k, x);
   let res = await jar.get(`/oauth2/authorize?${sp}`);
   for (let hops = 0; hops < 10; hops++) {
     if (res.status === 303) {

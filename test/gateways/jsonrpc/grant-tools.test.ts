@@ -106,9 +106,12 @@ describe("agent tools with real grant tokens", function () {
           ? { outcome: "accepted", rule: null, broken_rules: [] }
           : { outcome: "denied", rule: "per_tx_cap", broken_rules: broken("per_tx_cap", "the amount is over the per-transaction cap") };
 
-    (await burst()).forEach((res, i) => expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i)));
+    for (const [i, res] of (await burst()).entries()) expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i));
     expect((await call("/mcp/treasury", rootOnly, "killSwitch.all", {})).json!.result.revoked).to.equal(1);
-    (await burst()).forEach((res, i) => (i % 3 === 0 ? expect401(res) : expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i))));
+    for (const [i, res] of (await burst()).entries()) {
+      if (i % 3 === 0) expect401(res);
+      else expect(res.json!.result, `call ${i}`).to.deep.equal(expected(i));
+    }
   });
 
   it("agent.budget.create with a step-up grant is active", async () => {
