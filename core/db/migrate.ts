@@ -28,6 +28,9 @@ import * as m0026 from "./migrations/0026-owner-lookups.js";
 import * as m0027 from "./migrations/0027-audit-client-address.js";
 import * as m0028 from "./migrations/0028-dead-budget-vaults.js";
 import * as m0029 from "./migrations/0029-signin-code-lockout.js";
+import * as m0033 from "./migrations/0033-mail-outbox.js";
+import * as m0034 from "./migrations/0034-identity-links.js";
+import * as m0035 from "./migrations/0035-passkeys.js";
 
 interface Migration {
   name: string;
@@ -65,6 +68,9 @@ const migrations: Migration[] = [
   { name: "0027-audit-client-address", ...m0027 },
   { name: "0028-dead-budget-vaults", ...m0028 },
   { name: "0029-signin-code-lockout", ...m0029 },
+  { name: "0033-mail-outbox", ...m0033 },
+  { name: "0034-identity-links", ...m0034 },
+  { name: "0035-passkeys", ...m0035 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
