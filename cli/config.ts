@@ -4,6 +4,7 @@ import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
+import { checkMailFrom, checkSmtpUrl } from "../core/identity/mail/settings.js";
 
 /** Every setting of DESIGN 2, parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -66,6 +67,22 @@ export interface Config {
   metricsToken: string | undefined;
   /** OTEL_TRACES_EXPORTER=otlp turns tracing on; spans go to `endpoint` (OTLP over HTTP). */
   tracing: { exporter: "none" | "otlp"; endpoint: string; serviceName: string };
+  /** SMTP_URL + MAIL_FROM: account mail sent by SMTP from the outbox; undefined = the dev outbox. */
+  smtp: { url: string; from: string } | undefined;
+  /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: a company's identity provider. */
+  oidc: OidcSettings | undefined;
+  /** SIGNIN_METHODS: how people sign in and step up, in the order the sign-in page offers them. */
+  signinMethods: SigninMethod[];
+}
+
+export type SigninMethod = "email" | "oidc" | "passkey";
+
+export interface OidcSettings {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  /** Values of which the provider's `acr` (or one `amr` entry) must be one for a step-up; empty = any fresh sign-in. */
+  stepUpAcr: string[];
 }
 
 export class ConfigError extends Error {
@@ -163,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     metricsHost,
     metricsToken,
     tracing,
+    ...signinSettings(env),
   };
 }
 
@@ -353,4 +371,43 @@ function outsideKeySetting(env: NodeJS.ProcessEnv, name: string): string | undef
   if (!v) return undefined;
   if (!parseOutsideKey(v)) throw new ConfigError(`${name} must be 32 random bytes as base64 or 64 hex digits (e.g. \`openssl rand -base64 32\`)`);
   return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// How people sign in: mail, a company's OpenID Connect provider, passkeys.
+
+function signinSettings(env: NodeJS.ProcessEnv): Pick<Config, "smtp" | "oidc" | "signinMethods"> {
+  let smtp: Config["smtp"];
+  if (env.SMTP_URL || env.MAIL_FROM) {
+    if (!env.SMTP_URL || !env.MAIL_FROM) throw new ConfigError("SMTP_URL and MAIL_FROM must be set together");
+    const problem = checkSmtpUrl(env.SMTP_URL) ?? checkMailFrom(env.MAIL_FROM);
+    if (problem) throw new ConfigError(problem);
+    smtp = { url: env.SMTP_URL, from: env.MAIL_FROM.trim() };
+  }
+  let oidc: OidcSettings | undefined;
+  const named = ["OIDC_ISSUER", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET"].filter((n) => env[n]);
+  if (named.length > 0) {
+    if (named.length < 3) throw new ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET must be set together");
+    const issuer = urlSetting(env, "OIDC_ISSUER", "");
+    const url = new URL(issuer);
+    if (url.protocol !== "https:" && !isLoopbackHost(url.hostname)) throw new ConfigError("OIDC_ISSUER must be an https:// URL (http:// only on a loopback address, for development)");
+    const clientId = env.OIDC_CLIENT_ID!;
+    if (!/^[\x21-\x7e]{1,255}$/.test(clientId)) throw new ConfigError("OIDC_CLIENT_ID must be 1 to 255 printable ASCII characters");
+    if (!/^[\x21-\x7e]{1,512}$/.test(env.OIDC_CLIENT_SECRET!)) throw new ConfigError("OIDC_CLIENT_SECRET must be 1 to 512 printable ASCII characters");
+    const stepUpAcr = (env.OIDC_STEP_UP_ACR ?? "").split(/[\s,]+/).filter(Boolean);
+    if (stepUpAcr.some((v) => !/^[\x21-\x7e]{1,255}$/.test(v))) throw new ConfigError("OIDC_STEP_UP_ACR must be acr or amr values separated by spaces or commas");
+    oidc = { issuer, clientId, clientSecret: env.OIDC_CLIENT_SECRET!, stepUpAcr };
+  } else if (env.OIDC_STEP_UP_ACR) {
+    throw new ConfigError("OIDC_STEP_UP_ACR needs OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
+  }
+  const raw = env.SIGNIN_METHODS || (oidc ? "oidc" : "email");
+  const methods = raw.split(",").map((m) => m.trim()).filter(Boolean);
+  const known: SigninMethod[] = ["email", "oidc", "passkey"];
+  for (const m of methods) if (!known.includes(m as SigninMethod)) throw new ConfigError(`SIGNIN_METHODS must be a comma-separated list of ${known.join(", ")} (e.g. oidc,passkey)`);
+  if (new Set(methods).size !== methods.length) throw new ConfigError("SIGNIN_METHODS names a method twice");
+  if (methods.includes("oidc") && !oidc) throw new ConfigError("SIGNIN_METHODS has oidc: set OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
+  if (oidc && !methods.includes("oidc")) throw new ConfigError("OIDC_ISSUER is set but SIGNIN_METHODS does not offer oidc");
+  // A passkey is registered by a signed-in person, so it cannot be the only way in.
+  if (!methods.includes("email") && !methods.includes("oidc")) throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
+  return { smtp, oidc, signinMethods: methods as SigninMethod[] };
 }
