@@ -7,7 +7,7 @@ import { createAuditStore, type AuditStoreOptions } from "./audit/store.js";
 import { createAuditService } from "./audit/service.js";
 import { createLedgerStore } from "./ledger/store.js";
 import { createPartnersStore } from "./partners/store.js";
-import { createUsersStore } from "./partners/users-store.js";
+import { createUsersStore } from "./identity/users-store.js";
 import { createPartnersService } from "./partners/service.js";
 import { createSecretHasher, type ScryptParams, type SecretHasherOptions } from "./secrets/hasher.js";
 import { createRateLimitStore } from "./rate-limits/store.js";
@@ -25,14 +25,13 @@ import { createPartnerAccess } from "./partners/access.js";
 import { createPartnerResourcesService } from "./partners/resources-service.js";
 import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-providers.js";
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
-import { createSecretBox } from "./partners/webhooks/signing.js";
+import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
 import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
-import { createGrantsStore } from "./grants/store.js";
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
@@ -189,7 +188,6 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         keyring,
         audit,
         clock,
-        store: createGrantsStore(db),
         secrets,
         rateLimits: createRateLimitStore(db),
         logger,

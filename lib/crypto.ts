@@ -1,5 +1,5 @@
 import * as nodeCrypto from "node:crypto";
-import { createHash, createHmac, timingSafeEqual } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 
 /** Constant-time equality for secrets, hashes and CSRF tokens of any length. */
 export function constantTimeEqual(a: string, b: string): boolean {
@@ -33,3 +33,27 @@ export function sha256Base64url(value: string): string {
 export function hmacSha256(key: string | Buffer, value: string, encoding: "hex" | "base64url" | "base64" = "hex"): string {
   return createHmac("sha256", key).update(value).digest(encoding);
 }
+
+/**
+ * AES-256-GCM for secrets that must stay usable (webhook signing secrets, dev outbox
+ * bodies), under a 32-byte key kept outside the database.
+ */
+export function createSecretBox(key: Buffer) {
+  if (key.length !== 32) throw new Error("secret box key must be 32 bytes");
+  return {
+    seal(plain: string): string {
+      const iv = randomBytes(12);
+      const cipher = createCipheriv("aes-256-gcm", key, iv);
+      const ct = Buffer.concat([cipher.update(plain, "utf8"), cipher.final()]);
+      return Buffer.concat([iv, cipher.getAuthTag(), ct]).toString("base64url");
+    },
+    open(sealed: string): string {
+      const raw = Buffer.from(sealed, "base64url");
+      const decipher = createDecipheriv("aes-256-gcm", key, raw.subarray(0, 12));
+      decipher.setAuthTag(raw.subarray(12, 28));
+      return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString("utf8");
+    },
+  };
+}
+
+export type SecretBox = ReturnType<typeof createSecretBox>;

@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
-import { spentTodaySql } from "./store.js";
+import { spentTodaySql } from "./records.js";
 import type { LimitsSource } from "./views.js";
 
 type Conn = Knex | Knex.Transaction;

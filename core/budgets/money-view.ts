@@ -10,7 +10,7 @@ import {
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import type { Db } from "../db/knex.js";
 import type { SessionVerifier } from "../identity/sessions.js";
-import { BUDGET_STATUS, limitsView, PAYMENT_STATUS } from "./views.js";
+import { BUDGET_STATUS, limitsView, PAYMENT_STATUS, stepUpUrl } from "./views.js";
 import { createMoneyViewStore, type MoneyPaymentRow, type MoneyVaultRow } from "./money-view-store.js";
 
 export interface MoneyViewDeps {
@@ -87,7 +87,6 @@ function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
 /** As BudgetsService answers payments elsewhere: a step-up link only while the owner can still act on it. */
 function paymentView(p: MoneyPaymentRow, appUrl: string): PaymentView {
   const open = p.status === "pending_step_up" || p.status === "approved";
-  const agent = p.agentPrincipalId ? `/${encodeURIComponent(p.agentPrincipalId)}` : "";
   return {
     paymentId: p.id,
     vaultId: p.vaultId,
@@ -96,7 +95,7 @@ function paymentView(p: MoneyPaymentRow, appUrl: string): PaymentView {
     currency: p.currency,
     counterparty: { address: p.address, chain: p.chain, token: p.token },
     createdAt: timestampFromDate(p.createdAt),
-    stepUpUrl: open ? `${appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}` : "",
+    stepUpUrl: open ? stepUpUrl(appUrl, p) : "",
     agentPrincipalId: p.agentPrincipalId ?? "",
   };
 }

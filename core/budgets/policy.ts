@@ -1,10 +1,11 @@
 import { STEP_UP_WINDOW_SECONDS } from "../identity/sessions.js";
+import { CLOCK_SKEW_SECONDS } from "../keys/lifecycle.js";
 
-/** spec 2.1: the chains a budget may allow. */
+/** The chains a budget may allow. */
 export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
-/** spec 2.1: budget purposes. */
+/** Budget purposes. */
 export const PURPOSES = ["ap", "treasury", "trip", "market-research", "payroll", "multi-chain-concierge", "custom"] as const;
-/** spec 2.1 / 8: amount fields are integers 0 to 2^53-1. */
+/** Amount fields are integers 0 to 2^53-1. */
 export const MAX_AMOUNT = Number.MAX_SAFE_INTEGER;
 export interface Policy {
   /** `closed`: the budget was closed and its policy frozen; like a draft, it passes no payment. */
@@ -93,20 +94,26 @@ export const RULE_MESSAGES: Readonly<Record<Rule, string>> = {
   step_up_amount: "the amount needs the owner's step-up approval",
 };
 
-/** DESIGN 4.1: a grant counts as stepped up when acr = step-up and auth_time is recent. */
+/** A grant counts as stepped up when acr = step-up and auth_time is recent. */
 export function hasFreshStepUp(stepUp: boolean, authTimeSeconds: number, now: Date): boolean {
   if (!stepUp || authTimeSeconds <= 0) return false;
   const age = now.getTime() / 1000 - authTimeSeconds;
-  // A little future skew is tolerated like token clocks (30 s).
-  return age <= STEP_UP_WINDOW_SECONDS && age >= -30;
+  // A little future skew is tolerated like token clocks.
+  return age <= STEP_UP_WINDOW_SECONDS && age >= -CLOCK_SKEW_SECONDS;
 }
+
+/** At most this many payments awaiting approval and draft budgets, together, per vault. */
+export const MAX_AWAITING_OWNER = 50;
+/** The limit name a refusal over that bound carries. */
+export const AWAITING_LIMIT = "pending_approvals";
+export const AWAITING_MESSAGE = `${AWAITING_LIMIT}: the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
 
 /** Start of the UTC calendar day of `now` (per-day caps reset at 00:00Z). */
 export function utcDayStart(now: Date): Date {
   return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate()));
 }
 
-/** True when the grant's scopes include `required` (a superset is accepted, spec 5.1). */
+/** True when the grant's scopes include `required` (a superset is accepted). */
 export function hasScope(scopes: readonly string[], required: string): boolean {
   return scopes.includes(required);
 }

@@ -2,9 +2,9 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { lengthBetween } from "../../lib/text.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
-import type { BudgetParams } from "./store.js";
+import type { BudgetParams } from "./records.js";
 
-/** The spec 2.1 fields as core receives them (proto init shape, already typed). */
+/** A budget's fields as core receives them (proto init shape, already typed). */
 export interface BudgetInput {
   purpose: string;
   displayName: string;
@@ -18,8 +18,8 @@ export interface BudgetInput {
 }
 
 /**
- * spec 2.1 rules that any caller of core must meet (the gateway checks the wire schema
- * first); DESIGN 4.4: a time_window_end in the past is invalid. Lengths are characters
+ * Rules that any caller of core must meet (the gateway checks the wire schema
+ * first); a time_window_end in the past is invalid. Lengths are characters
  * (code points), as at the gateway.
  */
 export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
@@ -61,7 +61,7 @@ export interface PaymentInput {
   idempotencyKey: string;
 }
 
-/** spec 4.5 payment arguments; all are required (DESIGN 4.1 leaves that to us). */
+/** A payment's arguments; all are required. */
 export function checkPaymentInput(p: PaymentInput): PaymentInput {
   if (!lengthBetween(p.address, 1, 256)) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
   if (!(CHAINS as readonly string[]).includes(p.chain)) fail(Reason.INVALID_REQUEST, `counterparty.chain must be one of ${CHAINS.join(", ")}`);
@@ -85,4 +85,23 @@ function checkKey(key: string) {
 
 function isAmount(v: number): boolean {
   return Number.isSafeInteger(v) && v >= 0 && v <= MAX_AMOUNT;
+}
+
+/** An optional proto amount as a number; out-of-range values stay out of range so validation names the field. */
+export function optNumber(v: bigint | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  return v > BigInt(Number.MAX_SAFE_INTEGER) || v < 0n ? -1 : Number(v);
+}
+
+/** A payment request's fields, checked. */
+export function paymentInput(p: { counterparty?: { address: string; chain: string; token: string }; amountCents: bigint; currency: string; idempotencyKey: string } | undefined) {
+  if (!p || !p.counterparty) return fail(Reason.INVALID_REQUEST, "counterparty is required");
+  return checkPaymentInput({
+    address: p.counterparty.address,
+    chain: p.counterparty.chain,
+    token: p.counterparty.token,
+    amountCents: optNumber(p.amountCents)!,
+    currency: p.currency,
+    idempotencyKey: p.idempotencyKey,
+  });
 }

@@ -1,6 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { BudgetStatus, PaymentStatus, type BudgetLimitsSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, PaymentStatus, type BudgetLimitsSchema, type BudgetSchema, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { BudgetRecord, PaymentRecord } from "./records.js";
 
 /** A vault's spending policy as the owner reviews it (budget creation, activation, the money view). */
 export interface LimitsSource {
@@ -45,3 +46,38 @@ export const PAYMENT_STATUS: Readonly<Record<string, PaymentStatus>> = {
   completed: PaymentStatus.COMPLETED,
   declined: PaymentStatus.DECLINED,
 };
+
+export function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typeof BudgetSchema> {
+  const p = b.params;
+  return {
+    budgetId: b.id,
+    agentPrincipalId: b.agentPrincipalId,
+    vaultId: b.vaultId,
+    policyVersion: BigInt(b.policyVersion),
+    status: BUDGET_STATUS[b.status] ?? BudgetStatus.DRAFT,
+    createdAt: timestampFromDate(b.createdAt),
+    displayName: b.params.displayName,
+    limits: limitsView(p, currency),
+  };
+}
+
+/** Where the owner reviews a payment waiting for step-up approval: `{app_url}/dashboard/agents[/<agent>]?payment=<id>`. */
+export function stepUpUrl(appUrl: string, p: { id: string; agentPrincipalId: string | null }): string {
+  const agent = p.agentPrincipalId ? `/${encodeURIComponent(p.agentPrincipalId)}` : "";
+  return `${appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}`;
+}
+
+export function paymentView(appUrl: string, p: PaymentRecord): MessageInitShape<typeof PaymentSchema> {
+  const status = PAYMENT_STATUS[p.status];
+  return {
+    paymentId: p.id,
+    vaultId: p.vaultId,
+    status,
+    amountCents: BigInt(p.amountCents),
+    currency: p.currency,
+    counterparty: { address: p.address, chain: p.chain, token: p.token },
+    createdAt: timestampFromDate(p.createdAt),
+    stepUpUrl: p.status === "completed" || p.status === "declined" ? "" : stepUpUrl(appUrl, p),
+    agentPrincipalId: p.agentPrincipalId ?? "",
+  };
+}

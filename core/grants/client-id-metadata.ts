@@ -5,7 +5,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { textProblem } from "../../lib/text.js";
 import { checkClientMetadata } from "./client-metadata.js";
-import type { ClientRecord } from "./store.js";
+import type { ClientRecord } from "./stores/clients.js";
 import { createHostResolver, HostLookupError, pinnedLookup, type HostResolver } from "../net/resolver.js";
 
 /**

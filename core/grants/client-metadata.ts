@@ -31,7 +31,7 @@ const REGISTRATION: MetadataRules = { authMethods: AUTH_METHODS, defaultAuthMeth
 
 type MetadataFields = Pick<RegisterClientRequest, "clientName" | "redirectUris" | "grantTypes" | "responseTypes" | "tokenEndpointAuthMethod" | "scope">;
 
-/** RFC 7591 2 with spec 2.3's values; a bad redirect URI is invalid_redirect_uri, the rest invalid_client_metadata. */
+/** RFC 7591 2 with our allowed values; a bad redirect URI is invalid_redirect_uri, the rest invalid_client_metadata. */
 export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = REGISTRATION): ClientMetadata {
   const bad = (reason: Reason, message: string): never => fail(rules.reason ?? reason, message);
   if (req.redirectUris.length === 0) bad(Reason.INVALID_REDIRECT_URI, "redirect_uris must list at least one URI");
@@ -66,7 +66,7 @@ export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = 
   };
 }
 
-/** DESIGN 4.2: https, or http on loopback only; absolute, no fragment, no credentials. */
+/** Redirect URIs: https, or http on loopback only; absolute, no fragment, no credentials. */
 function checkRedirectUri(uri: string, reason = Reason.INVALID_REDIRECT_URI): void {
   let url: URL;
   try {

@@ -1,7 +1,7 @@
-/** spec 5.3 rule 5: the scopes an agent grant may carry. */
+/** The scopes an agent grant may carry. */
 export const AGENT_SCOPES = ["accounts:read", "payments:initiate", "payments:simulate", "audit:stream", "agent:budget:create"] as const;
 
-/** Scopes whose approval needs a fresh step-up (issue 5; spec 4.1 "requires human approval"). */
+/** Scopes whose approval needs a fresh step-up (they move money or access: a human approves them). */
 export const STEP_UP_SCOPES: readonly string[] = ["payments:initiate", "agent:budget:create"];
 
 /** Parses a space-separated scope string into a de-duplicated list; undefined if malformed. */

@@ -2,6 +2,8 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import type { EndSessionRequest, GetSessionRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { SignInStore } from "./signin-store.js";
 
 /** A step-up counts for this long: approving money or access needs one this recent. */
 export const STEP_UP_WINDOW_SECONDS = 600;
@@ -48,3 +50,31 @@ export function createSessionVerifier(deps: { db: Db; clock: () => Date }) {
 }
 
 export type SessionVerifier = ReturnType<typeof createSessionVerifier>;
+
+export interface SessionRpcDeps {
+  db: Db;
+  sessions: SessionVerifier;
+  store: SignInStore;
+  clock: () => Date;
+}
+
+/** GrantsService.GetSession: who the session token's holder is, and how fresh their step-up. */
+export async function getSession(deps: Pick<SessionRpcDeps, "sessions">, req: GetSessionRequest) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  return {
+    session: {
+      userId: s.userId,
+      email: s.email,
+      stepUpAt: s.stepUpAt ? BigInt(Math.floor(s.stepUpAt.getTime() / 1000)) : 0n,
+      stepUpFresh: s.stepUpFresh,
+    },
+  };
+}
+
+/** GrantsService.EndSession: signs out. */
+export async function endSession(deps: SessionRpcDeps, req: EndSessionRequest) {
+  // Like every session RPC, only the holder of a live session may end it.
+  await deps.sessions.verify(req.sessionToken);
+  await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock());
+  return {};
+}

@@ -12,7 +12,7 @@ import { FEED_START, positionXid, type CursorCodec, type FeedPosition } from "..
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
 import type { KycRecord, LedgerEntry, ResourcesStore, UsAccountRecord } from "./resources-store.js";
-import { normaliseEmail, type UsersStore } from "./users-store.js";
+import { normaliseEmail, type UsersStore } from "../identity/users-store.js";
 import { CONSENT_SCOPES, TREASURY_SCOPE } from "./scopes.js";
 import type { KycProvider } from "./kyc-providers.js";
 import { enqueue, type EventType, type OutboxStore } from "./webhooks/outbox-store.js";

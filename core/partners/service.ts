@@ -12,7 +12,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { Keyring } from "../keys/keyring.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
-import { normaliseEmail, type UserListing, type UsersStore } from "./users-store.js";
+import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
 import { constantTimeEqual } from "../../lib/crypto.js";
 import {
   generateClientId,

@@ -1,5 +1,5 @@
 /**
- * spec 2.1 date-time: a valid calendar date (leap years honoured), `T`, `HH:MM` with
+ * Our date-time: a valid calendar date (leap years honoured), `T`, `HH:MM` with
  * optional `:SS` and an optional fraction after the seconds, and a mandatory `Z`.
  */
 const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(\.\d{1,9})?)?Z$/;
@@ -10,7 +10,7 @@ function isLeap(year: number): boolean {
   return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
 }
 
-/** The instant a spec 2.1 date-time names (fractions beyond milliseconds are dropped), or undefined. */
+/** The instant such a date-time names (fractions beyond milliseconds are dropped), or undefined. */
 export function parseDateTime(value: string): Date | undefined {
   const m = DATE_TIME.exec(value);
   if (!m) return undefined;

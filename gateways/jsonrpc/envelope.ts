@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
-/** JSON-RPC 2.0 error codes we answer with (spec 7.1, plus -32003 for funds). */
+/** JSON-RPC 2.0 error codes we answer with (the standard ones, plus -32003 for funds). */
 export const RpcCode = {
   PARSE_ERROR: -32700,
   INVALID_REQUEST: -32600,
@@ -43,7 +43,7 @@ export class RpcError extends Error {
 type Row = { code: number; reasonId: string; unauthorized?: boolean };
 const INTERNAL: Row = { code: RpcCode.INTERNAL_ERROR, reasonId: "internal_error" };
 
-/** Reason -> JSON-RPC error (spec 7.1). Every Reason has a row; `satisfies` keeps it exhaustive. */
+/** Reason -> JSON-RPC error. Every Reason has a row; `satisfies` keeps it exhaustive. */
 const table = {
   [Reason.UNSPECIFIED]: INTERNAL,
   [Reason.INVALID_REQUEST]: { code: RpcCode.INVALID_PARAMS, reasonId: "invalid_params" },
@@ -105,7 +105,7 @@ export function rpcErrorFrom(err: unknown): RpcError {
   }
   const row: Row = table[detail.reason];
   const data: Record<string, unknown> = { reason_id: row.reasonId };
-  // spec 7.1: the wait rides on -32004 only.
+  // The wait rides on -32004 only.
   if (row.code === RpcCode.RATE_LIMITED) data.retry_after_seconds = detail.retryAfterSeconds || 60;
   // A dependency outage is retryable too: the wait rides in data, the code stays -32603.
   if (detail.reason === Reason.UNAVAILABLE) data.retry_after_seconds = detail.retryAfterSeconds || 5;

@@ -4,7 +4,7 @@ import type { Tool } from "./tools.js";
 import { UUID } from "../shared/uuid.js";
 import { findBadText } from "../shared/text.js";
 
-/** Ajv for the JSON Schema 2020-12 dialect of spec 9, with date-time exactly as spec 2.1 defines it. */
+/** Ajv for the JSON Schema 2020-12 dialect, with date-time exactly as date-time.ts defines it. */
 export function createSchemaAjv(): Ajv2020 {
   // Ajv's minLength/maxLength count code points (always, in Ajv 8), as the spec's limits mean.
   const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false });

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
-import { html, page } from "./html.js";
-import { BAD_ADDRESS, setPageHeaders } from "./plugin.js";
+import { html, page } from "./views/html.js";
+import { BAD_ADDRESS, setPageHeaders } from "./context.js";
 
 /** Path prefixes served by the page surface (gateways/web): people, not programs, read these. */
 const PAGE_PREFIXES = ["/signin", "/stepup", "/signout", "/dashboard", "/oauth2/authorize"];

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
-import { html, page } from "./html.js";
-import { setPageHeaders } from "./plugin.js";
+import { html, page } from "./views/html.js";
+import { setPageHeaders } from "./context.js";
 import type { PublicUrls } from "../shared/public-urls.js";
 
 /**

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { evaluatePayment, hasFreshStepUp, utcDayStart, type Policy } from "../../core/budgets/policy.js";
-import { canonicalJson } from "../../core/budgets/service.js";
+import { canonicalJson } from "../../core/budgets/ids.js";
 
 const policy = (o: Partial<Policy> = {}): Policy => ({
   status: "active",

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 
 const PREFIX = "whsec_";
 
@@ -28,27 +28,4 @@ export function signWebhook(secret: string, id: string, timestampSeconds: number
   };
 }
 
-/**
- * Webhook secrets must be usable for signing, so they cannot be hashed; they are kept
- * encrypted (AES-256-GCM) under a per-deployment key kept outside the database
- * (core/keys/outside-keys.ts).
- */
-export function createSecretBox(key: Buffer) {
-  if (key.length !== 32) throw new Error("secret box key must be 32 bytes");
-  return {
-    seal(plain: string): string {
-      const iv = randomBytes(12);
-      const cipher = createCipheriv("aes-256-gcm", key, iv);
-      const ct = Buffer.concat([cipher.update(plain, "utf8"), cipher.final()]);
-      return Buffer.concat([iv, cipher.getAuthTag(), ct]).toString("base64url");
-    },
-    open(sealed: string): string {
-      const raw = Buffer.from(sealed, "base64url");
-      const decipher = createDecipheriv("aes-256-gcm", key, raw.subarray(0, 12));
-      decipher.setAuthTag(raw.subarray(12, 28));
-      return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString("utf8");
-    },
-  };
-}
-
-export type SecretBox = ReturnType<typeof createSecretBox>;
+export { createSecretBox, type SecretBox } from "../../../lib/crypto.js";

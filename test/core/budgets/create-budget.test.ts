@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { Code } from "@connectrpc/connect";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import type { StepName } from "../../../core/budgets/store.js";
+import type { StepName } from "../../../core/budgets/records.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, rejection, type TestOwner } from "../../support/budgets.js";
 

@@ -9,7 +9,7 @@ import { authorize, createJar, createUser, pkce, postForm, registerClient, type 
 import { ALL_AGENT_SCOPES, budgetParams, ownerSession, payment, rejection } from "../../support/budgets.js";
 import { postRpc } from "../../support/mcp.js";
 import { requirePostgres } from "../../support/db.js";
-import type { StepName } from "../../../core/budgets/store.js";
+import type { StepName } from "../../../core/budgets/records.js";
 
 const REDIRECT = "http://127.0.0.1:9/callback";
 const urn = (vaultId: string) => `urn:vaultgate:vault:${vaultId}`;

@@ -2,7 +2,7 @@ import { requirePostgres } from "../../support/db.js";
 import { expect } from "chai";
 import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, type TestOwner } from "../../support/budgets.js";
-import type { StepName } from "../../../core/budgets/store.js";
+import type { StepName } from "../../../core/budgets/records.js";
 
 /**
  * Every failure point of agent.budget.create after the vault is claimed answers spec

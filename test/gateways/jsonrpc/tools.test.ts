@@ -3,7 +3,7 @@ import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, type TestOwner } from "../../support/budgets.js";
 import { compileToolSchemas } from "../../../gateways/jsonrpc/schemas.js";
 import { TOOLS } from "../../../gateways/jsonrpc/tools.js";
-import type { StepName } from "../../../core/budgets/store.js";
+import type { StepName } from "../../../core/budgets/records.js";
 
 const APP_URL = "http://app.vaultgate.test";
 const validators = compileToolSchemas(TOOLS);

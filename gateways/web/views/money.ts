@@ -1,24 +1,9 @@
 import { randomBytes } from "node:crypto";
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { BudgetStatus, PaymentStatus, type Payment, type VaultView } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, PaymentStatus, type Payment, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { UUID } from "../../shared/uuid.js";
+import { money, utcMinute } from "../format.js";
+import { budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";
 import { html, type Html } from "./html.js";
-import { budgetPath, money, paymentPath } from "./approval-routes.js";
-import { UUID } from "../shared/uuid.js";
-
-/** The owner's money at a glance. */
-export const MONEY_PATH = "/dashboard/money";
-
-export const fundPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/fund`;
-export const closePath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/close`;
-export const sweepPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/sweep`;
-/** The anchor of a vault's card, so a form's answer lands next to it. */
-export const vaultAnchor = (vaultId: string) => `v-${vaultId}`;
-
-/** Pages a money form may return to: the money view or an agent's page (never another origin). */
-export function moneyReturnTo(value: string | undefined): string {
-  if (value && /^\/dashboard\/agents\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(value)) return value;
-  return MONEY_PATH;
-}
 
 /** The largest amount core accepts (2^53-1 cents), in whole units. */
 const MAX_UNITS_DIGITS = 13;
@@ -40,8 +25,6 @@ export function parseAmount(raw: string | undefined): { cents: bigint } | { erro
 export const formKey = () => randomBytes(18).toString("base64url");
 /** What the Fund form's hidden key may look like (what formKey makes, with room to spare). */
 export const FORM_KEY = /^[A-Za-z0-9_-]{16,64}$/;
-
-const when = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString().replace("T", " ").slice(0, 16) + " UTC" : "");
 
 const STATUS_WORDS: Partial<Record<BudgetStatus, string>> = {
   [BudgetStatus.DRAFT]: "Waiting for your activation",
@@ -84,12 +67,12 @@ function paymentRow(p: Payment): Html {
   return html`<tr class="payment payment-${PaymentStatus[p.status]?.toLowerCase() ?? "unknown"}">
     <td class="num">${money(p.amountCents, p.currency)}</td>
     <td>${c ? html`<code title="${c.address}">${shortAddress(c.address)}</code><br><span class="muted">${c.token} on ${c.chain}</span>` : ""}</td>
-    <td>${statusCell}<br><span class="muted">${when(p.createdAt)}</span></td></tr>`;
+    <td>${statusCell}<br><span class="muted">${utcMinute(p.createdAt)}</span></td></tr>`;
 }
 
 export interface CardOptions {
   csrf: string;
-  /** The page the card's forms return to (MONEY_PATH or an agent's page). */
+  /** The page the card's forms return to (the money view or an agent's page). */
   returnTo: string;
   /** Every vault of the view, to name a budget's parent. */
   all: VaultView[];
@@ -116,7 +99,7 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
   if (l?.amountCapCentsPerTx !== undefined) extra.push(html`At most ${money(l.amountCapCentsPerTx, cur)} per payment`);
   if (l?.stepUpAmountCents !== undefined) extra.push(html`over ${money(l.stepUpAmountCents, cur)} waits for your approval`);
   if (l && l.chainAllowlist.length) extra.push(html`only on ${l.chainAllowlist.join(", ")}`);
-  if (l?.timeWindowEnd) extra.push(html`until ${when(l.timeWindowEnd)}`);
+  if (l?.timeWindowEnd) extra.push(html`until ${utcMinute(l.timeWindowEnd)}`);
   const canFund = isBudget && (v.status === BudgetStatus.ACTIVE || v.status === BudgetStatus.DRAFT);
   const canClose = isBudget && v.status !== BudgetStatus.CLOSED;
   // A budget closed with keep_funds still holds money: it can be moved back later.

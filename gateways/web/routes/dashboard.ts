@@ -1,16 +1,17 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { VaultView } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
-import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import type { AgentSummary, GrantSummary, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
-import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
-import { html, type Html } from "./html.js";
-import { PageError, type WebContext } from "./plugin.js";
-import { noteRefusal } from "../request-log.js";
-import { loadPending, money, paymentPath, pendingSection } from "./approval-routes.js";
-import { FORM_KEY, MONEY_NOTICES, MONEY_PATH, moneyReturnTo, parseAmount, prefillFrom, vaultAnchor, vaultCard, type CardOptions } from "./money.js";
-import { UUID } from "../shared/uuid.js";
-
-type Current = { token: string; session: WebSession };
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import type { VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/grants_pb.js";
+import { noteRefusal } from "../../request-log.js";
+import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
+import { UUID } from "../../shared/uuid.js";
+import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
+import { money, utcMinute } from "../format.js";
+import { loadPending } from "../load-pending.js";
+import { MONEY_PATH, paymentPath, stepUpPath, vaultAnchor } from "../paths.js";
+import { html, type Html } from "../views/html.js";
+import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, vaultCard, type CardOptions } from "../views/money.js";
+import { pendingSection } from "../views/pending.js";
 
 /** Fixed notices selected by a query flag; the flag's value is never echoed. */
 const NOTICES: Record<string, string> = {
@@ -47,10 +48,8 @@ interface Problem {
   card: Html;
 }
 
-const when = (unixSeconds: bigint) => new Date(Number(unixSeconds) * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
-
-/** {app_url}/dashboard/agents and /dashboard/agents/<agent_id> (spec 3.2, DESIGN 4.2). */
-export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
+/** {app_url}/dashboard/agents, /dashboard/agents/<agent_id> and the money view with its forms. */
+export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const notice = (request: FastifyRequest) => {
     const done = (request.query as Record<string, unknown>).done;
     return typeof done === "string" && NOTICES[done] ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
@@ -135,7 +134,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     const here = `/dashboard/agents/${agentId.toLowerCase()}`;
     const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
     if (!agent && !budget) throw new PageError(404, "Not found", "There is no such agent.");
-    // DESIGN 4.2: this agent's own pending approvals, with the same review links and Decline buttons.
+    // This agent's own pending approvals, with the same review links and Decline buttons.
     const id = agent?.agentId ?? budget!.agentPrincipalId;
     const mine = { ...all, payments: all.payments.filter((p) => p.agentPrincipalId === id), budgets: all.budgets.filter((b) => b.agentPrincipalId === id) };
     // The money this agent reaches: its budget, and the vaults its active grants act on.
@@ -165,7 +164,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     const active = a.grants.filter((g) => g.state === "active");
     const past = a.grants.filter((g) => g.state !== "active").slice(0, 20);
     const row = (g: GrantSummary, revoke: boolean) =>
-      html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${when(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
+      html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${utcMinute(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
         <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
         <td>${revoke
           ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
@@ -245,7 +244,7 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     // Back here after the step-up, with what was typed still in the form.
     const amount = form.params.get("amount") ?? "";
     const again = action === "fund" && amount.length <= 24 && "cents" in parseAmount(amount) ? `?done=stepped-up&fund=${vaultId}&amount=${encodeURIComponent(amount)}` : "?done=stepped-up";
-    const stepUp = () => reply.redirect(`/stepup?return_to=${encodeURIComponent(`${back}${again}#${vaultAnchor(vaultId)}`)}`, 303);
+    const stepUp = () => reply.redirect(stepUpPath(`${back}${again}#${vaultAnchor(vaultId)}`), 303);
     let input: T;
     try {
       input = check(form.params);
@@ -335,4 +334,4 @@ export async function dashboardRoutes(app: FastifyInstance, ctx: WebContext) {
     await ctx.grants.killSwitch({ sessionToken: current.token }, ctx.rpc(request));
     return reply.redirect("/dashboard/agents?done=killed", 303);
   });
-}
+};

@@ -1,10 +1,11 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { html } from "./html.js";
-import { safeReturnTo, type WebContext } from "./plugin.js";
-import { noteRefusal } from "../request-log.js";
-import { UUID } from "../shared/uuid.js";
+import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { noteRefusal } from "../../request-log.js";
+import { UUID } from "../../shared/uuid.js";
+import { safeReturnTo, type WebContext } from "../context.js";
+import { stepUpPath } from "../paths.js";
+import { html } from "../views/html.js";
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
@@ -12,8 +13,8 @@ const q = (request: FastifyRequest, name: string) => {
   return typeof v === "string" ? v : undefined;
 };
 
-/** E-mail one-time-code sign-in and step-up (DESIGN 4.2). */
-export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
+/** E-mail one-time-code sign-in, sign-out and step-up. */
+export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   function emailForm(reply: FastifyReply, request: FastifyRequest, returnTo: string, status = 200, error?: string) {
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
@@ -138,7 +139,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
   app.get("/stepup", async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, `/stepup?return_to=${encodeURIComponent(returnTo)}`);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
@@ -158,7 +159,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, `/stepup?return_to=${encodeURIComponent(returnTo)}`);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     const res = await ctx.grants.startSignIn({ sessionToken: current.token }, ctx.rpc(request));
     return reply.redirect(`/stepup/code?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
   });
@@ -167,8 +168,8 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
     const challenge = q(request, "challenge") ?? "";
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, `/stepup?return_to=${encodeURIComponent(returnTo)}`);
-    if (!UUID.test(challenge)) return reply.redirect(`/stepup?return_to=${encodeURIComponent(returnTo)}`, 303);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
+    if (!UUID.test(challenge)) return reply.redirect(stepUpPath(returnTo), 303);
     return codeForm(reply, request, {
       action: "/stepup/code",
       challenge,
@@ -185,7 +186,7 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const challenge = form.params.get("challenge") ?? "";
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, `/stepup?return_to=${encodeURIComponent(returnTo)}`);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     try {
       await ctx.grants.completeSignIn({ challengeId: challenge, code: form.params.get("code") ?? "", sessionToken: current.token }, ctx.rpc(request));
       return reply.redirect(returnTo, 303);
@@ -203,4 +204,4 @@ export async function signInRoutes(app: FastifyInstance, ctx: WebContext) {
       });
     }
   });
-}
+};

@@ -1,14 +1,15 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import type { CheckAuthorizationResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
-import { oauthErrorFrom } from "../shared/oauth-error.js";
-import { AGENT_SCOPE_WORDS } from "../shared/public-urls.js";
-import { html } from "./html.js";
-import { PageError, type WebContext } from "./plugin.js";
-import { noteRefusal } from "../request-log.js";
+import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import type { CheckAuthorizationResponse } from "../../../gen/vaultgate/grants/v1/grants_pb.js";
+import { noteRefusal } from "../../request-log.js";
+import { oauthErrorFrom } from "../../shared/oauth-error.js";
+import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
+import { PageError, type WebContext } from "../context.js";
+import { stepUpPath } from "../paths.js";
+import { html } from "../views/html.js";
 
-/** spec 4.3 parameters; `resource` may repeat (RFC 8707). */
+/** The authorization request's parameters; `resource` may repeat (RFC 8707). */
 const PARAMS = ["response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method", "scope", "resource", "state"] as const;
 
 interface AuthorizeParams {
@@ -37,8 +38,8 @@ function toQuery(p: AuthorizeParams): string {
   return sp.toString();
 }
 
-/** GET /oauth2/authorize and the consent decision (spec 4.3, DESIGN 4.2). */
-export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
+/** GET /oauth2/authorize and the consent decision. */
+export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const coreRequest = (p: AuthorizeParams, sessionToken = "") => ({
     clientId: p.values.get("client_id") ?? "",
     redirectUri: p.values.get("redirect_uri") ?? "",
@@ -73,7 +74,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
     return redirectBack(reply, p, { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
   }
 
-  /** Validates in spec order; returns the check when the flow may continue. */
+  /** Validates in the order the protocol sets; returns the check when the flow may continue. */
   async function check(request: FastifyRequest, reply: FastifyReply, p: AuthorizeParams, sessionToken: string) {
     if (p.duplicates.includes("client_id") || p.duplicates.includes("redirect_uri")) {
       throw new PageError(400, "Something is wrong with this request", "A parameter was repeated, so the application cannot be identified.");
@@ -99,7 +100,7 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
     const here = `/oauth2/authorize?${toQuery(p)}`;
     if (!current) return ctx.signInRedirect(reply, here);
     const c = result.checked;
-    if (c.stepUpRequired && !c.stepUpFresh) return reply.redirect(`/stepup?return_to=${encodeURIComponent(here)}`, 303);
+    if (c.stepUpRequired && !c.stepUpFresh) return reply.redirect(stepUpPath(here), 303);
     if (c.vaults.length === 0) throw new PageError(400, "No vault to connect", "Your account has no vault this application could use.");
 
     const csrf = ctx.csrfToken(request, reply);
@@ -158,8 +159,8 @@ export async function authorizeRoutes(app: FastifyInstance, ctx: WebContext) {
       );
       return redirectBack(reply, p, { code: res.code });
     } catch (err) {
-      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(`/stepup?return_to=${encodeURIComponent(`/oauth2/authorize?${toQuery(p)}`)}`, 303);
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(`/oauth2/authorize?${toQuery(p)}`), 303);
       return refuse(reply, p, err);
     }
   });
-}
+};

@@ -1,0 +1,254 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  BudgetStatus,
+  type ActivateBudgetRequest,
+  type ActivateBudgetResponseSchema,
+  type CloseBudgetRequest,
+  type CloseBudgetResponseSchema,
+  type CreateBudgetRequest,
+  type CreateBudgetResponseSchema,
+  type DeclineBudgetRequest,
+  type DeclineBudgetResponseSchema,
+  type ListStrandedFundsResponseSchema,
+  type SweepBudgetRequest,
+  type SweepBudgetResponseSchema,
+} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import { sha256Hex } from "../../lib/crypto.js";
+import { UUID } from "../uuid.js";
+import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps, type AuditDeps } from "./caller.js";
+import { sweep, sweepInto } from "./funding.js";
+import { canonicalJson } from "./ids.js";
+import type { BudgetRecord } from "./records.js";
+import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
+import type { BudgetsRowStore } from "./stores/budgets.js";
+import type { PaymentsStore } from "./stores/payments.js";
+import type { VaultsStore } from "./stores/vaults.js";
+import { checkBudgetInput, optNumber } from "./validation.js";
+import { budgetView } from "./views.js";
+
+export interface CreateBudgetDeps extends SagaDeps, ActingDeps {
+  rateLimits: RateLimitStore;
+  /** Provisioning starts per parent vault per minute. */
+  provisioningLimitPerMinute: number;
+}
+
+export interface OwnerDecisionDeps extends AuditDeps, Pick<ActingDeps, "sessions"> {
+  budgets: BudgetsRowStore;
+  vaults: VaultsStore;
+}
+
+export interface ClosingDeps extends ActingDeps {
+  vaults: VaultsStore;
+  payments: PaymentsStore;
+}
+
+/** The most stranded vaults ListStrandedFunds names. */
+const MAX_STRANDED = 100;
+
+/** BudgetsService.CreateBudget: an agent makes a budget under its grant's vault (the saga in saga.ts). */
+export async function createBudget(deps: CreateBudgetDeps, req: CreateBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CreateBudgetResponseSchema>> {
+  const now = deps.clock();
+  const claims = await claimsFor(deps, req.accessToken, SCOPES.budgetCreate);
+  // Replays and rate limits answer only a live grant; each saga transaction re-reads it under lock.
+  const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));
+  const params = checkBudgetInput(
+    {
+      purpose: req.purpose,
+      displayName: req.displayName,
+      amountCapCentsPerTx: optNumber(req.amountCapCentsPerTx),
+      amountCapCentsPerDay: optNumber(req.amountCapCentsPerDay),
+      amountCapCentsLifetime: optNumber(req.amountCapCentsLifetime),
+      stepUpAmountCents: optNumber(req.stepUpAmountCents),
+      chainAllowlist: req.chainAllowlist,
+      timeWindowEnd: req.timeWindowEnd ? timestampDate(req.timeWindowEnd) : undefined,
+      idempotencyKey: req.idempotencyKey,
+    },
+    now,
+  );
+  const hash = sha256Hex(canonicalJson(params));
+  const actor = actorOf(g);
+
+  // A replay answers with the same ids and the budget's current status.
+  const existing = await deps.budgets.findBudget(deps.db, g.vaultId, req.idempotencyKey);
+  if (existing) {
+    if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+    if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
+    // A declined budget is not reprovisioned under its key; nor is a closed one: closing is final.
+    if (existing.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
+    if (existing.status === "closed") fail(Reason.ACCESS_DENIED, "this budget was closed");
+    if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
+  }
+
+  // Only starts that pass validation count, replays do not.
+  const limit = await deps.rateLimits.hit(`budget-provisioning:${g.vaultId}`, deps.provisioningLimitPerMinute, 60, now);
+  if (!limit.allowed) {
+    await auditOutside(deps, ctx, actor, "agent.budget.create", "failure", "rate_limited", g.vaultId);
+    fail(Reason.RATE_LIMITED, "too many budget provisioning starts for this vault", { retryAfterSeconds: 60 });
+  }
+
+  let budget: BudgetRecord;
+  try {
+    budget = await startSaga(deps, g.id, existing, params, hash, req.idempotencyKey, now);
+  } catch (err) {
+    const detail = errorDetailOf(err);
+    const reason = detail?.reason;
+    const limit = detail?.limitName ? `:${detail.limitName}` : "";
+    await auditOutside(deps, ctx, actor, "agent.budget.create", "failure", reason ? `${Reason[reason].toLowerCase()}${limit}` : "internal", g.vaultId);
+    throw err;
+  }
+  const steps = await runSteps(deps, ctx, actor, budget);
+  return { budget: budgetView(await finishSaga(deps, ctx, actor, budget, steps, g.id)) };
+}
+
+/** BudgetsService.ActivateBudget: the owner, freshly stepped up, activates a draft. */
+export async function activateBudget(deps: OwnerDecisionDeps, req: ActivateBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ActivateBudgetResponseSchema>> {
+  const now = deps.clock();
+  const owner = await deps.sessions.verify(req.sessionToken);
+  if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
+  // A malformed id is refused like an unknown one (and never reaches a uuid column).
+  if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
+  const budget = await deps.db.transaction(async (trx) => {
+    const b = await deps.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
+    if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
+    if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
+    if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
+    if (b.status === "active") return b;
+    await deps.budgets.activatePolicy(trx, b.vaultId, now);
+    const updated = await deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
+    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
+    return updated;
+  });
+  return { budget: budgetView(budget) };
+}
+
+/** BudgetsService.DeclineBudget: the owner refuses a draft; what it holds goes back to the parent vault. */
+export async function declineBudget(deps: OwnerDecisionDeps, req: DeclineBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
+  const now = deps.clock();
+  const owner = await deps.sessions.verify(req.sessionToken);
+  if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
+  const budget = await deps.db.transaction(async (trx) => {
+    const b = await deps.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
+    if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
+    if (b.status === "declined") return b;
+    if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
+    // The owner may have funded the draft: what it holds goes back to the parent vault.
+    await sweep(deps, trx, b, "decline", now);
+    const declined = await deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
+    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
+    return declined;
+  });
+  return { budget: budgetView(budget) };
+}
+
+/** BudgetsService.CloseBudget: the budget and every budget below it close; their grants are revoked. */
+export async function closeBudget(deps: ClosingDeps, req: CloseBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CloseBudgetResponseSchema>> {
+  const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "closing a budget");
+  const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.close", async (trx, { budget: b, actor, now }) => {
+    if (b.status === "closed") {
+      const v = (await deps.vaults.findVault(trx, b.vaultId))!;
+      return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
+    }
+    // The budgets its agent made close with it, all levels down (top-down, locked).
+    const below = (await deps.budgets.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
+    const closing = [b, ...below];
+    const vaultIds = closing.map((x) => x.vaultId);
+    // Grants before vaults (the lock order): from here on none of them pays, and none can
+    // be refreshed into a new one.
+    const revoked = await deps.grants.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
+    const vaults = await deps.vaults.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
+    for (const x of closing) {
+      const v = vaults.get(x.vaultId);
+      if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+    }
+    const parent = vaults.get(b.parentVaultId);
+    if (!parent || parent.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+    // A payment waiting for the owner (or approved and not yet repeated) never completes.
+    await deps.payments.declineOpenPayments(trx, vaultIds, now);
+    // The policies are frozen: a grant issued on these vaults later still pays nothing.
+    await deps.budgets.closePolicies(trx, vaultIds, now);
+    let closed = b;
+    for (const x of closing) {
+      const updated = await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
+      if (x.id === b.id) closed = updated;
+      await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.close", outcome: "success", subject: x.vaultId, at: now });
+    }
+    // Deepest first, each budget's money goes up to its parent, so what the closed
+    // budget's own budgets held reaches the vault the closed budget was made under.
+    let swept = { sweptCents: 0, transferId: "" };
+    if (!req.keepFunds) {
+      for (const x of [...closing].reverse()) {
+        const moved = await sweepInto(deps, trx, x, vaults, "close", now);
+        if (x.id === b.id) swept = moved;
+      }
+    }
+    return { b: closed, ...swept, currency: vaults.get(b.vaultId)!.currency, revoked, already: false };
+  });
+  return {
+    vaultId: out.b.vaultId,
+    parentVaultId: out.b.parentVaultId,
+    status: BudgetStatus.CLOSED,
+    sweptCents: BigInt(out.sweptCents),
+    currency: out.currency,
+    transferId: out.transferId,
+    revokedGrants: out.revoked,
+    alreadyClosed: out.already,
+    closedAt: out.b.closedAt ? timestampFromDate(out.b.closedAt) : undefined,
+  };
+}
+
+/** BudgetsService.SweepBudget: what a closed budget (and those closed with it) kept goes up to the parent. */
+export async function sweepBudget(deps: ClosingDeps, req: SweepBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof SweepBudgetResponseSchema>> {
+  const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "sweeping a budget");
+  const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.sweep", async (trx, { budget: b, actor, now }) => {
+    if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
+    // What the budgets closed with it kept comes up too, deepest first (as a close sweeps).
+    // Closing reached them all; only closed budgets' money is ever swept.
+    const below = (await deps.budgets.lockDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status === "closed");
+    const sweeping = [b, ...below];
+    const vaults = await deps.vaults.lockVaults(trx, [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]);
+    for (const id of [b.parentVaultId, ...sweeping.map((x) => x.vaultId)]) {
+      const v = vaults.get(id);
+      if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
+    }
+    let own = { sweptCents: 0, transferId: "" };
+    for (const x of [...sweeping].reverse()) {
+      const moved = await sweepInto(deps, trx, x, vaults, "kept", now);
+      if (moved.sweptCents > 0 || x.id === b.id) {
+        const reason = moved.sweptCents > 0 ? "" : "nothing_to_sweep";
+        await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.sweep", outcome: "success", reason, subject: x.vaultId, at: now });
+      }
+      if (x.id === b.id) own = moved;
+    }
+    return { b, ...own, currency: vaults.get(b.vaultId)!.currency };
+  });
+  return {
+    vaultId: out.b.vaultId,
+    parentVaultId: out.b.parentVaultId,
+    sweptCents: BigInt(out.sweptCents),
+    currency: out.currency,
+    transferId: out.transferId,
+    nothingToSweep: out.sweptCents === 0,
+  };
+}
+
+/** BudgetsService.ListStrandedFunds: closed budgets whose vault still holds money. */
+export async function listStrandedFunds(deps: Pick<OwnerDecisionDeps, "db" | "budgets">): Promise<MessageInitShape<typeof ListStrandedFundsResponseSchema>> {
+  const rows = await deps.budgets.listStranded(deps.db, MAX_STRANDED + 1);
+  return {
+    vaults: rows.slice(0, MAX_STRANDED).map((r) => ({
+      vaultId: r.budget.vaultId,
+      parentVaultId: r.budget.parentVaultId,
+      userId: r.budget.userId,
+      balanceCents: BigInt(r.balanceCents),
+      currency: r.currency,
+      closedAt: r.budget.closedAt ? timestampFromDate(r.budget.closedAt) : undefined,
+    })),
+    more: rows.length > MAX_STRANDED,
+  };
+}

@@ -1,0 +1,248 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  Decision,
+  type ApprovePaymentRequest,
+  type ApprovePaymentResponseSchema,
+  type DeclinePaymentRequest,
+  type DeclinePaymentResponseSchema,
+  type InitiatePaymentRequest,
+  type InitiatePaymentResponseSchema,
+  type ListPendingApprovalsRequest,
+  type ListPendingApprovalsResponseSchema,
+  type SimulatePaymentRequest,
+  type SimulatePaymentResponseSchema,
+} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { kRequestId } from "../context.js";
+import type { CursorCodec } from "../paging.js";
+import type { SessionVerifier } from "../identity/sessions.js";
+import { sha256Hex } from "../../lib/crypto.js";
+import { UUID } from "../uuid.js";
+import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
+import { canonicalJson } from "./ids.js";
+import { AWAITING_LIMIT, AWAITING_MESSAGE, brokenRules, decide, evaluatePayment, MAX_AWAITING_OWNER, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
+import type { PaymentRecord } from "./records.js";
+import type { BudgetsRowStore } from "./stores/budgets.js";
+import type { PaymentsStore } from "./stores/payments.js";
+import type { VaultsStore } from "./stores/vaults.js";
+import { paymentInput } from "./validation.js";
+import { budgetView, paymentView } from "./views.js";
+
+export interface AgentPaymentDeps extends AuditDeps, TokenDeps {
+  payments: PaymentsStore;
+  /** `{app_url}`, where owners approve step-ups. */
+  appUrl: string;
+  /** Test-only seam, the same one the audit store honours. */
+  auditFault?: () => Error | undefined;
+}
+
+export interface OwnerPaymentDeps extends AuditDeps {
+  sessions: SessionVerifier;
+  payments: PaymentsStore;
+  appUrl: string;
+}
+
+export interface PendingDeps extends Omit<OwnerPaymentDeps, "audit" | "clock"> {
+  budgets: BudgetsRowStore;
+  vaults: VaultsStore;
+  cursors: CursorCodec;
+}
+
+/** The most pending approvals one page lists. */
+const MAX_PENDING_PAGE = 100;
+
+/** BudgetsService.InitiatePayment: an agent pays from its grant's vault, as the vault's policy decides. */
+export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof InitiatePaymentResponseSchema>> {
+  const { payments, clock } = deps;
+  const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate);
+  const input = paymentInput(req.payment);
+  const hash = sha256Hex(canonicalJson(input));
+  type Outcome = { actor: string; payment: PaymentRecord; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
+  const outcome = await deps.db.transaction(async (trx): Promise<Outcome> => {
+    const now = clock();
+    // The grant and the vault are locked: a revocation committed
+    // first is seen, none commits in between, and every payment of the vault is ordered.
+    const context = await payments.lockPaymentContext(trx, claims.jti, utcDayStart(now));
+    const g = usable(deps, context?.grant);
+    if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+    const actor = actorOf(g);
+    const { vault, usage, policy } = context;
+    if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
+    const prior = await payments.findPayment(trx, vault.id, input.idempotencyKey);
+    if (prior && prior.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+    if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
+    if (prior && prior.status !== "approved") return { actor, payment: prior };
+
+    const evaluation = evaluatePayment(
+      policy,
+      { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
+      { amountCents: input.amountCents, chain: input.chain },
+      now,
+      { stepUpApproved: prior?.status === "approved" },
+    );
+    if (evaluation.decision === "deny") return { actor, vaultId: vault.id, denied: evaluation.rule };
+    // A new payment waiting for the owner counts against the vault's bound (the vault row is locked).
+    if (evaluation.decision === "step_up" && !prior && (await payments.countAwaitingOwner(trx, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+      return { actor, vaultId: vault.id, denied: AWAITING_LIMIT };
+    }
+    let payment: PaymentRecord;
+    if (prior) {
+      payment = await payments.setPaymentStatus(trx, prior.id, "completed", now);
+    } else {
+      payment = {
+        id: randomUUID(),
+        vaultId: vault.id,
+        userId: g.userId,
+        agentPrincipalId: g.agentPrincipalId,
+        grantId: g.id,
+        idempotencyKey: input.idempotencyKey,
+        paramsHash: hash,
+        address: input.address,
+        chain: input.chain,
+        token: input.token,
+        amountCents: input.amountCents,
+        currency: input.currency,
+        status: evaluation.decision === "step_up" ? "pending_step_up" : "completed",
+        createdAt: now,
+      };
+      await payments.insertPayment(trx, payment);
+    }
+    // The balance and the running totals the caps read move together, under the vault lock.
+    if (payment.status === "completed") await payments.recordSpend(trx, vault, payment, now);
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor,
+      action: payment.status === "completed" ? "payments.initiate" : "payments.initiate.pending_step_up",
+      outcome: "success",
+      subject: payment.id,
+      at: now,
+    });
+    return { actor, payment };
+  });
+  if (outcome.denied !== undefined) {
+    const rule = outcome.denied;
+    await auditOutside(deps, ctx, outcome.actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, outcome.vaultId);
+    if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
+    if (rule === AWAITING_LIMIT) fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: rule });
+    // The limit is named; no remaining allowance is revealed.
+    fail(Reason.POLICY_DENIED, rule, { limitName: rule });
+  }
+  return { payment: paymentView(deps.appUrl, outcome.payment) };
+}
+
+/** BudgetsService.SimulatePayment: what the policy would decide, with every rule the payment breaks. */
+export async function simulatePayment(deps: AgentPaymentDeps, req: SimulatePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof SimulatePaymentResponseSchema>> {
+  const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsSimulate);
+  const input = paymentInput(req.payment);
+  const now = deps.clock();
+  // One statement reads the grant afresh with everything the decision needs, and
+  // writes the read's audit row when the call will answer (audit before data).
+  const auditFault = deps.auditFault?.();
+  let context: Awaited<ReturnType<PaymentsStore["currentPaymentContext"]>>;
+  try {
+    context = await deps.payments.currentPaymentContext(
+      claims.jti,
+      utcDayStart(now),
+      auditFault ? undefined : { requestId: ctx.values.get(kRequestId), at: now, currency: input.currency },
+    );
+  } catch (err) {
+    // The statement carries the audit INSERT: if it fails, the read is withheld.
+    return fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+  }
+  const g = usable(deps, context?.grant);
+  if (!context || context.vault.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
+  const { vault, usage, policy } = context;
+  if (input.currency !== vault.currency) fail(Reason.INVALID_REQUEST, `currency must be the vault's currency ${vault.currency}`);
+  if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
+  // Every check above passed, so the statement's guarded INSERT must have run.
+  if (!context.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");
+  // Every rule the payment would break, so an agent learns them all at once.
+  const broken = brokenRules(
+    policy,
+    { balanceCents: vault.balanceCents, spentTodayCents: usage.today, spentLifetimeCents: usage.lifetime },
+    { amountCents: input.amountCents, chain: input.chain },
+    now,
+  );
+  const evaluation: Evaluation = decide(broken);
+  const decision = { accept: Decision.ACCEPT, step_up: Decision.STEP_UP, deny: Decision.DENY }[evaluation.decision];
+  const rule: Rule | "" = evaluation.decision === "accept" ? "" : evaluation.rule;
+  return { decision, rule, brokenRules: broken.map((r) => ({ reasonId: r, message: RULE_MESSAGES[r] })) };
+}
+
+/** BudgetsService.ApprovePayment: the owner, freshly stepped up, lets the agent repeat a payment. */
+export async function approvePayment(deps: OwnerPaymentDeps, req: ApprovePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ApprovePaymentResponseSchema>> {
+  const now = deps.clock();
+  const owner = await deps.sessions.verify(req.sessionToken);
+  if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
+  if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
+  const payment = await deps.db.transaction(async (trx) => {
+    const p = await deps.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
+    if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
+    if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
+    if (p.status !== "pending_step_up") return p;
+    const approved = await deps.payments.setPaymentStatus(trx, p.id, "approved", now);
+    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
+    return approved;
+  });
+  return { payment: paymentView(deps.appUrl, payment) };
+}
+
+/** BudgetsService.DeclinePayment: the owner refuses a payment waiting for approval. */
+export async function declinePayment(deps: OwnerPaymentDeps, req: DeclinePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof DeclinePaymentResponseSchema>> {
+  const now = deps.clock();
+  const owner = await deps.sessions.verify(req.sessionToken);
+  if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
+  const payment = await deps.db.transaction(async (trx) => {
+    // The row lock orders a decline against a concurrent approval: one of them decides.
+    const p = await deps.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
+    if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
+    if (p.status === "declined") return p;
+    if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
+    const declined = await deps.payments.setPaymentStatus(trx, p.id, "declined", now);
+    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
+    return declined;
+  });
+  return { payment: paymentView(deps.appUrl, payment) };
+}
+
+/** BudgetsService.ListPendingApprovals: the owner's draft budgets and payments awaiting step-up, two paged lists. */
+export async function listPendingApprovals(deps: PendingDeps, req: ListPendingApprovalsRequest): Promise<MessageInitShape<typeof ListPendingApprovalsResponseSchema>> {
+  const { db, cursors } = deps;
+  const owner = await deps.sessions.verify(req.sessionToken);
+  if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
+  // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).
+  const position = (cursor: string, list: "b" | "p") => {
+    if (!cursor) return undefined;
+    if (req.limit === 0) fail(Reason.INVALID_CURSOR, "a cursor needs a limit");
+    const c = cursors.decode(cursor);
+    if (!c || c.l !== list || c.u !== owner.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+    return { at: c.t, id: c.i };
+  };
+  const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
+  const [allBudgets, allPayments] = await Promise.all([
+    deps.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
+    deps.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
+  ]);
+  const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
+    if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };
+    const kept = rows.slice(0, req.limit);
+    const last = kept.at(-1)!.key;
+    return { rows: kept, cursor: cursors.encode({ l: list, u: owner.userId, t: last.at, i: last.id }) };
+  };
+  const { rows: budgets, cursor: nextBudgetsCursor } = next(allBudgets, "b");
+  const { rows: payments, cursor: nextPaymentsCursor } = next(allPayments, "p");
+  // Review pages show limits in the vault's currency (a child vault inherits its parent's).
+  const currencies = new Map<string, string>();
+  for (const b of budgets) {
+    if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await deps.vaults.findVault(db, b.vaultId))?.currency ?? "");
+  }
+  return {
+    draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))),
+    pendingPayments: payments.map((p) => paymentView(deps.appUrl, p)),
+    nextBudgetsCursor,
+    nextPaymentsCursor,
+  };
+}

@@ -1,0 +1,187 @@
+import type { Knex } from "knex";
+import type { Db } from "../../db/knex.js";
+import { createGroupCommit } from "../../db/group-commit.js";
+import { pgArray, prepared } from "../../db/sql.js";
+import { UUID } from "../../uuid.js";
+import { CLOCK_SKEW_SECONDS } from "../../keys/lifecycle.js";
+import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
+import { spentTodaySql, toPayment, toPaymentContext, utcDay, VAULT_COLUMNS, type Conn, type PaymentContext, type PaymentRecord, type PaymentStatusName, type VaultRecord } from "../records.js";
+
+/** One payments.simulate read; `audit` asks for its success row, written when the call answers. */
+interface SimulateRead {
+  grantId: string;
+  dayStart: Date;
+  audit?: { requestId: string; at: Date; currency: string };
+}
+
+/** SQL for agent payments: the decision's context, the payment rows, the spend totals. */
+export function createPaymentsStore(db: Db) {
+  // The simulate read, for many concurrent calls in one statement whose snapshot starts after
+  // they all arrived; it also inserts each answering call's audit row under the checks the
+  // service makes, so a row exists exactly when the call may answer, or the statement fails.
+  const contextsWithAudit = prepared(
+    "payment_context",
+    `WITH ctx AS (
+           SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+                  p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
+                  ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
+                  (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${CLOCK_SKEW_SECONDS} seconds' >= k.k_at
+                   AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
+             FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
+                  WITH ORDINALITY AS k(grant_id, day_start, k_audit, k_request_id, k_at, k_currency, n)
+             JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
+             JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id),
+         audited AS (
+           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
+           SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_at
+             FROM ctx WHERE k_audit AND answers ORDER BY n
+           RETURNING seq)
+         SELECT ctx.*, (k_audit AND answers) AS audited FROM ctx`,
+  );
+  const unlockedContexts = createGroupCommit<SimulateRead, (PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined>(
+    async (keys) => {
+      const rows = await contextsWithAudit(db, [
+        pgArray(keys.map((k) => k.grantId)),
+        pgArray(keys.map((k) => k.dayStart.toISOString())),
+        pgArray(keys.map((k) => String(k.audit !== undefined))),
+        pgArray(keys.map((k) => k.audit?.requestId ?? "")),
+        pgArray(keys.map((k) => (k.audit?.at ?? k.dayStart).toISOString())),
+        pgArray(keys.map((k) => k.audit?.currency ?? "")),
+      ]);
+      const found = new Map<number, Record<string, unknown>>();
+      for (const r of rows) found.set(Number(r.n) - 1, r);
+      return keys.map((_, i) => {
+        const r = found.get(i);
+        return r ? { ...toPaymentContext(r), grant: toAgentGrant(r), audited: r.audited === true } : undefined;
+      });
+    },
+    { maxBatch: 256, maxInFlight: 2, name: "payment_context" },
+  );
+
+  const lockedGrantAndVault = prepared(
+    "locked_payment_context",
+    `SELECT ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
+       FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
+      WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
+  );
+  const policyOf = prepared(
+    "payment_policy",
+    `SELECT p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+            p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id
+       FROM (SELECT 1) one LEFT JOIN vault_policies p ON p.vault_id = ?`,
+  );
+
+  return {
+    async findPayment(conn: Conn, vaultId: string, idempotencyKey: string): Promise<PaymentRecord | undefined> {
+      const row = await conn("agent_payments").where({ vault_id: vaultId, idempotency_key: idempotencyKey }).first();
+      return row ? toPayment(row) : undefined;
+    },
+
+    /**
+     * Takes a completed payment off the vault's balance and adds it to the caps' running totals
+     * in one UPDATE, holding the vault row FOR UPDATE, so the totals equal the completed payments at
+     * every commit. vault_record_spend decides which UTC day (or only the lifetime) a payment counts towards.
+     */
+    async recordSpend(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, payment: Pick<PaymentRecord, "id" | "amountCents">, at: Date): Promise<void> {
+      // With the payment's ledger transaction (vault -> external:payments): migration 0020.
+      await trx.raw(`SELECT vault_record_spend(?, ?, ?, ?, ?::date, ?)`, [vault.id, vault.currency, payment.id, payment.amountCents, utcDay(at), at]);
+    },
+
+    async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
+      const q = conn("agent_payments").where({ id }).first();
+      const row = lock ? await q.forUpdate() : await q;
+      return row ? toPayment(row) : undefined;
+    },
+
+    async insertPayment(conn: Conn, p: PaymentRecord): Promise<void> {
+      await conn("agent_payments").insert({
+        id: p.id,
+        vault_id: p.vaultId,
+        user_id: p.userId,
+        agent_principal_id: p.agentPrincipalId,
+        grant_id: p.grantId,
+        idempotency_key: p.idempotencyKey,
+        params_hash: p.paramsHash,
+        address: p.address,
+        chain: p.chain,
+        token: p.token,
+        amount_cents: p.amountCents,
+        currency: p.currency,
+        status: p.status,
+        created_at: p.createdAt,
+        completed_at: p.status === "completed" ? p.createdAt : null,
+      });
+    },
+
+    async setPaymentStatus(conn: Conn, id: string, status: PaymentStatusName, at: Date): Promise<PaymentRecord> {
+      const patch: Record<string, unknown> = { status };
+      if (status === "approved") patch.approved_at = at;
+      if (status === "completed") patch.completed_at = at;
+      if (status === "declined") patch.declined_at = at;
+      const [row] = await conn("agent_payments").where({ id }).update(patch).returning("*");
+      return toPayment(row);
+    },
+
+    /**
+     * The grant (locked as in findGrant) and its vault (FOR UPDATE: every payment of the vault is
+     * ordered by this lock) with its running totals, then the policy in a second statement whose
+     * snapshot starts after both locks: the totals include every payment committed before.
+     */
+    async lockPaymentContext(trx: Knex.Transaction, grantId: string, dayStart: Date): Promise<(PaymentContext & { grant: AgentGrant }) | undefined> {
+      if (!UUID.test(grantId)) return undefined;
+      const head = (await lockedGrantAndVault(trx, [utcDay(dayStart), grantId.toLowerCase()]))[0];
+      if (!head) return undefined;
+      const rows = await policyOf(trx, [String(head.id)]);
+      return { ...toPaymentContext({ ...head, ...rows[0] }), grant: toAgentGrant(head) };
+    },
+
+    /**
+     * The simulate read: the grant and its payment context without locks, read afresh
+     * for every call; concurrent calls share one statement (group commit). A non-UUID id
+     * names no grant.
+     */
+    currentPaymentContext(
+      grantId: string,
+      dayStart: Date,
+      audit?: SimulateRead["audit"],
+    ): Promise<(PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined> {
+      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit }) : Promise.resolve(undefined);
+    },
+
+    /**
+     * Payments awaiting step-up and draft budgets of a vault, each count stopping at `cap` (partial
+     * indexes, no history read). Call it holding the vault row FOR UPDATE, the lock every payment
+     * and every saga's final transaction takes, so the count holds.
+     */
+    async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
+      const { rows } = await trx.raw(
+        `SELECT (SELECT count(*) FROM (SELECT 1 FROM agent_payments WHERE vault_id = ? AND status = 'pending_step_up' LIMIT ?) p)
+              + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft' LIMIT ?) b) AS n`,
+        [vaultId, cap, vaultId, cap],
+      );
+      return Number((rows as { n: unknown }[])[0]!.n);
+    },
+
+    /** A user's payments awaiting approval, oldest first; paged as listDraftBudgets. */
+    async listPendingPayments(conn: Conn, userId: string, page?: { limit: number; after?: { at: string; id: string } }): Promise<(PaymentRecord & { key: { at: string; id: string } })[]> {
+      // The status as a literal, matching the pending-payments partial index in any plan.
+      const q = conn("agent_payments")
+        .where({ user_id: userId })
+        .whereRaw(`status = 'pending_step_up'`)
+        .select("*", conn.raw("created_at::text AS created_key"))
+        .orderBy([{ column: "created_at" }, { column: "id" }]);
+      if (page?.after) q.whereRaw(`(created_at, id) > (?::timestamptz, ?::uuid)`, [page.after.at, page.after.id]);
+      if (page) q.limit(page.limit);
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({ ...toPayment(r), key: { at: String(r.created_key), id: String(r.id) } }));
+    },
+
+    /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
+    async declineOpenPayments(trx: Knex.Transaction, vaultIds: string[], at: Date): Promise<number> {
+      // The statuses as literals, matching the open-payments partial index in any plan.
+      return trx("agent_payments").whereIn("vault_id", vaultIds).whereRaw(`status IN ('pending_step_up', 'approved')`).update({ status: "declined", declined_at: at });
+    },
+  };
+}
+
+export type PaymentsStore = ReturnType<typeof createPaymentsStore>;

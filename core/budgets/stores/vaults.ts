@@ -1,0 +1,103 @@
+import type { Knex } from "knex";
+import { pgArray } from "../../db/sql.js";
+import { accountId, externalAccount, vaultAccount } from "../../ledger/accounts.js";
+import { movementCtes } from "../../ledger/store.js";
+import { toVault, type Conn, type VaultRecord } from "../records.js";
+
+/**
+ * Locks vault rows FOR UPDATE in id order, the one order every caller locking several vaults
+ * uses, so two never wait on each other in a cycle (a payment locks one vault only). ORDER BY
+ * runs below the lock, so the rows are locked in that order.
+ */
+async function lockVaults(trx: Knex.Transaction, ids: string[]): Promise<Map<string, VaultRecord>> {
+  const { rows } = await trx.raw(`SELECT * FROM vaults WHERE id = ANY(?::uuid[]) ORDER BY id FOR UPDATE`, [pgArray(ids)]);
+  return new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), toVault(r)]));
+}
+
+/** SQL for vault rows and the ledger movements between them. */
+export const vaultsStore = {
+  async findVault(conn: Conn, id: string, lock = false): Promise<VaultRecord | undefined> {
+    const q = conn("vaults").where({ id }).first();
+    const row = lock ? await q.forUpdate() : await q;
+    return row ? toVault(row) : undefined;
+  },
+
+  /**
+   * Moves money into a vault and records it in the ledger in one statement: `from` is
+   * debited (external:funding for the operator's funding, the parent vault for a budget
+   * allocation). `movementId` is the ledger transaction's id.
+   */
+  async fundVault(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, amountCents: number, movement: { id: string; kind: "vault.fund"; reference: string; at: Date }): Promise<VaultRecord> {
+    const ledger = movementCtes({
+      ...movement,
+      legs: [
+        { account: externalAccount("funding", vault.currency), amountCents: -amountCents },
+        { account: vaultAccount(vault.id, vault.currency), amountCents },
+      ],
+    });
+    const { rows } = await trx.raw(`WITH ${ledger.sql} UPDATE vaults SET balance_cents = balance_cents + ? WHERE id = ? RETURNING *`, [
+      ...ledger.bindings,
+      amountCents,
+      vault.id,
+    ]);
+    return toVault((rows as Record<string, unknown>[])[0]!);
+  },
+
+  /** Locks vault rows FOR UPDATE in id order (see lockVaults above). */
+  lockVaults,
+
+  /**
+   * Moves money between two vaults of one currency as one ledger transaction, in one statement;
+   * both rows held FOR UPDATE. A movement whose id is already in the ledger moves nothing
+   * (`moved` false): the id is the movement's idempotency key.
+   */
+  async moveBetweenVaults(
+    trx: Knex.Transaction,
+    from: Pick<VaultRecord, "id" | "currency">,
+    to: Pick<VaultRecord, "id" | "currency">,
+    amountCents: number,
+    movement: { id: string; kind: "budget.fund" | "budget.sweep"; reference: string; at: Date },
+  ): Promise<{ moved: boolean; from: VaultRecord; to: VaultRecord }> {
+    if (from.currency !== to.currency) throw new Error(`cannot move ${from.currency} into a ${to.currency} vault`);
+    const ledger = movementCtes({
+      ...movement,
+      legs: [
+        { account: vaultAccount(from.id, from.currency), amountCents: -amountCents },
+        { account: vaultAccount(to.id, to.currency), amountCents },
+      ],
+    });
+    const { rows } = await trx.raw(
+      `WITH ${ledger.sql},
+       moved AS (
+         UPDATE vaults v SET balance_cents = v.balance_cents + d.delta
+           FROM (VALUES (?::uuid, ?::bigint), (?::uuid, ?::bigint)) d (id, delta)
+          WHERE v.id = d.id AND EXISTS (SELECT 1 FROM ledger_tx)
+         RETURNING v.*)
+       SELECT * FROM moved`,
+      [...ledger.bindings, from.id, -amountCents, to.id, amountCents],
+    );
+    const after = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), toVault(r)]));
+    if (after.size === 0) {
+      const current = await lockVaults(trx, [from.id, to.id]);
+      return { moved: false, from: current.get(from.id)!, to: current.get(to.id)! };
+    }
+    return { moved: true, from: after.get(from.id)!, to: after.get(to.id)! };
+  },
+
+  /**
+   * A ledger transaction by id, with what it moved on one account (the sum of its legs
+   * there). For replays of a budget funding: the transaction's legs are found through the
+   * account's index, so this reads the account's postings, never the whole ledger.
+   */
+  async findTransfer(conn: Conn, id: string, account: { vaultId: string; currency: string }): Promise<{ kind: string; amountCents: number } | undefined> {
+    const { rows } = await conn.raw(
+      `SELECT t.kind, (SELECT coalesce(sum(p.amount_cents), 0) FROM ledger_postings p WHERE p.account_id = ? AND p.transaction_id = t.id)::text AS amount
+         FROM ledger_transactions t WHERE t.id = ?`,
+      [accountId("vault", account.vaultId.toLowerCase(), account.currency), id],
+    );
+    const r = (rows as Record<string, unknown>[])[0];
+    return r ? { kind: String(r.kind), amountCents: Number(r.amount) } : undefined;
+  },
+};
+
+export type VaultsStore = typeof vaultsStore;

@@ -1,0 +1,24 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Knex } from "knex";
+import type { AuditStore } from "../audit/store.js";
+import { kClientAddress, kRequestId } from "../context.js";
+
+export interface AuditEvent {
+  actor: string;
+  action: string;
+  subject?: string;
+  outcome?: "success" | "failure";
+  reason?: string;
+}
+
+export interface AuditDeps {
+  audit: AuditStore;
+  clock: () => Date;
+}
+
+export const requestIdOf = (ctx: HandlerContext): string => ctx.values.get(kRequestId);
+
+/** Appends an audit row for this call (its request id and the client address a gateway vouched for). */
+export function appendAudit(deps: AuditDeps, conn: Knex | Knex.Transaction, ctx: HandlerContext, e: AuditEvent) {
+  return deps.audit.append(conn, { requestId: requestIdOf(ctx), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+}

@@ -1,0 +1,246 @@
+import { randomUUID } from "node:crypto";
+import { ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { ApproveAuthorizationRequest, CheckAuthorizationRequest, ExchangeCodeRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { errorDetailOf, fail } from "../errors.js";
+import type { Db } from "../db/knex.js";
+import type { Keyring } from "../keys/keyring.js";
+import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
+import { uuidv7 } from "../../lib/uuidv7.js";
+import { randomBase64url } from "../../lib/random.js";
+import { UUID } from "../uuid.js";
+import type { SessionVerifier, SignedIn } from "../identity/sessions.js";
+import type { UsersStore } from "../identity/users-store.js";
+import { isSubset, needsStepUp, parseScope } from "./scopes.js";
+import { ACCESS_TOKEN_TTL_SECONDS } from "./access-token.js";
+import { appendAudit, requestIdOf, type AuditDeps } from "./audit.js";
+import type { ClientDirectory } from "./client-auth.js";
+import { clientInit } from "./clients.js";
+import { CODE_TTL_MS, deadBudgetVault, insertGrant, randomRefresh, signToken, type GrantAudience } from "./issue.js";
+import type { ClientRecord, ClientsStore } from "./stores/clients.js";
+import type { AgentsStore } from "./stores/agents.js";
+import type { CodesStore } from "./stores/codes.js";
+import type { GrantsStore } from "./stores/grants.js";
+import type { GrantVaultsStore } from "./stores/vaults.js";
+
+export interface CheckAuthorizationDeps {
+  db: Db;
+  directory: ClientDirectory;
+  vaults: GrantVaultsStore;
+  sessions: SessionVerifier;
+  audience: GrantAudience;
+}
+
+export interface ApproveAuthorizationDeps extends CheckAuthorizationDeps, AuditDeps {
+  clients: ClientsStore;
+  agents: AgentsStore;
+  codes: CodesStore;
+}
+
+export interface ExchangeCodeDeps extends AuditDeps {
+  db: Db;
+  directory: ClientDirectory;
+  keyring: Keyring;
+  audience: GrantAudience;
+  grants: GrantsStore;
+  codes: CodesStore;
+  vaults: GrantVaultsStore;
+  users: UsersStore;
+}
+
+const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
+
+function vaultLabel(v: { id: string; parentVaultId: string | null }) {
+  return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
+}
+
+/**
+ * Runs checks that follow the client's and its redirect URI's verification. Their
+ * refusals say so (redirect_uri_verified): only such a refusal may be sent back to the
+ * redirect URI; anything else is shown to the user where they are.
+ */
+async function afterRedirectVerified<T>(checks: () => Promise<T>): Promise<T> {
+  try {
+    return await checks();
+  } catch (err) {
+    const detail = errorDetailOf(err);
+    if (!detail || !(err instanceof ConnectError)) throw err;
+    throw new ConnectError(err.rawMessage, err.code, err.metadata, [{ desc: ErrorDetailSchema, value: { ...detail, redirectUriVerified: true } }], err.cause);
+  }
+}
+
+/** The authorization request's checks, in order; no side effects. */
+async function authorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest) {
+  const client = req.clientId ? await deps.directory.find(req.clientId) : undefined;
+  if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
+  // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
+  if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
+  return afterRedirectVerified(() => verifiedAuthorization(deps, client, req));
+}
+
+/** The checks after the client's and its redirect URI's: their refusals may be sent back to it. */
+async function verifiedAuthorization(deps: CheckAuthorizationDeps, client: ClientRecord, req: CheckAuthorizationRequest) {
+  const { vaultUrnPrefix, mcpResources } = deps.audience;
+  if (req.codeChallengeMethod !== "S256") fail(Reason.INVALID_REQUEST, "PKCE with code_challenge_method S256 is required");
+  if (!/^[A-Za-z0-9_-]{43}$/.test(req.codeChallenge)) fail(Reason.INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier");
+  const scopes = parseScope(req.scope);
+  if (!scopes || scopes.length === 0) fail(Reason.INVALID_SCOPE, "scope is required");
+  if (!isSubset(scopes, client.scopes)) fail(Reason.INVALID_SCOPE, "scope exceeds the client's registration");
+  let vaultId = "";
+  for (const resource of req.resources) {
+    if (mcpResources.has(resource)) continue;
+    const id = resource.startsWith(vaultUrnPrefix) ? resource.slice(vaultUrnPrefix.length) : "";
+    if (!UUID.test(id)) fail(Reason.INVALID_TARGET, "resource must be a vault URN or the MCP server URL");
+    if (vaultId && vaultId !== id.toLowerCase()) fail(Reason.INVALID_TARGET, "a grant binds one vault");
+    vaultId = id.toLowerCase();
+  }
+  let vaults: { vaultId: string; urn: string; label: string }[] = [];
+  let stepUpFresh = false;
+  let s: SignedIn | undefined;
+  if (req.sessionToken) {
+    s = await deps.sessions.verify(req.sessionToken);
+    stepUpFresh = s.stepUpFresh;
+    const owned = await deps.vaults.vaultsOfUser(deps.db, s.userId);
+    if (vaultId && !owned.some((v) => v.id === vaultId)) fail(Reason.INVALID_TARGET, "the vault is not one of the signed-in user's vaults");
+    vaults = owned.filter((v) => !vaultId || v.id === vaultId).map((v) => ({ vaultId: v.id, urn: vaultUrnPrefix + v.id, label: vaultLabel(v) }));
+  }
+  return { client, scopes, vaultId, vaults, stepUpRequired: needsStepUp(scopes), stepUpFresh, session: s };
+}
+
+/** GrantsService.CheckAuthorization: what the consent page shows, or why the request is refused. */
+export async function checkAuthorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest) {
+  const r = await authorization(deps, req);
+  return {
+    client: clientInit(r.client),
+    scopes: r.scopes,
+    vaultId: r.vaultId,
+    stepUpRequired: r.stepUpRequired,
+    vaults: r.vaults,
+    stepUpFresh: r.stepUpFresh,
+  };
+}
+
+/** GrantsService.ApproveAuthorization: the signed-in owner consents; a code bound to the vault is issued. */
+export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: ApproveAuthorizationRequest, ctx: HandlerContext) {
+  if (!req.request) fail(Reason.INVALID_REQUEST, "request is required");
+  const request = req.request;
+  const r = await authorization(deps, { ...request, sessionToken: req.sessionToken });
+  // The client and its redirect URI are verified: refusals may go back to it.
+  const verified = { redirectUriVerified: true };
+  const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first", verified);
+  const vaultId = (r.vaultId || req.vaultId).toLowerCase();
+  if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
+  if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes", verified);
+  const code = `vgc_${randomBase64url(32)}`;
+  const now = deps.clock();
+  await deps.db.transaction(async (trx) => {
+    // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
+    if (r.client.metadataDocument) await deps.clients.upsertDocumentClient(trx, r.client);
+    const dead = await deadBudgetVault(deps.vaults, trx, vaultId);
+    if (dead) fail(Reason.INVALID_TARGET, dead);
+    // Still the user's, and held until the code is inserted (a budget cleanup may delete it).
+    if ((await deps.vaults.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
+    // On a budget's vault the code acts as the budget; elsewhere as the principal of this
+    // user and client, created on first consent. The exchange copies it to the grant.
+    const agentPrincipalId = await deps.agents.principalForGrant(trx, {
+      id: randomUUID(),
+      userId: s.userId,
+      vaultId,
+      clientKey: r.client.clientId,
+      displayName: r.client.clientName,
+      at: now,
+    });
+    await deps.codes.insertCode(trx, {
+      codeHash: sha256Hex(code),
+      clientId: r.client.clientId,
+      userId: s.userId,
+      agentPrincipalId,
+      vaultId,
+      scopes: r.scopes,
+      redirectUri: request.redirectUri,
+      codeChallenge: request.codeChallenge,
+      stepUp: r.stepUpFresh,
+      authTime: r.stepUpFresh ? s.stepUpAt : null,
+      expiresAt: new Date(now.getTime() + CODE_TTL_MS),
+      consumedAt: null,
+      grantId: null,
+      // RFC 8707: the exact MCP resources asked for become part of the token's audience.
+      audiences: [...new Set(request.resources.filter((x) => deps.audience.mcpResources.has(x) && x !== deps.audience.mcpUrl))],
+    });
+    await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "oauth.consent", subject: r.client.clientId });
+  });
+  return { code, issuer: deps.audience.issuer };
+}
+
+/** GrantsService.ExchangeCode: an authorization code and its PKCE verifier for the first grant of a lineage. */
+export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequest, ctx: HandlerContext) {
+  const { mcpResources, vaultUrnPrefix } = deps.audience;
+  const client = await deps.directory.authenticate(ctx, req.clientId, req.clientSecret);
+  const now = deps.clock();
+  const refresh = randomRefresh();
+  if (req.code && CODE_VERIFIER.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
+    const id = uuidv7();
+    const issued = await deps.grants.exchangeCodeFast(
+      {
+        codeHash: sha256Hex(req.code),
+        clientId: client.clientId,
+        redirectUri: req.redirectUri,
+        codeChallenge: sha256Base64url(req.codeVerifier),
+        grantId: id,
+        refreshHash: refresh.hash,
+        now,
+        expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+      },
+      { requestId: requestIdOf(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
+    );
+    if (issued) return { token: signToken(deps, issued, refresh.token) };
+  }
+  // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
+  const outcome = await deps.db.transaction(async (trx) => {
+    const c = req.code ? await deps.codes.lockCode(trx, sha256Hex(req.code)) : undefined;
+    if (!c || c.clientId !== client.clientId) return { kind: "invalid" as const, why: "unknown code" };
+    if (c.consumedAt) {
+      // RFC 6749 4.1.2: a code used twice revokes what it issued.
+      const issued = c.grantId ? await deps.grants.findGrant(trx, c.grantId) : undefined;
+      if (issued) await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");
+      await appendAudit(deps, trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_replay", subject: c.grantId ?? "", outcome: "failure", reason: "code_replay" });
+      return { kind: "invalid" as const, why: "replayed code" };
+    }
+    if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };
+    if (c.redirectUri !== req.redirectUri) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
+    if (!CODE_VERIFIER.test(req.codeVerifier)) return { kind: "invalid" as const, why: "malformed code_verifier" };
+    const computed = sha256Base64url(req.codeVerifier);
+    if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
+    for (const resource of req.resources) {
+      if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
+    }
+    // RFC 6749 5.2 invalid_grant for an account that is no longer active; the code is not consumed.
+    if ((await deps.users.findById(trx, c.userId))?.status !== "active") return { kind: "invalid" as const, why: "user inactive" };
+    // A budget closed or declined since the consent: nothing is issued, the code stays unused.
+    const dead = await deadBudgetVault(deps.vaults, trx, c.vaultId);
+    if (dead) return { kind: "dead" as const, why: dead };
+    const g = await insertGrant(
+      deps,
+      trx,
+      {
+        userId: c.userId,
+        clientId: client.clientId,
+        agentPrincipalId: c.agentPrincipalId,
+        vaultId: c.vaultId,
+        scopes: c.scopes,
+        stepUp: c.stepUp,
+        authTime: c.authTime,
+        audiences: c.audiences,
+      },
+      refresh,
+    );
+    await deps.codes.consumeCode(trx, c.codeHash, g.id, now);
+    await appendAudit(deps, trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_exchange", subject: g.id });
+    return { kind: "issued" as const, grant: g };
+  });
+  if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource does not match the authorization");
+  if (outcome.kind === "dead") fail(Reason.INVALID_GRANT, `the authorization code cannot be used: ${outcome.why}`);
+  // One generic answer; the reason stays in the cause (oidc-provider's pkce.js habit).
+  if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the authorization code is invalid, expired or already used", {}, outcome.why);
+  return { token: signToken(deps, outcome.grant, refresh.token) };
+}

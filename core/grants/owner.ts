@@ -1,0 +1,93 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type { GetAgentRequest, KillSwitchRequest, ListAgentsRequest, RevokeUserGrantRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { Db } from "../db/knex.js";
+import { UUID } from "../uuid.js";
+import type { SessionVerifier } from "../identity/sessions.js";
+import { appendAudit, type AuditDeps } from "./audit.js";
+import type { AgentsStore } from "./stores/agents.js";
+import type { GrantRecord, GrantsStore } from "./stores/grants.js";
+
+/** The owner's dashboard: the user always comes from the web session token, never from the request. */
+export interface OwnerDeps {
+  db: Db;
+  sessions: SessionVerifier;
+  agents: AgentsStore;
+}
+
+export interface OwnerRevokeDeps extends AuditDeps {
+  db: Db;
+  sessions: SessionVerifier;
+  grants: GrantsStore;
+}
+
+function grantSummary(g: GrantRecord) {
+  return {
+    grantId: g.id,
+    state: g.state,
+    scopes: g.scopes,
+    vaultId: g.vaultId,
+    clientId: g.clientId ?? "",
+    createdAt: BigInt(Math.floor(g.issuedAt.getTime() / 1000)),
+    expiresAt: BigInt(Math.floor(g.expiresAt.getTime() / 1000)),
+    stepUp: g.stepUp,
+  };
+}
+
+/** GrantsService.ListAgents: the signed-in user's agents with their active grants. */
+export async function listAgents(deps: OwnerDeps, req: ListAgentsRequest) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  const agents = await deps.agents.agentsOfUser(deps.db, s.userId);
+  return {
+    agents: agents.map((a) => ({
+      agentId: a.agentId,
+      displayName: a.displayName,
+      clientId: a.clientId,
+      activeGrants: a.grants.filter((g) => g.state === "active").length,
+      grants: a.grants.filter((g) => g.state === "active").map(grantSummary),
+    })),
+  };
+}
+
+/** GrantsService.GetAgent: one of the signed-in user's agents with all its grants. */
+export async function getAgent(deps: OwnerDeps, req: GetAgentRequest) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  if (!UUID.test(req.agentId)) fail(Reason.NOT_FOUND, "no such agent");
+  const [a] = await deps.agents.agentsOfUser(deps.db, s.userId, req.agentId.toLowerCase());
+  if (!a) fail(Reason.NOT_FOUND, "no such agent");
+  return {
+    agent: {
+      agentId: a.agentId,
+      displayName: a.displayName,
+      clientId: a.clientId,
+      activeGrants: a.grants.filter((g) => g.state === "active").length,
+      grants: a.grants.map(grantSummary),
+    },
+  };
+}
+
+/** GrantsService.RevokeUserGrant: the owner revokes one of their grants (its whole lineage). */
+export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGrantRequest, ctx: HandlerContext) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  if (!UUID.test(req.grantId)) fail(Reason.NOT_FOUND, "no such grant");
+  const g = await deps.grants.findGrant(deps.db, req.grantId.toLowerCase());
+  if (!g || g.userId !== s.userId) fail(Reason.NOT_FOUND, "no such grant");
+  const revoked = await deps.db.transaction(async (trx) => {
+    const n = await deps.grants.revokeLineage(trx, g.lineageId, deps.clock(), "user_revocation");
+    await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "grant.revoke", subject: g.id });
+    return n;
+  });
+  return { revoked };
+}
+
+/** GrantsService.KillSwitch: the owner revokes every grant they ever gave. */
+export async function killSwitch(deps: OwnerRevokeDeps, req: KillSwitchRequest, ctx: HandlerContext) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  const revoked = await deps.db.transaction(async (trx) => {
+    const n = await deps.grants.revokeAllOfUser(trx, s.userId, deps.clock(), "kill_switch");
+    await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "killSwitch.all", subject: s.userId });
+    return n;
+  });
+  return { revoked };
+}

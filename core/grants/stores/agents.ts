@@ -1,0 +1,101 @@
+import type { Knex } from "knex";
+import { toGrant } from "./grants.js";
+
+type Conn = Knex | Knex.Transaction;
+
+/** SQL for the agent principals grants act as, and the owner's view of them. */
+export function createAgentsStore() {
+  /** The agent principal of a user and client, created on first use. */
+  async function ensureAgent(trx: Knex.Transaction, a: { id: string; userId: string; clientKey: string; displayName: string; at: Date }): Promise<string> {
+    const existing = await trx("oauth_agents").where({ user_id: a.userId, client_id: a.clientKey }).first();
+    if (existing) return String(existing.agent_principal_id);
+    await trx("agent_principals").insert({ id: a.id, user_id: a.userId, display_name: a.displayName, created_at: a.at });
+    const { rows } = await trx.raw(
+      `INSERT INTO oauth_agents (user_id, client_id, agent_principal_id) VALUES (?, ?, ?)
+       ON CONFLICT (user_id, client_id) DO NOTHING RETURNING agent_principal_id`,
+      [a.userId, a.clientKey, a.id],
+    );
+    if ((rows as unknown[]).length > 0) return a.id;
+    // A concurrent first consent won; drop ours and use theirs.
+    await trx("agent_principals").where({ id: a.id }).delete();
+    const row = await trx("oauth_agents").where({ user_id: a.userId, client_id: a.clientKey }).first();
+    return String(row.agent_principal_id);
+  }
+
+  /**
+   * The budget principal of a vault: when `vaultId` is a budget's own vault (the vault of
+   * a child agent principal of `userId`, made by agent.budget.create), that principal;
+   * undefined for every other vault. The row is locked FOR KEY SHARE until the caller's
+   * transaction ends, so a budget cleanup cannot delete it between this read and the
+   * insert that refers to it: a cleanup that committed first is not seen (no principal),
+   * one that comes later waits and then finds the principal in use.
+   */
+  async function budgetPrincipalOfVault(trx: Knex.Transaction, userId: string, vaultId: string): Promise<string | undefined> {
+    const row = await trx("agent_principals")
+      .where({ vault_id: vaultId, user_id: userId })
+      .whereNotNull("parent_agent_id")
+      .orderBy([{ column: "created_at" }, { column: "id" }])
+      .forKeyShare()
+      .first("id");
+    return row ? String(row.id) : undefined;
+  }
+
+  return {
+    /**
+     * The one decision of which agent principal a new grant or authorization code acts as
+     * (docs/reference/agent-oauth.md): on a budget's vault, the budget's principal; on any other
+     * vault, the principal of the user and client (created on first use). Call it in the
+     * transaction that inserts the grant or code.
+     */
+    async principalForGrant(trx: Knex.Transaction, a: { id: string; userId: string; vaultId: string; clientKey: string; displayName: string; at: Date }): Promise<string> {
+      return (await budgetPrincipalOfVault(trx, a.userId, a.vaultId)) ?? (await ensureAgent(trx, a));
+    },
+
+    /**
+     * The user's agents with their grants, newest first: the principal of each OAuth client
+     * (and of operator-issued grants), and each budget principal that has grants (a grant
+     * on a budget's vault acts as the budget). A budget principal is named by its budget,
+     * with the client of the agent that created it when there is one.
+     */
+    async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
+      const oauth = conn("oauth_agents as a")
+        .join("agent_principals as p", "p.id", "a.agent_principal_id")
+        .leftJoin("oauth_clients as c", "c.client_id", "a.client_id")
+        .where({ "a.user_id": userId })
+        .select("a.agent_principal_id", "a.client_id", "p.display_name", "c.client_name", "p.created_at");
+      if (agentId) oauth.where({ "a.agent_principal_id": agentId });
+      const budgets = conn("agent_principals as p")
+        .leftJoin("oauth_agents as pa", "pa.agent_principal_id", "p.parent_agent_id")
+        .leftJoin("oauth_clients as c", "c.client_id", "pa.client_id")
+        .where({ "p.user_id": userId })
+        .whereNotNull("p.parent_agent_id")
+        .whereExists((q) => q.select(conn.raw("1")).from("grants as g").whereRaw("g.agent_principal_id = p.id").where({ "g.user_id": userId }))
+        .select("p.id as agent_principal_id", "pa.client_id", "p.display_name", "c.client_name", "p.created_at");
+      if (agentId) budgets.where({ "p.id": agentId });
+      const [clientRows, budgetRows] = await Promise.all([oauth, budgets]);
+      const agents = [
+        ...clientRows.map((a: Record<string, unknown>) => ({
+          agentId: String(a.agent_principal_id),
+          clientId: String(a.client_id),
+          displayName: String(a.client_name ?? a.display_name),
+          createdAt: new Date(a.created_at as string),
+        })),
+        ...budgetRows.map((a: Record<string, unknown>) => ({
+          agentId: String(a.agent_principal_id),
+          clientId: a.client_id == null ? "" : String(a.client_id),
+          displayName: a.client_name == null ? String(a.display_name) : `${String(a.display_name)} (via ${String(a.client_name)})`,
+          createdAt: new Date(a.created_at as string),
+        })),
+      ].sort((x, y) => y.createdAt.getTime() - x.createdAt.getTime());
+      const ids = agents.map((a) => a.agentId);
+      const grants =
+        ids.length === 0 ? [] : await conn("grants").whereIn("agent_principal_id", ids).where({ user_id: userId }).orderBy("issued_at", "desc").limit(500);
+      return agents.map(({ createdAt: _, ...a }) => ({
+        ...a,
+        grants: grants.filter((g: Record<string, unknown>) => String(g.agent_principal_id) === a.agentId).map(toGrant),
+      }));
+    },
+  };
+}
+
+export type AgentsStore = ReturnType<typeof createAgentsStore>;

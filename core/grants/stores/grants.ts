@@ -1,0 +1,250 @@
+import type { Knex } from "knex";
+import type { Db } from "../../db/knex.js";
+import { createGroupCommit } from "../../db/group-commit.js";
+import { batchFunction, pgArray } from "../../db/sql.js";
+import { UUID } from "../../uuid.js";
+import { textArray } from "./text-array.js";
+
+type Conn = Knex | Knex.Transaction;
+
+export type GrantState = "active" | "superseded" | "revoked";
+
+export interface GrantRecord {
+  id: string;
+  lineageId: string;
+  parentGrantId: string | null;
+  userId: string;
+  clientId: string | null;
+  agentPrincipalId: string;
+  vaultId: string;
+  scopes: string[];
+  state: GrantState;
+  stepUp: boolean;
+  authTime: Date | null;
+  issuedAt: Date;
+  expiresAt: Date;
+  refreshHash: string | null;
+  /**
+   * Salt of a refresh token derived from its predecessor's (docs/reference/agent-oauth.md): the
+   * token is HMAC-SHA256(key = the predecessor's token, message = this salt). Null for a
+   * lineage's first, random token.
+   */
+  refreshSalt: string | null;
+  refreshUsedAt: Date | null;
+  successorId: string | null;
+  /** MCP resources the client asked for (RFC 8707), named in `aud` besides MCP_URL and the vault URN. */
+  audiences: string[];
+}
+
+/** The audit record a fast-path statement appends for the grant it issues (subject = the new grant id). */
+export interface FastAudit {
+  requestId: string;
+  actor: string;
+  action: string;
+}
+
+export type GrantWithUser = GrantRecord & { userActive: boolean };
+
+/** A code exchange for the fast path (see exchangeCodeFast). */
+export interface FastExchange {
+  codeHash: string;
+  clientId: string;
+  redirectUri: string;
+  codeChallenge: string;
+  grantId: string;
+  refreshHash: string;
+  now: Date;
+  expiresAt: Date;
+}
+
+/** A refresh for the fast path (see rotateRefreshFast). */
+export interface FastRefresh {
+  refreshHash: string;
+  clientId: string;
+  issuedAfter: Date;
+  grantId: string;
+  newRefreshHash: string;
+  /** The salt the new refresh token was derived with (GrantRecord.refreshSalt). */
+  newRefreshSalt: string;
+  now: Date;
+  expiresAt: Date;
+}
+
+/** Group commit of the token endpoint's fast paths; chosen with `npm run bench agent-oauth`. */
+const TOKEN_MAX_BATCH = 64;
+const TOKEN_MAX_IN_FLIGHT = 2;
+
+/** A batch's issued grants as one result per item: each item chose its new grant's id. */
+function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]): (GrantRecord | undefined)[] {
+  const issued = new Map<string, GrantRecord>();
+  for (const r of rows) issued.set(String(r.id), toGrant(r));
+  return items.map((i) => issued.get(i.grantId));
+}
+
+/** SQL for grants: issue, supersede, revoke, and the token endpoint's one-statement fast paths. */
+export function createGrantsStore(db: Db) {
+  // The token endpoint's two hot statements, group-committed (core/db/group-commit.ts):
+  // requests that arrive together share one statement, one round trip and one commit.
+  // The statements are PL/pgSQL functions (migrations 0011, 0013) so each session plans them once.
+  // Each item keeps its own result: an UPDATE ... FROM matches every item to at most its
+  // own row (a code or refresh token presented twice in one batch is consumed once; the
+  // other item gets nothing and takes the locked slow path, exactly as when two
+  // statements race).
+  type Exchange = FastExchange & { audit: FastAudit };
+  type Refresh = FastRefresh & { audit: FastAudit };
+  const exchangeBatch = batchFunction<Exchange>("grant_exchange_batch", [
+    ["text", (i) => i.codeHash],
+    ["text", (i) => i.clientId],
+    ["text", (i) => i.redirectUri],
+    ["text", (i) => i.codeChallenge],
+    ["uuid", (i) => i.grantId],
+    ["text", (i) => i.refreshHash],
+    ["timestamptz", (i) => i.now.toISOString()],
+    ["timestamptz", (i) => i.expiresAt.toISOString()],
+    ["text", (i) => i.audit.requestId],
+    ["text", (i) => i.audit.actor],
+    ["text", (i) => i.audit.action],
+  ]);
+  const refreshBatch = batchFunction<Refresh>("grant_refresh_batch", [
+    ["text", (i) => i.refreshHash],
+    ["text", (i) => i.clientId],
+    ["timestamptz", (i) => i.issuedAfter.toISOString()],
+    ["uuid", (i) => i.grantId],
+    ["text", (i) => i.newRefreshHash],
+    ["text", (i) => i.newRefreshSalt],
+    ["timestamptz", (i) => i.now.toISOString()],
+    ["timestamptz", (i) => i.expiresAt.toISOString()],
+    ["text", (i) => i.audit.requestId],
+    ["text", (i) => i.audit.actor],
+    ["text", (i) => i.audit.action],
+  ]);
+  const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
+  const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(
+    async (ids) => {
+      const { rows } = await db.raw(
+        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
+        [pgArray(ids)],
+      );
+      const byId = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), r]));
+      return ids.map((id) => {
+        const r = byId.get(id);
+        return r ? { ...toGrant(r), userActive: r.user_status === "active" } : undefined;
+      });
+    },
+    { maxBatch: 256, maxInFlight: 2, name: "grant_with_user" },
+  );
+  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), { ...tokenBatches, name: "token_exchange" });
+  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), { ...tokenBatches, name: "token_refresh" });
+
+  return {
+    async insertGrant(trx: Conn, g: GrantRecord): Promise<void> {
+      await trx("grants").insert({
+        id: g.id,
+        lineage_id: g.lineageId,
+        parent_grant_id: g.parentGrantId,
+        user_id: g.userId,
+        client_id: g.clientId,
+        agent_principal_id: g.agentPrincipalId,
+        vault_id: g.vaultId,
+        scopes: g.scopes,
+        state: g.state,
+        step_up: g.stepUp,
+        auth_time: g.authTime,
+        issued_at: g.issuedAt,
+        expires_at: g.expiresAt,
+        refresh_hash: g.refreshHash,
+        refresh_salt: g.refreshSalt,
+        refresh_used_at: g.refreshUsedAt,
+        successor_id: g.successorId,
+        state_changed_at: g.issuedAt,
+        audiences: g.audiences,
+      });
+    },
+
+    async findGrant(conn: Conn, id: string): Promise<GrantRecord | undefined> {
+      const row = await conn("grants").where({ id }).first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    /**
+     * The grant with its user's status, for verification, read afresh for every call:
+     * concurrent calls share one statement (group commit), whose read starts after each
+     * of its calls arrived. Each caller gets its own record. A non-UUID id names no grant.
+     */
+    findGrantWithUser: (id: string): Promise<GrantWithUser | undefined> => (UUID.test(id) ? grantWithUser(id.toLowerCase()) : Promise.resolve(undefined)),
+
+    async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
+      const row = await trx("grants").where({ id }).forUpdate().first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    async lockGrantByRefresh(trx: Knex.Transaction, refreshHash: string): Promise<GrantRecord | undefined> {
+      const row = await trx("grants").where({ refresh_hash: refreshHash }).forUpdate().first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    async findGrantByRefresh(conn: Conn, refreshHash: string): Promise<GrantRecord | undefined> {
+      const row = await conn("grants").where({ refresh_hash: refreshHash }).first();
+      return row ? toGrant(row) : undefined;
+    },
+
+    /** Marks an active grant superseded by `successorId`; `viaRefresh` records the refresh token's use. */
+    async supersede(trx: Knex.Transaction, id: string, successorId: string, at: Date, viaRefresh: boolean): Promise<void> {
+      await trx("grants")
+        .where({ id, state: "active" })
+        .update({ state: "superseded", successor_id: successorId, state_changed_at: at, state_reason: viaRefresh ? "refresh" : "issue", ...(viaRefresh ? { refresh_used_at: at } : {}) });
+    },
+
+    async revokeLineage(trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> {
+      return trx("grants").where({ lineage_id: lineageId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    },
+
+    async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
+      return trx("grants").where({ user_id: userId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    },
+
+    /**
+     * The common case of a code exchange: consumes a code that is unused, unexpired, of
+     * an active user and matching client, redirect URI and PKCE challenge, inserts its
+     * grant and appends the audit record, all in one statement (atomic on its own, so no
+     * BEGIN/COMMIT round trips). Group-committed: concurrent exchanges share the
+     * statement (see exchangeBatch). Undefined when any condition fails (nothing is
+     * written; the caller then inspects the code under a lock).
+     */
+    exchangeCodeFast: (x: FastExchange, audit: FastAudit): Promise<GrantRecord | undefined> => exchangeFast({ ...x, audit }),
+
+    /**
+     * The common case of a refresh: supersedes an active grant of an active user whose
+     * refresh token is unused, issues its successor in the same lineage and appends the
+     * audit record, in one statement, group-committed like exchangeCodeFast. Undefined
+     * otherwise (reuse, grace retry, revoked, other client, inactive user; nothing is
+     * written): the caller decides under a row lock.
+     */
+    rotateRefreshFast: (x: FastRefresh, audit: FastAudit): Promise<GrantRecord | undefined> => refreshFast({ ...x, audit }),
+  };
+}
+
+export type GrantsStore = ReturnType<typeof createGrantsStore>;
+
+export function toGrant(r: Record<string, unknown>): GrantRecord {
+  return {
+    id: String(r.id),
+    lineageId: String(r.lineage_id),
+    parentGrantId: r.parent_grant_id == null ? null : String(r.parent_grant_id),
+    userId: String(r.user_id),
+    clientId: r.client_id == null ? null : String(r.client_id),
+    agentPrincipalId: String(r.agent_principal_id),
+    vaultId: String(r.vault_id),
+    scopes: textArray(r.scopes),
+    state: r.state as GrantState,
+    stepUp: Boolean(r.step_up),
+    authTime: r.auth_time ? new Date(r.auth_time as string) : null,
+    issuedAt: new Date(r.issued_at as string),
+    expiresAt: new Date(r.expires_at as string),
+    refreshHash: r.refresh_hash == null ? null : String(r.refresh_hash),
+    refreshSalt: r.refresh_salt == null ? null : String(r.refresh_salt),
+    refreshUsedAt: r.refresh_used_at ? new Date(r.refresh_used_at as string) : null,
+    successorId: r.successor_id == null ? null : String(r.successor_id),
+    audiences: textArray(r.audiences),
+  };
+}

@@ -1,0 +1,39 @@
+import type { Knex } from "knex";
+
+type Conn = Knex | Knex.Transaction;
+
+/** The vault reads a grant or code needs: whose vault it is, and whether a closed budget owns it. */
+export function createGrantVaultsStore() {
+  return {
+    async vaultsOfUser(conn: Conn, userId: string): Promise<{ id: string; parentVaultId: string | null }[]> {
+      const rows = await conn("vaults").where({ owner_user_id: userId }).orderBy("created_at").select("id", "parent_vault_id");
+      return rows.map((r: Record<string, unknown>) => ({ id: String(r.id), parentVaultId: r.parent_vault_id == null ? null : String(r.parent_vault_id) }));
+    },
+
+    /**
+     * The owner of a vault. With `lock` (in the transaction that inserts a grant or code on
+     * it) the row is locked FOR KEY SHARE: a concurrent delete (a budget cleanup) either
+     * committed first and the vault is gone, or waits and then finds it in use.
+     */
+    async vaultOwner(conn: Conn, vaultId: string, lock = false): Promise<string | undefined> {
+      const q = conn("vaults").where({ id: vaultId }).first("owner_user_id");
+      const row = lock ? await q.forKeyShare() : await q;
+      return row ? String(row.owner_user_id) : undefined;
+    },
+
+    /**
+     * The status of the budget whose vault this is (undefined for a vault that is no
+     * budget's), its row locked FOR NO KEY UPDATE in the transaction that binds a grant or
+     * code to the vault: a close or decline (which lock that row FOR UPDATE first) either
+     * committed before and is seen, or waits until the grant is in and then revokes it.
+     * Taken before any grant or vault lock, in the budgets' lock order.
+     */
+    async lockBudgetStatusOfVault(trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
+      const { rows } = await trx.raw(`SELECT status FROM budgets WHERE vault_id = ? FOR NO KEY UPDATE`, [vaultId]);
+      const r = (rows as { status: string }[])[0];
+      return r?.status;
+    },
+  };
+}
+
+export type GrantVaultsStore = ReturnType<typeof createGrantVaultsStore>;

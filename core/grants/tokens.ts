@@ -1,0 +1,255 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type {
+  IssueGrantRequest,
+  RefreshGrantRequest,
+  RevokeAllGrantsRequest,
+  RevokeTokenRequest,
+  SupersedeGrantRequest,
+  VerifyAgentTokenRequest,
+} from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { Db } from "../db/knex.js";
+import type { Keyring } from "../keys/keyring.js";
+import { kOperator } from "../context.js";
+import { constantTimeEqual, sha256Hex } from "../../lib/crypto.js";
+import { uuidv7 } from "../../lib/uuidv7.js";
+import { UUID } from "../uuid.js";
+import type { UsersStore } from "../identity/users-store.js";
+import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
+import { ACCESS_TOKEN_TTL_SECONDS, type AccessTokenVerifier } from "./access-token.js";
+import { appendAudit, requestIdOf, type AuditDeps } from "./audit.js";
+import type { ClientDirectory } from "./client-auth.js";
+import { deadBudgetVault, derivedRefresh, derivedRefreshToken, insertGrant, OPERATOR_CLIENT, randomRefresh, REFRESH_TTL_MS, signToken, type GrantAudience } from "./issue.js";
+import { assertGrantUsable } from "./usable.js";
+import type { ClientsStore } from "./stores/clients.js";
+import type { AgentsStore } from "./stores/agents.js";
+import type { GrantRecord, GrantsStore, GrantWithUser } from "./stores/grants.js";
+import type { GrantVaultsStore } from "./stores/vaults.js";
+
+export interface AgentGrantDeps {
+  verifier: AccessTokenVerifier;
+  grants: GrantsStore;
+  clock: () => Date;
+}
+
+export interface SigningDeps extends AuditDeps {
+  db: Db;
+  keyring: Keyring;
+  audience: GrantAudience;
+  grants: GrantsStore;
+}
+
+export interface RefreshGrantDeps extends SigningDeps {
+  directory: ClientDirectory;
+  vaults: GrantVaultsStore;
+  users: UsersStore;
+  /** How long a lost refresh response may be fetched again with the same token (about 30 s, configurable). */
+  refreshGraceSeconds: number;
+}
+
+export interface IssueGrantDeps extends SigningDeps {
+  clients: ClientsStore;
+  agents: AgentsStore;
+  vaults: GrantVaultsStore;
+  users: UsersStore;
+}
+
+export interface RevokeTokenDeps extends AuditDeps {
+  db: Db;
+  directory: ClientDirectory;
+  verifier: AccessTokenVerifier;
+  grants: GrantsStore;
+}
+
+/** Verifies an agent token and reads its grant afresh, on every call. */
+async function activeGrant(deps: AgentGrantDeps, accessToken: string): Promise<GrantWithUser> {
+  const claims = accessToken ? await deps.verifier.verify(accessToken) : undefined;
+  if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
+  const grant = await deps.grants.findGrantWithUser(claims.jti);
+  assertGrantUsable(grant, deps.clock());
+  return grant;
+}
+
+/** GrantsService.VerifyAgentToken: the grant behind an agent token, if it may still act. */
+export async function verifyAgentToken(deps: AgentGrantDeps, req: VerifyAgentTokenRequest) {
+  const g = await activeGrant(deps, req.accessToken);
+  return {
+    grant: {
+      grantId: g.id,
+      userId: g.userId,
+      clientId: g.clientId ?? "",
+      agentPrincipalId: g.agentPrincipalId,
+      vaultId: g.vaultId,
+      scopes: g.scopes,
+      stepUp: g.stepUp,
+      authTime: g.stepUp && g.authTime ? BigInt(Math.floor(g.authTime.getTime() / 1000)) : 0n,
+    },
+  };
+}
+
+/** GrantsService.SupersedeGrant: the agent trades its grant for one of the same or narrower scope. */
+export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: SupersedeGrantRequest, ctx: HandlerContext) {
+  const current = await activeGrant(deps, req.accessToken);
+  const wanted = parseScope(req.scope);
+  if (!wanted) fail(Reason.INVALID_SCOPE, "scope is malformed");
+  const scopes = wanted.length === 0 ? current.scopes : wanted;
+  // A grant the agent issues itself never widens scope.
+  if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
+  const refresh = randomRefresh();
+  const next = await deps.db.transaction(async (trx) => {
+    const locked = await deps.grants.lockGrant(trx, current.id);
+    if (!locked || locked.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
+    const g = await insertGrant(deps, trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
+    await deps.grants.supersede(trx, locked.id, g.id, deps.clock(), false);
+    await appendAudit(deps, trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
+    return g;
+  });
+  return { token: signToken(deps, next, refresh.token) };
+}
+
+/** GrantsService.RevokeAllGrants: the agent pulls the kill switch on every grant of its user. */
+export async function revokeAllGrants(deps: AgentGrantDeps & AuditDeps & { db: Db }, req: RevokeAllGrantsRequest, ctx: HandlerContext) {
+  const g = await activeGrant(deps, req.accessToken);
+  const revoked = await deps.db.transaction(async (trx) => {
+    const n = await deps.grants.revokeAllOfUser(trx, g.userId, deps.clock(), "kill_switch");
+    await appendAudit(deps, trx, ctx, { actor: `agent:${g.agentPrincipalId}`, action: "killSwitch.all", subject: g.userId, reason: req.reason.slice(0, 200) });
+    return n;
+  });
+  return { revoked };
+}
+
+/** GrantsService.RefreshGrant: rotates a refresh token; reuse revokes the lineage, a lost response may be fetched again. */
+export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequest, ctx: HandlerContext) {
+  let clientId = "";
+  if (req.clientId || req.clientSecret) clientId = (await deps.directory.authenticate(ctx, req.clientId, req.clientSecret)).clientId;
+  // An operator-issued grant (no client) refreshes only with the operator credential.
+  else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
+  const actor = `client:${clientId || OPERATOR_CLIENT}`;
+  const hash = sha256Hex(req.refreshToken);
+  const now = deps.clock();
+  // The successor's token, if this refresh issues one (the fast path or under the lock).
+  const refresh = derivedRefresh(req.refreshToken);
+  if (req.refreshToken) {
+    const rotated = await deps.grants.rotateRefreshFast(
+      {
+        refreshHash: hash,
+        clientId,
+        issuedAfter: new Date(now.getTime() - REFRESH_TTL_MS),
+        grantId: uuidv7(),
+        newRefreshHash: refresh.hash,
+        newRefreshSalt: refresh.salt,
+        now,
+        expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
+      },
+      { requestId: requestIdOf(ctx), actor, action: "agent.grant.refresh" },
+    );
+    if (rotated) return { token: signToken(deps, rotated, refresh.token) };
+  }
+  const outcome = await deps.db.transaction(async (trx) => {
+    // The row lock orders concurrent refreshes of one token: the second sees the
+    // first's successor and gets the same pair (no second lineage).
+    // A closed or declined budget's vault gets no new grant; its budget row is locked
+    // before the grant's (the budgets' lock order), the vault read from an unlocked look.
+    const seen = req.refreshToken ? await deps.grants.findGrantByRefresh(trx, hash) : undefined;
+    const dead = seen ? await deadBudgetVault(deps.vaults, trx, seen.vaultId) : undefined;
+    const g = req.refreshToken ? await deps.grants.lockGrantByRefresh(trx, hash) : undefined;
+    if (!g || (g.clientId ?? "") !== clientId) return { kind: "invalid" as const, why: "unknown refresh token" };
+    // RFC 6749 5.2 invalid_grant: nothing is issued for an account that is no longer
+    // active; the token is not used up, so it works again if the account is reactivated.
+    const userActive = (await deps.users.findById(trx, g.userId))?.status === "active";
+    if (g.state === "active" && !g.refreshUsedAt) {
+      if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
+      if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+      if (dead) return { kind: "invalid" as const, why: dead };
+      const next = await insertGrant(deps, trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
+      await deps.grants.supersede(trx, g.id, next.id, now, true);
+      await appendAudit(deps, trx, ctx, { actor, action: "agent.grant.refresh", subject: next.id });
+      return { kind: "issued" as const, grant: next, refreshToken: refresh.token };
+    }
+    if (g.refreshUsedAt && g.successorId && now.getTime() - g.refreshUsedAt.getTime() <= deps.refreshGraceSeconds * 1000) {
+      const successor = await deps.grants.lockGrant(trx, g.successorId);
+      // A retry of a lost response: hand back the same pair while nothing moved on.
+      if (successor && successor.state === "active" && !successor.refreshUsedAt) {
+        if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+        // The successor's token is derived from the token just presented and the
+        // successor's salt; the database alone cannot produce it.
+        const again = successor.refreshSalt ? derivedRefreshToken(req.refreshToken, successor.refreshSalt) : "";
+        if (again && successor.refreshHash && constantTimeEqual(sha256Hex(again), successor.refreshHash)) {
+          return { kind: "issued" as const, grant: successor, refreshToken: again };
+        }
+        // A successor issued before refresh salts were stored cannot be reproduced.
+        // Nothing was reused, so the lineage stays.
+        return { kind: "invalid" as const, why: "successor token not reproducible" };
+      }
+    }
+    if (g.refreshUsedAt) {
+      // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage.
+      await deps.grants.revokeLineage(trx, g.lineageId, now, "refresh_reuse");
+      await appendAudit(deps, trx, ctx, { actor, action: "agent.grant.refresh_reuse", subject: g.lineageId, outcome: "failure", reason: "refresh_reuse" });
+    }
+    return { kind: "invalid" as const, why: "refresh token no longer valid" };
+  });
+  if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
+  return { token: signToken(deps, outcome.grant, outcome.refreshToken) };
+}
+
+/** GrantsService.IssueGrant: the operator issues a grant on a user's vault, with or without a client. */
+export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, ctx: HandlerContext) {
+  if (!UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user must be a UUID");
+  if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault must be a UUID");
+  const scopes = [...new Set(req.scopes)];
+  if (scopes.length === 0 || !isSubset(scopes, AGENT_SCOPES)) fail(Reason.INVALID_SCOPE, `scopes must be some of ${AGENT_SCOPES.join(", ")}`);
+  const user = await deps.users.findById(deps.db, req.userId);
+  if (!user) fail(Reason.NOT_FOUND, "no such user");
+  const client = req.clientId ? await deps.clients.findClient(deps.db, req.clientId) : undefined;
+  if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
+  const now = deps.clock();
+  const refresh = randomRefresh();
+  const g = await deps.db.transaction(async (trx) => {
+    const vaultId = req.vaultId.toLowerCase();
+    const dead = await deadBudgetVault(deps.vaults, trx, vaultId);
+    if (dead) fail(Reason.INVALID_TARGET, dead);
+    // Checked (and held) in the transaction that inserts the grant, like its principal.
+    if ((await deps.vaults.vaultOwner(trx, vaultId, true)) !== user.id) fail(Reason.INVALID_TARGET, "the vault does not belong to the user");
+    // The budget's principal on a budget's vault, else this user's and client's.
+    const agentId = await deps.agents.principalForGrant(trx, {
+      id: randomUUID(),
+      userId: user.id,
+      vaultId,
+      clientKey: client?.clientId ?? "",
+      displayName: client?.clientName ?? "Operator-issued grants",
+      at: now,
+    });
+    const grant = await insertGrant(
+      deps,
+      trx,
+      { userId: user.id, clientId: client?.clientId ?? null, agentPrincipalId: agentId, vaultId, scopes, stepUp: req.stepUp, authTime: req.stepUp ? now : null },
+      refresh,
+    );
+    await appendAudit(deps, trx, ctx, { actor: "admin", action: "grant.issue", subject: grant.id });
+    return grant;
+  });
+  return { token: signToken(deps, g, refresh.token) };
+}
+
+/** GrantsService.RevokeToken: a client revokes an access or refresh token it was issued (its whole lineage). */
+export async function revokeToken(deps: RevokeTokenDeps, req: RevokeTokenRequest, ctx: HandlerContext) {
+  const client = await deps.directory.authenticate(ctx, req.clientId, req.clientSecret);
+  let grant: GrantRecord | undefined;
+  if (req.token.startsWith("vgr_")) grant = await deps.grants.findGrantByRefresh(deps.db, sha256Hex(req.token));
+  else {
+    const claims = await deps.verifier.verify(req.token);
+    grant = claims ? await deps.grants.findGrant(deps.db, claims.jti) : undefined;
+  }
+  // RFC 7009 2.2: an unknown or already invalid token is not an error.
+  if (!grant) return {};
+  if (grant.clientId !== client.clientId) fail(Reason.INVALID_REQUEST, "the token was not issued to this client");
+  const found = grant;
+  await deps.db.transaction(async (trx) => {
+    await deps.grants.revokeLineage(trx, found.lineageId, deps.clock(), "client_revocation");
+    await appendAudit(deps, trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.revoke", subject: found.id });
+  });
+  return {};
+}

@@ -1,0 +1,81 @@
+import type { Knex } from "knex";
+
+type Conn = Knex | Knex.Transaction;
+
+export interface ChallengeRecord {
+  id: string;
+  userId: string | null;
+  sessionId: string | null;
+  purpose: "sign_in" | "step_up";
+  /** The normalised e-mail address the code went to: wrong codes are limited per account. */
+  account: string | null;
+  codeHash: string;
+  attempts: number;
+  expiresAt: Date;
+  consumedAt: Date | null;
+}
+
+/** SQL for one-time sign-in codes and the web sessions they open. */
+export function createSignInStore() {
+  return {
+    async insertSession(conn: Conn, s: { id: string; tokenHash: string; userId: string; at: Date; expiresAt: Date }): Promise<void> {
+      await conn("web_sessions").insert({ id: s.id, token_hash: s.tokenHash, user_id: s.userId, created_at: s.at, expires_at: s.expiresAt });
+    },
+
+    async setStepUp(conn: Conn, sessionId: string, at: Date): Promise<void> {
+      await conn("web_sessions").where({ id: sessionId }).update({ step_up_at: at });
+    },
+
+    async endSession(conn: Conn, tokenHash: string, at: Date): Promise<void> {
+      await conn("web_sessions").where({ token_hash: tokenHash }).whereNull("ended_at").update({ ended_at: at });
+    },
+
+    async insertChallenge(conn: Conn, c: ChallengeRecord & { createdAt: Date }): Promise<void> {
+      await conn("signin_challenges").insert({
+        id: c.id,
+        user_id: c.userId,
+        session_id: c.sessionId,
+        purpose: c.purpose,
+        account: c.account,
+        code_hash: c.codeHash,
+        attempts: c.attempts,
+        created_at: c.createdAt,
+        expires_at: c.expiresAt,
+      });
+    },
+
+    async lockChallenge(trx: Knex.Transaction, id: string): Promise<ChallengeRecord | undefined> {
+      const row = await trx("signin_challenges").where({ id }).forUpdate().first();
+      return row ? challengeRecord(row) : undefined;
+    },
+
+    async findChallenge(conn: Conn, id: string): Promise<ChallengeRecord | undefined> {
+      const row = await conn("signin_challenges").where({ id }).first();
+      return row ? challengeRecord(row) : undefined;
+    },
+
+    async countAttempt(conn: Conn, id: string): Promise<void> {
+      await conn("signin_challenges").where({ id }).increment("attempts", 1);
+    },
+
+    async consumeChallenge(conn: Conn, id: string, at: Date): Promise<void> {
+      await conn("signin_challenges").where({ id }).update({ consumed_at: at });
+    },
+  };
+}
+
+export type SignInStore = ReturnType<typeof createSignInStore>;
+
+function challengeRecord(row: Record<string, unknown>): ChallengeRecord {
+  return {
+    id: String(row.id),
+    userId: row.user_id == null ? null : String(row.user_id),
+    sessionId: row.session_id == null ? null : String(row.session_id),
+    purpose: row.purpose as ChallengeRecord["purpose"],
+    account: row.account == null ? null : String(row.account),
+    codeHash: String(row.code_hash),
+    attempts: Number(row.attempts),
+    expiresAt: new Date(row.expires_at as string),
+    consumedAt: row.consumed_at ? new Date(row.consumed_at as string) : null,
+  };
+}

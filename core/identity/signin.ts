@@ -1,0 +1,188 @@
+import { randomBytes, randomInt, randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import { kClientAddress, kRequestId } from "../context.js";
+import { constantTimeEqual, hmacSha256, sha256Hex } from "../../lib/crypto.js";
+import { deriveKey } from "../keys/outside-keys.js";
+import type { RateLimitStore } from "../rate-limits/store.js";
+import { UUID } from "../uuid.js";
+import type { Outbox } from "./outbox.js";
+import type { SessionVerifier } from "./sessions.js";
+import type { SignInStore } from "./signin-store.js";
+import { normaliseEmail, type UsersStore } from "./users-store.js";
+
+const SESSION_TTL_MS = 12 * 3600_000;
+/** A code and a step-up count for 10 minutes. */
+const OTP_TTL_MS = 10 * 60_000;
+const OTP_MAX_ATTEMPTS = 5;
+/**
+ * Wrong codes per account (the normalised address) per 15 minutes, from however many
+ * challenges and client addresses; past it the account's code sign-in and step-up answer
+ * 429, even for the right code, until the oldest wrong code leaves the window.
+ */
+const OTP_WRONG_PER_ACCOUNT = 10;
+const OTP_WRONG_WINDOW_SECONDS = 900;
+/**
+ * Codes e-mailed per account: one per 30 s for each purpose (so the step-up right after a
+ * sign-in is not refused) and 10 an hour in all, which lets a person do a few
+ * authorizations with sign-in and step-up in a row while bounding mail to one address.
+ */
+const OTP_SEND_GAP_SECONDS = 30;
+const OTP_SENDS_PER_HOUR = 10;
+
+export interface SignInDeps {
+  db: Db;
+  store: SignInStore;
+  users: UsersStore;
+  sessions: SessionVerifier;
+  outbox: Outbox;
+  rateLimits: RateLimitStore;
+  audit: AuditStore;
+  clock: () => Date;
+  logger: Logger;
+  /** Keyed hash of a challenge's code (createCodeHasher): the database alone cannot reverse a six-digit code. */
+  hashCode: CodeHasher;
+}
+
+export type CodeHasher = (challengeId: string, code: string) => string;
+
+/** Sign-in codes are stored as an HMAC under a key derived from the outside key. */
+export function createCodeHasher(signinCodeKey: Buffer): CodeHasher {
+  const key = deriveKey(signinCodeKey, "sign-in code hash");
+  return (challengeId, code) => hmacSha256(key, `${challengeId}:${code}`);
+}
+
+function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx: HandlerContext, e: { actor: string; action: string; subject?: string }) {
+  return deps.audit.append(conn, { requestId: ctx.values.get(kRequestId), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+}
+
+/** GrantsService.StartSignIn: e-mails a one-time code to sign in, or (with a session) to step up. */
+export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext) {
+  const now = deps.clock();
+  const id = randomUUID();
+  const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
+  let userId: string | null = null;
+  let sessionId: string | null = null;
+  let email: string;
+  if (req.sessionToken) {
+    const s = await deps.sessions.verify(req.sessionToken);
+    userId = s.userId;
+    sessionId = s.sessionId;
+    email = normaliseEmail(s.email) ?? s.email;
+  } else {
+    email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
+    const user = await deps.users.findByEmail(deps.db, email);
+    // Unknown or inactive addresses get a challenge that can never succeed, and no
+    // message; they are limited exactly like known ones.
+    userId = user && user.status === "active" ? user.id : null;
+  }
+  const purpose = sessionId ? "step_up" : "sign_in";
+  const gapKey = `otp-send-gap:${purpose}:${email}`;
+  const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
+  const limit = gap.allowed ? await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_HOUR, 3600, now) : gap;
+  if (!limit.allowed) {
+    // Nothing was sent: the 30 s gap does not start.
+    if (gap.allowed) await deps.rateLimits.release(gapKey, now);
+    fail(Reason.RATE_LIMITED, `${gap.allowed ? "too many codes were sent to this address" : "a code was sent to this address moments ago"}; try again in ${waitText(limit.retryAfterSeconds)}`, {
+      retryAfterSeconds: limit.retryAfterSeconds,
+    });
+  }
+  await deps.db.transaction(async (trx) => {
+    await deps.store.insertChallenge(trx, {
+      id,
+      userId,
+      sessionId,
+      purpose,
+      account: email,
+      codeHash: deps.hashCode(id, code),
+      attempts: 0,
+      createdAt: now,
+      expiresAt: new Date(now.getTime() + OTP_TTL_MS),
+      consumedAt: null,
+    });
+    if (userId) {
+      const what = sessionId ? "confirm (step-up)" : "sign in to";
+      await deps.outbox.send(trx, {
+        email,
+        subject: `Your Vaultgate code: ${code}`,
+        body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
+        at: now,
+      });
+      await audit(deps, trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
+    }
+  });
+  // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
+  if (userId) deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
+  return { challengeId: id };
+}
+
+/** GrantsService.CompleteSignIn: the code opens a web session, or marks the session's step-up. */
+export async function completeSignIn(deps: SignInDeps, req: CompleteSignInRequest, ctx: HandlerContext) {
+  if (!UUID.test(req.challengeId)) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+  const now = deps.clock();
+  const stepUpSession = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const found = await deps.store.findChallenge(deps.db, req.challengeId);
+  if (!found?.account) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+  // A slot among the account's wrong codes is taken before the code is compared, so
+  // concurrent guesses can never check more than the limit; a guess that turns out not
+  // to be wrong gives its slot back.
+  const account = found.account;
+  const slotKey = `otp-wrong:${account}`;
+  const slot = await deps.rateLimits.hit(slotKey, OTP_WRONG_PER_ACCOUNT, OTP_WRONG_WINDOW_SECONDS, now);
+  if (!slot.allowed) {
+    fail(Reason.RATE_LIMITED, `too many wrong codes were entered for this account; code sign-in is paused for ${waitText(slot.retryAfterSeconds)}`, {
+      retryAfterSeconds: slot.retryAfterSeconds,
+    });
+  }
+  const outcome = await deps.db
+    .transaction(async (trx) => {
+      const c = await deps.store.lockChallenge(trx, req.challengeId);
+      if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const, wrong: false };
+      if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId)) return { ok: false as const, wrong: false };
+      await deps.store.countAttempt(trx, c.id);
+      if (!c.userId || !constantTimeEqual(deps.hashCode(c.id, req.code.trim()), c.codeHash)) return { ok: false as const, wrong: true, userId: c.userId };
+      await deps.store.consumeChallenge(trx, c.id, now);
+      if (stepUpSession) {
+        await deps.store.setStepUp(trx, stepUpSession.sessionId, now);
+        await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
+        return { ok: true as const, token: "" };
+      }
+      const token = `vgs_${randomBytes(32).toString("base64url")}`;
+      await deps.store.insertSession(trx, { id: randomUUID(), tokenHash: sha256Hex(token), userId: c.userId, at: now, expiresAt: new Date(now.getTime() + SESSION_TTL_MS) });
+      await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
+      return { ok: true as const, token };
+    })
+    .catch(async (err: unknown) => {
+      await deps.rateLimits.release(slotKey, now).catch(() => {});
+      throw err;
+    });
+  if (!outcome.wrong) await deps.rateLimits.release(slotKey, now);
+  if (!outcome.ok) {
+    // The wrong code that filled the window tells the account holder, once per lockout.
+    if (outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_ACCOUNT) {
+      const ends = (await deps.rateLimits.windowEnd(slotKey, OTP_WRONG_WINDOW_SECONDS)) ?? new Date(now.getTime() + OTP_WRONG_WINDOW_SECONDS * 1000);
+      const until = ends.toISOString().slice(11, 16);
+      await deps.outbox.send(deps.db, {
+        email: account,
+        subject: "Vaultgate: code sign-in paused",
+        body: `Someone tried codes for your account; code sign-in is paused until ${until} UTC. If it was not you, your account is safe: no code was accepted, and you can sign in again after that time.`,
+        at: now,
+      });
+      deps.logger.warn({ user: outcome.userId }, "code sign-in paused for an account after too many wrong codes");
+    }
+    fail(Reason.INVALID_GRANT, "the code is invalid or expired");
+  }
+  return { sessionToken: outcome.token, expiresIn: outcome.token ? BigInt(SESSION_TTL_MS / 1000) : 0n };
+}
+
+/** "25 seconds" below two minutes, else whole minutes. */
+function waitText(seconds: number): string {
+  if (seconds < 120) return `${seconds} second${seconds === 1 ? "" : "s"}`;
+  const minutes = Math.ceil(seconds / 60);
+  return `${minutes} minutes`;
+}

@@ -1,0 +1,192 @@
+import { randomBytes } from "node:crypto";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import type { Client } from "@connectrpc/connect";
+import type { GrantsService, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";
+import { withRequestId } from "../core-clients.js";
+import { parseForm } from "../shared/form.js";
+import type { PublicUrls } from "../shared/public-urls.js";
+import { noteRefusal } from "../request-log.js";
+import { page, type Html } from "./views/html.js";
+import { AGENTS_PATH, MONEY_PATH, signInPath } from "./paths.js";
+
+export const FORM_TYPE = "application/x-www-form-urlencoded";
+export const SESSION_COOKIE = "vg_session";
+const CSRF_COOKIE = "vg_csrf";
+
+/** A page-level failure with a status and words for people (never internals). */
+export class PageError extends Error {
+  constructor(
+    readonly status: number,
+    readonly title: string,
+    readonly detail: string,
+  ) {
+    super(title);
+  }
+}
+
+/** The words of the 400 page for an address that is not valid percent-encoding. */
+export const BAD_ADDRESS = {
+  title: "Something is wrong with this request",
+  detail: "The address contains characters that are not allowed. Check the link, or start again from your dashboard.",
+};
+
+/** Headers of every page: no caching, no framing, no scripts, no referrer. */
+export function setPageHeaders(reply: FastifyReply): void {
+  reply.header("cache-control", "no-store");
+  // No referrer leaves our origin: the consent URL carries state and the redirect carries
+  // the code. "same-origin", since with no-referrer browsers send `Origin: null` on our own
+  // form posts, which the Origin check must refuse.
+  reply.header("referrer-policy", "same-origin");
+  reply.header("x-frame-options", "DENY");
+  reply.header("content-security-policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'");
+}
+
+/** True when the query of `url` (if any) is valid percent-encoded UTF-8 (RFC 3986 2.1). */
+export function wellFormedQuery(url: string): boolean {
+  const q = url.indexOf("?");
+  if (q === -1) return true;
+  try {
+    decodeURIComponent(url.slice(q + 1));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
+export function safeReturnTo(value: string | undefined): string {
+  if (!value || !value.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\u0000-\u001f]/.test(value)) return AGENTS_PATH;
+  return value;
+}
+
+/** Pages a money form may return to: the money view or an agent's page (never another origin). */
+export function moneyReturnTo(value: string | undefined): string {
+  if (value && /^\/dashboard\/agents\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(value)) return value;
+  return MONEY_PATH;
+}
+
+/** A signed-in user: the session cookie's token and what core says of it. */
+export type Current = { token: string; session: WebSession };
+
+/** What every web route shares: the core clients, cookies, CSRF, the session, rendering. */
+export interface WebContext {
+  grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
+  urls: PublicUrls;
+  rpc: (request: FastifyRequest) => ReturnType<typeof withRequestId>;
+  readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string>; all(name: string): string[] };
+  csrfToken(request: FastifyRequest, reply: FastifyReply): string;
+  checkCsrf(request: FastifyRequest, form: Map<string, string>): void;
+  session(request: FastifyRequest): Promise<Current | undefined>;
+  /** The session cookie's value as presented, unchecked (sign-out hands it to core). */
+  sessionToken(request: FastifyRequest): string | undefined;
+  setSession(reply: FastifyReply, token: string, maxAgeSeconds: number): void;
+  clearSession(reply: FastifyReply): void;
+  send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
+  signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
+}
+
+export interface WebContextOptions {
+  grants: Client<typeof GrantsService>;
+  budgets: Client<typeof BudgetsService>;
+  urls: PublicUrls;
+}
+
+export function createWebContext(options: WebContextOptions): WebContext {
+  const secureCookies = options.urls.appUrl.startsWith("https:");
+  // Over https the names carry __Host-: browsers then keep them only when Secure, Path=/
+  // and host-only, so a sibling subdomain can neither plant nor shadow them (plain http,
+  // the loopback default, cannot hold Secure cookies and keeps plain names).
+  const sessionCookie = secureCookies ? `__Host-${SESSION_COOKIE}` : SESSION_COOKIE;
+  const csrfCookie = secureCookies ? `__Host-${CSRF_COOKIE}` : CSRF_COOKIE;
+  const cookie = (name: string, value: string, maxAge: number) =>
+    `${name}=${value}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secureCookies ? "; Secure" : ""}`;
+  const addCookie = (reply: FastifyReply, value: string) => {
+    const prev = reply.getHeader("set-cookie");
+    reply.header("set-cookie", prev === undefined ? [value] : [...(Array.isArray(prev) ? prev : [String(prev)]), value]);
+  };
+
+  return {
+    grants: options.grants,
+    budgets: options.budgets,
+    urls: options.urls,
+    rpc: (request) => withRequestId(request.id),
+    readForm(request, repeatable = []) {
+      const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+      if (type !== FORM_TYPE || typeof request.body !== "string") throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      const parsed = parseForm(request.body);
+      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", parsed.message === "malformed form body" ? "The form could not be read." : `The form field ${parsed.message}.`);
+      const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
+      if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
+      const body = request.body;
+      return {
+        params: parsed.params,
+        all: (name) => [...new URLSearchParams(body).getAll(name)],
+      };
+    },
+    csrfToken(request, reply) {
+      // Signed in: the token is derived from the HttpOnly session cookie, so a cookie an
+      // attacker managed to plant (vg_csrf) cannot authorize actions in the user's session.
+      const sessionToken = readCookies(request)[sessionCookie];
+      if (sessionToken) return sessionCsrf(sessionToken);
+      const existing = readCookies(request)[csrfCookie];
+      if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
+      const token = randomBytes(32).toString("base64url");
+      addCookie(reply, cookie(csrfCookie, token, 86400));
+      return token;
+    },
+    checkCsrf(request, form) {
+      // Signed out: double-submit (the form field must equal the HttpOnly SameSite cookie).
+      const cookies = readCookies(request);
+      const expected = cookies[sessionCookie] ? sessionCsrf(cookies[sessionCookie]) : (cookies[csrfCookie] ?? "");
+      const given = form.get("csrf") ?? "";
+      if (!expected || !constantTimeEqual(expected, given)) {
+        throw new PageError(403, "This form has expired", "Go back, reload the page and try again.");
+      }
+    },
+    async session(request) {
+      const token = readCookies(request)[sessionCookie];
+      if (!token || token.length > 200) return undefined;
+      try {
+        const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
+        return { token, session: res.session! };
+      } catch (err) {
+        if (noteRefusal(request, err) === Reason.INVALID_TOKEN) return undefined;
+        throw err;
+      }
+    },
+    sessionToken(request) {
+      return readCookies(request)[sessionCookie] || undefined;
+    },
+    setSession(reply, token, maxAge) {
+      addCookie(reply, cookie(sessionCookie, token, maxAge));
+    },
+    clearSession(reply) {
+      addCookie(reply, cookie(sessionCookie, "", 0));
+    },
+    send(reply, status, title, body, nav) {
+      return reply.code(status).type("text/html; charset=utf-8").send(page(title, body, nav));
+    },
+    signInRedirect(reply, returnTo) {
+      return reply.redirect(signInPath(safeReturnTo(returnTo)), 303);
+    },
+  };
+}
+
+function readCookies(request: FastifyRequest): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of (request.headers.cookie ?? "").split(";")) {
+    const eq = part.indexOf("=");
+    if (eq === -1) continue;
+    const name = part.slice(0, eq).trim();
+    if (!(name in out)) out[name] = part.slice(eq + 1).trim();
+  }
+  return out;
+}
+
+function sessionCsrf(sessionToken: string): string {
+  return sha256Base64url(`csrf:${sessionToken}`);
+}

@@ -1,0 +1,22 @@
+/** Every page address the web gateway builds links and redirects to, in one place. */
+
+export const AGENTS_PATH = "/dashboard/agents";
+/** The owner's money at a glance. */
+export const MONEY_PATH = "/dashboard/money";
+
+export const agentPath = (agentId: string) => `${AGENTS_PATH}/${agentId}`;
+/** The review page of a pending payment; core's `step_up_url` leads here through the agents page. */
+export const paymentPath = (paymentId: string) => `/dashboard/approvals/payments/${paymentId}`;
+/** The review page of a draft budget, named by its child agent principal. */
+export const budgetPath = (agentId: string) => `/dashboard/approvals/budgets/${agentId}`;
+
+export const fundPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/fund`;
+export const closePath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/close`;
+export const sweepPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/sweep`;
+/** The anchor of a vault's card, so a form's answer lands next to it. */
+export const vaultAnchor = (vaultId: string) => `v-${vaultId}`;
+
+/** The step-up page, coming back to `returnTo` (a same-origin path) once confirmed. */
+export const stepUpPath = (returnTo: string) => `/stepup?return_to=${encodeURIComponent(returnTo)}`;
+/** The sign-in page, coming back to `returnTo` (a same-origin path) once signed in. */
+export const signInPath = (returnTo: string) => `/signin?return_to=${encodeURIComponent(returnTo)}`;
