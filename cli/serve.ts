@@ -71,6 +71,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         signingKey: config.signingKey,
         webhookSecretKey: config.webhookSecretKey,
         signinCodeKey: config.signinCodeKey,
+        smtp: config.smtp,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,

@@ -29,6 +29,9 @@ import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
 import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
+import { createMailer } from "./identity/mail/mailer.js";
+import { createSmtpTransport, type SmtpSettings } from "./identity/mail/transport.js";
+import { createMailWorker, type MailWorker, type MailWorkerOptions } from "./identity/mail/worker.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
@@ -102,6 +105,12 @@ export interface CoreOptions {
   hostResolver?: HostResolverOptions;
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
+  /** SMTP_URL + MAIL_FROM: account mail sent by SMTP from the mail outbox; absent = the dev outbox. */
+  smtp?: SmtpSettings;
+  /** Mail sender loop period in ms (default 1000); 0 = no loop (tests drive mail.runOnce()). */
+  mailPollMs?: number;
+  /** Backoff tuning of the mail sender. */
+  mailDelivery?: Pick<MailWorkerOptions, "baseDelayMs" | "maxDelayMs" | "leaseMs">;
 }
 
 export interface Core {
@@ -116,6 +125,8 @@ export interface Core {
   close(): Promise<void>;
   /** The webhook delivery worker (started here, stopped by close()). */
   webhooks: WebhookWorker;
+  /** The SMTP sender of the mail outbox; undefined when mail stays in the dev outbox. */
+  mail: MailWorker | undefined;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -178,6 +189,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       auditFault: options.auditFaults?.appendFault,
       logger,
     });
+    const mailer = createMailer({ db, signinCodeKey, smtp: options.smtp });
+    logger.info(mailer.describe());
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit }),
       audit: createAuditService({ store: audit, cursors, ledger }),
@@ -200,6 +213,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
         signinCodeKey,
         hostResolver,
+        mailer,
       }),
       partners: createPartnersService({
         db,
@@ -245,6 +259,9 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, resolver: hostResolver, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
+    const mail = mailer.outbox
+      ? createMailWorker({ outbox: mailer.outbox, transport: createSmtpTransport(options.smtp!), clock, logger, pollMs: options.mailPollMs ?? 1000, ...options.mailDelivery })
+      : undefined;
     const reaper = options.reaperIntervalMs
       ? setInterval(() => {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
@@ -265,12 +282,14 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       reapProvisioning: () => budgets.reap(),
       prune: () => pruner.runOnce(),
       webhooks,
+      mail,
       async close() {
         if (reaper) clearInterval(reaper);
         if (pruning) clearInterval(pruning);
         await pruner.idle();
         unregisterMetrics();
         await webhooks.stop();
+        await mail?.stop();
         await secrets.close();
         if (ownsDb) await db.destroy();
       },

@@ -7,7 +7,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { normaliseEmail } from "../partners/users-store.js";
+import { normaliseEmail } from "./users-store.js";
 
 export interface OidcProviderSettings {
   issuer: string;

@@ -117,7 +117,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     }
   });
   // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
-  if (userId) deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
+  if (userId && deps.outbox.mode === "dev") deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
   return { challengeId: id };
 }
 

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
 import { deriveKey } from "../../keys/outside-keys.js";
-import { createSecretBox, type SecretBox } from "../../partners/webhooks/signing.js";
+import { createSecretBox, type SecretBox } from "../../../lib/crypto.js";
 
 /** A message to queue: who gets it, and its text (sealed before it is stored). */
 export interface MailMessage {
