@@ -31,7 +31,7 @@ export async function up(knex: Knex): Promise<void> {
       binding_hash   text NOT NULL UNIQUE,
       method         text NOT NULL CHECK (method IN ('oidc', 'passkey')),
       purpose        text NOT NULL CHECK (purpose IN ('sign_in', 'step_up', 'register')),
-      session_id     uuid REFERENCES web_sessions (id),
+      session_id     uuid REFERENCES web_sessions (id) ON DELETE CASCADE,
       user_id        uuid REFERENCES users (id),
       state          text,
       nonce          text,
@@ -42,6 +42,8 @@ export async function up(knex: Knex): Promise<void> {
       consumed_at    timestamptz
     );
     CREATE INDEX signin_flows_expires ON signin_flows (expires_at);
+    -- A pruned session takes its flows with it.
+    CREATE INDEX signin_flows_session ON signin_flows (session_id) WHERE session_id IS NOT NULL;
   `);
 }
 
