@@ -64,4 +64,27 @@ describe("web pages: sign-in codes and notices by SMTP", () => {
       smtp.setAnswer(() => ({ accept: true }));
     }
   });
+
+  it("an agent pulling the kill switch: the owner is told by mail", async () => {
+    const user = await createUser(stack);
+    const { token } = await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ["accounts:read"] });
+    const res = await stack.clients.grants.revokeAllGrants({ accessToken: token!.accessToken, reason: "suspicious" });
+    expect(res.revoked).to.be.greaterThan(0);
+    await stack.core.mail!.runOnce();
+    expect(smtp.to(user.email).map((m) => m.subject)).to.deep.equal(["Vaultgate: the kill switch was used"]);
+    expect(smtp.to(user.email)[0]!.text).to.include("An agent used the kill switch");
+  });
+
+  it("ten wrong codes: the lockout notice is sent by mail", async () => {
+    const user = await createUser(stack);
+    for (let i = 0; i < 10; i++) {
+      stack.clock.advance(31_000);
+      const { challengeId } = await stack.clients.grants.startSignIn({ email: user.email });
+      await stack.core.mail!.runOnce();
+      const right = codeIn(smtp.to(user.email).at(-1)!);
+      await stack.clients.grants.completeSignIn({ challengeId, code: right === "000000" ? "000001" : "000000" }).catch(() => {});
+    }
+    await stack.core.mail!.runOnce();
+    expect(smtp.to(user.email).map((m) => m.subject)).to.include("Vaultgate: code sign-in paused");
+  });
 });
