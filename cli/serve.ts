@@ -72,6 +72,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         webhookSecretKey: config.webhookSecretKey,
         signinCodeKey: config.signinCodeKey,
         smtp: config.smtp,
+        oidc: config.oidc,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,

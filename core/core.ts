@@ -30,6 +30,8 @@ import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
 import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createMailer } from "./identity/mail/mailer.js";
+import { createOidcSignin, type OidcProviderSettings } from "./identity/oidc.js";
+import { SESSION_TTL_MS } from "./identity/signin.js";
 import { createSmtpTransport, type SmtpSettings } from "./identity/mail/transport.js";
 import { createMailWorker, type MailWorker, type MailWorkerOptions } from "./identity/mail/worker.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
@@ -109,6 +111,8 @@ export interface CoreOptions {
   smtp?: SmtpSettings;
   /** Mail sender loop period in ms (default 1000); 0 = no loop (tests drive mail.runOnce()). */
   mailPollMs?: number;
+  /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: sign-in at an organisation's provider; absent = not offered. */
+  oidc?: OidcProviderSettings;
   /** Backoff tuning of the mail sender. */
   mailDelivery?: Pick<MailWorkerOptions, "baseDelayMs" | "maxDelayMs" | "leaseMs">;
 }
@@ -214,6 +218,17 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         signinCodeKey,
         hostResolver,
         mailer,
+        oidc: options.oidc
+          ? createOidcSignin({
+              db,
+              audit,
+              clock,
+              logger,
+              provider: options.oidc,
+              redirectUri: `${(options.appUrl ?? options.issuer).replace(/\/+$/, "")}/signin/oidc/callback`,
+              sessionTtlMs: SESSION_TTL_MS,
+            })
+          : undefined,
       }),
       partners: createPartnersService({
         db,

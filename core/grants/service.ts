@@ -11,6 +11,8 @@ import type { HostResolver } from "../net/resolver.js";
 import { endSession, getSession, type SessionVerifier } from "../identity/sessions.js";
 import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signin.js";
 import type { Mailer } from "../identity/mail/mailer.js";
+import type { OidcSignin } from "../identity/oidc.js";
+import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
 import { createOutbox, listOutbox } from "../identity/outbox.js";
 import { createOutboxStore } from "../identity/outbox-store.js";
 import { createSignInStore } from "../identity/signin-store.js";
@@ -62,6 +64,8 @@ export interface GrantsServiceDeps {
   hostResolver?: HostResolver;
   /** Account mail by SMTP (core/identity/mail); absent = the dev outbox. */
   mailer?: Mailer;
+  /** Sign-in at the organisation's OpenID Connect provider; absent = not offered. */
+  oidc?: OidcSignin;
 }
 
 /**
@@ -113,5 +117,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     getSession: (req) => getSession({ sessions }, req),
     endSession: (req) => endSession({ db, sessions, store: signIn.store, clock }, req),
     listOutbox: (req) => listOutbox({ db, outbox }, req),
+    startProviderSignIn: (req) => startProviderSignIn({ oidc: deps.oidc, sessions, clock }, req),
+    completeProviderSignIn: (req, ctx) => completeProviderSignIn({ oidc: deps.oidc, sessions, clock }, req, ctx),
   };
 }

@@ -189,6 +189,9 @@ export function createOidcSignin(deps: OidcDeps) {
         });
         claims = tokens.claims() ?? fail(Reason.INTERNAL, "no ID token");
       } catch (err) {
+        // The provider answering 5xx (or not JSON with a 5xx) is an outage, not a bad token.
+        const status = (err as { status?: number }).status ?? ((err as { cause?: unknown }).cause instanceof Response ? ((err as { cause: Response }).cause.status) : undefined);
+        if (status !== undefined && status >= 500) return unreachable(err, "token");
         if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${String(err.error).slice(0, 60)}`);
         if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${String(err.error).slice(0, 60)}`);
         if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${err.message.slice(0, 120)}`);

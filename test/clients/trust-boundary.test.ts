@@ -5,7 +5,8 @@ import { getOption, type DescService } from "@bufbuild/protobuf";
 import { createConnectRouter } from "@connectrpc/connect";
 import { admin_only } from "../../gen/vaultgate/common/v1/options_pb.js";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-import { startStack, uniqueSlug, type TestStack } from "../support/stack.js";
+import { startStack, uniqueSlug, TEST_ISSUER, type TestStack } from "../support/stack.js";
+import { startIdp, type TestIdp } from "../support/oidc-idp.js";
 import {
   ALL_AGENT_SCOPES,
   bearerMd,
@@ -40,6 +41,8 @@ type Kind = "admin" | "agent" | "session" | "agent or session" | "client" | "par
 
 interface Ctx {
   stack: TestStack;
+  /** The organisation's OpenID Connect provider (node-oidc-provider in its own process). */
+  idp: TestIdp;
   core: GrpcCore;
   f: Fixtures;
 }
@@ -854,6 +857,37 @@ const TABLE: Record<string, Entry> = {
       }),
     ],
   },
+  // The flow secret (the browser's cookie) and the provider's signed answer are the proof.
+  "vaultgate.grants.v1.GrantsService/StartProviderSignIn": {
+    kind: "proof",
+    cases: [
+      ok("sign-in: no credential; the browser is sent to the provider", async (c) => ({
+        req: {},
+        after: (res) => void expect(res!.authorization_url.startsWith(c.idp.issuer)).to.equal(true),
+      })),
+      refused("step-up: a random session token", S.UNAUTHENTICATED, async () => ({ req: { session_token: `vgs_${randomBytes(32).toString("base64url")}` } })),
+    ],
+  },
+  "vaultgate.grants.v1.GrantsService/CompleteProviderSignIn": {
+    kind: "proof",
+    cases: [
+      ok("the provider's redirect with the flow secret", async (c) => {
+        const u = await c.f.user();
+        const sub = `tb-${randomBytes(4).toString("hex")}`;
+        await c.idp.addAccount({ sub, email: u.email, email_verified: true });
+        const s = await c.stack.clients.grants.startProviderSignIn({});
+        return { req: { callback_url: await c.idp.signIn(s.authorizationUrl, sub), flow_secret: s.flowSecret }, after: (res) => void expect(res!.session_token).to.match(/^vgs_/) };
+      }),
+      refused("the redirect with another flow's secret", S.PERMISSION_DENIED, async (c) => {
+        const u = await c.f.user();
+        const sub = `tb-${randomBytes(4).toString("hex")}`;
+        await c.idp.addAccount({ sub, email: u.email, email_verified: true });
+        const s = await c.stack.clients.grants.startProviderSignIn({});
+        const other = await c.stack.clients.grants.startProviderSignIn({});
+        return { req: { callback_url: await c.idp.signIn(s.authorizationUrl, sub), flow_secret: other.flowSecret } };
+      }),
+    ],
+  },
   "vaultgate.grants.v1.GrantsService/GetSession": session((t) => ({ session_token: t }), {
     otherUserOk: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.not.equal(owner.userId),
     after: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.equal(owner.userId),
@@ -1002,13 +1036,15 @@ describe("core trusts no caller: every RPC over a real port", function () {
   const c = {} as Ctx;
 
   before(async () => {
-    c.stack = await startStack();
+    c.idp = await startIdp({ redirectUris: [`${TEST_ISSUER}/signin/oidc/callback`] });
+    c.stack = await startStack({ oidc: { issuer: c.idp.issuer, clientId: c.idp.clientId, clientSecret: c.idp.clientSecret, stepUpAcr: [] } });
     c.core = await startGrpcCore(c.stack);
     c.f = fixtures(c.stack);
   });
   after(async () => {
     await c.core?.close();
     await c.stack?.close();
+    await c.idp?.stop();
   });
 
   describe("the table", () => {
