@@ -176,7 +176,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
   };
 }
 
-function readCookies(request: FastifyRequest): Record<string, string> {
+export function readCookies(request: FastifyRequest): Record<string, string> {
   const out: Record<string, string> = {};
   for (const part of (request.headers.cookie ?? "").split(";")) {
     const eq = part.indexOf("=");
