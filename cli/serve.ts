@@ -108,6 +108,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         allowedOrigins: config.allowedOrigins,
         trustProxy: config.trustProxy,
         tracing,
+        signinMethods: config.signinMethods,
       });
       await gateway.listen({ port: config.port, host: config.host });
     }

@@ -15,6 +15,7 @@ export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
   budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
+  signinMethods?: readonly string[];
 }
 
 const FORM_LIMIT = 16 * 1024;

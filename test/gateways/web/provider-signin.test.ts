@@ -28,6 +28,12 @@ describe("web pages: sign-in at the organisation's provider", () => {
     await idp?.stop();
   });
 
+  it("the sign-in page offers the organisation's provider, keeping where to return", async () => {
+    const page = await (await createJar(stack.url).get(`/signin?return_to=${encodeURIComponent("/dashboard/money")}`)).text();
+    expect(page).to.include(`href="/signin/oidc?return_to=%2Fdashboard%2Fmoney"`);
+    expect(page).to.include("Sign in with your organisation");
+  });
+
   it("provider down: the page says so with 503, and no flow is started", async () => {
     await idp.setDown(true);
     try {
