@@ -1,10 +1,9 @@
-import { createPrivateKey, X509Certificate, type KeyObject } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
+import { checkMailFrom, checkSmtpUrl } from "../core/identity/mail/settings.js";
 
 /** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -69,6 +68,22 @@ export interface Config {
   tracing: { exporter: "none" | "otlp"; endpoint: string; serviceName: string };
   /** CHAIN_<NAME>_*: which chains settle on the evm rail, and how (core/settlement/config.ts). */
   settlement: SettlementSettings;
+  /** SMTP_URL + MAIL_FROM: account mail sent by SMTP from the outbox; undefined = the dev outbox. */
+  smtp: { url: string; from: string } | undefined;
+  /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: a company's identity provider. */
+  oidc: OidcSettings | undefined;
+  /** SIGNIN_METHODS: how people sign in and step up, in the order the sign-in page offers them. */
+  signinMethods: SigninMethod[];
+}
+
+export type SigninMethod = "email" | "oidc" | "passkey";
+
+export interface OidcSettings {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  /** Values of which the provider's `acr` (or one `amr` entry) must be one for a step-up; empty = any fresh sign-in. */
+  stepUpAcr: string[];
 }
 
 export class ConfigError extends Error {
@@ -167,6 +182,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     metricsToken,
     tracing,
     settlement: settlementSettings(env),
+    ...signinSettings(env),
   };
 }
 
@@ -248,121 +264,48 @@ export function isLoopbackHost(host: string): boolean {
   return family !== 0 && LOOPBACK.check(bare, family === 4 ? "ipv4" : "ipv6");
 }
 
-/** Key material core serves with: PEM strings, checked. */
-export interface CoreServerTls {
-  cert: string;
-  key: string;
-  /** When set, core requires a client certificate signed by one of these CAs. */
-  ca?: string;
-}
-
-/**
- * Reads and checks the core port's TLS files (undefined = cleartext), and refuses
- * cleartext on a non-loopback CORE_HOST unless CORE_ALLOW_CLEARTEXT=true. Called by
- * `serve` before core starts; every failure names its variable and never shows key bytes.
- */
-export function loadCoreServerTls(config: Config): CoreServerTls | undefined {
-  const { certFile, keyFile, caFile } = config.coreTls;
-  // On a dialling process CORE_TLS_CA alone is a trust anchor; on core it means mTLS, which needs TLS.
-  if (caFile && !certFile) throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core (client certificates need TLS)");
-  if (!certFile || !keyFile) {
-    if (!isLoopbackHost(config.coreHost) && !config.coreAllowCleartext) {
-      throw new ConfigError(
-        `CORE_HOST=${config.coreHost} is not a loopback address: core would serve gRPC without TLS on the network. ` +
-          "Set CORE_TLS_CERT and CORE_TLS_KEY (and CORE_TLS_CA to require client certificates), " +
-          "bind CORE_HOST=127.0.0.1, or set CORE_ALLOW_CLEARTEXT=true if the network path is protected otherwise",
-      );
-    }
-    return undefined;
-  }
-  const cert = readPem("CORE_TLS_CERT", certFile);
-  const key = readPem("CORE_TLS_KEY", keyFile);
-  const x509 = certificate("CORE_TLS_CERT", cert);
-  const privateKey = privateKeyOf("CORE_TLS_KEY", key);
-  if (!x509.checkPrivateKey(privateKey)) throw new ConfigError("CORE_TLS_KEY is not the private key of the certificate in CORE_TLS_CERT");
-  const tls: CoreServerTls = { cert, key };
-  if (caFile) tls.ca = caBundle("CORE_TLS_CA", readPem("CORE_TLS_CA", caFile));
-  return tls;
-}
-
-/** What a gateway or the CLI needs to dial core: its URL and the TLS options for http2.connect. */
-export interface CoreDial {
-  baseUrl: string;
-  nodeOptions: { ca?: string; cert?: string; key?: string };
-}
-
-/**
- * How gateways and the CLI reach core. `https://` URLs verify core's certificate against
- * CORE_TLS_CA when set (else the system's trusted roots) and present CORE_TLS_CLIENT_CERT
- * when set. A cleartext `http://` URL must name a loopback host unless CORE_ALLOW_CLEARTEXT=true:
- * credentials (operator, gateway) would otherwise cross the network in the clear.
- */
-export function loadCoreDial(config: Config, baseUrl: string): CoreDial {
-  const url = new URL(baseUrl);
-  const { certFile, keyFile } = config.coreClientTls;
-  if (url.protocol === "http:") {
-    if (!isLoopbackHost(url.hostname) && !config.coreAllowCleartext) {
-      throw new ConfigError(
-        `CORE_URL=${url.origin} is cleartext to a non-loopback host: use an https:// CORE_URL (core with CORE_TLS_CERT/CORE_TLS_KEY), ` +
-          "or set CORE_ALLOW_CLEARTEXT=true if the network path is protected otherwise",
-      );
-    }
-    if (certFile) throw new ConfigError(`CORE_TLS_CLIENT_CERT is set but CORE_URL=${url.origin} is not https://`);
-    return { baseUrl, nodeOptions: {} };
-  }
-  const nodeOptions: CoreDial["nodeOptions"] = {};
-  if (config.coreTls.caFile) nodeOptions.ca = caBundle("CORE_TLS_CA", readPem("CORE_TLS_CA", config.coreTls.caFile));
-  if (certFile && keyFile) {
-    nodeOptions.cert = readPem("CORE_TLS_CLIENT_CERT", certFile);
-    nodeOptions.key = readPem("CORE_TLS_CLIENT_KEY", keyFile);
-    const x509 = certificate("CORE_TLS_CLIENT_CERT", nodeOptions.cert);
-    if (!x509.checkPrivateKey(privateKeyOf("CORE_TLS_CLIENT_KEY", nodeOptions.key))) {
-      throw new ConfigError("CORE_TLS_CLIENT_KEY is not the private key of the certificate in CORE_TLS_CLIENT_CERT");
-    }
-  }
-  return { baseUrl, nodeOptions };
-}
-
-function readPem(name: string, file: string): string {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? "error";
-    throw new ConfigError(`${name}: cannot read ${file} (${code})`);
-  }
-  if (!text.includes("-----BEGIN ")) throw new ConfigError(`${name}: ${file} is not a PEM file`);
-  return text;
-}
-
-function certificate(name: string, pem: string): X509Certificate {
-  try {
-    return new X509Certificate(pem);
-  } catch {
-    throw new ConfigError(`${name} must hold a PEM X.509 certificate`);
-  }
-}
-
-function privateKeyOf(name: string, pem: string): KeyObject {
-  try {
-    return createPrivateKey(pem);
-  } catch {
-    // The parser's message may quote the input; say only what is wrong.
-    throw new ConfigError(`${name} must hold an unencrypted PEM private key`);
-  }
-}
-
-/** A CA file may hold several certificates; each must parse. */
-function caBundle(name: string, pem: string): string {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
-  if (blocks.length === 0) throw new ConfigError(`${name} must hold one or more PEM CA certificates`);
-  for (const block of blocks) certificate(name, block);
-  return pem;
-}
-
 function outsideKeySetting(env: NodeJS.ProcessEnv, name: string): string | undefined {
   const v = env[name];
   if (!v) return undefined;
   if (!parseOutsideKey(v)) throw new ConfigError(`${name} must be 32 random bytes as base64 or 64 hex digits (e.g. \`openssl rand -base64 32\`)`);
   return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// How people sign in: mail, a company's OpenID Connect provider, passkeys.
+
+function signinSettings(env: NodeJS.ProcessEnv): Pick<Config, "smtp" | "oidc" | "signinMethods"> {
+  let smtp: Config["smtp"];
+  if (env.SMTP_URL || env.MAIL_FROM) {
+    if (!env.SMTP_URL || !env.MAIL_FROM) throw new ConfigError("SMTP_URL and MAIL_FROM must be set together");
+    const problem = checkSmtpUrl(env.SMTP_URL) ?? checkMailFrom(env.MAIL_FROM);
+    if (problem) throw new ConfigError(problem);
+    smtp = { url: env.SMTP_URL, from: env.MAIL_FROM.trim() };
+  }
+  let oidc: OidcSettings | undefined;
+  const named = ["OIDC_ISSUER", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET"].filter((n) => env[n]);
+  if (named.length > 0) {
+    if (named.length < 3) throw new ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET must be set together");
+    const issuer = urlSetting(env, "OIDC_ISSUER", "");
+    const url = new URL(issuer);
+    if (url.protocol !== "https:" && !isLoopbackHost(url.hostname)) throw new ConfigError("OIDC_ISSUER must be an https:// URL (http:// only on a loopback address, for development)");
+    const clientId = env.OIDC_CLIENT_ID!;
+    if (!/^[\x21-\x7e]{1,255}$/.test(clientId)) throw new ConfigError("OIDC_CLIENT_ID must be 1 to 255 printable ASCII characters");
+    if (!/^[\x21-\x7e]{1,512}$/.test(env.OIDC_CLIENT_SECRET!)) throw new ConfigError("OIDC_CLIENT_SECRET must be 1 to 512 printable ASCII characters");
+    const stepUpAcr = (env.OIDC_STEP_UP_ACR ?? "").split(/[\s,]+/).filter(Boolean);
+    if (stepUpAcr.some((v) => !/^[\x21-\x7e]{1,255}$/.test(v))) throw new ConfigError("OIDC_STEP_UP_ACR must be acr or amr values separated by spaces or commas");
+    oidc = { issuer, clientId, clientSecret: env.OIDC_CLIENT_SECRET!, stepUpAcr };
+  } else if (env.OIDC_STEP_UP_ACR) {
+    throw new ConfigError("OIDC_STEP_UP_ACR needs OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
+  }
+  const raw = env.SIGNIN_METHODS || (oidc ? "oidc" : "email");
+  const methods = raw.split(",").map((m) => m.trim()).filter(Boolean);
+  const known: SigninMethod[] = ["email", "oidc", "passkey"];
+  for (const m of methods) if (!known.includes(m as SigninMethod)) throw new ConfigError(`SIGNIN_METHODS must be a comma-separated list of ${known.join(", ")} (e.g. oidc,passkey)`);
+  if (new Set(methods).size !== methods.length) throw new ConfigError("SIGNIN_METHODS names a method twice");
+  if (methods.includes("oidc") && !oidc) throw new ConfigError("SIGNIN_METHODS has oidc: set OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
+  if (oidc && !methods.includes("oidc")) throw new ConfigError("OIDC_ISSUER is set but SIGNIN_METHODS does not offer oidc");
+  // A passkey is registered by a signed-in person, so it cannot be the only way in.
+  if (!methods.includes("email") && !methods.includes("oidc")) throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
+  return { smtp, oidc, signinMethods: methods as SigninMethod[] };
 }

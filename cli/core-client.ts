@@ -3,7 +3,8 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { readAdminToken } from "./admin-token.js";
-import { loadCoreDial, type Config } from "./config.js";
+import type { Config } from "./config.js";
+import { loadCoreDial } from "./core-tls.js";
 
 export interface AdminConnection {
   clients: CoreClients;

@@ -8,7 +8,8 @@ import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { ensureAdminToken, ensureGatewayToken, readGatewayToken } from "./admin-token.js";
 import { secureDataDir } from "./data-dir.js";
-import { ConfigError, loadCoreDial, loadCoreServerTls, type Config } from "./config.js";
+import { ConfigError, type Config } from "./config.js";
+import { loadCoreDial, loadCoreServerTls } from "./core-tls.js";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import type { Registry } from "prom-client";
 import { coreRegistry } from "../core/observability/metrics.js";
@@ -71,6 +72,8 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         signingKey: config.signingKey,
         webhookSecretKey: config.webhookSecretKey,
         signinCodeKey: config.signinCodeKey,
+        smtp: config.smtp,
+        oidc: config.oidc,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,
@@ -107,6 +110,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         allowedOrigins: config.allowedOrigins,
         trustProxy: config.trustProxy,
         tracing,
+        signinMethods: config.signinMethods,
       });
       await gateway.listen({ port: config.port, host: config.host });
     }

@@ -29,6 +29,11 @@ import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
 import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
+import { createMailer } from "./identity/mail/mailer.js";
+import { createOidcSignin, type OidcProviderSettings } from "./identity/oidc.js";
+import { SESSION_TTL_MS } from "./identity/signin.js";
+import { createSmtpTransport, type SmtpSettings } from "./identity/mail/transport.js";
+import { createMailWorker, type MailWorker, type MailWorkerOptions } from "./identity/mail/worker.js";
 import { createWebhookWorker, type WebhookWorker, type WebhookWorkerOptions } from "./partners/webhooks/worker.js";
 import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
@@ -110,6 +115,14 @@ export interface CoreOptions {
   settlementWorker?: SettlementOptions["worker"];
   /** Trace every RPC as an OpenTelemetry span (a tracer provider must be registered: cli/tracing.ts); default off. */
   tracing?: boolean;
+  /** SMTP_URL + MAIL_FROM: account mail sent by SMTP from the mail outbox; absent = the dev outbox. */
+  smtp?: SmtpSettings;
+  /** Mail sender loop period in ms (default 1000); 0 = no loop (tests drive mail.runOnce()). */
+  mailPollMs?: number;
+  /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: sign-in at an organisation's provider; absent = not offered. */
+  oidc?: OidcProviderSettings;
+  /** Backoff tuning of the mail sender. */
+  mailDelivery?: Pick<MailWorkerOptions, "baseDelayMs" | "maxDelayMs" | "leaseMs">;
 }
 
 export interface Core {
@@ -126,6 +139,8 @@ export interface Core {
   webhooks: WebhookWorker;
   /** Rails, hot wallets and the settlement worker (started here, stopped by close()). */
   settlement: Settlement;
+  /** The SMTP sender of the mail outbox; undefined when mail stays in the dev outbox. */
+  mail: MailWorker | undefined;
 }
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
@@ -201,6 +216,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       auditFault: options.auditFaults?.appendFault,
       logger,
     });
+    const mailer = createMailer({ db, signinCodeKey, smtp: options.smtp });
+    logger.info(mailer.describe());
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
       audit: createAuditService({ store: audit, cursors, ledger }),
@@ -223,6 +240,18 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
         signinCodeKey,
         hostResolver,
+        mailer,
+        oidc: options.oidc
+          ? createOidcSignin({
+              db,
+              audit,
+              clock,
+              logger,
+              provider: options.oidc,
+              redirectUri: `${(options.appUrl ?? options.issuer).replace(/\/+$/, "")}/signin/oidc/callback`,
+              sessionTtlMs: SESSION_TTL_MS,
+            })
+          : undefined,
       }),
       partners: createPartnersService({
         db,
@@ -268,6 +297,9 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
     const webhooks = createWebhookWorker({ outbox, box, clock, logger, resolver: hostResolver, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
+    const mail = mailer.outbox
+      ? createMailWorker({ outbox: mailer.outbox, transport: createSmtpTransport(options.smtp!), clock, logger, pollMs: options.mailPollMs ?? 1000, ...options.mailDelivery })
+      : undefined;
     const reaper = options.reaperIntervalMs
       ? setInterval(() => {
           budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
@@ -289,6 +321,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       prune: () => pruner.runOnce(),
       webhooks,
       settlement,
+      mail,
       async close() {
         if (reaper) clearInterval(reaper);
         if (pruning) clearInterval(pruning);
@@ -296,6 +329,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         unregisterMetrics();
         await webhooks.stop();
         await settlement!.stop();
+        await mail?.stop();
         await secrets.close();
         if (ownsDb) await db.destroy();
       },

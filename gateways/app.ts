@@ -32,6 +32,8 @@ export interface GatewayOptions {
   trustProxy?: TrustProxy;
   /** A server span per request (an OpenTelemetry tracer provider must be registered); default off. Metrics are always recorded. */
   tracing?: boolean;
+  /** SIGNIN_METHODS: the ways in the sign-in page offers; default e-mail codes. */
+  signinMethods?: readonly string[];
 }
 
 const MCP_ENDPOINTS = new Set(MCP_PATHS);
@@ -117,7 +119,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   });
   if (options.urls) {
     await app.register(oauthGateway, { grants: options.clients.grants, vouched: (id, ip) => options.clients.vouched(id, ip), urls: options.urls, realm: "vaultgate-oauth" });
-    await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls });
+    await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls, signinMethods: options.signinMethods });
     await app.register(homeRoute, { urls: options.urls });
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });

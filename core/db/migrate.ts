@@ -30,6 +30,9 @@ import * as m0028 from "./migrations/0028-dead-budget-vaults.js";
 import * as m0029 from "./migrations/0029-signin-code-lockout.js";
 import * as m0030 from "./migrations/0030-settlement.js";
 import * as m0031 from "./migrations/0031-settlement-ledger.js";
+import * as m0033 from "./migrations/0033-mail-outbox.js";
+import * as m0034 from "./migrations/0034-identity-links.js";
+import * as m0035 from "./migrations/0035-passkeys.js";
 
 interface Migration {
   name: string;
@@ -69,6 +72,9 @@ const migrations: Migration[] = [
   { name: "0029-signin-code-lockout", ...m0029 },
   { name: "0030-settlement", ...m0030 },
   { name: "0031-settlement-ledger", ...m0031 },
+  { name: "0033-mail-outbox", ...m0033 },
+  { name: "0034-identity-links", ...m0034 },
+  { name: "0035-passkeys", ...m0035 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

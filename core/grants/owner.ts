@@ -4,6 +4,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import { UUID } from "../uuid.js";
+import type { Outbox } from "../identity/outbox.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { appendAudit, type AuditDeps } from "./audit.js";
 import type { AgentsStore } from "./stores/agents.js";
@@ -20,6 +21,8 @@ export interface OwnerRevokeDeps extends AuditDeps {
   db: Db;
   sessions: SessionVerifier;
   grants: GrantsStore;
+  /** Tells the owner by mail when the kill switch was used (someone else may hold their session). */
+  outbox?: Pick<Outbox, "send">;
 }
 
 function grantSummary(g: GrantRecord) {
@@ -87,6 +90,12 @@ export async function killSwitch(deps: OwnerRevokeDeps, req: KillSwitchRequest, 
   const revoked = await deps.db.transaction(async (trx) => {
     const n = await deps.grants.revokeAllOfUser(trx, s.userId, deps.clock(), "kill_switch");
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "killSwitch.all", subject: s.userId });
+    await deps.outbox?.send(trx, {
+      email: s.email,
+      subject: "Vaultgate: the kill switch was used",
+      body: `Every agent's access to your Vaultgate account was revoked (${n} grant${n === 1 ? "" : "s"}). If it was not you, sign in and check your account at once.`,
+      at: deps.clock(),
+    });
     return n;
   });
   return { revoked };

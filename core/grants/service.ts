@@ -10,6 +10,9 @@ import type { RateLimitStore } from "../rate-limits/store.js";
 import type { HostResolver } from "../net/resolver.js";
 import { endSession, getSession, type SessionVerifier } from "../identity/sessions.js";
 import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signin.js";
+import type { Mailer } from "../identity/mail/mailer.js";
+import type { OidcSignin } from "../identity/oidc.js";
+import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
 import { createOutbox, listOutbox } from "../identity/outbox.js";
 import { createOutboxStore } from "../identity/outbox-store.js";
 import { createSignInStore } from "../identity/signin-store.js";
@@ -59,6 +62,10 @@ export interface GrantsServiceDeps {
   signinCodeKey: Buffer;
   /** Resolves metadata document hosts off the thread pool (core/net/resolver.ts). */
   hostResolver?: HostResolver;
+  /** Account mail by SMTP (core/identity/mail); absent = the dev outbox. */
+  mailer?: Mailer;
+  /** Sign-in at the organisation's OpenID Connect provider; absent = not offered. */
+  oidc?: OidcSignin;
 }
 
 /**
@@ -76,12 +83,12 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const users = createUsersStore();
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
-  const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey });
+  const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey, mailer: deps.mailer });
   const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey) };
   const registration = { db, clients, secrets: deps.secrets, rateLimits: deps.rateLimits, registrationLimitPerMinute: deps.registrationLimitPerMinute, audit, clock };
   const authorization = { db, directory, vaults, sessions, audience, clients, agents, codes, audit, clock };
   const tokens = { db, directory, keyring, audience, verifier, grants, codes, clients, agents, vaults, users, audit, clock, refreshGraceSeconds: deps.refreshGraceSeconds };
-  const owner = { db, sessions, agents, grants, audit, clock };
+  const owner = { db, sessions, agents, grants, audit, clock, outbox };
 
   return {
     getJwks: () => getJwks({ keyring }),
@@ -95,7 +102,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
     verifyAgentToken: (req) => verifyAgentToken(tokens, req),
     supersedeGrant: (req, ctx) => supersedeGrant(tokens, req, ctx),
-    revokeAllGrants: (req, ctx) => revokeAllGrants(tokens, req, ctx),
+    revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, notice: { outbox, users } }, req, ctx),
     refreshGrant: (req, ctx) => refreshGrant(tokens, req, ctx),
     issueGrant: (req, ctx) => issueGrant(tokens, req, ctx),
     revokeToken: (req, ctx) => revokeToken(tokens, req, ctx),
@@ -110,5 +117,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     getSession: (req) => getSession({ sessions }, req),
     endSession: (req) => endSession({ db, sessions, store: signIn.store, clock }, req),
     listOutbox: (req) => listOutbox({ db, outbox }, req),
+    startProviderSignIn: (req) => startProviderSignIn({ oidc: deps.oidc, sessions, clock }, req),
+    completeProviderSignIn: (req, ctx) => completeProviderSignIn({ oidc: deps.oidc, sessions, clock }, req, ctx),
   };
 }

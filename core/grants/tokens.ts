@@ -27,6 +27,7 @@ import type { ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore, GrantWithUser } from "./stores/grants.js";
 import type { GrantVaultsStore } from "./stores/vaults.js";
+import type { Outbox } from "../identity/outbox.js";
 
 export interface AgentGrantDeps {
   verifier: AccessTokenVerifier;
@@ -110,11 +111,24 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
 }
 
 /** GrantsService.RevokeAllGrants: the agent pulls the kill switch on every grant of its user. */
-export async function revokeAllGrants(deps: AgentGrantDeps & AuditDeps & { db: Db }, req: RevokeAllGrantsRequest, ctx: HandlerContext) {
+export async function revokeAllGrants(
+  deps: AgentGrantDeps & AuditDeps & { db: Db; notice?: { outbox: Pick<Outbox, "send">; users: UsersStore } },
+  req: RevokeAllGrantsRequest,
+  ctx: HandlerContext,
+) {
   const g = await activeGrant(deps, req.accessToken);
   const revoked = await deps.db.transaction(async (trx) => {
     const n = await deps.grants.revokeAllOfUser(trx, g.userId, deps.clock(), "kill_switch");
     await appendAudit(deps, trx, ctx, { actor: `agent:${g.agentPrincipalId}`, action: "killSwitch.all", subject: g.userId, reason: req.reason.slice(0, 200) });
+    // The owner hears of it from us, whoever pulled it.
+    const owner = deps.notice ? await deps.notice.users.findById(trx, g.userId) : undefined;
+    if (owner)
+      await deps.notice!.outbox.send(trx, {
+        email: owner.email,
+        subject: "Vaultgate: the kill switch was used",
+        body: `An agent used the kill switch: every agent's access to your Vaultgate account was revoked (${n} grant${n === 1 ? "" : "s"}). Sign in to see what happened.`,
+        at: deps.clock(),
+      });
     return n;
   });
   return { revoked };

@@ -8,6 +8,7 @@ import { deriveKey } from "../keys/outside-keys.js";
 import { createSecretBox } from "../../lib/crypto.js";
 import { normaliseEmail } from "./users-store.js";
 import type { OutboxStore } from "./outbox-store.js";
+import type { Mailer } from "./mail/mailer.js";
 
 /** Marks a dev outbox text sealed under the outside key (older rows were plain). */
 const SEALED = "sealed:";
@@ -23,7 +24,9 @@ export interface OutboxMessage {
  * The dev outbox: messages are stored sealed under a key derived from the outside key,
  * so the database alone never shows a one-time code.
  */
-export function createOutbox(deps: { store: OutboxStore; signinCodeKey: Buffer }) {
+export function createOutbox(deps: { store: OutboxStore; signinCodeKey: Buffer; mailer?: Mailer }) {
+  // With SMTP configured, account mail goes to the mail outbox and its sender instead.
+  const smtp = deps.mailer?.mode === "smtp" ? deps.mailer : undefined;
   const box = createSecretBox(deriveKey(deps.signinCodeKey, "dev outbox"));
   const unseal = (text: string) => {
     if (!text.startsWith(SEALED)) return text;
@@ -34,7 +37,9 @@ export function createOutbox(deps: { store: OutboxStore; signinCodeKey: Buffer }
     }
   };
   return {
+    mode: smtp ? ("smtp" as const) : ("dev" as const),
     send(conn: Knex | Knex.Transaction, m: OutboxMessage) {
+      if (smtp) return smtp.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at });
       return deps.store.insertOutbox(conn, { id: randomUUID(), email: m.email, subject: SEALED + box.seal(m.subject), body: SEALED + box.seal(m.body), at: m.at });
     },
     /** The newest messages, opened (to one address when given). */

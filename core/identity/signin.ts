@@ -16,7 +16,8 @@ import type { SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
 import { normaliseEmail, type UsersStore } from "./users-store.js";
 
-const SESSION_TTL_MS = 12 * 3600_000;
+/** How long a web session lasts, however the person signed in. */
+export const SESSION_TTL_MS = 12 * 3600_000;
 /** A code and a step-up count for 10 minutes. */
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
@@ -117,7 +118,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     }
   });
   // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
-  if (userId) deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
+  if (userId && deps.outbox.mode === "dev") deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
   return { challengeId: id };
 }
 

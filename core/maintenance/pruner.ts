@@ -13,12 +13,15 @@ export interface Retention {
   partnerEventsMs: number;
   /** Messages in the development outbox older than this are dropped (default 1 day). */
   devOutboxMs: number;
+  /** Sent messages leave the mail outbox this long after they were sent (default 1 day). */
+  mailOutboxMs: number;
 }
 
 export const DEFAULT_RETENTION: Retention = {
   authorizationCodesMs: 24 * 3600_000,
   partnerEventsMs: 30 * 24 * 3600_000,
   devOutboxMs: 24 * 3600_000,
+  mailOutboxMs: 24 * 3600_000,
 };
 
 export interface PrunerOptions {
@@ -35,7 +38,7 @@ export interface PrunerOptions {
 /** Rows deleted per table by one pass. */
 export type PruneReport = Record<PrunedTable, number>;
 
-export type PrunedTable = "rate_limit_logs" | "rate_limit_windows" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox";
+export type PrunedTable = "rate_limit_logs" | "rate_limit_windows" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox" | "signin_flows" | "mail_outbox";
 
 interface Target {
   table: PrunedTable;
@@ -81,6 +84,13 @@ const TARGETS: readonly Target[] = [
     cutoff: (now) => now,
   },
   {
+    // An expired browser flow (a provider's callback or a passkey challenge) is refused anyway.
+    table: "signin_flows",
+    sql: `DELETE FROM signin_flows WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM signin_flows WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    cutoff: (now) => now,
+  },
+  {
     // Expired or signed-out sessions; one still named by a live step-up challenge waits
     // until that challenge has expired and gone (its foreign key).
     table: "web_sessions",
@@ -105,6 +115,13 @@ const TARGETS: readonly Target[] = [
     sql: `DELETE FROM dev_outbox WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
     cutoff: (now, r) => new Date(now.getTime() - r.devOutboxMs),
+  },
+  {
+    // Mail a server accepted; a message still waiting stays whatever its age.
+    table: "mail_outbox",
+    sql: `DELETE FROM mail_outbox WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM mail_outbox WHERE state = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    cutoff: (now, r) => new Date(now.getTime() - r.mailOutboxMs),
   },
 ];
 

@@ -76,6 +76,8 @@ export interface WebContext {
   grants: Client<typeof GrantsService>;
   budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
+  /** SIGNIN_METHODS, in the order the sign-in page offers them. */
+  signinMethods: readonly string[];
   rpc: (request: FastifyRequest) => ReturnType<typeof withRequestId>;
   readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string>; all(name: string): string[] };
   csrfToken(request: FastifyRequest, reply: FastifyReply): string;
@@ -93,6 +95,7 @@ export interface WebContextOptions {
   grants: Client<typeof GrantsService>;
   budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
+  signinMethods?: readonly string[];
 }
 
 export function createWebContext(options: WebContextOptions): WebContext {
@@ -113,6 +116,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
     grants: options.grants,
     budgets: options.budgets,
     urls: options.urls,
+    signinMethods: options.signinMethods ?? ["email"],
     rpc: (request) => withRequestId(request.id),
     readForm(request, repeatable = []) {
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
@@ -176,7 +180,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
   };
 }
 
-function readCookies(request: FastifyRequest): Record<string, string> {
+export function readCookies(request: FastifyRequest): Record<string, string> {
   const out: Record<string, string> = {};
   for (const part of (request.headers.cookie ?? "").split(";")) {
     const eq = part.indexOf("=");

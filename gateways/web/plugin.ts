@@ -6,6 +6,7 @@ import type { PublicUrls } from "../shared/public-urls.js";
 import { BAD_ADDRESS, createWebContext, FORM_TYPE, PageError, setPageHeaders, wellFormedQuery } from "./context.js";
 import { pageErrorHandler } from "./page-errors.js";
 import { signInRoutes } from "./routes/signin.js";
+import { providerSignInRoutes } from "./routes/provider-signin.js";
 import { authorizeRoutes } from "./routes/authorize.js";
 import { dashboardRoutes } from "./routes/dashboard.js";
 import { approvalRoutes } from "./routes/approvals.js";
@@ -14,6 +15,7 @@ export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
   budgets: Client<typeof BudgetsService>;
   urls: PublicUrls;
+  signinMethods?: readonly string[];
 }
 
 const FORM_LIMIT = 16 * 1024;
@@ -39,6 +41,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   app.setErrorHandler(pageErrorHandler(ctx));
 
   await app.register(signInRoutes, { ctx });
+  await app.register(providerSignInRoutes, { ctx });
   await app.register(authorizeRoutes, { ctx });
   await app.register(dashboardRoutes, { ctx });
   await app.register(approvalRoutes, { ctx });

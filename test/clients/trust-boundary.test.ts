@@ -2,7 +2,8 @@ import { expect } from "chai";
 import { getOption, type DescService } from "@bufbuild/protobuf";
 import { createConnectRouter } from "@connectrpc/connect";
 import { admin_only } from "../../gen/vaultgate/common/v1/options_pb.js";
-import { startStack } from "../support/stack.js";
+import { startStack, TEST_ISSUER } from "../support/stack.js";
+import { startIdp } from "../support/oidc-idp.js";
 import {
   fixtures,
   generatedServices,
@@ -28,13 +29,15 @@ describe("core trusts no caller: every RPC over a real port", function () {
   const c = {} as Ctx;
 
   before(async () => {
-    c.stack = await startStack();
+    c.idp = await startIdp({ redirectUris: [`${TEST_ISSUER}/signin/oidc/callback`] });
+    c.stack = await startStack({ oidc: { issuer: c.idp.issuer, clientId: c.idp.clientId, clientSecret: c.idp.clientSecret, stepUpAcr: [] } });
     c.core = await startGrpcCore(c.stack);
     c.f = fixtures(c.stack);
   });
   after(async () => {
     await c.core?.close();
     await c.stack?.close();
+    await c.idp?.stop();
   });
 
   describe("the table", () => {

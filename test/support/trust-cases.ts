@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { type TestStack } from "./stack.js";
+import type { TestIdp } from "./oidc-idp.js";
 import {
   ALL_AGENT_SCOPES,
   bearerMd,
@@ -23,6 +24,8 @@ export type Kind = "admin" | "agent" | "session" | "agent or session" | "client"
 
 export interface Ctx {
   stack: TestStack;
+  /** The organisation's OpenID Connect provider (node-oidc-provider in its own process). */
+  idp: TestIdp;
   core: GrpcCore;
   f: Fixtures;
 }

@@ -84,6 +84,9 @@ const swept = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefi
 
 /** A client's authorization request naming the owner's vault (wire shape). */
 /** Trust table entries of the budgets service. */
+/** The payment each user's granted agent made, so GetPayment reads one of its own vault. */
+const paymentOf = new WeakMap<TestUser, string>();
+
 export const BUDGETS_TABLE: Record<string, Entry> = {
   // vaultgate.budgets.v1.BudgetsService.
   "vaultgate.budgets.v1.BudgetsService/CreateBudget": agent(
@@ -141,6 +144,16 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
       expect(seen).to.not.include(owner.vaultId);
       expect(seen).to.not.include(fx.vaultId);
     },
+  }),
+  // Either read scope will do (accounts:read or payments:initiate), so no single scope is required.
+  "vaultgate.budgets.v1.BudgetsService/GetPayment": agent((t, fx: { paymentId: string }) => ({ access_token: t, payment_id: fx.paymentId }), {
+    grant: async (c, u) => {
+      const p = await c.f.pendingPayment(u);
+      paymentOf.set(u, p.paymentId);
+      return p.agent;
+    },
+    setup: async (c, u) => ({ paymentId: paymentOf.get(u) ?? (await c.f.pendingPayment(u)).paymentId }),
+    after: (_c, _t, _u, fx) => (res) => void expect(res!.payment.payment_id).to.equal(fx.paymentId),
   }),
   "vaultgate.budgets.v1.BudgetsService/GetBalance": agent((t) => ({ access_token: t }), { scope: "accounts:read" }),
   "vaultgate.budgets.v1.BudgetsService/ListGrantAudit": agent((t) => ({ access_token: t, limit: 10 }), { scope: "audit:stream" }),

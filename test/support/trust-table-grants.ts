@@ -319,6 +319,40 @@ export const GRANTS_TABLE: Record<string, Entry> = {
       }),
     ],
   },
+  // The flow secret (the browser's cookie) and the provider's signed answer are the proof.
+  "vaultgate.grants.v1.GrantsService/StartProviderSignIn": {
+    kind: "proof",
+    cases: [
+      ok("sign-in: no credential; the browser is sent to the provider", async (c) => ({
+        req: {},
+        after: (res) => void expect(res!.authorization_url.startsWith(c.idp.issuer)).to.equal(true),
+      })),
+      refused("step-up: a random session token", S.UNAUTHENTICATED, async () => ({ req: { session_token: `vgs_${randomBytes(32).toString("base64url")}` } })),
+    ],
+  },
+  "vaultgate.grants.v1.GrantsService/CompleteProviderSignIn": {
+    kind: "proof",
+    cases: [
+      ok("the provider's redirect with the flow secret", async (c) => {
+        const u = await c.f.user();
+        const sub = `tb-${randomBytes(4).toString("hex")}`;
+        await c.idp.addAccount({ sub, email: u.email, email_verified: true });
+        const s = await c.stack.clients.grants.startProviderSignIn({});
+        return {
+          req: { callback_url: await c.idp.signIn(s.authorizationUrl, sub), flow_secret: s.flowSecret },
+          after: (res) => void expect(res!.session_token).to.match(/^vgs_/),
+        };
+      }),
+      refused("the redirect with another flow's secret", S.PERMISSION_DENIED, async (c) => {
+        const u = await c.f.user();
+        const sub = `tb-${randomBytes(4).toString("hex")}`;
+        await c.idp.addAccount({ sub, email: u.email, email_verified: true });
+        const s = await c.stack.clients.grants.startProviderSignIn({});
+        const other = await c.stack.clients.grants.startProviderSignIn({});
+        return { req: { callback_url: await c.idp.signIn(s.authorizationUrl, sub), flow_secret: other.flowSecret } };
+      }),
+    ],
+  },
   "vaultgate.grants.v1.GrantsService/GetSession": session((t) => ({ session_token: t }), {
     otherUserOk: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.not.equal(owner.userId),
     after: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.equal(owner.userId),

@@ -1,0 +1,114 @@
+import { randomUUID } from "node:crypto";
+import type { Knex } from "knex";
+import type { Db } from "../../db/knex.js";
+import { deriveKey } from "../../keys/outside-keys.js";
+import { createSecretBox, type SecretBox } from "../../../lib/crypto.js";
+
+/** A message to queue: who gets it, and its text (sealed before it is stored). */
+export interface MailMessage {
+  to: string;
+  subject: string;
+  body: string;
+  at: Date;
+}
+
+/** A leased outbox row, opened. */
+export interface LeasedMail {
+  seq: number;
+  id: string;
+  to: string;
+  subject: string;
+  body: string;
+  /** The attempt this lease is (1 for the first); results are recorded only for the latest. */
+  attempts: number;
+  createdAt: Date;
+}
+
+/** Marks a text sealed under the outside key. */
+const SEALED = "sealed:";
+
+/** The boxes both outboxes seal under: sub-keys of the sign-in code key, one per table. */
+export function mailBoxes(signinCodeKey: Buffer): { smtp: SecretBox; dev: SecretBox } {
+  return { smtp: createSecretBox(deriveKey(signinCodeKey, "mail outbox")), dev: createSecretBox(deriveKey(signinCodeKey, "dev outbox")) };
+}
+
+/**
+ * The SQL of the mail outbox (migration 0033). Rows are written in the caller's
+ * transaction; a sender leases due rows with SKIP LOCKED, so concurrent senders (on any
+ * replica) never take the same row while its lease runs.
+ */
+export function createMailOutboxStore(db: Db, box: SecretBox) {
+  const open = (text: string) => (text.startsWith(SEALED) ? box.open(text.slice(SEALED.length)) : text);
+  return {
+    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string> {
+      const id = randomUUID();
+      await conn("mail_outbox").insert({
+        id,
+        recipient: m.to,
+        subject: SEALED + box.seal(m.subject),
+        body: SEALED + box.seal(m.body),
+        created_at: m.at,
+        next_attempt_at: m.at,
+      });
+      return id;
+    },
+
+    /**
+     * Takes up to `limit` due messages, oldest due first: each one's attempt counter goes up
+     * and its next attempt moves to the lease's end, so if this sender dies the message is
+     * simply due again then.
+     */
+    async lease(now: Date, leaseUntil: Date, limit: number): Promise<LeasedMail[]> {
+      const res = await db.raw(
+        `UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ?
+          WHERE seq IN (SELECT seq FROM mail_outbox WHERE state = 'pending' AND next_attempt_at <= ?
+                         ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED)
+          RETURNING seq, id, recipient, subject, body, attempts, created_at`,
+        [leaseUntil, now, limit],
+      );
+      const rows = (res.rows ?? []) as { seq: number; id: string; recipient: string; subject: string; body: string; attempts: number; created_at: Date | string }[];
+      return rows
+        .map((r) => ({ seq: Number(r.seq), id: r.id, to: r.recipient, subject: open(r.subject), body: open(r.body), attempts: Number(r.attempts), createdAt: new Date(r.created_at) }))
+        .sort((a, b) => a.seq - b.seq);
+    },
+
+    /** Records a delivery; false when a later lease owns the row (its result decides). */
+    async markSent(seq: number, attempts: number, at: Date): Promise<boolean> {
+      const res = await db.raw(
+        `UPDATE mail_outbox SET state = 'sent', sent_at = ?, last_error = NULL WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`,
+        [at, seq, attempts],
+      );
+      return (res.rows ?? []).length === 1;
+    },
+
+    /** Schedules the next attempt after a failed one; false when a later lease owns the row. */
+    async markRetry(seq: number, attempts: number, next: Date, error: string): Promise<boolean> {
+      const res = await db.raw(`UPDATE mail_outbox SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`, [
+        next,
+        error.slice(0, 200),
+        seq,
+        attempts,
+      ]);
+      return (res.rows ?? []).length === 1;
+    },
+
+    /** How many messages wait (for /readyz-like checks and tests). */
+    async pending(): Promise<number> {
+      const row = await db("mail_outbox").where({ state: "pending" }).count<{ n: number }[]>({ n: "*" }).first();
+      return Number(row?.n ?? 0);
+    },
+  };
+}
+
+export type MailOutboxStore = ReturnType<typeof createMailOutboxStore>;
+
+/** The development outbox: messages nobody receives, readable with `vaultgate dev outbox`. */
+export function createDevOutboxStore(box: SecretBox) {
+  return {
+    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string> {
+      const id = randomUUID();
+      await conn("dev_outbox").insert({ id, email: m.to, subject: SEALED + box.seal(m.subject), body: SEALED + box.seal(m.body), created_at: m.at });
+      return id;
+    },
+  };
+}

@@ -1,0 +1,83 @@
+import nodemailer from "nodemailer";
+import { checkMailFrom, checkSmtpUrl } from "./settings.js";
+
+/** One message as the outbox hands it to a transport (subject and body already opened). */
+export interface OutgoingMail {
+  /** The outbox row's id: the Message-ID, so a receiver can tell a resend from a new message. */
+  id: string;
+  to: string;
+  subject: string;
+  body: string;
+}
+
+/** Why an attempt failed, in words safe for a log line and the outbox row (never the message). */
+export class MailSendError extends Error {
+  override name = "MailSendError";
+  constructor(
+    message: string,
+    /** The SMTP reply code when the server answered one (4xx or 5xx). */
+    readonly responseCode?: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface MailTransport {
+  send(mail: OutgoingMail): Promise<void>;
+  close(): void;
+}
+
+export interface SmtpSettings {
+  /** smtp:// (STARTTLS when offered) or smtps:// (TLS from the start), credentials in the URL. */
+  url: string;
+  /** The From address of every message. */
+  from: string;
+  /** Connecting, the greeting and every reply share this limit. */
+  timeoutMs?: number;
+  /** Extra TLS options (tests trust their own CA with it). */
+  tls?: { ca?: string; servername?: string };
+}
+
+/**
+ * Sends through one SMTP server with nodemailer, one connection per message (the outbox
+ * sends little, and a fresh connection never carries a half-failed state over). A reply
+ * of 4xx or 5xx, a refused connection or a timeout all reject with MailSendError: the
+ * outbox decides what to do next, so no mail is dropped here.
+ */
+export function createSmtpTransport(settings: SmtpSettings): MailTransport {
+  const problem = checkSmtpUrl(settings.url) ?? checkMailFrom(settings.from);
+  if (problem) throw new Error(problem);
+  const timeoutMs = settings.timeoutMs ?? 20_000;
+  const transport = nodemailer.createTransport({
+    url: settings.url,
+    connectionTimeout: timeoutMs,
+    greetingTimeout: timeoutMs,
+    socketTimeout: timeoutMs,
+    // The password is in the URL; nodemailer must not write it (or messages) to a log.
+    logger: false,
+    debug: false,
+    ...(settings.tls ? { tls: settings.tls } : {}),
+  } as Parameters<typeof nodemailer.createTransport>[0]);
+  const host = new URL(settings.url).hostname;
+  return {
+    async send(mail) {
+      try {
+        await transport.sendMail({
+          from: settings.from,
+          to: mail.to,
+          subject: mail.subject,
+          text: mail.body,
+          messageId: `<${mail.id}@${host}>`,
+        });
+      } catch (err) {
+        const e = err as { responseCode?: number; code?: string };
+        const code = typeof e.responseCode === "number" ? e.responseCode : undefined;
+        // Only the reply code or the error's code: a server's reply text may quote the message.
+        throw new MailSendError(code !== undefined ? `SMTP ${code}` : `SMTP ${e.code ?? "error"}`, code);
+      }
+    },
+    close() {
+      transport.close();
+    },
+  };
+}

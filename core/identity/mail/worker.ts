@@ -1,0 +1,101 @@
+import type { Logger } from "pino";
+import type { MailOutboxStore } from "./outbox.js";
+import { MailSendError, type MailTransport } from "./transport.js";
+
+export interface MailWorkerOptions {
+  outbox: MailOutboxStore;
+  transport: MailTransport;
+  clock: () => Date;
+  logger: Logger;
+  /** How often the loop looks for due messages; 0 = no loop (call runOnce). */
+  pollMs: number;
+  /** First retry delay; doubles per failed attempt up to maxDelayMs, then a random part is taken off. */
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** How long a leased message belongs to this sender; must exceed the transport's timeout. */
+  leaseMs?: number;
+  /** Messages leased per pass, sent one after another. */
+  batchSize?: number;
+  /** Source of randomness for the jitter (tests pin it). */
+  random?: () => number;
+}
+
+export interface MailWorker {
+  /** Leases due messages and sends each once; resolves with how many were attempted. */
+  runOnce(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The delay before the next attempt after `attempts` failed ones: exponential, capped, and
+ * with "equal jitter" (between half and all of it) so many messages refused at once do not
+ * come back at the mail server at the same instant.
+ */
+export function mailBackoffMs(attempts: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  const full = Math.min(maxMs, baseMs * 2 ** Math.min(30, Math.max(0, attempts - 1)));
+  return Math.round(full / 2 + (full / 2) * random());
+}
+
+/**
+ * Sends the mail outbox. A message leaves the outbox only when a server accepted it; every
+ * failure (refused with 4xx or 5xx, unreachable, timed out) schedules another attempt, so
+ * an outage delays mail and loses none. A sender that dies mid-send leaves its lease to run
+ * out and the message is sent again: delivery is at least once, with the same Message-ID.
+ */
+export function createMailWorker(options: MailWorkerOptions): MailWorker {
+  const baseMs = options.baseDelayMs ?? 5_000;
+  const maxMs = options.maxDelayMs ?? 15 * 60_000;
+  const leaseMs = options.leaseMs ?? 120_000;
+  const batchSize = options.batchSize ?? 20;
+  const random = options.random ?? Math.random;
+  const { outbox, transport, logger } = options;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<unknown> = Promise.resolve();
+
+  async function pass(): Promise<number> {
+    if (stopped) return 0;
+    const now = options.clock();
+    const leased = await outbox.lease(now, new Date(now.getTime() + leaseMs), batchSize);
+    for (const m of leased) {
+      let error: string;
+      try {
+        await transport.send({ id: m.id, to: m.to, subject: m.subject, body: m.body });
+        if (!(await outbox.markSent(m.seq, m.attempts, options.clock()))) {
+          logger.warn({ mail: m.id, attempts: m.attempts }, "mail sent after its lease passed to another attempt; not recorded");
+        }
+        continue;
+      } catch (err) {
+        error = err instanceof MailSendError ? err.message : err instanceof Error ? err.name : "send error";
+      }
+      const next = new Date(options.clock().getTime() + mailBackoffMs(m.attempts, baseMs, maxMs, random));
+      // The address and text stay out of the log; the row id finds them.
+      logger.warn({ mail: m.id, attempts: m.attempts, error, next: next.toISOString() }, "mail not sent; it stays queued");
+      if (!(await outbox.markRetry(m.seq, m.attempts, next, error))) {
+        logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");
+      }
+    }
+    return leased.length;
+  }
+
+  function schedule() {
+    if (stopped || options.pollMs <= 0) return;
+    timer = setTimeout(() => {
+      current = pass()
+        .catch((err: unknown) => logger.error({ err }, "mail pass failed"))
+        .finally(schedule);
+    }, options.pollMs);
+    timer.unref();
+  }
+  schedule();
+
+  return {
+    runOnce: () => pass(),
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await current.catch(() => {});
+      transport.close();
+    },
+  };
+}

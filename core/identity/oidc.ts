@@ -1,0 +1,259 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import * as client from "openid-client";
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type { AuditStore } from "../audit/store.js";
+import type { Db } from "../db/knex.js";
+import { fail } from "../errors.js";
+import { sha256Hex } from "../../lib/crypto.js";
+import { normaliseEmail } from "./users-store.js";
+
+export interface OidcProviderSettings {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  /** A step-up counts only when the token's `acr`, or one of its `amr`, is one of these (none = any fresh sign-in). */
+  stepUpAcr: string[];
+}
+
+export interface OidcDeps {
+  db: Db;
+  audit: AuditStore;
+  clock: () => Date;
+  logger: Logger;
+  provider: OidcProviderSettings;
+  /** Where the provider sends the browser back: APP_URL + /signin/oidc/callback. */
+  redirectUri: string;
+  /** How long a web session made here lasts. */
+  sessionTtlMs: number;
+  /** How long a person has at the provider before the flow is void. */
+  flowTtlMs?: number;
+  /** Discovery and token requests give up after this many seconds. */
+  timeoutSeconds?: number;
+}
+
+/** Who asked, for the audit rows (core fills these from the call). */
+export interface CallFacts {
+  requestId: string;
+  clientAddress?: string;
+}
+
+export type OidcPurpose = "sign_in" | "step_up";
+
+/** A started flow: send the browser to `authorizationUrl`, keep `binding` in a cookie until the callback. */
+export interface StartedFlow {
+  authorizationUrl: string;
+  binding: string;
+  expiresAt: Date;
+}
+
+export type CompletedFlow = { purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number } | { purpose: "step_up"; userId: string; sessionId: string };
+
+/** The session a step-up is for, as core verified it from the session token. */
+export interface StepUpSession {
+  sessionId: string;
+  userId: string;
+}
+
+/** How far the provider's clock may be from ours when judging `auth_time` fresh. */
+const AUTH_TIME_SKEW_MS = 30_000;
+
+/**
+ * Sign-in and step-up through a company's OpenID Connect provider (openid-client): the
+ * code flow with PKCE S256, state and nonce, and the ID token's signature, issuer,
+ * audience, nonce and expiry checked. A flow belongs to the browser that started it (the
+ * callback must bring the binding secret from its cookie) and completes once.
+ */
+export function createOidcSignin(deps: OidcDeps) {
+  const { db, provider } = deps;
+  const flowTtlMs = deps.flowTtlMs ?? 10 * 60_000;
+  const issuerUrl = new URL(provider.issuer);
+  let configuration: Promise<client.Configuration> | undefined;
+
+  /** Discovery, once per process while it works; a failure is tried again on the next flow. */
+  function config(): Promise<client.Configuration> {
+    configuration ??= client
+      .discovery(issuerUrl, provider.clientId, undefined, client.ClientSecretBasic(provider.clientSecret), {
+        // ID tokens are verified against the provider's keys even though they come over TLS.
+        execute: [client.enableNonRepudiationChecks, ...(issuerUrl.protocol === "http:" ? [client.allowInsecureRequests] : [])],
+        timeout: deps.timeoutSeconds ?? 10,
+      })
+      .catch((err: unknown) => {
+        configuration = undefined;
+        throw err;
+      });
+    return configuration.catch((err: unknown) => unreachable(err, "discovery"));
+  }
+
+  function unreachable(err: unknown, step: string): never {
+    deps.logger.warn({ step, error: err instanceof Error ? `${err.name}: ${(err as { code?: string }).code ?? ""}` : "error" }, "identity provider unreachable");
+    fail(Reason.PROVIDER_UNAVAILABLE, "your organisation's sign-in service cannot be reached right now; try again in a minute", { retryAfterSeconds: 30 }, err);
+  }
+
+  const audit = (conn: Knex | Knex.Transaction, facts: CallFacts, e: { actor: string; action: string; subject?: string; outcome: "success" | "failure"; reason?: string }) =>
+    deps.audit.append(conn, { requestId: facts.requestId, clientAddress: facts.clientAddress, at: deps.clock(), ...e });
+
+  /** Refuses the callback: audited, no session, and a message a person can act on. */
+  async function refuse(facts: CallFacts, purpose: OidcPurpose, why: string, actor = "anonymous"): Promise<never> {
+    await audit(db, facts, { actor, action: purpose === "step_up" ? "web.oidc.step_up" : "web.oidc.sign_in", outcome: "failure", reason: why });
+    deps.logger.info({ reason: why }, "identity provider sign-in refused");
+    fail(Reason.ACCESS_DENIED, purpose === "step_up" ? "your organisation's sign-in did not confirm it is you; try the confirmation again" : "signing in with your organisation did not work; start again from the sign-in page");
+  }
+
+  function meetsStepUp(claims: client.IDToken): boolean {
+    if (provider.stepUpAcr.length === 0) return true;
+    const acr = typeof claims.acr === "string" ? [claims.acr] : [];
+    const amr = Array.isArray(claims.amr) ? claims.amr.filter((v): v is string => typeof v === "string") : [];
+    return [...acr, ...amr].some((v) => provider.stepUpAcr.includes(v));
+  }
+
+  return {
+    /**
+     * Starts a flow. A step-up asks the provider to authenticate the person afresh
+     * (max_age=0, prompt=login) and, when configured, for the acr values a step-up needs.
+     */
+    async start(purpose: OidcPurpose, session?: StepUpSession): Promise<StartedFlow> {
+      if ((purpose === "step_up") !== Boolean(session)) fail(Reason.INVALID_REQUEST, "a step-up needs a signed-in session, and only a step-up has one");
+      const cfg = await config();
+      const now = deps.clock();
+      const binding = randomBytes(32).toString("base64url");
+      const state = client.randomState();
+      const nonce = client.randomNonce();
+      const verifier = client.randomPKCECodeVerifier();
+      const params: Record<string, string> = {
+        redirect_uri: deps.redirectUri,
+        scope: "openid email",
+        response_type: "code",
+        state,
+        nonce,
+        code_challenge: await client.calculatePKCECodeChallenge(verifier),
+        code_challenge_method: "S256",
+      };
+      if (purpose === "step_up") {
+        params.max_age = "0";
+        params.prompt = "login";
+        if (provider.stepUpAcr.length) params.acr_values = provider.stepUpAcr.join(" ");
+      }
+      const expiresAt = new Date(now.getTime() + flowTtlMs);
+      await db("signin_flows").insert({
+        id: randomUUID(),
+        binding_hash: sha256Hex(binding),
+        method: "oidc",
+        purpose,
+        session_id: session?.sessionId ?? null,
+        user_id: session?.userId ?? null,
+        state,
+        nonce,
+        code_verifier: verifier,
+        created_at: now,
+        expires_at: expiresAt,
+      });
+      return { authorizationUrl: client.buildAuthorizationUrl(cfg, params).href, binding, expiresAt };
+    },
+
+    /**
+     * Completes a flow from the provider's redirect (the full callback URL) and the binding
+     * from the browser's cookie. Sign-in makes a web session; step-up marks the given
+     * session (it must be the one the flow was started for, and the provider's subject
+     * must be linked to its user).
+     */
+    async complete(input: { callbackUrl: string; binding: string; session?: StepUpSession }, facts: CallFacts): Promise<CompletedFlow> {
+      const now = deps.clock();
+      if (!input.binding || input.binding.length > 100) fail(Reason.ACCESS_DENIED, "this sign-in was started in another browser or has expired; start again from the sign-in page");
+      // Taken once: a replayed callback (the same state again) finds the flow used.
+      const res = await db.raw(
+        `UPDATE signin_flows SET consumed_at = ? WHERE binding_hash = ? AND method = 'oidc' AND consumed_at IS NULL AND expires_at > ?
+          RETURNING id, purpose, session_id, user_id, state, nonce, code_verifier, created_at`,
+        [now, sha256Hex(input.binding), now],
+      );
+      const flow = (res.rows ?? [])[0] as
+        | { id: string; purpose: OidcPurpose; session_id: string | null; user_id: string | null; state: string; nonce: string; code_verifier: string; created_at: Date | string }
+        | undefined;
+      if (!flow) {
+        await audit(db, facts, { actor: "anonymous", action: "web.oidc.callback", outcome: "failure", reason: "no unused flow for this browser (replayed, expired or started elsewhere)" });
+        fail(Reason.ACCESS_DENIED, "this sign-in link was already used or has expired; start again from the sign-in page");
+      }
+      const purpose = flow.purpose;
+      if (purpose === "step_up" && (!input.session || input.session.sessionId !== flow.session_id)) {
+        return refuse(facts, purpose, "step-up completed in another session", input.session ? `user:${input.session.userId}` : "anonymous");
+      }
+      const cfg = await config();
+      let claims: client.IDToken;
+      try {
+        const tokens = await client.authorizationCodeGrant(cfg, new URL(input.callbackUrl), {
+          pkceCodeVerifier: flow.code_verifier,
+          expectedState: flow.state,
+          expectedNonce: flow.nonce,
+          idTokenExpected: true,
+        });
+        claims = tokens.claims() ?? fail(Reason.INTERNAL, "no ID token");
+      } catch (err) {
+        // The provider answering 5xx (or not JSON with a 5xx) is an outage, not a bad token.
+        const status = (err as { status?: number }).status ?? ((err as { cause?: unknown }).cause instanceof Response ? ((err as { cause: Response }).cause.status) : undefined);
+        if (status !== undefined && status >= 500) return unreachable(err, "token");
+        if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${String(err.error).slice(0, 60)}`);
+        if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${String(err.error).slice(0, 60)}`);
+        if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${err.message.slice(0, 120)}`);
+        return unreachable(err, "token");
+      }
+      const iss = String(claims.iss);
+      const sub = String(claims.sub);
+      const link = await db("identity_links").where({ issuer: iss, subject: sub }).first("user_id");
+
+      if (purpose === "step_up") {
+        const userId = flow.user_id!;
+        if (!link || String(link.user_id) !== userId) return refuse(facts, purpose, "the provider signed in someone else", `user:${userId}`);
+        const authTime = typeof claims.auth_time === "number" ? claims.auth_time * 1000 : undefined;
+        if (authTime === undefined || authTime < new Date(flow.created_at).getTime() - AUTH_TIME_SKEW_MS) return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);
+        if (!meetsStepUp(claims)) return refuse(facts, purpose, "acr/amr below the step-up requirement", `user:${userId}`);
+        await db.transaction(async (trx) => {
+          await trx("web_sessions").where({ id: flow.session_id }).update({ step_up_at: now });
+          await trx("identity_links").where({ issuer: iss, subject: sub }).update({ last_used_at: now });
+          await audit(trx, facts, { actor: `user:${userId}`, action: "web.step_up", subject: "oidc", outcome: "success" });
+        });
+        return { purpose, userId, sessionId: flow.session_id! };
+      }
+
+      let userId: string;
+      let linkNew = false;
+      if (link) userId = String(link.user_id);
+      else {
+        // The first sign-in links by e-mail, and only an address the provider has verified.
+        if (claims.email_verified !== true) return refuse(facts, purpose, "first sign-in without a verified e-mail address");
+        const email = typeof claims.email === "string" ? normaliseEmail(claims.email) : undefined;
+        if (!email) return refuse(facts, purpose, "first sign-in without an e-mail address");
+        const user = await db("users").where({ email }).first("id", "status");
+        if (!user) return refuse(facts, purpose, "no account for the provider's e-mail address");
+        userId = String(user.id);
+        linkNew = true;
+      }
+      const user = await db("users").where({ id: userId }).first("status");
+      if (!user || user.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
+      const token = `vgs_${randomBytes(32).toString("base64url")}`;
+      await db.transaction(async (trx) => {
+        if (linkNew) {
+          // A concurrent first sign-in of the same subject links once; both then sign in as that user.
+          await trx.raw(`INSERT INTO identity_links (issuer, subject, user_id, email, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (issuer, subject) DO NOTHING`, [
+            iss,
+            sub,
+            userId,
+            typeof claims.email === "string" ? claims.email : null,
+            now,
+            now,
+          ]);
+          const owner = await trx("identity_links").where({ issuer: iss, subject: sub }).first("user_id");
+          if (String(owner?.user_id) !== userId) throw new Error("identity link raced to another user");
+          await audit(trx, facts, { actor: `user:${userId}`, action: "web.oidc.link", subject: iss, outcome: "success" });
+        } else {
+          await trx("identity_links").where({ issuer: iss, subject: sub }).update({ last_used_at: now });
+        }
+        await trx("web_sessions").insert({ id: randomUUID(), token_hash: sha256Hex(token), user_id: userId, created_at: now, expires_at: new Date(now.getTime() + deps.sessionTtlMs) });
+        await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
+      });
+      return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
+    },
+  };
+}
+
+export type OidcSignin = ReturnType<typeof createOidcSignin>;

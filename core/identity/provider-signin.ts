@@ -1,0 +1,42 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { kClientAddress, kRequestId } from "../context.js";
+import { fail } from "../errors.js";
+import type { OidcSignin } from "./oidc.js";
+import type { SessionVerifier } from "./sessions.js";
+
+export interface ProviderSignInDeps {
+  /** Undefined when the deployment offers no OpenID Connect provider. */
+  oidc: OidcSignin | undefined;
+  sessions: SessionVerifier;
+  clock: () => Date;
+}
+
+const facts = (ctx: HandlerContext) => ({ requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) });
+
+function provider(deps: ProviderSignInDeps): OidcSignin {
+  return deps.oidc ?? fail(Reason.NOT_FOUND, "signing in with an organisation's provider is not offered here");
+}
+
+/** GrantsService.StartProviderSignIn: a sign-in, or with a session a step-up, at the OpenID Connect provider. */
+export async function startProviderSignIn(deps: ProviderSignInDeps, req: StartProviderSignInRequest) {
+  const oidc = provider(deps);
+  const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const flow = s ? await oidc.start("step_up", { sessionId: s.sessionId, userId: s.userId }) : await oidc.start("sign_in");
+  return {
+    authorizationUrl: flow.authorizationUrl,
+    flowSecret: flow.binding,
+    expiresIn: BigInt(Math.max(0, Math.floor((flow.expiresAt.getTime() - deps.clock().getTime()) / 1000))),
+  };
+}
+
+/** GrantsService.CompleteProviderSignIn: the provider's redirect, checked; a session, or a step-up on the given one. */
+export async function completeProviderSignIn(deps: ProviderSignInDeps, req: CompleteProviderSignInRequest, ctx: HandlerContext) {
+  const oidc = provider(deps);
+  if (req.callbackUrl.length > 4096) fail(Reason.INVALID_REQUEST, "callback_url is too long");
+  const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const done = await oidc.complete({ callbackUrl: req.callbackUrl, binding: req.flowSecret, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined }, facts(ctx));
+  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
+  return { sessionToken: "", expiresIn: 0n };
+}

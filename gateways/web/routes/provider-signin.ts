@@ -1,0 +1,48 @@
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { readCookies, safeReturnTo, type WebContext } from "../context.js";
+
+/** The browser's secret for one provider flow, and where to go afterwards; only the callback path sees them. */
+const FLOW_COOKIE = "vg_oidc";
+const RETURN_COOKIE = "vg_oidc_return";
+const PATH = "/signin/oidc";
+
+type Query = Record<string, string | string[] | undefined>;
+const q = (request: FastifyRequest, name: string) => {
+  const v = (request.query as Query)[name];
+  return typeof v === "string" ? v : undefined;
+};
+
+/**
+ * Sign-in at the organisation's OpenID Connect provider: /signin/oidc sends the browser
+ * there, /signin/oidc/callback finishes in core. Refusals and outages are pages
+ * (the plugin's error handler: 403 with what to do, 503 when the provider is down).
+ */
+export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
+  const secure = ctx.urls.appUrl.startsWith("https:");
+  // SameSite=Lax: the provider's redirect back is a top-level navigation, which Lax lets through.
+  const cookie = (name: string, value: string, maxAge: number) =>
+    `${name}=${value}; Path=${PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+
+  app.get(PATH, async (request, reply) => {
+    const returnTo = safeReturnTo(q(request, "return_to"));
+    const current = await ctx.session(request);
+    const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
+    const maxAge = Number(res.expiresIn);
+    reply.header("set-cookie", [cookie(FLOW_COOKIE, res.flowSecret, maxAge), cookie(RETURN_COOKIE, encodeURIComponent(returnTo), maxAge)]);
+    return reply.redirect(res.authorizationUrl, 303);
+  });
+
+  app.get(`${PATH}/callback`, async (request, reply) => {
+    const cookies = readCookies(request);
+    const returnTo = safeReturnTo(decodeURIComponent(cookies[RETURN_COOKIE] ?? ""));
+    const current = await ctx.session(request);
+    // The flow is used up whatever happens next; the cookies go with it.
+    reply.header("set-cookie", [cookie(FLOW_COOKIE, "", 0), cookie(RETURN_COOKIE, "", 0)]);
+    const res = await ctx.grants.completeProviderSignIn(
+      { callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url, flowSecret: cookies[FLOW_COOKIE] ?? "", sessionToken: current?.token ?? "" },
+      ctx.rpc(request),
+    );
+    if (res.sessionToken) ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    return reply.redirect(returnTo, 303);
+  });
+};

@@ -1,0 +1,95 @@
+import { expect } from "chai";
+import { ConnectError, Code } from "@connectrpc/connect";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createUser } from "../../support/agent-oauth.js";
+import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
+
+const APP = "http://app.vaultgate.test";
+
+/** The provider sign-in RPCs through core's generated clients, against node-oidc-provider in its own process. */
+describe("GrantsService provider sign-in RPCs", () => {
+  let stack: TestStack;
+  let idp: TestIdp;
+  before(async function () {
+    this.timeout(180_000);
+    idp = await startIdp({ redirectUris: [`${APP}/signin/oidc/callback`] });
+    stack = await startStack({ appUrl: APP, oidc: { issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret, stepUpAcr: ["urn:idp:mfa"] } });
+  });
+  after(async () => {
+    await stack?.close();
+    await idp?.stop();
+  });
+
+  async function refusal(p: Promise<unknown>): Promise<ConnectError> {
+    try {
+      await p;
+    } catch (err) {
+      return ConnectError.from(err);
+    }
+    throw new Error("not refused");
+  }
+
+  it("signs in, then steps up with the provider's mfa; a replayed callback is refused", async () => {
+    const user = await createUser(stack);
+    const sub = `rpc-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const start = await stack.clients.grants.startProviderSignIn({});
+    expect(new URL(start.authorizationUrl).searchParams.get("redirect_uri")).to.equal(`${APP}/signin/oidc/callback`);
+    const callback = await idp.signIn(start.authorizationUrl, sub);
+    const done = await stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret });
+    expect(done.sessionToken).to.match(/^vgs_/);
+    const session = (await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!;
+    expect(session.userId).to.equal(user.userId);
+    expect(session.stepUpFresh).to.equal(false);
+    expect((await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }))).code).to.equal(Code.PermissionDenied);
+
+    const up = await stack.clients.grants.startProviderSignIn({ sessionToken: done.sessionToken });
+    expect(new URL(up.authorizationUrl).searchParams.get("max_age")).to.equal("0");
+    await idp.setLogin({ acr: "urn:idp:mfa", amr: ["pwd", "otp"] });
+    try {
+      const upCallback = await idp.signIn(up.authorizationUrl, sub);
+      await stack.clients.grants.completeProviderSignIn({ callbackUrl: upCallback, flowSecret: up.flowSecret, sessionToken: done.sessionToken });
+    } finally {
+      await idp.setLogin({ acr: "urn:idp:pwd", amr: ["pwd"] });
+    }
+    expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.stepUpFresh).to.equal(true);
+  });
+
+  it("a hostile caller: a step-up flow completed with another person's session is refused", async () => {
+    const a = await createUser(stack);
+    const b = await createUser(stack);
+    const tokens: string[] = [];
+    for (const u of [a, b]) {
+      const sub = `rpc-${u.userId.slice(0, 8)}`;
+      await idp.addAccount({ sub, email: u.email, email_verified: true });
+      const s = await stack.clients.grants.startProviderSignIn({});
+      tokens.push((await stack.clients.grants.completeProviderSignIn({ callbackUrl: await idp.signIn(s.authorizationUrl, sub), flowSecret: s.flowSecret })).sessionToken);
+    }
+    await idp.setLogin({ acr: "urn:idp:mfa", amr: ["otp"] });
+    try {
+      const up = await stack.clients.grants.startProviderSignIn({ sessionToken: tokens[0]! });
+      const cb = await idp.signIn(up.authorizationUrl, `rpc-${a.userId.slice(0, 8)}`);
+      const err = await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: cb, flowSecret: up.flowSecret, sessionToken: tokens[1]! }));
+      expect(err.code).to.equal(Code.PermissionDenied);
+    } finally {
+      await idp.setLogin({ acr: "urn:idp:pwd", amr: ["pwd"] });
+    }
+    for (const t of tokens) expect((await stack.clients.grants.getSession({ sessionToken: t })).session!.stepUpFresh).to.equal(false);
+  });
+
+  it("provider down at the callback: unavailable (503 on pages), no session created", async () => {
+    const user = await createUser(stack);
+    const sub = `rpc-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const start = await stack.clients.grants.startProviderSignIn({});
+    const callback = await idp.signIn(start.authorizationUrl, sub);
+    await idp.setDown(true);
+    try {
+      const err = await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }));
+      expect(err.code).to.equal(Code.Unavailable);
+    } finally {
+      await idp.setDown(false);
+    }
+    expect(await stack.core.db("web_sessions").where({ user_id: user.userId })).to.have.length(0);
+  });
+});

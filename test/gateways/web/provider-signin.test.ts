@@ -1,0 +1,86 @@
+import { createServer } from "node:net";
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createJar, createUser } from "../../support/agent-oauth.js";
+import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((resolve) => s.close(() => resolve()));
+  return port;
+}
+
+/** The pages of sign-in at an organisation's OpenID Connect provider, over HTTP on a real port. */
+describe("web pages: sign-in at the organisation's provider", () => {
+  let stack: TestStack;
+  let idp: TestIdp;
+  before(async function () {
+    this.timeout(180_000);
+    // Core discovers the provider on first use, so the provider can start after the stack.
+    const port = await freePort();
+    stack = await startStack({ gateway: true, publicUrls: true, oidc: { issuer: `http://127.0.0.1:${port}`, clientId: "vaultgate", clientSecret: "vaultgate-idp-secret", stepUpAcr: [] } });
+    idp = await startIdp({ redirectUris: [`${stack.url}/signin/oidc/callback`], port });
+  });
+  after(async () => {
+    await stack?.close();
+    await idp?.stop();
+  });
+
+  it("the sign-in page offers the organisation's provider, keeping where to return", async () => {
+    const page = await (await createJar(stack.url).get(`/signin?return_to=${encodeURIComponent("/dashboard/money")}`)).text();
+    expect(page).to.include(`href="/signin/oidc?return_to=%2Fdashboard%2Fmoney"`);
+    expect(page).to.include("Sign in with your organisation");
+  });
+
+  it("provider down: the page says so with 503, and no flow is started", async () => {
+    await idp.setDown(true);
+    try {
+      const jar = createJar(stack.url);
+      const res = await jar.get("/signin/oidc");
+      expect(res.status).to.equal(503);
+      expect(res.headers.get("content-type")).to.match(/text\/html/);
+      expect(await res.text()).to.match(/Temporarily unavailable/);
+      expect(res.headers.getSetCookie().some((c) => c.startsWith("vg_oidc="))).to.equal(false);
+    } finally {
+      await idp.setDown(false);
+    }
+  });
+
+  it("sends the browser to the provider and signs the person in at the callback; a replayed callback is a page to act on", async () => {
+    const user = await createUser(stack);
+    const sub = `web-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const jar = createJar(stack.url);
+    const go = await jar.get(`/signin/oidc?return_to=${encodeURIComponent("/dashboard/agents")}`);
+    expect(go.status).to.equal(303);
+    const location = go.headers.get("location")!;
+    expect(location.startsWith(idp.issuer)).to.equal(true);
+    const callback = await idp.signIn(location, sub);
+    expect(callback.startsWith(`${stack.url}/signin/oidc/callback?`)).to.equal(true);
+    const back = await jar.get(callback);
+    expect(back.status).to.equal(303);
+    expect(back.headers.get("location")).to.equal("/dashboard/agents");
+    expect((await jar.get("/dashboard/agents")).status).to.equal(200);
+
+    // The same callback again (its cookie is gone, the flow used): a 403 page, no stack trace.
+    const again = await jar.get(callback);
+    expect(again.status).to.equal(403);
+    const text = await again.text();
+    expect(text).to.match(/start again from the sign-in page/);
+    expect(text).not.to.match(/at .*\.ts:\d+/);
+  });
+
+  it("a callback brought to another browser (no flow cookie) is refused", async () => {
+    const user = await createUser(stack);
+    const sub = `web-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const victim = createJar(stack.url);
+    const go = await createJar(stack.url).get("/signin/oidc");
+    const callback = await idp.signIn(go.headers.get("location")!, sub);
+    const res = await victim.get(callback);
+    expect(res.status).to.equal(403);
+    expect((await victim.get("/dashboard/agents")).status).to.not.equal(200);
+  });
+});

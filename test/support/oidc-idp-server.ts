@@ -1,0 +1,141 @@
+// A company's identity provider for tests: node-oidc-provider in a process of its own.
+// Prints {"issuer": ...} on stdout when listening. Settings from the environment:
+// IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS (comma-separated), IDP_PORT (0 = any).
+// Test controls under /__test (JSON): accounts, tampered ID tokens, discovery down.
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { exportJWK, generateKeyPair, SignJWT, decodeProtectedHeader, type JWK } from "jose";
+import Provider from "oidc-provider";
+
+// node-oidc-provider ships no types; its callbacks take its koa context.
+// biome-ignore lint/suspicious/noExplicitAny: untyped package
+type Loose = any;
+type Tamper = "none" | "issuer" | "audience" | "nonce" | "signature" | "expired" | "stale-auth-time";
+interface Account {
+  sub: string;
+  email: string;
+  email_verified: boolean;
+}
+
+const accounts = new Map<string, Account>();
+let tamper: Tamper = "none";
+let down = false;
+/** What the next sign-ins report: acr and amr (a real provider derives them from how the person logged in). */
+let login = { acr: "urn:idp:pwd", amr: ["pwd"] };
+
+const { privateKey } = await generateKeyPair("RS256", { extractable: true });
+const jwk = { ...(await exportJWK(privateKey)), kid: "idp-key-1", alg: "RS256", use: "sig" } as JWK;
+const other = (await generateKeyPair("RS256", { extractable: true })).privateKey;
+
+const server = createServer();
+await new Promise<void>((resolve) => server.listen(Number(process.env.IDP_PORT ?? 0), "127.0.0.1", resolve));
+const issuer = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+
+const provider = new Provider(issuer, {
+  clients: [
+    {
+      client_id: process.env.IDP_CLIENT_ID ?? "vaultgate",
+      client_secret: process.env.IDP_CLIENT_SECRET ?? "vaultgate-secret",
+      redirect_uris: (process.env.IDP_REDIRECT_URIS ?? "").split(",").filter(Boolean),
+      grant_types: ["authorization_code"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "client_secret_basic",
+      require_auth_time: true,
+    },
+  ],
+  jwks: { keys: [jwk as never] },
+  acrValues: ["urn:idp:pwd", "urn:idp:mfa", "mfa"],
+  claims: { openid: ["sub", "amr"], email: ["email", "email_verified"] },
+  conformIdTokenClaims: false,
+  features: { devInteractions: { enabled: false } },
+  pkce: { required: () => true },
+  cookies: { keys: ["test-idp-cookie-key"] },
+  interactions: { url: (_ctx: Loose, interaction: Loose) => `/interaction/${interaction.uid}` },
+  async findAccount(_ctx: Loose, sub: string) {
+    const a = accounts.get(sub);
+    if (!a) return undefined;
+    return { accountId: sub, claims: async () => ({ sub, email: a.email, email_verified: a.email_verified }) };
+  },
+  // The company's own application: no consent screen.
+  async loadExistingGrant(ctx: Loose) {
+    const o = ctx.oidc;
+    const id = o.result?.consent?.grantId || o.session!.grantIdFor(o.client!.clientId);
+    if (id) {
+      const found = await o.provider.Grant.find(id);
+      if (found) return found;
+    }
+    const grant = new o.provider.Grant({ clientId: o.client!.clientId, accountId: o.session!.accountId! });
+    grant.addOIDCScope("openid email");
+    await grant.save();
+    return grant;
+  },
+});
+
+// Tampered ID tokens, re-signed (or signed with a key the provider never published).
+provider.use(async (ctx: Loose, next: () => Promise<void>) => {
+  await next();
+  const body = ctx.body as { id_token?: string } | undefined;
+  if (ctx.path !== "/token" || tamper === "none" || !body?.id_token) return;
+  const payload = JSON.parse(Buffer.from(body.id_token.split(".")[1]!, "base64url").toString()) as Record<string, unknown>;
+  const now = Math.floor(Date.now() / 1000);
+  if (tamper === "issuer") payload.iss = "https://evil.example";
+  if (tamper === "audience") payload.aud = "someone-else";
+  if (tamper === "nonce") payload.nonce = "not-the-nonce";
+  if (tamper === "expired") Object.assign(payload, { iat: now - 7200, exp: now - 3600 });
+  // A provider that ignored max_age=0 and reported the sign-in of an hour ago.
+  if (tamper === "stale-auth-time") payload.auth_time = now - 3600;
+  const header = decodeProtectedHeader(body.id_token);
+  body.id_token = await new SignJWT(payload).setProtectedHeader({ alg: "RS256", kid: header.kid }).sign(tamper === "signature" ? other : privateKey);
+});
+
+const callback = provider.callback();
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    let s = "";
+    req.on("data", (c: Buffer) => (s += c.toString()));
+    req.on("end", () => resolve(s));
+  });
+}
+
+function send(res: ServerResponse, status: number, type: string, body: string) {
+  res.writeHead(status, { "content-type": type }).end(body);
+}
+
+server.on("request", async (req: IncomingMessage, res: ServerResponse) => {
+  try {
+    const url = new URL(req.url ?? "/", issuer);
+    if (url.pathname.startsWith("/__test/") && req.method === "POST") {
+      const body = JSON.parse((await readBody(req)) || "{}") as Record<string, unknown>;
+      if (url.pathname === "/__test/account") accounts.set(String(body.sub), body as unknown as Account);
+      if (url.pathname === "/__test/tamper") tamper = body.mode as Tamper;
+      if (url.pathname === "/__test/down") down = Boolean(body.down);
+      if (url.pathname === "/__test/login") login = body as typeof login;
+      return send(res, 200, "application/json", "{}");
+    }
+    if (down) return send(res, 503, "text/plain", "down for maintenance");
+    const m = /^\/interaction\/([\w-]+)$/.exec(url.pathname);
+    if (m && req.method === "GET") {
+      const details = await provider.interactionDetails(req, res);
+      const options = [...accounts.values()].map((a) => `<option value="${a.sub}">${a.email}</option>`).join("");
+      return send(
+        res,
+        200,
+        "text/html",
+        `<!doctype html><title>Example Corp sign-in</title><h1>Example Corp</h1><p>${details.prompt.name}</p>
+         <form method="post" action="/interaction/${m[1]}"><label>Account <select id="account" name="account">${options}</select></label>
+         <label>Password <input id="password" name="password" type="password"></label><button type="submit">Sign in</button></form>`,
+      );
+    }
+    if (m && req.method === "POST") {
+      const form = new URLSearchParams(await readBody(req));
+      const sub = form.get("account") ?? "";
+      if (!accounts.has(sub)) return send(res, 400, "text/plain", "unknown account");
+      return await provider.interactionFinished(req, res, { login: { accountId: sub, acr: login.acr, amr: login.amr } }, { mergeWithLastSubmission: false });
+    }
+    return callback(req, res);
+  } catch (err) {
+    send(res, 500, "text/plain", (err as Error).message);
+  }
+});
+
+process.stdout.write(`${JSON.stringify({ issuer })}\n`);

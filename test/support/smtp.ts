@@ -1,0 +1,106 @@
+import { SMTPServer } from "smtp-server";
+
+/** A message as the test SMTP server received it. */
+export interface ReceivedMail {
+  from: string;
+  to: string[];
+  subject: string;
+  messageId: string;
+  /** The text body, transfer encoding undone. */
+  text: string;
+  raw: string;
+}
+
+/** What the server answers to a message: accept, or refuse with an SMTP reply code. */
+export type SmtpAnswer = { accept: true } | { accept: false; code: number };
+
+/** Undoes quoted-printable (soft line breaks, =XX escapes). */
+function decodeQuotedPrintable(s: string): string {
+  const bytes = s.replace(/=\r?\n/g, "").replace(/=([0-9A-F]{2})/gi, (_m, h: string) => String.fromCharCode(parseInt(h, 16)));
+  return Buffer.from(bytes, "latin1").toString("utf8");
+}
+
+function parse(raw: string, from: string, to: string[]): ReceivedMail {
+  const split = raw.indexOf("\r\n\r\n");
+  const head = raw.slice(0, split).replace(/\r\n[ \t]+/g, " ");
+  const body = raw.slice(split + 4);
+  const header = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, "im").exec(head)?.[1]?.trim() ?? "";
+  const encoding = header("Content-Transfer-Encoding").toLowerCase();
+  const text =
+    encoding === "quoted-printable" ? decodeQuotedPrintable(body) : encoding === "base64" ? Buffer.from(body, "base64").toString("utf8") : body;
+  return { from, to, subject: header("Subject"), messageId: header("Message-ID"), text: text.replace(/\r\n$/, ""), raw };
+}
+
+/**
+ * A real SMTP server (the `smtp-server` package) on 127.0.0.1 that records what it accepts.
+ * `answer()` decides each message: tests make it refuse (4xx or 5xx) for a while. With
+ * `auth`, it requires that user and password (AUTH PLAIN/LOGIN without TLS, loopback only).
+ */
+export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth?: { user: string; pass: string }; port?: number } = {}) {
+  const received: ReceivedMail[] = [];
+  const refused: { code: number }[] = [];
+  let answer = options.answer ?? (() => ({ accept: true }) as SmtpAnswer);
+  let waiters: (() => void)[] = [];
+  const server = new SMTPServer({
+    secure: false,
+    disabledCommands: options.auth ? ["STARTTLS"] : ["STARTTLS", "AUTH"],
+    allowInsecureAuth: true,
+    authOptional: !options.auth,
+    logger: false,
+    onAuth(auth, _session, cb) {
+      if (options.auth && auth.username === options.auth.user && auth.password === options.auth.pass) return cb(null, { user: auth.username });
+      const err = Object.assign(new Error("authentication failed"), { responseCode: 535 });
+      return cb(err);
+    },
+    onData(stream, session, cb) {
+      const chunks: Buffer[] = [];
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      stream.on("end", () => {
+        const a = answer();
+        if (!a.accept) {
+          refused.push({ code: a.code });
+          return cb(Object.assign(new Error(a.code >= 500 ? "mailbox unavailable" : "try again later"), { responseCode: a.code }));
+        }
+        const from = session.envelope.mailFrom ? session.envelope.mailFrom.address : "";
+        received.push(parse(Buffer.concat(chunks).toString("utf8"), from, session.envelope.rcptTo.map((r) => r.address)));
+        cb();
+        const w = waiters;
+        waiters = [];
+        for (const f of w) f();
+      });
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, "127.0.0.1", () => resolve());
+  });
+  const port = (server.server.address() as { port: number }).port;
+  return {
+    port,
+    /** smtp://[user:pass@]127.0.0.1:port */
+    url: options.auth ? `smtp://${encodeURIComponent(options.auth.user)}:${encodeURIComponent(options.auth.pass)}@127.0.0.1:${port}` : `smtp://127.0.0.1:${port}`,
+    received,
+    refused,
+    setAnswer(f: () => SmtpAnswer) {
+      answer = f;
+    },
+    /** Messages to one address, oldest first. */
+    to(address: string) {
+      return received.filter((m) => m.to.includes(address));
+    },
+    /** Resolves once `n` messages in all have been accepted. */
+    async waitFor(n: number): Promise<void> {
+      while (received.length < n) await new Promise<void>((resolve) => waiters.push(resolve));
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+export type TestSmtpServer = Awaited<ReturnType<typeof startSmtpServer>>;
+
+/** The six-digit code in a sign-in code message. */
+export function codeIn(mail: ReceivedMail): string {
+  const m = /\b(\d{6})\b/.exec(mail.subject) ?? /\b(\d{6})\b/.exec(mail.text);
+  if (!m) throw new Error(`no code in message ${JSON.stringify(mail.subject)}`);
+  return m[1]!;
+}
