@@ -7,10 +7,7 @@ export const GATEWAY_CREDENTIAL_HEADER = "x-vaultgate-gateway";
 /** Header of the client address a gateway saw; believed only with a valid gateway credential. */
 export const CLIENT_ADDRESS_HEADER = "x-vaultgate-client-address";
 
-/**
- * The request id of the current call: the one an authenticated gateway sent (the gateway
- * credential, or a gateway in this process), else one core makes; never a caller's own.
- */
+/** The current call's request id: one an authenticated gateway sent, else core's own; never a caller's. */
 export const kRequestId = createContextKey<string>("", { description: "request id" });
 
 /** True when the call presented a valid gateway credential (GATEWAY_TOKEN). */
@@ -20,15 +17,13 @@ export const kGatewayCaller = createContextKey<boolean>(false, { description: "g
 export const kOperator = createContextKey<boolean>(false, { description: "operator credential presented" });
 
 /**
- * The network address of the client behind the call, as vouched for by a gateway that
- * proved itself with the gateway credential; "" when nobody vouched (direct callers share
- * one bucket in every per-address limit).
+ * Client address vouched for by a gateway holding the gateway credential; "" when nobody vouched,
+ * so direct callers share one bucket in every per-address limit.
  */
 export const kClientAddress = createContextKey<string>("", { description: "client address vouched for by a gateway" });
 
 /**
- * True when the call came through the in-process transport, from a gateway in this
- * process: that gateway writes the request's one log line, naming core's refusal reason,
- * so core does not log the refusal again.
+ * True for calls from a gateway in this process: that gateway logs the request and core's refusal
+ * reason, so core does not log the refusal twice.
  */
 export const kInProcess = createContextKey<boolean>(false, { description: "call from a gateway in this process" });

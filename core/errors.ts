@@ -48,10 +48,7 @@ const grpcCode = {
   [Reason.TOKEN_UNSUPPORTED]: Code.InvalidArgument,
 } satisfies Record<Reason, Code>;
 
-/**
- * Raises an expected failure. The message is shown to clients for 4xx-class
- * reasons, so it must never carry secrets or internals; put those in `cause`.
- */
+/** Raises an expected failure. 4xx messages reach clients: keep secrets and internals in `cause`. */
 export function fail(
   reason: Reason,
   message: string,

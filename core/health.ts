@@ -23,14 +23,8 @@ export type ReadinessCheck = (typeof READINESS_CHECKS)[number];
 class ProbeRollback extends Error {}
 
 /**
- * The standard gRPC health protocol. Service "" (or "vaultgate") is overall readiness:
- * every check passes. Each check is also its own service, so a caller can name the
- * failing one: `vaultgate.database` (reachable), `vaultgate.migrations` (current),
- * `vaultgate.signing_key` (usable), `vaultgate.audit` (an audit record can be written:
- * one is appended in a transaction that is then rolled back, so nothing stays, though
- * the record sequence skips a number), `vaultgate.settlement` (every chain on the evm rail
- * has a node answering with its chain id). Without audit, no read may answer and no change
- * may commit, so the service is not ready.
+ * gRPC health: "" is overall readiness, each check is its own service so a caller can name the
+ * failing one. Without audit nothing may answer or commit; docs/reference/core-grpc.md lists the checks.
  */
 export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health> {
   let migrated = false;

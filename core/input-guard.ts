@@ -5,9 +5,8 @@ import { fail } from "./errors.js";
 import { textProblem } from "../lib/text.js";
 
 /**
- * Refuses NUL and unpaired surrogates (PostgreSQL text and json cannot hold them) before any service
- * sees them, since the in-process transport passes JS strings unchecked; INVALID_REQUEST names the
- * field. String-holding fields are computed once per message type so a call visits only those.
+ * Refuses NUL and unpaired surrogates, which PostgreSQL text and json cannot hold, because the
+ * in-process transport passes JS strings unchecked. String fields are found once per message type.
  */
 export function inputGuard(): Interceptor {
   return (next) => (req) => {

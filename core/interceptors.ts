@@ -27,9 +27,8 @@ export function createCoreInterceptors(options: InterceptorOptions): Interceptor
 }
 
 /**
- * Checks the gateway credential once and binds the request id (a gateway's, else a fresh one, so a
- * direct caller cannot forge audit ids). Logs refusals and bugs; an unreachable database is
- * UNAVAILABLE at warn, and an in-process gateway's refusals are left to its own request line.
+ * Checks the gateway credential once and binds the request id (a fresh one for direct callers, so
+ * nobody forges audit ids). In-process gateways log their own refusals on their request line.
  */
 function requestContext(logger: Logger, gatewayToken: string | undefined): Interceptor {
   return (next) => async (req) => {
@@ -61,10 +60,8 @@ function requestContext(logger: Logger, gatewayToken: string | undefined): Inter
 }
 
 /**
- * Refusal reasons that report a failure on our side (those that travel as internal,
- * unknown, unavailable or data loss: an audit record that could not be written, a
- * provider or the signing key unavailable...): core logs these for every caller. Load
- * shedding (OVERLOADED) is an answer to the caller's load, like a rate limit.
+ * Reasons that report a failure on our side, logged for every caller. OVERLOADED is not one: load
+ * shedding answers the caller's load, like a rate limit.
  */
 const OUR_FAILURES: ReadonlySet<Reason> = new Set(
   (Object.values(Reason).filter((r) => typeof r === "number") as Reason[]).filter(
@@ -83,11 +80,8 @@ const OUTAGE_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE
 const OUTAGE_MESSAGES = /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Timeout acquiring a connection|timeout exceeded when trying to connect/;
 
 /**
- * A short description (code or message, never a stack) when `err`, or anything in its
- * cause chain, says the database is unreachable; undefined for every other error. A
- * domain refusal (4xx-class reason) is never reclassified; a failure a service already
- * wrapped as internal or unavailable (e.g. AUDIT_UNAVAILABLE around a failed audit
- * write) is, when its cause is the database going away: one answer for one outage.
+ * Says whether the database went away, anywhere in the cause chain, so one outage gives one answer
+ * even through a service's internal wrap (e.g. AUDIT_UNAVAILABLE). Domain refusals are never reclassified.
  */
 export function databaseOutage(err: unknown): string | undefined {
   const detail = errorDetailOf(err);
@@ -113,14 +107,8 @@ export function databaseOutage(err: unknown): string | undefined {
 }
 
 /**
- * Core trusts no caller. This interceptor decides only what a header can prove:
- * - the operator credential (`Authorization: Bearer <ADMIN_TOKEN>`, constant time) sets
- *   kOperator, and admin_only RPCs refuse every call without it;
- * - the gateway credential (`x-vaultgate-gateway`, checked by requestContext) makes core
- *   believe the client address the gateway saw (`x-vaultgate-client-address`); without it
- *   that header is ignored.
- * Every other credential (agent access token, partner token, web session, client secret)
- * travels in the request message and is verified by the service that acts on it.
+ * Core trusts no caller: this decides only what a header can prove (operator and gateway
+ * credentials); every other credential travels in the message. See docs/trust-model.md.
  */
 function callerCredentials(adminToken: string | undefined): Interceptor {
   // getOption decodes the method's options on every call; the answer never changes.

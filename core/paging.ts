@@ -38,15 +38,9 @@ export async function loadInstanceSecret(db: Db, name: string): Promise<Buffer> 
 }
 
 /**
- * Feed positions. A change feed (audit records, partner events, a user's transfers) is
- * ordered by (xid, seq): the id of the transaction that wrote the row (column default
- * pg_current_xact_id(), migration 0014), then the row's sequence number. A reader returns
- * a row only once it is settled: its xid is below the oldest transaction still running
- * (pg_snapshot_xmin of the reading statement's snapshot). Any row that could still commit
- * belongs to a transaction at or above that horizon, so it sorts after every row already
- * returned, and a reader that resumes strictly after the last position it was given sees
- * each committed row exactly once, whatever the commit order. Rows written before 0014
- * have xid 0 and keep their seq order.
+ * A position in a change feed, ordered by (writing transaction id, seq) and read only below the
+ * oldest running transaction, so resuming readers see each committed row exactly once.
+ * docs/architecture.md ("Change feeds") has the argument.
  */
 export interface FeedPosition {
   /** Decimal xid8 of the writing transaction. */
@@ -101,9 +95,8 @@ export function toFeedRead<T>(r: Record<string, unknown>, row: T & { seq: number
 const SETTLE_DELAYS_MS = [10, 30, 60];
 
 /**
- * Reads a feed page and returns its settled prefix; when rows are held back by an open transaction
- * it re-reads briefly so a write that committed just before the request normally shows at once.
- * `settle: false` reads once, for tails that poll anyway.
+ * Returns a feed page's settled prefix, re-reading briefly while an open transaction holds rows back
+ * so a write committed just before the request normally shows at once. Polling tails pass settle: false.
  */
 export async function readSettled<T>(read: () => Promise<FeedRead<T>[]>, settle = true): Promise<{ row: T; position: FeedPosition }[]> {
   for (let attempt = 0; ; attempt++) {

@@ -19,9 +19,8 @@ export interface CoreServices {
 }
 
 /**
- * Registers every service, and gRPC server reflection describing them (it only
- * describes: every RPC still takes its own credential); handed unchanged to the h2c
- * server and the in-process transport.
+ * Registers every service and reflection (which only describes: every RPC still takes its own
+ * credential), shared by the h2c server and the in-process transport.
  */
 export function createRoutes(services: CoreServices) {
   const reflection = createReflectionServices([Health, PartnersService, AuditService, GrantsService, BudgetsService, PartnerResourcesService, TreasuryService]);

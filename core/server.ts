@@ -9,10 +9,7 @@ export interface CoreServer {
 }
 
 export interface CoreServerOptions {
-  /**
-   * PEM key material: serve HTTP/2 over TLS instead of cleartext. With `ca`, every client
-   * must present a certificate signed by one of those CAs (mTLS); others fail the handshake.
-   */
+    /** PEM key material for TLS; with `ca`, clients must present a certificate from it (mTLS). */
   tls?: { cert: string; key: string; ca?: string };
 }
 

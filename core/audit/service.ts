@@ -64,10 +64,8 @@ export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof A
 }
 
 /**
- * Resolves an audit feed's `since`: empty = the beginning, "<xid>.<seq>" = a watermark, or
- * a bare record_id = strictly after that record (its position is looked up; "0" = the
- * beginning). A record_id that names no visible record (of `actor`, when given) is
- * invalid_cursor. See docs/reference/agent-tools.md, audit.list.
+ * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); a record_id naming no
+ * record visible to `actor` is invalid_cursor. See docs/reference/agent-tools.md, audit.list.
  */
 export async function auditSince(store: AuditStore, since: string, actor?: string): Promise<FeedPosition> {
   if (since === "") return FEED_START;

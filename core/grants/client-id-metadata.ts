@@ -9,16 +9,9 @@ import type { ClientRecord } from "./stores/clients.js";
 import { createHostResolver, HostLookupError, pinnedLookup, type HostResolver } from "../net/resolver.js";
 
 /**
- * OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document):
- * a `client_id` that is an https URL names a JSON document, served at that URL, that
- * describes the client. Such a client is never registered; core fetches the document,
- * checks it and caches it. It is a public client: no secret, PKCE only.
- *
- * The fetch is the server reaching out to an address any caller chooses, so it is fenced
- * in: the URL's form, a private-address rule checked against the addresses we resolved
- * ourselves (and then connect to, so a second DNS answer cannot swap in another host), no
- * redirects, a size and a time limit. Limits and the cache are described in
- * docs/reference/agent-oauth.md ("Client ID Metadata Documents").
+ * Client ID Metadata Documents: core fetches from an address any caller chooses, so the fetch is
+ * fenced (form, public resolved addresses pinned for the connect, no redirects, size and time).
+ * docs/reference/agent-oauth.md ("Client ID Metadata Documents") has the rules and the cache.
  */
 
 export const CLIENT_ID_URL_MAX = 512;
@@ -146,10 +139,8 @@ export function cacheSeconds(header: string | undefined): number {
 }
 
 /**
- * True for an address a document may be fetched from: IPv4 outside private, loopback,
- * link-local, CGNAT, multicast, documentation and reserved ranges; IPv6 global unicast
- * (2000::/3) outside documentation and 6to4 ranges (IPv4-mapped addresses are judged
- * by their IPv4 address).
+ * True for an address a document may be fetched from: globally routable IPv4 or IPv6 only, so a
+ * caller cannot aim core at internal hosts. The ranges are listed in docs/reference/agent-oauth.md.
  */
 export function isPublicAddress(address: string): boolean {
   const family = isIP(address);

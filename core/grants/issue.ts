@@ -55,11 +55,8 @@ export function randomRefresh(): NewRefresh {
 }
 
 /**
- * The successor's token on rotation: HMAC-SHA256 keyed with the refresh token presented,
- * over a random salt stored on the successor row. The database holds the salt but never
- * the presented token; whoever holds the presented token lacks the salt. A grace-window
- * retry presents the same token and recomputes the same successor token from the stored
- * salt, so nothing that could mint a token is ever stored.
+ * The successor token is HMAC(presented token, stored salt): the database never holds what could
+ * mint a token, the presented token alone lacks the salt, and a grace-window retry gets the same one.
  */
 export function derivedRefreshToken(presented: string, salt: string): string {
   return `vgr_${hmacSha256(presented, salt, "base64url")}`;

@@ -162,10 +162,9 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }
   const outcome = await deps.db.transaction(async (trx) => {
-    // The row lock orders concurrent refreshes of one token: the second sees the
-    // first's successor and gets the same pair (no second lineage).
-    // A closed or declined budget's vault gets no new grant; its budget row is locked
-    // before the grant's (the budgets' lock order), the vault read from an unlocked look.
+        // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
+        // A closed or declined budget's vault gets no new grant: its budget row is locked before the
+        // grant's (the budgets' lock order), the vault read from an unlocked look.
     const seen = req.refreshToken ? await deps.grants.findGrantByRefresh(trx, hash) : undefined;
     const dead = seen ? await deadBudgetVault(deps.vaults, trx, seen.vaultId) : undefined;
     const g = req.refreshToken ? await deps.grants.lockGrantByRefresh(trx, hash) : undefined;

@@ -28,10 +28,8 @@ export function keyPublished(k: KeyState, now: Date): boolean {
 }
 
 /**
- * The single rule of which key may verify which token, used by the agent and the
- * partner verifiers alike: the key is published, and if it has been rotated the token
- * was issued (`iat`, epoch seconds) no later than the rotation. No skew is allowed on
- * that comparison: the rotating process signs with the new key from that moment on.
+ * The one rule both verifiers share: the key is published and, if rotated, the token's `iat` is no
+ * later than the rotation, with no skew, because the rotating process signs with the new key at once.
  */
 export function keyVerifiesTokenIssuedAt(k: KeyState, iat: number, now: Date): boolean {
   if (!keyPublished(k, now)) return false;

@@ -5,10 +5,8 @@ import type { Db } from "../db/knex.js";
 import { recordKeyCheck } from "./store.js";
 
 /**
- * Symmetric keys that protect something stored in the database (webhook secrets, sign-in
- * code hashes, the dev outbox). They live outside it, so a dump of the database alone
- * reveals nothing they protect: an operator setting, else a 0600 file in DATA_DIR written
- * on first start, else (no DATA_DIR: tests, throwaway cores) one key per process.
+ * Keys for secrets stored in the database live outside it (a setting, else a 0600 file in DATA_DIR,
+ * else one per process), so a database dump alone reveals nothing they protect.
  */
 export type OutsideKeyName = "webhook-secret-key" | "signin-code-key";
 
@@ -48,10 +46,8 @@ export async function loadOutsideKey(options: { name: OutsideKeyName; setting: s
 }
 
 /**
- * Refuses a key other than the one that protects what this database holds. The first core
- * to start records a check value (an HMAC under a sub-key: it reveals nothing of the key);
- * a replica started with a key of its own then fails at once, naming the setting, instead
- * of failing later to read what the other replicas wrote.
+ * The first core records a check value (an HMAC under a sub-key, revealing nothing), so a replica
+ * with a different key fails at start, naming the setting, not later when reading others' writes.
  */
 export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; key: Buffer }): Promise<void> {
   const mine = createHmac("sha256", deriveKey(options.key, "key check")).update(options.name).digest();

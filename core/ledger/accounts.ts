@@ -1,18 +1,8 @@
 import { createHash } from "node:crypto";
 
 /**
- * Ledger accounts. Every account is named by its kind, its owner and its currency, and
- * its id is a pure function of the three (the SQL function ledger_account_id computes the
- * same), so a movement names its accounts without reading them first.
- *
- * - vault:<vault id>: what a vault holds (its balance_cents).
- * - treasury:<partner id>: what a partner's treasury holds (its balance_cents).
- * - user:<user id>: a user's transfer account; its balance is the sum of their settled
- *   transfers (credits minus debits): their transfer entries and the payouts they received.
- * - external:<name>: money entering or leaving the books: `funding` (operator funding of
- *   vaults and treasuries), `payments` (agent payments paid out to counterparties),
- *   `transfers` (users' transfers recorded from outside), `opening` (balances carried in
- *   when the ledger started).
+ * An account's id is a pure function of kind, owner and currency (as SQL ledger_account_id), so a
+ * movement names its accounts without reading them. The kinds are described in docs/ledger.md.
  */
 export type AccountKind = "vault" | "treasury" | "user" | "external";
 export type ExternalAccount = "funding" | "payments" | "transfers" | "opening";

@@ -105,13 +105,10 @@ export interface VerifyReport {
 
 export function createLedgerStore(db: Knex) {
   return {
-    /**
-     * Proves the books: every transaction's legs sum to zero per currency, every leg names
-     * a known transaction and an account of its currency, every transaction has legs, and
-     * every balance equals the sum of its account's legs (vaults, treasuries, users'
-     * settled transfers). One consistent snapshot; the first case of each failed
-     * check is named.
-     */
+        /**
+         * Proves the books from one consistent snapshot: balanced legs, known transactions and accounts,
+         * balances equal to their postings. Names the first case of each failed check (docs/ledger.md).
+         */
     async verify(): Promise<VerifyReport> {
       return db.transaction(async (trx) => {
         await trx.raw("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
@@ -170,10 +167,8 @@ export function createLedgerStore(db: Knex) {
 export type LedgerStore = ReturnType<typeof createLedgerStore>;
 
 /**
- * Every balance against its postings: vaults and treasuries (their balance_cents; an
- * account of a vault or treasury that is gone, or in a currency it no longer holds, must
- * sum to zero) and users (the sum of their settled transfers, per currency: their settled
- * entries and the payouts they received, migration 0023).
+ * Every balance against its postings; an account of a vault or treasury that is gone, or in a
+ * currency it no longer holds, must sum to zero. Users' balances are their settled transfers.
  */
 const BALANCE_MISMATCH_SQL = `
   WITH sums AS (SELECT account_id, sum(amount_cents) AS total FROM ledger_postings GROUP BY account_id),

@@ -12,10 +12,8 @@ import type { Leg } from "./store.js";
 const FUNDING: ExternalAccount = "funding";
 
 /**
- * The transfer id of a payout in its recipient's transfers: a UUID-shaped md5 of
- * `payout:<partner id>:<execution id>`, the same as SQL `md5('payout:' || partner_id || ':' || execution_id)::uuid`.
- * An execution id is used once per partner, so a payout has exactly one transfer and its
- * id never changes.
+ * A payout's transfer id, derived (as in SQL, md5 of `payout:<partner>:<execution>` as a uuid) from
+ * an execution id used once per partner, so each payout has exactly one transfer whose id never changes.
  */
 export function payoutTransferId(partnerId: string, executionId: string): string {
   const h = createHash("md5").update(`payout:${partnerId.toLowerCase()}:${executionId}`).digest("hex");

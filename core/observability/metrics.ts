@@ -2,11 +2,8 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Db } from "../db/knex.js";
 
 /**
- * Core's Prometheus metrics, in one registry of this process (the composition root merges
- * it with the gateway's and the process metrics, docs/operating-observability.md). Values
- * are module-level because the code that moves them (group commit, secret checks, audit
- * writes) is shared by every core of the process; what belongs to one core instance
- * (its database pool, its outbox) is read at scrape time from the cores registered here.
+ * Values are module-level because group commit, secret checks and audit writes are shared by every
+ * core in the process; per-instance state (pool, outbox) is read at scrape time from registered cores.
  */
 export const coreRegistry = new Registry();
 
@@ -126,10 +123,8 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
 }
 
 /**
- * The outbox lag query: the partial index partner_events_due (pending events by
- * next_attempt_at) answers min() from its first entry. Events leased to a worker have
- * next_attempt_at in the future and do not count; neither do events backing off.
- * At most one query per core runs at a time: concurrent scrapes share it.
+ * Outbox lag, answered by the partial index partner_events_due from its first entry; leased and
+ * backing-off events do not count. Concurrent scrapes share one running query per core.
  */
 export function outboxLagReader(db: Db, clock: () => Date): () => Promise<number> {
   let running: Promise<number> | undefined;

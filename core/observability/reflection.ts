@@ -20,10 +20,8 @@ type Answer =
   | { case: "errorResponse"; value: { errorCode: number; errorMessage: string } };
 
 /**
- * gRPC server reflection (grpc.reflection.v1 and v1alpha) over the compiled descriptors
- * of `services` (and reflection itself): stock tools list core's services and build
- * requests from core's address alone. It only describes: each RPC still takes the
- * credential it always takes (admin_only methods the operator credential).
+ * gRPC server reflection, so stock tools can list and call core from its address alone. It only
+ * describes: every RPC still takes its own credential.
  */
 export function createReflectionServices(services: readonly DescService[]): {
   v1: ServiceImpl<typeof ReflectionV1>;

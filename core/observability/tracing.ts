@@ -19,12 +19,8 @@ for (const [name, value] of Object.entries(Code)) {
 const SERVER_FAULTS = new Set<Code>([Code.Unknown, Code.Internal, Code.Unavailable, Code.DataLoss, Code.DeadlineExceeded, Code.Unimplemented]);
 
 /**
- * The outermost core interceptor: counts and times every call by service, method and
- * status code (vaultgate_core_rpc_duration_seconds) and, when `tracing` is on, runs it in
- * a server span that continues the caller's W3C trace context (the gateway sends it over
- * gRPC metadata and the in-process headers alike), so the interceptors and handler
- * inside, and the log lines they write, see that span as active. A streaming call is
- * measured until its response stream ends.
+ * Outermost interceptor, so the RPC duration metric and the server span (continuing the caller's
+ * W3C trace context) cover every inner interceptor, the handler, their log lines and whole streams.
  */
 export function observeCalls(options: { tracing: boolean }): Interceptor {
   // labels() hashes its arguments on every call; the children never change.

@@ -9,10 +9,8 @@ export interface RateLimitResult {
 }
 
 /**
- * A sliding-window log shared by every replica through the database. One statement per
- * check: the upsert's row lock serialises attempts on a key, and it commits on its own,
- * so a counted attempt survives the rollback of the work it guards. A refused attempt
- * is not counted, so a client that waits is let back in.
+ * A sliding-window log shared by replicas, one self-committing statement per check so a counted
+ * attempt survives the rollback of the work it guards. Refusals are not counted: waiting lets a client back in.
  */
 export function createRateLimitStore(db: Db) {
   return {

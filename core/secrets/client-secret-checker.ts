@@ -8,11 +8,8 @@ import type { SecretFlow, SecretHasher } from "./hasher.js";
 import { createTimingMirror } from "./timing-mirror.js";
 
 /**
- * How a client's attempts are counted, per client id, before any derivation (a registered
- * client's in the shared database; an id nobody registered in this process's memory):
- * - `attempts`: every attempt counts (the partner token endpoint's 30 issuances a minute);
- * - `failures`: a slot is reserved before the check (so a concurrent burst cannot
- *   overshoot) and given back when the secret is right or the check was shed.
+ * Per-client-id counting before any derivation. `failures` reserves a slot before the check, so a
+ * concurrent burst cannot overshoot, and gives it back when the secret is right or the check was shed.
  */
 export interface ClientBudget {
   key: string;
@@ -40,12 +37,8 @@ const MEMORY_ENTRIES = 10_000;
 const UNKNOWN_ENTRIES = 100_000;
 
 /**
- * The client-secret check both token endpoints share: a per-client budget counted before
- * any derivation, then one fairly scheduled derivation (against a dummy hash for an
- * unknown client, at the same cost), and a memory of secrets that verified.
- *
- * Nothing here refuses a caller for what other callers did: the budget belongs to the
- * presented client id, and a flood only gets its fair share of derivations (fair-gate.ts).
+ * The client-secret check both token endpoints share. Nobody is refused for what others did: the
+ * budget belongs to the presented client id, and a flood gets only its fair share of derivations.
  */
 export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
   // Verified secrets: HMAC(process-random key, client_id, secret) -> the stored hash the
@@ -125,13 +118,10 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
     /** Counts one attempt against the client's budget (RATE_LIMITED when over it). */
     count: (clientId: string) => count(clientId, o.clock()),
 
-    /**
-     * Counts the attempt, then derives. `stored` is the client's stored hash, undefined
-     * for an unknown client id (counted in memory, after waiting as long as counting in the
-     * database takes); `address` is the client address a gateway vouched for (an unknown client's
-     * checks share one flow per address). Throws RATE_LIMITED over the budget and
-     * OVERLOADED when shed; nothing else is decided here.
-     */
+        /**
+         * Counts, then derives. An unknown client (`stored` undefined) is counted in memory after the same
+         * wait a database count takes, and its checks share one flow per vouched `address`.
+         */
     async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
       const now = o.clock();
       const flow = flowOf(clientId, stored, address);

@@ -39,11 +39,8 @@ interface Flow {
 }
 
 /**
- * A counting semaphore that serves waiting flows round-robin, known and unknown classes
- * in turn: a flood of made-up client ids gets at most every other derivation while known
- * clients wait, and within a class each flow gets one turn per round, whatever its length.
- * Shedding (OVERLOADED, with a Retry-After hint) hits the flow that asked too much: its
- * own bound, or the longest flow when the whole queue is full.
+ * Serves waiting flows round-robin, known and unknown clients in turn, so a flood of made-up client
+ * ids gets at most every other derivation. Shedding hits the flow that asked too much.
  */
 export function createFairGate(o: FairGateOptions) {
   let active = 0;

@@ -65,10 +65,8 @@ function parse(stored: string): { params: ScryptParams; salt: string; expected: 
 }
 
 /**
- * Salted scrypt with its parameters stored beside the hash: `scrypt$N$r$p$salt$hash`.
- * Derivations run on their own low-priority threads (scrypt-workers.ts), at most
- * `maxConcurrent` at once, behind a gate that serves flows fairly and sheds
- * (fair-gate.ts).
+ * Salted scrypt, parameters stored beside the hash (`scrypt$N$r$p$salt$hash`) so they can change.
+ * Derivations run on low-priority threads behind a fair, shedding gate, so floods cannot starve core.
  */
 export async function createSecretHasher(options: SecretHasherOptions = {}): Promise<SecretHasher> {
   const params = options.params ?? CLIENT_SECRET_SCRYPT;

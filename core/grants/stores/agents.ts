@@ -38,22 +38,18 @@ export function createAgentsStore() {
   }
 
   return {
-    /**
-     * The one decision of which agent principal a new grant or authorization code acts as
-     * (docs/reference/agent-oauth.md): on a budget's vault, the budget's principal; on any other
-     * vault, the principal of the user and client (created on first use). Call it in the
-     * transaction that inserts the grant or code.
-     */
+        /**
+         * The one place that decides which agent principal a new grant or code acts as (budget's vault:
+         * the budget's; else the user's and client's). Call it in the transaction that inserts it.
+         */
     async principalForGrant(trx: Knex.Transaction, a: { id: string; userId: string; vaultId: string; clientKey: string; displayName: string; at: Date }): Promise<string> {
       return (await budgetPrincipalOfVault(trx, a.userId, a.vaultId)) ?? (await ensureAgent(trx, a));
     },
 
-    /**
-     * The user's agents with their grants, newest first: the principal of each OAuth client
-     * (and of operator-issued grants), and each budget principal that has grants (a grant
-     * on a budget's vault acts as the budget). A budget principal is named by its budget,
-     * with the client of the agent that created it when there is one.
-     */
+        /**
+         * The user's agents with their grants, newest first; a grant on a budget's vault acts as the
+         * budget, so budget principals are listed too, named by their budget.
+         */
     async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
       const oauth = conn("oauth_agents as a")
         .join("agent_principals as p", "p.id", "a.agent_principal_id")

@@ -199,23 +199,16 @@ export function createGrantsStore(db: Db) {
       return trx("grants").where({ user_id: userId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
     },
 
-    /**
-     * The common case of a code exchange: consumes a code that is unused, unexpired, of
-     * an active user and matching client, redirect URI and PKCE challenge, inserts its
-     * grant and appends the audit record, all in one statement (atomic on its own, so no
-     * BEGIN/COMMIT round trips). Group-committed: concurrent exchanges share the
-     * statement (see exchangeBatch). Undefined when any condition fails (nothing is
-     * written; the caller then inspects the code under a lock).
-     */
+        /**
+         * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).
+         * Undefined when any condition fails, with nothing written: the caller then decides under a lock.
+         */
     exchangeCodeFast: (x: FastExchange, audit: FastAudit): Promise<GrantRecord | undefined> => exchangeFast({ ...x, audit }),
 
-    /**
-     * The common case of a refresh: supersedes an active grant of an active user whose
-     * refresh token is unused, issues its successor in the same lineage and appends the
-     * audit record, in one statement, group-committed like exchangeCodeFast. Undefined
-     * otherwise (reuse, grace retry, revoked, other client, inactive user; nothing is
-     * written): the caller decides under a row lock.
-     */
+        /**
+         * Refresh's common case in one group-committed statement, like exchangeCodeFast. Undefined on
+         * reuse, grace retry, revocation, another client or an inactive user (nothing written): the caller decides under a lock.
+         */
     rotateRefreshFast: (x: FastRefresh, audit: FastAudit): Promise<GrantRecord | undefined> => refreshFast({ ...x, audit }),
   };
 }

@@ -21,13 +21,10 @@ export function createGrantVaultsStore() {
       return row ? String(row.owner_user_id) : undefined;
     },
 
-    /**
-     * The status of the budget whose vault this is (undefined for a vault that is no
-     * budget's), its row locked FOR NO KEY UPDATE in the transaction that binds a grant or
-     * code to the vault: a close or decline (which lock that row FOR UPDATE first) either
-     * committed before and is seen, or waits until the grant is in and then revokes it.
-     * Taken before any grant or vault lock, in the budgets' lock order.
-     */
+        /**
+         * Locks the vault's budget row FOR NO KEY UPDATE before any grant or vault lock (the budgets'
+         * lock order), so a close or decline either is seen or waits and then revokes the new grant.
+         */
     async lockBudgetStatusOfVault(trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
       const { rows } = await trx.raw(`SELECT status FROM budgets WHERE vault_id = ? FOR NO KEY UPDATE`, [vaultId]);
       const r = (rows as { status: string }[])[0];
