@@ -37,6 +37,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
    * URL, so real OAuth clients and browsers can follow discovery and redirects.
    */
   publicUrls?: boolean;
+  /** SIGNIN_METHODS of the test gateway (default email, with oidc when a provider is set). */
+  signinMethods?: string[];
   /** A database other than the shared test database (see `ownDatabase`). */
   database?: Db;
 }
@@ -51,7 +53,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, database: _database, ...coreOverrides } = options;
+  const { gateway: withGateway, publicUrls, database: _database, signinMethods, ...coreOverrides } = options;
   const port = publicUrls ? await freePort() : 0;
   const origin = `http://127.0.0.1:${port}`;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
@@ -86,7 +88,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       urls: publicUrls
         ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
-      signinMethods: coreOverrides.oidc ? ["oidc", "email"] : ["email"],
+      signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
     });
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
