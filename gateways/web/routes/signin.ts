@@ -6,6 +6,7 @@ import { UUID } from "../../shared/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
 import { stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
+import { passkeyStepUpOffer } from "./passkeys.js";
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
@@ -151,7 +152,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
         <p>Approving payments or budgets needs a fresh confirmation. We will e-mail a code to <strong>${current.session.email}</strong>.</p>
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <button type="submit">Send code</button>
-      </form>${ctx.signinMethods.includes("passkey") ? html`<p class="card"><a class="button" href="/stepup/passkey?return_to=${encodeURIComponent(returnTo)}">Use a passkey</a></p>` : ""}`,
+      </form>${await passkeyStepUpOffer(ctx, request, current.token, returnTo)}`,
       { email: current.session.email, csrf },
     );
   });

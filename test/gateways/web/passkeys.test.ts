@@ -58,7 +58,10 @@ describe("web: passkey pages", function () {
     expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("You have no passkeys yet");
   });
 
-  it("the step-up page offers a passkey, and a passkey answer steps the session up", async () => {
+  it("the step-up page offers a passkey to people who have one, and a passkey answer steps the session up", async () => {
+    const none = createJar(stack.url);
+    await signIn(stack, none, (await createUser(stack)).email);
+    expect(await (await none.get("/stepup?return_to=%2Fdashboard%2Fagents")).text()).to.not.include("/stepup/passkey");
     const { jar, key } = await ownerWithPasskey();
     stack.clock.advance(601_000);
     expect(await (await jar.get("/stepup?return_to=%2Fdashboard%2Fagents")).text()).to.include('href="/stepup/passkey?return_to=%2Fdashboard%2Fagents"');
