@@ -31,6 +31,7 @@ import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createMailer } from "./identity/mail/mailer.js";
 import { createOidcSignin, type OidcProviderSettings } from "./identity/oidc.js";
+import { createPasskeys } from "./identity/passkeys.js";
 import { SESSION_TTL_MS } from "./identity/signin.js";
 import { createSmtpTransport, type SmtpSettings } from "./identity/mail/transport.js";
 import { createMailWorker, type MailWorker, type MailWorkerOptions } from "./identity/mail/worker.js";
@@ -252,6 +253,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
               sessionTtlMs: SESSION_TTL_MS,
             })
           : undefined,
+        passkeys: createPasskeys({ db, audit, clock, logger, mailer, appUrl: options.appUrl ?? options.issuer, sessionTtlMs: SESSION_TTL_MS }),
       }),
       partners: createPartnersService({
         db,

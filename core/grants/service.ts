@@ -13,6 +13,8 @@ import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signi
 import type { Mailer } from "../identity/mail/mailer.js";
 import type { OidcSignin } from "../identity/oidc.js";
 import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
+import type { Passkeys } from "../identity/passkeys.js";
+import { finishPasskeyAssertion, finishPasskeyRegistration, listPasskeys, removePasskey, startPasskeyAssertion, startPasskeyRegistration } from "../identity/passkey-rpcs.js";
 import { createOutbox, listOutbox } from "../identity/outbox.js";
 import { createOutboxStore } from "../identity/outbox-store.js";
 import { createSignInStore } from "../identity/signin-store.js";
@@ -66,6 +68,8 @@ export interface GrantsServiceDeps {
   mailer?: Mailer;
   /** Sign-in at the organisation's OpenID Connect provider; absent = not offered. */
   oidc?: OidcSignin;
+  /** Passkeys (WebAuthn) bound to APP_URL. */
+  passkeys: Passkeys;
 }
 
 /**
@@ -119,5 +123,11 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     listOutbox: (req) => listOutbox({ db, outbox }, req),
     startProviderSignIn: (req) => startProviderSignIn({ oidc: deps.oidc, sessions, clock }, req),
     completeProviderSignIn: (req, ctx) => completeProviderSignIn({ oidc: deps.oidc, sessions, clock }, req, ctx),
+    startPasskeyRegistration: (req) => startPasskeyRegistration({ passkeys: deps.passkeys, sessions }, req),
+    finishPasskeyRegistration: (req, ctx) => finishPasskeyRegistration({ passkeys: deps.passkeys, sessions }, req, ctx),
+    listPasskeys: (req) => listPasskeys({ passkeys: deps.passkeys, sessions }, req),
+    removePasskey: (req, ctx) => removePasskey({ passkeys: deps.passkeys, sessions }, req, ctx),
+    startPasskeyAssertion: (req) => startPasskeyAssertion({ passkeys: deps.passkeys, sessions }, req),
+    finishPasskeyAssertion: (req, ctx) => finishPasskeyAssertion({ passkeys: deps.passkeys, sessions }, req, ctx),
   };
 }

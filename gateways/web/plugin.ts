@@ -10,6 +10,7 @@ import { providerSignInRoutes } from "./routes/provider-signin.js";
 import { authorizeRoutes } from "./routes/authorize.js";
 import { dashboardRoutes } from "./routes/dashboard.js";
 import { approvalRoutes } from "./routes/approvals.js";
+import { passkeyRoutes } from "./routes/passkeys.js";
 
 export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -45,4 +46,5 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   await app.register(authorizeRoutes, { ctx });
   await app.register(dashboardRoutes, { ctx });
   await app.register(approvalRoutes, { ctx });
+  await app.register(passkeyRoutes, { ctx });
 }

@@ -37,6 +37,10 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
    * URL, so real OAuth clients and browsers can follow discovery and redirects.
    */
   publicUrls?: boolean;
+  /** SIGNIN_METHODS of the test gateway (default email, with oidc when a provider is set). */
+  signinMethods?: string[];
+  /** The gateway's port (default: a free one); a browser test may need it before the stack starts. */
+  port?: number;
   /** A database other than the shared test database (see `ownDatabase`). */
   database?: Db;
 }
@@ -51,8 +55,8 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, database: _database, ...coreOverrides } = options;
-  const port = publicUrls ? await freePort() : 0;
+  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, ...coreOverrides } = options;
+  const port = options.port ?? (publicUrls ? await freePort() : 0);
   const origin = `http://127.0.0.1:${port}`;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
   const core = await createCore({
@@ -86,7 +90,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       urls: publicUrls
         ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
-      signinMethods: coreOverrides.oidc ? ["oidc", "email"] : ["email"],
+      signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
     });
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
@@ -116,7 +120,7 @@ export function uniqueSlug(prefix = "p"): string {
 }
 
 /** A port that was free a moment ago (publicUrls needs the URL before the gateway listens). */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const { createServer } = await import("node:net");
   return new Promise((resolve, reject) => {
     const srv = createServer();

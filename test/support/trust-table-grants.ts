@@ -7,6 +7,7 @@ import {
   type TestUser,
 } from "./trust.js";
 import { grpcRefusalOf } from "./refusals.js";
+import { softPasskey } from "./soft-passkey.js";
 
 import { admin, agent, session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
 
@@ -17,6 +18,15 @@ const ownerGrant = async (c: Ctx, owner: TestUser) => {
 const stillActive = async (c: Ctx, token: string) => {
   const res = await c.stack.clients.grants.verifyAgentToken({ accessToken: token });
   expect(res.grant!.grantId).to.equal(decodeJwt(token).payload.jti);
+};
+/** A passkey registered for the owner through the RPCs (software authenticator at the app's origin). */
+const ownerPasskey = async (c: Ctx, owner: TestUser) => {
+  const origin = new URL(c.stack.issuer).origin;
+  const key = softPasskey();
+  const sessionToken = await c.f.steppedUpSession(owner);
+  const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken });
+  const r = await c.stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: key.create(s.optionsJson, origin), name: "laptop" });
+  return { key, origin, passkeyId: r.passkey!.passkeyId };
 };
 /** A client's authorization request naming the owner's vault (wire shape). */
 async function authorizationFixture(c: Ctx, owner: TestUser, scope = "accounts:read") {
@@ -363,6 +373,81 @@ export const GRANTS_TABLE: Record<string, Entry> = {
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
+  "vaultgate.grants.v1.GrantsService/StartPasskeyRegistration": session((t) => ({ session_token: t }), {
+    stepUp: true,
+    after: (_c, _o, _fx, res) => void expect(JSON.parse(res!.options_json).challenge).to.be.a("string"),
+  }),
+  "vaultgate.grants.v1.GrantsService/FinishPasskeyRegistration": {
+    kind: "session",
+    cases: [
+      ok("the owner's stepped-up session, its flow secret and the authenticator's answer", async (c) => {
+        const owner = await c.f.user();
+        const t = await c.f.steppedUpSession(owner);
+        const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
+        return {
+          req: { session_token: t, flow_secret: s.flowSecret, response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin), name: "k" },
+          after: (res) => void expect(res!.passkey.name).to.equal("k"),
+        };
+      }),
+      refused("without a session token", S.UNAUTHENTICATED, async (c) => {
+        const t = await c.f.steppedUpSession(await c.f.user());
+        const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
+        return { req: { flow_secret: s.flowSecret, response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin) } };
+      }),
+      refused("another user's stepped-up session with the owner's flow", S.PERMISSION_DENIED, async (c) => {
+        const t = await c.f.steppedUpSession(await c.f.user());
+        const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
+        return { req: { session_token: await c.f.steppedUpSession(await c.f.user()), flow_secret: s.flowSecret, response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin) } };
+      }),
+      refused("an answer to another flow's challenge", S.PERMISSION_DENIED, async (c) => {
+        const t = await c.f.steppedUpSession(await c.f.user());
+        const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
+        const other = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
+        return { req: { session_token: t, flow_secret: s.flowSecret, response_json: softPasskey().create(other.optionsJson, new URL(c.stack.issuer).origin) } };
+      }),
+    ],
+  },
+  "vaultgate.grants.v1.GrantsService/ListPasskeys": session((t) => ({ session_token: t }), {
+    setup: ownerPasskey,
+    after: (_c, _o, fx, res) => void expect(res!.passkeys.map((k: { passkey_id: string }) => k.passkey_id)).to.deep.equal([fx.passkeyId]),
+    otherUserOk: (_c, _o, _fx, res) => void expect(res!.passkeys ?? []).to.deep.equal([]),
+  }),
+  "vaultgate.grants.v1.GrantsService/RemovePasskey": session((t, fx: { passkeyId: string }) => ({ session_token: t, passkey_id: fx.passkeyId }), {
+    setup: ownerPasskey,
+    otherUser: S.NOT_FOUND,
+  }),
+  "vaultgate.grants.v1.GrantsService/StartPasskeyAssertion": {
+    kind: "proof",
+    cases: [
+      ok("sign-in: no credential", async () => ({ req: {}, after: (res) => void expect(JSON.parse(res!.options_json).challenge).to.be.a("string") })),
+      refused("step-up: a random session token", S.UNAUTHENTICATED, async () => ({ req: { session_token: `vgs_${randomBytes(32).toString("base64url")}` } })),
+    ],
+  },
+  "vaultgate.grants.v1.GrantsService/FinishPasskeyAssertion": {
+    kind: "proof",
+    cases: [
+      ok("sign-in: the owner's passkey answering this flow's challenge", async (c) => {
+        const { key, origin } = await ownerPasskey(c, await c.f.user());
+        const s = await c.stack.clients.grants.startPasskeyAssertion({});
+        return { req: { flow_secret: s.flowSecret, response_json: key.get(s.optionsJson, origin) }, after: (res) => void expect(res!.session_token).to.match(/^vgs_/) };
+      }),
+      refused("an answer to another flow's challenge", S.PERMISSION_DENIED, async (c) => {
+        const { key, origin } = await ownerPasskey(c, await c.f.user());
+        const s = await c.stack.clients.grants.startPasskeyAssertion({});
+        const other = await c.stack.clients.grants.startPasskeyAssertion({});
+        return { req: { flow_secret: s.flowSecret, response_json: key.get(other.optionsJson, origin) } };
+      }),
+      refused("step-up: the owner's passkey on another user's session", S.PERMISSION_DENIED, async (c) => {
+        const owner = await c.f.user();
+        const { key, origin } = await ownerPasskey(c, owner);
+        const other = await c.f.user();
+        await ownerPasskey(c, other);
+        const t = await c.f.session(other);
+        const s = await c.stack.clients.grants.startPasskeyAssertion({ sessionToken: t });
+        return { req: { session_token: t, flow_secret: s.flowSecret, response_json: key.get(s.optionsJson, origin) } };
+      }),
+    ],
+  },
   "vaultgate.grants.v1.GrantsService/ListAgents": session((t) => ({ session_token: t }), {
     setup: ownerGrant,
     after: (_c, _o, fx, res) => void expect(res!.agents.map((a: { agent_id: string }) => a.agent_id)).to.include(fx.agentId),

@@ -6,6 +6,7 @@ import { UUID } from "../../shared/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
 import { stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
+import { passkeyStepUpOffer } from "./passkeys.js";
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
@@ -23,6 +24,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       "Sign in",
       html`${error ? html`<div class="card error"><p>${error}</p></div>` : ""}
       ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?return_to=${encodeURIComponent(returnTo)}">Sign in with your organisation</a></p>` : ""}
+      ${ctx.signinMethods.includes("passkey") ? html`<p class="card"><a class="button" href="/signin/passkey?return_to=${encodeURIComponent(returnTo)}">Sign in with a passkey</a></p>` : ""}
       <form class="card" method="post" action="/signin">
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <label for="email">E-mail address</label>
@@ -150,7 +152,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
         <p>Approving payments or budgets needs a fresh confirmation. We will e-mail a code to <strong>${current.session.email}</strong>.</p>
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <button type="submit">Send code</button>
-      </form>`,
+      </form>${await passkeyStepUpOffer(ctx, request, current.token, returnTo)}`,
       { email: current.session.email, csrf },
     );
   });

@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/grants.proto.
  */
 export const file_vaultgate_grants_v1_grants: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkiJgoXUmV0aXJlU2lnbmluZ0tleVJlcXVlc3QSCwoDa2lkGAEgASgJIj8KGFJldGlyZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgiuQEKFVJlZ2lzdGVyQ2xpZW50UmVxdWVzdBITCgtjbGllbnRfbmFtZRgBIAEoCRIVCg1yZWRpcmVjdF91cmlzGAIgAygJEhMKC2dyYW50X3R5cGVzGAMgAygJEhYKDnJlc3BvbnNlX3R5cGVzGAQgAygJEiIKGnRva2VuX2VuZHBvaW50X2F1dGhfbWV0aG9kGAUgASgJEg0KBXNjb3BlGAYgASgJSgQIBxAIUg5yZW1vdGVfYWRkcmVzcyLKAQoLT0F1dGhDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2NsaWVudF9uYW1lGAIgASgJEhUKDXJlZGlyZWN0X3VyaXMYAyADKAkSEwoLZ3JhbnRfdHlwZXMYBCADKAkSFgoOcmVzcG9uc2VfdHlwZXMYBSADKAkSIgoadG9rZW5fZW5kcG9pbnRfYXV0aF9tZXRob2QYBiABKAkSDgoGc2NvcGVzGAcgAygJEhsKE2NsaWVudF9pZF9pc3N1ZWRfYXQYCCABKAMiYQoWUmVnaXN0ZXJDbGllbnRSZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50EhUKDWNsaWVudF9zZWNyZXQYAiABKAkitAEKGUNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhQKDHJlZGlyZWN0X3VyaRgCIAEoCRINCgVzY29wZRgDIAEoCRIRCglyZXNvdXJjZXMYBCADKAkSFgoOY29kZV9jaGFsbGVuZ2UYBSABKAkSHQoVY29kZV9jaGFsbGVuZ2VfbWV0aG9kGAYgASgJEhUKDXNlc3Npb25fdG9rZW4YByABKAkiOwoLVmF1bHRDaG9pY2USEAoIdmF1bHRfaWQYASABKAkSCwoDdXJuGAIgASgJEg0KBWxhYmVsGAMgASgJItMBChpDaGVja0F1dGhvcml6YXRpb25SZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50Eg4KBnNjb3BlcxgCIAMoCRIQCgh2YXVsdF9pZBgDIAEoCRIYChBzdGVwX3VwX3JlcXVpcmVkGAQgASgIEjAKBnZhdWx0cxgFIAMoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuVmF1bHRDaG9pY2USFQoNc3RlcF91cF9mcmVzaBgGIAEoCCKHAQobQXBwcm92ZUF1dGhvcml6YXRpb25SZXF1ZXN0Ej8KB3JlcXVlc3QYASABKAsyLi52YXVsdGdhdGUuZ3JhbnRzLnYxLkNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIQCgh2YXVsdF9pZBgDIAEoCSI8ChxBcHByb3ZlQXV0aG9yaXphdGlvblJlc3BvbnNlEgwKBGNvZGUYASABKAkSDgoGaXNzdWVyGAIgASgJIo0BChNFeGNoYW5nZUNvZGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEgwKBGNvZGUYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJEhUKDWNvZGVfdmVyaWZpZXIYBSABKAkSEQoJcmVzb3VyY2VzGAYgAygJIkkKFEV4Y2hhbmdlQ29kZVJlc3BvbnNlEjEKBXRva2VuGAEgASgLMiIudmF1bHRnYXRlLmdyYW50cy52MS5Ub2tlblJlc3BvbnNlImYKElJldm9rZVRva2VuUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCRINCgV0b2tlbhgDIAEoCRIXCg90b2tlbl90eXBlX2hpbnQYBCABKAkiFQoTUmV2b2tlVG9rZW5SZXNwb25zZSI6ChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCSIrChNTdGFydFNpZ25JblJlc3BvbnNlEhQKDGNoYWxsZW5nZV9pZBgBIAEoCSJSChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJDChZDb21wbGV0ZVNpZ25JblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoAyIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIUChJFbmRTZXNzaW9uUmVzcG9uc2UiMwoaU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJhChtTdGFydFByb3ZpZGVyU2lnbkluUmVzcG9uc2USGQoRYXV0aG9yaXphdGlvbl91cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSEgoKZXhwaXJlc19pbhgDIAEoAyJhCh1Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVxdWVzdBIUCgxjYWxsYmFja191cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJLCh5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIp0BCgxHcmFudFN1bW1hcnkSEAoIZ3JhbnRfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSDgoGc2NvcGVzGAMgAygJEhAKCHZhdWx0X2lkGAQgASgJEhEKCWNsaWVudF9pZBgFIAEoCRISCgpjcmVhdGVkX2F0GAYgASgDEhIKCmV4cGlyZXNfYXQYByABKAMSDwoHc3RlcF91cBgIIAEoCCKTAQoMQWdlbnRTdW1tYXJ5EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSFQoNYWN0aXZlX2dyYW50cxgEIAEoDRIxCgZncmFudHMYBSADKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdyYW50U3VtbWFyeSIqChFMaXN0QWdlbnRzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkcKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeSI6Cg9HZXRBZ2VudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCSJEChBHZXRBZ2VudFJlc3BvbnNlEjAKBWFnZW50GAEgASgLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiQQoWUmV2b2tlVXNlckdyYW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhAKCGdyYW50X2lkGAIgASgJIioKF1Jldm9rZVVzZXJHcmFudFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKA0iKgoRS2lsbFN3aXRjaFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIlChJLaWxsU3dpdGNoUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSIiChFMaXN0T3V0Ym94UmVxdWVzdBINCgVlbWFpbBgBIAEoCSJRCg1PdXRib3hNZXNzYWdlEg0KBWVtYWlsGAEgASgJEg8KB3N1YmplY3QYAiABKAkSDAoEYm9keRgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJIkoKEkxpc3RPdXRib3hSZXNwb25zZRI0CghtZXNzYWdlcxgBIAMoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuT3V0Ym94TWVzc2FnZTKAFAoNR3JhbnRzU2VydmljZRJUCgdHZXRKd2tzEiMudmF1bHRnYXRlLmdyYW50cy52MS5HZXRKd2tzUmVxdWVzdBokLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0Sndrc1Jlc3BvbnNlEnUKEFJvdGF0ZVNpZ25pbmdLZXkSLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5Sb3RhdGVTaWduaW5nS2V5UmVzcG9uc2UiBIi1GAESdQoQUmV0aXJlU2lnbmluZ0tleRIsLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmV0aXJlU2lnbmluZ0tleVJlcXVlc3QaLS52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldGlyZVNpZ25pbmdLZXlSZXNwb25zZSIEiLUYARJvChBWZXJpZnlBZ2VudFRva2VuEiwudmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEmkKDlN1cGVyc2VkZUdyYW50EioudmF1bHRnYXRlLmdyYW50cy52MS5TdXBlcnNlZGVHcmFudFJlcXVlc3QaKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVzcG9uc2USbAoPUmV2b2tlQWxsR3JhbnRzEisudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VBbGxHcmFudHNSZXF1ZXN0GiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VBbGxHcmFudHNSZXNwb25zZRJjCgxSZWZyZXNoR3JhbnQSKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJlZnJlc2hHcmFudFJlcXVlc3QaKS52YXVsdGdhdGUuZ3JhbnRzLnYxLlJlZnJlc2hHcmFudFJlc3BvbnNlEmMKCklzc3VlR3JhbnQSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5Jc3N1ZUdyYW50UmVzcG9uc2UiBIi1GAESaQoOUmVnaXN0ZXJDbGllbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlJlZ2lzdGVyQ2xpZW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVnaXN0ZXJDbGllbnRSZXNwb25zZRJ1ChJDaGVja0F1dGhvcml6YXRpb24SLi52YXVsdGdhdGUuZ3JhbnRzLnYxLkNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QaLy52YXVsdGdhdGUuZ3JhbnRzLnYxLkNoZWNrQXV0aG9yaXphdGlvblJlc3BvbnNlEnsKFEFwcHJvdmVBdXRob3JpemF0aW9uEjAudmF1bHRnYXRlLmdyYW50cy52MS5BcHByb3ZlQXV0aG9yaXphdGlvblJlcXVlc3QaMS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFwcHJvdmVBdXRob3JpemF0aW9uUmVzcG9uc2USYwoMRXhjaGFuZ2VDb2RlEigudmF1bHRnYXRlLmdyYW50cy52MS5FeGNoYW5nZUNvZGVSZXF1ZXN0GikudmF1bHRnYXRlLmdyYW50cy52MS5FeGNoYW5nZUNvZGVSZXNwb25zZRJgCgtSZXZva2VUb2tlbhInLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmV2b2tlVG9rZW5SZXF1ZXN0GigudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VUb2tlblJlc3BvbnNlEmAKC1N0YXJ0U2lnbkluEicudmF1bHRnYXRlLmdyYW50cy52MS5TdGFydFNpZ25JblJlcXVlc3QaKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0U2lnbkluUmVzcG9uc2USaQoOQ29tcGxldGVTaWduSW4SKi52YXVsdGdhdGUuZ3JhbnRzLnYxLkNvbXBsZXRlU2lnbkluUmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVTaWduSW5SZXNwb25zZRJdCgpHZXRTZXNzaW9uEiYudmF1bHRnYXRlLmdyYW50cy52MS5HZXRTZXNzaW9uUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0U2Vzc2lvblJlc3BvbnNlEl0KCkVuZFNlc3Npb24SJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkVuZFNlc3Npb25SZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5FbmRTZXNzaW9uUmVzcG9uc2USeAoTU3RhcnRQcm92aWRlclNpZ25JbhIvLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QaMC52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0UHJvdmlkZXJTaWduSW5SZXNwb25zZRKBAQoWQ29tcGxldGVQcm92aWRlclNpZ25JbhIyLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVQcm92aWRlclNpZ25JblJlcXVlc3QaMy52YXVsdGdhdGUuZ3JhbnRzLnYxLkNvbXBsZXRlUHJvdmlkZXJTaWduSW5SZXNwb25zZRJdCgpMaXN0QWdlbnRzEiYudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0QWdlbnRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdEFnZW50c1Jlc3BvbnNlElcKCEdldEFnZW50EiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRBZ2VudFJlcXVlc3QaJS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEFnZW50UmVzcG9uc2USbAoPUmV2b2tlVXNlckdyYW50EisudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VVc2VyR3JhbnRSZXNwb25zZRJdCgpLaWxsU3dpdGNoEiYudmF1bHRnYXRlLmdyYW50cy52MS5LaWxsU3dpdGNoUmVxdWVzdBonLnZhdWx0Z2F0ZS5ncmFudHMudjEuS2lsbFN3aXRjaFJlc3BvbnNlEmMKCkxpc3RPdXRib3gSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RPdXRib3hSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0T3V0Ym94UmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_vaultgate_common_v1_options]);
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL2dyYW50cy5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSIQCg5HZXRKd2tzUmVxdWVzdCIkCg9HZXRKd2tzUmVzcG9uc2USEQoJandrc19qc29uGAEgASgJIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0Ij8KGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkiJgoXUmV0aXJlU2lnbmluZ0tleVJlcXVlc3QSCwoDa2lkGAEgASgJIj8KGFJldGlyZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFgoOcHVibGlzaGVkX2tpZHMYAiADKAkipAEKCkFnZW50R3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAQgASgJEhAKCHZhdWx0X2lkGAUgASgJEg4KBnNjb3BlcxgGIAMoCRIPCgdzdGVwX3VwGAcgASgIEhEKCWF1dGhfdGltZRgIIAEoAyIvChdWZXJpZnlBZ2VudFRva2VuUmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YASABKAkiSgoYVmVyaWZ5QWdlbnRUb2tlblJlc3BvbnNlEi4KBWdyYW50GAEgASgLMh8udmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudEdyYW50IoABCg1Ub2tlblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgp0b2tlbl90eXBlGAIgASgJEhIKCmV4cGlyZXNfaW4YAyABKAMSFQoNcmVmcmVzaF90b2tlbhgEIAEoCRINCgVzY29wZRgFIAEoCRILCgNqdGkYBiABKAkiSwoWU3VwZXJzZWRlR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJJChRSZWZyZXNoR3JhbnRSZXNwb25zZRIxCgV0b2tlbhgBIAEoCzIiLnZhdWx0Z2F0ZS5ncmFudHMudjEuVG9rZW5SZXNwb25zZSJHChJJc3N1ZUdyYW50UmVzcG9uc2USMQoFdG9rZW4YASABKAsyIi52YXVsdGdhdGUuZ3JhbnRzLnYxLlRva2VuUmVzcG9uc2UiPAoVU3VwZXJzZWRlR3JhbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRINCgVzY29wZRgCIAEoCSI+ChZSZXZva2VBbGxHcmFudHNSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoXUmV2b2tlQWxsR3JhbnRzUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSJWChNSZWZyZXNoR3JhbnRSZXF1ZXN0EhUKDXJlZnJlc2hfdG9rZW4YASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkiagoRSXNzdWVHcmFudFJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIOCgZzY29wZXMYAyADKAkSEQoJY2xpZW50X2lkGAQgASgJEg8KB3N0ZXBfdXAYBSABKAgiuQEKFVJlZ2lzdGVyQ2xpZW50UmVxdWVzdBITCgtjbGllbnRfbmFtZRgBIAEoCRIVCg1yZWRpcmVjdF91cmlzGAIgAygJEhMKC2dyYW50X3R5cGVzGAMgAygJEhYKDnJlc3BvbnNlX3R5cGVzGAQgAygJEiIKGnRva2VuX2VuZHBvaW50X2F1dGhfbWV0aG9kGAUgASgJEg0KBXNjb3BlGAYgASgJSgQIBxAIUg5yZW1vdGVfYWRkcmVzcyLKAQoLT0F1dGhDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2NsaWVudF9uYW1lGAIgASgJEhUKDXJlZGlyZWN0X3VyaXMYAyADKAkSEwoLZ3JhbnRfdHlwZXMYBCADKAkSFgoOcmVzcG9uc2VfdHlwZXMYBSADKAkSIgoadG9rZW5fZW5kcG9pbnRfYXV0aF9tZXRob2QYBiABKAkSDgoGc2NvcGVzGAcgAygJEhsKE2NsaWVudF9pZF9pc3N1ZWRfYXQYCCABKAMiYQoWUmVnaXN0ZXJDbGllbnRSZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50EhUKDWNsaWVudF9zZWNyZXQYAiABKAkitAEKGUNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhQKDHJlZGlyZWN0X3VyaRgCIAEoCRINCgVzY29wZRgDIAEoCRIRCglyZXNvdXJjZXMYBCADKAkSFgoOY29kZV9jaGFsbGVuZ2UYBSABKAkSHQoVY29kZV9jaGFsbGVuZ2VfbWV0aG9kGAYgASgJEhUKDXNlc3Npb25fdG9rZW4YByABKAkiOwoLVmF1bHRDaG9pY2USEAoIdmF1bHRfaWQYASABKAkSCwoDdXJuGAIgASgJEg0KBWxhYmVsGAMgASgJItMBChpDaGVja0F1dGhvcml6YXRpb25SZXNwb25zZRIwCgZjbGllbnQYASABKAsyIC52YXVsdGdhdGUuZ3JhbnRzLnYxLk9BdXRoQ2xpZW50Eg4KBnNjb3BlcxgCIAMoCRIQCgh2YXVsdF9pZBgDIAEoCRIYChBzdGVwX3VwX3JlcXVpcmVkGAQgASgIEjAKBnZhdWx0cxgFIAMoCzIgLnZhdWx0Z2F0ZS5ncmFudHMudjEuVmF1bHRDaG9pY2USFQoNc3RlcF91cF9mcmVzaBgGIAEoCCKHAQobQXBwcm92ZUF1dGhvcml6YXRpb25SZXF1ZXN0Ej8KB3JlcXVlc3QYASABKAsyLi52YXVsdGdhdGUuZ3JhbnRzLnYxLkNoZWNrQXV0aG9yaXphdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIQCgh2YXVsdF9pZBgDIAEoCSI8ChxBcHByb3ZlQXV0aG9yaXphdGlvblJlc3BvbnNlEgwKBGNvZGUYASABKAkSDgoGaXNzdWVyGAIgASgJIo0BChNFeGNoYW5nZUNvZGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEgwKBGNvZGUYAyABKAkSFAoMcmVkaXJlY3RfdXJpGAQgASgJEhUKDWNvZGVfdmVyaWZpZXIYBSABKAkSEQoJcmVzb3VyY2VzGAYgAygJIkkKFEV4Y2hhbmdlQ29kZVJlc3BvbnNlEjEKBXRva2VuGAEgASgLMiIudmF1bHRnYXRlLmdyYW50cy52MS5Ub2tlblJlc3BvbnNlImYKElJldm9rZVRva2VuUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSFQoNY2xpZW50X3NlY3JldBgCIAEoCRINCgV0b2tlbhgDIAEoCRIXCg90b2tlbl90eXBlX2hpbnQYBCABKAkiFQoTUmV2b2tlVG9rZW5SZXNwb25zZSI6ChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCSIrChNTdGFydFNpZ25JblJlc3BvbnNlEhQKDGNoYWxsZW5nZV9pZBgBIAEoCSJSChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJDChZDb21wbGV0ZVNpZ25JblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoAyIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIUChJFbmRTZXNzaW9uUmVzcG9uc2UiMwoaU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJhChtTdGFydFByb3ZpZGVyU2lnbkluUmVzcG9uc2USGQoRYXV0aG9yaXphdGlvbl91cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSEgoKZXhwaXJlc19pbhgDIAEoAyJhCh1Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVxdWVzdBIUCgxjYWxsYmFja191cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJLCh5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIp0BCgxHcmFudFN1bW1hcnkSEAoIZ3JhbnRfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSDgoGc2NvcGVzGAMgAygJEhAKCHZhdWx0X2lkGAQgASgJEhEKCWNsaWVudF9pZBgFIAEoCRISCgpjcmVhdGVkX2F0GAYgASgDEhIKCmV4cGlyZXNfYXQYByABKAMSDwoHc3RlcF91cBgIIAEoCCKTAQoMQWdlbnRTdW1tYXJ5EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSFQoNYWN0aXZlX2dyYW50cxgEIAEoDRIxCgZncmFudHMYBSADKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkdyYW50U3VtbWFyeSJ9CgdQYXNza2V5EhIKCnBhc3NrZXlfaWQYASABKAkSDAoEbmFtZRgCIAEoCRISCgpjcmVhdGVkX2F0GAMgASgDEhQKDGxhc3RfdXNlZF9hdBgEIAEoAxIRCgliYWNrZWRfdXAYBSABKAgSEwoLZGV2aWNlX3R5cGUYBiABKAkiOAofU3RhcnRQYXNza2V5UmVnaXN0cmF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIk0KIFN0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEhQKDG9wdGlvbnNfanNvbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCSJzCiBGaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJEhUKDXJlc3BvbnNlX2pzb24YAyABKAkSDAoEbmFtZRgEIAEoCSJSCiFGaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uUmVzcG9uc2USLQoHcGFzc2tleRgBIAEoCzIcLnZhdWx0Z2F0ZS5ncmFudHMudjEuUGFzc2tleSIsChNMaXN0UGFzc2tleXNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiRgoUTGlzdFBhc3NrZXlzUmVzcG9uc2USLgoIcGFzc2tleXMYASADKAsyHC52YXVsdGdhdGUuZ3JhbnRzLnYxLlBhc3NrZXkiQQoUUmVtb3ZlUGFzc2tleVJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpwYXNza2V5X2lkGAIgASgJIhcKFVJlbW92ZVBhc3NrZXlSZXNwb25zZSI1ChxTdGFydFBhc3NrZXlBc3NlcnRpb25SZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiSgodU3RhcnRQYXNza2V5QXNzZXJ0aW9uUmVzcG9uc2USFAoMb3B0aW9uc19qc29uGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJImIKHUZpbmlzaFBhc3NrZXlBc3NlcnRpb25SZXF1ZXN0EhMKC2Zsb3dfc2VjcmV0GAEgASgJEhUKDXJlc3BvbnNlX2pzb24YAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCSJLCh5GaW5pc2hQYXNza2V5QXNzZXJ0aW9uUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIioKEUxpc3RBZ2VudHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiRwoSTGlzdEFnZW50c1Jlc3BvbnNlEjEKBmFnZW50cxgBIAMoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5IjoKD0dldEFnZW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhAKCGFnZW50X2lkGAIgASgJIkQKEEdldEFnZW50UmVzcG9uc2USMAoFYWdlbnQYASABKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeSJBChZSZXZva2VVc2VyR3JhbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIZ3JhbnRfaWQYAiABKAkiKgoXUmV2b2tlVXNlckdyYW50UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSIqChFLaWxsU3dpdGNoUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIiUKEktpbGxTd2l0Y2hSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNIiIKEUxpc3RPdXRib3hSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJIlEKDU91dGJveE1lc3NhZ2USDQoFZW1haWwYASABKAkSDwoHc3ViamVjdBgCIAEoCRIMCgRib2R5GAMgASgJEhIKCmNyZWF0ZWRfYXQYBCABKAkiSgoSTGlzdE91dGJveFJlc3BvbnNlEjQKCG1lc3NhZ2VzGAEgAygLMiIudmF1bHRnYXRlLmdyYW50cy52MS5PdXRib3hNZXNzYWdlMugZCg1HcmFudHNTZXJ2aWNlElQKB0dldEp3a3MSIy52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEp3a3NSZXF1ZXN0GiQudmF1bHRnYXRlLmdyYW50cy52MS5HZXRKd2tzUmVzcG9uc2USdQoQUm90YXRlU2lnbmluZ0tleRIsLnZhdWx0Z2F0ZS5ncmFudHMudjEuUm90YXRlU2lnbmluZ0tleVJlcXVlc3QaLS52YXVsdGdhdGUuZ3JhbnRzLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZSIEiLUYARJ1ChBSZXRpcmVTaWduaW5nS2V5EiwudmF1bHRnYXRlLmdyYW50cy52MS5SZXRpcmVTaWduaW5nS2V5UmVxdWVzdBotLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmV0aXJlU2lnbmluZ0tleVJlc3BvbnNlIgSItRgBEm8KEFZlcmlmeUFnZW50VG9rZW4SLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlZlcmlmeUFnZW50VG9rZW5SZXF1ZXN0Gi0udmF1bHRnYXRlLmdyYW50cy52MS5WZXJpZnlBZ2VudFRva2VuUmVzcG9uc2USaQoOU3VwZXJzZWRlR3JhbnQSKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN1cGVyc2VkZUdyYW50UmVxdWVzdBorLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3VwZXJzZWRlR3JhbnRSZXNwb25zZRJsCg9SZXZva2VBbGxHcmFudHMSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1JlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZUFsbEdyYW50c1Jlc3BvbnNlEmMKDFJlZnJlc2hHcmFudBIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVmcmVzaEdyYW50UmVzcG9uc2USYwoKSXNzdWVHcmFudBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuSXNzdWVHcmFudFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLklzc3VlR3JhbnRSZXNwb25zZSIEiLUYARJpCg5SZWdpc3RlckNsaWVudBIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVnaXN0ZXJDbGllbnRSZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5SZWdpc3RlckNsaWVudFJlc3BvbnNlEnUKEkNoZWNrQXV0aG9yaXphdGlvbhIuLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVxdWVzdBovLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ2hlY2tBdXRob3JpemF0aW9uUmVzcG9uc2USewoUQXBwcm92ZUF1dGhvcml6YXRpb24SMC52YXVsdGdhdGUuZ3JhbnRzLnYxLkFwcHJvdmVBdXRob3JpemF0aW9uUmVxdWVzdBoxLnZhdWx0Z2F0ZS5ncmFudHMudjEuQXBwcm92ZUF1dGhvcml6YXRpb25SZXNwb25zZRJjCgxFeGNoYW5nZUNvZGUSKC52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlcXVlc3QaKS52YXVsdGdhdGUuZ3JhbnRzLnYxLkV4Y2hhbmdlQ29kZVJlc3BvbnNlEmAKC1Jldm9rZVRva2VuEicudmF1bHRnYXRlLmdyYW50cy52MS5SZXZva2VUb2tlblJlcXVlc3QaKC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVRva2VuUmVzcG9uc2USYAoLU3RhcnRTaWduSW4SJy52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0U2lnbkluUmVxdWVzdBooLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRTaWduSW5SZXNwb25zZRJpCg5Db21wbGV0ZVNpZ25JbhIqLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVTaWduSW5SZXF1ZXN0GisudmF1bHRnYXRlLmdyYW50cy52MS5Db21wbGV0ZVNpZ25JblJlc3BvbnNlEl0KCkdldFNlc3Npb24SJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldFNlc3Npb25SZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5HZXRTZXNzaW9uUmVzcG9uc2USXQoKRW5kU2Vzc2lvbhImLnZhdWx0Z2F0ZS5ncmFudHMudjEuRW5kU2Vzc2lvblJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLkVuZFNlc3Npb25SZXNwb25zZRJ4ChNTdGFydFByb3ZpZGVyU2lnbkluEi8udmF1bHRnYXRlLmdyYW50cy52MS5TdGFydFByb3ZpZGVyU2lnbkluUmVxdWVzdBowLnZhdWx0Z2F0ZS5ncmFudHMudjEuU3RhcnRQcm92aWRlclNpZ25JblJlc3BvbnNlEoEBChZDb21wbGV0ZVByb3ZpZGVyU2lnbkluEjIudmF1bHRnYXRlLmdyYW50cy52MS5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVxdWVzdBozLnZhdWx0Z2F0ZS5ncmFudHMudjEuQ29tcGxldGVQcm92aWRlclNpZ25JblJlc3BvbnNlEocBChhTdGFydFBhc3NrZXlSZWdpc3RyYXRpb24SNC52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QaNS52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEooBChlGaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uEjUudmF1bHRnYXRlLmdyYW50cy52MS5GaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uUmVxdWVzdBo2LnZhdWx0Z2F0ZS5ncmFudHMudjEuRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEmMKDExpc3RQYXNza2V5cxIoLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdFBhc3NrZXlzUmVxdWVzdBopLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdFBhc3NrZXlzUmVzcG9uc2USZgoNUmVtb3ZlUGFzc2tleRIpLnZhdWx0Z2F0ZS5ncmFudHMudjEuUmVtb3ZlUGFzc2tleVJlcXVlc3QaKi52YXVsdGdhdGUuZ3JhbnRzLnYxLlJlbW92ZVBhc3NrZXlSZXNwb25zZRJ+ChVTdGFydFBhc3NrZXlBc3NlcnRpb24SMS52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0UGFzc2tleUFzc2VydGlvblJlcXVlc3QaMi52YXVsdGdhdGUuZ3JhbnRzLnYxLlN0YXJ0UGFzc2tleUFzc2VydGlvblJlc3BvbnNlEoEBChZGaW5pc2hQYXNza2V5QXNzZXJ0aW9uEjIudmF1bHRnYXRlLmdyYW50cy52MS5GaW5pc2hQYXNza2V5QXNzZXJ0aW9uUmVxdWVzdBozLnZhdWx0Z2F0ZS5ncmFudHMudjEuRmluaXNoUGFzc2tleUFzc2VydGlvblJlc3BvbnNlEl0KCkxpc3RBZ2VudHMSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RBZ2VudHNSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5MaXN0QWdlbnRzUmVzcG9uc2USVwoIR2V0QWdlbnQSJC52YXVsdGdhdGUuZ3JhbnRzLnYxLkdldEFnZW50UmVxdWVzdBolLnZhdWx0Z2F0ZS5ncmFudHMudjEuR2V0QWdlbnRSZXNwb25zZRJsCg9SZXZva2VVc2VyR3JhbnQSKy52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVVzZXJHcmFudFJlcXVlc3QaLC52YXVsdGdhdGUuZ3JhbnRzLnYxLlJldm9rZVVzZXJHcmFudFJlc3BvbnNlEl0KCktpbGxTd2l0Y2gSJi52YXVsdGdhdGUuZ3JhbnRzLnYxLktpbGxTd2l0Y2hSZXF1ZXN0GicudmF1bHRnYXRlLmdyYW50cy52MS5LaWxsU3dpdGNoUmVzcG9uc2USYwoKTGlzdE91dGJveBImLnZhdWx0Z2F0ZS5ncmFudHMudjEuTGlzdE91dGJveFJlcXVlc3QaJy52YXVsdGdhdGUuZ3JhbnRzLnYxLkxpc3RPdXRib3hSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.grants.v1.GetJwksRequest
@@ -1243,6 +1243,317 @@ export const AgentSummarySchema: GenMessage<AgentSummary> = /*@__PURE__*/
   messageDesc(file_vaultgate_grants_v1_grants, 44);
 
 /**
+ * @generated from message vaultgate.grants.v1.Passkey
+ */
+export type Passkey = Message<"vaultgate.grants.v1.Passkey"> & {
+  /**
+   * @generated from field: string passkey_id = 1;
+   */
+  passkeyId: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * Unix seconds.
+   *
+   * @generated from field: int64 created_at = 3;
+   */
+  createdAt: bigint;
+
+  /**
+   * Unix seconds; 0 when never used.
+   *
+   * @generated from field: int64 last_used_at = 4;
+   */
+  lastUsedAt: bigint;
+
+  /**
+   * The authenticator says the credential is backed up (synced across devices).
+   *
+   * @generated from field: bool backed_up = 5;
+   */
+  backedUp: boolean;
+
+  /**
+   * "singleDevice" or "multiDevice".
+   *
+   * @generated from field: string device_type = 6;
+   */
+  deviceType: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.Passkey.
+ * Use `create(PasskeySchema)` to create a new message.
+ */
+export const PasskeySchema: GenMessage<Passkey> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 45);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartPasskeyRegistrationRequest
+ */
+export type StartPasskeyRegistrationRequest = Message<"vaultgate.grants.v1.StartPasskeyRegistrationRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartPasskeyRegistrationRequest.
+ * Use `create(StartPasskeyRegistrationRequestSchema)` to create a new message.
+ */
+export const StartPasskeyRegistrationRequestSchema: GenMessage<StartPasskeyRegistrationRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 46);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartPasskeyRegistrationResponse
+ */
+export type StartPasskeyRegistrationResponse = Message<"vaultgate.grants.v1.StartPasskeyRegistrationResponse"> & {
+  /**
+   * PublicKeyCredentialCreationOptionsJSON for navigator.credentials.create.
+   *
+   * @generated from field: string options_json = 1;
+   */
+  optionsJson: string;
+
+  /**
+   * @generated from field: string flow_secret = 2;
+   */
+  flowSecret: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartPasskeyRegistrationResponse.
+ * Use `create(StartPasskeyRegistrationResponseSchema)` to create a new message.
+ */
+export const StartPasskeyRegistrationResponseSchema: GenMessage<StartPasskeyRegistrationResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 47);
+
+/**
+ * @generated from message vaultgate.grants.v1.FinishPasskeyRegistrationRequest
+ */
+export type FinishPasskeyRegistrationRequest = Message<"vaultgate.grants.v1.FinishPasskeyRegistrationRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: string flow_secret = 2;
+   */
+  flowSecret: string;
+
+  /**
+   * RegistrationResponseJSON from the browser.
+   *
+   * @generated from field: string response_json = 3;
+   */
+  responseJson: string;
+
+  /**
+   * A name the person gives the passkey (at most 60 characters are kept).
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.FinishPasskeyRegistrationRequest.
+ * Use `create(FinishPasskeyRegistrationRequestSchema)` to create a new message.
+ */
+export const FinishPasskeyRegistrationRequestSchema: GenMessage<FinishPasskeyRegistrationRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 48);
+
+/**
+ * @generated from message vaultgate.grants.v1.FinishPasskeyRegistrationResponse
+ */
+export type FinishPasskeyRegistrationResponse = Message<"vaultgate.grants.v1.FinishPasskeyRegistrationResponse"> & {
+  /**
+   * @generated from field: vaultgate.grants.v1.Passkey passkey = 1;
+   */
+  passkey?: Passkey | undefined;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.FinishPasskeyRegistrationResponse.
+ * Use `create(FinishPasskeyRegistrationResponseSchema)` to create a new message.
+ */
+export const FinishPasskeyRegistrationResponseSchema: GenMessage<FinishPasskeyRegistrationResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 49);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListPasskeysRequest
+ */
+export type ListPasskeysRequest = Message<"vaultgate.grants.v1.ListPasskeysRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListPasskeysRequest.
+ * Use `create(ListPasskeysRequestSchema)` to create a new message.
+ */
+export const ListPasskeysRequestSchema: GenMessage<ListPasskeysRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 50);
+
+/**
+ * @generated from message vaultgate.grants.v1.ListPasskeysResponse
+ */
+export type ListPasskeysResponse = Message<"vaultgate.grants.v1.ListPasskeysResponse"> & {
+  /**
+   * @generated from field: repeated vaultgate.grants.v1.Passkey passkeys = 1;
+   */
+  passkeys: Passkey[];
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ListPasskeysResponse.
+ * Use `create(ListPasskeysResponseSchema)` to create a new message.
+ */
+export const ListPasskeysResponseSchema: GenMessage<ListPasskeysResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 51);
+
+/**
+ * @generated from message vaultgate.grants.v1.RemovePasskeyRequest
+ */
+export type RemovePasskeyRequest = Message<"vaultgate.grants.v1.RemovePasskeyRequest"> & {
+  /**
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: string passkey_id = 2;
+   */
+  passkeyId: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RemovePasskeyRequest.
+ * Use `create(RemovePasskeyRequestSchema)` to create a new message.
+ */
+export const RemovePasskeyRequestSchema: GenMessage<RemovePasskeyRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 52);
+
+/**
+ * @generated from message vaultgate.grants.v1.RemovePasskeyResponse
+ */
+export type RemovePasskeyResponse = Message<"vaultgate.grants.v1.RemovePasskeyResponse"> & {
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.RemovePasskeyResponse.
+ * Use `create(RemovePasskeyResponseSchema)` to create a new message.
+ */
+export const RemovePasskeyResponseSchema: GenMessage<RemovePasskeyResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 53);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartPasskeyAssertionRequest
+ */
+export type StartPasskeyAssertionRequest = Message<"vaultgate.grants.v1.StartPasskeyAssertionRequest"> & {
+  /**
+   * Step-up: the session to step up; empty for sign-in.
+   *
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartPasskeyAssertionRequest.
+ * Use `create(StartPasskeyAssertionRequestSchema)` to create a new message.
+ */
+export const StartPasskeyAssertionRequestSchema: GenMessage<StartPasskeyAssertionRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 54);
+
+/**
+ * @generated from message vaultgate.grants.v1.StartPasskeyAssertionResponse
+ */
+export type StartPasskeyAssertionResponse = Message<"vaultgate.grants.v1.StartPasskeyAssertionResponse"> & {
+  /**
+   * PublicKeyCredentialRequestOptionsJSON for navigator.credentials.get.
+   *
+   * @generated from field: string options_json = 1;
+   */
+  optionsJson: string;
+
+  /**
+   * @generated from field: string flow_secret = 2;
+   */
+  flowSecret: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.StartPasskeyAssertionResponse.
+ * Use `create(StartPasskeyAssertionResponseSchema)` to create a new message.
+ */
+export const StartPasskeyAssertionResponseSchema: GenMessage<StartPasskeyAssertionResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 55);
+
+/**
+ * @generated from message vaultgate.grants.v1.FinishPasskeyAssertionRequest
+ */
+export type FinishPasskeyAssertionRequest = Message<"vaultgate.grants.v1.FinishPasskeyAssertionRequest"> & {
+  /**
+   * @generated from field: string flow_secret = 1;
+   */
+  flowSecret: string;
+
+  /**
+   * AuthenticationResponseJSON from the browser.
+   *
+   * @generated from field: string response_json = 2;
+   */
+  responseJson: string;
+
+  /**
+   * Step-up: the session being stepped up; empty for sign-in.
+   *
+   * @generated from field: string session_token = 3;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.FinishPasskeyAssertionRequest.
+ * Use `create(FinishPasskeyAssertionRequestSchema)` to create a new message.
+ */
+export const FinishPasskeyAssertionRequestSchema: GenMessage<FinishPasskeyAssertionRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 56);
+
+/**
+ * @generated from message vaultgate.grants.v1.FinishPasskeyAssertionResponse
+ */
+export type FinishPasskeyAssertionResponse = Message<"vaultgate.grants.v1.FinishPasskeyAssertionResponse"> & {
+  /**
+   * A new session (sign-in only).
+   *
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * @generated from field: int64 expires_in = 2;
+   */
+  expiresIn: bigint;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.FinishPasskeyAssertionResponse.
+ * Use `create(FinishPasskeyAssertionResponseSchema)` to create a new message.
+ */
+export const FinishPasskeyAssertionResponseSchema: GenMessage<FinishPasskeyAssertionResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_grants, 57);
+
+/**
  * @generated from message vaultgate.grants.v1.ListAgentsRequest
  */
 export type ListAgentsRequest = Message<"vaultgate.grants.v1.ListAgentsRequest"> & {
@@ -1257,7 +1568,7 @@ export type ListAgentsRequest = Message<"vaultgate.grants.v1.ListAgentsRequest">
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 45);
+  messageDesc(file_vaultgate_grants_v1_grants, 58);
 
 /**
  * @generated from message vaultgate.grants.v1.ListAgentsResponse
@@ -1274,7 +1585,7 @@ export type ListAgentsResponse = Message<"vaultgate.grants.v1.ListAgentsResponse
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 46);
+  messageDesc(file_vaultgate_grants_v1_grants, 59);
 
 /**
  * @generated from message vaultgate.grants.v1.GetAgentRequest
@@ -1296,7 +1607,7 @@ export type GetAgentRequest = Message<"vaultgate.grants.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 47);
+  messageDesc(file_vaultgate_grants_v1_grants, 60);
 
 /**
  * @generated from message vaultgate.grants.v1.GetAgentResponse
@@ -1313,7 +1624,7 @@ export type GetAgentResponse = Message<"vaultgate.grants.v1.GetAgentResponse"> &
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 48);
+  messageDesc(file_vaultgate_grants_v1_grants, 61);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeUserGrantRequest
@@ -1335,7 +1646,7 @@ export type RevokeUserGrantRequest = Message<"vaultgate.grants.v1.RevokeUserGran
  * Use `create(RevokeUserGrantRequestSchema)` to create a new message.
  */
 export const RevokeUserGrantRequestSchema: GenMessage<RevokeUserGrantRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 49);
+  messageDesc(file_vaultgate_grants_v1_grants, 62);
 
 /**
  * @generated from message vaultgate.grants.v1.RevokeUserGrantResponse
@@ -1352,7 +1663,7 @@ export type RevokeUserGrantResponse = Message<"vaultgate.grants.v1.RevokeUserGra
  * Use `create(RevokeUserGrantResponseSchema)` to create a new message.
  */
 export const RevokeUserGrantResponseSchema: GenMessage<RevokeUserGrantResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 50);
+  messageDesc(file_vaultgate_grants_v1_grants, 63);
 
 /**
  * @generated from message vaultgate.grants.v1.KillSwitchRequest
@@ -1369,7 +1680,7 @@ export type KillSwitchRequest = Message<"vaultgate.grants.v1.KillSwitchRequest">
  * Use `create(KillSwitchRequestSchema)` to create a new message.
  */
 export const KillSwitchRequestSchema: GenMessage<KillSwitchRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 51);
+  messageDesc(file_vaultgate_grants_v1_grants, 64);
 
 /**
  * @generated from message vaultgate.grants.v1.KillSwitchResponse
@@ -1386,7 +1697,7 @@ export type KillSwitchResponse = Message<"vaultgate.grants.v1.KillSwitchResponse
  * Use `create(KillSwitchResponseSchema)` to create a new message.
  */
 export const KillSwitchResponseSchema: GenMessage<KillSwitchResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 52);
+  messageDesc(file_vaultgate_grants_v1_grants, 65);
 
 /**
  * @generated from message vaultgate.grants.v1.ListOutboxRequest
@@ -1405,7 +1716,7 @@ export type ListOutboxRequest = Message<"vaultgate.grants.v1.ListOutboxRequest">
  * Use `create(ListOutboxRequestSchema)` to create a new message.
  */
 export const ListOutboxRequestSchema: GenMessage<ListOutboxRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 53);
+  messageDesc(file_vaultgate_grants_v1_grants, 66);
 
 /**
  * @generated from message vaultgate.grants.v1.OutboxMessage
@@ -1439,7 +1750,7 @@ export type OutboxMessage = Message<"vaultgate.grants.v1.OutboxMessage"> & {
  * Use `create(OutboxMessageSchema)` to create a new message.
  */
 export const OutboxMessageSchema: GenMessage<OutboxMessage> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 54);
+  messageDesc(file_vaultgate_grants_v1_grants, 67);
 
 /**
  * @generated from message vaultgate.grants.v1.ListOutboxResponse
@@ -1456,7 +1767,7 @@ export type ListOutboxResponse = Message<"vaultgate.grants.v1.ListOutboxResponse
  * Use `create(ListOutboxResponseSchema)` to create a new message.
  */
 export const ListOutboxResponseSchema: GenMessage<ListOutboxResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_grants, 55);
+  messageDesc(file_vaultgate_grants_v1_grants, 68);
 
 /**
  * GrantsService is the token authority: the shared ES256 signing key, and agent
@@ -1663,6 +1974,69 @@ export const GrantsService: GenService<{
     methodKind: "unary";
     input: typeof CompleteProviderSignInRequestSchema;
     output: typeof CompleteProviderSignInResponseSchema;
+  },
+  /**
+   * StartPasskeyRegistration gives WebAuthn creation options to a signed-in person whose
+   * step-up is fresh; the browser keeps flow_secret for FinishPasskeyRegistration.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.StartPasskeyRegistration
+   */
+  startPasskeyRegistration: {
+    methodKind: "unary";
+    input: typeof StartPasskeyRegistrationRequestSchema;
+    output: typeof StartPasskeyRegistrationResponseSchema;
+  },
+  /**
+   * FinishPasskeyRegistration verifies the authenticator's answer and stores the passkey.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.FinishPasskeyRegistration
+   */
+  finishPasskeyRegistration: {
+    methodKind: "unary";
+    input: typeof FinishPasskeyRegistrationRequestSchema;
+    output: typeof FinishPasskeyRegistrationResponseSchema;
+  },
+  /**
+   * ListPasskeys lists the session user's passkeys (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.ListPasskeys
+   */
+  listPasskeys: {
+    methodKind: "unary";
+    input: typeof ListPasskeysRequestSchema;
+    output: typeof ListPasskeysResponseSchema;
+  },
+  /**
+   * RemovePasskey removes one of the session user's passkeys (dashboard).
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.RemovePasskey
+   */
+  removePasskey: {
+    methodKind: "unary";
+    input: typeof RemovePasskeyRequestSchema;
+    output: typeof RemovePasskeyResponseSchema;
+  },
+  /**
+   * StartPasskeyAssertion gives WebAuthn request options: with a session a step-up with
+   * that person's passkeys, without one a sign-in with any discoverable passkey.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.StartPasskeyAssertion
+   */
+  startPasskeyAssertion: {
+    methodKind: "unary";
+    input: typeof StartPasskeyAssertionRequestSchema;
+    output: typeof StartPasskeyAssertionResponseSchema;
+  },
+  /**
+   * FinishPasskeyAssertion verifies the assertion (user verification required); sign-in
+   * yields a session, step-up marks the session it was started in.
+   *
+   * @generated from rpc vaultgate.grants.v1.GrantsService.FinishPasskeyAssertion
+   */
+  finishPasskeyAssertion: {
+    methodKind: "unary";
+    input: typeof FinishPasskeyAssertionRequestSchema;
+    output: typeof FinishPasskeyAssertionResponseSchema;
   },
   /**
    * ListAgents lists the session user's agents (dashboard).

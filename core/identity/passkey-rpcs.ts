@@ -1,0 +1,83 @@
+import type { HandlerContext } from "@connectrpc/connect";
+import type {
+  FinishPasskeyAssertionRequest,
+  FinishPasskeyRegistrationRequest,
+  ListPasskeysRequest,
+  RemovePasskeyRequest,
+  StartPasskeyAssertionRequest,
+  StartPasskeyRegistrationRequest,
+} from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { kClientAddress, kRequestId } from "../context.js";
+import { fail } from "../errors.js";
+import type { PasskeyRecord, Passkeys } from "./passkeys.js";
+import type { SessionVerifier } from "./sessions.js";
+
+export interface PasskeyRpcDeps {
+  passkeys: Passkeys;
+  sessions: SessionVerifier;
+}
+
+const facts = (ctx: HandlerContext) => ({ requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) });
+const seconds = (d: Date | null) => (d ? BigInt(Math.floor(d.getTime() / 1000)) : 0n);
+const toProto = (k: PasskeyRecord) => ({ passkeyId: k.id, name: k.name, createdAt: seconds(k.createdAt), lastUsedAt: seconds(k.lastUsedAt), backedUp: k.backedUp, deviceType: k.deviceType });
+
+/** The browser's JSON, bounded and parsed; anything else is bad input, never a 5xx. */
+function browserJson(raw: string, field: string): never | Record<string, unknown> {
+  if (!raw || raw.length > 64 * 1024) fail(Reason.INVALID_REQUEST, `${field} is missing or too long`);
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    fail(Reason.INVALID_REQUEST, `${field} is not JSON`);
+  }
+  if (!v || typeof v !== "object" || Array.isArray(v)) fail(Reason.INVALID_REQUEST, `${field} must be a JSON object`);
+  const o = v as Record<string, unknown>;
+  if (typeof o.id !== "string" || typeof o.response !== "object" || !o.response) fail(Reason.INVALID_REQUEST, `${field} is not a WebAuthn credential`);
+  return o;
+}
+
+/** GrantsService.StartPasskeyRegistration: creation options, only after a fresh step-up. */
+export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  const r = await deps.passkeys.registrationOptions(s);
+  return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
+}
+
+/** GrantsService.FinishPasskeyRegistration: the authenticator's answer, verified and stored. */
+export async function finishPasskeyRegistration(deps: PasskeyRpcDeps, req: FinishPasskeyRegistrationRequest, ctx: HandlerContext) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  const response = browserJson(req.responseJson, "response_json");
+  if (req.name.length > 200) fail(Reason.INVALID_REQUEST, "name is too long");
+  const k = await deps.passkeys.register({ binding: req.flowSecret, response: response as never, name: req.name, session: s }, facts(ctx));
+  return { passkey: toProto(k) };
+}
+
+/** GrantsService.ListPasskeys: the session user's passkeys. */
+export async function listPasskeys(deps: PasskeyRpcDeps, req: ListPasskeysRequest) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  return { passkeys: (await deps.passkeys.list(s.userId)).map(toProto) };
+}
+
+/** GrantsService.RemovePasskey: one of the session user's own passkeys. */
+export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequest, ctx: HandlerContext) {
+  const s = await deps.sessions.verify(req.sessionToken);
+  await deps.passkeys.remove(s.userId, req.passkeyId, facts(ctx));
+  return {};
+}
+
+/** GrantsService.StartPasskeyAssertion: step-up options with a session, sign-in options without. */
+export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest) {
+  const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const r = s ? await deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId }) : await deps.passkeys.authenticationOptions("sign_in");
+  return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
+}
+
+/** GrantsService.FinishPasskeyAssertion: a session for sign-in, or a fresh step-up on the given session. */
+export async function finishPasskeyAssertion(deps: PasskeyRpcDeps, req: FinishPasskeyAssertionRequest, ctx: HandlerContext) {
+  const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const response = browserJson(req.responseJson, "response_json");
+  const done = await deps.passkeys.authenticate({ binding: req.flowSecret, response: response as never, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined }, facts(ctx));
+  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
+  return { sessionToken: "", expiresIn: 0n };
+}

@@ -1,0 +1,149 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
+import { stepUpPath } from "../paths.js";
+import { html, type Html } from "../views/html.js";
+import { ceremonyForm, passkeyList, PASSKEYS_PATH, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
+import { PASSKEYS_SCRIPT } from "../views/passkeys-script.js";
+
+/** The browser's secret for one passkey ceremony; core completes it only with this. */
+const FLOW_COOKIE = "vg_passkey";
+const FLOW_SECONDS = 300;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+type Query = Record<string, string | string[] | undefined>;
+const q = (request: FastifyRequest, name: string) => {
+  const v = (request.query as Query)[name];
+  return typeof v === "string" ? v : undefined;
+};
+
+/** The step-up page's "Use a passkey" button: only when the deployment offers passkeys and the person has one. */
+export async function passkeyStepUpOffer(ctx: WebContext, request: FastifyRequest, sessionToken: string, returnTo: string): Promise<Html> {
+  if (!ctx.signinMethods.includes("passkey")) return html``;
+  const { passkeys } = await ctx.grants.listPasskeys({ sessionToken }, ctx.rpc(request));
+  if (passkeys.length === 0) return html``;
+  return html`<p class="card"><a class="button" href="/stepup/passkey?return_to=${encodeURIComponent(returnTo)}">Use a passkey</a></p>`;
+}
+
+/**
+ * Passkeys on the web: the dashboard's list, add (after a fresh step-up) and remove; a
+ * passkey as step-up (/stepup/passkey) and as sign-in (/signin/passkey). WebAuthn needs
+ * the browser's JavaScript, so these pages alone may load our one script.
+ */
+export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
+  const secure = ctx.urls.appUrl.startsWith("https:");
+  const flowCookie = (value: string, maxAge: number) => `${FLOW_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+  const takeFlow = (request: FastifyRequest, reply: FastifyReply) => {
+    reply.header("set-cookie", [flowCookie("", 0)]);
+    return readCookies(request)[FLOW_COOKIE] ?? "";
+  };
+  // Registered after the plugin-wide page headers, so this replaces their script-less policy here.
+  app.addHook("onSend", async (_request, reply) => {
+    reply.header("content-security-policy", "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+  });
+  const answer = (form: Map<string, string>) => {
+    const response = form.get("response") ?? "";
+    if (!response) throw new PageError(400, "Your browser did not answer", "Passkeys need JavaScript in this browser. Turn it on and start again, or use another way to confirm it is you.");
+    return response;
+  };
+
+  app.get(PASSKEYS_SCRIPT_PATH, async (_request, reply) => reply.type("text/javascript; charset=utf-8").header("cache-control", "public, max-age=300").send(PASSKEYS_SCRIPT));
+
+  app.get(PASSKEYS_PATH, async (request, reply) => {
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
+    const res = await ctx.grants.listPasskeys({ sessionToken: current.token }, ctx.rpc(request));
+    const csrf = ctx.csrfToken(request, reply);
+    const notice = q(request, "done") === "added" ? "Your passkey was added." : q(request, "done") === "removed" ? "The passkey was removed." : undefined;
+    return ctx.send(reply, 200, "Passkeys", passkeyList(res.passkeys, csrf, notice), { email: current.session.email, csrf });
+  });
+
+  app.get(`${PASSKEYS_PATH}/add`, async (request, reply) => {
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, `${PASSKEYS_PATH}/add`);
+    if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
+    const res = await ctx.grants.startPasskeyRegistration({ sessionToken: current.token }, ctx.rpc(request));
+    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const csrf = ctx.csrfToken(request, reply);
+    return ctx.send(
+      reply,
+      200,
+      "Add a passkey",
+      ceremonyForm({ kind: "create", action: `${PASSKEYS_PATH}/add`, optionsJson: res.optionsJson, csrf, button: "Create passkey", intro: "Your device will ask for your fingerprint, face or PIN.", askName: true }),
+      { email: current.session.email, csrf },
+    );
+  });
+
+  app.post(`${PASSKEYS_PATH}/add`, async (request, reply) => {
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
+    const flowSecret = takeFlow(request, reply);
+    await ctx.grants.finishPasskeyRegistration({ sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" }, ctx.rpc(request));
+    return reply.redirect(`${PASSKEYS_PATH}?done=added`, 303);
+  });
+
+  app.post<{ Params: { id: string } }>(`${PASSKEYS_PATH}/:id/remove`, async (request, reply) => {
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
+    if (!UUID.test(request.params.id)) throw new PageError(404, "Not found", "There is no such passkey.");
+    await ctx.grants.removePasskey({ sessionToken: current.token, passkeyId: request.params.id }, ctx.rpc(request));
+    return reply.redirect(`${PASSKEYS_PATH}?done=removed`, 303);
+  });
+
+  app.get("/stepup/passkey", async (request, reply) => {
+    const returnTo = safeReturnTo(q(request, "return_to"));
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
+    const res = await ctx.grants.startPasskeyAssertion({ sessionToken: current.token }, ctx.rpc(request));
+    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const csrf = ctx.csrfToken(request, reply);
+    return ctx.send(
+      reply,
+      200,
+      "Confirm it's you",
+      html`${ceremonyForm({ kind: "get", action: "/stepup/passkey", optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Confirm with your passkey: your device will ask for your fingerprint, face or PIN." })}
+        <p><a href="${stepUpPath(returnTo)}">Confirm another way</a></p>`,
+      { email: current.session.email, csrf },
+    );
+  });
+
+  app.post("/stepup/passkey", async (request, reply) => {
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    const returnTo = safeReturnTo(form.params.get("return_to"));
+    const current = await ctx.session(request);
+    if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
+    const flowSecret = takeFlow(request, reply);
+    await ctx.grants.finishPasskeyAssertion({ sessionToken: current.token, flowSecret, responseJson: answer(form.params) }, ctx.rpc(request));
+    return reply.redirect(returnTo, 303);
+  });
+
+  app.get("/signin/passkey", async (request, reply) => {
+    if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
+    const returnTo = safeReturnTo(q(request, "return_to"));
+    const res = await ctx.grants.startPasskeyAssertion({}, ctx.rpc(request));
+    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const csrf = ctx.csrfToken(request, reply);
+    return ctx.send(
+      reply,
+      200,
+      "Sign in with a passkey",
+      html`${ceremonyForm({ kind: "get", action: "/signin/passkey", optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
+        <p><a href="/signin?return_to=${encodeURIComponent(returnTo)}">Sign in another way</a></p>`,
+    );
+  });
+
+  app.post("/signin/passkey", async (request, reply) => {
+    if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
+    const form = ctx.readForm(request);
+    ctx.checkCsrf(request, form.params);
+    const returnTo = safeReturnTo(form.params.get("return_to"));
+    const flowSecret = takeFlow(request, reply);
+    const res = await ctx.grants.finishPasskeyAssertion({ flowSecret, responseJson: answer(form.params) }, ctx.rpc(request));
+    ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    return reply.redirect(returnTo, 303);
+  });
+};

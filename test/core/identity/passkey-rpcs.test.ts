@@ -1,0 +1,88 @@
+import { expect } from "chai";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { expectRefused } from "../../support/refusals.js";
+import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { fixtures, type TestUser } from "../../support/trust.js";
+
+/**
+ * The passkey RPCs as the dashboard calls them (real serialization), with a software
+ * authenticator: a challenge answers once however many callers race for it, a passkey
+ * steps up only its owner's session, and malformed browser answers are bad input.
+ */
+describe("passkey RPCs: registration, step-up and sign-in through GrantsService", function () {
+  this.timeout(60_000);
+  let stack: TestStack;
+  let f: ReturnType<typeof fixtures>;
+  let origin: string;
+
+  before(async () => {
+    stack = await startStack();
+    f = fixtures(stack);
+    origin = new URL(stack.issuer).origin;
+  });
+  after(async () => {
+    await stack?.close();
+  });
+
+  async function withPasskey(): Promise<{ user: TestUser; key: SoftPasskey; passkeyId: string }> {
+    const user = await f.user();
+    const key = softPasskey();
+    const sessionToken = await f.steppedUpSession(user);
+    const s = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
+    const r = await stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: key.create(s.optionsJson, origin), name: "phone" });
+    return { user, key, passkeyId: r.passkey!.passkeyId };
+  }
+
+  it("a passkey assertion is the fresh step-up of the session it was started in", async () => {
+    const { user, key } = await withPasskey();
+    const sessionToken = await f.session(user);
+    expect((await stack.clients.grants.getSession({ sessionToken })).session!.stepUpFresh).to.equal(false);
+    const s = await stack.clients.grants.startPasskeyAssertion({ sessionToken });
+    await stack.clients.grants.finishPasskeyAssertion({ sessionToken, flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, origin) });
+    expect((await stack.clients.grants.getSession({ sessionToken })).session!.stepUpFresh).to.equal(true);
+  });
+
+  it("many concurrent answers to one challenge: exactly one signs in", async () => {
+    const { key } = await withPasskey();
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    const answers = Array.from({ length: 12 }, () => key.get(s.optionsJson, origin));
+    const results = await Promise.allSettled(answers.map((responseJson) => stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson })));
+    expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
+  });
+
+  it("many concurrent registrations of one flow store one passkey", async () => {
+    const user = await f.user();
+    const sessionToken = await f.steppedUpSession(user);
+    const s = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
+    const results = await Promise.allSettled(
+      Array.from({ length: 10 }, () => stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: softPasskey().create(s.optionsJson, origin), name: "x" })),
+    );
+    expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
+    expect((await stack.clients.grants.listPasskeys({ sessionToken })).passkeys).to.have.length(1);
+  });
+
+  it("refuses an answer made for another origin, and registration without a fresh step-up", async () => {
+    const { user, key } = await withPasskey();
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    await expectRefused(stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, "https://evil.example") }), Reason.ACCESS_DENIED);
+    const plain = await f.session(user);
+    await expectRefused(stack.clients.grants.startPasskeyRegistration({ sessionToken: plain }), Reason.ACCESS_DENIED);
+  });
+
+  it("another person cannot remove or see someone's passkey", async () => {
+    const { user, passkeyId } = await withPasskey();
+    const other = await f.steppedUpSession(await f.user());
+    await expectRefused(stack.clients.grants.removePasskey({ sessionToken: other, passkeyId }), Reason.NOT_FOUND);
+    expect((await stack.clients.grants.listPasskeys({ sessionToken: other })).passkeys).to.deep.equal([]);
+    const mine = await f.session(user);
+    expect((await stack.clients.grants.listPasskeys({ sessionToken: mine })).passkeys.map((k) => k.passkeyId)).to.deep.equal([passkeyId]);
+  });
+
+  it("malformed browser answers are bad input", async () => {
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    for (const responseJson of ["", "not json", "[]", "{}", JSON.stringify({ id: 1, response: {} }), "x".repeat(70_000)]) {
+      await expectRefused(stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson }), Reason.INVALID_REQUEST);
+    }
+  });
+});

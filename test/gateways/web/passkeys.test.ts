@@ -1,0 +1,100 @@
+import { expect } from "chai";
+import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
+import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+
+const unescape = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+const optionsOf = (page: string) => unescape(/data-options="([^"]*)"/.exec(page)![1]!);
+
+/**
+ * The passkey pages over HTTP on a real port, with a software authenticator standing in
+ * for the browser's WebAuthn script: add after step-up, list, remove with CSRF, step-up and
+ * sign-in; a form posted without the script's answer is a page that says what to do.
+ */
+describe("web: passkey pages", function () {
+  this.timeout(60_000);
+  let stack: TestStack;
+  let origin: string;
+
+  before(async () => {
+    stack = await startStack({ gateway: true, signinMethods: ["email", "passkey"], scrypt: { N: 1024, r: 8, p: 1 } });
+    origin = new URL(stack.issuer).origin;
+  });
+  after(async () => {
+    await stack?.close();
+  });
+
+  async function ownerWithPasskey(): Promise<{ jar: Jar; email: string; key: SoftPasskey }> {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email, "/dashboard/passkeys");
+    const gate = await jar.get("/dashboard/passkeys/add");
+    expect(gate.status).to.equal(303);
+    expect(gate.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
+    await stepUp(stack, jar, user.email, gate.headers.get("location")!);
+    const add = await jar.get("/dashboard/passkeys/add");
+    expect(add.headers.get("content-security-policy")).to.include("script-src 'self'");
+    const page = await add.text();
+    expect(page).to.include("<noscript>");
+    const key = softPasskey();
+    const done = await jar.post("/dashboard/passkeys/add", { ...formFields(page, "/dashboard/passkeys/add"), name: "work laptop", response: key.create(optionsOf(page), origin) });
+    expect(done.status).to.equal(303);
+    expect(done.headers.get("location")).to.equal("/dashboard/passkeys?done=added");
+    return { jar, email: user.email, key };
+  }
+
+  it("adds a passkey after step-up and lists it; removing needs the form's CSRF token", async () => {
+    const { jar } = await ownerWithPasskey();
+    const list = await (await jar.get("/dashboard/passkeys")).text();
+    expect(list).to.include("work laptop");
+    const action = /action="(\/dashboard\/passkeys\/[0-9a-f-]{36}\/remove)"/.exec(list)![1]!;
+    for (const csrf of [undefined, "forged"]) {
+      const res = await jar.post(action, csrf === undefined ? {} : { csrf });
+      expect(res.status).to.equal(403);
+    }
+    expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("work laptop");
+    const removed = await jar.post(action, formFields(list, action));
+    expect(removed.status).to.equal(303);
+    expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("You have no passkeys yet");
+  });
+
+  it("the step-up page offers a passkey to people who have one, and a passkey answer steps the session up", async () => {
+    const none = createJar(stack.url);
+    await signIn(stack, none, (await createUser(stack)).email);
+    expect(await (await none.get("/stepup?return_to=%2Fdashboard%2Fagents")).text()).to.not.include("/stepup/passkey");
+    const { jar, key } = await ownerWithPasskey();
+    stack.clock.advance(601_000);
+    expect(await (await jar.get("/stepup?return_to=%2Fdashboard%2Fagents")).text()).to.include('href="/stepup/passkey?return_to=%2Fdashboard%2Fagents"');
+    const page = await (await jar.get("/stepup/passkey?return_to=%2Fdashboard%2Fagents")).text();
+    const res = await jar.post("/stepup/passkey", { ...formFields(page, "/stepup/passkey"), response: key.get(optionsOf(page), origin) });
+    expect(res.status).to.equal(303);
+    expect(res.headers.get("location")).to.equal("/dashboard/agents");
+    // Fresh again: adding another passkey goes straight to the ceremony.
+    expect((await jar.get("/dashboard/passkeys/add")).status).to.equal(200);
+  });
+
+  it("a form posted without the script's answer, or with garbage, is a 400 page saying what to do", async () => {
+    const { jar } = await ownerWithPasskey();
+    const page = await (await jar.get("/stepup/passkey?return_to=%2Fdashboard%2Fagents")).text();
+    const empty = await jar.post("/stepup/passkey", formFields(page, "/stepup/passkey"));
+    expect(empty.status).to.equal(400);
+    expect(await empty.text()).to.include("Passkeys need JavaScript");
+    const garbage = await jar.post("/stepup/passkey", { ...formFields(page, "/stepup/passkey"), response: "{not json" });
+    expect(garbage.status).to.equal(400);
+  });
+
+  it("signs in with a passkey; an answer to another page's challenge is refused with a page", async () => {
+    const { key } = await ownerWithPasskey();
+    const jar = createJar(stack.url);
+    expect(await (await jar.get("/signin")).text()).to.include('href="/signin/passkey?return_to=');
+    const first = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
+    const second = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
+    const refused = await jar.post("/signin/passkey", { ...formFields(second, "/signin/passkey"), response: key.get(optionsOf(first), origin) });
+    expect(refused.status).to.equal(403);
+    expect(await refused.text()).to.include("signing in with a passkey did not work");
+    const again = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
+    const ok = await jar.post("/signin/passkey", { ...formFields(again, "/signin/passkey"), response: key.get(optionsOf(again), origin) });
+    expect(ok.status).to.equal(303);
+    expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
+  });
+});
