@@ -14,13 +14,14 @@ import { grpcRefusalOf, statusName } from "../support/refusals.js";
 import type { Ctx, Entry } from "../support/trust-cases.js";
 import { PLATFORM_TABLE } from "../support/trust-table-platform.js";
 import { GRANTS_TABLE } from "../support/trust-table-grants.js";
+import { IDENTITY_TABLE } from "../support/trust-table-identity.js";
 import { BUDGETS_TABLE } from "../support/trust-table-budgets.js";
 
 /**
  * Core trusts no caller: every RPC core serves has a table entry naming its credential, with a
  * positive control and the refusals (none, forged, another user's, revoked), so no new RPC ships undecided.
  */
-const TABLE: Record<string, Entry> = { ...PLATFORM_TABLE, ...GRANTS_TABLE, ...BUDGETS_TABLE };
+const TABLE: Record<string, Entry> = { ...PLATFORM_TABLE, ...GRANTS_TABLE, ...IDENTITY_TABLE, ...BUDGETS_TABLE };
 const services = await generatedServices();
 const methodKey = (s: DescService, m: string) => `${s.typeName}/${m}`;
 
