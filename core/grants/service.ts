@@ -66,6 +66,8 @@ export interface GrantsServiceDeps {
   mailer?: Mailer;
   /** Sign-in at the organisation's OpenID Connect provider; absent = not offered. */
   oidc?: OidcSignin;
+  /** False when SIGNIN_METHODS leaves out email. */
+  emailCodesOffered?: boolean;
 }
 
 /**
@@ -84,7 +86,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
   const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey, mailer: deps.mailer });
-  const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey) };
+  const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey), emailCodesOffered: deps.emailCodesOffered };
   const registration = { db, clients, secrets: deps.secrets, rateLimits: deps.rateLimits, registrationLimitPerMinute: deps.registrationLimitPerMinute, audit, clock };
   const authorization = { db, directory, vaults, sessions, audience, clients, agents, codes, audit, clock };
   const tokens = { db, directory, keyring, audience, verifier, grants, codes, clients, agents, vaults, users, audit, clock, refreshGraceSeconds: deps.refreshGraceSeconds };

@@ -86,7 +86,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       urls: publicUrls
         ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
-      signinMethods: coreOverrides.oidc ? ["oidc", "email"] : ["email"],
+      signinMethods: coreOverrides.signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
     });
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;

@@ -23,13 +23,13 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       "Sign in",
       html`${error ? html`<div class="card error"><p>${error}</p></div>` : ""}
       ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?return_to=${encodeURIComponent(returnTo)}">Sign in with your organisation</a></p>` : ""}
-      <form class="card" method="post" action="/signin">
+      ${ctx.signinMethods.includes("email") ? html`<form class="card" method="post" action="/signin">
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <label for="email">E-mail address</label>
         <input id="email" type="email" name="email" autocomplete="email" required>
         <p class="muted">We will e-mail you a one-time code.</p>
         <button type="submit">Send code</button>
-      </form>`,
+      </form>` : ""}`,
     );
   }
 
