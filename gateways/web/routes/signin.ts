@@ -146,11 +146,13 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       reply,
       200,
       "Confirm it's you",
-      html`<form class="card" method="post" action="/stepup">
-        <p>Approving payments or budgets needs a fresh confirmation. We will e-mail a code to <strong>${current.session.email}</strong>.</p>
+      html`<p>Approving payments or budgets needs a fresh confirmation.</p>
+      ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?step_up=1&amp;return_to=${encodeURIComponent(returnTo)}">Confirm at your organisation</a></p>` : ""}
+      ${ctx.signinMethods.includes("email") ? html`<form class="card" method="post" action="/stepup">
+        <p>We will e-mail a code to <strong>${current.session.email}</strong>.</p>
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <button type="submit">Send code</button>
-      </form>`,
+      </form>` : ""}`,
       { email: current.session.email, csrf },
     );
   });
