@@ -74,6 +74,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         signinCodeKey: config.signinCodeKey,
         smtp: config.smtp,
         oidc: config.oidc,
+        signinMethods: config.signinMethods,
         dataDir: config.dataDir,
         issuer: config.issuer,
         partnerAudience: config.partnerAudience,

@@ -122,6 +122,8 @@ export interface CoreOptions {
   mailPollMs?: number;
   /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: sign-in at an organisation's provider; absent = not offered. */
   oidc?: OidcProviderSettings;
+  /** SIGNIN_METHODS; absent = e-mail codes offered. */
+  signinMethods?: readonly string[];
   /** Backoff tuning of the mail sender. */
   mailDelivery?: Pick<MailWorkerOptions, "baseDelayMs" | "maxDelayMs" | "leaseMs">;
 }
@@ -242,6 +244,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         signinCodeKey,
         hostResolver,
         mailer,
+        emailCodesOffered: options.signinMethods ? options.signinMethods.includes("email") : true,
         oidc: options.oidc
           ? createOidcSignin({
               db,

@@ -70,6 +70,8 @@ export interface GrantsServiceDeps {
   oidc?: OidcSignin;
   /** Passkeys (WebAuthn) bound to APP_URL. */
   passkeys: Passkeys;
+  /** False when SIGNIN_METHODS leaves out email. */
+  emailCodesOffered?: boolean;
 }
 
 /**
@@ -88,7 +90,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
   const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey, mailer: deps.mailer });
-  const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey) };
+  const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey), emailCodesOffered: deps.emailCodesOffered };
   const registration = { db, clients, secrets: deps.secrets, rateLimits: deps.rateLimits, registrationLimitPerMinute: deps.registrationLimitPerMinute, audit, clock };
   const authorization = { db, directory, vaults, sessions, audience, clients, agents, codes, audit, clock };
   const tokens = { db, directory, keyring, audience, verifier, grants, codes, clients, agents, vaults, users, audit, clock, refreshGraceSeconds: deps.refreshGraceSeconds };

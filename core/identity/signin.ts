@@ -48,6 +48,8 @@ export interface SignInDeps {
   logger: Logger;
   /** Keyed hash of a challenge's code (createCodeHasher): the database alone cannot reverse a six-digit code. */
   hashCode: CodeHasher;
+  /** False when SIGNIN_METHODS leaves out email: the code RPCs refuse instead of mailing codes. */
+  emailCodesOffered?: boolean;
 }
 
 export type CodeHasher = (challengeId: string, code: string) => string;
@@ -62,8 +64,14 @@ function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx:
   return deps.audit.append(conn, { requestId: ctx.values.get(kRequestId), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
 }
 
+/** A deployment that offers only its provider must not let anyone in by an e-mailed code. */
+function refuseIfNotOffered(deps: SignInDeps) {
+  if (deps.emailCodesOffered === false) fail(Reason.ACCESS_DENIED, "this deployment does not offer sign-in by e-mailed code");
+}
+
 /** GrantsService.StartSignIn: e-mails a one-time code to sign in, or (with a session) to step up. */
 export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext) {
+  refuseIfNotOffered(deps);
   const now = deps.clock();
   const id = randomUUID();
   const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
@@ -124,6 +132,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
 
 /** GrantsService.CompleteSignIn: the code opens a web session, or marks the session's step-up. */
 export async function completeSignIn(deps: SignInDeps, req: CompleteSignInRequest, ctx: HandlerContext) {
+  refuseIfNotOffered(deps);
   if (!UUID.test(req.challengeId)) fail(Reason.INVALID_GRANT, "the code is invalid or expired");
   const now = deps.clock();
   const stepUpSession = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;

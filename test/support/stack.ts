@@ -37,7 +37,7 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
    * URL, so real OAuth clients and browsers can follow discovery and redirects.
    */
   publicUrls?: boolean;
-  /** SIGNIN_METHODS of the test gateway (default email, with oidc when a provider is set). */
+  /** SIGNIN_METHODS of the test core and gateway (default email, with oidc when a provider is set). */
   signinMethods?: string[];
   /** The gateway's port (default: a free one); a browser test may need it before the stack starts. */
   port?: number;
@@ -70,6 +70,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     migrate: false,
     // Every suite registers from 127.0.0.1; the limit has its own test.
     registrationLimitPerMinute: 1_000_000,
+    signinMethods,
     ...coreOverrides,
   });
   // The gateway's transport in one process, as `vaultgate serve` wires it.

@@ -1,0 +1,58 @@
+import { ConnectError, Code } from "@connectrpc/connect";
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createJar, createUser } from "../../support/agent-oauth.js";
+
+/**
+ * A deployment whose SIGNIN_METHODS leaves out email offers only its provider: the page shows
+ * no code form, and core refuses the code RPCs even to a caller that skips the pages.
+ */
+describe("web pages: a deployment that signs in only at its provider", () => {
+  let stack: TestStack;
+  before(async function () {
+    this.timeout(180_000);
+    // The provider is never contacted here: only what the pages offer and core refuses.
+    stack = await startStack({
+      gateway: true,
+      publicUrls: true,
+      oidc: { issuer: "http://127.0.0.1:9", clientId: "vaultgate", clientSecret: "vaultgate-idp-secret", stepUpAcr: [] },
+      signinMethods: ["oidc"],
+    });
+  });
+  after(async () => {
+    await stack?.close();
+  });
+
+  it("the sign-in page shows only the provider, no e-mail code form", async () => {
+    const page = await (await createJar(stack.url).get("/signin")).text();
+    expect(page).to.include("Sign in with your organisation");
+    expect(page).not.to.include('action="/signin"');
+    expect(page).not.to.include('name="email"');
+  });
+
+  it("a form posted to /signin anyway is a 403 page and no code is queued", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    await jar.get("/signin");
+    const csrf = jar.cookies.get("vg_csrf")!;
+    expect(csrf).to.be.a("string");
+    const res = await jar.post("/signin", { csrf, return_to: "/dashboard", email: user.email });
+    expect(res.status).to.equal(403);
+    expect(res.headers.get("content-type")).to.match(/text\/html/);
+    expect(await res.text()).not.to.match(/at .*\.ts:\d+/);
+    const { messages } = await stack.admin.grants.listOutbox({ email: user.email });
+    expect(messages).to.have.length(0);
+  });
+
+  it("core refuses both code RPCs to a caller that skips the pages", async () => {
+    const user = await createUser(stack);
+    const start = await stack.clients.grants.startSignIn({ email: user.email }).catch((e: unknown) => e);
+    expect(start).to.be.instanceOf(ConnectError);
+    expect((start as ConnectError).code).to.equal(Code.PermissionDenied);
+    const complete = await stack.clients.grants.completeSignIn({ challengeId: "00000000-0000-4000-8000-000000000000", code: "123456" }).catch((e: unknown) => e);
+    expect(complete).to.be.instanceOf(ConnectError);
+    expect((complete as ConnectError).code).to.equal(Code.PermissionDenied);
+    const { messages } = await stack.admin.grants.listOutbox({ email: user.email });
+    expect(messages).to.have.length(0);
+  });
+});
