@@ -223,7 +223,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     logger.info(mailer.describe());
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
-      audit: createAuditService({ store: audit, cursors, ledger }),
+      audit: createAuditService({ store: audit, cursors, ledger, settlement }),
       grants: createGrantsService({
         verifier: agentTokens,
         sessions,

@@ -3,7 +3,7 @@ import { FailingAnswer, intOption, requireOption, requirePositional, UsageError 
 
 /**
  * vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
- * vaultgate ledger verify
+ * vaultgate ledger verify [--chains]
  */
 export async function ledgerCommand(ctx: CommandContext) {
   if (ctx.positionals[0] === "verify") return verify(ctx);
@@ -36,7 +36,12 @@ export async function ledgerCommand(ctx: CommandContext) {
 async function verify(ctx: CommandContext) {
   const { audit, budgets } = (await ctx.admin()).clients;
   const started = performance.now();
-  const [r, stranded] = await Promise.all([audit.verifyLedger({}), budgets.listStrandedFunds({})]);
+  const withChains = ctx.options.chains === true;
+  const [r, stranded, onChain] = await Promise.all([
+    audit.verifyLedger({}),
+    budgets.listStrandedFunds({}),
+    withChains ? audit.verifyChains({}) : undefined,
+  ]);
   const findings = stranded.vaults.map((v) => ({
     check: "stranded_funds",
     vault_id: v.vaultId,
@@ -55,7 +60,32 @@ async function verify(ctx: CommandContext) {
     discrepancies: r.discrepancies.map((d) => ({ check: d.check, message: d.message })),
     findings,
     ...(stranded.more ? { more_findings: true } : {}),
+    ...(onChain
+      ? {
+          chains: onChain.chains.map((c) => ({
+            chain: c.chain,
+            wallet: c.wallet,
+            onchain_balance_units: c.onchainBalanceUnits,
+            incoming_units: c.incomingUnits,
+            outgoing_units: c.outgoingUnits,
+            ledger_outflow_units: c.ledgerOutflowUnits,
+            to_block: Number(c.toBlock),
+          })),
+          chain_differences: onChain.differences.map((d) => ({
+            chain: d.chain,
+            check: d.check,
+            tx_hash: d.txHash || null,
+            payment_id: d.paymentId || null,
+            chain_units: d.chainUnits,
+            books_units: d.booksUnits,
+            message: d.message,
+          })),
+        }
+      : {}),
   };
-  if (r.ok) return report;
-  return new FailingAnswer(report, `the ledger does not balance: ${r.discrepancies[0]!.message}`);
+  if (!r.ok) return new FailingAnswer(report, `the ledger does not balance: ${r.discrepancies[0]!.message}`);
+  if (onChain && !onChain.ok) {
+    return new FailingAnswer(report, `the books do not match the chain:\n${onChain.differences.map((d) => d.message).join("\n")}`);
+  }
+  return report;
 }

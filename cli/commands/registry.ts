@@ -198,7 +198,10 @@ export const COMMANDS: CommandSpec[] = [
         name: "verify",
         summary: "prove every ledger transaction balances and every balance equals its postings (exit 1 naming the first discrepancy)",
         admin: true,
-        examples: ["vaultgate ledger verify"],
+        options: {
+          chains: { type: "boolean", description: "also compare each evm hot wallet's USDC transfers and balance with the books (exit 1 naming every difference)" },
+        },
+        examples: ["vaultgate ledger verify", "vaultgate ledger verify --chains"],
       },
     ],
   },

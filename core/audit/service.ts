@@ -6,12 +6,15 @@ import { fail } from "../errors.js";
 import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
 import type { AuditRow, AuditStore } from "./store.js";
 import type { LedgerStore } from "../ledger/store.js";
+import type { Settlement } from "../settlement/settlement.js";
 
 export interface AuditServiceDeps {
   store: AuditStore;
   cursors: CursorCodec;
   /** The ledger `VerifyLedger` proves. */
   ledger: LedgerStore;
+  /** The hot wallets `VerifyChains` compares with the chain. */
+  settlement: Pick<Settlement, "verifyChains">;
   /** How often a tail looks for new records. */
   tailPollMs?: number;
 }
@@ -59,6 +62,10 @@ export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof A
         accounts: BigInt(r.accounts),
         discrepancies: r.discrepancies,
       };
+    },
+
+    async verifyChains() {
+      return deps.settlement.verifyChains();
     },
   };
 }

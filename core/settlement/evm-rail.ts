@@ -48,6 +48,17 @@ export interface EvmRail {
   /** Sends signed bytes; a node that already has them (or has mined their nonce) is not an error. */
   broadcast(rawTx: string): Promise<void>;
   receipt(txHash: string): Promise<Receipt | undefined>;
+  /** USDC Transfer logs from or to the hot wallet in blocks [fromBlock, toBlock]. */
+  transfers(fromBlock: number, toBlock: number): Promise<UsdcTransfer[]>;
+}
+
+export interface UsdcTransfer {
+  txHash: string;
+  logIndex: number;
+  blockNumber: number;
+  from: string;
+  to: string;
+  units: bigint;
 }
 
 export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAccount): EvmRail {
@@ -112,6 +123,26 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
         throw err;
       }
     },
+    transfers: (fromBlock, toBlock) =>
+      rpc("eth_getLogs", async () => {
+        const range = { address: settings.usdc, abi: erc20Abi, eventName: "Transfer" as const, fromBlock: BigInt(fromBlock), toBlock: BigInt(toBlock), strict: true as const };
+        const [out, into] = await Promise.all([
+          client.getContractEvents({ ...range, args: { from: wallet as Hex } }),
+          client.getContractEvents({ ...range, args: { to: wallet as Hex } }),
+        ]);
+        const seen = new Map<string, UsdcTransfer>();
+        for (const l of [...out, ...into]) {
+          seen.set(`${l.transactionHash}:${l.logIndex}`, {
+            txHash: l.transactionHash.toLowerCase(),
+            logIndex: l.logIndex,
+            blockNumber: Number(l.blockNumber),
+            from: l.args.from.toLowerCase(),
+            to: l.args.to.toLowerCase(),
+            units: l.args.value,
+          });
+        }
+        return [...seen.values()];
+      }),
     receipt: (txHash) =>
       rpc("eth_getTransactionReceipt", async () => {
         try {

@@ -7,6 +7,7 @@ import { createEvmRail, type EvmRail } from "./evm-rail.js";
 import { registerSettlementMetrics } from "./metrics.js";
 import type { RailKind } from "./rules.js";
 import { createSettlementStore, type SettlementPayment, type SettlementStore } from "./store.js";
+import { verifyChains } from "./verify-chains.js";
 import { loadHotWallet } from "./wallet.js";
 import { createSettlementWorker, type SettlementHooks, type SettlementWorker, type SettlementWorkerOptions } from "./worker.js";
 
@@ -35,6 +36,8 @@ export interface Settlement {
    */
   ready(): Promise<boolean>;
   worker: SettlementWorker;
+  /** Each evm chain's hot wallet against its completed payments and ledger account. */
+  verifyChains(): ReturnType<typeof verifyChains>;
   stop(): Promise<void>;
 }
 
@@ -98,6 +101,7 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
     evm: (chain) => rails.get(chain),
     ready,
     worker,
+    verifyChains: () => verifyChains(options.db, [...rails.values()]),
     async stop() {
       if (retry) clearInterval(retry);
       unregister();

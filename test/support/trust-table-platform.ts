@@ -31,6 +31,7 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
   // vaultgate.audit.v1.AuditService: admin.
   "vaultgate.audit.v1.AuditService/ListRecords": admin(() => ({ limit: 5 })),
   "vaultgate.audit.v1.AuditService/VerifyLedger": admin(() => ({})),
+  "vaultgate.audit.v1.AuditService/VerifyChains": admin(() => ({})),
   "vaultgate.audit.v1.AuditService/TailRecords": admin(async (c) => {
     // A partner token issuance writes an audit record, so the tail has one to stream.
     await c.f.partner();

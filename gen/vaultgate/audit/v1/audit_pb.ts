@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/audit/v1/audit.proto.
  */
 export const file_vaultgate_audit_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIm8KE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiQgoSVGFpbFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCSJZChNUYWlsUmVjb3Jkc1Jlc3BvbnNlEi8KBnJlY29yZBgBIAEoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBIRCgl3YXRlcm1hcmsYAiABKAkiFQoTVmVyaWZ5TGVkZ2VyUmVxdWVzdCKaAQoUVmVyaWZ5TGVkZ2VyUmVzcG9uc2USCgoCb2sYASABKAgSFAoMdHJhbnNhY3Rpb25zGAIgASgDEhAKCHBvc3RpbmdzGAMgASgDEhAKCGFjY291bnRzGAQgASgDEjwKDWRpc2NyZXBhbmNpZXMYBSADKAsyJS52YXVsdGdhdGUuYXVkaXQudjEuTGVkZ2VyRGlzY3JlcGFuY3kiMwoRTGVkZ2VyRGlzY3JlcGFuY3kSDQoFY2hlY2sYASABKAkSDwoHbWVzc2FnZRgCIAEoCSpMCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARITCg9PVVRDT01FX0ZBSUxVUkUQAjLFAgoMQXVkaXRTZXJ2aWNlEmQKC0xpc3RSZWNvcmRzEiYudmF1bHRnYXRlLmF1ZGl0LnYxLkxpc3RSZWNvcmRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5hdWRpdC52MS5MaXN0UmVjb3Jkc1Jlc3BvbnNlIgSItRgBEmYKC1RhaWxSZWNvcmRzEiYudmF1bHRnYXRlLmF1ZGl0LnYxLlRhaWxSZWNvcmRzUmVxdWVzdBonLnZhdWx0Z2F0ZS5hdWRpdC52MS5UYWlsUmVjb3Jkc1Jlc3BvbnNlIgSItRgBMAESZwoMVmVyaWZ5TGVkZ2VyEicudmF1bHRnYXRlLmF1ZGl0LnYxLlZlcmlmeUxlZGdlclJlcXVlc3QaKC52YXVsdGdhdGUuYXVkaXQudjEuVmVyaWZ5TGVkZ2VyUmVzcG9uc2UiBIi1GAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("Ch52YXVsdGdhdGUvYXVkaXQvdjEvYXVkaXQucHJvdG8SEnZhdWx0Z2F0ZS5hdWRpdC52MSLSAQoLQXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFYWN0b3IYAyABKAkSDgoGYWN0aW9uGAQgASgJEiwKB291dGNvbWUYBSABKA4yGy52YXVsdGdhdGUuYXVkaXQudjEuT3V0Y29tZRIOCgZyZWFzb24YBiABKAkSDwoHc3ViamVjdBgHIAEoCRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ1ChJMaXN0UmVjb3Jkc1JlcXVlc3QSDgoGY3Vyc29yGAEgASgJEg0KBXNpbmNlGAIgASgJEg0KBWxpbWl0GAMgASgNEg0KBWFjdG9yGAQgASgJEg4KBmFjdGlvbhgFIAEoCRISCgpyZXF1ZXN0X2lkGAYgASgJIm8KE0xpc3RSZWNvcmRzUmVzcG9uc2USMAoHcmVjb3JkcxgBIAMoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBITCgtuZXh0X2N1cnNvchgCIAEoCRIRCgl3YXRlcm1hcmsYAyABKAkiQgoSVGFpbFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCSJZChNUYWlsUmVjb3Jkc1Jlc3BvbnNlEi8KBnJlY29yZBgBIAEoCzIfLnZhdWx0Z2F0ZS5hdWRpdC52MS5BdWRpdFJlY29yZBIRCgl3YXRlcm1hcmsYAiABKAkiFQoTVmVyaWZ5TGVkZ2VyUmVxdWVzdCKaAQoUVmVyaWZ5TGVkZ2VyUmVzcG9uc2USCgoCb2sYASABKAgSFAoMdHJhbnNhY3Rpb25zGAIgASgDEhAKCHBvc3RpbmdzGAMgASgDEhAKCGFjY291bnRzGAQgASgDEjwKDWRpc2NyZXBhbmNpZXMYBSADKAsyJS52YXVsdGdhdGUuYXVkaXQudjEuTGVkZ2VyRGlzY3JlcGFuY3kiMwoRTGVkZ2VyRGlzY3JlcGFuY3kSDQoFY2hlY2sYASABKAkSDwoHbWVzc2FnZRgCIAEoCSIVChNWZXJpZnlDaGFpbnNSZXF1ZXN0IowBChRWZXJpZnlDaGFpbnNSZXNwb25zZRIKCgJvaxgBIAEoCBIuCgZjaGFpbnMYAiADKAsyHi52YXVsdGdhdGUuYXVkaXQudjEuQ2hhaW5Cb29rcxI4CgtkaWZmZXJlbmNlcxgDIAMoCzIjLnZhdWx0Z2F0ZS5hdWRpdC52MS5DaGFpbkRpZmZlcmVuY2UiqgEKCkNoYWluQm9va3MSDQoFY2hhaW4YASABKAkSDgoGd2FsbGV0GAIgASgJEh0KFW9uY2hhaW5fYmFsYW5jZV91bml0cxgDIAEoCRIWCg5pbmNvbWluZ191bml0cxgEIAEoCRIWCg5vdXRnb2luZ191bml0cxgFIAEoCRIcChRsZWRnZXJfb3V0Zmxvd191bml0cxgGIAEoCRIQCgh0b19ibG9jaxgHIAEoAyKPAQoPQ2hhaW5EaWZmZXJlbmNlEg0KBWNoYWluGAEgASgJEg0KBWNoZWNrGAIgASgJEg8KB3R4X2hhc2gYAyABKAkSEgoKcGF5bWVudF9pZBgEIAEoCRITCgtjaGFpbl91bml0cxgFIAEoCRITCgtib29rc191bml0cxgGIAEoCRIPCgdtZXNzYWdlGAcgASgJKkwKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhMKD09VVENPTUVfU1VDQ0VTUxABEhMKD09VVENPTUVfRkFJTFVSRRACMq4DCgxBdWRpdFNlcnZpY2USZAoLTGlzdFJlY29yZHMSJi52YXVsdGdhdGUuYXVkaXQudjEuTGlzdFJlY29yZHNSZXF1ZXN0GicudmF1bHRnYXRlLmF1ZGl0LnYxLkxpc3RSZWNvcmRzUmVzcG9uc2UiBIi1GAESZgoLVGFpbFJlY29yZHMSJi52YXVsdGdhdGUuYXVkaXQudjEuVGFpbFJlY29yZHNSZXF1ZXN0GicudmF1bHRnYXRlLmF1ZGl0LnYxLlRhaWxSZWNvcmRzUmVzcG9uc2UiBIi1GAEwARJnCgxWZXJpZnlMZWRnZXISJy52YXVsdGdhdGUuYXVkaXQudjEuVmVyaWZ5TGVkZ2VyUmVxdWVzdBooLnZhdWx0Z2F0ZS5hdWRpdC52MS5WZXJpZnlMZWRnZXJSZXNwb25zZSIEiLUYARJnCgxWZXJpZnlDaGFpbnMSJy52YXVsdGdhdGUuYXVkaXQudjEuVmVyaWZ5Q2hhaW5zUmVxdWVzdBooLnZhdWx0Z2F0ZS5hdWRpdC52MS5WZXJpZnlDaGFpbnNSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.audit.v1.AuditRecord
@@ -294,6 +294,151 @@ export const LedgerDiscrepancySchema: GenMessage<LedgerDiscrepancy> = /*@__PURE_
   messageDesc(file_vaultgate_audit_v1_audit, 7);
 
 /**
+ * @generated from message vaultgate.audit.v1.VerifyChainsRequest
+ */
+export type VerifyChainsRequest = Message<"vaultgate.audit.v1.VerifyChainsRequest"> & {
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.VerifyChainsRequest.
+ * Use `create(VerifyChainsRequestSchema)` to create a new message.
+ */
+export const VerifyChainsRequestSchema: GenMessage<VerifyChainsRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 8);
+
+/**
+ * @generated from message vaultgate.audit.v1.VerifyChainsResponse
+ */
+export type VerifyChainsResponse = Message<"vaultgate.audit.v1.VerifyChainsResponse"> & {
+  /**
+   * True when no chain showed a difference.
+   *
+   * @generated from field: bool ok = 1;
+   */
+  ok: boolean;
+
+  /**
+   * @generated from field: repeated vaultgate.audit.v1.ChainBooks chains = 2;
+   */
+  chains: ChainBooks[];
+
+  /**
+   * Every difference found, one per transfer, payment or balance.
+   *
+   * @generated from field: repeated vaultgate.audit.v1.ChainDifference differences = 3;
+   */
+  differences: ChainDifference[];
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.VerifyChainsResponse.
+ * Use `create(VerifyChainsResponseSchema)` to create a new message.
+ */
+export const VerifyChainsResponseSchema: GenMessage<VerifyChainsResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 9);
+
+/**
+ * @generated from message vaultgate.audit.v1.ChainBooks
+ */
+export type ChainBooks = Message<"vaultgate.audit.v1.ChainBooks"> & {
+  /**
+   * @generated from field: string chain = 1;
+   */
+  chain: string;
+
+  /**
+   * @generated from field: string wallet = 2;
+   */
+  wallet: string;
+
+  /**
+   * USDC base units (6 decimals), as decimal strings.
+   *
+   * @generated from field: string onchain_balance_units = 3;
+   */
+  onchainBalanceUnits: string;
+
+  /**
+   * @generated from field: string incoming_units = 4;
+   */
+  incomingUnits: string;
+
+  /**
+   * @generated from field: string outgoing_units = 5;
+   */
+  outgoingUnits: string;
+
+  /**
+   * @generated from field: string ledger_outflow_units = 6;
+   */
+  ledgerOutflowUnits: string;
+
+  /**
+   * @generated from field: int64 to_block = 7;
+   */
+  toBlock: bigint;
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.ChainBooks.
+ * Use `create(ChainBooksSchema)` to create a new message.
+ */
+export const ChainBooksSchema: GenMessage<ChainBooks> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 10);
+
+/**
+ * @generated from message vaultgate.audit.v1.ChainDifference
+ */
+export type ChainDifference = Message<"vaultgate.audit.v1.ChainDifference"> & {
+  /**
+   * @generated from field: string chain = 1;
+   */
+  chain: string;
+
+  /**
+   * transfer_without_payment, payment_without_transfer, amount_mismatch,
+   * counterparty_mismatch, balance_mismatch, ledger_mismatch or chain_unreachable.
+   *
+   * @generated from field: string check = 2;
+   */
+  check: string;
+
+  /**
+   * @generated from field: string tx_hash = 3;
+   */
+  txHash: string;
+
+  /**
+   * @generated from field: string payment_id = 4;
+   */
+  paymentId: string;
+
+  /**
+   * What the chain shows and what the books say, in USDC base units.
+   *
+   * @generated from field: string chain_units = 5;
+   */
+  chainUnits: string;
+
+  /**
+   * @generated from field: string books_units = 6;
+   */
+  booksUnits: string;
+
+  /**
+   * @generated from field: string message = 7;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message vaultgate.audit.v1.ChainDifference.
+ * Use `create(ChainDifferenceSchema)` to create a new message.
+ */
+export const ChainDifferenceSchema: GenMessage<ChainDifference> = /*@__PURE__*/
+  messageDesc(file_vaultgate_audit_v1_audit, 11);
+
+/**
  * @generated from enum vaultgate.audit.v1.Outcome
  */
 export enum Outcome {
@@ -357,6 +502,17 @@ export const AuditService: GenService<{
     methodKind: "unary";
     input: typeof VerifyLedgerRequestSchema;
     output: typeof VerifyLedgerResponseSchema;
+  },
+  /**
+   * VerifyChains compares each evm-rail hot wallet's USDC Transfer logs and balance with
+   * its completed payments and ledger account (operator: `vaultgate ledger verify --chains`).
+   *
+   * @generated from rpc vaultgate.audit.v1.AuditService.VerifyChains
+   */
+  verifyChains: {
+    methodKind: "unary";
+    input: typeof VerifyChainsRequestSchema;
+    output: typeof VerifyChainsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_vaultgate_audit_v1_audit, 0);
