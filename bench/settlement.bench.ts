@@ -28,7 +28,7 @@ const PAYMENTS = Number(process.env.BENCH_SETTLEMENT_PAYMENTS ?? (QUICK ? 100 : 
 const VAULTS = Number(process.env.BENCH_SETTLEMENT_VAULTS ?? (QUICK ? 10 : 50));
 const CONNECTIONS = 10;
 /** payments.initiate calls per side and round in the latency comparison. */
-const INITIATES = QUICK ? 500 : 2_000;
+const INITIATES = QUICK ? 500 : 1_000;
 const ROUNDS = comparisonRounds(5);
 const ANVIL_PORT = 55_488;
 /** Longest wait for every payment to complete. */
