@@ -1,0 +1,38 @@
+import type { Command } from "./types.js";
+
+/** The shape of the command table: what help prints and what main parses. */
+
+export interface OptionSpec {
+  type: "string" | "boolean";
+  short?: string;
+  /** Placeholder shown in help, e.g. "N" for `--name N`. */
+  value?: string;
+  required?: boolean;
+  /** A required option that may be "" (an empty list, a cleared URL). */
+  allowEmpty?: boolean;
+  description: string;
+}
+
+export interface SubcommandSpec {
+  /** The word after the command ("create"); "" for commands without subcommands. */
+  name: string;
+  summary: string;
+  /** Positional arguments after the subcommand, e.g. ["CLIENT_ID"]. */
+  args?: string[];
+  options?: Record<string, OptionSpec>;
+  examples: string[];
+  /** Extra lines for --help. */
+  notes?: string[];
+  /** Talks to the running core (needs the operator credential). */
+  admin?: boolean;
+}
+
+export interface CommandSpec {
+  name: string;
+  summary: string;
+  subcommands: SubcommandSpec[];
+  /** Loads the module that runs it (serve and migrate run inside main). */
+  load?: () => Promise<Command>;
+}
+
+export const csv = (what: string) => `${what}, comma-separated ("" for none)`;

@@ -1,0 +1,70 @@
+import { UsageError } from "./commands/types.js";
+
+// How a command's answer is written out: text for people, json for scripts, env for shells.
+
+export type Format = "text" | "json" | "env";
+
+export function outputFormat(options: Record<string, string | boolean | undefined>): Format {
+  const f = options.format;
+  if (f !== undefined && f !== "text" && f !== "json" && f !== "env") throw new UsageError(`--format must be text, json or env`);
+  if (options.json) return "json";
+  if (f) return f;
+  return process.stdout.isTTY ? "text" : "json";
+}
+
+export function print(value: unknown, format: Format) {
+  if (format === "json") {
+    process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+    return;
+  }
+  if (format === "env") {
+    process.stdout.write(envLines(value as Record<string, unknown>));
+    return;
+  }
+  process.stdout.write(renderText(value) + "\n");
+  if (value && typeof value === "object" && "client_secret" in value) {
+    process.stderr.write("Store client_secret now: it is not shown again (partner rotate-secret replaces it).\n");
+  }
+}
+
+/** `--format env`: KEY=value lines a shell can eval or a .env file can hold. */
+function envLines(value: Record<string, unknown>): string {
+  const keys: [string, string][] = [
+    ["client_id", "CLIENT_ID"],
+    ["client_secret", "CLIENT_SECRET"],
+    ["webhook_secret", "WEBHOOK_SECRET"],
+  ];
+  return keys
+    .filter(([k]) => typeof value[k] === "string" && value[k] !== "")
+    .map(([k, env]) => `${env}=${shellWord(value[k] as string)}\n`)
+    .join("");
+}
+
+function shellWord(s: string): string {
+  return /^[A-Za-z0-9_.:/+=@-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+const scalar = (v: unknown): string =>
+  v === null || v === undefined || v === "" ? "-" : Array.isArray(v) ? (v.length ? v.map(scalar).join(", ") : "-") : typeof v === "object" ? JSON.stringify(v) : String(v);
+
+/** Aligned `key: value` lines; a list of records becomes a small table. */
+export function renderText(value: unknown): string {
+  if (value === null || typeof value !== "object") return scalar(value);
+  const entries = Object.entries(value as Record<string, unknown>);
+  const tables = entries.filter(([, v]) => Array.isArray(v) && v.length > 0 && v.every((x) => x && typeof x === "object" && !Array.isArray(x)));
+  // Beside a table, an empty field (a null next_cursor on the last page) says nothing.
+  const plain = entries.filter((e) => !tables.includes(e) && (tables.length === 0 || (e[1] !== null && e[1] !== "")));
+  const width = Math.max(0, ...plain.map(([k]) => k.length));
+  const out: string[] = [];
+  for (const [k, rows] of tables) out.push(`${k}:`, table(rows as Record<string, unknown>[]), "");
+  out.push(...plain.map(([k, v]) => `${`${k}:`.padEnd(width + 1)} ${scalar(v)}`));
+  return out.join("\n").trimEnd();
+}
+
+function table(rows: Record<string, unknown>[]): string {
+  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+  const cells = rows.map((r) => cols.map((c) => scalar(r[c]).replace(/\s+/g, " ")));
+  const widths = cols.map((c, i) => Math.max(c.length, ...cells.map((r) => r[i]!.length)));
+  const line = (r: string[]) => "  " + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
+  return [line(cols.map((c) => c.toUpperCase())), ...cells.map(line)].join("\n");
+}
