@@ -138,7 +138,7 @@ export const COMMANDS: CommandSpec[] = [
   {
     name: "dev",
     summary: "development helpers",
-    load: async () => (await import("./dev-chain.js")).devChainCommand,
+    load: async () => (await import("./dev.js")).devCommand,
     subcommands: [
       {
         name: "chain",
@@ -149,6 +149,7 @@ export const COMMANDS: CommandSpec[] = [
         },
         examples: ["vaultgate dev chain", "vaultgate dev chain --port 8546 --format env > chain.env"],
       },
+      { name: "outbox", summary: "show the e-mails the embedded default delivered (one-time codes)", admin: true, options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } }, examples: ["vaultgate dev outbox --email ada@example.com"] },
     ],
   },
   {
@@ -203,14 +204,6 @@ export const COMMANDS: CommandSpec[] = [
         },
         examples: ["vaultgate grant issue --user 6f1c... --vault 91d0... --scopes accounts:read,payments:initiate"],
       },
-    ],
-  },
-  {
-    name: "dev",
-    summary: "development helpers",
-    load: async () => (await import("./grant.js")).devCommand,
-    subcommands: [
-      { name: "outbox", summary: "show the e-mails the embedded default delivered (one-time codes)", admin: true, options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } }, examples: ["vaultgate dev outbox --email ada@example.com"] },
     ],
   },
   {
