@@ -131,7 +131,18 @@ const jwk = { ...privateKey.export({ format: "jwk" }), kid: "bench", alg: "ES256
 const clientId = "bench-client";
 const clientSecret = randomBytes(32).toString("base64url");
 const provider = new Provider(issuer, {
-  clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: [REDIRECT], grant_types: ["authorization_code", "refresh_token"], response_types: ["code"], token_endpoint_auth_method: "client_secret_post", scope: SCOPE, id_token_signed_response_alg: "ES256" }],
+  clients: [
+    {
+      client_id: clientId,
+      client_secret: clientSecret,
+      redirect_uris: [REDIRECT],
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "client_secret_post",
+      scope: SCOPE,
+      id_token_signed_response_alg: "ES256",
+    },
+  ],
   jwks: { keys: [jwk as never] },
   scopes: [SCOPE],
   cookies: { keys: [randomBytes(16).toString("hex")] },
@@ -144,7 +155,13 @@ const provider = new Provider(issuer, {
       enabled: true,
       defaultResource: async () => resource,
       useGrantedResource: async () => true,
-      getResourceServerInfo: async () => ({ scope: SCOPE, audience: resource, accessTokenTTL: 3600, accessTokenFormat: "jwt", jwt: { sign: { alg: "ES256" } } }),
+      getResourceServerInfo: async () => ({
+        scope: SCOPE,
+        audience: resource,
+        accessTokenTTL: 3600,
+        accessTokenFormat: "jwt",
+        jwt: { sign: { alg: "ES256" } },
+      }),
     },
   },
   findAccount: async (_ctx: unknown, sub: string) => ({ accountId: sub, claims: async () => ({ sub }) }),

@@ -20,7 +20,23 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CODE_TTL_MS } from "../core/grants/service.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { tempDataDir } from "../test/support/process.js";
-import { alternateAtLevels, benchDatabase, fmt, load, median, percentile, QUICK, roundRatios, seconds, startBenchChild, startService, table, verdict, type BodyCheck, type Measurement } from "./support.js";
+import {
+  alternateAtLevels,
+  benchDatabase,
+  fmt,
+  load,
+  median,
+  percentile,
+  QUICK,
+  roundRatios,
+  seconds,
+  startBenchChild,
+  startService,
+  table,
+  verdict,
+  type BodyCheck,
+  type Measurement,
+} from "./support.js";
 
 const LEVELS = [10, 50];
 /** The fewest codes an exchange measurement gets (exchangeRound). */
@@ -67,16 +83,29 @@ export async function run(): Promise<void> {
       // the goal at equal concurrency.
       for (const { connections, result } of cmp.perLevel) {
         const vsMemory = roundRatios(result.sides[0]!, result.sides[2]!);
-        console.log(`${grant} at ${connections} connections vs oidc-provider in memory (information): ${fmt(median(vsMemory), 2)}x (rounds ${vsMemory.map((r) => fmt(r, 2)).join(", ")})`);
+        console.log(
+          `${grant} at ${connections} connections vs oidc-provider in memory (information): ${fmt(median(vsMemory), 2)}x (rounds ${vsMemory.map((r) => fmt(r, 2)).join(", ")})`,
+        );
       }
       verdict(`${grant} >= 1.0x oidc-provider on PostgreSQL, each at its peak (floor)`, `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 1 && cmp.failures === 0);
       for (const { connections, result } of cmp.perLevel) {
-        verdict(`${grant} >= 1.5x oidc-provider on PostgreSQL at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, result.ratio >= 1.5 && result.failures === 0);
+        verdict(
+          `${grant} >= 1.5x oidc-provider on PostgreSQL at ${connections} connections`,
+          `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`,
+          result.ratio >= 1.5 && result.failures === 0,
+        );
       }
     }
 
     const lat = await revocationToRefusal(ours as OurContender, 200);
-    table([{ measure: "dashboard revoke -> next verification refused (200 trials)", "p50 ms": fmt(lat.p50, 2), "p99 ms": fmt(lat.p99, 2), "max ms": fmt(lat.max, 2) }]);
+    table([
+      {
+        measure: "dashboard revoke -> next verification refused (200 trials)",
+        "p50 ms": fmt(lat.p50, 2),
+        "p99 ms": fmt(lat.p99, 2),
+        "max ms": fmt(lat.max, 2),
+      },
+    ]);
     verdict("revocation-to-refusal p99 < 50 ms (spec allows 3 s)", `${fmt(lat.p99, 2)} ms`, lat.p99 < 50);
   } finally {
     await ours.close();
@@ -132,7 +161,14 @@ async function mintTimed(c: Contender, n: number, rates: Map<string, number>): P
 
 /** The token request that redeems `code` (PKCE verifier, client_secret_post). */
 function exchangeForm(c: Contender, code: string): string {
-  return new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: c.clientId, client_secret: c.clientSecret }).toString();
+  return new URLSearchParams({
+    grant_type: "authorization_code",
+    code,
+    redirect_uri: REDIRECT,
+    code_verifier: verifier,
+    client_id: c.clientId,
+    client_secret: c.clientSecret,
+  }).toString();
 }
 
 /** Each code once; req/s over the wall time from the first request to the last response. */
@@ -201,7 +237,12 @@ async function startOurs(databaseUrl: string): Promise<OurContender> {
   const { messages } = await clients.grants.listOutbox({ email }, adminCall);
   const otp = /\d{6}/.exec(messages[0]!.subject)![0];
   const { sessionToken } = await clients.grants.completeSignIn({ challengeId: ch.challengeId, code: otp });
-  const reg = await clients.grants.registerClient({ clientName: "bench", redirectUris: [REDIRECT], tokenEndpointAuthMethod: "client_secret_post", scope: SCOPE });
+  const reg = await clients.grants.registerClient({
+    clientName: "bench",
+    redirectUris: [REDIRECT],
+    tokenEndpointAuthMethod: "client_secret_post",
+    scope: SCOPE,
+  });
   const request = {
     clientId: reg.client!.clientId,
     redirectUri: REDIRECT,
@@ -246,7 +287,10 @@ async function startOurs(databaseUrl: string): Promise<OurContender> {
 /** node-oidc-provider in its own process (bench/agent-oauth-peer.ts). */
 /** oidc-provider storing its models on the bench cluster at `databaseUrl`, or in memory without one. */
 async function startPeer(databaseUrl?: string): Promise<Contender> {
-  const peer = await startBenchChild<{ tokenUrl: string; clientId: string; clientSecret: string }>("agent-oauth-peer", databaseUrl ? [challenge, databaseUrl] : [challenge]);
+  const peer = await startBenchChild<{ tokenUrl: string; clientId: string; clientSecret: string }>(
+    "agent-oauth-peer",
+    databaseUrl ? [challenge, databaseUrl] : [challenge],
+  );
   return {
     name: databaseUrl ? "oidc-provider on PostgreSQL" : "oidc-provider in memory",
     pid: peer.pid,
@@ -266,7 +310,13 @@ async function revocationToRefusal(ours: OurContender, trials: number) {
   const latencies: number[] = [];
   const codes = await ours.mintCodes(trials);
   for (const code of codes) {
-    const { token } = await ours.clients.grants.exchangeCode({ clientId: ours.clientId, clientSecret: ours.clientSecret, code, redirectUri: REDIRECT, codeVerifier: verifier });
+    const { token } = await ours.clients.grants.exchangeCode({
+      clientId: ours.clientId,
+      clientSecret: ours.clientSecret,
+      code,
+      redirectUri: REDIRECT,
+      codeVerifier: verifier,
+    });
     const { grant } = await ours.clients.grants.verifyAgentToken({ accessToken: token!.accessToken });
     const t0 = performance.now();
     const res = await fetch(`${ours.url}/dashboard/agents/${grant!.agentPrincipalId}/grants/${grant!.grantId}/revoke`, {

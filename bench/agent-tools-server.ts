@@ -22,7 +22,9 @@ if (role === "peer" && databaseUrl) {
   const { default: pg } = await import("pg");
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
   stoppers.push(() => pool.end());
-  await pool.query(`CREATE TABLE IF NOT EXISTS peer_audit (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, tool text NOT NULL, outcome text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+  await pool.query(
+    `CREATE TABLE IF NOT EXISTS peer_audit (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id text NOT NULL, tool text NOT NULL, outcome text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
+  );
   const { randomUUID } = await import("node:crypto");
   // The SDK's documented stateless pattern: a fresh server and transport per request, JSON responses.
   const server = createServer((req, res) => {
@@ -70,7 +72,10 @@ if (role === "peer" && databaseUrl) {
     PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
   });
   const running = await serve(config, "all", createLogger("info", logDestination(logFile)));
-  stoppers.push(() => running.close(), () => rm(dataDir, { recursive: true, force: true }));
+  stoppers.push(
+    () => running.close(),
+    () => rm(dataDir, { recursive: true, force: true }),
+  );
   const admin = createCoreClients(
     createGrpcTransport({
       baseUrl: running.coreUrl!,

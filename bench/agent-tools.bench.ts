@@ -16,7 +16,11 @@ const LEVELS = [10, 50];
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
-  const ours = await startBenchChild<{ url: string; parentToken: string; childToken: string; kind: string }>("agent-tools-server", ["ours", db.url, benchLogFile("agent-tools")]);
+  const ours = await startBenchChild<{ url: string; parentToken: string; childToken: string; kind: string }>("agent-tools-server", [
+    "ours",
+    db.url,
+    benchLogFile("agent-tools"),
+  ]);
   const peer = await startBenchChild<{ url: string }>("agent-tools-server", ["peer", db.url]);
   try {
     const info = ours.info;
@@ -24,15 +28,33 @@ export async function run(): Promise<void> {
       jsonrpc: "2.0",
       id: 1,
       method: "tools/call",
-      params: { name: "payments.simulate", arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: "bench-sim-0001" } },
+      params: {
+        name: "payments.simulate",
+        arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: "bench-sim-0001" },
+      },
     });
-    const oursSpec = { url: `${info.url}/mcp/write`, method: "POST" as const, server: ours.pid, body: simulate, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` } };
+    const oursSpec = {
+      url: `${info.url}/mcp/write`,
+      method: "POST" as const,
+      server: ours.pid,
+      body: simulate,
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${info.childToken}` },
+    };
     const trivial = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "echo", arguments: {} } });
-    const peerSpec = { url: `${peer.info.url}/mcp`, method: "POST" as const, server: peer.pid, body: trivial, headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } };
+    const peerSpec = {
+      url: `${peer.info.url}/mcp`,
+      method: "POST" as const,
+      server: peer.pid,
+      body: trivial,
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+    };
 
     // The expected shape: a JSON-RPC result whose structured content has the fields of a
     // good simulation (taken from one checked answer).
-    const sample = (await (await fetch(oursSpec.url, { method: "POST", headers: oursSpec.headers, body: simulate })).json()) as { result?: { structuredContent?: object; isError?: boolean }; error?: unknown };
+    const sample = (await (await fetch(oursSpec.url, { method: "POST", headers: oursSpec.headers, body: simulate })).json()) as {
+      result?: { structuredContent?: object; isError?: boolean };
+      error?: unknown;
+    };
     if (!sample.result?.structuredContent || sample.result.isError || sample.error) throw new Error(`payments.simulate failed: ${JSON.stringify(sample)}`);
     const oursCheck: BodyCheck = { jsonrpc: true, keys: Object.keys(sample.result.structuredContent).map((k) => `result.structuredContent.${k}`) };
     const peerCheck: BodyCheck = { jsonrpc: true, keys: ["result.content"] };
@@ -47,9 +69,17 @@ export async function run(): Promise<void> {
     // The floor every change keeps (at 50 connections, where it was first set), and the
     // goal at equal concurrency (10 and 50) and at each side's peak.
     const at50 = cmp.perLevel.find((l) => l.connections === 50)!.result;
-    verdict("tools/call >= 2.0x the SDK server's req/s at 50 connections (floor)", `${fmt(at50.ratio, 2)}x (rounds ${at50.ratios.map((r) => fmt(r, 2)).join(", ")})`, at50.ratio >= 2 && at50.failures === 0);
+    verdict(
+      "tools/call >= 2.0x the SDK server's req/s at 50 connections (floor)",
+      `${fmt(at50.ratio, 2)}x (rounds ${at50.ratios.map((r) => fmt(r, 2)).join(", ")})`,
+      at50.ratio >= 2 && at50.failures === 0,
+    );
     for (const { connections, result } of cmp.perLevel) {
-      verdict(`tools/call >= 3.0x the SDK server's req/s at ${connections} connections`, `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`, result.ratio >= 3 && result.failures === 0);
+      verdict(
+        `tools/call >= 3.0x the SDK server's req/s at ${connections} connections`,
+        `${fmt(result.ratio, 2)}x (rounds ${result.ratios.map((r) => fmt(r, 2)).join(", ")})`,
+        result.ratio >= 3 && result.failures === 0,
+      );
     }
     verdict("tools/call >= 3.0x the SDK server, each at its peak", `${fmt(cmp.peakRatio, 2)}x`, cmp.peakRatio >= 3 && cmp.failures === 0);
 
@@ -64,14 +94,26 @@ export async function run(): Promise<void> {
           jsonrpc: "2.0",
           id: i,
           method: "agent.budget.create",
-          params: { purpose: "trip", display_name: `bench ${i}`, chain_allowlist: ["base", "eth"], idempotency_key: `bench-create-${i.toString().padStart(6, "0")}` },
+          params: {
+            purpose: "trip",
+            display_name: `bench ${i}`,
+            chain_allowlist: ["base", "eth"],
+            idempotency_key: `bench-create-${i.toString().padStart(6, "0")}`,
+          },
         }),
       });
       const body = (await res.json()) as { error?: unknown; result?: { vault_id?: string } };
       if (res.status !== 200 || body.error || !body.result?.vault_id) throw new Error(`agent.budget.create failed: ${res.status} ${JSON.stringify(body)}`);
       latencies.push(performance.now() - t);
     }
-    table([{ measure: "agent.budget.create (3-step saga), sequential", n: latencies.length, "p50 ms": fmt(median(latencies), 2), "p99 ms": fmt(percentile(latencies, 99), 2) }]);
+    table([
+      {
+        measure: "agent.budget.create (3-step saga), sequential",
+        n: latencies.length,
+        "p50 ms": fmt(median(latencies), 2),
+        "p99 ms": fmt(percentile(latencies, 99), 2),
+      },
+    ]);
   } finally {
     await ours.stop();
     await peer.stop();

@@ -26,7 +26,9 @@ export function benchPostgres(): Promise<string> {
   server ??= (async () => {
     const url = process.env.BENCH_DATABASE_URL
       ? process.env.BENCH_DATABASE_URL
-      : await run("bash", [script, "start", BENCH_PG_DIR, "55499"], { env: { ...process.env, PG_DURABLE: "1" } }).then((r) => ((started = true), r.stdout.trim()));
+      : await run("bash", [script, "start", BENCH_PG_DIR, "55499"], { env: { ...process.env, PG_DURABLE: "1" } }).then(
+          (r) => ((started = true), r.stdout.trim()),
+        );
     const client = new pg.Client({ connectionString: url });
     await client.connect();
     try {
@@ -35,10 +37,16 @@ export function benchPostgres(): Promise<string> {
       const backend = ((await client.query("SELECT pg_backend_pid() AS pid")).rows[0] as { pid: number }).pid;
       const postmaster = parentOf(backend);
       if (postmaster) benchRoots.add(postmaster);
-      console.log(`PostgreSQL ${url.replace(/\/\/[^@]*@/, "//")}: ${Object.entries(settings).map(([k, v]) => `${k}=${v}`).join(" ")}${postmaster ? `, postmaster pid ${postmaster}` : ", not on this machine (its CPU counts as other load)"}`);
+      console.log(
+        `PostgreSQL ${url.replace(/\/\/[^@]*@/, "//")}: ${Object.entries(settings)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(" ")}${postmaster ? `, postmaster pid ${postmaster}` : ", not on this machine (its CPU counts as other load)"}`,
+      );
       const durable = settings.fsync === "on" && settings.synchronous_commit !== "off";
       if (!durable && process.env.BENCH_ALLOW_NONDURABLE !== "1") {
-        throw new Error(`bench PostgreSQL is not durable (${JSON.stringify(settings)}); a leftover throwaway cluster? run scripts/pg-throwaway.sh stop ${BENCH_PG_DIR}`);
+        throw new Error(
+          `bench PostgreSQL is not durable (${JSON.stringify(settings)}); a leftover throwaway cluster? run scripts/pg-throwaway.sh stop ${BENCH_PG_DIR}`,
+        );
       }
     } finally {
       await client.end();
@@ -112,13 +120,16 @@ export async function benchDatabase() {
  * once, unlike pg_stat_wal's counters, which backends report up to a second late): the
  * bytes of WAL the measurement cost, whoever wrote them.
  */
-export async function watchPostgres(): Promise<{ start(): Promise<() => Promise<{ background: string; walBytes: number }>>; close(): Promise<void> } | undefined> {
+export async function watchPostgres(): Promise<
+  { start(): Promise<() => Promise<{ background: string; walBytes: number }>>; close(): Promise<void> } | undefined
+> {
   if (!server) return undefined;
   const client = new pg.Client({ connectionString: await server });
   await client.connect();
   const version = Number(((await client.query("SHOW server_version_num")).rows[0] as { server_version_num: string }).server_version_num);
   // PostgreSQL 17 moved the checkpoint counters to pg_stat_checkpointer.
-  const checkpoints = version >= 170000 ? "(SELECT num_timed + num_requested FROM pg_stat_checkpointer)" : "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)";
+  const checkpoints =
+    version >= 170000 ? "(SELECT num_timed + num_requested FROM pg_stat_checkpointer)" : "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)";
   const sql = `SELECT ${checkpoints}::bigint AS checkpoints,
     EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND state = 'active') AS autovacuum,
     pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal`;
@@ -132,7 +143,9 @@ export async function watchPostgres(): Promise<{ start(): Promise<() => Promise<
       return async () => {
         const after = await look();
         return {
-          background: [after.checkpoints > before.checkpoints ? "checkpoint" : "", before.autovacuum || after.autovacuum ? "autovacuum" : ""].filter(Boolean).join(", "),
+          background: [after.checkpoints > before.checkpoints ? "checkpoint" : "", before.autovacuum || after.autovacuum ? "autovacuum" : ""]
+            .filter(Boolean)
+            .join(", "),
           walBytes: after.wal - before.wal,
         };
       };

@@ -10,7 +10,10 @@ import { loadColumns, watchLoad } from "./machine-watch.js";
  * (watchLoad) and PostgreSQL's own background work (watchPostgres). `start()` before
  * the measurement; the function it returns after it.
  */
-export async function watchRounds(): Promise<{ start(): Promise<() => Promise<{ load: Load; background: string; walBytes?: number }>>; close(): Promise<void> }> {
+export async function watchRounds(): Promise<{
+  start(): Promise<() => Promise<{ load: Load; background: string; walBytes?: number }>>;
+  close(): Promise<void>;
+}> {
   const pgWatch = await watchPostgres();
   return {
     async start() {
@@ -197,7 +200,8 @@ const LEVEL_ROUNDS = comparisonRounds(5);
  */
 export async function alternateAtLevels(title: string, levels: number[], sides: (connections: number) => Side[]) {
   const perLevel: { connections: number; result: Alternation }[] = [];
-  for (const connections of levels) perLevel.push({ connections, result: await alternate(`${title}, ${connections} connections`, sides(connections), LEVEL_ROUNDS) });
+  for (const connections of levels)
+    perLevel.push({ connections, result: await alternate(`${title}, ${connections} connections`, sides(connections), LEVEL_ROUNDS) });
   const peak = (i: number) => Math.max(...perLevel.map((l) => l.result.sides[i]!.rps));
   const peakRatio = peak(0) / peak(1);
   const names = perLevel[0]!.result.sides.map((s) => s.name);

@@ -36,7 +36,11 @@ export async function run(): Promise<void> {
   try {
     const rows = [];
     let directWorst = 0;
-    for (const [label, client] of [["in-process direct transport (what serve uses)", direct], ["in-process createRouterTransport", router], ["gRPC over h2c (split)", split]] as const) {
+    for (const [label, client] of [
+      ["in-process direct transport (what serve uses)", direct],
+      ["in-process createRouterTransport", router],
+      ["gRPC over h2c (split)", split],
+    ] as const) {
       for (const concurrency of [1, 10]) {
         const runs = [];
         const stop = watchLoad();

@@ -41,17 +41,32 @@ export async function seed(stack: SeedTarget): Promise<void> {
     console.log(`  seed: ${label}: ${r.rowCount ?? 0} rows, ${fmt((performance.now() - t) / 1000, 1)} s`);
   };
   try {
-    await client.query("CREATE TEMP TABLE seed_users AS SELECT g AS n, gen_random_uuid() AS user_id, gen_random_uuid() AS vault_id, gen_random_uuid() AS agent_id FROM generate_series(1, $1::int) g", [USERS]);
-    await step("users", "INSERT INTO users (id, email, status, created_at) SELECT user_id, 'seed-' || n || '@example.test', 'active', now() - (n % 700) * interval '1 day' FROM seed_users");
-    await step("vaults", "INSERT INTO vaults (id, owner_user_id, balance_cents, currency, created_at) SELECT vault_id, user_id, 10000, 'USD', now() - (n % 700) * interval '1 day' FROM seed_users");
-    await step("agent principals", "INSERT INTO agent_principals (id, user_id, vault_id, display_name, created_at) SELECT agent_id, user_id, vault_id, 'seed agent', now() - (n % 700) * interval '1 day' FROM seed_users");
+    await client.query(
+      "CREATE TEMP TABLE seed_users AS SELECT g AS n, gen_random_uuid() AS user_id, gen_random_uuid() AS vault_id, gen_random_uuid() AS agent_id FROM generate_series(1, $1::int) g",
+      [USERS],
+    );
+    await step(
+      "users",
+      "INSERT INTO users (id, email, status, created_at) SELECT user_id, 'seed-' || n || '@example.test', 'active', now() - (n % 700) * interval '1 day' FROM seed_users",
+    );
+    await step(
+      "vaults",
+      "INSERT INTO vaults (id, owner_user_id, balance_cents, currency, created_at) SELECT vault_id, user_id, 10000, 'USD', now() - (n % 700) * interval '1 day' FROM seed_users",
+    );
+    await step(
+      "agent principals",
+      "INSERT INTO agent_principals (id, user_id, vault_id, display_name, created_at) SELECT agent_id, user_id, vault_id, 'seed agent', now() - (n % 700) * interval '1 day' FROM seed_users",
+    );
     await step("partner users", "INSERT INTO partner_users (partner_id, user_id, created_at) SELECT $1, user_id, now() FROM seed_users", [stack.partnerId]);
     await step(
       "consents (the bench user's scopes)",
       "INSERT INTO consents (partner_id, user_id, scopes, updated_at) SELECT $1, s.user_id, c.scopes, now() FROM seed_users s, (SELECT scopes FROM consents WHERE partner_id = $1 AND user_id = $2) c",
       [stack.partnerId, stack.userId],
     );
-    await step("KYC", "INSERT INTO user_kyc (user_id, status, provider, updated_at) SELECT user_id, CASE WHEN n % 3 = 0 THEN 'pending' ELSE 'approved' END, 'sandbox', now() FROM seed_users");
+    await step(
+      "KYC",
+      "INSERT INTO user_kyc (user_id, status, provider, updated_at) SELECT user_id, CASE WHEN n % 3 = 0 THEN 'pending' ELSE 'approved' END, 'sandbox', now() FROM seed_users",
+    );
     await step(
       "grants (superseded, revoked, active)",
       `INSERT INTO grants (id, lineage_id, user_id, agent_principal_id, vault_id, scopes, state, issued_at, expires_at, refresh_hash, state_changed_at)
@@ -72,11 +87,14 @@ export async function seed(stack: SeedTarget): Promise<void> {
         [vault, user, count],
       );
     const { rows } = await client.query("SELECT user_id, vault_id FROM seed_users ORDER BY n LIMIT $1", [PAYMENT_VAULTS]);
-    for (const [i, r] of (rows as { user_id: string; vault_id: string }[]).entries()) await payments(r.vault_id, r.user_id, PAYMENTS_PER_VAULT, `payments, vault ${i + 1} of ${PAYMENT_VAULTS}`);
+    for (const [i, r] of (rows as { user_id: string; vault_id: string }[]).entries())
+      await payments(r.vault_id, r.user_id, PAYMENTS_PER_VAULT, `payments, vault ${i + 1} of ${PAYMENT_VAULTS}`);
     await payments(stack.budgetVaultId, stack.userId, BENCH_VAULT_PAYMENTS, "payments of the bench's budget vault");
     // Running totals on vaults, where the schema has them: the seeded history is older
     // than a day, so it adds to the lifetime total only.
-    const cols = (await client.query("SELECT column_name FROM information_schema.columns WHERE table_name = 'vaults' AND column_name LIKE 'spent%'")).rows.map((r: { column_name: string }) => r.column_name);
+    const cols = (await client.query("SELECT column_name FROM information_schema.columns WHERE table_name = 'vaults' AND column_name LIKE 'spent%'")).rows.map(
+      (r: { column_name: string }) => r.column_name,
+    );
     if (cols.includes("spent_lifetime_cents")) {
       await step(
         "vault running totals (spent_lifetime_cents)",

@@ -20,7 +20,19 @@ import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, benchDatabase, benchLogger, fundedAgentBudget, load, QUICK, NEAR_ONE_ROUNDS, settleBenchPostgres, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import {
+  alternate,
+  benchDatabase,
+  benchLogger,
+  fundedAgentBudget,
+  load,
+  QUICK,
+  NEAR_ONE_ROUNDS,
+  settleBenchPostgres,
+  verdict,
+  type BodyCheck,
+  type LoadSpec,
+} from "./support.js";
 
 const CONNECTIONS = 50;
 const INITIATES = QUICK ? 1500 : 5000;
@@ -76,7 +88,11 @@ async function startStack(name: string, dbUrl: string): Promise<Stack> {
       transport: { interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))] },
     }),
   );
-  const gateway = await buildGateway({ clients, logger: benchLogger(`grown-data-${name}-gateway`), urls: { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin } });
+  const gateway = await buildGateway({
+    clients,
+    logger: benchLogger(`grown-data-${name}-gateway`),
+    urls: { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin },
+  });
   await gateway.listen({ port, host: "127.0.0.1" });
 
   // Partner, a user with consent and KYC, a partner token.
@@ -102,13 +118,32 @@ async function startStack(name: string, dbUrl: string): Promise<Stack> {
   const { messages } = await admin.grants.listOutbox({ email });
   const otp = /\d{6}/.exec(messages[0]!.subject)![0];
   const { sessionToken } = await clients.grants.completeSignIn({ challengeId: ch.challengeId, code: otp });
-  const reg = await clients.grants.registerClient({ clientName: "bench", redirectUris: [REDIRECT], tokenEndpointAuthMethod: "client_secret_post", scope: "accounts:read" });
-  const request = { clientId: reg.client!.clientId, redirectUri: REDIRECT, scope: "accounts:read", resources: [`urn:vaultgate:vault:${user.vaultId}`], codeChallenge: challenge, codeChallengeMethod: "S256", sessionToken: "" };
+  const reg = await clients.grants.registerClient({
+    clientName: "bench",
+    redirectUris: [REDIRECT],
+    tokenEndpointAuthMethod: "client_secret_post",
+    scope: "accounts:read",
+  });
+  const request = {
+    clientId: reg.client!.clientId,
+    redirectUri: REDIRECT,
+    scope: "accounts:read",
+    resources: [`urn:vaultgate:vault:${user.vaultId}`],
+    codeChallenge: challenge,
+    codeChallengeMethod: "S256",
+    sessionToken: "",
+  };
   const refreshTokens = async (n: number) => {
     const out: string[] = [];
     for (let i = 0; i < n; i++) {
       const { code } = await clients.grants.approveAuthorization({ request, sessionToken, vaultId: user.vaultId });
-      const t = await clients.grants.exchangeCode({ clientId: reg.client!.clientId, clientSecret: reg.clientSecret, code, redirectUri: REDIRECT, codeVerifier: verifier });
+      const t = await clients.grants.exchangeCode({
+        clientId: reg.client!.clientId,
+        clientSecret: reg.clientSecret,
+        code,
+        redirectUri: REDIRECT,
+        codeVerifier: verifier,
+      });
       out.push(t.token!.refreshToken);
     }
     return out;
@@ -142,7 +177,9 @@ export async function run(): Promise<void> {
   const fresh = await startStack("fresh", freshDb.url);
   const grown = await startStack("grown", grownDb.url);
   try {
-    console.log(`growing the database: ${AUDIT_ROWS} audit rows, ${USERS} users with consent, ${USERS * GRANTS_PER_USER} grants, ${PAYMENT_VAULTS} vaults x ${PAYMENTS_PER_VAULT} payments, bench vault ${BENCH_VAULT_PAYMENTS} payments`);
+    console.log(
+      `growing the database: ${AUDIT_ROWS} audit rows, ${USERS} users with consent, ${USERS * GRANTS_PER_USER} grants, ${PAYMENT_VAULTS} vaults x ${PAYMENTS_PER_VAULT} payments, bench vault ${BENCH_VAULT_PAYMENTS} payments`,
+    );
     await seed(grown);
     // A database that grew over months has long written its pages out; one seeded a
     // moment ago still holds its bulk load dirty in memory, and a checkpoint during the
@@ -151,28 +188,67 @@ export async function run(): Promise<void> {
 
     const mcp = (s: Stack) => ({ "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${s.agentToken}` });
     const tool = (name: string, key: string) =>
-      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key } } });
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: {
+          name,
+          arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key },
+        },
+      });
     const tokenCheck: BodyCheck = { status: 200, keys: ["access_token", "refresh_token", "token_type"] };
     // The expected shapes, from one checked answer of the fresh stack.
     const shape = async (url: string, init: RequestInit, jsonrpc: boolean): Promise<BodyCheck> => {
       const r = await fetch(url, init);
       const body = (await r.json()) as Record<string, unknown> & { result?: { structuredContent?: object; isError?: boolean }; error?: unknown };
-      if (r.status !== 200 || body.error || (jsonrpc && (!body.result?.structuredContent || body.result.isError))) throw new Error(`sample failed: ${r.status} ${JSON.stringify(body)}`);
-      return jsonrpc ? { jsonrpc: true, keys: Object.keys(body.result!.structuredContent!).map((k) => `result.structuredContent.${k}`) } : { status: 200, keys: Object.keys(body) };
+      if (r.status !== 200 || body.error || (jsonrpc && (!body.result?.structuredContent || body.result.isError)))
+        throw new Error(`sample failed: ${r.status} ${JSON.stringify(body)}`);
+      return jsonrpc
+        ? { jsonrpc: true, keys: Object.keys(body.result!.structuredContent!).map((k) => `result.structuredContent.${k}`) }
+        : { status: 200, keys: Object.keys(body) };
     };
     const kycCheck = await shape(`${fresh.url}${fresh.kycPath}`, { headers: { authorization: `Bearer ${fresh.partnerToken}` } }, false);
-    const simulateCheck = await shape(`${fresh.url}/mcp/write`, { method: "POST", headers: mcp(fresh), body: tool("payments.simulate", "bench-sim-sample") }, true);
-    const initiateCheck = await shape(`${fresh.url}/mcp/write`, { method: "POST", headers: mcp(fresh), body: tool("payments.initiate", "bench-pay-sample") }, true);
+    const simulateCheck = await shape(
+      `${fresh.url}/mcp/write`,
+      { method: "POST", headers: mcp(fresh), body: tool("payments.simulate", "bench-sim-sample") },
+      true,
+    );
+    const initiateCheck = await shape(
+      `${fresh.url}/mcp/write`,
+      { method: "POST", headers: mcp(fresh), body: tool("payments.initiate", "bench-pay-sample") },
+      true,
+    );
 
     let batch = 0;
     const paths: { name: string; spec: (s: Stack) => Promise<LoadSpec> }[] = [
-      { name: "partner GET /users/<id>/kyc", spec: async (s) => ({ url: `${s.url}${s.kycPath}`, headers: { authorization: `Bearer ${s.partnerToken}` }, connections: CONNECTIONS, check: kycCheck }) },
-      { name: "payments.simulate", spec: async (s) => ({ url: `${s.url}/mcp/write`, method: "POST", headers: mcp(s), body: tool("payments.simulate", "bench-sim-0001"), connections: CONNECTIONS, check: simulateCheck }) },
+      {
+        name: "partner GET /users/<id>/kyc",
+        spec: async (s) => ({ url: `${s.url}${s.kycPath}`, headers: { authorization: `Bearer ${s.partnerToken}` }, connections: CONNECTIONS, check: kycCheck }),
+      },
+      {
+        name: "payments.simulate",
+        spec: async (s) => ({
+          url: `${s.url}/mcp/write`,
+          method: "POST",
+          headers: mcp(s),
+          body: tool("payments.simulate", "bench-sim-0001"),
+          connections: CONNECTIONS,
+          check: simulateCheck,
+        }),
+      },
       {
         name: "payments.initiate",
         spec: async (s) => {
           const b = ++batch;
-          return { url: `${s.url}/mcp/write`, method: "POST", headers: mcp(s), bodies: Array.from({ length: INITIATES }, (_, i) => tool("payments.initiate", `bench-pay-${b}-${i}`)), connections: CONNECTIONS, check: initiateCheck };
+          return {
+            url: `${s.url}/mcp/write`,
+            method: "POST",
+            headers: mcp(s),
+            bodies: Array.from({ length: INITIATES }, (_, i) => tool("payments.initiate", `bench-pay-${b}-${i}`)),
+            connections: CONNECTIONS,
+            check: initiateCheck,
+          };
         },
       },
       {
@@ -181,7 +257,11 @@ export async function run(): Promise<void> {
           url: `${s.url}/oauth2/token`,
           method: "POST",
           headers: { "content-type": "application/x-www-form-urlencoded" },
-          rotate: { tokens: await s.oauth.refreshTokens(CONNECTIONS * 2), field: "refresh_token", form: { grant_type: "refresh_token", client_id: s.oauth.clientId, client_secret: s.oauth.clientSecret } },
+          rotate: {
+            tokens: await s.oauth.refreshTokens(CONNECTIONS * 2),
+            field: "refresh_token",
+            form: { grant_type: "refresh_token", client_id: s.oauth.clientId, client_secret: s.oauth.clientSecret },
+          },
           connections: CONNECTIONS,
           check: tokenCheck,
         }),
@@ -191,11 +271,19 @@ export async function run(): Promise<void> {
     const results = [];
     for (const path of paths.filter((p) => !only || only.split(",").some((w) => p.name.includes(w.trim())))) {
       for (const s of [grown, fresh]) await load({ ...(await path.spec(s)), ...(path.name === "payments.initiate" ? {} : { seconds: 2 }) }); // warm-up
-      const r = await alternate(`${path.name}, ${CONNECTIONS} connections: grown vs fresh database`, [grown, fresh].map((s) => ({ name: s.name, measure: async () => load({ ...(await path.spec(s)), server: process.pid }) })), NEAR_ONE_ROUNDS);
+      const r = await alternate(
+        `${path.name}, ${CONNECTIONS} connections: grown vs fresh database`,
+        [grown, fresh].map((s) => ({ name: s.name, measure: async () => load({ ...(await path.spec(s)), server: process.pid }) })),
+        NEAR_ONE_ROUNDS,
+      );
       results.push({ path: path.name, r });
     }
     for (const { path, r } of results) {
-      verdict(`${path} on the grown database >= 0.95x the fresh one`, `${r.ratio.toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(", ")})`, r.ratio >= 0.95 && r.failures === 0);
+      verdict(
+        `${path} on the grown database >= 0.95x the fresh one`,
+        `${r.ratio.toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(", ")})`,
+        r.ratio >= 0.95 && r.failures === 0,
+      );
     }
   } finally {
     await grown.close();

@@ -21,7 +21,20 @@ import { createDb } from "../core/db/knex.js";
 import { migrateLatest } from "../core/db/migrate.js";
 import { createLedgerStore } from "../core/ledger/store.js";
 import { createCoreClients } from "../gateways/core-clients.js";
-import { alternate, benchDatabase, fmt, fundedAgentBudget, load, median, QUICK, startService, table, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import {
+  alternate,
+  benchDatabase,
+  fmt,
+  fundedAgentBudget,
+  load,
+  median,
+  QUICK,
+  startService,
+  table,
+  verdict,
+  type BodyCheck,
+  type LoadSpec,
+} from "./support.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CONNECTIONS = 10;
@@ -41,7 +54,9 @@ function checkout(ref: string): { bin: string; remove(): void } {
   execFileSync("git", ["worktree", "add", "--detach", "--force", dir, ref], { cwd: root, stdio: "ignore" });
   symlinkSync(join(root, "node_modules"), join(dir, "node_modules"));
   // The checkout's own build: scripts/build.mjs where it has one, tsc into dist/ before that.
-  const build = existsSync(join(dir, "scripts/build.mjs")) ? [join(dir, "scripts/build.mjs")] : [join(root, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"];
+  const build = existsSync(join(dir, "scripts/build.mjs"))
+    ? [join(dir, "scripts/build.mjs")]
+    : [join(root, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"];
   execFileSync(process.execPath, build, { cwd: dir, stdio: "inherit" });
   return {
     bin: join(dir, "bin/vaultgate.mjs"),
@@ -53,7 +68,10 @@ function checkout(ref: string): { bin: string; remove(): void } {
 
 function baseRef(): string {
   if (process.env.BENCH_LEDGER_BASE) return process.env.BENCH_LEDGER_BASE;
-  const added = execFileSync("git", ["log", "--diff-filter=A", "--format=%H", "--", "core/db/migrations/0020-ledger.ts"], { cwd: root, encoding: "utf8" }).trim().split("\n").at(-1);
+  const added = execFileSync("git", ["log", "--diff-filter=A", "--format=%H", "--", "core/db/migrations/0020-ledger.ts"], { cwd: root, encoding: "utf8" })
+    .trim()
+    .split("\n")
+    .at(-1);
   if (!added) throw new Error("cannot find the commit that added the ledger; set BENCH_LEDGER_BASE");
   return `${added}^`;
 }
@@ -100,7 +118,15 @@ async function initiateBeforeAfter(): Promise<void> {
     sides.push(await side("without ledger", base.bin), await side("with ledger", undefined));
     let batch = 0;
     const tool = (key: string) =>
-      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "payments.initiate", arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key } } });
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: {
+          name: "payments.initiate",
+          arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key },
+        },
+      });
     const check: BodyCheck = { jsonrpc: true, keys: ["result.structuredContent.payment_id", "result.structuredContent.status"] };
     const spec = (s: Side): LoadSpec => {
       const b = ++batch;
@@ -119,7 +145,11 @@ async function initiateBeforeAfter(): Promise<void> {
       { name: "without ledger", measure: () => load(spec(sides[0]!)) },
     ]);
     console.log(`payments.initiate req/s before the ledger ${fmt(r.sides[1]!.rps, 0)}, after ${fmt(r.sides[0]!.rps, 0)}`);
-    verdict("payments.initiate with the ledger >= 0.90x without (no extra round trip)", `${r.ratio.toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(", ")})`, r.ratio >= 0.9 && r.failures === 0);
+    verdict(
+      "payments.initiate with the ledger >= 0.90x without (no extra round trip)",
+      `${r.ratio.toFixed(2)}x (rounds ${r.ratios.map((x) => x.toFixed(2)).join(", ")})`,
+      r.ratio >= 0.9 && r.failures === 0,
+    );
   } finally {
     for (const s of sides) {
       await s.stop();
@@ -135,10 +165,18 @@ async function verifyMillion(): Promise<void> {
   try {
     await migrateLatest(db);
     console.log(`seeding ${POSTINGS} postings over ${VAULTS} vaults`);
-    await db.raw(`INSERT INTO users (id, email, created_at) SELECT md5('u' || g)::uuid, 'ledger-' || g || '@example.test', now() FROM generate_series(1, ?) g`, [VAULTS]);
-    await db.raw(`INSERT INTO vaults (id, owner_user_id, created_at) SELECT md5('v' || g)::uuid, md5('u' || g)::uuid, now() FROM generate_series(1, ?) g`, [VAULTS]);
+    await db.raw(
+      `INSERT INTO users (id, email, created_at) SELECT md5('u' || g)::uuid, 'ledger-' || g || '@example.test', now() FROM generate_series(1, ?) g`,
+      [VAULTS],
+    );
+    await db.raw(`INSERT INTO vaults (id, owner_user_id, created_at) SELECT md5('v' || g)::uuid, md5('u' || g)::uuid, now() FROM generate_series(1, ?) g`, [
+      VAULTS,
+    ]);
     const transactions = POSTINGS / 2;
-    await db.raw(`INSERT INTO ledger_transactions (id, kind, reference, created_at) SELECT md5('t' || g)::uuid, 'vault.fund', 'bench', now() FROM generate_series(1, ?) g`, [transactions]);
+    await db.raw(
+      `INSERT INTO ledger_transactions (id, kind, reference, created_at) SELECT md5('t' || g)::uuid, 'vault.fund', 'bench', now() FROM generate_series(1, ?) g`,
+      [transactions],
+    );
     await db.raw(
       `INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at)
        SELECT md5('t' || g)::uuid, a.account_id, a.amount, 'USD', now()
@@ -165,7 +203,11 @@ async function verifyMillion(): Promise<void> {
       if (report.discrepancies.length > 0) throw new Error(`the seeded ledger does not verify: ${JSON.stringify(report.discrepancies)}`);
     }
     table(times.map((t, i) => ({ run: i + 1, postings, seconds: fmt(t, 2) })));
-    verdict(`ledger verify over ${postings} postings < 10 s`, `${fmt(median(times), 2)} s (median of 3)`, median(times) < 10 && postings >= (QUICK ? 0 : 1_000_000));
+    verdict(
+      `ledger verify over ${postings} postings < 10 s`,
+      `${fmt(median(times), 2)} s (median of 3)`,
+      median(times) < 10 && postings >= (QUICK ? 0 : 1_000_000),
+    );
   } finally {
     await db.destroy();
     await scratch.drop();

@@ -141,8 +141,7 @@ export function loadBetween(before: CpuSnapshot, after: CpuSnapshot, roots: Iter
   // Never more than the machine did beyond the bench (and beyond what the host took).
   const processes = Math.min(cores(othersTicks), Math.max(0, machine - steal - cores(benchTicks)));
   const others = processes + steal;
-  const busiest =
-    steal > 0 && steal > cores(topTicks) ? { name: "host steal", cores: steal } : top ? { name: top, cores: cores(topTicks) } : undefined;
+  const busiest = steal > 0 && steal > cores(topTicks) ? { name: "host steal", cores: steal } : top ? { name: top, cores: cores(topTicks) } : undefined;
   return {
     machine,
     others,

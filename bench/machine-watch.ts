@@ -3,7 +3,17 @@ import { createHash } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { fmt } from "./basics.js";
-import { loadBetween, parseCpuLine, parseIoFull, parseSchedstat, parseStat, type CpuSnapshot, type Load, type ProcSample, type ThreadSched } from "./machine-load.js";
+import {
+  loadBetween,
+  parseCpuLine,
+  parseIoFull,
+  parseSchedstat,
+  parseStat,
+  type CpuSnapshot,
+  type Load,
+  type ProcSample,
+  type ThreadSched,
+} from "./machine-load.js";
 
 /** Processes of the system under test besides the bench's own (the bench PostgreSQL's postmaster). */
 export const benchRoots = new Set<number>();

@@ -21,7 +21,23 @@ import { ACCESS_MAX_BATCH, ACCESS_MAX_IN_FLIGHT } from "../core/partners/resourc
 import { buildGateway } from "../gateways/app.js";
 import { createCoreClients } from "../gateways/core-clients.js";
 import { PartnerStatus } from "../gen/vaultgate/partners/v1/partners_pb.js";
-import { alternate, alternateAtLevels, benchDatabase, benchLogger, comparisonRounds, fmt, load, median, NEAR_ONE_ROUNDS, percentile, roundRatios, seconds, verdict, type BodyCheck, type Measurement } from "./support.js";
+import {
+  alternate,
+  alternateAtLevels,
+  benchDatabase,
+  benchLogger,
+  comparisonRounds,
+  fmt,
+  load,
+  median,
+  NEAR_ONE_ROUNDS,
+  percentile,
+  roundRatios,
+  seconds,
+  verdict,
+  type BodyCheck,
+  type Measurement,
+} from "./support.js";
 
 /** `DATABASE_POOL_MAX`'s default (cli/config.ts): the ceiling gets the same pool. */
 const POOL = 20;
@@ -154,18 +170,28 @@ export async function run(): Promise<void> {
       { name: "GET kyc (info log)", measure: kyc(urlOf(gateway), connections) },
       { name: `INSERT through pg, pool ${POOL}`, measure: () => insertCeiling(pgServer.url, connections) },
     ]);
-    const logging = await alternate("GET /users/<id>/kyc, gateway log level info vs silent, 50 connections", [
-      { name: "info", measure: kyc(urlOf(gateway), 50) },
-      { name: "silent", measure: kyc(urlOf(silentGateway), 50) },
-    ], NEAR_ONE_ROUNDS);
-    const vsInsertOverHttp = await alternate("GET /users/<id>/kyc vs the INSERT behind HTTP, group-committed (judged) and one per request (fastify routes, same JSON, same load generator), 50 connections", [
-      { name: "GET kyc (info log)", measure: kyc(urlOf(gateway), 50) },
-      { name: `group-committed INSERT over HTTP, pool ${POOL}`, measure: kyc(urlOf(batchedOverHttp), 50) },
-      { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
-    ], comparisonRounds(5));
-    const fastifyBare = await alternate("ceiling: bare fastify, same JSON, 50 connections (printed, not judged)", [
-      { name: "bare fastify", measure: () => load({ url: `${urlOf(bare)}${path}`, connections: 50, check, server: process.pid }) },
-    ], 1);
+    const logging = await alternate(
+      "GET /users/<id>/kyc, gateway log level info vs silent, 50 connections",
+      [
+        { name: "info", measure: kyc(urlOf(gateway), 50) },
+        { name: "silent", measure: kyc(urlOf(silentGateway), 50) },
+      ],
+      NEAR_ONE_ROUNDS,
+    );
+    const vsInsertOverHttp = await alternate(
+      "GET /users/<id>/kyc vs the INSERT behind HTTP, group-committed (judged) and one per request (fastify routes, same JSON, same load generator), 50 connections",
+      [
+        { name: "GET kyc (info log)", measure: kyc(urlOf(gateway), 50) },
+        { name: `group-committed INSERT over HTTP, pool ${POOL}`, measure: kyc(urlOf(batchedOverHttp), 50) },
+        { name: `INSERT per request over HTTP, pool ${POOL}`, measure: kyc(urlOf(insertOverHttp), 50) },
+      ],
+      comparisonRounds(5),
+    );
+    const fastifyBare = await alternate(
+      "ceiling: bare fastify, same JSON, 50 connections (printed, not judged)",
+      [{ name: "bare fastify", measure: () => load({ url: `${urlOf(bare)}${path}`, connections: 50, check, server: process.pid }) }],
+      1,
+    );
 
     const at50 = vsInsert.perLevel.find((l) => l.connections === 50)!.result;
     const ours50 = at50.sides[0]!;
@@ -173,11 +199,23 @@ export async function run(): Promise<void> {
     const [ownKyc, , perRequest] = vsInsertOverHttp.sides;
     console.log(`kyc / one INSERT per request behind HTTP: ${percentRounds(roundRatios(ownKyc!, perRequest!))}; printed, not judged`);
     const pctRounds = percentRounds(at50.ratios);
-    verdict("kyc >= 60% of the INSERT ceiling at 50 connections, pool 20 (floor; median of per-round ratios)", pctRounds, at50.ratio >= 0.6 && at50.failures === 0);
-    verdict("kyc >= 95% of the group-committed INSERT route behind HTTP at 50 connections (median of per-round ratios)", percentRounds(vsInsertOverHttp.ratios), vsInsertOverHttp.ratio >= 0.95 && vsInsertOverHttp.failures === 0);
+    verdict(
+      "kyc >= 60% of the INSERT ceiling at 50 connections, pool 20 (floor; median of per-round ratios)",
+      pctRounds,
+      at50.ratio >= 0.6 && at50.failures === 0,
+    );
+    verdict(
+      "kyc >= 95% of the group-committed INSERT route behind HTTP at 50 connections (median of per-round ratios)",
+      percentRounds(vsInsertOverHttp.ratios),
+      vsInsertOverHttp.ratio >= 0.95 && vsInsertOverHttp.failures === 0,
+    );
     verdict("kyc p99 < 25 ms at 50 connections", `${fmt(ours50.p99, 1)} ms`, ours50.p99 < 25 && ours50.failures === 0);
     verdict("info logging costs < 10% of kyc throughput (info/silent >= 0.90x)", `${fmt(logging.ratio, 2)}x`, logging.ratio >= 0.9 && logging.failures === 0);
-    verdict("no failed responses", `${vsInsert.failures + logging.failures + vsInsertOverHttp.failures}`, vsInsert.failures + logging.failures + vsInsertOverHttp.failures === 0);
+    verdict(
+      "no failed responses",
+      `${vsInsert.failures + logging.failures + vsInsertOverHttp.failures}`,
+      vsInsert.failures + logging.failures + vsInsertOverHttp.failures === 0,
+    );
   } finally {
     await bare.close();
     await insertOverHttp.close();

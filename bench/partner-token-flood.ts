@@ -10,7 +10,22 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { benchDatabase, comparisonRounds, fmt, inTurns, load, loadColumns, median, seconds, startBenchChild, startService, table, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import {
+  benchDatabase,
+  comparisonRounds,
+  fmt,
+  inTurns,
+  load,
+  loadColumns,
+  median,
+  seconds,
+  startBenchChild,
+  startService,
+  table,
+  verdict,
+  type BodyCheck,
+  type LoadSpec,
+} from "./support.js";
 
 /** Fixtures are not measured: a creation shed on a busy machine is tried again. */
 async function retryShed<T>(work: () => Promise<T>): Promise<T> {
@@ -68,7 +83,13 @@ export async function floodComparison(): Promise<void> {
   // Deployment defaults but for the per-client token counter, which the legitimate
   // partner's 20 mints/s would otherwise meet, and the KYC read's per-partner limit,
   // which the paced reads would.
-  const env = { DATABASE_URL: db.url, DATA_DIR: dir.path, ADMIN_TOKEN: adminToken, TOKEN_RATE_LIMIT_PER_MINUTE: "1000000", PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE: "1000000000" };
+  const env = {
+    DATABASE_URL: db.url,
+    DATA_DIR: dir.path,
+    ADMIN_TOKEN: adminToken,
+    TOKEN_RATE_LIMIT_PER_MINUTE: "1000000",
+    PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE: "1000000000",
+  };
   const service = await startService(env);
   try {
     const admin = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl }));
@@ -94,7 +115,11 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
   let refusedMints = 0;
   const mintOnce = async (id: string, s: string) => {
     const t = performance.now();
-    const res = await fetch(tokenUrl, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", authorization: basicOf(id, s) }, body: "grant_type=client_credentials" });
+    const res = await fetch(tokenUrl, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", authorization: basicOf(id, s) },
+      body: "grant_type=client_credentials",
+    });
     const body = (await res.json()) as { access_token?: string; error?: string };
     if (res.status !== 200 || !body.access_token) {
       if (++refusedMints <= 5) console.log(`HONEST MINT REFUSED: ${res.status} ${JSON.stringify(body)}`);
@@ -116,7 +141,11 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     const batch: { id: string; secret: string }[] = [];
     // Four at a time: operator hashing is one flow of the derivation gate, bounded like any other.
     for (let i = 0; i < FRESH_PER_ROUND; i += 4) {
-      const made = await Promise.all(Array.from({ length: Math.min(4, FRESH_PER_ROUND - i) }, (_, j) => retryShed(() => admin.partners.createPartner({ name: `Bench fresh ${t}-${i + j}` }, adminCall))));
+      const made = await Promise.all(
+        Array.from({ length: Math.min(4, FRESH_PER_ROUND - i) }, (_, j) =>
+          retryShed(() => admin.partners.createPartner({ name: `Bench fresh ${t}-${i + j}` }, adminCall)),
+        ),
+      );
       batch.push(...made.map((m) => ({ id: m.partner!.clientId, secret: m.clientSecret })));
     }
     fresh.push(batch);
@@ -154,7 +183,14 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     const spec = { none: undefined, own: flood, other: floodFromOther, bare: floodAtBare }[kind];
     const flooding = spec ? load(spec) : undefined;
     if (flooding) await sleep(500); // let the flood reach its pace before measuring
-    const reads = load({ url: kycUrl, connections: GET_CONNECTIONS, rate: GET_RATE, requests: GET_RATE * FLOOD_ROUND_S, headers: { authorization: `Bearer ${token}` }, check: kycCheck });
+    const reads = load({
+      url: kycUrl,
+      connections: GET_CONNECTIONS,
+      rate: GET_RATE,
+      requests: GET_RATE * FLOOD_ROUND_S,
+      headers: { authorization: `Bearer ${token}` },
+      check: kycCheck,
+    });
     const mints: number[] = [];
     const firsts: number[] = [];
     const newcomers = fresh[turn++]!;
@@ -176,7 +212,15 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     await Promise.all([minting, firstMinting]);
     const floodResult = flooding ? await flooding : undefined;
     if (get.failures > 0) console.log(`FAILED kyc reads: ${get.failures}; e.g.\n  ${get.samples.join("\n  ")}`);
-    return { mintP50: median(mints), firstP50: median(firsts), mints: mints.length + firsts.length, getP99: get.p99, getRps: get.rps, failures: get.failures, flood: floodResult };
+    return {
+      mintP50: median(mints),
+      firstP50: median(firsts),
+      mints: mints.length + firsts.length,
+      getP99: get.p99,
+      getRps: get.rps,
+      failures: get.failures,
+      flood: floodResult,
+    };
   };
 
   const turns = await inTurns(kinds, FLOOD_ROUNDS, round).finally(() => bare.stop());
@@ -215,7 +259,10 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
   let floodTotal = 0;
   let floodBroken = 0;
   for (const r of atBare) {
-    if (r.flood!.failures > 0) console.log(`flood at the bare server: ${r.flood!.failures} requests not answered 429 (its round measures less than a flood); e.g.\n  ${r.flood!.samples.join("\n  ")}`);
+    if (r.flood!.failures > 0)
+      console.log(
+        `flood at the bare server: ${r.flood!.failures} requests not answered 429 (its round measures less than a flood); e.g.\n  ${r.flood!.samples.join("\n  ")}`,
+      );
   }
   for (const r of [...own, ...other]) {
     for (const [code, n] of Object.entries(r.flood!.statuses ?? {})) codes[code] = (codes[code] ?? 0) + n;
@@ -223,7 +270,9 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     floodBroken += r.flood!.failures;
     if (r.flood!.failures > 0) console.log(`flood requests not refused: ${r.flood!.failures}; e.g.\n  ${r.flood!.samples.join("\n  ")}`);
   }
-  console.log(`\nHonest partners under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), ${FLOOD_ROUNDS} rounds of ${FLOOD_ROUND_S} s, the order turning every round:`);
+  console.log(
+    `\nHonest partners under a flood of wrong secrets (${FLOOD_CONNECTIONS} connections x ${FLOOD_RATE}/s, random client ids), ${FLOOD_ROUNDS} rounds of ${FLOOD_ROUND_S} s, the order turning every round:`,
+  );
   const row = (measure: string, base: string, rs: Ran[], baseRs: Ran[], f: (r: Ran) => number, xs: number[], target: string, digits = 2) => ({
     measure,
     [base]: fmt(med(baseRs, f), digits),
@@ -240,8 +289,12 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     row(`kyc p99 ms, flood at the service (${OTHER_ADDRESS}) vs at a bare server`, "flood at bare", other, atBare, (r) => r.getP99, getOther, "<= 1.15x", 1),
     row("kyc p99 ms, flood at a bare server vs none (the machine's share)", "without", atBare, quiet, (r) => r.getP99, bareRatios, "printed, not judged", 1),
   ]);
-  const mix = Object.entries(codes).map(([c, n]) => `${c}: ${n}`).join(", ");
-  console.log(`flood: ${floodTotal} requests over ${FLOOD_ROUNDS * 2} rounds (${fmt(floodTotal / (FLOOD_ROUNDS * 2 * (FLOOD_ROUND_S + 1)))} /s); statuses ${mix || "none"}`);
+  const mix = Object.entries(codes)
+    .map(([c, n]) => `${c}: ${n}`)
+    .join(", ");
+  console.log(
+    `flood: ${floodTotal} requests over ${FLOOD_ROUNDS * 2} rounds (${fmt(floodTotal / (FLOOD_ROUNDS * 2 * (FLOOD_ROUND_S + 1)))} /s); statuses ${mix || "none"}`,
+  );
   const readFailures = ran.reduce((n, r) => n + r.failures, 0);
   const honest = ran.reduce((n, r) => n + r.mints, 0);
   for (const [what, xs] of [
@@ -252,8 +305,24 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
   ] as const) {
     verdict(`${what} (median of round ratios)`, `${median(xs).toFixed(2)}x (${roundsOf(xs)})`, median(xs) <= 1.5);
   }
-  verdict("KYC read p99 under the flood (its address) <= 1.15x the same flood at a bare server", `${median(getOwn).toFixed(2)}x (${roundsOf(getOwn)})`, median(getOwn) <= 1.15 && readFailures === 0);
-  verdict(`KYC read p99 under the flood (${OTHER_ADDRESS}) <= 1.15x the same flood at a bare server`, `${median(getOther).toFixed(2)}x (${roundsOf(getOther)})`, median(getOther) <= 1.15 && readFailures === 0);
-  verdict("every honest request answered, none refused (mints and kyc reads)", `${refusedMints} of ${honest} mints and ${readFailures} reads refused or failed`, refusedMints === 0 && readFailures === 0);
-  verdict("every flood request refused with 401 or 503 (no 429, no token, no connection error)", `${floodBroken} of ${floodTotal} otherwise`, floodBroken === 0 && floodTotal > 0);
+  verdict(
+    "KYC read p99 under the flood (its address) <= 1.15x the same flood at a bare server",
+    `${median(getOwn).toFixed(2)}x (${roundsOf(getOwn)})`,
+    median(getOwn) <= 1.15 && readFailures === 0,
+  );
+  verdict(
+    `KYC read p99 under the flood (${OTHER_ADDRESS}) <= 1.15x the same flood at a bare server`,
+    `${median(getOther).toFixed(2)}x (${roundsOf(getOther)})`,
+    median(getOther) <= 1.15 && readFailures === 0,
+  );
+  verdict(
+    "every honest request answered, none refused (mints and kyc reads)",
+    `${refusedMints} of ${honest} mints and ${readFailures} reads refused or failed`,
+    refusedMints === 0 && readFailures === 0,
+  );
+  verdict(
+    "every flood request refused with 401 or 503 (no 429, no token, no connection error)",
+    `${floodBroken} of ${floodTotal} otherwise`,
+    floodBroken === 0 && floodTotal > 0,
+  );
 }

@@ -16,7 +16,23 @@ import { performance } from "node:perf_hooks";
 import { floodComparison } from "./partner-token-flood.js";
 import { createSecretHasher } from "../core/secrets/hasher.js";
 import { runCli, tempDataDir } from "../test/support/process.js";
-import { alternate, benchDatabase, fmt, load, loadColumns, median, percentile, ROUNDS, seconds, startService, table, verdict, watchLoad, type BodyCheck, type Measurement } from "./support.js";
+import {
+  alternate,
+  benchDatabase,
+  fmt,
+  load,
+  loadColumns,
+  median,
+  percentile,
+  ROUNDS,
+  seconds,
+  startService,
+  table,
+  verdict,
+  watchLoad,
+  type BodyCheck,
+  type Measurement,
+} from "./support.js";
 
 const PARTNERS = 10;
 const TOKEN: BodyCheck = { status: 200, keys: ["access_token", "token_type", "expires_in"] };
@@ -49,10 +65,13 @@ export async function run(): Promise<void> {
       });
 
     await issuance(2); // warm-up: connections, JIT, the partner rows
-    const cmp = await alternate("token issuance (10 partners, repeat mints, HTTP + core + Postgres) vs floor (scrypt verify + ES256 sign, 10 concurrent, no HTTP/DB)", [
-      { name: "issuance", measure: () => issuance(seconds(8)) },
-      { name: "floor", measure: () => measureFloor() },
-    ]);
+    const cmp = await alternate(
+      "token issuance (10 partners, repeat mints, HTTP + core + Postgres) vs floor (scrypt verify + ES256 sign, 10 concurrent, no HTTP/DB)",
+      [
+        { name: "issuance", measure: () => issuance(seconds(8)) },
+        { name: "floor", measure: () => measureFloor() },
+      ],
+    );
     const p50Ratios = cmp.sides[0]!.rounds.map((r, i) => r.p50 / cmp.sides[1]!.rounds[i]!.p50);
     const p50Ratio = median(p50Ratios);
     const single = await measureSingle();
@@ -71,7 +90,15 @@ export async function run(): Promise<void> {
     // differ in neither.
     const probed = (await runCli(["partner", "create", "--name", "Bench probed"], cliEnv)).json!;
     const timing = await unknownVsWrong(url, probed.client_id as string, auth);
-    table(timing.rounds.map((r, i) => ({ round: i + 1, "unknown client median ms": fmt(r.unknown, 2), "wrong secret median ms": fmt(r.wrong, 2), "difference %": fmt(r.diff * 100, 2), ...loadColumns(r.load) })));
+    table(
+      timing.rounds.map((r, i) => ({
+        round: i + 1,
+        "unknown client median ms": fmt(r.unknown, 2),
+        "wrong secret median ms": fmt(r.wrong, 2),
+        "difference %": fmt(r.diff * 100, 2),
+        ...loadColumns(r.load),
+      })),
+    );
     const diff = median(timing.rounds.map((r) => r.diff));
     verdict("unknown client vs wrong secret: medians < 5% apart (median over rounds)", `${fmt(diff * 100, 2)}%`, diff < 0.05 && timing.failures === 0);
   } finally {
@@ -137,7 +164,11 @@ async function unknownVsWrong(url: string, knownId: string, auth: (id: string, s
   let failures = 0;
   const once = async (id: string) => {
     const t = performance.now();
-    const res = await fetch(url, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", authorization: auth(id, "gps_wrong") }, body: "grant_type=client_credentials" });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", authorization: auth(id, "gps_wrong") },
+      body: "grant_type=client_credentials",
+    });
     const body = await res.text();
     const ms = performance.now() - t;
     if (res.status !== 401 || !body.includes("invalid_client")) {

@@ -75,7 +75,14 @@ export class BenchResults {
     this.run = {
       startedAt: now.toISOString(),
       git: { commit, dirty: status === null ? null : status.length > 0 },
-      machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? "", memoryBytes: totalmem(), node: process.version, platform: process.platform, arch: process.arch },
+      machine: {
+        cpus: cpus().length,
+        cpuModel: cpus()[0]?.model ?? "",
+        memoryBytes: totalmem(),
+        node: process.version,
+        platform: process.platform,
+        arch: process.arch,
+      },
       settings,
       benches: [],
     };

@@ -22,7 +22,21 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { startBenchChain } from "./settlement-chain.js";
-import { alternate, benchDatabase, comparisonRounds, fmt, load, median, percentile, QUICK, startService, table, verdict, type BodyCheck, type LoadSpec } from "./support.js";
+import {
+  alternate,
+  benchDatabase,
+  comparisonRounds,
+  fmt,
+  load,
+  median,
+  percentile,
+  QUICK,
+  startService,
+  table,
+  verdict,
+  type BodyCheck,
+  type LoadSpec,
+} from "./support.js";
 
 const PAYMENTS = Number(process.env.BENCH_SETTLEMENT_PAYMENTS ?? (QUICK ? 100 : 1_000));
 const VAULTS = Number(process.env.BENCH_SETTLEMENT_VAULTS ?? (QUICK ? 10 : 50));
@@ -64,7 +78,12 @@ async function call(gatewayUrl: string, path: string, token: string, name: strin
   return { result: body.result.structuredContent ?? (body.result as Record<string, unknown>) };
 }
 
-const payment = (to: string, chain: string, cents: number, key: string) => ({ counterparty: { address: to, chain, token: "USDC" }, amount_cents: cents, currency: "USD", idempotency_key: key });
+const payment = (to: string, chain: string, cents: number, key: string) => ({
+  counterparty: { address: to, chain, token: "USDC" },
+  amount_cents: cents,
+  currency: "USD",
+  idempotency_key: key,
+});
 
 export async function run(): Promise<void> {
   const db = await benchDatabase();
@@ -75,7 +94,13 @@ export async function run(): Promise<void> {
   const sql = new pg.Client({ connectionString: db.url });
   try {
     console.log(`anvil on ${chain.url}, --block-time 1; USDC ${chain.usdc}; eth hot wallet ${chain.wallet} funded with 1,000,000 USDC`);
-    service = await startService({ DATABASE_URL: db.url, ADMIN_TOKEN: adminToken, DATA_DIR: dataDir, PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000", ...chain.env("eth") });
+    service = await startService({
+      DATABASE_URL: db.url,
+      ADMIN_TOKEN: adminToken,
+      DATA_DIR: dataDir,
+      PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
+      ...chain.env("eth"),
+    });
     const auth: Interceptor = (next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req));
     const admin = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl, interceptors: [auth] }));
     const tokens: string[] = [];
@@ -92,7 +117,13 @@ export async function run(): Promise<void> {
       Array.from({ length: CONNECTIONS }, async () => {
         for (let i = next++; i < PAYMENTS; i = next++) {
           const cents = i + 1;
-          const { result } = await call(service!.gatewayUrl, "/mcp/write", tokens[i % VAULTS]!, "payments.initiate", payment(recipients[i]!, "eth", cents, `bench-settle-${i}`));
+          const { result } = await call(
+            service!.gatewayUrl,
+            "/mcp/write",
+            tokens[i % VAULTS]!,
+            "payments.initiate",
+            payment(recipients[i]!, "eth", cents, `bench-settle-${i}`),
+          );
           ids.set(result!.payment_id as string, { to: recipients[i]!, cents });
         }
       }),
@@ -142,13 +173,24 @@ export async function run(): Promise<void> {
         "p99 ms": fmt(percentile(latencies, 99)),
         "settled/s": fmt(completed.length / span),
         "wrong balances": wrong,
-        "ledger = chain": ledgerUnitsAbs === outOnChain && outOnChain === sent ? "yes" : `no (ledger ${ledgerUnitsAbs}, chain ${outOnChain}, sent ${sent} units)`,
+        "ledger = chain":
+          ledgerUnitsAbs === outOnChain && outOnChain === sent ? "yes" : `no (ledger ${ledgerUnitsAbs}, chain ${outOnChain}, sent ${sent} units)`,
         "verify discrepancies": discrepancies,
       },
     ]);
-    verdict(`${PAYMENTS} payments all completed, each counterparty paid exactly once`, `${completed.length} completed, ${wrong} wrong on-chain balance(s)`, completed.length === PAYMENTS && wrong === 0);
-    verdict("ledger and chain equal (hot wallet account, on-chain outflow, ledger verify)", `ledger ${ledgerUnitsAbs}, chain ${outOnChain} USDC units, ${discrepancies} discrepancies`, ledgerUnitsAbs === outOnChain && outOnChain === sent && discrepancies === 0);
-    console.log(`accept -> completed p50 ${fmt(median(latencies))} ms, p99 ${fmt(percentile(latencies, 99))} ms; ${fmt(completed.length / span)} payments settled/s`);
+    verdict(
+      `${PAYMENTS} payments all completed, each counterparty paid exactly once`,
+      `${completed.length} completed, ${wrong} wrong on-chain balance(s)`,
+      completed.length === PAYMENTS && wrong === 0,
+    );
+    verdict(
+      "ledger and chain equal (hot wallet account, on-chain outflow, ledger verify)",
+      `ledger ${ledgerUnitsAbs}, chain ${outOnChain} USDC units, ${discrepancies} discrepancies`,
+      ledgerUnitsAbs === outOnChain && outOnChain === sent && discrepancies === 0,
+    );
+    console.log(
+      `accept -> completed p50 ${fmt(median(latencies))} ms, p99 ${fmt(percentile(latencies, 99))} ms; ${fmt(completed.length / span)} payments settled/s`,
+    );
 
     // 2. Accept latency, evm rail (eth) vs sandbox rail (base), same service and vault.
     let batch = 0;
@@ -160,22 +202,37 @@ export async function run(): Promise<void> {
         url: `${service!.gatewayUrl}/mcp/write`,
         method: "POST",
         headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${tokens[0]!}` },
-        bodies: Array.from({ length: INITIATES }, (_, i) => JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "payments.initiate", arguments: payment(to, rail, 1, `bench-lat-${b}-${i}`) } })),
+        bodies: Array.from({ length: INITIATES }, (_, i) =>
+          JSON.stringify({
+            jsonrpc: "2.0",
+            id: 1,
+            method: "tools/call",
+            params: { name: "payments.initiate", arguments: payment(to, rail, 1, `bench-lat-${b}-${i}`) },
+          }),
+        ),
         connections: CONNECTIONS,
         check,
       };
     };
     await load(spec("eth")); // warm-up
     await load(spec("base"));
-    const r = await alternate(`payments.initiate accept, ${CONNECTIONS} connections: evm rail (eth) vs sandbox rail (base)`, [
-      { name: "evm rail", measure: () => load(spec("eth")) },
-      { name: "sandbox rail", measure: () => load(spec("base")) },
-    ], ROUNDS);
+    const r = await alternate(
+      `payments.initiate accept, ${CONNECTIONS} connections: evm rail (eth) vs sandbox rail (base)`,
+      [
+        { name: "evm rail", measure: () => load(spec("eth")) },
+        { name: "sandbox rail", measure: () => load(spec("base")) },
+      ],
+      ROUNDS,
+    );
     const [evm, sandbox] = r.sides as [(typeof r.sides)[0], (typeof r.sides)[0]];
     const ratios = evm.rounds.map((x, i) => x.p50 / sandbox.rounds[i]!.p50);
     const ratio = median(ratios);
     console.log(`accept p50: evm ${fmt(evm.p50)} ms, sandbox ${fmt(sandbox.p50)} ms; p99: evm ${fmt(evm.p99)} ms, sandbox ${fmt(sandbox.p99)} ms`);
-    verdict("payments.initiate accept p50, evm rail <= 1.1x sandbox rail (median of rounds)", `${ratio.toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(", ")})`, ratio <= 1.1 && r.failures === 0);
+    verdict(
+      "payments.initiate accept p50, evm rail <= 1.1x sandbox rail (median of rounds)",
+      `${ratio.toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(", ")})`,
+      ratio <= 1.1 && r.failures === 0,
+    );
   } finally {
     await sql.end().catch(() => {});
     await service?.stop();

@@ -13,7 +13,10 @@ const runFile = promisify(execFile);
 /** Starts `vaultgate serve` and resolves with the ms until /readyz answers 200, and a stopper. */
 async function timedStart(dataDir: string): Promise<{ ms: number; stop(): Promise<void>; gateway: string; core: string }> {
   const started = performance.now();
-  const child = spawn(process.execPath, [bin, "serve"], { env: { ...process.env, DATA_DIR: dataDir, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [bin, "serve"], {
+    env: { ...process.env, DATA_DIR: dataDir, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let core = "";
   const gateway = await new Promise<string>((resolve, reject) => {
     let buf = "";

@@ -94,7 +94,8 @@ export async function run(): Promise<void> {
       const b = batch();
       const res = await gatewayClients.treasury.executeBatch(b);
       // The answer must account for every item.
-      if (res.replayed || res.batch?.items.length !== ITEMS) throw new Error(`ExecuteBatch answered ${res.batch?.items.length} items (replayed ${res.replayed}), want ${ITEMS} new`);
+      if (res.replayed || res.batch?.items.length !== ITEMS)
+        throw new Error(`ExecuteBatch answered ${res.batch?.items.length} items (replayed ${res.replayed}), want ${ITEMS} new`);
     };
 
     // Interleave the two so drift (autovacuum, cache) hits both alike.
@@ -150,7 +151,11 @@ export async function run(): Promise<void> {
     const ratios = rounds.map((r) => itemsPerSecond(r.ours) / itemsPerSecond(r.theirs));
     const ratio = median(ratios);
     verdict("500-item batch p50 < 50 ms", `${fmt(median(ours))} ms`, median(ours) < 50);
-    verdict("batch items/s >= 50% of a bare multi-row INSERT (median of rounds)", `${fmt(ratio * 100)}% (rounds ${ratios.map((x) => `${fmt(x * 100)}%`).join(", ")})`, ratio >= 0.5);
+    verdict(
+      "batch items/s >= 50% of a bare multi-row INSERT (median of rounds)",
+      `${fmt(ratio * 100)}% (rounds ${ratios.map((x) => `${fmt(x * 100)}%`).join(", ")})`,
+      ratio >= 0.5,
+    );
   } finally {
     await core.close();
     await scratch.drop();

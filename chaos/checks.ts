@@ -60,7 +60,10 @@ async function ledgerBalances(w: World): Promise<CheckReport> {
 async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
   const r = report("caps and balances");
   for (const o of w.owners) {
-    const { rows } = await c.query(`SELECT id, amount_cents::bigint AS amount, completed_at FROM agent_payments WHERE vault_id = $1 AND status = 'completed' ORDER BY completed_at`, [o.childVaultId]);
+    const { rows } = await c.query(
+      `SELECT id, amount_cents::bigint AS amount, completed_at FROM agent_payments WHERE vault_id = $1 AND status = 'completed' ORDER BY completed_at`,
+      [o.childVaultId],
+    );
     let total = 0;
     const perDay = new Map<string, number>();
     for (const p of rows) {
@@ -70,7 +73,8 @@ async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
       total += amount;
       const d = day(p.completed_at);
       perDay.set(d, (perDay.get(d) ?? 0) + amount);
-      if (perDay.get(d)! > o.caps.perDay) r.fail(`owner ${o.index}: completed payments of ${d} reach ${perDay.get(d)} at ${p.id}, above the per-day cap ${o.caps.perDay}`);
+      if (perDay.get(d)! > o.caps.perDay)
+        r.fail(`owner ${o.index}: completed payments of ${d} reach ${perDay.get(d)} at ${p.id}, above the per-day cap ${o.caps.perDay}`);
       if (total > o.caps.lifetime) r.fail(`owner ${o.index}: completed payments reach ${total} at ${p.id}, above the lifetime cap ${o.caps.lifetime}`);
       if (total > o.funded) r.fail(`owner ${o.index}: completed payments reach ${total} at ${p.id}, above the funding ${o.funded} (balance would be negative)`);
     }
@@ -79,7 +83,10 @@ async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
     if (balance !== o.funded - total) r.fail(`owner ${o.index}: vault balance ${balance} != funding ${o.funded} - completed debits ${total}`);
   }
   for (const p of w.partners) {
-    const { rows: t } = await c.query(`SELECT t.balance_cents::bigint AS b, t.spent_lifetime_cents::bigint AS s FROM treasuries t JOIN partners p ON p.id = t.partner_id WHERE p.client_id = $1`, [p.clientId]);
+    const { rows: t } = await c.query(
+      `SELECT t.balance_cents::bigint AS b, t.spent_lifetime_cents::bigint AS s FROM treasuries t JOIN partners p ON p.id = t.partner_id WHERE p.client_id = $1`,
+      [p.clientId],
+    );
     const { rows } = await c.query(
       `SELECT e.execution_id, e.amount_cents::bigint AS amount, e.executed_at FROM treasury_executions e JOIN partners p ON p.id = e.partner_id WHERE p.client_id = $1 ORDER BY e.executed_at, e.execution_id`,
       [p.clientId],
@@ -93,7 +100,8 @@ async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
       total += amount;
       const d = day(e.executed_at);
       perDay.set(d, (perDay.get(d) ?? 0) + amount);
-      if (perDay.get(d)! > p.caps.perDay) r.fail(`partner ${p.index}: executions of ${d} reach ${perDay.get(d)} at ${e.execution_id}, above the per-day cap ${p.caps.perDay}`);
+      if (perDay.get(d)! > p.caps.perDay)
+        r.fail(`partner ${p.index}: executions of ${d} reach ${perDay.get(d)} at ${e.execution_id}, above the per-day cap ${p.caps.perDay}`);
       if (total > p.caps.lifetime) r.fail(`partner ${p.index}: executions reach ${total} at ${e.execution_id}, above the lifetime cap ${p.caps.lifetime}`);
       if (total > p.funded) r.fail(`partner ${p.index}: executions reach ${total}, above the funding ${p.funded}`);
     }
@@ -164,7 +172,8 @@ async function batchIdempotency(w: World, c: pg.Client, unsettled: string[]): Pr
       byKey.set(k, (byKey.get(k) ?? new Set()).add(body.batch_id));
       const stored = batchById.get(body.batch_id);
       if (!stored) r.fail(`${op}: answered batch ${body.batch_id} (attempt ${a.n}) that is not in treasury_batches`, brief(a));
-      else if (stored.idempotency_key !== a.meta!.key) r.fail(`${op}: batch ${body.batch_id} is stored under key ${stored.idempotency_key}, asked ${a.meta!.key}`);
+      else if (stored.idempotency_key !== a.meta!.key)
+        r.fail(`${op}: batch ${body.batch_id} is stored under key ${stored.idempotency_key}, asked ${a.meta!.key}`);
       for (const it of body.items) {
         const e = execById.get(execKey(p.clientId, it.execution_id));
         if (!e) {
@@ -175,7 +184,8 @@ async function batchIdempotency(w: World, c: pg.Client, unsettled: string[]): Pr
         if (it.status === "executed") {
           const ek = execKey(p.clientId, it.execution_id);
           newlyExecuted.set(ek, (newlyExecuted.get(ek) ?? new Set()).add(body.batch_id));
-          if (e.batch_id !== body.batch_id) r.fail(`${op}: execution ${it.execution_id} answered executed by batch ${body.batch_id}, stored under batch ${e.batch_id}`);
+          if (e.batch_id !== body.batch_id)
+            r.fail(`${op}: execution ${it.execution_id} answered executed by batch ${body.batch_id}, stored under batch ${e.batch_id}`);
         }
       }
     }
@@ -214,7 +224,10 @@ function revocation(w: World, created: Map<string, Date>): CheckReport {
       const at = created.get(res.payment_id);
       if (at && at.getTime() < death.revokeStart) continue;
     }
-    r.fail(`${a.kind} ${a.op} (attempt ${a.n}, ${a.replica}) succeeded with grant ${death.grantId} sent ${a.start - death.deadAt} ms after its ${death.cause} was answered`, brief(a));
+    r.fail(
+      `${a.kind} ${a.op} (attempt ${a.n}, ${a.replica}) succeeded with grant ${death.grantId} sent ${a.start - death.deadAt} ms after its ${death.cause} was answered`,
+      brief(a),
+    );
   }
   return r;
 }
@@ -228,12 +241,21 @@ async function auditFollowers(w: World, c: pg.Client): Promise<CheckReport> {
     // The feed is ordered by (writing transaction id, seq); its watermark is "<xid>.<seq>".
     const [wxid, wseq] = f.watermark.includes(".") ? f.watermark.split(".") : ["0", f.watermark];
     const below = `(xid < $2::text::xid8 OR (xid = $2::text::xid8 AND seq <= $3::int8))`;
-    const { rows } = await c.query(`SELECT seq::text AS seq, action, created_at FROM audit_records WHERE actor = $1 AND ${below} ORDER BY xid, seq`, [`agent:${principal}`, wxid, wseq]);
+    const { rows } = await c.query(`SELECT seq::text AS seq, action, created_at FROM audit_records WHERE actor = $1 AND ${below} ORDER BY xid, seq`, [
+      `agent:${principal}`,
+      wxid,
+      wseq,
+    ]);
     r.checked += rows.length;
     const missed = rows.filter((row) => !counts.has(row.seq));
-    if (missed.length) r.fail(`follower of agent:${principal} never saw ${missed.length} of ${rows.length} records below its watermark ${f.watermark} (first: seq ${missed[0].seq} ${missed[0].action})`, missed.slice(0, 10));
+    if (missed.length)
+      r.fail(
+        `follower of agent:${principal} never saw ${missed.length} of ${rows.length} records below its watermark ${f.watermark} (first: seq ${missed[0].seq} ${missed[0].action})`,
+        missed.slice(0, 10),
+      );
     const after = await c.query(`SELECT count(*)::int AS n FROM audit_records WHERE actor = $1 AND NOT ${below}`, [`agent:${principal}`, wxid, wseq]);
-    if (after.rows[0].n > 0) r.fail(`follower of agent:${principal} ended at watermark ${f.watermark} with ${after.rows[0].n} records after it never handed out`);
+    if (after.rows[0].n > 0)
+      r.fail(`follower of agent:${principal} ended at watermark ${f.watermark} with ${after.rows[0].n} records after it never handed out`);
   }
   return r;
 }
@@ -250,13 +272,15 @@ async function auditedRefusals(w: World, c: pg.Client): Promise<CheckReport> {
       const reason = e?.data?.reason_id as string | undefined;
       if (reason === "policy_denied" || reason === "insufficient_funds") {
         r.checked++;
-        if (!byRequest.has(String(e!.data!.request_id))) r.fail(`payment ${a.op} attempt ${a.n} refused ${reason} without an audit row for request ${e!.data!.request_id}`, brief(a));
+        if (!byRequest.has(String(e!.data!.request_id)))
+          r.fail(`payment ${a.op} attempt ${a.n} refused ${reason} without an audit row for request ${e!.data!.request_id}`, brief(a));
       }
     } else if (a.kind === "batch" && a.status >= 400 && a.status < 500 && a.status !== 401 && a.status !== 413) {
       const err = (a.response as { error?: { code: string; request_id: string } })?.error;
       if (!err || err.code === "rate_limited") continue;
       r.checked++;
-      if (!byRequest.has(err.request_id)) r.fail(`batch ${a.op} attempt ${a.n} refused ${a.status} ${err.code} without an audit row for request ${err.request_id}`, brief(a));
+      if (!byRequest.has(err.request_id))
+        r.fail(`batch ${a.op} attempt ${a.n} refused ${a.status} ${err.code} without an audit row for request ${err.request_id}`, brief(a));
     }
   }
   // Money never moves unaudited: every completed payment and every stored batch has its success row.
@@ -281,7 +305,10 @@ async function webhooks(w: World, c: pg.Client): Promise<CheckReport> {
     const during = w.deliveries.filter((d) => d.partner === s.partner && d.at > s.suspendedAt && d.at < s.resumeStart);
     r.checked++;
     if (during.length > allowance) {
-      r.fail(`partner ${s.partner}: ${during.length} webhooks arrived while suspended (${during[0]!.at - s.suspendedAt} ms after the suspension was answered; ${allowance} allowed on the wire)`, during.slice(0, 5));
+      r.fail(
+        `partner ${s.partner}: ${during.length} webhooks arrived while suspended (${during[0]!.at - s.suspendedAt} ms after the suspension was answered; ${allowance} allowed on the wire)`,
+        during.slice(0, 5),
+      );
     }
   }
   const received = new Set(w.deliveries.map((d) => d.webhookId));
@@ -293,14 +320,16 @@ async function webhooks(w: World, c: pg.Client): Promise<CheckReport> {
     const perBatch = new Map<string, number>();
     for (const e of rows) {
       r.checked++;
-      if (!received.has(e.id)) r.fail(`partner ${p.index}: event ${e.id} (${e.type}, ${e.delivery_state}) was never delivered after the partner was active again`);
+      if (!received.has(e.id))
+        r.fail(`partner ${p.index}: event ${e.id} (${e.type}, ${e.delivery_state}) was never delivered after the partner was active again`);
       if (e.batch_id) perBatch.set(e.batch_id, (perBatch.get(e.batch_id) ?? 0) + 1);
     }
     const { rows: batches } = await c.query(
       `SELECT b.id FROM treasury_batches b JOIN partners p ON p.id = b.partner_id WHERE p.client_id = $1 AND EXISTS (SELECT 1 FROM treasury_executions e WHERE e.batch_id = b.id)`,
       [p.clientId],
     );
-    for (const b of batches) if (perBatch.get(b.id) !== 1) r.fail(`partner ${p.index}: batch ${b.id} that paid has ${perBatch.get(b.id) ?? 0} payout.executed events`);
+    for (const b of batches)
+      if (perBatch.get(b.id) !== 1) r.fail(`partner ${p.index}: batch ${b.id} that paid has ${perBatch.get(b.id) ?? 0} payout.executed events`);
   }
   return r;
 }

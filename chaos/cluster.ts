@@ -48,7 +48,8 @@ export async function startDatabase(dbName: string): Promise<Database> {
   const { stdout } = await run("bash", [pgScript, "start", dir, String(port)], { maxBuffer: 1 << 20 });
   const base = stdout.trim().split("\n").at(-1)!;
   const url = await createScratch(base, dbName);
-  const asOwner = (args: string[]) => (process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", ...args]] : [args[0]!, args.slice(1)]) as [string, string[]];
+  const asOwner = (args: string[]) =>
+    (process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", ...args]] : [args[0]!, args.slice(1)]) as [string, string[]];
   const pgCtl = async () => {
     const { stdout: dirs } = await run("bash", ["-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"]);
     return join(dirs.trim(), "pg_ctl");

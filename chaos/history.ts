@@ -58,7 +58,15 @@ export interface HttpCall {
 }
 
 /** Sends one attempt and records it; never throws. */
-export async function attempt(history: History, op: string, kind: string, target: Target, call: HttpCall, meta?: Record<string, unknown>, timeoutMs = 5000): Promise<Attempt> {
+export async function attempt(
+  history: History,
+  op: string,
+  kind: string,
+  target: Target,
+  call: HttpCall,
+  meta?: Record<string, unknown>,
+  timeoutMs = 5000,
+): Promise<Attempt> {
   const start = Date.now();
   let status = 0;
   let response: unknown;
@@ -84,9 +92,27 @@ export async function attempt(history: History, op: string, kind: string, target
     }
   } catch (err) {
     status = 0;
-    error = err instanceof Error ? `${err.name}: ${err.message}${(err as { cause?: { code?: string } }).cause?.code ? ` (${(err as { cause: { code: string } }).cause.code})` : ""}` : String(err);
+    error =
+      err instanceof Error
+        ? `${err.name}: ${err.message}${(err as { cause?: { code?: string } }).cause?.code ? ` (${(err as { cause: { code: string } }).cause.code})` : ""}`
+        : String(err);
   }
-  return history.record({ op, kind, replica: target.name, method: call.method, path: call.path, body: call.body, headers: call.headers, start, end: Date.now(), status, response, responseHeaders, error, meta });
+  return history.record({
+    op,
+    kind,
+    replica: target.name,
+    method: call.method,
+    path: call.path,
+    body: call.body,
+    headers: call.headers,
+    start,
+    end: Date.now(),
+    status,
+    response,
+    responseHeaders,
+    error,
+    meta,
+  });
 }
 
 /** JSON-RPC error of a response body, if any. */

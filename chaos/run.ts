@@ -71,7 +71,9 @@ async function main(): Promise<number> {
     const kinds = summarize(w.history.attempts.map((a) => a.kind));
     const statuses = summarize(w.history.attempts.map((a) => (a.status === 0 ? "no answer" : String(a.status))));
     log(`history: ${w.history.attempts.length} attempts (${kinds}); answers ${statuses}`);
-    log(`revocations ${w.deaths.length}, suspensions ${w.suspensions.length}, webhooks received ${w.deliveries.length}, audit records followed ${[...w.followers.values()].reduce((n, f) => n + f.seen.length, 0)}`);
+    log(
+      `revocations ${w.deaths.length}, suspensions ${w.suspensions.length}, webhooks received ${w.deliveries.length}, audit records followed ${[...w.followers.values()].reduce((n, f) => n + f.seen.length, 0)}`,
+    );
     for (const r of reports) log(`${r.violations.length ? "FAIL" : "ok  "} ${r.name}: ${r.checked} checked, ${r.violations.length} violations`);
     const violations = reports.flatMap((r) => r.violations);
     if (violations.length === 0) {

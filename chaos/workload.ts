@@ -39,7 +39,12 @@ async function payer(w: World, rng: Rng, o: Owner): Promise<void> {
   while (live(w)) {
     const amount = rng.pick([o.caps.perTx, o.caps.perTx + 1, rng.int(1, o.caps.perTx), rng.int(Math.floor(o.caps.perTx / 2), o.caps.perTx)]);
     const key = `pay-${o.index}-${rng.hex(12)}`;
-    const params = { counterparty: { address: `0xchaos${rng.hex(34)}`, chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: key };
+    const params = {
+      counterparty: { address: `0xchaos${rng.hex(34)}`, chain: "base", token: "USDC" },
+      amount_cents: amount,
+      currency: "USD",
+      idempotency_key: key,
+    };
     const op = nextOp(`pay${o.index}`);
     const id = rng.int(1, 1_000_000);
     // The bearer is read when each attempt is sent: a retry after a kill switch uses the reissued grant.
@@ -57,8 +62,16 @@ async function payer(w: World, rng: Rng, o: Owner): Promise<void> {
 async function simulator(w: World, rng: Rng): Promise<void> {
   while (live(w)) {
     const o = rng.pick(w.owners);
-    const params = { counterparty: { address: "0xchaos-sim", chain: "base", token: "USDC" }, amount_cents: rng.int(1, o.caps.perTx + 10), currency: "USD", idempotency_key: `sim-${rng.hex(12)}` };
-    await attempt(w.history, nextOp("sim"), "simulate", target(w, rng), rpcCall("/mcp/write", o.agent.token, 1, "payments.simulate", params), { owner: o.index, grantId: o.agent.grantId });
+    const params = {
+      counterparty: { address: "0xchaos-sim", chain: "base", token: "USDC" },
+      amount_cents: rng.int(1, o.caps.perTx + 10),
+      currency: "USD",
+      idempotency_key: `sim-${rng.hex(12)}`,
+    };
+    await attempt(w.history, nextOp("sim"), "simulate", target(w, rng), rpcCall("/mcp/write", o.agent.token, 1, "payments.simulate", params), {
+      owner: o.index,
+      grantId: o.agent.grantId,
+    });
     await sleep(rng.int(100, 400));
   }
 }
@@ -68,13 +81,22 @@ async function budgetCreator(w: World, rng: Rng): Promise<void> {
     const o = rng.pick(w.owners);
     const key = `budget-${o.index}-${rng.hex(12)}`;
     const params = { purpose: "trip", display_name: "Chaos child", amount_cap_cents_per_tx: 100, chain_allowlist: ["base"], idempotency_key: key };
-    await send(w, rng, nextOp("budget"), "budget", () => rpcCall("/mcp/treasury", o.owner.token, 7, "agent.budget.create", params), () => ({ owner: o.index, grantId: o.owner.grantId, key }), 5);
+    await send(
+      w,
+      rng,
+      nextOp("budget"),
+      "budget",
+      () => rpcCall("/mcp/treasury", o.owner.token, 7, "agent.budget.create", params),
+      () => ({ owner: o.index, grantId: o.owner.grantId, key }),
+      5,
+    );
     await sleep(rng.int(600, 1500));
   }
 }
 
 async function reissue(w: World, rng: Rng, o: Owner): Promise<void> {
-  const ownerTok = (await admin(w, rng, (c) => c.grants.issueGrant({ userId: o.userId, vaultId: o.rootVaultId, scopes: [...AGENT_SCOPES], stepUp: true }))).token!;
+  const ownerTok = (await admin(w, rng, (c) => c.grants.issueGrant({ userId: o.userId, vaultId: o.rootVaultId, scopes: [...AGENT_SCOPES], stepUp: true })))
+    .token!;
   w.issues.push({ grantId: ownerTok.jti, userId: o.userId, issuedAt: Date.now() });
   o.owner = { token: ownerTok.accessToken, grantId: ownerTok.jti };
   const agentTok = (await admin(w, rng, (c) => c.grants.issueGrant({ userId: o.userId, vaultId: o.childVaultId, scopes: [...AGENT_SCOPES] }))).token!;
@@ -90,10 +112,20 @@ async function revoker(w: World, rng: Rng): Promise<void> {
     const o = rng.pick(w.owners);
     if (rng.chance(0.5)) {
       const start = Date.now();
-      const a = await send(w, rng, nextOp("kill"), "killswitch", () => rpcCall("/mcp/treasury", o.agent.token, 3, "killSwitch.all", { reason: "chaos" }), () => ({ owner: o.index, grantId: o.agent.grantId }), 6);
+      const a = await send(
+        w,
+        rng,
+        nextOp("kill"),
+        "killswitch",
+        () => rpcCall("/mcp/treasury", o.agent.token, 3, "killSwitch.all", { reason: "chaos" }),
+        () => ({ owner: o.index, grantId: o.agent.grantId }),
+        6,
+      );
       if (rpcResult(a)) {
         // Every grant of the user answered before this kill switch started is dead from its answer on.
-        for (const g of w.issues) if (g.userId === o.userId && g.issuedAt < start) w.deaths.push({ grantId: g.grantId, userId: o.userId, cause: "kill_switch", revokeStart: a.start, deadAt: a.end });
+        for (const g of w.issues)
+          if (g.userId === o.userId && g.issuedAt < start)
+            w.deaths.push({ grantId: g.grantId, userId: o.userId, cause: "kill_switch", revokeStart: a.start, deadAt: a.end });
       }
       await reissue(w, rng, o).catch((e) => w.log(`reissue failed: ${e}`));
     } else {
@@ -103,12 +135,33 @@ async function revoker(w: World, rng: Rng): Promise<void> {
       try {
         const res = await admin(w, rng, (c) => c.grants.refreshGrant({ refreshToken: old.refresh }), 6);
         const t = res.token!;
-        rec = w.history.record({ op: nextOp("refresh"), kind: "refresh", replica: "admin", method: "RPC", path: "GrantsService.RefreshGrant", start, end: Date.now(), status: 200, meta: { owner: o.index, grantId: old.grantId, newGrantId: t.jti } });
+        rec = w.history.record({
+          op: nextOp("refresh"),
+          kind: "refresh",
+          replica: "admin",
+          method: "RPC",
+          path: "GrantsService.RefreshGrant",
+          start,
+          end: Date.now(),
+          status: 200,
+          meta: { owner: o.index, grantId: old.grantId, newGrantId: t.jti },
+        });
         w.issues.push({ grantId: t.jti, userId: o.userId, issuedAt: Date.now() });
         w.deaths.push({ grantId: old.grantId, userId: o.userId, cause: "refresh", revokeStart: start, deadAt: rec.end });
         if (o.agent.grantId === old.grantId) o.agent = { token: t.accessToken, refresh: t.refreshToken, grantId: t.jti };
       } catch (err) {
-        w.history.record({ op: nextOp("refresh"), kind: "refresh", replica: "admin", method: "RPC", path: "GrantsService.RefreshGrant", start, end: Date.now(), status: 0, error: String(err), meta: { owner: o.index, grantId: old.grantId } });
+        w.history.record({
+          op: nextOp("refresh"),
+          kind: "refresh",
+          replica: "admin",
+          method: "RPC",
+          path: "GrantsService.RefreshGrant",
+          start,
+          end: Date.now(),
+          status: 0,
+          error: String(err),
+          meta: { owner: o.index, grantId: old.grantId },
+        });
         // The refresh may or may not have happened: a fresh grant keeps the agent going.
         await reissue(w, rng, o).catch((e) => w.log(`reissue failed: ${e}`));
       }
@@ -143,7 +196,12 @@ async function treasurer(w: World, rng: Rng, p: Partner): Promise<void> {
       sent.push(spec);
     }
     const op = nextOp(`batch${p.index}`);
-    const call = (): HttpCall => ({ method: "POST", path: "/api/partner/treasury/payouts", headers: { authorization: `Bearer ${p.token}`, "idempotency-key": spec.key }, body: spec.body });
+    const call = (): HttpCall => ({
+      method: "POST",
+      path: "/api/partner/treasury/payouts",
+      headers: { authorization: `Bearer ${p.token}`, "idempotency-key": spec.key },
+      body: spec.body,
+    });
     const meta = () => ({ partner: p.index, key: spec.key });
     if (rng.chance(0.15)) await Promise.all(w.replicas.map((r) => attempt(w.history, op, "batch", r, call(), meta())));
     await send(w, rng, op, "batch", call, meta);
@@ -158,7 +216,17 @@ async function suspender(w: World, rng: Rng): Promise<void> {
     const setStatus = async (status: PartnerStatus, label: string) => {
       const start = Date.now();
       await admin(w, rng, (c) => c.partners.setPartnerStatus({ clientId: p.clientId, status }));
-      return w.history.record({ op: nextOp(label), kind: label, replica: "admin", method: "RPC", path: "PartnersService.SetPartnerStatus", start, end: Date.now(), status: 200, meta: { partner: p.index } });
+      return w.history.record({
+        op: nextOp(label),
+        kind: label,
+        replica: "admin",
+        method: "RPC",
+        path: "PartnersService.SetPartnerStatus",
+        start,
+        end: Date.now(),
+        status: 200,
+        meta: { partner: p.index },
+      });
     };
     try {
       const s = await setStatus(PartnerStatus.SUSPENDED, "suspend");
@@ -183,7 +251,10 @@ export async function followOnce(w: World, rng: Rng, o: Owner): Promise<void> {
   let cursor: string | undefined;
   for (let page = 0; page < 50; page++) {
     const params = cursor ? { cursor, limit: 50 } : { since: f.watermark, limit: 50 };
-    const a = await attempt(w.history, nextOp("audit"), "audit", target(w, rng), rpcCall("/mcp/read", o.agent.token, 9, "audit.list", params), { owner: o.index, grantId: o.agent.grantId });
+    const a = await attempt(w.history, nextOp("audit"), "audit", target(w, rng), rpcCall("/mcp/read", o.agent.token, 9, "audit.list", params), {
+      owner: o.index,
+      grantId: o.agent.grantId,
+    });
     const res = rpcResult<{ records: { record_id: string }[]; next_cursor: string | null; watermark: string }>(a);
     if (!res) return;
     for (const r of res.records) f.seen.push(r.record_id);
@@ -235,7 +306,6 @@ export async function faults(w: World, rng: Rng, only: string[] | undefined): Pr
   }
 }
 
-
 // ---------------------------------------------------------------- campaign
 
 export async function runClients(w: World): Promise<void> {
@@ -244,7 +314,12 @@ export async function runClients(w: World): Promise<void> {
     tasks.push(payer(w, w.rng.fork(`payer-${o.index}-a`), o), payer(w, w.rng.fork(`payer-${o.index}-b`), o), follower(w, w.rng.fork(`follower-${o.index}`), o));
   }
   for (const p of w.partners) tasks.push(treasurer(w, w.rng.fork(`treasurer-${p.index}`), p), treasurer(w, w.rng.fork(`treasurer-${p.index}-b`), p));
-  tasks.push(simulator(w, w.rng.fork("simulator")), budgetCreator(w, w.rng.fork("budgets")), revoker(w, w.rng.fork("revoker")), suspender(w, w.rng.fork("suspender")));
+  tasks.push(
+    simulator(w, w.rng.fork("simulator")),
+    budgetCreator(w, w.rng.fork("budgets")),
+    revoker(w, w.rng.fork("revoker")),
+    suspender(w, w.rng.fork("suspender")),
+  );
   const only = process.env.CHAOS_FAULTS ? process.env.CHAOS_FAULTS.split(",") : undefined;
   tasks.push(faults(w, w.rng.fork("faults"), only));
   await Promise.all(tasks);
@@ -281,7 +356,15 @@ export async function settle(w: World): Promise<{ unsettled: string[] }> {
       if (o && first.kind === "budget") headers.authorization = `Bearer ${o.owner.token}`;
       return { method: "POST", path: first.path, headers, body: first.body };
     };
-    const last = await send(w, rng, op, first.kind, call, () => ({ ...first.meta, settle: true, grantId: first.kind === "payment" ? o?.agent.grantId : o?.owner.grantId }), 10);
+    const last = await send(
+      w,
+      rng,
+      op,
+      first.kind,
+      call,
+      () => ({ ...first.meta, settle: true, grantId: first.kind === "payment" ? o?.agent.grantId : o?.owner.grantId }),
+      10,
+    );
     if (unconfirmed(last)) unsettled.push(op);
   }
   for (const o of w.owners) await followOnce(w, rng, o);

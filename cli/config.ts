@@ -109,7 +109,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     keyFile: pathSetting(env, "CORE_TLS_KEY"),
     caFile: pathSetting(env, "CORE_TLS_CA"),
   };
-  if (!coreTls.certFile !== !coreTls.keyFile) throw new ConfigError("CORE_TLS_CERT and CORE_TLS_KEY must be set together (PEM certificate and its private key)");
+  if (!coreTls.certFile !== !coreTls.keyFile)
+    throw new ConfigError("CORE_TLS_CERT and CORE_TLS_KEY must be set together (PEM certificate and its private key)");
   const coreClientTls = { certFile: pathSetting(env, "CORE_TLS_CLIENT_CERT"), keyFile: pathSetting(env, "CORE_TLS_CLIENT_KEY") };
   if (!coreClientTls.certFile !== !coreClientTls.keyFile) throw new ConfigError("CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY must be set together");
   const gatewayToken = env.GATEWAY_TOKEN || undefined;
@@ -124,7 +125,9 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     throw new ConfigError("METRICS_TOKEN must be 16 to 512 printable ASCII characters without spaces");
   }
   if (metricsPort !== undefined && !isLoopbackHost(metricsHost) && !metricsToken) {
-    throw new ConfigError(`METRICS_HOST=${metricsHost} is not a loopback address: set METRICS_TOKEN so only your scraper can read the metrics, or bind METRICS_HOST=127.0.0.1`);
+    throw new ConfigError(
+      `METRICS_HOST=${metricsHost} is not a loopback address: set METRICS_TOKEN so only your scraper can read the metrics, or bind METRICS_HOST=127.0.0.1`,
+    );
   }
   const tracesExporter = env.OTEL_TRACES_EXPORTER || "none";
   if (tracesExporter !== "none" && tracesExporter !== "otlp") throw new ConfigError("OTEL_TRACES_EXPORTER must be none or otlp");
@@ -288,24 +291,31 @@ function signinSettings(env: NodeJS.ProcessEnv): Pick<Config, "smtp" | "oidc" | 
     if (named.length < 3) throw new ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET must be set together");
     const issuer = urlSetting(env, "OIDC_ISSUER", "");
     const url = new URL(issuer);
-    if (url.protocol !== "https:" && !isLoopbackHost(url.hostname)) throw new ConfigError("OIDC_ISSUER must be an https:// URL (http:// only on a loopback address, for development)");
+    if (url.protocol !== "https:" && !isLoopbackHost(url.hostname))
+      throw new ConfigError("OIDC_ISSUER must be an https:// URL (http:// only on a loopback address, for development)");
     const clientId = env.OIDC_CLIENT_ID!;
     if (!/^[\x21-\x7e]{1,255}$/.test(clientId)) throw new ConfigError("OIDC_CLIENT_ID must be 1 to 255 printable ASCII characters");
     if (!/^[\x21-\x7e]{1,512}$/.test(env.OIDC_CLIENT_SECRET!)) throw new ConfigError("OIDC_CLIENT_SECRET must be 1 to 512 printable ASCII characters");
     const stepUpAcr = (env.OIDC_STEP_UP_ACR ?? "").split(/[\s,]+/).filter(Boolean);
-    if (stepUpAcr.some((v) => !/^[\x21-\x7e]{1,255}$/.test(v))) throw new ConfigError("OIDC_STEP_UP_ACR must be acr or amr values separated by spaces or commas");
+    if (stepUpAcr.some((v) => !/^[\x21-\x7e]{1,255}$/.test(v)))
+      throw new ConfigError("OIDC_STEP_UP_ACR must be acr or amr values separated by spaces or commas");
     oidc = { issuer, clientId, clientSecret: env.OIDC_CLIENT_SECRET!, stepUpAcr };
   } else if (env.OIDC_STEP_UP_ACR) {
     throw new ConfigError("OIDC_STEP_UP_ACR needs OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
   }
   const raw = env.SIGNIN_METHODS || (oidc ? "oidc" : "email");
-  const methods = raw.split(",").map((m) => m.trim()).filter(Boolean);
+  const methods = raw
+    .split(",")
+    .map((m) => m.trim())
+    .filter(Boolean);
   const known: SigninMethod[] = ["email", "oidc", "passkey"];
-  for (const m of methods) if (!known.includes(m as SigninMethod)) throw new ConfigError(`SIGNIN_METHODS must be a comma-separated list of ${known.join(", ")} (e.g. oidc,passkey)`);
+  for (const m of methods)
+    if (!known.includes(m as SigninMethod)) throw new ConfigError(`SIGNIN_METHODS must be a comma-separated list of ${known.join(", ")} (e.g. oidc,passkey)`);
   if (new Set(methods).size !== methods.length) throw new ConfigError("SIGNIN_METHODS names a method twice");
   if (methods.includes("oidc") && !oidc) throw new ConfigError("SIGNIN_METHODS has oidc: set OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET");
   if (oidc && !methods.includes("oidc")) throw new ConfigError("OIDC_ISSUER is set but SIGNIN_METHODS does not offer oidc");
   // A passkey is registered by a signed-in person, so it cannot be the only way in.
-  if (!methods.includes("email") && !methods.includes("oidc")) throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
+  if (!methods.includes("email") && !methods.includes("oidc"))
+    throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
   return { smtp, oidc, signinMethods: methods as SigninMethod[] };
 }

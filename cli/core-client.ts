@@ -50,7 +50,11 @@ export async function connectAdmin(config: Config): Promise<AdminConnection> {
 export function describeRpcError(err: unknown, conn: Pick<AdminConnection, "coreUrl" | "coreUrlFrom" | "tokenFrom">): Error {
   if (!(err instanceof ConnectError)) return err instanceof Error ? err : new Error(String(err));
   const detail = err.findDetails(ErrorDetailSchema)[0];
-  if (!detail && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal) && /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|connect/i.test(err.message)) {
+  if (
+    !detail &&
+    (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal) &&
+    /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|connect/i.test(err.message)
+  ) {
     return new Error(
       `cannot reach core at ${conn.coreUrl} (from ${conn.coreUrlFrom}): is 'vaultgate serve' running? ` +
         "Set CORE_URL to where core listens, or CORE_PORT if it runs on this host.",
@@ -85,7 +89,10 @@ function explainTlsFailure(err: unknown, coreUrl: string, presentedCert: boolean
     return new ConnectError(`core at ${coreUrl} requires a client certificate: set CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY`, Code.Unauthenticated);
   }
   if (/UNKNOWN_CA|unknown ca|BAD_CERTIFICATE|bad certificate/i.test(text)) {
-    return new ConnectError(`core at ${coreUrl} refused the certificate in CORE_TLS_CLIENT_CERT: it must be signed by the CA core trusts`, Code.Unauthenticated);
+    return new ConnectError(
+      `core at ${coreUrl} refused the certificate in CORE_TLS_CLIENT_CERT: it must be signed by the CA core trusts`,
+      Code.Unauthenticated,
+    );
   }
   // Under TLS 1.3 core refuses a client certificate after the client's handshake ends: the
   // client only sees the session drop (reset or cancel, depending on timing).

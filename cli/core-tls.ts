@@ -18,7 +18,8 @@ export interface CoreServerTls {
 export function loadCoreServerTls(config: Config): CoreServerTls | undefined {
   const { certFile, keyFile, caFile } = config.coreTls;
   // On a dialling process CORE_TLS_CA alone is a trust anchor; on core it means mTLS, which needs TLS.
-  if (caFile && !certFile) throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core (client certificates need TLS)");
+  if (caFile && !certFile)
+    throw new ConfigError("CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core (client certificates need TLS)");
   if (!certFile || !keyFile) {
     if (!isLoopbackHost(config.coreHost) && !config.coreAllowCleartext) {
       throw new ConfigError(

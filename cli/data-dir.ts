@@ -42,6 +42,9 @@ export async function secureDataDir(dataDir: string, logger: Logger, when: "star
   if (when === "database opened") {
     if (tightened.length > 0) logger.debug({ dataDir, count: tightened.length }, "embedded database files restricted to 0600");
   } else if (tightened.length > 0) {
-    logger.info({ dataDir, tightened: tightened.slice(0, 20), count: tightened.length }, `DATA_DIR permissions tightened to 0700/0600 for ${tightened.length} entr${tightened.length === 1 ? "y" : "ies"}`);
+    logger.info(
+      { dataDir, tightened: tightened.slice(0, 20), count: tightened.length },
+      `DATA_DIR permissions tightened to 0700/0600 for ${tightened.length} entr${tightened.length === 1 ? "y" : "ies"}`,
+    );
   }
 }

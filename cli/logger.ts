@@ -51,7 +51,7 @@ function redactHeaders(headers: Record<string, unknown>, names: ReadonlySet<stri
 function redactNested(parent: string, value: Record<string, unknown>): Record<string, unknown> {
   let out = value;
   for (const key in value) {
-    if (!Object.prototype.hasOwnProperty.call(value, key)) continue;
+    if (!Object.hasOwn(value, key)) continue;
     let next: unknown = value[key];
     if (SECRET_NESTED_KEYS.has(key)) next = CENSOR;
     else if (parent === "req" && key === "headers" && isObject(next)) next = redactHeaders(next, SECRET_HEADERS);
@@ -72,7 +72,7 @@ function redactNested(parent: string, value: Record<string, unknown>): Record<st
 export function redactSecrets(fields: Record<string, unknown>): Record<string, unknown> {
   let out = fields;
   for (const key in fields) {
-    if (!Object.prototype.hasOwnProperty.call(fields, key)) continue;
+    if (!Object.hasOwn(fields, key)) continue;
     const value = fields[key];
     let next: unknown = value;
     if (SECRET_TOP_KEYS.has(key)) next = CENSOR;

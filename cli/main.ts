@@ -38,7 +38,13 @@ export async function main(argv: string[]): Promise<number> {
     cmd = findCommand(first);
     if (!cmd) {
       if (first.startsWith("-")) throw new UsageError(`unknown option ${first}; options go after the command`, "vaultgate --help");
-      throw new UsageError(`unknown command: ${first}${didYouMean(first, COMMANDS.map((c) => c.name))}`, "vaultgate --help");
+      throw new UsageError(
+        `unknown command: ${first}${didYouMean(
+          first,
+          COMMANDS.map((c) => c.name),
+        )}`,
+        "vaultgate --help",
+      );
     }
     let args = rest;
     if (cmd.subcommands[0]!.name === "") {
@@ -110,7 +116,12 @@ function help(words: string[]): number {
   }
   const cmd = findCommand(name);
   if (!cmd) {
-    process.stderr.write(`vaultgate: no help for unknown command ${name}${didYouMean(name, COMMANDS.map((c) => c.name))}\nsee 'vaultgate --help'\n`);
+    process.stderr.write(
+      `vaultgate: no help for unknown command ${name}${didYouMean(
+        name,
+        COMMANDS.map((c) => c.name),
+      )}\nsee 'vaultgate --help'\n`,
+    );
     return 2;
   }
   if (!subName || !cmd.subcommands[0]!.name) {
@@ -119,7 +130,12 @@ function help(words: string[]): number {
   }
   const sub = cmd.subcommands.find((s) => s.name === subName);
   if (!sub) {
-    process.stderr.write(`vaultgate: unknown subcommand: ${cmd.name} ${subName}${didYouMean(subName, cmd.subcommands.map((s) => s.name))}\nsee 'vaultgate ${cmd.name} --help'\n`);
+    process.stderr.write(
+      `vaultgate: unknown subcommand: ${cmd.name} ${subName}${didYouMean(
+        subName,
+        cmd.subcommands.map((s) => s.name),
+      )}\nsee 'vaultgate ${cmd.name} --help'\n`,
+    );
     return 2;
   }
   process.stdout.write(subcommandHelp(cmd, sub) + "\n");
@@ -248,7 +264,9 @@ async function runServe(config: Config, options: Record<string, string | boolean
     }
     if (terminal) {
       const lines = [
-        failing.length === 0 ? "Vaultgate is ready." : `Vaultgate started, but is NOT ready: ${failing.join(", ")} failing (see GET ${running.gatewayUrl}/readyz and the log).`,
+        failing.length === 0
+          ? "Vaultgate is ready."
+          : `Vaultgate started, but is NOT ready: ${failing.join(", ")} failing (see GET ${running.gatewayUrl}/readyz and the log).`,
         `  Dashboard      ${urls.dashboard}`,
         `  MCP endpoints  ${config.mcpUrl}/mcp/read  /mcp/write  /mcp/treasury`,
         `  Partner API    ${urls.partner_api}`,

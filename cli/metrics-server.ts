@@ -23,7 +23,8 @@ export async function startMetricsServer(options: { host: string; port: number; 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? "/").split("?", 1)[0];
     if (path !== "/metrics") return void res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
-    if (req.method !== "GET" && req.method !== "HEAD") return void res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain" }).end("method not allowed\n");
+    if (req.method !== "GET" && req.method !== "HEAD")
+      return void res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain" }).end("method not allowed\n");
     if (options.token) {
       const header = req.headers.authorization ?? "";
       const presented = header.startsWith("Bearer ") ? header.slice(7) : "";

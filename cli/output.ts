@@ -45,7 +45,15 @@ function shellWord(s: string): string {
 }
 
 const scalar = (v: unknown): string =>
-  v === null || v === undefined || v === "" ? "-" : Array.isArray(v) ? (v.length ? v.map(scalar).join(", ") : "-") : typeof v === "object" ? JSON.stringify(v) : String(v);
+  v === null || v === undefined || v === ""
+    ? "-"
+    : Array.isArray(v)
+      ? v.length
+        ? v.map(scalar).join(", ")
+        : "-"
+      : typeof v === "object"
+        ? JSON.stringify(v)
+        : String(v);
 
 /** Aligned `key: value` lines; a list of records becomes a small table. */
 export function renderText(value: unknown): string {

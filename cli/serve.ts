@@ -42,7 +42,9 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     // Never generated here: a token core does not know would vouch for nothing.
     gatewayToken = await readGatewayToken(config.dataDir, config.gatewayToken);
     if (!gatewayToken) {
-      throw new ConfigError(`--role gateway needs GATEWAY_TOKEN: set the same value on core and every gateway (core writes one into ${config.dataDir}/gateway-token when unset)`);
+      throw new ConfigError(
+        `--role gateway needs GATEWAY_TOKEN: set the same value on core and every gateway (core writes one into ${config.dataDir}/gateway-token when unset)`,
+      );
     }
   } else {
     gatewayToken = await ensureGatewayToken(config.dataDir, config.gatewayToken);

@@ -121,7 +121,10 @@ async function main(): Promise<number> {
 
   const user = await runCli(["user", "create", "--email", "mcp-conformance@example.com"], cli);
   if (user.code !== 0 || !user.json) throw new Error(`user create failed: ${user.stderr}`);
-  const grant = await runCli(["grant", "issue", "--user", String(user.json.user_id), "--vault", String(user.json.vault_id), "--scopes", SCOPES, "--step-up"], cli);
+  const grant = await runCli(
+    ["grant", "issue", "--user", String(user.json.user_id), "--vault", String(user.json.vault_id), "--scopes", SCOPES, "--step-up"],
+    cli,
+  );
   if (grant.code !== 0 || typeof grant.json?.access_token !== "string") throw new Error(`grant issue failed: ${grant.stderr}`);
   token = grant.json.access_token;
   console.log(`vaultgate at ${upstream.origin}, suite talks to ${publicUrl} (adds the grant's bearer)`);

@@ -164,17 +164,30 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       ...options.secretChecks,
       onPriorityShortfall: ({ niced }) => {
         if (!niced) logger.warn("secret checks could not lower their CPU priority: a burst of wrong client secrets competes with serving requests");
-        else logger.info("secret checks run at nice 19 without the SCHED_IDLE policy (Linux with util-linux's chrt): a burst of wrong client secrets delays requests a little more");
+        else
+          logger.info(
+            "secret checks run at nice 19 without the SCHED_IDLE policy (Linux with util-linux's chrt): a burst of wrong client secrets delays requests a little more",
+          );
       },
     });
     const outbox = createOutboxStore(db);
-    const webhookSecretKey = await loadOutsideKey({ name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", fromEnv: options.webhookSecretKey, dataDir: options.dataDir });
+    const webhookSecretKey = await loadOutsideKey({
+      name: "webhook-secret-key",
+      setting: "WEBHOOK_SECRET_KEY",
+      fromEnv: options.webhookSecretKey,
+      dataDir: options.dataDir,
+    });
     await checkOutsideKey(db, { name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", key: webhookSecretKey });
     const box = createSecretBox(webhookSecretKey);
     await moveWebhookKeyOutOfDatabase(db, box, logger);
     // Caller-chosen host names (metadata documents, webhook URLs) share one bounded resolver.
     const hostResolver = createHostResolver(options.hostResolver);
-    const signinCodeKey = await loadOutsideKey({ name: "signin-code-key", setting: "SIGNIN_CODE_KEY", fromEnv: options.signinCodeKey, dataDir: options.dataDir });
+    const signinCodeKey = await loadOutsideKey({
+      name: "signin-code-key",
+      setting: "SIGNIN_CODE_KEY",
+      fromEnv: options.signinCodeKey,
+      dataDir: options.dataDir,
+    });
     await checkOutsideKey(db, { name: "signin-code-key", setting: "SIGNIN_CODE_KEY", key: signinCodeKey });
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
@@ -283,7 +296,10 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         audit,
         cursors,
         box,
-        kycProviders: [createSandboxKycProvider({ baseUrl: options.kycSandboxUrl ?? "https://sandbox.kyc.vaultgate.invalid" }), ...(options.kycProviders ?? [])],
+        kycProviders: [
+          createSandboxKycProvider({ baseUrl: options.kycSandboxUrl ?? "https://sandbox.kyc.vaultgate.invalid" }),
+          ...(options.kycProviders ?? []),
+        ],
         defaultKycProvider: "sandbox",
         clock,
         logger,
@@ -301,9 +317,24 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     });
     const interceptors = createCoreInterceptors({ logger, adminToken: options.adminToken, gatewayToken: options.gatewayToken, tracing: options.tracing });
     // Last, so nothing after it can fail and leave the delivery loop running.
-    const webhooks = createWebhookWorker({ outbox, box, clock, logger, resolver: hostResolver, pollMs: options.webhookPollMs ?? 1000, ...options.webhookDelivery });
+    const webhooks = createWebhookWorker({
+      outbox,
+      box,
+      clock,
+      logger,
+      resolver: hostResolver,
+      pollMs: options.webhookPollMs ?? 1000,
+      ...options.webhookDelivery,
+    });
     const mail = mailer.outbox
-      ? createMailWorker({ outbox: mailer.outbox, transport: createSmtpTransport(options.smtp!), clock, logger, pollMs: options.mailPollMs ?? 1000, ...options.mailDelivery })
+      ? createMailWorker({
+          outbox: mailer.outbox,
+          transport: createSmtpTransport(options.smtp!),
+          clock,
+          logger,
+          pollMs: options.mailPollMs ?? 1000,
+          ...options.mailDelivery,
+        })
       : undefined;
     const reaper = options.reaperIntervalMs
       ? setInterval(() => {

@@ -49,12 +49,7 @@ const grpcCode = {
 } satisfies Record<Reason, Code>;
 
 /** Raises an expected failure. 4xx messages reach clients: keep secrets and internals in `cause`. */
-export function fail(
-  reason: Reason,
-  message: string,
-  extra: Omit<ErrorDetailInit, "reason"> = {},
-  cause?: unknown,
-): never {
+export function fail(reason: Reason, message: string, extra: Omit<ErrorDetailInit, "reason"> = {}, cause?: unknown): never {
   // A refusal is an answer, not a bug: nothing reads its stack (refusals are logged by
   // reason, and a cause keeps its own), and capturing one, with the async frames above
   // it, cost a tenth of the CPU of a request refused from memory.

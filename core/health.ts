@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
+import { type Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
 import type { Db } from "./db/knex.js";
 import { migrationsCurrent } from "./db/migrate.js";
 import type { Knex } from "knex";

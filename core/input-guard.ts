@@ -47,7 +47,10 @@ function holdsText(field: DescField, visiting: Set<DescMessage>): boolean {
     case "list":
       return field.listKind === "scalar" ? field.scalar === ScalarType.STRING : field.listKind === "message" && nested(field.message);
     case "map":
-      return field.mapKey === ScalarType.STRING || (field.mapKind === "scalar" ? field.scalar === ScalarType.STRING : field.mapKind === "message" && nested(field.message));
+      return (
+        field.mapKey === ScalarType.STRING ||
+        (field.mapKind === "scalar" ? field.scalar === ScalarType.STRING : field.mapKind === "message" && nested(field.message))
+      );
   }
 }
 
@@ -80,7 +83,8 @@ function checkValue(field: DescField, value: unknown, at: string): Found | undef
     case "list": {
       if (!Array.isArray(value)) return undefined;
       for (let i = 0; i < value.length; i++) {
-        const found = field.listKind === "message" ? findBadText(field.message, value[i] as Record<string, unknown>, `${at}[${i}]`) : checkString(value[i], `${at}[${i}]`);
+        const found =
+          field.listKind === "message" ? findBadText(field.message, value[i] as Record<string, unknown>, `${at}[${i}]`) : checkString(value[i], `${at}[${i}]`);
         if (found) return found;
       }
       return undefined;
@@ -92,7 +96,12 @@ function checkValue(field: DescField, value: unknown, at: string): Found | undef
           const problem = textProblem(k);
           if (problem) return { path: `${at} (a key)`, problem };
         }
-        const found = field.mapKind === "message" ? findBadText(field.message, v as Record<string, unknown>, `${at}[${JSON.stringify(k)}]`) : field.mapKind === "scalar" ? checkString(v, `${at}[${JSON.stringify(k)}]`) : undefined;
+        const found =
+          field.mapKind === "message"
+            ? findBadText(field.message, v as Record<string, unknown>, `${at}[${JSON.stringify(k)}]`)
+            : field.mapKind === "scalar"
+              ? checkString(v, `${at}[${JSON.stringify(k)}]`)
+              : undefined;
         if (found) return found;
       }
       return undefined;

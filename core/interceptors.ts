@@ -4,7 +4,16 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { admin_only } from "../gen/vaultgate/common/v1/options_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
-import { CLIENT_ADDRESS_HEADER, GATEWAY_CREDENTIAL_HEADER, kClientAddress, kGatewayCaller, kInProcess, kOperator, kRequestId, REQUEST_ID_HEADER } from "./context.js";
+import {
+  CLIENT_ADDRESS_HEADER,
+  GATEWAY_CREDENTIAL_HEADER,
+  kClientAddress,
+  kGatewayCaller,
+  kInProcess,
+  kOperator,
+  kRequestId,
+  REQUEST_ID_HEADER,
+} from "./context.js";
 import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
@@ -23,7 +32,12 @@ export interface InterceptorOptions {
 
 /** The interceptors core runs on every transport, in order. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
-  return [observeCalls({ tracing: options.tracing ?? false }), requestContext(options.logger, options.gatewayToken), callerCredentials(options.adminToken), inputGuard()];
+  return [
+    observeCalls({ tracing: options.tracing ?? false }),
+    requestContext(options.logger, options.gatewayToken),
+    callerCredentials(options.adminToken),
+    inputGuard(),
+  ];
 }
 
 /**
@@ -77,7 +91,8 @@ const OUTAGE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "53400"]);
 /** Socket errors of the driver when the server is unreachable or drops the connection. */
 const OUTAGE_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
 // Matched anywhere: knex prefixes a failed query's message with its SQL ("select ... - Connection terminated").
-const OUTAGE_MESSAGES = /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Timeout acquiring a connection|timeout exceeded when trying to connect/;
+const OUTAGE_MESSAGES =
+  /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Timeout acquiring a connection|timeout exceeded when trying to connect/;
 
 /**
  * Says whether the database went away, anywhere in the cause chain, so one outage gives one answer

@@ -9,7 +9,7 @@ export interface CoreServer {
 }
 
 export interface CoreServerOptions {
-    /** PEM key material for TLS; with `ca`, clients must present a certificate from it (mTLS). */
+  /** PEM key material for TLS; with `ca`, clients must present a certificate from it (mTLS). */
   tls?: { cert: string; key: string; ca?: string };
 }
 

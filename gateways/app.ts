@@ -91,7 +91,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin, request.headers.host))) {
       request.log.info({ host: request.headers.host, origin: request.headers.origin }, "refused a request from a foreign Host or Origin");
       if (mcp) {
-        const body = { jsonrpc: "2.0", id: null, error: { code: -32600, message: "Forbidden: Host or Origin not allowed", data: { reason_id: "origin_not_allowed", request_id: request.id } } };
+        const body = {
+          jsonrpc: "2.0",
+          id: null,
+          error: { code: -32600, message: "Forbidden: Host or Origin not allowed", data: { reason_id: "origin_not_allowed", request_id: request.id } },
+        };
         reply.code(403).header("cache-control", "no-store").type("application/json").send(JSON.stringify(body));
       } else if (path === "/oauth2/register") {
         reply.code(403).header("cache-control", "no-store").send({ error: "access_denied", error_description: "Host or Origin not allowed" });
@@ -118,8 +122,18 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     realm: options.partnerRealm ?? "vaultgate-partner",
   });
   if (options.urls) {
-    await app.register(oauthGateway, { grants: options.clients.grants, vouched: (id, ip) => options.clients.vouched(id, ip), urls: options.urls, realm: "vaultgate-oauth" });
-    await app.register(webGateway, { grants: options.clients.grants, budgets: options.clients.budgets, urls: options.urls, signinMethods: options.signinMethods });
+    await app.register(oauthGateway, {
+      grants: options.clients.grants,
+      vouched: (id, ip) => options.clients.vouched(id, ip),
+      urls: options.urls,
+      realm: "vaultgate-oauth",
+    });
+    await app.register(webGateway, {
+      grants: options.clients.grants,
+      budgets: options.clients.budgets,
+      urls: options.urls,
+      signinMethods: options.signinMethods,
+    });
     await app.register(homeRoute, { urls: options.urls });
   }
   await app.register(jsonrpcGateway, { clients: options.clients, mcpUrl });

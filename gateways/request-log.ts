@@ -35,7 +35,10 @@ class OneLinePerRequest extends LogController {
     const url = request.routeOptions.url ?? request.url.split("?", 1)[0];
     const ms = Math.round(reply.elapsedTime * 100) / 100;
     const reason = refusals.get(request);
-    const line = reason === undefined ? { method: request.method, url, status: reply.statusCode, ms } : { method: request.method, url, status: reply.statusCode, ms, reason };
+    const line =
+      reason === undefined
+        ? { method: request.method, url, status: reply.statusCode, ms }
+        : { method: request.method, url, status: reply.statusCode, ms, reason };
     if (error) reply.log.error({ ...line, err: error }, "request errored");
     else reply.log.info(line, "request");
   }

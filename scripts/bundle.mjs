@@ -12,7 +12,10 @@ const pkg = JSON.parse(readFileSync(`${root}package.json`, "utf8"));
 
 /** Every other package of these dependency lists stays an import from node_modules. */
 export function externals(...lists) {
-  return lists.flatMap((list) => Object.keys(pkg[list])).filter((name) => !BUNDLED.has(name)).flatMap((name) => [name, `${name}/*`]);
+  return lists
+    .flatMap((list) => Object.keys(pkg[list]))
+    .filter((name) => !BUNDLED.has(name))
+    .flatMap((name) => [name, `${name}/*`]);
 }
 
 /** esbuild's options for our bundles: ESM for node20, chunks beside their entries, source maps. */

@@ -39,7 +39,9 @@ export async function devChainCommand(ctx: CommandContext) {
   } catch {
     throw new Error(`anvil is not installed for this platform (${pkg}); install the dev dependencies (npm ci)`);
   }
-  const child = spawn(binary, ["--port", String(port), "--host", "127.0.0.1", "--chain-id", String(CHAIN_ID), "--silent"], { stdio: ["ignore", "ignore", "inherit"] });
+  const child = spawn(binary, ["--port", String(port), "--host", "127.0.0.1", "--chain-id", String(CHAIN_ID), "--silent"], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   const exited = new Promise<number>((resolve) => child.once("exit", (code) => resolve(code ?? 1)));
   const stop = () => child.kill("SIGTERM");
   process.once("SIGINT", stop);
@@ -49,7 +51,13 @@ export async function devChainCommand(ctx: CommandContext) {
     const client = createPublicClient({ transport: http(url, { retryCount: 0 }) });
     for (let i = 0; ; i++) {
       if (child.exitCode !== null) throw new Error(`anvil exited (${child.exitCode}); is port ${port} taken? (--port P)`);
-      if (await client.getChainId().then(() => true, () => false)) break;
+      if (
+        await client.getChainId().then(
+          () => true,
+          () => false,
+        )
+      )
+        break;
       if (i > 200) throw new Error(`anvil did not answer on ${url}`);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -62,7 +70,10 @@ export async function devChainCommand(ctx: CommandContext) {
     for (const name of CHAINS) {
       const wallet = await loadHotWallet({ chain: name, dataDir: ctx.config.dataDir });
       await client.request({ method: "anvil_setBalance" as never, params: [wallet.address, `0x${FUND_GAS_WEI.toString(16)}`] as never });
-      await client.waitForTransactionReceipt({ hash: await deployer.writeContract({ address: usdc, abi, functionName: "mint", args: [wallet.address, FUND_USDC_UNITS] }), pollingInterval: 50 });
+      await client.waitForTransactionReceipt({
+        hash: await deployer.writeContract({ address: usdc, abi, functionName: "mint", args: [wallet.address, FUND_USDC_UNITS] }),
+        pollingInterval: 50,
+      });
       const p = `CHAIN_${name.toUpperCase()}_`;
       lines.push(`${p}RAIL=evm`, `${p}RPC_URL=${url}`, `${p}USDC=${usdc}`, `${p}CHAIN_ID=${CHAIN_ID}`, `${p}CONFIRMATIONS=1`, `${p}FINALITY_BLOCKS=12`);
       if (!quiet) say(`${name}: hot wallet ${wallet.address} funded with 1,000,000 USDC`);

@@ -34,7 +34,7 @@ export function overview(version: string): string {
     "terminal and JSON when piped or with --json.",
     "",
     "examples:",
-    '  vaultgate serve',
+    "  vaultgate serve",
     '  vaultgate partner create --name "Acme"',
     "  vaultgate help partner create",
   ];
@@ -56,7 +56,13 @@ export function commandHelp(cmd: CommandSpec): string {
 
 export function subcommandHelp(cmd: CommandSpec, sub: SubcommandSpec): string {
   const options = { ...(sub.options ?? {}), ...GLOBAL_OPTIONS };
-  const flags = Object.entries(options).map(([name, o]) => [`${o.short ? `-${o.short}, ` : ""}--${name}${o.type === "string" ? ` ${o.value ?? "VALUE"}` : ""}`, o.description + (o.required ? " (required)" : "")] as const);
+  const flags = Object.entries(options).map(
+    ([name, o]) =>
+      [
+        `${o.short ? `-${o.short}, ` : ""}--${name}${o.type === "string" ? ` ${o.value ?? "VALUE"}` : ""}`,
+        o.description + (o.required ? " (required)" : ""),
+      ] as const,
+  );
   const width = Math.max(...flags.map(([f]) => f.length));
   return [
     `${fullName(cmd, sub)}: ${sub.summary}`,

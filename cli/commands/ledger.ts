@@ -7,7 +7,8 @@ import { FailingAnswer, intOption, requireOption, requirePositional, UsageError 
  */
 export async function ledgerCommand(ctx: CommandContext) {
   if (ctx.positionals[0] === "verify") return verify(ctx);
-  if (ctx.positionals[0] !== "record") throw new UsageError("ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]");
+  if (ctx.positionals[0] !== "record")
+    throw new UsageError("ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]");
   const { partnerResources } = (await ctx.admin()).clients;
   const res = await partnerResources.recordLedgerEntry({
     userId: requirePositional(ctx, 1, "USER_ID"),
@@ -37,11 +38,7 @@ async function verify(ctx: CommandContext) {
   const { audit, budgets } = (await ctx.admin()).clients;
   const started = performance.now();
   const withChains = ctx.options.chains === true;
-  const [r, stranded, onChain] = await Promise.all([
-    audit.verifyLedger({}),
-    budgets.listStrandedFunds({}),
-    withChains ? audit.verifyChains({}) : undefined,
-  ]);
+  const [r, stranded, onChain] = await Promise.all([audit.verifyLedger({}), budgets.listStrandedFunds({}), withChains ? audit.verifyChains({}) : undefined]);
   const findings = stranded.vaults.map((v) => ({
     check: "stranded_funds",
     vault_id: v.vaultId,

@@ -10,7 +10,14 @@ const statusName: Record<PartnerStatus, string> = {
 };
 
 export function partnerJson(p: Partner) {
-  return { partner_id: p.partnerId, client_id: p.clientId, name: p.name, status: statusName[p.status], entitlements: p.entitlements, webhook_url: p.webhookUrl || null };
+  return {
+    partner_id: p.partnerId,
+    client_id: p.clientId,
+    name: p.name,
+    status: statusName[p.status],
+    entitlements: p.entitlements,
+    webhook_url: p.webhookUrl || null,
+  };
 }
 
 /** vaultgate partner create|list|rotate-secret|suspend|activate|entitlements|webhook */
@@ -30,7 +37,13 @@ export async function partnerCommand(ctx: CommandContext) {
         webhookUrl: (ctx.options["webhook-url"] as string | undefined) ?? "",
       });
       const p = res.partner!;
-      const out = { partner_id: p.partnerId, client_id: p.clientId, client_secret: res.clientSecret, status: statusName[p.status], entitlements: p.entitlements };
+      const out = {
+        partner_id: p.partnerId,
+        client_id: p.clientId,
+        client_secret: res.clientSecret,
+        status: statusName[p.status],
+        entitlements: p.entitlements,
+      };
       if (!p.webhookUrl) return out;
       // The webhook signing secret is generated with the URL and shown once, like client_secret.
       const hook = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
@@ -46,7 +59,7 @@ export async function partnerCommand(ctx: CommandContext) {
     case "webhook": {
       const clientId = requirePositional(ctx, 1, "CLIENT_ID");
       const url = ctx.options.url;
-      if (typeof url !== "string") throw new UsageError("partner webhook CLIENT_ID --url U [--secret whsec_...] (--url \"\" clears it)");
+      if (typeof url !== "string") throw new UsageError('partner webhook CLIENT_ID --url U [--secret whsec_...] (--url "" clears it)');
       const res = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId, url, secret: (ctx.options.secret as string | undefined) ?? "" });
       return { client_id: res.clientId, webhook_url: res.url || null, webhook_secret: res.secret || null };
     }
@@ -62,7 +75,7 @@ export async function partnerCommand(ctx: CommandContext) {
     }
     case "entitlements": {
       const set = listOption(ctx, "set");
-      if (set === undefined) throw new UsageError("--set a,b is required (--set \"\" for none)");
+      if (set === undefined) throw new UsageError('--set a,b is required (--set "" for none)');
       const res = await partners.setEntitlements({ clientId: requirePositional(ctx, 1, "CLIENT_ID"), entitlements: set });
       return partnerJson(res.partner!);
     }

@@ -23,14 +23,20 @@ export const COMMANDS: CommandSpec[] = [
         name: "",
         summary: "run the service until SIGINT/SIGTERM",
         options: { role: { type: "string", value: "all|core|gateway", description: "which part to run (default all)" } },
-        examples: ["vaultgate serve", "DATABASE_URL=postgres://... vaultgate serve --role core", "CORE_URL=https://core.internal:8081 vaultgate serve --role gateway"],
+        examples: [
+          "vaultgate serve",
+          "DATABASE_URL=postgres://... vaultgate serve --role core",
+          "CORE_URL=https://core.internal:8081 vaultgate serve --role gateway",
+        ],
       },
     ],
   },
   {
     name: "migrate",
     summary: "apply database migrations (serve also does this on start)",
-    subcommands: [{ name: "", summary: "apply pending migrations and print their names", examples: ["vaultgate migrate", "DATABASE_URL=postgres://... vaultgate migrate"] }],
+    subcommands: [
+      { name: "", summary: "apply pending migrations and print their names", examples: ["vaultgate migrate", "DATABASE_URL=postgres://... vaultgate migrate"] },
+    ],
   },
   PARTNER_COMMAND,
   {
@@ -38,7 +44,13 @@ export const COMMANDS: CommandSpec[] = [
     summary: "create, find and shape users",
     load: async () => (await import("./user.js")).userCommand,
     subcommands: [
-      { name: "create", summary: "create a user and its root vault (an existing e-mail returns its ids)", admin: true, options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail" } }, examples: ["vaultgate user create --email ada@example.com"] },
+      {
+        name: "create",
+        summary: "create a user and its root vault (an existing e-mail returns its ids)",
+        admin: true,
+        options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail" } },
+        examples: ["vaultgate user create --email ada@example.com"],
+      },
       {
         name: "list",
         summary: "list users with their root vaults, oldest first",
@@ -50,25 +62,49 @@ export const COMMANDS: CommandSpec[] = [
         },
         examples: ["vaultgate user list", "vaultgate user list --limit 10 --cursor <next_cursor>"],
       },
-      { name: "get", summary: "show one user by e-mail", admin: true, options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail (any case)" } }, examples: ["vaultgate user get --email ada@example.com"] },
+      {
+        name: "get",
+        summary: "show one user by e-mail",
+        admin: true,
+        options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail (any case)" } },
+        examples: ["vaultgate user get --email ada@example.com"],
+      },
       {
         name: "set-kyc",
         summary: "record a verification outcome (emits kyc.status_changed)",
         admin: true,
         args: ["USER_ID"],
-        options: { status: { type: "string", value: "STATUS", required: true, description: "not_started|pending|approved|rejected" }, provider: { type: "string", value: "P", description: "verification provider name" } },
+        options: {
+          status: { type: "string", value: "STATUS", required: true, description: "not_started|pending|approved|rejected" },
+          provider: { type: "string", value: "P", description: "verification provider name" },
+        },
         examples: ["vaultgate user set-kyc 6f1c... --status approved --provider sandbox"],
       },
-      { name: "set-status", summary: "activate or deactivate a user", admin: true, args: ["USER_ID", "active|inactive"], examples: ["vaultgate user set-status 6f1c... inactive"] },
+      {
+        name: "set-status",
+        summary: "activate or deactivate a user",
+        admin: true,
+        args: ["USER_ID", "active|inactive"],
+        examples: ["vaultgate user set-status 6f1c... inactive"],
+      },
       {
         name: "add-wallet",
         summary: "add a public wallet address",
         admin: true,
         args: ["USER_ID"],
-        options: { chain: { type: "string", value: "CHAIN", required: true, description: "one of the supported chains, e.g. sol, eth" }, address: { type: "string", value: "ADDR", required: true, description: "the public address" } },
+        options: {
+          chain: { type: "string", value: "CHAIN", required: true, description: "one of the supported chains, e.g. sol, eth" },
+          address: { type: "string", value: "ADDR", required: true, description: "the public address" },
+        },
         examples: ["vaultgate user add-wallet 6f1c... --chain sol --address 9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"],
       },
-      { name: "provision-us-account", summary: "provision USD receiving details (idempotent)", admin: true, args: ["USER_ID"], examples: ["vaultgate user provision-us-account 6f1c..."] },
+      {
+        name: "provision-us-account",
+        summary: "provision USD receiving details (idempotent)",
+        admin: true,
+        args: ["USER_ID"],
+        examples: ["vaultgate user provision-us-account 6f1c..."],
+      },
     ],
   },
   {
@@ -110,7 +146,10 @@ export const COMMANDS: CommandSpec[] = [
         summary: "prove every ledger transaction balances and every balance equals its postings (exit 1 naming the first discrepancy)",
         admin: true,
         options: {
-          chains: { type: "boolean", description: "also compare each evm hot wallet's USDC transfers and balance with the books (exit 1 naming every difference)" },
+          chains: {
+            type: "boolean",
+            description: "also compare each evm hot wallet's USDC transfers and balance with the books (exit 1 naming every difference)",
+          },
         },
         examples: ["vaultgate ledger verify", "vaultgate ledger verify --chains"],
       },
@@ -149,7 +188,13 @@ export const COMMANDS: CommandSpec[] = [
         },
         examples: ["vaultgate dev chain", "vaultgate dev chain --port 8546 --format env > chain.env"],
       },
-      { name: "outbox", summary: "show the e-mails the embedded default delivered (one-time codes)", admin: true, options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } }, examples: ["vaultgate dev outbox --email ada@example.com"] },
+      {
+        name: "outbox",
+        summary: "show the e-mails the embedded default delivered (one-time codes)",
+        admin: true,
+        options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } },
+        examples: ["vaultgate dev outbox --email ada@example.com"],
+      },
     ],
   },
   {
@@ -158,7 +203,13 @@ export const COMMANDS: CommandSpec[] = [
     load: async () => (await import("./keys.js")).keysCommand,
     subcommands: [
       { name: "rotate", summary: "make a new current signing key; the previous one stays published", admin: true, examples: ["vaultgate keys rotate"] },
-      { name: "retire", summary: "withdraw a signing key at once (never the current one)", admin: true, args: ["KID"], examples: ["vaultgate keys retire 2025-01-01-ab12"] },
+      {
+        name: "retire",
+        summary: "withdraw a signing key at once (never the current one)",
+        admin: true,
+        args: ["KID"],
+        examples: ["vaultgate keys retire 2025-01-01-ab12"],
+      },
     ],
   },
   {
@@ -182,8 +233,21 @@ export const COMMANDS: CommandSpec[] = [
         },
         examples: ["vaultgate treasury bind --partner gpc_acme_1a2b3c4d --payer-entity-id 0b5e... --balance-cents 100000 --cap-per-day 20000"],
       },
-      { name: "set-status", summary: "switch a treasury's status", admin: true, args: ["CLIENT_ID", "active|suspended|disabled|mandate_expired"], examples: ["vaultgate treasury set-status gpc_acme_1a2b3c4d suspended"] },
-      { name: "fund", summary: "add to a treasury's balance", admin: true, args: ["CLIENT_ID"], options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } }, examples: ["vaultgate treasury fund gpc_acme_1a2b3c4d --amount-cents 2500"] },
+      {
+        name: "set-status",
+        summary: "switch a treasury's status",
+        admin: true,
+        args: ["CLIENT_ID", "active|suspended|disabled|mandate_expired"],
+        examples: ["vaultgate treasury set-status gpc_acme_1a2b3c4d suspended"],
+      },
+      {
+        name: "fund",
+        summary: "add to a treasury's balance",
+        admin: true,
+        args: ["CLIENT_ID"],
+        options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } },
+        examples: ["vaultgate treasury fund gpc_acme_1a2b3c4d --amount-cents 2500"],
+      },
     ],
   },
   {
@@ -210,7 +274,16 @@ export const COMMANDS: CommandSpec[] = [
     name: "vault",
     summary: "fund vaults",
     load: async () => (await import("./vault.js")).vaultCommand,
-    subcommands: [{ name: "fund", summary: "add to a vault's balance", admin: true, args: ["VAULT_ID"], options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } }, examples: ["vaultgate vault fund 91d0... --amount-cents 12345"] }],
+    subcommands: [
+      {
+        name: "fund",
+        summary: "add to a vault's balance",
+        admin: true,
+        args: ["VAULT_ID"],
+        options: { "amount-cents": { type: "string", value: "N", required: true, description: "amount in cents" } },
+        examples: ["vaultgate vault fund 91d0... --amount-cents 12345"],
+      },
+    ],
   },
 ];
 

@@ -53,7 +53,10 @@ export function listOption(ctx: CommandContext, name: string): string[] | undefi
   const v = ctx.options[name];
   if (v === undefined) return undefined;
   if (typeof v !== "string") throw new UsageError(`--${name} takes a comma-separated list`);
-  return v.split(",").map((s) => s.trim()).filter(Boolean);
+  return v
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** A non-negative integer option within 2^53-1. */

@@ -4,7 +4,8 @@ import { pages, requireOption, requirePositional, UsageError } from "./types.js"
 
 const userJson = (u: User) => ({ user_id: u.userId, email: u.email, status: u.status, vault_id: u.vaultId || null, created_at: u.createdAt });
 
-const USAGE = "user create --email E | list | get --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
+const USAGE =
+  "user create --email E | list | get --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
 
 /** vaultgate user create|list|get|set-kyc|set-status|add-wallet|provision-us-account */
 export async function userCommand(ctx: CommandContext) {

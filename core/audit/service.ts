@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { AuditService, Outcome } from "../../gen/vaultgate/audit/v1/audit_pb.js";
+import { type AuditService, Outcome } from "../../gen/vaultgate/audit/v1/audit_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";

@@ -72,7 +72,15 @@ export function stillUsable(deps: ClockDeps, g: AgentGrant | undefined): AgentGr
   }
 }
 
-export async function auditOutside(deps: AuditDeps, ctx: HandlerContext, actor: string, action: string, outcome: "success" | "failure", reason: string, subject: string) {
+export async function auditOutside(
+  deps: AuditDeps,
+  ctx: HandlerContext,
+  actor: string,
+  action: string,
+  outcome: "success" | "failure",
+  reason: string,
+  subject: string,
+) {
   try {
     await deps.audit.append(deps.db, { requestId: ctx.values.get(kRequestId), actor, action, outcome, reason, subject, at: deps.clock() });
   } catch (err) {
@@ -81,7 +89,14 @@ export async function auditOutside(deps: AuditDeps, ctx: HandlerContext, actor: 
 }
 
 /** A refusal made once the caller was known is audited (the token's own refusals are not: there is no actor). */
-export async function auditRefusal(deps: AuditDeps, ctx: HandlerContext, actor: string | undefined, action: string, subject: string, err: unknown): Promise<void> {
+export async function auditRefusal(
+  deps: AuditDeps,
+  ctx: HandlerContext,
+  actor: string | undefined,
+  action: string,
+  subject: string,
+  err: unknown,
+): Promise<void> {
   const reason = errorDetailOf(err)?.reason;
   if (!actor || reason === undefined || reason === Reason.INVALID_TOKEN || reason === Reason.AUDIT_UNAVAILABLE) return;
   await auditOutside(deps, ctx, actor, action, "failure", Reason[reason].toLowerCase(), subject);
@@ -95,7 +110,12 @@ export type BudgetCaller = { kind: "agent"; grantId: string } | { kind: "owner";
  * agent's access token (verified, with agent:budget:create; its grant is read later,
  * inside the acting transaction) and the owner's web session (with a fresh step-up).
  */
-export async function budgetCaller(deps: TokenDeps & { sessions: SessionVerifier }, accessToken: string, sessionToken: string, what: string): Promise<BudgetCaller> {
+export async function budgetCaller(
+  deps: TokenDeps & { sessions: SessionVerifier },
+  accessToken: string,
+  sessionToken: string,
+  what: string,
+): Promise<BudgetCaller> {
   if (accessToken && sessionToken) fail(Reason.INVALID_REQUEST, "set exactly one of access_token and session_token");
   if (sessionToken) {
     const owner = await deps.sessions.verify(sessionToken);

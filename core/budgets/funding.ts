@@ -36,14 +36,25 @@ export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx:
     if (!v) fail(Reason.NOT_FOUND, "no such vault");
     if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
     const funded = await deps.vaults.fundVault(trx, v, amountCents, { id: randomUUID(), kind: "vault.fund", reference: `vault:${v.id}`, at: clock() });
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "vault.fund", outcome: "success", subject: v.id, at: clock() });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor: "admin",
+      action: "vault.fund",
+      outcome: "success",
+      subject: v.id,
+      at: clock(),
+    });
     return funded;
   });
   return { vaultId: vault.id, balanceCents: BigInt(vault.balanceCents), currency: vault.currency };
 }
 
 /** BudgetsService.FundBudget: money from a budget's parent vault into the budget, once per idempotency key. */
-export async function fundBudget(deps: FundBudgetDeps, req: FundBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof FundBudgetResponseSchema>> {
+export async function fundBudget(
+  deps: FundBudgetDeps,
+  req: FundBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof FundBudgetResponseSchema>> {
   const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "funding a budget");
   const amountCents = checkFundInput(req.amountCents, req.idempotencyKey);
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.fund", async (trx, { budget: b, actor, agent, now }) => {
@@ -63,10 +74,22 @@ export async function fundBudget(deps: FundBudgetDeps, req: FundBudgetRequest, c
     const { parent, child } = await lockBudgetVaults(deps, trx, b);
     if (parent.balanceCents < amountCents) fail(Reason.INSUFFICIENT_FUNDS, "the parent vault's balance is below the amount");
     if (child.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the budget's balance would exceed 2^53-1 cents");
-    const moved = await deps.vaults.moveBetweenVaults(trx, parent, child, amountCents, { id: transferId, kind: "budget.fund", reference: `budget:${b.vaultId}`, at: now });
+    const moved = await deps.vaults.moveBetweenVaults(trx, parent, child, amountCents, {
+      id: transferId,
+      kind: "budget.fund",
+      reference: `budget:${b.vaultId}`,
+      at: now,
+    });
     // Impossible while the budget is locked (findTransfer saw no such movement).
     if (!moved.moved) throw new Error(`budget funding ${transferId} was already in the ledger`);
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.fund", outcome: "success", subject: b.vaultId, at: now });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor,
+      action: "agent.budget.fund",
+      outcome: "success",
+      subject: b.vaultId,
+      at: now,
+    });
     return { b, transferId, vault: moved.to, replayed: false };
   });
   return {
@@ -111,7 +134,12 @@ export async function sweepInto(
   // Kept money can be swept more than once (the operator may credit a closed vault), so
   // each such sweep is a movement of its own; a close or decline happens once.
   const transferId = why === "kept" ? randomUUID() : derivedId("budget.sweep", b.vaultId, why);
-  const moved = await deps.vaults.moveBetweenVaults(trx, child, parent, child.balanceCents, { id: transferId, kind: "budget.sweep", reference: `budget:${b.vaultId}`, at });
+  const moved = await deps.vaults.moveBetweenVaults(trx, child, parent, child.balanceCents, {
+    id: transferId,
+    kind: "budget.sweep",
+    reference: `budget:${b.vaultId}`,
+    at,
+  });
   if (!moved.moved) throw new Error(`budget sweep ${transferId} was already in the ledger`);
   vaults.set(parent.id, moved.to);
   vaults.set(child.id, moved.from);
@@ -121,5 +149,15 @@ export async function sweepInto(
 /** sweepInto for one budget, locking its vault and its parent first. */
 export async function sweep(deps: { vaults: VaultsStore }, trx: Knex.Transaction, b: BudgetRecord, why: "close" | "decline", at: Date) {
   const { parent, child } = await lockBudgetVaults(deps, trx, b);
-  return sweepInto(deps, trx, b, new Map([[parent.id, parent], [child.id, child]]), why, at);
+  return sweepInto(
+    deps,
+    trx,
+    b,
+    new Map([
+      [parent.id, parent],
+      [child.id, child],
+    ]),
+    why,
+    at,
+  );
 }

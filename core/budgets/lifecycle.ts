@@ -52,7 +52,11 @@ export interface ClosingDeps extends ActingDeps {
 const MAX_STRANDED = 100;
 
 /** BudgetsService.CreateBudget: an agent makes a budget under its grant's vault (the saga in saga.ts). */
-export async function createBudget(deps: CreateBudgetDeps, req: CreateBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CreateBudgetResponseSchema>> {
+export async function createBudget(
+  deps: CreateBudgetDeps,
+  req: CreateBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof CreateBudgetResponseSchema>> {
   const now = deps.clock();
   const claims = await claimsFor(deps, req.accessToken, SCOPES.budgetCreate);
   // Replays and rate limits answer only a live grant; each saga transaction re-reads it under lock.
@@ -107,7 +111,11 @@ export async function createBudget(deps: CreateBudgetDeps, req: CreateBudgetRequ
 }
 
 /** BudgetsService.ActivateBudget: the owner, freshly stepped up, activates a draft. */
-export async function activateBudget(deps: OwnerDecisionDeps, req: ActivateBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ActivateBudgetResponseSchema>> {
+export async function activateBudget(
+  deps: OwnerDecisionDeps,
+  req: ActivateBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof ActivateBudgetResponseSchema>> {
   const now = deps.clock();
   const owner = await deps.sessions.verify(req.sessionToken);
   if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
@@ -121,14 +129,25 @@ export async function activateBudget(deps: OwnerDecisionDeps, req: ActivateBudge
     if (b.status === "active") return b;
     await deps.budgets.activatePolicy(trx, b.vaultId, now);
     const updated = await deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.activate", outcome: "success", subject: b.agentPrincipalId, at: now });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor: `user:${owner.userId}`,
+      action: "agent.budget.activate",
+      outcome: "success",
+      subject: b.agentPrincipalId,
+      at: now,
+    });
     return updated;
   });
   return { budget: budgetView(budget) };
 }
 
 /** BudgetsService.DeclineBudget: the owner refuses a draft; what it holds goes back to the parent vault. */
-export async function declineBudget(deps: OwnerDecisionDeps, req: DeclineBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
+export async function declineBudget(
+  deps: OwnerDecisionDeps,
+  req: DeclineBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
   const now = deps.clock();
   const owner = await deps.sessions.verify(req.sessionToken);
   if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
@@ -140,14 +159,25 @@ export async function declineBudget(deps: OwnerDecisionDeps, req: DeclineBudgetR
     // The owner may have funded the draft: what it holds goes back to the parent vault.
     await sweep(deps, trx, b, "decline", now);
     const declined = await deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "agent.budget.decline", outcome: "success", subject: b.agentPrincipalId, at: now });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor: `user:${owner.userId}`,
+      action: "agent.budget.decline",
+      outcome: "success",
+      subject: b.agentPrincipalId,
+      at: now,
+    });
     return declined;
   });
   return { budget: budgetView(budget) };
 }
 
 /** BudgetsService.CloseBudget: the budget and every budget below it close; their grants are revoked. */
-export async function closeBudget(deps: ClosingDeps, req: CloseBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CloseBudgetResponseSchema>> {
+export async function closeBudget(
+  deps: ClosingDeps,
+  req: CloseBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof CloseBudgetResponseSchema>> {
   const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "closing a budget");
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.close", async (trx, { budget: b, actor, now }) => {
     if (b.status === "closed") {
@@ -176,7 +206,14 @@ export async function closeBudget(deps: ClosingDeps, req: CloseBudgetRequest, ct
     for (const x of closing) {
       const updated = await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
       if (x.id === b.id) closed = updated;
-      await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.close", outcome: "success", subject: x.vaultId, at: now });
+      await deps.audit.append(trx, {
+        requestId: ctx.values.get(kRequestId),
+        actor,
+        action: "agent.budget.close",
+        outcome: "success",
+        subject: x.vaultId,
+        at: now,
+      });
     }
     // Deepest first, each budget's money goes up to its parent, so what the closed
     // budget's own budgets held reaches the vault the closed budget was made under.
@@ -203,7 +240,11 @@ export async function closeBudget(deps: ClosingDeps, req: CloseBudgetRequest, ct
 }
 
 /** BudgetsService.SweepBudget: what a closed budget (and those closed with it) kept goes up to the parent. */
-export async function sweepBudget(deps: ClosingDeps, req: SweepBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof SweepBudgetResponseSchema>> {
+export async function sweepBudget(
+  deps: ClosingDeps,
+  req: SweepBudgetRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SweepBudgetResponseSchema>> {
   const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "sweeping a budget");
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.sweep", async (trx, { budget: b, actor, now }) => {
     if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
@@ -221,7 +262,15 @@ export async function sweepBudget(deps: ClosingDeps, req: SweepBudgetRequest, ct
       const moved = await sweepInto(deps, trx, x, vaults, "kept", now);
       if (moved.sweptCents > 0 || x.id === b.id) {
         const reason = moved.sweptCents > 0 ? "" : "nothing_to_sweep";
-        await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.sweep", outcome: "success", reason, subject: x.vaultId, at: now });
+        await deps.audit.append(trx, {
+          requestId: ctx.values.get(kRequestId),
+          actor,
+          action: "agent.budget.sweep",
+          outcome: "success",
+          reason,
+          subject: x.vaultId,
+          at: now,
+        });
       }
       if (x.id === b.id) own = moved;
     }

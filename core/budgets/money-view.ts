@@ -77,9 +77,7 @@ function vaultView(v: MoneyVaultRow, recentPayments: PaymentView[]): VaultView {
     balanceCents: BigInt(v.balanceCents),
     spentTodayCents: BigInt(v.spentTodayCents),
     spentLifetimeCents: BigInt(v.spentLifetimeCents),
-    limits: p
-      ? limitsView(p, v.currency)
-      : undefined,
+    limits: p ? limitsView(p, v.currency) : undefined,
     recentPayments,
   };
 }

@@ -25,7 +25,18 @@ import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../uuid.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
 import { canonicalJson } from "./ids.js";
-import { AWAITING_LIMIT, AWAITING_MESSAGE, brokenRules, decide, evaluatePayment, MAX_AWAITING_OWNER, RULE_MESSAGES, utcDayStart, type Evaluation, type Rule } from "./policy.js";
+import {
+  AWAITING_LIMIT,
+  AWAITING_MESSAGE,
+  brokenRules,
+  decide,
+  evaluatePayment,
+  MAX_AWAITING_OWNER,
+  RULE_MESSAGES,
+  utcDayStart,
+  type Evaluation,
+  type Rule,
+} from "./policy.js";
 import type { PaymentRecord } from "./records.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
@@ -63,7 +74,11 @@ export interface PendingDeps extends Omit<OwnerPaymentDeps, "audit" | "clock"> {
 const MAX_PENDING_PAGE = 100;
 
 /** BudgetsService.InitiatePayment: an agent pays from its grant's vault, as the vault's policy decides. */
-export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof InitiatePaymentResponseSchema>> {
+export async function initiatePayment(
+  deps: AgentPaymentDeps,
+  req: InitiatePaymentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof InitiatePaymentResponseSchema>> {
   const { payments, clock } = deps;
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate);
   const input = paymentInput(req.payment);
@@ -77,7 +92,9 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
   }
   const hash = sha256Hex(canonicalJson(input));
   type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;
-  type Outcome = { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined } | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
+  type Outcome =
+    | { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined }
+    | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
   const outcome = await deps.db.transaction(async (trx): Promise<Outcome> => {
     const now = clock();
     // The grant and the vault are locked: a revocation committed
@@ -159,7 +176,15 @@ export async function initiatePayment(deps: AgentPaymentDeps, req: InitiatePayme
   });
   if (outcome.denied !== undefined) {
     const rule = outcome.denied;
-    await auditOutside(deps, ctx, outcome.actor, "payments.initiate", "failure", rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`, outcome.vaultId);
+    await auditOutside(
+      deps,
+      ctx,
+      outcome.actor,
+      "payments.initiate",
+      "failure",
+      rule === "balance" ? "insufficient_funds" : `policy_denied:${rule}`,
+      outcome.vaultId,
+    );
     if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
     if (rule === AWAITING_LIMIT) fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: rule });
     // The limit is named; no remaining allowance is revealed.
@@ -176,7 +201,11 @@ export interface GetPaymentDeps extends AuditDeps, TokenDeps {
 }
 
 /** BudgetsService.GetPayment: one payment of the grant's vault, with its settlement state. */
-export async function getPayment(deps: GetPaymentDeps, req: GetPaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetPaymentResponseSchema>> {
+export async function getPayment(
+  deps: GetPaymentDeps,
+  req: GetPaymentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof GetPaymentResponseSchema>> {
   // Either scope reads it: the agent that pays, or one that reads the accounts.
   const claims = await claimsFor(deps, req.accessToken, SCOPES.accountsRead).catch(() => claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate));
   const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));
@@ -189,7 +218,11 @@ export async function getPayment(deps: GetPaymentDeps, req: GetPaymentRequest, c
 }
 
 /** BudgetsService.SimulatePayment: what the policy would decide, with every rule the payment breaks. */
-export async function simulatePayment(deps: AgentPaymentDeps, req: SimulatePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof SimulatePaymentResponseSchema>> {
+export async function simulatePayment(
+  deps: AgentPaymentDeps,
+  req: SimulatePaymentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SimulatePaymentResponseSchema>> {
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsSimulate);
   const input = paymentInput(req.payment);
   const now = deps.clock();
@@ -228,7 +261,11 @@ export async function simulatePayment(deps: AgentPaymentDeps, req: SimulatePayme
 }
 
 /** BudgetsService.ApprovePayment: the owner, freshly stepped up, lets the agent repeat a payment. */
-export async function approvePayment(deps: OwnerPaymentDeps, req: ApprovePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ApprovePaymentResponseSchema>> {
+export async function approvePayment(
+  deps: OwnerPaymentDeps,
+  req: ApprovePaymentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof ApprovePaymentResponseSchema>> {
   const now = deps.clock();
   const owner = await deps.sessions.verify(req.sessionToken);
   if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
@@ -239,14 +276,25 @@ export async function approvePayment(deps: OwnerPaymentDeps, req: ApprovePayment
     if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
     if (p.status !== "pending_step_up") return p;
     const approved = await deps.payments.setPaymentStatus(trx, p.id, "approved", now);
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.approve", outcome: "success", subject: p.id, at: now });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor: `user:${owner.userId}`,
+      action: "payments.approve",
+      outcome: "success",
+      subject: p.id,
+      at: now,
+    });
     return approved;
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
 
 /** BudgetsService.DeclinePayment: the owner refuses a payment waiting for approval. */
-export async function declinePayment(deps: OwnerPaymentDeps, req: DeclinePaymentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof DeclinePaymentResponseSchema>> {
+export async function declinePayment(
+  deps: OwnerPaymentDeps,
+  req: DeclinePaymentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof DeclinePaymentResponseSchema>> {
   const now = deps.clock();
   const owner = await deps.sessions.verify(req.sessionToken);
   if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
@@ -257,14 +305,24 @@ export async function declinePayment(deps: OwnerPaymentDeps, req: DeclinePayment
     if (p.status === "declined") return p;
     if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
     const declined = await deps.payments.setPaymentStatus(trx, p.id, "declined", now);
-    await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: `user:${owner.userId}`, action: "payments.decline", outcome: "success", subject: p.id, at: now });
+    await deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      actor: `user:${owner.userId}`,
+      action: "payments.decline",
+      outcome: "success",
+      subject: p.id,
+      at: now,
+    });
     return declined;
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
 
 /** BudgetsService.ListPendingApprovals: the owner's draft budgets and payments awaiting step-up, two paged lists. */
-export async function listPendingApprovals(deps: PendingDeps, req: ListPendingApprovalsRequest): Promise<MessageInitShape<typeof ListPendingApprovalsResponseSchema>> {
+export async function listPendingApprovals(
+  deps: PendingDeps,
+  req: ListPendingApprovalsRequest,
+): Promise<MessageInitShape<typeof ListPendingApprovalsResponseSchema>> {
   const { db, cursors } = deps;
   const owner = await deps.sessions.verify(req.sessionToken);
   if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
@@ -273,7 +331,8 @@ export async function listPendingApprovals(deps: PendingDeps, req: ListPendingAp
     if (!cursor) return undefined;
     if (req.limit === 0) fail(Reason.INVALID_CURSOR, "a cursor needs a limit");
     const c = cursors.decode(cursor);
-    if (!c || c.l !== list || c.u !== owner.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+    if (!c || c.l !== list || c.u !== owner.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i))
+      fail(Reason.INVALID_CURSOR, "the cursor is not valid");
     return { at: c.t, id: c.i };
   };
   const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });

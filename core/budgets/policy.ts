@@ -33,15 +33,7 @@ export interface VaultUsage {
  * The rule that decided a payment. Limit names are what `policy_denied` reports
  * (never a remaining allowance); `balance` maps to insufficient_funds.
  */
-export type Rule =
-  | "policy_inactive"
-  | "time_window_end"
-  | "chain_allowlist"
-  | "per_tx_cap"
-  | "per_day_cap"
-  | "lifetime_cap"
-  | "balance"
-  | "step_up_amount";
+export type Rule = "policy_inactive" | "time_window_end" | "chain_allowlist" | "per_tx_cap" | "per_day_cap" | "lifetime_cap" | "balance" | "step_up_amount";
 
 export type Evaluation = { decision: "accept" } | { decision: "step_up"; rule: "step_up_amount" } | { decision: "deny"; rule: Exclude<Rule, "step_up_amount"> };
 
@@ -77,7 +69,13 @@ export function decide(broken: readonly Rule[]): Evaluation {
 }
 
 /** Evaluates a payment against a vault's policy: `decide(brokenRules(...))`. */
-export function evaluatePayment(policy: Policy | undefined, usage: VaultUsage, ask: PaymentAsk, now: Date, options: { stepUpApproved?: boolean } = {}): Evaluation {
+export function evaluatePayment(
+  policy: Policy | undefined,
+  usage: VaultUsage,
+  ask: PaymentAsk,
+  now: Date,
+  options: { stepUpApproved?: boolean } = {},
+): Evaluation {
   return decide(brokenRules(policy, usage, ask, now, options));
 }
 

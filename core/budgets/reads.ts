@@ -1,7 +1,12 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { GetBalanceRequest, GetBalanceResponseSchema, ListGrantAuditRequest, ListGrantAuditResponseSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type {
+  GetBalanceRequest,
+  GetBalanceResponseSchema,
+  ListGrantAuditRequest,
+  ListGrantAuditResponseSchema,
+} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { auditCursor, auditSince } from "../audit/service.js";
@@ -34,7 +39,11 @@ export async function getBalance(deps: BalanceDeps, req: GetBalanceRequest, ctx:
 }
 
 /** BudgetsService.ListGrantAudit: the calling agent's own audit feed, paged. */
-export async function listGrantAudit(deps: GrantAuditDeps, req: ListGrantAuditRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ListGrantAuditResponseSchema>> {
+export async function listGrantAudit(
+  deps: GrantAuditDeps,
+  req: ListGrantAuditRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof ListGrantAuditResponseSchema>> {
   const { audit, cursors } = deps;
   const claims = await claimsFor(deps, req.accessToken, SCOPES.auditStream);
   const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));

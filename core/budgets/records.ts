@@ -74,7 +74,6 @@ export interface PaymentRecord {
 /** The vault columns toVault reads (named, not v.*: the statements reading them are prepared). */
 export const VAULT_COLUMNS = `v.id, v.owner_user_id, v.parent_vault_id, v.balance_cents, v.currency`;
 
-
 /** The UTC calendar day of an instant, as a SQL date literal (YYYY-MM-DD). */
 export const utcDay = (at: Date) => at.toISOString().slice(0, 10);
 export const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));

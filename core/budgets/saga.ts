@@ -171,7 +171,15 @@ async function compensate(deps: SagaDeps, b: BudgetRecord, steps: Steps) {
  * commit): compensation, the claim released, the failure audited where possible, and always
  * PROVISIONING_FAILED with what is left. `failed` is the step, or "finalize" (reported, never stored).
  */
-async function failSaga(deps: SagaDeps, ctx: HandlerContext, actor: string, b: BudgetRecord, steps: Steps, failed: StepName | "finalize", cause: unknown): Promise<never> {
+async function failSaga(
+  deps: SagaDeps,
+  ctx: HandlerContext,
+  actor: string,
+  b: BudgetRecord,
+  steps: Steps,
+  failed: StepName | "finalize",
+  cause: unknown,
+): Promise<never> {
   let provisioning: Awaited<ReturnType<typeof compensate>>;
   try {
     provisioning = await compensate(deps, b, steps);
@@ -214,7 +222,15 @@ function openParent(b: BudgetRecord | undefined): string | undefined {
 }
 
 /** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
-export async function startSaga(deps: SagaDeps, grantId: string, existing: BudgetRecord | undefined, params: BudgetRecord["params"], hash: string, key: string, now: Date) {
+export async function startSaga(
+  deps: SagaDeps,
+  grantId: string,
+  existing: BudgetRecord | undefined,
+  params: BudgetRecord["params"],
+  hash: string,
+  key: string,
+  now: Date,
+) {
   const { budgets, grants } = deps;
   return deps.db.transaction(async (trx) => {
     // Budget rows before grants: the grant's vault never changes, so it is read unlocked
@@ -233,7 +249,12 @@ export async function startSaga(deps: SagaDeps, grantId: string, existing: Budge
     }
     let budget: BudgetRecord;
     if (existing) {
-      budget = await budgets.updateBudget(trx, existing.id, { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 }, now);
+      budget = await budgets.updateBudget(
+        trx,
+        existing.id,
+        { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 },
+        now,
+      );
     } else {
       budget = {
         id: randomUUID(),
@@ -288,7 +309,14 @@ export async function runSteps(deps: SagaDeps, ctx: HandlerContext, actor: strin
  * read and locked here, so a grant revoked or a parent closed while the saga ran installs
  * nothing and unwinds the saga. Returns the installed budget.
  */
-export async function finishSaga(deps: SagaDeps, ctx: HandlerContext, actor: string, budget: BudgetRecord, steps: Steps, grantId: string): Promise<BudgetRecord> {
+export async function finishSaga(
+  deps: SagaDeps,
+  ctx: HandlerContext,
+  actor: string,
+  budget: BudgetRecord,
+  steps: Steps,
+  grantId: string,
+): Promise<BudgetRecord> {
   const { db, budgets, clock, faults } = deps;
   try {
     return await db.transaction(async (trx) => {
@@ -305,11 +333,23 @@ export async function finishSaga(deps: SagaDeps, ctx: HandlerContext, actor: str
         if ((await deps.payments.countAwaitingOwner(trx, budget.parentVaultId, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) throw new AwaitingFull();
       }
       if (active) await budgets.activatePolicy(trx, budget.vaultId, clock());
-      const b = await budgets.updateBudget(trx, budget.id, { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] }, clock());
+      const b = await budgets.updateBudget(
+        trx,
+        budget.id,
+        { status: active ? "active" : "draft", policyVersion: active ? 1 : 0, steps, remaining: [] },
+        clock(),
+      );
       await deps.saga.releaseClaim(trx, budget.parentVaultId, budget.id);
       const auditFault = faults.finalAudit?.();
       if (auditFault) throw auditFault;
-      await deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), actor, action: "agent.budget.create", outcome: "success", subject: b.agentPrincipalId, at: clock() });
+      await deps.audit.append(trx, {
+        requestId: ctx.values.get(kRequestId),
+        actor,
+        action: "agent.budget.create",
+        outcome: "success",
+        subject: b.agentPrincipalId,
+        at: clock(),
+      });
       const commitFault = faults.finalCommit?.();
       if (commitFault) throw commitFault;
       return b;
@@ -356,7 +396,14 @@ export async function reap(deps: SagaDeps): Promise<number> {
         // Bumping the attempt fences the abandoned saga if it ever wakes up.
         await deps.budgets.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
         await saga.releaseClaim(trx, candidate.parentVaultId, candidate.id);
-        await deps.audit.append(trx, { requestId: randomUUID(), actor: "reaper", action: "agent.budget.cleanup", outcome: "success", subject: candidate.agentPrincipalId, at: now });
+        await deps.audit.append(trx, {
+          requestId: randomUUID(),
+          actor: "reaper",
+          action: "agent.budget.cleanup",
+          outcome: "success",
+          subject: candidate.agentPrincipalId,
+          at: now,
+        });
         cleaned++;
       });
     } catch {

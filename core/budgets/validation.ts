@@ -94,7 +94,9 @@ export function optNumber(v: bigint | undefined): number | undefined {
 }
 
 /** A payment request's fields, checked. */
-export function paymentInput(p: { counterparty?: { address: string; chain: string; token: string }; amountCents: bigint; currency: string; idempotencyKey: string } | undefined) {
+export function paymentInput(
+  p: { counterparty?: { address: string; chain: string; token: string }; amountCents: bigint; currency: string; idempotencyKey: string } | undefined,
+) {
   if (!p || !p.counterparty) return fail(Reason.INVALID_REQUEST, "counterparty is required");
   return checkPaymentInput({
     address: p.counterparty.address,

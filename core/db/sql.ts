@@ -69,5 +69,9 @@ function isStaleResultType(err: unknown): boolean {
  */
 export function batchFunction<I>(fn: string, columns: readonly (readonly [type: string, get: (item: I) => string | null])[]) {
   const run = prepared(fn, `SELECT * FROM ${fn}(${columns.map(([type]) => `?::${type}[]`).join(", ")})`);
-  return (conn: Knex, items: readonly I[]): Promise<Record<string, unknown>[]> => run(conn, columns.map(([, get]) => pgArray(items.map(get))));
+  return (conn: Knex, items: readonly I[]): Promise<Record<string, unknown>[]> =>
+    run(
+      conn,
+      columns.map(([, get]) => pgArray(items.map(get))),
+    );
 }

@@ -203,7 +203,13 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
       // RFC 6749 4.1.2: a code used twice revokes what it issued.
       const issued = c.grantId ? await deps.grants.findGrant(trx, c.grantId) : undefined;
       if (issued) await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");
-      await appendAudit(deps, trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.code_replay", subject: c.grantId ?? "", outcome: "failure", reason: "code_replay" });
+      await appendAudit(deps, trx, ctx, {
+        actor: `client:${client.clientId}`,
+        action: "oauth.code_replay",
+        subject: c.grantId ?? "",
+        outcome: "failure",
+        reason: "code_replay",
+      });
       return { kind: "invalid" as const, why: "replayed code" };
     }
     if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };

@@ -71,7 +71,8 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
       return documents.resolve(clientId);
     }
     // A registered client always authenticates with its secret (an empty one never verifies).
-    if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
+    if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256)
+      fail(Reason.INVALID_CLIENT, "client authentication failed");
     const client = await find(clientId);
     const stored = client?.secretHash ?? undefined;
     const remembered = stored !== undefined ? secretCheck.remembered(clientId, secret) : undefined;

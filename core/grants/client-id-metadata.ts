@@ -80,7 +80,8 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
       if (hit && hit.until > now) return hit.client;
       let pending = inflight.get(clientId);
       if (!pending) {
-        if (fetching >= MAX_CONCURRENT_FETCHES) fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 });
+        if (fetching >= MAX_CONCURRENT_FETCHES)
+          fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 });
         fetching++;
         pending = load(url, clientId).finally(() => {
           fetching--;
@@ -93,7 +94,8 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
         entry = await pending;
       } catch (err) {
         // Too many lookups in flight: refused at once, like too many fetches.
-        if (err instanceof HostLookupError && err.kind === "busy") fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 }, err);
+        if (err instanceof HostLookupError && err.kind === "busy")
+          fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 }, err);
         const why = err instanceof DocumentProblem ? err.message : "the document could not be fetched";
         return fail(Reason.INVALID_CLIENT, `client_id metadata document: ${why}`, {}, err);
       }
@@ -131,7 +133,10 @@ export function checkClientIdUrl(clientId: string, allowPrivate: boolean): URL {
 /** Cache lifetime from Cache-Control: max-age within [CACHE_MIN_S, CACHE_MAX_S]; no-store/no-cache count as the minimum. */
 export function cacheSeconds(header: string | undefined): number {
   if (!header) return CACHE_DEFAULT_S;
-  const directives = header.toLowerCase().split(",").map((d) => d.trim());
+  const directives = header
+    .toLowerCase()
+    .split(",")
+    .map((d) => d.trim());
   if (directives.some((d) => d === "no-store" || d === "no-cache")) return CACHE_MIN_S;
   const maxAge = directives.map((d) => /^max-age\s*=\s*"?(\d+)"?$/.exec(d)).find(Boolean);
   if (!maxAge) return CACHE_DEFAULT_S;

@@ -42,7 +42,7 @@ export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = 
     bad(Reason.INVALID_CLIENT_METADATA, "grant_types must be authorization_code, optionally with refresh_token");
   }
   const responseTypes = req.responseTypes.length > 0 ? [...new Set(req.responseTypes)] : ["code"];
-  if (responseTypes.length !== 1 || responseTypes[0] !== "code") bad(Reason.INVALID_CLIENT_METADATA, "response_types must be [\"code\"]");
+  if (responseTypes.length !== 1 || responseTypes[0] !== "code") bad(Reason.INVALID_CLIENT_METADATA, 'response_types must be ["code"]');
   const method = req.tokenEndpointAuthMethod || rules.defaultAuthMethod;
   if (!rules.authMethods.includes(method)) bad(Reason.INVALID_CLIENT_METADATA, `token_endpoint_auth_method must be one of ${rules.authMethods.join(", ")}`);
   let scopes = parseScope(req.scope);

@@ -109,7 +109,12 @@ export type NewGrant = Pick<GrantRecord, "userId" | "clientId" | "agentPrincipal
 };
 
 /** Inserts an active grant (a new lineage unless `lineageId` is given) holding `refresh`'s hash. */
-export async function insertGrant(deps: { grants: GrantsStore; clock: () => Date }, trx: Knex.Transaction, g: NewGrant, refresh: NewRefresh): Promise<GrantRecord> {
+export async function insertGrant(
+  deps: { grants: GrantsStore; clock: () => Date },
+  trx: Knex.Transaction,
+  g: NewGrant,
+  refresh: NewRefresh,
+): Promise<GrantRecord> {
   const id = uuidv7();
   const now = deps.clock();
   const record: GrantRecord = {

@@ -14,7 +14,14 @@ import type { Mailer } from "../identity/mail/mailer.js";
 import type { OidcSignin } from "../identity/oidc.js";
 import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
 import type { Passkeys } from "../identity/passkeys.js";
-import { finishPasskeyAssertion, finishPasskeyRegistration, listPasskeys, removePasskey, startPasskeyAssertion, startPasskeyRegistration } from "../identity/passkey-rpcs.js";
+import {
+  finishPasskeyAssertion,
+  finishPasskeyRegistration,
+  listPasskeys,
+  removePasskey,
+  startPasskeyAssertion,
+  startPasskeyRegistration,
+} from "../identity/passkey-rpcs.js";
 import { createOutbox, listOutbox } from "../identity/outbox.js";
 import { createOutboxStore } from "../identity/outbox-store.js";
 import { createSignInStore } from "../identity/signin-store.js";
@@ -90,10 +97,45 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
   const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey, mailer: deps.mailer });
-  const signIn = { db, store: createSignInStore(), users, sessions, outbox, rateLimits: deps.rateLimits, audit, clock, logger: deps.logger, hashCode: createCodeHasher(deps.signinCodeKey), emailCodesOffered: deps.emailCodesOffered };
-  const registration = { db, clients, secrets: deps.secrets, rateLimits: deps.rateLimits, registrationLimitPerMinute: deps.registrationLimitPerMinute, audit, clock };
+  const signIn = {
+    db,
+    store: createSignInStore(),
+    users,
+    sessions,
+    outbox,
+    rateLimits: deps.rateLimits,
+    audit,
+    clock,
+    logger: deps.logger,
+    hashCode: createCodeHasher(deps.signinCodeKey),
+    emailCodesOffered: deps.emailCodesOffered,
+  };
+  const registration = {
+    db,
+    clients,
+    secrets: deps.secrets,
+    rateLimits: deps.rateLimits,
+    registrationLimitPerMinute: deps.registrationLimitPerMinute,
+    audit,
+    clock,
+  };
   const authorization = { db, directory, vaults, sessions, audience, clients, agents, codes, audit, clock };
-  const tokens = { db, directory, keyring, audience, verifier, grants, codes, clients, agents, vaults, users, audit, clock, refreshGraceSeconds: deps.refreshGraceSeconds };
+  const tokens = {
+    db,
+    directory,
+    keyring,
+    audience,
+    verifier,
+    grants,
+    codes,
+    clients,
+    agents,
+    vaults,
+    users,
+    audit,
+    clock,
+    refreshGraceSeconds: deps.refreshGraceSeconds,
+  };
   const owner = { db, sessions, agents, grants, audit, clock, outbox };
 
   return {

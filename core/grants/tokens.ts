@@ -21,7 +21,17 @@ import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, type AccessTokenVerifier } from "./access-token.js";
 import { appendAudit, requestIdOf, type AuditDeps } from "./audit.js";
 import type { ClientDirectory } from "./client-auth.js";
-import { deadBudgetVault, derivedRefresh, derivedRefreshToken, insertGrant, OPERATOR_CLIENT, randomRefresh, REFRESH_TTL_MS, signToken, type GrantAudience } from "./issue.js";
+import {
+  deadBudgetVault,
+  derivedRefresh,
+  derivedRefreshToken,
+  insertGrant,
+  OPERATOR_CLIENT,
+  randomRefresh,
+  REFRESH_TTL_MS,
+  signToken,
+  type GrantAudience,
+} from "./issue.js";
 import { assertGrantUsable } from "./usable.js";
 import type { ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
@@ -162,9 +172,9 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }
   const outcome = await deps.db.transaction(async (trx) => {
-        // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
-        // A closed or declined budget's vault gets no new grant: its budget row is locked before the
-        // grant's (the budgets' lock order), the vault read from an unlocked look.
+    // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
+    // A closed or declined budget's vault gets no new grant: its budget row is locked before the
+    // grant's (the budgets' lock order), the vault read from an unlocked look.
     const seen = req.refreshToken ? await deps.grants.findGrantByRefresh(trx, hash) : undefined;
     const dead = seen ? await deadBudgetVault(deps.vaults, trx, seen.vaultId) : undefined;
     const g = req.refreshToken ? await deps.grants.lockGrantByRefresh(trx, hash) : undefined;
@@ -238,7 +248,15 @@ export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, c
     const grant = await insertGrant(
       deps,
       trx,
-      { userId: user.id, clientId: client?.clientId ?? null, agentPrincipalId: agentId, vaultId, scopes, stepUp: req.stepUp, authTime: req.stepUp ? now : null },
+      {
+        userId: user.id,
+        clientId: client?.clientId ?? null,
+        agentPrincipalId: agentId,
+        vaultId,
+        scopes,
+        stepUp: req.stepUp,
+        authTime: req.stepUp ? now : null,
+      },
       refresh,
     );
     await appendAudit(deps, trx, ctx, { actor: "admin", action: "grant.issue", subject: grant.id });

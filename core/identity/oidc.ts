@@ -48,7 +48,9 @@ export interface StartedFlow {
   expiresAt: Date;
 }
 
-export type CompletedFlow = { purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number } | { purpose: "step_up"; userId: string; sessionId: string };
+export type CompletedFlow =
+  | { purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number }
+  | { purpose: "step_up"; userId: string; sessionId: string };
 
 /** The session a step-up is for, as core verified it from the session token. */
 export interface StepUpSession {
@@ -87,18 +89,29 @@ export function createOidcSignin(deps: OidcDeps) {
   }
 
   function unreachable(err: unknown, step: string): never {
-    deps.logger.warn({ step, error: err instanceof Error ? `${err.name}: ${(err as { code?: string }).code ?? ""}` : "error" }, "identity provider unreachable");
+    deps.logger.warn(
+      { step, error: err instanceof Error ? `${err.name}: ${(err as { code?: string }).code ?? ""}` : "error" },
+      "identity provider unreachable",
+    );
     fail(Reason.PROVIDER_UNAVAILABLE, "your organisation's sign-in service cannot be reached right now; try again in a minute", { retryAfterSeconds: 30 }, err);
   }
 
-  const audit = (conn: Knex | Knex.Transaction, facts: CallFacts, e: { actor: string; action: string; subject?: string; outcome: "success" | "failure"; reason?: string }) =>
-    deps.audit.append(conn, { requestId: facts.requestId, clientAddress: facts.clientAddress, at: deps.clock(), ...e });
+  const audit = (
+    conn: Knex | Knex.Transaction,
+    facts: CallFacts,
+    e: { actor: string; action: string; subject?: string; outcome: "success" | "failure"; reason?: string },
+  ) => deps.audit.append(conn, { requestId: facts.requestId, clientAddress: facts.clientAddress, at: deps.clock(), ...e });
 
   /** Refuses the callback: audited, no session, and a message a person can act on. */
   async function refuse(facts: CallFacts, purpose: OidcPurpose, why: string, actor = "anonymous"): Promise<never> {
     await audit(db, facts, { actor, action: purpose === "step_up" ? "web.oidc.step_up" : "web.oidc.sign_in", outcome: "failure", reason: why });
     deps.logger.info({ reason: why }, "identity provider sign-in refused");
-    fail(Reason.ACCESS_DENIED, purpose === "step_up" ? "your organisation's sign-in did not confirm it is you; try the confirmation again" : "signing in with your organisation did not work; start again from the sign-in page");
+    fail(
+      Reason.ACCESS_DENIED,
+      purpose === "step_up"
+        ? "your organisation's sign-in did not confirm it is you; try the confirmation again"
+        : "signing in with your organisation did not work; start again from the sign-in page",
+    );
   }
 
   function meetsStepUp(claims: client.IDToken): boolean {
@@ -160,7 +173,8 @@ export function createOidcSignin(deps: OidcDeps) {
      */
     async complete(input: { callbackUrl: string; binding: string; session?: StepUpSession }, facts: CallFacts): Promise<CompletedFlow> {
       const now = deps.clock();
-      if (!input.binding || input.binding.length > 100) fail(Reason.ACCESS_DENIED, "this sign-in was started in another browser or has expired; start again from the sign-in page");
+      if (!input.binding || input.binding.length > 100)
+        fail(Reason.ACCESS_DENIED, "this sign-in was started in another browser or has expired; start again from the sign-in page");
       // Taken once: a replayed callback (the same state again) finds the flow used.
       const res = await db.raw(
         `UPDATE signin_flows SET consumed_at = ? WHERE binding_hash = ? AND method = 'oidc' AND consumed_at IS NULL AND expires_at > ?
@@ -168,10 +182,24 @@ export function createOidcSignin(deps: OidcDeps) {
         [now, sha256Hex(input.binding), now],
       );
       const flow = (res.rows ?? [])[0] as
-        | { id: string; purpose: OidcPurpose; session_id: string | null; user_id: string | null; state: string; nonce: string; code_verifier: string; created_at: Date | string }
+        | {
+            id: string;
+            purpose: OidcPurpose;
+            session_id: string | null;
+            user_id: string | null;
+            state: string;
+            nonce: string;
+            code_verifier: string;
+            created_at: Date | string;
+          }
         | undefined;
       if (!flow) {
-        await audit(db, facts, { actor: "anonymous", action: "web.oidc.callback", outcome: "failure", reason: "no unused flow for this browser (replayed, expired or started elsewhere)" });
+        await audit(db, facts, {
+          actor: "anonymous",
+          action: "web.oidc.callback",
+          outcome: "failure",
+          reason: "no unused flow for this browser (replayed, expired or started elsewhere)",
+        });
         fail(Reason.ACCESS_DENIED, "this sign-in link was already used or has expired; start again from the sign-in page");
       }
       const purpose = flow.purpose;
@@ -190,7 +218,9 @@ export function createOidcSignin(deps: OidcDeps) {
         claims = tokens.claims() ?? fail(Reason.INTERNAL, "no ID token");
       } catch (err) {
         // The provider answering 5xx (or not JSON with a 5xx) is an outage, not a bad token.
-        const status = (err as { status?: number }).status ?? ((err as { cause?: unknown }).cause instanceof Response ? ((err as { cause: Response }).cause.status) : undefined);
+        const status =
+          (err as { status?: number }).status ??
+          ((err as { cause?: unknown }).cause instanceof Response ? (err as { cause: Response }).cause.status : undefined);
         if (status !== undefined && status >= 500) return unreachable(err, "token");
         if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${String(err.error).slice(0, 60)}`);
         if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${String(err.error).slice(0, 60)}`);
@@ -205,7 +235,8 @@ export function createOidcSignin(deps: OidcDeps) {
         const userId = flow.user_id!;
         if (!link || String(link.user_id) !== userId) return refuse(facts, purpose, "the provider signed in someone else", `user:${userId}`);
         const authTime = typeof claims.auth_time === "number" ? claims.auth_time * 1000 : undefined;
-        if (authTime === undefined || authTime < new Date(flow.created_at).getTime() - AUTH_TIME_SKEW_MS) return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);
+        if (authTime === undefined || authTime < new Date(flow.created_at).getTime() - AUTH_TIME_SKEW_MS)
+          return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);
         if (!meetsStepUp(claims)) return refuse(facts, purpose, "acr/amr below the step-up requirement", `user:${userId}`);
         await db.transaction(async (trx) => {
           await trx("web_sessions").where({ id: flow.session_id }).update({ step_up_at: now });
@@ -234,21 +265,23 @@ export function createOidcSignin(deps: OidcDeps) {
       await db.transaction(async (trx) => {
         if (linkNew) {
           // A concurrent first sign-in of the same subject links once; both then sign in as that user.
-          await trx.raw(`INSERT INTO identity_links (issuer, subject, user_id, email, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (issuer, subject) DO NOTHING`, [
-            iss,
-            sub,
-            userId,
-            typeof claims.email === "string" ? claims.email : null,
-            now,
-            now,
-          ]);
+          await trx.raw(
+            `INSERT INTO identity_links (issuer, subject, user_id, email, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (issuer, subject) DO NOTHING`,
+            [iss, sub, userId, typeof claims.email === "string" ? claims.email : null, now, now],
+          );
           const owner = await trx("identity_links").where({ issuer: iss, subject: sub }).first("user_id");
           if (String(owner?.user_id) !== userId) throw new Error("identity link raced to another user");
           await audit(trx, facts, { actor: `user:${userId}`, action: "web.oidc.link", subject: iss, outcome: "success" });
         } else {
           await trx("identity_links").where({ issuer: iss, subject: sub }).update({ last_used_at: now });
         }
-        await trx("web_sessions").insert({ id: randomUUID(), token_hash: sha256Hex(token), user_id: userId, created_at: now, expires_at: new Date(now.getTime() + deps.sessionTtlMs) });
+        await trx("web_sessions").insert({
+          id: randomUUID(),
+          token_hash: sha256Hex(token),
+          user_id: userId,
+          created_at: now,
+          expires_at: new Date(now.getTime() + deps.sessionTtlMs),
+        });
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
       });
       return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };

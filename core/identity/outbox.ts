@@ -40,7 +40,13 @@ export function createOutbox(deps: { store: OutboxStore; signinCodeKey: Buffer; 
     mode: smtp ? ("smtp" as const) : ("dev" as const),
     send(conn: Knex | Knex.Transaction, m: OutboxMessage) {
       if (smtp) return smtp.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at });
-      return deps.store.insertOutbox(conn, { id: randomUUID(), email: m.email, subject: SEALED + box.seal(m.subject), body: SEALED + box.seal(m.body), at: m.at });
+      return deps.store.insertOutbox(conn, {
+        id: randomUUID(),
+        email: m.email,
+        subject: SEALED + box.seal(m.subject),
+        body: SEALED + box.seal(m.body),
+        at: m.at,
+      });
     },
     /** The newest messages, opened (to one address when given). */
     async list(conn: Knex | Knex.Transaction, email: string | undefined) {
@@ -54,7 +60,7 @@ export type Outbox = ReturnType<typeof createOutbox>;
 
 /** GrantsService.ListOutbox: the dev outbox, newest first (`vaultgate dev outbox`). */
 export async function listOutbox(deps: { db: Db; outbox: Outbox }, req: ListOutboxRequest) {
-  const email = req.email ? normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address") : undefined;
+  const email = req.email ? (normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address")) : undefined;
   const rows = await deps.outbox.list(deps.db, email);
   return { messages: rows.map((m) => ({ email: m.email, subject: m.subject, body: m.body, createdAt: m.createdAt.toISOString() })) };
 }

@@ -20,7 +20,14 @@ export interface PasskeyRpcDeps {
 
 const facts = (ctx: HandlerContext) => ({ requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) });
 const seconds = (d: Date | null) => (d ? BigInt(Math.floor(d.getTime() / 1000)) : 0n);
-const toProto = (k: PasskeyRecord) => ({ passkeyId: k.id, name: k.name, createdAt: seconds(k.createdAt), lastUsedAt: seconds(k.lastUsedAt), backedUp: k.backedUp, deviceType: k.deviceType });
+const toProto = (k: PasskeyRecord) => ({
+  passkeyId: k.id,
+  name: k.name,
+  createdAt: seconds(k.createdAt),
+  lastUsedAt: seconds(k.lastUsedAt),
+  backedUp: k.backedUp,
+  deviceType: k.deviceType,
+});
 
 /** The browser's JSON, bounded and parsed; anything else is bad input, never a 5xx. */
 function browserJson(raw: string, field: string): never | Record<string, unknown> {
@@ -69,7 +76,9 @@ export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequ
 /** GrantsService.StartPasskeyAssertion: step-up options with a session, sign-in options without. */
 export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest) {
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
-  const r = s ? await deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId }) : await deps.passkeys.authenticationOptions("sign_in");
+  const r = s
+    ? await deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId })
+    : await deps.passkeys.authenticationOptions("sign_in");
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 
@@ -77,7 +86,10 @@ export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPass
 export async function finishPasskeyAssertion(deps: PasskeyRpcDeps, req: FinishPasskeyAssertionRequest, ctx: HandlerContext) {
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const response = browserJson(req.responseJson, "response_json");
-  const done = await deps.passkeys.authenticate({ binding: req.flowSecret, response: response as never, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined }, facts(ctx));
+  const done = await deps.passkeys.authenticate(
+    { binding: req.flowSecret, response: response as never, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined },
+    facts(ctx),
+  );
   if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
   return { sessionToken: "", expiresIn: 0n };
 }

@@ -72,8 +72,11 @@ export function createPasskeys(deps: PasskeyDeps) {
   const { origin, rpId } = relyingParty(deps.appUrl);
   const ttl = deps.challengeTtlMs ?? 5 * 60_000;
 
-  const audit = (conn: Knex | Knex.Transaction, facts: CallFacts, e: { actor: string; action: string; subject?: string; outcome: "success" | "failure"; reason?: string }) =>
-    deps.audit.append(conn, { requestId: facts.requestId, clientAddress: facts.clientAddress, at: deps.clock(), ...e });
+  const audit = (
+    conn: Knex | Knex.Transaction,
+    facts: CallFacts,
+    e: { actor: string; action: string; subject?: string; outcome: "success" | "failure"; reason?: string },
+  ) => deps.audit.append(conn, { requestId: facts.requestId, clientAddress: facts.clientAddress, at: deps.clock(), ...e });
 
   async function newFlow(purpose: "register" | PasskeyPurpose, challenge: string, session?: { sessionId: string; userId: string }) {
     const now = deps.clock();
@@ -129,7 +132,10 @@ export function createPasskeys(deps: PasskeyDeps) {
     },
 
     /** Verifies the authenticator's answer and stores the passkey; the account holder is told by mail. */
-    async register(input: { binding: string; response: RegistrationResponseJSON; name: string; session: PasskeySession }, facts: CallFacts): Promise<PasskeyRecord> {
+    async register(
+      input: { binding: string; response: RegistrationResponseJSON; name: string; session: PasskeySession },
+      facts: CallFacts,
+    ): Promise<PasskeyRecord> {
       const { session } = input;
       const actor = `user:${session.userId}`;
       const name = input.name.trim().slice(0, 60) || "Passkey";
@@ -160,7 +166,20 @@ export function createPasskeys(deps: PasskeyDeps) {
         const inserted = await trx.raw(
           `INSERT INTO passkeys (id, credential_id, user_id, rp_id, public_key, counter, transports, device_type, backed_up, aaguid, name, created_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (credential_id) DO NOTHING RETURNING id`,
-          [id, info.credential.id, session.userId, rpId, Buffer.from(info.credential.publicKey), info.credential.counter, info.credential.transports ?? [], info.credentialDeviceType, info.credentialBackedUp, info.aaguid, name, now],
+          [
+            id,
+            info.credential.id,
+            session.userId,
+            rpId,
+            Buffer.from(info.credential.publicKey),
+            info.credential.counter,
+            info.credential.transports ?? [],
+            info.credentialDeviceType,
+            info.credentialBackedUp,
+            info.aaguid,
+            name,
+            now,
+          ],
         );
         if ((inserted.rows ?? []).length === 0) fail(Reason.ACCESS_DENIED, "this passkey is already registered");
         await audit(trx, facts, { actor, action: "passkey.register", subject: id, outcome: "success" });
@@ -175,7 +194,10 @@ export function createPasskeys(deps: PasskeyDeps) {
     },
 
     /** Options for navigator.credentials.get: for a step-up the session user's passkeys, for sign-in any discoverable one. */
-    async authenticationOptions(purpose: PasskeyPurpose, session?: { sessionId: string; userId: string }): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; binding: string }> {
+    async authenticationOptions(
+      purpose: PasskeyPurpose,
+      session?: { sessionId: string; userId: string },
+    ): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; binding: string }> {
       if ((purpose === "step_up") !== Boolean(session)) fail(Reason.INVALID_REQUEST, "a step-up needs a signed-in session, and only a step-up has one");
       const keys = session ? await activeKeys(session.userId) : [];
       if (session && keys.length === 0) fail(Reason.ACCESS_DENIED, "you have no passkey yet; confirm another way, then add one on the dashboard");
@@ -199,10 +221,17 @@ export function createPasskeys(deps: PasskeyDeps) {
       const action = purpose === "step_up" ? "web.passkey.step_up" : "web.passkey.sign_in";
       const refuse = async (why: string, actor = "anonymous"): Promise<never> => {
         await audit(db, facts, { actor, action, outcome: "failure", reason: why });
-        fail(Reason.ACCESS_DENIED, purpose === "step_up" ? "your passkey did not confirm it is you; try again" : "signing in with a passkey did not work; try again");
+        fail(
+          Reason.ACCESS_DENIED,
+          purpose === "step_up" ? "your passkey did not confirm it is you; try again" : "signing in with a passkey did not work; try again",
+        );
       };
       const flow = await takeFlow(input.binding, purpose);
-      if (!flow) return refuse("no unused challenge for this browser (replayed, expired or started elsewhere)", input.session ? `user:${input.session.userId}` : "anonymous");
+      if (!flow)
+        return refuse(
+          "no unused challenge for this browser (replayed, expired or started elsewhere)",
+          input.session ? `user:${input.session.userId}` : "anonymous",
+        );
       if (input.session && flow.session_id !== input.session.sessionId) return refuse("step-up challenge of another session", `user:${input.session.userId}`);
       const credentialId = typeof input.response?.id === "string" ? input.response.id : "";
       const key = credentialId ? await db("passkeys").where({ credential_id: credentialId, rp_id: rpId }).whereNull("removed_at").first() : undefined;
@@ -217,7 +246,12 @@ export function createPasskeys(deps: PasskeyDeps) {
           expectedChallenge: flow.challenge,
           expectedOrigin: origin,
           expectedRPID: rpId,
-          credential: { id: String(key.credential_id), publicKey: new Uint8Array(key.public_key as Buffer), counter: 0, transports: key.transports as WebAuthnCredential["transports"] },
+          credential: {
+            id: String(key.credential_id),
+            publicKey: new Uint8Array(key.public_key as Buffer),
+            counter: 0,
+            transports: key.transports as WebAuthnCredential["transports"],
+          },
           requireUserVerification: true,
         });
         if (!verified.verified) return refuse("assertion not verified", actor);
@@ -235,7 +269,13 @@ export function createPasskeys(deps: PasskeyDeps) {
       );
       if ((moved.rows ?? []).length === 0) {
         deps.logger.warn({ passkey: key.id, stored, presented: info.newCounter }, "passkey counter went back: possible cloned authenticator");
-        await audit(db, facts, { actor, action: "passkey.clone_suspected", subject: String(key.id), outcome: "failure", reason: `counter ${info.newCounter} not above ${stored}` });
+        await audit(db, facts, {
+          actor,
+          action: "passkey.clone_suspected",
+          subject: String(key.id),
+          outcome: "failure",
+          reason: `counter ${info.newCounter} not above ${stored}`,
+        });
         return refuse("signature counter did not move forward (cloned authenticator?)", actor);
       }
       const user = await db("users").where({ id: key.user_id }).first("status");
@@ -249,7 +289,13 @@ export function createPasskeys(deps: PasskeyDeps) {
       }
       const token = `vgs_${randomBytes(32).toString("base64url")}`;
       await db.transaction(async (trx) => {
-        await trx("web_sessions").insert({ id: randomUUID(), token_hash: sha256Hex(token), user_id: key.user_id, created_at: now, expires_at: new Date(now.getTime() + deps.sessionTtlMs) });
+        await trx("web_sessions").insert({
+          id: randomUUID(),
+          token_hash: sha256Hex(token),
+          user_id: key.user_id,
+          created_at: now,
+          expires_at: new Date(now.getTime() + deps.sessionTtlMs),
+        });
         await audit(trx, facts, { actor, action: "web.sign_in", subject: "passkey", outcome: "success" });
       });
       return { purpose, userId: String(key.user_id), sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };

@@ -61,7 +61,13 @@ export function createCodeHasher(signinCodeKey: Buffer): CodeHasher {
 }
 
 function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx: HandlerContext, e: { actor: string; action: string; subject?: string }) {
-  return deps.audit.append(conn, { requestId: ctx.values.get(kRequestId), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+  return deps.audit.append(conn, {
+    requestId: ctx.values.get(kRequestId),
+    outcome: "success",
+    ...e,
+    clientAddress: ctx.values.get(kClientAddress),
+    at: deps.clock(),
+  });
 }
 
 /** A deployment that offers only its provider must not let anyone in by an e-mailed code. */
@@ -97,9 +103,13 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   if (!limit.allowed) {
     // Nothing was sent: the 30 s gap does not start.
     if (gap.allowed) await deps.rateLimits.release(gapKey, now);
-    fail(Reason.RATE_LIMITED, `${gap.allowed ? "too many codes were sent to this address" : "a code was sent to this address moments ago"}; try again in ${waitText(limit.retryAfterSeconds)}`, {
-      retryAfterSeconds: limit.retryAfterSeconds,
-    });
+    fail(
+      Reason.RATE_LIMITED,
+      `${gap.allowed ? "too many codes were sent to this address" : "a code was sent to this address moments ago"}; try again in ${waitText(limit.retryAfterSeconds)}`,
+      {
+        retryAfterSeconds: limit.retryAfterSeconds,
+      },
+    );
   }
   await deps.db.transaction(async (trx) => {
     await deps.store.insertChallenge(trx, {
@@ -126,7 +136,8 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     }
   });
   // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
-  if (userId && deps.outbox.mode === "dev") deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
+  if (userId && deps.outbox.mode === "dev")
+    deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
   return { challengeId: id };
 }
 
@@ -153,7 +164,8 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
     .transaction(async (trx) => {
       const c = await deps.store.lockChallenge(trx, req.challengeId);
       if (!c || c.consumedAt || c.expiresAt.getTime() <= now.getTime() || c.attempts >= OTP_MAX_ATTEMPTS) return { ok: false as const, wrong: false };
-      if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId)) return { ok: false as const, wrong: false };
+      if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId))
+        return { ok: false as const, wrong: false };
       await deps.store.countAttempt(trx, c.id);
       if (!c.userId || !constantTimeEqual(deps.hashCode(c.id, req.code.trim()), c.codeHash)) return { ok: false as const, wrong: true, userId: c.userId };
       await deps.store.consumeChallenge(trx, c.id, now);
@@ -163,7 +175,13 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
         return { ok: true as const, token: "" };
       }
       const token = `vgs_${randomBytes(32).toString("base64url")}`;
-      await deps.store.insertSession(trx, { id: randomUUID(), tokenHash: sha256Hex(token), userId: c.userId, at: now, expiresAt: new Date(now.getTime() + SESSION_TTL_MS) });
+      await deps.store.insertSession(trx, {
+        id: randomUUID(),
+        tokenHash: sha256Hex(token),
+        userId: c.userId,
+        at: now,
+        expiresAt: new Date(now.getTime() + SESSION_TTL_MS),
+      });
       await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
       return { ok: true as const, token };
     })

@@ -55,7 +55,10 @@ export function createUsersStore() {
     /** Up to `limit` users, oldest first, after the user with id `afterId` (a UUID the caller checked). */
     async list(conn: Conn, limit: number, afterId: string | undefined): Promise<UserListing[]> {
       const { rows } = afterId
-        ? await conn.raw(`${USER_LISTING} WHERE (u.created_at, u.id) > (SELECT created_at, id FROM users WHERE id = ?) ORDER BY u.created_at, u.id LIMIT ?`, [afterId, limit])
+        ? await conn.raw(`${USER_LISTING} WHERE (u.created_at, u.id) > (SELECT created_at, id FROM users WHERE id = ?) ORDER BY u.created_at, u.id LIMIT ?`, [
+            afterId,
+            limit,
+          ])
         : await conn.raw(`${USER_LISTING} ORDER BY u.created_at, u.id LIMIT ?`, [limit]);
       return (rows as Parameters<typeof toListing>[0][]).map(toListing);
     },

@@ -15,7 +15,15 @@ export interface KeyAdminDeps {
 /** The audit row of a key change, appended in the keyring's own transaction. */
 function auditKeyChange(deps: KeyAdminDeps, ctx: HandlerContext, action: string): KeyChangeRecorder {
   return (trx, c) =>
-    deps.audit.append(trx, { requestId: ctx.values.get(kRequestId), outcome: "success", actor: "admin", action, subject: c.kid, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+    deps.audit.append(trx, {
+      requestId: ctx.values.get(kRequestId),
+      outcome: "success",
+      actor: "admin",
+      action,
+      subject: c.kid,
+      clientAddress: ctx.values.get(kClientAddress),
+      at: deps.clock(),
+    });
 }
 
 /** GrantsService.GetJwks: the public keys tokens may be verified with. */

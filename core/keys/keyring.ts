@@ -162,7 +162,8 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
       // The header segment depends only on the (constant, frozen) header and the current
       // kid: encoded once per pair, not per token.
       let encoded = headerSegments.get(header);
-      if (encoded?.kid !== current.kid) headerSegments.set(header, (encoded = { kid: current.kid, segment: b64json({ ...header, alg: "ES256", kid: current.kid }) }));
+      if (encoded?.kid !== current.kid)
+        headerSegments.set(header, (encoded = { kid: current.kid, segment: b64json({ ...header, alg: "ES256", kid: current.kid }) }));
       const input = `${encoded.segment}.${b64json(payload)}`;
       const signature = sign("sha256", Buffer.from(input), { key: current.privateKey, dsaEncoding: "ieee-p1363" });
       return `${input}.${signature.toString("base64url")}`;

@@ -53,7 +53,9 @@ export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; s
   const mine = createHmac("sha256", deriveKey(options.key, "key check")).update(options.name).digest();
   const recorded = await recordKeyCheck(db, options.name, mine);
   if (recorded.length !== mine.length || !timingSafeEqual(recorded, mine)) {
-    fail(`${options.setting} is not the key that protects what this database already holds (every core replica needs the same ${options.setting}; a key file generated into DATA_DIR belongs to one process)`);
+    fail(
+      `${options.setting} is not the key that protects what this database already holds (every core replica needs the same ${options.setting}; a key file generated into DATA_DIR belongs to one process)`,
+    );
   }
 }
 

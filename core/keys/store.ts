@@ -30,10 +30,11 @@ function toState(r: KeyRow): KeyState {
 export function createKeysStore(db: Db) {
   return {
     async publish(conn: Conn, kid: string, jwk: JWK, at: Date): Promise<void> {
-      await conn.raw(
-        `INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (?, ?::jsonb, ?) ON CONFLICT (kid) DO NOTHING`,
-        [kid, JSON.stringify(jwk), at],
-      );
+      await conn.raw(`INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (?, ?::jsonb, ?) ON CONFLICT (kid) DO NOTHING`, [
+        kid,
+        JSON.stringify(jwk),
+        at,
+      ]);
     },
     async get(kid: string): Promise<KeyState | undefined> {
       const { rows } = await db.raw(`SELECT ${COLUMNS} FROM signing_keys WHERE kid = ?`, [kid]);

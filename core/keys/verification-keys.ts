@@ -67,9 +67,11 @@ export function createVerificationKeys(options: { store: KeysStore; clock: () =>
     if (loading && loading.generation === generation) return loading.done;
     const startedAt = generation;
     const prior = loading ? loading.done.catch(() => undefined) : Promise.resolve();
-    const done: Promise<void> = prior.then(() => load(startedAt)).finally(() => {
-      if (loading?.done === done) loading = undefined;
-    });
+    const done: Promise<void> = prior
+      .then(() => load(startedAt))
+      .finally(() => {
+        if (loading?.done === done) loading = undefined;
+      });
     loading = { generation: startedAt, done };
     return done;
   }

@@ -2,7 +2,6 @@ import type { Knex } from "knex";
 import { pgArray } from "../db/sql.js";
 import { accountId, type AccountRef } from "./accounts.js";
 
-
 /** What a ledger transaction records: each is one movement of money. */
 export type MovementKind =
   | "opening_balance"
@@ -105,10 +104,10 @@ export interface VerifyReport {
 
 export function createLedgerStore(db: Knex) {
   return {
-        /**
-         * Proves the books from one consistent snapshot: balanced legs, known transactions and accounts,
-         * balances equal to their postings. Names the first case of each failed check (docs/ledger.md).
-         */
+    /**
+     * Proves the books from one consistent snapshot: balanced legs, known transactions and accounts,
+     * balances equal to their postings. Names the first case of each failed check (docs/ledger.md).
+     */
     async verify(): Promise<VerifyReport> {
       return db.transaction(async (trx) => {
         await trx.raw("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
@@ -128,7 +127,11 @@ export function createLedgerStore(db: Knex) {
           `SELECT p.seq, p.transaction_id FROM ledger_postings p LEFT JOIN ledger_transactions t ON t.id = p.transaction_id
             WHERE t.id IS NULL ORDER BY p.seq LIMIT 1`,
         );
-        if (unknownTx) discrepancies.push({ check: "transaction_unknown", message: `posting ${unknownTx.seq} names transaction ${unknownTx.transaction_id}, which is not in the ledger` });
+        if (unknownTx)
+          discrepancies.push({
+            check: "transaction_unknown",
+            message: `posting ${unknownTx.seq} names transaction ${unknownTx.transaction_id}, which is not in the ledger`,
+          });
         const empty = await first(
           `SELECT t.id FROM ledger_transactions t WHERE NOT EXISTS (SELECT 1 FROM ledger_postings p WHERE p.transaction_id = t.id)
             ORDER BY t.created_at, t.id LIMIT 1`,

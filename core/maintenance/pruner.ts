@@ -38,7 +38,16 @@ export interface PrunerOptions {
 /** Rows deleted per table by one pass. */
 export type PruneReport = Record<PrunedTable, number>;
 
-export type PrunedTable = "rate_limit_logs" | "rate_limit_windows" | "authorization_codes" | "signin_challenges" | "web_sessions" | "partner_events" | "dev_outbox" | "signin_flows" | "mail_outbox";
+export type PrunedTable =
+  | "rate_limit_logs"
+  | "rate_limit_windows"
+  | "authorization_codes"
+  | "signin_challenges"
+  | "web_sessions"
+  | "partner_events"
+  | "dev_outbox"
+  | "signin_flows"
+  | "mail_outbox";
 
 interface Target {
   table: PrunedTable;
@@ -171,7 +180,12 @@ export function createPruner(options: PrunerOptions) {
     },
     /** The pass under way, if any (awaited on shutdown). */
     idle(): Promise<void> {
-      return running ? running.then(() => undefined, () => undefined) : Promise.resolve();
+      return running
+        ? running.then(
+            () => undefined,
+            () => undefined,
+          )
+        : Promise.resolve();
     },
   };
 }

@@ -69,7 +69,9 @@ export function createHostResolver(options: HostResolverOptions = {}): HostResol
         ];
         if (out.length > 0) return out;
         const timedOut = [v4, v6].some((r) => r.status === "rejected" && ["ETIMEOUT", "ECANCELLED"].includes((r.reason as NodeJS.ErrnoException).code ?? ""));
-        throw timedOut ? new HostLookupError("timeout", `no answer from the name server within ${timeoutMs / 1000} s`) : new HostLookupError("not_found", "the host name does not resolve");
+        throw timedOut
+          ? new HostLookupError("timeout", `no answer from the name server within ${timeoutMs / 1000} s`)
+          : new HostLookupError("not_found", "the host name does not resolve");
       } finally {
         clearTimeout(timer);
         inFlight--;

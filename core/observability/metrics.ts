@@ -132,7 +132,9 @@ export function outboxLagReader(db: Db, clock: () => Date): () => Promise<number
     (running ??= (async () => {
       try {
         const now = clock();
-        const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [now]);
+        const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [
+          now,
+        ]);
         const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
         return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
       } finally {

@@ -85,7 +85,9 @@ export function createReflectionServices(services: readonly DescService[]): {
       case "fileContainingExtension": {
         const extendee = registry.getMessage(q.value.containingType);
         const ext = extendee && registry.getExtensionFor(extendee, q.value.extensionNumber);
-        return ext ? withDependencies(ext.file, sent) : notFound(`extension ${q.value.extensionNumber} of ${JSON.stringify(q.value.containingType.slice(0, 200))}`);
+        return ext
+          ? withDependencies(ext.file, sent)
+          : notFound(`extension ${q.value.extensionNumber} of ${JSON.stringify(q.value.containingType.slice(0, 200))}`);
       }
       case "allExtensionNumbersOfType": {
         if (!registry.getMessage(q.value)) return notFound(`type ${JSON.stringify(q.value.slice(0, 200))}`);

@@ -50,7 +50,8 @@ export function observeCalls(options: { tracing: boolean }): Interceptor {
       observe(req.method, code, (performance.now() - started) / 1000);
       if (!span) return;
       span.setAttribute("rpc.grpc.status_code", code);
-      if (code !== 0 && SERVER_FAULTS.has(code)) span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ConnectError ? err.rawMessage : undefined });
+      if (code !== 0 && SERVER_FAULTS.has(code))
+        span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ConnectError ? err.rawMessage : undefined });
       span.end();
     };
     try {

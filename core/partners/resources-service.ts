@@ -2,7 +2,7 @@ import { randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { kRequestId } from "../context.js";
@@ -83,7 +83,15 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     const kind = page?.cursor ? "c" : "w";
     const decoded = deps.cursors.decode(token);
     const xid = decoded ? positionXid(decoded.x) : undefined;
-    if (!decoded || xid === undefined || decoded.k !== kind || decoded.b !== binding || typeof decoded.a !== "number" || !Number.isSafeInteger(decoded.a) || decoded.a < 0) {
+    if (
+      !decoded ||
+      xid === undefined ||
+      decoded.k !== kind ||
+      decoded.b !== binding ||
+      typeof decoded.a !== "number" ||
+      !Number.isSafeInteger(decoded.a) ||
+      decoded.a < 0
+    ) {
       fail(Reason.INVALID_CURSOR, kind === "c" ? "cursor is malformed or no longer valid" : "since is not a watermark of this list");
     }
     return { after: { xid, seq: decoded.a }, limit };
@@ -129,7 +137,14 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
         const user = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: now });
         const receipt = await resources.addReceipt(trx, principal.partnerId, user.userId, now);
         try {
-          await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: principal.actor, action: "partner.users.create", outcome: "success", subject: user.userId, at: now });
+          await audit.append(trx, {
+            requestId: ctx.values.get(kRequestId),
+            actor: principal.actor,
+            action: "partner.users.create",
+            outcome: "success",
+            subject: user.userId,
+            at: now,
+          });
         } catch (err) {
           fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
         }
@@ -141,7 +156,14 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     async getKycStatus(req, ctx) {
       // One round trip: checks, audit row and the record (the audit row is committed
       // before this returns, so it precedes the data leaving).
-      const principal = await access.authorize(ctx, { token: req.accessToken, operation: "kyc.read", userId: req.userId, scope: "kyc:read", auditRead: true, withKyc: true });
+      const principal = await access.authorize(ctx, {
+        token: req.accessToken,
+        operation: "kyc.read",
+        userId: req.userId,
+        scope: "kyc:read",
+        auditRead: true,
+        withKyc: true,
+      });
       return kycOut(principal.kyc ?? { userId: req.userId, status: "not_started", provider: null, updatedAt: principal.userCreatedAt ?? deps.clock() });
     },
 
@@ -207,7 +229,8 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
 
     async setKycStatus(req, ctx) {
       if (!(KYC_STATUSES as readonly string[]).includes(req.status)) fail(Reason.INVALID_REQUEST, `status must be one of ${KYC_STATUSES.join(", ")}`);
-      if (req.provider && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(req.provider)) fail(Reason.INVALID_REQUEST, "provider must be 1-64 lower-case letters, digits, '-' or '_'");
+      if (req.provider && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(req.provider))
+        fail(Reason.INVALID_REQUEST, "provider must be 1-64 lower-case letters, digits, '-' or '_'");
       const kyc = await adminChange(ctx, "user.set_kyc", req.userId, async (trx) => {
         await lockUser(trx, req.userId);
         const before = await resources.getKyc(trx, req.userId);
@@ -318,7 +341,10 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
           updatedAt: now,
         });
         if (e.status !== "pending") {
-          await emit(trx, req.userId, "transfers:read", e.status === "settled" ? "transfer.settled" : "transfer.failed", { user_id: e.userId, ...transferJson(e) });
+          await emit(trx, req.userId, "transfers:read", e.status === "settled" ? "transfer.settled" : "transfer.failed", {
+            user_id: e.userId,
+            ...transferJson(e),
+          });
         }
         return e;
       });
@@ -369,7 +395,15 @@ function kycOut(k: KycRecord) {
 
 function usAccountOut(userId: string, a: UsAccountRecord | undefined) {
   if (!a) return { userId, status: "not_provisioned" };
-  return { userId, status: "provisioned", bankName: a.bankName, routingNumber: a.routingNumber, accountNumber: a.accountNumber, accountType: a.accountType, beneficiaryName: a.beneficiaryName };
+  return {
+    userId,
+    status: "provisioned",
+    bankName: a.bankName,
+    routingNumber: a.routingNumber,
+    accountNumber: a.accountNumber,
+    accountType: a.accountType,
+    beneficiaryName: a.beneficiaryName,
+  };
 }
 
 function transferJson(e: LedgerEntry) {

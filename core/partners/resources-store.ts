@@ -119,10 +119,11 @@ export function createResourcesStore(db: Db) {
 
     /** Records a partner's pre-creation receipt; inserted=false when it already existed. */
     async addReceipt(trx: Knex.Transaction, partnerId: string, userId: string, at: Date): Promise<{ inserted: boolean }> {
-      const { rows } = await trx.raw(
-        `INSERT INTO partner_users (partner_id, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING user_id`,
-        [partnerId, userId, at],
-      );
+      const { rows } = await trx.raw(`INSERT INTO partner_users (partner_id, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING user_id`, [
+        partnerId,
+        userId,
+        at,
+      ]);
       return { inserted: (rows as unknown[]).length > 0 };
     },
 
@@ -301,10 +302,13 @@ function toAccessRow(r: Record<string, unknown>, userId: string | null): AccessR
   };
 }
 
-
 function parseTextArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
-  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  if (typeof value === "string")
+    return value
+      .replace(/^\{|\}$/g, "")
+      .split(",")
+      .filter(Boolean);
   return [];
 }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { ServiceImpl, HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { PartnersService, PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { type PartnersService, PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PartnerSchema } from "../../gen/vaultgate/partners/v1/partners_pb.js";
@@ -14,12 +14,7 @@ import type { Keyring } from "../keys/keyring.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
 import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
 import { constantTimeEqual } from "../../lib/crypto.js";
-import {
-  generateClientId,
-  generateClientSecret,
-  isValidSlug,
-  slugFromName,
-} from "./credentials.js";
+import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
 import { createAddressSampler } from "../secrets/address-sampler.js";
@@ -64,7 +59,16 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   /** Records a failed attempt outside the rolled-back transaction; if even that fails, withhold (503). */
   async function auditFailure(ctx: HandlerContext, actor: string, action: string, reason: string, subject = "") {
     try {
-      await audit.append(db, { requestId: ctx.values.get(kRequestId), actor, action, outcome: "failure", reason, subject, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+      await audit.append(db, {
+        requestId: ctx.values.get(kRequestId),
+        actor,
+        action,
+        outcome: "failure",
+        reason,
+        subject,
+        clientAddress: ctx.values.get(kClientAddress),
+        at: deps.clock(),
+      });
     } catch (err) {
       fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
     }
@@ -139,7 +143,9 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
         // Shed from memory, before the count and its audit row: not audited one by one.
         secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
         const known = candidate !== undefined;
-        const checked = await auditRefusal(ctx, actor, known, () => secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)));
+        const checked = await auditRefusal(ctx, actor, known, () =>
+          secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)),
+        );
         if (!checked.ok) {
           await auditIssueFailure(ctx, actor, known, "invalid_client");
           fail(Reason.INVALID_CLIENT, "client authentication failed");
@@ -278,7 +284,14 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
       const ids = await db.transaction(async (trx) => {
         const result = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: deps.clock() });
-        await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action: "user.create", outcome: "success", subject: result.userId, at: deps.clock() });
+        await audit.append(trx, {
+          requestId: ctx.values.get(kRequestId),
+          actor: "admin",
+          action: "user.create",
+          outcome: "success",
+          subject: result.userId,
+          at: deps.clock(),
+        });
         return result;
       });
       return ids;

@@ -58,7 +58,9 @@ export function createPartnersStore(db: Db) {
      * paging on created_at, id; the caller checked afterId is a UUID).
      */
     async list(limit: number, afterId: string | undefined, conn: Conn = db): Promise<PartnerRecord[]> {
-      const q = conn("partners").orderBy([{ column: "created_at" }, { column: "id" }]).limit(limit);
+      const q = conn("partners")
+        .orderBy([{ column: "created_at" }, { column: "id" }])
+        .limit(limit);
       if (afterId) q.whereRaw("(created_at, id) > (SELECT created_at, id FROM partners WHERE id = ?)", [afterId]);
       return (await q).map(toPartner);
     },
@@ -99,6 +101,10 @@ function toPartner(r: Record<string, unknown>): PartnerRecord {
 function parseTextArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
   // Defensive: a driver that returns the literal '{a,b}'.
-  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  if (typeof value === "string")
+    return value
+      .replace(/^\{|\}$/g, "")
+      .split(",")
+      .filter(Boolean);
   return [];
 }

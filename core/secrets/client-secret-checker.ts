@@ -27,8 +27,7 @@ export interface ClientSecretCheckerOptions {
 
 export type SecretCheck =
   /** `hash` is the stored hash the secret verified against; `upgrade`, when set, replaces it at the current parameters. */
-  | { ok: true; hash: string; upgrade?: string }
-  | { ok: false };
+  { ok: true; hash: string; upgrade?: string } | { ok: false };
 
 /** How long a verified secret is remembered (a hit skips the derivation, nothing else). */
 const VERIFIED_TTL_MS = 15 * 60_000;
@@ -118,10 +117,10 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
     /** Counts one attempt against the client's budget (RATE_LIMITED when over it). */
     count: (clientId: string) => count(clientId, o.clock()),
 
-        /**
-         * Counts, then derives. An unknown client (`stored` undefined) is counted in memory after the same
-         * wait a database count takes, and its checks share one flow per vouched `address`.
-         */
+    /**
+     * Counts, then derives. An unknown client (`stored` undefined) is counted in memory after the same
+     * wait a database count takes, and its checks share one flow per vouched `address`.
+     */
     async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
       const now = o.clock();
       const flow = flowOf(clientId, stored, address);

@@ -1,13 +1,4 @@
-import {
-  createPublicClient,
-  encodeFunctionData,
-  erc20Abi,
-  http,
-  keccak256,
-  type Hex,
-  type PrivateKeyAccount,
-  type PublicClient,
-} from "viem";
+import { createPublicClient, encodeFunctionData, erc20Abi, http, keccak256, type Hex, type PrivateKeyAccount, type PublicClient } from "viem";
 import type { EvmChainSettings } from "./config.js";
 import { settlementRpcErrors } from "./metrics.js";
 
@@ -112,7 +103,13 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
         return { maxFeePerGas: f.maxFeePerGas, priorityFee: f.maxPriorityFeePerGas };
       }),
     signTransfer: (nonce, to, units, fees) =>
-      sign({ nonce, to: settings.usdc, data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to as Hex, units] }), gas: TRANSFER_GAS, fees }),
+      sign({
+        nonce,
+        to: settings.usdc,
+        data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to as Hex, units] }),
+        gas: TRANSFER_GAS,
+        fees,
+      }),
     signCancel: (nonce, fees) => sign({ nonce, to: wallet as Hex, gas: CANCEL_GAS, fees }),
     async broadcast(rawTx) {
       try {
@@ -125,7 +122,14 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
     },
     transfers: (fromBlock, toBlock) =>
       rpc("eth_getLogs", async () => {
-        const range = { address: settings.usdc, abi: erc20Abi, eventName: "Transfer" as const, fromBlock: BigInt(fromBlock), toBlock: BigInt(toBlock), strict: true as const };
+        const range = {
+          address: settings.usdc,
+          abi: erc20Abi,
+          eventName: "Transfer" as const,
+          fromBlock: BigInt(fromBlock),
+          toBlock: BigInt(toBlock),
+          strict: true as const,
+        };
         const [out, into] = await Promise.all([
           client.getContractEvents({ ...range, args: { from: wallet as Hex } }),
           client.getContractEvents({ ...range, args: { to: wallet as Hex } }),

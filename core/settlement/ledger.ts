@@ -20,7 +20,10 @@ function movementId(...parts: string[]): string {
 const utcDay = (d: Date) => d.toISOString().slice(0, 10);
 
 /** Accepting a payment on the evm rail: vault -> in-flight, with the vault's balance and spend totals. */
-export async function reservePayment(trx: Knex.Transaction, p: { vaultId: string; currency: string; paymentId: string; amountCents: number; at: Date }): Promise<void> {
+export async function reservePayment(
+  trx: Knex.Transaction,
+  p: { vaultId: string; currency: string; paymentId: string; amountCents: number; at: Date },
+): Promise<void> {
   await trx.raw(`SELECT vault_reserve_payment(?, ?, ?, ?, ?::date, ?)`, [p.vaultId, p.currency, p.paymentId, p.amountCents, utcDay(p.at), p.at]);
 }
 
@@ -29,23 +32,48 @@ async function move(trx: Knex.Transaction, id: string, kind: string, p: Settleme
 }
 
 /** Hooks that keep the books in step with each status change, plus `also` (audit records) after them. */
-export function settlementLedgerHooks(clock: () => Date, also?: (trx: Knex.Transaction, p: SettlementPayment, before: SettlementPayment) => Promise<void>): SettlementHooks {
+export function settlementLedgerHooks(
+  clock: () => Date,
+  also?: (trx: Knex.Transaction, p: SettlementPayment, before: SettlementPayment) => Promise<void>,
+): SettlementHooks {
   return {
     async submitted(trx, p, before) {
       await also?.(trx, p, before);
     },
     async completed(trx, p, before) {
-      await move(trx, movementId("settled", p.paymentId, p.minedBlockHash ?? ""), "payment.settle", p, IN_FLIGHT_ACCOUNT, hotWalletAccount(p.chain, p.wallet), clock());
+      await move(
+        trx,
+        movementId("settled", p.paymentId, p.minedBlockHash ?? ""),
+        "payment.settle",
+        p,
+        IN_FLIGHT_ACCOUNT,
+        hotWalletAccount(p.chain, p.wallet),
+        clock(),
+      );
       await also?.(trx, p, before);
     },
     async reorged(trx, p, before) {
-      await move(trx, movementId("reorged", p.paymentId, before.minedBlockHash ?? ""), "payment.reorg", p, hotWalletAccount(p.chain, p.wallet), IN_FLIGHT_ACCOUNT, clock());
+      await move(
+        trx,
+        movementId("reorged", p.paymentId, before.minedBlockHash ?? ""),
+        "payment.reorg",
+        p,
+        hotWalletAccount(p.chain, p.wallet),
+        IN_FLIGHT_ACCOUNT,
+        clock(),
+      );
       await also?.(trx, p, before);
     },
     async failed(trx, p, before) {
       if (p.vaultId) {
         await trx.raw(`SELECT settlement_refund(?, ?, ?, ?, ?, ?::date, ?)`, [
-          movementId("refund", p.paymentId), p.vaultId, p.currency, p.paymentId, p.amountCents, utcDay(p.createdAt), clock(),
+          movementId("refund", p.paymentId),
+          p.vaultId,
+          p.currency,
+          p.paymentId,
+          p.amountCents,
+          utcDay(p.createdAt),
+          clock(),
         ]);
       }
       await also?.(trx, p, before);

@@ -63,7 +63,10 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
     try {
       id = await rail.chainId();
     } catch (err) {
-      options.logger.warn({ chain: rail.settings.chain, err: { name: (err as Error).name } }, `chain ${rail.settings.chain}: its node (CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL) does not answer; not ready`);
+      options.logger.warn(
+        { chain: rail.settings.chain, err: { name: (err as Error).name } },
+        `chain ${rail.settings.chain}: its node (CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL) does not answer; not ready`,
+      );
       return false;
     }
     if (id !== rail.settings.chainId) {
@@ -91,7 +94,15 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
     return results.every(Boolean);
   }
 
-  const worker = createSettlementWorker({ store, rails: () => verified, clock: options.clock, logger: options.logger, hooks: options.hooks, pollMs: options.pollMs, ...options.worker });
+  const worker = createSettlementWorker({
+    store,
+    rails: () => verified,
+    clock: options.clock,
+    logger: options.logger,
+    hooks: options.hooks,
+    pollMs: options.pollMs,
+    ...options.worker,
+  });
   const unregister = registerSettlementMetrics(store);
   // Chains whose node was down at start join once it answers.
   const retry = rails.size > verified.size ? setInterval(() => void ready().then((ok) => ok && clearInterval(retry)), 5_000).unref() : undefined;

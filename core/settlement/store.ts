@@ -141,8 +141,23 @@ export function createSettlementStore(db: Db) {
         `INSERT INTO settlement_payments (payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, next_attempt_at, expires_at,
                                           created_at, updated_at, completed_at, final, confirmations)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (payment_id) DO NOTHING`,
-        [p.paymentId, p.vaultId ?? null, p.chain, p.rail, p.wallet, p.recipient, p.amountCents, p.currency, status, p.at, p.expiresAt, p.at, p.at,
-          status === "completed" ? p.at : null, status === "completed"],
+        [
+          p.paymentId,
+          p.vaultId ?? null,
+          p.chain,
+          p.rail,
+          p.wallet,
+          p.recipient,
+          p.amountCents,
+          p.currency,
+          status,
+          p.at,
+          p.expiresAt,
+          p.at,
+          p.at,
+          status === "completed" ? p.at : null,
+          status === "completed",
+        ],
       );
     },
 
@@ -198,13 +213,17 @@ export function createSettlementStore(db: Db) {
       hook?: TransitionHook,
     ): Promise<SubmitResult> {
       return db.transaction(async (trx) => {
-        const { rows } = await trx.raw(
-          `SELECT nonce FROM settlement_payments WHERE payment_id = ? AND lease_token = ? AND status = 'pending' FOR UPDATE`,
-          [p.paymentId, p.leaseToken],
-        );
+        const { rows } = await trx.raw(`SELECT nonce FROM settlement_payments WHERE payment_id = ? AND lease_token = ? AND status = 'pending' FOR UPDATE`, [
+          p.paymentId,
+          p.leaseToken,
+        ]);
         const row = (rows as { nonce: string | null }[])[0];
         if (!row) return { kind: "lost" } as const;
-        await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [p.chain, p.wallet, chain.chainNonce]);
+        await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [
+          p.chain,
+          p.wallet,
+          chain.chainNonce,
+        ]);
         await trx.raw(`SELECT 1 FROM settlement_nonces WHERE chain = ? AND wallet = ? FOR UPDATE`, [p.chain, p.wallet]);
         let nonce = row.nonce === null ? null : Number(row.nonce);
         if (nonce === null) {

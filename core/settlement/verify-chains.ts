@@ -56,7 +56,14 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
         logs.push(...(await rail.transfers(from, Math.min(toBlock, from + range - 1))));
       }
     } catch (err) {
-      diff({ check: "chain_unreachable", txHash: "", paymentId: "", chainUnits: "", booksUnits: "", message: `${chain}: the node did not answer (${(err as Error).name})` });
+      diff({
+        check: "chain_unreachable",
+        txHash: "",
+        paymentId: "",
+        chainUnits: "",
+        booksUnits: "",
+        message: `${chain}: the node did not answer (${(err as Error).name})`,
+      });
       continue;
     }
     logs = logs.sort((a, b) => a.blockNumber - b.blockNumber || a.logIndex - b.logIndex);
@@ -78,26 +85,50 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       const ps = byHash.get(t.txHash) ?? [];
       const p = ps.find((x) => !matched.has(x.payment_id));
       if (!p) {
-        diff({ check: "transfer_without_payment", txHash: t.txHash, paymentId: "", chainUnits: `${t.units}`, booksUnits: "0",
-          message: `${chain}: transfer ${t.txHash} of ${t.units} units to ${t.to} matches no completed payment` });
+        diff({
+          check: "transfer_without_payment",
+          txHash: t.txHash,
+          paymentId: "",
+          chainUnits: `${t.units}`,
+          booksUnits: "0",
+          message: `${chain}: transfer ${t.txHash} of ${t.units} units to ${t.to} matches no completed payment`,
+        });
         continue;
       }
       matched.add(p.payment_id);
       const booked = BigInt(p.amount_cents) * UNITS_PER_CENT;
       if (booked !== t.units) {
-        diff({ check: "amount_mismatch", txHash: t.txHash, paymentId: p.payment_id, chainUnits: `${t.units}`, booksUnits: `${booked}`,
-          message: `${chain}: payment ${p.payment_id} (${t.txHash}) sent ${t.units} units on chain but the books say ${booked}` });
+        diff({
+          check: "amount_mismatch",
+          txHash: t.txHash,
+          paymentId: p.payment_id,
+          chainUnits: `${t.units}`,
+          booksUnits: `${booked}`,
+          message: `${chain}: payment ${p.payment_id} (${t.txHash}) sent ${t.units} units on chain but the books say ${booked}`,
+        });
       }
       if (p.recipient.toLowerCase() !== t.to) {
-        diff({ check: "counterparty_mismatch", txHash: t.txHash, paymentId: p.payment_id, chainUnits: `${t.units}`, booksUnits: `${booked}`,
-          message: `${chain}: payment ${p.payment_id} (${t.txHash}) went to ${t.to} on chain but the books say ${p.recipient.toLowerCase()}` });
+        diff({
+          check: "counterparty_mismatch",
+          txHash: t.txHash,
+          paymentId: p.payment_id,
+          chainUnits: `${t.units}`,
+          booksUnits: `${booked}`,
+          message: `${chain}: payment ${p.payment_id} (${t.txHash}) went to ${t.to} on chain but the books say ${p.recipient.toLowerCase()}`,
+        });
       }
     }
     for (const p of payments) {
       if (matched.has(p.payment_id)) continue;
       const booked = BigInt(p.amount_cents) * UNITS_PER_CENT;
-      diff({ check: "payment_without_transfer", txHash: p.tx_hash ?? "", paymentId: p.payment_id, chainUnits: "0", booksUnits: `${booked}`,
-        message: `${chain}: completed payment ${p.payment_id} of ${booked} units has no transfer ${p.tx_hash ?? "(no hash)"} on chain` });
+      diff({
+        check: "payment_without_transfer",
+        txHash: p.tx_hash ?? "",
+        paymentId: p.payment_id,
+        chainUnits: "0",
+        booksUnits: `${booked}`,
+        message: `${chain}: completed payment ${p.payment_id} of ${booked} units has no transfer ${p.tx_hash ?? "(no hash)"} on chain`,
+      });
     }
 
     const { rows: ledgerRows } = await db.raw(
@@ -107,16 +138,35 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     const ledgerOutflow = BigInt((ledgerRows as { total: string }[])[0]!.total) * UNITS_PER_CENT;
     const sentOut = sum(outgoing);
     if (ledgerOutflow !== sentOut) {
-      diff({ check: "ledger_mismatch", txHash: "", paymentId: "", chainUnits: `${sentOut}`, booksUnits: `${ledgerOutflow}`,
-        message: `${chain}: transfers out of ${wallet} total ${sentOut} units but its ledger account holds ${ledgerOutflow}` });
+      diff({
+        check: "ledger_mismatch",
+        txHash: "",
+        paymentId: "",
+        chainUnits: `${sentOut}`,
+        booksUnits: `${ledgerOutflow}`,
+        message: `${chain}: transfers out of ${wallet} total ${sentOut} units but its ledger account holds ${ledgerOutflow}`,
+      });
     }
     const fromLogs = sum(incoming) - sentOut;
     if (fromLogs !== balance) {
-      diff({ check: "balance_mismatch", txHash: "", paymentId: "", chainUnits: `${balance}`, booksUnits: `${fromLogs}`,
-        message: `${chain}: ${wallet} holds ${balance} units but its Transfer logs add up to ${fromLogs}` });
+      diff({
+        check: "balance_mismatch",
+        txHash: "",
+        paymentId: "",
+        chainUnits: `${balance}`,
+        booksUnits: `${fromLogs}`,
+        message: `${chain}: ${wallet} holds ${balance} units but its Transfer logs add up to ${fromLogs}`,
+      });
     }
-    chains.push({ chain, wallet, onchainBalanceUnits: `${balance}`, incomingUnits: `${sum(incoming)}`, outgoingUnits: `${sentOut}`,
-      ledgerOutflowUnits: `${ledgerOutflow}`, toBlock: BigInt(toBlock) });
+    chains.push({
+      chain,
+      wallet,
+      onchainBalanceUnits: `${balance}`,
+      incomingUnits: `${sum(incoming)}`,
+      outgoingUnits: `${sentOut}`,
+      ledgerOutflowUnits: `${ledgerOutflow}`,
+      toBlock: BigInt(toBlock),
+    });
   }
   return { ok: differences.length === 0, chains, differences };
 }

@@ -79,7 +79,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     }
     if (to !== p.status) {
       settlementTransitions.inc({ chain: p.chain, status: to });
-      logger.info({ paymentId: p.paymentId, chain: p.chain, from: p.status, to, txHash: moved.txHash, reason: moved.failureReason ?? undefined }, "settlement status changed");
+      logger.info(
+        { paymentId: p.paymentId, chain: p.chain, from: p.status, to, txHash: moved.txHash, reason: moved.failureReason ?? undefined },
+        "settlement status changed",
+      );
       if (to === "completed") settlementAcceptToCompleted.observe({ chain: p.chain }, (now.getTime() - p.createdAt.getTime()) / 1000);
     }
     return moved;
@@ -102,8 +105,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     }
     const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(), rail.minedNonce(), rail.fees()]);
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
-    const result = await store.submit(p, clock(), { balanceUnits, chainNonce, unitsOf: centsToUnits }, (nonce) =>
-      rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
+    const result = await store.submit(
+      p,
+      clock(),
+      { balanceUnits, chainNonce, unitsOf: centsToUnits },
+      (nonce) => rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
       hooks.submitted,
     );
     if (result.kind === "lost") return undefined;
@@ -158,7 +164,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       const fees = await bumped(rail, lastFees);
       const signed = { ...(await rail.signCancel(p.nonce!, fees)), ...fees, kind: "cancel" as const, createdAt: now };
       if (!(await store.addTransaction(p, signed))) return undefined;
-      logger.info({ paymentId: p.paymentId, chain: p.chain, nonce: p.nonce, txHash: signed.txHash }, "settlement expired unmined; cancelling with the same nonce");
+      logger.info(
+        { paymentId: p.paymentId, chain: p.chain, nonce: p.nonce, txHash: signed.txHash },
+        "settlement expired unmined; cancelling with the same nonce",
+      );
       await rail.broadcast(signed.rawTx);
       return later(recheckMs);
     }
@@ -198,7 +207,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       else if (p.status === "submitted") next = await submitted(rail, p);
       else if (p.status === "completed") next = await completed(rail, p);
     } catch (err) {
-      logger.warn({ paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } }, "settlement step failed; it is tried again");
+      logger.warn(
+        { paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } },
+        "settlement step failed; it is tried again",
+      );
       next = later(recheckMs);
     }
     // A payment that reached an end (failed, or final) is out of the queue already; give back the rest.
@@ -209,7 +221,12 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     if (stopped) return 0;
     const rails = options.rails();
     const now = clock();
-    const claimed = await store.claim([...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet })), now, new Date(now.getTime() + leaseMs), batchSize);
+    const claimed = await store.claim(
+      [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet })),
+      now,
+      new Date(now.getTime() + leaseMs),
+      batchSize,
+    );
     await Promise.all(claimed.map((p) => handle(rails.get(p.chain)!, p)));
     return claimed.length;
   }

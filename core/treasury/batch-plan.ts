@@ -10,7 +10,14 @@ import { PAYOUTS_RECEIVE } from "./wire.js";
  * reuse with a changed field fails the whole batch (execution_conflict).
  * A payout_id already paid under another execution_id is a conflict too.
  */
-export async function planItems(store: Pick<TreasuryStore, "findExecutions">, trx: Knex.Transaction, partnerId: string, payerEntityId: string, items: BatchItemInput[], inserted: Set<string>) {
+export async function planItems(
+  store: Pick<TreasuryStore, "findExecutions">,
+  trx: Knex.Transaction,
+  partnerId: string,
+  payerEntityId: string,
+  items: BatchItemInput[],
+  inserted: Set<string>,
+) {
   const reused = items.filter((i) => !inserted.has(i.executionId));
   const already = new Map<string, ExecutionRecord>();
   if (reused.length === 0) return { already };

@@ -114,6 +114,10 @@ export function toExecution(r: Record<string, unknown>): ExecutionRecord {
 
 export function parseTextArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
-  if (typeof value === "string") return value.replace(/^\{|\}$/g, "").split(",").filter(Boolean);
+  if (typeof value === "string")
+    return value
+      .replace(/^\{|\}$/g, "")
+      .split(",")
+      .filter(Boolean);
   return [];
 }

@@ -4,7 +4,7 @@ import { create, fromBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { BatchSchema, EdgeRejection, ItemStatus, TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { BatchSchema, EdgeRejection, ItemStatus, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { Db } from "../db/knex.js";
@@ -216,7 +216,8 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
           const fresh = input.items.filter((item) => !plan.already.has(item.executionId));
 
           const otherCurrency = fresh.findIndex((item) => item.currency !== treasury.currency);
-          if (otherCurrency !== -1) fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
+          if (otherCurrency !== -1)
+            fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
           await checkRecipients(store, trx, partner.id, fresh);
 
           const today = utcDay(now);

@@ -3,9 +3,27 @@ import type { Db } from "../db/knex.js";
 import { movementCtes } from "../ledger/store.js";
 import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL } from "../ledger/treasury.js";
 import { parseTextArray, toBatch, toExecution, toTreasury } from "./records.js";
-import type { TreasuryStatusName, TreasuryLimits, TreasuryRecord, BatchRecord, ExecutionRecord, BatchPayout, MovementStamp, RecipientRecord } from "./records.js";
+import type {
+  TreasuryStatusName,
+  TreasuryLimits,
+  TreasuryRecord,
+  BatchRecord,
+  ExecutionRecord,
+  BatchPayout,
+  MovementStamp,
+  RecipientRecord,
+} from "./records.js";
 
-export type { TreasuryStatusName, TreasuryLimits, TreasuryRecord, BatchRecord, ExecutionRecord, BatchPayout, MovementStamp, RecipientRecord } from "./records.js";
+export type {
+  TreasuryStatusName,
+  TreasuryLimits,
+  TreasuryRecord,
+  BatchRecord,
+  ExecutionRecord,
+  BatchPayout,
+  MovementStamp,
+  RecipientRecord,
+} from "./records.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -74,19 +92,22 @@ export function createTreasuryStore(db: Db) {
      * Adds to the balance of a treasury locked by this transaction (so its currency cannot
      * change) and records it in the ledger (external:funding -> treasury), in one statement.
      */
-    async fund(trx: Knex.Transaction, locked: Pick<TreasuryRecord, "partnerId" | "currency">, amountCents: number, movement: MovementStamp): Promise<TreasuryRecord> {
+    async fund(
+      trx: Knex.Transaction,
+      locked: Pick<TreasuryRecord, "partnerId" | "currency">,
+      amountCents: number,
+      movement: MovementStamp,
+    ): Promise<TreasuryRecord> {
       const ledger = movementCtes({
         ...movement,
         kind: "treasury.fund",
         reference: `treasury:${locked.partnerId}`,
         legs: fundLegs(locked.partnerId, locked.currency, amountCents),
       });
-      const { rows } = await trx.raw(`WITH ${ledger.sql} UPDATE treasuries SET balance_cents = balance_cents + ?, updated_at = ? WHERE partner_id = ? RETURNING *`, [
-        ...ledger.bindings,
-        amountCents,
-        movement.at,
-        locked.partnerId,
-      ]);
+      const { rows } = await trx.raw(
+        `WITH ${ledger.sql} UPDATE treasuries SET balance_cents = balance_cents + ?, updated_at = ? WHERE partner_id = ? RETURNING *`,
+        [...ledger.bindings, amountCents, movement.at, locked.partnerId],
+      );
       return toTreasury((rows as Record<string, unknown>[])[0]!);
     },
 

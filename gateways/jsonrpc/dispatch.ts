@@ -144,7 +144,14 @@ export function createDispatcher(options: DispatcherOptions) {
       return refuse(caller, new RpcError(RpcCode.METHOD_NOT_FOUND, "Method not found", { reason_id: "method_not_found" }));
     }
     if (tool.category !== category) {
-      return refuse(caller, new RpcError(RpcCode.METHOD_NOT_FOUND, `${name} is served at /mcp/${tool.category}`, { reason_id: "wrong_endpoint", endpoint: `${options.mcpUrl}/mcp/${tool.category}` }), tool);
+      return refuse(
+        caller,
+        new RpcError(RpcCode.METHOD_NOT_FOUND, `${name} is served at /mcp/${tool.category}`, {
+          reason_id: "wrong_endpoint",
+          endpoint: `${options.mcpUrl}/mcp/${tool.category}`,
+        }),
+        tool,
+      );
     }
     return tool;
   }
@@ -152,9 +159,19 @@ export function createDispatcher(options: DispatcherOptions) {
   async function callTool(routed: Tool | Promise<never>, args: Record<string, unknown>, caller: Caller) {
     const tool = await routed;
     const v = validators.get(tool.name)!;
-    if (!v.input(args)) return refuse(caller, new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) }), tool);
+    if (!v.input(args))
+      return refuse(
+        caller,
+        new RpcError(RpcCode.INVALID_PARAMS, "Invalid params", { reason_id: "invalid_params", errors: describeErrors(v.input.errors) }),
+        tool,
+      );
     // Core verifies the token and reads the grant inside the call that acts on it.
-    const result = await tool.call(args, { clients, requestId: caller.requestId, clientAddress: caller.request.clientAddress, accessToken: caller.bearer ?? "" });
+    const result = await tool.call(args, {
+      clients,
+      requestId: caller.requestId,
+      clientAddress: caller.request.clientAddress,
+      accessToken: caller.bearer ?? "",
+    });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.
     if (!v.output(result)) throw new Error(`${tool.name} result does not match its outputSchema: ${JSON.stringify(describeErrors(v.output.errors))}`);
     // A client that shows URL elicitations gets the browser step as -32042 (MCP
@@ -231,7 +248,10 @@ function describeTool(t: Tool) {
 }
 
 function readEnvelope(raw: unknown): { message: Message } | { id: RpcId; error: RpcError } {
-  const invalid = (id: RpcId, why: string) => ({ id, error: new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request", detail: why }) });
+  const invalid = (id: RpcId, why: string) => ({
+    id,
+    error: new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "invalid_request", detail: why }),
+  });
   if (!isObject(raw)) return invalid(null, "the request must be a JSON object");
   const hasId = Object.hasOwn(raw, "id");
   const id = raw.id;
@@ -246,10 +266,15 @@ function readEnvelope(raw: unknown): { message: Message } | { id: RpcId; error: 
   return { message: { id: safeId, notification: !hasId, method: raw.method, params: raw.params } };
 }
 
-
 /** A JSON-RPC response object: an id and a result or error, and no method. */
 function isResponse(raw: unknown): boolean {
-  return isObject(raw) && raw.jsonrpc === "2.0" && !Object.hasOwn(raw, "method") && Object.hasOwn(raw, "id") && (Object.hasOwn(raw, "result") || Object.hasOwn(raw, "error"));
+  return (
+    isObject(raw) &&
+    raw.jsonrpc === "2.0" &&
+    !Object.hasOwn(raw, "method") &&
+    Object.hasOwn(raw, "id") &&
+    (Object.hasOwn(raw, "result") || Object.hasOwn(raw, "error"))
+  );
 }
 
 function nameOf(params: unknown): string | undefined {
@@ -270,7 +295,6 @@ function invalidParams(detail: string) {
 export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
-
 
 export function errorReply(id: RpcId, e: RpcError, requestId: string): Reply {
   return { jsonrpc: "2.0", id, error: e.body(requestId) };

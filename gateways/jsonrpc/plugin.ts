@@ -57,7 +57,13 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   app.setErrorHandler((err: unknown, request, reply) => {
     const status = (err as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
-      return send(reply, status, [errorReply(null, new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: status === 413 ? "body_too_large" : "invalid_request" }), request.id)]);
+      return send(reply, status, [
+        errorReply(
+          null,
+          new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: status === 413 ? "body_too_large" : "invalid_request" }),
+          request.id,
+        ),
+      ]);
     }
     request.log.error({ err }, "json-rpc gateway failure");
     return send(reply, 500, [errorReply(null, new RpcError(RpcCode.INTERNAL_ERROR, "Internal error", { reason_id: "internal_error" }), request.id)]);
@@ -140,5 +146,9 @@ function bearerOf(header: string | undefined): string | undefined {
 }
 
 function send(reply: FastifyReply, status: number, replies: Reply[], batch = false) {
-  return reply.code(status).header("cache-control", "no-store").type("application/json").send(JSON.stringify(batch ? replies : replies[0]));
+  return reply
+    .code(status)
+    .header("cache-control", "no-store")
+    .type("application/json")
+    .send(JSON.stringify(batch ? replies : replies[0]));
 }

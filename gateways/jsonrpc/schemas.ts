@@ -57,13 +57,22 @@ function withTextRules(schema: ValidateFunction): ValidateFunction {
 /** `a.b[2]` as a JSON Pointer (`/a/b/2`), the way data.errors names places. */
 function pointer(path: string): string {
   if (path === "the body") return "/";
-  return "/" + path.replace(/\[(\d+)\]/g, ".$1").split(".").filter(Boolean).map((s) => s.replace(/~/g, "~0").replace(/\//g, "~1")).join("/");
+  return (
+    "/" +
+    path
+      .replace(/\[(\d+)\]/g, ".$1")
+      .split(".")
+      .filter(Boolean)
+      .map((s) => s.replace(/~/g, "~0").replace(/\//g, "~1"))
+      .join("/")
+  );
 }
 
 /** Validation errors as they appear in `data.errors`: where, and what failed. */
 export function describeErrors(errors: ErrorObject[] | null | undefined): { path: string; message: string }[] {
   return (errors ?? []).slice(0, 20).map((e) => ({
     path: e.instancePath || "/",
-    message: e.keyword === "additionalProperties" ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}` : (e.message ?? e.keyword),
+    message:
+      e.keyword === "additionalProperties" ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}` : (e.message ?? e.keyword),
   }));
 }

@@ -88,9 +88,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     authorization_response_iss_parameter_supported: true,
     client_id_metadata_document_supported: true,
   };
-  app.get("/.well-known/oauth-authorization-server", async (_request, reply) =>
-    reply.header("cache-control", "public, max-age=300").send(asMetadata),
-  );
+  app.get("/.well-known/oauth-authorization-server", async (_request, reply) => reply.header("cache-control", "public, max-age=300").send(asMetadata));
 
   const protectedResource = (resource: string, resourceScopes: readonly string[] = scopes) => ({
     resource,
@@ -152,17 +150,17 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       const code = required(form.params, "code");
       const redirectUri = required(form.params, "redirect_uri");
       const codeVerifier = required(form.params, "code_verifier");
-      ({ token } = await grants.exchangeCode({ ...client, code, redirectUri, codeVerifier, resources: form.resources }, vouched(request.id, request.clientAddress)));
+      ({ token } = await grants.exchangeCode(
+        { ...client, code, redirectUri, codeVerifier, resources: form.resources },
+        vouched(request.id, request.clientAddress),
+      ));
     } else if (grantType === "refresh_token") {
       const refreshToken = required(form.params, "refresh_token");
       ({ token } = await grants.refreshGrant({ ...client, refreshToken }, vouched(request.id, request.clientAddress)));
     } else {
       throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
     }
-    return reply
-      .header("cache-control", "no-store")
-      .header("pragma", "no-cache")
-      .send(agentTokenJson(token));
+    return reply.header("cache-control", "no-store").header("pragma", "no-cache").send(agentTokenJson(token));
   });
 
   app.post("/oauth2/revoke", { bodyLimit: FORM_LIMIT }, async (request, reply) => {

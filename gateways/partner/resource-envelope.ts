@@ -102,7 +102,7 @@ export function resourceErrorFrom(err: unknown): ResourceErrorBody {
     const detail = connectErr.findDetails(ErrorDetailSchema)[0];
     if (detail) {
       const row = table[detail.reason];
-      const message = row.status >= 500 ? FIXED_5XX[row.code] ?? FIXED_5XX.internal_error! : connectErr.rawMessage;
+      const message = row.status >= 500 ? (FIXED_5XX[row.code] ?? FIXED_5XX.internal_error!) : connectErr.rawMessage;
       return { ...row, message, retryAfterSeconds: detail.retryAfterSeconds || undefined };
     }
   }

@@ -160,6 +160,7 @@ function stringField(body: Record<string, unknown>, name: string, min: number, m
     if (required) throw invalidRequest(`${name} is required`);
     return undefined;
   }
-  if (typeof v !== "string" || codePointLength(v) < min || codePointLength(v) > max) throw invalidRequest(`${name} must be a string of ${min} to ${max} characters`);
+  if (typeof v !== "string" || codePointLength(v) < min || codePointLength(v) > max)
+    throw invalidRequest(`${name} must be a string of ${min} to ${max} characters`);
   return v;
 }

@@ -115,9 +115,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
           "the original 200 body byte for byte; with a different body, 409 idempotency_conflict. Rejections execute nothing " +
           "and consume no execution ids. Recipients need payouts:receive consent. See docs/reference/treasury.md for the check order.",
         security: bearer,
-        parameters: [
-          { name: "Idempotency-Key", in: "header", required: true, schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY } },
-        ],
+        parameters: [{ name: "Idempotency-Key", in: "header", required: true, schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY } }],
         requestBody: { required: true, content: { "application/json": { schema: h.ref("BatchRequest") } } },
         responses: {
           "200": h.json(h.ref("Batch"), "batch executed, or the replay of the first answer for this key", {

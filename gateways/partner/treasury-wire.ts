@@ -1,22 +1,13 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import {
-  ItemStatus,
-  TreasuryStatus,
-  type Batch,
-  type BatchItemSchema,
-  type Payout,
-  type Treasury,
-} from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { ItemStatus, TreasuryStatus, type Batch, type BatchItemSchema, type Payout, type Treasury } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 
 /** The batch body limit. */
 export const BATCH_BODY_LIMIT = 64 * 1024;
 /** A missing or longer Idempotency-Key is invalid_request. */
 export const MAX_IDEMPOTENCY_KEY = 255;
 
-export type ParsedBatch =
-  | { ok: true; payerEntityId: string; items: MessageInitShape<typeof BatchItemSchema>[] }
-  | { ok: false; message: string };
+export type ParsedBatch = { ok: true; payerEntityId: string; items: MessageInitShape<typeof BatchItemSchema>[] } | { ok: false; message: string };
 
 const BATCH_KEYS = ["payer_entity_id", "items"];
 const ITEM_KEYS = ["execution_id", "payout_id", "recipient", "amount_cents", "currency", "reference"];

@@ -25,7 +25,10 @@ export function parseTrustProxy(raw: string | undefined): TrustProxy {
   }
   const cidrs = text.split(",").map((s) => s.trim());
   for (const cidr of cidrs) {
-    if (!parseCidr(cidr)) throw new Error(`must be a hop count or a comma-separated list of IPv4/IPv6 addresses or CIDRs (such as 10.0.0.0/8, fd00::/8); not ${JSON.stringify(cidr)}`);
+    if (!parseCidr(cidr))
+      throw new Error(
+        `must be a hop count or a comma-separated list of IPv4/IPv6 addresses or CIDRs (such as 10.0.0.0/8, fd00::/8); not ${JSON.stringify(cidr)}`,
+      );
   }
   return cidrs;
 }

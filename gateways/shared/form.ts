@@ -1,9 +1,7 @@
 import { textProblem } from "./text.js";
 
 /** A strictly parsed application/x-www-form-urlencoded body; a failure says what, naming the field when it can. */
-export type FormParse =
-  | { ok: true; params: Map<string, string>; duplicates: string[] }
-  | { ok: false; message: string };
+export type FormParse = { ok: true; params: Map<string, string>; duplicates: string[] } | { ok: false; message: string };
 
 /** Decodes one form component: '+' is a space, then percent-decoding; undefined if malformed. */
 export function formDecode(value: string): string | undefined {

@@ -68,9 +68,8 @@ export function oauthErrorFrom(err: unknown): OAuthError & { retryAfterSeconds?:
   const detail = connectErr.findDetails(ErrorDetailSchema)[0];
   if (!detail) {
     // No domain reason: core unreachable (split deployment) or a bug.
-    const row = connectErr.code === Code.Unavailable || connectErr.code === Code.DeadlineExceeded
-      ? { status: 503, error: "temporarily_unavailable" }
-      : SERVER_ERROR;
+    const row =
+      connectErr.code === Code.Unavailable || connectErr.code === Code.DeadlineExceeded ? { status: 503, error: "temporarily_unavailable" } : SERVER_ERROR;
     return { ...row, description: FIXED_5XX[row.error] };
   }
   const row = table[detail.reason];

@@ -86,6 +86,7 @@ export function tracedTransport(inner: Transport): Transport {
   };
   return {
     unary: (method, signal, timeoutMs, header, input, contextValues) => inner.unary(method, signal, timeoutMs, withTraceContext(header), input, contextValues),
-    stream: (method, signal, timeoutMs, header, input, contextValues) => inner.stream(method, signal, timeoutMs, withTraceContext(header), input, contextValues),
+    stream: (method, signal, timeoutMs, header, input, contextValues) =>
+      inner.stream(method, signal, timeoutMs, withTraceContext(header), input, contextValues),
   };
 }

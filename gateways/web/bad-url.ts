@@ -37,7 +37,12 @@ export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): 
   return reply
     .code(404)
     .type("text/html; charset=utf-8")
-    .send(page("Page not found", html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
+    .send(
+      page(
+        "Page not found",
+        html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`,
+      ),
+    );
 }
 
 /** A page request from a foreign Origin or Host (DNS rebinding, cross-site form posts). */
@@ -46,5 +51,10 @@ export function sendForbiddenOriginPage(request: FastifyRequest, reply: FastifyR
   return reply
     .code(403)
     .type("text/html; charset=utf-8")
-    .send(page("Request refused", html`<div class="card error"><p>This request did not come from a Vaultgate page. Open Vaultgate at its own address and try again.</p></div>`));
+    .send(
+      page(
+        "Request refused",
+        html`<div class="card error"><p>This request did not come from a Vaultgate page. Open Vaultgate at its own address and try again.</p></div>`,
+      ),
+    );
 }

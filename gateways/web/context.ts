@@ -120,9 +120,15 @@ export function createWebContext(options: WebContextOptions): WebContext {
     rpc: (request) => withRequestId(request.id),
     readForm(request, repeatable = []) {
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-      if (type !== FORM_TYPE || typeof request.body !== "string") throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
+      if (type !== FORM_TYPE || typeof request.body !== "string")
+        throw new PageError(400, "Something is wrong with this request", "The form could not be read.");
       const parsed = parseForm(request.body);
-      if (!parsed.ok) throw new PageError(400, "Something is wrong with this request", parsed.message === "malformed form body" ? "The form could not be read." : `The form field ${parsed.message}.`);
+      if (!parsed.ok)
+        throw new PageError(
+          400,
+          "Something is wrong with this request",
+          parsed.message === "malformed form body" ? "The form could not be read." : `The form field ${parsed.message}.`,
+        );
       const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
       if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
       const body = request.body;
@@ -172,7 +178,10 @@ export function createWebContext(options: WebContextOptions): WebContext {
       addCookie(reply, cookie(sessionCookie, "", 0));
     },
     send(reply, status, title, body, nav) {
-      return reply.code(status).type("text/html; charset=utf-8").send(page(title, body, nav));
+      return reply
+        .code(status)
+        .type("text/html; charset=utf-8")
+        .send(page(title, body, nav));
     },
     signInRedirect(reply, returnTo) {
       return reply.redirect(signInPath(safeReturnTo(returnTo)), 303);

@@ -26,12 +26,10 @@ export async function homeRoute(app: FastifyInstance, options: { urls: PublicUrl
     }
     setPageHeaders(reply);
     const item = (label: string, href: string, note: string) => html`<li><a href="${href}">${label}</a> — ${note}</li>`;
-    return reply
-      .type("text/html; charset=utf-8")
-      .send(
-        page(
-          "Vaultgate",
-          html`<div class="card">
+    return reply.type("text/html; charset=utf-8").send(
+      page(
+        "Vaultgate",
+        html`<div class="card">
             <p>Scoped, revocable access for agents and partners to people's accounts.</p>
             <ul>
               ${item("Your agents", links.dashboard, "sign in to see and revoke what agents may do, and approve pending payments")}
@@ -40,7 +38,7 @@ export async function homeRoute(app: FastifyInstance, options: { urls: PublicUrl
             </ul>
             <p>MCP endpoints for agents: ${links.mcp_endpoints.map((u) => html`<code>${u}</code> `)}</p>
           </div>`,
-        ),
-      );
+      ),
+    );
   });
 }

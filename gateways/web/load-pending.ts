@@ -23,14 +23,21 @@ function cursorsOf(query: Record<string, unknown>): { budgets: string; payments:
   return { budgets: one(AFTER.budgets), payments: one(AFTER.payments) };
 }
 
-const expiredLink = () => new PageError(400, "This page link cannot be used", "It may have been changed or it belongs to another account. Start again from the first page.");
+const expiredLink = () =>
+  new PageError(400, "This page link cannot be used", "It may have been changed or it belongs to another account. Start again from the first page.");
 
 /**
  * Reads the user's pending approvals (BudgetsService) and agent names (GrantsService).
  * With `pagedAt` (the page's own path), each list holds at most PENDING_PAGE items, from
  * where the page's query says, and `next` links to the following page of each.
  */
-export async function loadPending(ctx: WebContext, request: FastifyRequest, current: Current, known?: AgentSummary[], pagedAt?: string): Promise<PendingApprovals> {
+export async function loadPending(
+  ctx: WebContext,
+  request: FastifyRequest,
+  current: Current,
+  known?: AgentSummary[],
+  pagedAt?: string,
+): Promise<PendingApprovals> {
   const cursors = pagedAt ? cursorsOf(request.query as Record<string, unknown>) : { budgets: "", payments: "" };
   const [pending, agents] = await Promise.all([
     ctx.budgets

@@ -57,7 +57,13 @@ const pageTable = {
  */
 export function pageErrorHandler(ctx: WebContext) {
   return (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
-    if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`);
+    if (err instanceof PageError)
+      return ctx.send(
+        reply,
+        err.status,
+        err.title,
+        html`<div class="card error"><p>${err.detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`,
+      );
     const status = (err as { statusCode?: number }).statusCode;
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
       return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);

@@ -5,7 +5,6 @@ import { pendingPayment } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { latestCode } from "../support/agent-oauth.js";
 
-
 /**
  * Headless Chromium (as in browser.test.ts: Debian's package, playwright-core, phone
  * viewport, JavaScript disabled) follows a pending payment's step_up_url: sign-in,

@@ -23,7 +23,11 @@ describe("browser: declining a pending payment; malformed addresses (headless Ch
   });
 
   it("signs in, declines the payment from the dashboard; the agent's repeat is refused", async () => {
-    const { rpc, user, agent, args, paymentId } = await pendingPayment(stack, { key: "browser-decline", amountCents: 9_000, address: "0xabc0000000000000000000000000000000000002" });
+    const { rpc, user, agent, args, paymentId } = await pendingPayment(stack, {
+      key: "browser-decline",
+      amountCents: 9_000,
+      address: "0xabc0000000000000000000000000000000000002",
+    });
 
     const browser = await launchPhoneBrowser();
     try {

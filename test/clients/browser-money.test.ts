@@ -58,7 +58,12 @@ describe("browser: the money view, funding and closing budgets (headless Chromiu
   it("signs in, reads balances and bars, funds a budget after a step-up and closes another", async () => {
     const user = await createUser(stack);
     await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 250_000n });
-    const groceries = await budget(user, "Groceries", { amount_cap_cents_per_day: 20_000, amount_cap_cents_lifetime: 100_000, step_up_amount_cents: 5_000 }, 30_000n);
+    const groceries = await budget(
+      user,
+      "Groceries",
+      { amount_cap_cents_per_day: 20_000, amount_cap_cents_lifetime: 100_000, step_up_amount_cents: 5_000 },
+      30_000n,
+    );
     const trip = await budget(user, "Conference trip", { amount_cap_cents_per_tx: 50_000 }, 80_000n);
     for (const cents of [4_500, 3_000, 8_000]) await pay(groceries.agent, cents); // the last waits for approval
     await pay(trip.agent, 12_000);

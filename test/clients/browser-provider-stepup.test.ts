@@ -49,7 +49,12 @@ describe("browser: approving a payment with a step-up at the organisation's prov
   }
 
   async function reviewPending(key: string) {
-    const p = await pendingPayment(stack, { key, amountCents: 7_500, address: "0xabc0000000000000000000000000000000000002", budget: { amount_cap_cents_per_tx: 10_000 } });
+    const p = await pendingPayment(stack, {
+      key,
+      amountCents: 7_500,
+      address: "0xabc0000000000000000000000000000000000002",
+      budget: { amount_cap_cents_per_tx: 10_000 },
+    });
     expect(p.pending.json!.result.kind).to.equal("pending_step_up");
     const sub = `chrome-su-${p.user.userId.slice(0, 8)}`;
     await idp.addAccount({ sub, email: p.user.email, email_verified: true });

@@ -4,7 +4,6 @@ import { join } from "node:path";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
 
-
 /**
  * Headless Chromium (Debian's package, driven by playwright-core) signs in, steps up,
  * consents, lands on the client's redirect with a code, then revokes on the dashboard,
@@ -70,7 +69,14 @@ describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromiu
       expect(code).to.match(/^vgc_/);
       await shot("06-client-redirect");
 
-      const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code, redirect_uri: callbackUrl, code_verifier: verifier, client_id: client.client_id, client_secret: client.client_secret });
+      const token = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code,
+        redirect_uri: callbackUrl,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
       expect(token.status).to.equal(200);
       const accessToken = token.body.access_token as string;
       const { grant } = await stack.clients.grants.verifyAgentToken({ accessToken });

@@ -9,7 +9,10 @@ describe("vaultgate grant issue and dev outbox (CLI)", function () {
 
   it("issues an OAuth token response for a user's vault, with --step-up", async () => {
     const user = (await runCli(["user", "create", "--email", "cli-grant@example.com"], proc.env)).json!;
-    const res = await runCli(["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read,payments:initiate", "--step-up"], proc.env);
+    const res = await runCli(
+      ["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read,payments:initiate", "--step-up"],
+      proc.env,
+    );
     expect(res.code, res.stderr).to.equal(0);
     expect(Object.keys(res.json!).sort()).to.deep.equal(["access_token", "expires_in", "jti", "refresh_token", "scope", "token_type"]);
     expect(res.json!.scope).to.equal("accounts:read payments:initiate");

@@ -40,7 +40,11 @@ describe("vaultgate keys (CLI)", function () {
 
   it("reads a kid that starts with '-' (a thumbprint can) as the kid, before or after other flags", async () => {
     const dashed = `-6${"x".repeat(41)}`;
-    for (const args of [["keys", "retire", dashed], ["keys", "retire", dashed, "--json"], ["keys", "retire", "--json", dashed]]) {
+    for (const args of [
+      ["keys", "retire", dashed],
+      ["keys", "retire", dashed, "--json"],
+      ["keys", "retire", "--json", dashed],
+    ]) {
       const res = await runCli(args, proc.env);
       expect(res.code, res.stderr).to.equal(1);
       expect(res.stderr).to.include("not_found");

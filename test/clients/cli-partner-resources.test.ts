@@ -46,16 +46,35 @@ describe("operator CLI: users, consent, ledger, webhooks", () => {
     const email = `cli-${Math.random().toString(16).slice(2)}@example.com`;
     const created = await cli(server, stack.adminToken, "user", "create", "--email", email);
     const userId = created.json.user_id as string;
-    expect((await cli(server, stack.adminToken, "consent", "grant", "--partner", partner.clientId, "--user", userId, "--scopes", "kyc:read,wallet:read,transfers:read,us_account:read")).json.scopes).to.deep.equal([
-      "kyc:read",
-      "wallet:read",
-      "us_account:read",
-      "transfers:read",
-    ]);
-    expect((await cli(server, stack.adminToken, "user", "set-kyc", userId, "--status", "approved", "--provider", "acme")).json).to.include({ status: "approved", provider: "acme" });
-    expect((await cli(server, stack.adminToken, "user", "add-wallet", userId, "--chain", "sol", "--address", "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin")).json.wallets).to.have.length(1);
+    expect(
+      (
+        await cli(
+          server,
+          stack.adminToken,
+          "consent",
+          "grant",
+          "--partner",
+          partner.clientId,
+          "--user",
+          userId,
+          "--scopes",
+          "kyc:read,wallet:read,transfers:read,us_account:read",
+        )
+      ).json.scopes,
+    ).to.deep.equal(["kyc:read", "wallet:read", "us_account:read", "transfers:read"]);
+    expect((await cli(server, stack.adminToken, "user", "set-kyc", userId, "--status", "approved", "--provider", "acme")).json).to.include({
+      status: "approved",
+      provider: "acme",
+    });
+    expect(
+      (await cli(server, stack.adminToken, "user", "add-wallet", userId, "--chain", "sol", "--address", "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin")).json
+        .wallets,
+    ).to.have.length(1);
     expect((await cli(server, stack.adminToken, "user", "provision-us-account", userId)).json.status).to.equal("provisioned");
-    expect((await cli(server, stack.adminToken, "ledger", "record", userId, "--direction", "credit", "--amount-cents", "2500")).json).to.include({ amount_cents: 2500, status: "settled" });
+    expect((await cli(server, stack.adminToken, "ledger", "record", userId, "--direction", "credit", "--amount-cents", "2500")).json).to.include({
+      amount_cents: 2500,
+      status: "settled",
+    });
 
     const token = await mintPartnerToken(stack, partner);
     expect((await api(stack, "GET", `/users/${userId}/kyc`, { token })).body).to.include({ status: "approved", provider: "acme" });
@@ -65,16 +84,31 @@ describe("operator CLI: users, consent, ledger, webhooks", () => {
     expect((await cli(server, stack.adminToken, "user", "set-status", userId, "inactive")).json.status).to.equal("inactive");
     expect((await api(stack, "GET", `/users/${userId}/kyc`, { token })).status).to.equal(403);
     await cli(server, stack.adminToken, "user", "set-status", userId, "active");
-    expect((await cli(server, stack.adminToken, "consent", "revoke", "--partner", partner.clientId, "--user", userId, "--scopes", "kyc:read")).json.scopes).to.not.include("kyc:read");
+    expect(
+      (await cli(server, stack.adminToken, "consent", "revoke", "--partner", partner.clientId, "--user", userId, "--scopes", "kyc:read")).json.scopes,
+    ).to.not.include("kyc:read");
     expect((await api(stack, "GET", `/users/${userId}/kyc`, { token })).status).to.equal(403);
   });
 
   it("partner create --webhook-url returns the webhook secret once; partner webhook replaces it", async () => {
-    const created = await cli(server, stack.adminToken, "partner", "create", "--name", "Hooked", "--slug", `h-${Math.random().toString(16).slice(2, 8)}`, "--webhook-url", "http://127.0.0.1:9/v1");
+    const created = await cli(
+      server,
+      stack.adminToken,
+      "partner",
+      "create",
+      "--name",
+      "Hooked",
+      "--slug",
+      `h-${Math.random().toString(16).slice(2, 8)}`,
+      "--webhook-url",
+      "http://127.0.0.1:9/v1",
+    );
     expect(created.json.webhook_url).to.equal("http://127.0.0.1:9/v1");
     expect(created.json.webhook_secret).to.match(/^whsec_/);
     const replaced = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "http://127.0.0.1:9/v2");
-    expect(replaced.json.webhook_secret).to.match(/^whsec_/).and.not.equal(created.json.webhook_secret);
+    expect(replaced.json.webhook_secret)
+      .to.match(/^whsec_/)
+      .and.not.equal(created.json.webhook_secret);
     const refused = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "http://hooks.example/plain");
     expect(refused.code).to.equal(1);
   });

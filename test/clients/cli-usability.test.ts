@@ -10,7 +10,9 @@ const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.ur
 const TRACE_MODULES = [
   "--import",
   "data:text/javascript,import{register}from'node:module';register(" +
-    JSON.stringify("data:text/javascript,export async function resolve(s,c,n){const r=await n(s,c);if(r.url.startsWith('file:'))console.error('LOADED '+r.url);return r}") +
+    JSON.stringify(
+      "data:text/javascript,export async function resolve(s,c,n){const r=await n(s,c);if(r.url.startsWith('file:'))console.error('LOADED '+r.url);return r}",
+    ) +
     ")",
 ];
 /**
@@ -74,10 +76,22 @@ describe("vaultgate CLI usability (real processes)", function () {
     const version = await runCli(["--version"], {}, TRACE_MODULES);
     expect(version.code).to.equal(0);
     expect(version.stdout).to.equal(`${pkg.version}\n`);
-    for (const argv of [["--version"], ["--help"], ["-h"], ["help"], ["help", "partner", "create"], ["partner", "create", "--help"], ["user", "-h"], ["partner", "create", "--entitlement", "x"]]) {
+    for (const argv of [
+      ["--version"],
+      ["--help"],
+      ["-h"],
+      ["help"],
+      ["help", "partner", "create"],
+      ["partner", "create", "--help"],
+      ["user", "-h"],
+      ["partner", "create", "--entitlement", "x"],
+    ]) {
       const r = await runCli(argv, {}, TRACE_MODULES);
       expect(r.stderr, "the trace hook works").to.match(/LOADED \S*\/cli\/main\.(ts|js)$/m);
-      expect(r.stderr.split("\n").filter((l) => DATABASE_OR_GATEWAYS.test(l) || RPC_STACK.test(l)), argv.join(" ")).to.deep.equal([]);
+      expect(
+        r.stderr.split("\n").filter((l) => DATABASE_OR_GATEWAYS.test(l) || RPC_STACK.test(l)),
+        argv.join(" "),
+      ).to.deep.equal([]);
       expect(r.stderr, "the trace hook works").to.satisfy((s: string) => !/ERR_/.test(s));
     }
     // The positive control: a command that calls core does load the RPC stack, and the trace sees it.
@@ -105,7 +119,9 @@ describe("vaultgate CLI usability (real processes)", function () {
         const argv = [c.name, ...(s.name ? [s.name] : []), "--help"];
         const r = await inProcess(argv, false);
         expect(r.code, argv.join(" ")).to.equal(0);
-        expect(r.out, argv.join(" ")).to.include(`usage: vaultgate ${[c.name, s.name].filter(Boolean).join(" ")}`).and.include("examples:\n  vaultgate ");
+        expect(r.out, argv.join(" "))
+          .to.include(`usage: vaultgate ${[c.name, s.name].filter(Boolean).join(" ")}`)
+          .and.include("examples:\n  vaultgate ");
       }
       const group = await inProcess(["help", c.name], false);
       expect(group.code).to.equal(0);
@@ -170,7 +186,7 @@ describe("vaultgate CLI usability (real processes)", function () {
       const json = await inProcess(["user", "get", "--email", email, "--json"], true);
       expect(JSON.parse(json.out)).to.include({ email, status: "active" });
       const table = await inProcess(["partner", "list", "--all"], true);
-      expect(table.out).to.match(/^partners:\n  PARTNER_ID +CLIENT_ID +NAME +STATUS +ENTITLEMENTS +WEBHOOK_URL\n/);
+      expect(table.out).to.match(/^partners:\n {2}PARTNER_ID +CLIENT_ID +NAME +STATUS +ENTITLEMENTS +WEBHOOK_URL\n/);
       const created = await inProcess(["partner", "create", "--name", "Text Co"], true);
       expect(created.out).to.match(/^partner_id: +\S+\nclient_id: +gpc_text-co_/m);
       expect(created.err).to.include("not shown again");

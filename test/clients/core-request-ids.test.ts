@@ -107,7 +107,10 @@ describe("request ids core accepts (core on its real port)", () => {
       });
       expect(res.status).to.equal(201);
       const body = (await res.json()) as { client_id: string };
-      const record = await inProcess.core.db("audit_records").where({ action: "oauth.client.register", subject: body.client_id }).first<{ request_id: string }>();
+      const record = await inProcess.core
+        .db("audit_records")
+        .where({ action: "oauth.client.register", subject: body.client_id })
+        .first<{ request_id: string }>();
       expect(record!.request_id).to.equal(res.headers.get("x-request-id"));
     } finally {
       await inProcess.close();

@@ -49,7 +49,12 @@ async function call(kind: "health" | "grants", address: string, creds: grpc.Chan
   try {
     return await new Promise<Record<string, unknown>>((resolve, reject) => {
       // A refused handshake may make grpc-js retry until the deadline.
-      const fn = client[method] as unknown as (req: object, md: grpc.Metadata, options: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: Record<string, unknown>) => void) => void;
+      const fn = client[method] as unknown as (
+        req: object,
+        md: grpc.Metadata,
+        options: grpc.CallOptions,
+        cb: (err: grpc.ServiceError | null, res: Record<string, unknown>) => void,
+      ) => void;
       fn.call(client, req, new grpc.Metadata(), { deadline: Date.now() + 5_000 }, (err, res) => (err ? reject(err) : resolve(res)));
     });
   } finally {
@@ -245,7 +250,10 @@ describe("core over TLS", function () {
       const { CORE_TLS_CLIENT_CERT: _c, CORE_TLS_CLIENT_KEY: _k, ...withoutCert } = cliEnv;
       const cases: [Record<string, string>, RegExp][] = [
         [withoutCert, /CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY/],
-        [{ ...cliEnv, CORE_TLS_CLIENT_CERT: certs.files.rogueClientCert, CORE_TLS_CLIENT_KEY: certs.files.rogueClientKey }, /refuse.* the certificate in CORE_TLS_CLIENT_CERT/],
+        [
+          { ...cliEnv, CORE_TLS_CLIENT_CERT: certs.files.rogueClientCert, CORE_TLS_CLIENT_KEY: certs.files.rogueClientKey },
+          /refuse.* the certificate in CORE_TLS_CLIENT_CERT/,
+        ],
         [{ ...cliEnv, CORE_TLS_CA: "" }, /core's certificate at https:\/\/127\.0\.0\.1:\d+ did not verify .*set CORE_TLS_CA/],
       ];
       for (const [env, message] of cases) {
@@ -264,7 +272,12 @@ describe("core over TLS", function () {
     it("a gateway with no GATEWAY_TOKEN refuses to start and names the variable", async () => {
       const empty = await tempDataDir();
       try {
-        const err = await startServiceProcess("gateway", { DATA_DIR: empty.path, CORE_URL: core.coreUrl!, CORE_TLS_CA: certs.files.ca, GATEWAY_TOKEN: "" }).then(
+        const err = await startServiceProcess("gateway", {
+          DATA_DIR: empty.path,
+          CORE_URL: core.coreUrl!,
+          CORE_TLS_CA: certs.files.ca,
+          GATEWAY_TOKEN: "",
+        }).then(
           async (p) => {
             await p.stop();
             return undefined;
@@ -296,14 +309,16 @@ describe("core over TLS", function () {
 
     it("refuses to dial a cleartext CORE_URL off loopback unless the operator opts in", () => {
       const remote = "http://core.internal:8081";
-      expect(() => loadCoreDial(loadConfig({ CORE_URL: remote }), remote)).to.throw(ConfigError, /CORE_URL=http:\/\/core\.internal:8081.*CORE_ALLOW_CLEARTEXT=true/);
+      expect(() => loadCoreDial(loadConfig({ CORE_URL: remote }), remote)).to.throw(
+        ConfigError,
+        /CORE_URL=http:\/\/core\.internal:8081.*CORE_ALLOW_CLEARTEXT=true/,
+      );
       expect(loadCoreDial(loadConfig({ CORE_URL: remote, CORE_ALLOW_CLEARTEXT: "true" }), remote).nodeOptions).to.deep.equal({});
       expect(loadCoreDial(loadConfig({}), "http://127.0.0.1:8081").nodeOptions).to.deep.equal({});
       expect(loadCoreDial(loadConfig({}), "http://[::1]:8081").nodeOptions).to.deep.equal({});
-      expect(() => loadCoreDial(loadConfig({ CORE_TLS_CLIENT_CERT: certs.files.clientCert, CORE_TLS_CLIENT_KEY: certs.files.clientKey }), "http://127.0.0.1:8081")).to.throw(
-        ConfigError,
-        /CORE_TLS_CLIENT_CERT is set but CORE_URL=http:\/\/127\.0\.0\.1:8081 is not https/,
-      );
+      expect(() =>
+        loadCoreDial(loadConfig({ CORE_TLS_CLIENT_CERT: certs.files.clientCert, CORE_TLS_CLIENT_KEY: certs.files.clientKey }), "http://127.0.0.1:8081"),
+      ).to.throw(ConfigError, /CORE_TLS_CLIENT_CERT is set but CORE_URL=http:\/\/127\.0\.0\.1:8081 is not https/);
       expect(isLoopbackHost("::ffff:127.0.0.1")).to.equal(true);
       expect(isLoopbackHost("127.0.0.1.example.com")).to.equal(false);
     });
@@ -339,12 +354,18 @@ describe("core over TLS", function () {
       expect(bad({ ...pair, CORE_TLS_CERT: junk })).to.throw(ConfigError, /^CORE_TLS_CERT: .* is not a PEM file$/);
       expect(bad({ ...pair, CORE_TLS_CERT: certs.files.serverKey })).to.throw(ConfigError, /^CORE_TLS_CERT must hold a PEM X\.509 certificate$/);
       expect(bad({ ...pair, CORE_TLS_KEY: certs.files.serverCert })).to.throw(ConfigError, /^CORE_TLS_KEY must hold an unencrypted PEM private key$/);
-      expect(bad({ ...pair, CORE_TLS_KEY: certs.files.clientKey })).to.throw(ConfigError, /^CORE_TLS_KEY is not the private key of the certificate in CORE_TLS_CERT$/);
+      expect(bad({ ...pair, CORE_TLS_KEY: certs.files.clientKey })).to.throw(
+        ConfigError,
+        /^CORE_TLS_KEY is not the private key of the certificate in CORE_TLS_CERT$/,
+      );
       expect(bad({ ...pair, CORE_TLS_CA: junk })).to.throw(ConfigError, /^CORE_TLS_CA: /);
       expect(bad({ ...pair, CORE_TLS_CA: certs.files.serverKey })).to.throw(ConfigError, /^CORE_TLS_CA must hold one or more PEM CA certificates$/);
       expect(bad({ CORE_TLS_CA: certs.files.ca })).to.throw(ConfigError, /^CORE_TLS_CA needs CORE_TLS_CERT and CORE_TLS_KEY on a process that serves core/);
       const dial = (env: Record<string, string>) => () => loadCoreDial(loadConfig(env), "https://127.0.0.1:8081");
-      expect(dial({ CORE_TLS_CLIENT_CERT: certs.files.clientCert, CORE_TLS_CLIENT_KEY: certs.files.serverKey })).to.throw(ConfigError, /^CORE_TLS_CLIENT_KEY is not the private key/);
+      expect(dial({ CORE_TLS_CLIENT_CERT: certs.files.clientCert, CORE_TLS_CLIENT_KEY: certs.files.serverKey })).to.throw(
+        ConfigError,
+        /^CORE_TLS_CLIENT_KEY is not the private key/,
+      );
       expect(dial({ CORE_TLS_CA: junk })).to.throw(ConfigError, /^CORE_TLS_CA: /);
       expect(() => loadConfig({ CORE_ALLOW_CLEARTEXT: "yes" })).to.throw(ConfigError, /^CORE_ALLOW_CLEARTEXT must be true or false$/);
       // Never a byte of key material in a message.

@@ -82,7 +82,18 @@ describe("core gRPC interop", () => {
   it("is callable with buf curl over h2c using the repository's proto schema", async () => {
     const { stdout } = await run(
       "npx",
-      ["buf", "curl", "--http2-prior-knowledge", "--protocol", "grpc", "--schema", "proto", "--data", '{"service":""}', `${server.url}/grpc.health.v1.Health/Check`],
+      [
+        "buf",
+        "curl",
+        "--http2-prior-knowledge",
+        "--protocol",
+        "grpc",
+        "--schema",
+        "proto",
+        "--data",
+        '{"service":""}',
+        `${server.url}/grpc.health.v1.Health/Check`,
+      ],
       { cwd: root },
     );
     expect(JSON.parse(stdout)).to.deep.equal({ status: "SERVING" });

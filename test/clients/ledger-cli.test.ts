@@ -50,7 +50,10 @@ describe("vaultgate ledger verify (real processes)", function () {
     const damaged = await runCli(["ledger", "verify", "--json"], cli);
     expect(damaged.code).to.equal(1);
     expect(damaged.stderr).to.include(`the ledger does not balance: vault ${user.vault_id} holds 4201 USD but its postings sum to 4200`);
-    expect(JSON.parse(damaged.stdout)).to.deep.include({ ok: false, discrepancies: [{ check: "balance_mismatch", message: `vault ${user.vault_id} holds 4201 USD but its postings sum to 4200` }] });
+    expect(JSON.parse(damaged.stdout)).to.deep.include({
+      ok: false,
+      discrepancies: [{ check: "balance_mismatch", message: `vault ${user.vault_id} holds 4201 USD but its postings sum to 4200` }],
+    });
   });
 });
 
@@ -76,7 +79,10 @@ describe("vaultgate ledger verify: stranded funds (real processes)", function ()
     const cli = { DATA_DIR: dir.path, ...(scratch ? { DATABASE_URL: scratch.url } : {}), CORE_URL: service.coreUrl! };
     const user = (await runCli(["user", "create", "--email", "stranded-cli@example.test"], cli)).json!;
     expect((await runCli(["vault", "fund", user.vault_id as string, "--amount-cents", "5000"], cli)).code).to.equal(0);
-    const issued = await runCli(["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "agent:budget:create", "--step-up"], cli);
+    const issued = await runCli(
+      ["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "agent:budget:create", "--step-up"],
+      cli,
+    );
     const token = issued.json!.access_token as string;
     const tool = async (name: string, args: Record<string, unknown>) => {
       const res = await fetch(`${service!.gatewayUrl}/mcp/treasury`, {
@@ -88,7 +94,12 @@ describe("vaultgate ledger verify: stranded funds (real processes)", function ()
       expect(body.result, JSON.stringify(body)).to.not.equal(undefined);
       return body.result!;
     };
-    const budget = await tool("agent.budget.create", { purpose: "trip", display_name: "Kept", chain_allowlist: ["base"], idempotency_key: "stranded-cli-budget" });
+    const budget = await tool("agent.budget.create", {
+      purpose: "trip",
+      display_name: "Kept",
+      chain_allowlist: ["base"],
+      idempotency_key: "stranded-cli-budget",
+    });
     const vaultId = budget.vault_id as string;
     await tool("agent.budget.fund", { vault_id: vaultId, amount_cents: 1200, idempotency_key: "stranded-cli-fund" });
     await tool("agent.budget.revoke", { vault_id: vaultId, keep_funds: true });

@@ -32,7 +32,12 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
   const pay = (client: Client, amount: number) =>
     client.callTool({
       name: "payments.initiate",
-      arguments: { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: `sdk-${randomUUID()}` },
+      arguments: {
+        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        amount_cents: amount,
+        currency: "USD",
+        idempotency_key: `sdk-${randomUUID()}`,
+      },
     });
 
   it("the agent funds its budget and pays from it; the owner closes it and the money goes back; nothing more is paid", async () => {
@@ -44,16 +49,28 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
 
     const created = await treasury.callTool({
       name: "agent.budget.create",
-      arguments: { purpose: "trip", display_name: "Conference trip", amount_cap_cents_per_tx: 2_000, chain_allowlist: ["base"], idempotency_key: `sdk-${randomUUID()}` },
+      arguments: {
+        purpose: "trip",
+        display_name: "Conference trip",
+        amount_cap_cents_per_tx: 2_000,
+        chain_allowlist: ["base"],
+        idempotency_key: `sdk-${randomUUID()}`,
+      },
     });
     const budget = created.structuredContent as { vault_id: string; agent_principal_id: string; status: string };
     expect(budget.status).to.equal("active");
 
     // The SDK validates every result against the tool's published outputSchema.
-    const funded = await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 5_000, idempotency_key: `sdk-${randomUUID()}` } });
+    const funded = await treasury.callTool({
+      name: "agent.budget.fund",
+      arguments: { vault_id: budget.vault_id, amount_cents: 5_000, idempotency_key: `sdk-${randomUUID()}` },
+    });
     expect(funded.isError).to.equal(false);
     expect(funded.structuredContent).to.deep.include({ vault_id: budget.vault_id, parent_vault_id: owner.vaultId, balance_cents: 5_000, replayed: false });
-    const beyond = await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 5_001, idempotency_key: `sdk-${randomUUID()}` } });
+    const beyond = await treasury.callTool({
+      name: "agent.budget.fund",
+      arguments: { vault_id: budget.vault_id, amount_cents: 5_001, idempotency_key: `sdk-${randomUUID()}` },
+    });
     expectToolError(beyond, -32003, "insufficient_funds");
     await expectLedgerBalanced(stack);
 
@@ -88,7 +105,14 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     const later = await connect("/mcp/write", laterToken);
     expectToolError(await pay(later, 100), -32002, "policy_denied", "policy_inactive");
     // Nothing more goes in; revoking again changes nothing.
-    expectToolError(await treasury.callTool({ name: "agent.budget.fund", arguments: { vault_id: budget.vault_id, amount_cents: 100, idempotency_key: `sdk-${randomUUID()}` } }), -32002, "access_denied");
+    expectToolError(
+      await treasury.callTool({
+        name: "agent.budget.fund",
+        arguments: { vault_id: budget.vault_id, amount_cents: 100, idempotency_key: `sdk-${randomUUID()}` },
+      }),
+      -32002,
+      "access_denied",
+    );
     const again = await treasury.callTool({ name: "agent.budget.revoke", arguments: { vault_id: budget.vault_id } });
     expect(again.structuredContent).to.deep.include({ status: "closed", already_closed: true, swept_cents: 0, transfer_id: null, revoked_grants: 0 });
     expect(await balanceOf(stack, owner.vaultId)).to.equal(8_500);

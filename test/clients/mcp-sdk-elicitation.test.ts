@@ -69,7 +69,14 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     const { client: treasury } = await connect("/mcp/treasury", await grantFor(stack, owner, { stepUp: true }));
     const created = await treasury.callTool({
       name: "agent.budget.create",
-      arguments: { purpose: "ap", display_name: "Accounts payable", amount_cap_cents_per_tx: 10_000, step_up_amount_cents: 500, chain_allowlist: ["base"], idempotency_key: key("budget") },
+      arguments: {
+        purpose: "ap",
+        display_name: "Accounts payable",
+        amount_cap_cents_per_tx: 10_000,
+        step_up_amount_cents: 500,
+        chain_allowlist: ["base"],
+        idempotency_key: key("budget"),
+      },
     });
     const budget = created.structuredContent as { vault_id: string; agent_principal_id: string; status: string };
     expect(budget.status).to.equal("active");
@@ -78,7 +85,12 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     return { owner, token };
   }
 
-  const payment = (amount: number, idempotencyKey: string) => ({ counterparty: COUNTERPARTY, amount_cents: amount, currency: "USD", idempotency_key: idempotencyKey });
+  const payment = (amount: number, idempotencyKey: string) => ({
+    counterparty: COUNTERPARTY,
+    amount_cents: amount,
+    currency: "USD",
+    idempotency_key: idempotencyKey,
+  });
 
   async function elicitationOf(call: Promise<unknown>): Promise<UrlElicitationRequiredError> {
     try {
@@ -190,11 +202,17 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
 
   it("a forged, garbage or foreign session id is ignored (no capability), never an error", async () => {
     const { token } = await steppedUpBudget();
-    const init = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT }, { authorization: `Bearer ${token}` });
+    const init = await postRpc(
+      `${stack.url}/mcp/write`,
+      { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT },
+      { authorization: `Bearer ${token}` },
+    );
     const genuine = init.headers.get("mcp-session-id")!;
     const [prefix, version, , nonce, mac] = genuine.split(".");
     const foreignUrl = await gatewayWith("another-deployment-gateway-token");
-    const foreign = (await postRpc(`${foreignUrl}/mcp/write`, { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT }, { authorization: `Bearer ${token}` })).headers.get("mcp-session-id")!;
+    const foreign = (
+      await postRpc(`${foreignUrl}/mcp/write`, { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT }, { authorization: `Bearer ${token}` })
+    ).headers.get("mcp-session-id")!;
     expect(foreign).to.match(/\.u\./);
     const forged = [
       `${prefix}.${version}.u.${nonce}.${"A".repeat(43)}`, // right shape, wrong signature
@@ -225,13 +243,21 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
       { authorization: `Bearer ${token}`, "mcp-session-id": genuine },
     );
     expect(genuineCall.json!.error.code).to.equal(-32042);
-    const noBearer = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 5, method: "tools/call", params: { name: "payments.initiate", arguments: payment(700, key("nobearer")) } }, { "mcp-session-id": genuine });
+    const noBearer = await postRpc(
+      `${stack.url}/mcp/write`,
+      { jsonrpc: "2.0", id: 5, method: "tools/call", params: { name: "payments.initiate", arguments: payment(700, key("nobearer")) } },
+      { "mcp-session-id": genuine },
+    );
     expect(noBearer.status).to.equal(401);
   });
 
   it("a replica with the same GATEWAY_TOKEN honours the session id another replica issued", async () => {
     const { token } = await steppedUpBudget();
-    const init = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT }, { authorization: `Bearer ${token}` });
+    const init = await postRpc(
+      `${stack.url}/mcp/write`,
+      { jsonrpc: "2.0", id: 1, method: "initialize", params: ELICITING_INIT },
+      { authorization: `Bearer ${token}` },
+    );
     const sessionId = init.headers.get("mcp-session-id")!;
     const replicaUrl = await gatewayWith(stack.gatewayToken);
     const res = await postRpc(
@@ -246,11 +272,19 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
   it("direct method calls follow the same opt-in: the spec result by default, -32042 with an eliciting session id", async () => {
     const { owner, token } = await steppedUpBudget();
     const args = payment(700, key("direct"));
-    const plain = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 1, method: "payments.initiate", params: args }, { authorization: `Bearer ${token}` });
+    const plain = await postRpc(
+      `${stack.url}/mcp/write`,
+      { jsonrpc: "2.0", id: 1, method: "payments.initiate", params: args },
+      { authorization: `Bearer ${token}` },
+    );
     expect(plain.json!.result.kind).to.equal("pending_step_up");
     const paymentId = plain.json!.result.payment_id as string;
 
-    const init = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 2, method: "initialize", params: ELICITING_INIT }, { authorization: `Bearer ${token}` });
+    const init = await postRpc(
+      `${stack.url}/mcp/write`,
+      { jsonrpc: "2.0", id: 2, method: "initialize", params: ELICITING_INIT },
+      { authorization: `Bearer ${token}` },
+    );
     const headers = { authorization: `Bearer ${token}`, "mcp-session-id": init.headers.get("mcp-session-id")! };
     const elicited = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 3, method: "payments.initiate", params: args }, headers);
     expect(elicited.status).to.equal(200);
@@ -258,7 +292,9 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     expect(error.code).to.equal(-32042);
     expect(error.data.reason_id).to.equal("step_up_required");
     expect(error.data.request_id).to.equal(elicited.headers.get("x-request-id"));
-    expect(error.data.elicitations).to.deep.equal([{ mode: "url", elicitationId: paymentId, url: plain.json!.result.step_up_url, message: error.data.elicitations[0].message }]);
+    expect(error.data.elicitations).to.deep.equal([
+      { mode: "url", elicitationId: paymentId, url: plain.json!.result.step_up_url, message: error.data.elicitations[0].message },
+    ]);
 
     await approve(owner, paymentId);
     const done = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 4, method: "payments.initiate", params: args }, headers);

@@ -5,7 +5,6 @@ import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode } from "../support/agent-oauth.js";
 import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
-
 /**
  * The official MCP SDK client's OAuth support with a real browser for the user (as in
  * browser.test.ts: Debian's Chromium, playwright-core, phone viewport, JavaScript
@@ -34,7 +33,14 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
   });
 
   /** Drives the pages in Chromium from the SDK's authorization URL to the host's redirect; returns the code. */
-  async function approveInBrowser(authorizationUrl: URL, email: string, prefix: string, expectStepUp: boolean, consentIncludes: string[], consentExcludes: string[]) {
+  async function approveInBrowser(
+    authorizationUrl: URL,
+    email: string,
+    prefix: string,
+    expectStepUp: boolean,
+    consentIncludes: string[],
+    consentExcludes: string[],
+  ) {
     const browser = await launchPhoneBrowser();
     try {
       const page = browser.context.pages()[0] ?? (await browser.context.newPage());
@@ -77,10 +83,14 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
     expect(authorizationUrl.searchParams.get("resource")).to.equal(`${stack.url}/mcp/read`);
     expect(authorizationUrl.searchParams.get("scope")!.split(" ").sort()).to.deep.equal(["accounts:read", "audit:stream"]);
 
-    const landed = await approveInBrowser(authorizationUrl, user.email, "mcp-sdk-read", false, ["MCP SDK browser host", "See the balance of the vault", `urn:vaultgate:vault:${user.vaultId}`], [
-      "Start payments from the vault",
-      "Create sub-budgets",
-    ]);
+    const landed = await approveInBrowser(
+      authorizationUrl,
+      user.email,
+      "mcp-sdk-read",
+      false,
+      ["MCP SDK browser host", "See the balance of the vault", `urn:vaultgate:vault:${user.vaultId}`],
+      ["Start payments from the vault", "Create sub-budgets"],
+    );
     expect(landed.searchParams.get("state")).to.equal(provider.stateValue);
     expect(landed.searchParams.get("iss")).to.equal(stack.url);
     const code = landed.searchParams.get("code")!;
@@ -101,7 +111,11 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
     expect(balance.structuredContent).to.deep.equal({ vault_id: user.vaultId, balance_cents: 4_200, currency: "USD" });
     await read.close();
     // The refreshed token keeps the exact audience.
-    const refreshed = await stack.clients.grants.refreshGrant({ refreshToken: provider.saved!.refresh_token!, clientId: provider.client!.client_id, clientSecret: provider.client!.client_secret! });
+    const refreshed = await stack.clients.grants.refreshGrant({
+      refreshToken: provider.saved!.refresh_token!,
+      clientId: provider.client!.client_id,
+      clientSecret: provider.client!.client_secret!,
+    });
     expect(tokenClaims(refreshed.token!.accessToken).aud).to.include(`${stack.url}/mcp/read`);
   });
 
@@ -112,9 +126,14 @@ describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", fun
     const { transport: first, authorizationUrl } = await beginSdkAuthorization(endpoint, provider);
     expect(authorizationUrl.searchParams.get("resource")).to.equal(`${stack.url}/mcp/treasury`);
     expect(authorizationUrl.searchParams.get("scope")).to.equal("agent:budget:create");
-    const landed = await approveInBrowser(authorizationUrl, user.email, "mcp-sdk-treasury", true, ["Create sub-budgets with their own spending limits", "marked as step-up verified"], [
-      "Start payments from the vault",
-    ]);
+    const landed = await approveInBrowser(
+      authorizationUrl,
+      user.email,
+      "mcp-sdk-treasury",
+      true,
+      ["Create sub-budgets with their own spending limits", "marked as step-up verified"],
+      ["Start payments from the vault"],
+    );
     await first.finishAuth(landed.searchParams.get("code")!);
     expect(tokenClaims(provider.saved!.access_token).acr).to.equal("step-up");
     const treasury = await connectSdkClient(endpoint, provider);

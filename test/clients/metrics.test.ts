@@ -84,11 +84,17 @@ describe("metrics: GET /metrics on the metrics listener", function () {
     const after = await scrape();
 
     const http = { method: "GET", route: "/.well-known/agent-jwks.json", status_class: "2xx" };
-    expect(value(after, "vaultgate_http_request_duration_seconds_count", http) - value(before, "vaultgate_http_request_duration_seconds_count", http)).to.equal(3);
-    expect(value(after, "vaultgate_http_request_duration_seconds_bucket", { ...http, le: "+Inf" })).to.equal(value(after, "vaultgate_http_request_duration_seconds_count", http));
+    expect(value(after, "vaultgate_http_request_duration_seconds_count", http) - value(before, "vaultgate_http_request_duration_seconds_count", http)).to.equal(
+      3,
+    );
+    expect(value(after, "vaultgate_http_request_duration_seconds_bucket", { ...http, le: "+Inf" })).to.equal(
+      value(after, "vaultgate_http_request_duration_seconds_count", http),
+    );
     // A 404 is labelled with a fixed route, never the raw path (no unbounded series).
     const missing = { route: "unmatched", status_class: "4xx" };
-    expect(value(after, "vaultgate_http_request_duration_seconds_count", missing) - value(before, "vaultgate_http_request_duration_seconds_count", missing)).to.equal(1);
+    expect(
+      value(after, "vaultgate_http_request_duration_seconds_count", missing) - value(before, "vaultgate_http_request_duration_seconds_count", missing),
+    ).to.equal(1);
     expect([...after.keys()].some((k) => k.includes("no-such-page"))).to.equal(false);
 
     const rpc = { service: "vaultgate.grants.v1.GrantsService", method: "GetJwks", code: "OK" };
@@ -103,7 +109,9 @@ describe("metrics: GET /metrics on the metrics listener", function () {
     );
     const after = await scrape();
     const refused = { service: "vaultgate.audit.v1.AuditService", method: "ListRecords", code: "UNAUTHENTICATED" };
-    expect(value(after, "vaultgate_core_rpc_duration_seconds_count", refused) - value(before, "vaultgate_core_rpc_duration_seconds_count", refused)).to.equal(1);
+    expect(value(after, "vaultgate_core_rpc_duration_seconds_count", refused) - value(before, "vaultgate_core_rpc_duration_seconds_count", refused)).to.equal(
+      1,
+    );
   });
 
   it("reports the database pool and process metrics", async () => {
@@ -134,11 +142,10 @@ describe("metrics: GET /metrics on the metrics listener", function () {
   it("reports the age of the oldest due, undelivered webhook event", async () => {
     const { partnerId } = await createPartner(stack);
     const due = new Date(stack.clock().getTime() - 120_000);
-    await stack.core.db.raw(`INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at) VALUES (gen_random_uuid(), ?, 'kyc.status_changed', '{}'::jsonb, ?, ?)`, [
-      partnerId,
-      due,
-      due,
-    ]);
+    await stack.core.db.raw(
+      `INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at) VALUES (gen_random_uuid(), ?, 'kyc.status_changed', '{}'::jsonb, ?, ?)`,
+      [partnerId, due, due],
+    );
     try {
       expect(value(await scrape(), "vaultgate_webhook_outbox_lag_seconds")).to.be.at.least(120);
     } finally {

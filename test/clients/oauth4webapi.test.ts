@@ -84,7 +84,11 @@ describe("oauth4webapi against the agent authorization server", () => {
       expect(protectedHeader.typ).to.equal("at+jwt");
       expect(payload.aud).to.deep.equal([stack.url, resource]);
 
-      const refreshed = await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, tokens.refresh_token!, http));
+      const refreshed = await oauth.processRefreshTokenResponse(
+        as,
+        client,
+        await oauth.refreshTokenGrantRequest(as, client, auth, tokens.refresh_token!, http),
+      );
       expect(refreshed.jti).to.not.equal(tokens.jti);
       expect(refreshed.refresh_token).to.not.equal(tokens.refresh_token);
 
@@ -96,15 +100,13 @@ describe("oauth4webapi against the agent authorization server", () => {
         refused = true;
       }
       expect(refused).to.equal(true);
-      await oauth
-        .processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, refreshed.refresh_token!, http))
-        .then(
-          () => expect.fail("refresh after revocation must fail"),
-          (err: unknown) => {
-            expect(err).to.be.instanceOf(oauth.ResponseBodyError);
-            expect((err as oauth.ResponseBodyError).error).to.equal("invalid_grant");
-          },
-        );
+      await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, refreshed.refresh_token!, http)).then(
+        () => expect.fail("refresh after revocation must fail"),
+        (err: unknown) => {
+          expect(err).to.be.instanceOf(oauth.ResponseBodyError);
+          expect((err as oauth.ResponseBodyError).error).to.equal("invalid_grant");
+        },
+      );
     });
   }
 });

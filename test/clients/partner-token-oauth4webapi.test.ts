@@ -21,9 +21,15 @@ describe("partner tokens with oauth4webapi and jose", () => {
     it(`mints with ${method} and the token verifies against the published JWKS`, async () => {
       const partner = await createPartner(stack);
       const client: oauth.Client = { client_id: partner.clientId };
-      const response = await oauth.clientCredentialsGrantRequest(as(), client, auth(partner.clientSecret), { scope: "kyc:read wallet:read" }, {
-        [oauth.allowInsecureRequests]: true,
-      });
+      const response = await oauth.clientCredentialsGrantRequest(
+        as(),
+        client,
+        auth(partner.clientSecret),
+        { scope: "kyc:read wallet:read" },
+        {
+          [oauth.allowInsecureRequests]: true,
+        },
+      );
       const result = await oauth.processClientCredentialsResponse(as(), client, response);
       expect(result.token_type).to.equal("bearer");
       expect(result.expires_in).to.equal(3600);
@@ -48,9 +54,15 @@ describe("partner tokens with oauth4webapi and jose", () => {
   it("surfaces our flat OAuth errors to the library", async () => {
     const partner = await createPartner(stack);
     const client: oauth.Client = { client_id: partner.clientId };
-    const response = await oauth.clientCredentialsGrantRequest(as(), client, oauth.ClientSecretBasic(partner.clientSecret), { scope: "treasury:write" }, {
-      [oauth.allowInsecureRequests]: true,
-    });
+    const response = await oauth.clientCredentialsGrantRequest(
+      as(),
+      client,
+      oauth.ClientSecretBasic(partner.clientSecret),
+      { scope: "treasury:write" },
+      {
+        [oauth.allowInsecureRequests]: true,
+      },
+    );
     const err = await oauth.processClientCredentialsResponse(as(), client, response).catch((e: unknown) => e);
     expect(err).to.be.instanceOf(oauth.ResponseBodyError);
     expect((err as oauth.ResponseBodyError).error).to.equal("invalid_scope");

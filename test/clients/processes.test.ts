@@ -131,7 +131,7 @@ describe("vaultgate processes", function () {
     }
   });
 
-  describe("two replicas against one Postgres", function () {
+  describe("two replicas against one Postgres", () => {
     let dirs: Awaited<ReturnType<typeof tempDataDir>>[] = [];
     let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
     let replicas: ServiceProcess[] = [];

@@ -48,9 +48,15 @@ describe("gRPC server reflection: a client with only core's address", function (
 
   for (const version of ["v1", "v1alpha"]) {
     it(`lists the services and calls GetJwks from reflected descriptors (grpc.reflection.${version}, stock grpc-js)`, async () => {
-      const pkg = protoLoader.loadSync(`grpc/reflection/${version}/reflection.proto`, { includeDirs: [join(root, "proto")], keepCase: true, defaults: true, oneofs: true });
+      const pkg = protoLoader.loadSync(`grpc/reflection/${version}/reflection.proto`, {
+        includeDirs: [join(root, "proto")],
+        keepCase: true,
+        defaults: true,
+        oneofs: true,
+      });
       const Reflection = grpc.makeGenericClientConstructor(pkg[`grpc.reflection.${version}.ServerReflection`] as grpc.ServiceDefinition, "ServerReflection");
-      const reflection = new Reflection(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, (md?: grpc.Metadata) => grpc.ClientDuplexStream<object, any>>;
+      const reflection = new Reflection(address, grpc.credentials.createInsecure()) as grpc.Client &
+        Record<string, (md?: grpc.Metadata) => grpc.ClientDuplexStream<object, any>>;
       try {
         const ask = (requests: object[]) =>
           new Promise<any[]>((resolve, reject) => {
@@ -111,7 +117,12 @@ describe("gRPC server reflection: a client with only core's address", function (
   }
 
   it("answers file_containing_extension and all_extension_numbers_of_type for the admin_only option", async () => {
-    const pkg = protoLoader.loadSync("grpc/reflection/v1/reflection.proto", { includeDirs: [join(root, "proto")], keepCase: true, defaults: true, oneofs: true });
+    const pkg = protoLoader.loadSync("grpc/reflection/v1/reflection.proto", {
+      includeDirs: [join(root, "proto")],
+      keepCase: true,
+      defaults: true,
+      oneofs: true,
+    });
     const Reflection = grpc.makeGenericClientConstructor(pkg["grpc.reflection.v1.ServerReflection"] as grpc.ServiceDefinition, "ServerReflection");
     const reflection = new Reflection(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, () => grpc.ClientDuplexStream<object, any>>;
     try {

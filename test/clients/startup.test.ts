@@ -12,7 +12,12 @@ describe("vaultgate serve start-up (real processes)", function () {
     const dir = await tempDataDir();
     try {
       // Port 1 on loopback: nothing listens, so the connection is refused at once.
-      const res = await runCli(["serve"], { DATA_DIR: dir.path, DATABASE_URL: "postgres://someone:secret-pw@127.0.0.1:1/vaultgate", PORT: "0", CORE_PORT: "0" });
+      const res = await runCli(["serve"], {
+        DATA_DIR: dir.path,
+        DATABASE_URL: "postgres://someone:secret-pw@127.0.0.1:1/vaultgate",
+        PORT: "0",
+        CORE_PORT: "0",
+      });
       expect(res.code).to.equal(1);
       expect(res.stderr).to.include("cannot reach the database named by DATABASE_URL (127.0.0.1:1/vaultgate)");
       expect(res.stderr).to.not.match(/\n\s+at /);
@@ -79,15 +84,28 @@ describe("vaultgate serve start-up (real processes)", function () {
         ids.push(res.headers.get("x-request-id")!);
       }
       // No more traffic: the buffered lines go out on the logger's timer.
-      const logged = () => new Set(entries().filter((e) => e.msg === "request").map((e) => e.reqId));
+      const logged = () =>
+        new Set(
+          entries()
+            .filter((e) => e.msg === "request")
+            .map((e) => e.reqId),
+        );
       const deadline = Date.now() + 10_000;
       while (!ids.every((id) => logged().has(id)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      expect(ids.filter((id) => !logged().has(id)), proc.output()).to.deep.equal([]);
+      expect(
+        ids.filter((id) => !logged().has(id)),
+        proc.output(),
+      ).to.deep.equal([]);
     } finally {
       expect(await proc.stop()).to.equal(0);
       await dir.remove();
     }
     // The line written after the servers closed went out as the process exited.
-    expect(entries().map((e) => e.msg).slice(-2), proc.output()).to.deep.equal(["shutting down", "stopped"]);
+    expect(
+      entries()
+        .map((e) => e.msg)
+        .slice(-2),
+      proc.output(),
+    ).to.deep.equal(["shutting down", "stopped"]);
   });
 });

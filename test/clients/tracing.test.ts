@@ -144,7 +144,8 @@ describe("tracing: a collector that cannot be reached", () => {
     const otlp = new OTLPTraceExporter({ url: "http://127.0.0.1:1/v1/traces", timeoutMillis: 500 });
     const attempts: { names: string[]; failed: boolean }[] = [];
     const exporter: SpanExporter = {
-      export: (spans, done) => otlp.export(spans, (result) => (attempts.push({ names: spans.map((s) => s.name), failed: result.error !== undefined }), done(result))),
+      export: (spans, done) =>
+        otlp.export(spans, (result) => (attempts.push({ names: spans.map((s) => s.name), failed: result.error !== undefined }), done(result))),
       shutdown: () => otlp.shutdown(),
       forceFlush: () => otlp.forceFlush(),
     };

@@ -4,11 +4,7 @@ import { createConnectRouter } from "@connectrpc/connect";
 import { admin_only } from "../../gen/vaultgate/common/v1/options_pb.js";
 import { startStack, TEST_ISSUER } from "../support/stack.js";
 import { startIdp } from "../support/oidc-idp.js";
-import {
-  fixtures,
-  generatedServices,
-  startGrpcCore,
-} from "../support/trust.js";
+import { fixtures, generatedServices, startGrpcCore } from "../support/trust.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 import type { Ctx, Entry } from "../support/trust-cases.js";
@@ -47,23 +43,41 @@ describe("core trusts no caller: every RPC over a real port", function () {
       c.stack.core.routes(router);
       const served = router.handlers.map((h) => `${h.service.typeName}/${h.method.name}`).sort();
       const generated = services.flatMap((s) => s.methods.map((m) => methodKey(s, m.name))).sort();
-      expect(served.filter((k) => !TABLE[k]), "served methods without a trust table entry").to.deep.equal([]);
-      expect(generated.filter((k) => !TABLE[k]), "generated methods without a trust table entry").to.deep.equal([]);
-      expect(Object.keys(TABLE).filter((k) => !served.includes(k)), "table entries core does not serve").to.deep.equal([]);
+      expect(
+        served.filter((k) => !TABLE[k]),
+        "served methods without a trust table entry",
+      ).to.deep.equal([]);
+      expect(
+        generated.filter((k) => !TABLE[k]),
+        "generated methods without a trust table entry",
+      ).to.deep.equal([]);
+      expect(
+        Object.keys(TABLE).filter((k) => !served.includes(k)),
+        "table entries core does not serve",
+      ).to.deep.equal([]);
       expect(served).to.deep.equal(generated);
     });
 
     it("marks as admin exactly the methods whose proto says admin_only", () => {
       const mismatched = services.flatMap((s) =>
-        s.methods.filter((m) => TABLE[methodKey(s, m.name)] && getOption(m, admin_only) !== (TABLE[methodKey(s, m.name)]!.kind === "admin")).map((m) => methodKey(s, m.name)),
+        s.methods
+          .filter((m) => TABLE[methodKey(s, m.name)] && getOption(m, admin_only) !== (TABLE[methodKey(s, m.name)]!.kind === "admin"))
+          .map((m) => methodKey(s, m.name)),
       );
       expect(mismatched).to.deep.equal([]);
     });
 
     it("has a positive control in every entry, and a refusal in every entry that takes a credential", () => {
       for (const [key, entry] of Object.entries(TABLE)) {
-        expect(entry.cases.some((x) => x.expect === "ok"), `${key}: positive control`).to.equal(true);
-        if (entry.kind !== "public") expect(entry.cases.some((x) => x.expect !== "ok"), `${key}: refusals`).to.equal(true);
+        expect(
+          entry.cases.some((x) => x.expect === "ok"),
+          `${key}: positive control`,
+        ).to.equal(true);
+        if (entry.kind !== "public")
+          expect(
+            entry.cases.some((x) => x.expect !== "ok"),
+            `${key}: refusals`,
+          ).to.equal(true);
       }
     });
   });

@@ -2,11 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import * as grpc from "@grpc/grpc-js";
 import { startStack, type TestStack } from "../support/stack.js";
-import {
-  bearerMd,
-  startGrpcCore,
-  type GrpcCore,
-} from "../support/trust.js";
+import { bearerMd, startGrpcCore, type GrpcCore } from "../support/trust.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 const S = grpc.status;
@@ -30,7 +26,8 @@ describe("core trusts no caller: the client address behind RegisterClient", () =
       },
       md,
     );
-  const vouched = (address: string, credential = stack.gatewayToken) => bearerMd(undefined, { "x-vaultgate-gateway": credential, "x-vaultgate-client-address": address });
+  const vouched = (address: string, credential = stack.gatewayToken) =>
+    bearerMd(undefined, { "x-vaultgate-gateway": credential, "x-vaultgate-client-address": address });
   const spoofed = (address: string) => bearerMd(undefined, { "x-vaultgate-client-address": address });
 
   before(async () => {
@@ -46,7 +43,13 @@ describe("core trusts no caller: the client address behind RegisterClient", () =
     // Direct callers claiming a different address each time still share one bucket (other
     // suites in this process may have used it already, so count successes, not which ones).
     const outcomes = [];
-    for (let i = 0; i <= LIMIT; i++) outcomes.push(await register(spoofed(`198.51.100.${i + 1}`)).then(() => "ok", (e: grpc.ServiceError) => statusName(e.code)));
+    for (let i = 0; i <= LIMIT; i++)
+      outcomes.push(
+        await register(spoofed(`198.51.100.${i + 1}`)).then(
+          () => "ok",
+          (e: grpc.ServiceError) => statusName(e.code),
+        ),
+      );
     expect(outcomes.filter((o) => o === "ok").length, outcomes.join(",")).to.be.at.most(LIMIT);
     expect(outcomes.at(-1)).to.equal("RESOURCE_EXHAUSTED");
     expect((await grpcRefusalOf(register())).code).to.equal(S.RESOURCE_EXHAUSTED);

@@ -16,7 +16,21 @@ describe("TRUST_PROXY setting", function () {
   });
 
   it("refuses anything else, naming the setting", () => {
-    for (const bad of ["true", "yes", "loopback", "10.0.0.0/33", "fd00::/129", "10.0.0/8", "10.0.0.0/", "10.0.0.0/8,", "999", "-1", "1.5", "example.com", "10.0.0.0/8;rm"]) {
+    for (const bad of [
+      "true",
+      "yes",
+      "loopback",
+      "10.0.0.0/33",
+      "fd00::/129",
+      "10.0.0/8",
+      "10.0.0.0/",
+      "10.0.0.0/8,",
+      "999",
+      "-1",
+      "1.5",
+      "example.com",
+      "10.0.0.0/8;rm",
+    ]) {
       expect(() => loadConfig({ TRUST_PROXY: bad }), bad).to.throw(ConfigError, /^TRUST_PROXY must be a hop count/);
     }
   });

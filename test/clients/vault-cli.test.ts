@@ -30,6 +30,8 @@ describe("vaultgate vault fund (real processes)", function () {
       body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
     });
     expect(res.status).to.equal(401);
-    expect(res.headers.get("www-authenticate")).to.match(/^Bearer resource_metadata="http:\/\/127\.0\.0\.1:\d+\/\.well-known\/oauth-protected-resource\/mcp\/read", scope="accounts:read audit:stream"$/);
+    expect(res.headers.get("www-authenticate")).to.match(
+      /^Bearer resource_metadata="http:\/\/127\.0\.0\.1:\d+\/\.well-known\/oauth-protected-resource\/mcp\/read", scope="accounts:read audit:stream"$/,
+    );
   });
 });

@@ -20,7 +20,7 @@ import { startRelay } from "../support/db-relay.js";
  * temporarily_unavailable with retry_after_seconds), never a 500 that the spec tells
  * clients to retry unchanged; core logs it once at warn, without a stack.
  */
-describe("database outage (PostgreSQL)", function () {
+describe("database outage (PostgreSQL)", () => {
   let core: Core;
   let gateway: FastifyInstance;
   let url: string;

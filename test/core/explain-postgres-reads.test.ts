@@ -4,7 +4,7 @@ import { startStack, type TestStack } from "../support/stack.js";
 import { requirePostgres } from "../support/db.js";
 import { payment } from "../support/budgets.js";
 import { fundedChild } from "../support/spend.js";
-import { type TestPartner } from "../support/partners.js";
+import type { TestPartner } from "../support/partners.js";
 import { createUserFor } from "../support/resources.js";
 import { fixtures, type Fixtures } from "../support/trust.js";
 import { batchRequest, bindTreasury, createRecipient } from "../support/treasury.js";
@@ -101,13 +101,21 @@ describe("Hot statements use indexes on a seeded database: reads, deliveries and
       await stack.clients.budgets.getMoneyView({ sessionToken: session });
       await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
       await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });
-      await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: active.vaultId, amountCents: 1_000n, idempotencyKey: `explain-${randomBytes(4).toString("hex")}` });
+      await stack.clients.budgets.fundBudget({
+        sessionToken: session,
+        vaultId: active.vaultId,
+        amountCents: 1_000n,
+        idempotencyKey: `explain-${randomBytes(4).toString("hex")}`,
+      });
       await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: active.vaultId, keepFunds: true });
       await stack.clients.budgets.sweepBudget({ sessionToken: session, vaultId: active.vaultId });
       await stack.clients.grants.killSwitch({ sessionToken: session });
       await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
     });
-    expect(receiver.received.some((r) => r.body.includes(hookedUser.userId)), "the webhook was delivered").to.equal(true);
+    expect(
+      receiver.received.some((r) => r.body.includes(hookedUser.userId)),
+      "the webhook was delivered",
+    ).to.equal(true);
 
     // Each hot path must be among the statements checked.
     const checked = await expectIndexedPlans(statements, [

@@ -76,7 +76,13 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     const other = await f.clientGrant(user, client); // warms the client's secret check, outside the capture
 
     const statements = await capture(async () => {
-      const exchanged = await stack.clients.grants.exchangeCode({ clientId: client.clientId, clientSecret: client.clientSecret, code, redirectUri: client.redirectUri, codeVerifier: verifier });
+      const exchanged = await stack.clients.grants.exchangeCode({
+        clientId: client.clientId,
+        clientSecret: client.clientSecret,
+        code,
+        redirectUri: client.redirectUri,
+        codeVerifier: verifier,
+      });
       await stack.clients.grants.refreshGrant({ refreshToken: exchanged.token!.refreshToken, clientId: client.clientId, clientSecret: client.clientSecret });
       await stack.clients.grants.refreshGrant({ refreshToken: other.refreshToken, clientId: client.clientId, clientSecret: client.clientSecret });
       await stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret, scope: "kyc:read" });
@@ -89,5 +95,4 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
       /\bpartners\b/, // the client_credentials grant reads its partner
     ]);
   }
-
 });

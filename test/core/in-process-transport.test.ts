@@ -53,7 +53,9 @@ describe("in-process transport", () => {
 
   it("answers unimplemented for an unregistered service method", async () => {
     const transport = createInProcessTransport(() => {}, []);
-    const err = (await createClient(Health, transport).check({ service: "" }).catch((e: unknown) => e)) as ConnectError;
+    const err = (await createClient(Health, transport)
+      .check({ service: "" })
+      .catch((e: unknown) => e)) as ConnectError;
     expect(err.code).to.equal(Code.Unimplemented);
   });
 

@@ -29,15 +29,22 @@ describe("input text rules on every surface", () => {
 
   const agentToken = async () => grantFor(stack, await createOwner(stack), { stepUp: true });
   const createBudgetRpc = (token: string, args: Record<string, unknown>) =>
-    postRpc(`${stack.url}/mcp/treasury`, {
-      jsonrpc: "2.0",
-      id: 1,
-      method: "agent.budget.create",
-      params: { purpose: "trip", display_name: "Trip", chain_allowlist: ["base"], idempotency_key: `k-${randomUUID()}`, ...args },
-    }, { authorization: `Bearer ${token}` });
+    postRpc(
+      `${stack.url}/mcp/treasury`,
+      {
+        jsonrpc: "2.0",
+        id: 1,
+        method: "agent.budget.create",
+        params: { purpose: "trip", display_name: "Trip", chain_allowlist: ["base"], idempotency_key: `k-${randomUUID()}`, ...args },
+      },
+      { authorization: `Bearer ${token}` },
+    );
 
   describe("JSON-RPC tools", () => {
-    for (const [label, value] of [["NUL", NUL], ["a lone surrogate", LONE]] as const) {
+    for (const [label, value] of [
+      ["NUL", NUL],
+      ["a lone surrogate", LONE],
+    ] as const) {
       it(`agent.budget.create with ${label} in display_name is -32602 naming the field`, async () => {
         const res = await createBudgetRpc(await agentToken(), { display_name: value });
         expect(res.status, res.text).to.equal(200);
@@ -100,14 +107,22 @@ describe("input text rules on every surface", () => {
         const res = await stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(n), displayName: emoji(100) }) });
         expect(res.budget?.budgetId).to.be.a("string");
       }
-      const tooLong = await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }), Reason.INVALID_REQUEST);
-      const longName = await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }), Reason.INVALID_REQUEST);
+      const tooLong = await expectRefused(
+        stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }),
+        Reason.INVALID_REQUEST,
+      );
+      const longName = await expectRefused(
+        stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }),
+        Reason.INVALID_REQUEST,
+      );
     });
 
     it("over real gRPC, a NUL is INVALID_ARGUMENT, not INTERNAL", async () => {
       const grpcCore = await startGrpcCore(stack);
       try {
-        const err = await grpcRefusalOf(grpcCore.call("vaultgate.partners.v1.PartnersService", "CreateUser", { email: "x\u0000@example.com" }, bearerMd(stack.adminToken)));
+        const err = await grpcRefusalOf(
+          grpcCore.call("vaultgate.partners.v1.PartnersService", "CreateUser", { email: "x\u0000@example.com" }, bearerMd(stack.adminToken)),
+        );
         expect(err.code).to.equal(3); // INVALID_ARGUMENT
         expect(err.details).to.match(/^email /);
       } finally {
@@ -134,7 +149,10 @@ describe("input text rules on every surface", () => {
       const res = await api(stack, "POST", "/treasury/payouts", {
         token,
         headers: { "idempotency-key": `k-${randomUUID()}` },
-        json: { payer_entity_id: payer, items: [{ execution_id: "e-1", payout_id: "p-1", recipient: { user_id: userId }, amount_cents: 100, currency: "USD", reference: LONE }] },
+        json: {
+          payer_entity_id: payer,
+          items: [{ execution_id: "e-1", payout_id: "p-1", recipient: { user_id: userId }, amount_cents: 100, currency: "USD", reference: LONE }],
+        },
       });
       expectHttpError(res, 400, "invalid_request");
       expect((res.body as { error: { message: string } }).error.message).to.match(/^items\[0\]\.reference /);

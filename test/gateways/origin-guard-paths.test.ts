@@ -76,7 +76,16 @@ describe("Origin/Host guard on encoded and unnormalized paths (HTTP)", () => {
   });
 
   it("dynamic registration: a foreign Origin is refused with the OAuth 403 on every spelling", async () => {
-    for (const path of ["/oauth2/register", "/oauth2/%72egister", "/oauth2/%72%65gister", "/%6Fauth2/register", "/oauth2/./register", "/x/../oauth2/register", "/oauth2//register", "/oauth2/register/"]) {
+    for (const path of [
+      "/oauth2/register",
+      "/oauth2/%72egister",
+      "/oauth2/%72%65gister",
+      "/%6Fauth2/register",
+      "/oauth2/./register",
+      "/x/../oauth2/register",
+      "/oauth2//register",
+      "/oauth2/register/",
+    ]) {
       const res = await post(path, { "content-type": "application/json", origin: FOREIGN }, registration);
       expect(res.status, path).to.equal(403);
       expect((JSON.parse(res.body) as { error: string }).error, path).to.equal("access_denied");

@@ -15,8 +15,7 @@ describe("request log", () => {
     await stack.close();
   });
 
-  const linesFor = (requestId: string) =>
-    stack.logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.reqId === requestId);
+  const linesFor = (requestId: string) => stack.logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.reqId === requestId);
   /** Every line about the request: the gateway's (reqId) and core's (requestId). */
   const everyLineFor = (requestId: string) =>
     stack.logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.reqId === requestId || e.requestId === requestId);
@@ -65,14 +64,28 @@ describe("request log", () => {
 
   describe("a request core refuses is one line, with core's reason", () => {
     const cases: [string, () => Promise<{ status: number; lines: Record<string, unknown>[] }>, number, Reason][] = [
-      ["partner resource, bad bearer", () => send("/api/partner/users/00000000-0000-4000-8000-000000000000/kyc", { headers: { authorization: "Bearer not-a-token" } }), 401, Reason.INVALID_TOKEN],
+      [
+        "partner resource, bad bearer",
+        () => send("/api/partner/users/00000000-0000-4000-8000-000000000000/kyc", { headers: { authorization: "Bearer not-a-token" } }),
+        401,
+        Reason.INVALID_TOKEN,
+      ],
       [
         "partner token, unknown client",
-        () => send("/api/partner/oauth/token", form({ grant_type: "client_credentials" }, { authorization: `Basic ${Buffer.from("no-such-client:wrong").toString("base64")}` })),
+        () =>
+          send(
+            "/api/partner/oauth/token",
+            form({ grant_type: "client_credentials" }, { authorization: `Basic ${Buffer.from("no-such-client:wrong").toString("base64")}` }),
+          ),
         401,
         Reason.INVALID_CLIENT,
       ],
-      ["agent token, unknown refresh token", () => send("/oauth2/token", form({ grant_type: "refresh_token", refresh_token: "no-such-token", client_id: "no-such-client", client_secret: "x" })), 401, Reason.INVALID_CLIENT],
+      [
+        "agent token, unknown refresh token",
+        () => send("/oauth2/token", form({ grant_type: "refresh_token", refresh_token: "no-such-token", client_id: "no-such-client", client_secret: "x" })),
+        401,
+        Reason.INVALID_CLIENT,
+      ],
       ["MCP, bad bearer", () => send("/mcp/read", rpc({ jsonrpc: "2.0", id: 1, method: "tools/list" }, "not-a-token")), 401, Reason.INVALID_TOKEN],
       ["web page, stale session", () => send("/dashboard/agents", { headers: { cookie: "vg_session=not-a-session" } }), 303, Reason.INVALID_TOKEN],
     ];
@@ -112,7 +125,10 @@ describe("request log", () => {
       const before = stack.logs.lines.length;
       const err = await stack.admin.partners.getPartner({ clientId: "no-such-client" }).catch((e: unknown) => e);
       expect(err).to.be.instanceOf(Error);
-      const refused = stack.logs.lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.msg === "rpc refused");
+      const refused = stack.logs.lines
+        .slice(before)
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((e) => e.msg === "rpc refused");
       expect(refused).to.have.length(1);
       expect(refused[0]).to.include({ level: 30, reason: Reason[Reason.NOT_FOUND] });
     });

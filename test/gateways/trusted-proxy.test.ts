@@ -26,7 +26,15 @@ function register(base: string, from: string, headers: Record<string, string> = 
   const url = new URL(`${base}/oauth2/register`);
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", localAddress: from, agent: false, headers: { "content-type": "application/json", ...headers } },
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: "POST",
+        localAddress: from,
+        agent: false,
+        headers: { "content-type": "application/json", ...headers },
+      },
       (res) => {
         let text = "";
         res.setEncoding("utf8");
@@ -48,7 +56,15 @@ function mintFrom(base: string, from: string, clientId: string, secret: string):
   const body = new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: secret }).toString();
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", localAddress: from, agent: false, headers: { "content-type": "application/x-www-form-urlencoded" } },
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: "POST",
+        localAddress: from,
+        agent: false,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+      },
       (res) => {
         res.resume();
         res.on("end", () => resolve(res.statusCode!));
@@ -65,7 +81,7 @@ function mintFrom(base: string, from: string, clientId: string, secret: string):
  * Forwarded), for the per-address registration limit and on the audit record; forwarding
  * headers from a peer that is not a trusted proxy are ignored.
  */
-describe("trusted proxies (nginx in front of the gateway)", function () {
+describe("trusted proxies (nginx in front of the gateway)", () => {
   let stack: TestStack;
   let nginx: NginxProxy;
   const gateways: FastifyInstance[] = [];
@@ -128,14 +144,19 @@ describe("trusted proxies (nginx in front of the gateway)", function () {
 
   /** Fires `n` registrations from each address at once; returns each address's answers. */
   async function burst(base: string, froms: string[], n: number, headersOf: (from: string, i: number) => Record<string, string> = () => ({})) {
-    const answers = await Promise.all(froms.flatMap((from) => Array.from({ length: n }, (_, i) => register(base, from, headersOf(from, i)).then((r) => ({ from, r })))));
+    const answers = await Promise.all(
+      froms.flatMap((from) => Array.from({ length: n }, (_, i) => register(base, from, headersOf(from, i)).then((r) => ({ from, r })))),
+    );
     return new Map(froms.map((from) => [from, answers.filter((a) => a.from === from).map((a) => a.r)]));
   }
 
   /** Exactly LIMIT of an address's attempts get past its count; the rest are refused 429. */
   function expectLimited(from: string, answers: Registered[]) {
     const statuses = answers.map((r) => r.status).sort();
-    expect(statuses, `${from}: exactly the limit passes, the rest is refused`).to.deep.equal([...Array(LIMIT).fill(201), ...Array(answers.length - LIMIT).fill(429)]);
+    expect(statuses, `${from}: exactly the limit passes, the rest is refused`).to.deep.equal([
+      ...Array(LIMIT).fill(201),
+      ...Array(answers.length - LIMIT).fill(429),
+    ]);
   }
 
   async function expectCountedApart(base: string, headersOf?: (from: string, i: number) => Record<string, string>) {
@@ -162,7 +183,10 @@ describe("trusted proxies (nginx in front of the gateway)", function () {
     // Each forger claims the victim's address (and fresh ones) in both headers; the proxy
     // appends the real peer (X-Forwarded-For) or drops the forged header.
     await expectCountedApart(viaXff, (_from, i) => ({ "x-forwarded-for": i % 2 ? victim : `${loopback()}, ${victim}`, forwarded: `for=${victim}` }));
-    await expectCountedApart(viaForwarded, (_from, i) => ({ forwarded: i % 2 ? `for=${victim}` : `for=${loopback()}, for="${victim}"`, "x-forwarded-for": victim }));
+    await expectCountedApart(viaForwarded, (_from, i) => ({
+      forwarded: i % 2 ? `for=${victim}` : `for=${loopback()}, for="${victim}"`,
+      "x-forwarded-for": victim,
+    }));
     const victimRegisters = await register(viaXff, victim);
     expect(victimRegisters.status, "the victim's own count was never touched").to.equal(201);
     expect(await auditedAddress(victimRegisters.clientId!)).to.equal(victim);
@@ -171,7 +195,10 @@ describe("trusted proxies (nginx in front of the gateway)", function () {
   it("TRUST_PROXY off: forwarded headers sent straight to the gateway are ignored; the TCP peer is the client", async () => {
     const forger = loopback();
     const claimed = loopback();
-    const answers = await burst(untrusting, [forger], 2 * LIMIT, (_f, i) => ({ "x-forwarded-for": `${loopback()}`, forwarded: `for=${i % 2 ? claimed : loopback()}` }));
+    const answers = await burst(untrusting, [forger], 2 * LIMIT, (_f, i) => ({
+      "x-forwarded-for": `${loopback()}`,
+      forwarded: `for=${i % 2 ? claimed : loopback()}`,
+    }));
     const mine = answers.get(forger)!;
     expectLimited(forger, mine);
     for (const r of mine.filter((x) => x.status === 201)) expect(await auditedAddress(r.clientId!)).to.equal(forger);
@@ -197,7 +224,10 @@ describe("trusted proxies (nginx in front of the gateway)", function () {
     const [honest, guesser] = [loopback(), loopback()];
     expect(await mintFrom(viaXff, honest, partner.clientId, partner.clientSecret)).to.equal(200);
     expect(await mintFrom(viaXff, guesser, partner.clientId, `${partner.clientSecret.slice(0, -2)}xx`)).to.equal(401);
-    const rows = await stack.core.db("audit_records").where({ action: "partner.token.issue", actor: `partner:${partner.clientId}` }).select<{ outcome: string; client_address: string }[]>("outcome", "client_address");
+    const rows = await stack.core
+      .db("audit_records")
+      .where({ action: "partner.token.issue", actor: `partner:${partner.clientId}` })
+      .select<{ outcome: string; client_address: string }[]>("outcome", "client_address");
     expect(rows.map((r) => `${r.outcome} ${r.client_address}`).sort()).to.deep.equal([`failure ${guesser}`, `success ${honest}`].sort());
   });
 });

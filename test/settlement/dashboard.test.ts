@@ -20,7 +20,22 @@ describe("web pages: payment rows show settlement status and transaction hash", 
       gateway: true,
       publicUrls: true,
       scrypt: { N: 1024, r: 8, p: 1 },
-      settlement: { evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: await freshWalletKeyFile() }] },
+      settlement: {
+        evm: [
+          {
+            chain: "base",
+            rail: "evm",
+            rpcUrl: anvil.url,
+            usdc,
+            chainId: ANVIL_CHAIN_ID,
+            confirmations: 2,
+            finalityBlocks: 4,
+            expirySeconds: 3600,
+            rpcTimeoutMs: 2000,
+            walletKeyFile: await freshWalletKeyFile(),
+          },
+        ],
+      },
       settlementPollMs: 0,
       settlementWorker: { recheckMs: 0 },
     });
@@ -37,13 +52,24 @@ describe("web pages: payment rows show settlement status and transaction hash", 
     const rpc = (path: string, token: string, method: string, params: unknown) =>
       postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
     const user = await createUser(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
-    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", { purpose: "trip", display_name: "Chain", chain_allowlist: ["base"], idempotency_key: `b-${randomBytes(6).toString("hex")}` });
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
+    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Chain",
+      chain_allowlist: ["base"],
+      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+    });
     const vaultId = budget.json!.result.vault_id as string;
     await stack.admin.budgets.fundVault({ vaultId, amountCents: 10_000n });
     const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
     const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
-    await rpc("/mcp/write", agent, "payments.initiate", { counterparty: { address: to, chain: "base", token: "USDC" }, amount_cents: 700, currency: "USD", idempotency_key: `p-${randomBytes(6).toString("hex")}` });
+    await rpc("/mcp/write", agent, "payments.initiate", {
+      counterparty: { address: to, chain: "base", token: "USDC" },
+      amount_cents: 700,
+      currency: "USD",
+      idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+    });
     await stack.core.settlement.worker.runOnce();
     const hash = (await stack.core.db("settlement_payments").where({ vault_id: vaultId }).first()).tx_hash as string;
     const jar = createJar(stack.url);

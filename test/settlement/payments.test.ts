@@ -19,7 +19,20 @@ describe("payments that settle on a chain (anvil)", function () {
     usdc = await anvil.deployUsdc();
     stack = await startMcpStack({
       settlement: {
-        evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: await freshWalletKeyFile() }],
+        evm: [
+          {
+            chain: "base",
+            rail: "evm",
+            rpcUrl: anvil.url,
+            usdc,
+            chainId: ANVIL_CHAIN_ID,
+            confirmations: 2,
+            finalityBlocks: 4,
+            expirySeconds: 3600,
+            rpcTimeoutMs: 2000,
+            walletKeyFile: await freshWalletKeyFile(),
+          },
+        ],
       },
       settlementPollMs: 0,
       settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },
@@ -41,7 +54,8 @@ describe("payments that settle on a chain (anvil)", function () {
   /** A funded child budget on base and eth and an agent token on it. */
   async function agent(limits: Record<string, unknown> = {}) {
     const owner = await createOwner(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
     const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
       purpose: "trip",
       display_name: "Chain budget",
@@ -81,7 +95,17 @@ describe("payments that settle on a chain (anvil)", function () {
     await anvil.mine(1);
     await settle();
     const got = await rpc("/mcp/read", a.token, "payments.get", { payment_id: id });
-    expect(got.json!.result).to.deep.include({ payment_id: id, status: "completed", chain: "base", token: "USDC", amount_cents: 1_500, currency: "USD", counterparty: to, tx_hash: txHash, failure_reason: null });
+    expect(got.json!.result).to.deep.include({
+      payment_id: id,
+      status: "completed",
+      chain: "base",
+      token: "USDC",
+      amount_cents: 1_500,
+      currency: "USD",
+      counterparty: to,
+      tx_hash: txHash,
+      failure_reason: null,
+    });
     expect(got.json!.result.confirmations).to.be.at.least(2);
     expect(await anvil.usdcBalance(usdc, to)).to.equal(15_000_000n);
     expect(await a.balance()).to.equal(98_500);
@@ -151,7 +175,9 @@ describe("payments that settle on a chain (anvil)", function () {
       await anvil.mine(1);
     }
     await settle();
-    const statuses = await Promise.all(accepted.map(async (r) => (await rpc("/mcp/read", a.token, "payments.get", { payment_id: r.json!.result.payment_id })).json!.result.status));
+    const statuses = await Promise.all(
+      accepted.map(async (r) => (await rpc("/mcp/read", a.token, "payments.get", { payment_id: r.json!.result.payment_id })).json!.result.status),
+    );
     expect(statuses).to.deep.equal(accepted.map(() => "completed"));
     const paid = await Promise.all(payees.map((to) => anvil.usdcBalance(usdc, to)));
     expect(paid.filter((u) => u === centsToUnits(500)).length).to.equal(20);

@@ -48,10 +48,27 @@ describe("vaultgate ledger verify --chains (real processes)", function () {
 
     const clean = await runCli(["ledger", "verify", "--chains", "--json"], cli);
     expect(clean.code, clean.stderr).to.equal(0);
-    expect((clean.json!.chains as Record<string, unknown>[])[0]).to.include({ chain: "base", wallet: account.address.toLowerCase(), onchain_balance_units: "5000000" });
+    expect((clean.json!.chains as Record<string, unknown>[])[0]).to.include({
+      chain: "base",
+      wallet: account.address.toLowerCase(),
+      onchain_balance_units: "5000000",
+    });
     expect(clean.json!.chain_differences).to.deep.equal([]);
 
-    const rail = createEvmRail({ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 1, finalityBlocks: 64, expirySeconds: 3600, rpcTimeoutMs: 2000 }, account);
+    const rail = createEvmRail(
+      {
+        chain: "base",
+        rail: "evm",
+        rpcUrl: anvil.url,
+        usdc,
+        chainId: ANVIL_CHAIN_ID,
+        confirmations: 1,
+        finalityBlocks: 64,
+        expirySeconds: 3600,
+        rpcTimeoutMs: 2000,
+      },
+      account,
+    );
     const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
     const signed = await rail.signTransfer(await rail.minedNonce(), to, 1_000_000n, await rail.fees());
     await rail.broadcast(signed.rawTx);
@@ -62,7 +79,12 @@ describe("vaultgate ledger verify --chains (real processes)", function () {
     expect(damaged.stderr).to.include(signed.txHash.toLowerCase());
     const diffs = (JSON.parse(damaged.stdout) as { chain_differences: Record<string, unknown>[] }).chain_differences;
     expect(diffs).to.deep.include({
-      chain: "base", check: "transfer_without_payment", tx_hash: signed.txHash.toLowerCase(), payment_id: null, chain_units: "1000000", books_units: "0",
+      chain: "base",
+      check: "transfer_without_payment",
+      tx_hash: signed.txHash.toLowerCase(),
+      payment_id: null,
+      chain_units: "1000000",
+      books_units: "0",
       message: diffs.find((d) => d.check === "transfer_without_payment")!.message,
     });
   });

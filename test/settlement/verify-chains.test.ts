@@ -27,7 +27,20 @@ describe("books that match the chain (anvil)", function () {
     keyFile = await freshWalletKeyFile();
     stack = await startMcpStack({
       settlement: {
-        evm: [{ chain: "base", rail: "evm", rpcUrl: anvil.url, usdc, chainId: ANVIL_CHAIN_ID, confirmations: 2, finalityBlocks: 4, expirySeconds: 3600, rpcTimeoutMs: 2000, walletKeyFile: keyFile }],
+        evm: [
+          {
+            chain: "base",
+            rail: "evm",
+            rpcUrl: anvil.url,
+            usdc,
+            chainId: ANVIL_CHAIN_ID,
+            confirmations: 2,
+            finalityBlocks: 4,
+            expirySeconds: 3600,
+            rpcTimeoutMs: 2000,
+            walletKeyFile: keyFile,
+          },
+        ],
       },
       settlementPollMs: 0,
       settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },
@@ -48,9 +61,13 @@ describe("books that match the chain (anvil)", function () {
   /** Pays `amounts` from a fresh funded budget on base and settles them to completed. */
   async function payAndSettle(amounts: number[]): Promise<string[]> {
     const owner = await createOwner(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
     const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-      purpose: "trip", display_name: "Chain budget", chain_allowlist: ["base"], idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+      purpose: "trip",
+      display_name: "Chain budget",
+      chain_allowlist: ["base"],
+      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
     });
     const vaultId = budget.json!.result.vault_id as string;
     await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
@@ -58,7 +75,10 @@ describe("books that match the chain (anvil)", function () {
     const ids = await Promise.all(
       amounts.map(async (amount) => {
         const r = await rpc("/mcp/write", token, "payments.initiate", {
-          counterparty: { address: recipient(), chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+          counterparty: { address: recipient(), chain: "base", token: "USDC" },
+          amount_cents: amount,
+          currency: "USD",
+          idempotency_key: `p-${randomBytes(6).toString("hex")}`,
         });
         expect(r.json!.result, JSON.stringify(r.json)).to.have.property("payment_id");
         return r.json!.result.payment_id as string;
@@ -94,7 +114,12 @@ describe("books that match the chain (anvil)", function () {
       expect(r.ok).to.equal(false);
       expect(r.differences).to.have.length(1);
       expect(r.differences[0]).to.deep.include({
-        chain: "base", check: "amount_mismatch", paymentId: id, txHash: row.tx_hash.toLowerCase(), chainUnits: `${centsToUnits(700)}`, booksUnits: `${centsToUnits(701)}`,
+        chain: "base",
+        check: "amount_mismatch",
+        paymentId: id,
+        txHash: row.tx_hash.toLowerCase(),
+        chainUnits: `${centsToUnits(700)}`,
+        booksUnits: `${centsToUnits(701)}`,
       });
     } finally {
       await stack.core.db("settlement_payments").where({ payment_id: id }).update({ amount_cents: 700 });

@@ -60,16 +60,41 @@ describe("settlement on a local chain (anvil)", function () {
   }
 
   function worker(rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
-    const w = createSettlementWorker({ store, rails: () => new Map([[rail.settings.chain, rail]]), clock: () => new Date(), logger, pollMs: 0, recheckMs: 0, underfundedRetryMs: 0, ...over });
+    const w = createSettlementWorker({
+      store,
+      rails: () => new Map([[rail.settings.chain, rail]]),
+      clock: () => new Date(),
+      logger,
+      pollMs: 0,
+      recheckMs: 0,
+      underfundedRetryMs: 0,
+      ...over,
+    });
     workers.push(w);
     return w;
   }
 
   const recipient = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
 
-  async function accept(wallet: PrivateKeyAccount, to: string, amountCents: number, at = new Date(), expiresAt = new Date(at.getTime() + 3600_000)): Promise<string> {
+  async function accept(
+    wallet: PrivateKeyAccount,
+    to: string,
+    amountCents: number,
+    at = new Date(),
+    expiresAt = new Date(at.getTime() + 3600_000),
+  ): Promise<string> {
     const paymentId = randomUUID();
-    await store.insert(db, { paymentId, chain: "eth", rail: "evm", wallet: wallet.address.toLowerCase(), recipient: to, amountCents, currency: "USD", at, expiresAt });
+    await store.insert(db, {
+      paymentId,
+      chain: "eth",
+      rail: "evm",
+      wallet: wallet.address.toLowerCase(),
+      recipient: to,
+      amountCents,
+      currency: "USD",
+      at,
+      expiresAt,
+    });
     return paymentId;
   }
 
@@ -204,7 +229,16 @@ describe("settlement on a local chain (anvil)", function () {
     const p2 = await get(id2);
     await anvil.rpc("anvil_dropTransaction", [p2.txHash]);
     // Someone else with the key spends the nonce.
-    const other = await wallet.signTransaction({ type: "eip1559", chainId: ANVIL_CHAIN_ID, nonce: p2.nonce!, to: wallet.address, value: 0n, gas: 21_000n, maxFeePerGas: 10n ** 10n, maxPriorityFeePerGas: 10n ** 9n });
+    const other = await wallet.signTransaction({
+      type: "eip1559",
+      chainId: ANVIL_CHAIN_ID,
+      nonce: p2.nonce!,
+      to: wallet.address,
+      value: 0n,
+      gas: 21_000n,
+      maxFeePerGas: 10n ** 10n,
+      maxPriorityFeePerGas: 10n ** 9n,
+    });
     await anvil.client.sendRawTransaction({ serializedTransaction: other });
     await anvil.mine(1);
     const failed = await until(w, id2, "failed");

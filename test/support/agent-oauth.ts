@@ -53,7 +53,12 @@ export function formFields(htmlText: string, action: string): Record<string, str
 }
 
 function unescapeHtml(s: string): string {
-  return s.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+  return s
+    .replace(/&quot;/g, '"')
+    .replace(/&#39;/g, "'")
+    .replace(/&lt;/g, "<")
+    .replace(/&gt;/g, ">")
+    .replace(/&amp;/g, "&");
 }
 
 export async function createUser(stack: TestStack) {
@@ -140,7 +145,13 @@ export async function registerClient(stack: TestStack, body: Record<string, unkn
  * Runs authorize -> (sign-in) -> (step-up) -> consent -> approve over HTTP and returns
  * the final redirect URL to the client.
  */
-export async function authorize(stack: TestStack, jar: Jar, email: string, query: Record<string, string | string[]>, decide: "approve" | "deny" = "approve"): Promise<URL> {
+export async function authorize(
+  stack: TestStack,
+  jar: Jar,
+  email: string,
+  query: Record<string, string | string[]>,
+  decide: "approve" | "deny" = "approve",
+): Promise<URL> {
   const sp = new URLSearchParams();
   for (const [k, v] of Object.entries(query)) for (const x of Array.isArray(v) ? v : [v]) sp.append(k, x);
   let res = await jar.get(`/oauth2/authorize?${sp}`);
@@ -164,7 +175,11 @@ export async function authorize(stack: TestStack, jar: Jar, email: string, query
 }
 
 export async function postForm(url: string, form: Record<string, string>, headers: Record<string, string> = {}) {
-  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(form).toString() });
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
+    body: new URLSearchParams(form).toString(),
+  });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
 }

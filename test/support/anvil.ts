@@ -58,13 +58,23 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
   exited.catch(() => {});
   const url = `http://127.0.0.1:${port}`;
   const rpc = async <T>(method: string, params: unknown[] = []): Promise<T> => {
-    const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }) });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+    });
     const body = (await res.json()) as { result?: T; error?: { message: string } };
     if (body.error) throw new Error(`${method}: ${body.error.message}`);
     return body.result as T;
   };
   for (let i = 0; ; i++) {
-    const up = await Promise.race([rpc("eth_chainId").then(() => true, () => false), exited]);
+    const up = await Promise.race([
+      rpc("eth_chainId").then(
+        () => true,
+        () => false,
+      ),
+      exited,
+    ]);
     if (up) break;
     if (i > 200) throw new Error(`anvil did not answer on ${url}: ${stderr}`);
     await new Promise((r) => setTimeout(r, 50));

@@ -35,7 +35,16 @@ export async function launchPhoneBrowser(): Promise<{ context: BrowserContext; c
     headless: true,
     javaScriptEnabled: false,
     viewport: { width: 390, height: 844 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
   });
   return {
     context,

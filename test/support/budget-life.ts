@@ -26,13 +26,20 @@ export async function balanceOf(stack: TestStack, vaultId: string): Promise<numb
 /** The operator's proof of the books (AuditService.VerifyLedger): every check passes. */
 export async function expectLedgerBalanced(stack: TestStack): Promise<void> {
   const report = await stack.admin.audit.verifyLedger({});
-  expect(report.discrepancies.map((d) => `${d.check}: ${d.message}`), "ledger verify").to.deep.equal([]);
+  expect(
+    report.discrepancies.map((d) => `${d.check}: ${d.message}`),
+    "ledger verify",
+  ).to.deep.equal([]);
   expect(report.ok).to.equal(true);
 }
 
 /** The legs of one ledger transaction, as {account owner: amount}. */
 export async function legsOf(stack: TestStack, transactionId: string): Promise<{ kind: string; legs: Record<string, number> }> {
   const tx = await stack.core.db("ledger_transactions").where({ id: transactionId }).first("kind");
-  const rows = await stack.core.db("ledger_postings as p").join("ledger_accounts as a", "a.id", "p.account_id").where({ "p.transaction_id": transactionId }).select("a.owner", "p.amount_cents");
+  const rows = await stack.core
+    .db("ledger_postings as p")
+    .join("ledger_accounts as a", "a.id", "p.account_id")
+    .where({ "p.transaction_id": transactionId })
+    .select("a.owner", "p.amount_cents");
   return { kind: tx?.kind, legs: Object.fromEntries(rows.map((r: { owner: string; amount_cents: string }) => [r.owner, Number(r.amount_cents)])) };
 }

@@ -120,7 +120,8 @@ export async function pendingPayment(stack: TestStack, opts: { key: string; amou
   const rpc = (path: string, token: string, method: string, params: unknown) =>
     postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
   const user = await createUser(stack);
-  const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+  const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+    .accessToken;
   const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
     purpose: "trip",
     display_name: "Trip budget",

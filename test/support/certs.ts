@@ -38,13 +38,44 @@ export async function makeTestCerts(): Promise<TestCerts> {
   const ssl = (...args: string[]) => run("openssl", args, { cwd: dir });
   const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
   const makeCa = (name: string, cn: string) =>
-    ssl("req", "-x509", ...ec, "-keyout", f(`${name}.key`), "-out", f(`${name}.pem`), "-days", "1", "-subj", `/CN=${cn}`,
-      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign");
+    ssl(
+      "req",
+      "-x509",
+      ...ec,
+      "-keyout",
+      f(`${name}.key`),
+      "-out",
+      f(`${name}.pem`),
+      "-days",
+      "1",
+      "-subj",
+      `/CN=${cn}`,
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign,cRLSign",
+    );
   const makeLeaf = async (name: string, cn: string, ca: string, ext: string) => {
     await writeFile(f(`${name}.ext`), ext);
     await ssl("req", ...ec, "-keyout", f(`${name}.key`), "-out", f(`${name}.csr`), "-subj", `/CN=${cn}`);
-    await ssl("x509", "-req", "-in", f(`${name}.csr`), "-CA", f(`${ca}.pem`), "-CAkey", f(`${ca}.key`), "-set_serial", String(Date.now()),
-      "-days", "1", "-out", f(`${name}.pem`), "-extfile", f(`${name}.ext`));
+    await ssl(
+      "x509",
+      "-req",
+      "-in",
+      f(`${name}.csr`),
+      "-CA",
+      f(`${ca}.pem`),
+      "-CAkey",
+      f(`${ca}.key`),
+      "-set_serial",
+      String(Date.now()),
+      "-days",
+      "1",
+      "-out",
+      f(`${name}.pem`),
+      "-extfile",
+      f(`${name}.ext`),
+    );
   };
   await makeCa("ca", "Vaultgate Test CA");
   await makeCa("rogue-ca", "Rogue CA");

@@ -29,9 +29,7 @@ export async function startDnsServer(records: Record<string, string>, options: {
     header.writeUInt16BE(0x8180, 2); // response, recursion desired and available, no error
     header.writeUInt16BE(1, 4);
     header.writeUInt16BE(ip ? 1 : 0, 6);
-    const answer = ip
-      ? Buffer.concat([Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]), Buffer.from(ip.split(".").map(Number))])
-      : Buffer.alloc(0);
+    const answer = ip ? Buffer.concat([Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]), Buffer.from(ip.split(".").map(Number))]) : Buffer.alloc(0);
     const reply = Buffer.concat([header, msg.subarray(12, end), answer]);
     const send = () => socket.send(reply, peer.port, peer.address);
     if (holding) held.push(send);

@@ -53,7 +53,8 @@ export function seqScans(node: PlanNode, out: string[] = [], limited = false): s
   const type = node["Node Type"];
   if (table && HOT_TABLES.has(table)) {
     if (type === "Seq Scan") out.push(`Seq Scan on ${table}`);
-    else if (/Scan$/.test(type) && !limited && (node["Plan Rows"] ?? 0) > MAX_UNLIMITED_ROWS) out.push(`${type} on ${table} expecting ${node["Plan Rows"]} rows, unlimited`);
+    else if (/Scan$/.test(type) && !limited && (node["Plan Rows"] ?? 0) > MAX_UNLIMITED_ROWS)
+      out.push(`${type} on ${table} expecting ${node["Plan Rows"]} rows, unlimited`);
   }
   for (const child of node.Plans ?? []) seqScans(child, out, limited || type === "Limit");
   return out;
@@ -72,7 +73,6 @@ export function explainKit(stack: () => TestStack) {
   async function cleanup(): Promise<void> {
     for (const c of cleanups.splice(0).reverse()) await c();
   }
-
 
   async function seed(partnerId: string, child: { vaultId: string; agentPrincipalId: string; userId: string }) {
     const db = stack().core.db;
@@ -154,8 +154,14 @@ export function explainKit(stack: () => TestStack) {
          FROM (SELECT id, row_number() OVER () AS n FROM (${seeded}) u) r`,
       [partnerId, tag, tag, tag],
     );
-    await db.raw(`INSERT INTO rate_limit_logs (key, hits, allowed, expires_at) SELECT 'seed:' || ? || ':' || i, ARRAY[now()], true, now() + interval '1 minute' FROM generate_series(1, 4000) i`, [tag]);
-    await db.raw(`INSERT INTO rate_limit_windows (key, window_start, count) SELECT 'seed:' || ? || ':' || i, date_trunc('minute', now()), 1 FROM generate_series(1, 4000) i`, [tag]);
+    await db.raw(
+      `INSERT INTO rate_limit_logs (key, hits, allowed, expires_at) SELECT 'seed:' || ? || ':' || i, ARRAY[now()], true, now() + interval '1 minute' FROM generate_series(1, 4000) i`,
+      [tag],
+    );
+    await db.raw(
+      `INSERT INTO rate_limit_windows (key, window_start, count) SELECT 'seed:' || ? || ':' || i, date_trunc('minute', now()), 1 FROM generate_series(1, 4000) i`,
+      [tag],
+    );
     for (const t of HOT_TABLES) await db.raw(`ANALYZE ${t}`);
     cleanups.push(async () => {
       await db.raw(`DELETE FROM rate_limit_logs WHERE key LIKE 'seed:' || ? || ':%'`, [tag]);
@@ -302,7 +308,10 @@ export function explainKit(stack: () => TestStack) {
     }
     expect(offenders, offenders.join("\n")).to.deep.equal([]);
     for (const re of including) {
-      expect(statements.some((s) => re.test(s.sql)), `${String(re)} among:\n${checked.join("\n")}`).to.equal(true);
+      expect(
+        statements.some((s) => re.test(s.sql)),
+        `${String(re)} among:\n${checked.join("\n")}`,
+      ).to.equal(true);
     }
     return checked;
   }

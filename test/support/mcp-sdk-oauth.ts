@@ -4,7 +4,12 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { UnauthorizedError, type OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from "@modelcontextprotocol/sdk/shared/auth.js";
 
-export type SdkOAuthProvider = OAuthClientProvider & { authorizationUrl?: URL; client?: OAuthClientInformationMixed; saved?: OAuthTokens; readonly stateValue: string };
+export type SdkOAuthProvider = OAuthClientProvider & {
+  authorizationUrl?: URL;
+  client?: OAuthClientInformationMixed;
+  saved?: OAuthTokens;
+  readonly stateValue: string;
+};
 
 /**
  * An in-memory OAuthClientProvider: what an MCP host keeps per server. `redirectUrl` is the
@@ -57,7 +62,10 @@ export function createSdkOAuthProvider(options: { redirectUrl?: string; clientNa
  * protected-resource and authorization-server metadata, registers and hands the user's
  * authorization URL to the provider. Returns that transport (to `finishAuth` on) and the URL.
  */
-export async function beginSdkAuthorization(endpoint: URL, provider: SdkOAuthProvider): Promise<{ transport: StreamableHTTPClientTransport; authorizationUrl: URL }> {
+export async function beginSdkAuthorization(
+  endpoint: URL,
+  provider: SdkOAuthProvider,
+): Promise<{ transport: StreamableHTTPClientTransport; authorizationUrl: URL }> {
   const transport = new StreamableHTTPClientTransport(endpoint, { authProvider: provider });
   let refused: unknown;
   await new Client({ name: "host", version: "1" }).connect(transport).catch((err: unknown) => (refused = err));

@@ -14,7 +14,13 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
   const clientId = options.clientId ?? "vaultgate";
   const clientSecret = options.clientSecret ?? "vaultgate-idp-secret";
   const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", script], {
-    env: { ...process.env, IDP_CLIENT_ID: clientId, IDP_CLIENT_SECRET: clientSecret, IDP_REDIRECT_URIS: options.redirectUris.join(","), IDP_PORT: String(options.port ?? 0) },
+    env: {
+      ...process.env,
+      IDP_CLIENT_ID: clientId,
+      IDP_CLIENT_SECRET: clientSecret,
+      IDP_REDIRECT_URIS: options.redirectUris.join(","),
+      IDP_PORT: String(options.port ?? 0),
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
@@ -78,7 +84,11 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
         }
         const page = await res.text();
         if (res.status !== 200 || !/<form method="post"/.test(page)) throw new Error(`identity provider answered ${res.status}: ${page.slice(0, 300)}`);
-        init = { method: "POST", body: new URLSearchParams({ account, password: "x" }).toString(), headers: { "content-type": "application/x-www-form-urlencoded" } };
+        init = {
+          method: "POST",
+          body: new URLSearchParams({ account, password: "x" }).toString(),
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+        };
       }
       throw new Error("too many redirects at the identity provider");
     },

@@ -59,7 +59,11 @@ export async function expectInternalError(call: Promise<unknown>): Promise<void>
   if (thrown === undefined) expect.fail("expected the call to fail, but it succeeded");
   expect(thrown, String(thrown)).to.be.instanceOf(ConnectError);
   const e = thrown as ConnectError;
-  expect({ code: Code[e.code], detail: e.findDetails(ErrorDetailSchema)[0], message: e.rawMessage }).to.deep.equal({ code: "Internal", detail: undefined, message: "internal error" });
+  expect({ code: Code[e.code], detail: e.findDetails(ErrorDetailSchema)[0], message: e.rawMessage }).to.deep.equal({
+    code: "Internal",
+    detail: undefined,
+    message: "internal error",
+  });
 }
 
 /** Awaits a raw grpc-js call that must fail and returns its error; fails the test when it succeeded. */

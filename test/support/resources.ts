@@ -36,4 +36,3 @@ export async function api(
   }
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
-

@@ -26,8 +26,7 @@ function parse(raw: string, from: string, to: string[]): ReceivedMail {
   const body = raw.slice(split + 4);
   const header = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, "im").exec(head)?.[1]?.trim() ?? "";
   const encoding = header("Content-Transfer-Encoding").toLowerCase();
-  const text =
-    encoding === "quoted-printable" ? decodeQuotedPrintable(body) : encoding === "base64" ? Buffer.from(body, "base64").toString("utf8") : body;
+  const text = encoding === "quoted-printable" ? decodeQuotedPrintable(body) : encoding === "base64" ? Buffer.from(body, "base64").toString("utf8") : body;
   return { from, to, subject: header("Subject"), messageId: header("Message-ID"), text: text.replace(/\r\n$/, ""), raw };
 }
 
@@ -62,7 +61,13 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth
           return cb(Object.assign(new Error(a.code >= 500 ? "mailbox unavailable" : "try again later"), { responseCode: a.code }));
         }
         const from = session.envelope.mailFrom ? session.envelope.mailFrom.address : "";
-        received.push(parse(Buffer.concat(chunks).toString("utf8"), from, session.envelope.rcptTo.map((r) => r.address)));
+        received.push(
+          parse(
+            Buffer.concat(chunks).toString("utf8"),
+            from,
+            session.envelope.rcptTo.map((r) => r.address),
+          ),
+        );
         cb();
         const w = waiters;
         waiters = [];
@@ -78,7 +83,9 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth
   return {
     port,
     /** smtp://[user:pass@]127.0.0.1:port */
-    url: options.auth ? `smtp://${encodeURIComponent(options.auth.user)}:${encodeURIComponent(options.auth.pass)}@127.0.0.1:${port}` : `smtp://127.0.0.1:${port}`,
+    url: options.auth
+      ? `smtp://${encodeURIComponent(options.auth.user)}:${encodeURIComponent(options.auth.pass)}@127.0.0.1:${port}`
+      : `smtp://127.0.0.1:${port}`,
     received,
     refused,
     setAnswer(f: () => SmtpAnswer) {

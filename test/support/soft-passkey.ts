@@ -31,7 +31,15 @@ export function softPasskey() {
   const credId = randomBytes(16);
   let counter = 0;
   const jwk = publicKey.export({ format: "jwk" });
-  const cose = cbor(new Map<number, unknown>([[1, 2], [3, -7], [-1, 1], [-2, Buffer.from(jwk.x!, "base64url")], [-3, Buffer.from(jwk.y!, "base64url")]]));
+  const cose = cbor(
+    new Map<number, unknown>([
+      [1, 2],
+      [3, -7],
+      [-1, 1],
+      [-2, Buffer.from(jwk.x!, "base64url")],
+      [-3, Buffer.from(jwk.y!, "base64url")],
+    ]),
+  );
   const clientData = (type: string, challenge: string, origin: string) => Buffer.from(JSON.stringify({ type, challenge, origin, crossOrigin: false }));
   const counterBytes = () => {
     const b = Buffer.alloc(4);
@@ -46,13 +54,23 @@ export function softPasskey() {
       const idLen = Buffer.alloc(2);
       idLen.writeUInt16BE(credId.length);
       const authData = Buffer.concat([sha(o.rp.id), Buffer.from([UP_UV | 0x40]), counterBytes(), Buffer.alloc(16), idLen, credId, cose]);
-      const attestationObject = cbor(new Map<string, unknown>([["fmt", "none"], ["attStmt", new Map()], ["authData", authData]]));
+      const attestationObject = cbor(
+        new Map<string, unknown>([
+          ["fmt", "none"],
+          ["attStmt", new Map()],
+          ["authData", authData],
+        ]),
+      );
       return JSON.stringify({
         id: b64u(credId),
         rawId: b64u(credId),
         type: "public-key",
         clientExtensionResults: {},
-        response: { clientDataJSON: b64u(clientData("webauthn.create", o.challenge, origin)), attestationObject: b64u(attestationObject), transports: ["internal"] },
+        response: {
+          clientDataJSON: b64u(clientData("webauthn.create", o.challenge, origin)),
+          attestationObject: b64u(attestationObject),
+          transports: ["internal"],
+        },
       });
     },
     /** An AuthenticationResponseJSON for request options (as JSON) at `origin`. */

@@ -36,4 +36,3 @@ export async function fundedChild(stack: TestStack, caps: { perTx?: bigint; perD
   const child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
   return { child, token: await grantFor(stack, child) };
 }
-

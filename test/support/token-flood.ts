@@ -33,7 +33,9 @@ export function postTokenFrom(url: string, localAddress: string, authorization: 
         let text = "";
         res.setEncoding("utf8");
         res.on("data", (c: string) => (text += c));
-        res.on("end", () => resolve({ status: res.statusCode!, retryAfter: (res.headers["retry-after"] as string | undefined) ?? null, body: JSON.parse(text) }));
+        res.on("end", () =>
+          resolve({ status: res.statusCode!, retryAfter: (res.headers["retry-after"] as string | undefined) ?? null, body: JSON.parse(text) }),
+        );
       },
     );
     req.on("error", reject);
@@ -49,7 +51,12 @@ export async function post(url: string, authorization: string): Promise<Answer> 
 export const randomClient = () => basic(`gpc_flood_${randomBytes(4).toString("hex")}`, `gps_${randomBytes(32).toString("base64url")}`);
 
 /** A refresh at the agent token endpoint for a made-up client id. */
-export const randomAgentForm = () => ({ grant_type: "refresh_token", refresh_token: "vgr_nope", client_id: randomBytes(16).toString("hex"), client_secret: randomBytes(32).toString("base64url") });
+export const randomAgentForm = () => ({
+  grant_type: "refresh_token",
+  refresh_token: "vgr_nope",
+  client_id: randomBytes(16).toString("hex"),
+  client_secret: randomBytes(32).toString("base64url"),
+});
 
 export async function postAgentToken(url: string, form: Record<string, string>): Promise<Answer> {
   const res = await postForm(`${url}/oauth2/token`, form);
@@ -103,12 +110,22 @@ export function postAgentTokenFrom(url: string, localAddress: string): Promise<A
   const body = new URLSearchParams(randomAgentForm()).toString();
   return new Promise((resolve, reject) => {
     const req = httpRequest(
-      { host: target.hostname, port: target.port, path: target.pathname, method: "POST", localAddress, agent: false, headers: { "content-type": "application/x-www-form-urlencoded" } },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname,
+        method: "POST",
+        localAddress,
+        agent: false,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+      },
       (res) => {
         let text = "";
         res.setEncoding("utf8");
         res.on("data", (c: string) => (text += c));
-        res.on("end", () => resolve({ status: res.statusCode!, retryAfter: (res.headers["retry-after"] as string | undefined) ?? null, body: JSON.parse(text) }));
+        res.on("end", () =>
+          resolve({ status: res.statusCode!, retryAfter: (res.headers["retry-after"] as string | undefined) ?? null, body: JSON.parse(text) }),
+        );
       },
     );
     req.on("error", reject);

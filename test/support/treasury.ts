@@ -33,11 +33,7 @@ export async function createRecipient(admin: CoreClients, partner: TestPartner, 
   return userId;
 }
 
-export async function bindTreasury(
-  admin: CoreClients,
-  partner: TestPartner,
-  options: Partial<MessageInitShape<typeof BindTreasuryRequestSchema>> = {},
-) {
+export async function bindTreasury(admin: CoreClients, partner: TestPartner, options: Partial<MessageInitShape<typeof BindTreasuryRequestSchema>> = {}) {
   const payerEntityId = options.payerEntityId ?? randomUUID();
   await admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId, balanceCents: 1_000_000n, currency: "USD", ...options });
   return payerEntityId;

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-import { type TestStack } from "./stack.js";
+import type { TestStack } from "./stack.js";
 import type { TestIdp } from "./oidc-idp.js";
 import {
   ALL_AGENT_SCOPES,
@@ -106,7 +106,10 @@ export function agent<F = undefined>(build: (token: string, fx: F) => object, op
       return { req: build(token.accessToken, fx), after: opts.after?.(c, token, user, fx) };
     }),
     refused("without an access token", S.UNAUTHENTICATED, async (c) => ({ req: build("", await fixture(c)) })),
-    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({ req: build("", await fixture(c)), md: bearerMd(c.stack.adminToken) })),
+    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({
+      req: build("", await fixture(c)),
+      md: bearerMd(c.stack.adminToken),
+    })),
     variant("with a random string", () => randomBytes(24).toString("base64url")),
     variant("forged: a fresh P-256 key signs the real kid and claims", (_c, t) => forgeWithFreshKey(t.accessToken)),
     variant("forged: alg none", (_c, t) => unsignedCopy(t.accessToken)),
@@ -263,7 +266,10 @@ export function partner<F = undefined>(build: (token: string, fx: F) => object, 
       return { req: build(p.token, fx) };
     }),
     refused("without an access token", S.UNAUTHENTICATED, async (c) => ({ req: build("", (await start(c)).fx) })),
-    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({ req: build("", (await start(c)).fx), md: bearerMd(c.stack.adminToken) })),
+    refused("with the operator credential instead of a token", S.UNAUTHENTICATED, async (c) => ({
+      req: build("", (await start(c)).fx),
+      md: bearerMd(c.stack.adminToken),
+    })),
     refused("forged: a fresh P-256 key signs the real kid and claims", S.UNAUTHENTICATED, async (c) => {
       const { p, fx } = await start(c);
       return { req: build(forgeWithFreshKey(p.token), fx) };
@@ -287,7 +293,13 @@ export function partner<F = undefined>(build: (token: string, fx: F) => object, 
     cases.push(
       refused(`with a token that lacks ${scope}`, S.PERMISSION_DENIED, async (c) => {
         const { p, fx } = await start(c);
-        const narrow = (await c.stack.clients.partners.issueToken({ clientId: p.clientId, clientSecret: p.clientSecret, scope: scope === "kyc:read" ? "wallet:read" : "kyc:read" })).accessToken;
+        const narrow = (
+          await c.stack.clients.partners.issueToken({
+            clientId: p.clientId,
+            clientSecret: p.clientSecret,
+            scope: scope === "kyc:read" ? "wallet:read" : "kyc:read",
+          })
+        ).accessToken;
         return { req: build(narrow, fx) };
       }),
     );

@@ -1,9 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
-import {
-  paymentWire,
-  type TestUser,
-} from "./trust.js";
+import { paymentWire, type TestUser } from "./trust.js";
 
 import { admin, agent, session, refused, S, type Case, type Ctx, type Entry } from "./trust-cases.js";
 
@@ -59,7 +56,12 @@ function agentOrSession(a: Entry, s: Entry, build: (creds: { access_token?: stri
   };
 }
 
-const fundWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({ ...creds, vault_id: fx.vaultId, amount_cents: "100", idempotency_key: `tb-${randomUUID()}` });
+const fundWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({
+  ...creds,
+  vault_id: fx.vaultId,
+  amount_cents: "100",
+  idempotency_key: `tb-${randomUUID()}`,
+});
 const closeWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({ ...creds, vault_id: fx.vaultId });
 const funded = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
   expect([String(res!.balance_cents), res!.replayed]).to.deep.equal(["100", false]);
@@ -93,12 +95,15 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
     (t) => ({ access_token: t, purpose: "trip", display_name: "Trust budget", chain_allowlist: ["base"], idempotency_key: `tb-${randomUUID()}` }),
     { scope: "agent:budget:create" },
   ),
-  "vaultgate.budgets.v1.BudgetsService/ActivateBudget": session((t, fx: { agentPrincipalId: string }) => ({ session_token: t, agent_principal_id: fx.agentPrincipalId }), {
-    setup: draftBudget,
-    stepUp: true,
-    otherUser: S.NOT_FOUND,
-    after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_ACTIVE"),
-  }),
+  "vaultgate.budgets.v1.BudgetsService/ActivateBudget": session(
+    (t, fx: { agentPrincipalId: string }) => ({ session_token: t, agent_principal_id: fx.agentPrincipalId }),
+    {
+      setup: draftBudget,
+      stepUp: true,
+      otherUser: S.NOT_FOUND,
+      after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_ACTIVE"),
+    },
+  ),
   "vaultgate.budgets.v1.BudgetsService/InitiatePayment": agent((t) => ({ access_token: t, payment: paymentWire() }), {
     scope: "payments:initiate",
     grant: async (c, u) => (await c.f.fundedBudget(u)).agent,
@@ -118,11 +123,14 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
     otherUser: S.NOT_FOUND,
     after: (_c, _o, _fx, res) => void expect(res!.payment.status).to.equal("PAYMENT_STATUS_DECLINED"),
   }),
-  "vaultgate.budgets.v1.BudgetsService/DeclineBudget": session((t, fx: { agentPrincipalId: string }) => ({ session_token: t, agent_principal_id: fx.agentPrincipalId }), {
-    setup: draftBudget,
-    otherUser: S.NOT_FOUND,
-    after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_DECLINED"),
-  }),
+  "vaultgate.budgets.v1.BudgetsService/DeclineBudget": session(
+    (t, fx: { agentPrincipalId: string }) => ({ session_token: t, agent_principal_id: fx.agentPrincipalId }),
+    {
+      setup: draftBudget,
+      otherUser: S.NOT_FOUND,
+      after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_DECLINED"),
+    },
+  ),
   "vaultgate.budgets.v1.BudgetsService/ListPendingApprovals": session((t) => ({ session_token: t }), {
     setup: pending,
     after: (_c, _o, fx, res) => void expect(res!.pending_payments.map((p: { payment_id: string }) => p.payment_id)).to.include(fx.paymentId),
@@ -158,7 +166,11 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
   "vaultgate.budgets.v1.BudgetsService/GetBalance": agent((t) => ({ access_token: t }), { scope: "accounts:read" }),
   "vaultgate.budgets.v1.BudgetsService/ListGrantAudit": agent((t) => ({ access_token: t, limit: 10 }), { scope: "audit:stream" }),
   "vaultgate.budgets.v1.BudgetsService/FundBudget": agentOrSession(
-    agent((t, fx: BudgetFx) => fundWire({ access_token: t }, fx), { scope: "agent:budget:create", setup: fundableBudget, after: (c, _t, _u, fx) => funded(c, fx) }),
+    agent((t, fx: BudgetFx) => fundWire({ access_token: t }, fx), {
+      scope: "agent:budget:create",
+      setup: fundableBudget,
+      after: (c, _t, _u, fx) => funded(c, fx),
+    }),
     session((t, fx: BudgetFx) => fundWire({ session_token: t }, fx), {
       setup: fundableBudget,
       stepUp: true,
@@ -168,7 +180,11 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
     fundWire,
   ),
   "vaultgate.budgets.v1.BudgetsService/CloseBudget": agentOrSession(
-    agent((t, fx: BudgetFx) => closeWire({ access_token: t }, fx), { scope: "agent:budget:create", setup: fundableBudget, after: (c, _t, _u, fx) => closed(c, fx) }),
+    agent((t, fx: BudgetFx) => closeWire({ access_token: t }, fx), {
+      scope: "agent:budget:create",
+      setup: fundableBudget,
+      after: (c, _t, _u, fx) => closed(c, fx),
+    }),
     session((t, fx: BudgetFx) => closeWire({ session_token: t }, fx), {
       setup: fundableBudget,
       stepUp: true,

@@ -1,11 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import {
-  bearerMd,
-  decodeJwt,
-  type AgentToken,
-  type TestUser,
-} from "./trust.js";
+import { bearerMd, decodeJwt, type AgentToken, type TestUser } from "./trust.js";
 import { grpcRefusalOf } from "./refusals.js";
 
 import { admin, agent, session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
@@ -41,7 +36,9 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   // vaultgate.grants.v1.GrantsService.
   "vaultgate.grants.v1.GrantsService/GetJwks": {
     kind: "public",
-    cases: [ok("without any credential", async () => ({ req: {}, after: (res) => void expect(JSON.parse(res!.jwks_json).keys).to.have.length.greaterThan(0) }))],
+    cases: [
+      ok("without any credential", async () => ({ req: {}, after: (res) => void expect(JSON.parse(res!.jwks_json).keys).to.have.length.greaterThan(0) })),
+    ],
   },
   "vaultgate.grants.v1.GrantsService/RotateSigningKey": admin(() => ({})),
   "vaultgate.grants.v1.GrantsService/RetireSigningKey": admin(async (c) => {
@@ -108,7 +105,10 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         const other = await c.f.oauthClient();
         return { req: { refresh_token: g.refreshToken, client_id: other.clientId, client_secret: other.clientSecret } };
       }),
-      refused("a forged refresh token", S.INVALID_ARGUMENT, async (c) => ({ req: { refresh_token: `vgr_${randomBytes(32).toString("base64url")}` }, md: bearerMd(c.stack.adminToken) })),
+      refused("a forged refresh token", S.INVALID_ARGUMENT, async (c) => ({
+        req: { refresh_token: `vgr_${randomBytes(32).toString("base64url")}` },
+        md: bearerMd(c.stack.adminToken),
+      })),
       refused("a revoked grant's refresh token", S.INVALID_ARGUMENT, async (c) => {
         const g = await c.f.grant(await c.f.user());
         await c.stack.clients.grants.revokeAllGrants({ accessToken: g.accessToken, reason: "test" });
@@ -190,18 +190,34 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         code_verifier: o.verifier ?? x.verifier,
       });
       return [
-        ok("with the client's secret, the code and its PKCE verifier", async (c) => ({ req: wire(await start(c)), after: (res) => void expect(res!.token.access_token).to.be.a("string") })),
+        ok("with the client's secret, the code and its PKCE verifier", async (c) => ({
+          req: wire(await start(c)),
+          after: (res) => void expect(res!.token.access_token).to.be.a("string"),
+        })),
         refused("without a client secret", S.UNAUTHENTICATED, async (c) => ({ req: wire(await start(c), { secret: "" }) })),
-        refused("with the operator credential and no client secret", S.UNAUTHENTICATED, async (c) => ({ req: wire(await start(c), { secret: "" }), md: bearerMd(c.stack.adminToken) })),
-        refused("with a wrong client secret", S.UNAUTHENTICATED, async (c) => ({ req: wire(await start(c), { secret: `ags_${randomBytes(32).toString("base64url")}` }) })),
+        refused("with the operator credential and no client secret", S.UNAUTHENTICATED, async (c) => ({
+          req: wire(await start(c), { secret: "" }),
+          md: bearerMd(c.stack.adminToken),
+        })),
+        refused("with a wrong client secret", S.UNAUTHENTICATED, async (c) => ({
+          req: wire(await start(c), { secret: `ags_${randomBytes(32).toString("base64url")}` }),
+        })),
         refused("with another client's credentials", S.INVALID_ARGUMENT, async (c) => {
           const other = await c.f.oauthClient();
           return { req: wire(await start(c), { id: other.clientId, secret: other.clientSecret }) };
         }),
-        refused("with a wrong PKCE verifier", S.INVALID_ARGUMENT, async (c) => ({ req: wire(await start(c), { verifier: randomBytes(32).toString("base64url") }) })),
+        refused("with a wrong PKCE verifier", S.INVALID_ARGUMENT, async (c) => ({
+          req: wire(await start(c), { verifier: randomBytes(32).toString("base64url") }),
+        })),
         refused("a code already used", S.INVALID_ARGUMENT, async (c) => {
           const x = await start(c);
-          await c.stack.clients.grants.exchangeCode({ clientId: x.client.clientId, clientSecret: x.client.clientSecret, code: x.code, redirectUri: x.client.redirectUri, codeVerifier: x.verifier });
+          await c.stack.clients.grants.exchangeCode({
+            clientId: x.client.clientId,
+            clientSecret: x.client.clientSecret,
+            code: x.code,
+            redirectUri: x.client.redirectUri,
+            codeVerifier: x.verifier,
+          });
           return { req: wire(x) };
         }),
       ];
@@ -232,12 +248,18 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         }),
         refused("with a wrong client secret", S.UNAUTHENTICATED, async (c) => {
           const x = await start(c);
-          return { req: { client_id: x.client.clientId, client_secret: `ags_${randomBytes(32).toString("base64url")}`, token: x.grant.accessToken }, after: () => stillActive(c, x.grant.accessToken) };
+          return {
+            req: { client_id: x.client.clientId, client_secret: `ags_${randomBytes(32).toString("base64url")}`, token: x.grant.accessToken },
+            after: () => stillActive(c, x.grant.accessToken),
+          };
         }),
         refused("another client's token", S.INVALID_ARGUMENT, async (c) => {
           const x = await start(c);
           const other = await c.f.oauthClient();
-          return { req: { client_id: other.clientId, client_secret: other.clientSecret, token: x.grant.accessToken }, after: () => stillActive(c, x.grant.accessToken) };
+          return {
+            req: { client_id: other.clientId, client_secret: other.clientSecret, token: x.grant.accessToken },
+            after: () => stillActive(c, x.grant.accessToken),
+          };
         }),
         refused("an operator-issued grant's token", S.INVALID_ARGUMENT, async (c) => {
           const other = await c.f.oauthClient();

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import { type TestUser } from "./trust.js";
+import type { TestUser } from "./trust.js";
 import { grpcRefusalOf } from "./refusals.js";
 import { softPasskey } from "./soft-passkey.js";
 import { session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
@@ -11,7 +11,12 @@ const ownerPasskey = async (c: Ctx, owner: TestUser) => {
   const key = softPasskey();
   const sessionToken = await c.f.steppedUpSession(owner);
   const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken });
-  const r = await c.stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: key.create(s.optionsJson, origin), name: "laptop" });
+  const r = await c.stack.clients.grants.finishPasskeyRegistration({
+    sessionToken,
+    flowSecret: s.flowSecret,
+    responseJson: key.create(s.optionsJson, origin),
+    name: "laptop",
+  });
   return { key, origin, passkeyId: r.passkey!.passkeyId };
 };
 
@@ -157,7 +162,13 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
       refused("another user's stepped-up session with the owner's flow", S.PERMISSION_DENIED, async (c) => {
         const t = await c.f.steppedUpSession(await c.f.user());
         const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
-        return { req: { session_token: await c.f.steppedUpSession(await c.f.user()), flow_secret: s.flowSecret, response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin) } };
+        return {
+          req: {
+            session_token: await c.f.steppedUpSession(await c.f.user()),
+            flow_secret: s.flowSecret,
+            response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin),
+          },
+        };
       }),
       refused("an answer to another flow's challenge", S.PERMISSION_DENIED, async (c) => {
         const t = await c.f.steppedUpSession(await c.f.user());
@@ -189,7 +200,10 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
       ok("sign-in: the owner's passkey answering this flow's challenge", async (c) => {
         const { key, origin } = await ownerPasskey(c, await c.f.user());
         const s = await c.stack.clients.grants.startPasskeyAssertion({});
-        return { req: { flow_secret: s.flowSecret, response_json: key.get(s.optionsJson, origin) }, after: (res) => void expect(res!.session_token).to.match(/^vgs_/) };
+        return {
+          req: { flow_secret: s.flowSecret, response_json: key.get(s.optionsJson, origin) },
+          after: (res) => void expect(res!.session_token).to.match(/^vgs_/),
+        };
       }),
       refused("an answer to another flow's challenge", S.PERMISSION_DENIED, async (c) => {
         const { key, origin } = await ownerPasskey(c, await c.f.user());

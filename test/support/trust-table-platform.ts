@@ -2,9 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { uniqueSlug } from "./stack.js";
-import {
-  bearerMd,
-} from "./trust.js";
+import { bearerMd } from "./trust.js";
 import { batchRequest, bindTreasury } from "./treasury.js";
 
 import { admin, partner, ok, refused, consentingUser, S, type Entry } from "./trust-cases.js";
@@ -21,11 +19,21 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
   // each described RPC keeps its own credential (the admin_only ones are refused above).
   "grpc.reflection.v1.ServerReflection/ServerReflectionInfo": {
     kind: "public",
-    cases: [ok("without any credential", async () => ({ req: { list_services: "" }, after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.grants.v1.GrantsService") }))],
+    cases: [
+      ok("without any credential", async () => ({
+        req: { list_services: "" },
+        after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.grants.v1.GrantsService"),
+      })),
+    ],
   },
   "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {
     kind: "public",
-    cases: [ok("without any credential", async () => ({ req: { list_services: "" }, after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.audit.v1.AuditService") }))],
+    cases: [
+      ok("without any credential", async () => ({
+        req: { list_services: "" },
+        after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.audit.v1.AuditService"),
+      })),
+    ],
   },
 
   // vaultgate.audit.v1.AuditService: admin.
@@ -44,12 +52,22 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     cases: [
       ok("with the partner's client secret", async (c) => {
         const p = await c.f.partner();
-        return { req: { client_id: p.clientId, client_secret: p.clientSecret, scope: "kyc:read" }, after: (res) => void expect(res!.token_type).to.equal("Bearer") };
+        return {
+          req: { client_id: p.clientId, client_secret: p.clientSecret, scope: "kyc:read" },
+          after: (res) => void expect(res!.token_type).to.equal("Bearer"),
+        };
       }),
       refused("without a client secret", S.UNAUTHENTICATED, async (c) => ({ req: { client_id: (await c.f.partner()).clientId, client_secret: "" } })),
-      refused("with the operator credential and no secret", S.UNAUTHENTICATED, async (c) => ({ req: { client_id: (await c.f.partner()).clientId, client_secret: "" }, md: bearerMd(c.stack.adminToken) })),
-      refused("with a wrong secret", S.UNAUTHENTICATED, async (c) => ({ req: { client_id: (await c.f.partner()).clientId, client_secret: `gps_${randomBytes(32).toString("base64url")}` } })),
-      refused("with another partner's secret", S.UNAUTHENTICATED, async (c) => ({ req: { client_id: (await c.f.partner()).clientId, client_secret: (await c.f.partner()).clientSecret } })),
+      refused("with the operator credential and no secret", S.UNAUTHENTICATED, async (c) => ({
+        req: { client_id: (await c.f.partner()).clientId, client_secret: "" },
+        md: bearerMd(c.stack.adminToken),
+      })),
+      refused("with a wrong secret", S.UNAUTHENTICATED, async (c) => ({
+        req: { client_id: (await c.f.partner()).clientId, client_secret: `gps_${randomBytes(32).toString("base64url")}` },
+      })),
+      refused("with another partner's secret", S.UNAUTHENTICATED, async (c) => ({
+        req: { client_id: (await c.f.partner()).clientId, client_secret: (await c.f.partner()).clientSecret },
+      })),
       refused("with a rotated-away secret", S.UNAUTHENTICATED, async (c) => {
         const p = await c.f.partner();
         await c.stack.admin.partners.rotateSecret({ clientId: p.clientId });
@@ -64,7 +82,10 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
   },
   "vaultgate.partners.v1.PartnersService/CreatePartner": admin(() => ({ name: "Trust partner", slug: uniqueSlug() })),
   "vaultgate.partners.v1.PartnersService/RotateSecret": admin(async (c) => ({ client_id: (await c.f.partner()).clientId })),
-  "vaultgate.partners.v1.PartnersService/SetPartnerStatus": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, status: "PARTNER_STATUS_SUSPENDED" })),
+  "vaultgate.partners.v1.PartnersService/SetPartnerStatus": admin(async (c) => ({
+    client_id: (await c.f.partner()).clientId,
+    status: "PARTNER_STATUS_SUSPENDED",
+  })),
   "vaultgate.partners.v1.PartnersService/SetEntitlements": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, entitlements: ["kyc:read"] })),
   "vaultgate.partners.v1.PartnersService/GetPartner": admin(async (c) => ({ client_id: (await c.f.partner()).clientId })),
   "vaultgate.partners.v1.PartnersService/CreateUser": admin(() => ({ email: `tb-${randomUUID()}@example.test` })),
@@ -84,11 +105,14 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     scope: "kyc:read",
     namesUser: true,
   }),
-  "vaultgate.partners.v1.PartnerResourcesService/CreateKycLink": partner((t, u: string) => ({ access_token: t, user_id: u, redirect_uri: "https://partner.example/done" }), {
-    setup: (c, p) => consentingUser(c, p),
-    scope: "kyc:read",
-    namesUser: true,
-  }),
+  "vaultgate.partners.v1.PartnerResourcesService/CreateKycLink": partner(
+    (t, u: string) => ({ access_token: t, user_id: u, redirect_uri: "https://partner.example/done" }),
+    {
+      setup: (c, p) => consentingUser(c, p),
+      scope: "kyc:read",
+      namesUser: true,
+    },
+  ),
   "vaultgate.partners.v1.PartnerResourcesService/ListWallets": partner((t, u: string) => ({ access_token: t, user_id: u }), {
     setup: (c, p) => consentingUser(c, p),
     scope: "wallet:read",
@@ -105,20 +129,41 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     namesUser: true,
   }),
   "vaultgate.partners.v1.PartnerResourcesService/ListEvents": partner((t) => ({ access_token: t })),
-  "vaultgate.partners.v1.PartnerResourcesService/SetKycStatus": admin(async (c) => ({ user_id: (await c.f.user()).userId, status: "pending", provider: "sandbox" })),
+  "vaultgate.partners.v1.PartnerResourcesService/SetKycStatus": admin(async (c) => ({
+    user_id: (await c.f.user()).userId,
+    status: "pending",
+    provider: "sandbox",
+  })),
   "vaultgate.partners.v1.PartnerResourcesService/SetUserStatus": admin(async (c) => ({ user_id: (await c.f.user()).userId, status: "active" })),
-  "vaultgate.partners.v1.PartnerResourcesService/AddWallet": admin(async (c) => ({ user_id: (await c.f.user()).userId, chain: "base", address: "0xabc0000000000000000000000000000000000002" })),
+  "vaultgate.partners.v1.PartnerResourcesService/AddWallet": admin(async (c) => ({
+    user_id: (await c.f.user()).userId,
+    chain: "base",
+    address: "0xabc0000000000000000000000000000000000002",
+  })),
   "vaultgate.partners.v1.PartnerResourcesService/ProvisionUsAccount": admin(async (c) => ({ user_id: (await c.f.user()).userId })),
-  "vaultgate.partners.v1.PartnerResourcesService/GrantConsent": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, user_id: (await c.f.user()).userId })),
+  "vaultgate.partners.v1.PartnerResourcesService/GrantConsent": admin(async (c) => ({
+    client_id: (await c.f.partner()).clientId,
+    user_id: (await c.f.user()).userId,
+  })),
   "vaultgate.partners.v1.PartnerResourcesService/RevokeConsent": admin(async (c) => {
     const p = await c.f.partner();
     return { client_id: p.clientId, user_id: await consentingUser(c, p) };
   }),
-  "vaultgate.partners.v1.PartnerResourcesService/RecordLedgerEntry": admin(async (c) => ({ user_id: (await c.f.user()).userId, direction: "credit", amount_cents: "100", currency: "USD" })),
+  "vaultgate.partners.v1.PartnerResourcesService/RecordLedgerEntry": admin(async (c) => ({
+    user_id: (await c.f.user()).userId,
+    direction: "credit",
+    amount_cents: "100",
+    currency: "USD",
+  })),
   "vaultgate.partners.v1.PartnerResourcesService/SetWebhook": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, url: "" })),
 
   // vaultgate.treasury.v1.TreasuryService.
-  "vaultgate.treasury.v1.TreasuryService/BindTreasury": admin(async (c) => ({ client_id: (await c.f.partner()).clientId, payer_entity_id: randomUUID(), balance_cents: "1000", currency: "USD" })),
+  "vaultgate.treasury.v1.TreasuryService/BindTreasury": admin(async (c) => ({
+    client_id: (await c.f.partner()).clientId,
+    payer_entity_id: randomUUID(),
+    balance_cents: "1000",
+    currency: "USD",
+  })),
   "vaultgate.treasury.v1.TreasuryService/SetTreasuryStatus": admin(async (c) => {
     const p = await c.f.partner();
     await bindTreasury(c.stack.admin, p);
@@ -140,7 +185,14 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
         access_token: r.accessToken,
         idempotency_key: r.idempotencyKey,
         payer_entity_id: r.payerEntityId,
-        items: r.items.map((i) => ({ execution_id: i.executionId, payout_id: i.payoutId, recipient_user_id: i.recipientUserId, amount_cents: String(i.amountCents), currency: i.currency, reference: i.reference })),
+        items: r.items.map((i) => ({
+          execution_id: i.executionId,
+          payout_id: i.payoutId,
+          recipient_user_id: i.recipientUserId,
+          amount_cents: String(i.amountCents),
+          currency: i.currency,
+          reference: i.reference,
+        })),
       };
     },
     {
@@ -148,15 +200,18 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
       scope: "treasury:write",
     },
   ),
-  "vaultgate.treasury.v1.TreasuryService/GetPayout": partner((t, fx: { recipient: string; payoutId: string }) => ({ access_token: t, user_id: fx.recipient, payout_id: fx.payoutId }), {
-    setup: async (c, p) => {
-      const payer = await bindTreasury(c.stack.admin, p);
-      const recipient = await consentingUser(c, p, ["payouts:receive"]);
-      const req = batchRequest(p, payer, [{ recipientUserId: recipient }]);
-      await c.stack.clients.treasury.executeBatch(req);
-      return { recipient, payoutId: req.items[0]!.payoutId };
+  "vaultgate.treasury.v1.TreasuryService/GetPayout": partner(
+    (t, fx: { recipient: string; payoutId: string }) => ({ access_token: t, user_id: fx.recipient, payout_id: fx.payoutId }),
+    {
+      setup: async (c, p) => {
+        const payer = await bindTreasury(c.stack.admin, p);
+        const recipient = await consentingUser(c, p, ["payouts:receive"]);
+        const req = batchRequest(p, payer, [{ recipientUserId: recipient }]);
+        await c.stack.clients.treasury.executeBatch(req);
+        return { recipient, payoutId: req.items[0]!.payoutId };
+      },
+      scope: "payouts:receive",
+      namesUser: true,
     },
-    scope: "payouts:receive",
-    namesUser: true,
-  }),
+  ),
 };

@@ -174,7 +174,12 @@ export function tamperedCopy(token: string, claims: Record<string, unknown>): st
  * Re-signs `token`'s claims (changed by `claims`, header by `header`) with core's real
  * current key: only core's own checks of iss, aud, typ, lifetime and time can refuse it.
  */
-export function resignWithRealKey(stack: Pick<TestStack, "core">, token: string, claims: Record<string, unknown>, header: Record<string, unknown> = {}): string {
+export function resignWithRealKey(
+  stack: Pick<TestStack, "core">,
+  token: string,
+  claims: Record<string, unknown>,
+  header: Record<string, unknown> = {},
+): string {
   const d = decodeJwt(token);
   const { alg: _a, kid: _k, ...rest } = d.header;
   return stack.core.keyring.signJwt({ ...rest, ...header }, { ...d.payload, ...claims });
@@ -205,7 +210,10 @@ export function fixtures(stack: Pick<TestStack, "admin" | "clients"> & Partial<P
     },
 
     /** An operator-issued grant (admin IssueGrant). */
-    async grant(user: Pick<TestUser, "userId" | "vaultId">, opts: { scopes?: string[]; stepUp?: boolean; vaultId?: string; clientId?: string } = {}): Promise<AgentToken> {
+    async grant(
+      user: Pick<TestUser, "userId" | "vaultId">,
+      opts: { scopes?: string[]; stepUp?: boolean; vaultId?: string; clientId?: string } = {},
+    ): Promise<AgentToken> {
       const res = await stack.admin.grants.issueGrant({
         userId: user.userId,
         vaultId: opts.vaultId ?? user.vaultId,
@@ -335,7 +343,13 @@ export function fixtures(stack: Pick<TestStack, "admin" | "clients"> & Partial<P
     /** A grant issued to an OAuth client through the authorization-code flow. */
     async clientGrant(user: TestUser, client: { clientId: string; clientSecret: string; redirectUri: string }) {
       const { code, verifier } = await f.authorizationCode(user, client);
-      const res = await stack.clients.grants.exchangeCode({ clientId: client.clientId, clientSecret: client.clientSecret, code, redirectUri: client.redirectUri, codeVerifier: verifier });
+      const res = await stack.clients.grants.exchangeCode({
+        clientId: client.clientId,
+        clientSecret: client.clientSecret,
+        code,
+        redirectUri: client.redirectUri,
+        codeVerifier: verifier,
+      });
       return { accessToken: res.token!.accessToken, refreshToken: res.token!.refreshToken, grantId: res.token!.jti };
     },
 

@@ -11,10 +11,10 @@ const turn = () => new Promise<void>((r) => setImmediate(r));
 describe("batched reads stay fresh (createGroupCommit as used by VerifyAgentToken and SimulatePayment)", () => {
   it("a read asked while a statement is in flight leaves with a later statement", async () => {
     const statements: { keys: string[]; finish(values: number[]): void }[] = [];
-    const read = createGroupCommit(
-      (keys: string[]) => new Promise<number[]>((resolve) => statements.push({ keys, finish: resolve })),
-      { maxBatch: 256, maxInFlight: 1 },
-    );
+    const read = createGroupCommit((keys: string[]) => new Promise<number[]>((resolve) => statements.push({ keys, finish: resolve })), {
+      maxBatch: 256,
+      maxInFlight: 1,
+    });
     const first = read("grant");
     await turn();
     expect(statements.map((s) => s.keys)).to.deep.equal([["grant"]]);

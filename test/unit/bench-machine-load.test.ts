@@ -82,8 +82,14 @@ describe("bench machine load: what the per-round load columns mean", () => {
 
   describe("loadBetween", () => {
     it("charges an outside process only what it used during the round, in cores", () => {
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 5000, 20, "cron")]]);
-      const after = snap(2, 2 * HZ, [[BENCH, proc(1, 150, 10)], [300, proc(1, 5000 + 20, 20, "cron")]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [300, proc(1, 5000, 20, "cron")],
+      ]);
+      const after = snap(2, 2 * HZ, [
+        [BENCH, proc(1, 150, 10)],
+        [300, proc(1, 5000 + 20, 20, "cron")],
+      ]);
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.machine).to.be.closeTo(1.0, 1e-9);
       expect(l.others).to.be.closeTo(0.1, 1e-9); // 20 ticks over 2 s, not its 50 s of history
@@ -93,16 +99,28 @@ describe("bench machine load: what the per-round load columns mean", () => {
     });
 
     it("keeps charging a kernel worker by its delta when it renames itself", () => {
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [44, proc(2, 90_000, 5, "kworker/1:1H-kblockd")]]);
-      const after = snap(1, HZ, [[BENCH, proc(1, 90, 10)], [44, proc(2, 90_000 + 3, 5, "kworker/1:1H-events")]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [44, proc(2, 90_000, 5, "kworker/1:1H-kblockd")],
+      ]);
+      const after = snap(1, HZ, [
+        [BENCH, proc(1, 90, 10)],
+        [44, proc(2, 90_000 + 3, 5, "kworker/1:1H-events")],
+      ]);
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.others).to.be.closeTo(0.03, 1e-9);
       expect(l.top?.name).to.equal("kworker/1:1H-events[44]");
     });
 
     it("charges all the time of a new process that reuses a pid (a different start time)", () => {
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [500, proc(1, 1_000_000, 30, "old")]]);
-      const after = snap(1, HZ, [[BENCH, proc(1, 50, 10)], [500, proc(1, 40, 31_000, "new")]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [500, proc(1, 1_000_000, 30, "old")],
+      ]);
+      const after = snap(1, HZ, [
+        [BENCH, proc(1, 50, 10)],
+        [500, proc(1, 40, 31_000, "new")],
+      ]);
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.others).to.be.closeTo(0.4, 1e-9);
       expect(l.top?.name).to.equal("new[500]");
@@ -127,15 +145,37 @@ describe("bench machine load: what the per-round load columns mean", () => {
     it("caps outside processes at what the machine did beyond the bench", () => {
       // /proc/<pid>/stat and /proc/stat are read a moment apart: a process's ticks can run
       // ahead of the machine's. Others can never exceed busy - steal - bench.
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 0, 20, "x")]]);
-      const after = snap(1, HZ, [[BENCH, proc(1, 80, 10)], [300, proc(1, 50, 20, "x")]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [300, proc(1, 0, 20, "x")],
+      ]);
+      const after = snap(1, HZ, [
+        [BENCH, proc(1, 80, 10)],
+        [300, proc(1, 50, 20, "x")],
+      ]);
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.others).to.be.closeTo(0.2, 1e-9);
     });
 
     it("counts host steal as outside use and names it when it is the largest", () => {
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 0, 20, "x")]], 0);
-      const after = snap(1, HZ, [[BENCH, proc(1, 60, 10)], [300, proc(1, 2, 20, "x")]], 30);
+      const before = snap(
+        0,
+        0,
+        [
+          [BENCH, proc(1, 0, 10)],
+          [300, proc(1, 0, 20, "x")],
+        ],
+        0,
+      );
+      const after = snap(
+        1,
+        HZ,
+        [
+          [BENCH, proc(1, 60, 10)],
+          [300, proc(1, 2, 20, "x")],
+        ],
+        30,
+      );
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.others).to.be.closeTo(0.02 + 0.3, 1e-9);
       expect(l.top).to.deep.equal({ name: "host steal", cores: 0.3 });
@@ -143,8 +183,14 @@ describe("bench machine load: what the per-round load columns mean", () => {
     });
 
     it("names nobody when nothing outside the bench ran", () => {
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 7, 20)]]);
-      const after = snap(1, HZ, [[BENCH, proc(1, 100, 10)], [300, proc(1, 7, 20)]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [300, proc(1, 7, 20)],
+      ]);
+      const after = snap(1, HZ, [
+        [BENCH, proc(1, 100, 10)],
+        [300, proc(1, 7, 20)],
+      ]);
       const l = loadBetween(before, after, [BENCH], probes);
       expect(l.others).to.equal(0);
       expect(l.top).to.equal(undefined);
@@ -159,8 +205,14 @@ describe("bench machine load: what the per-round load columns mean", () => {
 
     it("marks a round disturbed just over a tenth of a core", () => {
       expect(DISTURBED_CORES).to.equal(0.1);
-      const before = snap(0, 0, [[BENCH, proc(1, 0, 10)], [300, proc(1, 0, 20)]]);
-      const after = snap(10, 10 * HZ, [[BENCH, proc(1, 0, 10)], [300, proc(1, 101, 20)]]);
+      const before = snap(0, 0, [
+        [BENCH, proc(1, 0, 10)],
+        [300, proc(1, 0, 20)],
+      ]);
+      const after = snap(10, 10 * HZ, [
+        [BENCH, proc(1, 0, 10)],
+        [300, proc(1, 101, 20)],
+      ]);
       expect(loadBetween(before, after, [BENCH], probes).disturbed).to.equal(true);
     });
   });

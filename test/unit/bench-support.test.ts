@@ -14,7 +14,9 @@ describe("bench support: response checks and alternating rounds", () => {
     it("requires every dotted key in a JSON body", () => {
       const check = { keys: ["access_token", "result.structuredContent.outcome"] };
       expect(checkResponse(check, 200, JSON.stringify({ access_token: "t", result: { structuredContent: { outcome: "allowed" } } }))).to.equal(undefined);
-      expect(checkResponse(check, 200, JSON.stringify({ access_token: "t", result: { structuredContent: {} } }))).to.match(/^missing result\.structuredContent\.outcome/);
+      expect(checkResponse(check, 200, JSON.stringify({ access_token: "t", result: { structuredContent: {} } }))).to.match(
+        /^missing result\.structuredContent\.outcome/,
+      );
       expect(checkResponse(check, 200, JSON.stringify({ access_token: "t", result: null }))).to.match(/^missing result\.structuredContent\.outcome/);
       expect(checkResponse(check, 200, "<html>")).to.match(/^not JSON/);
     });
@@ -22,7 +24,9 @@ describe("bench support: response checks and alternating rounds", () => {
     it("fails a JSON-RPC error, a response without a result, and a tool error, though each is an HTTP 200", () => {
       const check = { jsonrpc: true };
       expect(checkResponse(check, 200, JSON.stringify({ jsonrpc: "2.0", id: 1, result: { content: [] } }))).to.equal(undefined);
-      expect(checkResponse(check, 200, JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32602, message: "bad" } }))).to.match(/^JSON-RPC error: \{"code":-32602/);
+      expect(checkResponse(check, 200, JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32602, message: "bad" } }))).to.match(
+        /^JSON-RPC error: \{"code":-32602/,
+      );
       expect(checkResponse(check, 200, JSON.stringify({ jsonrpc: "2.0", id: 1 }))).to.match(/^no JSON-RPC result/);
       expect(checkResponse(check, 200, JSON.stringify({ jsonrpc: "2.0", id: 1, result: { isError: true, content: [] } }))).to.match(/^tool error/);
     });
@@ -69,10 +73,14 @@ describe("bench support: response checks and alternating rounds", () => {
       const ours = [100, 300, 200];
       const peer = [100, 100, 400];
       const result = await quietly(() =>
-        alternate("test", [
-          { name: "ours", measure: async (round) => measurement(ours[round]!) },
-          { name: "peer", measure: async (round) => measurement(peer[round]!) },
-        ], 3),
+        alternate(
+          "test",
+          [
+            { name: "ours", measure: async (round) => measurement(ours[round]!) },
+            { name: "peer", measure: async (round) => measurement(peer[round]!) },
+          ],
+          3,
+        ),
       );
       expect(result.ratios).to.deep.equal([1, 3, 0.5]);
       expect(result.ratio).to.equal(1);
@@ -84,7 +92,11 @@ describe("bench support: response checks and alternating rounds", () => {
       // The rotation runs A B C, B C A, C A B; each side's rounds stay in round order.
       const rates = { ours: [100, 300, 200], peer: [100, 100, 400], third: [50, 600, 100] };
       const result = await quietly(() =>
-        alternate("test", (["ours", "peer", "third"] as const).map((name) => ({ name, measure: async (round: number) => measurement(rates[name][round]!) })), 3),
+        alternate(
+          "test",
+          (["ours", "peer", "third"] as const).map((name) => ({ name, measure: async (round: number) => measurement(rates[name][round]!) })),
+          3,
+        ),
       );
       expect(result.ratios).to.deep.equal([1, 3, 0.5]);
       expect(roundRatios(result.sides[0]!, result.sides[2]!)).to.deep.equal([2, 0.5, 2]);
@@ -92,10 +104,14 @@ describe("bench support: response checks and alternating rounds", () => {
 
     it("counts every failed response of either side", async () => {
       const result = await quietly(() =>
-        alternate("test", [
-          { name: "ours", measure: async (round) => measurement(100, round === 1 ? 2 : 0) },
-          { name: "peer", measure: async () => measurement(100, 1) },
-        ], 3),
+        alternate(
+          "test",
+          [
+            { name: "ours", measure: async (round) => measurement(100, round === 1 ? 2 : 0) },
+            { name: "peer", measure: async () => measurement(100, 1) },
+          ],
+          3,
+        ),
       );
       expect(result.failures).to.equal(5);
       expect(result.sides.map((s) => s.failures)).to.deep.equal([2, 3]);

@@ -18,7 +18,14 @@ const now = new Date("2029-06-01T12:00:00Z");
 describe("evaluatePayment (pure policy evaluation)", () => {
   it("accepts within every limit, and at each limit exactly", () => {
     expect(evaluatePayment(policy(), usage, { amountCents: 100, chain: "base" }, now)).to.deep.equal({ decision: "accept" });
-    expect(evaluatePayment(policy({ stepUpAmountCents: null }), { ...usage, spentTodayCents: 1_000, spentLifetimeCents: 4_000 }, { amountCents: 1_000, chain: "base" }, now)).to.deep.equal({
+    expect(
+      evaluatePayment(
+        policy({ stepUpAmountCents: null }),
+        { ...usage, spentTodayCents: 1_000, spentLifetimeCents: 4_000 },
+        { amountCents: 1_000, chain: "base" },
+        now,
+      ),
+    ).to.deep.equal({
       decision: "accept",
     });
     expect(evaluatePayment(policy(), usage, { amountCents: 500, chain: "base" }, now).decision).to.equal("accept");

@@ -66,10 +66,39 @@ describe("client ID metadata documents: the resolver", function () {
   describe("address rule", () => {
     it("refuses private, loopback, link-local, multicast, unique-local and reserved addresses", () => {
       const blocked = [
-        "0.0.0.0", "10.1.2.3", "100.64.0.1", "127.0.0.1", "127.255.0.9", "169.254.169.254", "172.16.0.1", "172.31.255.255",
-        "192.168.1.1", "192.0.0.8", "192.0.2.1", "198.18.0.1", "198.51.100.2", "203.0.113.5", "224.0.0.1", "239.1.1.1", "240.0.0.1", "255.255.255.255",
-        "::", "::1", "fe80::1", "fc00::1", "fd12:3456::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:7f00:1",
-        "64:ff9b::a00:1", "2001:db8::1", "2002:a00:1::1", "2001::1", "fe80::1%eth0", "not-an-ip",
+        "0.0.0.0",
+        "10.1.2.3",
+        "100.64.0.1",
+        "127.0.0.1",
+        "127.255.0.9",
+        "169.254.169.254",
+        "172.16.0.1",
+        "172.31.255.255",
+        "192.168.1.1",
+        "192.0.0.8",
+        "192.0.2.1",
+        "198.18.0.1",
+        "198.51.100.2",
+        "203.0.113.5",
+        "224.0.0.1",
+        "239.1.1.1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "::",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "fd12:3456::1",
+        "ff02::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "::ffff:7f00:1",
+        "64:ff9b::a00:1",
+        "2001:db8::1",
+        "2002:a00:1::1",
+        "2001::1",
+        "fe80::1%eth0",
+        "not-an-ip",
       ];
       for (const a of blocked) expect(isPublicAddress(a), a).to.equal(false);
       for (const a of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8", "64:ff9b::808:808"]) {
@@ -84,7 +113,16 @@ describe("client ID metadata documents: the resolver", function () {
       // http; an attempt would show as a hit either way.)
       docs.serve(path, validDocument(`https://127.0.0.1:${new URL(docs.origin).port}${path}`));
       const port = new URL(docs.origin).port;
-      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, `[::ffff:7f00:1]:${port}`, "10.0.0.1", "169.254.169.254", "[fe80::1]", "[fd00::1]"]) {
+      for (const host of [
+        `127.0.0.1:${port}`,
+        `localhost:${port}`,
+        `[::1]:${port}`,
+        `[::ffff:7f00:1]:${port}`,
+        "10.0.0.1",
+        "169.254.169.254",
+        "[fe80::1]",
+        "[fd00::1]",
+      ]) {
         const r = await refusalOf(prod.resolve(`https://${host}${path}`));
         expect(r.reason, host).to.equal(Reason.INVALID_CLIENT);
         expect(r.message, host).to.match(/private, loopback, link-local or otherwise non-public address/);
@@ -101,7 +139,9 @@ describe("client ID metadata documents: the resolver", function () {
       expect(c.redirectUris).to.deep.equal([DOCUMENT_REDIRECT]);
       // Scope names of other servers are ignored; ours bound what the client may ask.
       expect(c.scopes).to.deep.equal(["accounts:read"]);
-      const all = await dev.resolve(docs.document({ scope: undefined, token_endpoint_auth_method: undefined, grant_types: undefined, response_types: undefined }));
+      const all = await dev.resolve(
+        docs.document({ scope: undefined, token_endpoint_auth_method: undefined, grant_types: undefined, response_types: undefined }),
+      );
       expect(all.scopes).to.have.length(5);
       expect(all.grantTypes).to.deep.equal(["authorization_code", "refresh_token"]);
     });
@@ -136,12 +176,28 @@ describe("client ID metadata documents: the resolver", function () {
       ["not JSON", (_url, path) => docs.serve(path, "<html>hello</html>", { "content-type": "text/html" }), /is not JSON/],
       ["invalid UTF-8", (_url, path) => docs.serve(path, Buffer.from([0x7b, 0xff, 0x7d])), /is not JSON/],
       ["a JSON array", (_url, path) => docs.serve(path, "[]"), /must be a JSON object/],
-      ["an http redirect URI off loopback", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: ["http://agent.example/cb"] })), /https \(http only on loopback\)/],
+      [
+        "an http redirect URI off loopback",
+        (url, path) => docs.serve(path, validDocument(url, { redirect_uris: ["http://agent.example/cb"] })),
+        /https \(http only on loopback\)/,
+      ],
       ["no redirect URIs", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: [] })), /at least one URI/],
-      ["redirect URIs that are not strings", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: "https://a.example/cb" })), /redirect_uris must be an array of strings/],
+      [
+        "redirect URIs that are not strings",
+        (url, path) => docs.serve(path, validDocument(url, { redirect_uris: "https://a.example/cb" })),
+        /redirect_uris must be an array of strings/,
+      ],
       ["a fragment in a redirect URI", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: ["https://a.example/cb#x"] })), /fragment/],
-      ["private_key_jwt", (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt", jwks_uri: "https://a.example/jwks" })), /private_key_jwt is not supported here; use none/],
-      ["client_secret_basic", (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "client_secret_basic" })), /token_endpoint_auth_method must be none/],
+      [
+        "private_key_jwt",
+        (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt", jwks_uri: "https://a.example/jwks" })),
+        /private_key_jwt is not supported here; use none/,
+      ],
+      [
+        "client_secret_basic",
+        (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "client_secret_basic" })),
+        /token_endpoint_auth_method must be none/,
+      ],
       ["a client_secret", (url, path) => docs.serve(path, validDocument(url, { client_secret: "s3cret" })), /must not contain a client_secret/],
       ["an implicit response type", (url, path) => docs.serve(path, validDocument(url, { response_types: ["token"] })), /response_types/],
       ["a NUL in the name", (url, path) => docs.serve(path, validDocument(url, { client_name: "a\u0000b" })), /NUL/],

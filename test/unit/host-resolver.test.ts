@@ -50,9 +50,7 @@ describe("client metadata documents: host names resolved apart from the thread p
     const documents = createClientIdMetadataResolver({ clock, allowPrivate: false, resolver, timeoutMs: 5000 });
     // More lookups than libuv has pool threads (4 by default), all waiting on the silent server.
     let settled = 0;
-    const pending = Array.from({ length: 8 }, (_, i) =>
-      refusalOf(documents.resolve(`https://slow-${i}.vaultgate.test/client.json`)).finally(() => settled++),
-    );
+    const pending = Array.from({ length: 8 }, (_, i) => refusalOf(documents.resolve(`https://slow-${i}.vaultgate.test/client.json`)).finally(() => settled++));
     while (silent.queries.length < 8) await new Promise((r) => setImmediate(r));
     // An unrelated lookup on the thread pool is answered while every one of them still waits.
     await lookup("localhost");

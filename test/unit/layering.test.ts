@@ -125,7 +125,8 @@ describe("layering", () => {
     const offenders: string[] = [];
     for (const file of await tsFiles("gateways")) {
       for (const spec of importsOf(await readFile(join(root, file), "utf8"))) {
-        if (/(^|\/)core\//.test(spec) || /^(knex|pg|@electric-sql\/pglite|knex-pglite)$/.test(spec)) offenders.push(`${relative(root, join(root, file))} -> ${spec}`);
+        if (/(^|\/)core\//.test(spec) || /^(knex|pg|@electric-sql\/pglite|knex-pglite)$/.test(spec))
+          offenders.push(`${relative(root, join(root, file))} -> ${spec}`);
       }
     }
     expect(offenders).to.deep.equal([]);

@@ -57,7 +57,9 @@ describe("logger: buffered destination", () => {
   it("writes what is in the buffer when the process dies of an uncaught exception", async () => {
     const file = join(dir, "crash.log");
     const child = fileURLToPath(new URL("../support/log-crash-child.ts", import.meta.url));
-    const code = await new Promise<number | null>((resolve) => execFile(process.execPath, ["--import", "tsx", child, file], (err) => resolve(err ? (err as { code?: number }).code ?? null : 0)));
+    const code = await new Promise<number | null>((resolve) =>
+      execFile(process.execPath, ["--import", "tsx", child, file], (err) => resolve(err ? ((err as { code?: number }).code ?? null) : 0)),
+    );
     expect(code).to.equal(1);
     expect(read(file).map((l) => l.msg)).to.deep.equal(["before the crash", "still before the crash"]);
   });

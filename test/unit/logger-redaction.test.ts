@@ -21,7 +21,19 @@ describe("log redaction", () => {
 
   it("blanks secret fields one level down, under any key", () => {
     const { logger, lines } = capture();
-    for (const key of ["client_secret", "clientSecret", "refresh_token", "refreshToken", "access_token", "accessToken", "code", "code_verifier", "password", "token", "secret"]) {
+    for (const key of [
+      "client_secret",
+      "clientSecret",
+      "refresh_token",
+      "refreshToken",
+      "access_token",
+      "accessToken",
+      "code",
+      "code_verifier",
+      "password",
+      "token",
+      "secret",
+    ]) {
       logger.info({ body: { [key]: SECRET, grant_type: "refresh_token" } }, "line");
       expect(lines.at(-1)!.body).to.deep.equal({ [key]: "[redacted]", grant_type: "refresh_token" });
     }

@@ -78,7 +78,16 @@ describe("partner token claims", () => {
   it("are exactly the documented set", () => {
     const now = new Date("2026-01-01T00:00:00.900Z");
     const claims = partnerTokenClaims({ issuer: "https://i", audience: "urn:a", clientId: "gpc_a_00000000", scopes: [], now });
-    expect(claims).to.include({ iss: "https://i", aud: "urn:a", sub: "gpc_a_00000000", client_id: "gpc_a_00000000", scope: "", iat: 1767225600, nbf: 1767225600, exp: 1767229200 });
+    expect(claims).to.include({
+      iss: "https://i",
+      aud: "urn:a",
+      sub: "gpc_a_00000000",
+      client_id: "gpc_a_00000000",
+      scope: "",
+      iat: 1767225600,
+      nbf: 1767225600,
+      exp: 1767229200,
+    });
     expect(Object.keys(claims)).to.have.length(9);
   });
 });

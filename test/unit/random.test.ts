@@ -38,7 +38,10 @@ describe("random: pooled CSPRNG bytes for tokens, salts and ids", () => {
       for (let j = at; j < at + 64; j++) counts[pool[j]!]!++;
     }
     // 25,600 bytes: every value turns up (about 100 times each).
-    expect(counts.every((c) => c > 40 && c < 200), JSON.stringify(counts)).to.equal(true);
+    expect(
+      counts.every((c) => c > 40 && c < 200),
+      JSON.stringify(counts),
+    ).to.equal(true);
   });
 
   it("refuses sizes outside 1-256 bytes", () => {

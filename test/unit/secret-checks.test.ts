@@ -62,7 +62,11 @@ describe("secret checks: fair scheduling and shedding", () => {
     try {
       const stored = await hasher.hash("s3cret");
       const flood = unknownFrom("10.0.0.9");
-      const settled = (p: Promise<boolean>) => p.then((ok) => (ok ? "ok" : "wrong"), (err: unknown) => (errorDetailOf(err)?.reason === Reason.OVERLOADED ? "shed" : String(err)));
+      const settled = (p: Promise<boolean>) =>
+        p.then(
+          (ok) => (ok ? "ok" : "wrong"),
+          (err: unknown) => (errorDetailOf(err)?.reason === Reason.OVERLOADED ? "shed" : String(err)),
+        );
       const floods = Array.from({ length: 5 }, () => settled(hasher.verify("wrong", stored, flood)));
       expect(hasher.load()).to.include({ active: 1, queued: 4 });
       // The flood itself is refused once the queue is full...

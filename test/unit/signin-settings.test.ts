@@ -12,7 +12,13 @@ describe("sign-in settings", () => {
   });
 
   it("reads SMTP_URL with MAIL_FROM, and OIDC_STEP_UP_ACR as a list", () => {
-    const c = loadConfig({ SMTP_URL: "smtps://user:pw@mail.example.com:465", MAIL_FROM: "Vaultgate <no-reply@example.com>", ...oidc, OIDC_STEP_UP_ACR: "phr, mfa", SIGNIN_METHODS: "oidc,passkey,email" });
+    const c = loadConfig({
+      SMTP_URL: "smtps://user:pw@mail.example.com:465",
+      MAIL_FROM: "Vaultgate <no-reply@example.com>",
+      ...oidc,
+      OIDC_STEP_UP_ACR: "phr, mfa",
+      SIGNIN_METHODS: "oidc,passkey,email",
+    });
     expect(c.smtp).to.deep.equal({ url: "smtps://user:pw@mail.example.com:465", from: "Vaultgate <no-reply@example.com>" });
     expect(c.oidc?.stepUpAcr).to.deep.equal(["phr", "mfa"]);
     expect(c.signinMethods).to.deep.equal(["oidc", "passkey", "email"]);

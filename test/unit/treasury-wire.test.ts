@@ -27,13 +27,29 @@ describe("treasury batch body (gateway)", () => {
     ["an array body", [], "body must be a JSON object"],
     ["an unknown top-level field", { payer_entity_id: "p", items: [], note: 1 }, "unknown field: note"],
     ["an unknown item field", { payer_entity_id: "p", items: [{ ...item(), payer: "x" }] }, "unknown field: items[0].payer"],
-    ["an unknown recipient field", { payer_entity_id: "p", items: [{ ...item(), recipient: { user_id: "u", email: "e" } }] }, "unknown field: items[0].recipient.email"],
+    [
+      "an unknown recipient field",
+      { payer_entity_id: "p", items: [{ ...item(), recipient: { user_id: "u", email: "e" } }] },
+      "unknown field: items[0].recipient.email",
+    ],
     ["a missing field", { payer_entity_id: "p", items: [{ ...item(), reference: undefined }] }, "items[0].reference is required"],
     ["a null field", { payer_entity_id: "p", items: [{ ...item(), reference: null }] }, "items[0].reference must be a string"],
     ["a missing items", { payer_entity_id: "p" }, "items is required"],
-    ["a string amount", { payer_entity_id: "p", items: [{ ...item(), amount_cents: "100" }] }, "items[0].amount_cents must be an integer from 1 to 9007199254740991"],
-    ["a fractional amount", { payer_entity_id: "p", items: [{ ...item(), amount_cents: 1.5 }] }, "items[0].amount_cents must be an integer from 1 to 9007199254740991"],
-    ["an amount past 2^53", { payer_entity_id: "p", items: [{ ...item(), amount_cents: 2 ** 53 }] }, "items[0].amount_cents must be an integer from 1 to 9007199254740991"],
+    [
+      "a string amount",
+      { payer_entity_id: "p", items: [{ ...item(), amount_cents: "100" }] },
+      "items[0].amount_cents must be an integer from 1 to 9007199254740991",
+    ],
+    [
+      "a fractional amount",
+      { payer_entity_id: "p", items: [{ ...item(), amount_cents: 1.5 }] },
+      "items[0].amount_cents must be an integer from 1 to 9007199254740991",
+    ],
+    [
+      "an amount past 2^53",
+      { payer_entity_id: "p", items: [{ ...item(), amount_cents: 2 ** 53 }] },
+      "items[0].amount_cents must be an integer from 1 to 9007199254740991",
+    ],
   ];
   for (const [name, body, message] of cases) {
     it(`refuses ${name}`, () => {

@@ -32,8 +32,23 @@ export const budgetsStore = {
        VALUES (?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
        ON CONFLICT (parent_vault_id, idempotency_key) DO NOTHING RETURNING id`,
       [
-        b.id, b.parentVaultId, b.userId, b.parentAgentId, b.grantId, b.idempotencyKey, b.paramsHash, JSON.stringify(b.params),
-        b.agentPrincipalId, b.vaultId, b.status, b.policyVersion, b.attempt, JSON.stringify(b.steps), b.remaining, b.createdAt, b.updatedAt,
+        b.id,
+        b.parentVaultId,
+        b.userId,
+        b.parentAgentId,
+        b.grantId,
+        b.idempotencyKey,
+        b.paramsHash,
+        JSON.stringify(b.params),
+        b.agentPrincipalId,
+        b.vaultId,
+        b.status,
+        b.policyVersion,
+        b.attempt,
+        JSON.stringify(b.steps),
+        b.remaining,
+        b.createdAt,
+        b.updatedAt,
       ],
     );
     return { inserted: (rows as unknown[]).length > 0 };
@@ -67,8 +82,15 @@ export const budgetsStore = {
    * strictly after `after` (a created_at as PostgreSQL prints it, and an id). Each row's
    * `key` is its position, for the next page's cursor.
    */
-  async listDraftBudgets(conn: Conn, userId: string, page?: { limit: number; after?: { at: string; id: string } }): Promise<(BudgetRecord & { key: { at: string; id: string } })[]> {
-    const q = conn("budgets").where({ user_id: userId, status: "draft" }).select("*", conn.raw("created_at::text AS created_key")).orderBy([{ column: "created_at" }, { column: "id" }]);
+  async listDraftBudgets(
+    conn: Conn,
+    userId: string,
+    page?: { limit: number; after?: { at: string; id: string } },
+  ): Promise<(BudgetRecord & { key: { at: string; id: string } })[]> {
+    const q = conn("budgets")
+      .where({ user_id: userId, status: "draft" })
+      .select("*", conn.raw("created_at::text AS created_key"))
+      .orderBy([{ column: "created_at" }, { column: "id" }]);
     if (page?.after) q.whereRaw(`(created_at, id) > (?::timestamptz, ?::uuid)`, [page.after.at, page.after.id]);
     if (page) q.limit(page.limit);
     const rows = await q;

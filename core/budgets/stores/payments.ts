@@ -5,7 +5,18 @@ import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../uuid.js";
 import { CLOCK_SKEW_SECONDS } from "../../../lib/clock.js";
 import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
-import { spentTodaySql, toPayment, toPaymentContext, utcDay, VAULT_COLUMNS, type Conn, type PaymentContext, type PaymentRecord, type PaymentStatusName, type VaultRecord } from "../records.js";
+import {
+  spentTodaySql,
+  toPayment,
+  toPaymentContext,
+  utcDay,
+  VAULT_COLUMNS,
+  type Conn,
+  type PaymentContext,
+  type PaymentRecord,
+  type PaymentStatusName,
+  type VaultRecord,
+} from "../records.js";
 
 /** One payments.simulate read; `audit` asks for its success row, written when the call answers. */
 interface SimulateRead {
@@ -82,7 +93,12 @@ export function createPaymentsStore(db: Db) {
      * in one UPDATE, holding the vault row FOR UPDATE, so the totals equal the completed payments at
      * every commit. vault_record_spend decides which UTC day (or only the lifetime) a payment counts towards.
      */
-    async recordSpend(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, payment: Pick<PaymentRecord, "id" | "amountCents">, at: Date): Promise<void> {
+    async recordSpend(
+      trx: Knex.Transaction,
+      vault: Pick<VaultRecord, "id" | "currency">,
+      payment: Pick<PaymentRecord, "id" | "amountCents">,
+      at: Date,
+    ): Promise<void> {
       // With the payment's ledger transaction (vault -> external:payments): migration 0020.
       await trx.raw(`SELECT vault_record_spend(?, ?, ?, ?, ?::date, ?)`, [vault.id, vault.currency, payment.id, payment.amountCents, utcDay(at), at]);
     },
@@ -163,7 +179,11 @@ export function createPaymentsStore(db: Db) {
     },
 
     /** A user's payments awaiting approval, oldest first; paged as listDraftBudgets. */
-    async listPendingPayments(conn: Conn, userId: string, page?: { limit: number; after?: { at: string; id: string } }): Promise<(PaymentRecord & { key: { at: string; id: string } })[]> {
+    async listPendingPayments(
+      conn: Conn,
+      userId: string,
+      page?: { limit: number; after?: { at: string; id: string } },
+    ): Promise<(PaymentRecord & { key: { at: string; id: string } })[]> {
       // The status as a literal, matching the pending-payments partial index in any plan.
       const q = conn("agent_payments")
         .where({ user_id: userId })
@@ -179,7 +199,10 @@ export function createPaymentsStore(db: Db) {
     /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */
     async declineOpenPayments(trx: Knex.Transaction, vaultIds: string[], at: Date): Promise<number> {
       // The statuses as literals, matching the open-payments partial index in any plan.
-      return trx("agent_payments").whereIn("vault_id", vaultIds).whereRaw(`status IN ('pending_step_up', 'approved')`).update({ status: "declined", declined_at: at });
+      return trx("agent_payments")
+        .whereIn("vault_id", vaultIds)
+        .whereRaw(`status IN ('pending_step_up', 'approved')`)
+        .update({ status: "declined", declined_at: at });
     },
   };
 }

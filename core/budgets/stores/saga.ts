@@ -36,10 +36,13 @@ export const sagaStore = {
 
   // Saga steps: each insert is idempotent (a retry re-runs it), each delete is too.
   async insertChildVault(conn: Conn, v: { id: string; ownerUserId: string; parentVaultId: string; currency: string; at: Date }) {
-    await conn.raw(
-      `INSERT INTO vaults (id, owner_user_id, parent_vault_id, currency, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-      [v.id, v.ownerUserId, v.parentVaultId, v.currency, v.at],
-    );
+    await conn.raw(`INSERT INTO vaults (id, owner_user_id, parent_vault_id, currency, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, [
+      v.id,
+      v.ownerUserId,
+      v.parentVaultId,
+      v.currency,
+      v.at,
+    ]);
   },
 
   async deleteVault(conn: Conn, id: string) {
@@ -63,8 +66,20 @@ export const sagaStore = {
       `INSERT INTO vault_policies (vault_id, status, version, purpose, amount_cap_cents_per_tx, amount_cap_cents_per_day,
                                    amount_cap_cents_lifetime, step_up_amount_cents, chain_allowlist, time_window_end, created_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (vault_id) DO NOTHING`,
-      [vaultId, p.status, version, purpose, p.amountCapCentsPerTx, p.amountCapCentsPerDay, p.amountCapCentsLifetime, p.stepUpAmountCents,
-        p.chainAllowlist, p.timeWindowEnd, at, at],
+      [
+        vaultId,
+        p.status,
+        version,
+        purpose,
+        p.amountCapCentsPerTx,
+        p.amountCapCentsPerDay,
+        p.amountCapCentsLifetime,
+        p.stepUpAmountCents,
+        p.chainAllowlist,
+        p.timeWindowEnd,
+        at,
+        at,
+      ],
     );
   },
 

@@ -27,7 +27,12 @@ export const vaultsStore = {
    * debited (external:funding for the operator's funding, the parent vault for a budget
    * allocation). `movementId` is the ledger transaction's id.
    */
-  async fundVault(trx: Knex.Transaction, vault: Pick<VaultRecord, "id" | "currency">, amountCents: number, movement: { id: string; kind: "vault.fund"; reference: string; at: Date }): Promise<VaultRecord> {
+  async fundVault(
+    trx: Knex.Transaction,
+    vault: Pick<VaultRecord, "id" | "currency">,
+    amountCents: number,
+    movement: { id: string; kind: "vault.fund"; reference: string; at: Date },
+  ): Promise<VaultRecord> {
     const ledger = movementCtes({
       ...movement,
       legs: [

@@ -3,7 +3,9 @@ import { runScript } from "../sql.js";
 
 /** Partners, credentials, audit trail, shared rate-limit log, published keys, instance secrets. */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE partners (
       id            uuid PRIMARY KEY,
       name          text NOT NULL,
@@ -54,10 +56,14 @@ export async function up(knex: Knex): Promise<void> {
       name   text PRIMARY KEY,
       value  bytea NOT NULL
     );
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `DROP TABLE instance_secrets, signing_keys, rate_limit_logs, audit_records, partners;
-    DROP FUNCTION audit_records_append_only`);
+  await runScript(
+    knex,
+    `DROP TABLE instance_secrets, signing_keys, rate_limit_logs, audit_records, partners;
+    DROP FUNCTION audit_records_append_only`,
+  );
 }

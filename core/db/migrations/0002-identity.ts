@@ -6,7 +6,9 @@ import { runScript } from "../sql.js";
  * and partner consents: shared by the partner, treasury, grants and budgets services.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE users (
       id          uuid PRIMARY KEY,
       email       text NOT NULL UNIQUE,
@@ -53,7 +55,8 @@ export async function up(knex: Knex): Promise<void> {
       updated_at  timestamptz NOT NULL,
       PRIMARY KEY (partner_id, user_id)
     );
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

@@ -7,7 +7,9 @@ import { runScript } from "../sql.js";
  * per-partner webhook secrets and fixed-window resource rate-limit counters.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE partners ADD COLUMN webhook_secret_enc text;
 
     CREATE TABLE user_kyc (
@@ -75,7 +77,8 @@ export async function up(knex: Knex): Promise<void> {
       count         integer NOT NULL,
       PRIMARY KEY (key, window_start)
     );
-  `);
+  `,
+  );
   // One statement, so not through runScript (its body has ';' at line ends).
   await knex.raw(PARTNER_ACCESS_FUNCTION);
 }
@@ -141,9 +144,12 @@ END
 $fn$`;
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     DROP FUNCTION partner_access;
     DROP TABLE rate_limit_windows, partner_events, ledger_entries, us_accounts, user_wallets, user_kyc;
     ALTER TABLE partners DROP COLUMN webhook_secret_enc;
-  `);
+  `,
+  );
 }

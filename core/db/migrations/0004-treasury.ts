@@ -7,7 +7,9 @@ import { runScript } from "../sql.js";
  * serialised by a row lock on its treasury.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE treasuries (
       partner_id            uuid PRIMARY KEY REFERENCES partners (id),
       payer_entity_id       uuid NOT NULL,
@@ -57,7 +59,8 @@ export async function up(knex: Knex): Promise<void> {
       PRIMARY KEY (partner_id, execution_id),
       UNIQUE (partner_id, payout_id)
     );
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

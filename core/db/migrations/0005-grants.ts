@@ -8,7 +8,9 @@ import { runScript } from "../sql.js";
  * OTPs are stored as SHA-256; client secrets as scrypt.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE oauth_clients (
       client_id                   text PRIMARY KEY,
       secret_hash                 text NOT NULL,
@@ -102,7 +104,8 @@ export async function up(knex: Knex): Promise<void> {
       created_at  timestamptz NOT NULL
     );
     CREATE INDEX dev_outbox_email ON dev_outbox (email, seq);
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

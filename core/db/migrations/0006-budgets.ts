@@ -6,7 +6,9 @@ import { runScript } from "../sql.js";
  * provisioning claim and agent payments.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     -- One row per agent.budget.create idempotency key under a parent vault. The child
     -- ids are allocated up front so every retry of the key provisions the same ids.
     CREATE TABLE budgets (
@@ -78,7 +80,8 @@ export async function up(knex: Knex): Promise<void> {
     );
     CREATE INDEX agent_payments_vault_completed ON agent_payments (vault_id, completed_at) WHERE status = 'completed';
     CREATE INDEX agent_payments_user_pending ON agent_payments (user_id) WHERE status = 'pending_step_up';
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

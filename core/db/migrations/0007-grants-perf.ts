@@ -10,17 +10,23 @@ import { runScript } from "../sql.js";
  * on each page lets the superseded row version stay on its page (a HOT update).
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE INDEX grants_user_id ON grants (user_id);
     DROP INDEX grants_user;
     ALTER TABLE grants SET (fillfactor = 70);
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE INDEX grants_user ON grants (user_id, state);
     DROP INDEX grants_user_id;
     ALTER TABLE grants RESET (fillfactor);
-  `);
+  `,
+  );
 }

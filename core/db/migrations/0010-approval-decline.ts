@@ -7,7 +7,9 @@ import { runScript } from "../sql.js";
  * `declined_at` keeps when, as approved_at and completed_at do for the other outcomes.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE agent_payments DROP CONSTRAINT agent_payments_status_check;
     ALTER TABLE agent_payments ADD CONSTRAINT agent_payments_status_check
       CHECK (status IN ('pending_step_up', 'approved', 'completed', 'declined'));
@@ -15,11 +17,14 @@ export async function up(knex: Knex): Promise<void> {
     ALTER TABLE budgets DROP CONSTRAINT budgets_status_check;
     ALTER TABLE budgets ADD CONSTRAINT budgets_status_check
       CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active', 'declined'));
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE budgets DROP CONSTRAINT budgets_status_check;
     ALTER TABLE budgets ADD CONSTRAINT budgets_status_check
       CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active'));
@@ -27,5 +32,6 @@ export async function down(knex: Knex): Promise<void> {
     ALTER TABLE agent_payments DROP CONSTRAINT agent_payments_status_check;
     ALTER TABLE agent_payments ADD CONSTRAINT agent_payments_status_check
       CHECK (status IN ('pending_step_up', 'approved', 'completed'));
-  `);
+  `,
+  );
 }

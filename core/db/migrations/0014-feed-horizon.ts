@@ -21,7 +21,9 @@ import { runScript } from "../sql.js";
  * partner, ledger by user. The (…, seq) indexes they replace had no other reader.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE audit_records ADD COLUMN xid xid8 NOT NULL DEFAULT '0';
     ALTER TABLE audit_records ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
     CREATE INDEX audit_records_feed ON audit_records (xid, seq);
@@ -36,11 +38,14 @@ export async function up(knex: Knex): Promise<void> {
     ALTER TABLE ledger_entries ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
     CREATE INDEX ledger_entries_user_feed ON ledger_entries (user_id, xid, seq);
     DROP INDEX ledger_entries_user_seq;
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE INDEX ledger_entries_user_seq ON ledger_entries (user_id, seq);
     DROP INDEX ledger_entries_user_feed;
     ALTER TABLE ledger_entries DROP COLUMN xid;
@@ -52,5 +57,6 @@ export async function down(knex: Knex): Promise<void> {
     DROP INDEX audit_records_actor_feed;
     DROP INDEX audit_records_feed;
     ALTER TABLE audit_records DROP COLUMN xid;
-  `);
+  `,
+  );
 }

@@ -20,7 +20,9 @@ import { runScript } from "../sql.js";
  * a replica of an older version completes payments without moving the totals.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE vaults ADD COLUMN spent_lifetime_cents bigint NOT NULL DEFAULT 0;
     ALTER TABLE vaults ADD COLUMN spent_day date;
     ALTER TABLE vaults ADD COLUMN spent_day_cents bigint NOT NULL DEFAULT 0;
@@ -34,14 +36,18 @@ export async function up(knex: Knex): Promise<void> {
                       FROM agent_payments WHERE status = 'completed') t
              GROUP BY t.vault_id) s
      WHERE v.id = s.vault_id;
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE vaults DROP COLUMN spent_prev_day_cents;
     ALTER TABLE vaults DROP COLUMN spent_day_cents;
     ALTER TABLE vaults DROP COLUMN spent_day;
     ALTER TABLE vaults DROP COLUMN spent_lifetime_cents;
-  `);
+  `,
+  );
 }

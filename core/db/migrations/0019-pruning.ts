@@ -12,7 +12,9 @@ import { runScript } from "../sql.js";
  * in use.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE rate_limit_logs ADD COLUMN expires_at timestamptz NOT NULL DEFAULT now() + interval '1 hour';
     CREATE INDEX rate_limit_logs_expires ON rate_limit_logs (expires_at);
     CREATE INDEX authorization_codes_expires ON authorization_codes (expires_at);
@@ -22,11 +24,14 @@ export async function up(knex: Knex): Promise<void> {
     CREATE INDEX signin_challenges_session ON signin_challenges (session_id) WHERE session_id IS NOT NULL;
     CREATE INDEX partner_events_settled ON partner_events (created_at) WHERE delivery_state <> 'pending';
     CREATE INDEX dev_outbox_created ON dev_outbox (created_at);
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     DROP INDEX dev_outbox_created;
     DROP INDEX partner_events_settled;
     DROP INDEX signin_challenges_session;
@@ -36,5 +41,6 @@ export async function down(knex: Knex): Promise<void> {
     DROP INDEX authorization_codes_expires;
     DROP INDEX rate_limit_logs_expires;
     ALTER TABLE rate_limit_logs DROP COLUMN expires_at;
-  `);
+  `,
+  );
 }

@@ -20,7 +20,9 @@ import { runScript } from "../sql.js";
  * as one opening transaction each.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE FUNCTION ledger_account_id(p_kind text, p_owner text, p_currency text) RETURNS uuid
       LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT md5(p_kind || ':' || p_owner || ':' || p_currency)::uuid $$;
 
@@ -63,10 +65,13 @@ export async function up(knex: Knex): Promise<void> {
       FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
     CREATE TRIGGER ledger_accounts_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON ledger_accounts
       FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
-  `);
+  `,
+  );
   await knex.raw(OPEN_ACCOUNTS_FUNCTION);
   await knex.raw(RECORD_SPEND_FUNCTION);
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TRIGGER vaults_ledger_account AFTER INSERT ON vaults
       FOR EACH ROW EXECUTE FUNCTION ledger_open_accounts('vault', 'id');
     CREATE TRIGGER treasuries_ledger_account AFTER INSERT OR UPDATE OF currency ON treasuries
@@ -83,7 +88,8 @@ export async function up(knex: Knex): Promise<void> {
                    (SELECT currency FROM vaults UNION SELECT currency FROM treasuries
                     UNION SELECT currency FROM ledger_entries WHERE status = 'settled') c) k
     ON CONFLICT DO NOTHING;
-  `);
+  `,
+  );
   await knex.raw(`INSERT INTO ledger_transactions (id, kind, reference, created_at)
                    SELECT transaction_id, 'opening_balance', reference, now() FROM (${OPENING}) o`);
   await knex.raw(`INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at)
@@ -93,7 +99,9 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     DROP TRIGGER treasuries_ledger_account ON treasuries;
     DROP TRIGGER vaults_ledger_account ON vaults;
     DROP FUNCTION ledger_open_accounts;
@@ -101,7 +109,8 @@ export async function down(knex: Knex): Promise<void> {
     DROP TABLE ledger_postings, ledger_transactions, ledger_accounts;
     DROP FUNCTION ledger_append_only;
     DROP FUNCTION ledger_account_id;
-  `);
+  `,
+  );
 }
 
 /** Opens the accounts a vault or treasury moves money through, with its row. One statement (not through runScript). */

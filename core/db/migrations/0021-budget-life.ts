@@ -12,7 +12,9 @@ import { runScript } from "../sql.js";
  *   of the open ones, however long the vault's payment history.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE budgets DROP CONSTRAINT budgets_status_check;
     ALTER TABLE budgets ADD CONSTRAINT budgets_status_check
       CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active', 'declined', 'closed'));
@@ -21,11 +23,14 @@ export async function up(knex: Knex): Promise<void> {
     CREATE INDEX agent_payments_vault_open ON agent_payments (vault_id) WHERE status IN ('pending_step_up', 'approved');
     ALTER TABLE vault_policies DROP CONSTRAINT vault_policies_status_check;
     ALTER TABLE vault_policies ADD CONSTRAINT vault_policies_status_check CHECK (status IN ('draft', 'active', 'closed'));
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     UPDATE vault_policies SET status = 'draft' WHERE status = 'closed';
     ALTER TABLE vault_policies DROP CONSTRAINT vault_policies_status_check;
     ALTER TABLE vault_policies ADD CONSTRAINT vault_policies_status_check CHECK (status IN ('draft', 'active'));
@@ -36,5 +41,6 @@ export async function down(knex: Knex): Promise<void> {
     ALTER TABLE budgets DROP CONSTRAINT budgets_status_check;
     ALTER TABLE budgets ADD CONSTRAINT budgets_status_check
       CHECK (status IN ('provisioning', 'failed', 'cleanup_pending', 'draft', 'active', 'declined'));
-  `);
+  `,
+  );
 }

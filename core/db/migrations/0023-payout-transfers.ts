@@ -26,13 +26,16 @@ import { runScript } from "../sql.js";
  * has no lz4 and keeps pglz.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE treasury_executions ADD COLUMN seq bigint;
     ALTER TABLE treasury_executions ADD COLUMN xid xid8;
     ALTER TABLE treasury_executions ADD CONSTRAINT treasury_executions_feed_position CHECK ((seq IS NULL) = (xid IS NULL));
     CREATE INDEX treasury_executions_transfers_feed ON treasury_executions (recipient_user_id, xid, seq) WHERE seq IS NOT NULL;
     COMMENT ON SEQUENCE ledger_entries_seq_seq IS 'Feed positions of transfer entries and of the payouts in treasury_executions.seq';
-  `);
+  `,
+  );
   await knex.raw(LZ4_EVENT_DATA);
 }
 
@@ -44,12 +47,15 @@ EXCEPTION WHEN feature_not_supported THEN
 END $$`;
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     ALTER TABLE partner_events ALTER COLUMN data SET COMPRESSION DEFAULT;
     COMMENT ON SEQUENCE ledger_entries_seq_seq IS NULL;
     DROP INDEX treasury_executions_transfers_feed;
     ALTER TABLE treasury_executions DROP CONSTRAINT treasury_executions_feed_position;
     ALTER TABLE treasury_executions DROP COLUMN xid;
     ALTER TABLE treasury_executions DROP COLUMN seq;
-  `);
+  `,
+  );
 }

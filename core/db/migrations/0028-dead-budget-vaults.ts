@@ -72,10 +72,14 @@ END
 $fn$`;
 
 export async function up(knex: Knex): Promise<void> {
-  await knex.raw(EXCHANGE(`
-       AND NOT EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = ac.vault_id)`));
-  await knex.raw(REFRESH(`
-       AND NOT EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = o.vault_id)`));
+  await knex.raw(
+    EXCHANGE(`
+       AND NOT EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = ac.vault_id)`),
+  );
+  await knex.raw(
+    REFRESH(`
+       AND NOT EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = o.vault_id)`),
+  );
   await knex.raw(`CREATE INDEX budgets_parent_draft ON budgets (parent_vault_id) WHERE status = 'draft'`);
 }
 

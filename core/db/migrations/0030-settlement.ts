@@ -15,7 +15,9 @@ import { runScript } from "../sql.js";
  *   this row's lock, once: (chain, wallet, nonce) is unique among payments.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE settlement_payments (
       payment_id        uuid PRIMARY KEY,
       chain             text NOT NULL,
@@ -65,7 +67,8 @@ export async function up(knex: Knex): Promise<void> {
       next_nonce  bigint NOT NULL,
       PRIMARY KEY (chain, wallet)
     );
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

@@ -20,12 +20,15 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     DROP FUNCTION settlement_refund;
     DROP FUNCTION settlement_move;
     DROP FUNCTION vault_reserve_payment;
     ALTER TABLE settlement_payments DROP COLUMN vault_id;
-  `);
+  `,
+  );
 }
 
 /** vault_record_spend (migration 0020) with the amount going to the in-flight account. */

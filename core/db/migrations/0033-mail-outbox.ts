@@ -10,7 +10,9 @@ import { runScript } from "../sql.js";
  * latest; a refused or failed attempt is retried later with a growing delay.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE mail_outbox (
       seq              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
       id               uuid NOT NULL UNIQUE,
@@ -26,7 +28,8 @@ export async function up(knex: Knex): Promise<void> {
     );
     CREATE INDEX mail_outbox_due ON mail_outbox (next_attempt_at) WHERE state = 'pending';
     CREATE INDEX mail_outbox_sent ON mail_outbox (sent_at) WHERE state = 'sent';
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

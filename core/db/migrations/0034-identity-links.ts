@@ -14,7 +14,9 @@ import { runScript } from "../sql.js";
  * state, nonce and the PKCE verifier, or the WebAuthn challenge.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE identity_links (
       issuer      text NOT NULL,
       subject     text NOT NULL,
@@ -44,7 +46,8 @@ export async function up(knex: Knex): Promise<void> {
     CREATE INDEX signin_flows_expires ON signin_flows (expires_at);
     -- A pruned session takes its flows with it.
     CREATE INDEX signin_flows_session ON signin_flows (session_id) WHERE session_id IS NOT NULL;
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

@@ -8,7 +8,9 @@ import { runScript } from "../sql.js";
  * them at registration and at each use.
  */
 export async function up(knex: Knex): Promise<void> {
-  await runScript(knex, `
+  await runScript(
+    knex,
+    `
     CREATE TABLE passkeys (
       id            uuid PRIMARY KEY,
       credential_id text NOT NULL UNIQUE,
@@ -26,7 +28,8 @@ export async function up(knex: Knex): Promise<void> {
       removed_at    timestamptz
     );
     CREATE INDEX passkeys_user ON passkeys (user_id) WHERE removed_at IS NULL;
-  `);
+  `,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {

@@ -38,18 +38,21 @@ export function createAgentsStore() {
   }
 
   return {
-        /**
-         * The one place that decides which agent principal a new grant or code acts as (budget's vault:
-         * the budget's; else the user's and client's). Call it in the transaction that inserts it.
-         */
-    async principalForGrant(trx: Knex.Transaction, a: { id: string; userId: string; vaultId: string; clientKey: string; displayName: string; at: Date }): Promise<string> {
+    /**
+     * The one place that decides which agent principal a new grant or code acts as (budget's vault:
+     * the budget's; else the user's and client's). Call it in the transaction that inserts it.
+     */
+    async principalForGrant(
+      trx: Knex.Transaction,
+      a: { id: string; userId: string; vaultId: string; clientKey: string; displayName: string; at: Date },
+    ): Promise<string> {
       return (await budgetPrincipalOfVault(trx, a.userId, a.vaultId)) ?? (await ensureAgent(trx, a));
     },
 
-        /**
-         * The user's agents with their grants, newest first; a grant on a budget's vault acts as the
-         * budget, so budget principals are listed too, named by their budget.
-         */
+    /**
+     * The user's agents with their grants, newest first; a grant on a budget's vault acts as the
+     * budget, so budget principals are listed too, named by their budget.
+     */
     async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
       const oauth = conn("oauth_agents as a")
         .join("agent_principals as p", "p.id", "a.agent_principal_id")

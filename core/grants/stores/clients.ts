@@ -3,7 +3,6 @@ import { textArray } from "./text-array.js";
 
 type Conn = Knex | Knex.Transaction;
 
-
 export interface ClientRecord {
   clientId: string;
   /** Null for a client described by a metadata document (a public client without a secret). */

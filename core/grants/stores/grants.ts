@@ -117,10 +117,9 @@ export function createGrantsStore(db: Db) {
   const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
   const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(
     async (ids) => {
-      const { rows } = await db.raw(
-        `SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`,
-        [pgArray(ids)],
-      );
+      const { rows } = await db.raw(`SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`, [
+        pgArray(ids),
+      ]);
       const byId = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), r]));
       return ids.map((id) => {
         const r = byId.get(id);
@@ -129,8 +128,14 @@ export function createGrantsStore(db: Db) {
     },
     { maxBatch: 256, maxInFlight: 2, name: "grant_with_user" },
   );
-  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), { ...tokenBatches, name: "token_exchange" });
-  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), { ...tokenBatches, name: "token_refresh" });
+  const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), {
+    ...tokenBatches,
+    name: "token_exchange",
+  });
+  const refreshFast = createGroupCommit<Refresh, GrantRecord | undefined>(async (items) => byGrantId(items, await refreshBatch(db, items)), {
+    ...tokenBatches,
+    name: "token_refresh",
+  });
 
   return {
     async insertGrant(trx: Conn, g: GrantRecord): Promise<void> {
@@ -188,27 +193,36 @@ export function createGrantsStore(db: Db) {
     async supersede(trx: Knex.Transaction, id: string, successorId: string, at: Date, viaRefresh: boolean): Promise<void> {
       await trx("grants")
         .where({ id, state: "active" })
-        .update({ state: "superseded", successor_id: successorId, state_changed_at: at, state_reason: viaRefresh ? "refresh" : "issue", ...(viaRefresh ? { refresh_used_at: at } : {}) });
+        .update({
+          state: "superseded",
+          successor_id: successorId,
+          state_changed_at: at,
+          state_reason: viaRefresh ? "refresh" : "issue",
+          ...(viaRefresh ? { refresh_used_at: at } : {}),
+        });
     },
 
     async revokeLineage(trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> {
-      return trx("grants").where({ lineage_id: lineageId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+      return trx("grants")
+        .where({ lineage_id: lineageId })
+        .whereNot({ state: "revoked" })
+        .update({ state: "revoked", state_changed_at: at, state_reason: reason });
     },
 
     async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
       return trx("grants").where({ user_id: userId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
     },
 
-        /**
-         * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).
-         * Undefined when any condition fails, with nothing written: the caller then decides under a lock.
-         */
+    /**
+     * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).
+     * Undefined when any condition fails, with nothing written: the caller then decides under a lock.
+     */
     exchangeCodeFast: (x: FastExchange, audit: FastAudit): Promise<GrantRecord | undefined> => exchangeFast({ ...x, audit }),
 
-        /**
-         * Refresh's common case in one group-committed statement, like exchangeCodeFast. Undefined on
-         * reuse, grace retry, revocation, another client or an inactive user (nothing written): the caller decides under a lock.
-         */
+    /**
+     * Refresh's common case in one group-committed statement, like exchangeCodeFast. Undefined on
+     * reuse, grace retry, revocation, another client or an inactive user (nothing written): the caller decides under a lock.
+     */
     rotateRefreshFast: (x: FastRefresh, audit: FastAudit): Promise<GrantRecord | undefined> => refreshFast({ ...x, audit }),
   };
 }

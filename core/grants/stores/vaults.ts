@@ -21,10 +21,10 @@ export function createGrantVaultsStore() {
       return row ? String(row.owner_user_id) : undefined;
     },
 
-        /**
-         * Locks the vault's budget row FOR NO KEY UPDATE before any grant or vault lock (the budgets'
-         * lock order), so a close or decline either is seen or waits and then revokes the new grant.
-         */
+    /**
+     * Locks the vault's budget row FOR NO KEY UPDATE before any grant or vault lock (the budgets'
+     * lock order), so a close or decline either is seen or waits and then revokes the new grant.
+     */
     async lockBudgetStatusOfVault(trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
       const { rows } = await trx.raw(`SELECT status FROM budgets WHERE vault_id = ? FOR NO KEY UPDATE`, [vaultId]);
       const r = (rows as { status: string }[])[0];

@@ -66,9 +66,25 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
           RETURNING seq, id, recipient, subject, body, attempts, created_at`,
         [leaseUntil, now, limit],
       );
-      const rows = (res.rows ?? []) as { seq: number; id: string; recipient: string; subject: string; body: string; attempts: number; created_at: Date | string }[];
+      const rows = (res.rows ?? []) as {
+        seq: number;
+        id: string;
+        recipient: string;
+        subject: string;
+        body: string;
+        attempts: number;
+        created_at: Date | string;
+      }[];
       return rows
-        .map((r) => ({ seq: Number(r.seq), id: r.id, to: r.recipient, subject: open(r.subject), body: open(r.body), attempts: Number(r.attempts), createdAt: new Date(r.created_at) }))
+        .map((r) => ({
+          seq: Number(r.seq),
+          id: r.id,
+          to: r.recipient,
+          subject: open(r.subject),
+          body: open(r.body),
+          attempts: Number(r.attempts),
+          createdAt: new Date(r.created_at),
+        }))
         .sort((a, b) => a.seq - b.seq);
     },
 
@@ -83,12 +99,10 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
 
     /** Schedules the next attempt after a failed one; false when a later lease owns the row. */
     async markRetry(seq: number, attempts: number, next: Date, error: string): Promise<boolean> {
-      const res = await db.raw(`UPDATE mail_outbox SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`, [
-        next,
-        error.slice(0, 200),
-        seq,
-        attempts,
-      ]);
+      const res = await db.raw(
+        `UPDATE mail_outbox SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`,
+        [next, error.slice(0, 200), seq, attempts],
+      );
       return (res.rows ?? []).length === 1;
     },
 

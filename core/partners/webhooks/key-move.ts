@@ -32,12 +32,15 @@ export async function moveWebhookKeyOutOfDatabase(db: Db, box: SecretBox, logger
         logger.warn({ partnerId: p.id }, "webhook secret not readable with the database key; left unchanged");
         continue;
       }
-      await trx("partners").where({ id: p.id }).update({ webhook_secret_enc: box.seal(plain) });
+      await trx("partners")
+        .where({ id: p.id })
+        .update({ webhook_secret_enc: box.seal(plain) });
       count++;
     }
     await trx("instance_secrets").where({ name: LEGACY_KEY }).delete();
     return count;
   });
-  if (moved !== undefined) logger.info({ secrets: moved }, "webhook secrets re-encrypted under the key outside the database; the database copy of the old key was deleted");
+  if (moved !== undefined)
+    logger.info({ secrets: moved }, "webhook secrets re-encrypted under the key outside the database; the database copy of the old key was deleted");
   return moved ?? 0;
 }

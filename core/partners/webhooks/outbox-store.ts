@@ -101,9 +101,9 @@ export function createOutboxStore(db: Db) {
           lane.token,
         ]);
         if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
-        const partner = (
-          await trx.raw(`SELECT status, webhook_url, webhook_secret_enc FROM partners WHERE id = ? FOR SHARE`, [lane.partnerId])
-        ).rows[0] as { status: string; webhook_url: string | null; webhook_secret_enc: string | null } | undefined;
+        const partner = (await trx.raw(`SELECT status, webhook_url, webhook_secret_enc FROM partners WHERE id = ? FOR SHARE`, [lane.partnerId])).rows[0] as
+          | { status: string; webhook_url: string | null; webhook_secret_enc: string | null }
+          | undefined;
         if (!partner || partner.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
         const { rows } = await trx.raw(
           `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
@@ -144,17 +144,14 @@ export function createOutboxStore(db: Db) {
     /** Records a failed attempt (next try at `next`, or `failed` when undefined); fenced like markDelivered. */
     async markRetry(seq: number, attempt: number, next: Date | undefined, error: string): Promise<boolean> {
       const res = next
-        ? await db.raw(`UPDATE partner_events SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`, [
-            next,
-            error,
-            seq,
-            attempt,
-          ])
-        : await db.raw(`UPDATE partner_events SET delivery_state = 'failed', last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`, [
-            error,
-            seq,
-            attempt,
-          ]);
+        ? await db.raw(
+            `UPDATE partner_events SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`,
+            [next, error, seq, attempt],
+          )
+        : await db.raw(
+            `UPDATE partner_events SET delivery_state = 'failed', last_error = ? WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`,
+            [error, seq, attempt],
+          );
       return (res.rows as unknown[]).length > 0;
     },
 

@@ -9,7 +9,8 @@ export const auditTools: readonly Tool[] = [
     scope: "audit:stream",
     auth: "bearer",
     title: "List Audit Records",
-    description: "Pages through the audit records of the grant's agent, oldest transaction first; save `watermark` and resume with `since` to get each record exactly once.",
+    description:
+      "Pages through the audit records of the grant's agent, oldest transaction first; save `watermark` and resume with `since` to get each record exactly once.",
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(

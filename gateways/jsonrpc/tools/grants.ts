@@ -43,7 +43,11 @@ export const grantTools: readonly Tool[] = [
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(
-      { refresh_token: { type: "string", minLength: 1, maxLength: 512 }, client_id: { type: "string", minLength: 1, maxLength: 512 }, client_secret: { type: "string", minLength: 1, maxLength: 512 } },
+      {
+        refresh_token: { type: "string", minLength: 1, maxLength: 512 },
+        client_id: { type: "string", minLength: 1, maxLength: 512 },
+        client_secret: { type: "string", minLength: 1, maxLength: 512 },
+      },
       ["refresh_token", "client_id"],
     ),
     outputSchema: TOKEN_RESPONSE,

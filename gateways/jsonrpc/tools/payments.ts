@@ -55,12 +55,19 @@ export const paymentTools: readonly Tool[] = [
       $schema: "https://json-schema.org/draft/2020-12/schema",
       type: "object",
       oneOf: [
-        object({ kind: { const: "accepted" }, payment_id: UUID, status: SETTLEMENT_STATUS, tx_hash: { type: "string", pattern: "^0x[0-9a-f]{64}$" } }, ["kind", "payment_id", "status"]),
+        object({ kind: { const: "accepted" }, payment_id: UUID, status: SETTLEMENT_STATUS, tx_hash: { type: "string", pattern: "^0x[0-9a-f]{64}$" } }, [
+          "kind",
+          "payment_id",
+          "status",
+        ]),
         object({ kind: { const: "pending_step_up" }, payment_id: UUID, step_up_url: { type: "string", format: "uri" } }, ["kind", "payment_id", "step_up_url"]),
       ].map(({ $schema: _, ...s }) => s),
     },
     async call(args, ctx) {
-      const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
+      const { payment } = await ctx.clients.budgets.initiatePayment(
+        { accessToken: ctx.accessToken, payment: paymentRequest(args) },
+        withRequestId(ctx.requestId),
+      );
       const settled = SETTLEMENT[payment!.status];
       // tx_hash once it is known (never on the sandbox rail).
       if (settled) return { kind: "accepted", payment_id: payment!.paymentId, status: settled, ...(payment!.txHash ? { tx_hash: payment!.txHash } : {}) };
@@ -73,7 +80,8 @@ export const paymentTools: readonly Tool[] = [
         mode: "url",
         elicitationId: result.payment_id as string,
         url: result.step_up_url as string,
-        message: "This payment is over the budget's step-up amount: the account owner must approve it in their browser (sign in, confirm, approve). Then repeat the same call with the same idempotency_key.",
+        message:
+          "This payment is over the budget's step-up amount: the account owner must approve it in their browser (sign in, confirm, approve). Then repeat the same call with the same idempotency_key.",
       };
     },
   }),
@@ -100,7 +108,10 @@ export const paymentTools: readonly Tool[] = [
           items: {
             type: "object",
             properties: {
-              reason_id: { type: "string", enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount"] },
+              reason_id: {
+                type: "string",
+                enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount"],
+              },
               message: { type: "string" },
             },
             required: ["reason_id", "message"],
@@ -142,11 +153,28 @@ export const paymentTools: readonly Tool[] = [
         created_at: { type: "string", format: "date-time" },
         updated_at: { type: "string", format: "date-time" },
       },
-      ["payment_id", "status", "chain", "token", "amount_cents", "currency", "counterparty", "tx_hash", "confirmations", "failure_reason", "created_at", "updated_at"],
+      [
+        "payment_id",
+        "status",
+        "chain",
+        "token",
+        "amount_cents",
+        "currency",
+        "counterparty",
+        "tx_hash",
+        "confirmations",
+        "failure_reason",
+        "created_at",
+        "updated_at",
+      ],
     ),
     async call(args, ctx) {
       const { payment: p } = await ctx.clients.budgets.getPayment({ accessToken: ctx.accessToken, paymentId: args.payment_id }, withRequestId(ctx.requestId));
-      const before = { [PaymentStatus.PENDING_STEP_UP]: "pending_step_up", [PaymentStatus.APPROVED]: "approved", [PaymentStatus.DECLINED]: "declined" } as Partial<Record<PaymentStatus, string>>;
+      const before = {
+        [PaymentStatus.PENDING_STEP_UP]: "pending_step_up",
+        [PaymentStatus.APPROVED]: "approved",
+        [PaymentStatus.DECLINED]: "declined",
+      } as Partial<Record<PaymentStatus, string>>;
       return {
         payment_id: p!.paymentId,
         status: SETTLEMENT[p!.status] ?? before[p!.status] ?? "pending",

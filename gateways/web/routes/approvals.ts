@@ -14,7 +14,11 @@ import { limitWords, paymentWords } from "../views/pending.js";
 export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   /** Unknown, malformed, already decided and another user's items all get this one page. */
   const nothing = (what: "payment" | "budget") =>
-    new PageError(404, "Nothing to approve here", `There is no ${what} waiting for your approval at this address. It may have been approved already, or the link is wrong.`);
+    new PageError(
+      404,
+      "Nothing to approve here",
+      `There is no ${what} waiting for your approval at this address. It may have been approved already, or the link is wrong.`,
+    );
 
   const stepUpNote = (s: WebSession) =>
     s.stepUpFresh
@@ -117,9 +121,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
 
   app.post("/dashboard/approvals/payments/:paymentId/decline", async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
-    return decline(request, reply, "payment", paymentId, (current) =>
-      ctx.budgets.declinePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)),
-    );
+    return decline(request, reply, "payment", paymentId, (current) => ctx.budgets.declinePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)));
   });
 
   app.post("/dashboard/approvals/budgets/:agentId/decline", async (request, reply) => {
@@ -174,12 +176,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     if (!current) return reply;
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(here), 303);
     const call = () =>
-      ctx.budgets
-        .activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request))
-        .catch((err: unknown) => {
-          if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("budget");
-          throw err;
-        });
+      ctx.budgets.activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request)).catch((err: unknown) => {
+        if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("budget");
+        throw err;
+      });
     return approve(reply, here, call, `${AGENTS_PATH}?done=budget-activated`);
   });
 };

@@ -85,7 +85,8 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     } catch (err) {
       return { reply: refuse(reply, p, err) };
     }
-    if (p.duplicates.length > 0) return { reply: redirectBack(reply, p, { error: "invalid_request", error_description: `repeated parameter: ${p.duplicates[0]}` }) };
+    if (p.duplicates.length > 0)
+      return { reply: redirectBack(reply, p, { error: "invalid_request", error_description: `repeated parameter: ${p.duplicates[0]}` }) };
     if (p.values.get("response_type") !== "code") {
       return { reply: redirectBack(reply, p, { error: "unsupported_response_type", error_description: "response_type must be code" }) };
     }
@@ -116,7 +117,8 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const vaultChoice = c.vaultId
       ? html`<p><strong>Vault:</strong> ${c.vaults[0]!.label}<br><code class="muted">${c.vaults[0]!.urn}</code></p><input type="hidden" name="vault_id" value="${c.vaultId}">`
       : html`<fieldset><legend><strong>Which vault may it use?</strong></legend>${c.vaults.map(
-          (v, i) => html`<label><input type="radio" name="vault_id" value="${v.vaultId}" ${i === 0 ? html`checked` : ""}> ${v.label} <code class="muted">${v.urn}</code></label>`,
+          (v, i) =>
+            html`<label><input type="radio" name="vault_id" value="${v.vaultId}" ${i === 0 ? html`checked` : ""}> ${v.label} <code class="muted">${v.urn}</code></label>`,
         )}</fieldset>`;
     return ctx.send(
       reply,

@@ -65,7 +65,11 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const id = (request.query as Record<string, unknown>).payment;
     if (id === undefined) return undefined;
     if (typeof id !== "string" || !UUID.test(id)) {
-      throw new PageError(404, "Nothing to approve here", "There is no payment waiting for your approval at this address. It may have been approved already, or the link is wrong.");
+      throw new PageError(
+        404,
+        "Nothing to approve here",
+        "There is no payment waiting for your approval at this address. It may have been approved already, or the link is wrong.",
+      );
     }
     return paymentPath(id.toLowerCase());
   };
@@ -80,7 +84,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const pending = await loadPending(ctx, request, current, agents, "/dashboard/agents");
     const list = agents.length
       ? html`<ul>${agents.map(
-          (a) => html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
+          (a) =>
+            html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
         )}</ul>`
       : html`<p class="muted">No agent has asked for access yet.</p>`;
     return ctx.send(
@@ -141,9 +146,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const grantVaults = new Set((agent?.grants ?? []).filter((g) => g.state === "active").map((g) => g.vaultId));
     const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
     const options = cardOptions(request, csrf, here, vaults);
-    const moneySection = reach.length
-      ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}`
-      : html``;
+    const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;
     const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
     return ctx.send(
       reply,
@@ -166,9 +169,11 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const row = (g: GrantSummary, revoke: boolean) =>
       html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${utcMinute(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
         <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
-        <td>${revoke
-          ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
-          : g.state}</td></tr>`;
+        <td>${
+          revoke
+            ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
+            : g.state
+        }</td></tr>`;
     return html`<h2>Active grants</h2>
       <section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>
       ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}`;
@@ -237,13 +242,17 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!current) return ctx.signInRedirect(reply, back);
     if (!UUID.test(rawId)) throw new PageError(404, "No such budget", "There is no such budget.");
     const vaultId = rawId.toLowerCase();
-    const show = (problem: Problem) => (back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice("/dashboard/agents/".length), problem));
+    const show = (problem: Problem) =>
+      back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice("/dashboard/agents/".length), problem);
     const refused = (status: number, title: string, detail: string, hint?: string) =>
       show({ status, card: html`<div class="card error" role="alert"><p><strong>${title}.</strong> ${detail}</p>${hint ? html`<p>${hint}</p>` : ""}</div>` });
 
     // Back here after the step-up, with what was typed still in the form.
     const amount = form.params.get("amount") ?? "";
-    const again = action === "fund" && amount.length <= 24 && "cents" in parseAmount(amount) ? `?done=stepped-up&fund=${vaultId}&amount=${encodeURIComponent(amount)}` : "?done=stepped-up";
+    const again =
+      action === "fund" && amount.length <= 24 && "cents" in parseAmount(amount)
+        ? `?done=stepped-up&fund=${vaultId}&amount=${encodeURIComponent(amount)}`
+        : "?done=stepped-up";
     const stepUp = () => reply.redirect(stepUpPath(`${back}${again}#${vaultAnchor(vaultId)}`), 303);
     let input: T;
     try {

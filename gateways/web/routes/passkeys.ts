@@ -31,22 +31,33 @@ export async function passkeyStepUpOffer(ctx: WebContext, request: FastifyReques
  */
 export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const secure = ctx.urls.appUrl.startsWith("https:");
-  const flowCookie = (value: string, maxAge: number) => `${FLOW_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+  const flowCookie = (value: string, maxAge: number) =>
+    `${FLOW_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
   const takeFlow = (request: FastifyRequest, reply: FastifyReply) => {
     reply.header("set-cookie", [flowCookie("", 0)]);
     return readCookies(request)[FLOW_COOKIE] ?? "";
   };
   // Registered after the plugin-wide page headers, so this replaces their script-less policy here.
   app.addHook("onSend", async (_request, reply) => {
-    reply.header("content-security-policy", "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    reply.header(
+      "content-security-policy",
+      "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    );
   });
   const answer = (form: Map<string, string>) => {
     const response = form.get("response") ?? "";
-    if (!response) throw new PageError(400, "Your browser did not answer", "Passkeys need JavaScript in this browser. Turn it on and start again, or use another way to confirm it is you.");
+    if (!response)
+      throw new PageError(
+        400,
+        "Your browser did not answer",
+        "Passkeys need JavaScript in this browser. Turn it on and start again, or use another way to confirm it is you.",
+      );
     return response;
   };
 
-  app.get(PASSKEYS_SCRIPT_PATH, async (_request, reply) => reply.type("text/javascript; charset=utf-8").header("cache-control", "public, max-age=300").send(PASSKEYS_SCRIPT));
+  app.get(PASSKEYS_SCRIPT_PATH, async (_request, reply) =>
+    reply.type("text/javascript; charset=utf-8").header("cache-control", "public, max-age=300").send(PASSKEYS_SCRIPT),
+  );
 
   app.get(PASSKEYS_PATH, async (request, reply) => {
     const current = await ctx.session(request);
@@ -68,7 +79,15 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       reply,
       200,
       "Add a passkey",
-      ceremonyForm({ kind: "create", action: `${PASSKEYS_PATH}/add`, optionsJson: res.optionsJson, csrf, button: "Create passkey", intro: "Your device will ask for your fingerprint, face or PIN.", askName: true }),
+      ceremonyForm({
+        kind: "create",
+        action: `${PASSKEYS_PATH}/add`,
+        optionsJson: res.optionsJson,
+        csrf,
+        button: "Create passkey",
+        intro: "Your device will ask for your fingerprint, face or PIN.",
+        askName: true,
+      }),
       { email: current.session.email, csrf },
     );
   });
@@ -79,7 +98,10 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
     const flowSecret = takeFlow(request, reply);
-    await ctx.grants.finishPasskeyRegistration({ sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" }, ctx.rpc(request));
+    await ctx.grants.finishPasskeyRegistration(
+      { sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" },
+      ctx.rpc(request),
+    );
     return reply.redirect(`${PASSKEYS_PATH}?done=added`, 303);
   });
 

@@ -25,17 +25,25 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       html`${error ? html`<div class="card error"><p>${error}</p></div>` : ""}
       ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?return_to=${encodeURIComponent(returnTo)}">Sign in with your organisation</a></p>` : ""}
       ${ctx.signinMethods.includes("passkey") ? html`<p class="card"><a class="button" href="/signin/passkey?return_to=${encodeURIComponent(returnTo)}">Sign in with a passkey</a></p>` : ""}
-      ${ctx.signinMethods.includes("email") ? html`<form class="card" method="post" action="/signin">
+      ${
+        ctx.signinMethods.includes("email")
+          ? html`<form class="card" method="post" action="/signin">
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <label for="email">E-mail address</label>
         <input id="email" type="email" name="email" autocomplete="email" required>
         <p class="muted">We will e-mail you a one-time code.</p>
         <button type="submit">Send code</button>
-      </form>` : ""}`,
+      </form>`
+          : ""
+      }`,
     );
   }
 
-  function codeForm(reply: FastifyReply, request: FastifyRequest, o: { action: string; challenge: string; returnTo: string; title: string; intro: string; status?: number; error?: string; email?: string }) {
+  function codeForm(
+    reply: FastifyReply,
+    request: FastifyRequest,
+    o: { action: string; challenge: string; returnTo: string; title: string; intro: string; status?: number; error?: string; email?: string },
+  ) {
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
@@ -150,11 +158,15 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       "Confirm it's you",
       html`<p>Approving payments or budgets needs a fresh confirmation.</p>
       ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?step_up=1&amp;return_to=${encodeURIComponent(returnTo)}">Confirm at your organisation</a></p>` : ""}
-      ${ctx.signinMethods.includes("email") ? html`<form class="card" method="post" action="/stepup">
+      ${
+        ctx.signinMethods.includes("email")
+          ? html`<form class="card" method="post" action="/stepup">
         <p>We will e-mail a code to <strong>${current.session.email}</strong>.</p>
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <button type="submit">Send code</button>
-      </form>` : ""}${await passkeyStepUpOffer(ctx, request, current.token, returnTo)}`,
+      </form>`
+          : ""
+      }${await passkeyStepUpOffer(ctx, request, current.token, returnTo)}`,
       { email: current.session.email, csrf },
     );
   });

@@ -13,7 +13,10 @@ const MAX_UNITS_DIGITS = 13;
  * Two decimals at most: every vault currency is kept in hundredths.
  */
 export function parseAmount(raw: string | undefined): { cents: bigint } | { error: string } {
-  const text = (raw ?? "").trim().replace(/^\$/, "").replace(/,(?=\d{3}(\D|$))/g, "");
+  const text = (raw ?? "")
+    .trim()
+    .replace(/^\$/, "")
+    .replace(/,(?=\d{3}(\D|$))/g, "");
   const m = new RegExp(`^(\\d{1,${MAX_UNITS_DIGITS}})(?:\\.(\\d{1,2}))?$`).exec(text);
   if (!m) return { error: "Enter an amount such as 25 or 25.50 (at most two decimals)." };
   const cents = BigInt(m[1]!) * 100n + BigInt((m[2] ?? "").padEnd(2, "0"));
@@ -111,41 +114,51 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
   const prefill = o.prefill?.vaultId === v.vaultId ? o.prefill.amount : "";
   return html`<section class="card vault${isBudget ? " budget" : ""}" id="${vaultAnchor(v.vaultId)}">
     <div class="vault-head"><h3>${vaultName(v, o.all)}</h3>${status ? html`<span class="status status-${BudgetStatus[v.status]?.toLowerCase() ?? "unknown"}">${status}</span>` : ""}</div>
-    ${isBudget
-      ? html`<p class="muted">Budget under ${parentName}${l?.purpose ? html` · ${l.purpose}` : ""}${v.agentPrincipalId ? html` · <a href="/dashboard/agents/${v.agentPrincipalId}">its agent</a>` : ""}</p>`
-      : ""}
+    ${
+      isBudget
+        ? html`<p class="muted">Budget under ${parentName}${l?.purpose ? html` · ${l.purpose}` : ""}${v.agentPrincipalId ? html` · <a href="/dashboard/agents/${v.agentPrincipalId}">its agent</a>` : ""}</p>`
+        : ""
+    }
     ${v.status === BudgetStatus.DRAFT && v.agentPrincipalId ? html`<p><a href="${budgetPath(v.agentPrincipalId)}">Review and activate this budget</a></p>` : ""}
     <p class="balance"><span class="num big">${money(v.balanceCents, cur)}</span> <span class="muted">balance${cur ? ` (${cur})` : ""}</span></p>
     ${bar("Spent today (UTC)", v.spentTodayCents, l?.amountCapCentsPerDay, cur, l ? "no daily limit" : "")}
     ${bar("Spent in total", v.spentLifetimeCents, l?.amountCapCentsLifetime, cur, l ? "no lifetime limit" : "")}
     ${extra.length ? html`<p class="muted">${extra.map((e, i) => (i ? html` · ${e}` : e))}</p>` : ""}
-    ${v.recentPayments.length
-      ? html`<details${v.recentPayments.some((p) => p.status === PaymentStatus.PENDING_STEP_UP) || isBudget ? " open" : ""}><summary>Recent payments</summary>
+    ${
+      v.recentPayments.length
+        ? html`<details${v.recentPayments.some((p) => p.status === PaymentStatus.PENDING_STEP_UP) || isBudget ? " open" : ""}><summary>Recent payments</summary>
           <table class="payments">${v.recentPayments.map(paymentRow)}</table></details>`
-      : html`<p class="muted">No payments yet.</p>`}
-    ${canFund
-      ? html`<form class="money-form" method="post" action="${fundPath(v.vaultId)}">
+        : html`<p class="muted">No payments yet.</p>`
+    }
+    ${
+      canFund
+        ? html`<form class="money-form" method="post" action="${fundPath(v.vaultId)}">
           <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="idempotency_key" value="${formKey()}"><input type="hidden" name="return_to" value="${o.returnTo}">
           <label for="${amountId}">Move money from ${parentName} into this budget</label>
           <input id="${amountId}" type="text" name="amount" inputmode="decimal" autocomplete="off" placeholder="0.00" value="${prefill}" required>
           <button type="submit">Fund</button>
         </form>`
-      : ""}
-    ${canClose
-      ? html`<form class="money-form" method="post" action="${closePath(v.vaultId)}">
+        : ""
+    }
+    ${
+      canClose
+        ? html`<form class="money-form" method="post" action="${closePath(v.vaultId)}">
           <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="return_to" value="${o.returnTo}">
           <p class="muted">Closing revokes its agents' access and stops all spending. Unless you keep them, the remaining funds go back to ${parentName}.</p>
           <label class="check"><input type="checkbox" name="keep_funds" value="yes"> Keep the remaining funds in this budget</label>
           <button type="submit" class="danger">Close budget</button>
         </form>`
-      : ""}
-    ${canSweep
-      ? html`<form class="money-form" method="post" action="${sweepPath(v.vaultId)}">
+        : ""
+    }
+    ${
+      canSweep
+        ? html`<form class="money-form" method="post" action="${sweepPath(v.vaultId)}">
           <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="return_to" value="${o.returnTo}">
           <p class="muted">This closed budget kept its funds. Nothing can spend them here.</p>
           <button type="submit">Move ${money(v.balanceCents, cur)} back to ${parentName}</button>
         </form>`
-      : ""}
+        : ""
+    }
   </section>`;
 }
 

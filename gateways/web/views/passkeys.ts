@@ -8,7 +8,16 @@ export const PASSKEYS_SCRIPT_PATH = "/static/passkeys.js";
 const NOSCRIPT = html`<noscript><div class="card error"><p>Passkeys need JavaScript in this browser. Turn it on and reload this page, or use another way to confirm it is you.</p></div></noscript>`;
 
 /** A form the passkeys script drives; hidden until the script runs, so without it only the note shows. */
-export function ceremonyForm(o: { kind: "create" | "get"; action: string; optionsJson: string; csrf: string; returnTo?: string; button: string; intro: string; askName?: boolean }): Html {
+export function ceremonyForm(o: {
+  kind: "create" | "get";
+  action: string;
+  optionsJson: string;
+  csrf: string;
+  returnTo?: string;
+  button: string;
+  intro: string;
+  askName?: boolean;
+}): Html {
   return html`${NOSCRIPT}
     <form class="card" method="post" action="${o.action}" data-passkey="${o.kind}" data-options="${o.optionsJson}" hidden>
       <p>${o.intro}</p>
@@ -24,14 +33,18 @@ export function ceremonyForm(o: { kind: "create" | "get"; action: string; option
 /** The dashboard's passkeys: name, when added, last used, backed up; remove buttons. */
 export function passkeyList(keys: Passkey[], csrf: string, notice?: string): Html {
   const rows = keys.map(
-    (k) => html`<tr><td>${k.name}</td><td>${utcMinute(k.createdAt)}</td><td>${k.lastUsedAt ? utcMinute(k.lastUsedAt) : "never"}</td><td>${k.backedUp ? "yes" : "no"}</td>
+    (
+      k,
+    ) => html`<tr><td>${k.name}</td><td>${utcMinute(k.createdAt)}</td><td>${k.lastUsedAt ? utcMinute(k.lastUsedAt) : "never"}</td><td>${k.backedUp ? "yes" : "no"}</td>
       <td><form method="post" action="${PASSKEYS_PATH}/${k.passkeyId}/remove"><input type="hidden" name="csrf" value="${csrf}"><button class="danger" type="submit">Remove</button></form></td></tr>`,
   );
   return html`${notice ? html`<div class="card ok"><p>${notice}</p></div>` : ""}
     <div class="card">
-      ${keys.length === 0
-        ? html`<p>You have no passkeys yet. A passkey lets you confirm payments with your fingerprint, face or device PIN.</p>`
-        : html`<table><thead><tr><th>Name</th><th>Added</th><th>Last used</th><th>Backed up</th><th></th></tr></thead><tbody>${rows}</tbody></table>`}
+      ${
+        keys.length === 0
+          ? html`<p>You have no passkeys yet. A passkey lets you confirm payments with your fingerprint, face or device PIN.</p>`
+          : html`<table><thead><tr><th>Name</th><th>Added</th><th>Last used</th><th>Backed up</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
+      }
       <p><a class="button" href="${PASSKEYS_PATH}/add">Add a passkey</a></p>
       <p class="muted">Adding a passkey asks you to confirm it is you first.</p>
     </div>`;

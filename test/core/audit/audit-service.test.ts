@@ -6,7 +6,6 @@ import { createPartner } from "../../support/partners.js";
 import { feedsSettled } from "../../support/db.js";
 import { reasonOf } from "../../support/refusals.js";
 
-
 describe("AuditService", () => {
   let stack: TestStack;
   before(async () => {
@@ -82,7 +81,10 @@ describe("audit_records", () => {
     try {
       await createPartner(stack);
       for (const sql of ["UPDATE audit_records SET actor = 'x'", "DELETE FROM audit_records", "TRUNCATE audit_records"]) {
-        const err = await stack.core.db.raw(sql).then(() => undefined, (e: unknown) => e);
+        const err = await stack.core.db.raw(sql).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
         expect(String(err)).to.match(/append-only/);
       }
     } finally {

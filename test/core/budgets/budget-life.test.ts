@@ -26,7 +26,13 @@ describe("BudgetsService budget life: fund and close", () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
       const res = await fund(parentToken, child.vaultId.toUpperCase(), 2_500n);
       expect(res.replayed).to.equal(false);
-      expect([res.vaultId, res.parentVaultId, res.currency, res.amountCents, res.balanceCents]).to.deep.equal([child.vaultId, owner.vaultId, "USD", 2_500n, 2_500n]);
+      expect([res.vaultId, res.parentVaultId, res.currency, res.amountCents, res.balanceCents]).to.deep.equal([
+        child.vaultId,
+        owner.vaultId,
+        "USD",
+        2_500n,
+        2_500n,
+      ]);
       expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId)]).to.deep.equal([7_500, 2_500]);
       expect(await legsOf(stack, res.transferId)).to.deep.equal({ kind: "budget.fund", legs: { [owner.vaultId]: -2_500, [child.vaultId]: 2_500 } });
       const audit = await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId });
@@ -60,7 +66,11 @@ describe("BudgetsService budget life: fund and close", () => {
     it("refuses beyond the parent's balance (insufficient_funds, audited) and amounts or keys out of range; nothing moves", async () => {
       const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 1_000n });
       const over = await refusalOf(fund(parentToken, child.vaultId, 1_001n));
-      expect([over.code, over.detail?.reason, over.message]).to.deep.equal([Code.FailedPrecondition, Reason.INSUFFICIENT_FUNDS, "the parent vault's balance is below the amount"]);
+      expect([over.code, over.detail?.reason, over.message]).to.deep.equal([
+        Code.FailedPrecondition,
+        Reason.INSUFFICIENT_FUNDS,
+        "the parent vault's balance is below the amount",
+      ]);
       const failure = await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, outcome: "failure" });
       expect(failure.map((a) => a.reason)).to.deep.equal(["insufficient_funds"]);
       for (const amountCents of [0n, -1n, 9_007_199_254_740_992n]) await expectRefused(fund(parentToken, child.vaultId, amountCents), Reason.INVALID_REQUEST);
@@ -95,9 +105,14 @@ describe("BudgetsService budget life: fund and close", () => {
       await expectRefused(fund(revoked, child.vaultId, 100n), Reason.INVALID_TOKEN);
       await expectRefused(fund("", child.vaultId, 100n), Reason.INVALID_TOKEN);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
-      await expectRefused(stack.clients.budgets.fundBudget({ accessToken: parentToken, sessionToken: session, vaultId: child.vaultId, amountCents: 100n, idempotencyKey: key() }), Reason.INVALID_REQUEST);
+      await expectRefused(
+        stack.clients.budgets.fundBudget({ accessToken: parentToken, sessionToken: session, vaultId: child.vaultId, amountCents: 100n, idempotencyKey: key() }),
+        Reason.INVALID_REQUEST,
+      );
       // Nothing moved but the grandchild's 100.
-      expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId), await balanceOf(stack, stranger.owner.vaultId)]).to.deep.equal([10_000, 400, 10_000]);
+      expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId), await balanceOf(stack, stranger.owner.vaultId)]).to.deep.equal([
+        10_000, 400, 10_000,
+      ]);
       await expectLedgerBalanced(stack);
     });
 
@@ -105,15 +120,21 @@ describe("BudgetsService budget life: fund and close", () => {
       const { owner, parentToken, child, budget } = await budgetUnderRoot(stack, { parentCents: 10_000n, stepUp: false });
       expect(budget.status).to.equal(BudgetStatus.DRAFT);
       const draft = await refusalOf(fund(parentToken, child.vaultId, 100n));
-      expect([draft.detail?.reason, draft.message]).to.deep.equal([Reason.ACCESS_DENIED, "the budget is a draft awaiting its owner's approval: only the owner can fund it"]);
+      expect([draft.detail?.reason, draft.message]).to.deep.equal([
+        Reason.ACCESS_DENIED,
+        "the budget is a draft awaiting its owner's approval: only the owner can fund it",
+      ]);
       const plain = await ownerSession(stack, owner.userId);
-      const ownerFund = (sessionToken: string, vaultId = child.vaultId, amountCents = 4_000n) => stack.clients.budgets.fundBudget({ sessionToken, vaultId, amountCents, idempotencyKey: key() });
+      const ownerFund = (sessionToken: string, vaultId = child.vaultId, amountCents = 4_000n) =>
+        stack.clients.budgets.fundBudget({ sessionToken, vaultId, amountCents, idempotencyKey: key() });
       await expectRefused(ownerFund(plain), Reason.ACCESS_DENIED);
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
       expect((await ownerFund(session)).balanceCents).to.equal(4_000n);
       const stranger = await ownerSession(stack, (await createOwner(stack)).userId, { stepUp: true });
       await expectRefused(ownerFund(stranger), Reason.NOT_FOUND);
-      expect(await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, actor: `user:${owner.userId}` })).to.have.length(1);
+      expect(await stack.core.db("audit_records").where({ action: "agent.budget.fund", subject: child.vaultId, actor: `user:${owner.userId}` })).to.have.length(
+        1,
+      );
       await expectLedgerBalanced(stack);
       // The owner declines the draft after all: its money goes back to the parent.
       await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: child.agentPrincipalId });
@@ -141,7 +162,13 @@ describe("BudgetsService budget life: fund and close", () => {
       await expectLedgerBalanced(stack);
 
       const closed = await stack.clients.budgets.closeBudget({ accessToken: parentToken, vaultId: child.vaultId });
-      expect([closed.status, closed.alreadyClosed, closed.sweptCents, closed.currency, closed.parentVaultId]).to.deep.equal([BudgetStatus.CLOSED, false, 5_600n, "USD", owner.vaultId]);
+      expect([closed.status, closed.alreadyClosed, closed.sweptCents, closed.currency, closed.parentVaultId]).to.deep.equal([
+        BudgetStatus.CLOSED,
+        false,
+        5_600n,
+        "USD",
+        owner.vaultId,
+      ]);
       // The two agent grants and the superseded one behind the reissue.
       expect(closed.revokedGrants).to.equal(3);
       expect(timestampDate(closed.closedAt!).getTime()).to.equal(stack.clock().getTime());
@@ -150,14 +177,19 @@ describe("BudgetsService budget life: fund and close", () => {
       expect((await stack.core.db("agent_payments").where({ id: pending.payment!.paymentId }).first()).status).to.equal("declined");
       expect((await stack.core.db("vault_policies").where({ vault_id: child.vaultId }).first()).status).to.equal("closed");
       expect(await stack.core.db("grants").where({ vault_id: child.vaultId }).whereNot({ state: "revoked" })).to.deep.equal([]);
-      expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId })).map((a) => a.actor)).to.deep.equal([`agent:${owner.agentPrincipalId}`]);
+      expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId })).map((a) => a.actor)).to.deep.equal([
+        `agent:${owner.agentPrincipalId}`,
+      ]);
       await expectLedgerBalanced(stack);
 
       // Nothing more is paid: the old grants are revoked, no grant is issued on the vault
       // any more, and one that exists anyway (written directly) meets a frozen policy.
       await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
       await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: reissued, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
-      await expectRefused(stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }), Reason.INVALID_TARGET);
+      await expectRefused(
+        stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: child.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }),
+        Reason.INVALID_TARGET,
+      );
       const later = await grantFor(stack, child, { stepUp: true });
       const frozen = await refusalOf(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 10n }) }));
       expect([frozen.detail?.reason, frozen.detail?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "policy_inactive"]);
@@ -192,11 +224,19 @@ describe("BudgetsService budget life: fund and close", () => {
       const closed = await stack.clients.budgets.closeBudget({ sessionToken: session, vaultId: child.vaultId, keepFunds: true });
       expect([closed.alreadyClosed, closed.sweptCents, closed.transferId, closed.revokedGrants]).to.deep.equal([false, 0n, "", 1]);
       expect([await balanceOf(stack, owner.vaultId), await balanceOf(stack, child.vaultId)]).to.deep.equal([8_000, 2_000]);
-      expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId }).orderBy("seq")).map((a) => [a.actor.startsWith("user:"), a.outcome, a.reason])).to.deep.equal([
+      expect(
+        (await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId }).orderBy("seq")).map((a) => [
+          a.actor.startsWith("user:"),
+          a.outcome,
+          a.reason,
+        ]),
+      ).to.deep.equal([
         [true, "failure", "not_found"], // the stranger
         [true, "success", ""],
       ]);
-      expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "success" }).first()).actor).to.equal(`user:${owner.userId}`);
+      expect((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "success" }).first()).actor).to.equal(
+        `user:${owner.userId}`,
+      );
       await expectLedgerBalanced(stack);
       await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: childToken, payment: payment({ amountCents: 10n }) }), Reason.INVALID_TOKEN);
       const later = await grantFor(stack, child);
@@ -219,7 +259,9 @@ describe("BudgetsService budget life: fund and close", () => {
       await fund(tokenB, c.vaultId, 2_000n);
       const cAgent = { userId: owner.userId, vaultId: c.vaultId, agentPrincipalId: c.agentPrincipalId };
       const tokenC = await grantFor(stack, cAgent, { stepUp: true });
-      expect((await stack.clients.budgets.initiatePayment({ accessToken: tokenC, payment: payment({ amountCents: 500n }) })).payment!.status).to.equal(PaymentStatus.COMPLETED);
+      expect((await stack.clients.budgets.initiatePayment({ accessToken: tokenC, payment: payment({ amountCents: 500n }) })).payment!.status).to.equal(
+        PaymentStatus.COMPLETED,
+      );
       const d = (await stack.clients.budgets.createBudget({ accessToken: tokenC, ...budgetParams() })).budget!;
       await fund(tokenC, d.vaultId, 300n);
       const dToken = await grantFor(stack, { userId: owner.userId, vaultId: d.vaultId, agentPrincipalId: d.agentPrincipalId });
@@ -233,12 +275,21 @@ describe("BudgetsService budget life: fund and close", () => {
       expect([closed.sweptCents, closed.revokedGrants]).to.deep.equal([4_500n, 3]); // one grant on each of B, C and D
       const balances = await Promise.all([owner.vaultId, b.vaultId, c.vaultId, d.vaultId, sibling.vaultId].map((v) => balanceOf(stack, v)));
       expect(balances).to.deep.equal([9_400, 0, 0, 0, 100]);
-      const statuses = await Promise.all([b.vaultId, c.vaultId, d.vaultId, sibling.vaultId].map(async (v) => (await stack.core.db("budgets").where({ vault_id: v }).first()).status));
+      const statuses = await Promise.all(
+        [b.vaultId, c.vaultId, d.vaultId, sibling.vaultId].map(async (v) => (await stack.core.db("budgets").where({ vault_id: v }).first()).status),
+      );
       expect(statuses).to.deep.equal(["closed", "closed", "closed", "active"]);
-      const sweeps = await stack.core.db("ledger_transactions").where({ kind: "budget.sweep" }).whereIn("reference", [b, c, d].map((x) => `budget:${x.vaultId}`));
+      const sweeps = await stack.core
+        .db("ledger_transactions")
+        .where({ kind: "budget.sweep" })
+        .whereIn(
+          "reference",
+          [b, c, d].map((x) => `budget:${x.vaultId}`),
+        );
       expect(sweeps).to.have.length(3);
       await expectLedgerBalanced(stack);
-      for (const t of [tokenB, tokenC, dToken]) await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 1n }) }), Reason.INVALID_TOKEN);
+      for (const t of [tokenB, tokenC, dToken])
+        await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 1n }) }), Reason.INVALID_TOKEN);
       // A grant issued later on a closed budget's vault neither pays nor makes budgets there.
       const later = await grantFor(stack, cAgent, { stepUp: true });
       await expectRefused(stack.clients.budgets.initiatePayment({ accessToken: later, payment: payment({ amountCents: 1n }) }), Reason.POLICY_DENIED);

@@ -7,7 +7,7 @@ import { budgetParams, createOwner, grantFor } from "../../support/budgets.js";
 import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /** Real concurrency needs real connections: PGlite runs one query at a time. */
-describe("BudgetsService.CreateBudget under concurrency (Postgres)", function () {
+describe("BudgetsService.CreateBudget under concurrency (Postgres)", () => {
   let stack: TestStack;
   before(async function () {
     requirePostgres(this, "concurrent sagas need several connections");

@@ -76,12 +76,18 @@ describe("BudgetsService.CreateBudget", () => {
     expect(again.budget!.createdAt).to.deep.equal(first.budget!.createdAt);
 
     // Dashboard activation after step-up, then the replay reports the current status.
-    await stack.clients.budgets.activateBudget({ sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }), agentPrincipalId: first.budget!.agentPrincipalId });
+    await stack.clients.budgets.activateBudget({
+      sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }),
+      agentPrincipalId: first.budget!.agentPrincipalId,
+    });
     const after = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params });
     expect(after.budget!.status).to.equal(BudgetStatus.ACTIVE);
     expect(after.budget!.policyVersion).to.equal(1n);
 
-    const conflict = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, displayName: "Other" }), Reason.IDEMPOTENCY_CONFLICT);
+    const conflict = await expectRefused(
+      stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params, displayName: "Other" }),
+      Reason.IDEMPOTENCY_CONFLICT,
+    );
     expect(conflict.code).to.equal(Code.AlreadyExists);
   });
 
@@ -90,7 +96,10 @@ describe("BudgetsService.CreateBudget", () => {
       stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { scopes: ["payments:initiate", "accounts:read"] }), ...budgetParams() }),
     );
     expect(denied.detail?.reason).to.equal(Reason.INSUFFICIENT_SCOPE);
-    const ok = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { scopes: ["agent:budget:create", "x:other"] }), ...budgetParams() });
+    const ok = await stack.clients.budgets.createBudget({
+      accessToken: await grantFor(stack, owner, { scopes: ["agent:budget:create", "x:other"] }),
+      ...budgetParams(),
+    });
     expect(ok.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
 
@@ -108,7 +117,10 @@ describe("BudgetsService.CreateBudget", () => {
     ];
     for (const c of cases) {
       const r = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams(c) }));
-      expect(r.detail?.reason, JSON.stringify(c, (_k, v) => (typeof v === "bigint" ? String(v) : v))).to.equal(Reason.INVALID_REQUEST);
+      expect(
+        r.detail?.reason,
+        JSON.stringify(c, (_k, v) => (typeof v === "bigint" ? String(v) : v)),
+      ).to.equal(Reason.INVALID_REQUEST);
     }
     const boundary = await stack.clients.budgets.createBudget({
       accessToken: await grantFor(stack, owner),
@@ -126,9 +138,7 @@ describe("BudgetsService.CreateBudget", () => {
       const p = r.detail!.provisioning!;
       const order = ["vault", "agent_principal", "policy"];
       const at = order.indexOf(step);
-      expect(p.steps.map((s) => [s.name, s.state])).to.deep.equal(
-        order.map((name, i) => [name, i < at ? "compensated" : i === at ? "failed" : "pending"]),
-      );
+      expect(p.steps.map((s) => [s.name, s.state])).to.deep.equal(order.map((name, i) => [name, i < at ? "compensated" : i === at ? "failed" : "pending"]));
       expect(p.cleanup).to.equal("complete");
       expect(p.remaining).to.deep.equal([]);
       const budget = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
@@ -235,11 +245,16 @@ describe("BudgetsService.CreateBudget", () => {
     await atPolicy;
     hold = undefined;
     const second = budgetParams();
-    const contended = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second }), Reason.VAULT_CONTENTION);
+    const contended = await expectRefused(
+      stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second }),
+      Reason.VAULT_CONTENTION,
+    );
     expect(contended.code).to.equal(Code.Aborted);
     // Another user's vault is not affected.
     const other = await createOwner(stack);
-    expect((await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() })).budget!.status).to.equal(BudgetStatus.DRAFT);
+    expect((await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() })).budget!.status).to.equal(
+      BudgetStatus.DRAFT,
+    );
     release();
     expect((await first).budget!.status).to.equal(BudgetStatus.DRAFT);
     expect((await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...second })).budget!.status).to.equal(BudgetStatus.DRAFT);
@@ -251,7 +266,10 @@ describe("BudgetsService.CreateBudget", () => {
     for (let i = 0; i < 9; i++) await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     // A replay is not a start.
     await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...first });
-    const limited = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }), Reason.RATE_LIMITED);
+    const limited = await expectRefused(
+      stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }),
+      Reason.RATE_LIMITED,
+    );
     expect(limited.detail?.retryAfterSeconds).to.equal(60);
     const other = await createOwner(stack);
     await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, other), ...budgetParams() });
@@ -264,16 +282,28 @@ describe("BudgetsService.CreateBudget", () => {
       const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
       // The step-up is the session's own: core reads it, the caller cannot claim one.
       const session = await ownerSession(stack, owner.userId);
-      const notStepped = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
+      const notStepped = await expectRefused(
+        stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }),
+        Reason.ACCESS_DENIED,
+      );
       const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
       stack.clock.advance(601_000);
-      const stale = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
+      const stale = await expectRefused(
+        stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }),
+        Reason.ACCESS_DENIED,
+      );
       for (const forged of ["", "vgs_forged", stepped.slice(0, -2) + "xx"]) {
-        const refused = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }), Reason.INVALID_TOKEN);
+        const refused = await expectRefused(
+          stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }),
+          Reason.INVALID_TOKEN,
+        );
       }
       const other = await createOwner(stack);
       const foreign = await refusalOf(
-        stack.clients.budgets.activateBudget({ sessionToken: await ownerSession(stack, other.userId, { stepUp: true }), agentPrincipalId: budget!.agentPrincipalId }),
+        stack.clients.budgets.activateBudget({
+          sessionToken: await ownerSession(stack, other.userId, { stepUp: true }),
+          agentPrincipalId: budget!.agentPrincipalId,
+        }),
       );
       expect(foreign.detail?.reason).to.equal(Reason.NOT_FOUND);
       const sessionToken = await ownerSession(stack, owner.userId, { stepUp: true });
@@ -281,15 +311,15 @@ describe("BudgetsService.CreateBudget", () => {
       expect(pending.draftBudgets.map((b) => b.agentPrincipalId)).to.include(budget!.agentPrincipalId);
       // The review page shows what would be installed, in the vault's currency.
       const limits = pending.draftBudgets.find((b) => b.agentPrincipalId === budget!.agentPrincipalId)!.limits!;
-      expect([limits.purpose, limits.amountCapCentsPerTx, limits.amountCapCentsPerDay, limits.amountCapCentsLifetime, limits.stepUpAmountCents, limits.chainAllowlist, limits.currency]).to.deep.equal([
-        "trip",
-        10_000n,
-        20_000n,
-        50_000n,
-        5_000n,
-        ["base", "eth"],
-        "USD",
-      ]);
+      expect([
+        limits.purpose,
+        limits.amountCapCentsPerTx,
+        limits.amountCapCentsPerDay,
+        limits.amountCapCentsLifetime,
+        limits.stepUpAmountCents,
+        limits.chainAllowlist,
+        limits.currency,
+      ]).to.deep.equal(["trip", 10_000n, 20_000n, 50_000n, 5_000n, ["base", "eth"], "USD"]);
       // A malformed id is refused like an unknown one.
       for (const agentPrincipalId of ["not-a-uuid", ""]) {
         const bad = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }), Reason.NOT_FOUND);

@@ -65,7 +65,10 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
     await stack.clients.budgets.declineBudget({ sessionToken, agentPrincipalId: child.agentPrincipalId });
     release();
     const refused = await create;
-    expect([refused.detail?.reason, refused.message]).to.deep.equal([Reason.ACCESS_DENIED, "the grant's vault belongs to a budget its owner declined; nothing was kept"]);
+    expect([refused.detail?.reason, refused.message]).to.deep.equal([
+      Reason.ACCESS_DENIED,
+      "the grant's vault belongs to a budget its owner declined; nothing was kept",
+    ]);
     const rows = await stack.core.db("budgets").where({ parent_vault_id: child.vaultId });
     expect(rows.map((r) => r.status)).to.deep.equal(["failed"]);
     expect(await stack.core.db("vaults").where({ parent_vault_id: child.vaultId })).to.deep.equal([]);
@@ -83,7 +86,7 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
     expect([refused.detail?.reason, refused.message]).to.deep.equal([Reason.ACCESS_DENIED, "the grant's vault belongs to a closed budget"]);
   });
 
-  describe("racing a decline (Postgres)", function () {
+  describe("racing a decline (Postgres)", () => {
     before(function () {
       requirePostgres(this, "racing transactions need several connections");
     });
@@ -109,7 +112,10 @@ describe("BudgetsService.CreateBudget under a declined budget", () => {
             return;
           }
           expect(made).to.have.length(1);
-          const finished = await stack.core.db("audit_records").where({ action: "agent.budget.create", outcome: "success", subject: made[0].agent_principal_id }).first("seq");
+          const finished = await stack.core
+            .db("audit_records")
+            .where({ action: "agent.budget.create", outcome: "success", subject: made[0].agent_principal_id })
+            .first("seq");
           expect(Number(finished.seq), "the sub-budget committed before the decline").to.be.lessThan(Number(declined.seq));
         }),
       );

@@ -57,7 +57,11 @@ describe("BudgetsService declines", () => {
     const row = await stack.core.db("agent_payments").where({ id: paymentId }).first();
     expect(row.declined_at).to.not.equal(null);
     const replay = await refusalOf(stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p }));
-    expect([replay.code, replay.detail?.reason, replay.message]).to.deep.equal([Code.PermissionDenied, Reason.ACCESS_DENIED, "the vault owner declined this payment"]);
+    expect([replay.code, replay.detail?.reason, replay.message]).to.deep.equal([
+      Code.PermissionDenied,
+      Reason.ACCESS_DENIED,
+      "the vault owner declined this payment",
+    ]);
     expect((await stack.clients.budgets.listPendingApprovals({ sessionToken })).pendingPayments).to.have.length(0);
 
     const other = await pendingPayment();

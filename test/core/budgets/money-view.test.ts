@@ -33,7 +33,10 @@ describe("BudgetsService.GetMoneyView", () => {
 
   async function budget(owner: TestOwner, overrides: Record<string, unknown> = {}, opts: { stepUp?: boolean; fund?: bigint } = {}) {
     stack.clock.advance(1_000); // distinct created_at: the order of budgets is well defined
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: opts.stepUp ?? true }), ...budgetParams(overrides) });
+    const { budget } = await stack.clients.budgets.createBudget({
+      accessToken: await grantFor(stack, owner, { stepUp: opts.stepUp ?? true }),
+      ...budgetParams(overrides),
+    });
     if (opts.fund) await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: opts.fund });
     return { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
   }
@@ -80,12 +83,23 @@ describe("BudgetsService.GetMoneyView", () => {
     expect([root.balanceCents, root.status, root.parentVaultId]).to.deep.equal([1_000n, BudgetStatus.UNSPECIFIED, ""]);
 
     const va = byId(vaults, a.vaultId);
-    expect([va.parentVaultId, va.agentPrincipalId, va.displayName, va.status]).to.deep.equal([owner.vaultId, a.agentPrincipalId, "Groceries", BudgetStatus.ACTIVE]);
+    expect([va.parentVaultId, va.agentPrincipalId, va.displayName, va.status]).to.deep.equal([
+      owner.vaultId,
+      a.agentPrincipalId,
+      "Groceries",
+      BudgetStatus.ACTIVE,
+    ]);
     expect([va.balanceCents, va.spentTodayCents, va.spentLifetimeCents]).to.deep.equal([100_000n - 3_100n, 1_100n, 3_100n]);
     const l = va.limits!;
-    expect([l.purpose, l.amountCapCentsPerTx, l.amountCapCentsPerDay, l.amountCapCentsLifetime, l.stepUpAmountCents, l.chainAllowlist, l.currency]).to.deep.equal([
-      "market-research", 10_000n, 20_000n, 50_000n, 5_000n, ["base"], "USD",
-    ]);
+    expect([
+      l.purpose,
+      l.amountCapCentsPerTx,
+      l.amountCapCentsPerDay,
+      l.amountCapCentsLifetime,
+      l.stepUpAmountCents,
+      l.chainAllowlist,
+      l.currency,
+    ]).to.deep.equal(["market-research", 10_000n, 20_000n, 50_000n, 5_000n, ["base"], "USD"]);
     expect(va.recentPayments).to.have.length(10);
     const created = va.recentPayments.map((p) => timestampDate(p.createdAt!).getTime());
     expect(created).to.deep.equal([...created].sort((x, y) => y - x));
@@ -102,7 +116,13 @@ describe("BudgetsService.GetMoneyView", () => {
     expect(vn.limits!.amountCapCentsLifetime).to.equal(undefined);
 
     const vd = byId(vaults, draft.vaultId);
-    expect([vd.parentVaultId, vd.displayName, vd.status, vd.balanceCents, vd.recentPayments.length]).to.deep.equal([owner.vaultId, "Travel", BudgetStatus.DRAFT, 0n, 0]);
+    expect([vd.parentVaultId, vd.displayName, vd.status, vd.balanceCents, vd.recentPayments.length]).to.deep.equal([
+      owner.vaultId,
+      "Travel",
+      BudgetStatus.DRAFT,
+      0n,
+      0,
+    ]);
     expect(vd.limits!.amountCapCentsPerDay).to.equal(20_000n);
 
     // The next UTC day: nothing spent today, the lifetime unchanged.
@@ -121,7 +141,10 @@ describe("BudgetsService.GetMoneyView", () => {
     hold = new Promise<void>((r) => (release = r));
     const atStep = new Promise<void>((r) => (reached = r));
     stack.clock.advance(1_000); // created after the declined one: the order is well defined
-    const creating = stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams({ displayName: "Mid-flight" }) });
+    const creating = stack.clients.budgets.createBudget({
+      accessToken: await grantFor(stack, owner, { stepUp: true }),
+      ...budgetParams({ displayName: "Mid-flight" }),
+    });
     try {
       await atStep;
       const provisioning = await stack.core.db("budgets").where({ user_id: owner.userId, status: "provisioning" }).first();
@@ -193,7 +216,9 @@ describe("BudgetsService.GetMoneyView", () => {
     const tokens = await Promise.all(Array.from({ length: 10 }, () => grantFor(stack, b)));
     const views: VaultView[] = [];
     let paying = true;
-    const payments = Promise.allSettled(tokens.map((t) => stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 100n }) }))).finally(() => {
+    const payments = Promise.allSettled(
+      tokens.map((t) => stack.clients.budgets.initiatePayment({ accessToken: t, payment: payment({ amountCents: 100n }) })),
+    ).finally(() => {
       paying = false;
     });
     const readers = Array.from({ length: 4 }, async () => {

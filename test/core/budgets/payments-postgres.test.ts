@@ -11,7 +11,7 @@ import { expectRefused } from "../../support/refusals.js";
  * Caps and revocation under real concurrency. PGlite runs one statement at a time and
  * would hide every race here, so these run in CI's PostgreSQL pass only.
  */
-describe("BudgetsService.InitiatePayment under concurrency (Postgres)", function () {
+describe("BudgetsService.InitiatePayment under concurrency (Postgres)", () => {
   let stack: TestStack;
   before(async function () {
     requirePostgres(this, "concurrent payments need several connections");
@@ -32,12 +32,17 @@ describe("BudgetsService.InitiatePayment under concurrency (Postgres)", function
     return { owner, child: { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId } };
   }
 
-  for (const [name, caps] of [["per-day", { perDay: 5_000n }], ["lifetime", { lifetime: 3_000n }]] as const) {
+  for (const [name, caps] of [
+    ["per-day", { perDay: 5_000n }],
+    ["lifetime", { lifetime: 3_000n }],
+  ] as const) {
     it(`50 concurrent $10 payments against a ${name} cap: exactly the cap is spent, the rest are policy_denied`, async () => {
       const { child } = await fundedBudget(caps);
       const tokens = await Promise.all(Array.from({ length: 5 }, () => grantFor(stack, child)));
       const outcomes = await Promise.allSettled(
-        Array.from({ length: 50 }, (_, i) => stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 1_000n }) })),
+        Array.from({ length: 50 }, (_, i) =>
+          stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 1_000n }) }),
+        ),
       );
       const accepted = outcomes.filter((o) => o.status === "fulfilled" && o.value.payment!.status === PaymentStatus.COMPLETED);
       const cap = Number(caps.perDay ?? caps.lifetime) / 1_000;

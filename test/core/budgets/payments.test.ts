@@ -57,7 +57,10 @@ describe("BudgetsService payments, balance and audit", () => {
     const lifetime = await denial(payment({ amountCents: 1n }));
     expect([lifetime?.reason, lifetime?.limitName]).to.deep.equal([Reason.POLICY_DENIED, "lifetime_cap"]);
     expect(await balance()).to.equal(75_000);
-    const audit = await stack.core.db("audit_records").where({ actor: `agent:${child.agentPrincipalId}`, outcome: "failure" }).orderBy("seq");
+    const audit = await stack.core
+      .db("audit_records")
+      .where({ actor: `agent:${child.agentPrincipalId}`, outcome: "failure" })
+      .orderBy("seq");
     expect(audit.map((a) => a.reason)).to.deep.equal(["policy_denied:per_tx_cap", "policy_denied:per_day_cap", "policy_denied:lifetime_cap"]);
   });
 
@@ -138,9 +141,7 @@ describe("BudgetsService payments, balance and audit", () => {
     const funded = await stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n });
     expect(funded.balanceCents).to.equal(5n);
     await expectRefused(stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 0n }), Reason.INVALID_REQUEST);
-    await expectRefused(stack.admin.budgets.fundVault({ vaultId: "00000000-0000-4000-8000-000000000000", amountCents: 1n }), 
-      Reason.NOT_FOUND,
-    );
+    await expectRefused(stack.admin.budgets.fundVault({ vaultId: "00000000-0000-4000-8000-000000000000", amountCents: 1n }), Reason.NOT_FOUND);
   });
 
   it("lists the grant's audit records with cursor paging and a since watermark", async () => {
@@ -157,9 +158,13 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(since.records).to.deep.equal([]);
     expect(since.watermark).to.equal(page2.watermark);
     // Another agent's cursor, or a tampered one, is refused.
-    const tampered = await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }), Reason.INVALID_CURSOR);
+    const tampered = await expectRefused(
+      stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }),
+      Reason.INVALID_CURSOR,
+    );
     await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken, cursor: "x.y" }), Reason.INVALID_CURSOR);
-    await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }), 
+    await expectRefused(
+      stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }),
       Reason.INSUFFICIENT_SCOPE,
     );
   });

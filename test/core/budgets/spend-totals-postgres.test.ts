@@ -36,7 +36,9 @@ describe("Running spend totals under concurrency across midnight (Postgres)", fu
     };
     const wave = (n: number) =>
       Promise.allSettled(
-        Array.from({ length: n }, (_, i) => stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 1_000n }) })),
+        Array.from({ length: n }, (_, i) =>
+          stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 1_000n }) }),
+        ),
       );
     try {
       // Wave 1 starts before midnight; the clock crosses it while payments still queue on the vault lock.

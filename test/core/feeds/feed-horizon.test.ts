@@ -74,7 +74,11 @@ describe("change feeds: every committed row reaches a watermark follower exactly
       write: async (trx) =>
         String(await auditStore.append(trx, { requestId: randomUUID(), actor, action: "feed.test", outcome: "success", subject: "s", at: stack.clock() })),
       async read(since, limit) {
-        const res = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since, limit } }, { authorization: `Bearer ${token}` });
+        const res = await postRpc(
+          `${stack.url}/mcp/read`,
+          { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since, limit } },
+          { authorization: `Bearer ${token}` },
+        );
         const result = res.json!.result as { records: { record_id: string; action: string }[]; watermark: string };
         expect(result, res.text).to.not.equal(undefined);
         return { ids: result.records.filter((r) => r.action === "feed.test").map((r) => r.record_id), watermark: result.watermark };
@@ -87,7 +91,8 @@ describe("change feeds: every committed row reaches a watermark follower exactly
     const actor = `feedtest:${randomUUID()}`;
     return {
       actor,
-      write: async (trx) => String(await auditStore.append(trx, { requestId: randomUUID(), actor, action: "feed.test", outcome: "success", at: stack.clock() })),
+      write: async (trx) =>
+        String(await auditStore.append(trx, { requestId: randomUUID(), actor, action: "feed.test", outcome: "success", at: stack.clock() })),
       async read(since, limit) {
         const res = await stack.admin.audit.listRecords({ actor, since, limit });
         return { ids: res.records.map((r) => r.recordId), watermark: res.watermark };
@@ -135,7 +140,9 @@ describe("change feeds: every committed row reaches a watermark follower exactly
         if (writes++ % 2 === 1) {
           const executionId = `ex-${randomUUID()}`;
           const execution = { partnerId: partner.partnerId, executionId, payoutId: `po-${randomUUID()}`, batchId: randomUUID(), recipientUserId: userId };
-          await treasuries.insertExecutions(trx, [{ ...execution, payerEntityId: randomUUID(), amountCents: 1, currency: "USD", reference: "feed", executedAt: at }]);
+          await treasuries.insertExecutions(trx, [
+            { ...execution, payerEntityId: randomUUID(), amountCents: 1, currency: "USD", reference: "feed", executedAt: at },
+          ]);
           // And the credit a batch posts with it, so the shared database still passes
           // `ledger verify` for the tests that run after this one.
           const credit = movementCtes({
@@ -151,7 +158,16 @@ describe("change feeds: every committed row reaches a watermark follower exactly
           await trx.raw(`WITH ${credit.sql} SELECT 1`, credit.bindings);
           return payoutTransferId(partner.partnerId, executionId);
         }
-        const e = await resources.insertLedgerEntry(trx, { id: randomUUID(), userId, direction: "credit", amountCents: 1, currency: "USD", status: "settled", createdAt: at, updatedAt: at });
+        const e = await resources.insertLedgerEntry(trx, {
+          id: randomUUID(),
+          userId,
+          direction: "credit",
+          amountCents: 1,
+          currency: "USD",
+          status: "settled",
+          createdAt: at,
+          updatedAt: at,
+        });
         return e.id;
       },
       async read(since, limit) {
@@ -170,7 +186,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
     ["partner transfers (REST)", transfersFeed],
   ];
 
-  describe("late commit (Postgres)", function () {
+  describe("late commit (Postgres)", () => {
     before(function () {
       requirePostgres(this, "interleaved transactions need several connections");
     });
@@ -248,7 +264,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
     });
   });
 
-  describe("many writers, one follower (Postgres)", function () {
+  describe("many writers, one follower (Postgres)", () => {
     before(function () {
       requirePostgres(this, "interleaved transactions need several connections");
     });
@@ -313,7 +329,11 @@ describe("change feeds: every committed row reaches a watermark follower exactly
       const other = await agentAuditFeed();
       const foreign = await stack.core.db.transaction((trx) => other.write(trx));
       for (const since of [foreign, "999999999999", "abc", "1.2.3", "99999999999999999999.1"]) {
-        const res = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since } }, { authorization: `Bearer ${feed.token}` });
+        const res = await postRpc(
+          `${stack.url}/mcp/read`,
+          { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since } },
+          { authorization: `Bearer ${feed.token}` },
+        );
         expect(res.json!.error?.data?.reason_id, since).to.equal("invalid_cursor");
       }
     });
@@ -328,7 +348,9 @@ describe("change feeds: every committed row reaches a watermark follower exactly
         );
         legacy.push(String((rows as { seq: string }[])[0]!.seq));
       }
-      const fresh = String(await auditStore.append(stack.core.db, { requestId: randomUUID(), actor, action: "feed.test", outcome: "success", at: stack.clock() }));
+      const fresh = String(
+        await auditStore.append(stack.core.db, { requestId: randomUUID(), actor, action: "feed.test", outcome: "success", at: stack.clock() }),
+      );
       const list = (since: string) => stack.admin.audit.listRecords({ actor, since, limit: 100 });
       expect((await list("")).records.map((r) => r.recordId)).to.deep.equal([...legacy, fresh]);
       expect((await list(legacy[0]!)).records.map((r) => r.recordId)).to.deep.equal([legacy[1], fresh]);
@@ -340,7 +362,8 @@ describe("change feeds: every committed row reaches a watermark follower exactly
       const partner = await createPartner(stack);
       const token = await mintPartnerToken(stack, partner);
       const ids: string[] = [];
-      for (let i = 0; i < 2; i++) ids.push(await stack.core.db.transaction(async (trx) => (await enqueue(trx, partner.partnerId, "kyc.status_changed", { i }, stack.clock())).eventId));
+      for (let i = 0; i < 2; i++)
+        ids.push(await stack.core.db.transaction(async (trx) => (await enqueue(trx, partner.partnerId, "kyc.status_changed", { i }, stack.clock())).eventId));
       const codec = createCursorCodec(await loadInstanceSecret(stack.core.db, "cursor"));
       const old = codec.encode({ k: "w", b: `e:${partner.partnerId}`, a: 0 });
       const res = await api(stack, "GET", `/events?since=${encodeURIComponent(old)}`, { token });

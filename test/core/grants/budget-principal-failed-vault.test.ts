@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { Code } from "@connectrpc/connect";
+import type { Code } from "@connectrpc/connect";
 import { decodeJwt } from "jose";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";

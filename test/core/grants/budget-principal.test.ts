@@ -46,14 +46,24 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
   async function ownerWithBudget(name = `Budget ${randomBytes(3).toString("hex")}`) {
     const user: Owner = await createUser(stack);
     const parent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!;
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...budgetParams({ displayName: name, chainAllowlist: ["base"] }) });
+    const { budget } = await stack.clients.budgets.createBudget({
+      accessToken: parent.accessToken,
+      ...budgetParams({ displayName: name, chainAllowlist: ["base"] }),
+    });
     expect(budget!.status).to.equal(BudgetStatus.ACTIVE);
     await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
     return { user, parent, budget: budget!, name };
   }
 
   /** Consent over the real pages for `client` on `vaultId`, and the code exchanged at the token endpoint. */
-  async function oauthToken(jar: Jar, user: Owner, client: { client_id: string; client_secret: string }, vaultId: string, scope: string, exchangeResource?: string) {
+  async function oauthToken(
+    jar: Jar,
+    user: Owner,
+    client: { client_id: string; client_secret: string },
+    vaultId: string,
+    scope: string,
+    exchangeResource?: string,
+  ) {
     const { verifier, challenge } = pkce();
     const back = await authorize(stack, jar, user.email, {
       response_type: "code",
@@ -109,7 +119,9 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
 
     // Reads are audited under the same actor.
     await stack.clients.budgets.getBalance({ accessToken: onBudget.accessToken });
-    expect(await stack.core.db("audit_records").where({ actor: `agent:${budget.agentPrincipalId}`, action: "accounts.balance", subject: budget.vaultId })).to.have.length(1);
+    expect(
+      await stack.core.db("audit_records").where({ actor: `agent:${budget.agentPrincipalId}`, action: "accounts.balance", subject: budget.vaultId }),
+    ).to.have.length(1);
 
     // agent.grant.issue and the operator refresh keep the lineage's principal.
     const narrowed = (await stack.clients.grants.supersedeGrant({ accessToken: onBudget.accessToken, scope: "accounts:read payments:initiate" })).token!;
@@ -139,7 +151,12 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
     expect((await stack.core.db("agent_payments").where({ id: paymentId }).first()).agent_principal_id).to.equal(budget.agentPrincipalId);
     expect((await stack.core.db("audit_records").where({ subject: paymentId }).first()).actor).to.equal(`agent:${budget.agentPrincipalId}`);
 
-    const refreshed = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: first.refresh_token, client_id: client.client_id, client_secret: client.client_secret });
+    const refreshed = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: first.refresh_token,
+      client_id: client.client_id,
+      client_secret: client.client_secret,
+    });
     expect(refreshed.status).to.equal(200);
     expect(actOf(refreshed.body.access_token as string)).to.equal(budget.agentPrincipalId);
 
@@ -156,10 +173,14 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
   it("the dashboard lists the budget's principal with its grants, revokes them, and the kill switch reaches them", async () => {
     const { user, budget, name } = await ownerWithBudget();
     // A second budget nobody holds a grant on is not listed.
-    const idle = (await stack.clients.budgets.createBudget({
-      accessToken: (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken,
-      ...budgetParams({ displayName: "Idle budget" }),
-    })).budget!;
+    const idle = (
+      await stack.clients.budgets.createBudget({
+        accessToken: (
+          await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })
+        ).token!.accessToken,
+        ...budgetParams({ displayName: "Idle budget" }),
+      })
+    ).budget!;
     const a = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: budget.vaultId, scopes: ALL_AGENT_SCOPES })).token!;
     const b = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: budget.vaultId, scopes: ["accounts:read"] })).token!;
     const session = await ownerSession(stack, user.userId);
@@ -244,8 +265,14 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
       codeChallenge: pkce().challenge,
       codeChallengeMethod: "S256",
     });
-    for (const [resources, vaultId] of [[[urn(budget.vaultId)], ""], [[], budget.vaultId]] as const) {
-      const refused = await expectRefused(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: aSession, vaultId }), Reason.INVALID_TARGET);
+    for (const [resources, vaultId] of [
+      [[urn(budget.vaultId)], ""],
+      [[], budget.vaultId],
+    ] as const) {
+      const refused = await expectRefused(
+        stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: aSession, vaultId }),
+        Reason.INVALID_TARGET,
+      );
     }
     expect(await stack.core.db("grants").where({ user_id: a.userId })).to.have.length(0);
     expect(await stack.core.db("authorization_codes").where({ user_id: a.userId })).to.have.length(0);
@@ -277,10 +304,12 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
         request: { clientId, redirectUri: REDIRECT, scope: "accounts:read", resources: [urn(vaultId)], codeChallenge: challenge, codeChallengeMethod: "S256" },
         sessionToken: session,
       });
-      return (await stack.clients.grants.exchangeCode({ clientId, clientSecret: registered.clientSecret, code, redirectUri: REDIRECT, codeVerifier: verifier })).token!.accessToken;
+      return (await stack.clients.grants.exchangeCode({ clientId, clientSecret: registered.clientSecret, code, redirectUri: REDIRECT, codeVerifier: verifier }))
+        .token!.accessToken;
     };
     const issue = async (vaultId: string, withClient: boolean) =>
-      (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ["accounts:read"], clientId: withClient ? clientId : "" })).token!.accessToken;
+      (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ["accounts:read"], clientId: withClient ? clientId : "" })).token!
+        .accessToken;
     const jobs: { vault: "budget" | "parent"; run: Promise<string> }[] = [];
     for (let i = 0; i < 12; i++) {
       for (const vault of ["budget", "parent"] as const) {

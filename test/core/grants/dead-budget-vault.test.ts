@@ -34,7 +34,12 @@ describe("Grants on closed and declined budget vaults", () => {
   /** An owner's budget, closed by the parent's agent (keep_funds, so money stays in it). */
   async function closedBudget() {
     const life = await budgetUnderRoot(stack, { parentCents: 1_000n });
-    await stack.clients.budgets.fundBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId, amountCents: 400n, idempotencyKey: "fund-before-close" });
+    await stack.clients.budgets.fundBudget({
+      accessToken: life.parentToken,
+      vaultId: life.child.vaultId,
+      amountCents: 400n,
+      idempotencyKey: "fund-before-close",
+    });
     await stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId, keepFunds: true });
     return life;
   }
@@ -61,17 +66,34 @@ describe("Grants on closed and declined budget vaults", () => {
     }
     // An open budget's vault and the parent vault still take grants.
     const open = await budgetUnderRoot(stack);
-    expect((await stack.admin.grants.issueGrant({ userId: open.owner.userId, vaultId: open.child.vaultId, scopes: ["accounts:read"] })).token!.accessToken).to.be.a("string");
-    expect((await stack.admin.grants.issueGrant({ userId: closed.owner.userId, vaultId: closed.owner.vaultId, scopes: ["accounts:read"] })).token!.accessToken).to.be.a("string");
+    expect(
+      (await stack.admin.grants.issueGrant({ userId: open.owner.userId, vaultId: open.child.vaultId, scopes: ["accounts:read"] })).token!.accessToken,
+    ).to.be.a("string");
+    expect(
+      (await stack.admin.grants.issueGrant({ userId: closed.owner.userId, vaultId: closed.owner.vaultId, scopes: ["accounts:read"] })).token!.accessToken,
+    ).to.be.a("string");
   });
 
   it("the consent approval refuses a closed or declined budget's vault, named as the resource or picked; no code is made", async () => {
     const { clientId } = await client();
     for (const { owner, child } of [await closedBudget(), await declinedBudget()]) {
       const session = await ownerSession(stack, owner.userId, { stepUp: true });
-      const request = (resources: string[]) => ({ clientId, redirectUri: REDIRECT, scope: "accounts:read", resources, codeChallenge: pkce().challenge, codeChallengeMethod: "S256" });
-      for (const [resources, vaultId] of [[[urn(child.vaultId)], ""], [[], child.vaultId]] as const) {
-        const refused = await expectRefused(stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: session, vaultId }), Reason.INVALID_TARGET);
+      const request = (resources: string[]) => ({
+        clientId,
+        redirectUri: REDIRECT,
+        scope: "accounts:read",
+        resources,
+        codeChallenge: pkce().challenge,
+        codeChallengeMethod: "S256",
+      });
+      for (const [resources, vaultId] of [
+        [[urn(child.vaultId)], ""],
+        [[], child.vaultId],
+      ] as const) {
+        const refused = await expectRefused(
+          stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: session, vaultId }),
+          Reason.INVALID_TARGET,
+        );
         expect(refused.message).to.match(/^the vault belongs to a (closed budget|budget its owner declined)$/);
       }
       expect(await stack.core.db("authorization_codes").where({ vault_id: child.vaultId })).to.deep.equal([]);
@@ -85,7 +107,14 @@ describe("Grants on closed and declined budget vaults", () => {
     const consent = async () => {
       const { verifier, challenge } = pkce();
       const { code } = await stack.clients.grants.approveAuthorization({
-        request: { clientId, redirectUri: REDIRECT, scope: "accounts:read", resources: [urn(life.child.vaultId)], codeChallenge: challenge, codeChallengeMethod: "S256" },
+        request: {
+          clientId,
+          redirectUri: REDIRECT,
+          scope: "accounts:read",
+          resources: [urn(life.child.vaultId)],
+          codeChallenge: challenge,
+          codeChallengeMethod: "S256",
+        },
         sessionToken: session,
       });
       return { code, verifier };
@@ -95,8 +124,13 @@ describe("Grants on closed and declined budget vaults", () => {
     await stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId });
     for (const [i, c] of codes.entries()) {
       const resources = i === 0 ? [] : [urn(life.child.vaultId)];
-      const refused = await refusalOf(stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier, resources }));
-      expect([refused.detail?.reason, refused.message]).to.deep.equal([Reason.INVALID_GRANT, "the authorization code cannot be used: the vault belongs to a closed budget"]);
+      const refused = await refusalOf(
+        stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier, resources }),
+      );
+      expect([refused.detail?.reason, refused.message]).to.deep.equal([
+        Reason.INVALID_GRANT,
+        "the authorization code cannot be used: the vault belongs to a closed budget",
+      ]);
     }
     expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
     const rows = await stack.core.db("authorization_codes").where({ vault_id: life.child.vaultId });
@@ -127,7 +161,9 @@ describe("Grants on closed and declined budget vaults", () => {
     requirePostgres(this, "racing transactions need several connections");
     for (let round = 0; round < 8; round++) {
       const life = await budgetUnderRoot(stack);
-      const issued = await Promise.all(Array.from({ length: 40 }, () => stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] })));
+      const issued = await Promise.all(
+        Array.from({ length: 40 }, () => stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] })),
+      );
       const calls: Promise<unknown>[] = issued.map((t) => stack.admin.grants.refreshGrant({ refreshToken: t.token!.refreshToken }));
       calls.splice(round * 4, 0, stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId }));
       const settled = await Promise.allSettled(calls);
@@ -146,22 +182,46 @@ describe("Grants on closed and declined budget vaults", () => {
         Array.from({ length: 6 }, async () => {
           const { verifier, challenge } = pkce();
           const { code } = await stack.clients.grants.approveAuthorization({
-            request: { clientId, redirectUri: REDIRECT, scope: "accounts:read", resources: [urn(life.child.vaultId)], codeChallenge: challenge, codeChallengeMethod: "S256" },
+            request: {
+              clientId,
+              redirectUri: REDIRECT,
+              scope: "accounts:read",
+              resources: [urn(life.child.vaultId)],
+              codeChallenge: challenge,
+              codeChallengeMethod: "S256",
+            },
             sessionToken: session,
           });
           return { code, verifier };
         }),
       );
       const calls: Promise<unknown>[] = [];
-      for (let i = 0; i < 12; i++) calls.push(stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] }));
+      for (let i = 0; i < 12; i++)
+        calls.push(stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] }));
       for (const [i, c] of consented.entries()) {
-        calls.push(stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier, resources: i % 2 ? [urn(life.child.vaultId)] : [] }));
+        calls.push(
+          stack.clients.grants.exchangeCode({
+            clientId,
+            clientSecret,
+            code: c.code,
+            redirectUri: REDIRECT,
+            codeVerifier: c.verifier,
+            resources: i % 2 ? [urn(life.child.vaultId)] : [],
+          }),
+        );
       }
       for (let i = 0; i < 4; i++) {
         const { challenge } = pkce();
         calls.push(
           stack.clients.grants.approveAuthorization({
-            request: { clientId, redirectUri: REDIRECT, scope: "accounts:read", resources: [urn(life.child.vaultId)], codeChallenge: challenge, codeChallengeMethod: "S256" },
+            request: {
+              clientId,
+              redirectUri: REDIRECT,
+              scope: "accounts:read",
+              resources: [urn(life.child.vaultId)],
+              codeChallenge: challenge,
+              codeChallengeMethod: "S256",
+            },
             sessionToken: session,
           }),
         );
@@ -169,12 +229,16 @@ describe("Grants on closed and declined budget vaults", () => {
       calls.splice(6, 0, stack.clients.budgets.closeBudget({ accessToken: life.parentToken, vaultId: life.child.vaultId }));
       const settled = await Promise.allSettled(calls);
       for (const s of settled) {
-        if (s.status === "rejected") expect([Reason.INVALID_TARGET, Reason.INVALID_GRANT]).to.include((await refusalOf(Promise.reject(s.reason))).detail?.reason);
+        if (s.status === "rejected")
+          expect([Reason.INVALID_TARGET, Reason.INVALID_GRANT]).to.include((await refusalOf(Promise.reject(s.reason))).detail?.reason);
       }
       expect(settled.filter((s) => s.status === "rejected").length, "some calls came after the close").to.be.greaterThan(0);
       expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
       // Codes approved before the close cannot mint one later either.
-      for (const c of consented) await stack.clients.grants.exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier }).catch(() => undefined);
+      for (const c of consented)
+        await stack.clients.grants
+          .exchangeCode({ clientId, clientSecret, code: c.code, redirectUri: REDIRECT, codeVerifier: c.verifier })
+          .catch(() => undefined);
       expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
     }
   });

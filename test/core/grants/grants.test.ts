@@ -18,7 +18,12 @@ describe("grants core: operator grants, verification, supersede, kill switch", (
 
   it("issues a token with exactly the agent token claims and verifies it", async () => {
     const u = await user();
-    const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read", "payments:initiate"], stepUp: true });
+    const { token } = await stack.admin.grants.issueGrant({
+      userId: u.userId,
+      vaultId: u.vaultId,
+      scopes: ["accounts:read", "payments:initiate"],
+      stepUp: true,
+    });
     expect(token!.tokenType).to.equal("Bearer");
     expect(Number(token!.expiresIn)).to.equal(3600);
     expect(token!.scope).to.equal("accounts:read payments:initiate");

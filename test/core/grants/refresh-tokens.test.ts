@@ -28,7 +28,13 @@ describe("grants core: refresh tokens", () => {
   before(async () => {
     stack = await startStack({ mcpUrl: "http://mcp.test", scrypt: { N: 1024, r: 8, p: 1 } });
     server = await startCoreServer(stack.core, 0);
-    const definition = protoLoader.loadSync(["vaultgate/grants/v1/grants.proto"], { includeDirs: [protoDir], keepCase: true, longs: String, enums: String, defaults: true });
+    const definition = protoLoader.loadSync(["vaultgate/grants/v1/grants.proto"], {
+      includeDirs: [protoDir],
+      keepCase: true,
+      longs: String,
+      enums: String,
+      defaults: true,
+    });
     const loaded = grpc.loadPackageDefinition(definition) as unknown as { vaultgate: { grants: { v1: { GrantsService: grpc.ServiceClientConstructor } } } };
     grants = new loaded.vaultgate.grants.v1.GrantsService(server.url.replace("http://", ""), grpc.credentials.createInsecure()) as never;
   });
@@ -58,7 +64,11 @@ describe("grants core: refresh tokens", () => {
   }
   async function clientGrant() {
     const u = await user();
-    const { client, clientSecret } = await stack.clients.grants.registerClient({ clientName: "Dump test", redirectUris: ["http://127.0.0.1:9/cb"], scope: "accounts:read" });
+    const { client, clientSecret } = await stack.clients.grants.registerClient({
+      clientName: "Dump test",
+      redirectUris: ["http://127.0.0.1:9/cb"],
+      scope: "accounts:read",
+    });
     const { token } = await stack.admin.grants.issueGrant({ userId: u.userId, vaultId: u.vaultId, scopes: ["accounts:read"], clientId: client!.clientId });
     const creds = { client_id: client!.clientId, client_secret: clientSecret };
     return { u, creds, token: { access_token: token!.accessToken, refresh_token: token!.refreshToken, jti: token!.jti } };
@@ -123,7 +133,11 @@ describe("grants core: refresh tokens", () => {
       const { token } = await operatorGrant();
       // The refresh token alone, or with a wrong operator credential: invalid_client.
       await expectGrpcRefused(refresh(token.refresh_token), grpc.status.UNAUTHENTICATED, /^client authentication failed$/);
-      await expectGrpcRefused(refresh(token.refresh_token, operator(randomBytes(16).toString("hex"))), grpc.status.UNAUTHENTICATED, /^client authentication failed$/);
+      await expectGrpcRefused(
+        refresh(token.refresh_token, operator(randomBytes(16).toString("hex"))),
+        grpc.status.UNAUTHENTICATED,
+        /^client authentication failed$/,
+      );
       await expectRefused(stack.clients.grants.refreshGrant({ refreshToken: token.refresh_token }), Reason.INVALID_CLIENT);
       // Nothing was used up: the operator then refreshes it.
       const next = await refresh(token.refresh_token, operator());
@@ -208,7 +222,10 @@ describe("grants core: refresh tokens", () => {
         const calls = Array.from({ length: 16 }, (_, i) =>
           i % 2 === 0
             ? grpcRefusalOf(refresh(token.refresh_token, undefined, creds)).then((e) => ({ thief: e }))
-            : refresh(r1.refresh_token, undefined, creds).then((t) => ({ holder: t }), (e: grpc.ServiceError) => ({ holderRefused: e.code })),
+            : refresh(r1.refresh_token, undefined, creds).then(
+                (t) => ({ holder: t }),
+                (e: grpc.ServiceError) => ({ holderRefused: e.code }),
+              ),
         );
         const outcomes = await Promise.all(calls);
         for (const o of outcomes) {

@@ -92,8 +92,19 @@ describe("mail outbox sent by SMTP", () => {
     const got = smtp.to(to);
     expect(got.map((m) => m.messageId).sort()).to.deep.equal(ids.map((id) => got.find((m) => m.messageId.includes(id))?.messageId).sort());
     expect(new Set(got.map((m) => m.messageId)).size, "each message once").to.equal(ids.length);
-    for (const id of ids) expect(got.filter((m) => m.messageId.includes(id)), id).to.have.length(1);
-    expect(await db("mail_outbox").whereIn("id", ids).whereNot({ state: "sent" }).count<{ n: number }[]>({ n: "*" }).first().then((r) => Number(r!.n))).to.equal(0);
+    for (const id of ids)
+      expect(
+        got.filter((m) => m.messageId.includes(id)),
+        id,
+      ).to.have.length(1);
+    expect(
+      await db("mail_outbox")
+        .whereIn("id", ids)
+        .whereNot({ state: "sent" })
+        .count<{ n: number }[]>({ n: "*" })
+        .first()
+        .then((r) => Number(r!.n)),
+    ).to.equal(0);
     // No address, code or text reached a log line.
     expect(log.text()).to.include("mail not sent; it stays queued");
     expect(log.text()).not.to.include(to);
@@ -167,7 +178,9 @@ describe("mail outbox sent by SMTP", () => {
       const clock = createTestClock();
       const senders = Array.from({ length: 6 }, () => setUp(clock));
       const to = address();
-      const ids = await Promise.all(Array.from({ length: 120 }, (_, i) => queue(senders[0]!.mailer, to, `Your Vaultgate code: ${String(200000 + i)}`, "Use it to sign in.", clock())));
+      const ids = await Promise.all(
+        Array.from({ length: 120 }, (_, i) => queue(senders[0]!.mailer, to, `Your Vaultgate code: ${String(200000 + i)}`, "Use it to sign in.", clock())),
+      );
       // Every sender runs passes concurrently until the outbox is empty.
       await Promise.all(
         senders.map(async (s) => {
@@ -186,7 +199,9 @@ describe("mail outbox sent by SMTP", () => {
       const clock = createTestClock();
       const senders = Array.from({ length: 4 }, () => setUp(clock));
       const to = address();
-      const ids = await Promise.all(Array.from({ length: 60 }, (_, i) => queue(senders[0]!.mailer, to, `Your Vaultgate code: ${String(300000 + i)}`, "Use it.", clock())));
+      const ids = await Promise.all(
+        Array.from({ length: 60 }, (_, i) => queue(senders[0]!.mailer, to, `Your Vaultgate code: ${String(300000 + i)}`, "Use it.", clock())),
+      );
       for (let round = 0; round < 100 && smtp.to(to).length < ids.length; round++) {
         await Promise.all(senders.map((s) => s.worker.runOnce()));
         clock.advance(20_000);

@@ -87,7 +87,11 @@ describe("sign-in through a company's OpenID Connect provider", () => {
     expect(done.purpose).to.equal("sign_in");
     expect(done.userId).to.equal(p.userId);
     const token = done.purpose === "sign_in" ? done.sessionToken : "";
-    expect(await db("web_sessions").where({ token_hash: sha256Hex(token) }).first()).to.include({ user_id: p.userId });
+    expect(
+      await db("web_sessions")
+        .where({ token_hash: sha256Hex(token) })
+        .first(),
+    ).to.include({ user_id: p.userId });
     expect(await db("identity_links").where({ issuer: idp.issuer, subject: p.sub }).first()).to.include({ user_id: p.userId });
   });
 
@@ -109,7 +113,10 @@ describe("sign-in through a company's OpenID Connect provider", () => {
     const p = await person(false);
     const flow = await signin.start("sign_in");
     const f = facts();
-    const message = await refused(signin.complete({ callbackUrl: await idp.signIn(flow.authorizationUrl, p.sub), binding: flow.binding }, f), Reason.ACCESS_DENIED);
+    const message = await refused(
+      signin.complete({ callbackUrl: await idp.signIn(flow.authorizationUrl, p.sub), binding: flow.binding }, f),
+      Reason.ACCESS_DENIED,
+    );
     expect(message).to.match(/start again from the sign-in page/);
     expect((await failures(f.requestId)).map((r) => r.reason)).to.deep.equal(["first sign-in without a verified e-mail address"]);
     expect(await db("identity_links").where({ subject: p.sub })).to.have.length(0);
@@ -184,7 +191,9 @@ describe("sign-in through a company's OpenID Connect provider", () => {
       const flow = await signin.start("sign_in");
       const done = await signin.complete({ callbackUrl: await idp.signIn(flow.authorizationUrl, p.sub), binding: flow.binding }, facts());
       const token = done.purpose === "sign_in" ? done.sessionToken : "";
-      const row = await db("web_sessions").where({ token_hash: sha256Hex(token) }).first();
+      const row = await db("web_sessions")
+        .where({ token_hash: sha256Hex(token) })
+        .first();
       return { ...p, session: { sessionId: String(row.id), userId: p.userId } };
     }
     const stepUpAt = async (sessionId: string) => (await db("web_sessions").where({ id: sessionId }).first()).step_up_at;
@@ -217,7 +226,10 @@ describe("sign-in through a company's OpenID Connect provider", () => {
       const p = await signedIn(signin);
       const weak = await signin.start("step_up", p.session);
       const f = facts();
-      await refused(signin.complete({ callbackUrl: await idp.signIn(weak.authorizationUrl, p.sub), binding: weak.binding, session: p.session }, f), Reason.ACCESS_DENIED);
+      await refused(
+        signin.complete({ callbackUrl: await idp.signIn(weak.authorizationUrl, p.sub), binding: weak.binding, session: p.session }, f),
+        Reason.ACCESS_DENIED,
+      );
       expect((await failures(f.requestId)).map((r) => r.reason)).to.deep.equal(["acr/amr below the step-up requirement"]);
 
       await idp.setLogin({ acr: "urn:idp:mfa", amr: ["otp"] });
@@ -233,12 +245,18 @@ describe("sign-in through a company's OpenID Connect provider", () => {
       const other = await signedIn(signin);
       const swap = await signin.start("step_up", p.session);
       const h = facts();
-      await refused(signin.complete({ callbackUrl: await idp.signIn(swap.authorizationUrl, other.sub), binding: swap.binding, session: p.session }, h), Reason.ACCESS_DENIED);
+      await refused(
+        signin.complete({ callbackUrl: await idp.signIn(swap.authorizationUrl, other.sub), binding: swap.binding, session: p.session }, h),
+        Reason.ACCESS_DENIED,
+      );
       expect((await failures(h.requestId)).map((r) => r.reason)).to.deep.equal(["the provider signed in someone else"]);
 
       // A step-up flow completed from another session.
       const theirs = await signin.start("step_up", p.session);
-      await refused(signin.complete({ callbackUrl: await idp.signIn(theirs.authorizationUrl, p.sub), binding: theirs.binding, session: other.session }, facts()), Reason.ACCESS_DENIED);
+      await refused(
+        signin.complete({ callbackUrl: await idp.signIn(theirs.authorizationUrl, p.sub), binding: theirs.binding, session: other.session }, facts()),
+        Reason.ACCESS_DENIED,
+      );
       expect(await stepUpAt(p.session.sessionId)).to.equal(null);
     });
   });

@@ -30,7 +30,12 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     const key = softPasskey();
     const sessionToken = await f.steppedUpSession(user);
     const s = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
-    const r = await stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: key.create(s.optionsJson, origin), name: "phone" });
+    const r = await stack.clients.grants.finishPasskeyRegistration({
+      sessionToken,
+      flowSecret: s.flowSecret,
+      responseJson: key.create(s.optionsJson, origin),
+      name: "phone",
+    });
     return { user, key, passkeyId: r.passkey!.passkeyId };
   }
 
@@ -47,7 +52,9 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     const { key } = await withPasskey();
     const s = await stack.clients.grants.startPasskeyAssertion({});
     const answers = Array.from({ length: 12 }, () => key.get(s.optionsJson, origin));
-    const results = await Promise.allSettled(answers.map((responseJson) => stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson })));
+    const results = await Promise.allSettled(
+      answers.map((responseJson) => stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson })),
+    );
     expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
   });
 
@@ -56,7 +63,14 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     const sessionToken = await f.steppedUpSession(user);
     const s = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
     const results = await Promise.allSettled(
-      Array.from({ length: 10 }, () => stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: s.flowSecret, responseJson: softPasskey().create(s.optionsJson, origin), name: "x" })),
+      Array.from({ length: 10 }, () =>
+        stack.clients.grants.finishPasskeyRegistration({
+          sessionToken,
+          flowSecret: s.flowSecret,
+          responseJson: softPasskey().create(s.optionsJson, origin),
+          name: "x",
+        }),
+      ),
     );
     expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
     expect((await stack.clients.grants.listPasskeys({ sessionToken })).passkeys).to.have.length(1);
@@ -65,7 +79,10 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
   it("refuses an answer made for another origin, and registration without a fresh step-up", async () => {
     const { user, key } = await withPasskey();
     const s = await stack.clients.grants.startPasskeyAssertion({});
-    await expectRefused(stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, "https://evil.example") }), Reason.ACCESS_DENIED);
+    await expectRefused(
+      stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, "https://evil.example") }),
+      Reason.ACCESS_DENIED,
+    );
     const plain = await f.session(user);
     await expectRefused(stack.clients.grants.startPasskeyRegistration({ sessionToken: plain }), Reason.ACCESS_DENIED);
   });

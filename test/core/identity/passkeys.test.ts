@@ -42,7 +42,14 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     const email = `pk-${randomBytes(5).toString("hex")}@example.test`;
     await db("users").insert({ id: userId, email, status: "active", created_at: new Date() });
     const sessionId = randomUUID();
-    await db("web_sessions").insert({ id: sessionId, token_hash: sha256Hex(randomUUID()), user_id: userId, created_at: new Date(), expires_at: new Date(Date.now() + 3600_000), step_up_at: new Date() });
+    await db("web_sessions").insert({
+      id: sessionId,
+      token_hash: sha256Hex(randomUUID()),
+      user_id: userId,
+      created_at: new Date(),
+      expires_at: new Date(Date.now() + 3600_000),
+      step_up_at: new Date(),
+    });
     return { sessionId, userId, email, stepUpFresh: true };
   }
 
@@ -84,7 +91,13 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
       expect(row).to.include({ user_id: s.userId, rp_id: "localhost", device_type: record.deviceType, backed_up: record.backedUp, name: "Laptop" });
       expect(Number(row.counter)).to.be.at.least(0);
       expect((await pk.list(s.userId)).map((k) => k.id)).to.deep.equal([record.id]);
-      await createMailWorker({ outbox: mailer.outbox!, transport: createSmtpTransport({ url: smtp.url, from: "no-reply@vaultgate.test" }), clock: () => new Date(), logger: createCapturedLogger().logger, pollMs: 0 }).runOnce();
+      await createMailWorker({
+        outbox: mailer.outbox!,
+        transport: createSmtpTransport({ url: smtp.url, from: "no-reply@vaultgate.test" }),
+        clock: () => new Date(),
+        logger: createCapturedLogger().logger,
+        pollMs: 0,
+      }).runOnce();
       expect(smtp.to(s.email).map((m) => m.subject)).to.deep.equal(["Vaultgate: a passkey was added to your account"]);
     } finally {
       await smtp.close();
@@ -116,7 +129,11 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     const result = await pk.authenticate({ binding: signIn.binding, response: await browser.get(signIn.options) }, facts());
     expect(result.userId).to.equal(s.userId);
     const token = result.purpose === "sign_in" ? result.sessionToken : "";
-    expect(await db("web_sessions").where({ token_hash: sha256Hex(token) }).first()).to.include({ user_id: s.userId });
+    expect(
+      await db("web_sessions")
+        .where({ token_hash: sha256Hex(token) })
+        .first(),
+    ).to.include({ user_id: s.userId });
   });
 
   it("refuses an assertion without user verification", async () => {
@@ -125,7 +142,10 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     await browser.setUserVerified(false);
     const up = await pk.authenticationOptions("step_up", s);
     // The authenticator answers, without the verified-user flag.
-    const response = await browser.page.evaluate(async (o) => (globalThis as any).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: { ...o, userVerification: "discouraged" } }), up.options as object);
+    const response = await browser.page.evaluate(
+      async (o) => (globalThis as any).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: { ...o, userVerification: "discouraged" } }),
+      up.options as object,
+    );
     await db("web_sessions").where({ id: s.sessionId }).update({ step_up_at: null });
     await refused(pk.authenticate({ binding: up.binding, response, session: s }, facts()));
     expect((await db("web_sessions").where({ id: s.sessionId }).first()).step_up_at).to.equal(null);

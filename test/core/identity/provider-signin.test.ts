@@ -41,7 +41,9 @@ describe("GrantsService provider sign-in RPCs", () => {
     const session = (await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!;
     expect(session.userId).to.equal(user.userId);
     expect(session.stepUpFresh).to.equal(false);
-    expect((await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }))).code).to.equal(Code.PermissionDenied);
+    expect((await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }))).code).to.equal(
+      Code.PermissionDenied,
+    );
 
     const up = await stack.clients.grants.startProviderSignIn({ sessionToken: done.sessionToken });
     expect(new URL(up.authorizationUrl).searchParams.get("max_age")).to.equal("0");
@@ -63,7 +65,9 @@ describe("GrantsService provider sign-in RPCs", () => {
       const sub = `rpc-${u.userId.slice(0, 8)}`;
       await idp.addAccount({ sub, email: u.email, email_verified: true });
       const s = await stack.clients.grants.startProviderSignIn({});
-      tokens.push((await stack.clients.grants.completeProviderSignIn({ callbackUrl: await idp.signIn(s.authorizationUrl, sub), flowSecret: s.flowSecret })).sessionToken);
+      tokens.push(
+        (await stack.clients.grants.completeProviderSignIn({ callbackUrl: await idp.signIn(s.authorizationUrl, sub), flowSecret: s.flowSecret })).sessionToken,
+      );
     }
     await idp.setLogin({ acr: "urn:idp:mfa", amr: ["otp"] });
     try {

@@ -31,7 +31,17 @@ describe("signing key lifecycle", function () {
   }
 
   function partnerClaims(partner: TestPartner, iat: number): JWTPayload {
-    return { iss: TEST_ISSUER, aud: TEST_AUDIENCE, sub: partner.clientId, client_id: partner.clientId, scope: "kyc:read", jti: randomUUID(), iat, nbf: iat, exp: iat + 3600 };
+    return {
+      iss: TEST_ISSUER,
+      aud: TEST_AUDIENCE,
+      sub: partner.clientId,
+      client_id: partner.clientId,
+      scope: "kyc:read",
+      jti: randomUUID(),
+      iat,
+      nbf: iat,
+      exp: iat + 3600,
+    };
   }
 
   /** The claims of a real agent token, moved to a new issue time. */

@@ -21,7 +21,12 @@ describe("Ledger under concurrency (Postgres)", function () {
 
   it("200 concurrent payments and 50 concurrent fundings of one budget vault: one transaction each, verify clean", async () => {
     const owner = await createOwner(stack);
-    const params = budgetParams({ amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined, stepUpAmountCents: undefined });
+    const params = budgetParams({
+      amountCapCentsPerTx: 1_000n,
+      amountCapCentsPerDay: undefined,
+      amountCapCentsLifetime: undefined,
+      stepUpAmountCents: undefined,
+    });
     const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...params });
     const vaultId = budget!.vaultId;
     await stack.admin.budgets.fundVault({ vaultId, amountCents: 50_000n });
@@ -29,10 +34,14 @@ describe("Ledger under concurrency (Postgres)", function () {
     const tokens = await Promise.all(Array.from({ length: 5 }, () => grantFor(stack, child)));
     // 200 x $3 against $500 (+ 50 x $1 funded meanwhile): some succeed, the rest are refused for funds.
     const outcomes = await Promise.allSettled([
-      ...Array.from({ length: 200 }, (_, i) => stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 300n }) })),
+      ...Array.from({ length: 200 }, (_, i) =>
+        stack.clients.budgets.initiatePayment({ accessToken: tokens[i % tokens.length]!, payment: payment({ amountCents: 300n }) }),
+      ),
       ...Array.from({ length: 50 }, () => stack.admin.budgets.fundVault({ vaultId, amountCents: 100n })),
     ]);
-    const paid = outcomes.slice(0, 200).filter((o) => o.status === "fulfilled" && "payment" in o.value && o.value.payment!.status === PaymentStatus.COMPLETED).length;
+    const paid = outcomes
+      .slice(0, 200)
+      .filter((o) => o.status === "fulfilled" && "payment" in o.value && o.value.payment!.status === PaymentStatus.COMPLETED).length;
     expect(outcomes.slice(200).every((o) => o.status === "fulfilled")).to.equal(true);
     expect(paid).to.be.greaterThan(0);
     const db = stack.core.db;

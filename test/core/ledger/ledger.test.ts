@@ -33,7 +33,9 @@ describe("Ledger", function () {
     const u = await user();
     await stack.admin.budgets.fundVault({ vaultId: u.vaultId, amountCents: 2_500n });
     await stack.admin.budgets.fundVault({ vaultId: u.vaultId, amountCents: 500n });
-    const legs = await db("ledger_postings").where({ account_id: accountId("vault", u.vaultId, "USD") }).orderBy("seq");
+    const legs = await db("ledger_postings")
+      .where({ account_id: accountId("vault", u.vaultId, "USD") })
+      .orderBy("seq");
     expect(legs.map((l) => Number(l.amount_cents))).to.deep.equal([2_500, 500]);
     for (const leg of legs) {
       const all = await db("ledger_postings").where({ transaction_id: leg.transaction_id });
@@ -51,28 +53,42 @@ describe("Ledger", function () {
 
   it("records a settled transfer entry against the user's account; pending and failed ones move nothing", async () => {
     const u = await user();
-    const settled = await stack.admin.partnerResources.recordLedgerEntry({ userId: u.userId, direction: "credit", amountCents: 700n, currency: "EUR", status: "settled" });
+    const settled = await stack.admin.partnerResources.recordLedgerEntry({
+      userId: u.userId,
+      direction: "credit",
+      amountCents: 700n,
+      currency: "EUR",
+      status: "settled",
+    });
     await stack.admin.partnerResources.recordLedgerEntry({ userId: u.userId, direction: "debit", amountCents: 200n, currency: "EUR", status: "settled" });
     await stack.admin.partnerResources.recordLedgerEntry({ userId: u.userId, direction: "credit", amountCents: 900n, currency: "EUR", status: "pending" });
     await stack.admin.partnerResources.recordLedgerEntry({ userId: u.userId, direction: "credit", amountCents: 900n, currency: "EUR", status: "failed" });
-    const legs = await db("ledger_postings").where({ account_id: accountId("user", u.userId, "EUR") }).orderBy("seq");
+    const legs = await db("ledger_postings")
+      .where({ account_id: accountId("user", u.userId, "EUR") })
+      .orderBy("seq");
     expect(legs.map((l) => Number(l.amount_cents))).to.deep.equal([700, -200]);
     expect(legs[0].transaction_id).to.equal(settled.transfer!.transferId);
-    const account = await db("ledger_accounts").where({ id: accountId("user", u.userId, "EUR") }).first();
+    const account = await db("ledger_accounts")
+      .where({ id: accountId("user", u.userId, "EUR") })
+      .first();
     expect(account).to.include({ kind: "user", owner: u.userId, currency: "EUR" });
     expect((await stack.admin.audit.verifyLedger({})).ok).to.equal(true);
   });
 
   it("opens a vault's account with the vault", async () => {
     const u = await user();
-    const account = await db("ledger_accounts").where({ id: accountId("vault", u.vaultId, "USD") }).first();
+    const account = await db("ledger_accounts")
+      .where({ id: accountId("vault", u.vaultId, "USD") })
+      .first();
     expect(account).to.include({ kind: "vault", owner: u.vaultId, currency: "USD" });
   });
 
   it("refuses to update or delete postings, transactions and accounts (the database enforces it)", async () => {
     const u = await user();
     await stack.admin.budgets.fundVault({ vaultId: u.vaultId, amountCents: 100n });
-    const leg = await db("ledger_postings").where({ account_id: accountId("vault", u.vaultId, "USD") }).first();
+    const leg = await db("ledger_postings")
+      .where({ account_id: accountId("vault", u.vaultId, "USD") })
+      .first();
     for (const attempt of [
       () => db("ledger_postings").where({ seq: leg.seq }).update({ amount_cents: 1_000_000 }),
       () => db("ledger_postings").where({ seq: leg.seq }).delete(),
@@ -163,9 +179,15 @@ describe("Ledger verify finds every kind of damage", function () {
     const nowhere = randomUUID();
     const empty = randomUUID();
     const funding = accountId("external", "funding", "USD");
-    await db.raw(`INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, 'vault.fund', 'x', now()), (?, 'vault.fund', 'y', now())`, [tx, empty]);
+    await db.raw(`INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, 'vault.fund', 'x', now()), (?, 'vault.fund', 'y', now())`, [
+      tx,
+      empty,
+    ]);
     await db.raw(`INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at) VALUES (?, ?, 5, 'USD', now())`, [tx, funding]);
-    await db.raw(`INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at) VALUES (?, ?, 7, 'USD', now()), (?, ?, -7, 'USD', now())`, [stray, funding, stray, funding]);
+    await db.raw(
+      `INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at) VALUES (?, ?, 7, 'USD', now()), (?, ?, -7, 'USD', now())`,
+      [stray, funding, stray, funding],
+    );
     await db.raw(`INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at) VALUES (?, ?, -5, 'USD', now())`, [tx, nowhere]);
     const report = await admin.audit.verifyLedger({});
     expect(report.ok).to.equal(false);

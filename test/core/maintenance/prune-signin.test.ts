@@ -19,12 +19,39 @@ describe("pruner: sign-in flows and sent mail", () => {
     await db("users").insert({ id: userId, email: `prune-${userId}@example.test`, created_at: now });
     const endedSession = randomUUID();
     await db("web_sessions").insert({ id: endedSession, token_hash: randomUUID(), user_id: userId, created_at: hourAgo, expires_at: hourAgo });
-    const flow = (id: string, expires: Date, sessionId: string | null) => ({ id, binding_hash: randomUUID(), method: "passkey", purpose: sessionId ? "step_up" : "sign_in", session_id: sessionId, user_id: sessionId ? userId : null, challenge: "c", created_at: hourAgo, expires_at: expires });
+    const flow = (id: string, expires: Date, sessionId: string | null) => ({
+      id,
+      binding_hash: randomUUID(),
+      method: "passkey",
+      purpose: sessionId ? "step_up" : "sign_in",
+      session_id: sessionId,
+      user_id: sessionId ? userId : null,
+      challenge: "c",
+      created_at: hourAgo,
+      expires_at: expires,
+    });
     const [expired, live, ofEndedSession] = [randomUUID(), randomUUID(), randomUUID()];
-    await db("signin_flows").insert([flow(expired, hourAgo, null), flow(live, new Date(now.getTime() + 600_000), null), flow(ofEndedSession, new Date(now.getTime() + 600_000), endedSession)]);
-    const mail = (id: string, state: string, sentAt: Date | null) => ({ id, recipient: "a@example.test", subject: "s", body: "b", created_at: new Date(now.getTime() - 3 * 86_400_000), state, next_attempt_at: now, sent_at: sentAt });
+    await db("signin_flows").insert([
+      flow(expired, hourAgo, null),
+      flow(live, new Date(now.getTime() + 600_000), null),
+      flow(ofEndedSession, new Date(now.getTime() + 600_000), endedSession),
+    ]);
+    const mail = (id: string, state: string, sentAt: Date | null) => ({
+      id,
+      recipient: "a@example.test",
+      subject: "s",
+      body: "b",
+      created_at: new Date(now.getTime() - 3 * 86_400_000),
+      state,
+      next_attempt_at: now,
+      sent_at: sentAt,
+    });
     const [oldSent, recentSent, waiting] = [randomUUID(), randomUUID(), randomUUID()];
-    await db("mail_outbox").insert([mail(oldSent, "sent", new Date(now.getTime() - 2 * 86_400_000)), mail(recentSent, "sent", hourAgo), mail(waiting, "pending", null)]);
+    await db("mail_outbox").insert([
+      mail(oldSent, "sent", new Date(now.getTime() - 2 * 86_400_000)),
+      mail(recentSent, "sent", hourAgo),
+      mail(waiting, "pending", null),
+    ]);
 
     const report = await createPruner({ db, clock: () => now, logger: createCapturedLogger().logger }).runOnce();
     expect(report.signin_flows).to.be.at.least(1);

@@ -150,7 +150,10 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
       const read = async () => (await api(limited, "GET", `/users/${userId}/kyc`, { token })).status;
       const key = `partner-resource:${partner.clientId}:kyc.read`;
       const windows = async () =>
-        (await limited.core.db("rate_limit_windows").where({ key }).orderBy("window_start")).map((w: { window_start: Date; count: number }) => [w.window_start.getTime(), w.count]);
+        (await limited.core.db("rate_limit_windows").where({ key }).orderBy("window_start")).map((w: { window_start: Date; count: number }) => [
+          w.window_start.getTime(),
+          w.count,
+        ]);
       const minuteOf = (t: Date) => Math.floor(t.getTime() / 60_000) * 60_000;
 
       const first = minuteOf(limited.clock());
@@ -161,7 +164,10 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
       limited.clock.set(new Date(first + 60_000));
       expect(await read()).to.equal(200);
       await limited.core.prune();
-      expect(await windows()).to.deep.equal([[first, 3], [first + 60_000, 1]]);
+      expect(await windows()).to.deep.equal([
+        [first, 3],
+        [first + 60_000, 1],
+      ]);
 
       // Two minutes later both have ended more than a minute ago and go; the current
       // window, counted after the pass, still refuses its third read.

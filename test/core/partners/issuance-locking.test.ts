@@ -5,13 +5,12 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { reasonOf } from "../../support/refusals.js";
 
-
 /**
  * Issuance locks the partner record through verification and signing, so a
  * suspension, rotation or entitlement change committed while an issuance waits for the
  * lock is what that issuance sees.
  */
-describe("PartnersService.IssueToken ordering against partner changes", function () {
+describe("PartnersService.IssueToken ordering against partner changes", () => {
   let stack: TestStack;
   before(async function () {
     // Needs a second connection to hold the lock; PGlite has exactly one.

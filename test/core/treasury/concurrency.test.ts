@@ -16,12 +16,11 @@ import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, withToken, type TreasuryPartner } from "../../support/treasury.js";
 import { reasonOf } from "../../support/refusals.js";
 
-
 /**
  * Treasury batches: exactly-once and never-overdraw under real concurrency, all-or-nothing across a
  * crash. PostgreSQL only: PGlite is one connection in one process and serialises everything anyway.
  */
-describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function () {
+describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", () => {
   let stack: TestStack;
   before(async function () {
     requirePostgres(this, "concurrent batches need several connections");
@@ -112,7 +111,10 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
     /** Starts the child core with the seam armed; resolves with its URL and a promise of the pause. */
     async function startChild(stage: "before-commit" | "after-commit") {
       const script = fileURLToPath(new URL("../../support/treasury-core-child.ts", import.meta.url));
-      child = spawn(process.execPath, ["--import", "tsx", script, scratch!.url, adminToken, stage], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...outsideKeys } });
+      child = spawn(process.execPath, ["--import", "tsx", script, scratch!.url, adminToken, stage], {
+        stdio: ["ignore", "pipe", "inherit"],
+        env: { ...process.env, ...outsideKeys },
+      });
       const lines = createInterface({ input: child.stdout! });
       let onPaused!: (batchId: string) => void;
       const paused = new Promise<string>((resolve) => (onPaused = resolve));
@@ -128,7 +130,11 @@ describe("TreasuryService.ExecuteBatch under concurrency (Postgres)", function (
     }
 
     async function fixture() {
-      const res = await admin.partners.createPartner({ name: "Crash Co", slug: `crash-${randomBytes(3).toString("hex")}`, entitlements: { scopes: ["treasury:write"] } });
+      const res = await admin.partners.createPartner({
+        name: "Crash Co",
+        slug: `crash-${randomBytes(3).toString("hex")}`,
+        entitlements: { scopes: ["treasury:write"] },
+      });
       const partner = await withToken(admin, { partnerId: res.partner!.partnerId, clientId: res.partner!.clientId, clientSecret: res.clientSecret });
       const payer = await bindTreasury(admin, partner, { balanceCents: 50_000n });
       const users = await Promise.all(Array.from({ length: 3 }, () => createRecipient(admin, partner)));

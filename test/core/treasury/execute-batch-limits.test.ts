@@ -41,9 +41,7 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
         expect(r.message).to.contain("items[1]");
         expect(await balanceOf(partner)).to.equal(9_900);
         expect(await executionCount(partner)).to.equal(1);
-        await expectRefused(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId: second.items![0]!.payoutId! }), 
-          Reason.NOT_FOUND,
-        );
+        await expectRefused(treasury().getPayout({ accessToken: partner.token, userId: other, payoutId: second.items![0]!.payoutId! }), Reason.NOT_FOUND);
       });
     }
 
@@ -102,7 +100,10 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
       stack.clock.set(new Date("2030-01-01T23:00:00Z"));
       const { partner, payer, user } = await setup({ capPerDayCents: 1_000n });
       await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 600n }]));
-      const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }, { recipientUserId: user, amountCents: 200n }]);
+      const req = batchRequest(partner, payer, [
+        { recipientUserId: user, amountCents: 300n },
+        { recipientUserId: user, amountCents: 200n },
+      ]);
       const r = await refusalOf(treasury().executeBatch(req));
       expect(r).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_day_cap" });
       noDigits(r.message);
@@ -136,7 +137,10 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
 
     it("a partner without a treasury gets treasury_not_configured on read and batch", async () => {
       const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
-      expect(await refusalOf(treasury().getTreasury({ accessToken: partner.token }))).to.include({ reason: Reason.TREASURY_NOT_CONFIGURED, code: Code.NotFound });
+      expect(await refusalOf(treasury().getTreasury({ accessToken: partner.token }))).to.include({
+        reason: Reason.TREASURY_NOT_CONFIGURED,
+        code: Code.NotFound,
+      });
     });
 
     it("a suspended partner is refused before anything else", async () => {
@@ -158,9 +162,7 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
       const { partner, payer } = await setup();
       const narrow = await createRecipient(stack.admin, partner, ["kyc:read"]);
       await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: narrow }])), Reason.GRANT_REQUIRED);
-      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: randomUUID() }])), 
-        Reason.GRANT_REQUIRED,
-      );
+      await expectRefused(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: randomUUID() }])), Reason.GRANT_REQUIRED);
     });
 
     it("consent given to another partner does not count", async () => {
@@ -205,7 +207,8 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
     it("fund and set-status on a partner without a treasury are treasury_not_configured", async () => {
       const partner = await createPartner(stack);
       await expectRefused(stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 1n }), Reason.TREASURY_NOT_CONFIGURED);
-      await expectRefused(stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE }), 
+      await expectRefused(
+        stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE }),
         Reason.TREASURY_NOT_CONFIGURED,
       );
     });

@@ -34,7 +34,14 @@ describe("TreasuryService.ExecuteBatch", () => {
     );
     expect(await balanceOf(partner)).to.equal(6_500);
     const payout = await treasury().getPayout({ accessToken: partner.token, userId: user, payoutId: req.items![1]!.payoutId! });
-    expect(payout.payout).to.include({ executionId: req.items![1]!.executionId, batchId: res.batch!.batchId, userId: user, amountCents: 2_500n, currency: "USD", status: "executed" });
+    expect(payout.payout).to.include({
+      executionId: req.items![1]!.executionId,
+      batchId: res.batch!.batchId,
+      userId: user,
+      amountCents: 2_500n,
+      currency: "USD",
+      status: "executed",
+    });
     const audit = await auditOf(partner);
     expect(audit.map((r) => [r.reason, r.subject])).to.deep.equal([["", res.batch!.batchId]]);
   });
@@ -158,7 +165,10 @@ describe("TreasuryService.ExecuteBatch", () => {
   describe("idempotency", () => {
     it("replays the original answer exactly and debits once", async () => {
       const { partner, payer, user } = await setup({ balanceCents: 1_000n });
-      const req = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 300n }, { recipientUserId: user, amountCents: 200n }]);
+      const req = batchRequest(partner, payer, [
+        { recipientUserId: user, amountCents: 300n },
+        { recipientUserId: user, amountCents: 200n },
+      ]);
       const first = await treasury().executeBatch(req);
       stack.clock.advance(60_000);
       const again = await treasury().executeBatch(req);

@@ -10,7 +10,6 @@ import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, withToken, type BatchRequestInit, type TreasuryPartner } from "../../support/treasury.js";
 import { expectInternalError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
 
-
 /**
  * Treasury money in the double-entry ledger: fund, bind and rebind move the balance
  * against external:funding, and a batch is one "payout" transaction (treasury debited,
@@ -84,7 +83,16 @@ describe("treasury movements in the ledger", () => {
       await grantConsent(stack.admin, reader, userId, ["transfers:read"]);
       const res = await stack.clients.partnerResources.listTransfers({ accessToken: reader.token, userId, page: { limit: 100 } });
       expect(res.nextCursor, "one page holds them all").to.equal("");
-      out.push(...res.data.map((t) => ({ userId, transferId: t.transferId, direction: t.direction, amountCents: t.amountCents, currency: t.currency, status: t.status })));
+      out.push(
+        ...res.data.map((t) => ({
+          userId,
+          transferId: t.transferId,
+          direction: t.direction,
+          amountCents: t.amountCents,
+          currency: t.currency,
+          status: t.status,
+        })),
+      );
     }
     return out;
   }
@@ -113,7 +121,8 @@ describe("treasury movements in the ledger", () => {
     const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
     const payer = await bindTreasury(stack.admin, partner, { balanceCents: 10_000n });
     const user = await createRecipient(stack.admin, partner);
-    const bind = (balanceCents: bigint, currency = "USD") => stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents, currency });
+    const bind = (balanceCents: bigint, currency = "USD") =>
+      stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents, currency });
     expect(await posted("treasury", partner.partnerId)).to.equal(10_000);
     await expectBooksBalanced();
 
@@ -214,7 +223,8 @@ describe("treasury movements in the ledger", () => {
     // Refused batches roll back whole: a reused execution id with another amount, over the balance.
     const conflict = { ...batchRequest(partner, payer, []), items: [{ ...first.items[1]!, amountCents: 501n }] };
     await expectRefused(stack.clients.treasury.executeBatch(conflict), Reason.EXECUTION_CONFLICT);
-    await expectRefused(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 3_201n }])), 
+    await expectRefused(
+      stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 3_201n }])),
       Reason.INSUFFICIENT_FUNDS,
     );
     // Only already-executed items: total 0 and no (empty) ledger transaction.
@@ -289,14 +299,18 @@ describe("treasury movements in the ledger", () => {
             (e: unknown) => reasonOf(e),
           ),
         ),
-        ...Array.from({ length: funds }, () => stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 1_000n }).then(() => "funded" as const)),
+        ...Array.from({ length: funds }, () =>
+          stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 1_000n }).then(() => "funded" as const),
+        ),
       ]);
       const paid = outcomes.filter((o) => typeof o === "object");
       const refused = outcomes.filter((o) => typeof o === "number");
       expect(refused.every((r) => r === Reason.INSUFFICIENT_FUNDS)).to.equal(true);
       expect(paid.length).to.be.greaterThan(0);
       const spent = paid.reduce((sum, b) => sum + Number(b.totalCents), 0);
-      expect(await balanceOf(partner)).to.equal(20_000 + funds * 1_000 - spent).and.to.be.at.least(0);
+      expect(await balanceOf(partner))
+        .to.equal(20_000 + funds * 1_000 - spent)
+        .and.to.be.at.least(0);
 
       const executed = await sql<{ execution_id: string; recipient_user_id: string; amount_cents: string; batch_id: string }>(
         `SELECT execution_id, recipient_user_id, amount_cents::text, batch_id FROM treasury_executions WHERE partner_id = ?`,
@@ -323,33 +337,45 @@ describe("treasury movements in the ledger", () => {
         [...perRecipient].map(([k, cents]) => `${k}/${cents}`).sort(),
       );
       const paying = paid.filter((b) => b.totalCents > 0n);
-      expect(legs.filter((l) => Number(l.amount_cents) < 0).map((l) => key(l.transaction_id, l.account_id, l.amount_cents)).sort()).to.deep.equal(
-        paying.map((b) => key(b.batchId, accountId("treasury", partner.partnerId, "USD"), String(-b.totalCents))).sort(),
-      );
+      expect(
+        legs
+          .filter((l) => Number(l.amount_cents) < 0)
+          .map((l) => key(l.transaction_id, l.account_id, l.amount_cents))
+          .sort(),
+      ).to.deep.equal(paying.map((b) => key(b.batchId, accountId("treasury", partner.partnerId, "USD"), String(-b.totalCents))).sort());
       await expectBooksBalanced();
     });
 
     it("partners paying the same new recipients at once, while transfers are recorded for them, all succeed and the books balance", async () => {
-      const partners = await Promise.all(Array.from({ length: 6 }, () => createPartner(stack, { entitlements: ["treasury:write"] }).then((p) => withToken(stack.clients, p))));
+      const partners = await Promise.all(
+        Array.from({ length: 6 }, () => createPartner(stack, { entitlements: ["treasury:write"] }).then((p) => withToken(stack.clients, p))),
+      );
       const payers = await Promise.all(partners.map((p) => bindTreasury(stack.admin, p, { balanceCents: 1_000_000n })));
-      const users = await Promise.all(Array.from({ length: 8 }, () => stack.admin.partners.createUser({ email: `r-${randomUUID()}@example.test` }).then((u) => u.userId)));
+      const users = await Promise.all(
+        Array.from({ length: 8 }, () => stack.admin.partners.createUser({ email: `r-${randomUUID()}@example.test` }).then((u) => u.userId)),
+      );
       for (const p of partners) for (const u of users) await grantConsent(stack.admin, p, u, ["payouts:receive", "transfers:read"]);
       // Each partner pays the users in another order; none of them has a user account yet.
       const results = await Promise.all([
         ...partners.map((p, n) => {
           const order = n % 2 === 0 ? users : [...users].reverse();
           const rotated = [...order.slice(n), ...order.slice(0, n)];
-          return stack.clients.treasury.executeBatch(batchRequest(p, payers[n]!, rotated.map((u) => ({ recipientUserId: u, amountCents: 100n }))));
+          return stack.clients.treasury.executeBatch(
+            batchRequest(
+              p,
+              payers[n]!,
+              rotated.map((u) => ({ recipientUserId: u, amountCents: 100n })),
+            ),
+          );
         }),
         ...users.map((u) => stack.admin.partnerResources.recordLedgerEntry({ userId: u, direction: "credit", amountCents: 7n })),
       ]);
       expect(results).to.have.length(partners.length + users.length);
       for (const u of users) expect(await posted("user", u)).to.equal(partners.length * 100 + 7);
       // Every partner holds transfers:read of every user: one transfer.settled per payout per partner, plus the recorded credits.
-      const [row] = await sql<{ n: number }>(
-        `SELECT count(*)::int AS n FROM partner_events WHERE type = 'transfer.settled' AND partner_id = ANY(?::uuid[])`,
-        [partners.map((p) => p.partnerId)],
-      );
+      const [row] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM partner_events WHERE type = 'transfer.settled' AND partner_id = ANY(?::uuid[])`, [
+        partners.map((p) => p.partnerId),
+      ]);
       expect(row!.n).to.equal(partners.length * (partners.length * users.length + users.length));
       await expectBooksBalanced();
     });
@@ -359,7 +385,12 @@ describe("treasury movements in the ledger", () => {
       const payer = randomUUID();
       await Promise.all([
         ...Array.from({ length: 12 }, (_, n) =>
-          stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: BigInt(1_000 * (n + 1)), currency: n % 4 === 3 ? "EUR" : "USD" }),
+          stack.admin.treasury.bindTreasury({
+            clientId: partner.clientId,
+            payerEntityId: payer,
+            balanceCents: BigInt(1_000 * (n + 1)),
+            currency: n % 4 === 3 ? "EUR" : "USD",
+          }),
         ),
         ...Array.from({ length: 12 }, () =>
           stack.admin.treasury.fundTreasury({ clientId: partner.clientId, amountCents: 50n }).catch((e: unknown) => {

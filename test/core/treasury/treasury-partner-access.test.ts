@@ -85,7 +85,10 @@ describe("TreasuryService partner access and events", () => {
 
   it("writes one payout.executed event per batch listing the payouts it paid, in the batch's transaction", async () => {
     const { partner, payer, user } = await setup();
-    const first = batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }, { recipientUserId: user, amountCents: 200n }]);
+    const first = batchRequest(partner, payer, [
+      { recipientUserId: user, amountCents: 100n },
+      { recipientUserId: user, amountCents: 200n },
+    ]);
     const done = await stack.clients.treasury.executeBatch(first);
     // Rejected and replayed batches write nothing; already executed items are not announced again.
     await refusalOf(stack.clients.treasury.executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 99_999n }])));

@@ -25,7 +25,12 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
     jsonrpc: "2.0",
     id,
     method: "payments.initiate",
-    params: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: `bl-${randomUUID()}` },
+    params: {
+      counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+      amount_cents: amount,
+      currency: "USD",
+      idempotency_key: `bl-${randomUUID()}`,
+    },
   });
   const batchOf = (n: number) => Array.from({ length: n }, (_, i) => pay(i + 1));
   const paymentsOf = async (vaultId: string) => Number((await stack.core.db("agent_payments").where({ vault_id: vaultId }).count({ n: "*" }))[0]!.n);
@@ -62,7 +67,10 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
   it("hostile: a kill switch hidden at the end of an oversized batch revokes nothing, whatever the bearer", async () => {
     const user = await f.user();
     const owner = await f.grant(user, { stepUp: true });
-    const batch = [...Array.from({ length: 20 }, (_, i) => ({ jsonrpc: "2.0", id: i + 1, method: "ping" })), { jsonrpc: "2.0", id: 21, method: "killSwitch.all", params: { reason: "hidden" } }];
+    const batch = [
+      ...Array.from({ length: 20 }, (_, i) => ({ jsonrpc: "2.0", id: i + 1, method: "ping" })),
+      { jsonrpc: "2.0", id: 21, method: "killSwitch.all", params: { reason: "hidden" } },
+    ];
     expectRefusedWhole(await postJsonRpc(`${stack.url}/mcp/treasury`, batch, owner.accessToken));
     // Notifications count too: 21 elements are 21 elements.
     const notes = Array.from({ length: 21 }, () => ({ jsonrpc: "2.0", method: "notifications/initialized" }));
@@ -83,7 +91,11 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
     );
     answers.forEach((res, i) => {
       if (i % 2 === 0) expectRefusedWhole(res);
-      else expect(res.json.map((r: any) => r.result?.kind), res.text.slice(0, 300)).to.deep.equal(Array(20).fill("accepted"));
+      else
+        expect(
+          res.json.map((r: any) => r.result?.kind),
+          res.text.slice(0, 300),
+        ).to.deep.equal(Array(20).fill("accepted"));
     });
     expect(await paymentsOf(budget.vaultId)).to.equal(6 * 20);
     expect(await balanceOf(budget.vaultId)).to.equal(1_000_000 - 6 * 20 * 100);

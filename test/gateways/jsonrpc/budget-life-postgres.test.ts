@@ -23,13 +23,22 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
     const res = await postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
     return res.json as { result?: Record<string, any>; error?: { code: number; message: string; data: Record<string, any> } };
   };
-  const fund = (token: string, vaultId: string, amount: number, idempotencyKey = key()) => rpc("/mcp/treasury", token, "agent.budget.fund", { vault_id: vaultId, amount_cents: amount, idempotency_key: idempotencyKey });
+  const fund = (token: string, vaultId: string, amount: number, idempotencyKey = key()) =>
+    rpc("/mcp/treasury", token, "agent.budget.fund", { vault_id: vaultId, amount_cents: amount, idempotency_key: idempotencyKey });
   const pay = (token: string, amount: number) =>
-    rpc("/mcp/write", token, "payments.initiate", { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: amount, currency: "USD", idempotency_key: key() });
+    rpc("/mcp/write", token, "payments.initiate", {
+      counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+      amount_cents: amount,
+      currency: "USD",
+      idempotency_key: key(),
+    });
   /** Every refusal is one a caller can act on: no deadlock, no server error. */
   const expectOnly = (outcomes: { error?: { data: Record<string, any> } }[], allowed: string[]) => {
     const reasons = outcomes.filter((o) => o.error).map((o) => String(o.error!.data.reason_id));
-    expect(reasons.filter((r) => !allowed.includes(r)), JSON.stringify(outcomes.filter((o) => o.error).slice(0, 3))).to.deep.equal([]);
+    expect(
+      reasons.filter((r) => !allowed.includes(r)),
+      JSON.stringify(outcomes.filter((o) => o.error).slice(0, 3)),
+    ).to.deep.equal([]);
   };
   const completedFrom = async (vaultId: string) =>
     Number((await stack.core.db("agent_payments").where({ vault_id: vaultId, status: "completed" }).sum({ s: "amount_cents" }))[0]!.s ?? 0);
@@ -64,7 +73,10 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
   });
 
   it("a close racing payments, fundings and other closes: the books balance, no money is lost, nothing is paid after the close", async () => {
-    const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 20_000n, budget: { amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined } });
+    const { owner, parentToken, child } = await budgetUnderRoot(stack, {
+      parentCents: 20_000n,
+      budget: { amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined },
+    });
     expect((await fund(parentToken, child.vaultId, 5_000)).result!.balance_cents).to.equal(5_000);
     const payers = await Promise.all([0, 1, 2, 3, 4].map(() => grantFor(stack, child)));
     const funders = await Promise.all([0, 1].map(() => grantFor(stack, owner)));
@@ -90,9 +102,17 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
     expect(await balanceOf(stack, owner.vaultId)).to.equal(20_000 - spent);
     // Every completion was written before the close's own audit row (rows take their seq
     // when written, and the close waits for every payment holding its grant or the vault).
-    const closeSeq = Number((await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "success" }).first()).seq);
-    const paidIds = (await stack.core.db("agent_payments").where({ vault_id: child.vaultId, status: "completed" }).select("id")).map((r: { id: string }) => r.id);
-    const lastPaid = await stack.core.db("audit_records").where({ action: "payments.initiate", outcome: "success" }).whereIn("subject", paidIds).max({ seq: "seq" });
+    const closeSeq = Number(
+      (await stack.core.db("audit_records").where({ action: "agent.budget.close", subject: child.vaultId, outcome: "success" }).first()).seq,
+    );
+    const paidIds = (await stack.core.db("agent_payments").where({ vault_id: child.vaultId, status: "completed" }).select("id")).map(
+      (r: { id: string }) => r.id,
+    );
+    const lastPaid = await stack.core
+      .db("audit_records")
+      .where({ action: "payments.initiate", outcome: "success" })
+      .whereIn("subject", paidIds)
+      .max({ seq: "seq" });
     expect(Number(lastPaid[0]!.seq)).to.be.below(closeSeq);
     expect(paid.filter((p) => p.result).length * 100).to.equal(spent);
     await expectLedgerBalanced(stack);
@@ -100,10 +120,20 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
 
   it("nested budgets funded, spent and closed at once at every level: no deadlock, every cent accounted for", async () => {
     // root A -> budget B -> budget C, each budget with a spending agent.
-    const { owner, parentToken: tokenA, child: b } = await budgetUnderRoot(stack, { parentCents: 50_000n, budget: { amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined } });
+    const {
+      owner,
+      parentToken: tokenA,
+      child: b,
+    } = await budgetUnderRoot(stack, {
+      parentCents: 50_000n,
+      budget: { amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined },
+    });
     expect((await fund(tokenA, b.vaultId, 20_000)).result).to.not.equal(undefined);
     const tokenB = await grantFor(stack, b, { stepUp: true });
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: tokenB, ...budgetParams({ amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined, stepUpAmountCents: undefined }) });
+    const { budget } = await stack.clients.budgets.createBudget({
+      accessToken: tokenB,
+      ...budgetParams({ amountCapCentsPerTx: 1_000n, amountCapCentsPerDay: undefined, amountCapCentsLifetime: undefined, stepUpAmountCents: undefined }),
+    });
     const c: TestOwner = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
     expect((await fund(tokenB, c.vaultId, 5_000)).result).to.not.equal(undefined);
     const payB = await Promise.all([0, 1, 2].map(() => grantFor(stack, b)));

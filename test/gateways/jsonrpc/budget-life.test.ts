@@ -26,8 +26,20 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const tools = (await call("/mcp/treasury", parentToken, "tools/list", {})).json!.result.tools as Record<string, any>[];
     const fund = tools.find((t) => t.name === "agent.budget.fund")!;
     const revoke = tools.find((t) => t.name === "agent.budget.revoke")!;
-    expect(fund.annotations).to.deep.equal({ title: "Fund Agent Budget", readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false });
-    expect(revoke.annotations).to.deep.equal({ title: "Close Agent Budget", readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false });
+    expect(fund.annotations).to.deep.equal({
+      title: "Fund Agent Budget",
+      readOnlyHint: false,
+      destructiveHint: false,
+      idempotentHint: true,
+      openWorldHint: false,
+    });
+    expect(revoke.annotations).to.deep.equal({
+      title: "Close Agent Budget",
+      readOnlyHint: false,
+      destructiveHint: true,
+      idempotentHint: true,
+      openWorldHint: false,
+    });
     for (const t of [fund, revoke]) {
       expect(t._meta).to.deep.equal({ requiresHumanApproval: false, scope: "agent:budget:create", category: "treasury" });
       expect(t.inputSchema.additionalProperties).to.equal(false);
@@ -47,7 +59,14 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const args = { vault_id: child.vaultId, amount_cents: 4_000, idempotency_key: key() };
     const direct = await call("/mcp/treasury", parentToken, "agent.budget.fund", args);
     const r = direct.json!.result;
-    expect(r, direct.text).to.deep.include({ vault_id: child.vaultId, parent_vault_id: owner.vaultId, amount_cents: 4_000, currency: "USD", balance_cents: 4_000, replayed: false });
+    expect(r, direct.text).to.deep.include({
+      vault_id: child.vaultId,
+      parent_vault_id: owner.vaultId,
+      amount_cents: 4_000,
+      currency: "USD",
+      balance_cents: 4_000,
+      replayed: false,
+    });
     expect(Object.keys(r).sort()).to.deep.equal(["amount_cents", "balance_cents", "currency", "parent_vault_id", "replayed", "transfer_id", "vault_id"]);
     expect(validators.get("agent.budget.fund")!.output(r)).to.equal(true);
     const replay = await tool(parentToken, "agent.budget.fund", args);
@@ -103,12 +122,25 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     await call("/mcp/treasury", parentToken, "agent.budget.fund", { vault_id: child.vaultId, amount_cents: 3_000, idempotency_key: key() });
     const childToken = await grantFor(stack, child);
     const pay = (token: string) =>
-      call("/mcp/write", token, "payments.initiate", { counterparty: { address: "0xabc", chain: "base", token: "USDC" }, amount_cents: 500, currency: "USD", idempotency_key: key() });
+      call("/mcp/write", token, "payments.initiate", {
+        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        amount_cents: 500,
+        currency: "USD",
+        idempotency_key: key(),
+      });
     expect((await pay(childToken)).json!.result.kind).to.equal("accepted");
 
     const direct = await call("/mcp/treasury", parentToken, "agent.budget.revoke", { vault_id: child.vaultId });
     const r = direct.json!.result;
-    expect(r, direct.text).to.deep.include({ vault_id: child.vaultId, parent_vault_id: owner.vaultId, status: "closed", swept_cents: 2_500, currency: "USD", revoked_grants: 1, already_closed: false });
+    expect(r, direct.text).to.deep.include({
+      vault_id: child.vaultId,
+      parent_vault_id: owner.vaultId,
+      status: "closed",
+      swept_cents: 2_500,
+      currency: "USD",
+      revoked_grants: 1,
+      already_closed: false,
+    });
     expect(r.transfer_id).to.match(/^[0-9a-f-]{36}$/);
     expect(r.closed_at).to.match(/Z$/);
     expect(validators.get("agent.budget.revoke")!.output(r)).to.equal(true);
@@ -124,16 +156,29 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const later = await grantFor(stack, child);
     const frozen = await pay(later);
     expect(expectJsonRpcError(frozen, -32002, "policy_denied").data?.limit).to.equal("policy_inactive");
-    expectToolError((await tool(parentToken, "agent.budget.fund", { vault_id: child.vaultId, amount_cents: 1, idempotency_key: key() })).json!.result, -32002, "access_denied");
+    expectToolError(
+      (await tool(parentToken, "agent.budget.fund", { vault_id: child.vaultId, amount_cents: 1, idempotency_key: key() })).json!.result,
+      -32002,
+      "access_denied",
+    );
     await expectLedgerBalanced(stack);
   });
 
   it("a batch is authorized element by element: fund then revoke both act; after a kill switch a fund moves nothing", async () => {
     const { owner, parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
-    const fundCall = (id: number) => ({ jsonrpc: "2.0", id, method: "agent.budget.fund", params: { vault_id: child.vaultId, amount_cents: 1_000, idempotency_key: key() } });
-    const both = await postRpc(`${stack.url}/mcp/treasury`, [fundCall(1), { jsonrpc: "2.0", id: 2, method: "agent.budget.revoke", params: { vault_id: child.vaultId, keep_funds: true } }], {
-      authorization: `Bearer ${parentToken}`,
+    const fundCall = (id: number) => ({
+      jsonrpc: "2.0",
+      id,
+      method: "agent.budget.fund",
+      params: { vault_id: child.vaultId, amount_cents: 1_000, idempotency_key: key() },
     });
+    const both = await postRpc(
+      `${stack.url}/mcp/treasury`,
+      [fundCall(1), { jsonrpc: "2.0", id: 2, method: "agent.budget.revoke", params: { vault_id: child.vaultId, keep_funds: true } }],
+      {
+        authorization: `Bearer ${parentToken}`,
+      },
+    );
     const [funded, closed] = both.json as unknown as Record<string, any>[];
     expect([funded!.result.balance_cents, closed!.result.status, closed!.result.swept_cents], both.text).to.deep.equal([1_000, "closed", 0]);
     expect(await balanceOf(stack, child.vaultId)).to.equal(1_000);
@@ -141,7 +186,10 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const other = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const killed = await postRpc(
       `${stack.url}/mcp/treasury`,
-      [{ jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: {} }, { jsonrpc: "2.0", id: 2, method: "agent.budget.fund", params: { vault_id: other.child.vaultId, amount_cents: 1_000, idempotency_key: key() } }],
+      [
+        { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: {} },
+        { jsonrpc: "2.0", id: 2, method: "agent.budget.fund", params: { vault_id: other.child.vaultId, amount_cents: 1_000, idempotency_key: key() } },
+      ],
       { authorization: `Bearer ${other.parentToken}` },
     );
     const [kill, refused] = killed.json as unknown as Record<string, any>[];

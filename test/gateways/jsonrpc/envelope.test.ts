@@ -54,7 +54,9 @@ describe("JSON-RPC envelope for every Reason", () => {
   before(async () => {
     const transport = createRouterTransport(({ rpc }) => {
       rpc(GrantsService.method.verifyAgentToken, () => ({ grant: { grantId: "g", userId: "u", vaultId: "v", scopes: ["accounts:read"] } }));
-      rpc(BudgetsService.method.getBalance, () => fail(current, (EXPECTED[current]?.[0] ?? -32603) === -32603 ? SECRET : "client-facing message", { retryAfterSeconds: 60 }));
+      rpc(BudgetsService.method.getBalance, () =>
+        fail(current, (EXPECTED[current]?.[0] ?? -32603) === -32603 ? SECRET : "client-facing message", { retryAfterSeconds: 60 }),
+      );
     });
     app = await buildGateway({ clients: createCoreClients(transport), logger: createCapturedLogger().logger });
     await app.listen({ port: 0, host: "127.0.0.1" });

@@ -42,7 +42,10 @@ describe("agent.grant.refresh over JSON-RPC", () => {
       jsonrpc: "2.0",
       id: 1,
       method: "tools/call",
-      params: { name: "agent.grant.refresh", arguments: { refresh_token: token.body.refresh_token, client_id: client.client_id, client_secret: client.client_secret } },
+      params: {
+        name: "agent.grant.refresh",
+        arguments: { refresh_token: token.body.refresh_token, client_id: client.client_id, client_secret: client.client_secret },
+      },
     });
     expect(refreshed.status).to.equal(200);
     const next = refreshed.json!.result.structuredContent;
@@ -51,7 +54,11 @@ describe("agent.grant.refresh over JSON-RPC", () => {
 
     const withOld = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 2, method: "accounts.balance" }, { authorization: `Bearer ${old}` });
     expect(withOld.status).to.equal(401);
-    const withNew = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 3, method: "accounts.balance" }, { authorization: `Bearer ${next.access_token}` });
+    const withNew = await postRpc(
+      `${stack.url}/mcp/read`,
+      { jsonrpc: "2.0", id: 3, method: "accounts.balance" },
+      { authorization: `Bearer ${next.access_token}` },
+    );
     expect(withNew.json!.result.vault_id).to.equal(user.vaultId);
 
     const wrongSecret = await postRpc(`${stack.url}/mcp/treasury`, {

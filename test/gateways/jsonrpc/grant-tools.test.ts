@@ -5,7 +5,11 @@ import { ALL_AGENT_SCOPES, createOwner } from "../../support/budgets.js";
 
 /** The 401 challenge of an endpoint: its own metadata and scopes; error="invalid_token" when a token was presented. */
 const challenge = (path: string) => {
-  const scopes: Record<string, string> = { "/mcp/read": "accounts:read audit:stream", "/mcp/write": "payments:initiate payments:simulate", "/mcp/treasury": "agent:budget:create" };
+  const scopes: Record<string, string> = {
+    "/mcp/read": "accounts:read audit:stream",
+    "/mcp/write": "payments:initiate payments:simulate",
+    "/mcp/treasury": "agent:budget:create",
+  };
   return `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource${path}", scope="${scopes[path]}", error="invalid_token"`;
 };
 
@@ -13,9 +17,9 @@ const challenge = (path: string) => {
  * Agent tools with real grant tokens from GrantsService: expiry, supersession,
  * revocation, agent.grant.issue / refresh and killSwitch.all.
  */
-describe("agent tools with real grant tokens", function () {
+describe("agent tools with real grant tokens", () => {
   let stack: McpStack;
-  before(async function () {
+  before(async () => {
     stack = await startMcpStack();
     const owner = await createOwner(stack);
     // IssueGrant must work: these tests never skip on a missing RPC.
@@ -97,7 +101,8 @@ describe("agent tools with real grant tokens", function () {
         currency: "USD",
         idempotency_key: "concurrent-sim-key",
       });
-    const burst = () => Promise.all(Array.from({ length: 24 }, (_, i) => (i % 3 === 0 ? simulate(rootOnly, 100) : simulate(withPolicy, i % 3 === 1 ? 100 : 501))));
+    const burst = () =>
+      Promise.all(Array.from({ length: 24 }, (_, i) => (i % 3 === 0 ? simulate(rootOnly, 100) : simulate(withPolicy, i % 3 === 1 ? 100 : 501))));
     const broken = (reason_id: string, message: string) => [{ reason_id, message }];
     const expected = (i: number) =>
       i % 3 === 0

@@ -49,7 +49,12 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
         jsonrpc: "2.0",
         id: n * SIZE + i + 1,
         method: "payments.initiate",
-        params: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: `ks-${n}-${i}-${randomUUID()}` },
+        params: {
+          counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+          amount_cents: 100,
+          currency: "USD",
+          idempotency_key: `ks-${n}-${i}-${randomUUID()}`,
+        },
       }));
     const running = (async () => {
       const all: Record<string, any>[] = [];
@@ -64,16 +69,28 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
     // Pull the kill switch through replica B once replica A has paid something.
     const paidSoFar = async () => Number((await b.core.db("agent_payments").where({ vault_id: budget.vaultId }).count({ n: "*" }))[0]!.n);
     while ((await paidSoFar()) === 0) await new Promise((r) => setImmediate(r));
-    const kill = await postJsonRpc(`${b.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "replica test" } }, killer.accessToken);
+    const kill = await postJsonRpc(
+      `${b.url}/mcp/treasury`,
+      { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "replica test" } },
+      killer.accessToken,
+    );
     expect(kill.json?.result?.revoked, kill.text).to.be.at.least(2);
 
     const replies = await running;
     expect(replies).to.have.length(N);
-    const outcome = replies.map((r) => (r.result ? "paid" : r.error?.code === -32001 && r.error?.data?.reason_id === "invalid_token" ? "refused" : `other:${JSON.stringify(r.error)}`));
+    const outcome = replies.map((r) =>
+      r.result ? "paid" : r.error?.code === -32001 && r.error?.data?.reason_id === "invalid_token" ? "refused" : `other:${JSON.stringify(r.error)}`,
+    );
     const firstRefusal = outcome.indexOf("refused");
-    expect(outcome.filter((o) => o.startsWith("other")), "only payments or invalid_token refusals").to.deep.equal([]);
+    expect(
+      outcome.filter((o) => o.startsWith("other")),
+      "only payments or invalid_token refusals",
+    ).to.deep.equal([]);
     expect(firstRefusal, "the kill switch landed before the batches ended").to.be.greaterThan(0);
-    expect(outcome.slice(firstRefusal).every((o) => o === "refused"), "nothing succeeds after the first refusal").to.equal(true);
+    expect(
+      outcome.slice(firstRefusal).every((o) => o === "refused"),
+      "nothing succeeds after the first refusal",
+    ).to.equal(true);
 
     // The database agrees: each paid element is one completed row, and none committed
     // after the grant's revocation.

@@ -71,14 +71,27 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     const note = await postRpc(at("/mcp/write"), { jsonrpc: "2.0", method: "notifications/initialized" }, auth);
     expect(note.status).to.equal(202);
     expect(note.text).to.equal("");
-    const onlyNotes = await postRpc(at("/mcp/read"), [{ jsonrpc: "2.0", method: "notifications/initialized" }, { jsonrpc: "2.0", method: "ping" }], auth);
+    const onlyNotes = await postRpc(
+      at("/mcp/read"),
+      [
+        { jsonrpc: "2.0", method: "notifications/initialized" },
+        { jsonrpc: "2.0", method: "ping" },
+      ],
+      auth,
+    );
     expect([onlyNotes.status, onlyNotes.text]).to.deep.equal([202, ""]);
   });
 
   it("a missing, unknown or revoked bearer is HTTP 401 with the resource_metadata challenge and -32001", async () => {
     const revoked = await grantFor(stack, await createOwner(stack));
     await revokeGrant(stack, revoked);
-    for (const headers of [{} as Record<string, string>, { authorization: "Bearer " }, { authorization: "Basic abc" }, { authorization: "Bearer not.a.token" }, { authorization: `Bearer ${revoked}` }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { authorization: "Bearer " },
+      { authorization: "Basic abc" },
+      { authorization: "Bearer not.a.token" },
+      { authorization: `Bearer ${revoked}` },
+    ]) {
       const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 9, method: "tools/list" }, headers);
       expect(res.status, JSON.stringify(headers)).to.equal(401);
       // Each endpoint names its own metadata and only the scopes its tools need; a token
@@ -98,15 +111,28 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     const unknown = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 1, method: "payments.refund", params: {} }, auth);
     expect([unknown.json!.error.code, unknown.json!.error.data.reason_id]).to.deep.equal([-32601, "method_not_found"]);
     const wrong = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 2, method: "payments.simulate", params: {} }, auth);
-    expect([wrong.json!.error.code, wrong.json!.error.data.reason_id, wrong.json!.error.data.endpoint]).to.deep.equal([-32601, "wrong_endpoint", `${TEST_MCP_URL}/mcp/write`]);
-    const wrongCall = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "agent.budget.create", arguments: {} } }, auth);
+    expect([wrong.json!.error.code, wrong.json!.error.data.reason_id, wrong.json!.error.data.endpoint]).to.deep.equal([
+      -32601,
+      "wrong_endpoint",
+      `${TEST_MCP_URL}/mcp/write`,
+    ]);
+    const wrongCall = await postRpc(
+      at("/mcp/read"),
+      { jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "agent.budget.create", arguments: {} } },
+      auth,
+    );
     expect([wrongCall.json!.error.code, wrongCall.json!.error.data.reason_id]).to.deep.equal([-32601, "wrong_endpoint"]);
     const unknownTool = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 4, method: "tools/call", params: { name: "x.y", arguments: {} } }, auth);
     expect([unknownTool.json!.error.code, unknownTool.json!.error.data.reason_id]).to.deep.equal([-32602, "unknown_tool"]);
   });
 
   it("initialize negotiates the protocol revision", async () => {
-    const init = (v: string) => postRpc(at("/mcp/write"), { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: v, capabilities: {}, clientInfo: { name: "t", version: "1" } } }, auth);
+    const init = (v: string) =>
+      postRpc(
+        at("/mcp/write"),
+        { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: v, capabilities: {}, clientInfo: { name: "t", version: "1" } } },
+        auth,
+      );
     expect((await init("2025-06-18")).json!.result.protocolVersion).to.equal("2025-06-18");
     const newest = (await init("1999-01-01")).json!.result;
     expect(newest.protocolVersion).to.equal("2025-11-25");
@@ -115,12 +141,21 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   });
 
   it("tools/list per category with 2020-12 input and output schemas and the tool annotations", async () => {
-    const list = async (path: string) => (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
+    const list = async (path: string) =>
+      (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
     const names = async (path: string) => (await list(path)).map((t) => t.name);
     expect(await names("/mcp/read")).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);
     expect(await names("/mcp/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
     expect(await names("/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
-    expect(await names("/mcp/treasury")).to.deep.equal(["agent.budget.create", "agent.budget.fund", "agent.budget.revoke", "agent.budget.sweep", "agent.grant.issue", "agent.grant.refresh", "killSwitch.all"]);
+    expect(await names("/mcp/treasury")).to.deep.equal([
+      "agent.budget.create",
+      "agent.budget.fund",
+      "agent.budget.revoke",
+      "agent.budget.sweep",
+      "agent.grant.issue",
+      "agent.grant.refresh",
+      "killSwitch.all",
+    ]);
     const ajv = createSchemaAjv();
     for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
       for (const tool of await list(path)) {
@@ -132,7 +167,13 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       }
     }
     const create = (await list("/mcp/treasury")).find((t) => t.name === "agent.budget.create")!;
-    expect(create.annotations).to.deep.equal({ title: "Create Agent Budget", readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false });
+    expect(create.annotations).to.deep.equal({
+      title: "Create Agent Budget",
+      readOnlyHint: false,
+      destructiveHint: false,
+      idempotentHint: true,
+      openWorldHint: false,
+    });
     expect(create._meta.requiresHumanApproval).to.equal(true);
     expect(create._meta.scope).to.equal("agent:budget:create");
     expect(create.inputSchema.additionalProperties).to.equal(false);
@@ -154,7 +195,13 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       additionalProperties: false,
     });
     const validate = ajv.compile(create.outputSchema);
-    const result = { agent_principal_id: "0190a5a4-0000-7000-8000-000000000001", vault_id: "0190a5a4-0000-7000-8000-000000000002", policy_version: 0, status: "draft", created_at: "2026-01-02T03:04:05.678Z" };
+    const result = {
+      agent_principal_id: "0190a5a4-0000-7000-8000-000000000001",
+      vault_id: "0190a5a4-0000-7000-8000-000000000002",
+      policy_version: 0,
+      status: "draft",
+      created_at: "2026-01-02T03:04:05.678Z",
+    };
     expect(validate(result)).to.equal(true);
     expect(validate({ ...result, created_at: "2026-01-02T04:04:05.678+01:00" }), "UTC with Z only").to.equal(false);
     expect(validate({ error: { code: -32602, message: "Invalid params", data: {} } }), "no error shape").to.equal(false);

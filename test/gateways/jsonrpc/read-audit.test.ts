@@ -70,7 +70,10 @@ describe("agent reads are audited and withheld without their audit row (JSON-RPC
 
   it("a refused simulate (revoked grant, wrong currency) writes no success row", async () => {
     const revoked = await grantFor(stack, child);
-    await stack.core.db("grants").where({ id: JSON.parse(Buffer.from(revoked.split(".")[1]!, "base64url").toString()).jti }).update({ state: "revoked" });
+    await stack.core
+      .db("grants")
+      .where({ id: JSON.parse(Buffer.from(revoked.split(".")[1]!, "base64url").toString()).jti })
+      .update({ state: "revoked" });
     const refused = await call("/mcp/write", revoked, "payments.simulate", simulateArgs());
     expect(refused.json!.error.code).to.equal(-32001);
     const wrongCurrency = await call("/mcp/write", token, "payments.simulate", { ...simulateArgs(), currency: "EUR" });

@@ -47,16 +47,32 @@ describe("agent.budget.create failures release the vault (JSON-RPC)", () => {
     postRpc(`${stack.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "agent.budget.create", params: a }, { authorization: `Bearer ${token}` });
 
   const cases: { label: string; arm: () => void; steps: [string, string][] }[] = [
-    { label: "the vault step", arm: () => (failStep = "vault"), steps: [["vault", "failed"], ["agent_principal", "pending"], ["policy", "pending"]] },
+    {
+      label: "the vault step",
+      arm: () => (failStep = "vault"),
+      steps: [
+        ["vault", "failed"],
+        ["agent_principal", "pending"],
+        ["policy", "pending"],
+      ],
+    },
     {
       label: "the agent_principal step",
       arm: () => (failStep = "agent_principal"),
-      steps: [["vault", "compensated"], ["agent_principal", "failed"], ["policy", "pending"]],
+      steps: [
+        ["vault", "compensated"],
+        ["agent_principal", "failed"],
+        ["policy", "pending"],
+      ],
     },
     {
       label: "the policy step",
       arm: () => (failStep = "policy"),
-      steps: [["vault", "compensated"], ["agent_principal", "compensated"], ["policy", "failed"]],
+      steps: [
+        ["vault", "compensated"],
+        ["agent_principal", "compensated"],
+        ["policy", "failed"],
+      ],
     },
     ...(
       [
@@ -67,7 +83,12 @@ describe("agent.budget.create failures release the vault (JSON-RPC)", () => {
     ).map(([label, arm]) => ({
       label,
       arm,
-      steps: [["vault", "compensated"], ["agent_principal", "compensated"], ["policy", "compensated"], ["finalize", "failed"]] as [string, string][],
+      steps: [
+        ["vault", "compensated"],
+        ["agent_principal", "compensated"],
+        ["policy", "compensated"],
+        ["finalize", "failed"],
+      ] as [string, string][],
     })),
   ];
 

@@ -220,7 +220,8 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       expect([invalid.json!.result.isError, invalid.json!.result._meta.error.code]).to.deep.equal([true, -32602]);
       const broke = await tool("/write", token, "payments.initiate", pay({ amount_cents: 4_000, idempotency_key: key() }));
       expect(broke.json!.result.structuredContent.kind).to.equal("accepted");
-      for (const amount of [5_000, 5_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
+      for (const amount of [5_000, 5_000])
+        expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       // Today: 15,000 of the 20,000 daily cap spent.
       const sim = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 5_001 }));
       expect(sim.json!.result).to.deep.equal({
@@ -234,16 +235,27 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       const ok = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 10 }));
       expect(ok.json!.result).to.deep.equal({ outcome: "accepted", rule: null, broken_rules: [] });
       // Every rule at once, the deciding one first; never an amount or an allowance.
-      const many = await call("/mcp/write", token, "payments.simulate", pay({ amount_cents: 10_001, counterparty: { address: "x", chain: "sol", token: "USDC" } }));
+      const many = await call(
+        "/mcp/write",
+        token,
+        "payments.simulate",
+        pay({ amount_cents: 10_001, counterparty: { address: "x", chain: "sol", token: "USDC" } }),
+      );
       expect(many.json!.result.outcome).to.equal("denied");
       expect(many.json!.result.rule).to.equal("chain_allowlist");
-      expect(many.json!.result.broken_rules.map((b: { reason_id: string }) => b.reason_id)).to.deep.equal(["chain_allowlist", "per_tx_cap", "per_day_cap", "step_up_amount"]);
+      expect(many.json!.result.broken_rules.map((b: { reason_id: string }) => b.reason_id)).to.deep.equal([
+        "chain_allowlist",
+        "per_tx_cap",
+        "per_day_cap",
+        "step_up_amount",
+      ]);
       expect(many.text).to.not.match(/remaining|allowance|\d{3,}/);
       // 15,000 left in the vault; drain it within the caps on the next day.
       stack.clock.advance(86_400_000);
       // A day later the hour-long access token has expired: the agent refreshes.
       token = await grantFor(stack, child);
-      for (const amount of [5_000, 5_000, 4_000]) expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
+      for (const amount of [5_000, 5_000, 4_000])
+        expect((await tool("/write", token, "payments.initiate", pay({ amount_cents: amount }))).json!.result.isError).to.equal(false);
       const funds = await tool("/write", token, "payments.initiate", pay({ amount_cents: 1_001 }));
       const fundsError = funds.json!.result._meta.error;
       expect([funds.json!.result.isError, fundsError.code, fundsError.data.reason_id]).to.deep.equal([true, -32003, "insufficient_funds"]);

@@ -37,10 +37,14 @@ describe("MCP transport guards (Origin, Host, MCP-Protocol-Version, client respo
   function statusWithHost(path: string, host: string): Promise<number> {
     const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" });
     return new Promise((resolve, reject) => {
-      const req = request(`${stack.url}${path}`, { method: "POST", headers: { host, "content-type": "application/json", authorization: `Bearer ${token}` } }, (res) => {
-        res.resume();
-        res.on("end", () => resolve(res.statusCode!));
-      });
+      const req = request(
+        `${stack.url}${path}`,
+        { method: "POST", headers: { host, "content-type": "application/json", authorization: `Bearer ${token}` } },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode!));
+        },
+      );
       req.on("error", reject);
       req.end(body);
     });

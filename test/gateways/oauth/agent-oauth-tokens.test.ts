@@ -35,7 +35,10 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       expect(grant!.clientId).to.equal(client.client_id);
       expect(grant!.agentPrincipalId).to.equal((claims.act as { sub: string }).sub);
       // One agent principal per user+client, created on first consent.
-      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM oauth_agents WHERE user_id = ? AND client_id = ?`, [user.userId, client.client_id]);
+      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM oauth_agents WHERE user_id = ? AND client_id = ?`, [
+        user.userId,
+        client.client_id,
+      ]);
       expect(rows[0].n).to.equal(1);
     });
 
@@ -46,10 +49,10 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       expect(codes.rows[0].n).to.equal(1);
       const grants = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti as string]);
       expect(grants.rows[0].refresh_hash).to.equal(sha(token.body.refresh_token as string));
-      const leaked = await stack.core.db.raw(
-        `SELECT count(*)::int AS n FROM authorization_codes a, grants g WHERE a.code_hash = ? OR g.refresh_hash = ?`,
-        [code, token.body.refresh_token as string],
-      );
+      const leaked = await stack.core.db.raw(`SELECT count(*)::int AS n FROM authorization_codes a, grants g WHERE a.code_hash = ? OR g.refresh_hash = ?`, [
+        code,
+        token.body.refresh_token as string,
+      ]);
       expect(leaked.rows[0].n).to.equal(0);
     });
 
@@ -60,11 +63,23 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
 
     it("a replayed code is refused and revokes the grant it issued", async () => {
       const { token, code, verifier, client } = await oauthGrant(stack);
-      const again = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: client.client_id, client_secret: client.client_secret });
+      const again = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
       expect(again.status).to.equal(400);
       expect(again.body.error).to.equal("invalid_grant");
       expect(await verifyReason(stack, token.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);
-      const refresh = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: token.body.refresh_token as string, client_id: client.client_id, client_secret: client.client_secret });
+      const refresh = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "refresh_token",
+        refresh_token: token.body.refresh_token as string,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
       expect(refresh.body.error).to.equal("invalid_grant");
     });
 
@@ -75,10 +90,26 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       const jar = createJar(stack.url);
       const codeFor = async () => {
         const p = pkce();
-        const back = await authorize(stack, jar, user.email, { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: p.challenge, code_challenge_method: "S256", scope: "accounts:read", resource: vaultUrn(user.vaultId), state: "s" });
+        const back = await authorize(stack, jar, user.email, {
+          response_type: "code",
+          client_id: client.client_id,
+          redirect_uri: REDIRECT,
+          code_challenge: p.challenge,
+          code_challenge_method: "S256",
+          scope: "accounts:read",
+          resource: vaultUrn(user.vaultId),
+          state: "s",
+        });
         return { code: back.searchParams.get("code")!, verifier: p.verifier };
       };
-      const exchange = (f: Record<string, string>, c = client) => postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", redirect_uri: REDIRECT, client_id: c.client_id, client_secret: c.client_secret, ...f });
+      const exchange = (f: Record<string, string>, c = client) =>
+        postForm(`${stack.url}/oauth2/token`, {
+          grant_type: "authorization_code",
+          redirect_uri: REDIRECT,
+          client_id: c.client_id,
+          client_secret: c.client_secret,
+          ...f,
+        });
 
       const a = await codeFor();
       expect((await exchange({ code: a.code, code_verifier: pkce().verifier })).body.error).to.equal("invalid_grant");
@@ -99,11 +130,27 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       const codes: { code: string; verifier: string }[] = [];
       for (let i = 0; i < 8; i++) {
         const p = pkce();
-        const back = await authorize(stack, jar, user.email, { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: p.challenge, code_challenge_method: "S256", scope: "accounts:read", resource: vaultUrn(user.vaultId), state: "s" });
+        const back = await authorize(stack, jar, user.email, {
+          response_type: "code",
+          client_id: client.client_id,
+          redirect_uri: REDIRECT,
+          code_challenge: p.challenge,
+          code_challenge_method: "S256",
+          scope: "accounts:read",
+          resource: vaultUrn(user.vaultId),
+          state: "s",
+        });
         codes.push({ code: back.searchParams.get("code")!, verifier: p.verifier });
       }
       const exchange = (c: { code: string; verifier: string }) =>
-        postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: c.code, redirect_uri: REDIRECT, code_verifier: c.verifier, client_id: client.client_id, client_secret: client.client_secret });
+        postForm(`${stack.url}/oauth2/token`, {
+          grant_type: "authorization_code",
+          code: c.code,
+          redirect_uri: REDIRECT,
+          code_verifier: c.verifier,
+          client_id: client.client_id,
+          client_secret: client.client_secret,
+        });
       // Seven different codes and the eighth three times, all in flight at once.
       const results = await Promise.all([...codes.slice(0, 7), codes[7]!, codes[7]!, codes[7]!].map(exchange));
       const distinct = results.slice(0, 7);
@@ -115,35 +162,67 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       expect(same.filter((r) => r.body.error === "invalid_grant")).to.have.length(2);
       // RFC 6749 4.1.2: the replays revoked what the code had issued.
       expect(await verifyReason(stack, same.find((r) => r.status === 200)!.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);
-      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM audit_records WHERE action = 'oauth.code_exchange' AND actor = ?`, [`client:${client.client_id}`]);
+      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM audit_records WHERE action = 'oauth.code_exchange' AND actor = ?`, [
+        `client:${client.client_id}`,
+      ]);
       expect(rows[0].n).to.equal(8);
     });
 
     it("answers invalid_client with 401 and a Basic challenge; both methods at once is invalid_request", async () => {
       const client = (await registerClient(stack)).body;
-      const bad = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: "vgr_x", client_id: client.client_id, client_secret: "wrong" });
+      const bad = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "refresh_token",
+        refresh_token: "vgr_x",
+        client_id: client.client_id,
+        client_secret: "wrong",
+      });
       expect(bad.status).to.equal(401);
       expect(bad.body.error).to.equal("invalid_client");
       expect(bad.headers.get("www-authenticate")).to.match(/^Basic realm=/);
-      const unknown = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: "vgr_x", client_id: "agc_nobody", client_secret: "wrong" });
+      const unknown = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "refresh_token",
+        refresh_token: "vgr_x",
+        client_id: "agc_nobody",
+        client_secret: "wrong",
+      });
       expect(unknown.status).to.equal(401);
       expect(unknown.body).to.deep.equal(bad.body);
-      const both = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: "x", client_secret: "s" }, { authorization: basic(client.client_id, client.client_secret) });
+      const both = await postForm(
+        `${stack.url}/oauth2/token`,
+        { grant_type: "refresh_token", refresh_token: "x", client_secret: "s" },
+        { authorization: basic(client.client_id, client.client_secret) },
+      );
       expect(both.status).to.equal(400);
       expect(both.body.error).to.equal("invalid_request");
-      const unsupported = await postForm(`${stack.url}/oauth2/token`, { grant_type: "password", client_id: client.client_id, client_secret: client.client_secret });
+      const unsupported = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "password",
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
       expect(unsupported.body.error).to.equal("unsupported_grant_type");
-      const dup = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: "grant_type=refresh_token&grant_type=refresh_token" });
+      const dup = await fetch(`${stack.url}/oauth2/token`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: "grant_type=refresh_token&grant_type=refresh_token",
+      });
       expect(dup.status).to.equal(400);
       expect(((await dup.json()) as { error: string }).error).to.equal("invalid_request");
       expect(stack.logs.text()).to.not.include(client.client_secret);
     });
 
     it("refuses other content types and oversized bodies with invalid_request", async () => {
-      const json = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ grant_type: "refresh_token" }) });
+      const json = await fetch(`${stack.url}/oauth2/token`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ grant_type: "refresh_token" }),
+      });
       expect(json.status).to.equal(400);
       expect(((await json.json()) as { error: string }).error).to.equal("invalid_request");
-      const big = await fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: `grant_type=refresh_token&refresh_token=${"a".repeat(9000)}` });
+      const big = await fetch(`${stack.url}/oauth2/token`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: `grant_type=refresh_token&refresh_token=${"a".repeat(9000)}`,
+      });
       expect(big.status).to.equal(400);
       expect(((await big.json()) as { error: string }).error).to.equal("invalid_request");
     });
@@ -151,7 +230,11 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
 
   describe("refresh rotation", () => {
     const refresh = (client: { client_id: string; client_secret: string }, refreshToken: string) =>
-      postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: refreshToken }, { authorization: basic(client.client_id, client.client_secret) });
+      postForm(
+        `${stack.url}/oauth2/token`,
+        { grant_type: "refresh_token", refresh_token: refreshToken },
+        { authorization: basic(client.client_id, client.client_secret) },
+      );
 
     it("issues a new grant, supersedes the old one, and a lost-response retry in the grace window gets the same pair", async () => {
       const { token, client } = await oauthGrant(stack);
@@ -245,16 +328,29 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
   describe("revocation", () => {
     it("RFC 7009: revoking the refresh token or access token ends the grant at once; unknown tokens are 200", async () => {
       const a = await oauthGrant(stack);
-      const res = await postForm(`${stack.url}/oauth2/revoke`, { token: a.token.body.refresh_token as string, token_type_hint: "refresh_token", client_id: a.client.client_id, client_secret: a.client.client_secret });
+      const res = await postForm(`${stack.url}/oauth2/revoke`, {
+        token: a.token.body.refresh_token as string,
+        token_type_hint: "refresh_token",
+        client_id: a.client.client_id,
+        client_secret: a.client.client_secret,
+      });
       expect(res.status).to.equal(200);
       expect(await verifyReason(stack, a.token.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);
 
       const b = await oauthGrant(stack);
-      const res2 = await postForm(`${stack.url}/oauth2/revoke`, { token: b.token.body.access_token as string }, { authorization: basic(b.client.client_id, b.client.client_secret) });
+      const res2 = await postForm(
+        `${stack.url}/oauth2/revoke`,
+        { token: b.token.body.access_token as string },
+        { authorization: basic(b.client.client_id, b.client.client_secret) },
+      );
       expect(res2.status).to.equal(200);
       expect(await verifyReason(stack, b.token.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);
 
-      const unknown = await postForm(`${stack.url}/oauth2/revoke`, { token: "vgr_unknown", client_id: b.client.client_id, client_secret: b.client.client_secret });
+      const unknown = await postForm(`${stack.url}/oauth2/revoke`, {
+        token: "vgr_unknown",
+        client_id: b.client.client_id,
+        client_secret: b.client.client_secret,
+      });
       expect(unknown.status).to.equal(200);
       const noAuth = await postForm(`${stack.url}/oauth2/revoke`, { token: "x" });
       expect(noAuth.status).to.equal(401);

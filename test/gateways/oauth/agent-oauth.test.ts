@@ -122,7 +122,15 @@ describe("agent OAuth over HTTP", () => {
     it("redirects protocol errors to the registered URI with state and iss", async () => {
       const client = (await registerClient(stack, { scope: "accounts:read" })).body;
       const { challenge } = pkce();
-      const good = { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: "S256", scope: "accounts:read", state: "xyz" };
+      const good = {
+        response_type: "code",
+        client_id: client.client_id,
+        redirect_uri: REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+        state: "xyz",
+      };
       const cases: [Record<string, string>, string][] = [
         [{ ...good, code_challenge_method: "plain" }, "invalid_request"],
         [{ ...good, code_challenge: "" }, "invalid_request"],
@@ -174,7 +182,16 @@ describe("agent OAuth over HTTP", () => {
         stack,
         createJar(stack.url),
         user.email,
-        { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "accounts:read", resource: vaultUrn(user.vaultId), state: "d" },
+        {
+          response_type: "code",
+          client_id: client.client_id,
+          redirect_uri: REDIRECT,
+          code_challenge: pkce().challenge,
+          code_challenge_method: "S256",
+          scope: "accounts:read",
+          resource: vaultUrn(user.vaultId),
+          state: "d",
+        },
         "deny",
       );
       expect(back.searchParams.get("error")).to.equal("access_denied");
@@ -187,13 +204,29 @@ describe("agent OAuth over HTTP", () => {
       const jar = createJar(stack.url);
       await signIn(stack, jar, user.email);
       const { challenge, verifier } = pkce();
-      const q = new URLSearchParams({ response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: "S256", scope: "payments:initiate", resource: vaultUrn(user.vaultId), state: "s" });
+      const q = new URLSearchParams({
+        response_type: "code",
+        client_id: client.client_id,
+        redirect_uri: REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "payments:initiate",
+        resource: vaultUrn(user.vaultId),
+        state: "s",
+      });
       const first = await jar.get(`/oauth2/authorize?${q}`);
       expect(first.status).to.equal(303);
       expect(first.headers.get("location")).to.match(/^\/stepup\?/);
       // Posting a decision without the step-up is refused back to the step-up page.
       const back = await authorize(stack, jar, user.email, Object.fromEntries(q));
-      const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: back.searchParams.get("code")!, redirect_uri: REDIRECT, code_verifier: verifier, client_id: client.client_id, client_secret: client.client_secret });
+      const token = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code: back.searchParams.get("code")!,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
       expect(token.status).to.equal(200);
       const claims = decodeJwt(token.body.access_token as string);
       expect(claims.acr).to.equal("step-up");
@@ -205,7 +238,16 @@ describe("agent OAuth over HTTP", () => {
       const client = (await registerClient(stack)).body;
       const jar = createJar(stack.url);
       await signIn(stack, jar, user.email);
-      const q = new URLSearchParams({ response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "accounts:read", resource: vaultUrn(user.vaultId), state: "s" });
+      const q = new URLSearchParams({
+        response_type: "code",
+        client_id: client.client_id,
+        redirect_uri: REDIRECT,
+        code_challenge: pkce().challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+        resource: vaultUrn(user.vaultId),
+        state: "s",
+      });
       const consent = await jar.get(`/oauth2/authorize?${q}`);
       const fields = formFields(await consent.text(), "/oauth2/authorize/decision");
       const res = await jar.post("/oauth2/authorize/decision", { ...fields, csrf: "forged", decision: "approve" });
@@ -214,5 +256,4 @@ describe("agent OAuth over HTTP", () => {
       expect(rows[0].n).to.equal(0);
     });
   });
-
 });

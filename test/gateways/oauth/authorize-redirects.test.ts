@@ -29,7 +29,16 @@ describe("authorize: errors go back to the redirect URI only after core verified
   });
 
   const query = (clientId: string, redirectUri: string, extra: Record<string, string> = {}) =>
-    new URLSearchParams({ response_type: "code", client_id: clientId, redirect_uri: redirectUri, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "accounts:read", state: "st", ...extra });
+    new URLSearchParams({
+      response_type: "code",
+      client_id: clientId,
+      redirect_uri: redirectUri,
+      code_challenge: pkce().challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+      state: "st",
+      ...extra,
+    });
   const authorize = (q: URLSearchParams, headers: Record<string, string> = {}) => fetch(`${stack.url}/oauth2/authorize?${q}`, { redirect: "manual", headers });
 
   it("hostile: every metadata fetch slot busy with a host that never answers: a 503 page, not a redirect to the request's redirect_uri", async () => {

@@ -41,7 +41,8 @@ describe("client ID metadata documents over HTTP", function () {
     return { user, jar, code: back.searchParams.get("code")!, verifier };
   }
 
-  const exchange = (f: Record<string, string>) => postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", redirect_uri: DOCUMENT_REDIRECT, ...f });
+  const exchange = (f: Record<string, string>) =>
+    postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", redirect_uri: DOCUMENT_REDIRECT, ...f });
 
   it("advertises client_id_metadata_document_supported and the none auth method", async () => {
     const m = (await (await fetch(`${stack.url}/.well-known/oauth-authorization-server`)).json()) as Record<string, unknown>;
@@ -60,26 +61,41 @@ describe("client ID metadata documents over HTTP", function () {
     expect(claims.client_id).to.equal(clientId);
     expect(claims.aud).to.include(urn(user.vaultId));
 
-    const read = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 1, method: "accounts.balance" }, { authorization: `Bearer ${token.body.access_token}` });
+    const read = await postRpc(
+      `${stack.url}/mcp/read`,
+      { jsonrpc: "2.0", id: 1, method: "accounts.balance" },
+      { authorization: `Bearer ${token.body.access_token}` },
+    );
     expect(read.status).to.equal(200);
     expect(read.json!.result.vault_id).to.equal(user.vaultId);
 
     // Refresh, as a public client: client_id only.
-    const refreshed = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: token.body.refresh_token as string, client_id: clientId });
+    const refreshed = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: token.body.refresh_token as string,
+      client_id: clientId,
+    });
     expect(refreshed.status, JSON.stringify(refreshed.body)).to.equal(200);
     expect(refreshed.body.jti).to.not.equal(token.body.jti);
 
     // Revocation (RFC 7009 2.1 lets a public client identify itself with client_id alone).
     const revoked = await postForm(`${stack.url}/oauth2/revoke`, { token: refreshed.body.refresh_token as string, client_id: clientId });
     expect(revoked.status).to.equal(200);
-    const after = await postRpc(`${stack.url}/mcp/read`, { jsonrpc: "2.0", id: 2, method: "accounts.balance" }, { authorization: `Bearer ${refreshed.body.access_token}` });
+    const after = await postRpc(
+      `${stack.url}/mcp/read`,
+      { jsonrpc: "2.0", id: 2, method: "accounts.balance" },
+      { authorization: `Bearer ${refreshed.body.access_token}` },
+    );
     expect(after.status).to.equal(401);
 
     // authorize (twice, around sign-in), consent, exchange, refresh, revoke: one fetch.
     expect(docs.hits(clientId)).to.equal(1);
 
     // The consent wrote a row for the client: no secret, marked as a document client.
-    const { rows } = await stack.core.db.raw(`SELECT secret_hash, metadata_document, client_name, token_endpoint_auth_method FROM oauth_clients WHERE client_id = ?`, [clientId]);
+    const { rows } = await stack.core.db.raw(
+      `SELECT secret_hash, metadata_document, client_name, token_endpoint_auth_method FROM oauth_clients WHERE client_id = ?`,
+      [clientId],
+    );
     expect(rows).to.deep.equal([{ secret_hash: null, metadata_document: true, client_name: "Document agent", token_endpoint_auth_method: "none" }]);
   });
 
@@ -88,7 +104,14 @@ describe("client ID metadata documents over HTTP", function () {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
     const { challenge } = pkce();
-    const q = new URLSearchParams({ response_type: "code", client_id: clientId, redirect_uri: DOCUMENT_REDIRECT, code_challenge: challenge, code_challenge_method: "S256", scope: "accounts:read" });
+    const q = new URLSearchParams({
+      response_type: "code",
+      client_id: clientId,
+      redirect_uri: DOCUMENT_REDIRECT,
+      code_challenge: challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+    });
     await signIn(stack, jar, user.email);
     const page = await jar.get(`/oauth2/authorize?${q}`);
     expect(page.status).to.equal(200);
@@ -149,11 +172,24 @@ describe("client ID metadata documents over HTTP", function () {
     expect(rToken.status).to.equal(200);
 
     // Refresh tokens stay with their client.
-    const crossRefresh = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: rToken.body.refresh_token as string, client_id: clientId });
+    const crossRefresh = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: rToken.body.refresh_token as string,
+      client_id: clientId,
+    });
     expect(crossRefresh.body.error).to.equal("invalid_grant");
-    const crossRefresh2 = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: uToken.body.refresh_token as string, client_id: registered.client_id, client_secret: registered.client_secret });
+    const crossRefresh2 = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: uToken.body.refresh_token as string,
+      client_id: registered.client_id,
+      client_secret: registered.client_secret,
+    });
     expect(crossRefresh2.body.error).to.equal("invalid_grant");
-    const noSecretRefresh = await postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: rToken.body.refresh_token as string, client_id: registered.client_id });
+    const noSecretRefresh = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: rToken.body.refresh_token as string,
+      client_id: registered.client_id,
+    });
     expect(noSecretRefresh.status).to.equal(401);
     // Revoking another client's token is refused.
     const crossRevoke = await postForm(`${stack.url}/oauth2/revoke`, { token: rToken.body.refresh_token as string, client_id: clientId });
@@ -180,14 +216,25 @@ describe("client ID metadata documents over HTTP", function () {
       ],
       ["not JSON", (_url, path) => docs.serve(path, "client_id=nope", { "content-type": "text/plain" }), /is not JSON/],
       ["bad redirect_uris", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: ["http://agent.example/cb"] })), /http only on loopback/],
-      ["private_key_jwt", (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt" })), /private_key_jwt is not supported/],
+      [
+        "private_key_jwt",
+        (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt" })),
+        /private_key_jwt is not supported/,
+      ],
     ];
     const { challenge } = pkce();
     for (const [name, setup, why] of variants) {
       const path = docs.path(name.replace(/\W/g, "-"));
       const clientId = docs.origin + path;
       setup(clientId, path);
-      const q = new URLSearchParams({ response_type: "code", client_id: clientId, redirect_uri: DOCUMENT_REDIRECT, code_challenge: challenge, code_challenge_method: "S256", scope: "accounts:read" });
+      const q = new URLSearchParams({
+        response_type: "code",
+        client_id: clientId,
+        redirect_uri: DOCUMENT_REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+      });
       const page = await fetch(`${stack.url}/oauth2/authorize?${q}`, { redirect: "manual" });
       expect(page.status, name).to.equal(400);
       const html = (await page.text()).replace(/&quot;/g, '"').replace(/&#39;/g, "'");
@@ -206,7 +253,12 @@ describe("client ID metadata documents over HTTP", function () {
     expect(token.body.error_description).to.equal("client_id metadata document: no answer within 3 s");
     // Malformed client_id URLs are refused without a fetch.
     const before = docs.totalHits();
-    for (const bad of [`${docs.origin}/`, `${docs.origin}/a/../b.json`, `${docs.origin}/a.json#x`, `http://user@127.0.0.1:${new URL(docs.origin).port}/a.json`]) {
+    for (const bad of [
+      `${docs.origin}/`,
+      `${docs.origin}/a/../b.json`,
+      `${docs.origin}/a.json#x`,
+      `http://user@127.0.0.1:${new URL(docs.origin).port}/a.json`,
+    ]) {
       const res = await exchange({ code: "vgc_x", code_verifier: pkce().verifier, client_id: bad });
       expect(res.status, bad).to.equal(401);
       expect(res.body.error_description, bad).to.match(/^client_id URL /);
@@ -275,11 +327,24 @@ describe("client ID metadata documents without the development setting", functio
       [`http://127.0.0.1:${port}${path}`, /must use https/],
     ];
     for (const [clientId, why] of cases) {
-      const q = new URLSearchParams({ response_type: "code", client_id: clientId, redirect_uri: DOCUMENT_REDIRECT, code_challenge: challenge, code_challenge_method: "S256", scope: "accounts:read" });
+      const q = new URLSearchParams({
+        response_type: "code",
+        client_id: clientId,
+        redirect_uri: DOCUMENT_REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+      });
       const page = await fetch(`${stack.url}/oauth2/authorize?${q}`, { redirect: "manual" });
       expect(page.status, clientId).to.equal(400);
       expect(await page.text(), clientId).to.match(why);
-      const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: "vgc_x", redirect_uri: DOCUMENT_REDIRECT, code_verifier: pkce().verifier, client_id: clientId });
+      const token = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code: "vgc_x",
+        redirect_uri: DOCUMENT_REDIRECT,
+        code_verifier: pkce().verifier,
+        client_id: clientId,
+      });
       expect(token.status, clientId).to.equal(401);
       expect(token.body.error).to.equal("invalid_client");
       expect(token.body.error_description, clientId).to.match(why);

@@ -52,7 +52,12 @@ describe("token endpoint: inactive users get no tokens (RFC 6749 5.2 invalid_gra
   }
 
   const refresh = (client: { client_id: string; client_secret: string }, refreshToken: string) =>
-    postForm(`${stack.url}/oauth2/token`, { grant_type: "refresh_token", refresh_token: refreshToken, client_id: client.client_id, client_secret: client.client_secret });
+    postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "refresh_token",
+      refresh_token: refreshToken,
+      client_id: client.client_id,
+      client_secret: client.client_secret,
+    });
 
   it("refuses a code exchange once the user is inactive, without using the code up", async () => {
     const { user, exchange } = await codeFor();

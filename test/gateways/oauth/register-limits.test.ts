@@ -14,8 +14,7 @@ describe("POST /oauth2/register body limit", () => {
   after(() => stack.close());
 
   const registrations = async () => Number((await stack.core.db("oauth_clients").count({ n: "*" }))[0]!.n);
-  const body = (padding: number) =>
-    JSON.stringify({ client_name: "x".repeat(padding), redirect_uris: ["http://127.0.0.1:9/callback"] });
+  const body = (padding: number) => JSON.stringify({ client_name: "x".repeat(padding), redirect_uris: ["http://127.0.0.1:9/callback"] });
 
   it("accepts a body of exactly 16 KiB", async () => {
     const text = body(0);

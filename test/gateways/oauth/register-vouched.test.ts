@@ -37,7 +37,12 @@ describe("RegisterClient limits per vouched address", () => {
 
   const buckets = async () =>
     Object.fromEntries(
-      ((await stack.core.db.raw(`SELECT key, cardinality(hits) AS n FROM rate_limit_logs WHERE key LIKE 'oauth-register:%'`)).rows as { key: string; n: number }[]).map((r) => [r.key, Number(r.n)]),
+      (
+        (await stack.core.db.raw(`SELECT key, cardinality(hits) AS n FROM rate_limit_logs WHERE key LIKE 'oauth-register:%'`)).rows as {
+          key: string;
+          n: number;
+        }[]
+      ).map((r) => [r.key, Number(r.n)]),
     );
   const clients = async () => Number((await stack.core.db.raw(`SELECT count(*)::int AS n FROM oauth_clients`)).rows[0].n);
 
@@ -47,7 +52,9 @@ describe("RegisterClient limits per vouched address", () => {
     expect(await outcome(stack.clients.grants.registerClient(metadata, claim("203.0.113.2")))).to.equal("ok");
     const before = await clients();
     expect(await outcome(stack.clients.grants.registerClient(metadata, claim("203.0.113.3")))).to.equal(Reason.RATE_LIMITED);
-    expect(await outcome(stack.clients.grants.registerClient(metadata, claim("203.0.113.4", { [GATEWAY_CREDENTIAL_HEADER]: "not-the-gateway-credential" })))).to.equal(Reason.RATE_LIMITED);
+    expect(
+      await outcome(stack.clients.grants.registerClient(metadata, claim("203.0.113.4", { [GATEWAY_CREDENTIAL_HEADER]: "not-the-gateway-credential" }))),
+    ).to.equal(Reason.RATE_LIMITED);
     expect(await outcome(stack.clients.grants.registerClient(metadata))).to.equal(Reason.RATE_LIMITED);
     expect(await clients()).to.equal(before);
     expect(await buckets()).to.deep.equal({ "oauth-register:": 2 });

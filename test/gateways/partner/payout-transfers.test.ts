@@ -67,7 +67,8 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
   const verified = (receiver: Receiver, secret: string): Delivered[] =>
     receiver.received.map((r) => new Webhook(secret).verify(r.body, r.headers as Record<string, string>) as Delivered);
 
-  const post = (token: string, json: unknown, key = `k-${randomUUID()}`) => call("POST", "/treasury/payouts", { token, json, headers: { "idempotency-key": key } });
+  const post = (token: string, json: unknown, key = `k-${randomUUID()}`) =>
+    call("POST", "/treasury/payouts", { token, json, headers: { "idempotency-key": key } });
 
   const item = (userId: string, amount: number) => ({
     execution_id: `ex-${randomUUID()}`,
@@ -148,7 +149,10 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
   it("a payer the recipient lets read their transfers gets payout.executed first, then transfer.settled per payout in batch order", async () => {
     const payer = await partnerWithWebhook(["treasury:write", "payouts:receive", "transfers:read"]);
     const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
-    const users = [await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"]), await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"])];
+    const users = [
+      await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"]),
+      await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"]),
+    ];
     const body = { payer_entity_id: payerEntity, items: [item(users[1]!.userId, 40), item(users[0]!.userId, 60), item(users[1]!.userId, 20)] };
     expect((await post(payer.token, body)).status).to.equal(200);
     await stack.core.webhooks.runOnce();
@@ -210,10 +214,19 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
       return body.items.map((i) => payoutTransferId(payer.partner.partnerId, i.execution_id));
     };
 
-    const written = [await record("credit", 11), ...(await pay(21, 22, 23)), await record("debit", 5), await record("credit", 7, "pending"), ...(await pay(31))];
+    const written = [
+      await record("credit", 11),
+      ...(await pay(21, 22, 23)),
+      await record("debit", 5),
+      await record("credit", 7, "pending"),
+      ...(await pay(31)),
+    ];
     for (const limit of [1, 2, 3, 100]) {
       const { seen } = await pagedTransfers(reader.token, userId, limit);
-      expect(seen.map((t) => t.transfer_id), `limit ${limit}`).to.deep.equal(written);
+      expect(
+        seen.map((t) => t.transfer_id),
+        `limit ${limit}`,
+      ).to.deep.equal(written);
       expect(seen.map((t) => [t.direction, t.amount_cents, t.status])).to.deep.equal([
         ["credit", 11, "settled"],
         ["credit", 21, "settled"],
@@ -253,7 +266,16 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
     await legacy(`ex-${randomUUID()}`);
     const id = payoutTransferId(payer.partner.partnerId, credited);
     await stack.core.db.transaction((trx) =>
-      createResourcesStore(stack.core.db).insertLedgerEntry(trx, { id, userId, direction: "credit", amountCents: 600, currency: "USD", status: "settled", createdAt: at, updatedAt: at }),
+      createResourcesStore(stack.core.db).insertLedgerEntry(trx, {
+        id,
+        userId,
+        direction: "credit",
+        amountCents: 600,
+        currency: "USD",
+        status: "settled",
+        createdAt: at,
+        updatedAt: at,
+      }),
     );
 
     expect((await transfersOf(reader.token, userId)).map((t) => [t.transfer_id, t.amount_cents])).to.deep.equal([[id, 600]]);

@@ -54,7 +54,7 @@ describe("resource envelope", () => {
 
   it("an unhandled error is 500 internal_error with nothing internal in the body", async () => {
     const { app, url, logs } = await gatewayThrowing(() => {
-      throw new Error("relation \"user_kyc\" does not exist at /srv/core/secret-path.ts");
+      throw new Error('relation "user_kyc" does not exist at /srv/core/secret-path.ts');
     });
     try {
       const res = await fetch(`${url}/api/partner/users/${USER}/kyc`, { headers: { authorization: "Bearer x.y.z" } });

@@ -42,7 +42,9 @@ describe("partner resources over HTTP", () => {
         const text = await res.text();
         return { status: res.status, headers: res.headers, body: JSON.parse(text) as unknown, text };
       };
-      const ok = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}`));
+      const ok = await toApi(
+        await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}`),
+      );
       expect(ok.status).to.equal(200);
       openapi.check("POST", "/oauth/token", ok);
       const bad = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=wrong`));
@@ -50,9 +52,13 @@ describe("partner resources over HTTP", () => {
       openapi.check("POST", "/oauth/token", bad);
       openapi.check("POST", "/oauth/token", await toApi(await form("grant_type=password")));
       // The server ignores parameters it does not know (RFC 6749 3.2), and the document says so.
-      const extra = await toApi(await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}&audience=x`));
+      const extra = await toApi(
+        await form(`grant_type=client_credentials&client_id=${partner.clientId}&client_secret=${encodeURIComponent(partner.clientSecret)}&audience=x`),
+      );
       expect(extra.status).to.equal(200);
-      const tokenDoc = openapi.doc.paths["/oauth/token"]!.post as unknown as { requestBody: { content: Record<string, { schema: { additionalProperties: unknown } }> } };
+      const tokenDoc = openapi.doc.paths["/oauth/token"]!.post as unknown as {
+        requestBody: { content: Record<string, { schema: { additionalProperties: unknown } }> };
+      };
       expect(tokenDoc.requestBody.content["application/x-www-form-urlencoded"]!.schema.additionalProperties).to.equal(true);
       for (const path of Object.keys(openapi.doc.paths)) expect(path).to.match(/^\/(oauth\/token|users|events|treasury|openapi\.json)/);
     });
@@ -83,8 +89,12 @@ describe("partner resources over HTTP", () => {
       const partner = await createPartner(stack);
       const token = await mintPartnerToken(stack, partner);
       expectHttpError(await call("POST", "/users", { token, json: { email: "a@example.com", role: "admin" } }), 400, "invalid_request");
-      expectHttpError(await call("POST", "/users", { token, rawBody: "{\"email\":" }), 400, "invalid_json");
-      expectHttpError(await call("POST", "/users", { token, rawBody: "email=a@example.com", headers: { "content-type": "application/x-www-form-urlencoded" } }), 400, "invalid_request");
+      expectHttpError(await call("POST", "/users", { token, rawBody: '{"email":' }), 400, "invalid_json");
+      expectHttpError(
+        await call("POST", "/users", { token, rawBody: "email=a@example.com", headers: { "content-type": "application/x-www-form-urlencoded" } }),
+        400,
+        "invalid_request",
+      );
       expectHttpError(await call("POST", "/users", { token, json: { email: 42 } }), 400, "invalid_request");
       expectHttpError(await call("POST", "/users", { token, json: { email: "not-an-address" } }), 400, "invalid_request");
       const big = { email: `${"a".repeat(4100)}@example.com` };
@@ -116,7 +126,9 @@ describe("partner resources over HTTP", () => {
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: "abc.def.ghi" }), 401, "invalid_token");
       const token = await mintPartnerToken(stack, partner);
       const [h, p, s] = token.split(".");
-      const forgedClaims = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p!, "base64url").toString()), scope: "kyc:read treasury:write" })).toString("base64url");
+      const forgedClaims = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p!, "base64url").toString()), scope: "kyc:read treasury:write" })).toString(
+        "base64url",
+      );
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: `${h}.${forgedClaims}.${s}` }), 401, "invalid_token");
       const noneHeader = Buffer.from(JSON.stringify({ alg: "none", typ: "at+jwt" })).toString("base64url");
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: `${noneHeader}.${p}.` }), 401, "invalid_token");
@@ -126,15 +138,37 @@ describe("partner resources over HTTP", () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
       const now = Math.floor(stack.clock().getTime() / 1000);
-      const good = { iss: TEST_ISSUER, aud: TEST_AUDIENCE, sub: partner.clientId, client_id: partner.clientId, scope: "kyc:read", jti: crypto.randomUUID(), iat: now, nbf: now, exp: now + 3600 };
+      const good = {
+        iss: TEST_ISSUER,
+        aud: TEST_AUDIENCE,
+        sub: partner.clientId,
+        client_id: partner.clientId,
+        scope: "kyc:read",
+        jti: crypto.randomUUID(),
+        iat: now,
+        nbf: now,
+        exp: now + 3600,
+      };
       const sign = (header: Record<string, unknown>, claims: Record<string, unknown>) => stack.core.keyring.signJwt(header, claims);
       expect((await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, good) })).status).to.equal(200);
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "JWT" }, { ...good, jti: crypto.randomUUID() }) }), 401, "invalid_token");
-      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, iss: "https://evil.example" }) }), 401, "invalid_token");
+      expectHttpError(
+        await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, iss: "https://evil.example" }) }),
+        401,
+        "invalid_token",
+      );
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, aud: "urn:other" }) }), 401, "invalid_token");
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, exp: now + 3601 }) }), 401, "invalid_token");
-      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, client_id: "gpc_other_00000000" }) }), 401, "invalid_token");
-      expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, nbf: now + 120, iat: now + 120, exp: now + 3700 }) }), 401, "invalid_token");
+      expectHttpError(
+        await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, client_id: "gpc_other_00000000" }) }),
+        401,
+        "invalid_token",
+      );
+      expectHttpError(
+        await call("GET", `/users/${userId}/kyc`, { token: sign({ typ: "at+jwt" }, { ...good, nbf: now + 120, iat: now + 120, exp: now + 3700 }) }),
+        401,
+        "invalid_token",
+      );
     });
 
     it("honours 30 s of clock skew after exp and no more, also for a cached token", async () => {

@@ -145,7 +145,11 @@ describe("POST /api/partner/oauth/token", () => {
 
     it("refuses a content type other than application/x-www-form-urlencoded", async () => {
       const auth = basic(partner.clientId, partner.clientSecret);
-      await expectOAuthError(await postToken(stack.url, JSON.stringify({ grant_type: "client_credentials" }), { authorization: auth, "content-type": "application/json" }), 400, "invalid_request");
+      await expectOAuthError(
+        await postToken(stack.url, JSON.stringify({ grant_type: "client_credentials" }), { authorization: auth, "content-type": "application/json" }),
+        400,
+        "invalid_request",
+      );
       await expectOAuthError(await postToken(stack.url, CC, { authorization: auth, "content-type": "text/plain" }), 400, "invalid_request");
       const none = await fetch(`${stack.url}/api/partner/oauth/token`, { method: "POST", headers: { authorization: auth } });
       await expectOAuthError(none, 400, "invalid_request");

@@ -42,7 +42,11 @@ describe("partner token endpoint: the OAuth error envelope for every Reason", ()
   before(async () => {
     // Core is a stub here on purpose (STYLE): only the envelope is under test.
     const transport = createRouterTransport(({ rpc }) => {
-      rpc(PartnersService.method.issueToken, () => fail(current, current in EXPECTED ? "client-facing message" : SECRET_MESSAGE, { retryAfterSeconds: current === Reason.RATE_LIMITED || current === Reason.OVERLOADED || current === Reason.UNAVAILABLE ? 60 : 0 }));
+      rpc(PartnersService.method.issueToken, () =>
+        fail(current, current in EXPECTED ? "client-facing message" : SECRET_MESSAGE, {
+          retryAfterSeconds: current === Reason.RATE_LIMITED || current === Reason.OVERLOADED || current === Reason.UNAVAILABLE ? 60 : 0,
+        }),
+      );
     });
     app = await buildGateway({ clients: createCoreClients(transport), logger: createCapturedLogger().logger });
     await app.listen({ port: 0, host: "127.0.0.1" });

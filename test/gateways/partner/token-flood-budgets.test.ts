@@ -21,7 +21,9 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("partner: of 40 concurrent wrong secrets for one client id exactly 30 are checked; the rest and then its right secret get 429 with Retry-After: 60", async () => {
       const victim = await createPartner(stack);
-      const burst = await Promise.all(Array.from({ length: 40 }, () => post(stack.url, basic(victim.clientId, `gps_${randomBytes(32).toString("base64url")}`))));
+      const burst = await Promise.all(
+        Array.from({ length: 40 }, () => post(stack.url, basic(victim.clientId, `gps_${randomBytes(32).toString("base64url")}`))),
+      );
       const count = (s: number) => burst.filter((a) => a.status === s).length;
       expect([count(401), count(429)]).to.deep.equal([30, 10]);
       for (const a of burst.filter((x) => x.status === 429)) expect([a.body.error, a.retryAfter]).to.deep.equal(["rate_limited", "60"]);
@@ -35,7 +37,12 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("agent client: 30 failures a minute per client id at /oauth2/token, then 429 there, at /oauth2/revoke and -32004 at agent.grant.refresh", async () => {
       const victim = (await registerClient(stack)).body;
-      const wrong = () => ({ grant_type: "refresh_token", refresh_token: "vgr_nope", client_id: victim.client_id, client_secret: randomBytes(32).toString("base64url") });
+      const wrong = () => ({
+        grant_type: "refresh_token",
+        refresh_token: "vgr_nope",
+        client_id: victim.client_id,
+        client_secret: randomBytes(32).toString("base64url"),
+      });
       const burst = await Promise.all(Array.from({ length: 40 }, () => postAgentToken(stack.url, wrong())));
       const count = (s: number) => burst.filter((a) => a.status === s).length;
       expect([count(401), count(429)]).to.deep.equal([30, 10]);
@@ -82,7 +89,10 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("a partner's N=2^14 hash verifies, is stored again at N=2^10, and the secret keeps working in a fresh process", async () => {
       const partner = await createPartner(stack);
-      await stack.core.db("partners").where({ client_id: partner.clientId }).update({ secret_hash: await oldHash(partner.clientSecret) });
+      await stack.core
+        .db("partners")
+        .where({ client_id: partner.clientId })
+        .update({ secret_hash: await oldHash(partner.clientSecret) });
       const row = async () => String((await stack.core.db("partners").where({ client_id: partner.clientId }).first("secret_hash")).secret_hash);
       expect(nOf(await row())).to.equal(2 ** 14);
 
@@ -103,7 +113,10 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("concurrent first mints of a partner with an N=2^14 hash all get their token; one rehash is stored", async () => {
       const partner = await createPartner(stack);
-      await stack.core.db("partners").where({ client_id: partner.clientId }).update({ secret_hash: await oldHash(partner.clientSecret) });
+      await stack.core
+        .db("partners")
+        .where({ client_id: partner.clientId })
+        .update({ secret_hash: await oldHash(partner.clientSecret) });
       const burst = await Promise.all(Array.from({ length: 10 }, () => post(stack.url, basic(partner.clientId, partner.clientSecret))));
       expect(burst.map((a) => a.status)).to.deep.equal(Array.from({ length: 10 }, () => 200));
       const row = await stack.core.db("partners").where({ client_id: partner.clientId }).first("secret_hash");
@@ -113,9 +126,13 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("an agent client's N=2^14 hash verifies, is stored again at N=2^10, and the secret keeps working in a fresh process", async () => {
       const client = (await registerClient(stack)).body;
-      await stack.core.db("oauth_clients").where({ client_id: client.client_id }).update({ secret_hash: await oldHash(client.client_secret) });
+      await stack.core
+        .db("oauth_clients")
+        .where({ client_id: client.client_id })
+        .update({ secret_hash: await oldHash(client.client_secret) });
       const row = async () => String((await stack.core.db("oauth_clients").where({ client_id: client.client_id }).first("secret_hash")).secret_hash);
-      const revoke = (url: string, secret: string) => postForm(`${url}/oauth2/revoke`, { token: "vgr_nope", client_id: client.client_id, client_secret: secret });
+      const revoke = (url: string, secret: string) =>
+        postForm(`${url}/oauth2/revoke`, { token: "vgr_nope", client_id: client.client_id, client_secret: secret });
 
       expect((await revoke(stack.url, "wrong")).status).to.equal(401);
       expect(nOf(await row())).to.equal(2 ** 14);
@@ -134,9 +151,14 @@ describe("partner token endpoint under a flood of bad credentials", function () 
 
     it("concurrent first checks of an agent client with an N=2^14 hash all pass; one rehash is stored", async () => {
       const client = (await registerClient(stack)).body;
-      await stack.core.db("oauth_clients").where({ client_id: client.client_id }).update({ secret_hash: await oldHash(client.client_secret) });
+      await stack.core
+        .db("oauth_clients")
+        .where({ client_id: client.client_id })
+        .update({ secret_hash: await oldHash(client.client_secret) });
       const burst = await Promise.all(
-        Array.from({ length: 10 }, () => postForm(`${stack.url}/oauth2/revoke`, { token: "vgr_nope", client_id: client.client_id, client_secret: client.client_secret })),
+        Array.from({ length: 10 }, () =>
+          postForm(`${stack.url}/oauth2/revoke`, { token: "vgr_nope", client_id: client.client_id, client_secret: client.client_secret }),
+        ),
       );
       expect(burst.map((a) => a.status)).to.deep.equal(Array.from({ length: 10 }, () => 200));
       const row = await stack.core.db("oauth_clients").where({ client_id: client.client_id }).first("secret_hash");

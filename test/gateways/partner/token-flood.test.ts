@@ -3,7 +3,17 @@ import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner } from "../../support/partners.js";
 import { authorize, createJar, createUser, pkce, postForm, registerClient } from "../../support/agent-oauth.js";
-import { OLD_SCRYPT, REDIRECT, post, postAgentToken, postAgentTokenFrom, randomAgentForm, randomClient, startFlood, type Answer } from "../../support/token-flood.js";
+import {
+  OLD_SCRYPT,
+  REDIRECT,
+  post,
+  postAgentToken,
+  postAgentTokenFrom,
+  randomAgentForm,
+  randomClient,
+  startFlood,
+  type Answer,
+} from "../../support/token-flood.js";
 
 describe("partner token endpoint under a flood of bad credentials", function () {
   this.timeout(120_000);
@@ -41,7 +51,8 @@ describe("partner token endpoint under a flood of bad credentials", function () 
         expect(a.body.error).to.equal("temporarily_unavailable");
         expect(Number(a.retryAfter)).to.be.within(1, 30);
       }
-      for (const a of flood.answers.filter((x) => x.status === 401)) expect(a.body).to.deep.equal({ error: "invalid_client", error_description: "client authentication failed" });
+      for (const a of flood.answers.filter((x) => x.status === 401))
+        expect(a.body).to.deep.equal({ error: "invalid_client", error_description: "client authentication failed" });
 
       // (e) every refusal is one short info line (the request's, naming core's reason),
       // never an error or a stack.
@@ -160,5 +171,4 @@ describe("partner token endpoint under a flood of bad credentials", function () 
       expect(other.map((a) => a.status)).to.deep.equal([401, 401, 401, 401, 401]);
     });
   });
-
 });

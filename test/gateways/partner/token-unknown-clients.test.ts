@@ -16,7 +16,13 @@ function postFrom(url: string, localAddress: string, authorization: string): Pro
       let text = "";
       res.setEncoding("utf8");
       res.on("data", (c: string) => (text += c));
-      res.on("end", () => resolve({ status: res.statusCode!, error: (JSON.parse(text) as { error?: string }).error, retryAfter: res.headers["retry-after"] as string | undefined }));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode!,
+          error: (JSON.parse(text) as { error?: string }).error,
+          retryAfter: res.headers["retry-after"] as string | undefined,
+        }),
+      );
     });
     req.on("error", reject);
     req.end(CC);

@@ -36,26 +36,94 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
 
   const body = () => ({
     payer_entity_id: payer,
-    items: [{ execution_id: `ex-${randomUUID()}`, payout_id: `po-${randomUUID()}`, recipient: { user_id: user }, amount_cents: 100, currency: "USD", reference: "r" }],
+    items: [
+      { execution_id: `ex-${randomUUID()}`, payout_id: `po-${randomUUID()}`, recipient: { user_id: user }, amount_cents: 100, currency: "USD", reference: "r" },
+    ],
   });
   const post = (options: { token?: string; json?: unknown; rawBody?: string; headers?: Record<string, string> }) =>
     api(stack, "POST", "/treasury/payouts", { ...options, headers: { "content-type": "application/json", ...options.headers } });
   const rowsOf = async (res: ApiResponse) =>
-    (await stack.core.db("audit_records").where({ request_id: res.headers.get("x-request-id")! })).map((r) => [r.actor, r.action, r.outcome, r.reason, r.subject]);
+    (await stack.core.db("audit_records").where({ request_id: res.headers.get("x-request-id")! })).map((r) => [
+      r.actor,
+      r.action,
+      r.outcome,
+      r.reason,
+      r.subject,
+    ]);
 
   const huge = () => ({ ...body(), items: Array.from({ length: 400 }, () => body().items[0]) });
   const cases: { label: string; send: () => Promise<ApiResponse>; status: number; code: string; actor: () => string | undefined; subject: string }[] = [
-    { label: "413 body too large", send: () => post({ token, json: huge(), headers: { "idempotency-key": "k-413" } }), status: 413, code: "body_too_large", actor: () => `partner:${clientId}`, subject: "k-413" },
-    { label: "413 body too large without a bearer", send: () => post({ json: huge() }), status: 413, code: "body_too_large", actor: () => undefined, subject: "" },
-    { label: "invalid JSON", send: () => post({ token, rawBody: "{", headers: { "idempotency-key": "k-json" } }), status: 400, code: "invalid_json", actor: () => `partner:${clientId}`, subject: "k-json" },
-    { label: "no bearer", send: () => post({ json: body(), headers: { "idempotency-key": "k-nobearer" } }), status: 401, code: "invalid_token", actor: () => undefined, subject: "k-nobearer" },
-    { label: "a malformed Authorization header", send: () => post({ json: body(), headers: { authorization: "Basic abc", "idempotency-key": "k-basic" } }), status: 401, code: "invalid_token", actor: () => undefined, subject: "k-basic" },
-    { label: "an invalid bearer", send: () => post({ token: "not.a.token", json: body(), headers: { "idempotency-key": "k-forged" } }), status: 401, code: "invalid_token", actor: () => undefined, subject: "k-forged" },
-    { label: "no Idempotency-Key", send: () => post({ token, json: body() }), status: 400, code: "invalid_request", actor: () => `partner:${clientId}`, subject: "" },
-    { label: "an unknown query parameter", send: () => api(stack, "POST", "/treasury/payouts?x=1", { token, json: body(), headers: { "idempotency-key": "k-query" } }), status: 400, code: "invalid_request", actor: () => `partner:${clientId}`, subject: "k-query" },
+    {
+      label: "413 body too large",
+      send: () => post({ token, json: huge(), headers: { "idempotency-key": "k-413" } }),
+      status: 413,
+      code: "body_too_large",
+      actor: () => `partner:${clientId}`,
+      subject: "k-413",
+    },
+    {
+      label: "413 body too large without a bearer",
+      send: () => post({ json: huge() }),
+      status: 413,
+      code: "body_too_large",
+      actor: () => undefined,
+      subject: "",
+    },
+    {
+      label: "invalid JSON",
+      send: () => post({ token, rawBody: "{", headers: { "idempotency-key": "k-json" } }),
+      status: 400,
+      code: "invalid_json",
+      actor: () => `partner:${clientId}`,
+      subject: "k-json",
+    },
+    {
+      label: "no bearer",
+      send: () => post({ json: body(), headers: { "idempotency-key": "k-nobearer" } }),
+      status: 401,
+      code: "invalid_token",
+      actor: () => undefined,
+      subject: "k-nobearer",
+    },
+    {
+      label: "a malformed Authorization header",
+      send: () => post({ json: body(), headers: { authorization: "Basic abc", "idempotency-key": "k-basic" } }),
+      status: 401,
+      code: "invalid_token",
+      actor: () => undefined,
+      subject: "k-basic",
+    },
+    {
+      label: "an invalid bearer",
+      send: () => post({ token: "not.a.token", json: body(), headers: { "idempotency-key": "k-forged" } }),
+      status: 401,
+      code: "invalid_token",
+      actor: () => undefined,
+      subject: "k-forged",
+    },
+    {
+      label: "no Idempotency-Key",
+      send: () => post({ token, json: body() }),
+      status: 400,
+      code: "invalid_request",
+      actor: () => `partner:${clientId}`,
+      subject: "",
+    },
+    {
+      label: "an unknown query parameter",
+      send: () => api(stack, "POST", "/treasury/payouts?x=1", { token, json: body(), headers: { "idempotency-key": "k-query" } }),
+      status: 400,
+      code: "invalid_request",
+      actor: () => `partner:${clientId}`,
+      subject: "k-query",
+    },
   ];
 
-  for (const [label, headers] of [["no bearer", {}], ["a malformed Authorization header", { authorization: "Basic abc" }], ["an invalid bearer", { authorization: "Bearer not.a.token" }]] as const) {
+  for (const [label, headers] of [
+    ["no bearer", {}],
+    ["a malformed Authorization header", { authorization: "Basic abc" }],
+    ["an invalid bearer", { authorization: "Bearer not.a.token" }],
+  ] as const) {
     it(`GET /treasury with ${label}: answers 401 invalid_token and leaves no audit row, whether or not audit works`, async () => {
       const res = await api(stack, "GET", "/treasury", { headers: { ...headers } });
       expectHttpError(res, 401, "invalid_token");

@@ -88,7 +88,16 @@ describe("partner treasury endpoints (HTTP)", () => {
     expect(feed[0]!.data.payouts.map((p) => p.payout_id)).to.deep.equal(b.items.map((i) => i.payout_id));
     const receipt = await call("GET", `/users/${user}/payouts/${b.items[1]!.payout_id}`, { token });
     expect(receipt.status).to.equal(200);
-    expect(receipt.body).to.deep.include({ payout_id: b.items[1]!.payout_id, execution_id: b.items[1]!.execution_id, batch_id: parsed.batch_id, user_id: user, amount_cents: 100, currency: "USD", reference: "invoice 1", status: "executed" });
+    expect(receipt.body).to.deep.include({
+      payout_id: b.items[1]!.payout_id,
+      execution_id: b.items[1]!.execution_id,
+      batch_id: parsed.batch_id,
+      user_id: user,
+      amount_cents: 100,
+      currency: "USD",
+      reference: "invoice 1",
+      status: "executed",
+    });
   });
 
   it("requires the Idempotency-Key header, at most 255 characters", async () => {
@@ -99,7 +108,12 @@ describe("partner treasury endpoints (HTTP)", () => {
     // A repeated header is not one key.
     const repeated = await fetch(`${stack.url}/api/partner/treasury/payouts`, {
       method: "POST",
-      headers: [["authorization", `Bearer ${token}`], ["content-type", "application/json"], ["idempotency-key", "k-a"], ["idempotency-key", "k-b"]],
+      headers: [
+        ["authorization", `Bearer ${token}`],
+        ["content-type", "application/json"],
+        ["idempotency-key", "k-a"],
+        ["idempotency-key", "k-b"],
+      ],
       body: JSON.stringify(body(payer, user)),
     });
     expect(repeated.status).to.equal(400);
@@ -133,7 +147,9 @@ describe("partner treasury endpoints (HTTP)", () => {
     await stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: 1_000n, capPerItemCents: 50n });
     const denied = await post(token, body(payer, user));
     expectHttpError(denied, 403, "policy_denied");
-    expect((denied.body as { error: { message: string } }).error.message).to.contain("per_item_cap").and.not.match(/\d/);
+    expect((denied.body as { error: { message: string } }).error.message)
+      .to.contain("per_item_cap")
+      .and.not.match(/\d/);
     await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.MANDATE_EXPIRED });
     expectHttpError(await post(token, body(payer, user)), 403, "treasury_inactive");
     const first = body(payer, user);

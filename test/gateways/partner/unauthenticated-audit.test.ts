@@ -31,7 +31,12 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
   it("50 requests with bad or missing bearers (concurrently on PostgreSQL) each answer 401 and add no audit row", async () => {
     // A hostile caller: its own partner's token with the signature altered, garbage, another scheme, none.
     const tampered = token.slice(0, -4) + (token.endsWith("AAAA") ? "BBBB" : "AAAA");
-    const bearers: Record<string, string>[] = [{ authorization: `Bearer ${tampered}` }, { authorization: "Bearer not.a.token" }, { authorization: "Basic abc" }, {}];
+    const bearers: Record<string, string>[] = [
+      { authorization: `Bearer ${tampered}` },
+      { authorization: "Bearer not.a.token" },
+      { authorization: "Basic abc" },
+      {},
+    ];
     const routes: [string, string, unknown?][] = [
       ["GET", `/users/${user}/kyc`],
       ["GET", "/events"],
@@ -46,7 +51,9 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
       return api(stack, method, path, { json, headers });
     };
     const indexes = Array.from({ length: 50 }, (_, i) => i);
-    const answers = usingPostgres() ? await Promise.all(indexes.map(send)) : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
+    const answers = usingPostgres()
+      ? await Promise.all(indexes.map(send))
+      : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
     for (const res of answers) expectHttpError(res, 401, "invalid_token");
     expect(await auditRows()).to.equal(before);
     // The partner's own token still works and is audited.

@@ -271,7 +271,15 @@ describe("partner webhook delivery: suspension, leases and replicas", () => {
     const stack = await stackWith();
     const box = createSecretBox(await webhookKey());
     const make = (leaseMs: number) => () =>
-      createWebhookWorker({ outbox: createOutboxStore(stack.core.db), box, clock: stack.clock, logger: stack.logs.logger, pollMs: 0, timeoutMs: 10_000, leaseMs });
+      createWebhookWorker({
+        outbox: createOutboxStore(stack.core.db),
+        box,
+        clock: stack.clock,
+        logger: stack.logs.logger,
+        pollMs: 0,
+        timeoutMs: 10_000,
+        leaseMs,
+      });
     expect(make(12_000)).to.throw(/leaseMs/);
     const ok = make(15_000)();
     await ok.stop();

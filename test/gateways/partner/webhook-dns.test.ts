@@ -42,7 +42,9 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     await receiver.waitFor(1);
     expect(dns.queries.map((q) => q.name)).to.include("hooks.vaultgate.test");
     const wh = new Webhook(secret);
-    expect((wh.verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>) as { data: { amount_cents: number } }).data.amount_cents).to.equal(7);
+    expect(
+      (wh.verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>) as { data: { amount_cents: number } }).data.amount_cents,
+    ).to.equal(7);
   });
 
   it("a silent name server: the attempt fails within the lookup's limit and is retried later", async () => {

@@ -52,8 +52,14 @@ describe("webhook secrets: the key moves out of the database", function () {
     const receiver = await startWebhookReceiver();
     const partner = await createPartner(first, { webhookUrl: receiver.url });
     const { userId } = await createUserFor(first, partner);
-    await first.core.db.raw(`INSERT INTO instance_secrets (name, value) VALUES ('webhook-secrets', ?) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, [oldKey]);
-    await first.core.db("partners").where({ id: partner.partnerId }).update({ webhook_url: receiver.url, webhook_secret_enc: createSecretBox(oldKey).seal(secret) });
+    await first.core.db.raw(
+      `INSERT INTO instance_secrets (name, value) VALUES ('webhook-secrets', ?) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
+      [oldKey],
+    );
+    await first.core
+      .db("partners")
+      .where({ id: partner.partnerId })
+      .update({ webhook_url: receiver.url, webhook_secret_enc: createSecretBox(oldKey).seal(secret) });
     expect(await dump(first)).to.include(oldKey.toString("hex"));
 
     // Two replicas start at once on that database, each with its own DATA_DIR key setting.
@@ -86,7 +92,9 @@ describe("webhook secrets: the key moves out of the database", function () {
     await moved!.core.webhooks.runOnce();
     await receiver.waitFor(1);
     const wh = new Webhook(secret);
-    expect(receiver.received.map((r) => (wh.verify(r.body, r.headers as Record<string, string>) as { data: { amount_cents: number } }).data.amount_cents)).to.deep.equal([5]);
+    expect(
+      receiver.received.map((r) => (wh.verify(r.body, r.headers as Record<string, string>) as { data: { amount_cents: number } }).data.amount_cents),
+    ).to.deep.equal([5]);
     await receiver.close();
   });
 

@@ -35,7 +35,9 @@ describe("partner webhooks", () => {
     await stack.core.webhooks.runOnce();
     await receiver.waitFor(2);
     const wh = new Webhook(secret);
-    const payloads = mine(receiver.received, userId).map((r) => wh.verify(r.body, r.headers as Record<string, string>) as { type: string; data: Record<string, unknown> });
+    const payloads = mine(receiver.received, userId).map(
+      (r) => wh.verify(r.body, r.headers as Record<string, string>) as { type: string; data: Record<string, unknown> },
+    );
     expect(payloads.map((p) => p.type)).to.deep.equal(["kyc.status_changed", "transfer.settled"]);
     expect(payloads[1]!.data).to.include({ user_id: userId, amount_cents: 1234, currency: "USD", status: "settled" });
     // A wrong secret does not verify.

@@ -135,7 +135,15 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(dash).to.not.include("Nothing is waiting for your approval");
     expect(dash).to.include("Trip &lt;Lisbon&gt; &amp; co");
     expect(dash).to.not.include("Trip <Lisbon>");
-    for (const words of ["At most $100.00 per payment", "At most $200.00 per day", "At most $500.00 in total", "Payments over $50.00 wait for your approval", "Only on chains: base, eth", "Until 2030-01-31 12:00 UTC", "Purpose: trip"]) {
+    for (const words of [
+      "At most $100.00 per payment",
+      "At most $200.00 per day",
+      "At most $500.00 in total",
+      "Payments over $50.00 wait for your approval",
+      "Only on chains: base, eth",
+      "Until 2030-01-31 12:00 UTC",
+      "Purpose: trip",
+    ]) {
       expect(dash).to.include(words);
     }
     const review = `/dashboard/approvals/budgets/${agentId}`;
@@ -163,7 +171,7 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     stack.clock.advance(601_000);
     const late = await jar.post(`${review}/activate`, formFields(page, `${review}/activate`));
     expect(late.headers.get("location")).to.equal(`/stepup?return_to=${encodeURIComponent(review)}`);
-    expect((await (await jar.get("/dashboard/agents")).text())).to.include(`href="${review}"`);
+    expect(await (await jar.get("/dashboard/agents")).text()).to.include(`href="${review}"`);
   });
 
   it("another user's, unknown and malformed ids all get the same not-found page", async () => {
@@ -209,7 +217,12 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(pages[3]).to.equal(pages[4]);
 
     const form = { csrf: formFields(dash, "/dashboard/kill-switch").csrf as string };
-    for (const path of [`/dashboard/approvals/payments/${paymentId}/approve`, `/dashboard/approvals/payments/${randomUUID()}/approve`, `/dashboard/approvals/budgets/${budgetAgent}/activate`, `/dashboard/approvals/budgets/nope/activate`]) {
+    for (const path of [
+      `/dashboard/approvals/payments/${paymentId}/approve`,
+      `/dashboard/approvals/payments/${randomUUID()}/approve`,
+      `/dashboard/approvals/budgets/${budgetAgent}/activate`,
+      `/dashboard/approvals/budgets/nope/activate`,
+    ]) {
       const res = await jar.post(path, form);
       expect(res.status, path).to.equal(404);
       expect(await res.text(), path).to.include("Nothing to approve here");

@@ -32,13 +32,7 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
     return text;
   }
 
-  const PATHS = [
-    "/dashboard/agents/%E0%A4%A",
-    "/dashboard/%ff",
-    "/dashboard/approvals/payments/%ZZ",
-    "/signin/%E0%A4%A",
-    "/oauth2/authorize/%ff",
-  ];
+  const PATHS = ["/dashboard/agents/%E0%A4%A", "/dashboard/%ff", "/dashboard/approvals/payments/%ZZ", "/signin/%E0%A4%A", "/oauth2/authorize/%ff"];
   for (const path of PATHS) {
     it(`GET ${path} (path not valid percent-encoding) -> 400 page`, async () => {
       const text = await expectBadAddressPage(await fetch(stack.url + path, { redirect: "manual" }));
@@ -95,7 +89,12 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
       expect(res.status).to.equal(400);
       expect(res.headers.get("content-type")).to.match(/^application\/json/);
       expect(res.headers.get("x-request-id")).to.match(UUID_RE);
-      expect(await res.json()).to.deep.equal({ error: "Bad Request", code: "FST_ERR_BAD_URL", message: `'${path}' is not a valid url component`, statusCode: 400 });
+      expect(await res.json()).to.deep.equal({
+        error: "Bad Request",
+        code: "FST_ERR_BAD_URL",
+        message: `'${path}' is not a valid url component`,
+        statusCode: 400,
+      });
     }
   });
 

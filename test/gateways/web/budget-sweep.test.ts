@@ -37,7 +37,8 @@ describe("sweeping a closed budget's kept money", () => {
   async function keptBudget() {
     const user = await createUser(stack);
     await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 100_000n });
-    const parent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const parent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
     const created = await rpc("/mcp/treasury", parent, "agent.budget.create", {
       purpose: "trip",
       display_name: "Kept budget",
@@ -45,7 +46,11 @@ describe("sweeping a closed budget's kept money", () => {
       idempotency_key: `b-${randomBytes(6).toString("hex")}`,
     });
     const budget = { vaultId: created.json!.result.vault_id as string, agentId: created.json!.result.agent_principal_id as string };
-    const funded = await rpc("/mcp/treasury", parent, "agent.budget.fund", { vault_id: budget.vaultId, amount_cents: 30_000, idempotency_key: `f-${randomBytes(6).toString("hex")}` });
+    const funded = await rpc("/mcp/treasury", parent, "agent.budget.fund", {
+      vault_id: budget.vaultId,
+      amount_cents: 30_000,
+      idempotency_key: `f-${randomBytes(6).toString("hex")}`,
+    });
     expect(funded.json!.result, funded.text).to.include({ balance_cents: 30_000 });
     const closed = await rpc("/mcp/treasury", parent, "agent.budget.revoke", { vault_id: budget.vaultId, keep_funds: true });
     expect(closed.json!.result, closed.text).to.include({ swept_cents: 0, status: "closed" });
@@ -58,7 +63,13 @@ describe("sweeping a closed budget's kept money", () => {
     expect(await stranded()).to.include(budget.vaultId);
     const res = await sweep(parent, budget.vaultId);
     const r = res.json!.result;
-    expect(r, res.text).to.deep.include({ vault_id: budget.vaultId, parent_vault_id: user.vaultId, swept_cents: 30_000, currency: "USD", nothing_to_sweep: false });
+    expect(r, res.text).to.deep.include({
+      vault_id: budget.vaultId,
+      parent_vault_id: user.vaultId,
+      swept_cents: 30_000,
+      currency: "USD",
+      nothing_to_sweep: false,
+    });
     expect(validators.get("agent.budget.sweep")!.output(r)).to.equal(true);
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([100_000, 0]);
     expect(await legsOf(stack, r.transfer_id)).to.deep.equal({ kind: "budget.sweep", legs: { [budget.vaultId]: -30_000, [user.vaultId]: 30_000 } });
@@ -69,21 +80,44 @@ describe("sweeping a closed budget's kept money", () => {
     // Idempotent: nothing is left, nothing moves, and the answer says so (tools/call too).
     const again = await rpc("/mcp/treasury", parent, "tools/call", { name: "agent.budget.sweep", arguments: { vault_id: budget.vaultId } });
     expect(again.json!.result.isError, again.text).to.equal(false);
-    expect(again.json!.result.structuredContent).to.deep.equal({ vault_id: budget.vaultId, parent_vault_id: user.vaultId, swept_cents: 0, currency: "USD", transfer_id: null, nothing_to_sweep: true });
+    expect(again.json!.result.structuredContent).to.deep.equal({
+      vault_id: budget.vaultId,
+      parent_vault_id: user.vaultId,
+      swept_cents: 0,
+      currency: "USD",
+      transfer_id: null,
+      nothing_to_sweep: true,
+    });
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([100_000, 0]);
   });
 
   it("what the budgets closed with it kept comes up too, deepest first", async () => {
     const user = await createUser(stack);
     await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 100_000n });
-    const parent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const parent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
     const create = async (token: string) =>
-      (await rpc("/mcp/treasury", token, "agent.budget.create", { purpose: "trip", display_name: "Level", chain_allowlist: ["base"], idempotency_key: `b-${randomBytes(6).toString("hex")}` })).json!.result;
+      (
+        await rpc("/mcp/treasury", token, "agent.budget.create", {
+          purpose: "trip",
+          display_name: "Level",
+          chain_allowlist: ["base"],
+          idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+        })
+      ).json!.result;
     const child = await create(parent);
     const childAgent = await grantFor(stack, { userId: user.userId, vaultId: child.vault_id, agentPrincipalId: child.agent_principal_id }, { stepUp: true });
     const grandchild = await create(childAgent);
-    await rpc("/mcp/treasury", parent, "agent.budget.fund", { vault_id: child.vault_id, amount_cents: 10_000, idempotency_key: `f-${randomBytes(6).toString("hex")}` });
-    await rpc("/mcp/treasury", childAgent, "agent.budget.fund", { vault_id: grandchild.vault_id, amount_cents: 4_000, idempotency_key: `f-${randomBytes(6).toString("hex")}` });
+    await rpc("/mcp/treasury", parent, "agent.budget.fund", {
+      vault_id: child.vault_id,
+      amount_cents: 10_000,
+      idempotency_key: `f-${randomBytes(6).toString("hex")}`,
+    });
+    await rpc("/mcp/treasury", childAgent, "agent.budget.fund", {
+      vault_id: grandchild.vault_id,
+      amount_cents: 4_000,
+      idempotency_key: `f-${randomBytes(6).toString("hex")}`,
+    });
     await rpc("/mcp/treasury", parent, "agent.budget.revoke", { vault_id: child.vault_id, keep_funds: true });
     expect(await stranded()).to.include.members([child.vault_id, grandchild.vault_id]);
     const res = await sweep(parent, child.vault_id);
@@ -97,7 +131,8 @@ describe("sweeping a closed budget's kept money", () => {
   it("hostile callers cannot sweep: another user's grant, the budget's own grant, a grant without the scope; an open budget is not swept", async () => {
     const { user, budget } = await keptBudget();
     const stranger = await createUser(stack);
-    const strangerToken = (await stack.admin.grants.issueGrant({ userId: stranger.userId, vaultId: stranger.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
+    const strangerToken = (await stack.admin.grants.issueGrant({ userId: stranger.userId, vaultId: stranger.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true }))
+      .token!.accessToken;
     const other = await sweep(strangerToken, budget.vaultId);
     expect([other.json!.error?.code, other.json!.error?.data?.reason_id]).to.deep.equal([-32602, "not_found"]);
     // The budget's own grant (issued before the close, revoked by it; one written now is still on the wrong vault).
@@ -110,11 +145,22 @@ describe("sweeping a closed budget's kept money", () => {
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([70_000, 30_000]);
     // An open budget: close it instead.
     const open = await createUser(stack);
-    const openParent = (await stack.admin.grants.issueGrant({ userId: open.userId, vaultId: open.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!.accessToken;
-    const active = (await rpc("/mcp/treasury", openParent, "agent.budget.create", { purpose: "trip", display_name: "Open", chain_allowlist: ["base"], idempotency_key: `b-${randomBytes(6).toString("hex")}` })).json!.result;
+    const openParent = (await stack.admin.grants.issueGrant({ userId: open.userId, vaultId: open.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
+    const active = (
+      await rpc("/mcp/treasury", openParent, "agent.budget.create", {
+        purpose: "trip",
+        display_name: "Open",
+        chain_allowlist: ["base"],
+        idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+      })
+    ).json!.result;
     const refused = await sweep(openParent, active.vault_id);
     expect([refused.json!.error?.code, refused.json!.error?.data?.reason_id]).to.deep.equal([-32002, "access_denied"]);
-    const failures = await stack.core.db("audit_records").where({ action: "agent.budget.sweep", outcome: "failure" }).whereIn("subject", [budget.vaultId, active.vault_id]);
+    const failures = await stack.core
+      .db("audit_records")
+      .where({ action: "agent.budget.sweep", outcome: "failure" })
+      .whereIn("subject", [budget.vaultId, active.vault_id]);
     expect(failures.map((f) => f.reason).sort()).to.deep.equal(["access_denied", "grant_required", "not_found"]);
   });
 

@@ -127,7 +127,11 @@ describe("web pages: declining pending approvals", () => {
     const decline = await jar.post(`${review}/decline`, formFields(reviewPage, `${review}/decline`));
     expect(decline.status).to.equal(404);
     expect(await decline.text()).to.include("Nothing to approve here");
-    expect((await rpc("/mcp/write", agent, "payments.initiate", args)).json!.result).to.deep.equal({ kind: "accepted", payment_id: paymentId, status: "completed" });
+    expect((await rpc("/mcp/write", agent, "payments.initiate", args)).json!.result).to.deep.equal({
+      kind: "accepted",
+      payment_id: paymentId,
+      status: "completed",
+    });
   });
 
   it("declines a draft budget from its review page; it cannot be activated and a replay is refused", async () => {

@@ -114,7 +114,9 @@ describe("web pages: the money view", () => {
     expect(card).to.include("Spent today (UTC)");
     expect(card).to.include("$11.00 of $200.00");
     expect(card).to.include("$11.00 of $500.00");
-    expect(card).to.match(/<meter min="0" max="20000" low="10000" high="18000" optimum="0" value="1100" aria-label="Spent today \(UTC\): \$11\.00 of \$200\.00">/);
+    expect(card).to.match(
+      /<meter min="0" max="20000" low="10000" high="18000" optimum="0" value="1100" aria-label="Spent today \(UTC\): \$11\.00 of \$200\.00">/,
+    );
     expect(card).to.match(/<meter min="0" max="50000" [^>]*value="1100"/);
     expect(card).to.include("At most $100.00 per payment · over $50.00 waits for your approval · only on base");
     // Recent payments, newest first, with their status.

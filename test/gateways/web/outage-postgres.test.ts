@@ -42,9 +42,22 @@ describe("authorize and sign-out during a database outage (PostgreSQL)", functio
     const clock = createTestClock();
     const issuer = "http://vaultgate.test";
     const logs = createCapturedLogger();
-    core = await createCore({ db: { url: dbUrl.toString(), poolMax: 8 }, logger: logs.logger, adminToken, gatewayToken, issuer, partnerAudience: "urn:vaultgate:partner-api", clock, registrationLimitPerMinute: 1_000_000 });
+    core = await createCore({
+      db: { url: dbUrl.toString(), poolMax: 8 },
+      logger: logs.logger,
+      adminToken,
+      gatewayToken,
+      issuer,
+      partnerAudience: "urn:vaultgate:partner-api",
+      clock,
+      registrationLimitPerMinute: 1_000_000,
+    });
     const transport = createInProcessTransport(core.routes, core.interceptors);
-    gateway = await buildGateway({ clients: createCoreClients(transport, { gatewayToken }), logger: logs.logger, urls: { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl: issuer } });
+    gateway = await buildGateway({
+      clients: createCoreClients(transport, { gatewayToken }),
+      logger: logs.logger,
+      urls: { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl: issuer },
+    });
     await gateway.listen({ port: 0, host: "127.0.0.1" });
     const url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
     const auth: Interceptor = (next) => (req) => {
@@ -61,7 +74,15 @@ describe("authorize and sign-out during a database outage (PostgreSQL)", functio
   });
 
   const query = (clientId: string, redirectUri: string) =>
-    new URLSearchParams({ response_type: "code", client_id: clientId, redirect_uri: redirectUri, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "accounts:read", state: "st" });
+    new URLSearchParams({
+      response_type: "code",
+      client_id: clientId,
+      redirect_uri: redirectUri,
+      code_challenge: pkce().challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+      state: "st",
+    });
 
   it("authorize, many at once with the database cut: 503 pages with Retry-After, none redirects to the redirect_uri", async () => {
     // Registered while the database is there, but never looked up by authorize (not cached).
@@ -70,7 +91,11 @@ describe("authorize and sign-out during a database outage (PostgreSQL)", functio
     let answers: Response[];
     try {
       answers = await Promise.all(
-        Array.from({ length: 24 }, (_, i) => fetch(`${stack.url}/oauth2/authorize?${query(i % 2 ? client.client_id : `agc_${randomBytes(12).toString("hex")}`, i % 3 ? ATTACKER : REDIRECT)}`, { redirect: "manual" })),
+        Array.from({ length: 24 }, (_, i) =>
+          fetch(`${stack.url}/oauth2/authorize?${query(i % 2 ? client.client_id : `agc_${randomBytes(12).toString("hex")}`, i % 3 ? ATTACKER : REDIRECT)}`, {
+            redirect: "manual",
+          }),
+        ),
       );
     } finally {
       await relay.restore();

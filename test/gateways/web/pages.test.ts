@@ -35,7 +35,14 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
       resource: `urn:vaultgate:vault:${user.vaultId}`,
       state: "s",
     });
-    const token = await postForm(`${stack.url}/oauth2/token`, { grant_type: "authorization_code", code: back.searchParams.get("code")!, redirect_uri: REDIRECT, code_verifier: p.verifier, client_id: client.client_id, client_secret: client.client_secret });
+    const token = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "authorization_code",
+      code: back.searchParams.get("code")!,
+      redirect_uri: REDIRECT,
+      code_verifier: p.verifier,
+      client_id: client.client_id,
+      client_secret: client.client_secret,
+    });
     return { jar, client, token: token.body as { access_token: string; jti: string } };
   }
 
@@ -90,7 +97,16 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     const user = await createUser(stack);
     const client = (await registerClient(stack)).body;
     const jar = createJar(stack.url);
-    const q = { response_type: "code", client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "payments:initiate", resource: `urn:vaultgate:vault:${user.vaultId}`, state: "s" };
+    const q = {
+      response_type: "code",
+      client_id: client.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: pkce().challenge,
+      code_challenge_method: "S256",
+      scope: "payments:initiate",
+      resource: `urn:vaultgate:vault:${user.vaultId}`,
+      state: "s",
+    };
     const back = await authorize(stack, jar, user.email, q);
     expect(back.searchParams.get("code")).to.be.a("string");
     const fresh = await jar.get(`/oauth2/authorize?${new URLSearchParams(q)}`);
@@ -183,14 +199,23 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
     await signIn(stack, jar, user.email);
-    for (const path of ["/dashboard/agents/not-a-uuid", "/dashboard/agents/00000000-0000-4000-8000-000000000000", "/oauth2/authorize?client_id=%ff", "/oauth2/authorize"]) {
+    for (const path of [
+      "/dashboard/agents/not-a-uuid",
+      "/dashboard/agents/00000000-0000-4000-8000-000000000000",
+      "/oauth2/authorize?client_id=%ff",
+      "/oauth2/authorize",
+    ]) {
       const res = await jar.get(path);
       expect(res.status, path).to.be.oneOf([400, 404]);
       const text = await res.text();
       expect(text, path).to.match(/^<!doctype html>/);
       expect(text, path).to.not.match(/Error:|\.ts:\d+/);
     }
-    const bad = await jar.request("/dashboard/kill-switch", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: "csrf=%zz" });
+    const bad = await jar.request("/dashboard/kill-switch", {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: "csrf=%zz",
+    });
     expect(bad.status).to.equal(400);
   });
 });

@@ -3,7 +3,13 @@ import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../
 import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 
-const unescape = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+const unescape = (s: string) =>
+  s
+    .replace(/&quot;/g, '"')
+    .replace(/&#39;/g, "'")
+    .replace(/&lt;/g, "<")
+    .replace(/&gt;/g, ">")
+    .replace(/&amp;/g, "&");
 const optionsOf = (page: string) => unescape(/data-options="([^"]*)"/.exec(page)![1]!);
 
 /**
@@ -37,7 +43,11 @@ describe("web: passkey pages", function () {
     const page = await add.text();
     expect(page).to.include("<noscript>");
     const key = softPasskey();
-    const done = await jar.post("/dashboard/passkeys/add", { ...formFields(page, "/dashboard/passkeys/add"), name: "work laptop", response: key.create(optionsOf(page), origin) });
+    const done = await jar.post("/dashboard/passkeys/add", {
+      ...formFields(page, "/dashboard/passkeys/add"),
+      name: "work laptop",
+      response: key.create(optionsOf(page), origin),
+    });
     expect(done.status).to.equal(303);
     expect(done.headers.get("location")).to.equal("/dashboard/passkeys?done=added");
     return { jar, email: user.email, key };

@@ -40,8 +40,14 @@ describe("Pending approvals per vault: the bound", () => {
       idempotency_key: `pay-${randomBytes(8).toString("hex")}`,
     });
   const createDraft = (token: string) =>
-    rpc("/mcp/treasury", token, "agent.budget.create", { purpose: "trip", display_name: "Sub budget", chain_allowlist: ["base"], idempotency_key: `sub-${randomBytes(8).toString("hex")}` });
-  const pendingOf = async (vaultId: string) => Number((await stack.core.db("agent_payments").where({ vault_id: vaultId, status: "pending_step_up" }).count("* as n"))[0]!.n);
+    rpc("/mcp/treasury", token, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Sub budget",
+      chain_allowlist: ["base"],
+      idempotency_key: `sub-${randomBytes(8).toString("hex")}`,
+    });
+  const pendingOf = async (vaultId: string) =>
+    Number((await stack.core.db("agent_payments").where({ vault_id: vaultId, status: "pending_step_up" }).count("* as n"))[0]!.n);
 
   function expectRefused(res: Awaited<ReturnType<typeof pay>>) {
     const error = expectJsonRpcError(res, -32002, "policy_denied");
@@ -128,17 +134,31 @@ describe("Pending approvals on the dashboard: pages of 20", () => {
 
   const rpc = (path: string, token: string, method: string, params: unknown) =>
     postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-  const ids = (text: string, what: "payments" | "budgets") => [...text.matchAll(new RegExp(`href="/dashboard/approvals/${what}/([0-9a-f-]{36})"`, "g"))].map((m) => m[1]!);
-  const nextLink = (text: string, what: string) => [...text.matchAll(/<a rel="next" href="([^"]+)">Next (\w+) →<\/a>/g)].find((m) => m[2] === what)?.[1]?.replaceAll("&amp;", "&");
+  const ids = (text: string, what: "payments" | "budgets") =>
+    [...text.matchAll(new RegExp(`href="/dashboard/approvals/${what}/([0-9a-f-]{36})"`, "g"))].map((m) => m[1]!);
+  const nextLink = (text: string, what: string) =>
+    [...text.matchAll(/<a rel="next" href="([^"]+)">Next (\w+) →<\/a>/g)].find((m) => m[2] === what)?.[1]?.replaceAll("&amp;", "&");
 
   it("25 payments and 23 drafts: 20 of each, next links to the rest, every item once; a forged or foreign cursor is a 400 page", async () => {
     const user = await createUser(stack);
-    const issued = await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ["agent:budget:create", "payments:initiate"], stepUp: true });
+    const issued = await stack.admin.grants.issueGrant({
+      userId: user.userId,
+      vaultId: user.vaultId,
+      scopes: ["agent:budget:create", "payments:initiate"],
+      stepUp: true,
+    });
     const parent = issued.token!.accessToken;
-    const created = await rpc("/mcp/treasury", parent, "agent.budget.create", { purpose: "trip", display_name: "Spender", step_up_amount_cents: 100, chain_allowlist: ["base"], idempotency_key: `s-${randomBytes(6).toString("hex")}` });
+    const created = await rpc("/mcp/treasury", parent, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Spender",
+      step_up_amount_cents: 100,
+      chain_allowlist: ["base"],
+      idempotency_key: `s-${randomBytes(6).toString("hex")}`,
+    });
     const vaultId = created.json!.result.vault_id as string;
     await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
-    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ["payments:initiate", "agent:budget:create"] })).token!.accessToken;
+    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ["payments:initiate", "agent:budget:create"] })).token!
+      .accessToken;
     for (let i = 0; i < 25; i++) {
       stack.clock.advance(1_000);
       const res = await rpc("/mcp/write", agent, "payments.initiate", {
@@ -151,7 +171,12 @@ describe("Pending approvals on the dashboard: pages of 20", () => {
     }
     for (let i = 0; i < 23; i++) {
       stack.clock.advance(1_000);
-      const res = await rpc("/mcp/treasury", agent, "agent.budget.create", { purpose: "trip", display_name: `Draft ${i}`, chain_allowlist: ["base"], idempotency_key: `d-${randomBytes(6).toString("hex")}` });
+      const res = await rpc("/mcp/treasury", agent, "agent.budget.create", {
+        purpose: "trip",
+        display_name: `Draft ${i}`,
+        chain_allowlist: ["base"],
+        idempotency_key: `d-${randomBytes(6).toString("hex")}`,
+      });
       expect(res.json!.result, res.text).to.include({ status: "draft" });
     }
     const jar = createJar(stack.url);

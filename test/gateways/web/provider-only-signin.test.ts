@@ -49,7 +49,9 @@ describe("web pages: a deployment that signs in only at its provider", () => {
     const start = await stack.clients.grants.startSignIn({ email: user.email }).catch((e: unknown) => e);
     expect(start).to.be.instanceOf(ConnectError);
     expect((start as ConnectError).code).to.equal(Code.PermissionDenied);
-    const complete = await stack.clients.grants.completeSignIn({ challengeId: "00000000-0000-4000-8000-000000000000", code: "123456" }).catch((e: unknown) => e);
+    const complete = await stack.clients.grants
+      .completeSignIn({ challengeId: "00000000-0000-4000-8000-000000000000", code: "123456" })
+      .catch((e: unknown) => e);
     expect(complete).to.be.instanceOf(ConnectError);
     expect((complete as ConnectError).code).to.equal(Code.PermissionDenied);
     const { messages } = await stack.admin.grants.listOutbox({ email: user.email });

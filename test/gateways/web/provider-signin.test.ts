@@ -20,7 +20,11 @@ describe("web pages: sign-in at the organisation's provider", () => {
     this.timeout(180_000);
     // Core discovers the provider on first use, so the provider can start after the stack.
     const port = await freePort();
-    stack = await startStack({ gateway: true, publicUrls: true, oidc: { issuer: `http://127.0.0.1:${port}`, clientId: "vaultgate", clientSecret: "vaultgate-idp-secret", stepUpAcr: [] } });
+    stack = await startStack({
+      gateway: true,
+      publicUrls: true,
+      oidc: { issuer: `http://127.0.0.1:${port}`, clientId: "vaultgate", clientSecret: "vaultgate-idp-secret", stepUpAcr: [] },
+    });
     idp = await startIdp({ redirectUris: [`${stack.url}/signin/oidc/callback`], port });
   });
   after(async () => {

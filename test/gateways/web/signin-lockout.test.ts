@@ -15,7 +15,14 @@ interface Answer {
 }
 
 /** Posts a code from a chosen loopback source address (a distinct client address for the gateway), with the jar's cookies. */
-function postCodeFrom(stack: TestStack, jar: Jar, action: string, fields: Record<string, string | string[]>, code: string, localAddress: string): Promise<Answer> {
+function postCodeFrom(
+  stack: TestStack,
+  jar: Jar,
+  action: string,
+  fields: Record<string, string | string[]>,
+  code: string,
+  localAddress: string,
+): Promise<Answer> {
   const target = new URL(stack.url + action);
   const body = new URLSearchParams({ ...(fields as Record<string, string>), code }).toString();
   return new Promise((resolve, reject) => {
@@ -155,7 +162,9 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
     for (const jar of jars) challenges.push({ jar, ...(await startChallenge(stack, jar, user.email)) });
     // 5 guesses on each of 6 challenges (30, none exhausting a challenge), all at once.
     const answers = await Promise.all(
-      challenges.flatMap((c, n) => [0, 1, 2, 3, 4].map((i) => postCodeFrom(stack, c.jar, "/signin/code", c.fields, wrongFor(c.code, i), `127.0.0.${2 + ((n + i) % 5)}`))),
+      challenges.flatMap((c, n) =>
+        [0, 1, 2, 3, 4].map((i) => postCodeFrom(stack, c.jar, "/signin/code", c.fields, wrongFor(c.code, i), `127.0.0.${2 + ((n + i) % 5)}`)),
+      ),
     );
     const checked = answers.filter((a) => a.status === 400).length;
     expect(answers.filter((a) => a.status !== 400 && a.status !== 429)).to.deep.equal([]);
