@@ -146,7 +146,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       };
       if (!flow || flow.session_id !== session.sessionId) return refuse("no unused registration challenge for this session");
       if (!session.stepUpFresh) return refuse("step-up no longer fresh");
-      let verified;
+      let verified: Awaited<ReturnType<typeof verifyRegistrationResponse>>;
       try {
         verified = await verifyRegistrationResponse({
           response: input.response,
@@ -238,7 +238,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       if (!key) return refuse("unknown passkey", input.session ? `user:${input.session.userId}` : "anonymous");
       const actor = `user:${key.user_id}`;
       if (input.session && String(key.user_id) !== input.session.userId) return refuse("another person's passkey", `user:${input.session.userId}`);
-      let info;
+      let info: Awaited<ReturnType<typeof verifyAuthenticationResponse>>["authenticationInfo"];
       try {
         // The counter is compared below, after the signature is known good, so a clone is told apart.
         const verified = await verifyAuthenticationResponse({

@@ -32,7 +32,7 @@ function fromSearch(sp: URLSearchParams): AuthorizeParams {
 function toQuery(p: AuthorizeParams): string {
   const sp = new URLSearchParams();
   for (const name of PARAMS) {
-    if (name === "resource") p.resources.forEach((r) => sp.append("resource", r));
+    if (name === "resource") for (const r of p.resources) sp.append("resource", r);
     else if (p.values.has(name)) sp.set(name, p.values.get(name)!);
   }
   return sp.toString();
@@ -143,7 +143,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     ctx.checkCsrf(request, form.params);
     const sp = new URLSearchParams();
     for (const name of PARAMS) {
-      if (name === "resource") form.all("resource").forEach((r) => sp.append("resource", r));
+      if (name === "resource") for (const r of form.all("resource")) sp.append("resource", r);
       else if (form.params.has(name)) sp.set(name, form.params.get(name)!);
     }
     const p = fromSearch(sp);

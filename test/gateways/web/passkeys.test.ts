@@ -3,14 +3,14 @@ import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../
 import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 
-const unescape = (s: string) =>
+const unescapeHtml = (s: string) =>
   s
     .replace(/&quot;/g, '"')
     .replace(/&#39;/g, "'")
     .replace(/&lt;/g, "<")
     .replace(/&gt;/g, ">")
     .replace(/&amp;/g, "&");
-const optionsOf = (page: string) => unescape(/data-options="([^"]*)"/.exec(page)![1]!);
+const optionsOf = (page: string) => unescapeHtml(/data-options="([^"]*)"/.exec(page)![1]!);
 
 /**
  * The passkey pages over HTTP on a real port, with a software authenticator standing in
