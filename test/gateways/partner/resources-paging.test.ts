@@ -1,0 +1,113 @@
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { expectHttpError } from "../../support/refusals.js";
+import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
+
+describe("partner resources over HTTP: paging", () => {
+  let stack: TestStack;
+  let openapi: OpenApiChecker;
+
+  before(async () => {
+    stack = await startStack({ gateway: true, webhookPollMs: 0 });
+    openapi = await loadOpenApi(stack.url);
+  });
+  after(() => stack.close());
+
+  /** Calls the API and checks the response against the served OpenAPI document. */
+  async function call(method: string, path: string, options: Parameters<typeof api>[3] = {}): Promise<ApiResponse> {
+    const res = await api(stack, method, path, options);
+    openapi.check(method, path, res);
+    expect(res.headers.get("x-request-id")).to.match(/^[0-9a-f-]{36}$/);
+    return res;
+  }
+
+  describe("paging (transfers and events)", () => {
+    it("pages with limit/cursor and resumes from the watermark without skipping or repeating while rows arrive", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      const record = (n: number) => stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: BigInt(n), currency: "USD" });
+      for (let i = 1; i <= 5; i++) await record(i);
+      const seen: number[] = [];
+      let res = await call("GET", `/users/${userId}/transfers?limit=2`, { token });
+      let page = res.body as { data: { amount_cents: number }[]; next_cursor: string | null; watermark: string };
+      seen.push(...page.data.map((d) => d.amount_cents));
+      let n = 6;
+      while (page.next_cursor) {
+        await record(n++); // a new row arrives mid-paging
+        res = await call("GET", `/users/${userId}/transfers?limit=2&cursor=${encodeURIComponent(page.next_cursor)}`, { token });
+        page = res.body as typeof page;
+        seen.push(...page.data.map((d) => d.amount_cents));
+      }
+      await record(n++);
+      res = await call("GET", `/users/${userId}/transfers?since=${encodeURIComponent(page.watermark)}&limit=100`, { token });
+      seen.push(...(res.body as typeof page).data.map((d) => d.amount_cents));
+      expect(seen).to.deep.equal(Array.from({ length: n - 1 }, (_, i) => i + 1));
+    });
+
+    it("never skips or repeats a row while concurrent writers commit during paging", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      const writes: Promise<unknown>[] = [];
+      for (let i = 1; i <= 30; i++) writes.push(stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: BigInt(i) }));
+      const seen: string[] = [];
+      let query = "limit=3";
+      let settled = false;
+      const allWritten = Promise.all(writes).then(() => {
+        settled = true;
+      });
+      for (;;) {
+        const done = settled;
+        const res = await call("GET", `/users/${userId}/transfers?${query}`, { token });
+        const page = res.body as { data: { transfer_id: string }[]; next_cursor: string | null; watermark: string };
+        seen.push(...page.data.map((d) => d.transfer_id));
+        if (page.next_cursor) query = `limit=3&cursor=${encodeURIComponent(page.next_cursor)}`;
+        else if (done && page.data.length === 0) break;
+        else {
+          query = `limit=3&since=${encodeURIComponent(page.watermark)}`;
+          if (!done) await Promise.race([allWritten, new Promise((r) => setImmediate(r))]);
+        }
+      }
+      expect(new Set(seen).size).to.equal(seen.length);
+      expect(seen).to.have.length(30);
+    });
+
+    it("refuses a tampered cursor, another list's cursor and bad paging parameters", async () => {
+      const partner = await createPartner(stack);
+      const a = await createUserFor(stack, partner);
+      const b = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      for (let i = 0; i < 3; i++) await stack.admin.partnerResources.recordLedgerEntry({ userId: a.userId, direction: "debit", amountCents: 5n });
+      const first = (await call("GET", `/users/${a.userId}/transfers?limit=1`, { token })).body as { next_cursor: string; watermark: string };
+      const tampered = first.next_cursor.slice(0, -2) + (first.next_cursor.endsWith("A") ? "BB" : "AA");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?cursor=${encodeURIComponent(tampered)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${b.userId}/transfers?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?since=garbage`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/events?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=0`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=1&limit=2`, { token }), 400, "invalid_request");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?page=2`, { token }), 400, "invalid_request");
+    });
+
+    it("events: kyc.status_changed and transfer.settled/failed for consenting partners only", async () => {
+      const partner = await createPartner(stack);
+      const bystander = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      await createUserFor(stack, bystander);
+      const token = await mintPartnerToken(stack, partner);
+      await stack.admin.partnerResources.setKycStatus({ userId, status: "pending", provider: "sandbox" });
+      await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 100n, status: "settled" });
+      await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "debit", amountCents: 50n, status: "failed" });
+      await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "debit", amountCents: 1n, status: "pending" });
+      const res = await call("GET", "/events", { token });
+      const events = (res.body as { data: { type: string; data: Record<string, unknown> }[] }).data;
+      expect(events.map((e) => e.type)).to.deep.equal(["kyc.status_changed", "transfer.settled", "transfer.failed"]);
+      expect(events[0]!.data).to.include({ user_id: userId, status: "pending" });
+      const theirs = await call("GET", "/events", { token: await mintPartnerToken(stack, bystander) });
+      expect((theirs.body as { data: unknown[] }).data).to.deep.equal([]);
+    });
+  });
+});
