@@ -51,7 +51,7 @@ export interface SagaDeps {
 
 type Steps = { name: StepName; state: StepState }[];
 
-const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
+export const STEPS: readonly StepName[] = ["vault", "agent_principal", "policy"];
 
 /** A newer attempt (a retry, or the reaper) took the saga over: this one must stop writing. */
 class SagaFenced extends Error {}
@@ -108,7 +108,7 @@ async function runStep(deps: SagaDeps, b: BudgetRecord, name: StepName, steps: S
   });
 }
 
-async function compensateStep(deps: SagaDeps, b: BudgetRecord, name: StepName, trx?: Knex.Transaction): Promise<void> {
+export async function compensateStep(deps: SagaDeps, b: BudgetRecord, name: StepName, trx?: Knex.Transaction): Promise<void> {
   const work = async (conn: Knex.Transaction) => {
     const fault = deps.faults.step?.(name, "compensate");
     if (fault) throw fault;
@@ -377,38 +377,4 @@ export async function finishSaga(
     await auditOutside(deps, ctx, actor, "agent.budget.create", "failure", "grant_revoked", budget.agentPrincipalId);
     return fail(Reason.INVALID_TOKEN, "the grant was revoked while the budget was being provisioned; nothing was kept");
   }
-}
-
-/** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
-export async function reap(deps: SagaDeps): Promise<number> {
-  const { db, saga, staleMs } = deps;
-  const now = deps.clock();
-  let cleaned = 0;
-  for (const candidate of await saga.listReapable(db, new Date(now.getTime() - staleMs))) {
-    try {
-      await db.transaction(async (trx) => {
-        // Re-read under lock: a retry of the key may have restarted it meanwhile.
-        const row = await deps.budgets.lockBudget(trx, candidate.id);
-        const stale = row && row.status === "provisioning" && row.updatedAt.getTime() < now.getTime() - staleMs;
-        if (!row || (row.status !== "cleanup_pending" && !stale)) return;
-        for (const name of [...STEPS].reverse()) await compensateStep(deps, candidate, name, trx);
-        const steps = STEPS.map((name) => ({ name, state: "compensated" as const }));
-        // Bumping the attempt fences the abandoned saga if it ever wakes up.
-        await deps.budgets.updateBudget(trx, candidate.id, { status: "failed", steps, remaining: [], attempt: row.attempt + 1 }, now);
-        await saga.releaseClaim(trx, candidate.parentVaultId, candidate.id);
-        await deps.audit.append(trx, {
-          requestId: randomUUID(),
-          actor: "reaper",
-          action: "agent.budget.cleanup",
-          outcome: "success",
-          subject: candidate.agentPrincipalId,
-          at: now,
-        });
-        cleaned++;
-      });
-    } catch {
-      // Left for the next pass; the budget still reports its remaining resources.
-    }
-  }
-  return cleaned;
 }

@@ -13,7 +13,8 @@ import { getMoneyView } from "./money-view.js";
 import { approvePayment, declinePayment, getPayment, initiatePayment, listPendingApprovals, simulatePayment } from "./payments.js";
 import type { SettlementPort } from "../settlement/settlement.js";
 import { getBalance, listGrantAudit } from "./reads.js";
-import { reap, type BudgetsFaults } from "./saga.js";
+import { reap } from "./reaper.js";
+import type { BudgetsFaults } from "./saga.js";
 import type { BudgetsStore } from "./store.js";
 
 export type { BudgetsFaults };

@@ -8,14 +8,10 @@ import { feedsSettled, requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, withToken, type BatchRequestInit, type TreasuryPartner } from "../../support/treasury.js";
+import { expectLedgerVerified } from "../../support/ledger.js";
 import { expectInternalError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
 
-/**
- * Treasury money in the double-entry ledger: fund, bind and rebind move the balance
- * against external:funding, and a batch is one "payout" transaction (treasury debited,
- * each recipient credited with its paid items, each of which is a settled credit in the
- * recipient's transfers). After every step the admin's VerifyLedger must prove the books.
- */
+/** Treasury money in the ledger: fund/bind against external:funding, a batch one payout transaction; VerifyLedger after each step. */
 describe("treasury movements in the ledger", () => {
   let stack: TestStack;
   /** Reads recipients' transfers (ListTransfers) as a partner they let do so. */
@@ -46,11 +42,7 @@ describe("treasury movements in the ledger", () => {
 
   const sql = async <T>(query: string, bindings: unknown[] = []): Promise<T[]> => (await stack.core.db.raw(query, bindings as never)).rows as T[];
 
-  async function expectBooksBalanced() {
-    const report = await stack.admin.audit.verifyLedger({});
-    expect(report.discrepancies.map((d) => d.message)).to.deep.equal([]);
-    expect(report.ok).to.equal(true);
-  }
+  const expectBooksBalanced = () => expectLedgerVerified(stack);
 
   /** The sum of an account's postings. */
   async function posted(kind: "treasury" | "user", owner: string, currency = "USD"): Promise<number> {

@@ -1,0 +1,69 @@
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { KycRecord, LedgerEntry, UsAccountRecord } from "./resources-store.js";
+import { CONSENT_SCOPES, TREASURY_SCOPE } from "./scopes.js";
+
+/** Input checks and the wire shapes (JSON events and RPC answers) of the partner resources. */
+export function checkConsentScopes(scopes: string[]) {
+  if (scopes.includes(TREASURY_SCOPE)) fail(Reason.INVALID_REQUEST, "treasury:write is never a consent scope: an operator grants it to the client");
+  const unknown = scopes.filter((s) => !(CONSENT_SCOPES as readonly string[]).includes(s));
+  if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown consent scopes: ${unknown.join(", ")}; allowed: ${CONSENT_SCOPES.join(", ")}`);
+}
+
+/** https, or http on loopback only (like webhook and redirect URIs elsewhere). */
+export function checkHttpsUrl(value: string, name: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return fail(Reason.INVALID_REQUEST, `${name} must be an absolute URL`);
+  }
+  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) fail(Reason.INVALID_REQUEST, `${name} must be https (http only on loopback)`);
+  return url.toString();
+}
+
+export function kycJson(k: KycRecord) {
+  return { user_id: k.userId, status: k.status, provider: k.provider, updated_at: k.updatedAt.toISOString() };
+}
+
+export function kycOut(k: KycRecord) {
+  return { userId: k.userId, status: k.status, provider: k.provider ?? "", updatedAt: k.updatedAt.toISOString() };
+}
+
+export function usAccountOut(userId: string, a: UsAccountRecord | undefined) {
+  if (!a) return { userId, status: "not_provisioned" };
+  return {
+    userId,
+    status: "provisioned",
+    bankName: a.bankName,
+    routingNumber: a.routingNumber,
+    accountNumber: a.accountNumber,
+    accountType: a.accountType,
+    beneficiaryName: a.beneficiaryName,
+  };
+}
+
+export function transferJson(e: LedgerEntry) {
+  return {
+    transfer_id: e.id,
+    direction: e.direction,
+    amount_cents: e.amountCents,
+    currency: e.currency,
+    status: e.status,
+    created_at: e.createdAt.toISOString(),
+    updated_at: e.updatedAt.toISOString(),
+  };
+}
+
+export function transferOut(e: LedgerEntry) {
+  return {
+    transferId: e.id,
+    direction: e.direction,
+    amountCents: BigInt(e.amountCents),
+    currency: e.currency,
+    status: e.status,
+    createdAt: e.createdAt.toISOString(),
+    updatedAt: e.updatedAt.toISOString(),
+  };
+}
