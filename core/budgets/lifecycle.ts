@@ -20,8 +20,7 @@ import { errorDetailOf, fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { UUID } from "../uuid.js";
-import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps, type AuditDeps } from "./caller.js";
+import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps } from "./caller.js";
 import { sweep, sweepInto } from "./funding.js";
 import { canonicalJson } from "./ids.js";
 import type { BudgetRecord } from "./records.js";
@@ -29,6 +28,7 @@ import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
+import { ownerDecision, type OwnerDecisionBase } from "./owner-decision.js";
 import { checkBudgetInput, optNumber } from "./validation.js";
 import { budgetView } from "./views.js";
 
@@ -38,7 +38,7 @@ export interface CreateBudgetDeps extends SagaDeps, ActingDeps {
   provisioningLimitPerMinute: number;
 }
 
-export interface OwnerDecisionDeps extends AuditDeps, Pick<ActingDeps, "sessions"> {
+export interface OwnerDecisionDeps extends OwnerDecisionBase {
   budgets: BudgetsRowStore;
   vaults: VaultsStore;
 }
@@ -116,28 +116,23 @@ export async function activateBudget(
   req: ActivateBudgetRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ActivateBudgetResponseSchema>> {
-  const now = deps.clock();
-  const owner = await deps.sessions.verify(req.sessionToken);
-  if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "activating a budget needs a fresh step-up");
-  // A malformed id is refused like an unknown one (and never reaches a uuid column).
-  if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
-  const budget = await deps.db.transaction(async (trx) => {
-    const b = await deps.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
-    if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
-    if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
-    if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
-    if (b.status === "active") return b;
-    await deps.budgets.activatePolicy(trx, b.vaultId, now);
-    const updated = await deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
-    await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
-      actor: `user:${owner.userId}`,
-      action: "agent.budget.activate",
-      outcome: "success",
-      subject: b.agentPrincipalId,
-      at: now,
-    });
-    return updated;
+  const budget = await ownerDecision(deps, ctx, {
+    sessionToken: req.sessionToken,
+    stepUp: "activating a budget needs a fresh step-up",
+    rawId: req.agentPrincipalId,
+    noun: "budget",
+    find: (trx, id) => deps.budgets.findBudgetByAgent(trx, id, true),
+    state: (b) => {
+      if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
+      if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
+      return b.status === "active" ? "done" : "decide";
+    },
+    decide: async (trx, b, now) => {
+      await deps.budgets.activatePolicy(trx, b.vaultId, now);
+      return deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
+    },
+    action: "agent.budget.activate",
+    subject: (b) => b.agentPrincipalId,
   });
   return { budget: budgetView(budget) };
 }
@@ -148,26 +143,23 @@ export async function declineBudget(
   req: DeclineBudgetRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
-  const now = deps.clock();
-  const owner = await deps.sessions.verify(req.sessionToken);
-  if (!UUID.test(req.agentPrincipalId)) fail(Reason.NOT_FOUND, "no such budget");
-  const budget = await deps.db.transaction(async (trx) => {
-    const b = await deps.budgets.findBudgetByAgent(trx, req.agentPrincipalId.toLowerCase(), true);
-    if (!b || b.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such budget");
-    if (b.status === "declined") return b;
-    if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
-    // The owner may have funded the draft: what it holds goes back to the parent vault.
-    await sweep(deps, trx, b, "decline", now);
-    const declined = await deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
-    await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
-      actor: `user:${owner.userId}`,
-      action: "agent.budget.decline",
-      outcome: "success",
-      subject: b.agentPrincipalId,
-      at: now,
-    });
-    return declined;
+  const budget = await ownerDecision(deps, ctx, {
+    sessionToken: req.sessionToken,
+    rawId: req.agentPrincipalId,
+    noun: "budget",
+    find: (trx, id) => deps.budgets.findBudgetByAgent(trx, id, true),
+    state: (b) => {
+      if (b.status === "declined") return "done";
+      if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
+      return "decide";
+    },
+    decide: async (trx, b, now) => {
+      // The owner may have funded the draft: what it holds goes back to the parent vault.
+      await sweep(deps, trx, b, "decline", now);
+      return deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
+    },
+    action: "agent.budget.decline",
+    subject: (b) => b.agentPrincipalId,
   });
   return { budget: budgetView(budget) };
 }

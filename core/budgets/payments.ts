@@ -20,7 +20,6 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { kRequestId } from "../context.js";
 import type { CursorCodec } from "../paging.js";
-import type { SessionVerifier } from "../identity/sessions.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../uuid.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
@@ -41,6 +40,7 @@ import type { PaymentRecord } from "./records.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
+import { ownerDecision, type OwnerDecisionBase } from "./owner-decision.js";
 import { paymentInput } from "./validation.js";
 import { budgetView, paymentView } from "./views.js";
 import { reservePayment } from "../settlement/ledger.js";
@@ -58,8 +58,7 @@ export interface AgentPaymentDeps extends AuditDeps, TokenDeps {
   auditFault?: () => Error | undefined;
 }
 
-export interface OwnerPaymentDeps extends AuditDeps {
-  sessions: SessionVerifier;
+export interface OwnerPaymentDeps extends OwnerDecisionBase {
   payments: PaymentsStore;
   appUrl: string;
 }
@@ -266,25 +265,19 @@ export async function approvePayment(
   req: ApprovePaymentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ApprovePaymentResponseSchema>> {
-  const now = deps.clock();
-  const owner = await deps.sessions.verify(req.sessionToken);
-  if (!owner.stepUpFresh) fail(Reason.ACCESS_DENIED, "approving a payment needs a fresh step-up");
-  if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
-  const payment = await deps.db.transaction(async (trx) => {
-    const p = await deps.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
-    if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
-    if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
-    if (p.status !== "pending_step_up") return p;
-    const approved = await deps.payments.setPaymentStatus(trx, p.id, "approved", now);
-    await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
-      actor: `user:${owner.userId}`,
-      action: "payments.approve",
-      outcome: "success",
-      subject: p.id,
-      at: now,
-    });
-    return approved;
+  const payment = await ownerDecision(deps, ctx, {
+    sessionToken: req.sessionToken,
+    stepUp: "approving a payment needs a fresh step-up",
+    rawId: req.paymentId,
+    noun: "payment",
+    find: (trx, id) => deps.payments.findPaymentById(trx, id, true),
+    state: (p) => {
+      if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
+      return p.status === "pending_step_up" ? "decide" : "done";
+    },
+    decide: (trx, p, now) => deps.payments.setPaymentStatus(trx, p.id, "approved", now),
+    action: "payments.approve",
+    subject: (p) => p.id,
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
@@ -295,25 +288,19 @@ export async function declinePayment(
   req: DeclinePaymentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof DeclinePaymentResponseSchema>> {
-  const now = deps.clock();
-  const owner = await deps.sessions.verify(req.sessionToken);
-  if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
-  const payment = await deps.db.transaction(async (trx) => {
-    // The row lock orders a decline against a concurrent approval: one of them decides.
-    const p = await deps.payments.findPaymentById(trx, req.paymentId.toLowerCase(), true);
-    if (!p || p.userId !== owner.userId) fail(Reason.NOT_FOUND, "no such payment");
-    if (p.status === "declined") return p;
-    if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
-    const declined = await deps.payments.setPaymentStatus(trx, p.id, "declined", now);
-    await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
-      actor: `user:${owner.userId}`,
-      action: "payments.decline",
-      outcome: "success",
-      subject: p.id,
-      at: now,
-    });
-    return declined;
+  const payment = await ownerDecision(deps, ctx, {
+    sessionToken: req.sessionToken,
+    rawId: req.paymentId,
+    noun: "payment",
+    find: (trx, id) => deps.payments.findPaymentById(trx, id, true),
+    state: (p) => {
+      if (p.status === "declined") return "done";
+      if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
+      return "decide";
+    },
+    decide: (trx, p, now) => deps.payments.setPaymentStatus(trx, p.id, "declined", now),
+    action: "payments.decline",
+    subject: (p) => p.id,
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
