@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { pollLoop } from "../../../lib/poll-loop.js";
 import type { MailOutboxStore } from "./outbox.js";
 import { MailSendError, type MailTransport } from "./transport.js";
 
@@ -49,12 +50,9 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
   const batchSize = options.batchSize ?? 20;
   const random = options.random ?? Math.random;
   const { outbox, transport, logger } = options;
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<unknown> = Promise.resolve();
 
   async function pass(): Promise<number> {
-    if (stopped) return 0;
+    if (loop.stopped) return 0;
     const now = options.clock();
     const leased = await outbox.lease(now, new Date(now.getTime() + leaseMs), batchSize);
     for (const m of leased) {
@@ -78,23 +76,12 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
     return leased.length;
   }
 
-  function schedule() {
-    if (stopped || options.pollMs <= 0) return;
-    timer = setTimeout(() => {
-      current = pass()
-        .catch((err: unknown) => logger.error({ err }, "mail pass failed"))
-        .finally(schedule);
-    }, options.pollMs);
-    timer.unref();
-  }
-  schedule();
+  const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "mail pass failed") });
 
   return {
     runOnce: () => pass(),
     async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await current.catch(() => {});
+      await loop.stop();
       transport.close();
     },
   };
