@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { pollLoop } from "../../lib/poll-loop.js";
 import type { EvmRail, Fees } from "./evm-rail.js";
 import { hotWalletBalance, settlementAcceptToCompleted, settlementTransitions, settlementUnderfunded } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
@@ -65,9 +66,6 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   const bumpAfterMs = options.bumpAfterMs ?? 120_000;
   const underfundedRetryMs = options.underfundedRetryMs ?? 30_000;
   const hooks = options.hooks ?? {};
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<unknown> = Promise.resolve();
   const later = (ms: number) => new Date(clock().getTime() + ms);
 
   async function move(p: SettlementPayment, to: SettlementStatus, fields: TransitionFields, hook?: TransitionHook) {
@@ -218,7 +216,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   }
 
   async function pass(): Promise<number> {
-    if (stopped) return 0;
+    if (loop.stopped) return 0;
     const rails = options.rails();
     const now = clock();
     const claimed = await store.claim(
@@ -231,23 +229,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return claimed.length;
   }
 
-  function schedule() {
-    if (stopped || options.pollMs <= 0) return;
-    timer = setTimeout(() => {
-      current = pass()
-        .catch((err: unknown) => logger.error({ err }, "settlement pass failed"))
-        .finally(schedule);
-    }, options.pollMs);
-    timer.unref();
-  }
-  schedule();
+  const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "settlement pass failed") });
 
   return {
     runOnce: () => pass(),
-    async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await current.catch(() => {});
-    },
+    stop: () => loop.stop(),
   };
 }
