@@ -2,6 +2,7 @@ import http from "node:http";
 import https from "node:https";
 import { isIP } from "node:net";
 import type { Logger } from "pino";
+import { pollLoop } from "../../../lib/poll-loop.js";
 import { createHostResolver, pinnedLookup, type HostResolver } from "../../net/resolver.js";
 import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
@@ -65,9 +66,6 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   const maxLanes = options.maxLanes ?? 32;
   const { outbox, logger } = options;
   const resolver = options.resolver ?? createHostResolver();
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<unknown> = Promise.resolve();
   const running = new Set<Promise<number>>();
 
   async function deliverOne(d: DueDelivery): Promise<void> {
@@ -134,7 +132,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   async function runLane(lane: Lane): Promise<number> {
     let attempted = 0;
     try {
-      while (attempted < batchSize && !stopped) {
+      while (attempted < batchSize && !loop.stopped) {
         const now = options.clock();
         const step = await outbox.leaseNext(lane, now, new Date(now.getTime() + leaseMs));
         if (step.kind === "lost") logger.warn({ partnerId: lane.partnerId }, "webhook lane lease ran out; another worker holds it");
@@ -151,7 +149,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   /** Takes free lanes and starts them; resolves once they are started, with their completions. */
   async function claim(): Promise<Promise<number>[]> {
     const free = maxLanes - running.size;
-    if (stopped || free <= 0) return [];
+    if (loop.stopped || free <= 0) return [];
     const now = options.clock();
     const lanes = await outbox.claimLanes(now, new Date(now.getTime() + leaseMs), free);
     return lanes.map((lane) => {
@@ -165,16 +163,8 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     });
   }
 
-  function schedule() {
-    if (stopped || options.pollMs <= 0) return;
-    timer = setTimeout(() => {
-      current = claim()
-        .catch((err: unknown) => logger.error({ err }, "webhook pass failed"))
-        .finally(schedule);
-    }, options.pollMs);
-    timer.unref();
-  }
-  schedule();
+  // A pass only starts lanes; stop waits for the lanes themselves too.
+  const loop = pollLoop({ intervalMs: options.pollMs, pass: claim, onError: (err) => logger.error({ err }, "webhook pass failed") });
 
   return {
     async runOnce() {
@@ -182,9 +172,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       return counts.reduce((a, b) => a + b, 0);
     },
     async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await current.catch(() => {});
+      await loop.stop();
       await Promise.all([...running]);
     },
   };
