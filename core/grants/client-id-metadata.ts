@@ -1,12 +1,12 @@
-import http from "node:http";
-import https from "node:https";
+import type http from "node:http";
 import { isIP } from "node:net";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { textProblem } from "../../lib/text.js";
 import { checkClientMetadata } from "./client-metadata.js";
 import type { ClientRecord } from "./stores/clients.js";
-import { createHostResolver, HostLookupError, pinnedLookup, type HostResolver } from "../net/resolver.js";
+import { pinnedRequest, urlHost } from "../net/pinned-request.js";
+import { createHostResolver, HostLookupError, type HostResolver } from "../net/resolver.js";
 
 /**
  * Client ID Metadata Documents: core fetches from an address any caller chooses, so the fetch is
@@ -219,10 +219,9 @@ async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: strin
   }
 
   async function get(): Promise<Fetched> {
-    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
     let addresses: { address: string; family: 4 | 6 }[];
     try {
-      addresses = await opts.resolver.resolve(host);
+      addresses = await opts.resolver.resolve(urlHost(url));
     } catch (err) {
       if (err instanceof HostLookupError && err.kind === "busy") throw err;
       if (err instanceof HostLookupError && err.kind === "timeout") return problem(`its host name did not resolve in time (${err.message})`);
@@ -232,20 +231,12 @@ async function fetchDocument(url: URL, opts: { allowPrivate: boolean; ca?: strin
     if (!opts.allowPrivate && addresses.some((a) => !isPublicAddress(a.address))) {
       problem("its host is a private, loopback, link-local or otherwise non-public address");
     }
-    // Every connection goes to the address checked above, whatever DNS answers next.
-    const pinned = pinnedLookup(addresses[0]!);
-    const secure = url.protocol === "https:";
     return new Promise<Fetched>((resolve, reject) => {
-      const req = (secure ? https : http).request({
-        protocol: url.protocol,
-        hostname: host,
-        port: url.port || undefined,
-        path: url.pathname + url.search,
+      // Every connection goes to the address checked above, whatever DNS answers next.
+      const req = pinnedRequest(url, addresses[0]!, {
         method: "GET",
-        agent: false,
-        lookup: pinned,
         headers: { accept: "application/json", "accept-encoding": "identity", "user-agent": "Vaultgate (client metadata)" },
-        ...(secure ? { servername: isIP(host) ? undefined : host, ...(opts.ca ? { ca: opts.ca } : {}) } : {}),
+        ca: opts.ca,
       });
       request = req;
       req.on("error", (err) => reject(err instanceof DocumentProblem ? err : new DocumentProblem("the document could not be fetched")));

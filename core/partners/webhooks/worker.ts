@@ -1,9 +1,7 @@
-import http from "node:http";
-import https from "node:https";
-import { isIP } from "node:net";
 import type { Logger } from "pino";
 import { pollLoop } from "../../../lib/poll-loop.js";
-import { createHostResolver, pinnedLookup, type HostResolver } from "../../net/resolver.js";
+import { pinnedRequest, urlHost } from "../../net/pinned-request.js";
+import { createHostResolver, type HostResolver } from "../../net/resolver.js";
 import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
 
@@ -100,25 +98,12 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   async function post(target: string, headers: Record<string, string>, body: string): Promise<number> {
     const url = new URL(target);
     const signal = AbortSignal.timeout(timeoutMs);
-    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
     const addresses = await Promise.race([
-      resolver.resolve(host),
+      resolver.resolve(urlHost(url)),
       new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true })),
     ]);
-    const secure = url.protocol === "https:";
     return new Promise<number>((resolve, reject) => {
-      const req = (secure ? https : http).request({
-        protocol: url.protocol,
-        hostname: host,
-        port: url.port || undefined,
-        path: url.pathname + url.search,
-        method: "POST",
-        agent: false,
-        lookup: pinnedLookup(addresses[0]!),
-        signal,
-        headers: { ...headers, "content-length": Buffer.byteLength(body) },
-        ...(secure && !isIP(host) ? { servername: host } : {}),
-      });
+      const req = pinnedRequest(url, addresses[0]!, { method: "POST", signal, headers: { ...headers, "content-length": Buffer.byteLength(body) } });
       req.on("error", reject);
       req.on("response", (res) => {
         res.resume();
