@@ -1,5 +1,4 @@
-import type { CommandSpec } from "./spec.js";
-import { csv } from "./spec.js";
+import { csv, pagingOptions, type CommandSpec } from "./spec.js";
 
 /** The partner command's entry in the command table (kept apart: it is the largest). */
 export const PARTNER_COMMAND: CommandSpec = {
@@ -29,11 +28,7 @@ export const PARTNER_COMMAND: CommandSpec = {
       name: "list",
       summary: "list partners, oldest first (never their secrets)",
       admin: true,
-      options: {
-        limit: { type: "string", value: "N", description: "partners per page, 1-200 (default 50)" },
-        cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
-        all: { type: "boolean", description: "follow every page" },
-      },
+      options: pagingOptions("partners"),
       examples: ["vaultgate partner list", "vaultgate partner list --all --json | jq -r '.partners[].client_id'"],
     },
     {

@@ -4,7 +4,7 @@
  * the database, the gateways or the RPC stack; a command's module is imported when it runs.
  */
 import { PARTNER_COMMAND } from "./partner-spec.js";
-import { csv, type CommandSpec, type OptionSpec, type SubcommandSpec } from "./spec.js";
+import { csv, pagingOptions, type CommandSpec, type OptionSpec, type SubcommandSpec } from "./spec.js";
 
 export type { CommandSpec, OptionSpec, SubcommandSpec } from "./spec.js";
 
@@ -55,11 +55,7 @@ export const COMMANDS: CommandSpec[] = [
         name: "list",
         summary: "list users with their root vaults, oldest first",
         admin: true,
-        options: {
-          limit: { type: "string", value: "N", description: "users per page, 1-200 (default 50)" },
-          cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
-          all: { type: "boolean", description: "follow every page" },
-        },
+        options: pagingOptions("users"),
         examples: ["vaultgate user list", "vaultgate user list --limit 10 --cursor <next_cursor>"],
       },
       {

@@ -36,3 +36,10 @@ export interface CommandSpec {
 }
 
 export const csv = (what: string) => `${what}, comma-separated ("" for none)`;
+
+/** The options of a paged list command: the page size, the cursor of the next page, or every page. */
+export const pagingOptions = (items: string): Record<string, OptionSpec> => ({
+  limit: { type: "string", value: "N", description: `${items} per page, 1-200 (default 50)` },
+  cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
+  all: { type: "boolean", description: "follow every page" },
+});
