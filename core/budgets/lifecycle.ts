@@ -28,7 +28,7 @@ import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
-import { ownerDecision, type OwnerDecisionBase } from "./owner-decision.js";
+import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
 import { checkBudgetInput, optNumber } from "./validation.js";
 import { budgetView } from "./views.js";
 
@@ -110,18 +110,22 @@ export async function createBudget(
   return { budget: budgetView(await finishSaga(deps, ctx, actor, budget, steps, g.id)) };
 }
 
+/** A draft budget as the owner names it: by its agent principal. */
+const ownedBudget = (deps: OwnerDecisionDeps, rawId: string): OwnedRecord<BudgetRecord> => ({
+  rawId,
+  noun: "budget",
+  find: (trx, id) => deps.budgets.findBudgetByAgent(trx, id, true),
+  subject: (b) => b.agentPrincipalId,
+});
+
 /** BudgetsService.ActivateBudget: the owner, freshly stepped up, activates a draft. */
 export async function activateBudget(
   deps: OwnerDecisionDeps,
   req: ActivateBudgetRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ActivateBudgetResponseSchema>> {
-  const budget = await ownerDecision(deps, ctx, {
-    sessionToken: req.sessionToken,
+  const budget = await ownerDecision(deps, ctx, req.sessionToken, ownedBudget(deps, req.agentPrincipalId), {
     stepUp: "activating a budget needs a fresh step-up",
-    rawId: req.agentPrincipalId,
-    noun: "budget",
-    find: (trx, id) => deps.budgets.findBudgetByAgent(trx, id, true),
     state: (b) => {
       if (b.status === "declined") fail(Reason.NOT_FOUND, "the budget was declined");
       if (b.status === "closed") fail(Reason.NOT_FOUND, "the budget was closed");
@@ -132,7 +136,6 @@ export async function activateBudget(
       return deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
     },
     action: "agent.budget.activate",
-    subject: (b) => b.agentPrincipalId,
   });
   return { budget: budgetView(budget) };
 }
@@ -143,23 +146,14 @@ export async function declineBudget(
   req: DeclineBudgetRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
-  const budget = await ownerDecision(deps, ctx, {
-    sessionToken: req.sessionToken,
-    rawId: req.agentPrincipalId,
-    noun: "budget",
-    find: (trx, id) => deps.budgets.findBudgetByAgent(trx, id, true),
-    state: (b) => {
-      if (b.status === "declined") return "done";
-      if (b.status !== "draft") fail(Reason.NOT_FOUND, "the budget is no longer waiting for approval");
-      return "decide";
-    },
+  const budget = await ownerDecision(deps, ctx, req.sessionToken, ownedBudget(deps, req.agentPrincipalId), {
+    state: declining("draft", "budget"),
     decide: async (trx, b, now) => {
       // The owner may have funded the draft: what it holds goes back to the parent vault.
       await sweep(deps, trx, b, "decline", now);
       return deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
     },
     action: "agent.budget.decline",
-    subject: (b) => b.agentPrincipalId,
   });
   return { budget: budgetView(budget) };
 }

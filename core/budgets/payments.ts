@@ -40,7 +40,7 @@ import type { PaymentRecord } from "./records.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
-import { ownerDecision, type OwnerDecisionBase } from "./owner-decision.js";
+import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
 import { paymentInput } from "./validation.js";
 import { budgetView, paymentView } from "./views.js";
 import { reservePayment } from "../settlement/ledger.js";
@@ -259,25 +259,28 @@ export async function simulatePayment(
   return { decision, rule, brokenRules: broken.map((r) => ({ reasonId: r, message: RULE_MESSAGES[r] })) };
 }
 
+/** A payment as the owner names it. */
+const ownedPayment = (deps: OwnerPaymentDeps, rawId: string): OwnedRecord<PaymentRecord> => ({
+  rawId,
+  noun: "payment",
+  find: (trx, id) => deps.payments.findPaymentById(trx, id, true),
+  subject: (p) => p.id,
+});
+
 /** BudgetsService.ApprovePayment: the owner, freshly stepped up, lets the agent repeat a payment. */
 export async function approvePayment(
   deps: OwnerPaymentDeps,
   req: ApprovePaymentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ApprovePaymentResponseSchema>> {
-  const payment = await ownerDecision(deps, ctx, {
-    sessionToken: req.sessionToken,
+  const payment = await ownerDecision(deps, ctx, req.sessionToken, ownedPayment(deps, req.paymentId), {
     stepUp: "approving a payment needs a fresh step-up",
-    rawId: req.paymentId,
-    noun: "payment",
-    find: (trx, id) => deps.payments.findPaymentById(trx, id, true),
     state: (p) => {
       if (p.status === "declined") fail(Reason.NOT_FOUND, "the payment was declined");
       return p.status === "pending_step_up" ? "decide" : "done";
     },
     decide: (trx, p, now) => deps.payments.setPaymentStatus(trx, p.id, "approved", now),
     action: "payments.approve",
-    subject: (p) => p.id,
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
@@ -288,19 +291,10 @@ export async function declinePayment(
   req: DeclinePaymentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof DeclinePaymentResponseSchema>> {
-  const payment = await ownerDecision(deps, ctx, {
-    sessionToken: req.sessionToken,
-    rawId: req.paymentId,
-    noun: "payment",
-    find: (trx, id) => deps.payments.findPaymentById(trx, id, true),
-    state: (p) => {
-      if (p.status === "declined") return "done";
-      if (p.status !== "pending_step_up") fail(Reason.NOT_FOUND, "the payment is no longer waiting for approval");
-      return "decide";
-    },
+  const payment = await ownerDecision(deps, ctx, req.sessionToken, ownedPayment(deps, req.paymentId), {
+    state: declining("pending_step_up", "payment"),
     decide: (trx, p, now) => deps.payments.setPaymentStatus(trx, p.id, "declined", now),
     action: "payments.decline",
-    subject: (p) => p.id,
   });
   return { payment: paymentView(deps.appUrl, payment) };
 }
