@@ -34,6 +34,10 @@ function gate() {
   return { done, release };
 }
 
+/** A loop on a hand-fired timer. */
+const handLoop = (t: ReturnType<typeof manualTimer>, pass: () => Promise<unknown>, more: { intervalMs?: number; onError?: (err: unknown) => void } = {}) =>
+  pollLoop({ intervalMs: more.intervalMs ?? 5, timer: t.timer, onError: more.onError ?? (() => {}), pass });
+
 /** Lets every queued promise callback run (no clock involved). */
 const settle = async () => {
   for (let i = 0; i < 10; i++) await new Promise((r) => setImmediate(r));
@@ -43,7 +47,7 @@ describe("pollLoop: the background pass loop the workers share", () => {
   it("waits the interval before each pass, counted from the end of the previous one", async () => {
     const t = manualTimer();
     let passes = 0;
-    const loop = pollLoop({ intervalMs: 250, timer: t.timer, onError: () => {}, pass: async () => void passes++ });
+    const loop = handLoop(t, async () => void passes++, { intervalMs: 250 });
     expect(passes).to.equal(0);
     expect(t.open().map((w) => w.ms)).to.deep.equal([250]);
     t.fire();
@@ -61,18 +65,13 @@ describe("pollLoop: the background pass loop the workers share", () => {
     const gates: ReturnType<typeof gate>[] = [];
     let inFlight = 0;
     let most = 0;
-    const loop = pollLoop({
-      intervalMs: 10,
-      timer: t.timer,
-      onError: () => {},
-      pass: async () => {
-        inFlight++;
-        most = Math.max(most, inFlight);
-        const g = gate();
-        gates.push(g);
-        await g.done;
-        inFlight--;
-      },
+    const loop = handLoop(t, async () => {
+      inFlight++;
+      most = Math.max(most, inFlight);
+      const g = gate();
+      gates.push(g);
+      await g.done;
+      inFlight--;
     });
     for (let i = 0; i < 3; i++) {
       t.fire();
@@ -119,18 +118,13 @@ describe("pollLoop: the background pass loop the workers share", () => {
     const g = gate();
     let passes = 0;
     let sawStopped = false;
-    const loop = pollLoop({
-      intervalMs: 5,
-      timer: t.timer,
-      onError: () => {},
-      pass: async () => {
-        passes++;
-        try {
-          await g.done;
-        } finally {
-          sawStopped = loop.stopped;
-        }
-      },
+    const loop = handLoop(t, async () => {
+      passes++;
+      try {
+        await g.done;
+      } finally {
+        sawStopped = loop.stopped;
+      }
     });
     t.fire();
     await settle();
@@ -151,14 +145,14 @@ describe("pollLoop: the background pass loop the workers share", () => {
   it("stop between passes cancels the wait; an interval of 0 runs no pass at all", async () => {
     const t = manualTimer();
     let passes = 0;
-    const loop = pollLoop({ intervalMs: 5, timer: t.timer, onError: () => {}, pass: async () => void passes++ });
+    const loop = handLoop(t, async () => void passes++);
     await loop.stop();
     expect(t.waits).to.have.length(1);
     expect(t.waits[0]!.cleared).to.equal(true);
     expect(passes).to.equal(0);
 
     const idle = manualTimer();
-    const none = pollLoop({ intervalMs: 0, timer: idle.timer, onError: () => {}, pass: async () => void passes++ });
+    const none = handLoop(idle, async () => void passes++, { intervalMs: 0 });
     expect(idle.waits).to.have.length(0);
     await none.stop();
     expect(passes).to.equal(0);
