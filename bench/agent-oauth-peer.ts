@@ -1,12 +1,7 @@
 /**
- * Child process of agent-oauth.bench.ts: node-oidc-provider with the same client, grants
- * and token formats as ours (PKCE S256, client_secret_post, ES256 JWT access tokens,
- * refresh rotation), in a process of its own so that neither server's heap, garbage
- * collector or JIT state is the other's:
- *   node bench/agent-oauth-peer.js <code-challenge> [<postgres-url>]
- * With a URL its codes, grants and tokens live in PostgreSQL (PgAdapter), else in memory.
- * Prints one JSON line ({ tokenUrl, clientId, clientSecret }), then mints authorization
- * codes when the bench asks (`codes`, n) until SIGTERM.
+ * Child process of agent-oauth.bench.ts: node-oidc-provider with our client, grants and token
+ * formats, in its own process so neither server's heap or JIT is the other's.
+ * Usage: `node bench/agent-oauth-peer.js <code-challenge> [<postgres-url>]`.
  */
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { createServer } from "node:http";

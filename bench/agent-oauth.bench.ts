@@ -1,17 +1,7 @@
 /**
- * Authorization-code exchange and refresh req/s next to node-oidc-provider (same grants,
- * PKCE S256, client_secret_post, ES256 JWT access tokens, refresh rotation), in
- * alternating rounds at 10 and 50 connections and each at its peak; and
- * revocation-to-refusal latency over 200 trials. Floor: at least 1.0x the peer's req/s,
- * each at its peak; goal: 1.5x at 10 and at 50 connections; revocation-to-refusal p99
- * under 50 ms.
- *
- * Ours runs as shipped (the production logger at info, the default pool of 20, commits
- * to durable Postgres). The peer judged does the same durable work: oidc-provider with
- * its codes, grants and tokens in a table on the same cluster (a pool of 20). The same
- * provider in memory is measured beside them and printed, not judged. Each server runs
- * in a process of its own (bench/agent-oauth-peer.ts), as does the load generator, and
- * none is measured while another is. Every response must be a token response.
+ * Code exchange and refresh next to node-oidc-provider doing the same durable work, and
+ * revocation-to-refusal latency; targets and method in docs/benchmarks.md. Each server and
+ * the load generator run in processes of their own so none is measured while another runs.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
@@ -124,19 +114,9 @@ const CODE_LIFETIME_S = CODE_TTL_MS / 1000;
 const CODE_BUDGET_S = CODE_LIFETIME_S * 0.75;
 
 /**
- * An exchange measurement uses each code once, so it lasts as many codes as it gets over
- * the rate: each side gets enough for about BENCH_SECONDS (default 8) at its last rate at
- * that level (at least CODES), so an exchange round is as long as the other measurements.
- * With a fixed 4,000 codes a round of ours at 50 connections lasted under a second.
- *
- * All of a round's codes are minted before it starts, and a code is good for
- * CODE_LIFETIME_S. Minting runs at some 400 codes a second (mintCodes), so 38,000 codes
- * (8 s at 4,800 req/s) took most of a minute to mint, and in the first run at the
- * default 8 s the round's last 11,600 codes had expired before the load reached them
- * (invalid_grant, counted as failures). So a round gets no more codes than it can mint
- * and redeem within CODE_BUDGET_S at the rates last seen, minting included, and says so
- * when that shortens it: at 50 connections our rounds then last about 4 s, at 10 about
- * 6 s.
+ * Each code is used once, so a round gets as many codes as it can mint and redeem within
+ * CODE_BUDGET_S at the last rates seen: minting is slow, and codes minted too early expire
+ * before the load reaches them (counted as failures).
  */
 async function exchangeRound(c: Contender, connections: number, rates: Map<string, number>): Promise<Measurement> {
   const key = `${c.name} at ${connections}`;
@@ -262,10 +242,8 @@ async function startOurs(databaseUrl: string): Promise<OurContender> {
     clients,
     sessionCookie: `vg_session=${sessionToken}`,
     async mintCodes(n) {
-      // MINT_CONCURRENCY approvals in flight at all times (not batches that each wait
-      // for their slowest call). Each costs the service about 2 ms of CPU (the consent
-      // path is not group-committed: one transaction of several statements), so minting
-      // runs at some 350-450 codes a second however many are in flight.
+      // MINT_CONCURRENCY approvals always in flight (not batches waiting for their slowest):
+      // the consent path is not group-committed, so minting speed is bounded by the service.
       const out: string[] = new Array<string>(n);
       let next = 0;
       const minter = async () => {

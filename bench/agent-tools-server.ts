@@ -1,9 +1,7 @@
 /**
- * Child process of agent-tools.bench.ts, so the load generator never shares an event
- * loop with a server under test:
- *   tsx bench/agent-tools-server.ts ours <postgres-url> <log-file>   our gateway + core (one process, as `serve --role all`)
- *   tsx bench/agent-tools-server.ts peer <postgres-url>   the MCP SDK's stateless server; its tool commits an audit row
- * Prints one JSON line with what the parent needs, then serves until SIGTERM.
+ * Child process of agent-tools.bench.ts, so the load generator never shares an event loop
+ * with a server under test. `ours <postgres-url> <log-file>` or `peer <postgres-url>`;
+ * prints one JSON line for the parent, then serves until SIGTERM.
  */
 import { createServer } from "node:http";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";

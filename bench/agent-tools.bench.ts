@@ -1,12 +1,6 @@
 /**
- * `payments.simulate` through `/mcp/write` (bearer verified, vault, policy and spend read
- * from durable Postgres on every call; `vaultgate serve --role all` with the production
- * logger at info) next to a stateless `@modelcontextprotocol/sdk` server whose tool
- * commits one audit row to the same cluster before answering, as ours does, in
- * alternating rounds at 10 and 50 connections. Floor: at least 2.0x the SDK server's
- * req/s at 50 connections; goal: 3.0x at 10 and 50 connections and at peak. Every
- * response must be a JSON-RPC result (an error body or a tool error counts as a
- * failure). Then `agent.budget.create` p50/p99.
+ * `payments.simulate` through `/mcp/write` next to a stateless MCP SDK server that commits one
+ * audit row per call as ours does, then `agent.budget.create` latency (docs/benchmarks.md).
  * Each server runs in its own process (bench/agent-tools-server.ts).
  */
 import { performance } from "node:perf_hooks";

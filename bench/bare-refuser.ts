@@ -1,9 +1,6 @@
 /**
- * Child process of partner-token.bench.ts: a server that answers every request at once
- * with 429 and a short JSON body and does nothing else, the far end of a flood whose cost
- * is only the machine's (its load generator, the kernel, one more busy process). Plain
- * node:http, so it is cheaper per request than any real server. Prints its port as one
- * JSON line (startBenchChild), then serves until it is stopped.
+ * Child process of partner-token.bench.ts: answers every request at once with 429 and does
+ * nothing else, so a flood aimed at it measures what the flood costs the machine alone.
  */
 import { createServer } from "node:http";
 

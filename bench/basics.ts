@@ -16,13 +16,8 @@ export function comparisonRounds(full: number): number {
   return process.env.BENCH_ROUNDS ? ROUNDS : QUICK ? 1 : full;
 }
 /**
- * Rounds of a comparison whose sides measure nearly the same and whose line sits close
- * to 1.0x (grown vs fresh data at 0.95x, info vs silent logging at 0.90x). Each round's
- * ratio is then mostly this machine's noise: one measurement of 5 s moves by about 8%
- * from the next, and the rounds of one comparison spread 0.82-1.27 in a run. With five
- * rounds (three for logging) the median still moved enough between runs of the same
- * code to flip the verdict (logging: 0.98x, 1.04x, then 0.83x). For sides that truly
- * measure alike, nine rounds make a false FAIL about half as likely as five.
+ * Rounds for comparisons whose sides measure nearly alike and whose line sits near 1.0x:
+ * each ratio is then mostly machine noise, and fewer rounds let the median flip the verdict.
  */
 export const NEAR_ONE_ROUNDS = comparisonRounds(9);
 

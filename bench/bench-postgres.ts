@@ -57,11 +57,8 @@ export function benchPostgres(): Promise<string> {
 }
 
 /**
- * Waits until the bench server has caught up with what earlier benches left behind
- * (bench/run.ts calls it between benches): autovacuum on the tables a seeding bench
- * filled, and the dirty pages a checkpoint must write. Its processes count as the system
- * under test, not as other load, so without this wait a bench after the grown-data or
- * ledger seeding measured their clean-up. Gives up after two minutes and says so.
+ * Waits for autovacuum and checkpoint work left by earlier benches: those processes count as
+ * the system under test, so otherwise a bench would measure the previous one's clean-up.
  */
 export async function settleBenchPostgres(): Promise<void> {
   if (!server) return;
@@ -109,16 +106,9 @@ export async function benchDatabase() {
 // PostgreSQL's own background work during a measurement
 
 /**
- * Starts watching the bench PostgreSQL for its own background work (none when no bench
- * server was started): checkpoints that ran, and autovacuum workers busy when the
- * measurement started or ended. Its processes are the system under test, so the load
- * columns count them as the bench's; this names them. A checkpoint makes the pages it
- * writes out cost a full-page image in the WAL when next changed, so a round it lands in
- * is slower for reasons of timing rather than of the code measured.
- *
- * It also reads how far the WAL's insert position moved (pg_current_wal_lsn, exact at
- * once, unlike pg_stat_wal's counters, which backends report up to a second late): the
- * bytes of WAL the measurement cost, whoever wrote them.
+ * Names the bench PostgreSQL's own background work during a measurement (checkpoints,
+ * autovacuum), which slows a round for reasons of timing, and the WAL bytes it cost
+ * (from pg_current_wal_lsn, exact at once unlike pg_stat_wal).
  */
 export async function watchPostgres(): Promise<
   { start(): Promise<() => Promise<{ background: string; walBytes: number }>>; close(): Promise<void> } | undefined

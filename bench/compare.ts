@@ -93,10 +93,8 @@ export interface Turn<S, M> {
 }
 
 /**
- * Measures every side once a round for `rounds` rounds, the order turning every round
- * (A B C, B C A, C A B, ...; for two sides A B, B A): no side always runs first, or always
- * right after what the same other side left behind (a checkpoint, autovacuum, a flood's
- * rate-limit rows, a warm cache). Each measurement carries the machine's load while it ran.
+ * Measures every side once a round, rotating the order so no side always runs first or right
+ * after what another left behind (a checkpoint, autovacuum, a warm cache).
  */
 export async function inTurns<S, M>(sides: readonly S[], rounds: number, measure: (side: S, round: number) => Promise<M>): Promise<Turn<S, M>[]> {
   const turns: Turn<S, M>[] = [];
@@ -187,10 +185,8 @@ export async function alternate(title: string, sides: Side[], rounds = ROUNDS): 
 }
 
 /**
- * Rounds of each level of `alternateAtLevels`, the comparisons with the goals against a
- * peer: five, not three. Two full runs of the same code an hour apart flipped the
- * verdict at 50 connections (exchange 1.57x, then 1.37x, against 1.5x) on one round's
- * difference; a median of five moves less with one unusual round.
+ * Rounds per level of `alternateAtLevels`: repeated runs of the same code flipped a verdict
+ * on one round's difference with three, and a median of five moves less.
  */
 const LEVEL_ROUNDS = comparisonRounds(5);
 

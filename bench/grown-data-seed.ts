@@ -20,12 +20,8 @@ export const PAYMENTS_PER_VAULT = Math.round(10_000 * SCALE);
 export const BENCH_VAULT_PAYMENTS = Math.round(100_000 * SCALE);
 
 /**
- * SQL for a UUIDv7 (text) made at the timestamptz `at`, as lib/uuidv7.ts makes one: the
- * 48-bit milliseconds and the version digit over a random v4 (whose variant bits are v7's
- * too). The product makes grant ids and request ids this way, so their indexes grow at the
- * right edge; the seed makes them from each seeded row's own time. Random ones would send
- * every new id into the middle of an index of a million keys, splitting pages a database
- * of ours never splits.
+ * SQL for a UUIDv7 made at `at`, as lib/uuidv7.ts makes one: the product's ids grow at an
+ * index's right edge, and random ones would split pages our databases never split.
  */
 export const seedUuidv7 = (at: string) =>
   `overlay(gen_random_uuid()::text PLACING regexp_replace(lpad(to_hex(floor(extract(epoch FROM ${at}) * 1000)::bigint), 12, '0'), '^(.{8})(.{4})$', '\\1-\\2-7') FROM 1 FOR 15)`;

@@ -1,16 +1,7 @@
 /**
- * The hot paths against a grown database next to a fresh one, in alternating rounds:
- * partner GET /users/<id>/kyc, payments.simulate and payments.initiate through
- * /mcp/write, and the refresh-token grant. The grown database gets, by SQL (fast,
- * generate_series): 1,000,000 audit rows, 50,000 users with a vault, an agent, KYC and
- * consent to the bench partner, 150,000 grants, ten vaults with 10,000 payments each, and
- * the bench's own budget vault with 100,000 payments of history (grant and request ids
- * time-ordered, as the product makes them). Target for each path:
- * grown/fresh >= 0.95x (median of the per-round req/s ratios).
- *
- * Both stacks run as shipped (in-process core and gateway as `vaultgate serve --role
- * all`, the production logger at info, pool of 20, durable Postgres); the fixtures are
- * made through the API the same way in both databases, then the grown one is seeded.
+ * The hot paths against a database grown by SQL (audit rows, users, grants, payment history)
+ * next to a fresh one, in alternating rounds; both as shipped, fixtures made through the API
+ * in each. What is seeded and the target are in docs/benchmarks.md.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createRouterTransport } from "@connectrpc/connect";

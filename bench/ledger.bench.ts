@@ -1,12 +1,7 @@
 /**
- * The double-entry ledger's costs.
- *
- * 1. payments.initiate through `/mcp/write` (tools/call) on durable Postgres, this checkout
- *    against the last version without the ledger (BENCH_LEDGER_BASE, default the parent of
- *    the commit that added migration 0020-ledger; built into a temporary git worktree), in
- *    alternating rounds, each service as shipped on a fresh database. Target: the ledger
- *    adds no round trip, so the ratio stays near 1 (>= 0.90x; printed before/after).
- * 2. `ledger verify` over a database holding 1 million postings: its time (target < 10 s).
+ * The ledger's costs: payments.initiate against the version before the ledger (BENCH_LEDGER_BASE,
+ * built in a temporary worktree), which should show the ledger adds no round trip; and
+ * `ledger verify` over a large ledger (docs/benchmarks.md).
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";

@@ -1,9 +1,7 @@
 /**
- * The load generator, a child process of the bench so it never shares an event loop with
- * a server under test: reads a LoadSpec (bench/load.ts) as JSON on stdin, runs the load
- * against 127.0.0.1, checks every response (status and body), and prints a Measurement as
- * JSON on stdout. A closed loop (each connection sends its next request when the last is
- * answered) runs on autocannon; a paced load (`rate`) runs on paced() below.
+ * The load generator, a child process so it never shares an event loop with a server under
+ * test: reads a LoadSpec as JSON on stdin, checks every response, prints a Measurement.
+ * Closed loops run on autocannon, paced loads on paced() below.
  */
 import { Agent, request as httpRequest } from "node:http";
 import autocannon from "autocannon";
@@ -18,13 +16,9 @@ const spec = JSON.parse(Buffer.concat(chunks).toString("utf8")) as LoadSpec;
 const PACED_TIMEOUT_MS = 10_000;
 
 /**
- * An open loop: request i leaves at start + i/rate seconds on whichever of the keep-alive
- * connections is free (or waits for one), whatever the earlier answers. Its latency runs
- * from that scheduled moment to the end of its answer, so time spent waiting for a free
- * connection counts too (no coordinated omission). autocannon's rate is not used: each of
- * its connections sends its share of a second back to back when the second starts, so a
- * "200/s" load arrived as a burst every second, and two paced loads (reads and a flood)
- * met or missed each other's bursts depending on when their generators happened to start.
+ * An open loop timed from each request's scheduled moment (no coordinated omission).
+ * autocannon's rate sends each second's share as one burst, so two paced loads met or
+ * missed each other's bursts by chance.
  */
 async function paced(spec: LoadSpec & { rate: number }): Promise<Measurement> {
   const url = new URL(spec.url);

@@ -1,11 +1,7 @@
 /**
- * How busy the machine was during a measured round, from two readings of /proc: the CPU
- * the bench's own processes used, the CPU everything else used (processes outside the
- * bench and the hypervisor's steal), and the time every task waited for the disk.
- *
- * This module only parses and computes; bench/machine-watch.ts reads /proc and times the CPU
- * probes. Keeping the arithmetic here lets it be tested on made-up readings
- * (test/unit/bench-machine-load.test.ts).
+ * How busy the machine was during a round, from two /proc readings: the bench's CPU, everyone
+ * else's (steal included) and disk waits. Only arithmetic here, so it can be tested on made-up
+ * readings; bench/machine-watch.ts does the reading.
  */
 
 /** USER_HZ, the unit of /proc's CPU times on Linux. */
@@ -123,10 +119,8 @@ export function loadBetween(before: CpuSnapshot, after: CpuSnapshot, roots: Iter
       benchTicks += sameProcess(was, p) ? p.ticks + p.reaped - was.ticks - was.reaped : p.ticks + p.reaped;
       continue;
     }
-    // Others: their own CPU only. A reaped child's time lands in its parent's all at once
-    // at exit, which would charge a whole test run to one round.
-    // A process seen for the first time (or a new process under a reused pid) started
-    // during the round: all its time is new.
+    // Others: their own CPU only (a reaped child's time lands in its parent at once).
+    // A process first seen now (or a reused pid) started during the round: all its time is new.
     const delta = sameProcess(was, p) ? p.ticks - was.ticks : p.ticks;
     if (delta <= 0) continue;
     othersTicks += delta;

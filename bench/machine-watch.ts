@@ -30,10 +30,8 @@ export function parentOf(pid: number): number | undefined {
 }
 
 /**
- * The processes that only launched this bench (`npm run bench`, its `sh -c`,
- * scripts/bench.mjs): this process's ancestors, nearest first, as long as each is one of
- * those. Their CPU is the bench's own, not outside load. The walk stops at the first
- * other process (the operator's shell), whose other children are not the bench's.
+ * This process's ancestors that only launched the bench (npm, its `sh -c`, scripts/bench.mjs):
+ * their CPU is the bench's own. The walk stops at the operator's shell.
  */
 const LAUNCHER = /^npm run bench(?:[ \0]|$)|(?:^|\0)scripts\/bench\.mjs(?:\0|$)|^(?:\/bin\/)?sh\0-c\0node scripts\/bench\.mjs/;
 const launchers: number[] = (() => {
@@ -86,11 +84,8 @@ export function mainThreadSched(pid: number): ThreadSched | undefined {
 const PROBE_INPUT = Buffer.alloc(16 * 1024, 7);
 
 /**
- * How fast this machine's CPU is right now: the best of three timings of a fixed piece of
- * work (SHA-256 over 1.6 MB, about 1.2 ms here). On a virtual machine the same work takes
- * longer while the host is busy with other machines, and not all of that shows as steal:
- * six runs of an ES256 signing loop, seconds apart on an idle machine, took 25.3-31.9 us
- * per signature. A round whose probes read well above the others' ran on a slower machine.
+ * How fast the CPU is right now: the best of three timings of fixed work. On a virtual
+ * machine a busy host slows work without all of it showing as steal.
  */
 function cpuProbe(): number {
   let best = Infinity;

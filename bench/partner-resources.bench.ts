@@ -1,13 +1,7 @@
 /**
- * GET /api/partner/users/<id>/kyc on durable Postgres, as shipped (production logger at
- * info, core's default pool of 20, in-process core as `vaultgate serve --role all`), in
- * alternating rounds against the single-row committed INSERT ceiling through `pg` with
- * the same pool size, at 10 and 50 connections. Floor: at least 60% of the ceiling at
- * 50 connections, p99 under 25 ms. Goal: at least 95% of the same INSERT group-committed
- * behind a fastify route with the same JSON and load generator (the peer doing a durable
- * write per request over HTTP), at 50 connections; one INSERT per request behind the
- * route is printed beside it. Then the read with the gateway's logger at info against
- * silent (target: info costs under 10%) and a bare fastify route (printed).
+ * The partner KYC read as shipped, against the committed-INSERT ceiling through `pg` and the
+ * same INSERT group-committed behind a fastify route; then info against silent logging
+ * (docs/benchmarks.md).
  */
 import { randomBytes } from "node:crypto";
 import { createRouterTransport } from "@connectrpc/connect";
@@ -51,10 +45,8 @@ const percentRounds = (ratios: number[]) => `${fmt(median(ratios) * 100, 0)}% (r
 const insertRow = (pool: pg.Pool) => pool.query(`INSERT INTO bench_inserts (request_id, at) VALUES ($1, now())`, [randomBytes(8).toString("hex")]);
 
 /**
- * The same rows group-committed the way core commits its hot paths (core/db/group-commit.ts,
- * with the read's batch limits): the requests that arrive together share one multi-row
- * INSERT and one commit. A route doing only this shows what group commit alone makes of
- * the ceiling; the read's own work is the rest of the difference.
+ * The same rows group-committed as core commits its hot paths: what group commit alone makes of
+ * the ceiling, so the rest of the difference is the read's own work.
  */
 const insertBatched = (pool: pg.Pool) => {
   const batch = createGroupCommit<string, undefined>(

@@ -54,12 +54,8 @@ const FLOOD_ROUND_S = seconds(6);
 /** The flood's source when it comes from another client than the honest partners (they all use 127.0.0.1). */
 const OTHER_ADDRESS = "127.0.1.1";
 /**
- * Five rounds of each kind, not three (BENCH_ROUNDS still decides when set). The verdict is
- * a p99 of 1,000-1,200 reads (the 10th-12th slowest; 200 a second for 5-6 s): one disk
- * stall of a few hundred milliseconds sets it alone (a round without a flood read 164 ms
- * at p99 beside 45-91 ms of stall in the other rounds). With three rounds one such round
- * and the ordinary spread of two 5-10 ms p99s decided the median; five need two stalled
- * rounds.
+ * Five rounds: the verdict is a p99 of a small sample, which one disk stall can set alone;
+ * with three rounds a single stalled round decided the median.
  */
 const FLOOD_ROUNDS = comparisonRounds(5);
 const GET_CONNECTIONS = 8;
@@ -70,11 +66,8 @@ const FRESH_GAP_MS = 200;
 const FRESH_PER_ROUND = Math.ceil((FLOOD_ROUND_S * 1000) / FRESH_GAP_MS) + 5;
 
 /**
- * Honest partners mint while partners read KYC (paced): one that minted before, sequential
- * (its secret is remembered), and partners minting for the first time (each pays a
- * derivation). In alternate rounds 64 connections send wrong secrets for random client
- * ids, from the honest partners' own address (127.0.0.1) or from another one, or at a
- * bare server (the machine's share of the flood's cost).
+ * Honest partners mint while others read KYC, and in alternate rounds a flood of wrong secrets
+ * comes from their own address, another one, or goes to a bare server (the machine's share).
  */
 export async function floodComparison(): Promise<void> {
   const db = await benchDatabase();
@@ -151,10 +144,8 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
     fresh.push(batch);
   }
 
-  // Wrong secrets for random client ids. The flood is load, not a measurement, but the
-  // service must still answer every one of its requests as a refusal: 401 invalid_client,
-  // or 503 when its share of the derivations is full. Anything else (a 429, a 5xx other
-  // than that, a token, a dropped connection) is a failure of the load and fails the bench.
+  // The flood is load, not a measurement, but every one of its requests must still be refused
+  // (401 invalid_client, or 503 when derivations are full); anything else fails the bench.
   const flood: LoadSpec = {
     url: tokenUrl,
     method: "POST",
@@ -170,10 +161,8 @@ async function floodRounds(gatewayUrl: string, cliEnv: Record<string, string>, a
   };
   const floodFromOther: LoadSpec = { ...flood, localAddress: OTHER_ADDRESS };
 
-  // The same flood aimed at a bare server in its own process that refuses each request
-  // at once (429, no work): what the flood costs the reads through the machine alone
-  // (its load generator, the kernel, one more process), which no change to the
-  // service can remove.
+  // The same flood at a bare server that refuses at once: what it costs the reads through the
+  // machine alone, which no change to the service can remove.
   const bare = await startBareRefuser();
   const floodAtBare: LoadSpec = { ...flood, url: bare.url, check: { status: 429 } };
 

@@ -33,10 +33,8 @@ export interface BenchChild<Info> {
 }
 
 /**
- * Starts a sibling script (benchScript) with `args` and an IPC channel, and resolves with
- * the first JSON line it prints. The child answers `{ id, op, arg }` messages with
- * `{ id, result }` or `{ id, error }` (serveBenchCalls), so a bench can ask a server in
- * another process for fixtures (codes, tokens) between measurements.
+ * Starts a sibling bench script with an IPC channel and resolves with its first JSON line;
+ * the child answers `{ id, op, arg }` messages, so a bench can ask it for fixtures.
  */
 export async function startBenchChild<Info>(script: string, args: string[] = []): Promise<BenchChild<Info>> {
   const child = spawn(process.execPath, [...benchScript(script), ...args], { stdio: ["ignore", "pipe", "inherit", "ipc"] });

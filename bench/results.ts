@@ -1,8 +1,6 @@
 /**
- * The record of one `npm run bench`: what every bench printed (its lines and tables) and
- * every target's verdict, written as one JSON file per run (bench-results/, not committed)
- * with the commit, the machine and the settings it ran with. bench/run.ts sends the
- * console's lines here; bench/basics.ts sends its tables and verdicts.
+ * The record of one `npm run bench`: every printed line, table and verdict, with the commit,
+ * machine and settings, as one JSON file per run in bench-results/ (not committed).
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";

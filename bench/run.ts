@@ -1,12 +1,7 @@
 /**
- * `npm run bench`: runs every bench/*.bench.ts (or those named on the command line)
- * one after another and prints their tables. Each module exports
- * `run(): Promise<void>` and prints its own results next to the peer or ceiling it is
- * judged against, measured in the same run, with a PASS/FAIL line per target; the run
- * ends with a summary of every target and exits non-zero when one failed.
- * Everything printed, and every verdict, is also written to bench-results/<start>.json
- * (bench/results.ts). BENCH_QUICK=1: 2 s measurements and one round, for development
- * (docs/benchmarks.md).
+ * `npm run bench`: runs every bench/*.bench.ts (or those named) in turn; each exports `run()`
+ * and prints PASS/FAIL per target against a peer measured in the same run. Exits non-zero
+ * when one failed. Options (BENCH_QUICK ...) are in docs/benchmarks.md.
  */
 import { readdir } from "node:fs/promises";
 import { dirname, join } from "node:path";

@@ -1,14 +1,7 @@
 /**
- * What every bench shares, so each measures the same way (docs/benchmarks.md):
- * - the shipped configuration: the production logger (cli/logger.ts) at `info`, lines
- *   written synchronously to a file as `vaultgate serve` writes them to stdout;
- * - a durable PostgreSQL (fsync, synchronous_commit and full_page_writes on);
- * - the load generator in its own process (bench/loadgen.ts), checking every response's
- *   status and body;
- * - comparisons in alternating rounds (ours, peer, ours, peer, ...), every round printed
- *   with the machine's load while it ran, judged on the median of the per-round ratios;
- * - a PASS/FAIL verdict for every target, summarised at the end of `npm run bench`;
- * - every printed line, table and verdict recorded in the run's JSON file (bench/results.ts).
+ * What every bench shares, so each measures the same way (docs/benchmarks.md): the shipped
+ * logger, durable PostgreSQL, a separate load generator checking every response, alternating
+ * rounds judged on the median ratio, and a recorded verdict per target.
  */
 import { randomBytes } from "node:crypto";
 import type { CoreClients } from "../gateways/core-clients.js";
@@ -22,10 +15,8 @@ export * from "./processes.js";
 export type { Load } from "./machine-load.js";
 
 /**
- * An agent budget made as an agent makes one (agent.budget.create on /mcp/treasury with
- * the owner's step-up grant), funded by the operator, and a grant on its vault: what the
- * agent benches pay and simulate with. `caps` are the tool's cap arguments; `user` owns the
- * parent vault (a fresh user when left out).
+ * An agent budget made as an agent makes one, funded by the operator, with a grant on its vault.
+ * `user` owns the parent vault (a fresh user when left out).
  */
 export async function fundedAgentBudget(
   admin: CoreClients,

@@ -1,14 +1,7 @@
 /**
- * A 500-item treasury batch on durable Postgres (p50/p99 and sustained items/s), next to
- * the same rows written by a bare multi-row INSERT in one transaction, on the same
- * database, interleaved batch by batch and grouped into alternating rounds (each printed
- * with the machine's load). Targets: batch p50 under 50 ms; items/s at least 50% of the
- * bare INSERT's (median of the per-round ratios). Core logs with the production logger
- * at info.
- *
- * The batch goes through the ExecuteBatch RPC over the in-process transport (the path
- * the gateway uses in one process, interceptors included): a 500-item body is over the 64 KiB HTTP limit
- * of spec 8, so no HTTP client can send one.
+ * A 500-item treasury batch against a bare multi-row INSERT of the same rows, in alternating
+ * rounds. It goes through the in-process ExecuteBatch transport because such a body exceeds
+ * the HTTP body limit.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";

@@ -1,10 +1,7 @@
 #!/usr/bin/env node
-// The operator CLI and service entry point.
-//
-// Runs the built bundle in dist/cli/ (`npm ci` builds it through "prepare"; `npm run build`
-// rebuilds it: scripts/build.mjs). Falls back to the TypeScript sources through tsx when dist/ is missing or
-// older than any source file (a checkout that has not been rebuilt since an edit or a pull),
-// or when VAULTGATE_DEV=1. On a terminal the fallback says so on stderr.
+// The operator CLI and service entry point: runs the built bundle in dist/cli/, or the
+// TypeScript sources through tsx when dist/ is missing or older than a source (an edit or
+// pull not yet rebuilt) or VAULTGATE_DEV=1, so a checkout never runs stale code.
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
 

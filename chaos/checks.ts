@@ -201,10 +201,8 @@ async function paymentCreation(c: pg.Client): Promise<Map<string, Date>> {
 }
 
 /**
- * A grant is dead once the answer to its revocation (kill switch) or supersession
- * (refresh) reached the client: the revoking transaction had committed by then. A call
- * with that grant sent after that instant must not succeed. The one allowance: a payment
- * replay whose payment row was created before the revocation was even requested.
+ * A grant is dead once its revocation's answer reached the client (the revoke had committed);
+ * no call sent after that may succeed, except replaying a payment created before the revoke was asked.
  */
 function revocation(w: World, created: Map<string, Date>): CheckReport {
   const r = report("no success after revocation");

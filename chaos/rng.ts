@@ -1,8 +1,6 @@
 /**
- * Seeded randomness for the chaos campaign. Every random choice comes from an Rng derived
- * from the one campaign seed, so a seed replays the same choices (which operations, which
- * amounts, which faults and when). Each client and the fault scheduler get their own
- * stream (`fork`), so one client's choices never depend on how fast another one ran.
+ * Seeded randomness: every choice derives from the campaign seed so a seed replays the run, and
+ * each client and the fault scheduler `fork` their own stream so no one's choices depend on timing.
  */
 export class Rng {
   private a: number;

@@ -1,12 +1,6 @@
 /**
- * `npm run chaos`: a seeded randomized fault campaign against two real replicas on one
- * PostgreSQL, checked from the recorded history and the final database. docs/chaos.md.
- *
- *   CHAOS_SEED=<seed>        replay a campaign's choices (printed at the start and on failure)
- *   CHAOS_SECONDS=60         length of the faulty phase
- *   CHAOS_FAULTS=kill9,pg_restart,audit_block   which faults (default: all available)
- *   CHAOS_DATABASE_URL=...   use this server (scratch database; no PostgreSQL restarts)
- *   CHAOS_OWNERS=3 CHAOS_PARTNERS=2   fixture sizes
+ * `npm run chaos`: a seeded randomized fault campaign against two replicas on one PostgreSQL,
+ * checked from the recorded history and the final database. Settings (CHAOS_*) in docs/chaos.md.
  */
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";

@@ -47,10 +47,8 @@ export interface CoreDial {
 }
 
 /**
- * How gateways and the CLI reach core. `https://` URLs verify core's certificate against
- * CORE_TLS_CA when set (else the system's trusted roots) and present CORE_TLS_CLIENT_CERT
- * when set. A cleartext `http://` URL must name a loopback host unless CORE_ALLOW_CLEARTEXT=true:
- * credentials (operator, gateway) would otherwise cross the network in the clear.
+ * How gateways and the CLI reach core. Cleartext `http://` must name a loopback host unless
+ * CORE_ALLOW_CLEARTEXT=true: operator and gateway credentials would cross the network in clear.
  */
 export function loadCoreDial(config: Config, baseUrl: string): CoreDial {
   const url = new URL(baseUrl);

@@ -4,10 +4,8 @@ import type { Logger } from "pino";
 import { ConfigError } from "./config.js";
 
 /**
- * DATA_DIR holds keys, tokens and the embedded database: at every start it is made 0700
- * with every file in it 0600 (directories below it 0700), and files this process creates
- * later (the embedded database writes through Node's fs) get no group or other bits. A
- * mode that cannot be changed (a file owned by another user) refuses the start.
+ * DATA_DIR holds keys, tokens and the embedded database, so at every start it is made 0700 and
+ * its files 0600, with a umask for later files; a mode that cannot be changed refuses the start.
  */
 export async function secureDataDir(dataDir: string, logger: Logger, when: "start" | "database opened" = "start"): Promise<void> {
   process.umask(0o077);

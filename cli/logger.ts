@@ -63,11 +63,9 @@ function redactNested(parent: string, value: Record<string, unknown>): Record<st
 }
 
 /**
- * Blanks secrets in a log line's fields (pino's `formatters.log` and `formatters.bindings`).
- * The caller's objects are never changed: what must be blanked is copied first, and a line
- * with nothing to blank (almost every line) is returned as it came, without a copy. This
- * replaces pino's path-based `redact`, which cloned and walked every field of every line
- * and was the largest cost of the per-request log line.
+ * Blanks secrets in a log line's fields without changing the caller's objects, and without a
+ * copy when there is nothing to blank: pino's path-based `redact` cloned every field of every
+ * line and was the largest cost of the per-request log line.
  */
 export function redactSecrets(fields: Record<string, unknown>): Record<string, unknown> {
   let out = fields;

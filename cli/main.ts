@@ -171,10 +171,8 @@ function parse(sub: SubcommandSpec, args: string[]) {
 }
 
 /**
- * A key id is base64url and can start with '-' (`keys retire -6Xq...`); parseArgs would
- * read it as a bundle of short options. Our only short option is `-h`, used alone, so an
- * argument of a single '-' and two or more characters that is not an option's value is
- * an argument: it is moved after `--`, keeping the order of such arguments.
+ * A key id is base64url and can start with '-', which parseArgs would read as short options.
+ * Our only short option is `-h`, so such arguments (not an option's value) move after `--`.
  */
 function dashedValuesLast(args: string[], specs: Record<string, { type: string }>): string[] {
   const end = args.indexOf("--");

@@ -13,10 +13,8 @@ export interface MetricsServer {
 }
 
 /**
- * Serves `GET /metrics` (Prometheus text format) on its own listener, never on the public
- * gateway port: the process metrics plus the given registries (core's, the gateway's, or
- * both when they share the process). With `token`, a scrape must send
- * `Authorization: Bearer <token>` (compared in constant time).
+ * Serves `GET /metrics` on its own listener, never the public gateway port; with `token` a
+ * scrape must present it as a bearer (compared in constant time).
  */
 export async function startMetricsServer(options: { host: string; port: number; token?: string; registries: Registry[] }): Promise<MetricsServer> {
   const registry = Registry.merge([processRegistry, ...options.registries]);

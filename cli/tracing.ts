@@ -9,11 +9,9 @@ export interface Tracing {
 }
 
 /**
- * Registers this process's OpenTelemetry tracer provider: the AsyncLocalStorage context
- * manager (so a span stays active across awaits), the W3C trace-context propagator, and
- * `exporter` behind a batching processor (`batch: false` exports each span as it ends:
- * tests). Gateway and core spans are made by their own code (gateways/shared/observability.ts,
- * core/observability/tracing.ts); nothing is instrumented automatically.
+ * Registers the OpenTelemetry tracer provider: AsyncLocalStorage context (spans survive awaits),
+ * W3C propagation, batched export (`batch: false` for tests). Nothing is auto-instrumented:
+ * gateway and core code make their own spans.
  */
 export function startTracing(options: { exporter: SpanExporter; serviceName: string; batch?: boolean }): Tracing {
   const processor = options.batch === false ? new SimpleSpanProcessor(options.exporter) : new BatchSpanProcessor(options.exporter);

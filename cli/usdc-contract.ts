@@ -7,10 +7,8 @@ import { fileURLToPath } from "node:url";
 import type { Abi, Hex } from "viem";
 
 /**
- * The local USDC contract (contracts/USDC.sol), compiled on demand with solc-js. The
- * artifact is derived from the source, so it is not committed: it is cached in .cache/
- * (gitignored) under a hash of the source and the compiler version, because loading and
- * running solc-js takes seconds while reading the cache takes a millisecond.
+ * The local USDC contract compiled on demand with solc-js; the artifact is derived, so it is
+ * cached in .cache/ (gitignored) by source and compiler hash because compiling takes seconds.
  */
 export interface UsdcArtifact {
   abi: Abi;

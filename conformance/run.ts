@@ -1,20 +1,7 @@
 /**
- * Runs the official MCP conformance suite (server mode) against /mcp/read, /mcp/write and
- * /mcp/treasury of a real `vaultgate serve` on the embedded database, and compares every
- * scenario's outcome with conformance/baseline.json. Started by scripts/mcp-conformance.sh,
- * which installs the suite and the Node 22 it needs:
- *
- *   tsx conformance/run.ts --node <node 22 binary> --suite <conformance dist/index.js>
- *
- * The suite cannot send headers, and every Vaultgate method needs a grant token, so it
- * talks to a loopback proxy that adds `Authorization: Bearer <token>` when the request has
- * none and forwards everything else unchanged (Host and Origin included, so the suite's
- * DNS-rebinding checks reach the service as sent). The proxy is the address clients use:
- * the service runs with MCP_URL set to it, as it would behind any reverse proxy.
- *
- * Exit status 1 when a scenario fails (or warns) on an endpoint and is not in the baseline,
- * when a baselined scenario passes on an endpoint (remove the entry), or when the baseline
- * names a scenario the suite does not run.
+ * Runs the official MCP conformance suite against the three MCP endpoints of a real
+ * `vaultgate serve` and compares outcomes with conformance/baseline.json (docs/reference/agent-tools.md).
+ * The suite cannot send headers, so a loopback proxy adds the bearer and forwards all else as sent.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, rmSync } from "node:fs";

@@ -6,11 +6,9 @@ import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.
 const refusals = new WeakMap<FastifyRequest, string>();
 
 /**
- * Records that `request` is answered with core's refusal `err`, so that its one log line
- * names the reason, and returns the reason; undefined (nothing recorded) for anything
- * without one (a bug, core unreachable), which is logged where it is handled, with its
- * error. Core does not log refusals of calls from a gateway in its own process (the
- * in-process transport): this line is where they are seen.
+ * Records core's refusal `err` on `request` so its one log line names the reason (undefined
+ * for failures without one, logged where handled). Core does not log refusals of in-process
+ * gateway calls, so this line is where they are seen.
  */
 export function noteRefusal(request: FastifyRequest, err: unknown): Reason | undefined {
   if (!(err instanceof ConnectError)) return undefined;

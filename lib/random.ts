@@ -1,10 +1,8 @@
 import { randomFillSync } from "node:crypto";
 
 /**
- * Random bytes from the operating system's CSPRNG, drawn 4 KiB at a time and handed out in
- * slices, each byte once (node's randomUUID pools the same way). A hot path that needs a
- * few random bytes per request (a refresh token's salt, a request id) pays a slice of a
- * buffer instead of a call into OpenSSL per request, which grows costly on a busy machine.
+ * CSPRNG bytes drawn 4 KiB at a time and handed out in slices, each once (as randomUUID pools):
+ * a call into OpenSSL per request grows costly on a busy machine.
  */
 const POOL_BYTES = 4096;
 /** The pool; read only the bytes `take` hands out. */

@@ -1,9 +1,7 @@
 /**
- * Text rules shared by core's checks and the gateways' (lib/ holds pure helpers both
- * layers use; it imports neither). The spec's length limits count characters,
- * i.e. Unicode code points: an emoji is one character even though JavaScript stores it
- * as two UTF-16 units. Text may not hold NUL (PostgreSQL cannot store it) or unpaired
- * surrogates (they are not Unicode text at all and break JSON columns).
+ * Text rules shared by core and the gateways. Lengths count code points (an emoji is one
+ * character); NUL is refused because PostgreSQL cannot store it, and unpaired surrogates
+ * because they are not Unicode and break JSON columns.
  */
 
 /** Length in Unicode code points (a lone surrogate counts as one). */

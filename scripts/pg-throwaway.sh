@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
-# Starts (or stops) a throwaway PostgreSQL on 127.0.0.1 for tests and benchmarks.
-#   scripts/pg-throwaway.sh start [DIR] [PORT]  -> prints a postgres:// URL on stdout
-#   scripts/pg-throwaway.sh stop  [DIR]
-# PG_DURABLE=1 (benchmarks) keeps PostgreSQL's durable defaults (fsync, synchronous_commit,
-# full_page_writes on); otherwise they are off, as tests need no crash safety.
-# Installs Debian's postgresql if missing. initdb refuses to run as root, so as root
-# the cluster belongs to the 'postgres' system user.
+# A throwaway PostgreSQL on 127.0.0.1 for tests and benchmarks: `start [DIR] [PORT]` prints its
+# URL, `stop [DIR]` ends it (CONTRIBUTING.md). Durability is off unless PG_DURABLE=1, since tests
+# need no crash safety; as root the cluster belongs to 'postgres' because initdb refuses root.
 set -euo pipefail
 cmd=${1:-start}
 dir=${2:-/tmp/vaultgate-pg}

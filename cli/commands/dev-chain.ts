@@ -17,12 +17,8 @@ const FUND_GAS_WEI = 100n * 10n ** 18n;
 const CHAINS = ["eth", "base"] as const;
 
 /**
- * vaultgate dev chain [--port P] [--format env]
- *
- * A local EVM node for development: anvil (the @foundry-rs/anvil package) mining a block
- * per transaction, contracts/USDC.sol deployed, the eth and base hot wallets (DATA_DIR)
- * funded, and the settings that make `vaultgate serve` settle both chains on it printed as
- * KEY=value lines. Runs until SIGINT/SIGTERM; the chain lives in memory only.
+ * `vaultgate dev chain [--port P] [--format env]`: a local anvil chain with USDC deployed and
+ * the hot wallets funded, printing the settings `serve` needs to settle on it (docs/cli.md).
  */
 export async function devChainCommand(ctx: CommandContext) {
   if (ctx.positionals[0] !== "chain") throw new UsageError("dev chain [--port P] [--format env]");

@@ -3,11 +3,8 @@ import type { CommandContext } from "./types.js";
 import { requireOption, UsageError } from "./types.js";
 
 /**
- * vaultgate wallet address --chain C
- * vaultgate wallet balance --chain C
- *
- * The hot wallet a chain pays from: its key is the operator's file or the one generated
- * into DATA_DIR, the same one `serve` uses. Its USDC balance is read from the chain's node.
+ * `vaultgate wallet address|balance --chain C`: the hot wallet a chain pays from, with the same
+ * key `serve` uses, so an operator funds exactly the address that pays.
  */
 export async function walletCommand(ctx: CommandContext) {
   const chain = requireOption(ctx, "chain");

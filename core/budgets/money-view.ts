@@ -25,11 +25,9 @@ type VaultView = MessageInitShape<typeof VaultViewSchema>;
 type PaymentView = MessageInitShape<typeof PaymentSchema>;
 
 /**
- * BudgetsService.GetMoneyView: the signed-in owner's money at a glance. The user comes
- * from the web session token, never from the request. Every vault the user owns, each
- * root vault followed by its budgets (depth first, oldest first: a budget's own budgets
- * follow it), with balance, today's and lifetime spend, the policy's caps and the newest
- * payments. Two statements in one snapshot, however many vaults there are.
+ * BudgetsService.GetMoneyView: the signed-in owner's vaults, each root followed by its budgets
+ * depth first. The user comes from the session token, never the request; two statements in
+ * one snapshot however many vaults there are, so the page stays consistent and cheap.
  */
 export async function getMoneyView(deps: MoneyViewDeps, req: GetMoneyViewRequest): Promise<MessageInitShape<typeof GetMoneyViewResponseSchema>> {
   const owner = await deps.sessions.verify(req.sessionToken);

@@ -38,12 +38,9 @@ export type Rule = "policy_inactive" | "time_window_end" | "chain_allowlist" | "
 export type Evaluation = { decision: "accept" } | { decision: "step_up"; rule: "step_up_amount" } | { decision: "deny"; rule: Exclude<Rule, "step_up_amount"> };
 
 /**
- * Every rule a payment breaks, in a fixed order: policy installed, time window, chain,
- * per-transaction, per-day and lifetime caps, balance, then the step-up amount (so a
- * payment sent for approval could actually run once approved). A draft policy is still
- * checked rule by rule, so an agent learns everything at once; with no policy at all only
- * `policy_inactive` applies. A payment already approved by the owner skips the step-up
- * rule. Pure: no I/O.
+ * Every rule a payment breaks, in a fixed order; step-up comes last so a payment sent for
+ * approval could actually run once approved. A draft policy is still checked rule by rule so
+ * an agent learns everything at once. Pure: no I/O.
  */
 export function brokenRules(policy: Policy | undefined, usage: VaultUsage, ask: PaymentAsk, now: Date, options: { stepUpApproved?: boolean } = {}): Rule[] {
   if (!policy) return ["policy_inactive"];

@@ -1,8 +1,7 @@
 /*
- * CreateBudget's provisioning saga: three resource steps, each in its own transaction, one
- * final transaction installing the budget, and compensation newest first when one fails.
- * The lock order of every budgets transaction: budget rows (an ancestor before its
- * descendants), then grants, then vaults by id; a payment locks its grant, then its vault.
+ * CreateBudget's saga: three resource steps in their own transactions, a final install, and
+ * compensation newest first. Every budgets transaction locks budget rows (ancestors first),
+ * then grants, then vaults by id, so they cannot deadlock.
  */
 import { randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";

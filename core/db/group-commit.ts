@@ -1,19 +1,9 @@
 import { groupCommitBatchSize } from "../observability/metrics.js";
 
 /**
- * Group commit: concurrent callers' items are sent to the database together, as one
- * statement in one transaction, so a busy hot path pays one round trip and one WAL
- * flush per batch rather than per request.
- *
- * Items submitted during one turn of the event loop are collected and flushed after it
- * (setImmediate), so an idle service adds no wait. While `maxInFlight` batches are
- * running, new items queue and leave with the next batch as soon as one returns; a
- * batch holds at most `maxBatch` items. The queue holds only items whose callers are
- * awaiting them, so it is bounded by the requests in flight.
- *
- * When a batch of several items fails, each item is retried on its own, so one item the
- * database refuses cannot fail the others; a batch that fails whole rolled back whole,
- * so the retry repeats nothing.
+ * Group commit (docs/architecture.md): items submitted in one event-loop turn go as one
+ * statement in one transaction, so a busy path pays one round trip and WAL flush per batch.
+ * A failed multi-item batch rolled back whole, so each item is retried alone and one bad item cannot fail the rest.
  */
 export interface GroupCommitOptions {
   maxBatch: number;

@@ -62,10 +62,8 @@ export interface StepUpSession {
 const AUTH_TIME_SKEW_MS = 30_000;
 
 /**
- * Sign-in and step-up through a company's OpenID Connect provider (openid-client): the
- * code flow with PKCE S256, state and nonce, and the ID token's signature, issuer,
- * audience, nonce and expiry checked. A flow belongs to the browser that started it (the
- * callback must bring the binding secret from its cookie) and completes once.
+ * Sign-in and step-up through a company's OpenID Connect provider (code flow, PKCE, state, nonce,
+ * ID token checks). A flow completes once, only in the browser whose cookie started it.
  */
 export function createOidcSignin(deps: OidcDeps) {
   const { db, provider } = deps;
@@ -166,10 +164,8 @@ export function createOidcSignin(deps: OidcDeps) {
     },
 
     /**
-     * Completes a flow from the provider's redirect (the full callback URL) and the binding
-     * from the browser's cookie. Sign-in makes a web session; step-up marks the given
-     * session (it must be the one the flow was started for, and the provider's subject
-     * must be linked to its user).
+     * Completes a flow from the callback URL and the cookie binding: sign-in makes a session;
+     * step-up marks the session the flow started for, if the provider's subject is linked to its user.
      */
     async complete(input: { callbackUrl: string; binding: string; session?: StepUpSession }, facts: CallFacts): Promise<CompletedFlow> {
       const now = deps.clock();

@@ -62,10 +62,8 @@ export function relyingParty(appUrl: string): { origin: string; rpId: string } {
 }
 
 /**
- * Passkeys (WebAuthn, @simplewebauthn/server) as a sign-in method and as the biometric
- * step-up: user verification is required every time. Challenges are single-use flows found
- * by a secret the browser keeps in a cookie. An assertion whose signature counter does not
- * move past the stored one is a cloned authenticator: refused and audited.
+ * Passkeys for sign-in and step-up, user verification always required; challenges are single-use
+ * flows bound to a browser cookie. A signature counter that does not advance means a clone: refused and audited.
  */
 export function createPasskeys(deps: PasskeyDeps) {
   const { db } = deps;

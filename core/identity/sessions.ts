@@ -20,10 +20,8 @@ export interface SignedIn {
 }
 
 /**
- * Turns a web session token into the signed-in user. Core never takes a user id or a
- * step-up time from its caller for owner actions: the dashboard hands over the session
- * token it holds (an opaque secret, stored only as SHA-256), and the user and the
- * step-up time come from here.
+ * Turns a web session token into the signed-in user: core never takes a user id or step-up time
+ * from its caller for owner actions, only the opaque token (stored as SHA-256).
  */
 export function createSessionVerifier(deps: { db: Db; clock: () => Date }) {
   return {

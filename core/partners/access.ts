@@ -56,17 +56,9 @@ export interface PartnerPrincipal {
 }
 
 /**
- * The partner resource access checks, in the fixed order of docs/reference/partner-api.md:
- *  1. key configuration usable, else auth_unavailable (503)
- *  2. token valid (ES256, typ, iss, aud, lifetime, skew), else invalid_token (401)
- *  3. partner active, else partner_inactive (403) — read fresh on every request
- *  4. per-partner, per-operation rate limit, else rate_limited (429)
- *  5. user known to this partner (receipt or consent row), else user_not_found (404)
- *  6. user active, else user_inactive (403)
- *  7. token scope and the user's consent both cover the resource, else grant_required (403);
- *     treasury:write is never a consent scope.
- * The success audit row is written before any data leaves: by the access call itself
- * (`auditRead`, one round trip) or by the caller through audited().
+ * The partner resource access checks, in the order docs/reference/partner-api.md fixes, so
+ * the refusal a caller sees never depends on timing. The success audit row is written before
+ * any data leaves, by the access call itself (`auditRead`) or by the caller through audited().
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
   async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {

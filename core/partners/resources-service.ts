@@ -70,10 +70,8 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
   }
 
   /**
-   * Resolves paging input to the feed position to read after (core/paging.ts). Cursors
-   * and watermarks are signed and bound to one partner's view of one list (`binding`):
-   * anything else is invalid_cursor. Those issued before the feed horizon carry no xid
-   * (`x`) and mean xid 0, the xid of every row written before it.
+   * Resolves paging input to a feed position. Cursors are signed and bound to one partner's view
+   * of one list, so anything else is invalid_cursor; older ones without an xid mean xid 0.
    */
   function position(page: Page, binding: string): { after: FeedPosition; limit: number } {
     const limit = !page || page.limit === 0 ? DEFAULT_LIMIT : page.limit;

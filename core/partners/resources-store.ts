@@ -233,10 +233,8 @@ export function createResourcesStore(db: Db) {
     },
 
     /**
-     * The user's transfers strictly after `after`, in feed order (core/paging.ts): their
-     * entries, and the payouts they received, each a settled credit whose id is
-     * payoutTransferId(payer, execution id) (migration 0023). Both take their seq from one
-     * sequence, so a position names one row of either; each side is one index range scan.
+     * The user's transfers after `after` in feed order: their entries and the payouts they
+     * received. Both take seq from one sequence, so a position names one row of either.
      */
     async listLedger(conn: Conn, userId: string, after: FeedPosition, limit: number): Promise<{ row: LedgerEntry; position: FeedPosition }[]> {
       return readSettled(async () => {

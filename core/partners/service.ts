@@ -157,11 +157,9 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       let provenHash = verifiedHash;
       try {
         const issued = await db.transaction(async (trx) => {
-          // The row stays locked through the decision and signing, so rotation,
-          // entitlement changes and suspension are ordered against this issuance. The
-          // costly derivation ran before the lock (or was remembered); here we confirm it
-          // checked the hash that is current under the lock (a rotation in between, or
-          // since the secret was remembered, fails closed).
+          // The row stays locked through decision and signing so rotation and suspension are
+          // ordered against this issuance; the costly derivation ran before the lock, so confirm
+          // it checked the hash current under the lock (a rotation in between fails closed).
           const partner = await store.lockByClientId(trx, clientId);
           // Besides the hash it was checked against, the secret is proven for a rehash of it
           // that this or a concurrent issuance of this process stored.

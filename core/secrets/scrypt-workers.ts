@@ -2,27 +2,9 @@ import { Worker } from "node:worker_threads";
 import type { ScryptOptions } from "node:crypto";
 
 /**
- * Secret derivations (scrypt) on worker threads that run at the lowest CPU priority.
- *
- * A wrong secret costs a full derivation (tens of milliseconds of CPU), and anyone can
- * send one. On libuv's thread pool those derivations ran at the same priority as the
- * threads that serve requests and as the database, so a burst of wrong secrets took
- * whole cores from legitimate readers. Here each worker lowers its own thread's priority
- * before taking work (on Linux, priority and scheduling policy belong to the thread), so
- * a derivation only gets the CPU that serving requests leaves: when the machine is busy,
- * derivations wait (and the caller's queue sheds them), readers do not.
- *
- * Two steps, the second where the platform allows it:
- * - nice 19 (`os.setPriority`): the smallest share of a busy CPU;
- * - the SCHED_IDLE policy, through util-linux's `chrt` (Node has no call for it). A
- *   nice-19 thread still keeps its time slice when a request's thread wakes on its CPU
- *   (Linux's EEVDF scheduler lets the running thread reach its fair share first), so a
- *   second of derivations delayed concurrent reads by several milliseconds each; a
- *   SCHED_IDLE thread gives way at once (the partner-token bench shows the difference).
- *
- * Workers run plain JavaScript from a string, so the same code works from the compiled
- * build and under tsx. The worker is referenced only while it works, so an idle hasher
- * never keeps a process alive.
+ * scrypt on worker threads at the lowest CPU priority (nice 19, and SCHED_IDLE via `chrt`
+ * where allowed): anyone can send a wrong secret, and derivations must only get CPU that
+ * serving requests leaves (docs/reference/partner-token.md). Plain JS source runs built or under tsx.
  */
 const WORKER_SOURCE = `
 const { parentPort } = require("node:worker_threads");

@@ -198,12 +198,9 @@ export function createSettlementStore(db: Db) {
     },
 
     /**
-     * Gives a pending payment its nonce and its signed transfer, in one transaction under
-     * the lock of the wallet's nonce row: the nonce is taken once (a payment that has one
-     * keeps it), and the signed bytes and their hash are stored before anything is sent.
-     * Refused while the wallet's balance, less what is signed and not yet mined, cannot
-     * cover the amount. `chainNonce` (the wallet's mined transaction count) only ever
-     * moves the counter forward, past nonces something else used.
+     * Nonce and signed transfer in one transaction under the wallet's nonce-row lock, stored before
+     * anything is sent, so the nonce is taken once; refused when the unmined balance cannot cover it.
+     * `chainNonce` only moves the counter forward, past nonces something else used.
      */
     async submit(
       p: SettlementPayment,

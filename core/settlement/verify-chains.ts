@@ -3,10 +3,8 @@ import type { EvmRail, UsdcTransfer } from "./evm-rail.js";
 import { hotWalletAccount } from "./ledger.js";
 
 /**
- * Books against the chain, per hot wallet: every outgoing USDC transfer must be exactly one
- * completed payment (same hash, counterparty and amount), the ledger's hot-wallet account
- * must hold exactly what those transfers sent, and the wallet's balance must equal what its
- * Transfer logs say came in less what went out. Read-only.
+ * Books against the chain, per hot wallet: each outgoing transfer is exactly one completed
+ * payment, and the ledger account and wallet balance match the Transfer logs. Read-only.
  */
 export const UNITS_PER_CENT = 10_000n;
 /** Blocks per eth_getLogs call: public nodes refuse wide ranges. */

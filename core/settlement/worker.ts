@@ -47,16 +47,9 @@ const BUMP_NUMERATOR = 1125n;
 const BUMP_DENOMINATOR = 1000n;
 
 /**
- * Settles payments on the evm rail as leased work shared by every core replica.
- *
- * A pending payment gets a nonce and its signed transfer in one transaction, stored before
- * it is broadcast; after that the payment is only ever reconciled by the hashes stored for
- * it: an RPC error or a timeout leaves it submitted and it is looked at again, the same
- * bytes are sent again while nothing is mined, a stuck transfer is replaced only with the
- * same nonce (a fee bump), and an expired one is cancelled by a 0-value send with that
- * nonce. It fails only on evidence: its transfer reverted, the cancellation was mined, or
- * the nonce was used by a transaction that is not one of its own. A reorg that removes the
- * block of a counted transfer puts the payment back to submitted.
+ * Settles evm-rail payments as leased work shared by every replica (docs/settlement.md). Signed
+ * bytes are stored before broadcast and a payment is reconciled only by its stored hashes, so an
+ * error or restart never double-pays; it fails only on evidence, and a reorg puts it back to submitted.
  */
 export function createSettlementWorker(options: SettlementWorkerOptions): SettlementWorker {
   const { store, logger, clock } = options;

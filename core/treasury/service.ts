@@ -181,10 +181,8 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
 
         const outcome = await db.transaction(async (trx) => {
           const treasury = await store.lock(trx, partner.id);
-          // Idempotency (the second check) is read under the lock: a request with this key
-          // that committed while we waited is seen. Without a treasury no batch can exist
-          // (bindings are never removed), so answering treasury_not_configured first is
-          // the same outcome as checking the key first.
+          // Idempotency is read under the lock, so a request with this key committed while we
+          // waited is seen. No treasury means no batch can exist, so that refusal can come first.
           if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
           const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
           if (earlier) return { replay: earlier, batch: undefined };
@@ -327,10 +325,8 @@ export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<ty
   };
 
   /**
-   * A batch request the gateway refused before reading it: audited under the partner the
-   * token proves (a request that proves no partner writes no row); answers the gateway's
-   * error, or audit_unavailable when the record could not be written. No rate limit is
-   * counted and nothing else of the request is looked at.
+   * A batch request the gateway refused before reading it: audited under the partner the token
+   * proves (none proved, no row), answering the gateway's error or audit_unavailable.
    */
   async function rejectAtEdge(ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string, action = BATCH_ACTION): Promise<never> {
     const edge = EDGE_REJECTIONS[rejection];

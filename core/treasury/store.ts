@@ -283,10 +283,8 @@ export function createTreasuryStore(db: Db) {
     },
 
     /**
-     * The recipients among `userIds` that exist, with their status and this partner's
-     * consent scopes. Their user rows are held FOR KEY SHARE until the batch ends: a change
-     * that locks a user (status, a recorded transfer) waits for the batch, or the batch for
-     * it, before either writes anything of that user.
+     * The existing recipients among `userIds` with status and consent scopes, held FOR KEY SHARE
+     * until the batch ends so a change to a user and the batch never interleave their writes.
      */
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
       const { rows } = await trx.raw(

@@ -11,10 +11,8 @@ export const PROTOCOL_VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"];
 const ENVELOPE_KEYS = new Set(["jsonrpc", "id", "method", "params"]);
 const VERSION_SHAPE = /^\d{4}-\d{2}-\d{2}$/;
 /**
- * Inside tools/call, these stay JSON-RPC errors: they say who is calling, where, or that
- * the server failed, not what the tool decided. Every other refusal (arguments, policy,
- * funds, idempotency, rate limits, contention, a failed provisioning) is a tool result
- * with isError, so the model sees why (MCP 2025-11-25).
+ * Inside tools/call these stay JSON-RPC errors (who is calling, where, or a server failure);
+ * every other refusal is a tool result with isError, so the model sees why.
  */
 const PROTOCOL_REASONS = new Set([
   "invalid_token",

@@ -1,17 +1,9 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 
 /**
- * Stateless MCP session ids. The id we hand out on `initialize` (Mcp-Session-Id) records
- * what was negotiated there — the protocol revision and whether the client can show URL
- * elicitations — signed, so any replica can read it back without a session store.
- *
- * It is not a credential: every call still authenticates with its bearer, and the id only
- * chooses how a result is presented. It is never required; one that is missing, malformed,
- * or signed with another key is read as "no capabilities".
- *
- * Format (visible ASCII, as MCP requires): `mcp1.<revision>.<flags>.<nonce>.<mac>` where
- * flags is `u` (URL elicitation) or `0`, nonce 16 random bytes and mac HMAC-SHA256 over
- * everything before it, both base64url.
+ * Stateless, signed MCP session ids recording what `initialize` negotiated, so any replica can
+ * read them without a store. Not a credential: it only chooses how a result is presented, and
+ * a missing or bad one means "no capabilities". Format in docs/reference/agent-tools.md.
  */
 export interface McpSession {
   protocolVersion: string;

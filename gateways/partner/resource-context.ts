@@ -8,10 +8,8 @@ import { noteRefusal } from "../request-log.js";
 const NOT_JSON = Symbol("not-json");
 
 /**
- * Makes an encapsulated fastify context speak the resource envelope: its own
- * JSON parser (invalid_json, body_too_large), error handler (Reason table; unknown
- * errors become a fixed 500) and not-found handler. The treasury routes register
- * inside a context prepared by this, so both share one envelope.
+ * Makes an encapsulated fastify context speak the resource envelope (its own JSON parser, error
+ * and not-found handlers), so the resource and treasury routes share one envelope.
  */
 export function installResourceContext(app: FastifyInstance, options: { notFoundHandler?: boolean } = {}) {
   app.removeAllContentTypeParsers();

@@ -20,10 +20,8 @@ const LINK_BODY_LIMIT = 4096;
 type Params = { id: string };
 
 /**
- * The consent-gated partner resources (all but the token endpoint and
- * treasury). Checks run in this order, documented in docs/reference/partner-api.md: body size and
- * JSON (413, invalid_json), bearer present (401), request shape (400), then core's
- * access checks and audit.
+ * The consent-gated partner resources. Checks run in the order docs/reference/partner-api.md
+ * documents: body and JSON, bearer present, request shape, then core's access checks and audit.
  */
 export async function resourceRoutes(app: FastifyInstance, options: ResourceRoutesOptions) {
   const rpc = options.resources;

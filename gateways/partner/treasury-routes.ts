@@ -108,10 +108,8 @@ function edgeRejectionOf(e: ResourceErrorBody): EdgeRejection | undefined {
 }
 
 /**
- * Hands an edge rejection to core, which audits it (under the partner a well-formed
- * bearer proves, else "anonymous") and answers an error: the gateway's own answer
- * stands unless the record could not be written (503 audit_unavailable) or core could
- * not be asked (then nothing proves the audit: 5xx).
+ * Hands an edge rejection to core to audit; the gateway's answer stands unless the record could
+ * not be written (503 audit_unavailable) or core was unreachable (nothing proves the audit: 5xx).
  */
 async function recordEdgeRejection(
   rpc: Client<typeof TreasuryService>,

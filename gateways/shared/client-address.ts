@@ -49,12 +49,9 @@ function parseCidr(text: string): { address: string; prefix: number; family: "ip
 const NOT_AN_ADDRESS = "";
 
 /**
- * The one function that decides a request's client address, for every per-address limit
- * and for what the gateway vouches to core. Walks from the TCP peer towards the client
- * through `X-Forwarded-For` or RFC 7239 `Forwarded`, skipping hops that TRUST_PROXY names
- * as our proxies; the first hop that is not ours is the client. Nothing is believed from a
- * peer that is not ours. When a request carries both headers and they disagree (a proxy
- * writes one, the client forged the other), neither is believed and the peer is used.
+ * The one place a request's client address is decided (limits, and what the gateway vouches to
+ * core): walk from the TCP peer past TRUST_PROXY hops; nothing is believed from a peer not ours,
+ * and when X-Forwarded-For and Forwarded disagree (one may be forged) the peer is used.
  */
 export function createClientAddress(trust: TrustProxy): (peer: string | undefined, headers: IncomingHttpHeaders) => string {
   if (trust === false) return (peer) => normalizeAddress(peer ?? "") || "unknown";

@@ -2,10 +2,8 @@
 export const MAX_JSON_DEPTH = 64;
 
 /**
- * True when `text` nests arrays/objects deeper than `max`, counting `[` and `{` outside
- * strings. Run before JSON.parse on every JSON body: what walks a parsed value afterwards
- * (schema validation, text checks) recurses, and 10,000 levels overflowed the stack into a
- * 500. Malformed text is left to JSON.parse to refuse.
+ * True when `text` nests deeper than `max`. Checked before JSON.parse because later walks of the
+ * parsed value recurse, and very deep bodies overflowed the stack into a 500.
  */
 export function jsonTooDeep(text: string, max = MAX_JSON_DEPTH): boolean {
   // Fewer openings than levels cannot be too deep: most bodies stop here, after a few

@@ -20,12 +20,9 @@ const kContext = Symbol("vaultgate.traceContext");
 type Traced = FastifyRequest & { [kSpan]?: Span; [kContext]?: Context };
 
 /**
- * Records every response in vaultgate_http_request_duration_seconds, labelled with the
- * route pattern (`/api/partner/users/:id`, never the raw path; `unmatched` for a 404
- * outside every route). With `tracing`, each request also gets a server span, active for
- * its hooks and handler, so the calls the handler makes to core carry its trace context.
- * A client's own `traceparent` is not followed: every public request starts a new trace,
- * as it gets a new request id.
+ * Records every response by route pattern (never the raw path), and with `tracing` a server
+ * span so calls to core carry its context. A client's `traceparent` is not followed: every
+ * public request starts a new trace, as it gets a new request id.
  */
 export function observeRequests(app: FastifyInstance, options: { tracing: boolean }): void {
   // One labelled series per method, route pattern and status class, looked up once: the

@@ -1,11 +1,9 @@
 import type { PublicUrls } from "./public-urls.js";
 
 /**
- * DNS-rebinding and cross-site protection (MCP transport: servers MUST validate Origin).
- * Allowed: the origins and hosts of the public addresses (BASE_URL, MCP_URL, AUTH_URL,
- * APP_URL, ISSUER) and of ALLOWED_ORIGINS; and, for Host only, loopback literals
- * (127.0.0.0/8, ::1, localhost): a rebinding attack reaches us under the attacker's own
- * name, never under these, and local health checks use them.
+ * DNS-rebinding and cross-site protection (MCP requires Origin validation): the configured public
+ * origins, and for Host also loopback literals, since a rebinding attack always arrives under the
+ * attacker's own name and local health checks use loopback.
  */
 export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly string[] = []) {
   const configured = [urls.issuer, urls.baseUrl, urls.mcpUrl, urls.authUrl, urls.appUrl, ...allowedOrigins].map((u) => new URL(u));
@@ -40,12 +38,9 @@ export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly str
 export type OriginGuard = ReturnType<typeof createOriginGuard>;
 
 /**
- * The path the Origin/Host guard judges: `url` without its query, percent-decoded (again
- * while anything decodes, so `%256d` cannot slip past), `.` and `..` segments resolved,
- * empty segments (doubled or trailing slashes) dropped, lower-cased. The router decodes
- * `/%6dcp/write` to `/mcp/write`, and a proxy in front may normalize the rest, so a
- * spelling of a guarded path must never escape the guard; over-matching only guards a
- * path that has no route.
+ * The path as the router or a proxy would serve it (decoded repeatedly, dot segments resolved,
+ * empty segments dropped, lower-cased), so no spelling of a guarded path escapes the guard;
+ * over-matching only guards paths that have no route.
  */
 export function guardedPath(url: string): string {
   const q = url.indexOf("?");

@@ -1,8 +1,6 @@
 /**
- * Text rules at the edge, the very ones core applies (lib/text.ts): lengths count
- * Unicode code points, and text may not hold NUL or unpaired surrogates. Refusing them
- * here gives each surface its own 400 naming the field; core refuses them again for
- * callers that reach it directly.
+ * The same text rules as core (lib/text.ts), applied at the edge so each surface answers a 400
+ * naming the field; core still refuses them for callers that reach it directly.
  */
 import { codePointLength, textProblem } from "../../lib/text.js";
 

@@ -11,10 +11,8 @@ export function isPagePath(url: string): boolean {
 }
 
 /**
- * fastify's `frameworkErrors` for page paths: the router refuses a path that is not valid
- * percent-encoding (FST_ERR_BAD_URL) or has an over-long parameter
- * (FST_ERR_MAX_PARAM_LENGTH) before any plugin, hook or error handler runs, so the page
- * headers and the request id are set here.
+ * fastify's `frameworkErrors` for page paths: the router refuses bad percent-encoding or an
+ * over-long parameter before any plugin or hook runs, so the page headers and request id are set here.
  */
 export function sendBadUrlPage(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const status = err.statusCode === 414 ? 414 : 400;

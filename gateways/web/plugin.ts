@@ -22,10 +22,8 @@ export interface WebGatewayOptions {
 const FORM_LIMIT = 16 * 1024;
 
 /**
- * Server-rendered pages on {app_url} and {auth_url}: sign-in, step-up, consent and the
- * dashboard. No scripts; every form carries a CSRF token; every value is escaped by the
- * html template tag. This file only assembles: the hooks, parser and error handler set
- * here reach every route module registered below.
+ * Server-rendered pages (sign-in, step-up, consent, dashboard): no scripts, a CSRF token on every
+ * form, every value escaped. This file only assembles, so its hooks and handlers reach every route.
  */
 export async function webGateway(app: FastifyInstance, options: WebGatewayOptions) {
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));

@@ -8,10 +8,8 @@ import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode } from "../support/agent-oauth.js";
 
 /**
- * Headless Chromium (as in browser.test.ts: Debian's package, playwright-core, phone
- * viewport, JavaScript disabled) reads the owner's money view, funds one budget and
- * closes another through the page's forms; screenshots of the view before and after
- * are kept in test-artifacts/browser/money-*.png.
+ * Headless Chromium (JavaScript off, as in browser.test.ts) reads the money view, funds one
+ * budget and closes another through the forms; screenshots go to test-artifacts/browser/.
  */
 describe("browser: the money view, funding and closing budgets (headless Chromium)", function () {
   this.timeout(120_000);

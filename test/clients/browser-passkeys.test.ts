@@ -7,10 +7,8 @@ import { launchWebAuthnBrowser } from "../support/webauthn.js";
 import { STEP_UP_WINDOW_SECONDS } from "../../core/identity/sessions.js";
 
 /**
- * Chromium with JavaScript and a virtual authenticator that verifies the user (Chrome
- * DevTools Protocol): a person adds a passkey on the dashboard, then approves a payment
- * over the step-up amount with it; an answer to another challenge is refused with a page.
- * The app runs at http://localhost:<port>, since WebAuthn takes no IP address as RP ID.
+ * Chromium with a virtual authenticator adds a passkey and steps up a payment with it; an answer
+ * to another challenge is refused. Served on localhost because WebAuthn takes no IP as RP ID.
  */
 describe("browser: passkeys on the dashboard and as step-up (headless Chromium, virtual authenticator)", function () {
   this.timeout(120_000);

@@ -18,11 +18,8 @@ const ELICITING_INIT = {
 };
 
 /**
- * Step-up as MCP 2025-11-25 URL-mode elicitation. A client that declared
- * `elicitation.url` on initialize (remembered in the signed, stateless Mcp-Session-Id)
- * gets a payment over the step-up amount as -32042 with the approval URL, and its retry
- * of the same call completes once the owner has approved; every other client keeps the
- * spec's `pending_step_up` result.
+ * Step-up as URL-mode elicitation: a client that declared `elicitation.url` gets -32042 with the
+ * approval URL and its retry completes once approved; other clients keep `pending_step_up`.
  */
 describe("MCP SDK client: step-up as URL elicitation", () => {
   let stack: McpStack;

@@ -6,13 +6,9 @@ import { createUser, latestCode } from "../support/agent-oauth.js";
 import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
 /**
- * The official MCP SDK client's OAuth support with a real browser for the user (as in
- * browser.test.ts: Debian's Chromium, playwright-core, phone viewport, JavaScript
- * disabled). The SDK meets our 401, discovers and registers, and sends the user to
- * /oauth2/authorize; Chromium signs in with the e-mailed code, steps up when the endpoint's
- * scopes need it, and consents, landing on the host's loopback redirect; the SDK exchanges
- * that code and calls tools with the grant. Each endpoint's challenge names only its own
- * scopes, so the SDK asks for no more than the tools it will call.
+ * The MCP SDK client's OAuth with headless Chromium for the user (sign-in, step-up, consent),
+ * then tools with the grant. Each endpoint's challenge names only its own scopes, so the SDK
+ * asks for no more than it will use.
  */
 describe("browser: MCP SDK client OAuth, pages driven in headless Chromium", function () {
   this.timeout(120_000);

@@ -4,10 +4,8 @@ import { authorize, createJar, createUser } from "../support/agent-oauth.js";
 import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
 /**
- * The MCP SDK client's own OAuth support against our servers: the 401 challenge leads it
- * to the protected-resource metadata, then the authorization server; it registers, sends
- * the user to authorize (pages driven over HTTP here; in headless Chromium in
- * mcp-sdk-oauth-browser.test.ts), exchanges the code and calls tools.
+ * The MCP SDK client's own OAuth against our servers, from the 401 challenge through discovery,
+ * registration, authorization (pages driven over HTTP) and the code exchange to tool calls.
  */
 describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
   let stack: TestStack;

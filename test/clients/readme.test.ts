@@ -9,11 +9,8 @@ import { startServiceProcess, tempDataDir, type ServiceProcess } from "../suppor
 const root = fileURLToPath(new URL("../../", import.meta.url));
 
 /**
- * The README's quick start, run as written: every ```sh block preceded by
- * `<!-- readme-test -->` goes, in order, into one bash (so variables carry over as in the
- * user's second terminal), against a real `vaultgate serve` on a temp DATA_DIR and free
- * ports. The blocks find the service through the variables a user would have by default:
- * BASE_URL (the README's `BASE`), and CORE_PORT/DATA_DIR for the operator CLI.
+ * The README quick start as written: every ```sh block marked `<!-- readme-test -->` runs in
+ * order in one bash against a real `vaultgate serve`, using only variables a user would have.
  */
 describe("README quick start (real process, blocks as written)", function () {
   this.timeout(300_000);

@@ -3,10 +3,8 @@ import { randomBytes } from "node:crypto";
 import { startStack, type TestStack } from "../support/stack.js";
 
 /**
- * A statement that fails logs the failure, never a value it was bound to: not in the
- * message (knex used to inline the bindings into it), not in the driver's `detail`
- * ("Key (email)=(...) already exists") and not where PostgreSQL quotes the value into
- * its own message. Through a real RPC whose INSERT the database refuses.
+ * A failed statement logs no value it was bound to: not in the message, the driver's `detail`
+ * or PostgreSQL's own quoting. Through a real RPC whose INSERT the database refuses.
  */
 describe("failed statements log no bound values", () => {
   let stack: TestStack;

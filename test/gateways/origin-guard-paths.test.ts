@@ -9,10 +9,8 @@ interface Answer {
 }
 
 /**
- * The Origin/Host guard judges the path the router (or a proxy in front) will serve, not
- * the bytes on the request line: every spelling of a guarded path from a foreign Origin is
- * refused as the plain path is. Raw paths go out through node:http (fetch would resolve
- * dot segments itself).
+ * Every spelling of a guarded path from a foreign Origin is refused like the plain path. Raw
+ * paths go through node:http because fetch would resolve dot segments itself.
  */
 describe("Origin/Host guard on encoded and unnormalized paths (HTTP)", () => {
   let stack: TestStack;

@@ -76,10 +76,8 @@ function mintFrom(base: string, from: string, clientId: string, secret: string):
 }
 
 /**
- * TRUST_PROXY through a real nginx in front of the gateway: clients behind a trusted proxy
- * are told apart by the address the proxy forwards (X-Forwarded-For or RFC 7239
- * Forwarded), for the per-address registration limit and on the audit record; forwarding
- * headers from a peer that is not a trusted proxy are ignored.
+ * TRUST_PROXY behind a real nginx: clients are told apart by the forwarded address (limits and
+ * audit), and forwarding headers from an untrusted peer are ignored.
  */
 describe("trusted proxies (nginx in front of the gateway)", () => {
   let stack: TestStack;

@@ -32,10 +32,8 @@ export async function createOwner(stack: TestStack): Promise<TestOwner> {
 }
 
 /**
- * A real grant on `owner.vaultId` acting as `owner.agentPrincipalId`, and its access token
- * signed by core's own key: what the OAuth flow would issue to that agent principal. The
- * grant row is written directly because no RPC issues a grant for a chosen principal;
- * core verifies the token and reads the grant like any other.
+ * A real grant for a chosen agent principal and its access token signed by core's key. The row is
+ * written directly because no RPC issues a grant for a chosen principal; core verifies it normally.
  */
 export async function grantFor(
   stack: TestStack,
@@ -111,10 +109,8 @@ export function payment(overrides: { amountCents?: bigint; chain?: string; curre
 }
 
 /**
- * Over JSON-RPC, as an owner and its agent would: a fresh user's owner token creates a
- * child budget (step-up above $50.00 on base), the operator funds it with $500.00, and an
- * agent on it asks for a payment of `amountCents` that waits for the owner's approval.
- * For the suites that approve or decline it in the pages.
+ * Over JSON-RPC as an owner and agent would: a funded child budget and a payment of `amountCents`
+ * waiting for the owner's approval, for suites that approve or decline it in the pages.
  */
 export async function pendingPayment(stack: TestStack, opts: { key: string; amountCents: number; address: string; budget?: Record<string, unknown> }) {
   const rpc = (path: string, token: string, method: string, params: unknown) =>

@@ -69,10 +69,8 @@ export async function closeTestDatabase() {
 export const usingPostgres = () => Boolean(process.env.TEST_DATABASE_URL);
 
 /**
- * Skips the calling test (or, from a hook, its suite) on the embedded database, and says
- * why in the title mocha prints as pending: PostgreSQL-only tests prove what needs several
- * connections, and a skip must never hide a broken feature. CI runs them in its
- * PostgreSQL pass.
+ * Skips the caller on the embedded database, saying why in the title; CI runs these in its
+ * PostgreSQL pass, so the skip never hides a broken feature.
  */
 export function requirePostgres(ctx: Mocha.Context, why: string): void {
   if (usingPostgres()) return;
@@ -83,12 +81,9 @@ export function requirePostgres(ctx: Mocha.Context, why: string): void {
 }
 
 /**
- * Waits until every transaction that was open on the server when it was called has ended.
- * A change feed (audit records, a user's transfers, partner events) returns a row only
- * once no older open transaction could still commit before it (core/paging.ts), and on a
- * server shared with other work (another database's suite, say) such a transaction can
- * stay open longer than the feed's own short wait. Call it after writing and before
- * reading a feed whose rows the test counts. Throws after `timeoutMs`.
+ * Waits until every transaction open at the call has ended: feeds show a row only once no older
+ * transaction could commit before it, and on a shared server one can outlast the feed's own wait.
+ * Call it before reading a feed whose rows the test counts.
  */
 export async function feedsSettled(db: Db, timeoutMs = 10_000): Promise<void> {
   // A fresh xid, newer than that of every transaction open now. (A snapshot's xmax is not:

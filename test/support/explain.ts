@@ -108,10 +108,8 @@ export function explainKit(stack: () => TestStack) {
          FROM generate_series(1, 6000) i`,
       [child.agentPrincipalId],
     );
-    // Every seeded principal's vault is a budget; every seeded user has a session, a sign-in
-    // challenge, a wallet, a US account and transfers; the partner has a delivered event
-    // history and past payouts. Nothing here is pending or due: the suites sharing this
-    // database never see a seeded event to deliver or a seeded transfer in their books.
+    // Seeded rows are never pending or due, so suites sharing this database never see a seeded
+    // event to deliver or a seeded transfer in their books.
     const seeded = `SELECT id FROM users WHERE email LIKE 'seed-%-' || ? || '@example.test'`;
     await db.raw(
       `INSERT INTO budgets (id, parent_vault_id, user_id, grant_id, idempotency_key, params_hash, params, agent_principal_id, vault_id, status, created_at, updated_at)
@@ -173,10 +171,8 @@ export function explainKit(stack: () => TestStack) {
   }
 
   /**
-   * The token endpoints' tables at size: 4,000 registered clients, 4,000 partners, an
-   * unexpired code for each seeded user, and a refresh token on each seeded grant.
-   * The clients, partners and codes are deleted after the test: other suites page through
-   * every partner.
+   * The token endpoints' tables at size (clients, partners, codes, refresh tokens). Clients,
+   * partners and codes are deleted afterwards because other suites page through every partner.
    */
   async function seedTokens(): Promise<void> {
     const db = stack().core.db;
@@ -285,10 +281,8 @@ export function explainKit(stack: () => TestStack) {
   }
 
   /**
-   * EXPLAINs every captured statement (both plans; a batch function's body under its own
-   * settings) and fails naming each one that scans a hot table. Each of `including` must
-   * match a captured statement, so a hot path that stopped running fails rather than
-   * passing unchecked. Returns what was checked.
+   * EXPLAINs every captured statement and fails naming each that scans a hot table. Each of
+   * `including` must match a capture, so a hot path that stopped running cannot pass unchecked.
    */
   async function expectIndexedPlans(statements: Captured[], including: RegExp[]): Promise<string[]> {
     const checked: string[] = [];

@@ -1,7 +1,6 @@
-// A company's identity provider for tests: node-oidc-provider in a process of its own.
-// Prints {"issuer": ...} on stdout when listening. Settings from the environment:
-// IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS (comma-separated), IDP_PORT (0 = any).
-// Test controls under /__test (JSON): accounts, tampered ID tokens, discovery down.
+// A company's identity provider for tests (node-oidc-provider in its own process); prints its
+// issuer when listening. Env: IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS, IDP_PORT;
+// test controls under /__test.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { exportJWK, generateKeyPair, SignJWT, decodeProtectedHeader, type JWK } from "jose";
 import Provider from "oidc-provider";

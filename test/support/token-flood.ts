@@ -64,10 +64,8 @@ export async function postAgentToken(url: string, form: Record<string, string>):
 }
 
 /**
- * Wrong secrets for random client ids from `connections` loops until `stop()` (or `cap`
- * requests in all, so a broken server cannot make it spin forever). With `spread`, each
- * loop sends from its own loopback address (127.0.1.<n>): a flood from many addresses,
- * since one address's checks wait for each other.
+ * Wrong secrets for random client ids until `stop()` (or `cap`, so a broken server cannot make it
+ * spin forever). `spread` sends each loop from its own loopback address, since one address's checks queue.
  */
 export function startFlood(url: string, connections: number, cap = 5000, spread = false, send?: () => Promise<Answer>) {
   const answers: Answer[] = [];

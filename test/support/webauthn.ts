@@ -10,10 +10,8 @@ import { CHROMIUM } from "./browser.js";
 const bundle = fileURLToPath(new URL("../../node_modules/@simplewebauthn/browser/dist/bundle/index.umd.min.js", import.meta.url));
 
 /**
- * Chromium (JavaScript on) with a virtual platform authenticator that verifies the user
- * (Chrome DevTools Protocol `WebAuthn` domain), on a blank page served at
- * http://localhost:<port> with @simplewebauthn/browser loaded: the ceremonies run as a
- * real browser runs them, without the dashboard pages.
+ * Chromium with a virtual user-verifying authenticator on a blank localhost page with
+ * @simplewebauthn/browser: real browser ceremonies without the dashboard pages.
  */
 export async function launchWebAuthnBrowser() {
   const script = await readFile(bundle, "utf8");

@@ -15,11 +15,8 @@ export interface HeldRequest {
 }
 
 /**
- * A webhook receiver on 127.0.0.1:0 that records deliveries and answers `status()`.
- * Its URL has a random path, and only requests to that path are recorded (others get
- * 404): a partner of an earlier test whose receiver had the same port never shows up here.
- * While `hold()` is on, each request is recorded at once but answered only when the test
- * calls `answer()` on it (a slow receiver without timers).
+ * A webhook receiver recording deliveries on a random path, so an earlier test's partner on the
+ * same port never shows up here. `hold()` defers answers until `answer()` (a slow receiver without timers).
  */
 export async function startWebhookReceiver(status: () => number = () => 204) {
   const path = `/hooks/${randomBytes(6).toString("hex")}`;

@@ -84,11 +84,8 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 /**
- * The access checks' one round trip (core/partners/resources-store.ts readAccess):
- * counts the request in one rate-limit shard, reads partner, user, receipt and consent,
- * writes the success audit row when asked and every check passes, and optionally reads
- * the user's KYC record. PL/pgSQL caches each statement's plan per session, which
- * matters on the hottest path (planning the equivalent single CTE cost more than running it).
+ * The partner access checks (rate count, partner, user, receipt, consent, success audit) in one
+ * round trip; a PL/pgSQL function because it keeps each statement's plan for the session.
  */
 const PARTNER_ACCESS_FUNCTION = `
 CREATE FUNCTION partner_access(

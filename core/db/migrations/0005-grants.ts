@@ -2,10 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Agent authorization: OAuth clients, authorization codes, grants with
- * lineage, the OAuth agent principal of each user+client, web sessions, e-mail
- * one-time codes and the dev outbox. Codes, refresh tokens, session tokens and
- * OTPs are stored as SHA-256; client secrets as scrypt.
+ * Agent authorization: OAuth clients, codes, grants with lineage, agent principals, web sessions
+ * and sign-in codes. Bearer values are stored only as SHA-256 (client secrets as scrypt).
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -1,27 +1,9 @@
 import type { Knex } from "knex";
 
 /**
- * Partner resource throughput: group commit for the access checks. Concurrent
- * requests' checks are sent together (core/partners/resources-store.ts readAccess) and
- * run as one statement in one transaction: one rate-limit upsert per key instead of one
- * per request, every success audit row in one multi-row INSERT, and one commit (one WAL
- * flush) for the lot. The rules are those of partner_access() (0003), item by item:
- *  - one counter row per key and window again (0003 spread a key over 32 shard rows so
- *    that single requests would not queue on one row lock; a batch takes the lock once
- *    for all its requests). Concurrent batches of one key queue on that row, and the
- *    upsert returns the count including every committed batch, so an item's count is
- *    exact: the count before its batch plus its rank among the batch's items of the key.
- *    (Summing shards could not see other transactions' uncommitted increments, so
- *    concurrent requests could pass the limit.)
- *  - the success audit row of an item is inserted exactly when it asked for one and
- *    every check passes, so `audited` is true exactly when its data may leave.
- * The result is scalars that are cheap to decode on the hot path: booleans for the
- * consent checks instead of the scope array, times as epoch milliseconds.
- * Counter rows are upserted in key order, so concurrent batches that share keys always
- * lock them in the same order and cannot deadlock. PL/pgSQL caches the plan; every row
- * is found by a primary or unique key, so sequential scans are switched off for it (a plan
- * cached while a table was small must not scan it once it has grown; see 0011).
- * partner_access() itself is no longer called; it stays for rollback to older code.
+ * Group commit for the partner access checks, with partner_access()'s rules per item; one counter
+ * row per key (upserted in key order, so batches cannot deadlock) keeps every count exact.
+ * Sequential scans are off so a plan cached on a small table never scans it once grown.
  */
 const PARTNER_ACCESS_BATCH_FUNCTION = `
 CREATE FUNCTION partner_access_batch(

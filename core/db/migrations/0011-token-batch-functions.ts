@@ -1,16 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * Token endpoint throughput: the group-committed exchange and refresh
- * statements of core/grants/stores/agents.ts as PL/pgSQL functions, so each session plans
- * them once instead of every batch. Each returns the grants it issued; the caller matches them to its
- * items by the grant ids it chose.
- *
- * `SET enable_seqscan = off`: every row these statements touch is found by a unique
- * index (code hash, refresh hash, user id), but a plan cached while the table was small
- * (or its statistics stale) joined the batch against a sequential scan of grants, which
- * grew slower as grants filled. Index lookups are right
- * at every table size here, so the planner is not given the choice.
+ * The group-committed code exchange and refresh as PL/pgSQL functions, planned once per session.
+ * Sequential scans are off: every row is found by a unique index at any table size.
  */
 const GRANT_EXCHANGE_BATCH = `
 CREATE FUNCTION grant_exchange_batch(p_code_hashes text[], p_client_ids text[], p_redirect_uris text[], p_code_challenges text[], p_grant_ids uuid[], p_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql

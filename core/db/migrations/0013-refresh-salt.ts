@@ -1,22 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * Refresh tokens no database dump can recompute (docs/reference/agent-oauth.md, "Refresh").
- *
- * Until now a refresh token was an HMAC of its grant id under a key kept in
- * instance_secrets ('refresh-token'), so anyone holding a copy of the database could mint
- * every live refresh token. From here on the first refresh token of a lineage is random,
- * and each successor's token is HMAC-SHA256(key = the presented old token, message = a
- * random salt kept on the successor row): the database has the salt but never the old
- * token, so it can no longer produce a token; a grace-window retry presents the old token
- * again and gets the same successor token back.
- *
- * The key row goes: nothing reads it any more, and keeping it would keep the tokens
- * issued before this migration recomputable from every later dump. Those tokens stay
- * valid (they are checked by their SHA-256, like every refresh token) until they are
- * used or expire.
- *
- * grant_refresh_batch (migration 0011) gains p_refresh_salts, written into the new row.
+ * A successor refresh token is HMAC(old token, salt on the row), so a database dump cannot mint
+ * one. The old HMAC key is dropped so pre-migration tokens are not recomputable from later dumps.
  */
 const GRANT_REFRESH_BATCH = `
 CREATE FUNCTION grant_refresh_batch(p_refresh_hashes text[], p_client_ids text[], p_issued_after timestamptz[], p_grant_ids uuid[], p_new_refresh_hashes text[], p_refresh_salts text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql

@@ -2,23 +2,9 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Change feeds read up to the commit horizon (core/paging.ts, "Feed positions").
- *
- * A sequence number is taken at insert, not at commit, so a transaction that took seq 311
- * and commits after seq 312 was read made 311 invisible to any reader already past 312.
- * Every feed row now records the id of the transaction that wrote it (`xid`), feeds are
- * ordered by (xid, seq), and a reader returns only rows whose xid is below the oldest
- * transaction still running (pg_snapshot_xmin of its snapshot): every row that could still
- * commit sorts after everything returned.
- *
- * Existing rows get xid 0 (a constant default: no table rewrite, and no UPDATE, which
- * audit_records refuses); they keep their seq order, before every new row. The column
- * default then becomes the writing transaction's id, so every writer, including the SQL
- * batch functions of 0008, 0011 and 0013, fills it without change.
- *
- * The per-feed indexes make each page one index range scan: audit by actor (agent feed,
- * filtered operator list) and in full (unfiltered operator list and tail), events by
- * partner, ledger by user. The (…, seq) indexes they replace had no other reader.
+ * Feeds order by (writing xid, seq) and read only below the oldest running transaction, so a row
+ * whose seq was taken early but committed late is never skipped (see core/paging.ts).
+ * Old rows get xid 0: a constant default rewrites nothing, and audit rows refuse UPDATE.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

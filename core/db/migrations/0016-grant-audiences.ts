@@ -1,13 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * An agent access token's `aud` names the exact resource its client asked for (RFC 8707):
- * a client authorized for `<MCP_URL>/mcp/write` gets that URL in `aud`, besides `MCP_URL`
- * itself and the vault URN. The requested MCP resources are kept on the authorization code
- * and copied to every grant of its lineage, so a refresh signs the same audience.
- *
- * The two group-committed token functions copy the new column (their bodies are otherwise
- * those of migrations 0011 and 0013).
+ * Grants keep the MCP resources their client asked for (RFC 8707), so a refreshed access token
+ * carries the same `aud`; the token functions copy the new column.
  */
 const EXCHANGE = `
 CREATE FUNCTION grant_exchange_batch(p_code_hashes text[], p_client_ids text[], p_redirect_uris text[], p_code_challenges text[], p_grant_ids uuid[], p_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql

@@ -2,11 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * OAuth Client ID Metadata Documents: a client whose client_id is the URL of its metadata
- * document has a row in oauth_clients too (written when a user consents), so codes, grants
- * and agents keep their foreign keys and the dashboard its client name. Such a client is
- * public: it has no secret. The check keeps the two kinds apart: a registered client always
- * has a secret hash, a document client never.
+ * Clients identified by a metadata document URL get an oauth_clients row too, so foreign keys
+ * hold; the check keeps them public (no secret) and registered clients secret-bearing.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,22 +2,9 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Running spend totals on the vault row, so a payment decision reads one row instead of
- * summing the vault's whole payment history (core/budgets/stores/payments.ts).
- *
- * - spent_lifetime_cents: every completed payment of the vault.
- * - spent_day / spent_day_cents: the UTC calendar day of the vault's latest completed
- *   payment and what was completed on that day. A payment on a later day starts the day
- *   afresh; a reader whose UTC day is past spent_day counts 0 for today.
- * - spent_prev_day_cents: what was completed on the day before spent_day. A payment's
- *   time is read before it waits for the vault lock, so around midnight one stamped
- *   23:59:59 can be decided after another stamped 00:00:00 committed; its "today" (every
- *   completion since its own midnight) is then both days, exactly as summing did.
- *
- * They change only in the transaction that completes a payment, which holds the vault row
- * FOR UPDATE (a completed payment is never reversed: only pending ones can be declined).
- * Existing vaults are backfilled from agent_payments. Upgrade every core replica together:
- * a replica of an older version completes payments without moving the totals.
+ * Running spend totals on the vault row, so a payment decision reads one row, not the history.
+ * They move only under the vault's row lock; the previous day is kept because a payment stamped
+ * before midnight can be decided after one stamped after it. Upgrade all core replicas together.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,14 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * What the pruner (core/maintenance/pruner.ts) needs to find expired rows by index, a
- * bounded batch at a time, however large the tables grow.
- *
- * rate_limit_logs gets `expires_at`: when the key's window has ended after its latest
- * counted attempt (the store sets it on every hit). Past it the row holds no attempt that
- * could still count, so deleting it changes no decision. Rows written before this
- * migration (or by an older replica during a rollout) get an hour, longer than any window
- * in use.
+ * Indexes for the pruner to find expired rows in bounded batches however large tables grow.
+ * Rate-limit rows written before (or by an older replica) get an hour, longer than any window.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,22 +2,9 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * The double-entry ledger under every movement of money (core/ledger/store.ts).
- *
- * - ledger_accounts: one per owner, kind and currency. Its id is a pure function of the
- *   three (ledger_account_id, the same in core/ledger/accounts.ts), so a movement names
- *   its accounts without reading them first. Vault and treasury accounts are created with
- *   their row (triggers below); user and external accounts by the movement that first
- *   touches them.
- * - ledger_transactions: one per movement; its id doubles as the movement's idempotency
- *   key (a second append with the same id adds nothing).
- * - ledger_postings: the legs. A signed amount (credit positive, debit negative); the legs
- *   of one transaction sum to zero per currency. Nothing here is ever updated or deleted.
- *
- * Balances stay where they were (vaults.balance_cents, treasuries.balance_cents; a user's
- * transfer balance is derived from their settled entries) and `vaultgate ledger verify`
- * checks each against the sum of its account's postings. Existing balances are carried in
- * as one opening transaction each.
+ * The double-entry ledger under every movement of money (docs/ledger.md).
+ * Account ids are a pure function of owner, kind and currency so a movement never reads first;
+ * a transaction id is its idempotency key. Existing balances come in as opening transactions.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(
@@ -145,11 +132,8 @@ const OPENING = `
            HAVING sum(CASE direction WHEN 'credit' THEN amount_cents ELSE -amount_cents END) <> 0) a`;
 
 /**
- * A completed agent payment, on the hottest write path (core/budgets/stores/payments.ts recordSpend):
- * its ledger transaction (vault -> external:payments, id = the payment id), and the
- * vault's balance and running spend totals (migration 0018), in one call. PL/pgSQL keeps
- * each statement's plan for the session; the same work as one ad-hoc CTE statement
- * was much slower, while the vault's lock is held.
+ * A completed payment's ledger transaction and vault totals in one call: PL/pgSQL keeps the plans,
+ * and the ad-hoc statement was much slower while the vault's lock is held.
  */
 const RECORD_SPEND_FUNCTION = `
 CREATE FUNCTION vault_record_spend(p_vault uuid, p_currency text, p_payment uuid, p_amount bigint, p_day date, p_at timestamptz)

@@ -2,14 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Budgets have a life after provisioning (FundBudget, CloseBudget in core/budgets):
- *
- * - `closed` is a final status of a budget, with `closed_at`; its policy row is frozen as
- *   `closed`, which no payment passes (the payment rules treat anything but `active` as
- *   an inactive policy) and which activation never changes back.
- * - Fund and close find a budget by its vault: one budget per vault, by index.
- * - Closing declines a budget's payments that have not completed: found by a partial index
- *   of the open ones, however long the vault's payment history.
+ * Budgets can be funded and closed: a closed policy passes no payment and is never reactivated;
+ * indexes find a budget by vault and a closing budget's open payments without a scan.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

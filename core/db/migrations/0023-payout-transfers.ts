@@ -2,28 +2,9 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * A payout is its own transfer entry: the recipient's transfers feed reads payouts from
- * treasury_executions, so a batch no longer writes a copy of each paid item into
- * ledger_entries (500 rows, three indexes and a foreign key check each, for a 500-item
- * batch).
- *
- * An execution written from this version on carries the feed position a transfer entry
- * has: `seq` from the sequence of ledger_entries.seq (one sequence, so a position names
- * one row of either table) and `xid`, the id of the writing transaction (migration 0014).
- * The batch's INSERT sets both; there is no column default, so a replica of the version
- * before (during a rollout) still writes its executions without them, next to the
- * transfer entries it writes for them, and nothing is counted twice.
- *
- * Executions written before this migration keep seq and xid NULL and stay out of the
- * feed: those paid since payouts credit their recipients already have their entry in
- * ledger_entries (same id, same position), and older ones never were transfers.
- *
- * The feed index holds only the rows in the feed.
- *
- * Event data is compressed with lz4 where the server has it (PostgreSQL's default, pglz,
- * is much slower on a large batch's payout.executed event and stores it larger). It
- * applies to rows written from now on; older rows are read as they were stored. PGlite
- * has no lz4 and keeps pglz.
+ * Payouts are read from treasury_executions by the transfers feed instead of being copied into
+ * ledger_entries; no column default, so an older replica mid-rollout writes no feed position.
+ * Event data uses lz4 where available (pglz is much slower on large payout events).
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

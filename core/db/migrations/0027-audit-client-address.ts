@@ -1,10 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * The client's network address on an audit record, where a gateway vouched for it (with
- * the gateway credential) on the call that wrote the record; "" otherwise. Old records
- * keep "": a default on a new column rewrites no row, so the append-only trigger is not
- * involved.
+ * The client address a gateway vouched for on an audit record ("" otherwise). A default on a new
+ * column rewrites no row, so the append-only trigger is not involved.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`ALTER TABLE audit_records ADD COLUMN client_address text NOT NULL DEFAULT ''`);

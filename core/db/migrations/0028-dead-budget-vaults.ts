@@ -1,15 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * Budgets that are closed or declined bind no new grant, and a vault holds a bounded
- * number of items waiting for its owner.
- * - The code exchange's and the refresh's group-committed fast paths leave every code and
- *   grant on a budget's vault to the locked paths, which take the budget's row lock and
- *   refuse a closed or declined budget: a statement that took no lock could insert a grant
- *   a concurrent close never sees. Other vaults are unchanged (the functions are migration
- *   0016's otherwise, with 0024's plan setting).
- * - The draft budgets under a vault are counted by index (the pending limit), never by
- *   reading every budget ever made under it.
+ * The unlocked token fast paths leave budget vaults to the locked paths, so a concurrent close is
+ * never missed; draft budgets under a vault are counted by index (the pending limit).
  */
 const EXCHANGE = (guard: string) => `
 CREATE OR REPLACE FUNCTION grant_exchange_batch(p_code_hashes text[], p_client_ids text[], p_redirect_uris text[], p_code_challenges text[], p_grant_ids uuid[], p_refresh_hashes text[], p_nows timestamptz[], p_expires timestamptz[], p_request_ids text[], p_actors text[], p_actions text[]) RETURNS SETOF grants LANGUAGE plpgsql

@@ -1,11 +1,8 @@
 import type { Knex } from "knex";
 
 /**
- * Sign-in codes are limited per account (the normalised e-mail address a code was sent
- * to), so each challenge records it. Codes are now kept as a keyed hash and the dev outbox
- * encrypted, both under a key outside the database: the challenges and messages written
- * before (plain SHA-256 of a six-digit code, and the code in clear) are deleted; a person
- * mid-sign-in asks for a new code.
+ * Sign-in codes are limited per account, and now stored keyed-hashed (outbox encrypted) under a
+ * key outside the database; older challenges and messages are deleted (a new code is asked for).
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`ALTER TABLE signin_challenges ADD COLUMN account text`);

@@ -2,17 +2,9 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Settlement of agent payments on a chain (core/settlement/).
- *
- * - settlement_payments: one row per payment, its lifecycle (pending -> submitted ->
- *   completed | failed), the nonce it was given, the hash of its transfer once signed, how
- *   deep it is, why it failed, and the lease of the worker handling it now. `final` marks a
- *   completed transfer deep enough to stop watching for a reorg.
- * - settlement_transactions: every transaction ever signed for a payment (the transfer,
- *   its fee bumps and a cancellation, all with the payment's one nonce), its signed bytes
- *   stored before it is broadcast, so a restart sends the same bytes again.
- * - settlement_nonces: the next nonce per chain and hot wallet; a payment takes one under
- *   this row's lock, once: (chain, wallet, nonce) is unique among payments.
+ * On-chain settlement (docs/settlement.md): payments with their lifecycle and worker lease, every
+ * signed transaction stored before broadcast (a restart resends the same bytes), and one nonce row
+ * per chain and wallet so each payment takes a unique nonce.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,15 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * The books of a payment that settles on a chain (core/settlement/ledger.ts).
- *
- * Accepting it moves the amount from the vault to the in-flight account
- * (external:in_flight), with the vault's balance and spend totals, as a completed payment
- * always did (vault_reserve_payment). Its transfer reaching depth moves it on to the hot
- * wallet's account (external:hot_wallet:<chain>:<address>: what left through that wallet);
- * a reorg that removes that block moves it back; a failure refunds it to the vault and
- * takes it out of the vault's spend totals (settlement_refund). Each movement's id comes
- * from the payment (and the block it counted), so replaying one adds nothing.
+ * The books of a settling payment: vault -> in flight on accept, -> hot wallet at depth, back on
+ * a reorg, refunded on failure. Movement ids derive from the payment, so replays add nothing.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`ALTER TABLE settlement_payments ADD COLUMN vault_id uuid`);

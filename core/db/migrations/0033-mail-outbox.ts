@@ -2,12 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * The mail outbox: every sign-in code and account notice to be sent by SMTP is a row here,
- * written in the transaction of the change it reports, and leaves only once a mail server
- * has accepted it. Subject and body are sealed under the sign-in code key (outside the
- * database). A sender leases due rows (attempts counts the lease, next_attempt_at is the
- * lease's end while it is out) and records the result only if its lease is still the
- * latest; a refused or failed attempt is retried later with a growing delay.
+ * Mail to send is written in the transaction of the change it reports, sealed under a key outside
+ * the database, and leased by a sender who records a result only while its lease is the latest.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,16 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Sign-in through a company's identity provider, and the browser flows of sign-in methods
- * that leave the page (OpenID Connect) or answer a challenge (passkeys).
- *
- * identity_links: a provider's (issuer, subject) belongs to one user; once linked, the
- * person is matched by it alone, whatever e-mail the provider reports later.
- *
- * signin_flows: one row per started flow, found by the SHA-256 of a secret the browser holds
- * in a cookie (so a callback only completes in the browser that started it) and consumed
- * once (a replayed callback finds it used). It keeps what the completion must check:
- * state, nonce and the PKCE verifier, or the WebAuthn challenge.
+ * Identity-provider links (issuer, subject) match a person whatever e-mail is reported later;
+ * sign-in flows are found by the hash of a browser cookie secret and consumed once.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -2,10 +2,8 @@ import type { Knex } from "knex";
 import { runScript } from "../sql.js";
 
 /**
- * Passkeys (WebAuthn credentials) of users, bound to the relying party of APP_URL. The
- * signature counter is kept so an authenticator whose counter goes back (a clone) is
- * refused; the backed-up and device-bound flags are kept as the authenticator reported
- * them at registration and at each use.
+ * Passkeys bound to APP_URL's relying party; the signature counter is kept so a cloned
+ * authenticator (counter going back) is refused.
  */
 export async function up(knex: Knex): Promise<void> {
   await runScript(

@@ -39,10 +39,8 @@ export interface SmtpSettings {
 }
 
 /**
- * Sends through one SMTP server with nodemailer, one connection per message (the outbox
- * sends little, and a fresh connection never carries a half-failed state over). A reply
- * of 4xx or 5xx, a refused connection or a timeout all reject with MailSendError: the
- * outbox decides what to do next, so no mail is dropped here.
+ * SMTP through nodemailer, one connection per message so no half-failed state carries over.
+ * Every failure rejects with MailSendError and the outbox decides what next: nothing is dropped here.
  */
 export function createSmtpTransport(settings: SmtpSettings): MailTransport {
   const problem = checkSmtpUrl(settings.url) ?? checkMailFrom(settings.from);

@@ -38,10 +38,8 @@ export function mailBackoffMs(attempts: number, baseMs: number, maxMs: number, r
 }
 
 /**
- * Sends the mail outbox. A message leaves the outbox only when a server accepted it; every
- * failure (refused with 4xx or 5xx, unreachable, timed out) schedules another attempt, so
- * an outage delays mail and loses none. A sender that dies mid-send leaves its lease to run
- * out and the message is sent again: delivery is at least once, with the same Message-ID.
+ * Sends the mail outbox: a message leaves only once a server accepted it, and every failure is
+ * retried later, so an outage delays mail and loses none (at least once, same Message-ID).
  */
 export function createMailWorker(options: MailWorkerOptions): MailWorker {
   const baseMs = options.baseDelayMs ?? 5_000;

@@ -6,11 +6,9 @@ import { createSecretBox, type SecretBox } from "./signing.js";
 const LEGACY_KEY = "webhook-secrets";
 
 /**
- * Moves webhook secrets from the key earlier versions kept in the database to the outside
- * key: every stored secret is re-encrypted and the database copy deleted, in one
- * transaction. The legacy row stays locked throughout, so a second replica starting at the
- * same moment waits and then finds nothing left to move. Idempotent; returns how many
- * secrets were re-encrypted.
+ * Moves webhook secrets from the database-held key to the outside key in one transaction,
+ * holding the legacy row locked so a second replica starting at once finds nothing left.
+ * Idempotent; returns how many secrets were re-encrypted.
  */
 export async function moveWebhookKeyOutOfDatabase(db: Db, box: SecretBox, logger: Logger): Promise<number> {
   const moved = await db.transaction(async (trx) => {

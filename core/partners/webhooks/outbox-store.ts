@@ -59,10 +59,8 @@ export function createOutboxStore(db: Db) {
     },
 
     /**
-     * Takes up to `limit` delivery lanes: partners that are active, have a webhook and have
-     * a due event, and whose lane no worker holds (or whose holder's lease ran out). A lane
-     * is taken atomically (one upsert), so two replicas never hold the same partner; the
-     * holder sends that partner's events one at a time, in sequence order.
+     * Takes up to `limit` free (or expired) delivery lanes of partners with due events, each by
+     * one atomic upsert, so two replicas never deliver the same partner's events at once.
      */
     async claimLanes(now: Date, leaseUntil: Date, limit: number): Promise<Lane[]> {
       const token = randomUUID();
@@ -86,12 +84,9 @@ export function createOutboxStore(db: Db) {
     },
 
     /**
-     * The step just before one request, in one transaction: renews the lane (fenced by its
-     * token), reads the partner's status, URL and secret afresh (FOR SHARE, so a status
-     * change being committed is waited for, never missed), and leases the partner's first
-     * due event until `leaseUntil`, counting the attempt. `lost`: another worker holds the
-     * lane now; `stop`: the partner is not active or has no webhook (its events stay
-     * pending, untouched); `idle`: nothing is due.
+     * Before each request: renews the lane (fenced by its token), rereads the partner FOR SHARE so
+     * a status change being committed is never missed, and leases the first due event.
+     * `lost`: another worker holds the lane; `stop`: partner inactive or no webhook; `idle`: nothing due.
      */
     async leaseNext(lane: Lane, now: Date, leaseUntil: Date): Promise<LeaseStep> {
       return db.transaction(async (trx) => {

@@ -220,11 +220,9 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   });
 
   /**
-   * Fund, Close and Sweep, from the money view or an agent's page. Each needs the session, the
-   * CSRF token and a fresh step-up: without one the owner goes through the step-up page
-   * and back (the typed amount kept). Core's refusals are shown on the page the form
-   * came from; the Fund form's per-render idempotency key makes a double submit move
-   * the money once.
+   * Fund, Close and Sweep: each needs the session, CSRF token and a fresh step-up (else a round
+   * trip through the step-up page, typed amount kept). The Fund form's per-render idempotency
+   * key makes a double submit move the money once.
    */
   async function moneyAction<T>(
     request: FastifyRequest,

@@ -10,10 +10,8 @@ import { createUserFor } from "../../support/resources.js";
 import { expectRefused, refusalOf } from "../../support/refusals.js";
 
 /**
- * Signing keys have a lifecycle: after `keys rotate` the previous key verifies only
- * tokens issued up to the rotation and leaves the JWKS once they have all expired;
- * `keys retire KID` withdraws a key at once. Checked on both token surfaces: the partner
- * API over HTTP and agent tools (/mcp/read over HTTP, and VerifyAgentToken).
+ * After `keys rotate` the previous key verifies only tokens issued before it and leaves the JWKS
+ * once they expire; `keys retire` withdraws a key at once. On both token surfaces.
  */
 describe("signing key lifecycle", function () {
   this.timeout(60_000);
@@ -56,10 +54,8 @@ describe("signing key lifecycle", function () {
   }
 
   /**
-   * accounts.balance on /mcp/read: "refused" (401 invalid_token, the gateway's
-   * authentication said no) or "authenticated" (anything past authentication). The tool
-   * result itself is not asserted here: the agent tools are being rewritten on another
-   * branch; acceptance is asserted exactly through VerifyAgentToken (agentReason).
+   * Whether /mcp/read authenticated the token; the tool result is not asserted here, since
+   * acceptance is asserted exactly through VerifyAgentToken.
    */
   async function balance(token: string): Promise<"refused" | "authenticated"> {
     const res = await fetch(`${stack.url}/mcp/read`, {

@@ -5,14 +5,8 @@ import { fixtures } from "../../support/trust.js";
 import { postJsonRpc, startReplica, type Replica } from "../../support/replicas.js";
 
 /**
- * The kill switch across replicas: two cores, each with its own gateway and connection
- * pool, on one PostgreSQL database. JSON-RPC batches of payments run back to back on replica A
- * while the user's kill switch is pulled through replica B. Each batch element is
- * authorized afresh against the grant row, so once the revocation commits nothing more is
- * paid, and nothing paid committed after it.
- *
- * Needs several connections (real concurrency), so it runs only with TEST_DATABASE_URL;
- * PGlite serves one query at a time.
+ * Two replicas on one database: payments batch on A while the kill switch is pulled on B, and
+ * nothing is paid after the revocation commits. PostgreSQL only: PGlite runs one query at a time.
  */
 describe("kill switch across replicas during a payment batch (Postgres: needs several connections)", function () {
   this.timeout(120_000);

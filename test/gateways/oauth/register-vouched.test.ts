@@ -19,10 +19,8 @@ async function outcome(p: Promise<unknown>): Promise<"ok" | Reason> {
 }
 
 /**
- * Registration is limited per client address, and core believes an address only from a
- * gateway that presents the gateway credential (docs/reference/agent-oauth.md): the OAuth gateway
- * vouches for the socket address it saw; every direct caller shares one bucket whatever
- * address it claims.
+ * Registration is limited per client address, believed only from a gateway with the gateway
+ * credential; every direct caller shares one bucket whatever address it claims.
  */
 describe("RegisterClient limits per vouched address", () => {
   let stack: TestStack;

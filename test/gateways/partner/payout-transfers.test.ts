@@ -30,10 +30,8 @@ interface Delivered {
 }
 
 /**
- * A payout credits its recipient: over the real partner API, a batch paid by one partner
- * shows up in the recipient's transfers for every partner the recipient lets read them,
- * and reaches those partners as transfer.settled webhooks; partners without that consent
- * see and hear nothing of it.
+ * A payout shows in the recipient's transfers, and as transfer.settled webhooks, for every
+ * partner the recipient lets read transfers; other partners see and hear nothing of it.
  */
 describe("payouts in the recipients' transfers (HTTP)", () => {
   let stack: TestStack;

@@ -8,10 +8,8 @@ import { expectHttpError } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
 
 /**
- * Every rejected batch request of a partner leaves an audit row, the ones the gateway
- * answers at its edge included (413, invalid JSON). A request whose bearer is missing or
- * proves no partner leaves none: it is nobody's action, and a flood of them must not grow
- * the trail. Over partner REST.
+ * Every rejected batch request of a partner is audited, edge rejections included; one proving no
+ * partner is nobody's action and leaves none, so a flood of them cannot grow the trail.
  */
 describe("treasury rejections at the edge are audited (HTTP)", () => {
   let stack: TestStack;

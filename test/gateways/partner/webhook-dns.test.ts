@@ -7,10 +7,8 @@ import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { startDnsServer, type TestDnsServer } from "../../support/dns-server.js";
 
 /**
- * Webhook receivers named by host are resolved by core's bounded resolver (its own name
- * servers, time limit and concurrency, off the thread pool) and the request goes to the
- * address it gave. A name server that does not answer costs a failed attempt, retried
- * later, never a stuck worker.
+ * Receiver host names go through core's bounded resolver and the request goes to the address it
+ * gave; a silent name server costs a failed attempt, retried later, never a stuck worker.
  */
 describe("webhook delivery: receiver host names (real name server)", function () {
   this.timeout(30_000);

@@ -19,11 +19,8 @@ async function dump(stack: TestStack): Promise<string> {
 }
 
 /**
- * The key that encrypts webhook secrets lives outside the database (WEBHOOK_SECRET_KEY or
- * DATA_DIR/webhook-secret-key). A deployment whose database still holds the key of earlier
- * versions has it moved at start: the stored secrets are re-encrypted under the outside
- * key and the database copy is deleted, so the rows alone no longer open them, and
- * deliveries still verify with each partner's secret.
+ * A database still holding the webhook secret key has it moved out at start: secrets are
+ * re-encrypted under the outside key and the copy deleted, and deliveries still verify.
  */
 describe("webhook secrets: the key moves out of the database", function () {
   this.timeout(60_000);

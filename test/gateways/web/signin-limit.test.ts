@@ -4,10 +4,8 @@ import { authorize, createJar, createUser, formFields, pkce, registerClient } fr
 import { requirePostgres } from "../../support/db.js";
 
 /**
- * E-mailed codes are limited per account: one per 30 seconds for each purpose (sign-in,
- * step-up) and ten an hour. That bounds mail to one address without locking out a person
- * doing a few authorizations in a row, and past a limit the page says how long to wait and
- * sends Retry-After. An unknown address is limited exactly like a known one.
+ * E-mailed codes are limited per account (per purpose and per hour), bounding mail to one address
+ * without locking out a person; the page says how long to wait, and unknown addresses look alike.
  */
 describe("web pages: the sign-in code send limit", () => {
   let stack: TestStack;

@@ -1596,12 +1596,9 @@ export const DecisionSchema: GenEnum<Decision> = /*@__PURE__*/
   enumDesc(file_vaultgate_budgets_v1_budgets, 2);
 
 /**
- * BudgetsService owns agent budgets (child agent principal, child vault, spending
- * policy), vault balances and agent payments under a vault's policy.
- * Core trusts no caller: agent-facing RPCs take the agent's raw access
- * token, which core verifies and whose grant it reads inside the transaction that acts on
- * it; owner-facing (dashboard) RPCs take the signed-in web session's token, from which
- * core derives the user and the step-up time; operator RPCs need the operator credential.
+ * BudgetsService owns agent budgets, vault balances and agent payments under a vault's policy.
+ * Core trusts no caller: agent RPCs take the raw access token, owner RPCs the web session
+ * token, operator RPCs the operator credential (docs/trust-model.md).
  *
  * @generated from service vaultgate.budgets.v1.BudgetsService
  */
@@ -1721,10 +1718,9 @@ export const BudgetsService: GenService<{
     output: typeof ListGrantAuditResponseSchema;
   },
   /**
-   * FundBudget moves money from a budget's parent vault into the budget's vault, as one
-   * ledger transaction; idempotent on `idempotency_key`. Callers: an agent (access_token
-   * with agent:budget:create on the parent vault; tool agent.budget.fund) or the owner on
-   * the dashboard (session_token with a fresh step-up).
+   * FundBudget moves money from the parent vault into the budget's vault in one ledger
+   * transaction; idempotent on `idempotency_key`. Callers: an agent with agent:budget:create
+   * on the parent vault, or the owner with a fresh step-up.
    *
    * @generated from rpc vaultgate.budgets.v1.BudgetsService.FundBudget
    */
@@ -1746,10 +1742,9 @@ export const BudgetsService: GenService<{
     output: typeof CloseBudgetResponseSchema;
   },
   /**
-   * SweepBudget moves what a closed budget kept (closed with keep_funds), and what the
-   * budgets closed with it kept, back to the budget's parent vault: one ledger
-   * transaction per budget that holds money. Idempotent: when nothing is left it moves
-   * nothing and says so. Callers as CloseBudget (tool agent.budget.sweep).
+   * SweepBudget moves what a closed budget (and those closed with it) kept back to its parent
+   * vault, one ledger transaction per budget holding money. Idempotent: with nothing left it
+   * moves nothing and says so. Callers as CloseBudget.
    *
    * @generated from rpc vaultgate.budgets.v1.BudgetsService.SweepBudget
    */

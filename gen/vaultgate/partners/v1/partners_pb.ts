@@ -1677,10 +1677,9 @@ export const PartnersService: GenService<{
   serviceDesc(file_vaultgate_partners_v1_partners, 0);
 
 /**
- * PartnerResourcesService serves the consent-gated partner resources and
- * the operator commands that shape them. Every partner RPC
- * carries the bearer access token; core verifies it and runs the access checks in the
- * order of docs/reference/partner-api.md before any data leaves.
+ * PartnerResourcesService serves the consent-gated partner resources and the operator
+ * commands that shape them. Core verifies every partner bearer and runs the access checks
+ * (docs/reference/partner-api.md) before any data leaves.
  *
  * @generated from service vaultgate.partners.v1.PartnerResourcesService
  */

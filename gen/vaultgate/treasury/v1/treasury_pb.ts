@@ -357,11 +357,9 @@ export type ExecuteBatchRequest = Message<"vaultgate.treasury.v1.ExecuteBatchReq
   bodyProblem: string;
 
   /**
-   * Set by a gateway that refused the request at its edge, before it could read it (body
-   * too large, body not JSON, no bearer token). Core audits the rejection under the
-   * identity access_token proves (the partner), or "anonymous", and always answers an
-   * error: the one named here (invalid_request, invalid_token), or audit_unavailable
-   * when the audit record could not be written. Nothing else of the request is read.
+   * Set by a gateway that refused the request before reading it. Core audits the rejection
+   * under the partner the token proves (or "anonymous") and answers this error, or
+   * audit_unavailable when the record could not be written.
    *
    * @generated from field: vaultgate.treasury.v1.EdgeRejection edge_rejection = 6;
    */
