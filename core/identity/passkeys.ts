@@ -51,6 +51,8 @@ export interface PasskeyDeps {
   mailer?: Mailer;
   /** How long a person has to answer a challenge. */
   challengeTtlMs?: number;
+  /** False when SIGNIN_METHODS leaves out passkey: no ceremony starts or completes (default true). */
+  offered?: boolean;
 }
 
 export type PasskeyPurpose = "sign_in" | "step_up";
@@ -107,6 +109,11 @@ export function createPasskeys(deps: PasskeyDeps) {
     return (res.rows ?? [])[0] as { session_id: string | null; user_id: string | null; challenge: string } | undefined;
   }
 
+  // The methods are core's decision: a caller skipping the pages must not get in by a passkey either.
+  function refuseIfNotOffered() {
+    if (deps.offered === false) fail(Reason.NOT_FOUND, "signing in or confirming with a passkey is not offered here");
+  }
+
   async function activeKeys(userId: string) {
     return db("passkeys").where({ user_id: userId, rp_id: rpId }).whereNull("removed_at").orderBy("created_at");
   }
@@ -117,6 +124,7 @@ export function createPasskeys(deps: PasskeyDeps) {
 
     /** Options for navigator.credentials.create, for a signed-in owner after a fresh step-up. */
     async registrationOptions(session: PasskeySession): Promise<{ options: PublicKeyCredentialCreationOptionsJSON; binding: string }> {
+      refuseIfNotOffered();
       if (!session.stepUpFresh) fail(Reason.ACCESS_DENIED, "confirm it is you first: adding a passkey needs a fresh confirmation");
       const existing = await activeKeys(session.userId);
       const options = await generateRegistrationOptions({
@@ -136,6 +144,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       input: { binding: string; response: RegistrationResponseJSON; name: string; session: PasskeySession },
       facts: CallFacts,
     ): Promise<PasskeyRecord> {
+      refuseIfNotOffered();
       const { session } = input;
       const actor = `user:${session.userId}`;
       const name = input.name.trim().slice(0, 60) || "Passkey";
@@ -198,6 +207,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       purpose: PasskeyPurpose,
       session?: { sessionId: string; userId: string },
     ): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; binding: string }> {
+      refuseIfNotOffered();
       if ((purpose === "step_up") !== Boolean(session)) fail(Reason.INVALID_REQUEST, "a step-up needs a signed-in session, and only a step-up has one");
       const keys = session ? await activeKeys(session.userId) : [];
       if (session && keys.length === 0) fail(Reason.ACCESS_DENIED, "you have no passkey yet; confirm another way, then add one on the dashboard");
@@ -217,6 +227,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       input: { binding: string; response: AuthenticationResponseJSON; session?: { sessionId: string; userId: string } },
       facts: CallFacts,
     ): Promise<{ purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number } | { purpose: "step_up"; userId: string }> {
+      refuseIfNotOffered();
       const purpose: PasskeyPurpose = input.session ? "step_up" : "sign_in";
       const action = purpose === "step_up" ? "web.passkey.step_up" : "web.passkey.sign_in";
       const refuse = async (why: string, actor = "anonymous"): Promise<never> => {
