@@ -93,7 +93,8 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
       throw new Error("too many redirects at the identity provider");
     },
     async stop() {
-      if (child.exitCode !== null) return;
+      // Stopped already (a test may stop it early): a signal leaves exitCode null.
+      if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once("exit", resolve));
       child.kill("SIGTERM");
       await exited;
