@@ -75,6 +75,8 @@ export interface CoreOptions {
   migrate?: boolean;
   /** `{app_url}`: where owners approve step-ups (budgets, payments). */
   appUrl?: string;
+  /** AUTH_URL, the consent page's address (passkeys accept its origin when their RP ID covers it). */
+  authUrl?: string;
   /** Budget provisioning starts per parent vault per minute (default 10). */
   provisioningLimitPerMinute?: number;
   /** Test-only seam: see BudgetsFaults. */
@@ -278,6 +280,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           logger,
           mailer,
           appUrl: options.appUrl ?? options.issuer,
+          authUrl: options.authUrl,
           sessionTtlMs: SESSION_TTL_MS,
           offered: on("passkey"),
         }),

@@ -45,6 +45,8 @@ export interface PasskeyDeps {
   logger: Logger;
   /** The dashboard's public address: the origin passkeys are bound to, and its host the RP ID. */
   appUrl: string;
+  /** AUTH_URL, where the consent page steps up: its origin is accepted too when the RP ID covers its host. */
+  authUrl?: string;
   rpName?: string;
   sessionTtlMs: number;
   /** Tells the account holder when a passkey is added (optional: tests of the ceremony alone). */
@@ -56,6 +58,11 @@ export interface PasskeyDeps {
 }
 
 export type PasskeyPurpose = "sign_in" | "step_up";
+
+/** True when a passkey made for `rpId` can be used on `host`: the same host, or one under it. */
+export function rpIdCovers(rpId: string, host: string): boolean {
+  return host === rpId || host.endsWith(`.${rpId}`);
+}
 
 /** The relying party of an APP_URL: its origin, and its host as RP ID. */
 export function relyingParty(appUrl: string): { origin: string; rpId: string } {
@@ -72,6 +79,9 @@ export function relyingParty(appUrl: string): { origin: string; rpId: string } {
 export function createPasskeys(deps: PasskeyDeps) {
   const { db } = deps;
   const { origin, rpId } = relyingParty(deps.appUrl);
+  const auth = deps.authUrl ? new URL(deps.authUrl) : undefined;
+  // Where a ceremony may happen: the dashboard, and the consent page when the browser would allow it there.
+  const origins = auth && auth.origin !== origin && rpIdCovers(rpId, auth.hostname) ? [origin, auth.origin] : [origin];
   const ttl = deps.challengeTtlMs ?? 5 * 60_000;
 
   const audit = (
@@ -160,7 +170,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         verified = await verifyRegistrationResponse({
           response: input.response,
           expectedChallenge: flow.challenge,
-          expectedOrigin: origin,
+          expectedOrigin: origins,
           expectedRPID: rpId,
           requireUserVerification: true,
         });
@@ -255,7 +265,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         const verified = await verifyAuthenticationResponse({
           response: input.response,
           expectedChallenge: flow.challenge,
-          expectedOrigin: origin,
+          expectedOrigin: origins,
           expectedRPID: rpId,
           credential: {
             id: String(key.credential_id),
