@@ -4,6 +4,7 @@ import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-addr
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
 import { checkMailFrom, checkSmtpUrl } from "../core/identity/mail/settings.js";
+import { rpIdCovers } from "../core/identity/passkeys.js";
 
 /** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -185,7 +186,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     metricsToken,
     tracing,
     settlement: settlementSettings(env),
-    ...signinSettings(env),
+    ...signinSettings(env, urlSetting(env, "AUTH_URL", origin), urlSetting(env, "APP_URL", origin)),
   };
 }
 
@@ -277,7 +278,7 @@ function outsideKeySetting(env: NodeJS.ProcessEnv, name: string): string | undef
 // ---------------------------------------------------------------------------------------
 // How people sign in: mail, a company's OpenID Connect provider, passkeys.
 
-function signinSettings(env: NodeJS.ProcessEnv): Pick<Config, "smtp" | "oidc" | "signinMethods"> {
+function signinSettings(env: NodeJS.ProcessEnv, authUrl: string, appUrl: string): Pick<Config, "smtp" | "oidc" | "signinMethods"> {
   let smtp: Config["smtp"];
   if (env.SMTP_URL || env.MAIL_FROM) {
     if (!env.SMTP_URL || !env.MAIL_FROM) throw new ConfigError("SMTP_URL and MAIL_FROM must be set together");
@@ -317,5 +318,11 @@ function signinSettings(env: NodeJS.ProcessEnv): Pick<Config, "smtp" | "oidc" | 
   // A passkey is registered by a signed-in person, so it cannot be the only way in.
   if (!methods.includes("email") && !methods.includes("oidc"))
     throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
+  // Refused, not warned: the consent page would offer a passkey step-up the browser can never complete.
+  const [appHost, authHost] = [new URL(appUrl).hostname, new URL(authUrl).hostname];
+  if (methods.includes("passkey") && !rpIdCovers(appHost, authHost))
+    throw new ConfigError(
+      `SIGNIN_METHODS has passkey, but AUTH_URL's host ${authHost} is neither APP_URL's host ${appHost} nor under it: passkeys are bound to APP_URL's host, so the consent page could not use them. Serve AUTH_URL on APP_URL's host or a subdomain of it, or leave passkey out of SIGNIN_METHODS`,
+    );
   return { smtp, oidc, signinMethods: methods as SigninMethod[] };
 }

@@ -83,6 +83,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         tokenIssuanceLimitPerMinute: config.tokenIssuanceLimitPerMinute,
         registrationLimitPerMinute: config.registrationLimitPerMinute,
         appUrl: config.appUrl,
+        authUrl: config.authUrl,
         provisioningLimitPerMinute: config.provisioningLimitPerMinute,
         reaperIntervalMs: 60_000,
         pruneIntervalMs: 300_000,

@@ -75,6 +75,8 @@ export interface CoreOptions {
   migrate?: boolean;
   /** `{app_url}`: where owners approve step-ups (budgets, payments). */
   appUrl?: string;
+  /** AUTH_URL, the consent page's address (passkeys accept its origin when their RP ID covers it). */
+  authUrl?: string;
   /** Budget provisioning starts per parent vault per minute (default 10). */
   provisioningLimitPerMinute?: number;
   /** Test-only seam: see BudgetsFaults. */
@@ -122,7 +124,7 @@ export interface CoreOptions {
   mailPollMs?: number;
   /** OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_STEP_UP_ACR: sign-in at an organisation's provider; absent = not offered. */
   oidc?: OidcProviderSettings;
-  /** SIGNIN_METHODS; absent = e-mail codes offered. */
+  /** SIGNIN_METHODS, enforced here; absent = e-mail codes and passkeys (and oidc when configured) offered. */
   signinMethods?: readonly string[];
   /** Backoff tuning of the mail sender. */
   mailDelivery?: Pick<MailWorkerOptions, "baseDelayMs" | "maxDelayMs" | "leaseMs">;
@@ -233,6 +235,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       logger,
     });
     const mailer = createMailer({ db, signinCodeKey, smtp: options.smtp });
+    const on = (method: string) => !options.signinMethods || options.signinMethods.includes(method);
+    const oidcSettings = on("oidc") ? options.oidc : undefined;
     logger.info(mailer.describe());
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
@@ -257,19 +261,29 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         signinCodeKey,
         hostResolver,
         mailer,
-        emailCodesOffered: options.signinMethods ? options.signinMethods.includes("email") : true,
-        oidc: options.oidc
+        emailCodesOffered: on("email"),
+        oidc: oidcSettings
           ? createOidcSignin({
               db,
               audit,
               clock,
               logger,
-              provider: options.oidc,
+              provider: oidcSettings,
               redirectUri: `${(options.appUrl ?? options.issuer).replace(/\/+$/, "")}/signin/oidc/callback`,
               sessionTtlMs: SESSION_TTL_MS,
             })
           : undefined,
-        passkeys: createPasskeys({ db, audit, clock, logger, mailer, appUrl: options.appUrl ?? options.issuer, sessionTtlMs: SESSION_TTL_MS }),
+        passkeys: createPasskeys({
+          db,
+          audit,
+          clock,
+          logger,
+          mailer,
+          appUrl: options.appUrl ?? options.issuer,
+          authUrl: options.authUrl,
+          sessionTtlMs: SESSION_TTL_MS,
+          offered: on("passkey"),
+        }),
       }),
       partners: createPartnersService({
         db,

@@ -31,6 +31,8 @@ export interface OidcDeps {
   flowTtlMs?: number;
   /** Discovery and token requests give up after this many seconds. */
   timeoutSeconds?: number;
+  /** How long discovered metadata stands before the next flow reads it again (default 60 s). */
+  metadataTtlMs?: number;
 }
 
 /** Who asked, for the audit rows (core fills these from the call). */
@@ -69,10 +71,19 @@ export function createOidcSignin(deps: OidcDeps) {
   const { db, provider } = deps;
   const flowTtlMs = deps.flowTtlMs ?? 10 * 60_000;
   const issuerUrl = new URL(provider.issuer);
+  const metadataTtlMs = deps.metadataTtlMs ?? 60_000;
   let configuration: Promise<client.Configuration> | undefined;
+  let discoveredAt = 0;
 
-  /** Discovery, once per process while it works; a failure is tried again on the next flow. */
+  /**
+   * Discovery, shared by every flow for a minute; a failure is tried again on the next flow.
+   * The redirect to the provider never touches it, so this re-read is how a provider that went
+   * down is answered with the outage page rather than a browser error at the provider's address.
+   */
   function config(): Promise<client.Configuration> {
+    const now = deps.clock().getTime();
+    if (configuration && now - discoveredAt >= metadataTtlMs) configuration = undefined;
+    if (!configuration) discoveredAt = now;
     configuration ??= client
       .discovery(issuerUrl, provider.clientId, undefined, client.ClientSecretBasic(provider.clientSecret), {
         // ID tokens are verified against the provider's keys even though they come over TLS.
@@ -217,10 +228,15 @@ export function createOidcSignin(deps: OidcDeps) {
         const status =
           (err as { status?: number }).status ??
           ((err as { cause?: unknown }).cause instanceof Response ? (err as { cause: Response }).cause.status : undefined);
-        if (status !== undefined && status >= 500) return unreachable(err, "token");
+        // An outage seen here is checked again by the next flow's discovery, not trusted for a minute more.
+        if (status !== undefined && status >= 500) {
+          configuration = undefined;
+          return unreachable(err, "token");
+        }
         if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${String(err.error).slice(0, 60)}`);
         if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${String(err.error).slice(0, 60)}`);
         if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${err.message.slice(0, 120)}`);
+        configuration = undefined;
         return unreachable(err, "token");
       }
       const iss = String(claims.iss);

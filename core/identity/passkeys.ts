@@ -45,15 +45,24 @@ export interface PasskeyDeps {
   logger: Logger;
   /** The dashboard's public address: the origin passkeys are bound to, and its host the RP ID. */
   appUrl: string;
+  /** AUTH_URL, where the consent page steps up: its origin is accepted too when the RP ID covers its host. */
+  authUrl?: string;
   rpName?: string;
   sessionTtlMs: number;
   /** Tells the account holder when a passkey is added (optional: tests of the ceremony alone). */
   mailer?: Mailer;
   /** How long a person has to answer a challenge. */
   challengeTtlMs?: number;
+  /** False when SIGNIN_METHODS leaves out passkey: no ceremony starts or completes (default true). */
+  offered?: boolean;
 }
 
 export type PasskeyPurpose = "sign_in" | "step_up";
+
+/** True when a passkey made for `rpId` can be used on `host`: the same host, or one under it. */
+export function rpIdCovers(rpId: string, host: string): boolean {
+  return host === rpId || host.endsWith(`.${rpId}`);
+}
 
 /** The relying party of an APP_URL: its origin, and its host as RP ID. */
 export function relyingParty(appUrl: string): { origin: string; rpId: string } {
@@ -68,6 +77,9 @@ export function relyingParty(appUrl: string): { origin: string; rpId: string } {
 export function createPasskeys(deps: PasskeyDeps) {
   const { db } = deps;
   const { origin, rpId } = relyingParty(deps.appUrl);
+  const auth = deps.authUrl ? new URL(deps.authUrl) : undefined;
+  // Where a ceremony may happen: the dashboard, and the consent page when the browser would allow it there.
+  const origins = auth && auth.origin !== origin && rpIdCovers(rpId, auth.hostname) ? [origin, auth.origin] : [origin];
   const ttl = deps.challengeTtlMs ?? 5 * 60_000;
 
   const audit = (
@@ -105,6 +117,11 @@ export function createPasskeys(deps: PasskeyDeps) {
     return (res.rows ?? [])[0] as { session_id: string | null; user_id: string | null; challenge: string } | undefined;
   }
 
+  // The methods are core's decision: a caller skipping the pages must not get in by a passkey either.
+  function refuseIfNotOffered() {
+    if (deps.offered === false) fail(Reason.NOT_FOUND, "signing in or confirming with a passkey is not offered here");
+  }
+
   async function activeKeys(userId: string) {
     return db("passkeys").where({ user_id: userId, rp_id: rpId }).whereNull("removed_at").orderBy("created_at");
   }
@@ -115,6 +132,7 @@ export function createPasskeys(deps: PasskeyDeps) {
 
     /** Options for navigator.credentials.create, for a signed-in owner after a fresh step-up. */
     async registrationOptions(session: PasskeySession): Promise<{ options: PublicKeyCredentialCreationOptionsJSON; binding: string }> {
+      refuseIfNotOffered();
       if (!session.stepUpFresh) fail(Reason.ACCESS_DENIED, "confirm it is you first: adding a passkey needs a fresh confirmation");
       const existing = await activeKeys(session.userId);
       const options = await generateRegistrationOptions({
@@ -134,6 +152,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       input: { binding: string; response: RegistrationResponseJSON; name: string; session: PasskeySession },
       facts: CallFacts,
     ): Promise<PasskeyRecord> {
+      refuseIfNotOffered();
       const { session } = input;
       const actor = `user:${session.userId}`;
       const name = input.name.trim().slice(0, 60) || "Passkey";
@@ -149,7 +168,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         verified = await verifyRegistrationResponse({
           response: input.response,
           expectedChallenge: flow.challenge,
-          expectedOrigin: origin,
+          expectedOrigin: origins,
           expectedRPID: rpId,
           requireUserVerification: true,
         });
@@ -196,6 +215,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       purpose: PasskeyPurpose,
       session?: { sessionId: string; userId: string },
     ): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; binding: string }> {
+      refuseIfNotOffered();
       if ((purpose === "step_up") !== Boolean(session)) fail(Reason.INVALID_REQUEST, "a step-up needs a signed-in session, and only a step-up has one");
       const keys = session ? await activeKeys(session.userId) : [];
       if (session && keys.length === 0) fail(Reason.ACCESS_DENIED, "you have no passkey yet; confirm another way, then add one on the dashboard");
@@ -215,6 +235,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       input: { binding: string; response: AuthenticationResponseJSON; session?: { sessionId: string; userId: string } },
       facts: CallFacts,
     ): Promise<{ purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number } | { purpose: "step_up"; userId: string }> {
+      refuseIfNotOffered();
       const purpose: PasskeyPurpose = input.session ? "step_up" : "sign_in";
       const action = purpose === "step_up" ? "web.passkey.step_up" : "web.passkey.sign_in";
       const refuse = async (why: string, actor = "anonymous"): Promise<never> => {
@@ -242,7 +263,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         const verified = await verifyAuthenticationResponse({
           response: input.response,
           expectedChallenge: flow.challenge,
-          expectedOrigin: origin,
+          expectedOrigin: origins,
           expectedRPID: rpId,
           credential: {
             id: String(key.credential_id),

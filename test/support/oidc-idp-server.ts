@@ -88,6 +88,14 @@ provider.use(async (ctx: Loose, next: () => Promise<void>) => {
 
 const callback = provider.callback();
 
+/** How long the provider spent on each request since last asked (POST /__test/timings takes them): the sign-in bench's provider time. */
+let timings: { path: string; ms: number }[] = [];
+server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+  const started = performance.now();
+  const path = new URL(req.url ?? "/", issuer).pathname;
+  if (!path.startsWith("/__test/")) res.once("finish", () => timings.push({ path, ms: performance.now() - started }));
+});
+
 function readBody(req: IncomingMessage): Promise<string> {
   return new Promise((resolve) => {
     let s = "";
@@ -109,6 +117,11 @@ server.on("request", async (req: IncomingMessage, res: ServerResponse) => {
       if (url.pathname === "/__test/tamper") tamper = body.mode as Tamper;
       if (url.pathname === "/__test/down") down = Boolean(body.down);
       if (url.pathname === "/__test/login") login = body as typeof login;
+      if (url.pathname === "/__test/timings") {
+        const taken = timings;
+        timings = [];
+        return send(res, 200, "application/json", JSON.stringify(taken));
+      }
       return send(res, 200, "application/json", "{}");
     }
     if (down) return send(res, 503, "text/plain", "down for maintenance");

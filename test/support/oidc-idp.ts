@@ -54,6 +54,11 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
     addAccount: (a: { sub: string; email: string; email_verified: boolean }) => control("account", a),
     tamper: (mode: IdpTamper) => control("tamper", { mode }),
     setDown: (down: boolean) => control("down", { down }),
+    /** The provider's own time on each request since the last call (path and ms, measured inside it). */
+    async takeTimings(): Promise<{ path: string; ms: number }[]> {
+      const res = await fetch(`${issuer}/__test/timings`, { method: "POST" });
+      return (await res.json()) as { path: string; ms: number }[];
+    },
     /** The acr and amr the provider reports for the next sign-ins. */
     setLogin: (login: { acr: string; amr: string[] }) => control("login", login),
     /**
@@ -93,7 +98,8 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
       throw new Error("too many redirects at the identity provider");
     },
     async stop() {
-      if (child.exitCode !== null) return;
+      // Stopped already (a test may stop it early): a signal leaves exitCode null.
+      if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once("exit", resolve));
       child.kill("SIGTERM");
       await exited;
