@@ -14,12 +14,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-/**
- * Chromium (JavaScript off) consents to an agent's grant that includes payments:initiate on a
- * deployment that offers only its provider (node-oidc-provider in its own process, step-up
- * needing acr "mfa"): authorize, sign in at the provider, step up there from the consent
- * flow, consent, and the agent's code exchange yields a step-up token with payments:initiate.
- */
+// Chromium (JavaScript off) on a provider-only deployment whose step-up needs acr "mfa": authorize,
+// sign in and step up at the provider from the consent flow, consent, and the agent's code
+// exchange yields a step-up token with payments:initiate.
 describe("browser: consenting to payments:initiate with a step-up at the organisation's provider", function () {
   this.timeout(120_000);
   let stack: TestStack;
