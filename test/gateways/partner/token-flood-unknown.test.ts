@@ -1,7 +1,9 @@
 import { expect } from "chai";
 import { secretChecksQueued } from "../../../core/observability/metrics.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { postAgentTokenFrom, randomAgentForm, type Answer } from "../../support/token-flood.js";
+import { randomBytes } from "node:crypto";
+import { basic, createPartner } from "../../support/partners.js";
+import { post, postAgentTokenFrom, randomAgentForm, type Answer } from "../../support/token-flood.js";
 
 /** Derivations waiting in the gate for client ids nobody registered (the secret-check gauge). */
 async function unknownQueued(): Promise<number> {
@@ -52,6 +54,32 @@ describe("token endpoints: client ids nobody registered", function () {
       const later: number[] = [];
       for (let i = 0; i <= LIMIT - checked; i++) later.push((await fromProber()).status);
       expect(later).to.deep.equal([...Array<number>(LIMIT - checked).fill(401), 429]);
+    });
+  });
+
+  describe("more ids than the in-memory bound", () => {
+    let stack: TestStack;
+    before(async () => {
+      // Three ids kept one by one, two attempts each a minute.
+      stack = await startStack({ gateway: true, unknownClientIds: 3, tokenIssuanceLimitPerMinute: 2 });
+    });
+    after(() => stack.close());
+
+    const wrong = (clientId: string) => post(stack.url, basic(clientId, `gps_${randomBytes(32).toString("base64url")}`));
+    const madeUp = () => `gpc_probe_${randomBytes(6).toString("hex")}`;
+
+    it("an id pushed out of memory keeps its refusal, exactly like a registered id's, for the rest of the window", async () => {
+      const registered = (await createPartner(stack)).clientId;
+      const probed = madeUp();
+      const spent = async (id: string) => [(await wrong(id)).status, (await wrong(id)).status, (await wrong(id)).status];
+      expect(await spent(registered)).to.deep.equal([401, 401, 429]);
+      expect(await spent(probed)).to.deep.equal([401, 401, 429]);
+      // Three fresh ids fill the bound and push the probed id, the oldest, out.
+      for (let i = 0; i < 3; i++) expect((await wrong(madeUp())).status).to.equal(401);
+      // Neither id has budget again inside the window: the answers tell which one exists by nothing.
+      expect([(await wrong(registered)).status, (await wrong(probed)).status]).to.deep.equal([429, 429]);
+      stack.clock.advance(61_000);
+      expect([(await wrong(registered)).status, (await wrong(probed)).status]).to.deep.equal([401, 401]);
     });
   });
 });
