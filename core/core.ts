@@ -69,6 +69,8 @@ export interface CoreOptions {
   secretChecks?: Pick<SecretHasherOptions, "maxConcurrent" | "maxQueue" | "maxPerFlow" | "maxWaitMs">;
   /** Failed agent client-secret checks per client id per minute (docs/reference/partner-token.md); default 30. */
   clientSecretFailuresPerMinute?: number;
+  /** Unregistered partner client ids whose attempts are counted one by one (default 100,000). */
+  unknownClientIds?: number;
   /** Test-only seam: see AuditStoreOptions. */
   auditFaults?: AuditStoreOptions;
   /** Run migrations on start (default true). */
@@ -298,6 +300,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         issuer: options.issuer,
         audience: options.partnerAudience,
         issuanceLimitPerMinute: options.tokenIssuanceLimitPerMinute ?? 30,
+        unknownClientIds: options.unknownClientIds,
       }),
       budgets,
       partnerResources: createPartnerResourcesService({

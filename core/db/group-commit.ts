@@ -5,11 +5,16 @@ import { groupCommitBatchSize } from "../observability/metrics.js";
  * statement in one transaction, so a busy path pays one round trip and WAL flush per batch.
  * A failed multi-item batch rolled back whole, so each item is retried alone and one bad item cannot fail the rest.
  */
-export interface GroupCommitOptions {
+export interface GroupCommitOptions<I = unknown> {
   maxBatch: number;
   maxInFlight: number;
   /** Label of this batcher's batch-size histogram (vaultgate_group_commit_batch_size); default "unnamed". */
   name?: string;
+  /**
+   * The row an item locks until its batch commits (e.g. a counter). Items whose row a running
+   * batch holds wait for the next batch instead of blocking a second one on that lock.
+   */
+  lockKey?: (item: I) => string;
 }
 
 interface Pending<I, O> {
@@ -18,10 +23,12 @@ interface Pending<I, O> {
   reject: (err: unknown) => void;
 }
 
-export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, options: GroupCommitOptions): (item: I) => Promise<O> {
+export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, options: GroupCommitOptions<I>): (item: I) => Promise<O> {
   let queue: Pending<I, O>[] = [];
   let inFlight = 0;
   let scheduled = false;
+  // Lock keys held by running batches, with how many items of each.
+  const held = new Map<string, number>();
   const batchSizes = groupCommitBatchSize.labels(options.name ?? "unnamed");
 
   function settle(batch: Pending<I, O>[], outs: O[]) {
@@ -51,14 +58,41 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
     }
   }
 
+  function take(): Pending<I, O>[] {
+    const lockKey = options.lockKey;
+    if (!lockKey) {
+      const batch = queue.slice(0, options.maxBatch);
+      queue = queue.slice(batch.length);
+      return batch;
+    }
+    const batch: Pending<I, O>[] = [];
+    const rest: Pending<I, O>[] = [];
+    for (const p of queue) (batch.length < options.maxBatch && !held.has(lockKey(p.item)) ? batch : rest).push(p);
+    // Keys are marked after the scan: one batch may carry many items of one key.
+    for (const p of batch) held.set(lockKey(p.item), (held.get(lockKey(p.item)) ?? 0) + 1);
+    queue = rest;
+    return batch;
+  }
+
+  function release(batch: Pending<I, O>[]) {
+    if (!options.lockKey) return;
+    for (const p of batch) {
+      const key = options.lockKey(p.item);
+      const n = (held.get(key) ?? 1) - 1;
+      if (n === 0) held.delete(key);
+      else held.set(key, n);
+    }
+  }
+
   function pump() {
     scheduled = false;
     while (inFlight < options.maxInFlight && queue.length > 0) {
-      const batch = queue.length <= options.maxBatch ? queue : queue.slice(0, options.maxBatch);
-      queue = queue.length <= options.maxBatch ? [] : queue.slice(options.maxBatch);
+      const batch = take();
+      if (batch.length === 0) return;
       inFlight++;
       batchSizes.observe(batch.length);
       void runBatch(batch).finally(() => {
+        release(batch);
         inFlight--;
         if (queue.length > 0 && !scheduled) pump();
       });

@@ -106,7 +106,13 @@ export function createResourcesStore(db: Db) {
         return r ? toAccessRow(r, item.userId) : undefined;
       });
     },
-    { maxBatch: ACCESS_MAX_BATCH, maxInFlight: ACCESS_MAX_IN_FLIGHT, name: "partner_access" },
+    // A second batch of a key whose counter row a running batch holds would only wait for that commit.
+    {
+      maxBatch: ACCESS_MAX_BATCH,
+      maxInFlight: ACCESS_MAX_IN_FLIGHT,
+      name: "partner_access",
+      lockKey: (i) => `${i.rateKey}\0${i.windowStart.getTime()}`,
+    },
   );
 
   return {

@@ -36,6 +36,8 @@ export interface PartnersServiceDeps {
   audience: string;
   /** 30 issuances per minute per client, failures included. */
   issuanceLimitPerMinute: number;
+  /** Unregistered client ids counted one by one (default 100,000). */
+  unknownClientIds?: number;
 }
 
 const ISSUE_ACTION = "partner.token.issue";
@@ -91,6 +93,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     clock: deps.clock,
     logger: deps.logger,
     budget: { key: "partner-token:", limit: deps.issuanceLimitPerMinute, counts: "attempts" },
+    unknownClientIds: deps.unknownClientIds,
   });
 
   // A client id nobody registered is no client's attempt: its failures are audited once a

@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
+import { createAttemptSpill } from "./attempt-spill.js";
 import { createExpiringMap } from "./expiring-map.js";
 import type { SecretFlow, SecretHasher } from "./hasher.js";
 import { createTimingMirror } from "./timing-mirror.js";
@@ -23,6 +24,8 @@ export interface ClientSecretCheckerOptions {
   clock: () => Date;
   logger: Logger;
   budget: ClientBudget;
+  /** Unregistered client ids whose attempts are kept one by one (default 100,000). */
+  unknownClientIds?: number;
 }
 
 export type SecretCheck =
@@ -51,11 +54,15 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
   const counting = createTimingMirror();
   // An unknown client id's attempts, counted in memory only: it answers 429 where a
   // registered one would, so the limit tells a prober nothing about which ids exist.
-  const unknownAttempts = createExpiringMap<number[]>(UNKNOWN_ENTRIES);
+  // Memory stays bounded: past the cap, the oldest id's live attempts move to the spill.
+  const unknownIds = o.unknownClientIds ?? UNKNOWN_ENTRIES;
+  const spill = createAttemptSpill(Math.max(4096, unknownIds));
+  const unknownAttempts = createExpiringMap<number[]>(unknownIds, (key, hits, until) => spill.add(key, hits.length, until, o.clock().getTime()));
   function countUnknown(clientId: string, now: Date): void {
     const at = now.getTime();
     const hits = (unknownAttempts.get(o.budget.key + clientId, at) ?? []).filter((t) => t > at - 60_000);
-    if (hits.length >= o.budget.limit) fail(Reason.RATE_LIMITED, "too many client authentication attempts", { retryAfterSeconds: 60 });
+    const spilled = spill.count(o.budget.key + clientId, at);
+    if (hits.length + spilled >= o.budget.limit) fail(Reason.RATE_LIMITED, "too many client authentication attempts", { retryAfterSeconds: 60 });
     hits.push(at);
     unknownAttempts.set(o.budget.key + clientId, hits, at + 60_000);
   }

@@ -102,10 +102,10 @@ export function startFlood(url: string, connections: number, cap = 5000, spread 
   };
 }
 
-/** A refresh for a made-up agent client id at /oauth2/token, sent from a chosen loopback source address. */
-export function postAgentTokenFrom(url: string, localAddress: string): Promise<Answer> {
+/** A refresh at /oauth2/token (by default for a made-up agent client id), sent from a chosen loopback source address. */
+export function postAgentTokenFrom(url: string, localAddress: string, form: Record<string, string> = randomAgentForm()): Promise<Answer> {
   const target = new URL(`${url}/oauth2/token`);
-  const body = new URLSearchParams(randomAgentForm()).toString();
+  const body = new URLSearchParams(form).toString();
   return new Promise((resolve, reject) => {
     const req = httpRequest(
       {

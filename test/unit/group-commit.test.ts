@@ -53,4 +53,26 @@ describe("group commit (core/db/group-commit.ts)", () => {
     expect(calls[0]).to.deep.equal([1, 2, 3, 4]);
     expect(calls.slice(1).map((c) => c.length)).to.deep.equal([1, 1, 1, 1]);
   });
+
+  it("with lockKey, items whose key a running batch holds wait for the next batch; other keys run beside it", async () => {
+    const batches: string[][] = [];
+    let release!: () => void;
+    const first = new Promise<void>((r) => (release = r));
+    const submit = createGroupCommit<string, string>(
+      async (items) => {
+        batches.push(items);
+        if (batches.length === 1) await first;
+        return items;
+      },
+      { maxBatch: 100, maxInFlight: 2, lockKey: (item) => item.split(":")[0]! },
+    );
+    const a = [submit("a:1"), submit("a:2")];
+    await new Promise((r) => setImmediate(r));
+    const later = [submit("a:3"), submit("b:1"), submit("a:4")];
+    await later[1];
+    expect(batches).to.deep.equal([["a:1", "a:2"], ["b:1"]]);
+    release();
+    expect(await Promise.all([...a, ...later])).to.deep.equal(["a:1", "a:2", "a:3", "b:1", "a:4"]);
+    expect(batches.slice(2)).to.deep.equal([["a:3", "a:4"]]);
+  });
 });
