@@ -1,21 +1,6 @@
-/**
- * Sign-in through a company's OpenID Connect provider, end to end in Chromium: our own
- * server time next to the provider's. Target: ours adds under 50 ms (p50) to the
- * provider's.
- *
- * Ours runs as shipped (`vaultgate serve` from dist/, durable PostgreSQL the harness
- * starts, SIGNIN_METHODS=oidc); the provider is node-oidc-provider in a process of its own
- * (test/support/oidc-idp-server.ts). Each sign-in is a fresh browser context (no provider
- * session to reuse): /signin/oidc, the provider's authorization endpoint and login form,
- * its redirect back, our callback (which calls the provider's token endpoint), then our
- * dashboard, which must answer 200.
- *
- * Ours: the browser's server time (first response byte minus request sent, from the
- * browser's own network timings) of /signin/oidc and of the callback, less the requests our
- * server made to the provider (token; discovery and keys once a minute), as it measured them. Provider: the time the
- * provider itself spent on every request of that sign-in (authorization, login page and
- * form, resume, token). The hop over loopback to the provider is left in ours.
- */
+// Sign-in at a company's OIDC provider in Chromium, each in a fresh browser context: our server
+// time (browser timings of /signin/oidc and the callback, less our calls to the provider as it
+// timed them) next to the provider's own. docs/benchmarks.md has the method and the target.
 import { randomBytes } from "node:crypto";
 import { createServer } from "node:net";
 import { createGrpcTransport } from "@connectrpc/connect-node";

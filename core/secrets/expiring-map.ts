@@ -1,9 +1,5 @@
-/**
- * A small in-memory map whose entries expire at a given time and whose size is capped:
- * when full, the entry inserted longest ago goes first. Times are caller-supplied epoch
- * milliseconds so an injected clock drives expiry. `onEvict` hears of entries pushed out
- * by the cap (not of expired or deleted ones).
- */
+/** A size-capped map of expiring entries (oldest insert goes first when full); times come from the
+ * caller's clock. `onEvict` hears only of entries pushed out by the cap. */
 export function createExpiringMap<V>(maxEntries: number, onEvict?: (key: string, value: V, until: number) => void) {
   const entries = new Map<string, { value: V; until: number }>();
   return {
