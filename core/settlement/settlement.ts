@@ -28,6 +28,8 @@ export interface Settlement {
   store: SettlementStore;
   /** The rail that serves a chain. */
   railOf(chain: string): RailKind;
+  /** The chains on the evm rail. */
+  evmChains(): string[];
   /** The evm rail of a chain (its settings and hot wallet), if it is on one. */
   evm(chain: string): EvmRail | undefined;
   /**
@@ -37,7 +39,8 @@ export interface Settlement {
   ready(): Promise<boolean>;
   worker: SettlementWorker;
   /** Each evm chain's hot wallet against its completed payments and ledger account. */
-  verifyChains(): ReturnType<typeof verifyChains>;
+  /** `fromBlock`: per chain, the first block to read for this run instead of CHAIN_<NAME>_START_BLOCK. */
+  verifyChains(fromBlock?: ReadonlyMap<string, number>): ReturnType<typeof verifyChains>;
   stop(): Promise<void>;
 }
 
@@ -122,10 +125,11 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   return {
     store,
     railOf: (chain) => (rails.has(chain) ? "evm" : "sandbox"),
+    evmChains: () => [...rails.keys()],
     evm: (chain) => rails.get(chain),
     ready,
     worker,
-    verifyChains: () => verifyChains(options.db, [...rails.values()]),
+    verifyChains: (fromBlock) => verifyChains(options.db, [...rails.values()], { fromBlock: (chain) => fromBlock?.get(chain) }),
     async stop() {
       if (retry) clearInterval(retry);
       unregister();
