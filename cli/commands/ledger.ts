@@ -3,7 +3,7 @@ import { FailingAnswer, intOption, requireOption, requirePositional, UsageError 
 
 /**
  * vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
- * vaultgate ledger verify [--chains]
+ * vaultgate ledger verify [--chains [--from-block N|CHAIN=N,...]]
  */
 export async function ledgerCommand(ctx: CommandContext) {
   if (ctx.positionals[0] === "verify") return verify(ctx);
@@ -38,7 +38,13 @@ async function verify(ctx: CommandContext) {
   const { audit, budgets } = (await ctx.admin()).clients;
   const started = performance.now();
   const withChains = ctx.options.chains === true;
-  const [r, stranded, onChain] = await Promise.all([audit.verifyLedger({}), budgets.listStrandedFunds({}), withChains ? audit.verifyChains({}) : undefined]);
+  const fromBlock = fromBlockOption(ctx);
+  if (fromBlock && !withChains) throw new UsageError("--from-block goes with --chains");
+  const [r, stranded, onChain] = await Promise.all([
+    audit.verifyLedger({}),
+    budgets.listStrandedFunds({}),
+    withChains ? audit.verifyChains({ fromBlock: fromBlock ?? {} }) : undefined,
+  ]);
   const findings = stranded.vaults.map((v) => ({
     check: "stranded_funds",
     vault_id: v.vaultId,
@@ -66,6 +72,8 @@ async function verify(ctx: CommandContext) {
             incoming_units: c.incomingUnits,
             outgoing_units: c.outgoingUnits,
             ledger_outflow_units: c.ledgerOutflowUnits,
+            from_block: Number(c.fromBlock),
+            opening_balance_units: c.openingBalanceUnits,
             to_block: Number(c.toBlock),
           })),
           chain_differences: onChain.differences.map((d) => ({
@@ -85,4 +93,20 @@ async function verify(ctx: CommandContext) {
     return new FailingAnswer(report, `the books do not match the chain:\n${onChain.differences.map((d) => d.message).join("\n")}`);
   }
   return report;
+}
+
+/** `--from-block N` (every chain: key "*") or `--from-block base=N,eth=M`. */
+function fromBlockOption(ctx: CommandContext): Record<string, bigint> | undefined {
+  const raw = ctx.options["from-block"];
+  if (raw === undefined) return undefined;
+  const bad = () => new UsageError("--from-block must be a block number, or CHAIN=N pairs separated by commas (e.g. base=21000000)");
+  if (typeof raw !== "string") throw bad();
+  const out: Record<string, bigint> = {};
+  for (const part of raw.split(",")) {
+    const m = /^(?:([a-z]{1,16})=)?(\d{1,16})$/.exec(part);
+    if (!m || Number(m[2]) > Number.MAX_SAFE_INTEGER || Object.hasOwn(out, m[1] ?? "*")) throw bad();
+    out[m[1] ?? "*"] = BigInt(m[2]!);
+  }
+  if (Object.hasOwn(out, "*") && Object.keys(out).length > 1) throw bad();
+  return out;
 }

@@ -14,7 +14,7 @@ export interface AuditServiceDeps {
   /** The ledger `VerifyLedger` proves. */
   ledger: LedgerStore;
   /** The hot wallets `VerifyChains` compares with the chain. */
-  settlement: Pick<Settlement, "verifyChains">;
+  settlement: Pick<Settlement, "verifyChains" | "railOf" | "evmChains">;
   /** How often a tail looks for new records. */
   tailPollMs?: number;
 }
@@ -64,8 +64,21 @@ export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof A
       };
     },
 
-    async verifyChains() {
-      return deps.settlement.verifyChains();
+    async verifyChains(req) {
+      const fromBlock = new Map<string, number>();
+      const every = Object.hasOwn(req.fromBlock, "*") ? req.fromBlock["*"] : undefined;
+      for (const [chain, block] of Object.entries(req.fromBlock)) {
+        if (chain === "*") continue;
+        if (deps.settlement.railOf(chain) !== "evm")
+          fail(Reason.INVALID_REQUEST, `from_block names ${JSON.stringify(chain.slice(0, 40))}, which is not a chain on the evm rail`);
+        if (block > BigInt(Number.MAX_SAFE_INTEGER)) fail(Reason.INVALID_REQUEST, `from_block for ${chain} must be at most ${Number.MAX_SAFE_INTEGER}`);
+        fromBlock.set(chain, Number(block));
+      }
+      if (every !== undefined) {
+        if (every > BigInt(Number.MAX_SAFE_INTEGER)) fail(Reason.INVALID_REQUEST, `from_block must be at most ${Number.MAX_SAFE_INTEGER}`);
+        for (const chain of deps.settlement.evmChains()) if (!fromBlock.has(chain)) fromBlock.set(chain, Number(every));
+      }
+      return deps.settlement.verifyChains(fromBlock);
     },
   };
 }

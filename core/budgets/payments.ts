@@ -45,7 +45,7 @@ import { paymentInput } from "./validation.js";
 import { budgetView, paymentView } from "./views.js";
 import { reservePayment } from "../settlement/ledger.js";
 import type { SettlementPort } from "../settlement/settlement.js";
-import { evmAddressProblem, tokenSupported } from "../settlement/rules.js";
+import { tokenSupported } from "../settlement/rules.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 
 export interface AgentPaymentDeps extends AuditDeps, TokenDeps {
@@ -83,10 +83,8 @@ export async function initiatePayment(
   const input = paymentInput(req.payment);
   const rail = deps.settlement.evm(input.chain);
   if (rail) {
-    // The evm rail pays USDC to an EVM address, in dollars (1 cent = 10,000 base units).
+    // The evm rail pays USDC, in dollars (1 cent = 10,000 base units); the address rule holds on every rail.
     if (!tokenSupported("evm", input.token)) fail(Reason.TOKEN_UNSUPPORTED, `counterparty.token must be USDC on chain ${input.chain}`);
-    const problem = evmAddressProblem(input.address);
-    if (problem) fail(Reason.INVALID_REQUEST, `counterparty.address ${problem}`);
     if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
   }
   const hash = sha256Hex(canonicalJson(input));

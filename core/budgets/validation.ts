@@ -1,6 +1,7 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { lengthBetween } from "../../lib/text.js";
+import { evmAddressProblem, isEvmChain } from "../settlement/rules.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./records.js";
 
@@ -65,6 +66,9 @@ export interface PaymentInput {
 export function checkPaymentInput(p: PaymentInput): PaymentInput {
   if (!lengthBetween(p.address, 1, 256)) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
   if (!(CHAINS as readonly string[]).includes(p.chain)) fail(Reason.INVALID_REQUEST, `counterparty.chain must be one of ${CHAINS.join(", ")}`);
+  // An EVM chain takes an EVM address whichever rail settles it, so what passes in development passes in production.
+  const problem = isEvmChain(p.chain) ? evmAddressProblem(p.address) : undefined;
+  if (problem) fail(Reason.INVALID_REQUEST, `counterparty.address ${problem} on chain ${p.chain}`);
   if (!lengthBetween(p.token, 1, 64)) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
   if (!isAmount(p.amountCents) || p.amountCents < 1) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   if (!/^[A-Z]{3}$/.test(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");

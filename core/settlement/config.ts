@@ -23,6 +23,8 @@ export interface EvmChainSettings {
   walletKeyFile?: string;
   /** Longest one JSON-RPC call may take. */
   rpcTimeoutMs: number;
+  /** The block the hot wallet was created or first funded in: `ledger verify --chains` reads from it (default 0). */
+  startBlock?: number;
 }
 
 export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSettings;
@@ -77,6 +79,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
       expirySeconds: int(env, `${p}EXPIRY_SECONDS`, 3600, 10, 30 * 86_400),
       walletKeyFile: env[`${p}WALLET_KEY_FILE`] || undefined,
       rpcTimeoutMs: int(env, `${p}RPC_TIMEOUT_MS`, 10_000, 100, 120_000),
+      startBlock: int(env, `${p}START_BLOCK`, 0, 0, Number.MAX_SAFE_INTEGER),
     });
   }
   return { evm };

@@ -29,7 +29,8 @@ export interface EvmRail {
   chainId(): Promise<number>;
   blockNumber(): Promise<number>;
   blockHash(n: number): Promise<string | undefined>;
-  usdcBalance(address?: string): Promise<bigint>;
+  /** At the latest block, or at `blockNumber` (an older block needs a node that keeps old state). */
+  usdcBalance(address?: string, blockNumber?: number): Promise<bigint>;
   /** Transactions of the hot wallet mined so far (the next nonce the chain expects). */
   minedNonce(): Promise<number>;
   fees(): Promise<Fees>;
@@ -94,8 +95,16 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
           throw err;
         }
       }),
-    usdcBalance: (address) =>
-      rpc("eth_call", () => client.readContract({ address: settings.usdc, abi: erc20Abi, functionName: "balanceOf", args: [(address ?? wallet) as Hex] })),
+    usdcBalance: (address, blockNumber) =>
+      rpc("eth_call", () =>
+        client.readContract({
+          address: settings.usdc,
+          abi: erc20Abi,
+          functionName: "balanceOf",
+          args: [(address ?? wallet) as Hex],
+          ...(blockNumber === undefined ? {} : { blockNumber: BigInt(blockNumber) }),
+        }),
+      ),
     minedNonce: () => rpc("eth_getTransactionCount", () => client.getTransactionCount({ address: wallet as Hex, blockTag: "latest" })),
     fees: () =>
       rpc("eth_feeHistory", async () => {

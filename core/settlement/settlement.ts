@@ -28,6 +28,8 @@ export interface Settlement {
   store: SettlementStore;
   /** The rail that serves a chain. */
   railOf(chain: string): RailKind;
+  /** The chains on the evm rail. */
+  evmChains(): string[];
   /** The evm rail of a chain (its settings and hot wallet), if it is on one. */
   evm(chain: string): EvmRail | undefined;
   /**
@@ -37,7 +39,8 @@ export interface Settlement {
   ready(): Promise<boolean>;
   worker: SettlementWorker;
   /** Each evm chain's hot wallet against its completed payments and ledger account. */
-  verifyChains(): ReturnType<typeof verifyChains>;
+  /** `fromBlock`: per chain, the first block to read for this run instead of CHAIN_<NAME>_START_BLOCK. */
+  verifyChains(fromBlock?: ReadonlyMap<string, number>): ReturnType<typeof verifyChains>;
   stop(): Promise<void>;
 }
 
@@ -81,17 +84,30 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
 
   await Promise.all([...rails.values()].map(verify));
 
+  // One check of the unanswered nodes at a time, in the background: a node that hangs must
+  // not hold /readyz (and the start line that waits on it) for its RPC timeout.
+  let checking: Promise<boolean> | undefined;
+  function recheck(): Promise<boolean> {
+    checking ??= Promise.all(
+      [...rails.values()]
+        .filter((r) => !verified.has(r.settings.chain))
+        .map((r) =>
+          verify(r).catch((err: unknown) => {
+            options.logger.error({ chain: r.settings.chain, err: { message: (err as Error).message } }, "settlement chain misconfigured");
+            return false;
+          }),
+        ),
+    )
+      .then((results) => results.every(Boolean))
+      .finally(() => (checking = undefined));
+    return checking;
+  }
+
+  /** Ready when every node has answered with its chain id; else not ready now, and asked again. */
   async function ready(): Promise<boolean> {
-    const pending = [...rails.values()].filter((r) => !verified.has(r.settings.chain));
-    const results = await Promise.all(
-      pending.map((r) =>
-        verify(r).catch((err: unknown) => {
-          options.logger.error({ chain: r.settings.chain, err: { message: (err as Error).message } }, "settlement chain misconfigured");
-          return false;
-        }),
-      ),
-    );
-    return results.every(Boolean);
+    if (verified.size === rails.size) return true;
+    void recheck();
+    return false;
   }
 
   const worker = createSettlementWorker({
@@ -105,14 +121,15 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   });
   const unregister = registerSettlementMetrics(store);
   // Chains whose node was down at start join once it answers.
-  const retry = rails.size > verified.size ? setInterval(() => void ready().then((ok) => ok && clearInterval(retry)), 5_000).unref() : undefined;
+  const retry = rails.size > verified.size ? setInterval(() => void recheck().then((ok) => ok && clearInterval(retry)), 5_000).unref() : undefined;
   return {
     store,
     railOf: (chain) => (rails.has(chain) ? "evm" : "sandbox"),
+    evmChains: () => [...rails.keys()],
     evm: (chain) => rails.get(chain),
     ready,
     worker,
-    verifyChains: () => verifyChains(options.db, [...rails.values()]),
+    verifyChains: (fromBlock) => verifyChains(options.db, [...rails.values()], { fromBlock: (chain) => fromBlock?.get(chain) }),
     async stop() {
       if (retry) clearInterval(retry);
       unregister();

@@ -4,7 +4,8 @@ import { hotWalletAccount } from "./ledger.js";
 
 /**
  * Books against the chain, per hot wallet: each outgoing transfer is exactly one completed
- * payment, and the ledger account and wallet balance match the Transfer logs. Read-only.
+ * payment, and the ledger account and wallet balance match the Transfer logs. From a start block
+ * the balance check opens at its balance one block earlier (docs/settlement.md). Read-only.
  */
 export const UNITS_PER_CENT = 10_000n;
 /** Blocks per eth_getLogs call: public nodes refuse wide ranges. */
@@ -18,6 +19,8 @@ export interface ChainBooks {
   outgoingUnits: string;
   ledgerOutflowUnits: string;
   toBlock: bigint;
+  fromBlock: bigint;
+  openingBalanceUnits: string;
 }
 
 export interface ChainDifference {
@@ -32,25 +35,47 @@ export interface ChainDifference {
 
 interface CompletedPayment {
   payment_id: string;
+  mined_block: string | null;
   recipient: string;
   amount_cents: string;
   tx_hash: string | null;
 }
 
-export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBlock?: (chain: string) => number; range?: number } = {}) {
+export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBlock?: (chain: string) => number | undefined; range?: number } = {}) {
   const chains: ChainBooks[] = [];
   const differences: ChainDifference[] = [];
   for (const rail of rails) {
     const chain = rail.settings.chain;
     const diff = (d: Omit<ChainDifference, "chain">) => differences.push({ chain, ...d });
+    const fromBlock = options.fromBlock?.(chain) ?? rail.settings.startBlock ?? 0;
     let toBlock: number;
     let balance: bigint;
+    let opening = 0n;
     let logs: UsdcTransfer[] = [];
     try {
       toBlock = await rail.blockNumber();
-      balance = await rail.usdcBalance();
+      if (fromBlock > toBlock) {
+        diff({
+          check: "start_block_ahead",
+          txHash: "",
+          paymentId: "",
+          chainUnits: "",
+          booksUnits: "",
+          message: `${chain}: the start block ${fromBlock} is after the chain's latest block ${toBlock}; nothing was compared`,
+        });
+        continue;
+      }
+      // Both balances at fixed blocks, so a transfer mined meanwhile cannot skew the sum.
+      balance = await rail.usdcBalance(undefined, toBlock);
+      if (fromBlock > 0) {
+        try {
+          opening = await rail.usdcBalance(undefined, fromBlock - 1);
+        } catch (err) {
+          throw Object.assign(new Error(`no balance at block ${fromBlock - 1}: the node may keep no state that old`), { name: (err as Error).name });
+        }
+      }
       const range = options.range ?? LOG_RANGE;
-      for (let from = options.fromBlock?.(chain) ?? 0; from <= toBlock; from += range) {
+      for (let from = fromBlock; from <= toBlock; from += range) {
         logs.push(...(await rail.transfers(from, Math.min(toBlock, from + range - 1))));
       }
     } catch (err) {
@@ -60,7 +85,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
         paymentId: "",
         chainUnits: "",
         booksUnits: "",
-        message: `${chain}: the node did not answer (${(err as Error).name})`,
+        message: `${chain}: the node did not answer (${(err as Error).name}${(err as Error).message.startsWith("no balance at") ? `: ${(err as Error).message}` : ""})`,
       });
       continue;
     }
@@ -71,11 +96,14 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     const sum = (ls: UsdcTransfer[]) => ls.reduce((t, l) => t + l.units, 0n);
 
     const { rows } = await db.raw(
-      `SELECT payment_id::text, recipient, amount_cents::text, lower(tx_hash) AS tx_hash FROM settlement_payments
+      `SELECT payment_id::text, mined_block::text, recipient, amount_cents::text, lower(tx_hash) AS tx_hash FROM settlement_payments
         WHERE chain = ? AND wallet = ? AND rail = 'evm' AND status = 'completed' ORDER BY created_at, payment_id`,
       [chain, wallet],
     );
-    const payments = rows as CompletedPayment[];
+    const all = rows as CompletedPayment[];
+    const before = (p: CompletedPayment) => p.mined_block !== null && Number(p.mined_block) < fromBlock;
+    const payments = all.filter((p) => !before(p));
+    const sentBefore = all.filter(before).reduce((t, p) => t + BigInt(p.amount_cents) * UNITS_PER_CENT, 0n);
     const byHash = new Map<string, CompletedPayment[]>();
     for (const p of payments) if (p.tx_hash) byHash.set(p.tx_hash, [...(byHash.get(p.tx_hash) ?? []), p]);
     const matched = new Set<string>();
@@ -135,17 +163,17 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     );
     const ledgerOutflow = BigInt((ledgerRows as { total: string }[])[0]!.total) * UNITS_PER_CENT;
     const sentOut = sum(outgoing);
-    if (ledgerOutflow !== sentOut) {
+    if (ledgerOutflow !== sentBefore + sentOut) {
       diff({
         check: "ledger_mismatch",
         txHash: "",
         paymentId: "",
-        chainUnits: `${sentOut}`,
+        chainUnits: `${sentBefore + sentOut}`,
         booksUnits: `${ledgerOutflow}`,
-        message: `${chain}: transfers out of ${wallet} total ${sentOut} units but its ledger account holds ${ledgerOutflow}`,
+        message: `${chain}: transfers out of ${wallet} total ${sentBefore + sentOut} units${sentBefore ? ` (${sentBefore} of them in payments mined before block ${fromBlock})` : ""} but its ledger account holds ${ledgerOutflow}`,
       });
     }
-    const fromLogs = sum(incoming) - sentOut;
+    const fromLogs = opening + sum(incoming) - sentOut;
     if (fromLogs !== balance) {
       diff({
         check: "balance_mismatch",
@@ -153,7 +181,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
         paymentId: "",
         chainUnits: `${balance}`,
         booksUnits: `${fromLogs}`,
-        message: `${chain}: ${wallet} holds ${balance} units but its Transfer logs add up to ${fromLogs}`,
+        message: `${chain}: ${wallet} holds ${balance} units but ${fromBlock ? `its balance at block ${fromBlock - 1} (${opening}) and its Transfer logs since` : "its Transfer logs"} add up to ${fromLogs}`,
       });
     }
     chains.push({
@@ -164,6 +192,8 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       outgoingUnits: `${sentOut}`,
       ledgerOutflowUnits: `${ledgerOutflow}`,
       toBlock: BigInt(toBlock),
+      fromBlock: BigInt(fromBlock),
+      openingBalanceUnits: `${opening}`,
     });
   }
   return { ok: differences.length === 0, chains, differences };

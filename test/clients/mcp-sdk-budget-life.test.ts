@@ -33,7 +33,7 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     client.callTool({
       name: "payments.initiate",
       arguments: {
-        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
         amount_cents: amount,
         currency: "USD",
         idempotency_key: `sdk-${randomUUID()}`,

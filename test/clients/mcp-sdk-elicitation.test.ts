@@ -10,7 +10,7 @@ import { postRpc, startMcpStack, TEST_MCP_URL, type McpStack } from "../support/
 import { createOwner, grantFor, ownerSession, type TestOwner } from "../support/budgets.js";
 
 const B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-const COUNTERPARTY = { address: "0xabc", chain: "base", token: "USDC" };
+const COUNTERPARTY = { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" };
 const ELICITING_INIT = {
   protocolVersion: "2025-11-25",
   capabilities: { elicitation: { url: {} } },

@@ -51,6 +51,8 @@ describe("settlement settings", () => {
     const [base] = parseSettlementSettings(evm({ CHAIN_BASE_CHAIN_ID: "31337", CHAIN_BASE_CONFIRMATIONS: "3" })).evm;
     expect(base).to.include({ chain: "base", rail: "evm", chainId: 31337, confirmations: 3, usdc: USDC });
     expect(parseSettlementSettings(evm({})).evm[0]!.chainId).to.equal(8453);
+    expect(parseSettlementSettings(evm({})).evm[0]!.startBlock).to.equal(0);
+    expect(parseSettlementSettings(evm({ CHAIN_BASE_START_BLOCK: "21000000" })).evm[0]!.startBlock).to.equal(21_000_000);
   });
 
   it("a misconfigured chain refuses the start naming the setting", () => {
@@ -60,6 +62,9 @@ describe("settlement settings", () => {
     expect(refused(evm({ CHAIN_BASE_USDC: "0xa0B86991c6218b36c1d19D4a2e9Eb0cE3606eB48" }))).to.match(/^CHAIN_BASE_USDC fails its EIP-55 checksum/);
     expect(refused(evm({ CHAIN_BASE_CONFIRMATIONS: "0" }))).to.match(/^CHAIN_BASE_CONFIRMATIONS must be/);
     expect(refused(evm({ CHAIN_BASE_CHAIN_ID: "x" }))).to.match(/^CHAIN_BASE_CHAIN_ID must be/);
+    for (const bad of ["-1", "1e6", "0x10", " 5", "9007199254740992"]) {
+      expect(refused(evm({ CHAIN_BASE_START_BLOCK: bad }))).to.match(/^CHAIN_BASE_START_BLOCK must be a whole number from 0/);
+    }
     expect(refused({ CHAIN_ETH_RAIL: "lightning" })).to.match(/^CHAIN_ETH_RAIL must be sandbox or evm/);
     expect(refused({ CHAIN_SOL_RAIL: "evm" })).to.match(/^CHAIN_SOL_RAIL must be sandbox/);
   });

@@ -87,5 +87,22 @@ describe("vaultgate ledger verify --chains (real processes)", function () {
       books_units: "0",
       message: diffs.find((d) => d.check === "transfer_without_payment")!.message,
     });
+
+    // From the block after that send, for this run only: nothing before it is compared.
+    const after = Number(await anvil.client.getBlockNumber({ cacheTime: 0 })) + 1;
+    await anvil.mine(1);
+    const later = await runCli(["ledger", "verify", "--chains", "--from-block", `base=${after}`, "--json"], cli);
+    expect(later.code, later.stderr).to.equal(0);
+    expect((later.json!.chains as Record<string, unknown>[])[0]).to.include({ chain: "base", from_block: after, opening_balance_units: "4000000" });
+    for (const args of [
+      ["--chains", "--from-block", "base=-1"],
+      ["--chains", "--from-block", "base=1,base=2"],
+      ["--chains", "--from-block", "1,base=2"],
+      ["--from-block", "1"],
+    ]) {
+      const bad = await runCli(["ledger", "verify", ...args], cli);
+      expect(bad.code, args.join(" ")).to.equal(2);
+      expect(bad.stderr).to.include("--from-block");
+    }
   });
 });

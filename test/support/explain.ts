@@ -98,7 +98,7 @@ export function explainKit(stack: () => TestStack) {
     await db.raw(
       `INSERT INTO agent_payments (id, vault_id, user_id, agent_principal_id, grant_id, idempotency_key, params_hash, address, chain, token,
                                    amount_cents, currency, status, created_at, completed_at)
-       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc', 'base', 'USDC', 1, 'USD', 'completed', t, t
+       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc0000000000000000000000000000000000001', 'base', 'USDC', 1, 'USD', 'completed', t, t
          FROM generate_series(1, 5000) i, LATERAL (SELECT now() - make_interval(hours => i) AS t) x`,
       [child.vaultId, child.userId, child.agentPrincipalId],
     );

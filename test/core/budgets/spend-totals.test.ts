@@ -27,7 +27,7 @@ describe("Running spend totals (caps without reading payment history)", function
     await stack.core.db.raw(
       `INSERT INTO agent_payments (id, vault_id, user_id, agent_principal_id, grant_id, idempotency_key, params_hash, address, chain, token,
                                    amount_cents, currency, status, created_at, completed_at)
-       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc', 'base', 'USDC', 100, 'USD', 'completed', t, t
+       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc0000000000000000000000000000000000001', 'base', 'USDC', 100, 'USD', 'completed', t, t
          FROM generate_series(1, 20000) i,
               LATERAL (SELECT CASE WHEN i <= 10 THEN ?::timestamptz - make_interval(secs => i)
                                    ELSE ?::timestamptz - make_interval(days => 1 + i % 400) END AS t) x`,
@@ -37,7 +37,7 @@ describe("Running spend totals (caps without reading payment history)", function
     await stack.core.db.raw(
       `INSERT INTO agent_payments (id, vault_id, user_id, agent_principal_id, grant_id, idempotency_key, params_hash, address, chain, token,
                                    amount_cents, currency, status, created_at)
-       VALUES (?, ?, ?, ?, 'seed', 'seed-pending', 'h', '0xabc', 'base', 'USDC', 999, 'USD', 'pending_step_up', ?)`,
+       VALUES (?, ?, ?, ?, 'seed', 'seed-pending', 'h', '0xabc0000000000000000000000000000000000001', 'base', 'USDC', 999, 'USD', 'pending_step_up', ?)`,
       [randomUUID(), child.vaultId, child.userId, child.agentPrincipalId, now],
     );
     // Recompute every vault's totals from its payments, as the migration does on upgrade.
@@ -73,7 +73,7 @@ describe("Running spend totals (caps without reading payment history)", function
     await stack.core.db.raw(
       `INSERT INTO agent_payments (id, vault_id, user_id, agent_principal_id, grant_id, idempotency_key, params_hash, address, chain, token,
                                    amount_cents, currency, status, created_at, completed_at)
-       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc', 'base', 'USDC', 99, 'USD', 'completed', t, t
+       SELECT gen_random_uuid(), ?, ?, ?, 'seed', 'seed-' || i, 'h', '0xabc0000000000000000000000000000000000001', 'base', 'USDC', 99, 'USD', 'completed', t, t
          FROM generate_series(1, 5000) i, LATERAL (SELECT ?::timestamptz - make_interval(hours => i) AS t) x`,
       [child.vaultId, child.userId, child.agentPrincipalId, now],
     );

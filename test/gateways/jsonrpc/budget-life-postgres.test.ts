@@ -27,7 +27,7 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
     rpc("/mcp/treasury", token, "agent.budget.fund", { vault_id: vaultId, amount_cents: amount, idempotency_key: idempotencyKey });
   const pay = (token: string, amount: number) =>
     rpc("/mcp/write", token, "payments.initiate", {
-      counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+      counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
       amount_cents: amount,
       currency: "USD",
       idempotency_key: key(),

@@ -123,7 +123,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const childToken = await grantFor(stack, child);
     const pay = (token: string) =>
       call("/mcp/write", token, "payments.initiate", {
-        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
         amount_cents: 500,
         currency: "USD",
         idempotency_key: key(),

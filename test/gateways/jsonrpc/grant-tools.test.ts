@@ -96,7 +96,7 @@ describe("agent tools with real grant tokens", () => {
     const rootOnly = (await grant()).token.accessToken;
     const simulate = (token: string, amount: number) =>
       call("/mcp/write", token, "payments.simulate", {
-        counterparty: { address: "0xabc", chain: "base", token: "USDC" },
+        counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
         amount_cents: amount,
         currency: "USD",
         idempotency_key: "concurrent-sim-key",

@@ -1,0 +1,156 @@
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { expect } from "chai";
+import type { Hex } from "viem";
+import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
+import type { EvmChainSettings } from "../../core/settlement/config.js";
+import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
+import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
+import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
+
+/**
+ * `ledger verify --chains` from a start block (CHAIN_<NAME>_START_BLOCK, or a one-run
+ * override): what happened before it is summed, not compared transfer by transfer, and
+ * never shows as a difference.
+ */
+describe("books that match the chain, from a start block (anvil)", function () {
+  this.timeout(180_000);
+  let anvil: Anvil;
+  let stack: McpStack;
+  let usdc: Hex;
+  let account: PrivateKeyAccount;
+  let rail: EvmRail;
+  let start: number;
+  let strayHash: string;
+
+  const recipient = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+  const latest = async () => Number(await anvil.client.getBlockNumber({ cacheTime: 0 }));
+  /** A send from the hot wallet made with its key outside Vaultgate. */
+  async function stray(units: bigint): Promise<string> {
+    const signed = await rail.signTransfer(await rail.minedNonce(), recipient(), units, await rail.fees());
+    await rail.broadcast(signed.rawTx);
+    await anvil.mine(1);
+    return signed.txHash.toLowerCase();
+  }
+
+  before(async () => {
+    anvil = await startAnvil();
+    usdc = await anvil.deployUsdc();
+    const keyFile = await freshWalletKeyFile();
+    account = privateKeyToAccount((await readFile(keyFile, "utf8")).trim() as Hex);
+    const settings: EvmChainSettings = {
+      chain: "base",
+      rail: "evm",
+      rpcUrl: anvil.url,
+      usdc,
+      chainId: ANVIL_CHAIN_ID,
+      confirmations: 2,
+      finalityBlocks: 4,
+      expirySeconds: 3600,
+      rpcTimeoutMs: 2000,
+      walletKeyFile: keyFile,
+    };
+    rail = createEvmRail(settings, account);
+    // Before the start block: a deposit and a send the books never saw.
+    await anvil.fundGas(account.address);
+    await anvil.mintUsdc(usdc, account.address, 5_000_000n);
+    strayHash = await stray(1_000_000n);
+    start = (await latest()) + 1;
+    await anvil.mintUsdc(usdc, account.address, centsToUnits(10_000_000));
+    stack = await startMcpStack({
+      settlement: { evm: [{ ...settings, startBlock: start }] },
+      settlementPollMs: 0,
+      settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },
+    });
+  });
+  after(async () => {
+    await stack?.close();
+    await anvil?.stop();
+  });
+
+  const rpc = (path: string, token: string, method: string, params: unknown) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+
+  /** Pays `amounts` from a fresh funded budget on base and settles them to completed; answers their mined blocks. */
+  async function payAndSettle(amounts: number[]): Promise<number[]> {
+    const owner = await createOwner(stack);
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
+    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
+      purpose: "trip",
+      display_name: "Chain budget",
+      chain_allowlist: ["base"],
+      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+    });
+    const vaultId = budget.json!.result.vault_id as string;
+    await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
+    const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+    const ids = await Promise.all(
+      amounts.map(async (amount) => {
+        const r = await rpc("/mcp/write", token, "payments.initiate", {
+          counterparty: { address: recipient(), chain: "base", token: "USDC" },
+          amount_cents: amount,
+          currency: "USD",
+          idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+        });
+        expect(r.json!.result, JSON.stringify(r.json)).to.have.property("payment_id");
+        return r.json!.result.payment_id as string;
+      }),
+    );
+    await stack.core.settlement.worker.runOnce();
+    await anvil.mine(2);
+    await stack.core.settlement.worker.runOnce();
+    const rows = await stack.core.db("settlement_payments").whereIn("payment_id", ids);
+    for (const row of rows) expect(row.status, row.payment_id).to.equal("completed");
+    return rows.map((r) => Number(r.mined_block));
+  }
+
+  it("reads from the configured start block: clean books, also asked many times at once, and the earlier send is not compared", async () => {
+    await payAndSettle([1_500, 250]);
+    const results = await Promise.all(Array.from({ length: 8 }, () => stack.admin.audit.verifyChains({})));
+    for (const r of results) {
+      expect(r.differences.map((d) => d.message)).to.deep.equal([]);
+      expect(r.chains[0]).to.deep.include({ chain: "base", fromBlock: BigInt(start), openingBalanceUnits: "4000000" });
+    }
+    // From block 0 for one run, the send made before the start block is named again.
+    const all = await stack.admin.audit.verifyChains({ fromBlock: { "*": 0n } });
+    expect(all.chains[0]!.fromBlock).to.equal(0n);
+    expect(all.differences.map((d) => [d.check, d.txHash])).to.deep.include(["transfer_without_payment", strayHash]);
+  });
+
+  it("a start block after deposits and payments gives no false finding; a later stray send is still named", async () => {
+    const mined = await payAndSettle([700, 300]);
+    await anvil.mintUsdc(usdc, account.address, 2_000_000n);
+    const later = Math.max(...mined) + 1;
+    const clean = await stack.admin.audit.verifyChains({ fromBlock: { base: BigInt(later) } });
+    expect(clean.differences.map((d) => d.message)).to.deep.equal([]);
+    expect(clean.chains[0]!.openingBalanceUnits).to.equal(`${await rail.usdcBalance(undefined, later - 1)}`);
+
+    const hash = await stray(3_000_000n);
+    const r = await stack.admin.audit.verifyChains({ fromBlock: { base: BigInt(later) } });
+    expect(r.differences.map((d) => [d.check, d.txHash])).to.deep.include.members([
+      ["transfer_without_payment", hash],
+      ["ledger_mismatch", ""],
+    ]);
+    expect(r.differences.map((d) => d.check)).to.not.include("balance_mismatch");
+  });
+
+  it("a start block after the latest block is named; an override for a chain not on the evm rail is refused", async () => {
+    const ahead = (await latest()) + 1_000;
+    const r = await stack.admin.audit.verifyChains({ fromBlock: { base: BigInt(ahead) } });
+    expect(r.ok).to.equal(false);
+    expect(r.differences).to.have.length(1);
+    expect(r.differences[0]).to.deep.include({ chain: "base", check: "start_block_ahead" });
+    for (const chain of ["sol", "eth", "BASE", "", "base\u0000"]) {
+      const err = await stack.admin.audit.verifyChains({ fromBlock: { [chain]: 1n } }).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect(err?.code, chain).to.equal(Code.InvalidArgument);
+      expect(err?.rawMessage, chain).to.match(/^from_block/);
+    }
+  });
+});
