@@ -24,7 +24,12 @@ export async function run(): Promise<void> {
       method: "tools/call",
       params: {
         name: "payments.simulate",
-        arguments: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: "bench-sim-0001" },
+        arguments: {
+          counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+          amount_cents: 100,
+          currency: "USD",
+          idempotency_key: "bench-sim-0001",
+        },
       },
     });
     const oursSpec = {

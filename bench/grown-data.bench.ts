@@ -185,7 +185,12 @@ export async function run(): Promise<void> {
         method: "tools/call",
         params: {
           name,
-          arguments: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key },
+          arguments: {
+            counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+            amount_cents: 100,
+            currency: "USD",
+            idempotency_key: key,
+          },
         },
       });
     const tokenCheck: BodyCheck = { status: 200, keys: ["access_token", "refresh_token", "token_type"] };

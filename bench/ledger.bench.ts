@@ -119,7 +119,12 @@ async function initiateBeforeAfter(): Promise<void> {
         method: "tools/call",
         params: {
           name: "payments.initiate",
-          arguments: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 100, currency: "USD", idempotency_key: key },
+          arguments: {
+            counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+            amount_cents: 100,
+            currency: "USD",
+            idempotency_key: key,
+          },
         },
       });
     const check: BodyCheck = { jsonrpc: true, keys: ["result.structuredContent.payment_id", "result.structuredContent.status"] };

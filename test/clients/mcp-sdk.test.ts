@@ -68,7 +68,12 @@ describe("MCP SDK client", () => {
     await write.listTools();
     const sim = await write.callTool({
       name: "payments.simulate",
-      arguments: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 700, currency: "USD", idempotency_key: "sdk-sim-0001" },
+      arguments: {
+        counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+        amount_cents: 700,
+        currency: "USD",
+        idempotency_key: "sdk-sim-0001",
+      },
     });
     expect(sim.structuredContent).to.deep.equal({
       outcome: "pending_step_up",
@@ -81,7 +86,12 @@ describe("MCP SDK client", () => {
     // throw; the text (JSON) and _meta carry the JSON-RPC error.
     const refused = await write.callTool({
       name: "payments.initiate",
-      arguments: { counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" }, amount_cents: 1_001, currency: "USD", idempotency_key: "sdk-pay-0001" },
+      arguments: {
+        counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+        amount_cents: 1_001,
+        currency: "USD",
+        idempotency_key: "sdk-pay-0001",
+      },
     });
     expect(refused.isError).to.equal(true);
     expect(refused.structuredContent).to.equal(undefined);
