@@ -33,6 +33,8 @@ export type ProxyTap = (replica: string, methods: string[], phase: "request" | "
 export class Chain {
   child: ChildProcess | undefined;
   up = false;
+  /** The head when the node last started: anvil loses state when a reorg reaches back past it. */
+  startHead = 0;
   readonly url: string;
   usdc: Hex = "0x";
   wallet = "";
@@ -88,6 +90,7 @@ export class Chain {
       if (i > 400) throw new Error(`anvil did not answer on ${this.url}`);
       await sleep(50);
     }
+    this.startHead = Number(await this.rpc<string>("eth_blockNumber"));
     this.up = true;
   }
 
