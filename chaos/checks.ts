@@ -1,6 +1,7 @@
 import type pg from "pg";
 import { rpcError, rpcResult, unconfirmed, type Attempt } from "./history.js";
 import { withDb, type World } from "./world.js";
+import { chainChecks } from "./chain-checks.js";
 import { createDb } from "../core/db/knex.js";
 import { createLedgerStore } from "../core/ledger/store.js";
 
@@ -29,6 +30,7 @@ export async function runChecks(w: World, unsettled: string[]): Promise<CheckRep
     await auditedRefusals(w, c),
     await webhooks(w, c),
     await ledgerBalances(w),
+    ...(await chainChecks(w, c)),
   ]);
 }
 
@@ -60,18 +62,34 @@ async function ledgerBalances(w: World): Promise<CheckReport> {
 async function capsAndBalances(w: World, c: pg.Client): Promise<CheckReport> {
   const r = report("caps and balances");
   for (const o of w.owners) {
-    const { rows } = await c.query(
-      `SELECT id, amount_cents::bigint AS amount, completed_at FROM agent_payments WHERE vault_id = $1 AND status = 'completed' ORDER BY completed_at`,
+    // An accepted payment counts from its acceptance; one that failed to settle stops
+    // counting at its refund. Reserved plus completed spend is replayed in ledger order
+    // (posting seq: each is written holding the vault's lock, clocks are read before it).
+    const { rows: accepted } = await c.query(
+      `SELECT a.id, a.amount_cents::bigint AS amount, a.completed_at,
+              min(p.seq) FILTER (WHERE t.kind = 'payment')::bigint AS accepted_seq, min(p.seq) FILTER (WHERE t.kind = 'payment.refund')::bigint AS refund_seq
+         FROM agent_payments a JOIN ledger_transactions t ON t.reference = 'payment:' || a.id JOIN ledger_postings p ON p.transaction_id = t.id
+        WHERE a.vault_id = $1 AND a.status = 'completed' GROUP BY a.id`,
       [o.childVaultId],
     );
+    const events = accepted.flatMap((p) => [
+      { p, seq: Number(p.accepted_seq), sign: 1 },
+      ...(p.refund_seq !== null ? [{ p, seq: Number(p.refund_seq), sign: -1 }] : []),
+    ]);
+    events.sort((a, b) => a.seq - b.seq);
     let total = 0;
     const perDay = new Map<string, number>();
-    for (const p of rows) {
+    for (const { p, sign } of events) {
       const amount = Number(p.amount);
+      const d = day(p.completed_at);
+      if (sign < 0) {
+        total -= amount;
+        perDay.set(d, perDay.get(d)! - amount);
+        continue;
+      }
       r.checked++;
       if (amount > o.caps.perTx) r.fail(`owner ${o.index}: payment ${p.id} of ${amount} is above the per-tx cap ${o.caps.perTx}`);
       total += amount;
-      const d = day(p.completed_at);
       perDay.set(d, (perDay.get(d) ?? 0) + amount);
       if (perDay.get(d)! > o.caps.perDay)
         r.fail(`owner ${o.index}: completed payments of ${d} reach ${perDay.get(d)} at ${p.id}, above the per-day cap ${o.caps.perDay}`);

@@ -198,7 +198,13 @@ export class Replica {
   }
 }
 
-export async function startReplicas(n: number, secrets: SharedSecrets, databaseUrl: string, workDir: string): Promise<Replica[]> {
+export async function startReplicas(
+  n: number,
+  secrets: SharedSecrets,
+  databaseUrl: string,
+  workDir: string,
+  extraEnv: (name: string) => Record<string, string> = () => ({}),
+): Promise<Replica[]> {
   const replicas: Replica[] = [];
   const ports = await Promise.all(Array.from({ length: n }, async () => [await freePort(), await freePort()] as const));
   // One public identity for every replica, as behind a load balancer: a token minted by one
@@ -226,6 +232,7 @@ export async function startReplicas(n: number, secrets: SharedSecrets, databaseU
       PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
       TOKEN_RATE_LIMIT_PER_MINUTE: "1000000",
       PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE: "1000000",
+      ...extraEnv(`r${i}`),
     };
     const r = new Replica(`r${i}`, ports[i]![0], ports[i]![1], env, join(workDir, `replica-${i}.log`));
     replicas.push(r);

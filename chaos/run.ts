@@ -6,6 +6,8 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { rm } from "node:fs/promises";
 import { makeSecrets, removeDataDir, startDatabase, startReplicas, workDir, type Replica } from "./cluster.js";
+import { chainEnv, startChain } from "./chain.js";
+import type { ChainRun } from "./chain.js";
 import { runChecks } from "./checks.js";
 import { History } from "./history.js";
 import { Rng } from "./rng.js";
@@ -27,10 +29,16 @@ async function main(): Promise<number> {
   const db = await startDatabase(`chaos_${seed.replace(/[^a-z0-9]/gi, "").slice(0, 20)}_${Date.now()}`.toLowerCase());
   let replicas: Replica[] = [];
   let receiver: World["receiver"] | undefined;
+  let chain: ChainRun | undefined;
   let passed = false;
   try {
     const secrets = await makeSecrets((n) => rng.hex(n));
-    replicas = await startReplicas(2, secrets, db.url, dir);
+    const crng = rng.fork("chain");
+    const started = await startChain(dir, crng);
+    const counterparties = Array.from({ length: 5 }, () => `0x${crng.hex(40)}`);
+    chain = { ...started, counterparties, stats: {}, heldAtKill: [] };
+    log(`chain: anvil ${started.chain.url} (1 s blocks), USDC ${started.chain.usdc}, hot wallet ${started.chain.wallet}`);
+    replicas = await startReplicas(2, secrets, db.url, dir, (name) => chainEnv(started.chain, started.keyFile, name));
     log(`replicas ${replicas.map((r) => `${r.name}=${r.url}`).join(" ")}; PostgreSQL restarts ${db.restart ? "on" : "off (CHAOS_DATABASE_URL)"}`);
     const w: World = {
       rng,
@@ -45,6 +53,7 @@ async function main(): Promise<number> {
       suspensions: [],
       deliveries: [],
       faults: [],
+      chain,
       followers: new Map(),
       deadline: 0,
       receiver: undefined as unknown as World["receiver"],
@@ -68,6 +77,13 @@ async function main(): Promise<number> {
     log(
       `revocations ${w.deaths.length}, suspensions ${w.suspensions.length}, webhooks received ${w.deliveries.length}, audit records followed ${[...w.followers.values()].reduce((n, f) => n + f.seen.length, 0)}`,
     );
+    log(
+      `chain faults hit: ${
+        Object.entries(chain.stats)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(", ") || "none"
+      }`,
+    );
     for (const r of reports) log(`${r.violations.length ? "FAIL" : "ok  "} ${r.name}: ${r.checked} checked, ${r.violations.length} violations`);
     const violations = reports.flatMap((r) => r.violations);
     if (violations.length === 0) {
@@ -88,6 +104,7 @@ async function main(): Promise<number> {
     await Promise.all(replicas.map((r) => r.stop().catch(() => undefined)));
     await Promise.all(replicas.map((r) => removeDataDir(r).catch(() => undefined)));
     receiver?.close();
+    await chain?.chain.close().catch(() => undefined);
     await db.stop().catch(() => undefined);
     // The work dir holds the replicas' logs and, after a violation, the history: kept then.
     if (passed) await rm(dir, { recursive: true, force: true }).catch(() => undefined);

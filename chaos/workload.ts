@@ -3,6 +3,7 @@ import { AGENT_SCOPES } from "../lib/vocabulary.js";
 import type { Replica } from "./cluster.js";
 import { attempt, rpcError, rpcResult, unconfirmed, type Attempt, type HttpCall } from "./history.js";
 import type { Rng } from "./rng.js";
+import { CHAIN_FAULTS, chainFault, settleChain } from "./chain-faults.js";
 import { admin, jwtPayload, sleep, withDb, type Owner, type Partner, type PoolItem, type Suspension, type World } from "./world.js";
 
 function target(w: World, rng: Rng): Replica {
@@ -39,8 +40,12 @@ async function payer(w: World, rng: Rng, o: Owner): Promise<void> {
   while (live(w)) {
     const amount = rng.pick([o.caps.perTx, o.caps.perTx + 1, rng.int(1, o.caps.perTx), rng.int(Math.floor(o.caps.perTx / 2), o.caps.perTx)]);
     const key = `pay-${o.index}-${rng.hex(12)}`;
+    // Half the payments settle on the evm chain (to a few counterparties), half on the sandbox rail.
+    const evm = w.chain && (o.evmOnly || rng.chance(0.5));
     const params = {
-      counterparty: { address: `0xchaos${rng.hex(34)}`, chain: "base", token: "USDC" },
+      counterparty: evm
+        ? { address: rng.pick(w.chain!.counterparties), chain: "eth", token: "USDC" }
+        : { address: `0xchaos${rng.hex(34)}`, chain: "base", token: "USDC" },
       amount_cents: amount,
       currency: "USD",
       idempotency_key: key,
@@ -55,7 +60,7 @@ async function payer(w: World, rng: Rng, o: Owner): Promise<void> {
       await Promise.all(w.replicas.map((r) => attempt(w.history, op, "payment", r, call(), meta())));
     }
     await send(w, rng, op, "payment", call, meta);
-    await sleep(rng.int(20, 150));
+    await sleep(o.evmOnly ? rng.int(300, 900) : rng.int(20, 150));
   }
 }
 
@@ -274,7 +279,8 @@ async function follower(w: World, rng: Rng, o: Owner): Promise<void> {
 // ---------------------------------------------------------------- faults
 
 export async function faults(w: World, rng: Rng, only: string[] | undefined): Promise<void> {
-  const kinds = ["kill9", "pg_restart", "audit_block"].filter((k) => (!only || only.includes(k)) && (k !== "pg_restart" || w.db.restart));
+  const menu = ["kill9", "pg_restart", "audit_block", ...(w.chain ? CHAIN_FAULTS : [])];
+  const kinds = menu.filter((k) => (!only || only.includes(k)) && (k !== "pg_restart" || w.db.restart));
   if (!kinds.length) return;
   await sleep(rng.int(3000, 6000));
   while (Date.now() < w.deadline - 4000) {
@@ -288,6 +294,8 @@ export async function faults(w: World, rng: Rng, only: string[] | undefined): Pr
         await r.kill9();
         await sleep(rng.int(500, 2500));
         await r.start();
+      } else if (kind.startsWith("chain_") || kind === "kill9_settlement") {
+        detail = await chainFault(w, rng, kind);
       } else if (kind === "pg_restart") {
         await w.db.restart!();
       } else {
@@ -334,6 +342,7 @@ export async function settle(w: World): Promise<{ unsettled: string[] }> {
   const rng = w.rng.fork("settle");
   await withDb(w.db.url, (c) => c.query(`ALTER TABLE audit_records DROP CONSTRAINT IF EXISTS chaos_block`));
   for (const r of w.replicas) if (!r.up) await r.start();
+  await w.chain?.chain.heal();
   for (const p of w.partners) {
     if (p.status !== "active") {
       const open = w.suspensions.find((s) => s.partner === p.index && s.resumeStart === Infinity);
@@ -367,6 +376,8 @@ export async function settle(w: World): Promise<{ unsettled: string[] }> {
     );
     if (unconfirmed(last)) unsettled.push(op);
   }
+  // Settlement writes audit records under the agents: the followers catch up after it.
+  await settleChain(w);
   for (const o of w.owners) await followOnce(w, rng, o);
   // Webhooks: wait (bounded) until nothing is pending.
   const until = Date.now() + 20_000;

@@ -5,6 +5,7 @@ import type { CoreClients } from "../gateways/core-clients.js";
 import { adminClients, type Database, type Replica } from "./cluster.js";
 import { attempt, rpcResult, type History } from "./history.js";
 import type { Rng } from "./rng.js";
+import type { ChainRun } from "./chain.js";
 import { AGENT_SCOPES, PARTNER_SCOPES } from "../lib/vocabulary.js";
 
 export interface Owner {
@@ -19,6 +20,8 @@ export interface Owner {
   owner: { token: string; grantId: string };
   principal: string;
   reissuing: boolean;
+  /** Pays only on the evm chain, with room for a steady stream of payments the whole run. */
+  evmOnly?: boolean;
 }
 
 export interface Partner {
@@ -94,6 +97,8 @@ export interface World {
   suspensions: Suspension[];
   deliveries: Delivery[];
   faults: FaultEvent[];
+  /** The evm chain the replicas settle on (absent: every chain on the sandbox rail). */
+  chain?: ChainRun;
   /** Audit followers: per agent principal, every record id it was handed (with repeats). */
   followers: Map<string, { watermark: string; seen: string[] }>;
   deadline: number;
@@ -151,7 +156,8 @@ export async function createFixtures(w: World, owners: number, partners: number)
   const rng = w.rng.fork("fixtures");
   const r0 = w.replicas[0]!;
   const a = adminClients(r0, w.adminToken);
-  for (let i = 0; i < owners; i++) {
+  // With a chain, one more owner keeps evm payments (and so settlement work) coming all along.
+  for (let i = 0; i < owners + (w.chain ? 1 : 0); i++) {
     const user = await a.partners.createUser({ email: `chaos-owner-${i}-${rng.hex(8)}@example.test` });
     const ownerTok = (await a.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: [...AGENT_SCOPES], stepUp: true })).token!;
     // Which limit binds first differs per owner: the day cap, the balance or the lifetime cap.
@@ -160,7 +166,8 @@ export async function createFixtures(w: World, owners: number, partners: number)
       { perTx: 1500, perDay: 6000, lifetime: 9000, funded: 3000 },
       { perTx: 1000, perDay: 9000, lifetime: 3500, funded: 10_000 },
     ];
-    const shape = shapes[i % shapes.length]!;
+    const evmOnly = i === owners;
+    const shape = evmOnly ? { perTx: 2000, perDay: 1_000_000, lifetime: 1_000_000, funded: 1_000_000 } : shapes[i % shapes.length]!;
     const budget = await attempt(w.history, `fixture-budget-${i}`, "fixture", r0, {
       method: "POST",
       path: "/mcp/treasury",
@@ -176,7 +183,7 @@ export async function createFixtures(w: World, owners: number, partners: number)
           amount_cap_cents_per_day: shape.perDay,
           amount_cap_cents_lifetime: shape.lifetime,
           step_up_amount_cents: 1_000_000,
-          chain_allowlist: ["base"],
+          chain_allowlist: ["base", "eth"],
           idempotency_key: `chaos-fixture-${i}-${rng.hex(8)}`,
         },
       },
@@ -199,6 +206,7 @@ export async function createFixtures(w: World, owners: number, partners: number)
       owner: { token: ownerTok.accessToken, grantId: ownerTok.jti },
       principal: jwtPayload(agentTok.accessToken).act!.sub,
       reissuing: false,
+      evmOnly,
     });
   }
   for (let i = 0; i < partners; i++) {

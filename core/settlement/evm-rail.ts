@@ -31,8 +31,8 @@ export interface EvmRail {
   blockHash(n: number): Promise<string | undefined>;
   /** At the latest block, or at `blockNumber` (an older block needs a node that keeps old state). */
   usdcBalance(address?: string, blockNumber?: number): Promise<bigint>;
-  /** Transactions of the hot wallet mined so far (the next nonce the chain expects). */
-  minedNonce(): Promise<number>;
+  /** Transactions of the hot wallet mined so far (the next nonce the chain expects), at the head or at a block. */
+  minedNonce(atBlock?: number): Promise<number>;
   fees(): Promise<Fees>;
   signTransfer(nonce: number, to: string, units: bigint, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
   /** A 0-value send to itself with the same nonce: once mined, the transfer never can be. */
@@ -105,7 +105,12 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
           ...(blockNumber === undefined ? {} : { blockNumber: BigInt(blockNumber) }),
         }),
       ),
-    minedNonce: () => rpc("eth_getTransactionCount", () => client.getTransactionCount({ address: wallet as Hex, blockTag: "latest" })),
+    minedNonce: (atBlock) =>
+      rpc("eth_getTransactionCount", () =>
+        client.getTransactionCount(
+          atBlock === undefined ? { address: wallet as Hex, blockTag: "latest" } : { address: wallet as Hex, blockNumber: BigInt(atBlock) },
+        ),
+      ),
     fees: () =>
       rpc("eth_feeHistory", async () => {
         const f = await client.estimateFeesPerGas({ chain: null, type: "eip1559" });

@@ -122,9 +122,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   /** Submitted: reconcile by the stored hashes; never fail on a guess. */
   async function submitted(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
     // The nonce is read before the receipts: a nonce used and no receipt of ours, read in
-    // that order, means another transaction used it.
-    const minedNonce = await rail.minedNonce();
+    // that order, means another transaction used it. Failing refunds, so only a final
+    // block counts: a reorg can still take back a shallower use (and with it our receipt).
     const head = await rail.blockNumber();
+    const minedNonce = await rail.minedNonce(Math.max(0, head - rail.settings.finalityBlocks + 1));
     const txs = await store.transactions(p.paymentId);
     for (const tx of txs) {
       const receipt = await rail.receipt(tx.txHash);

@@ -178,7 +178,7 @@ describe("settlement on a local chain (anvil)", function () {
       for (let i = 0; i < 3; i++) await w.runOnce();
       expect((await get(id)).status).to.equal("submitted");
       const metrics = await coreRegistry.getSingleMetricAsString("vaultgate_settlement_rpc_errors_total");
-      expect(metrics).to.match(/vaultgate_settlement_rpc_errors_total\{chain="eth",method="eth_getTransactionCount"\} [1-9]/);
+      expect(metrics).to.match(/vaultgate_settlement_rpc_errors_total\{chain="eth",method="eth_blockNumber"\} [1-9]/);
       proxy.mode = "pass";
       await until(w, id, "completed");
     } finally {
@@ -240,7 +240,7 @@ describe("settlement on a local chain (anvil)", function () {
       maxPriorityFeePerGas: 10n ** 9n,
     });
     await anvil.client.sendRawTransaction({ serializedTransaction: other });
-    await anvil.mine(1);
+    await anvil.mine(4); // final (finalityBlocks 4): a reorg can no longer take that use back
     const failed = await until(w, id2, "failed");
     expect(failed.failureReason).to.equal("dropped");
     expect(await anvil.usdcBalance(usdc, to2)).to.equal(0n);

@@ -1,0 +1,109 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import { expect } from "chai";
+import pino from "pino";
+import type { Hex } from "viem";
+import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
+import type { Db } from "../../core/db/knex.js";
+import { createEvmRail } from "../../core/settlement/evm-rail.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
+import { createSettlementWorker, type SettlementWorker } from "../../core/settlement/worker.js";
+import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { testDatabase } from "../support/db.js";
+
+/**
+ * A payment fails as dropped only when another transaction used its nonce in a block no
+ * reorg takes back: failing refunds the vault, so a use a reorg can undo is no evidence.
+ */
+describe("settlement: a nonce used by another transaction is evidence only once final", function () {
+  this.timeout(120_000);
+  let anvil: Anvil;
+  let usdc: Hex;
+  let db: Db;
+  let store: SettlementStore;
+  let w: SettlementWorker | undefined;
+
+  before(async () => {
+    anvil = await startAnvil();
+    usdc = await anvil.deployUsdc();
+    db = (await testDatabase()).db;
+    store = createSettlementStore(db);
+  });
+  after(async () => {
+    await w?.stop();
+    await anvil?.stop();
+  });
+
+  it("a reorg that takes back the other transaction leaves the payment to be sent again and paid, never refunded", async () => {
+    await anvil.setAutomine(false);
+    const wallet: PrivateKeyAccount = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    await anvil.fundGas(wallet.address);
+    await anvil.mine(1);
+    await anvil.mintUsdc(usdc, wallet.address, centsToUnits(10_000));
+    await anvil.mine(5); // beyond the reach of the reorg below
+    const rail = createEvmRail(
+      {
+        chain: "eth",
+        rail: "evm",
+        rpcUrl: anvil.url,
+        usdc,
+        chainId: ANVIL_CHAIN_ID,
+        confirmations: 2,
+        finalityBlocks: 6,
+        expirySeconds: 3600,
+        rpcTimeoutMs: 2000,
+      },
+      wallet,
+    );
+    w = createSettlementWorker({
+      store,
+      rails: () => new Map([["eth", rail]]),
+      clock: () => new Date(),
+      logger: pino({ level: "silent" }),
+      pollMs: 0,
+      recheckMs: 0,
+    });
+    const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+    const id = randomUUID();
+    const at = new Date();
+    await store.insert(db, {
+      paymentId: id,
+      chain: "eth",
+      rail: "evm",
+      wallet: wallet.address.toLowerCase(),
+      recipient: to,
+      amountCents: 300,
+      currency: "USD",
+      at,
+      expiresAt: new Date(at.getTime() + 3600_000),
+    });
+    await w.runOnce();
+    const signed = (await store.get(db, id))!;
+    await anvil.rpc("anvil_dropTransaction", [signed.txHash]);
+    // Someone with the key spends the nonce; it is mined two blocks deep, short of finality.
+    const other = await wallet.signTransaction({
+      type: "eip1559",
+      chainId: ANVIL_CHAIN_ID,
+      nonce: signed.nonce!,
+      to: wallet.address,
+      value: 0n,
+      gas: 21_000n,
+      maxFeePerGas: 10n ** 10n,
+      maxPriorityFeePerGas: 10n ** 9n,
+    });
+    await anvil.client.sendRawTransaction({ serializedTransaction: other });
+    await anvil.mine(2);
+    await w.runOnce();
+    expect((await store.get(db, id))!.status, "a reorg can still take the other use back").to.equal("submitted");
+
+    // It does: the nonce is free again, the stored bytes go out again and are mined.
+    await anvil.rpc("anvil_reorg", [3, []]);
+    await w.runOnce();
+    await anvil.mine(3);
+    for (let i = 0; i < 10 && (await store.get(db, id))!.status !== "completed"; i++) await w.runOnce();
+    const done = (await store.get(db, id))!;
+    expect(done.status, `${done.failureReason}`).to.equal("completed");
+    expect(done.txHash).to.equal(signed.txHash);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(300));
+  });
+});
