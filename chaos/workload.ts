@@ -45,7 +45,7 @@ async function payer(w: World, rng: Rng, o: Owner): Promise<void> {
     const params = {
       counterparty: evm
         ? { address: rng.pick(w.chain!.counterparties), chain: "eth", token: "USDC" }
-        : { address: `0xchaos${rng.hex(34)}`, chain: "base", token: "USDC" },
+        : { address: `0x${rng.hex(40)}`, chain: "base", token: "USDC" },
       amount_cents: amount,
       currency: "USD",
       idempotency_key: key,
@@ -68,7 +68,7 @@ async function simulator(w: World, rng: Rng): Promise<void> {
   while (live(w)) {
     const o = rng.pick(w.owners);
     const params = {
-      counterparty: { address: "0xchaos-sim", chain: "base", token: "USDC" },
+      counterparty: { address: "0x00000000000000000000000000000000000c4a05", chain: "base", token: "USDC" },
       amount_cents: rng.int(1, o.caps.perTx + 10),
       currency: "USD",
       idempotency_key: `sim-${rng.hex(12)}`,

@@ -140,6 +140,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         await move(p, "completed", { ...at, txHash: tx.txHash, completedAt: clock(), final: depth >= rail.settings.finalityBlocks }, hooks.completed);
         return later(recheckMs);
       }
+      // Failing refunds for good, so a mined revert or cancel waits for a block no reorg takes back.
+      if (depth < rail.settings.finalityBlocks) {
+        await move(p, "submitted", tx.kind === "transfer" ? { ...at, txHash: tx.txHash } : at);
+        return later(recheckMs);
+      }
       await move(p, "failed", { ...at, failureReason: tx.kind === "cancel" ? "expired" : "reverted", final: true }, hooks.failed);
       return undefined;
     }

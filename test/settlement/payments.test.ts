@@ -125,7 +125,7 @@ describe("payments that settle on a chain (anvil)", function () {
     const over = await rpc("/mcp/write", a.token, "payments.initiate", args(recipient(), 1_000));
     expect(over.json!.error.data.reason_id).to.equal("policy_denied");
     await settle();
-    await anvil.mine(2);
+    await anvil.mine(4); // a failure refunds for good, so it waits for finality (4 blocks here)
     await settle();
     const got = await rpc("/mcp/read", a.token, "payments.get", { payment_id: id });
     expect(got.json!.result).to.deep.include({ status: "failed", failure_reason: "reverted" });

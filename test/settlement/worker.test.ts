@@ -260,7 +260,7 @@ describe("settlement on a local chain (anvil)", function () {
     await w.runOnce(); // signs and sends the cancellation
     const txs = await store.transactions(id);
     expect(txs.map((t) => t.kind)).to.deep.equal(["transfer", "cancel"]);
-    await anvil.mine(3);
+    await anvil.mine(4); // final (finalityBlocks 4): failing refunds for good
     const failed = await until(w, id, "failed");
     expect(failed.failureReason).to.equal("expired");
     expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
@@ -284,6 +284,10 @@ describe("settlement on a local chain (anvil)", function () {
     const w = worker(createEvmRail(settings(), wallet));
     const id = await accept(wallet, "0x0000000000000000000000000000000000000000", 100);
     await w.runOnce();
+    await anvil.mine(2);
+    // Deep enough to count, not yet final: a reorg could still take the revert back.
+    await w.runOnce();
+    expect((await get(id)).status).to.equal("submitted");
     await anvil.mine(2);
     const p = await until(w, id, "failed");
     expect(p.failureReason).to.equal("reverted");
