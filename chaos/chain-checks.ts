@@ -1,9 +1,5 @@
-/**
- * Invariants of settlement on the campaign's chain, from the final database and the chain
- * itself (docs/chaos.md): every accepted payment ended completed or failed; each was paid
- * to its counterparty exactly once or refunded; the chain, the hot wallet and the ledger
- * agree; every transaction of a payment carries its one nonce and its stored bytes.
- */
+/** Settlement invariants from the final database and the chain (listed in docs/chaos.md): every
+ * payment ended, paid exactly once or refunded, chain, hot wallet and ledger agree, one nonce each. */
 import type pg from "pg";
 import { keccak256, parseTransaction, type Hex } from "viem";
 import { adminClients } from "./cluster.js";

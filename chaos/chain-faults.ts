@@ -72,12 +72,8 @@ async function dropPending(run: ChainRun, rng: Rng): Promise<string> {
   return `dropped ${dropped} pending transactions of the hot wallet`;
 }
 
-/**
- * SIGKILL of a replica in the settlement windows, found through the proxy: "stored" holds
- * the replica's broadcast (its transfer is signed and stored, never sent) and kills it;
- * "signing" kills it 0-30 ms after the node answered its balance read, which comes right
- * before a payment takes its nonce, is signed and stored.
- */
+/** SIGKILL in the settlement windows: "stored" kills a replica while the proxy holds its first
+ * broadcast; "signing" kills it 0-30 ms after its balance read, just before nonce, sign and store. */
 async function kill9Settlement(w: World, run: ChainRun, rng: Rng): Promise<string> {
   const chain = run.chain;
   const window = rng.pick(["stored", "signing"] as const);

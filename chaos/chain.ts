@@ -1,9 +1,5 @@
-/**
- * The campaign's EVM chain: an anvil node mining a block a second, keeping its state in a
- * file so it can be stopped and started again with its blocks, the local USDC, a funded hot
- * wallet shared by the replicas, and a JSON-RPC proxy between the replicas and the node
- * that can stall requests, lose answers, or hold one replica's broadcast while it is killed.
- */
+/** The campaign's chain: anvil (1 s blocks, state in a file so it can restart), USDC, a funded
+ * shared hot wallet, and a JSON-RPC proxy that can stall, lose answers or hold a broadcast. */
 import { spawn, type ChildProcess } from "node:child_process";
 import http from "node:http";
 import { writeFile } from "node:fs/promises";
