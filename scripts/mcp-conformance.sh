@@ -18,8 +18,9 @@ if [ ! -x "$node22" ] || [ ! -f "$suite" ]; then
   tmp=$(mktemp -d "$cache/install.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   cp conformance/suite/package.json "$lock" "$tmp/"
-  # The suite declares engines node>=22: npm only warns about the Node 20 running npm.
-  npm ci --prefix "$tmp" --ignore-scripts --no-audit --no-fund --loglevel=error
+  # The suite declares engines node>=22: npm only warns about the Node 20 running npm. Run in
+  # the folder, not with --prefix, which would also move npm's global config (a CA file, say).
+  (cd "$tmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   rm -rf "$dir"
   mv "$tmp" "$dir"
   trap - EXIT
