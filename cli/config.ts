@@ -57,6 +57,8 @@ export interface Config {
   webhookPollMs: number;
   /** Refresh-token reuse grace window, seconds. */
   refreshGraceSeconds: number;
+  /** SHUTDOWN_GRACE_SECONDS: how long `serve` lets in-flight work finish after SIGTERM or SIGINT. */
+  shutdownGraceSeconds: number;
   /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate: boolean;
   /** METRICS_PORT: where GET /metrics is served (its own listener, never the public port); undefined = off. */
@@ -180,6 +182,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     trustProxy,
     webhookPollMs: intSetting(env, "WEBHOOK_POLL_MS", 1000, 10, 3_600_000),
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
+    shutdownGraceSeconds: intSetting(env, "SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),
     clientMetadataAllowPrivate: boolSetting(env, "CLIENT_METADATA_ALLOW_PRIVATE", false),
     metricsPort,
     metricsHost,

@@ -288,9 +288,20 @@ async function runServe(config: Config, options: Record<string, string | boolean
     process.once("SIGTERM", stop);
   });
   logger.info("shutting down");
-  await running.close();
+  // In-flight work gets the grace period; a second signal or the end of it exits at once.
+  const cut = new Promise<"cut">((resolve) => {
+    setTimeout(() => resolve("cut"), config.shutdownGraceSeconds * 1000).unref();
+    process.once("SIGINT", () => resolve("cut"));
+    process.once("SIGTERM", () => resolve("cut"));
+  });
+  if ((await Promise.race([running.close(), cut])) === "cut") {
+    logger.warn({ graceSeconds: config.shutdownGraceSeconds }, "stopped before in-flight work finished (grace period over or a second signal)");
+    process.exit(1);
+  }
   // Written with the rest of the buffered lines as the process exits (cli/logger.ts).
   logger.info("stopped");
+  // An outbound call still waiting on its own timeout must not keep a stopped process alive.
+  setTimeout(() => process.exit(0), 500).unref();
   return 0;
 }
 

@@ -85,4 +85,56 @@ describe("vaultgate serve --role all with an evm chain (real process)", function
     expect(res.status).to.equal(503);
     expect(((await res.json()) as { failing: string[] }).failing).to.deep.equal(["settlement"]);
   });
+
+  describe("stopping with work in flight", () => {
+    async function onHangingNode(extra: Record<string, string>) {
+      node = await hangingNode();
+      service = await startServiceProcess("all", env(node.url, { CHAIN_BASE_RPC_TIMEOUT_MS: "120000", ...extra }));
+      // /readyz starts a background look at the node, which now connects and waits.
+      await fetch(`${service.gatewayUrl}/readyz`);
+      return service;
+    }
+    /** A client still sending its body: the gateway's close waits for that request. */
+    async function slowUpload(s: ServiceProcess): Promise<net.Socket> {
+      const u = new URL(s.gatewayUrl!);
+      const sock = net.connect(Number(u.port), u.hostname);
+      sock.on("error", () => {});
+      await new Promise((r) => sock.once("connect", r));
+      sock.write(
+        "POST /oauth2/token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\ngrant_type=",
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      return sock;
+    }
+
+    it("exits with status 0 when its own work is done, though a look at the node still waits", async () => {
+      const s = await onHangingNode({});
+      await new Promise((r) => setTimeout(r, 300));
+      const started = Date.now();
+      expect(await s.stop()).to.equal(0);
+      expect(Date.now() - started).to.be.below(10_000);
+      expect(s.output()).to.include('"msg":"stopped"');
+    });
+
+    it("exits with status 1 once SHUTDOWN_GRACE_SECONDS is over while a request is in flight", async () => {
+      const s = await onHangingNode({ SHUTDOWN_GRACE_SECONDS: "2" });
+      const sock = await slowUpload(s);
+      const started = Date.now();
+      expect(await s.stop()).to.equal(1);
+      expect(Date.now() - started).to.be.within(1_500, 15_000);
+      expect(s.output()).to.include("stopped before in-flight work finished");
+      sock.destroy();
+    });
+
+    it("exits at once on a second signal", async () => {
+      const s = await onHangingNode({ SHUTDOWN_GRACE_SECONDS: "3600" });
+      const sock = await slowUpload(s);
+      const code = s.stop();
+      await new Promise((r) => setTimeout(r, 500));
+      s.child.kill("SIGTERM");
+      expect(await code).to.equal(1);
+      expect(s.output()).to.include('"graceSeconds":3600');
+      sock.destroy();
+    });
+  });
 });

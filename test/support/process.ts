@@ -69,7 +69,9 @@ export async function startServiceProcess(role: "all" | "core" | "gateway", env:
     output: () => out,
     async stop(signal = "SIGTERM") {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
+      // A process that ignores the signal is not left running behind the test.
+      const timer = setTimeout(() => child.kill("SIGKILL"), 45_000);
+      return exited.finally(() => clearTimeout(timer));
     },
   };
 }
