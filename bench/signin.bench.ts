@@ -2,7 +2,6 @@
 // time (browser timings of /signin/oidc and the callback, less our calls to the provider as it
 // timed them) next to the provider's own. docs/benchmarks.md has the method and the target.
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:net";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Page, Request } from "playwright-core";
 import { createCoreClients } from "../gateways/core-clients.js";
@@ -10,20 +9,13 @@ import { CHROMIUM } from "../test/support/browser.js";
 import { startIdp } from "../test/support/oidc-idp.js";
 import { tempDataDir } from "../test/support/process.js";
 import { benchDatabase, fmt, percentile, QUICK, startService, table, verdict } from "./support.js";
+import { freePort } from "../test/support/ports.js";
 
 const SIGNINS = QUICK ? 12 : 120;
 const WARMUP = 3;
 const CLIENT_SECRET = "bench-idp-secret-0123456789abcdef";
 /** The provider's answers to our server rather than the browser: the token request, and discovery and keys when re-read. */
 const BY_OUR_SERVER = (path: string) => path === "/token" || path === "/jwks" || path.startsWith("/.well-known/");
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
 
 /** Server time of one request as the browser saw it: from the request sent to the first response byte. */
 function serverMs(req: Request): number {

@@ -1,18 +1,10 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import type { Page } from "playwright-core";
 import { createUser, pkce, postForm, registerClient } from "../support/agent-oauth.js";
 import { launchPhoneBrowser, requireChromium, startLoopbackCallback } from "../support/browser.js";
 import { startIdp, type TestIdp } from "../support/oidc-idp.js";
 import { startStack, type TestStack } from "../support/stack.js";
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
+import { freePort } from "../support/ports.js";
 
 // Chromium (JavaScript off) on a provider-only deployment whose step-up needs acr "mfa": authorize,
 // sign in and step up at the provider from the consent flow, consent, and the agent's code

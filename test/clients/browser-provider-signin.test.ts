@@ -1,18 +1,10 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import { launchPhoneBrowser, requireChromium, signInOnPage } from "../support/browser.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser } from "../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../support/oidc-idp.js";
 import { startSmtpServer, codeIn, type TestSmtpServer } from "../support/smtp.js";
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
+import { freePort } from "../support/ports.js";
 
 /**
  * Chromium (JavaScript off) signs in at a company's provider (node-oidc-provider in its

@@ -1,18 +1,10 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import type { Page } from "playwright-core";
 import { launchPhoneBrowser, requireChromium } from "../support/browser.js";
 import { pendingPayment } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { startIdp, type TestIdp } from "../support/oidc-idp.js";
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
+import { freePort } from "../support/ports.js";
 
 /**
  * Chromium (JavaScript off) approves a payment over the step-up amount on a deployment that

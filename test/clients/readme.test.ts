@@ -1,10 +1,10 @@
 import { expect } from "chai";
 import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { createScratchDatabase } from "../support/db.js";
 import { startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
+import { freePort } from "../support/ports.js";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -101,16 +101,5 @@ function bash(script: string, env: Record<string, string>): Promise<{ code: numb
     child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
     child.once("error", reject);
     child.once("close", (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
   });
 }

@@ -1,19 +1,10 @@
 import { spawn } from "node:child_process";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import { runCli, tempDataDir } from "../support/process.js";
+import { freePort } from "../support/ports.js";
 
 const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
-
-async function freePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe("vaultgate dev chain and wallet commands", function () {
   this.timeout(120_000);

@@ -1,19 +1,10 @@
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
 import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
 import { startStack } from "../support/stack.js";
+import { freePort } from "../support/ports.js";
 
 const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
-
-async function freePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 const chain = (port: number, over: Partial<EvmChainSettings> = {}): EvmChainSettings => ({
   chain: "base",

@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { createPublicClient, createWalletClient, http as viemHttp, erc20Abi, type Hex, type PublicClient } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { usdcArtifact } from "../../cli/usdc-contract.js";
+import { freePort } from "./ports.js";
 
 /** anvil's first funded account (its well-known dev key): deploys and mints USDC in tests. */
 export const ANVIL_DEPLOYER_KEY: Hex = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -36,14 +37,6 @@ export interface Anvil {
   /** Gives an address ETH for gas. */
   fundGas(address: string, wei?: bigint): Promise<void>;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** Starts a local anvil (block time 0: a block per transaction) on a free port; resolves once it answers. */

@@ -1,9 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createConnection, createServer } from "node:net";
+import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "./ports.js";
 
 /** Debian's nginx: CI installs it (.ci/run); it is never downloaded. */
 export const NGINX = "/usr/sbin/nginx";
@@ -127,15 +128,4 @@ async function waitForPort(port: number, child: ChildProcess, output: () => stri
     await new Promise((r) => setTimeout(r, 25));
   }
   throw new Error(`nginx did not listen on ${port}:\n${output()}`);
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
 }

@@ -9,6 +9,7 @@ import { createCoreClients, type CoreClients } from "../../gateways/core-clients
 import { createTestClock, type TestClock } from "./clock.js";
 import { testDatabase } from "./db.js";
 import { createCapturedLogger } from "./logs.js";
+import { freePort } from "./ports.js";
 
 export interface TestStack {
   core: Core;
@@ -120,15 +121,4 @@ export function uniqueSlug(prefix = "p"): string {
   return `${prefix}-${randomBytes(4).toString("hex")}`;
 }
 
-/** A port that was free a moment ago (publicUrls needs the URL before the gateway listens). */
-export async function freePort(): Promise<number> {
-  const { createServer } = await import("node:net");
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
