@@ -1,13 +1,12 @@
 /** The campaign's chain: anvil (1 s blocks, state in a file so it can restart), USDC, a funded
  * shared hot wallet, and a JSON-RPC proxy that can stall, lose answers or hold a broadcast. */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import http from "node:http";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { createPublicClient, createWalletClient, keccak256, http as viemHttp, type Hex, type PublicClient } from "viem";
+import { createPublicClient, keccak256, http as viemHttp, type Hex, type PublicClient } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import { usdcArtifact } from "../cli/usdc-contract.js";
-import { ANVIL_CHAIN_ID, ANVIL_DEPLOYER_KEY, anvilBinary } from "../test/support/anvil.js";
+import { deployLocalUsdc, fundLocalWallet, localChainSettings, spawnAnvil } from "../cli/local-chain.js";
 import { freePort } from "./cluster.js";
 import type { Rng } from "./rng.js";
 
@@ -70,22 +69,11 @@ export class Chain {
 
   /** Starts anvil from its state file (if any); it dumps its state there when stopped. */
   async start(): Promise<void> {
-    const args = ["--port", String(this.port), "--host", "127.0.0.1", "--chain-id", String(ANVIL_CHAIN_ID), "--silent", "--block-time", "1"];
     // Historical states let anvil_reorg reach back across a restart.
-    args.push("--state", join(this.dir, "anvil-state.json"), "--preserve-historical-states");
-    const child = spawn(anvilBinary(), args, { stdio: ["ignore", "ignore", "ignore"] });
+    const args = ["--block-time", "1", "--state", join(this.dir, "anvil-state.json"), "--preserve-historical-states"];
+    const { child } = await spawnAnvil(this.port, args, "ignore", 20_000);
     this.child = child;
     child.once("exit", () => (this.up = false));
-    for (let i = 0; ; i++) {
-      if (child.exitCode !== null) throw new Error(`anvil exited (${child.exitCode}) on start`);
-      const ok = await this.rpc("eth_chainId").then(
-        () => true,
-        () => false,
-      );
-      if (ok) break;
-      if (i > 400) throw new Error(`anvil did not answer on ${this.url}`);
-      await sleep(50);
-    }
     this.startHead = Number(await this.rpc<string>("eth_blockNumber"));
     this.up = true;
   }
@@ -104,20 +92,9 @@ export class Chain {
 
   /** Deploys USDC, funds the hot wallet (USDC and gas) and buries that under blocks no reorg reaches. */
   async setup(walletKey: Hex): Promise<void> {
-    const chain = {
-      id: ANVIL_CHAIN_ID,
-      name: "anvil",
-      nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-      rpcUrls: { default: { http: [this.url] } },
-    };
-    const deployer = createWalletClient({ account: privateKeyToAccount(ANVIL_DEPLOYER_KEY), transport: viemHttp(this.url), chain });
-    const { abi, bytecode } = await usdcArtifact();
-    const deployed = await this.client.waitForTransactionReceipt({ hash: await deployer.deployContract({ abi, bytecode }), pollingInterval: 100 });
-    this.usdc = deployed.contractAddress!;
+    this.usdc = await deployLocalUsdc(this.url, 100);
     this.wallet = privateKeyToAccount(walletKey).address.toLowerCase();
-    await this.rpc("anvil_setBalance", [this.wallet, `0x${(10n ** 22n).toString(16)}`]);
-    const mint = await deployer.writeContract({ address: this.usdc, abi, functionName: "mint", args: [this.wallet, FUNDING_UNITS] });
-    await this.client.waitForTransactionReceipt({ hash: mint, pollingInterval: 100 });
+    await fundLocalWallet(this.url, this.usdc, this.wallet, FUNDING_UNITS, 10n ** 22n, 100);
     await this.rpc("anvil_mine", ["0x20"]);
   }
 
@@ -211,10 +188,7 @@ export async function startChain(dir: string, rng: Rng): Promise<{ chain: Chain;
 export function chainEnv(chain: Chain, keyFile: string, replica: string): Record<string, string> {
   const p = `CHAIN_${CHAIN.toUpperCase()}_`;
   return {
-    [`${p}RAIL`]: "evm",
-    [`${p}RPC_URL`]: chain.rpcUrlFor(replica),
-    [`${p}USDC`]: chain.usdc,
-    [`${p}CHAIN_ID`]: String(ANVIL_CHAIN_ID),
+    ...localChainSettings(CHAIN, chain.rpcUrlFor(replica), chain.usdc),
     [`${p}CONFIRMATIONS`]: String(CONFIRMATIONS),
     [`${p}FINALITY_BLOCKS`]: String(FINALITY_BLOCKS),
     [`${p}EXPIRY_SECONDS`]: String(EXPIRY_SECONDS),

@@ -1,27 +1,13 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import http from "node:http";
-import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { createPublicClient, createWalletClient, http as viemHttp, erc20Abi, type Hex, type PublicClient } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
+import { ANVIL_CHAIN_ID, ANVIL_DEPLOYER_KEY, anvilChain, spawnAnvil } from "../../cli/local-chain.js";
 import { usdcArtifact } from "../../cli/usdc-contract.js";
 import { freePort } from "./ports.js";
 
-/** anvil's first funded account (its well-known dev key): deploys and mints USDC in tests. */
-export const ANVIL_DEPLOYER_KEY: Hex = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-export const ANVIL_CHAIN_ID = 31337;
-
-/**
- * The anvil binary shipped by the @foundry-rs/anvil package (its platform package). There
- * is no fallback and no skip: settlement tests need a real node, so a missing binary
- * fails them, in CI as anywhere.
- */
-export function anvilBinary(): string {
-  const require = createRequire(import.meta.url);
-  const pkg = `@foundry-rs/anvil-${process.platform === "win32" ? "win32" : process.platform}-${process.arch === "x64" ? "amd64" : process.arch}`;
-  return join(dirname(require.resolve(`${pkg}/package.json`)), "bin", process.platform === "win32" ? "anvil.exe" : "anvil");
-}
+export { ANVIL_CHAIN_ID };
 
 export interface Anvil {
   url: string;
@@ -42,14 +28,7 @@ export interface Anvil {
 /** Starts a local anvil (block time 0: a block per transaction) on a free port; resolves once it answers. */
 export async function startAnvil(options: { port?: number } = {}): Promise<Anvil> {
   const port = options.port ?? (await freePort());
-  const child: ChildProcess = spawn(anvilBinary(), ["--port", String(port), "--host", "127.0.0.1", "--chain-id", String(ANVIL_CHAIN_ID), "--silent"], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<never>((_, reject) => child.once("exit", (code) => reject(new Error(`anvil exited (${code}): ${stderr}`))));
-  exited.catch(() => {});
-  const url = `http://127.0.0.1:${port}`;
+  const { child, url } = await spawnAnvil(port, [], ["ignore", "ignore", "pipe"]);
   const rpc = async <T>(method: string, params: unknown[] = []): Promise<T> => {
     const res = await fetch(url, {
       method: "POST",
@@ -60,22 +39,10 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
     if (body.error) throw new Error(`${method}: ${body.error.message}`);
     return body.result as T;
   };
-  for (let i = 0; ; i++) {
-    const up = await Promise.race([
-      rpc("eth_chainId").then(
-        () => true,
-        () => false,
-      ),
-      exited,
-    ]);
-    if (up) break;
-    if (i > 200) throw new Error(`anvil did not answer on ${url}: ${stderr}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
   const client = createPublicClient({ transport: viemHttp(url) }) as PublicClient;
   const deployer = privateKeyToAccount(ANVIL_DEPLOYER_KEY);
   const wallet = createWalletClient({ account: deployer, transport: viemHttp(url) });
-  const chain = { id: ANVIL_CHAIN_ID, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [url] } } };
+  const chain = anvilChain(url);
   return {
     url,
     port,
