@@ -2,7 +2,8 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { BatchItemInput } from "./batch-request.js";
-import type { ExecutionRecord, TreasuryStore } from "./store.js";
+import type { ExecutionRecord } from "./records.js";
+import type { TreasuryStore } from "./store.js";
 import { PAYOUTS_RECEIVE } from "./wire.js";
 
 /**

@@ -1,4 +1,4 @@
-import type { TreasuryRecord } from "./store.js";
+import type { TreasuryRecord } from "./records.js";
 
 /** The treasury limit names, in the order they are checked. */
 export type LimitName = "per_item_cap" | "per_day_cap" | "lifetime_cap" | "step_up_amount";

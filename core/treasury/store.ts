@@ -14,17 +14,6 @@ import type {
   RecipientRecord,
 } from "./records.js";
 
-export type {
-  TreasuryStatusName,
-  TreasuryLimits,
-  TreasuryRecord,
-  BatchRecord,
-  ExecutionRecord,
-  BatchPayout,
-  MovementStamp,
-  RecipientRecord,
-} from "./records.js";
-
 type Conn = Knex | Knex.Transaction;
 
 async function lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {

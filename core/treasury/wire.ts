@@ -6,7 +6,7 @@ import { EdgeRejection, TreasuryStatus, type TreasurySchema } from "../../gen/va
 import { fail } from "../errors.js";
 import type { PartnerRecord } from "../partners/store.js";
 import type { CONSENT_SCOPES } from "../../lib/vocabulary.js";
-import type { TreasuryRecord, TreasuryStatusName } from "./store.js";
+import type { TreasuryRecord, TreasuryStatusName } from "./records.js";
 
 /** Edge rejections: the audit reason (the gateway's error code) and core's answer. */
 export const EDGE_REJECTIONS: Partial<Record<EdgeRejection, { label: string; reason: Reason; message: string }>> = {

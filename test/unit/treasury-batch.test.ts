@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { canonicalBatchHash, validateBatch, type RawBatch } from "../../core/treasury/batch-request.js";
 import { exceededLimit, utcDay } from "../../core/treasury/policy.js";
-import type { TreasuryRecord } from "../../core/treasury/store.js";
+import type { TreasuryRecord } from "../../core/treasury/records.js";
 
 const user = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
 const payer = "0e9d8c7b-6a5f-4e3d-9c2b-1a0f9e8d7c6b";
