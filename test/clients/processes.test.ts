@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
 import { createRemoteJWKSet, jwtVerify } from "jose";
-import { createScratchDatabase, requirePostgres, usingPostgres } from "../support/db.js";
+import { createScratchDatabase, requirePostgres } from "../support/db.js";
 import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 import { basic, postToken } from "../support/partners.js";
 

@@ -6,7 +6,7 @@ import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
 import { createTestClock } from "../support/clock.js";
-import { createScratchDatabase, requirePostgres, usingPostgres } from "../support/db.js";
+import { createScratchDatabase, requirePostgres } from "../support/db.js";
 import { createCapturedLogger } from "../support/logs.js";
 import { createOwner, grantFor } from "../support/budgets.js";
 import { basic, createPartner, mintPartnerToken } from "../support/partners.js";

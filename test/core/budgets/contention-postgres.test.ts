@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { requirePostgres, usingPostgres } from "../../support/db.js";
+import { requirePostgres } from "../../support/db.js";
 import { budgetParams, createOwner, grantFor } from "../../support/budgets.js";
 import { expectRefused, refusalOf } from "../../support/refusals.js";
 

@@ -3,7 +3,7 @@ import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import knexFactory from "knex";
-import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
+import { requirePostgres, testDatabase } from "../../support/db.js";
 import { budgetParams, createOwner, grantFor, payment } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
 

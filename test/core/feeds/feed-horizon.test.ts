@@ -3,7 +3,7 @@ import { expect } from "chai";
 import type { Knex } from "knex";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { requirePostgres, usingPostgres } from "../../support/db.js";
+import { requirePostgres } from "../../support/db.js";
 import { postRpc } from "../../support/mcp.js";
 import { createOwner, grantFor } from "../../support/budgets.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";

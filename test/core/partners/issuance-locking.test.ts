@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import { requirePostgres, usingPostgres } from "../../support/db.js";
+import { requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { reasonOf } from "../../support/refusals.js";

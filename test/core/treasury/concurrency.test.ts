@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
@@ -10,7 +10,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { TreasuryService } from "../../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { createCore, type Core } from "../../../core/core.js";
 import { createCoreClients, type CoreClients } from "../../../gateways/core-clients.js";
-import { createScratchDatabase, requirePostgres, usingPostgres } from "../../support/db.js";
+import { createScratchDatabase, requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, withToken, type TreasuryPartner } from "../../support/treasury.js";

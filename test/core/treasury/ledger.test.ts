@@ -9,7 +9,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { batchRequest, bindTreasury, createRecipient, grantConsent, withToken, type BatchRequestInit, type TreasuryPartner } from "../../support/treasury.js";
 import { expectLedgerVerified } from "../../support/ledger.js";
-import { expectInternalError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
+import { expectInternalError, expectRefused, reasonOf } from "../../support/refusals.js";
 
 /** Treasury money in the ledger: fund/bind against external:funding, a batch one payout transaction; VerifyLedger after each step. */
 describe("treasury movements in the ledger", () => {

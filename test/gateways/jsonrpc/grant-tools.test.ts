@@ -1,5 +1,4 @@
 import { expect } from "chai";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../support/mcp.js";
 import { ALL_AGENT_SCOPES, createOwner } from "../../support/budgets.js";
 

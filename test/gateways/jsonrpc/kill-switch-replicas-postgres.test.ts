@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { requirePostgres, testDatabase, usingPostgres } from "../../support/db.js";
+import { requirePostgres, testDatabase } from "../../support/db.js";
 import { fixtures } from "../../support/trust.js";
 import { postJsonRpc, startReplica, type Replica } from "../../support/replicas.js";
 

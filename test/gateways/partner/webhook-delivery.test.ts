@@ -4,7 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
-import { requirePostgres, usingPostgres } from "../../support/db.js";
+import { requirePostgres } from "../../support/db.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
 import { createOutboxStore } from "../../../core/partners/webhooks/outbox-store.js";
 import { createSecretBox } from "../../../core/partners/webhooks/signing.js";
