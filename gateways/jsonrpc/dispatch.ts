@@ -9,7 +9,6 @@ import { TOOLS, type Category, type Tool } from "./tools.js";
 /** MCP revisions we speak, newest first; a client asking for another one gets the newest. */
 export const PROTOCOL_VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"];
 const ENVELOPE_KEYS = new Set(["jsonrpc", "id", "method", "params"]);
-const VERSION_SHAPE = /^\d{4}-\d{2}-\d{2}$/;
 /**
  * Inside tools/call these stay JSON-RPC errors (who is calling, where, or a server failure);
  * every other refusal is a tool result with isError, so the model sees why.

@@ -107,14 +107,8 @@ describe("input text rules on every surface", () => {
         const res = await stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(n), displayName: emoji(100) }) });
         expect(res.budget?.budgetId).to.be.a("string");
       }
-      const tooLong = await expectRefused(
-        stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }),
-        Reason.INVALID_REQUEST,
-      );
-      const longName = await expectRefused(
-        stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }),
-        Reason.INVALID_REQUEST,
-      );
+      await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ idempotencyKey: emoji(129) }) }), Reason.INVALID_REQUEST);
+      await expectRefused(stack.clients.budgets.createBudget({ accessToken: token, ...budgetParams({ displayName: emoji(101) }) }), Reason.INVALID_REQUEST);
     });
 
     it("over real gRPC, a NUL is INVALID_ARGUMENT, not INTERNAL", async () => {

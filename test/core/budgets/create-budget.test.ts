@@ -223,7 +223,7 @@ describe("BudgetsService.CreateBudget", () => {
     hold = undefined;
     release();
     // The abandoned call wakes up fenced: it writes nothing and says so; a retry with the key completes.
-    const woke = await expectRefused(pending, Reason.VAULT_CONTENTION);
+    await expectRefused(pending, Reason.VAULT_CONTENTION);
     const after = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: params.idempotencyKey }).first();
     expect(after.status).to.equal("failed");
     expect(await stack.core.db("vaults").where({ id: after.vault_id })).to.deep.equal([]);
@@ -282,21 +282,12 @@ describe("BudgetsService.CreateBudget", () => {
       const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
       // The step-up is the session's own: core reads it, the caller cannot claim one.
       const session = await ownerSession(stack, owner.userId);
-      const notStepped = await expectRefused(
-        stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }),
-        Reason.ACCESS_DENIED,
-      );
+      await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
       const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
       stack.clock.advance(601_000);
-      const stale = await expectRefused(
-        stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }),
-        Reason.ACCESS_DENIED,
-      );
+      await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
       for (const forged of ["", "vgs_forged", stepped.slice(0, -2) + "xx"]) {
-        const refused = await expectRefused(
-          stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }),
-          Reason.INVALID_TOKEN,
-        );
+        await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }), Reason.INVALID_TOKEN);
       }
       const other = await createOwner(stack);
       const foreign = await refusalOf(
@@ -322,7 +313,7 @@ describe("BudgetsService.CreateBudget", () => {
       ]).to.deep.equal(["trip", 10_000n, 20_000n, 50_000n, 5_000n, ["base", "eth"], "USD"]);
       // A malformed id is refused like an unknown one.
       for (const agentPrincipalId of ["not-a-uuid", ""]) {
-        const bad = await expectRefused(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }), Reason.NOT_FOUND);
+        await expectRefused(stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId }), Reason.NOT_FOUND);
       }
       const activated = await stack.clients.budgets.activateBudget({ sessionToken, agentPrincipalId: budget!.agentPrincipalId });
       expect(activated.budget!.status).to.equal(BudgetStatus.ACTIVE);

@@ -81,7 +81,7 @@ describe("BudgetsService declines", () => {
     expect((await stack.clients.budgets.declineBudget(req)).budget!.status).to.equal(BudgetStatus.DECLINED);
     expect(await stack.core.db("audit_records").where({ action: "agent.budget.decline", subject: budget!.agentPrincipalId })).to.have.length(1);
     await expectRefused(stack.clients.budgets.activateBudget(req), Reason.NOT_FOUND);
-    const replay = await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }), Reason.ACCESS_DENIED);
+    await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...params }), Reason.ACCESS_DENIED);
     expect((await stack.clients.budgets.listPendingApprovals({ sessionToken: req.sessionToken })).draftBudgets).to.have.length(0);
 
     const active = (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() })).budget!;

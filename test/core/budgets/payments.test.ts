@@ -41,7 +41,7 @@ describe("BudgetsService payments, balance and audit", () => {
     const again = await pay(p);
     expect(again.payment!.paymentId).to.equal(first.payment!.paymentId);
     expect(await balance()).to.equal(98_500);
-    const conflict = await expectRefused(pay({ ...p, amountCents: 1_600n }), Reason.IDEMPOTENCY_CONFLICT);
+    await expectRefused(pay({ ...p, amountCents: 1_600n }), Reason.IDEMPOTENCY_CONFLICT);
   });
 
   it("enforces per-tx, per-day and lifetime caps, naming the limit and never the remaining allowance", async () => {
@@ -73,7 +73,7 @@ describe("BudgetsService payments, balance and audit", () => {
 
     await budget({}, false);
     expect((await denial(payment()))?.limitName).to.equal("policy_inactive");
-    const bad = await expectRefused(pay(payment({ currency: "EUR" })), Reason.INVALID_REQUEST);
+    await expectRefused(pay(payment({ currency: "EUR" })), Reason.INVALID_REQUEST);
   });
 
   it("needs payments:initiate (and payments:simulate, accounts:read for the other calls)", async () => {
@@ -137,7 +137,7 @@ describe("BudgetsService payments, balance and audit", () => {
 
   it("FundVault is an admin RPC and credits the vault", async () => {
     await budget({}, true, 0n);
-    const refused = await expectRefused(stack.clients.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n }), Reason.ADMIN_UNAUTHENTICATED);
+    await expectRefused(stack.clients.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n }), Reason.ADMIN_UNAUTHENTICATED);
     const funded = await stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5n });
     expect(funded.balanceCents).to.equal(5n);
     await expectRefused(stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 0n }), Reason.INVALID_REQUEST);
@@ -158,10 +158,7 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(since.records).to.deep.equal([]);
     expect(since.watermark).to.equal(page2.watermark);
     // Another agent's cursor, or a tampered one, is refused.
-    const tampered = await expectRefused(
-      stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }),
-      Reason.INVALID_CURSOR,
-    );
+    await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, owner), cursor: page1.nextCursor }), Reason.INVALID_CURSOR);
     await expectRefused(stack.clients.budgets.listGrantAudit({ accessToken, cursor: "x.y" }), Reason.INVALID_CURSOR);
     await expectRefused(
       stack.clients.budgets.listGrantAudit({ accessToken: await grantFor(stack, child, { scopes: ["accounts:read"] }) }),

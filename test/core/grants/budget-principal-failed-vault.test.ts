@@ -59,7 +59,7 @@ describe("grants on a vault left by a failed budget act as the per-client princi
     failPolicy = true;
     failVaultUndo = true;
     const params = budgetParams();
-    const failed = await expectRefused(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }), Reason.PROVISIONING_FAILED);
+    await expectRefused(stack.clients.budgets.createBudget({ accessToken: parent.accessToken, ...params }), Reason.PROVISIONING_FAILED);
     const row = await stack.core.db("budgets").where({ parent_vault_id: user.vaultId, idempotency_key: params.idempotencyKey }).first();
     expect(row.status).to.equal("cleanup_pending");
     expect(await stack.core.db("agent_principals").where({ id: row.agent_principal_id })).to.have.length(0);

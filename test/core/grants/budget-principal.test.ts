@@ -269,7 +269,7 @@ describe("grants on a budget's vault act as the budget's agent principal", () =>
       [[urn(budget.vaultId)], ""],
       [[], budget.vaultId],
     ] as const) {
-      const refused = await expectRefused(
+      await expectRefused(
         stack.clients.grants.approveAuthorization({ request: request([...resources]), sessionToken: aSession, vaultId }),
         Reason.INVALID_TARGET,
       );

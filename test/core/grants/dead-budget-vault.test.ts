@@ -143,7 +143,7 @@ describe("Grants on closed and declined budget vaults", () => {
     const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
     const before = await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget!.vaultId, scopes: ["accounts:read"] });
     await stack.clients.budgets.declineBudget({ sessionToken: await ownerSession(stack, owner.userId), agentPrincipalId: budget!.agentPrincipalId });
-    const refused = await expectRefused(stack.admin.grants.refreshGrant({ refreshToken: before.token!.refreshToken }), Reason.INVALID_GRANT);
+    await expectRefused(stack.admin.grants.refreshGrant({ refreshToken: before.token!.refreshToken }), Reason.INVALID_GRANT);
     expect((await stack.core.db("grants").where({ vault_id: budget!.vaultId })).map((g) => g.state)).to.deep.equal(["active"]);
     // Closed: the close revoked them, and a refresh is refused as before.
     const life = await budgetUnderRoot(stack);
