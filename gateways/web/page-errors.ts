@@ -56,14 +56,11 @@ const pageTable = {
  * the table above, an ended session goes back to sign-in, anything else is a 500 page.
  */
 export function pageErrorHandler(ctx: WebContext) {
+  // Where a person goes next: their agents with a session cookie, else the sign-in page (no core call, which may be what failed).
+  const onward = (request: FastifyRequest) =>
+    ctx.sessionToken(request) ? html`<p><a href="${AGENTS_PATH}">Go to your agents</a></p>` : html`<p><a href="/signin">Sign in</a></p>`;
   return (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
-    if (err instanceof PageError)
-      return ctx.send(
-        reply,
-        err.status,
-        err.title,
-        html`<div class="card error"><p>${err.detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`,
-      );
+    if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p>${onward(request)}</div>`);
     const status = (err as { statusCode?: number }).statusCode;
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
       return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);
@@ -81,6 +78,6 @@ export function pageErrorHandler(ctx: WebContext) {
     const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
     const retryAfter = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds : undefined;
     if ((row.status === 503 || row.status === 429) && retryAfter) reply.header("retry-after", String(retryAfter));
-    return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`);
+    return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p>${onward(request)}</div>`);
   };
 }

@@ -155,7 +155,10 @@ describe("web pages: the money view", () => {
     expect(formFields(text, `${MONEY}/budgets/${budget.vaultId}/close`).return_to).to.equal(here);
     const unknown = await jar.get(`/dashboard/agents/${randomUUID()}`);
     expect(unknown.status).to.equal(404);
-    expect(await unknown.text()).to.include("There is no such agent.");
+    const unknownText = await unknown.text();
+    expect(unknownText).to.include("There is no such agent.");
+    // Signed in: the way on is their agents.
+    expect(unknownText).to.include('<a href="/dashboard/agents">Go to your agents</a>');
     // Another user's budget agent is not theirs to see.
     const stranger = createJar(stack.url);
     await signIn(stack, stranger, (await createUser(stack)).email, MONEY);

@@ -1,16 +1,8 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import { createJar, createUser } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
+import { freePort } from "../../support/ports.js";
 
 /** The outage page a person can act on: 503, says to try again shortly, no trace of our code, no flow cookie. */
 async function expectOutagePage(res: Response) {
@@ -20,6 +12,9 @@ async function expectOutagePage(res: Response) {
   expect(text).to.match(/Temporarily unavailable/);
   expect(text).to.match(/try again in a moment/);
   expect(text).not.to.match(/at .*\.ts:\d+|Error:/);
+  // Signed out: the way on is signing in, not a dashboard that would only send them back.
+  expect(text).to.include('<a href="/signin">Sign in</a>');
+  expect(text).not.to.include("Go to your agents");
   expect(res.headers.getSetCookie().some((c) => /^vg_oidc=[^;]/.test(c))).to.equal(false);
 }
 

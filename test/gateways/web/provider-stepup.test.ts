@@ -1,16 +1,8 @@
-import { createServer } from "node:net";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, type Jar } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((resolve) => s.close(() => resolve()));
-  return port;
-}
+import { freePort } from "../../support/ports.js";
 
 /**
  * The step-up page of a deployment that offers only its provider (with a required acr)
