@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { createPublicClient, keccak256, http as viemHttp, type Hex, type PublicClient } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { deployLocalUsdc, fundLocalWallet, localChainSettings, spawnAnvil } from "../cli/local-chain.js";
-import { freePort } from "./cluster.js";
+import { freePort } from "../test/support/ports.js";
 import type { Rng } from "./rng.js";
 
 export const CHAIN = "eth";

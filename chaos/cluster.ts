@@ -1,7 +1,6 @@
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { createWriteStream, type WriteStream } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -11,22 +10,12 @@ import type { Interceptor } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair } from "jose";
 import pg from "pg";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
+import { freePort } from "../test/support/ports.js";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const bin = join(root, "bin/vaultgate.mjs");
 const pgScript = join(root, "scripts/pg-throwaway.sh");
 const run = promisify(execFile);
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** The database: a throwaway cluster this run owns (so it can restart it), or CHAOS_DATABASE_URL. */
 export interface Database {
