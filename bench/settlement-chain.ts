@@ -4,12 +4,8 @@
  * as `vaultgate dev chain` does it (the same artifact and hot wallet code).
  */
 import { createPublicClient, erc20Abi, http, type Hex } from "viem";
-import { deployLocalUsdc, fundLocalWallet, localChainSettings, spawnAnvil } from "../cli/local-chain.js";
+import { deployLocalUsdc, fundLocalWallet, LOCAL_FUND_GAS_WEI, LOCAL_FUND_USDC_UNITS, localChainSettings, spawnAnvil } from "../cli/local-chain.js";
 import { loadHotWallet } from "../core/settlement/wallet.js";
-
-/** What the hot wallet gets, as `vaultgate dev chain` gives it: 1,000,000 USDC and 100 ETH. */
-export const FUND_USDC_UNITS = 1_000_000n * 1_000_000n;
-const FUND_GAS_WEI = 100n * 10n ** 18n;
 
 export interface BenchChain {
   url: string;
@@ -32,7 +28,7 @@ export async function startBenchChain(port: number, chain: string, dataDir: stri
   const client = createPublicClient({ transport: http(url, { retryCount: 0 }) });
   const usdc = await deployLocalUsdc(url, 100);
   const wallet = await loadHotWallet({ chain, dataDir });
-  await fundLocalWallet(url, usdc, wallet.address, FUND_USDC_UNITS, FUND_GAS_WEI, 100);
+  await fundLocalWallet(url, usdc, wallet.address, LOCAL_FUND_USDC_UNITS, LOCAL_FUND_GAS_WEI, 100);
   return {
     url,
     usdc,

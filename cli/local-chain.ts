@@ -8,6 +8,9 @@ import { usdcArtifact } from "./usdc-contract.js";
 /** anvil's first dev account (its well-known key), funded by anvil itself: it deploys and mints the local USDC. */
 export const ANVIL_DEPLOYER_KEY: Hex = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 export const ANVIL_CHAIN_ID = 31337;
+/** What a local hot wallet is funded with: 1,000,000 USDC and 100 ETH for gas. */
+export const LOCAL_FUND_USDC_UNITS = 1_000_000n * 1_000_000n;
+export const LOCAL_FUND_GAS_WEI = 100n * 10n ** 18n;
 
 /** The anvil binary of the @foundry-rs/anvil platform package (a dev dependency): no fallback, no download. */
 export function anvilBinary(): string {
@@ -23,8 +26,6 @@ export function anvilBinary(): string {
 export interface AnvilProcess {
   child: ChildProcess;
   url: string;
-  /** What anvil wrote on stderr, when stderr is piped. */
-  stderr(): string;
 }
 
 /**
@@ -33,6 +34,7 @@ export interface AnvilProcess {
  */
 export async function spawnAnvil(port: number, args: string[], stdio: StdioOptions, waitMs = 10_000): Promise<AnvilProcess> {
   const child = spawn(anvilBinary(), ["--port", String(port), "--host", "127.0.0.1", "--chain-id", String(ANVIL_CHAIN_ID), "--silent", ...args], { stdio });
+  // Piped stderr goes into the errors below.
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
   const url = `http://127.0.0.1:${port}`;
@@ -46,7 +48,7 @@ export async function spawnAnvil(port: number, args: string[], stdio: StdioOptio
       () => true,
       () => false,
     );
-    if (up) return { child, url, stderr: () => stderr };
+    if (up) return { child, url };
     if (Date.now() > until) {
       child.kill("SIGKILL");
       throw new Error(`anvil did not answer on ${url} within ${waitMs / 1000} s ${stderr}`.trim());

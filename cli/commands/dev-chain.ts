@@ -1,11 +1,8 @@
 import { loadHotWallet } from "../../core/settlement/wallet.js";
-import { ANVIL_CHAIN_ID, deployLocalUsdc, fundLocalWallet, localChainSettings, spawnAnvil } from "../local-chain.js";
+import { ANVIL_CHAIN_ID, deployLocalUsdc, fundLocalWallet, LOCAL_FUND_GAS_WEI, LOCAL_FUND_USDC_UNITS, localChainSettings, spawnAnvil } from "../local-chain.js";
 import type { CommandContext } from "./types.js";
 import { intOption, UsageError } from "./types.js";
 
-/** What each hot wallet is funded with: 1,000,000 USDC and 100 ETH for gas. */
-const FUND_USDC_UNITS = 1_000_000n * 1_000_000n;
-const FUND_GAS_WEI = 100n * 10n ** 18n;
 const CHAINS = ["eth", "base"] as const;
 
 /**
@@ -30,7 +27,7 @@ export async function devChainCommand(ctx: CommandContext) {
     const lines: string[] = [];
     for (const name of CHAINS) {
       const wallet = await loadHotWallet({ chain: name, dataDir: ctx.config.dataDir });
-      await fundLocalWallet(url, usdc, wallet.address, FUND_USDC_UNITS, FUND_GAS_WEI);
+      await fundLocalWallet(url, usdc, wallet.address, LOCAL_FUND_USDC_UNITS, LOCAL_FUND_GAS_WEI);
       for (const [key, value] of Object.entries(localChainSettings(name, url, usdc))) lines.push(`${key}=${value}`);
       if (!quiet) say(`${name}: hot wallet ${wallet.address} funded with 1,000,000 USDC`);
     }
