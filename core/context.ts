@@ -1,4 +1,4 @@
-import { createContextKey } from "@connectrpc/connect";
+import { createContextKey, type ContextValues } from "@connectrpc/connect";
 
 /** Header that carries the gateway's request id into core on every transport. */
 export const REQUEST_ID_HEADER = "x-request-id";
@@ -27,3 +27,8 @@ export const kClientAddress = createContextKey<string>("", { description: "clien
  * reason, so core does not log the refusal twice.
  */
 export const kInProcess = createContextKey<boolean>(false, { description: "call from a gateway in this process" });
+
+/** What every audit record of a call carries: its request id and the client address a gateway vouched for. */
+export function callFacts(ctx: { values: ContextValues }): { requestId: string; clientAddress: string } {
+  return { requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) };
+}

@@ -42,7 +42,7 @@ export function createCoreClients(base: Transport, options: CoreClientsOptions =
   return {
     vouched(requestId, clientAddress) {
       if (!gatewayToken) return withRequestId(requestId);
-      return { headers: { "x-request-id": requestId, "x-vaultgate-gateway": gatewayToken, "x-vaultgate-client-address": clientAddress } };
+      return withRequestId(requestId, clientAddress);
     },
     mcpSessionKey: gatewayToken ? new Uint8Array(hkdfSync("sha256", gatewayToken, "", "vaultgate mcp-session-id v1", 32)) : undefined,
     health: createClient(Health, transport),
@@ -76,7 +76,11 @@ function withGatewayCredential(transport: Transport, gatewayToken: string): Tran
   };
 }
 
-/** Call options that carry the edge request id into core (only headers cross both transports). */
-export function withRequestId(requestId: string) {
-  return { headers: { "x-request-id": requestId } };
+/**
+ * Call options that carry the edge request id and the client's address into core (only headers
+ * cross both transports); core believes them only from a caller holding the gateway credential.
+ */
+export function withRequestId(requestId: string, clientAddress?: string): { headers: Record<string, string> } {
+  if (!clientAddress) return { headers: { "x-request-id": requestId } };
+  return { headers: { "x-request-id": requestId, "x-vaultgate-client-address": clientAddress } };
 }

@@ -2,7 +2,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
@@ -82,7 +82,7 @@ export async function auditOutside(
   subject: string,
 ) {
   try {
-    await deps.audit.append(deps.db, { requestId: ctx.values.get(kRequestId), actor, action, outcome, reason, subject, at: deps.clock() });
+    await deps.audit.append(deps.db, { ...callFacts(ctx), actor, action, outcome, reason, subject, at: deps.clock() });
   } catch (err) {
     fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
   }

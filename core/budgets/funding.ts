@@ -5,7 +5,7 @@ import type { Knex } from "knex";
 import type { FundBudgetRequest, FundBudgetResponseSchema, FundVaultRequest, FundVaultResponseSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { budgetCaller, withBudget, type ActingDeps } from "./caller.js";
@@ -37,7 +37,7 @@ export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx:
     if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
     const funded = await deps.vaults.fundVault(trx, v, amountCents, { id: randomUUID(), kind: "vault.fund", reference: `vault:${v.id}`, at: clock() });
     await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       actor: "admin",
       action: "vault.fund",
       outcome: "success",
@@ -83,7 +83,7 @@ export async function fundBudget(
     // Impossible while the budget is locked (findTransfer saw no such movement).
     if (!moved.moved) throw new Error(`budget funding ${transferId} was already in the ledger`);
     await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       actor,
       action: "agent.budget.fund",
       outcome: "success",

@@ -17,7 +17,7 @@ import {
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps } from "./caller.js";
@@ -193,7 +193,7 @@ export async function closeBudget(
       const updated = await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
       if (x.id === b.id) closed = updated;
       await deps.audit.append(trx, {
-        requestId: ctx.values.get(kRequestId),
+        ...callFacts(ctx),
         actor,
         action: "agent.budget.close",
         outcome: "success",
@@ -249,7 +249,7 @@ export async function sweepBudget(
       if (moved.sweptCents > 0 || x.id === b.id) {
         const reason = moved.sweptCents > 0 ? "" : "nothing_to_sweep";
         await deps.audit.append(trx, {
-          requestId: ctx.values.get(kRequestId),
+          ...callFacts(ctx),
           actor,
           action: "agent.budget.sweep",
           outcome: "success",

@@ -2,7 +2,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { UUID } from "../uuid.js";
 import type { AuditDeps } from "./caller.js";
@@ -61,7 +61,7 @@ export async function ownerDecision<R extends { userId: string }>(
     if (d.state(record) === "done") return record;
     const decided = await d.decide(trx, record, now);
     await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       actor: `user:${owner.userId}`,
       action: d.action,
       outcome: "success",

@@ -18,7 +18,7 @@ import {
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../uuid.js";
@@ -162,7 +162,7 @@ export async function initiatePayment(
       });
     }
     await deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       actor,
       action: payment.status === "completed" ? "payments.initiate" : "payments.initiate.pending_step_up",
       outcome: "success",
@@ -231,7 +231,7 @@ export async function simulatePayment(
     context = await deps.payments.currentPaymentContext(
       claims.jti,
       utcDayStart(now),
-      auditFault ? undefined : { requestId: ctx.values.get(kRequestId), at: now, currency: input.currency },
+      auditFault ? undefined : { ...callFacts(ctx), at: now, currency: input.currency },
     );
   } catch (err) {
     // The statement carries the audit INSERT: if it fails, the read is withheld.

@@ -9,7 +9,7 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
@@ -188,7 +188,7 @@ async function failSaga(
   }
   try {
     await deps.audit.append(deps.db, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       actor,
       action: "agent.budget.create",
       outcome: "failure",
@@ -342,7 +342,7 @@ export async function finishSaga(
       const auditFault = faults.finalAudit?.();
       if (auditFault) throw auditFault;
       await deps.audit.append(trx, {
-        requestId: ctx.values.get(kRequestId),
+        ...callFacts(ctx),
         actor,
         action: "agent.budget.create",
         outcome: "success",

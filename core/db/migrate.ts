@@ -33,6 +33,7 @@ import * as m0031 from "./migrations/0031-settlement-ledger.js";
 import * as m0033 from "./migrations/0033-mail-outbox.js";
 import * as m0034 from "./migrations/0034-identity-links.js";
 import * as m0035 from "./migrations/0035-passkeys.js";
+import * as m0036 from "./migrations/0036-audit-address-in-batches.js";
 
 interface Migration {
   name: string;
@@ -75,6 +76,7 @@ const migrations: Migration[] = [
   { name: "0033-mail-outbox", ...m0033 },
   { name: "0034-identity-links", ...m0034 },
   { name: "0035-passkeys", ...m0035 },
+  { name: "0036-audit-address-in-batches", ...m0036 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

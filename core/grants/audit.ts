@@ -1,7 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import type { AuditStore } from "../audit/store.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 
 export interface AuditEvent {
   actor: string;
@@ -16,9 +16,7 @@ export interface AuditDeps {
   clock: () => Date;
 }
 
-export const requestIdOf = (ctx: HandlerContext): string => ctx.values.get(kRequestId);
-
 /** Appends an audit row for this call (its request id and the client address a gateway vouched for). */
 export function appendAudit(deps: AuditDeps, conn: Knex | Knex.Transaction, ctx: HandlerContext, e: AuditEvent) {
-  return deps.audit.append(conn, { requestId: requestIdOf(ctx), outcome: "success", ...e, clientAddress: ctx.values.get(kClientAddress), at: deps.clock() });
+  return deps.audit.append(conn, { ...callFacts(ctx), outcome: "success", ...e, at: deps.clock() });
 }

@@ -13,7 +13,8 @@ import type { SessionVerifier, SignedIn } from "../identity/sessions.js";
 import type { UsersStore } from "../identity/users-store.js";
 import { isSubset, needsStepUp, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS } from "./access-token.js";
-import { appendAudit, requestIdOf, type AuditDeps } from "./audit.js";
+import { appendAudit, type AuditDeps } from "./audit.js";
+import { callFacts } from "../context.js";
 import type { ClientDirectory } from "./client-auth.js";
 import { clientInit } from "./clients.js";
 import { CODE_TTL_MS, deadBudgetVault, insertGrant, randomRefresh, signToken, type GrantAudience } from "./issue.js";
@@ -191,7 +192,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
         now,
         expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
       },
-      { requestId: requestIdOf(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
+      { ...callFacts(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
     );
     if (issued) return { token: signToken(deps, issued, refresh.token) };
   }

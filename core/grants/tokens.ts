@@ -12,14 +12,14 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
-import { kOperator } from "../context.js";
+import { callFacts, kOperator } from "../context.js";
 import { constantTimeEqual, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { UUID } from "../uuid.js";
 import type { UsersStore } from "../identity/users-store.js";
 import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
 import { ACCESS_TOKEN_TTL_SECONDS, type AccessTokenVerifier } from "./access-token.js";
-import { appendAudit, requestIdOf, type AuditDeps } from "./audit.js";
+import { appendAudit, type AuditDeps } from "./audit.js";
 import type { ClientDirectory } from "./client-auth.js";
 import {
   deadBudgetVault,
@@ -167,7 +167,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
         now,
         expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
       },
-      { requestId: requestIdOf(ctx), actor, action: "agent.grant.refresh" },
+      { ...callFacts(ctx), actor, action: "agent.grant.refresh" },
     );
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }

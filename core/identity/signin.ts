@@ -6,7 +6,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import { constantTimeEqual, hmacSha256, sha256Hex } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -62,10 +62,9 @@ export function createCodeHasher(signinCodeKey: Buffer): CodeHasher {
 
 function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx: HandlerContext, e: { actor: string; action: string; subject?: string }) {
   return deps.audit.append(conn, {
-    requestId: ctx.values.get(kRequestId),
+    ...callFacts(ctx),
     outcome: "success",
     ...e,
-    clientAddress: ctx.values.get(kClientAddress),
     at: deps.clock(),
   });
 }

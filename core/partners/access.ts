@@ -2,7 +2,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
@@ -82,7 +82,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
         tokenHasScope,
         audit:
           req.auditRead && !auditFault
-            ? { requestId: ctx.values.get(kRequestId), actor: seen.actor, action: `partner.${req.operation}`, subject: req.userId ?? "", at: now }
+            ? { ...callFacts(ctx), actor: seen.actor, action: `partner.${req.operation}`, subject: req.userId ?? "", at: now }
             : undefined,
         withKyc: req.withKyc,
       });
@@ -128,7 +128,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
         if (detail && detail.reason !== Reason.INVALID_TOKEN && detail.reason !== Reason.AUTH_UNAVAILABLE) {
           await deps.audit
             .append(deps.db, {
-              requestId: ctx.values.get(kRequestId),
+              ...callFacts(ctx),
               actor: seen.actor,
               action: `partner.${req.operation}`,
               outcome: "failure",
@@ -149,7 +149,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     async audited(ctx: HandlerContext, principal: PartnerPrincipal, operation: string, subject: string): Promise<void> {
       try {
         await deps.audit.append(deps.db, {
-          requestId: ctx.values.get(kRequestId),
+          ...callFacts(ctx),
           actor: principal.actor,
           action: `partner.${operation}`,
           outcome: "success",

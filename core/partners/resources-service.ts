@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { FEED_START, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
@@ -52,7 +52,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
   async function adminChange<T>(ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
     return db.transaction(async (trx) => {
       const result = await work(trx);
-      await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
+      await audit.append(trx, { ...callFacts(ctx), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
       return result;
     });
   }
@@ -137,7 +137,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
         const receipt = await resources.addReceipt(trx, principal.partnerId, user.userId, now);
         try {
           await audit.append(trx, {
-            requestId: ctx.values.get(kRequestId),
+            ...callFacts(ctx),
             actor: principal.actor,
             action: "partner.users.create",
             outcome: "success",

@@ -46,7 +46,7 @@ export interface AccessInput {
   limit: number;
   scope?: string;
   tokenHasScope?: boolean;
-  audit?: { requestId: string; actor: string; action: string; subject: string; at: Date };
+  audit?: { requestId: string; clientAddress: string; actor: string; action: string; subject: string; at: Date };
   withKyc?: boolean;
 }
 
@@ -95,6 +95,7 @@ export function createResourcesStore(db: Db) {
     ["text", (i) => i.audit?.subject ?? ""],
     ["timestamptz", (i) => (i.audit?.at ?? i.windowStart).toISOString()],
     ["boolean", (i) => String(i.withKyc === true)],
+    ["text", (i) => i.audit?.clientAddress ?? ""],
   ]);
   /** The group-committed form of partner_access() (migration 0008): one statement per batch. */
   const readAccess = createGroupCommit<AccessInput, AccessRow | undefined>(

@@ -6,7 +6,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PartnerSchema } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { fail, errorDetailOf } from "../errors.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts, kClientAddress } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -62,13 +62,12 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   async function auditFailure(ctx: HandlerContext, actor: string, action: string, reason: string, subject = "") {
     try {
       await audit.append(db, {
-        requestId: ctx.values.get(kRequestId),
+        ...callFacts(ctx),
         actor,
         action,
         outcome: "failure",
         reason,
         subject,
-        clientAddress: ctx.values.get(kClientAddress),
         at: deps.clock(),
       });
     } catch (err) {
@@ -80,7 +79,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   async function adminChange<T>(ctx: HandlerContext, action: string, subject: string, work: (trx: import("knex").Knex.Transaction) => Promise<T>) {
     return db.transaction(async (trx) => {
       const result = await work(trx);
-      await audit.append(trx, { requestId: ctx.values.get(kRequestId), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
+      await audit.append(trx, { ...callFacts(ctx), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
       return result;
     });
   }
@@ -183,12 +182,11 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
           const accessToken = deps.keyring.signJwt(PARTNER_TOKEN_HEADER, claims);
           try {
             await audit.append(trx, {
-              requestId: ctx.values.get(kRequestId),
+              ...callFacts(ctx),
               actor,
               action: ISSUE_ACTION,
               outcome: "success",
               subject: claims.jti,
-              clientAddress: ctx.values.get(kClientAddress),
               at: now,
             });
           } catch (err) {
@@ -286,7 +284,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
       const ids = await db.transaction(async (trx) => {
         const result = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: deps.clock() });
         await audit.append(trx, {
-          requestId: ctx.values.get(kRequestId),
+          ...callFacts(ctx),
           actor: "admin",
           action: "user.create",
           outcome: "success",

@@ -6,7 +6,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { BatchSchema, EdgeRejection, ItemStatus, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
-import { kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
@@ -49,11 +49,10 @@ const ANONYMOUS = "anonymous";
 
 export function createTreasuryService(deps: TreasuryServiceDeps): ServiceImpl<typeof TreasuryService> {
   const { db, store, audit } = deps;
-  const requestIdOf = (ctx: HandlerContext) => ctx.values.get(kRequestId);
 
   async function appendAudit(conn: Knex | Knex.Transaction, ctx: HandlerContext, entry: { actor: string; action: string; subject: string; reason?: string }) {
     try {
-      await audit.append(conn, { requestId: requestIdOf(ctx), outcome: entry.reason ? "failure" : "success", at: deps.clock(), ...entry });
+      await audit.append(conn, { ...callFacts(ctx), outcome: entry.reason ? "failure" : "success", at: deps.clock(), ...entry });
     } catch (err) {
       fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
     }

@@ -34,7 +34,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const body = jsonObjectBody(request);
     onlyFields(body, ["email"]);
     const email = stringField(body, "email", 3, 254, true)!;
-    const res = await rpc.preCreateUser({ accessToken, email }, withRequestId(request.id));
+    const res = await rpc.preCreateUser({ accessToken, email }, withRequestId(request.id, request.clientAddress));
     return reply.code(res.created ? 201 : 200).send({ user_id: res.userId, created: res.created });
   });
 
@@ -42,7 +42,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const userId = userIdParam(request);
     noQuery(request);
-    const res = await rpc.getKycStatus({ accessToken, userId }, withRequestId(request.id));
+    const res = await rpc.getKycStatus({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
     return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
   });
 
@@ -54,7 +54,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     onlyFields(body, ["provider", "redirect_uri"]);
     const provider = stringField(body, "provider", 1, 64, false) ?? "";
     const redirectUri = stringField(body, "redirect_uri", 1, 2048, false) ?? "";
-    const res = await rpc.createKycLink({ accessToken, userId, provider, redirectUri }, withRequestId(request.id));
+    const res = await rpc.createKycLink({ accessToken, userId, provider, redirectUri }, withRequestId(request.id, request.clientAddress));
     return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
   });
 
@@ -62,7 +62,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const userId = userIdParam(request);
     noQuery(request);
-    const res = await rpc.listWallets({ accessToken, userId }, withRequestId(request.id));
+    const res = await rpc.listWallets({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
     return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
   });
 
@@ -70,7 +70,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const userId = userIdParam(request);
     noQuery(request);
-    const r = await rpc.getUsAccount({ accessToken, userId }, withRequestId(request.id));
+    const r = await rpc.getUsAccount({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
     const v = (s: string) => s || null;
     return {
       user_id: r.userId,
@@ -87,7 +87,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const userId = userIdParam(request);
     const page = pageQuery(request);
-    const res = await rpc.listTransfers({ accessToken, userId, page }, withRequestId(request.id));
+    const res = await rpc.listTransfers({ accessToken, userId, page }, withRequestId(request.id, request.clientAddress));
     return {
       data: res.data.map((t) => ({
         transfer_id: t.transferId,
@@ -106,7 +106,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   app.get("/events", async (request) => {
     const accessToken = bearerToken(request);
     const page = pageQuery(request);
-    const res = await rpc.listEvents({ accessToken, page }, withRequestId(request.id));
+    const res = await rpc.listEvents({ accessToken, page }, withRequestId(request.id, request.clientAddress));
     return {
       data: res.data.map((e) => ({ event_id: e.eventId, type: e.type, created_at: e.createdAt, data: JSON.parse(e.dataJson) as unknown })),
       next_cursor: res.nextCursor || null,

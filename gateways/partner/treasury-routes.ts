@@ -37,11 +37,13 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     } catch (edge) {
       // Refused at the edge, still recorded by core; the answer stays the edge's own
       // unless the record could not be written (then core's 503 audit_unavailable).
-      const recorded = await rpc.getTreasury({ accessToken, edgeRejection: EdgeRejection.MALFORMED }, withRequestId(request.id)).catch((err: unknown) => err);
+      const recorded = await rpc
+        .getTreasury({ accessToken, edgeRejection: EdgeRejection.MALFORMED }, withRequestId(request.id, request.clientAddress))
+        .catch((err: unknown) => err);
       if (resourceErrorFrom(recorded).status === 503) throw recorded;
       throw edge;
     }
-    const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id));
+    const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id, request.clientAddress));
     return renderTreasury(res.treasury!);
   });
 
@@ -73,7 +75,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
         parsed.ok
           ? { accessToken, idempotencyKey, payerEntityId: parsed.payerEntityId, items: parsed.items }
           : { accessToken, idempotencyKey, bodyProblem: parsed.message },
-        withRequestId(request.id),
+        withRequestId(request.id, request.clientAddress),
       );
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return renderBatch(res.batch!);
@@ -84,7 +86,10 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     const accessToken = bearerToken(request);
     if (!UUID.test(request.params.id)) throw invalidRequest("user id must be a UUID");
     noQuery(request);
-    const res = await rpc.getPayout({ accessToken, userId: request.params.id.toLowerCase(), payoutId: request.params.payoutId }, withRequestId(request.id));
+    const res = await rpc.getPayout(
+      { accessToken, userId: request.params.id.toLowerCase(), payoutId: request.params.payoutId },
+      withRequestId(request.id, request.clientAddress),
+    );
     return renderPayout(res.payout!);
   });
 }
@@ -118,7 +123,10 @@ async function recordEdgeRejection(
   edge: ResourceErrorBody,
 ): Promise<ResourceErrorBody> {
   try {
-    await rpc.executeBatch({ accessToken: lenientBearer(request), idempotencyKey: idempotencyKeyOf(request), edgeRejection }, withRequestId(request.id));
+    await rpc.executeBatch(
+      { accessToken: lenientBearer(request), idempotencyKey: idempotencyKeyOf(request), edgeRejection },
+      withRequestId(request.id, request.clientAddress),
+    );
   } catch (err) {
     const answer = resourceErrorFrom(err);
     return answer.status >= 500 ? answer : edge;

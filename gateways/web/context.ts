@@ -117,7 +117,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
     budgets: options.budgets,
     urls: options.urls,
     signinMethods: options.signinMethods ?? ["email"],
-    rpc: (request) => withRequestId(request.id),
+    rpc: (request) => withRequestId(request.id, request.clientAddress),
     readForm(request, repeatable = []) {
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
       if (type !== FORM_TYPE || typeof request.body !== "string")
@@ -161,7 +161,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
       const token = readCookies(request)[sessionCookie];
       if (!token || token.length > 200) return undefined;
       try {
-        const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id));
+        const res = await options.grants.getSession({ sessionToken: token }, withRequestId(request.id, request.clientAddress));
         return { token, session: res.session! };
       } catch (err) {
         if (noteRefusal(request, err) === Reason.INVALID_TOKEN) return undefined;

@@ -22,7 +22,7 @@ import {
 interface SimulateRead {
   grantId: string;
   dayStart: Date;
-  audit?: { requestId: string; at: Date; currency: string };
+  audit?: { requestId: string; clientAddress: string; at: Date; currency: string };
 }
 
 /** SQL for agent payments: the decision's context, the payment rows, the spend totals. */
@@ -33,18 +33,18 @@ export function createPaymentsStore(db: Db) {
   const contextsWithAudit = prepared(
     "payment_context",
     `WITH ctx AS (
-           SELECT k.n, k.k_audit, k.k_request_id, k.k_at, ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
+           SELECT k.n, k.k_audit, k.k_request_id, k.k_client_address, k.k_at, ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
                   ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
                   (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${CLOCK_SKEW_SECONDS} seconds' >= k.k_at
                    AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
-             FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[])
-                  WITH ORDINALITY AS k(grant_id, day_start, k_audit, k_request_id, k_at, k_currency, n)
+             FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[], ?::text[])
+                  WITH ORDINALITY AS k(grant_id, day_start, k_audit, k_request_id, k_at, k_currency, k_client_address, n)
              JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
              JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id),
          audited AS (
-           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, created_at)
-           SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_at
+           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, client_address, created_at)
+           SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_client_address, k_at
              FROM ctx WHERE k_audit AND answers ORDER BY n
            RETURNING seq)
          SELECT ctx.*, (k_audit AND answers) AS audited FROM ctx`,
@@ -58,6 +58,7 @@ export function createPaymentsStore(db: Db) {
         pgArray(keys.map((k) => k.audit?.requestId ?? "")),
         pgArray(keys.map((k) => (k.audit?.at ?? k.dayStart).toISOString())),
         pgArray(keys.map((k) => k.audit?.currency ?? "")),
+        pgArray(keys.map((k) => k.audit?.clientAddress ?? "")),
       ]);
       const found = new Map<number, Record<string, unknown>>();
       for (const r of rows) found.set(Number(r.n) - 1, r);

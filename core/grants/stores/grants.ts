@@ -39,6 +39,8 @@ export interface GrantRecord {
 /** The audit record a fast-path statement appends for the grant it issues (subject = the new grant id). */
 export interface FastAudit {
   requestId: string;
+  /** The client address a gateway vouched for ("" when none did). */
+  clientAddress: string;
   actor: string;
   action: string;
 }
@@ -100,6 +102,7 @@ export function createGrantsStore(db: Db) {
     ["text", (i) => i.audit.requestId],
     ["text", (i) => i.audit.actor],
     ["text", (i) => i.audit.action],
+    ["text", (i) => i.audit.clientAddress],
   ]);
   const refreshBatch = batchFunction<Refresh>("grant_refresh_batch", [
     ["text", (i) => i.refreshHash],
@@ -113,6 +116,7 @@ export function createGrantsStore(db: Db) {
     ["text", (i) => i.audit.requestId],
     ["text", (i) => i.audit.actor],
     ["text", (i) => i.audit.action],
+    ["text", (i) => i.audit.clientAddress],
   ]);
   const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
   const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(

@@ -41,7 +41,7 @@ export const auditTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.listGrantAudit(
         { accessToken: ctx.accessToken, cursor: args.cursor ?? "", since: args.since ?? "", limit: args.limit ?? 0 },
-        withRequestId(ctx.requestId),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       return {
         records: res.records.map((r) => ({

@@ -56,7 +56,7 @@ export const budgetTools: readonly Tool[] = [
           timeWindowEnd: end ? timestampFromDate(end) : undefined,
           idempotencyKey: args.idempotency_key,
         },
-        withRequestId(ctx.requestId),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       return {
         agent_principal_id: budget!.agentPrincipalId,
@@ -93,7 +93,7 @@ export const budgetTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.fundBudget(
         { accessToken: ctx.accessToken, vaultId: args.vault_id, amountCents: BigInt(args.amount_cents), idempotencyKey: args.idempotency_key },
-        withRequestId(ctx.requestId),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       return {
         transfer_id: res.transferId,
@@ -134,7 +134,7 @@ export const budgetTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.closeBudget(
         { accessToken: ctx.accessToken, vaultId: args.vault_id, keepFunds: args.keep_funds === true },
-        withRequestId(ctx.requestId),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       return {
         vault_id: res.vaultId,
@@ -172,7 +172,10 @@ export const budgetTools: readonly Tool[] = [
       ["vault_id", "parent_vault_id", "swept_cents", "currency", "transfer_id", "nothing_to_sweep"],
     ),
     async call(args, ctx) {
-      const res = await ctx.clients.budgets.sweepBudget({ accessToken: ctx.accessToken, vaultId: args.vault_id }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.budgets.sweepBudget(
+        { accessToken: ctx.accessToken, vaultId: args.vault_id },
+        withRequestId(ctx.requestId, ctx.clientAddress),
+      );
       return {
         vault_id: res.vaultId,
         parent_vault_id: res.parentVaultId,

@@ -28,7 +28,10 @@ export const grantTools: readonly Tool[] = [
     inputSchema: object({ scope: { type: "string", maxLength: 1024 } }, []),
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
-      const res = await ctx.clients.grants.supersedeGrant({ accessToken: ctx.accessToken, scope: args.scope ?? "" }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.grants.supersedeGrant(
+        { accessToken: ctx.accessToken, scope: args.scope ?? "" },
+        withRequestId(ctx.requestId, ctx.clientAddress),
+      );
       return agentTokenJson(res.token);
     },
   }),
@@ -71,7 +74,10 @@ export const grantTools: readonly Tool[] = [
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
     outputSchema: object({ revoked: { type: "integer", minimum: 0 } }, ["revoked"]),
     async call(args, ctx) {
-      const res = await ctx.clients.grants.revokeAllGrants({ accessToken: ctx.accessToken, reason: args.reason ?? "" }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.grants.revokeAllGrants(
+        { accessToken: ctx.accessToken, reason: args.reason ?? "" },
+        withRequestId(ctx.requestId, ctx.clientAddress),
+      );
       return { revoked: res.revoked };
     },
   }),

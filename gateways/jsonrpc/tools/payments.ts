@@ -75,7 +75,7 @@ export const paymentTools: readonly Tool[] = [
     async call(args, ctx) {
       const { payment } = await ctx.clients.budgets.initiatePayment(
         { accessToken: ctx.accessToken, payment: paymentRequest(args) },
-        withRequestId(ctx.requestId),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       const settled = SETTLEMENT[payment!.status];
       // tx_hash once it is known (never on the sandbox rail).
@@ -131,7 +131,10 @@ export const paymentTools: readonly Tool[] = [
       ["outcome", "rule", "broken_rules"],
     ),
     async call(args, ctx) {
-      const res = await ctx.clients.budgets.simulatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, withRequestId(ctx.requestId));
+      const res = await ctx.clients.budgets.simulatePayment(
+        { accessToken: ctx.accessToken, payment: paymentRequest(args) },
+        withRequestId(ctx.requestId, ctx.clientAddress),
+      );
       const outcome = res.decision === Decision.ACCEPT ? "accepted" : res.decision === Decision.STEP_UP ? "pending_step_up" : "denied";
       return { outcome, rule: res.rule || null, broken_rules: res.brokenRules.map((b) => ({ reason_id: b.reasonId, message: b.message })) };
     },
@@ -178,7 +181,10 @@ export const paymentTools: readonly Tool[] = [
       ],
     ),
     async call(args, ctx) {
-      const { payment: p } = await ctx.clients.budgets.getPayment({ accessToken: ctx.accessToken, paymentId: args.payment_id }, withRequestId(ctx.requestId));
+      const { payment: p } = await ctx.clients.budgets.getPayment(
+        { accessToken: ctx.accessToken, paymentId: args.payment_id },
+        withRequestId(ctx.requestId, ctx.clientAddress),
+      );
       const before = {
         [PaymentStatus.PENDING_STEP_UP]: "pending_step_up",
         [PaymentStatus.APPROVED]: "approved",
