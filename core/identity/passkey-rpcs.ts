@@ -8,7 +8,7 @@ import type {
   StartPasskeyRegistrationRequest,
 } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -18,7 +18,6 @@ export interface PasskeyRpcDeps {
   sessions: SessionVerifier;
 }
 
-const facts = (ctx: HandlerContext) => ({ requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) });
 const seconds = (d: Date | null) => (d ? BigInt(Math.floor(d.getTime() / 1000)) : 0n);
 const toProto = (k: PasskeyRecord) => ({
   passkeyId: k.id,
@@ -56,7 +55,7 @@ export async function finishPasskeyRegistration(deps: PasskeyRpcDeps, req: Finis
   const s = await deps.sessions.verify(req.sessionToken);
   const response = browserJson(req.responseJson, "response_json");
   if (req.name.length > 200) fail(Reason.INVALID_REQUEST, "name is too long");
-  const k = await deps.passkeys.register({ binding: req.flowSecret, response: response as never, name: req.name, session: s }, facts(ctx));
+  const k = await deps.passkeys.register({ binding: req.flowSecret, response: response as never, name: req.name, session: s }, callFacts(ctx));
   return { passkey: toProto(k) };
 }
 
@@ -69,7 +68,7 @@ export async function listPasskeys(deps: PasskeyRpcDeps, req: ListPasskeysReques
 /** GrantsService.RemovePasskey: one of the session user's own passkeys. */
 export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequest, ctx: HandlerContext) {
   const s = await deps.sessions.verify(req.sessionToken);
-  await deps.passkeys.remove(s.userId, req.passkeyId, facts(ctx));
+  await deps.passkeys.remove(s.userId, req.passkeyId, callFacts(ctx));
   return {};
 }
 
@@ -88,7 +87,7 @@ export async function finishPasskeyAssertion(deps: PasskeyRpcDeps, req: FinishPa
   const response = browserJson(req.responseJson, "response_json");
   const done = await deps.passkeys.authenticate(
     { binding: req.flowSecret, response: response as never, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined },
-    facts(ctx),
+    callFacts(ctx),
   );
   if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
   return { sessionToken: "", expiresIn: 0n };

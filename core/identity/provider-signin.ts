@@ -1,7 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import type { OidcSignin } from "./oidc.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -12,8 +12,6 @@ export interface ProviderSignInDeps {
   sessions: SessionVerifier;
   clock: () => Date;
 }
-
-const facts = (ctx: HandlerContext) => ({ requestId: ctx.values.get(kRequestId), clientAddress: ctx.values.get(kClientAddress) });
 
 function provider(deps: ProviderSignInDeps): OidcSignin {
   return deps.oidc ?? fail(Reason.NOT_FOUND, "signing in with an organisation's provider is not offered here");
@@ -38,7 +36,7 @@ export async function completeProviderSignIn(deps: ProviderSignInDeps, req: Comp
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const done = await oidc.complete(
     { callbackUrl: req.callbackUrl, binding: req.flowSecret, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined },
-    facts(ctx),
+    callFacts(ctx),
   );
   if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
   return { sessionToken: "", expiresIn: 0n };

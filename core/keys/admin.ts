@@ -3,7 +3,7 @@ import type { RetireSigningKeyRequest } from "../../gen/vaultgate/grants/v1/gran
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { AuditStore } from "../audit/store.js";
-import { kClientAddress, kRequestId } from "../context.js";
+import { callFacts } from "../context.js";
 import { KeyringError, type KeyChangeRecorder, type Keyring } from "./keyring.js";
 
 export interface KeyAdminDeps {
@@ -16,12 +16,11 @@ export interface KeyAdminDeps {
 function auditKeyChange(deps: KeyAdminDeps, ctx: HandlerContext, action: string): KeyChangeRecorder {
   return (trx, c) =>
     deps.audit.append(trx, {
-      requestId: ctx.values.get(kRequestId),
+      ...callFacts(ctx),
       outcome: "success",
       actor: "admin",
       action,
       subject: c.kid,
-      clientAddress: ctx.values.get(kClientAddress),
       at: deps.clock(),
     });
 }

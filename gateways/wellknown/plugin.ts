@@ -19,7 +19,7 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
   });
 
   app.get("/.well-known/agent-jwks.json", async (request, reply) => {
-    const { jwksJson } = await grants.getJwks({}, withRequestId(request.id, request.clientAddress));
+    const { jwksJson } = await grants.getJwks({}, withRequestId(request.id));
     return reply.header("cache-control", "public, max-age=60").type("application/jwk-set+json").send(jwksJson);
   });
 
@@ -28,11 +28,11 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
   // Ready when core's overall check passes; otherwise each named check is asked, so the
   // answer says which failed (`failing`: database, migrations, signing_key, audit, settlement).
   app.get("/readyz", async (request, reply) => {
-    const res = await health.check({ service: "" }, withRequestId(request.id, request.clientAddress));
+    const res = await health.check({ service: "" }, withRequestId(request.id));
     if (res.status === Status.SERVING) return reply.code(200).send({ status: "ready" });
     const results = await Promise.all(
       READINESS_CHECKS.map(async (name) => {
-        const one = await health.check({ service: `vaultgate.${name}` }, withRequestId(request.id, request.clientAddress)).catch(() => undefined);
+        const one = await health.check({ service: `vaultgate.${name}` }, withRequestId(request.id)).catch(() => undefined);
         return { name, ok: one?.status === Status.SERVING };
       }),
     );

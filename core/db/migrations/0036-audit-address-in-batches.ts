@@ -139,24 +139,19 @@ const AUDIT_COLUMNS: [string, string] = [
   `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, client_address, created_at)`,
 ];
 
+/** The code exchange and refresh statements share their shape up to the audit row's source. */
+const grantEdits: [string, string][] = [
+  [`p_actions text[])`, `p_actions text[], p_client_addresses text[])`],
+  [`p_request_ids, p_actors, p_actions)`, `p_request_ids, p_actors, p_actions, p_client_addresses)`],
+  [`request_id, actor, action, i)`, `request_id, actor, action, client_address, i)`],
+  [`x.request_id, x.actor, x.action, x.i`, `x.request_id, x.actor, x.action, x.client_address, x.i`],
+  AUDIT_COLUMNS,
+];
+
 /** The edits that add the address: a parameter, its unnest column, and the audit row's column. */
 const EDITS: Record<string, [string, string][]> = {
-  grant_exchange_batch: [
-    [`p_actions text[])`, `p_actions text[], p_client_addresses text[])`],
-    [`p_request_ids, p_actors, p_actions)`, `p_request_ids, p_actors, p_actions, p_client_addresses)`],
-    [`request_id, actor, action, i)`, `request_id, actor, action, client_address, i)`],
-    [`x.request_id, x.actor, x.action, x.i`, `x.request_id, x.actor, x.action, x.client_address, x.i`],
-    AUDIT_COLUMNS,
-    [`c.grant_id::text, c.now FROM c`, `c.grant_id::text, c.client_address, c.now FROM c`],
-  ],
-  grant_refresh_batch: [
-    [`p_actions text[])`, `p_actions text[], p_client_addresses text[])`],
-    [`p_request_ids, p_actors, p_actions)`, `p_request_ids, p_actors, p_actions, p_client_addresses)`],
-    [`request_id, actor, action, i)`, `request_id, actor, action, client_address, i)`],
-    [`x.request_id, x.actor, x.action, x.i`, `x.request_id, x.actor, x.action, x.client_address, x.i`],
-    AUDIT_COLUMNS,
-    [`old.grant_id::text, old.now FROM old`, `old.grant_id::text, old.client_address, old.now FROM old`],
-  ],
+  grant_exchange_batch: [...grantEdits, [`c.grant_id::text, c.now FROM c`, `c.grant_id::text, c.client_address, c.now FROM c`]],
+  grant_refresh_batch: [...grantEdits, [`old.grant_id::text, old.now FROM old`, `old.grant_id::text, old.client_address, old.now FROM old`]],
   partner_access_batch: [
     [`p_with_kyc boolean[])`, `p_with_kyc boolean[], p_client_addresses text[])`],
     [`p_subjects, p_ats, p_with_kyc)`, `p_subjects, p_ats, p_with_kyc, p_client_addresses)`],
