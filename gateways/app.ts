@@ -124,7 +124,6 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   if (options.urls) {
     await app.register(oauthGateway, {
       grants: options.clients.grants,
-      vouched: (id, ip) => options.clients.vouched(id, ip),
       urls: options.urls,
       realm: "vaultgate-oauth",
     });

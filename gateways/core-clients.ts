@@ -17,12 +17,6 @@ export interface CoreClients {
   partnerResources: Client<typeof PartnerResourcesService>;
   treasury: Client<typeof TreasuryService>;
   /**
-   * Call options for an RPC where core needs the client's network address (per-address
-   * limits): the gateway vouches for it with its gateway credential. Without a credential
-   * core ignores the address and counts the call in one shared bucket.
-   */
-  vouched(requestId: string, clientAddress: string): { headers: Record<string, string> };
-  /**
    * The key that signs stateless MCP session ids (gateways/jsonrpc): HKDF-SHA256 of
    * GATEWAY_TOKEN, so every replica shares it and it reveals nothing of the token. Unset
    * without a GATEWAY_TOKEN (the JSON-RPC gateway then uses a per-process key).
@@ -40,10 +34,6 @@ export function createCoreClients(base: Transport, options: CoreClientsOptions =
   const { gatewayToken } = options;
   const transport = gatewayToken ? withGatewayCredential(base, gatewayToken) : base;
   return {
-    vouched(requestId, clientAddress) {
-      if (!gatewayToken) return withRequestId(requestId);
-      return withRequestId(requestId, clientAddress);
-    },
     mcpSessionKey: gatewayToken ? new Uint8Array(hkdfSync("sha256", gatewayToken, "", "vaultgate mcp-session-id v1", 32)) : undefined,
     health: createClient(Health, transport),
     partners: createClient(PartnersService, transport),

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import type { CoreClients } from "../core-clients.js";
+import { withRequestId } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
 import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
@@ -14,8 +14,6 @@ import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
-  /** Call options vouching (gateway credential) for the client address this gateway saw: registration is limited per address. */
-  vouched: CoreClients["vouched"];
   urls: PublicUrls;
   /** `WWW-Authenticate: Basic realm` on 401 invalid_client. */
   realm: string;
@@ -40,7 +38,7 @@ const invalidClient = () => new OAuthRequestError({ status: 401, error: "invalid
  * token, revocation, and the RFC 8414 / RFC 9728 metadata documents.
  */
 export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOptions) {
-  const { grants, urls, vouched } = options;
+  const { grants, urls } = options;
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   // Registration parses JSON itself, so malformed bodies get RFC 7591's error, not fastify's.
   app.removeContentTypeParser("application/json");
@@ -119,7 +117,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         scope: optString(body, "scope"),
       },
       // TRUST_PROXY decides whether a forwarding header may name the address.
-      vouched(request.id, request.clientAddress),
+      withRequestId(request.id, request.clientAddress),
     );
     const c = res.client!;
     return reply
@@ -152,11 +150,11 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       const codeVerifier = required(form.params, "code_verifier");
       ({ token } = await grants.exchangeCode(
         { ...client, code, redirectUri, codeVerifier, resources: form.resources },
-        vouched(request.id, request.clientAddress),
+        withRequestId(request.id, request.clientAddress),
       ));
     } else if (grantType === "refresh_token") {
       const refreshToken = required(form.params, "refresh_token");
-      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, vouched(request.id, request.clientAddress)));
+      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, withRequestId(request.id, request.clientAddress)));
     } else {
       throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
     }
@@ -167,7 +165,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     const form = readForm(request);
     const client = authenticateClient(request, form.params);
     const token = required(form.params, "token");
-    await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, vouched(request.id, request.clientAddress));
+    await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, withRequestId(request.id, request.clientAddress));
     // RFC 7009 2.2: 200 with an empty body, whether or not the token was known.
     return reply.header("cache-control", "no-store").code(200).send();
   });

@@ -14,7 +14,7 @@ export interface PartnerGatewayOptions {
 
 /** The partner REST surface under /api/partner; each envelope in its own encapsulated context. */
 export async function partnerGateway(app: FastifyInstance, options: PartnerGatewayOptions) {
-  await app.register(tokenRoute, { partners: options.clients.partners, vouched: options.clients.vouched, realm: options.realm });
+  await app.register(tokenRoute, { partners: options.clients.partners, realm: options.realm });
   await app.register(resourceRoutes, { resources: options.clients.partnerResources });
   await app.register(treasuryRoutes, { treasury: options.clients.treasury });
   await app.register(openApiRoute, { serverUrl: options.serverUrl ?? "/api/partner" });

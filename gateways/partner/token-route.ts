@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-import type { CoreClients } from "../core-clients.js";
+import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
@@ -9,8 +9,6 @@ import { noteRefusal } from "../request-log.js";
 
 export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
-  /** Call options vouching for the client address (core limits failed attempts per address). */
-  vouched: CoreClients["vouched"];
   /** Realm of `WWW-Authenticate: Basic` on 401. */
   realm: string;
 }
@@ -61,7 +59,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     const scope = checkGrantType(params.params);
     const token = await options.partners.issueToken(
       { clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope },
-      options.vouched(request.id, request.clientAddress),
+      withRequestId(request.id, request.clientAddress),
     );
     return reply
       .header("cache-control", "no-store")

@@ -8,7 +8,7 @@ import type { FastifyInstance } from "fastify";
 import { startCoreServer, type CoreServer } from "../../core/server.js";
 import { kClientAddress } from "../../core/context.js";
 import { buildGateway } from "../../gateways/app.js";
-import { createCoreClients } from "../../gateways/core-clients.js";
+import { createCoreClients, withRequestId } from "../../gateways/core-clients.js";
 import { ConfigError, isLoopbackHost, loadConfig } from "../../cli/config.js";
 import { loadCoreDial, loadCoreServerTls } from "../../cli/core-tls.js";
 import { makeTestCerts, type TestCerts } from "../support/certs.js";
@@ -177,10 +177,10 @@ describe("core over TLS", function () {
       const requestId = "00000000-0000-4000-8000-000000000001";
       seen.length = 0;
       const honest = createCoreClients(transport, { gatewayToken: stack.gatewayToken });
-      await honest.grants.getJwks({}, honest.vouched(requestId, "203.0.113.7"));
+      await honest.grants.getJwks({}, withRequestId(requestId, "203.0.113.7"));
       // A caller with a client certificate but a guessed gateway token vouches for nothing.
       const forger = createCoreClients(transport, { gatewayToken: "guessed-gateway-token-0000" });
-      await forger.grants.getJwks({}, forger.vouched(requestId, "198.51.100.9"));
+      await forger.grants.getJwks({}, withRequestId(requestId, "198.51.100.9"));
       expect(seen.map((s) => s.clientAddress)).to.deep.equal(["203.0.113.7", ""]);
     });
 

@@ -57,7 +57,7 @@ export const grantTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.grants.refreshGrant(
         { refreshToken: args.refresh_token, clientId: args.client_id, clientSecret: args.client_secret ?? "" },
-        ctx.clients.vouched(ctx.requestId, ctx.clientAddress),
+        withRequestId(ctx.requestId, ctx.clientAddress),
       );
       return agentTokenJson(res.token);
     },
