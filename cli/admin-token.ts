@@ -13,7 +13,7 @@ export async function ensureToken(dataDir: string, file: TokenFile, fromEnv: str
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   const token = randomBytes(32).toString("base64url");
   // "wx": a concurrent first start keeps whichever file landed first; both then read it.
-  await writeFile(join(dataDir, file), token + "\n", { mode: 0o600, flag: "wx" }).catch(async (err) => {
+  await writeFile(join(dataDir, file), `${token}\n`, { mode: 0o600, flag: "wx" }).catch(async (err) => {
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
   });
   return (await readToken(dataDir, file, undefined))!;

@@ -23,11 +23,11 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (first === undefined) {
-    process.stderr.write(overview(version()) + "\n");
+    process.stderr.write(`${overview(version())}\n`);
     return 2;
   }
   if (first === "--help" || first === "-h") {
-    process.stdout.write(overview(version()) + "\n");
+    process.stdout.write(`${overview(version())}\n`);
     return 0;
   }
   if (first === "help") return help(rest);
@@ -52,7 +52,7 @@ export async function main(argv: string[]): Promise<number> {
     } else {
       const word = rest[0];
       if (word === undefined || word === "--help" || word === "-h") {
-        process.stdout.write(commandHelp(cmd) + "\n");
+        process.stdout.write(`${commandHelp(cmd)}\n`);
         return word === undefined ? 2 : 0;
       }
       sub = cmd.subcommands.find((s) => s.name === word);
@@ -64,7 +64,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     const parsed = parse(sub, args);
     if (parsed === "help") {
-      process.stdout.write(subcommandHelp(cmd, sub) + "\n");
+      process.stdout.write(`${subcommandHelp(cmd, sub)}\n`);
       return 0;
     }
     const format = outputFormat(parsed.options);
@@ -111,7 +111,7 @@ export async function main(argv: string[]): Promise<number> {
 function help(words: string[]): number {
   const [name, subName] = words;
   if (!name) {
-    process.stdout.write(overview(version()) + "\n");
+    process.stdout.write(`${overview(version())}\n`);
     return 0;
   }
   const cmd = findCommand(name);
@@ -125,7 +125,7 @@ function help(words: string[]): number {
     return 2;
   }
   if (!subName || !cmd.subcommands[0]!.name) {
-    process.stdout.write(commandHelp(cmd) + "\n");
+    process.stdout.write(`${commandHelp(cmd)}\n`);
     return 0;
   }
   const sub = cmd.subcommands.find((s) => s.name === subName);
@@ -138,7 +138,7 @@ function help(words: string[]): number {
     );
     return 2;
   }
-  process.stdout.write(subcommandHelp(cmd, sub) + "\n");
+  process.stdout.write(`${subcommandHelp(cmd, sub)}\n`);
   return 0;
 }
 
@@ -274,7 +274,7 @@ async function runServe(config: Config, options: Record<string, string | boolean
         "",
         'Next, in another terminal:  npx vaultgate partner create --name "Acme"    (see the README quick start)',
       ];
-      process.stderr.write(lines.filter((l, i) => l !== "" || i === lines.length - 2).join("\n") + "\n");
+      process.stderr.write(`${lines.filter((l, i) => l !== "" || i === lines.length - 2).join("\n")}\n`);
     }
   } else if (running.coreUrl) {
     logger.info({ core: running.coreUrl, database }, "Vaultgate core is up");

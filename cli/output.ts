@@ -14,14 +14,14 @@ export function outputFormat(options: Record<string, string | boolean | undefine
 
 export function print(value: unknown, format: Format) {
   if (format === "json") {
-    process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+    process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
     return;
   }
   if (format === "env") {
     process.stdout.write(envLines(value as Record<string, unknown>));
     return;
   }
-  process.stdout.write(renderText(value) + "\n");
+  process.stdout.write(`${renderText(value)}\n`);
   if (value && typeof value === "object" && "client_secret" in value) {
     process.stderr.write("Store client_secret now: it is not shown again (partner rotate-secret replaces it).\n");
   }
@@ -73,6 +73,6 @@ function table(rows: Record<string, unknown>[]): string {
   const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))];
   const cells = rows.map((r) => cols.map((c) => scalar(r[c]).replace(/\s+/g, " ")));
   const widths = cols.map((c, i) => Math.max(c.length, ...cells.map((r) => r[i]!.length)));
-  const line = (r: string[]) => "  " + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
+  const line = (r: string[]) => `  ${r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ")}`;
   return [line(cols.map((c) => c.toUpperCase())), ...cells.map(line)].join("\n");
 }

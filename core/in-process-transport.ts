@@ -35,7 +35,7 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
       // (the operator flag, the vouched address), whatever object a caller passes.
       const contextValues = createContextValues();
       contextValues.set(kInProcess, true);
-      const spec = methods.get(method.parent.typeName + "/" + method.name);
+      const spec = methods.get(`${method.parent.typeName}/${method.name}`);
       if (!spec || spec.kind !== "unary") throw new ConnectError(`${method.parent.typeName}/${method.name} is not implemented`, Code.Unimplemented);
       const impl = spec.impl as (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;
       const url = `/${method.parent.typeName}/${method.name}`;
@@ -118,7 +118,7 @@ function collectMethods(routes: (router: ConnectRouter) => void): Map<string, Me
     handlers: [],
     service(service: Parameters<ConnectRouter["service"]>[0], impl: Parameters<ConnectRouter["service"]>[1]) {
       for (const spec of Object.values(createServiceImplSpec(service, impl as never).methods)) {
-        methods.set(spec.method.parent.typeName + "/" + spec.method.name, spec as MethodImplSpec);
+        methods.set(`${spec.method.parent.typeName}/${spec.method.name}`, spec as MethodImplSpec);
       }
       return recorder;
     },

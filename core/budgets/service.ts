@@ -44,14 +44,13 @@ export interface BudgetsServiceDeps {
   logger?: Logger;
 }
 
-// biome-ignore lint/suspicious/noRedeclare: the service type merges with the generated descriptor of the same name
-export interface BudgetsService extends ServiceImpl<typeof BudgetsService> {
+export interface BudgetsServiceImpl extends ServiceImpl<typeof BudgetsService> {
   /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
   reap(): Promise<number>;
 }
 
 /** Assembles BudgetsService: each RPC is a handler of its own module, given the deps it needs. */
-export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsService {
+export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsServiceImpl {
   const { store, ...rest } = deps;
   const d = {
     ...rest,

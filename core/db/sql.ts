@@ -29,7 +29,7 @@ export function pgArray(values: readonly (string | null)[]): string {
     if (v === null) out += "NULL";
     else out += `"${NEEDS_ESCAPE.test(v) ? v.replace(ESCAPED, "\\$&") : v}"`;
   }
-  return out + "}";
+  return `${out}}`;
 }
 
 /**

@@ -183,7 +183,7 @@ function expandV6(address: string): number[] | undefined {
   const v4 = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
   if (v4) {
     const [a, b, c, d] = v4[1]!.split(".").map(Number) as [number, number, number, number];
-    s = s.slice(0, -v4[1]!.length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+    s = `${s.slice(0, -v4[1]!.length)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
   }
   const [head, tail] = s.split("::") as [string, string | undefined];
   const h = head ? head.split(":") : [];

@@ -38,7 +38,7 @@ export async function loadOutsideKey(options: { name: OutsideKeyName; setting: s
   if (existing) return parseOutsideKey(existing) ?? fail(`${path} does not hold a 32-byte key; restore it or set ${options.setting}`);
   await mkdir(options.dataDir, { recursive: true, mode: 0o700 });
   // "wx": a concurrent first start keeps whichever file landed first; both then read it.
-  await writeFile(path, randomBytes(32).toString("base64") + "\n", { mode: 0o600, flag: "wx" }).catch((err: NodeJS.ErrnoException) => {
+  await writeFile(path, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600, flag: "wx" }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== "EEXIST") throw err;
   });
   const text = await readKeyFile(path);

@@ -30,8 +30,8 @@ export function createReflectionServices(services: readonly DescService[]): {
   const all = [...services, ReflectionV1, ReflectionV1Alpha];
   const files = new Map<string, DescFile>();
   const addFile = (f: DescFile) => {
-    if (files.has(f.name + ".proto")) return;
-    files.set(f.name + ".proto", f);
+    if (files.has(`${f.name}.proto`)) return;
+    files.set(`${f.name}.proto`, f);
     f.dependencies.forEach(addFile);
   };
   for (const s of all) addFile(s.file);
