@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
-import { centsToUnits } from "../../core/settlement/rules.js";
 import { createJar, createUser, signIn } from "../support/agent-oauth.js";
-import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
+import type { Anvil } from "../support/anvil.js";
 import { ALL_AGENT_SCOPES } from "../support/budgets.js";
+import { startEvmRailStack } from "../support/evm-rail.js";
 import { postRpc } from "../support/mcp.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
@@ -14,34 +14,13 @@ describe("web pages: payment rows show settlement status and transaction hash", 
   let stack: TestStack;
 
   before(async () => {
-    anvil = await startAnvil();
-    const usdc = await anvil.deployUsdc();
-    stack = await startStack({
+    ({ anvil, stack } = await startEvmRailStack(startStack, 1_000_000, {
       gateway: true,
       publicUrls: true,
       scrypt: { N: 1024, r: 8, p: 1 },
-      settlement: {
-        evm: [
-          {
-            chain: "base",
-            rail: "evm",
-            rpcUrl: anvil.url,
-            usdc,
-            chainId: ANVIL_CHAIN_ID,
-            confirmations: 2,
-            finalityBlocks: 4,
-            expirySeconds: 3600,
-            rpcTimeoutMs: 2000,
-            walletKeyFile: await freshWalletKeyFile(),
-          },
-        ],
-      },
-      settlementPollMs: 0,
+      // As this suite always ran: the under-funded retry at its default (the wallet covers every payment here).
       settlementWorker: { recheckMs: 0 },
-    });
-    const wallet = stack.core.settlement.evm("base")!.wallet;
-    await anvil.fundGas(wallet);
-    await anvil.mintUsdc(usdc, wallet, centsToUnits(1_000_000));
+    }));
   });
   after(async () => {
     await stack?.close();

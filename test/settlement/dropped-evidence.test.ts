@@ -8,8 +8,9 @@ import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import { createSettlementWorker, type SettlementWorker } from "../../core/settlement/worker.js";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, type Anvil } from "../support/anvil.js";
 import { testDatabase } from "../support/db.js";
+import { evmChainSettings, startAnvilWithUsdc } from "../support/evm-rail.js";
 
 /**
  * A payment fails as dropped only when another transaction used its nonce in a block no
@@ -24,8 +25,7 @@ describe("settlement: a nonce used by another transaction is evidence only once 
   let w: SettlementWorker | undefined;
 
   before(async () => {
-    anvil = await startAnvil();
-    usdc = await anvil.deployUsdc();
+    ({ anvil, usdc } = await startAnvilWithUsdc());
     db = (await testDatabase()).db;
     store = createSettlementStore(db);
   });
@@ -41,20 +41,7 @@ describe("settlement: a nonce used by another transaction is evidence only once 
     await anvil.mine(1);
     await anvil.mintUsdc(usdc, wallet.address, centsToUnits(10_000));
     await anvil.mine(5); // beyond the reach of the reorg below
-    const rail = createEvmRail(
-      {
-        chain: "eth",
-        rail: "evm",
-        rpcUrl: anvil.url,
-        usdc,
-        chainId: ANVIL_CHAIN_ID,
-        confirmations: 2,
-        finalityBlocks: 6,
-        expirySeconds: 3600,
-        rpcTimeoutMs: 2000,
-      },
-      wallet,
-    );
+    const rail = createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "eth", finalityBlocks: 6 }), wallet);
     w = createSettlementWorker({
       store,
       rails: () => new Map([["eth", rail]]),

@@ -2,10 +2,11 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
+import type { Anvil } from "../support/anvil.js";
 import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { requirePostgres } from "../support/db.js";
+import { startEvmRailStack } from "../support/evm-rail.js";
 
 /** Agent payments on base settling on a local anvil, through the JSON-RPC tools. */
 describe("payments that settle on a chain (anvil)", function () {
@@ -15,31 +16,7 @@ describe("payments that settle on a chain (anvil)", function () {
   let usdc: `0x${string}`;
 
   before(async () => {
-    anvil = await startAnvil();
-    usdc = await anvil.deployUsdc();
-    stack = await startMcpStack({
-      settlement: {
-        evm: [
-          {
-            chain: "base",
-            rail: "evm",
-            rpcUrl: anvil.url,
-            usdc,
-            chainId: ANVIL_CHAIN_ID,
-            confirmations: 2,
-            finalityBlocks: 4,
-            expirySeconds: 3600,
-            rpcTimeoutMs: 2000,
-            walletKeyFile: await freshWalletKeyFile(),
-          },
-        ],
-      },
-      settlementPollMs: 0,
-      settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },
-    });
-    const wallet = stack.core.settlement.evm("base")!.wallet;
-    await anvil.fundGas(wallet);
-    await anvil.mintUsdc(usdc, wallet, centsToUnits(10_000_000));
+    ({ anvil, usdc, stack } = await startEvmRailStack(startMcpStack, 10_000_000));
   });
   after(async () => {
     await stack?.close();

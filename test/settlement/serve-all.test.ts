@@ -1,8 +1,9 @@
 import net from "node:net";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { startAnvil, type Anvil } from "../support/anvil.js";
 import { createScratchDatabase } from "../support/db.js";
+import { evmRailServiceEnv } from "../support/evm-rail.js";
 import { startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 
 const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
@@ -57,16 +58,7 @@ describe("vaultgate serve --role all with an evm chain (real process)", function
     anvil = undefined;
   });
 
-  const env = (rpcUrl: string, extra: Record<string, string> = {}) => ({
-    DATA_DIR: dir.path,
-    ...(scratch ? { DATABASE_URL: scratch.url } : {}),
-    CHAIN_BASE_RAIL: "evm",
-    CHAIN_BASE_RPC_URL: rpcUrl,
-    CHAIN_BASE_USDC: USDC,
-    CHAIN_BASE_CHAIN_ID: String(ANVIL_CHAIN_ID),
-    CHAIN_BASE_CONFIRMATIONS: "1",
-    ...extra,
-  });
+  const env = (rpcUrl: string, extra: Record<string, string> = {}) => ({ ...evmRailServiceEnv(dir.path, scratch, rpcUrl, USDC), ...extra });
 
   it("prints its ready line on a node that answers, and the gateway answers", async () => {
     anvil = await startAnvil();

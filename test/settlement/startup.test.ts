@@ -1,23 +1,14 @@
 import { expect } from "chai";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
 import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { evmChainSettings } from "../support/evm-rail.js";
 import { startStack } from "../support/stack.js";
 import { freePort } from "../support/ports.js";
 
 const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
 
-const chain = (port: number, over: Partial<EvmChainSettings> = {}): EvmChainSettings => ({
-  chain: "base",
-  rail: "evm",
-  rpcUrl: `http://127.0.0.1:${port}`,
-  usdc: USDC,
-  chainId: ANVIL_CHAIN_ID,
-  confirmations: 1,
-  finalityBlocks: 4,
-  expirySeconds: 3600,
-  rpcTimeoutMs: 500,
-  ...over,
-});
+const chain = (port: number, over: Partial<EvmChainSettings> = {}): EvmChainSettings =>
+  evmChainSettings(`http://127.0.0.1:${port}`, USDC, { confirmations: 1, rpcTimeoutMs: 500, ...over });
 
 describe("settlement at start", function () {
   this.timeout(60_000);

@@ -1,11 +1,11 @@
-import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import type { Anvil } from "../support/anvil.js";
 import { createScratchDatabase } from "../support/db.js";
+import { evmChainSettings, evmRailServiceEnv, fundHotWallet, sendOutsideVaultgate, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 import { walletKeyPath } from "../../core/settlement/wallet.js";
 
@@ -13,12 +13,13 @@ import { walletKeyPath } from "../../core/settlement/wallet.js";
 describe("vaultgate ledger verify --chains (real processes)", function () {
   this.timeout(180_000);
   let anvil: Anvil;
+  let usdc: Hex;
   let dir: Awaited<ReturnType<typeof tempDataDir>>;
   let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
   let service: ServiceProcess | undefined;
 
   before(async () => {
-    anvil = await startAnvil();
+    ({ anvil, usdc } = await startAnvilWithUsdc());
     dir = await tempDataDir();
     scratch = await createScratchDatabase();
   });
@@ -30,21 +31,11 @@ describe("vaultgate ledger verify --chains (real processes)", function () {
   });
 
   it("exits 0 on a freshly funded wallet, then 1 naming a transfer sent outside Vaultgate", async () => {
-    const usdc = await anvil.deployUsdc();
-    const env: Record<string, string> = {
-      DATA_DIR: dir.path,
-      ...(scratch ? { DATABASE_URL: scratch.url } : {}),
-      CHAIN_BASE_RAIL: "evm",
-      CHAIN_BASE_RPC_URL: anvil.url,
-      CHAIN_BASE_USDC: usdc,
-      CHAIN_BASE_CHAIN_ID: String(ANVIL_CHAIN_ID),
-      CHAIN_BASE_CONFIRMATIONS: "1",
-    };
+    const env = evmRailServiceEnv(dir.path, scratch, anvil.url, usdc);
     service = await startServiceProcess("core", env);
     const cli = { ...env, CORE_URL: service.coreUrl! };
     const account = privateKeyToAccount((await readFile(walletKeyPath(dir.path, "base"), "utf8")).trim() as Hex);
-    await anvil.fundGas(account.address);
-    await anvil.mintUsdc(usdc, account.address, 5_000_000n);
+    await fundHotWallet(anvil, usdc, account.address, 5_000_000n);
 
     const clean = await runCli(["ledger", "verify", "--chains", "--json"], cli);
     expect(clean.code, clean.stderr).to.equal(0);
@@ -55,33 +46,17 @@ describe("vaultgate ledger verify --chains (real processes)", function () {
     });
     expect(clean.json!.chain_differences).to.deep.equal([]);
 
-    const rail = createEvmRail(
-      {
-        chain: "base",
-        rail: "evm",
-        rpcUrl: anvil.url,
-        usdc,
-        chainId: ANVIL_CHAIN_ID,
-        confirmations: 1,
-        finalityBlocks: 64,
-        expirySeconds: 3600,
-        rpcTimeoutMs: 2000,
-      },
-      account,
-    );
-    const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
-    const signed = await rail.signTransfer(await rail.minedNonce(), to, 1_000_000n, await rail.fees());
-    await rail.broadcast(signed.rawTx);
-    await anvil.mine(1);
+    const rail = createEvmRail(evmChainSettings(anvil.url, usdc, { confirmations: 1, finalityBlocks: 64 }), account);
+    const txHash = await sendOutsideVaultgate(anvil, rail, 1_000_000n);
 
     const damaged = await runCli(["ledger", "verify", "--chains", "--json"], cli);
     expect(damaged.code).to.equal(1);
-    expect(damaged.stderr).to.include(signed.txHash.toLowerCase());
+    expect(damaged.stderr).to.include(txHash);
     const diffs = (JSON.parse(damaged.stdout) as { chain_differences: Record<string, unknown>[] }).chain_differences;
     expect(diffs).to.deep.include({
       chain: "base",
       check: "transfer_without_payment",
-      tx_hash: signed.txHash.toLowerCase(),
+      tx_hash: txHash,
       payment_id: null,
       chain_units: "1000000",
       books_units: "0",

@@ -1,15 +1,12 @@
-import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { expect } from "chai";
 import type { Hex } from "viem";
-import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
-import type { EvmChainSettings } from "../../core/settlement/config.js";
+import type { PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
-import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
-import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
+import type { Anvil } from "../support/anvil.js";
+import { evmRailStackOptions, fundHotWallet, payOnBase, sendOutsideVaultgate, startEvmChain } from "../support/evm-rail.js";
+import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
  * `ledger verify --chains` from a start block (CHAIN_<NAME>_START_BLOCK, or a one-run
@@ -26,83 +23,29 @@ describe("books that match the chain, from a start block (anvil)", function () {
   let start: number;
   let strayHash: string;
 
-  const recipient = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
   const latest = async () => Number(await anvil.client.getBlockNumber({ cacheTime: 0 }));
   /** A send from the hot wallet made with its key outside Vaultgate. */
-  async function stray(units: bigint): Promise<string> {
-    const signed = await rail.signTransfer(await rail.minedNonce(), recipient(), units, await rail.fees());
-    await rail.broadcast(signed.rawTx);
-    await anvil.mine(1);
-    return signed.txHash.toLowerCase();
-  }
+  const stray = (units: bigint) => sendOutsideVaultgate(anvil, rail, units);
 
   before(async () => {
-    anvil = await startAnvil();
-    usdc = await anvil.deployUsdc();
-    const keyFile = await freshWalletKeyFile();
-    account = privateKeyToAccount((await readFile(keyFile, "utf8")).trim() as Hex);
-    const settings: EvmChainSettings = {
-      chain: "base",
-      rail: "evm",
-      rpcUrl: anvil.url,
-      usdc,
-      chainId: ANVIL_CHAIN_ID,
-      confirmations: 2,
-      finalityBlocks: 4,
-      expirySeconds: 3600,
-      rpcTimeoutMs: 2000,
-      walletKeyFile: keyFile,
-    };
-    rail = createEvmRail(settings, account);
+    const chain = await startEvmChain();
+    ({ anvil, usdc, account } = chain);
+    rail = createEvmRail(chain.settings, account);
     // Before the start block: a deposit and a send the books never saw.
-    await anvil.fundGas(account.address);
-    await anvil.mintUsdc(usdc, account.address, 5_000_000n);
+    await fundHotWallet(anvil, usdc, account.address, 5_000_000n);
     strayHash = await stray(1_000_000n);
     start = (await latest()) + 1;
     await anvil.mintUsdc(usdc, account.address, centsToUnits(10_000_000));
-    stack = await startMcpStack({
-      settlement: { evm: [{ ...settings, startBlock: start }] },
-      settlementPollMs: 0,
-      settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 },
-    });
+    stack = await startMcpStack(evmRailStackOptions({ ...chain.settings, startBlock: start }));
   });
   after(async () => {
     await stack?.close();
     await anvil?.stop();
   });
 
-  const rpc = (path: string, token: string, method: string, params: unknown) =>
-    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-
   /** Pays `amounts` from a fresh funded budget on base and settles them to completed; answers their mined blocks. */
   async function payAndSettle(amounts: number[]): Promise<number[]> {
-    const owner = await createOwner(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-      .accessToken;
-    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Chain budget",
-      chain_allowlist: ["base"],
-      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
-    });
-    const vaultId = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
-    const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
-    const ids = await Promise.all(
-      amounts.map(async (amount) => {
-        const r = await rpc("/mcp/write", token, "payments.initiate", {
-          counterparty: { address: recipient(), chain: "base", token: "USDC" },
-          amount_cents: amount,
-          currency: "USD",
-          idempotency_key: `p-${randomBytes(6).toString("hex")}`,
-        });
-        expect(r.json!.result, JSON.stringify(r.json)).to.have.property("payment_id");
-        return r.json!.result.payment_id as string;
-      }),
-    );
-    await stack.core.settlement.worker.runOnce();
-    await anvil.mine(2);
-    await stack.core.settlement.worker.runOnce();
+    const ids = await payOnBase(stack, anvil, amounts);
     const rows = await stack.core.db("settlement_payments").whereIn("payment_id", ids);
     for (const row of rows) expect(row.status, row.payment_id).to.equal("completed");
     return rows.map((r) => Number(r.mined_block));

@@ -10,9 +10,10 @@ import { coreRegistry } from "../../core/observability/metrics.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementPayment, type SettlementStore } from "../../core/settlement/store.js";
 import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
-import { ANVIL_CHAIN_ID, startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
 import { requirePostgres, testDatabase } from "../support/db.js";
+import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 
 const logger = pino({ level: "silent" });
 
@@ -25,8 +26,7 @@ describe("settlement on a local chain (anvil)", function () {
   const workers: SettlementWorker[] = [];
 
   before(async () => {
-    anvil = await startAnvil();
-    usdc = await anvil.deployUsdc();
+    ({ anvil, usdc } = await startAnvilWithUsdc());
     db = (await testDatabase()).db;
     store = createSettlementStore(db);
   });
@@ -38,24 +38,13 @@ describe("settlement on a local chain (anvil)", function () {
     await anvil?.stop();
   });
 
-  const settings = (rpcUrl = anvil.url, over: Partial<EvmChainSettings> = {}): EvmChainSettings => ({
-    chain: "eth",
-    rail: "evm",
-    rpcUrl,
-    usdc,
-    chainId: ANVIL_CHAIN_ID,
-    confirmations: 2,
-    finalityBlocks: 4,
-    expirySeconds: 3600,
-    rpcTimeoutMs: 300,
-    ...over,
-  });
+  const settings = (rpcUrl = anvil.url, over: Partial<EvmChainSettings> = {}): EvmChainSettings =>
+    evmChainSettings(rpcUrl, usdc, { chain: "eth", rpcTimeoutMs: 300, ...over });
 
   /** A hot wallet of the test's own (with gas), so tests never see each other's payments. */
   async function hotWallet(usdcUnits = centsToUnits(1_000_000)): Promise<PrivateKeyAccount> {
     const account = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
-    await anvil.fundGas(account.address);
-    if (usdcUnits > 0n) await anvil.mintUsdc(usdc, account.address, usdcUnits);
+    await fundHotWallet(anvil, usdc, account.address, usdcUnits);
     return account;
   }
 

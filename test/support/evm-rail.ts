@@ -1,0 +1,157 @@
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { expect } from "chai";
+import type { Hex } from "viem";
+import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
+import type { EvmChainSettings } from "../../core/settlement/config.js";
+import type { EvmRail } from "../../core/settlement/evm-rail.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "./anvil.js";
+import { ALL_AGENT_SCOPES, createOwner } from "./budgets.js";
+import { postRpc } from "./mcp.js";
+import type { StackOptions, TestStack } from "./stack.js";
+
+const freshAddress = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+
+/** Chain base on the evm rail against a local node; a test overrides what it is about. */
+export function evmChainSettings(rpcUrl: string, usdc: Hex, over: Partial<EvmChainSettings> = {}): EvmChainSettings {
+  return {
+    chain: "base",
+    rail: "evm",
+    rpcUrl,
+    usdc,
+    chainId: ANVIL_CHAIN_ID,
+    confirmations: 2,
+    finalityBlocks: 4,
+    expirySeconds: 3600,
+    rpcTimeoutMs: 2000,
+    ...over,
+  };
+}
+
+/** A local anvil with contracts/USDC.sol deployed on it. */
+export async function startAnvilWithUsdc(): Promise<{ anvil: Anvil; usdc: Hex }> {
+  const anvil = await startAnvil();
+  try {
+    return { anvil, usdc: await anvil.deployUsdc() };
+  } catch (err) {
+    await anvil.stop();
+    throw err;
+  }
+}
+
+/** Gas and `usdcUnits` of USDC for a hot wallet (0: gas only). */
+export async function fundHotWallet(anvil: Anvil, usdc: Hex, address: string, usdcUnits: bigint): Promise<void> {
+  await anvil.fundGas(address);
+  if (usdcUnits > 0n) await anvil.mintUsdc(usdc, address, usdcUnits);
+}
+
+export interface EvmChain {
+  anvil: Anvil;
+  usdc: Hex;
+  /** The hot wallet's key file, fresh (see freshWalletKeyFile). */
+  keyFile: string;
+  /** The hot wallet, read from keyFile: for sends made with its key outside Vaultgate. */
+  account: PrivateKeyAccount;
+  /** Chain base on the evm rail against anvil, with keyFile as its hot wallet. */
+  settings: EvmChainSettings;
+}
+
+/** anvil with USDC, and chain base's settings with a fresh hot wallet key. */
+export async function startEvmChain(): Promise<EvmChain> {
+  const { anvil, usdc } = await startAnvilWithUsdc();
+  try {
+    const keyFile = await freshWalletKeyFile();
+    const account = privateKeyToAccount((await readFile(keyFile, "utf8")).trim() as Hex);
+    return { anvil, usdc, keyFile, account, settings: evmChainSettings(anvil.url, usdc, { walletKeyFile: keyFile }) };
+  } catch (err) {
+    await anvil.stop();
+    throw err;
+  }
+}
+
+/** Stack options for one chain on the evm rail: the worker runs only when a test calls runOnce, with no waits between looks. */
+export function evmRailStackOptions(settings: EvmChainSettings): StackOptions {
+  return { settlement: { evm: [settings] }, settlementPollMs: 0, settlementWorker: { recheckMs: 0, underfundedRetryMs: 0 } };
+}
+
+/**
+ * startEvmChain, then a stack from `start` (startStack or startMcpStack) on it, `options` over
+ * evmRailStackOptions; its hot wallet gets gas and `usdcCents` of USDC.
+ */
+export async function startEvmRailStack<S extends TestStack>(
+  start: (options: StackOptions) => Promise<S>,
+  usdcCents: number,
+  options: StackOptions = {},
+): Promise<EvmChain & { stack: S; wallet: string }> {
+  const chain = await startEvmChain();
+  let stack: S | undefined;
+  try {
+    stack = await start({ ...evmRailStackOptions(chain.settings), ...options });
+    const wallet = stack.core.settlement.evm(chain.settings.chain)!.wallet;
+    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(usdcCents));
+    return { ...chain, stack, wallet };
+  } catch (err) {
+    await stack?.close();
+    await chain.anvil.stop();
+    throw err;
+  }
+}
+
+/** Environment of a `vaultgate serve` process with chain base on the evm rail, on `scratch` when there is one. */
+export function evmRailServiceEnv(dataDir: string, scratch: { url: string } | undefined, rpcUrl: string, usdc: string): Record<string, string> {
+  return {
+    DATA_DIR: dataDir,
+    ...(scratch ? { DATABASE_URL: scratch.url } : {}),
+    CHAIN_BASE_RAIL: "evm",
+    CHAIN_BASE_RPC_URL: rpcUrl,
+    CHAIN_BASE_USDC: usdc,
+    CHAIN_BASE_CHAIN_ID: String(ANVIL_CHAIN_ID),
+    CHAIN_BASE_CONFIRMATIONS: "1",
+  };
+}
+
+/** A USDC send from the hot wallet behind `rail` to a fresh address, mined: one the books never saw. Answers its hash in lower case. */
+export async function sendOutsideVaultgate(anvil: Anvil, rail: EvmRail, units: bigint): Promise<string> {
+  const signed = await rail.signTransfer(await rail.minedNonce(), freshAddress(), units, await rail.fees());
+  await rail.broadcast(signed.rawTx);
+  await anvil.mine(1);
+  return signed.txHash.toLowerCase();
+}
+
+/**
+ * Pays `amounts` (cents, each to a fresh address) from a fresh budget on base funded with
+ * $10,000, then runs the worker, mines 2 blocks and runs it again; answers the payment ids.
+ */
+export async function payOnBase(stack: TestStack, anvil: Anvil, amounts: number[]): Promise<string[]> {
+  const rpc = (path: string, token: string, method: string, params: unknown) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+  const owner = await createOwner(stack);
+  const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+    .accessToken;
+  const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
+    purpose: "trip",
+    display_name: "Chain budget",
+    chain_allowlist: ["base"],
+    idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+  });
+  const vaultId = budget.json!.result.vault_id as string;
+  await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
+  const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+  const ids = await Promise.all(
+    amounts.map(async (amount) => {
+      const r = await rpc("/mcp/write", token, "payments.initiate", {
+        counterparty: { address: freshAddress(), chain: "base", token: "USDC" },
+        amount_cents: amount,
+        currency: "USD",
+        idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+      });
+      expect(r.json!.result, JSON.stringify(r.json)).to.have.property("payment_id");
+      return r.json!.result.payment_id as string;
+    }),
+  );
+  await stack.core.settlement.worker.runOnce();
+  await anvil.mine(2);
+  await stack.core.settlement.worker.runOnce();
+  return ids;
+}
