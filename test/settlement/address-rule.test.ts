@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { EVM_CHAINS } from "../../core/settlement/rules.js";
-import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
+import { fundedChildBudget } from "../support/budgets.js";
 import { requirePostgres } from "../support/db.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 
@@ -34,18 +34,10 @@ describe("EVM addresses on the sandbox rail (MCP)", function () {
 
   /** A funded budget on every chain and an agent token on it. */
   async function agent() {
-    const owner = await createOwner(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-      .accessToken;
-    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Address budget",
-      chain_allowlist: [...EVM_CHAINS, "sol"],
-      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+    const { vaultId, agentToken: token } = await fundedChildBudget(stack, {
+      fundCents: 100_000n,
+      budget: { display_name: "Address budget", chain_allowlist: [...EVM_CHAINS, "sol"] },
     });
-    const vaultId = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId, amountCents: 100_000n });
-    const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
     const balance = async () => (await rpc("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents as number;
     return { token, vaultId, balance };
   }

@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { createJar, createUser, signIn } from "../support/agent-oauth.js";
 import type { Anvil } from "../support/anvil.js";
-import { ALL_AGENT_SCOPES } from "../support/budgets.js";
+import { fundedChildBudget } from "../support/budgets.js";
 import { startEvmRailStack } from "../support/evm-rail.js";
 import { postRpc } from "../support/mcp.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -31,17 +31,11 @@ describe("web pages: payment rows show settlement status and transaction hash", 
     const rpc = (path: string, token: string, method: string, params: unknown) =>
       postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
     const user = await createUser(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-      .accessToken;
-    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Chain",
-      chain_allowlist: ["base"],
-      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+    const { vaultId, agentToken: agent } = await fundedChildBudget(stack, {
+      owner: user,
+      fundCents: 10_000n,
+      budget: { display_name: "Chain", chain_allowlist: ["base"] },
     });
-    const vaultId = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId, amountCents: 10_000n });
-    const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
     const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
     await rpc("/mcp/write", agent, "payments.initiate", {
       counterparty: { address: to, chain: "base", token: "USDC" },

@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { Anvil } from "../support/anvil.js";
-import { ALL_AGENT_SCOPES, createOwner } from "../support/budgets.js";
+import { createOwner, fundedChildBudget } from "../support/budgets.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { requirePostgres } from "../support/db.js";
 import { startEvmRailStack } from "../support/evm-rail.js";
@@ -31,18 +31,11 @@ describe("payments that settle on a chain (anvil)", function () {
   /** A funded child budget on base and eth and an agent token on it. */
   async function agent(limits: Record<string, unknown> = {}) {
     const owner = await createOwner(stack);
-    const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-      .accessToken;
-    const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-      purpose: "trip",
-      display_name: "Chain budget",
-      chain_allowlist: ["base", "sol"],
-      idempotency_key: `b-${randomBytes(6).toString("hex")}`,
-      ...limits,
+    const { vaultId, agentToken: token } = await fundedChildBudget(stack, {
+      owner,
+      fundCents: 100_000n,
+      budget: { display_name: "Chain budget", chain_allowlist: ["base", "sol"], ...limits },
     });
-    const vaultId = budget.json!.result.vault_id as string;
-    await stack.admin.budgets.fundVault({ vaultId, amountCents: 100_000n });
-    const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
     const balance = async () => (await rpc("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents as number;
     return { token, vaultId, balance, owner };
   }

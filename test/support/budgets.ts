@@ -108,27 +108,46 @@ export function payment(overrides: { amountCents?: bigint; chain?: string; curre
   };
 }
 
+/** A JSON-RPC call to the stack's gateway with a bearer token. */
+export function stackRpc(stack: TestStack) {
+  return (path: string, token: string, method: string, params: unknown) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+}
+
+/**
+ * Over JSON-RPC as an owner would: `owner` (a fresh one by default) makes a child budget with
+ * `budget`'s fields, the operator funds it with `fundCents`, and an agent token is issued on it.
+ */
+export async function fundedChildBudget(
+  stack: TestStack,
+  opts: { fundCents: bigint; budget: Record<string, unknown>; owner?: { userId: string; vaultId: string } },
+) {
+  const owner = opts.owner ?? (await createOwner(stack));
+  const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+    .accessToken;
+  const created = await stackRpc(stack)("/mcp/treasury", ownerToken, "agent.budget.create", {
+    purpose: "trip",
+    idempotency_key: `b-${randomBytes(6).toString("hex")}`,
+    ...opts.budget,
+  });
+  const vaultId = created.json!.result.vault_id as string;
+  await stack.admin.budgets.fundVault({ vaultId, amountCents: opts.fundCents });
+  const agentToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+  return { ownerToken, vaultId, agentToken };
+}
+
 /**
  * Over JSON-RPC as an owner and agent would: a funded child budget and a payment of `amountCents`
  * waiting for the owner's approval, for suites that approve or decline it in the pages.
  */
 export async function pendingPayment(stack: TestStack, opts: { key: string; amountCents: number; address: string; budget?: Record<string, unknown> }) {
-  const rpc = (path: string, token: string, method: string, params: unknown) =>
-    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+  const rpc = stackRpc(stack);
   const user = await createUser(stack);
-  const owner = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-    .accessToken;
-  const budget = await rpc("/mcp/treasury", owner, "agent.budget.create", {
-    purpose: "trip",
-    display_name: "Trip budget",
-    step_up_amount_cents: 5_000,
-    chain_allowlist: ["base"],
-    idempotency_key: `${opts.key}-budget`,
-    ...opts.budget,
+  const { agentToken: agent } = await fundedChildBudget(stack, {
+    owner: user,
+    fundCents: 50_000n,
+    budget: { display_name: "Trip budget", step_up_amount_cents: 5_000, chain_allowlist: ["base"], idempotency_key: `${opts.key}-budget`, ...opts.budget },
   });
-  const childVault = budget.json!.result.vault_id as string;
-  await stack.admin.budgets.fundVault({ vaultId: childVault, amountCents: 50_000n });
-  const agent = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: childVault, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
   const args = {
     counterparty: { address: opts.address, chain: "base", token: "USDC" },
     amount_cents: opts.amountCents,

@@ -7,8 +7,7 @@ import type { EvmChainSettings } from "../../core/settlement/config.js";
 import type { EvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "./anvil.js";
-import { ALL_AGENT_SCOPES, createOwner } from "./budgets.js";
-import { postRpc } from "./mcp.js";
+import { fundedChildBudget, stackRpc } from "./budgets.js";
 import type { StackOptions, TestStack } from "./stack.js";
 
 const freshAddress = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
@@ -124,20 +123,8 @@ export async function sendOutsideVaultgate(anvil: Anvil, rail: EvmRail, units: b
  * $10,000, then runs the worker, mines 2 blocks and runs it again; answers the payment ids.
  */
 export async function payOnBase(stack: TestStack, anvil: Anvil, amounts: number[]): Promise<string[]> {
-  const rpc = (path: string, token: string, method: string, params: unknown) =>
-    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-  const owner = await createOwner(stack);
-  const ownerToken = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
-    .accessToken;
-  const budget = await rpc("/mcp/treasury", ownerToken, "agent.budget.create", {
-    purpose: "trip",
-    display_name: "Chain budget",
-    chain_allowlist: ["base"],
-    idempotency_key: `b-${randomBytes(6).toString("hex")}`,
-  });
-  const vaultId = budget.json!.result.vault_id as string;
-  await stack.admin.budgets.fundVault({ vaultId, amountCents: 1_000_000n });
-  const token = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ALL_AGENT_SCOPES })).token!.accessToken;
+  const rpc = stackRpc(stack);
+  const { agentToken: token } = await fundedChildBudget(stack, { fundCents: 1_000_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
   const ids = await Promise.all(
     amounts.map(async (amount) => {
       const r = await rpc("/mcp/write", token, "payments.initiate", {
