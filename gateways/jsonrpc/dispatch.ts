@@ -165,8 +165,7 @@ export function createDispatcher(options: DispatcherOptions) {
     // Core verifies the token and reads the grant inside the call that acts on it.
     const result = await tool.call(args, {
       clients,
-      requestId: caller.requestId,
-      clientAddress: caller.request.clientAddress,
+      call: withRequestId(caller.requestId, caller.request.clientAddress),
       accessToken: caller.bearer ?? "",
     });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.

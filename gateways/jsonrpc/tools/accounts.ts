@@ -1,4 +1,3 @@
-import { withRequestId } from "../../core-clients.js";
 import { AMOUNT, defineTool, object, UUID, type Tool } from "./kit.js";
 
 /** What the grant's vault holds. */
@@ -15,7 +14,7 @@ export const accountTools: readonly Tool[] = [
     inputSchema: object({}, []),
     outputSchema: object({ vault_id: UUID, balance_cents: AMOUNT, currency: { type: "string" } }, ["vault_id", "balance_cents", "currency"]),
     async call(_args, ctx) {
-      const res = await ctx.clients.budgets.getBalance({ accessToken: ctx.accessToken }, withRequestId(ctx.requestId, ctx.clientAddress));
+      const res = await ctx.clients.budgets.getBalance({ accessToken: ctx.accessToken }, ctx.call);
       return { vault_id: res.vaultId, balance_cents: Number(res.balanceCents), currency: res.currency };
     },
   }),

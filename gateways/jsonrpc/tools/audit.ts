@@ -1,4 +1,3 @@
-import { withRequestId } from "../../core-clients.js";
 import { defineTool, iso, object, UTC_DATE_TIME, type Tool } from "./kit.js";
 
 /** The audit records of the grant's agent. */
@@ -41,7 +40,7 @@ export const auditTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.listGrantAudit(
         { accessToken: ctx.accessToken, cursor: args.cursor ?? "", since: args.since ?? "", limit: args.limit ?? 0 },
-        withRequestId(ctx.requestId, ctx.clientAddress),
+        ctx.call,
       );
       return {
         records: res.records.map((r) => ({

@@ -1,6 +1,5 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
-import { withRequestId } from "../../core-clients.js";
 import { parseDateTime } from "../date-time.js";
 import { AMOUNT, CHAIN, DATE_TIME, defineTool, iso, KEY, object, UTC_DATE_TIME, UUID, type Tool } from "./kit.js";
 
@@ -56,7 +55,7 @@ export const budgetTools: readonly Tool[] = [
           timeWindowEnd: end ? timestampFromDate(end) : undefined,
           idempotencyKey: args.idempotency_key,
         },
-        withRequestId(ctx.requestId, ctx.clientAddress),
+        ctx.call,
       );
       return {
         agent_principal_id: budget!.agentPrincipalId,
@@ -93,7 +92,7 @@ export const budgetTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.fundBudget(
         { accessToken: ctx.accessToken, vaultId: args.vault_id, amountCents: BigInt(args.amount_cents), idempotencyKey: args.idempotency_key },
-        withRequestId(ctx.requestId, ctx.clientAddress),
+        ctx.call,
       );
       return {
         transfer_id: res.transferId,
@@ -134,7 +133,7 @@ export const budgetTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.budgets.closeBudget(
         { accessToken: ctx.accessToken, vaultId: args.vault_id, keepFunds: args.keep_funds === true },
-        withRequestId(ctx.requestId, ctx.clientAddress),
+        ctx.call,
       );
       return {
         vault_id: res.vaultId,
@@ -172,10 +171,7 @@ export const budgetTools: readonly Tool[] = [
       ["vault_id", "parent_vault_id", "swept_cents", "currency", "transfer_id", "nothing_to_sweep"],
     ),
     async call(args, ctx) {
-      const res = await ctx.clients.budgets.sweepBudget(
-        { accessToken: ctx.accessToken, vaultId: args.vault_id },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const res = await ctx.clients.budgets.sweepBudget({ accessToken: ctx.accessToken, vaultId: args.vault_id }, ctx.call);
       return {
         vault_id: res.vaultId,
         parent_vault_id: res.parentVaultId,

@@ -1,4 +1,3 @@
-import { withRequestId } from "../../core-clients.js";
 import { agentTokenJson } from "../../shared/token-response.js";
 import { defineTool, object, type Tool } from "./kit.js";
 
@@ -28,10 +27,7 @@ export const grantTools: readonly Tool[] = [
     inputSchema: object({ scope: { type: "string", maxLength: 1024 } }, []),
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
-      const res = await ctx.clients.grants.supersedeGrant(
-        { accessToken: ctx.accessToken, scope: args.scope ?? "" },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const res = await ctx.clients.grants.supersedeGrant({ accessToken: ctx.accessToken, scope: args.scope ?? "" }, ctx.call);
       return agentTokenJson(res.token);
     },
   }),
@@ -57,7 +53,7 @@ export const grantTools: readonly Tool[] = [
     async call(args, ctx) {
       const res = await ctx.clients.grants.refreshGrant(
         { refreshToken: args.refresh_token, clientId: args.client_id, clientSecret: args.client_secret ?? "" },
-        withRequestId(ctx.requestId, ctx.clientAddress),
+        ctx.call,
       );
       return agentTokenJson(res.token);
     },
@@ -74,10 +70,7 @@ export const grantTools: readonly Tool[] = [
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
     outputSchema: object({ revoked: { type: "integer", minimum: 0 } }, ["revoked"]),
     async call(args, ctx) {
-      const res = await ctx.clients.grants.revokeAllGrants(
-        { accessToken: ctx.accessToken, reason: args.reason ?? "" },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const res = await ctx.clients.grants.revokeAllGrants({ accessToken: ctx.accessToken, reason: args.reason ?? "" }, ctx.call);
       return { revoked: res.revoked };
     },
   }),

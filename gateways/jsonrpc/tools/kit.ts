@@ -1,15 +1,14 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type AgentScope, CHAINS } from "../../../lib/vocabulary.js";
-import type { CoreClients } from "../../core-clients.js";
+import type { CoreClients, withRequestId } from "../../core-clients.js";
 
 /** What every tool definition is built from: the Tool shape, schema atoms, and argument types derived from schemas. */
 export type Category = "read" | "write" | "treasury";
 
 export interface ToolContext {
   clients: CoreClients;
-  requestId: string;
-  /** The client address TRUST_PROXY decided, vouched for to core where a call checks a client secret. */
-  clientAddress: string;
+  /** Call options for every core call of this request: its id and the client address TRUST_PROXY decided. */
+  call: ReturnType<typeof withRequestId>;
   /** The bearer as presented ("" for tools with auth "none"); core verifies it. */
   accessToken: string;
 }

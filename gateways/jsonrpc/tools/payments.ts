@@ -1,6 +1,5 @@
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { withRequestId } from "../../core-clients.js";
 import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, type ArgsOf, type Tool } from "./kit.js";
 
 const PAYMENT_INPUT = object(
@@ -73,10 +72,7 @@ export const paymentTools: readonly Tool[] = [
       ].map(({ $schema: _, ...s }) => s),
     },
     async call(args, ctx) {
-      const { payment } = await ctx.clients.budgets.initiatePayment(
-        { accessToken: ctx.accessToken, payment: paymentRequest(args) },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, ctx.call);
       const settled = SETTLEMENT[payment!.status];
       // tx_hash once it is known (never on the sandbox rail).
       if (settled) return { kind: "accepted", payment_id: payment!.paymentId, status: settled, ...(payment!.txHash ? { tx_hash: payment!.txHash } : {}) };
@@ -131,10 +127,7 @@ export const paymentTools: readonly Tool[] = [
       ["outcome", "rule", "broken_rules"],
     ),
     async call(args, ctx) {
-      const res = await ctx.clients.budgets.simulatePayment(
-        { accessToken: ctx.accessToken, payment: paymentRequest(args) },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const res = await ctx.clients.budgets.simulatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, ctx.call);
       const outcome = res.decision === Decision.ACCEPT ? "accepted" : res.decision === Decision.STEP_UP ? "pending_step_up" : "denied";
       return { outcome, rule: res.rule || null, broken_rules: res.brokenRules.map((b) => ({ reason_id: b.reasonId, message: b.message })) };
     },
@@ -181,10 +174,7 @@ export const paymentTools: readonly Tool[] = [
       ],
     ),
     async call(args, ctx) {
-      const { payment: p } = await ctx.clients.budgets.getPayment(
-        { accessToken: ctx.accessToken, paymentId: args.payment_id },
-        withRequestId(ctx.requestId, ctx.clientAddress),
-      );
+      const { payment: p } = await ctx.clients.budgets.getPayment({ accessToken: ctx.accessToken, paymentId: args.payment_id }, ctx.call);
       const before = {
         [PaymentStatus.PENDING_STEP_UP]: "pending_step_up",
         [PaymentStatus.APPROVED]: "approved",
