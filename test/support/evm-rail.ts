@@ -6,6 +6,7 @@ import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
 import type { EvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
+import { localChainSettings } from "../../cli/local-chain.js";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "./anvil.js";
 import { fundedChildBudget, stackRpc } from "./budgets.js";
 import type { StackOptions, TestStack } from "./stack.js";
@@ -97,17 +98,9 @@ export async function startEvmRailStack<S extends TestStack>(
   }
 }
 
-/** Environment of a `vaultgate serve` process with chain base on the evm rail, on `scratch` when there is one. */
-export function evmRailServiceEnv(dataDir: string, scratch: { url: string } | undefined, rpcUrl: string, usdc: string): Record<string, string> {
-  return {
-    DATA_DIR: dataDir,
-    ...(scratch ? { DATABASE_URL: scratch.url } : {}),
-    CHAIN_BASE_RAIL: "evm",
-    CHAIN_BASE_RPC_URL: rpcUrl,
-    CHAIN_BASE_USDC: usdc,
-    CHAIN_BASE_CHAIN_ID: String(ANVIL_CHAIN_ID),
-    CHAIN_BASE_CONFIRMATIONS: "1",
-  };
+/** Environment of a `vaultgate serve` process with chain base on the evm rail as `vaultgate dev chain` prints it, on `scratch` when there is one. */
+export function evmRailServiceEnv(dataDir: string, scratch: { url: string } | undefined, rpcUrl: string, usdc: Hex): Record<string, string> {
+  return { DATA_DIR: dataDir, ...(scratch ? { DATABASE_URL: scratch.url } : {}), ...localChainSettings("base", rpcUrl, usdc) };
 }
 
 /** A USDC send from the hot wallet behind `rail` to a fresh address, mined: one the books never saw. Answers its hash in lower case. */
