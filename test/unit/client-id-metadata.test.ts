@@ -1,13 +1,8 @@
 import { lookup } from "node:dns/promises";
 import { expect } from "chai";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import {
-  cacheSeconds,
-  checkClientIdUrl,
-  createClientIdMetadataResolver,
-  isPublicAddress,
-  type ClientIdMetadataResolver,
-} from "../../core/grants/client-id-metadata.js";
+import { cacheSeconds, checkClientIdUrl, createClientIdMetadataResolver, type ClientIdMetadataResolver } from "../../core/grants/client-id-metadata.js";
+import { isPublicAddress } from "../../core/net/public-address.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, validDocument, type DocumentServer } from "../support/client-metadata-server.js";
 import { makeTestCerts, type TestCerts } from "../support/certs.js";
 import { refusalOf } from "../support/refusals.js";
