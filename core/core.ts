@@ -40,6 +40,7 @@ import { createTreasuryStore } from "./treasury/store.js";
 import { createTreasuryService, type TreasuryFaults } from "./treasury/service.js";
 import { createAccessTokenVerifier } from "./grants/access-token.js";
 import { createSessionVerifier } from "./identity/sessions.js";
+import { createSignInStore } from "./identity/signin-store.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
 import type { SettlementSettings } from "./settlement/config.js";
 import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
@@ -208,7 +209,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
 
     // One verifier of agent tokens and one of web sessions for every service that takes them.
     const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
-    const sessions = createSessionVerifier({ db, clock });
+    const sessions = createSessionVerifier({ db, store: createSignInStore(), clock });
     // Each settlement status change moves the books and is audited under the paying agent.
     settlement = await startSettlement({
       db,

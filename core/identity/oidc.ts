@@ -6,8 +6,12 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
+import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { normaliseEmail } from "./users-store.js";
+import { createFlowsStore } from "./flows-store.js";
+import { openSession } from "./sessions.js";
+import { createSignInStore } from "./signin-store.js";
+import { createUsersStore, normaliseEmail } from "./users-store.js";
 
 export interface OidcProviderSettings {
   issuer: string;
@@ -60,15 +64,15 @@ export interface StepUpSession {
   userId: string;
 }
 
-/** How far the provider's clock may be from ours when judging `auth_time` fresh. */
-const AUTH_TIME_SKEW_MS = 30_000;
-
 /**
  * Sign-in and step-up through a company's OpenID Connect provider (code flow, PKCE, state, nonce,
  * ID token checks). A flow completes once, only in the browser whose cookie started it.
  */
 export function createOidcSignin(deps: OidcDeps) {
   const { db, provider } = deps;
+  const flows = createFlowsStore();
+  const users = createUsersStore();
+  const sessionsStore = createSignInStore();
   const flowTtlMs = deps.flowTtlMs ?? 10 * 60_000;
   const issuerUrl = new URL(provider.issuer);
   const metadataTtlMs = deps.metadataTtlMs ?? 60_000;
@@ -158,18 +162,18 @@ export function createOidcSignin(deps: OidcDeps) {
         if (provider.stepUpAcr.length) params.acr_values = provider.stepUpAcr.join(" ");
       }
       const expiresAt = new Date(now.getTime() + flowTtlMs);
-      await db("signin_flows").insert({
+      await flows.insert(db, {
         id: randomUUID(),
-        binding_hash: sha256Hex(binding),
+        bindingHash: sha256Hex(binding),
         method: "oidc",
         purpose,
-        session_id: session?.sessionId ?? null,
-        user_id: session?.userId ?? null,
+        sessionId: session?.sessionId,
+        userId: session?.userId,
         state,
         nonce,
-        code_verifier: verifier,
-        created_at: now,
-        expires_at: expiresAt,
+        codeVerifier: verifier,
+        at: now,
+        expiresAt,
       });
       return { authorizationUrl: client.buildAuthorizationUrl(cfg, params).href, binding, expiresAt };
     },
@@ -183,23 +187,7 @@ export function createOidcSignin(deps: OidcDeps) {
       if (!input.binding || input.binding.length > 100)
         fail(Reason.ACCESS_DENIED, "this sign-in was started in another browser or has expired; start again from the sign-in page");
       // Taken once: a replayed callback (the same state again) finds the flow used.
-      const res = await db.raw(
-        `UPDATE signin_flows SET consumed_at = ? WHERE binding_hash = ? AND method = 'oidc' AND consumed_at IS NULL AND expires_at > ?
-          RETURNING id, purpose, session_id, user_id, state, nonce, code_verifier, created_at`,
-        [now, sha256Hex(input.binding), now],
-      );
-      const flow = (res.rows ?? [])[0] as
-        | {
-            id: string;
-            purpose: OidcPurpose;
-            session_id: string | null;
-            user_id: string | null;
-            state: string;
-            nonce: string;
-            code_verifier: string;
-            created_at: Date | string;
-          }
-        | undefined;
+      const flow = await flows.take(db, { bindingHash: sha256Hex(input.binding), method: "oidc", at: now });
       if (!flow) {
         await audit(db, facts, {
           actor: "anonymous",
@@ -209,17 +197,17 @@ export function createOidcSignin(deps: OidcDeps) {
         });
         fail(Reason.ACCESS_DENIED, "this sign-in link was already used or has expired; start again from the sign-in page");
       }
-      const purpose = flow.purpose;
-      if (purpose === "step_up" && (!input.session || input.session.sessionId !== flow.session_id)) {
+      const purpose = flow.purpose as OidcPurpose;
+      if (purpose === "step_up" && (!input.session || input.session.sessionId !== flow.sessionId)) {
         return refuse(facts, purpose, "step-up completed in another session", input.session ? `user:${input.session.userId}` : "anonymous");
       }
       const cfg = await config();
       let claims: client.IDToken;
       try {
         const tokens = await client.authorizationCodeGrant(cfg, new URL(input.callbackUrl), {
-          pkceCodeVerifier: flow.code_verifier,
-          expectedState: flow.state,
-          expectedNonce: flow.nonce,
+          pkceCodeVerifier: flow.codeVerifier ?? "",
+          expectedState: flow.state ?? "",
+          expectedNonce: flow.nonce ?? "",
           idTokenExpected: true,
         });
         claims = tokens.claims() ?? fail(Reason.INTERNAL, "no ID token");
@@ -241,60 +229,49 @@ export function createOidcSignin(deps: OidcDeps) {
       }
       const iss = String(claims.iss);
       const sub = String(claims.sub);
-      const link = await db("identity_links").where({ issuer: iss, subject: sub }).first("user_id");
+      const linkedUserId = await users.findLinkedUser(db, iss, sub);
 
       if (purpose === "step_up") {
-        const userId = flow.user_id!;
-        if (!link || String(link.user_id) !== userId) return refuse(facts, purpose, "the provider signed in someone else", `user:${userId}`);
+        const userId = flow.userId!;
+        if (linkedUserId !== userId) return refuse(facts, purpose, "the provider signed in someone else", `user:${userId}`);
         const authTime = typeof claims.auth_time === "number" ? claims.auth_time * 1000 : undefined;
-        if (authTime === undefined || authTime < new Date(flow.created_at).getTime() - AUTH_TIME_SKEW_MS)
+        if (authTime === undefined || authTime < flow.createdAt.getTime() - CLOCK_SKEW_SECONDS * 1000)
           return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);
         if (!meetsStepUp(claims)) return refuse(facts, purpose, "acr/amr below the step-up requirement", `user:${userId}`);
         await db.transaction(async (trx) => {
-          await trx("web_sessions").where({ id: flow.session_id }).update({ step_up_at: now });
-          await trx("identity_links").where({ issuer: iss, subject: sub }).update({ last_used_at: now });
+          await sessionsStore.setStepUp(trx, flow.sessionId!, now);
+          await users.touchLink(trx, iss, sub, now);
           await audit(trx, facts, { actor: `user:${userId}`, action: "web.step_up", subject: "oidc", outcome: "success" });
         });
-        return { purpose, userId, sessionId: flow.session_id! };
+        return { purpose, userId, sessionId: flow.sessionId! };
       }
 
       let userId: string;
       let linkNew = false;
-      if (link) userId = String(link.user_id);
+      if (linkedUserId) userId = linkedUserId;
       else {
         // The first sign-in links by e-mail, and only an address the provider has verified.
         if (claims.email_verified !== true) return refuse(facts, purpose, "first sign-in without a verified e-mail address");
         const email = typeof claims.email === "string" ? normaliseEmail(claims.email) : undefined;
         if (!email) return refuse(facts, purpose, "first sign-in without an e-mail address");
-        const user = await db("users").where({ email }).first("id", "status");
+        const user = await users.findByEmail(db, email);
         if (!user) return refuse(facts, purpose, "no account for the provider's e-mail address");
-        userId = String(user.id);
+        userId = user.id;
         linkNew = true;
       }
-      const user = await db("users").where({ id: userId }).first("status");
-      if (!user || user.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
-      const token = `vgs_${randomBytes(32).toString("base64url")}`;
-      await db.transaction(async (trx) => {
+      const user = await users.findById(db, userId);
+      if (user?.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
+      const token = await db.transaction(async (trx) => {
         if (linkNew) {
           // A concurrent first sign-in of the same subject links once; both then sign in as that user.
-          await trx.raw(
-            `INSERT INTO identity_links (issuer, subject, user_id, email, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (issuer, subject) DO NOTHING`,
-            [iss, sub, userId, typeof claims.email === "string" ? claims.email : null, now, now],
-          );
-          const owner = await trx("identity_links").where({ issuer: iss, subject: sub }).first("user_id");
-          if (String(owner?.user_id) !== userId) throw new Error("identity link raced to another user");
+          const owner = await users.link(trx, { issuer: iss, subject: sub, userId, email: typeof claims.email === "string" ? claims.email : null, at: now });
+          if (owner !== userId) throw new Error("identity link raced to another user");
           await audit(trx, facts, { actor: `user:${userId}`, action: "web.oidc.link", subject: iss, outcome: "success" });
         } else {
-          await trx("identity_links").where({ issuer: iss, subject: sub }).update({ last_used_at: now });
+          await users.touchLink(trx, iss, sub, now);
         }
-        await trx("web_sessions").insert({
-          id: randomUUID(),
-          token_hash: sha256Hex(token),
-          user_id: userId,
-          created_at: now,
-          expires_at: new Date(now.getTime() + deps.sessionTtlMs),
-        });
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
+        return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs);
       });
       return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },

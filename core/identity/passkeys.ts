@@ -17,8 +17,13 @@ import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import { createFlowsStore } from "./flows-store.js";
 import type { Mailer } from "./mail/mailer.js";
 import type { CallFacts } from "./oidc.js";
+import { createPasskeysStore, type StoredPasskey } from "./passkeys-store.js";
+import { openSession } from "./sessions.js";
+import { createSignInStore } from "./signin-store.js";
+import { createUsersStore } from "./users-store.js";
 
 /** A signed-in person as core verified them from the session token. */
 export interface PasskeySession {
@@ -76,6 +81,10 @@ export function relyingParty(appUrl: string): { origin: string; rpId: string } {
  */
 export function createPasskeys(deps: PasskeyDeps) {
   const { db } = deps;
+  const flows = createFlowsStore();
+  const keys = createPasskeysStore();
+  const users = createUsersStore();
+  const sessionsStore = createSignInStore();
   const { origin, rpId } = relyingParty(deps.appUrl);
   const auth = deps.authUrl ? new URL(deps.authUrl) : undefined;
   // Where a ceremony may happen: the dashboard, and the consent page when the browser would allow it there.
@@ -91,16 +100,16 @@ export function createPasskeys(deps: PasskeyDeps) {
   async function newFlow(purpose: "register" | PasskeyPurpose, challenge: string, session?: { sessionId: string; userId: string }) {
     const now = deps.clock();
     const binding = randomBytes(32).toString("base64url");
-    await db("signin_flows").insert({
+    await flows.insert(db, {
       id: randomUUID(),
-      binding_hash: sha256Hex(binding),
+      bindingHash: sha256Hex(binding),
       method: "passkey",
       purpose,
-      session_id: session?.sessionId ?? null,
-      user_id: session?.userId ?? null,
+      sessionId: session?.sessionId,
+      userId: session?.userId,
       challenge,
-      created_at: now,
-      expires_at: new Date(now.getTime() + ttl),
+      at: now,
+      expiresAt: new Date(now.getTime() + ttl),
     });
     return binding;
   }
@@ -109,12 +118,7 @@ export function createPasskeys(deps: PasskeyDeps) {
   async function takeFlow(binding: string, purpose: "register" | PasskeyPurpose) {
     const now = deps.clock();
     if (!binding || binding.length > 100) return undefined;
-    const res = await db.raw(
-      `UPDATE signin_flows SET consumed_at = ? WHERE binding_hash = ? AND method = 'passkey' AND purpose = ? AND consumed_at IS NULL AND expires_at > ?
-        RETURNING session_id, user_id, challenge`,
-      [now, sha256Hex(binding), purpose, now],
-    );
-    return (res.rows ?? [])[0] as { session_id: string | null; user_id: string | null; challenge: string } | undefined;
+    return flows.take(db, { bindingHash: sha256Hex(binding), method: "passkey", purpose, at: now });
   }
 
   // The methods are core's decision: a caller skipping the pages must not get in by a passkey either.
@@ -122,9 +126,8 @@ export function createPasskeys(deps: PasskeyDeps) {
     if (deps.offered === false) fail(Reason.NOT_FOUND, "signing in or confirming with a passkey is not offered here");
   }
 
-  async function activeKeys(userId: string) {
-    return db("passkeys").where({ user_id: userId, rp_id: rpId }).whereNull("removed_at").orderBy("created_at");
-  }
+  const activeKeys = (userId: string) => keys.listActive(db, userId, rpId);
+  const descriptor = (k: StoredPasskey) => ({ id: k.credentialId, transports: k.transports as WebAuthnCredential["transports"] });
 
   return {
     rpId,
@@ -141,7 +144,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         userName: session.email,
         userID: Buffer.from(session.userId.replace(/-/g, ""), "hex"),
         attestationType: "none",
-        excludeCredentials: existing.map((k) => ({ id: String(k.credential_id), transports: k.transports as WebAuthnCredential["transports"] })),
+        excludeCredentials: existing.map(descriptor),
         authenticatorSelection: { residentKey: "preferred", userVerification: "required" },
       });
       return { options, binding: await newFlow("register", options.challenge, session) };
@@ -161,13 +164,13 @@ export function createPasskeys(deps: PasskeyDeps) {
         await audit(db, facts, { actor, action: "passkey.register", outcome: "failure", reason: why });
         fail(Reason.ACCESS_DENIED, "this passkey could not be added; start again from the dashboard");
       };
-      if (!flow || flow.session_id !== session.sessionId) return refuse("no unused registration challenge for this session");
+      if (!flow || flow.sessionId !== session.sessionId) return refuse("no unused registration challenge for this session");
       if (!session.stepUpFresh) return refuse("step-up no longer fresh");
       let verified: Awaited<ReturnType<typeof verifyRegistrationResponse>>;
       try {
         verified = await verifyRegistrationResponse({
           response: input.response,
-          expectedChallenge: flow.challenge,
+          expectedChallenge: flow.challenge ?? "",
           expectedOrigin: origins,
           expectedRPID: rpId,
           requireUserVerification: true,
@@ -180,25 +183,21 @@ export function createPasskeys(deps: PasskeyDeps) {
       const now = deps.clock();
       const id = randomUUID();
       await db.transaction(async (trx) => {
-        const inserted = await trx.raw(
-          `INSERT INTO passkeys (id, credential_id, user_id, rp_id, public_key, counter, transports, device_type, backed_up, aaguid, name, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (credential_id) DO NOTHING RETURNING id`,
-          [
-            id,
-            info.credential.id,
-            session.userId,
-            rpId,
-            Buffer.from(info.credential.publicKey),
-            info.credential.counter,
-            info.credential.transports ?? [],
-            info.credentialDeviceType,
-            info.credentialBackedUp,
-            info.aaguid,
-            name,
-            now,
-          ],
-        );
-        if ((inserted.rows ?? []).length === 0) fail(Reason.ACCESS_DENIED, "this passkey is already registered");
+        const inserted = await keys.insert(trx, {
+          id,
+          credentialId: info.credential.id,
+          userId: session.userId,
+          rpId,
+          publicKey: info.credential.publicKey,
+          counter: info.credential.counter,
+          transports: info.credential.transports ?? [],
+          deviceType: info.credentialDeviceType,
+          backedUp: info.credentialBackedUp,
+          aaguid: info.aaguid,
+          name,
+          createdAt: now,
+        });
+        if (!inserted) fail(Reason.ACCESS_DENIED, "this passkey is already registered");
         await audit(trx, facts, { actor, action: "passkey.register", subject: id, outcome: "success" });
         await deps.mailer?.queue(trx, {
           to: session.email,
@@ -217,12 +216,12 @@ export function createPasskeys(deps: PasskeyDeps) {
     ): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; binding: string }> {
       refuseIfNotOffered();
       if ((purpose === "step_up") !== Boolean(session)) fail(Reason.INVALID_REQUEST, "a step-up needs a signed-in session, and only a step-up has one");
-      const keys = session ? await activeKeys(session.userId) : [];
-      if (session && keys.length === 0) fail(Reason.ACCESS_DENIED, "you have no passkey yet; confirm another way, then add one on the dashboard");
+      const own = session ? await activeKeys(session.userId) : [];
+      if (session && own.length === 0) fail(Reason.ACCESS_DENIED, "you have no passkey yet; confirm another way, then add one on the dashboard");
       const options = await generateAuthenticationOptions({
         rpID: rpId,
         userVerification: "required",
-        allowCredentials: keys.map((k) => ({ id: String(k.credential_id), transports: k.transports as WebAuthnCredential["transports"] })),
+        allowCredentials: own.map(descriptor),
       });
       return { options, binding: await newFlow(purpose, options.challenge, session) };
     },
@@ -251,23 +250,23 @@ export function createPasskeys(deps: PasskeyDeps) {
           "no unused challenge for this browser (replayed, expired or started elsewhere)",
           input.session ? `user:${input.session.userId}` : "anonymous",
         );
-      if (input.session && flow.session_id !== input.session.sessionId) return refuse("step-up challenge of another session", `user:${input.session.userId}`);
+      if (input.session && flow.sessionId !== input.session.sessionId) return refuse("step-up challenge of another session", `user:${input.session.userId}`);
       const credentialId = typeof input.response?.id === "string" ? input.response.id : "";
-      const key = credentialId ? await db("passkeys").where({ credential_id: credentialId, rp_id: rpId }).whereNull("removed_at").first() : undefined;
+      const key = credentialId ? await keys.findActive(db, credentialId, rpId) : undefined;
       if (!key) return refuse("unknown passkey", input.session ? `user:${input.session.userId}` : "anonymous");
-      const actor = `user:${key.user_id}`;
-      if (input.session && String(key.user_id) !== input.session.userId) return refuse("another person's passkey", `user:${input.session.userId}`);
+      const actor = `user:${key.userId}`;
+      if (input.session && key.userId !== input.session.userId) return refuse("another person's passkey", `user:${input.session.userId}`);
       let info: Awaited<ReturnType<typeof verifyAuthenticationResponse>>["authenticationInfo"];
       try {
         // The counter is compared below, after the signature is known good, so a clone is told apart.
         const verified = await verifyAuthenticationResponse({
           response: input.response,
-          expectedChallenge: flow.challenge,
+          expectedChallenge: flow.challenge ?? "",
           expectedOrigin: origins,
           expectedRPID: rpId,
           credential: {
-            id: String(key.credential_id),
-            publicKey: new Uint8Array(key.public_key as Buffer),
+            id: key.credentialId,
+            publicKey: key.publicKey,
             counter: 0,
             transports: key.transports as WebAuthnCredential["transports"],
           },
@@ -278,56 +277,49 @@ export function createPasskeys(deps: PasskeyDeps) {
       } catch (err) {
         return refuse(`assertion invalid: ${(err as Error).message.slice(0, 120)}`, actor);
       }
-      const stored = Number(key.counter);
+      const stored = key.counter;
       const now = deps.clock();
-      // The counter must move forward (both 0: an authenticator without a counter). The
-      // update is conditional, so two uses of one counter value cannot both pass.
-      const moved = await db.raw(
-        `UPDATE passkeys SET counter = ?, backed_up = ?, device_type = ?, last_used_at = ? WHERE id = ? AND removed_at IS NULL AND (counter < ? OR (counter = 0 AND ? = 0)) RETURNING id`,
-        [info.newCounter, info.credentialBackedUp, info.credentialDeviceType, now, key.id, info.newCounter, info.newCounter],
-      );
-      if ((moved.rows ?? []).length === 0) {
+      const moved = await keys.recordUse(db, key.id, {
+        counter: info.newCounter,
+        backedUp: info.credentialBackedUp,
+        deviceType: info.credentialDeviceType,
+        at: now,
+      });
+      if (!moved) {
         deps.logger.warn({ passkey: key.id, stored, presented: info.newCounter }, "passkey counter went back: possible cloned authenticator");
         await audit(db, facts, {
           actor,
           action: "passkey.clone_suspected",
-          subject: String(key.id),
+          subject: key.id,
           outcome: "failure",
           reason: `counter ${info.newCounter} not above ${stored}`,
         });
         return refuse("signature counter did not move forward (cloned authenticator?)", actor);
       }
-      const user = await db("users").where({ id: key.user_id }).first("status");
-      if (!user || user.status !== "active") return refuse("account not active", actor);
+      const user = await users.findById(db, key.userId);
+      if (user?.status !== "active") return refuse("account not active", actor);
       if (purpose === "step_up") {
         await db.transaction(async (trx) => {
-          await trx("web_sessions").where({ id: flow.session_id }).update({ step_up_at: now });
+          await sessionsStore.setStepUp(trx, flow.sessionId!, now);
           await audit(trx, facts, { actor, action: "web.step_up", subject: "passkey", outcome: "success" });
         });
-        return { purpose, userId: String(key.user_id) };
+        return { purpose, userId: key.userId };
       }
-      const token = `vgs_${randomBytes(32).toString("base64url")}`;
-      await db.transaction(async (trx) => {
-        await trx("web_sessions").insert({
-          id: randomUUID(),
-          token_hash: sha256Hex(token),
-          user_id: key.user_id,
-          created_at: now,
-          expires_at: new Date(now.getTime() + deps.sessionTtlMs),
-        });
+      const token = await db.transaction(async (trx) => {
         await audit(trx, facts, { actor, action: "web.sign_in", subject: "passkey", outcome: "success" });
+        return openSession(sessionsStore, trx, key.userId, now, deps.sessionTtlMs);
       });
-      return { purpose, userId: String(key.user_id), sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
+      return { purpose, userId: key.userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },
 
     async list(userId: string): Promise<PasskeyRecord[]> {
       return (await activeKeys(userId)).map((k) => ({
-        id: String(k.id),
-        name: String(k.name),
-        createdAt: new Date(k.created_at),
-        lastUsedAt: k.last_used_at ? new Date(k.last_used_at) : null,
-        backedUp: Boolean(k.backed_up),
-        deviceType: k.device_type,
+        id: k.id,
+        name: k.name,
+        createdAt: k.createdAt,
+        lastUsedAt: k.lastUsedAt,
+        backedUp: k.backedUp,
+        deviceType: k.deviceType,
       }));
     },
 
@@ -335,8 +327,7 @@ export function createPasskeys(deps: PasskeyDeps) {
     async remove(userId: string, passkeyId: string, facts: CallFacts): Promise<void> {
       if (!/^[0-9a-f-]{36}$/i.test(passkeyId)) fail(Reason.NOT_FOUND, "no such passkey");
       await db.transaction(async (trx) => {
-        const n = await trx("passkeys").where({ id: passkeyId.toLowerCase(), user_id: userId }).whereNull("removed_at").update({ removed_at: deps.clock() });
-        if (n === 0) fail(Reason.NOT_FOUND, "no such passkey");
+        if (!(await keys.remove(trx, userId, passkeyId.toLowerCase(), deps.clock()))) fail(Reason.NOT_FOUND, "no such passkey");
         await audit(trx, facts, { actor: `user:${userId}`, action: "passkey.remove", subject: passkeyId.toLowerCase(), outcome: "success" });
       });
     },

@@ -1,3 +1,5 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
@@ -23,23 +25,19 @@ export interface SignedIn {
  * Turns a web session token into the signed-in user: core never takes a user id or step-up time
  * from its caller for owner actions, only the opaque token (stored as SHA-256).
  */
-export function createSessionVerifier(deps: { db: Db; clock: () => Date }) {
+export function createSessionVerifier(deps: { db: Db; store: SignInStore; clock: () => Date }) {
   return {
     /** The session's user, or INVALID_TOKEN ("not signed in") for a missing, ended, expired or inactive one. */
     async verify(token: string): Promise<SignedIn> {
       if (!token || token.length > 256) fail(Reason.INVALID_TOKEN, "not signed in");
-      const row = await deps
-        .db("web_sessions as s")
-        .join("users as u", "u.id", "s.user_id")
-        .where({ "s.token_hash": sha256Hex(token) })
-        .first("s.id", "s.user_id", "u.email", "u.status", "s.expires_at", "s.step_up_at", "s.ended_at");
+      const row = await deps.store.findSession(deps.db, sha256Hex(token));
       const now = deps.clock().getTime();
-      if (!row || row.status !== "active" || row.ended_at || new Date(row.expires_at).getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
-      const stepUpAt = row.step_up_at ? new Date(row.step_up_at) : null;
+      if (!row?.userActive || row.endedAt || row.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
+      const stepUpAt = row.stepUpAt;
       return {
-        sessionId: String(row.id),
-        userId: String(row.user_id),
-        email: String(row.email),
+        sessionId: row.id,
+        userId: row.userId,
+        email: row.email,
         stepUpAt,
         stepUpFresh: stepUpAt !== null && now - stepUpAt.getTime() <= STEP_UP_WINDOW_SECONDS * 1000,
       };
@@ -48,6 +46,13 @@ export function createSessionVerifier(deps: { db: Db; clock: () => Date }) {
 }
 
 export type SessionVerifier = ReturnType<typeof createSessionVerifier>;
+
+/** Opens a web session for the user and answers its token: opaque, 256 random bits, stored only as its SHA-256. */
+export async function openSession(store: SignInStore, conn: Knex | Knex.Transaction, userId: string, at: Date, ttlMs: number): Promise<string> {
+  const token = `vgs_${randomBytes(32).toString("base64url")}`;
+  await store.insertSession(conn, { id: randomUUID(), tokenHash: sha256Hex(token), userId, at, expiresAt: new Date(at.getTime() + ttlMs) });
+  return token;
+}
 
 export interface SessionRpcDeps {
   db: Db;

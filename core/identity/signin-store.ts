@@ -15,11 +15,39 @@ export interface ChallengeRecord {
   consumedAt: Date | null;
 }
 
+export interface SessionRecord {
+  id: string;
+  userId: string;
+  email: string;
+  userActive: boolean;
+  expiresAt: Date;
+  stepUpAt: Date | null;
+  endedAt: Date | null;
+}
+
 /** SQL for one-time sign-in codes and the web sessions they open. */
 export function createSignInStore() {
   return {
     async insertSession(conn: Conn, s: { id: string; tokenHash: string; userId: string; at: Date; expiresAt: Date }): Promise<void> {
       await conn("web_sessions").insert({ id: s.id, token_hash: s.tokenHash, user_id: s.userId, created_at: s.at, expires_at: s.expiresAt });
+    },
+
+    /** The session with this token hash and its user, live or not: the caller judges it. */
+    async findSession(conn: Conn, tokenHash: string): Promise<SessionRecord | undefined> {
+      const row = await conn("web_sessions as s")
+        .join("users as u", "u.id", "s.user_id")
+        .where({ "s.token_hash": tokenHash })
+        .first("s.id", "s.user_id", "u.email", "u.status", "s.expires_at", "s.step_up_at", "s.ended_at");
+      if (!row) return undefined;
+      return {
+        id: String(row.id),
+        userId: String(row.user_id),
+        email: String(row.email),
+        userActive: row.status === "active",
+        expiresAt: new Date(row.expires_at),
+        stepUpAt: row.step_up_at ? new Date(row.step_up_at) : null,
+        endedAt: row.ended_at ? new Date(row.ended_at) : null,
+      };
     },
 
     async setStepUp(conn: Conn, sessionId: string, at: Date): Promise<void> {

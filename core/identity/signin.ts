@@ -1,4 +1,4 @@
-import { randomBytes, randomInt, randomUUID } from "node:crypto";
+import { randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
@@ -7,12 +7,12 @@ import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { callFacts } from "../context.js";
-import { constantTimeEqual, hmacSha256, sha256Hex } from "../../lib/crypto.js";
+import { constantTimeEqual, hmacSha256 } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { UUID } from "../uuid.js";
 import type { Outbox } from "./outbox.js";
-import type { SessionVerifier } from "./sessions.js";
+import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
 import { normaliseEmail, type UsersStore } from "./users-store.js";
 
@@ -173,14 +173,7 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
         await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
         return { ok: true as const, token: "" };
       }
-      const token = `vgs_${randomBytes(32).toString("base64url")}`;
-      await deps.store.insertSession(trx, {
-        id: randomUUID(),
-        tokenHash: sha256Hex(token),
-        userId: c.userId,
-        at: now,
-        expiresAt: new Date(now.getTime() + SESSION_TTL_MS),
-      });
+      const token = await openSession(deps.store, trx, c.userId, now, SESSION_TTL_MS);
       await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
       return { ok: true as const, token };
     })

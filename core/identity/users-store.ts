@@ -29,7 +29,7 @@ export function normaliseEmail(value: string): string | undefined {
   return email;
 }
 
-/** SQL for users and their root vaults. */
+/** SQL for users, their root vaults and their identity-provider links. */
 export function createUsersStore() {
   return {
     /** Inserts the user and a root vault unless the e-mail exists; returns the ids either way. */
@@ -73,6 +73,26 @@ export function createUsersStore() {
     async findById(conn: Conn, id: string): Promise<UserRecord | undefined> {
       const row = await conn("users").where({ id }).first();
       return row ? { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at) } : undefined;
+    },
+
+    /** The user a provider's (issuer, subject) is linked to. */
+    async findLinkedUser(conn: Conn, issuer: string, subject: string): Promise<string | undefined> {
+      const row = await conn("identity_links").where({ issuer, subject }).first("user_id");
+      return row ? String(row.user_id) : undefined;
+    },
+
+    /** Links (issuer, subject) to the user unless it is linked already; answers the user it is linked to now. */
+    async link(trx: Knex.Transaction, l: { issuer: string; subject: string; userId: string; email: string | null; at: Date }): Promise<string | undefined> {
+      await trx.raw(
+        `INSERT INTO identity_links (issuer, subject, user_id, email, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (issuer, subject) DO NOTHING`,
+        [l.issuer, l.subject, l.userId, l.email, l.at, l.at],
+      );
+      const row = await trx("identity_links").where({ issuer: l.issuer, subject: l.subject }).first("user_id");
+      return row ? String(row.user_id) : undefined;
+    },
+
+    async touchLink(conn: Conn, issuer: string, subject: string, at: Date): Promise<void> {
+      await conn("identity_links").where({ issuer, subject }).update({ last_used_at: at });
     },
   };
 }
