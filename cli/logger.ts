@@ -88,25 +88,34 @@ export function redactSecrets(fields: Record<string, unknown>): Record<string, u
  * Dropped from every logged error and its causes.
  */
 const BOUND_VALUE_FIELDS = ["bindings", "parameters", "params", "detail", "where", "internalQuery"];
-/** A value PostgreSQL quotes into its message (`invalid input syntax for type uuid: "..."`). */
-const QUOTED_VALUE = /(: )"(?:[^"\\]|\\.)*"/g;
+/** PostgreSQL quotes values (and names) into its messages in double quotes, in several forms. */
+const QUOTED = /"(?:[^"\\]|\\.)*"/g;
+const SQLSTATE = /^[0-9A-Z]{5}$/;
 
 /** An error as pino's standard serializer gives it, without any value a statement was bound to. */
 export function serializeError(err: unknown): unknown {
   const out = pino.stdSerializers.err(err as Error) as unknown;
-  return scrubBoundValues(out, 0);
+  return scrubBoundValues(out, 0, fromDatabase(err));
 }
 
-function scrubBoundValues(value: unknown, depth: number): unknown {
+/** True when the error or one of its causes came from the database (pg and PGlite give a severity). */
+function fromDatabase(err: unknown): boolean {
+  let e = err;
+  for (let depth = 0; isObject(e) && depth < 8; depth++, e = e.cause) {
+    if (typeof e.severity === "string" || (typeof e.code === "string" && SQLSTATE.test(e.code))) return true;
+  }
+  return false;
+}
+
+// The serializer folds causes' messages and stacks into the outer error's, so a database
+// error anywhere in the chain has every quoted text blanked at every level.
+function scrubBoundValues(value: unknown, depth: number, database: boolean): unknown {
   if (!isObject(value) || depth > 4) return value;
   const out: Record<string, unknown> = { ...value };
   for (const f of BOUND_VALUE_FIELDS) if (f in out) delete out[f];
-  // A database error (pg and PGlite give a severity; `code` is blanked before serializers
-  // run): its message and stack may quote a value.
-  if (typeof out.severity === "string" || (typeof out.code === "string" && /^[0-9A-Z]{5}$/.test(out.code))) {
-    for (const k of ["message", "stack"]) if (typeof out[k] === "string") out[k] = (out[k] as string).replace(QUOTED_VALUE, `$1"${CENSOR}"`);
-  }
-  for (const k of Object.keys(out)) if (isObject(out[k])) out[k] = scrubBoundValues(out[k], depth + 1);
+  const here = database || typeof out.severity === "string" || (typeof out.code === "string" && SQLSTATE.test(out.code));
+  if (here) for (const k of ["message", "stack"]) if (typeof out[k] === "string") out[k] = (out[k] as string).replace(QUOTED, `"${CENSOR}"`);
+  for (const k of Object.keys(out)) if (isObject(out[k])) out[k] = scrubBoundValues(out[k], depth + 1, here);
   return out;
 }
 

@@ -1,15 +1,16 @@
 import { expect } from "chai";
 import { randomBytes } from "node:crypto";
 import { startStack, type TestStack } from "../support/stack.js";
+import { createPartner, mintPartnerToken } from "../support/partners.js";
 
 /**
  * A failed statement logs no value it was bound to: not in the message, the driver's `detail`
- * or PostgreSQL's own quoting. Through a real RPC whose INSERT the database refuses.
+ * or any of PostgreSQL's quoting, in core's line or the gateway's. Through real calls whose INSERT the database refuses.
  */
 describe("failed statements log no bound values", () => {
   let stack: TestStack;
   before(async () => {
-    stack = await startStack();
+    stack = await startStack({ gateway: true });
     // The database refuses these addresses the way a constraint or a cast would, naming the value.
     await stack.core.db.raw(`
       CREATE OR REPLACE FUNCTION test_refuse_leaky_email() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -18,6 +19,8 @@ describe("failed statements log no bound values", () => {
           RAISE EXCEPTION 'new row violates check constraint "users_email_check"' USING ERRCODE = '23514', DETAIL = format('Failing row contains (%s).', NEW.email);
         ELSIF NEW.email LIKE 'leak-message-%' THEN
           RAISE EXCEPTION 'invalid input syntax for type uuid: "%"', NEW.email USING ERRCODE = '22P02';
+        ELSIF NEW.email LIKE 'leak-range-%' THEN
+          RAISE EXCEPTION 'value "%" is out of range for type integer', NEW.email USING ERRCODE = '22003';
         END IF;
         RETURN NEW;
       END $$`);
@@ -29,10 +32,14 @@ describe("failed statements log no bound values", () => {
     await stack.close();
   });
 
-  for (const kind of ["detail", "message"]) {
-    it(`a value the database names in its ${kind} does not reach the log`, async () => {
-      const secret = `s3cr3t${randomBytes(8).toString("hex")}`;
-      const email = `leak-${kind}-${secret}@example.com`;
+  const leaky = (kind: string) => {
+    const secret = `s3cr3t${randomBytes(8).toString("hex")}`;
+    return { secret, email: `leak-${kind}-${secret}@example.com` };
+  };
+
+  for (const kind of ["detail", "message", "range"]) {
+    it(`a value the database names in its ${kind} does not reach core's log`, async () => {
+      const { secret, email } = leaky(kind);
       const before = stack.logs.lines.length;
       const err = await stack.admin.partners.createUser({ email }).then(
         () => undefined,
@@ -47,4 +54,23 @@ describe("failed statements log no bound values", () => {
       expect(lines).to.not.include(secret);
     });
   }
+
+  it("nor the gateway's line for the same failure, nor the partner's answer", async () => {
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    const token = await mintPartnerToken(stack, partner, "kyc:read");
+    for (const kind of ["detail", "message", "range"]) {
+      const { secret, email } = leaky(kind);
+      const before = stack.logs.lines.length;
+      const res = await fetch(`${stack.url}/api/partner/users`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+        body: JSON.stringify({ email }),
+      });
+      expect(res.status, kind).to.equal(500);
+      expect(await res.text(), kind).to.not.include(secret);
+      const lines = stack.logs.lines.slice(before).join("");
+      expect(lines, kind).to.include("partner resource failure");
+      expect(lines, kind).to.not.include(secret);
+    }
+  });
 });
