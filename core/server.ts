@@ -3,6 +3,9 @@ import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Core } from "./core.js";
 
+/** The largest request message core reads, whoever sends it: the largest valid one, 1,000 payouts with every field at its longest, is about 1 MiB. */
+export const CORE_READ_MAX_BYTES = 4 * 1024 * 1024;
+
 export interface CoreServer {
   url: string;
   close(): Promise<void>;
@@ -23,7 +26,7 @@ export async function startCoreServer(
   host = "127.0.0.1",
   options: CoreServerOptions = {},
 ): Promise<CoreServer> {
-  const handler = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors });
+  const handler = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors, readMaxBytes: CORE_READ_MAX_BYTES });
   const { tls } = options;
   const server = tls
     ? http2.createSecureServer(
