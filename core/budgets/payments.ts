@@ -305,6 +305,8 @@ export async function listPendingApprovals(
   const { db, cursors } = deps;
   const owner = await deps.sessions.verify(req.sessionToken);
   if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
+  if (req.agentPrincipalId && !UUID.test(req.agentPrincipalId)) fail(Reason.INVALID_REQUEST, "agent_principal_id must be a UUID");
+  const agent = req.agentPrincipalId.toLowerCase() || undefined;
   // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).
   const position = (cursor: string, list: "b" | "p") => {
     if (!cursor) return undefined;
@@ -316,8 +318,8 @@ export async function listPendingApprovals(
   };
   const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
   const [allBudgets, allPayments] = await Promise.all([
-    deps.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b")),
-    deps.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p")),
+    deps.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b"), agent),
+    deps.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p"), agent),
   ]);
   const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
     if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };
@@ -328,10 +330,7 @@ export async function listPendingApprovals(
   const { rows: budgets, cursor: nextBudgetsCursor } = next(allBudgets, "b");
   const { rows: payments, cursor: nextPaymentsCursor } = next(allPayments, "p");
   // Review pages show limits in the vault's currency (a child vault inherits its parent's).
-  const currencies = new Map<string, string>();
-  for (const b of budgets) {
-    if (!currencies.has(b.vaultId)) currencies.set(b.vaultId, (await deps.vaults.findVault(db, b.vaultId))?.currency ?? "");
-  }
+  const currencies = await deps.vaults.currenciesOf(db, [...new Set(budgets.map((b) => b.vaultId))]);
   return {
     draftBudgets: budgets.map((b) => budgetView(b, currencies.get(b.vaultId))),
     pendingPayments: payments.map((p) => paymentView(deps.appUrl, p)),

@@ -27,22 +27,28 @@ const expiredLink = () =>
   new PageError(400, "This page link cannot be used", "It may have been changed or it belongs to another account. Start again from the first page.");
 
 /**
- * Reads the user's pending approvals (BudgetsService) and agent names (GrantsService).
- * With `pagedAt` (the page's own path), each list holds at most PENDING_PAGE items, from
- * where the page's query says, and `next` links to the following page of each.
+ * Reads the user's pending approvals (BudgetsService) and agent names (GrantsService), only
+ * `agentId`'s when given. With `pagedAt` (the page's own path), each list holds at most
+ * PENDING_PAGE items, from where the page's query says, and `next` links to the following page of each.
  */
 export async function loadPending(
   ctx: WebContext,
   request: FastifyRequest,
   current: Current,
-  known?: AgentSummary[],
-  pagedAt?: string,
+  options: { known?: AgentSummary[]; pagedAt?: string; agentId?: string } = {},
 ): Promise<PendingApprovals> {
+  const { known, pagedAt } = options;
   const cursors = pagedAt ? cursorsOf(request.query as Record<string, unknown>) : { budgets: "", payments: "" };
   const [pending, agents] = await Promise.all([
     ctx.budgets
       .listPendingApprovals(
-        { sessionToken: current.token, limit: pagedAt ? PENDING_PAGE : 0, budgetsCursor: cursors.budgets, paymentsCursor: cursors.payments },
+        {
+          sessionToken: current.token,
+          limit: pagedAt ? PENDING_PAGE : 0,
+          budgetsCursor: cursors.budgets,
+          paymentsCursor: cursors.payments,
+          agentPrincipalId: options.agentId ?? "",
+        },
         ctx.rpc(request),
       )
       .catch((err: unknown) => {

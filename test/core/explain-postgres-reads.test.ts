@@ -98,6 +98,7 @@ describe("Hot statements use indexes on a seeded database: reads, deliveries and
       // The dashboard's paged lists, first and next page.
       const page = await stack.clients.budgets.listPendingApprovals({ sessionToken: session, limit: 1 });
       await stack.clients.budgets.listPendingApprovals({ sessionToken: session, limit: 1, budgetsCursor: page.nextBudgetsCursor });
+      await stack.clients.budgets.listPendingApprovals({ sessionToken: session, limit: 1, agentPrincipalId: toActivate.agentPrincipalId });
       await stack.clients.budgets.getMoneyView({ sessionToken: session });
       await stack.clients.budgets.activateBudget({ sessionToken: session, agentPrincipalId: toActivate.agentPrincipalId });
       await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: toDecline.agentPrincipalId });

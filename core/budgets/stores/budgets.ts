@@ -86,9 +86,10 @@ export const budgetsStore = {
     conn: Conn,
     userId: string,
     page?: { limit: number; after?: { at: string; id: string } },
+    agentPrincipalId?: string,
   ): Promise<(BudgetRecord & { key: { at: string; id: string } })[]> {
     const q = conn("budgets")
-      .where({ user_id: userId, status: "draft" })
+      .where({ user_id: userId, status: "draft", ...(agentPrincipalId && { agent_principal_id: agentPrincipalId }) })
       .select("*", conn.raw("created_at::text AS created_key"))
       .orderBy([{ column: "created_at" }, { column: "id" }]);
     if (page?.after) q.whereRaw(`(created_at, id) > (?::timestamptz, ?::uuid)`, [page.after.at, page.after.id]);

@@ -22,6 +22,13 @@ export const vaultsStore = {
     return row ? toVault(row) : undefined;
   },
 
+  /** The currency of each of these vaults, in one statement. */
+  async currenciesOf(conn: Conn, ids: string[]): Promise<Map<string, string>> {
+    if (ids.length === 0) return new Map();
+    const { rows } = await conn.raw(`SELECT id, currency FROM vaults WHERE id = ANY(?::uuid[])`, [pgArray(ids)]);
+    return new Map((rows as { id: string; currency: string }[]).map((r) => [String(r.id), String(r.currency)]));
+  },
+
   /**
    * Moves money into a vault and records it in the ledger in one statement: `from` is
    * debited (external:funding for the operator's funding, the parent vault for a budget

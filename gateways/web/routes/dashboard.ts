@@ -81,7 +81,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
     const csrf = ctx.csrfToken(request, reply);
     const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
-    const pending = await loadPending(ctx, request, current, agents, "/dashboard/agents");
+    const pending = await loadPending(ctx, request, current, { known: agents, pagedAt: "/dashboard/agents" });
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) =>
@@ -125,7 +125,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
    */
   async function agentPage(request: FastifyRequest, reply: FastifyReply, current: Current, agentId: string, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const [agent, vaults, all] = await Promise.all([
+    const here = `/dashboard/agents/${agentId.toLowerCase()}`;
+    const [agent, vaults, mine] = await Promise.all([
       ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
         (r) => r.agent,
         (err: unknown) => {
@@ -134,14 +135,12 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
         },
       ),
       loadMoney(request, current),
-      loadPending(ctx, request, current),
+      // This agent's own pending approvals, paged, with the same review links and Decline buttons.
+      loadPending(ctx, request, current, { pagedAt: here, agentId: agentId.toLowerCase() }),
     ]);
-    const here = `/dashboard/agents/${agentId.toLowerCase()}`;
     const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
     if (!agent && !budget) throw new PageError(404, "Not found", "There is no such agent.");
-    // This agent's own pending approvals, with the same review links and Decline buttons.
     const id = agent?.agentId ?? budget!.agentPrincipalId;
-    const mine = { ...all, payments: all.payments.filter((p) => p.agentPrincipalId === id), budgets: all.budgets.filter((b) => b.agentPrincipalId === id) };
     // The money this agent reaches: its budget, and the vaults its active grants act on.
     const grantVaults = new Set((agent?.grants ?? []).filter((g) => g.state === "active").map((g) => g.vaultId));
     const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
@@ -192,7 +191,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   /** {app_url}/dashboard/money: every vault and budget, spend against each cap, recent payments, pending approvals. */
   async function moneyPage(request: FastifyRequest, reply: FastifyReply, current: Current, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current, undefined, MONEY_PATH)]);
+    const [vaults, pending] = await Promise.all([loadMoney(request, current), loadPending(ctx, request, current, { pagedAt: MONEY_PATH })]);
     const options = cardOptions(request, csrf, MONEY_PATH, vaults);
     // What the owner holds in all, per currency (budgets' money is still the owner's).
     const totals = new Map<string, bigint>();

@@ -97,6 +97,12 @@ describe("BudgetsService payments, balance and audit", () => {
     const sessionToken = await ownerSession(stack, owner.userId);
     const listed = await stack.clients.budgets.listPendingApprovals({ sessionToken });
     expect(listed.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
+    // One agent's approvals: this budget's agent has the payment, another agent none; a malformed id is refused.
+    const mine = await stack.clients.budgets.listPendingApprovals({ sessionToken, agentPrincipalId: child.agentPrincipalId.toUpperCase() });
+    expect(mine.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
+    const other = await stack.clients.budgets.listPendingApprovals({ sessionToken, agentPrincipalId: owner.agentPrincipalId });
+    expect(other.pendingPayments).to.deep.equal([]);
+    await expectRefused(stack.clients.budgets.listPendingApprovals({ sessionToken, agentPrincipalId: "x'; --" }), Reason.INVALID_REQUEST);
 
     // Without a step-up on the session (core reads it; the caller cannot claim one).
     await expectRefused(stack.clients.budgets.approvePayment({ sessionToken, paymentId: id }), Reason.ACCESS_DENIED);

@@ -205,9 +205,20 @@ describe("Pending approvals on the dashboard: pages of 20", () => {
     expect(b2).to.have.length(3);
     expect(new Set([...b1, ...b2]).size).to.equal(23);
 
-    // The money view pages the same way.
+    // The money view pages the same way, and so does the page of the agent asking for the payments.
     const money = await (await jar.get("/dashboard/money")).text();
     expect(nextLink(money, "payments")).to.match(/^\/dashboard\/money\?payments_after=/);
+    const [payer] = await stack.core.db("agent_payments").where({ vault_id: vaultId }).distinct().pluck("agent_principal_id");
+    // Counted in its pending section: the budget's card above it lists its recent payments too.
+    const pendingPart = (text: string) => text.slice(text.indexOf("<h2>Pending approvals</h2>"));
+    const agentPage = pendingPart(await (await jar.get(`/dashboard/agents/${payer}`)).text());
+    const a1 = ids(agentPage, "payments");
+    expect(a1).to.have.length(20);
+    expect(ids(agentPage, "budgets"), "the drafts are their own agents'").to.deep.equal([]);
+    const agentNext = nextLink(agentPage, "payments")!;
+    expect(agentNext).to.match(new RegExp(`^/dashboard/agents/${payer}\\?payments_after=`));
+    const a2 = ids(pendingPart(await (await jar.get(agentNext)).text()), "payments");
+    expect([...a1, ...a2].sort()).to.deep.equal([...all].sort());
 
     // A changed cursor, garbage, or another user's cursor: a 400 page, nothing listed.
     const cursor = new URL(morePayments, stack.url).searchParams.get("payments_after")!;
