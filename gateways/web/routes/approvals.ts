@@ -137,7 +137,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     const here = budgetPath(agentId);
     const current = await signedIn(request, reply, here);
     if (!current) return reply;
-    const pending = await loadPending(ctx, request, current);
+    const pending = await loadPending(ctx, request, current, { agentId: agentId.toLowerCase() });
     const b = pending.budgets.find((x) => x.agentPrincipalId === agentId.toLowerCase());
     if (!b) throw nothing("budget");
     const csrf = ctx.csrfToken(request, reply);
