@@ -1,3 +1,5 @@
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
 import type { Keyring } from "../keys/keyring.js";
 import { MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
 import { checkAccessToken, timeRefusal } from "../keys/access-token-verifier.js";
@@ -79,16 +81,23 @@ export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
   const rules = { keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192 };
 
   return {
-    /** The claims of a valid, unexpired agent token, or undefined. Grant state is not checked here. */
+    /**
+     * The claims of a valid, unexpired agent token, or undefined; AUTH_UNAVAILABLE when the keys
+     * are unusable, so a server-side key problem never reads as the agent's bad token. Grant state is not checked here.
+     */
     async verify(token: string): Promise<AgentTokenClaims | undefined> {
       const now = options.clock();
+      if (options.keyring.problem()) fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
       const cached = verified.get(token);
       if (cached) {
         if (timeRefusal(cached.claims, now) !== undefined) return undefined;
         return (await options.keyring.verificationKey(cached.kid, cached.claims.iat)) ? cached.claims : undefined;
       }
       const checked = await checkAccessToken(token, rules, now);
-      if (!checked.ok) return undefined;
+      if (!checked.ok) {
+        if (checked.refusal === "no_keys") fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
+        return undefined;
+      }
       const c = checked.claims;
       // Agent tokens always carry an audience list and the grant id as jti.
       if (!Array.isArray(c.aud) || typeof c.jti !== "string") return undefined;
