@@ -77,7 +77,12 @@ if (role === "peer" && databaseUrl) {
   const admin = createCoreClients(
     createGrpcTransport({
       baseUrl: running.coreUrl!,
-      interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
+      interceptors: [
+        (next) => (req) => {
+          req.header.set("authorization", `Bearer ${adminToken}`);
+          return next(req);
+        },
+      ],
     }),
   );
   const { parentToken: parent, agentToken: child } = await fundedAgentBudget(admin, running.gatewayUrl!, {

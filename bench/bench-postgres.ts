@@ -26,9 +26,10 @@ export function benchPostgres(): Promise<string> {
   server ??= (async () => {
     const url = process.env.BENCH_DATABASE_URL
       ? process.env.BENCH_DATABASE_URL
-      : await run("bash", [script, "start", BENCH_PG_DIR, "55499"], { env: { ...process.env, PG_DURABLE: "1" } }).then(
-          (r) => ((started = true), r.stdout.trim()),
-        );
+      : await run("bash", [script, "start", BENCH_PG_DIR, "55499"], { env: { ...process.env, PG_DURABLE: "1" } }).then((r) => {
+          started = true;
+          return r.stdout.trim();
+        });
     const client = new pg.Client({ connectionString: url });
     await client.connect();
     try {

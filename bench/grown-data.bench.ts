@@ -76,7 +76,14 @@ async function startStack(name: string, dbUrl: string): Promise<Stack> {
   const admin = createCoreClients(
     createRouterTransport(core.routes, {
       router: { interceptors: core.interceptors },
-      transport: { interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))] },
+      transport: {
+        interceptors: [
+          (next) => (req) => {
+            req.header.set("authorization", `Bearer ${adminToken}`);
+            return next(req);
+          },
+        ],
+      },
     }),
   );
   const gateway = await buildGateway({

@@ -85,7 +85,10 @@ async function side(name: string, bin: string | undefined): Promise<Side> {
   const adminToken = randomBytes(16).toString("hex");
   const dataDir = join(tmpdir(), `vaultgate-bench-ledger-${name}-${process.pid}`);
   const service = await startService({ DATABASE_URL: db.url, ADMIN_TOKEN: adminToken, DATA_DIR: dataDir, PROVISIONING_LIMIT_PER_MINUTE: "1000000" }, bin);
-  const auth: Interceptor = (next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req));
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${adminToken}`);
+    return next(req);
+  };
   const admin = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl, interceptors: [auth] }));
   const { agentToken } = await fundedAgentBudget(admin, service.gatewayUrl, {
     scopes: ["agent:budget:create", "payments:initiate"],

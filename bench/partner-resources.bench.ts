@@ -108,7 +108,14 @@ export async function run(): Promise<void> {
   const admin = createCoreClients(
     createRouterTransport(core.routes, {
       router: { interceptors: core.interceptors },
-      transport: { interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))] },
+      transport: {
+        interceptors: [
+          (next) => (req) => {
+            req.header.set("authorization", `Bearer ${adminToken}`);
+            return next(req);
+          },
+        ],
+      },
     }),
   );
   const clients = createCoreClients(transport, { gatewayToken });

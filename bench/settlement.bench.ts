@@ -92,7 +92,10 @@ export async function run(): Promise<void> {
       PROVISIONING_RATE_LIMIT_PER_MINUTE: "1000000",
       ...chain.env("eth"),
     });
-    const auth: Interceptor = (next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req));
+    const auth: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${adminToken}`);
+      return next(req);
+    };
     const admin = createCoreClients(createGrpcTransport({ baseUrl: service.coreUrl, interceptors: [auth] }));
     const tokens: string[] = [];
     for (let i = 0; i < VAULTS; i++) tokens.push(await vault(admin, service.gatewayUrl, i));

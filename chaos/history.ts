@@ -41,7 +41,7 @@ export class History {
 
   async save(file: string): Promise<void> {
     const lines = this.attempts.map((a) => JSON.stringify(a, (k, v) => (k === "authorization" ? "<redacted>" : v)));
-    await writeFile(file, lines.join("\n") + "\n");
+    await writeFile(file, `${lines.join("\n")}\n`);
   }
 }
 

@@ -36,7 +36,7 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
       const contextValues = createContextValues();
       contextValues.set(kInProcess, true);
       const spec = methods.get(`${method.parent.typeName}/${method.name}`);
-      if (!spec || spec.kind !== "unary") throw new ConnectError(`${method.parent.typeName}/${method.name} is not implemented`, Code.Unimplemented);
+      if (spec?.kind !== "unary") throw new ConnectError(`${method.parent.typeName}/${method.name} is not implemented`, Code.Unimplemented);
       const impl = spec.impl as (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;
       const url = `/${method.parent.typeName}/${method.name}`;
 

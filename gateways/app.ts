@@ -100,7 +100,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       } else if (path === "/oauth2/register") {
         reply.code(403).header("cache-control", "no-store").send({ error: "access_denied", error_description: "Host or Origin not allowed" });
       } else {
-        sendForbiddenOriginPage(request, reply);
+        sendForbiddenOriginPage(reply);
       }
       return;
     }

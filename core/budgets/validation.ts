@@ -101,7 +101,7 @@ export function optNumber(v: bigint | undefined): number | undefined {
 export function paymentInput(
   p: { counterparty?: { address: string; chain: string; token: string }; amountCents: bigint; currency: string; idempotencyKey: string } | undefined,
 ) {
-  if (!p || !p.counterparty) return fail(Reason.INVALID_REQUEST, "counterparty is required");
+  if (!p?.counterparty) return fail(Reason.INVALID_REQUEST, "counterparty is required");
   return checkPaymentInput({
     address: p.counterparty.address,
     chain: p.counterparty.chain,

@@ -111,7 +111,7 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
   const refresh = randomRefresh();
   const next = await deps.db.transaction(async (trx) => {
     const locked = await deps.grants.lockGrant(trx, current.id);
-    if (!locked || locked.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
+    if (locked?.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
     const g = await insertGrant(deps, trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
     await deps.grants.supersede(trx, locked.id, g.id, deps.clock(), false);
     await appendAudit(deps, trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });

@@ -88,7 +88,7 @@ export function createVerificationKeys(options: { store: KeysStore; clock: () =>
         await reload();
         entry = entries.get(kid);
       }
-      if (!entry || !entry.key || !keyVerifiesTokenIssuedAt(entry.state, iat, options.clock())) return undefined;
+      if (!entry?.key || !keyVerifiesTokenIssuedAt(entry.state, iat, options.clock())) return undefined;
       return entry.key;
     },
     async published() {

@@ -22,6 +22,6 @@ export function resolveTokenScopes(requested: string | undefined, entitlements: 
   // RFC 6749 3.1: a parameter sent without a value is treated as omitted.
   if (requested === undefined || requested.trim() === "") return { ok: true, scopes: [...entitlements] };
   const scopes = parseScopeParam(requested);
-  if (!scopes || !scopes.every((s) => entitlements.includes(s))) return { ok: false };
+  if (!scopes?.every((s) => entitlements.includes(s))) return { ok: false };
   return { ok: true, scopes };
 }

@@ -46,6 +46,9 @@ export interface SettlementWorker {
 const BUMP_NUMERATOR = 1125n;
 const BUMP_DENOMINATOR = 1000n;
 
+/** The larger of two fees (Math.max takes numbers, not bigints). */
+const larger = (a: bigint, b: bigint): bigint => (a > b ? a : b);
+
 /**
  * Settles evm-rail payments as leased work shared by every replica (docs/settlement.md). Signed
  * bytes are stored before broadcast and a payment is reconciled only by its stored hashes, so an
@@ -83,9 +86,9 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const network = await rail.fees();
     if (!last) return network;
     const up = (x: bigint) => (x * BUMP_NUMERATOR) / BUMP_DENOMINATOR + 1n;
-    const priorityFee = network.priorityFee > up(last.priorityFee) ? network.priorityFee : up(last.priorityFee);
-    const maxFee = network.maxFeePerGas > up(last.maxFeePerGas) ? network.maxFeePerGas : up(last.maxFeePerGas);
-    return { priorityFee, maxFeePerGas: maxFee > priorityFee ? maxFee : priorityFee };
+    const priorityFee = larger(network.priorityFee, up(last.priorityFee));
+    const maxFee = larger(network.maxFeePerGas, up(last.maxFeePerGas));
+    return { priorityFee, maxFeePerGas: larger(maxFee, priorityFee) };
   }
 
   /** Pending: expired before it had a nonce -> failed; else nonce, sign, store, broadcast. */

@@ -59,7 +59,7 @@ export async function checkRecipients(store: Pick<TreasuryStore, "recipients">, 
   for (const item of items) {
     const r = recipients.get(item.recipientUserId);
     // An unknown user and a user without consent answer alike: no existence oracle.
-    if (!r || !r.scopes.includes(PAYOUTS_RECEIVE)) {
+    if (!r?.scopes.includes(PAYOUTS_RECEIVE)) {
       fail(Reason.GRANT_REQUIRED, `recipient ${item.recipientUserId} has not granted ${PAYOUTS_RECEIVE} to this partner`);
     }
     if (r.status !== "active") fail(Reason.USER_INACTIVE, `recipient ${item.recipientUserId} is not active`);

@@ -44,7 +44,7 @@ export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): 
 }
 
 /** A page request from a foreign Origin or Host (DNS rebinding, cross-site form posts). */
-export function sendForbiddenOriginPage(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function sendForbiddenOriginPage(reply: FastifyReply): FastifyReply {
   setPageHeaders(reply);
   return reply
     .code(403)

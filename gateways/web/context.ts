@@ -58,7 +58,7 @@ export function wellFormedQuery(url: string): boolean {
 
 /** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
 export function safeReturnTo(value: string | undefined): string {
-  if (!value || !value.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\u0000-\u001f]/.test(value)) return AGENTS_PATH;
+  if (!value?.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\u0000-\u001f]/.test(value)) return AGENTS_PATH;
   return value;
 }
 

@@ -99,7 +99,7 @@ export function createOutboxStore(db: Db) {
         const partner = (await trx.raw(`SELECT status, webhook_url, webhook_secret_enc FROM partners WHERE id = ? FOR SHARE`, [lane.partnerId])).rows[0] as
           | { status: string; webhook_url: string | null; webhook_secret_enc: string | null }
           | undefined;
-        if (!partner || partner.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
+        if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
         const { rows } = await trx.raw(
           `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
             WHERE partner_id = ? AND delivery_state = 'pending' AND next_attempt_at <= ?

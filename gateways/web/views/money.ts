@@ -104,7 +104,7 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
   const extra: Html[] = [];
   if (l?.amountCapCentsPerTx !== undefined) extra.push(html`At most ${money(l.amountCapCentsPerTx, cur)} per payment`);
   if (l?.stepUpAmountCents !== undefined) extra.push(html`over ${money(l.stepUpAmountCents, cur)} waits for your approval`);
-  if (l && l.chainAllowlist.length) extra.push(html`only on ${l.chainAllowlist.join(", ")}`);
+  if (l?.chainAllowlist.length) extra.push(html`only on ${l.chainAllowlist.join(", ")}`);
   if (l?.timeWindowEnd) extra.push(html`until ${utcMinute(l.timeWindowEnd)}`);
   const canFund = isBudget && (v.status === BudgetStatus.ACTIVE || v.status === BudgetStatus.DRAFT);
   const canClose = isBudget && v.status !== BudgetStatus.CLOSED;
