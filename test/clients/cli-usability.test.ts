@@ -30,8 +30,14 @@ async function inProcess(argv: string[], tty: boolean): Promise<{ code: number; 
   const write = process.stdout.write.bind(process.stdout);
   const writeErr = process.stderr.write.bind(process.stderr);
   const wasTty = process.stdout.isTTY;
-  process.stdout.write = ((chunk: string) => ((out += chunk), true)) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => ((err += chunk), true)) as typeof process.stderr.write;
+  process.stdout.write = ((chunk: string) => {
+    out += chunk;
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => {
+    err += chunk;
+    return true;
+  }) as typeof process.stderr.write;
   process.stdout.isTTY = tty;
   try {
     return { code: await main(argv), out, err };

@@ -64,7 +64,7 @@ describe("request ids core accepts (core on its real port)", () => {
       },
       bearerMd(undefined, extra),
     );
-    return String(res.client.client_id);
+    return String((res as { client: { client_id: string } }).client.client_id);
   };
 
   it("a direct gRPC caller's own x-request-id never reaches the audit record", async () => {

@@ -41,7 +41,7 @@ describe("vaultgate serve: DATA_DIR permissions (real process)", function () {
       expect(found.get(data)).to.equal("700");
       expect(found.get(join(data, "notes.txt"))).to.equal("600");
       // The embedded database wrote its files during this start.
-      const pgFiles = [...found.keys()].filter((p) => p.startsWith(join(data, "pgdata") + "/"));
+      const pgFiles = [...found.keys()].filter((p) => p.startsWith(`${join(data, "pgdata")}/`));
       expect(pgFiles.length).to.be.greaterThan(10);
       for (const name of ["signin-code-key", "webhook-secret-key", "admin-token"]) expect(found.get(join(data, name)), name).to.equal("600");
       const line = proc

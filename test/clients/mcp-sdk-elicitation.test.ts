@@ -285,7 +285,11 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     const headers = { authorization: `Bearer ${token}`, "mcp-session-id": init.headers.get("mcp-session-id")! };
     const elicited = await postRpc(`${stack.url}/mcp/write`, { jsonrpc: "2.0", id: 3, method: "payments.initiate", params: args }, headers);
     expect(elicited.status).to.equal(200);
-    const error = elicited.json!.error as { code: number; message: string; data: Record<string, any> };
+    const error = elicited.json!.error as {
+      code: number;
+      message: string;
+      data: { reason_id: string; request_id: string; elicitations: { message: string }[] };
+    };
     expect(error.code).to.equal(-32042);
     expect(error.data.reason_id).to.equal("step_up_required");
     expect(error.data.request_id).to.equal(elicited.headers.get("x-request-id"));

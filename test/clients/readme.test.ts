@@ -44,12 +44,14 @@ describe("README quick start (real process, blocks as written)", function () {
     expect(blocks.length).to.be.at.least(6);
     // The service's address appears once, as BASE's default; everything else goes through $BASE.
     expect(blocks.join("\n").match(/localhost|127\.0\.0\.1/g)).to.deep.equal(["127.0.0.1"]);
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the README's shell text, parameter expansion and all
     expect(blocks[0]).to.contain('BASE="${BASE_URL:-http://127.0.0.1:8080}"');
   });
 
   it("runs every marked block in order; each exits 0 and the API calls answer JSON", async () => {
     const blocks = readmeBlocks(await readFile(`${root}README.md`, "utf8"));
-    const script = ["set -eo pipefail", ...blocks.flatMap((b, i) => [`printf '\\n@@step ${i + 1}@@\\n'`, b])].join("\n") + "\nprintf '\\n@@done@@\\n'\n";
+    // The last element is empty so that the script ends with a newline.
+    const script = ["set -eo pipefail", ...blocks.flatMap((b, i) => [`printf '\\n@@step ${i + 1}@@\\n'`, b]), "printf '\\n@@done@@\\n'", ""].join("\n");
     const run = await bash(script, env);
     const steps = run.stdout.split(/\n@@step \d+@@\n/).slice(1);
     const reached = steps.length;

@@ -25,6 +25,30 @@ function descriptorSet(files: Buffer[]): Buffer {
   return Buffer.concat(parts);
 }
 
+/** A ServerReflectionResponse as proto-loader decodes it (keepCase, oneofs): the fields these tests read. */
+interface ReflectionResponse {
+  original_request: { file_containing_symbol?: string };
+  list_services_response?: { service: { name: string }[] };
+  file_descriptor_response?: { file_descriptor_proto: Buffer[] };
+  all_extension_numbers_response?: { extension_number: number[] };
+  error_response?: { error_code: number; error_message: string };
+}
+type ReflectionClient = grpc.Client & { ServerReflectionInfo: () => grpc.ClientDuplexStream<object, ReflectionResponse> };
+type Unary<Res> = (req: object, cb: (err: grpc.ServiceError | null, res: Res) => void) => grpc.ClientUnaryCall;
+
+/** Sends `requests` on one ServerReflectionInfo stream, half-closes it, and resolves with every response. */
+function ask(reflection: ReflectionClient, requests: object[]): Promise<ReflectionResponse[]> {
+  return new Promise((resolve, reject) => {
+    const stream = reflection.ServerReflectionInfo();
+    const out: ReflectionResponse[] = [];
+    stream.on("data", (m: ReflectionResponse) => out.push(m));
+    stream.on("error", reject);
+    stream.on("end", () => resolve(out));
+    for (const r of requests) stream.write(r);
+    stream.end();
+  });
+}
+
 /**
  * A client that knows nothing of Vaultgate's protos: it speaks only the reflection
  * protocol (loaded from proto/grpc/reflection), asks core for the service list and the
@@ -55,22 +79,10 @@ describe("gRPC server reflection: a client with only core's address", function (
         oneofs: true,
       });
       const Reflection = grpc.makeGenericClientConstructor(pkg[`grpc.reflection.${version}.ServerReflection`] as grpc.ServiceDefinition, "ServerReflection");
-      const reflection = new Reflection(address, grpc.credentials.createInsecure()) as grpc.Client &
-        Record<string, (md?: grpc.Metadata) => grpc.ClientDuplexStream<object, any>>;
+      const reflection = new Reflection(address, grpc.credentials.createInsecure()) as unknown as ReflectionClient;
       try {
-        const ask = (requests: object[]) =>
-          new Promise<any[]>((resolve, reject) => {
-            const stream = reflection.ServerReflectionInfo!();
-            const out: any[] = [];
-            stream.on("data", (m) => out.push(m));
-            stream.on("error", reject);
-            stream.on("end", () => resolve(out));
-            for (const r of requests) stream.write(r);
-            stream.end();
-          });
-
-        const [listed] = await ask([{ list_services: "" }]);
-        const names = (listed.list_services_response.service as { name: string }[]).map((s) => s.name);
+        const [listed] = await ask(reflection, [{ list_services: "" }]);
+        const names = listed!.list_services_response!.service.map((s) => s.name);
         expect(names).to.include.members([
           "grpc.health.v1.Health",
           "grpc.reflection.v1.ServerReflection",
@@ -83,29 +95,32 @@ describe("gRPC server reflection: a client with only core's address", function (
           "vaultgate.treasury.v1.TreasuryService",
         ]);
 
-        const answers = await ask([
+        const answers = await ask(reflection, [
           { file_containing_symbol: "vaultgate.grants.v1.GrantsService" },
           { file_containing_symbol: "vaultgate.grants.v1.GrantsService.GetJwks" },
           { file_containing_symbol: "vaultgate.no.Such" },
           { file_by_filename: "no/such.proto" },
         ]);
         expect(answers).to.have.length(4);
-        const files = answers[0].file_descriptor_response.file_descriptor_proto as Buffer[];
+        const files = answers[0]!.file_descriptor_response!.file_descriptor_proto;
         expect(files.length).to.be.greaterThan(1); // the service's file and its imports
-        expect(answers[1].file_descriptor_response.file_descriptor_proto.length).to.be.at.least(1); // a method names its service's file
-        expect(answers[2].error_response.error_code).to.equal(grpc.status.NOT_FOUND);
-        expect(answers[3].error_response.error_code).to.equal(grpc.status.NOT_FOUND);
-        expect(answers[2].original_request.file_containing_symbol).to.equal("vaultgate.no.Such");
+        expect(answers[1]!.file_descriptor_response!.file_descriptor_proto.length).to.be.at.least(1); // a method names its service's file
+        expect(answers[2]!.error_response!.error_code).to.equal(grpc.status.NOT_FOUND);
+        expect(answers[3]!.error_response!.error_code).to.equal(grpc.status.NOT_FOUND);
+        expect(answers[2]!.original_request.file_containing_symbol).to.equal("vaultgate.no.Such");
 
         // Only what reflection returned: build the client and call.
         const reflected = protoLoader.loadFileDescriptorSetFromBuffer(descriptorSet(files), { keepCase: true, defaults: true });
         const Grants = grpc.makeGenericClientConstructor(reflected["vaultgate.grants.v1.GrantsService"] as grpc.ServiceDefinition, "GrantsService");
-        const grants = new Grants(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+        const grants = new Grants(address, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+          GetJwks: Unary<{ jwks_json: string }>;
+          RotateSigningKey: Unary<unknown>;
+        };
         try {
-          const res = await new Promise<any>((resolve, reject) => grants.GetJwks!({}, (err: Error | null, r: unknown) => (err ? reject(err) : resolve(r))));
+          const res = await new Promise<{ jwks_json: string }>((resolve, reject) => grants.GetJwks({}, (err, r) => (err ? reject(err) : resolve(r))));
           expect(JSON.parse(res.jwks_json).keys.length).to.be.greaterThan(0);
           // Reflection describes; it grants nothing: an admin-only method still needs the operator credential.
-          const refused = await new Promise<grpc.ServiceError>((resolve) => grants.RotateSigningKey!({}, (err: grpc.ServiceError | null) => resolve(err!)));
+          const refused = await new Promise<grpc.ServiceError>((resolve) => grants.RotateSigningKey({}, (err) => resolve(err!)));
           expect(refused?.code).to.equal(grpc.status.UNAUTHENTICATED);
         } finally {
           grants.close();
@@ -124,29 +139,13 @@ describe("gRPC server reflection: a client with only core's address", function (
       oneofs: true,
     });
     const Reflection = grpc.makeGenericClientConstructor(pkg["grpc.reflection.v1.ServerReflection"] as grpc.ServiceDefinition, "ServerReflection");
-    const reflection = new Reflection(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, () => grpc.ClientDuplexStream<object, any>>;
+    const reflection = new Reflection(address, grpc.credentials.createInsecure()) as unknown as ReflectionClient;
     try {
-      const out = await new Promise<any[]>((resolve, reject) => {
-        const stream = reflection.ServerReflectionInfo!();
-        const got: any[] = [];
-        stream.on("data", (m) => got.push(m));
-        stream.on("error", reject);
-        stream.on("end", () => resolve(got));
-        stream.write({ all_extension_numbers_of_type: "google.protobuf.MethodOptions" });
-        stream.end();
-      });
-      const numbers = out[0].all_extension_numbers_response.extension_number as number[];
+      const out = await ask(reflection, [{ all_extension_numbers_of_type: "google.protobuf.MethodOptions" }]);
+      const numbers = out[0]!.all_extension_numbers_response!.extension_number;
       expect(numbers.length).to.be.at.least(1);
-      const ext = await new Promise<any[]>((resolve, reject) => {
-        const stream = reflection.ServerReflectionInfo!();
-        const got: any[] = [];
-        stream.on("data", (m) => got.push(m));
-        stream.on("error", reject);
-        stream.on("end", () => resolve(got));
-        stream.write({ file_containing_extension: { containing_type: "google.protobuf.MethodOptions", extension_number: numbers[0] } });
-        stream.end();
-      });
-      expect(ext[0].file_descriptor_response.file_descriptor_proto.length).to.be.at.least(1);
+      const ext = await ask(reflection, [{ file_containing_extension: { containing_type: "google.protobuf.MethodOptions", extension_number: numbers[0] } }]);
+      expect(ext[0]!.file_descriptor_response!.file_descriptor_proto.length).to.be.at.least(1);
     } finally {
       reflection.close();
     }

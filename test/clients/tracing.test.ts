@@ -145,7 +145,10 @@ describe("tracing: a collector that cannot be reached", () => {
     const attempts: { names: string[]; failed: boolean }[] = [];
     const exporter: SpanExporter = {
       export: (spans, done) =>
-        otlp.export(spans, (result) => (attempts.push({ names: spans.map((s) => s.name), failed: result.error !== undefined }), done(result))),
+        otlp.export(spans, (result) => {
+          attempts.push({ names: spans.map((s) => s.name), failed: result.error !== undefined });
+          done(result);
+        }),
       shutdown: () => otlp.shutdown(),
       forceFlush: () => otlp.forceFlush(),
     };

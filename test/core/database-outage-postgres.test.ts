@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { Interceptor } from "@connectrpc/connect";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
 import { createCore, type Core } from "../../core/core.js";
@@ -64,7 +65,7 @@ describe("database outage (PostgreSQL)", () => {
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
     // Fixtures while the database is there, through the same helpers as every suite.
     const { createRouterTransport } = await import("@connectrpc/connect");
-    const auth = (next: any) => (req: any) => {
+    const auth: Interceptor = (next) => (req) => {
       req.header.set("authorization", `Bearer ${adminToken}`);
       return next(req);
     };
@@ -130,7 +131,7 @@ describe("database outage (PostgreSQL)", () => {
     } finally {
       await relay.restore();
     }
-    const lines = logs.lines.slice(mark).map((l) => JSON.parse(l) as Record<string, any>);
+    const lines = logs.lines.slice(mark).map((l) => JSON.parse(l) as { msg: string; level: number });
     const outage = lines.filter((l) => l.msg === "rpc unavailable: database unreachable");
     expect(outage.length).to.be.at.least(5);
     for (const l of outage) {

@@ -24,7 +24,11 @@ describe("in-process transport", () => {
       return next(req);
     };
     let seen = "";
-    const res = await client((_s, id) => ((seen = id), { status: Status.SERVING }), [setId]).check({ service: "" }, { headers: { "x-request-id": "r-1" } });
+    const handler = (_s: string, id: string) => {
+      seen = id;
+      return { status: Status.SERVING };
+    };
+    const res = await client(handler, [setId]).check({ service: "" }, { headers: { "x-request-id": "r-1" } });
     expect(res.status).to.equal(Status.SERVING);
     expect(seen).to.equal("r-1");
   });
@@ -64,7 +68,12 @@ describe("in-process transport", () => {
     forged.set(kOperator, true);
     let operator: boolean | undefined;
     const transport = createInProcessTransport((router) => {
-      router.service(Health, { check: (_req, ctx) => ((operator = ctx.values.get(kOperator)), { status: Status.SERVING }) });
+      router.service(Health, {
+        check: (_req, ctx) => {
+          operator = ctx.values.get(kOperator);
+          return { status: Status.SERVING };
+        },
+      });
     }, []);
     await createClient(Health, transport).check({ service: "" }, { contextValues: forged });
     expect(operator).to.equal(false);

@@ -55,7 +55,7 @@ describe("input text rules on every surface", () => {
     }
 
     it("a NUL in a property name is -32602 too", async () => {
-      const res = await createBudgetRpc(await agentToken(), { ["x\u0000"]: 1 });
+      const res = await createBudgetRpc(await agentToken(), { "x\u0000": 1 });
       expect(res.json!.error.code, res.text).to.equal(-32602);
     });
 

@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
+import type { JsonRpcError } from "./refusals.js";
 import { startStack, type StackOptions, type TestStack } from "./stack.js";
 
 export const TEST_MCP_URL = "http://mcp.vaultgate.test";
@@ -35,6 +36,14 @@ export async function startMcpStack(options: StackOptions = {}): Promise<McpStac
   };
 }
 
+/** One JSON-RPC response (alone or in a batch): the method's result, in the shape the caller reads, or an error. */
+export interface JsonRpcReply<Result = Record<string, unknown>> {
+  jsonrpc: "2.0";
+  id: string | number | null;
+  result?: Result;
+  error?: JsonRpcError;
+}
+
 /** POSTs a raw body to a JSON-RPC endpoint. */
 export async function postRpc(url: string, body: string | object, headers: Record<string, string> = {}) {
   const res = await fetch(url, {
@@ -43,5 +52,6 @@ export async function postRpc(url: string, body: string | object, headers: Recor
     body: typeof body === "string" ? body : JSON.stringify(body),
   });
   const text = await res.text();
+  // biome-ignore lint/suspicious/noExplicitAny: some thirty suites read their methods' own results from this body; typing every read is a change of its own
   return { url, status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, any>) : undefined };
 }

@@ -66,11 +66,11 @@ export async function startReplica(dbUrl: string, options: { adminToken: string;
   };
 }
 
-/** POSTs a JSON-RPC body (one message or a batch) with an agent bearer. */
+/** POSTs a JSON-RPC body (one message or a batch) with an agent bearer; the caller names the replies' shape it reads. */
 export async function postJsonRpc(url: string, body: unknown, bearer?: string) {
   const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream" };
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   const res = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
   const text = await res.text();
-  return { status: res.status, text, json: text ? (JSON.parse(text) as any) : undefined };
+  return { status: res.status, text, json: text ? (JSON.parse(text) as unknown) : undefined };
 }

@@ -13,7 +13,7 @@ if (!url || !adminToken || (stage !== "before-commit" && stage !== "after-commit
 }
 
 const pause = async (batchId: string) => {
-  process.stdout.write(JSON.stringify({ paused: batchId }) + "\n");
+  process.stdout.write(`${JSON.stringify({ paused: batchId })}\n`);
   // Hold here (transaction open, or committed but unanswered) until killed.
   await new Promise(() => {});
 };
@@ -30,4 +30,4 @@ const core = await createCore({
   treasuryFaults: stage === "before-commit" ? { beforeCommit: pause } : { afterCommit: pause },
 });
 const server = await startCoreServer(core, 0);
-process.stdout.write(JSON.stringify({ url: server.url }) + "\n");
+process.stdout.write(`${JSON.stringify({ url: server.url })}\n`);

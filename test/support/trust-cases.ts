@@ -15,6 +15,7 @@ import {
   type Fixtures,
   type GrpcCore,
   type TestUser,
+  type WireResponse,
 } from "./trust.js";
 
 /** The trust table's vocabulary: entries by credential kind, each with its cases. */
@@ -33,7 +34,7 @@ export interface Built {
   req: object;
   md?: grpc.Metadata;
   /** Checks after the call (the positive result, or that a refusal changed nothing). */
-  after?: (res: Record<string, any> | undefined) => Promise<void> | void;
+  after?: (res: WireResponse | undefined) => Promise<void> | void;
 }
 export interface Case {
   name: string;
@@ -52,15 +53,14 @@ export const refused = (name: string, code: grpc.status, build: Case["build"]): 
 // admin: the operator credential, and nothing that merely resembles it.
 
 export function admin(valid: (c: Ctx) => Promise<object> | object, after?: Built["after"]): Entry {
-  const md = (c: Ctx, v: string | undefined, extra: Record<string, string> = {}) => bearerMd(v, extra);
   return {
     kind: "admin",
     cases: [
-      ok("with the operator credential", async (c) => ({ req: await valid(c), md: md(c, c.stack.adminToken), after })),
+      ok("with the operator credential", async (c) => ({ req: await valid(c), md: bearerMd(c.stack.adminToken), after })),
       refused("without any credential", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c) })),
-      refused("with a wrong operator token", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: md(c, randomBytes(16).toString("hex")) })),
-      refused("with the operator token plus one character", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: md(c, `${c.stack.adminToken}0`) })),
-      refused("with the gateway credential as bearer", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: md(c, c.stack.gatewayToken) })),
+      refused("with a wrong operator token", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: bearerMd(randomBytes(16).toString("hex")) })),
+      refused("with the operator token plus one character", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: bearerMd(`${c.stack.adminToken}0`) })),
+      refused("with the gateway credential as bearer", S.UNAUTHENTICATED, async (c) => ({ req: await valid(c), md: bearerMd(c.stack.gatewayToken) })),
       refused("with the operator token outside the Bearer scheme", S.UNAUTHENTICATED, async (c) => {
         const m = new grpc.Metadata();
         m.set("authorization", c.stack.adminToken);
@@ -68,7 +68,7 @@ export function admin(valid: (c: Ctx) => Promise<object> | object, after?: Built
       }),
       refused("with the operator token in the gateway header", S.UNAUTHENTICATED, async (c) => ({
         req: await valid(c),
-        md: md(c, undefined, { "x-vaultgate-gateway": c.stack.adminToken }),
+        md: bearerMd(undefined, { "x-vaultgate-gateway": c.stack.adminToken }),
       })),
     ],
   };
@@ -173,8 +173,8 @@ export interface SessionOpts<F> {
   /** The code for another user's (stepped-up) session naming the owner's resource. */
   otherUser?: grpc.status;
   /** Checks when another user's session may call but must see or change nothing of the owner's. */
-  otherUserOk?: (c: Ctx, owner: TestUser, fx: F, res: Record<string, any> | undefined) => Promise<void> | void;
-  after?: (c: Ctx, owner: TestUser, fx: F, res: Record<string, any> | undefined, token: string) => Promise<void> | void;
+  otherUserOk?: (c: Ctx, owner: TestUser, fx: F, res: WireResponse | undefined) => Promise<void> | void;
+  after?: (c: Ctx, owner: TestUser, fx: F, res: WireResponse | undefined, token: string) => Promise<void> | void;
   /** The code without any session token (default UNAUTHENTICATED). */
   missing?: grpc.status;
 }

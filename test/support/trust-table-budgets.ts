@@ -1,8 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { paymentWire, type TestUser } from "./trust.js";
+import { paymentWire, type TestUser, type WireResponse } from "./trust.js";
 
 import { admin, agent, session, refused, S, type Case, type Ctx, type Entry } from "./trust-cases.js";
+
+/** The response fields the checks below read (see WireResponse for how they are decoded). */
+type BudgetRes = { budget: { status: string } };
+type PaymentRes = { payment: { status: string; payment_id: string } };
+type PendingRes = { pending_payments: { payment_id: string }[] };
+type MoneyViewRes = { vaults: { vault_id: string; balance_cents: string }[] };
 
 const draftBudget = (c: Ctx, owner: TestUser) => c.f.budget(owner, { stepUp: false });
 const pending = (c: Ctx, owner: TestUser) => c.f.pendingPayment(owner);
@@ -63,11 +69,11 @@ const fundWire = (creds: { access_token?: string; session_token?: string }, fx: 
   idempotency_key: `tb-${randomUUID()}`,
 });
 const closeWire = (creds: { access_token?: string; session_token?: string }, fx: BudgetFx) => ({ ...creds, vault_id: fx.vaultId });
-const funded = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+const funded = (c: Ctx, fx: BudgetFx) => async (res: WireResponse | undefined) => {
   expect([String(res!.balance_cents), res!.replayed]).to.deep.equal(["100", false]);
   expect([await vaultRow(c, fx.vaultId), await vaultRow(c, fx.user.vaultId)]).to.deep.equal([100, 900]);
 };
-const closed = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+const closed = (c: Ctx, fx: BudgetFx) => async (res: WireResponse | undefined) => {
   expect([res!.status, res!.already_closed]).to.deep.equal(["BUDGET_STATUS_CLOSED", false]);
   expect(await budgetRow(c, fx.vaultId)).to.equal("closed");
 };
@@ -79,7 +85,7 @@ const keptBudget = async (c: Ctx, user: TestUser) => {
   await c.stack.clients.budgets.closeBudget({ accessToken: (await c.f.grant(user, { stepUp: true })).accessToken, vaultId: fx.vaultId, keepFunds: true });
   return fx;
 };
-const swept = (c: Ctx, fx: BudgetFx) => async (res: Record<string, any> | undefined) => {
+const swept = (c: Ctx, fx: BudgetFx) => async (res: WireResponse | undefined) => {
   expect([String(res!.swept_cents), res!.nothing_to_sweep]).to.deep.equal(["100", false]);
   expect([await vaultRow(c, fx.vaultId), await vaultRow(c, fx.user.vaultId)]).to.deep.equal([0, 1_100]);
 };
@@ -101,7 +107,7 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
       setup: draftBudget,
       stepUp: true,
       otherUser: S.NOT_FOUND,
-      after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_ACTIVE"),
+      after: (_c, _o, _fx, res) => void expect((res as BudgetRes).budget.status).to.equal("BUDGET_STATUS_ACTIVE"),
     },
   ),
   "vaultgate.budgets.v1.BudgetsService/InitiatePayment": agent((t) => ({ access_token: t, payment: paymentWire() }), {
@@ -116,26 +122,26 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
     setup: pending,
     stepUp: true,
     otherUser: S.NOT_FOUND,
-    after: (_c, _o, _fx, res) => void expect(res!.payment.status).to.equal("PAYMENT_STATUS_APPROVED"),
+    after: (_c, _o, _fx, res) => void expect((res as PaymentRes).payment.status).to.equal("PAYMENT_STATUS_APPROVED"),
   }),
   "vaultgate.budgets.v1.BudgetsService/DeclinePayment": session((t, fx: { paymentId: string }) => ({ session_token: t, payment_id: fx.paymentId }), {
     setup: pending,
     otherUser: S.NOT_FOUND,
-    after: (_c, _o, _fx, res) => void expect(res!.payment.status).to.equal("PAYMENT_STATUS_DECLINED"),
+    after: (_c, _o, _fx, res) => void expect((res as PaymentRes).payment.status).to.equal("PAYMENT_STATUS_DECLINED"),
   }),
   "vaultgate.budgets.v1.BudgetsService/DeclineBudget": session(
     (t, fx: { agentPrincipalId: string }) => ({ session_token: t, agent_principal_id: fx.agentPrincipalId }),
     {
       setup: draftBudget,
       otherUser: S.NOT_FOUND,
-      after: (_c, _o, _fx, res) => void expect(res!.budget.status).to.equal("BUDGET_STATUS_DECLINED"),
+      after: (_c, _o, _fx, res) => void expect((res as BudgetRes).budget.status).to.equal("BUDGET_STATUS_DECLINED"),
     },
   ),
   "vaultgate.budgets.v1.BudgetsService/ListPendingApprovals": session((t) => ({ session_token: t }), {
     setup: pending,
-    after: (_c, _o, fx, res) => void expect(res!.pending_payments.map((p: { payment_id: string }) => p.payment_id)).to.include(fx.paymentId),
+    after: (_c, _o, fx, res) => void expect((res as PendingRes).pending_payments.map((p) => p.payment_id)).to.include(fx.paymentId),
     otherUserOk: async (c, owner, fx, res) => {
-      expect(res!.pending_payments.map((p: { payment_id: string }) => p.payment_id)).to.not.include(fx.paymentId);
+      expect((res as PendingRes).pending_payments.map((p) => p.payment_id)).to.not.include(fx.paymentId);
       expect((await pendingIds(c, owner)).payments).to.include(fx.paymentId);
     },
   }),
@@ -143,11 +149,12 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
   "vaultgate.budgets.v1.BudgetsService/GetMoneyView": session((t) => ({ session_token: t }), {
     setup: (c, owner) => c.f.fundedBudget(owner),
     after: (_c, owner, fx, res) => {
-      expect(res!.vaults.map((v: { vault_id: string }) => v.vault_id)).to.deep.equal([owner.vaultId, fx.vaultId]);
-      expect(res!.vaults[1].balance_cents).to.equal("100000");
+      const { vaults } = res as MoneyViewRes;
+      expect(vaults.map((v) => v.vault_id)).to.deep.equal([owner.vaultId, fx.vaultId]);
+      expect(vaults[1]!.balance_cents).to.equal("100000");
     },
     otherUserOk: (_c, owner, fx, res) => {
-      const seen = res!.vaults.map((v: { vault_id: string }) => v.vault_id);
+      const seen = (res as MoneyViewRes).vaults.map((v) => v.vault_id);
       expect(seen).to.have.length(1);
       expect(seen).to.not.include(owner.vaultId);
       expect(seen).to.not.include(fx.vaultId);
@@ -161,7 +168,7 @@ export const BUDGETS_TABLE: Record<string, Entry> = {
       return p.agent;
     },
     setup: async (c, u) => ({ paymentId: paymentOf.get(u) ?? (await c.f.pendingPayment(u)).paymentId }),
-    after: (_c, _t, _u, fx) => (res) => void expect(res!.payment.payment_id).to.equal(fx.paymentId),
+    after: (_c, _t, _u, fx) => (res) => void expect((res as PaymentRes).payment.payment_id).to.equal(fx.paymentId),
   }),
   "vaultgate.budgets.v1.BudgetsService/GetBalance": agent((t) => ({ access_token: t }), { scope: "accounts:read" }),
   "vaultgate.budgets.v1.BudgetsService/ListGrantAudit": agent((t) => ({ access_token: t, limit: 10 }), { scope: "audit:stream" }),

@@ -5,6 +5,12 @@ import { grpcRefusalOf } from "./refusals.js";
 
 import { admin, agent, session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
 
+/** The response fields the checks below read (see WireResponse in ./trust.ts for how they are decoded). */
+type JwksRes = { jwks_json: string };
+type SupersededRes = { token: { jti: string } };
+type ExchangedRes = { token: { access_token: string } };
+type AgentsRes = { agents: { agent_id: string }[] };
+
 const ownerGrant = async (c: Ctx, owner: TestUser) => {
   const t = await c.f.grant(owner);
   return { token: t, agentId: c.f.agentOf(t.accessToken) };
@@ -37,7 +43,10 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/GetJwks": {
     kind: "public",
     cases: [
-      ok("without any credential", async () => ({ req: {}, after: (res) => void expect(JSON.parse(res!.jwks_json).keys).to.have.length.greaterThan(0) })),
+      ok("without any credential", async () => ({
+        req: {},
+        after: (res) => void expect(JSON.parse((res as JwksRes).jwks_json).keys).to.have.length.greaterThan(0),
+      })),
     ],
   },
   "vaultgate.grants.v1.GrantsService/RotateSigningKey": admin(() => ({})),
@@ -50,7 +59,7 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/VerifyAgentToken": agent((t) => ({ access_token: t })),
   "vaultgate.grants.v1.GrantsService/SupersedeGrant": agent((t) => ({ access_token: t, scope: "" }), {
     after: (c, t) => async (res) => {
-      expect(res!.token.jti).to.not.equal(t.grantId);
+      expect((res as SupersededRes).token.jti).to.not.equal(t.grantId);
       const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: t.accessToken }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
@@ -192,7 +201,7 @@ export const GRANTS_TABLE: Record<string, Entry> = {
       return [
         ok("with the client's secret, the code and its PKCE verifier", async (c) => ({
           req: wire(await start(c)),
-          after: (res) => void expect(res!.token.access_token).to.be.a("string"),
+          after: (res) => void expect((res as ExchangedRes).token.access_token).to.be.a("string"),
         })),
         refused("without a client secret", S.UNAUTHENTICATED, async (c) => ({ req: wire(await start(c), { secret: "" }) })),
         refused("with the operator credential and no client secret", S.UNAUTHENTICATED, async (c) => ({
@@ -271,8 +280,8 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   },
   "vaultgate.grants.v1.GrantsService/ListAgents": session((t) => ({ session_token: t }), {
     setup: ownerGrant,
-    after: (_c, _o, fx, res) => void expect(res!.agents.map((a: { agent_id: string }) => a.agent_id)).to.include(fx.agentId),
-    otherUserOk: (_c, _o, fx, res) => void expect(res!.agents.map((a: { agent_id: string }) => a.agent_id)).to.not.include(fx.agentId),
+    after: (_c, _o, fx, res) => void expect((res as AgentsRes).agents.map((a) => a.agent_id)).to.include(fx.agentId),
+    otherUserOk: (_c, _o, fx, res) => void expect((res as AgentsRes).agents.map((a) => a.agent_id)).to.not.include(fx.agentId),
   }),
   "vaultgate.grants.v1.GrantsService/GetAgent": session((t, fx: { agentId: string }) => ({ session_token: t, agent_id: fx.agentId }), {
     setup: ownerGrant,

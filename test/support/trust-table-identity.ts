@@ -5,6 +5,13 @@ import { grpcRefusalOf } from "./refusals.js";
 import { softPasskey } from "./soft-passkey.js";
 import { session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
 
+/** The response fields the checks below read (see WireResponse in ./trust.ts for how they are decoded). */
+type OidcStartRes = { authorization_url: string };
+type SessionRes = { session: { user_id: string } };
+type PasskeyOptionsRes = { options_json: string };
+type PasskeyRes = { passkey: { name: string } };
+type PasskeysRes = { passkeys: { passkey_id: string }[] };
+
 /** A passkey registered for the owner through the RPCs (software authenticator at the app's origin). */
 const ownerPasskey = async (c: Ctx, owner: TestUser) => {
   const origin = new URL(c.stack.issuer).origin;
@@ -100,7 +107,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
     cases: [
       ok("sign-in: no credential; the browser is sent to the provider", async (c) => ({
         req: {},
-        after: (res) => void expect(res!.authorization_url.startsWith(c.idp.issuer)).to.equal(true),
+        after: (res) => void expect((res as OidcStartRes).authorization_url.startsWith(c.idp.issuer)).to.equal(true),
       })),
       refused("step-up: a random session token", S.UNAUTHENTICATED, async () => ({ req: { session_token: `vgs_${randomBytes(32).toString("base64url")}` } })),
     ],
@@ -129,8 +136,8 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
     ],
   },
   "vaultgate.grants.v1.GrantsService/GetSession": session((t) => ({ session_token: t }), {
-    otherUserOk: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.not.equal(owner.userId),
-    after: (_c, owner, _fx, res) => void expect(res!.session.user_id).to.equal(owner.userId),
+    otherUserOk: (_c, owner, _fx, res) => void expect((res as SessionRes).session.user_id).to.not.equal(owner.userId),
+    after: (_c, owner, _fx, res) => void expect((res as SessionRes).session.user_id).to.equal(owner.userId),
   }),
   "vaultgate.grants.v1.GrantsService/EndSession": session((t) => ({ session_token: t }), {
     after: async (c, _o, _fx, _res, token) => {
@@ -140,7 +147,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
   }),
   "vaultgate.grants.v1.GrantsService/StartPasskeyRegistration": session((t) => ({ session_token: t }), {
     stepUp: true,
-    after: (_c, _o, _fx, res) => void expect(JSON.parse(res!.options_json).challenge).to.be.a("string"),
+    after: (_c, _o, _fx, res) => void expect(JSON.parse((res as PasskeyOptionsRes).options_json).challenge).to.be.a("string"),
   }),
   "vaultgate.grants.v1.GrantsService/FinishPasskeyRegistration": {
     kind: "session",
@@ -151,7 +158,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
         const s = await c.stack.clients.grants.startPasskeyRegistration({ sessionToken: t });
         return {
           req: { session_token: t, flow_secret: s.flowSecret, response_json: softPasskey().create(s.optionsJson, new URL(c.stack.issuer).origin), name: "k" },
-          after: (res) => void expect(res!.passkey.name).to.equal("k"),
+          after: (res) => void expect((res as PasskeyRes).passkey.name).to.equal("k"),
         };
       }),
       refused("without a session token", S.UNAUTHENTICATED, async (c) => {
@@ -180,7 +187,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
   },
   "vaultgate.grants.v1.GrantsService/ListPasskeys": session((t) => ({ session_token: t }), {
     setup: ownerPasskey,
-    after: (_c, _o, fx, res) => void expect(res!.passkeys.map((k: { passkey_id: string }) => k.passkey_id)).to.deep.equal([fx.passkeyId]),
+    after: (_c, _o, fx, res) => void expect((res as PasskeysRes).passkeys.map((k) => k.passkey_id)).to.deep.equal([fx.passkeyId]),
     otherUserOk: (_c, _o, _fx, res) => void expect(res!.passkeys ?? []).to.deep.equal([]),
   }),
   "vaultgate.grants.v1.GrantsService/RemovePasskey": session((t, fx: { passkeyId: string }) => ({ session_token: t, passkey_id: fx.passkeyId }), {
@@ -190,7 +197,10 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/StartPasskeyAssertion": {
     kind: "proof",
     cases: [
-      ok("sign-in: no credential", async () => ({ req: {}, after: (res) => void expect(JSON.parse(res!.options_json).challenge).to.be.a("string") })),
+      ok("sign-in: no credential", async () => ({
+        req: {},
+        after: (res) => void expect(JSON.parse((res as PasskeyOptionsRes).options_json).challenge).to.be.a("string"),
+      })),
       refused("step-up: a random session token", S.UNAUTHENTICATED, async () => ({ req: { session_token: `vgs_${randomBytes(32).toString("base64url")}` } })),
     ],
   },

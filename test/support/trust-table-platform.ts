@@ -7,6 +7,9 @@ import { batchRequest, bindTreasury } from "./treasury.js";
 
 import { admin, partner, ok, refused, consentingUser, S, type Entry } from "./trust-cases.js";
 
+/** The reflection response's service list (see WireResponse in ./trust.ts for how it is decoded). */
+type ServicesRes = { list_services_response: { service: { name: string }[] } };
+
 /** Trust table entries of health, reflection, audit, partners and treasury. */
 export const PLATFORM_TABLE: Record<string, Entry> = {
   // grpc.health.v1.Health: public.
@@ -22,7 +25,7 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     cases: [
       ok("without any credential", async () => ({
         req: { list_services: "" },
-        after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.grants.v1.GrantsService"),
+        after: (res) => void expect((res as ServicesRes).list_services_response.service.map((s) => s.name)).to.include("vaultgate.grants.v1.GrantsService"),
       })),
     ],
   },
@@ -31,7 +34,7 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     cases: [
       ok("without any credential", async () => ({
         req: { list_services: "" },
-        after: (res) => void expect(res!.list_services_response.service.map((s: { name: string }) => s.name)).to.include("vaultgate.audit.v1.AuditService"),
+        after: (res) => void expect((res as ServicesRes).list_services_response.service.map((s) => s.name)).to.include("vaultgate.audit.v1.AuditService"),
       })),
     ],
   },

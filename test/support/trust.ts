@@ -44,9 +44,15 @@ export async function generatedServices(): Promise<DescService[]> {
   return [...out.values()];
 }
 
-type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Record<string, any>) => void) => grpc.ClientUnaryCall;
-type BidiStream = (md: grpc.Metadata) => grpc.ClientDuplexStream<object, Record<string, any>>;
-type ServerStream = (req: object, md: grpc.Metadata) => grpc.ClientReadableStream<Record<string, any>>;
+/**
+ * A response as the stock grpc-js client hands it over (proto-loader: snake_case fields, enums by
+ * name, 64-bit integers as strings); a check casts it to the few fields it reads.
+ */
+export type WireResponse = Record<string, unknown>;
+
+type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: WireResponse) => void) => grpc.ClientUnaryCall;
+type BidiStream = (md: grpc.Metadata) => grpc.ClientDuplexStream<object, WireResponse>;
+type ServerStream = (req: object, md: grpc.Metadata) => grpc.ClientReadableStream<WireResponse>;
 
 export interface GrpcCore {
   server: CoreServer;
@@ -55,7 +61,7 @@ export interface GrpcCore {
    * Calls `Service/Method` (fully qualified service name) with a stock grpc-js client.
    * A server-streaming call resolves with its first message and is then cancelled.
    */
-  call(service: string, method: string, req: object, md?: grpc.Metadata): Promise<Record<string, any>>;
+  call(service: string, method: string, req: object, md?: grpc.Metadata): Promise<WireResponse>;
   close(): Promise<void>;
 }
 
@@ -98,9 +104,9 @@ export async function startGrpcCore(stack: Pick<TestStack, "core">): Promise<Grp
       return new Promise((resolve, reject) => {
         // A bidi call (reflection) sends `req` as its one message, then half-closes.
         const stream = m.requestStream ? (client[method] as unknown as BidiStream)(md) : (client[method] as ServerStream)(req, md);
-        if (m.requestStream) (stream as grpc.ClientDuplexStream<object, Record<string, any>>).end(req);
+        if (m.requestStream) (stream as grpc.ClientDuplexStream<object, WireResponse>).end(req);
         let settled = false;
-        stream.on("data", (msg: Record<string, any>) => {
+        stream.on("data", (msg: WireResponse) => {
           if (settled) return;
           settled = true;
           resolve(msg);

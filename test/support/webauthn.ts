@@ -4,10 +4,15 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type * as SimpleWebAuthnBrowser from "@simplewebauthn/browser";
+import type { PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON } from "@simplewebauthn/browser";
 import type { CDPSession, Page } from "playwright-core";
 import { CHROMIUM } from "./browser.js";
 
 const bundle = fileURLToPath(new URL("../../node_modules/@simplewebauthn/browser/dist/bundle/index.umd.min.js", import.meta.url));
+
+/** The blank page's global scope: the UMD bundle puts @simplewebauthn/browser at `SimpleWebAuthnBrowser`. */
+export type WebAuthnPageScope = typeof globalThis & { SimpleWebAuthnBrowser: typeof SimpleWebAuthnBrowser };
 
 /**
  * Chromium with a virtual user-verifying authenticator on a blank localhost page with
@@ -49,11 +54,17 @@ export async function launchWebAuthnBrowser() {
     authenticatorId,
     /** navigator.credentials.create through @simplewebauthn/browser; the RegistrationResponseJSON. */
     async create(optionsJSON: unknown) {
-      return page.evaluate(async (o) => (globalThis as any).SimpleWebAuthnBrowser.startRegistration({ optionsJSON: o }), optionsJSON as object);
+      return page.evaluate(
+        async (o) => (globalThis as WebAuthnPageScope).SimpleWebAuthnBrowser.startRegistration({ optionsJSON: o }),
+        optionsJSON as PublicKeyCredentialCreationOptionsJSON,
+      );
     },
     /** navigator.credentials.get; the AuthenticationResponseJSON. */
     async get(optionsJSON: unknown) {
-      return page.evaluate(async (o) => (globalThis as any).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: o }), optionsJSON as object);
+      return page.evaluate(
+        async (o) => (globalThis as WebAuthnPageScope).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: o }),
+        optionsJSON as PublicKeyCredentialRequestOptionsJSON,
+      );
     },
     /** Turns the authenticator's user verification off (a device that cannot verify the person). */
     async setUserVerified(isUserVerified: boolean) {

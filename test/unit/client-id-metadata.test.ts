@@ -142,7 +142,7 @@ describe("client ID metadata documents: the resolver", function () {
     });
 
     const cases: [string, (url: string, path: string) => void, RegExp][] = [
-      ["a wrong client_id", (url, path) => docs.serve(path, validDocument(url + "x")), /client_id must equal the URL/],
+      ["a wrong client_id", (url, path) => docs.serve(path, validDocument(`${url}x`)), /client_id must equal the URL/],
       ["a client_id differing only in case", (url, path) => docs.serve(path, validDocument(url.toUpperCase())), /client_id must equal the URL/],
       ["no client_id", (url, path) => docs.serve(path, validDocument(url, { client_id: undefined })), /client_id must equal the URL/],
       ["an oversized document", (url, path) => docs.serve(path, validDocument(url, { padding: "x".repeat(6000) })), /larger than 5120 bytes/],

@@ -163,6 +163,7 @@ describe("comments", () => {
     it("ignores comment markers inside strings, templates and regexes", () => {
       const src = [
         'const s = "/* not\\" a comment";',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: source text holding a template literal, the case under test
         "const t = `// nor ${'this'} // nor ${`/* nested */`} this`;",
         "const r = /\\/\\/[/*]+/g;",
         "const u = 'a // b';",

@@ -69,7 +69,7 @@ describe("cursor codec", () => {
     const c = codec.encode({ a: 42 });
     expect(codec.decode(c)).to.deep.equal({ a: 42 });
     expect(other.decode(c)).to.equal(undefined);
-    expect(codec.decode(c + "x")).to.equal(undefined);
+    expect(codec.decode(`${c}x`)).to.equal(undefined);
     expect(codec.decode("")).to.equal(undefined);
   });
 });

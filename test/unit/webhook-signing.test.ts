@@ -10,12 +10,12 @@ describe("webhook signing and backoff (pure)", () => {
     const body = JSON.stringify({ type: "kyc.status_changed", timestamp: new Date().toISOString(), data: { a: 1 } });
     const headers = signWebhook(secret, "msg_1", now, body);
     expect(new Webhook(secret).verify(body, headers)).to.deep.equal(JSON.parse(body));
-    expect(() => new Webhook(secret).verify(body + " ", headers)).to.throw();
+    expect(() => new Webhook(secret).verify(`${body} `, headers)).to.throw();
   });
 
   it("accepts only whsec_ secrets of 24 to 64 bytes", () => {
-    expect(parseWebhookSecret("whsec_" + Buffer.alloc(32).toString("base64"))).to.have.length(32);
-    expect(parseWebhookSecret("whsec_" + Buffer.alloc(8).toString("base64"))).to.equal(undefined);
+    expect(parseWebhookSecret(`whsec_${Buffer.alloc(32).toString("base64")}`)).to.have.length(32);
+    expect(parseWebhookSecret(`whsec_${Buffer.alloc(8).toString("base64")}`)).to.equal(undefined);
     expect(parseWebhookSecret("secret")).to.equal(undefined);
   });
 

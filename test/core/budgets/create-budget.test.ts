@@ -286,7 +286,7 @@ describe("BudgetsService.CreateBudget", () => {
       const stepped = await ownerSession(stack, owner.userId, { stepUp: true });
       stack.clock.advance(601_000);
       await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: stepped, agentPrincipalId: budget!.agentPrincipalId }), Reason.ACCESS_DENIED);
-      for (const forged of ["", "vgs_forged", stepped.slice(0, -2) + "xx"]) {
+      for (const forged of ["", "vgs_forged", `${stepped.slice(0, -2)}xx`]) {
         await expectRefused(stack.clients.budgets.activateBudget({ sessionToken: forged, agentPrincipalId: budget!.agentPrincipalId }), Reason.INVALID_TOKEN);
       }
       const other = await createOwner(stack);

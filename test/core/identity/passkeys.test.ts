@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { testDatabase, requirePostgres } from "../../support/db.js";
 import { requireChromium } from "../../support/browser.js";
-import { launchWebAuthnBrowser, type WebAuthnBrowser } from "../../support/webauthn.js";
+import { launchWebAuthnBrowser, type WebAuthnBrowser, type WebAuthnPageScope } from "../../support/webauthn.js";
 import { createCapturedLogger } from "../../support/logs.js";
 import { startSmtpServer } from "../../support/smtp.js";
 import { createAuditStore } from "../../../core/audit/store.js";
@@ -143,8 +143,8 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     const up = await pk.authenticationOptions("step_up", s);
     // The authenticator answers, without the verified-user flag.
     const response = await browser.page.evaluate(
-      async (o) => (globalThis as any).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: { ...o, userVerification: "discouraged" } }),
-      up.options as object,
+      async (o) => (globalThis as WebAuthnPageScope).SimpleWebAuthnBrowser.startAuthentication({ optionsJSON: { ...o, userVerification: "discouraged" } }),
+      up.options,
     );
     await db("web_sessions").where({ id: s.sessionId }).update({ step_up_at: null });
     await refused(pk.authenticate({ binding: up.binding, response, session: s }, facts()));

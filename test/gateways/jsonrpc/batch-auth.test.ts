@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { fixtures, type Fixtures } from "../../support/trust.js";
+import type { JsonRpcReply } from "../../support/mcp.js";
 import { postJsonRpc } from "../../support/replicas.js";
 
 /**
@@ -32,11 +33,11 @@ describe("JSON-RPC batches: every element is authorized afresh", () => {
     const owner = await f.grant(user, { stepUp: true });
     const res = await postJsonRpc(`${stack.url}/mcp/treasury`, [budgetCall(1, `b-${randomUUID()}`), killCall(2)], owner.accessToken);
     expect(res.json, res.text).to.be.an("array").with.length(2);
-    const [budget, kill] = res.json as Record<string, any>[];
+    const [budget, kill] = res.json as JsonRpcReply[];
     expect(budget!.id).to.equal(1);
     expect(budget!.error, res.text).to.equal(undefined);
-    expect(budget!.result.status).to.equal("active");
-    expect(kill!.result.revoked).to.be.at.least(1);
+    expect(budget!.result?.status).to.equal("active");
+    expect(kill!.result?.revoked).to.be.at.least(1);
     expect(await budgetsUnder(user.vaultId)).to.equal(1);
   });
 
@@ -45,13 +46,13 @@ describe("JSON-RPC batches: every element is authorized afresh", () => {
     const owner = await f.grant(user, { stepUp: true });
     const res = await postJsonRpc(`${stack.url}/mcp/treasury`, [killCall(1), budgetCall(2, `b-${randomUUID()}`)], owner.accessToken);
     expect(res.json, res.text).to.be.an("array").with.length(2);
-    const [kill, budget] = res.json as Record<string, any>[];
+    const [kill, budget] = res.json as JsonRpcReply[];
     expect(kill!.id).to.equal(1);
-    expect(kill!.result.revoked, res.text).to.be.at.least(1);
+    expect(kill!.result?.revoked, res.text).to.be.at.least(1);
     expect(budget!.id).to.equal(2);
     expect(budget!.result, res.text).to.equal(undefined);
-    expect(budget!.error.code).to.equal(-32001);
-    expect(budget!.error.data.reason_id).to.equal("invalid_token");
+    expect(budget!.error?.code).to.equal(-32001);
+    expect(budget!.error?.data?.reason_id).to.equal("invalid_token");
     expect(await budgetsUnder(user.vaultId)).to.equal(0);
     expect(await stack.core.db("vaults").where({ parent_vault_id: user.vaultId }).first()).to.equal(undefined);
   });
@@ -62,9 +63,9 @@ describe("JSON-RPC batches: every element is authorized afresh", () => {
     await postJsonRpc(`${stack.url}/mcp/treasury`, killCall(1), owner.accessToken);
     const res = await postJsonRpc(`${stack.url}/mcp/treasury`, [budgetCall(1, `b-${randomUUID()}`), killCall(2)], owner.accessToken);
     expect(res.status).to.equal(401);
-    for (const r of res.json as Record<string, any>[]) {
-      expect(r.error.code, res.text).to.equal(-32001);
-      expect(r.error.data.reason_id).to.equal("invalid_token");
+    for (const r of res.json as JsonRpcReply[]) {
+      expect(r.error?.code, res.text).to.equal(-32001);
+      expect(r.error?.data?.reason_id).to.equal("invalid_token");
     }
     expect(await budgetsUnder(user.vaultId)).to.equal(0);
   });

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { fixtures, type Fixtures } from "../../support/trust.js";
+import type { JsonRpcReply } from "../../support/mcp.js";
 import { postJsonRpc } from "../../support/replicas.js";
 import { MAX_BATCH_CALLS } from "../../../gateways/jsonrpc/plugin.js";
 import { expectJsonRpcError } from "../../support/refusals.js";
@@ -36,10 +37,13 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
   const paymentsOf = async (vaultId: string) => Number((await stack.core.db("agent_payments").where({ vault_id: vaultId }).count({ n: "*" }))[0]!.n);
   const balanceOf = async (vaultId: string) => Number((await stack.core.db("vaults").where({ id: vaultId }).first("balance_cents")).balance_cents);
 
+  /** Each reply's result kind, in order ("accepted" for a payment that went through). */
+  const kinds = (res: Awaited<ReturnType<typeof postJsonRpc>>) => (res.json as JsonRpcReply<{ kind?: string }>[]).map((r) => r.result?.kind);
+
   function expectRefusedWhole(res: Awaited<ReturnType<typeof postJsonRpc>>) {
     expect(res.status, res.text).to.equal(200);
     expect(res.json, res.text).to.not.be.an("array");
-    expect(res.json.id).to.equal(null);
+    expect((res.json as JsonRpcReply).id).to.equal(null);
     const error = expectJsonRpcError(res, -32600, "batch_too_large");
     expect(error.message).to.equal("Invalid Request: a batch may hold at most 20 calls");
     expect(error.data).to.deep.include({ max_batch_calls: 20 });
@@ -59,7 +63,7 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
 
     const ok = await postJsonRpc(`${stack.url}/mcp/write`, batchOf(20), budget.agent.accessToken);
     expect(ok.json, ok.text).to.be.an("array").with.length(20);
-    expect(ok.json.map((r: any) => r.result?.kind)).to.deep.equal(Array(20).fill("accepted"));
+    expect(kinds(ok)).to.deep.equal(Array(20).fill("accepted"));
     expect(await paymentsOf(budget.vaultId)).to.equal(20);
     expect(await balanceOf(budget.vaultId)).to.equal(100_000 - 20 * 100);
   });
@@ -91,11 +95,7 @@ describe("JSON-RPC batches hold at most 20 calls", function () {
     );
     answers.forEach((res, i) => {
       if (i % 2 === 0) expectRefusedWhole(res);
-      else
-        expect(
-          res.json.map((r: any) => r.result?.kind),
-          res.text.slice(0, 300),
-        ).to.deep.equal(Array(20).fill("accepted"));
+      else expect(kinds(res), res.text.slice(0, 300)).to.deep.equal(Array(20).fill("accepted"));
     });
     expect(await paymentsOf(budget.vaultId)).to.equal(6 * 20);
     expect(await balanceOf(budget.vaultId)).to.equal(1_000_000 - 6 * 20 * 100);

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
+import { startMcpStack, postRpc, type JsonRpcReply, type McpStack } from "../../support/mcp.js";
 import { requirePostgres } from "../../support/db.js";
 import { budgetParams, grantFor, type TestOwner } from "../../support/budgets.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
@@ -18,13 +18,17 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
   });
   after(() => stack?.close());
 
+  /** The fields of agent.budget.fund's and agent.budget.revoke's results these tests read. */
+  type Funded = { transfer_id: string; replayed: boolean; balance_cents: number };
+  type Closed = { already_closed: boolean; swept_cents: number };
+
   const key = () => `conc-${randomUUID()}`;
-  const rpc = async (path: string, token: string, method: string, params: unknown) => {
+  const rpc = async <Result = Record<string, unknown>>(path: string, token: string, method: string, params: unknown) => {
     const res = await postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
-    return res.json as { result?: Record<string, any>; error?: { code: number; message: string; data: Record<string, any> } };
+    return res.json as JsonRpcReply<Result>;
   };
   const fund = (token: string, vaultId: string, amount: number, idempotencyKey = key()) =>
-    rpc("/mcp/treasury", token, "agent.budget.fund", { vault_id: vaultId, amount_cents: amount, idempotency_key: idempotencyKey });
+    rpc<Funded>("/mcp/treasury", token, "agent.budget.fund", { vault_id: vaultId, amount_cents: amount, idempotency_key: idempotencyKey });
   const pay = (token: string, amount: number) =>
     rpc("/mcp/write", token, "payments.initiate", {
       counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
@@ -33,8 +37,8 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
       idempotency_key: key(),
     });
   /** Every refusal is one a caller can act on: no deadlock, no server error. */
-  const expectOnly = (outcomes: { error?: { data: Record<string, any> } }[], allowed: string[]) => {
-    const reasons = outcomes.filter((o) => o.error).map((o) => String(o.error!.data.reason_id));
+  const expectOnly = (outcomes: JsonRpcReply<unknown>[], allowed: string[]) => {
+    const reasons = outcomes.filter((o) => o.error).map((o) => String(o.error!.data?.reason_id));
     expect(
       reasons.filter((r) => !allowed.includes(r)),
       JSON.stringify(outcomes.filter((o) => o.error).slice(0, 3)),
@@ -85,7 +89,7 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
     // Let some of them land first, then close (three times at once) while the rest are in flight.
     const deadline = Date.now() + 30_000;
     while ((await completedFrom(child.vaultId)) < 500 && Date.now() < deadline) await new Promise((r) => setImmediate(r));
-    const closes = [0, 1, 2].map(() => rpc("/mcp/treasury", parentToken, "agent.budget.revoke", { vault_id: child.vaultId }));
+    const closes = [0, 1, 2].map(() => rpc<Closed>("/mcp/treasury", parentToken, "agent.budget.revoke", { vault_id: child.vaultId }));
     const [paid, funded, closed] = await Promise.all([Promise.all(payments), Promise.all(fundings), Promise.all(closes)]);
 
     // A payment fails for its revoked grant, the frozen policy, or (before the fundings land) the balance.
@@ -139,7 +143,7 @@ describe("agent.budget.fund / agent.budget.revoke under concurrency (Postgres)",
     const payB = await Promise.all([0, 1, 2].map(() => grantFor(stack, b)));
     const payC = await Promise.all([0, 1, 2].map(() => grantFor(stack, c)));
     const fundB = await grantFor(stack, owner);
-    const calls: Promise<{ error?: { data: Record<string, any> }; result?: Record<string, any> }>[] = [];
+    const calls: Promise<JsonRpcReply<unknown>>[] = [];
     for (let i = 0; i < 30; i++) {
       calls.push(pay(payB[i % 3]!, 100), pay(payC[i % 3]!, 100), fund(fundB, b.vaultId, 100), fund(tokenB, c.vaultId, 100));
       if (i === 10) calls.push(rpc("/mcp/treasury", tokenB, "agent.budget.revoke", { vault_id: c.vaultId }));

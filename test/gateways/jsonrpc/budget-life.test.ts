@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
+import type { Tool } from "@modelcontextprotocol/sdk/types.js";
 import { expect } from "chai";
-import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
+import { startMcpStack, postRpc, type JsonRpcReply, type McpStack } from "../../support/mcp.js";
 import { ALL_AGENT_SCOPES, grantFor } from "../../support/budgets.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
 import { expectJsonRpcError, expectToolError } from "../../support/refusals.js";
@@ -23,7 +24,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
   const tool = (token: string, name: string, args: unknown) => call("/mcp/treasury", token, "tools/call", { name, arguments: args });
   it("tools/list publishes both with their schemas, scope and annotations (fund idempotent; revoke destructive and idempotent)", async () => {
     const { parentToken } = await budgetUnderRoot(stack);
-    const tools = (await call("/mcp/treasury", parentToken, "tools/list", {})).json!.result.tools as Record<string, any>[];
+    const tools = (await call("/mcp/treasury", parentToken, "tools/list", {})).json!.result.tools as Tool[];
     const fund = tools.find((t) => t.name === "agent.budget.fund")!;
     const revoke = tools.find((t) => t.name === "agent.budget.revoke")!;
     expect(fund.annotations).to.deep.equal({
@@ -45,7 +46,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
       expect(t.inputSchema.additionalProperties).to.equal(false);
       // The result alone: a refusal (isError) carries no structuredContent to validate.
       expect(t.outputSchema).to.not.have.property("anyOf");
-      expect(t.outputSchema.additionalProperties).to.equal(false);
+      expect(t.outputSchema?.additionalProperties).to.equal(false);
     }
     expect(fund.inputSchema.required).to.deep.equal(["vault_id", "amount_cents", "idempotency_key"]);
     expect(revoke.inputSchema.required).to.deep.equal(["vault_id"]);
@@ -99,7 +100,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
   });
 
   it("hostile callers: another user's budget (not_found), the budget's own grant (grant_required), a grant without agent:budget:create, no bearer", async () => {
-    const { parentToken, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
+    const { child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const stranger = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const args = { vault_id: child.vaultId, amount_cents: 100, idempotency_key: key() };
     expectJsonRpcError(await call("/mcp/treasury", stranger.parentToken, "agent.budget.fund", args), -32602, "not_found");
@@ -179,8 +180,8 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
         authorization: `Bearer ${parentToken}`,
       },
     );
-    const [funded, closed] = both.json as unknown as Record<string, any>[];
-    expect([funded!.result.balance_cents, closed!.result.status, closed!.result.swept_cents], both.text).to.deep.equal([1_000, "closed", 0]);
+    const [funded, closed] = both.json as unknown as JsonRpcReply[];
+    expect([funded!.result?.balance_cents, closed!.result?.status, closed!.result?.swept_cents], both.text).to.deep.equal([1_000, "closed", 0]);
     expect(await balanceOf(stack, child.vaultId)).to.equal(1_000);
 
     const other = await budgetUnderRoot(stack, { parentCents: 10_000n });
@@ -192,9 +193,9 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
       ],
       { authorization: `Bearer ${other.parentToken}` },
     );
-    const [kill, refused] = killed.json as unknown as Record<string, any>[];
-    expect(kill!.result.revoked, killed.text).to.be.at.least(1);
-    expect([refused!.error.code, refused!.error.data.reason_id]).to.deep.equal([-32001, "invalid_token"]);
+    const [kill, refused] = killed.json as unknown as JsonRpcReply[];
+    expect(kill!.result?.revoked, killed.text).to.be.at.least(1);
+    expect([refused!.error?.code, refused!.error?.data?.reason_id]).to.deep.equal([-32001, "invalid_token"]);
     expect(await balanceOf(stack, other.owner.vaultId)).to.equal(10_000);
     expect(await balanceOf(stack, owner.vaultId)).to.equal(9_000);
     await expectLedgerBalanced(stack);

@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { requirePostgres, testDatabase } from "../../support/db.js";
 import { fixtures } from "../../support/trust.js";
+import type { JsonRpcReply } from "../../support/mcp.js";
 import { postJsonRpc, startReplica, type Replica } from "../../support/replicas.js";
 
 /**
@@ -51,11 +52,11 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
         },
       }));
     const running = (async () => {
-      const all: Record<string, any>[] = [];
+      const all: JsonRpcReply[] = [];
       for (let n = 0; n < BATCHES; n++) {
         const res = await postJsonRpc(`${a.url}/mcp/write`, payBatch(n), agentToken);
         expect(res.json, res.text.slice(0, 500)).to.be.an("array").with.length(SIZE);
-        all.push(...(res.json as Record<string, any>[]));
+        all.push(...(res.json as JsonRpcReply[]));
       }
       return all;
     })();
@@ -68,7 +69,7 @@ describe("kill switch across replicas during a payment batch (Postgres: needs se
       { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "replica test" } },
       killer.accessToken,
     );
-    expect(kill.json?.result?.revoked, kill.text).to.be.at.least(2);
+    expect((kill.json as JsonRpcReply | undefined)?.result?.revoked, kill.text).to.be.at.least(2);
 
     const replies = await running;
     expect(replies).to.have.length(N);

@@ -1,5 +1,6 @@
+import type { Tool } from "@modelcontextprotocol/sdk/types.js";
 import { expect } from "chai";
-import { startMcpStack, postRpc, TEST_MCP_URL, type McpStack } from "../../support/mcp.js";
+import { startMcpStack, postRpc, TEST_MCP_URL, type JsonRpcReply, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, revokeGrant } from "../../support/budgets.js";
 import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
 
@@ -141,8 +142,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
   });
 
   it("tools/list per category with 2020-12 input and output schemas and the tool annotations", async () => {
-    const list = async (path: string) =>
-      (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Record<string, any>[];
+    const list = async (path: string) => (await postRpc(at(path), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Tool[];
     const names = async (path: string) => (await list(path)).map((t) => t.name);
     expect(await names("/mcp/read")).to.deep.equal(["payments.get", "accounts.balance", "audit.list"]);
     expect(await names("/mcp/write")).to.deep.equal(["payments.initiate", "payments.simulate"]);
@@ -160,10 +160,10 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
       for (const tool of await list(path)) {
         expect(tool.inputSchema.$schema).to.equal("https://json-schema.org/draft/2020-12/schema");
-        expect(tool.outputSchema.$schema).to.equal("https://json-schema.org/draft/2020-12/schema");
+        expect(tool.outputSchema?.$schema).to.equal("https://json-schema.org/draft/2020-12/schema");
         expect(tool.inputSchema.type).to.equal("object");
         ajv.compile(tool.inputSchema);
-        ajv.compile(tool.outputSchema);
+        ajv.compile(tool.outputSchema!);
       }
     }
     const create = (await list("/mcp/treasury")).find((t) => t.name === "agent.budget.create")!;
@@ -174,8 +174,8 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       idempotentHint: true,
       openWorldHint: false,
     });
-    expect(create._meta.requiresHumanApproval).to.equal(true);
-    expect(create._meta.scope).to.equal("agent:budget:create");
+    expect(create._meta?.requiresHumanApproval).to.equal(true);
+    expect(create._meta?.scope).to.equal("agent:budget:create");
     expect(create.inputSchema.additionalProperties).to.equal(false);
     expect(create.inputSchema.required).to.deep.equal(["purpose", "display_name", "chain_allowlist", "idempotency_key"]);
     // The published outputSchema is the creation result exactly; a refusal (isError) has
@@ -194,7 +194,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       required: ["agent_principal_id", "vault_id", "policy_version", "status", "created_at"],
       additionalProperties: false,
     });
-    const validate = ajv.compile(create.outputSchema);
+    const validate = ajv.compile(create.outputSchema!);
     const result = {
       agent_principal_id: "0190a5a4-0000-7000-8000-000000000001",
       vault_id: "0190a5a4-0000-7000-8000-000000000002",
@@ -210,7 +210,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
       for (const tool of await list(path)) {
         expect(JSON.stringify(tool.outputSchema), tool.name).to.not.match(/"anyOf"|"error"/);
-        expect(ajv.compile(tool.outputSchema)({ error: { code: -32602, message: "Invalid params", data: {} } }), tool.name).to.equal(false);
+        expect(ajv.compile(tool.outputSchema!)({ error: { code: -32602, message: "Invalid params", data: {} } }), tool.name).to.equal(false);
       }
     }
   });
@@ -220,7 +220,7 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect([get.status, get.headers.get("allow")]).to.deep.equal([405, "POST"]);
     const text = await fetch(at("/mcp/write"), { method: "POST", headers: { ...auth, "content-type": "text/plain" }, body: "{}" });
     expect(text.status).to.equal(415);
-    expect(((await text.json()) as any).error.code).to.equal(-32600);
+    expect(((await text.json()) as JsonRpcReply).error?.code).to.equal(-32600);
     const big = await postRpc(at("/mcp/write"), { jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(70_000) } }, auth);
     expect(big.status).to.equal(413);
     expect(big.json!.error.code).to.equal(-32600);

@@ -126,7 +126,11 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
     const held = new Promise<void>((r) => (release = r));
     let reached!: () => void;
     const atPolicy = new Promise<void>((r) => (reached = r));
-    hold = (name) => (name === "policy" ? (reached(), held) : Promise.resolve());
+    hold = (name) => {
+      if (name !== "policy") return Promise.resolve();
+      reached();
+      return held;
+    };
     const first = call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
     await atPolicy;
     hold = undefined;

@@ -203,7 +203,7 @@ describe("client ID metadata documents over HTTP", function () {
 
   it("refuses bad documents with a page at authorize and invalid_client at the token endpoint, never a 5xx", async () => {
     const variants: [string, (url: string, path: string) => void, RegExp][] = [
-      ["wrong client_id", (url, path) => docs.serve(path, validDocument(url + "?other")), /client_id must equal the URL/],
+      ["wrong client_id", (url, path) => docs.serve(path, validDocument(`${url}?other`)), /client_id must equal the URL/],
       ["oversized", (url, path) => docs.serve(path, validDocument(url, { padding: "x".repeat(8000) })), /larger than 5120 bytes/],
       [
         "redirecting",

@@ -46,7 +46,7 @@ describe("POST /api/partner/oauth/token", () => {
 
     it("form-decodes each Basic part before use (RFC 6749 2.3.1)", async () => {
       // Percent-encode every character: a server that skips form-decoding fails this.
-      const enc = (s: string) => [...s].map((c) => "%" + c.charCodeAt(0).toString(16).padStart(2, "0")).join("");
+      const enc = (s: string) => [...s].map((c) => `%${c.charCodeAt(0).toString(16).padStart(2, "0")}`).join("");
       const header = `Basic ${Buffer.from(`${enc(partner.clientId)}:${enc(partner.clientSecret)}`).toString("base64")}`;
       const res = await postToken(stack.url, CC, { authorization: header });
       expect(res.status).to.equal(200);

@@ -41,7 +41,7 @@ describe("partner webhooks", () => {
     expect(payloads.map((p) => p.type)).to.deep.equal(["kyc.status_changed", "transfer.settled"]);
     expect(payloads[1]!.data).to.include({ user_id: userId, amount_cents: 1234, currency: "USD", status: "settled" });
     // A wrong secret does not verify.
-    const other = new Webhook("whsec_" + Buffer.alloc(32, 7).toString("base64"));
+    const other = new Webhook(`whsec_${Buffer.alloc(32, 7).toString("base64")}`);
     expect(() => other.verify(receiver.received[0]!.body, receiver.received[0]!.headers as Record<string, string>)).to.throw();
     // Delivered once: another pass sends nothing more.
     await stack.core.webhooks.runOnce();
