@@ -100,7 +100,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
   });
 
   it("hostile callers: another user's budget (not_found), the budget's own grant (grant_required), a grant without agent:budget:create, no bearer", async () => {
-    const { child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
+    const { owner, child } = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const stranger = await budgetUnderRoot(stack, { parentCents: 10_000n });
     const args = { vault_id: child.vaultId, amount_cents: 100, idempotency_key: key() };
     expectJsonRpcError(await call("/mcp/treasury", stranger.parentToken, "agent.budget.fund", args), -32602, "not_found");
@@ -108,8 +108,8 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
     const own = await grantFor(stack, child, { scopes: ALL_AGENT_SCOPES });
     expectJsonRpcError(await call("/mcp/treasury", own, "agent.budget.fund", args), -32002, "grant_required");
     expectToolError((await tool(own, "agent.budget.revoke", { vault_id: child.vaultId })).json!.result, -32002, "grant_required");
-    // Who is calling stays a JSON-RPC error inside tools/call.
-    const narrow = await grantFor(stack, stranger.owner, { scopes: ["accounts:read"] });
+    // Who is calling stays a JSON-RPC error inside tools/call: the owner's own grant without the scope.
+    const narrow = await grantFor(stack, owner, { scopes: ["accounts:read"] });
     expectJsonRpcError(await tool(narrow, "agent.budget.fund", args), -32002, "insufficient_scope");
     const anonymous = await postRpc(`${stack.url}/mcp/treasury`, { jsonrpc: "2.0", id: 1, method: "agent.budget.revoke", params: { vault_id: child.vaultId } });
     expect(anonymous.status).to.equal(401);
