@@ -16,7 +16,7 @@ import { createHealthService } from "./health.js";
 import { createCursorCodec, loadInstanceSecret } from "./paging.js";
 import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
-import { outboxLagReader, registerCoreMetrics } from "./observability/metrics.js";
+import { registerCoreMetrics, sharedReader } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore } from "./budgets/store.js";
 import { createResourcesStore } from "./partners/resources-store.js";
@@ -365,7 +365,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           pruner.runOnce().catch((err: unknown) => logger.error({ err }, "prune pass failed"));
         }, options.pruneIntervalMs).unref()
       : undefined;
-    const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: outboxLagReader(db, clock) });
+    const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: sharedReader(() => outbox.oldestDueAgeSeconds(clock())) });
     return {
       routes,
       interceptors,

@@ -1,22 +1,29 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { type AuditService, Outcome } from "../../gen/vaultgate/audit/v1/audit_pb.js";
+import { type AuditService, Outcome, type VerifyChainsResponseSchema } from "../../gen/vaultgate/audit/v1/audit_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
 import type { AuditRow, AuditStore } from "./store.js";
 import type { LedgerStore } from "../ledger/store.js";
-import type { Settlement } from "../settlement/settlement.js";
 
 export interface AuditServiceDeps {
   store: AuditStore;
   cursors: CursorCodec;
   /** The ledger `VerifyLedger` proves. */
   ledger: LedgerStore;
-  /** The hot wallets `VerifyChains` compares with the chain. */
-  settlement: Pick<Settlement, "verifyChains" | "railOf" | "evmChains">;
+  /** The hot wallets `VerifyChains` compares with the chain (settlement provides it; audit imports no room that writes audit rows). */
+  settlement: ChainVerifier;
   /** How often a tail looks for new records. */
   tailPollMs?: number;
+}
+
+/** What `VerifyChains` asks of settlement. */
+export interface ChainVerifier {
+  railOf(chain: string): string;
+  evmChains(): string[];
+  verifyChains(fromBlock: ReadonlyMap<string, number>): Promise<MessageInitShape<typeof VerifyChainsResponseSchema>>;
 }
 
 const MAX_LIMIT = 500;

@@ -1,5 +1,4 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Db } from "../db/knex.js";
 
 /**
  * Values are module-level because group commit, secret checks and audit writes are shared by every
@@ -53,7 +52,8 @@ export const auditWriteFailures = new Counter({
 
 /** What one running core lets the scrape read. */
 export interface CoreMetricsSource {
-  db: Db;
+  /** The knex instance whose connection pool is read. */
+  db: { client: unknown };
   /** Age in seconds of the oldest due, undelivered webhook event; 0 when none is due. */
   outboxLagSeconds(): Promise<number>;
 }
@@ -74,7 +74,7 @@ interface TarnPool {
   max: number;
 }
 
-const poolOf = (db: Db): TarnPool | undefined => (db.client as { pool?: TarnPool }).pool;
+const poolOf = (db: { client: unknown }): TarnPool | undefined => (db.client as { pool?: TarnPool }).pool;
 
 /** A gauge whose value is the sum, over the registered cores, of one pool figure. */
 function poolGauge(name: string, help: string, read: (p: TarnPool) => number) {
@@ -122,25 +122,13 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
-/**
- * Outbox lag, answered by the partial index partner_events_due from its first entry; leased and
- * backing-off events do not count. Concurrent scrapes share one running query per core.
- */
-export function outboxLagReader(db: Db, clock: () => Date): () => Promise<number> {
+/** Concurrent scrapes share one running read per core. */
+export function sharedReader(read: () => Promise<number>): () => Promise<number> {
   let running: Promise<number> | undefined;
   return () =>
-    (running ??= (async () => {
-      try {
-        const now = clock();
-        const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [
-          now,
-        ]);
-        const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
-        return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
-      } finally {
-        running = undefined;
-      }
-    })());
+    (running ??= read().finally(() => {
+      running = undefined;
+    }));
 }
 
 // Both classes show from the first scrape, not only once something queued.

@@ -46,6 +46,18 @@ export async function enqueue(
 /** Reads and delivery bookkeeping of the outbox. */
 export function createOutboxStore(db: Db) {
   return {
+    /**
+     * Age in seconds of the oldest due, undelivered event (0 when none is due), answered by the
+     * partial index partner_events_due; leased and backing-off events do not count.
+     */
+    async oldestDueAgeSeconds(now: Date): Promise<number> {
+      const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [
+        now,
+      ]);
+      const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
+      return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
+    },
+
     /** The partner's settled events strictly after `after`, in feed order (core/paging.ts). */
     async list(conn: Conn, partnerId: string, after: FeedPosition, limit: number): Promise<{ row: PartnerEvent; position: FeedPosition }[]> {
       return readSettled(async () => {
