@@ -8,7 +8,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const root = fileURLToPath(new URL("../", import.meta.url));
 const compiled = `${root}dist/cli/main.js`;
 
-/** The first source newer than the build, if any (about 2 ms for some 130 files). */
+/** The first source newer than the build, if any: a stat per file, cheap next to a rebuild. */
 function newerSource(builtAt) {
   const stack = ["cli/", "core/", "gateways/", "gen/", "lib/"];
   while (stack.length > 0) {

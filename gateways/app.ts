@@ -24,7 +24,7 @@ export interface GatewayOptions {
   partnerRealm?: string;
   /** `{mcp_url}` of the agent tool endpoints, when `urls` is not given (tests). */
   mcpUrl?: string;
-  /** Issuer and the spec's four addresses; enables the agent OAuth and web surfaces. */
+  /** Issuer and the four public addresses; enables the agent OAuth and web surfaces. */
   urls?: PublicUrls;
   /** ALLOWED_ORIGINS: further origins (and hosts) browsers and MCP clients may use. */
   allowedOrigins?: readonly string[];

@@ -6,7 +6,7 @@ import { findBadText } from "../shared/text.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect, with date-time exactly as date-time.ts defines it. */
 export function createSchemaAjv(): Ajv2020 {
-  // Ajv's minLength/maxLength count code points (always, in Ajv 8), as the spec's limits mean.
+  // Ajv's minLength/maxLength count code points (always, in Ajv 8), as the documented limits mean.
   const ajv = new Ajv2020({ strict: true, allErrors: true, strictTypes: false });
   ajv.addFormat("date-time", { type: "string", validate: isDateTime });
   ajv.addFormat("uuid", { type: "string", validate: (s: string) => UUID.test(s) });

@@ -1,6 +1,6 @@
 import type { AgentScope } from "../../lib/vocabulary.js";
 
-/** The spec's four addresses plus the token issuer, as the gateway renders them. */
+/** The four public addresses (BASE_URL, AUTH_URL, APP_URL, MCP_URL) plus the token issuer, as the gateway renders them. */
 export interface PublicUrls {
   issuer: string;
   baseUrl: string;
