@@ -28,6 +28,12 @@ export function sha256Base64url(value: string): string {
   return sha256(value, "base64url");
 }
 
+/** The UUID PostgreSQL's `md5(text)::uuid` gives: ids derived in SQL and in code alike. */
+export function md5Uuid(text: string): string {
+  const h = createHash("md5").update(text).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
 /** HMAC-SHA-256 of `value` under `key`, in the given encoding. */
 export function hmacSha256(key: string | Buffer, value: string, encoding: "hex" | "base64url" | "base64" = "hex"): string {
   return createHmac("sha256", key).update(value).digest(encoding);

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { md5Uuid } from "../../lib/crypto.js";
 
 /**
  * An account's id is a pure function of kind, owner and currency (as SQL ledger_account_id), so a
@@ -15,8 +15,7 @@ export interface AccountRef {
 
 /** The id of an account (the same as SQL `ledger_account_id(kind, owner, currency)`). */
 export function accountId(kind: AccountKind, owner: string, currency: string): string {
-  const h = createHash("md5").update(`${kind}:${owner}:${currency}`).digest("hex");
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  return md5Uuid(`${kind}:${owner}:${currency}`);
 }
 
 export const vaultAccount = (vaultId: string, currency: string): AccountRef => ({ kind: "vault", owner: vaultId.toLowerCase(), currency });

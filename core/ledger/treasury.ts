@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { md5Uuid } from "../../lib/crypto.js";
 import { externalAccount, treasuryAccount, type ExternalAccount } from "./accounts.js";
 import type { Leg } from "./store.js";
 
@@ -16,8 +16,7 @@ const FUNDING: ExternalAccount = "funding";
  * an execution id used once per partner, so each payout has exactly one transfer whose id never changes.
  */
 export function payoutTransferId(partnerId: string, executionId: string): string {
-  const h = createHash("md5").update(`payout:${partnerId.toLowerCase()}:${executionId}`).digest("hex");
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  return md5Uuid(`payout:${partnerId.toLowerCase()}:${executionId}`);
 }
 
 /** SQL twin of payoutTransferId, over a partner id and an execution id expression. */

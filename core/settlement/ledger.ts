@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { md5Uuid } from "../../lib/crypto.js";
 import type { Knex } from "knex";
 import type { SettlementPayment } from "./store.js";
 import type { SettlementHooks } from "./worker.js";
@@ -13,8 +13,7 @@ export const hotWalletAccount = (chain: string, wallet: string) => `hot_wallet:$
 
 /** A movement id derived from what it records, so a replay adds nothing. */
 function movementId(...parts: string[]): string {
-  const h = createHash("md5").update(parts.join(":")).digest("hex");
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  return md5Uuid(parts.join(":"));
 }
 
 const utcDay = (d: Date) => d.toISOString().slice(0, 10);

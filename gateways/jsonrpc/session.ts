@@ -1,4 +1,5 @@
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { constantTimeEqual, hmacSha256 } from "../../lib/crypto.js";
 
 /**
  * Stateless, signed MCP session ids recording what `initialize` negotiated, so any replica can
@@ -16,12 +17,13 @@ export const URL_ELICITATION_SINCE = "2025-11-25";
 const SHAPE = /^mcp1\.(\d{4}-\d{2}-\d{2})\.([0u])\.([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})$/;
 
 export function createSessionCodec(key: Uint8Array) {
-  const mac = (text: string) => createHmac("sha256", key).update(text).digest();
+  const macKey = Buffer.from(key);
+  const mac = (text: string) => hmacSha256(macKey, text, "base64url");
   return {
     issue(session: McpSession): string {
       const flags = session.urlElicitation ? "u" : "0";
       const body = `mcp1.${session.protocolVersion}.${flags}.${randomBytes(16).toString("base64url")}`;
-      return `${body}.${mac(body).toString("base64url")}`;
+      return `${body}.${mac(body)}`;
     },
     /** The session an id records, or undefined for anything we did not sign. */
     read(header: string | string[] | undefined): McpSession | undefined {
@@ -29,9 +31,7 @@ export function createSessionCodec(key: Uint8Array) {
       const m = SHAPE.exec(header);
       if (!m) return undefined;
       // Compared as text, so a non-canonical encoding of the right bytes is refused too.
-      const given = Buffer.from(m[4]!);
-      const expected = Buffer.from(mac(header.slice(0, header.length - m[4]!.length - 1)).toString("base64url"));
-      if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
+      if (!constantTimeEqual(m[4]!, mac(header.slice(0, header.length - m[4]!.length - 1)))) return undefined;
       return { protocolVersion: m[1]!, urlElicitation: m[2] === "u" && m[1]! >= URL_ELICITATION_SINCE };
     },
   };

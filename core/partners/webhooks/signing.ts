@@ -1,4 +1,5 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { hmacSha256 } from "../../../lib/crypto.js";
 
 const PREFIX = "whsec_";
 
@@ -20,7 +21,7 @@ export function parseWebhookSecret(secret: string): Buffer | undefined {
 export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): Record<string, string> {
   const key = parseWebhookSecret(secret);
   if (!key) throw new Error("unusable webhook secret");
-  const signature = createHmac("sha256", key).update(`${id}.${timestampSeconds}.${body}`).digest("base64");
+  const signature = hmacSha256(key, `${id}.${timestampSeconds}.${body}`, "base64");
   return {
     "webhook-id": id,
     "webhook-timestamp": String(timestampSeconds),
