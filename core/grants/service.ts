@@ -23,7 +23,6 @@ import {
   startPasskeyRegistration,
 } from "../identity/passkey-rpcs.js";
 import { createOutbox, listOutbox } from "../identity/outbox.js";
-import { createOutboxStore } from "../identity/outbox-store.js";
 import { createSignInStore } from "../identity/signin-store.js";
 import { createUsersStore } from "../identity/users-store.js";
 import type { AccessTokenVerifier } from "./access-token.js";
@@ -71,8 +70,8 @@ export interface GrantsServiceDeps {
   signinCodeKey: Buffer;
   /** Resolves metadata document hosts off the thread pool (core/net/resolver.ts). */
   hostResolver?: HostResolver;
-  /** Account mail by SMTP (core/identity/mail); absent = the dev outbox. */
-  mailer?: Mailer;
+  /** Account mail: by SMTP, or the dev outbox (core/identity/mail). */
+  mailer: Mailer;
   /** Sign-in at the organisation's OpenID Connect provider; absent = not offered. */
   oidc?: OidcSignin;
   /** Passkeys (WebAuthn) bound to APP_URL. */
@@ -96,7 +95,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const users = createUsersStore();
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
-  const outbox = createOutbox({ store: createOutboxStore(), signinCodeKey: deps.signinCodeKey, mailer: deps.mailer });
+  const outbox = createOutbox({ mailer: deps.mailer, signinCodeKey: deps.signinCodeKey });
   const signIn = {
     db,
     store: createSignInStore(),

@@ -118,11 +118,34 @@ export type MailOutboxStore = ReturnType<typeof createMailOutboxStore>;
 
 /** The development outbox: messages nobody receives, readable with `vaultgate dev outbox`. */
 export function createDevOutboxStore(box: SecretBox) {
+  const unseal = (text: string) => {
+    if (!text.startsWith(SEALED)) return text; // rows written before texts were sealed
+    try {
+      return box.open(text.slice(SEALED.length));
+    } catch {
+      return "(sealed under another key)";
+    }
+  };
   return {
     async enqueue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string> {
       const id = randomUUID();
       await conn("dev_outbox").insert({ id, email: m.to, subject: SEALED + box.seal(m.subject), body: SEALED + box.seal(m.body), created_at: m.at });
       return id;
     },
+
+    /** The newest messages, opened (to one address when given). */
+    async list(conn: Knex | Knex.Transaction, email: string | undefined, limit = 100) {
+      const q = conn("dev_outbox").orderBy("seq", "desc").limit(limit);
+      if (email) q.where({ email });
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({
+        email: String(r.email),
+        subject: unseal(String(r.subject)),
+        body: unseal(String(r.body)),
+        createdAt: new Date(r.created_at as string),
+      }));
+    },
   };
 }
+
+export type DevOutboxStore = ReturnType<typeof createDevOutboxStore>;
