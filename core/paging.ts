@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { firstWrittenValue } from "./db/instance-values.js";
 import type { Db } from "./db/knex.js";
 import { constantTimeEqual, hmacSha256 } from "../lib/crypto.js";
 
@@ -30,11 +31,8 @@ export function createCursorCodec(key: Buffer): CursorCodec {
 }
 
 /** A random per-deployment secret kept in the database, so every replica shares it. */
-export async function loadInstanceSecret(db: Db, name: string): Promise<Buffer> {
-  await db.raw(`INSERT INTO instance_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, [name, randomBytes(32)]);
-  const { rows } = await db.raw(`SELECT value FROM instance_secrets WHERE name = ?`, [name]);
-  const value = (rows as { value: Uint8Array }[])[0]!.value;
-  return Buffer.from(value);
+export function loadInstanceSecret(db: Db, name: string): Promise<Buffer> {
+  return firstWrittenValue(db, name, randomBytes(32));
 }
 
 /**

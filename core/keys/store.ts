@@ -1,5 +1,6 @@
 import type { JWK } from "jose";
 import type { Knex } from "knex";
+import { firstWrittenValue } from "../db/instance-values.js";
 import type { Db } from "../db/knex.js";
 import { ROTATED_KEY_GRACE_MS, type KeyState } from "./lifecycle.js";
 
@@ -69,9 +70,6 @@ export type KeysStore = ReturnType<typeof createKeysStore>;
  * Records `value` as the check value of the outside key `name` unless one is recorded
  * already, and returns the recorded one (the first writer wins, concurrent starts agree).
  */
-export async function recordKeyCheck(db: Db, name: string, value: Buffer): Promise<Buffer> {
-  const row = `key-check:${name}`;
-  await db.raw(`INSERT INTO instance_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, [row, value]);
-  const { rows } = await db.raw(`SELECT value FROM instance_secrets WHERE name = ?`, [row]);
-  return Buffer.from((rows as { value: Uint8Array }[])[0]!.value);
+export function recordKeyCheck(db: Db, name: string, value: Buffer): Promise<Buffer> {
+  return firstWrittenValue(db, `key-check:${name}`, value);
 }
