@@ -12,6 +12,7 @@ export const STEP_UP_SCOPES: readonly AgentScope[] = ["payments:initiate", "agen
 
 /** The partner scopes a user consents to; also a partner client's default entitlements. */
 export const CONSENT_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive"] as const;
+export type ConsentScope = (typeof CONSENT_SCOPES)[number];
 
 /** Token-only partner scope an administrator may add; never a consent. */
 export const TREASURY_SCOPE = "treasury:write";

@@ -1,3 +1,4 @@
+import type { AgentScope } from "../../lib/vocabulary.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -20,7 +21,7 @@ export const SCOPES = {
   paymentsSimulate: "payments:simulate",
   accountsRead: "accounts:read",
   auditStream: "audit:stream",
-} as const;
+} as const satisfies Record<string, AgentScope>;
 
 export interface TokenDeps {
   /** Verifies agent access tokens (signature, issuer, audience, type, lifetime); grant state is read here. */

@@ -1,3 +1,4 @@
+import type { ConsentScope } from "../../lib/vocabulary.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -33,7 +34,7 @@ export interface AccessRequest {
   /** The user the resource belongs to; absent for partner-level operations. */
   userId?: string;
   /** The consent scope the resource needs (with userId). */
-  scope?: string;
+  scope?: ConsentScope;
   /**
    * Write the read's success audit row in the access statement itself (user reads):
    * when authorize() returns, the row is committed; when it cannot be written,

@@ -19,7 +19,7 @@ import { enqueue, type EventType, type OutboxStore } from "./webhooks/outbox-sto
 import { generateWebhookSecret, parseWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { UUID } from "../uuid.js";
 import { checkConsentScopes, checkHttpsUrl, kycJson, kycOut, transferJson, transferOut, usAccountOut } from "./resources-wire.js";
-import { CHAINS } from "../../lib/vocabulary.js";
+import { CHAINS, type ConsentScope } from "../../lib/vocabulary.js";
 
 export interface PartnerResourcesDeps {
   db: Db;
@@ -65,7 +65,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
   }
 
   /** Emits one event per consenting partner, in partner id order. */
-  async function emit(trx: Knex.Transaction, userId: string, scope: string, type: EventType, data: Record<string, unknown>) {
+  async function emit(trx: Knex.Transaction, userId: string, scope: ConsentScope, type: EventType, data: Record<string, unknown>) {
     for (const partnerId of await resources.partnersConsenting(trx, userId, scope)) await enqueue(trx, partnerId, type, data, deps.clock());
   }
 
@@ -120,7 +120,8 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
         token: req.accessToken,
         operation: req.scope ? `authorize.${req.scope}` : "authorize",
         userId: req.userId || undefined,
-        scope: req.scope || undefined,
+        // From the wire: a scope no consent can hold is refused grant_required, like a missing consent.
+        scope: (req.scope || undefined) as ConsentScope | undefined,
       });
       return { partnerId: principal.partnerId, clientId: principal.clientId, tokenScopes: principal.tokenScopes };
     },

@@ -1,3 +1,4 @@
+import type { ConsentScope } from "../../lib/vocabulary.js";
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
@@ -204,7 +205,7 @@ export function createResourcesStore(db: Db) {
     },
 
     /** Partners whose current consent of this user includes the scope, in id order (lock order for events). */
-    async partnersConsenting(trx: Knex.Transaction, userId: string, scope: string): Promise<string[]> {
+    async partnersConsenting(trx: Knex.Transaction, userId: string, scope: ConsentScope): Promise<string[]> {
       const { rows } = await trx.raw(`SELECT partner_id FROM consents WHERE user_id = ? AND ? = ANY(scopes) ORDER BY partner_id`, [userId, scope]);
       return (rows as { partner_id: string }[]).map((r) => String(r.partner_id));
     },
