@@ -5,7 +5,8 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { ALL_AGENT_SCOPES, createOwner, grantFor, ownerSession } from "../support/budgets.js";
 import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
-import { expectToolError } from "../support/refusals.js";
+import { expectRefused, expectToolError } from "../support/refusals.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
  * A budget's whole life with the official MCP SDK client as the agent: create, fund, pay
@@ -97,9 +98,10 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
       expect(String(err)).to.match(/-32001.*the grant has been revoked.*invalid_token/);
     }
     // No grant is issued on the closed vault; one that exists anyway (written directly) meets a frozen policy.
-    await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES }).then(
-      () => expect.fail("expected the refusal"),
-      (err: unknown) => expect(String(err)).to.include("the vault belongs to a closed budget"),
+    await expectRefused(
+      stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES }),
+      Reason.INVALID_TARGET,
+      /the vault belongs to a closed budget/,
     );
     const laterToken = await grantFor(stack, { userId: owner.userId, vaultId: budget.vault_id, agentPrincipalId: budget.agent_principal_id });
     const later = await connect("/mcp/write", laterToken);

@@ -1,12 +1,13 @@
 import { expect } from "chai";
-import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
+import { Code, type ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
-import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { fail } from "../../core/errors.js";
 import { kOperator, kRequestId } from "../../core/context.js";
 import { createCoreInterceptors } from "../../core/interceptors.js";
 import { createCapturedLogger } from "../support/logs.js";
+import { expectInternalError, expectRefused } from "../support/refusals.js";
 
 /** The gateway's in-process hop keeps Connect's client contract without serialization. */
 describe("in-process transport", () => {
@@ -34,25 +35,20 @@ describe("in-process transport", () => {
   });
 
   it("delivers a domain error with its detail", async () => {
-    const err = await client(() => fail(Reason.RATE_LIMITED, "slow down", { retryAfterSeconds: 60 }))
-      .check({ service: "" })
-      .catch((e: unknown) => e);
-    expect(err).to.be.instanceOf(ConnectError);
-    const detail = (err as ConnectError).findDetails(ErrorDetailSchema)[0]!;
-    expect(detail.reason).to.equal(Reason.RATE_LIMITED);
-    expect(detail.retryAfterSeconds).to.equal(60);
-    expect((err as ConnectError).rawMessage).to.equal("slow down");
+    const refusal = await expectRefused(
+      client(() => fail(Reason.RATE_LIMITED, "slow down", { retryAfterSeconds: 60 })).check({ service: "" }),
+      Reason.RATE_LIMITED,
+    );
+    expect(refusal.detail.retryAfterSeconds).to.equal(60);
+    expect(refusal.message).to.equal("slow down");
   });
 
   it("turns a bug into a bare internal error, keeping the cause out of the message", async () => {
-    const err = (await client(() => {
-      throw new Error("password=hunter2 in a stack");
-    })
-      .check({ service: "" })
-      .catch((e: unknown) => e)) as ConnectError;
-    expect(err.code).to.equal(Code.Internal);
-    expect(err.rawMessage).to.equal("internal error");
-    expect(err.findDetails(ErrorDetailSchema)).to.deep.equal([]);
+    await expectInternalError(
+      client(() => {
+        throw new Error("password=hunter2 in a stack");
+      }).check({ service: "" }),
+    );
   });
 
   it("answers unimplemented for an unregistered service method", async () => {
@@ -84,10 +80,7 @@ describe("in-process transport", () => {
     const interceptors = createCoreInterceptors({ logger: logs.logger, adminToken: undefined, gatewayToken: undefined });
     const refusedWith = async (reason: Reason) => {
       const before = logs.lines.length;
-      const err = await client(() => fail(reason, "no"), interceptors)
-        .check({ service: "" })
-        .catch((e: unknown) => e);
-      expect((err as ConnectError).findDetails(ErrorDetailSchema)[0]?.reason).to.equal(reason);
+      await expectRefused(client(() => fail(reason, "no"), interceptors).check({ service: "" }), reason);
       return logs.lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
     };
 

@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../support/stack.js";
+import { expectRefused } from "../support/refusals.js";
 
 /**
  * The gateway writes one info line per request, after the response, with no query string;
@@ -123,8 +124,7 @@ describe("request log", () => {
 
     it("a caller outside the process still gets core's own line (operator RPC over a real transport)", async () => {
       const before = stack.logs.lines.length;
-      const err = await stack.admin.partners.getPartner({ clientId: "no-such-client" }).catch((e: unknown) => e);
-      expect(err).to.be.instanceOf(Error);
+      await expectRefused(stack.admin.partners.getPartner({ clientId: "no-such-client" }), Reason.NOT_FOUND);
       const refused = stack.logs.lines
         .slice(before)
         .map((l) => JSON.parse(l) as Record<string, unknown>)

@@ -1,20 +1,13 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
 import { createSecretHasher } from "../../core/secrets/hasher.js";
-import { errorDetailOf } from "../../core/errors.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { expectRefused, reasonOf } from "../support/refusals.js";
 
 const params = { N: 1024, r: 8, p: 1 };
 
 async function overloaded(promise: Promise<unknown>) {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).to.be.instanceOf(ConnectError);
-  const detail = errorDetailOf(err)!;
-  expect(detail.reason).to.equal(Reason.OVERLOADED);
+  const { detail } = await expectRefused(promise, Reason.OVERLOADED);
   expect(detail.retryAfterSeconds).to.be.within(1, 30);
 }
 
@@ -65,7 +58,7 @@ describe("secret checks: fair scheduling and shedding", () => {
       const settled = (p: Promise<boolean>) =>
         p.then(
           (ok) => (ok ? "ok" : "wrong"),
-          (err: unknown) => (errorDetailOf(err)?.reason === Reason.OVERLOADED ? "shed" : String(err)),
+          (err: unknown) => (reasonOf(err) === Reason.OVERLOADED ? "shed" : String(err)),
         );
       const floods = Array.from({ length: 5 }, () => settled(hasher.verify("wrong", stored, flood)));
       expect(hasher.load()).to.include({ active: 1, queued: 4 });

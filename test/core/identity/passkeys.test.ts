@@ -5,12 +5,12 @@ import { requireChromium } from "../../support/browser.js";
 import { launchWebAuthnBrowser, type WebAuthnBrowser, type WebAuthnPageScope } from "../../support/webauthn.js";
 import { createCapturedLogger } from "../../support/logs.js";
 import { startSmtpServer } from "../../support/smtp.js";
+import { expectRefused } from "../../support/refusals.js";
 import { createAuditStore } from "../../../core/audit/store.js";
 import { createPasskeys, relyingParty, type PasskeySession } from "../../../core/identity/passkeys.js";
 import { createMailer } from "../../../core/identity/mail/mailer.js";
 import { createMailWorker } from "../../../core/identity/mail/worker.js";
 import { createSmtpTransport } from "../../../core/identity/mail/transport.js";
-import { errorDetailOf } from "../../../core/errors.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { sha256Hex } from "../../../lib/crypto.js";
 import type { Db } from "../../../core/db/knex.js";
@@ -51,17 +51,6 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
       step_up_at: new Date(),
     });
     return { sessionId, userId, email, stepUpFresh: true };
-  }
-
-  async function refused(p: Promise<unknown>, reason = Reason.ACCESS_DENIED) {
-    let err: unknown;
-    try {
-      await p;
-    } catch (e) {
-      err = e;
-    }
-    expect(err, "refused").to.exist;
-    expect(errorDetailOf(err)?.reason, (err as Error).message).to.equal(reason);
   }
 
   async function registered(pk = passkeys(), who?: PasskeySession) {
@@ -106,12 +95,12 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
 
   it("refuses to register without a fresh step-up", async () => {
     const s = await owner();
-    await refused(passkeys().registrationOptions({ ...s, stepUpFresh: false }));
+    await expectRefused(passkeys().registrationOptions({ ...s, stepUpFresh: false }), Reason.ACCESS_DENIED);
     // Options fetched while fresh, completed after it lapsed.
     const pk = passkeys();
     const { options, binding } = await pk.registrationOptions(s);
     const response = await browser.create(options);
-    await refused(pk.register({ binding, response, name: "x", session: { ...s, stepUpFresh: false } }, facts()));
+    await expectRefused(pk.register({ binding, response, name: "x", session: { ...s, stepUpFresh: false } }, facts()), Reason.ACCESS_DENIED);
     expect(await pk.list(s.userId)).to.have.length(0);
   });
 
@@ -147,7 +136,7 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
       up.options,
     );
     await db("web_sessions").where({ id: s.sessionId }).update({ step_up_at: null });
-    await refused(pk.authenticate({ binding: up.binding, response, session: s }, facts()));
+    await expectRefused(pk.authenticate({ binding: up.binding, response, session: s }, facts()), Reason.ACCESS_DENIED);
     expect((await db("web_sessions").where({ id: s.sessionId }).first()).step_up_at).to.equal(null);
   });
 
@@ -159,22 +148,22 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     const answerToFirst = await browser.get(first.options);
     // Brought with the second challenge's cookie: the challenge does not match.
     const f = facts();
-    await refused(pk.authenticate({ binding: second.binding, response: answerToFirst, session: s }, f));
+    await expectRefused(pk.authenticate({ binding: second.binding, response: answerToFirst, session: s }, f), Reason.ACCESS_DENIED);
     expect((await db("audit_records").where({ request_id: f.requestId }).first()).reason).to.match(/^assertion invalid: .*challenge/i);
     // Same RP ID, another origin (a look-alike site on another port).
     const otherOrigin = passkeys(browser.origin.replace(/:\d+$/, ":1"));
     const o = await otherOrigin.authenticationOptions("step_up", s);
     const g = facts();
-    await refused(otherOrigin.authenticate({ binding: o.binding, response: await browser.get(o.options), session: s }, g));
+    await expectRefused(otherOrigin.authenticate({ binding: o.binding, response: await browser.get(o.options), session: s }, g), Reason.ACCESS_DENIED);
     expect((await db("audit_records").where({ request_id: g.requestId }).first()).reason).to.match(/origin/i);
     // Another RP ID: the credential is not one of that relying party's.
     const otherRp = passkeys(browser.origin.replace("localhost", "vaultgate.localhost"));
-    await refused(otherRp.authenticationOptions("step_up", s));
+    await expectRefused(otherRp.authenticationOptions("step_up", s), Reason.ACCESS_DENIED);
     // The right answer once; the same answer again finds its challenge used.
     const third = await pk.authenticationOptions("step_up", s);
     const answer = await browser.get(third.options);
     await pk.authenticate({ binding: third.binding, response: answer, session: s }, facts());
-    await refused(pk.authenticate({ binding: third.binding, response: answer, session: s }, facts()));
+    await expectRefused(pk.authenticate({ binding: third.binding, response: answer, session: s }, facts()), Reason.ACCESS_DENIED);
   });
 
   it("a hostile signed-in person cannot step up with another person's passkey, nor remove it", async () => {
@@ -187,10 +176,10 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     const victimCredential = (await db("passkeys").where({ id: victim.record.id }).first()).credential_id;
     const answer = await browser.get({ ...up.options, allowCredentials: [{ id: victimCredential, type: "public-key" }] });
     const f = facts();
-    await refused(pk.authenticate({ binding: up.binding, response: answer, session: attacker.s }, f));
+    await expectRefused(pk.authenticate({ binding: up.binding, response: answer, session: attacker.s }, f), Reason.ACCESS_DENIED);
     expect((await db("audit_records").where({ request_id: f.requestId }).first()).reason).to.equal("another person's passkey");
     expect((await db("web_sessions").where({ id: attacker.s.sessionId }).first()).step_up_at).to.equal(null);
-    await refused(pk.remove(attacker.s.userId, victim.record.id, facts()), Reason.NOT_FOUND);
+    await expectRefused(pk.remove(attacker.s.userId, victim.record.id, facts()), Reason.NOT_FOUND);
     expect(await pk.list(victim.s.userId)).to.have.length(1);
     await pk.remove(victim.s.userId, victim.record.id, facts());
     expect(await pk.list(victim.s.userId)).to.have.length(0);
@@ -208,7 +197,7 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     await browser.rewindCounter(0);
     const up = await pk.authenticationOptions("step_up", s);
     const f = facts();
-    await refused(pk.authenticate({ binding: up.binding, response: await browser.get(up.options), session: s }, f));
+    await expectRefused(pk.authenticate({ binding: up.binding, response: await browser.get(up.options), session: s }, f), Reason.ACCESS_DENIED);
     const rows = await db("audit_records").where({ request_id: f.requestId }).orderBy("seq");
     expect(rows.map((r) => r.action)).to.deep.equal(["passkey.clone_suspected", "web.passkey.step_up"]);
     expect(Number((await db("passkeys").where({ id: record.id }).first()).counter)).to.equal(stored);

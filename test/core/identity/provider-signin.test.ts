@@ -1,8 +1,9 @@
 import { expect } from "chai";
-import { ConnectError, Code } from "@connectrpc/connect";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
+import { expectRefused } from "../../support/refusals.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 const APP = "http://app.vaultgate.test";
 
@@ -20,15 +21,6 @@ describe("GrantsService provider sign-in RPCs", () => {
     await idp?.stop();
   });
 
-  async function refusal(p: Promise<unknown>): Promise<ConnectError> {
-    try {
-      await p;
-    } catch (err) {
-      return ConnectError.from(err);
-    }
-    throw new Error("not refused");
-  }
-
   it("signs in, then steps up with the provider's mfa; a replayed callback is refused", async () => {
     const user = await createUser(stack);
     const sub = `rpc-${user.userId.slice(0, 8)}`;
@@ -41,8 +33,10 @@ describe("GrantsService provider sign-in RPCs", () => {
     const session = (await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!;
     expect(session.userId).to.equal(user.userId);
     expect(session.stepUpFresh).to.equal(false);
-    expect((await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }))).code).to.equal(
-      Code.PermissionDenied,
+    await expectRefused(
+      stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }),
+      Reason.ACCESS_DENIED,
+      /already used or has expired/,
     );
 
     const up = await stack.clients.grants.startProviderSignIn({ sessionToken: done.sessionToken });
@@ -73,8 +67,10 @@ describe("GrantsService provider sign-in RPCs", () => {
     try {
       const up = await stack.clients.grants.startProviderSignIn({ sessionToken: tokens[0]! });
       const cb = await idp.signIn(up.authorizationUrl, `rpc-${a.userId.slice(0, 8)}`);
-      const err = await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: cb, flowSecret: up.flowSecret, sessionToken: tokens[1]! }));
-      expect(err.code).to.equal(Code.PermissionDenied);
+      await expectRefused(
+        stack.clients.grants.completeProviderSignIn({ callbackUrl: cb, flowSecret: up.flowSecret, sessionToken: tokens[1]! }),
+        Reason.ACCESS_DENIED,
+      );
     } finally {
       await idp.setLogin({ acr: "urn:idp:pwd", amr: ["pwd"] });
     }
@@ -89,8 +85,7 @@ describe("GrantsService provider sign-in RPCs", () => {
     const callback = await idp.signIn(start.authorizationUrl, sub);
     await idp.setDown(true);
     try {
-      const err = await refusal(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }));
-      expect(err.code).to.equal(Code.Unavailable);
+      await expectRefused(stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret }), Reason.PROVIDER_UNAVAILABLE);
     } finally {
       await idp.setDown(false);
     }

@@ -9,6 +9,8 @@ import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { startStack, uniqueSlug, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { testDatabase } from "../../support/db.js";
 import { createCapturedLogger } from "../../support/logs.js";
+import { expectRefused } from "../../support/refusals.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
  * The double-entry ledger: every movement is a balanced, append-only transaction written
@@ -108,13 +110,7 @@ describe("Ledger", function () {
   });
 
   it("VerifyLedger is for the operator only", async () => {
-    let error: unknown;
-    try {
-      await stack.clients.audit.verifyLedger({});
-    } catch (err) {
-      error = err;
-    }
-    expect(String(error)).to.match(/operator|unauthenticated|admin/i);
+    await expectRefused(stack.clients.audit.verifyLedger({}), Reason.ADMIN_UNAUTHENTICATED, /^operator credential required$/);
   });
 });
 

@@ -2,9 +2,10 @@ import { expect } from "chai";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
-import { expectHttpError } from "../../support/refusals.js";
+import { expectHttpError, expectRefused } from "../../support/refusals.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 describe("partner resources over HTTP", () => {
   let stack: TestStack;
@@ -236,10 +237,11 @@ describe("partner resources over HTTP", () => {
     it("treasury:write is never a consent scope", async () => {
       const partner = await createPartner(stack, { entitlements: ["kyc:read", "treasury:write"] });
       const { userId } = await createUserFor(stack, partner, ["kyc:read"]);
-      const err = await stack.admin.partnerResources
-        .grantConsent({ clientId: partner.clientId, userId, scopes: { scopes: ["treasury:write"] } })
-        .catch((e: unknown) => e);
-      expect(String(err)).to.match(/never a consent/);
+      await expectRefused(
+        stack.admin.partnerResources.grantConsent({ clientId: partner.clientId, userId, scopes: { scopes: ["treasury:write"] } }),
+        Reason.INVALID_REQUEST,
+        /never a consent/,
+      );
       const token = await mintPartnerToken(stack, partner, "treasury:write");
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token }), 403, "grant_required");
     });

@@ -2,6 +2,8 @@ import { expect } from "chai";
 import { decodeProtectedHeader } from "jose";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, postToken } from "../../support/partners.js";
+import { expectRefused } from "../../support/refusals.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 const CC = "grant_type=client_credentials";
 
@@ -89,11 +91,7 @@ describe("partner token endpoint: unavailable dependencies", () => {
     });
 
     it("refuses rotation without the operator credential", async () => {
-      const err = await stack.clients.grants.rotateSigningKey({}).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      expect(String(err)).to.match(/operator credential required/);
+      await expectRefused(stack.clients.grants.rotateSigningKey({}), Reason.ADMIN_UNAUTHENTICATED, /operator credential required/);
     });
   });
 });

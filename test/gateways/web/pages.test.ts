@@ -1,7 +1,8 @@
 import { expect } from "chai";
-import { ConnectError } from "@connectrpc/connect";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, formFields, latestCode, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
+import { expectRefused } from "../../support/refusals.js";
 
 const REDIRECT = "http://127.0.0.1:9/callback";
 
@@ -12,15 +13,7 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
   });
   after(() => stack.close());
 
-  async function active(accessToken: string) {
-    try {
-      await stack.clients.grants.verifyAgentToken({ accessToken });
-      return true;
-    } catch (err) {
-      expect(err).to.be.instanceOf(ConnectError);
-      return false;
-    }
-  }
+  const verifyAgent = (accessToken: string) => stack.clients.grants.verifyAgentToken({ accessToken });
 
   async function grant(user: { email: string; vaultId: string }, jar = createJar(stack.url), clientName = "Budget bot") {
     const client = (await registerClient(stack, { client_name: clientName })).body;
@@ -145,10 +138,10 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     const action = `${agentPath}/grants/${token.jti}/revoke`;
     // Without the CSRF token nothing happens.
     expect((await jar.post(action, { csrf: "nope" })).status).to.equal(403);
-    expect(await active(token.access_token)).to.equal(true);
+    expect((await verifyAgent(token.access_token)).grant).to.not.equal(undefined);
     const res = await jar.post(action, formFields(agentPage, action));
     expect(res.status).to.equal(303);
-    expect(await active(token.access_token)).to.equal(false);
+    await expectRefused(verifyAgent(token.access_token), Reason.INVALID_TOKEN, /revoked/);
     const after = await (await jar.get(res.headers.get("location")!)).text();
     expect(after).to.include("The grant was revoked");
   });
@@ -164,7 +157,7 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     const dash = await (await other.get("/dashboard/agents")).text();
     const res = await other.post(`${agentPath}/grants/${token.jti}/revoke`, formFields(dash, "/dashboard/kill-switch"));
     expect(res.status).to.equal(404);
-    expect(await active(token.access_token)).to.equal(true);
+    expect((await verifyAgent(token.access_token)).grant).to.not.equal(undefined);
   });
 
   it("signed in, a planted vg_csrf cookie cannot authorize a form", async () => {
@@ -173,7 +166,7 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     jar.cookies.set("vg_csrf", "A".repeat(43));
     const res = await jar.post("/dashboard/kill-switch", { csrf: "A".repeat(43) });
     expect(res.status).to.equal(403);
-    expect(await active(token.access_token)).to.equal(true);
+    expect((await verifyAgent(token.access_token)).grant).to.not.equal(undefined);
   });
 
   it("the kill switch revokes every grant of the user", async () => {
@@ -183,8 +176,8 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     const dash = await (await a.jar.get("/dashboard/agents")).text();
     const res = await a.jar.post("/dashboard/kill-switch", formFields(dash, "/dashboard/kill-switch"));
     expect(res.status).to.equal(303);
-    expect(await active(a.token.access_token)).to.equal(false);
-    expect(await active(b.token.access_token)).to.equal(false);
+    await expectRefused(verifyAgent(a.token.access_token), Reason.INVALID_TOKEN, /revoked/);
+    await expectRefused(verifyAgent(b.token.access_token), Reason.INVALID_TOKEN, /revoked/);
   });
 
   it("escapes every value: a hostile client name renders as text", async () => {
