@@ -4,7 +4,7 @@ import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
 import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
-import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/partners_pb.js";
+import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/resources_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { createReflectionServices, ReflectionV1, ReflectionV1Alpha } from "./observability/reflection.js";
 

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
-import type { FundBudgetRequest, FundBudgetResponseSchema, FundVaultRequest, FundVaultResponseSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { FundBudgetRequest, FundBudgetResponseSchema, FundVaultRequest, FundVaultResponseSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";

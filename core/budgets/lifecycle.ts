@@ -11,10 +11,8 @@ import {
   type CreateBudgetResponseSchema,
   type DeclineBudgetRequest,
   type DeclineBudgetResponseSchema,
-  type ListStrandedFundsResponseSchema,
-  type SweepBudgetRequest,
-  type SweepBudgetResponseSchema,
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { ListStrandedFundsResponseSchema, SweepBudgetRequest, SweepBudgetResponseSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";

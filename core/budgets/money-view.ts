@@ -1,13 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import {
-  BudgetStatus,
-  PaymentStatus,
-  type GetMoneyViewRequest,
-  type GetMoneyViewResponseSchema,
-  type PaymentSchema,
-  type VaultViewSchema,
-} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, type GetMoneyViewRequest, type GetMoneyViewResponseSchema, type VaultViewSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import type { Db } from "../db/knex.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { BUDGET_STATUS, limitsView, PAYMENT_STATUS, stepUpUrl } from "./views.js";

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ListPendingApprovalsRequest, ListPendingApprovalsResponseSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import {
   Decision,
   type ApprovePaymentRequest,
@@ -11,11 +12,9 @@ import {
   type GetPaymentResponseSchema,
   type InitiatePaymentRequest,
   type InitiatePaymentResponseSchema,
-  type ListPendingApprovalsRequest,
-  type ListPendingApprovalsResponseSchema,
   type SimulatePaymentRequest,
   type SimulatePaymentResponseSchema,
-} from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+} from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";

@@ -1,6 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { BudgetStatus, PaymentStatus, type BudgetLimitsSchema, type BudgetSchema, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, type BudgetLimitsSchema, type BudgetSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import type { BudgetRecord, PaymentRecord } from "./records.js";
 import type { SettlementPayment } from "../settlement/store.js";
 

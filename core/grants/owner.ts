@@ -1,5 +1,5 @@
 import type { HandlerContext } from "@connectrpc/connect";
-import type { GetAgentRequest, KillSwitchRequest, ListAgentsRequest, RevokeUserGrantRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { GetAgentRequest, KillSwitchRequest, ListAgentsRequest, RevokeUserGrantRequest } from "../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";

@@ -6,7 +6,7 @@ import type {
   RemovePasskeyRequest,
   StartPasskeyAssertionRequest,
   StartPasskeyRegistrationRequest,
-} from "../../gen/vaultgate/grants/v1/grants_pb.js";
+} from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";

@@ -1,5 +1,5 @@
 import type { HandlerContext } from "@connectrpc/connect";
-import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";

@@ -4,7 +4,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import type { EndSessionRequest, GetSessionRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { EndSessionRequest, GetSessionRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import type { SignInStore } from "./signin-store.js";
 
 /** A step-up counts for this long: approving money or access needs one this recent. */

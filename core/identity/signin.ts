@@ -1,7 +1,7 @@
 import { randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";

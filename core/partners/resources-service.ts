@@ -2,7 +2,7 @@ import { randomInt, randomUUID } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";

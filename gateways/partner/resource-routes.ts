@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
-import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";

@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
-import type { GrantsService, WebSession } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { WebSession } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";

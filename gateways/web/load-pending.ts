@@ -1,6 +1,6 @@
 import type { FastifyRequest } from "fastify";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import type { AgentSummary } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { AgentSummary } from "../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../request-log.js";
 import { PageError, type Current, type WebContext } from "./context.js";
 import type { PendingApprovals } from "./views/pending.js";

@@ -8,7 +8,7 @@ import { startCoreServer, type CoreServer } from "../../core/server.js";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
-import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { authorize, createJar, createUser, pkce, REDIRECT, registerClient, vaultUrn } from "../support/agent-oauth.js";
 import { createOwner, grantFor } from "../support/budgets.js";
 import { requireNginx, startNginx, type NginxProxy } from "../support/nginx.js";

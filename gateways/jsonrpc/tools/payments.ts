@@ -1,4 +1,4 @@
-import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, type ArgsOf, type Tool } from "./kit.js";
 

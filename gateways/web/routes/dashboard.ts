@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { UUID } from "../../shared/uuid.js";

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { BudgetStatus, PaymentStatus, type Payment, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus, type Payment } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { UUID } from "../../shared/uuid.js";
 import { money, utcMinute } from "../format.js";
 import { budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";

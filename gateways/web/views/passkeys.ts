@@ -1,4 +1,4 @@
-import type { Passkey } from "../../../gen/vaultgate/grants/v1/grants_pb.js";
+import type { Passkey } from "../../../gen/vaultgate/grants/v1/signin_pb.js";
 import { utcMinute } from "../format.js";
 import { html, type Html } from "./html.js";
 

@@ -1,4 +1,5 @@
-import type { Budget, Payment } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { Budget } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import type { Payment } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { html, type Html } from "./html.js";
 import { money, utcMinute } from "../format.js";
 import { budgetPath, paymentPath } from "../paths.js";

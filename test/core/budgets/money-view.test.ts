@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { BudgetStatus, PaymentStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres } from "../../support/db.js";

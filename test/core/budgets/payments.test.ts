@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, futureTimestamp, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import knexFactory from "knex";
-import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { testDatabase, requirePostgres } from "../../support/db.js";

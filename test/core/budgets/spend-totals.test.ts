@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
-import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import * as spendTotals from "../../../core/db/migrations/0018-vault-spend-totals.js";
 import { startStack, type TestStack } from "../../support/stack.js";

@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { randomBytes } from "node:crypto";
 import { decodeJwt } from "jose";
-import { BudgetStatus, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, pkce, postForm, registerClient, type Jar } from "../../support/agent-oauth.js";

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { accountId } from "../../../core/ledger/accounts.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres } from "../../support/db.js";

@@ -4,7 +4,7 @@ import { createRouterTransport } from "@connectrpc/connect";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import { PartnerResourcesService } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
+import { PartnerResourcesService } from "../../../gen/vaultgate/partners/v1/resources_pb.js";
 import { fail } from "../../../core/errors.js";
 import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";

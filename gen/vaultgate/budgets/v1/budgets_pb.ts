@@ -6,6 +6,10 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { FundBudgetRequestSchema, FundBudgetResponseSchema, FundVaultRequestSchema, FundVaultResponseSchema, ListStrandedFundsRequestSchema, ListStrandedFundsResponseSchema, SweepBudgetRequestSchema, SweepBudgetResponseSchema } from "./funds_pb.js";
+import { file_vaultgate_budgets_v1_funds } from "./funds_pb.js";
+import type { ApprovePaymentRequestSchema, ApprovePaymentResponseSchema, DeclinePaymentRequestSchema, DeclinePaymentResponseSchema, GetPaymentRequestSchema, GetPaymentResponseSchema, InitiatePaymentRequestSchema, InitiatePaymentResponseSchema, Payment, SimulatePaymentRequestSchema, SimulatePaymentResponseSchema } from "./payments_pb.js";
+import { file_vaultgate_budgets_v1_payments } from "./payments_pb.js";
 import { file_vaultgate_common_v1_options } from "../../common/v1/options_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -13,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/budgets.proto.
  */
 export const file_vaultgate_budgets_v1_budgets: GenFile = /*@__PURE__*/
-  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0Ij0KDENvdW50ZXJwYXJ0eRIPCgdhZGRyZXNzGAEgASgJEg0KBWNoYWluGAIgASgJEg0KBXRva2VuGAMgASgJIosBCg5QYXltZW50UmVxdWVzdBI4Cgxjb3VudGVycGFydHkYASABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5Db3VudGVycGFydHkSFAoMYW1vdW50X2NlbnRzGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSJyChZJbml0aWF0ZVBheW1lbnRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgDIAEoCRI1CgdwYXltZW50GAIgASgLMiQudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFJlcXVlc3RKBAgBEAJSBWdyYW50IpcDCgdQYXltZW50EhIKCnBheW1lbnRfaWQYASABKAkSEAoIdmF1bHRfaWQYAiABKAkSMwoGc3RhdHVzGAMgASgOMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudFN0YXR1cxIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSOAoMY291bnRlcnBhcnR5GAYgASgLMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ291bnRlcnBhcnR5Ei4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0ZXBfdXBfdXJsGAggASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgJIAEoCRIPCgd0eF9oYXNoGAogASgJEhUKDWNvbmZpcm1hdGlvbnMYCyABKAUSFgoOZmFpbHVyZV9yZWFzb24YDCABKAkSLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPQoRR2V0UGF5bWVudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkiRAoSR2V0UGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50IkkKF0luaXRpYXRlUGF5bWVudFJlc3BvbnNlEi4KB3BheW1lbnQYASABKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50InIKFlNpbXVsYXRlUGF5bWVudFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAMgASgJEjUKB3BheW1lbnQYAiABKAsyJC52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50UmVxdWVzdEoECAEQAlIFZ3JhbnQikQEKF1NpbXVsYXRlUGF5bWVudFJlc3BvbnNlEjAKCGRlY2lzaW9uGAEgASgOMh4udmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjaXNpb24SDAoEcnVsZRgCIAEoCRI2Cgxicm9rZW5fcnVsZXMYAyADKAsyIC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Ccm9rZW5SdWxlIjAKCkJyb2tlblJ1bGUSEQoJcmVhc29uX2lkGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiagoVQXBwcm92ZVBheW1lbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YBCABKAkSEgoKcGF5bWVudF9pZBgCIAEoCUoECAEQAkoECAMQBFIHdXNlcl9pZFIRc3RlcF91cF9hdXRoX3RpbWUiSAoWQXBwcm92ZVBheW1lbnRSZXNwb25zZRIuCgdwYXltZW50GAEgASgLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJRChVEZWNsaW5lUGF5bWVudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRISCgpwYXltZW50X2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkgKFkRlY2xpbmVQYXltZW50UmVzcG9uc2USLgoHcGF5bWVudBgBIAEoCzIdLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlBheW1lbnQiWAoURGVjbGluZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJSB3VzZXJfaWQiRQoVRGVjbGluZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCKfAQobTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAiABKAkSDQoFbGltaXQYAyABKA0SFgoOYnVkZ2V0c19jdXJzb3IYBCABKAkSFwoPcGF5bWVudHNfY3Vyc29yGAUgASgJEhoKEmFnZW50X3ByaW5jaXBhbF9pZBgGIAEoCUoECAEQAlIHdXNlcl9pZCLHAQocTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRIzCg1kcmFmdF9idWRnZXRzGAEgAygLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0EjcKEHBlbmRpbmdfcGF5bWVudHMYAiADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50EhsKE25leHRfYnVkZ2V0c19jdXJzb3IYAyABKAkSHAoUbmV4dF9wYXltZW50c19jdXJzb3IYBCABKAkiNgoRR2V0QmFsYW5jZVJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAIgASgJSgQIARACUgVncmFudCJPChJHZXRCYWxhbmNlUmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSJoChVMaXN0R3JhbnRBdWRpdFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAUgASgJEg4KBmN1cnNvchgCIAEoCRINCgVzaW5jZRgDIAEoCRINCgVsaW1pdBgEIAEoDUoECAEQAlIFZ3JhbnQilwEKEEdyYW50QXVkaXRSZWNvcmQSEQoJcmVjb3JkX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIPCgdvdXRjb21lGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIPCgdzdWJqZWN0GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInkKFkxpc3RHcmFudEF1ZGl0UmVzcG9uc2USNwoHcmVjb3JkcxgBIAMoCzImLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdyYW50QXVkaXRSZWNvcmQSEwoLbmV4dF9jdXJzb3IYAiABKAkSEQoJd2F0ZXJtYXJrGAMgASgJIjoKEEZ1bmRWYXVsdFJlcXVlc3QSEAoIdmF1bHRfaWQYASABKAkSFAoMYW1vdW50X2NlbnRzGAIgASgDIk4KEUZ1bmRWYXVsdFJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiGQoXUmVhcFByb3Zpc2lvbmluZ1JlcXVlc3QiKwoYUmVhcFByb3Zpc2lvbmluZ1Jlc3BvbnNlEg8KB2NsZWFuZWQYASABKA0igQEKEUZ1bmRCdWRnZXRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJEhQKDGFtb3VudF9jZW50cxgEIAEoAxIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkipQEKEkZ1bmRCdWRnZXRSZXNwb25zZRITCgt0cmFuc2Zlcl9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEhUKDWJhbGFuY2VfY2VudHMYBiABKAMSEAoIcmVwbGF5ZWQYByABKAgiZwoSQ2xvc2VCdWRnZXRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgBIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEhAKCHZhdWx0X2lkGAMgASgJEhIKCmtlZXBfZnVuZHMYBCABKAgijwIKE0Nsb3NlQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEjIKBnN0YXR1cxgDIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxITCgtzd2VwdF9jZW50cxgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRITCgt0cmFuc2Zlcl9pZBgGIAEoCRIWCg5yZXZva2VkX2dyYW50cxgHIAEoBRIWCg5hbHJlYWR5X2Nsb3NlZBgIIAEoCBItCgljbG9zZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiwKE0dldE1vbmV5Vmlld1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChRHZXRNb25leVZpZXdSZXNwb25zZRIvCgZ2YXVsdHMYASADKAsyHy52YXVsdGdhdGUuYnVkZ2V0cy52MS5WYXVsdFZpZXci6gIKCVZhdWx0VmlldxIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAMgASgJEhQKDGRpc3BsYXlfbmFtZRgEIAEoCRIyCgZzdGF0dXMYBSABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSEAoIY3VycmVuY3kYBiABKAkSFQoNYmFsYW5jZV9jZW50cxgHIAEoAxIZChFzcGVudF90b2RheV9jZW50cxgIIAEoAxIcChRzcGVudF9saWZldGltZV9jZW50cxgJIAEoAxIyCgZsaW1pdHMYCiABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMSNgoPcmVjZW50X3BheW1lbnRzGAsgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudCJTChJTd2VlcEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkilgEKE1N3ZWVwQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEhMKC3N3ZXB0X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEhMKC3RyYW5zZmVyX2lkGAUgASgJEhgKEG5vdGhpbmdfdG9fc3dlZXAYBiABKAgiGgoYTGlzdFN0cmFuZGVkRnVuZHNSZXF1ZXN0Il4KGUxpc3RTdHJhbmRlZEZ1bmRzUmVzcG9uc2USMwoGdmF1bHRzGAEgAygLMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuU3RyYW5kZWRGdW5kcxIMCgRtb3JlGAIgASgIIqMBCg1TdHJhbmRlZEZ1bmRzEhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhUKDWJhbGFuY2VfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSLQoJY2xvc2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqWAQoMQnVkZ2V0U3RhdHVzEh0KGUJVREdFVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfU1RBVFVTX0RSQUZUEAESGAoUQlVER0VUX1NUQVRVU19BQ1RJVkUQAhIaChZCVURHRVRfU1RBVFVTX0RFQ0xJTkVEEAMSGAoUQlVER0VUX1NUQVRVU19DTE9TRUQQBCqAAgoNUGF5bWVudFN0YXR1cxIeChpQQVlNRU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEiIKHlBBWU1FTlRfU1RBVFVTX1BFTkRJTkdfU1RFUF9VUBABEhsKF1BBWU1FTlRfU1RBVFVTX0FQUFJPVkVEEAISHAoYUEFZTUVOVF9TVEFUVVNfQ09NUExFVEVEEAMSGwoXUEFZTUVOVF9TVEFUVVNfREVDTElORUQQBBIaChZQQVlNRU5UX1NUQVRVU19QRU5ESU5HEAUSHAoYUEFZTUVOVF9TVEFUVVNfU1VCTUlUVEVEEAYSGQoVUEFZTUVOVF9TVEFUVVNfRkFJTEVEEAcqYgoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABITCg9ERUNJU0lPTl9BQ0NFUFQQARIUChBERUNJU0lPTl9TVEVQX1VQEAISEQoNREVDSVNJT05fREVOWRADMp8PCg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USXwoKR2V0UGF5bWVudBInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldFBheW1lbnRSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0UGF5bWVudFJlc3BvbnNlEmsKDkFwcHJvdmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXNwb25zZRJrCg5EZWNsaW5lUGF5bWVudBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVzcG9uc2USaAoNRGVjbGluZUJ1ZGdldBIqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVCdWRnZXRSZXF1ZXN0GisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlc3BvbnNlEn0KFExpc3RQZW5kaW5nQXBwcm92YWxzEjEudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0GjIudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRJfCgpHZXRCYWxhbmNlEicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVzcG9uc2USawoOTGlzdEdyYW50QXVkaXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlc3BvbnNlEl8KCkZ1bmRCdWRnZXQSJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kQnVkZ2V0UmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRCdWRnZXRSZXNwb25zZRJiCgtDbG9zZUJ1ZGdldBIoLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVxdWVzdBopLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVzcG9uc2USYgoLU3dlZXBCdWRnZXQSKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Td2VlcEJ1ZGdldFJlcXVlc3QaKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Td2VlcEJ1ZGdldFJlc3BvbnNlEmUKDEdldE1vbmV5VmlldxIpLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldE1vbmV5Vmlld1JlcXVlc3QaKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRNb25leVZpZXdSZXNwb25zZRJ6ChFMaXN0U3RyYW5kZWRGdW5kcxIuLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RTdHJhbmRlZEZ1bmRzUmVxdWVzdBovLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RTdHJhbmRlZEZ1bmRzUmVzcG9uc2UiBIi1GAESYgoJRnVuZFZhdWx0EiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVxdWVzdBonLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlc3BvbnNlIgSItRgBEncKEFJlYXBQcm92aXNpb25pbmcSLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVxdWVzdBouLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_common_v1_options]);
+  fileDesc("CiJ2YXVsdGdhdGUvYnVkZ2V0cy92MS9idWRnZXRzLnByb3RvEhR2YXVsdGdhdGUuYnVkZ2V0cy52MSLOAwoTQ3JlYXRlQnVkZ2V0UmVxdWVzdBIUCgxhY2Nlc3NfdG9rZW4YCyABKAkSDwoHcHVycG9zZRgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSJAoXYW1vdW50X2NhcF9jZW50c19wZXJfdHgYBCABKANIAIgBARIlChhhbW91bnRfY2FwX2NlbnRzX3Blcl9kYXkYBSABKANIAYgBARImChlhbW91bnRfY2FwX2NlbnRzX2xpZmV0aW1lGAYgASgDSAKIAQESIQoUc3RlcF91cF9hbW91bnRfY2VudHMYByABKANIA4gBARIXCg9jaGFpbl9hbGxvd2xpc3QYCCADKAkSMwoPdGltZV93aW5kb3dfZW5kGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYCiABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzSgQIARACUgVncmFudCKPAgoGQnVkZ2V0EhoKEmFnZW50X3ByaW5jaXBhbF9pZBgBIAEoCRIQCgh2YXVsdF9pZBgCIAEoCRIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoAxIyCgZzdGF0dXMYBCABKA4yIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRTdGF0dXMSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYnVkZ2V0X2lkGAYgASgJEhQKDGRpc3BsYXlfbmFtZRgHIAEoCRIyCgZsaW1pdHMYCCABKAsyIi52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXRMaW1pdHMihwMKDEJ1ZGdldExpbWl0cxIPCgdwdXJwb3NlGAEgASgJEiQKF2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4GAIgASgDSACIAQESJQoYYW1vdW50X2NhcF9jZW50c19wZXJfZGF5GAMgASgDSAGIAQESJgoZYW1vdW50X2NhcF9jZW50c19saWZldGltZRgEIAEoA0gCiAEBEiEKFHN0ZXBfdXBfYW1vdW50X2NlbnRzGAUgASgDSAOIAQESFwoPY2hhaW5fYWxsb3dsaXN0GAYgAygJEjMKD3RpbWVfd2luZG93X2VuZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY3VycmVuY3kYCCABKAlCGgoYX2Ftb3VudF9jYXBfY2VudHNfcGVyX3R4QhsKGV9hbW91bnRfY2FwX2NlbnRzX3Blcl9kYXlCHAoaX2Ftb3VudF9jYXBfY2VudHNfbGlmZXRpbWVCFwoVX3N0ZXBfdXBfYW1vdW50X2NlbnRzIkQKFENyZWF0ZUJ1ZGdldFJlc3BvbnNlEiwKBmJ1ZGdldBgBIAEoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldCJyChVBY3RpdmF0ZUJ1ZGdldFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgEIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAiABKAlKBAgBEAJKBAgDEARSB3VzZXJfaWRSEXN0ZXBfdXBfYXV0aF90aW1lIkYKFkFjdGl2YXRlQnVkZ2V0UmVzcG9uc2USLAoGYnVkZ2V0GAEgASgLMhwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0IlgKFERlY2xpbmVCdWRnZXRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YAyABKAkSGgoSYWdlbnRfcHJpbmNpcGFsX2lkGAIgASgJSgQIARACUgd1c2VyX2lkIkUKFURlY2xpbmVCdWRnZXRSZXNwb25zZRIsCgZidWRnZXQYASABKAsyHC52YXVsdGdhdGUuYnVkZ2V0cy52MS5CdWRnZXQinwEKG0xpc3RQZW5kaW5nQXBwcm92YWxzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAIgASgJEg0KBWxpbWl0GAMgASgNEhYKDmJ1ZGdldHNfY3Vyc29yGAQgASgJEhcKD3BheW1lbnRzX2N1cnNvchgFIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYBiABKAlKBAgBEAJSB3VzZXJfaWQixwEKHExpc3RQZW5kaW5nQXBwcm92YWxzUmVzcG9uc2USMwoNZHJhZnRfYnVkZ2V0cxgBIAMoCzIcLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldBI3ChBwZW5kaW5nX3BheW1lbnRzGAIgAygLMh0udmF1bHRnYXRlLmJ1ZGdldHMudjEuUGF5bWVudBIbChNuZXh0X2J1ZGdldHNfY3Vyc29yGAMgASgJEhwKFG5leHRfcGF5bWVudHNfY3Vyc29yGAQgASgJIjYKEUdldEJhbGFuY2VSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgCIAEoCUoECAEQAlIFZ3JhbnQiTwoSR2V0QmFsYW5jZVJlc3BvbnNlEhAKCHZhdWx0X2lkGAEgASgJEhUKDWJhbGFuY2VfY2VudHMYAiABKAMSEAoIY3VycmVuY3kYAyABKAkiaAoVTGlzdEdyYW50QXVkaXRSZXF1ZXN0EhQKDGFjY2Vzc190b2tlbhgFIAEoCRIOCgZjdXJzb3IYAiABKAkSDQoFc2luY2UYAyABKAkSDQoFbGltaXQYBCABKA1KBAgBEAJSBWdyYW50IpcBChBHcmFudEF1ZGl0UmVjb3JkEhEKCXJlY29yZF9pZBgBIAEoCRIOCgZhY3Rpb24YAiABKAkSDwoHb3V0Y29tZRgDIAEoCRIOCgZyZWFzb24YBCABKAkSDwoHc3ViamVjdBgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ5ChZMaXN0R3JhbnRBdWRpdFJlc3BvbnNlEjcKB3JlY29yZHMYASADKAsyJi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HcmFudEF1ZGl0UmVjb3JkEhMKC25leHRfY3Vyc29yGAIgASgJEhEKCXdhdGVybWFyaxgDIAEoCSIZChdSZWFwUHJvdmlzaW9uaW5nUmVxdWVzdCIrChhSZWFwUHJvdmlzaW9uaW5nUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoDSJnChJDbG9zZUJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSEgoKa2VlcF9mdW5kcxgEIAEoCCKPAgoTQ2xvc2VCdWRnZXRSZXNwb25zZRIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSMgoGc3RhdHVzGAMgASgOMiIudmF1bHRnYXRlLmJ1ZGdldHMudjEuQnVkZ2V0U3RhdHVzEhMKC3N3ZXB0X2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEhMKC3RyYW5zZmVyX2lkGAYgASgJEhYKDnJldm9rZWRfZ3JhbnRzGAcgASgFEhYKDmFscmVhZHlfY2xvc2VkGAggASgIEi0KCWNsb3NlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLAoTR2V0TW9uZXlWaWV3UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkcKFEdldE1vbmV5Vmlld1Jlc3BvbnNlEi8KBnZhdWx0cxgBIAMoCzIfLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlZhdWx0VmlldyLqAgoJVmF1bHRWaWV3EhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIaChJhZ2VudF9wcmluY2lwYWxfaWQYAyABKAkSFAoMZGlzcGxheV9uYW1lGAQgASgJEjIKBnN0YXR1cxgFIAEoDjIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldFN0YXR1cxIQCghjdXJyZW5jeRgGIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAcgASgDEhkKEXNwZW50X3RvZGF5X2NlbnRzGAggASgDEhwKFHNwZW50X2xpZmV0aW1lX2NlbnRzGAkgASgDEjIKBmxpbWl0cxgKIAEoCzIiLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkJ1ZGdldExpbWl0cxI2Cg9yZWNlbnRfcGF5bWVudHMYCyADKAsyHS52YXVsdGdhdGUuYnVkZ2V0cy52MS5QYXltZW50KpYBCgxCdWRnZXRTdGF0dXMSHQoZQlVER0VUX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9TVEFUVVNfRFJBRlQQARIYChRCVURHRVRfU1RBVFVTX0FDVElWRRACEhoKFkJVREdFVF9TVEFUVVNfREVDTElORUQQAxIYChRCVURHRVRfU1RBVFVTX0NMT1NFRBAEMp8PCg5CdWRnZXRzU2VydmljZRJlCgxDcmVhdGVCdWRnZXQSKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5DcmVhdGVCdWRnZXRSZXF1ZXN0GioudmF1bHRnYXRlLmJ1ZGdldHMudjEuQ3JlYXRlQnVkZ2V0UmVzcG9uc2USawoOQWN0aXZhdGVCdWRnZXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5BY3RpdmF0ZUJ1ZGdldFJlc3BvbnNlEm4KD0luaXRpYXRlUGF5bWVudBIsLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkluaXRpYXRlUGF5bWVudFJlcXVlc3QaLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Jbml0aWF0ZVBheW1lbnRSZXNwb25zZRJuCg9TaW11bGF0ZVBheW1lbnQSLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5TaW11bGF0ZVBheW1lbnRSZXF1ZXN0Gi0udmF1bHRnYXRlLmJ1ZGdldHMudjEuU2ltdWxhdGVQYXltZW50UmVzcG9uc2USXwoKR2V0UGF5bWVudBInLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldFBheW1lbnRSZXF1ZXN0GigudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0UGF5bWVudFJlc3BvbnNlEmsKDkFwcHJvdmVQYXltZW50EisudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXF1ZXN0GiwudmF1bHRnYXRlLmJ1ZGdldHMudjEuQXBwcm92ZVBheW1lbnRSZXNwb25zZRJrCg5EZWNsaW5lUGF5bWVudBIrLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVxdWVzdBosLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVQYXltZW50UmVzcG9uc2USaAoNRGVjbGluZUJ1ZGdldBIqLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkRlY2xpbmVCdWRnZXRSZXF1ZXN0GisudmF1bHRnYXRlLmJ1ZGdldHMudjEuRGVjbGluZUJ1ZGdldFJlc3BvbnNlEn0KFExpc3RQZW5kaW5nQXBwcm92YWxzEjEudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXF1ZXN0GjIudmF1bHRnYXRlLmJ1ZGdldHMudjEuTGlzdFBlbmRpbmdBcHByb3ZhbHNSZXNwb25zZRJfCgpHZXRCYWxhbmNlEicudmF1bHRnYXRlLmJ1ZGdldHMudjEuR2V0QmFsYW5jZVJlcXVlc3QaKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRCYWxhbmNlUmVzcG9uc2USawoOTGlzdEdyYW50QXVkaXQSKy52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlcXVlc3QaLC52YXVsdGdhdGUuYnVkZ2V0cy52MS5MaXN0R3JhbnRBdWRpdFJlc3BvbnNlEl8KCkZ1bmRCdWRnZXQSJy52YXVsdGdhdGUuYnVkZ2V0cy52MS5GdW5kQnVkZ2V0UmVxdWVzdBooLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRCdWRnZXRSZXNwb25zZRJiCgtDbG9zZUJ1ZGdldBIoLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVxdWVzdBopLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkNsb3NlQnVkZ2V0UmVzcG9uc2USYgoLU3dlZXBCdWRnZXQSKC52YXVsdGdhdGUuYnVkZ2V0cy52MS5Td2VlcEJ1ZGdldFJlcXVlc3QaKS52YXVsdGdhdGUuYnVkZ2V0cy52MS5Td2VlcEJ1ZGdldFJlc3BvbnNlEmUKDEdldE1vbmV5VmlldxIpLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkdldE1vbmV5Vmlld1JlcXVlc3QaKi52YXVsdGdhdGUuYnVkZ2V0cy52MS5HZXRNb25leVZpZXdSZXNwb25zZRJ6ChFMaXN0U3RyYW5kZWRGdW5kcxIuLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RTdHJhbmRlZEZ1bmRzUmVxdWVzdBovLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkxpc3RTdHJhbmRlZEZ1bmRzUmVzcG9uc2UiBIi1GAESYgoJRnVuZFZhdWx0EiYudmF1bHRnYXRlLmJ1ZGdldHMudjEuRnVuZFZhdWx0UmVxdWVzdBonLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLkZ1bmRWYXVsdFJlc3BvbnNlIgSItRgBEncKEFJlYXBQcm92aXNpb25pbmcSLS52YXVsdGdhdGUuYnVkZ2V0cy52MS5SZWFwUHJvdmlzaW9uaW5nUmVxdWVzdBouLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlJlYXBQcm92aXNpb25pbmdSZXNwb25zZSIEiLUYAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_vaultgate_budgets_v1_funds, file_vaultgate_budgets_v1_payments, file_vaultgate_common_v1_options]);
 
 /**
  * @generated from message vaultgate.budgets.v1.CreateBudgetRequest
@@ -251,397 +255,6 @@ export const ActivateBudgetResponseSchema: GenMessage<ActivateBudgetResponse> = 
   messageDesc(file_vaultgate_budgets_v1_budgets, 5);
 
 /**
- * @generated from message vaultgate.budgets.v1.Counterparty
- */
-export type Counterparty = Message<"vaultgate.budgets.v1.Counterparty"> & {
-  /**
-   * @generated from field: string address = 1;
-   */
-  address: string;
-
-  /**
-   * @generated from field: string chain = 2;
-   */
-  chain: string;
-
-  /**
-   * @generated from field: string token = 3;
-   */
-  token: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.Counterparty.
- * Use `create(CounterpartySchema)` to create a new message.
- */
-export const CounterpartySchema: GenMessage<Counterparty> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
-
-/**
- * @generated from message vaultgate.budgets.v1.PaymentRequest
- */
-export type PaymentRequest = Message<"vaultgate.budgets.v1.PaymentRequest"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Counterparty counterparty = 1;
-   */
-  counterparty?: Counterparty | undefined;
-
-  /**
-   * @generated from field: int64 amount_cents = 2;
-   */
-  amountCents: bigint;
-
-  /**
-   * @generated from field: string currency = 3;
-   */
-  currency: string;
-
-  /**
-   * @generated from field: string idempotency_key = 4;
-   */
-  idempotencyKey: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.PaymentRequest.
- * Use `create(PaymentRequestSchema)` to create a new message.
- */
-export const PaymentRequestSchema: GenMessage<PaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
-
-/**
- * @generated from message vaultgate.budgets.v1.InitiatePaymentRequest
- */
-export type InitiatePaymentRequest = Message<"vaultgate.budgets.v1.InitiatePaymentRequest"> & {
-  /**
-   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
-   * afresh, inside the transaction that acts on it.
-   *
-   * @generated from field: string access_token = 3;
-   */
-  accessToken: string;
-
-  /**
-   * @generated from field: vaultgate.budgets.v1.PaymentRequest payment = 2;
-   */
-  payment?: PaymentRequest | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.InitiatePaymentRequest.
- * Use `create(InitiatePaymentRequestSchema)` to create a new message.
- */
-export const InitiatePaymentRequestSchema: GenMessage<InitiatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
-
-/**
- * @generated from message vaultgate.budgets.v1.Payment
- */
-export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
-  /**
-   * @generated from field: string payment_id = 1;
-   */
-  paymentId: string;
-
-  /**
-   * @generated from field: string vault_id = 2;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: vaultgate.budgets.v1.PaymentStatus status = 3;
-   */
-  status: PaymentStatus;
-
-  /**
-   * @generated from field: int64 amount_cents = 4;
-   */
-  amountCents: bigint;
-
-  /**
-   * @generated from field: string currency = 5;
-   */
-  currency: string;
-
-  /**
-   * @generated from field: vaultgate.budgets.v1.Counterparty counterparty = 6;
-   */
-  counterparty?: Counterparty | undefined;
-
-  /**
-   * @generated from field: google.protobuf.Timestamp created_at = 7;
-   */
-  createdAt?: Timestamp | undefined;
-
-  /**
-   * Where the owner approves a pending payment ({app_url}/dashboard/...).
-   *
-   * @generated from field: string step_up_url = 8;
-   */
-  stepUpUrl: string;
-
-  /**
-   * @generated from field: string agent_principal_id = 9;
-   */
-  agentPrincipalId: string;
-
-  /**
-   * The transfer's hash once signed ("" before, and on the sandbox rail).
-   *
-   * @generated from field: string tx_hash = 10;
-   */
-  txHash: string;
-
-  /**
-   * Blocks the transfer is deep (0 until mined).
-   *
-   * @generated from field: int32 confirmations = 11;
-   */
-  confirmations: number;
-
-  /**
-   * Why it failed: reverted, dropped, expired ("" unless FAILED).
-   *
-   * @generated from field: string failure_reason = 12;
-   */
-  failureReason: string;
-
-  /**
-   * @generated from field: google.protobuf.Timestamp updated_at = 13;
-   */
-  updatedAt?: Timestamp | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.Payment.
- * Use `create(PaymentSchema)` to create a new message.
- */
-export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
-
-/**
- * @generated from message vaultgate.budgets.v1.GetPaymentRequest
- */
-export type GetPaymentRequest = Message<"vaultgate.budgets.v1.GetPaymentRequest"> & {
-  /**
-   * The agent's grant access token (an ES256 JWT).
-   *
-   * @generated from field: string access_token = 1;
-   */
-  accessToken: string;
-
-  /**
-   * @generated from field: string payment_id = 2;
-   */
-  paymentId: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.GetPaymentRequest.
- * Use `create(GetPaymentRequestSchema)` to create a new message.
- */
-export const GetPaymentRequestSchema: GenMessage<GetPaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
-
-/**
- * @generated from message vaultgate.budgets.v1.GetPaymentResponse
- */
-export type GetPaymentResponse = Message<"vaultgate.budgets.v1.GetPaymentResponse"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
-   */
-  payment?: Payment | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.GetPaymentResponse.
- * Use `create(GetPaymentResponseSchema)` to create a new message.
- */
-export const GetPaymentResponseSchema: GenMessage<GetPaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
-
-/**
- * @generated from message vaultgate.budgets.v1.InitiatePaymentResponse
- */
-export type InitiatePaymentResponse = Message<"vaultgate.budgets.v1.InitiatePaymentResponse"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
-   */
-  payment?: Payment | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.InitiatePaymentResponse.
- * Use `create(InitiatePaymentResponseSchema)` to create a new message.
- */
-export const InitiatePaymentResponseSchema: GenMessage<InitiatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
-
-/**
- * @generated from message vaultgate.budgets.v1.SimulatePaymentRequest
- */
-export type SimulatePaymentRequest = Message<"vaultgate.budgets.v1.SimulatePaymentRequest"> & {
-  /**
-   * The agent's grant access token (an ES256 JWT): core verifies it and reads its grant
-   * afresh, inside the transaction that acts on it.
-   *
-   * @generated from field: string access_token = 3;
-   */
-  accessToken: string;
-
-  /**
-   * @generated from field: vaultgate.budgets.v1.PaymentRequest payment = 2;
-   */
-  payment?: PaymentRequest | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.SimulatePaymentRequest.
- * Use `create(SimulatePaymentRequestSchema)` to create a new message.
- */
-export const SimulatePaymentRequestSchema: GenMessage<SimulatePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
-
-/**
- * @generated from message vaultgate.budgets.v1.SimulatePaymentResponse
- */
-export type SimulatePaymentResponse = Message<"vaultgate.budgets.v1.SimulatePaymentResponse"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Decision decision = 1;
-   */
-  decision: Decision;
-
-  /**
-   * The deciding rule: a limit name for DENY/STEP_UP; empty for ACCEPT.
-   *
-   * @generated from field: string rule = 2;
-   */
-  rule: string;
-
-  /**
-   * Every rule the payment would break, in evaluation order (the deciding one included),
-   * each with a stable reason id and words; never an amount or a remaining allowance.
-   *
-   * @generated from field: repeated vaultgate.budgets.v1.BrokenRule broken_rules = 3;
-   */
-  brokenRules: BrokenRule[];
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.SimulatePaymentResponse.
- * Use `create(SimulatePaymentResponseSchema)` to create a new message.
- */
-export const SimulatePaymentResponseSchema: GenMessage<SimulatePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
-
-/**
- * @generated from message vaultgate.budgets.v1.BrokenRule
- */
-export type BrokenRule = Message<"vaultgate.budgets.v1.BrokenRule"> & {
-  /**
-   * policy_inactive, time_window_end, chain_allowlist, per_tx_cap, per_day_cap,
-   * lifetime_cap, balance or step_up_amount.
-   *
-   * @generated from field: string reason_id = 1;
-   */
-  reasonId: string;
-
-  /**
-   * @generated from field: string message = 2;
-   */
-  message: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.BrokenRule.
- * Use `create(BrokenRuleSchema)` to create a new message.
- */
-export const BrokenRuleSchema: GenMessage<BrokenRule> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
-
-/**
- * @generated from message vaultgate.budgets.v1.ApprovePaymentRequest
- */
-export type ApprovePaymentRequest = Message<"vaultgate.budgets.v1.ApprovePaymentRequest"> & {
-  /**
-   * The signed-in owner's web session; it must own the payment and have a fresh step-up.
-   *
-   * @generated from field: string session_token = 4;
-   */
-  sessionToken: string;
-
-  /**
-   * @generated from field: string payment_id = 2;
-   */
-  paymentId: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.ApprovePaymentRequest.
- * Use `create(ApprovePaymentRequestSchema)` to create a new message.
- */
-export const ApprovePaymentRequestSchema: GenMessage<ApprovePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
-
-/**
- * @generated from message vaultgate.budgets.v1.ApprovePaymentResponse
- */
-export type ApprovePaymentResponse = Message<"vaultgate.budgets.v1.ApprovePaymentResponse"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
-   */
-  payment?: Payment | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.ApprovePaymentResponse.
- * Use `create(ApprovePaymentResponseSchema)` to create a new message.
- */
-export const ApprovePaymentResponseSchema: GenMessage<ApprovePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
-
-/**
- * @generated from message vaultgate.budgets.v1.DeclinePaymentRequest
- */
-export type DeclinePaymentRequest = Message<"vaultgate.budgets.v1.DeclinePaymentRequest"> & {
-  /**
-   * The signed-in owner's web session; it must own the payment.
-   *
-   * @generated from field: string session_token = 3;
-   */
-  sessionToken: string;
-
-  /**
-   * @generated from field: string payment_id = 2;
-   */
-  paymentId: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.DeclinePaymentRequest.
- * Use `create(DeclinePaymentRequestSchema)` to create a new message.
- */
-export const DeclinePaymentRequestSchema: GenMessage<DeclinePaymentRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
-
-/**
- * @generated from message vaultgate.budgets.v1.DeclinePaymentResponse
- */
-export type DeclinePaymentResponse = Message<"vaultgate.budgets.v1.DeclinePaymentResponse"> & {
-  /**
-   * @generated from field: vaultgate.budgets.v1.Payment payment = 1;
-   */
-  payment?: Payment | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.DeclinePaymentResponse.
- * Use `create(DeclinePaymentResponseSchema)` to create a new message.
- */
-export const DeclinePaymentResponseSchema: GenMessage<DeclinePaymentResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
-
-/**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetRequest
  */
 export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRequest"> & {
@@ -663,7 +276,7 @@ export type DeclineBudgetRequest = Message<"vaultgate.budgets.v1.DeclineBudgetRe
  * Use `create(DeclineBudgetRequestSchema)` to create a new message.
  */
 export const DeclineBudgetRequestSchema: GenMessage<DeclineBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 6);
 
 /**
  * @generated from message vaultgate.budgets.v1.DeclineBudgetResponse
@@ -680,7 +293,7 @@ export type DeclineBudgetResponse = Message<"vaultgate.budgets.v1.DeclineBudgetR
  * Use `create(DeclineBudgetResponseSchema)` to create a new message.
  */
 export const DeclineBudgetResponseSchema: GenMessage<DeclineBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 7);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsRequest
@@ -727,7 +340,7 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
  * Use `create(ListPendingApprovalsRequestSchema)` to create a new message.
  */
 export const ListPendingApprovalsRequestSchema: GenMessage<ListPendingApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 22);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 8);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListPendingApprovalsResponse
@@ -763,7 +376,7 @@ export type ListPendingApprovalsResponse = Message<"vaultgate.budgets.v1.ListPen
  * Use `create(ListPendingApprovalsResponseSchema)` to create a new message.
  */
 export const ListPendingApprovalsResponseSchema: GenMessage<ListPendingApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 23);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 9);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceRequest
@@ -783,7 +396,7 @@ export type GetBalanceRequest = Message<"vaultgate.budgets.v1.GetBalanceRequest"
  * Use `create(GetBalanceRequestSchema)` to create a new message.
  */
 export const GetBalanceRequestSchema: GenMessage<GetBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 24);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 10);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetBalanceResponse
@@ -810,7 +423,7 @@ export type GetBalanceResponse = Message<"vaultgate.budgets.v1.GetBalanceRespons
  * Use `create(GetBalanceResponseSchema)` to create a new message.
  */
 export const GetBalanceResponseSchema: GenMessage<GetBalanceResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 25);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 11);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditRequest
@@ -845,7 +458,7 @@ export type ListGrantAuditRequest = Message<"vaultgate.budgets.v1.ListGrantAudit
  * Use `create(ListGrantAuditRequestSchema)` to create a new message.
  */
 export const ListGrantAuditRequestSchema: GenMessage<ListGrantAuditRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 26);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 12);
 
 /**
  * @generated from message vaultgate.budgets.v1.GrantAuditRecord
@@ -887,7 +500,7 @@ export type GrantAuditRecord = Message<"vaultgate.budgets.v1.GrantAuditRecord"> 
  * Use `create(GrantAuditRecordSchema)` to create a new message.
  */
 export const GrantAuditRecordSchema: GenMessage<GrantAuditRecord> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 27);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 13);
 
 /**
  * @generated from message vaultgate.budgets.v1.ListGrantAuditResponse
@@ -916,56 +529,7 @@ export type ListGrantAuditResponse = Message<"vaultgate.budgets.v1.ListGrantAudi
  * Use `create(ListGrantAuditResponseSchema)` to create a new message.
  */
 export const ListGrantAuditResponseSchema: GenMessage<ListGrantAuditResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 28);
-
-/**
- * @generated from message vaultgate.budgets.v1.FundVaultRequest
- */
-export type FundVaultRequest = Message<"vaultgate.budgets.v1.FundVaultRequest"> & {
-  /**
-   * @generated from field: string vault_id = 1;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: int64 amount_cents = 2;
-   */
-  amountCents: bigint;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.FundVaultRequest.
- * Use `create(FundVaultRequestSchema)` to create a new message.
- */
-export const FundVaultRequestSchema: GenMessage<FundVaultRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 29);
-
-/**
- * @generated from message vaultgate.budgets.v1.FundVaultResponse
- */
-export type FundVaultResponse = Message<"vaultgate.budgets.v1.FundVaultResponse"> & {
-  /**
-   * @generated from field: string vault_id = 1;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: int64 balance_cents = 2;
-   */
-  balanceCents: bigint;
-
-  /**
-   * @generated from field: string currency = 3;
-   */
-  currency: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.FundVaultResponse.
- * Use `create(FundVaultResponseSchema)` to create a new message.
- */
-export const FundVaultResponseSchema: GenMessage<FundVaultResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 30);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 14);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningRequest
@@ -978,7 +542,7 @@ export type ReapProvisioningRequest = Message<"vaultgate.budgets.v1.ReapProvisio
  * Use `create(ReapProvisioningRequestSchema)` to create a new message.
  */
 export const ReapProvisioningRequestSchema: GenMessage<ReapProvisioningRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 31);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 15);
 
 /**
  * @generated from message vaultgate.budgets.v1.ReapProvisioningResponse
@@ -997,103 +561,7 @@ export type ReapProvisioningResponse = Message<"vaultgate.budgets.v1.ReapProvisi
  * Use `create(ReapProvisioningResponseSchema)` to create a new message.
  */
 export const ReapProvisioningResponseSchema: GenMessage<ReapProvisioningResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 32);
-
-/**
- * @generated from message vaultgate.budgets.v1.FundBudgetRequest
- */
-export type FundBudgetRequest = Message<"vaultgate.budgets.v1.FundBudgetRequest"> & {
-  /**
-   * Exactly one of access_token (an agent) and session_token (the owner) is set.
-   *
-   * @generated from field: string access_token = 1;
-   */
-  accessToken: string;
-
-  /**
-   * @generated from field: string session_token = 2;
-   */
-  sessionToken: string;
-
-  /**
-   * The budget's vault (agent.budget.create's vault_id).
-   *
-   * @generated from field: string vault_id = 3;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: int64 amount_cents = 4;
-   */
-  amountCents: bigint;
-
-  /**
-   * 8 to 128 characters; the same key with the same amount replays, with another is idempotency_conflict.
-   *
-   * @generated from field: string idempotency_key = 5;
-   */
-  idempotencyKey: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.FundBudgetRequest.
- * Use `create(FundBudgetRequestSchema)` to create a new message.
- */
-export const FundBudgetRequestSchema: GenMessage<FundBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 33);
-
-/**
- * @generated from message vaultgate.budgets.v1.FundBudgetResponse
- */
-export type FundBudgetResponse = Message<"vaultgate.budgets.v1.FundBudgetResponse"> & {
-  /**
-   * The ledger transaction that moved the money.
-   *
-   * @generated from field: string transfer_id = 1;
-   */
-  transferId: string;
-
-  /**
-   * @generated from field: string vault_id = 2;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: string parent_vault_id = 3;
-   */
-  parentVaultId: string;
-
-  /**
-   * @generated from field: int64 amount_cents = 4;
-   */
-  amountCents: bigint;
-
-  /**
-   * @generated from field: string currency = 5;
-   */
-  currency: string;
-
-  /**
-   * The budget vault's balance after this call.
-   *
-   * @generated from field: int64 balance_cents = 6;
-   */
-  balanceCents: bigint;
-
-  /**
-   * True when the key had already moved the money (nothing moved again).
-   *
-   * @generated from field: bool replayed = 7;
-   */
-  replayed: boolean;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.FundBudgetResponse.
- * Use `create(FundBudgetResponseSchema)` to create a new message.
- */
-export const FundBudgetResponseSchema: GenMessage<FundBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 34);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 16);
 
 /**
  * @generated from message vaultgate.budgets.v1.CloseBudgetRequest
@@ -1131,7 +599,7 @@ export type CloseBudgetRequest = Message<"vaultgate.budgets.v1.CloseBudgetReques
  * Use `create(CloseBudgetRequestSchema)` to create a new message.
  */
 export const CloseBudgetRequestSchema: GenMessage<CloseBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 35);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 17);
 
 /**
  * @generated from message vaultgate.budgets.v1.CloseBudgetResponse
@@ -1196,7 +664,7 @@ export type CloseBudgetResponse = Message<"vaultgate.budgets.v1.CloseBudgetRespo
  * Use `create(CloseBudgetResponseSchema)` to create a new message.
  */
 export const CloseBudgetResponseSchema: GenMessage<CloseBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 36);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 18);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetMoneyViewRequest
@@ -1213,7 +681,7 @@ export type GetMoneyViewRequest = Message<"vaultgate.budgets.v1.GetMoneyViewRequ
  * Use `create(GetMoneyViewRequestSchema)` to create a new message.
  */
 export const GetMoneyViewRequestSchema: GenMessage<GetMoneyViewRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 37);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 19);
 
 /**
  * @generated from message vaultgate.budgets.v1.GetMoneyViewResponse
@@ -1232,7 +700,7 @@ export type GetMoneyViewResponse = Message<"vaultgate.budgets.v1.GetMoneyViewRes
  * Use `create(GetMoneyViewResponseSchema)` to create a new message.
  */
 export const GetMoneyViewResponseSchema: GenMessage<GetMoneyViewResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 38);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 20);
 
 /**
  * @generated from message vaultgate.budgets.v1.VaultView
@@ -1309,167 +777,7 @@ export type VaultView = Message<"vaultgate.budgets.v1.VaultView"> & {
  * Use `create(VaultViewSchema)` to create a new message.
  */
 export const VaultViewSchema: GenMessage<VaultView> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 39);
-
-/**
- * @generated from message vaultgate.budgets.v1.SweepBudgetRequest
- */
-export type SweepBudgetRequest = Message<"vaultgate.budgets.v1.SweepBudgetRequest"> & {
-  /**
-   * Exactly one of access_token (an agent) and session_token (the owner) is set.
-   *
-   * @generated from field: string access_token = 1;
-   */
-  accessToken: string;
-
-  /**
-   * @generated from field: string session_token = 2;
-   */
-  sessionToken: string;
-
-  /**
-   * The closed budget's vault.
-   *
-   * @generated from field: string vault_id = 3;
-   */
-  vaultId: string;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.SweepBudgetRequest.
- * Use `create(SweepBudgetRequestSchema)` to create a new message.
- */
-export const SweepBudgetRequestSchema: GenMessage<SweepBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 40);
-
-/**
- * @generated from message vaultgate.budgets.v1.SweepBudgetResponse
- */
-export type SweepBudgetResponse = Message<"vaultgate.budgets.v1.SweepBudgetResponse"> & {
-  /**
-   * @generated from field: string vault_id = 1;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: string parent_vault_id = 2;
-   */
-  parentVaultId: string;
-
-  /**
-   * What reached the parent vault in this call (0 when nothing was left).
-   *
-   * @generated from field: int64 swept_cents = 3;
-   */
-  sweptCents: bigint;
-
-  /**
-   * @generated from field: string currency = 4;
-   */
-  currency: string;
-
-  /**
-   * The named budget's own sweep transaction; empty when it held nothing.
-   *
-   * @generated from field: string transfer_id = 5;
-   */
-  transferId: string;
-
-  /**
-   * True when nothing was left to sweep (nothing moved).
-   *
-   * @generated from field: bool nothing_to_sweep = 6;
-   */
-  nothingToSweep: boolean;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.SweepBudgetResponse.
- * Use `create(SweepBudgetResponseSchema)` to create a new message.
- */
-export const SweepBudgetResponseSchema: GenMessage<SweepBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 41);
-
-/**
- * @generated from message vaultgate.budgets.v1.ListStrandedFundsRequest
- */
-export type ListStrandedFundsRequest = Message<"vaultgate.budgets.v1.ListStrandedFundsRequest"> & {
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.ListStrandedFundsRequest.
- * Use `create(ListStrandedFundsRequestSchema)` to create a new message.
- */
-export const ListStrandedFundsRequestSchema: GenMessage<ListStrandedFundsRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 42);
-
-/**
- * @generated from message vaultgate.budgets.v1.ListStrandedFundsResponse
- */
-export type ListStrandedFundsResponse = Message<"vaultgate.budgets.v1.ListStrandedFundsResponse"> & {
-  /**
-   * Closed budgets' vaults holding money, oldest close first (at most 100).
-   *
-   * @generated from field: repeated vaultgate.budgets.v1.StrandedFunds vaults = 1;
-   */
-  vaults: StrandedFunds[];
-
-  /**
-   * True when more than those 100 exist.
-   *
-   * @generated from field: bool more = 2;
-   */
-  more: boolean;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.ListStrandedFundsResponse.
- * Use `create(ListStrandedFundsResponseSchema)` to create a new message.
- */
-export const ListStrandedFundsResponseSchema: GenMessage<ListStrandedFundsResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 43);
-
-/**
- * @generated from message vaultgate.budgets.v1.StrandedFunds
- */
-export type StrandedFunds = Message<"vaultgate.budgets.v1.StrandedFunds"> & {
-  /**
-   * @generated from field: string vault_id = 1;
-   */
-  vaultId: string;
-
-  /**
-   * @generated from field: string parent_vault_id = 2;
-   */
-  parentVaultId: string;
-
-  /**
-   * @generated from field: string user_id = 3;
-   */
-  userId: string;
-
-  /**
-   * @generated from field: int64 balance_cents = 4;
-   */
-  balanceCents: bigint;
-
-  /**
-   * @generated from field: string currency = 5;
-   */
-  currency: string;
-
-  /**
-   * @generated from field: google.protobuf.Timestamp closed_at = 6;
-   */
-  closedAt?: Timestamp | undefined;
-};
-
-/**
- * Describes the message vaultgate.budgets.v1.StrandedFunds.
- * Use `create(StrandedFundsSchema)` to create a new message.
- */
-export const StrandedFundsSchema: GenMessage<StrandedFunds> = /*@__PURE__*/
-  messageDesc(file_vaultgate_budgets_v1_budgets, 44);
+  messageDesc(file_vaultgate_budgets_v1_budgets, 21);
 
 /**
  * @generated from enum vaultgate.budgets.v1.BudgetStatus
@@ -1510,97 +818,6 @@ export enum BudgetStatus {
  */
 export const BudgetStatusSchema: GenEnum<BudgetStatus> = /*@__PURE__*/
   enumDesc(file_vaultgate_budgets_v1_budgets, 0);
-
-/**
- * @generated from enum vaultgate.budgets.v1.PaymentStatus
- */
-export enum PaymentStatus {
-  /**
-   * @generated from enum value: PAYMENT_STATUS_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: PAYMENT_STATUS_PENDING_STEP_UP = 1;
-   */
-  PENDING_STEP_UP = 1,
-
-  /**
-   * @generated from enum value: PAYMENT_STATUS_APPROVED = 2;
-   */
-  APPROVED = 2,
-
-  /**
-   * @generated from enum value: PAYMENT_STATUS_COMPLETED = 3;
-   */
-  COMPLETED = 3,
-
-  /**
-   * The owner declined the pending payment; it is never paid.
-   *
-   * @generated from enum value: PAYMENT_STATUS_DECLINED = 4;
-   */
-  DECLINED = 4,
-
-  /**
-   * Accepted: the amount is reserved (it left the vault's balance and counts toward every
-   * cap); its transfer is not signed yet.
-   *
-   * @generated from enum value: PAYMENT_STATUS_PENDING = 5;
-   */
-  PENDING = 5,
-
-  /**
-   * Its transfer is signed and its hash known; not yet deep enough on the chain.
-   *
-   * @generated from enum value: PAYMENT_STATUS_SUBMITTED = 6;
-   */
-  SUBMITTED = 6,
-
-  /**
-   * Reverted, dropped or expired: refunded to the vault, no longer counted toward caps.
-   *
-   * @generated from enum value: PAYMENT_STATUS_FAILED = 7;
-   */
-  FAILED = 7,
-}
-
-/**
- * Describes the enum vaultgate.budgets.v1.PaymentStatus.
- */
-export const PaymentStatusSchema: GenEnum<PaymentStatus> = /*@__PURE__*/
-  enumDesc(file_vaultgate_budgets_v1_budgets, 1);
-
-/**
- * @generated from enum vaultgate.budgets.v1.Decision
- */
-export enum Decision {
-  /**
-   * @generated from enum value: DECISION_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * @generated from enum value: DECISION_ACCEPT = 1;
-   */
-  ACCEPT = 1,
-
-  /**
-   * @generated from enum value: DECISION_STEP_UP = 2;
-   */
-  STEP_UP = 2,
-
-  /**
-   * @generated from enum value: DECISION_DENY = 3;
-   */
-  DENY = 3,
-}
-
-/**
- * Describes the enum vaultgate.budgets.v1.Decision.
- */
-export const DecisionSchema: GenEnum<Decision> = /*@__PURE__*/
-  enumDesc(file_vaultgate_budgets_v1_budgets, 2);
 
 /**
  * BudgetsService owns agent budgets, vault balances and agent payments under a vault's policy.
