@@ -19,7 +19,7 @@ function importsOf(source: string): string[] {
 }
 
 /** Every hand-written code file of the repository (generated code, migrations and dependencies left out). */
-const CODE = /\.(ts|mts|cts|js|mjs|cjs|sh)$/;
+const CODE = /\.(ts|mts|cts|js|mjs|cjs|sh|proto)$/;
 /** Generated code, migrations (history, never edited) and build or run output (gitignored). */
 const NOT_HAND_WRITTEN = new Set(["node_modules", "gen", join("core", "db", "migrations"), "dist", "dist-bench", "bench-results", "test-artifacts", "scratch"]);
 
