@@ -1,9 +1,11 @@
+import type { EvmChain } from "../../core/settlement/rules.js";
 import { loadHotWallet } from "../../core/settlement/wallet.js";
 import { ANVIL_CHAIN_ID, deployLocalUsdc, fundLocalWallet, LOCAL_FUND_GAS_WEI, LOCAL_FUND_USDC_UNITS, localChainSettings, spawnAnvil } from "../local-chain.js";
 import type { CommandContext } from "./types.js";
 import { intOption, UsageError } from "./types.js";
 
-const CHAINS = ["eth", "base"] as const;
+/** The chains `dev chain` puts on its one anvil node. */
+const CHAINS: readonly EvmChain[] = ["eth", "base"];
 
 /**
  * `vaultgate dev chain [--port P] [--format env]`: a local anvil chain with USDC deployed and

@@ -1,3 +1,4 @@
+import { CHAINS, type Chain } from "../../lib/vocabulary.js";
 import { getAddress } from "viem";
 
 /**
@@ -25,8 +26,8 @@ export function formatUsdc(units: bigint): string {
 }
 
 /** The chains an operator can put on the evm rail; `sol` stays on the sandbox rail. */
-export const EVM_CHAINS = ["eth", "base", "arb", "op", "polygon"] as const;
-export type EvmChain = (typeof EVM_CHAINS)[number];
+export type EvmChain = Exclude<Chain, "sol">;
+export const EVM_CHAINS: readonly EvmChain[] = CHAINS.filter((c): c is EvmChain => c !== "sol");
 export const isEvmChain = (chain: string): chain is EvmChain => (EVM_CHAINS as readonly string[]).includes(chain);
 
 export type RailKind = "sandbox" | "evm";

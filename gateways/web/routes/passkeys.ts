@@ -1,28 +1,20 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
+import { UUID } from "../../shared/uuid.js";
 import { stepUpPath } from "../paths.js";
-import { html, type Html } from "../views/html.js";
+import { html } from "../views/html.js";
 import { ceremonyForm, passkeyList, PASSKEYS_PATH, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
 import { PASSKEYS_SCRIPT } from "../views/passkeys-script.js";
 
 /** The browser's secret for one passkey ceremony; core completes it only with this. */
 const FLOW_COOKIE = "vg_passkey";
 const FLOW_SECONDS = 300;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
   const v = (request.query as Query)[name];
   return typeof v === "string" ? v : undefined;
 };
-
-/** The step-up page's "Use a passkey" button: only when the deployment offers passkeys and the person has one. */
-export async function passkeyStepUpOffer(ctx: WebContext, request: FastifyRequest, sessionToken: string, returnTo: string): Promise<Html> {
-  if (!ctx.signinMethods.includes("passkey")) return html``;
-  const { passkeys } = await ctx.grants.listPasskeys({ sessionToken }, ctx.rpc(request));
-  if (passkeys.length === 0) return html``;
-  return html`<p class="card"><a class="button" href="/stepup/passkey?return_to=${encodeURIComponent(returnTo)}">Use a passkey</a></p>`;
-}
 
 /**
  * Passkeys on the web: the dashboard's list, add (after a fresh step-up) and remove; a

@@ -6,7 +6,7 @@ import { UUID } from "../../shared/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
 import { stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
-import { passkeyStepUpOffer } from "./passkeys.js";
+import { passkeyStepUpOffer } from "../passkey-offer.js";
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
