@@ -110,8 +110,10 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
   if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
   const refresh = randomRefresh();
   const next = await deps.db.transaction(async (trx) => {
-    const locked = await deps.grants.lockGrant(trx, current.id);
-    if (locked?.state !== "active") fail(Reason.INVALID_TOKEN, "the grant is no longer active");
+    const row = await deps.grants.lockGrant(trx, current.id);
+    // The one grant rule again under the lock: a revocation or expiry that came first is seen.
+    const locked = row && { ...row, userActive: current.userActive };
+    assertGrantUsable(locked, deps.clock());
     const g = await insertGrant(deps, trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
     await deps.grants.supersede(trx, locked.id, g.id, deps.clock(), false);
     await appendAudit(deps, trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
