@@ -75,6 +75,16 @@ export function createUsersStore() {
       return row ? { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at) } : undefined;
     },
 
+    /** The user's row locked FOR UPDATE (its id a UUID the caller checked). */
+    async lockUser(trx: Knex.Transaction, userId: string): Promise<{ id: string; status: UserRecord["status"] } | undefined> {
+      const { rows } = await trx.raw(`SELECT id, status FROM users WHERE id = ?::uuid FOR UPDATE`, [userId]);
+      return (rows as { id: string; status: UserRecord["status"] }[])[0];
+    },
+
+    async setUserStatus(trx: Knex.Transaction, userId: string, status: UserRecord["status"]): Promise<void> {
+      await trx.raw(`UPDATE users SET status = ? WHERE id = ?`, [status, userId]);
+    },
+
     /** The user a provider's (issuer, subject) is linked to. */
     async findLinkedUser(conn: Conn, issuer: string, subject: string): Promise<string | undefined> {
       const row = await conn("identity_links").where({ issuer, subject }).first("user_id");

@@ -59,7 +59,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
 
   async function lockUser(trx: Knex.Transaction, userId: string) {
     if (!UUID.test(userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
-    const user = await resources.lockUser(trx, userId);
+    const user = await deps.users.lockUser(trx, userId);
     if (!user) fail(Reason.NOT_FOUND, "no such user");
     return user;
   }
@@ -248,7 +248,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
       if (req.status !== "active" && req.status !== "inactive") fail(Reason.INVALID_REQUEST, "status must be active or inactive");
       await adminChange(ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
         await lockUser(trx, req.userId);
-        await resources.setUserStatus(trx, req.userId, req.status as "active" | "inactive");
+        await deps.users.setUserStatus(trx, req.userId, req.status as "active" | "inactive");
       });
       return { userId: req.userId, status: req.status };
     },

@@ -135,15 +135,6 @@ export function createResourcesStore(db: Db) {
       return { inserted: (rows as unknown[]).length > 0 };
     },
 
-    async lockUser(trx: Knex.Transaction, userId: string): Promise<{ id: string; status: string } | undefined> {
-      const { rows } = await trx.raw(`SELECT id, status FROM users WHERE id = ?::uuid FOR UPDATE`, [userId]);
-      return (rows as { id: string; status: string }[])[0];
-    },
-
-    async setUserStatus(trx: Knex.Transaction, userId: string, status: "active" | "inactive"): Promise<void> {
-      await trx.raw(`UPDATE users SET status = ? WHERE id = ?`, [status, userId]);
-    },
-
     async getKyc(conn: Conn, userId: string): Promise<KycRecord | undefined> {
       const { rows } = await conn.raw(`SELECT user_id, status, provider, updated_at FROM user_kyc WHERE user_id = ?`, [userId]);
       const r = (rows as Record<string, unknown>[])[0];
