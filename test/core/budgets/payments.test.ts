@@ -102,6 +102,10 @@ describe("BudgetsService payments, balance and audit", () => {
     expect(mine.pendingPayments.map((x) => x.paymentId)).to.deep.equal([id]);
     const other = await stack.clients.budgets.listPendingApprovals({ sessionToken, agentPrincipalId: owner.agentPrincipalId });
     expect(other.pendingPayments).to.deep.equal([]);
+    // Another person naming this agent sees nothing of it.
+    const outsider = await ownerSession(stack, (await createOwner(stack)).userId);
+    const theirs = await stack.clients.budgets.listPendingApprovals({ sessionToken: outsider, agentPrincipalId: child.agentPrincipalId });
+    expect([theirs.pendingPayments, theirs.draftBudgets]).to.deep.equal([[], []]);
     await expectRefused(stack.clients.budgets.listPendingApprovals({ sessionToken, agentPrincipalId: "x'; --" }), Reason.INVALID_REQUEST);
 
     // Without a step-up on the session (core reads it; the caller cannot claim one).
