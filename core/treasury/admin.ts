@@ -1,0 +1,101 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { Knex } from "knex";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import type {
+  BindTreasuryRequest,
+  BindTreasuryResponseSchema,
+  FundTreasuryRequest,
+  FundTreasuryResponseSchema,
+  SetTreasuryStatusRequest,
+  SetTreasuryStatusResponseSchema,
+} from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { fail } from "../errors.js";
+import type { PartnerRecord, PartnersStore } from "../partners/store.js";
+import { UUID } from "../uuid.js";
+import { appendAudit, type AuditDeps } from "./caller.js";
+import type { TreasuryStore } from "./store.js";
+import { cents, MAX_CENTS, optionalCents, statusName, toProto } from "./wire.js";
+
+/** What the operator's treasury changes need: BindTreasury, SetTreasuryStatus, FundTreasury. */
+export interface AdminDeps extends AuditDeps {
+  store: Pick<TreasuryStore, "bind" | "lock" | "setStatus" | "fund">;
+  partners: Pick<PartnersStore, "findByClientId">;
+}
+
+async function partnerForAdmin(deps: Pick<AdminDeps, "partners">, clientId: string): Promise<PartnerRecord> {
+  const partner = clientId ? await deps.partners.findByClientId(clientId) : undefined;
+  if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+  return partner;
+}
+
+/** Runs an admin change in one transaction with its audit row. */
+function adminChange<T>(deps: AuditDeps, ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
+  return deps.db.transaction(async (trx) => {
+    const result = await work(trx);
+    await appendAudit(deps, trx, ctx, { actor: "admin", action, subject });
+    return result;
+  });
+}
+
+/** TreasuryService.BindTreasury. */
+export async function bindTreasury(
+  deps: AdminDeps,
+  req: BindTreasuryRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof BindTreasuryResponseSchema>> {
+  const partner = await partnerForAdmin(deps, req.clientId);
+  if (!UUID.test(req.payerEntityId)) fail(Reason.INVALID_REQUEST, "payer_entity_id must be a UUID");
+  const currency = req.currency === "" ? "USD" : req.currency;
+  if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code in upper case");
+  const limits = {
+    balanceCents: cents(req.balanceCents, "balance_cents"),
+    capPerItemCents: optionalCents(req.capPerItemCents, "cap_per_item_cents"),
+    capPerDayCents: optionalCents(req.capPerDayCents, "cap_per_day_cents"),
+    capLifetimeCents: optionalCents(req.capLifetimeCents, "cap_lifetime_cents"),
+    stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
+  };
+  const result = await adminChange(deps, ctx, "treasury.bind", partner.clientId, (trx) =>
+    deps.store.bind(
+      trx,
+      { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits },
+      { id: randomUUID(), at: deps.clock() },
+    ),
+  );
+  return { treasury: toProto(partner, result.treasury), created: result.created };
+}
+
+/** TreasuryService.SetTreasuryStatus. */
+export async function setTreasuryStatus(
+  deps: AdminDeps,
+  req: SetTreasuryStatusRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SetTreasuryStatusResponseSchema>> {
+  const partner = await partnerForAdmin(deps, req.clientId);
+  const status = statusName[req.status];
+  if (!status) fail(Reason.INVALID_REQUEST, "status is required");
+  const treasury = await adminChange(deps, ctx, `treasury.set_status.${status}`, partner.clientId, async (trx) => {
+    if (!(await deps.store.lock(trx, partner.id))) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+    return (await deps.store.setStatus(trx, partner.id, status, deps.clock()))!;
+  });
+  return { treasury: toProto(partner, treasury) };
+}
+
+/** TreasuryService.FundTreasury. */
+export async function fundTreasury(
+  deps: AdminDeps,
+  req: FundTreasuryRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof FundTreasuryResponseSchema>> {
+  const partner = await partnerForAdmin(deps, req.clientId);
+  const amount = cents(req.amountCents, "amount_cents");
+  if (amount === 0) fail(Reason.INVALID_REQUEST, "amount_cents must be at least 1");
+  const treasury = await adminChange(deps, ctx, "treasury.fund", partner.clientId, async (trx) => {
+    const locked = await deps.store.lock(trx, partner.id);
+    if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+    if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);
+    return deps.store.fund(trx, locked, amount, { id: randomUUID(), at: deps.clock() });
+  });
+  return { treasury: toProto(partner, treasury) };
+}
