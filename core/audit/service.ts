@@ -1,12 +1,10 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { type AuditService, Outcome, type VerifyChainsResponseSchema } from "../../gen/vaultgate/audit/v1/audit_pb.js";
-import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { fail } from "../errors.js";
-import { FEED_START, formatWatermark, parseWatermark, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
-import type { AuditRow, AuditStore } from "./store.js";
+import type { AuditService } from "../../gen/vaultgate/audit/v1/audit_pb.js";
+import type { CursorCodec } from "../paging.js";
+import type { AuditStore } from "./store.js";
 import type { LedgerStore } from "../ledger/store.js";
+import { listRecords, tailRecords } from "./records.js";
+import { verifyChains, verifyLedger, type ChainVerifier } from "./verify.js";
 
 export interface AuditServiceDeps {
   store: AuditStore;
@@ -19,129 +17,18 @@ export interface AuditServiceDeps {
   tailPollMs?: number;
 }
 
-/** What `VerifyChains` asks of settlement. */
-export interface ChainVerifier {
-  railOf(chain: string): string;
-  evmChains(): string[];
-  verifyChains(fromBlock: ReadonlyMap<string, number>): Promise<MessageInitShape<typeof VerifyChainsResponseSchema>>;
-}
-
-const MAX_LIMIT = 500;
-
+/**
+ * Assembles AuditService from its handlers: the audit feed (records.ts) and the ledger and
+ * chain proofs (verify.ts). Each handler takes only the dependencies it uses.
+ */
 export function createAuditService(deps: AuditServiceDeps): ServiceImpl<typeof AuditService> {
+  const { store, cursors, ledger, settlement } = deps;
   const pollMs = deps.tailPollMs ?? 250;
 
   return {
-    async listRecords(req) {
-      const limit = req.limit === 0 ? 100 : req.limit;
-      if (limit > MAX_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_LIMIT}`);
-      let after = await auditSince(deps.store, req.since);
-      if (req.cursor) after = auditCursor(deps.cursors, req.cursor, {});
-      const rows = await deps.store.list({ after, limit: limit + 1, actor: req.actor, action: req.action, requestId: req.requestId });
-      const page = rows.slice(0, limit);
-      const last = page.at(-1)?.position;
-      return {
-        records: page.map((r) => toProto(r.row)),
-        nextCursor: rows.length > limit && last ? deps.cursors.encode({ a: last.seq, x: last.xid }) : "",
-        watermark: formatWatermark(last ?? after),
-      };
-    },
-
-    async *tailRecords(req, ctx) {
-      let after = req.since === "" ? await deps.store.horizon() : await auditSince(deps.store, req.since);
-      while (!ctx.signal.aborted) {
-        // No settling wait: the poll below is the wait.
-        const rows = await deps.store.list({ after, limit: 100, actor: req.actor, action: req.action }, false);
-        for (const { row, position } of rows) {
-          after = position;
-          yield { record: toProto(row), watermark: formatWatermark(position) };
-        }
-        if (rows.length < 100) await sleep(pollMs, ctx.signal);
-      }
-    },
-
-    async verifyLedger() {
-      const r = await deps.ledger.verify();
-      return {
-        ok: r.discrepancies.length === 0,
-        transactions: BigInt(r.transactions),
-        postings: BigInt(r.postings),
-        accounts: BigInt(r.accounts),
-        discrepancies: r.discrepancies,
-      };
-    },
-
-    async verifyChains(req) {
-      const fromBlock = new Map<string, number>();
-      const every = Object.hasOwn(req.fromBlock, "*") ? req.fromBlock["*"] : undefined;
-      for (const [chain, block] of Object.entries(req.fromBlock)) {
-        if (chain === "*") continue;
-        if (deps.settlement.railOf(chain) !== "evm")
-          fail(Reason.INVALID_REQUEST, `from_block names ${JSON.stringify(chain.slice(0, 40))}, which is not a chain on the evm rail`);
-        if (block > BigInt(Number.MAX_SAFE_INTEGER)) fail(Reason.INVALID_REQUEST, `from_block for ${chain} must be at most ${Number.MAX_SAFE_INTEGER}`);
-        fromBlock.set(chain, Number(block));
-      }
-      if (every !== undefined) {
-        if (every > BigInt(Number.MAX_SAFE_INTEGER)) fail(Reason.INVALID_REQUEST, `from_block must be at most ${Number.MAX_SAFE_INTEGER}`);
-        for (const chain of deps.settlement.evmChains()) if (!fromBlock.has(chain)) fromBlock.set(chain, Number(every));
-      }
-      return deps.settlement.verifyChains(fromBlock);
-    },
+    listRecords: (req) => listRecords({ store, cursors }, req),
+    tailRecords: (req, ctx) => tailRecords({ store, pollMs }, req, ctx),
+    verifyLedger: () => verifyLedger({ ledger }),
+    verifyChains: (req) => verifyChains({ settlement }, req),
   };
-}
-
-/**
- * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); a record_id naming no
- * record visible to `actor` is invalid_cursor. See docs/reference/agent-tools.md, audit.list.
- */
-export async function auditSince(store: AuditStore, since: string, actor?: string): Promise<FeedPosition> {
-  if (since === "") return FEED_START;
-  const watermark = parseWatermark(since);
-  if (watermark) return watermark;
-  if (/^\d{1,15}$/.test(since)) {
-    const seq = Number(since);
-    if (seq === 0) return FEED_START;
-    const position = await store.positionOf(seq, actor);
-    if (position) return position;
-  }
-  return fail(Reason.INVALID_CURSOR, "since must be a watermark or record_id of this feed");
-}
-
-/**
- * Decodes an audit paging cursor `{a: seq, x: xid, ...binding}`; every `binding` entry
- * must match. Cursors issued before the feed horizon have no `x` (xid 0).
- */
-export function auditCursor(cursors: CursorCodec, cursor: string, binding: Record<string, string>): FeedPosition {
-  const position = cursors.decode(cursor);
-  const xid = position ? positionXid(position.x) : undefined;
-  const bound = position !== undefined && Object.entries(binding).every(([k, v]) => position[k] === v);
-  if (!position || !bound || xid === undefined || typeof position.a !== "number" || !Number.isSafeInteger(position.a) || position.a < 0) {
-    return fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
-  }
-  return { xid, seq: position.a };
-}
-
-function toProto(r: AuditRow) {
-  return {
-    recordId: String(r.seq),
-    requestId: r.requestId,
-    actor: r.actor,
-    action: r.action,
-    outcome: r.outcome === "success" ? Outcome.SUCCESS : Outcome.FAILURE,
-    reason: r.reason,
-    subject: r.subject,
-    createdAt: timestampFromDate(r.createdAt),
-  };
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-  });
 }

@@ -9,7 +9,7 @@ import type {
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { auditCursor, auditSince } from "../audit/service.js";
+import { auditCursor, auditSince } from "../audit/records.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { formatWatermark, type CursorCodec } from "../paging.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
