@@ -1,0 +1,291 @@
+import { randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Knex } from "knex";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  type CreatePartnerRequest,
+  type CreatePartnerResponseSchema,
+  type CreateUserRequest,
+  type CreateUserResponseSchema,
+  type GetPartnerRequest,
+  type GetPartnerResponseSchema,
+  type GetUserByEmailRequest,
+  type GetUserByEmailResponseSchema,
+  type ListPartnersRequest,
+  type ListPartnersResponseSchema,
+  type ListUsersRequest,
+  type ListUsersResponseSchema,
+  type Partner,
+  type PartnerSchema,
+  PartnerStatus,
+  type RotateSecretRequest,
+  type RotateSecretResponseSchema,
+  type SetEntitlementsRequest,
+  type SetEntitlementsResponseSchema,
+  type SetPartnerStatusRequest,
+  type SetPartnerStatusResponseSchema,
+} from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { callFacts } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
+import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
+import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
+import type { SecretHasher } from "../secrets/hasher.js";
+import { CONSENT_SCOPES, PARTNER_SCOPES } from "./scopes.js";
+
+/** An operator change and its audit row, in one transaction. */
+export interface AdminChangeDeps {
+  db: Db;
+  audit: Pick<AuditStore, "append">;
+  clock: () => Date;
+}
+
+export interface CreatePartnerDeps extends AdminChangeDeps {
+  store: Pick<PartnersStore, "insert">;
+  secrets: Pick<SecretHasher, "hash">;
+}
+
+export interface PartnerUpdateDeps extends AdminChangeDeps {
+  store: Pick<PartnersStore, "lockByClientId" | "update">;
+}
+
+export interface RotateSecretDeps extends PartnerUpdateDeps {
+  secrets: Pick<SecretHasher, "hash">;
+}
+
+export interface CreateUserDeps extends AdminChangeDeps {
+  users: Pick<UsersStore, "ensureUser">;
+}
+
+export interface PartnerReadDeps {
+  store: Pick<PartnersStore, "list" | "findByClientId">;
+}
+
+export interface UserReadDeps {
+  db: Db;
+  users: Pick<UsersStore, "list" | "findByEmail">;
+}
+
+const statusName = {
+  [PartnerStatus.UNSPECIFIED]: undefined,
+  [PartnerStatus.ACTIVE]: "active",
+  [PartnerStatus.PENDING]: "pending",
+  [PartnerStatus.SUSPENDED]: "suspended",
+} satisfies Record<PartnerStatus, PartnerStatusName | undefined>;
+
+const statusEnum = { active: PartnerStatus.ACTIVE, pending: PartnerStatus.PENDING, suspended: PartnerStatus.SUSPENDED } satisfies Record<
+  PartnerStatusName,
+  PartnerStatus
+>;
+
+/** PartnersService.CreatePartner: registers a partner and returns its client secret, once. */
+export async function createPartner(
+  deps: CreatePartnerDeps,
+  req: CreatePartnerRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof CreatePartnerResponseSchema>> {
+  const name = req.name.trim();
+  if (name.length === 0 || name.length > 200) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
+  const slug = req.slug ? req.slug : slugFromName(name);
+  if (!slug || !isValidSlug(slug)) {
+    fail(Reason.INVALID_REQUEST, "slug must be 1-32 lower-case letters, digits or inner '-'");
+  }
+  const entitlements = req.entitlements ? [...new Set(req.entitlements.scopes)] : [...CONSENT_SCOPES];
+  checkEntitlements(entitlements);
+  const status = req.status === PartnerStatus.UNSPECIFIED ? "active" : statusName[req.status];
+  if (status !== "active" && status !== "pending") fail(Reason.INVALID_REQUEST, "a new partner is active or pending");
+  const webhookUrl = req.webhookUrl ? checkWebhookUrl(req.webhookUrl) : null;
+
+  const clientSecret = generateClientSecret();
+  const secretHash = await deps.secrets.hash(clientSecret);
+  const now = deps.clock();
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const record: PartnerRecord = {
+      id: randomUUID(),
+      name,
+      slug,
+      clientId: generateClientId(slug),
+      secretHash,
+      status,
+      entitlements,
+      webhookUrl,
+      createdAt: now,
+      updatedAt: now,
+    };
+    // A client_id collision (8 random hex chars) is retried with a fresh suffix.
+    const inserted = await adminChange(deps, ctx, "partner.create", record.clientId, async (trx) => (await deps.store.insert(trx, record)).inserted);
+    if (inserted) return { partner: toProto(record), clientSecret };
+  }
+  return fail(Reason.INTERNAL, "could not allocate a client id");
+}
+
+/** PartnersService.RotateSecret: a new client secret for the partner. */
+export async function rotateSecret(
+  deps: RotateSecretDeps,
+  req: RotateSecretRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof RotateSecretResponseSchema>> {
+  const clientSecret = generateClientSecret();
+  const secretHash = await deps.secrets.hash(clientSecret);
+  // Replaces the hash at once; client_id and status unchanged.
+  await adminChange(deps, ctx, "partner.rotate_secret", req.clientId, async (trx) => {
+    const locked = await deps.store.lockByClientId(trx, req.clientId);
+    if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+    return deps.store.update(trx, req.clientId, { secretHash }, deps.clock());
+  });
+  return { clientId: req.clientId, clientSecret };
+}
+
+/** PartnersService.SetPartnerStatus: activates, suspends or parks a partner. */
+export async function setPartnerStatus(
+  deps: PartnerUpdateDeps,
+  req: SetPartnerStatusRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SetPartnerStatusResponseSchema>> {
+  const status = statusName[req.status];
+  if (!status) fail(Reason.INVALID_REQUEST, "status is required");
+  const partner = await adminChange(deps, ctx, `partner.set_status.${status}`, req.clientId, async (trx) => {
+    const locked = await deps.store.lockByClientId(trx, req.clientId);
+    if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+    return (await deps.store.update(trx, req.clientId, { status }, deps.clock()))!;
+  });
+  return { partner: toProto(partner) };
+}
+
+/** PartnersService.SetEntitlements: replaces the scopes a partner may request. */
+export async function setEntitlements(
+  deps: PartnerUpdateDeps,
+  req: SetEntitlementsRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SetEntitlementsResponseSchema>> {
+  const entitlements = [...new Set(req.entitlements)];
+  checkEntitlements(entitlements);
+  const partner = await adminChange(deps, ctx, "partner.set_entitlements", req.clientId, async (trx) => {
+    const locked = await deps.store.lockByClientId(trx, req.clientId);
+    if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+    return (await deps.store.update(trx, req.clientId, { entitlements }, deps.clock()))!;
+  });
+  return { partner: toProto(partner) };
+}
+
+/** PartnersService.CreateUser: the user of an e-mail address, with a vault, created if new. */
+export async function createUser(
+  deps: CreateUserDeps,
+  req: CreateUserRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof CreateUserResponseSchema>> {
+  const email = normaliseEmail(req.email);
+  if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  const ids = await deps.db.transaction(async (trx) => {
+    const result = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: deps.clock() });
+    await deps.audit.append(trx, {
+      ...callFacts(ctx),
+      actor: "admin",
+      action: "user.create",
+      outcome: "success",
+      subject: result.userId,
+      at: deps.clock(),
+    });
+    return result;
+  });
+  return ids;
+}
+
+/** PartnersService.ListPartners: one page of partners, by id. */
+export async function listPartners(deps: PartnerReadDeps, req: ListPartnersRequest): Promise<MessageInitShape<typeof ListPartnersResponseSchema>> {
+  const limit = pageLimit(req.limit);
+  const rows = await deps.store.list(limit + 1, afterIdOf(req.cursor));
+  const page = rows.slice(0, limit);
+  return { partners: page.map(toProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+}
+
+/** PartnersService.ListUsers: one page of users, by id. */
+export async function listUsers(deps: UserReadDeps, req: ListUsersRequest): Promise<MessageInitShape<typeof ListUsersResponseSchema>> {
+  const limit = pageLimit(req.limit);
+  const rows = await deps.users.list(deps.db, limit + 1, afterIdOf(req.cursor));
+  const page = rows.slice(0, limit);
+  return { users: page.map(userToProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+}
+
+/** PartnersService.GetUserByEmail: the user of an e-mail address. */
+export async function getUserByEmail(deps: UserReadDeps, req: GetUserByEmailRequest): Promise<MessageInitShape<typeof GetUserByEmailResponseSchema>> {
+  const email = normaliseEmail(req.email);
+  if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  const user = await deps.users.findByEmail(deps.db, email);
+  if (!user) fail(Reason.NOT_FOUND, "no such user");
+  return { user: userToProto(user) };
+}
+
+/** PartnersService.GetPartner: the partner of a client id. */
+export async function getPartner(deps: PartnerReadDeps, req: GetPartnerRequest): Promise<MessageInitShape<typeof GetPartnerResponseSchema>> {
+  const partner = await deps.store.findByClientId(req.clientId);
+  if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+  return { partner: toProto(partner) };
+}
+
+/** Runs an admin mutation in one transaction with its audit row. */
+async function adminChange<T>(deps: AdminChangeDeps, ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
+  return deps.db.transaction(async (trx) => {
+    const result = await work(trx);
+    await deps.audit.append(trx, { ...callFacts(ctx), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
+    return result;
+  });
+}
+
+const DEFAULT_PAGE = 50;
+const MAX_PAGE = 200;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+function pageLimit(limit: number): number {
+  return limit === 0 ? DEFAULT_PAGE : Math.min(limit, MAX_PAGE);
+}
+
+/** A list cursor names the last row of the previous page; opaque to callers. */
+function cursorOf(id: string): string {
+  return Buffer.from(id).toString("base64url");
+}
+
+function afterIdOf(cursor: string): string | undefined {
+  if (!cursor) return undefined;
+  const id = cursor.length <= 64 ? Buffer.from(cursor, "base64url").toString() : "";
+  if (!UUID.test(id)) fail(Reason.INVALID_REQUEST, "cursor must be a next_cursor this list returned");
+  return id;
+}
+
+function userToProto(u: UserListing) {
+  return { userId: u.id, email: u.email, status: u.status, vaultId: u.vaultId ?? "", createdAt: u.createdAt.toISOString() };
+}
+
+function checkEntitlements(entitlements: string[]): void {
+  const unknown = entitlements.filter((s) => !PARTNER_SCOPES.includes(s));
+  if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown entitlements: ${unknown.join(", ")}; allowed: ${PARTNER_SCOPES.join(", ")}`);
+}
+
+function checkWebhookUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return fail(Reason.INVALID_REQUEST, "webhook_url must be an absolute URL");
+  }
+  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) {
+    fail(Reason.INVALID_REQUEST, "webhook_url must be https (http only on loopback)");
+  }
+  return url.toString();
+}
+
+function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Partial<Partner> {
+  return {
+    partnerId: p.id,
+    name: p.name,
+    slug: p.slug,
+    clientId: p.clientId,
+    status: statusEnum[p.status],
+    entitlements: p.entitlements,
+    webhookUrl: p.webhookUrl ?? "",
+  };
+}
