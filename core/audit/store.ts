@@ -37,6 +37,15 @@ export interface AuditStoreOptions {
   appendFault?: () => Error | undefined;
 }
 
+/** The audit row's columns, in the order AUDIT_INSERT_SQL's SELECT gives them. */
+const AUDIT_COLUMNS = "request_id, actor, action, outcome, reason, subject, client_address, created_at";
+
+/**
+ * Appends the rows `selectSql` yields (AUDIT_COLUMNS, in order) inside another room's statement,
+ * so a call's audit row commits with the very statement that lets the call answer.
+ */
+export const AUDIT_INSERT_SQL = (selectSql: string) => `INSERT INTO audit_records (${AUDIT_COLUMNS}) ${selectSql}`;
+
 /** The append-only audit trail. */
 export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
   return {
@@ -45,11 +54,16 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
       try {
         const fault = options.appendFault?.();
         if (fault) throw fault;
-        const { rows } = await trx.raw(
-          `INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, client_address, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
-          [entry.requestId, entry.actor, entry.action, entry.outcome, entry.reason ?? "", entry.subject ?? "", entry.clientAddress ?? "", entry.at],
-        );
+        const { rows } = await trx.raw(`INSERT INTO audit_records (${AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`, [
+          entry.requestId,
+          entry.actor,
+          entry.action,
+          entry.outcome,
+          entry.reason ?? "",
+          entry.subject ?? "",
+          entry.clientAddress ?? "",
+          entry.at,
+        ]);
         return Number((rows as { seq: number }[])[0]!.seq);
       } catch (err) {
         auditWriteFailures.inc();

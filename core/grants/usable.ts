@@ -3,6 +3,13 @@ import { fail } from "../errors.js";
 import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import type { GrantState } from "./stores/grants.js";
 
+/**
+ * SQL twin of assertGrantUsable over AGENT_GRANT_JOIN's `g` and `u`, at the timestamptz
+ * expression `atSql`: true exactly when that check would let the grant act.
+ */
+export const GRANT_USABLE_SQL = (atSql: string) =>
+  `(g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${CLOCK_SKEW_SECONDS} seconds' >= ${atSql})`;
+
 /** What decides whether a grant read afresh may still act. */
 export interface GrantStanding {
   state: GrantState;

@@ -3,8 +3,9 @@ import type { Db } from "../../db/knex.js";
 import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../uuid.js";
-import { CLOCK_SKEW_SECONDS } from "../../../lib/clock.js";
-import { GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
+import { AUDIT_INSERT_SQL } from "../../audit/store.js";
+import { AGENT_GRANT_JOIN, GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
+import { GRANT_USABLE_SQL } from "../../grants/usable.js";
 import {
   spentTodaySql,
   toPayment,
@@ -36,16 +37,14 @@ export function createPaymentsStore(db: Db) {
            SELECT k.n, k.k_audit, k.k_request_id, k.k_client_address, k.k_at, ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, p.status AS p_status, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day, p.amount_cap_cents_lifetime,
                   p.step_up_amount_cents, p.chain_allowlist, p.time_window_end, p.vault_id AS p_vault_id,
                   ${spentTodaySql("(k.day_start AT TIME ZONE 'UTC')::date")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime,
-                  (g.state = 'active' AND u.status = 'active' AND g.expires_at + interval '${CLOCK_SKEW_SECONDS} seconds' >= k.k_at
-                   AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
+                  (${GRANT_USABLE_SQL("k.k_at")} AND v.owner_user_id = g.user_id AND v.currency = k.k_currency) AS answers
              FROM unnest(?::uuid[], ?::timestamptz[], ?::boolean[], ?::text[], ?::timestamptz[], ?::text[], ?::text[])
                   WITH ORDINALITY AS k(grant_id, day_start, k_audit, k_request_id, k_at, k_currency, k_client_address, n)
-             JOIN grants g ON g.id = k.grant_id JOIN users u ON u.id = g.user_id
+             ${AGENT_GRANT_JOIN("k.grant_id")}
              JOIN vaults v ON v.id = g.vault_id LEFT JOIN vault_policies p ON p.vault_id = v.id),
          audited AS (
-           INSERT INTO audit_records (request_id, actor, action, outcome, reason, subject, client_address, created_at)
-           SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_client_address, k_at
-             FROM ctx WHERE k_audit AND answers ORDER BY n
+           ${AUDIT_INSERT_SQL(`SELECT k_request_id, 'agent:' || g_agent_principal_id, 'payments.simulate', 'success', '', id::text, k_client_address, k_at
+             FROM ctx WHERE k_audit AND answers ORDER BY n`)}
            RETURNING seq)
          SELECT ctx.*, (k_audit AND answers) AS audited FROM ctx`,
   );
@@ -73,8 +72,8 @@ export function createPaymentsStore(db: Db) {
   const lockedGrantAndVault = prepared(
     "locked_payment_context",
     `SELECT ${GRANT_COLUMNS}, ${VAULT_COLUMNS}, ${spentTodaySql("d.day")} AS spent_today, v.spent_lifetime_cents AS spent_lifetime
-       FROM (SELECT ?::date AS day) d, grants g JOIN users u ON u.id = g.user_id JOIN vaults v ON v.id = g.vault_id
-      WHERE g.id = ? FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
+       FROM (SELECT ?::date AS day) d ${AGENT_GRANT_JOIN("?")} JOIN vaults v ON v.id = g.vault_id
+      FOR NO KEY UPDATE OF g FOR UPDATE OF v`,
   );
   const policyOf = prepared(
     "payment_policy",

@@ -15,6 +15,12 @@ export const GRANT_COLUMNS = `g.id AS g_id, g.user_id AS g_user_id, g.agent_prin
                 g.scopes AS g_scopes, g.state AS g_state, g.step_up AS g_step_up, g.auth_time AS g_auth_time,
                 g.expires_at AS g_expires_at, (u.status = 'active') AS g_user_active`;
 
+/**
+ * The grant `grantIdSql` names and its user, as `g` and `u` (what GRANT_COLUMNS and
+ * GRANT_USABLE_SQL read): other rooms' statements join it here rather than name the tables.
+ */
+export const AGENT_GRANT_JOIN = (grantIdSql: string) => `JOIN grants g ON g.id = ${grantIdSql} JOIN users u ON u.id = g.user_id`;
+
 /** An AgentGrant from a row carrying GRANT_COLUMNS. */
 export function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   return {
