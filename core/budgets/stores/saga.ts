@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { budgetPrincipals } from "../../grants/stores/agents.js";
 import type { Policy } from "../policy.js";
 import { toBudget, type BudgetRecord, type Conn, type StepName } from "../records.js";
 
@@ -49,17 +50,8 @@ export const sagaStore = {
     await conn("vaults").where({ id }).delete();
   },
 
-  async insertAgentPrincipal(conn: Conn, a: { id: string; userId: string; parentAgentId: string | null; vaultId: string; displayName: string; at: Date }) {
-    await conn.raw(
-      `INSERT INTO agent_principals (id, user_id, parent_agent_id, vault_id, display_name, created_at) VALUES (?, ?, ?, ?, ?, ?)
-       ON CONFLICT (id) DO NOTHING`,
-      [a.id, a.userId, a.parentAgentId, a.vaultId, a.displayName, a.at],
-    );
-  },
-
-  async deleteAgentPrincipal(conn: Conn, id: string) {
-    await conn("agent_principals").where({ id }).delete();
-  },
+  insertAgentPrincipal: budgetPrincipals.insert,
+  deleteAgentPrincipal: budgetPrincipals.delete,
 
   async insertPolicy(conn: Conn, vaultId: string, purpose: string, p: Policy, version: number, at: Date) {
     await conn.raw(
@@ -91,7 +83,7 @@ export const sagaStore = {
   async existing(conn: Conn, b: Pick<BudgetRecord, "vaultId" | "agentPrincipalId">): Promise<StepName[]> {
     const { rows } = await conn.raw(
       `SELECT (SELECT count(*) FROM vaults WHERE id = ?)::int AS vault,
-              (SELECT count(*) FROM agent_principals WHERE id = ?)::int AS agent_principal,
+              ${budgetPrincipals.COUNT_SQL}::int AS agent_principal,
               (SELECT count(*) FROM vault_policies WHERE vault_id = ?)::int AS policy`,
       [b.vaultId, b.agentPrincipalId, b.vaultId],
     );

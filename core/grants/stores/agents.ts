@@ -3,6 +3,24 @@ import { toGrant } from "./grants.js";
 
 type Conn = Knex | Knex.Transaction;
 
+/** A budget's own agent principal: the budgets saga creates and removes it through these, each idempotent. */
+export const budgetPrincipals = {
+  async insert(conn: Conn, a: { id: string; userId: string; parentAgentId: string | null; vaultId: string; displayName: string; at: Date }) {
+    await conn.raw(
+      `INSERT INTO agent_principals (id, user_id, parent_agent_id, vault_id, display_name, created_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO NOTHING`,
+      [a.id, a.userId, a.parentAgentId, a.vaultId, a.displayName, a.at],
+    );
+  },
+
+  async delete(conn: Conn, id: string) {
+    await conn("agent_principals").where({ id }).delete();
+  },
+
+  /** SQL counting the principal the one binding names (0 or 1), for a statement that checks several resources at once. */
+  COUNT_SQL: "(SELECT count(*) FROM agent_principals WHERE id = ?)",
+};
+
 /** SQL for the agent principals grants act as, and the owner's view of them. */
 export function createAgentsStore() {
   /** The agent principal of a user and client, created on first use. */
