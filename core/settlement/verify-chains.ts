@@ -1,4 +1,5 @@
 import type { Db } from "../db/knex.js";
+import { accountTotalCents } from "../ledger/reads.js";
 import type { EvmRail, UsdcTransfer } from "./evm-rail.js";
 import { hotWalletAccount } from "./ledger.js";
 
@@ -157,11 +158,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       });
     }
 
-    const { rows: ledgerRows } = await db.raw(
-      `SELECT coalesce(sum(amount_cents), 0)::text AS total FROM ledger_postings WHERE account_id = ledger_account_id('external', ?, 'USD')`,
-      [hotWalletAccount(chain, wallet)],
-    );
-    const ledgerOutflow = BigInt((ledgerRows as { total: string }[])[0]!.total) * UNITS_PER_CENT;
+    const ledgerOutflow = (await accountTotalCents(db, { kind: "external", owner: hotWalletAccount(chain, wallet), currency: "USD" })) * UNITS_PER_CENT;
     const sentOut = sum(outgoing);
     if (ledgerOutflow !== sentBefore + sentOut) {
       diff({

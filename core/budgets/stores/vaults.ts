@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import { pgArray } from "../../db/sql.js";
-import { accountId, externalAccount, vaultAccount } from "../../ledger/accounts.js";
+import { externalAccount, vaultAccount } from "../../ledger/accounts.js";
+import { transactionOnAccount } from "../../ledger/reads.js";
 import { movementCtes } from "../../ledger/store.js";
 import { toVault, type Conn, type VaultRecord } from "../records.js";
 
@@ -96,19 +97,9 @@ export const vaultsStore = {
     return { moved: true, from: after.get(from.id)!, to: after.get(to.id)! };
   },
 
-  /**
-   * A ledger transaction by id, with what it moved on one account (the sum of its legs
-   * there). For replays of a budget funding: the transaction's legs are found through the
-   * account's index, so this reads the account's postings, never the whole ledger.
-   */
-  async findTransfer(conn: Conn, id: string, account: { vaultId: string; currency: string }): Promise<{ kind: string; amountCents: number } | undefined> {
-    const { rows } = await conn.raw(
-      `SELECT t.kind, (SELECT coalesce(sum(p.amount_cents), 0) FROM ledger_postings p WHERE p.account_id = ? AND p.transaction_id = t.id)::text AS amount
-         FROM ledger_transactions t WHERE t.id = ?`,
-      [accountId("vault", account.vaultId.toLowerCase(), account.currency), id],
-    );
-    const r = (rows as Record<string, unknown>[])[0];
-    return r ? { kind: String(r.kind), amountCents: Number(r.amount) } : undefined;
+  /** A ledger transaction by id and what it moved on the vault's account (replays of a budget funding). */
+  findTransfer(conn: Conn, id: string, account: { vaultId: string; currency: string }) {
+    return transactionOnAccount(conn, id, vaultAccount(account.vaultId, account.currency));
   },
 };
 
