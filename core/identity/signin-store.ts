@@ -107,3 +107,22 @@ function challengeRecord(row: Record<string, unknown>): ChallengeRecord {
     consumedAt: row.consumed_at ? new Date(row.consumed_at as string) : null,
   };
 }
+
+/** Deletes a batch of one-time codes that expired before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_SIGNIN_CHALLENGES = {
+  table: "signin_challenges",
+  sql: `DELETE FROM signin_challenges WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;
+
+/** Deletes a batch of sessions expired or ended before the cutoff, none a live challenge still names. For the pruner; each table's statement text lives with its table. */
+export const PRUNE_WEB_SESSIONS = {
+  table: "web_sessions",
+  sql: `DELETE FROM web_sessions WHERE id IN (
+            SELECT s.id FROM (
+              (SELECT id FROM web_sessions WHERE expires_at < ? ORDER BY expires_at LIMIT ?)
+              UNION (SELECT id FROM web_sessions WHERE ended_at IS NOT NULL AND ended_at < ? ORDER BY ended_at LIMIT ?)) s
+             WHERE NOT EXISTS (SELECT 1 FROM signin_challenges c WHERE c.session_id = s.id)
+             LIMIT ?) RETURNING 1`,
+  bindings: (cutoff: Date, batch: number) => [cutoff, batch, cutoff, batch, batch],
+} as const;

@@ -1,4 +1,10 @@
+import type { Knex } from "knex";
 import type { Logger } from "pino";
+import { PRUNE_AUTHORIZATION_CODES } from "../grants/stores/codes.js";
+import { PRUNE_SIGNIN_FLOWS } from "../identity/flows-store.js";
+import { PRUNE_DEV_OUTBOX, PRUNE_MAIL_OUTBOX } from "../identity/mail/outbox.js";
+import { PRUNE_SIGNIN_CHALLENGES, PRUNE_WEB_SESSIONS } from "../identity/signin-store.js";
+import { PRUNE_RATE_LIMIT_LOGS, PRUNE_RATE_LIMIT_WINDOWS } from "../rate-limits/store.js";
 import type { Db } from "../db/knex.js";
 import { RATE_WINDOW_MS } from "../partners/access.js";
 
@@ -49,10 +55,12 @@ export type PrunedTable =
   | "signin_flows"
   | "mail_outbox";
 
+/** A table's prune statement, from the room that owns the table, and when its rows stop mattering. */
 interface Target {
   table: PrunedTable;
-  /** DELETE of at most `?` (the batch size) rows, given the cutoff binding(s) first. */
+  /** DELETE of at most a batch of rows, bound to (cutoff, batch size) unless `bindings` says otherwise. */
   sql: string;
+  bindings?: (cutoff: Date, batch: number) => unknown[];
   cutoff: (now: Date, r: Retention) => Date;
 }
 
@@ -65,50 +73,34 @@ const TARGETS: readonly Target[] = [
   {
     // A window that ended holds no attempt that could still count: deleting the row
     // changes no decision (the next attempt starts a fresh row, as it would count afresh).
-    table: "rate_limit_logs",
-    sql: `DELETE FROM rate_limit_logs WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_RATE_LIMIT_LOGS,
     cutoff: (now) => now,
   },
   {
     // Partner resource limits count in fixed one-minute windows, each check only in the
     // window it falls in: a window that ended more than a minute ago counts nothing.
-    table: "rate_limit_windows",
-    sql: `DELETE FROM rate_limit_windows WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM rate_limit_windows WHERE window_start < ? ORDER BY window_start LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_RATE_LIMIT_WINDOWS,
     cutoff: (now) => new Date(now.getTime() - 2 * RATE_WINDOW_MS),
   },
   {
     // Consumed or not, an expired code can never be exchanged again.
-    table: "authorization_codes",
-    sql: `DELETE FROM authorization_codes WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_AUTHORIZATION_CODES,
     cutoff: (now, r) => new Date(now.getTime() - r.authorizationCodesMs),
   },
   {
     // Expired one-time codes (consumed ones included: they expire within minutes).
-    table: "signin_challenges",
-    sql: `DELETE FROM signin_challenges WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_SIGNIN_CHALLENGES,
     cutoff: (now) => now,
   },
   {
     // An expired browser flow (a provider's callback or a passkey challenge) is refused anyway.
-    table: "signin_flows",
-    sql: `DELETE FROM signin_flows WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM signin_flows WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_SIGNIN_FLOWS,
     cutoff: (now) => now,
   },
   {
     // Expired or signed-out sessions; one still named by a live step-up challenge waits
     // until that challenge has expired and gone (its foreign key).
-    table: "web_sessions",
-    sql: `DELETE FROM web_sessions WHERE id IN (
-            SELECT s.id FROM (
-              (SELECT id FROM web_sessions WHERE expires_at < ? ORDER BY expires_at LIMIT ?)
-              UNION (SELECT id FROM web_sessions WHERE ended_at IS NOT NULL AND ended_at < ? ORDER BY ended_at LIMIT ?)) s
-             WHERE NOT EXISTS (SELECT 1 FROM signin_challenges c WHERE c.session_id = s.id)
-             LIMIT ?) RETURNING 1`,
+    ...PRUNE_WEB_SESSIONS,
     cutoff: (now) => now,
   },
   {
@@ -120,16 +112,12 @@ const TARGETS: readonly Target[] = [
     cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
   },
   {
-    table: "dev_outbox",
-    sql: `DELETE FROM dev_outbox WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_DEV_OUTBOX,
     cutoff: (now, r) => new Date(now.getTime() - r.devOutboxMs),
   },
   {
     // Mail a server accepted; a message still waiting stays whatever its age.
-    table: "mail_outbox",
-    sql: `DELETE FROM mail_outbox WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM mail_outbox WHERE state = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_MAIL_OUTBOX,
     cutoff: (now, r) => new Date(now.getTime() - r.mailOutboxMs),
   },
 ];
@@ -150,7 +138,7 @@ export function createPruner(options: PrunerOptions) {
     const report = {} as PruneReport;
     for (const t of TARGETS) {
       const cutoff = t.cutoff(now, retention);
-      const bindings = t.table === "web_sessions" ? [cutoff, batchSize, cutoff, batchSize, batchSize] : [cutoff, batchSize];
+      const bindings = (t.bindings?.(cutoff, batchSize) ?? [cutoff, batchSize]) as Knex.RawBinding[];
       let deleted = 0;
       try {
         for (let i = 0; i < maxBatches; i++) {

@@ -64,3 +64,17 @@ export function createRateLimitStore(db: Db) {
 }
 
 export type RateLimitStore = ReturnType<typeof createRateLimitStore>;
+
+/** Deletes a batch of attempts whose window ended (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_RATE_LIMIT_LOGS = {
+  table: "rate_limit_logs",
+  sql: `DELETE FROM rate_limit_logs WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;
+
+/** Deletes a batch of fixed windows that started before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_RATE_LIMIT_WINDOWS = {
+  table: "rate_limit_windows",
+  sql: `DELETE FROM rate_limit_windows WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM rate_limit_windows WHERE window_start < ? ORDER BY window_start LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;

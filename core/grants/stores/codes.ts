@@ -72,3 +72,10 @@ function toCode(r: Record<string, unknown>): CodeRecord {
     audiences: textArray(r.audiences),
   };
 }
+
+/** Deletes a batch of codes that expired before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_AUTHORIZATION_CODES = {
+  table: "authorization_codes",
+  sql: `DELETE FROM authorization_codes WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;

@@ -149,3 +149,17 @@ export function createDevOutboxStore(box: SecretBox) {
 }
 
 export type DevOutboxStore = ReturnType<typeof createDevOutboxStore>;
+
+/** Deletes a batch of development messages written before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_DEV_OUTBOX = {
+  table: "dev_outbox",
+  sql: `DELETE FROM dev_outbox WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;
+
+/** Deletes a batch of messages sent before the cutoff; unsent ones stay (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
+export const PRUNE_MAIL_OUTBOX = {
+  table: "mail_outbox",
+  sql: `DELETE FROM mail_outbox WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM mail_outbox WHERE state = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;
