@@ -305,7 +305,9 @@ export async function listPendingApprovals(
   const owner = await deps.sessions.verify(req.sessionToken);
   if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
   if (req.agentPrincipalId && !UUID.test(req.agentPrincipalId)) fail(Reason.INVALID_REQUEST, "agent_principal_id must be a UUID");
+  if (req.paymentId && !UUID.test(req.paymentId)) fail(Reason.INVALID_REQUEST, "payment_id must be a UUID");
   const agent = req.agentPrincipalId.toLowerCase() || undefined;
+  const paymentId = req.paymentId.toLowerCase() || undefined;
   // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).
   const position = (cursor: string, list: "b" | "p") => {
     if (!cursor) return undefined;
@@ -317,8 +319,8 @@ export async function listPendingApprovals(
   };
   const page = (cursor: string, list: "b" | "p") => (req.limit === 0 ? undefined : { limit: req.limit + 1, after: position(cursor, list) });
   const [allBudgets, allPayments] = await Promise.all([
-    deps.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b"), agent),
-    deps.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p"), agent),
+    paymentId ? [] : deps.budgets.listDraftBudgets(db, owner.userId, page(req.budgetsCursor, "b"), agent),
+    deps.payments.listPendingPayments(db, owner.userId, page(req.paymentsCursor, "p"), { agentPrincipalId: agent, paymentId }),
   ]);
   const next = <T extends { key: { at: string; id: string } }>(rows: T[], list: "b" | "p") => {
     if (req.limit === 0 || rows.length <= req.limit) return { rows, cursor: "" };

@@ -28,14 +28,14 @@ const expiredLink = () =>
 
 /**
  * Reads the user's pending approvals (BudgetsService) and agent names (GrantsService), only
- * `agentId`'s when given. With `pagedAt` (the page's own path), each list holds at most
+ * `agentId`'s or the one payment `paymentId` when given. With `pagedAt` (the page's own path), each list holds at most
  * PENDING_PAGE items, from where the page's query says, and `next` links to the following page of each.
  */
 export async function loadPending(
   ctx: WebContext,
   request: FastifyRequest,
   current: Current,
-  options: { known?: AgentSummary[]; pagedAt?: string; agentId?: string } = {},
+  options: { known?: AgentSummary[]; pagedAt?: string; agentId?: string; paymentId?: string } = {},
 ): Promise<PendingApprovals> {
   const { known, pagedAt } = options;
   const cursors = pagedAt ? cursorsOf(request.query as Record<string, unknown>) : { budgets: "", payments: "" };
@@ -48,6 +48,7 @@ export async function loadPending(
           budgetsCursor: cursors.budgets,
           paymentsCursor: cursors.payments,
           agentPrincipalId: options.agentId ?? "",
+          paymentId: options.paymentId ?? "",
         },
         ctx.rpc(request),
       )

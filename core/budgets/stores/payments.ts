@@ -183,11 +183,15 @@ export function createPaymentsStore(db: Db) {
       conn: Conn,
       userId: string,
       page?: { limit: number; after?: { at: string; id: string } },
-      agentPrincipalId?: string,
+      only: { agentPrincipalId?: string; paymentId?: string } = {},
     ): Promise<(PaymentRecord & { key: { at: string; id: string } })[]> {
       // The status as a literal, matching the pending-payments partial index in any plan.
       const q = conn("agent_payments")
-        .where({ user_id: userId, ...(agentPrincipalId && { agent_principal_id: agentPrincipalId }) })
+        .where({
+          user_id: userId,
+          ...(only.agentPrincipalId && { agent_principal_id: only.agentPrincipalId }),
+          ...(only.paymentId && { id: only.paymentId }),
+        })
         .whereRaw(`status = 'pending_step_up'`)
         .select("*", conn.raw("created_at::text AS created_key"))
         .orderBy([{ column: "created_at" }, { column: "id" }]);

@@ -48,7 +48,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     const here = paymentPath(paymentId);
     const current = await signedIn(request, reply, here);
     if (!current) return reply;
-    const pending = await loadPending(ctx, request, current);
+    const pending = await loadPending(ctx, request, current, { paymentId: paymentId.toLowerCase() });
     const p = pending.payments.find((x) => x.paymentId === paymentId.toLowerCase());
     if (!p) throw nothing("payment");
     const csrf = ctx.csrfToken(request, reply);

@@ -84,6 +84,23 @@ describe("BudgetsService payments, balance and audit", () => {
     await expectRefused(stack.clients.budgets.getBalance({ accessToken: initiateOnly }), Reason.INSUFFICIENT_SCOPE);
   });
 
+  it("lists one pending payment by its id to its owner only, and no draft budget with it", async () => {
+    await budget({ stepUpAmountCents: 5_000n });
+    const [a, b] = [(await pay(payment({ amountCents: 7_000n }))).payment!, (await pay(payment({ amountCents: 8_000n }))).payment!];
+    await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, child), ...budgetParams() }); // a draft under the budget
+    const sessionToken = await ownerSession(stack, owner.userId);
+    const all = await stack.clients.budgets.listPendingApprovals({ sessionToken });
+    expect([all.pendingPayments.length, all.draftBudgets.length]).to.deep.equal([2, 1]);
+    const one = await stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: b.paymentId.toUpperCase() });
+    expect([one.pendingPayments.map((x) => x.paymentId), one.draftBudgets]).to.deep.equal([[b.paymentId], []]);
+    const outsider = await ownerSession(stack, (await createOwner(stack)).userId);
+    const theirs = await stack.clients.budgets.listPendingApprovals({ sessionToken: outsider, paymentId: a.paymentId });
+    expect([theirs.pendingPayments, theirs.draftBudgets]).to.deep.equal([[], []]);
+    await expectRefused(stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: "x'; --" }), Reason.INVALID_REQUEST);
+    await stack.clients.budgets.declinePayment({ sessionToken, paymentId: a.paymentId });
+    expect((await stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: a.paymentId })).pendingPayments).to.deep.equal([]);
+  });
+
   it("over the step-up amount: pending with a step_up_url; after the owner's step-up approval the same call completes", async () => {
     await budget({ stepUpAmountCents: 5_000n });
     const p = payment({ amountCents: 7_000n });
