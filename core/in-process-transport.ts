@@ -71,8 +71,13 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
           message: create(method.input, input),
         });
       } catch (err) {
-        if (err instanceof ConnectError) throw err;
-        throw new ConnectError("internal error", Code.Internal, undefined, undefined, err);
+        // What a network client would get: code, message, metadata and details. Core has logged the
+        // cause; passed on, the gateway would log it again, internals and all.
+        if (!(err instanceof ConnectError)) throw new ConnectError("internal error", Code.Internal);
+        if (err.cause === undefined) throw err;
+        const seen = new ConnectError(err.rawMessage, err.code, err.metadata);
+        seen.details = err.details;
+        throw seen;
       }
     },
     stream: (...args) => streaming.stream(...args),

@@ -68,6 +68,10 @@ describe("failed statements log no bound values", () => {
       const lines = stack.logs.lines.slice(before).join("");
       expect(lines, kind).to.include("partner resource failure");
       expect(lines, kind).to.not.include(secret);
+      // The gateway gets what a network client would, not core's cause: core alone logs the statement.
+      const gatewayLine = stack.logs.lines.slice(before).find((l) => l.includes("partner resource failure"))!;
+      expect(gatewayLine, kind).to.not.include("INSERT INTO users");
+      expect(lines, kind).to.include("INSERT INTO users");
     }
   });
 });
