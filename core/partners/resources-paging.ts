@@ -1,0 +1,53 @@
+/** Paging of the partner resource feeds (transfers, events): signed cursors and watermarks. */
+
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { FEED_START, positionXid, type CursorCodec, type FeedPosition } from "../paging.js";
+
+const DEFAULT_LIMIT = 50;
+const MAX_LIMIT = 100;
+
+export type Page = { limit: number; cursor: string; since: string } | undefined;
+
+/** What paging a feed needs. */
+export interface PagingDeps {
+  cursors: CursorCodec;
+}
+
+/**
+ * Resolves paging input to a feed position. Cursors are signed and bound to one partner's view
+ * of one list, so anything else is invalid_cursor; older ones without an xid mean xid 0.
+ */
+export function position(deps: PagingDeps, page: Page, binding: string): { after: FeedPosition; limit: number } {
+  const limit = !page || page.limit === 0 ? DEFAULT_LIMIT : page.limit;
+  if (limit < 1 || limit > MAX_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_LIMIT}`);
+  if (page?.cursor && page.since) fail(Reason.INVALID_REQUEST, "send cursor or since, not both");
+  const token = page?.cursor || page?.since;
+  if (!token) return { after: FEED_START, limit };
+  const kind = page?.cursor ? "c" : "w";
+  const decoded = deps.cursors.decode(token);
+  const xid = decoded ? positionXid(decoded.x) : undefined;
+  if (
+    !decoded ||
+    xid === undefined ||
+    decoded.k !== kind ||
+    decoded.b !== binding ||
+    typeof decoded.a !== "number" ||
+    !Number.isSafeInteger(decoded.a) ||
+    decoded.a < 0
+  ) {
+    fail(Reason.INVALID_CURSOR, kind === "c" ? "cursor is malformed or no longer valid" : "since is not a watermark of this list");
+  }
+  return { after: { xid, seq: decoded.a }, limit };
+}
+
+export function pageOut<T>(deps: PagingDeps, rows: { row: T; position: FeedPosition }[], limit: number, after: FeedPosition, binding: string) {
+  const page = rows.slice(0, limit);
+  const last = page.at(-1)?.position;
+  const at = last ?? after;
+  return {
+    page: page.map((r) => r.row),
+    nextCursor: rows.length > limit && last ? deps.cursors.encode({ k: "c", b: binding, a: last.seq, x: last.xid }) : "",
+    watermark: deps.cursors.encode({ k: "w", b: binding, a: at.seq, x: at.xid }),
+  };
+}

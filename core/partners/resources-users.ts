@@ -1,0 +1,160 @@
+/** PartnerResourcesService: the access check, users and their consents to partners. */
+
+import { randomUUID } from "node:crypto";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type {
+  AuthorizePartnerRequest,
+  AuthorizePartnerResponseSchema,
+  GrantConsentRequest,
+  GrantConsentResponseSchema,
+  PreCreateUserRequest,
+  PreCreateUserResponseSchema,
+  RevokeConsentRequest,
+  RevokeConsentResponseSchema,
+  SetUserStatusRequest,
+  SetUserStatusResponseSchema,
+} from "../../gen/vaultgate/partners/v1/resources_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import { callFacts } from "../context.js";
+import type { Db } from "../db/knex.js";
+import type { AuditStore } from "../audit/store.js";
+import { normaliseEmail, type UsersStore } from "../identity/users-store.js";
+import type { ConsentScope } from "../../lib/vocabulary.js";
+import type { PartnerAccess } from "./access.js";
+import type { PartnersStore } from "./store.js";
+import type { ResourcesStore } from "./resources-store.js";
+import { CONSENT_SCOPES } from "./scopes.js";
+import { checkConsentScopes } from "./resources-wire.js";
+import { adminChange, lockUser, type AdminChangeDeps, type LockUserDeps } from "./resources-changes.js";
+
+/** What PartnerResourcesService.AuthorizePartner needs. */
+export interface AuthorizePartnerDeps {
+  access: Pick<PartnerAccess, "authorize">;
+}
+
+/** What PartnerResourcesService.PreCreateUser needs. */
+export interface PreCreateUserDeps {
+  db: Db;
+  access: Pick<PartnerAccess, "authorize">;
+  users: Pick<UsersStore, "ensureUser">;
+  resources: Pick<ResourcesStore, "addReceipt">;
+  audit: Pick<AuditStore, "append">;
+  clock: () => Date;
+}
+
+/** What PartnerResourcesService.SetUserStatus needs. */
+export interface SetUserStatusDeps extends AdminChangeDeps {
+  users: Pick<UsersStore, "lockUser" | "setUserStatus">;
+}
+
+/** What PartnerResourcesService.GrantConsent and RevokeConsent need. */
+export interface ConsentDeps extends AdminChangeDeps, LockUserDeps {
+  partners: Pick<PartnersStore, "findByClientId">;
+  resources: Pick<ResourcesStore, "getConsent" | "putConsent">;
+}
+
+/** PartnerResourcesService.AuthorizePartner: the partner access checks alone, for a gateway. */
+export async function authorizePartner(
+  deps: AuthorizePartnerDeps,
+  req: AuthorizePartnerRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof AuthorizePartnerResponseSchema>> {
+  const principal = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: req.scope ? `authorize.${req.scope}` : "authorize",
+    userId: req.userId || undefined,
+    // From the wire: a scope no consent can hold is refused grant_required, like a missing consent.
+    scope: (req.scope || undefined) as ConsentScope | undefined,
+  });
+  return { partnerId: principal.partnerId, clientId: principal.clientId, tokenScopes: principal.tokenScopes };
+}
+
+/** PartnerResourcesService.PreCreateUser: the user of an e-mail address, known to the calling partner. */
+export async function preCreateUser(
+  deps: PreCreateUserDeps,
+  req: PreCreateUserRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof PreCreateUserResponseSchema>> {
+  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "users.create" });
+  const email = normaliseEmail(req.email);
+  if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  // One transaction: user, receipt and audit row commit together or not at all, so a
+  // retry after audit_unavailable answers exactly as the first call would have.
+  return deps.db.transaction(async (trx) => {
+    const now = deps.clock();
+    const user = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: now });
+    const receipt = await deps.resources.addReceipt(trx, principal.partnerId, user.userId, now);
+    try {
+      await deps.audit.append(trx, {
+        ...callFacts(ctx),
+        actor: principal.actor,
+        action: "partner.users.create",
+        outcome: "success",
+        subject: user.userId,
+        at: now,
+      });
+    } catch (err) {
+      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+    }
+    // `created` is about this partner's receipt, never whether the user existed.
+    return { userId: user.userId, created: receipt.inserted };
+  });
+}
+
+/** PartnerResourcesService.SetUserStatus: activates or deactivates a user. */
+export async function setUserStatus(
+  deps: SetUserStatusDeps,
+  req: SetUserStatusRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SetUserStatusResponseSchema>> {
+  if (req.status !== "active" && req.status !== "inactive") fail(Reason.INVALID_REQUEST, "status must be active or inactive");
+  await adminChange(deps, ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
+    await lockUser(deps, trx, req.userId);
+    await deps.users.setUserStatus(trx, req.userId, req.status as "active" | "inactive");
+  });
+  return { userId: req.userId, status: req.status };
+}
+
+/** PartnerResourcesService.GrantConsent: adds scopes (all consent scopes when none named) to a user's consent. */
+export async function grantConsent(
+  deps: ConsentDeps,
+  req: GrantConsentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof GrantConsentResponseSchema>> {
+  const wanted = req.scopes ? [...new Set(req.scopes.scopes)] : [...CONSENT_SCOPES];
+  checkConsentScopes(wanted);
+  const scopes = await adminChange(deps, ctx, "consent.grant", `${req.clientId}:${req.userId}`, async (trx) => {
+    const partner = await deps.partners.findByClientId(req.clientId, trx);
+    if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+    await lockUser(deps, trx, req.userId);
+    const current = (await deps.resources.getConsent(trx, partner.id, req.userId)) ?? [];
+    const next = CONSENT_SCOPES.filter((s) => current.includes(s) || wanted.includes(s));
+    await deps.resources.putConsent(trx, partner.id, req.userId, next, deps.clock());
+    return next;
+  });
+  return { scopes };
+}
+
+/** PartnerResourcesService.RevokeConsent: removes scopes (all when none named) from a user's consent. */
+export async function revokeConsent(
+  deps: ConsentDeps,
+  req: RevokeConsentRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof RevokeConsentResponseSchema>> {
+  const removed = req.scopes ? [...new Set(req.scopes.scopes)] : [...CONSENT_SCOPES];
+  checkConsentScopes(removed);
+  const scopes = await adminChange(deps, ctx, "consent.revoke", `${req.clientId}:${req.userId}`, async (trx) => {
+    const partner = await deps.partners.findByClientId(req.clientId, trx);
+    if (!partner) fail(Reason.NOT_FOUND, "no such partner");
+    await lockUser(deps, trx, req.userId);
+    const current = await deps.resources.getConsent(trx, partner.id, req.userId);
+    if (current === undefined) fail(Reason.NOT_FOUND, "no consent to revoke");
+    // The row stays (empty = revoked): the user remains known to the partner (grant_required, not user_not_found).
+    const next = current.filter((s) => !removed.includes(s));
+    await deps.resources.putConsent(trx, partner.id, req.userId, next, deps.clock());
+    return next;
+  });
+  return { scopes };
+}

@@ -1,0 +1,66 @@
+/** PartnerResourcesService: a partner's event feed and its webhook endpoint. */
+
+import type { HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ListEventsRequest, ListEventsResponseSchema, SetWebhookRequest, SetWebhookResponseSchema } from "../../gen/vaultgate/partners/v1/resources_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { fail } from "../errors.js";
+import type { Db } from "../db/knex.js";
+import type { PartnerAccess } from "./access.js";
+import type { PartnersStore } from "./store.js";
+import type { OutboxStore } from "./webhooks/outbox-store.js";
+import { generateWebhookSecret, parseWebhookSecret, type SecretBox } from "./webhooks/signing.js";
+import { checkHttpsUrl } from "./resources-wire.js";
+import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
+import { pageOut, position, type PagingDeps } from "./resources-paging.js";
+
+/** What PartnerResourcesService.ListEvents needs. */
+export interface ListEventsDeps extends PagingDeps {
+  db: Db;
+  access: Pick<PartnerAccess, "authorize" | "audited">;
+  outbox: Pick<OutboxStore, "list">;
+}
+
+/** What PartnerResourcesService.SetWebhook needs. */
+export interface SetWebhookDeps extends AdminChangeDeps {
+  partners: Pick<PartnersStore, "lockByClientId">;
+  outbox: Pick<OutboxStore, "setWebhook">;
+  box: Pick<SecretBox, "seal">;
+}
+
+/** PartnerResourcesService.ListEvents: one page of the calling partner's events, oldest first. */
+export async function listEvents(
+  deps: ListEventsDeps,
+  req: ListEventsRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof ListEventsResponseSchema>> {
+  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "events.read" });
+  const binding = `e:${principal.partnerId}`;
+  const { after, limit } = position(deps, req.page, binding);
+  const rows = await deps.outbox.list(deps.db, principal.partnerId, after, limit + 1);
+  const out = pageOut(deps, rows, limit, after, binding);
+  await deps.access.audited(ctx, principal, "events.read", "");
+  return {
+    data: out.page.map((e) => ({ eventId: e.id, type: e.type, createdAt: e.createdAt.toISOString(), dataJson: JSON.stringify(e.data) })),
+    nextCursor: out.nextCursor,
+    watermark: out.watermark,
+  };
+}
+
+/** PartnerResourcesService.SetWebhook: the operator sets (or, with no url, clears) a partner's endpoint and secret. */
+export async function setWebhook(
+  deps: SetWebhookDeps,
+  req: SetWebhookRequest,
+  ctx: HandlerContext,
+): Promise<MessageInitShape<typeof SetWebhookResponseSchema>> {
+  const url = req.url ? checkHttpsUrl(req.url, "url") : null;
+  let secret = req.secret;
+  if (secret && !parseWebhookSecret(secret)) fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in base64");
+  if (!secret) secret = generateWebhookSecret();
+  await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
+    const locked = await deps.partners.lockByClientId(trx, req.clientId);
+    if (!locked) fail(Reason.NOT_FOUND, "no such partner");
+    await deps.outbox.setWebhook(trx, req.clientId, url, url ? deps.box.seal(secret) : null);
+  });
+  return { clientId: req.clientId, url: url ?? "", secret: url ? secret : "" };
+}
