@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
-import type { Knex } from "knex";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   type CreatePartnerRequest,
@@ -28,8 +27,10 @@ import {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { UUID } from "../uuid.js";
+import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
+import { checkHttpsUrl } from "./resources-wire.js";
 import type { Db } from "../db/knex.js";
-import type { AuditStore } from "../audit/store.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
 import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
@@ -37,12 +38,6 @@ import type { SecretHasher } from "../secrets/hasher.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES } from "./scopes.js";
 
 /** An operator change and its audit row, in one transaction. */
-export interface AdminChangeDeps {
-  db: Db;
-  audit: Pick<AuditStore, "append">;
-  clock: () => Date;
-}
-
 export interface CreatePartnerDeps extends AdminChangeDeps {
   store: Pick<PartnersStore, "insert">;
   secrets: Pick<SecretHasher, "hash">;
@@ -97,7 +92,7 @@ export async function createPartner(
   checkEntitlements(entitlements);
   const status = req.status === PartnerStatus.UNSPECIFIED ? "active" : statusName[req.status];
   if (status !== "active" && status !== "pending") fail(Reason.INVALID_REQUEST, "a new partner is active or pending");
-  const webhookUrl = req.webhookUrl ? checkWebhookUrl(req.webhookUrl) : null;
+  const webhookUrl = req.webhookUrl ? checkHttpsUrl(req.webhookUrl, "webhook_url") : null;
 
   const clientSecret = generateClientSecret();
   const secretHash = await deps.secrets.hash(clientSecret);
@@ -226,18 +221,8 @@ export async function getPartner(deps: PartnerReadDeps, req: GetPartnerRequest):
   return { partner: toProto(partner) };
 }
 
-/** Runs an admin mutation in one transaction with its audit row. */
-async function adminChange<T>(deps: AdminChangeDeps, ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
-  return deps.db.transaction(async (trx) => {
-    const result = await work(trx);
-    await deps.audit.append(trx, { ...callFacts(ctx), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
-    return result;
-  });
-}
-
 const DEFAULT_PAGE = 50;
 const MAX_PAGE = 200;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 function pageLimit(limit: number): number {
   return limit === 0 ? DEFAULT_PAGE : Math.min(limit, MAX_PAGE);
@@ -262,20 +247,6 @@ function userToProto(u: UserListing) {
 function checkEntitlements(entitlements: string[]): void {
   const unknown = entitlements.filter((s) => !PARTNER_SCOPES.includes(s));
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown entitlements: ${unknown.join(", ")}; allowed: ${PARTNER_SCOPES.join(", ")}`);
-}
-
-function checkWebhookUrl(value: string): string {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    return fail(Reason.INVALID_REQUEST, "webhook_url must be an absolute URL");
-  }
-  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) {
-    fail(Reason.INVALID_REQUEST, "webhook_url must be https (http only on loopback)");
-  }
-  return url.toString();
 }
 
 function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Partial<Partner> {

@@ -1,4 +1,4 @@
-/** The operator-change helpers shared by the partner resource handlers. */
+/** The operator-change helpers shared by the partner admin and resource handlers. */
 
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
