@@ -6,6 +6,7 @@ import { loadCoreDial, loadCoreServerTls } from "../../cli/core-tls.js";
 import { ensureGatewayToken } from "../../cli/admin-token.js";
 import { makeTestCerts, type TestCerts } from "../support/certs.js";
 import { tempDataDir } from "../support/process.js";
+import { thrownNow } from "../support/refusals.js";
 
 /** Core's TLS settings: each bad one is refused at start, naming its variable. */
 describe("core TLS settings", function () {
@@ -47,15 +48,7 @@ describe("core TLS settings", function () {
       expect(() => loadConfig({ CORE_ALLOW_CLEARTEXT: "yes" })).to.throw(ConfigError, /^CORE_ALLOW_CLEARTEXT must be true or false$/);
       // Never a byte of key material in a message.
       for (const fn of [bad({ ...pair, CORE_TLS_KEY: certs.files.serverCert }), bad({ ...pair, CORE_TLS_CERT: certs.files.serverKey })]) {
-        const message = (() => {
-          try {
-            fn();
-            return "";
-          } catch (e) {
-            return (e as Error).message;
-          }
-        })();
-        expect(message).to.not.include("BEGIN");
+        expect((thrownNow(fn) as Error).message).to.not.include("BEGIN");
       }
     });
 

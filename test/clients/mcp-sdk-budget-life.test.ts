@@ -5,7 +5,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { ALL_AGENT_SCOPES, createOwner, grantFor, ownerSession } from "../support/budgets.js";
 import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
-import { expectRefused, expectToolError } from "../support/refusals.js";
+import { expectRefused, expectToolError, thrownBy } from "../support/refusals.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
@@ -91,12 +91,7 @@ describe("MCP SDK client: a budget's life (create, fund, pay, close)", () => {
     await expectLedgerBalanced(stack);
 
     // The agent's grant is gone: the SDK meets the 401 and its -32001 body.
-    try {
-      await pay(write, 100);
-      expect.fail("expected the 401");
-    } catch (err) {
-      expect(String(err)).to.match(/-32001.*the grant has been revoked.*invalid_token/);
-    }
+    expect(String(await thrownBy(pay(write, 100)))).to.match(/-32001.*the grant has been revoked.*invalid_token/);
     // No grant is issued on the closed vault; one that exists anyway (written directly) meets a frozen policy.
     await expectRefused(
       stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget.vault_id, scopes: ALL_AGENT_SCOPES }),

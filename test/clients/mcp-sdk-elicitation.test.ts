@@ -8,6 +8,7 @@ import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
 import { postRpc, startMcpStack, TEST_MCP_URL, type McpStack } from "../support/mcp.js";
 import { createOwner, grantFor, ownerSession, type TestOwner } from "../support/budgets.js";
+import { thrownBy } from "../support/refusals.js";
 
 const B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 const COUNTERPARTY = { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" };
@@ -90,13 +91,9 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
   });
 
   async function elicitationOf(call: Promise<unknown>): Promise<UrlElicitationRequiredError> {
-    try {
-      await call;
-    } catch (err) {
-      expect(err).to.be.instanceOf(UrlElicitationRequiredError);
-      return err as UrlElicitationRequiredError;
-    }
-    return expect.fail("expected -32042");
+    const err = await thrownBy(call);
+    expect(err).to.be.instanceOf(UrlElicitationRequiredError);
+    return err as UrlElicitationRequiredError;
   }
 
   async function approve(owner: TestOwner, paymentId: string) {
@@ -307,12 +304,8 @@ describe("MCP SDK client: step-up as URL elicitation", () => {
     const { client } = await connect("/mcp/write", token, { urlElicitation: true });
     const refused = await client.callTool({ name: "payments.initiate", arguments: payment(20_000, key("cap")) });
     expect(refused.isError).to.equal(true);
-    try {
-      await client.callTool({ name: "payments.initiate", arguments: payment(700, key("proto")) });
-      expect.fail("expected -32042");
-    } catch (err) {
-      expect(err).to.be.instanceOf(McpError);
-      expect((err as McpError).code).to.equal(-32042);
-    }
+    const err = await thrownBy(client.callTool({ name: "payments.initiate", arguments: payment(700, key("proto")) }));
+    expect(err).to.be.instanceOf(McpError);
+    expect((err as McpError).code).to.equal(-32042);
   });
 });

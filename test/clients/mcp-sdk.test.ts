@@ -4,6 +4,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { createOwner, grantFor } from "../support/budgets.js";
+import { thrownBy } from "../support/refusals.js";
 
 /** The official MCP TypeScript SDK client against our endpoints. */
 describe("MCP SDK client", () => {
@@ -99,21 +100,12 @@ describe("MCP SDK client", () => {
     expect([error.code, error.message, error.data.reason_id, error.data.limit]).to.deep.equal([-32002, "per_tx_cap", "policy_denied", "per_tx_cap"]);
     expect((refused.content as { type: string; text: string }[])[0]!.text).to.match(/per_tx_cap/);
     // Authentication problems stay protocol errors the SDK throws.
-    try {
-      await write.callTool({ name: "no.such.tool", arguments: {} });
-      expect.fail("expected an unknown-tool error");
-    } catch (err) {
-      expect(err).to.be.instanceOf(McpError);
-      expect((err as McpError).code).to.equal(-32602);
-    }
+    const unknownTool = await thrownBy(write.callTool({ name: "no.such.tool", arguments: {} }));
+    expect(unknownTool).to.be.instanceOf(McpError);
+    expect((unknownTool as McpError).code).to.equal(-32602);
   });
 
   it("without a bearer the SDK sees the 401", async () => {
-    try {
-      await connect("/mcp/read");
-      expect.fail("expected 401");
-    } catch (err) {
-      expect(String(err)).to.match(/401|Unauthorized/i);
-    }
+    expect(String(await thrownBy(connect("/mcp/read")))).to.match(/401|Unauthorized/i);
   });
 });

@@ -3,6 +3,7 @@ import * as oauth from "oauth4webapi";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../support/stack.js";
 import { createPartner } from "../support/partners.js";
+import { thrownBy } from "../support/refusals.js";
 
 /** A real OAuth client library mints partner tokens; jose's remote JWKS verifies them. */
 describe("partner tokens with oauth4webapi and jose", () => {
@@ -63,7 +64,7 @@ describe("partner tokens with oauth4webapi and jose", () => {
         [oauth.allowInsecureRequests]: true,
       },
     );
-    const err = await oauth.processClientCredentialsResponse(as(), client, response).catch((e: unknown) => e);
+    const err = await thrownBy(oauth.processClientCredentialsResponse(as(), client, response));
     expect(err).to.be.instanceOf(oauth.ResponseBodyError);
     expect((err as oauth.ResponseBodyError).error).to.equal("invalid_scope");
     expect((err as oauth.ResponseBodyError).status).to.equal(400);

@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { createDb, type Db } from "../../core/db/knex.js";
 import { prepared } from "../../core/db/sql.js";
 import { createScratchDatabase, requirePostgres } from "../support/db.js";
+import { thrownBy } from "../support/refusals.js";
 
 /**
  * Named prepared statements (core/db/sql.ts) on a real PostgreSQL connection: one pooled
@@ -52,13 +53,7 @@ describe("prepared statements (PostgreSQL)", function () {
     ]);
 
     await db.raw(`ALTER TABLE things ADD COLUMN size integer NOT NULL DEFAULT 0`);
-    let refused: unknown;
-    try {
-      await db.transaction((trx) => all(trx, []));
-    } catch (err) {
-      refused = err;
-    }
-    expect(String(refused)).to.match(/cached plan must not change result type/);
+    expect(String(await thrownBy(db.transaction((trx) => all(trx, []))))).to.match(/cached plan must not change result type/);
     const rows = await db.transaction((trx) => all(trx, []));
     expect(rows[0]).to.deep.equal({ id: 1, label: "one", colour: "red", size: 0 });
   });

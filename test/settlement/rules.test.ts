@@ -5,6 +5,7 @@ import { expect } from "chai";
 import { parseSettlementSettings, SettlementConfigError } from "../../core/settlement/config.js";
 import { centsToUnits, evmAddressProblem, tokenSupported } from "../../core/settlement/rules.js";
 import { loadHotWallet, walletKeyPath } from "../../core/settlement/wallet.js";
+import { thrownNow } from "../support/refusals.js";
 
 const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"; // mainnet USDC, checksummed
 
@@ -34,13 +35,9 @@ describe("settlement rules", () => {
 describe("settlement settings", () => {
   const evm = (extra: Record<string, string>) => ({ CHAIN_BASE_RAIL: "evm", CHAIN_BASE_RPC_URL: "http://127.0.0.1:8545", CHAIN_BASE_USDC: USDC, ...extra });
   const refused = (env: Record<string, string>) => {
-    try {
-      parseSettlementSettings(env);
-    } catch (err) {
-      expect(err).to.be.instanceOf(SettlementConfigError);
-      return (err as Error).message;
-    }
-    throw new Error("accepted");
+    const err = thrownNow(() => parseSettlementSettings(env));
+    expect(err).to.be.instanceOf(SettlementConfigError);
+    return (err as Error).message;
   };
 
   it("every chain is on the sandbox rail unless configured otherwise", () => {

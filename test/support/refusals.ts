@@ -20,6 +20,30 @@ export interface Refusal {
 }
 
 /**
+ * What a call that must fail throws, for failures that are not Connect refusals (a third-party
+ * client's error, a database refusal, a settings error): awaits `call` or runs it, and fails the
+ * test when it succeeds.
+ */
+export async function thrownBy(call: Promise<unknown> | (() => unknown)): Promise<unknown> {
+  try {
+    await (typeof call === "function" ? Promise.resolve().then(call) : call);
+  } catch (err) {
+    return err;
+  }
+  return expect.fail("expected the call to fail, but it succeeded");
+}
+
+/** The same, for a synchronous call. */
+export function thrownNow(call: () => unknown): unknown {
+  try {
+    call();
+  } catch (err) {
+    return err;
+  }
+  return expect.fail("expected the call to fail, but it succeeded");
+}
+
+/**
  * Awaits a Connect call that must be refused (or runs `fn`, which must throw) and returns the
  * refusal. Fails the test when it succeeded, threw something other than a ConnectError, carried
  * no reason, or carried a code that is not its reason's.

@@ -1,5 +1,6 @@
 import { expect } from "chai";
 import { loadConfig, ConfigError } from "../../cli/config.js";
+import { thrownNow } from "../support/refusals.js";
 
 const oidc = { OIDC_ISSUER: "https://idp.example.com", OIDC_CLIENT_ID: "vaultgate", OIDC_CLIENT_SECRET: "s3cret-value" };
 
@@ -38,12 +39,7 @@ describe("sign-in settings", () => {
   ];
   for (const [env, message] of refused) {
     it(`refuses ${JSON.stringify(env)} at start, naming the setting and never a secret`, () => {
-      let err: unknown;
-      try {
-        loadConfig(env);
-      } catch (e) {
-        err = e;
-      }
+      const err = thrownNow(() => loadConfig(env));
       expect(err).to.be.instanceOf(ConfigError);
       expect((err as Error).message).to.match(message);
       expect((err as Error).message).not.to.include("s3cret-value");

@@ -9,7 +9,7 @@ import { createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { startStack, uniqueSlug, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { testDatabase } from "../../support/db.js";
 import { createCapturedLogger } from "../../support/logs.js";
-import { expectRefused } from "../../support/refusals.js";
+import { expectRefused, thrownBy } from "../../support/refusals.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
@@ -98,13 +98,7 @@ describe("Ledger", function () {
       () => db("ledger_transactions").where({ id: leg.transaction_id }).delete(),
       () => db("ledger_accounts").where({ id: leg.account_id }).update({ currency: "EUR" }),
     ]) {
-      let error: unknown;
-      try {
-        await attempt();
-      } catch (err) {
-        error = err;
-      }
-      expect(String(error)).to.match(/append-only/);
+      expect(String(await thrownBy(attempt))).to.match(/append-only/);
     }
     expect((await stack.admin.audit.verifyLedger({})).ok).to.equal(true);
   });
@@ -159,13 +153,7 @@ describe("Ledger verify finds every kind of damage", function () {
 
   it("refuses TRUNCATE of the ledger's tables (here: TRUNCATE waits for every open transaction on a shared database)", async () => {
     for (const table of ["ledger_postings", "ledger_transactions", "ledger_accounts"]) {
-      let error: unknown;
-      try {
-        await db.raw(`TRUNCATE ${table}`);
-      } catch (err) {
-        error = err;
-      }
-      expect(String(error)).to.match(/append-only/);
+      expect(String(await thrownBy(db.raw(`TRUNCATE ${table}`)))).to.match(/append-only/);
     }
   });
 

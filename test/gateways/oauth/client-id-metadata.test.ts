@@ -4,6 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
 import { postRpc } from "../../support/mcp.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, validDocument, type DocumentServer } from "../../support/client-metadata-server.js";
+import { thrownBy } from "../../support/refusals.js";
 
 const urn = (vaultId: string) => `urn:vaultgate:vault:${vaultId}`;
 
@@ -287,16 +288,13 @@ describe("client ID metadata documents over HTTP", function () {
   });
 
   it("the database keeps registered and document clients apart", async () => {
-    let code: string | undefined;
-    try {
-      await stack.core.db.raw(
+    const err = await thrownBy(
+      stack.core.db.raw(
         `INSERT INTO oauth_clients (client_id, secret_hash, client_name, redirect_uris, grant_types, response_types, token_endpoint_auth_method, scopes, created_at)
          VALUES ('agc_nosecret', NULL, 'x', '{}', '{}', '{}', 'client_secret_basic', '{}', now())`,
-      );
-    } catch (err) {
-      code = (err as { code?: string }).code;
-    }
-    expect(code).to.equal("23514");
+      ),
+    );
+    expect((err as { code?: string }).code).to.equal("23514");
   });
 });
 
