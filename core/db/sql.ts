@@ -75,3 +75,13 @@ export function batchFunction<I>(fn: string, columns: readonly (readonly [type: 
       columns.map(([, get]) => pgArray(items.map(get))),
     );
 }
+
+/**
+ * A bounded batch DELETE for the pruner, bound to (cutoff, batch size): rows found through the
+ * index `orderBy` names and locked SKIP LOCKED, so it never waits on traffic, and deleted by
+ * ctid, because a `key IN (subquery)` form let the planner scan the whole table.
+ */
+export function pruneBatchSql(table: string, where: string, orderBy: string): string {
+  return `DELETE FROM ${table} WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM ${table} WHERE ${where} ORDER BY ${orderBy} LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`;
+}

@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { pruneBatchSql } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -83,9 +84,5 @@ export function createFlowsStore() {
 
 export type FlowsStore = ReturnType<typeof createFlowsStore>;
 
-/** Deletes a batch of browser flows that expired before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_SIGNIN_FLOWS = {
-  table: "signin_flows",
-  sql: `DELETE FROM signin_flows WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM signin_flows WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: browser flows that expired before the cutoff. */
+export const PRUNE_SIGNIN_FLOWS = { table: "signin_flows", sql: pruneBatchSql("signin_flows", "expires_at < ?", "expires_at") } as const;

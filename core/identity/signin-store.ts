@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { pruneBatchSql } from "../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -108,14 +109,10 @@ function challengeRecord(row: Record<string, unknown>): ChallengeRecord {
   };
 }
 
-/** Deletes a batch of one-time codes that expired before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_SIGNIN_CHALLENGES = {
-  table: "signin_challenges",
-  sql: `DELETE FROM signin_challenges WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM signin_challenges WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: one-time codes that expired before the cutoff. */
+export const PRUNE_SIGNIN_CHALLENGES = { table: "signin_challenges", sql: pruneBatchSql("signin_challenges", "expires_at < ?", "expires_at") } as const;
 
-/** Deletes a batch of sessions expired or ended before the cutoff, none a live challenge still names. For the pruner; each table's statement text lives with its table. */
+/** The pruner's batch: sessions expired or ended before the cutoff that no live challenge still names. */
 export const PRUNE_WEB_SESSIONS = {
   table: "web_sessions",
   sql: `DELETE FROM web_sessions WHERE id IN (

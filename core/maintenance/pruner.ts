@@ -64,11 +64,7 @@ interface Target {
   cutoff: (now: Date, r: Retention) => Date;
 }
 
-/**
- * Each statement deletes a bounded batch found through the expiry index and locked SKIP LOCKED, so
- * the pruner never waits on traffic; rows are deleted by ctid because a `key IN (subquery)` form let
- * the planner scan the whole table. Every statement commits on its own.
- */
+/** Each statement deletes one bounded batch (pruneBatchSql in core/db/sql.ts) and commits on its own. */
 const TARGETS: readonly Target[] = [
   {
     // A window that ended holds no attempt that could still count: deleting the row

@@ -1,4 +1,5 @@
 import type { Db } from "../db/knex.js";
+import { pruneBatchSql } from "../db/sql.js";
 
 export interface RateLimitResult {
   allowed: boolean;
@@ -65,16 +66,8 @@ export function createRateLimitStore(db: Db) {
 
 export type RateLimitStore = ReturnType<typeof createRateLimitStore>;
 
-/** Deletes a batch of attempts whose window ended (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_RATE_LIMIT_LOGS = {
-  table: "rate_limit_logs",
-  sql: `DELETE FROM rate_limit_logs WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM rate_limit_logs WHERE expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: attempts whose window ended. */
+export const PRUNE_RATE_LIMIT_LOGS = { table: "rate_limit_logs", sql: pruneBatchSql("rate_limit_logs", "expires_at <= ?", "expires_at") } as const;
 
-/** Deletes a batch of fixed windows that started before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_RATE_LIMIT_WINDOWS = {
-  table: "rate_limit_windows",
-  sql: `DELETE FROM rate_limit_windows WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM rate_limit_windows WHERE window_start < ? ORDER BY window_start LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: fixed windows that started before the cutoff. */
+export const PRUNE_RATE_LIMIT_WINDOWS = { table: "rate_limit_windows", sql: pruneBatchSql("rate_limit_windows", "window_start < ?", "window_start") } as const;

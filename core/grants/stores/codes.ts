@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import { textArray } from "./text-array.js";
+import { pruneBatchSql } from "../../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -73,9 +74,5 @@ function toCode(r: Record<string, unknown>): CodeRecord {
   };
 }
 
-/** Deletes a batch of codes that expired before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_AUTHORIZATION_CODES = {
-  table: "authorization_codes",
-  sql: `DELETE FROM authorization_codes WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM authorization_codes WHERE expires_at < ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: codes that expired before the cutoff. */
+export const PRUNE_AUTHORIZATION_CODES = { table: "authorization_codes", sql: pruneBatchSql("authorization_codes", "expires_at < ?", "expires_at") } as const;

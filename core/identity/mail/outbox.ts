@@ -3,6 +3,7 @@ import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
 import { deriveKey } from "../../keys/outside-keys.js";
 import { createSecretBox, type SecretBox } from "../../../lib/crypto.js";
+import { pruneBatchSql } from "../../db/sql.js";
 
 /** A message to queue: who gets it, and its text (sealed before it is stored). */
 export interface MailMessage {
@@ -150,16 +151,8 @@ export function createDevOutboxStore(box: SecretBox) {
 
 export type DevOutboxStore = ReturnType<typeof createDevOutboxStore>;
 
-/** Deletes a batch of development messages written before the cutoff (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_DEV_OUTBOX = {
-  table: "dev_outbox",
-  sql: `DELETE FROM dev_outbox WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM dev_outbox WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: development messages written before the cutoff. */
+export const PRUNE_DEV_OUTBOX = { table: "dev_outbox", sql: pruneBatchSql("dev_outbox", "created_at < ?", "created_at") } as const;
 
-/** Deletes a batch of messages sent before the cutoff; unsent ones stay (cutoff, batch size). For the pruner; each table's statement text lives with its table. */
-export const PRUNE_MAIL_OUTBOX = {
-  table: "mail_outbox",
-  sql: `DELETE FROM mail_outbox WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM mail_outbox WHERE state = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
-} as const;
+/** The pruner's batch: messages sent before the cutoff (unsent ones stay). */
+export const PRUNE_MAIL_OUTBOX = { table: "mail_outbox", sql: pruneBatchSql("mail_outbox", "state = 'sent' AND sent_at < ?", "sent_at") } as const;
