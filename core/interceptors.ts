@@ -65,13 +65,17 @@ function requestContext(logger: Logger, gatewayToken: string | undefined): Inter
         log.warn({ dependency: "database", cause: outage }, "rpc unavailable: database unreachable");
         fail(Reason.UNAVAILABLE, "a dependency is temporarily unavailable; retry later", { retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS }, err);
       }
-      if (detail) log.info({ reason: Reason[detail.reason] }, "rpc refused");
+      // Our own failures carry their cause (a provider's or the database's error) only here: log it.
+      if (detail && OUR_FAILURES.has(detail.reason)) log.warn({ reason: Reason[detail.reason], err: causeOf(err) }, "rpc failed on our side");
+      else if (detail) log.info({ reason: Reason[detail.reason] }, "rpc refused");
       else if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) log.info({ code: Code[err.code] }, "rpc failed");
       else log.error({ err: err instanceof ConnectError && err.cause ? err.cause : err }, "rpc error");
       throw err;
     }
   };
 }
+
+const causeOf = (err: unknown) => (err instanceof ConnectError && err.cause !== undefined ? err.cause : err);
 
 /**
  * Reasons that report a failure on our side, logged for every caller. OVERLOADED is not one: load

@@ -80,7 +80,7 @@ describe("in-process transport", () => {
     const interceptors = createCoreInterceptors({ logger: logs.logger, adminToken: undefined, gatewayToken: undefined });
     const refusedWith = async (reason: Reason) => {
       const before = logs.lines.length;
-      await expectRefused(client(() => fail(reason, "no"), interceptors).check({ service: "" }), reason);
+      await expectRefused(client(() => fail(reason, "no", {}, new Error(`cause of ${Reason[reason]}`)), interceptors).check({ service: "" }), reason);
       return logs.lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
     };
 
@@ -90,11 +90,12 @@ describe("in-process transport", () => {
       }
     });
 
-    it("still logs a refusal that reports a failure on our side", async () => {
+    it("still logs a refusal that reports a failure on our side, with its cause (the gateway never gets it)", async () => {
       for (const reason of [Reason.AUDIT_UNAVAILABLE, Reason.SIGNING_UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, Reason.PROVISIONING_FAILED, Reason.INTERNAL]) {
         const lines = await refusedWith(reason);
         expect(lines, Reason[reason]).to.have.length(1);
-        expect(lines[0]).to.include({ msg: "rpc refused", reason: Reason[reason] });
+        expect(lines[0]).to.include({ msg: "rpc failed on our side", reason: Reason[reason] });
+        expect(JSON.stringify(lines[0])).to.include(`cause of ${Reason[reason]}`);
       }
     });
   });

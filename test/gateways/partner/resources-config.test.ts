@@ -17,19 +17,23 @@ describe("partner resources: configuration-dependent failures", () => {
       const res = await api(broken, "GET", `/users/${userId}/kyc`, { token });
       expectHttpError(res, 503, "auth_unavailable");
       expect(res.text).to.not.match(/SIGNING_KEY|json/i);
+      expect(broken.logs.lines.join(""), "no key text in the log").to.not.include("{not json");
     } finally {
       await broken.close();
     }
   });
 
-  it("a rejected sandbox URL -> 503 provider_unavailable", async () => {
+  it("a rejected sandbox URL -> 503 provider_unavailable, and the provider's error is in core's log", async () => {
     const stack = await startStack({ gateway: true, webhookPollMs: 0, kycSandboxUrl: "ftp://sandbox.example" });
     try {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
+      const before = stack.logs.lines.length;
       const res = await api(stack, "POST", `/users/${userId}/kyc/link`, { token: await mintPartnerToken(stack, partner) });
       expectHttpError(res, 503, "provider_unavailable");
       expect(res.text).to.not.include("ftp");
+      const line = stack.logs.lines.slice(before).find((l) => l.includes("rpc failed on our side"));
+      expect(line, "core's line for the failure").to.include("PROVIDER_UNAVAILABLE").and.include("sandbox base URL rejected");
     } finally {
       await stack.close();
     }
