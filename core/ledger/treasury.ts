@@ -1,4 +1,5 @@
 import { md5Uuid } from "../../lib/crypto.js";
+import type { Knex } from "knex";
 import { externalAccount, treasuryAccount, type ExternalAccount } from "./accounts.js";
 import type { Leg } from "./store.js";
 
@@ -47,4 +48,54 @@ export function bindLegs(partnerId: string, before: { currency: string; balanceC
     move(after.currency, after.balanceCents);
   }
   return legs;
+}
+
+/**
+ * CTEs that book a batch's payout as one payout movement (`WITH <sql>, ... <statement>`): the
+ * treasury pays each recipient's user account, whose missing accounts open in id order. `items`
+ * names the caller's relation of paid items (n, user_id, amount_cents), n giving the legs' order.
+ */
+export function payoutMovementCtes(
+  items: string,
+  m: { id: string; reference: string; at: Date },
+  treasury: { partnerId: string; currency: string },
+): { sql: string; bindings: Knex.RawBinding[] } {
+  return {
+    sql: `recipients AS MATERIALIZED (
+            SELECT r.user_id, ledger_account_id('user', r.user_id::text, ?::text) AS account_id FROM (SELECT DISTINCT user_id FROM ${items}) r
+          ),
+          payout_accounts AS (
+            INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
+            SELECT account_id, 'user', user_id::text, ?, ?::timestamptz FROM recipients ORDER BY account_id
+            ON CONFLICT DO NOTHING
+          ),
+          payout_tx AS (
+            INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, 'payout', ?, ?::timestamptz)
+          ),
+          payout_legs AS (
+            INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at)
+            SELECT ?::uuid, l.account_id, l.amount_cents, ?, ?::timestamptz
+              FROM (SELECT 0::bigint AS n, ledger_account_id('treasury', ?::text, ?::text) AS account_id, (-sum(amount_cents))::bigint AS amount_cents FROM ${items}
+                    UNION ALL
+                    SELECT min(i.n), r.account_id, sum(i.amount_cents)::bigint FROM ${items} i JOIN recipients r ON r.user_id = i.user_id
+                     GROUP BY r.account_id) l
+             ORDER BY l.n
+          )`,
+    bindings: [
+      treasury.currency,
+      // payout_accounts
+      treasury.currency,
+      m.at,
+      // payout_tx
+      m.id,
+      m.reference,
+      m.at,
+      // payout_legs
+      m.id,
+      treasury.currency,
+      m.at,
+      treasury.partnerId,
+      treasury.currency,
+    ],
+  };
 }

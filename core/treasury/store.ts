@@ -1,7 +1,9 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { movementCtes } from "../ledger/store.js";
-import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL } from "../ledger/treasury.js";
+import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL, payoutMovementCtes } from "../ledger/treasury.js";
+import { NEXT_TRANSFER_SEQ_SQL } from "../ledger/transfers.js";
+import { enqueueCte } from "../partners/webhooks/outbox-store.js";
 import { parseTextArray, toBatch, toExecution, toTreasury } from "./records.js";
 import type {
   TreasuryStatusName,
@@ -19,6 +21,45 @@ type Conn = Knex | Knex.Transaction;
 async function lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryRecord | undefined> {
   const row = await trx("treasuries").where({ partner_id: partnerId }).forUpdate().first();
   return row ? toTreasury(row) : undefined;
+}
+
+/**
+ * The CTEs recordBatch puts before its batch insert: the paid items, the ledger's payout movement
+ * over them and the events they raise: payout.executed to the payer, transfer.settled to each
+ * partner a recipient lets read transfers.
+ */
+function payoutStatement(b: BatchRecord, paid: BatchPayout): { sql: string; bindings: Knex.RawBinding[] } {
+  const at = b.createdAt.toISOString();
+  const ledger = payoutMovementCtes("items", { id: b.id, reference: `batch:${b.id}`, at: b.createdAt }, { partnerId: b.partnerId, currency: paid.currency });
+  const events = enqueueCte(
+    "payout_events",
+    {
+      sql: `SELECT 0::bigint AS n, ?::uuid AS partner_id, 'payout.executed' AS type, ?::jsonb AS data
+            UNION ALL
+            SELECT i.n, c.partner_id, 'transfer.settled',
+                   jsonb_build_object('user_id', i.user_id, 'transfer_id', ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")}, 'direction', 'credit',
+                                      'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
+                                      'created_at', ?::text, 'updated_at', ?::text)
+              FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)`,
+      bindings: [b.partnerId, JSON.stringify(paid.executedEvent), b.partnerId, paid.currency, at, at],
+    },
+    b.createdAt,
+  );
+  return {
+    sql: `items AS MATERIALIZED (
+            SELECT i.n, i.execution_id, i.user_id, i.amount_cents
+              FROM unnest(?::text[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, user_id, amount_cents, n)
+          ),
+          ${ledger.sql},
+          ${events.sql},`,
+    bindings: [
+      paid.items.map((i) => i.executionId),
+      paid.items.map((i) => i.recipientUserId),
+      paid.items.map((i) => String(i.amountCents)),
+      ...ledger.bindings,
+      ...events.bindings,
+    ],
+  };
 }
 
 /** SQL for treasuries, batches and executions. */
@@ -118,76 +159,7 @@ export function createTreasuryStore(db: Db) {
     ): Promise<{ inserted: boolean }> {
       const paid = payout && payout.items.length > 0 ? payout : undefined;
       if ((paid?.items.reduce((sum, i) => sum + i.amountCents, 0) ?? 0) !== d.amountCents) throw new Error("the batch debit is not the sum of its paid items");
-      const at = b.createdAt.toISOString();
-      const payoutCtes = paid
-        ? {
-            sql: `items AS MATERIALIZED (
-                    SELECT i.n, i.execution_id, i.user_id, i.amount_cents
-                      FROM unnest(?::text[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, user_id, amount_cents, n)
-                  ),
-                  recipients AS MATERIALIZED (
-                    SELECT r.user_id, ledger_account_id('user', r.user_id::text, ?::text) AS account_id FROM (SELECT DISTINCT user_id FROM items) r
-                  ),
-                  payout_accounts AS (
-                    INSERT INTO ledger_accounts (id, kind, owner, currency, created_at)
-                    SELECT account_id, 'user', user_id::text, ?, ?::timestamptz FROM recipients ORDER BY account_id
-                    ON CONFLICT DO NOTHING
-                  ),
-                  payout_tx AS (
-                    INSERT INTO ledger_transactions (id, kind, reference, created_at) VALUES (?, 'payout', ?, ?::timestamptz)
-                  ),
-                  payout_legs AS (
-                    INSERT INTO ledger_postings (transaction_id, account_id, amount_cents, currency, created_at)
-                    SELECT ?::uuid, l.account_id, l.amount_cents, ?, ?::timestamptz
-                      FROM (SELECT 0::bigint AS n, ledger_account_id('treasury', ?::text, ?::text) AS account_id, (-sum(amount_cents))::bigint AS amount_cents FROM items
-                            UNION ALL
-                            SELECT min(i.n), r.account_id, sum(i.amount_cents)::bigint FROM items i JOIN recipients r ON r.user_id = i.user_id
-                             GROUP BY r.account_id) l
-                     ORDER BY l.n
-                  ),
-                  payout_events AS (
-                    INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at)
-                    SELECT gen_random_uuid(), e.partner_id, e.type, e.data, ?::timestamptz, ?::timestamptz
-                      FROM (SELECT 0::bigint AS n, ?::uuid AS partner_id, 'payout.executed' AS type, ?::jsonb AS data
-                            UNION ALL
-                            SELECT i.n, c.partner_id, 'transfer.settled',
-                                   jsonb_build_object('user_id', i.user_id, 'transfer_id', ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")}, 'direction', 'credit',
-                                                      'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
-                                                      'created_at', ?::text, 'updated_at', ?::text)
-                              FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)) e
-                     ORDER BY e.n, e.partner_id
-                  ),`,
-            bindings: [
-              // items, recipients
-              paid.items.map((i) => i.executionId),
-              paid.items.map((i) => i.recipientUserId),
-              paid.items.map((i) => String(i.amountCents)),
-              paid.currency,
-              // payout_accounts
-              paid.currency,
-              b.createdAt,
-              // payout_tx
-              b.id,
-              `batch:${b.id}`,
-              b.createdAt,
-              // payout_legs
-              b.id,
-              paid.currency,
-              b.createdAt,
-              b.partnerId,
-              paid.currency,
-              // payout_events
-              b.createdAt,
-              b.createdAt,
-              b.partnerId,
-              JSON.stringify(paid.executedEvent),
-              b.partnerId,
-              paid.currency,
-              at,
-              at,
-            ] as Knex.RawBinding[],
-          }
-        : { sql: "", bindings: [] as Knex.RawBinding[] };
+      const payoutCtes = paid ? payoutStatement(b, paid) : { sql: "", bindings: [] as Knex.RawBinding[] };
       const { rows } = await trx.raw(
         `WITH ${payoutCtes.sql}
          batch AS (
@@ -239,7 +211,7 @@ export function createTreasuryStore(db: Db) {
       const insert = `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id,
                                                     amount_cents, currency, reference, executed_at, xid, seq)
          SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz,
-                pg_current_xact_id(), nextval('ledger_entries_seq_seq')
+                pg_current_xact_id(), ${NEXT_TRANSFER_SEQ_SQL}
            FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[])
                 AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)`;
       const bindings = [

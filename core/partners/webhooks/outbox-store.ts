@@ -23,6 +23,9 @@ export interface DueDelivery extends PartnerEvent {
   webhookSecretEnc: string;
 }
 
+/** What every insert into the outbox writes: an event is due as soon as it exists. */
+const EVENT_COLUMNS = "id, partner_id, type, data, created_at, next_attempt_at";
+
 /**
  * Writes one event into the outbox (also the GET /events feed) inside the change's transaction, so
  * it exists exactly when the change does. No lock: the feed reads up to the commit horizon
@@ -36,11 +39,31 @@ export async function enqueue(
   at: Date,
 ): Promise<{ eventId: string; seq: number }> {
   const id = randomUUID();
-  const { rows } = await trx.raw(
-    `INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at) VALUES (?, ?, ?, ?::jsonb, ?, ?) RETURNING seq`,
-    [id, partnerId, type, JSON.stringify(data), at, at],
-  );
+  const { rows } = await trx.raw(`INSERT INTO partner_events (${EVENT_COLUMNS}) VALUES (?, ?, ?, ?::jsonb, ?, ?) RETURNING seq`, [
+    id,
+    partnerId,
+    type,
+    JSON.stringify(data),
+    at,
+    at,
+  ]);
   return { eventId: id, seq: Number((rows as { seq: number }[])[0]!.seq) };
+}
+
+/**
+ * A CTE `name` enqueueing, as enqueue does, one event per row of `events`: a SELECT of (n, partner_id,
+ * type, data), inserted in (n, partner_id) order, so a change and its events cost one statement.
+ */
+export function enqueueCte(name: string, events: { sql: string; bindings: Knex.RawBinding[] }, at: Date): { sql: string; bindings: Knex.RawBinding[] } {
+  return {
+    sql: `${name} AS (
+            INSERT INTO partner_events (${EVENT_COLUMNS})
+            SELECT gen_random_uuid(), e.partner_id, e.type, e.data, ?::timestamptz, ?::timestamptz
+              FROM (${events.sql}) e
+             ORDER BY e.n, e.partner_id
+          )`,
+    bindings: [at, at, ...events.bindings],
+  };
 }
 
 /** Reads and delivery bookkeeping of the outbox. */
