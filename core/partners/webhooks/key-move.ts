@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { deleteValue, lockedValue } from "../../db/instance-values.js";
 import type { Db } from "../../db/knex.js";
 import { createSecretBox, type SecretBox } from "./signing.js";
 
@@ -12,10 +13,9 @@ const LEGACY_KEY = "webhook-secrets";
  */
 export async function moveWebhookKeyOutOfDatabase(db: Db, box: SecretBox, logger: Logger): Promise<number> {
   const moved = await db.transaction(async (trx) => {
-    const { rows } = await trx.raw(`SELECT value FROM instance_secrets WHERE name = ? FOR UPDATE`, [LEGACY_KEY]);
-    const row = (rows as { value: Uint8Array }[])[0];
-    if (!row) return undefined;
-    const old = createSecretBox(Buffer.from(row.value));
+    const legacy = await lockedValue(trx, LEGACY_KEY);
+    if (!legacy) return undefined;
+    const old = createSecretBox(legacy);
     const partners = (await trx.raw(`SELECT id, webhook_secret_enc FROM partners WHERE webhook_secret_enc IS NOT NULL FOR UPDATE`)).rows as {
       id: string;
       webhook_secret_enc: string;
@@ -35,7 +35,7 @@ export async function moveWebhookKeyOutOfDatabase(db: Db, box: SecretBox, logger
         .update({ webhook_secret_enc: box.seal(plain) });
       count++;
     }
-    await trx("instance_secrets").where({ name: LEGACY_KEY }).delete();
+    await deleteValue(trx, LEGACY_KEY);
     return count;
   });
   if (moved !== undefined)
