@@ -4,6 +4,7 @@ import { PRUNE_AUTHORIZATION_CODES } from "../grants/stores/codes.js";
 import { PRUNE_SIGNIN_FLOWS } from "../identity/flows-store.js";
 import { PRUNE_DEV_OUTBOX, PRUNE_MAIL_OUTBOX } from "../identity/mail/outbox.js";
 import { PRUNE_SIGNIN_CHALLENGES, PRUNE_WEB_SESSIONS } from "../identity/signin-store.js";
+import { PRUNE_PARTNER_EVENTS } from "../partners/webhooks/outbox-store.js";
 import { PRUNE_RATE_LIMIT_LOGS, PRUNE_RATE_LIMIT_WINDOWS } from "../rate-limits/store.js";
 import type { Db } from "../db/knex.js";
 import { RATE_WINDOW_MS } from "../partners/access.js";
@@ -102,9 +103,7 @@ const TARGETS: readonly Target[] = [
   {
     // Events whose delivery is settled (delivered, or failed for good) and older than the
     // feed's retention; pending events stay whatever their age.
-    table: "partner_events",
-    sql: `DELETE FROM partner_events WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM partner_events WHERE delivery_state <> 'pending' AND created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+    ...PRUNE_PARTNER_EVENTS,
     cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
   },
   {

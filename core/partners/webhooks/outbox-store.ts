@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
+import { pruneBatchSql } from "../../db/sql.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../../paging.js";
 
 type Conn = Knex | Knex.Transaction;
@@ -212,3 +213,9 @@ function toEvent(r: Record<string, unknown>): PartnerEvent {
     createdAt: r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at)),
   };
 }
+
+/** The pruner's batch: events whose delivery is settled (delivered, or failed for good), written before the cutoff. */
+export const PRUNE_PARTNER_EVENTS = {
+  table: "partner_events",
+  sql: pruneBatchSql("partner_events", "delivery_state <> 'pending' AND created_at < ?", "created_at"),
+} as const;
