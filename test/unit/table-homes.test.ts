@@ -1,0 +1,178 @@
+import { readdir, readFile } from "node:fs/promises";
+import { join, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+import { expect } from "chai";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+/**
+ * The room of core that owns each table: only its files write it, and other rooms read it only where a
+ * reason is written below. Others compose the owner's fragments instead (AGENT_GRANT_JOIN, movementCtes).
+ */
+const OWNERS: Record<string, string> = {
+  agent_payments: "budgets",
+  agent_principals: "grants",
+  audit_records: "audit",
+  authorization_codes: "grants",
+  budgets: "budgets",
+  consents: "partners",
+  dev_outbox: "identity",
+  grants: "grants",
+  identity_links: "identity",
+  instance_secrets: "db",
+  ledger_accounts: "ledger",
+  ledger_entries: "ledger",
+  ledger_postings: "ledger",
+  ledger_transactions: "ledger",
+  mail_outbox: "identity",
+  oauth_agents: "grants",
+  oauth_clients: "grants",
+  partner_events: "partners",
+  partner_users: "partners",
+  partners: "partners",
+  passkeys: "identity",
+  rate_limit_logs: "rate-limits",
+  rate_limit_windows: "rate-limits",
+  settlement_nonces: "settlement",
+  settlement_payments: "settlement",
+  settlement_transactions: "settlement",
+  signin_challenges: "identity",
+  signin_flows: "identity",
+  signing_keys: "keys",
+  treasuries: "treasury",
+  treasury_batches: "treasury",
+  treasury_executions: "treasury",
+  us_accounts: "partners",
+  user_kyc: "partners",
+  user_wallets: "partners",
+  users: "identity",
+  vault_policies: "budgets",
+  vault_provisioning_claims: "budgets",
+  vaults: "budgets",
+  web_sessions: "identity",
+  webhook_lanes: "partners",
+};
+
+const VERIFY = "ledger verify compares the books with the balances and payouts other rooms keep; the ledger sits below them all";
+
+/** Statements that read a table of another room, each with the reason it is not the owner's fragment. */
+const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
+  {
+    file: "core/budgets/money-view-store.ts",
+    table: "agent_principals",
+    why: "the owner's money page names each budget's agent in the one read that lists the vaults",
+  },
+  { file: "core/budgets/money-view-store.ts", table: "settlement_payments", why: "each recent payment shows its settlement state from that same read" },
+  { file: "core/grants/stores/budget-grants.ts", table: "users", why: "a grant acts only while its user's account is active: read with the grant" },
+  { file: "core/grants/stores/grants.ts", table: "users", why: "as above, for the grant rows the token endpoints read" },
+  {
+    file: "core/grants/stores/vaults.ts",
+    table: "budgets",
+    why: "binding a grant locks the budget row first, in the budgets' lock order; grants sit below budgets",
+  },
+  { file: "core/grants/stores/vaults.ts", table: "vaults", why: "a grant binds only a vault its user owns" },
+  { file: "core/ledger/store.ts", table: "treasuries", why: VERIFY },
+  { file: "core/ledger/store.ts", table: "treasury_executions", why: VERIFY },
+  { file: "core/ledger/store.ts", table: "users", why: VERIFY },
+  { file: "core/ledger/store.ts", table: "vaults", why: VERIFY },
+  {
+    file: "core/ledger/transfers.ts",
+    table: "treasury_executions",
+    why: "a user's transfers feed lists their payouts beside their ledger entries, in one ordered read",
+  },
+  { file: "core/settlement/settlement.ts", table: "agent_payments", why: "a settlement audit row names the paying agent; settlement sits below budgets" },
+  {
+    file: "core/treasury/store.ts",
+    table: "consents",
+    why: "a batch reads its recipients and their consents in one statement, holding each user row (FOR KEY SHARE)",
+  },
+  { file: "core/treasury/store.ts", table: "users", why: "the same statement: each recipient must exist and be active" },
+];
+
+/** Statements that write a table of another room, each with its reason. */
+const CROSS_ROOM_WRITES: { file: string; table: string; why: string }[] = [
+  {
+    file: "core/identity/users-store.ts",
+    table: "vaults",
+    why: "a new user gets their root vault in the transaction that creates them; identity sits below budgets",
+  },
+];
+
+async function coreFiles(dir = "core"): Promise<string[]> {
+  const entries = await readdir(join(root, dir), { withFileTypes: true });
+  const nested = await Promise.all(
+    entries.map((e) => {
+      const path = join(dir, e.name);
+      if (path === join("core", "db", "migrations")) return Promise.resolve([]);
+      if (e.isDirectory()) return coreFiles(path);
+      return Promise.resolve(e.name.endsWith(".ts") ? [path] : []);
+    }),
+  );
+  return nested.flat();
+}
+
+/** The room (folder of core) a file belongs to; core's top-level files are "core". */
+const roomOf = (file: string) => {
+  const parts = file.split(sep);
+  return parts.length > 2 ? parts[1]! : "core";
+};
+
+const withoutComments = (source: string) => source.replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "");
+
+/** How a file's statements touch a table: written (SQL or knex), read, or not at all. */
+function touches(source: string, table: string): "write" | "read" | undefined {
+  const t = table;
+  const sqlWrite = new RegExp(`\\b(INSERT INTO|UPDATE|DELETE FROM)\\s+${t}\\b`);
+  const knexCall = new RegExp(`\\(\\s*["'\`]${t}(\\s+as\\s+\\w+)?["'\`]\\s*\\)([^;]*)`, "g");
+  const knexWrite = /\.(insert|update|delete|del)\(/;
+  if (sqlWrite.test(source)) return "write";
+  let read = false;
+  for (const m of source.matchAll(knexCall)) {
+    if (knexWrite.test(m[2] ?? "")) return "write";
+    read = true;
+  }
+  const sqlRead = new RegExp(`\\b(FROM|JOIN)\\s+${t}\\b`);
+  const knexRead = new RegExp(`\\.(from|join|leftJoin|innerJoin|rightJoin)\\(\\s*["'\`]${t}\\b`);
+  return read || sqlRead.test(source) || knexRead.test(source) ? "read" : undefined;
+}
+
+describe("every table has one home", () => {
+  it("tells statements that write a table from those that read it, and ignores comments", () => {
+    const seen = (code: string) => touches(withoutComments(code), "grants");
+    expect(seen("await trx.raw(`UPDATE grants SET state = ?`)")).to.equal("write");
+    expect(seen('await trx("grants").where({ id }).update({ state })')).to.equal("write");
+    expect(seen("await conn.raw(`SELECT 1 FROM grants g WHERE g.id = ?`)")).to.equal("read");
+    expect(seen('await q.leftJoin("grants as g", "g.id", "x.grant_id")')).to.equal("read");
+    expect(seen("// reads FROM grants\nconst x = 1;")).to.equal(undefined);
+  });
+
+  it("names an owner for every table the migrations create", async () => {
+    const dir = join(root, "core", "db", "migrations");
+    const created = new Set<string>();
+    for (const f of await readdir(dir)) {
+      const text = await readFile(join(dir, f), "utf8");
+      for (const m of text.matchAll(/CREATE TABLE (?:IF NOT EXISTS )?([a-z_]+)|createTable(?:IfNotExists)?\(\s*["']([a-z_]+)/g)) created.add((m[1] ?? m[2])!);
+    }
+    expect([...created].filter((t) => !(t in OWNERS)).sort(), "tables without an owner").to.deep.equal([]);
+  });
+
+  it("only the owning room writes a table, and other rooms read it only where the reason is written down", async () => {
+    const found: { file: string; table: string; kind: "read" | "write" }[] = [];
+    for (const file of await coreFiles()) {
+      const source = withoutComments(await readFile(join(root, file), "utf8"));
+      for (const [table, owner] of Object.entries(OWNERS)) {
+        if (roomOf(file) === owner) continue;
+        const kind = touches(source, table);
+        if (kind) found.push({ file: file.split(sep).join("/"), table, kind });
+      }
+    }
+    const key = (e: { file: string; table: string }) => `${e.file} ${e.table}`;
+    const allowed = (list: { file: string; table: string }[]) => new Set(list.map(key));
+    const reads = allowed(CROSS_ROOM_READS);
+    const writes = allowed(CROSS_ROOM_WRITES);
+    const unexplained = found.filter((e) => !(e.kind === "read" ? reads.has(key(e)) || writes.has(key(e)) : writes.has(key(e))));
+    expect(unexplained.map((e) => `${e.kind} ${key(e)}`).sort(), "cross-room statements with no reason written down").to.deep.equal([]);
+    const stale = [...CROSS_ROOM_READS, ...CROSS_ROOM_WRITES].filter((e) => !found.some((f) => key(f) === key(e)));
+    expect(stale.map(key), "reasons for statements that no longer exist").to.deep.equal([]);
+  });
+});
