@@ -306,6 +306,7 @@ export async function listPendingApprovals(
   if (req.limit > MAX_PENDING_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 (everything) or 1 to ${MAX_PENDING_PAGE}`);
   if (req.agentPrincipalId && !UUID.test(req.agentPrincipalId)) fail(Reason.INVALID_REQUEST, "agent_principal_id must be a UUID");
   if (req.paymentId && !UUID.test(req.paymentId)) fail(Reason.INVALID_REQUEST, "payment_id must be a UUID");
+  if (req.paymentId && (req.budgetsCursor || req.paymentsCursor)) fail(Reason.INVALID_REQUEST, "payment_id names one payment and takes no cursor");
   const agent = req.agentPrincipalId.toLowerCase() || undefined;
   const paymentId = req.paymentId.toLowerCase() || undefined;
   // A cursor is bound to its list and to the user it was issued for (core/paging.ts signs it).

@@ -97,6 +97,11 @@ describe("BudgetsService payments, balance and audit", () => {
     const theirs = await stack.clients.budgets.listPendingApprovals({ sessionToken: outsider, paymentId: a.paymentId });
     expect([theirs.pendingPayments, theirs.draftBudgets]).to.deep.equal([[], []]);
     await expectRefused(stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: "x'; --" }), Reason.INVALID_REQUEST);
+    await expectRefused(
+      stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: a.paymentId, budgetsCursor: "junk" }),
+      Reason.INVALID_REQUEST,
+      /no cursor/,
+    );
     await stack.clients.budgets.declinePayment({ sessionToken, paymentId: a.paymentId });
     expect((await stack.clients.budgets.listPendingApprovals({ sessionToken, paymentId: a.paymentId })).pendingPayments).to.deep.equal([]);
   });

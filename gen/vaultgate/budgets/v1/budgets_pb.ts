@@ -336,7 +336,8 @@ export type ListPendingApprovalsRequest = Message<"vaultgate.budgets.v1.ListPend
 
   /**
    * Only this payment (a payment id): the payments list holds it while it awaits approval,
-   * and no draft budget is listed. For a page about one payment; empty for every payment.
+   * and no draft budget is listed; it takes no cursor. For a page about one payment; empty
+   * for every payment.
    *
    * @generated from field: string payment_id = 7;
    */
