@@ -23,7 +23,8 @@ import type { Db } from "../db/knex.js";
 import type { UsersStore } from "../identity/users-store.js";
 import { CHAINS } from "../../lib/vocabulary.js";
 import type { PartnerAccess } from "./access.js";
-import type { LedgerEntry, ResourcesStore } from "./resources-store.js";
+import { insertTransferEntry, listTransfers as listTransfersOf, type LedgerEntry } from "../ledger/transfers.js";
+import type { ResourcesStore } from "./resources-store.js";
 import { transferJson, transferOut, usAccountOut } from "./resources-wire.js";
 import { adminChange, emit, lockUser, type AdminChangeDeps, type EmitDeps, type LockUserDeps } from "./resources-changes.js";
 import { pageOut, position, type PagingDeps } from "./resources-paging.js";
@@ -39,7 +40,6 @@ export interface UserReadDeps<K extends keyof ResourcesStore> {
 export interface ListTransfersDeps extends PagingDeps {
   db: Db;
   access: Pick<PartnerAccess, "authorize" | "audited">;
-  resources: Pick<ResourcesStore, "listLedger">;
 }
 
 /** What PartnerResourcesService.AddWallet needs. */
@@ -55,7 +55,7 @@ export interface ProvisionUsAccountDeps extends AdminChangeDeps {
 
 /** What PartnerResourcesService.RecordLedgerEntry needs. */
 export interface RecordLedgerEntryDeps extends AdminChangeDeps, LockUserDeps, EmitDeps {
-  resources: Pick<ResourcesStore, "insertLedgerEntry" | "partnersConsenting">;
+  resources: Pick<ResourcesStore, "partnersConsenting">;
 }
 
 /** PartnerResourcesService.ListWallets: a user's wallets. */
@@ -89,7 +89,7 @@ export async function listTransfers(
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "transfers.read", userId: req.userId, scope: "transfers:read" });
   const binding = `t:${principal.partnerId}:${req.userId}`;
   const { after, limit } = position(deps, req.page, binding);
-  const rows = await deps.resources.listLedger(deps.db, req.userId, after, limit + 1);
+  const rows = await listTransfersOf(deps.db, req.userId, after, limit + 1);
   const out = pageOut(deps, rows, limit, after, binding);
   // Paging input is validated before the audit row: a refused cursor reads nothing.
   await deps.access.audited(ctx, principal, "transfers.read", req.userId);
@@ -152,7 +152,7 @@ export async function recordLedgerEntry(
   const entry = await adminChange(deps, ctx, "ledger.record", req.userId, async (trx) => {
     await lockUser(deps, trx, req.userId);
     const now = deps.clock();
-    const e = await deps.resources.insertLedgerEntry(trx, {
+    const e = await insertTransferEntry(trx, {
       id: randomUUID(),
       userId: req.userId,
       direction: req.direction as LedgerEntry["direction"],

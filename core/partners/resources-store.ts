@@ -3,10 +3,6 @@ import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { batchFunction } from "../db/sql.js";
-import type { FeedPosition } from "../paging.js";
-import { insertTransferEntry, listTransfers, type LedgerEntry } from "../ledger/transfers.js";
-
-export type { LedgerEntry } from "../ledger/transfers.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -187,16 +183,6 @@ export function createResourcesStore(db: Db) {
     async partnersConsenting(trx: Knex.Transaction, userId: string, scope: ConsentScope): Promise<string[]> {
       const { rows } = await trx.raw(`SELECT partner_id FROM consents WHERE user_id = ? AND ? = ANY(scopes) ORDER BY partner_id`, [userId, scope]);
       return (rows as { partner_id: string }[]).map((r) => String(r.partner_id));
-    },
-
-    /** Appends a ledger entry; the ledger room owns its statement (core/ledger/transfers.ts). */
-    async insertLedgerEntry(trx: Knex.Transaction, e: Omit<LedgerEntry, "seq">): Promise<LedgerEntry> {
-      return insertTransferEntry(trx, e);
-    },
-
-    /** The user's transfers after `after` in feed order: their entries and the payouts they received. */
-    async listLedger(conn: Conn, userId: string, after: FeedPosition, limit: number): Promise<{ row: LedgerEntry; position: FeedPosition }[]> {
-      return listTransfers(conn, userId, after, limit);
     },
   };
 }

@@ -10,11 +10,11 @@ import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor } from "../../support/resources.js";
 import { createAuditStore } from "../../../core/audit/store.js";
 import { enqueue } from "../../../core/partners/webhooks/outbox-store.js";
-import { createResourcesStore } from "../../../core/partners/resources-store.js";
 import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
 import { createTreasuryStore } from "../../../core/treasury/store.js";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { movementCtes } from "../../../core/ledger/store.js";
+import { insertTransferEntry } from "../../../core/ledger/transfers.js";
 import { externalAccount, userAccount } from "../../../core/ledger/accounts.js";
 import { expectRefused } from "../../support/refusals.js";
 
@@ -52,13 +52,11 @@ const hasAll = (ids: string[]) => (seen: string[]) => ids.every((id) => seen.inc
 describe("change feeds: every committed row reaches a watermark follower exactly once", () => {
   let stack: TestStack;
   let auditStore: ReturnType<typeof createAuditStore>;
-  let resources: ReturnType<typeof createResourcesStore>;
   let treasuries: ReturnType<typeof createTreasuryStore>;
 
   before(async () => {
     stack = await startStack({ gateway: true, webhookPollMs: 0 });
     auditStore = createAuditStore(stack.core.db);
-    resources = createResourcesStore(stack.core.db);
     treasuries = createTreasuryStore(stack.core.db);
   });
   after(() => stack.close());
@@ -158,7 +156,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
           await trx.raw(`WITH ${credit.sql} SELECT 1`, credit.bindings);
           return payoutTransferId(partner.partnerId, executionId);
         }
-        const e = await resources.insertLedgerEntry(trx, {
+        const e = await insertTransferEntry(trx, {
           id: randomUUID(),
           userId,
           direction: "credit",

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
-import { createResourcesStore } from "../../../core/partners/resources-store.js";
+import { insertTransferEntry } from "../../../core/ledger/transfers.js";
 import { feedsSettled } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
@@ -264,7 +264,7 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
     await legacy(`ex-${randomUUID()}`);
     const id = payoutTransferId(payer.partner.partnerId, credited);
     await stack.core.db.transaction((trx) =>
-      createResourcesStore(stack.core.db).insertLedgerEntry(trx, {
+      insertTransferEntry(trx, {
         id,
         userId,
         direction: "credit",
