@@ -68,7 +68,7 @@ describe("agent reads are audited and withheld without their audit row (JSON-RPC
     });
   }
 
-  it("a refused simulate (revoked grant, wrong currency) writes no success row", async () => {
+  it("a refused simulate (revoked grant, inactive user, wrong currency) writes no success row", async () => {
     const revoked = await grantFor(stack, child);
     await stack.core
       .db("grants")
@@ -76,9 +76,14 @@ describe("agent reads are audited and withheld without their audit row (JSON-RPC
       .update({ state: "revoked" });
     const refused = await call("/mcp/write", revoked, "payments.simulate", simulateArgs());
     expect(refused.json!.error.code).to.equal(-32001);
+    const other = await createOwner(stack);
+    const otherToken = await grantFor(stack, other);
+    await stack.core.db("users").where({ id: other.userId }).update({ status: "inactive" });
+    const inactive = await call("/mcp/write", otherToken, "payments.simulate", simulateArgs());
+    expect(inactive.json!.error.code).to.equal(-32001);
     const wrongCurrency = await call("/mcp/write", token, "payments.simulate", { ...simulateArgs(), currency: "EUR" });
     expect(wrongCurrency.json!.error.code).to.equal(-32602);
-    for (const r of [refused, wrongCurrency]) {
+    for (const r of [refused, inactive, wrongCurrency]) {
       expect((await rowsOf(r.headers.get("x-request-id")!)).filter((row) => row.outcome === "success")).to.deep.equal([]);
     }
   });
