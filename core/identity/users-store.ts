@@ -29,27 +29,18 @@ export function normaliseEmail(value: string): string | undefined {
   return email;
 }
 
-/** SQL for users, their root vaults and their identity-provider links. */
+/** SQL for users and their identity-provider links. */
 export function createUsersStore() {
   return {
-    /** Inserts the user and a root vault unless the e-mail exists; returns the ids either way. */
-    async ensureUser(trx: Knex.Transaction, u: { id: string; email: string; vaultId: string; at: Date }) {
+    /** Inserts the user unless the e-mail exists; answers the user's id either way, and whether it is new. */
+    async ensureUser(trx: Knex.Transaction, u: { id: string; email: string; at: Date }): Promise<{ userId: string; created: boolean }> {
       const inserted = await trx.raw(
         `INSERT INTO users (id, email, status, created_at) VALUES (?, ?, 'active', ?) ON CONFLICT (email) DO NOTHING RETURNING id`,
         [u.id, u.email, u.at],
       );
-      if ((inserted.rows as unknown[]).length > 0) {
-        await trx.raw(`INSERT INTO vaults (id, owner_user_id, created_at) VALUES (?, ?, ?)`, [u.vaultId, u.id, u.at]);
-        return { userId: u.id, vaultId: u.vaultId, created: true };
-      }
-      const { rows } = await trx.raw(
-        `SELECT u.id AS user_id, v.id AS vault_id FROM users u
-           JOIN vaults v ON v.owner_user_id = u.id AND v.parent_vault_id IS NULL
-          WHERE u.email = ? ORDER BY v.created_at LIMIT 1`,
-        [u.email],
-      );
-      const row = (rows as { user_id: string; vault_id: string }[])[0]!;
-      return { userId: row.user_id, vaultId: row.vault_id, created: false };
+      if ((inserted.rows as unknown[]).length > 0) return { userId: u.id, created: true };
+      const { rows } = await trx.raw(`SELECT id FROM users WHERE email = ?`, [u.email]);
+      return { userId: String((rows as { id: string }[])[0]!.id), created: false };
     },
 
     /** Up to `limit` users, oldest first, after the user with id `afterId` (a UUID the caller checked). */

@@ -36,6 +36,7 @@ import { normaliseEmail, type UserListing, type UsersStore } from "../identity/u
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES } from "./scopes.js";
+import { ensureUserAccount } from "../budgets/user-accounts.js";
 
 /** An operator change and its audit row, in one transaction. */
 export interface CreatePartnerDeps extends AdminChangeDeps {
@@ -175,7 +176,7 @@ export async function createUser(
   const email = normaliseEmail(req.email);
   if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
   const ids = await deps.db.transaction(async (trx) => {
-    const result = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: deps.clock() });
+    const result = await ensureUserAccount(trx, deps.users, email, deps.clock());
     await deps.audit.append(trx, {
       ...callFacts(ctx),
       actor: "admin",

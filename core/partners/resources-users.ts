@@ -1,6 +1,5 @@
 /** PartnerResourcesService: the access check, users and their consents to partners. */
 
-import { randomUUID } from "node:crypto";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
@@ -28,6 +27,7 @@ import type { ResourcesStore } from "./resources-store.js";
 import { CONSENT_SCOPES } from "./scopes.js";
 import { checkConsentScopes } from "./resources-wire.js";
 import { adminChange, lockUser, type AdminChangeDeps, type LockUserDeps } from "./resources-changes.js";
+import { ensureUserAccount } from "../budgets/user-accounts.js";
 
 /** What PartnerResourcesService.AuthorizePartner needs. */
 export interface AuthorizePartnerDeps {
@@ -84,7 +84,7 @@ export async function preCreateUser(
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.db.transaction(async (trx) => {
     const now = deps.clock();
-    const user = await deps.users.ensureUser(trx, { id: randomUUID(), email, vaultId: randomUUID(), at: now });
+    const user = await ensureUserAccount(trx, deps.users, email, now);
     const receipt = await deps.resources.addReceipt(trx, principal.partnerId, user.userId, now);
     try {
       await deps.audit.append(trx, {

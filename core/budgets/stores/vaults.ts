@@ -23,6 +23,18 @@ export const vaultsStore = {
     return row ? toVault(row) : undefined;
   },
 
+  /** Opens a user's root vault, the one money arrives in (its ledger accounts open with it). */
+  async openRootVault(trx: Knex.Transaction, v: { id: string; ownerUserId: string; at: Date }): Promise<void> {
+    await trx.raw(`INSERT INTO vaults (id, owner_user_id, created_at) VALUES (?, ?, ?)`, [v.id, v.ownerUserId, v.at]);
+  },
+
+  /** The user's root vault: their oldest vault with no parent. */
+  async rootVaultOf(conn: Conn, userId: string): Promise<string | undefined> {
+    const { rows } = await conn.raw(`SELECT id FROM vaults WHERE owner_user_id = ? AND parent_vault_id IS NULL ORDER BY created_at LIMIT 1`, [userId]);
+    const row = (rows as { id: string }[])[0];
+    return row ? String(row.id) : undefined;
+  },
+
   /** The currency of each of these vaults, in one statement. */
   async currenciesOf(conn: Conn, ids: string[]): Promise<Map<string, string>> {
     if (ids.length === 0) return new Map();

@@ -1,4 +1,6 @@
+import { randomUUID } from "node:crypto";
 import { expect } from "chai";
+import { testDatabase } from "../../support/db.js";
 import { startStack, TEST_AUDIENCE, TEST_ISSUER, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
@@ -84,6 +86,23 @@ describe("partner resources over HTTP", () => {
       expect(theirs.body).to.deep.equal({ user_id, created: true });
       const rows = await auditRows(first.headers.get("x-request-id")!);
       expect(rows.map((r) => [r.action, r.subject])).to.deep.equal([["partner.users.create", user_id]]);
+    });
+
+    it("partners and the operator creating one e-mail at once make one user with one root vault", async () => {
+      const partners = await Promise.all(Array.from({ length: 8 }, () => createPartner(stack)));
+      const tokens = await Promise.all(partners.map((p) => mintPartnerToken(stack, p)));
+      const email = `race-${randomUUID()}@example.com`;
+      const [viaApi, viaAdmin] = await Promise.all([
+        Promise.all(tokens.map((token) => call("POST", "/users", { token, json: { email } }))),
+        Promise.all(Array.from({ length: 4 }, () => stack.admin.partners.createUser({ email }))),
+      ]);
+      expect(viaApi.map((r) => r.status)).to.deep.equal(Array(8).fill(201));
+      const userIds = new Set([...viaApi.map((r) => (r.body as { user_id: string }).user_id), ...viaAdmin.map((r) => r.userId)]);
+      expect(userIds.size).to.equal(1);
+      expect(new Set(viaAdmin.map((r) => r.vaultId)).size).to.equal(1);
+      const { db } = await testDatabase();
+      const { rows } = await db.raw(`SELECT id FROM vaults WHERE owner_user_id = ? AND parent_vault_id IS NULL`, [[...userIds][0]]);
+      expect((rows as { id: string }[]).map((r) => String(r.id))).to.deep.equal([viaAdmin[0]!.vaultId]);
     });
 
     it("refuses unknown fields, bad JSON, non-JSON and bodies over 4096 bytes", async () => {
