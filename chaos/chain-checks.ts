@@ -3,7 +3,8 @@
 import type pg from "pg";
 import { keccak256, parseTransaction, type Hex } from "viem";
 import { adminClients } from "./cluster.js";
-import { CHAIN, FUNDING_UNITS, UNITS_PER_CENT } from "./chain.js";
+import { UNITS_PER_CENT } from "../core/settlement/rules.js";
+import { CHAIN, FUNDING_UNITS } from "./chain.js";
 import type { World } from "./world.js";
 
 interface Violation {

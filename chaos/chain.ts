@@ -15,7 +15,6 @@ export const CONFIRMATIONS = 2;
 export const FINALITY_BLOCKS = 16;
 export const EXPIRY_SECONDS = 40;
 export const RPC_TIMEOUT_MS = 2000;
-export const UNITS_PER_CENT = 10_000n;
 /** What the hot wallet is funded with: far more than every budget together can spend. */
 export const FUNDING_UNITS = 1_000_000n * 1_000_000n;
 

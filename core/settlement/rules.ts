@@ -13,11 +13,6 @@ export function centsToUnits(cents: number | bigint): bigint {
   return BigInt(cents) * UNITS_PER_CENT;
 }
 
-/** Whole cents in an amount of base units, rounded down (balances read from a chain). */
-export function unitsToCents(units: bigint): bigint {
-  return units / UNITS_PER_CENT;
-}
-
 /** USDC as a decimal string ("12.345678"), for people and metrics. */
 export function formatUsdc(units: bigint): string {
   const sign = units < 0n ? "-" : "";

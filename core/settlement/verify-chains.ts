@@ -2,13 +2,8 @@ import type { Db } from "../db/knex.js";
 import { accountTotalCents } from "../ledger/reads.js";
 import type { EvmRail, UsdcTransfer } from "./evm-rail.js";
 import { hotWalletAccount } from "./ledger.js";
+import { centsToUnits } from "./rules.js";
 
-/**
- * Books against the chain, per hot wallet: each outgoing transfer is exactly one completed
- * payment, and the ledger account and wallet balance match the Transfer logs. From a start block
- * the balance check opens at its balance one block earlier (docs/settlement.md). Read-only.
- */
-export const UNITS_PER_CENT = 10_000n;
 /** Blocks per eth_getLogs call: public nodes refuse wide ranges. */
 export const LOG_RANGE = 5_000;
 
@@ -42,6 +37,10 @@ interface CompletedPayment {
   tx_hash: string | null;
 }
 
+/**
+ * Books against the chain, per hot wallet: each outgoing transfer is exactly one completed
+ * payment, and the ledger account and wallet balance match the Transfer logs. Read-only.
+ */
 export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBlock?: (chain: string) => number | undefined; range?: number } = {}) {
   const chains: ChainBooks[] = [];
   const differences: ChainDifference[] = [];
@@ -104,7 +103,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     const all = rows as CompletedPayment[];
     const before = (p: CompletedPayment) => p.mined_block !== null && Number(p.mined_block) < fromBlock;
     const payments = all.filter((p) => !before(p));
-    const sentBefore = all.filter(before).reduce((t, p) => t + BigInt(p.amount_cents) * UNITS_PER_CENT, 0n);
+    const sentBefore = all.filter(before).reduce((t, p) => t + centsToUnits(BigInt(p.amount_cents)), 0n);
     const byHash = new Map<string, CompletedPayment[]>();
     for (const p of payments) if (p.tx_hash) byHash.set(p.tx_hash, [...(byHash.get(p.tx_hash) ?? []), p]);
     const matched = new Set<string>();
@@ -123,7 +122,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
         continue;
       }
       matched.add(p.payment_id);
-      const booked = BigInt(p.amount_cents) * UNITS_PER_CENT;
+      const booked = centsToUnits(BigInt(p.amount_cents));
       if (booked !== t.units) {
         diff({
           check: "amount_mismatch",
@@ -147,7 +146,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     }
     for (const p of payments) {
       if (matched.has(p.payment_id)) continue;
-      const booked = BigInt(p.amount_cents) * UNITS_PER_CENT;
+      const booked = centsToUnits(BigInt(p.amount_cents));
       diff({
         check: "payment_without_transfer",
         txHash: p.tx_hash ?? "",
@@ -158,7 +157,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       });
     }
 
-    const ledgerOutflow = (await accountTotalCents(db, { kind: "external", owner: hotWalletAccount(chain, wallet), currency: "USD" })) * UNITS_PER_CENT;
+    const ledgerOutflow = centsToUnits(await accountTotalCents(db, { kind: "external", owner: hotWalletAccount(chain, wallet), currency: "USD" }));
     const sentOut = sum(outgoing);
     if (ledgerOutflow !== sentBefore + sentOut) {
       diff({
