@@ -18,6 +18,7 @@ const grpcCode = {
   [Reason.INVALID_CLIENT]: Code.Unauthenticated,
   [Reason.CLIENT_INACTIVE]: Code.PermissionDenied,
   [Reason.UNSUPPORTED_GRANT_TYPE]: Code.InvalidArgument,
+  [Reason.UNAUTHORIZED_CLIENT]: Code.PermissionDenied,
   [Reason.INVALID_SCOPE]: Code.InvalidArgument,
   [Reason.SIGNING_UNAVAILABLE]: Code.Unavailable,
   [Reason.INVALID_GRANT]: Code.InvalidArgument,

@@ -44,9 +44,12 @@ export function grantAudience(o: { issuer: string; mcpUrl: string; urnNamespace:
 /** A refresh token to issue: the token itself (handed out once), and what is stored of it. */
 export interface NewRefresh {
   token: string;
-  hash: string;
+  hash: string | null;
   salt: string | null;
 }
+
+/** What a client that did not register the refresh_token grant type is issued: nothing to refresh with. */
+export const NO_REFRESH: NewRefresh = { token: "", hash: null, salt: null };
 
 /** A lineage's first refresh token (code exchange, IssueGrant, SupersedeGrant): 32 random bytes. */
 export function randomRefresh(): NewRefresh {
@@ -62,7 +65,7 @@ export function derivedRefreshToken(presented: string, salt: string): string {
   return `vgr_${hmacSha256(presented, salt, "base64url")}`;
 }
 
-export function derivedRefresh(presented: string): NewRefresh & { salt: string } {
+export function derivedRefresh(presented: string): NewRefresh & { hash: string; salt: string } {
   const salt = randomBase64url(32);
   const token = derivedRefreshToken(presented, salt);
   return { token, hash: sha256Hex(token), salt };

@@ -149,7 +149,12 @@ export async function revokeAllGrants(
 /** GrantsService.RefreshGrant: rotates a refresh token; reuse revokes the lineage, a lost response may be fetched again. */
 export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequest, ctx: HandlerContext) {
   let clientId = "";
-  if (req.clientId || req.clientSecret) clientId = (await deps.directory.authenticate(ctx, req.clientId, req.clientSecret)).clientId;
+  if (req.clientId || req.clientSecret) {
+    const client = await deps.directory.authenticate(ctx, req.clientId, req.clientSecret);
+    // RFC 6749 5.2 unauthorized_client: the grant types a client registered are all it may use.
+    if (!client.grantTypes.includes("refresh_token")) fail(Reason.UNAUTHORIZED_CLIENT, "this client did not register the refresh_token grant type");
+    clientId = client.clientId;
+  }
   // An operator-issued grant (no client) refreshes only with the operator credential.
   else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
   const actor = `client:${clientId || OPERATOR_CLIENT}`;

@@ -57,6 +57,7 @@ const table = {
   [Reason.INVALID_CLIENT]: { code: RpcCode.UNAUTHORIZED, reasonId: "invalid_client" },
   [Reason.CLIENT_INACTIVE]: { code: RpcCode.UNAUTHORIZED, reasonId: "invalid_client" },
   [Reason.UNSUPPORTED_GRANT_TYPE]: { code: RpcCode.INVALID_PARAMS, reasonId: "unsupported_grant_type" },
+  [Reason.UNAUTHORIZED_CLIENT]: { code: RpcCode.INVALID_PARAMS, reasonId: "unauthorized_client" },
   [Reason.INVALID_SCOPE]: { code: RpcCode.INVALID_PARAMS, reasonId: "invalid_scope" },
   [Reason.SIGNING_UNAVAILABLE]: { code: RpcCode.INTERNAL_ERROR, reasonId: "temporarily_unavailable" },
   [Reason.INVALID_GRANT]: { code: RpcCode.UNAUTHORIZED, reasonId: "invalid_grant" },

@@ -32,6 +32,7 @@ const table = {
   [Reason.INVALID_CLIENT]: { status: 401, code: "invalid_token" },
   [Reason.CLIENT_INACTIVE]: { status: 403, code: "partner_inactive" },
   [Reason.UNSUPPORTED_GRANT_TYPE]: INTERNAL,
+  [Reason.UNAUTHORIZED_CLIENT]: INTERNAL,
   [Reason.INVALID_SCOPE]: { status: 403, code: "grant_required" },
   [Reason.SIGNING_UNAVAILABLE]: { status: 503, code: "auth_unavailable" },
   [Reason.INVALID_GRANT]: INTERNAL,

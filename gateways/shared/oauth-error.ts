@@ -27,6 +27,7 @@ const table = {
   [Reason.INVALID_CLIENT]: { status: 401, error: "invalid_client" },
   [Reason.CLIENT_INACTIVE]: { status: 403, error: "invalid_client" },
   [Reason.UNSUPPORTED_GRANT_TYPE]: { status: 400, error: "unsupported_grant_type" },
+  [Reason.UNAUTHORIZED_CLIENT]: { status: 400, error: "unauthorized_client" },
   [Reason.INVALID_SCOPE]: { status: 400, error: "invalid_scope" },
   [Reason.SIGNING_UNAVAILABLE]: { status: 503, error: "temporarily_unavailable" },
   [Reason.INVALID_GRANT]: { status: 400, error: "invalid_grant" },

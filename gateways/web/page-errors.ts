@@ -21,6 +21,7 @@ const pageTable = {
   [Reason.INVALID_CLIENT]: { status: 400, title: "Unknown application" },
   [Reason.CLIENT_INACTIVE]: { status: 400, title: "Unknown application" },
   [Reason.UNSUPPORTED_GRANT_TYPE]: GENERIC,
+  [Reason.UNAUTHORIZED_CLIENT]: GENERIC,
   [Reason.INVALID_SCOPE]: { status: 400, title: "This application asked for permissions it may not have" },
   [Reason.SIGNING_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
   [Reason.INVALID_GRANT]: { status: 400, title: "That code is invalid or expired" },

@@ -198,9 +198,12 @@ export async function verifyReason(stack: TestStack, accessToken: string): Promi
 }
 
 /** Registration, sign-in, consent and code exchange; returns everything a test needs. */
-export async function oauthGrant(stack: TestStack, opts: { scope?: string; resource?: string[]; auth?: "post" | "basic" } = {}) {
+export async function oauthGrant(
+  stack: TestStack,
+  opts: { scope?: string; resource?: string[]; auth?: "post" | "basic"; register?: Record<string, unknown> } = {},
+) {
   const user = await createUser(stack);
-  const client = (await registerClient(stack)).body;
+  const client = (await registerClient(stack, opts.register)).body;
   const jar = createJar(stack.url);
   const { verifier, challenge } = pkce();
   const back = await authorize(stack, jar, user.email, {

@@ -54,7 +54,7 @@ export interface FastExchange {
   redirectUri: string;
   codeChallenge: string;
   grantId: string;
-  refreshHash: string;
+  refreshHash: string | null;
   now: Date;
   expiresAt: Date;
 }

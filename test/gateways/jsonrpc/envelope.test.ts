@@ -18,6 +18,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.INVALID_CLIENT]: [-32001, "invalid_client"],
   [Reason.CLIENT_INACTIVE]: [-32001, "invalid_client"],
   [Reason.UNSUPPORTED_GRANT_TYPE]: [-32602, "unsupported_grant_type"],
+  [Reason.UNAUTHORIZED_CLIENT]: [-32602, "unauthorized_client"],
   [Reason.INVALID_SCOPE]: [-32602, "invalid_scope"],
   [Reason.SIGNING_UNAVAILABLE]: [-32603, "temporarily_unavailable"],
   [Reason.OVERLOADED]: [-32603, "temporarily_unavailable"],

@@ -42,6 +42,26 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       expect(rows[0].n).to.equal(1);
     });
 
+    it("a client registered without refresh_token is issued none and may not refresh", async () => {
+      const { token, client } = await oauthGrant(stack, { register: { grant_types: ["authorization_code"] } });
+      expect(token.status).to.equal(200);
+      expect(Object.keys(token.body).sort()).to.deep.equal(["access_token", "expires_in", "jti", "scope", "token_type"]);
+      const { rows } = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti]);
+      expect(rows[0].refresh_hash).to.equal(null);
+      // Refused for the grant type before any token is looked at: even a live one of another client.
+      const other = await oauthGrant(stack);
+      const refresh = (c: { client_id: string; client_secret: string }) =>
+        postForm(`${stack.url}/oauth2/token`, {
+          grant_type: "refresh_token",
+          refresh_token: other.token.body.refresh_token as string,
+          client_id: c.client_id,
+          client_secret: c.client_secret,
+        });
+      const refused = await refresh(client);
+      expect([refused.status, refused.body.error]).to.deep.equal([400, "unauthorized_client"]);
+      expect((await refresh(other.client)).status).to.equal(200);
+    });
+
     it("stores codes and refresh tokens only as SHA-256", async () => {
       const { token, code } = await oauthGrant(stack);
       const sha = (v: string) => createHash("sha256").update(v).digest("hex");

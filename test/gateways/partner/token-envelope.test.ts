@@ -13,6 +13,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.INVALID_CLIENT]: [401, "invalid_client"],
   [Reason.CLIENT_INACTIVE]: [403, "invalid_client"],
   [Reason.UNSUPPORTED_GRANT_TYPE]: [400, "unsupported_grant_type"],
+  [Reason.UNAUTHORIZED_CLIENT]: [400, "unauthorized_client"],
   [Reason.INVALID_SCOPE]: [400, "invalid_scope"],
   [Reason.RATE_LIMITED]: [429, "rate_limited"],
   [Reason.SIGNING_UNAVAILABLE]: [503, "temporarily_unavailable"],

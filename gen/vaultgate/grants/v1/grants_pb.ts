@@ -241,6 +241,8 @@ export type TokenResponse = Message<"vaultgate.grants.v1.TokenResponse"> & {
   expiresIn: bigint;
 
   /**
+   * Empty when none was issued: the client did not register the refresh_token grant type.
+   *
    * @generated from field: string refresh_token = 4;
    */
   refreshToken: string;
