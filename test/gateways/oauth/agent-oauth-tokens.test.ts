@@ -46,7 +46,7 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       const { token, client } = await oauthGrant(stack, { register: { grant_types: ["authorization_code"] } });
       expect(token.status).to.equal(200);
       expect(Object.keys(token.body).sort()).to.deep.equal(["access_token", "expires_in", "jti", "scope", "token_type"]);
-      const { rows } = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti]);
+      const { rows } = await stack.core.db.raw(`SELECT refresh_hash FROM grants WHERE id = ?`, [token.body.jti as string]);
       expect(rows[0].refresh_hash).to.equal(null);
       // Refused for the grant type before any token is looked at: even a live one of another client.
       const other = await oauthGrant(stack);
