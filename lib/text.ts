@@ -37,3 +37,8 @@ export function textProblem(s: string): string | undefined {
   if (!m) return undefined;
   return m[0] === "\u0000" ? "must not contain NUL characters" : "must be valid Unicode text (it holds an unpaired surrogate)";
 }
+
+/** True when `s` holds a control character (Unicode Cc: C0, DEL and C1, such as the CSI escape). */
+export function hasControlCharacters(s: string): boolean {
+  return /\p{Cc}/u.test(s);
+}

@@ -3,6 +3,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
 import { codePointLength } from "../../lib/text.js";
+import { hasControlCharacters } from "../../lib/text.js";
 
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
 const AUTH_METHODS = ["client_secret_post", "client_secret_basic"];
@@ -55,7 +56,7 @@ export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = 
   if (!isSubset(scopes, AGENT_SCOPES)) bad(Reason.INVALID_CLIENT_METADATA, `scope may hold ${AGENT_SCOPES.join(", ")}`);
   const clientName = req.clientName.trim();
   if (codePointLength(clientName) > 100) bad(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
-  if (/[\u0000-\u001f\u007f]/.test(clientName)) bad(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
+  if (hasControlCharacters(clientName)) bad(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
   return {
     clientName: clientName || "Unnamed agent",
     redirectUris: [...new Set(req.redirectUris)],

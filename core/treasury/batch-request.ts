@@ -1,5 +1,5 @@
 import { sha256Hex } from "../../lib/crypto.js";
-import { lengthBetween } from "../../lib/text.js";
+import { hasControlCharacters, lengthBetween } from "../../lib/text.js";
 import { UUID } from "../uuid.js";
 
 /** A batch item with amounts as numbers, after validation. */
@@ -58,7 +58,7 @@ export function validateBatch(raw: RawBatch): Validation {
     }
     if (!CURRENCY.test(item.currency)) return bad(`${at}.currency must be an ISO 4217 code in upper case`);
     // Characters are code points; unpaired surrogates never get here (core's input guard).
-    if (!lengthBetween(item.reference, 1, MAX_REFERENCE) || /[\u0000-\u001f\u007f]/.test(item.reference)) {
+    if (!lengthBetween(item.reference, 1, MAX_REFERENCE) || hasControlCharacters(item.reference)) {
       return bad(`${at}.reference must be 1 to ${MAX_REFERENCE} characters without control characters`);
     }
     if (executionIds.has(item.executionId)) return bad(`${at}.execution_id repeats an earlier item`);

@@ -62,6 +62,20 @@ describe("treasury batch request", () => {
     const v = validateBatch(r);
     expect(v).to.deep.equal({ ok: false, message: "items[1].reference must be 1 to 140 characters without control characters" });
   });
+
+  it("refuses C0, DEL and C1 control characters in a reference (a terminal's CSI is U+009B)", () => {
+    for (const c of ["\u0007", "\u007f", "\u0085", "\u009b"]) {
+      const r = raw();
+      r.items[0]!.reference = `pay${c}31m`;
+      expect(validateBatch(r), JSON.stringify(c)).to.deep.equal({
+        ok: false,
+        message: "items[0].reference must be 1 to 140 characters without control characters",
+      });
+    }
+    const r = raw();
+    r.items[0]!.reference = "Café ☕ invoice №7";
+    expect(validateBatch(r).ok).to.equal(true);
+  });
 });
 
 describe("treasury limits", () => {

@@ -89,6 +89,8 @@ describe("agent OAuth over HTTP", () => {
         [{ response_types: ["token"] }, "invalid_client_metadata"],
         [{ token_endpoint_auth_method: "none" }, "invalid_client_metadata"],
         [{ scope: "accounts:read treasury:write" }, "invalid_client_metadata"],
+        [{ client_name: "Agent\u0007" }, "invalid_client_metadata"],
+        [{ client_name: "Agent\u009b31m" }, "invalid_client_metadata"],
       ];
       for (const [body, error] of cases) {
         const res = await registerClient(stack, body);
