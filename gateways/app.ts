@@ -1,4 +1,5 @@
 import { uuidv7 } from "../lib/uuidv7.js";
+import { MCP_ENDPOINTS } from "../lib/vocabulary.js";
 import { STATUS_CODES } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
@@ -10,7 +11,7 @@ import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
 import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
-import { MCP_PATHS, type PublicUrls } from "./shared/public-urls.js";
+import type { PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
 import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
 import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
@@ -36,7 +37,7 @@ export interface GatewayOptions {
   signinMethods?: readonly string[];
 }
 
-const MCP_ENDPOINTS = new Set(MCP_PATHS);
+const MCP_PATHS = new Set(MCP_ENDPOINTS.map((e) => e.path));
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
 export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
@@ -86,7 +87,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // endpoints Host and any Origin must be ours (server-to-server endpoints carry no browser
     // credentials), judged on the decoded, normalized path so `/%6dcp/write` cannot slip past.
     const path = guardedPath(request.url);
-    const mcp = MCP_ENDPOINTS.has(path);
+    const mcp = MCP_PATHS.has(path);
     const browserWrite = request.method === "POST" && (path === "/oauth2/register" || (options.urls !== undefined && isPagePath(path)));
     if ((mcp || browserWrite) && (!guard.hostAllowed(request.headers.host) || !guard.originAllowed(request.headers.origin, request.headers.host))) {
       request.log.info({ host: request.headers.host, origin: request.headers.origin }, "refused a request from a foreign Host or Origin");

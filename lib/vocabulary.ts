@@ -22,3 +22,30 @@ export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SC
 /** The chains a budget may allow and a wallet may be on. */
 export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 export type Chain = (typeof CHAINS)[number];
+
+/** The MCP tool categories; each MCP endpoint serves the tools of one. */
+export const MCP_CATEGORIES = ["read", "write", "treasury"] as const;
+export type McpCategory = (typeof MCP_CATEGORIES)[number];
+
+/**
+ * The scopes each category's tools need (least privilege): what its endpoints' 401 challenge
+ * and protected-resource document name, so a client asks for no more. A test checks this
+ * against the tools' own scopes.
+ */
+export const MCP_CATEGORY_SCOPES: Readonly<Record<McpCategory, readonly AgentScope[]>> = {
+  read: ["accounts:read", "audit:stream"],
+  write: ["payments:initiate", "payments:simulate"],
+  treasury: ["agent:budget:create"],
+};
+
+/**
+ * The MCP endpoints under `{mcp_url}` and the category each serves: the routes, their
+ * protected-resource metadata, and the `resource` values a token may be issued for.
+ * `/write` is the write category's second address.
+ */
+export const MCP_ENDPOINTS: readonly { path: string; category: McpCategory }[] = [
+  { path: "/mcp/read", category: "read" },
+  { path: "/mcp/write", category: "write" },
+  { path: "/mcp/treasury", category: "treasury" },
+  { path: "/write", category: "write" },
+];

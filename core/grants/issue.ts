@@ -7,6 +7,7 @@ import { KeyringError, type Keyring } from "../keys/keyring.js";
 import { hmacSha256, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
+import { MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { ACCESS_TOKEN_TTL_SECONDS, AGENT_TOKEN_HEADER, agentTokenClaims } from "./access-token.js";
 import type { GrantRecord, GrantsStore } from "./stores/grants.js";
 import type { GrantVaultsStore } from "./stores/vaults.js";
@@ -17,8 +18,6 @@ export type TokenInit = MessageInitShape<typeof TokenResponseSchema>;
 export const CODE_TTL_MS = 60_000;
 /** Refresh tokens end 30 days after their grant was issued (a decision; docs/reference/agent-oauth.md). */
 export const REFRESH_TTL_MS = 30 * 24 * 3600_000;
-/** MCP endpoints that may be named as `resource`. */
-export const MCP_RESOURCE_PATHS = ["/mcp/read", "/mcp/write", "/mcp/treasury", "/write"];
 /** The client id in tokens of operator-issued grants (which have no OAuth client). */
 export const OPERATOR_CLIENT = "operator";
 
@@ -37,7 +36,7 @@ export function grantAudience(o: { issuer: string; mcpUrl: string; urnNamespace:
     issuer: o.issuer,
     mcpUrl: o.mcpUrl,
     vaultUrnPrefix: `urn:${o.urnNamespace}:vault:`,
-    mcpResources: new Set([o.mcpUrl, ...MCP_RESOURCE_PATHS.map((p) => o.mcpUrl + p)]),
+    mcpResources: new Set([o.mcpUrl, ...MCP_ENDPOINTS.map((e) => o.mcpUrl + e.path)]),
   };
 }
 

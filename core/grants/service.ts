@@ -38,7 +38,7 @@ import { createCodesStore } from "./stores/codes.js";
 import { createAgentsStore } from "./stores/agents.js";
 import { createGrantVaultsStore } from "./stores/vaults.js";
 
-export { CODE_TTL_MS, MCP_RESOURCE_PATHS } from "./issue.js";
+export { CODE_TTL_MS } from "./issue.js";
 
 export interface GrantsServiceDeps {
   db: Db;

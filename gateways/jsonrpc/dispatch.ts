@@ -4,6 +4,7 @@ import { noteRefusal } from "../request-log.js";
 import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
 import { compileToolSchemas, describeErrors } from "./schemas.js";
 import { declaresUrlElicitation, URL_ELICITATION_SINCE, type createSessionCodec } from "./session.js";
+import { MCP_CATEGORIES } from "../../lib/vocabulary.js";
 import { TOOLS, type Category, type Tool } from "./tools.js";
 
 /** MCP revisions we speak, newest first; a client asking for another one gets the newest. */
@@ -71,9 +72,7 @@ export function createDispatcher(options: DispatcherOptions) {
   const { clients, sessions } = options;
   const validators = compileToolSchemas(TOOLS);
   const toolsByName = new Map(TOOLS.map((t) => [t.name, t]));
-  const toolLists = new Map<Category, unknown[]>(
-    (["read", "write", "treasury"] as const).map((c) => [c, TOOLS.filter((t) => t.category === c).map(describeTool)]),
-  );
+  const toolLists = new Map<Category, unknown[]>(MCP_CATEGORIES.map((c) => [c, TOOLS.filter((t) => t.category === c).map(describeTool)]));
 
   async function handleOne(raw: unknown, category: Category, caller: Caller): Promise<Reply | undefined> {
     // A response sent by the client (to a request we never make): accepted and ignored

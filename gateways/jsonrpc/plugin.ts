@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CoreClients } from "../core-clients.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
-import { MCP_ENDPOINT_SCOPES } from "../shared/public-urls.js";
+import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
 import { RpcCode, RpcError } from "./envelope.js";
 import { createSessionCodec } from "./session.js";
@@ -19,8 +19,6 @@ export interface JsonRpcGatewayOptions {
   sessionKey?: Uint8Array;
 }
 
-/** One endpoint per category; `/write` is the write category's second address. */
-const ENDPOINTS: Record<string, Category> = { "/mcp/read": "read", "/mcp/write": "write", "/write": "write", "/mcp/treasury": "treasury" };
 const BODY_LIMIT = 64 * 1024;
 /**
  * Calls one batch may carry. Each element is a full call (authorized afresh, often a
@@ -42,8 +40,8 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   // scopes its tools need, so clients ask for no more; a presented token that failed
   // verification also gets error="invalid_token".
   const challenges = new Map(
-    Object.entries(ENDPOINTS).map(([path]) => {
-      const base = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource${path}", scope="${MCP_ENDPOINT_SCOPES[path]!.join(" ")}"`;
+    MCP_ENDPOINTS.map(({ path, category }) => {
+      const base = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource${path}", scope="${MCP_CATEGORY_SCOPES[category].join(" ")}"`;
       return [path, { missing: base, invalid: `${base}, error="invalid_token"` }];
     }),
   );
@@ -69,7 +67,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     return send(reply, 500, [errorReply(null, new RpcError(RpcCode.INTERNAL_ERROR, "Internal error", { reason_id: "internal_error" }), request.id)]);
   });
 
-  for (const [path, category] of Object.entries(ENDPOINTS)) {
+  for (const { path, category } of MCP_ENDPOINTS) {
     app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => handle(request, reply, category, path));
     // Streamable HTTP: we open no server-to-client stream and keep no session.
     app.route({ method: ["GET", "DELETE"], url: path, handler: (_req, reply) => reply.code(405).header("allow", "POST").send() });

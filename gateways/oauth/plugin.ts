@@ -8,7 +8,8 @@ import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
 import { isOutage, oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
-import { AGENT_SCOPE_WORDS, MCP_ENDPOINT_SCOPES, MCP_PATHS, type PublicUrls } from "../shared/public-urls.js";
+import { AGENT_SCOPE_WORDS, type PublicUrls } from "../shared/public-urls.js";
+import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { noteRefusal } from "../request-log.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 
@@ -99,9 +100,9 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl)),
   );
   // RFC 9728 3.1: the path of the resource follows the well-known suffix.
-  for (const path of MCP_PATHS) {
+  for (const { path, category } of MCP_ENDPOINTS) {
     app.get(`/.well-known/oauth-protected-resource${path}`, async (_request, reply) =>
-      reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl + path, MCP_ENDPOINT_SCOPES[path])),
+      reply.header("cache-control", "public, max-age=300").send(protectedResource(urls.mcpUrl + path, MCP_CATEGORY_SCOPES[category])),
     );
   }
 

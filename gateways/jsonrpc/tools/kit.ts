@@ -1,9 +1,9 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { type AgentScope, CHAINS } from "../../../lib/vocabulary.js";
+import { type AgentScope, CHAINS, type McpCategory } from "../../../lib/vocabulary.js";
 import type { CoreClients, withRequestId } from "../../core-clients.js";
 
 /** What every tool definition is built from: the Tool shape, schema atoms, and argument types derived from schemas. */
-export type Category = "read" | "write" | "treasury";
+export type Category = McpCategory;
 
 export interface ToolContext {
   clients: CoreClients;

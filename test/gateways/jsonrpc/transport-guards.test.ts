@@ -4,7 +4,7 @@ import { ALL_AGENT_SCOPES, createOwner, grantFor } from "../../support/budgets.j
 import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { TOOLS } from "../../../gateways/jsonrpc/tools.js";
-import { MCP_ENDPOINT_SCOPES } from "../../../gateways/shared/public-urls.js";
+import { MCP_CATEGORIES, MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../../lib/vocabulary.js";
 import { PROTOCOL_VERSIONS } from "../../../gateways/jsonrpc/plugin.js";
 
 /** MCP Streamable HTTP transport rules: DNS-rebinding protection, protocol version, client responses. */
@@ -90,11 +90,14 @@ describe("MCP transport guards (Origin, Host, MCP-Protocol-Version, client respo
     expect([err.status, err.text]).to.deep.equal([202, ""]);
   });
 
-  it("each endpoint's challenge and metadata name exactly the scopes of its tools", () => {
-    for (const [path, scopes] of Object.entries(MCP_ENDPOINT_SCOPES)) {
-      const category = path === "/write" ? "write" : path.slice("/mcp/".length);
+  it("each category has an endpoint, whose challenge and metadata name exactly the scopes of its tools", () => {
+    for (const category of MCP_CATEGORIES) {
+      expect(
+        MCP_ENDPOINTS.some((e) => e.category === category),
+        category,
+      ).to.equal(true);
       const needed = new Set(TOOLS.filter((t) => t.category === category && t.scope).map((t) => t.scope!));
-      expect([...scopes].sort(), path).to.deep.equal([...needed].sort());
+      expect([...MCP_CATEGORY_SCOPES[category]].sort(), category).to.deep.equal([...needed].sort());
     }
   });
 });
