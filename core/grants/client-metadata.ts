@@ -1,7 +1,9 @@
 import type { RegisterClientRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { AGENT_SCOPES, isSubset, parseScope } from "./scopes.js";
+import { parseScope } from "../../lib/scopes.js";
+import { AGENT_SCOPES } from "../../lib/vocabulary.js";
+import { isSubset } from "./scopes.js";
 import { codePointLength } from "../../lib/text.js";
 import { hasControlCharacters } from "../../lib/text.js";
 

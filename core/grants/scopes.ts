@@ -1,15 +1,4 @@
-import { AGENT_SCOPES, STEP_UP_SCOPES } from "../../lib/vocabulary.js";
-
-export { AGENT_SCOPES, STEP_UP_SCOPES };
-
-/** Parses a space-separated scope string into a de-duplicated list; undefined if malformed. */
-export function parseScope(value: string): string[] | undefined {
-  if (value.trim() === "") return [];
-  // RFC 6749 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ), separated by single spaces.
-  const parts = value.split(" ");
-  if (parts.some((p) => !/^[\x21\x23-\x5B\x5D-\x7E]+$/.test(p))) return undefined;
-  return [...new Set(parts)];
-}
+import { STEP_UP_SCOPES } from "../../lib/vocabulary.js";
 
 export function isSubset(wanted: readonly string[], allowed: readonly string[]): boolean {
   return wanted.every((s) => allowed.includes(s));

@@ -1,4 +1,4 @@
-import type { ConsentScope } from "../../lib/vocabulary.js";
+import { CONSENT_SCOPES, type ConsentScope } from "../../lib/vocabulary.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
@@ -8,7 +8,6 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
 import type { KycRecord, ResourcesStore } from "./resources-store.js";
-import { CONSENT_SCOPES } from "./scopes.js";
 import { UUID } from "../uuid.js";
 
 /** The resource-rate-limit window (a refusal says Retry-After: 60); the pruner drops ended ones. */

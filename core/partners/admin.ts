@@ -35,7 +35,7 @@ import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js
 import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
-import { CONSENT_SCOPES, PARTNER_SCOPES } from "./scopes.js";
+import { CONSENT_SCOPES, PARTNER_SCOPES } from "../../lib/vocabulary.js";
 import { ensureUserAccount } from "../budgets/user-accounts.js";
 
 /** An operator change and its audit row, in one transaction. */

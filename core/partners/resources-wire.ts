@@ -2,7 +2,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { LedgerEntry } from "../ledger/transfers.js";
 import type { KycRecord, UsAccountRecord } from "./resources-store.js";
-import { CONSENT_SCOPES, TREASURY_SCOPE } from "./scopes.js";
+import { CONSENT_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
 
 /** Input checks and the wire shapes (JSON events and RPC answers) of the partner resources. */
 export function checkConsentScopes(scopes: string[]) {

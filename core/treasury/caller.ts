@@ -10,7 +10,7 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
-import { TREASURY_SCOPE } from "../partners/scopes.js";
+import { TREASURY_SCOPE } from "../../lib/vocabulary.js";
 import { EDGE_REJECTIONS, reasonLabel } from "./wire.js";
 
 export const BATCH_ACTION = "treasury.batch.execute";
