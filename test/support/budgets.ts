@@ -1,11 +1,12 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AGENT_TOKEN_HEADER, agentTokenClaims } from "../../core/grants/access-token.js";
+import { AGENT_SCOPES } from "../../lib/vocabulary.js";
 import type { TestStack } from "./stack.js";
 import { afterSendGap, createUser } from "./agent-oauth.js";
 import { postRpc } from "./mcp.js";
 
-export const ALL_AGENT_SCOPES = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
+export const ALL_AGENT_SCOPES: string[] = [...AGENT_SCOPES];
 
 export interface TestOwner {
   userId: string;

@@ -3,8 +3,8 @@ import * as grpc from "@grpc/grpc-js";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { TestStack } from "./stack.js";
 import type { TestIdp } from "./oidc-idp.js";
+import { ALL_AGENT_SCOPES } from "./budgets.js";
 import {
-  ALL_AGENT_SCOPES,
   bearerMd,
   decodeJwt,
   forgeWithFreshKey,

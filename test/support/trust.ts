@@ -6,7 +6,9 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import type { DescService } from "@bufbuild/protobuf";
 import { startCoreServer, type CoreServer } from "../../core/server.js";
+import { PARTNER_SCOPES } from "../../lib/vocabulary.js";
 import type { TestStack } from "./stack.js";
+import { ALL_AGENT_SCOPES } from "./budgets.js";
 import { afterSendGap } from "./agent-oauth.js";
 import { createPartner, type TestPartner } from "./partners.js";
 import { bindTreasury, createRecipient, batchRequest } from "./treasury.js";
@@ -19,9 +21,6 @@ import { bindTreasury, createRecipient, batchRequest } from "./treasury.js";
 
 const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
 const genDir = fileURLToPath(new URL("../../gen", import.meta.url));
-
-export const ALL_AGENT_SCOPES = ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"];
-export const PARTNER_ALL_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive", "treasury:write"];
 
 /** Every service descriptor exported by every generated gen/**\/*_pb file. */
 export async function generatedServices(): Promise<DescService[]> {
@@ -292,7 +291,7 @@ export function fixtures(stack: Pick<TestStack, "admin" | "clients"> & Partial<P
 
     /** A partner (all scopes entitled) with a token minted by IssueToken. */
     async partner(opts: { entitlements?: string[]; scope?: string } = {}): Promise<TestPartner & { token: string }> {
-      const p = await createPartner(stack as TestStack, { entitlements: opts.entitlements ?? PARTNER_ALL_SCOPES });
+      const p = await createPartner(stack as TestStack, { entitlements: opts.entitlements ?? [...PARTNER_SCOPES] });
       const res = await stack.clients.partners.issueToken({ clientId: p.clientId, clientSecret: p.clientSecret, scope: opts.scope });
       return { ...p, token: res.accessToken };
     },
