@@ -27,7 +27,7 @@ import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
-import { checkBudgetInput, optNumber } from "./validation.js";
+import { checkBudgetInput, checkWindowOpen, optNumber } from "./validation.js";
 import { budgetView } from "./views.js";
 
 export interface CreateBudgetDeps extends SagaDeps, ActingDeps {
@@ -59,20 +59,17 @@ export async function createBudget(
   const claims = await claimsFor(deps, req.accessToken, SCOPES.budgetCreate);
   // Replays and rate limits answer only a live grant; each saga transaction re-reads it under lock.
   const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));
-  const params = checkBudgetInput(
-    {
-      purpose: req.purpose,
-      displayName: req.displayName,
-      amountCapCentsPerTx: optNumber(req.amountCapCentsPerTx),
-      amountCapCentsPerDay: optNumber(req.amountCapCentsPerDay),
-      amountCapCentsLifetime: optNumber(req.amountCapCentsLifetime),
-      stepUpAmountCents: optNumber(req.stepUpAmountCents),
-      chainAllowlist: req.chainAllowlist,
-      timeWindowEnd: req.timeWindowEnd ? timestampDate(req.timeWindowEnd) : undefined,
-      idempotencyKey: req.idempotencyKey,
-    },
-    now,
-  );
+  const params = checkBudgetInput({
+    purpose: req.purpose,
+    displayName: req.displayName,
+    amountCapCentsPerTx: optNumber(req.amountCapCentsPerTx),
+    amountCapCentsPerDay: optNumber(req.amountCapCentsPerDay),
+    amountCapCentsLifetime: optNumber(req.amountCapCentsLifetime),
+    stepUpAmountCents: optNumber(req.stepUpAmountCents),
+    chainAllowlist: req.chainAllowlist,
+    timeWindowEnd: req.timeWindowEnd ? timestampDate(req.timeWindowEnd) : undefined,
+    idempotencyKey: req.idempotencyKey,
+  });
   const hash = sha256Hex(canonicalJson(params));
   const actor = actorOf(g);
 
@@ -87,6 +84,7 @@ export async function createBudget(
     if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
   }
 
+  checkWindowOpen(params, now);
   // Only starts that pass validation count, replays do not.
   const limit = await deps.rateLimits.hit(`budget-provisioning:${g.vaultId}`, deps.provisioningLimitPerMinute, 60, now);
   if (!limit.allowed) {

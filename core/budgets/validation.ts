@@ -23,7 +23,7 @@ export interface BudgetInput {
  * first); a time_window_end in the past is invalid. Lengths are characters
  * (code points), as at the gateway.
  */
-export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
+export function checkBudgetInput(input: BudgetInput): BudgetParams {
   if (!(PURPOSES as readonly string[]).includes(input.purpose)) fail(Reason.INVALID_REQUEST, `purpose must be one of ${PURPOSES.join(", ")}`);
   if (!lengthBetween(input.displayName, 1, 100)) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
   checkKey(input.idempotencyKey);
@@ -39,7 +39,6 @@ export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
   if (input.chainAllowlist.length === 0) fail(Reason.INVALID_REQUEST, "chain_allowlist needs at least one chain");
   const unknown = input.chainAllowlist.filter((c) => !(CHAINS as readonly string[]).includes(c));
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `chain_allowlist items must be among ${CHAINS.join(", ")}`);
-  if (input.timeWindowEnd && input.timeWindowEnd.getTime() <= now.getTime()) fail(Reason.INVALID_REQUEST, "time_window_end must be in the future");
   return {
     purpose: input.purpose,
     displayName: input.displayName,
@@ -51,6 +50,11 @@ export function checkBudgetInput(input: BudgetInput, now: Date): BudgetParams {
     chainAllowlist: [...new Set(input.chainAllowlist)].sort(),
     timeWindowEnd: input.timeWindowEnd ? input.timeWindowEnd.toISOString() : null,
   };
+}
+
+/** A new budget's window must still be open; a replay of a finished one answers whatever its time. */
+export function checkWindowOpen(params: Pick<BudgetParams, "timeWindowEnd">, now: Date): void {
+  if (params.timeWindowEnd && Date.parse(params.timeWindowEnd) <= now.getTime()) fail(Reason.INVALID_REQUEST, "time_window_end must be in the future");
 }
 
 export interface PaymentInput {

@@ -104,6 +104,25 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
     expect([conflict.json!.error.code, conflict.json!.error.data.reason_id]).to.deep.equal([-32602, "idempotency_conflict"]);
   });
 
+  it("a finished budget's replay answers its ids after its time window has ended", async () => {
+    const { token } = await owner(undefined, true);
+    const end = new Date(stack.clock().getTime() + 60_000);
+    const args = budgetArgs({ time_window_end: `${end.toISOString().slice(0, 19)}Z` });
+    const first = await call("/mcp/treasury", token, "agent.budget.create", args);
+    expect(first.json!.result.status).to.equal("active");
+    stack.clock.advance(120_000);
+    try {
+      const replay = await call("/mcp/treasury", token, "agent.budget.create", args);
+      expect(replay.json!.result).to.deep.equal(first.json!.result);
+      // A new key with that window is a new budget, and its window has ended.
+      const fresh = await call("/mcp/treasury", token, "agent.budget.create", { ...args, idempotency_key: key() });
+      expect(fresh.json!.error.code).to.equal(-32602);
+      expect(fresh.json!.error.message).to.include("time_window_end must be in the future");
+    } finally {
+      stack.clock.advance(-120_000);
+    }
+  });
+
   it("-32002: the grant lacks agent:budget:create (a superset of scopes is accepted)", async () => {
     const { token } = await owner(["payments:initiate"]);
     const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
