@@ -18,7 +18,7 @@ import { codeOf, errorDetailOf, fail } from "./errors.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
 import { constantTimeEqual } from "../lib/crypto.js";
-import { UUID } from "./uuid.js";
+import { UUID } from "../lib/uuid.js";
 
 export interface InterceptorOptions {
   logger: Logger;

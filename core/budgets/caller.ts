@@ -10,7 +10,7 @@ import type { AgentTokenClaims } from "../grants/access-token.js";
 import type { AgentGrant, BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { assertGrantUsable } from "../grants/usable.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { hasScope } from "./policy.js";
 import type { BudgetRecord } from "./records.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";

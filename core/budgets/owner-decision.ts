@@ -4,7 +4,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
 import type { SessionVerifier } from "../identity/sessions.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { AuditDeps } from "./caller.js";
 
 export interface OwnerDecisionBase extends AuditDeps {

@@ -20,7 +20,7 @@ import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
 import { canonicalJson } from "./ids.js";
 import {

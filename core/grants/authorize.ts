@@ -8,7 +8,7 @@ import type { Keyring } from "../keys/keyring.js";
 import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { SessionVerifier, SignedIn } from "../identity/sessions.js";
 import type { UsersStore } from "../identity/users-store.js";
 import { parseScope } from "../../lib/scopes.js";

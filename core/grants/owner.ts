@@ -3,7 +3,7 @@ import type { GetAgentRequest, KillSwitchRequest, ListAgentsRequest, RevokeUserG
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { Outbox } from "../identity/outbox.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { appendAudit, type AuditDeps } from "./audit.js";

@@ -15,7 +15,7 @@ import type { Keyring } from "../keys/keyring.js";
 import { callFacts, kOperator } from "../context.js";
 import { constantTimeEqual, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { UsersStore } from "../identity/users-store.js";
 import { parseScope } from "../../lib/scopes.js";
 import { AGENT_SCOPES } from "../../lib/vocabulary.js";

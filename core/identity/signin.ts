@@ -10,7 +10,7 @@ import { callFacts } from "../context.js";
 import { constantTimeEqual, hmacSha256 } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";

@@ -8,7 +8,7 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
 import type { KycRecord, ResourcesStore } from "./resources-store.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 
 /** The resource-rate-limit window (a refusal says Retry-After: 60); the pruner drops ended ones. */
 export const RATE_WINDOW_MS = 60_000;

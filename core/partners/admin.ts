@@ -27,7 +27,7 @@ import {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import type { Db } from "../db/knex.js";

@@ -8,7 +8,7 @@ import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { UsersStore } from "../identity/users-store.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import type { ConsentScope } from "../../lib/vocabulary.js";
 import type { ResourcesStore } from "./resources-store.js";
 import { enqueue, type EventType } from "./webhooks/outbox-store.js";

@@ -13,7 +13,7 @@ import type {
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { appendAudit, type AuditDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
 import { cents, MAX_CENTS, optionalCents, statusName, toProto } from "./wire.js";

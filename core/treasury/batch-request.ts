@@ -1,6 +1,6 @@
 import { sha256Hex } from "../../lib/crypto.js";
 import { hasControlCharacters, lengthBetween } from "../../lib/text.js";
-import { UUID } from "../uuid.js";
+import { UUID } from "../../lib/uuid.js";
 
 /** A batch item with amounts as numbers, after validation. */
 export interface BatchItemInput {

@@ -1,7 +1,7 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import { isDateTime } from "./date-time.js";
 import type { Tool } from "./tools.js";
-import { UUID } from "../shared/uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { findBadText } from "../shared/text.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect, with date-time exactly as date-time.ts defines it. */

@@ -5,7 +5,7 @@ import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
-import { UUID } from "../shared/uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { codePointLength } from "../shared/text.js";
 
 export interface ResourceRoutesOptions {

@@ -6,7 +6,7 @@ import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody } from "./resource-context.js";
 import { invalidRequest, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
-import { UUID } from "../shared/uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { noteRefusal } from "../request-log.js";
 
 export interface TreasuryRoutesOptions {

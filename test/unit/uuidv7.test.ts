@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { uuidv7 } from "../../lib/uuidv7.js";
-import { UUID } from "../../core/uuid.js";
+import { UUID } from "../../lib/uuid.js";
 import { seedUuidv7 } from "../../bench/grown-data.bench.js";
 import { testDatabase } from "../support/db.js";
 

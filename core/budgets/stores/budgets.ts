@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import { UUID } from "../../uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { PROVISIONED, toBudget, type BudgetRecord, type Conn } from "../records.js";
 
 /** SQL for budget rows and the policies a budget's owner activates or a close freezes. */

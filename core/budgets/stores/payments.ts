@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
 import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
-import { UUID } from "../../uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { AUDIT_INSERT_SQL } from "../../audit/store.js";
 import { AGENT_GRANT_JOIN, GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
 import { GRANT_USABLE_SQL } from "../../grants/usable.js";

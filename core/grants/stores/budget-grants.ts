@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import { UUID } from "../../uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import type { GrantRecord, GrantState } from "./grants.js";
 
 type Conn = Knex | Knex.Transaction;

@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
 import { createGroupCommit } from "../../db/group-commit.js";
 import { batchFunction, pgArray } from "../../db/sql.js";
-import { UUID } from "../../uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { textArray } from "./text-array.js";
 
 type Conn = Knex | Knex.Transaction;

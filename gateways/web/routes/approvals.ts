@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import type { WebSession } from "../../../gen/vaultgate/grants/v1/signin_pb.js";
 import { noteRefusal } from "../../request-log.js";
-import { UUID } from "../../shared/uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { PageError, type Current, type WebContext } from "../context.js";
 import { money, utcMinute } from "../format.js";
 import { loadPending } from "../load-pending.js";

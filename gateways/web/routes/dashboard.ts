@@ -4,7 +4,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
-import { UUID } from "../../shared/uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
 import { money, utcMinute } from "../format.js";
 import { loadPending } from "../load-pending.js";

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
-import { UUID } from "../../shared/uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 import { ceremonyForm, passkeyList, PASSKEYS_PATH, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { noteRefusal } from "../../request-log.js";
-import { UUID } from "../../shared/uuid.js";
+import { UUID } from "../../../lib/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
 import { stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";

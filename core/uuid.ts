@@ -1,2 +1,0 @@
-/** A UUID in its canonical text form, any case (ids from URLs, headers and tokens). */
-export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
