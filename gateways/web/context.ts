@@ -6,12 +6,13 @@ import type { WebSession } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";
+import { UUID } from "../../lib/uuid.js";
 import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import type { PublicUrls } from "../shared/public-urls.js";
 import { noteRefusal } from "../request-log.js";
 import { page, type Html } from "./views/html.js";
-import { AGENTS_PATH, MONEY_PATH, signInPath } from "./paths.js";
+import { AGENTS_PATH, agentPath, MONEY_PATH, signInPath } from "./paths.js";
 
 export const FORM_TYPE = "application/x-www-form-urlencoded";
 export const SESSION_COOKIE = "vg_session";
@@ -63,10 +64,14 @@ export function safeReturnTo(value: string | undefined): string {
   return value;
 }
 
-/** Pages a money form may return to: the money view or an agent's page (never another origin). */
+/**
+ * Pages a money form may return to: the money view or an agent's page (never another origin).
+ * UUIDs are case-insensitive, so an agent id in any case names the same page, given in lower case.
+ */
 export function moneyReturnTo(value: string | undefined): string {
-  if (value && /^\/dashboard\/agents\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(value)) return value;
-  return MONEY_PATH;
+  const prefix = `${AGENTS_PATH}/`;
+  const id = value?.startsWith(prefix) ? value.slice(prefix.length) : undefined;
+  return id && UUID.test(id) ? agentPath(id.toLowerCase()) : MONEY_PATH;
 }
 
 /** A signed-in user: the session cookie's token and what core says of it. */

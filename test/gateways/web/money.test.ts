@@ -190,6 +190,20 @@ describe("web pages: the money view", () => {
     expect(await page(jar, here)).to.include("Active");
   });
 
+  it("an agent page's address in upper case is the same page: the forms return to it, in lower case", async () => {
+    const { budget, jar } = await owner();
+    const here = `/dashboard/agents/${budget.agentId}`;
+    const upper = `/dashboard/agents/${budget.agentId.toUpperCase()}`;
+    const action = `${MONEY}/budgets/${budget.vaultId}/fund`;
+    const fields = { ...formFields(await page(jar, upper), action), return_to: upper };
+    const detour = await jar.post(action, { ...fields, amount: "12.50" });
+    const back = `${here}?done=stepped-up&fund=${budget.vaultId}&amount=12.50#v-${budget.vaultId}`;
+    expect(detour.headers.get("location")).to.equal(`/stepup?return_to=${encodeURIComponent(back)}`);
+    const refused = await jar.post(action, { ...fields, amount: "abc" });
+    expect(refused.status).to.equal(400);
+    expect(await refused.text()).to.include("<h1>Trip &lt;Lisbon&gt; &amp; co</h1>");
+  });
+
   it("refuses a bad amount, a missing key, a forged CSRF token and a malformed id with a readable page", async () => {
     const { user, budget, jar } = await owner();
     const before = await balances(user.vaultId, budget.vaultId);
