@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { html, page } from "./views/html.js";
 import { BAD_ADDRESS, setPageHeaders } from "./context.js";
+import { AGENTS_PATH } from "./paths.js";
 
 /** Path prefixes served by the page surface (gateways/web): people, not programs, read these. */
 const PAGE_PREFIXES = ["/signin", "/stepup", "/signout", "/dashboard", "/oauth2/authorize"];
@@ -24,7 +25,7 @@ export function sendBadUrlPage(err: FastifyError, request: FastifyRequest, reply
   return reply
     .code(status)
     .type("text/html; charset=utf-8")
-    .send(page(title, html`<div class="card error"><p>${detail}</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`));
+    .send(page(title, html`<div class="card error"><p>${detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`));
 }
 
 /** An unknown address under a page prefix: a page saying so, not fastify's JSON 404. */
@@ -38,7 +39,7 @@ export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): 
     .send(
       page(
         "Page not found",
-        html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="/dashboard/agents">Go to your agents</a></p></div>`,
+        html`<div class="card error"><p>There is no page at this address. Check the link, or start again from your dashboard.</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`,
       ),
     );
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { html, page } from "./views/html.js";
 import { setPageHeaders } from "./context.js";
+import { AGENTS_PATH } from "./paths.js";
 import type { PublicUrls } from "../shared/public-urls.js";
 
 /**
@@ -10,7 +11,7 @@ import type { PublicUrls } from "../shared/public-urls.js";
 export async function homeRoute(app: FastifyInstance, options: { urls: PublicUrls }) {
   const { urls } = options;
   const links = {
-    dashboard: `${urls.appUrl}/dashboard/agents`,
+    dashboard: `${urls.appUrl}${AGENTS_PATH}`,
     mcp_endpoints: [`${urls.mcpUrl}/mcp/read`, `${urls.mcpUrl}/mcp/write`, `${urls.mcpUrl}/mcp/treasury`],
     authorization_server_metadata: `${urls.authUrl}/.well-known/oauth-authorization-server`,
     partner_api: `${urls.baseUrl}/api/partner`,

@@ -5,6 +5,10 @@ export const AGENTS_PATH = "/dashboard/agents";
 export const MONEY_PATH = "/dashboard/money";
 
 export const agentPath = (agentId: string) => `${AGENTS_PATH}/${agentId}`;
+export const revokePath = (agentId: string, grantId: string) => `${agentPath(agentId)}/grants/${grantId}/revoke`;
+/** Revokes every grant of every agent at once. */
+export const KILL_SWITCH_PATH = "/dashboard/kill-switch";
+export const PASSKEYS_PATH = "/dashboard/passkeys";
 /** The review page of a pending payment; core's `step_up_url` leads here through the agents page. */
 export const paymentPath = (paymentId: string) => `/dashboard/approvals/payments/${paymentId}`;
 /** The review page of a draft budget, named by its child agent principal. */

@@ -42,7 +42,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     return reply.redirect(done, 303);
   }
 
-  app.get("/dashboard/approvals/payments/:paymentId", async (request, reply) => {
+  app.get(paymentPath(":paymentId"), async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
     if (!UUID.test(paymentId)) throw nothing("payment");
     const here = paymentPath(paymentId);
@@ -83,7 +83,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     );
   });
 
-  app.post("/dashboard/approvals/payments/:paymentId/approve", async (request, reply) => {
+  app.post(`${paymentPath(":paymentId")}/approve`, async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
@@ -119,19 +119,19 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     return reply.redirect(`${AGENTS_PATH}?done=${what}-declined`, 303);
   }
 
-  app.post("/dashboard/approvals/payments/:paymentId/decline", async (request, reply) => {
+  app.post(`${paymentPath(":paymentId")}/decline`, async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
     return decline(request, reply, "payment", paymentId, (current) => ctx.budgets.declinePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)));
   });
 
-  app.post("/dashboard/approvals/budgets/:agentId/decline", async (request, reply) => {
+  app.post(`${budgetPath(":agentId")}/decline`, async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
     return decline(request, reply, "budget", agentId, (current) =>
       ctx.budgets.declineBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request)),
     );
   });
 
-  app.get("/dashboard/approvals/budgets/:agentId", async (request, reply) => {
+  app.get(budgetPath(":agentId"), async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
     if (!UUID.test(agentId)) throw nothing("budget");
     const here = budgetPath(agentId);
@@ -166,7 +166,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     );
   });
 
-  app.post("/dashboard/approvals/budgets/:agentId/activate", async (request, reply) => {
+  app.post(`${budgetPath(":agentId")}/activate`, async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);

@@ -8,7 +8,19 @@ import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
 import { money, utcMinute } from "../format.js";
 import { loadPending } from "../load-pending.js";
-import { MONEY_PATH, paymentPath, stepUpPath, vaultAnchor } from "../paths.js";
+import {
+  AGENTS_PATH,
+  agentPath,
+  closePath,
+  fundPath,
+  KILL_SWITCH_PATH,
+  MONEY_PATH,
+  paymentPath,
+  revokePath,
+  stepUpPath,
+  sweepPath,
+  vaultAnchor,
+} from "../paths.js";
 import { html, type Html } from "../views/html.js";
 import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, vaultCard, type CardOptions } from "../views/money.js";
 import { pendingSection } from "../views/pending.js";
@@ -55,7 +67,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return typeof done === "string" && NOTICES[done] ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
   };
 
-  app.get("/dashboard", async (_request, reply) => reply.redirect("/dashboard/agents", 303));
+  app.get("/dashboard", async (_request, reply) => reply.redirect(AGENTS_PATH, 303));
 
   /**
    * A payment's step_up_url is `/dashboard/agents[/<agent_id>]?payment=<id>` (core); it
@@ -74,18 +86,18 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return paymentPath(id.toLowerCase());
   };
 
-  app.get("/dashboard/agents", async (request, reply) => {
+  app.get(AGENTS_PATH, async (request, reply) => {
     const link = paymentLink(request);
     if (link) return reply.redirect(link, 303);
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
+    if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     const csrf = ctx.csrfToken(request, reply);
     const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
-    const pending = await loadPending(ctx, request, current, { known: agents, pagedAt: "/dashboard/agents" });
+    const pending = await loadPending(ctx, request, current, { known: agents, pagedAt: AGENTS_PATH });
     const list = agents.length
       ? html`<ul>${agents.map(
           (a) =>
-            html`<li><a href="/dashboard/agents/${a.agentId}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
+            html`<li><a href="${agentPath(a.agentId)}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
         )}</ul>`
       : html`<p class="muted">No agent has asked for access yet.</p>`;
     return ctx.send(
@@ -98,7 +110,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       <h2>Pending approvals</h2>
       ${pendingSection(pending, csrf)}
       <h2>Kill switch</h2>
-      <form class="card" method="post" action="/dashboard/kill-switch">
+      <form class="card" method="post" action="${KILL_SWITCH_PATH}">
         <p>Revoke every grant of every agent at once. Agents must ask again.</p>
         <input type="hidden" name="csrf" value="${csrf}">
         <button type="submit" class="danger">Revoke all access</button>
@@ -125,7 +137,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
    */
   async function agentPage(request: FastifyRequest, reply: FastifyReply, current: Current, agentId: string, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
-    const here = `/dashboard/agents/${agentId.toLowerCase()}`;
+    const here = agentPath(agentId.toLowerCase());
     const [agent, vaults, mine] = await Promise.all([
       ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
         (r) => r.agent,
@@ -157,7 +169,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       ${agent ? grantsSection(agent, csrf) : ""}
       <h2>Pending approvals</h2>
       ${pendingSection(mine, csrf)}
-      <p><a href="/dashboard/agents">All agents</a> · <a href="${MONEY_PATH}">Your money</a></p>`,
+      <p><a href="${AGENTS_PATH}">All agents</a> · <a href="${MONEY_PATH}">Your money</a></p>`,
       { email: current.session.email, csrf },
     );
   }
@@ -170,7 +182,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
         <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
         <td>${
           revoke
-            ? html`<form method="post" action="/dashboard/agents/${a.agentId}/grants/${g.grantId}/revoke"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
+            ? html`<form method="post" action="${revokePath(a.agentId, g.grantId)}"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
             : g.state
         }</td></tr>`;
     return html`<h2>Active grants</h2>
@@ -178,12 +190,12 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}`;
   }
 
-  app.get("/dashboard/agents/:agentId", async (request, reply) => {
+  app.get(agentPath(":agentId"), async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
     const link = paymentLink(request);
     if (link) return reply.redirect(link, 303);
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, UUID.test(agentId) ? `/dashboard/agents/${agentId}` : "/dashboard/agents");
+    if (!current) return ctx.signInRedirect(reply, UUID.test(agentId) ? agentPath(agentId) : AGENTS_PATH);
     if (!UUID.test(agentId)) throw new PageError(404, "Not found", "There is no such agent.");
     return agentPage(request, reply, current, agentId);
   });
@@ -207,7 +219,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       ${vaults.map((v) => vaultCard(v, options))}
       <h2>Pending approvals</h2>
       ${pendingSection(pending, csrf)}
-      <p><a href="/dashboard/agents">Your agents</a></p>`,
+      <p><a href="${AGENTS_PATH}">Your agents</a></p>`,
       { email: current.session.email, csrf },
     );
   }
@@ -240,7 +252,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!UUID.test(rawId)) throw new PageError(404, "No such budget", "There is no such budget.");
     const vaultId = rawId.toLowerCase();
     const show = (problem: Problem) =>
-      back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice("/dashboard/agents/".length), problem);
+      back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice(`${AGENTS_PATH}/`.length), problem);
     const refused = (status: number, title: string, detail: string, hint?: string) =>
       show({ status, card: html`<div class="card error" role="alert"><p><strong>${title}.</strong> ${detail}</p>${hint ? html`<p>${hint}</p>` : ""}</div>` });
 
@@ -275,7 +287,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     }
   }
 
-  app.post(`${MONEY_PATH}/budgets/:vaultId/fund`, async (request, reply) =>
+  app.post(fundPath(":vaultId"), async (request, reply) =>
     moneyAction(
       request,
       reply,
@@ -294,7 +306,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     ),
   );
 
-  app.post(`${MONEY_PATH}/budgets/:vaultId/close`, async (request, reply) =>
+  app.post(closePath(":vaultId"), async (request, reply) =>
     moneyAction(
       request,
       reply,
@@ -308,7 +320,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     ),
   );
 
-  app.post(`${MONEY_PATH}/budgets/:vaultId/sweep`, async (request, reply) =>
+  app.post(sweepPath(":vaultId"), async (request, reply) =>
     moneyAction(
       request,
       reply,
@@ -321,23 +333,23 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     ),
   );
 
-  app.post("/dashboard/agents/:agentId/grants/:grantId/revoke", async (request, reply) => {
+  app.post(revokePath(":agentId", ":grantId"), async (request, reply) => {
     const { agentId, grantId } = request.params as { agentId: string; grantId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
+    if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     if (!UUID.test(agentId) || !UUID.test(grantId)) throw new PageError(404, "Not found", "There is no such grant.");
     await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId }, ctx.rpc(request));
-    return reply.redirect(`/dashboard/agents/${agentId}?done=revoked`, 303);
+    return reply.redirect(`${agentPath(agentId)}?done=revoked`, 303);
   });
 
-  app.post("/dashboard/kill-switch", async (request, reply) => {
+  app.post(KILL_SWITCH_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, "/dashboard/agents");
+    if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     await ctx.grants.killSwitch({ sessionToken: current.token }, ctx.rpc(request));
-    return reply.redirect("/dashboard/agents?done=killed", 303);
+    return reply.redirect(`${AGENTS_PATH}?done=killed`, 303);
   });
 };

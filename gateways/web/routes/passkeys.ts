@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
 import { UUID } from "../../../lib/uuid.js";
-import { stepUpPath } from "../paths.js";
+import { PASSKEYS_PATH, signInPath, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
-import { ceremonyForm, passkeyList, PASSKEYS_PATH, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
+import { ceremonyForm, passkeyList, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
 import { PASSKEYS_SCRIPT } from "../views/passkeys-script.js";
 
 /** The browser's secret for one passkey ceremony; core completes it only with this. */
@@ -146,7 +146,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       200,
       "Sign in with a passkey",
       html`${ceremonyForm({ kind: "get", action: "/signin/passkey", optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
-        <p><a href="/signin?return_to=${encodeURIComponent(returnTo)}">Sign in another way</a></p>`,
+        <p><a href="${signInPath(returnTo)}">Sign in another way</a></p>`,
     );
   });
 

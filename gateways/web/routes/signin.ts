@@ -4,7 +4,7 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { noteRefusal } from "../../request-log.js";
 import { UUID } from "../../../lib/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
-import { stepUpPath } from "../paths.js";
+import { signInPath, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 import { passkeyStepUpOffer } from "../passkey-offer.js";
 
@@ -80,7 +80,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
   app.get("/signin/code", async (request, reply) => {
     const challenge = q(request, "challenge") ?? "";
     const returnTo = safeReturnTo(q(request, "return_to"));
-    if (!UUID.test(challenge)) return reply.redirect(`/signin?return_to=${encodeURIComponent(returnTo)}`, 303);
+    if (!UUID.test(challenge)) return reply.redirect(signInPath(returnTo), 303);
     return codeForm(reply, request, {
       action: "/signin/code",
       challenge,

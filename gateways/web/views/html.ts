@@ -1,3 +1,5 @@
+import { AGENTS_PATH, MONEY_PATH, PASSKEYS_PATH } from "../paths.js";
+
 /** Escapes a value for HTML text and double-quoted attributes (every page value goes through it). */
 export function esc(value: unknown): string {
   return String(value ?? "")
@@ -57,7 +59,7 @@ label.check{display:flex;gap:.5rem;align-items:center;font-weight:400}
 /** The page shell: phone-readable, no scripts. */
 export function page(title: string, body: Html, opts: { email?: string; csrf?: string } = {}): string {
   const nav = opts.email
-    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="/dashboard/agents">Your agents</a> · <a href="/dashboard/money">Your money</a> · <a href="/dashboard/passkeys">Passkeys</a>
+    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="${AGENTS_PATH}">Your agents</a> · <a href="${MONEY_PATH}">Your money</a> · <a href="${PASSKEYS_PATH}">Passkeys</a>
         <form method="post" action="/signout" style="display:inline"><input type="hidden" name="csrf" value="${opts.csrf ?? ""}"><button class="secondary" type="submit">Sign out</button></form></nav>`
     : html``;
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

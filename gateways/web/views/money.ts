@@ -3,7 +3,7 @@ import { BudgetStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/
 import { PaymentStatus, type Payment } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { UUID } from "../../../lib/uuid.js";
 import { money, utcMinute } from "../format.js";
-import { budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";
+import { agentPath, budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";
 import { html, type Html } from "./html.js";
 
 /** The largest amount core accepts (2^53-1 cents), in whole units. */
@@ -117,7 +117,7 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
     <div class="vault-head"><h3>${vaultName(v, o.all)}</h3>${status ? html`<span class="status status-${BudgetStatus[v.status]?.toLowerCase() ?? "unknown"}">${status}</span>` : ""}</div>
     ${
       isBudget
-        ? html`<p class="muted">Budget under ${parentName}${l?.purpose ? html` · ${l.purpose}` : ""}${v.agentPrincipalId ? html` · <a href="/dashboard/agents/${v.agentPrincipalId}">its agent</a>` : ""}</p>`
+        ? html`<p class="muted">Budget under ${parentName}${l?.purpose ? html` · ${l.purpose}` : ""}${v.agentPrincipalId ? html` · <a href="${agentPath(v.agentPrincipalId)}">its agent</a>` : ""}</p>`
         : ""
     }
     ${v.status === BudgetStatus.DRAFT && v.agentPrincipalId ? html`<p><a href="${budgetPath(v.agentPrincipalId)}">Review and activate this budget</a></p>` : ""}

@@ -1,8 +1,8 @@
 import type { Passkey } from "../../../gen/vaultgate/grants/v1/signin_pb.js";
 import { utcMinute } from "../format.js";
+import { PASSKEYS_PATH } from "../paths.js";
 import { html, type Html } from "./html.js";
 
-export const PASSKEYS_PATH = "/dashboard/passkeys";
 export const PASSKEYS_SCRIPT_PATH = "/static/passkeys.js";
 
 const NOSCRIPT = html`<noscript><div class="card error"><p>Passkeys need JavaScript in this browser. Turn it on and reload this page, or use another way to confirm it is you.</p></div></noscript>`;
