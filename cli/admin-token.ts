@@ -6,7 +6,7 @@ import { join } from "node:path";
 export type TokenFile = "admin-token" | "gateway-token";
 
 /** The variable's value, else the token generated into DATA_DIR/<file> on first start (mode 0600). */
-export async function ensureToken(dataDir: string, file: TokenFile, fromEnv: string | undefined): Promise<string> {
+async function ensureToken(dataDir: string, file: TokenFile, fromEnv: string | undefined): Promise<string> {
   if (fromEnv) return fromEnv;
   const existing = await readToken(dataDir, file, undefined);
   if (existing) return existing;
@@ -20,7 +20,7 @@ export async function ensureToken(dataDir: string, file: TokenFile, fromEnv: str
 }
 
 /** The variable's value, else DATA_DIR/<file> if a previous start wrote it. */
-export async function readToken(dataDir: string, file: TokenFile, fromEnv: string | undefined): Promise<string | undefined> {
+async function readToken(dataDir: string, file: TokenFile, fromEnv: string | undefined): Promise<string | undefined> {
   if (fromEnv) return fromEnv;
   try {
     return (await readFile(join(dataDir, file), "utf8")).trim() || undefined;

@@ -13,7 +13,7 @@ export const LOCAL_FUND_USDC_UNITS = 1_000_000n * 1_000_000n;
 export const LOCAL_FUND_GAS_WEI = 100n * 10n ** 18n;
 
 /** The anvil binary of the @foundry-rs/anvil platform package (a dev dependency): no fallback, no download. */
-export function anvilBinary(): string {
+function anvilBinary(): string {
   const require = createRequire(import.meta.url);
   const pkg = `@foundry-rs/anvil-${process.platform}-${process.arch === "x64" ? "amd64" : process.arch}`;
   try {

@@ -67,7 +67,7 @@ function redactNested(parent: string, value: Record<string, unknown>): Record<st
  * copy when there is nothing to blank: pino's path-based `redact` cloned every field of every
  * line and was the largest cost of the per-request log line.
  */
-export function redactSecrets(fields: Record<string, unknown>): Record<string, unknown> {
+function redactSecrets(fields: Record<string, unknown>): Record<string, unknown> {
   let out = fields;
   for (const key in fields) {
     if (!Object.hasOwn(fields, key)) continue;
@@ -93,7 +93,7 @@ const QUOTED = /"(?:[^"\\]|\\.)*"/g;
 const SQLSTATE = /^[0-9A-Z]{5}$/;
 
 /** An error as pino's standard serializer gives it, without any value a statement was bound to. */
-export function serializeError(err: unknown): unknown {
+function serializeError(err: unknown): unknown {
   const out = pino.stdSerializers.err(err as Error) as unknown;
   return scrubBoundValues(out, 0, fromDatabase(err));
 }

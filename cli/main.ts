@@ -11,11 +11,6 @@ import { outputFormat, print } from "./output.js";
 // needs (the RPC stack, the database, the gateways) when it runs, so help and --version
 // stay fast.
 
-/** A failure with a message that already says what to do: printed as is, exit 1. */
-export class CliError extends Error {
-  override name = "CliError";
-}
-
 export async function main(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === "--version" || first === "-v" || first === "version") {

@@ -56,7 +56,7 @@ const scalar = (v: unknown): string =>
         : String(v);
 
 /** Aligned `key: value` lines; a list of records becomes a small table. */
-export function renderText(value: unknown): string {
+function renderText(value: unknown): string {
   if (value === null || typeof value !== "object") return scalar(value);
   const entries = Object.entries(value as Record<string, unknown>);
   const tables = entries.filter(([, v]) => Array.isArray(v) && v.length > 0 && v.every((x) => x && typeof x === "object" && !Array.isArray(x)));

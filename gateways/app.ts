@@ -21,8 +21,6 @@ import { requestLogController } from "./request-log.js";
 export interface GatewayOptions {
   clients: CoreClients;
   logger: Logger;
-  /** `WWW-Authenticate: Basic realm` of the partner token endpoint. */
-  partnerRealm?: string;
   /** `{mcp_url}` of the agent tool endpoints, when `urls` is not given (tests). */
   mcpUrl?: string;
   /** Issuer and the four public addresses; enables the agent OAuth and web surfaces. */
@@ -120,7 +118,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   await app.register(partnerGateway, {
     prefix: "/api/partner",
     clients: options.clients,
-    realm: options.partnerRealm ?? "vaultgate-partner",
+    realm: "vaultgate-partner",
   });
   if (options.urls) {
     await app.register(oauthGateway, {

@@ -7,7 +7,7 @@ export function fullName(cmd: CommandSpec, sub: SubcommandSpec): string {
 }
 
 /** One usage line: `vaultgate partner create --name NAME [--slug SLUG] ...` */
-export function usageLine(cmd: CommandSpec, sub: SubcommandSpec): string {
+function usageLine(cmd: CommandSpec, sub: SubcommandSpec): string {
   const parts = [fullName(cmd, sub), ...(sub.args ?? [])];
   for (const [name, o] of Object.entries(sub.options ?? {})) {
     const flag = o.type === "boolean" ? `--${name}` : `--${name} ${o.value ?? "VALUE"}`;

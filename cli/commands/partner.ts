@@ -9,7 +9,7 @@ const statusName: Record<PartnerStatus, string> = {
   [PartnerStatus.SUSPENDED]: "suspended",
 };
 
-export function partnerJson(p: Partner) {
+function partnerJson(p: Partner) {
   return {
     partner_id: p.partnerId,
     client_id: p.clientId,

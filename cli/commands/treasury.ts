@@ -13,7 +13,7 @@ const statusName = (s: TreasuryStatus) => Object.keys(statuses).find((k) => stat
 
 const cents = (v: bigint | undefined) => (v === undefined ? null : Number(v));
 
-export function treasuryJson(t: Treasury) {
+function treasuryJson(t: Treasury) {
   return {
     client_id: t.clientId,
     status: statusName(t.status),

@@ -120,6 +120,3 @@ export function rpcErrorFrom(err: unknown): RpcError {
   const message = row.code === RpcCode.INTERNAL_ERROR ? FIXED[row.code]! : e.rawMessage || FIXED[row.code] || row.reasonId;
   return new RpcError(row.code, message, data, row.unauthorized ?? false);
 }
-
-/** The reason table, exported for the envelope contract test. */
-export const jsonRpcErrorTable: Readonly<Record<Reason, Row>> = table;

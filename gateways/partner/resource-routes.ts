@@ -13,7 +13,7 @@ export interface ResourceRoutesOptions {
 }
 
 /** Pre-create body limit. */
-export const PRE_CREATE_BODY_LIMIT = 4096;
+const PRE_CREATE_BODY_LIMIT = 4096;
 /** A link request is as small as a pre-create. */
 const LINK_BODY_LIMIT = 4096;
 
@@ -114,9 +114,6 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     };
   });
 }
-
-/** Re-exported for routes registered in the same authenticated context later (the treasury routes). */
-export { bearerToken };
 
 function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
   const id = request.params.id;

@@ -9,7 +9,7 @@ import { BlockList, isIP } from "node:net";
 export type TrustProxy = false | number | readonly string[];
 
 /** The largest hop count TRUST_PROXY takes (more proxies than this in a row is a mistake). */
-export const MAX_TRUSTED_HOPS = 16;
+const MAX_TRUSTED_HOPS = 16;
 
 /**
  * Parses a TRUST_PROXY value; throws an Error saying what is wrong (the caller names the
@@ -185,7 +185,7 @@ function stripPort(node: string): string {
 }
 
 /** An IP address in one spelling (IPv4-mapped IPv6 as IPv4, IPv6 lower case), or "" when it is not one. */
-export function normalizeAddress(text: string): string {
+function normalizeAddress(text: string): string {
   const family = isIP(text);
   if (family === 4) return text;
   if (family !== 6) return NOT_AN_ADDRESS;

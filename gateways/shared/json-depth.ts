@@ -1,5 +1,5 @@
 /** The deepest nesting of arrays and objects a JSON request body may have. */
-export const MAX_JSON_DEPTH = 64;
+const MAX_JSON_DEPTH = 64;
 
 /**
  * True when `text` nests deeper than `max`. Checked before JSON.parse because later walks of the

@@ -96,6 +96,3 @@ export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfter
     .type("application/json")
     .send(e.description ? { error: e.error, error_description: e.description } : { error: e.error });
 }
-
-/** The reason table, exported for the envelope contract test. */
-export const oauthErrorTable: Readonly<Record<Reason, Row>> = table;

@@ -6,7 +6,7 @@ import { Histogram, Registry } from "prom-client";
 /** The gateway's Prometheus metrics (merged with core's and the process's by the composition root). */
 export const gatewayRegistry = new Registry();
 
-export const httpDuration = new Histogram({
+const httpDuration = new Histogram({
   name: "vaultgate_http_request_duration_seconds",
   help: "Gateway HTTP requests by method, route pattern and status class, and how long each took (its _count is the request count)",
   labelNames: ["method", "route", "status_class"] as const,

@@ -15,7 +15,7 @@ import { page, type Html } from "./views/html.js";
 import { AGENTS_PATH, agentPath, MONEY_PATH, signInPath } from "./paths.js";
 
 export const FORM_TYPE = "application/x-www-form-urlencoded";
-export const SESSION_COOKIE = "vg_session";
+const SESSION_COOKIE = "vg_session";
 const CSRF_COOKIE = "vg_csrf";
 
 /** A page-level failure with a status and words for people (never internals). */

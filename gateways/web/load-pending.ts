@@ -6,7 +6,7 @@ import { PageError, type Current, type WebContext } from "./context.js";
 import type { PendingApprovals } from "./views/pending.js";
 
 /** How many payments and draft budgets a dashboard page lists per section; the rest follow page by page. */
-export const PENDING_PAGE = 20;
+const PENDING_PAGE = 20;
 /** The query parameters that carry where each paged list resumes (core's signed cursors). */
 const AFTER = { budgets: "budgets_after", payments: "payments_after" } as const;
 /** What a cursor may look like in an address (core/paging.ts: base64url, a dot, base64url). */

@@ -1,7 +1,7 @@
 import { AGENTS_PATH, MONEY_PATH, PASSKEYS_PATH } from "../paths.js";
 
 /** Escapes a value for HTML text and double-quoted attributes (every page value goes through it). */
-export function esc(value: unknown): string {
+function esc(value: unknown): string {
   return String(value ?? "")
     .replace(/&/g, "&amp;")
     .replace(/</g, "&lt;")

@@ -26,7 +26,7 @@ export function parseAmount(raw: string | undefined): { cents: bigint } | { erro
 }
 
 /** A fresh idempotency key for one rendering of a Fund form: submitting that form twice moves the money once. */
-export const formKey = () => randomBytes(18).toString("base64url");
+const formKey = () => randomBytes(18).toString("base64url");
 /** What the Fund form's hidden key may look like (what formKey makes, with room to spare). */
 export const FORM_KEY = /^[A-Za-z0-9_-]{16,64}$/;
 
@@ -88,7 +88,7 @@ export interface CardOptions {
 }
 
 /** A vault's name in words: a budget's display name, or "Your vault" for the root. */
-export function vaultName(v: VaultView, all: VaultView[]): string {
+function vaultName(v: VaultView, all: VaultView[]): string {
   if (v.parentVaultId) return v.displayName || `Budget ${v.vaultId.slice(0, 8)}`;
   const roots = all.filter((x) => !x.parentVaultId);
   return roots.length > 1 ? `Vault ${v.vaultId.slice(0, 8)}` : "Your vault";
