@@ -5,6 +5,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstanc
 import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
+import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
@@ -49,10 +50,14 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // The smallest limit any route allows; routes raise it where the contract does.
     bodyLimit: 64 * 1024,
     return503OnClosing: true,
-    // Router refusals (malformed percent-encoding, over-long parameter) happen before any
-    // plugin: pages get an HTML page, every other path fastify's own JSON as before.
+    // A payout_id in a receipt's path is up to 128 URL-safe characters; fastify's default of 100
+    // refused valid receipts with a 414. Core checks each parameter's own rules.
+    maxParamLength: 256,
+    // Router refusals (malformed percent-encoding, over-long parameter) happen before any plugin:
+    // pages get an HTML page, the partner API its envelope, other paths fastify's own JSON.
     frameworkErrors: (err, request, reply) => {
       if (options.urls && isPagePath(request.url)) return sendBadUrlPage(err, request, reply);
+      if (isPartnerPath(request.url)) return sendResourceError(request, reply.header("x-request-id", request.id), resourceErrorFrom(err));
       return sendFrameworkJson(err, request, reply);
     },
   });
@@ -144,6 +149,8 @@ function tooDeepError(): Error {
   delete err.stack;
   return err;
 }
+
+const isPartnerPath = (url: string) => url === "/api/partner" || url.startsWith("/api/partner/") || url.startsWith("/api/partner?");
 
 /** The body fastify itself sends for a router refusal when `frameworkErrors` is unset. */
 function sendFrameworkJson(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {

@@ -179,6 +179,20 @@ describe("partner treasury endpoints (HTTP)", () => {
     expectHttpError(await call("GET", "/treasury"), 401, "invalid_token");
   });
 
+  it("a receipt is read back for ids of every allowed length, up to 128 characters", async () => {
+    const { payer, user, token } = await setup();
+    const b = body(payer, user, 2);
+    b.items[0]!.payout_id = "L".repeat(128);
+    b.items[1]!.payout_id = `A-z0.9_:~${"p".repeat(119)}`;
+    expect((await post(token, b)).status).to.equal(200);
+    for (const item of b.items) {
+      const receipt = await call("GET", `/users/${user}/payouts/${encodeURIComponent(item.payout_id)}`, { token });
+      expect(receipt.status).to.equal(200);
+      expect((receipt.body as { payout_id: string }).payout_id).to.equal(item.payout_id);
+    }
+    expectHttpError(await call("GET", `/users/${user}/payouts/${"L".repeat(129)}`, { token }), 400, "invalid_request");
+  });
+
   it("a receipt for an unknown payout is 404", async () => {
     const { user, token } = await setup();
     expectHttpError(await call("GET", `/users/${user}/payouts/po-none`, { token }), 404, "not_found");

@@ -83,8 +83,19 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
     await expectBadAddressPage(await jar.get("/dashboard/agents/%E0%A4%A"));
   });
 
-  it("JSON surfaces keep fastify's JSON 400 for a malformed path", async () => {
-    for (const path of ["/api/partner/users/%ZZ/kyc", "/oauth2/token/%ff", "/mcp/read/%E0%A4%A"]) {
+  it("the partner API answers a malformed path in its envelope: 400 invalid_request, request_id, no-store", async () => {
+    for (const path of ["/api/partner/users/%ZZ/kyc", "/api/partner/users/%FF/kyc", `/api/partner/users/${"u".repeat(3000)}/kyc`]) {
+      const res = await fetch(stack.url + path);
+      expect(res.status, path.slice(0, 40)).to.equal(400);
+      expect(res.headers.get("cache-control")).to.equal("no-store");
+      const requestId = res.headers.get("x-request-id");
+      expect(requestId).to.match(UUID_RE);
+      expect(await res.json()).to.deep.equal({ error: { code: "invalid_request", message: "malformed request", request_id: requestId } });
+    }
+  });
+
+  it("other JSON surfaces keep fastify's JSON 400 for a malformed path", async () => {
+    for (const path of ["/oauth2/token/%ff", "/mcp/read/%E0%A4%A"]) {
       const res = await fetch(stack.url + path);
       expect(res.status).to.equal(400);
       expect(res.headers.get("content-type")).to.match(/^application\/json/);
