@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { textArray } from "../db/rows.js";
 import type { Policy } from "./policy.js";
 
 // The rows the budgets room reads and writes, and their mapping from SQL.
@@ -95,7 +96,7 @@ export function toBudget(r: Record<string, unknown>): BudgetRecord {
     policyVersion: Number(r.policy_version),
     attempt: Number(r.attempt),
     steps: (typeof r.steps === "string" ? JSON.parse(r.steps) : r.steps) as BudgetRecord["steps"],
-    remaining: (r.remaining as string[]) ?? [],
+    remaining: textArray(r.remaining),
     createdAt: date(r.created_at),
     updatedAt: date(r.updated_at),
     closedAt: r.closed_at ? date(r.closed_at) : null,

@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { textArray } from "../db/rows.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -73,7 +74,7 @@ function toStored(row: Record<string, unknown>): StoredPasskey {
     userId: String(row.user_id),
     publicKey: new Uint8Array(row.public_key as Buffer),
     counter: Number(row.counter),
-    transports: (row.transports as string[] | null) ?? [],
+    transports: textArray(row.transports),
     deviceType: row.device_type as DeviceType,
     backedUp: Boolean(row.backed_up),
     name: String(row.name),

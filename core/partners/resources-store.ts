@@ -1,6 +1,7 @@
 import type { ConsentScope } from "../../lib/vocabulary.js";
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { textArray } from "../db/rows.js";
 import { createGroupCommit } from "../db/group-commit.js";
 import { batchFunction } from "../db/sql.js";
 
@@ -168,7 +169,7 @@ export function createResourcesStore(db: Db) {
     async getConsent(trx: Knex.Transaction, partnerId: string, userId: string): Promise<string[] | undefined> {
       const { rows } = await trx.raw(`SELECT scopes FROM consents WHERE partner_id = ? AND user_id = ? FOR UPDATE`, [partnerId, userId]);
       const r = (rows as { scopes: unknown }[])[0];
-      return r ? parseTextArray(r.scopes) : undefined;
+      return r ? textArray(r.scopes) : undefined;
     },
 
     async putConsent(trx: Knex.Transaction, partnerId: string, userId: string, scopes: string[], at: Date): Promise<void> {
@@ -216,16 +217,6 @@ function toAccessRow(r: Record<string, unknown>, userId: string | null): AccessR
         ? { userId, status: r.kyc_status as KycRecord["status"], provider: (r.kyc_provider as string | null) ?? null, updatedAt: new Date(kycUpdated) }
         : undefined,
   };
-}
-
-function parseTextArray(value: unknown): string[] {
-  if (Array.isArray(value)) return value.map(String);
-  if (typeof value === "string")
-    return value
-      .replace(/^\{|\}$/g, "")
-      .split(",")
-      .filter(Boolean);
-  return [];
 }
 
 /** A Postgres text[] literal; scope names never contain quotes, commas or braces. */

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
+import { textArray } from "../db/rows.js";
 
 export type PartnerStatusName = "active" | "pending" | "suspended";
 
@@ -91,20 +92,9 @@ function toPartner(r: Record<string, unknown>): PartnerRecord {
     clientId: String(r.client_id),
     secretHash: String(r.secret_hash),
     status: r.status as PartnerStatusName,
-    entitlements: parseTextArray(r.entitlements),
+    entitlements: textArray(r.entitlements),
     webhookUrl: r.webhook_url == null ? null : String(r.webhook_url),
     createdAt: new Date(r.created_at as string | Date),
     updatedAt: new Date(r.updated_at as string | Date),
   };
-}
-
-function parseTextArray(value: unknown): string[] {
-  if (Array.isArray(value)) return value.map(String);
-  // Defensive: a driver that returns the literal '{a,b}'.
-  if (typeof value === "string")
-    return value
-      .replace(/^\{|\}$/g, "")
-      .split(",")
-      .filter(Boolean);
-  return [];
 }

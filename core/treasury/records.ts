@@ -111,13 +111,3 @@ export function toExecution(r: Record<string, unknown>): ExecutionRecord {
     executedAt: new Date(r.executed_at as string | Date),
   };
 }
-
-export function parseTextArray(value: unknown): string[] {
-  if (Array.isArray(value)) return value.map(String);
-  if (typeof value === "string")
-    return value
-      .replace(/^\{|\}$/g, "")
-      .split(",")
-      .filter(Boolean);
-  return [];
-}

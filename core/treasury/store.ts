@@ -4,7 +4,8 @@ import { movementCtes } from "../ledger/store.js";
 import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL, payoutMovementCtes } from "../ledger/treasury.js";
 import { NEXT_TRANSFER_SEQ_SQL } from "../ledger/transfers.js";
 import { enqueueCte } from "../partners/webhooks/outbox-store.js";
-import { parseTextArray, toBatch, toExecution, toTreasury } from "./records.js";
+import { toBatch, toExecution, toTreasury } from "./records.js";
+import { textArray } from "../db/rows.js";
 import type {
   TreasuryStatusName,
   TreasuryLimits,
@@ -258,7 +259,7 @@ export function createTreasuryStore(db: Db) {
       return (rows as Record<string, unknown>[]).map((r) => ({
         userId: String(r.user_id),
         status: r.status as "active" | "inactive",
-        scopes: parseTextArray(r.scopes),
+        scopes: textArray(r.scopes),
       }));
     },
   };

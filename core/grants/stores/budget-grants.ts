@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { textArray } from "../../db/rows.js";
 import { UUID } from "../../../lib/uuid.js";
 import type { GrantRecord, GrantState } from "./grants.js";
 
@@ -28,7 +29,7 @@ export function toAgentGrant(r: Record<string, unknown>): AgentGrant {
     userId: String(r.g_user_id),
     agentPrincipalId: String(r.g_agent_principal_id),
     vaultId: String(r.g_vault_id),
-    scopes: r.g_scopes as string[],
+    scopes: textArray(r.g_scopes),
     state: String(r.g_state) as GrantState,
     stepUp: Boolean(r.g_step_up),
     authTime: r.g_auth_time ? date(r.g_auth_time) : null,

@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import { textArray } from "./text-array.js";
+import { textArray } from "../../db/rows.js";
 
 type Conn = Knex | Knex.Transaction;
 

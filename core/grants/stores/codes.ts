@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import { textArray } from "./text-array.js";
+import { textArray } from "../../db/rows.js";
 import { pruneBatchSql } from "../../db/sql.js";
 
 type Conn = Knex | Knex.Transaction;

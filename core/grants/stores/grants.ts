@@ -3,7 +3,7 @@ import type { Db } from "../../db/knex.js";
 import { createGroupCommit } from "../../db/group-commit.js";
 import { batchFunction, pgArray } from "../../db/sql.js";
 import { UUID } from "../../../lib/uuid.js";
-import { textArray } from "./text-array.js";
+import { textArray } from "../../db/rows.js";
 
 type Conn = Knex | Knex.Transaction;
 

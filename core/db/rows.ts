@@ -1,4 +1,7 @@
-/** A text[] column as the driver returns it: an array, or the literal `{a,b}` (PGlite). */
+/**
+ * A text[] column as read from a row. PGlite and pg return arrays; the literal `{a,b}`
+ * is read too, defensively, for a driver that returns the text form (elements unquoted).
+ */
 export function textArray(value: unknown): string[] {
   if (Array.isArray(value)) return value.map(String);
   if (typeof value === "string")
