@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
-import { spentTodaySql } from "./records.js";
-import type { LimitsSource } from "./views.js";
+import type { Policy } from "./policy.js";
+import { date, spentTodaySql, toPolicy } from "./records.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -27,7 +27,7 @@ export interface MoneyVaultRow {
   budgetStatus: string | null;
   agentPrincipalId: string | null;
   displayName: string;
-  policy: LimitsSource | null;
+  policy: (Policy & { purpose: string }) | null;
 }
 
 export interface MoneyPaymentRow {
@@ -45,9 +45,6 @@ export interface MoneyPaymentRow {
   settlement: string | null;
   txHash: string | null;
 }
-
-const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)));
-const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
 /** SQL for the owner's money at a glance (GetMoneyView): two statements whatever the number of vaults. */
 export function createMoneyViewStore(db: Db) {
@@ -77,7 +74,7 @@ export function createMoneyViewStore(db: Db) {
                 ${spentTodaySql("d.day")} AS spent_today,
                 b.status AS b_status, b.agent_principal_id, b.params ->> 'displayName' AS b_display_name,
                 ap.display_name AS ap_display_name,
-                p.vault_id AS p_vault_id, p.purpose, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day,
+                p.vault_id AS p_vault_id, p.status AS p_status, p.purpose, p.amount_cap_cents_per_tx, p.amount_cap_cents_per_day,
                 p.amount_cap_cents_lifetime, p.step_up_amount_cents, p.chain_allowlist, p.time_window_end
            FROM (SELECT ?::date AS day) d
            JOIN vaults v ON v.owner_user_id = ?
@@ -101,17 +98,7 @@ export function createMoneyViewStore(db: Db) {
         budgetStatus: r.b_status === null || r.b_status === undefined ? null : String(r.b_status),
         agentPrincipalId: r.agent_principal_id ? String(r.agent_principal_id) : null,
         displayName: String(r.ap_display_name ?? r.b_display_name ?? ""),
-        policy: r.p_vault_id
-          ? {
-              purpose: String(r.purpose),
-              amountCapCentsPerTx: num(r.amount_cap_cents_per_tx),
-              amountCapCentsPerDay: num(r.amount_cap_cents_per_day),
-              amountCapCentsLifetime: num(r.amount_cap_cents_lifetime),
-              stepUpAmountCents: num(r.step_up_amount_cents),
-              chainAllowlist: (r.chain_allowlist as string[] | null) ?? [],
-              timeWindowEnd: r.time_window_end ? date(r.time_window_end) : null,
-            }
-          : null,
+        policy: r.p_vault_id ? { ...toPolicy({ ...r, status: r.p_status }), purpose: String(r.purpose) } : null,
       }));
     },
 

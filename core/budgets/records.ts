@@ -120,7 +120,7 @@ export function toPolicy(r: Record<string, unknown>): Policy {
     amountCapCentsPerDay: num(r.amount_cap_cents_per_day),
     amountCapCentsLifetime: num(r.amount_cap_cents_lifetime),
     stepUpAmountCents: num(r.step_up_amount_cents),
-    chainAllowlist: r.chain_allowlist as string[],
+    chainAllowlist: textArray(r.chain_allowlist),
     timeWindowEnd: r.time_window_end ? date(r.time_window_end) : null,
   };
 }
