@@ -2,7 +2,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Keyring } from "../keys/keyring.js";
 import { MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
-import { checkAccessToken, timeRefusal } from "../keys/access-token-verifier.js";
+import { cachedAccessTokenCheck, type CheckedClaims } from "../keys/access-token-verifier.js";
 
 /** Agent grant access tokens live as long as any keyring token may. */
 export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
@@ -71,14 +71,11 @@ export interface AccessTokenVerifierOptions {
 }
 
 /**
- * Verifies agent access tokens with the keyring's one token check. A token that passed is
- * kept; whether its key may still verify it (rotation, retirement) and its times are
- * checked again on every call. Grant state is the caller's to check.
+ * Verifies agent access tokens with the keyring's one cached token check. Grant state is the
+ * caller's to check.
  */
 export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
-  const verified = new Map<string, { claims: AgentTokenClaims; kid: string }>();
-  const MAX_CACHED = 10_000;
-  const rules = { keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192 };
+  const check = cachedAccessTokenCheck({ keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192, read: agentClaims });
 
   return {
     /**
@@ -86,26 +83,18 @@ export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
      * are unusable, so a server-side key problem never reads as the agent's bad token. Grant state is not checked here.
      */
     async verify(token: string): Promise<AgentTokenClaims | undefined> {
-      const now = options.clock();
-      if (options.keyring.problem()) fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
-      const cached = verified.get(token);
-      if (cached) {
-        if (timeRefusal(cached.claims, now) !== undefined) return undefined;
-        return (await options.keyring.verificationKey(cached.kid, cached.claims.iat)) ? cached.claims : undefined;
-      }
-      const checked = await checkAccessToken(token, rules, now);
-      if (!checked.ok) {
-        if (checked.refusal === "no_keys") fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
-        return undefined;
-      }
-      const c = checked.claims;
-      // Agent tokens always carry an audience list and the grant id as jti.
-      if (!Array.isArray(c.aud) || typeof c.jti !== "string") return undefined;
-      if (verified.size >= MAX_CACHED) verified.clear();
-      verified.set(token, { claims: c as unknown as AgentTokenClaims, kid: checked.kid });
-      return c as unknown as AgentTokenClaims;
+      const checked = await check(token, options.clock());
+      if (checked.ok) return checked.value;
+      if (checked.refusal === "no_keys") fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
+      return undefined;
     },
   };
+}
+
+/** Agent tokens always carry an audience list and the grant id as jti. */
+function agentClaims(c: CheckedClaims): AgentTokenClaims | undefined {
+  if (!Array.isArray(c.aud) || typeof c.jti !== "string") return undefined;
+  return c as unknown as AgentTokenClaims;
 }
 
 export type AccessTokenVerifier = ReturnType<typeof createAccessTokenVerifier>;

@@ -71,12 +71,52 @@ export async function checkAccessToken(token: string, rules: AccessTokenRules, n
   }
 }
 
+type CachedTimes = { iat: number; exp: number; nbf?: number | undefined };
+
 /** The same time rules for a token verified before and kept in a cache. */
-export function timeRefusal(claims: { iat: number; exp: number; nbf?: number }, now: Date): TokenRefusal | undefined {
+function timeRefusal(claims: CachedTimes, now: Date): TokenRefusal | undefined {
   const seconds = Math.floor(now.getTime() / 1000);
   if (claims.exp <= seconds - CLOCK_SKEW_SECONDS) return "expired";
   if (claims.iat > seconds + CLOCK_SKEW_SECONDS || (claims.nbf !== undefined && claims.nbf > seconds + CLOCK_SKEW_SECONDS)) return "not_yet_valid";
   return undefined;
+}
+
+export interface CachedTokenRules<T> extends AccessTokenRules {
+  keyring: Pick<Keyring, "verificationKey" | "hasVerificationKeys" | "problem">;
+  /** The room's claims of a token that passed, read once; undefined refuses the token as invalid. */
+  read: (claims: CheckedClaims) => T | undefined;
+  /** How many verified tokens are kept (default 10 000). */
+  cacheSize?: number;
+}
+
+export type CachedTokenCheck<T> = { ok: true; value: T } | { ok: false; refusal: TokenRefusal };
+
+/**
+ * checkAccessToken behind a bounded cache, so a repeat skips the signature check: a cached token
+ * meets the same time rules and key question again (unusable keys refuse all as `no_keys`); a
+ * refused one leaves the cache, and a full cache drops its oldest.
+ */
+export function cachedAccessTokenCheck<T>(rules: CachedTokenRules<T>): (token: string, now: Date) => Promise<CachedTokenCheck<T>> {
+  const cacheSize = rules.cacheSize ?? 10_000;
+  const cache = new Map<string, { value: T; kid: string; times: CachedTimes }>();
+  return async (token, now) => {
+    if (rules.keyring.problem()) return { ok: false, refusal: "no_keys" };
+    const cached = cache.get(token);
+    if (cached) {
+      const refusal = timeRefusal(cached.times, now) ?? ((await rules.keyring.verificationKey(cached.kid, cached.times.iat)) ? undefined : "invalid");
+      if (refusal === undefined) return { ok: true, value: cached.value };
+      cache.delete(token);
+      return { ok: false, refusal };
+    }
+    const checked = await checkAccessToken(token, rules, now);
+    if (!checked.ok) return checked;
+    const value = rules.read(checked.claims);
+    if (value === undefined) return { ok: false, refusal: "invalid" };
+    const { iat, exp, nbf } = checked.claims;
+    if (cache.size >= cacheSize && !cache.has(token)) cache.delete(cache.keys().next().value!);
+    cache.set(token, { value, kid: checked.kid, times: { iat, exp, nbf } });
+    return { ok: true, value };
+  };
 }
 
 function decodeClaims(part: string): Record<string, unknown> | undefined {
