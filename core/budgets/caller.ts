@@ -51,7 +51,7 @@ export const actorOf = (g: AgentGrant) => `agent:${g.agentPrincipalId}`;
 export async function claimsFor(deps: TokenDeps, accessToken: string, scope: string): Promise<AgentTokenClaims> {
   const claims = accessToken ? await deps.verifier.verify(accessToken) : undefined;
   if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-  if (typeof claims.scope !== "string" || !hasScope(claims.scope.split(" "), scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
+  if (!hasScope(claims.scope.split(" "), scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
   return claims;
 }
 

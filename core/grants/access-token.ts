@@ -71,8 +71,8 @@ export interface AccessTokenVerifierOptions {
 }
 
 /**
- * Verifies agent access tokens with the keyring's one cached token check. Grant state is the
- * caller's to check.
+ * Verifies agent access tokens with the keyring's one cached token check, and refuses a token
+ * whose claims are not the agent token's. Grant state is the caller's to check.
  */
 export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
   const check = cachedAccessTokenCheck({ keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192, read: agentClaims });
@@ -91,10 +91,20 @@ export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
   };
 }
 
-/** Agent tokens always carry an audience list and the grant id as jti. */
+const isString = (v: unknown): v is string => typeof v === "string";
+const isInt = (v: unknown): v is number => Number.isSafeInteger(v);
+
+/** The agent token claims as AgentTokenClaims declares them, or undefined for any other shape. */
 function agentClaims(c: CheckedClaims): AgentTokenClaims | undefined {
-  if (!Array.isArray(c.aud) || typeof c.jti !== "string") return undefined;
-  return c as unknown as AgentTokenClaims;
+  const { iss, aud, sub, client_id, act, vault_id, scope, jti, iat, nbf, exp, acr, auth_time } = c;
+  if (!isString(iss) || !Array.isArray(aud) || !aud.every(isString) || !isString(sub) || !isString(client_id)) return undefined;
+  const actor = typeof act === "object" && act !== null ? (act as { sub?: unknown }).sub : undefined;
+  if (!isString(actor) || !isString(vault_id) || !isString(scope) || !isString(jti) || !isInt(nbf)) return undefined;
+  if ((acr !== undefined && acr !== "step-up") || (auth_time !== undefined && !isInt(auth_time))) return undefined;
+  const claims: AgentTokenClaims = { iss, aud, sub, client_id, act: { sub: actor }, vault_id, scope, jti, iat, nbf, exp };
+  if (acr !== undefined) claims.acr = acr;
+  if (auth_time !== undefined) claims.auth_time = auth_time;
+  return claims;
 }
 
 export type AccessTokenVerifier = ReturnType<typeof createAccessTokenVerifier>;
