@@ -52,7 +52,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     return503OnClosing: true,
     // A payout_id in a receipt's path is up to 128 URL-safe characters; fastify's default of 100
     // refused valid receipts with a 414. Core checks each parameter's own rules.
-    maxParamLength: 256,
+    routerOptions: { maxParamLength: 256 },
     // Router refusals (malformed percent-encoding, over-long parameter) happen before any plugin:
     // pages get an HTML page, the partner API its envelope, other paths fastify's own JSON.
     frameworkErrors: (err, request, reply) => {

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { UUID } from "../../lib/uuid.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
@@ -30,6 +31,7 @@ export interface FundBudgetDeps extends ActingDeps {
 export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof FundVaultResponseSchema>> {
   const { clock } = deps;
   const amountCents = Number(req.amountCents);
+  if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault_id must be a UUID");
   if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   const vault = await deps.db.transaction(async (trx) => {
     const v = await deps.vaults.findVault(trx, req.vaultId, true);
