@@ -18,7 +18,7 @@ import { appendAudit, type AuditDeps } from "./audit.js";
 import { callFacts } from "../context.js";
 import type { ClientDirectory } from "./client-auth.js";
 import { clientInit } from "./clients.js";
-import { CODE_TTL_MS, deadBudgetVault, insertGrant, NO_REFRESH, randomRefresh, signToken, type GrantAudience } from "./issue.js";
+import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, NO_REFRESH, randomRefresh, signToken, type GrantAudience } from "./issue.js";
 import type { ClientRecord, ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
 import type { CodesStore } from "./stores/codes.js";
@@ -97,16 +97,26 @@ async function verifiedAuthorization(deps: CheckAuthorizationDeps, client: Clien
     vaultId = id.toLowerCase();
   }
   let vaults: { vaultId: string; urn: string; label: string }[] = [];
+  // The user's vaults no grant may bind, and why: never offered, refused if chosen.
+  const dead = new Map<string, string>();
   let stepUpFresh = false;
   let s: SignedIn | undefined;
   if (req.sessionToken) {
     s = await deps.sessions.verify(req.sessionToken);
     stepUpFresh = s.stepUpFresh;
     const owned = await deps.vaults.vaultsOfUser(deps.db, s.userId);
+    for (const v of owned) {
+      const why = deadBudgetStatus(v.budgetStatus);
+      if (why) dead.set(v.id, why);
+    }
     if (vaultId && !owned.some((v) => v.id === vaultId)) fail(Reason.INVALID_TARGET, "the vault is not one of the signed-in user's vaults");
-    vaults = owned.filter((v) => !vaultId || v.id === vaultId).map((v) => ({ vaultId: v.id, urn: vaultUrnPrefix + v.id, label: vaultLabel(v) }));
+    const deadNamed = dead.get(vaultId);
+    if (deadNamed) fail(Reason.INVALID_TARGET, deadNamed);
+    vaults = owned
+      .filter((v) => !dead.has(v.id) && (!vaultId || v.id === vaultId))
+      .map((v) => ({ vaultId: v.id, urn: vaultUrnPrefix + v.id, label: vaultLabel(v) }));
   }
-  return { client, scopes, vaultId, vaults, stepUpRequired: needsStepUp(scopes), stepUpFresh, session: s };
+  return { client, scopes, vaultId, vaults, dead, stepUpRequired: needsStepUp(scopes), stepUpFresh, session: s };
 }
 
 /** GrantsService.CheckAuthorization: what the consent page shows, or why the request is refused. */
@@ -131,6 +141,8 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
   const verified = { redirectUriVerified: true };
   const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first", verified);
   const vaultId = (r.vaultId || req.vaultId).toLowerCase();
+  const deadChoice = r.dead.get(vaultId);
+  if (deadChoice) fail(Reason.INVALID_TARGET, deadChoice, verified);
   if (!vaultId || !r.vaults.some((v) => v.vaultId === vaultId)) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
   if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes", verified);
   const code = `vgc_${randomBase64url(32)}`;
@@ -138,8 +150,9 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
   await deps.db.transaction(async (trx) => {
     // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
     if (r.client.metadataDocument) await deps.clients.upsertDocumentClient(trx, r.client);
+    // A budget closed or declined since the check above: refused like the page's own choice.
     const dead = await deadBudgetVault(deps.vaults, trx, vaultId);
-    if (dead) fail(Reason.INVALID_TARGET, dead);
+    if (dead) fail(Reason.INVALID_TARGET, dead, verified);
     // Still the user's, and held until the code is inserted (a budget cleanup may delete it).
     if ((await deps.vaults.vaultOwner(trx, vaultId, true)) !== s.userId) fail(Reason.INVALID_TARGET, "choose one of your vaults", verified);
     // On a budget's vault the code acts as the budget; elsewhere as the principal of this

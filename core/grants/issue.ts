@@ -144,12 +144,19 @@ export async function insertGrant(
 }
 
 /**
- * Why no grant may bind this vault: it is a closed or declined budget's (checked under
- * the budget row's lock, see lockBudgetStatusOfVault); undefined when one may.
+ * Why no grant may bind a vault whose budget has this status (a closed or declined budget's);
+ * undefined when one may, and for a vault outside any budget (no status).
  */
-export async function deadBudgetVault(vaults: GrantVaultsStore, trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
-  const status = await vaults.lockBudgetStatusOfVault(trx, vaultId);
+export function deadBudgetStatus(status: string | null | undefined): string | undefined {
   if (status === "closed") return "the vault belongs to a closed budget";
   if (status === "declined") return "the vault belongs to a budget its owner declined";
   return undefined;
+}
+
+/**
+ * Why no grant may bind this vault (deadBudgetStatus, checked under the budget row's lock,
+ * see lockBudgetStatusOfVault); undefined when one may.
+ */
+export async function deadBudgetVault(vaults: GrantVaultsStore, trx: Knex.Transaction, vaultId: string): Promise<string | undefined> {
+  return deadBudgetStatus(await vaults.lockBudgetStatusOfVault(trx, vaultId));
 }

@@ -5,9 +5,18 @@ type Conn = Knex | Knex.Transaction;
 /** The vault reads a grant or code needs: whose vault it is, and whether a closed budget owns it. */
 export function createGrantVaultsStore() {
   return {
-    async vaultsOfUser(conn: Conn, userId: string): Promise<{ id: string; parentVaultId: string | null }[]> {
-      const rows = await conn("vaults").where({ owner_user_id: userId }).orderBy("created_at").select("id", "parent_vault_id");
-      return rows.map((r: Record<string, unknown>) => ({ id: String(r.id), parentVaultId: r.parent_vault_id == null ? null : String(r.parent_vault_id) }));
+    /** The user's vaults, each with its budget's status (null outside any budget), in one read. */
+    async vaultsOfUser(conn: Conn, userId: string): Promise<{ id: string; parentVaultId: string | null; budgetStatus: string | null }[]> {
+      const rows = await conn("vaults as v")
+        .leftJoin("budgets as b", "b.vault_id", "v.id")
+        .where("v.owner_user_id", userId)
+        .orderBy("v.created_at")
+        .select("v.id", "v.parent_vault_id", "b.status");
+      return rows.map((r: Record<string, unknown>) => ({
+        id: String(r.id),
+        parentVaultId: r.parent_vault_id == null ? null : String(r.parent_vault_id),
+        budgetStatus: r.status == null ? null : String(r.status),
+      }));
     },
 
     /**
