@@ -160,6 +160,31 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(replay.json!.result).to.include({ agent_principal_id: agentId, status: "active", policy_version: 1 });
   });
 
+  it("a draft budget's largest caps read to the cent on its review page", async () => {
+    const user = await createUser(stack);
+    const max = Number.MAX_SAFE_INTEGER;
+    const args = budgetArgs(`b-${randomBytes(6).toString("hex")}`, {
+      amount_cap_cents_per_tx: max,
+      amount_cap_cents_per_day: max,
+      amount_cap_cents_lifetime: max,
+      step_up_amount_cents: max - 1,
+    });
+    const draft = await rpc("/mcp/treasury", await token(user), "agent.budget.create", args);
+    expect(draft.json!.result.status).to.equal("draft");
+    const jar = await signedIn(user.email);
+    const res = await jar.get(`/dashboard/approvals/budgets/${draft.json!.result.agent_principal_id}`);
+    expect(res.status).to.equal(200);
+    const page = await res.text();
+    for (const words of [
+      "At most $90,071,992,547,409.91 per payment",
+      "At most $90,071,992,547,409.91 per day",
+      "At most $90,071,992,547,409.91 in total",
+      "Payments over $90,071,992,547,409.90 wait for your approval",
+    ]) {
+      expect(page).to.include(words);
+    }
+  });
+
   it("a step-up older than 10 minutes is asked for again", async () => {
     const user = await createUser(stack);
     const draft = await rpc("/mcp/treasury", await token(user), "agent.budget.create", budgetArgs(`b-${randomBytes(6).toString("hex")}`));
