@@ -118,11 +118,13 @@ export function createWebContext(options: WebContextOptions): WebContext {
     reply.header("set-cookie", prev === undefined ? [value] : [...(Array.isArray(prev) ? prev : [String(prev)]), value]);
   };
 
+  const signinMethods = options.signinMethods ?? ["email"];
+
   return {
     grants: options.grants,
     budgets: options.budgets,
     urls: options.urls,
-    signinMethods: options.signinMethods ?? ["email"],
+    signinMethods,
     rpc: (request) => withRequestId(request.id, request.clientAddress),
     readForm(request, repeatable = []) {
       const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
@@ -187,7 +189,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
       return reply
         .code(status)
         .type("text/html; charset=utf-8")
-        .send(page(title, body, nav));
+        .send(page(title, body, nav && { ...nav, passkeys: signinMethods.includes("passkey") }));
     },
     signInRedirect(reply, returnTo) {
       return reply.redirect(signInPath(safeReturnTo(returnTo)), 303);

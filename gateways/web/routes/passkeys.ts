@@ -3,7 +3,7 @@ import { readCookies, safeReturnTo, PageError, type WebContext } from "../contex
 import { UUID } from "../../../lib/uuid.js";
 import { PASSKEYS_PATH, signInPath, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
-import { ceremonyForm, passkeyList, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
+import { ceremonyForm, passkeyList, PASSKEYS_NOT_ENABLED, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
 import { PASSKEYS_SCRIPT } from "../views/passkeys-script.js";
 
 /** The browser's secret for one passkey ceremony; core completes it only with this. */
@@ -23,6 +23,11 @@ const q = (request: FastifyRequest, name: string) => {
  */
 export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const secure = ctx.urls.appUrl.startsWith("https:");
+  const offered = ctx.signinMethods.includes("passkey");
+  // Refused before sign-in and step-up: a person must not confirm it is them for a page that cannot work.
+  const refuseAddIfNotOffered = () => {
+    if (!offered) throw new PageError(404, "Not found", PASSKEYS_NOT_ENABLED);
+  };
   const flowCookie = (value: string, maxAge: number) =>
     `${FLOW_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
   const takeFlow = (request: FastifyRequest, reply: FastifyReply) => {
@@ -57,10 +62,11 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const res = await ctx.grants.listPasskeys({ sessionToken: current.token }, ctx.rpc(request));
     const csrf = ctx.csrfToken(request, reply);
     const notice = q(request, "done") === "added" ? "Your passkey was added." : q(request, "done") === "removed" ? "The passkey was removed." : undefined;
-    return ctx.send(reply, 200, "Passkeys", passkeyList(res.passkeys, csrf, notice), { email: current.session.email, csrf });
+    return ctx.send(reply, 200, "Passkeys", passkeyList(res.passkeys, csrf, { offered, notice }), { email: current.session.email, csrf });
   });
 
   app.get(`${PASSKEYS_PATH}/add`, async (request, reply) => {
+    refuseAddIfNotOffered();
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, `${PASSKEYS_PATH}/add`);
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
@@ -85,6 +91,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
   });
 
   app.post(`${PASSKEYS_PATH}/add`, async (request, reply) => {
+    refuseAddIfNotOffered();
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const current = await ctx.session(request);

@@ -56,10 +56,10 @@ details summary{cursor:pointer;font-weight:600;margin:.5rem 0}.payments td{font-
 label.check{display:flex;gap:.5rem;align-items:center;font-weight:400}
 `;
 
-/** The page shell: phone-readable, no scripts. */
-export function page(title: string, body: Html, opts: { email?: string; csrf?: string } = {}): string {
+/** The page shell: phone-readable, no scripts; the Passkeys link only where passkeys are offered. */
+export function page(title: string, body: Html, opts: { email?: string; csrf?: string; passkeys?: boolean } = {}): string {
   const nav = opts.email
-    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="${AGENTS_PATH}">Your agents</a> · <a href="${MONEY_PATH}">Your money</a> · <a href="${PASSKEYS_PATH}">Passkeys</a>
+    ? html`<nav class="muted">Signed in as ${opts.email} · <a href="${AGENTS_PATH}">Your agents</a> · <a href="${MONEY_PATH}">Your money</a>${opts.passkeys ? html` · <a href="${PASSKEYS_PATH}">Passkeys</a>` : ""}
         <form method="post" action="/signout" style="display:inline"><input type="hidden" name="csrf" value="${opts.csrf ?? ""}"><button class="secondary" type="submit">Sign out</button></form></nav>`
     : html``;
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -30,22 +30,26 @@ export function ceremonyForm(o: {
     <script src="${PASSKEYS_SCRIPT_PATH}"></script>`;
 }
 
-/** The dashboard's passkeys: name, when added, last used, backed up; remove buttons. */
-export function passkeyList(keys: Passkey[], csrf: string, notice?: string): Html {
+/** Said wherever passkeys would be managed on a server that does not offer them. */
+export const PASSKEYS_NOT_ENABLED = "Passkeys are not enabled on this server.";
+
+/**
+ * The dashboard's passkeys: name, when added, last used, backed up; remove buttons. Not
+ * offered: no Add button, and any passkeys added while they were offered can still be removed.
+ */
+export function passkeyList(keys: Passkey[], csrf: string, o: { offered: boolean; notice?: string }): Html {
   const rows = keys.map(
     (
       k,
     ) => html`<tr><td>${k.name}</td><td>${utcMinute(k.createdAt)}</td><td>${k.lastUsedAt ? utcMinute(k.lastUsedAt) : "never"}</td><td>${k.backedUp ? "yes" : "no"}</td>
       <td><form method="post" action="${PASSKEYS_PATH}/${k.passkeyId}/remove"><input type="hidden" name="csrf" value="${csrf}"><button class="danger" type="submit">Remove</button></form></td></tr>`,
   );
-  return html`${notice ? html`<div class="card ok"><p>${notice}</p></div>` : ""}
-    <div class="card">
-      ${
-        keys.length === 0
-          ? html`<p>You have no passkeys yet. A passkey lets you confirm payments with your fingerprint, face or device PIN.</p>`
-          : html`<table><thead><tr><th>Name</th><th>Added</th><th>Last used</th><th>Backed up</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
-      }
+  const table = html`<table><thead><tr><th>Name</th><th>Added</th><th>Last used</th><th>Backed up</th><th></th></tr></thead><tbody>${rows}</tbody></table>`;
+  const body = o.offered
+    ? html`${keys.length === 0 ? html`<p>You have no passkeys yet. A passkey lets you confirm payments with your fingerprint, face or device PIN.</p>` : table}
       <p><a class="button" href="${PASSKEYS_PATH}/add">Add a passkey</a></p>
-      <p class="muted">Adding a passkey asks you to confirm it is you first.</p>
-    </div>`;
+      <p class="muted">Adding a passkey asks you to confirm it is you first.</p>`
+    : html`<p>${PASSKEYS_NOT_ENABLED}</p>
+      ${keys.length === 0 ? "" : html`<p class="muted">These passkeys were added before and cannot be used here now; you may remove them.</p>${table}`}`;
+  return html`${o.notice ? html`<div class="card ok"><p>${o.notice}</p></div>` : ""}<div class="card">${body}</div>`;
 }

@@ -53,6 +53,17 @@ describe("web: passkey pages", function () {
     return { jar, email: user.email, key };
   }
 
+  it("every dashboard page links to the Passkeys page, which offers to add one", async () => {
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, (await createUser(stack)).email);
+    for (const path of ["/dashboard/agents", "/dashboard/money", "/dashboard/passkeys"]) {
+      expect(await (await jar.get(path)).text(), path).to.include('<a href="/dashboard/passkeys">Passkeys</a>');
+    }
+    const list = await (await jar.get("/dashboard/passkeys")).text();
+    expect(list).to.include('href="/dashboard/passkeys/add"');
+    expect(list).to.not.include("not enabled");
+  });
+
   it("adds a passkey after step-up and lists it; removing needs the form's CSRF token", async () => {
     const { jar } = await ownerWithPasskey();
     const list = await (await jar.get("/dashboard/passkeys")).text();
@@ -106,5 +117,60 @@ describe("web: passkey pages", function () {
     const ok = await jar.post("/signin/passkey", { ...formFields(again, "/signin/passkey"), response: key.get(optionsOf(again), origin) });
     expect(ok.status).to.equal(303);
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
+  });
+
+  describe("on a server that does not offer passkeys (the default sign-in methods)", () => {
+    let plain: TestStack;
+    before(async () => {
+      plain = await startStack({ gateway: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    });
+    after(async () => {
+      await plain?.close();
+    });
+
+    it("no page links to Passkeys; the page says they are not enabled, and adding one is that 404 before any step-up", async () => {
+      const user = await createUser(plain);
+      const jar = createJar(plain.url);
+      await signIn(plain, jar, user.email);
+      for (const path of ["/dashboard/agents", "/dashboard/money", "/dashboard/passkeys"]) {
+        const page = await (await jar.get(path)).text();
+        expect(page, path).to.include("Your money</a>");
+        expect(page, path).to.not.include('href="/dashboard/passkeys"');
+      }
+      const list = await jar.get("/dashboard/passkeys");
+      expect(list.status).to.equal(200);
+      const text = await list.text();
+      expect(text).to.include("Passkeys are not enabled on this server.");
+      expect(text).to.not.include("/dashboard/passkeys/add");
+      expect(text).to.not.include("You have no passkeys yet");
+      for (let round = 0; round < 2; round++) {
+        const add = await jar.get("/dashboard/passkeys/add");
+        expect(add.status).to.equal(404);
+        expect(await add.text()).to.include("Passkeys are not enabled on this server.");
+        // Stepped up or not, the same answer.
+        if (round === 0) await stepUp(plain, jar, user.email, "/stepup?return_to=%2Fdashboard%2Fpasskeys");
+      }
+      const posted = await jar.post("/dashboard/passkeys/add", { ...formFields(text, "/signout"), response: "{}" });
+      expect(posted.status).to.equal(404);
+      expect(await posted.text()).to.include("Passkeys are not enabled on this server.");
+    });
+
+    it("passkeys added while they were offered are listed, without an Add button, and can be removed", async () => {
+      const { email } = await ownerWithPasskey();
+      // One database, two clocks: past the first stack's sign-in sends, so the second may send a code.
+      plain.clock.set(new Date(stack.clock().getTime() + 60_000));
+      const jar = createJar(plain.url);
+      await signIn(plain, jar, email, "/dashboard/passkeys");
+      const list = await (await jar.get("/dashboard/passkeys")).text();
+      expect(list).to.include("Passkeys are not enabled on this server.");
+      expect(list).to.include("work laptop");
+      expect(list).to.not.include("/dashboard/passkeys/add");
+      const action = /action="(\/dashboard\/passkeys\/[0-9a-f-]{36}\/remove)"/.exec(list)![1]!;
+      const removed = await jar.post(action, formFields(list, action));
+      expect(removed.headers.get("location")).to.equal("/dashboard/passkeys?done=removed");
+      const after = await (await jar.get("/dashboard/passkeys?done=removed")).text();
+      expect(after).to.include("The passkey was removed.");
+      expect(after).to.not.include("work laptop");
+    });
   });
 });
