@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CoreClients } from "../core-clients.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
+import { markInexactNumbers } from "../shared/json-numbers.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
 import { RpcCode, RpcError } from "./envelope.js";
@@ -89,7 +90,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     try {
       const text = typeof request.body === "string" ? request.body : "";
       if (jsonTooDeep(text)) throw new SyntaxError(TOO_DEEP);
-      parsed = JSON.parse(text);
+      parsed = JSON.parse(markInexactNumbers(text));
     } catch {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.PARSE_ERROR, "Parse error", { reason_id: "parse_error" }), request.id)]);
     }

@@ -214,6 +214,34 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       expect(balance.json!.result).to.deep.equal({ vault_id: child.vaultId, balance_cents: 29_000, currency: "USD" });
     });
 
+    it("an amount JSON would round (4.9999999999999999 is read as 5) is refused, and nothing is paid", async () => {
+      const before = (await call("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents;
+      for (const amount of ["4.9999999999999999", "5.0000000000000001", "9007199254740993"]) {
+        const args = JSON.stringify({ name: "payments.initiate", arguments: { ...pay(), amount_cents: "AMOUNT" } }).replace('"AMOUNT"', amount);
+        const body = `{"jsonrpc":"2.0","id":41,"method":"tools/call","params":${args}}`;
+        const res = await postRpc(`${stack.url}/write`, body, { authorization: `Bearer ${token}` });
+        expect(res.json!.id, amount).to.equal(41);
+        expect(res.json!.result.isError, amount).to.equal(true);
+        expect(res.json!.result._meta.error.code, amount).to.equal(-32602);
+      }
+      // 5.0 is the integer 5, exactly: JSON Schema and the contract agree.
+      const five = JSON.stringify({ name: "payments.initiate", arguments: { ...pay(), amount_cents: "AMOUNT" } }).replace('"AMOUNT"', "5.0");
+      const paid = await postRpc(`${stack.url}/write`, `{"jsonrpc":"2.0","id":42,"method":"tools/call","params":${five}}`, {
+        authorization: `Bearer ${token}`,
+      });
+      expect(paid.json!.result.structuredContent.kind).to.equal("accepted");
+      expect((await call("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents).to.equal(before - 5);
+    });
+
+    it("a numeric id JSON would change is refused by name, never answered under another id", async () => {
+      const res = await postRpc(`${stack.url}/mcp/read`, `{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`, { authorization: `Bearer ${token}` });
+      expect(res.json!.id).to.equal(null);
+      expect(res.json!.error.code).to.equal(-32600);
+      expect(res.json!.error.data.detail).to.include("id 9007199254740993 cannot be answered exactly");
+      const exact = await postRpc(`${stack.url}/mcp/read`, `{"jsonrpc":"2.0","id":9007199254740991,"method":"ping"}`, { authorization: `Bearer ${token}` });
+      expect(exact.text).to.include('"id":9007199254740991');
+    });
+
     it("over the step-up amount: pending_step_up with a step_up_url at {app_url}", async () => {
       const res = await tool("/write", token, "payments.initiate", pay({ amount_cents: 6_000 }));
       const out = res.json!.result.structuredContent;

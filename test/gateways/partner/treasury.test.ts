@@ -193,6 +193,20 @@ describe("partner treasury endpoints (HTTP)", () => {
     expectHttpError(await call("GET", `/users/${user}/payouts/${"L".repeat(129)}`, { token }), 400, "invalid_request");
   });
 
+  it("an amount JSON would round is refused whole, and nothing is paid", async () => {
+    const { payer, user, token } = await setup(10_000n);
+    for (const amount of ["4.9999999999999999", "9007199254740993"]) {
+      const rawBody = JSON.stringify(body(payer, user, 1, 0)).replace('"amount_cents":0', `"amount_cents":${amount}`);
+      const res = await call("POST", "/treasury/payouts", {
+        token,
+        rawBody,
+        headers: { "idempotency-key": `k-${randomUUID()}`, "content-type": "application/json" },
+      });
+      expectHttpError(res, 400, "invalid_request");
+    }
+    expect(((await call("GET", "/treasury", { token })).body as { available_cents: number }).available_cents).to.equal(10_000);
+  });
+
   it("a receipt for an unknown payout is 404", async () => {
     const { user, token } = await setup();
     expectHttpError(await call("GET", `/users/${user}/payouts/po-none`, { token }), 404, "not_found");
