@@ -3,6 +3,8 @@ import { BROWSER_ARTIFACTS, launchPhoneBrowser, requireChromium, signInOnPage, s
 import { join } from "node:path";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createUser, latestCode, pkce, postForm, registerClient } from "../support/agent-oauth.js";
+import { expectRefused } from "../support/refusals.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
  * Headless Chromium (Debian's package, driven by playwright-core) signs in, steps up,
@@ -91,13 +93,7 @@ describe("browser: sign-in, step-up, consent, dashboard revoke (headless Chromiu
       expect(await page.textContent("main")).to.include("The grant was revoked");
       await shot("09-revoked");
 
-      let refused = false;
-      try {
-        await stack.clients.grants.verifyAgentToken({ accessToken });
-      } catch {
-        refused = true;
-      }
-      expect(refused).to.equal(true);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken }), Reason.INVALID_TOKEN);
     } finally {
       await browser.close();
     }

@@ -2,6 +2,8 @@ import { expect } from "chai";
 import * as oauth from "oauth4webapi";
 import { startStack, type TestStack } from "../support/stack.js";
 import { authorize, createJar, createUser } from "../support/agent-oauth.js";
+import { expectRefused } from "../support/refusals.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
  * A real third-party client (panva's oauth4webapi) runs the whole agent flow against
@@ -93,13 +95,7 @@ describe("oauth4webapi against the agent authorization server", () => {
       expect(refreshed.refresh_token).to.not.equal(tokens.refresh_token);
 
       await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.refresh_token!, http));
-      let refused = false;
-      try {
-        await stack.clients.grants.verifyAgentToken({ accessToken: refreshed.access_token });
-      } catch {
-        refused = true;
-      }
-      expect(refused).to.equal(true);
+      await expectRefused(stack.clients.grants.verifyAgentToken({ accessToken: refreshed.access_token }), Reason.INVALID_TOKEN);
       await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, refreshed.refresh_token!, http)).then(
         () => expect.fail("refresh after revocation must fail"),
         (err: unknown) => {
