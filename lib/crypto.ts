@@ -9,6 +9,11 @@ export function constantTimeEqual(a: string, b: string): boolean {
   return timingSafeEqual(ha, hb);
 }
 
+/** Constant-time equality of two digests; their lengths are public (a digest's is fixed). */
+export function constantTimeEqualBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
 /**
  * One-shot SHA-256 (`crypto.hash`, Node 20.12 and later) is cheaper than a Hash object, on
  * every token, code and client secret a request presents; older Node 20 gets the Hash object.

@@ -1,8 +1,9 @@
-import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+import { hkdfSync, randomBytes } from "node:crypto";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Db } from "../db/knex.js";
 import { recordKeyCheck } from "./store.js";
+import { constantTimeEqualBytes, hmacSha256 } from "../../lib/crypto.js";
 
 /**
  * Keys for secrets stored in the database live outside it (a setting, else a 0600 file in DATA_DIR,
@@ -50,9 +51,9 @@ export async function loadOutsideKey(options: { name: OutsideKeyName; setting: s
  * with a different key fails at start, naming the setting, not later when reading others' writes.
  */
 export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; key: Buffer }): Promise<void> {
-  const mine = createHmac("sha256", deriveKey(options.key, "key check")).update(options.name).digest();
+  const mine = Buffer.from(hmacSha256(deriveKey(options.key, "key check"), options.name), "hex");
   const recorded = await recordKeyCheck(db, options.name, mine);
-  if (recorded.length !== mine.length || !timingSafeEqual(recorded, mine)) {
+  if (!constantTimeEqualBytes(recorded, mine)) {
     fail(
       `${options.setting} is not the key that protects what this database already holds (every core replica needs the same ${options.setting}; a key file generated into DATA_DIR belongs to one process)`,
     );

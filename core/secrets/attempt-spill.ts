@@ -1,4 +1,5 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { hmacSha256 } from "../../lib/crypto.js";
 
 /**
  * Where attempt counts go when the per-id map pushes out a live entry: fixed-size buckets
@@ -9,7 +10,7 @@ export function createAttemptSpill(buckets: number) {
   const key = randomBytes(32);
   const counts = new Uint32Array(buckets);
   const until = new Float64Array(buckets);
-  const bucketOf = (id: string) => createHmac("sha256", key).update(id).digest().readUInt32BE(0) % buckets;
+  const bucketOf = (id: string) => Number.parseInt(hmacSha256(key, id).slice(0, 8), 16) % buckets;
   return {
     /** Keeps `n` attempts of `id` that count until `end` (epoch ms). */
     add(id: string, n: number, end: number, now: number): void {

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
@@ -7,6 +7,7 @@ import { createAttemptSpill } from "./attempt-spill.js";
 import { createExpiringMap } from "./expiring-map.js";
 import type { SecretFlow, SecretHasher } from "./hasher.js";
 import { createTimingMirror } from "./timing-mirror.js";
+import { hmacSha256 } from "../../lib/crypto.js";
 
 /**
  * Per-client-id counting before any derivation. `failures` reserves a slot before the check, so a
@@ -48,7 +49,7 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
   // process; callers honour a hit only if that hash is still the client's current one.
   const cacheKey = randomBytes(32);
   const verified = createExpiringMap<string>(MEMORY_ENTRIES);
-  const keyOf = (clientId: string, secret: string) => createHmac("sha256", cacheKey).update(clientId).update("\0").update(secret).digest("base64url");
+  const keyOf = (clientId: string, secret: string) => hmacSha256(cacheKey, `${clientId}\0${secret}`, "base64url");
 
   // How long counting takes: an unknown client id's check waits as long instead.
   const counting = createTimingMirror();

@@ -1,6 +1,7 @@
-import { randomBytes, timingSafeEqual, type ScryptOptions } from "node:crypto";
+import { randomBytes, type ScryptOptions } from "node:crypto";
 import { createScryptWorkers, type HasherPriority } from "./scrypt-workers.js";
 import { createFairGate, type SecretFlow } from "./fair-gate.js";
+import { constantTimeEqualBytes } from "../../lib/crypto.js";
 
 export type { SecretFlow } from "./fair-gate.js";
 
@@ -107,7 +108,7 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
       if (!parsed) return false;
       const key = await derive(secret, Buffer.from(parsed.salt, "base64url"), parsed.params, flow);
       const want = Buffer.from(parsed.expected, "base64url");
-      return want.length === key.length && timingSafeEqual(key, want);
+      return constantTimeEqualBytes(key, want);
     },
   };
 }
