@@ -60,6 +60,11 @@ export function describeRpcError(err: unknown, conn: Pick<AdminConnection, "core
         "Set CORE_URL to where core listens, or CORE_PORT if it runs on this host.",
     );
   }
+  if (!detail && (err.cause as { code?: unknown } | undefined)?.code === "ERR_HTTP2_ERROR") {
+    return new Error(
+      `${conn.coreUrl} (from ${conn.coreUrlFrom}) did not answer as core (gRPC over HTTP/2): is that the gateway's PORT rather than CORE_PORT, or another service?`,
+    );
+  }
   const reason = detail ? Reason[detail.reason].toLowerCase() : Code[err.code];
   if (detail?.reason === Reason.ADMIN_UNAUTHENTICATED) {
     return new Error(

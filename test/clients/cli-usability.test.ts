@@ -219,6 +219,9 @@ describe("vaultgate CLI usability (real processes)", function () {
     const away = await runCli(["partner", "list"], { ...proc.env, CORE_URL: "http://127.0.0.1:9" });
     expect(away.code).to.equal(1);
     expect(away.stderr).to.include("cannot reach core at http://127.0.0.1:9 (from CORE_URL)");
+    const gateway = await runCli(["partner", "list"], { ...proc.env, CORE_URL: proc.service.gatewayUrl! });
+    expect(gateway.code).to.equal(1);
+    expect(gateway.stderr).to.include(`${proc.service.gatewayUrl} (from CORE_URL) did not answer as core`).and.include("CORE_PORT");
     const { CORE_URL: _unused, ...withoutUrl } = proc.env;
     const byPort = await runCli(["partner", "list"], { ...withoutUrl, CORE_URL: "", CORE_PORT: "9" });
     expect(byPort.stderr).to.include("cannot reach core at http://127.0.0.1:9 (from CORE_HOST and CORE_PORT; CORE_URL is unset)");
