@@ -6,6 +6,7 @@
 import { createServer } from "node:http";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { AGENT_SCOPES } from "../lib/vocabulary.js";
 
 const [role, databaseUrl, logFile] = process.argv.slice(2);
 const stoppers: (() => Promise<void>)[] = [];
@@ -86,7 +87,7 @@ if (role === "peer" && databaseUrl) {
     }),
   );
   const { parentToken: parent, agentToken: child } = await fundedAgentBudget(admin, running.gatewayUrl!, {
-    scopes: ["agent:budget:create", "accounts:read", "payments:initiate", "payments:simulate", "audit:stream"],
+    scopes: [...AGENT_SCOPES],
     caps: { amount_cap_cents_per_tx: 100_000 },
     fundCents: 1_000_000n,
   });
