@@ -52,7 +52,9 @@ export interface ExchangeCodeDeps extends AuditDeps {
 
 const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
 
-function vaultLabel(v: { id: string; parentVaultId: string | null }) {
+/** How the consent page names a vault: a budget's by the name its agent gave it. */
+function vaultLabel(v: { id: string; parentVaultId: string | null; budgetName: string | null }) {
+  if (v.budgetName !== null) return `Budget “${v.budgetName}” ${v.id.slice(0, 8)}`;
   return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
 }
 

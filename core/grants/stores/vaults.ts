@@ -6,16 +6,21 @@ type Conn = Knex | Knex.Transaction;
 export function createGrantVaultsStore() {
   return {
     /** The user's vaults, each with its budget's status (null outside any budget), in one read. */
-    async vaultsOfUser(conn: Conn, userId: string): Promise<{ id: string; parentVaultId: string | null; budgetStatus: string | null }[]> {
+    async vaultsOfUser(
+      conn: Conn,
+      userId: string,
+    ): Promise<{ id: string; parentVaultId: string | null; budgetStatus: string | null; budgetName: string | null }[]> {
       const rows = await conn("vaults as v")
         .leftJoin("budgets as b", "b.vault_id", "v.id")
+        .leftJoin("agent_principals as ap", "ap.id", "b.agent_principal_id")
         .where("v.owner_user_id", userId)
         .orderBy("v.created_at")
-        .select("v.id", "v.parent_vault_id", "b.status");
+        .select("v.id", "v.parent_vault_id", "b.status", "ap.display_name");
       return rows.map((r: Record<string, unknown>) => ({
         id: String(r.id),
         parentVaultId: r.parent_vault_id == null ? null : String(r.parent_vault_id),
         budgetStatus: r.status == null ? null : String(r.status),
+        budgetName: r.display_name == null ? null : String(r.display_name),
       }));
     },
 

@@ -56,7 +56,7 @@ describe("consent: closed and declined budgets' vaults", function () {
     const text = await page.text();
     expect(page.status, text.slice(0, 300)).to.equal(200);
     const offered = [...text.matchAll(/name="vault_id" value="([^"]+)"/g)].map((m) => m[1]!);
-    return { client, jar, verifier, offered, fields: formFields(text, "/oauth2/authorize/decision") };
+    return { client, jar, verifier, offered, text, fields: formFields(text, "/oauth2/authorize/decision") };
   }
 
   const decide = (jar: Jar, fields: Record<string, string | string[]>, vaultId: string) =>
@@ -75,8 +75,22 @@ describe("consent: closed and declined budgets' vaults", function () {
 
   it("the page offers the root vault and an open budget's vault, never a closed or declined budget's", async () => {
     const b = await ownerWithBudgets();
-    const { offered } = await consentPage(b.owner);
+    const { offered, text } = await consentPage(b.owner);
     expect(offered).to.have.members([b.owner.vaultId, b.open]);
+    // Each is named as its owner knows it: the budget by the name its agent gave it.
+    expect(text)
+      .to.include(`Main vault ${b.owner.vaultId.slice(0, 8)}`)
+      .and.include(`Budget “Trip to Lisbon” ${b.open.slice(0, 8)}`);
+  });
+
+  it("hostile: a budget name an agent chose is shown as text, never as markup", async () => {
+    const owner = await createOwner(stack);
+    const accessToken = await grantFor(stack, owner, { stepUp: true });
+    const name = `<img src=x onerror="alert(1)">`;
+    await stack.clients.budgets.createBudget({ accessToken, ...budgetParams({ stepUpAmountCents: undefined, displayName: name }) });
+    const { text } = await consentPage(owner);
+    expect(text).to.not.include(name);
+    expect(text).to.include("Budget “&lt;img src=x onerror=&quot;alert(1)&quot;&gt;”");
   });
 
   it("a decision naming a closed or declined budget's vault goes back to the client with invalid_target; no code is made", async () => {
