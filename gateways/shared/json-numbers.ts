@@ -1,5 +1,5 @@
-// A string (skipped whole) or a number token of JSON text.
-const TOKEN = /"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
+// A JSON number token, matched where a number may start (sticky): linear, no backtracking.
+const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 // An integer JavaScript holds exactly whatever its digits: most numbers in a body stop here.
 const SMALL_INTEGER = /^-?\d{1,15}$/;
 
@@ -9,15 +9,32 @@ const SMALL_INTEGER = /^-?\d{1,15}$/;
  * then refuses it where a number is expected, instead of acting on a value the caller never sent.
  */
 export function markInexactNumbers(text: string): string {
-  let out: string | undefined;
+  let out = "";
   let last = 0;
-  for (const m of text.matchAll(TOKEN)) {
-    const token = m[0];
-    if (token.charCodeAt(0) === 0x22 || SMALL_INTEGER.test(token) || sameValue(token, String(Number(token)))) continue;
-    out = `${out ?? ""}${text.slice(last, m.index)}{"inexact_number":"${token}"}`;
-    last = m.index + token.length;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      // Skip the string natively, as the depth check does: one pass, whatever its escapes.
+      for (;;) {
+        i = text.indexOf('"', i + 1);
+        if (i === -1) return last === 0 ? text : out + text.slice(last);
+        let backslashes = 0;
+        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++;
+        if (backslashes % 2 === 0) break;
+      }
+    } else if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
+      NUMBER.lastIndex = i;
+      const token = NUMBER.exec(text)?.[0];
+      if (!token) continue;
+      if (!SMALL_INTEGER.test(token) && !sameValue(token, String(Number(token)))) {
+        out += `${text.slice(last, i)}{"inexact_number":"${token}"}`;
+        last = i + token.length;
+      }
+      i += token.length - 1;
+    }
   }
-  return out === undefined ? text : out + text.slice(last);
+  return last === 0 ? text : out + text.slice(last);
 }
 
 /** True when two decimal numerals (JSON syntax, or JavaScript's String of a number) have one value. */
