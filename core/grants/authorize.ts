@@ -18,7 +18,7 @@ import { appendAudit, type AuditDeps } from "./audit.js";
 import { callFacts } from "../context.js";
 import type { ClientDirectory } from "./client-auth.js";
 import { clientInit } from "./clients.js";
-import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, NO_REFRESH, randomRefresh, signToken, type GrantAudience } from "./issue.js";
+import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, firstRefresh, signToken, type GrantAudience } from "./issue.js";
 import type { ClientRecord, ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
 import type { CodesStore } from "./stores/codes.js";
@@ -194,8 +194,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
   const { mcpResources, vaultUrnPrefix } = deps.audience;
   const client = await deps.directory.authenticate(ctx, req.clientId, req.clientSecret);
   const now = deps.clock();
-  // RFC 7591 grant_types: a client registered without refresh_token gets no refresh token.
-  const refresh = client.grantTypes.includes("refresh_token") ? randomRefresh() : NO_REFRESH;
+  const refresh = firstRefresh(client);
   if (req.code && CODE_VERIFIER.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {
     const id = uuidv7();
     const issued = await deps.grants.exchangeCodeFast(

@@ -50,6 +50,11 @@ export interface NewRefresh {
 /** What a client that did not register the refresh_token grant type is issued: nothing to refresh with. */
 export const NO_REFRESH: NewRefresh = { token: "", hash: null, salt: null };
 
+/** A new lineage's refresh token, unless its client did not register that grant type (RFC 7591). */
+export function firstRefresh(client: { grantTypes: readonly string[] } | undefined): NewRefresh {
+  return !client || client.grantTypes.includes("refresh_token") ? randomRefresh() : NO_REFRESH;
+}
+
 /** A lineage's first refresh token (code exchange, IssueGrant, SupersedeGrant): 32 random bytes. */
 export function randomRefresh(): NewRefresh {
   const token = `vgr_${randomBase64url(32)}`;

@@ -29,6 +29,8 @@ import {
   derivedRefreshToken,
   insertGrant,
   OPERATOR_CLIENT,
+  firstRefresh,
+  NO_REFRESH,
   randomRefresh,
   REFRESH_TTL_MS,
   signToken,
@@ -110,7 +112,8 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
   const scopes = wanted.length === 0 ? current.scopes : wanted;
   // A grant the agent issues itself never widens scope.
   if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
-  const refresh = randomRefresh();
+  // A lineage issued without a refresh token (its client did not register one) stays without.
+  const refresh = current.refreshHash === null ? NO_REFRESH : randomRefresh();
   const next = await deps.db.transaction(async (trx) => {
     const row = await deps.grants.lockGrant(trx, current.id);
     // The one grant rule again under the lock: a revocation or expiry that came first is seen.
@@ -238,7 +241,7 @@ export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, c
   const client = req.clientId ? await deps.clients.findClient(deps.db, req.clientId) : undefined;
   if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
   const now = deps.clock();
-  const refresh = randomRefresh();
+  const refresh = firstRefresh(client);
   const g = await deps.db.transaction(async (trx) => {
     const vaultId = req.vaultId.toLowerCase();
     const dead = await deadBudgetVault(deps.vaults, trx, vaultId);

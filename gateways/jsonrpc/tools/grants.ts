@@ -10,7 +10,8 @@ const TOKEN_RESPONSE = object(
     scope: { type: "string" },
     jti: { type: "string" },
   },
-  ["access_token", "token_type", "expires_in", "refresh_token", "scope", "jti"],
+  // refresh_token is absent when the client did not register that grant type.
+  ["access_token", "token_type", "expires_in", "scope", "jti"],
 );
 
 /** The grant itself: reissue, refresh, and the kill switch. */

@@ -60,6 +60,24 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
       const refused = await refresh(client);
       expect([refused.status, refused.body.error]).to.deep.equal([400, "unauthorized_client"]);
       expect((await refresh(other.client)).status).to.equal(200);
+      // Nor does the agent's own reissue or an operator's grant for this client carry one.
+      const reissued = await stack.clients.grants.supersedeGrant({ accessToken: token.body.access_token as string });
+      expect([reissued.token!.jti.length > 0, reissued.token!.refreshToken]).to.deep.equal([true, ""]);
+      const user = await createUser(stack);
+      const operator = await stack.admin.grants.issueGrant({
+        userId: user.userId,
+        vaultId: user.vaultId,
+        scopes: ["accounts:read"],
+        clientId: client.client_id,
+      });
+      expect(operator.token!.refreshToken).to.equal("");
+      const withRefresh = await stack.admin.grants.issueGrant({
+        userId: user.userId,
+        vaultId: user.vaultId,
+        scopes: ["accounts:read"],
+        clientId: other.client.client_id,
+      });
+      expect(withRefresh.token!.refreshToken).to.match(/^vgr_/);
     });
 
     it("stores codes and refresh tokens only as SHA-256", async () => {
