@@ -18,7 +18,7 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
   {
     file: "core/grants/stores/vaults.ts",
     table: "budgets",
-    why: "binding a grant locks the budget row first, in the budgets' lock order; grants sit below budgets",
+    why: "binding a grant locks the budget row first, in the budgets' lock order, and the consent page's one vault read leaves out closed and declined budgets; grants sit below budgets",
   },
   { file: "core/grants/stores/vaults.ts", table: "vaults", why: "a grant binds only a vault its user owns" },
   {
