@@ -14,14 +14,8 @@ export function jsonTooDeep(text: string, max = MAX_JSON_DEPTH): boolean {
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22 /* " */) {
-      // Skip the string natively: to the next quote not escaped by an odd run of backslashes.
-      for (;;) {
-        i = text.indexOf('"', i + 1);
-        if (i === -1) return false;
-        let backslashes = 0;
-        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++;
-        if (backslashes % 2 === 0) break;
-      }
+      i = endOfString(text, i);
+      if (i === -1) return false;
     } else if (c === 0x5b /* [ */ || c === 0x7b /* { */) {
       if (++depth > max) return true;
     } else if (c === 0x5d /* ] */ || c === 0x7d /* } */) {
@@ -29,6 +23,21 @@ export function jsonTooDeep(text: string, max = MAX_JSON_DEPTH): boolean {
     }
   }
   return false;
+}
+
+/**
+ * The index of the quote that closes the JSON string opening at `start`, or -1: found natively,
+ * in one pass however the string is escaped (the next quote not after an odd run of backslashes).
+ */
+export function endOfString(text: string, start: number): number {
+  let i = start;
+  for (;;) {
+    i = text.indexOf('"', i + 1);
+    if (i === -1) return -1;
+    let backslashes = 0;
+    while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++;
+    if (backslashes % 2 === 0) return i;
+  }
 }
 
 function moreOpeningsThan(text: string, max: number): boolean {

@@ -1,3 +1,5 @@
+import { endOfString } from "./json-depth.js";
+
 // A JSON number token, matched where a number may start (sticky): linear, no backtracking.
 const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 // An integer JavaScript holds exactly whatever its digits: most numbers in a body stop here.
@@ -15,14 +17,8 @@ export function markInexactNumbers(text: string): string {
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22 /* " */) {
-      // Skip the string natively, as the depth check does: one pass, whatever its escapes.
-      for (;;) {
-        i = text.indexOf('"', i + 1);
-        if (i === -1) return last === 0 ? text : out + text.slice(last);
-        let backslashes = 0;
-        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++;
-        if (backslashes % 2 === 0) break;
-      }
+      i = endOfString(text, i);
+      if (i === -1) break;
     } else if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
       NUMBER.lastIndex = i;
       const token = NUMBER.exec(text)?.[0];
