@@ -2,6 +2,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { BudgetStatus, type BudgetLimitsSchema, type BudgetSchema } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PaymentStatus, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
+import { paymentLinkPath } from "../../lib/app-paths.js";
 import type { BudgetRecord, PaymentRecord } from "./records.js";
 import type { SettlementPayment } from "../settlement/store.js";
 
@@ -73,8 +74,7 @@ export function budgetView(b: BudgetRecord, currency = ""): MessageInitShape<typ
 
 /** Where the owner reviews a payment waiting for step-up approval: `{app_url}/dashboard/agents[/<agent>]?payment=<id>`. */
 export function stepUpUrl(appUrl: string, p: { id: string; agentPrincipalId: string | null }): string {
-  const agent = p.agentPrincipalId ? `/${encodeURIComponent(p.agentPrincipalId)}` : "";
-  return `${appUrl}/dashboard/agents${agent}?payment=${encodeURIComponent(p.id)}`;
+  return `${appUrl}${paymentLinkPath(p.id, p.agentPrincipalId)}`;
 }
 
 /**

@@ -1,6 +1,8 @@
 /** Every page address the web gateway builds links and redirects to, in one place. */
 
-export const AGENTS_PATH = "/dashboard/agents";
+import { AGENTS_PATH } from "../../lib/app-paths.js";
+
+export { AGENTS_PATH };
 /** The owner's money at a glance. */
 export const MONEY_PATH = "/dashboard/money";
 

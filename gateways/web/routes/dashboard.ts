@@ -4,6 +4,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
+import { PAYMENT_LINK_PARAM } from "../../../lib/app-paths.js";
 import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
 import { money, utcMinute } from "../format.js";
@@ -69,12 +70,9 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
 
   app.get("/dashboard", async (_request, reply) => reply.redirect(AGENTS_PATH, 303));
 
-  /**
-   * A payment's step_up_url is `/dashboard/agents[/<agent_id>]?payment=<id>` (core); it
-   * leads to the payment's review page, whatever the agent segment says.
-   */
+  /** A payment's step_up_url (lib/app-paths.ts) leads to its review page, whatever the agent segment says. */
   const paymentLink = (request: FastifyRequest): string | undefined => {
-    const id = (request.query as Record<string, unknown>).payment;
+    const id = (request.query as Record<string, unknown>)[PAYMENT_LINK_PARAM];
     if (id === undefined) return undefined;
     if (typeof id !== "string" || !UUID.test(id)) {
       throw new PageError(
