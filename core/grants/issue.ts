@@ -149,13 +149,14 @@ export async function insertGrant(
 }
 
 /**
- * Why no grant may bind a vault whose budget has this status (a closed or declined budget's);
- * undefined when one may, and for a vault outside any budget (no status).
+ * Why no grant may bind a vault whose budget has this status: only a draft or active budget's
+ * vault, or one outside any budget (no status), may be bound; undefined when it may.
  */
 export function deadBudgetStatus(status: string | null | undefined): string | undefined {
+  if (status == null || status === "draft" || status === "active") return undefined;
   if (status === "closed") return "the vault belongs to a closed budget";
   if (status === "declined") return "the vault belongs to a budget its owner declined";
-  return undefined;
+  return "the vault belongs to a budget whose creation did not complete";
 }
 
 /**
