@@ -83,6 +83,19 @@ function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]
   return items.map((i) => issued.get(i.grantId));
 }
 
+/**
+ * Revokes the matching grants until a pass finds none left. A refresh or reissue that held a
+ * grant we waited on committed its successor outside our first snapshot; the next pass sees it.
+ */
+async function revokeUntilNone(trx: Conn, where: Record<string, string>, at: Date, reason: string): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const n = await trx("grants").where(where).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
+    if (n === 0) return total;
+    total += n;
+  }
+}
+
 /** SQL for grants: issue, supersede, revoke, and the token endpoint's one-statement fast paths. */
 export function createGrantsStore(db: Db) {
   // The token endpoint's hot statements, group-committed as PL/pgSQL functions (migrations 0011, 0013).
@@ -206,16 +219,9 @@ export function createGrantsStore(db: Db) {
         });
     },
 
-    async revokeLineage(trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> {
-      return trx("grants")
-        .where({ lineage_id: lineageId })
-        .whereNot({ state: "revoked" })
-        .update({ state: "revoked", state_changed_at: at, state_reason: reason });
-    },
+    revokeLineage: (trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> => revokeUntilNone(trx, { lineage_id: lineageId }, at, reason),
 
-    async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
-      return trx("grants").where({ user_id: userId }).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
-    },
+    revokeAllOfUser: (trx: Conn, userId: string, at: Date, reason: string): Promise<number> => revokeUntilNone(trx, { user_id: userId }, at, reason),
 
     /**
      * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).

@@ -1,0 +1,99 @@
+import { expect } from "chai";
+import { requirePostgres } from "../../support/db.js";
+import { postRpc } from "../../support/mcp.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createOwner } from "../../support/budgets.js";
+import { postForm, registerClient } from "../../support/agent-oauth.js";
+
+/**
+ * Revocations racing agents that keep reissuing their grants: a grant issued from one the
+ * revocation reached is revoked too, however the transactions interleave. PostgreSQL only:
+ * PGlite runs one query at a time, so nothing interleaves there.
+ */
+describe("revocations racing reissues (PostgreSQL only: needs concurrent transactions)", function () {
+  this.timeout(120_000);
+  let stack: TestStack;
+  before(async function () {
+    requirePostgres(this, "the race needs concurrent transactions");
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+  });
+  after(() => stack?.close());
+
+  const call = (path: string, token: string, method: string, params: unknown = {}) =>
+    postRpc(`${stack.url}${path}`, { jsonrpc: "2.0", id: 1, method, params }, { authorization: `Bearer ${token}` });
+
+  /** Agents reissuing their grants back to back (agent.grant.issue), each keeping its newest token. */
+  function reissuing(tokens: string[]) {
+    const latest = [...tokens];
+    let stop = false;
+    let started!: () => void;
+    const warm = new Promise<void>((resolve) => (started = resolve));
+    const rounds = latest.map(() => 0);
+    const runs = latest.map(async (_, i) => {
+      while (!stop) {
+        const res = await call("/mcp/treasury", latest[i]!, "agent.grant.issue");
+        if (!res.json?.result) break;
+        latest[i] = res.json.result.access_token as string;
+        rounds[i]! += 1;
+        if (rounds.every((n) => n >= 2)) started();
+      }
+      started();
+    });
+    const finish = () => {
+      stop = true;
+      return Promise.all(runs);
+    };
+    return { latest, warm, finish };
+  }
+
+  const activeGrants = async (column: "user_id" | "lineage_id", ids: string[]) => {
+    const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM grants WHERE ${column} = ANY(?::uuid[]) AND state = 'active'`, [ids]);
+    return rows[0].n as number;
+  };
+
+  it("killSwitch.all racing eight agents' reissues leaves none of the user's grants active", async () => {
+    for (let trial = 0; trial < 4; trial++) {
+      const owner = await createOwner(stack);
+      const issue = () => stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] });
+      const agents = await Promise.all(Array.from({ length: 8 }, async () => (await issue()).token!.accessToken));
+      const killer = (await issue()).token!.accessToken;
+      const race = reissuing(agents);
+      await race.warm;
+      const killed = await call("/mcp/treasury", killer, "killSwitch.all", { reason: "race" });
+      expect(killed.json!.result.revoked).to.be.greaterThan(8);
+      await race.finish();
+      expect(await activeGrants("user_id", [owner.userId])).to.equal(0);
+      for (const token of race.latest) expect((await call("/mcp/read", token, "accounts.balance")).status).to.equal(401);
+    }
+  });
+
+  it("RFC 7009 revocation racing the lineage's reissues leaves nothing of the lineage active", async () => {
+    const client = (await registerClient(stack)).body;
+    const lineages = await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const owner = await createOwner(stack);
+        const res = await stack.admin.grants.issueGrant({
+          userId: owner.userId,
+          vaultId: owner.vaultId,
+          scopes: ["accounts:read"],
+          clientId: client.client_id,
+        });
+        return res.token!;
+      }),
+    );
+    const race = reissuing(lineages.map((t) => t.accessToken));
+    await race.warm;
+    const revoked = await Promise.all(
+      race.latest.map((token) => postForm(`${stack.url}/oauth2/revoke`, { token, client_id: client.client_id, client_secret: client.client_secret })),
+    );
+    for (const res of revoked) expect(res.status).to.equal(200);
+    await race.finish();
+    expect(
+      await activeGrants(
+        "lineage_id",
+        lineages.map((t) => t.jti),
+      ),
+    ).to.equal(0);
+    for (const token of race.latest) expect((await call("/mcp/read", token, "accounts.balance")).status).to.equal(401);
+  });
+});
