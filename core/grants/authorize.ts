@@ -52,6 +52,12 @@ export interface ExchangeCodeDeps extends AuditDeps {
 
 const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
 
+/** The vault a `urn:<ns>:vault:<uuid>` resource names (its UUID in any case, read lower case), or "". */
+function vaultOfResource(prefix: string, resource: string): string {
+  const id = resource.startsWith(prefix) ? resource.slice(prefix.length) : "";
+  return UUID.test(id) ? id.toLowerCase() : "";
+}
+
 /** How the consent page names a vault: a budget's by the name its agent gave it. */
 function vaultLabel(v: { id: string; parentVaultId: string | null; budgetName: string | null }) {
   if (v.budgetName !== null) return `Budget “${v.budgetName}” ${v.id.slice(0, 8)}`;
@@ -93,10 +99,10 @@ async function verifiedAuthorization(deps: CheckAuthorizationDeps, client: Clien
   let vaultId = "";
   for (const resource of req.resources) {
     if (mcpResources.has(resource)) continue;
-    const id = resource.startsWith(vaultUrnPrefix) ? resource.slice(vaultUrnPrefix.length) : "";
-    if (!UUID.test(id)) fail(Reason.INVALID_TARGET, "resource must be a vault URN or the MCP server URL");
-    if (vaultId && vaultId !== id.toLowerCase()) fail(Reason.INVALID_TARGET, "a grant binds one vault");
-    vaultId = id.toLowerCase();
+    const id = vaultOfResource(vaultUrnPrefix, resource);
+    if (!id) fail(Reason.INVALID_TARGET, "resource must be a vault URN or the MCP server URL");
+    if (vaultId && vaultId !== id) fail(Reason.INVALID_TARGET, "a grant binds one vault");
+    vaultId = id;
   }
   let vaults: { vaultId: string; urn: string; label: string }[] = [];
   // The user's vaults no grant may bind, and why: never offered, refused if chosen.
@@ -235,7 +241,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
     const computed = sha256Base64url(req.codeVerifier);
     if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
     for (const resource of req.resources) {
-      if (!mcpResources.has(resource) && resource !== vaultUrnPrefix + c.vaultId) return { kind: "target" as const };
+      if (!mcpResources.has(resource) && vaultOfResource(vaultUrnPrefix, resource) !== c.vaultId) return { kind: "target" as const };
     }
     // RFC 6749 5.2 invalid_grant for an account that is no longer active; the code is not consumed.
     if ((await deps.users.findById(trx, c.userId))?.status !== "active") return { kind: "invalid" as const, why: "user inactive" };

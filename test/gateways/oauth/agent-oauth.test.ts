@@ -171,6 +171,35 @@ describe("agent OAuth over HTTP", () => {
       expect(back.searchParams.get("code")).to.equal(null);
     });
 
+    it("a vault URN with its UUID in upper case binds that vault at authorize and at the code exchange", async () => {
+      const user = await createUser(stack);
+      const client = (await registerClient(stack)).body;
+      const { verifier, challenge } = pkce();
+      const resource = vaultUrn(user.vaultId.toUpperCase());
+      const back = await authorize(stack, createJar(stack.url), user.email, {
+        response_type: "code",
+        client_id: client.client_id,
+        redirect_uri: REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+        resource,
+        state: "u",
+      });
+      const token = await postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code: back.searchParams.get("code")!,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        resource,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
+      expect(token.status).to.equal(200);
+      const claims = decodeJwt(token.body.access_token as string);
+      expect([claims.vault_id, claims.aud]).to.deep.equal([user.vaultId, [stack.url, vaultUrn(user.vaultId)]]);
+    });
+
     it("lets the user pick the vault when the resource is the MCP server URL", async () => {
       const { token, user } = await oauthGrant(stack, { resource: [`${stack.url}/mcp/write`] });
       expect(token.status).to.equal(200);
