@@ -1,8 +1,8 @@
 /**
  * Our date-time: a valid calendar date (leap years honoured), `T`, `HH:MM` with
- * optional `:SS` and an optional fraction after the seconds, and a mandatory `Z`.
+ * optional `:SS` and an optional fraction of any length after the seconds, and a mandatory `Z`.
  */
-const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(\.\d{1,9})?)?Z$/;
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(\.\d+)?)?Z$/;
 
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 

@@ -104,6 +104,15 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
     expect([conflict.json!.error.code, conflict.json!.error.data.reason_id]).to.deep.equal([-32602, "idempotency_conflict"]);
   });
 
+  it("time_window_end takes a fraction of seconds of any length (spec 2.1), read to the millisecond", async () => {
+    const { token } = await owner();
+    const args = budgetArgs({ time_window_end: "2099-02-28T23:59:59.1234567891234Z" });
+    const first = await call("/mcp/treasury", token, "agent.budget.create", args);
+    expect(first.json!.result.status).to.equal("draft");
+    const replay = await call("/mcp/treasury", token, "agent.budget.create", { ...args, time_window_end: "2099-02-28T23:59:59.123Z" });
+    expect(replay.json!.result).to.deep.equal(first.json!.result);
+  });
+
   it("a finished budget's replay answers its ids after its time window has ended", async () => {
     const { token } = await owner(undefined, true);
     const end = new Date(stack.clock().getTime() + 60_000);
