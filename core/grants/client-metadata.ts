@@ -10,6 +10,8 @@ import { hasControlCharacters } from "../../lib/text.js";
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
 const AUTH_METHODS = ["client_secret_post", "client_secret_basic"];
 const LOOPBACK = new Set(["127.0.0.1", "[::1]", "localhost"]);
+/** RFC 3986 2: the characters of a URI; the URL parser drops or rewrites others (tab, space, backslash). */
+const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]+$/;
 
 export interface ClientMetadata {
   clientName: string;
@@ -78,6 +80,7 @@ function checkRedirectUri(uri: string, reason = Reason.INVALID_REDIRECT_URI): vo
     fail(reason, "redirect_uris must be absolute URIs");
   }
   if (uri.length > 2000) fail(reason, "redirect URI too long");
+  if (!URI_CHARACTERS.test(uri)) fail(reason, "redirect URIs must be RFC 3986 URIs: no space, control character or backslash");
   if (url.hash || uri.includes("#")) fail(reason, "redirect URIs must not have a fragment");
   if (url.username || url.password) fail(reason, "redirect URIs must not carry credentials");
   if (url.protocol === "https:") return;

@@ -85,6 +85,12 @@ describe("agent OAuth over HTTP", () => {
         [{ redirect_uris: [] }, "invalid_redirect_uri"],
         [{ redirect_uris: ["https://ok.example/cb#frag"] }, "invalid_redirect_uri"],
         [{ redirect_uris: "https://ok.example/cb" }, "invalid_redirect_uri"],
+        // Not RFC 3986 URIs: the URL parser would redirect somewhere other than what was registered.
+        [{ redirect_uris: ["https://ok.example/c\tb"] }, "invalid_redirect_uri"],
+        [{ redirect_uris: ["https://ok.example/cb\r\nX-Evil: 1"] }, "invalid_redirect_uri"],
+        [{ redirect_uris: [" https://ok.example/cb"] }, "invalid_redirect_uri"],
+        [{ redirect_uris: ["https://ok.example/c b"] }, "invalid_redirect_uri"],
+        [{ redirect_uris: ["https://evil.example\\@ok.example/cb"] }, "invalid_redirect_uri"],
         [{ grant_types: ["client_credentials"] }, "invalid_client_metadata"],
         [{ response_types: ["token"] }, "invalid_client_metadata"],
         [{ token_endpoint_auth_method: "none" }, "invalid_client_metadata"],
