@@ -2,6 +2,7 @@ import type { Knex } from "knex";
 import { textArray } from "../../db/rows.js";
 import { UUID } from "../../../lib/uuid.js";
 import type { GrantRecord, GrantState } from "./grants.js";
+import { revokeUntilNone } from "./grants.js";
 
 type Conn = Knex | Knex.Transaction;
 
@@ -64,11 +65,13 @@ export function createBudgetGrantsStore() {
      * kill switch's order.
      */
     async revokeVaultGrants(trx: Knex.Transaction, userId: string, vaultIds: string[], at: Date, reason: string): Promise<number> {
-      return trx("grants")
-        .where({ user_id: userId })
-        .whereIn("vault_id", vaultIds)
-        .whereNot({ state: "revoked" })
-        .update({ state: "revoked", state_changed_at: at, state_reason: reason });
+      return revokeUntilNone(() =>
+        trx("grants")
+          .where({ user_id: userId })
+          .whereIn("vault_id", vaultIds)
+          .whereNot({ state: "revoked" })
+          .update({ state: "revoked", state_changed_at: at, state_reason: reason }),
+      );
     },
   };
 }

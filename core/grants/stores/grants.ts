@@ -84,16 +84,20 @@ function byGrantId(items: { grantId: string }[], rows: Record<string, unknown>[]
 }
 
 /**
- * Revokes the matching grants until a pass finds none left. A refresh or reissue that held a
- * grant we waited on committed its successor outside our first snapshot; the next pass sees it.
+ * Repeats a revoking UPDATE until it finds nothing. A refresh or reissue that held a grant the
+ * UPDATE waited on committed its successor outside the UPDATE's snapshot; the next pass sees it.
  */
-async function revokeUntilNone(trx: Conn, where: Record<string, string>, at: Date, reason: string): Promise<number> {
+export async function revokeUntilNone(revoke: () => Promise<number>): Promise<number> {
   let total = 0;
-  for (;;) {
-    const n = await trx("grants").where(where).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason });
-    if (n === 0) return total;
-    total += n;
-  }
+  for (let n = await revoke(); n > 0; n = await revoke()) total += n;
+  return total;
+}
+
+/** Revokes every grant of `where` that is not revoked yet, until none is left (revokeUntilNone). */
+function revokeWhere(trx: Conn, where: Record<string, string>, at: Date, reason: string): Promise<number> {
+  return revokeUntilNone(() =>
+    trx("grants").where(where).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason }),
+  );
 }
 
 /** SQL for grants: issue, supersede, revoke, and the token endpoint's one-statement fast paths. */
@@ -219,9 +223,9 @@ export function createGrantsStore(db: Db) {
         });
     },
 
-    revokeLineage: (trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> => revokeUntilNone(trx, { lineage_id: lineageId }, at, reason),
+    revokeLineage: (trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> => revokeWhere(trx, { lineage_id: lineageId }, at, reason),
 
-    revokeAllOfUser: (trx: Conn, userId: string, at: Date, reason: string): Promise<number> => revokeUntilNone(trx, { user_id: userId }, at, reason),
+    revokeAllOfUser: (trx: Conn, userId: string, at: Date, reason: string): Promise<number> => revokeWhere(trx, { user_id: userId }, at, reason),
 
     /**
      * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).

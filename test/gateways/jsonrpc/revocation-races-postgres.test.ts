@@ -4,6 +4,7 @@ import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createOwner } from "../../support/budgets.js";
 import { postForm, registerClient } from "../../support/agent-oauth.js";
+import { budgetUnderRoot } from "../../support/budget-life.js";
 
 /**
  * Revocations racing agents that keep reissuing their grants: a grant issued from one the
@@ -46,7 +47,7 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
     return { latest, warm, finish };
   }
 
-  const activeGrants = async (column: "user_id" | "lineage_id", ids: string[]) => {
+  const activeGrants = async (column: "user_id" | "lineage_id" | "vault_id", ids: string[]) => {
     const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM grants WHERE ${column} = ANY(?::uuid[]) AND state = 'active'`, [ids]);
     return rows[0].n as number;
   };
@@ -95,5 +96,18 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
       ),
     ).to.equal(0);
     for (const token of race.latest) expect((await call("/mcp/read", token, "accounts.balance")).status).to.equal(401);
+  });
+
+  it("agent.budget.revoke racing the budget's agents' reissues leaves none of its grants active", async () => {
+    for (let trial = 0; trial < 3; trial++) {
+      const life = await budgetUnderRoot(stack);
+      const issue = () => stack.admin.grants.issueGrant({ userId: life.owner.userId, vaultId: life.child.vaultId, scopes: ["accounts:read"] });
+      const race = reissuing(await Promise.all(Array.from({ length: 8 }, async () => (await issue()).token!.accessToken)));
+      await race.warm;
+      const closed = await call("/mcp/treasury", life.parentToken, "agent.budget.revoke", { vault_id: life.child.vaultId });
+      expect(closed.json!.result.status).to.equal("closed");
+      await race.finish();
+      expect(await activeGrants("vault_id", [life.child.vaultId])).to.equal(0);
+    }
   });
 });
