@@ -58,9 +58,12 @@ export function wellFormedQuery(url: string): boolean {
   }
 }
 
-/** Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard). */
+/**
+ * Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard), and only
+ * printable ASCII, which a Location header can carry (our own links are always percent-encoded).
+ */
 export function safeReturnTo(value: string | undefined): string {
-  if (!value?.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\u0000-\u001f]/.test(value)) return AGENTS_PATH;
+  if (!value?.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[^\u0021-\u007e]/.test(value)) return AGENTS_PATH;
   return value;
 }
 

@@ -127,6 +127,14 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     expect(done.headers.get("location")).to.equal("/dashboard/agents");
   });
 
+  it("signs in to the dashboard when return_to holds a character no Location header can carry", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const done = await signIn(stack, jar, user.email, "/dashboard/agents/\u0100");
+    expect(done.headers.get("location")).to.equal("/dashboard/agents");
+    expect((await jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
   it("revokes a grant from the agent page, and the next verification refuses it", async () => {
     const user = await createUser(stack);
     const { jar, token } = await grant(user);
