@@ -154,9 +154,9 @@ export interface Core {
 /** Composition of core: database, keys, stores and services, ready to serve. */
 export async function createCore(options: CoreOptions): Promise<Core> {
   const ownsDb = !("instance" in options.db);
-  const db = "instance" in options.db ? options.db.instance : createDb(options.db);
-  const clock = options.clock ?? (() => new Date());
   const logger = options.logger;
+  const db = "instance" in options.db ? options.db.instance : createDb({ ...options.db, warn: (line) => logger.warn(line) });
+  const clock = options.clock ?? (() => new Date());
   let settlement: Settlement | undefined;
   try {
     if (options.migrate !== false) await migrateLatest(db);

@@ -12,6 +12,8 @@ export interface DbOptions {
   dataDir?: string;
   /** Pool size for Postgres (PGlite is always one connection). */
   poolMax?: number;
+  /** Where the driver's warnings go, one line each (default: stderr); never stdout, which carries JSON. */
+  warn?: (line: string) => void;
 }
 
 export type Db = Knex;
@@ -22,12 +24,16 @@ export type Db = Knex;
  * (`compileSqlOnError: false`): errors reach log lines, values may be secrets.
  */
 export function createDb(options: DbOptions): Db {
+  // knex prints a failed connection's stack with console.log, into the JSON log stream and CLI output.
+  const warn = options.warn ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const log = { warn: (message: unknown) => warn(String(message).split("\n")[0]!) };
   if (options.url) {
     return knexFactory({
       client: "pg",
       connection: options.url,
       pool: { min: 0, max: options.poolMax ?? 20 },
       compileSqlOnError: false,
+      log,
     });
   }
   return knexFactory({
@@ -37,6 +43,7 @@ export function createDb(options: DbOptions): Db {
     // PGlite returns int8 as bigint; normalise to number like the pg driver above.
     postProcessResponse: normaliseBigints,
     compileSqlOnError: false,
+    log,
   });
 }
 
