@@ -12,6 +12,15 @@ const q = (request: FastifyRequest, name: string) => {
   return typeof v === "string" ? v : undefined;
 };
 
+/** A cookie's percent-encoded value, or "" when it is not valid encoding (a planted or mangled cookie). */
+function decoded(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return "";
+  }
+}
+
 /**
  * Sign-in at the organisation's OpenID Connect provider: /signin/oidc sends the browser
  * there, /signin/oidc/callback finishes in core. Refusals and outages are pages
@@ -34,7 +43,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
 
   app.get(`${PATH}/callback`, async (request, reply) => {
     const cookies = readCookies(request);
-    const returnTo = safeReturnTo(decodeURIComponent(cookies[RETURN_COOKIE] ?? ""));
+    const returnTo = safeReturnTo(decoded(cookies[RETURN_COOKIE] ?? ""));
     const current = await ctx.session(request);
     // The flow is used up whatever happens next; the cookies go with it.
     reply.header("set-cookie", [cookie(FLOW_COOKIE, "", 0), cookie(RETURN_COOKIE, "", 0)]);

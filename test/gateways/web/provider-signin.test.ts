@@ -68,6 +68,19 @@ describe("web pages: sign-in at the organisation's provider", () => {
     expect(text).not.to.match(/at .*\.ts:\d+/);
   });
 
+  it("a mangled return cookie does not break the callback: the person lands on the dashboard", async () => {
+    const user = await createUser(stack);
+    const sub = `web-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const jar = createJar(stack.url);
+    const go = await jar.get(`/signin/oidc?return_to=${encodeURIComponent("/dashboard/money")}`);
+    jar.cookies.set("vg_oidc_return", "%E0%A4%A");
+    const back = await jar.get(await idp.signIn(go.headers.get("location")!, sub));
+    expect(back.status).to.equal(303);
+    expect(back.headers.get("location")).to.equal("/dashboard/agents");
+    expect((await jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
   it("a callback brought to another browser (no flow cookie) is refused", async () => {
     const user = await createUser(stack);
     const sub = `web-${user.userId.slice(0, 8)}`;
