@@ -16,6 +16,17 @@ function movementId(...parts: string[]): string {
   return md5Uuid(parts.join(":"));
 }
 
+/**
+ * How many reorgs took the payment's transfer back so far. Its n-th settle and n-th reorg are
+ * movements of their own: a transfer can come back in the very block it left (a node behind the head).
+ */
+async function reorgsOf(trx: Knex.Transaction, paymentId: string): Promise<number> {
+  for (let n = 0; ; n++) {
+    const { rows } = await trx.raw(`SELECT 1 FROM ledger_transactions WHERE id = ?`, [movementId("reorged", paymentId, String(n))]);
+    if ((rows as unknown[]).length === 0) return n;
+  }
+}
+
 const utcDay = (d: Date) => d.toISOString().slice(0, 10);
 
 /** Accepting a payment on the evm rail: vault -> in-flight, with the vault's balance and spend totals. */
@@ -42,7 +53,7 @@ export function settlementLedgerHooks(
     async completed(trx, p, before) {
       await move(
         trx,
-        movementId("settled", p.paymentId, p.minedBlockHash ?? ""),
+        movementId("settled", p.paymentId, String(await reorgsOf(trx, p.paymentId))),
         "payment.settle",
         p,
         IN_FLIGHT_ACCOUNT,
@@ -54,7 +65,7 @@ export function settlementLedgerHooks(
     async reorged(trx, p, before) {
       await move(
         trx,
-        movementId("reorged", p.paymentId, before.minedBlockHash ?? ""),
+        movementId("reorged", p.paymentId, String(await reorgsOf(trx, p.paymentId))),
         "payment.reorg",
         p,
         hotWalletAccount(p.chain, p.wallet),

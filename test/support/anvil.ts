@@ -74,12 +74,12 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
   };
 }
 
-export type ProxyMode = "pass" | "stall" | "stall-send";
+export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts";
 
 /**
  * A JSON-RPC proxy in front of a node that can stop answering (a stalled connection: the
  * request is read and never answered), for everything or only for eth_sendRawTransaction
- * (which is then not forwarded either: the transaction never reaches the node).
+ * (then not forwarded either), or answer every receipt with null, as a node behind the head does.
  */
 export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; stop(): Promise<void> }> {
   const stalled = new Set<http.ServerResponse>();
@@ -92,6 +92,12 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
       const isSend = body.includes("eth_sendRawTransaction");
       if (state.mode === "stall" || (state.mode === "stall-send" && isSend)) {
         stalled.add(res);
+        return;
+      }
+      if (state.mode === "no-receipts" && body.includes("eth_getTransactionReceipt")) {
+        const { id } = JSON.parse(body) as { id: unknown };
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ jsonrpc: "2.0", id, result: null }));
         return;
       }
       fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })

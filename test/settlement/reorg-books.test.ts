@@ -1,0 +1,51 @@
+import { expect } from "chai";
+import { accountTotalCents } from "../../core/ledger/reads.js";
+import { IN_FLIGHT_ACCOUNT } from "../../core/settlement/ledger.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { startRpcProxy } from "../support/anvil.js";
+import { payOnBase, startEvmChain, evmRailStackOptions, fundHotWallet, type EvmChain } from "../support/evm-rail.js";
+import { startMcpStack, type McpStack } from "../support/mcp.js";
+
+/**
+ * A completed transfer whose receipt goes missing and comes back in the same block (a node
+ * behind the head, or a reorg back to the first fork) is booked as paid once: the books match the chain.
+ */
+describe("a completed transfer that leaves and comes back in the same block (anvil)", function () {
+  this.timeout(120_000);
+  let chain: EvmChain;
+  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let stack: McpStack;
+
+  before(async () => {
+    chain = await startEvmChain();
+    proxy = await startRpcProxy(chain.anvil.url);
+    stack = await startMcpStack(evmRailStackOptions({ ...chain.settings, rpcUrl: proxy.url, finalityBlocks: 50 }));
+    await fundHotWallet(chain.anvil, chain.usdc, stack.core.settlement.evm("base")!.wallet, centsToUnits(100_000));
+  });
+  after(async () => {
+    await stack?.close();
+    await proxy?.stop();
+    await chain?.anvil.stop();
+  });
+
+  const status = async (id: string) => (await stack.core.db("settlement_payments").where({ payment_id: id }).first()).status as string;
+
+  it("moves the amount back to in-flight and out to the hot wallet again, each time once", async () => {
+    const [id] = await payOnBase(stack, chain.anvil, [1_250]);
+    expect(await status(id!)).to.equal("completed");
+    for (let round = 0; round < 2; round++) {
+      proxy.mode = "no-receipts";
+      await stack.core.settlement.worker.runOnce();
+      expect(await status(id!), "the receipt is gone: submitted again").to.equal("submitted");
+      proxy.mode = "pass";
+      await stack.core.settlement.worker.runOnce();
+      expect(await status(id!), "the same receipt, in the same block").to.equal("completed");
+    }
+    const inFlight = await accountTotalCents(stack.core.db, { kind: "external", owner: IN_FLIGHT_ACCOUNT, currency: "USD" });
+    expect(inFlight, "nothing waits in flight").to.equal(0n);
+    const r = await stack.admin.audit.verifyChains({});
+    expect(r.differences.map((d) => d.message)).to.deep.equal([]);
+    expect(r.chains[0]).to.deep.include({ outgoingUnits: `${centsToUnits(1_250)}`, ledgerOutflowUnits: `${centsToUnits(1_250)}` });
+    expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+});
