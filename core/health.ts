@@ -1,6 +1,8 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
+import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "./db/knex.js";
+import { fail } from "./errors.js";
 import { migrationsCurrent } from "./db/migrate.js";
 import type { Knex } from "knex";
 
@@ -78,7 +80,8 @@ export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health
       }
       const name = req.service.startsWith("vaultgate.") ? req.service.slice("vaultgate.".length) : "";
       const run = (checks as Record<string, (() => Promise<boolean>) | undefined>)[name];
-      if (!Object.hasOwn(checks, name) || !run) return { status: Status.SERVICE_UNKNOWN };
+      // The health protocol: Check of a service the server does not know fails with NOT_FOUND.
+      if (!Object.hasOwn(checks, name) || !run) fail(Reason.NOT_FOUND, "unknown service");
       return { status: (await run()) ? Status.SERVING : Status.NOT_SERVING };
     },
   };

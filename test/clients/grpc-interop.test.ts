@@ -60,6 +60,13 @@ describe("core gRPC interop", () => {
     expect(res.status).to.equal("SERVING");
   });
 
+  it("answers each readiness check by name; an unknown service is NOT_FOUND, as the health protocol says", async () => {
+    expect((await call(health, "Check", { service: "vaultgate.database" })).status).to.equal("SERVING");
+    for (const service of ["vaultgate.nope", "vaultgate.", "nope", "vaultgate.constructor"]) {
+      await expectGrpcRefused(call(health, "Check", { service }), grpc.status.NOT_FOUND, /^unknown service$/);
+    }
+  });
+
   it("runs admin RPCs and token issuance for a stock grpc-js client", async () => {
     const slug = uniqueSlug();
     const created = await call(partners, "CreatePartner", { name: "Interop", slug }, admin());
