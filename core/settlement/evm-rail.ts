@@ -40,6 +40,8 @@ export interface EvmRail {
   /** Sends signed bytes; a node that already has them (or has mined their nonce) is not an error. */
   broadcast(rawTx: string): Promise<void>;
   receipt(txHash: string): Promise<Receipt | undefined>;
+  /** The hash (lower case) of the hot wallet's transaction with `nonce` in block `n`, read from the block itself (no transaction index). */
+  walletTransactionIn(n: number, nonce: number): Promise<string | undefined>;
   /** USDC Transfer logs from or to the hot wallet in blocks [fromBlock, toBlock]. */
   transfers(fromBlock: number, toBlock: number): Promise<UsdcTransfer[]>;
 }
@@ -160,6 +162,11 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
           });
         }
         return [...seen.values()];
+      }),
+    walletTransactionIn: (n, nonce) =>
+      rpc("eth_getBlockByNumber", async () => {
+        const block = await client.getBlock({ blockNumber: BigInt(n), includeTransactions: true });
+        return block.transactions.find((t) => t.from.toLowerCase() === wallet && t.nonce === nonce)?.hash.toLowerCase();
       }),
     receipt: (txHash) =>
       rpc("eth_getTransactionReceipt", async () => {

@@ -128,7 +128,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     // that order, means another transaction used it. Failing refunds, so only a final
     // block counts: a reorg can still take back a shallower use (and with it our receipt).
     const head = await rail.blockNumber();
-    const minedNonce = await rail.minedNonce(Math.max(0, head - rail.settings.finalityBlocks + 1));
+    const finalBlock = Math.max(0, head - rail.settings.finalityBlocks + 1);
+    const minedNonce = await rail.minedNonce(finalBlock);
     const txs = await store.transactions(p.paymentId);
     for (const tx of txs) {
       const receipt = await rail.receipt(tx.txHash);
@@ -153,6 +154,16 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     }
     if (p.minedBlock !== null) await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null });
     if (minedNonce > p.nonce!) {
+      // The evidence is the block that used the nonce: a node without a transaction index names no receipt, even of ours.
+      const taker = await nonceTakenBy(rail, p.nonce!, finalBlock);
+      if (taker === undefined) throw new Error(`the block that used nonce ${p.nonce} holds no transaction of the hot wallet with it`);
+      if (txs.some((t) => t.txHash.toLowerCase() === taker)) {
+        logger.warn(
+          { paymentId: p.paymentId, chain: p.chain, txHash: taker },
+          "the node gives no receipt for a mined transfer; it stays submitted until it does",
+        );
+        return later(recheckMs);
+      }
       await move(p, "failed", { failureReason: "dropped", final: true }, hooks.failed);
       return undefined;
     }
@@ -184,6 +195,26 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     // Nothing mined: send the latest bytes again (a restarted or dropped-from-mempool transfer).
     if (last) await rail.broadcast(last.rawTx);
     return later(recheckMs);
+  }
+
+  /**
+   * The hash of the hot wallet's transaction that used `nonce`, from the first block whose mined
+   * count passes it: searched back from `used` (a block where it has), doubling, then halving.
+   */
+  async function nonceTakenBy(rail: EvmRail, nonce: number, used: number): Promise<string | undefined> {
+    let hi = used;
+    let lo = used;
+    for (let step = 1; hi > 0; step *= 2) {
+      lo = Math.max(0, hi - step);
+      if ((await rail.minedNonce(lo)) <= nonce) break;
+      hi = lo;
+    }
+    while (hi - lo > 1) {
+      const mid = Math.floor((lo + hi) / 2);
+      if ((await rail.minedNonce(mid)) > nonce) hi = mid;
+      else lo = mid;
+    }
+    return rail.walletTransactionIn(hi, nonce);
   }
 
   /** Completed and not yet final: watch for a reorg that removes its block. */

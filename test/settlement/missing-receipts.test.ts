@@ -7,10 +7,10 @@ import { payOnBase, startEvmChain, evmRailStackOptions, fundHotWallet, type EvmC
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
- * A completed transfer whose receipt goes missing and comes back in the same block (a node
- * behind the head, or a reorg back to the first fork) is booked as paid once: the books match the chain.
+ * Receipts a node does not give (one behind the head, one without a transaction index): a transfer
+ * that was mined is never refunded, and one that leaves and comes back in the same block is booked once.
  */
-describe("a completed transfer that leaves and comes back in the same block (anvil)", function () {
+describe("a node that gives no receipt for a mined transfer (anvil)", function () {
   this.timeout(120_000);
   let chain: EvmChain;
   let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
@@ -30,7 +30,7 @@ describe("a completed transfer that leaves and comes back in the same block (anv
 
   const status = async (id: string) => (await stack.core.db("settlement_payments").where({ payment_id: id }).first()).status as string;
 
-  it("moves the amount back to in-flight and out to the hot wallet again, each time once", async () => {
+  it("a completed transfer whose receipt leaves and comes back in its block: moves the amount back to in-flight and out to the hot wallet again, each time once", async () => {
     const [id] = await payOnBase(stack, chain.anvil, [1_250]);
     expect(await status(id!)).to.equal("completed");
     for (let round = 0; round < 2; round++) {
@@ -47,5 +47,25 @@ describe("a completed transfer that leaves and comes back in the same block (anv
     expect(r.differences.map((d) => d.message)).to.deep.equal([]);
     expect(r.chains[0]).to.deep.include({ outgoingUnits: `${centsToUnits(1_250)}`, ledgerOutflowUnits: `${centsToUnits(1_250)}` });
     expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("a mined transfer the node gives no receipt for is never failed as dropped, however deep; with receipts back it completes, paid once", async () => {
+    proxy.mode = "no-receipts";
+    try {
+      const [id] = await payOnBase(stack, chain.anvil, [700]);
+      await chain.anvil.mine(60); // its nonce is used in a final block, and the node names no receipt of ours
+      await stack.core.settlement.worker.runOnce();
+      await stack.core.settlement.worker.runOnce();
+      expect(await status(id!), "no evidence another transaction took the nonce").to.equal("submitted");
+      proxy.mode = "pass";
+      await stack.core.settlement.worker.runOnce();
+      expect(await status(id!)).to.equal("completed");
+      const row = await stack.core.db("settlement_payments").where({ payment_id: id }).first();
+      expect(await chain.anvil.usdcBalance(chain.usdc, row.recipient)).to.equal(centsToUnits(700));
+      expect((await stack.admin.audit.verifyChains({})).differences.map((d) => d.message)).to.deep.equal([]);
+      expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+    } finally {
+      proxy.mode = "pass";
+    }
   });
 });
