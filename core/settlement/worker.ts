@@ -221,12 +221,14 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   async function completed(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
     const head = await rail.blockNumber();
     const receipt = await rail.receipt(p.txHash!);
-    if (!receipt || receipt.blockHash !== p.minedBlockHash) {
+    // A block is its hash: while the chain has it at its height the transfer is in it, whatever a receipt lookup says.
+    const kept = receipt ? receipt.blockHash === p.minedBlockHash : (await rail.blockHash(p.minedBlock!)) === p.minedBlockHash;
+    if (!kept) {
       logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: p.txHash }, "reorg removed a completed transfer's block; the payment is submitted again");
       await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null }, hooks.reorged);
       return later(0);
     }
-    const depth = head - receipt.blockNumber + 1;
+    const depth = head - p.minedBlock! + 1;
     await move(p, "completed", { confirmations: depth, final: depth >= rail.settings.finalityBlocks });
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }

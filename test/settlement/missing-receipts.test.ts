@@ -34,9 +34,9 @@ describe("a node that gives no receipt for a mined transfer (anvil)", function (
     const [id] = await payOnBase(stack, chain.anvil, [1_250]);
     expect(await status(id!)).to.equal("completed");
     for (let round = 0; round < 2; round++) {
-      proxy.mode = "no-receipts";
+      proxy.mode = "behind";
       await stack.core.settlement.worker.runOnce();
-      expect(await status(id!), "the receipt is gone: submitted again").to.equal("submitted");
+      expect(await status(id!), "the receipt and the block are gone: submitted again").to.equal("submitted");
       proxy.mode = "pass";
       await stack.core.settlement.worker.runOnce();
       expect(await status(id!), "the same receipt, in the same block").to.equal("completed");
@@ -47,6 +47,23 @@ describe("a node that gives no receipt for a mined transfer (anvil)", function (
     expect(r.differences.map((d) => d.message)).to.deep.equal([]);
     expect(r.chains[0]).to.deep.include({ outgoingUnits: `${centsToUnits(1_250)}`, ledgerOutflowUnits: `${centsToUnits(1_250)}` });
     expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("a completed transfer whose block the chain still has stays completed without its receipt, and becomes final; completed once", async () => {
+    const [id] = await payOnBase(stack, chain.anvil, [300]);
+    proxy.mode = "no-receipts";
+    try {
+      await stack.core.settlement.worker.runOnce();
+      expect(await status(id!)).to.equal("completed");
+      await chain.anvil.mine(60);
+      await stack.core.settlement.worker.runOnce();
+      const row = await stack.core.db("settlement_payments").where({ payment_id: id }).first();
+      expect([row.status, row.final]).to.deep.equal(["completed", true]);
+    } finally {
+      proxy.mode = "pass";
+    }
+    const actions = await stack.core.db("audit_records").where({ subject: id }).whereLike("action", "payments.settlement.%").orderBy("seq").pluck("action");
+    expect(actions).to.deep.equal(["payments.settlement.submitted", "payments.settlement.completed"]);
   });
 
   it("a mined transfer the node gives no receipt for is never failed as dropped, however deep; with receipts back it completes, paid once", async () => {

@@ -74,12 +74,13 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
   };
 }
 
-export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts";
+export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts" | "behind";
 
 /**
  * A JSON-RPC proxy in front of a node that can stop answering (a stalled connection: the
  * request is read and never answered), for everything or only for eth_sendRawTransaction
- * (then not forwarded either), or answer every receipt with null, as a node behind the head does.
+ * (then not forwarded either), or answer every receipt with null (a node without a transaction
+ * index), or every receipt and block by number (a node behind the head).
  */
 export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; stop(): Promise<void> }> {
   const stalled = new Set<http.ServerResponse>();
@@ -94,7 +95,8 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
         stalled.add(res);
         return;
       }
-      if (state.mode === "no-receipts" && body.includes("eth_getTransactionReceipt")) {
+      const hidden = state.mode === "behind" ? /eth_getTransactionReceipt|eth_getBlockByNumber/ : /eth_getTransactionReceipt/;
+      if ((state.mode === "no-receipts" || state.mode === "behind") && hidden.test(body)) {
         const { id } = JSON.parse(body) as { id: unknown };
         res.writeHead(200, { "content-type": "application/json" });
         res.end(JSON.stringify({ jsonrpc: "2.0", id, result: null }));
