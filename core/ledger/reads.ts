@@ -17,6 +17,12 @@ export async function transactionOnAccount(conn: Conn, id: string, account: Acco
   return r ? { kind: String(r.kind), amountCents: Number(r.amount) } : undefined;
 }
 
+/** Whether a ledger transaction with this id is in the books (a movement id doubles as its idempotency key). */
+export async function transactionExists(conn: Conn, id: string): Promise<boolean> {
+  const { rows } = await conn.raw(`SELECT 1 FROM ledger_transactions WHERE id = ?`, [id]);
+  return (rows as unknown[]).length > 0;
+}
+
 /** The sum of every posting on one account, in cents (a bigint as text can exceed a double's exact range). */
 export async function accountTotalCents(conn: Conn, account: AccountRef): Promise<bigint> {
   const { rows } = await conn.raw(`SELECT coalesce(sum(amount_cents), 0)::text AS total FROM ledger_postings WHERE account_id = ?`, [

@@ -1,5 +1,6 @@
 import { md5Uuid } from "../../lib/crypto.js";
 import type { Knex } from "knex";
+import { transactionExists } from "../ledger/reads.js";
 import type { SettlementPayment } from "./store.js";
 import type { SettlementHooks } from "./worker.js";
 
@@ -21,10 +22,9 @@ function movementId(...parts: string[]): string {
  * movements of their own: a transfer can come back in the very block it left (a node behind the head).
  */
 async function reorgsOf(trx: Knex.Transaction, paymentId: string): Promise<number> {
-  for (let n = 0; ; n++) {
-    const { rows } = await trx.raw(`SELECT 1 FROM ledger_transactions WHERE id = ?`, [movementId("reorged", paymentId, String(n))]);
-    if ((rows as unknown[]).length === 0) return n;
-  }
+  let n = 0;
+  while (await transactionExists(trx, movementId("reorged", paymentId, String(n)))) n++;
+  return n;
 }
 
 const utcDay = (d: Date) => d.toISOString().slice(0, 10);
