@@ -91,7 +91,7 @@ export function movementCtes(m: Movement, prefix = "ledger"): { sql: string; bin
 
 /** One check of `ledger verify` that found something wrong, with the first case it found. */
 export interface Discrepancy {
-  check: "transaction_unbalanced" | "transaction_unknown" | "transaction_empty" | "account_unknown" | "balance_mismatch";
+  check: "transaction_unbalanced" | "transaction_unknown" | "transaction_empty" | "account_unknown" | "balance_mismatch" | "in_flight_mismatch";
   message: string;
 }
 
@@ -157,6 +157,13 @@ export function createLedgerStore(db: Knex) {
             message: `${mismatch.kind} ${mismatch.owner} holds ${mismatch.expected} ${mismatch.currency} but its postings sum to ${mismatch.posted}`,
           });
         }
+        const inFlight = await first(IN_FLIGHT_MISMATCH_SQL);
+        if (inFlight) {
+          discrepancies.push({
+            check: "in_flight_mismatch",
+            message: `payments on their way to a chain total ${inFlight.expected} ${inFlight.currency} but the in-flight account's postings sum to ${inFlight.posted}`,
+          });
+        }
         const counts = await first(
           `SELECT (SELECT count(*) FROM ledger_transactions)::bigint AS transactions, (SELECT count(*) FROM ledger_postings)::bigint AS postings,
                   (SELECT count(*) FROM ledger_accounts)::bigint AS accounts`,
@@ -203,3 +210,19 @@ const BALANCE_MISMATCH_SQL = `
       FROM entries e FULL JOIN users u ON u.id = e.id
      WHERE coalesce(e.expected, 0) <> coalesce(u.total, 0)
   ) m ORDER BY kind, owner LIMIT 1`;
+
+/** The in-flight account against the payments it holds: accepted on the evm rail, neither settled nor failed. */
+const IN_FLIGHT_MISMATCH_SQL = `
+  WITH posted AS (
+    SELECT a.currency, coalesce(sum(p.amount_cents), 0) AS total
+      FROM ledger_accounts a LEFT JOIN ledger_postings p ON p.account_id = a.id
+     WHERE a.kind = 'external' AND a.owner = 'in_flight' GROUP BY a.currency
+  ),
+  open AS (
+    SELECT currency, sum(amount_cents) AS total FROM settlement_payments
+     WHERE rail = 'evm' AND status IN ('pending', 'submitted') GROUP BY currency
+  )
+  SELECT coalesce(posted.currency, open.currency) AS currency, coalesce(open.total, 0)::text AS expected, coalesce(posted.total, 0)::text AS posted
+    FROM posted FULL JOIN open ON open.currency = posted.currency
+   WHERE coalesce(open.total, 0) <> coalesce(posted.total, 0)
+   ORDER BY 1 LIMIT 1`;

@@ -11,7 +11,7 @@ import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "./an
 import { fundedChildBudget, stackRpc } from "./budgets.js";
 import type { StackOptions, TestStack } from "./stack.js";
 
-const freshAddress = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
+export const freshAddress = () => privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
 
 /** Chain base on the evm rail against a local node; a test overrides what it is about. */
 export function evmChainSettings(rpcUrl: string, usdc: Hex, over: Partial<EvmChainSettings> = {}): EvmChainSettings {

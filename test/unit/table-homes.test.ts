@@ -18,7 +18,7 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
   {
     file: "core/grants/stores/vaults.ts",
     table: "budgets",
-    why: "binding a grant locks the budget row first, in the budgets' lock order, and the consent page's one vault read leaves out closed and declined budgets; grants sit below budgets",
+    why: "binding a grant locks the budget row first, in the budgets' lock order, and the consent page's one vault read offers only draft and active budgets' vaults; grants sit below budgets",
   },
   { file: "core/grants/stores/vaults.ts", table: "vaults", why: "a grant binds only a vault its user owns" },
   {
@@ -26,6 +26,7 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
     table: "vaults",
     why: "the operator's user list names each user's root vault in the read that pages the users",
   },
+  { file: "core/ledger/store.ts", table: "settlement_payments", why: VERIFY },
   { file: "core/ledger/store.ts", table: "treasuries", why: VERIFY },
   { file: "core/ledger/store.ts", table: "treasury_executions", why: VERIFY },
   { file: "core/ledger/store.ts", table: "users", why: VERIFY },
