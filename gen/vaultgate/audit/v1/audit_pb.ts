@@ -274,7 +274,7 @@ export const VerifyLedgerResponseSchema: GenMessage<VerifyLedgerResponse> = /*@_
  */
 export type LedgerDiscrepancy = Message<"vaultgate.audit.v1.LedgerDiscrepancy"> & {
   /**
-   * transaction_unbalanced, transaction_unknown, transaction_empty, account_unknown or balance_mismatch.
+   * transaction_unbalanced, transaction_unknown, transaction_empty, account_unknown, balance_mismatch or in_flight_mismatch.
    *
    * @generated from field: string check = 1;
    */
