@@ -225,7 +225,11 @@ export function createGrantsStore(db: Db) {
 
     revokeLineage: (trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> => revokeWhere(trx, { lineage_id: lineageId }, at, reason),
 
-    revokeAllOfUser: (trx: Conn, userId: string, at: Date, reason: string): Promise<number> => revokeWhere(trx, { user_id: userId }, at, reason),
+    /** The kill switch: every grant of the user, and the codes they approved that were not exchanged yet (those would mint grants after it). */
+    async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
+      await trx("authorization_codes").where({ user_id: userId }).whereNull("consumed_at").delete();
+      return revokeWhere(trx, { user_id: userId }, at, reason);
+    },
 
     /**
      * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).

@@ -2,8 +2,8 @@ import { expect } from "chai";
 import { requirePostgres } from "../../support/db.js";
 import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createOwner } from "../../support/budgets.js";
-import { postForm, registerClient } from "../../support/agent-oauth.js";
+import { createOwner, ownerSession } from "../../support/budgets.js";
+import { pkce, postForm, REDIRECT, registerClient, vaultUrn } from "../../support/agent-oauth.js";
 import { budgetUnderRoot } from "../../support/budget-life.js";
 
 /**
@@ -109,5 +109,39 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
       await race.finish();
       expect(await activeGrants("vault_id", [life.child.vaultId])).to.equal(0);
     }
+  });
+
+  it("killSwitch.all racing exchanges of codes the user approved leaves none of the user's grants active", async () => {
+    const owner = await createOwner(stack);
+    const client = (await registerClient(stack)).body;
+    const sessionToken = await ownerSession(stack, owner.userId);
+    const codes = await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        const { verifier, challenge } = pkce();
+        const request = {
+          clientId: client.client_id,
+          redirectUri: REDIRECT,
+          scope: "accounts:read",
+          resources: [vaultUrn(owner.vaultId)],
+          codeChallenge: challenge,
+          codeChallengeMethod: "S256",
+        };
+        return { code: (await stack.clients.grants.approveAuthorization({ request, sessionToken })).code, verifier };
+      }),
+    );
+    const killer = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!.accessToken;
+    const calls: Promise<unknown>[] = codes.map(({ code, verifier }) =>
+      postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      }),
+    );
+    calls.splice(4, 0, call("/mcp/treasury", killer, "killSwitch.all"));
+    await Promise.all(calls);
+    expect(await activeGrants("user_id", [owner.userId])).to.equal(0);
   });
 });
