@@ -83,16 +83,18 @@ export async function issueToken(
   const { secretCheck } = deps.guards;
   const clientId = req.clientId;
   const actor = `partner:${clientId.slice(0, MAX_CLIENT_ID)}`;
-  if (clientId.length === 0 || clientId.length > MAX_CLIENT_ID || req.clientSecret.length > MAX_SECRET) {
+  if (clientId.length === 0 || clientId.length > MAX_CLIENT_ID) {
     // An id of no registered client's shape is audited as an unknown one.
-    const known = clientId.length > 0 && clientId.length <= MAX_CLIENT_ID;
-    await auditIssueFailure(deps, ctx, actor, known, "invalid_client");
+    await auditIssueFailure(deps, ctx, actor, false, "invalid_client");
     fail(Reason.INVALID_CLIENT, "client authentication failed");
   }
+  // A secret longer than any issued one cannot be right: it is checked as the empty secret,
+  // so it counts against the client's limit and costs and answers exactly like a wrong one.
+  const secret = req.clientSecret.length > MAX_SECRET ? "" : req.clientSecret;
 
   // A secret that verified recently skips the derivation, nothing else: the attempt is
   // still counted and decided under the row lock below.
-  const cachedHash = secretCheck.remembered(clientId, req.clientSecret);
+  const cachedHash = secretCheck.remembered(clientId, secret);
   let verifiedHash: string;
   let upgrade: string | undefined;
   if (cachedHash !== undefined) {
@@ -105,7 +107,7 @@ export async function issueToken(
     secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
     const known = candidate !== undefined;
     const checked = await auditRefusal(deps, ctx, actor, known, () =>
-      secretCheck.check(clientId, req.clientSecret, candidate?.secretHash, ctx.values.get(kClientAddress)),
+      secretCheck.check(clientId, secret, candidate?.secretHash, ctx.values.get(kClientAddress)),
     );
     if (!checked.ok) {
       await auditIssueFailure(deps, ctx, actor, known, "invalid_client");
@@ -125,8 +127,8 @@ export async function issueToken(
       // Besides the hash it was checked against, the secret is proven for a rehash of it
       // that this or a concurrent issuance of this process stored.
       const current = (h: string | undefined) => h !== undefined && partner !== undefined && constantTimeEqual(partner.secretHash, h);
-      if (!partner || !(current(verifiedHash) || current(upgrade) || current(secretCheck.remembered(clientId, req.clientSecret)))) {
-        secretCheck.forget(clientId, req.clientSecret);
+      if (!partner || !(current(verifiedHash) || current(upgrade) || current(secretCheck.remembered(clientId, secret)))) {
+        secretCheck.forget(clientId, secret);
         fail(Reason.INVALID_CLIENT, "client authentication failed");
       }
       if (partner.status !== "active") {
@@ -156,7 +158,7 @@ export async function issueToken(
       if (upgrade && current(verifiedHash)) provenHash = (await store.update(trx, clientId, { secretHash: upgrade }, now))!.secretHash;
       return { accessToken, tokenType: "Bearer", expiresIn: BigInt(PARTNER_TOKEN_TTL_SECONDS), scope: claims.scope };
     });
-    secretCheck.remember(clientId, req.clientSecret, provenHash);
+    secretCheck.remember(clientId, secret, provenHash);
     return issued;
   } catch (err) {
     const detail = errorDetailOf(err);

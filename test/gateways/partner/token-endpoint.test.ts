@@ -234,6 +234,14 @@ describe("POST /api/partner/oauth/token", () => {
       stack.clock.advance(60_001);
       expect((await viaBasic(partner)).status).to.equal(200);
     });
+
+    it("counts a secret longer than any issued one as a failed attempt, like any wrong secret", async () => {
+      const tooLong = { ...partner, clientSecret: `gps_${"x".repeat(300)}` };
+      for (let i = 0; i < 30; i++) await expectOAuthError(await viaBasic(tooLong), 401, "invalid_client");
+      const limited = await viaBasic(partner);
+      expect(limited.headers.get("retry-after")).to.equal("60");
+      await expectOAuthError(limited, 429, "rate_limited");
+    });
   });
 
   describe("audit", () => {
