@@ -30,7 +30,7 @@ export interface TreasuryFaults {
 
 /** What TreasuryService.ExecuteBatch needs. */
 export interface ExecuteBatchDeps extends CallerDeps, EdgeDeps {
-  store: Pick<TreasuryStore, "lock" | "findBatch" | "insertExecutions" | "findExecutions" | "recipients" | "recordBatch">;
+  store: Pick<TreasuryStore, "lock" | "partnerStatus" | "findBatch" | "insertExecutions" | "findExecutions" | "recipients" | "recordBatch">;
   faults?: TreasuryFaults;
 }
 
@@ -72,6 +72,8 @@ export async function executeBatch(
       // Idempotency is read under the lock, so a request with this key committed while we
       // waited is seen. No treasury means no batch can exist, so that refusal can come first.
       if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
+      // Read again under the lock: a suspension committed since the access check stops the batch.
+      if ((await store.partnerStatus(trx, partner.id)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
       const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
       if (earlier) return { replay: earlier, batch: undefined };
 
