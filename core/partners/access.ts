@@ -143,6 +143,32 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     },
 
     /**
+     * Runs the rest of a request whose access checks passed; a refusal there (paging input, the
+     * e-mail, a provider conflict) is audited as a failure like the checks' own, then rethrown.
+     */
+    async refusalsAudited<T>(ctx: HandlerContext, principal: PartnerPrincipal, operation: string, subject: string, work: () => Promise<T>): Promise<T> {
+      try {
+        return await work();
+      } catch (err) {
+        const reason = errorDetailOf(err)?.reason;
+        // Without a reason (a bug), or when the database is the problem, there is nothing to record.
+        if (reason === undefined || reason === Reason.AUDIT_UNAVAILABLE || reason === Reason.UNAVAILABLE) throw err;
+        await deps.audit
+          .append(deps.db, {
+            ...callFacts(ctx),
+            actor: principal.actor,
+            action: `partner.${operation}`,
+            outcome: "failure",
+            reason: (Reason[reason] ?? "unspecified").toLowerCase(),
+            subject,
+            at: deps.clock(),
+          })
+          .catch((auditErr: unknown) => fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditErr));
+        throw err;
+      }
+    },
+
+    /**
      * Writes the success audit row of a read before its data leaves; when it cannot be
      * written the read is withheld (audit_unavailable).
      */

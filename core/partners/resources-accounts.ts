@@ -39,7 +39,7 @@ export interface UserReadDeps<K extends keyof ResourcesStore> {
 /** What PartnerResourcesService.ListTransfers needs. */
 export interface ListTransfersDeps extends PagingDeps {
   db: Db;
-  access: Pick<PartnerAccess, "authorize" | "audited">;
+  access: Pick<PartnerAccess, "authorize" | "audited" | "refusalsAudited">;
 }
 
 /** What PartnerResourcesService.AddWallet needs. */
@@ -88,7 +88,7 @@ export async function listTransfers(
 ): Promise<MessageInitShape<typeof ListTransfersResponseSchema>> {
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "transfers.read", userId: req.userId, scope: "transfers:read" });
   const binding = `t:${principal.partnerId}:${req.userId}`;
-  const { after, limit } = position(deps, req.page, binding);
+  const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "transfers.read", req.userId, async () => position(deps, req.page, binding));
   const rows = await listTransfersOf(deps.db, req.userId, after, limit + 1);
   const out = pageOut(deps, rows, limit, after, binding);
   // Paging input is validated before the audit row: a refused cursor reads nothing.

@@ -31,7 +31,7 @@ export interface GetKycStatusDeps {
 /** What PartnerResourcesService.CreateKycLink needs. */
 export interface CreateKycLinkDeps {
   db: Db;
-  access: Pick<PartnerAccess, "authorize" | "audited">;
+  access: Pick<PartnerAccess, "authorize" | "audited" | "refusalsAudited">;
   users: Pick<UsersStore, "findById">;
   resources: Pick<ResourcesStore, "getKyc">;
   /** The configured providers, by name. */
@@ -73,22 +73,24 @@ export async function createKycLink(
 ): Promise<MessageInitShape<typeof CreateKycLinkResponseSchema>> {
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "kyc.link", userId: req.userId, scope: "kyc:read" });
   const name = req.provider || deps.defaultKycProvider;
-  const provider = deps.providers.get(name);
-  if (!provider) fail(Reason.INVALID_REQUEST, `unknown provider; available: ${[...deps.providers.keys()].join(", ")}`);
-  if (req.redirectUri) checkHttpsUrl(req.redirectUri, "redirect_uri");
-  const kyc = await kycOf(deps, req.userId);
-  if (kyc.status === "approved" && kyc.provider && kyc.provider !== name) {
-    fail(Reason.KYC_PROVIDER_CONFLICT, "the user is already verified with another provider");
-  }
-  let link: { url: string; expiresAt: Date };
-  try {
-    link = await provider.createLink({ userId: req.userId, redirectUri: req.redirectUri || undefined, now: deps.clock() });
-    checkHttpsUrl(link.url, "provider url");
-  } catch (err) {
-    // Whatever the provider did (refused, threw, or handed back an unusable URL), the
-    // client sees one fixed 503; the cause goes to the logs.
-    fail(Reason.PROVIDER_UNAVAILABLE, "the verification provider is unavailable", {}, err);
-  }
+  const link = await deps.access.refusalsAudited(ctx, principal, "kyc.link", req.userId, async () => {
+    const provider = deps.providers.get(name);
+    if (!provider) fail(Reason.INVALID_REQUEST, `unknown provider; available: ${[...deps.providers.keys()].join(", ")}`);
+    if (req.redirectUri) checkHttpsUrl(req.redirectUri, "redirect_uri");
+    const kyc = await kycOf(deps, req.userId);
+    if (kyc.status === "approved" && kyc.provider && kyc.provider !== name) {
+      fail(Reason.KYC_PROVIDER_CONFLICT, "the user is already verified with another provider");
+    }
+    try {
+      const made = await provider.createLink({ userId: req.userId, redirectUri: req.redirectUri || undefined, now: deps.clock() });
+      checkHttpsUrl(made.url, "provider url");
+      return made;
+    } catch (err) {
+      // Whatever the provider did (refused, threw, or handed back an unusable URL), the
+      // client sees one fixed 503; the cause goes to the logs.
+      return fail(Reason.PROVIDER_UNAVAILABLE, "the verification provider is unavailable", {}, err);
+    }
+  });
   await deps.access.audited(ctx, principal, "kyc.link", req.userId);
   return { url: link.url, provider: name, expiresAt: link.expiresAt.toISOString() };
 }

@@ -36,7 +36,7 @@ export interface AuthorizePartnerDeps {
 /** What PartnerResourcesService.PreCreateUser needs. */
 export interface PreCreateUserDeps {
   db: Db;
-  access: Pick<PartnerAccess, "authorize">;
+  access: Pick<PartnerAccess, "authorize" | "refusalsAudited">;
   users: Pick<UsersStore, "ensureUser">;
   resources: Pick<ResourcesStore, "addReceipt">;
   audit: Pick<AuditStore, "append">;
@@ -77,8 +77,9 @@ export async function preCreateUser(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof PreCreateUserResponseSchema>> {
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "users.create" });
-  const email = normaliseEmail(req.email);
-  if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  const email = await deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
+    return normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  });
   // One transaction: user, receipt and audit row commit together or not at all, so a
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.db.transaction(async (trx) => {

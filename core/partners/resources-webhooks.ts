@@ -17,7 +17,7 @@ import { pageOut, position, type PagingDeps } from "./resources-paging.js";
 /** What PartnerResourcesService.ListEvents needs. */
 export interface ListEventsDeps extends PagingDeps {
   db: Db;
-  access: Pick<PartnerAccess, "authorize" | "audited">;
+  access: Pick<PartnerAccess, "authorize" | "audited" | "refusalsAudited">;
   outbox: Pick<OutboxStore, "list">;
 }
 
@@ -36,7 +36,7 @@ export async function listEvents(
 ): Promise<MessageInitShape<typeof ListEventsResponseSchema>> {
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "events.read" });
   const binding = `e:${principal.partnerId}`;
-  const { after, limit } = position(deps, req.page, binding);
+  const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "events.read", "", async () => position(deps, req.page, binding));
   const rows = await deps.outbox.list(deps.db, principal.partnerId, after, limit + 1);
   const out = pageOut(deps, rows, limit, after, binding);
   await deps.access.audited(ctx, principal, "events.read", "");
