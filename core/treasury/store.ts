@@ -255,11 +255,13 @@ export function createTreasuryStore(db: Db) {
      * until the batch ends so a change to a user and the batch never interleave their writes.
      */
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
+      // Locked first, read after: a statement that waited for a lock still reads the consents
+      // of the snapshot it began with, so a revocation committed meanwhile would go unseen.
+      await trx.raw(`SELECT 1 FROM users WHERE id = ANY(?::uuid[]) ORDER BY id FOR KEY SHARE`, [userIds]);
       const { rows } = await trx.raw(
         `SELECT u.id AS user_id, u.status, coalesce(c.scopes, '{}') AS scopes
            FROM users u LEFT JOIN consents c ON c.user_id = u.id AND c.partner_id = ?
-          WHERE u.id = ANY(?::uuid[])
-            FOR KEY SHARE OF u`,
+          WHERE u.id = ANY(?::uuid[])`,
         [partnerId, userIds],
       );
       return (rows as Record<string, unknown>[]).map((r) => ({
