@@ -43,6 +43,11 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
     why: "a batch reads its recipients and their consents in one statement, holding each user row (FOR KEY SHARE)",
   },
   { file: "core/treasury/store.ts", table: "users", why: "the same statement: each recipient must exist and be active" },
+  {
+    file: "core/treasury/store.ts",
+    table: "partners",
+    why: "a batch rereads its partner's status under the treasury lock (FOR SHARE), so a suspension either waits for it or is seen",
+  },
 ];
 
 /** Statements that write a table of another room, each with its reason. */
