@@ -125,7 +125,9 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
       const r = await handleOne(raw, category, caller);
       if (r) replies.push(r);
     }
-    const status = caller.unauthorized ? 401 : replies.length === 0 ? 202 : 200;
+    // A batch in which a call took effect answers 200, so a client that drops 401 bodies keeps its results (a rotated refresh token).
+    const tookEffect = replies.some((r) => "result" in r);
+    const status = caller.unauthorized && !tookEffect ? 401 : replies.length === 0 ? 202 : 200;
     if (caller.unauthorized) reply.header("www-authenticate", caller.bearer ? challenges.get(path)!.invalid : challenges.get(path)!.missing);
     if (caller.issuedSession) reply.header("mcp-session-id", caller.issuedSession);
     if (replies.length === 0) return reply.code(status).send();

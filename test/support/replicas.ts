@@ -72,5 +72,5 @@ export async function postJsonRpc(url: string, body: unknown, bearer?: string) {
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   const res = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
   const text = await res.text();
-  return { status: res.status, text, json: text ? (JSON.parse(text) as unknown) : undefined };
+  return { status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as unknown) : undefined };
 }

@@ -69,4 +69,26 @@ describe("JSON-RPC batches: every element is authorized afresh", () => {
     }
     expect(await budgetsUnder(user.vaultId)).to.equal(0);
   });
+
+  it("a batch whose refresh took effect answers 200 beside a refused bearer, so the rotated tokens are not lost to a 401", async () => {
+    const user = await f.user();
+    const client = await f.oauthClient("accounts:read");
+    const grant = await f.clientGrant(user, client);
+    const refresh = {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "agent.grant.refresh",
+      params: { refresh_token: grant.refreshToken, client_id: client.clientId, client_secret: client.clientSecret },
+    };
+    const res = await postJsonRpc(`${stack.url}/mcp/treasury`, [refresh, { jsonrpc: "2.0", id: 2, method: "ping" }], "not-a-token");
+    expect(res.status, res.text).to.equal(200);
+    const [refreshed, ping] = res.json as JsonRpcReply[];
+    expect(refreshed!.result?.refresh_token, res.text).to.be.a("string").and.not.equal(grant.refreshToken);
+    expect(ping!.error?.code).to.equal(-32001);
+    expect(ping!.error?.data?.reason_id).to.equal("invalid_token");
+    // Nothing took effect: the refused bearer is answered 401 with its challenge.
+    const refused = await postJsonRpc(`${stack.url}/mcp/treasury`, [{ jsonrpc: "2.0", id: 3, method: "ping" }], "not-a-token");
+    expect(refused.status).to.equal(401);
+    expect(refused.headers.get("www-authenticate")).to.match(/^Bearer /);
+  });
 });
