@@ -25,7 +25,8 @@ function toListing(row: { id: string; email: string; status: UserRecord["status"
 /** Normalises an e-mail for identity: trimmed and lower-cased; undefined when not an address. */
 export function normaliseEmail(value: string): string | undefined {
   const email = value.trim().toLowerCase();
-  if (email.length > 254 || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) return undefined;
+  // No control characters: an address is printed on operators' terminals and put in mail headers.
+  if (email.length > 254 || !/^[^\s@\p{Cc}]+@[^\s@\p{Cc}]+\.[^\s@\p{Cc}]+$/u.test(email)) return undefined;
   return email;
 }
 

@@ -120,6 +120,16 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     expect(messages).to.have.length(0);
   });
 
+  it("an e-mail address with a control character is refused at sign-in and by the operator's user creation", async () => {
+    const email = "ada\u001b]0;owned\u0007@example.com";
+    const jar = createJar(stack.url);
+    const form = formFields(await (await jar.get("/signin")).text(), "/signin");
+    const sent = await jar.post("/signin", { ...form, email });
+    expect(sent.status).to.equal(400);
+    expect(await sent.text()).to.include("Enter a valid e-mail address.");
+    await expectRefused(stack.admin.partners.createUser({ email }), Reason.INVALID_REQUEST);
+  });
+
   it("never redirects sign-in to another origin", async () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
