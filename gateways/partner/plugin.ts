@@ -8,8 +8,6 @@ import { treasuryRoutes } from "./treasury-routes.js";
 export interface PartnerGatewayOptions {
   clients: CoreClients;
   realm: string;
-  /** Public base of this surface for the OpenAPI `servers` entry (default: relative). */
-  serverUrl?: string;
 }
 
 /** The partner REST surface under /api/partner; each envelope in its own encapsulated context. */
@@ -17,5 +15,5 @@ export async function partnerGateway(app: FastifyInstance, options: PartnerGatew
   await app.register(tokenRoute, { partners: options.clients.partners, realm: options.realm });
   await app.register(resourceRoutes, { resources: options.clients.partnerResources });
   await app.register(treasuryRoutes, { treasury: options.clients.treasury });
-  await app.register(openApiRoute, { serverUrl: options.serverUrl ?? "/api/partner" });
+  await app.register(openApiRoute);
 }
