@@ -3,7 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
-import { parseBasicCredentials } from "../shared/basic-auth.js";
+import { basicClientId, parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { noteRefusal } from "../request-log.js";
 
@@ -93,8 +93,12 @@ function authenticateClient(request: FastifyRequest, params: Map<string, string>
   if (header !== undefined) {
     if (formUsed) throw invalidRequest("use one client authentication method, not both");
     const credentials = parseBasicCredentials(header);
-    if (!credentials) throw invalidClient();
-    return credentials;
+    if (credentials) return credentials;
+    // A secret part that does not decode cannot be right; with a readable client id it is
+    // checked as a wrong secret, so it counts against that client's limit and is audited.
+    const clientId = basicClientId(header);
+    if (clientId === undefined || clientId === "") throw invalidClient();
+    return { clientId, clientSecret: "" };
   }
   return { clientId: params.get("client_id") ?? "", clientSecret: params.get("client_secret") ?? "" };
 }

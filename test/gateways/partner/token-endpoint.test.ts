@@ -242,6 +242,17 @@ describe("POST /api/partner/oauth/token", () => {
       expect(limited.headers.get("retry-after")).to.equal("60");
       await expectOAuthError(limited, 429, "rate_limited");
     });
+
+    it("counts and audits Basic credentials whose secret part is not form-encoded, answering as for a wrong secret", async () => {
+      const malformed = { authorization: `Basic ${Buffer.from(`${partner.clientId}:%zz`).toString("base64")}` };
+      const first = await postToken(stack.url, CC, malformed);
+      expect(first.headers.get("www-authenticate")).to.equal('Basic realm="vaultgate-partner"');
+      expect(await first.text()).to.equal(await (await viaBasic({ ...partner, clientSecret: "gps_wrong" })).text());
+      const records = (await stack.admin.audit.listRecords({ requestId: first.headers.get("x-request-id")! })).records;
+      expect(records.map((r) => [r.action, r.outcome, r.reason])).to.deep.equal([["partner.token.issue", Outcome.FAILURE, "invalid_client"]]);
+      for (let i = 2; i < 30; i++) await expectOAuthError(await postToken(stack.url, CC, malformed), 401, "invalid_client");
+      await expectOAuthError(await viaBasic(partner), 429, "rate_limited");
+    });
   });
 
   describe("audit", () => {
