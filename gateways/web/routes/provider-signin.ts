@@ -28,27 +28,31 @@ function decoded(value: string): string {
  */
 export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const secure = ctx.urls.appUrl.startsWith("https:");
+  // Over https the names carry __Host- (Path=/, host-only), so a sibling subdomain cannot plant its own
+  // flow's secret and sign the person in to someone else's account; plain http keeps them on the callback path.
+  const flowCookie = secure ? `__Host-${FLOW_COOKIE}` : FLOW_COOKIE;
+  const returnCookie = secure ? `__Host-${RETURN_COOKIE}` : RETURN_COOKIE;
   // SameSite=Lax: the provider's redirect back is a top-level navigation, which Lax lets through.
   const cookie = (name: string, value: string, maxAge: number) =>
-    `${name}=${value}; Path=${PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+    `${name}=${value}; Path=${secure ? "/" : PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
 
   app.get(PATH, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
     const maxAge = Number(res.expiresIn);
-    reply.header("set-cookie", [cookie(FLOW_COOKIE, res.flowSecret, maxAge), cookie(RETURN_COOKIE, encodeURIComponent(returnTo), maxAge)]);
+    reply.header("set-cookie", [cookie(flowCookie, res.flowSecret, maxAge), cookie(returnCookie, encodeURIComponent(returnTo), maxAge)]);
     return reply.redirect(res.authorizationUrl, 303);
   });
 
   app.get(`${PATH}/callback`, async (request, reply) => {
     const cookies = readCookies(request);
-    const returnTo = safeReturnTo(decoded(cookies[RETURN_COOKIE] ?? ""));
+    const returnTo = safeReturnTo(decoded(cookies[returnCookie] ?? ""));
     const current = await ctx.session(request);
     // The flow is used up whatever happens next; the cookies go with it.
-    reply.header("set-cookie", [cookie(FLOW_COOKIE, "", 0), cookie(RETURN_COOKIE, "", 0)]);
+    reply.header("set-cookie", [cookie(flowCookie, "", 0), cookie(returnCookie, "", 0)]);
     const res = await ctx.grants.completeProviderSignIn(
-      { callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url, flowSecret: cookies[FLOW_COOKIE] ?? "", sessionToken: current?.token ?? "" },
+      { callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url, flowSecret: cookies[flowCookie] ?? "", sessionToken: current?.token ?? "" },
       ctx.rpc(request),
     );
     if (res.sessionToken) ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
