@@ -153,7 +153,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     host,
     corePort,
     coreHost,
-    coreUrl: env.CORE_URL ? urlSetting(env, "CORE_URL", "") : undefined,
+    coreUrl: env.CORE_URL ? originSetting(env, "CORE_URL") : undefined,
     coreTls,
     coreClientTls,
     coreAllowCleartext: boolSetting(env, "CORE_ALLOW_CLEARTEXT", false),
@@ -240,7 +240,16 @@ function urlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): str
     throw new ConfigError(`${name} must be an absolute http(s) URL`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(`${name} must be an absolute http(s) URL`);
+  // Never echoed: a password in it would reach messages and logs.
+  if (url.username || url.password) throw new ConfigError(`${name} must not carry a user name or password`);
   return raw.replace(/\/+$/, "");
+}
+
+/** A URL that names a server only (scheme, host, port): core serves its RPCs at fixed paths from the root. */
+function originSetting(env: NodeJS.ProcessEnv, name: string): string {
+  const url = new URL(urlSetting(env, name, ""));
+  if (url.pathname !== "/" || url.search || url.hash) throw new ConfigError(`${name} must be scheme, host and port only, such as http://127.0.0.1:8081`);
+  return url.origin;
 }
 
 function boolSetting(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {

@@ -225,5 +225,10 @@ describe("vaultgate CLI usability (real processes)", function () {
     const { CORE_URL: _unused, ...withoutUrl } = proc.env;
     const byPort = await runCli(["partner", "list"], { ...withoutUrl, CORE_URL: "", CORE_PORT: "9" });
     expect(byPort.stderr).to.include("cannot reach core at http://127.0.0.1:9 (from CORE_HOST and CORE_PORT; CORE_URL is unset)");
+    // A password in CORE_URL is refused before anything could print it; a path would only answer 404.
+    const withPassword = await runCli(["partner", "list"], { ...proc.env, CORE_URL: "http://ops:hunter2-secret@127.0.0.1:9" });
+    expect([withPassword.code, withPassword.stderr]).to.deep.equal([1, "vaultgate: CORE_URL must not carry a user name or password\n"]);
+    const withPath = await runCli(["partner", "list"], { ...proc.env, CORE_URL: `${proc.env.CORE_URL}/core` });
+    expect([withPath.code, withPath.stderr]).to.deep.equal([1, "vaultgate: CORE_URL must be scheme, host and port only, such as http://127.0.0.1:8081\n"]);
   });
 });
