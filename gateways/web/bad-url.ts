@@ -1,10 +1,10 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { html, page } from "./views/html.js";
 import { BAD_ADDRESS, setPageHeaders } from "./context.js";
-import { AGENTS_PATH } from "./paths.js";
+import { AGENTS_PATH, AUTHORIZE_PATH, DASHBOARD_PATH, SIGNIN_PATH, SIGNOUT_PATH, STEP_UP_PATH } from "./paths.js";
 
 /** Path prefixes served by the page surface (gateways/web): people, not programs, read these. */
-const PAGE_PREFIXES = ["/signin", "/stepup", "/signout", "/dashboard", "/oauth2/authorize"];
+const PAGE_PREFIXES = [SIGNIN_PATH, STEP_UP_PATH, SIGNOUT_PATH, DASHBOARD_PATH, AUTHORIZE_PATH];
 
 /** True when `url` (raw, as received) belongs to a page route. */
 export function isPagePath(url: string): boolean {

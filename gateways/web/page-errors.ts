@@ -4,7 +4,7 @@ import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_
 import { noteRefusal } from "../request-log.js";
 import { html } from "./views/html.js";
 import { PageError, type WebContext } from "./context.js";
-import { AGENTS_PATH } from "./paths.js";
+import { AGENTS_PATH, SIGNIN_PATH } from "./paths.js";
 
 /** Reason -> page; `undefined` renders the generic 500 page. Exhaustive, so a new Reason is a compile error. */
 const GENERIC = undefined;
@@ -59,7 +59,7 @@ const pageTable = {
 export function pageErrorHandler(ctx: WebContext) {
   // Where a person goes next: their agents with a session cookie, else the sign-in page (no core call, which may be what failed).
   const onward = (request: FastifyRequest) =>
-    ctx.sessionToken(request) ? html`<p><a href="${AGENTS_PATH}">Go to your agents</a></p>` : html`<p><a href="/signin">Sign in</a></p>`;
+    ctx.sessionToken(request) ? html`<p><a href="${AGENTS_PATH}">Go to your agents</a></p>` : html`<p><a href="${SIGNIN_PATH}">Sign in</a></p>`;
   return (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p>${onward(request)}</div>`);
     const status = (err as { statusCode?: number }).statusCode;

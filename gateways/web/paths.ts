@@ -3,6 +3,17 @@
 import { AGENTS_PATH } from "../../lib/app-paths.js";
 
 export { AGENTS_PATH };
+export const DASHBOARD_PATH = "/dashboard";
+export const SIGNIN_PATH = "/signin";
+export const SIGNIN_CODE_PATH = "/signin/code";
+export const SIGNIN_OIDC_PATH = "/signin/oidc";
+export const SIGNIN_PASSKEY_PATH = "/signin/passkey";
+export const SIGNOUT_PATH = "/signout";
+export const STEP_UP_PATH = "/stepup";
+export const STEP_UP_CODE_PATH = "/stepup/code";
+export const STEP_UP_PASSKEY_PATH = "/stepup/passkey";
+export const AUTHORIZE_PATH = "/oauth2/authorize";
+export const AUTHORIZE_DECISION_PATH = "/oauth2/authorize/decision";
 /** The owner's money at a glance. */
 export const MONEY_PATH = "/dashboard/money";
 
@@ -23,6 +34,6 @@ export const sweepPath = (vaultId: string) => `${MONEY_PATH}/budgets/${vaultId}/
 export const vaultAnchor = (vaultId: string) => `v-${vaultId}`;
 
 /** The step-up page, coming back to `returnTo` (a same-origin path) once confirmed. */
-export const stepUpPath = (returnTo: string) => `/stepup?return_to=${encodeURIComponent(returnTo)}`;
+export const stepUpPath = (returnTo: string) => `${STEP_UP_PATH}?return_to=${encodeURIComponent(returnTo)}`;
 /** The sign-in page, coming back to `returnTo` (a same-origin path) once signed in. */
-export const signInPath = (returnTo: string) => `/signin?return_to=${encodeURIComponent(returnTo)}`;
+export const signInPath = (returnTo: string) => `${SIGNIN_PATH}?return_to=${encodeURIComponent(returnTo)}`;

@@ -6,7 +6,7 @@ import { noteRefusal } from "../../request-log.js";
 import { oauthErrorFrom } from "../../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { PageError, type WebContext } from "../context.js";
-import { stepUpPath } from "../paths.js";
+import { AUTHORIZE_DECISION_PATH, AUTHORIZE_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 
 /** The authorization request's parameters; `resource` may repeat (RFC 8707). */
@@ -93,12 +93,12 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return { checked };
   }
 
-  app.get("/oauth2/authorize", async (request, reply) => {
+  app.get(AUTHORIZE_PATH, async (request, reply) => {
     const p = fromSearch(new URL(request.url, "http://local").searchParams);
     const current = await ctx.session(request);
     const result = await check(request, reply, p, current?.token ?? "");
     if (!result.checked) return result.reply;
-    const here = `/oauth2/authorize?${toQuery(p)}`;
+    const here = `${AUTHORIZE_PATH}?${toQuery(p)}`;
     if (!current) return ctx.signInRedirect(reply, here);
     const c = result.checked;
     if (c.stepUpRequired && !c.stepUpFresh) return reply.redirect(stepUpPath(here), 303);
@@ -124,7 +124,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       reply,
       200,
       `Allow ${client.clientName}?`,
-      html`<form class="card" method="post" action="/oauth2/authorize/decision">
+      html`<form class="card" method="post" action="${AUTHORIZE_DECISION_PATH}">
         <p><strong>${client.clientName}</strong> <span class="muted">(<code>${client.clientId}</code>)</span> wants to act for you. It will be able to:</p>
         <ul class="scopes">${c.scopes.map((s) => html`<li>${AGENT_SCOPE_WORDS[s] ?? s} <span class="muted">(<code>${s}</code>)</span></li>`)}</ul>
         ${vaultChoice}
@@ -138,7 +138,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     );
   });
 
-  app.post("/oauth2/authorize/decision", async (request, reply) => {
+  app.post(AUTHORIZE_DECISION_PATH, async (request, reply) => {
     const form = ctx.readForm(request, ["resource"]);
     ctx.checkCsrf(request, form.params);
     const sp = new URLSearchParams();
@@ -150,7 +150,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const current = await ctx.session(request);
     const result = await check(request, reply, p, current?.token ?? "");
     if (!result.checked) return result.reply;
-    if (!current) return ctx.signInRedirect(reply, `/oauth2/authorize?${toQuery(p)}`);
+    if (!current) return ctx.signInRedirect(reply, `${AUTHORIZE_PATH}?${toQuery(p)}`);
     if (form.params.get("decision") !== "approve") {
       return redirectBack(reply, p, { error: "access_denied", error_description: "the user denied the request" });
     }
@@ -161,7 +161,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       );
       return redirectBack(reply, p, { code: res.code });
     } catch (err) {
-      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(`/oauth2/authorize?${toQuery(p)}`), 303);
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(`${AUTHORIZE_PATH}?${toQuery(p)}`), 303);
       return refuse(reply, p, err);
     }
   });

@@ -10,9 +10,10 @@ import { moneyReturnTo, PageError, type Current, type WebContext } from "../cont
 import { money, utcMinute } from "../format.js";
 import { loadPending } from "../load-pending.js";
 import {
-  AGENTS_PATH,
   agentPath,
+  AGENTS_PATH,
   closePath,
+  DASHBOARD_PATH,
   fundPath,
   KILL_SWITCH_PATH,
   MONEY_PATH,
@@ -68,7 +69,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return typeof done === "string" && NOTICES[done] ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
   };
 
-  app.get("/dashboard", async (_request, reply) => reply.redirect(AGENTS_PATH, 303));
+  app.get(DASHBOARD_PATH, async (_request, reply) => reply.redirect(AGENTS_PATH, 303));
 
   /** A payment's step_up_url (lib/app-paths.ts) leads to its review page, whatever the agent segment says. */
   const paymentLink = (request: FastifyRequest): string | undefined => {

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
 import { UUID } from "../../../lib/uuid.js";
-import { PASSKEYS_PATH, signInPath, stepUpPath } from "../paths.js";
+import { PASSKEYS_PATH, SIGNIN_PASSKEY_PATH, signInPath, STEP_UP_PASSKEY_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 import { ceremonyForm, passkeyList, PASSKEYS_NOT_ENABLED, PASSKEYS_SCRIPT_PATH } from "../views/passkeys.js";
 import { PASSKEYS_SCRIPT } from "../views/passkeys-script.js";
@@ -114,7 +114,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     return reply.redirect(`${PASSKEYS_PATH}?done=removed`, 303);
   });
 
-  app.get("/stepup/passkey", async (request, reply) => {
+  app.get(STEP_UP_PASSKEY_PATH, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
@@ -125,13 +125,13 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       reply,
       200,
       "Confirm it's you",
-      html`${ceremonyForm({ kind: "get", action: "/stepup/passkey", optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Confirm with your passkey: your device will ask for your fingerprint, face or PIN." })}
+      html`${ceremonyForm({ kind: "get", action: STEP_UP_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Confirm with your passkey: your device will ask for your fingerprint, face or PIN." })}
         <p><a href="${stepUpPath(returnTo)}">Confirm another way</a></p>`,
       { email: current.session.email, csrf },
     );
   });
 
-  app.post("/stepup/passkey", async (request, reply) => {
+  app.post(STEP_UP_PASSKEY_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
@@ -142,7 +142,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     return reply.redirect(returnTo, 303);
   });
 
-  app.get("/signin/passkey", async (request, reply) => {
+  app.get(SIGNIN_PASSKEY_PATH, async (request, reply) => {
     if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
     const returnTo = safeReturnTo(q(request, "return_to"));
     const res = await ctx.grants.startPasskeyAssertion({}, ctx.rpc(request));
@@ -152,12 +152,12 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       reply,
       200,
       "Sign in with a passkey",
-      html`${ceremonyForm({ kind: "get", action: "/signin/passkey", optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
+      html`${ceremonyForm({ kind: "get", action: SIGNIN_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
         <p><a href="${signInPath(returnTo)}">Sign in another way</a></p>`,
     );
   });
 
-  app.post("/signin/passkey", async (request, reply) => {
+  app.post(SIGNIN_PASSKEY_PATH, async (request, reply) => {
     if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);

@@ -1,10 +1,10 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, type WebContext } from "../context.js";
+import { SIGNIN_OIDC_PATH } from "../paths.js";
 
 /** The browser's secret for one provider flow, and where to go afterwards; only the callback path sees them. */
 const FLOW_COOKIE = "vg_oidc";
 const RETURN_COOKIE = "vg_oidc_return";
-const PATH = "/signin/oidc";
 
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
@@ -34,9 +34,9 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
   const returnCookie = secure ? `__Host-${RETURN_COOKIE}` : RETURN_COOKIE;
   // SameSite=Lax: the provider's redirect back is a top-level navigation, which Lax lets through.
   const cookie = (name: string, value: string, maxAge: number) =>
-    `${name}=${value}; Path=${secure ? "/" : PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+    `${name}=${value}; Path=${secure ? "/" : SIGNIN_OIDC_PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
 
-  app.get(PATH, async (request, reply) => {
+  app.get(SIGNIN_OIDC_PATH, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
@@ -45,7 +45,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
     return reply.redirect(res.authorizationUrl, 303);
   });
 
-  app.get(`${PATH}/callback`, async (request, reply) => {
+  app.get(`${SIGNIN_OIDC_PATH}/callback`, async (request, reply) => {
     const cookies = readCookies(request);
     const returnTo = safeReturnTo(decoded(cookies[returnCookie] ?? ""));
     const current = await ctx.session(request);

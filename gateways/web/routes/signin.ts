@@ -4,7 +4,17 @@ import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/erro
 import { noteRefusal } from "../../request-log.js";
 import { UUID } from "../../../lib/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
-import { signInPath, stepUpPath } from "../paths.js";
+import {
+  SIGNIN_CODE_PATH,
+  SIGNIN_OIDC_PATH,
+  SIGNIN_PASSKEY_PATH,
+  SIGNIN_PATH,
+  signInPath,
+  SIGNOUT_PATH,
+  STEP_UP_CODE_PATH,
+  STEP_UP_PATH,
+  stepUpPath,
+} from "../paths.js";
 import { html } from "../views/html.js";
 import { passkeyStepUpOffer } from "../passkey-offer.js";
 
@@ -23,11 +33,11 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       status,
       "Sign in",
       html`${error ? html`<div class="card error"><p>${error}</p></div>` : ""}
-      ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?return_to=${encodeURIComponent(returnTo)}">Sign in with your organisation</a></p>` : ""}
-      ${ctx.signinMethods.includes("passkey") ? html`<p class="card"><a class="button" href="/signin/passkey?return_to=${encodeURIComponent(returnTo)}">Sign in with a passkey</a></p>` : ""}
+      ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="${SIGNIN_OIDC_PATH}?return_to=${encodeURIComponent(returnTo)}">Sign in with your organisation</a></p>` : ""}
+      ${ctx.signinMethods.includes("passkey") ? html`<p class="card"><a class="button" href="${SIGNIN_PASSKEY_PATH}?return_to=${encodeURIComponent(returnTo)}">Sign in with a passkey</a></p>` : ""}
       ${
         ctx.signinMethods.includes("email")
-          ? html`<form class="card" method="post" action="/signin">
+          ? html`<form class="card" method="post" action="${SIGNIN_PATH}">
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <label for="email">E-mail address</label>
         <input id="email" type="email" name="email" autocomplete="email" required>
@@ -62,27 +72,27 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     );
   }
 
-  app.get("/signin", async (request, reply) => emailForm(reply, request, safeReturnTo(q(request, "return_to"))));
+  app.get(SIGNIN_PATH, async (request, reply) => emailForm(reply, request, safeReturnTo(q(request, "return_to"))));
 
-  app.post("/signin", async (request, reply) => {
+  app.post(SIGNIN_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     try {
       const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "" }, ctx.rpc(request));
-      return reply.redirect(`/signin/code?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
+      return reply.redirect(`${SIGNIN_CODE_PATH}?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
     } catch (err) {
       if (noteRefusal(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
       throw err;
     }
   });
 
-  app.get("/signin/code", async (request, reply) => {
+  app.get(SIGNIN_CODE_PATH, async (request, reply) => {
     const challenge = q(request, "challenge") ?? "";
     const returnTo = safeReturnTo(q(request, "return_to"));
     if (!UUID.test(challenge)) return reply.redirect(signInPath(returnTo), 303);
     return codeForm(reply, request, {
-      action: "/signin/code",
+      action: SIGNIN_CODE_PATH,
       challenge,
       returnTo,
       title: "Enter your code",
@@ -90,7 +100,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     });
   });
 
-  app.post("/signin/code", async (request, reply) => {
+  app.post(SIGNIN_CODE_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
@@ -102,7 +112,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     } catch (err) {
       if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
-        action: "/signin/code",
+        action: SIGNIN_CODE_PATH,
         challenge: UUID.test(challenge) ? challenge : "",
         returnTo,
         title: "Enter your code",
@@ -113,7 +123,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     }
   });
 
-  app.post("/signout", async (request, reply) => {
+  app.post(SIGNOUT_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const token = ctx.sessionToken(request);
@@ -127,7 +137,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       }
     }
     ctx.clearSession(reply);
-    return reply.redirect("/signin", 303);
+    return reply.redirect(SIGNIN_PATH, 303);
   });
 
   /** The session may still be live on the server: say so instead of claiming success. */
@@ -143,11 +153,11 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       reply,
       unavailable ? 503 : 500,
       "Sign-out did not complete",
-      html`<div class="card error"><p>We could not end your session on the server just now, so you are still signed in. Try again in a moment.</p><form method="post" action="/signout"><input type="hidden" name="csrf" value="${ctx.csrfToken(request, reply)}"><button type="submit">Sign out again</button></form><p>Reference: <code>${request.id}</code></p></div>`,
+      html`<div class="card error"><p>We could not end your session on the server just now, so you are still signed in. Try again in a moment.</p><form method="post" action="${SIGNOUT_PATH}"><input type="hidden" name="csrf" value="${ctx.csrfToken(request, reply)}"><button type="submit">Sign out again</button></form><p>Reference: <code>${request.id}</code></p></div>`,
     );
   }
 
-  app.get("/stepup", async (request, reply) => {
+  app.get(STEP_UP_PATH, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
@@ -157,10 +167,10 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       200,
       "Confirm it's you",
       html`<p>Approving payments or budgets needs a fresh confirmation.</p>
-      ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="/signin/oidc?step_up=1&amp;return_to=${encodeURIComponent(returnTo)}">Confirm at your organisation</a></p>` : ""}
+      ${ctx.signinMethods.includes("oidc") ? html`<p class="card"><a class="button" href="${SIGNIN_OIDC_PATH}?step_up=1&amp;return_to=${encodeURIComponent(returnTo)}">Confirm at your organisation</a></p>` : ""}
       ${
         ctx.signinMethods.includes("email")
-          ? html`<form class="card" method="post" action="/stepup">
+          ? html`<form class="card" method="post" action="${STEP_UP_PATH}">
         <p>We will e-mail a code to <strong>${current.session.email}</strong>.</p>
         <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="return_to" value="${returnTo}">
         <button type="submit">Send code</button>
@@ -171,24 +181,24 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     );
   });
 
-  app.post("/stepup", async (request, reply) => {
+  app.post(STEP_UP_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     const res = await ctx.grants.startSignIn({ sessionToken: current.token }, ctx.rpc(request));
-    return reply.redirect(`/stepup/code?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
+    return reply.redirect(`${STEP_UP_CODE_PATH}?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
   });
 
-  app.get("/stepup/code", async (request, reply) => {
+  app.get(STEP_UP_CODE_PATH, async (request, reply) => {
     const challenge = q(request, "challenge") ?? "";
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     if (!UUID.test(challenge)) return reply.redirect(stepUpPath(returnTo), 303);
     return codeForm(reply, request, {
-      action: "/stepup/code",
+      action: STEP_UP_CODE_PATH,
       challenge,
       returnTo,
       title: "Confirm it's you",
@@ -197,7 +207,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     });
   });
 
-  app.post("/stepup/code", async (request, reply) => {
+  app.post(STEP_UP_CODE_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
@@ -210,7 +220,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     } catch (err) {
       if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;
       return codeForm(reply, request, {
-        action: "/stepup/code",
+        action: STEP_UP_CODE_PATH,
         challenge: UUID.test(challenge) ? challenge : "",
         returnTo,
         title: "Confirm it's you",

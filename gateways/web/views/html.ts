@@ -1,4 +1,4 @@
-import { AGENTS_PATH, MONEY_PATH, PASSKEYS_PATH } from "../paths.js";
+import { AGENTS_PATH, MONEY_PATH, PASSKEYS_PATH, SIGNOUT_PATH } from "../paths.js";
 
 /** Escapes a value for HTML text and double-quoted attributes (every page value goes through it). */
 function esc(value: unknown): string {
@@ -60,7 +60,7 @@ label.check{display:flex;gap:.5rem;align-items:center;font-weight:400}
 export function page(title: string, body: Html, opts: { email?: string; csrf?: string; passkeys?: boolean } = {}): string {
   const nav = opts.email
     ? html`<nav class="muted">Signed in as ${opts.email} · <a href="${AGENTS_PATH}">Your agents</a> · <a href="${MONEY_PATH}">Your money</a>${opts.passkeys ? html` · <a href="${PASSKEYS_PATH}">Passkeys</a>` : ""}
-        <form method="post" action="/signout" style="display:inline"><input type="hidden" name="csrf" value="${opts.csrf ?? ""}"><button class="secondary" type="submit">Sign out</button></form></nav>`
+        <form method="post" action="${SIGNOUT_PATH}" style="display:inline"><input type="hidden" name="csrf" value="${opts.csrf ?? ""}"><button class="secondary" type="submit">Sign out</button></form></nav>`
     : html``;
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(title)} · Vaultgate</title><style>${STYLE}</style></head><body><main>${nav.html}<h1>${esc(title)}</h1>${body.html}</main></body></html>`;
