@@ -13,11 +13,13 @@ import { budgetCaller, withBudget, type ActingDeps } from "./caller.js";
 import { derivedId } from "./ids.js";
 import { MAX_AMOUNT } from "./policy.js";
 import type { BudgetRecord, VaultRecord } from "./records.js";
+import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import { checkFundInput } from "./validation.js";
 
 export interface FundVaultDeps {
   db: Db;
+  budgets: BudgetsRowStore;
   vaults: VaultsStore;
   audit: AuditStore;
   clock: () => Date;
@@ -34,6 +36,11 @@ export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx:
   if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault_id must be a UUID");
   if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   const vault = await deps.db.transaction(async (trx) => {
+    // The budget row before the vault (the budgets' lock order): a close or decline is seen or waits.
+    const budget = await deps.budgets.findBudgetByVault(trx, req.vaultId, true);
+    if (budget?.status === "closed" || budget?.status === "declined") {
+      fail(Reason.ACCESS_DENIED, `the vault belongs to a ${budget.status} budget, where nothing can spend; fund its parent vault`);
+    }
     const v = await deps.vaults.findVault(trx, req.vaultId, true);
     if (!v) fail(Reason.NOT_FOUND, "no such vault");
     if (v.balanceCents + amountCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the balance would exceed 2^53-1 cents");
