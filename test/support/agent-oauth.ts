@@ -197,14 +197,14 @@ export async function verifyReason(stack: TestStack, accessToken: string): Promi
   return (await refusalOf(call)).reason;
 }
 
-/** Registration, sign-in, consent and code exchange; returns everything a test needs. */
-export async function oauthGrant(
+/** Registration, then sign-in and consent as `user` in `jar`: the code, not yet exchanged, and what its exchange needs. */
+export async function consentCode(
   stack: TestStack,
-  opts: { scope?: string; resource?: string[]; auth?: "post" | "basic"; register?: Record<string, unknown> } = {},
+  user: { email: string; vaultId: string },
+  jar: Jar,
+  opts: { scope?: string; resource?: string[]; register?: Record<string, unknown> } = {},
 ) {
-  const user = await createUser(stack);
   const client = (await registerClient(stack, opts.register)).body;
-  const jar = createJar(stack.url);
   const { verifier, challenge } = pkce();
   const back = await authorize(stack, jar, user.email, {
     response_type: "code",
@@ -216,7 +216,17 @@ export async function oauthGrant(
     resource: opts.resource ?? [vaultUrn(user.vaultId)],
     state: "st-1",
   });
-  const code = back.searchParams.get("code")!;
+  return { client, back, code: back.searchParams.get("code")!, verifier };
+}
+
+/** Registration, sign-in, consent and code exchange; returns everything a test needs. */
+export async function oauthGrant(
+  stack: TestStack,
+  opts: { scope?: string; resource?: string[]; auth?: "post" | "basic"; register?: Record<string, unknown> } = {},
+) {
+  const user = await createUser(stack);
+  const jar = createJar(stack.url);
+  const { client, back, code, verifier } = await consentCode(stack, user, jar, opts);
   const form = { grant_type: "authorization_code", code, redirect_uri: REDIRECT, code_verifier: verifier };
   const token =
     opts.auth === "basic"

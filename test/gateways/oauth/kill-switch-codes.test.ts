@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { authorize, createJar, createUser, formFields, pkce, registerClient, REDIRECT, vaultUrn } from "../../support/agent-oauth.js";
+import { consentCode, createJar, createUser, formFields, REDIRECT } from "../../support/agent-oauth.js";
 import { postRpc } from "../../support/mcp.js";
 import { expectOAuthError } from "../../support/refusals.js";
 
@@ -14,19 +14,7 @@ describe("kill switch and authorization codes not yet exchanged", () => {
 
   /** A consent approved over the pages: its code (unexchanged), verifier and client, and the user's signed-in jar. */
   async function approvedCode(user: Awaited<ReturnType<typeof createUser>>, jar = createJar(stack.url)) {
-    const client = (await registerClient(stack)).body;
-    const { verifier, challenge } = pkce();
-    const back = await authorize(stack, jar, user.email, {
-      response_type: "code",
-      client_id: client.client_id,
-      redirect_uri: REDIRECT,
-      code_challenge: challenge,
-      code_challenge_method: "S256",
-      scope: "accounts:read",
-      resource: vaultUrn(user.vaultId),
-      state: "k",
-    });
-    const code = back.searchParams.get("code")!;
+    const { client, code, verifier } = await consentCode(stack, user, jar);
     const form = {
       grant_type: "authorization_code",
       code,
