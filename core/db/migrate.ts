@@ -34,6 +34,7 @@ import * as m0033 from "./migrations/0033-mail-outbox.js";
 import * as m0034 from "./migrations/0034-identity-links.js";
 import * as m0035 from "./migrations/0035-passkeys.js";
 import * as m0036 from "./migrations/0036-audit-address-in-batches.js";
+import * as m0037 from "./migrations/0037-codes-by-user.js";
 
 interface Migration {
   name: string;
@@ -77,6 +78,7 @@ const migrations: Migration[] = [
   { name: "0034-identity-links", ...m0034 },
   { name: "0035-passkeys", ...m0035 },
   { name: "0036-audit-address-in-batches", ...m0036 },
+  { name: "0037-codes-by-user", ...m0037 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -77,10 +77,9 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
 export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts" | "behind";
 
 /**
- * A JSON-RPC proxy in front of a node that can stop answering (a stalled connection: the
- * request is read and never answered), for everything or only for eth_sendRawTransaction
- * (then not forwarded either), or answer every receipt with null (a node without a transaction
- * index), or every receipt and block by number (a node behind the head).
+ * A JSON-RPC proxy in front of a node: it can stall everything or only eth_sendRawTransaction (read,
+ * never answered or forwarded), answer every receipt with null (no transaction index), or every
+ * receipt and block by number with null (a node behind the head).
  */
 export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; stop(): Promise<void> }> {
   const stalled = new Set<http.ServerResponse>();
