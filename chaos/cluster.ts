@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Interceptor } from "@connectrpc/connect";
-import { exportJWK, generateKeyPair } from "jose";
+import { newP256PrivateKey } from "../lib/crypto.js";
 import pg from "pg";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { freePort } from "../test/support/ports.js";
@@ -99,10 +99,8 @@ export interface SharedSecrets {
 }
 
 export async function makeSecrets(hex: (n: number) => string): Promise<SharedSecrets> {
-  const { privateKey } = await generateKeyPair("ES256", { extractable: true });
-  const jwk = await exportJWK(privateKey);
   return {
-    signingKey: JSON.stringify(jwk),
+    signingKey: JSON.stringify(newP256PrivateKey().export({ format: "jwk" })),
     adminToken: `chaos-admin-${hex(32)}`,
     gatewayToken: `chaos-gateway-${hex(32)}`,
     webhookSecretKey: hex(64),

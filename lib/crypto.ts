@@ -1,5 +1,15 @@
 import * as nodeCrypto from "node:crypto";
-import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import {
+  createCipheriv,
+  createDecipheriv,
+  createECDH,
+  createHash,
+  createHmac,
+  createPrivateKey,
+  type KeyObject,
+  randomBytes,
+  timingSafeEqual,
+} from "node:crypto";
 
 /** Constant-time equality for secrets, hashes and CSRF tokens of any length. */
 export function constantTimeEqual(a: string, b: string): boolean {
@@ -67,3 +77,17 @@ export function createSecretBox(key: Buffer) {
 }
 
 export type SecretBox = ReturnType<typeof createSecretBox>;
+
+/**
+ * A new EC P-256 private key. Not from generateKeyPair(Sync): on Node 20 the collected generation job
+ * and an export of its key to JWK can take one lock twice, hanging the thread; an imported key has no job.
+ */
+export function newP256PrivateKey(): KeyObject {
+  const ecdh = createECDH("prime256v1");
+  const point = ecdh.generateKeys();
+  const part = (b: Buffer) => Buffer.concat([Buffer.alloc(32 - b.length), b]).toString("base64url");
+  return createPrivateKey({
+    key: { kty: "EC", crv: "P-256", d: part(ecdh.getPrivateKey()), x: part(point.subarray(1, 33)), y: part(point.subarray(33, 65)) },
+    format: "jwk",
+  });
+}

@@ -1,6 +1,7 @@
-import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from "node:crypto";
+import { createPrivateKey, createPublicKey, sign, type KeyObject } from "node:crypto";
 import { mkdir, readFile, writeFile, rename } from "node:fs/promises";
 import { join } from "node:path";
+import { newP256PrivateKey } from "../../lib/crypto.js";
 import { calculateJwkThumbprint, type JWK } from "jose";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
@@ -74,7 +75,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
   try {
     if (source === "env") current = await keyFromConfig(options.signingKey!);
     else if (source === "file") current = await loadOrCreateFileKey(options.dataDir!);
-    else current = await toSigningKey(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
+    else current = await toSigningKey(newP256PrivateKey());
   } catch (err) {
     // A malformed key gives 503s, never a crash. The message names
     // the setting, not its value.
@@ -117,7 +118,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
           throw new KeyringError("the signing key comes from SIGNING_KEY; rotate it there (set the new key, restart, then retire the old kid)", "env");
         }
         const previous = current;
-        const next = await toSigningKey(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
+        const next = await toSigningKey(newP256PrivateKey());
         const at = options.clock();
         // The file first: if the database change then fails, the file goes back, and a
         // crash in between only leaves the old key unrotated (still valid), never a
@@ -229,7 +230,7 @@ async function loadOrCreateFileKey(dataDir: string): Promise<SigningKey> {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }
   if (text !== undefined) return keyFromConfig(text);
-  const { privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const privateKey = newP256PrivateKey();
   await writeKeyFile(dataDir, privateKey);
   return toSigningKey(privateKey);
 }

@@ -2,7 +2,8 @@
 // issuer when listening. Env: IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS, IDP_PORT;
 // test controls under /__test.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { exportJWK, generateKeyPair, SignJWT, decodeProtectedHeader, type JWK } from "jose";
+import { createPrivateKey, generateKeyPairSync } from "node:crypto";
+import { exportJWK, SignJWT, decodeProtectedHeader, type JWK } from "jose";
 import Provider from "oidc-provider";
 
 // node-oidc-provider ships no types; its callbacks take its koa context.
@@ -21,9 +22,18 @@ let down = false;
 /** What the next sign-ins report: acr and amr (a real provider derives them from how the person logged in). */
 let login = { acr: "urn:idp:pwd", amr: ["pwd"] };
 
-const { privateKey } = await generateKeyPair("RS256", { extractable: true });
+// Generated as PEM and imported: on Node 20 exporting a freshly generated key object can hang (lib/crypto.ts).
+const rsaKey = () =>
+  createPrivateKey(
+    generateKeyPairSync("rsa", {
+      modulusLength: 2048,
+      publicKeyEncoding: { type: "spki", format: "pem" },
+      privateKeyEncoding: { type: "pkcs8", format: "pem" },
+    }).privateKey,
+  );
+const privateKey = rsaKey();
 const jwk = { ...(await exportJWK(privateKey)), kid: "idp-key-1", alg: "RS256", use: "sig" } as JWK;
-const other = (await generateKeyPair("RS256", { extractable: true })).privateKey;
+const other = rsaKey();
 
 const server = createServer();
 await new Promise<void>((resolve) => server.listen(Number(process.env.IDP_PORT ?? 0), "127.0.0.1", resolve));

@@ -1,4 +1,5 @@
-import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from "node:crypto";
+import { createHash, createPublicKey, randomBytes, sign, type KeyObject } from "node:crypto";
+import { newP256PrivateKey } from "../../lib/crypto.js";
 
 /** Minimal CBOR (unsigned/negative ints, byte and text strings, maps): what "none" attestation needs. */
 function cbor(v: unknown): Buffer {
@@ -27,7 +28,8 @@ const UP_UV = 0x01 | 0x04;
  * so a test can also make it answer for another origin or challenge.
  */
 export function softPasskey() {
-  const { privateKey, publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const privateKey = newP256PrivateKey();
+  const publicKey = createPublicKey(privateKey);
   const credId = randomBytes(16);
   let counter = 0;
   const jwk = publicKey.export({ format: "jwk" });

@@ -1,4 +1,5 @@
-import { createHash, generateKeyPairSync, randomBytes, randomUUID, sign, type KeyObject } from "node:crypto";
+import { createHash, randomBytes, randomUUID, sign, type KeyObject } from "node:crypto";
+import { newP256PrivateKey } from "../../lib/crypto.js";
 import { readdirSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -158,8 +159,7 @@ export function signEs256(header: Record<string, unknown>, payload: Record<strin
 /** The same header (real kid) and claims as `token`, signed by a freshly generated P-256 key. */
 export function forgeWithFreshKey(token: string, claims: Record<string, unknown> = {}): string {
   const { header, payload } = decodeJwt(token);
-  const { privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
-  return signEs256(header, { ...payload, ...claims }, privateKey);
+  return signEs256(header, { ...payload, ...claims }, newP256PrivateKey());
 }
 
 /** `alg: none` with the real token's header and claims. */

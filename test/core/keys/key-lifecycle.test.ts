@@ -1,4 +1,5 @@
-import { generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
+import { randomUUID, type KeyObject } from "node:crypto";
+import { newP256PrivateKey } from "../../../lib/crypto.js";
 import { expect } from "chai";
 import { decodeJwt, decodeProtectedHeader, SignJWT, type JWTPayload } from "jose";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
@@ -213,7 +214,7 @@ describe("signing key lifecycle", function () {
   });
 
   it("with SIGNING_KEY, rotate refuses; a process configured with a retired key refuses to sign and reports not ready", async () => {
-    const signingKey = JSON.stringify(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "jwk" }));
+    const signingKey = JSON.stringify(newP256PrivateKey().export({ format: "jwk" }));
     const envStack = await startStack({ gateway: true, signingKey });
     let restarted: TestStack | undefined;
     try {
