@@ -219,6 +219,22 @@ export async function consentCode(
   return { client, back, code: back.searchParams.get("code")!, verifier };
 }
 
+/** The token request that exchanges `code` (client_secret_post), with any `extra` fields. */
+export function codeExchangeForm(
+  c: { client: { client_id: string; client_secret: string }; code: string; verifier: string },
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    grant_type: "authorization_code",
+    code: c.code,
+    redirect_uri: REDIRECT,
+    code_verifier: c.verifier,
+    client_id: c.client.client_id,
+    client_secret: c.client.client_secret,
+    ...extra,
+  };
+}
+
 /** Registration, sign-in, consent and code exchange; returns everything a test needs. */
 export async function oauthGrant(
   stack: TestStack,

@@ -5,7 +5,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, pkce, postForm, registerClient } from "../../support/agent-oauth.js";
 import { basic } from "../../support/partners.js";
-import { REDIRECT, oauthGrant, vaultUrn, verifyReason } from "../../support/agent-oauth.js";
+import { codeExchangeForm, REDIRECT, oauthGrant, vaultUrn, verifyReason } from "../../support/agent-oauth.js";
 
 describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () => {
   let stack: TestStack;
@@ -101,14 +101,7 @@ describe("agent OAuth over HTTP: tokens, refresh rotation and revocation", () =>
 
     it("a replayed code is refused and revokes the grant it issued", async () => {
       const { token, code, verifier, client } = await oauthGrant(stack);
-      const again = await postForm(`${stack.url}/oauth2/token`, {
-        grant_type: "authorization_code",
-        code,
-        redirect_uri: REDIRECT,
-        code_verifier: verifier,
-        client_id: client.client_id,
-        client_secret: client.client_secret,
-      });
+      const again = await postForm(`${stack.url}/oauth2/token`, codeExchangeForm({ client, code, verifier }));
       expect(again.status).to.equal(400);
       expect(again.body.error).to.equal("invalid_grant");
       expect(await verifyReason(stack, token.body.access_token as string)).to.equal(Reason.INVALID_TOKEN);

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { decodeJwt } from "jose";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { authorize, createJar, createUser, formFields, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
-import { REDIRECT, oauthGrant, vaultUrn } from "../../support/agent-oauth.js";
+import { codeExchangeForm, consentCode, REDIRECT, oauthGrant, vaultUrn } from "../../support/agent-oauth.js";
 
 describe("agent OAuth over HTTP", () => {
   let stack: TestStack;
@@ -179,28 +179,9 @@ describe("agent OAuth over HTTP", () => {
 
     it("a vault URN with its UUID in upper case binds that vault at authorize and at the code exchange", async () => {
       const user = await createUser(stack);
-      const client = (await registerClient(stack)).body;
-      const { verifier, challenge } = pkce();
       const resource = vaultUrn(user.vaultId.toUpperCase());
-      const back = await authorize(stack, createJar(stack.url), user.email, {
-        response_type: "code",
-        client_id: client.client_id,
-        redirect_uri: REDIRECT,
-        code_challenge: challenge,
-        code_challenge_method: "S256",
-        scope: "accounts:read",
-        resource,
-        state: "u",
-      });
-      const token = await postForm(`${stack.url}/oauth2/token`, {
-        grant_type: "authorization_code",
-        code: back.searchParams.get("code")!,
-        redirect_uri: REDIRECT,
-        code_verifier: verifier,
-        resource,
-        client_id: client.client_id,
-        client_secret: client.client_secret,
-      });
+      const consent = await consentCode(stack, user, createJar(stack.url), { resource: [resource] });
+      const token = await postForm(`${stack.url}/oauth2/token`, codeExchangeForm(consent, { resource }));
       expect(token.status).to.equal(200);
       const claims = decodeJwt(token.body.access_token as string);
       expect([claims.vault_id, claims.aud]).to.deep.equal([user.vaultId, [stack.url, vaultUrn(user.vaultId)]]);

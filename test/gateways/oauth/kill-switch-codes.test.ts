@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { consentCode, createJar, createUser, formFields, REDIRECT } from "../../support/agent-oauth.js";
+import { codeExchangeForm, consentCode, createJar, createUser, formFields } from "../../support/agent-oauth.js";
 import { postRpc } from "../../support/mcp.js";
 import { expectOAuthError } from "../../support/refusals.js";
 
@@ -14,15 +14,7 @@ describe("kill switch and authorization codes not yet exchanged", () => {
 
   /** A consent approved over the pages: its code (unexchanged), verifier and client, and the user's signed-in jar. */
   async function approvedCode(user: Awaited<ReturnType<typeof createUser>>, jar = createJar(stack.url)) {
-    const { client, code, verifier } = await consentCode(stack, user, jar);
-    const form = {
-      grant_type: "authorization_code",
-      code,
-      redirect_uri: REDIRECT,
-      code_verifier: verifier,
-      client_id: client.client_id,
-      client_secret: client.client_secret,
-    };
+    const form = codeExchangeForm(await consentCode(stack, user, jar));
     const exchange = () =>
       fetch(`${stack.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(form) });
     return { jar, exchange };
