@@ -75,8 +75,11 @@ export function derivedRefresh(presented: string): NewRefresh & { hash: string; 
   return { token, hash: sha256Hex(token), salt };
 }
 
-/** The token response for a grant; the refresh token is the one issued with it (only its hash is stored). */
-export function signToken(deps: { keyring: Keyring; audience: GrantAudience }, g: GrantRecord, refreshToken: string): TokenInit {
+/**
+ * The token response for a grant; the refresh token is the one issued with it (only its hash is stored).
+ * `answeredAt` is set when an earlier grant is answered again: `expires_in` is then what its token has left.
+ */
+export function signToken(deps: { keyring: Keyring; audience: GrantAudience }, g: GrantRecord, refreshToken: string, answeredAt?: Date): TokenInit {
   if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
   const claims = agentTokenClaims({
     issuer: deps.audience.issuer,
@@ -102,11 +105,15 @@ export function signToken(deps: { keyring: Keyring; audience: GrantAudience }, g
   return {
     accessToken,
     tokenType: "Bearer",
-    expiresIn: BigInt(ACCESS_TOKEN_TTL_SECONDS),
+    expiresIn: BigInt(answeredAt ? remainingSeconds(claims.exp, answeredAt) : ACCESS_TOKEN_TTL_SECONDS),
     refreshToken,
     scope: claims.scope,
     jti: g.id,
   };
+}
+
+function remainingSeconds(exp: number, at: Date): number {
+  return Math.min(ACCESS_TOKEN_TTL_SECONDS, Math.max(0, exp - Math.floor(at.getTime() / 1000)));
 }
 
 export type NewGrant = Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & {

@@ -212,7 +212,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
         // successor's salt; the database alone cannot produce it.
         const again = successor.refreshSalt ? derivedRefreshToken(req.refreshToken, successor.refreshSalt) : "";
         if (again && successor.refreshHash && constantTimeEqual(sha256Hex(again), successor.refreshHash)) {
-          return { kind: "issued" as const, grant: successor, refreshToken: again };
+          return { kind: "replayed" as const, grant: successor, refreshToken: again };
         }
         // A successor issued before refresh salts were stored cannot be reproduced.
         // Nothing was reused, so the lineage stays.
@@ -226,8 +226,8 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     }
     return { kind: "invalid" as const, why: "refresh token no longer valid" };
   });
-  if (outcome.kind !== "issued") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
-  return { token: signToken(deps, outcome.grant, outcome.refreshToken) };
+  if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
+  return { token: signToken(deps, outcome.grant, outcome.refreshToken, outcome.kind === "replayed" ? now : undefined) };
 }
 
 /** GrantsService.IssueGrant: the operator issues a grant on a user's vault, with or without a client. */

@@ -11,7 +11,7 @@ import { expectGrpcRefused, expectRefused, grpcRefusalOf } from "../../support/r
 const protoDir = fileURLToPath(new URL("../../../proto", import.meta.url));
 
 type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Record<string, unknown>) => void) => void;
-type Token = { access_token: string; refresh_token: string; jti: string };
+type Token = { access_token: string; refresh_token: string; jti: string; expires_in?: string };
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const hmac = (key: string | Buffer, msg: string | Buffer) => createHmac("sha256", key).update(msg).digest("base64url");
@@ -171,6 +171,10 @@ describe("grants core: refresh tokens", () => {
       const retry = await refresh(token.refresh_token, operator());
       expect(retry.jti).to.equal(r1.jti);
       expect(retry.refresh_token).to.equal(r1.refresh_token);
+      // The same access token's lifetime: what is left of it, not a fresh hour.
+      const exp = (t: Token) => JSON.parse(Buffer.from(t.access_token.split(".")[1]!, "base64url").toString()).exp;
+      expect(exp(retry)).to.equal(exp(r1));
+      expect([r1.expires_in, retry.expires_in]).to.deep.equal(["3600", "3590"]);
       // The retry without the operator credential is refused and changes nothing.
       await expectGrpcRefused(refresh(token.refresh_token), grpc.status.UNAUTHENTICATED);
       stack.clock.advance(21_000);
