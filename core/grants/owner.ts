@@ -77,7 +77,7 @@ export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGran
   const g = await deps.grants.findGrant(deps.db, req.grantId.toLowerCase());
   if (!g || g.userId !== s.userId) fail(Reason.NOT_FOUND, "no such grant");
   const revoked = await deps.db.transaction(async (trx) => {
-    const n = await deps.grants.revokeLineage(trx, g.lineageId, deps.clock(), "user_revocation");
+    const n = await deps.grants.revokeLineageOfOwner(trx, g, deps.clock(), "user_revocation");
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "grant.revoke", subject: g.id });
     return n;
   });

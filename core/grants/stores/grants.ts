@@ -225,6 +225,12 @@ export function createGrantsStore(db: Db) {
 
     revokeLineage: (trx: Conn, lineageId: string, at: Date, reason: string): Promise<number> => revokeWhere(trx, { lineage_id: lineageId }, at, reason),
 
+    /** The owner's revoke: the grant's lineage, and the codes the user approved for its agent that no client exchanged yet. */
+    async revokeLineageOfOwner(trx: Conn, g: Pick<GrantRecord, "lineageId" | "userId" | "agentPrincipalId">, at: Date, reason: string): Promise<number> {
+      await trx("authorization_codes").where({ user_id: g.userId, agent_principal_id: g.agentPrincipalId }).whereNull("consumed_at").delete();
+      return revokeWhere(trx, { lineage_id: g.lineageId }, at, reason);
+    },
+
     /** The kill switch: every grant of the user, and the codes they approved that were not exchanged yet (those would mint grants after it). */
     async revokeAllOfUser(trx: Conn, userId: string, at: Date, reason: string): Promise<number> {
       await trx("authorization_codes").where({ user_id: userId }).whereNull("consumed_at").delete();

@@ -1,11 +1,11 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { codeExchangeForm, consentCode, createJar, createUser, formFields } from "../../support/agent-oauth.js";
+import { authorize, codeExchangeForm, consentCode, createJar, createUser, formFields, pkce, postForm, REDIRECT, vaultUrn } from "../../support/agent-oauth.js";
 import { postRpc } from "../../support/mcp.js";
 import { expectOAuthError } from "../../support/refusals.js";
 
-/** The kill switch also ends consents not yet exchanged: a code approved before it mints nothing after it. */
-describe("kill switch and authorization codes not yet exchanged", () => {
+/** Revocations also end consents not yet exchanged: a code approved before one mints nothing after it. */
+describe("revocations and authorization codes not yet exchanged", () => {
   let stack: TestStack;
   before(async () => {
     stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
@@ -46,5 +46,43 @@ describe("kill switch and authorization codes not yet exchanged", () => {
     await expectOAuthError(await pending.exchange(), 400, "invalid_grant");
     expect(await activeGrants(user.userId)).to.equal(0);
     expect((await untouched.exchange()).status).to.equal(200);
+  });
+
+  it("the dashboard's revoke of one grant: that agent's unexchanged code is refused, another agent's still exchanges", async () => {
+    const user = await createUser(stack);
+    const first = await consentCode(stack, user, createJar(stack.url));
+    const granted = await postForm(`${stack.url}/oauth2/token`, codeExchangeForm(first));
+    expect(granted.status).to.equal(200);
+    // The same client is approved again; its code is not exchanged before the revoke.
+    const jar = createJar(stack.url);
+    const { verifier, challenge } = pkce();
+    const again = await authorize(stack, jar, user.email, {
+      response_type: "code",
+      client_id: first.client.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+      resource: vaultUrn(user.vaultId),
+      state: "again",
+    });
+    const pendingForm = codeExchangeForm({ client: first.client, code: again.searchParams.get("code")!, verifier });
+    const other = await approvedCode(user, jar);
+
+    const grant = await stack.core
+      .db("grants")
+      .where({ id: granted.body.jti as string })
+      .first();
+    const page = await (await jar.get(`/dashboard/agents/${grant.agent_principal_id}`)).text();
+    const revoke = `/dashboard/agents/${grant.agent_principal_id}/grants/${grant.id}/revoke`;
+    expect(page).to.include(revoke);
+    expect((await jar.post(revoke, formFields(page, revoke))).status).to.equal(303);
+
+    const pending = await fetch(`${stack.url}/oauth2/token`, { method: "POST", body: new URLSearchParams(pendingForm) });
+    await expectOAuthError(pending, 400, "invalid_grant");
+    expect((await other.exchange()).status).to.equal(200);
+    const active = await stack.core.db("grants").where({ user_id: user.userId, state: "active" });
+    expect(active.map((g) => g.client_id)).to.not.include(first.client.client_id);
+    expect(active).to.have.length(1);
   });
 });
