@@ -38,6 +38,7 @@ export interface PreCreateUserDeps {
   db: Db;
   access: Pick<PartnerAccess, "authorize" | "refusalsAudited">;
   users: Pick<UsersStore, "ensureUser">;
+  partners: Pick<PartnersStore, "holdStatus">;
   resources: Pick<ResourcesStore, "addReceipt">;
   audit: Pick<AuditStore, "append">;
   clock: () => Date;
@@ -77,29 +78,31 @@ export async function preCreateUser(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof PreCreateUserResponseSchema>> {
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "users.create" });
-  const email = await deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
-    return normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
-  });
   // One transaction: user, receipt and audit row commit together or not at all, so a
   // retry after audit_unavailable answers exactly as the first call would have.
-  return deps.db.transaction(async (trx) => {
-    const now = deps.clock();
-    const user = await ensureUserAccount(trx, deps.users, email, now);
-    const receipt = await deps.resources.addReceipt(trx, principal.partnerId, user.userId, now);
-    try {
-      await deps.audit.append(trx, {
-        ...callFacts(ctx),
-        actor: principal.actor,
-        action: "partner.users.create",
-        outcome: "success",
-        subject: user.userId,
-        at: now,
-      });
-    } catch (err) {
-      fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
-    }
-    // `created` is about this partner's receipt, never whether the user existed.
-    return { userId: user.userId, created: receipt.inserted };
+  return deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
+    const email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+    return deps.db.transaction(async (trx) => {
+      // A suspension that committed after the access check is seen here, or waits for this commit.
+      if ((await deps.partners.holdStatus(trx, principal.partnerId)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
+      const now = deps.clock();
+      const user = await ensureUserAccount(trx, deps.users, email, now);
+      const receipt = await deps.resources.addReceipt(trx, principal.partnerId, user.userId, now);
+      try {
+        await deps.audit.append(trx, {
+          ...callFacts(ctx),
+          actor: principal.actor,
+          action: "partner.users.create",
+          outcome: "success",
+          subject: user.userId,
+          at: now,
+        });
+      } catch (err) {
+        fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      }
+      // `created` is about this partner's receipt, never whether the user existed.
+      return { userId: user.userId, created: receipt.inserted };
+    });
   });
 }
 

@@ -54,6 +54,12 @@ export function createPartnersStore(db: Db) {
       return row ? toPartner(row) : undefined;
     },
 
+    /** The partner's status, held FOR SHARE until the transaction ends, so a suspension waits for it or is seen. */
+    async holdStatus(trx: Knex.Transaction, partnerId: string): Promise<PartnerStatusName | undefined> {
+      const row = await trx("partners").select("status").where({ id: partnerId }).forShare().first();
+      return row ? (String(row.status) as PartnerStatusName) : undefined;
+    },
+
     /**
      * Up to `limit` partners, oldest first, after the partner with id `afterId` (keyset
      * paging on created_at, id; the caller checked afterId is a UUID).
