@@ -47,7 +47,8 @@ export async function main(argv: string[]): Promise<number> {
     } else {
       const word = rest[0];
       if (word === undefined || word === "--help" || word === "-h") {
-        process.stdout.write(`${commandHelp(cmd)}\n`);
+        // Asked for, help is the answer (stdout); a missing subcommand is a usage error (stderr).
+        (word === undefined ? process.stderr : process.stdout).write(`${commandHelp(cmd)}\n`);
         return word === undefined ? 2 : 0;
       }
       sub = cmd.subcommands.find((s) => s.name === word);
@@ -148,9 +149,18 @@ function parse(sub: SubcommandSpec, args: string[]) {
   const options = Object.fromEntries(Object.entries(specs).map(([k, o]) => [k, o.short ? { type: o.type, short: o.short } : { type: o.type }]));
   let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
   try {
-    parsed = parseArgs({ args: dashedValuesLast(args, specs), options, strict: true, allowPositionals: true }) as typeof parsed;
+    const { values, positionals, tokens } = parseArgs({ args: dashedValuesLast(args, specs), options, strict: true, allowPositionals: true, tokens: true });
+    parsed = { values, positionals } as typeof parsed;
+    // parseArgs keeps the last of a repeated option; an operator who typed two meant something else.
+    const seen = new Set<string>();
+    for (const t of tokens) {
+      if (t.kind !== "option" || t.name === "help") continue;
+      if (seen.has(t.name)) throw new UsageError(`--${t.name} is given more than once`);
+      seen.add(t.name);
+    }
   } catch (err) {
     if (args.includes("--help") || args.includes("-h")) return "help" as const;
+    if (err instanceof UsageError) throw err;
     throw new UsageError(parseError(err, Object.keys(specs), args));
   }
   if (parsed.values.help) return "help" as const;

@@ -69,10 +69,13 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["keys", "retire"], /KID is required/],
       [["keys", "rotate", "extra"], /unexpected argument "extra"/],
       [["user", "set-status", "u1"], /active\|inactive is required/],
+      [["partner", "create", "--name", "A", "--name=B"], /^vaultgate: --name is given more than once\nsee 'vaultgate partner create --help'\n$/],
+      [["vault", "fund", "v1", "--amount-cents", "5", "--amount-cents", "500"], /--amount-cents is given more than once/],
     ];
     for (const [argv, message] of cases) {
       const r = await runCli(argv, proc.env);
       expect(r.code, argv.join(" ")).to.equal(2);
+      expect(r.stdout, argv.join(" ")).to.equal("");
       expect(r.stderr, argv.join(" ")).to.match(message);
       expect(r.stderr.trimEnd().split("\n").length, argv.join(" ")).to.be.at.most(2);
     }
@@ -113,10 +116,13 @@ describe("vaultgate CLI usability (real processes)", function () {
     const flag = await runCli(["partner", "create", "-h"], {});
     expect(flag.code).to.equal(0);
     expect(flag.stdout).to.include("--entitlements a,b").and.include("--format text|json|env").and.include("examples:");
-    // No command: the overview on stderr, exit 2.
+    // No command, or no subcommand: the help on stderr, nothing on stdout, exit 2.
     const none = await runCli([], {});
     expect(none.code).to.equal(2);
     expect(none.stderr).to.include("usage: vaultgate <command>");
+    const noSub = await runCli(["partner"], {});
+    expect([noSub.code, noSub.stdout]).to.deep.equal([2, ""]);
+    expect(noSub.stderr).to.include("subcommands:\n  create");
   });
 
   it("has --help with usage and examples for every subcommand (in process)", async () => {
