@@ -144,4 +144,47 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
     await Promise.all(calls);
     expect(await activeGrants("user_id", [owner.userId])).to.equal(0);
   });
+
+  it("the owner's revoke of one grant racing exchanges of that agent's codes leaves no code of it exchangeable", async () => {
+    const owner = await createOwner(stack);
+    const client = (await registerClient(stack)).body;
+    const sessionToken = await ownerSession(stack, owner.userId);
+    const approve = async () => {
+      const { verifier, challenge } = pkce();
+      const request = {
+        clientId: client.client_id,
+        redirectUri: REDIRECT,
+        scope: "accounts:read",
+        resources: [vaultUrn(owner.vaultId)],
+        codeChallenge: challenge,
+        codeChallengeMethod: "S256",
+      };
+      return { code: (await stack.clients.grants.approveAuthorization({ request, sessionToken })).code, verifier };
+    };
+    const exchange = ({ code, verifier }: { code: string; verifier: string }) =>
+      postForm(`${stack.url}/oauth2/token`, {
+        grant_type: "authorization_code",
+        code,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      });
+    const first = await exchange(await approve());
+    const codes = await Promise.all(Array.from({ length: 16 }, approve));
+    const answers: Promise<{ status: number; body: Record<string, unknown> }>[] = codes.slice(0, 8).map(exchange);
+    const revoked = stack.clients.grants.revokeUserGrant({ sessionToken, grantId: first.body.jti as string });
+    const done = await Promise.all(answers);
+    await revoked;
+    const late = await Promise.all(codes.slice(8).map(exchange));
+    expect(late.map((a) => [a.status, a.body.error])).to.deep.equal(late.map(() => [400, "invalid_grant"]));
+    // Each code either minted its grant before the revoke or is gone; none waits to mint one after it.
+    for (const a of done) expect([200, 400]).to.include(a.status);
+    const minted = done.filter((a) => a.status === 200).map((a) => a.body.jti as string);
+    const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM authorization_codes WHERE user_id = ? AND consumed_at IS NULL`, [owner.userId]);
+    expect(rows[0].n).to.equal(0);
+    const active = await stack.core.db("grants").where({ user_id: owner.userId, state: "active" }).pluck("id");
+    expect(active.sort()).to.deep.equal(minted.sort());
+    expect(await activeGrants("lineage_id", [first.body.jti as string])).to.equal(0);
+  });
 });
