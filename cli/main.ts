@@ -236,8 +236,18 @@ async function runServe(config: Config, options: Record<string, string | boolean
   const [{ createLogger }, { serve }] = await Promise.all([import("./logger.js"), import("./serve.js")]);
   const logger = createLogger(config.logLevel);
   const terminal = Boolean(process.stderr.isTTY);
-  const database = config.databaseUrl ? `PostgreSQL at ${databaseAddress(config.databaseUrl)}` : `the embedded database in ${config.dataDir}/pgdata`;
-  if (terminal) process.stderr.write(`Starting Vaultgate (${role}) on ${database}; migrations run first...\n`);
+  // A gateway opens no database: it names the core it dials instead.
+  const database =
+    role === "gateway"
+      ? undefined
+      : config.databaseUrl
+        ? `PostgreSQL at ${databaseAddress(config.databaseUrl)}`
+        : `the embedded database in ${config.dataDir}/pgdata`;
+  if (terminal) {
+    process.stderr.write(
+      database ? `Starting Vaultgate (${role}) on ${database}; migrations run first...\n` : `Starting Vaultgate (gateway) for core at ${config.coreUrl}...\n`,
+    );
+  }
   let running: Awaited<ReturnType<typeof serve>>;
   try {
     running = await serve(config, role, logger);
@@ -260,7 +270,7 @@ async function runServe(config: Config, options: Record<string, string | boolean
       openapi: `${config.baseUrl}/api/partner/openapi.json`,
     };
     if (failing.length === 0) {
-      logger.info({ gateway: running.gatewayUrl, core: running.coreUrl, database, urls }, "Vaultgate is ready");
+      logger.info({ gateway: running.gatewayUrl, core: running.coreUrl ?? config.coreUrl, database, urls }, "Vaultgate is ready");
     } else {
       // Up but not ready: say what fails instead of inviting partners to retry blindly.
       logger.warn({ gateway: running.gatewayUrl, failing }, `Vaultgate started but is not ready: ${failing.join(", ")} failing (GET /readyz)`);
@@ -274,8 +284,10 @@ async function runServe(config: Config, options: Record<string, string | boolean
         `  MCP endpoints  ${config.mcpUrl}/mcp/read  /mcp/write  /mcp/treasury`,
         `  Partner API    ${urls.partner_api}`,
         `  OpenAPI        ${urls.openapi}`,
-        running.coreUrl ? `  Core (gRPC)    ${running.coreUrl}  (for internal callers; not a web page)` : "",
-        `  Database       ${database}`,
+        running.coreUrl
+          ? `  Core (gRPC)    ${running.coreUrl}  (for internal callers; not a web page)`
+          : `  Core (gRPC)    ${config.coreUrl}  (dialled by this gateway)`,
+        database ? `  Database       ${database}` : "",
         "",
         'Next, in another terminal:  npx vaultgate partner create --name "Acme"    (see the README quick start)',
       ];

@@ -54,6 +54,18 @@ describe("vaultgate processes", function () {
       expect((await fetch(`${gateway.gatewayUrl}/readyz`)).status).to.equal(200);
     });
 
+    it("the gateway's ready line names the core it dials and no database, which only core opens", () => {
+      const ready = gateway
+        .output()
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l) as { msg: string; core?: string; database?: string })
+        .find((l) => l.msg === "Vaultgate is ready");
+      expect(ready, gateway.output()).to.not.equal(undefined);
+      expect(ready!.core).to.equal(core.coreUrl);
+      expect(ready).to.not.have.property("database");
+    });
+
     it("checks a wrong secret on a core thread at nice 19 under SCHED_IDLE; the thread serving requests keeps its priority", async () => {
       const res = await mint(gateway.gatewayUrl!, `gpc_probe_${Date.now().toString(16)}`, "gps_wrong");
       expect(res.status).to.equal(401);
