@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { findBadText } from "../shared/text.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
-import { markInexactNumbers } from "../shared/json-numbers.js";
+import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
 
@@ -20,7 +20,8 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     if (jsonTooDeep(text)) return done(new ResourceError(400, "invalid_json", TOO_DEEP), undefined);
     let parsed: unknown;
     try {
-      parsed = JSON.parse(markInexactNumbers(text));
+      const marked = markInexactNumbers(text);
+      parsed = marked === text ? JSON.parse(text) : JSON.parse(marked, inexactAsNaN);
     } catch {
       return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
     }

@@ -54,3 +54,13 @@ function decimal(numeral: string): { negative: boolean; digits: string; exponent
   const exponent = Number(m[4] ?? 0) - fraction.length + (all.length - end);
   return { negative: m[1] === "-", digits: all.slice(start, end), exponent };
 }
+
+/**
+ * JSON.parse reviver for text markInexactNumbers changed: each marker becomes NaN, which no
+ * check accepts as a number, object or string, so the refusal names the field the numeral was in.
+ */
+export function inexactAsNaN(_key: string, value: unknown): unknown {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  const keys = Object.keys(value);
+  return keys.length === 1 && keys[0] === "inexact_number" && typeof (value as { inexact_number: unknown }).inexact_number === "string" ? Number.NaN : value;
+}

@@ -1,6 +1,8 @@
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { createPartner, mintPartnerToken } from "../support/partners.js";
+import { expectHttpError } from "../support/refusals.js";
+import { api, type ApiResponse } from "../support/resources.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
 /** A numeral of 64 KiB less a little, zeros between two ones: no double holds it. */
@@ -38,5 +40,26 @@ describe("JSON numbers too long to hold (HTTP)", () => {
     const rpc = await post("/mcp/read", `{"jsonrpc":"2.0","id":${numeral},"method":"tools/list"}`);
     expect(rpc.status).to.be.below(500);
     await rpc.arrayBuffer();
+  });
+
+  it("a numeral where an object belongs is refused naming that field, not a field the caller never sent", async () => {
+    const item = (recipient: string) => `{"execution_id":"e1","payout_id":"p1","recipient":${recipient},"amount_cents":1,"currency":"USD","reference":"r"}`;
+    const batch = (items: string, key: string) =>
+      api(stack, "POST", "/treasury/payouts", {
+        token: treasuryToken,
+        rawBody: `{"payer_entity_id":"${randomUUID()}","items":[${items}]}`,
+        headers: { "idempotency-key": key },
+      });
+    const cases: [Promise<ApiResponse>, string][] = [
+      [batch(item("1e400"), "inexact-recipient"), "items[0].recipient must be an object"],
+      [batch("1e400", "inexact-item"), "items[0] must be an object"],
+      [api(stack, "POST", "/users", { token: treasuryToken, rawBody: "1e400" }), "the body must be a JSON object"],
+      [api(stack, "POST", "/users", { token: treasuryToken, rawBody: `{"email":9007199254740993}` }), "email must be a string of 3 to 254 characters"],
+    ];
+    for (const [res, message] of cases) {
+      const refused = await res;
+      expectHttpError(refused, 400, "invalid_request");
+      expect((refused.body as { error: { message: string } }).error.message).to.equal(message);
+    }
   });
 });
