@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CoreClients } from "../core-clients.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
-import { markInexactNumbers } from "../shared/json-numbers.js";
+import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
 import { RpcCode, RpcError } from "./envelope.js";
@@ -90,7 +90,8 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     try {
       const text = typeof request.body === "string" ? request.body : "";
       if (jsonTooDeep(text)) throw new SyntaxError(TOO_DEEP);
-      parsed = JSON.parse(markInexactNumbers(text));
+      const marked = markInexactNumbers(text);
+      parsed = marked === text ? JSON.parse(text) : JSON.parse(marked, reviveInexact);
     } catch {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.PARSE_ERROR, "Parse error", { reason_id: "parse_error" }), request.id)]);
     }
@@ -152,4 +153,9 @@ function send(reply: FastifyReply, status: number, replies: Reply[], batch = fal
     .header("cache-control", "no-store")
     .type("application/json")
     .send(JSON.stringify(batch ? replies : replies[0]));
+}
+
+/** A message's inexact id stays a marker, so its refusal can quote the numeral; any other becomes NaN. */
+function reviveInexact(this: Record<string, unknown>, key: string, value: unknown): unknown {
+  return key === "id" && (Object.hasOwn(this, "jsonrpc") || Object.hasOwn(this, "method")) ? value : inexactAsNaN(key, value);
 }

@@ -56,6 +56,21 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     }
   });
 
+  it("a numeral no double holds is a number, never a structure: as params -32600, as arguments -32602", async () => {
+    const envelope = async (body: string) => (await postRpc(at("/mcp/read"), body, auth)).json!;
+    for (const [body, detail] of [
+      ['{"jsonrpc":"2.0","id":6,"method":"accounts.balance","params":1e400}', "params must be an object or an array"],
+      ["1e400", "the request must be a JSON object"],
+    ] as const) {
+      const reply = await envelope(body);
+      expect([reply.error.code, reply.error.data.reason_id, reply.error.data.detail], body).to.deep.equal([-32600, "invalid_request", detail]);
+    }
+    // A batch answers per element: the one element is no request object.
+    expect((await envelope("[1e400]"))[0].error.data.detail).to.equal("the request must be a JSON object");
+    const args = await envelope('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"accounts.balance","arguments":1e400}}');
+    expect([args.id, args.error.code, args.error.data.detail]).to.deep.equal([7, -32602, "params.arguments must be an object"]);
+  });
+
   it("answers batches element by element; notifications get no response and no body", async () => {
     const batch = await postRpc(
       at("/mcp/write"),
