@@ -13,8 +13,9 @@ export async function walletCommand(ctx: CommandContext) {
   const { loadHotWallet } = await import("../../core/settlement/wallet.js");
   const account = await loadHotWallet({ chain, keyFile: settings?.walletKeyFile, dataDir: ctx.config.dataDir });
   if (ctx.positionals[0] === "address") return { chain, rail: settings ? "evm" : "sandbox", address: account.address };
+  // The command line is right; the settings are not: exit 1, not a usage error.
   if (!settings)
-    throw new UsageError(
+    throw new Error(
       `chain ${chain} settles on the sandbox rail: set CHAIN_${chain.toUpperCase()}_RAIL=evm with its RPC URL and USDC contract to read a balance`,
     );
   const { createEvmRail } = await import("../../core/settlement/evm-rail.js");

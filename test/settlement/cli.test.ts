@@ -54,12 +54,14 @@ describe("vaultgate dev chain and wallet commands", function () {
     }
   });
 
-  it("wallet balance on a chain left on the sandbox rail says how to put it on the evm rail", async () => {
+  it("wallet balance on a chain left on the sandbox rail says how to put it on the evm rail: a setting, so exit 1", async () => {
     const dir = await tempDataDir();
     try {
       const r = await runCli(["wallet", "balance", "--chain", "arb"], { DATA_DIR: dir.path });
-      expect(r.code).to.equal(2);
+      expect(r.code).to.equal(1);
       expect(r.stderr).to.include("CHAIN_ARB_RAIL=evm");
+      // Only a usage error points at the help.
+      expect(r.stderr).to.not.include("--help");
     } finally {
       await dir.remove();
     }
