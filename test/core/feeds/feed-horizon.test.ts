@@ -10,7 +10,7 @@ import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor } from "../../support/resources.js";
 import { createAuditStore } from "../../../core/audit/store.js";
 import { enqueue } from "../../../core/partners/webhooks/outbox-store.js";
-import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
+import { createCursorCodec, formatWatermark, loadInstanceSecret } from "../../../core/paging.js";
 import { createTreasuryStore } from "../../../core/treasury/store.js";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { movementCtes } from "../../../core/ledger/store.js";
@@ -217,37 +217,49 @@ describe("change feeds: every committed row reaches a watermark follower exactly
 
     it("AuditService.TailRecords delivers a late-committing record, then resumes from a watermark without repeats", async () => {
       const feed = operatorAuditFeed();
-      const slow = await stack.core.db.transaction();
+      const db = stack.core.db;
+      // Where a tail without `since` would start, taken before any of the rows below exists.
+      const since = formatWatermark(await auditStore.horizon());
+      const sentinel = await db.transaction();
+      const slow = await db.transaction();
       const controller = new AbortController();
       try {
+        // The sentinel's transaction writes first, so its xid sorts before the early row's.
+        const marker = await feed.write(sentinel);
         const early = await feed.write(slow);
-        // Started now: the open transaction's row still counts as "after now".
-        const stream = stack.admin.audit.tailRecords({ actor: feed.actor }, { signal: controller.signal });
+        const stream = stack.admin.audit.tailRecords({ actor: feed.actor, since }, { signal: controller.signal });
         const received: { id: string; watermark: string }[] = [];
-        let late = "";
+        let sawFirst: () => void = () => {};
+        const first = new Promise<void>((resolve) => {
+          sawFirst = resolve;
+        });
         const reading = (async () => {
           try {
             for await (const { record, watermark } of stream) {
               received.push({ id: record!.recordId, watermark });
-              if (received.length === 2) controller.abort();
+              if (received.length === 1) sawFirst();
+              // The later row (or anything unexpected) ends the read: nothing may follow it.
+              if (record!.recordId !== marker && record!.recordId !== early) controller.abort();
             }
           } catch (e) {
             if (!controller.signal.aborted) throw e;
           }
         })();
-        late = await stack.core.db.transaction((trx) => feed.write(trx));
-        await pause(300); // let the tail poll at least once while the early row is still open
-        expect(received).to.deep.equal([]);
+        const late = await db.transaction((trx) => feed.write(trx));
+        await sentinel.commit();
+        // The marker can only come from a poll after the later row committed, while the early
+        // row is still open: had that poll handed out the later row, it would precede the early one.
+        await first;
         await slow.commit();
         await reading;
-        expect(received.map((r) => r.id)).to.deep.equal([early, late]);
+        expect(received.map((r) => r.id)).to.deep.equal([marker, early, late]);
 
-        // A reconnecting tail resumes strictly after the first record's watermark.
-        const third = await stack.core.db.transaction((trx) => feed.write(trx));
+        // A reconnecting tail resumes strictly after the early record's watermark.
+        const third = await db.transaction((trx) => feed.write(trx));
         const resumed = new AbortController();
         const again: string[] = [];
         try {
-          for await (const { record } of stack.admin.audit.tailRecords({ actor: feed.actor, since: received[0]!.watermark }, { signal: resumed.signal })) {
+          for await (const { record } of stack.admin.audit.tailRecords({ actor: feed.actor, since: received[1]!.watermark }, { signal: resumed.signal })) {
             again.push(record!.recordId);
             if (again.length === 2) resumed.abort();
           }
@@ -257,7 +269,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
         expect(again).to.deep.equal([late, third]);
       } finally {
         controller.abort();
-        if (!slow.isCompleted()) await slow.rollback();
+        for (const trx of [sentinel, slow]) if (!trx.isCompleted()) await trx.rollback();
       }
     });
   });
