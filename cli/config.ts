@@ -61,6 +61,8 @@ export interface Config {
   shutdownGraceSeconds: number;
   /** CLIENT_METADATA_ALLOW_PRIVATE: development only; client metadata documents on private/loopback addresses (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate: boolean;
+  /** WEBHOOK_ALLOW_PRIVATE: development only; webhooks to private/loopback addresses (docs/reference/partner-api.md). */
+  webhookAllowPrivate: boolean;
   /** METRICS_PORT: where GET /metrics is served (its own listener, never the public port); undefined = off. */
   metricsPort: number | undefined;
   /** METRICS_HOST: the metrics listener's address (default loopback). */
@@ -184,6 +186,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     refreshGraceSeconds: intSetting(env, "REFRESH_GRACE_SECONDS", 30, 0, 3600),
     shutdownGraceSeconds: intSetting(env, "SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),
     clientMetadataAllowPrivate: boolSetting(env, "CLIENT_METADATA_ALLOW_PRIVATE", false),
+    webhookAllowPrivate: boolSetting(env, "WEBHOOK_ALLOW_PRIVATE", false),
     metricsPort,
     metricsHost,
     metricsToken,

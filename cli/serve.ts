@@ -94,6 +94,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         urnNamespace: config.urnNamespace,
         refreshGraceSeconds: config.refreshGraceSeconds,
         clientMetadataAllowPrivate: config.clientMetadataAllowPrivate,
+        webhookAllowPrivate: config.webhookAllowPrivate,
         tracing,
         settlement: config.settlement,
       });

@@ -100,6 +100,8 @@ export interface CoreOptions {
   webhookPollMs?: number;
   /** Backoff and lease tuning of webhook delivery. */
   webhookDelivery?: Pick<WebhookWorkerOptions, "baseDelayMs" | "maxDelayMs" | "maxAttempts" | "leaseMs" | "timeoutMs">;
+  /** Development only: deliver webhooks to private, loopback and link-local addresses (docs/reference/partner-api.md); default false. */
+  webhookAllowPrivate?: boolean;
   /** Test-only seam: see TreasuryFaults. */
   treasuryFaults?: TreasuryFaults;
   /** MCP_URL: first `aud` of agent tokens; default the issuer. */
@@ -341,6 +343,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       clock,
       logger,
       resolver: hostResolver,
+      allowPrivate: options.webhookAllowPrivate ?? false,
       pollMs: options.webhookPollMs ?? 1000,
       ...options.webhookDelivery,
     });

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { pollLoop } from "../../../lib/poll-loop.js";
 import { pinnedRequest, urlHost } from "../../net/pinned-request.js";
+import { isPublicAddress } from "../../net/public-address.js";
 import { createHostResolver, type HostResolver } from "../../net/resolver.js";
 import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
@@ -31,6 +32,8 @@ export interface WebhookWorkerOptions {
   maxLanes?: number;
   /** Resolves receiver hosts off the thread pool, bounded (core/net/resolver.ts); default the system's name servers. */
   resolver?: HostResolver;
+  /** Development only: deliver to private, loopback and link-local addresses too; default false. */
+  allowPrivate?: boolean;
 }
 
 /** What a lease must exceed the per-request timeout by (clock skew between replicas, database round trips). */
@@ -41,6 +44,11 @@ export interface WebhookWorker {
   runOnce(): Promise<number>;
   /** Stops the loop and waits for the current pass. */
   stop(): Promise<void>;
+}
+
+/** A receiver host that resolves to an address core must not reach for a partner (the attempt fails). */
+export class NonPublicAddressError extends Error {
+  override name = "NonPublicAddressError";
 }
 
 /** The exponential backoff after `attempts` failed attempts. */
@@ -64,6 +72,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   const maxLanes = options.maxLanes ?? 32;
   const { outbox, logger } = options;
   const resolver = options.resolver ?? createHostResolver();
+  if (options.allowPrivate) logger.warn("webhooks may be delivered to private and loopback addresses (development setting)");
   const running = new Set<Promise<number>>();
 
   async function deliverOne(d: DueDelivery): Promise<void> {
@@ -92,8 +101,8 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
 
   /**
    * POSTs one delivery and answers the status. The host is resolved by the bounded
-   * resolver and the connection made to that address (no lookup on the thread pool);
-   * redirects are not followed; resolving, connecting and the answer share the timeout.
+   * resolver, checked to be public, and the connection made to that address only; redirects
+   * are not followed; resolving, connecting and the answer share the timeout.
    */
   async function post(target: string, headers: Record<string, string>, body: string): Promise<number> {
     const url = new URL(target);
@@ -102,6 +111,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       resolver.resolve(urlHost(url)),
       new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true })),
     ]);
+    if (!options.allowPrivate && addresses.some((a) => !isPublicAddress(a.address))) throw new NonPublicAddressError("receiver host is not public");
     return new Promise<number>((resolve, reject) => {
       const req = pinnedRequest(url, addresses[0]!, { method: "POST", signal, headers: { ...headers, "content-length": Buffer.byteLength(body) } });
       req.on("error", reject);

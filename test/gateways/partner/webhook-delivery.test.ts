@@ -58,7 +58,9 @@ describe("partner webhook delivery: suspension, leases and replicas", () => {
   /** A second replica's worker: same database and clock, its own process state. */
   async function secondWorker(stack: TestStack) {
     const box = createSecretBox(await webhookKey());
-    const worker = createWebhookWorker({ outbox: createOutboxStore(stack.core.db), box, clock: stack.clock, logger: stack.logs.logger, pollMs: 0 });
+    const outbox = createOutboxStore(stack.core.db);
+    // Like the stack's own worker: the receivers are on loopback.
+    const worker = createWebhookWorker({ outbox, box, clock: stack.clock, logger: stack.logs.logger, pollMs: 0, allowPrivate: true });
     workers.push(worker);
     return worker;
   }

@@ -17,8 +17,8 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     for (const c of closers.reverse()) await c();
   });
 
-  async function setUp(dns: TestDnsServer) {
-    const stack: TestStack = await startStack({ webhookPollMs: 0, hostResolver: { servers: [dns.address], timeoutMs: 1000 } });
+  async function setUp(dns: TestDnsServer, webhookAllowPrivate = true) {
+    const stack: TestStack = await startStack({ webhookPollMs: 0, hostResolver: { servers: [dns.address], timeoutMs: 1000 }, webhookAllowPrivate });
     closers.push(() => stack.close());
     const receiver = await startWebhookReceiver();
     closers.push(() => receiver.close());
@@ -53,5 +53,21 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     expect(receiver.received).to.have.length(0);
     const { rows } = await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId]);
     expect(rows).to.deep.equal([{ delivery_state: "pending", attempts: 1, last_error: "HostLookupError" }]);
+  });
+
+  it("a receiver host that is not public (a name resolving to loopback, a loopback literal) is never contacted", async () => {
+    const dns = await startDnsServer({ "hooks.vaultgate.test": "127.0.0.1" });
+    closers.push(() => dns.close());
+    const { stack, receiver, partner } = await setUp(dns, false);
+    const state = async () =>
+      (await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId])).rows;
+    await stack.core.webhooks.runOnce();
+    expect(await state()).to.deep.equal([{ delivery_state: "pending", attempts: 1, last_error: "NonPublicAddressError" }]);
+    // The operator's loopback URL itself, on the retry.
+    await stack.core.db("partners").where({ id: partner.partnerId }).update({ webhook_url: receiver.url });
+    stack.clock.advance(30_000);
+    await stack.core.webhooks.runOnce();
+    expect(await state()).to.deep.equal([{ delivery_state: "pending", attempts: 2, last_error: "NonPublicAddressError" }]);
+    expect(receiver.received).to.have.length(0);
   });
 });
