@@ -114,7 +114,7 @@ export interface CoreOptions {
   registrationLimitPerMinute?: number;
   /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/reference/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
-  /** Name servers, timeout and concurrency of the lookups for client metadata documents and webhook URLs; default the system's servers. */
+  /** Name servers and timeout of the lookups for client metadata documents and webhook URLs, and the former's concurrency; default the system's servers. */
   hostResolver?: HostResolverOptions;
   /** Which chains settle on the evm rail (core/settlement/config.ts); absent = every chain on the sandbox rail. */
   settlement?: SettlementSettings;
@@ -187,7 +187,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     await checkOutsideKey(db, { name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", key: webhookSecretKey });
     const box = createSecretBox(webhookSecretKey);
     await moveWebhookKeyOutOfDatabase(db, box, logger);
-    // Caller-chosen host names (metadata documents, webhook URLs) share one bounded resolver.
+    // Client metadata documents' hosts share one bounded resolver; webhooks have their own (worker.ts).
     const hostResolver = createHostResolver(options.hostResolver);
     const signinCodeKey = await loadOutsideKey({
       name: "signin-code-key",
@@ -342,7 +342,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       box,
       clock,
       logger,
-      resolver: hostResolver,
+      resolver: options.hostResolver,
       allowPrivate: options.webhookAllowPrivate ?? false,
       pollMs: options.webhookPollMs ?? 1000,
       ...options.webhookDelivery,

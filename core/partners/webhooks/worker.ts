@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import { pollLoop } from "../../../lib/poll-loop.js";
 import { pinnedRequest, urlHost } from "../../net/pinned-request.js";
 import { isPublicAddress } from "../../net/public-address.js";
-import { createHostResolver, type HostResolver } from "../../net/resolver.js";
+import { createHostResolver, type HostResolverOptions } from "../../net/resolver.js";
 import type { DueDelivery, Lane, OutboxStore } from "./outbox-store.js";
 import { signWebhook, type SecretBox } from "./signing.js";
 
@@ -30,8 +30,11 @@ export interface WebhookWorkerOptions {
   batchSize?: number;
   /** Partners served at once by this worker, each by its own lane. */
   maxLanes?: number;
-  /** Resolves receiver hosts off the thread pool, bounded (core/net/resolver.ts); default the system's name servers. */
-  resolver?: HostResolver;
+  /**
+   * Name servers and lookup timeout of the worker's own resolver (core/net/resolver.ts), which
+   * allows one lookup per lane, so no other surface's lookups can fail a delivery as busy.
+   */
+  resolver?: Omit<HostResolverOptions, "maxConcurrent">;
   /** Development only: deliver to private, loopback and link-local addresses too; default false. */
   allowPrivate?: boolean;
 }
@@ -71,7 +74,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   const batchSize = options.batchSize ?? 50;
   const maxLanes = options.maxLanes ?? 32;
   const { outbox, logger } = options;
-  const resolver = options.resolver ?? createHostResolver();
+  const resolver = createHostResolver({ ...options.resolver, maxConcurrent: maxLanes });
   if (options.allowPrivate) logger.warn("webhooks may be delivered to private and loopback addresses (development setting)");
   const running = new Set<Promise<number>>();
 

@@ -1,10 +1,11 @@
 import { expect } from "chai";
 import { Webhook } from "standardwebhooks";
-import { startStack, type TestStack } from "../../support/stack.js";
+import { startStack, type StackOptions, type TestStack } from "../../support/stack.js";
 import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { startDnsServer, type TestDnsServer } from "../../support/dns-server.js";
+import { pkce } from "../../support/agent-oauth.js";
 
 /**
  * Receiver host names go through core's bounded resolver and the request goes to the address it
@@ -17,8 +18,8 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     for (const c of closers.reverse()) await c();
   });
 
-  async function setUp(dns: TestDnsServer, webhookAllowPrivate = true) {
-    const stack: TestStack = await startStack({ webhookPollMs: 0, hostResolver: { servers: [dns.address], timeoutMs: 1000 }, webhookAllowPrivate });
+  async function setUp(dns: TestDnsServer, options: StackOptions = {}) {
+    const stack: TestStack = await startStack({ webhookPollMs: 0, hostResolver: { servers: [dns.address], timeoutMs: 1000 }, ...options });
     closers.push(() => stack.close());
     const receiver = await startWebhookReceiver();
     closers.push(() => receiver.close());
@@ -58,7 +59,7 @@ describe("webhook delivery: receiver host names (real name server)", function ()
   it("a receiver host that is not public (a name resolving to loopback, a loopback literal) is never contacted", async () => {
     const dns = await startDnsServer({ "hooks.vaultgate.test": "127.0.0.1" });
     closers.push(() => dns.close());
-    const { stack, receiver, partner } = await setUp(dns, false);
+    const { stack, receiver, partner } = await setUp(dns, { webhookAllowPrivate: false });
     const state = async () =>
       (await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId])).rows;
     await stack.core.webhooks.runOnce();
@@ -69,5 +70,38 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     await stack.core.webhooks.runOnce();
     expect(await state()).to.deep.equal([{ delivery_state: "pending", attempts: 2, last_error: "NonPublicAddressError" }]);
     expect(receiver.received).to.have.length(0);
+  });
+
+  it("hostile: client metadata lookups holding every shared lookup slot do not fail a delivery", async () => {
+    const dns = await startDnsServer({ "hooks.vaultgate.test": "127.0.0.1" }, { hold: true });
+    closers.push(() => dns.close());
+    const hostResolver = { servers: [dns.address], timeoutMs: 20_000, maxConcurrent: 2 };
+    const { stack, receiver, partner } = await setUp(dns, { gateway: true, hostResolver });
+    // Anyone can make core look up a client_id's host: two names the name server sits on.
+    const authorize = (host: string) =>
+      fetch(
+        `${stack.url}/oauth2/authorize?${new URLSearchParams({
+          response_type: "code",
+          client_id: `https://${host}/client.json`,
+          redirect_uri: "https://attacker.example/cb",
+          code_challenge: pkce().challenge,
+          code_challenge_method: "S256",
+        })}`,
+        { redirect: "manual" },
+      );
+    const flood = ["a.attacker.test", "b.attacker.test"].map(authorize);
+    const asked = (name: string) => dns.queries.some((q) => q.name === name);
+    while (!asked("a.attacker.test") || !asked("b.attacker.test")) await new Promise((r) => setTimeout(r, 10));
+    let done = false;
+    const pass = stack.core.webhooks.runOnce().finally(() => {
+      done = true;
+    });
+    while (!done && !asked("hooks.vaultgate.test")) await new Promise((r) => setTimeout(r, 10));
+    dns.release();
+    await pass;
+    await Promise.all(flood);
+    const { rows } = await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId]);
+    expect(rows).to.deep.equal([{ delivery_state: "delivered", attempts: 1, last_error: null }]);
+    expect(receiver.received).to.have.length(1);
   });
 });
