@@ -15,8 +15,9 @@ export interface PagingDeps {
 }
 
 /**
- * Resolves paging input to a feed position. Cursors are signed and bound to one partner's view
- * of one list, so anything else is invalid_cursor; older ones without an xid mean xid 0.
+ * Resolves paging input to a feed position. Cursors and watermarks are signed and bound to one
+ * partner's view of one list: any other cursor is invalid_cursor, any other since a bad query
+ * parameter (invalid_cursor tells a client to restart from its since). No xid means xid 0.
  */
 export function position(deps: PagingDeps, page: Page, binding: string): { after: FeedPosition; limit: number } {
   const limit = !page || page.limit === 0 ? DEFAULT_LIMIT : page.limit;
@@ -36,7 +37,8 @@ export function position(deps: PagingDeps, page: Page, binding: string): { after
     !Number.isSafeInteger(decoded.a) ||
     decoded.a < 0
   ) {
-    fail(Reason.INVALID_CURSOR, kind === "c" ? "cursor is malformed or no longer valid" : "since is not a watermark of this list");
+    if (kind === "c") fail(Reason.INVALID_CURSOR, "cursor is malformed or no longer valid");
+    fail(Reason.INVALID_REQUEST, "since is not a watermark of this list");
   }
   return { after: { xid, seq: decoded.a }, limit };
 }

@@ -42,8 +42,8 @@ describe("partner resource refusals after the access checks are audited", () => 
     expectHttpError(transfers, 400, "invalid_cursor");
     expect(await auditOf(transfers)).to.deep.equal(failure("partner.transfers.read", "invalid_cursor"));
     const events = await api(stack, "GET", "/events?since=garbage", { token });
-    expectHttpError(events, 400, "invalid_cursor");
-    expect(await auditOf(events)).to.deep.equal(failure("partner.events.read", "invalid_cursor"));
+    expectHttpError(events, 400, "invalid_request");
+    expect(await auditOf(events)).to.deep.equal(failure("partner.events.read", "invalid_request"));
 
     const unknown = await api(stack, "POST", `/users/${userId}/kyc/link`, { token, json: { provider: "nope" } });
     expectHttpError(unknown, 400, "invalid_request");

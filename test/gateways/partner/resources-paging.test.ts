@@ -85,8 +85,14 @@ describe("partner resources over HTTP: paging", () => {
       const tampered = first.next_cursor.slice(0, -2) + (first.next_cursor.endsWith("A") ? "BB" : "AA");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?cursor=${encodeURIComponent(tampered)}`, { token }), 400, "invalid_cursor");
       expectHttpError(await call("GET", `/users/${b.userId}/transfers?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
-      expectHttpError(await call("GET", `/users/${a.userId}/transfers?since=garbage`, { token }), 400, "invalid_cursor");
       expectHttpError(await call("GET", `/events?cursor=${encodeURIComponent(first.next_cursor)}`, { token }), 400, "invalid_cursor");
+      expectHttpError(await call("GET", `/users/${a.userId}/transfers?cursor=${encodeURIComponent(first.watermark)}`, { token }), 400, "invalid_cursor");
+      // A bad since is a bad query parameter: invalid_cursor would send the client back to that very since.
+      const edited = first.watermark.slice(0, -2) + (first.watermark.endsWith("A") ? "BB" : "AA");
+      for (const since of ["garbage", edited, first.next_cursor]) {
+        expectHttpError(await call("GET", `/users/${a.userId}/transfers?since=${encodeURIComponent(since)}`, { token }), 400, "invalid_request");
+      }
+      expectHttpError(await call("GET", `/events?since=${encodeURIComponent(first.watermark)}`, { token }), 400, "invalid_request");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=0`, { token }), 400, "invalid_request");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=1&limit=2`, { token }), 400, "invalid_request");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?page=2`, { token }), 400, "invalid_request");
