@@ -119,8 +119,9 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       const req = pinnedRequest(url, addresses[0]!, { method: "POST", signal, headers: { ...headers, "content-length": Buffer.byteLength(body) } });
       req.on("error", reject);
       req.on("response", (res) => {
-        res.resume();
+        // Only the status counts: the body is never read, and the connection is never reused.
         resolve(res.statusCode ?? 0);
+        res.destroy();
       });
       req.end(body);
     });

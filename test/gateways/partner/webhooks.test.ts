@@ -1,3 +1,5 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import { Webhook } from "standardwebhooks";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -115,5 +117,48 @@ describe("partner webhooks", () => {
     const stored = String((rows as { webhook_secret_enc: string }[])[0]!.webhook_secret_enc);
     expect(stored).to.not.include(secret.slice(6, 20));
     expect(stack.logs.text()).to.not.include(secret.slice(6));
+  });
+
+  it("hostile: a receiver answering 2xx with an endless body is acknowledged without its body being read", async () => {
+    let written = 0;
+    let closed: () => void = () => {};
+    const done = new Promise<void>((resolve) => {
+      closed = resolve;
+    });
+    const chunk = Buffer.alloc(64 * 1024, 120);
+    const endless = createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { "content-type": "text/plain" });
+      const pump = () => {
+        let more = true;
+        while (!res.destroyed && more) {
+          more = res.write(chunk);
+          written += chunk.length;
+        }
+        if (!res.destroyed) res.once("drain", pump);
+      };
+      res.on("close", closed);
+      pump();
+    });
+    await new Promise<void>((resolve) => endless.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(endless.address() as AddressInfo).port}/hooks`;
+      // A short request timeout: were the body read, it would be read until then.
+      const stack = await startStack({ webhookPollMs: 0, webhookDelivery: { timeoutMs: 2_000 } });
+      stacks.push(stack);
+      const partner = await createPartner(stack, { webhookUrl: url });
+      await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url });
+      const { userId } = await createUserFor(stack, partner);
+      await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+      await stack.core.webhooks.runOnce();
+      const { rows } = await stack.core.db.raw(`SELECT delivery_state FROM partner_events WHERE partner_id = ?`, [partner.partnerId]);
+      expect(rows).to.deep.equal([{ delivery_state: "delivered" }]);
+      // Core hung up once it had the status: no more than the sockets' buffers ever left the receiver.
+      await done;
+      expect(written).to.be.below(64 * 1024 * 1024);
+    } finally {
+      endless.closeAllConnections();
+      await new Promise((resolve) => endless.close(resolve));
+    }
   });
 });
