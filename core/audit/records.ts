@@ -61,8 +61,8 @@ export async function* tailRecords(
 }
 
 /**
- * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); a record_id naming no
- * record visible to `actor` is invalid_cursor. See docs/reference/agent-tools.md, audit.list.
+ * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); anything else, or a
+ * record_id naming no record visible to `actor`, is invalid_request (invalid_cursor is for cursors).
  */
 export async function auditSince(store: AuditStore, since: string, actor?: string): Promise<FeedPosition> {
   if (since === "") return FEED_START;
@@ -74,7 +74,7 @@ export async function auditSince(store: AuditStore, since: string, actor?: strin
     const position = await store.positionOf(seq, actor);
     if (position) return position;
   }
-  return fail(Reason.INVALID_CURSOR, "since must be a watermark or record_id of this feed");
+  return fail(Reason.INVALID_REQUEST, "since must be a watermark or record_id of this feed");
 }
 
 /**

@@ -37,7 +37,7 @@ describe("AuditService", () => {
     expect(since.records.map((r) => r.recordId)).to.deep.equal(all.slice(3).map((r) => r.recordId));
   });
 
-  it("refuses a tampered cursor and a malformed watermark", async () => {
+  it("refuses a tampered cursor (invalid_cursor) and a malformed watermark (invalid_request)", async () => {
     const p = await createPartner(stack);
     await failedIssuances(p.clientId, 3);
     const { nextCursor } = await stack.admin.audit.listRecords({ actor: `partner:${p.clientId}`, limit: 1 });
@@ -46,7 +46,7 @@ describe("AuditService", () => {
     for (const cursor of [`${forged}.${sig}`, `${body}.AAAA`, "garbage"]) {
       await expectRefused(stack.admin.audit.listRecords({ cursor }), Reason.INVALID_CURSOR);
     }
-    await expectRefused(stack.admin.audit.listRecords({ since: "abc" }), Reason.INVALID_CURSOR);
+    await expectRefused(stack.admin.audit.listRecords({ since: "abc" }), Reason.INVALID_REQUEST);
   });
 
   it("streams new records to a tail as they land", async () => {

@@ -326,7 +326,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
   });
 
   describe("watermark format and compatibility", () => {
-    it("audit.list: watermarks are <xid>.<seq>; a bare record_id of the agent's own feed still works; anything else is invalid_cursor", async () => {
+    it("audit.list: watermarks are <xid>.<seq>; a bare record_id of the agent's own feed still works; anything else is invalid params", async () => {
       const feed = await agentAuditFeed();
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) ids.push(await stack.core.db.transaction((trx) => feed.write(trx)));
@@ -344,7 +344,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
           { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since } },
           { authorization: `Bearer ${feed.token}` },
         );
-        expect(res.json!.error?.data?.reason_id, since).to.equal("invalid_cursor");
+        expect([res.json!.error?.code, res.json!.error?.data?.reason_id], since).to.deep.equal([-32602, "invalid_params"]);
       }
     });
 
@@ -365,7 +365,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
       expect((await list("")).records.map((r) => r.recordId)).to.deep.equal([...legacy, fresh]);
       expect((await list(legacy[0]!)).records.map((r) => r.recordId)).to.deep.equal([legacy[1], fresh]);
       expect((await list(`0.${legacy[1]}`)).records.map((r) => r.recordId)).to.deep.equal([fresh]);
-      await expectRefused(list("12.x"), Reason.INVALID_CURSOR);
+      await expectRefused(list("12.x"), Reason.INVALID_REQUEST);
     });
 
     it("partner feeds: a watermark signed before the feed horizon (no xid) still resumes correctly", async () => {
