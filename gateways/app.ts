@@ -17,6 +17,7 @@ import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
 import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
 import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
 import { observeRequests } from "./shared/observability.js";
+import { limitRequestTime } from "./shared/request-time.js";
 import { requestLogController } from "./request-log.js";
 
 export interface GatewayOptions {
@@ -34,12 +35,15 @@ export interface GatewayOptions {
   tracing?: boolean;
   /** SIGNIN_METHODS: the ways in the sign-in page offers; default e-mail codes. */
   signinMethods?: readonly string[];
+  /** Longest time a request's headers and body may take to arrive (408 after); default 30 s. */
+  requestTimeoutMs?: number;
 }
 
 const MCP_PATHS = new Set(MCP_ENDPOINTS.map((e) => e.path));
 
 /** Builds (does not listen) the one fastify app that serves every public surface. */
 export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
+  const requestTimeout = options.requestTimeoutMs ?? 30_000;
   const app = Fastify({
     loggerInstance: options.logger as FastifyBaseLogger,
     // A client-supplied request id is never trusted (fastify docs, Logging). Time-ordered
@@ -50,6 +54,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // The smallest limit any route allows; routes raise it where the contract does.
     bodyLimit: 64 * 1024,
     return503OnClosing: true,
+    // fastify's default of none let a client that never finished its headers hold a connection.
+    requestTimeout,
+    http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000) },
     // A payout_id in a receipt's path is up to 128 URL-safe characters; fastify's default of 100
     // refused valid receipts with a 414. Core checks each parameter's own rules.
     routerOptions: { maxParamLength: 256 },
@@ -61,6 +68,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       return sendFrameworkJson(err, request, reply);
     },
   });
+
+  limitRequestTime(app, requestTimeout);
 
   // fastify's own JSON parser (pages, unknown paths), behind the depth check every JSON
   // surface makes; the partner, JSON-RPC and OAuth surfaces parse in their own envelopes.

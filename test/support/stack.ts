@@ -44,6 +44,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
   port?: number;
   /** A database other than the shared test database (see `ownDatabase`). */
   database?: Db;
+  /** The gateway's whole-request time limit (default the gateway's own). */
+  requestTimeoutMs?: number;
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -56,7 +58,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, ...coreOverrides } = options;
+  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, requestTimeoutMs, ...coreOverrides } = options;
   const port = options.port ?? (publicUrls ? await freePort() : 0);
   const origin = `http://127.0.0.1:${port}`;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
@@ -95,6 +97,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
         ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
       signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
+      requestTimeoutMs,
     });
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
