@@ -1,10 +1,13 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { createConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Core } from "./core.js";
 
 /** The largest request message core reads, whoever sends it: the largest valid one, 1,000 payouts with every field at its longest, is about 1 MiB. */
 export const CORE_READ_MAX_BYTES = 4 * 1024 * 1024;
+/** Streams one caller's connection may have open at once; a client queues any more. */
+export const CORE_MAX_CONCURRENT_STREAMS = 256;
 
 export interface CoreServer {
   url: string;
@@ -14,6 +17,8 @@ export interface CoreServer {
 export interface CoreServerOptions {
   /** PEM key material for TLS; with `ca`, clients must present a certificate from it (mTLS). */
   tls?: { cert: string; key: string; ca?: string };
+  /** Longest time a request message may take to arrive before its stream is cancelled; default 30 s. */
+  requestTimeoutMs?: number;
 }
 
 /**
@@ -26,8 +31,10 @@ export async function startCoreServer(
   host = "127.0.0.1",
   options: CoreServerOptions = {},
 ): Promise<CoreServer> {
-  const handler = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors, readMaxBytes: CORE_READ_MAX_BYTES });
+  const adapter = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors, readMaxBytes: CORE_READ_MAX_BYTES });
+  const handler = cancelStalledRequests(core, adapter, options.requestTimeoutMs ?? 30_000);
   const { tls } = options;
+  const settings = { maxConcurrentStreams: CORE_MAX_CONCURRENT_STREAMS };
   const server = tls
     ? http2.createSecureServer(
         {
@@ -37,10 +44,11 @@ export async function startCoreServer(
           minVersion: "TLSv1.2",
           // HTTP/2 only, as in cleartext: every core client (grpc-js, connect-node) negotiates h2.
           allowHTTP1: false,
+          settings,
         },
         handler,
       )
-    : http2.createServer(handler);
+    : http2.createServer({ settings }, handler);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
@@ -59,5 +67,30 @@ export async function startCoreServer(
         for (const s of sessions) s.close();
         server.close(() => resolve());
       }),
+  };
+}
+
+type Handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
+
+/**
+ * Connect buffers a request message (up to CORE_READ_MAX_BYTES) until it is whole, before any
+ * credential is read, so a caller that stops mid-message would hold that memory for ever. Methods
+ * whose request is a stream (reflection) are exempt: their request ends when the caller is done.
+ */
+function cancelStalledRequests(core: Pick<Core, "routes">, next: Handler, ms: number): Handler {
+  const router = createConnectRouter();
+  core.routes(router);
+  const streamed = new Set(
+    router.handlers.filter((h) => h.method.methodKind === "client_streaming" || h.method.methodKind === "bidi_streaming").map((h) => h.requestPath),
+  );
+  return (req, res) => {
+    const stream = req.stream;
+    if (!stream.endAfterHeaders && !streamed.has(req.url.split("?", 1)[0]!)) {
+      const timer = setTimeout(() => {
+        if (!req.readableEnded && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      }, ms);
+      stream.once("close", () => clearTimeout(timer));
+    }
+    next(req, res);
   };
 }
