@@ -22,6 +22,9 @@ export interface CoreServices {
  * Registers every service and reflection (which only describes: every RPC still takes its own
  * credential), shared by the h2c server and the in-process transport.
  */
+/** The largest reflection request core reads (a real one is a name, far smaller). */
+export const REFLECTION_READ_MAX_BYTES = 64 * 1024;
+
 export function createRoutes(services: CoreServices) {
   const reflection = createReflectionServices([Health, PartnersService, AuditService, GrantsService, BudgetsService, PartnerResourcesService, TreasuryService]);
   return (router: ConnectRouter) => {
@@ -32,7 +35,8 @@ export function createRoutes(services: CoreServices) {
     router.service(BudgetsService, services.budgets);
     router.service(PartnerResourcesService, services.partnerResources);
     router.service(TreasuryService, services.treasury);
-    router.service(ReflectionV1, reflection.v1);
-    router.service(ReflectionV1Alpha, reflection.v1alpha);
+    // A reflection request names one file or symbol; its stream stays open, so its messages stay small.
+    router.service(ReflectionV1, reflection.v1, { readMaxBytes: REFLECTION_READ_MAX_BYTES });
+    router.service(ReflectionV1Alpha, reflection.v1alpha, { readMaxBytes: REFLECTION_READ_MAX_BYTES });
   };
 }

@@ -74,8 +74,8 @@ type Handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) =
 
 /**
  * Connect buffers a request message (up to CORE_READ_MAX_BYTES) until it is whole, before any
- * credential is read, so a caller that stops mid-message would hold that memory for ever. Methods
- * whose request is a stream (reflection) are exempt: their request ends when the caller is done.
+ * credential is read, so a caller that stops mid-message would hold that memory for ever. A stream
+ * of requests (reflection) may stay open, but not silent: it is cancelled after `ms` without traffic.
  */
 function cancelStalledRequests(core: Pick<Core, "routes">, next: Handler, ms: number): Handler {
   const router = createConnectRouter();
@@ -85,7 +85,9 @@ function cancelStalledRequests(core: Pick<Core, "routes">, next: Handler, ms: nu
   );
   return (req, res) => {
     const stream = req.stream;
-    if (!stream.endAfterHeaders && !streamed.has(req.url.split("?", 1)[0]!)) {
+    if (streamed.has(req.url.split("?", 1)[0]!)) {
+      stream.setTimeout(ms, () => stream.close(http2.constants.NGHTTP2_CANCEL));
+    } else if (!stream.endAfterHeaders) {
       const timer = setTimeout(() => {
         if (!req.readableEnded && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
       }, ms);

@@ -1,6 +1,7 @@
 import http2 from "node:http2";
 import { expect } from "chai";
 import { CORE_MAX_CONCURRENT_STREAMS, startCoreServer, type CoreServer } from "../../core/server.js";
+import { REFLECTION_READ_MAX_BYTES } from "../../core/routes.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
 /**
@@ -60,5 +61,43 @@ describe("core's port: stalled requests", () => {
   it("limits the streams one connection may have open at once", () => {
     expect(session.remoteSettings.maxConcurrentStreams).to.equal(CORE_MAX_CONCURRENT_STREAMS);
     expect(CORE_MAX_CONCURRENT_STREAMS).to.be.at.most(1000);
+  });
+
+  /** A gRPC reflection stream that sends `frames` and then ends or nothing more: the grpc-status it ends with (if any) and its reset code. */
+  function reflect(frames: Buffer, end = false): Promise<{ grpcStatus?: string; rstCode: number }> {
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
+    req.on("error", () => {});
+    let grpcStatus: string | undefined;
+    req.on("response", (h) => {
+      grpcStatus ??= h["grpc-status"] as string | undefined;
+    });
+    req.on("trailers", (t) => {
+      grpcStatus = t["grpc-status"] as string;
+    });
+    req.resume();
+    if (end) req.end(frames);
+    else req.write(frames);
+    return new Promise((resolve) => req.on("close", () => resolve({ grpcStatus, rstCode: req.rstCode ?? 0 })));
+  }
+  const envelope = (length: number, payload: Buffer) =>
+    Buffer.concat([Buffer.from([0, length >>> 24, (length >>> 16) & 255, (length >>> 8) & 255, length & 255]), payload]);
+
+  it("cancels a reflection stream that goes silent mid-message", async () => {
+    const stalled = await reflect(envelope(1000, Buffer.alloc(10)));
+    expect(stalled.rstCode).to.equal(http2.constants.NGHTTP2_CANCEL);
+  });
+
+  it("refuses a reflection request larger than a reflection request can be", async () => {
+    // ServerReflectionRequest.host (field 1) holding 100 KiB.
+    const host = Buffer.alloc(100 * 1024, 0x61);
+    const message = Buffer.concat([Buffer.from([0x0a, 0x80, 0x80, 0x06]), host]);
+    expect(message.length).to.be.above(REFLECTION_READ_MAX_BYTES);
+    const refused = await reflect(envelope(message.length, message), true);
+    expect(refused.grpcStatus).to.equal("8"); // RESOURCE_EXHAUSTED
   });
 });
