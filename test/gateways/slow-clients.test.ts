@@ -54,6 +54,12 @@ describe("slow clients (gateway, real port)", () => {
     expect((bodyOf(stalled).error as { code: number }).code).to.equal(-32600);
   });
 
+  it("a sign-in form whose body stops arriving gets an HTML 400 page", async () => {
+    const stalled = await stall(stack.url, partialPost("/signin", "application/x-www-form-urlencoded", "email=someone%40"));
+    expect(stalled).to.match(/^HTTP\/1\.1 400 /);
+    expect(stalled).to.match(/content-type: text\/html/i);
+  });
+
   it("headers that stop arriving are answered 408 too", async () => {
     const stalled = await stall(stack.url, "GET /.well-known/oauth-authorization-server HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
     expect(stalled).to.match(/^HTTP\/1\.1 408 /);
