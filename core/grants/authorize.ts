@@ -80,8 +80,8 @@ async function afterRedirectVerified<T>(checks: () => Promise<T>): Promise<T> {
 }
 
 /** The authorization request's checks, in order; no side effects. */
-async function authorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest) {
-  const client = req.clientId ? await deps.directory.find(req.clientId) : undefined;
+async function authorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest, caller: string) {
+  const client = req.clientId ? await deps.directory.find(req.clientId, caller) : undefined;
   if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
   // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
   if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
@@ -128,8 +128,8 @@ async function verifiedAuthorization(deps: CheckAuthorizationDeps, client: Clien
 }
 
 /** GrantsService.CheckAuthorization: what the consent page shows, or why the request is refused. */
-export async function checkAuthorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest) {
-  const r = await authorization(deps, req);
+export async function checkAuthorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest, ctx: HandlerContext) {
+  const r = await authorization(deps, req, callFacts(ctx).clientAddress);
   return {
     client: clientInit(r.client),
     scopes: r.scopes,
@@ -144,7 +144,7 @@ export async function checkAuthorization(deps: CheckAuthorizationDeps, req: Chec
 export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: ApproveAuthorizationRequest, ctx: HandlerContext) {
   if (!req.request) fail(Reason.INVALID_REQUEST, "request is required");
   const request = req.request;
-  const r = await authorization(deps, { ...request, sessionToken: req.sessionToken });
+  const r = await authorization(deps, { ...request, sessionToken: req.sessionToken }, callFacts(ctx).clientAddress);
   // The client and its redirect URI are verified: refusals may go back to it.
   const verified = { redirectUriVerified: true };
   const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first", verified);

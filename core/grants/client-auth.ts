@@ -29,7 +29,8 @@ export interface ClientAuthDeps {
 
 /** Finds OAuth clients (registered or described by a metadata document) and authenticates them. */
 export interface ClientDirectory {
-  find(clientId: string): Promise<ClientRecord | undefined>;
+  /** `caller` (the client address) is what a metadata document fetch is counted against. */
+  find(clientId: string, caller?: string): Promise<ClientRecord | undefined>;
   authenticate(ctx: HandlerContext, clientId: string, secret: string): Promise<ClientRecord>;
 }
 
@@ -50,8 +51,8 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
   const documents = createClientIdMetadataResolver({ clock: deps.clock, allowPrivate: deps.clientMetadataAllowPrivate ?? false, resolver: deps.hostResolver });
   if (deps.clientMetadataAllowPrivate) deps.logger.warn("client metadata documents may be fetched from private and loopback addresses (development setting)");
 
-  async function find(clientId: string): Promise<ClientRecord | undefined> {
-    if (isClientIdUrl(clientId)) return documents.resolve(clientId);
+  async function find(clientId: string, caller?: string): Promise<ClientRecord | undefined> {
+    if (isClientIdUrl(clientId)) return documents.resolve(clientId, caller);
     const now = Date.now();
     const hit = clientCache.get(clientId);
     if (hit && hit.until > now) return hit.client;
@@ -68,7 +69,7 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
       // A metadata-document client is public (token_endpoint_auth_method none): it proves
       // nothing here; the code it exchanges is bound to its client_id and PKCE verifier.
       if (secret) fail(Reason.INVALID_CLIENT, "a client_id metadata document client is a public client and sends no client_secret");
-      return documents.resolve(clientId);
+      return documents.resolve(clientId, ctx.values.get(kClientAddress));
     }
     // A registered client always authenticates with its secret (an empty one never verifies).
     if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256)

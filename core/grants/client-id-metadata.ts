@@ -23,6 +23,8 @@ export const CACHE_MAX_S = 24 * 3600;
 const CACHE_MAX_ENTRIES = 1000;
 /** Fetches in flight at once (per process); more wait for nothing: they are refused as overload. */
 const MAX_CONCURRENT_FETCHES = 32;
+/** Of those, what one client address may hold, so a caller naming slow documents starves only itself. */
+export const MAX_FETCHES_PER_CALLER = 4;
 const LOOPBACK_HOSTS = new Set(["127.0.0.1", "[::1]", "localhost"]);
 
 /** True when `clientId` is meant as a metadata document URL (any case of the scheme); everything else is a registered client id. */
@@ -45,8 +47,11 @@ export interface ClientIdMetadataOptions {
 }
 
 export interface ClientIdMetadataResolver {
-  /** The client a metadata document URL names, fetched or cached; INVALID_CLIENT with the reason when it cannot be used. */
-  resolve(clientId: string): Promise<ClientRecord>;
+  /**
+   * The client a metadata document URL names, fetched or cached; INVALID_CLIENT with the reason when it
+   * cannot be used. `caller` (the client address a gateway vouched for) gets its own share of the fetches.
+   */
+  resolve(clientId: string, caller?: string): Promise<ClientRecord>;
 }
 
 class DocumentProblem extends Error {}
@@ -63,6 +68,7 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
   const cache = new Map<string, Cached>();
   const inflight = new Map<string, Promise<Cached>>();
   let fetching = 0;
+  const fetchingFor = new Map<string, number>();
   const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS;
   const resolver = options.resolver ?? createHostResolver();
 
@@ -73,18 +79,23 @@ export function createClientIdMetadataResolver(options: ClientIdMetadataOptions)
   }
 
   return {
-    async resolve(clientId) {
+    async resolve(clientId, caller = "") {
       const url = checkClientIdUrl(clientId, options.allowPrivate);
       const now = options.clock().getTime();
       const hit = cache.get(clientId);
       if (hit && hit.until > now) return hit.client;
       let pending = inflight.get(clientId);
       if (!pending) {
-        if (fetching >= MAX_CONCURRENT_FETCHES)
+        const mine = fetchingFor.get(caller) ?? 0;
+        if (fetching >= MAX_CONCURRENT_FETCHES || (caller !== "" && mine >= MAX_FETCHES_PER_CALLER))
           fail(Reason.OVERLOADED, "too many client metadata documents are being fetched; retry shortly", { retryAfterSeconds: 1 });
         fetching++;
+        fetchingFor.set(caller, mine + 1);
         pending = load(url, clientId).finally(() => {
           fetching--;
+          const left = (fetchingFor.get(caller) ?? 1) - 1;
+          if (left > 0) fetchingFor.set(caller, left);
+          else fetchingFor.delete(caller);
           inflight.delete(clientId);
         });
         inflight.set(clientId, pending);

@@ -143,7 +143,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     retireSigningKey: (req, ctx) => retireSigningKey({ keyring, audit, clock }, req, ctx),
 
     registerClient: (req, ctx) => registerClient(registration, req, ctx),
-    checkAuthorization: (req) => checkAuthorization(authorization, req),
+    checkAuthorization: (req, ctx) => checkAuthorization(authorization, req, ctx),
     approveAuthorization: (req, ctx) => approveAuthorization(authorization, req, ctx),
     exchangeCode: (req, ctx) => exchangeCode(tokens, req, ctx),
 
