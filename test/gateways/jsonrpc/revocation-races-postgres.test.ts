@@ -111,41 +111,8 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
     }
   });
 
-  it("killSwitch.all racing exchanges of codes the user approved leaves none of the user's grants active", async () => {
-    const owner = await createOwner(stack);
-    const client = (await registerClient(stack)).body;
-    const sessionToken = await ownerSession(stack, owner.userId);
-    const codes = await Promise.all(
-      Array.from({ length: 16 }, async () => {
-        const { verifier, challenge } = pkce();
-        const request = {
-          clientId: client.client_id,
-          redirectUri: REDIRECT,
-          scope: "accounts:read",
-          resources: [vaultUrn(owner.vaultId)],
-          codeChallenge: challenge,
-          codeChallengeMethod: "S256",
-        };
-        return { code: (await stack.clients.grants.approveAuthorization({ request, sessionToken })).code, verifier };
-      }),
-    );
-    const killer = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!.accessToken;
-    const calls: Promise<unknown>[] = codes.map(({ code, verifier }) =>
-      postForm(`${stack.url}/oauth2/token`, {
-        grant_type: "authorization_code",
-        code,
-        redirect_uri: REDIRECT,
-        code_verifier: verifier,
-        client_id: client.client_id,
-        client_secret: client.client_secret,
-      }),
-    );
-    calls.splice(4, 0, call("/mcp/treasury", killer, "killSwitch.all"));
-    await Promise.all(calls);
-    expect(await activeGrants("user_id", [owner.userId])).to.equal(0);
-  });
-
-  it("the owner's revoke of one grant racing exchanges of that agent's codes leaves no code of it exchangeable", async () => {
+  /** A user's consents to one client over core's page RPC: approve() gives an unexchanged code, exchange() trades it over HTTP. */
+  async function consenting() {
     const owner = await createOwner(stack);
     const client = (await registerClient(stack)).body;
     const sessionToken = await ownerSession(stack, owner.userId);
@@ -170,6 +137,21 @@ describe("revocations racing reissues (PostgreSQL only: needs concurrent transac
         client_id: client.client_id,
         client_secret: client.client_secret,
       });
+    return { owner, sessionToken, approve, exchange };
+  }
+
+  it("killSwitch.all racing exchanges of codes the user approved leaves none of the user's grants active", async () => {
+    const { owner, approve, exchange } = await consenting();
+    const codes = await Promise.all(Array.from({ length: 16 }, approve));
+    const killer = (await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!.accessToken;
+    const calls: Promise<unknown>[] = codes.map(exchange);
+    calls.splice(4, 0, call("/mcp/treasury", killer, "killSwitch.all"));
+    await Promise.all(calls);
+    expect(await activeGrants("user_id", [owner.userId])).to.equal(0);
+  });
+
+  it("the owner's revoke of one grant racing exchanges of that agent's codes leaves no code of it exchangeable", async () => {
+    const { owner, sessionToken, approve, exchange } = await consenting();
     const first = await exchange(await approve());
     const codes = await Promise.all(Array.from({ length: 16 }, approve));
     const answers: Promise<{ status: number; body: Record<string, unknown> }>[] = codes.slice(0, 8).map(exchange);
