@@ -1,13 +1,19 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { createConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import type { Core } from "./core.js";
 
 /** The largest request message core reads, whoever sends it: the largest valid one, 1,000 payouts with every field at its longest, is about 1 MiB. */
 export const CORE_READ_MAX_BYTES = 4 * 1024 * 1024;
 /** Streams one caller's connection may have open at once; a client queues any more. */
 export const CORE_MAX_CONCURRENT_STREAMS = 256;
+
+/** What a stream cut by shutdown ends with: retryable, so a tail resumes from its last watermark elsewhere. */
+const SHUTTING_DOWN = new ConnectError("core is shutting down; resume from the last watermark", Code.Unavailable, undefined, [
+  { desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds: 1 } },
+]);
 
 export interface CoreServer {
   url: string;
@@ -31,7 +37,14 @@ export async function startCoreServer(
   host = "127.0.0.1",
   options: CoreServerOptions = {},
 ): Promise<CoreServer> {
-  const adapter = connectNodeAdapter({ routes: core.routes, interceptors: core.interceptors, readMaxBytes: CORE_READ_MAX_BYTES });
+  // Aborted on close: a stream that never ends by itself (an audit tail) would hold the drain open.
+  const shutdown = new AbortController();
+  const adapter = connectNodeAdapter({
+    routes: core.routes,
+    interceptors: core.interceptors,
+    readMaxBytes: CORE_READ_MAX_BYTES,
+    shutdownSignal: shutdown.signal,
+  });
   const handler = cancelStalledRequests(core, adapter, options.requestTimeoutMs ?? 30_000);
   const { tls } = options;
   const settings = { maxConcurrentStreams: CORE_MAX_CONCURRENT_STREAMS };
@@ -64,6 +77,7 @@ export async function startCoreServer(
     url: `${tls ? "https" : "http"}://${shownHost}:${address.port}`,
     close: () =>
       new Promise<void>((resolve) => {
+        shutdown.abort(SHUTTING_DOWN);
         for (const s of sessions) s.close();
         server.close(() => resolve());
       }),

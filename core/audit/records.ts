@@ -1,5 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
+import { ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   type ListRecordsRequest,
@@ -58,6 +58,8 @@ export async function* tailRecords(
     }
     if (rows.length < 100) await sleep(deps.pollMs, ctx.signal);
   }
+  // Cut by core shutting down (or a deadline): say so, rather than end as if the feed had.
+  if (ctx.signal.reason instanceof ConnectError) throw ctx.signal.reason;
 }
 
 /**
