@@ -5,7 +5,7 @@ import { createCore, type Core } from "../core/core.js";
 import { startCoreServer, type CoreServer } from "../core/server.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
-import { createCoreClients } from "../gateways/core-clients.js";
+import { coreUnreachable, createCoreClients } from "../gateways/core-clients.js";
 import { ensureAdminToken, ensureGatewayToken, readGatewayToken } from "./admin-token.js";
 import { secureDataDir } from "./data-dir.js";
 import { ConfigError, type Config } from "./config.js";
@@ -106,7 +106,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     if (role !== "core") {
       const direct = core
         ? createInProcessTransport(core.routes, core.interceptors)
-        : createGrpcTransport({ baseUrl: dial!.baseUrl, nodeOptions: dial!.nodeOptions });
+        : createGrpcTransport({ baseUrl: dial!.baseUrl, nodeOptions: dial!.nodeOptions, interceptors: [coreUnreachable(logger)] });
       const transport = tracing ? tracedTransport(direct) : direct;
       gateway = await buildGateway({
         clients: createCoreClients(transport, { gatewayToken }),

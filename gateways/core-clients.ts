@@ -1,5 +1,7 @@
 import { hkdfSync } from "node:crypto";
-import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { AuditService } from "../gen/vaultgate/audit/v1/audit_pb.js";
 import { GrantsService } from "../gen/vaultgate/grants/v1/grants_pb.js";
@@ -73,4 +75,26 @@ function withGatewayCredential(transport: Transport, gatewayToken: string): Tran
 export function withRequestId(requestId: string, clientAddress?: string): { headers: Record<string, string> } {
   if (!clientAddress) return { headers: { "x-request-id": requestId } };
   return { headers: { "x-request-id": requestId, "x-vaultgate-client-address": clientAddress } };
+}
+
+/** How long a client should wait before retrying while core cannot be reached. */
+const CORE_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * For a gateway dialling core over the network: a call that never reached core (refused, reset,
+ * core restarting) becomes the same retryable outage a database outage is, so every surface
+ * answers its own 503 instead of a 500, and this process logs one warning per call.
+ */
+export function coreUnreachable(logger: Logger): Interceptor {
+  return (next) => async (req) => {
+    try {
+      return await next(req);
+    } catch (err) {
+      if (!(err instanceof ConnectError) || err.code !== Code.Unavailable || err.findDetails(ErrorDetailSchema).length > 0) throw err;
+      logger.warn({ requestId: req.header.get("x-request-id"), rpc: `${req.service.typeName}/${req.method.name}`, cause: err.rawMessage }, "core unreachable");
+      throw new ConnectError("core is unreachable; retry later", Code.Unavailable, undefined, [
+        { desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds: CORE_RETRY_AFTER_SECONDS } },
+      ]);
+    }
+  };
 }

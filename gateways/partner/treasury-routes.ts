@@ -55,7 +55,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
       const e = resourceErrorFrom(err);
       const rejection = err instanceof ConnectError ? undefined : edgeRejectionOf(e);
       const answer = rejection === undefined ? e : await recordEdgeRejection(rpc, request, rejection, e);
-      if (answer.status >= 500) request.log.error({ err }, "partner resource failure");
+      if (answer.status >= 500 && answer.code !== "temporarily_unavailable") request.log.error({ err }, "partner resource failure");
       return sendResourceError(request, reply, answer);
     });
 

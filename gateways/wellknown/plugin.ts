@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { withRequestId, type CoreClients } from "../core-clients.js";
+import { isOutage } from "../shared/oauth-error.js";
 
 /** Core's named readiness checks (health services `vaultgate.<name>`, core/health.ts). */
 const READINESS_CHECKS = ["database", "migrations", "signing_key", "audit", "settlement"] as const;
@@ -14,7 +15,8 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
   const { grants, health } = options.clients;
 
   app.setErrorHandler((err, request, reply) => {
-    request.log.error({ err }, "well-known failure");
+    // An outage was logged once, where it was met; anything else is a bug.
+    if (!isOutage(err)) request.log.error({ err }, "well-known failure");
     return reply.code(503).send({ error: "unavailable" });
   });
 
@@ -26,9 +28,14 @@ export async function wellKnownRoutes(app: FastifyInstance, options: WellKnownOp
   app.get("/healthz", async () => ({ status: "ok" }));
 
   // Ready when core's overall check passes; otherwise each named check is asked, so the
-  // answer says which failed (`failing`: database, migrations, signing_key, audit, settlement).
+  // answer says which failed (`failing`: database, migrations, signing_key, audit, settlement, or core).
   app.get("/readyz", async (request, reply) => {
-    const res = await health.check({ service: "" }, withRequestId(request.id));
+    const res = await health.check({ service: "" }, withRequestId(request.id)).catch((err: unknown) => {
+      // A gateway whose core cannot be reached (logged by the call) names that, as a check.
+      if (isOutage(err)) return undefined;
+      throw err;
+    });
+    if (!res) return reply.code(503).send({ status: "not_ready", failing: ["core"] });
     if (res.status === Status.SERVING) return reply.code(200).send({ status: "ready" });
     const results = await Promise.all(
       READINESS_CHECKS.map(async (name) => {
