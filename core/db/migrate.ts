@@ -87,7 +87,9 @@ const source: Knex.MigrationSource<Migration> = {
   getMigration: async (m) => m,
 };
 
-const config = { migrationSource: source, tableName: "knex_migrations" };
+// Migrations keep the previous version working, so a replica of it restarting (or rolled back to)
+// mid-rollout starts against a database a newer one migrated, ignoring the rows it does not know.
+const config = { migrationSource: source, tableName: "knex_migrations", disableMigrationsListValidation: true };
 
 /** Arbitrary constant naming the migration advisory lock. */
 const MIGRATION_LOCK_KEY = 7_370_423_001;
