@@ -100,6 +100,7 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 export function loadConfig(env: NodeJS.ProcessEnv): Config {
   const port = intSetting(env, "PORT", 8080, 0, 65535);
   const host = env.HOST || "127.0.0.1";
+  if (/[\s/]/.test(host)) throw new ConfigError("HOST must be a host name or IP address");
   const corePort = intSetting(env, "CORE_PORT", 8081, 0, 65535);
   const origin = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
   const baseUrl = urlSetting(env, "BASE_URL", origin);

@@ -99,7 +99,9 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         settlement: config.settlement,
       });
       if (!config.databaseUrl) await secureDataDir(config.dataDir, logger, "database opened");
-      coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls });
+      coreServer = await startCoreServer(core, config.corePort, config.coreHost, { tls: coreTls }).catch(
+        bindError("CORE_PORT", "CORE_HOST", config.coreHost, config.corePort),
+      );
       const over = !coreTls ? "h2c" : coreTls.ca ? "TLS, client certificates required" : "TLS";
       logger.info({ url: coreServer.url, tls: !!coreTls, clientCertificates: !!coreTls?.ca }, `core listening (gRPC, gRPC-Web, Connect over ${over})`);
     }
@@ -117,11 +119,13 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         tracing,
         signinMethods: config.signinMethods,
       });
-      await gateway.listen({ port: config.port, host: config.host });
+      await gateway.listen({ port: config.port, host: config.host }).catch(bindError("PORT", "HOST", config.host, config.port));
     }
     if (config.metricsPort !== undefined) {
       const registries: Registry[] = [...(core ? [coreRegistry] : []), ...(gateway ? [gatewayRegistry] : [])];
-      metrics = await startMetricsServer({ host: config.metricsHost, port: config.metricsPort, token: config.metricsToken, registries });
+      metrics = await startMetricsServer({ host: config.metricsHost, port: config.metricsPort, token: config.metricsToken, registries }).catch(
+        bindError("METRICS_PORT", "METRICS_HOST", config.metricsHost, config.metricsPort),
+      );
       logger.info({ url: metrics.url, authenticated: !!config.metricsToken }, "metrics listening");
     }
   } catch (err) {
@@ -130,6 +134,22 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
   }
   const gatewayUrl = gateway ? `http://${hostForUrl(config.host)}:${(gateway.server.address() as { port: number }).port}` : undefined;
   return { gatewayUrl, coreUrl: coreServer?.url, metricsUrl: metrics?.url, close };
+}
+
+const BIND_PROBLEMS: Record<string, string> = {
+  EADDRINUSE: "is already in use by another process",
+  EACCES: "needs privileges this process does not have",
+  EADDRNOTAVAIL: "is not an address of this machine",
+  ENOTFOUND: "is not a host name this machine can resolve",
+};
+
+/** A listener that cannot bind names the settings to change, not only the errno. */
+function bindError(portSetting: string, hostSetting: string, host: string, port: number) {
+  return (err: unknown): never => {
+    const problem = BIND_PROBLEMS[(err as { code?: string }).code ?? ""];
+    if (!problem) throw err;
+    throw new ConfigError(`${hostForUrl(host)}:${port} ${problem}: change ${portSetting} or ${hostSetting}`);
+  };
 }
 
 function hostForUrl(host: string) {

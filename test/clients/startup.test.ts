@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo } from "node:net";
 import { expect } from "chai";
 import { runCli, startServiceProcess, tempDataDir } from "../support/process.js";
 
@@ -123,5 +124,30 @@ describe("vaultgate serve start-up (real processes)", function () {
         .slice(-2),
       proc.output(),
     ).to.deep.equal(["shutting down", "stopped"]);
+  });
+
+  it("a port already taken, or a HOST that is no address, names the setting to change and exits 1", async function () {
+    this.timeout(180_000);
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+    const port = String((taken.address() as AddressInfo).port);
+    const dir = await tempDataDir();
+    try {
+      const base = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0" };
+      for (const [env, setting] of [
+        [{ PORT: port }, "change PORT or HOST"],
+        [{ CORE_PORT: port }, "change CORE_PORT or CORE_HOST"],
+        [{ METRICS_PORT: port }, "change METRICS_PORT or METRICS_HOST"],
+        [{ HOST: "0.0.0.0 extra" }, "HOST must be a host name or IP address"],
+      ] as const) {
+        const res = await runCli(["serve"], { ...base, ...env });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.include(setting);
+        expect(res.stderr).to.not.match(/\n\s+at /);
+      }
+    } finally {
+      taken.close();
+      await dir.remove();
+    }
   });
 });
