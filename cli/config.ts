@@ -161,7 +161,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     coreClientTls,
     coreAllowCleartext: boolSetting(env, "CORE_ALLOW_CLEARTEXT", false),
     databaseUrl,
-    databasePoolMax: intSetting(env, "DATABASE_POOL_MAX", 20, 1, 1000),
+    // Two at least: migrations hold the advisory lock on one connection while they run on another.
+    databasePoolMax: intSetting(env, "DATABASE_POOL_MAX", 20, 2, 1000),
     dataDir: resolve(env.DATA_DIR || "./.vaultgate"),
     baseUrl,
     mcpUrl: urlSetting(env, "MCP_URL", origin),

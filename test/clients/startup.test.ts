@@ -126,7 +126,7 @@ describe("vaultgate serve start-up (real processes)", function () {
     ).to.deep.equal(["shutting down", "stopped"]);
   });
 
-  it("a port already taken, or a HOST that is no address, names the setting to change and exits 1", async function () {
+  it("a port already taken, a HOST that is no address or a pool too small to migrate names the setting to change and exits 1", async function () {
     this.timeout(180_000);
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
@@ -139,6 +139,8 @@ describe("vaultgate serve start-up (real processes)", function () {
         [{ CORE_PORT: port }, "change CORE_PORT or CORE_HOST"],
         [{ METRICS_PORT: port }, "change METRICS_PORT or METRICS_HOST"],
         [{ HOST: "0.0.0.0 extra" }, "HOST must be a host name or IP address"],
+        // One connection could never both hold the migration lock and migrate.
+        [{ DATABASE_POOL_MAX: "1", DATABASE_URL: "postgres://vaultgate@127.0.0.1:1/x" }, "DATABASE_POOL_MAX must be an integer from 2 to"],
       ] as const) {
         const res = await runCli(["serve"], { ...base, ...env });
         expect(res.code, res.stderr).to.equal(1);
