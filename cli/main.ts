@@ -225,6 +225,8 @@ async function runMigrate(config: Config) {
   const db = createDb(config.databaseUrl ? { url: config.databaseUrl } : { dataDir: `${config.dataDir}/pgdata` });
   try {
     return { applied: await migrateLatest(db) };
+  } catch (err) {
+    throw loginRefused(err, config);
   } finally {
     await db.destroy();
   }
@@ -259,7 +261,7 @@ async function runServe(config: Config, options: Record<string, string | boolean
       process.stderr.write(`vaultgate: cannot reach the database named by ${setting}: ${(err as Error).message.split("\n")[0]}\n`);
       return 1;
     }
-    throw err;
+    throw loginRefused(err, config);
   }
   if (running.gatewayUrl) {
     const failing = await readinessProblems(running.gatewayUrl);
@@ -332,6 +334,13 @@ async function readinessProblems(gatewayUrl: string): Promise<string[]> {
   } catch {
     return ["readiness"];
   }
+}
+
+/** A server that refused the user, password or database (SQLSTATE 28xxx, 3D000) names the setting. */
+function loginRefused(err: unknown, config: Config): unknown {
+  const code = (err as { code?: unknown }).code;
+  if (!config.databaseUrl || typeof code !== "string" || !(code.startsWith("28") || code === "3D000")) return err;
+  return new Error(`the database server at DATABASE_URL (${databaseAddress(config.databaseUrl)}) refused the login: ${(err as Error).message.split("\n")[0]}`);
 }
 
 /** host:port/db of a postgres:// URL, never its credentials. */

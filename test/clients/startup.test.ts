@@ -1,5 +1,6 @@
 import { createServer, type AddressInfo } from "node:net";
 import { expect } from "chai";
+import { requirePostgres } from "../support/db.js";
 import { runCli, startServiceProcess, tempDataDir } from "../support/process.js";
 
 /**
@@ -149,6 +150,24 @@ describe("vaultgate serve start-up (real processes)", function () {
       }
     } finally {
       taken.close();
+      await dir.remove();
+    }
+  });
+
+  it("a database server that refuses the login names DATABASE_URL, never its password (PostgreSQL only)", async function () {
+    requirePostgres(this, "needs a server that answers and refuses");
+    const url = new URL(process.env.TEST_DATABASE_URL!);
+    url.password = "secret-pw";
+    url.pathname = "/no_such_database_here";
+    const dir = await tempDataDir();
+    try {
+      for (const cmd of ["serve", "migrate"]) {
+        const res = await runCli([cmd], { DATA_DIR: dir.path, DATABASE_URL: url.href, PORT: "0", CORE_PORT: "0" });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.include(`vaultgate: the database server at DATABASE_URL (${url.hostname}:${url.port}/no_such_database_here) refused the login`);
+        expect(res.stderr + res.stdout).to.not.include("secret-pw");
+      }
+    } finally {
       await dir.remove();
     }
   });
