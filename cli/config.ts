@@ -247,6 +247,8 @@ function urlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): str
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(`${name} must be an absolute http(s) URL`);
   // Never echoed: a password in it would reach messages and logs.
   if (url.username || url.password) throw new ConfigError(`${name} must not carry a user name or password`);
+  // Paths are appended to these; a query or fragment would end up inside every URL built from one.
+  if (url.search || url.hash || raw.includes("?") || raw.includes("#")) throw new ConfigError(`${name} must not carry a query or fragment`);
   return raw.replace(/\/+$/, "");
 }
 

@@ -32,6 +32,9 @@ export interface Running {
  * CORE_URL, GATEWAY_TOKEN) is checked before anything starts.
  */
 export async function serve(config: Config, role: Role, logger: Logger): Promise<Running> {
+  // Checked here, not in loadConfig: the CLI only presents it, and core's answer says if it is wrong.
+  if (role !== "gateway" && config.adminToken !== undefined && !/^[\x21-\x7e]{16,512}$/.test(config.adminToken))
+    throw new ConfigError("ADMIN_TOKEN must be 16 to 512 printable ASCII characters without spaces (e.g. `openssl rand -base64 32`)");
   const coreTls = role !== "gateway" ? loadCoreServerTls(config) : undefined;
   await secureDataDir(config.dataDir, logger);
   let dial: ReturnType<typeof loadCoreDial> | undefined;

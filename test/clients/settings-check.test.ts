@@ -1,0 +1,38 @@
+import { expect } from "chai";
+import { runCli, tempDataDir } from "../support/process.js";
+
+/** Settings `vaultgate serve` must refuse before anything starts, naming the variable. */
+describe("vaultgate serve: settings refused at start (real processes)", function () {
+  this.timeout(60_000);
+
+  it("a short or spaced ADMIN_TOKEN stops the start without echoing it; the CLI still only presents it", async () => {
+    const dir = await tempDataDir();
+    try {
+      for (const token of ["hunter2", "a long token with spaces in it"]) {
+        const res = await runCli(["serve"], { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", ADMIN_TOKEN: token });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.include("ADMIN_TOKEN must be 16 to 512 printable ASCII characters without spaces");
+        expect(res.stderr + res.stdout).to.not.include(token);
+      }
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it("a public address with a query or fragment stops the start, naming the variable", async () => {
+    const dir = await tempDataDir();
+    try {
+      for (const [name, value] of [
+        ["BASE_URL", "https://api.example.com/?tenant=1"],
+        ["ISSUER", "https://api.example.com/#x"],
+        ["APP_URL", "https://app.example.com?"],
+      ]) {
+        const res = await runCli(["serve"], { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", [name!]: value! });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.equal(`vaultgate: ${name} must not carry a query or fragment\n`);
+      }
+    } finally {
+      await dir.remove();
+    }
+  });
+});
