@@ -59,7 +59,13 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
   let tracer: Tracing | undefined;
   const close = async () => {
     await metrics?.close();
-    await gateway?.close();
+    if (gateway) {
+      const closing = gateway.close();
+      // A connection whose last response went out during the drain idles on keep-alive and would hold the
+      // server open past the grace period; the close only reaps connections idle when it starts.
+      const reap = setInterval(() => gateway!.server.closeIdleConnections(), 100);
+      await closing.finally(() => clearInterval(reap));
+    }
     await coreServer?.close();
     await core?.close();
     await tracer?.shutdown();

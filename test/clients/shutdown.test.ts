@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { connect } from "node:net";
 import { expect } from "chai";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -42,6 +43,39 @@ describe("vaultgate serve: stopping (real processes)", function () {
     } finally {
       await core.stop("SIGKILL");
       await scratch?.drop();
+      await dir.remove();
+    }
+  });
+
+  it("a request in flight when SIGTERM arrives is answered before the process exits 0", async () => {
+    const dir = await tempDataDir();
+    const service = await startServiceProcess("all", { DATA_DIR: dir.path });
+    const socket = connect(Number(new URL(service.gatewayUrl!).port), "127.0.0.1");
+    let received = "";
+    socket.on("data", (chunk: Buffer) => (received += chunk.toString()));
+    const until = async (done: () => boolean) => {
+      while (!done()) await new Promise((r) => setTimeout(r, 20));
+    };
+    try {
+      const body = "grant_type=client_credentials&client_id=gpc_nobody_00000000&client_secret=gps_wrong";
+      // "100 Continue" proves the server has read the headers: the request is in flight.
+      socket.write(
+        `POST /api/partner/oauth/token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`,
+      );
+      await until(() => received.includes("100 Continue"));
+      const exited = new Promise<number | null>((resolve) => service.child.once("exit", resolve));
+      service.child.kill("SIGTERM");
+      await until(() => messages(service.output()).includes("shutting down"));
+      // write, not end: a client's half-close would abort its own request.
+      socket.write(body);
+      // No second signal: the drain must end by itself once the answer is out.
+      expect(await exited, service.output()).to.equal(0);
+      expect(received, service.output()).to.match(/HTTP\/1\.1 401 Unauthorized/);
+      expect(received).to.include(`"error":"invalid_client"`);
+      expect(messages(service.output()).slice(-3), service.output()).to.deep.equal(["shutting down", "request", "stopped"]);
+    } finally {
+      socket.destroy();
+      await service.stop("SIGKILL");
       await dir.remove();
     }
   });
