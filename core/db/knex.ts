@@ -1,6 +1,7 @@
 import knexFactory, { type Knex } from "knex";
 import ClientPGLite from "knex-pglite";
 import pg from "pg";
+import { lockEmbeddedDatabase } from "./embedded-lock.js";
 
 // Money is bigint cents and stays within 2^53-1, so int8 parses to number.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -36,7 +37,8 @@ export function createDb(options: DbOptions): Db {
       log,
     });
   }
-  return knexFactory({
+  const release = options.dataDir ? lockEmbeddedDatabase(options.dataDir) : undefined;
+  const db = knexFactory({
     client: ClientPGLite as unknown as typeof knexFactory.Client,
     dialect: "postgres",
     connection: { connectionString: options.dataDir ?? "memory://" } as Knex.StaticConnectionConfig,
@@ -45,6 +47,11 @@ export function createDb(options: DbOptions): Db {
     compileSqlOnError: false,
     log,
   });
+  if (release) {
+    const destroy = db.destroy.bind(db) as () => Promise<void>;
+    Object.defineProperty(db, "destroy", { value: () => destroy().finally(release) });
+  }
+  return db;
 }
 
 function normaliseBigints(result: unknown): unknown {
