@@ -188,7 +188,7 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
       consumedAt: null,
       grantId: null,
       // RFC 8707: the exact MCP resources asked for become part of the token's audience.
-      audiences: [...new Set(request.resources.filter((x) => deps.audience.mcpResources.has(x) && x !== deps.audience.mcpUrl))],
+      audiences: [...new Set(request.resources.map((x) => deps.audience.mcpResources.get(x) ?? "").filter((x) => x && x !== deps.audience.mcpUrl))],
     });
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "oauth.consent", subject: r.client.clientId });
   });

@@ -27,8 +27,8 @@ export interface GrantAudience {
   mcpUrl: string;
   /** `urn:<ns>:vault:`, followed by the vault's id. */
   vaultUrnPrefix: string;
-  /** The MCP server URL and its endpoints: the resources a client may name. */
-  mcpResources: ReadonlySet<string>;
+  /** The MCP server URL and its endpoints, as a client may name them (the URL also with a trailing slash), each to its canonical form. */
+  mcpResources: ReadonlyMap<string, string>;
 }
 
 export function grantAudience(o: { issuer: string; mcpUrl: string; urnNamespace: string }): GrantAudience {
@@ -36,7 +36,7 @@ export function grantAudience(o: { issuer: string; mcpUrl: string; urnNamespace:
     issuer: o.issuer,
     mcpUrl: o.mcpUrl,
     vaultUrnPrefix: `urn:${o.urnNamespace}:vault:`,
-    mcpResources: new Set([o.mcpUrl, ...MCP_ENDPOINTS.map((e) => o.mcpUrl + e.path)]),
+    mcpResources: new Map([...[o.mcpUrl, ...MCP_ENDPOINTS.map((e) => o.mcpUrl + e.path)].map((r) => [r, r] as const), [`${o.mcpUrl}/`, o.mcpUrl] as const]),
   };
 }
 

@@ -193,6 +193,14 @@ describe("agent OAuth over HTTP", () => {
       expect(decodeJwt(token.body.access_token as string).vault_id).to.equal(user.vaultId);
     });
 
+    it("takes the MCP server URL with or without its trailing slash, one resource either way", async () => {
+      for (const resource of [stack.url, `${stack.url}/`]) {
+        const { token, user } = await oauthGrant(stack, { resource: [resource] });
+        expect(token.status, resource).to.equal(200);
+        expect(decodeJwt(token.body.access_token as string).aud, resource).to.deep.equal([stack.url, vaultUrn(user.vaultId)]);
+      }
+    });
+
     it("a denied consent redirects with access_denied", async () => {
       const user = await createUser(stack);
       const client = (await registerClient(stack)).body;
