@@ -144,7 +144,7 @@ export async function recordLedgerEntry(
 ): Promise<MessageInitShape<typeof RecordLedgerEntryResponseSchema>> {
   if (req.direction !== "credit" && req.direction !== "debit") fail(Reason.INVALID_REQUEST, "direction must be credit or debit");
   const amount = Number(req.amountCents);
-  if (!Number.isSafeInteger(amount) || amount < 0) fail(Reason.INVALID_REQUEST, "amount_cents must be an integer from 0 to 9007199254740991");
+  if (!Number.isSafeInteger(amount) || amount < 1) fail(Reason.INVALID_REQUEST, "amount_cents must be an integer from 1 to 9007199254740991");
   const currency = req.currency || "USD";
   if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   const status = req.status || "settled";
