@@ -35,4 +35,16 @@ describe("vaultgate serve: settings refused at start (real processes)", function
       await dir.remove();
     }
   });
+
+  it("a gateway given CORE_TLS_CA but a cleartext CORE_URL stops the start instead of ignoring the CA", async () => {
+    const dir = await tempDataDir();
+    try {
+      const env = { DATA_DIR: dir.path, PORT: "0", CORE_URL: "http://127.0.0.1:9", GATEWAY_TOKEN: "g".repeat(32), CORE_TLS_CA: `${dir.path}/ca.pem` };
+      const res = await runCli(["serve", "--role", "gateway"], env);
+      expect(res.code, res.stderr).to.equal(1);
+      expect(res.stderr).to.equal("vaultgate: CORE_TLS_CA is set but CORE_URL=http://127.0.0.1:9 is not https://\n");
+    } finally {
+      await dir.remove();
+    }
+  });
 });
