@@ -3,6 +3,7 @@ import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, pkce, registerClient, signIn } from "../../support/agent-oauth.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, type DocumentServer } from "../../support/client-metadata-server.js";
+import { MAX_FETCHES_PER_CALLER } from "../../../core/grants/client-id-metadata.js";
 
 const ATTACKER = "https://attacker.example/callback";
 const REDIRECT = "http://127.0.0.1:9/callback";
@@ -41,13 +42,13 @@ describe("authorize: errors go back to the redirect URI only after core verified
     });
   const authorize = (q: URLSearchParams, headers: Record<string, string> = {}) => fetch(`${stack.url}/oauth2/authorize?${q}`, { redirect: "manual", headers });
 
-  it("hostile: every metadata fetch slot busy with a host that never answers: a 503 page, not a redirect to the request's redirect_uri", async () => {
-    // 32 document clients whose host holds the request open: every fetch slot is taken.
-    const hanging = Array.from({ length: 32 }, (_, i) => docs.route(docs.path(`hang-${i}`), (_req, res) => void held.push(res)));
+  it("hostile: every metadata fetch slot of an address busy with a host that never answers: a 503 page, not a redirect to the request's redirect_uri", async () => {
+    // Document clients whose host holds the request open: every fetch slot of this address is taken.
+    const hanging = Array.from({ length: MAX_FETCHES_PER_CALLER }, (_, i) => docs.route(docs.path(`hang-${i}`), (_req, res) => void held.push(res)));
     const waiting = hanging.map((clientId) => authorize(query(clientId, ATTACKER)));
     while (held.length < hanging.length) await new Promise((r) => setTimeout(r, 10));
 
-    // A 33rd client cannot be fetched now, so its redirect_uri cannot be checked.
+    // One more client cannot be fetched now, so its redirect_uri cannot be checked.
     const unchecked = docs.document({}, {}, "unchecked");
     try {
       const res = await authorize(query(unchecked, ATTACKER));
