@@ -18,13 +18,13 @@ export interface CoreServices {
   treasury: ServiceImpl<typeof TreasuryService>;
 }
 
+/** The largest reflection request core reads (a real one is a name, far smaller). */
+export const REFLECTION_READ_MAX_BYTES = 64 * 1024;
+
 /**
  * Registers every service and reflection (which only describes: every RPC still takes its own
  * credential), shared by the h2c server and the in-process transport.
  */
-/** The largest reflection request core reads (a real one is a name, far smaller). */
-export const REFLECTION_READ_MAX_BYTES = 64 * 1024;
-
 export function createRoutes(services: CoreServices) {
   const reflection = createReflectionServices([Health, PartnersService, AuditService, GrantsService, BudgetsService, PartnerResourcesService, TreasuryService]);
   return (router: ConnectRouter) => {
