@@ -35,6 +35,7 @@ import * as m0034 from "./migrations/0034-identity-links.js";
 import * as m0035 from "./migrations/0035-passkeys.js";
 import * as m0036 from "./migrations/0036-audit-address-in-batches.js";
 import * as m0037 from "./migrations/0037-codes-by-user.js";
+import * as m0038 from "./migrations/0038-events-age-out.js";
 
 interface Migration {
   name: string;
@@ -79,6 +80,7 @@ const migrations: Migration[] = [
   { name: "0035-passkeys", ...m0035 },
   { name: "0036-audit-address-in-batches", ...m0036 },
   { name: "0037-codes-by-user", ...m0037 },
+  { name: "0038-events-age-out", ...m0038 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -16,7 +16,7 @@ import { RATE_WINDOW_MS } from "../partners/access.js";
 export interface Retention {
   /** Authorization codes are kept this long after they expire, so a replay still revokes what the code issued (default 1 day). */
   authorizationCodesMs: number;
-  /** Delivered or failed partner events older than this leave the outbox and the `GET /events` feed (default 30 days). */
+  /** Partner events older than this leave the outbox and the `GET /events` feed, delivered or not (default 30 days). */
   partnerEventsMs: number;
   /** Messages in the development outbox older than this are dropped (default 1 day). */
   devOutboxMs: number;
@@ -101,8 +101,8 @@ const TARGETS: readonly Target[] = [
     cutoff: (now) => now,
   },
   {
-    // Events whose delivery is settled (delivered, or failed for good) and older than the
-    // feed's retention; pending events stay whatever their age.
+    // Any event older than the feed's retention: one still pending that long belongs to a
+    // partner without a webhook URL or not active, and would otherwise stay for good.
     ...PRUNE_PARTNER_EVENTS,
     cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
   },

@@ -217,5 +217,5 @@ function toEvent(r: Record<string, unknown>): PartnerEvent {
 /** The pruner's batch: events whose delivery is settled (delivered, or failed for good), written before the cutoff. */
 export const PRUNE_PARTNER_EVENTS = {
   table: "partner_events",
-  sql: pruneBatchSql("partner_events", "delivery_state <> 'pending' AND created_at < ?", "created_at"),
+  sql: pruneBatchSql("partner_events", "created_at < ?", "created_at"),
 } as const;

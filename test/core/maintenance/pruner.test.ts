@@ -56,7 +56,7 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     return id;
   }
 
-  it("removes expired rate-limit windows, codes, sessions, one-time codes, settled old events and old dev mail; keeps everything live", async () => {
+  it("removes expired rate-limit windows, codes, sessions, one-time codes, old events and old dev mail; keeps everything live", async () => {
     const limits = createRateLimitStore(stack.core.db);
     const tag = randomBytes(4).toString("hex");
     const owner = await createOwner(stack);
@@ -86,6 +86,7 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     await stack.clients.grants.endSession({ sessionToken: endedToken });
     const monthAgo = new Date(t0.getTime() - 30 * DAY); // 32 days before the pass: past the 30-day retention
     const oldEvents = [await insertEvent(partner.partnerId, monthAgo, "delivered"), await insertEvent(partner.partnerId, monthAgo, "failed")];
+    // Pending that long: the partner never set a webhook URL, so only the feed holds it.
     const oldPending = await insertEvent(partner.partnerId, new Date(t0.getTime() - 60 * DAY), "pending");
 
     // Day 2 (plus a margin past the 1-day retentions), and what is still live then.
@@ -103,6 +104,7 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     // Unused, live 10 minutes (a step-up: a second sign-in code within 30 s would be refused).
     const pending = await stack.clients.grants.startSignIn({ sessionToken: liveToken });
     const recentEvent = await insertEvent(partner.partnerId, new Date(t1.getTime() - 29 * DAY), "delivered");
+    const recentPending = await insertEvent(partner.partnerId, new Date(t1.getTime() - 29 * DAY), "pending");
     const auditBefore = Number((await stack.core.db("audit_records").count({ n: "*" }))[0]!.n);
 
     const sessions = async (userId: string) => (await stack.core.db("web_sessions").where({ user_id: userId })).length;
@@ -121,7 +123,7 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     expect(await sessions(early.userId)).to.equal(0);
     expect(await challenges(early.userId)).to.equal(0);
     expect(await mail(early.email)).to.equal(0);
-    for (const id of oldEvents) expect(await exists("partner_events", { id })).to.equal(false);
+    for (const id of [...oldEvents, oldPending]) expect(await exists("partner_events", { id })).to.equal(false);
     // Kept.
     expect(await exists("rate_limit_logs", { key: liveWindow })).to.equal(true);
     expect(await exists("rate_limit_logs", { key: justEnded })).to.equal(true);
@@ -130,8 +132,8 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     expect(await sessions(late.userId)).to.equal(1);
     expect(await exists("signin_challenges", { id: pending.challengeId })).to.equal(true);
     expect(await mail(late.email)).to.equal(2);
-    expect(await exists("partner_events", { id: oldPending })).to.equal(true);
     expect(await exists("partner_events", { id: recentEvent })).to.equal(true);
+    expect(await exists("partner_events", { id: recentPending })).to.equal(true);
     expect(Number((await stack.core.db("audit_records").count({ n: "*" }))[0]!.n)).to.be.at.least(auditBefore);
 
     // What stayed still works: the session signs in, the live window still refuses its third attempt.
