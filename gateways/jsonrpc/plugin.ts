@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CoreClients } from "../core-clients.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
+import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
 import { RpcCode, RpcError } from "./envelope.js";
@@ -87,13 +88,18 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
       return send(reply, 415, [errorReply(null, e, request.id)]);
     }
     let parsed: unknown;
+    const text = typeof request.body === "string" ? request.body : "";
     try {
-      const text = typeof request.body === "string" ? request.body : "";
       if (jsonTooDeep(text)) throw new SyntaxError(TOO_DEEP);
       const marked = markInexactNumbers(text);
       parsed = marked === text ? JSON.parse(text) : JSON.parse(marked, reviveInexact);
     } catch {
       return send(reply, 200, [errorReply(null, new RpcError(RpcCode.PARSE_ERROR, "Parse error", { reason_id: "parse_error" }), request.id)]);
+    }
+    const repeated = repeatedMember(text);
+    if (repeated !== undefined) {
+      const e = new RpcError(RpcCode.INVALID_REQUEST, `Invalid Request: ${repeatedMemberMessage(repeated)}`, { reason_id: "invalid_request" });
+      return send(reply, 200, [errorReply(null, e, request.id)]);
     }
     const batch = Array.isArray(parsed);
     const messages = batch ? (parsed as unknown[]) : [parsed];

@@ -12,6 +12,7 @@ import { AGENT_SCOPE_WORDS, type PublicUrls } from "../shared/public-urls.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { noteRefusal } from "../request-log.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
+import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -230,6 +231,8 @@ function readJson(request: FastifyRequest): JsonObject {
   } catch {
     throw badMetadata("body is not valid JSON");
   }
+  const repeated = repeatedMember(text);
+  if (repeated !== undefined) throw badMetadata(repeatedMemberMessage(repeated));
   if (typeof body !== "object" || body === null || Array.isArray(body)) throw badMetadata("body must be a JSON object");
   const badText = findBadText(body);
   if (badText) throw badMetadata(badText.message);

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { findBadText } from "../shared/text.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
+import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
 
@@ -25,6 +26,8 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     } catch {
       return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
     }
+    const repeated = repeatedMember(text);
+    if (repeated !== undefined) return done(new ResourceError(400, "invalid_json", repeatedMemberMessage(repeated)), undefined);
     const badText = findBadText(parsed);
     if (badText) return done(new ResourceError(400, "invalid_request", badText.message), undefined);
     done(null, parsed);
