@@ -86,9 +86,10 @@ export async function createPartner(
   const name = req.name.trim();
   if (name.length === 0 || name.length > 200) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
   const slug = req.slug ? req.slug : slugFromName(name);
-  if (!slug || !isValidSlug(slug)) {
-    fail(Reason.INVALID_REQUEST, "slug must be 1-32 lower-case letters, digits or inner '-'");
+  if (!req.slug && !slug) {
+    fail(Reason.INVALID_REQUEST, "the name has no Latin letters or digits to make a slug of: give a slug of 1-32 lower-case letters, digits or inner '-'");
   }
+  if (!slug || !isValidSlug(slug)) fail(Reason.INVALID_REQUEST, "slug must be 1-32 lower-case letters, digits or inner '-'");
   const entitlements = req.entitlements ? [...new Set(req.entitlements.scopes)] : [...CONSENT_SCOPES];
   checkEntitlements(entitlements);
   const status = req.status === PartnerStatus.UNSPECIFIED ? "active" : statusName[req.status];

@@ -17,11 +17,16 @@ export function isValidSlug(slug: string): boolean {
   return SLUG.test(slug);
 }
 
-/** Derives a slug from a display name, or undefined when nothing usable remains. */
+// Latin letters that Unicode decomposition leaves whole, spelled as their usual ASCII.
+const LATIN_LETTERS: Record<string, string> = { æ: "ae", ð: "d", đ: "d", ħ: "h", ı: "i", ł: "l", ø: "o", œ: "oe", ß: "ss", þ: "th" };
+
+/** Derives a slug from a display name (accents dropped), or undefined when nothing usable remains. */
 export function slugFromName(name: string): string | undefined {
   const slug = name
     .normalize("NFKD")
     .toLowerCase()
+    .replace(/\p{M}+/gu, "")
+    .replace(/[æðđħıłøœßþ]/g, (c) => LATIN_LETTERS[c]!)
     .replace(/[^a-z0-9]+/g, "-")
     .replace(/^-+|-+$/g, "")
     .slice(0, 32)

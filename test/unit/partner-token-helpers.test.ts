@@ -45,6 +45,9 @@ describe("partner credentials", () => {
     expect(generateClientSecret()).to.match(/^gps_[A-Za-z0-9_-]{43}$/);
     expect(slugFromName("  Acme Payments, Inc. ")).to.equal("acme-payments-inc");
     expect(slugFromName("!!!")).to.equal(undefined);
+    expect(slugFromName("Ünïcødé Straße")).to.equal("unicode-strasse");
+    expect(slugFromName("Łódź Œuvre Ærø")).to.equal("lodz-oeuvre-aero");
+    expect(slugFromName("株式会社")).to.equal(undefined);
   });
   it("hash with salted scrypt and verify only the right secret", async () => {
     const hasher = await createSecretHasher({ params: { N: 1024, r: 8, p: 1 } });

@@ -80,6 +80,18 @@ describe("PartnersService admin lists", () => {
     await expectRefused(stack.admin.partners.getUserByEmail({ email: `nobody-${crypto.randomUUID()}@example.test` }), Reason.NOT_FOUND);
   });
 
+  it("derives a slug from an accented name; a name with nothing Latin asks for a slug", async () => {
+    const accented = await stack.admin.partners.createPartner({ name: "Ünïcødé Straße" });
+    expect(accented.partner!.clientId).to.match(/^gpc_unicode-strasse_[0-9a-f]{8}$/);
+    await expectRefused(
+      stack.admin.partners.createPartner({ name: "株式会社" }),
+      Reason.INVALID_REQUEST,
+      /^the name has no Latin letters or digits to make a slug of: give a slug/,
+    );
+    const named = await stack.admin.partners.createPartner({ name: "株式会社", slug: "kabushiki" });
+    expect(named.partner!.clientId).to.match(/^gpc_kabushiki_/);
+  });
+
   it("answers nothing without the operator credential", async () => {
     expect((await refusalOf(stack.clients.partners.listPartners({}))).code).to.equal(Code.Unauthenticated);
     expect((await refusalOf(stack.clients.partners.listUsers({}))).code).to.equal(Code.Unauthenticated);
