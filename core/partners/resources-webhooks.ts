@@ -9,7 +9,7 @@ import type { Db } from "../db/knex.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
 import type { OutboxStore } from "./webhooks/outbox-store.js";
-import { generateWebhookSecret, parseWebhookSecret, type SecretBox } from "./webhooks/signing.js";
+import { generateWebhookSecret, isCanonicalWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
 import { pageOut, position, type PagingDeps } from "./resources-paging.js";
@@ -55,7 +55,9 @@ export async function setWebhook(
 ): Promise<MessageInitShape<typeof SetWebhookResponseSchema>> {
   const url = req.url ? checkHttpsUrl(req.url, "url") : null;
   let secret = req.secret;
-  if (secret && !parseWebhookSecret(secret)) fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in base64");
+  if (secret && !isCanonicalWebhookSecret(secret)) {
+    fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in padded base64");
+  }
   if (!secret) secret = generateWebhookSecret();
   await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
     const locked = await deps.partners.lockByClientId(trx, req.clientId);

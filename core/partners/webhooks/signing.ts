@@ -17,6 +17,15 @@ export function parseWebhookSecret(secret: string): Buffer | undefined {
   return key.length >= 24 && key.length <= 64 ? key : undefined;
 }
 
+/**
+ * A secret an operator may set: parseable, and its base64 exactly as an encoder writes it
+ * (padding included), since strict decoders at the receiving end refuse anything else.
+ */
+export function isCanonicalWebhookSecret(secret: string): boolean {
+  const key = parseWebhookSecret(secret);
+  return key !== undefined && PREFIX + key.toString("base64") === secret;
+}
+
 /** Standard Webhooks headers for one delivery: HMAC-SHA256 over `id.timestamp.body`. */
 export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): Record<string, string> {
   const key = parseWebhookSecret(secret);

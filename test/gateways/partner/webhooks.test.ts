@@ -7,6 +7,8 @@ import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { expectRefused } from "../../support/refusals.js";
 
 describe("partner webhooks", () => {
   const stacks: TestStack[] = [];
@@ -48,6 +50,24 @@ describe("partner webhooks", () => {
     // Delivered once: another pass sends nothing more.
     await stack.core.webhooks.runOnce();
     expect(mine(receiver.received, userId)).to.have.length(2);
+  });
+
+  it("takes an operator's secret only in padded base64, which strict decoders at the receiver read", async () => {
+    const { stack, receiver, partner, userId } = await setup();
+    const padded = `whsec_${Buffer.alloc(32, 9).toString("base64")}`; // 44 characters, one "="
+    for (const secret of [padded.replace(/=+$/, ""), `${padded}=`, `${padded.slice(0, -2)}B=`]) {
+      await expectRefused(
+        stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url, secret }),
+        Reason.INVALID_REQUEST,
+        /padded base64/,
+      );
+    }
+    expect((await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url, secret: padded })).secret).to.equal(padded);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+    await stack.core.webhooks.runOnce();
+    await receiver.waitFor(1);
+    const [delivery] = mine(receiver.received, userId);
+    expect(new Webhook(padded).verify(delivery!.body, delivery!.headers as Record<string, string>)).to.include({ type: "kyc.status_changed" });
   });
 
   it("retries with exponential backoff on the injected clock", async () => {
