@@ -1,4 +1,5 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { pollLoop } from "../lib/poll-loop.js";
 import type { Logger } from "pino";
 import { createDb, type Db, type DbOptions } from "./db/knex.js";
 import { migrateLatest } from "./db/migrate.js";
@@ -357,17 +358,18 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           ...options.mailDelivery,
         })
       : undefined;
-    const reaper = options.reaperIntervalMs
-      ? setInterval(() => {
-          budgets.reap().catch((err: unknown) => logger.error({ err }, "provisioning reaper pass failed"));
-        }, options.reaperIntervalMs).unref()
-      : undefined;
+    // Loops, not intervals: a slow pass is never overlapped, and close waits for the one in flight.
+    const reaper = pollLoop({
+      intervalMs: options.reaperIntervalMs ?? 0,
+      pass: () => budgets.reap(),
+      onError: (err) => logger.error({ err }, "provisioning reaper pass failed"),
+    });
     const pruner = createPruner({ db, clock, logger, retention: options.retention });
-    const pruning = options.pruneIntervalMs
-      ? setInterval(() => {
-          pruner.runOnce().catch((err: unknown) => logger.error({ err }, "prune pass failed"));
-        }, options.pruneIntervalMs).unref()
-      : undefined;
+    const pruning = pollLoop({
+      intervalMs: options.pruneIntervalMs ?? 0,
+      pass: () => pruner.runOnce(),
+      onError: (err) => logger.error({ err }, "prune pass failed"),
+    });
     const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: sharedReader(() => outbox.oldestDueAgeSeconds(clock())) });
     return {
       routes,
@@ -380,8 +382,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       settlement,
       mail,
       async close() {
-        if (reaper) clearInterval(reaper);
-        if (pruning) clearInterval(pruning);
+        await reaper.stop();
+        await pruning.stop();
         await pruner.idle();
         unregisterMetrics();
         await webhooks.stop();
