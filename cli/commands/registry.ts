@@ -230,7 +230,7 @@ export const COMMANDS: CommandSpec[] = [
           "cap-per-item": { type: "string", value: "N", description: "cap per payment, cents" },
           "cap-per-day": { type: "string", value: "N", description: "cap per day, cents" },
           "cap-lifetime": { type: "string", value: "N", description: "lifetime cap, cents" },
-          "step-up-amount": { type: "string", value: "N", description: "payments from this amount need step-up, cents" },
+          "step-up-amount": { type: "string", value: "N", description: "an item above this amount is refused (batches have no approval step), cents" },
         },
         examples: ["vaultgate treasury bind --partner gpc_acme_1a2b3c4d --payer-entity-id 0b5e... --balance-cents 100000 --cap-per-day 20000"],
       },
