@@ -1,9 +1,11 @@
 import { uuidv7 } from "../lib/uuidv7.js";
 import { MCP_ENDPOINTS } from "../lib/vocabulary.js";
 import { STATUS_CODES } from "node:http";
+import { Code, ConnectError } from "@connectrpc/connect";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import type { CoreClients } from "./core-clients.js";
+import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
@@ -53,7 +55,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     logController: requestLogController(),
     // The smallest limit any route allows; routes raise it where the contract does.
     bodyLimit: 64 * 1024,
-    return503OnClosing: true,
+    // The onRequest hook below answers requests that arrive while closing, in each surface's envelope.
+    return503OnClosing: false,
     // fastify's default of none let a client that never finished its headers hold a connection.
     requestTimeout,
     http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000) },
@@ -92,9 +95,18 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // promise and a microtask turn each time.
   const mcpUrl = options.mcpUrl ?? options.urls?.mcpUrl ?? "http://127.0.0.1";
   const guard = createOriginGuard(options.urls ?? { issuer: mcpUrl, baseUrl: mcpUrl, authUrl: mcpUrl, appUrl: mcpUrl, mcpUrl }, options.allowedOrigins);
+  let closing = false;
+  app.addHook("preClose", (done) => {
+    closing = true;
+    done();
+  });
   app.addHook("onRequest", (request, reply, done) => {
     reply.header("x-request-id", request.id);
     reply.header("x-content-type-options", "nosniff");
+    if (closing) {
+      reply.header("connection", "close").header("retry-after", "1");
+      return done(shuttingDown());
+    }
     // DNS-rebinding and cross-site protection: on MCP and state-changing browser or registration
     // endpoints Host and any Origin must be ours (server-to-server endpoints carry no browser
     // credentials), judged on the decoded, normalized path so `/%6dcp/write` cannot slip past.
@@ -166,4 +178,13 @@ function sendFrameworkJson(err: FastifyError, request: FastifyRequest, reply: Fa
   const statusCode = err.statusCode ?? 400;
   reply.header("x-request-id", request.id);
   return reply.code(statusCode).send({ error: STATUS_CODES[statusCode], code: err.code, message: err.message, statusCode });
+}
+
+/** A request that reached a closing gateway: the retryable outage every surface renders as its own 503. */
+function shuttingDown(): Error {
+  const err = new ConnectError("the gateway is shutting down; retry", Code.Unavailable, undefined, [
+    { desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds: 1 } },
+  ]);
+  // For paths no surface owns, fastify's own handler answers by this status.
+  return Object.assign(err, { statusCode: 503 });
 }

@@ -6,7 +6,7 @@ import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
-import { RpcCode, RpcError } from "./envelope.js";
+import { RpcCode, RpcError, rpcErrorFrom } from "./envelope.js";
 import { createSessionCodec } from "./session.js";
 import type { Category } from "./tools.js";
 
@@ -65,6 +65,8 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
         ),
       ]);
     }
+    // A request the closing gateway turned away before dispatch: the outage's -32603, as a 503.
+    if (status === 503) return send(reply, 503, [errorReply(null, rpcErrorFrom(err), request.id)]);
     request.log.error({ err }, "json-rpc gateway failure");
     return send(reply, 500, [errorReply(null, new RpcError(RpcCode.INTERNAL_ERROR, "Internal error", { reason_id: "internal_error" }), request.id)]);
   });
