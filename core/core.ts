@@ -359,17 +359,11 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         })
       : undefined;
     // Loops, not intervals: a slow pass is never overlapped, and close waits for the one in flight.
-    const reaper = pollLoop({
-      intervalMs: options.reaperIntervalMs ?? 0,
-      pass: () => budgets.reap(),
-      onError: (err) => logger.error({ err }, "provisioning reaper pass failed"),
-    });
+    const every = (ms: number | undefined, pass: () => Promise<unknown>, what: string) =>
+      pollLoop({ intervalMs: ms ?? 0, pass, onError: (err) => logger.error({ err }, `${what} pass failed`) });
+    const reaper = every(options.reaperIntervalMs, () => budgets.reap(), "provisioning reaper");
     const pruner = createPruner({ db, clock, logger, retention: options.retention });
-    const pruning = pollLoop({
-      intervalMs: options.pruneIntervalMs ?? 0,
-      pass: () => pruner.runOnce(),
-      onError: (err) => logger.error({ err }, "prune pass failed"),
-    });
+    const pruning = every(options.pruneIntervalMs, () => pruner.runOnce(), "prune");
     const unregisterMetrics = registerCoreMetrics({ db, outboxLagSeconds: sharedReader(() => outbox.oldestDueAgeSeconds(clock())) });
     return {
       routes,
