@@ -50,6 +50,8 @@ export interface Caller {
   requestId: string;
   bearer: string | undefined;
   unauthorized: boolean;
+  /** A call was refused for a scope the grant lacks (HTTP 403 and a scope challenge). */
+  insufficientScope?: boolean;
   /** The client said on initialize that it shows URL elicitations (its Mcp-Session-Id). */
   urlElicitation: boolean;
   /** The Mcp-Session-Id an initialize in this request negotiated. */
@@ -88,6 +90,7 @@ export function createDispatcher(options: DispatcherOptions) {
       noteRefusal(caller.request, err);
       const e = rpcErrorFrom(err);
       if (e.unauthorized) caller.unauthorized = true;
+      if (e.data.reason_id === "insufficient_scope") caller.insufficientScope = true;
       return msg.notification ? undefined : errorReply(msg.id, e, caller.requestId);
     }
   }

@@ -40,11 +40,11 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   const { handleOne } = createDispatcher({ clients, mcpUrl: options.mcpUrl, serverVersion: options.serverVersion, sessions });
   // RFC 9728 5.1 / RFC 6750 3: each endpoint points at its own metadata and names only the
   // scopes its tools need, so clients ask for no more; a presented token that failed
-  // verification also gets error="invalid_token".
+  // verification also gets error="invalid_token", one lacking a scope error="insufficient_scope".
   const challenges = new Map(
     MCP_ENDPOINTS.map(({ path, category }) => {
       const base = `Bearer resource_metadata="${options.mcpUrl}/.well-known/oauth-protected-resource${path}", scope="${MCP_CATEGORY_SCOPES[category].join(" ")}"`;
-      return [path, { missing: base, invalid: `${base}, error="invalid_token"` }];
+      return [path, { missing: base, invalid: `${base}, error="invalid_token"`, scope: `${base}, error="insufficient_scope"` }];
     }),
   );
 
@@ -136,8 +136,12 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     }
     // A batch in which a call took effect answers 200, so a client that drops 401 bodies keeps its results (a rotated refresh token).
     const tookEffect = replies.some((r) => "result" in r);
-    const status = caller.unauthorized && !tookEffect ? 401 : replies.length === 0 ? 202 : 200;
-    if (caller.unauthorized) reply.header("www-authenticate", caller.bearer ? challenges.get(path)!.invalid : challenges.get(path)!.missing);
+    const challenge = challenges.get(path)!;
+    // RFC 6750 3.1 / MCP scope challenges: a grant too narrow is 403 naming the endpoint's scopes, so a client can re-authorize for them.
+    const forbidden = caller.insufficientScope && !caller.unauthorized;
+    const status = caller.unauthorized && !tookEffect ? 401 : forbidden && !tookEffect ? 403 : replies.length === 0 ? 202 : 200;
+    if (caller.unauthorized) reply.header("www-authenticate", caller.bearer ? challenge.invalid : challenge.missing);
+    else if (forbidden) reply.header("www-authenticate", challenge.scope);
     if (caller.issuedSession) reply.header("mcp-session-id", caller.issuedSession);
     if (replies.length === 0) return reply.code(status).send();
     return send(reply, status, batch ? replies : [replies[0]!], batch);

@@ -15,7 +15,7 @@ export type SdkOAuthProvider = OAuthClientProvider & {
  * An in-memory OAuthClientProvider: what an MCP host keeps per server. `redirectUrl` is the
  * host's loopback callback (never visited when the pages are driven over HTTP).
  */
-export function createSdkOAuthProvider(options: { redirectUrl?: string; clientName?: string } = {}): SdkOAuthProvider {
+export function createSdkOAuthProvider(options: { redirectUrl?: string; clientName?: string; grantTypes?: string[] } = {}): SdkOAuthProvider {
   let verifier = "";
   const redirect = options.redirectUrl ?? "http://127.0.0.1:9/callback";
   const state = randomBytes(8).toString("hex");
@@ -31,7 +31,7 @@ export function createSdkOAuthProvider(options: { redirectUrl?: string; clientNa
       return {
         client_name: options.clientName ?? "MCP SDK test host",
         redirect_uris: [redirect],
-        grant_types: ["authorization_code", "refresh_token"],
+        grant_types: options.grantTypes ?? ["authorization_code", "refresh_token"],
         response_types: ["code"],
         token_endpoint_auth_method: "client_secret_post",
         scope: "accounts:read audit:stream",

@@ -76,8 +76,9 @@ describe("JSON-RPC envelope for every Reason", () => {
       const text = await res.text();
       const body = JSON.parse(text) as { id: number; error: { code: number; message: string; data: Record<string, unknown> } };
       const [code, reasonId] = EXPECTED[reason] ?? [-32603, "internal_error"];
-      expect(res.status).to.equal(reason === Reason.INVALID_TOKEN ? 401 : 200);
-      expect(res.headers.get("www-authenticate") !== null).to.equal(reason === Reason.INVALID_TOKEN);
+      const challenged: Partial<Record<Reason, number>> = { [Reason.INVALID_TOKEN]: 401, [Reason.INSUFFICIENT_SCOPE]: 403 };
+      expect(res.status).to.equal(challenged[reason] ?? 200);
+      expect(res.headers.get("www-authenticate") !== null).to.equal(reason in challenged);
       expect(body.id).to.equal(7);
       expect(body.error.code).to.equal(code);
       expect(body.error.data.reason_id).to.equal(reasonId);

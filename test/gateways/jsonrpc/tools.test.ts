@@ -135,7 +135,8 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
   it("-32002: the grant lacks agent:budget:create (a superset of scopes is accepted)", async () => {
     const { token } = await owner(["payments:initiate"]);
     const res = await call("/mcp/treasury", token, "agent.budget.create", budgetArgs());
-    expect(res.status).to.equal(200);
+    expect(res.status).to.equal(403);
+    expect(res.headers.get("www-authenticate")).to.match(/^Bearer resource_metadata="[^"]+\/mcp\/treasury", scope="[^"]+", error="insufficient_scope"$/);
     expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32002, "insufficient_scope"]);
     const superset = await owner(["agent:budget:create", "payments:initiate", "accounts:read"]);
     expect((await call("/mcp/treasury", superset.token, "agent.budget.create", budgetArgs())).json!.result.status).to.equal("draft");
