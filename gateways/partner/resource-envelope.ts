@@ -112,7 +112,8 @@ export function resourceErrorFrom(err: unknown): ResourceErrorBody {
 
 /** Renders `{error:{code,message,request_id}}`; request_id is the X-Request-Id of this response. */
 export function sendResourceError(request: FastifyRequest, reply: FastifyReply, e: ResourceErrorBody) {
-  if (e.status === 401) reply.header("www-authenticate", e.code === "invalid_token" ? `Bearer error="invalid_token"` : "Bearer");
+  // RFC 6750 3.1: a request that sent no bearer token (none, or another scheme) gets no error code.
+  if (e.status === 401) reply.header("www-authenticate", e.code === "invalid_token" && sentBearer(request) ? `Bearer error="invalid_token"` : "Bearer");
   // Every resource 429 says Retry-After: 60.
   if (e.status === 429) reply.header("retry-after", String(e.retryAfterSeconds ?? 60));
   else if (e.status === 503 && e.retryAfterSeconds) reply.header("retry-after", String(e.retryAfterSeconds));
@@ -121,6 +122,11 @@ export function sendResourceError(request: FastifyRequest, reply: FastifyReply, 
     .header("cache-control", "no-store")
     .type("application/json")
     .send({ error: { code: e.code, message: e.message, request_id: request.id } });
+}
+
+function sentBearer(request: FastifyRequest): boolean {
+  const header = request.headers.authorization;
+  return typeof header === "string" && /^\s*Bearer(\s|$)/i.test(header);
 }
 
 /** The reason table, exported for the envelope contract test. */

@@ -8,7 +8,7 @@ import { usingPostgres } from "../../support/db.js";
 
 /**
  * A partner request with a missing or bad bearer proves no partner: it answers 401
- * invalid_token with `WWW-Authenticate: Bearer` and writes no audit row, on partner REST
+ * invalid_token with a Bearer challenge and writes no audit row, on partner REST
  * and the treasury routes alike, so a flood of them cannot grow the audit trail.
  */
 describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
@@ -55,6 +55,11 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
       ? await Promise.all(indexes.map(send))
       : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
     for (const res of answers) expectHttpError(res, 401, "invalid_token");
+    // RFC 6750 3.1: error="invalid_token" only where a bearer token was sent.
+    answers.forEach((res, i) => {
+      const sent = bearers[i % bearers.length]!.authorization ?? "";
+      expect(res.headers.get("www-authenticate"), sent).to.equal(sent.startsWith("Bearer ") ? 'Bearer error="invalid_token"' : "Bearer");
+    });
     expect(await auditRows()).to.equal(before);
     // The partner's own token still works and is audited.
     const ok = await api(stack, "GET", "/treasury", { token });
