@@ -1,4 +1,4 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { type Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import type { Db } from "./db/knex.js";
@@ -28,7 +28,7 @@ class ProbeRollback extends Error {}
  * gRPC health: "" is overall readiness, each check is its own service so a caller can name the
  * failing one. Without audit nothing may answer or commit; docs/reference/core-grpc.md lists the checks.
  */
-export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health> {
+export function createHealthService(deps: HealthDeps, watchIntervalMs = 5_000): ServiceImpl<typeof Health> {
   let migrated = false;
 
   async function database(): Promise<boolean> {
@@ -70,19 +70,62 @@ export function createHealthService(deps: HealthDeps): ServiceImpl<typeof Health
     settlement: async () => (deps.settlementReady ? deps.settlementReady().catch(() => false) : true),
   };
 
+  /** The probe for a service name, or undefined for a service we do not know. */
+  function probeOf(service: string): (() => Promise<boolean>) | undefined {
+    if (service === "" || service === "vaultgate") {
+      return async () => {
+        // The database first: without it nothing else can be checked.
+        if (!(await database())) return false;
+        const results = await Promise.all([checks.migrations(), checks.signing_key(), checks.audit(), checks.settlement()]);
+        return results.every(Boolean);
+      };
+    }
+    const name = service.startsWith("vaultgate.") ? service.slice("vaultgate.".length) : "";
+    return Object.hasOwn(checks, name) ? checks[name as ReadinessCheck] : undefined;
+  }
+
+  // Watchers of one service share one probe per interval, so many watchers cost one probe.
+  const watched = new Map<string, { at: number; status: Promise<Status> }>();
+  function watchedStatus(service: string, probe: () => Promise<boolean>): Promise<Status> {
+    const hit = watched.get(service);
+    if (hit && Date.now() - hit.at < watchIntervalMs) return hit.status;
+    const status = probe().then((ok) => (ok ? Status.SERVING : Status.NOT_SERVING));
+    watched.set(service, { at: Date.now(), status });
+    return status;
+  }
+
   return {
     async check(req) {
-      if (req.service === "" || req.service === "vaultgate") {
-        // The database first: without it nothing else can be checked.
-        if (!(await database())) return { status: Status.NOT_SERVING };
-        const results = await Promise.all([checks.migrations(), checks.signing_key(), checks.audit(), checks.settlement()]);
-        return { status: results.every(Boolean) ? Status.SERVING : Status.NOT_SERVING };
-      }
-      const name = req.service.startsWith("vaultgate.") ? req.service.slice("vaultgate.".length) : "";
-      const run = (checks as Record<string, (() => Promise<boolean>) | undefined>)[name];
+      const probe = probeOf(req.service);
       // The health protocol: Check of a service the server does not know fails with NOT_FOUND.
-      if (!Object.hasOwn(checks, name) || !run) fail(Reason.NOT_FOUND, "unknown service");
-      return { status: (await run()) ? Status.SERVING : Status.NOT_SERVING };
+      if (!probe) fail(Reason.NOT_FOUND, "unknown service");
+      return { status: (await probe()) ? Status.SERVING : Status.NOT_SERVING };
+    },
+    // The health protocol: the current status at once, then each change; an unknown service is
+    // SERVICE_UNKNOWN without ending the call. The call ends when the caller or core goes away.
+    async *watch(req, ctx) {
+      const probe = probeOf(req.service);
+      let last: Status | undefined;
+      while (!ctx.signal.aborted) {
+        const status = probe ? await watchedStatus(req.service, probe) : Status.SERVICE_UNKNOWN;
+        if (status !== last) yield { status };
+        last = status;
+        await pause(watchIntervalMs, ctx.signal);
+      }
+      // Core stopping ends the watch with its retryable UNAVAILABLE; a caller's cancel needs no answer.
+      if (ctx.signal.reason instanceof ConnectError) throw ctx.signal.reason;
     },
   };
+}
+
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }

@@ -67,6 +67,43 @@ describe("core gRPC interop", () => {
     }
   });
 
+  it("Watch sends the current status at once and keeps the call open; an unknown service is SERVICE_UNKNOWN, not an error", async () => {
+    type Watcher = grpc.ClientReadableStream<{ status: string }>;
+    const watch = health as unknown as { Watch(req: object): Watcher };
+    for (const [service, first] of [
+      ["", "SERVING"],
+      ["vaultgate.database", "SERVING"],
+      ["vaultgate.nope", "SERVICE_UNKNOWN"],
+    ]) {
+      const stream = watch.Watch({ service });
+      const ended = new Promise<grpc.ServiceError | "ended">((resolve) => {
+        stream.on("error", resolve);
+        stream.on("end", () => resolve("ended"));
+      });
+      const message = await new Promise<{ status: string }>((resolve) => stream.once("data", resolve));
+      expect(message.status, service).to.equal(first);
+      // Still open after the first message: only the caller's cancel ends it.
+      stream.cancel();
+      const end = await ended;
+      expect(end === "ended" ? "ended" : grpc.status[end.code], service).to.equal("CANCELLED");
+    }
+  });
+
+  it("a core that stops ends Watch with UNAVAILABLE, so the caller watches again elsewhere", async () => {
+    const stopping = await startCoreServer(stack.core, 0);
+    const Health = health.constructor as new (address: string, creds: grpc.ChannelCredentials) => grpc.Client;
+    const client = new Health(stopping.url.replace("http://", ""), grpc.credentials.createInsecure()) as unknown as {
+      Watch(req: object): grpc.ClientReadableStream<{ status: string }>;
+      close(): void;
+    };
+    const stream = client.Watch({ service: "" });
+    const ended = new Promise<grpc.ServiceError>((resolve) => stream.on("error", resolve));
+    expect((await new Promise<{ status: string }>((resolve) => stream.once("data", resolve))).status).to.equal("SERVING");
+    await stopping.close();
+    expect(grpc.status[(await ended).code]).to.equal("UNAVAILABLE");
+    client.close();
+  });
+
   it("runs admin RPCs and token issuance for a stock grpc-js client", async () => {
     const slug = uniqueSlug();
     const created = await call(partners, "CreatePartner", { name: "Interop", slug }, admin());

@@ -17,6 +17,10 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     kind: "public",
     cases: [ok("without any credential", async () => ({ req: { service: "" }, after: (res) => void expect(res!.status).to.equal("SERVING") }))],
   },
+  "grpc.health.v1.Health/Watch": {
+    kind: "public",
+    cases: [ok("without any credential", async () => ({ req: { service: "" }, after: (res) => void expect(res!.status).to.equal("SERVING") }))],
+  },
 
   // grpc.reflection.v1 / v1alpha ServerReflection: public. It only describes the services;
   // each described RPC keeps its own credential (the admin_only ones are refused above).
