@@ -1,4 +1,4 @@
-import { defineTool, iso, object, UTC_DATE_TIME, type Tool } from "./kit.js";
+import { defineTool, iso, object, UTC_DATE_TIME, withoutDialect, type Tool } from "./kit.js";
 
 /** The audit records of the grant's agent. */
 export const auditTools: readonly Tool[] = [
@@ -20,16 +20,19 @@ export const auditTools: readonly Tool[] = [
       {
         records: {
           type: "array",
-          items: object(
-            {
-              record_id: { type: "string" },
-              action: { type: "string" },
-              outcome: { type: "string", enum: ["success", "failure"] },
-              reason: { type: "string" },
-              subject: { type: "string" },
-              created_at: UTC_DATE_TIME,
-            },
-            ["record_id", "action", "outcome", "reason", "subject", "created_at"],
+          // "$schema" belongs at the root only (JSON Schema 2020-12 core 8.1.1): a record is not a resource of its own.
+          items: withoutDialect(
+            object(
+              {
+                record_id: { type: "string" },
+                action: { type: "string" },
+                outcome: { type: "string", enum: ["success", "failure"] },
+                reason: { type: "string" },
+                subject: { type: "string" },
+                created_at: UTC_DATE_TIME,
+              },
+              ["record_id", "action", "outcome", "reason", "subject", "created_at"],
+            ),
           ),
         },
         next_cursor: { type: ["string", "null"] },

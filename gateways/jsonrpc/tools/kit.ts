@@ -59,6 +59,11 @@ export function object<const P extends Record<string, unknown>, const R extends 
   return { $schema: DIALECT, type: "object", properties, required, additionalProperties: false } as const;
 }
 
+/** A schema nested in another: the same without `$schema`, which only a root may carry. */
+export function withoutDialect<const S extends { $schema: string }>({ $schema: _, ...schema }: S): Omit<S, "$schema"> {
+  return schema;
+}
+
 /** The TypeScript type of a value valid under schema S (the subset of JSON Schema our tools use). */
 export type ArgsOf<S> = S extends { enum: readonly (infer E)[] }
   ? E

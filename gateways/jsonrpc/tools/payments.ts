@@ -1,6 +1,6 @@
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, type ArgsOf, type Tool } from "./kit.js";
+import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, withoutDialect, type ArgsOf, type Tool } from "./kit.js";
 
 const PAYMENT_INPUT = object(
   {
@@ -69,7 +69,7 @@ export const paymentTools: readonly Tool[] = [
           "status",
         ]),
         object({ kind: { const: "pending_step_up" }, payment_id: UUID, step_up_url: { type: "string", format: "uri" } }, ["kind", "payment_id", "step_up_url"]),
-      ].map(({ $schema: _, ...s }) => s),
+      ].map(withoutDialect),
     },
     async call(args, ctx) {
       const { payment } = await ctx.clients.budgets.initiatePayment({ accessToken: ctx.accessToken, payment: paymentRequest(args) }, ctx.call);

@@ -179,6 +179,11 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
         expect(tool.inputSchema.type).to.equal("object");
         ajv.compile(tool.inputSchema);
         ajv.compile(tool.outputSchema!);
+        // JSON Schema 2020-12: "$schema" only at a resource root, never in a subschema.
+        for (const schema of [tool.inputSchema, tool.outputSchema!]) {
+          const { $schema: _, ...below } = schema;
+          expect(JSON.stringify(below), tool.name).to.not.include('"$schema"');
+        }
       }
     }
     const create = (await list("/mcp/treasury")).find((t) => t.name === "agent.budget.create")!;
