@@ -109,9 +109,13 @@ export function createDispatcher(options: DispatcherOptions) {
       case "ping":
         await authenticate(caller);
         return {};
-      case "tools/list":
+      case "tools/list": {
         await authenticate(caller);
+        const { cursor } = objectParams(msg.params);
+        // One page and no nextCursor: no cursor can be ours (MCP pagination: an invalid one is -32602).
+        if (cursor !== undefined && cursor !== null) throw invalidParams("unknown cursor: tools/list answers on one page and issues none");
         return { tools: toolLists.get(category) };
+      }
       case "tools/call": {
         const params = objectParams(msg.params);
         if (typeof params.name !== "string") return refuse(caller, invalidParams("params.name must be a tool name"));

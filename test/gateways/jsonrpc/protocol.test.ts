@@ -3,6 +3,7 @@ import { expect } from "chai";
 import { startMcpStack, postRpc, TEST_MCP_URL, type JsonRpcReply, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, revokeGrant } from "../../support/budgets.js";
 import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
+import { expectJsonRpcError } from "../../support/refusals.js";
 
 const TREASURY_CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource/mcp/treasury", scope="agent:budget:create"`;
 const READ_CHALLENGE = `Bearer resource_metadata="${TEST_MCP_URL}/.well-known/oauth-protected-resource/mcp/read", scope="accounts:read audit:stream"`;
@@ -171,6 +172,14 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       "agent.grant.refresh",
       "killSwitch.all",
     ]);
+    // One page, no nextCursor; a cursor we never issued is -32602 (MCP pagination).
+    const page = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 1, method: "tools/list", params: { _meta: {} } }, auth);
+    expect(page.json!.result).to.not.have.property("nextCursor");
+    expectJsonRpcError(
+      await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 1, method: "tools/list", params: { cursor: "e30" } }, auth),
+      -32602,
+      "invalid_params",
+    );
     const ajv = createSchemaAjv();
     for (const path of ["/mcp/read", "/mcp/write", "/mcp/treasury"]) {
       for (const tool of await list(path)) {
