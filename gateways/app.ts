@@ -16,6 +16,7 @@ import { homeRoute } from "./web/home.js";
 import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
 import type { PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
+import { applyCors } from "./shared/cors.js";
 import { createClientAddress, type TrustProxy } from "./shared/client-address.js";
 import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
 import { observeRequests } from "./shared/observability.js";
@@ -129,6 +130,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       }
       return;
     }
+    if (applyCors(request, reply, path, mcp, guard)) return;
     done();
   });
   observeRequests(app, { tracing: options.tracing ?? false });

@@ -46,6 +46,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
   database?: Db;
   /** The gateway's whole-request time limit (default the gateway's own). */
   requestTimeoutMs?: number;
+  /** ALLOWED_ORIGINS of the gateway. */
+  allowedOrigins?: string[];
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -58,7 +60,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, requestTimeoutMs, ...coreOverrides } = options;
+  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, requestTimeoutMs, allowedOrigins, ...coreOverrides } = options;
   const port = options.port ?? (publicUrls ? await freePort() : 0);
   const origin = `http://127.0.0.1:${port}`;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
@@ -98,6 +100,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
       signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
       requestTimeoutMs,
+      allowedOrigins,
     });
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
