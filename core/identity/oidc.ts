@@ -263,7 +263,11 @@ export function createOidcSignin(deps: OidcDeps) {
       if (user?.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
       const token = await db.transaction(async (trx) => {
         if (linkNew) {
-          // A concurrent first sign-in of the same subject links once; both then sign in as that user.
+          // An address the provider moved to another account must not carry the person's account with it:
+          // a user keeps the one subject it was linked to (the user row lock orders concurrent first sign-ins).
+          await users.lockUser(trx, userId);
+          const linked = await users.linkedSubject(trx, iss, userId);
+          if (linked !== undefined && linked !== sub) return undefined;
           const owner = await users.link(trx, { issuer: iss, subject: sub, userId, email: typeof claims.email === "string" ? claims.email : null, at: now });
           if (owner !== userId) throw new Error("identity link raced to another user");
           await audit(trx, facts, { actor: `user:${userId}`, action: "web.oidc.link", subject: iss, outcome: "success" });
@@ -273,6 +277,7 @@ export function createOidcSignin(deps: OidcDeps) {
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
         return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs);
       });
+      if (token === undefined) return refuse(facts, purpose, "the account is linked to another subject of this provider", `user:${userId}`);
       return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },
   };

@@ -93,6 +93,12 @@ export function createUsersStore() {
       return row ? String(row.user_id) : undefined;
     },
 
+    /** The subject the user is linked to at this issuer, if any (one per user and issuer). */
+    async linkedSubject(conn: Conn, issuer: string, userId: string): Promise<string | undefined> {
+      const row = await conn("identity_links").where({ issuer, user_id: userId }).first("subject");
+      return row ? String(row.subject) : undefined;
+    },
+
     async touchLink(conn: Conn, issuer: string, subject: string, at: Date): Promise<void> {
       await conn("identity_links").where({ issuer, subject }).update({ last_used_at: at });
     },

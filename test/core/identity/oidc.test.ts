@@ -273,5 +273,19 @@ describe("sign-in through a company's OpenID Connect provider", () => {
       expect(await db("identity_links").where({ subject: p.sub })).to.have.length(1);
       expect(await sessionsOf(p.userId)).to.equal(8);
     });
+
+    it("many first sign-ins of different subjects with one verified address at once: one links, the rest are refused", async () => {
+      const signin = oidc();
+      const p = await person();
+      const subs = [p.sub, ...Array.from({ length: 7 }, (_, i) => `${p.sub}-other-${i}`)];
+      for (const sub of subs.slice(1)) await idp.addAccount({ sub, email: p.email, email_verified: true });
+      const flows = await Promise.all(subs.map(() => signin.start("sign_in")));
+      const callbacks = await Promise.all(flows.map((f, i) => idp.signIn(f.authorizationUrl, subs[i]!)));
+      const results = await Promise.allSettled(flows.map((f, i) => signin.complete({ callbackUrl: callbacks[i]!, binding: f.binding }, facts())));
+      expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
+      for (const r of results) if (r.status === "rejected") expect(reasonOf(r.reason)).to.equal(Reason.ACCESS_DENIED);
+      expect(await db("identity_links").where({ user_id: p.userId })).to.have.length(1);
+      expect(await sessionsOf(p.userId)).to.equal(1);
+    });
   });
 });

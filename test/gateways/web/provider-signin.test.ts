@@ -81,6 +81,29 @@ describe("web pages: sign-in at the organisation's provider", () => {
     expect((await jar.get("/dashboard/agents")).status).to.equal(200);
   });
 
+  it("another subject given a linked person's address cannot take the account over; the person still signs in", async () => {
+    const user = await createUser(stack);
+    const sub = `web-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const signIn = async (who: string) => {
+      const jar = createJar(stack.url);
+      const back = await jar.get(await idp.signIn((await jar.get("/signin/oidc")).headers.get("location")!, who));
+      return { back, jar };
+    };
+    expect((await signIn(sub)).back.status).to.equal(303);
+    // The provider renames the person and hands the old address, verified, to a new account.
+    await idp.addAccount({ sub, email: `renamed-${user.email}`, email_verified: true });
+    const newcomer = `new-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub: newcomer, email: user.email, email_verified: true });
+    const taken = await signIn(newcomer);
+    expect(taken.back.status).to.equal(403);
+    expect(await taken.back.text()).to.match(/start again from the sign-in page/);
+    expect((await taken.jar.get("/dashboard/agents")).status).to.not.equal(200);
+    const honest = await signIn(sub);
+    expect(honest.back.status).to.equal(303);
+    expect((await honest.jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
   it("a callback brought to another browser (no flow cookie) is refused", async () => {
     const user = await createUser(stack);
     const sub = `web-${user.userId.slice(0, 8)}`;
