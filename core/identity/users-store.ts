@@ -22,11 +22,15 @@ function toListing(row: { id: string; email: string; status: UserRecord["status"
   return { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at), vaultId: row.vault_id ?? null };
 }
 
-/** Normalises an e-mail for identity: trimmed and lower-cased; undefined when not an address. */
+// No control characters (it is printed on terminals) and none of the address-list syntax a mailer
+// parses (`,;:<>()[]"\`): `a,b@evil.test` would mail that account's codes to b@evil.test.
+const PART = String.raw`[^\s@\p{Cc},;:<>()[\]"\\]+`;
+const ADDRESS = new RegExp(`^${PART}@${PART}\\.${PART}$`, "u");
+
+/** Normalises an e-mail for identity: trimmed and lower-cased; undefined when not one plain address. */
 export function normaliseEmail(value: string): string | undefined {
   const email = value.trim().toLowerCase();
-  // No control characters: an address is printed on operators' terminals and put in mail headers.
-  if (email.length > 254 || !/^[^\s@\p{Cc}]+@[^\s@\p{Cc}]+\.[^\s@\p{Cc}]+$/u.test(email)) return undefined;
+  if (email.length > 254 || !ADDRESS.test(email)) return undefined;
   return email;
 }
 

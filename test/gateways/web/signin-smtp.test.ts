@@ -2,6 +2,8 @@ import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields } from "../../support/agent-oauth.js";
 import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
+import { expectRefused } from "../../support/refusals.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
  * With SMTP configured, the sign-in code and the account notices reach a real mail server
@@ -46,6 +48,27 @@ describe("web pages: sign-in codes and notices by SMTP", () => {
     expect((await jar.post("/dashboard/kill-switch", kill)).status).to.equal(303);
     await stack.core.mail!.runOnce();
     expect(smtp.to(user.email).map((m) => m.subject)).to.deep.equal([mail!.subject, "Vaultgate: the kill switch was used"]);
+  });
+
+  it("hostile: an address mail would deliver to another mailbox is nobody's: refused at creation and sign-in, nothing sent there", async () => {
+    // Each reads, to a mail library, as a list or a display name with attacker@evil.test in it.
+    for (const email of ["victim,attacker@evil.test", "victim;attacker@evil.test", "x<attacker@evil.test>.test", "attacker@evil.test:victim.test"]) {
+      await expectRefused(stack.admin.partners.createUser({ email }), Reason.INVALID_REQUEST, /e-mail address/);
+      const jar = createJar(stack.url);
+      const fields = formFields(await (await jar.get("/signin")).text(), "/signin");
+      const sent = await jar.post("/signin", { ...fields, email });
+      expect(sent.status, email).to.equal(400);
+      expect(await sent.text()).to.include("Enter a valid e-mail address.");
+    }
+    // An honest address (plus and dots included) still gets its code.
+    const honest = `first.last+vault-${Date.now()}@example.com`;
+    await stack.admin.partners.createUser({ email: honest });
+    const jar = createJar(stack.url);
+    const fields = formFields(await (await jar.get("/signin")).text(), "/signin");
+    expect((await jar.post("/signin", { ...fields, email: honest })).status).to.equal(303);
+    await stack.core.mail!.runOnce();
+    expect(smtp.to(honest)).to.have.length(1);
+    expect(smtp.to("attacker@evil.test")).to.have.length(0);
   });
 
   it("a mail server refusing for a while delays the code; it arrives once the server accepts", async () => {
