@@ -28,11 +28,13 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
   const refuseAddIfNotOffered = () => {
     if (!offered) throw new PageError(404, "Not found", PASSKEYS_NOT_ENABLED);
   };
-  const flowCookie = (value: string, maxAge: number) =>
-    `${FLOW_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+  // Over https a __Host- name, like the session's: a sibling subdomain could otherwise plant its own
+  // flow's secret on a narrower path, sent first, and spoil the person's ceremony.
+  const flowName = secure ? `__Host-${FLOW_COOKIE}` : FLOW_COOKIE;
+  const flowCookie = (value: string, maxAge: number) => `${flowName}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
   const takeFlow = (request: FastifyRequest, reply: FastifyReply) => {
     reply.header("set-cookie", [flowCookie("", 0)]);
-    return readCookies(request)[FLOW_COOKIE] ?? "";
+    return readCookies(request)[flowName] ?? "";
   };
   // Registered after the plugin-wide page headers, so this replaces their script-less policy here.
   app.addHook("onSend", async (_request, reply) => {
