@@ -97,8 +97,9 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   }
   const purpose = sessionId ? "step_up" : "sign_in";
   const gapKey = `otp-send-gap:${purpose}:${email}`;
+  const sendKey = `otp-send:${email}`;
   const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
-  const limit = gap.allowed ? await deps.rateLimits.hit(`otp-send:${email}`, OTP_SENDS_PER_HOUR, 3600, now) : gap;
+  const limit = gap.allowed ? await deps.rateLimits.hit(sendKey, OTP_SENDS_PER_HOUR, 3600, now) : gap;
   if (!limit.allowed) {
     // Nothing was sent: the 30 s gap does not start.
     if (gap.allowed) await deps.rateLimits.release(gapKey, now);
@@ -110,30 +111,37 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
       },
     );
   }
-  await deps.db.transaction(async (trx) => {
-    await deps.store.insertChallenge(trx, {
-      id,
-      userId,
-      sessionId,
-      purpose,
-      account: email,
-      codeHash: deps.hashCode(id, code),
-      attempts: 0,
-      createdAt: now,
-      expiresAt: new Date(now.getTime() + OTP_TTL_MS),
-      consumedAt: null,
-    });
-    if (userId) {
-      const what = sessionId ? "confirm (step-up)" : "sign in to";
-      await deps.outbox.send(trx, {
-        email,
-        subject: `Your Vaultgate code: ${code}`,
-        body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
-        at: now,
+  await deps.db
+    .transaction(async (trx) => {
+      await deps.store.insertChallenge(trx, {
+        id,
+        userId,
+        sessionId,
+        purpose,
+        account: email,
+        codeHash: deps.hashCode(id, code),
+        attempts: 0,
+        createdAt: now,
+        expiresAt: new Date(now.getTime() + OTP_TTL_MS),
+        consumedAt: null,
       });
-      await audit(deps, trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
-    }
-  });
+      if (userId) {
+        const what = sessionId ? "confirm (step-up)" : "sign in to";
+        await deps.outbox.send(trx, {
+          email,
+          subject: `Your Vaultgate code: ${code}`,
+          body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
+          at: now,
+        });
+        await audit(deps, trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
+      }
+    })
+    .catch(async (err: unknown) => {
+      // Nothing was queued: the send is not counted, so asking again is not told a code went out moments ago.
+      await deps.rateLimits.release(gapKey, now).catch(() => {});
+      await deps.rateLimits.release(sendKey, now).catch(() => {});
+      throw err;
+    });
   // The code itself never reaches a log line; `vaultgate dev outbox` shows it.
   if (userId && deps.outbox.mode === "dev")
     deps.logger.info({ challenge: id }, "dev outbox: a one-time code was queued; run `vaultgate dev outbox --email <address>`");
