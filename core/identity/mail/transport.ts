@@ -62,7 +62,8 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
       try {
         await transport.sendMail({
           from: settings.from,
-          to: mail.to,
+          // One recipient, taken literally: as a string nodemailer would read `a,b@evil.test` as a list.
+          to: { name: "", address: mail.to },
           subject: mail.subject,
           text: mail.body,
           messageId: `<${mail.id}@${host}>`,

@@ -3,6 +3,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields } from "../../support/agent-oauth.js";
 import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
 import { expectRefused } from "../../support/refusals.js";
+import { testDatabase } from "../../support/db.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
@@ -68,6 +69,16 @@ describe("web pages: sign-in codes and notices by SMTP", () => {
     expect((await jar.post("/signin", { ...fields, email: honest })).status).to.equal(303);
     await stack.core.mail!.runOnce();
     expect(smtp.to(honest)).to.have.length(1);
+    expect(smtp.to("attacker@evil.test")).to.have.length(0);
+  });
+
+  it("hostile: an account stored with such an address before they were refused gets its notices at no other mailbox", async () => {
+    const user = await createUser(stack);
+    const legacy = `${user.userId.slice(0, 8)},attacker@evil.test`;
+    await (await testDatabase()).db("users").where({ id: user.userId }).update({ email: legacy });
+    const { token } = await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ["accounts:read"] });
+    await stack.clients.grants.revokeAllGrants({ accessToken: token!.accessToken, reason: "suspicious" });
+    await stack.core.mail!.runOnce();
     expect(smtp.to("attacker@evil.test")).to.have.length(0);
   });
 
