@@ -68,7 +68,7 @@ export async function listPasskeys(deps: PasskeyRpcDeps, req: ListPasskeysReques
 /** GrantsService.RemovePasskey: one of the session user's own passkeys. */
 export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequest, ctx: HandlerContext) {
   const s = await deps.sessions.verify(req.sessionToken);
-  await deps.passkeys.remove(s.userId, req.passkeyId, callFacts(ctx));
+  await deps.passkeys.remove(s, req.passkeyId, callFacts(ctx));
   return {};
 }
 

@@ -57,10 +57,12 @@ export function createPasskeysStore() {
       return (rows as unknown[]).length > 0;
     },
 
-    /** Removes one of the user's passkeys; false when the user has no such passkey. */
-    async remove(conn: Conn, userId: string, id: string, at: Date): Promise<boolean> {
-      const n = await conn("passkeys").where({ id, user_id: userId }).whereNull("removed_at").update({ removed_at: at });
-      return n > 0;
+    /** Removes one of the user's passkeys and answers its name; undefined when the user has no such passkey. */
+    async remove(conn: Conn, userId: string, id: string, at: Date): Promise<string | undefined> {
+      const rows = (await conn("passkeys").where({ id, user_id: userId }).whereNull("removed_at").update({ removed_at: at }).returning(["name"])) as {
+        name: string;
+      }[];
+      return rows[0] ? String(rows[0].name) : undefined;
     },
   };
 }

@@ -30,7 +30,7 @@ export interface PasskeySession {
   sessionId: string;
   userId: string;
   email: string;
-  /** Adding a passkey needs a recent step-up. */
+  /** Adding or removing a passkey needs a recent step-up. */
   stepUpFresh: boolean;
 }
 
@@ -323,12 +323,21 @@ export function createPasskeys(deps: PasskeyDeps) {
       }));
     },
 
-    /** Removes one of the person's own passkeys (another's answers NOT_FOUND, like a missing one). */
-    async remove(userId: string, passkeyId: string, facts: CallFacts): Promise<void> {
+    /** Removes one of the person's own passkeys (another's answers NOT_FOUND, like a missing one); the holder is told by mail. */
+    async remove(session: PasskeySession, passkeyId: string, facts: CallFacts): Promise<void> {
+      // Taking a way in away is as sensitive as adding one: a stolen session must not strip passkeys unseen.
+      if (!session.stepUpFresh) fail(Reason.ACCESS_DENIED, "confirm it is you first: removing a passkey needs a fresh confirmation");
       if (!/^[0-9a-f-]{36}$/i.test(passkeyId)) fail(Reason.NOT_FOUND, "no such passkey");
+      const now = deps.clock();
       await db.transaction(async (trx) => {
-        if (!(await keys.remove(trx, userId, passkeyId.toLowerCase(), deps.clock()))) fail(Reason.NOT_FOUND, "no such passkey");
-        await audit(trx, facts, { actor: `user:${userId}`, action: "passkey.remove", subject: passkeyId.toLowerCase(), outcome: "success" });
+        const name = (await keys.remove(trx, session.userId, passkeyId.toLowerCase(), now)) ?? fail(Reason.NOT_FOUND, "no such passkey");
+        await audit(trx, facts, { actor: `user:${session.userId}`, action: "passkey.remove", subject: passkeyId.toLowerCase(), outcome: "success" });
+        await deps.mailer?.queue(trx, {
+          to: session.email,
+          subject: "Vaultgate: a passkey was removed from your account",
+          body: `The passkey named "${name}" was removed from your Vaultgate account. If it was not you, sign in, use the kill switch and add your passkey again.`,
+          at: now,
+        });
       });
     },
   };

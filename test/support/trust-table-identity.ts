@@ -192,6 +192,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
   }),
   "vaultgate.grants.v1.GrantsService/RemovePasskey": session((t, fx: { passkeyId: string }) => ({ session_token: t, passkey_id: fx.passkeyId }), {
     setup: ownerPasskey,
+    stepUp: true,
     otherUser: S.NOT_FOUND,
   }),
   "vaultgate.grants.v1.GrantsService/StartPasskeyAssertion": {

@@ -112,6 +112,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
     if (!UUID.test(request.params.id)) throw new PageError(404, "Not found", "There is no such passkey.");
+    if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(PASSKEYS_PATH), 303);
     await ctx.grants.removePasskey({ sessionToken: current.token, passkeyId: request.params.id }, ctx.rpc(request));
     return reply.redirect(`${PASSKEYS_PATH}?done=removed`, 303);
   });

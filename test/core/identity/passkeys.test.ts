@@ -179,9 +179,9 @@ describe("passkeys (WebAuthn) with Chromium's virtual authenticator", () => {
     await expectRefused(pk.authenticate({ binding: up.binding, response: answer, session: attacker.s }, f), Reason.ACCESS_DENIED);
     expect((await db("audit_records").where({ request_id: f.requestId }).first()).reason).to.equal("another person's passkey");
     expect((await db("web_sessions").where({ id: attacker.s.sessionId }).first()).step_up_at).to.equal(null);
-    await expectRefused(pk.remove(attacker.s.userId, victim.record.id, facts()), Reason.NOT_FOUND);
+    await expectRefused(pk.remove({ ...attacker.s, stepUpFresh: true }, victim.record.id, facts()), Reason.NOT_FOUND);
     expect(await pk.list(victim.s.userId)).to.have.length(1);
-    await pk.remove(victim.s.userId, victim.record.id, facts());
+    await pk.remove(victim.s, victim.record.id, facts());
     expect(await pk.list(victim.s.userId)).to.have.length(0);
   });
 

@@ -79,6 +79,22 @@ describe("web: passkey pages", function () {
     expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("You have no passkeys yet");
   });
 
+  it("hostile: a session without a fresh step-up (a stolen cookie) removes no passkey; after one it goes, and the owner is told", async () => {
+    const { jar, email } = await ownerWithPasskey();
+    stack.clock.advance(601_000);
+    const list = await (await jar.get("/dashboard/passkeys")).text();
+    const action = /action="(\/dashboard\/passkeys\/[0-9a-f-]{36}\/remove)"/.exec(list)![1]!;
+    const gate = await jar.post(action, formFields(list, action));
+    expect(gate.status).to.equal(303);
+    expect(gate.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys");
+    expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("work laptop");
+    await stepUp(stack, jar, email, gate.headers.get("location")!);
+    const removed = await jar.post(action, formFields(await (await jar.get("/dashboard/passkeys")).text(), action));
+    expect(removed.headers.get("location")).to.equal("/dashboard/passkeys?done=removed");
+    const { messages } = await stack.admin.grants.listOutbox({ email });
+    expect(messages.map((m) => m.subject)).to.include("Vaultgate: a passkey was removed from your account");
+  });
+
   it("the step-up page offers a passkey to people who have one, and a passkey answer steps the session up", async () => {
     const none = createJar(stack.url);
     await signIn(stack, none, (await createUser(stack)).email);
@@ -166,7 +182,10 @@ describe("web: passkey pages", function () {
       expect(list).to.include("work laptop");
       expect(list).to.not.include("/dashboard/passkeys/add");
       const action = /action="(\/dashboard\/passkeys\/[0-9a-f-]{36}\/remove)"/.exec(list)![1]!;
-      const removed = await jar.post(action, formFields(list, action));
+      // Removing needs a fresh step-up, here by e-mailed code.
+      const gate = await jar.post(action, formFields(list, action));
+      await stepUp(plain, jar, email, gate.headers.get("location")!);
+      const removed = await jar.post(action, formFields(await (await jar.get("/dashboard/passkeys")).text(), action));
       expect(removed.headers.get("location")).to.equal("/dashboard/passkeys?done=removed");
       const after = await (await jar.get("/dashboard/passkeys?done=removed")).text();
       expect(after).to.include("The passkey was removed.");
