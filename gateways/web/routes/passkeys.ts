@@ -167,7 +167,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const flowSecret = takeFlow(request, reply);
     const res = await ctx.grants.finishPasskeyAssertion({ flowSecret, responseJson: answer(form.params) }, ctx.rpc(request));
-    ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
     return reply.redirect(returnTo, 303);
   });
 };

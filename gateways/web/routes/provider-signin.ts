@@ -55,7 +55,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
       { callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url, flowSecret: cookies[flowCookie] ?? "", sessionToken: current?.token ?? "" },
       ctx.rpc(request),
     );
-    if (res.sessionToken) ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    if (res.sessionToken) await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
     return reply.redirect(returnTo, 303);
   });
 };

@@ -107,7 +107,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     const challenge = form.params.get("challenge") ?? "";
     try {
       const res = await ctx.grants.completeSignIn({ challengeId: challenge, code: form.params.get("code") ?? "" }, ctx.rpc(request));
-      ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+      await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
       return reply.redirect(returnTo, 303);
     } catch (err) {
       if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;

@@ -57,6 +57,21 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     expect(text).to.not.include("<script");
   });
 
+  it("signing in again in the same browser ends the session it held, whoever it belonged to", async () => {
+    const [first, second] = [await createUser(stack), await createUser(stack)];
+    const jar = createJar(stack.url);
+    const sessionOf = () => jar.cookies.get("vg_session")!;
+    await signIn(stack, jar, first.email);
+    const firstToken = sessionOf();
+    await signIn(stack, jar, first.email);
+    const again = sessionOf();
+    expect(again).to.not.equal(firstToken);
+    await signIn(stack, jar, second.email);
+    await expectRefused(stack.clients.grants.getSession({ sessionToken: firstToken }), Reason.INVALID_TOKEN);
+    await expectRefused(stack.clients.grants.getSession({ sessionToken: again }), Reason.INVALID_TOKEN);
+    expect((await stack.clients.grants.getSession({ sessionToken: sessionOf() })).session!.userId).to.equal(second.userId);
+  });
+
   it("stores OTPs hashed, allows 5 attempts, and never logs the code", async () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
