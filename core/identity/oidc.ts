@@ -227,6 +227,11 @@ export function createOidcSignin(deps: OidcDeps) {
         configuration = undefined;
         return unreachable(err, "token");
       }
+      // Two checks openid-client leaves out: an ID token issued in the future, or for another client.
+      if (!((claims.iat as number) * 1000 <= deps.clock().getTime() + CLOCK_SKEW_SECONDS * 1000)) {
+        return refuse(facts, purpose, "ID token or response invalid: iat is in the future");
+      }
+      if (claims.azp !== undefined && claims.azp !== provider.clientId) return refuse(facts, purpose, "ID token or response invalid: azp names another client");
       const iss = String(claims.iss);
       const sub = String(claims.sub);
       const linkedUserId = await users.findLinkedUser(db, iss, sub);

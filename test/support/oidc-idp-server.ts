@@ -9,7 +9,7 @@ import Provider from "oidc-provider";
 // node-oidc-provider ships no types; its callbacks take its koa context.
 // biome-ignore lint/suspicious/noExplicitAny: untyped package
 type Loose = any;
-type Tamper = "none" | "issuer" | "audience" | "nonce" | "signature" | "expired" | "stale-auth-time";
+type Tamper = "none" | "issuer" | "audience" | "nonce" | "signature" | "expired" | "stale-auth-time" | "future-iat" | "foreign-azp";
 interface Account {
   sub: string;
   email: string;
@@ -90,6 +90,8 @@ provider.use(async (ctx: Loose, next: () => Promise<void>) => {
   if (tamper === "audience") payload.aud = "someone-else";
   if (tamper === "nonce") payload.nonce = "not-the-nonce";
   if (tamper === "expired") Object.assign(payload, { iat: now - 7200, exp: now - 3600 });
+  if (tamper === "future-iat") Object.assign(payload, { iat: now + 600, exp: now + 3600 });
+  if (tamper === "foreign-azp") payload.azp = "someone-else";
   // A provider that ignored max_age=0 and reported the sign-in of an hour ago.
   if (tamper === "stale-auth-time") payload.auth_time = now - 3600;
   const header = decodeProtectedHeader(body.id_token);

@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 
 const script = fileURLToPath(new URL("./oidc-idp-server.ts", import.meta.url));
 
-export type IdpTamper = "none" | "issuer" | "audience" | "nonce" | "signature" | "expired" | "stale-auth-time";
+export type IdpTamper = "none" | "issuer" | "audience" | "nonce" | "signature" | "expired" | "stale-auth-time" | "future-iat" | "foreign-azp";
 
 /**
  * Starts test/support/oidc-idp-server.ts (node-oidc-provider) as its own process, playing a

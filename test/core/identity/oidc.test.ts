@@ -120,8 +120,17 @@ describe("sign-in through a company's OpenID Connect provider", () => {
     expect(await db("identity_links").where({ subject: sub })).to.have.length(0);
   });
 
-  for (const mode of ["issuer", "audience", "nonce", "signature", "expired"] as const) {
-    it(`refuses an ID token whose ${mode === "expired" ? "expiry has passed" : `${mode} is wrong`}: audited, no session`, async () => {
+  const tampered = {
+    issuer: "issuer is wrong",
+    audience: "audience is wrong",
+    nonce: "nonce is wrong",
+    signature: "signature is wrong",
+    expired: "expiry has passed",
+    "future-iat": "iat is in the future",
+    "foreign-azp": "azp names another client",
+  } as const;
+  for (const mode of Object.keys(tampered) as (keyof typeof tampered)[]) {
+    it(`refuses an ID token whose ${tampered[mode]}: audited, no session`, async () => {
       const signin = oidc();
       const p = await person();
       const flow = await signin.start("sign_in");
