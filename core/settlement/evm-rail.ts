@@ -1,4 +1,4 @@
-import { createPublicClient, encodeFunctionData, erc20Abi, http, keccak256, type Hex, type PrivateKeyAccount, type PublicClient } from "viem";
+import { createPublicClient, encodeFunctionData, erc20Abi, http, keccak256, parseEventLogs, type Hex, type PrivateKeyAccount, type PublicClient } from "viem";
 import type { EvmChainSettings } from "./config.js";
 import { settlementRpcErrors } from "./metrics.js";
 
@@ -15,6 +15,8 @@ export interface Receipt {
   blockNumber: number;
   blockHash: string;
   success: boolean;
+  /** The USDC Transfer logs of the transaction (lower-case addresses): what it really moved. */
+  transfers: { from: string; to: string; units: bigint }[];
 }
 
 /**
@@ -172,7 +174,11 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
       rpc("eth_getTransactionReceipt", async () => {
         try {
           const r = await client.getTransactionReceipt({ hash: txHash as Hex });
-          return { blockNumber: Number(r.blockNumber), blockHash: r.blockHash, success: r.status === "success" };
+          const usdc = settings.usdc.toLowerCase();
+          const transfers = parseEventLogs({ abi: erc20Abi, eventName: "Transfer", logs: r.logs, strict: true })
+            .filter((l) => l.address.toLowerCase() === usdc)
+            .map((l) => ({ from: l.args.from.toLowerCase(), to: l.args.to.toLowerCase(), units: l.args.value }));
+          return { blockNumber: Number(r.blockNumber), blockHash: r.blockHash, success: r.status === "success", transfers };
         } catch (err) {
           if ((err as Error).name === "TransactionReceiptNotFoundError") return undefined;
           throw err;

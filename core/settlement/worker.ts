@@ -140,7 +140,12 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         await move(p, "submitted", tx.kind === "transfer" ? { ...at, txHash: tx.txHash } : at);
         return later(recheckMs);
       }
-      if (tx.kind === "transfer" && receipt.success) {
+      // A token may answer false instead of reverting: only its Transfer log shows the payee was paid.
+      const paid = receipt.transfers.some((t) => t.from === rail.wallet && t.to === p.recipient.toLowerCase() && t.units === centsToUnits(p.amountCents));
+      if (tx.kind === "transfer" && receipt.success && !paid) {
+        logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: tx.txHash }, "transfer mined without moving the USDC it names; it fails as reverted");
+      }
+      if (tx.kind === "transfer" && receipt.success && paid) {
         await move(p, "completed", { ...at, txHash: tx.txHash, completedAt: clock(), final: depth >= rail.settings.finalityBlocks }, hooks.completed);
         return later(recheckMs);
       }
