@@ -199,13 +199,13 @@ export function createSettlementStore(db: Db) {
 
     /**
      * Nonce and signed transfer in one transaction under the wallet's nonce-row lock, stored before
-     * anything is sent, so the nonce is taken once; refused when the unmined balance cannot cover it.
-     * `chainNonce` only moves the counter forward, past nonces something else used.
+     * anything is sent, so the nonce is taken once; refused when the balance, less every payment whose nonce was
+     * not yet used at the block it was read at, cannot cover it. `chainNonce` (that block's) also moves the counter on.
      */
     async submit(
       p: SettlementPayment,
       at: Date,
-      chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number): bigint },
+      chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number | bigint): bigint },
       sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
       hook?: TransitionHook,
     ): Promise<SubmitResult> {
@@ -225,10 +225,11 @@ export function createSettlementStore(db: Db) {
         let nonce = row.nonce === null ? null : Number(row.nonce);
         if (nonce === null) {
           const inFlight = await trx.raw(
-            `SELECT coalesce(sum(amount_cents), 0)::text AS cents FROM settlement_payments WHERE chain = ? AND wallet = ? AND status = 'submitted' AND mined_block IS NULL`,
-            [p.chain, p.wallet],
+            `SELECT coalesce(sum(amount_cents), 0)::text AS cents FROM settlement_payments
+              WHERE chain = ? AND wallet = ? AND nonce >= ? AND status IN ('submitted', 'completed')`,
+            [p.chain, p.wallet, chain.chainNonce],
           );
-          const available = chain.balanceUnits - chain.unitsOf(Number((inFlight.rows as { cents: string }[])[0]!.cents));
+          const available = chain.balanceUnits - chain.unitsOf(BigInt((inFlight.rows as { cents: string }[])[0]!.cents));
           if (available < chain.unitsOf(p.amountCents)) return { kind: "underfunded", availableUnits: available } as const;
           const taken = await trx.raw(
             `UPDATE settlement_nonces SET next_nonce = greatest(next_nonce, ?) + 1 WHERE chain = ? AND wallet = ? RETURNING next_nonce - 1 AS nonce`,

@@ -97,7 +97,9 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       await move(p, "failed", { failureReason: "expired" }, hooks.failed);
       return undefined;
     }
-    const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(), rail.minedNonce(), rail.fees()]);
+    // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
+    const at = await rail.blockNumber();
+    const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(undefined, at), rail.minedNonce(at), rail.fees()]);
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
     const result = await store.submit(
       p,

@@ -76,19 +76,34 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
 
 export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts" | "behind";
 
+/** Requests a proxy keeps (unanswered, not forwarded) until `release`; `answered(m)` resolves on the next answer to method m. */
+export interface ProxyHold {
+  arrived: Promise<void>;
+  answered(method: string): Promise<void>;
+  release(): void;
+}
+
 /**
  * A JSON-RPC proxy in front of a node: it can stall everything or only eth_sendRawTransaction (read,
  * never answered or forwarded), answer every receipt with null (no transaction index), or every
  * receipt and block by number with null (a node behind the head).
  */
-export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; stop(): Promise<void> }> {
+export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; hold(pattern: RegExp): ProxyHold; stop(): Promise<void> }> {
   const stalled = new Set<http.ServerResponse>();
   const state = { mode: "pass" as ProxyMode };
+  const holds: { pattern: RegExp; arrive(): void; released: Promise<void> }[] = [];
+  const onAnswer: ((method: string) => void)[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks).toString();
+      const held = holds.find((h) => h.pattern.test(body));
+      if (held) {
+        held.arrive();
+        void held.released.then(() => forward(body, res));
+        return;
+      }
       const isSend = body.includes("eth_sendRawTransaction");
       if (state.mode === "stall" || (state.mode === "stall-send" && isSend)) {
         stalled.add(res);
@@ -101,14 +116,19 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
         res.end(JSON.stringify({ jsonrpc: "2.0", id, result: null }));
         return;
       }
-      fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
-        .then(async (r) => {
-          res.writeHead(r.status, { "content-type": "application/json" });
-          res.end(await r.text());
-        })
-        .catch(() => res.destroy());
+      forward(body, res);
     });
   });
+  function forward(body: string, res: http.ServerResponse) {
+    fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+      .then(async (r) => {
+        res.writeHead(r.status, { "content-type": "application/json" });
+        res.end(await r.text());
+        const { method } = JSON.parse(body) as { method?: string };
+        for (const listener of onAnswer) listener(method ?? "");
+      })
+      .catch(() => res.destroy());
+  }
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
   return {
@@ -118,6 +138,27 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
     },
     set mode(m: ProxyMode) {
       state.mode = m;
+    },
+    hold(pattern) {
+      let arrive = () => {};
+      let release = () => {};
+      const arrived = new Promise<void>((resolve) => (arrive = resolve));
+      const released = new Promise<void>((resolve) => (release = resolve));
+      holds.push({ pattern, arrive, released });
+      const seen = new Set<string>();
+      const waiting = new Map<string, () => void>();
+      onAnswer.push((method) => {
+        seen.add(method);
+        waiting.get(method)?.();
+      });
+      return {
+        arrived,
+        answered: (method) => (seen.has(method) ? Promise.resolve() : new Promise<void>((resolve) => waiting.set(method, resolve))),
+        release() {
+          holds.splice(0);
+          release();
+        },
+      };
     },
     async stop() {
       for (const res of stalled) res.destroy();

@@ -1,0 +1,91 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import { expect } from "chai";
+import pino from "pino";
+import type { Hex } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import type { Db } from "../../core/db/knex.js";
+import { createEvmRail } from "../../core/settlement/evm-rail.js";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
+import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import { startRpcProxy, type Anvil } from "../support/anvil.js";
+import { createTestClock, type TestClock } from "../support/clock.js";
+import { testDatabase } from "../support/db.js";
+import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+
+const logger = pino({ level: "silent" });
+
+/** Two workers on one hot wallet: the balance one reads must be weighed against what was in flight at the same block. */
+describe("the hot wallet's balance against payments in flight (anvil)", function () {
+  this.timeout(120_000);
+  let anvil: Anvil;
+  let usdc: Hex;
+  let db: Db;
+  let store: SettlementStore;
+  const workers: SettlementWorker[] = [];
+
+  before(async () => {
+    ({ anvil, usdc } = await startAnvilWithUsdc());
+    db = (await testDatabase()).db;
+    store = createSettlementStore(db);
+  });
+  after(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await anvil?.stop();
+  });
+
+  function worker(rpcUrl: string, key: Hex, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
+    const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), privateKeyToAccount(key));
+    const w = createSettlementWorker({ store, rails: () => new Map([["arb", rail]]), clock, logger, pollMs: 0, underfundedRetryMs: 0, ...over });
+    workers.push(w);
+    return w;
+  }
+
+  async function accept(wallet: string, to: string, amountCents: number, at: Date): Promise<string> {
+    const paymentId = randomUUID();
+    const expiresAt = new Date(at.getTime() + 3600_000);
+    await store.insert(db, { paymentId, chain: "arb", rail: "evm", wallet, recipient: to, amountCents, currency: "USD", at, expiresAt });
+    return paymentId;
+  }
+
+  it("a transfer mined between another worker's balance read and its signing is still counted: the next payment waits, none reverts", async () => {
+    const key = `0x${randomBytes(32).toString("hex")}` as Hex;
+    const wallet = privateKeyToAccount(key).address.toLowerCase();
+    await fundHotWallet(anvil, usdc, wallet, centsToUnits(1_000));
+    const proxy = await startRpcProxy(anvil.url);
+    try {
+      const t0 = new Date();
+      const clockA = createTestClock(t0);
+      const clockB = createTestClock(t0);
+      const a = worker(anvil.url, key, clockA, { recheckMs: 60_000 });
+      const b = worker(proxy.url, key, clockB, { recheckMs: 0, leaseMs: 600_000 });
+      await anvil.setAutomine(false);
+      const first = await accept(wallet, freshAddress(), 600, t0);
+      await a.runOnce(); // signed and in the node's pool, not mined
+      expect((await store.get(db, first))!.status).to.equal("submitted");
+      const second = await accept(wallet, freshAddress(), 600, t0);
+      // B reads the balance (the first transfer not mined yet) and is held before it signs.
+      const gate = proxy.hold(/eth_maxPriorityFeePerGas/);
+      const passB = b.runOnce();
+      await gate.arrived;
+      await gate.answered("eth_call");
+      await anvil.mine(1); // the first transfer is mined: the wallet now holds $4
+      clockA.advance(61_000);
+      await a.runOnce(); // A records the first transfer as mined
+      expect((await store.get(db, first))!.minedBlock).to.not.equal(null);
+      gate.release();
+      await passB;
+      const held = (await store.get(db, second))!;
+      expect(held.status, "the second payment must wait for funds, never go out to revert").to.equal("pending");
+      expect(held.nonce).to.equal(null);
+      await anvil.mintUsdc(usdc, wallet, centsToUnits(200));
+      await b.runOnce();
+      await anvil.mine(2);
+      await b.runOnce();
+      expect((await store.get(db, second))!.status).to.equal("completed");
+    } finally {
+      await anvil.setAutomine(true);
+      await proxy.stop();
+    }
+  });
+});
