@@ -85,6 +85,8 @@ export async function initiatePayment(
     // The evm rail pays USDC, in dollars (1 cent = 10,000 base units); the address rule holds on every rail.
     if (!tokenSupported("evm", input.token)) fail(Reason.TOKEN_UNSUPPORTED, `counterparty.token must be USDC on chain ${input.chain}`);
     if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
+    // Paid to itself, a transfer moves nothing on chain while the books would say it left the hot wallet.
+    if (input.address.toLowerCase() === rail.wallet) fail(Reason.INVALID_REQUEST, `counterparty.address is the hot wallet chain ${input.chain} pays from`);
   }
   const hash = sha256Hex(canonicalJson(input));
   type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;

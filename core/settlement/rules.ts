@@ -28,12 +28,14 @@ export const isEvmChain = (chain: string): chain is EvmChain => (EVM_CHAINS as r
 export type RailKind = "sandbox" | "evm";
 
 /**
- * Why an EVM address is refused, or undefined when it is good: 0x and 40 hex digits; an
- * address in mixed case carries an EIP-55 checksum, which must hold (all lower or all
+ * Why an EVM address is refused, or undefined when it is good: 0x and 40 hex digits, not all zero;
+ * an address in mixed case carries an EIP-55 checksum, which must hold (all lower or all
  * upper case carries none).
  */
 export function evmAddressProblem(address: string): string | undefined {
   if (!/^0x[0-9a-fA-F]{40}$/.test(address)) return "must be 0x followed by 40 hexadecimal digits";
+  // USDC reverts a transfer to it: accepted, it would only spend the hot wallet's gas before its refund.
+  if (/^0x0{40}$/.test(address)) return "is the zero address, which USDC never pays";
   const body = address.slice(2);
   if (body === body.toLowerCase() || body === body.toUpperCase()) return undefined;
   return getAddress(address) === address ? undefined : "fails its EIP-55 checksum (mixed-case letters must match it)";

@@ -61,6 +61,7 @@ describe("EVM addresses on the sandbox rail (MCP)", function () {
       ["no 0x", body.padEnd(42, "0")],
       ["mixed case, broken checksum", flipped === good ? `0x${body.toLowerCase().replace(/[a-f]/, (c) => c.toUpperCase())}` : flipped],
       ["solana-looking", "SoLaNaAddr1111111111111111111111111111111"],
+      ["the zero address", `0x${"0".repeat(40)}`],
     ];
   }
 

@@ -1,10 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import type { Hex } from "viem";
+import { getAddress, type Hex } from "viem";
 import type { Anvil } from "../support/anvil.js";
 import { createOwner, fundedChildBudget } from "../support/budgets.js";
+import { requirePostgres } from "../support/db.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
-import { freshAddress, startEvmRailStack } from "../support/evm-rail.js";
+import { freshAddress, mineWithTokenCode, startEvmRailStack } from "../support/evm-rail.js";
+import { expectJsonRpcError } from "../support/refusals.js";
 
 /** Code that answers 32 zero bytes to any call: a token whose transfer returns false instead of reverting. */
 const ANSWERS_FALSE = "0x60206000f3";
@@ -56,10 +58,7 @@ describe("a token and payees that do not behave (anvil)", function () {
     const id = accepted.json!.result.payment_id as string;
     await anvil.setAutomine(false);
     await settle(); // signed and sent, not mined yet
-    const code = await anvil.rpc<Hex>("eth_getCode", [usdc, "latest"]);
-    await anvil.rpc("anvil_setCode", [usdc, ANSWERS_FALSE]);
-    await anvil.mine(1);
-    await anvil.rpc("anvil_setCode", [usdc, code]); // its storage is kept: the balances are as before
+    await mineWithTokenCode(anvil, usdc, ANSWERS_FALSE);
     await anvil.mine(1);
     await settle(); // deep enough to count (2), not final (4)
     expect((await rpc("/mcp/read", a.token, "payments.get", { payment_id: id })).json!.result.status).to.equal("submitted");
@@ -69,6 +68,35 @@ describe("a token and payees that do not behave (anvil)", function () {
     expect(got.json!.result).to.deep.include({ status: "failed", failure_reason: "reverted" });
     expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
     expect(await a.balance()).to.equal(100_000);
+    const chains = await stack.admin.audit.verifyChains({});
+    expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
+    expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("refuses a payment to the hot wallet itself, in any case: it would move nothing on chain while the books say it was paid", async () => {
+    const a = await agent();
+    const wallet = stack.core.settlement.evm("base")!.wallet;
+    for (const address of [getAddress(wallet), wallet, `0x${wallet.slice(2).toUpperCase()}`]) {
+      const refused = expectJsonRpcError(await a.pay(address, 100), -32602, "invalid_params");
+      expect(refused.message, address).to.match(/hot wallet/);
+    }
+    expect(await a.balance()).to.equal(100_000);
+    const chains = await stack.admin.audit.verifyChains({});
+    expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
+  });
+
+  it("many concurrent payments, half of them to the hot wallet: only the others are accepted and paid, the books match the chain (PostgreSQL)", async function () {
+    requirePostgres(this, "concurrent payments need several connections");
+    const a = await agent();
+    const wallet = getAddress(stack.core.settlement.evm("base")!.wallet);
+    const payees = Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? freshAddress() : wallet));
+    const results = await Promise.all(payees.map((to) => a.pay(to, 100)));
+    expect(results.filter((r) => r.json!.result?.kind === "accepted").length).to.equal(15);
+    expect(results.filter((r) => r.json!.error?.code === -32602).length).to.equal(15);
+    await settle();
+    await anvil.mine(2);
+    await settle();
+    expect(await a.balance()).to.equal(100_000 - 15 * 100);
     const chains = await stack.admin.audit.verifyChains({});
     expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
     expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);

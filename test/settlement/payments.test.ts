@@ -6,7 +6,10 @@ import type { Anvil } from "../support/anvil.js";
 import { createOwner, fundedChildBudget } from "../support/budgets.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { requirePostgres } from "../support/db.js";
-import { startEvmRailStack } from "../support/evm-rail.js";
+import { mineWithTokenCode, startEvmRailStack } from "../support/evm-rail.js";
+
+/** Code that reverts any call: the token refuses the transfer. */
+const REVERTS = "0x60006000fd";
 
 /** Agent payments on base settling on a local anvil, through the JSON-RPC tools. */
 describe("payments that settle on a chain (anvil)", function () {
@@ -88,14 +91,16 @@ describe("payments that settle on a chain (anvil)", function () {
 
   it("a failed transfer is refunded to the vault in one movement and stops counting toward the caps", async () => {
     const a = await agent({ amount_cap_cents_lifetime: 2_000 });
-    const burn = "0x0000000000000000000000000000000000000000"; // the token reverts a transfer to it
-    const accepted = await rpc("/mcp/write", a.token, "payments.initiate", args(burn, 1_500));
+    const accepted = await rpc("/mcp/write", a.token, "payments.initiate", args(recipient(), 1_500));
     const id = accepted.json!.result.payment_id as string;
     expect(await a.balance()).to.equal(98_500);
     const over = await rpc("/mcp/write", a.token, "payments.initiate", args(recipient(), 1_000));
     expect(over.json!.error.data.reason_id).to.equal("policy_denied");
+    await anvil.setAutomine(false);
     await settle();
-    await anvil.mine(4); // a failure refunds for good, so it waits for finality (4 blocks here)
+    await mineWithTokenCode(anvil, usdc, REVERTS);
+    await anvil.setAutomine(true);
+    await anvil.mine(3); // a failure refunds for good, so it waits for finality (4 blocks here)
     await settle();
     const got = await rpc("/mcp/read", a.token, "payments.get", { payment_id: id });
     expect(got.json!.result).to.deep.include({ status: "failed", failure_reason: "reverted" });

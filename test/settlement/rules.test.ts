@@ -21,6 +21,7 @@ describe("settlement rules", () => {
     expect(evmAddressProblem(`0x${USDC.slice(2).toUpperCase()}`)).to.equal(undefined);
     expect(evmAddressProblem("0xa0B86991c6218b36c1d19D4a2e9Eb0cE3606eB48")).to.match(/checksum/);
     expect(evmAddressProblem("0x1234")).to.match(/40 hexadecimal/);
+    expect(evmAddressProblem(`0x${"0".repeat(40)}`)).to.match(/zero address/);
     expect(evmAddressProblem(`${USDC} `)).to.match(/40 hexadecimal/);
     expect(evmAddressProblem("A0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48")).to.match(/40 hexadecimal/);
   });

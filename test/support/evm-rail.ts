@@ -103,6 +103,14 @@ export function evmRailServiceEnv(dataDir: string, scratch: { url: string } | un
   return { DATA_DIR: dataDir, ...(scratch ? { DATABASE_URL: scratch.url } : {}), ...localChainSettings("base", rpcUrl, usdc) };
 }
 
+/** Mines one block while the token contract runs `code` instead of its own (its storage is kept), then puts its code back. */
+export async function mineWithTokenCode(anvil: Anvil, usdc: Hex, code: Hex): Promise<void> {
+  const own = await anvil.rpc<Hex>("eth_getCode", [usdc, "latest"]);
+  await anvil.rpc("anvil_setCode", [usdc, code]);
+  await anvil.mine(1);
+  await anvil.rpc("anvil_setCode", [usdc, own]);
+}
+
 /** A USDC send from the hot wallet behind `rail` to a fresh address, mined: one the books never saw. Answers its hash in lower case. */
 export async function sendOutsideVaultgate(anvil: Anvil, rail: EvmRail, units: bigint): Promise<string> {
   const signed = await rail.signTransfer(await rail.minedNonce(), freshAddress(), units, await rail.fees());
