@@ -169,21 +169,29 @@ export function createSettlementStore(db: Db) {
 
     /**
      * Leases up to `limit` due payments of these hot wallets to one worker: rows no other worker
-     * holds (or whose holder's lease ran out), skipping rows another claim is locking now.
+     * holds (or whose holder's lease ran out), skipping rows another claim is locking now;
+     * `expiredUnsigned`: only pending ones past their expiry (a chain whose node has not answered).
      */
-    async claim(wallets: { chain: string; wallet: string }[], now: Date, leaseUntil: Date, limit: number): Promise<SettlementPayment[]> {
+    async claim(
+      wallets: { chain: string; wallet: string }[],
+      now: Date,
+      leaseUntil: Date,
+      limit: number,
+      only: { expiredUnsigned?: boolean } = {},
+    ): Promise<SettlementPayment[]> {
       if (wallets.length === 0) return [];
       const token = randomUUID();
+      const expired = only.expiredUnsigned ? `AND status = 'pending' AND nonce IS NULL AND expires_at <= ?` : "";
       const { rows } = await db.raw(
         `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
           WHERE s.payment_id IN (
             SELECT payment_id FROM settlement_payments
              WHERE status <> 'failed' AND NOT final AND next_attempt_at <= ? AND rail = 'evm'
                AND (chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))
-               AND (leased_until IS NULL OR leased_until <= ?)
+               AND (leased_until IS NULL OR leased_until <= ?) ${expired}
              ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
           RETURNING ${COLUMNS}`,
-        [token, leaseUntil, now, pgArray(wallets.map((w) => w.chain)), pgArray(wallets.map((w) => w.wallet)), now, limit],
+        [token, leaseUntil, now, pgArray(wallets.map((w) => w.chain)), pgArray(wallets.map((w) => w.wallet)), now, ...(expired ? [now] : []), limit],
       );
       return (rows as Record<string, unknown>[]).map(toPayment);
     },

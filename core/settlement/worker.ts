@@ -19,6 +19,8 @@ export interface SettlementWorkerOptions {
   store: SettlementStore;
   /** The chains on the evm rail this worker serves (only those whose node answered with the right chain id). */
   rails: () => Map<string, EvmRail>;
+  /** Hot wallets of evm chains whose node has not answered yet: only their unsigned payments past expiry are failed. */
+  waiting?: () => { chain: string; wallet: string }[];
   clock: () => Date;
   logger: Logger;
   hooks?: SettlementHooks;
@@ -91,12 +93,15 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return { priorityFee, maxFeePerGas: larger(maxFee, priorityFee) };
   }
 
+  /** Expired before it had a nonce: nothing was signed, so it fails without asking the node. */
+  async function expire(p: SettlementPayment): Promise<undefined> {
+    await move(p, "failed", { failureReason: "expired" }, hooks.failed);
+    return undefined;
+  }
+
   /** Pending: expired before it had a nonce -> failed; else nonce, sign, store, broadcast. */
   async function pending(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
-    if (p.nonce === null && clock() >= p.expiresAt) {
-      await move(p, "failed", { failureReason: "expired" }, hooks.failed);
-      return undefined;
-    }
+    if (p.nonce === null && clock() >= p.expiresAt) return expire(p);
     // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
     const at = await rail.blockNumber();
     const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(undefined, at), rail.minedNonce(at), rail.fees()]);
@@ -240,10 +245,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }
 
-  async function handle(rail: EvmRail, p: SettlementPayment): Promise<void> {
+  async function handle(rail: EvmRail | undefined, p: SettlementPayment): Promise<void> {
     let next: Date | undefined = later(recheckMs);
     try {
-      if (p.status === "pending") next = await pending(rail, p);
+      if (!rail) next = p.nonce === null && clock() >= p.expiresAt ? await expire(p) : later(recheckMs);
+      else if (p.status === "pending") next = await pending(rail, p);
       else if (p.status === "submitted") next = await submitted(rail, p);
       else if (p.status === "completed") next = await completed(rail, p);
     } catch (err) {
@@ -267,8 +273,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       new Date(now.getTime() + leaseMs),
       batchSize,
     );
-    await Promise.all(claimed.map((p) => handle(rails.get(p.chain)!, p)));
-    return claimed.length;
+    const waiting = options.waiting?.() ?? [];
+    const expired = waiting.length === 0 ? [] : await store.claim(waiting, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsigned: true });
+    await Promise.all([...claimed, ...expired].map((p) => handle(rails.get(p.chain), p)));
+    return claimed.length + expired.length;
   }
 
   const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "settlement pass failed") });

@@ -1,7 +1,9 @@
 import { expect } from "chai";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
 import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
-import { evmChainSettings } from "../support/evm-rail.js";
+import { fundedChildBudget, stackRpc } from "../support/budgets.js";
+import { evmChainSettings, freshAddress } from "../support/evm-rail.js";
+import { startMcpStack } from "../support/mcp.js";
 import { startStack } from "../support/stack.js";
 import { freePort } from "../support/ports.js";
 
@@ -46,5 +48,31 @@ describe("settlement at start", function () {
       (err: Error) => (message = err.message),
     );
     expect(message).to.equal(`CHAIN_BASE_CHAIN_ID is 8453 but the node at CHAIN_BASE_RPC_URL reports chain id ${ANVIL_CHAIN_ID}`);
+  });
+
+  it("a chain whose node never answered still refunds its unsigned payments once they expire; nothing is signed", async () => {
+    const stack = await startMcpStack({ settlement: { evm: [chain(await freePort())] }, settlementPollMs: 0 });
+    try {
+      const rpc = stackRpc(stack);
+      const { agentToken: token } = await fundedChildBudget(stack, { fundCents: 10_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
+      const accepted = await rpc("/mcp/write", token, "payments.initiate", {
+        counterparty: { address: freshAddress(), chain: "base", token: "USDC" },
+        amount_cents: 2_500,
+        currency: "USD",
+        idempotency_key: "node-down-payment",
+      });
+      expect(accepted.json!.result, accepted.text).to.deep.include({ kind: "accepted", status: "pending" });
+      const id = accepted.json!.result.payment_id as string;
+      await stack.core.settlement.worker.runOnce();
+      expect((await rpc("/mcp/read", token, "payments.get", { payment_id: id })).json!.result.status).to.equal("pending");
+      stack.clock.advance(3_601_000);
+      await stack.core.settlement.worker.runOnce();
+      const got = (await rpc("/mcp/read", token, "payments.get", { payment_id: id })).json!.result;
+      expect(got).to.deep.include({ status: "failed", failure_reason: "expired", tx_hash: null });
+      expect((await rpc("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents).to.equal(10_000);
+      expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+    } finally {
+      await stack.close();
+    }
   });
 });
