@@ -58,6 +58,18 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   for (const s of options.settings.evm) {
     rails.set(s.chain, createEvmRail(s, await loadHotWallet({ chain: s.chain, keyFile: s.walletKeyFile, dataDir: options.dataDir })));
   }
+  // Two chains paying from one wallet on one network would take each other's nonces and read each other's transfers.
+  const paying = new Map<string, string>();
+  for (const r of rails.values()) {
+    const other = paying.get(`${r.settings.chainId}:${r.wallet}`);
+    if (other) {
+      const [a, b] = [other, r.settings.chain].map((c) => `CHAIN_${c.toUpperCase()}_CHAIN_ID`);
+      throw new SettlementConfigError(
+        `${a} and ${b} are both ${r.settings.chainId}, with one hot wallet: chains on one network need their own CHAIN_<NAME>_WALLET_KEY_FILE`,
+      );
+    }
+    paying.set(`${r.settings.chainId}:${r.wallet}`, r.settings.chain);
+  }
   const verified = new Map<string, EvmRail>();
 
   /** Asks a node its chain id: true when it matches, false when it did not answer; throws on a mismatch. */

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
-import { ANVIL_CHAIN_ID, startAnvil, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
 import { evmChainSettings, freshAddress } from "../support/evm-rail.js";
 import { startMcpStack } from "../support/mcp.js";
@@ -74,5 +74,19 @@ describe("settlement at start", function () {
     } finally {
       await stack.close();
     }
+  });
+
+  it("two chains on one network paying from one hot wallet refuse the start; on one network with their own wallets they start", async () => {
+    anvil = await startAnvil();
+    const keyFile = await freshWalletKeyFile();
+    const both = (eth: string | undefined) => [chain(anvil!.port, { walletKeyFile: keyFile }), chain(anvil!.port, { chain: "eth", walletKeyFile: eth })];
+    let message = "";
+    await startStack({ settlement: { evm: both(keyFile) }, settlementPollMs: 0 }).then(
+      (s) => s.close(),
+      (err: Error) => (message = err.message),
+    );
+    expect(message).to.match(/^CHAIN_BASE_CHAIN_ID and CHAIN_ETH_CHAIN_ID are both 31337, with one hot wallet/);
+    const apart = await startStack({ settlement: { evm: both(await freshWalletKeyFile()) }, settlementPollMs: 0 });
+    await apart.close();
   });
 });
