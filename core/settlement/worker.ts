@@ -48,6 +48,9 @@ export interface SettlementWorker {
 const BUMP_NUMERATOR = 1125n;
 const BUMP_DENOMINATOR = 1000n;
 
+/** No bump once the last offer is this many times what the network asks: an outage never compounds fees. */
+const BUMP_CEILING = 2n;
+
 /** The larger of two fees (Math.max takes numbers, not bigints). */
 const larger = (a: bigint, b: bigint): bigint => (a > b ? a : b);
 
@@ -84,9 +87,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return moved;
   }
 
-  async function bumped(rail: EvmRail, last: Fees | undefined): Promise<Fees> {
+  /** A replacement's fees; undefined when the last offer is at the ceiling and `capped` (a cancellation is not). */
+  async function bumped(rail: EvmRail, last: Fees | undefined, capped: boolean): Promise<Fees | undefined> {
     const network = await rail.fees();
     if (!last) return network;
+    if (capped && last.maxFeePerGas >= network.maxFeePerGas * BUMP_CEILING) return undefined;
     const up = (x: bigint) => (x * BUMP_NUMERATOR) / BUMP_DENOMINATOR + 1n;
     const priorityFee = larger(network.priorityFee, up(last.priorityFee));
     const maxFee = larger(network.maxFeePerGas, up(last.maxFeePerGas));
@@ -184,7 +189,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const cancelled = txs.some((t) => t.kind === "cancel");
     const now = clock();
     if (!cancelled && now >= p.expiresAt) {
-      const fees = await bumped(rail, lastFees);
+      const fees = (await bumped(rail, lastFees, false))!;
       const signed = { ...(await rail.signCancel(p.nonce!, fees)), ...fees, kind: "cancel" as const, createdAt: now };
       if (!(await store.addTransaction(p, signed))) return undefined;
       logger.info(
@@ -194,8 +199,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       await rail.broadcast(signed.rawTx);
       return later(recheckMs);
     }
-    if (last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs) {
-      const fees = await bumped(rail, lastFees);
+    const fees = last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs ? await bumped(rail, lastFees, true) : undefined;
+    if (fees) {
       const kind = cancelled ? "cancel" : "transfer";
       const s = kind === "cancel" ? await rail.signCancel(p.nonce!, fees) : await rail.signTransfer(p.nonce!, p.recipient, centsToUnits(p.amountCents), fees);
       const signed = { ...s, ...fees, kind, createdAt: now } as const;

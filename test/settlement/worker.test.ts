@@ -255,6 +255,28 @@ describe("settlement on a local chain (anvil)", function () {
     expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
   });
 
+  it("an unmined transfer is re-signed at higher fees only up to twice what the network asks, then paid once", async () => {
+    await anvil.setAutomine(false);
+    const wallet = await hotWallet();
+    const clock = createTestClock();
+    const w = worker(createEvmRail(settings(), wallet), { clock, bumpAfterMs: 120_000 });
+    const to = recipient();
+    const id = await accept(wallet, to, 700, clock(), new Date(clock().getTime() + 24 * 3600_000));
+    await w.runOnce();
+    // An hour unmined (the node's mempool never takes it into a block): 30 chances to bump.
+    for (let i = 0; i < 30; i++) {
+      clock.advance(120_000);
+      await w.runOnce();
+    }
+    const fees = (await store.transactions(id)).map((t) => t.maxFeePerGas);
+    expect(fees.length).to.be.within(2, 8);
+    expect(fees.at(-1)! * 4n <= fees[0]! * 9n, `${fees}`).to.equal(true); // at most 2.25x the first offer
+    await anvil.mine(5);
+    const done = await until(w, id, "completed");
+    expect(done.txHash).to.equal((await store.transactions(id)).at(-1)!.txHash);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(700));
+  });
+
   it("a pending payment past its expiry, never signed, fails as expired without touching the chain", async () => {
     const wallet = await hotWallet();
     const clock = createTestClock();
