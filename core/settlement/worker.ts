@@ -181,6 +181,15 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         );
         return later(recheckMs);
       }
+      // A node switched to another network shows its own use of our nonces: only this chain's may refund.
+      const chainId = await rail.chainId();
+      if (chainId !== rail.settings.chainId) {
+        logger.error(
+          { paymentId: p.paymentId, chain: p.chain, chainId, expected: rail.settings.chainId },
+          "the node now reports another chain id; the payment stays submitted",
+        );
+        return later(recheckMs);
+      }
       await move(p, "failed", { failureReason: "dropped", final: true }, hooks.failed);
       return undefined;
     }

@@ -88,9 +88,16 @@ export interface ProxyHold {
  * never answered or forwarded), answer every receipt with null (no transaction index), or every
  * receipt and block by number with null (a node behind the head).
  */
-export async function startRpcProxy(target: string): Promise<{ url: string; mode: ProxyMode; hold(pattern: RegExp): ProxyHold; stop(): Promise<void> }> {
+export async function startRpcProxy(target: string): Promise<{
+  url: string;
+  mode: ProxyMode;
+  /** Another node to forward to, and the chain id to report in place of its own (a switched network). */
+  retarget(url: string, chainId?: number): void;
+  hold(pattern: RegExp): ProxyHold;
+  stop(): Promise<void>;
+}> {
   const stalled = new Set<http.ServerResponse>();
-  const state = { mode: "pass" as ProxyMode };
+  const state = { mode: "pass" as ProxyMode, target, chainId: undefined as number | undefined };
   const holds: { pattern: RegExp; arrive(): void; released: Promise<void> }[] = [];
   const onAnswer: ((method: string) => void)[] = [];
   const server = http.createServer((req, res) => {
@@ -102,6 +109,12 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
       if (held) {
         held.arrive();
         void held.released.then(() => forward(body, res));
+        return;
+      }
+      if (state.chainId !== undefined && body.includes('"eth_chainId"')) {
+        const { id } = JSON.parse(body) as { id: unknown };
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ jsonrpc: "2.0", id, result: `0x${state.chainId.toString(16)}` }));
         return;
       }
       const isSend = body.includes("eth_sendRawTransaction");
@@ -120,7 +133,7 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
     });
   });
   function forward(body: string, res: http.ServerResponse) {
-    fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+    fetch(state.target, { method: "POST", headers: { "content-type": "application/json" }, body })
       .then(async (r) => {
         res.writeHead(r.status, { "content-type": "application/json" });
         res.end(await r.text());
@@ -138,6 +151,10 @@ export async function startRpcProxy(target: string): Promise<{ url: string; mode
     },
     set mode(m: ProxyMode) {
       state.mode = m;
+    },
+    retarget(url, chainId) {
+      state.target = url;
+      state.chainId = chainId;
     },
     hold(pattern) {
       let arrive = () => {};
