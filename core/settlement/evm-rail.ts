@@ -35,6 +35,8 @@ export interface EvmRail {
   usdcBalance(address?: string, blockNumber?: number): Promise<bigint>;
   /** Transactions of the hot wallet mined so far (the next nonce the chain expects), at the head or at a block. */
   minedNonce(atBlock?: number): Promise<number>;
+  /** The hot wallet's ETH for gas, in wei, at a block. */
+  gasBalance(atBlock: number): Promise<bigint>;
   fees(): Promise<Fees>;
   signTransfer(nonce: number, to: string, units: bigint, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
   /** A 0-value send to itself with the same nonce: once mined, the transfer never can be. */
@@ -109,6 +111,7 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
           ...(blockNumber === undefined ? {} : { blockNumber: BigInt(blockNumber) }),
         }),
       ),
+    gasBalance: (atBlock) => rpc("eth_getBalance", () => client.getBalance({ address: wallet as Hex, blockNumber: BigInt(atBlock) })),
     minedNonce: (atBlock) =>
       rpc("eth_getTransactionCount", () =>
         client.getTransactionCount(

@@ -26,6 +26,13 @@ export const hotWalletBalance = new Gauge({
   registers: [coreRegistry],
 });
 
+export const hotWalletGas = new Gauge({
+  name: "vaultgate_settlement_hot_wallet_gas_eth",
+  help: "The hot wallet's ETH for gas per chain, as last read from the chain: without it nothing is sent or cancelled",
+  labelNames: ["chain"] as const,
+  registers: [coreRegistry],
+});
+
 export const settlementRpcErrors = new Counter({
   name: "vaultgate_settlement_rpc_errors_total",
   help: "JSON-RPC calls to a chain's node that failed or timed out, by chain and method",

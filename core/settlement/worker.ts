@@ -1,7 +1,8 @@
 import type { Logger } from "pino";
 import { pollLoop } from "../../lib/poll-loop.js";
 import type { EvmRail, Fees } from "./evm-rail.js";
-import { hotWalletBalance, settlementAcceptToCompleted, settlementTransitions, settlementUnderfunded } from "./metrics.js";
+import { formatEther } from "viem";
+import { hotWalletBalance, hotWalletGas, settlementAcceptToCompleted, settlementTransitions, settlementUnderfunded } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
 import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFields, TransitionHook } from "./store.js";
 
@@ -109,8 +110,14 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     if (p.nonce === null && clock() >= p.expiresAt) return expire(p);
     // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
     const at = await rail.blockNumber();
-    const [balanceUnits, chainNonce, fees] = await Promise.all([rail.usdcBalance(undefined, at), rail.minedNonce(at), rail.fees()]);
+    const [balanceUnits, chainNonce, fees, gasWei] = await Promise.all([
+      rail.usdcBalance(undefined, at),
+      rail.minedNonce(at),
+      rail.fees(),
+      rail.gasBalance(at),
+    ]);
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
+    hotWalletGas.set({ chain: p.chain }, Number(formatEther(gasWei)));
     const result = await store.submit(
       p,
       clock(),

@@ -315,6 +315,11 @@ describe("settlement on a local chain (anvil)", function () {
     expect(p.status).to.equal("pending");
     expect(p.nonce).to.equal(null);
     expect(await coreRegistry.getSingleMetricAsString("vaultgate_settlement_underfunded_total")).to.match(/chain="eth"\} [1-9]/);
+    // What the wallet holds, for alerts: its USDC short of the payment, and ETH for gas.
+    const gauges = `${await coreRegistry.getSingleMetricAsString("vaultgate_settlement_hot_wallet_balance_usdc")}${await coreRegistry.getSingleMetricAsString("vaultgate_settlement_hot_wallet_gas_eth")}`;
+    expect(gauges)
+      .to.match(/vaultgate_settlement_hot_wallet_balance_usdc\{chain="eth"\} \d/)
+      .and.match(/vaultgate_settlement_hot_wallet_gas_eth\{chain="eth"\} [1-9]/);
     await anvil.mintUsdc(usdc, wallet.address, centsToUnits(100));
     await w.runOnce();
     await anvil.mine(2);
