@@ -1,16 +1,16 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import pino from "pino";
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import type { Db } from "../../core/db/knex.js";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
-import { createSettlementWorker, type SettlementWorker } from "../../core/settlement/worker.js";
+import type { SettlementWorker } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, type Anvil } from "../support/anvil.js";
 import { testDatabase } from "../support/db.js";
 import { evmChainSettings, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /**
  * A payment fails as dropped only when another transaction used its nonce in a block no
@@ -42,28 +42,9 @@ describe("settlement: a nonce used by another transaction is evidence only once 
     await anvil.mintUsdc(usdc, wallet.address, centsToUnits(10_000));
     await anvil.mine(5); // beyond the reach of the reorg below
     const rail = createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "eth", finalityBlocks: 6 }), wallet);
-    w = createSettlementWorker({
-      store,
-      rails: () => new Map([["eth", rail]]),
-      clock: () => new Date(),
-      logger: pino({ level: "silent" }),
-      pollMs: 0,
-      recheckMs: 0,
-    });
+    w = railWorker(store, rail);
     const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
-    const id = randomUUID();
-    const at = new Date();
-    await store.insert(db, {
-      paymentId: id,
-      chain: "eth",
-      rail: "evm",
-      wallet: wallet.address.toLowerCase(),
-      recipient: to,
-      amountCents: 300,
-      currency: "USD",
-      at,
-      expiresAt: new Date(at.getTime() + 3600_000),
-    });
+    const id = await queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents: 300 });
     await w.runOnce();
     const signed = (await store.get(db, id))!;
     await anvil.rpc("anvil_dropTransaction", [signed.txHash]);

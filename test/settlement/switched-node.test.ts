@@ -1,14 +1,13 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import pino from "pino";
 import { privateKeyToAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore } from "../../core/settlement/store.js";
-import { createSettlementWorker } from "../../core/settlement/worker.js";
 import { startAnvil, startRpcProxy } from "../support/anvil.js";
 import { testDatabase } from "../support/db.js";
-import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /**
  * A chain's RPC address that starts answering for another network (a moved load balancer, a
@@ -24,33 +23,12 @@ describe("settlement when a chain's node is switched to another network (anvil)"
     const { db } = await testDatabase();
     const store = createSettlementStore(db);
     const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
-    const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
-    const rail = createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet);
-    const worker = createSettlementWorker({
-      store,
-      rails: () => new Map([["eth", rail]]),
-      clock: () => new Date(),
-      logger: pino({ level: "silent" }),
-      pollMs: 0,
-      recheckMs: 0,
-      underfundedRetryMs: 0,
-    });
+    const to = freshAddress();
+    const worker = railWorker(store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet));
     try {
       await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
       await anvil.setAutomine(false);
-      const paymentId = randomUUID();
-      const at = new Date();
-      await store.insert(db, {
-        paymentId,
-        chain: "eth",
-        rail: "evm",
-        wallet: wallet.address.toLowerCase(),
-        recipient: to,
-        amountCents: 900,
-        currency: "USD",
-        at,
-        expiresAt: new Date(at.getTime() + 3600_000),
-      });
+      const paymentId = await queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
       await worker.runOnce(); // signed with nonce 0 and waiting in the network's mempool
       expect((await store.get(db, paymentId))!.status).to.equal("submitted");
 

@@ -1,19 +1,17 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import pino from "pino";
 import type { Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import type { Db } from "../../core/db/knex.js";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
-import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock, type TestClock } from "../support/clock.js";
 import { testDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-
-const logger = pino({ level: "silent" });
+import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** Two workers on one hot wallet: the balance one reads must be weighed against what was in flight at the same block. */
 describe("the hot wallet's balance against payments in flight (anvil)", function () {
@@ -36,17 +34,12 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
 
   function worker(rpcUrl: string, key: Hex, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
     const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), privateKeyToAccount(key));
-    const w = createSettlementWorker({ store, rails: () => new Map([["arb", rail]]), clock, logger, pollMs: 0, underfundedRetryMs: 0, ...over });
+    const w = railWorker(store, rail, { clock, ...over });
     workers.push(w);
     return w;
   }
 
-  async function accept(wallet: string, to: string, amountCents: number, at: Date): Promise<string> {
-    const paymentId = randomUUID();
-    const expiresAt = new Date(at.getTime() + 3600_000);
-    await store.insert(db, { paymentId, chain: "arb", rail: "evm", wallet, recipient: to, amountCents, currency: "USD", at, expiresAt });
-    return paymentId;
-  }
+  const accept = (wallet: string, to: string, amountCents: number, at: Date) => queuePayment(db, store, { chain: "arb", wallet, to, amountCents, at });
 
   it("a transfer mined between another worker's balance read and its signing is still counted: the next payment waits, none reverts", async () => {
     const key = `0x${randomBytes(32).toString("hex")}` as Hex;

@@ -1,6 +1,5 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import pino from "pino";
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import type { Db } from "../../core/db/knex.js";
@@ -9,13 +8,12 @@ import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
 import { coreRegistry } from "../../core/observability/metrics.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementPayment, type SettlementStore } from "../../core/settlement/store.js";
-import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
 import { requirePostgres, testDatabase } from "../support/db.js";
 import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-
-const logger = pino({ level: "silent" });
+import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
 describe("settlement on a local chain (anvil)", function () {
   this.timeout(120_000);
@@ -49,16 +47,7 @@ describe("settlement on a local chain (anvil)", function () {
   }
 
   function worker(rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
-    const w = createSettlementWorker({
-      store,
-      rails: () => new Map([[rail.settings.chain, rail]]),
-      clock: () => new Date(),
-      logger,
-      pollMs: 0,
-      recheckMs: 0,
-      underfundedRetryMs: 0,
-      ...over,
-    });
+    const w = railWorker(store, rail, over);
     workers.push(w);
     return w;
   }
@@ -72,19 +61,7 @@ describe("settlement on a local chain (anvil)", function () {
     at = new Date(),
     expiresAt = new Date(at.getTime() + 3600_000),
   ): Promise<string> {
-    const paymentId = randomUUID();
-    await store.insert(db, {
-      paymentId,
-      chain: "eth",
-      rail: "evm",
-      wallet: wallet.address.toLowerCase(),
-      recipient: to,
-      amountCents,
-      currency: "USD",
-      at,
-      expiresAt,
-    });
-    return paymentId;
+    return queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents, at, expiresAt });
   }
 
   const get = async (id: string) => (await store.get(db, id))!;
