@@ -20,6 +20,8 @@ describe("BudgetsService.GetMoneyView", () => {
   before(async () => {
     stack = await startStack({
       appUrl: APP_URL,
+      // No webhook polls: a statement count taken while one runs would count it too.
+      webhookPollMs: 0,
       budgetFaults: {
         beforeStep: async (name) => {
           if (name === "agent_principal" && hold) {
