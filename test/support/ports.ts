@@ -11,3 +11,19 @@ export function freePort(): Promise<number> {
     });
   });
 }
+
+/**
+ * A free loopback port below the kernel's range for outgoing connections (32768 and up), for a
+ * server stopped and started again on it: there, no client socket can take it in between.
+ */
+export async function freeRestartablePort(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const srv = createServer();
+      srv.once("error", () => resolve(false));
+      srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+}

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { createJar, createUser } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { freePort } from "../../support/ports.js";
+import { freeRestartablePort } from "../../support/ports.js";
 
 /** The outage page a person can act on: 503, says to try again shortly, no trace of our code, no flow cookie. */
 async function expectOutagePage(res: Response) {
@@ -30,7 +30,7 @@ describe("web pages: the organisation's provider going down after a first sign-i
 
   before(async function () {
     this.timeout(180_000);
-    port = await freePort();
+    port = await freeRestartablePort();
     stack = await startStack({
       gateway: true,
       publicUrls: true,
