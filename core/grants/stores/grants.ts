@@ -93,10 +93,16 @@ export async function revokeUntilNone(revoke: () => Promise<number>): Promise<nu
   return total;
 }
 
-/** Revokes every grant of `where` that is not revoked yet, until none is left (revokeUntilNone). */
+/**
+ * Revokes every grant of `where` that is not revoked yet, until none is left (revokeUntilNone). Rows
+ * are locked in id order, a grant before its successor, as a refresh locks them: the two never deadlock.
+ */
 function revokeWhere(trx: Conn, where: Record<string, string>, at: Date, reason: string): Promise<number> {
   return revokeUntilNone(() =>
-    trx("grants").where(where).whereNot({ state: "revoked" }).update({ state: "revoked", state_changed_at: at, state_reason: reason }),
+    trx("grants")
+      .whereIn("id", trx("grants").select("id").where(where).whereNot({ state: "revoked" }).orderBy("id").forUpdate())
+      .whereNot({ state: "revoked" })
+      .update({ state: "revoked", state_changed_at: at, state_reason: reason }),
   );
 }
 

@@ -219,7 +219,7 @@ describe("grants core: refresh tokens", () => {
     it("a thief's replay of a used token racing the holder's refreshes of the live one leaves no member of the lineage usable", async () => {
       // On PostgreSQL the replays and the refreshes run at once (fast path, row locks,
       // the revocation); whichever commits first, nothing the lineage issued may survive.
-      for (let round = 0; round < 4; round++) {
+      for (let round = 0; round < 12; round++) {
         const { u, creds, token } = await clientGrant();
         const r1 = await refresh(token.refresh_token, undefined, creds);
         stack.clock.advance(31_000); // past the grace window: presenting t0 again is reuse
