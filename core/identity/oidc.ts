@@ -267,10 +267,11 @@ export function createOidcSignin(deps: OidcDeps) {
       const user = await users.findById(db, userId);
       if (user?.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
       const token = await db.transaction(async (trx) => {
+        // The user row before the link, in every sign-in: first and later sign-ins of one person lock in one order.
+        await users.lockUser(trx, userId);
         if (linkNew) {
           // An address the provider moved to another account must not carry the person's account with it:
           // a user keeps the one subject it was linked to (the user row lock orders concurrent first sign-ins).
-          await users.lockUser(trx, userId);
           const linked = await users.linkedSubject(trx, iss, userId);
           if (linked !== undefined && linked !== sub) return undefined;
           const owner = await users.link(trx, { issuer: iss, subject: sub, userId, email: typeof claims.email === "string" ? claims.email : null, at: now });
