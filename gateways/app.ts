@@ -1,11 +1,9 @@
 import { uuidv7 } from "../lib/uuidv7.js";
 import { MCP_ENDPOINTS } from "../lib/vocabulary.js";
 import { STATUS_CODES } from "node:http";
-import { Code, ConnectError } from "@connectrpc/connect";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
-import type { CoreClients } from "./core-clients.js";
-import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
+import { type CoreClients, unavailable } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
@@ -184,9 +182,7 @@ function sendFrameworkJson(err: FastifyError, request: FastifyRequest, reply: Fa
 
 /** A request that reached a closing gateway: the retryable outage every surface renders as its own 503. */
 function shuttingDown(): Error {
-  const err = new ConnectError("the gateway is shutting down; retry", Code.Unavailable, undefined, [
-    { desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds: 1 } },
-  ]);
+  const err = unavailable("the gateway is shutting down; retry", 1);
   // For paths no surface owns, fastify's own handler answers by this status.
   return Object.assign(err, { statusCode: 503 });
 }

@@ -92,9 +92,12 @@ export function coreUnreachable(logger: Logger): Interceptor {
     } catch (err) {
       if (!(err instanceof ConnectError) || err.code !== Code.Unavailable || err.findDetails(ErrorDetailSchema).length > 0) throw err;
       logger.warn({ requestId: req.header.get("x-request-id"), rpc: `${req.service.typeName}/${req.method.name}`, cause: err.rawMessage }, "core unreachable");
-      throw new ConnectError("core is unreachable; retry later", Code.Unavailable, undefined, [
-        { desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds: CORE_RETRY_AFTER_SECONDS } },
-      ]);
+      throw unavailable("core is unreachable; retry later", CORE_RETRY_AFTER_SECONDS);
     }
   };
+}
+
+/** A retryable outage the gateway met itself: every surface renders it as its own 503 with Retry-After. */
+export function unavailable(message: string, retryAfterSeconds: number): ConnectError {
+  return new ConnectError(message, Code.Unavailable, undefined, [{ desc: ErrorDetailSchema, value: { reason: Reason.UNAVAILABLE, retryAfterSeconds } }]);
 }
