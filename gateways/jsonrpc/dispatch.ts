@@ -257,12 +257,13 @@ function readEnvelope(raw: unknown): { message: Message } | { id: RpcId; error: 
   if (!isObject(raw)) return invalid(null, "the request must be a JSON object");
   const hasId = Object.hasOwn(raw, "id");
   const id = raw.id;
-  const idOk = !hasId || id === null || typeof id === "string" || (typeof id === "number" && Number.isFinite(id));
+  // MCP narrows JSON-RPC: a request id is a string or an integer, never null.
+  const idOk = !hasId || typeof id === "string" || Number.isSafeInteger(id);
   const safeId: RpcId = hasId && idOk ? (id as RpcId) : null;
   if (!idOk && isObject(id) && typeof id.inexact_number === "string") {
     return invalid(null, `id ${id.inexact_number} cannot be answered exactly as a JSON number: send a string, or an integer within ±(2^53-1)`);
   }
-  if (!idOk) return invalid(null, "id must be a string, a number or null");
+  if (!idOk) return invalid(null, "id must be a string or an integer");
   if (raw.jsonrpc !== "2.0") return invalid(safeId, 'jsonrpc must be "2.0"');
   if (typeof raw.method !== "string" || raw.method.length === 0) return invalid(safeId, "method must be a string");
   if (Object.hasOwn(raw, "params") && !isObject(raw.params) && !Array.isArray(raw.params)) return invalid(safeId, "params must be an object or an array");

@@ -43,6 +43,9 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
       [{ jsonrpc: "2.0", id: 3, method: "" }, 3],
       [{ jsonrpc: "2.0", id: 4, method: "ping", params: "x" }, 4],
       [{ jsonrpc: "2.0", id: { n: 1 }, method: "ping" }, null],
+      // MCP: an id is a string or an integer, never null or a fraction.
+      [{ jsonrpc: "2.0", id: null, method: "ping" }, null],
+      [{ jsonrpc: "2.0", id: 1.5, method: "ping" }, null],
       [{ jsonrpc: "2.0", id: 5, method: "ping", extra: true }, 5],
       [[], null],
     ];
