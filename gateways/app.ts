@@ -11,7 +11,7 @@ import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
 import { webGateway } from "./web/plugin.js";
 import { homeRoute } from "./web/home.js";
-import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageNotFound } from "./web/bad-url.js";
+import { isPagePath, sendBadUrlPage, sendForbiddenOriginPage, sendPageMethodNotAllowed, sendPageNotFound } from "./web/bad-url.js";
 import type { PublicUrls } from "./shared/public-urls.js";
 import { createOriginGuard, guardedPath } from "./shared/origin-guard.js";
 import { applyCors } from "./shared/cors.js";
@@ -19,6 +19,7 @@ import { createClientAddress, type TrustProxy } from "./shared/client-address.js
 import { jsonTooDeep, TOO_DEEP } from "./shared/json-depth.js";
 import { observeRequests } from "./shared/observability.js";
 import { limitRequestTime } from "./shared/request-time.js";
+import { trackRouteMethods } from "./shared/route-methods.js";
 import { requestLogController } from "./request-log.js";
 
 export interface GatewayOptions {
@@ -72,6 +73,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   });
 
   limitRequestTime(app, requestTimeout);
+  trackRouteMethods(app);
 
   // fastify's own JSON parser (pages, unknown paths), behind the depth check every JSON
   // surface makes; the partner, JSON-RPC and OAuth surfaces parse in their own envelopes.
@@ -136,6 +138,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // Unknown addresses: a page under the page prefixes, fastify's own JSON elsewhere (the
   // partner and JSON-RPC surfaces answer their own prefixes in their own envelopes).
   app.setNotFoundHandler((request, reply) => {
+    const allowed = app.allowedMethods(request.url);
+    if (allowed.length > 0) return sendMethodNotAllowed(request, reply.header("allow", allowed.join(", ")), options.urls !== undefined);
     if (options.urls && isPagePath(request.url)) return sendPageNotFound(request, reply);
     return reply.code(404).send({ message: `Route ${request.method}:${request.url} not found`, error: "Not Found", statusCode: 404 });
   });
@@ -172,6 +176,18 @@ function tooDeepError(): Error {
 }
 
 const isPartnerPath = (url: string) => url === "/api/partner" || url.startsWith("/api/partner/") || url.startsWith("/api/partner?");
+
+/** A known path asked with a method it does not answer; `Allow` is set. Each surface keeps its envelope. */
+function sendMethodNotAllowed(request: FastifyRequest, reply: FastifyReply, pages: boolean): FastifyReply {
+  const path = request.url.split("?", 1)[0]!;
+  if (pages && isPagePath(path)) return sendPageMethodNotAllowed(request, reply);
+  reply.code(405).header("cache-control", "no-store");
+  // Streamable HTTP: the MCP endpoints open no server-to-client stream.
+  if (MCP_PATHS.has(path)) return reply.send();
+  const message = `${path} answers ${reply.getHeader("allow")} only`;
+  if (path.startsWith("/oauth2/")) return reply.send({ error: "invalid_request", error_description: message });
+  return reply.send({ error: STATUS_CODES[405], message, statusCode: 405 });
+}
 
 /** The body fastify itself sends for a router refusal when `frameworkErrors` is unset. */
 function sendFrameworkJson(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {

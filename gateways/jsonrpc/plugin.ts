@@ -72,9 +72,8 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   });
 
   for (const { path, category } of MCP_ENDPOINTS) {
+    // Streamable HTTP: no server-to-client stream and no session, so GET and DELETE are 405 (gateways/app.ts).
     app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => handle(request, reply, category, path));
-    // Streamable HTTP: we open no server-to-client stream and keep no session.
-    app.route({ method: ["GET", "DELETE"], url: path, handler: (_req, reply) => reply.code(405).header("allow", "POST").send() });
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply, category: Category, path: string) {

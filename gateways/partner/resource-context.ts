@@ -49,7 +49,15 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   // fastify allows one not-found handler per prefix: a second context under the same
   // prefix (the treasury routes) passes notFoundHandler: false and shares this one.
   if (options.notFoundHandler !== false) {
-    app.setNotFoundHandler((request, reply) => sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" }));
+    app.setNotFoundHandler((request, reply) => {
+      const allowed = app.allowedMethods(request.url).join(", ");
+      if (!allowed) return sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" });
+      return sendResourceError(request, reply.header("allow", allowed), {
+        status: 405,
+        code: "method_not_allowed",
+        message: `this endpoint answers ${allowed} only`,
+      });
+    });
   }
 }
 

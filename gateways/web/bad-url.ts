@@ -44,6 +44,21 @@ export function sendPageNotFound(request: FastifyRequest, reply: FastifyReply): 
     );
 }
 
+/** A page address asked with a method it does not answer (a bookmarked form post, say); `Allow` is set. */
+export function sendPageMethodNotAllowed(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  reply.header("x-request-id", request.id);
+  setPageHeaders(reply);
+  return reply
+    .code(405)
+    .type("text/html; charset=utf-8")
+    .send(
+      page(
+        "This page cannot be opened this way",
+        html`<div class="card error"><p>This address is not meant to be opened directly. Start again from your dashboard.</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`,
+      ),
+    );
+}
+
 /** A page request from a foreign Origin or Host (DNS rebinding, cross-site form posts). */
 export function sendForbiddenOriginPage(reply: FastifyReply): FastifyReply {
   setPageHeaders(reply);
