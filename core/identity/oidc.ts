@@ -182,7 +182,7 @@ export function createOidcSignin(deps: OidcDeps) {
      * Completes a flow from the callback URL and the cookie binding: sign-in makes a session;
      * step-up marks the session the flow started for, if the provider's subject is linked to its user.
      */
-    async complete(input: { callbackUrl: string; binding: string; session?: StepUpSession }, facts: CallFacts): Promise<CompletedFlow> {
+    async complete(input: { callbackUrl: string; binding: string; session?: StepUpSession; replaces?: string }, facts: CallFacts): Promise<CompletedFlow> {
       const now = deps.clock();
       if (!input.binding || input.binding.length > 100)
         fail(Reason.ACCESS_DENIED, "this sign-in was started in another browser or has expired; start again from the sign-in page");
@@ -281,7 +281,7 @@ export function createOidcSignin(deps: OidcDeps) {
           await users.touchLink(trx, iss, sub, now);
         }
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
-        return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs);
+        return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs, input.replaces);
       });
       if (token === undefined) return refuse(facts, purpose, "the account is linked to another subject of this provider", `user:${userId}`);
       return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };

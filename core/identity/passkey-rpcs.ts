@@ -86,7 +86,12 @@ export async function finishPasskeyAssertion(deps: PasskeyRpcDeps, req: FinishPa
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const response = browserJson(req.responseJson, "response_json");
   const done = await deps.passkeys.authenticate(
-    { binding: req.flowSecret, response: response as never, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined },
+    {
+      binding: req.flowSecret,
+      response: response as never,
+      session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined,
+      replaces: req.replacesSessionToken,
+    },
     callFacts(ctx),
   );
   if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };

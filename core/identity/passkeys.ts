@@ -231,7 +231,7 @@ export function createPasskeys(deps: PasskeyDeps) {
      * step-up marks the session it was started in, and only with that person's passkey.
      */
     async authenticate(
-      input: { binding: string; response: AuthenticationResponseJSON; session?: { sessionId: string; userId: string } },
+      input: { binding: string; response: AuthenticationResponseJSON; session?: { sessionId: string; userId: string }; replaces?: string },
       facts: CallFacts,
     ): Promise<{ purpose: "sign_in"; userId: string; sessionToken: string; expiresIn: number } | { purpose: "step_up"; userId: string }> {
       refuseIfNotOffered();
@@ -307,7 +307,7 @@ export function createPasskeys(deps: PasskeyDeps) {
       }
       const token = await db.transaction(async (trx) => {
         await audit(trx, facts, { actor, action: "web.sign_in", subject: "passkey", outcome: "success" });
-        return openSession(sessionsStore, trx, key.userId, now, deps.sessionTtlMs);
+        return openSession(sessionsStore, trx, key.userId, now, deps.sessionTtlMs, input.replaces);
       });
       return { purpose, userId: key.userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },

@@ -35,7 +35,12 @@ export async function completeProviderSignIn(deps: ProviderSignInDeps, req: Comp
   if (req.callbackUrl.length > 4096) fail(Reason.INVALID_REQUEST, "callback_url is too long");
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const done = await oidc.complete(
-    { callbackUrl: req.callbackUrl, binding: req.flowSecret, session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined },
+    {
+      callbackUrl: req.callbackUrl,
+      binding: req.flowSecret,
+      session: s ? { sessionId: s.sessionId, userId: s.userId } : undefined,
+      replaces: req.replacesSessionToken,
+    },
     callFacts(ctx),
   );
   if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };

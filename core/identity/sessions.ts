@@ -47,8 +47,12 @@ export function createSessionVerifier(deps: { db: Db; store: SignInStore; clock:
 
 export type SessionVerifier = ReturnType<typeof createSessionVerifier>;
 
-/** Opens a web session for the user and answers its token: opaque, 256 random bits, stored only as its SHA-256. */
-export async function openSession(store: SignInStore, conn: Knex | Knex.Transaction, userId: string, at: Date, ttlMs: number): Promise<string> {
+/**
+ * Opens a web session for the user and answers its token: opaque, 256 random bits, stored only as its SHA-256.
+ * `replaces` (the browser's previous session token, if any) ends in the same transaction: whoever copied it is out.
+ */
+export async function openSession(store: SignInStore, conn: Knex | Knex.Transaction, userId: string, at: Date, ttlMs: number, replaces = ""): Promise<string> {
+  if (replaces) await store.endSession(conn, sha256Hex(replaces), at);
   const token = `vgs_${randomBytes(32).toString("base64url")}`;
   await store.insertSession(conn, { id: randomUUID(), tokenHash: sha256Hex(token), userId, at, expiresAt: new Date(at.getTime() + ttlMs) });
   return token;

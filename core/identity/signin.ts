@@ -181,7 +181,7 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
         await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
         return { ok: true as const, token: "" };
       }
-      const token = await openSession(deps.store, trx, c.userId, now, SESSION_TTL_MS);
+      const token = await openSession(deps.store, trx, c.userId, now, SESSION_TTL_MS, req.replacesSessionToken);
       await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
       return { ok: true as const, token };
     })

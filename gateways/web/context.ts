@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { type Client, ConnectError } from "@connectrpc/connect";
+import type { Client } from "@connectrpc/connect";
 import type { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import type { WebSession } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
-import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
 import { withRequestId } from "../core-clients.js";
@@ -94,8 +94,8 @@ export interface WebContext {
   session(request: FastifyRequest): Promise<Current | undefined>;
   /** The session cookie's value as presented, unchecked (sign-out hands it to core). */
   sessionToken(request: FastifyRequest): string | undefined;
-  /** Sets the cookie of a session just begun, and ends the one this browser held before. */
-  setSession(request: FastifyRequest, reply: FastifyReply, token: string, maxAgeSeconds: number): Promise<void>;
+  /** Sets the session cookie; the sign-in RPC already ended the session it replaces. */
+  setSession(reply: FastifyReply, token: string, maxAgeSeconds: number): void;
   clearSession(reply: FastifyReply): void;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
   signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
@@ -183,18 +183,8 @@ export function createWebContext(options: WebContextOptions): WebContext {
     sessionToken(request) {
       return readCookies(request)[sessionCookie] || undefined;
     },
-    async setSession(request, reply, token, maxAge) {
-      const previous = readCookies(request)[sessionCookie] || undefined;
+    setSession(reply, token, maxAge) {
       addCookie(reply, cookie(sessionCookie, token, maxAge));
-      if (!previous || previous === token) return;
-      // Nobody could present the replaced token again, but whoever copied it still could.
-      try {
-        await options.grants.endSession({ sessionToken: previous }, withRequestId(request.id, request.clientAddress));
-      } catch (err) {
-        if (ConnectError.from(err).findDetails(ErrorDetailSchema)[0]?.reason !== Reason.INVALID_TOKEN) {
-          request.log.warn({ err }, "the session this sign-in replaced could not be ended");
-        }
-      }
     },
     clearSession(reply) {
       addCookie(reply, cookie(sessionCookie, "", 0));

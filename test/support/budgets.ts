@@ -162,16 +162,20 @@ export async function pendingPayment(stack: TestStack, opts: { key: string; amou
 /**
  * A signed-in web session of the user, as the dashboard holds it: sign-in by e-mailed
  * one-time code over the real RPCs, the code read from the dev outbox. With `stepUp`, the
- * session also passes step-up (a second code).
+ * session also passes step-up (a second code); `replaces` is the browser's previous session.
  */
-export async function ownerSession(stack: TestStack, userId: string, options: { stepUp?: boolean } = {}): Promise<string> {
+export async function ownerSession(stack: TestStack, userId: string, options: { stepUp?: boolean; replaces?: string } = {}): Promise<string> {
   const { email } = await stack.core.db("users").where({ id: userId }).first("email");
   const codeOf = async () => {
     const { messages } = await stack.admin.grants.listOutbox({ email });
     return /(\d{6})/.exec(messages[0]!.subject)![1]!; // newest first
   };
   const started = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ email }));
-  const { sessionToken } = await stack.clients.grants.completeSignIn({ challengeId: started.challengeId, code: await codeOf() });
+  const { sessionToken } = await stack.clients.grants.completeSignIn({
+    challengeId: started.challengeId,
+    code: await codeOf(),
+    replacesSessionToken: options.replaces ?? "",
+  });
   if (options.stepUp) {
     const challenge = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ sessionToken }));
     await stack.clients.grants.completeSignIn({ challengeId: challenge.challengeId, code: await codeOf(), sessionToken });

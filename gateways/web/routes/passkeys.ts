@@ -166,8 +166,11 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const flowSecret = takeFlow(request, reply);
-    const res = await ctx.grants.finishPasskeyAssertion({ flowSecret, responseJson: answer(form.params) }, ctx.rpc(request));
-    await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
+    const res = await ctx.grants.finishPasskeyAssertion(
+      { flowSecret, responseJson: answer(form.params), replacesSessionToken: ctx.sessionToken(request) ?? "" },
+      ctx.rpc(request),
+    );
+    ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
     return reply.redirect(returnTo, 303);
   });
 };

@@ -52,10 +52,15 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
     // The flow is used up whatever happens next; the cookies go with it.
     reply.header("set-cookie", [cookie(flowCookie, "", 0), cookie(returnCookie, "", 0)]);
     const res = await ctx.grants.completeProviderSignIn(
-      { callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url, flowSecret: cookies[flowCookie] ?? "", sessionToken: current?.token ?? "" },
+      {
+        callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url,
+        flowSecret: cookies[flowCookie] ?? "",
+        sessionToken: current?.token ?? "",
+        replacesSessionToken: ctx.sessionToken(request) ?? "",
+      },
       ctx.rpc(request),
     );
-    if (res.sessionToken) await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
+    if (res.sessionToken) ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
     return reply.redirect(returnTo, 303);
   });
 };

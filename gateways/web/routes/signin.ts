@@ -106,8 +106,11 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const challenge = form.params.get("challenge") ?? "";
     try {
-      const res = await ctx.grants.completeSignIn({ challengeId: challenge, code: form.params.get("code") ?? "" }, ctx.rpc(request));
-      await ctx.setSession(request, reply, res.sessionToken, Number(res.expiresIn));
+      const res = await ctx.grants.completeSignIn(
+        { challengeId: challenge, code: form.params.get("code") ?? "", replacesSessionToken: ctx.sessionToken(request) ?? "" },
+        ctx.rpc(request),
+      );
+      ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
       return reply.redirect(returnTo, 303);
     } catch (err) {
       if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;

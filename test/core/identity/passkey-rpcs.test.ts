@@ -48,6 +48,19 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     expect((await stack.clients.grants.getSession({ sessionToken })).session!.stepUpFresh).to.equal(true);
   });
 
+  it("a passkey sign-in ends the session the browser held before", async () => {
+    const { user, key } = await withPasskey();
+    const old = await f.session(user);
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    const done = await stack.clients.grants.finishPasskeyAssertion({
+      flowSecret: s.flowSecret,
+      responseJson: key.get(s.optionsJson, origin),
+      replacesSessionToken: old,
+    });
+    await expectRefused(stack.clients.grants.getSession({ sessionToken: old }), Reason.INVALID_TOKEN);
+    expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
+  });
+
   it("many concurrent answers to one challenge: exactly one signs in", async () => {
     const { key } = await withPasskey();
     const s = await stack.clients.grants.startPasskeyAssertion({});

@@ -51,6 +51,21 @@ describe("GrantsService provider sign-in RPCs", () => {
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.stepUpFresh).to.equal(true);
   });
 
+  it("a provider sign-in ends the session the browser held before", async () => {
+    const user = await createUser(stack);
+    const sub = `rpc-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const signIn = async (replacesSessionToken = "") => {
+      const start = await stack.clients.grants.startProviderSignIn({});
+      const callbackUrl = await idp.signIn(start.authorizationUrl, sub);
+      return (await stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret, replacesSessionToken })).sessionToken;
+    };
+    const old = await signIn();
+    const next = await signIn(old);
+    await expectRefused(stack.clients.grants.getSession({ sessionToken: old }), Reason.INVALID_TOKEN);
+    expect((await stack.clients.grants.getSession({ sessionToken: next })).session!.userId).to.equal(user.userId);
+  });
+
   it("a hostile caller: a step-up flow completed with another person's session is refused", async () => {
     const a = await createUser(stack);
     const b = await createUser(stack);
