@@ -49,3 +49,6 @@ export const MCP_ENDPOINTS: readonly { path: string; category: McpCategory }[] =
   { path: "/mcp/treasury", category: "treasury" },
   { path: "/write", category: "write" },
 ];
+
+/** How long a browser stays known after a sign-in in it (its own code sign-in budget; core/identity/devices.ts). */
+export const KNOWN_BROWSER_SECONDS = 180 * 86_400;

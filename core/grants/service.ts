@@ -10,6 +10,7 @@ import type { RateLimitStore } from "../rate-limits/store.js";
 import type { HostResolver } from "../net/resolver.js";
 import { endSession, getSession, type SessionVerifier } from "../identity/sessions.js";
 import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signin.js";
+import { createKnownBrowsers } from "../identity/devices.js";
 import type { Mailer } from "../identity/mail/mailer.js";
 import type { OidcSignin } from "../identity/oidc.js";
 import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
@@ -96,6 +97,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });
   const outbox = createOutbox({ mailer: deps.mailer, signinCodeKey: deps.signinCodeKey });
+  const browsers = createKnownBrowsers(deps.signinCodeKey, clock);
   const signIn = {
     db,
     store: createSignInStore(),
@@ -107,6 +109,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     clock,
     logger: deps.logger,
     hashCode: createCodeHasher(deps.signinCodeKey),
+    browsers,
     emailCodesOffered: deps.emailCodesOffered,
   };
   const registration = {
@@ -136,6 +139,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     refreshGraceSeconds: deps.refreshGraceSeconds,
   };
   const owner = { db, sessions, agents, grants, audit, clock, outbox };
+  const provider = { oidc: deps.oidc, sessions, clock, browsers };
+  const passkeys = { passkeys: deps.passkeys, sessions, browsers };
 
   return {
     getJwks: () => getJwks({ keyring }),
@@ -164,13 +169,13 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     getSession: (req) => getSession({ sessions }, req),
     endSession: (req) => endSession({ db, sessions, store: signIn.store, clock }, req),
     listOutbox: (req) => listOutbox({ db, outbox }, req),
-    startProviderSignIn: (req) => startProviderSignIn({ oidc: deps.oidc, sessions, clock }, req),
-    completeProviderSignIn: (req, ctx) => completeProviderSignIn({ oidc: deps.oidc, sessions, clock }, req, ctx),
-    startPasskeyRegistration: (req) => startPasskeyRegistration({ passkeys: deps.passkeys, sessions }, req),
-    finishPasskeyRegistration: (req, ctx) => finishPasskeyRegistration({ passkeys: deps.passkeys, sessions }, req, ctx),
-    listPasskeys: (req) => listPasskeys({ passkeys: deps.passkeys, sessions }, req),
-    removePasskey: (req, ctx) => removePasskey({ passkeys: deps.passkeys, sessions }, req, ctx),
-    startPasskeyAssertion: (req) => startPasskeyAssertion({ passkeys: deps.passkeys, sessions }, req),
-    finishPasskeyAssertion: (req, ctx) => finishPasskeyAssertion({ passkeys: deps.passkeys, sessions }, req, ctx),
+    startProviderSignIn: (req) => startProviderSignIn(provider, req),
+    completeProviderSignIn: (req, ctx) => completeProviderSignIn(provider, req, ctx),
+    startPasskeyRegistration: (req) => startPasskeyRegistration(passkeys, req),
+    finishPasskeyRegistration: (req, ctx) => finishPasskeyRegistration(passkeys, req, ctx),
+    listPasskeys: (req) => listPasskeys(passkeys, req),
+    removePasskey: (req, ctx) => removePasskey(passkeys, req, ctx),
+    startPasskeyAssertion: (req) => startPasskeyAssertion(passkeys, req),
+    finishPasskeyAssertion: (req, ctx) => finishPasskeyAssertion(passkeys, req, ctx),
   };
 }

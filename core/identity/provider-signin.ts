@@ -4,6 +4,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import type { OidcSignin } from "./oidc.js";
+import type { KnownBrowsers } from "./devices.js";
 import type { SessionVerifier } from "./sessions.js";
 
 export interface ProviderSignInDeps {
@@ -11,6 +12,8 @@ export interface ProviderSignInDeps {
   oidc: OidcSignin | undefined;
   sessions: SessionVerifier;
   clock: () => Date;
+  /** Completing a sign-in marks the browser as known (core/identity/devices.ts). */
+  browsers: KnownBrowsers;
 }
 
 function provider(deps: ProviderSignInDeps): OidcSignin {
@@ -43,6 +46,6 @@ export async function completeProviderSignIn(deps: ProviderSignInDeps, req: Comp
     },
     callFacts(ctx),
   );
-  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn) };
+  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn), deviceToken: deps.browsers.issue(done.userId) };
   return { sessionToken: "", expiresIn: 0n };
 }

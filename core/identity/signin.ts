@@ -14,6 +14,7 @@ import { UUID } from "../../lib/uuid.js";
 import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
+import type { KnownBrowsers } from "./devices.js";
 import { normaliseEmail, type UsersStore } from "./users-store.js";
 
 /** How long a web session lasts, however the person signed in. */
@@ -22,16 +23,15 @@ export const SESSION_TTL_MS = 12 * 3600_000;
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
 /**
- * Wrong codes per account (the normalised address) per 15 minutes, from however many
- * challenges and client addresses; past it the account's code sign-in and step-up answer
- * 429, even for the right code, until the oldest wrong code leaves the window.
+ * Wrong codes per budget (codeBudget: the account, a known browser or a session) per 15 minutes,
+ * from however many challenges and addresses; past it that budget's codes answer 429, even the
+ * right one, until the oldest wrong code leaves the window.
  */
-const OTP_WRONG_PER_ACCOUNT = 10;
+const OTP_WRONG_PER_BUDGET = 10;
 const OTP_WRONG_WINDOW_SECONDS = 900;
 /**
- * Codes e-mailed per account: one per 30 s for each purpose (so the step-up right after a
- * sign-in is not refused) and 10 an hour in all, which lets a person do a few
- * authorizations with sign-in and step-up in a row while bounding mail to one address.
+ * Codes e-mailed per budget (codeBudget): one per 30 s and 10 an hour, which lets a person do
+ * a few authorizations in a row while bounding mail to one address.
  */
 const OTP_SEND_GAP_SECONDS = 30;
 const OTP_SENDS_PER_HOUR = 10;
@@ -48,6 +48,7 @@ export interface SignInDeps {
   logger: Logger;
   /** Keyed hash of a challenge's code (createCodeHasher): the database alone cannot reverse a six-digit code. */
   hashCode: CodeHasher;
+  browsers: KnownBrowsers;
   /** False when SIGNIN_METHODS leaves out email: the code RPCs refuse instead of mailing codes. */
   emailCodesOffered?: boolean;
 }
@@ -67,6 +68,16 @@ function audit(deps: SignInDeps, conn: Parameters<AuditStore["append"]>[0], ctx:
     ...e,
     at: deps.clock(),
   });
+}
+
+/**
+ * Whose limits a code spends: a step-up its session's, a known browser its own, anyone else the
+ * account's. Outsiders who spend an account's budget so cannot lock out a person in their own browser.
+ */
+function codeBudget(deps: SignInDeps, sessionId: string | null, userId: string | null, account: string, browserToken: string): string {
+  if (sessionId) return `session:${sessionId}`;
+  const browser = deps.browsers.browserOf(browserToken, userId);
+  return browser ? `browser:${browser}` : account;
 }
 
 /** A deployment that offers only its provider must not let anyone in by an e-mailed code. */
@@ -96,8 +107,9 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     userId = user && user.status === "active" ? user.id : null;
   }
   const purpose = sessionId ? "step_up" : "sign_in";
-  const gapKey = `otp-send-gap:${purpose}:${email}`;
-  const sendKey = `otp-send:${email}`;
+  const budget = codeBudget(deps, sessionId, userId, email, req.deviceToken);
+  const gapKey = `otp-send-gap:${purpose}:${budget}`;
+  const sendKey = `otp-send:${budget}`;
   const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
   const limit = gap.allowed ? await deps.rateLimits.hit(sendKey, OTP_SENDS_PER_HOUR, 3600, now) : gap;
   if (!limit.allowed) {
@@ -160,8 +172,9 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
   // concurrent guesses can never check more than the limit; a guess that turns out not
   // to be wrong gives its slot back.
   const account = found.account;
-  const slotKey = `otp-wrong:${account}`;
-  const slot = await deps.rateLimits.hit(slotKey, OTP_WRONG_PER_ACCOUNT, OTP_WRONG_WINDOW_SECONDS, now);
+  const budget = codeBudget(deps, stepUpSession?.sessionId ?? null, found.userId, account, req.deviceToken);
+  const slotKey = `otp-wrong:${budget}`;
+  const slot = await deps.rateLimits.hit(slotKey, OTP_WRONG_PER_BUDGET, OTP_WRONG_WINDOW_SECONDS, now);
   if (!slot.allowed) {
     fail(Reason.RATE_LIMITED, `too many wrong codes were entered for this account; code sign-in is paused for ${waitText(slot.retryAfterSeconds)}`, {
       retryAfterSeconds: slot.retryAfterSeconds,
@@ -179,11 +192,11 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
       if (stepUpSession) {
         await deps.store.setStepUp(trx, stepUpSession.sessionId, now);
         await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.step_up" });
-        return { ok: true as const, token: "" };
+        return { ok: true as const, token: "", userId: c.userId };
       }
       const token = await openSession(deps.store, trx, c.userId, now, SESSION_TTL_MS, req.replacesSessionToken);
       await audit(deps, trx, ctx, { actor: `user:${c.userId}`, action: "web.sign_in" });
-      return { ok: true as const, token };
+      return { ok: true as const, token, userId: c.userId };
     })
     .catch(async (err: unknown) => {
       await deps.rateLimits.release(slotKey, now).catch(() => {});
@@ -192,20 +205,24 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
   if (!outcome.wrong) await deps.rateLimits.release(slotKey, now);
   if (!outcome.ok) {
     // The wrong code that filled the window tells the account holder, once per lockout.
-    if (outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_ACCOUNT) {
+    if (outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_BUDGET) {
       const ends = (await deps.rateLimits.windowEnd(slotKey, OTP_WRONG_WINDOW_SECONDS)) ?? new Date(now.getTime() + OTP_WRONG_WINDOW_SECONDS * 1000);
       const until = ends.toISOString().slice(11, 16);
       await deps.outbox.send(deps.db, {
         email: account,
         subject: "Vaultgate: code sign-in paused",
-        body: `Someone tried codes for your account; code sign-in is paused until ${until} UTC. If it was not you, your account is safe: no code was accepted, and you can sign in again after that time.`,
+        body:
+          budget === account
+            ? `Someone tried codes for your account; code sign-in is paused until ${until} UTC, except in browsers you signed in with before. If it was not you, your account is safe: no code was accepted.`
+            : `Someone tried codes for your account in a browser you signed in with; codes there are paused until ${until} UTC. No code was accepted.`,
         at: now,
       });
       deps.logger.warn({ user: outcome.userId }, "code sign-in paused for an account after too many wrong codes");
     }
     fail(Reason.INVALID_GRANT, "the code is invalid or expired");
   }
-  return { sessionToken: outcome.token, expiresIn: outcome.token ? BigInt(SESSION_TTL_MS / 1000) : 0n };
+  if (!outcome.token) return { sessionToken: "", expiresIn: 0n, deviceToken: "" };
+  return { sessionToken: outcome.token, expiresIn: BigInt(SESSION_TTL_MS / 1000), deviceToken: deps.browsers.issue(outcome.userId) };
 }
 
 /** "25 seconds" below two minutes, else whole minutes. */

@@ -7,6 +7,7 @@ import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.j
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
+import { KNOWN_BROWSER_SECONDS } from "../../lib/vocabulary.js";
 import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import type { PublicUrls } from "../shared/public-urls.js";
@@ -16,6 +17,8 @@ import { AGENTS_PATH, agentPath, MONEY_PATH, signInPath } from "./paths.js";
 
 export const FORM_TYPE = "application/x-www-form-urlencoded";
 const SESSION_COOKIE = "vg_session";
+/** Marks a browser the person signed in with: its own code sign-in budget (kept across sign-outs). */
+const BROWSER_COOKIE = "vg_browser";
 const CSRF_COOKIE = "vg_csrf";
 
 /** A page-level failure with a status and words for people (never internals). */
@@ -94,8 +97,10 @@ export interface WebContext {
   session(request: FastifyRequest): Promise<Current | undefined>;
   /** The session cookie's value as presented, unchecked (sign-out hands it to core). */
   sessionToken(request: FastifyRequest): string | undefined;
-  /** Sets the session cookie; the sign-in RPC already ended the session it replaces. */
-  setSession(reply: FastifyReply, token: string, maxAgeSeconds: number): void;
+  /** The known-browser cookie as presented ("" when none), for the code sign-in RPCs. */
+  browserToken(request: FastifyRequest): string;
+  /** Sets the cookies of a sign-in: its session and the known-browser mark. Core ended the session it replaces. */
+  setSession(reply: FastifyReply, signedIn: { sessionToken: string; expiresIn: bigint; deviceToken: string }): void;
   clearSession(reply: FastifyReply): void;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
   signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
@@ -115,12 +120,11 @@ export function createWebContext(options: WebContextOptions): WebContext {
   // the loopback default, cannot hold Secure cookies and keeps plain names).
   const sessionCookie = secureCookies ? `__Host-${SESSION_COOKIE}` : SESSION_COOKIE;
   const csrfCookie = secureCookies ? `__Host-${CSRF_COOKIE}` : CSRF_COOKIE;
+  const browserCookie = secureCookies ? `__Host-${BROWSER_COOKIE}` : BROWSER_COOKIE;
   const cookie = (name: string, value: string, maxAge: number) =>
     `${name}=${value}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secureCookies ? "; Secure" : ""}`;
-  const addCookie = (reply: FastifyReply, value: string) => {
-    const prev = reply.getHeader("set-cookie");
-    reply.header("set-cookie", prev === undefined ? [value] : [...(Array.isArray(prev) ? prev : [String(prev)]), value]);
-  };
+  // fastify appends every set-cookie value to those already set.
+  const addCookie = (reply: FastifyReply, value: string) => reply.header("set-cookie", value);
 
   const signinMethods = options.signinMethods ?? ["email"];
 
@@ -183,8 +187,12 @@ export function createWebContext(options: WebContextOptions): WebContext {
     sessionToken(request) {
       return readCookies(request)[sessionCookie] || undefined;
     },
-    setSession(reply, token, maxAge) {
-      addCookie(reply, cookie(sessionCookie, token, maxAge));
+    browserToken(request) {
+      return readCookies(request)[browserCookie] ?? "";
+    },
+    setSession(reply, signedIn) {
+      addCookie(reply, cookie(sessionCookie, signedIn.sessionToken, Number(signedIn.expiresIn)));
+      if (signedIn.deviceToken) addCookie(reply, cookie(browserCookie, signedIn.deviceToken, KNOWN_BROWSER_SECONDS));
     },
     clearSession(reply) {
       addCookie(reply, cookie(sessionCookie, "", 0));

@@ -170,7 +170,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       { flowSecret, responseJson: answer(form.params), replacesSessionToken: ctx.sessionToken(request) ?? "" },
       ctx.rpc(request),
     );
-    ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    ctx.setSession(reply, res);
     return reply.redirect(returnTo, 303);
   });
 };

@@ -60,7 +60,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
       },
       ctx.rpc(request),
     );
-    if (res.sessionToken) ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+    if (res.sessionToken) ctx.setSession(reply, res);
     return reply.redirect(returnTo, 303);
   });
 };

@@ -79,7 +79,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     try {
-      const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "" }, ctx.rpc(request));
+      const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "", deviceToken: ctx.browserToken(request) }, ctx.rpc(request));
       return reply.redirect(`${SIGNIN_CODE_PATH}?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
     } catch (err) {
       if (noteRefusal(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
@@ -107,10 +107,15 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     const challenge = form.params.get("challenge") ?? "";
     try {
       const res = await ctx.grants.completeSignIn(
-        { challengeId: challenge, code: form.params.get("code") ?? "", replacesSessionToken: ctx.sessionToken(request) ?? "" },
+        {
+          challengeId: challenge,
+          code: form.params.get("code") ?? "",
+          replacesSessionToken: ctx.sessionToken(request) ?? "",
+          deviceToken: ctx.browserToken(request),
+        },
         ctx.rpc(request),
       );
-      ctx.setSession(reply, res.sessionToken, Number(res.expiresIn));
+      ctx.setSession(reply, res);
       return reply.redirect(returnTo, 303);
     } catch (err) {
       if (noteRefusal(request, err) !== Reason.INVALID_GRANT) throw err;

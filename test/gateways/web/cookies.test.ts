@@ -59,9 +59,11 @@ describe("web cookies follow the public URL's scheme", function () {
     expect(sent.status, "the __Host- CSRF cookie is the one checked").to.equal(303);
     const done = await signIn(stack, jar, user.email);
     const session = setCookies(done);
-    expect(session.map((c) => c.name)).to.deep.equal(["__Host-vg_session"]);
+    expect(session.map((c) => c.name)).to.deep.equal(["__Host-vg_session", "__Host-vg_browser"]);
     expect(session[0]!.value).to.match(/^vgs_/);
-    expect([...session[0]!.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite", "secure"]);
+    expect(session[1]!.value).to.match(/^vgd_/);
+    for (const c of session) expect([...c.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite", "secure"]);
+    expect(session[1]!.attrs.get("max-age")).to.equal(String(180 * 86_400));
     expect(session[0]!.attrs.get("path")).to.equal("/");
     expect(jar.cookies.has("vg_session")).to.equal(false);
 
@@ -100,15 +102,15 @@ describe("web cookies follow the public URL's scheme", function () {
     expect(post.status).to.equal(403);
   });
 
-  it("plain-http default: vg_csrf and vg_session, Path=/, HttpOnly, SameSite=Lax, without Secure", async () => {
+  it("plain-http default: vg_csrf, vg_session and vg_browser, Path=/, HttpOnly, SameSite=Lax, without Secure", async () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
     const csrf = setCookies(await jar.get("/signin"));
     expect(csrf.map((c) => c.name)).to.deep.equal(["vg_csrf"]);
     expect([...csrf[0]!.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite"]);
     const session = setCookies(await signIn(stack, jar, user.email));
-    expect(session.map((c) => c.name)).to.deep.equal(["vg_session"]);
-    expect([...session[0]!.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite"]);
+    expect(session.map((c) => c.name)).to.deep.equal(["vg_session", "vg_browser"]);
+    for (const c of session) expect([...c.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite"]);
     expect(session[0]!.attrs.get("path")).to.equal("/");
     const signedIn = await fetch(`${stack.url}/dashboard/agents`, { headers: { cookie: `vg_session=${session[0]!.value}` }, redirect: "manual" });
     expect(signedIn.status).to.equal(200);

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/signin.proto.
  */
 export const file_vaultgate_grants_v1_signin: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL3NpZ25pbi5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSI6ChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCSIrChNTdGFydFNpZ25JblJlc3BvbnNlEhQKDGNoYWxsZW5nZV9pZBgBIAEoCSJyChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIeChZyZXBsYWNlc19zZXNzaW9uX3Rva2VuGAQgASgJIkMKFkNvbXBsZXRlU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDIioKEUdldFNlc3Npb25SZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiVwoKV2ViU2Vzc2lvbhIPCgd1c2VyX2lkGAEgASgJEg0KBWVtYWlsGAIgASgJEhIKCnN0ZXBfdXBfYXQYAyABKAMSFQoNc3RlcF91cF9mcmVzaBgEIAEoCCJGChJHZXRTZXNzaW9uUmVzcG9uc2USMAoHc2Vzc2lvbhgBIAEoCzIfLnZhdWx0Z2F0ZS5ncmFudHMudjEuV2ViU2Vzc2lvbiIqChFFbmRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIhQKEkVuZFNlc3Npb25SZXNwb25zZSIzChpTdGFydFByb3ZpZGVyU2lnbkluUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJImEKG1N0YXJ0UHJvdmlkZXJTaWduSW5SZXNwb25zZRIZChFhdXRob3JpemF0aW9uX3VybBgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCRISCgpleHBpcmVzX2luGAMgASgDIoEBCh1Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVxdWVzdBIUCgxjYWxsYmFja191cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIeChZyZXBsYWNlc19zZXNzaW9uX3Rva2VuGAQgASgJIksKHkNvbXBsZXRlUHJvdmlkZXJTaWduSW5SZXNwb25zZRIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMifQoHUGFzc2tleRISCgpwYXNza2V5X2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEgoKY3JlYXRlZF9hdBgDIAEoAxIUCgxsYXN0X3VzZWRfYXQYBCABKAMSEQoJYmFja2VkX3VwGAUgASgIEhMKC2RldmljZV90eXBlGAYgASgJIjgKH1N0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJNCiBTdGFydFBhc3NrZXlSZWdpc3RyYXRpb25SZXNwb25zZRIUCgxvcHRpb25zX2pzb24YASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkicwogRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCRIVCg1yZXNwb25zZV9qc29uGAMgASgJEgwKBG5hbWUYBCABKAkiUgohRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEi0KB3Bhc3NrZXkYASABKAsyHC52YXVsdGdhdGUuZ3JhbnRzLnYxLlBhc3NrZXkiLAoTTGlzdFBhc3NrZXlzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkYKFExpc3RQYXNza2V5c1Jlc3BvbnNlEi4KCHBhc3NrZXlzGAEgAygLMhwudmF1bHRnYXRlLmdyYW50cy52MS5QYXNza2V5IkEKFFJlbW92ZVBhc3NrZXlSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKcGFzc2tleV9pZBgCIAEoCSIXChVSZW1vdmVQYXNza2V5UmVzcG9uc2UiNQocU3RhcnRQYXNza2V5QXNzZXJ0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkoKHVN0YXJ0UGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhQKDG9wdGlvbnNfanNvbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCSKCAQodRmluaXNoUGFzc2tleUFzc2VydGlvblJlcXVlc3QSEwoLZmxvd19zZWNyZXQYASABKAkSFQoNcmVzcG9uc2VfanNvbhgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEh4KFnJlcGxhY2VzX3Nlc3Npb25fdG9rZW4YBCABKAkiSwoeRmluaXNoUGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoA2IGcHJvdG8z");
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL3NpZ25pbi5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSJQChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIUCgxkZXZpY2VfdG9rZW4YAyABKAkiKwoTU3RhcnRTaWduSW5SZXNwb25zZRIUCgxjaGFsbGVuZ2VfaWQYASABKAkiiAEKFUNvbXBsZXRlU2lnbkluUmVxdWVzdBIUCgxjaGFsbGVuZ2VfaWQYASABKAkSDAoEY29kZRgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEh4KFnJlcGxhY2VzX3Nlc3Npb25fdG9rZW4YBCABKAkSFAoMZGV2aWNlX3Rva2VuGAUgASgJIlkKFkNvbXBsZXRlU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEhQKDGRldmljZV90b2tlbhgDIAEoCSIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIUChJFbmRTZXNzaW9uUmVzcG9uc2UiMwoaU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJhChtTdGFydFByb3ZpZGVyU2lnbkluUmVzcG9uc2USGQoRYXV0aG9yaXphdGlvbl91cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSEgoKZXhwaXJlc19pbhgDIAEoAyKBAQodQ29tcGxldGVQcm92aWRlclNpZ25JblJlcXVlc3QSFAoMY2FsbGJhY2tfdXJsGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJEhUKDXNlc3Npb25fdG9rZW4YAyABKAkSHgoWcmVwbGFjZXNfc2Vzc2lvbl90b2tlbhgEIAEoCSJhCh5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEhQKDGRldmljZV90b2tlbhgDIAEoCSJ9CgdQYXNza2V5EhIKCnBhc3NrZXlfaWQYASABKAkSDAoEbmFtZRgCIAEoCRISCgpjcmVhdGVkX2F0GAMgASgDEhQKDGxhc3RfdXNlZF9hdBgEIAEoAxIRCgliYWNrZWRfdXAYBSABKAgSEwoLZGV2aWNlX3R5cGUYBiABKAkiOAofU3RhcnRQYXNza2V5UmVnaXN0cmF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIk0KIFN0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEhQKDG9wdGlvbnNfanNvbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCSJzCiBGaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJEhUKDXJlc3BvbnNlX2pzb24YAyABKAkSDAoEbmFtZRgEIAEoCSJSCiFGaW5pc2hQYXNza2V5UmVnaXN0cmF0aW9uUmVzcG9uc2USLQoHcGFzc2tleRgBIAEoCzIcLnZhdWx0Z2F0ZS5ncmFudHMudjEuUGFzc2tleSIsChNMaXN0UGFzc2tleXNSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiRgoUTGlzdFBhc3NrZXlzUmVzcG9uc2USLgoIcGFzc2tleXMYASADKAsyHC52YXVsdGdhdGUuZ3JhbnRzLnYxLlBhc3NrZXkiQQoUUmVtb3ZlUGFzc2tleVJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpwYXNza2V5X2lkGAIgASgJIhcKFVJlbW92ZVBhc3NrZXlSZXNwb25zZSI1ChxTdGFydFBhc3NrZXlBc3NlcnRpb25SZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiSgodU3RhcnRQYXNza2V5QXNzZXJ0aW9uUmVzcG9uc2USFAoMb3B0aW9uc19qc29uGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJIoIBCh1GaW5pc2hQYXNza2V5QXNzZXJ0aW9uUmVxdWVzdBITCgtmbG93X3NlY3JldBgBIAEoCRIVCg1yZXNwb25zZV9qc29uGAIgASgJEhUKDXNlc3Npb25fdG9rZW4YAyABKAkSHgoWcmVwbGFjZXNfc2Vzc2lvbl90b2tlbhgEIAEoCSJhCh5GaW5pc2hQYXNza2V5QXNzZXJ0aW9uUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEhQKDGRldmljZV90b2tlbhgDIAEoCWIGcHJvdG8z");
 
 /**
  * @generated from message vaultgate.grants.v1.StartSignInRequest
@@ -29,6 +29,13 @@ export type StartSignInRequest = Message<"vaultgate.grants.v1.StartSignInRequest
    * @generated from field: string session_token = 2;
    */
   sessionToken: string;
+
+  /**
+   * Sign-in: the known-browser token a sign-in in this browser answered, if any (see CompleteSignInResponse).
+   *
+   * @generated from field: string device_token = 3;
+   */
+  deviceToken: string;
 };
 
 /**
@@ -84,6 +91,13 @@ export type CompleteSignInRequest = Message<"vaultgate.grants.v1.CompleteSignInR
    * @generated from field: string replaces_session_token = 4;
    */
   replacesSessionToken: string;
+
+  /**
+   * Sign-in: the known-browser token a sign-in in this browser answered, if any (see CompleteSignInResponse).
+   *
+   * @generated from field: string device_token = 5;
+   */
+  deviceToken: string;
 };
 
 /**
@@ -108,6 +122,14 @@ export type CompleteSignInResponse = Message<"vaultgate.grants.v1.CompleteSignIn
    * @generated from field: int64 expires_in = 2;
    */
   expiresIn: bigint;
+
+  /**
+   * Sign-in: marks this browser as known to the person (kept as a long-lived cookie). No credential: it
+   * gives the browser a code sign-in budget of its own, so others spending the account's cannot lock them out.
+   *
+   * @generated from field: string device_token = 3;
+   */
+  deviceToken: string;
 };
 
 /**
@@ -318,6 +340,13 @@ export type CompleteProviderSignInResponse = Message<"vaultgate.grants.v1.Comple
    * @generated from field: int64 expires_in = 2;
    */
   expiresIn: bigint;
+
+  /**
+   * Sign-in: the known-browser token, as in CompleteSignInResponse.
+   *
+   * @generated from field: string device_token = 3;
+   */
+  deviceToken: string;
 };
 
 /**
@@ -636,6 +665,13 @@ export type FinishPasskeyAssertionResponse = Message<"vaultgate.grants.v1.Finish
    * @generated from field: int64 expires_in = 2;
    */
   expiresIn: bigint;
+
+  /**
+   * Sign-in: the known-browser token, as in CompleteSignInResponse.
+   *
+   * @generated from field: string device_token = 3;
+   */
+  deviceToken: string;
 };
 
 /**
