@@ -56,7 +56,7 @@ export const TEST_AUDIENCE = "urn:vaultgate:partner-api";
 /** Core on the shared test database (in-process transport), optionally with the HTTP gateway on port 0. */
 export async function startStack(options: StackOptions = {}): Promise<TestStack> {
   const db = options.database ?? (await testDatabase()).db;
-  const clock = createTestClock();
+  const clock = createTestClock(new Date(), { followRealTime: options.oidc !== undefined });
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
