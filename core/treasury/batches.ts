@@ -108,7 +108,9 @@ export async function executeBatch(
         fail(Reason.INVALID_REQUEST, `items[${input.items.indexOf(fresh[otherCurrency]!)}].currency must be the treasury's currency ${treasury.currency}`);
       await checkRecipients(store, trx, partner.id, fresh);
 
-      const today = utcDay(now);
+      // A batch stamped before the treasury's last day (a replica's clock behind) counts towards that
+      // later day, so its total is never forgotten and the day's cap holds.
+      const today = treasury.spentDay !== null && treasury.spentDay > utcDay(now) ? treasury.spentDay : utcDay(now);
       const amounts = fresh.map((i) => i.amountCents);
       const limit = exceededLimit(treasury, amounts, today);
       // Name the limit, never the remaining allowance.

@@ -112,6 +112,20 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
       expect(ok.batch!.totalCents).to.equal(500n);
     });
 
+    it("per_day_cap holds when a batch stamped before midnight commits after one stamped after it (a replica's clock behind)", async () => {
+      stack.clock.set(new Date("2030-03-01T00:00:00.500Z"));
+      const { partner, payer, user } = await setup({ capPerDayCents: 1_000n });
+      await treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 1_000n }]));
+      // Another replica, 0.6 s behind, still reads 28 February: 1 March is full, so nothing more fits.
+      stack.clock.set(new Date("2030-02-28T23:59:59.900Z"));
+      const late = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 100n }])));
+      expect(late).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_day_cap" });
+      stack.clock.set(new Date("2030-03-01T00:00:01Z"));
+      const over = await refusalOf(treasury().executeBatch(batchRequest(partner, payer, [{ recipientUserId: user, amountCents: 1_000n }])));
+      expect(over).to.include({ reason: Reason.POLICY_DENIED, limitName: "per_day_cap" });
+      expect(await balanceOf(partner)).to.equal(1_000_000 - 1_000);
+    });
+
     it("lifetime_cap counts every payout", async () => {
       const { partner: first, payer, user } = await setup({ capLifetimeCents: 1_000n });
       await treasury().executeBatch(batchRequest(first, payer, [{ recipientUserId: user, amountCents: 700n }]));
