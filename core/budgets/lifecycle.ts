@@ -75,14 +75,8 @@ export async function createBudget(
 
   // A replay answers with the same ids and the budget's current status.
   const existing = await deps.budgets.findBudget(deps.db, g.vaultId, req.idempotencyKey);
-  if (existing) {
-    if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
-    if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
-    // A declined budget is not reprovisioned under its key; nor is a closed one: closing is final.
-    if (existing.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
-    if (existing.status === "closed") fail(Reason.ACCESS_DENIED, "this budget was closed");
-    if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
-  }
+  const replay = existing && replayOf(existing, hash);
+  if (replay) return replay;
 
   checkWindowOpen(params, now);
   // Only starts that pass validation count, replays do not.
@@ -95,6 +89,9 @@ export async function createBudget(
   let budget: BudgetRecord;
   try {
     budget = await startSaga(deps, g.id, existing, params, hash, req.idempotencyKey, now);
+    // Another retry of the key ran its saga meanwhile: this one answers what it became.
+    if (budget.status !== "provisioning")
+      return replayOf(budget, hash) ?? fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
   } catch (err) {
     const detail = errorDetailOf(err);
     const reason = detail?.reason;
@@ -104,6 +101,17 @@ export async function createBudget(
   }
   const steps = await runSteps(deps, ctx, actor, budget);
   return { budget: budgetView(await finishSaga(deps, ctx, actor, budget, steps, g.id)) };
+}
+
+/** What a key that already names a budget answers; undefined when its failed saga may run again. */
+function replayOf(existing: BudgetRecord, hash: string): { budget: ReturnType<typeof budgetView> } | undefined {
+  if (existing.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+  if (existing.status === "draft" || existing.status === "active") return { budget: budgetView(existing) };
+  // A declined budget is not reprovisioned under its key; nor is a closed one: closing is final.
+  if (existing.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this budget");
+  if (existing.status === "closed") fail(Reason.ACCESS_DENIED, "this budget was closed");
+  if (existing.status === "provisioning") fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
+  return undefined;
 }
 
 /** A draft budget as the owner names it: by its agent principal. */

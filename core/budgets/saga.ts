@@ -237,6 +237,10 @@ export async function startSaga(
     const vaultId = usable(deps, await grants.findGrant(trx, grantId)).vaultId;
     const refusal = openParent(await budgets.findBudgetByVault(trx, vaultId, true));
     if (refusal) fail(Reason.ACCESS_DENIED, refusal);
+    // Read again under lock (a descendant of the row above): another retry of the key may have
+    // run its saga since `existing` was read, and only a failed one starts again. The caller answers the rest.
+    const current = existing ? await budgets.lockBudget(trx, existing.id) : undefined;
+    if (current && current.status !== "failed" && current.status !== "cleanup_pending") return current;
     const g = usable(deps, await grants.findGrant(trx, grantId, true));
     const parent = await deps.vaults.findVault(trx, g.vaultId);
     if (!parent || parent.ownerUserId !== g.userId) fail(Reason.GRANT_REQUIRED, "the grant's vault is not available");
@@ -247,11 +251,11 @@ export async function startSaga(
       fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: AWAITING_LIMIT });
     }
     let budget: BudgetRecord;
-    if (existing) {
+    if (current) {
       budget = await budgets.updateBudget(
         trx,
-        existing.id,
-        { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: existing.attempt + 1 },
+        current.id,
+        { status: "provisioning", grantId: g.id, steps: [], remaining: [], attempt: current.attempt + 1 },
         now,
       );
     } else {
