@@ -36,10 +36,14 @@ export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx:
   if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault_id must be a UUID");
   if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   const vault = await deps.db.transaction(async (trx) => {
-    // The budget row before the vault (the budgets' lock order): a close or decline is seen or waits.
-    const budget = await deps.budgets.findBudgetByVault(trx, req.vaultId, true);
-    if (budget?.status === "closed" || budget?.status === "declined") {
-      fail(Reason.ACCESS_DENIED, `the vault belongs to a ${budget.status} budget, where nothing can spend; fund its parent vault`);
+    // The budget row before the vault (the budgets' lock order): a close, decline or cleanup is seen or waits.
+    const status = await deps.budgets.lockStatusOfVault(trx, req.vaultId);
+    if (status === "closed" || status === "declined") {
+      fail(Reason.ACCESS_DENIED, `the vault belongs to a ${status} budget, where nothing can spend; fund its parent vault`);
+    }
+    // A saga that does not complete removes its vault, and what it holds with it.
+    if (status && status !== "draft" && status !== "active") {
+      fail(Reason.ACCESS_DENIED, "the vault belongs to a budget whose creation did not complete; fund it once the budget exists");
     }
     const v = await deps.vaults.findVault(trx, req.vaultId, true);
     if (!v) fail(Reason.NOT_FOUND, "no such vault");

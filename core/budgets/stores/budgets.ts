@@ -24,6 +24,12 @@ export const budgetsStore = {
     return row ? toBudget(row) : undefined;
   },
 
+  /** The status of the budget whose vault this is, in any state (its creation too), locked; undefined outside any budget. */
+  async lockStatusOfVault(trx: Knex.Transaction, vaultId: string): Promise<BudgetRecord["status"] | undefined> {
+    const row = await trx("budgets").where({ vault_id: vaultId.toLowerCase() }).forUpdate().first("status");
+    return row ? (row.status as BudgetRecord["status"]) : undefined;
+  },
+
   /** Inserts unless the key exists under the parent vault; `inserted` says which. */
   async insertBudget(trx: Conn, b: BudgetRecord): Promise<{ inserted: boolean }> {
     const { rows } = await trx.raw(

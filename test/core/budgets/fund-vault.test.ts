@@ -5,12 +5,18 @@ import { budgetParams, createOwner, grantFor, ownerSession } from "../../support
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
 import { requirePostgres } from "../../support/db.js";
 import { expectRefused, reasonOf } from "../../support/refusals.js";
+import type { StepName } from "../../../core/budgets/records.js";
 
-/** The operator's FundVault puts no money where nothing can spend it: a closed or declined budget's vault. */
+/** The operator's FundVault puts no money where nothing can spend it or a cleanup would remove it. */
 describe("FundVault and budgets that are over", () => {
   let stack: TestStack;
+  /** Saga steps that fail, each as "name:phase". */
+  let failing: string[] = [];
   before(async () => {
-    stack = await startStack({ scrypt: { N: 1024, r: 8, p: 1 } });
+    stack = await startStack({
+      scrypt: { N: 1024, r: 8, p: 1 },
+      budgetFaults: { step: (name: StepName, phase) => (failing.includes(`${name}:${phase}`) ? new Error(`injected ${phase} fault in ${name}`) : undefined) },
+    });
   });
   after(() => stack.close());
 
@@ -31,6 +37,21 @@ describe("FundVault and budgets that are over", () => {
     const open = await budgetUnderRoot(stack);
     expect((await stack.admin.budgets.fundVault({ vaultId: open.child.vaultId, amountCents: 500n })).balanceCents).to.equal(500n);
     expect(Number((await stack.admin.budgets.fundVault({ vaultId: closed.owner.vaultId, amountCents: 500n })).balanceCents)).to.be.greaterThan(0);
+    await expectLedgerBalanced(stack);
+  });
+
+  it("refuses the vault of a budget whose creation did not complete: the reaper that removes it would take the money with it", async () => {
+    const owner = await createOwner(stack);
+    failing = ["policy:run", "vault:compensate"];
+    await expectRefused(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() }), Reason.PROVISIONING_FAILED);
+    failing = [];
+    const left = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId }).first("status", "vault_id");
+    expect(left.status).to.equal("cleanup_pending");
+    const refused = await expectRefused(stack.admin.budgets.fundVault({ vaultId: left.vault_id, amountCents: 500n }), Reason.ACCESS_DENIED);
+    expect(refused.message).to.equal("the vault belongs to a budget whose creation did not complete; fund it once the budget exists");
+    stack.clock.advance(10 * 60_000);
+    expect((await stack.admin.budgets.reapProvisioning({})).cleaned).to.be.at.least(1);
+    expect(await stack.core.db("vaults").where({ id: left.vault_id })).to.deep.equal([]);
     await expectLedgerBalanced(stack);
   });
 
