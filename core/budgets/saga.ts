@@ -280,8 +280,12 @@ export async function startSaga(
         closedAt: null,
       };
       const { inserted } = await budgets.insertBudget(trx, budget);
-      // The same key raced in from another call, which now provisions it.
-      if (!inserted) fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
+      // The same key raced in from another call, which now provisions it (or asked for something else).
+      if (!inserted) {
+        const other = await budgets.findBudget(trx, g.vaultId, key);
+        if (other && other.paramsHash !== hash) fail(Reason.IDEMPOTENCY_CONFLICT, "idempotency_key was used with other parameters");
+        fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");
+      }
     }
     if (!(await deps.saga.claimVault(trx, g.vaultId, budget.id, now))) {
       fail(Reason.VAULT_CONTENTION, "the parent vault is in another provisioning sequence; retry with backoff");

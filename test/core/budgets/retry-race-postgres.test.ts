@@ -10,8 +10,8 @@ import { budgetParams, grantFor } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
 
-/** A retry of a failed budget key that another retry of the same key already finished. */
-describe("BudgetsService.CreateBudget: retries of a failed key racing (Postgres)", () => {
+/** Calls with one budget key racing: retries of a failed key, and first calls with other parameters. */
+describe("BudgetsService.CreateBudget: calls with one key racing (Postgres)", () => {
   let stack: TestStack;
   let failing: StepName | undefined;
   let outside: Knex;
@@ -36,6 +36,32 @@ describe("BudgetsService.CreateBudget: retries of a failed key racing (Postgres)
       await new Promise((r) => setTimeout(r, 10));
     }
   }
+
+  it("two first calls with one key and other parameters: one provisions it, the other is idempotency_conflict (not contention)", async () => {
+    const { child: a } = await budgetUnderRoot(stack, { parentCents: 0n });
+    const aToken = await grantFor(stack, a, { stepUp: true });
+    const key = `key-${randomUUID()}`;
+    await stack.clients.budgets.createBudget({ accessToken: aToken, ...budgetParams() }); // the vault's rate-limit row exists
+    // Both read the key as unused, then wait on the rate limit; released, one inserts the key first.
+    const rateRow = await outside.transaction();
+    try {
+      await rateRow.raw(`SELECT 1 FROM rate_limit_logs WHERE key = ? FOR UPDATE`, [`budget-provisioning:${a.vaultId}`]);
+      const calls = ["Lisbon", "Porto"].map((city) =>
+        stack.clients.budgets.createBudget({ accessToken: aToken, ...budgetParams({ displayName: city, idempotencyKey: key }) }).then(
+          (r) => ({ ok: r.budget! }),
+          (err: unknown) => ({ err }),
+        ),
+      );
+      await lockWaiters(2);
+      await rateRow.commit();
+      const outcomes = await Promise.all(calls);
+      expect(outcomes.filter((o) => "ok" in o)).to.have.length(1);
+      const refused = outcomes.find((o) => "err" in o) as { err: unknown };
+      await expectRefused(Promise.reject(refused.err), Reason.IDEMPOTENCY_CONFLICT);
+    } finally {
+      if (!rateRow.isCompleted()) await rateRow.rollback();
+    }
+  });
 
   it("a retry that read the key before the other retry finished it never provisions the finished, funded budget again", async () => {
     const { child: a, parentToken } = await budgetUnderRoot(stack, { parentCents: 10_000n });
