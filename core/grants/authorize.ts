@@ -53,7 +53,7 @@ export interface ExchangeCodeDeps extends AuditDeps {
 const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
 
 /** The vault a `urn:<ns>:vault:<uuid>` resource names (its UUID in any case, read lower case), or "". */
-function vaultOfResource(prefix: string, resource: string): string {
+export function vaultOfResource(prefix: string, resource: string): string {
   const id = resource.startsWith(prefix) ? resource.slice(prefix.length) : "";
   return UUID.test(id) ? id.toLowerCase() : "";
 }

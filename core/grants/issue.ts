@@ -117,6 +117,8 @@ function remainingSeconds(exp: number, at: Date): number {
 }
 
 export type NewGrant = Pick<GrantRecord, "userId" | "clientId" | "agentPrincipalId" | "vaultId" | "scopes" | "stepUp" | "authTime"> & {
+  /** Only a refresh that narrowed `scopes` sets it (GrantRecord.refreshScopes). */
+  refreshScopes?: string[] | null;
   lineageId?: string;
   parentGrantId?: string;
   audiences?: string[];
@@ -140,6 +142,7 @@ export async function insertGrant(
     agentPrincipalId: g.agentPrincipalId,
     vaultId: g.vaultId,
     scopes: g.scopes,
+    refreshScopes: g.refreshScopes ?? null,
     state: "active",
     stepUp: g.stepUp,
     authTime: g.authTime,

@@ -20,6 +20,7 @@ import type { UsersStore } from "../identity/users-store.js";
 import { parseScope } from "../../lib/scopes.js";
 import { AGENT_SCOPES } from "../../lib/vocabulary.js";
 import { isSubset } from "./scopes.js";
+import { vaultOfResource } from "./authorize.js";
 import { ACCESS_TOKEN_TTL_SECONDS, type AccessTokenVerifier } from "./access-token.js";
 import { appendAudit, type AuditDeps } from "./audit.js";
 import type { ClientDirectory } from "./client-auth.js";
@@ -119,7 +120,8 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
     // The one grant rule again under the lock: a revocation or expiry that came first is seen.
     const locked = row && { ...row, userActive: current.userActive };
     assertGrantUsable(locked, deps.clock());
-    const g = await insertGrant(deps, trx, { ...locked, scopes, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
+    // The agent's own narrowing lasts: no later refresh gets back what it gave up.
+    const g = await insertGrant(deps, trx, { ...locked, scopes, refreshScopes: null, lineageId: locked.lineageId, parentGrantId: locked.id }, refresh);
     await deps.grants.supersede(trx, locked.id, g.id, deps.clock(), false);
     await appendAudit(deps, trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
     return g;
@@ -163,11 +165,13 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
   // An operator-issued grant (no client) refreshes only with the operator credential.
   else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
   const actor = `client:${clientId || OPERATOR_CLIENT}`;
+  const asked = refreshAsks(deps.audience, req);
   const hash = sha256Hex(req.refreshToken);
   const now = deps.clock();
   // The successor's token, if this refresh issues one (the fast path or under the lock).
   const refresh = derivedRefresh(req.refreshToken);
-  if (req.refreshToken) {
+  // Only a refresh that asks for the lineage's whole scope and nothing else takes the fast path.
+  if (req.refreshToken && asked.scopes.length === 0 && req.resources.length === 0) {
     const rotated = await deps.grants.rotateRefreshFast(
       {
         refreshHash: hash,
@@ -198,7 +202,9 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
       if (now.getTime() - g.issuedAt.getTime() > REFRESH_TTL_MS) return { kind: "invalid" as const, why: "expired refresh token" };
       if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
       if (dead) return { kind: "invalid" as const, why: dead };
-      const next = await insertGrant(deps, trx, { ...g, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
+      const fit = refreshFit(g, asked);
+      if (fit.kind !== "fit") return fit;
+      const next = await insertGrant(deps, trx, { ...g, ...fit.grant, lineageId: g.lineageId, parentGrantId: g.id }, refresh);
       await deps.grants.supersede(trx, g.id, next.id, now, true);
       await appendAudit(deps, trx, ctx, { actor, action: "agent.grant.refresh", subject: next.id });
       return { kind: "issued" as const, grant: next, refreshToken: refresh.token };
@@ -208,6 +214,10 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
       // A retry of a lost response: hand back the same pair while nothing moved on.
       if (successor && successor.state === "active" && !successor.refreshUsedAt) {
         if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
+        const fit = refreshFit(g, asked);
+        if (fit.kind !== "fit") return fit;
+        // A retry asks what the lost request asked; another request with a used token gets nothing (and revokes nothing).
+        if (!sameSet(fit.grant.scopes, successor.scopes)) return { kind: "invalid" as const, why: "used refresh token presented with another scope" };
         // The successor's token is derived from the token just presented and the
         // successor's salt; the database alone cannot produce it.
         const again = successor.refreshSalt ? derivedRefreshToken(req.refreshToken, successor.refreshSalt) : "";
@@ -227,7 +237,39 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     return { kind: "invalid" as const, why: "refresh token no longer valid" };
   });
   if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
+  if (outcome.kind === "scope") fail(Reason.INVALID_SCOPE, "scope may not include any scope the grant was not given");
+  if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource must be the MCP server URL or the grant's vault URN");
   return { token: signToken(deps, outcome.grant, outcome.refreshToken, outcome.kind === "replayed" ? now : undefined) };
+}
+
+/** What a refresh asks for besides rotation: a scope (RFC 6749 6; [] = all it was given) and the vaults its resources name (RFC 8707). */
+function refreshAsks(audience: GrantAudience, req: RefreshGrantRequest): { scopes: string[]; vaultIds: string[] } {
+  const scopes = parseScope(req.scope);
+  if (!scopes) fail(Reason.INVALID_SCOPE, "scope is malformed");
+  const vaultIds: string[] = [];
+  for (const resource of req.resources) {
+    if (audience.mcpResources.has(resource)) continue;
+    const id = vaultOfResource(audience.vaultUrnPrefix, resource);
+    if (!id) fail(Reason.INVALID_TARGET, "resource must be the MCP server URL or the grant's vault URN");
+    vaultIds.push(id);
+  }
+  return { scopes, vaultIds };
+}
+
+/**
+ * The grant a refresh of `g` issues, within what its lineage was given (`refreshScopes`, else its
+ * scopes), which the successor keeps for later refreshes; or why it is refused.
+ */
+function refreshFit(g: GrantRecord, asked: { scopes: string[]; vaultIds: string[] }) {
+  const given = g.refreshScopes ?? g.scopes;
+  if (!isSubset(asked.scopes, given)) return { kind: "scope" as const };
+  if (asked.vaultIds.some((id) => id !== g.vaultId)) return { kind: "target" as const };
+  const scopes = asked.scopes.length > 0 ? given.filter((x) => asked.scopes.includes(x)) : given;
+  return { kind: "fit" as const, grant: { scopes, refreshScopes: sameSet(scopes, given) ? null : given } };
+}
+
+function sameSet(a: readonly string[], b: readonly string[]): boolean {
+  return isSubset(a, b) && isSubset(b, a);
 }
 
 /** GrantsService.IssueGrant: the operator issues a grant on a user's vault, with or without a client. */

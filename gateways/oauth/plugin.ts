@@ -156,7 +156,8 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       ));
     } else if (grantType === "refresh_token") {
       const refreshToken = required(form.params, "refresh_token");
-      ({ token } = await grants.refreshGrant({ ...client, refreshToken }, withRequestId(request.id, request.clientAddress)));
+      const scope = form.params.get("scope") ?? "";
+      ({ token } = await grants.refreshGrant({ ...client, refreshToken, scope, resources: form.resources }, withRequestId(request.id, request.clientAddress)));
     } else {
       throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
     }

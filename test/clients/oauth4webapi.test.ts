@@ -1,8 +1,8 @@
 import { expect } from "chai";
 import * as oauth from "oauth4webapi";
 import { startStack, type TestStack } from "../support/stack.js";
-import { authorize, createJar, createUser } from "../support/agent-oauth.js";
-import { expectRefused } from "../support/refusals.js";
+import { authorize, createJar, createUser, oauthGrant, vaultUrn } from "../support/agent-oauth.js";
+import { expectRefused, thrownBy } from "../support/refusals.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
 /**
@@ -105,4 +105,28 @@ describe("oauth4webapi against the agent authorization server", () => {
       );
     });
   }
+  it("refreshes with a narrower scope and the grant's resource; a wider scope is invalid_scope, another vault invalid_target", async () => {
+    const http = { [oauth.allowInsecureRequests]: true };
+    const issuer = new URL(stack.url);
+    const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { ...http, algorithm: "oauth2" }));
+    const { token, client: registered, user } = await oauthGrant(stack, { scope: "accounts:read audit:stream" });
+    const client: oauth.Client = { client_id: registered.client_id, token_endpoint_auth_method: "client_secret_basic" };
+    const auth = oauth.ClientSecretBasic(registered.client_secret);
+    const refresh = (refreshToken: string, additionalParameters: Record<string, string>) =>
+      oauth
+        .refreshTokenGrantRequest(as, client, auth, refreshToken, { ...http, additionalParameters })
+        .then((res) => oauth.processRefreshTokenResponse(as, client, res));
+    const refusal = async (call: Promise<unknown>) => {
+      const err = await thrownBy(call);
+      expect(err).to.be.instanceOf(oauth.ResponseBodyError);
+      return (err as oauth.ResponseBodyError).error;
+    };
+    const rt = token.body.refresh_token as string;
+    expect(await refusal(refresh(rt, { scope: "accounts:read payments:initiate" }))).to.equal("invalid_scope");
+    expect(await refusal(refresh(rt, { resource: vaultUrn((await createUser(stack)).vaultId) }))).to.equal("invalid_target");
+    const narrow = await refresh(rt, { scope: "audit:stream", resource: vaultUrn(user.vaultId) });
+    expect(narrow.scope).to.equal("audit:stream");
+    const whole = await refresh(narrow.refresh_token!, {});
+    expect(whole.scope).to.equal("accounts:read audit:stream");
+  });
 });

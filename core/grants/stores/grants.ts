@@ -18,6 +18,8 @@ export interface GrantRecord {
   agentPrincipalId: string;
   vaultId: string;
   scopes: string[];
+  /** What a refresh of this grant may ask for, when a refresh narrowed `scopes` below it; else null. */
+  refreshScopes: string[] | null;
   state: GrantState;
   stepUp: boolean;
   authTime: Date | null;
@@ -175,6 +177,7 @@ export function createGrantsStore(db: Db) {
         agent_principal_id: g.agentPrincipalId,
         vault_id: g.vaultId,
         scopes: g.scopes,
+        refresh_scopes: g.refreshScopes,
         state: g.state,
         step_up: g.stepUp,
         auth_time: g.authTime,
@@ -269,6 +272,7 @@ export function toGrant(r: Record<string, unknown>): GrantRecord {
     agentPrincipalId: String(r.agent_principal_id),
     vaultId: String(r.vault_id),
     scopes: textArray(r.scopes),
+    refreshScopes: r.refresh_scopes == null ? null : textArray(r.refresh_scopes),
     state: r.state as GrantState,
     stepUp: Boolean(r.step_up),
     authTime: r.auth_time ? new Date(r.auth_time as string) : null,

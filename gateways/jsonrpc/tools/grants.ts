@@ -39,7 +39,7 @@ export const grantTools: readonly Tool[] = [
     auth: "none",
     title: "Refresh Grant",
     description:
-      "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded. A client whose client_id is the URL of its metadata document is public and sends no client_secret.",
+      "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded. A client whose client_id is the URL of its metadata document is public and sends no client_secret. Optional scope narrows the new access token within what the grant was given; optional resource names the grant's vault URN or the MCP server.",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(
@@ -47,13 +47,21 @@ export const grantTools: readonly Tool[] = [
         refresh_token: { type: "string", minLength: 1, maxLength: 512 },
         client_id: { type: "string", minLength: 1, maxLength: 512 },
         client_secret: { type: "string", minLength: 1, maxLength: 512 },
+        scope: { type: "string", maxLength: 1024 },
+        resource: { type: "array", maxItems: 8, items: { type: "string", minLength: 1, maxLength: 512 } },
       },
       ["refresh_token", "client_id"],
     ),
     outputSchema: TOKEN_RESPONSE,
     async call(args, ctx) {
       const res = await ctx.clients.grants.refreshGrant(
-        { refreshToken: args.refresh_token, clientId: args.client_id, clientSecret: args.client_secret ?? "" },
+        {
+          refreshToken: args.refresh_token,
+          clientId: args.client_id,
+          clientSecret: args.client_secret ?? "",
+          scope: args.scope ?? "",
+          resources: args.resource ?? [],
+        },
         ctx.call,
       );
       return agentTokenJson(res.token);
