@@ -106,7 +106,7 @@ export async function verifyAgentToken(deps: AgentGrantDeps, req: VerifyAgentTok
 }
 
 /** GrantsService.SupersedeGrant: the agent trades its grant for one of the same or narrower scope. */
-export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: SupersedeGrantRequest, ctx: HandlerContext) {
+export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaults: GrantVaultsStore }, req: SupersedeGrantRequest, ctx: HandlerContext) {
   const current = await activeGrant(deps, req.accessToken);
   const wanted = parseScope(req.scope);
   if (!wanted) fail(Reason.INVALID_SCOPE, "scope is malformed");
@@ -116,6 +116,9 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps, req: Su
   // A lineage issued without a refresh token (its client did not register one) stays without.
   const refresh = current.refreshHash === null ? NO_REFRESH : randomRefresh();
   const next = await deps.db.transaction(async (trx) => {
+    // A closed or declined budget's vault gets no new grant; its budget row is locked first, as a refresh does.
+    const dead = await deadBudgetVault(deps.vaults, trx, current.vaultId);
+    if (dead) fail(Reason.INVALID_TARGET, dead);
     const row = await deps.grants.lockGrant(trx, current.id);
     // The one grant rule again under the lock: a revocation or expiry that came first is seen.
     const locked = row && { ...row, userActive: current.userActive };

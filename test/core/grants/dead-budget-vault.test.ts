@@ -157,6 +157,20 @@ describe("Grants on closed and declined budget vaults", () => {
     expect((await stack.admin.grants.refreshGrant({ refreshToken: live.token!.refreshToken })).token!.accessToken).to.be.a("string");
   });
 
+  it("agent.grant.issue on a declined budget's vault issues no new grant: the old one cannot renew itself that way either", async () => {
+    const owner = await createOwner(stack);
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
+    const draft = await stack.admin.grants.issueGrant({ userId: owner.userId, vaultId: budget!.vaultId, scopes: ["accounts:read"] });
+    // On the draft the agent may still reissue its grant.
+    const { token } = await stack.clients.grants.supersedeGrant({ accessToken: draft.token!.accessToken });
+    await stack.clients.budgets.declineBudget({ sessionToken: await ownerSession(stack, owner.userId), agentPrincipalId: budget!.agentPrincipalId });
+    for (let i = 0; i < 3; i++) {
+      const refused = await expectRefused(stack.clients.grants.supersedeGrant({ accessToken: token!.accessToken }), Reason.INVALID_TARGET);
+      expect(refused.message).to.equal("the vault belongs to a budget its owner declined");
+    }
+    expect((await activeGrantsOn(budget!.vaultId)).map((g) => g.id)).to.deep.equal([token!.jti]);
+  });
+
   it("a close racing many refreshes of the budget's grants leaves none active (PostgreSQL)", async function () {
     requirePostgres(this, "racing transactions need several connections");
     for (let round = 0; round < 8; round++) {
@@ -169,6 +183,42 @@ describe("Grants on closed and declined budget vaults", () => {
       const settled = await Promise.allSettled(calls);
       for (const r of settled) if (r.status === "rejected") await expectRefused(Promise.reject(r.reason), Reason.INVALID_GRANT);
       expect(await activeGrantsOn(life.child.vaultId)).to.deep.equal([]);
+    }
+  });
+
+  it("a close or decline racing many agent.grant.issue calls: afterwards none reissues, and a close leaves none active (PostgreSQL)", async function () {
+    requirePostgres(this, "racing transactions need several connections");
+    const supersede = (accessToken: string) => stack.clients.grants.supersedeGrant({ accessToken });
+    for (const end of ["close", "decline"] as const) {
+      const owner = await createOwner(stack);
+      const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() });
+      const vaultId = budget!.vaultId;
+      const issued = await Promise.all(
+        Array.from({ length: 20 }, () => stack.admin.grants.issueGrant({ userId: owner.userId, vaultId, scopes: ["accounts:read"] })),
+      );
+      const session = await ownerSession(stack, owner.userId, { stepUp: true });
+      const ending =
+        end === "close"
+          ? stack.clients.budgets.closeBudget({ sessionToken: session, vaultId })
+          : stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: budget!.agentPrincipalId });
+      const calls: Promise<unknown>[] = issued.map((t) => supersede(t.token!.accessToken));
+      calls.splice(
+        10,
+        0,
+        ending.then(() => undefined),
+      );
+      const tokens = new Map(issued.map((t) => [t.token!.jti, t.token!.accessToken]));
+      for (const r of await Promise.allSettled(calls)) {
+        if (r.status === "rejected") expect([Reason.INVALID_TARGET, Reason.INVALID_TOKEN]).to.include((await refusalOf(Promise.reject(r.reason))).reason);
+        else if (r.value && typeof r.value === "object" && "token" in r.value) {
+          const t = (r.value as { token: { jti: string; accessToken: string } }).token;
+          tokens.set(t.jti, t.accessToken);
+        }
+      }
+      const active = await activeGrantsOn(vaultId);
+      if (end === "close") expect(active).to.deep.equal([]);
+      else expect(active.length).to.be.within(1, 20);
+      for (const g of active) await expectRefused(supersede(tokens.get(g.id)!), Reason.INVALID_TARGET);
     }
   });
 
