@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../support/stack.js";
 import { authorize, createJar, createUser } from "../support/agent-oauth.js";
+import { auth } from "@modelcontextprotocol/sdk/client/auth.js";
 import { beginSdkAuthorization, connectSdkClient, createSdkOAuthProvider } from "../support/mcp-sdk-oauth.js";
 
 /**
@@ -39,5 +40,20 @@ describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
     const balance = await client.callTool({ name: "accounts.balance", arguments: {} });
     expect(balance.structuredContent).to.deep.equal({ vault_id: user.vaultId, balance_cents: 4_200, currency: "USD" });
     await client.close();
+
+    // The SDK's own refresh names the protected resource (RFC 8707): it is taken, and the grant rotates.
+    const sent: URLSearchParams[] = [];
+    const fetchFn: typeof fetch = async (input, init) => {
+      if (String(input).endsWith("/oauth2/token")) sent.push(new URLSearchParams(String(init?.body)));
+      return fetch(input, init);
+    };
+    const before = provider.saved!;
+    expect(await auth(provider, { serverUrl: endpoint, fetchFn })).to.equal("AUTHORIZED");
+    expect(sent.map((b) => [b.get("grant_type"), b.getAll("resource")])).to.deep.equal([["refresh_token", [endpoint.href]]]);
+    expect(provider.saved!.refresh_token).to.not.equal(before.refresh_token);
+    expect(provider.saved!.scope).to.equal(before.scope);
+    const again = await connectSdkClient(endpoint, provider);
+    expect((await again.callTool({ name: "accounts.balance", arguments: {} })).structuredContent).to.have.property("balance_cents", 4_200);
+    await again.close();
   });
 });
