@@ -29,7 +29,8 @@ function grantSummary(g: GrantRecord) {
   return {
     grantId: g.id,
     state: g.state,
-    scopes: g.scopes,
+    // What the agent can reach: a refresh may take back what its narrower token left out.
+    scopes: g.refreshScopes ?? g.scopes,
     vaultId: g.vaultId,
     clientId: g.clientId ?? "",
     createdAt: BigInt(Math.floor(g.issuedAt.getTime() / 1000)),

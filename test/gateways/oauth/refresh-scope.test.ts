@@ -4,6 +4,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser, oauthGrant, postForm, registerClient, vaultUrn, verifyReason } from "../../support/agent-oauth.js";
 import { basic } from "../../support/partners.js";
+import { ownerSession } from "../../support/budgets.js";
 import { postRpc } from "../../support/mcp.js";
 import { expectJsonRpcError, expectOAuthError } from "../../support/refusals.js";
 
@@ -37,12 +38,16 @@ describe("agent OAuth: scope and resource on refresh", () => {
   const grantScopes = async (accessToken: string) => (await stack.clients.grants.verifyAgentToken({ accessToken })).grant!.scopes;
 
   it("a narrower scope limits the new access token; a later refresh without scope gets back all the lineage was given", async () => {
-    const { token, client } = await oauthGrant(stack, { scope: GIVEN });
+    const { token, client, user } = await oauthGrant(stack, { scope: GIVEN });
     const narrow = await refresh(client, token.body.refresh_token as string, { scope: "accounts:read" });
     expect(narrow.status).to.equal(200);
     expect(narrow.body.scope).to.equal("accounts:read");
     expect(decodeJwt(narrow.body.access_token!).scope).to.equal("accounts:read");
     expect(await grantScopes(narrow.body.access_token!)).to.deep.equal(["accounts:read"]);
+    // The owner's dashboard shows what the agent can still reach, not the narrower token.
+    const agentId = (decodeJwt(narrow.body.access_token!).act as { sub: string }).sub;
+    const { agent } = await stack.clients.grants.getAgent({ sessionToken: await ownerSession(stack, user.userId), agentId });
+    expect(agent!.grants.filter((g) => g.state === "active").map((g) => g.scopes)).to.deep.equal([["accounts:read", "audit:stream"]]);
     // The narrowing is this access token's only: the refresh token still stands for the whole grant.
     const other = await refresh(client, narrow.body.refresh_token!, { scope: "audit:stream" });
     expect([other.status, other.body.scope]).to.deep.equal([200, "audit:stream"]);
