@@ -48,7 +48,7 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     expect((await stack.clients.grants.getSession({ sessionToken })).session!.stepUpFresh).to.equal(true);
   });
 
-  it("a passkey sign-in ends the session the browser held before", async () => {
+  it("a passkey sign-in ends the session the browser held before and marks the browser", async () => {
     const { user, key } = await withPasskey();
     const old = await f.session(user);
     const s = await stack.clients.grants.startPasskeyAssertion({});
@@ -59,6 +59,7 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     });
     await expectRefused(stack.clients.grants.getSession({ sessionToken: old }), Reason.INVALID_TOKEN);
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
+    expect(done.deviceToken).to.match(/^vgd_/);
   });
 
   it("many concurrent answers to one challenge: exactly one signs in", async () => {

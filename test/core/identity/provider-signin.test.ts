@@ -51,14 +51,17 @@ describe("GrantsService provider sign-in RPCs", () => {
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.stepUpFresh).to.equal(true);
   });
 
-  it("a provider sign-in ends the session the browser held before", async () => {
+  it("a provider sign-in ends the session the browser held before and marks the browser", async () => {
     const user = await createUser(stack);
     const sub = `rpc-${user.userId.slice(0, 8)}`;
     await idp.addAccount({ sub, email: user.email, email_verified: true });
     const signIn = async (replacesSessionToken = "") => {
       const start = await stack.clients.grants.startProviderSignIn({});
       const callbackUrl = await idp.signIn(start.authorizationUrl, sub);
-      return (await stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret, replacesSessionToken })).sessionToken;
+      const done = await stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret, replacesSessionToken });
+      // The browser is marked as known to the person, for code sign-in budgets.
+      expect(done.deviceToken).to.match(/^vgd_/);
+      return done.sessionToken;
     };
     const old = await signIn();
     const next = await signIn(old);
