@@ -101,6 +101,15 @@ export function createHealthService(deps: HealthDeps, watchIntervalMs = 5_000): 
       if (!probe) fail(Reason.NOT_FOUND, "unknown service");
       return { status: (await probe()) ? Status.SERVING : Status.NOT_SERVING };
     },
+    // Every check once, in parallel; overall readiness is all of them (as Check of "" answers).
+    async list() {
+      const names = READINESS_CHECKS.map((name) => `vaultgate.${name}`);
+      const results = await Promise.all(READINESS_CHECKS.map((name) => checks[name]()));
+      const status = (ok: boolean) => ({ status: ok ? Status.SERVING : Status.NOT_SERVING });
+      const statuses = Object.fromEntries(names.map((name, i) => [name, status(results[i]!)]));
+      const overall = status(results.every(Boolean));
+      return { statuses: { ...statuses, "": overall, vaultgate: overall } };
+    },
     // The health protocol: the current status at once, then each change; an unknown service is
     // SERVICE_UNKNOWN without ending the call. The call ends when the caller or core goes away.
     async *watch(req, ctx) {

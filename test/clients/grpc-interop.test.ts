@@ -67,6 +67,13 @@ describe("core gRPC interop", () => {
     }
   });
 
+  it("List answers every readiness check and the overall status", async () => {
+    const res = (await call(health, "List", {})) as { statuses: Record<string, { status: string }> };
+    const names = ["database", "migrations", "signing_key", "audit", "settlement"].map((n) => `vaultgate.${n}`);
+    expect(Object.keys(res.statuses).sort()).to.deep.equal(["", "vaultgate", ...names].sort());
+    for (const [name, s] of Object.entries(res.statuses)) expect(s.status, name).to.equal("SERVING");
+  });
+
   it("Watch sends the current status at once and keeps the call open; an unknown service is SERVICE_UNKNOWN, not an error", async () => {
     type Watcher = grpc.ClientReadableStream<{ status: string }>;
     const watch = health as unknown as { Watch(req: object): Watcher };

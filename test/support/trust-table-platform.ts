@@ -17,6 +17,15 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     kind: "public",
     cases: [ok("without any credential", async () => ({ req: { service: "" }, after: (res) => void expect(res!.status).to.equal("SERVING") }))],
   },
+  "grpc.health.v1.Health/List": {
+    kind: "public",
+    cases: [
+      ok("without any credential", async () => ({
+        req: {},
+        after: (res) => void expect((res as { statuses: object }).statuses).to.have.property("vaultgate.database"),
+      })),
+    ],
+  },
   "grpc.health.v1.Health/Watch": {
     kind: "public",
     cases: [ok("without any credential", async () => ({ req: { service: "" }, after: (res) => void expect(res!.status).to.equal("SERVING") }))],
