@@ -27,6 +27,7 @@ import type { ResourcesStore } from "./resources-store.js";
 import { checkConsentScopes } from "./resources-wire.js";
 import { adminChange, lockUser, type AdminChangeDeps, type LockUserDeps } from "./resources-changes.js";
 import { ensureUserAccount } from "../budgets/user-accounts.js";
+import { CONSENT_EVENT_TYPES, type OutboxStore } from "./webhooks/outbox-store.js";
 
 /** What PartnerResourcesService.AuthorizePartner needs. */
 export interface AuthorizePartnerDeps {
@@ -49,10 +50,15 @@ export interface SetUserStatusDeps extends AdminChangeDeps {
   users: Pick<UsersStore, "lockUser" | "setUserStatus">;
 }
 
-/** What PartnerResourcesService.GrantConsent and RevokeConsent need. */
+/** What PartnerResourcesService.GrantConsent needs. */
 export interface ConsentDeps extends AdminChangeDeps, LockUserDeps {
   partners: Pick<PartnersStore, "findByClientId">;
   resources: Pick<ResourcesStore, "getConsent" | "putConsent">;
+}
+
+/** What PartnerResourcesService.RevokeConsent needs. */
+export interface RevokeConsentDeps extends ConsentDeps {
+  outbox: Pick<OutboxStore, "withdrawUserEvents">;
 }
 
 /** PartnerResourcesService.AuthorizePartner: the partner access checks alone, for a gateway. */
@@ -142,7 +148,7 @@ export async function grantConsent(
 
 /** PartnerResourcesService.RevokeConsent: removes scopes (all when none named) from a user's consent. */
 export async function revokeConsent(
-  deps: ConsentDeps,
+  deps: RevokeConsentDeps,
   req: RevokeConsentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof RevokeConsentResponseSchema>> {
@@ -157,6 +163,9 @@ export async function revokeConsent(
     // The row stays (empty = revoked): the user remains known to the partner (grant_required, not user_not_found).
     const next = current.filter((s) => !removed.includes(s));
     await deps.resources.putConsent(trx, partner.id, req.userId, next, deps.clock());
+    // What the partner may no longer read is no longer sent to it either (the user row lock orders this against emitters).
+    const withdrawn = CONSENT_SCOPES.filter((s) => !next.includes(s)).flatMap((s) => CONSENT_EVENT_TYPES[s] ?? []);
+    await deps.outbox.withdrawUserEvents(trx, partner.id, req.userId, withdrawn);
     return next;
   });
   return { scopes };

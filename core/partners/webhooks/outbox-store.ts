@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
+import type { ConsentScope } from "../../../lib/vocabulary.js";
 import { pruneBatchSql } from "../../db/sql.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../../paging.js";
 
@@ -8,6 +9,12 @@ type Conn = Knex | Knex.Transaction;
 
 /** The four partner webhook event kinds. */
 export type EventType = "kyc.status_changed" | "transfer.settled" | "transfer.failed" | "payout.executed";
+
+/** The user's events each consent scope lets a partner receive (payout.executed is the paying partner's own). */
+export const CONSENT_EVENT_TYPES: Partial<Record<ConsentScope, EventType[]>> = {
+  "kyc:read": ["kyc.status_changed"],
+  "transfers:read": ["transfer.settled", "transfer.failed"],
+};
 
 export interface PartnerEvent {
   seq: number;
@@ -184,6 +191,20 @@ export function createOutboxStore(db: Db) {
             [error, seq, attempt],
           );
       return (res.rows as unknown[]).length > 0;
+    },
+
+    /**
+     * Drops a partner's events of `types` about one user, delivered or not, from the outbox and
+     * the feed: the user withdrew the consent they were sent under. Run under the user's row lock.
+     */
+    async withdrawUserEvents(trx: Knex.Transaction, partnerId: string, userId: string, types: EventType[]): Promise<number> {
+      if (types.length === 0) return 0;
+      const { rows } = await trx.raw(`DELETE FROM partner_events WHERE partner_id = ? AND type = ANY(?::text[]) AND data->>'user_id' = ? RETURNING 1`, [
+        partnerId,
+        types,
+        userId,
+      ]);
+      return (rows as unknown[]).length;
     },
 
     async setWebhook(trx: Knex.Transaction, clientId: string, url: string | null, secretEnc: string | null): Promise<boolean> {
