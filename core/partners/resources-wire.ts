@@ -11,7 +11,7 @@ export function checkConsentScopes(scopes: string[]) {
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown consent scopes: ${unknown.join(", ")}; allowed: ${CONSENT_SCOPES.join(", ")}`);
 }
 
-/** https, or http on loopback only (like webhook and redirect URIs elsewhere). */
+/** https, or http on loopback only (like webhook and redirect URIs elsewhere), without credentials. */
 export function checkHttpsUrl(value: string, name: string): string {
   let url: URL;
   try {
@@ -21,6 +21,8 @@ export function checkHttpsUrl(value: string, name: string): string {
   }
   const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
   if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) fail(Reason.INVALID_REQUEST, `${name} must be https (http only on loopback)`);
+  // Never sent by core, shown wherever the URL is listed, and the classic disguise of another host.
+  if (url.username || url.password) fail(Reason.INVALID_REQUEST, `${name} must not carry credentials (user:password@)`);
   return url.toString();
 }
 

@@ -331,6 +331,8 @@ describe("partner resources over HTTP", () => {
       expect((await call("POST", `/users/${userId}/kyc/link`, { token })).status).to.equal(201);
       expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { provider: "nope" } }), 400, "invalid_request");
       expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: { extra: 1 } }), 400, "invalid_request");
+      const disguised = { redirect_uri: "https://partner.example@evil.example/done" };
+      expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: disguised }), 400, "invalid_request");
       await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "acme-id" });
       expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: {} }), 409, "kyc_provider_conflict");
     });

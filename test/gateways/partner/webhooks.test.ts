@@ -70,6 +70,17 @@ describe("partner webhooks", () => {
     expect(new Webhook(padded).verify(delivery!.body, delivery!.headers as Record<string, string>)).to.include({ type: "kyc.status_changed" });
   });
 
+  it("refuses a webhook URL carrying credentials: they would never be sent, yet partner lists would print them", async () => {
+    const { stack, receiver, partner } = await setup();
+    const withCredentials = receiver.url.replace("http://", "http://hook:s3cret@");
+    for (const url of [withCredentials, receiver.url.replace("http://", "http://hook@")]) {
+      await expectRefused(stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url }), Reason.INVALID_REQUEST, /credentials/);
+      await expectRefused(createPartner(stack, { webhookUrl: url }), Reason.INVALID_REQUEST, /credentials/);
+    }
+    const listed = await stack.admin.partners.listPartners({ limit: 200 });
+    expect(JSON.stringify(listed.partners.map((p) => p.webhookUrl))).to.not.include("s3cret");
+  });
+
   it("retries with exponential backoff on the injected clock", async () => {
     let answer = 500;
     const { stack, receiver, userId, secret } = await setup(() => answer);
