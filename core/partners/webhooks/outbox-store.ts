@@ -235,7 +235,7 @@ function toEvent(r: Record<string, unknown>): PartnerEvent {
   };
 }
 
-/** The pruner's batch: events whose delivery is settled (delivered, or failed for good), written before the cutoff. */
+/** The pruner's batch: events written before the cutoff, whether delivered, failed or still pending. */
 export const PRUNE_PARTNER_EVENTS = {
   table: "partner_events",
   sql: pruneBatchSql("partner_events", "created_at < ?", "created_at"),
