@@ -63,13 +63,14 @@ export async function* tailRecords(
 }
 
 /**
- * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); anything else, or a
- * record_id naming no record visible to `actor`, is invalid_request (invalid_cursor is for cursors).
+ * Resolves an audit feed's `since` (empty, a watermark or a bare record_id); anything else (a
+ * watermark ahead of the feed, a record_id naming no record visible to `actor`) is invalid_request.
  */
 export async function auditSince(store: AuditStore, since: string, actor?: string): Promise<FeedPosition> {
   if (since === "") return FEED_START;
   const watermark = parseWatermark(since);
-  if (watermark) return watermark;
+  // One from the future would silently skip every record until the feed caught up with it.
+  if (watermark && (await store.reached(watermark))) return watermark;
   if (/^\d{1,15}$/.test(since)) {
     const seq = Number(since);
     if (seq === 0) return FEED_START;

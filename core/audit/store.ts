@@ -96,6 +96,12 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
       return { xid: String((rows as { xid: string }[])[0]!.xid), seq: 0 };
     },
 
+    /** Whether a position is one this feed can have given out: its transaction id has been assigned. */
+    async reached(position: FeedPosition): Promise<boolean> {
+      const { rows } = await db.raw(`SELECT ?::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) AS reached`, [position.xid]);
+      return (rows as { reached: boolean }[])[0]!.reached === true;
+    },
+
     /** The feed position of a visible record (of `actor`, when given), by record_id. */
     async positionOf(seq: number, actor?: string): Promise<FeedPosition | undefined> {
       const q = db("audit_records").select(db.raw("xid::text AS xid")).where("seq", seq);

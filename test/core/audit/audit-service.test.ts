@@ -73,6 +73,27 @@ describe("AuditService", () => {
     expect(received).to.deep.equal(["invalid_client", "invalid_client"]);
   });
 
+  it("refuses a watermark ahead of the feed, which would skip every record until the feed caught up", async () => {
+    const p = await createPartner(stack);
+    const actor = `partner:${p.clientId}`;
+    const { watermark } = await stack.admin.audit.listRecords({ actor });
+    const [xid] = watermark.split(".");
+    const ahead = `${BigInt(xid!) + 1_000_000n}.1`;
+    await expectRefused(stack.admin.audit.listRecords({ actor, since: ahead }), Reason.INVALID_REQUEST, /since/);
+    const tail = stack.admin.audit.tailRecords({ actor, since: ahead });
+    await expectRefused(
+      (async () => {
+        for await (const _ of tail) break;
+      })(),
+      Reason.INVALID_REQUEST,
+      /since/,
+    );
+    // The watermark it was given still resumes: the next record arrives.
+    await failedIssuances(p.clientId, 1);
+    await feedsSettled(stack.core.db);
+    expect((await stack.admin.audit.listRecords({ actor, since: watermark })).records.map((r) => r.reason)).to.deep.equal(["invalid_client"]);
+  });
+
   it("is only for the operator", async () => {
     await expectRefused(stack.clients.audit.listRecords({}), Reason.ADMIN_UNAUTHENTICATED);
   });

@@ -338,7 +338,7 @@ describe("change feeds: every committed row reaches a watermark follower exactly
 
       const other = await agentAuditFeed();
       const foreign = await stack.core.db.transaction((trx) => other.write(trx));
-      for (const since of [foreign, "999999999999", "abc", "1.2.3", "99999999999999999999.1"]) {
+      for (const since of [foreign, "999999999999", "abc", "1.2.3", "99999999999999999999.1", "999999999999.1"]) {
         const res = await postRpc(
           `${stack.url}/mcp/read`,
           { jsonrpc: "2.0", id: 1, method: "audit.list", params: { since } },
