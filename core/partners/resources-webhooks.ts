@@ -8,7 +8,8 @@ import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
-import type { OutboxStore } from "./webhooks/outbox-store.js";
+import { CONSENT_EVENT_TYPES, type EventType, type OutboxStore } from "./webhooks/outbox-store.js";
+import { CONSENT_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
 import { generateWebhookSecret, isCanonicalWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
@@ -37,7 +38,7 @@ export async function listEvents(
   const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "events.read" });
   const binding = `e:${principal.partnerId}`;
   const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "events.read", "", async () => position(deps, req.page, binding));
-  const rows = await deps.outbox.list(deps.db, principal.partnerId, after, limit + 1);
+  const rows = await deps.outbox.list(deps.db, principal.partnerId, eventTypesFor(principal.tokenScopes), after, limit + 1);
   const out = pageOut(deps, rows, limit, after, binding);
   await deps.access.audited(ctx, principal, "events.read", "");
   return {
@@ -45,6 +46,12 @@ export async function listEvents(
     nextCursor: out.nextCursor,
     watermark: out.watermark,
   };
+}
+
+/** The event kinds a token may read: a user's events need their consent scope in it, payout receipts treasury:write. */
+function eventTypesFor(tokenScopes: readonly string[]): EventType[] {
+  const types = CONSENT_SCOPES.filter((s) => tokenScopes.includes(s)).flatMap((s) => CONSENT_EVENT_TYPES[s] ?? []);
+  return tokenScopes.includes(TREASURY_SCOPE) ? [...types, "payout.executed"] : types;
 }
 
 /** PartnerResourcesService.SetWebhook: the operator sets (or, with no url, clears) a partner's endpoint and secret. */

@@ -149,7 +149,7 @@ export function partnerOpenApi(serverUrl: string) {
       "/events": {
         get: {
           operationId: "listEvents",
-          summary: "Events for this partner (any valid token)",
+          summary: "Events for this partner (any valid token; each kind only with its scope in the token)",
           parameters: pageParams,
           responses: { "200": json(ref("EventPage"), "one page of events"), ...resourceErrors(...common) },
         },

@@ -89,13 +89,20 @@ export function createOutboxStore(db: Db) {
       return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
     },
 
-    /** The partner's settled events strictly after `after`, in feed order (core/paging.ts). */
-    async list(conn: Conn, partnerId: string, after: FeedPosition, limit: number): Promise<{ row: PartnerEvent; position: FeedPosition }[]> {
+    /** The partner's settled events of `types` strictly after `after`, in feed order (core/paging.ts). */
+    async list(
+      conn: Conn,
+      partnerId: string,
+      types: readonly EventType[],
+      after: FeedPosition,
+      limit: number,
+    ): Promise<{ row: PartnerEvent; position: FeedPosition }[]> {
+      if (types.length === 0) return [];
       return readSettled(async () => {
         const { rows } = await conn.raw(
           `SELECT seq, id, partner_id, type, data, created_at, ${FEED_COLUMNS_SQL} FROM partner_events
-            WHERE partner_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?`,
-          [partnerId, after.xid, after.seq, limit],
+            WHERE partner_id = ? AND type = ANY(?::text[]) AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?`,
+          [partnerId, [...types], after.xid, after.seq, limit],
         );
         return (rows as Record<string, unknown>[]).map((r) => toFeedRead(r, toEvent(r)));
       });

@@ -115,5 +115,22 @@ describe("partner resources over HTTP: paging", () => {
       const theirs = await call("GET", "/events", { token: await mintPartnerToken(stack, bystander) });
       expect((theirs.body as { data: unknown[] }).data).to.deep.equal([]);
     });
+
+    it("events: a token sees only the kinds its scopes cover (verification status with kyc:read, transfers with transfers:read)", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "sandbox" });
+      await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 900n, status: "settled" });
+      const typesWith = async (scope: string) => {
+        const res = await call("GET", "/events", { token: await mintPartnerToken(stack, partner, scope) });
+        expect(res.status, res.text).to.equal(200);
+        return (res.body as { data: { type: string }[] }).data.map((e) => e.type);
+      };
+      expect(await typesWith("kyc:read transfers:read")).to.deep.equal(["kyc.status_changed", "transfer.settled"]);
+      expect(await typesWith("kyc:read")).to.deep.equal(["kyc.status_changed"]);
+      expect(await typesWith("transfers:read wallet:read")).to.deep.equal(["transfer.settled"]);
+      // Hostile: a token minted narrow on purpose reads no amounts or statuses through the feed.
+      expect(await typesWith("wallet:read")).to.deep.equal([]);
+    });
   });
 });

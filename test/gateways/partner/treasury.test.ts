@@ -59,7 +59,7 @@ describe("partner treasury endpoints (HTTP)", () => {
   });
 
   it("pays a batch and replays it byte for byte under the same key", async () => {
-    const { payer, user, token } = await setup();
+    const { partner, payer, user, token } = await setup();
     const b = body(payer, user, 3);
     const key = `k-${randomUUID()}`;
     const first = await post(token, b, key);
@@ -86,6 +86,9 @@ describe("partner treasury endpoints (HTTP)", () => {
     const feed = (events.body as { data: { type: string; data: { batch_id: string; payouts: { payout_id: string }[] } }[] }).data;
     expect(feed.map((e) => [e.type, e.data.batch_id])).to.deep.equal([["payout.executed", parsed.batch_id]]);
     expect(feed[0]!.data.payouts.map((p) => p.payout_id)).to.deep.equal(b.items.map((i) => i.payout_id));
+    // A payout receipt is treasury data: a token minted without treasury:write does not list it.
+    const narrow = await mintPartnerToken(stack, partner, "payouts:receive");
+    expect(((await call("GET", "/events", { token: narrow })).body as { data: unknown[] }).data).to.deep.equal([]);
     const receipt = await call("GET", `/users/${user}/payouts/${b.items[1]!.payout_id}`, { token });
     expect(receipt.status).to.equal(200);
     expect(receipt.body).to.deep.include({
