@@ -1,6 +1,6 @@
 import { PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { CommandContext } from "./types.js";
-import { listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
+import { FailingAnswer, listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
 
 const statusName: Record<PartnerStatus, string> = {
   [PartnerStatus.UNSPECIFIED]: "unspecified",
@@ -46,8 +46,16 @@ export async function partnerCommand(ctx: CommandContext) {
       };
       if (!p.webhookUrl) return out;
       // The webhook signing secret is generated with the URL and shown once, like client_secret.
-      const hook = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
-      return { ...out, webhook_url: hook.url, webhook_secret: hook.secret };
+      const admin = await ctx.admin();
+      try {
+        const hook = await admin.clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
+        return { ...out, webhook_url: hook.url, webhook_secret: hook.secret };
+      } catch (err) {
+        // The partner exists: its client_secret is printed now or never.
+        const why = (await import("../core-client.js")).describeRpcError(err, admin).message;
+        const retry = `vaultgate partner webhook ${p.clientId} --url ${p.webhookUrl}`;
+        return new FailingAnswer(out, `the partner was created, but its webhook signing secret could not be set (${why}); run: ${retry}`);
+      }
     }
     case "list": {
       const { items, nextCursor } = await pages(ctx, async (limit, cursor) => {

@@ -32,9 +32,9 @@ export interface AuditFilter {
 export interface AuditStoreOptions {
   /**
    * Fault-injection seam for tests only: when it returns an error, append throws it
-   * instead of writing (audit_unavailable cannot be caused for real otherwise).
+   * instead of writing (audit_unavailable cannot be caused for real otherwise); the store passes the entry.
    */
-  appendFault?: () => Error | undefined;
+  appendFault?: (entry?: AuditEntry) => Error | undefined;
 }
 
 /** The audit row's columns, in the order AUDIT_INSERT_SQL's SELECT gives them. */
@@ -52,7 +52,7 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
     /** Writes one record; pass the transaction of the change it records. */
     async append(trx: Knex | Knex.Transaction, entry: AuditEntry): Promise<number> {
       try {
-        const fault = options.appendFault?.();
+        const fault = options.appendFault?.(entry);
         if (fault) throw fault;
         const { rows } = await trx.raw(`INSERT INTO audit_records (${AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`, [
           entry.requestId,
