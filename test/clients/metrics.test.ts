@@ -10,6 +10,7 @@ import { startStack, type TestStack } from "../support/stack.js";
 import { createPartner } from "../support/partners.js";
 import { expectInternalError, expectRefused } from "../support/refusals.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 
 /** `name{labels} value` lines of a Prometheus text scrape, keyed by `name{labels}` as written. */
 function parse(text: string): Map<string, number> {
@@ -136,17 +137,37 @@ describe("metrics: GET /metrics on the metrics listener", function () {
     expect(value(after, "vaultgate_audit_write_failures_total") - value(before, "vaultgate_audit_write_failures_total")).to.be.at.least(1);
   });
 
-  it("reports the age of the oldest due, undelivered webhook event", async () => {
-    const { partnerId } = await createPartner(stack);
-    const due = new Date(stack.clock().getTime() - 120_000);
-    await stack.core.db.raw(
+  const insertDueEvent = (partnerId: string, ageMs: number) => {
+    const due = new Date(stack.clock().getTime() - ageMs);
+    return stack.core.db.raw(
       `INSERT INTO partner_events (id, partner_id, type, data, created_at, next_attempt_at) VALUES (gen_random_uuid(), ?, 'kyc.status_changed', '{}'::jsonb, ?, ?)`,
       [partnerId, due, due],
     );
+  };
+
+  it("reports the age of the oldest due, undelivered webhook event", async () => {
+    const { partnerId, clientId } = await createPartner(stack, { webhookUrl: "https://hooks.example/lag" });
+    await stack.admin.partnerResources.setWebhook({ clientId, url: "https://hooks.example/lag" });
+    await insertDueEvent(partnerId, 120_000);
     try {
       expect(value(await scrape(), "vaultgate_webhook_outbox_lag_seconds")).to.be.at.least(120);
     } finally {
       await stack.core.db.raw(`DELETE FROM partner_events WHERE partner_id = ?`, [partnerId]);
+    }
+  });
+
+  it("does not count events nobody is to send: a feed-only partner's, or a suspended partner's", async () => {
+    const feedOnly = await createPartner(stack);
+    const suspended = await createPartner(stack, { webhookUrl: "https://hooks.example/suspended" });
+    await stack.admin.partnerResources.setWebhook({ clientId: suspended.clientId, url: "https://hooks.example/suspended" });
+    await stack.admin.partners.setPartnerStatus({ clientId: suspended.clientId, status: PartnerStatus.SUSPENDED });
+    const tenDays = 10 * 24 * 3600_000;
+    for (const p of [feedOnly, suspended]) await insertDueEvent(p.partnerId, tenDays);
+    try {
+      // Such events wait by design (read through GET /events, or sent after reactivation): no alert is due.
+      expect(value(await scrape(), "vaultgate_webhook_outbox_lag_seconds")).to.be.below(tenDays / 2000);
+    } finally {
+      await stack.core.db.raw(`DELETE FROM partner_events WHERE partner_id = ANY(?::uuid[])`, [[feedOnly.partnerId, suspended.partnerId]]);
     }
   });
 

@@ -78,13 +78,16 @@ export function enqueueCte(name: string, events: { sql: string; bindings: Knex.R
 export function createOutboxStore(db: Db) {
   return {
     /**
-     * Age in seconds of the oldest due, undelivered event (0 when none is due), answered by the
-     * partial index partner_events_due; leased and backing-off events do not count.
+     * Age in seconds of the oldest due, undelivered event the worker would send now (0 when none):
+     * leased and backing-off events, and those of partners not active or without a webhook, do not count.
      */
     async oldestDueAgeSeconds(now: Date): Promise<number> {
-      const { rows } = await db.raw(`SELECT min(next_attempt_at) AS oldest FROM partner_events WHERE delivery_state = 'pending' AND next_attempt_at <= ?`, [
-        now,
-      ]);
+      const { rows } = await db.raw(
+        `SELECT min(e.next_attempt_at) AS oldest FROM partner_events e JOIN partners p ON p.id = e.partner_id
+          WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
+            AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL`,
+        [now],
+      );
       const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
       return oldest ? Math.max(0, (now.getTime() - new Date(oldest).getTime()) / 1000) : 0;
     },
