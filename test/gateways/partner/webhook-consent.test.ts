@@ -67,7 +67,8 @@ describe("partner events after a user withdraws consent", () => {
     const token = await mintPartnerToken(stack, partner);
     const { userId } = await createUserFor(stack, partner);
     await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "sandbox" });
-    await stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId, scopes: { scopes: ["kyc:read"] } });
+    // The id as an operator may type it: any case names the same user.
+    await stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId: userId.toUpperCase(), scopes: { scopes: ["kyc:read"] } });
     await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
     await stack.core.webhooks.runOnce();
     expect(typesFor(userId)).to.deep.equal([]);
