@@ -210,7 +210,7 @@ export function createOutboxStore(db: Db) {
     async withdrawUserEvents(trx: Knex.Transaction, partnerId: string, userId: string, types: EventType[]): Promise<number> {
       if (types.length === 0) return 0;
       const { rows } = await trx.raw(
-        `DELETE FROM partner_events WHERE partner_id = ? AND type = ANY(?::text[]) AND data->>'user_id' = ?::uuid::text RETURNING 1`,
+        `DELETE FROM partner_events WHERE partner_id = ? AND type = ANY(?::text[]) AND lower(data->>'user_id') = ?::uuid::text RETURNING 1`,
         [partnerId, types, userId],
       );
       return (rows as unknown[]).length;

@@ -104,14 +104,16 @@ describe("partner resources over HTTP: paging", () => {
       const { userId } = await createUserFor(stack, partner);
       await createUserFor(stack, bystander);
       const token = await mintPartnerToken(stack, partner);
-      await stack.admin.partnerResources.setKycStatus({ userId, status: "pending", provider: "sandbox" });
-      await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "credit", amountCents: 100n, status: "settled" });
+      // Ids as an operator may type them: events still carry the user's id as the API spells it.
+      await stack.admin.partnerResources.setKycStatus({ userId: userId.toUpperCase(), status: "pending", provider: "sandbox" });
+      await stack.admin.partnerResources.recordLedgerEntry({ userId: userId.toUpperCase(), direction: "credit", amountCents: 100n, status: "settled" });
       await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "debit", amountCents: 50n, status: "failed" });
       await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "debit", amountCents: 1n, status: "pending" });
       const res = await call("GET", "/events", { token });
       const events = (res.body as { data: { type: string; data: Record<string, unknown> }[] }).data;
       expect(events.map((e) => e.type)).to.deep.equal(["kyc.status_changed", "transfer.settled", "transfer.failed"]);
       expect(events[0]!.data).to.include({ user_id: userId, status: "pending" });
+      expect(events[1]!.data).to.include({ user_id: userId });
       const theirs = await call("GET", "/events", { token: await mintPartnerToken(stack, bystander) });
       expect((theirs.body as { data: unknown[] }).data).to.deep.equal([]);
     });
