@@ -48,6 +48,7 @@ export const AUDIT_INSERT_SQL = (selectSql: string) => `INSERT INTO audit_record
 
 /** The append-only audit trail. */
 export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
+  let horizon = 0n;
   return {
     /** Writes one record; pass the transaction of the change it records. */
     async append(trx: Knex | Knex.Transaction, entry: AuditEntry): Promise<number> {
@@ -98,8 +99,13 @@ export function createAuditStore(db: Db, options: AuditStoreOptions = {}) {
 
     /** Whether a position is one this feed can have given out: its transaction id has been assigned. */
     async reached(position: FeedPosition): Promise<boolean> {
-      const { rows } = await db.raw(`SELECT ?::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) AS reached`, [position.xid]);
-      return (rows as { reached: boolean }[])[0]!.reached === true;
+      // Transaction ids only grow: at or below the highest horizon seen, no query is needed.
+      const xid = BigInt(position.xid);
+      if (xid <= horizon) return true;
+      const { rows } = await db.raw(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`);
+      const xmax = BigInt((rows as { xmax: string }[])[0]!.xmax);
+      if (xmax > horizon) horizon = xmax;
+      return xid <= xmax;
     },
 
     /** The feed position of a visible record (of `actor`, when given), by record_id. */
