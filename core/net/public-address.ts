@@ -16,6 +16,7 @@ export function isPublicAddress(address: string): boolean {
   if (mapped || nat64) return isPublicV4(`${groups[6]! >> 8}.${groups[6]! & 255}.${groups[7]! >> 8}.${groups[7]! & 255}`);
   if ((groups[0]! & 0xe000) !== 0x2000) return false; // not global unicast: ::, ::1, fc00::/7, fe80::/10, ff00::/8, ...
   if (groups[0] === 0x2001 && groups[1] === 0x0db8) return false; // documentation
+  if (groups[0] === 0x3fff && groups[1]! < 0x1000) return false; // documentation, 3fff::/20
   if (groups[0] === 0x2002) return false; // 6to4 can wrap any IPv4 address
   if (groups[0] === 0x2001 && groups[1]! < 0x0200) return false; // 2001::/23 protocol assignments (Teredo, ...)
   return true;
@@ -29,6 +30,7 @@ function isPublicV4(address: string): boolean {
   if (a === 172 && b >= 16 && b <= 31) return false;
   if (a === 192 && b === 168) return false;
   if (a === 192 && b === 0 && (c === 0 || c === 2)) return false; // protocol assignments, TEST-NET-1
+  if (a === 192 && b === 88 && c === 99) return false; // 6to4 relay anycast, which can lead anywhere
   if (a === 198 && (b === 18 || b === 19)) return false; // benchmarking
   if (a === 198 && b === 51 && c === 100) return false; // TEST-NET-2
   if (a === 203 && b === 0 && c === 113) return false; // TEST-NET-3

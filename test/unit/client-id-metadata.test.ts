@@ -90,13 +90,27 @@ describe("client ID metadata documents: the resolver", function () {
         "::ffff:7f00:1",
         "64:ff9b::a00:1",
         "2001:db8::1",
+        "3fff::1",
+        "3fff:fff:ffff::1",
+        "192.88.99.1",
         "2002:a00:1::1",
         "2001::1",
         "fe80::1%eth0",
         "not-an-ip",
       ];
       for (const a of blocked) expect(isPublicAddress(a), a).to.equal(false);
-      for (const a of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8", "64:ff9b::808:808"]) {
+      for (const a of [
+        "8.8.8.8",
+        "1.1.1.1",
+        "172.32.0.1",
+        "100.128.0.1",
+        "2606:4700::1111",
+        "2a00:1450::1",
+        "::ffff:8.8.8.8",
+        "64:ff9b::808:808",
+        "3fff:1000::1",
+        "192.88.100.1",
+      ]) {
         expect(isPublicAddress(a), a).to.equal(true);
       }
     });
