@@ -11,8 +11,12 @@ export function checkConsentScopes(scopes: string[]) {
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown consent scopes: ${unknown.join(", ")}; allowed: ${CONSENT_SCOPES.join(", ")}`);
 }
 
+const MAX_URL_LENGTH = 2048;
+
 /** https, or http on loopback only (like webhook and redirect URIs elsewhere), without credentials. */
 export function checkHttpsUrl(value: string, name: string): string {
+  // Stored, listed and sent to on every delivery: a URL longer than browsers keep is no endpoint.
+  if (value.length > MAX_URL_LENGTH) fail(Reason.INVALID_REQUEST, `${name} must be at most ${MAX_URL_LENGTH} characters`);
   let url: URL;
   try {
     url = new URL(value);

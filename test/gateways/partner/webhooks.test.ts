@@ -81,6 +81,14 @@ describe("partner webhooks", () => {
     expect(JSON.stringify(listed.partners.map((p) => p.webhookUrl))).to.not.include("s3cret");
   });
 
+  it("refuses a webhook URL over 2048 characters, and takes one of exactly 2048", async () => {
+    const { stack, receiver, partner } = await setup();
+    const padded = (n: number) => `${receiver.url}/${"a".repeat(n - receiver.url.length - 1)}`;
+    await expectRefused(stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: padded(2049) }), Reason.INVALID_REQUEST, /at most 2048/);
+    await expectRefused(createPartner(stack, { webhookUrl: padded(5000) }), Reason.INVALID_REQUEST, /at most 2048/);
+    await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: padded(2048) });
+  });
+
   it("retries with exponential backoff on the injected clock", async () => {
     let answer = 500;
     const { stack, receiver, userId, secret } = await setup(() => answer);
