@@ -30,6 +30,7 @@ const MAX_LIMIT = 500;
 export async function listRecords(deps: ListRecordsDeps, req: ListRecordsRequest): Promise<MessageInitShape<typeof ListRecordsResponseSchema>> {
   const limit = req.limit === 0 ? 100 : req.limit;
   if (limit > MAX_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_LIMIT}`);
+  if (req.cursor && req.since) fail(Reason.INVALID_REQUEST, "send cursor or since, not both");
   let after = await auditSince(deps.store, req.since);
   if (req.cursor) after = auditCursor(deps.cursors, req.cursor, {});
   const rows = await deps.store.list({ after, limit: limit + 1, actor: req.actor, action: req.action, requestId: req.requestId });

@@ -51,6 +51,7 @@ export async function listGrantAudit(
   if (limit > MAX_AUDIT_LIMIT) fail(Reason.INVALID_REQUEST, `limit must be 1 to ${MAX_AUDIT_LIMIT}`);
   const actor = actorOf(g);
   // Feed positions (core/paging.ts): a watermark, or a record_id of this actor's feed.
+  if (req.cursor && req.since) fail(Reason.INVALID_REQUEST, "send cursor or since, not both");
   let after = await auditSince(audit, req.since, actor);
   // A cursor is bound to the actor it was issued for.
   if (req.cursor) after = auditCursor(cursors, req.cursor, { w: actor });

@@ -47,6 +47,7 @@ describe("AuditService", () => {
       await expectRefused(stack.admin.audit.listRecords({ cursor }), Reason.INVALID_CURSOR);
     }
     await expectRefused(stack.admin.audit.listRecords({ since: "abc" }), Reason.INVALID_REQUEST);
+    await expectRefused(stack.admin.audit.listRecords({ cursor: nextCursor, since: "0" }), Reason.INVALID_REQUEST, /cursor or since, not both/);
   });
 
   it("streams new records to a tail as they land", async () => {

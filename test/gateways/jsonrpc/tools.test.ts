@@ -332,6 +332,13 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       expect(next.json!.result.records[0].record_id).to.not.equal(r.records[1].record_id);
       const bad = await call("/mcp/read", token, "audit.list", { cursor: "forged.cursor" });
       expect([bad.json!.error.code, bad.json!.error.data.reason_id]).to.deep.equal([-32602, "invalid_cursor"]);
+      // A cursor and a since name two places to start: which one wins would be a guess.
+      const both = await call("/mcp/read", token, "audit.list", { cursor: r.next_cursor, since: r.watermark });
+      expect([both.json!.error.code, both.json!.error.data.reason_id, both.json!.error.message]).to.deep.equal([
+        -32602,
+        "invalid_params",
+        "send cursor or since, not both",
+      ]);
     });
 
     it("-32002 when the read scopes are missing", async () => {
