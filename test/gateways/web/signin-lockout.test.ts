@@ -71,10 +71,8 @@ const notices = async (stack: TestStack, email: string) =>
   (await stack.admin.grants.listOutbox({ email })).messages.filter((m) => /someone tried codes for your account/i.test(m.body));
 
 /**
- * Wrong sign-in codes are limited per account, whatever the challenge or client address:
- * ten per 15 minutes, then code sign-in for that account answers 429 with Retry-After,
- * even for the right code, and the account holder is told once by e-mail. A browser the
- * holder signed in with before, and a signed-in session's step-up, have budgets of their own.
+ * Ten wrong codes per account per 15 minutes, whatever the challenge or address; then 429 with
+ * Retry-After even for the right code, and one e-mail to the holder. Known browsers and step-ups have their own.
  */
 describe("web pages: wrong sign-in codes lock the account's code sign-in", () => {
   let stack: TestStack;
