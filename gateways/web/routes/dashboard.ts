@@ -66,7 +66,8 @@ interface Problem {
 export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   const notice = (request: FastifyRequest) => {
     const done = (request.query as Record<string, unknown>).done;
-    return typeof done === "string" && NOTICES[done] ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
+    // Own keys only: "__proto__" or "constructor" would otherwise pick Object's own members.
+    return typeof done === "string" && Object.hasOwn(NOTICES, done) ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
   };
 
   app.get(DASHBOARD_PATH, async (_request, reply) => reply.redirect(AGENTS_PATH, 303));

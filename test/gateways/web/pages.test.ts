@@ -221,6 +221,22 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     expect(text).to.include("&lt;img src=x onerror=alert(1)&gt;&quot;&#39;");
   });
 
+  it("a notice flag names only the page's own notices: Object's members show nothing", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    for (const path of ["/dashboard/agents", "/dashboard/money"]) {
+      for (const done of ["__proto__", "constructor", "toString", "hasOwnProperty"]) {
+        const res = await jar.get(`${path}?done=${done}`);
+        expect(res.status, done).to.equal(200);
+        const text = await res.text();
+        expect(text, `${path} ${done}`).to.not.include('class="card ok"');
+        expect(text, `${path} ${done}`).to.not.match(/\[object Object\]|native code/);
+      }
+    }
+    expect(await (await jar.get("/dashboard/agents?done=killed")).text()).to.include('class="card ok"');
+  });
+
   it("tampered parameters give a clear page, never a stack trace", async () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
