@@ -138,8 +138,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // Unknown addresses: a page under the page prefixes, fastify's own JSON elsewhere (the
   // partner and JSON-RPC surfaces answer their own prefixes in their own envelopes).
   app.setNotFoundHandler((request, reply) => {
-    const allowed = app.allowedMethods(request.url);
-    if (allowed.length > 0) return sendMethodNotAllowed(request, reply.header("allow", allowed.join(", ")), options.urls !== undefined);
+    const allowed = app.allowedMethods(request.url).join(", ");
+    if (allowed) return sendMethodNotAllowed(request, reply, allowed, options.urls !== undefined);
     if (options.urls && isPagePath(request.url)) return sendPageNotFound(request, reply);
     return reply.code(404).send({ message: `Route ${request.method}:${request.url} not found`, error: "Not Found", statusCode: 404 });
   });
@@ -177,14 +177,15 @@ function tooDeepError(): Error {
 
 const isPartnerPath = (url: string) => url === "/api/partner" || url.startsWith("/api/partner/") || url.startsWith("/api/partner?");
 
-/** A known path asked with a method it does not answer; `Allow` is set. Each surface keeps its envelope. */
-function sendMethodNotAllowed(request: FastifyRequest, reply: FastifyReply, pages: boolean): FastifyReply {
+/** A known path asked with a method it does not answer, with `Allow`; each surface keeps its envelope. */
+function sendMethodNotAllowed(request: FastifyRequest, reply: FastifyReply, allowed: string, pages: boolean): FastifyReply {
   const path = request.url.split("?", 1)[0]!;
+  reply.header("allow", allowed);
   if (pages && isPagePath(path)) return sendPageMethodNotAllowed(request, reply);
   reply.code(405).header("cache-control", "no-store");
   // Streamable HTTP: the MCP endpoints open no server-to-client stream.
   if (MCP_PATHS.has(path)) return reply.send();
-  const message = `${path} answers ${reply.getHeader("allow")} only`;
+  const message = `${path} answers ${allowed} only`;
   if (path.startsWith("/oauth2/")) return reply.send({ error: "invalid_request", error_description: message });
   return reply.send({ error: STATUS_CODES[405], message, statusCode: 405 });
 }
