@@ -10,7 +10,7 @@ import type { RateLimitStore } from "../rate-limits/store.js";
 import type { HostResolver } from "../net/resolver.js";
 import { endSession, getSession, type SessionVerifier } from "../identity/sessions.js";
 import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signin.js";
-import { createKnownBrowsers } from "../identity/devices.js";
+import { createKnownBrowsers } from "../identity/known-browsers.js";
 import type { Mailer } from "../identity/mail/mailer.js";
 import type { OidcSignin } from "../identity/oidc.js";
 import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";

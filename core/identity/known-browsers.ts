@@ -6,7 +6,7 @@ import { deriveKey } from "../keys/outside-keys.js";
 /**
  * Known browsers: ones a person signed in with before. Their token (a cookie) is no credential; it
  * only gives that browser a code sign-in budget of its own, so outsiders who spend an account's
- * budget cannot lock its owner out. Stateless: `vgd_<payload>.<HMAC under the outside key>`.
+ * budget cannot lock its owner out. Stateless: `vgb_<payload>.<HMAC under the outside key>`.
  */
 export function createKnownBrowsers(signinCodeKey: Buffer, clock: () => Date) {
   const key = deriveKey(signinCodeKey, "sign-in known browser");
@@ -14,11 +14,11 @@ export function createKnownBrowsers(signinCodeKey: Buffer, clock: () => Date) {
     /** A new token naming `userId` and a fresh browser id. */
     issue(userId: string): string {
       const payload = Buffer.from(`${userId}.${randomBytes(16).toString("base64url")}.${Math.floor(clock().getTime() / 1000)}`).toString("base64url");
-      return `vgd_${payload}.${hmacSha256(key, payload, "base64url")}`;
+      return `vgb_${payload}.${hmacSha256(key, payload, "base64url")}`;
     },
     /** The browser id when `token` is ours, unexpired and issued for `userId`; else undefined (never an error). */
     browserOf(token: string, userId: string | null): string | undefined {
-      if (!userId || !token.startsWith("vgd_") || token.length > 512) return undefined;
+      if (!userId || !token.startsWith("vgb_") || token.length > 512) return undefined;
       const [payload, mac, ...rest] = token.slice(4).split(".");
       if (!payload || !mac || rest.length > 0 || !constantTimeEqual(mac, hmacSha256(key, payload, "base64url"))) return undefined;
       const [owner, browser, issued] = Buffer.from(payload, "base64url").toString("utf8").split(".");

@@ -11,13 +11,13 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
-import type { KnownBrowsers } from "./devices.js";
+import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
 
 export interface PasskeyRpcDeps {
   passkeys: Passkeys;
   sessions: SessionVerifier;
-  /** Completing a sign-in marks the browser as known (core/identity/devices.ts). */
+  /** Completing a sign-in marks the browser as known (core/identity/known-browsers.ts). */
   browsers: KnownBrowsers;
 }
 
@@ -97,6 +97,6 @@ export async function finishPasskeyAssertion(deps: PasskeyRpcDeps, req: FinishPa
     },
     callFacts(ctx),
   );
-  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn), deviceToken: deps.browsers.issue(done.userId) };
+  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn), browserToken: deps.browsers.issue(done.userId) };
   return { sessionToken: "", expiresIn: 0n };
 }

@@ -4,7 +4,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import type { OidcSignin } from "./oidc.js";
-import type { KnownBrowsers } from "./devices.js";
+import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
 
 export interface ProviderSignInDeps {
@@ -12,7 +12,7 @@ export interface ProviderSignInDeps {
   oidc: OidcSignin | undefined;
   sessions: SessionVerifier;
   clock: () => Date;
-  /** Completing a sign-in marks the browser as known (core/identity/devices.ts). */
+  /** Completing a sign-in marks the browser as known (core/identity/known-browsers.ts). */
   browsers: KnownBrowsers;
 }
 
@@ -46,6 +46,6 @@ export async function completeProviderSignIn(deps: ProviderSignInDeps, req: Comp
     },
     callFacts(ctx),
   );
-  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn), deviceToken: deps.browsers.issue(done.userId) };
+  if (done.purpose === "sign_in") return { sessionToken: done.sessionToken, expiresIn: BigInt(done.expiresIn), browserToken: deps.browsers.issue(done.userId) };
   return { sessionToken: "", expiresIn: 0n };
 }

@@ -14,7 +14,7 @@ import { UUID } from "../../lib/uuid.js";
 import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
-import type { KnownBrowsers } from "./devices.js";
+import type { KnownBrowsers } from "./known-browsers.js";
 import { normaliseEmail, type UsersStore } from "./users-store.js";
 
 /** How long a web session lasts, however the person signed in. */
@@ -107,7 +107,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     userId = user && user.status === "active" ? user.id : null;
   }
   const purpose = sessionId ? "step_up" : "sign_in";
-  const budget = codeBudget(deps, sessionId, userId, email, req.deviceToken);
+  const budget = codeBudget(deps, sessionId, userId, email, req.browserToken);
   const gapKey = `otp-send-gap:${purpose}:${budget}`;
   const sendKey = `otp-send:${budget}`;
   const gap = await deps.rateLimits.hit(gapKey, 1, OTP_SEND_GAP_SECONDS, now);
@@ -172,7 +172,7 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
   // concurrent guesses can never check more than the limit; a guess that turns out not
   // to be wrong gives its slot back.
   const account = found.account;
-  const budget = codeBudget(deps, stepUpSession?.sessionId ?? null, found.userId, account, req.deviceToken);
+  const budget = codeBudget(deps, stepUpSession?.sessionId ?? null, found.userId, account, req.browserToken);
   const slotKey = `otp-wrong:${budget}`;
   const slot = await deps.rateLimits.hit(slotKey, OTP_WRONG_PER_BUDGET, OTP_WRONG_WINDOW_SECONDS, now);
   if (!slot.allowed) {
@@ -221,8 +221,8 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
     }
     fail(Reason.INVALID_GRANT, "the code is invalid or expired");
   }
-  if (!outcome.token) return { sessionToken: "", expiresIn: 0n, deviceToken: "" };
-  return { sessionToken: outcome.token, expiresIn: BigInt(SESSION_TTL_MS / 1000), deviceToken: deps.browsers.issue(outcome.userId) };
+  if (!outcome.token) return { sessionToken: "", expiresIn: 0n, browserToken: "" };
+  return { sessionToken: outcome.token, expiresIn: BigInt(SESSION_TTL_MS / 1000), browserToken: deps.browsers.issue(outcome.userId) };
 }
 
 /** "25 seconds" below two minutes, else whole minutes. */

@@ -100,7 +100,7 @@ export interface WebContext {
   /** The known-browser cookie as presented ("" when none), for the code sign-in RPCs. */
   browserToken(request: FastifyRequest): string;
   /** Sets the cookies of a sign-in: its session and the known-browser mark. Core ended the session it replaces. */
-  setSession(reply: FastifyReply, signedIn: { sessionToken: string; expiresIn: bigint; deviceToken: string }): void;
+  setSession(reply: FastifyReply, signedIn: { sessionToken: string; expiresIn: bigint; browserToken: string }): void;
   clearSession(reply: FastifyReply): void;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
   signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
@@ -192,7 +192,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
     },
     setSession(reply, signedIn) {
       addCookie(reply, cookie(sessionCookie, signedIn.sessionToken, Number(signedIn.expiresIn)));
-      if (signedIn.deviceToken) addCookie(reply, cookie(browserCookie, signedIn.deviceToken, KNOWN_BROWSER_SECONDS));
+      if (signedIn.browserToken) addCookie(reply, cookie(browserCookie, signedIn.browserToken, KNOWN_BROWSER_SECONDS));
     },
     clearSession(reply) {
       addCookie(reply, cookie(sessionCookie, "", 0));

@@ -79,7 +79,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
     try {
-      const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "", deviceToken: ctx.browserToken(request) }, ctx.rpc(request));
+      const res = await ctx.grants.startSignIn({ email: form.params.get("email") ?? "", browserToken: ctx.browserToken(request) }, ctx.rpc(request));
       return reply.redirect(`${SIGNIN_CODE_PATH}?challenge=${res.challengeId}&return_to=${encodeURIComponent(returnTo)}`, 303);
     } catch (err) {
       if (noteRefusal(request, err) === Reason.INVALID_REQUEST) return emailForm(reply, request, returnTo, 400, "Enter a valid e-mail address.");
@@ -111,7 +111,7 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
           challengeId: challenge,
           code: form.params.get("code") ?? "",
           replacesSessionToken: ctx.sessionToken(request) ?? "",
-          deviceToken: ctx.browserToken(request),
+          browserToken: ctx.browserToken(request),
         },
         ctx.rpc(request),
       );

@@ -59,7 +59,7 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     });
     await expectRefused(stack.clients.grants.getSession({ sessionToken: old }), Reason.INVALID_TOKEN);
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
-    expect(done.deviceToken).to.match(/^vgd_/);
+    expect(done.browserToken).to.match(/^vgb_/);
   });
 
   it("many concurrent answers to one challenge: exactly one signs in", async () => {

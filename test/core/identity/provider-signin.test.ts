@@ -60,7 +60,7 @@ describe("GrantsService provider sign-in RPCs", () => {
       const callbackUrl = await idp.signIn(start.authorizationUrl, sub);
       const done = await stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret, replacesSessionToken });
       // The browser is marked as known to the person, for code sign-in budgets.
-      expect(done.deviceToken).to.match(/^vgd_/);
+      expect(done.browserToken).to.match(/^vgb_/);
       return done.sessionToken;
     };
     const old = await signIn();

@@ -61,7 +61,7 @@ describe("web cookies follow the public URL's scheme", function () {
     const session = setCookies(done);
     expect(session.map((c) => c.name)).to.deep.equal(["__Host-vg_session", "__Host-vg_browser"]);
     expect(session[0]!.value).to.match(/^vgs_/);
-    expect(session[1]!.value).to.match(/^vgd_/);
+    expect(session[1]!.value).to.match(/^vgb_/);
     for (const c of session) expect([...c.attrs.keys()].sort()).to.deep.equal(["httponly", "max-age", "path", "samesite", "secure"]);
     expect(session[1]!.attrs.get("max-age")).to.equal(String(180 * 86_400));
     expect(session[0]!.attrs.get("path")).to.equal("/");

@@ -154,7 +154,7 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
     const victim = await createUser(stack);
     const holder = createJar(stack.url);
     await signIn(stack, holder, victim.email);
-    expect(holder.cookies.get("vg_browser")).to.match(/^vgd_/);
+    expect(holder.cookies.get("vg_browser")).to.match(/^vgb_/);
     holder.cookies.delete("vg_session");
     stack.clock.advance(31_000);
     await lockOut(victim.email);
