@@ -18,6 +18,7 @@ import { appendAudit, type AuditDeps } from "./audit.js";
 import { callFacts } from "../context.js";
 import type { ClientDirectory } from "./client-auth.js";
 import { clientInit } from "./clients.js";
+import { isRegisteredRedirectUri } from "./client-metadata.js";
 import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, firstRefresh, signToken, type GrantAudience } from "./issue.js";
 import type { ClientRecord, ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
@@ -83,8 +84,8 @@ async function afterRedirectVerified<T>(checks: () => Promise<T>): Promise<T> {
 async function authorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest, caller: string) {
   const client = req.clientId ? await deps.directory.find(req.clientId, caller) : undefined;
   if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
-  // Exact match only (RFC 9700 2.1): the redirect URI is trusted from here on.
-  if (!client.redirectUris.includes(req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
+  // Exact match but for a loopback port (RFC 9700 2.1): the redirect URI is trusted from here on.
+  if (!isRegisteredRedirectUri(client.redirectUris, req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
   return afterRedirectVerified(() => verifiedAuthorization(deps, client, req));
 }
 

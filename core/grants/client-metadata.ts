@@ -87,3 +87,23 @@ function checkRedirectUri(uri: string, reason = Reason.INVALID_REDIRECT_URI): vo
   if (url.protocol === "http:" && LOOPBACK.has(url.hostname)) return;
   fail(reason, "redirect URIs must be https (http only on loopback)");
 }
+
+/**
+ * Whether a presented redirect URI is one of the client's: exact match, except that an http
+ * loopback URI may name any port (RFC 8252 7.3, RFC 9700 2.1), as native apps listen on one the OS picks.
+ */
+export function isRegisteredRedirectUri(registered: readonly string[], presented: string): boolean {
+  if (registered.includes(presented)) return true;
+  const asked = loopbackWithoutPort(presented);
+  return asked !== undefined && registered.some((uri) => loopbackWithoutPort(uri) === asked);
+}
+
+/** An http loopback URI in the parser's own spelling with its port removed; undefined for any other. */
+function loopbackWithoutPort(uri: string): string | undefined {
+  if (!URL.canParse(uri)) return undefined;
+  const url = new URL(uri);
+  // Only a URI the parser prints back unchanged: no second spelling of a registered one matches.
+  if (url.href !== uri || url.protocol !== "http:" || !LOOPBACK.has(url.hostname)) return undefined;
+  url.port = "";
+  return url.href;
+}

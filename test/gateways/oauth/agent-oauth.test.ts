@@ -127,6 +127,55 @@ describe("agent OAuth over HTTP", () => {
       }
     });
 
+    it("takes any port on a registered http loopback URI, as a native app's listener gets one from the OS", async () => {
+      const user = await createUser(stack);
+      const client = (await registerClient(stack, { redirect_uris: ["http://127.0.0.1/callback", "https://app.example/cb"] })).body;
+      const { verifier, challenge } = pkce();
+      const ephemeral = "http://127.0.0.1:49321/callback";
+      const q = {
+        response_type: "code",
+        client_id: client.client_id,
+        code_challenge: challenge,
+        code_challenge_method: "S256",
+        scope: "accounts:read",
+        state: "s",
+      };
+      const back = await authorize(stack, createJar(stack.url), user.email, { ...q, redirect_uri: ephemeral });
+      expect(back.origin + back.pathname).to.equal(ephemeral);
+      const exchange = {
+        grant_type: "authorization_code",
+        code: back.searchParams.get("code")!,
+        code_verifier: verifier,
+        client_id: client.client_id,
+        client_secret: client.client_secret,
+      };
+      // The exchange names the URI the code went to, port included.
+      const elsewhere = await postForm(`${stack.url}/oauth2/token`, { ...exchange, redirect_uri: "http://127.0.0.1/callback" });
+      expect([elsewhere.status, elsewhere.body.error]).to.deep.equal([400, "invalid_grant"]);
+      const token = await postForm(`${stack.url}/oauth2/token`, { ...exchange, redirect_uri: ephemeral });
+      expect(token.status).to.equal(200);
+    });
+
+    it("hostile: only the port of an http loopback URI may differ, and only in the URI's own spelling", async () => {
+      const client = (await registerClient(stack, { redirect_uris: ["http://127.0.0.1:9/callback", "https://app.example/cb"] })).body;
+      const q = { response_type: "code", client_id: client.client_id, code_challenge: pkce().challenge, code_challenge_method: "S256", scope: "accounts:read" };
+      for (const redirect_uri of [
+        "http://localhost:5/callback",
+        "http://127.0.0.1:5/callback/",
+        "http://127.0.0.1:5/callback?next=x",
+        "http://127.0.0.1:5/Callback",
+        "http://127.0.0.1:05/callback",
+        "HTTP://127.0.0.1:5/callback",
+        "https://127.0.0.1:5/callback",
+        "http://127.0.0.2:5/callback",
+        "https://app.example:8443/cb",
+      ]) {
+        const res = await fetch(`${stack.url}/oauth2/authorize?${new URLSearchParams({ ...q, redirect_uri })}`, { redirect: "manual" });
+        expect(res.status, redirect_uri).to.equal(400);
+        expect(res.headers.get("location"), redirect_uri).to.equal(null);
+      }
+    });
+
     it("redirects protocol errors to the registered URI with state and iss", async () => {
       const client = (await registerClient(stack, { scope: "accounts:read" })).body;
       const { challenge } = pkce();
