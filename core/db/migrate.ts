@@ -37,6 +37,7 @@ import * as m0036 from "./migrations/0036-audit-address-in-batches.js";
 import * as m0037 from "./migrations/0037-codes-by-user.js";
 import * as m0038 from "./migrations/0038-events-age-out.js";
 import * as m0039 from "./migrations/0039-refresh-scopes.js";
+import * as m0043 from "./migrations/0043-public-clients.js";
 
 interface Migration {
   name: string;
@@ -83,6 +84,7 @@ const migrations: Migration[] = [
   { name: "0037-codes-by-user", ...m0037 },
   { name: "0038-events-age-out", ...m0038 },
   { name: "0039-refresh-scopes", ...m0039 },
+  { name: "0043-public-clients", ...m0043 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

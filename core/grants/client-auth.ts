@@ -71,10 +71,14 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
       if (secret) fail(Reason.INVALID_CLIENT, "a client_id metadata document client is a public client and sends no client_secret");
       return documents.resolve(clientId, ctx.values.get(kClientAddress));
     }
-    // A registered client always authenticates with its secret (an empty one never verifies).
-    if (clientId.length === 0 || clientId.length > 128 || secret.length === 0 || secret.length > 256)
-      fail(Reason.INVALID_CLIENT, "client authentication failed");
+    if (clientId.length === 0 || clientId.length > 128 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
     const client = await find(clientId);
+    if (client?.tokenEndpointAuthMethod === "none") {
+      if (secret) fail(Reason.INVALID_CLIENT, "a public client (token_endpoint_auth_method none) sends no client_secret");
+      return client;
+    }
+    // Any other registered client authenticates with its secret (an empty one never verifies).
+    if (secret.length === 0) fail(Reason.INVALID_CLIENT, "client authentication failed");
     const stored = client?.secretHash ?? undefined;
     const remembered = stored !== undefined ? secretCheck.remembered(clientId, secret) : undefined;
     if (client && remembered !== undefined && constantTimeEqual(remembered, stored!)) return client;

@@ -8,7 +8,7 @@ import { codePointLength } from "../../lib/text.js";
 import { hasControlCharacters } from "../../lib/text.js";
 
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
-const AUTH_METHODS = ["client_secret_post", "client_secret_basic"];
+const AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"];
 const LOOPBACK = new Set(["127.0.0.1", "[::1]", "localhost"]);
 /** RFC 3986 2: the characters of a URI; the URL parser drops or rewrites others (tab, space, backslash). */
 const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]+$/;

@@ -21,7 +21,7 @@ export interface RegisterClientDeps extends AuditDeps {
   registrationLimitPerMinute: number;
 }
 
-/** GrantsService.RegisterClient: dynamic client registration; the secret is shown once, stored as a scrypt hash. */
+/** GrantsService.RegisterClient: dynamic client registration; a secret is shown once, stored as a scrypt hash. */
 export async function registerClient(deps: RegisterClientDeps, req: RegisterClientRequest, ctx: HandlerContext) {
   // Before the metadata and the scrypt: a flood costs one upsert per request.
   // Per client address a gateway vouched for (kClientAddress); every direct caller
@@ -29,8 +29,9 @@ export async function registerClient(deps: RegisterClientDeps, req: RegisterClie
   const limit = await deps.rateLimits.hit(`oauth-register:${ctx.values.get(kClientAddress)}`, deps.registrationLimitPerMinute, 60, deps.clock());
   if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client registrations from this address", { retryAfterSeconds: 60 });
   const meta = checkClientMetadata(req);
-  const clientSecret = `ags_${randomBytes(32).toString("base64url")}`;
-  const secretHash = await deps.secrets.hash(clientSecret);
+  // A public client (method none) gets no secret: PKCE binds its codes, rotation its refresh tokens.
+  const clientSecret = meta.tokenEndpointAuthMethod === "none" ? "" : `ags_${randomBytes(32).toString("base64url")}`;
+  const secretHash = clientSecret ? await deps.secrets.hash(clientSecret) : null;
   const record: ClientRecord = { ...meta, clientId: `agc_${randomBytes(12).toString("hex")}`, secretHash, createdAt: deps.clock() };
   await deps.db.transaction(async (trx) => {
     const { inserted } = await deps.clients.insertClient(trx, record);

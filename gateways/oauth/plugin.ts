@@ -69,7 +69,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
   }
 
   const scopes = Object.keys(AGENT_SCOPE_WORDS);
-  // "none": public clients named by a client ID metadata document (PKCE, no secret).
+  // "none": public clients, registered so or named by a client ID metadata document (PKCE, no secret).
   const authMethods = ["client_secret_basic", "client_secret_post", "none"];
   const asMetadata = {
     issuer: urls.issuer,
@@ -128,9 +128,9 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       .header("pragma", "no-cache")
       .send({
         client_id: c.clientId,
-        client_secret: res.clientSecret,
+        // RFC 7591 3.2.1: a public client is issued no secret, so neither member is sent.
+        ...(res.clientSecret ? { client_secret: res.clientSecret, client_secret_expires_at: 0 } : {}),
         client_id_issued_at: Number(c.clientIdIssuedAt),
-        client_secret_expires_at: 0,
         client_name: c.clientName,
         redirect_uris: c.redirectUris,
         grant_types: c.grantTypes,
@@ -197,8 +197,8 @@ function required(params: Map<string, string>, name: string): string {
 
 /**
  * RFC 6749 2.3.1: client_secret_basic (form-encoded parts) or client_secret_post; never both.
- * A public client (2.1; a client_id metadata document URL) sends client_id alone: core
- * decides, and a registered client without its secret is invalid_client there.
+ * A public client (2.1: registered with method none, or a metadata document URL) sends
+ * client_id alone: core decides, and any other client without its secret is invalid_client.
  */
 function authenticateClient(request: FastifyRequest, params: Map<string, string>): { clientId: string; clientSecret: string } {
   const header = request.headers.authorization;

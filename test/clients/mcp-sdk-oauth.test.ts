@@ -56,4 +56,34 @@ describe("MCP SDK client OAuth against {mcp_url} and {auth_url}", () => {
     expect((await again.callTool({ name: "accounts.balance", arguments: {} })).structuredContent).to.have.property("balance_cents", 4_200);
     await again.close();
   });
+
+  it("registers as a public client (no secret) and authorizes, calls tools and refreshes with its client_id alone", async () => {
+    const user = await createUser(stack);
+    const provider = createSdkOAuthProvider({ authMethod: "none", redirectUrl: "http://127.0.0.1:51873/callback" });
+    const endpoint = new URL(`${stack.url}/mcp/read`);
+    const { transport, authorizationUrl: url } = await beginSdkAuthorization(endpoint, provider);
+    expect(provider.client).to.include({ token_endpoint_auth_method: "none" });
+    expect(provider.client).to.not.have.property("client_secret");
+
+    const query: Record<string, string | string[]> = {};
+    for (const [k, v] of url.searchParams) query[k] = k in query ? [...[query[k]!].flat(), v] : v;
+    const back = await authorize(stack, createJar(stack.url), user.email, query);
+    await transport.finishAuth(back.searchParams.get("code")!);
+    const first = provider.saved!;
+    expect(first.refresh_token).to.be.a("string");
+
+    const sent: URLSearchParams[] = [];
+    const fetchFn: typeof fetch = async (input, init) => {
+      if (String(input).endsWith("/oauth2/token")) sent.push(new URLSearchParams(String(init?.body)));
+      return fetch(input, init);
+    };
+    expect(await auth(provider, { serverUrl: endpoint, fetchFn })).to.equal("AUTHORIZED");
+    expect(sent.map((b) => [b.get("grant_type"), b.get("client_id"), b.has("client_secret")])).to.deep.equal([
+      ["refresh_token", provider.client!.client_id, false],
+    ]);
+    expect(provider.saved!.refresh_token).to.not.equal(first.refresh_token);
+    const client = await connectSdkClient(endpoint, provider);
+    expect((await client.callTool({ name: "accounts.balance", arguments: {} })).structuredContent).to.include({ vault_id: user.vaultId });
+    await client.close();
+  });
 });

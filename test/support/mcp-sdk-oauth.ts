@@ -15,7 +15,9 @@ export type SdkOAuthProvider = OAuthClientProvider & {
  * An in-memory OAuthClientProvider: what an MCP host keeps per server. `redirectUrl` is the
  * host's loopback callback (never visited when the pages are driven over HTTP).
  */
-export function createSdkOAuthProvider(options: { redirectUrl?: string; clientName?: string; grantTypes?: string[] } = {}): SdkOAuthProvider {
+export function createSdkOAuthProvider(
+  options: { redirectUrl?: string; clientName?: string; grantTypes?: string[]; authMethod?: string } = {},
+): SdkOAuthProvider {
   let verifier = "";
   const redirect = options.redirectUrl ?? "http://127.0.0.1:9/callback";
   const state = randomBytes(8).toString("hex");
@@ -33,7 +35,7 @@ export function createSdkOAuthProvider(options: { redirectUrl?: string; clientNa
         redirect_uris: [redirect],
         grant_types: options.grantTypes ?? ["authorization_code", "refresh_token"],
         response_types: ["code"],
-        token_endpoint_auth_method: "client_secret_post",
+        token_endpoint_auth_method: options.authMethod ?? "client_secret_post",
         scope: "accounts:read audit:stream",
       };
     },

@@ -5,7 +5,7 @@ type Conn = Knex | Knex.Transaction;
 
 export interface ClientRecord {
   clientId: string;
-  /** Null for a client described by a metadata document (a public client without a secret). */
+  /** Null for a public client (token_endpoint_auth_method none), such as one described by a metadata document. */
   secretHash: string | null;
   clientName: string;
   redirectUris: string[];

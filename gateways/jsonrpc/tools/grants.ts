@@ -39,7 +39,7 @@ export const grantTools: readonly Tool[] = [
     auth: "none",
     title: "Refresh Grant",
     description:
-      "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded. A client whose client_id is the URL of its metadata document is public and sends no client_secret. Optional scope narrows the new access token within what the grant was given; optional resource names the grant's vault URN or the MCP server.",
+      "Exchanges a refresh token (client authenticated) for a new grant; the old jti is superseded. A public client (registered with token_endpoint_auth_method none, or named by its metadata document URL) sends no client_secret. Optional scope narrows the new access token within what the grant was given; optional resource names the grant's vault URN or the MCP server.",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object(

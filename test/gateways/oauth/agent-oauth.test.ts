@@ -93,7 +93,6 @@ describe("agent OAuth over HTTP", () => {
         [{ redirect_uris: ["https://evil.example\\@ok.example/cb"] }, "invalid_redirect_uri"],
         [{ grant_types: ["client_credentials"] }, "invalid_client_metadata"],
         [{ response_types: ["token"] }, "invalid_client_metadata"],
-        [{ token_endpoint_auth_method: "none" }, "invalid_client_metadata"],
         [{ scope: "accounts:read treasury:write" }, "invalid_client_metadata"],
         [{ client_name: "Agent\u0007" }, "invalid_client_metadata"],
         [{ client_name: "Agent\u009b31m" }, "invalid_client_metadata"],
