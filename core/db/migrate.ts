@@ -38,6 +38,7 @@ import * as m0037 from "./migrations/0037-codes-by-user.js";
 import * as m0038 from "./migrations/0038-events-age-out.js";
 import * as m0039 from "./migrations/0039-refresh-scopes.js";
 import * as m0043 from "./migrations/0043-public-clients.js";
+import * as m0044 from "./migrations/0044-canonical-emails.js";
 
 interface Migration {
   name: string;
@@ -85,6 +86,7 @@ const migrations: Migration[] = [
   { name: "0038-events-age-out", ...m0038 },
   { name: "0039-refresh-scopes", ...m0039 },
   { name: "0043-public-clients", ...m0043 },
+  { name: "0044-canonical-emails", ...m0044 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

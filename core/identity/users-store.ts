@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { canonicalEmail } from "../../lib/email.js";
 
 export interface UserRecord {
   id: string;
@@ -22,17 +23,8 @@ function toListing(row: { id: string; email: string; status: UserRecord["status"
   return { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at), vaultId: row.vault_id ?? null };
 }
 
-// No control characters (it is printed on terminals) and none of the address-list syntax a mailer
-// parses (`,;:<>()[]"\`): `a,b@evil.test` would mail that account's codes to b@evil.test.
-const PART = String.raw`[^\s@\p{Cc},;:<>()[\]"\\]+`;
-const ADDRESS = new RegExp(`^${PART}@${PART}\\.${PART}$`, "u");
-
-/** Normalises an e-mail for identity: trimmed and lower-cased; undefined when not one plain address. */
-export function normaliseEmail(value: string): string | undefined {
-  const email = value.trim().toLowerCase();
-  if (email.length > 254 || !ADDRESS.test(email)) return undefined;
-  return email;
-}
+/** Normalises an e-mail for identity (lib/email.ts); undefined when not one plain address. */
+export const normaliseEmail = canonicalEmail;
 
 /** SQL for users and their identity-provider links. */
 export function createUsersStore() {

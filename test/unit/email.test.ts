@@ -1,0 +1,37 @@
+import { expect } from "chai";
+import { canonicalEmail } from "../../lib/email.js";
+
+describe("canonicalEmail: one spelling per address", () => {
+  it("puts every spelling of one address in one form: case, NFC and NFD, IDNA domains", () => {
+    const nfc = "\u00e9mile@b\u00fccher.example";
+    for (const spelling of [
+      nfc,
+      "e\u0301mile@bu\u0308cher.example",
+      "\u00c9MILE@B\u00dcCHER.EXAMPLE",
+      "\u00e9mile@xn--bcher-kva.example",
+      "  \u00e9mile@XN--BCHER-KVA.example ",
+      "\u00e9mile@b\u00fccher\uff0eexample",
+    ]) {
+      expect(canonicalEmail(spelling), JSON.stringify(spelling)).to.equal(nfc);
+    }
+    expect(canonicalEmail("Ada@Example.COM")).to.equal("ada@example.com");
+    expect(canonicalEmail("ada@\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com")).to.equal("ada@example.com");
+  });
+
+  it("hostile: address lists, bad IDNA labels and non-addresses are refused", () => {
+    for (const bad of [
+      "victim@example.com,attacker@evil.test",
+      "a@b@example.com",
+      "ada@xn--zz.example",
+      "ada@ex%61mple.com",
+      "ada@example",
+      "@example.com",
+      "ada example@example.com",
+      "ada@exa\u0000mple.com",
+      `${"a".repeat(250)}@example.com`,
+      `ada@${"b".repeat(2000)}.com`,
+    ]) {
+      expect(canonicalEmail(bad), JSON.stringify(bad)).to.equal(undefined);
+    }
+  });
+});
