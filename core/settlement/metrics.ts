@@ -47,6 +47,13 @@ export const settlementUnderfunded = new Counter({
   registers: [coreRegistry],
 });
 
+export const settlementNoGas = new Counter({
+  name: "vaultgate_settlement_no_gas_total",
+  help: "Times a payment stayed pending, or a send was refused, because the hot wallet had too little ETH for gas",
+  labelNames: ["chain"] as const,
+  registers: [coreRegistry],
+});
+
 const stores = new Set<SettlementStore>();
 
 /** Adds a core's settlement queue to the scrape; the returned function removes it. */

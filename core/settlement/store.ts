@@ -112,6 +112,7 @@ export interface TransitionFields {
 export type SubmitResult =
   | { kind: "lost" }
   | { kind: "underfunded"; availableUnits: bigint }
+  | { kind: "no_gas"; neededWei: bigint }
   | { kind: "submitted"; payment: SettlementPayment; signed: SignedTransaction };
 
 export function createSettlementStore(db: Db) {
@@ -206,14 +207,14 @@ export function createSettlementStore(db: Db) {
     },
 
     /**
-     * Nonce and signed transfer in one transaction under the wallet's nonce-row lock, stored before
-     * anything is sent, so the nonce is taken once; refused when the balance, less every payment whose nonce was
-     * not yet used at the block it was read at, cannot cover it. `chainNonce` (that block's) also moves the counter on.
+     * Nonce and signed transfer in one transaction under the wallet's nonce-row lock, stored before anything is sent. Refused when
+     * USDC (less payments whose nonce that block had not used) or gas (`gasPerTransferWei` for this and each of those) cannot cover
+     * it. `chainNonce` (that block's) also moves the counter on.
      */
     async submit(
       p: SettlementPayment,
       at: Date,
-      chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number | bigint): bigint },
+      chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number | bigint): bigint; gasWei: bigint; gasPerTransferWei: bigint },
       sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
       hook?: TransitionHook,
     ): Promise<SubmitResult> {
@@ -233,12 +234,15 @@ export function createSettlementStore(db: Db) {
         let nonce = row.nonce === null ? null : Number(row.nonce);
         if (nonce === null) {
           const inFlight = await trx.raw(
-            `SELECT coalesce(sum(amount_cents), 0)::text AS cents FROM settlement_payments
+            `SELECT coalesce(sum(amount_cents), 0)::text AS cents, count(*)::text AS n FROM settlement_payments
               WHERE chain = ? AND wallet = ? AND nonce >= ? AND status IN ('submitted', 'completed')`,
             [p.chain, p.wallet, chain.chainNonce],
           );
-          const available = chain.balanceUnits - chain.unitsOf(BigInt((inFlight.rows as { cents: string }[])[0]!.cents));
+          const unmined = (inFlight.rows as { cents: string; n: string }[])[0]!;
+          const available = chain.balanceUnits - chain.unitsOf(BigInt(unmined.cents));
           if (available < chain.unitsOf(p.amountCents)) return { kind: "underfunded", availableUnits: available } as const;
+          const neededWei = (BigInt(unmined.n) + 1n) * chain.gasPerTransferWei;
+          if (chain.gasWei < neededWei) return { kind: "no_gas", neededWei } as const;
           const taken = await trx.raw(
             `UPDATE settlement_nonces SET next_nonce = greatest(next_nonce, ?) + 1 WHERE chain = ? AND wallet = ? RETURNING next_nonce - 1 AS nonce`,
             [chain.chainNonce, p.chain, p.wallet],

@@ -1,8 +1,8 @@
 import type { Logger } from "pino";
 import { pollLoop } from "../../lib/poll-loop.js";
-import type { EvmRail, Fees } from "./evm-rail.js";
+import { TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail.js";
 import { formatEther } from "viem";
-import { hotWalletBalance, hotWalletGas, settlementAcceptToCompleted, settlementTransitions, settlementUnderfunded } from "./metrics.js";
+import { hotWalletBalance, hotWalletGas, settlementAcceptToCompleted, settlementNoGas, settlementTransitions, settlementUnderfunded } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
 import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFields, TransitionHook } from "./store.js";
 
@@ -121,7 +121,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const result = await store.submit(
       p,
       clock(),
-      { balanceUnits, chainNonce, unitsOf: centsToUnits },
+      { balanceUnits, chainNonce, unitsOf: centsToUnits, gasWei, gasPerTransferWei: TRANSFER_GAS * fees.maxFeePerGas },
       (nonce) => rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
       hooks.submitted,
     );
@@ -131,6 +131,14 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       logger.warn(
         { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, amountCents: p.amountCents, availableUsdc: formatUsdc(result.availableUnits) },
         "hot wallet cannot cover this payment; it stays pending until the wallet is funded",
+      );
+      return later(underfundedRetryMs);
+    }
+    if (result.kind === "no_gas") {
+      settlementNoGas.inc({ chain: p.chain });
+      logger.warn(
+        { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, gasEth: formatEther(gasWei), neededEth: formatEther(result.neededWei) },
+        "hot wallet has no ETH for gas to send this payment; it stays pending, unsigned, until the wallet has gas or the payment expires",
       );
       return later(underfundedRetryMs);
     }
