@@ -59,6 +59,12 @@ export interface UsdcTransfer {
   units: bigint;
 }
 
+/** A node's refusal of a send because the wallet cannot pay its gas: the node never took the transaction. */
+export function refusedForGas(err: unknown): boolean {
+  const e = err as { message?: unknown; details?: unknown; name?: unknown };
+  return e?.name === "InsufficientFundsError" || /insufficient funds/i.test(`${String(e?.message ?? "")} ${String(e?.details ?? "")}`);
+}
+
 export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAccount): EvmRail {
   const client: PublicClient = createPublicClient({ transport: http(settings.rpcUrl, { timeout: settings.rpcTimeoutMs, retryCount: 0 }) });
   const wallet = account.address.toLowerCase();

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import { pollLoop } from "../../lib/poll-loop.js";
-import { TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail.js";
+import { CANCEL_GAS, refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail.js";
 import { formatEther } from "viem";
 import { hotWalletBalance, hotWalletGas, settlementAcceptToCompleted, settlementNoGas, settlementTransitions, settlementUnderfunded } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
@@ -223,7 +223,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       await rail.broadcast(signed.rawTx);
       return later(recheckMs);
     }
-    const fees = last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs ? await bumped(rail, lastFees, true) : undefined;
+    // A wallet whose gas cannot pay even the last offer had it refused, not queued: a dearer one replaces nothing.
+    const due = last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs;
+    const payable = due && (await rail.gasBalance(head)) >= (cancelled ? CANCEL_GAS : TRANSFER_GAS) * last.maxFeePerGas;
+    const fees = payable ? await bumped(rail, lastFees, true) : undefined;
     if (fees) {
       const kind = cancelled ? "cancel" : "transfer";
       const s = kind === "cancel" ? await rail.signCancel(p.nonce!, fees) : await rail.signTransfer(p.nonce!, p.recipient, centsToUnits(p.amountCents), fees);
@@ -282,10 +285,18 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       else if (p.status === "submitted") next = await submitted(rail, p);
       else if (p.status === "completed") next = await completed(rail, p);
     } catch (err) {
-      logger.warn(
-        { paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } },
-        "settlement step failed; it is tried again",
-      );
+      if (rail && refusedForGas(err)) {
+        settlementNoGas.inc({ chain: p.chain });
+        logger.warn(
+          { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet },
+          "the node refused the send: the hot wallet has no ETH for gas; the same bytes are sent again once it has",
+        );
+      } else {
+        logger.warn(
+          { paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } },
+          "settlement step failed; it is tried again",
+        );
+      }
       next = later(recheckMs);
     }
     // A payment that reached an end (failed, or final) is out of the queue already; give back the rest.
