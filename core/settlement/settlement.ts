@@ -89,6 +89,14 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
         `CHAIN_${rail.settings.chain.toUpperCase()}_CHAIN_ID is ${rail.settings.chainId} but the node at CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL reports chain id ${id}`,
       );
     }
+    // Replicas on one database must pay a wallet on one network: its nonce counter and payments are that network's.
+    const bound = await store.bindChainId(rail.settings.chain, rail.wallet, id);
+    if (bound !== id) {
+      const setting = `CHAIN_${rail.settings.chain.toUpperCase()}_`;
+      throw new SettlementConfigError(
+        `${setting}CHAIN_ID is ${id} but this database's ${rail.settings.chain} payments from hot wallet ${rail.wallet} are on chain id ${bound}; a hot wallet pays on one network (give this one its own ${setting}WALLET_KEY_FILE)`,
+      );
+    }
     verified.set(rail.settings.chain, rail);
     options.logger.info({ chain: rail.settings.chain, chainId: id, wallet: rail.wallet }, `chain ${rail.settings.chain} settles on the evm rail`);
     return true;

@@ -262,6 +262,16 @@ export function createSettlementStore(db: Db) {
       });
     },
 
+    /** Records the chain id a hot wallet pays on, unless one is recorded already; answers the recorded one. */
+    async bindChainId(chain: string, wallet: string, chainId: number): Promise<number> {
+      const { rows } = await db.raw(
+        `INSERT INTO settlement_nonces (chain, wallet, next_nonce, chain_id) VALUES (?, ?, 0, ?)
+         ON CONFLICT (chain, wallet) DO UPDATE SET chain_id = coalesce(settlement_nonces.chain_id, excluded.chain_id) RETURNING chain_id::text`,
+        [chain, wallet, chainId],
+      );
+      return Number((rows as { chain_id: string }[])[0]!.chain_id);
+    },
+
     /** Stores another signed transaction for a submitted payment (a fee bump or a cancellation, same nonce). */
     async addTransaction(p: SettlementPayment, signed: SignedTransaction): Promise<boolean> {
       return db.transaction(async (trx) => {
