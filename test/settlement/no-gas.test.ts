@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { coreRegistry } from "../../core/observability/metrics.js";
+import { TRANSFER_GAS } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { Anvil } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
@@ -113,6 +114,35 @@ describe("a hot wallet without gas (anvil)", function () {
     expect(await sentByWallet(), "a refunded payment never leaves").to.equal(before);
     expect(await anvil.usdcBalance(chain.usdc, payees[0]!)).to.equal(0n);
     expect(await failedAudits(id!)).to.equal(1);
+    expect(await verify()).to.deep.equal([]);
+  });
+
+  it("gas for three transfers and two cores signing at once: three go out, the rest wait unsigned, then all are paid once (PostgreSQL only)", async function () {
+    requirePostgres(this, "two cores racing for one wallet's gas need a shared server");
+    const { ids, payees } = await pay(10, 200);
+    const a = await otherCore();
+    const b = await otherCore();
+    await anvil.setAutomine(false);
+    try {
+      const fees = await stack.core.settlement.evm("base")!.fees();
+      await anvil.fundGas(chain.wallet, 3n * TRANSFER_GAS * fees.maxFeePerGas + 1n);
+      await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 ? a : b).core.settlement.worker.runOnce()));
+      const statuses = await stack.core.db("settlement_payments").whereIn("payment_id", ids).select("status");
+      expect(statuses.filter((r: { status: string }) => r.status === "submitted")).to.have.length(3);
+      expect(statuses.filter((r: { status: string }) => r.status === "pending")).to.have.length(7);
+    } finally {
+      await anvil.setAutomine(true);
+    }
+    await anvil.fundGas(chain.wallet);
+    for (let i = 0; i < 4; i++) {
+      await Promise.all([a, b].map((s) => s.core.settlement.worker.runOnce()));
+      await anvil.mine(1);
+    }
+    await a.core.settlement.worker.runOnce();
+    const done = await stack.core.db("settlement_payments").whereIn("payment_id", ids).select("status");
+    expect(done.map((r: { status: string }) => r.status)).to.deep.equal(ids.map(() => "completed"));
+    const paid = await Promise.all(payees.map((to) => anvil.usdcBalance(chain.usdc, to)));
+    expect(paid).to.deep.equal(payees.map(() => centsToUnits(200)));
     expect(await verify()).to.deep.equal([]);
   });
 
