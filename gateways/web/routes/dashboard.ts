@@ -230,6 +230,17 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return moneyPage(request, reply, current);
   });
 
+  /** True when `agentId` has a page for this person: one of their agents, or a budget's own agent. */
+  async function hasAgent(request: FastifyRequest, current: Current, agentId: string): Promise<boolean> {
+    try {
+      await ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request));
+      return true;
+    } catch (err) {
+      if (noteRefusal(request, err) !== Reason.NOT_FOUND) throw err;
+    }
+    return (await loadMoney(request, current)).some((v) => v.agentPrincipalId === agentId);
+  }
+
   /**
    * Fund, Close and Sweep: each needs the session, CSRF token and a fresh step-up (else a round
    * trip through the step-up page, typed amount kept). The Fund form's per-render idempotency
@@ -246,11 +257,13 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const { vaultId: rawId } = request.params as { vaultId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
-    const back = moneyReturnTo(form.params.get("return_to"));
+    const asked = moneyReturnTo(form.params.get("return_to"));
     const current = await ctx.session(request);
-    if (!current) return ctx.signInRedirect(reply, back);
+    if (!current) return ctx.signInRedirect(reply, asked);
     if (!UUID.test(rawId)) throw new PageError(404, "No such budget", "There is no such budget.");
     const vaultId = rawId.toLowerCase();
+    // An agent page that is not this person's (a tampered form) is ignored: the money view holds every form.
+    const back = asked === MONEY_PATH || (await hasAgent(request, current, asked.slice(`${AGENTS_PATH}/`.length))) ? asked : MONEY_PATH;
     const show = (problem: Problem) =>
       back === MONEY_PATH ? moneyPage(request, reply, current, problem) : agentPage(request, reply, current, back.slice(`${AGENTS_PATH}/`.length), problem);
     const refused = (status: number, title: string, detail: string, hint?: string) =>

@@ -236,6 +236,30 @@ describe("web pages: the money view", () => {
     expect(anonymous.status).to.equal(403);
   });
 
+  it("a return_to naming no agent of this person (missing, or another's) is ignored: the refusal shows on the money view", async () => {
+    const { user, budget, jar } = await owner();
+    const stranger = await owner();
+    const action = `${MONEY}/budgets/${budget.vaultId}/fund`;
+    for (const elsewhere of [`/dashboard/agents/${randomUUID()}`, `/dashboard/agents/${stranger.budget.agentId}`]) {
+      const fields = { ...formFields(await page(jar), action), return_to: elsewhere };
+      const bad = await jar.post(action, { ...fields, amount: "abc" });
+      expect(bad.status, elsewhere).to.equal(400);
+      const text = await bad.text();
+      expect(text).to.include("<h1>Your money</h1>");
+      expect(text).to.include("That amount cannot be used");
+      expect(text).to.not.include("There is no such agent.");
+      expect(text).to.not.include(stranger.budget.vaultId);
+      const detour = await jar.post(action, { ...fields, amount: "1" });
+      expect(detour.headers.get("location")).to.match(/^\/stepup\?return_to=%2Fdashboard%2Fmoney%3F/);
+    }
+    await steppedUp(jar, user.email);
+    const tooMuch = await jar.post(action, { ...formFields(await page(jar), action), amount: "100000", return_to: `/dashboard/agents/${randomUUID()}` });
+    expect(tooMuch.status).to.equal(409);
+    expect(await tooMuch.text()).to.include("Not enough money");
+    const funded = await jar.post(action, { ...formFields(await page(jar), action), amount: "1", return_to: `/dashboard/agents/${randomUUID()}` });
+    expect(funded.headers.get("location")).to.equal(`${MONEY}?done=funded#v-${budget.vaultId}`);
+  });
+
   // FundBudget and CloseBudget (core) as the proto describes them: the owner's session with
   // a fresh step-up; FundBudget idempotent on its key, CloseBudget sweeping unless keep_funds.
 
