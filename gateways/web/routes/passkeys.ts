@@ -1,4 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { noteRefusal } from "../../request-log.js";
 import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
 import { UUID } from "../../../lib/uuid.js";
 import { PASSKEYS_PATH, SIGNIN_PASSKEY_PATH, signInPath, STEP_UP_PASSKEY_PATH, stepUpPath } from "../paths.js";
@@ -72,7 +74,11 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, `${PASSKEYS_PATH}/add`);
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
-    const res = await ctx.grants.startPasskeyRegistration({ sessionToken: current.token }, ctx.rpc(request));
+    const res = await ctx.grants.startPasskeyRegistration({ sessionToken: current.token }, ctx.rpc(request)).catch((err: unknown) => {
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return undefined;
+      throw err;
+    });
+    if (!res) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
     reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
@@ -113,7 +119,13 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
     if (!UUID.test(request.params.id)) throw new PageError(404, "Not found", "There is no such passkey.");
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(PASSKEYS_PATH), 303);
-    await ctx.grants.removePasskey({ sessionToken: current.token, passkeyId: request.params.id }, ctx.rpc(request));
+    try {
+      await ctx.grants.removePasskey({ sessionToken: current.token, passkeyId: request.params.id }, ctx.rpc(request));
+    } catch (err) {
+      // The step-up went stale between our check and core's: through the step-up page again.
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(PASSKEYS_PATH), 303);
+      throw err;
+    }
     return reply.redirect(`${PASSKEYS_PATH}?done=removed`, 303);
   });
 

@@ -1,4 +1,9 @@
 import { expect } from "chai";
+import type { Interceptor } from "@connectrpc/connect";
+import type { FastifyInstance } from "fastify";
+import { createInProcessTransport } from "../../../core/in-process-transport.js";
+import { buildGateway } from "../../../gateways/app.js";
+import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -133,6 +138,61 @@ describe("web: passkey pages", function () {
     const ok = await jar.post("/signin/passkey", { ...formFields(again, "/signin/passkey"), response: key.get(optionsOf(again), origin) });
     expect(ok.status).to.equal(303);
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
+  });
+
+  describe("a step-up that goes stale between the page's check and core's", () => {
+    let racing: FastifyInstance;
+    let raceUrl: string;
+    /** When set, the next GetSession answer (the page's check) is followed by the step-up's expiry. */
+    let staleAfterCheck = false;
+    before(async () => {
+      const expire: Interceptor = (next) => async (req) => {
+        const res = await next(req);
+        if (staleAfterCheck && req.method.name === "GetSession") {
+          staleAfterCheck = false;
+          stack.clock.advance(601_000);
+        }
+        return res;
+      };
+      const urls = { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.mcpUrl };
+      const transport = createInProcessTransport(stack.core.routes, [expire, ...stack.core.interceptors]);
+      racing = await buildGateway({
+        clients: createCoreClients(transport, { gatewayToken: stack.gatewayToken }),
+        logger: stack.logs.logger,
+        urls,
+        signinMethods: ["email", "passkey"],
+      });
+      await racing.listen({ port: 0, host: "127.0.0.1" });
+      raceUrl = `http://127.0.0.1:${(racing.server.address() as { port: number }).port}`;
+    });
+    after(async () => {
+      await racing?.close();
+    });
+
+    it("removing a passkey goes through the step-up page, not a refusal page; nothing is removed until then", async () => {
+      const { jar, email } = await ownerWithPasskey();
+      const list = await (await jar.get("/dashboard/passkeys")).text();
+      const action = /action="(\/dashboard\/passkeys\/[0-9a-f-]{36}\/remove)"/.exec(list)![1]!;
+      staleAfterCheck = true;
+      const gate = await jar.post(`${raceUrl}${action}`, formFields(list, action));
+      expect(staleAfterCheck, "the page checked the session").to.equal(false);
+      expect(gate.status).to.equal(303);
+      expect(gate.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys");
+      expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("work laptop");
+      await stepUp(stack, jar, email, gate.headers.get("location")!);
+      const removed = await jar.post(`${raceUrl}${action}`, formFields(await (await jar.get("/dashboard/passkeys")).text(), action));
+      expect(removed.headers.get("location")).to.equal("/dashboard/passkeys?done=removed");
+      expect(await (await jar.get("/dashboard/passkeys")).text()).to.not.include("work laptop");
+    });
+
+    it("opening Add a passkey goes through the step-up page too", async () => {
+      const { jar } = await ownerWithPasskey();
+      staleAfterCheck = true;
+      const gate = await jar.get(`${raceUrl}/dashboard/passkeys/add`);
+      expect(staleAfterCheck, "the page checked the session").to.equal(false);
+      expect(gate.status).to.equal(303);
+      expect(gate.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
+    });
   });
 
   describe("on a server that does not offer passkeys (the default sign-in methods)", () => {
