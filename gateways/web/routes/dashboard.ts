@@ -29,7 +29,6 @@ import { pendingSection } from "../views/pending.js";
 
 /** Fixed notices selected by a query flag; the flag's value is never echoed. */
 const NOTICES: Record<string, string> = {
-  revoked: "The grant was revoked. Calls with its tokens are refused from now on.",
   killed: "Every grant was revoked. All agents have lost access.",
   "payment-approved": "The payment was approved. It completes when the agent repeats its request.",
   "budget-activated": "The budget is active. Its agent can now spend within its limits.",
@@ -37,6 +36,9 @@ const NOTICES: Record<string, string> = {
   "budget-declined": "The budget was declined. It can never be activated.",
   ...MONEY_NOTICES,
 };
+
+/** Shown on an agent's page only, and only when the grant it names is that agent's and revoked. */
+const REVOKED_NOTICE = "The grant was revoked. Calls with its tokens are refused from now on.";
 
 /**
  * How a refused Fund, Close or Sweep reads on the page (core's own message follows the title).
@@ -159,11 +161,14 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const options = cardOptions(request, csrf, here, vaults);
     const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;
     const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
+    const revoked = (request.query as Record<string, unknown>).revoked;
+    const revokedHere = typeof revoked === "string" && agent?.grants.some((g) => g.grantId === revoked.toLowerCase() && g.state === "revoked");
+    const done = revokedHere ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request);
     return ctx.send(
       reply,
       problem?.status ?? 200,
       title,
-      html`${problem?.card ?? notice(request)}
+      html`${problem?.card ?? done}
       <p class="muted">Agent <code>${id}</code>${agent?.clientId ? html` · client <code>${agent.clientId}</code>` : ""}${budget && !agent ? " · the agent of a budget" : ""}</p>
       ${moneySection}
       ${agent ? grantsSection(agent, csrf) : ""}
@@ -352,9 +357,17 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     ctx.checkCsrf(request, form.params);
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
-    if (!UUID.test(agentId) || !UUID.test(grantId)) throw new PageError(404, "Not found", "There is no such grant.");
-    await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId }, ctx.rpc(request));
-    return reply.redirect(`${agentPath(agentId)}?done=revoked`, 303);
+    const noSuchGrant = new PageError(404, "Not found", "There is no such grant.");
+    if (!UUID.test(agentId) || !UUID.test(grantId)) throw noSuchGrant;
+    // Only a grant of the agent the address names: the answer is that agent's page, saying it was revoked.
+    const { agent } = await ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).catch((err: unknown) => {
+      if (noteRefusal(request, err) === Reason.NOT_FOUND) throw noSuchGrant;
+      throw err;
+    });
+    const grant = agent?.grants.find((g) => g.grantId === grantId.toLowerCase());
+    if (!agent || !grant) throw noSuchGrant;
+    await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId: grant.grantId }, ctx.rpc(request));
+    return reply.redirect(`${agentPath(agent.agentId)}?revoked=${grant.grantId}`, 303);
   });
 
   app.post(KILL_SWITCH_PATH, async (request, reply) => {

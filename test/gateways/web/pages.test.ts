@@ -179,6 +179,33 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
     expect(after).to.include("The grant was revoked");
   });
 
+  it("hostile: a revoke address pairing one agent with another agent's grant revokes nothing; the notice shows only where it is true", async () => {
+    const user = await createUser(stack);
+    const a = await grant(user, createJar(stack.url), "Agent A");
+    const b = await grant(user, a.jar, "Agent B");
+    const list = await (await a.jar.get("/dashboard/agents")).text();
+    const paths = [...list.matchAll(/href="(\/dashboard\/agents\/[0-9a-f-]{36})"/g)].map((m) => m[1]!);
+    const pages = await Promise.all(paths.map(async (p) => (await a.jar.get(p)).text()));
+    const pathA = paths[pages.findIndex((t) => t.includes(a.token.jti))]!;
+    const pathB = paths[pages.findIndex((t) => t.includes(b.token.jti))]!;
+    expect(pathA).to.not.equal(pathB);
+    const fields = formFields(await (await a.jar.get(pathA)).text(), `${pathA}/grants/${a.token.jti}/revoke`);
+    const res = await a.jar.post(`${pathA}/grants/${b.token.jti}/revoke`, fields);
+    expect(res.status).to.equal(404);
+    expect(await res.text()).to.include("There is no such grant.");
+    expect((await verifyAgent(b.token.access_token)).grant).to.not.equal(undefined);
+    // Revoked from its own page (its address in upper case), B's grant is named on B's page only.
+    const upper = (path: string) => path.replace(/[0-9a-f-]{36}$/, (id) => id.toUpperCase());
+    const done = await a.jar.post(`${upper(pathB)}/grants/${b.token.jti.toUpperCase()}/revoke`, fields);
+    expect(done.headers.get("location")).to.equal(`${pathB}?revoked=${b.token.jti}`);
+    await expectRefused(verifyAgent(b.token.access_token), Reason.INVALID_TOKEN, /revoked/);
+    expect(await (await a.jar.get(done.headers.get("location")!)).text()).to.include("The grant was revoked");
+    for (const path of [`${pathA}?revoked=${b.token.jti}`, `${pathA}?revoked=${a.token.jti}`, `${pathA}?done=revoked`, "/dashboard/agents?done=revoked"]) {
+      expect(await (await a.jar.get(path)).text(), path).to.not.include("was revoked");
+    }
+    expect((await verifyAgent(a.token.access_token)).grant).to.not.equal(undefined);
+  });
+
   it("another user cannot see or revoke someone else's agent", async () => {
     const owner = await createUser(stack);
     const { jar, token } = await grant(owner);

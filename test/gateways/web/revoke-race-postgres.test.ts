@@ -2,7 +2,7 @@ import { expect } from "chai";
 import type { Knex } from "knex";
 import { requirePostgres } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { formFields, oauthGrant, postForm, type Jar } from "../../support/agent-oauth.js";
+import { codeExchangeForm, consentCode, createJar, createUser, formFields, oauthGrant, postForm, type Jar } from "../../support/agent-oauth.js";
 
 type Token = { access_token: string; refresh_token: string; jti: string };
 
@@ -85,5 +85,31 @@ describe("web revoke and kill switch racing a refresh (PostgreSQL only: needs co
     expect(killed.status).to.equal(303);
     expect(await activeOfUser()).to.equal(0);
     expect((await refresh((renewed.body as Token).refresh_token)).status).to.equal(400);
+  });
+  it("many revokes at once, every other one pairing an agent with another agent's grant: only the named agents' own grants go", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    const agents: { jti: string; path: string }[] = [];
+    for (let i = 0; i < 6; i++) {
+      const c = await consentCode(stack, user, jar);
+      const { jti } = (await postForm(`${stack.url}/oauth2/token`, codeExchangeForm(c))).body as Token;
+      const { agent_principal_id: id } = await stack.core.db("grants").where({ id: jti }).first("agent_principal_id");
+      agents.push({ jti, path: `/dashboard/agents/${id}` });
+    }
+    const fields = formFields(await (await jar.get(agents[0]!.path)).text(), `${agents[0]!.path}/grants/${agents[0]!.jti}/revoke`);
+    const state = async (jti: string) => (await stack.core.db("grants").where({ id: jti }).first("state")).state as string;
+    const answers = await Promise.all(
+      agents.flatMap((a, i) => {
+        const other = agents[(i + 1) % agents.length]!;
+        const crafted = jar.post(`${a.path}/grants/${other.jti}/revoke`, fields);
+        return i % 2 === 0 ? [crafted, jar.post(`${a.path}/grants/${a.jti}/revoke`, fields)] : [crafted];
+      }),
+    );
+    let k = 0;
+    for (const [i, a] of agents.entries()) {
+      expect(answers[k++]!.status, `crafted ${i}`).to.equal(404);
+      if (i % 2 === 0) expect(answers[k++]!.headers.get("location"), `own ${i}`).to.equal(`${a.path}?revoked=${a.jti}`);
+      expect(await state(a.jti), `agent ${i}`).to.equal(i % 2 === 0 ? "revoked" : "active");
+    }
   });
 });
