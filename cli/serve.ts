@@ -1,8 +1,10 @@
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { SecureClientSessionOptions } from "node:http2";
+import type { Transport } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { createCore, type Core } from "../core/core.js";
-import { startCoreServer, type CoreServer } from "../core/server.js";
+import { CORE_IDLE_SESSION_MS, startCoreServer, type CoreServer } from "../core/server.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
 import { coreUnreachable, createCoreClients } from "../gateways/core-clients.js";
@@ -118,9 +120,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       logger.info({ url: coreServer.url, tls: !!coreTls, clientCertificates: !!coreTls?.ca }, `core listening (gRPC, gRPC-Web, Connect over ${over})`);
     }
     if (role !== "core") {
-      const direct = core
-        ? createInProcessTransport(core.routes, core.interceptors)
-        : createGrpcTransport({ baseUrl: dial!.baseUrl, nodeOptions: dial!.nodeOptions, interceptors: [coreUnreachable(logger)] });
+      const direct = core ? createInProcessTransport(core.routes, core.interceptors) : coreTransport(dial!, logger);
       const transport = tracing ? tracedTransport(direct) : direct;
       gateway = await buildGateway({
         clients: createCoreClients(transport, { gatewayToken }),
@@ -166,4 +166,17 @@ function bindError(portSetting: string, hostSetting: string, host: string, port:
 
 function hostForUrl(host: string) {
   return host.includes(":") ? `[${host}]` : host;
+}
+
+/**
+ * A gateway's transport to core across the network. It closes its own idle connection before core
+ * would, so core never ends one just as a call starts on it; a connection core did end is redialled.
+ */
+export function coreTransport(dial: { baseUrl: string; nodeOptions: SecureClientSessionOptions }, logger: Logger): Transport {
+  return createGrpcTransport({
+    baseUrl: dial.baseUrl,
+    nodeOptions: dial.nodeOptions,
+    idleConnectionTimeoutMs: CORE_IDLE_SESSION_MS / 2,
+    interceptors: [coreUnreachable(logger)],
+  });
 }

@@ -9,6 +9,8 @@ import type { Core } from "./core.js";
 export const CORE_READ_MAX_BYTES = 4 * 1024 * 1024;
 /** Streams one caller's connection may have open at once; a client queues any more. */
 export const CORE_MAX_CONCURRENT_STREAMS = 256;
+/** How long a connection may stay without an open stream before core closes it (GOAWAY); gateways close theirs sooner. */
+export const CORE_IDLE_SESSION_MS = 5 * 60_000;
 
 /** What a stream cut by shutdown ends with: retryable, so a tail resumes from its last watermark elsewhere. */
 const SHUTTING_DOWN = new ConnectError("core is shutting down; resume from the last watermark", Code.Unavailable, undefined, [
@@ -25,6 +27,8 @@ export interface CoreServerOptions {
   tls?: { cert: string; key: string; ca?: string };
   /** Longest time a request message may take to arrive before its stream is cancelled; default 30 s. */
   requestTimeoutMs?: number;
+  /** How long a connection may have no open stream before it is closed; default CORE_IDLE_SESSION_MS. */
+  idleSessionMs?: number;
 }
 
 /**
@@ -63,9 +67,26 @@ export async function startCoreServer(
       )
     : http2.createServer({ settings }, handler);
   const sessions = new Set<http2.ServerHttp2Session>();
+  const idleMs = options.idleSessionMs ?? CORE_IDLE_SESSION_MS;
   server.on("session", (s) => {
     sessions.add(s);
-    s.once("close", () => sessions.delete(s));
+    // Idle means no open stream (as gRPC's max connection idle), so a long quiet stream is never cut.
+    let open = 0;
+    let idle: NodeJS.Timeout | undefined;
+    const arm = () => {
+      idle = setTimeout(() => s.close(), idleMs).unref();
+    };
+    arm();
+    s.on("stream", (stream) => {
+      if (open++ === 0) clearTimeout(idle);
+      stream.once("close", () => {
+        if (--open === 0 && !s.closed && !s.destroyed) arm();
+      });
+    });
+    s.once("close", () => {
+      clearTimeout(idle);
+      sessions.delete(s);
+    });
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
