@@ -105,10 +105,19 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
     const flowSecret = takeFlow(request, reply);
-    await ctx.grants.finishPasskeyRegistration(
-      { sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" },
-      ctx.rpc(request),
-    );
+    try {
+      await ctx.grants.finishPasskeyRegistration(
+        { sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" },
+        ctx.rpc(request),
+      );
+    } catch (err) {
+      // The step-up went stale during the ceremony: confirm again, then start a new one.
+      if (noteRefusal(request, err) === Reason.ACCESS_DENIED) {
+        const now = await ctx.session(request);
+        if (now && !now.session.stepUpFresh) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
+      }
+      throw err;
+    }
     return reply.redirect(`${PASSKEYS_PATH}?done=added`, 303);
   });
 

@@ -100,6 +100,21 @@ describe("web: passkey pages", function () {
     expect(messages.map((m) => m.subject)).to.include("Vaultgate: a passkey was removed from your account");
   });
 
+  it("a step-up that goes stale during the Add ceremony leads to the step-up page and a new ceremony; nothing is added", async () => {
+    const { jar, email, key } = await ownerWithPasskey();
+    await stepUp(stack, jar, email, "/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
+    const page = await (await jar.get("/dashboard/passkeys/add")).text();
+    stack.clock.advance(601_000);
+    const late = await jar.post("/dashboard/passkeys/add", {
+      ...formFields(page, "/dashboard/passkeys/add"),
+      name: "too late",
+      response: key.create(optionsOf(page), origin),
+    });
+    expect(late.status).to.equal(303);
+    expect(late.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
+    expect(await (await jar.get("/dashboard/passkeys")).text()).to.not.include("too late");
+  });
+
   it("the step-up page offers a passkey to people who have one, and a passkey answer steps the session up", async () => {
     const none = createJar(stack.url);
     await signIn(stack, none, (await createUser(stack)).email);
