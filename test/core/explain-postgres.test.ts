@@ -68,6 +68,17 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     await checkTokenEndpoints(partner);
   });
 
+  it("a consent withdrawal finds the user's events by index, not by walking the partner's", async () => {
+    const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    const user = await createUserFor(stack, partner, ["kyc:read"]);
+    await seed(partner.partnerId, child);
+    await seedTokens();
+    await stack.admin.partnerResources.setKycStatus({ userId: user.userId, status: "approved", provider: "sandbox" });
+    const statements = await capture(() => stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId: user.userId }));
+    await expectIndexedPlans(statements, [/DELETE FROM partner_events/]);
+  });
+
   async function checkTokenEndpoints(partner: Awaited<ReturnType<typeof createPartner>>) {
     const f = fixtures(stack);
     const user = await f.user();
