@@ -150,7 +150,7 @@ export async function recordLedgerEntry(
   const status = req.status || "settled";
   if (!["pending", "settled", "failed"].includes(status)) fail(Reason.INVALID_REQUEST, "status must be pending, settled or failed");
   const entry = await adminChange(deps, ctx, "ledger.record", req.userId, async (trx) => {
-    await lockUser(deps, trx, req.userId);
+    const user = await lockUser(deps, trx, req.userId);
     const now = deps.clock();
     const e = await insertTransferEntry(trx, {
       id: randomUUID(),
@@ -163,7 +163,7 @@ export async function recordLedgerEntry(
       updatedAt: now,
     });
     if (e.status !== "pending") {
-      await emit(deps, trx, req.userId, "transfers:read", e.status === "settled" ? "transfer.settled" : "transfer.failed", {
+      await emit(deps, trx, user, "transfers:read", e.status === "settled" ? "transfer.settled" : "transfer.failed", {
         user_id: e.userId,
         ...transferJson(e),
       });

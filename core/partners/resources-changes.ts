@@ -40,6 +40,9 @@ export async function adminChange<T>(deps: AdminChangeDeps, ctx: HandlerContext,
   });
 }
 
+/** A user held by lockUser until the transaction ends: the status read cannot change under it. */
+export type LockedUser = Awaited<ReturnType<typeof lockUser>>;
+
 export async function lockUser(deps: LockUserDeps, trx: Knex.Transaction, userId: string) {
   if (!UUID.test(userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
   const user = await deps.users.lockUser(trx, userId);
@@ -47,7 +50,8 @@ export async function lockUser(deps: LockUserDeps, trx: Knex.Transaction, userId
   return user;
 }
 
-/** Emits one event per consenting partner, in partner id order. */
-export async function emit(deps: EmitDeps, trx: Knex.Transaction, userId: string, scope: ConsentScope, type: EventType, data: Record<string, unknown>) {
-  for (const partnerId of await deps.resources.partnersConsenting(trx, userId, scope)) await enqueue(trx, partnerId, type, data, deps.clock());
+/** Emits one event per consenting partner, in partner id order; none for an inactive user (`user` as lockUser read it). */
+export async function emit(deps: EmitDeps, trx: Knex.Transaction, user: LockedUser, scope: ConsentScope, type: EventType, data: Record<string, unknown>) {
+  if (user.status !== "active") return;
+  for (const partnerId of await deps.resources.partnersConsenting(trx, user.id, scope)) await enqueue(trx, partnerId, type, data, deps.clock());
 }

@@ -106,12 +106,13 @@ export async function setKycStatus(
     fail(Reason.INVALID_REQUEST, "provider must be 1-64 lower-case letters, digits, '-' or '_'");
   const kyc = await adminChange(deps, ctx, "user.set_kyc", req.userId, async (trx) => {
     // The id as stored (lower case), whatever case the operator typed: partners match events on it.
-    const { id: userId } = await lockUser(deps, trx, req.userId);
+    const user = await lockUser(deps, trx, req.userId);
+    const userId = user.id;
     const before = await deps.resources.getKyc(trx, userId);
     const next: KycRecord = { userId, status: req.status as KycRecord["status"], provider: req.provider || null, updatedAt: deps.clock() };
     await deps.resources.upsertKyc(trx, next);
     if (!before || before.status !== next.status || before.provider !== next.provider) {
-      await emit(deps, trx, userId, "kyc:read", "kyc.status_changed", kycJson(next));
+      await emit(deps, trx, user, "kyc:read", "kyc.status_changed", kycJson(next));
     }
     return next;
   });

@@ -48,6 +48,7 @@ export interface PreCreateUserDeps {
 /** What PartnerResourcesService.SetUserStatus needs. */
 export interface SetUserStatusDeps extends AdminChangeDeps {
   users: Pick<UsersStore, "lockUser" | "setUserStatus">;
+  outbox: Pick<OutboxStore, "dropUserEvents">;
 }
 
 /** What PartnerResourcesService.GrantConsent needs. */
@@ -120,8 +121,10 @@ export async function setUserStatus(
 ): Promise<MessageInitShape<typeof SetUserStatusResponseSchema>> {
   if (req.status !== "active" && req.status !== "inactive") fail(Reason.INVALID_REQUEST, "status must be active or inactive");
   await adminChange(deps, ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
-    await lockUser(deps, trx, req.userId);
-    await deps.users.setUserStatus(trx, req.userId, req.status as "active" | "inactive");
+    const { id } = await lockUser(deps, trx, req.userId);
+    await deps.users.setUserStatus(trx, id, req.status as "active" | "inactive");
+    // A deactivated user's data stops flowing: what waits or sits in a feed goes (emitters wait on the row lock).
+    if (req.status === "inactive") await deps.outbox.dropUserEvents(trx, id);
   });
   return { userId: req.userId, status: req.status };
 }

@@ -68,15 +68,18 @@ describe("Hot statements use indexes on a seeded database (EXPLAIN, Postgres)", 
     await checkTokenEndpoints(partner);
   });
 
-  it("a consent withdrawal finds the user's events by index, not by walking the partner's", async () => {
+  it("a consent withdrawal and a deactivation find the user's events by index, not by walking the partner's", async () => {
     const { child } = await fundedChild(stack, { perDay: 1_000_000n, lifetime: 10_000_000n });
     const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
     const user = await createUserFor(stack, partner, ["kyc:read"]);
     await seed(partner.partnerId, child);
     await seedTokens();
     await stack.admin.partnerResources.setKycStatus({ userId: user.userId, status: "approved", provider: "sandbox" });
-    const statements = await capture(() => stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId: user.userId }));
-    await expectIndexedPlans(statements, [/DELETE FROM partner_events/]);
+    const statements = await capture(async () => {
+      await stack.admin.partnerResources.revokeConsent({ clientId: partner.clientId, userId: user.userId });
+      await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
+    });
+    await expectIndexedPlans(statements, [/DELETE FROM partner_events WHERE partner_id/, /DELETE FROM partner_events WHERE lower/]);
   });
 
   async function checkTokenEndpoints(partner: Awaited<ReturnType<typeof createPartner>>) {

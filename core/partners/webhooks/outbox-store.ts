@@ -216,6 +216,12 @@ export function createOutboxStore(db: Db) {
       return (rows as unknown[]).length;
     },
 
+    /** Drops every partner's events about one user (deactivated: their data no longer flows). Run under the user's row lock. */
+    async dropUserEvents(trx: Knex.Transaction, userId: string): Promise<number> {
+      const { rows } = await trx.raw(`DELETE FROM partner_events WHERE lower(data->>'user_id') = ?::uuid::text RETURNING 1`, [userId]);
+      return (rows as unknown[]).length;
+    },
+
     async setWebhook(trx: Knex.Transaction, clientId: string, url: string | null, secretEnc: string | null): Promise<boolean> {
       const n = await trx("partners").where({ client_id: clientId }).update({ webhook_url: url, webhook_secret_enc: secretEnc });
       return Number(n) > 0;
