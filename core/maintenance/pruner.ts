@@ -4,7 +4,7 @@ import { PRUNE_AUTHORIZATION_CODES } from "../grants/stores/codes.js";
 import { PRUNE_SIGNIN_FLOWS } from "../identity/flows-store.js";
 import { PRUNE_DEV_OUTBOX, PRUNE_MAIL_OUTBOX } from "../identity/mail/outbox.js";
 import { PRUNE_SIGNIN_CHALLENGES, PRUNE_WEB_SESSIONS } from "../identity/signin-store.js";
-import { PRUNE_PARTNER_EVENTS } from "../partners/webhooks/outbox-store.js";
+import { PRUNE_PARTNER_EVENTS, PRUNE_WEBHOOK_PREVIOUS_SECRETS } from "../partners/webhooks/outbox-store.js";
 import { PRUNE_RATE_LIMIT_LOGS, PRUNE_RATE_LIMIT_WINDOWS } from "../rate-limits/store.js";
 import type { Db } from "../db/knex.js";
 import { RATE_WINDOW_MS } from "../partners/access.js";
@@ -52,6 +52,7 @@ export type PrunedTable =
   | "signin_challenges"
   | "web_sessions"
   | "partner_events"
+  | "partners"
   | "dev_outbox"
   | "signin_flows"
   | "mail_outbox";
@@ -105,6 +106,11 @@ const TARGETS: readonly Target[] = [
     // partner without a webhook URL or not active, and would otherwise stay for good.
     ...PRUNE_PARTNER_EVENTS,
     cutoff: (now, r) => new Date(now.getTime() - r.partnerEventsMs),
+  },
+  {
+    // Not rows but the sealed secret a webhook rotation kept for its overlap, which has ended.
+    ...PRUNE_WEBHOOK_PREVIOUS_SECRETS,
+    cutoff: (now) => now,
   },
   {
     ...PRUNE_DEV_OUTBOX,

@@ -8,7 +8,7 @@ import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
-import { CONSENT_EVENT_TYPES, type EventType, type OutboxStore } from "./webhooks/outbox-store.js";
+import { CONSENT_EVENT_TYPES, WEBHOOK_SECRET_OVERLAP_MS, type EventType, type OutboxStore, type WebhookSecrets } from "./webhooks/outbox-store.js";
 import { CONSENT_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
 import { generateWebhookSecret, isCanonicalWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { checkHttpsUrl } from "./resources-wire.js";
@@ -25,8 +25,8 @@ export interface ListEventsDeps extends PagingDeps {
 /** What PartnerResourcesService.SetWebhook needs. */
 export interface SetWebhookDeps extends AdminChangeDeps {
   partners: Pick<PartnersStore, "lockByClientId">;
-  outbox: Pick<OutboxStore, "setWebhook">;
-  box: Pick<SecretBox, "seal">;
+  outbox: Pick<OutboxStore, "setWebhook" | "webhookSecrets">;
+  box: Pick<SecretBox, "seal" | "open">;
 }
 
 /** PartnerResourcesService.ListEvents: one page of the calling partner's events, oldest first. */
@@ -69,7 +69,31 @@ export async function setWebhook(
   await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
     const locked = await deps.partners.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
-    await deps.outbox.setWebhook(trx, req.clientId, url, url ? deps.box.seal(secret) : null);
+    const before = await deps.outbox.webhookSecrets(trx, req.clientId);
+    const next: WebhookSecrets = url ? { current: deps.box.seal(secret), previous: previousSecret(deps, before, secret) } : { current: null, previous: null };
+    await deps.outbox.setWebhook(trx, req.clientId, url, next);
   });
   return { clientId: req.clientId, url: url ?? "", secret: url ? secret : "" };
+}
+
+/**
+ * What still signs beside `secret`: a replaced secret for WEBHOOK_SECRET_OVERLAP_MS, so queued retries and
+ * receivers not yet switched still verify; setting the same secret again keeps the overlap under way.
+ */
+function previousSecret(deps: Pick<SetWebhookDeps, "box" | "clock">, before: WebhookSecrets, secret: string): WebhookSecrets["previous"] {
+  const now = deps.clock();
+  const replaced = before.current ? openOrUndefined(deps.box, before.current) : undefined;
+  if (before.current && replaced !== undefined && replaced !== secret) {
+    return { enc: before.current, until: new Date(now.getTime() + WEBHOOK_SECRET_OVERLAP_MS) };
+  }
+  return before.previous && before.previous.until > now ? before.previous : null;
+}
+
+/** A sealed secret in the clear, or undefined when this key cannot open it (it is then not kept). */
+function openOrUndefined(box: Pick<SecretBox, "open">, sealed: string): string | undefined {
+  try {
+    return box.open(sealed);
+  } catch {
+    return undefined;
+  }
 }

@@ -29,7 +29,18 @@ export interface DueDelivery extends PartnerEvent {
   attempts: number;
   webhookUrl: string;
   webhookSecretEnc: string;
+  /** The secret before the latest rotation, while its overlap lasts: deliveries are signed with both. */
+  previousSecretEnc: string | null;
 }
+
+/** A partner's sealed webhook secrets (the previous one with the end of its overlap). */
+export interface WebhookSecrets {
+  current: string | null;
+  previous: { enc: string; until: Date } | null;
+}
+
+/** How long a rotated-out webhook secret still signs deliveries beside the new one. */
+export const WEBHOOK_SECRET_OVERLAP_MS = 24 * 3600_000;
 
 /** What every insert into the outbox writes: an event is due as soon as it exists. */
 const EVENT_COLUMNS = "id, partner_id, type, data, created_at, next_attempt_at";
@@ -149,9 +160,13 @@ export function createOutboxStore(db: Db) {
           lane.token,
         ]);
         if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
-        const partner = (await trx.raw(`SELECT status, webhook_url, webhook_secret_enc FROM partners WHERE id = ? FOR SHARE`, [lane.partnerId])).rows[0] as
-          | { status: string; webhook_url: string | null; webhook_secret_enc: string | null }
-          | undefined;
+        const partner = (
+          await trx.raw(
+            `SELECT status, webhook_url, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
+               FROM partners WHERE id = ? FOR SHARE`,
+            [now, lane.partnerId],
+          )
+        ).rows[0] as { status: string; webhook_url: string | null; webhook_secret_enc: string | null; prev_enc: string | null } | undefined;
         if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
         const { rows } = await trx.raw(
           `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
@@ -167,6 +182,7 @@ export function createOutboxStore(db: Db) {
           attempts: Number(row.attempts) + 1,
           webhookUrl: partner.webhook_url,
           webhookSecretEnc: partner.webhook_secret_enc,
+          previousSecretEnc: partner.prev_enc ?? null,
         };
         return { kind: "deliver", delivery } as const;
       });
@@ -222,8 +238,27 @@ export function createOutboxStore(db: Db) {
       return (rows as unknown[]).length;
     },
 
-    async setWebhook(trx: Knex.Transaction, clientId: string, url: string | null, secretEnc: string | null): Promise<boolean> {
-      const n = await trx("partners").where({ client_id: clientId }).update({ webhook_url: url, webhook_secret_enc: secretEnc });
+    /** The partner's sealed secrets; read under the partner's row lock when about to change them. */
+    async webhookSecrets(trx: Knex.Transaction, clientId: string): Promise<WebhookSecrets> {
+      const row = await trx("partners")
+        .select("webhook_secret_enc", "webhook_secret_prev_enc", "webhook_secret_prev_until")
+        .where({ client_id: clientId })
+        .first();
+      return {
+        current: row?.webhook_secret_enc == null ? null : String(row.webhook_secret_enc),
+        previous: row?.webhook_secret_prev_enc == null ? null : { enc: String(row.webhook_secret_prev_enc), until: new Date(row.webhook_secret_prev_until) },
+      };
+    },
+
+    async setWebhook(trx: Knex.Transaction, clientId: string, url: string | null, secrets: WebhookSecrets): Promise<boolean> {
+      const n = await trx("partners")
+        .where({ client_id: clientId })
+        .update({
+          webhook_url: url,
+          webhook_secret_enc: secrets.current,
+          webhook_secret_prev_enc: secrets.previous?.enc ?? null,
+          webhook_secret_prev_until: secrets.previous?.until ?? null,
+        });
       return Number(n) > 0;
     },
   };
@@ -249,6 +284,13 @@ function toEvent(r: Record<string, unknown>): PartnerEvent {
     createdAt: r.created_at instanceof Date ? r.created_at : new Date(String(r.created_at)),
   };
 }
+
+/** The pruner's batch: rotated-out webhook secrets whose overlap ended before the cutoff are forgotten. */
+export const PRUNE_WEBHOOK_PREVIOUS_SECRETS = {
+  table: "partners",
+  sql: `UPDATE partners SET webhook_secret_prev_enc = NULL, webhook_secret_prev_until = NULL WHERE ctid = ANY(ARRAY(
+          SELECT ctid FROM partners WHERE webhook_secret_prev_until <= ? ORDER BY webhook_secret_prev_until LIMIT ? FOR UPDATE SKIP LOCKED)) RETURNING 1`,
+} as const;
 
 /** The pruner's batch: events written before the cutoff, whether delivered, failed or still pending. */
 export const PRUNE_PARTNER_EVENTS = {

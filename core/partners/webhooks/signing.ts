@@ -26,15 +26,17 @@ export function isCanonicalWebhookSecret(secret: string): boolean {
   return key !== undefined && PREFIX + key.toString("base64") === secret;
 }
 
-/** Standard Webhooks headers for one delivery: HMAC-SHA256 over `id.timestamp.body`. */
-export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): Record<string, string> {
-  const key = parseWebhookSecret(secret);
-  if (!key) throw new Error("unusable webhook secret");
-  const signature = hmacSha256(key, `${id}.${timestampSeconds}.${body}`, "base64");
+/** Standard Webhooks headers for one delivery: HMAC-SHA256 over `id.timestamp.body`, one `v1,` signature per secret. */
+export function signWebhook(secrets: string | readonly string[], id: string, timestampSeconds: number, body: string): Record<string, string> {
+  const signatures = (typeof secrets === "string" ? [secrets] : secrets).map((secret) => {
+    const key = parseWebhookSecret(secret);
+    if (!key) throw new Error("unusable webhook secret");
+    return `v1,${hmacSha256(key, `${id}.${timestampSeconds}.${body}`, "base64")}`;
+  });
   return {
     "webhook-id": id,
     "webhook-timestamp": String(timestampSeconds),
-    "webhook-signature": `v1,${signature}`,
+    "webhook-signature": signatures.join(" "),
   };
 }
 

@@ -83,7 +83,8 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     const body = JSON.stringify({ type: d.type, timestamp: d.createdAt.toISOString(), data: d.data });
     let error: string;
     try {
-      const headers = signWebhook(options.box.open(d.webhookSecretEnc), d.id, Math.floor(now.getTime() / 1000), body);
+      const secrets = [options.box.open(d.webhookSecretEnc), ...(d.previousSecretEnc ? [options.box.open(d.previousSecretEnc)] : [])];
+      const headers = signWebhook(secrets, d.id, Math.floor(now.getTime() / 1000), body);
       const status = await post(d.webhookUrl, { ...headers, "content-type": "application/json", "user-agent": "vaultgate-webhooks" }, body);
       if (status >= 200 && status < 300) {
         if (!(await outbox.markDelivered(d.seq, d.attempts, options.clock()))) {
