@@ -3,6 +3,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
+import { createCursorCodec, loadInstanceSecret } from "../../../core/paging.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
 
 describe("partner resources over HTTP: paging", () => {
@@ -133,6 +134,28 @@ describe("partner resources over HTTP: paging", () => {
       expect(await typesWith("transfers:read wallet:read")).to.deep.equal(["transfer.settled"]);
       // Hostile: a token minted narrow on purpose reads no amounts or statuses through the feed.
       expect(await typesWith("wallet:read")).to.deep.equal([]);
+    });
+
+    it("a signed watermark or cursor ahead of the feed (left by a database restore) is refused, not resumed from past unseen rows", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      const codec = createCursorCodec(await loadInstanceSecret(stack.core.db, "cursor"));
+      const { rows } = await stack.core.db.raw(`SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::numeric + 1000000)::text AS x`);
+      const ahead = String((rows as { x: string }[])[0]!.x);
+      const lists = [
+        { path: "/events", b: `e:${partner.partnerId}` },
+        { path: `/users/${userId}/transfers`, b: `t:${partner.partnerId}:${userId}` },
+      ];
+      for (const { path, b } of lists) {
+        const since = codec.encode({ k: "w", b, a: 0, x: ahead });
+        const cursor = codec.encode({ k: "c", b, a: 0, x: ahead });
+        expectHttpError(await call("GET", `${path}?since=${encodeURIComponent(since)}`, { token }), 400, "invalid_request");
+        expectHttpError(await call("GET", `${path}?cursor=${encodeURIComponent(cursor)}`, { token }), 400, "invalid_cursor");
+      }
+      // A position the feed has reached is still taken.
+      const at = codec.encode({ k: "w", b: `e:${partner.partnerId}`, a: 0, x: "1" });
+      expect((await call("GET", `/events?since=${encodeURIComponent(at)}`, { token })).status).to.equal(200);
     });
   });
 });
