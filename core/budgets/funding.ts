@@ -158,19 +158,3 @@ export async function sweepInto(
   vaults.set(child.id, moved.from);
   return { sweptCents: child.balanceCents, transferId };
 }
-
-/** sweepInto for one budget, locking its vault and its parent first. */
-export async function sweep(deps: { vaults: VaultsStore }, trx: Knex.Transaction, b: BudgetRecord, why: "close" | "decline", at: Date) {
-  const { parent, child } = await lockBudgetVaults(deps, trx, b);
-  return sweepInto(
-    deps,
-    trx,
-    b,
-    new Map([
-      [parent.id, parent],
-      [child.id, child],
-    ]),
-    why,
-    at,
-  );
-}

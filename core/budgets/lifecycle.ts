@@ -19,12 +19,12 @@ import { callFacts } from "../context.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps } from "./caller.js";
-import { sweep, sweepInto } from "./funding.js";
+import { sweepInto } from "./funding.js";
+import { endBudgetTree, type EndingDeps } from "./closing.js";
 import { canonicalJson } from "./ids.js";
 import type { BudgetRecord } from "./records.js";
 import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
-import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
 import { checkBudgetInput, checkWindowOpen, optNumber } from "./validation.js";
@@ -39,11 +39,6 @@ export interface CreateBudgetDeps extends SagaDeps, ActingDeps {
 export interface OwnerDecisionDeps extends OwnerDecisionBase {
   budgets: BudgetsRowStore;
   vaults: VaultsStore;
-}
-
-export interface ClosingDeps extends ActingDeps {
-  vaults: VaultsStore;
-  payments: PaymentsStore;
 }
 
 /** The most stranded vaults ListStrandedFunds names. */
@@ -144,18 +139,18 @@ export async function activateBudget(
   return { budget: budgetView(budget) };
 }
 
-/** BudgetsService.DeclineBudget: the owner refuses a draft; what it holds goes back to the parent vault. */
+/** BudgetsService.DeclineBudget: the owner refuses a draft; what it holds goes back to the parent vault, and what its agent made below closes. */
 export async function declineBudget(
-  deps: OwnerDecisionDeps,
+  deps: OwnerDecisionDeps & EndingDeps,
   req: DeclineBudgetRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof DeclineBudgetResponseSchema>> {
   const budget = await ownerDecision(deps, ctx, req.sessionToken, ownedBudget(deps, req.agentPrincipalId), {
     state: declining("draft", "budget"),
     decide: async (trx, b, now) => {
-      // The owner may have funded the draft: what it holds goes back to the parent vault.
-      await sweep(deps, trx, b, "decline", now);
-      return deps.budgets.updateBudget(trx, b.id, { status: "declined" }, now);
+      // What the owner funded, and every budget its agent made below it, end with it.
+      const out = await endBudgetTree(deps, trx, ctx, b, { status: "declined", actor: `user:${b.userId}`, sweep: true, now });
+      return out.ended;
     },
     action: "agent.budget.decline",
   });
@@ -163,58 +158,16 @@ export async function declineBudget(
 }
 
 /** BudgetsService.CloseBudget: the budget and every budget below it close; their grants are revoked. */
-export async function closeBudget(
-  deps: ClosingDeps,
-  req: CloseBudgetRequest,
-  ctx: HandlerContext,
-): Promise<MessageInitShape<typeof CloseBudgetResponseSchema>> {
+export async function closeBudget(deps: EndingDeps, req: CloseBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CloseBudgetResponseSchema>> {
   const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "closing a budget");
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.close", async (trx, { budget: b, actor, now }) => {
     if (b.status === "closed") {
       const v = (await deps.vaults.findVault(trx, b.vaultId))!;
       return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
     }
-    // The budgets its agent made close with it, all levels down (top-down, locked).
-    const below = (await deps.budgets.lockOpenDescendants(trx, b.userId, b.vaultId)).filter((d) => d.status !== "closed");
-    const closing = [b, ...below];
-    const vaultIds = closing.map((x) => x.vaultId);
-    // Grants before vaults (the lock order): from here on none of them pays, and none can
-    // be refreshed into a new one.
-    const revoked = await deps.grants.revokeVaultGrants(trx, b.userId, vaultIds, now, "budget_closed");
-    const vaults = await deps.vaults.lockVaults(trx, [b.parentVaultId, ...vaultIds]);
-    for (const x of closing) {
-      const v = vaults.get(x.vaultId);
-      if (!v || v.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
-    }
-    const parent = vaults.get(b.parentVaultId);
-    if (!parent || parent.ownerUserId !== b.userId) fail(Reason.NOT_FOUND, "no such budget");
-    // A payment waiting for the owner (or approved and not yet repeated) never completes.
-    await deps.payments.declineOpenPayments(trx, vaultIds, now);
-    // The policies are frozen: a grant issued on these vaults later still pays nothing.
-    await deps.budgets.closePolicies(trx, vaultIds, now);
-    let closed = b;
-    for (const x of closing) {
-      const updated = await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: now }, now);
-      if (x.id === b.id) closed = updated;
-      await deps.audit.append(trx, {
-        ...callFacts(ctx),
-        actor,
-        action: "agent.budget.close",
-        outcome: "success",
-        subject: x.vaultId,
-        at: now,
-      });
-    }
-    // Deepest first, each budget's money goes up to its parent, so what the closed
-    // budget's own budgets held reaches the vault the closed budget was made under.
-    let swept = { sweptCents: 0, transferId: "" };
-    if (!req.keepFunds) {
-      for (const x of [...closing].reverse()) {
-        const moved = await sweepInto(deps, trx, x, vaults, "close", now);
-        if (x.id === b.id) swept = moved;
-      }
-    }
-    return { b: closed, ...swept, currency: vaults.get(b.vaultId)!.currency, revoked, already: false };
+    // The budgets its agent made close with it, all levels down (endBudgetTree).
+    const out = await endBudgetTree(deps, trx, ctx, b, { status: "closed", actor, sweep: !req.keepFunds, now });
+    return { b: out.ended, ...out.swept, currency: out.currency, revoked: out.revoked, already: false };
   });
   return {
     vaultId: out.b.vaultId,
@@ -230,11 +183,7 @@ export async function closeBudget(
 }
 
 /** BudgetsService.SweepBudget: what a closed budget (and those closed with it) kept goes up to the parent. */
-export async function sweepBudget(
-  deps: ClosingDeps,
-  req: SweepBudgetRequest,
-  ctx: HandlerContext,
-): Promise<MessageInitShape<typeof SweepBudgetResponseSchema>> {
+export async function sweepBudget(deps: EndingDeps, req: SweepBudgetRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof SweepBudgetResponseSchema>> {
   const caller = await budgetCaller(deps, req.accessToken, req.sessionToken, "sweeping a budget");
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.sweep", async (trx, { budget: b, actor, now }) => {
     if (b.status !== "closed") fail(Reason.ACCESS_DENIED, "the budget is not closed: closing it (without keep_funds) moves its money back");
