@@ -224,10 +224,11 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       worker: options.settlementWorker,
       hooks: settlementLedgerHooks(clock, (trx, p) => auditSettlement(trx, audit, p, clock())),
     });
+    const budgetsStore = createBudgetsStore(db);
     const budgets = createBudgetsService({
       settlement,
       db,
-      store: createBudgetsStore(db),
+      store: budgetsStore,
       audit,
       rateLimits: createRateLimitStore(db),
       cursors,
@@ -268,6 +269,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         hostResolver,
         mailer,
         emailCodesOffered: on("email"),
+        cancelInFlight: (trx, revoked, at) => budgetsStore.payments.declineRevokedPayments(trx, revoked, at),
         oidc: oidcSettings
           ? createOidcSignin({
               db,

@@ -37,6 +37,7 @@ import * as m0036 from "./migrations/0036-audit-address-in-batches.js";
 import * as m0037 from "./migrations/0037-codes-by-user.js";
 import * as m0038 from "./migrations/0038-events-age-out.js";
 import * as m0039 from "./migrations/0039-refresh-scopes.js";
+import * as m0040 from "./migrations/0040-open-payments-by-user.js";
 import * as m0041 from "./migrations/0041-partner-events-and-secret-overlap.js";
 import * as m0042 from "./migrations/0042-settlement-chain-ids.js";
 import * as m0043 from "./migrations/0043-public-clients.js";
@@ -87,6 +88,7 @@ const migrations: Migration[] = [
   { name: "0037-codes-by-user", ...m0037 },
   { name: "0038-events-age-out", ...m0038 },
   { name: "0039-refresh-scopes", ...m0039 },
+  { name: "0040-open-payments-by-user", ...m0040 },
   { name: "0041-partner-events-and-secret-overlap", ...m0041 },
   { name: "0042-settlement-chain-ids", ...m0042 },
   { name: "0043-public-clients", ...m0043 },

@@ -9,6 +9,7 @@ import type { SessionVerifier } from "../identity/sessions.js";
 import { appendAudit, type AuditDeps } from "./audit.js";
 import type { AgentsStore } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore } from "./stores/grants.js";
+import type { CancelInFlight } from "./stores/budget-grants.js";
 
 /** The owner's dashboard: the user always comes from the web session token, never from the request. */
 export interface OwnerDeps {
@@ -23,6 +24,8 @@ export interface OwnerRevokeDeps extends AuditDeps {
   grants: GrantsStore;
   /** Tells the owner by mail when the kill switch was used (someone else may hold their session). */
   outbox?: Pick<Outbox, "send">;
+  /** Declines the payments the revoked grants left waiting, in the revoking transaction. */
+  cancelInFlight: CancelInFlight;
 }
 
 function grantSummary(g: GrantRecord) {
@@ -79,6 +82,8 @@ export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGran
   if (!g || g.userId !== s.userId) fail(Reason.NOT_FOUND, "no such grant");
   const revoked = await deps.db.transaction(async (trx) => {
     const n = await deps.grants.revokeLineageOfOwner(trx, g, deps.clock(), "user_revocation");
+    // What the agent had waiting for approval stops with it: approving it later pays nothing.
+    await deps.cancelInFlight(trx, { userId: g.userId, lineageId: g.lineageId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "grant.revoke", subject: g.id });
     return n;
   });
@@ -90,6 +95,7 @@ export async function killSwitch(deps: OwnerRevokeDeps, req: KillSwitchRequest, 
   const s = await deps.sessions.verify(req.sessionToken);
   const revoked = await deps.db.transaction(async (trx) => {
     const n = await deps.grants.revokeAllOfUser(trx, s.userId, deps.clock(), "kill_switch");
+    await deps.cancelInFlight(trx, { userId: s.userId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "killSwitch.all", subject: s.userId });
     await deps.outbox?.send(trx, {
       email: s.email,

@@ -38,6 +38,7 @@ import { createClientsStore } from "./stores/clients.js";
 import { createCodesStore } from "./stores/codes.js";
 import { createAgentsStore } from "./stores/agents.js";
 import { createGrantVaultsStore } from "./stores/vaults.js";
+import type { CancelInFlight } from "./stores/budget-grants.js";
 
 export { CODE_TTL_MS } from "./issue.js";
 
@@ -79,6 +80,8 @@ export interface GrantsServiceDeps {
   passkeys: Passkeys;
   /** False when SIGNIN_METHODS leaves out email. */
   emailCodesOffered?: boolean;
+  /** Declines the payments revoked grants left open (the budgets room's, wired by core.ts). */
+  cancelInFlight: CancelInFlight;
 }
 
 /**
@@ -138,7 +141,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     clock,
     refreshGraceSeconds: deps.refreshGraceSeconds,
   };
-  const owner = { db, sessions, agents, grants, audit, clock, outbox };
+  const { cancelInFlight } = deps;
+  const owner = { db, sessions, agents, grants, audit, clock, outbox, cancelInFlight };
   const provider = { oidc: deps.oidc, sessions, clock, browsers };
   const passkeys = { passkeys: deps.passkeys, sessions, browsers };
 
@@ -154,7 +158,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
     verifyAgentToken: (req) => verifyAgentToken(tokens, req),
     supersedeGrant: (req, ctx) => supersedeGrant(tokens, req, ctx),
-    revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, notice: { outbox, users } }, req, ctx),
+    revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, cancelInFlight, notice: { outbox, users } }, req, ctx),
     refreshGrant: (req, ctx) => refreshGrant(tokens, req, ctx),
     issueGrant: (req, ctx) => issueGrant(tokens, req, ctx),
     revokeToken: (req, ctx) => revokeToken(tokens, req, ctx),

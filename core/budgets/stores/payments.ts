@@ -4,7 +4,7 @@ import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../../lib/uuid.js";
 import { AUDIT_INSERT_SQL } from "../../audit/store.js";
-import { AGENT_GRANT_JOIN, GRANT_COLUMNS, toAgentGrant, type AgentGrant } from "../../grants/stores/budget-grants.js";
+import { AGENT_GRANT_JOIN, GRANT_COLUMNS, LINEAGE_GRANT_IDS, toAgentGrant, type AgentGrant, type RevokedGrants } from "../../grants/stores/budget-grants.js";
 import { GRANT_USABLE_SQL } from "../../grants/usable.js";
 import {
   spentTodaySql,
@@ -199,6 +199,15 @@ export function createPaymentsStore(db: Db) {
       if (page) q.limit(page.limit);
       const rows = await q;
       return rows.map((r: Record<string, unknown>) => ({ ...toPayment(r), key: { at: String(r.created_key), id: String(r.id) } }));
+    },
+
+    /** Declines the open payments (as declineOpenPayments) the revoked grants made: all of the user's, or one lineage's. */
+    async declineRevokedPayments(trx: Knex.Transaction, revoked: RevokedGrants, at: Date): Promise<number> {
+      // The statuses as literals, matching the user's open-payments partial index in any plan.
+      const q = trx("agent_payments").where({ user_id: revoked.userId }).whereRaw(`status IN ('pending_step_up', 'approved')`);
+      // grant_id is stored as text.
+      if (revoked.lineageId !== undefined) q.whereRaw(`grant_id IN (SELECT l.id::text FROM (${LINEAGE_GRANT_IDS("?")}) l)`, [revoked.lineageId]);
+      return q.update({ status: "declined", declined_at: at });
     },
 
     /** Declines every payment of these vaults that has not completed (waiting for approval, or approved and not yet repeated); returns how many. */

@@ -23,6 +23,18 @@ export const GRANT_COLUMNS = `g.id AS g_id, g.user_id AS g_user_id, g.agent_prin
  */
 export const AGENT_GRANT_JOIN = (grantIdSql: string) => `JOIN grants g ON g.id = ${grantIdSql} JOIN users u ON u.id = g.user_id`;
 
+/** The ids of a grant lineage's grants, for other rooms' statements (a lineage revoked as one). */
+export const LINEAGE_GRANT_IDS = (lineageIdSql: string) => `SELECT id FROM grants WHERE lineage_id = ${lineageIdSql}`;
+
+/** What a revocation left open is cancelled for: every grant of the user, or one lineage of them. */
+export interface RevokedGrants {
+  userId: string;
+  lineageId?: string;
+}
+
+/** Cancels, in the revoking transaction, what revoked grants left waiting for their owner; returns how many. */
+export type CancelInFlight = (trx: Knex.Transaction, revoked: RevokedGrants, at: Date) => Promise<number>;
+
 /** An AgentGrant from a row carrying GRANT_COLUMNS. */
 export function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   return {
