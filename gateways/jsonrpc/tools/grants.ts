@@ -73,7 +73,8 @@ export const grantTools: readonly Tool[] = [
     scope: null,
     auth: "bearer",
     title: "Kill Switch: Revoke All Grants",
-    description: "Revokes every grant of the calling grant's user, this one included.",
+    description:
+      "Revokes every grant of the calling grant's user, this one included, and declines every payment of the user still waiting for the owner's approval (or approved and not yet repeated).",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
