@@ -72,19 +72,19 @@ export function createAgentsStore() {
      * budget, so budget principals are listed too, named by their budget.
      */
     async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
+      // The client's name by a lookup per agent: a join may plan as a walk of every client.
+      const clientName = (clientIdSql: string) => conn.raw(`(SELECT c.client_name FROM oauth_clients c WHERE c.client_id = ${clientIdSql}) AS client_name`);
       const oauth = conn("oauth_agents as a")
         .join("agent_principals as p", "p.id", "a.agent_principal_id")
-        .leftJoin("oauth_clients as c", "c.client_id", "a.client_id")
         .where({ "a.user_id": userId })
-        .select("a.agent_principal_id", "a.client_id", "p.display_name", "c.client_name", "p.created_at");
+        .select("a.agent_principal_id", "a.client_id", "p.display_name", clientName("a.client_id"), "p.created_at");
       if (agentId) oauth.where({ "a.agent_principal_id": agentId });
       const budgets = conn("agent_principals as p")
         .leftJoin("oauth_agents as pa", "pa.agent_principal_id", "p.parent_agent_id")
-        .leftJoin("oauth_clients as c", "c.client_id", "pa.client_id")
         .where({ "p.user_id": userId })
         .whereNotNull("p.parent_agent_id")
         .whereExists((q) => q.select(conn.raw("1")).from("grants as g").whereRaw("g.agent_principal_id = p.id").where({ "g.user_id": userId }))
-        .select("p.id as agent_principal_id", "pa.client_id", "p.display_name", "c.client_name", "p.created_at");
+        .select("p.id as agent_principal_id", "pa.client_id", "p.display_name", clientName("pa.client_id"), "p.created_at");
       if (agentId) budgets.where({ "p.id": agentId });
       const [clientRows, budgetRows] = await Promise.all([oauth, budgets]);
       const agents = [
