@@ -8,7 +8,7 @@ import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import type { SettlementWorker } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, type Anvil } from "../support/anvil.js";
-import { testDatabase } from "../support/db.js";
+import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -21,17 +21,21 @@ describe("settlement: a nonce used by another transaction is evidence only once 
   let anvil: Anvil;
   let usdc: Hex;
   let db: Db;
+  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
+  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
   let store: SettlementStore;
   let w: SettlementWorker | undefined;
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    db = (await testDatabase()).db;
+    own = await ownDatabase();
+    db = own.db;
     store = createSettlementStore(db);
   });
   after(async () => {
     await w?.stop();
     await anvil?.stop();
+    await own?.drop();
   });
 
   it("a reorg that takes back the other transaction leaves the payment to be sent again and paid, never refunded", async () => {

@@ -8,7 +8,7 @@ import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
-import { testDatabase } from "../support/db.js";
+import { ownDatabase } from "../support/db.js";
 import { createCapturedLogger } from "../support/logs.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { queuePayment, railWorker } from "../support/settlement-queue.js";
@@ -19,15 +19,19 @@ describe("a send refused for want of gas (anvil)", function () {
   let anvil: Anvil;
   let usdc: Hex;
   let db: Db;
+  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
+  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
   let store: SettlementStore;
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    db = (await testDatabase()).db;
+    own = await ownDatabase();
+    db = own.db;
     store = createSettlementStore(db);
   });
   after(async () => {
     await anvil?.stop();
+    await own?.drop();
   });
 
   it("stays submitted with its one nonce, logs that the wallet lacks gas, keeps its fee through the outage, and is paid once when gas arrives", async () => {

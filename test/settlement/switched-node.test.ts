@@ -5,7 +5,7 @@ import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { createSettlementStore } from "../../core/settlement/store.js";
 import { startAnvil, startRpcProxy } from "../support/anvil.js";
-import { testDatabase } from "../support/db.js";
+import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -20,7 +20,9 @@ describe("settlement when a chain's node is switched to another network (anvil)"
     const { anvil, usdc } = await startAnvilWithUsdc();
     const other = await startAnvil();
     const proxy = await startRpcProxy(anvil.url);
-    const { db } = await testDatabase();
+    // A database of its own: its queued payment has no ledger entries for other files' checks to trip on.
+    const own = await ownDatabase();
+    const { db } = own;
     const store = createSettlementStore(db);
     const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
     const to = freshAddress();
@@ -51,6 +53,7 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await proxy.stop();
       await other.stop();
       await anvil.stop();
+      await own.drop();
     }
   });
 });

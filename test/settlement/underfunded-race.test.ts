@@ -9,7 +9,7 @@ import { createSettlementStore, type SettlementStore } from "../../core/settleme
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock, type TestClock } from "../support/clock.js";
-import { testDatabase } from "../support/db.js";
+import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -19,17 +19,21 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
   let anvil: Anvil;
   let usdc: Hex;
   let db: Db;
+  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
+  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
   let store: SettlementStore;
   const workers: SettlementWorker[] = [];
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    db = (await testDatabase()).db;
+    own = await ownDatabase();
+    db = own.db;
     store = createSettlementStore(db);
   });
   after(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));
     await anvil?.stop();
+    await own?.drop();
   });
 
   function worker(rpcUrl: string, key: Hex, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {

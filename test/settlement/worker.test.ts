@@ -11,7 +11,7 @@ import { createSettlementStore, type SettlementPayment, type SettlementStore } f
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
-import { requirePostgres, testDatabase } from "../support/db.js";
+import { requirePostgres, ownDatabase } from "../support/db.js";
 import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -20,12 +20,15 @@ describe("settlement on a local chain (anvil)", function () {
   let anvil: Anvil;
   let usdc: Hex;
   let db: Db;
+  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
+  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
   let store: SettlementStore;
   const workers: SettlementWorker[] = [];
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    db = (await testDatabase()).db;
+    own = await ownDatabase();
+    db = own.db;
     store = createSettlementStore(db);
   });
   afterEach(async () => {
@@ -34,6 +37,7 @@ describe("settlement on a local chain (anvil)", function () {
   });
   after(async () => {
     await anvil?.stop();
+    await own?.drop();
   });
 
   const settings = (rpcUrl = anvil.url, over: Partial<EvmChainSettings> = {}): EvmChainSettings =>
