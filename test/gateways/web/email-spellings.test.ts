@@ -3,6 +3,8 @@ import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, signIn } from "../../support/agent-oauth.js";
 import { up as canonicalEmailsMigration } from "../../../core/db/migrations/0044-canonical-emails.js";
+import { requirePostgres } from "../../support/db.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
 
 /** An address has one account however it is spelled: letter case, NFC or NFD, Unicode or ACE (xn--) domain. */
 describe("e-mail spellings reach one account", function () {
@@ -53,5 +55,28 @@ describe("e-mail spellings reach one account", function () {
       `held-${b}@xn--bcher-kva.example`,
       `ascii-${c}@example.com`,
     ]);
+  });
+
+  it("twelve partners' pre-creates of one address in as many spellings at once make one account", async function () {
+    requirePostgres(this, "concurrent creates need several connections");
+    const local = `race-e\u0301-${tag()}`;
+    const spellings = [`${local}@xn--bcher-kva.example`, `${local.toUpperCase()}@BU\u0308CHER.EXAMPLE`, `${local.normalize("NFC")}@b\u00fccher.example`];
+    const tokens: string[] = [];
+    for (let i = 0; i < 12; i++) tokens.push(await mintPartnerToken(stack, await createPartner(stack)));
+    const answers = await Promise.all(
+      tokens.map(async (t, i) => {
+        const res = await fetch(`${stack.url}/api/partner/users`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
+          body: JSON.stringify({ email: spellings[i % spellings.length] }),
+        });
+        expect(res.status, await res.clone().text()).to.be.oneOf([200, 201]);
+        return ((await res.json()) as { user_id: string }).user_id;
+      }),
+    );
+    const canonical = `${local.normalize("NFC")}@b\u00fccher.example`;
+    const rows = await stack.core.db("users").where({ email: canonical }).select("id");
+    expect(rows).to.have.length(1);
+    expect(new Set(answers)).to.deep.equal(new Set([rows[0].id]));
   });
 });
