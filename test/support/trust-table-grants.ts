@@ -79,6 +79,16 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         const g = await c.f.clientGrant(await c.f.user(), client);
         return { req: { refresh_token: g.refreshToken, client_id: client.clientId, client_secret: client.clientSecret } };
       }),
+      ok("a public client's grant with its client id alone", async (c) => {
+        const client = await c.f.oauthClient(undefined, { public: true });
+        const g = await c.f.clientGrant(await c.f.user(), client);
+        return { req: { refresh_token: g.refreshToken, client_id: client.clientId } };
+      }),
+      refused("a public client's grant by another public client", S.INVALID_ARGUMENT, async (c) => {
+        const g = await c.f.clientGrant(await c.f.user(), await c.f.oauthClient(undefined, { public: true }));
+        const other = await c.f.oauthClient(undefined, { public: true });
+        return { req: { refresh_token: g.refreshToken, client_id: other.clientId }, after: () => stillActive(c, g.accessToken) };
+      }),
       ok("an operator-issued grant with the operator credential", async (c) => {
         const g = await c.f.grant(await c.f.user());
         return { req: { refresh_token: g.refreshToken }, md: bearerMd(c.stack.adminToken) };
@@ -186,8 +196,8 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/ExchangeCode": {
     kind: "client",
     cases: (() => {
-      const start = async (c: Ctx) => {
-        const client = await c.f.oauthClient();
+      const start = async (c: Ctx, opts: { public?: boolean } = {}) => {
+        const client = await c.f.oauthClient(undefined, opts);
         const { code, verifier } = await c.f.authorizationCode(await c.f.user(), client);
         return { client, code, verifier };
       };
@@ -218,6 +228,20 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         refused("with a wrong PKCE verifier", S.INVALID_ARGUMENT, async (c) => ({
           req: wire(await start(c), { verifier: randomBytes(32).toString("base64url") }),
         })),
+        ok("a public client's code with its client id alone and the PKCE verifier", async (c) => ({
+          req: wire(await start(c, { public: true })),
+          after: (res) => void expect((res as ExchangedRes).token.access_token).to.be.a("string"),
+        })),
+        refused("a public client's code with a client secret", S.UNAUTHENTICATED, async (c) => ({
+          req: wire(await start(c, { public: true }), { secret: `ags_${randomBytes(32).toString("base64url")}` }),
+        })),
+        refused("a public client's code by another public client", S.INVALID_ARGUMENT, async (c) => {
+          const other = await c.f.oauthClient(undefined, { public: true });
+          return { req: wire(await start(c, { public: true }), { id: other.clientId }) };
+        }),
+        refused("a public client's code without its PKCE verifier", S.INVALID_ARGUMENT, async (c) => ({
+          req: wire(await start(c, { public: true }), { verifier: "" }),
+        })),
         refused("a code already used", S.INVALID_ARGUMENT, async (c) => {
           const x = await start(c);
           await c.stack.clients.grants.exchangeCode({
@@ -235,8 +259,8 @@ export const GRANTS_TABLE: Record<string, Entry> = {
   "vaultgate.grants.v1.GrantsService/RevokeToken": {
     kind: "client",
     cases: (() => {
-      const start = async (c: Ctx) => {
-        const client = await c.f.oauthClient();
+      const start = async (c: Ctx, opts: { public?: boolean } = {}) => {
+        const client = await c.f.oauthClient(undefined, opts);
         const grant = await c.f.clientGrant(await c.f.user(), client);
         return { client, grant };
       };
@@ -254,6 +278,21 @@ export const GRANTS_TABLE: Record<string, Entry> = {
         refused("without a client secret", S.UNAUTHENTICATED, async (c) => {
           const x = await start(c);
           return { req: { client_id: x.client.clientId, client_secret: "", token: x.grant.accessToken }, after: () => stillActive(c, x.grant.accessToken) };
+        }),
+        ok("a public client's own token with its client id alone", async (c) => {
+          const x = await start(c, { public: true });
+          return {
+            req: { client_id: x.client.clientId, token: x.grant.accessToken },
+            after: async () => {
+              const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "VerifyAgentToken", { access_token: x.grant.accessToken }));
+              expect(refusal.code).to.equal(S.UNAUTHENTICATED);
+            },
+          };
+        }),
+        refused("a public client's token by another public client", S.INVALID_ARGUMENT, async (c) => {
+          const x = await start(c, { public: true });
+          const other = await c.f.oauthClient(undefined, { public: true });
+          return { req: { client_id: other.clientId, token: x.grant.accessToken }, after: () => stillActive(c, x.grant.accessToken) };
         }),
         refused("with a wrong client secret", S.UNAUTHENTICATED, async (c) => {
           const x = await start(c);

@@ -306,14 +306,14 @@ export function fixtures(stack: Pick<TestStack, "admin" | "clients"> & Partial<P
       return { partner: p, payer, recipient, payoutId: req.items[0]!.payoutId };
     },
 
-    /** A dynamically registered OAuth client (RegisterClient, no gateway). */
-    async oauthClient(scope = ALL_AGENT_SCOPES.join(" ")) {
+    /** A dynamically registered OAuth client (RegisterClient, no gateway); `public` registers auth method none. */
+    async oauthClient(scope = ALL_AGENT_SCOPES.join(" "), opts: { public?: boolean } = {}) {
       const res = await stack.clients.grants.registerClient({
         clientName: "Trust boundary agent",
         redirectUris: ["http://127.0.0.1:9/callback"],
         grantTypes: ["authorization_code", "refresh_token"],
         responseTypes: ["code"],
-        tokenEndpointAuthMethod: "client_secret_post",
+        tokenEndpointAuthMethod: opts.public ? "none" : "client_secret_post",
         scope,
       });
       return { clientId: res.client!.clientId, clientSecret: res.clientSecret, redirectUri: "http://127.0.0.1:9/callback" };
