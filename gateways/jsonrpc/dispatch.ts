@@ -134,7 +134,7 @@ export function createDispatcher(options: DispatcherOptions) {
       }
       default:
         if (msg.method.startsWith("notifications/") && msg.notification) return authenticate(caller);
-        return callTool(routeTool(msg.method, category, false, caller), objectParams(msg.params), caller);
+        return callTool(routeTool(msg.method, category, false, caller), msg.params, caller);
     }
   }
 
@@ -159,8 +159,10 @@ export function createDispatcher(options: DispatcherOptions) {
     return tool;
   }
 
-  async function callTool(routed: Tool | Promise<never>, args: Record<string, unknown>, caller: Caller) {
+  /** `routed` is awaited before anything else can throw, so a refusal is never left unhandled. */
+  async function callTool(routed: Tool | Promise<never>, params: unknown, caller: Caller) {
     const tool = await routed;
+    const args = objectParams(params);
     const v = validators.get(tool.name)!;
     if (!v.input(args))
       return refuse(

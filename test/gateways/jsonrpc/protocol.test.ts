@@ -146,6 +146,22 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect([unknownTool.json!.error.code, unknownTool.json!.error.data.reason_id]).to.deep.equal([-32602, "unknown_tool"]);
   });
 
+  it("a tool on another endpoint with params that are not an object is -32601 wrong_endpoint, and the server keeps answering", async () => {
+    const cases: [string, Record<string, string>, string][] = [
+      [`{"jsonrpc":"2.0","id":1,"method":"agent.grant.refresh","params":[]}`, {}, "/mcp/read"],
+      [`{"jsonrpc":"2.0","id":1,"method":"accounts.balance","params":["x"]}`, auth, "/mcp/write"],
+      [`[{"jsonrpc":"2.0","id":1,"method":"accounts.balance","params":[7]},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, auth, "/mcp/treasury"],
+    ];
+    for (const [body, headers, path] of cases) {
+      const res = await postRpc(at(path), body, headers);
+      expectJsonRpcError({ json: Array.isArray(res.json) ? res.json[0] : res.json, text: res.text }, -32601, "wrong_endpoint");
+      // A refusal left unawaited would end the process on the next tick.
+      await new Promise((r) => setImmediate(r));
+      const ping = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 9, method: "ping" }, auth);
+      expect(ping.json!.result).to.deep.equal({});
+    }
+  });
+
   it("initialize negotiates the protocol revision", async () => {
     const init = (v: string) =>
       postRpc(
