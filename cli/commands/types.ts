@@ -64,7 +64,7 @@ export function intOption(ctx: CommandContext, name: string, required = true): n
   const v = ctx.options[name];
   if (v === undefined && !required) return undefined;
   if (typeof v !== "string" || !/^\d{1,16}$/.test(v) || !Number.isSafeInteger(Number(v))) {
-    throw new UsageError(`--${name} must be a non-negative integer`);
+    throw new UsageError(`--${name} must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}`);
   }
   return Number(v);
 }

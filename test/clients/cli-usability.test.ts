@@ -71,6 +71,8 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["user", "set-status", "u1"], /active\|inactive is required/],
       [["partner", "create", "--name", "A", "--name=B"], /^vaultgate: --name is given more than once\nsee 'vaultgate partner create --help'\n$/],
       [["vault", "fund", "v1", "--amount-cents", "5", "--amount-cents", "500"], /--amount-cents is given more than once/],
+      [["partner", "list", "--limit", "99999999999999999999"], /--limit must be an integer from 0 to 9007199254740991/],
+      [["vault", "fund", "v1", "--amount-cents", "1e3"], /--amount-cents must be an integer from 0 to 9007199254740991/],
     ];
     for (const [argv, message] of cases) {
       const r = await runCli(argv, proc.env);
