@@ -2,15 +2,12 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
-import type { Db } from "../../core/db/knex.js";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import type { SettlementWorker } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, type Anvil } from "../support/anvil.js";
-import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, startAnvilWithUsdc } from "../support/evm-rail.js";
-import { queuePayment, railWorker } from "../support/settlement-queue.js";
+import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /**
  * A payment fails as dropped only when another transaction used its nonce in a block no
@@ -20,22 +17,15 @@ describe("settlement: a nonce used by another transaction is evidence only once 
   this.timeout(120_000);
   let anvil: Anvil;
   let usdc: Hex;
-  let db: Db;
-  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
-  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
-  let store: SettlementStore;
+  const queue = ownQueueDatabase();
   let w: SettlementWorker | undefined;
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    own = await ownDatabase();
-    db = own.db;
-    store = createSettlementStore(db);
   });
   after(async () => {
     await w?.stop();
     await anvil?.stop();
-    await own?.drop();
   });
 
   it("a reorg that takes back the other transaction leaves the payment to be sent again and paid, never refunded", async () => {
@@ -46,11 +36,11 @@ describe("settlement: a nonce used by another transaction is evidence only once 
     await anvil.mintUsdc(usdc, wallet.address, centsToUnits(10_000));
     await anvil.mine(5); // beyond the reach of the reorg below
     const rail = createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "eth", finalityBlocks: 6 }), wallet);
-    w = railWorker(store, rail);
+    w = railWorker(queue.store, rail);
     const to = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`).address;
-    const id = await queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents: 300 });
+    const id = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 300 });
     await w.runOnce();
-    const signed = (await store.get(db, id))!;
+    const signed = (await queue.store.get(queue.db, id))!;
     await anvil.rpc("anvil_dropTransaction", [signed.txHash]);
     // Someone with the key spends the nonce; it is mined two blocks deep, short of finality.
     const other = await wallet.signTransaction({
@@ -66,14 +56,14 @@ describe("settlement: a nonce used by another transaction is evidence only once 
     await anvil.client.sendRawTransaction({ serializedTransaction: other });
     await anvil.mine(2);
     await w.runOnce();
-    expect((await store.get(db, id))!.status, "a reorg can still take the other use back").to.equal("submitted");
+    expect((await queue.store.get(queue.db, id))!.status, "a reorg can still take the other use back").to.equal("submitted");
 
     // It does: the nonce is free again, the stored bytes go out again and are mined.
     await anvil.rpc("anvil_reorg", [3, []]);
     await w.runOnce();
     await anvil.mine(3);
-    for (let i = 0; i < 10 && (await store.get(db, id))!.status !== "completed"; i++) await w.runOnce();
-    const done = (await store.get(db, id))!;
+    for (let i = 0; i < 10 && (await queue.store.get(queue.db, id))!.status !== "completed"; i++) await w.runOnce();
+    const done = (await queue.store.get(queue.db, id))!;
     expect(done.status, `${done.failureReason}`).to.equal("completed");
     expect(done.txHash).to.equal(signed.txHash);
     expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(300));

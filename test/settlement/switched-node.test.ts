@@ -3,11 +3,9 @@ import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { createSettlementStore } from "../../core/settlement/store.js";
 import { startAnvil, startRpcProxy } from "../support/anvil.js";
-import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-import { queuePayment, railWorker } from "../support/settlement-queue.js";
+import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /**
  * A chain's RPC address that starts answering for another network (a moved load balancer, a
@@ -15,22 +13,20 @@ import { queuePayment, railWorker } from "../support/settlement-queue.js";
  */
 describe("settlement when a chain's node is switched to another network (anvil)", function () {
   this.timeout(120_000);
+  const queue = ownQueueDatabase();
 
   it("nothing is failed or refunded on the other network's word; back on its own, the payment completes once", async () => {
     const { anvil, usdc } = await startAnvilWithUsdc();
     const other = await startAnvil();
     const proxy = await startRpcProxy(anvil.url);
-    // A database of its own: its queued payment has no ledger entries for other files' checks to trip on.
-    const own = await ownDatabase();
-    const { db } = own;
-    const store = createSettlementStore(db);
+    const { db, store } = queue;
     const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
     const to = freshAddress();
     const worker = railWorker(store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet));
     try {
       await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
       await anvil.setAutomine(false);
-      const paymentId = await queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
+      const paymentId = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
       await worker.runOnce(); // signed with nonce 0 and waiting in the network's mempool
       expect((await store.get(db, paymentId))!.status).to.equal("submitted");
 
@@ -53,7 +49,6 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await proxy.stop();
       await other.stop();
       await anvil.stop();
-      await own.drop();
     }
   });
 });

@@ -2,48 +2,38 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import type { Db } from "../../core/db/knex.js";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock, type TestClock } from "../support/clock.js";
-import { ownDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-import { queuePayment, railWorker } from "../support/settlement-queue.js";
+import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** Two workers on one hot wallet: the balance one reads must be weighed against what was in flight at the same block. */
 describe("the hot wallet's balance against payments in flight (anvil)", function () {
   this.timeout(120_000);
   let anvil: Anvil;
   let usdc: Hex;
-  let db: Db;
-  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
-  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
-  let store: SettlementStore;
+  const queue = ownQueueDatabase();
   const workers: SettlementWorker[] = [];
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    own = await ownDatabase();
-    db = own.db;
-    store = createSettlementStore(db);
   });
   after(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));
     await anvil?.stop();
-    await own?.drop();
   });
 
   function worker(rpcUrl: string, key: Hex, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
     const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), privateKeyToAccount(key));
-    const w = railWorker(store, rail, { clock, ...over });
+    const w = railWorker(queue.store, rail, { clock, ...over });
     workers.push(w);
     return w;
   }
 
-  const accept = (wallet: string, to: string, amountCents: number, at: Date) => queuePayment(db, store, { chain: "arb", wallet, to, amountCents, at });
+  const accept = (wallet: string, to: string, amountCents: number, at: Date) => queuePayment(queue, { chain: "arb", wallet, to, amountCents, at });
 
   it("a transfer mined between another worker's balance read and its signing is still counted: the next payment waits, none reverts", async () => {
     const key = `0x${randomBytes(32).toString("hex")}` as Hex;
@@ -59,7 +49,7 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
       await anvil.setAutomine(false);
       const first = await accept(wallet, freshAddress(), 600, t0);
       await a.runOnce(); // signed and in the node's pool, not mined
-      expect((await store.get(db, first))!.status).to.equal("submitted");
+      expect((await queue.store.get(queue.db, first))!.status).to.equal("submitted");
       const second = await accept(wallet, freshAddress(), 600, t0);
       // B reads the balance (the first transfer not mined yet) and is held before it signs.
       const gate = proxy.hold(/eth_maxPriorityFeePerGas/);
@@ -69,17 +59,17 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
       await anvil.mine(1); // the first transfer is mined: the wallet now holds $4
       clockA.advance(61_000);
       await a.runOnce(); // A records the first transfer as mined
-      expect((await store.get(db, first))!.minedBlock).to.not.equal(null);
+      expect((await queue.store.get(queue.db, first))!.minedBlock).to.not.equal(null);
       gate.release();
       await passB;
-      const held = (await store.get(db, second))!;
+      const held = (await queue.store.get(queue.db, second))!;
       expect(held.status, "the second payment must wait for funds, never go out to revert").to.equal("pending");
       expect(held.nonce).to.equal(null);
       await anvil.mintUsdc(usdc, wallet, centsToUnits(200));
       await b.runOnce();
       await anvil.mine(2);
       await b.runOnce();
-      expect((await store.get(db, second))!.status).to.equal("completed");
+      expect((await queue.store.get(queue.db, second))!.status).to.equal("completed");
     } finally {
       await anvil.setAutomine(true);
       await proxy.stop();

@@ -2,34 +2,27 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
-import type { Db } from "../../core/db/knex.js";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
 import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
 import { coreRegistry } from "../../core/observability/metrics.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { createSettlementStore, type SettlementPayment, type SettlementStore } from "../../core/settlement/store.js";
+import type { SettlementPayment } from "../../core/settlement/store.js";
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
-import { requirePostgres, ownDatabase } from "../support/db.js";
+import { requirePostgres } from "../support/db.js";
 import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-import { queuePayment, railWorker } from "../support/settlement-queue.js";
+import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 describe("settlement on a local chain (anvil)", function () {
   this.timeout(120_000);
   let anvil: Anvil;
   let usdc: Hex;
-  let db: Db;
-  // A database of its own: payments queued here have no ledger entries for other files' checks to trip on.
-  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
-  let store: SettlementStore;
+  const queue = ownQueueDatabase();
   const workers: SettlementWorker[] = [];
 
   before(async () => {
     ({ anvil, usdc } = await startAnvilWithUsdc());
-    own = await ownDatabase();
-    db = own.db;
-    store = createSettlementStore(db);
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));
@@ -37,7 +30,6 @@ describe("settlement on a local chain (anvil)", function () {
   });
   after(async () => {
     await anvil?.stop();
-    await own?.drop();
   });
 
   const settings = (rpcUrl = anvil.url, over: Partial<EvmChainSettings> = {}): EvmChainSettings =>
@@ -51,7 +43,7 @@ describe("settlement on a local chain (anvil)", function () {
   }
 
   function worker(rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
-    const w = railWorker(store, rail, over);
+    const w = railWorker(queue.store, rail, over);
     workers.push(w);
     return w;
   }
@@ -65,10 +57,10 @@ describe("settlement on a local chain (anvil)", function () {
     at = new Date(),
     expiresAt = new Date(at.getTime() + 3600_000),
   ): Promise<string> {
-    return queuePayment(db, store, { chain: "eth", wallet: wallet.address, to, amountCents, at, expiresAt });
+    return queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents, at, expiresAt });
   }
 
-  const get = async (id: string) => (await store.get(db, id))!;
+  const get = async (id: string) => (await queue.store.get(queue.db, id))!;
 
   /** Runs passes until the payment is in `status` (bounded by a count of passes, never by time). */
   async function until(w: SettlementWorker, id: string, status: SettlementPayment["status"], passes = 20): Promise<SettlementPayment> {
@@ -99,7 +91,7 @@ describe("settlement on a local chain (anvil)", function () {
     });
     expect(done.confirmations).to.be.at.least(2);
     expect(await anvil.usdcBalance(usdc, to)).to.equal(1_250_000n);
-    const [stored] = await store.transactions(id);
+    const [stored] = await queue.store.transactions(id);
     const onChain = await anvil.client.getTransaction({ hash: done.txHash as Hex });
     expect(onChain.hash).to.equal(stored!.txHash);
     expect(onChain.nonce).to.equal(0);
@@ -127,7 +119,7 @@ describe("settlement on a local chain (anvil)", function () {
       await anvil.mine(1);
       const done = await until(second, id, "completed");
       expect(done.txHash).to.equal(p.txHash);
-      const txs = await store.transactions(id);
+      const txs = await queue.store.transactions(id);
       expect(txs.map((t) => t.txHash)).to.deep.equal([p.txHash]);
       expect(await anvil.usdcBalance(usdc, to)).to.equal(3_000_000n);
     } finally {
@@ -228,7 +220,7 @@ describe("settlement on a local chain (anvil)", function () {
     await anvil.rpc("anvil_dropTransaction", [p.txHash]); // stuck somewhere we cannot see
     clock.advance(61_000);
     await w.runOnce(); // signs and sends the cancellation
-    const txs = await store.transactions(id);
+    const txs = await queue.store.transactions(id);
     expect(txs.map((t) => t.kind)).to.deep.equal(["transfer", "cancel"]);
     await anvil.mine(4); // final (finalityBlocks 4): failing refunds for good
     const failed = await until(w, id, "failed");
@@ -249,12 +241,12 @@ describe("settlement on a local chain (anvil)", function () {
       clock.advance(120_000);
       await w.runOnce();
     }
-    const fees = (await store.transactions(id)).map((t) => t.maxFeePerGas);
+    const fees = (await queue.store.transactions(id)).map((t) => t.maxFeePerGas);
     expect(fees.length).to.be.within(2, 8);
     expect(fees.at(-1)! * 4n <= fees[0]! * 9n, `${fees}`).to.equal(true); // at most 2.25x the first offer
     await anvil.mine(5);
     const done = await until(w, id, "completed");
-    expect(done.txHash).to.equal((await store.transactions(id)).at(-1)!.txHash);
+    expect(done.txHash).to.equal((await queue.store.transactions(id)).at(-1)!.txHash);
     expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(700));
   });
 
@@ -314,7 +306,7 @@ describe("settlement on a local chain (anvil)", function () {
     const id = await accept(wallet, recipient(), 100);
     const now = new Date();
     // A worker claims it and dies holding the lease.
-    const held = await store.claim([{ chain: "eth", wallet: rail.wallet }], now, new Date(now.getTime() + 60_000), 10);
+    const held = await queue.store.claim([{ chain: "eth", wallet: rail.wallet }], now, new Date(now.getTime() + 60_000), 10);
     expect(held.map((p) => p.paymentId)).to.deep.equal([id]);
     const clock = createTestClock(now);
     const w = worker(rail, { clock });

@@ -2,8 +2,9 @@ import { randomUUID } from "node:crypto";
 import pino from "pino";
 import type { Db } from "../../core/db/knex.js";
 import type { EvmRail } from "../../core/settlement/evm-rail.js";
-import type { SettlementStore } from "../../core/settlement/store.js";
+import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import { ownDatabase } from "./db.js";
 
 /** A settlement worker over one rail that waits for nothing: a test moves it with runOnce. */
 export function railWorker(store: SettlementStore, rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
@@ -21,8 +22,7 @@ export function railWorker(store: SettlementStore, rail: EvmRail, over: Partial<
 
 /** A payment put straight into the settlement queue (no vault, no ledger): the worker's own tests. */
 export async function queuePayment(
-  db: Db,
-  store: SettlementStore,
+  { db, store }: OwnQueue,
   p: { chain: string; wallet: string; to: string; amountCents: number; at?: Date; expiresAt?: Date },
 ): Promise<string> {
   const paymentId = randomUUID();
@@ -39,4 +39,33 @@ export async function queuePayment(
     expiresAt: p.expiresAt ?? new Date(at.getTime() + 3600_000),
   });
   return paymentId;
+}
+
+export interface OwnQueue {
+  readonly db: Db;
+  readonly store: SettlementStore;
+}
+
+/**
+ * Inside a describe: a database of the suite's own with a settlement store, made before its tests
+ * and dropped after them; payments queued there have no ledger entries for other files' checks to trip on.
+ */
+export function ownQueueDatabase(): OwnQueue {
+  let own: Awaited<ReturnType<typeof ownDatabase>> | undefined;
+  let store: SettlementStore | undefined;
+  before(async () => {
+    own = await ownDatabase();
+    store = createSettlementStore(own.db);
+  });
+  after(async () => {
+    await own?.drop();
+  });
+  return {
+    get db() {
+      return own!.db;
+    },
+    get store() {
+      return store!;
+    },
+  };
 }
