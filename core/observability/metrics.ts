@@ -116,7 +116,8 @@ new Gauge({
   },
 });
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+/** `p`, or undefined once `ms` have passed without its answer. */
+export function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));

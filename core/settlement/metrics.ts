@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram } from "prom-client";
-import { coreRegistry } from "../observability/metrics.js";
+import { coreRegistry, withTimeout } from "../observability/metrics.js";
 import type { SettlementStore } from "./store.js";
 
 /** Settlement's metrics, in core's registry (core/observability/metrics.ts). */
@@ -54,13 +54,45 @@ export const settlementNoGas = new Counter({
   registers: [coreRegistry],
 });
 
-const stores = new Set<SettlementStore>();
+export interface SettlementMetricsSource {
+  store: SettlementStore;
+  clock: () => Date;
+  /** The chains on the evm rail (each shows an overdue figure, 0 when none). */
+  chains: () => string[];
+}
+
+const sources = new Set<SettlementMetricsSource>();
 
 /** Adds a core's settlement queue to the scrape; the returned function removes it. */
-export function registerSettlementMetrics(store: SettlementStore): () => void {
-  stores.add(store);
-  return () => void stores.delete(store);
+export function registerSettlementMetrics(source: SettlementMetricsSource): () => void {
+  sources.add(source);
+  return () => void sources.delete(source);
 }
+
+/** Longest the scrape waits for the overdue query; a slower database leaves the last value. */
+const OVERDUE_QUERY_TIMEOUT_MS = 1000;
+
+new Gauge({
+  name: "vaultgate_settlement_overdue_seconds",
+  help: "Seconds the chain's longest-overdue payment has been open past its expiry (0 = none): a signed one waits for gas to be cancelled, holding back every later nonce",
+  labelNames: ["chain"] as const,
+  registers: [coreRegistry],
+  async collect() {
+    const worst = new Map<string, number>();
+    let answered = false;
+    for (const s of sources) {
+      const now = s.clock();
+      const rows = await withTimeout(s.store.oldestOverdue(now), OVERDUE_QUERY_TIMEOUT_MS).catch(() => undefined);
+      if (!rows) continue;
+      answered = true;
+      for (const c of s.chains()) worst.set(c, worst.get(c) ?? 0);
+      for (const r of rows) worst.set(r.chain, Math.max(worst.get(r.chain) ?? 0, Math.floor((now.getTime() - r.expiresAt.getTime()) / 1000)));
+    }
+    if (!answered) return;
+    this.reset();
+    for (const [chain, seconds] of worst) this.set({ chain }, seconds);
+  },
+});
 
 new Gauge({
   name: "vaultgate_settlement_payments_open",
@@ -69,7 +101,7 @@ new Gauge({
   registers: [coreRegistry],
   async collect() {
     this.reset();
-    for (const store of stores) {
+    for (const { store } of sources) {
       const counts = await store.openCounts().catch(() => []);
       for (const c of counts) this.inc({ chain: c.chain, status: c.status }, c.count);
       break; // every core of a deployment reads the same table

@@ -140,7 +140,7 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
     pollMs: options.pollMs,
     ...options.worker,
   });
-  const unregister = registerSettlementMetrics(store);
+  const unregister = registerSettlementMetrics({ store, clock: options.clock, chains: () => [...rails.keys()] });
   // Chains whose node was down at start join once it answers.
   const retry = rails.size > verified.size ? setInterval(() => void recheck().then((ok) => ok && clearInterval(retry)), 5_000).unref() : undefined;
   return {

@@ -322,6 +322,16 @@ export function createSettlementStore(db: Db) {
       });
     },
 
+    /** Per chain, when the longest-overdue open payment expired (open past its expiry at `now`): the metrics scrape. */
+    async oldestOverdue(now: Date): Promise<{ chain: string; expiresAt: Date }[]> {
+      const { rows } = await db.raw(
+        `SELECT chain, min(expires_at) AS expires_at FROM settlement_payments
+          WHERE status IN ('pending', 'submitted') AND NOT final AND rail = 'evm' AND expires_at <= ? GROUP BY chain`,
+        [now],
+      );
+      return (rows as { chain: string; expires_at: string }[]).map((r) => ({ chain: r.chain, expiresAt: new Date(r.expires_at) }));
+    },
+
     /** Payments waiting to settle (pending, submitted) per chain and status: the metrics scrape. */
     async openCounts(): Promise<{ chain: string; status: SettlementStatus; count: number }[]> {
       const { rows } = await db.raw(

@@ -287,10 +287,18 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     } catch (err) {
       if (rail && refusedForGas(err)) {
         settlementNoGas.inc({ chain: p.chain });
-        logger.warn(
-          { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet },
-          "the node refused the send: the hot wallet has no ETH for gas; the same bytes are sent again once it has",
-        );
+        const overdueMs = clock().getTime() - p.expiresAt.getTime();
+        if (p.nonce !== null && overdueMs >= 0) {
+          logger.warn(
+            { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, nonce: p.nonce, overdueSeconds: Math.floor(overdueMs / 1000) },
+            `chain ${p.chain}: a signed payment is past its expiry and the hot wallet has no ETH for gas to cancel it; it stays submitted, its nonce holding back every later payment of this wallet, until the wallet has gas`,
+          );
+        } else {
+          logger.warn(
+            { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet },
+            "the node refused the send: the hot wallet has no ETH for gas; the same bytes are sent again once it has",
+          );
+        }
       } else {
         logger.warn(
           { paymentId: p.paymentId, chain: p.chain, err: { name: (err as Error).name, message: (err as Error).message.split("\n")[0] } },

@@ -1,0 +1,34 @@
+import { startMetricsServer } from "../../cli/metrics-server.js";
+import { coreRegistry } from "../../core/observability/metrics.js";
+
+/** `name{labels} value` lines of a Prometheus text scrape, keyed by `name{labels}` as written. */
+export function parseScrape(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const at = line.lastIndexOf(" ");
+    out.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return out;
+}
+
+/** A metrics listener on core's registry (port 0) and a scrape of it: `value(name, labels)` is one series, undefined when absent. */
+export async function coreMetricsListener() {
+  const server = await startMetricsServer({ host: "127.0.0.1", port: 0, registries: [coreRegistry] });
+  return {
+    async scrape() {
+      const res = await fetch(server.url);
+      if (res.status !== 200) throw new Error(`GET /metrics answered ${res.status}`);
+      const series = parseScrape(await res.text());
+      return {
+        value: (name: string, labels: Record<string, string>) =>
+          series.get(
+            `${name}{${Object.entries(labels)
+              .map(([k, v]) => `${k}="${v}"`)
+              .join(",")}}`,
+          ),
+      };
+    },
+    close: () => server.close(),
+  };
+}
