@@ -21,7 +21,7 @@ export interface SettlementOptions {
   hooks?: SettlementHooks;
   /** The worker's loop period; 0 = no loop. */
   pollMs: number;
-  worker?: Pick<SettlementWorkerOptions, "leaseMs" | "batchSize" | "recheckMs" | "bumpAfterMs" | "underfundedRetryMs">;
+  worker?: Pick<SettlementWorkerOptions, "leaseMs" | "batchSize" | "recheckMs" | "bumpAfterMs" | "underfundedRetryMs" | "walletReadMs">;
 }
 
 export interface Settlement {

@@ -37,6 +37,8 @@ export interface SettlementWorkerOptions {
   bumpAfterMs?: number;
   /** When a payment the hot wallet could not cover is tried again. */
   underfundedRetryMs?: number;
+  /** How often a pass reads each hot wallet's gas and USDC for the gauges, whatever is queued. */
+  walletReadMs?: number;
 }
 
 export interface SettlementWorker {
@@ -67,6 +69,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   const recheckMs = options.recheckMs ?? 4_000;
   const bumpAfterMs = options.bumpAfterMs ?? 120_000;
   const underfundedRetryMs = options.underfundedRetryMs ?? 30_000;
+  const walletReadMs = options.walletReadMs ?? 30_000;
   const hooks = options.hooks ?? {};
   const later = (ms: number) => new Date(clock().getTime() + ms);
 
@@ -311,10 +314,32 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     await store.release(p, next ?? clock()).catch((err: unknown) => logger.error({ err }, "settlement lease release failed"));
   }
 
+  /** Per chain: when its wallet was last read, and whether a read is under way (never two at once). */
+  const walletReads = new Map<string, { at: number; running: boolean }>();
+
+  /** Reads a hot wallet's gas and USDC into the gauges when its last read is `walletReadMs` old. */
+  async function readWallet(rail: EvmRail, now: Date): Promise<void> {
+    const chain = rail.settings.chain;
+    const last = walletReads.get(chain);
+    if (last && (last.running || now.getTime() - last.at < walletReadMs)) return;
+    walletReads.set(chain, { at: now.getTime(), running: true });
+    try {
+      const at = await rail.blockNumber();
+      const [gasWei, balanceUnits] = await Promise.all([rail.gasBalance(at), rail.usdcBalance(undefined, at)]);
+      hotWalletGas.set({ chain }, Number(formatEther(gasWei)));
+      hotWalletBalance.set({ chain }, Number(formatUsdc(balanceUnits)));
+    } catch (err) {
+      logger.warn({ chain, err: { name: (err as Error).name } }, "hot wallet read failed; its gauges keep their last value");
+    } finally {
+      walletReads.set(chain, { at: now.getTime(), running: false });
+    }
+  }
+
   async function pass(): Promise<number> {
     if (loop.stopped) return 0;
     const rails = options.rails();
     const now = clock();
+    const reads = [...rails.values()].map((r) => readWallet(r, now));
     const claimed = await store.claim(
       [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet })),
       now,
@@ -324,6 +349,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const waiting = options.waiting?.() ?? [];
     const expired = waiting.length === 0 ? [] : await store.claim(waiting, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsigned: true });
     await Promise.all([...claimed, ...expired].map((p) => handle(rails.get(p.chain), p)));
+    await Promise.all(reads);
     return claimed.length + expired.length;
   }
 
