@@ -226,10 +226,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       await rail.broadcast(signed.rawTx);
       return later(recheckMs);
     }
-    // A wallet whose gas cannot pay even the last offer had it refused, not queued: a dearer one replaces nothing.
+    // A node refuses a replacement the wallet's gas cannot pay; signed, it would become the bytes
+    // sent again in place of an offer the wallet can pay. So none is signed until the gas covers it.
     const due = last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs;
-    const payable = due && (await rail.gasBalance(head)) >= (cancelled ? CANCEL_GAS : TRANSFER_GAS) * last.maxFeePerGas;
-    const fees = payable ? await bumped(rail, lastFees, true) : undefined;
+    const offer = due ? await bumped(rail, lastFees, true) : undefined;
+    const fees = offer && (await rail.gasBalance(head)) >= (cancelled ? CANCEL_GAS : TRANSFER_GAS) * offer.maxFeePerGas ? offer : undefined;
     if (fees) {
       const kind = cancelled ? "cancel" : "transfer";
       const s = kind === "cancel" ? await rail.signCancel(p.nonce!, fees) : await rail.signTransfer(p.nonce!, p.recipient, centsToUnits(p.amountCents), fees);
