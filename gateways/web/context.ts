@@ -20,6 +20,11 @@ const SESSION_COOKIE = "vg_session";
 /** Marks a browser the person signed in with: its own code sign-in budget (kept across sign-outs). */
 const BROWSER_COOKIE = "vg_browser";
 const CSRF_COOKIE = "vg_csrf";
+/** A one-time notice an action leaves for the page it redirects to (flash cookie). */
+const NOTICE_COOKIE = "vg_notice";
+const NOTICE_SECONDS = 60;
+/** A notice's name, and for some the id it speaks of (a grant's). */
+const NOTICE_VALUE = /^[a-z][a-z-]{0,39}(\.[0-9a-f-]{36})?$/;
 
 /** A page-level failure with a status and words for people (never internals). */
 export class PageError extends Error {
@@ -102,6 +107,10 @@ export interface WebContext {
   /** Sets the cookies of a sign-in: its session and the known-browser mark. Core ended the session it replaces. */
   setSession(reply: FastifyReply, signedIn: { sessionToken: string; expiresIn: bigint; browserToken: string }): void;
   clearSession(reply: FastifyReply): void;
+  /** Leaves `notice` for the next page: only an action that happened sets it, so a link cannot forge one. */
+  notify(reply: FastifyReply, notice: string): void;
+  /** The notice an action left (cleared as it is read, so it shows once), or undefined. */
+  takeNotice(request: FastifyRequest, reply: FastifyReply): string | undefined;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
   signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
 }
@@ -121,8 +130,9 @@ export function createWebContext(options: WebContextOptions): WebContext {
   const sessionCookie = secureCookies ? `__Host-${SESSION_COOKIE}` : SESSION_COOKIE;
   const csrfCookie = secureCookies ? `__Host-${CSRF_COOKIE}` : CSRF_COOKIE;
   const browserCookie = secureCookies ? `__Host-${BROWSER_COOKIE}` : BROWSER_COOKIE;
-  const cookie = (name: string, value: string, maxAge: number) =>
-    `${name}=${value}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secureCookies ? "; Secure" : ""}`;
+  const noticeCookie = secureCookies ? `__Host-${NOTICE_COOKIE}` : NOTICE_COOKIE;
+  const cookie = (name: string, value: string, maxAge: number, sameSite = "Lax") =>
+    `${name}=${value}; Path=/; HttpOnly; SameSite=${sameSite}; Max-Age=${maxAge}${secureCookies ? "; Secure" : ""}`;
   // fastify appends every set-cookie value to those already set.
   const addCookie = (reply: FastifyReply, value: string) => reply.header("set-cookie", value);
 
@@ -196,6 +206,15 @@ export function createWebContext(options: WebContextOptions): WebContext {
     },
     clearSession(reply) {
       addCookie(reply, cookie(sessionCookie, "", 0));
+    },
+    notify(reply, notice) {
+      addCookie(reply, cookie(noticeCookie, notice, NOTICE_SECONDS, "Strict"));
+    },
+    takeNotice(request, reply) {
+      const value = readCookies(request)[noticeCookie];
+      if (value === undefined) return undefined;
+      addCookie(reply, cookie(noticeCookie, "", 0, "Strict"));
+      return NOTICE_VALUE.test(value) ? value : undefined;
     },
     send(reply, status, title, body, nav) {
       return reply

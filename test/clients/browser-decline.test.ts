@@ -7,7 +7,7 @@ import { latestCode } from "../support/agent-oauth.js";
 
 /**
  * Headless Chromium (Debian's package, phone viewport, JavaScript off): the owner declines
- * a pending payment from the dashboard, and a malformed address shows a readable page.
+ * a pending payment from the dashboard (its notice shown once), and a malformed address shows a readable page.
  */
 describe("browser: declining a pending payment; malformed addresses (headless Chromium)", function () {
   this.timeout(120_000);
@@ -46,6 +46,11 @@ describe("browser: declining a pending payment; malformed addresses (headless Ch
       expect(after).to.include("The payment was declined. It will not be paid.");
       expect(after).to.include("Nothing is waiting for your approval");
       await shot("decline-02-declined");
+      // The notice came from a one-time cookie: a reload, or a crafted link, shows none.
+      await page.reload();
+      expect(await page.textContent("main")).to.not.include("The payment was declined");
+      await page.goto(`${stack.url}/dashboard/agents?done=killed`);
+      expect(await page.textContent("main")).to.not.include("Every grant was revoked");
 
       // A tampered, undecodable address: a page a person can read, not JSON.
       const res = await page.goto(`${stack.url}/dashboard/agents/%E0%A4%A`);

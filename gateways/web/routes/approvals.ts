@@ -32,14 +32,15 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
   }
 
   /** Core refuses a stale step-up with ACCESS_DENIED: back through the step-up page. */
-  async function approve(reply: FastifyReply, here: string, call: () => Promise<unknown>, done: string) {
+  async function approve(reply: FastifyReply, here: string, call: () => Promise<unknown>, notice: string) {
     try {
       await call();
     } catch (err) {
       if (noteRefusal(reply.request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(here), 303);
       throw err;
     }
-    return reply.redirect(done, 303);
+    ctx.notify(reply, notice);
+    return reply.redirect(AGENTS_PATH, 303);
   }
 
   app.get(paymentPath(":paymentId"), async (request, reply) => {
@@ -97,7 +98,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
         if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("payment");
         throw err;
       });
-    return approve(reply, here, call, `${AGENTS_PATH}?done=payment-approved`);
+    return approve(reply, here, call, "payment-approved");
   });
 
   /**
@@ -116,7 +117,8 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
       if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing(what);
       throw err;
     }
-    return reply.redirect(`${AGENTS_PATH}?done=${what}-declined`, 303);
+    ctx.notify(reply, `${what}-declined`);
+    return reply.redirect(AGENTS_PATH, 303);
   }
 
   app.post(`${paymentPath(":paymentId")}/decline`, async (request, reply) => {
@@ -180,6 +182,6 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
         if (noteRefusal(request, err) === Reason.NOT_FOUND) throw nothing("budget");
         throw err;
       });
-    return approve(reply, here, call, `${AGENTS_PATH}?done=budget-activated`);
+    return approve(reply, here, call, "budget-activated");
   });
 };

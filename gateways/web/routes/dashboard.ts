@@ -24,10 +24,10 @@ import {
   vaultAnchor,
 } from "../paths.js";
 import { html, type Html } from "../views/html.js";
-import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, vaultCard, type CardOptions } from "../views/money.js";
+import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, STEPPED_UP_NOTICE, vaultCard, type CardOptions } from "../views/money.js";
 import { pendingSection } from "../views/pending.js";
 
-/** Fixed notices selected by a query flag; the flag's value is never echoed. */
+/** Fixed notices an action leaves for the page it redirects to (ctx.notify); never echoed. */
 const NOTICES: Record<string, string> = {
   killed: "Every grant was revoked. All agents have lost access.",
   "payment-approved": "The payment was approved. It completes when the agent repeats its request.",
@@ -37,7 +37,7 @@ const NOTICES: Record<string, string> = {
   ...MONEY_NOTICES,
 };
 
-/** Shown on an agent's page only, and only when the grant it names is that agent's and revoked. */
+/** Left as `revoked.<grant id>`: shown on that agent's page only, and only when the grant is that agent's and revoked. */
 const REVOKED_NOTICE = "The grant was revoked. Calls with its tokens are refused from now on.";
 
 /**
@@ -66,10 +66,15 @@ interface Problem {
 
 /** {app_url}/dashboard/agents, /dashboard/agents/<agent_id> and the money view with its forms. */
 export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
-  const notice = (request: FastifyRequest) => {
-    const done = (request.query as Record<string, unknown>).done;
+  /**
+   * The card of the notice an action left (`key`, from ctx.takeNotice). The step-up detour's flag
+   * is the one notice an address asks for: shown only while the step-up is fresh, so it is true.
+   */
+  const notice = (request: FastifyRequest, current: Current, key: string | undefined) => {
+    const steppedUp = (request.query as Record<string, unknown>).done === "stepped-up" && current.session.stepUpFresh;
     // Own keys only: "__proto__" or "constructor" would otherwise pick Object's own members.
-    return typeof done === "string" && Object.hasOwn(NOTICES, done) ? html`<div class="card ok"><p>${NOTICES[done]}</p></div>` : html``;
+    const text = key !== undefined && Object.hasOwn(NOTICES, key) ? NOTICES[key] : steppedUp ? STEPPED_UP_NOTICE : undefined;
+    return text ? html`<div class="card ok"><p>${text}</p></div>` : html``;
   };
 
   app.get(DASHBOARD_PATH, async (_request, reply) => reply.redirect(AGENTS_PATH, 303));
@@ -106,7 +111,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       reply,
       200,
       "Your agents",
-      html`${notice(request)}
+      html`${notice(request, current, ctx.takeNotice(request, reply))}
       <p><a href="${MONEY_PATH}">Your money: balances, budgets and spending</a></p>
       <section class="card">${list}</section>
       <h2>Pending approvals</h2>
@@ -161,9 +166,10 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const options = cardOptions(request, csrf, here, vaults);
     const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;
     const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
-    const revoked = (request.query as Record<string, unknown>).revoked;
-    const revokedHere = typeof revoked === "string" && agent?.grants.some((g) => g.grantId === revoked.toLowerCase() && g.state === "revoked");
-    const done = revokedHere ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request);
+    const key = problem ? undefined : ctx.takeNotice(request, reply);
+    const revoked = key?.startsWith("revoked.") ? key.slice("revoked.".length) : undefined;
+    const revokedHere = revoked !== undefined && agent?.grants.some((g) => g.grantId === revoked && g.state === "revoked");
+    const done = revokedHere ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request, current, key);
     return ctx.send(
       reply,
       problem?.status ?? 200,
@@ -218,7 +224,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       reply,
       problem?.status ?? 200,
       "Your money",
-      html`${problem?.card ?? notice(request)}
+      html`${problem?.card ?? notice(request, current, ctx.takeNotice(request, reply))}
       <section class="card summary"><p><span class="num big">${[...totals].map(([cur, cents], i) => html`${i ? " + " : ""}${money(cents, cur)}`)}</span>
         <span class="muted">in ${vaults.length === 1 ? "your vault" : html`${vaults.length - budgets} vault${vaults.length - budgets === 1 ? "" : "s"} and ${budgets} budget${budgets === 1 ? "" : "s"}`}</span></p></section>
       ${vaults.map((v) => vaultCard(v, options))}
@@ -290,8 +296,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     }
     if (!current.session.stepUpFresh) return stepUp();
     try {
-      const done = await call(current, input, vaultId);
-      return reply.redirect(`${back}?done=${done}#${vaultAnchor(vaultId)}`, 303);
+      ctx.notify(reply, await call(current, input, vaultId));
+      return reply.redirect(`${back}#${vaultAnchor(vaultId)}`, 303);
     } catch (err) {
       const reason = noteRefusal(request, err);
       const row = reason === undefined ? undefined : MONEY_ERRORS[reason];
@@ -367,7 +373,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const grant = agent?.grants.find((g) => g.grantId === grantId.toLowerCase());
     if (!agent || !grant) throw noSuchGrant;
     await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId: grant.grantId }, ctx.rpc(request));
-    return reply.redirect(`${agentPath(agent.agentId)}?revoked=${grant.grantId}`, 303);
+    ctx.notify(reply, `revoked.${grant.grantId}`);
+    return reply.redirect(agentPath(agent.agentId), 303);
   });
 
   app.post(KILL_SWITCH_PATH, async (request, reply) => {
@@ -376,6 +383,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     await ctx.grants.killSwitch({ sessionToken: current.token }, ctx.rpc(request));
-    return reply.redirect(`${AGENTS_PATH}?done=killed`, 303);
+    ctx.notify(reply, "killed");
+    return reply.redirect(AGENTS_PATH, 303);
   });
 };

@@ -65,7 +65,8 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
     const res = await ctx.grants.listPasskeys({ sessionToken: current.token }, ctx.rpc(request));
     const csrf = ctx.csrfToken(request, reply);
-    const notice = q(request, "done") === "added" ? "Your passkey was added." : q(request, "done") === "removed" ? "The passkey was removed." : undefined;
+    const done = ctx.takeNotice(request, reply);
+    const notice = done === "passkey-added" ? "Your passkey was added." : done === "passkey-removed" ? "The passkey was removed." : undefined;
     return ctx.send(reply, 200, "Passkeys", passkeyList(res.passkeys, csrf, { offered, notice }), { email: current.session.email, csrf });
   });
 
@@ -118,7 +119,8 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       }
       throw err;
     }
-    return reply.redirect(`${PASSKEYS_PATH}?done=added`, 303);
+    ctx.notify(reply, "passkey-added");
+    return reply.redirect(PASSKEYS_PATH, 303);
   });
 
   app.post<{ Params: { id: string } }>(`${PASSKEYS_PATH}/:id/remove`, async (request, reply) => {
@@ -135,7 +137,8 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(PASSKEYS_PATH), 303);
       throw err;
     }
-    return reply.redirect(`${PASSKEYS_PATH}?done=removed`, 303);
+    ctx.notify(reply, "passkey-removed");
+    return reply.redirect(PASSKEYS_PATH, 303);
   });
 
   app.get(STEP_UP_PASSKEY_PATH, async (request, reply) => {

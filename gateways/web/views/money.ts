@@ -163,7 +163,7 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
   </section>`;
 }
 
-/** Fixed notices after a money action, selected by a query flag (never echoed). */
+/** Fixed notices a money action leaves for the page it redirects to (never echoed). */
 export const MONEY_NOTICES: Record<string, string> = {
   funded: "The budget was funded.",
   "fund-replayed": "That form had already been sent: the money moved once, not twice.",
@@ -172,8 +172,10 @@ export const MONEY_NOTICES: Record<string, string> = {
   "already-closed": "That budget was already closed. Nothing changed.",
   swept: "The money the closed budget kept went back to the vault it came from.",
   "nothing-to-sweep": "That closed budget holds nothing any more. Nothing moved.",
-  "stepped-up": "You confirmed it's you. Send the form again to move the money.",
 };
+
+/** Back from the step-up detour of a money form (`?done=stepped-up`). */
+export const STEPPED_UP_NOTICE = "You confirmed it's you. Send the form again to move the money.";
 
 /** Is this query value a well-formed amount to prefill (the step-up detour keeps what was typed)? */
 export function prefillFrom(query: Record<string, unknown>): CardOptions["prefill"] {

@@ -108,8 +108,8 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
 
     const approved = await submit(jar, review, `${review}/approve`);
     expect(approved.status).to.equal(303);
-    expect(approved.headers.get("location")).to.equal("/dashboard/agents?done=payment-approved");
-    expect(await (await jar.get("/dashboard/agents?done=payment-approved")).text()).to.include("The payment was approved");
+    expect(approved.headers.get("location")).to.equal("/dashboard/agents");
+    expect(await (await jar.get("/dashboard/agents")).text()).to.include("The payment was approved");
 
     const done = await rpc("/mcp/write", agent, "payments.initiate", args);
     expect(done.json!.result).to.deep.equal({ kind: "accepted", payment_id: paymentId, status: "completed" });
@@ -153,8 +153,10 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(first.headers.get("location")).to.equal(`/stepup?return_to=${encodeURIComponent(review)}`);
     await stepUp(stack, jar, user.email, first.headers.get("location")!);
     const activated = await submit(jar, review, `${review}/activate`);
-    expect(activated.headers.get("location")).to.equal("/dashboard/agents?done=budget-activated");
-    expect(await (await jar.get("/dashboard/agents")).text()).to.include("Nothing is waiting for your approval");
+    expect(activated.headers.get("location")).to.equal("/dashboard/agents");
+    const after = await (await jar.get("/dashboard/agents")).text();
+    expect(after).to.include("Nothing is waiting for your approval");
+    expect(after).to.include("The budget is active.");
 
     const replay = await rpc("/mcp/treasury", owner, "agent.budget.create", args);
     expect(replay.json!.result).to.include({ agent_principal_id: agentId, status: "active", policy_version: 1 });

@@ -196,14 +196,15 @@ describe("sweeping a closed budget's kept money", () => {
     await steppedUp(jar, user.email);
     const done = await jar.post(path, form);
     expect(done.status).to.equal(303);
-    expect(done.headers.get("location")).to.equal(`${MONEY}?done=swept#v-${budget.vaultId}`);
+    expect(done.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([100_000, 0]);
-    text = await (await jar.get(`${MONEY}?done=swept`)).text();
+    text = await (await jar.get(MONEY)).text();
     expect(text).to.include("The money the closed budget kept went back to the vault it came from.");
     expect(text).to.not.include(`action="${path}"`);
     // The same form again moves nothing and says so.
     const again = await jar.post(path, form);
-    expect(again.headers.get("location")).to.equal(`${MONEY}?done=nothing-to-sweep#v-${budget.vaultId}`);
+    expect(again.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
+    expect(jar.cookies.get("vg_notice")).to.equal("nothing-to-sweep");
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([100_000, 0]);
     await expectLedgerBalanced(stack);
   });
@@ -222,8 +223,8 @@ describe("sweeping a closed budget's kept money", () => {
         Promise.all([jar.post(path, form), jar.post(path, form)]),
       ]);
       const moved = tools.filter((a) => a.json!.result?.nothing_to_sweep === false);
-      const pages = forms.map((a) => a.headers.get("location"));
-      expect(moved.length + pages.filter((l) => l?.includes("done=swept")).length, "exactly one sweep moved money").to.equal(1);
+      const swept = forms.filter((a) => a.headers.getSetCookie().some((c) => c.startsWith("vg_notice=swept;")));
+      expect(moved.length + swept.length, "exactly one sweep moved money").to.equal(1);
       expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([100_000, 0]);
       const sweeps = await stack.core.db("ledger_transactions").where({ kind: "budget.sweep", reference: `budget:${budget.vaultId}` });
       expect(sweeps).to.have.length(1);

@@ -102,6 +102,19 @@ describe("web cookies follow the public URL's scheme", function () {
     expect(post.status).to.equal(403);
   });
 
+  it("hostile: over https an action's notice is __Host-vg_notice; one planted under the plain name shows nothing", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(httpsUrl);
+    await signIn(stack, jar, user.email);
+    const killed = await jar.post("/dashboard/kill-switch", formFields(await (await jar.get("/dashboard/agents")).text(), "/dashboard/kill-switch"));
+    const notice = setCookies(killed).find((c) => c.name.endsWith("vg_notice"))!;
+    expect([notice.name, notice.value, notice.attrs.get("samesite"), notice.attrs.get("path")]).to.deep.equal(["__Host-vg_notice", "killed", "Strict", "/"]);
+    expect(notice.attrs.has("secure")).to.equal(true);
+    expect(await (await jar.get("/dashboard/agents")).text()).to.include("Every grant was revoked.");
+    jar.cookies.set("vg_notice", "killed");
+    expect(await (await jar.get("/dashboard/agents")).text()).to.not.include('class="card ok"');
+  });
+
   it("plain-http default: vg_csrf, vg_session and vg_browser, Path=/, HttpOnly, SameSite=Lax, without Secure", async () => {
     const user = await createUser(stack);
     const jar = createJar(stack.url);

@@ -78,8 +78,9 @@ describe("web pages: declining pending approvals", () => {
 
     const declined = await jar.post(action, fields);
     expect(declined.status).to.equal(303);
-    expect(declined.headers.get("location")).to.equal("/dashboard/agents?done=payment-declined");
-    const after = await page(jar, "/dashboard/agents?done=payment-declined");
+    expect(declined.headers.get("location")).to.equal("/dashboard/agents");
+    expect(jar.cookies.get("vg_notice")).to.equal("payment-declined");
+    const after = await page(jar, "/dashboard/agents");
     expect(after).to.include("The payment was declined. It will not be paid.");
     expect(after).to.include("Nothing is waiting for your approval");
 
@@ -89,7 +90,8 @@ describe("web pages: declining pending approvals", () => {
 
     // Idempotent: the same post again lands on the same notice and writes no second audit row.
     const again = await jar.post(action, fields);
-    expect(again.headers.get("location")).to.equal("/dashboard/agents?done=payment-declined");
+    expect(again.headers.get("location")).to.equal("/dashboard/agents");
+    expect(jar.cookies.get("vg_notice")).to.equal("payment-declined");
     expect(await auditRows("payments.decline", paymentId)).to.have.length(1);
 
     // The agent's identical request is refused, and nothing was paid.
@@ -148,8 +150,8 @@ describe("web pages: declining pending approvals", () => {
     const activateFields = formFields(reviewPage, `${review}/activate`);
 
     const declined = await jar.post(`${review}/decline`, formFields(reviewPage, `${review}/decline`));
-    expect(declined.headers.get("location")).to.equal("/dashboard/agents?done=budget-declined");
-    expect(await page(jar, "/dashboard/agents?done=budget-declined")).to.include("The budget was declined. It can never be activated.");
+    expect(declined.headers.get("location")).to.equal("/dashboard/agents");
+    expect(await page(jar, "/dashboard/agents")).to.include("The budget was declined. It can never be activated.");
     expect(await auditRows("agent.budget.decline", agentId)).to.have.length(1);
 
     const activate = await jar.post(`${review}/activate`, activateFields);

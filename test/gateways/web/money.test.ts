@@ -257,7 +257,8 @@ describe("web pages: the money view", () => {
     expect(tooMuch.status).to.equal(409);
     expect(await tooMuch.text()).to.include("Not enough money");
     const funded = await jar.post(action, { ...formFields(await page(jar), action), amount: "1", return_to: `/dashboard/agents/${randomUUID()}` });
-    expect(funded.headers.get("location")).to.equal(`${MONEY}?done=funded#v-${budget.vaultId}`);
+    expect(funded.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
+    expect(jar.cookies.get("vg_notice")).to.equal("funded");
   });
 
   // FundBudget and CloseBudget (core) as the proto describes them: the owner's session with
@@ -270,11 +271,12 @@ describe("web pages: the money view", () => {
     const fields = { ...formFields(await page(jar), action), amount: "250.25" };
     const first = await jar.post(action, fields);
     expect(first.status, (await first.clone().text()).slice(-300)).to.equal(303);
-    expect(first.headers.get("location")).to.equal(`${MONEY}?done=funded#v-${budget.vaultId}`);
+    expect(first.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
+    expect(jar.cookies.get("vg_notice")).to.equal("funded");
     const twice = await jar.post(action, fields);
-    expect(twice.headers.get("location")).to.equal(`${MONEY}?done=fund-replayed#v-${budget.vaultId}`);
+    expect(twice.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([200_000 - 25_025, 98_900 + 25_025]);
-    const text = await page(jar, `${MONEY}?done=fund-replayed`);
+    const text = await page(jar, MONEY);
     expect(text).to.include("the money moved once, not twice");
     expect(text).to.include("$1,239.25");
     // The same form with another amount is not a second transfer.
@@ -295,9 +297,9 @@ describe("web pages: the money view", () => {
     const form = formFields(await page(jar), close);
     const res = await jar.post(close, form);
     expect(res.status, (await res.clone().text()).slice(-300)).to.equal(303);
-    expect(res.headers.get("location")).to.equal(`${MONEY}?done=closed#v-${budget.vaultId}`);
+    expect(res.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
     expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal([200_000 + 98_900, 0]);
-    const text = await page(jar, `${MONEY}?done=closed`);
+    const text = await page(jar, MONEY);
     expect(text).to.include("The budget was closed.");
     const card = text.slice(text.indexOf(`id="v-${budget.vaultId}"`));
     expect(card.slice(0, card.indexOf("</section>"))).to.include("Closed");
@@ -305,14 +307,16 @@ describe("web pages: the money view", () => {
     expect((await pay(agent, 100)).json!.error).to.not.equal(undefined);
     // The same (stale) form again: nothing more happens.
     const again = await jar.post(close, form);
-    expect(again.headers.get("location")).to.equal(`${MONEY}?done=already-closed#v-${budget.vaultId}`);
+    expect(again.headers.get("location")).to.equal(`${MONEY}#v-${budget.vaultId}`);
+    expect(jar.cookies.get("vg_notice")).to.equal("already-closed");
 
     const other = await owner();
     await steppedUp(other.jar, other.user.email);
     const kept = `${MONEY}/budgets/${other.budget.vaultId}/close`;
     const here = `/dashboard/agents/${other.budget.agentId}`;
     const k = await other.jar.post(kept, { ...formFields(await page(other.jar, here), kept), keep_funds: "yes" });
-    expect(k.headers.get("location")).to.equal(`${here}?done=closed-kept#v-${other.budget.vaultId}`);
+    expect(k.headers.get("location")).to.equal(`${here}#v-${other.budget.vaultId}`);
+    expect(await page(other.jar, here)).to.include("its remaining funds stay in it");
     expect(await balances(other.user.vaultId, other.budget.vaultId)).to.deep.equal([200_000, 98_900]);
   });
 

@@ -108,7 +108,11 @@ describe("web revoke and kill switch racing a refresh (PostgreSQL only: needs co
     let k = 0;
     for (const [i, a] of agents.entries()) {
       expect(answers[k++]!.status, `crafted ${i}`).to.equal(404);
-      if (i % 2 === 0) expect(answers[k++]!.headers.get("location"), `own ${i}`).to.equal(`${a.path}?revoked=${a.jti}`);
+      if (i % 2 === 0) {
+        const own = answers[k++]!;
+        expect(own.headers.get("location"), `own ${i}`).to.equal(a.path);
+        expect(own.headers.getSetCookie()[0], `own ${i}`).to.match(new RegExp(`^vg_notice=revoked\\.${a.jti};`));
+      }
       expect(await state(a.jti), `agent ${i}`).to.equal(i % 2 === 0 ? "revoked" : "active");
     }
   });
