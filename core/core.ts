@@ -249,6 +249,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
       audit: createAuditService({ store: audit, cursors, ledger, settlement }),
       grants: createGrantsService({
+        cursors,
         verifier: agentTokens,
         sessions,
         db,

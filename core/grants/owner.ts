@@ -7,7 +7,8 @@ import { UUID } from "../../lib/uuid.js";
 import type { Outbox } from "../identity/outbox.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { appendAudit, type AuditDeps } from "./audit.js";
-import type { AgentsStore } from "./stores/agents.js";
+import type { CursorCodec } from "../paging.js";
+import type { AgentsStore, GrantKey } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore } from "./stores/grants.js";
 import type { CancelInFlight } from "./stores/budget-grants.js";
 
@@ -16,7 +17,13 @@ export interface OwnerDeps {
   db: Db;
   sessions: SessionVerifier;
   agents: AgentsStore;
+  /** Signs the agent page's grant cursors (core/paging.ts). */
+  cursors: CursorCodec;
 }
+
+/** GetAgent's grants per page: `limit` 0 means this many, and at most MAX_GRANTS_PAGE. */
+const GRANTS_PAGE = 50;
+const MAX_GRANTS_PAGE = 100;
 
 export interface OwnerRevokeDeps extends AuditDeps {
   db: Db;
@@ -51,26 +58,41 @@ export async function listAgents(deps: OwnerDeps, req: ListAgentsRequest) {
       agentId: a.agentId,
       displayName: a.displayName,
       clientId: a.clientId,
-      activeGrants: a.grants.filter((g) => g.state === "active").length,
-      grants: a.grants.filter((g) => g.state === "active").map(grantSummary),
+      activeGrants: a.grants.length,
+      grants: a.grants.map(grantSummary),
     })),
   };
 }
 
-/** GrantsService.GetAgent: one of the signed-in user's agents with all its grants. */
+/** GrantsService.GetAgent: one of the signed-in user's agents with a page of its grants. */
 export async function getAgent(deps: OwnerDeps, req: GetAgentRequest) {
   const s = await deps.sessions.verify(req.sessionToken);
   if (!UUID.test(req.agentId)) fail(Reason.NOT_FOUND, "no such agent");
-  const [a] = await deps.agents.agentsOfUser(deps.db, s.userId, req.agentId.toLowerCase());
+  if (req.limit > MAX_GRANTS_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 or 1 to ${MAX_GRANTS_PAGE}`);
+  const agentId = req.agentId.toLowerCase();
+  const limit = req.limit || GRANTS_PAGE;
+  // A cursor is bound to the agent and the user it was issued for.
+  let after: GrantKey | undefined;
+  if (req.cursor) {
+    const c = deps.cursors.decode(req.cursor);
+    if (!c || c.g !== agentId || c.u !== s.userId || (c.s !== 0 && c.s !== 1) || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i))
+      fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+    after = { active: c.s, at: c.t, id: c.i };
+  }
+  const [a] = await deps.agents.agentsOfUser(deps.db, s.userId, agentId);
   if (!a) fail(Reason.NOT_FOUND, "no such agent");
+  const rows = await deps.agents.grantsOfAgent(deps.db, s.userId, agentId, { limit: limit + 1, after });
+  const page = rows.slice(0, limit);
+  const last = rows.length > limit ? page.at(-1)!.key : undefined;
   return {
     agent: {
       agentId: a.agentId,
       displayName: a.displayName,
       clientId: a.clientId,
-      activeGrants: a.grants.filter((g) => g.state === "active").length,
-      grants: a.grants.map(grantSummary),
+      activeGrants: a.grants.length,
+      grants: page.map(grantSummary),
     },
+    nextCursor: last ? deps.cursors.encode({ g: agentId, u: s.userId, s: last.active, t: last.at, i: last.id }) : "",
   };
 }
 
@@ -79,7 +101,7 @@ export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGran
   const s = await deps.sessions.verify(req.sessionToken);
   if (!UUID.test(req.grantId)) fail(Reason.NOT_FOUND, "no such grant");
   const g = await deps.grants.findGrant(deps.db, req.grantId.toLowerCase());
-  if (!g || g.userId !== s.userId) fail(Reason.NOT_FOUND, "no such grant");
+  if (!g || g.userId !== s.userId || (req.agentId && g.agentPrincipalId !== req.agentId.toLowerCase())) fail(Reason.NOT_FOUND, "no such grant");
   const revoked = await deps.db.transaction(async (trx) => {
     const n = await deps.grants.revokeLineageOfOwner(trx, g, deps.clock(), "user_revocation");
     // What the agent had waiting for approval stops with it: approving it later pays nothing.

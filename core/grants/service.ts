@@ -39,6 +39,7 @@ import { createCodesStore } from "./stores/codes.js";
 import { createAgentsStore } from "./stores/agents.js";
 import { createGrantVaultsStore } from "./stores/vaults.js";
 import type { CancelInFlight } from "./stores/budget-grants.js";
+import type { CursorCodec } from "../paging.js";
 
 export { CODE_TTL_MS } from "./issue.js";
 
@@ -82,6 +83,8 @@ export interface GrantsServiceDeps {
   emailCodesOffered?: boolean;
   /** Declines the payments revoked grants left open (the budgets room's, wired by core.ts). */
   cancelInFlight: CancelInFlight;
+  /** Signs the cursors of the agent page's grants (core/paging.ts). */
+  cursors: CursorCodec;
 }
 
 /**
@@ -142,7 +145,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     refreshGraceSeconds: deps.refreshGraceSeconds,
   };
   const { cancelInFlight } = deps;
-  const owner = { db, sessions, agents, grants, audit, clock, outbox, cancelInFlight };
+  const owner = { db, sessions, agents, grants, audit, clock, outbox, cancelInFlight, cursors: deps.cursors };
   const provider = { oidc: deps.oidc, sessions, clock, browsers };
   const passkeys = { passkeys: deps.passkeys, sessions, browsers };
 

@@ -12,18 +12,20 @@ const AFTER = { budgets: "budgets_after", payments: "payments_after" } as const;
 /** What a cursor may look like in an address (core/paging.ts: base64url, a dot, base64url). */
 const CURSOR = /^[A-Za-z0-9_-]{1,1024}\.[A-Za-z0-9_-]{1,64}$/;
 
-/** The page's cursors from its query, each checked for shape (a bad one is a 400 page, never sent on). */
-function cursorsOf(query: Record<string, unknown>): { budgets: string; payments: string } {
-  const one = (name: string) => {
-    const v = query[name];
-    if (v === undefined || v === "") return "";
-    if (typeof v !== "string" || !CURSOR.test(v)) throw expiredLink();
-    return v;
-  };
-  return { budgets: one(AFTER.budgets), payments: one(AFTER.payments) };
+/** A cursor from the page's query ("" when none), checked for shape (a bad one is a 400 page, never sent on). */
+export function cursorParam(query: Record<string, unknown>, name: string): string {
+  const v = query[name];
+  if (v === undefined || v === "") return "";
+  if (typeof v !== "string" || !CURSOR.test(v)) throw expiredLink();
+  return v;
 }
 
-const expiredLink = () =>
+function cursorsOf(query: Record<string, unknown>): { budgets: string; payments: string } {
+  return { budgets: cursorParam(query, AFTER.budgets), payments: cursorParam(query, AFTER.payments) };
+}
+
+/** The page for a cursor core refused (changed, another user's or another list's). */
+export const expiredLink = () =>
   new PageError(400, "This page link cannot be used", "It may have been changed or it belongs to another account. Start again from the first page.");
 
 /**

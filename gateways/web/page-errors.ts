@@ -38,7 +38,7 @@ const pageTable = {
   [Reason.KYC_PROVIDER_CONFLICT]: GENERIC,
   [Reason.AUDIT_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
   [Reason.PROVIDER_UNAVAILABLE]: { status: 503, title: "Temporarily unavailable" },
-  [Reason.INVALID_CURSOR]: GENERIC,
+  [Reason.INVALID_CURSOR]: { status: 400, title: "This page link cannot be used" },
   [Reason.INSUFFICIENT_SCOPE]: GENERIC,
   [Reason.TREASURY_INACTIVE]: GENERIC,
   [Reason.PAYER_NOT_ALLOWED]: GENERIC,

@@ -68,8 +68,8 @@ export function createAgentsStore() {
     },
 
     /**
-     * The user's agents with their grants, newest first; a grant on a budget's vault acts as the
-     * budget, so budget principals are listed too, named by their budget.
+     * The user's agents with their active grants, newest first; a grant on a budget's vault acts as
+     * the budget, so budget principals are listed too, named by their budget.
      */
     async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
       // The client's name by a lookup per agent: a join may plan as a walk of every client.
@@ -103,13 +103,41 @@ export function createAgentsStore() {
       ].sort((x, y) => y.createdAt.getTime() - x.createdAt.getTime());
       const ids = agents.map((a) => a.agentId);
       const grants =
-        ids.length === 0 ? [] : await conn("grants").whereIn("agent_principal_id", ids).where({ user_id: userId }).orderBy("issued_at", "desc").limit(500);
+        ids.length === 0
+          ? []
+          : await conn("grants").whereIn("agent_principal_id", ids).where({ user_id: userId, state: "active" }).orderBy("issued_at", "desc");
       return agents.map(({ createdAt: _, ...a }) => ({
         ...a,
         grants: grants.filter((g: Record<string, unknown>) => String(g.agent_principal_id) === a.agentId).map(toGrant),
       }));
     },
+
+    /**
+     * One page of an agent's grants: the active ones first, then the newest first. `after` is the
+     * last row's key of the page before; each row carries its own key.
+     */
+    async grantsOfAgent(conn: Conn, userId: string, agentId: string, page: { limit: number; after?: GrantKey }) {
+      const q = conn("grants")
+        .where({ agent_principal_id: agentId, user_id: userId })
+        .select("*", conn.raw("(state = 'active')::int AS active_key"), conn.raw("issued_at::text AS issued_key"))
+        .orderByRaw("(state = 'active') DESC, issued_at DESC, id DESC")
+        .limit(page.limit);
+      if (page.after)
+        q.whereRaw(`((state = 'active')::int, issued_at, id) < (?::int, ?::timestamptz, ?::uuid)`, [page.after.active, page.after.at, page.after.id]);
+      const rows = await q;
+      return rows.map((r: Record<string, unknown>) => ({
+        ...toGrant(r),
+        key: { active: Number(r.active_key), at: String(r.issued_key), id: String(r.id) } satisfies GrantKey,
+      }));
+    },
   };
+}
+
+/** Where a grant sorts in an agent's list (grantsOfAgent): active or not, issued when, its id. */
+export interface GrantKey {
+  active: number;
+  at: string;
+  id: string;
 }
 
 export type AgentsStore = ReturnType<typeof createAgentsStore>;

@@ -8,7 +8,7 @@ import { PAYMENT_LINK_PARAM } from "../../../lib/app-paths.js";
 import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
 import { money, utcMinute } from "../format.js";
-import { loadPending } from "../load-pending.js";
+import { cursorParam, expiredLink, loadPending } from "../load-pending.js";
 import {
   agentPath,
   AGENTS_PATH,
@@ -37,8 +37,10 @@ const NOTICES: Record<string, string> = {
   ...MONEY_NOTICES,
 };
 
-/** Left as `revoked.<grant id>`: shown on that agent's page only, and only when the grant is that agent's and revoked. */
+/** Left as `revoked.<agent id>`: shown on that agent's page only. */
 const REVOKED_NOTICE = "The grant was revoked. Calls with its tokens are refused from now on.";
+/** The agent page's query parameter carrying where its grants resume (core's signed cursor). */
+const GRANTS_AFTER = "grants_after";
 
 /**
  * How a refused Fund, Close or Sweep reads on the page (core's own message follows the title).
@@ -145,31 +147,32 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   async function agentPage(request: FastifyRequest, reply: FastifyReply, current: Current, agentId: string, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
     const here = agentPath(agentId.toLowerCase());
-    const [agent, vaults, mine] = await Promise.all([
-      ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).then(
-        (r) => r.agent,
-        (err: unknown) => {
-          if (noteRefusal(request, err) === Reason.NOT_FOUND) return undefined;
-          throw err;
-        },
-      ),
+    const cursor = problem ? "" : cursorParam(request.query as Record<string, unknown>, GRANTS_AFTER);
+    const listAgents = ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents);
+    const [page, agents, vaults, mine] = await Promise.all([
+      ctx.grants.getAgent({ sessionToken: current.token, agentId, cursor }, ctx.rpc(request)).catch((err: unknown) => {
+        const reason = noteRefusal(request, err);
+        if (reason === Reason.NOT_FOUND) return undefined;
+        if (reason === Reason.INVALID_CURSOR) throw expiredLink();
+        throw err;
+      }),
+      listAgents,
       loadMoney(request, current),
       // This agent's own pending approvals, paged, with the same review links and Decline buttons.
-      loadPending(ctx, request, current, { pagedAt: here, agentId: agentId.toLowerCase() }),
+      listAgents.then((known) => loadPending(ctx, request, current, { known, pagedAt: here, agentId: agentId.toLowerCase() })),
     ]);
+    const agent = page?.agent;
     const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
     if (!agent && !budget) throw new PageError(404, "Not found", "There is no such agent.");
     const id = agent?.agentId ?? budget!.agentPrincipalId;
-    // The money this agent reaches: its budget, and the vaults its active grants act on.
-    const grantVaults = new Set((agent?.grants ?? []).filter((g) => g.state === "active").map((g) => g.vaultId));
+    // The money this agent reaches: its budget, and the vaults its active grants act on (all listed, not one page's).
+    const grantVaults = new Set((agents.find((a) => a.agentId === id)?.grants ?? []).map((g) => g.vaultId));
     const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
     const options = cardOptions(request, csrf, here, vaults);
     const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;
     const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
     const key = problem ? undefined : ctx.takeNotice(request, reply);
-    const revoked = key?.startsWith("revoked.") ? key.slice("revoked.".length) : undefined;
-    const revokedHere = revoked !== undefined && agent?.grants.some((g) => g.grantId === revoked && g.state === "revoked");
-    const done = revokedHere ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request, current, key);
+    const done = agent && key === `revoked.${agent.agentId}` ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request, current, key);
     return ctx.send(
       reply,
       problem?.status ?? 200,
@@ -177,7 +180,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       html`${problem?.card ?? done}
       <p class="muted">Agent <code>${id}</code>${agent?.clientId ? html` · client <code>${agent.clientId}</code>` : ""}${budget && !agent ? " · the agent of a budget" : ""}</p>
       ${moneySection}
-      ${agent ? grantsSection(agent, csrf) : ""}
+      ${agent ? grantsSection(agent, csrf, { here, first: !cursor, next: page?.nextCursor ?? "" }) : ""}
       <h2>Pending approvals</h2>
       ${pendingSection(mine, csrf)}
       <p><a href="${AGENTS_PATH}">All agents</a> · <a href="${MONEY_PATH}">Your money</a></p>`,
@@ -185,9 +188,10 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     );
   }
 
-  function grantsSection(a: AgentSummary, csrf: string): Html {
+  /** One page of the agent's grants (core lists the active ones first), with links to the next and the first page. */
+  function grantsSection(a: AgentSummary, csrf: string, paging: { here: string; first: boolean; next: string }): Html {
     const active = a.grants.filter((g) => g.state === "active");
-    const past = a.grants.filter((g) => g.state !== "active").slice(0, 20);
+    const past = a.grants.filter((g) => g.state !== "active");
     const row = (g: GrantSummary, revoke: boolean) =>
       html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${utcMinute(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
         <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
@@ -196,9 +200,14 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
             ? html`<form method="post" action="${revokePath(a.agentId, g.grantId)}"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
             : g.state
         }</td></tr>`;
-    return html`<h2>Active grants</h2>
-      <section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>
-      ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}`;
+    const links = [
+      paging.next ? html`<a href="${paging.here}?${GRANTS_AFTER}=${paging.next}">Older grants</a>` : "",
+      paging.first ? "" : html`<a href="${paging.here}">Newest grants</a>`,
+    ].filter(Boolean);
+    return html`${paging.first || active.length ? html`<h2>Active grants</h2>` : ""}
+      ${paging.first || active.length ? html`<section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>` : ""}
+      ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}
+      ${links.length ? html`<p class="grants-pages">${links.map((l, i) => html`${i ? " · " : ""}${l}`)}</p>` : ""}`;
   }
 
   app.get(agentPath(":agentId"), async (request, reply) => {
@@ -365,16 +374,14 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     const noSuchGrant = new PageError(404, "Not found", "There is no such grant.");
     if (!UUID.test(agentId) || !UUID.test(grantId)) throw noSuchGrant;
-    // Only a grant of the agent the address names: the answer is that agent's page, saying it was revoked.
-    const { agent } = await ctx.grants.getAgent({ sessionToken: current.token, agentId }, ctx.rpc(request)).catch((err: unknown) => {
+    // Only a grant of the agent the address names (core checks): the answer is that agent's page, saying it was revoked.
+    const agent = agentId.toLowerCase();
+    await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId, agentId: agent }, ctx.rpc(request)).catch((err: unknown) => {
       if (noteRefusal(request, err) === Reason.NOT_FOUND) throw noSuchGrant;
       throw err;
     });
-    const grant = agent?.grants.find((g) => g.grantId === grantId.toLowerCase());
-    if (!agent || !grant) throw noSuchGrant;
-    await ctx.grants.revokeUserGrant({ sessionToken: current.token, grantId: grant.grantId }, ctx.rpc(request));
-    ctx.notify(reply, `revoked.${grant.grantId}`);
-    return reply.redirect(agentPath(agent.agentId), 303);
+    ctx.notify(reply, `revoked.${agent}`);
+    return reply.redirect(agentPath(agent), 303);
   });
 
   app.post(KILL_SWITCH_PATH, async (request, reply) => {

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/dashboard.proto.
  */
 export const file_vaultgate_grants_v1_dashboard: GenFile = /*@__PURE__*/
-  fileDesc("CiN2YXVsdGdhdGUvZ3JhbnRzL3YxL2Rhc2hib2FyZC5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiKgoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiOgoPR2V0QWdlbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIYWdlbnRfaWQYAiABKAkiRAoQR2V0QWdlbnRSZXNwb25zZRIwCgVhZ2VudBgBIAEoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5IkEKFlJldm9rZVVzZXJHcmFudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIQCghncmFudF9pZBgCIAEoCSIqChdSZXZva2VVc2VyR3JhbnRSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNIioKEUtpbGxTd2l0Y2hSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkiJQoSS2lsbFN3aXRjaFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKA1iBnByb3RvMw");
+  fileDesc("CiN2YXVsdGdhdGUvZ3JhbnRzL3YxL2Rhc2hib2FyZC5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiKgoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiWQoPR2V0QWdlbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIYWdlbnRfaWQYAiABKAkSDQoFbGltaXQYAyABKA0SDgoGY3Vyc29yGAQgASgJIlkKEEdldEFnZW50UmVzcG9uc2USMAoFYWdlbnQYASABKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeRITCgtuZXh0X2N1cnNvchgCIAEoCSJTChZSZXZva2VVc2VyR3JhbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIZ3JhbnRfaWQYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkiKgoXUmV2b2tlVXNlckdyYW50UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSIqChFLaWxsU3dpdGNoUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIiUKEktpbGxTd2l0Y2hSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNYgZwcm90bzM");
 
 /**
  * @generated from message vaultgate.grants.v1.GrantSummary
@@ -86,11 +86,15 @@ export type AgentSummary = Message<"vaultgate.grants.v1.AgentSummary"> & {
   clientId: string;
 
   /**
+   * How many of its grants are active, all counted.
+   *
    * @generated from field: uint32 active_grants = 4;
    */
   activeGrants: number;
 
   /**
+   * ListAgents: every active grant. GetAgent: one page of all its grants.
+   *
    * @generated from field: repeated vaultgate.grants.v1.GrantSummary grants = 5;
    */
   grants: GrantSummary[];
@@ -150,6 +154,20 @@ export type GetAgentRequest = Message<"vaultgate.grants.v1.GetAgentRequest"> & {
    * @generated from field: string agent_id = 2;
    */
   agentId: string;
+
+  /**
+   * At most this many grants (1 to 100; 0 = 50): the active ones first, then the newest first.
+   *
+   * @generated from field: uint32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * Where the grants resume: a next_cursor of an earlier call for this agent and user.
+   *
+   * @generated from field: string cursor = 4;
+   */
+  cursor: string;
 };
 
 /**
@@ -167,6 +185,13 @@ export type GetAgentResponse = Message<"vaultgate.grants.v1.GetAgentResponse"> &
    * @generated from field: vaultgate.grants.v1.AgentSummary agent = 1;
    */
   agent?: AgentSummary | undefined;
+
+  /**
+   * Where the next page of grants starts; empty after the last.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
 };
 
 /**
@@ -189,6 +214,13 @@ export type RevokeUserGrantRequest = Message<"vaultgate.grants.v1.RevokeUserGran
    * @generated from field: string grant_id = 2;
    */
   grantId: string;
+
+  /**
+   * When set, only a grant acting as this agent: any other grant is NOT_FOUND.
+   *
+   * @generated from field: string agent_id = 3;
+   */
+  agentId: string;
 };
 
 /**
