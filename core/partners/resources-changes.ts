@@ -50,7 +50,7 @@ export async function lockUser(deps: LockUserDeps, trx: Knex.Transaction, userId
   return user;
 }
 
-/** Emits one event per consenting partner, in partner id order; none for an inactive user (`user` as lockUser read it). */
+/** Emits one event per partner entitled to and consented `scope`, in partner id order; none for an inactive user (`user` as lockUser read it). */
 export async function emit(deps: EmitDeps, trx: Knex.Transaction, user: LockedUser, scope: ConsentScope, type: EventType, data: Record<string, unknown>) {
   if (user.status !== "active") return;
   for (const partnerId of await deps.resources.partnersConsenting(trx, user.id, scope)) await enqueue(trx, partnerId, type, data, deps.clock());

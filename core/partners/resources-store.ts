@@ -180,9 +180,13 @@ export function createResourcesStore(db: Db) {
       );
     },
 
-    /** Partners whose current consent of this user includes the scope, in id order (lock order for events). */
+    /** Partners entitled to the scope whose current consent of this user includes it, in id order (lock order for events). */
     async partnersConsenting(trx: Knex.Transaction, userId: string, scope: ConsentScope): Promise<string[]> {
-      const { rows } = await trx.raw(`SELECT partner_id FROM consents WHERE user_id = ? AND ? = ANY(scopes) ORDER BY partner_id`, [userId, scope]);
+      const { rows } = await trx.raw(
+        `SELECT c.partner_id FROM consents c JOIN partners p ON p.id = c.partner_id
+          WHERE c.user_id = ? AND ? = ANY(c.scopes) AND ? = ANY(p.entitlements) ORDER BY c.partner_id`,
+        [userId, scope, scope],
+      );
       return (rows as { partner_id: string }[]).map((r) => String(r.partner_id));
     },
   };

@@ -8,8 +8,7 @@ import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
-import { CONSENT_EVENT_TYPES, WEBHOOK_SECRET_OVERLAP_MS, type EventType, type OutboxStore, type WebhookSecrets } from "./webhooks/outbox-store.js";
-import { CONSENT_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
+import { eventTypesFor, WEBHOOK_SECRET_OVERLAP_MS, type OutboxStore, type WebhookSecrets } from "./webhooks/outbox-store.js";
 import { generateWebhookSecret, isCanonicalWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
@@ -46,12 +45,6 @@ export async function listEvents(
     nextCursor: out.nextCursor,
     watermark: out.watermark,
   };
-}
-
-/** The event kinds a token may read: a user's events need their consent scope in it, payout receipts treasury:write. */
-function eventTypesFor(tokenScopes: readonly string[]): EventType[] {
-  const types = CONSENT_SCOPES.filter((s) => tokenScopes.includes(s)).flatMap((s) => CONSENT_EVENT_TYPES[s] ?? []);
-  return tokenScopes.includes(TREASURY_SCOPE) ? [...types, "payout.executed"] : types;
 }
 
 /** PartnerResourcesService.SetWebhook: the operator sets (or, with no url, clears) a partner's endpoint and secret. */

@@ -27,7 +27,7 @@ async function lock(trx: Knex.Transaction, partnerId: string): Promise<TreasuryR
 /**
  * The CTEs recordBatch puts before its batch insert: the paid items, the ledger's payout movement
  * over them and the events they raise: payout.executed to the payer, transfer.settled to each
- * partner a recipient lets read transfers.
+ * partner entitled to read transfers that a recipient lets read them.
  */
 function payoutStatement(b: BatchRecord, paid: BatchPayout): { sql: string; bindings: Knex.RawBinding[] } {
   const at = b.createdAt.toISOString();
@@ -41,7 +41,8 @@ function payoutStatement(b: BatchRecord, paid: BatchPayout): { sql: string; bind
                    jsonb_build_object('user_id', i.user_id, 'transfer_id', ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")}, 'direction', 'credit',
                                       'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
                                       'created_at', ?::text, 'updated_at', ?::text)
-              FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)`,
+              FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)
+              JOIN partners p ON p.id = c.partner_id AND 'transfers:read' = ANY (p.entitlements)`,
       bindings: [b.partnerId, JSON.stringify(paid.executedEvent), b.partnerId, paid.currency, at, at],
     },
     b.createdAt,

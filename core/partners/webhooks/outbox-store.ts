@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
 import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
-import type { ConsentScope } from "../../../lib/vocabulary.js";
+import { CONSENT_SCOPES, TREASURY_SCOPE, type ConsentScope } from "../../../lib/vocabulary.js";
 import { pruneBatchSql } from "../../db/sql.js";
+import { textArray } from "../../db/rows.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../../paging.js";
 
 type Conn = Knex | Knex.Transaction;
@@ -15,6 +16,25 @@ export const CONSENT_EVENT_TYPES: Partial<Record<ConsentScope, EventType[]>> = {
   "kyc:read": ["kyc.status_changed"],
   "transfers:read": ["transfer.settled", "transfer.failed"],
 };
+
+/** The scope each event kind needs, in the token that lists it and in the entitlements of the partner it is sent to. */
+export const EVENT_SCOPE: Readonly<Record<EventType, string>> = {
+  "kyc.status_changed": "kyc:read",
+  "transfer.settled": "transfers:read",
+  "transfer.failed": "transfers:read",
+  "payout.executed": TREASURY_SCOPE,
+};
+
+/** The event kinds `scopes` cover: a user's events need their consent scope, payout receipts treasury:write. */
+export function eventTypesFor(scopes: readonly string[]): EventType[] {
+  const types = CONSENT_SCOPES.filter((s) => scopes.includes(s)).flatMap((s) => CONSENT_EVENT_TYPES[s] ?? []);
+  return scopes.includes(TREASURY_SCOPE) ? [...types, "payout.executed"] : types;
+}
+
+/** SQL true when partner `p` is entitled to receive event `e` now (constants only, no bindings). */
+const ENTITLED_SQL = `(CASE e.type ${Object.entries(EVENT_SCOPE)
+  .map(([type, scope]) => `WHEN '${type}' THEN '${scope}'`)
+  .join(" ")} END) = ANY (p.entitlements)`;
 
 export interface PartnerEvent {
   seq: number;
@@ -96,7 +116,7 @@ export function createOutboxStore(db: Db) {
       const { rows } = await db.raw(
         `SELECT min(e.next_attempt_at) AS oldest FROM partner_events e JOIN partners p ON p.id = e.partner_id
           WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
-            AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL`,
+            AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND ${ENTITLED_SQL}`,
         [now],
       );
       const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
@@ -133,7 +153,7 @@ export function createOutboxStore(db: Db) {
            SELECT e.partner_id, min(e.seq) AS first_seq
              FROM partner_events e JOIN partners p ON p.id = e.partner_id
             WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
-              AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL
+              AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND ${ENTITLED_SQL}
               AND NOT EXISTS (SELECT 1 FROM webhook_lanes l WHERE l.partner_id = e.partner_id AND l.leased_until > ?)
             GROUP BY e.partner_id ORDER BY first_seq LIMIT ?
          )
@@ -162,17 +182,21 @@ export function createOutboxStore(db: Db) {
         if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
         const partner = (
           await trx.raw(
-            `SELECT status, webhook_url, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
+            `SELECT status, entitlements, webhook_url, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
                FROM partners WHERE id = ? FOR SHARE`,
             [now, lane.partnerId],
           )
-        ).rows[0] as { status: string; webhook_url: string | null; webhook_secret_enc: string | null; prev_enc: string | null } | undefined;
+        ).rows[0] as
+          | { status: string; entitlements: unknown; webhook_url: string | null; webhook_secret_enc: string | null; prev_enc: string | null }
+          | undefined;
         if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
+        // Only the kinds the partner is entitled to now; the others wait, as they would for a suspension.
+        const types = eventTypesFor(textArray(partner.entitlements));
         const { rows } = await trx.raw(
           `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
-            WHERE partner_id = ? AND delivery_state = 'pending' AND next_attempt_at <= ?
+            WHERE partner_id = ? AND delivery_state = 'pending' AND next_attempt_at <= ? AND type = ANY(?::text[])
             ORDER BY seq LIMIT 1 FOR UPDATE`,
-          [lane.partnerId, now],
+          [lane.partnerId, now, types],
         );
         const row = (rows as Record<string, unknown>[])[0];
         if (!row) return { kind: "idle" } as const;

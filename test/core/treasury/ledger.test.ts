@@ -103,7 +103,7 @@ describe("treasury movements in the ledger", () => {
   const balanceOf = async (p: TreasuryPartner) => Number((await stack.clients.treasury.getTreasury({ accessToken: p.token })).treasury!.availableCents);
 
   async function setup(balanceCents = 10_000n) {
-    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write"] }));
+    const partner = await withToken(stack.clients, await createPartner(stack, { entitlements: ["treasury:write", "transfers:read"] }));
     const payer = await bindTreasury(stack.admin, partner, { balanceCents });
     const user = await createRecipient(stack.admin, partner);
     return { partner, payer, user };
@@ -234,7 +234,7 @@ describe("treasury movements in the ledger", () => {
 
   it("a batch failing inside its transaction (after every write) or without its audit row leaves the books as they were; the retry posts once", async () => {
     const { partner, payer, user } = await setup(5_000n);
-    await grantConsent(stack.admin, partner, user, ["transfers:read"]); // the payer would get transfer.settled too
+    await grantConsent(stack.admin, partner, user, ["transfers:read"]); // the payer, entitled to read transfers, gets transfer.settled too
     const req = batchRequest(partner, payer, [
       { recipientUserId: user, amountCents: 700n },
       { recipientUserId: user, amountCents: 300n },
@@ -340,7 +340,7 @@ describe("treasury movements in the ledger", () => {
 
     it("partners paying the same new recipients at once, while transfers are recorded for them, all succeed and the books balance", async () => {
       const partners = await Promise.all(
-        Array.from({ length: 6 }, () => createPartner(stack, { entitlements: ["treasury:write"] }).then((p) => withToken(stack.clients, p))),
+        Array.from({ length: 6 }, () => createPartner(stack, { entitlements: ["treasury:write", "transfers:read"] }).then((p) => withToken(stack.clients, p))),
       );
       const payers = await Promise.all(partners.map((p) => bindTreasury(stack.admin, p, { balanceCents: 1_000_000n })));
       const users = await Promise.all(
@@ -364,7 +364,7 @@ describe("treasury movements in the ledger", () => {
       ]);
       expect(results).to.have.length(partners.length + users.length);
       for (const u of users) expect(await posted("user", u)).to.equal(partners.length * 100 + 7);
-      // Every partner holds transfers:read of every user: one transfer.settled per payout per partner, plus the recorded credits.
+      // Every partner is entitled to and holds transfers:read of every user: one transfer.settled per payout per partner, plus the recorded credits.
       const [row] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM partner_events WHERE type = 'transfer.settled' AND partner_id = ANY(?::uuid[])`, [
         partners.map((p) => p.partnerId),
       ]);
