@@ -1,3 +1,4 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { CommandContext } from "./types.js";
 import { FailingAnswer, listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
@@ -69,7 +70,8 @@ export async function partnerCommand(ctx: CommandContext) {
       const url = ctx.options.url;
       if (typeof url !== "string") throw new UsageError('partner webhook CLIENT_ID --url U [--secret whsec_...] (--url "" clears it)');
       const res = await (await ctx.admin()).clients.partnerResources.setWebhook({ clientId, url, secret: (ctx.options.secret as string | undefined) ?? "" });
-      return { client_id: res.clientId, webhook_url: res.url || null, webhook_secret: res.secret || null };
+      const previousUntil = res.previousSecretExpiresAt ? timestampDate(res.previousSecretExpiresAt).toISOString() : null;
+      return { client_id: res.clientId, webhook_url: res.url || null, webhook_secret: res.secret || null, previous_secret_expires_at: previousUntil };
     }
     case "rotate-secret": {
       const res = await partners.rotateSecret({ clientId: requirePositional(ctx, 1, "CLIENT_ID") });

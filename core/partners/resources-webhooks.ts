@@ -2,6 +2,7 @@
 
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ListEventsRequest, ListEventsResponseSchema, SetWebhookRequest, SetWebhookResponseSchema } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
@@ -59,14 +60,20 @@ export async function setWebhook(
     fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in padded base64");
   }
   if (!secret) secret = generateWebhookSecret();
-  await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
+  const previous = await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
     const locked = await deps.partners.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
     const before = await deps.outbox.webhookSecrets(trx, req.clientId);
     const next: WebhookSecrets = url ? { current: deps.box.seal(secret), previous: previousSecret(deps, before, secret) } : { current: null, previous: null };
     await deps.outbox.setWebhook(trx, req.clientId, url, next);
+    return next.previous;
   });
-  return { clientId: req.clientId, url: url ?? "", secret: url ? secret : "" };
+  return {
+    clientId: req.clientId,
+    url: url ?? "",
+    secret: url ? secret : "",
+    previousSecretExpiresAt: previous ? timestampFromDate(previous.until) : undefined,
+  };
 }
 
 /**

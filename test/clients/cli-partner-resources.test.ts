@@ -110,6 +110,10 @@ describe("operator CLI: users, consent, ledger, webhooks", () => {
     expect(replaced.json.webhook_secret)
       .to.match(/^whsec_/)
       .and.not.equal(created.json.webhook_secret);
+    // The replaced secret still signs for 24 hours: the answer says until when.
+    expect(Date.parse(replaced.json.previous_secret_expires_at as string) - Date.now()).to.be.within(23 * 3600_000, 24 * 3600_000);
+    const cleared = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "");
+    expect(cleared.json).to.deep.include({ webhook_url: null, webhook_secret: null, previous_secret_expires_at: null });
     const refused = await cli(server, stack.adminToken, "partner", "webhook", created.json.client_id as string, "--url", "http://hooks.example/plain");
     expect(refused.code).to.equal(1);
   });
