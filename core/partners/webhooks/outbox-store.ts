@@ -212,6 +212,35 @@ export function createOutboxStore(db: Db) {
       });
     },
 
+    /**
+     * Runs `send` (writing the request) only if the event is still this attempt's, its partner active and entitled,
+     * its user active, holding user and partner FOR SHARE until it resolves: a deactivation, consent withdrawal
+     * or suspension commits before (nothing leaves; `held` gives the attempt back) or after the request is out.
+     */
+    async whileSendable(d: DueDelivery, send: () => Promise<void>): Promise<"sent" | "withdrawn" | "held" | "lost"> {
+      return db.transaction(async (trx) => {
+        const userId = d.data.user_id;
+        if (typeof userId === "string") {
+          const user = (await trx.raw(`SELECT status FROM users WHERE id = ?::uuid FOR SHARE`, [userId])).rows[0] as { status: string } | undefined;
+          if (user?.status !== "active") return "withdrawn";
+        }
+        const partner = (await trx.raw(`SELECT status, entitlements FROM partners WHERE id = ? FOR SHARE`, [d.partnerId])).rows[0] as
+          | { status: string; entitlements: unknown }
+          | undefined;
+        const event = (await trx.raw(`SELECT attempts FROM partner_events WHERE seq = ? AND delivery_state = 'pending'`, [d.seq])).rows[0] as
+          | { attempts: number }
+          | undefined;
+        if (!event) return "withdrawn";
+        if (Number(event.attempts) !== d.attempts) return "lost";
+        if (partner?.status !== "active" || !eventTypesFor(textArray(partner.entitlements)).includes(d.type)) {
+          await trx.raw(`UPDATE partner_events SET attempts = attempts - 1, next_attempt_at = created_at WHERE seq = ?`, [d.seq]);
+          return "held";
+        }
+        await send();
+        return "sent";
+      });
+    },
+
     /** Gives the lane back at once (a no-op if another worker took it meanwhile). */
     async releaseLane(lane: Lane): Promise<void> {
       await db.raw(`DELETE FROM webhook_lanes WHERE partner_id = ? AND lease_token = ?`, [lane.partnerId, lane.token]);

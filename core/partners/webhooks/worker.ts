@@ -85,7 +85,19 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     try {
       const secrets = [options.box.open(d.webhookSecretEnc), ...(d.previousSecretEnc ? [options.box.open(d.previousSecretEnc)] : [])];
       const headers = signWebhook(secrets, d.id, Math.floor(now.getTime() / 1000), body);
-      const status = await post(d.webhookUrl, { ...headers, "content-type": "application/json", "user-agent": "vaultgate-webhooks" }, body);
+      const status = await post(d, { ...headers, "content-type": "application/json", "user-agent": "vaultgate-webhooks" }, body);
+      if (status === "withdrawn") {
+        logger.info({ eventId: d.id, attempts: d.attempts }, "webhook not sent: its user was deactivated or the consent it was sent under withdrawn");
+        return;
+      }
+      if (status === "held") {
+        logger.info({ eventId: d.id, attempts: d.attempts }, "webhook not sent: the partner was suspended or lost the entitlement meanwhile; it waits");
+        return;
+      }
+      if (status === "lost") {
+        logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; not sent");
+        return;
+      }
       if (status >= 200 && status < 300) {
         if (!(await outbox.markDelivered(d.seq, d.attempts, options.clock()))) {
           logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook delivered after its lease passed to another attempt; not recorded");
@@ -104,28 +116,38 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   }
 
   /**
-   * POSTs one delivery and answers the status. The host is resolved by the bounded
-   * resolver, checked to be public, and the connection made to that address only; redirects
-   * are not followed; resolving, connecting and the answer share the timeout.
+   * POSTs one delivery and answers the status, or why it was not sent. The host is resolved by the bounded
+   * resolver, checked to be public, and connected to at that address only; the request is written once
+   * connected, inside outbox.whileSendable; redirects are not followed; all of it shares the timeout.
    */
-  async function post(target: string, headers: Record<string, string>, body: string): Promise<number> {
-    const url = new URL(target);
+  async function post(d: DueDelivery, headers: Record<string, string>, body: string): Promise<number | "withdrawn" | "held" | "lost"> {
+    const url = new URL(d.webhookUrl);
     const signal = AbortSignal.timeout(timeoutMs);
     const addresses = await Promise.race([
       resolver.resolve(urlHost(url)),
       new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true })),
     ]);
     if (!options.allowPrivate && addresses.some((a) => !isPublicAddress(a.address))) throw new NonPublicAddressError("receiver host is not public");
-    return new Promise<number>((resolve, reject) => {
-      const req = pinnedRequest(url, addresses[0]!, { method: "POST", signal, headers: { ...headers, "content-length": Buffer.byteLength(body) } });
-      req.on("error", reject);
+    const req = pinnedRequest(url, addresses[0]!, { method: "POST", signal, headers: { ...headers, "content-length": Buffer.byteLength(body) } });
+    const failed = new Promise<never>((_, reject) => req.on("error", reject));
+    failed.catch(() => {});
+    const answered = new Promise<number>((resolve) =>
       req.on("response", (res) => {
         // Only the status counts: the body is never read, and the connection is never reused.
         resolve(res.statusCode ?? 0);
         res.destroy();
-      });
-      req.end(body);
-    });
+      }),
+    );
+    const connected = new Promise<void>((resolve) =>
+      req.once("socket", (socket) => socket.once(url.protocol === "https:" ? "secureConnect" : "connect", resolve)),
+    );
+    await Promise.race([connected, failed]);
+    const outcome = await outbox.whileSendable(d, () => Promise.race([failed, new Promise<void>((resolve) => req.end(body, resolve))]));
+    if (outcome !== "sent") {
+      req.destroy();
+      return outcome;
+    }
+    return Promise.race([answered, failed]);
   }
 
   /** Sends one partner's due events in sequence order, one at a time; resolves with the attempts made. */
