@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
+import { canonicalEmail } from "../../lib/email.js";
 import * as client from "openid-client";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
@@ -11,7 +12,7 @@ import { sha256Hex } from "../../lib/crypto.js";
 import { createFlowsStore } from "./flows-store.js";
 import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
-import { createUsersStore, normaliseEmail } from "./users-store.js";
+import { createUsersStore } from "./users-store.js";
 
 export interface OidcProviderSettings {
   issuer: string;
@@ -257,7 +258,7 @@ export function createOidcSignin(deps: OidcDeps) {
       else {
         // The first sign-in links by e-mail, and only an address the provider has verified.
         if (claims.email_verified !== true) return refuse(facts, purpose, "first sign-in without a verified e-mail address");
-        const email = typeof claims.email === "string" ? normaliseEmail(claims.email) : undefined;
+        const email = typeof claims.email === "string" ? canonicalEmail(claims.email) : undefined;
         if (!email) return refuse(facts, purpose, "first sign-in without an e-mail address");
         const user = await users.findByEmail(db, email);
         if (!user) return refuse(facts, purpose, "no account for the provider's e-mail address");

@@ -1,9 +1,9 @@
 import type { Knex } from "knex";
+import { canonicalEmail } from "../../lib/email.js";
 import type { ListOutboxRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
-import { normaliseEmail } from "./users-store.js";
 import type { Mailer } from "./mail/mailer.js";
 import { createDevOutboxStore, mailBoxes } from "./mail/outbox.js";
 
@@ -32,7 +32,7 @@ export type Outbox = ReturnType<typeof createOutbox>;
 
 /** GrantsService.ListOutbox: the dev outbox, newest first (`vaultgate dev outbox`). */
 export async function listOutbox(deps: { db: Db; outbox: Outbox }, req: ListOutboxRequest) {
-  const email = req.email ? (normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address")) : undefined;
+  const email = req.email ? (canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address")) : undefined;
   const rows = await deps.outbox.list(deps.db, email);
   return { messages: rows.map((m) => ({ email: m.email, subject: m.subject, body: m.body, createdAt: m.createdAt.toISOString() })) };
 }

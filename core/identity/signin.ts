@@ -1,4 +1,5 @@
 import { randomInt, randomUUID } from "node:crypto";
+import { canonicalEmail } from "../../lib/email.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
@@ -15,7 +16,7 @@ import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
 import type { KnownBrowsers } from "./known-browsers.js";
-import { normaliseEmail, type UsersStore } from "./users-store.js";
+import type { UsersStore } from "./users-store.js";
 
 /** How long a web session lasts, however the person signed in. */
 export const SESSION_TTL_MS = 12 * 3600_000;
@@ -98,9 +99,9 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
     const s = await deps.sessions.verify(req.sessionToken);
     userId = s.userId;
     sessionId = s.sessionId;
-    email = normaliseEmail(s.email) ?? s.email;
+    email = canonicalEmail(s.email) ?? s.email;
   } else {
-    email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
+    email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
     const user = await deps.users.findByEmail(deps.db, email);
     // Unknown or inactive addresses get a challenge that can never succeed, and no
     // message; they are limited exactly like known ones.

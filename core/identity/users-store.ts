@@ -1,5 +1,4 @@
 import type { Knex } from "knex";
-import { canonicalEmail } from "../../lib/email.js";
 
 export interface UserRecord {
   id: string;
@@ -22,9 +21,6 @@ const USER_LISTING = `SELECT u.id, u.email, u.status, u.created_at,
 function toListing(row: { id: string; email: string; status: UserRecord["status"]; created_at: string | Date; vault_id: string | null }): UserListing {
   return { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at), vaultId: row.vault_id ?? null };
 }
-
-/** Normalises an e-mail for identity (lib/email.ts); undefined when not one plain address. */
-export const normaliseEmail = canonicalEmail;
 
 /** SQL for users and their identity-provider links. */
 export function createUsersStore() {

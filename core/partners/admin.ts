@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { canonicalEmail } from "../../lib/email.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
@@ -32,7 +33,7 @@ import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import type { Db } from "../db/knex.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
-import { normaliseEmail, type UserListing, type UsersStore } from "../identity/users-store.js";
+import type { UserListing, UsersStore } from "../identity/users-store.js";
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES } from "../../lib/vocabulary.js";
@@ -174,7 +175,7 @@ export async function createUser(
   req: CreateUserRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof CreateUserResponseSchema>> {
-  const email = normaliseEmail(req.email);
+  const email = canonicalEmail(req.email);
   if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
   const ids = await deps.db.transaction(async (trx) => {
     const result = await ensureUserAccount(trx, deps.users, email, deps.clock());
@@ -209,7 +210,7 @@ export async function listUsers(deps: UserReadDeps, req: ListUsersRequest): Prom
 
 /** PartnersService.GetUserByEmail: the user of an e-mail address. */
 export async function getUserByEmail(deps: UserReadDeps, req: GetUserByEmailRequest): Promise<MessageInitShape<typeof GetUserByEmailResponseSchema>> {
-  const email = normaliseEmail(req.email);
+  const email = canonicalEmail(req.email);
   if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
   const user = await deps.users.findByEmail(deps.db, email);
   if (!user) fail(Reason.NOT_FOUND, "no such user");

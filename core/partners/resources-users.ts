@@ -1,6 +1,7 @@
 /** PartnerResourcesService: the access check, users and their consents to partners. */
 
 import type { HandlerContext } from "@connectrpc/connect";
+import { canonicalEmail } from "../../lib/email.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   AuthorizePartnerRequest,
@@ -19,7 +20,7 @@ import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
-import { normaliseEmail, type UsersStore } from "../identity/users-store.js";
+import type { UsersStore } from "../identity/users-store.js";
 import { CONSENT_SCOPES, type ConsentScope } from "../../lib/vocabulary.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
@@ -88,7 +89,7 @@ export async function preCreateUser(
   // One transaction: user, receipt and audit row commit together or not at all, so a
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
-    const email = normaliseEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+    const email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
     return deps.db.transaction(async (trx) => {
       // A suspension that committed after the access check is seen here, or waits for this commit.
       if ((await deps.partners.holdStatus(trx, principal.partnerId)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
