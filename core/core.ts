@@ -270,7 +270,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         hostResolver,
         mailer,
         emailCodesOffered: on("email"),
-        cancelInFlight: (trx, revoked, at) => budgetsStore.payments.declineRevokedPayments(trx, revoked, at),
+        inFlight: budgets.inFlight,
         oidc: oidcSettings
           ? createOidcSignin({
               db,

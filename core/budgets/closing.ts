@@ -29,7 +29,7 @@ export interface Ending {
  * transaction: grants revoked, open payments declined, policies frozen and, with `sweep`, all
  * money below (kept money of budgets closed before included) moved up to `root`'s parent.
  */
-export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx: HandlerContext, root: BudgetRecord, e: Ending) {
+export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx: Pick<HandlerContext, "values">, root: BudgetRecord, e: Ending) {
   // Every budget below, top-down and locked (closed ones too: their kept money may move).
   const all = await deps.budgets.lockDescendants(trx, root.userId, root.vaultId);
   const open = all.filter((d) => d.status !== "closed");
@@ -69,6 +69,6 @@ export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx
   return { ended, revoked, swept, currency: vaults.get(root.vaultId)!.currency };
 }
 
-function audit(deps: EndingDeps, trx: Knex.Transaction, ctx: HandlerContext, e: Ending, action: string, subject: string, reason: string) {
+function audit(deps: EndingDeps, trx: Knex.Transaction, ctx: Pick<HandlerContext, "values">, e: Ending, action: string, subject: string, reason: string) {
   return deps.audit.append(trx, { ...callFacts(ctx), actor: e.actor, action, outcome: "success", reason, subject, at: e.now });
 }

@@ -26,6 +26,7 @@ import type { BudgetRecord } from "./records.js";
 import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { VaultsStore } from "./stores/vaults.js";
+import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
 import { checkBudgetInput, checkWindowOpen, optNumber } from "./validation.js";
 import { budgetView } from "./views.js";
@@ -39,6 +40,7 @@ export interface CreateBudgetDeps extends SagaDeps, ActingDeps {
 export interface OwnerDecisionDeps extends OwnerDecisionBase {
   budgets: BudgetsRowStore;
   vaults: VaultsStore;
+  grants: BudgetGrantsStore;
 }
 
 /** The most stranded vaults ListStrandedFunds names. */
@@ -131,6 +133,10 @@ export async function activateBudget(
       return b.status === "active" ? "done" : "decide";
     },
     decide: async (trx, b, now) => {
+      // The grant that asked for it, locked after the budget: a revocation committed first is seen.
+      // Its drafts end with it (endings.ts); none is activated for an agent that lost its access.
+      if ((await deps.grants.findGrant(trx, b.grantId, true))?.state === "revoked")
+        fail(Reason.NOT_FOUND, "the agent that asked for this budget was revoked; the draft is declined");
       await deps.budgets.activatePolicy(trx, b.vaultId, now);
       return deps.budgets.updateBudget(trx, b.id, { status: "active", policyVersion: 1 }, now);
     },

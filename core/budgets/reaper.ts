@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { compensateStep, STEPS, type SagaDeps } from "./saga.js";
+import { reapEndings, type EndingsDeps } from "./endings.js";
 
-/** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
-export async function reap(deps: SagaDeps): Promise<number> {
+/** One reaper pass: finishes partial cleanups and abandoned sagas (returns how many), then ends marked budgets (endings.ts). */
+export async function reap(deps: SagaDeps & EndingsDeps): Promise<number> {
   const { db, saga, staleMs } = deps;
   const now = deps.clock();
   let cleaned = 0;
@@ -32,5 +33,6 @@ export async function reap(deps: SagaDeps): Promise<number> {
       // Left for the next pass; the budget still reports its remaining resources.
     }
   }
+  await reapEndings(deps);
   return cleaned;
 }

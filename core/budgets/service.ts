@@ -14,6 +14,8 @@ import { approvePayment, declinePayment, getPayment, initiatePayment, listPendin
 import type { SettlementPort } from "../settlement/settlement.js";
 import { getBalance, listGrantAudit } from "./reads.js";
 import { reap } from "./reaper.js";
+import { cancelInFlight, endMarkedBudgets } from "./endings.js";
+import type { InFlight } from "../grants/stores/budget-grants.js";
 import type { BudgetsFaults } from "./saga.js";
 import type { BudgetsStore } from "./store.js";
 
@@ -45,8 +47,10 @@ export interface BudgetsServiceDeps {
 }
 
 export interface BudgetsServiceImpl extends ServiceImpl<typeof BudgetsService> {
-  /** One reaper pass: finishes partial cleanups and abandoned sagas; returns how many. */
+  /** One reaper pass: finishes partial cleanups and abandoned sagas (returns how many), and ends marked budgets. */
   reap(): Promise<number>;
+  /** What revoked grants left open, for the grants service (core.ts wires it). */
+  inFlight: InFlight;
 }
 
 /** Assembles BudgetsService: each RPC is a handler of its own module, given the deps it needs. */
@@ -78,5 +82,9 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsServiceIm
     getMoneyView: (req) => getMoneyView(d, req),
     reapProvisioning: async () => ({ cleaned: await reap(d) }),
     reap: () => reap(d),
+    inFlight: {
+      cancel: (trx, revoked, at) => cancelInFlight(d, trx, revoked, at),
+      endDrafts: (ids, actor, ctx) => endMarkedBudgets(d, ids, actor, ctx),
+    },
   };
 }

@@ -42,6 +42,7 @@ import * as m0041 from "./migrations/0041-partner-events-and-secret-overlap.js";
 import * as m0042 from "./migrations/0042-settlement-chain-ids.js";
 import * as m0043 from "./migrations/0043-public-clients.js";
 import * as m0044 from "./migrations/0044-canonical-emails.js";
+import * as m0045 from "./migrations/0045-budget-endings.js";
 
 interface Migration {
   name: string;
@@ -93,6 +94,7 @@ const migrations: Migration[] = [
   { name: "0042-settlement-chain-ids", ...m0042 },
   { name: "0043-public-clients", ...m0043 },
   { name: "0044-canonical-emails", ...m0044 },
+  { name: "0045-budget-endings", ...m0045 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

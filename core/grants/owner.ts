@@ -10,7 +10,8 @@ import { appendAudit, type AuditDeps } from "./audit.js";
 import type { CursorCodec } from "../paging.js";
 import type { AgentsStore, GrantKey } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore } from "./stores/grants.js";
-import type { CancelInFlight } from "./stores/budget-grants.js";
+import type { InFlight } from "./stores/budget-grants.js";
+import { revoking } from "./revoking.js";
 
 /** The owner's dashboard: the user always comes from the web session token, never from the request. */
 export interface OwnerDeps {
@@ -31,8 +32,8 @@ export interface OwnerRevokeDeps extends AuditDeps {
   grants: GrantsStore;
   /** Tells the owner by mail when the kill switch was used (someone else may hold their session). */
   outbox?: Pick<Outbox, "send">;
-  /** Declines the payments the revoked grants left waiting, in the revoking transaction. */
-  cancelInFlight: CancelInFlight;
+  /** Declines the payments and drafts the revoked grants left waiting (revoking.ts). */
+  inFlight: InFlight;
 }
 
 function grantSummary(g: GrantRecord) {
@@ -102,10 +103,10 @@ export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGran
   if (!UUID.test(req.grantId)) fail(Reason.NOT_FOUND, "no such grant");
   const g = await deps.grants.findGrant(deps.db, req.grantId.toLowerCase());
   if (!g || g.userId !== s.userId || (req.agentId && g.agentPrincipalId !== req.agentId.toLowerCase())) fail(Reason.NOT_FOUND, "no such grant");
-  const revoked = await deps.db.transaction(async (trx) => {
+  const revoked = await revoking(deps, ctx, `user:${s.userId}`, async (trx, cancel) => {
     const n = await deps.grants.revokeLineageOfOwner(trx, g, deps.clock(), "user_revocation");
     // What the agent had waiting for approval stops with it: approving it later pays nothing.
-    await deps.cancelInFlight(trx, { userId: g.userId, lineageId: g.lineageId }, deps.clock());
+    await cancel({ userId: g.userId, lineageId: g.lineageId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "grant.revoke", subject: g.id });
     return n;
   });
@@ -115,9 +116,9 @@ export async function revokeUserGrant(deps: OwnerRevokeDeps, req: RevokeUserGran
 /** GrantsService.KillSwitch: the owner revokes every grant they ever gave. */
 export async function killSwitch(deps: OwnerRevokeDeps, req: KillSwitchRequest, ctx: HandlerContext) {
   const s = await deps.sessions.verify(req.sessionToken);
-  const revoked = await deps.db.transaction(async (trx) => {
+  const revoked = await revoking(deps, ctx, `user:${s.userId}`, async (trx, cancel) => {
     const n = await deps.grants.revokeAllOfUser(trx, s.userId, deps.clock(), "kill_switch");
-    await deps.cancelInFlight(trx, { userId: s.userId }, deps.clock());
+    await cancel({ userId: s.userId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "killSwitch.all", subject: s.userId });
     await deps.outbox?.send(trx, {
       email: s.email,

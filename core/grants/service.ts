@@ -38,7 +38,7 @@ import { createClientsStore } from "./stores/clients.js";
 import { createCodesStore } from "./stores/codes.js";
 import { createAgentsStore } from "./stores/agents.js";
 import { createGrantVaultsStore } from "./stores/vaults.js";
-import type { CancelInFlight } from "./stores/budget-grants.js";
+import type { InFlight } from "./stores/budget-grants.js";
 import type { CursorCodec } from "../paging.js";
 
 export { CODE_TTL_MS } from "./issue.js";
@@ -81,8 +81,8 @@ export interface GrantsServiceDeps {
   passkeys: Passkeys;
   /** False when SIGNIN_METHODS leaves out email. */
   emailCodesOffered?: boolean;
-  /** Declines the payments revoked grants left open (the budgets room's, wired by core.ts). */
-  cancelInFlight: CancelInFlight;
+  /** Cancels what revoked grants left open (the budgets room's, wired by core.ts). */
+  inFlight: InFlight;
   /** Signs the cursors of the agent page's grants (core/paging.ts). */
   cursors: CursorCodec;
 }
@@ -143,9 +143,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     audit,
     clock,
     refreshGraceSeconds: deps.refreshGraceSeconds,
+    inFlight: deps.inFlight,
   };
-  const { cancelInFlight } = deps;
-  const owner = { db, sessions, agents, grants, audit, clock, outbox, cancelInFlight, cursors: deps.cursors };
+  const owner = { db, sessions, agents, grants, audit, clock, outbox, inFlight: deps.inFlight, cursors: deps.cursors };
   const provider = { oidc: deps.oidc, sessions, clock, browsers };
   const passkeys = { passkeys: deps.passkeys, sessions, browsers };
 
@@ -161,7 +161,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
 
     verifyAgentToken: (req) => verifyAgentToken(tokens, req),
     supersedeGrant: (req, ctx) => supersedeGrant(tokens, req, ctx),
-    revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, cancelInFlight, notice: { outbox, users } }, req, ctx),
+    revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, notice: { outbox, users } }, req, ctx),
     refreshGrant: (req, ctx) => refreshGrant(tokens, req, ctx),
     issueGrant: (req, ctx) => issueGrant(tokens, req, ctx),
     revokeToken: (req, ctx) => revokeToken(tokens, req, ctx),

@@ -43,7 +43,8 @@ import type { AgentsStore } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore, GrantWithUser } from "./stores/grants.js";
 import type { GrantVaultsStore } from "./stores/vaults.js";
 import type { Outbox } from "../identity/outbox.js";
-import type { CancelInFlight } from "./stores/budget-grants.js";
+import type { InFlight } from "./stores/budget-grants.js";
+import { revoking } from "./revoking.js";
 
 export interface AgentGrantDeps {
   verifier: AccessTokenVerifier;
@@ -135,15 +136,15 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaul
 
 /** GrantsService.RevokeAllGrants: the agent pulls the kill switch on every grant of its user. */
 export async function revokeAllGrants(
-  deps: AgentGrantDeps & AuditDeps & { db: Db; cancelInFlight: CancelInFlight; notice?: { outbox: Pick<Outbox, "send">; users: UsersStore } },
+  deps: AgentGrantDeps & AuditDeps & { db: Db; inFlight: InFlight; notice?: { outbox: Pick<Outbox, "send">; users: UsersStore } },
   req: RevokeAllGrantsRequest,
   ctx: HandlerContext,
 ) {
   const g = await activeGrant(deps, req.accessToken);
-  const revoked = await deps.db.transaction(async (trx) => {
+  const revoked = await revoking(deps, ctx, `agent:${g.agentPrincipalId}`, async (trx, cancel) => {
     const n = await deps.grants.revokeAllOfUser(trx, g.userId, deps.clock(), "kill_switch");
     // Everything the agents had waiting for the owner stops with them (docs/reference/agent-tools.md).
-    await deps.cancelInFlight(trx, { userId: g.userId }, deps.clock());
+    await cancel({ userId: g.userId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `agent:${g.agentPrincipalId}`, action: "killSwitch.all", subject: g.userId, reason: req.reason.slice(0, 200) });
     // The owner hears of it from us, whoever pulled it.
     const owner = deps.notice ? await deps.notice.users.findById(trx, g.userId) : undefined;

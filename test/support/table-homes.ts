@@ -13,6 +13,7 @@ export const OWNERS: Record<string, string> = {
   agent_principals: "grants",
   audit_records: "audit",
   authorization_codes: "grants",
+  budget_endings: "budgets",
   budgets: "budgets",
   consents: "partners",
   dev_outbox: "identity",

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import { UUID } from "../../../lib/uuid.js";
+import { GRANT_REVOKED_SQL, type RevokedGrants } from "../../grants/stores/budget-grants.js";
 import { PROVISIONED, toBudget, type BudgetRecord, type Conn } from "../records.js";
 
 /** SQL for budget rows and the policies a budget's owner activates or a close freezes. */
@@ -147,6 +148,36 @@ export const budgetsStore = {
       [vaultId, userId, userId],
     );
     return (rows as Record<string, unknown>[]).map(toBudget);
+  },
+
+  /**
+   * Marks for ending (budget_endings) the drafts the revoked grants made: all of the user's, or one
+   * lineage's; returns every such draft. Takes no budget lock (the revoke holds grant locks), and
+   * skips a mark an ending holds, so it never waits on one.
+   */
+  async markRevokedDrafts(trx: Knex.Transaction, revoked: RevokedGrants, at: Date): Promise<string[]> {
+    const lineage = revoked.lineageId !== undefined ? [revoked.lineageId] : [];
+    const { rows } = await trx.raw(
+      `WITH dead AS (SELECT b.id FROM budgets b WHERE b.user_id = ? AND b.status = 'draft' AND ${GRANT_REVOKED_SQL("b.grant_id", lineage.length > 0 ? "?" : undefined)}),
+            marked AS (INSERT INTO budget_endings (budget_id, marked_at)
+                       SELECT id, ? FROM dead WHERE NOT EXISTS (SELECT 1 FROM budget_endings e WHERE e.budget_id = dead.id)
+                       ON CONFLICT (budget_id) DO NOTHING)
+       SELECT id FROM dead`,
+      [revoked.userId, ...lineage, at],
+    );
+    return (rows as { id: string }[]).map((r) => String(r.id));
+  },
+
+  /** Takes a budget's ending mark (call it holding the budget row); false when there was none. */
+  async takeEnding(trx: Knex.Transaction, budgetId: string): Promise<boolean> {
+    const rows = await trx("budget_endings").where({ budget_id: budgetId }).delete().returning("budget_id");
+    return rows.length > 0;
+  },
+
+  /** Budgets marked for ending, oldest mark first (at most `limit`). */
+  async listEndings(conn: Conn, limit: number): Promise<string[]> {
+    const rows = await conn("budget_endings").orderBy("marked_at").limit(limit).select("budget_id");
+    return rows.map((r: { budget_id: string }) => String(r.budget_id));
   },
 
   /** Closed budgets whose vault still holds money, oldest close first (at most `limit`). */

@@ -4,7 +4,15 @@ import { createGroupCommit } from "../../db/group-commit.js";
 import { pgArray, prepared } from "../../db/sql.js";
 import { UUID } from "../../../lib/uuid.js";
 import { AUDIT_INSERT_SQL } from "../../audit/store.js";
-import { AGENT_GRANT_JOIN, GRANT_COLUMNS, LINEAGE_GRANT_IDS, toAgentGrant, type AgentGrant, type RevokedGrants } from "../../grants/stores/budget-grants.js";
+import {
+  AGENT_GRANT_JOIN,
+  GRANT_COLUMNS,
+  GRANT_REVOKED_SQL,
+  LINEAGE_GRANT_IDS,
+  toAgentGrant,
+  type AgentGrant,
+  type RevokedGrants,
+} from "../../grants/stores/budget-grants.js";
 import { GRANT_USABLE_SQL } from "../../grants/usable.js";
 import {
   spentTodaySql,
@@ -166,13 +174,14 @@ export function createPaymentsStore(db: Db) {
 
     /**
      * Payments awaiting step-up and draft budgets of a vault, each count stopping at `cap` (partial
-     * indexes, no history read). Call it holding the vault row FOR UPDATE, the lock every payment
-     * and every saga's final transaction takes, so the count holds.
+     * indexes, no history read); a draft whose agent's grant was revoked is ending and does not count.
+     * Call it holding the vault row FOR UPDATE, the lock every payment and saga's final transaction takes.
      */
     async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
       const { rows } = await trx.raw(
         `SELECT (SELECT count(*) FROM (SELECT 1 FROM agent_payments WHERE vault_id = ? AND status = 'pending_step_up' LIMIT ?) p)
-              + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft' LIMIT ?) b) AS n`,
+              + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft'
+                                                        AND NOT ${GRANT_REVOKED_SQL("budgets.grant_id")} LIMIT ?) b) AS n`,
         [vaultId, cap, vaultId, cap],
       );
       return Number((rows as { n: unknown }[])[0]!.n);

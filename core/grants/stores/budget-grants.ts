@@ -1,3 +1,4 @@
+import type { HandlerContext } from "@connectrpc/connect";
 import type { Knex } from "knex";
 import { textArray } from "../../db/rows.js";
 import { UUID } from "../../../lib/uuid.js";
@@ -32,8 +33,21 @@ export interface RevokedGrants {
   lineageId?: string;
 }
 
-/** Cancels, in the revoking transaction, what revoked grants left waiting for their owner; returns how many. */
-export type CancelInFlight = (trx: Knex.Transaction, revoked: RevokedGrants, at: Date) => Promise<number>;
+/** What revoked grants left waiting for their owner: the budgets room's, handed to the grants room by core.ts. */
+export interface InFlight {
+  /** In the revoking transaction: declines their open payments and marks their draft budgets to end; returns those drafts. */
+  cancel(trx: Knex.Transaction, revoked: RevokedGrants, at: Date): Promise<string[]>;
+  /** Once it committed: declines those drafts, budget rows locked first; what fails is left for the reaper. */
+  endDrafts(budgetIds: string[], actor: string, ctx: Pick<HandlerContext, "values">): Promise<void>;
+}
+
+/**
+ * True when the grant whose id the text `grantIdSql` holds was revoked (with `lineageIdSql`: and is of
+ * that lineage), for other rooms' statements. A revoked grant's whole lineage is revoked.
+ */
+export const GRANT_REVOKED_SQL = (grantIdSql: string, lineageIdSql?: string) =>
+  `EXISTS (SELECT 1 FROM grants rg WHERE rg.id = (CASE WHEN ${grantIdSql} ~ '^[0-9a-f-]{36}$' THEN ${grantIdSql}::uuid END)
+             AND rg.state = 'revoked'${lineageIdSql ? ` AND rg.lineage_id = ${lineageIdSql}` : ""})`;
 
 /** An AgentGrant from a row carrying GRANT_COLUMNS. */
 export function toAgentGrant(r: Record<string, unknown>): AgentGrant {

@@ -74,7 +74,7 @@ export const grantTools: readonly Tool[] = [
     auth: "bearer",
     title: "Kill Switch: Revoke All Grants",
     description:
-      "Revokes every grant of the calling grant's user, this one included, and declines every payment of the user still waiting for the owner's approval (or approved and not yet repeated).",
+      "Revokes every grant of the calling grant's user, this one included, and declines every payment of the user still waiting for the owner's approval (or approved and not yet repeated) and every draft budget their agents asked for (its money back to its parent vault).",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
