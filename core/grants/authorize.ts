@@ -25,6 +25,8 @@ import type { AgentsStore } from "./stores/agents.js";
 import type { CodesStore } from "./stores/codes.js";
 import type { GrantsStore } from "./stores/grants.js";
 import type { GrantVaultsStore } from "./stores/vaults.js";
+import type { InFlight } from "./stores/budget-grants.js";
+import { revoking } from "./revoking.js";
 
 export interface CheckAuthorizationDeps {
   db: Db;
@@ -42,6 +44,8 @@ export interface ApproveAuthorizationDeps extends CheckAuthorizationDeps, AuditD
 
 export interface ExchangeCodeDeps extends AuditDeps {
   db: Db;
+  /** A replayed code revokes what it issued: what that left open is cancelled (revoking.ts). */
+  inFlight: InFlight;
   directory: ClientDirectory;
   keyring: Keyring;
   audience: GrantAudience;
@@ -220,13 +224,16 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
     if (issued) return { token: signToken(deps, issued, refresh.token) };
   }
   // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
-  const outcome = await deps.db.transaction(async (trx) => {
+  const outcome = await revoking(deps, ctx, `client:${client.clientId}`, async (trx, cancel) => {
     const c = req.code ? await deps.codes.lockCode(trx, sha256Hex(req.code)) : undefined;
     if (!c || c.clientId !== client.clientId) return { kind: "invalid" as const, why: "unknown code" };
     if (c.consumedAt) {
       // RFC 6749 4.1.2: a code used twice revokes what it issued.
       const issued = c.grantId ? await deps.grants.findGrant(trx, c.grantId) : undefined;
-      if (issued) await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");
+      if (issued) {
+        await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");
+        await cancel({ userId: issued.userId, lineageId: issued.lineageId }, now);
+      }
       await appendAudit(deps, trx, ctx, {
         actor: `client:${client.clientId}`,
         action: "oauth.code_replay",

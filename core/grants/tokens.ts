@@ -61,6 +61,8 @@ export interface SigningDeps extends AuditDeps {
 
 export interface RefreshGrantDeps extends SigningDeps {
   directory: ClientDirectory;
+  /** Reuse detection revokes a lineage: what it left open is cancelled (revoking.ts). */
+  inFlight: InFlight;
   vaults: GrantVaultsStore;
   users: UsersStore;
   /** How long a lost refresh response may be fetched again with the same token (about 30 s, configurable). */
@@ -77,6 +79,7 @@ export interface IssueGrantDeps extends SigningDeps {
 export interface RevokeTokenDeps extends AuditDeps {
   db: Db;
   directory: ClientDirectory;
+  inFlight: InFlight;
   verifier: AccessTokenVerifier;
   grants: GrantsStore;
 }
@@ -194,7 +197,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     );
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }
-  const outcome = await deps.db.transaction(async (trx) => {
+  const outcome = await revoking(deps, ctx, actor, async (trx, cancel) => {
     // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
     // A closed or declined budget's vault gets no new grant: its budget row is locked before the
     // grant's (the budgets' lock order), the vault read from an unlocked look.
@@ -239,6 +242,8 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     if (g.refreshUsedAt) {
       // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage.
       await deps.grants.revokeLineage(trx, g.lineageId, now, "refresh_reuse");
+      // What the lineage (perhaps a thief holding it) left waiting for the owner stops with it.
+      await cancel({ userId: g.userId, lineageId: g.lineageId }, now);
       await appendAudit(deps, trx, ctx, { actor, action: "agent.grant.refresh_reuse", subject: g.lineageId, outcome: "failure", reason: "refresh_reuse" });
     }
     return { kind: "invalid" as const, why: "refresh token no longer valid" };
@@ -339,8 +344,9 @@ export async function revokeToken(deps: RevokeTokenDeps, req: RevokeTokenRequest
   if (!grant) return {};
   if (grant.clientId !== client.clientId) fail(Reason.INVALID_REQUEST, "the token was not issued to this client");
   const found = grant;
-  await deps.db.transaction(async (trx) => {
+  await revoking(deps, ctx, `client:${client.clientId}`, async (trx, cancel) => {
     await deps.grants.revokeLineage(trx, found.lineageId, deps.clock(), "client_revocation");
+    await cancel({ userId: found.userId, lineageId: found.lineageId }, deps.clock());
     await appendAudit(deps, trx, ctx, { actor: `client:${client.clientId}`, action: "oauth.revoke", subject: found.id });
   });
   return {};
