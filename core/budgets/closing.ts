@@ -64,7 +64,9 @@ export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx
       const moved = await sweepInto(deps, trx, x, vaults, openIds.has(x.id) ? "close" : "kept", e.now);
       if (!openIds.has(x.id) && moved.sweptCents > 0) await audit(deps, trx, ctx, e, "agent.budget.sweep", x.vaultId, "");
     }
-    swept = await sweepInto(deps, trx, root, vaults, e.status === "closed" ? "close" : "decline", e.now);
+    // A draft declined before (by a release that left its tree open) made its decline's movement then.
+    const why = e.status === "closed" ? "close" : root.status === "declined" ? "kept" : "decline";
+    swept = await sweepInto(deps, trx, root, vaults, why, e.now);
   }
   return { ended, revoked, swept, currency: vaults.get(root.vaultId)!.currency };
 }

@@ -21,14 +21,18 @@ export async function cancelInFlight(deps: EndingsDeps, trx: Knex.Transaction, r
 
 /**
  * Ends one marked budget in a transaction of its own, its row locked first: a draft whose agent's
- * grant was revoked is declined (its tree ended, its money back to its parent). A budget no longer
- * in such a state only loses its mark.
+ * grant was revoked is declined (its tree ended, its money back to its parent); a declined draft whose
+ * tree an older release left open has it ended now. Anything else only loses its mark.
  */
 async function endMarked(deps: EndingsDeps, budgetId: string, actor: string, ctx: Pick<HandlerContext, "values">): Promise<void> {
   await deps.db.transaction(async (trx) => {
     const b = await deps.budgets.lockBudget(trx, budgetId);
     if (!b || !(await deps.budgets.takeEnding(trx, budgetId))) return;
     const now = deps.clock();
+    if (b.status === "declined") {
+      await endBudgetTree(deps, trx, ctx, b, { status: "declined", actor, sweep: true, now });
+      return;
+    }
     if (b.status !== "draft") return;
     // Revocation is final, so a draft marked for it still has a revoked creator.
     if ((await deps.grants.findGrant(trx, b.grantId, true))?.state !== "revoked") return;
