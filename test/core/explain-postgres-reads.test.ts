@@ -135,7 +135,7 @@ describe("Hot statements use indexes on a seeded database: reads, deliveries and
       /vault_provisioning_claims/, // an agent's budget creation
       /authorization_codes/, // the consent page's approval
       /cleanup_pending/, // the reaper's sweep
-      /status = 'draft' LIMIT/, // the waiting items a pending payment counts
+      /status = 'draft'\s+AND NOT EXISTS/, // the waiting items a pending payment counts
       /\(created_at, id\) >/, // the next page of pending approvals
       /status IN \('draft', 'active', 'declined', 'closed'\)/, // a sweep's budgets
     ]);
