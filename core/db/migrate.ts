@@ -43,6 +43,7 @@ import * as m0042 from "./migrations/0042-settlement-chain-ids.js";
 import * as m0043 from "./migrations/0043-public-clients.js";
 import * as m0044 from "./migrations/0044-canonical-emails.js";
 import * as m0045 from "./migrations/0045-budget-endings.js";
+import * as m0046 from "./migrations/0046-decline-revoked-open-payments.js";
 
 interface Migration {
   name: string;
@@ -95,6 +96,7 @@ const migrations: Migration[] = [
   { name: "0043-public-clients", ...m0043 },
   { name: "0044-canonical-emails", ...m0044 },
   { name: "0045-budget-endings", ...m0045 },
+  { name: "0046-decline-revoked-open-payments", ...m0046 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {
