@@ -95,15 +95,23 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     const incoming = logs.filter((l) => l.to === wallet && l.from !== wallet);
     const sum = (ls: UsdcTransfer[]) => ls.reduce((t, l) => t + l.units, 0n);
 
-    const { rows } = await db.raw(
-      `SELECT payment_id::text, mined_block::text, recipient, amount_cents::text, lower(tx_hash) AS tx_hash FROM settlement_payments
-        WHERE chain = ? AND wallet = ? AND rail = 'evm' AND status = 'completed' ORDER BY created_at, payment_id`,
-      [chain, wallet],
-    );
-    const all = rows as CompletedPayment[];
+    // The payments and the ledger from one snapshot; payments mined after the blocks read are left
+    // out of both sides, so a payment completing during the run is no difference.
+    const { all, ledgerOutflow } = await db.transaction(async (trx) => {
+      await trx.raw("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      const { rows } = await trx.raw(
+        `SELECT payment_id::text, mined_block::text, recipient, amount_cents::text, lower(tx_hash) AS tx_hash FROM settlement_payments
+            WHERE chain = ? AND wallet = ? AND rail = 'evm' AND status = 'completed' ORDER BY created_at, payment_id`,
+        [chain, wallet],
+      );
+      const total = await accountTotalCents(trx, { kind: "external", owner: hotWalletAccount(chain, wallet), currency: "USD" });
+      return { all: rows as CompletedPayment[], ledgerOutflow: centsToUnits(total) };
+    });
     const before = (p: CompletedPayment) => p.mined_block !== null && Number(p.mined_block) < fromBlock;
-    const payments = all.filter((p) => !before(p));
+    const after = (p: CompletedPayment) => p.mined_block !== null && Number(p.mined_block) > toBlock;
+    const payments = all.filter((p) => !before(p) && !after(p));
     const sentBefore = all.filter(before).reduce((t, p) => t + centsToUnits(BigInt(p.amount_cents)), 0n);
+    const sentAfter = all.filter(after).reduce((t, p) => t + centsToUnits(BigInt(p.amount_cents)), 0n);
     const byHash = new Map<string, CompletedPayment[]>();
     for (const p of payments) if (p.tx_hash) byHash.set(p.tx_hash, [...(byHash.get(p.tx_hash) ?? []), p]);
     const matched = new Set<string>();
@@ -157,16 +165,16 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       });
     }
 
-    const ledgerOutflow = centsToUnits(await accountTotalCents(db, { kind: "external", owner: hotWalletAccount(chain, wallet), currency: "USD" }));
     const sentOut = sum(outgoing);
-    if (ledgerOutflow !== sentBefore + sentOut) {
+    const booksOut = ledgerOutflow - sentAfter;
+    if (booksOut !== sentBefore + sentOut) {
       diff({
         check: "ledger_mismatch",
         txHash: "",
         paymentId: "",
         chainUnits: `${sentBefore + sentOut}`,
-        booksUnits: `${ledgerOutflow}`,
-        message: `${chain}: transfers out of ${wallet} total ${sentBefore + sentOut} units${sentBefore ? ` (${sentBefore} of them in payments mined before block ${fromBlock})` : ""} but its ledger account holds ${ledgerOutflow}`,
+        booksUnits: `${booksOut}`,
+        message: `${chain}: transfers out of ${wallet} total ${sentBefore + sentOut} units${sentBefore ? ` (${sentBefore} of them in payments mined before block ${fromBlock})` : ""} but its ledger account holds ${booksOut}`,
       });
     }
     const fromLogs = opening + sum(incoming) - sentOut;
@@ -186,7 +194,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
       onchainBalanceUnits: `${balance}`,
       incomingUnits: `${sum(incoming)}`,
       outgoingUnits: `${sentOut}`,
-      ledgerOutflowUnits: `${ledgerOutflow}`,
+      ledgerOutflowUnits: `${booksOut}`,
       toBlock: BigInt(toBlock),
       fromBlock: BigInt(fromBlock),
       openingBalanceUnits: `${opening}`,

@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import type { PrivateKeyAccount } from "viem/accounts";
-import { createEvmRail } from "../../core/settlement/evm-rail.js";
+import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
+import { verifyChains } from "../../core/settlement/verify-chains.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { Anvil } from "../support/anvil.js";
 import { payOnBase, sendOutsideVaultgate, startEvmRailStack } from "../support/evm-rail.js";
@@ -44,6 +45,28 @@ describe("books that match the chain (anvil)", function () {
       expect(r.chains).to.have.length(1);
       expect(r.chains[0]).to.deep.include({ chain: "base", wallet, outgoingUnits: `${centsToUnits(1_849)}`, ledgerOutflowUnits: `${centsToUnits(1_849)}` });
     }
+  });
+
+  it("a payment completing while the chain is read is no difference: the books are compared up to the block read", async () => {
+    await payAndSettle([300]);
+    const rail = stack.core.settlement.evm("base")!;
+    let late: string[] = [];
+    // The payment settles (mined in later blocks, booked completed) between the chain's reads and the books'.
+    const racing: EvmRail = {
+      ...rail,
+      transfers: async (from, to) => {
+        const logs = await rail.transfers(from, to);
+        if (late.length === 0) late = await payAndSettle([450]);
+        return logs;
+      },
+    };
+    const r = await verifyChains(stack.core.db, [racing]);
+    expect(late).to.have.length(1);
+    expect(r.differences.map((d) => d.message)).to.deep.equal([]);
+    const mined = await stack.core.db("settlement_payments").where({ payment_id: late[0] }).first("mined_block");
+    expect(BigInt(mined.mined_block) > r.chains[0]!.toBlock, "mined after the blocks read").to.equal(true);
+    expect(r.chains[0]!.ledgerOutflowUnits).to.equal(r.chains[0]!.outgoingUnits);
+    expect((await stack.admin.audit.verifyChains({})).ok).to.equal(true);
   });
 
   it("names a payment whose booked amount was altered, with both amounts", async () => {
