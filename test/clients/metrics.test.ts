@@ -8,20 +8,10 @@ import { createSecretHasher } from "../../core/secrets/hasher.js";
 import { gatewayRegistry } from "../../gateways/shared/observability.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createPartner } from "../support/partners.js";
+import { parseScrape } from "../support/metrics.js";
 import { expectInternalError, expectRefused } from "../support/refusals.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-
-/** `name{labels} value` lines of a Prometheus text scrape, keyed by `name{labels}` as written. */
-function parse(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    if (!line || line.startsWith("#")) continue;
-    const at = line.lastIndexOf(" ");
-    out.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return out;
-}
 
 /** The series `name` whose labels include every given pair (0 when absent). */
 function value(series: Map<string, number>, name: string, labels: Record<string, string> = {}): number {
@@ -65,7 +55,7 @@ describe("metrics: GET /metrics on the metrics listener", function () {
     const res = await fetch(metrics.url, { headers: { authorization: `Bearer ${token}` } });
     expect(res.status).to.equal(200);
     expect(res.headers.get("content-type")).to.match(/^text\/plain; version=0\.0\.4/);
-    return parse(await res.text());
+    return parseScrape(await res.text());
   };
 
   it("is not served on the public gateway port", async () => {

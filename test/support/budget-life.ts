@@ -1,6 +1,8 @@
+import { randomUUID } from "node:crypto";
 import { expect } from "chai";
+import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import type { TestStack } from "./stack.js";
-import { budgetParams, createOwner, grantFor, type TestOwner } from "./budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, payment, type TestOwner } from "./budgets.js";
 
 /**
  * A user's root vault holding `parentCents` (operator funding), an agent grant on it with
@@ -42,4 +44,37 @@ export async function legsOf(stack: TestStack, transactionId: string): Promise<{
     .where({ "p.transaction_id": transactionId })
     .select("a.owner", "p.amount_cents");
   return { kind: tx?.kind, legs: Object.fromEntries(rows.map((r: { owner: string; amount_cents: string }) => [r.owner, Number(r.amount_cents)])) };
+}
+
+/** A new owner's budget holding 100,000 (step-up above 5,000): the owner, and the budget as its own agent. */
+export async function fundedBudget(stack: TestStack): Promise<{ owner: TestOwner; child: TestOwner }> {
+  const owner = await createOwner(stack);
+  const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
+  await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
+  return { owner, child: { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId } };
+}
+
+/** A payment (7,000 unless given) by `accessToken`, a grant without step-up on a fundedBudget: it waits for the owner; its id. */
+export async function stepUpPayment(stack: TestStack, accessToken: string, request = payment({ amountCents: 7_000n })): Promise<string> {
+  const { payment: p } = await stack.clients.budgets.initiatePayment({ accessToken, payment: request });
+  expect(p!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
+  return p!.paymentId;
+}
+
+/** A funded draft D whose agent (stepped up) made an active sub-budget S, funded from D, with its own active S2 below. */
+export async function draftWithTree(stack: TestStack) {
+  const key = () => `k-${randomUUID()}`;
+  const asChild = (owner: TestOwner, b: { vaultId: string; agentPrincipalId: string }): TestOwner => ({ userId: owner.userId, ...b });
+  const owner = await createOwner(stack);
+  await stack.admin.budgets.fundVault({ vaultId: owner.vaultId, amountCents: 100_000n });
+  const session = await ownerSession(stack, owner.userId, { stepUp: true });
+  const d = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() })).budget!);
+  await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: d.vaultId, amountCents: 30_000n, idempotencyKey: key() });
+  const dToken = await grantFor(stack, d, { stepUp: true });
+  const s = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: dToken, ...budgetParams() })).budget!);
+  await stack.clients.budgets.fundBudget({ accessToken: dToken, vaultId: s.vaultId, amountCents: 20_000n, idempotencyKey: key() });
+  const sToken = await grantFor(stack, s, { stepUp: true });
+  const s2 = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: sToken, ...budgetParams() })).budget!);
+  await stack.clients.budgets.fundBudget({ accessToken: sToken, vaultId: s2.vaultId, amountCents: 5_000n, idempotencyKey: key() });
+  return { owner, session, d, dToken, s, sToken, s2, s2Token: await grantFor(stack, s2) };
 }

@@ -4,9 +4,9 @@ import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, grantFor, payment } from "../../support/budgets.js";
 import { expectRefused, reasonOf } from "../../support/refusals.js";
-import { balanceOf, expectLedgerBalanced } from "../../support/budget-life.js";
+import { balanceOf, draftWithTree, expectLedgerBalanced } from "../../support/budget-life.js";
 import { requirePostgres } from "../../support/db.js";
 
 /** Declining a draft ends what its agent built below it: sub-budgets close, grants are revoked, money comes back. */
@@ -18,26 +18,9 @@ describe("BudgetsService.DeclineBudget reaches the budgets below the draft", () 
   after(() => stack.close());
 
   const key = () => `k-${randomUUID()}`;
-  const asChild = (owner: TestOwner, b: { vaultId: string; agentPrincipalId: string }): TestOwner => ({ userId: owner.userId, ...b });
-
-  /** A funded draft D whose agent (stepped up) made an active sub-budget S, funded from D, with its own active S2 below. */
-  async function draftWithTree() {
-    const owner = await createOwner(stack);
-    await stack.admin.budgets.fundVault({ vaultId: owner.vaultId, amountCents: 100_000n });
-    const session = await ownerSession(stack, owner.userId, { stepUp: true });
-    const d = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: d.vaultId, amountCents: 30_000n, idempotencyKey: key() });
-    const dToken = await grantFor(stack, d, { stepUp: true });
-    const s = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: dToken, ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ accessToken: dToken, vaultId: s.vaultId, amountCents: 20_000n, idempotencyKey: key() });
-    const sToken = await grantFor(stack, s, { stepUp: true });
-    const s2 = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: sToken, ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ accessToken: sToken, vaultId: s2.vaultId, amountCents: 5_000n, idempotencyKey: key() });
-    return { owner, session, d, dToken, s, sToken, s2, s2Token: await grantFor(stack, s2) };
-  }
 
   it("sub-budgets close, every grant below is revoked, open payments are declined and all money returns to the root", async () => {
-    const t = await draftWithTree();
+    const t = await draftWithTree(stack);
     const pending = await stack.clients.budgets.initiatePayment({ accessToken: t.sToken, payment: payment({ amountCents: 7_000n }) });
     expect(pending.payment!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
     await stack.clients.budgets.initiatePayment({ accessToken: t.s2Token, payment: payment({ amountCents: 1_000n }) });
@@ -65,7 +48,7 @@ describe("BudgetsService.DeclineBudget reaches the budgets below the draft", () 
   });
 
   it("the declined draft's own tokens stop at once: no balance read, no kill switch, no funding, no new grant", async () => {
-    const t = await draftWithTree();
+    const t = await draftWithTree(stack);
     await stack.clients.budgets.declineBudget({ sessionToken: t.session, agentPrincipalId: t.d.agentPrincipalId });
     const accessToken = t.dToken;
     await expectRefused(stack.clients.budgets.getBalance({ accessToken }), Reason.INVALID_TOKEN);
@@ -90,7 +73,7 @@ describe("BudgetsService.DeclineBudget reaches the budgets below the draft", () 
       const outcomes: (Reason | "ok" | undefined)[] = [];
       await Promise.all(
         Array.from({ length: 6 }, async () => {
-          const t = await draftWithTree();
+          const t = await draftWithTree(stack);
           // A draft below S for the owner to activate while declining D.
           const sDraft = (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, t.s), ...budgetParams() })).budget!;
           const calls = [

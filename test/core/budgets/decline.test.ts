@@ -6,6 +6,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
 import { expectRefused, refusalOf } from "../../support/refusals.js";
+import { fundedBudget, stepUpPayment } from "../../support/budget-life.js";
 
 /** BudgetsService.DeclinePayment / DeclineBudget (docs/reference/agent-oauth.md, "Pending approvals"). */
 describe("BudgetsService declines", () => {
@@ -16,14 +17,9 @@ describe("BudgetsService declines", () => {
   after(() => stack.close());
 
   async function pendingPayment() {
-    const owner = await createOwner(stack);
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
-    await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
-    const child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
+    const { owner, child } = await fundedBudget(stack);
     const p = payment({ amountCents: 7_000n });
-    const { payment: pending } = await stack.clients.budgets.initiatePayment({ accessToken: await grantFor(stack, child), payment: p });
-    expect(pending!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
-    return { owner, child, p, paymentId: pending!.paymentId };
+    return { owner, child, p, paymentId: await stepUpPayment(stack, await grantFor(stack, child), p) };
   }
 
   it("a decline and an approval racing on one payment: exactly one decides", async () => {

@@ -5,10 +5,10 @@ import { markUnfinished } from "../../../core/db/migrations/0045-budget-endings.
 import { vaultsStore } from "../../../core/budgets/stores/vaults.js";
 import { derivedId } from "../../../core/budgets/ids.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
 import { expectRefused, reasonOf } from "../../support/refusals.js";
 import { requirePostgres } from "../../support/db.js";
-import { balanceOf, expectLedgerBalanced } from "../../support/budget-life.js";
+import { balanceOf, draftWithTree, expectLedgerBalanced } from "../../support/budget-life.js";
 
 /** A draft declined by a release that left its tree open is ended on upgrade: what is below closes, its money comes back. */
 describe("Budgets below a draft an older release declined", () => {
@@ -19,7 +19,6 @@ describe("Budgets below a draft an older release declined", () => {
   after(() => stack.close());
 
   const key = () => `k-${randomUUID()}`;
-  const asChild = (owner: TestOwner, b: { vaultId: string; agentPrincipalId: string }): TestOwner => ({ userId: owner.userId, ...b });
   const statusOf = async (vaultId: string) => (await stack.core.db("budgets").where({ vault_id: vaultId }).first("status")).status as string;
 
   /**
@@ -27,17 +26,7 @@ describe("Budgets below a draft an older release declined", () => {
    * older releases did: only D's own money swept back (the decline's movement), D marked declined.
    */
   async function oldDecline() {
-    const owner = await createOwner(stack);
-    await stack.admin.budgets.fundVault({ vaultId: owner.vaultId, amountCents: 100_000n });
-    const session = await ownerSession(stack, owner.userId, { stepUp: true });
-    const d = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: d.vaultId, amountCents: 30_000n, idempotencyKey: key() });
-    const dToken = await grantFor(stack, d, { stepUp: true });
-    const s = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: dToken, ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ accessToken: dToken, vaultId: s.vaultId, amountCents: 20_000n, idempotencyKey: key() });
-    const sToken = await grantFor(stack, s, { stepUp: true });
-    const s2 = asChild(owner, (await stack.clients.budgets.createBudget({ accessToken: sToken, ...budgetParams() })).budget!);
-    await stack.clients.budgets.fundBudget({ accessToken: sToken, vaultId: s2.vaultId, amountCents: 5_000n, idempotencyKey: key() });
+    const { owner, session, d, s, sToken, s2, s2Token } = await draftWithTree(stack);
     await stack.core.db.transaction(async (trx) => {
       const v = await vaultsStore.lockVaults(trx, [owner.vaultId, d.vaultId]);
       const at = stack.clock();
@@ -45,7 +34,7 @@ describe("Budgets below a draft an older release declined", () => {
       await vaultsStore.moveBetweenVaults(trx, v.get(d.vaultId)!, v.get(owner.vaultId)!, v.get(d.vaultId)!.balanceCents, movement);
       await trx("budgets").where({ vault_id: d.vaultId }).update({ status: "declined", updated_at: at });
     });
-    return { owner, session, d, s, sToken, s2, s2Token: await grantFor(stack, s2) };
+    return { owner, session, d, s, sToken, s2, s2Token };
   }
 
   it("the upgrade marks it and the reaper closes everything below, revokes its grants and brings all money back; ledger verify is clean", async () => {

@@ -1,11 +1,10 @@
 import { expect } from "chai";
-import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { up as declineRevokedOpenPayments } from "../../../core/db/migrations/0046-decline-revoked-open-payments.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
+import { grantFor, ownerSession } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
-import { balanceOf, expectLedgerBalanced } from "../../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced, fundedBudget, stepUpPayment } from "../../support/budget-life.js";
 
 /** Payments an older release left open under a revoked grant are declined on upgrade; others are left as they are. */
 describe("Open payments of grants an older release revoked", () => {
@@ -17,16 +16,8 @@ describe("Open payments of grants an older release revoked", () => {
 
   /** A payment over the step-up amount by a grant without step-up: it waits for the owner. */
   async function pendingPayment() {
-    const owner = await createOwner(stack);
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
-    await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
-    const child = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
-    const { payment: pending } = await stack.clients.budgets.initiatePayment({
-      accessToken: await grantFor(stack, child),
-      payment: payment({ amountCents: 7_000n }),
-    });
-    expect(pending!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
-    return { owner, child, paymentId: pending!.paymentId };
+    const { owner, child } = await fundedBudget(stack);
+    return { owner, child, paymentId: await stepUpPayment(stack, await grantFor(stack, child)) };
   }
 
   /** Revokes the payment's lineage as older releases did: the grants only, the payment left open. */

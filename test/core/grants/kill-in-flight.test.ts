@@ -1,10 +1,9 @@
 import { expect } from "chai";
-import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment, type TestOwner } from "../../support/budgets.js";
+import { grantFor, ownerSession, payment } from "../../support/budgets.js";
 import { expectRefused, reasonOf } from "../../support/refusals.js";
-import { balanceOf, expectLedgerBalanced } from "../../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced, fundedBudget, stepUpPayment } from "../../support/budget-life.js";
 import { requirePostgres } from "../../support/db.js";
 
 const jtiOf = (token: string) => (JSON.parse(Buffer.from(token.split(".")[1]!, "base64url").toString("utf8")) as { jti: string }).jti;
@@ -19,17 +18,10 @@ describe("Revoking grants declines their open payments", () => {
 
   /** A funded budget (step-up above 5,000) and its owner's stepped-up session. */
   async function funded() {
-    const owner = await createOwner(stack);
-    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner, { stepUp: true }), ...budgetParams() });
-    await stack.admin.budgets.fundVault({ vaultId: budget!.vaultId, amountCents: 100_000n });
-    const child: TestOwner = { userId: owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
+    const { owner, child } = await fundedBudget(stack);
     return { owner, child, session: await ownerSession(stack, owner.userId, { stepUp: true }) };
   }
-  const pending = async (accessToken: string) => {
-    const { payment: p } = await stack.clients.budgets.initiatePayment({ accessToken, payment: payment({ amountCents: 7_000n }) });
-    expect(p!.status).to.equal(PaymentStatus.PENDING_STEP_UP);
-    return p!.paymentId;
-  };
+  const pending = (accessToken: string) => stepUpPayment(stack, accessToken);
   const statuses = async (ids: string[]) => (await stack.core.db("agent_payments").whereIn("id", ids).orderBy("id")).map((r) => r.status);
 
   it("an agent's killSwitch.all declines every open payment of the user: nothing moves, approving is refused, the waiting bound is free again", async () => {
