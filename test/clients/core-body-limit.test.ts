@@ -1,4 +1,3 @@
-import http2 from "node:http2";
 import { randomUUID } from "node:crypto";
 import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { expect } from "chai";
@@ -6,6 +5,7 @@ import { ExecuteBatchRequestSchema } from "../../gen/vaultgate/treasury/v1/treas
 import { CORE_READ_MAX_BYTES, startCoreServer, type CoreServer } from "../../core/server.js";
 import { MAX_ID, MAX_IDEMPOTENCY_KEY, MAX_ITEMS, MAX_REFERENCE } from "../../core/treasury/batch-request.js";
 import { startStack, type TestStack } from "../support/stack.js";
+import { connectJson } from "../support/connect-json.js";
 
 /** Core's port reads a bounded request from anyone, before any credential is looked at, and the largest valid one fits. */
 describe("core's port: request size", () => {
@@ -20,21 +20,7 @@ describe("core's port: request size", () => {
     await stack?.close();
   });
 
-  /** One Connect unary JSON call over h2c: the status and the body. */
-  async function post(path: string, body: Buffer): Promise<{ status: number; body: Record<string, unknown> }> {
-    const session = http2.connect(server.url);
-    try {
-      const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/json", "content-length": String(body.length) });
-      req.on("error", () => {}); // the server may answer before it read the whole body, then reset the stream
-      req.end(body);
-      const status = await new Promise<number>((resolve) => req.on("response", (h) => resolve(Number(h[":status"]))));
-      const chunks: Buffer[] = [];
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-      return { status, body: JSON.parse(Buffer.concat(chunks).toString()) as Record<string, unknown> };
-    } finally {
-      session.close();
-    }
-  }
+  const post = (path: string, body: Buffer) => connectJson(server.url, path, body);
 
   it("refuses a body over the limit with resource_exhausted, without a credential, and keeps serving", async () => {
     const padded = Buffer.alloc(CORE_READ_MAX_BYTES + 1024, 0x20);

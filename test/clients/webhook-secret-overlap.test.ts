@@ -1,4 +1,3 @@
-import http2 from "node:http2";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import * as grpc from "@grpc/grpc-js";
@@ -6,6 +5,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { startCoreServer, type CoreServer } from "../../core/server.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { createPartner } from "../support/partners.js";
+import { connectJson } from "../support/connect-json.js";
 
 const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
 const DAY = 24 * 3600_000;
@@ -33,21 +33,7 @@ describe("SetWebhook: the previous secret's end of overlap (core's port)", () =>
     await stack?.close();
   });
 
-  /** One Connect unary call in JSON over h2c, as curl would make it. */
-  async function connectJson(body: object): Promise<{ status: number; body: Record<string, unknown> }> {
-    const session = http2.connect(server.url);
-    try {
-      const text = JSON.stringify(body);
-      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/json", authorization: `Bearer ${stack.adminToken}` });
-      req.end(text);
-      const status = await new Promise<number>((resolve) => req.on("response", (h) => resolve(Number(h[":status"]))));
-      const chunks: Buffer[] = [];
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-      return { status, body: JSON.parse(Buffer.concat(chunks).toString()) as Record<string, unknown> };
-    } finally {
-      session.close();
-    }
-  }
+  const call = (body: object) => connectJson(server.url, PATH, JSON.stringify(body), { authorization: `Bearer ${stack.adminToken}` });
 
   const viaGrpc = (req: object) =>
     new Promise<Record<string, unknown>>((resolve, reject) => {
@@ -61,16 +47,16 @@ describe("SetWebhook: the previous secret's end of overlap (core's port)", () =>
     stack.clock.set(start);
     const partner = await createPartner(stack);
     const url = "https://hooks.example/v1";
-    const first = await connectJson({ clientId: partner.clientId, url });
+    const first = await call({ clientId: partner.clientId, url });
     expect(first.status).to.equal(200);
     expect(first.body).to.not.have.property("previousSecretExpiresAt");
     stack.clock.set(new Date(start.getTime() + 60_000));
-    const rotated = await connectJson({ clientId: partner.clientId, url });
+    const rotated = await call({ clientId: partner.clientId, url });
     expect(rotated.body.previousSecretExpiresAt).to.equal("2026-05-02T12:01:00Z");
     stack.clock.set(new Date(start.getTime() + 3600_000));
-    const same = await connectJson({ clientId: partner.clientId, url, secret: rotated.body.secret });
+    const same = await call({ clientId: partner.clientId, url, secret: rotated.body.secret });
     expect(same.body.previousSecretExpiresAt).to.equal(rotated.body.previousSecretExpiresAt);
-    const cleared = await connectJson({ clientId: partner.clientId, url: "" });
+    const cleared = await call({ clientId: partner.clientId, url: "" });
     expect(cleared.status).to.equal(200);
     expect(cleared.body).to.not.have.property("previousSecretExpiresAt");
   });
