@@ -1,12 +1,10 @@
-import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
 import { createEvmRail, TRANSFER_GAS } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
-import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { evmChainSettings, freshAddress, freshHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** A stuck transfer is replaced only by one the hot wallet's gas can pay: a node refuses the rest, and then only they were sent again. */
@@ -24,11 +22,9 @@ describe("a fee bump the hot wallet's gas cannot pay (anvil)", function () {
   });
 
   it("is not signed: the transfer the gas can pay is sent again, and once its node lost it, mined from those bytes and paid once", async () => {
-    const key = `0x${randomBytes(32).toString("hex")}` as Hex;
-    const wallet = privateKeyToAccount(key).address.toLowerCase();
-    await fundHotWallet(anvil, usdc, wallet, centsToUnits(10_000));
+    const { account, wallet } = await freshHotWallet(anvil, usdc, 10_000);
     const clock = createTestClock();
-    const w = railWorker(queue.store, createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "polygon" }), privateKeyToAccount(key)), {
+    const w = railWorker(queue.store, createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "polygon" }), account), {
       clock,
       bumpAfterMs: 120_000,
     });

@@ -1,13 +1,11 @@
-import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
 import { createCapturedLogger } from "../support/logs.js";
-import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { evmChainSettings, freshAddress, freshHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** The gas ran out between the worker's read and its send: the node refuses the signed transfer. */
@@ -25,13 +23,11 @@ describe("a send refused for want of gas (anvil)", function () {
   });
 
   it("stays submitted with its one nonce, logs that the wallet lacks gas, keeps its fee through the outage, and is paid once when gas arrives", async () => {
-    const key = `0x${randomBytes(32).toString("hex")}` as Hex;
-    const wallet = privateKeyToAccount(key).address.toLowerCase();
-    await fundHotWallet(anvil, usdc, wallet, centsToUnits(10_000));
+    const { key, account, wallet } = await freshHotWallet(anvil, usdc, 10_000);
     const proxy = await startRpcProxy(anvil.url);
     const logs = createCapturedLogger();
     const clock = createTestClock();
-    const rail = createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "op", rpcTimeoutMs: 5_000 }), privateKeyToAccount(key));
+    const rail = createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "op", rpcTimeoutMs: 5_000 }), account);
     const w = railWorker(queue.store, rail, { clock, logger: logs.logger, bumpAfterMs: 120_000 });
     try {
       const to = freshAddress();

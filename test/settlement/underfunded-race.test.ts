@@ -1,13 +1,12 @@
-import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Hex } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
+import type { PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock, type TestClock } from "../support/clock.js";
-import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { evmChainSettings, freshAddress, freshHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** Two workers on one hot wallet: the balance one reads must be weighed against what was in flight at the same block. */
@@ -26,8 +25,8 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
     await anvil?.stop();
   });
 
-  function worker(rpcUrl: string, key: Hex, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
-    const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), privateKeyToAccount(key));
+  function worker(rpcUrl: string, account: PrivateKeyAccount, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
+    const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), account);
     const w = railWorker(queue.store, rail, { clock, ...over });
     workers.push(w);
     return w;
@@ -36,16 +35,14 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
   const accept = (wallet: string, to: string, amountCents: number, at: Date) => queuePayment(queue, { chain: "arb", wallet, to, amountCents, at });
 
   it("a transfer mined between another worker's balance read and its signing is still counted: the next payment waits, none reverts", async () => {
-    const key = `0x${randomBytes(32).toString("hex")}` as Hex;
-    const wallet = privateKeyToAccount(key).address.toLowerCase();
-    await fundHotWallet(anvil, usdc, wallet, centsToUnits(1_000));
+    const { account, wallet } = await freshHotWallet(anvil, usdc, 1_000);
     const proxy = await startRpcProxy(anvil.url);
     try {
       const t0 = new Date();
       const clockA = createTestClock(t0);
       const clockB = createTestClock(t0);
-      const a = worker(anvil.url, key, clockA, { recheckMs: 60_000 });
-      const b = worker(proxy.url, key, clockB, { recheckMs: 0, leaseMs: 600_000 });
+      const a = worker(anvil.url, account, clockA, { recheckMs: 60_000 });
+      const b = worker(proxy.url, account, clockB, { recheckMs: 0, leaseMs: 600_000 });
       await anvil.setAutomine(false);
       const first = await accept(wallet, freshAddress(), 600, t0);
       await a.runOnce(); // signed and in the node's pool, not mined

@@ -40,6 +40,15 @@ export async function startAnvilWithUsdc(): Promise<{ anvil: Anvil; usdc: Hex }>
   }
 }
 
+/** A new hot wallet with gas and `cents` of USDC: its key, account (to sign) and lower-case address. */
+export async function freshHotWallet(anvil: Anvil, usdc: Hex, cents: number): Promise<{ key: Hex; account: PrivateKeyAccount; wallet: string }> {
+  const key = `0x${randomBytes(32).toString("hex")}` as Hex;
+  const account = privateKeyToAccount(key);
+  const wallet = account.address.toLowerCase();
+  await fundHotWallet(anvil, usdc, wallet, centsToUnits(cents));
+  return { key, account, wallet };
+}
+
 /** Gas and `usdcUnits` of USDC for a hot wallet (0: gas only). */
 export async function fundHotWallet(anvil: Anvil, usdc: Hex, address: string, usdcUnits: bigint): Promise<void> {
   await anvil.fundGas(address);
