@@ -61,6 +61,12 @@ export async function stepUpPayment(stack: TestStack, accessToken: string, reque
   return p!.paymentId;
 }
 
+/** A fundedBudget with a stepUpPayment of `p` waiting for its owner. */
+export async function waitingPayment(stack: TestStack, p = payment({ amountCents: 7_000n })) {
+  const { owner, child } = await fundedBudget(stack);
+  return { owner, child, p, paymentId: await stepUpPayment(stack, await grantFor(stack, child), p) };
+}
+
 /** A funded draft D whose agent (stepped up) made an active sub-budget S, funded from D, with its own active S2 below. */
 export async function draftWithTree(stack: TestStack) {
   const key = () => `k-${randomUUID()}`;

@@ -4,9 +4,9 @@ import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
+import { budgetParams, createOwner, grantFor, ownerSession } from "../../support/budgets.js";
 import { expectRefused, refusalOf } from "../../support/refusals.js";
-import { fundedBudget, stepUpPayment } from "../../support/budget-life.js";
+import { waitingPayment } from "../../support/budget-life.js";
 
 /** BudgetsService.DeclinePayment / DeclineBudget (docs/reference/agent-oauth.md, "Pending approvals"). */
 describe("BudgetsService declines", () => {
@@ -16,11 +16,7 @@ describe("BudgetsService declines", () => {
   });
   after(() => stack.close());
 
-  async function pendingPayment() {
-    const { owner, child } = await fundedBudget(stack);
-    const p = payment({ amountCents: 7_000n });
-    return { owner, child, p, paymentId: await stepUpPayment(stack, await grantFor(stack, child), p) };
-  }
+  const pendingPayment = () => waitingPayment(stack);
 
   it("a decline and an approval racing on one payment: exactly one decides", async () => {
     for (let i = 0; i < 5; i++) {

@@ -2,9 +2,9 @@ import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { up as declineRevokedOpenPayments } from "../../../core/db/migrations/0046-decline-revoked-open-payments.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { grantFor, ownerSession } from "../../support/budgets.js";
+import { ownerSession } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
-import { balanceOf, expectLedgerBalanced, fundedBudget, stepUpPayment } from "../../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced, waitingPayment } from "../../support/budget-life.js";
 
 /** Payments an older release left open under a revoked grant are declined on upgrade; others are left as they are. */
 describe("Open payments of grants an older release revoked", () => {
@@ -14,11 +14,7 @@ describe("Open payments of grants an older release revoked", () => {
   });
   after(() => stack.close());
 
-  /** A payment over the step-up amount by a grant without step-up: it waits for the owner. */
-  async function pendingPayment() {
-    const { owner, child } = await fundedBudget(stack);
-    return { owner, child, paymentId: await stepUpPayment(stack, await grantFor(stack, child)) };
-  }
+  const pendingPayment = () => waitingPayment(stack);
 
   /** Revokes the payment's lineage as older releases did: the grants only, the payment left open. */
   async function revokeOldStyle(paymentId: string) {
