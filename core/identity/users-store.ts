@@ -65,6 +65,12 @@ export function createUsersStore() {
       return (rows as { id: string; status: UserRecord["status"] }[])[0];
     },
 
+    /** The user's status, held FOR SHARE until the transaction ends: a deactivation waits for the caller or is seen by it. */
+    async holdUserStatus(trx: Knex.Transaction, userId: string): Promise<UserRecord["status"] | undefined> {
+      const { rows } = await trx.raw(`SELECT status FROM users WHERE id = ?::uuid FOR SHARE`, [userId]);
+      return (rows as { status: UserRecord["status"] }[])[0]?.status;
+    },
+
     async setUserStatus(trx: Knex.Transaction, userId: string, status: UserRecord["status"]): Promise<void> {
       await trx.raw(`UPDATE users SET status = ? WHERE id = ?`, [status, userId]);
     },

@@ -60,6 +60,13 @@ export function createPartnersStore(db: Db) {
       return row ? (String(row.status) as PartnerStatusName) : undefined;
     },
 
+    /** The partner's status and entitlements, held FOR SHARE like holdStatus (what a webhook about to leave is checked against). */
+    async holdEntitlements(trx: Knex.Transaction, partnerId: string): Promise<{ status: PartnerStatusName; entitlements: string[] } | undefined> {
+      const { rows } = await trx.raw(`SELECT status, entitlements FROM partners WHERE id = ? FOR SHARE`, [partnerId]);
+      const row = (rows as { status: PartnerStatusName; entitlements: unknown }[])[0];
+      return row ? { status: row.status, entitlements: textArray(row.entitlements) } : undefined;
+    },
+
     /**
      * Up to `limit` partners, oldest first, after the partner with id `afterId` (keyset
      * paging on created_at, id; the caller checked afterId is a UUID).

@@ -26,11 +26,6 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
     table: "vaults",
     why: "the operator's user list names each user's root vault in the read that pages the users",
   },
-  {
-    file: "core/partners/webhooks/outbox-store.ts",
-    table: "users",
-    why: "a webhook request is written only while its user is active, the user held FOR SHARE so a deactivation is ordered against it",
-  },
   { file: "core/ledger/store.ts", table: "settlement_payments", why: VERIFY },
   { file: "core/ledger/store.ts", table: "treasuries", why: VERIFY },
   { file: "core/ledger/store.ts", table: "treasury_executions", why: VERIFY },

@@ -3,6 +3,8 @@ import type { Knex } from "knex";
 import type { Db } from "../../db/knex.js";
 import { CONSENT_SCOPES, TREASURY_SCOPE, type ConsentScope } from "../../../lib/vocabulary.js";
 import { pruneBatchSql } from "../../db/sql.js";
+import { createUsersStore } from "../../identity/users-store.js";
+import { createPartnersStore } from "../store.js";
 import { textArray } from "../../db/rows.js";
 import { FEED_AFTER_SQL, FEED_COLUMNS_SQL, readSettled, toFeedRead, type FeedPosition } from "../../paging.js";
 
@@ -107,6 +109,8 @@ export function enqueueCte(name: string, events: { sql: string; bindings: Knex.R
 
 /** Reads and delivery bookkeeping of the outbox. */
 export function createOutboxStore(db: Db) {
+  const users = createUsersStore();
+  const partners = createPartnersStore(db);
   return {
     /**
      * Age in seconds of the oldest due, undelivered event the worker would send now (0 when none):
@@ -220,19 +224,14 @@ export function createOutboxStore(db: Db) {
     async whileSendable(d: DueDelivery, send: () => Promise<void>): Promise<"sent" | "withdrawn" | "held" | "lost"> {
       return db.transaction(async (trx) => {
         const userId = d.data.user_id;
-        if (typeof userId === "string") {
-          const user = (await trx.raw(`SELECT status FROM users WHERE id = ?::uuid FOR SHARE`, [userId])).rows[0] as { status: string } | undefined;
-          if (user?.status !== "active") return "withdrawn";
-        }
-        const partner = (await trx.raw(`SELECT status, entitlements FROM partners WHERE id = ? FOR SHARE`, [d.partnerId])).rows[0] as
-          | { status: string; entitlements: unknown }
-          | undefined;
+        if (typeof userId === "string" && (await users.holdUserStatus(trx, userId)) !== "active") return "withdrawn";
+        const partner = await partners.holdEntitlements(trx, d.partnerId);
         const event = (await trx.raw(`SELECT attempts FROM partner_events WHERE seq = ? AND delivery_state = 'pending'`, [d.seq])).rows[0] as
           | { attempts: number }
           | undefined;
         if (!event) return "withdrawn";
         if (Number(event.attempts) !== d.attempts) return "lost";
-        if (partner?.status !== "active" || !eventTypesFor(textArray(partner.entitlements)).includes(d.type)) {
+        if (partner?.status !== "active" || !eventTypesFor(partner.entitlements).includes(d.type)) {
           await trx.raw(`UPDATE partner_events SET attempts = attempts - 1, next_attempt_at = created_at WHERE seq = ?`, [d.seq]);
           return "held";
         }
