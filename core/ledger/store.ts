@@ -190,7 +190,7 @@ const BALANCE_MISMATCH_SQL = `
             SELECT recipient_user_id, currency, amount_cents FROM treasury_executions WHERE seq IS NOT NULL) t
      GROUP BY user_id, currency
   ),
-  users AS (SELECT a.id, a.owner, a.currency, s.total FROM ledger_accounts a JOIN sums s ON s.account_id = a.id WHERE a.kind = 'user')
+  user_postings AS (SELECT a.id, a.owner, a.currency, s.total FROM ledger_accounts a JOIN sums s ON s.account_id = a.id WHERE a.kind = 'user')
   SELECT * FROM (
     SELECT 'vault' AS kind, v.id::text AS owner, v.currency, v.balance_cents::text AS expected, coalesce(s.total, 0)::text AS posted
       FROM vaults v LEFT JOIN sums s ON s.account_id = ledger_account_id('vault', v.id::text, v.currency)
@@ -207,7 +207,7 @@ const BALANCE_MISMATCH_SQL = `
        OR (a.kind = 'treasury' AND NOT EXISTS (SELECT 1 FROM treasuries t WHERE t.partner_id::text = a.owner AND t.currency = a.currency)))
     UNION ALL
     SELECT 'user', coalesce(e.owner, u.owner), coalesce(e.currency, u.currency), coalesce(e.expected, 0)::text, coalesce(u.total, 0)::text
-      FROM entries e FULL JOIN users u ON u.id = e.id
+      FROM entries e FULL JOIN user_postings u ON u.id = e.id
      WHERE coalesce(e.expected, 0) <> coalesce(u.total, 0)
   ) m ORDER BY kind, owner LIMIT 1`;
 
