@@ -17,6 +17,7 @@ import { canonicalBatchHash, validateBatch } from "./batch-request.js";
 import { appendAudit, BATCH_ACTION, rejectAtEdge, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
 import { exceededLimit, utcDay } from "./policy.js";
 import type { BatchRecord } from "./records.js";
+import type { PartnersStore } from "../partners/store.js";
 import type { TreasuryStore } from "./store.js";
 import { reasonLabel } from "./wire.js";
 
@@ -30,7 +31,8 @@ export interface TreasuryFaults {
 
 /** What TreasuryService.ExecuteBatch needs. */
 export interface ExecuteBatchDeps extends CallerDeps, EdgeDeps {
-  store: Pick<TreasuryStore, "lock" | "partnerStatus" | "findBatch" | "insertExecutions" | "findExecutions" | "recipients" | "recordBatch">;
+  store: Pick<TreasuryStore, "lock" | "findBatch" | "insertExecutions" | "findExecutions" | "recipients" | "recordBatch">;
+  partners: Pick<PartnersStore, "holdStatus">;
   faults?: TreasuryFaults;
 }
 
@@ -73,7 +75,7 @@ export async function executeBatch(
       // waited is seen. No treasury means no batch can exist, so that refusal can come first.
       if (!treasury) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
       // Read again under the lock: a suspension committed since the access check stops the batch.
-      if ((await store.partnerStatus(trx, partner.id)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
+      if ((await deps.partners.holdStatus(trx, partner.id)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
       const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
       if (earlier) return { replay: earlier, batch: undefined };
 

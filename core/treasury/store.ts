@@ -75,12 +75,6 @@ export function createTreasuryStore(db: Db) {
     /** Reads and locks the treasury until the transaction ends: batches on one treasury run one at a time. */
     lock,
 
-    /** The partner's status, held FOR SHARE until the transaction ends, so a suspension waits for it or is seen. */
-    async partnerStatus(trx: Knex.Transaction, partnerId: string): Promise<string | undefined> {
-      const row = await trx("partners").select("status").where({ id: partnerId }).forShare().first();
-      return row ? String(row.status) : undefined;
-    },
-
     /**
      * Inserts or replaces the binding and books the balance difference as one treasury.bind movement.
      * A new treasury is inserted empty first, then locked and read, so the difference is computed from

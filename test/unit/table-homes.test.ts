@@ -45,7 +45,7 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
   {
     file: "core/treasury/store.ts",
     table: "partners",
-    why: "a batch rereads its partner's status under the treasury lock (FOR SHARE), so a suspension either waits for it or is seen",
+    why: "a batch's statement raises transfer.settled only for partners entitled to read transfers, in the insert that records it",
   },
 ];
 
