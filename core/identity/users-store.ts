@@ -71,6 +71,11 @@ export function createUsersStore() {
       return (rows as { status: UserRecord["status"] }[])[0]?.status;
     },
 
+    /** Locks those of `userIds` that exist FOR KEY SHARE, in id order, until the transaction ends: lockUser waits for the caller. */
+    async holdUsers(trx: Knex.Transaction, userIds: string[]): Promise<void> {
+      await trx.raw(`SELECT 1 FROM users WHERE id = ANY(?::uuid[]) ORDER BY id FOR KEY SHARE`, [userIds]);
+    },
+
     async setUserStatus(trx: Knex.Transaction, userId: string, status: UserRecord["status"]): Promise<void> {
       await trx.raw(`UPDATE users SET status = ? WHERE id = ?`, [status, userId]);
     },

@@ -3,6 +3,7 @@ import type { Db } from "../db/knex.js";
 import { movementCtes } from "../ledger/store.js";
 import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL, payoutMovementCtes } from "../ledger/treasury.js";
 import { NEXT_TRANSFER_SEQ_SQL } from "../ledger/transfers.js";
+import { createUsersStore } from "../identity/users-store.js";
 import { enqueueCte } from "../partners/webhooks/outbox-store.js";
 import { toBatch, toExecution, toTreasury } from "./records.js";
 import { textArray } from "../db/rows.js";
@@ -66,6 +67,7 @@ function payoutStatement(b: BatchRecord, paid: BatchPayout): { sql: string; bind
 
 /** SQL for treasuries, batches and executions. */
 export function createTreasuryStore(db: Db) {
+  const users = createUsersStore();
   return {
     async find(partnerId: string, conn: Conn = db): Promise<TreasuryRecord | undefined> {
       const row = await conn("treasuries").where({ partner_id: partnerId }).first();
@@ -252,7 +254,7 @@ export function createTreasuryStore(db: Db) {
     async recipients(trx: Knex.Transaction, partnerId: string, userIds: string[]): Promise<RecipientRecord[]> {
       // Locked first, read after: a statement that waited for a lock still reads the consents
       // of the snapshot it began with, so a revocation committed meanwhile would go unseen.
-      await trx.raw(`SELECT 1 FROM users WHERE id = ANY(?::uuid[]) ORDER BY id FOR KEY SHARE`, [userIds]);
+      await users.holdUsers(trx, userIds);
       const { rows } = await trx.raw(
         `SELECT u.id AS user_id, u.status, coalesce(c.scopes, '{}') AS scopes
            FROM users u LEFT JOIN consents c ON c.user_id = u.id AND c.partner_id = ?

@@ -39,7 +39,7 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
   {
     file: "core/treasury/store.ts",
     table: "consents",
-    why: "a batch reads its recipients and their consents in one statement, holding each user row (FOR KEY SHARE)",
+    why: "a batch reads its recipients and their consents in one statement, once the users store holds their rows (FOR KEY SHARE)",
   },
   { file: "core/treasury/store.ts", table: "users", why: "the same statement: each recipient must exist and be active" },
   {
