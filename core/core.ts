@@ -46,6 +46,7 @@ import { createPruner, type PruneReport, type Retention } from "./maintenance/pr
 import type { SettlementSettings } from "./settlement/config.js";
 import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
 import { settlementLedgerHooks } from "./settlement/ledger.js";
+import { payingAgent } from "./budgets/stores/payments.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -222,7 +223,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       dataDir: options.dataDir,
       pollMs: options.settlementPollMs ?? 1000,
       worker: options.settlementWorker,
-      hooks: settlementLedgerHooks(clock, (trx, p) => auditSettlement(trx, audit, p, clock())),
+      hooks: settlementLedgerHooks(clock, async (trx, p) => auditSettlement(trx, audit, p, clock(), await payingAgent(trx, p.paymentId))),
     });
     const budgetsStore = createBudgetsStore(db);
     const budgets = createBudgetsService({

@@ -161,11 +161,9 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
 
 /**
  * A status change in the paying agent's audit feed (`payments.settlement.<status>`, the
- * payment as subject), written in the transaction that makes it.
+ * payment as subject), written in the transaction that makes it; `agent` as budgets name it.
  */
-export async function auditSettlement(trx: Knex.Transaction, audit: AuditStore, p: SettlementPayment, at: Date): Promise<void> {
-  const { rows } = await trx.raw(`SELECT agent_principal_id FROM agent_payments WHERE id = ?`, [p.paymentId]);
-  const agent = (rows as { agent_principal_id: string | null }[])[0]?.agent_principal_id;
+export async function auditSettlement(trx: Knex.Transaction, audit: AuditStore, p: SettlementPayment, at: Date, agent: string | undefined): Promise<void> {
   await audit.append(trx, {
     requestId: `settlement:${p.paymentId}`,
     actor: agent ? `agent:${agent}` : "settlement",

@@ -83,8 +83,19 @@ describe("payments that settle on a chain (anvil)", function () {
     expect(await anvil.usdcBalance(usdc, to)).to.equal(15_000_000n);
     expect(await a.balance()).to.equal(98_500);
 
-    const actions = (await stack.core.db("audit_records").where({ subject: id }).orderBy("seq").select("action")).map((r: { action: string }) => r.action);
-    expect(actions).to.include.members(["payments.initiate", "payments.settlement.submitted", "payments.settlement.completed", "payments.get"]);
+    const rows: { action: string; actor: string }[] = await stack.core.db("audit_records").where({ subject: id }).orderBy("seq").select("action", "actor");
+    expect(rows.map((r) => r.action)).to.include.members([
+      "payments.initiate",
+      "payments.settlement.submitted",
+      "payments.settlement.completed",
+      "payments.get",
+    ]);
+    const payer = rows.find((r) => r.action === "payments.initiate")!.actor;
+    expect(payer).to.match(/^agent:/);
+    expect(
+      rows.filter((r) => r.action.startsWith("payments.settlement.")).map((r) => r.actor),
+      "in the paying agent's feed",
+    ).to.deep.equal([payer, payer]);
     const verify = await stack.admin.audit.verifyLedger({});
     expect(verify.discrepancies).to.deep.equal([]);
   });

@@ -35,7 +35,6 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
     table: "treasury_executions",
     why: "a user's transfers feed lists their payouts beside their ledger entries, in one ordered read",
   },
-  { file: "core/settlement/settlement.ts", table: "agent_payments", why: "a settlement audit row names the paying agent; settlement sits below budgets" },
   {
     file: "core/treasury/store.ts",
     table: "consents",

@@ -231,3 +231,9 @@ export function createPaymentsStore(db: Db) {
 }
 
 export type PaymentsStore = ReturnType<typeof createPaymentsStore>;
+
+/** The agent principal that made the payment, if it names one (read in the caller's transaction). */
+export async function payingAgent(conn: Conn, paymentId: string): Promise<string | undefined> {
+  const { rows } = await conn.raw(`SELECT agent_principal_id FROM agent_payments WHERE id = ?`, [paymentId]);
+  return (rows as { agent_principal_id: string | null }[])[0]?.agent_principal_id ?? undefined;
+}
