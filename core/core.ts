@@ -19,7 +19,7 @@ import { createCoreInterceptors } from "./interceptors.js";
 import { createRoutes } from "./routes.js";
 import { registerCoreMetrics, sharedReader } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
-import { createBudgetsStore } from "./budgets/store.js";
+import { createBudgetsStore, createGrantVaultsStore, payingAgent } from "./budgets/store.js";
 import { createResourcesStore } from "./partners/resources-store.js";
 import { createPartnerTokenVerifier } from "./partners/access-token.js";
 import { createPartnerAccess } from "./partners/access.js";
@@ -46,7 +46,6 @@ import { createPruner, type PruneReport, type Retention } from "./maintenance/pr
 import type { SettlementSettings } from "./settlement/config.js";
 import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
 import { settlementLedgerHooks } from "./settlement/ledger.js";
-import { payingAgent } from "./budgets/stores/payments.js";
 
 export interface CoreOptions {
   db: DbOptions | { instance: Db };
@@ -272,6 +271,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         mailer,
         emailCodesOffered: on("email"),
         inFlight: budgets.inFlight,
+        vaults: createGrantVaultsStore(),
         oidc: oidcSettings
           ? createOidcSignin({
               db,

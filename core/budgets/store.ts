@@ -17,3 +17,7 @@ export function createBudgetsStore(db: Db) {
 }
 
 export type BudgetsStore = ReturnType<typeof createBudgetsStore>;
+
+/** What other rooms get from budgets' tables, through core.ts: the vault reads grants need, a payment's agent. */
+export { createGrantVaultsStore } from "./stores/grant-vaults.js";
+export { payingAgent } from "./stores/payments.js";

@@ -37,7 +37,7 @@ import { createGrantsStore } from "./stores/grants.js";
 import { createClientsStore } from "./stores/clients.js";
 import { createCodesStore } from "./stores/codes.js";
 import { createAgentsStore } from "./stores/agents.js";
-import { createGrantVaultsStore } from "./stores/vaults.js";
+import type { GrantVaultsStore } from "./stores/vaults.js";
 import type { InFlight } from "./stores/budget-grants.js";
 import type { CursorCodec } from "../paging.js";
 
@@ -83,6 +83,8 @@ export interface GrantsServiceDeps {
   emailCodesOffered?: boolean;
   /** Cancels what revoked grants left open (the budgets room's, wired by core.ts). */
   inFlight: InFlight;
+  /** The vault and budget reads a grant needs (the budgets room's, wired by core.ts). */
+  vaults: GrantVaultsStore;
   /** Signs the cursors of the agent page's grants (core/paging.ts). */
   cursors: CursorCodec;
 }
@@ -98,7 +100,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const clients = createClientsStore();
   const codes = createCodesStore();
   const agents = createAgentsStore();
-  const vaults = createGrantVaultsStore();
+  const vaults = deps.vaults;
   const users = createUsersStore();
   const audience = grantAudience(deps);
   const directory = createClientDirectory({ ...deps, clients });

@@ -12,15 +12,14 @@ const CROSS_ROOM_READS: { file: string; table: string; why: string }[] = [
     table: "agent_principals",
     why: "the owner's money page names each budget's agent in the one read that lists the vaults",
   },
+  {
+    file: "core/budgets/stores/grant-vaults.ts",
+    table: "agent_principals",
+    why: "the consent page's one read of the user's vaults names each budget's agent beside the budget's status",
+  },
   { file: "core/budgets/money-view-store.ts", table: "settlement_payments", why: "each recent payment shows its settlement state from that same read" },
   { file: "core/grants/stores/budget-grants.ts", table: "users", why: "a grant acts only while its user's account is active: read with the grant" },
   { file: "core/grants/stores/grants.ts", table: "users", why: "as above, for the grant rows the token endpoints read" },
-  {
-    file: "core/grants/stores/vaults.ts",
-    table: "budgets",
-    why: "binding a grant locks the budget row first, in the budgets' lock order, and the consent page's one vault read offers only draft and active budgets' vaults; grants sit below budgets",
-  },
-  { file: "core/grants/stores/vaults.ts", table: "vaults", why: "a grant binds only a vault its user owns" },
   {
     file: "core/identity/users-store.ts",
     table: "vaults",
