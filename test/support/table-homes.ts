@@ -77,7 +77,7 @@ export const withoutComments = (source: string) => source.replace(/\/\*[\s\S]*?\
 /** How a file's statements touch a table: written (SQL or knex), read, or not at all. */
 export function touches(source: string, table: string): "write" | "read" | undefined {
   const t = table;
-  const sqlWrite = new RegExp(`\\b(INSERT INTO|UPDATE|DELETE FROM)\\s+${t}\\b`);
+  const sqlWrite = new RegExp(`\\b(INSERT INTO|UPDATE|DELETE FROM)\\s+${t}\\b|\\bpruneBatchSql\\(\\s*["'\`]${t}["'\`]`);
   const knexCall = new RegExp(`\\(\\s*["'\`]${t}(\\s+as\\s+\\w+)?["'\`]\\s*\\)([^;]*)`, "g");
   const knexWrite = /\.(insert|update|delete|del)\(/;
   if (sqlWrite.test(source)) return "write";

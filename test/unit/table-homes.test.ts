@@ -55,6 +55,7 @@ describe("every table has one home", () => {
     const seen = (code: string) => touches(withoutComments(code), "grants");
     expect(seen("await trx.raw(`UPDATE grants SET state = ?`)")).to.equal("write");
     expect(seen('await trx("grants").where({ id }).update({ state })')).to.equal("write");
+    expect(seen('const prune = pruneBatchSql("grants", "expires_at < ?", "expires_at");')).to.equal("write");
     expect(seen("await conn.raw(`SELECT 1 FROM grants g WHERE g.id = ?`)")).to.equal("read");
     expect(seen('await q.leftJoin("grants as g", "g.id", "x.grant_id")')).to.equal("read");
     expect(seen("// reads FROM grants\nconst x = 1;")).to.equal(undefined);
