@@ -1,14 +1,13 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
-import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../../request-log.js";
-import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { PAYMENT_LINK_PARAM } from "../../../lib/app-paths.js";
 import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
-import { money, utcMinute } from "../format.js";
-import { cursorParam, expiredLink, loadPending } from "../load-pending.js";
+import { money } from "../format.js";
+import { loadPending } from "../load-pending.js";
+import { cursorParam, expiredLink, LISTS, listCursors } from "../page-links.js";
 import {
   agentPath,
   AGENTS_PATH,
@@ -26,6 +25,7 @@ import {
 import { html, type Html } from "../views/html.js";
 import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, STEPPED_UP_NOTICE, vaultCard, type CardOptions } from "../views/money.js";
 import { pendingSection } from "../views/pending.js";
+import { grantsSection } from "../views/grants.js";
 
 /** Fixed notices an action leaves for the page it redirects to (ctx.notify); never echoed. */
 const NOTICES: Record<string, string> = {
@@ -39,8 +39,6 @@ const NOTICES: Record<string, string> = {
 
 /** Left as `revoked.<agent id>`: shown on that agent's page only. */
 const REVOKED_NOTICE = "The grant was revoked. Calls with its tokens are refused from now on.";
-/** The agent page's query parameter carrying where its grants resume (core's signed cursor). */
-const GRANTS_AFTER = "grants_after";
 
 /**
  * How a refused Fund, Close or Sweep reads on the page (core's own message follows the title).
@@ -147,7 +145,10 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   async function agentPage(request: FastifyRequest, reply: FastifyReply, current: Current, agentId: string, problem?: Problem) {
     const csrf = ctx.csrfToken(request, reply);
     const here = agentPath(agentId.toLowerCase());
-    const cursor = problem ? "" : cursorParam(request.query as Record<string, unknown>, GRANTS_AFTER);
+    const query = request.query as Record<string, unknown>;
+    const cursor = problem ? "" : cursorParam(query, LISTS.grants);
+    // Where the page's pending lists stand, kept by the grants' links (and the other way round).
+    const pendingAt = problem ? {} : listCursors(query, ["budgets", "payments"]);
     const listAgents = ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents);
     const [page, agents, vaults, mine] = await Promise.all([
       ctx.grants.getAgent({ sessionToken: current.token, agentId, cursor }, ctx.rpc(request)).catch((err: unknown) => {
@@ -159,7 +160,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       listAgents,
       loadMoney(request, current),
       // This agent's own pending approvals, paged, with the same review links and Decline buttons.
-      listAgents.then((known) => loadPending(ctx, request, current, { known, pagedAt: here, agentId: agentId.toLowerCase() })),
+      listAgents.then((known) => loadPending(ctx, request, current, { known, pagedAt: here, keep: { grants: cursor }, agentId: agentId.toLowerCase() })),
     ]);
     const agent = page?.agent;
     const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
@@ -180,34 +181,12 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       html`${problem?.card ?? done}
       <p class="muted">Agent <code>${id}</code>${agent?.clientId ? html` · client <code>${agent.clientId}</code>` : ""}${budget && !agent ? " · the agent of a budget" : ""}</p>
       ${moneySection}
-      ${agent ? grantsSection(agent, csrf, { here, first: !cursor, next: page?.nextCursor ?? "" }) : ""}
+      ${agent ? grantsSection(agent, csrf, { here, first: !cursor, next: page?.nextCursor ?? "", keep: pendingAt }) : ""}
       <h2>Pending approvals</h2>
       ${pendingSection(mine, csrf)}
       <p><a href="${AGENTS_PATH}">All agents</a> · <a href="${MONEY_PATH}">Your money</a></p>`,
       { email: current.session.email, csrf },
     );
-  }
-
-  /** One page of the agent's grants (core lists the active ones first), with links to the next and the first page. */
-  function grantsSection(a: AgentSummary, csrf: string, paging: { here: string; first: boolean; next: string }): Html {
-    const active = a.grants.filter((g) => g.state === "active");
-    const past = a.grants.filter((g) => g.state !== "active");
-    const row = (g: GrantSummary, revoke: boolean) =>
-      html`<tr><td><span title="${g.grantId}">Grant <code>${g.grantId.slice(0, 8)}</code></span><br><span class="muted">${utcMinute(g.createdAt)}${g.stepUp ? " · step-up" : ""}<br>vault ${g.vaultId.slice(0, 8)}</span></td>
-        <td>${g.scopes.map((s) => html`<div>${AGENT_SCOPE_WORDS[s] ?? s}</div>`)}</td>
-        <td>${
-          revoke
-            ? html`<form method="post" action="${revokePath(a.agentId, g.grantId)}"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`
-            : g.state
-        }</td></tr>`;
-    const links = [
-      paging.next ? html`<a href="${paging.here}?${GRANTS_AFTER}=${paging.next}">Older grants</a>` : "",
-      paging.first ? "" : html`<a href="${paging.here}">Newest grants</a>`,
-    ].filter(Boolean);
-    return html`${paging.first || active.length ? html`<h2>Active grants</h2>` : ""}
-      ${paging.first || active.length ? html`<section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>` : ""}
-      ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}
-      ${links.length ? html`<p class="grants-pages">${links.map((l, i) => html`${i ? " · " : ""}${l}`)}</p>` : ""}`;
   }
 
   app.get(agentPath(":agentId"), async (request, reply) => {

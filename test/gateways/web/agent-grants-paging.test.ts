@@ -2,7 +2,8 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { formFields, oauthGrant, type Jar } from "../../support/agent-oauth.js";
+import { createJar, formFields, oauthGrant, signIn, type Jar } from "../../support/agent-oauth.js";
+import { pendingPayment } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
 
 /**
@@ -105,5 +106,46 @@ describe("web pages: an agent's grants, paged", function () {
     const { agent, nextCursor } = await stack.clients.grants.getAgent({ sessionToken: session, agentId: b.path.slice(-36), cursor: cb, limit: 100 });
     expect(agent!.grants).to.have.length(12);
     expect(nextCursor).to.equal("");
+  });
+
+  it("paging the grants keeps the pending payments where they are, and the other way round", async () => {
+    const { rpc, user, agent, args } = await pendingPayment(stack, {
+      key: `both-${randomUUID()}`,
+      amountCents: 6_000,
+      address: "0xabc0000000000000000000000000000000000007",
+    });
+    for (let i = 0; i < 20; i++) await rpc("/mcp/write", agent, "payments.initiate", { ...args, idempotency_key: `both-${randomUUID()}` });
+    const { jti } = JSON.parse(Buffer.from(agent.split(".")[1]!, "base64url").toString("utf8")) as { jti: string };
+    const real = await stack.core.db("grants").where({ id: jti }).first();
+    // 55 older grants of the budget's agent: two pages of grants beside two pages of payments.
+    const row = (i: number) => {
+      const id = randomUUID();
+      const at = new Date(new Date(real.issued_at).getTime() - (i + 1) * 60_000);
+      return { ...real, id, lineage_id: id, refresh_hash: null, state: "superseded", issued_at: at, state_changed_at: at };
+    };
+    await stack.core.db("grants").insert(Array.from({ length: 55 }, (_, i) => row(i)));
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    const path = `/dashboard/agents/${real.agent_principal_id}`;
+    const nextPayments = (text: string) => /<a rel="next" href="([^"]+)">Next payments →<\/a>/.exec(text)?.[1]?.replaceAll("&amp;", "&");
+    const first = await page(jar, path);
+    const toPayments = nextPayments(first)!;
+    const toGrants = olderLink(first)!;
+    // Grants first, then payments: the payments link keeps the grants' place.
+    const grants2 = await page(jar, toGrants);
+    const both = nextPayments(grants2)!;
+    expect(new URL(both, stack.url).searchParams.get("grants_after")).to.equal(new URL(toGrants, stack.url).searchParams.get("grants_after"));
+    expect(grantIds(await page(jar, both))).to.deep.equal(grantIds(grants2));
+    // Payments first, then grants: the Older link keeps the payments' place.
+    const payments2 = await page(jar, toPayments);
+    const older = olderLink(payments2)!;
+    expect(new URL(older, stack.url).searchParams.get("payments_after")).to.equal(new URL(toPayments, stack.url).searchParams.get("payments_after"));
+    const text = await page(jar, older);
+    expect(nextPayments(text)).to.equal(undefined);
+    expect(grantIds(text)).to.deep.equal(grantIds(grants2));
+    // "Newest grants" goes back to the first grants only, the payments staying on their page.
+    const newest = /<a href="([^"]+)">Newest grants<\/a>/.exec(text)![1]!.replaceAll("&amp;", "&");
+    expect(new URL(newest, stack.url).searchParams.get("payments_after")).to.equal(new URL(toPayments, stack.url).searchParams.get("payments_after"));
+    expect(new URL(newest, stack.url).searchParams.has("grants_after")).to.equal(false);
   });
 });
