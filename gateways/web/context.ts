@@ -5,7 +5,7 @@ import type { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import type { WebSession } from "../../gen/vaultgate/grants/v1/signin_pb.js";
 import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { constantTimeEqual, sha256Base64url } from "../../lib/crypto.js";
+import { constantTimeEqual, hmacSha256, sha256Base64url } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
 import { KNOWN_BROWSER_SECONDS } from "../../lib/vocabulary.js";
 import { withRequestId } from "../core-clients.js";
@@ -23,8 +23,8 @@ const CSRF_COOKIE = "vg_csrf";
 /** A one-time notice an action leaves for the page it redirects to (flash cookie). */
 const NOTICE_COOKIE = "vg_notice";
 const NOTICE_SECONDS = 60;
-/** A notice's name, and for some the id it speaks of (a grant's). */
-const NOTICE_VALUE = /^[a-z][a-z-]{0,39}(\.[0-9a-f-]{36})?$/;
+/** A notice's name, for some the id it speaks of (an agent's), and its tag binding it to the session. */
+const NOTICE_VALUE = /^([a-z][a-z-]{0,39}(?:\.[0-9a-f-]{36})?)\.([A-Za-z0-9_-]{43})$/;
 
 /** A page-level failure with a status and words for people (never internals). */
 export class PageError extends Error {
@@ -107,9 +107,12 @@ export interface WebContext {
   /** Sets the cookies of a sign-in: its session and the known-browser mark. Core ended the session it replaces. */
   setSession(reply: FastifyReply, signedIn: { sessionToken: string; expiresIn: bigint; browserToken: string }): void;
   clearSession(reply: FastifyReply): void;
-  /** Leaves `notice` for the next page: only an action that happened sets it, so a link cannot forge one. */
+  /**
+   * Leaves `notice` for the next page, bound to the request's session: only an action that happened
+   * sets it, so neither a link nor a cookie planted by a same-site origin (plain http) can forge one.
+   */
   notify(reply: FastifyReply, notice: string): void;
-  /** The notice an action left (cleared as it is read, so it shows once), or undefined. */
+  /** The notice an action left in this session (cleared as it is read, so it shows once), or undefined. */
   takeNotice(request: FastifyRequest, reply: FastifyReply): string | undefined;
   send(reply: FastifyReply, status: number, title: string, body: Html, nav?: { email?: string; csrf?: string }): FastifyReply;
   signInRedirect(reply: FastifyReply, returnTo: string): FastifyReply;
@@ -208,13 +211,17 @@ export function createWebContext(options: WebContextOptions): WebContext {
       addCookie(reply, cookie(sessionCookie, "", 0));
     },
     notify(reply, notice) {
-      addCookie(reply, cookie(noticeCookie, notice, NOTICE_SECONDS, "Strict"));
+      const session = readCookies(reply.request)[sessionCookie] ?? "";
+      addCookie(reply, cookie(noticeCookie, `${notice}.${noticeTag(session, notice)}`, NOTICE_SECONDS, "Strict"));
     },
     takeNotice(request, reply) {
-      const value = readCookies(request)[noticeCookie];
+      const cookies = readCookies(request);
+      const value = cookies[noticeCookie];
       if (value === undefined) return undefined;
       addCookie(reply, cookie(noticeCookie, "", 0, "Strict"));
-      return NOTICE_VALUE.test(value) ? value : undefined;
+      const m = NOTICE_VALUE.exec(value);
+      const session = cookies[sessionCookie];
+      return m && session && constantTimeEqual(m[2]!, noticeTag(session, m[1]!)) ? m[1] : undefined;
     },
     send(reply, status, title, body, nav) {
       return reply
@@ -237,6 +244,11 @@ export function readCookies(request: FastifyRequest): Record<string, string> {
     if (!(name in out)) out[name] = part.slice(eq + 1).trim();
   }
   return out;
+}
+
+/** Keyed by the HttpOnly session token, which a site able to plant cookies still cannot read. */
+function noticeTag(sessionToken: string, notice: string): string {
+  return hmacSha256(sessionToken, `notice:${notice}`, "base64url");
 }
 
 function sessionCsrf(sessionToken: string): string {

@@ -66,7 +66,8 @@ describe("web pages: success notices cannot be forged by a link", () => {
     expect(res.status).to.equal(303);
     expect(res.headers.get("location")).to.equal("/dashboard/agents");
     const set = res.headers.getSetCookie().find((c) => c.startsWith("vg_notice="))!;
-    expect(set.split(";").map((p) => p.trim())).to.include.members(["vg_notice=killed", "Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=60"]);
+    expect(set.split(";").map((p) => p.trim())).to.include.members(["Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=60"]);
+    expect(set).to.match(/^vg_notice=killed\.[\w-]{43};/);
     await expectRefused(verify((token.body as { access_token: string }).access_token), Reason.INVALID_TOKEN, /revoked/);
     const shown = await jar.get("/dashboard/agents");
     expect(await shown.text()).to.include("Every grant was revoked. All agents have lost access.");
@@ -83,10 +84,30 @@ describe("web pages: success notices cannot be forged by a link", () => {
     expect(res.headers.get("location")).to.equal(agent);
     await expectRefused(verify(accessToken), Reason.INVALID_TOKEN, /revoked/);
     const notice = jar.cookies.get("vg_notice")!;
-    expect(notice).to.equal(`revoked.${agent.slice(-36)}`);
+    expect(notice).to.match(new RegExp(`^revoked\\.${agent.slice(-36)}\\.[\\w-]{43}$`));
     expect(await text(jar, "/dashboard/agents")).to.not.include('class="card ok"');
     jar.cookies.set("vg_notice", notice);
     expect(await text(jar, agent)).to.include("The grant was revoked");
     expect(await text(jar, agent)).to.not.include("The grant was revoked");
+  });
+
+  it("hostile: a notice planted by a same-site origin over plain http, or one left in another session, shows nothing", async () => {
+    const { jar, token } = await oauthGrant(stack, { scope: "accounts:read" });
+    const agent = await agentPathOf(jar);
+    // Another account's own kill switch: a notice that is genuine, for that session.
+    const other = await oauthGrant(stack, { scope: "accounts:read" });
+    await other.jar.post("/dashboard/kill-switch", formFields(await text(other.jar, "/dashboard/agents"), "/dashboard/kill-switch"));
+    const foreign = other.jar.cookies.get("vg_notice")!;
+    expect(foreign.startsWith("killed")).to.equal(true);
+    const planted = ["killed", `revoked.${agent.slice(-36)}`, `killed.${"A".repeat(43)}`, foreign, `revoked.${agent.slice(-36)}.${foreign.split(".")[1]}`];
+    for (const value of planted) {
+      for (const path of ["/dashboard/agents", agent]) {
+        jar.cookies.set("vg_notice", value);
+        const page = await text(jar, path);
+        expect(page, `${path} ${value}`).to.not.include('class="card ok"');
+        expect(jar.cookies.has("vg_notice"), "cleared all the same").to.equal(false);
+      }
+    }
+    expect((await verify((token.body as { access_token: string }).access_token)).grant).to.not.equal(undefined);
   });
 });
