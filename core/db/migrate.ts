@@ -44,6 +44,7 @@ import * as m0043 from "./migrations/0043-public-clients.js";
 import * as m0044 from "./migrations/0044-canonical-emails.js";
 import * as m0045 from "./migrations/0045-budget-endings.js";
 import * as m0046 from "./migrations/0046-decline-revoked-open-payments.js";
+import * as m0047 from "./migrations/0047-agents-by-user.js";
 
 interface Migration {
   name: string;
@@ -97,6 +98,7 @@ const migrations: Migration[] = [
   { name: "0044-canonical-emails", ...m0044 },
   { name: "0045-budget-endings", ...m0045 },
   { name: "0046-decline-revoked-open-payments", ...m0046 },
+  { name: "0047-agents-by-user", ...m0047 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -8,7 +8,7 @@ import type { Outbox } from "../identity/outbox.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { appendAudit, type AuditDeps } from "./audit.js";
 import type { CursorCodec } from "../paging.js";
-import type { AgentsStore, GrantKey } from "./stores/agents.js";
+import type { AgentKey, AgentsStore, GrantKey } from "./stores/agents.js";
 import type { GrantRecord, GrantsStore } from "./stores/grants.js";
 import type { InFlight } from "./stores/budget-grants.js";
 import { revoking } from "./revoking.js";
@@ -18,13 +18,17 @@ export interface OwnerDeps {
   db: Db;
   sessions: SessionVerifier;
   agents: AgentsStore;
-  /** Signs the agent page's grant cursors (core/paging.ts). */
+  /** Signs the agent list's and agent page's cursors (core/paging.ts). */
   cursors: CursorCodec;
 }
 
 /** GetAgent's grants per page: `limit` 0 means this many, and at most MAX_GRANTS_PAGE. */
 const GRANTS_PAGE = 50;
 const MAX_GRANTS_PAGE = 100;
+/** ListAgents' agents per page, likewise; and the newest active grants it shows of each. */
+const AGENTS_PAGE = 50;
+const MAX_AGENTS_PAGE = 100;
+const LISTED_GRANTS = 3;
 
 export interface OwnerRevokeDeps extends AuditDeps {
   db: Db;
@@ -50,18 +54,42 @@ function grantSummary(g: GrantRecord) {
   };
 }
 
-/** GrantsService.ListAgents: the signed-in user's agents with their active grants. */
+/** GrantsService.ListAgents: a page of the signed-in user's agents, each with its active grants counted and its newest few. */
 export async function listAgents(deps: OwnerDeps, req: ListAgentsRequest) {
   const s = await deps.sessions.verify(req.sessionToken);
-  const agents = await deps.agents.agentsOfUser(deps.db, s.userId);
+  if (req.limit > MAX_AGENTS_PAGE) fail(Reason.INVALID_REQUEST, `limit must be 0 or 1 to ${MAX_AGENTS_PAGE}`);
+  if (req.agentIds.length > MAX_AGENTS_PAGE) fail(Reason.INVALID_REQUEST, `at most ${MAX_AGENTS_PAGE} agent_ids`);
+  if (req.agentIds.length > 0 && req.cursor) fail(Reason.INVALID_REQUEST, "agent_ids takes no cursor");
+  // A cursor is bound to this list and the user it was issued for.
+  let after: AgentKey | undefined;
+  if (req.cursor) {
+    const c = deps.cursors.decode(req.cursor);
+    if (c?.l !== "agents" || c.u !== s.userId || typeof c.t !== "string" || typeof c.i !== "string" || !UUID.test(c.i))
+      fail(Reason.INVALID_CURSOR, "the cursor is not valid");
+    after = { at: c.t, id: c.i };
+  }
+  // Ids that are not ids name no agent of anyone's.
+  const ids = req.agentIds.length > 0 ? [...new Set(req.agentIds.filter((id) => UUID.test(id)).map((id) => id.toLowerCase()))] : undefined;
+  if (ids?.length === 0) return { agents: [], nextCursor: "" };
+  const limit = ids ? MAX_AGENTS_PAGE : req.limit || AGENTS_PAGE;
+  const rows = await deps.agents.agentsPage(deps.db, s.userId, { limit: limit + 1, after, ids });
+  const page = rows.slice(0, limit);
+  const grants = await deps.agents.activeGrantsOf(
+    deps.db,
+    s.userId,
+    page.map((a) => a.agentId),
+    LISTED_GRANTS,
+  );
+  const last = rows.length > limit ? page.at(-1)!.key : undefined;
   return {
-    agents: agents.map((a) => ({
+    agents: page.map((a) => ({
       agentId: a.agentId,
       displayName: a.displayName,
       clientId: a.clientId,
-      activeGrants: a.grants.length,
-      grants: a.grants.map(grantSummary),
+      activeGrants: grants.get(a.agentId)!.count,
+      grants: grants.get(a.agentId)!.newest.map(grantSummary),
     })),
+    nextCursor: last ? deps.cursors.encode({ l: "agents", u: s.userId, t: last.at, i: last.id }) : "",
   };
 }
 
@@ -80,9 +108,13 @@ export async function getAgent(deps: OwnerDeps, req: GetAgentRequest) {
       fail(Reason.INVALID_CURSOR, "the cursor is not valid");
     after = { active: c.s, at: c.t, id: c.i };
   }
-  const [a] = await deps.agents.agentsOfUser(deps.db, s.userId, agentId);
+  const [a] = await deps.agents.agentsPage(deps.db, s.userId, { limit: 1, ids: [agentId] });
   if (!a) fail(Reason.NOT_FOUND, "no such agent");
-  const rows = await deps.agents.grantsOfAgent(deps.db, s.userId, agentId, { limit: limit + 1, after });
+  const [rows, active, vaults] = await Promise.all([
+    deps.agents.grantsOfAgent(deps.db, s.userId, agentId, { limit: limit + 1, after }),
+    deps.agents.activeGrantsOf(deps.db, s.userId, [agentId], 0),
+    deps.agents.activeVaultsOf(deps.db, s.userId, agentId),
+  ]);
   const page = rows.slice(0, limit);
   const last = rows.length > limit ? page.at(-1)!.key : undefined;
   return {
@@ -90,10 +122,11 @@ export async function getAgent(deps: OwnerDeps, req: GetAgentRequest) {
       agentId: a.agentId,
       displayName: a.displayName,
       clientId: a.clientId,
-      activeGrants: a.grants.length,
+      activeGrants: active.get(agentId)!.count,
       grants: page.map(grantSummary),
     },
     nextCursor: last ? deps.cursors.encode({ g: agentId, u: s.userId, s: last.active, t: last.at, i: last.id }) : "",
+    activeVaultIds: vaults,
   };
 }
 

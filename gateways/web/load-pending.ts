@@ -8,9 +8,11 @@ import type { PendingApprovals } from "./views/pending.js";
 
 /** How many payments and draft budgets a dashboard page lists per section; the rest follow page by page. */
 const PENDING_PAGE = 20;
+/** ListAgents names at most this many agents by id per call. */
+const NAMES_PER_LOOKUP = 100;
 
 /**
- * The user's pending approvals (BudgetsService) and agent names, only `agentId`'s or payment `paymentId`
+ * The user's pending approvals (BudgetsService) and agent names (`known`, else looked up), only `agentId`'s or payment `paymentId`
  * when given. With `pagedAt` (the page's path), PENDING_PAGE of each list from where the query says,
  * `next` linking to the following page of each and keeping the page's other lists (`keep`) where they are.
  */
@@ -22,28 +24,31 @@ export async function loadPending(
 ): Promise<PendingApprovals> {
   const { known, pagedAt } = options;
   const cursors = { budgets: "", payments: "", ...(pagedAt ? listCursors(request.query as Record<string, unknown>, ["budgets", "payments"]) : {}) };
-  const [pending, agents] = await Promise.all([
-    ctx.budgets
-      .listPendingApprovals(
-        {
-          sessionToken: current.token,
-          limit: pagedAt ? PENDING_PAGE : 0,
-          budgetsCursor: cursors.budgets,
-          paymentsCursor: cursors.payments,
-          agentPrincipalId: options.agentId ?? "",
-          paymentId: options.paymentId ?? "",
-        },
-        ctx.rpc(request),
-      )
-      .catch((err: unknown) => {
-        if (noteRefusal(request, err) === Reason.INVALID_CURSOR) throw expiredLink();
-        throw err;
-      }),
-    known ?? ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents),
-  ]);
+  const pending = await ctx.budgets
+    .listPendingApprovals(
+      {
+        sessionToken: current.token,
+        limit: pagedAt ? PENDING_PAGE : 0,
+        budgetsCursor: cursors.budgets,
+        paymentsCursor: cursors.payments,
+        agentPrincipalId: options.agentId ?? "",
+        paymentId: options.paymentId ?? "",
+      },
+      ctx.rpc(request),
+    )
+    .catch((err: unknown) => {
+      if (noteRefusal(request, err) === Reason.INVALID_CURSOR) throw expiredLink();
+      throw err;
+    });
   const link = (budgets: string, payments: string) => pageLink(pagedAt!, { ...options.keep, budgets, payments });
-  const names = new Map<string, string>(agents.map((a) => [a.agentId, a.displayName]));
+  const names = new Map<string, string>((known ?? []).map((a) => [a.agentId, a.displayName]));
   for (const b of pending.draftBudgets) if (b.displayName) names.set(b.agentPrincipalId, b.displayName);
+  // The agents these items name that the page does not list: looked up by id, a hundred at a time.
+  const unnamed = [...new Set([...pending.pendingPayments, ...pending.draftBudgets].map((x) => x.agentPrincipalId))].filter((id) => id && !names.has(id));
+  for (let i = 0; i < unnamed.length; i += NAMES_PER_LOOKUP) {
+    const { agents } = await ctx.grants.listAgents({ sessionToken: current.token, agentIds: unnamed.slice(i, i + NAMES_PER_LOOKUP) }, ctx.rpc(request));
+    for (const a of agents) names.set(a.agentId, a.displayName);
+  }
   return {
     budgets: pending.draftBudgets,
     payments: pending.pendingPayments,

@@ -68,48 +68,83 @@ export function createAgentsStore() {
     },
 
     /**
-     * The user's agents with their active grants, newest first; a grant on a budget's vault acts as
-     * the budget, so budget principals are listed too, named by their budget.
+     * A page of the user's agents, newest first (`ids`: only those); a grant on a budget's vault acts
+     * as the budget, so budget principals that have grants are listed too, named by their budget.
      */
-    async agentsOfUser(conn: Conn, userId: string, agentId?: string) {
+    async agentsPage(conn: Conn, userId: string, page: { limit: number; after?: AgentKey; ids?: string[] }) {
       // The client's name by a lookup per agent: a join may plan as a walk of every client.
-      const clientName = (clientIdSql: string) => conn.raw(`(SELECT c.client_name FROM oauth_clients c WHERE c.client_id = ${clientIdSql}) AS client_name`);
-      const oauth = conn("oauth_agents as a")
-        .join("agent_principals as p", "p.id", "a.agent_principal_id")
-        .where({ "a.user_id": userId })
-        .select("a.agent_principal_id", "a.client_id", "p.display_name", clientName("a.client_id"), "p.created_at");
-      if (agentId) oauth.where({ "a.agent_principal_id": agentId });
-      const budgets = conn("agent_principals as p")
+      const q = conn("agent_principals as p")
+        .leftJoin("oauth_agents as a", (j) => j.on("a.agent_principal_id", "p.id").andOn("a.user_id", "p.user_id"))
         .leftJoin("oauth_agents as pa", "pa.agent_principal_id", "p.parent_agent_id")
         .where({ "p.user_id": userId })
-        .whereNotNull("p.parent_agent_id")
-        .whereExists((q) => q.select(conn.raw("1")).from("grants as g").whereRaw("g.agent_principal_id = p.id").where({ "g.user_id": userId }))
-        .select("p.id as agent_principal_id", "pa.client_id", "p.display_name", clientName("pa.client_id"), "p.created_at");
-      if (agentId) budgets.where({ "p.id": agentId });
-      const [clientRows, budgetRows] = await Promise.all([oauth, budgets]);
-      const agents = [
-        ...clientRows.map((a: Record<string, unknown>) => ({
-          agentId: String(a.agent_principal_id),
-          clientId: String(a.client_id),
-          displayName: String(a.client_name ?? a.display_name),
-          createdAt: new Date(a.created_at as string),
-        })),
-        ...budgetRows.map((a: Record<string, unknown>) => ({
-          agentId: String(a.agent_principal_id),
-          clientId: a.client_id == null ? "" : String(a.client_id),
-          displayName: a.client_name == null ? String(a.display_name) : `${String(a.display_name)} (via ${String(a.client_name)})`,
-          createdAt: new Date(a.created_at as string),
-        })),
-      ].sort((x, y) => y.createdAt.getTime() - x.createdAt.getTime());
-      const ids = agents.map((a) => a.agentId);
-      const grants =
-        ids.length === 0
-          ? []
-          : await conn("grants").whereIn("agent_principal_id", ids).where({ user_id: userId, state: "active" }).orderBy("issued_at", "desc");
-      return agents.map(({ createdAt: _, ...a }) => ({
-        ...a,
-        grants: grants.filter((g: Record<string, unknown>) => String(g.agent_principal_id) === a.agentId).map(toGrant),
-      }));
+        .where((w) =>
+          w
+            .whereNotNull("a.agent_principal_id")
+            .orWhere((b) =>
+              b
+                .whereNotNull("p.parent_agent_id")
+                .whereExists((g) => g.select(conn.raw("1")).from("grants as g").whereRaw("g.agent_principal_id = p.id").where({ "g.user_id": userId })),
+            ),
+        )
+        .select(
+          "p.id",
+          "p.display_name",
+          "a.client_id as own_client",
+          "pa.client_id as parent_client",
+          conn.raw("(SELECT c.client_name FROM oauth_clients c WHERE c.client_id = COALESCE(a.client_id, pa.client_id)) AS client_name"),
+          conn.raw("p.created_at::text AS created_key"),
+        )
+        .orderByRaw("p.created_at DESC, p.id DESC")
+        .limit(page.limit);
+      if (page.after) q.whereRaw("(p.created_at, p.id) < (?::timestamptz, ?::uuid)", [page.after.at, page.after.id]);
+      if (page.ids) q.whereIn("p.id", page.ids);
+      const rows: Record<string, unknown>[] = await q;
+      return rows.map((r) => {
+        const client = r.client_name == null ? undefined : String(r.client_name);
+        const budget = r.own_client == null;
+        return {
+          agentId: String(r.id),
+          clientId: String(r.own_client ?? r.parent_client ?? ""),
+          displayName: budget ? (client ? `${String(r.display_name)} (via ${client})` : String(r.display_name)) : (client ?? String(r.display_name)),
+          key: { at: String(r.created_key), id: String(r.id) } satisfies AgentKey,
+        };
+      });
+    },
+
+    /** How many active grants each agent holds, with its `newest` most recent ones (newest first). */
+    async activeGrantsOf(conn: Conn, userId: string, agentIds: string[], newest: number) {
+      const out = new Map<string, { count: number; newest: ReturnType<typeof toGrant>[] }>(agentIds.map((id) => [id, { count: 0, newest: [] }]));
+      if (agentIds.length === 0) return out;
+      const rows: Record<string, unknown>[] = await conn
+        .select("*")
+        .from(
+          conn("grants")
+            .where({ user_id: userId, state: "active" })
+            .whereIn("agent_principal_id", agentIds)
+            .select(
+              "*",
+              conn.raw("row_number() OVER (PARTITION BY agent_principal_id ORDER BY issued_at DESC, id DESC) AS nth"),
+              conn.raw("count(*) OVER (PARTITION BY agent_principal_id) AS active_count"),
+            )
+            .as("g"),
+        )
+        .where("nth", "<=", Math.max(newest, 1))
+        .orderBy([
+          { column: "issued_at", order: "desc" },
+          { column: "id", order: "desc" },
+        ]);
+      for (const r of rows) {
+        const entry = out.get(String(r.agent_principal_id))!;
+        entry.count = Number(r.active_count);
+        if (Number(r.nth) <= newest) entry.newest.push(toGrant(r));
+      }
+      return out;
+    },
+
+    /** The vaults an agent's active grants act on, each once. */
+    async activeVaultsOf(conn: Conn, userId: string, agentId: string): Promise<string[]> {
+      const rows = await conn("grants").where({ user_id: userId, agent_principal_id: agentId, state: "active" }).distinct("vault_id");
+      return rows.map((r: Record<string, unknown>) => String(r.vault_id));
     },
 
     /**
@@ -131,6 +166,12 @@ export function createAgentsStore() {
       }));
     },
   };
+}
+
+/** Where an agent sorts in the user's list (agentsPage): created when, its id. */
+export interface AgentKey {
+  at: string;
+  id: string;
 }
 
 /** Where a grant sorts in an agent's list (grantsOfAgent): active or not, issued when, its id. */

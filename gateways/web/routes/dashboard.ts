@@ -25,7 +25,7 @@ import {
 import { html, type Html } from "../views/html.js";
 import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, STEPPED_UP_NOTICE, vaultCard, type CardOptions } from "../views/money.js";
 import { pendingSection } from "../views/pending.js";
-import { grantsSection } from "../views/grants.js";
+import { agentsSection, grantsSection } from "../views/grants.js";
 
 /** Fixed notices an action leaves for the page it redirects to (ctx.notify); never echoed. */
 const NOTICES: Record<string, string> = {
@@ -37,6 +37,8 @@ const NOTICES: Record<string, string> = {
   ...MONEY_NOTICES,
 };
 
+/** The agents the overview lists per page; the rest follow page by page. */
+const AGENTS_PAGE = 50;
 /** Left as `revoked.<agent id>`: shown on that agent's page only. */
 const REVOKED_NOTICE = "The grant was revoked. Calls with its tokens are refused from now on.";
 
@@ -99,21 +101,22 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, AGENTS_PATH);
     const csrf = ctx.csrfToken(request, reply);
-    const { agents } = await ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request));
-    const pending = await loadPending(ctx, request, current, { known: agents, pagedAt: AGENTS_PATH });
-    const list = agents.length
-      ? html`<ul>${agents.map(
-          (a) =>
-            html`<li><a href="${agentPath(a.agentId)}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
-        )}</ul>`
-      : html`<p class="muted">No agent has asked for access yet.</p>`;
+    const at = listCursors(request.query as Record<string, unknown>, ["agents", "budgets", "payments"]);
+    const { agents, nextCursor } = await ctx.grants
+      .listAgents({ sessionToken: current.token, limit: AGENTS_PAGE, cursor: at.agents ?? "" }, ctx.rpc(request))
+      .catch((err: unknown) => {
+        if (noteRefusal(request, err) === Reason.INVALID_CURSOR) throw expiredLink();
+        throw err;
+      });
+    const pending = await loadPending(ctx, request, current, { known: agents, pagedAt: AGENTS_PATH, keep: { agents: at.agents } });
+    const list = agentsSection(agents, { here: AGENTS_PATH, first: !at.agents, next: nextCursor, keep: at });
     return ctx.send(
       reply,
       200,
       "Your agents",
       html`${notice(request, current, ctx.takeNotice(request, reply))}
       <p><a href="${MONEY_PATH}">Your money: balances, budgets and spending</a></p>
-      <section class="card">${list}</section>
+      ${list}
       <h2>Pending approvals</h2>
       ${pendingSection(pending, csrf)}
       <h2>Kill switch</h2>
@@ -149,25 +152,23 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const cursor = problem ? "" : cursorParam(query, LISTS.grants);
     // Where the page's pending lists stand, kept by the grants' links (and the other way round).
     const pendingAt = problem ? {} : listCursors(query, ["budgets", "payments"]);
-    const listAgents = ctx.grants.listAgents({ sessionToken: current.token }, ctx.rpc(request)).then((r) => r.agents);
-    const [page, agents, vaults, mine] = await Promise.all([
+    const [page, vaults, mine] = await Promise.all([
       ctx.grants.getAgent({ sessionToken: current.token, agentId, cursor }, ctx.rpc(request)).catch((err: unknown) => {
         const reason = noteRefusal(request, err);
         if (reason === Reason.NOT_FOUND) return undefined;
         if (reason === Reason.INVALID_CURSOR) throw expiredLink();
         throw err;
       }),
-      listAgents,
       loadMoney(request, current),
       // This agent's own pending approvals, paged, with the same review links and Decline buttons.
-      listAgents.then((known) => loadPending(ctx, request, current, { known, pagedAt: here, keep: { grants: cursor }, agentId: agentId.toLowerCase() })),
+      loadPending(ctx, request, current, { pagedAt: here, keep: { grants: cursor }, agentId: agentId.toLowerCase() }),
     ]);
     const agent = page?.agent;
     const budget = vaults.find((v) => v.agentPrincipalId === agentId.toLowerCase());
     if (!agent && !budget) throw new PageError(404, "Not found", "There is no such agent.");
     const id = agent?.agentId ?? budget!.agentPrincipalId;
-    // The money this agent reaches: its budget, and the vaults its active grants act on (all listed, not one page's).
-    const grantVaults = new Set((agents.find((a) => a.agentId === id)?.grants ?? []).map((g) => g.vaultId));
+    // The money this agent reaches: its budget, and the vaults its active grants act on (all of them, not one page's).
+    const grantVaults = new Set(page?.activeVaultIds ?? []);
     const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
     const options = cardOptions(request, csrf, here, vaults);
     const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;

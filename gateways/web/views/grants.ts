@@ -2,7 +2,7 @@ import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { utcMinute } from "../format.js";
 import { pageLink, type ListCursors } from "../page-links.js";
-import { revokePath } from "../paths.js";
+import { agentPath, revokePath } from "../paths.js";
 import { html, type Html } from "./html.js";
 
 /**
@@ -28,4 +28,19 @@ export function grantsSection(a: AgentSummary, csrf: string, paging: { here: str
     ${paging.first || active.length ? html`<section class="card">${active.length ? html`<table>${active.map((g) => row(g, true))}</table>` : html`<p class="muted">No active grants.</p>`}</section>` : ""}
     ${past.length ? html`<h2>Earlier grants</h2><section class="card"><table>${past.map((g) => row(g, false))}</table></section>` : ""}
     ${links.length ? html`<p class="grants-pages">${links.map((l, i) => html`${i ? " · " : ""}${l}`)}</p>` : ""}`;
+}
+
+/** One page of the user's agents, with links to the next and the first page that keep the page's other lists where they are. */
+export function agentsSection(agents: AgentSummary[], paging: { here: string; first: boolean; next: string; keep: ListCursors }): Html {
+  const list = agents.length
+    ? html`<ul>${agents.map(
+        (a) =>
+          html`<li><a href="${agentPath(a.agentId)}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
+      )}</ul>`
+    : html`<p class="muted">${paging.first ? "No agent has asked for access yet." : "No more agents."}</p>`;
+  const links = [
+    paging.next ? html`<a rel="next" href="${pageLink(paging.here, { ...paging.keep, agents: paging.next })}">More agents</a>` : "",
+    paging.first ? "" : html`<a href="${pageLink(paging.here, { ...paging.keep, agents: "" })}">First agents</a>`,
+  ].filter(Boolean);
+  return html`<section class="card">${list}${links.length ? html`<p class="pager">${links.map((l, i) => html`${i ? " · " : ""}${l}`)}</p>` : ""}</section>`;
 }

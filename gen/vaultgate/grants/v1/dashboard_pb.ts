@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/dashboard.proto.
  */
 export const file_vaultgate_grants_v1_dashboard: GenFile = /*@__PURE__*/
-  fileDesc("CiN2YXVsdGdhdGUvZ3JhbnRzL3YxL2Rhc2hib2FyZC5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiKgoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5BZ2VudFN1bW1hcnkiWQoPR2V0QWdlbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIYWdlbnRfaWQYAiABKAkSDQoFbGltaXQYAyABKA0SDgoGY3Vyc29yGAQgASgJIlkKEEdldEFnZW50UmVzcG9uc2USMAoFYWdlbnQYASABKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeRITCgtuZXh0X2N1cnNvchgCIAEoCSJTChZSZXZva2VVc2VyR3JhbnRSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEAoIZ3JhbnRfaWQYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkiKgoXUmV2b2tlVXNlckdyYW50UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSIqChFLaWxsU3dpdGNoUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIiUKEktpbGxTd2l0Y2hSZXNwb25zZRIPCgdyZXZva2VkGAEgASgNYgZwcm90bzM");
+  fileDesc("CiN2YXVsdGdhdGUvZ3JhbnRzL3YxL2Rhc2hib2FyZC5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSKdAQoMR3JhbnRTdW1tYXJ5EhAKCGdyYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRIQCgh2YXVsdF9pZBgEIAEoCRIRCgljbGllbnRfaWQYBSABKAkSEgoKY3JlYXRlZF9hdBgGIAEoAxISCgpleHBpcmVzX2F0GAcgASgDEg8KB3N0ZXBfdXAYCCABKAgikwEKDEFnZW50U3VtbWFyeRIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSEQoJY2xpZW50X2lkGAMgASgJEhUKDWFjdGl2ZV9ncmFudHMYBCABKA0SMQoGZ3JhbnRzGAUgAygLMiEudmF1bHRnYXRlLmdyYW50cy52MS5HcmFudFN1bW1hcnkiXAoRTGlzdEFnZW50c1JlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRINCgVsaW1pdBgCIAEoDRIOCgZjdXJzb3IYAyABKAkSEQoJYWdlbnRfaWRzGAQgAygJIlwKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS52YXVsdGdhdGUuZ3JhbnRzLnYxLkFnZW50U3VtbWFyeRITCgtuZXh0X2N1cnNvchgCIAEoCSJZCg9HZXRBZ2VudFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRINCgVsaW1pdBgDIAEoDRIOCgZjdXJzb3IYBCABKAkicwoQR2V0QWdlbnRSZXNwb25zZRIwCgVhZ2VudBgBIAEoCzIhLnZhdWx0Z2F0ZS5ncmFudHMudjEuQWdlbnRTdW1tYXJ5EhMKC25leHRfY3Vyc29yGAIgASgJEhgKEGFjdGl2ZV92YXVsdF9pZHMYAyADKAkiUwoWUmV2b2tlVXNlckdyYW50UmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhAKCGdyYW50X2lkGAIgASgJEhAKCGFnZW50X2lkGAMgASgJIioKF1Jldm9rZVVzZXJHcmFudFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKA0iKgoRS2lsbFN3aXRjaFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIlChJLaWxsU3dpdGNoUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDWIGcHJvdG8z");
 
 /**
  * @generated from message vaultgate.grants.v1.GrantSummary
@@ -93,7 +93,7 @@ export type AgentSummary = Message<"vaultgate.grants.v1.AgentSummary"> & {
   activeGrants: number;
 
   /**
-   * ListAgents: every active grant. GetAgent: one page of all its grants.
+   * ListAgents: its newest active grants, at most 3. GetAgent: one page of all its grants.
    *
    * @generated from field: repeated vaultgate.grants.v1.GrantSummary grants = 5;
    */
@@ -115,6 +115,28 @@ export type ListAgentsRequest = Message<"vaultgate.grants.v1.ListAgentsRequest">
    * @generated from field: string session_token = 1;
    */
   sessionToken: string;
+
+  /**
+   * At most this many agents (1 to 100; 0 = 50), the newest first.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * Where the agents resume: a next_cursor of an earlier call for this user.
+   *
+   * @generated from field: string cursor = 3;
+   */
+  cursor: string;
+
+  /**
+   * Only these of the user's agents (at most 100; any other id is left out), in one answer
+   * without a cursor: to name the agents a page mentions.
+   *
+   * @generated from field: repeated string agent_ids = 4;
+   */
+  agentIds: string[];
 };
 
 /**
@@ -132,6 +154,13 @@ export type ListAgentsResponse = Message<"vaultgate.grants.v1.ListAgentsResponse
    * @generated from field: repeated vaultgate.grants.v1.AgentSummary agents = 1;
    */
   agents: AgentSummary[];
+
+  /**
+   * Where the next page of agents starts; empty after the last.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
 };
 
 /**
@@ -192,6 +221,13 @@ export type GetAgentResponse = Message<"vaultgate.grants.v1.GetAgentResponse"> &
    * @generated from field: string next_cursor = 2;
    */
   nextCursor: string;
+
+  /**
+   * The vaults its active grants act on, each once (of all its grants, not one page's).
+   *
+   * @generated from field: repeated string active_vault_ids = 3;
+   */
+  activeVaultIds: string[];
 };
 
 /**
