@@ -171,4 +171,30 @@ describe("web pages: the user's agents, paged", function () {
     const after = await walk();
     expect(after).to.have.length(61); // the operator's agent joined with the first IssueGrant
   });
+
+  it("paging the agents keeps the pending payments where they are, and the other way round", async () => {
+    const { rpc, user, agent, args } = await pendingPayment(stack, {
+      key: `keep-${randomUUID()}`,
+      amountCents: 6_000,
+      address: "0xabc0000000000000000000000000000000000006",
+    });
+    for (let i = 0; i < 20; i++) await rpc("/mcp/write", agent, "payments.initiate", { ...args, idempotency_key: `keep-${randomUUID()}` });
+    await addAgents(user, 55);
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    const param = (link: string, name: string) => new URL(link, stack.url).searchParams.get(name);
+    const nextPayments = (text: string) => /<a rel="next" href="([^"]+)">Next payments →<\/a>/.exec(text)?.[1]?.replaceAll("&amp;", "&");
+    const first = await page(jar, "/dashboard/agents");
+    const [toAgents, toPayments] = [moreLink(first)!, nextPayments(first)!];
+    const agents2 = await page(jar, toAgents);
+    expect(param(nextPayments(agents2)!, "agents_after")).to.equal(param(toAgents, "agents_after"));
+    const payments2 = await page(jar, toPayments);
+    const both = moreLink(payments2)!;
+    expect(param(both, "payments_after")).to.equal(param(toPayments, "payments_after"));
+    const text = await page(jar, both);
+    expect(agentLinks(text)).to.deep.equal(agentLinks(agents2));
+    expect(nextPayments(text)).to.equal(undefined);
+    const firstAgents = /<a href="([^"]+)">First agents<\/a>/.exec(text)![1]!.replaceAll("&amp;", "&");
+    expect([param(firstAgents, "agents_after"), param(firstAgents, "payments_after")]).to.deep.equal([null, param(toPayments, "payments_after")]);
+  });
 });
