@@ -99,7 +99,8 @@ async function verifiedAuthorization(deps: CheckAuthorizationDeps, client: Clien
   if (req.codeChallengeMethod !== "S256") fail(Reason.INVALID_REQUEST, "PKCE with code_challenge_method S256 is required");
   if (!/^[A-Za-z0-9_-]{43}$/.test(req.codeChallenge)) fail(Reason.INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier");
   const scopes = parseScope(req.scope);
-  if (!scopes || scopes.length === 0) fail(Reason.INVALID_SCOPE, "scope is required");
+  if (!scopes) fail(Reason.INVALID_SCOPE, "scope must be scope names separated by single spaces");
+  if (scopes.length === 0) fail(Reason.INVALID_SCOPE, "scope is required");
   if (!isSubset(scopes, client.scopes)) fail(Reason.INVALID_SCOPE, "scope exceeds the client's registration");
   let vaultId = "";
   for (const resource of req.resources) {

@@ -93,6 +93,15 @@ describe("authorize: errors go back to the redirect URI only after core verified
       expect(back.searchParams.get("state")).to.equal("st");
       expect(back.searchParams.get("iss")).to.equal(stack.issuer);
     }
+    // A malformed scope is told as malformed, a missing one as missing.
+    for (const [scope, description] of [
+      ["accounts:read  payments:simulate", /single spaces/],
+      ["", /required/],
+    ] as const) {
+      const back = new URL((await authorize(query(client.client_id, REDIRECT, { scope }))).headers.get("location")!);
+      expect(back.searchParams.get("error")).to.equal("invalid_scope");
+      expect(back.searchParams.get("error_description")).to.match(description);
+    }
     // Signed in, a vault that is not the user's goes back too (checked after the pair).
     const user = await createUser(stack);
     const jar = createJar(stack.url);
