@@ -5,6 +5,7 @@ import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
+import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
@@ -52,6 +53,7 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     app.setNotFoundHandler((request, reply) => {
       const allowed = app.allowedMethods(request.url).join(", ");
       if (!allowed) return sendResourceError(request, reply, { status: 404, code: "not_found", message: "no such endpoint" });
+      if (request.url.split("?", 1)[0] === `${app.prefix}${TOKEN_PATH}`) return sendTokenMethodNotAllowed(reply, allowed);
       return sendResourceError(request, reply.header("allow", allowed), {
         status: 405,
         code: "method_not_allowed",

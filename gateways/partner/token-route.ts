@@ -13,6 +13,9 @@ export interface TokenRouteOptions {
   realm: string;
 }
 
+/** The token endpoint's path under the partner prefix. */
+export const TOKEN_PATH = "/oauth/token";
+
 /** The form body limit. */
 const FORM_LIMIT = 4096;
 const FORM_TYPE = "application/x-www-form-urlencoded";
@@ -52,7 +55,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     return sendTokenError(reply, oauthErrorFrom(err), options.realm);
   });
 
-  app.post("/oauth/token", { bodyLimit: FORM_LIMIT }, async (request, reply) => {
+  app.post(TOKEN_PATH, { bodyLimit: FORM_LIMIT }, async (request, reply) => {
     const params = readForm(request);
     rejectDuplicates(params.duplicates);
     const credentials = authenticateClient(request, params.params);
@@ -66,6 +69,11 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
       .header("pragma", "no-cache")
       .send({ access_token: token.accessToken, token_type: token.tokenType, expires_in: Number(token.expiresIn), scope: token.scope });
   });
+}
+
+/** Another method on the token endpoint: 405 in the endpoint's own flat OAuth envelope. */
+export function sendTokenMethodNotAllowed(reply: FastifyReply, allowed: string) {
+  return sendOAuthError(reply.header("allow", allowed), { status: 405, error: "invalid_request", description: `this endpoint answers ${allowed} only` });
 }
 
 function sendTokenError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }, realm: string) {

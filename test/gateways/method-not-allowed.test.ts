@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../support/stack.js";
-import { expectHttpError } from "../support/refusals.js";
+import { expectHttpError, expectOAuthError } from "../support/refusals.js";
 import { api } from "../support/resources.js";
 
 /** A known address asked with the wrong method is 405 with `Allow`, in its surface's envelope. */
@@ -23,10 +23,12 @@ describe("Wrong method on a known address: 405 with Allow (HTTP)", () => {
     }
   });
 
-  it("the partner API answers in its own envelope and names the methods", async () => {
-    const token = await api(stack, "GET", "/oauth/token");
-    expectHttpError(token, 405, "method_not_allowed");
-    expect(token.headers.get("allow")).to.equal("POST");
+  it("the partner token endpoint answers in its flat OAuth envelope, its resources in theirs", async () => {
+    for (const method of ["GET", "PUT", "DELETE"]) {
+      const token = await call(method, "/api/partner/oauth/token");
+      const body = await expectOAuthError(token, 405, "invalid_request");
+      expect([token.headers.get("allow"), body.error_description], method).to.deep.equal(["POST", "this endpoint answers POST only"]);
+    }
     for (const method of ["DELETE", "POST", "PUT"]) {
       const kyc = await api(stack, method, "/users/usr_123/kyc");
       expectHttpError(kyc, 405, "method_not_allowed");
