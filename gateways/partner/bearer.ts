@@ -1,7 +1,7 @@
 import type { FastifyRequest } from "fastify";
 import { ResourceError } from "./resource-envelope.js";
 
-const BEARER = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/i;
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
 
 /**
  * The RFC 6750 bearer token of a resource request; a missing or malformed header is

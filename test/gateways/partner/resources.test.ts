@@ -154,6 +154,16 @@ describe("partner resources over HTTP", () => {
       expectHttpError(await call("GET", `/users/${userId}/kyc`, { token: `${noneHeader}.${p}.` }), 401, "invalid_token");
     });
 
+    it("reads the header as RFC 6750 writes it: the scheme in any case, then one or more spaces", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      for (const authorization of [`Bearer ${token}`, `bearer ${token}`, `Bearer   ${token}`]) {
+        expect((await call("GET", `/users/${userId}/kyc`, { headers: { authorization } })).status, authorization.slice(0, 9)).to.equal(200);
+      }
+      expectHttpError(await call("GET", `/users/${userId}/kyc`, { headers: { authorization: `Bearer\t${token}` } }), 401, "invalid_token");
+    });
+
     it("checks alg, typ, iss, aud and a lifetime of at most one hour", async () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
