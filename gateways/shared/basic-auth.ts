@@ -18,7 +18,7 @@ export function basicClientId(header: string): string | undefined {
 }
 
 function basicParts(header: string): { clientId: string | undefined; secret: string } | undefined {
-  const match = /^Basic ([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
+  const match = /^Basic +([A-Za-z0-9+/]+={0,2})$/i.exec(header.trim());
   if (!match) return undefined;
   const decoded = Buffer.from(match[1]!, "base64").toString("utf8");
   const colon = decoded.indexOf(":");

@@ -52,6 +52,13 @@ describe("POST /api/partner/oauth/token", () => {
       expect(res.status).to.equal(200);
     });
 
+    it("reads the Basic header as RFC 7235 writes it: the scheme in any case, then one or more spaces", async () => {
+      const encoded = Buffer.from(`${partner.clientId}:${partner.clientSecret}`).toString("base64");
+      for (const authorization of [`Basic ${encoded}`, `basic ${encoded}`, `Basic   ${encoded}`]) {
+        expect((await postToken(stack.url, CC, { authorization })).status, authorization.slice(0, 8)).to.equal(200);
+      }
+    });
+
     it("accepts a charset parameter on the form content type", async () => {
       const res = await postToken(stack.url, CC, {
         authorization: basic(partner.clientId, partner.clientSecret),
