@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Anvil } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { requirePostgres } from "../support/db.js";
+import { ownDatabase, requirePostgres } from "../support/db.js";
 import { evmRailStackOptions, freshAddress, startEvmRailStack, type EvmChain } from "../support/evm-rail.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 import { coreMetricsListener } from "../support/metrics.js";
@@ -18,9 +18,12 @@ describe("a signed payment whose expiry passes while the hot wallet has no gas (
   let anvil: Anvil;
   let metrics: Awaited<ReturnType<typeof coreMetricsListener>>;
   const others: McpStack[] = [];
+  // Its own books: the overdue gauge it checks would count other files' stuck payments in the shared database.
+  let books: Awaited<ReturnType<typeof ownDatabase>>;
 
   before(async () => {
-    chain = await startEvmRailStack(startMcpStack, 10_000_000);
+    books = await ownDatabase();
+    chain = await startEvmRailStack(startMcpStack, 10_000_000, { database: books.db });
     ({ stack, anvil } = chain);
     metrics = await coreMetricsListener();
   });
@@ -35,11 +38,12 @@ describe("a signed payment whose expiry passes while the hot wallet has no gas (
     await metrics?.close();
     await stack?.close();
     await anvil?.stop();
+    await books?.drop();
   });
 
   /** Another core on the same database and hot wallet whose clock is `pastExpiryMs` beyond the payments' expiry. */
   async function laterCore(pastExpiryMs: number): Promise<McpStack> {
-    const s = await startMcpStack(evmRailStackOptions(chain.settings));
+    const s = await startMcpStack({ ...evmRailStackOptions(chain.settings), database: books.db });
     others.push(s);
     s.clock.advance(3_600_000 + pastExpiryMs);
     return s;

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import type { Anvil } from "../support/anvil.js";
 import { fundedChildBudget } from "../support/budgets.js";
+import { ownDatabase } from "../support/db.js";
 import { freshAddress, startEvmRailStack } from "../support/evm-rail.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 
@@ -10,13 +11,17 @@ describe("ledger verify and money in flight (anvil)", function () {
   this.timeout(120_000);
   let anvil: Anvil;
   let stack: McpStack;
+  // Its own books: the totals it checks would count other files' payments in the shared database.
+  let books: Awaited<ReturnType<typeof ownDatabase>>;
 
   before(async () => {
-    ({ anvil, stack } = await startEvmRailStack(startMcpStack, 100_000));
+    books = await ownDatabase();
+    ({ anvil, stack } = await startEvmRailStack(startMcpStack, 100_000, { database: books.db }));
   });
   after(async () => {
     await stack?.close();
     await anvil?.stop();
+    await books?.drop();
   });
 
   const discrepancies = async () => (await stack.admin.audit.verifyLedger({})).discrepancies.map((d) => ({ check: d.check, message: d.message }));
