@@ -218,7 +218,8 @@ export function createWebContext(options: WebContextOptions): WebContext {
       const cookies = readCookies(request);
       const value = cookies[noticeCookie];
       if (value === undefined) return undefined;
-      addCookie(reply, cookie(noticeCookie, "", 0, "Strict"));
+      // A HEAD (a link preview, a prefetch) shows nobody the notice: it stays for the page itself.
+      if (request.method !== "HEAD") addCookie(reply, cookie(noticeCookie, "", 0, "Strict"));
       const m = NOTICE_VALUE.exec(value);
       const session = cookies[sessionCookie];
       return m && session && constantTimeEqual(m[2]!, noticeTag(session, m[1]!)) ? m[1] : undefined;

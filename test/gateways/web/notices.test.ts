@@ -76,6 +76,16 @@ describe("web pages: success notices cannot be forged by a link", () => {
     expect(await text(jar, "/dashboard/agents")).to.not.include('class="card ok"');
   });
 
+  it("a HEAD request (a link preview, a prefetch) leaves the notice for the page the person opens", async () => {
+    const { jar } = await oauthGrant(stack, { scope: "accounts:read" });
+    await jar.post("/dashboard/kill-switch", formFields(await text(jar, "/dashboard/agents"), "/dashboard/kill-switch"));
+    const head = await jar.request("/dashboard/agents", { method: "HEAD" });
+    expect(head.status).to.equal(200);
+    expect(head.headers.getSetCookie().filter((c) => c.startsWith("vg_notice="))).to.deep.equal([]);
+    expect(await text(jar, "/dashboard/agents")).to.include("Every grant was revoked. All agents have lost access.");
+    expect(jar.cookies.has("vg_notice")).to.equal(false);
+  });
+
   it("a revoke's notice names its agent: shown once on that agent's page, and nowhere else", async () => {
     const { jar, token } = await oauthGrant(stack, { scope: "accounts:read" });
     const { access_token: accessToken, jti } = token.body as { access_token: string; jti: string };
