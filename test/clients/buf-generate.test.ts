@@ -16,7 +16,8 @@ const page = readFileSync(join(root, "docs/reference/core-grpc.md"), "utf8");
 /** The fenced block of `lang` that follows `after` on the core gRPC reference page. */
 function docBlock(after: string, lang: string): string {
   const rest = page.slice(page.indexOf(after));
-  const m = new RegExp("```" + lang + "\\n([\\s\\S]*?)```").exec(rest);
+  const fence = "```";
+  const m = new RegExp(`${fence}${lang}\\n([\\s\\S]*?)${fence}`).exec(rest);
   if (page.indexOf(after) < 0 || !m) throw new Error(`no ${lang} block after "${after}" in core-grpc.md`);
   return m[1]!;
 }
