@@ -10,9 +10,9 @@ import {
   type GetTreasuryResponseSchema,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
-import { appendAudit, rejectAtEdge, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
+import { appendAudit, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
-import { PAYOUTS_RECEIVE, toProto } from "./wire.js";
+import { EDGE_REJECTIONS, PAYOUTS_RECEIVE, toProto } from "./wire.js";
 
 /** What TreasuryService.GetTreasury needs. */
 export interface GetTreasuryDeps extends CallerDeps, EdgeDeps {
@@ -30,8 +30,14 @@ export async function getTreasury(
   req: GetTreasuryRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof GetTreasuryResponseSchema>> {
-  if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(deps, ctx, req.accessToken, req.edgeRejection, "", "partner.treasury.read");
   const caller = await treasuryCaller(deps, ctx, req.accessToken, "treasury.read", "partner.treasury.read", "");
+  // A query the gateway does not take is refused like a batch's body problem: after the caller's
+  // own checks, so a bad token is 401 and a suspended partner 403 whatever the query says.
+  if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) {
+    const edge = EDGE_REJECTIONS[req.edgeRejection] ?? EDGE_REJECTIONS[EdgeRejection.MALFORMED]!;
+    await appendAudit(deps, deps.db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: "", reason: edge.label });
+    fail(edge.reason, edge.message);
+  }
   const treasury = await deps.store.find(caller.partnerId);
   if (!treasury) {
     await appendAudit(deps, deps.db, ctx, {

@@ -24,8 +24,8 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   app.addHook("onSend", noStore);
 
   app.get("/treasury", async (request) => {
-    // A missing or malformed bearer still goes to core, which audits the refusal (as
-    // "anonymous") and answers 401 invalid_token, like every rejected treasury request.
+    // A missing or malformed bearer still goes to core, which answers 401 invalid_token (no audit
+    // row: the request proves no partner), so core checks every caller in one order.
     let accessToken = "";
     try {
       accessToken = bearerToken(request);
@@ -35,12 +35,12 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     try {
       noQuery(request);
     } catch (edge) {
-      // Refused at the edge, still recorded by core; the answer stays the edge's own
-      // unless the record could not be written (then core's 503 audit_unavailable).
+      // Core checks the caller first and audits the refusal; its refusal of the caller stands,
+      // else the edge's own invalid_request, which names the parameter.
       const recorded = await rpc
         .getTreasury({ accessToken, edgeRejection: EdgeRejection.MALFORMED }, withRequestId(request.id, request.clientAddress))
         .catch((err: unknown) => err);
-      if (resourceErrorFrom(recorded).status === 503) throw recorded;
+      if (resourceErrorFrom(recorded).code !== "invalid_request") throw recorded;
       throw edge;
     }
     const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id, request.clientAddress));

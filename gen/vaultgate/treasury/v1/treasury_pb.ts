@@ -245,8 +245,8 @@ export type GetTreasuryRequest = Message<"vaultgate.treasury.v1.GetTreasuryReque
 
   /**
    * Set by a gateway that refused the request at its edge (a query it does not take):
-   * core audits the rejection, under the partner the token proves or "anonymous", and
-   * answers the same error.
+   * core checks the caller as for any read, then audits the rejection under that partner
+   * and answers the same error.
    *
    * @generated from field: vaultgate.treasury.v1.EdgeRejection edge_rejection = 2;
    */
