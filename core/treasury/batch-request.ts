@@ -32,6 +32,7 @@ export const MAX_REFERENCE = 140;
 /** Partner-chosen ids: printable, URL-safe, so a payout_id can sit in a path segment. */
 const PARTNER_ID = /^[A-Za-z0-9._:~-]+$/;
 const CURRENCY = /^[A-Z]{3}$/;
+export const PARTNER_ID_RULE = `must be 1 to ${MAX_ID} characters of A-Z a-z 0-9 . _ : ~ -`;
 
 export type Validation = { ok: true; batch: BatchInput } | { ok: false; message: string };
 
@@ -50,8 +51,8 @@ export function validateBatch(raw: RawBatch): Validation {
   const items: BatchItemInput[] = [];
   for (const [i, item] of raw.items.entries()) {
     const at = `items[${i}]`;
-    if (!isPartnerId(item.executionId)) return bad(`${at}.execution_id must be 1 to ${MAX_ID} characters of A-Z a-z 0-9 . _ : ~ -`);
-    if (!isPartnerId(item.payoutId)) return bad(`${at}.payout_id must be 1 to ${MAX_ID} characters of A-Z a-z 0-9 . _ : ~ -`);
+    if (!isPartnerId(item.executionId)) return bad(`${at}.execution_id ${PARTNER_ID_RULE}`);
+    if (!isPartnerId(item.payoutId)) return bad(`${at}.payout_id ${PARTNER_ID_RULE}`);
     if (!UUID.test(item.recipientUserId)) return bad(`${at}.recipient.user_id must be a UUID`);
     if (item.amountCents < 1n || item.amountCents > BigInt(Number.MAX_SAFE_INTEGER)) {
       return bad(`${at}.amount_cents must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`);
@@ -72,7 +73,8 @@ export function validateBatch(raw: RawBatch): Validation {
   return { ok: true, batch: { idempotencyKey: key, payerEntityId: raw.payerEntityId.toLowerCase(), items } };
 }
 
-function isPartnerId(v: string): boolean {
+/** A partner-chosen id (`execution_id`, `payout_id`): 1 to MAX_ID URL-safe characters. */
+export function isPartnerId(v: string): boolean {
   return v.length > 0 && v.length <= MAX_ID && PARTNER_ID.test(v);
 }
 

@@ -12,6 +12,7 @@ import {
 import { fail } from "../errors.js";
 import { appendAudit, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
+import { isPartnerId, PARTNER_ID_RULE } from "./batch-request.js";
 import { EDGE_REJECTIONS, PAYOUTS_RECEIVE, toProto } from "./wire.js";
 
 /** What TreasuryService.GetTreasury needs. */
@@ -59,7 +60,11 @@ export async function getPayout(deps: GetPayoutDeps, req: GetPayoutRequest, ctx:
   // this partner, user active, payouts:receive in both token and consent.
   const caller = await deps.access.authorize(ctx, { token: req.accessToken, operation: "payouts.read", userId: req.userId, scope: PAYOUTS_RECEIVE });
   const userId = req.userId.toLowerCase();
-  if (req.payoutId.length === 0 || req.payoutId.length > 128) fail(Reason.INVALID_REQUEST, "payout id must be 1 to 128 characters");
+  // An id no payout could have been written under is a request to fix, not an unknown payout.
+  if (!isPartnerId(req.payoutId)) {
+    await appendAudit(deps, deps.db, ctx, { actor: caller.actor, action: "partner.payouts.read", subject: userId, reason: "invalid_request" });
+    fail(Reason.INVALID_REQUEST, `payout_id ${PARTNER_ID_RULE}`);
+  }
   const payout = await deps.store.findPayout(caller.partnerId, userId, req.payoutId);
   if (!payout) {
     await appendAudit(deps, deps.db, ctx, { actor: caller.actor, action: "partner.payouts.read", subject: userId, reason: "not_found" });
