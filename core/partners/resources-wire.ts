@@ -27,7 +27,10 @@ export function checkHttpsUrl(value: string, name: string): string {
   if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) fail(Reason.INVALID_REQUEST, `${name} must be https (http only on loopback)`);
   // Never sent by core, shown wherever the URL is listed, and the classic disguise of another host.
   if (url.username || url.password) fail(Reason.INVALID_REQUEST, `${name} must not carry credentials (user:password@)`);
-  return url.toString();
+  // The limit is on what is stored and sent: escaping ("é" is %C3%A9) can lengthen the URL.
+  const normalised = url.toString();
+  if (normalised.length > MAX_URL_LENGTH) fail(Reason.INVALID_REQUEST, `${name} must be at most ${MAX_URL_LENGTH} characters once escaped`);
+  return normalised;
 }
 
 export function kycJson(k: KycRecord) {
