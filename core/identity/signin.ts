@@ -205,8 +205,13 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
     });
   if (!outcome.wrong) await deps.rateLimits.release(slotKey, now);
   if (!outcome.ok) {
-    // The wrong code that filled the window tells the account holder, once per lockout.
-    if (outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_BUDGET) {
+    // The wrong code that filled the window tells the account holder, at most once per window:
+    // the window slides, so without its own limit every refill by an outsider would be a message.
+    const notice =
+      outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_BUDGET
+        ? await deps.rateLimits.hit(`otp-lock-notice:${budget}`, 1, OTP_WRONG_WINDOW_SECONDS, now)
+        : undefined;
+    if (notice?.allowed) {
       const ends = (await deps.rateLimits.windowEnd(slotKey, OTP_WRONG_WINDOW_SECONDS)) ?? new Date(now.getTime() + OTP_WRONG_WINDOW_SECONDS * 1000);
       const until = ends.toISOString().slice(11, 16);
       await deps.outbox.send(deps.db, {

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, latestCode, signIn, type Jar } from "../../support/agent-oauth.js";
+import { lockoutNotices, startChallenge, wrongFor } from "../../support/signin-codes.js";
 import { ownDatabase, requirePostgres } from "../../support/db.js";
 
 interface Answer {
@@ -52,24 +53,6 @@ function postCodeFrom(
   });
 }
 
-/** Asks for a sign-in code in `jar` and returns the code page's form fields and the code e-mailed. */
-async function startChallenge(stack: TestStack, jar: Jar, email: string) {
-  const form = formFields(await (await jar.get("/signin")).text(), "/signin");
-  const sent = await jar.post("/signin", { ...form, email });
-  if (sent.status !== 303) throw new Error(`sign-in start: ${sent.status}`);
-  const fields = formFields(await (await jar.get(sent.headers.get("location")!)).text(), "/signin/code");
-  // Sends are limited to one per 30 s per account.
-  stack.clock.advance(31_000);
-  return { fields, code: await latestCode(stack, email).catch(() => "") };
-}
-
-const wrongFor = (code: string, i: number) => {
-  const w = String((Number(code || "0") + 1 + i) % 1_000_000).padStart(6, "0");
-  return w === code ? "999999" : w;
-};
-const notices = async (stack: TestStack, email: string) =>
-  (await stack.admin.grants.listOutbox({ email })).messages.filter((m) => /someone tried codes for your account/i.test(m.body));
-
 /**
  * Ten wrong codes per account per 15 minutes, whatever the challenge or address; then 429 with
  * Retry-After even for the right code, and one e-mail to the holder. Known browsers and step-ups have their own.
@@ -110,8 +93,8 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
         expect(res.status, `wrong code ${guesses}`).to.equal(400);
       }
     }
-    expect(await notices(stack, victim.email)).to.have.length(1);
-    expect((await notices(stack, victim.email))[0]!.body).to.match(/code sign-in is paused until \d\d:\d\d UTC/);
+    expect(await lockoutNotices(stack, victim.email)).to.have.length(1);
+    expect((await lockoutNotices(stack, victim.email))[0]!.body).to.match(/code sign-in is paused until \d\d:\d\d UTC/);
 
     // The holder asks for a fresh code and types it correctly: still refused while locked.
     const holder = createJar(stack.url);
@@ -124,7 +107,7 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
     expect(holder.cookies.has("vg_session")).to.equal(false);
     // Further wrong codes do not send another notice.
     expect((await postCodeFrom(stack, holder, "/signin/code", fields, wrongFor(code, 0), "127.0.0.2")).status).to.equal(429);
-    expect(await notices(stack, victim.email)).to.have.length(1);
+    expect(await lockoutNotices(stack, victim.email)).to.have.length(1);
 
     // Another account signs in meanwhile, from the attacker's addresses too.
     const other = createJar(stack.url);
@@ -206,7 +189,7 @@ describe("web pages: wrong sign-in codes lock the account's code sign-in", () =>
     const ids = challenges.map((c) => c.fields.challenge as string);
     const { rows } = await stack.core.db.raw(`SELECT coalesce(sum(attempts), 0)::int AS n FROM signin_challenges WHERE id = ANY(?::uuid[])`, [ids]);
     expect(rows[0].n).to.equal(10);
-    expect(await notices(stack, user.email)).to.have.length(1);
+    expect(await lockoutNotices(stack, user.email)).to.have.length(1);
   });
 });
 
