@@ -69,9 +69,11 @@ export function wellFormedQuery(url: string): boolean {
 /**
  * Only same-origin paths: no scheme, no `//host`, no backslashes (open-redirect guard), and only
  * printable ASCII, which a Location header can carry (our own links are always percent-encoded).
+ * Dot segments (`/.//host`, `/%2e%2e//host`) must not leave a path a browser then reads as `//host`.
  */
 export function safeReturnTo(value: string | undefined): string {
   if (!value?.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[^\u0021-\u007e]/.test(value)) return AGENTS_PATH;
+  if (new URL(value, "http://app.invalid").pathname.startsWith("//")) return AGENTS_PATH;
   return value;
 }
 
