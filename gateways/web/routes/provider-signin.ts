@@ -45,8 +45,18 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
     return reply.redirect(res.authorizationUrl, 303);
   });
 
+  // The provider sends every callback to APP_URL. A flow started on the consent page's host
+  // (AUTH_URL, another host) has its cookie there: the callback is handed on to finish where it began.
+  const appHost = new URL(ctx.urls.appUrl).hostname;
+  const authBase = ctx.urls.authUrl.replace(/\/+$/, "");
+  const handOn = new URL(ctx.urls.authUrl).hostname !== appHost;
+
   app.get(`${SIGNIN_OIDC_PATH}/callback`, async (request, reply) => {
     const cookies = readCookies(request);
+    if (handOn && !cookies[flowCookie] && request.hostname === appHost) {
+      const query = request.url.indexOf("?");
+      return reply.redirect(`${authBase}${SIGNIN_OIDC_PATH}/callback${query === -1 ? "" : request.url.slice(query)}`, 303);
+    }
     const returnTo = safeReturnTo(decoded(cookies[returnCookie] ?? ""));
     const current = await ctx.session(request);
     // The flow is used up whatever happens next; the cookies go with it.
