@@ -1,7 +1,8 @@
 import { expect } from "chai";
-import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
-import { freePort } from "../../support/ports.js";
-import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../../support/process.js";
+import { launchPhoneBrowser, requireChromium } from "../support/browser.js";
+import { startIdp, type TestIdp } from "../support/oidc-idp.js";
+import { freePort } from "../support/ports.js";
+import { runCli, startServiceProcess, tempDataDir, type ServiceProcess } from "../support/process.js";
 
 /** A browser's cookies, kept per host as a browser keeps host-only cookies. */
 function hostJars() {
@@ -28,7 +29,7 @@ function hostJars() {
  * The consent page (AUTH_URL) on another host than the dashboard (APP_URL), where the provider
  * sends every callback: a sign-in started on the consent host must finish there, with its session.
  */
-describe("web pages: provider sign-in started on AUTH_URL's host", function () {
+describe("browser: provider sign-in started on AUTH_URL's host", function () {
   this.timeout(180_000);
   let idp: TestIdp;
   let service: ServiceProcess;
@@ -55,11 +56,35 @@ describe("web pages: provider sign-in started on AUTH_URL's host", function () {
     await dir?.remove();
   });
 
-  it("the callback at APP_URL's host hands the flow to the host that started it, which signs the person in", async () => {
-    const email = `auth-host-${Date.now()}@example.com`;
+  /** A user of the service and an account at the provider for `sub`, linked by a verified address. */
+  async function person(sub: string) {
+    const email = `${sub}-${Date.now()}@example.com`;
     const created = await runCli(["user", "create", "--email", email], { DATA_DIR: dir.path, CORE_URL: service.coreUrl! });
     expect(created.code, created.stderr).to.equal(0);
-    await idp.addAccount({ sub: "auth-host", email, email_verified: true });
+    await idp.addAccount({ sub, email, email_verified: true });
+  }
+
+  it("Chromium signs in at the provider from the consent host and lands, signed in, on the page it asked for there", async function () {
+    requireChromium(this);
+    await person("chrome-auth-host");
+    const browser = await launchPhoneBrowser();
+    try {
+      const page = await browser.context.newPage();
+      const auth = `http://127.0.0.1:${port}`;
+      await page.goto(`${auth}/signin?return_to=${encodeURIComponent("/dashboard/money")}`);
+      await page.click("text=Sign in with your organisation");
+      await page.selectOption("#account", "chrome-auth-host");
+      await page.fill("#password", "correct horse");
+      await page.click("button[type=submit]");
+      expect(page.url()).to.equal(`${auth}/dashboard/money`);
+      expect(await page.title()).to.match(/money/i);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it("the callback at APP_URL's host hands sign-in and step-up to the host that started them, which completes them", async () => {
+    await person("auth-host");
     const browser = hostJars();
     const auth = `http://127.0.0.1:${port}`;
 
@@ -79,6 +104,16 @@ describe("web pages: provider sign-in started on AUTH_URL's host", function () {
     // Handed on once: the same callback again, at either host, is the page to start again.
     expect((await browser.get(callback)).status).to.equal(303);
     expect((await browser.get(handed.headers.get("location")!)).status).to.equal(403);
+
+    // A step-up asked for on the consent host comes back the same way and counts for its session.
+    const up = await browser.get(`${auth}/signin/oidc?step_up=1&return_to=${encodeURIComponent("/dashboard/money")}`);
+    expect(new URL(up.headers.get("location")!).searchParams.get("prompt")).to.equal("login");
+    const upCallback = await idp.signIn(up.headers.get("location")!, "auth-host");
+    const upHanded = await browser.get(upCallback);
+    expect(upHanded.headers.get("location")!.startsWith(`${auth}/signin/oidc/callback?`)).to.equal(true);
+    const stepped = await browser.get(upHanded.headers.get("location")!);
+    expect(stepped.status, await stepped.clone().text()).to.equal(303);
+    expect(stepped.headers.get("location")).to.equal("/dashboard/money");
   });
 
   it("hostile: a callback brought to APP_URL's host from another browser is handed on and refused there", async () => {
