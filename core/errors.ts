@@ -49,6 +49,15 @@ const grpcCode = {
   [Reason.TOKEN_UNSUPPORTED]: Code.InvalidArgument,
 } satisfies Record<Reason, Code>;
 
+/** The longest refusal message, in code points: gRPC carries it in a header, so echoed input must not grow it. */
+export const MAX_REFUSAL_MESSAGE = 512;
+
+function bounded(message: string): string {
+  if (message.length <= MAX_REFUSAL_MESSAGE) return message;
+  const points = Array.from(message);
+  return points.length <= MAX_REFUSAL_MESSAGE ? message : `${points.slice(0, MAX_REFUSAL_MESSAGE - 1).join("")}…`;
+}
+
 /** Raises an expected failure. 4xx messages reach clients: keep secrets and internals in `cause`. */
 export function fail(reason: Reason, message: string, extra: Omit<ErrorDetailInit, "reason"> = {}, cause?: unknown): never {
   // A refusal is an answer, not a bug: nothing reads its stack (refusals are logged by
@@ -58,7 +67,7 @@ export function fail(reason: Reason, message: string, extra: Omit<ErrorDetailIni
   Error.stackTraceLimit = 0;
   let err: ConnectError;
   try {
-    err = new ConnectError(message, grpcCode[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, ...extra } }], cause);
+    err = new ConnectError(bounded(message), grpcCode[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, ...extra } }], cause);
   } finally {
     Error.stackTraceLimit = stackTraceLimit;
   }

@@ -249,7 +249,10 @@ function userToProto(u: UserListing) {
 
 function checkEntitlements(entitlements: string[]): void {
   const unknown = entitlements.filter((s) => !PARTNER_SCOPES.includes(s));
-  if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `unknown entitlements: ${unknown.join(", ")}; allowed: ${PARTNER_SCOPES.join(", ")}`);
+  if (unknown.length === 0) return;
+  // Each named briefly, so the allowed ones still show after a long unknown one.
+  const named = unknown.slice(0, 5).map((s) => (s.length > 40 ? `${Array.from(s).slice(0, 40).join("")}…` : s));
+  fail(Reason.INVALID_REQUEST, `unknown entitlements: ${named.join(", ")}${unknown.length > 5 ? ", …" : ""}; allowed: ${PARTNER_SCOPES.join(", ")}`);
 }
 
 function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Partial<Partner> {
