@@ -125,6 +125,9 @@ export function databaseOutage(err: unknown): string | undefined {
   return undefined;
 }
 
+/** The auth scheme is case-insensitive (RFC 9110), and some clients put more than one space after it. */
+const BEARER = /^bearer +([^ ]+)$/i;
+
 /**
  * Core trusts no caller: this decides only what a header can prove (operator and gateway
  * credentials); every other credential travels in the message. See docs/trust-model.md.
@@ -140,7 +143,7 @@ function callerCredentials(adminToken: string | undefined): Interceptor {
   return (next) => (req) => {
     const header = req.header.get("authorization");
     if (header !== null && adminToken) {
-      const presented = header.startsWith("Bearer ") ? header.slice(7) : "";
+      const presented = BEARER.exec(header)?.[1] ?? "";
       if (presented && constantTimeEqual(presented, adminToken)) req.contextValues.set(kOperator, true);
     }
     if (isAdminOnly(req.method) && !req.contextValues.get(kOperator)) fail(Reason.ADMIN_UNAUTHENTICATED, "operator credential required");

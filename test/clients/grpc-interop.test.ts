@@ -133,6 +133,19 @@ describe("core gRPC interop", () => {
     expect(err.metadata.get("grpc-status-details-bin")).to.have.length(1);
   });
 
+  it("reads the operator credential whatever the case of its scheme and the spaces after it, and nothing else as it", async () => {
+    for (const header of [`bearer ${stack.adminToken}`, `BEARER  ${stack.adminToken}`, `Bearer   ${stack.adminToken}`]) {
+      const md = new grpc.Metadata();
+      md.set("authorization", header);
+      expect((await call(partners, "ListPartners", {}, md)).partners, header.slice(0, 8)).to.be.an("array");
+    }
+    for (const header of [`Basic ${stack.adminToken}`, `Bearer${stack.adminToken}`, `Bearer ${stack.adminToken.slice(1)}`, `Bearer ${stack.adminToken} x`]) {
+      const md = new grpc.Metadata();
+      md.set("authorization", header);
+      await expectGrpcRefused(call(partners, "ListPartners", {}, md), grpc.status.UNAUTHENTICATED, /^operator credential required$/);
+    }
+  });
+
   it("is callable with buf curl over h2c using the repository's proto schema", async () => {
     const { stdout } = await run(
       "npx",
