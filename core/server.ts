@@ -4,6 +4,7 @@ import { Code, ConnectError, createConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import type { Core } from "./core.js";
+import { refuseUnreadableRequests } from "./unreadable-requests.js";
 
 /** The largest request message core reads, whoever sends it: the largest valid one, 1,000 payouts with every field at its longest, is about 1 MiB. */
 export const CORE_READ_MAX_BYTES = 4 * 1024 * 1024;
@@ -44,7 +45,10 @@ export async function startCoreServer(
   // Aborted on close: a stream that never ends by itself (an audit tail) would hold the drain open.
   const shutdown = new AbortController();
   const adapter = connectNodeAdapter({
-    routes: core.routes,
+    routes: (router) => {
+      core.routes(router);
+      refuseUnreadableRequests(router);
+    },
     interceptors: core.interceptors,
     readMaxBytes: CORE_READ_MAX_BYTES,
     shutdownSignal: shutdown.signal,

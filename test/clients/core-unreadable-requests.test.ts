@@ -1,0 +1,81 @@
+import http2 from "node:http2";
+import { expect } from "chai";
+import { startCoreServer, type CoreServer } from "../../core/server.js";
+import { startStack, type TestStack } from "../support/stack.js";
+
+/**
+ * A request message core cannot read (not protobuf, a string that is not UTF-8, a compressed
+ * frame it was not told how to open) is the caller's mistake: INVALID_ARGUMENT with its reason, never INTERNAL.
+ */
+describe("core's port: unreadable request messages are the caller's error", () => {
+  let stack: TestStack;
+  let server: CoreServer;
+  let session: http2.ClientHttp2Session;
+  before(async () => {
+    stack = await startStack();
+    server = await startCoreServer(stack.core, 0);
+    session = http2.connect(server.url);
+  });
+  after(async () => {
+    session?.close();
+    await server?.close();
+    await stack?.close();
+  });
+
+  type Answer = { status: number; headers: Record<string, string>; body: string };
+  const post = (path: string, headers: Record<string, string>, body: Buffer) =>
+    new Promise<Answer>((resolve, reject) => {
+      const req = session.request({ ":method": "POST", ":path": path, ...headers });
+      const answer: Answer = { status: 0, headers: {}, body: "" };
+      const chunks: Buffer[] = [];
+      const keep = (h: http2.IncomingHttpHeaders) => {
+        for (const [k, v] of Object.entries(h)) if (typeof v === "string") answer.headers[k] = v;
+      };
+      req.on("response", (h) => {
+        answer.status = Number(h[":status"]);
+        keep(h);
+      });
+      req.on("trailers", keep);
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("error", reject);
+      req.on("close", () => resolve({ ...answer, body: Buffer.concat(chunks).toString("utf8") }));
+      req.end(body);
+    });
+  const envelope = (bytes: number[], flags = 0) => Buffer.concat([Buffer.from([flags, 0, 0, 0, bytes.length]), Buffer.from(bytes)]);
+  const ISSUE = "/vaultgate.partners.v1.PartnersService/IssueToken";
+  const BAD_UTF8 = [0x0a, 0x02, 0xc3, 0x28];
+  const TRUNCATED = [0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f];
+
+  for (const [what, bytes] of [
+    ["a string that is not UTF-8", BAD_UTF8],
+    ["bytes that are not protobuf", TRUNCATED],
+  ] as const) {
+    it(`gRPC: ${what} is INVALID_ARGUMENT with reason INVALID_REQUEST`, async () => {
+      const res = await post(ISSUE, { "content-type": "application/grpc", te: "trailers" }, envelope([...bytes]));
+      expect(res.headers["grpc-status"], decodeURIComponent(res.headers["grpc-message"] ?? "")).to.equal("3");
+      expect(res.headers["grpc-status-details-bin"], "the reason travels as a detail").to.be.a("string");
+    });
+
+    it(`Connect: ${what} is 400 invalid_argument with reason INVALID_REQUEST`, async () => {
+      const res = await post(ISSUE, { "content-type": "application/proto" }, Buffer.from(bytes));
+      expect(res.status, res.body).to.equal(400);
+      const body = JSON.parse(res.body) as { code: string; details?: { debug?: { reason?: string } }[] };
+      expect(body.code).to.equal("invalid_argument");
+      expect(body.details?.[0]?.debug?.reason).to.equal("REASON_INVALID_REQUEST");
+    });
+  }
+
+  it("gRPC: a compressed frame with no encoding, or that does not decompress, is INVALID_ARGUMENT; an unknown encoding UNIMPLEMENTED", async () => {
+    for (const [encoding, status] of [
+      [undefined, "3"],
+      ["gzip", "3"],
+      ["br", "3"],
+      // As the gRPC protocol says, naming the encodings core reads.
+      ["br-unknown", "12"],
+    ] as const) {
+      const headers: Record<string, string> = { "content-type": "application/grpc", te: "trailers", ...(encoding ? { "grpc-encoding": encoding } : {}) };
+      const res = await post(ISSUE, headers, envelope([0x78], 1));
+      expect(res.headers["grpc-status"], `${encoding}: ${decodeURIComponent(res.headers["grpc-message"] ?? "")}`).to.equal(status);
+    }
+  });
+});
