@@ -28,6 +28,15 @@ export function refuseUnreadableRequests(router: ConnectRouter): void {
   }
 }
 
+/** A grpc-message as written (percent-encoded); one that does not decode is not Connect's own. */
+function percentDecoded(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return "";
+  }
+}
+
 async function reclassify(res: UniversalServerResponse): Promise<UniversalServerResponse> {
   const type = res.header?.get("content-type") ?? "";
   const { trailer, body } = res;
@@ -37,8 +46,9 @@ async function reclassify(res: UniversalServerResponse): Promise<UniversalServer
       ...res,
       body: (async function* () {
         yield* body;
-        const message = decodeURIComponent(trailer.get("grpc-message") ?? "");
-        if (trailer.get("grpc-status") === "13" && UNREADABLE.test(message)) setTrailerStatus(trailer, refusal(message));
+        if (trailer.get("grpc-status") !== "13") return;
+        const message = percentDecoded(trailer.get("grpc-message") ?? "");
+        if (UNREADABLE.test(message)) setTrailerStatus(trailer, refusal(message));
       })(),
     };
   }
