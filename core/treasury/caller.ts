@@ -80,24 +80,29 @@ export async function treasuryCaller(
  * A batch request the gateway refused before reading it: audited under the partner the token
  * proves (none proved, no row), answering the gateway's error or audit_unavailable.
  */
-export async function rejectAtEdge(
-  deps: EdgeDeps,
-  ctx: HandlerContext,
-  token: string,
-  rejection: EdgeRejection,
-  subject: string,
-  action = BATCH_ACTION,
-): Promise<never> {
-  const edge = EDGE_REJECTIONS[rejection];
-  if (!edge) return fail(Reason.INVALID_REQUEST, "unknown edge_rejection");
+export async function rejectAtEdge(deps: EdgeDeps, ctx: HandlerContext, token: string, rejection: EdgeRejection, subject: string): Promise<never> {
   let actor: string | undefined;
-  if (token !== "") {
+  if (token !== "" && EDGE_REJECTIONS[rejection]) {
     try {
       actor = `partner:${(await deps.tokens.verify(token)).clientId}`;
     } catch {
       // Unverifiable: the request proves no partner.
     }
   }
+  return refuseAtEdge(deps, ctx, actor, rejection, subject);
+}
+
+/** Audits a gateway's edge refusal under `actor` (none when the request proves no partner) and raises it. */
+export async function refuseAtEdge(
+  deps: AuditDeps,
+  ctx: HandlerContext,
+  actor: string | undefined,
+  rejection: EdgeRejection,
+  subject: string,
+  action = BATCH_ACTION,
+): Promise<never> {
+  const edge = EDGE_REJECTIONS[rejection];
+  if (!edge) return fail(Reason.INVALID_REQUEST, "unknown edge_rejection");
   if (actor) await appendAudit(deps, deps.db, ctx, { actor, action, subject, reason: edge.label });
   return fail(edge.reason, edge.message);
 }

@@ -10,13 +10,13 @@ import {
   type GetTreasuryResponseSchema,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
-import { appendAudit, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
+import { appendAudit, refuseAtEdge, treasuryCaller, type CallerDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
 import { isPartnerId, PARTNER_ID_RULE } from "./batch-request.js";
-import { EDGE_REJECTIONS, PAYOUTS_RECEIVE, toProto } from "./wire.js";
+import { PAYOUTS_RECEIVE, toProto } from "./wire.js";
 
 /** What TreasuryService.GetTreasury needs. */
-export interface GetTreasuryDeps extends CallerDeps, EdgeDeps {
+export interface GetTreasuryDeps extends CallerDeps {
   store: Pick<TreasuryStore, "find">;
 }
 
@@ -34,11 +34,7 @@ export async function getTreasury(
   const caller = await treasuryCaller(deps, ctx, req.accessToken, "treasury.read", "partner.treasury.read", "");
   // A query the gateway does not take is refused like a batch's body problem: after the caller's
   // own checks, so a bad token is 401 and a suspended partner 403 whatever the query says.
-  if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) {
-    const edge = EDGE_REJECTIONS[req.edgeRejection] ?? EDGE_REJECTIONS[EdgeRejection.MALFORMED]!;
-    await appendAudit(deps, deps.db, ctx, { actor: caller.actor, action: "partner.treasury.read", subject: "", reason: edge.label });
-    fail(edge.reason, edge.message);
-  }
+  if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return refuseAtEdge(deps, ctx, caller.actor, req.edgeRejection, "", "partner.treasury.read");
   const treasury = await deps.store.find(caller.partnerId);
   if (!treasury) {
     await appendAudit(deps, deps.db, ctx, {
