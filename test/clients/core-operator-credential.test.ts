@@ -1,30 +1,21 @@
 import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
-import { startStack, uniqueSlug, type TestStack } from "../support/stack.js";
+import { uniqueSlug } from "../support/stack.js";
 import { requirePostgres } from "../support/db.js";
-import { bearerMd, startGrpcCore, type GrpcCore } from "../support/trust.js";
+import { bearerMd, grpcCoreSuite } from "../support/grpc-core.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 /** The operator credential, read however its scheme is written, decides each call alone, under load too. */
 const PARTNERS = "vaultgate.partners.v1.PartnersService";
 
 describe("core's port: the operator credential under concurrent calls", () => {
-  let stack: TestStack;
-  let core: GrpcCore;
-  before(async () => {
-    stack = await startStack();
-    core = await startGrpcCore(stack);
-  });
-  after(async () => {
-    await core?.close();
-    await stack?.close();
-  });
+  const suite = grpcCoreSuite();
 
   it("PostgreSQL only: 120 concurrent user creations, half with a near-miss credential, create exactly the operator's", async function () {
     requirePostgres(this, "concurrent writes on the shared database");
     const good = (i: number) => i % 2 === 0;
     const headerOf = (i: number) => {
-      const token = good(i) ? stack.adminToken : `${stack.adminToken.slice(0, -1)}${stack.adminToken.endsWith("A") ? "B" : "A"}`;
+      const token = good(i) ? suite.stack.adminToken : `${suite.stack.adminToken.slice(0, -1)}${suite.stack.adminToken.endsWith("A") ? "B" : "A"}`;
       const md = bearerMd();
       md.set("authorization", `${["bearer", "BEARER", "Bearer"][i % 3]}  ${token}`);
       // A forged gateway credential and address change nothing.
@@ -33,13 +24,13 @@ describe("core's port: the operator credential under concurrent calls", () => {
       return md;
     };
     const emails = Array.from({ length: 120 }, () => `${uniqueSlug()}@example.com`);
-    const create = (email: string, i: number) => core.call(PARTNERS, "CreateUser", { email }, headerOf(i));
+    const create = (email: string, i: number) => suite.core.call(PARTNERS, "CreateUser", { email }, headerOf(i));
     const outcomes = await Promise.all(
       emails.map((email, i) => (good(i) ? create(email, i).then(() => "OK") : grpcRefusalOf(create(email, i)).then((e) => statusName(e.code)))),
     );
     expect(outcomes.filter((o, i) => o !== (good(i) ? "OK" : statusName(grpc.status.UNAUTHENTICATED)))).to.deep.equal([]);
     for (const [i, email] of emails.entries()) {
-      const found = core.call(PARTNERS, "GetUserByEmail", { email }, bearerMd(stack.adminToken));
+      const found = suite.core.call(PARTNERS, "GetUserByEmail", { email }, bearerMd(suite.stack.adminToken));
       if (good(i)) expect(((await found).user as { email: string }).email).to.equal(email);
       else expect(statusName((await grpcRefusalOf(found)).code)).to.equal("NOT_FOUND");
     }

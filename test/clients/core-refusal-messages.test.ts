@@ -1,8 +1,7 @@
 import { randomUUID } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
-import { startStack, type TestStack } from "../support/stack.js";
-import { bearerMd, startGrpcCore, type GrpcCore } from "../support/trust.js";
+import { bearerMd, grpcCoreSuite } from "../support/grpc-core.js";
 import { expectGrpcRefused } from "../support/refusals.js";
 
 /**
@@ -10,23 +9,17 @@ import { expectGrpcRefused } from "../support/refusals.js";
  * travels in a header, and a long one would reach the caller as a broken stream, not as its refusal.
  */
 describe("core's port: refusal messages stay short", () => {
-  let stack: TestStack;
-  let core: GrpcCore;
-  before(async () => {
-    stack = await startStack();
-    core = await startGrpcCore(stack);
-  });
-  after(async () => {
-    await core?.close();
-    await stack?.close();
-  });
+  const suite = grpcCoreSuite();
 
   const huge = "z".repeat(200_000);
-  const admin = () => bearerMd(stack.adminToken);
+  const admin = () => bearerMd(suite.stack.adminToken);
 
   it("an unknown entitlement of any length is INVALID_ARGUMENT naming the allowed ones (grpc-js)", async () => {
     const req = { partner_id: randomUUID(), entitlements: ["kyc:read", huge, huge] };
-    const err = await expectGrpcRefused(core.call("vaultgate.partners.v1.PartnersService", "SetEntitlements", req, admin()), grpc.status.INVALID_ARGUMENT);
+    const err = await expectGrpcRefused(
+      suite.core.call("vaultgate.partners.v1.PartnersService", "SetEntitlements", req, admin()),
+      grpc.status.INVALID_ARGUMENT,
+    );
     // grpc-js decodes the status message with decodeURI, which leaves ":" and "," percent-encoded.
     const details = decodeURIComponent(err.details);
     expect(details).to.match(/^unknown entitlements: z{40}…; allowed: kyc:read, /);
@@ -36,7 +29,7 @@ describe("core's port: refusal messages stay short", () => {
   it("an unknown consent scope of any length is INVALID_ARGUMENT (grpc-js)", async () => {
     for (const method of ["GrantConsent", "RevokeConsent"]) {
       const req = { client_id: "gpc_none_00000000", user_id: randomUUID(), scopes: { scopes: [huge] } };
-      const err = await expectGrpcRefused(core.call("vaultgate.partners.v1.PartnerResourcesService", method, req, admin()), grpc.status.INVALID_ARGUMENT);
+      const err = await expectGrpcRefused(suite.core.call("vaultgate.partners.v1.PartnerResourcesService", method, req, admin()), grpc.status.INVALID_ARGUMENT);
       const details = decodeURIComponent(err.details);
       expect(details, method).to.match(/^unknown consent scopes: z+…$/);
       expect(details.length, method).to.be.at.most(512);

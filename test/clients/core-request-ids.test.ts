@@ -5,7 +5,7 @@ import type { FastifyInstance } from "fastify";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients } from "../../gateways/core-clients.js";
 import { startStack, type TestStack } from "../support/stack.js";
-import { bearerMd, startGrpcCore, type GrpcCore } from "../support/trust.js";
+import { bearerMd, startGrpcCore, type GrpcCore } from "../support/grpc-core.js";
 
 const REGISTRATION = {
   client_name: "Request id test agent",

@@ -4,7 +4,8 @@ import { createConnectRouter } from "@connectrpc/connect";
 import { admin_only } from "../../gen/vaultgate/common/v1/options_pb.js";
 import { startStack, TEST_ISSUER } from "../support/stack.js";
 import { startIdp } from "../support/oidc-idp.js";
-import { fixtures, generatedServices, startGrpcCore } from "../support/trust.js";
+import { fixtures, generatedServices } from "../support/trust.js";
+import { startGrpcCore } from "../support/grpc-core.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 import type { Ctx, Entry } from "../support/trust-cases.js";

@@ -1,19 +1,17 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import * as grpc from "@grpc/grpc-js";
-import { startStack, type TestStack } from "../support/stack.js";
-import { bearerMd, startGrpcCore, type GrpcCore } from "../support/trust.js";
+import { bearerMd, grpcCoreSuite } from "../support/grpc-core.js";
 import { grpcRefusalOf, statusName } from "../support/refusals.js";
 
 const S = grpc.status;
 
 /** A direct caller's claimed address is not believed: only the gateway, with its credential, may vouch for one. */
 describe("core trusts no caller: the client address behind RegisterClient", () => {
-  let stack: TestStack;
-  let core: GrpcCore;
   const LIMIT = 2;
+  const suite = grpcCoreSuite({ registrationLimitPerMinute: LIMIT });
   const register = (md?: grpc.Metadata) =>
-    core.call(
+    suite.core.call(
       "vaultgate.grants.v1.GrantsService",
       "RegisterClient",
       {
@@ -26,18 +24,9 @@ describe("core trusts no caller: the client address behind RegisterClient", () =
       },
       md,
     );
-  const vouched = (address: string, credential = stack.gatewayToken) =>
+  const vouched = (address: string, credential = suite.stack.gatewayToken) =>
     bearerMd(undefined, { "x-vaultgate-gateway": credential, "x-vaultgate-client-address": address });
   const spoofed = (address: string) => bearerMd(undefined, { "x-vaultgate-client-address": address });
-
-  before(async () => {
-    stack = await startStack({ registrationLimitPerMinute: LIMIT });
-    core = await startGrpcCore(stack);
-  });
-  after(async () => {
-    await core?.close();
-    await stack?.close();
-  });
 
   it("believes an address only from a gateway presenting the gateway credential", async () => {
     // Direct callers claiming a different address each time still share one bucket (other
@@ -55,7 +44,7 @@ describe("core trusts no caller: the client address behind RegisterClient", () =
     expect((await grpcRefusalOf(register())).code).to.equal(S.RESOURCE_EXHAUSTED);
     // A wrong gateway credential is no credential: its addresses land in the same bucket.
     expect((await grpcRefusalOf(register(vouched("203.0.113.7", randomBytes(16).toString("hex"))))).code).to.equal(S.RESOURCE_EXHAUSTED);
-    expect((await grpcRefusalOf(register(vouched("203.0.113.8", stack.adminToken)))).code).to.equal(S.RESOURCE_EXHAUSTED);
+    expect((await grpcRefusalOf(register(vouched("203.0.113.8", suite.stack.adminToken)))).code).to.equal(S.RESOURCE_EXHAUSTED);
     // The gateway vouches: each address has its own bucket.
     for (let i = 0; i < LIMIT; i++) await register(vouched("203.0.113.10"));
     expect((await grpcRefusalOf(register(vouched("203.0.113.10")))).code).to.equal(S.RESOURCE_EXHAUSTED);

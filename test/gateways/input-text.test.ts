@@ -8,7 +8,7 @@ import { postRpc } from "../support/mcp.js";
 import { basic, createPartner, mintPartnerToken, postToken } from "../support/partners.js";
 import { api, createUserFor } from "../support/resources.js";
 import { bindTreasury } from "../support/treasury.js";
-import { bearerMd, startGrpcCore } from "../support/trust.js";
+import { bearerMd, startGrpcCore } from "../support/grpc-core.js";
 import { expectHttpError, expectRefused, grpcRefusalOf, refusalOf } from "../support/refusals.js";
 
 const NUL = "a\u0000b";

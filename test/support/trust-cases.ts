@@ -4,19 +4,8 @@ import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { TestStack } from "./stack.js";
 import type { TestIdp } from "./oidc-idp.js";
 import { ALL_AGENT_SCOPES } from "./budgets.js";
-import {
-  bearerMd,
-  decodeJwt,
-  forgeWithFreshKey,
-  resignWithRealKey,
-  tamperedCopy,
-  unsignedCopy,
-  type AgentToken,
-  type Fixtures,
-  type GrpcCore,
-  type TestUser,
-  type WireResponse,
-} from "./trust.js";
+import { decodeJwt, forgeWithFreshKey, resignWithRealKey, tamperedCopy, unsignedCopy, type AgentToken, type Fixtures, type TestUser } from "./trust.js";
+import { bearerMd, type GrpcCore, type WireResponse } from "./grpc-core.js";
 
 /** The trust table's vocabulary: entries by credential kind, each with its cases. */
 

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { paymentWire, type TestUser, type WireResponse } from "./trust.js";
+import { paymentWire, type TestUser } from "./trust.js";
+import type { WireResponse } from "./grpc-core.js";
 
 import { admin, agent, session, refused, S, type Case, type Ctx, type Entry } from "./trust-cases.js";
 

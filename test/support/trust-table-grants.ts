@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import { bearerMd, decodeJwt, type AgentToken, type TestUser } from "./trust.js";
+import { decodeJwt, type AgentToken, type TestUser } from "./trust.js";
+import { bearerMd } from "./grpc-core.js";
 import { grpcRefusalOf } from "./refusals.js";
 
 import { admin, agent, session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";

@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { uniqueSlug } from "./stack.js";
-import { bearerMd } from "./trust.js";
+import { bearerMd } from "./grpc-core.js";
 import { batchRequest, bindTreasury } from "./treasury.js";
 
 import { admin, partner, ok, refused, consentingUser, S, type Entry } from "./trust-cases.js";

@@ -4,7 +4,8 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { expectGrpcRefused, expectRefused } from "../../support/refusals.js";
 import { softPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { fixtures, startGrpcCore, type GrpcCore } from "../../support/trust.js";
+import { fixtures } from "../../support/trust.js";
+import { startGrpcCore, type GrpcCore } from "../../support/grpc-core.js";
 
 const GRANTS = "vaultgate.grants.v1.GrantsService";
 
