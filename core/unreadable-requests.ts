@@ -1,7 +1,8 @@
-import type { ConnectError, ConnectRouter } from "@connectrpc/connect";
+import { Code, type ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
-import { errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { endStreamFlag, endStreamFromJson, endStreamToJson, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "./errors.js";
 
@@ -18,7 +19,7 @@ function refusal(what: string): ConnectError {
 
 /**
  * Connect answers a request message it cannot decode (not protobuf, a string that is not UTF-8, an
- * unknown compression) with INTERNAL before any interceptor runs; core answers INVALID_REQUEST instead.
+ * unknown compression) with INTERNAL before any interceptor runs, in every protocol; core answers INVALID_REQUEST.
  */
 export function refuseUnreadableRequests(router: ConnectRouter): void {
   for (let i = 0; i < router.handlers.length; i++) {
@@ -37,6 +38,42 @@ function percentDecoded(value: string): string {
   }
 }
 
+/** Connect writes each frame as one chunk: an uncompressed last frame of exactly this kind is the status. */
+function lastFrame(chunk: Uint8Array, flag: number): Uint8Array | undefined {
+  if (chunk.byteLength < 5 || chunk[0] !== flag) return undefined;
+  const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
+  return length === chunk.byteLength - 5 ? chunk.subarray(5) : undefined;
+}
+
+function frame(flag: number, data: Uint8Array): Uint8Array {
+  const out = new Uint8Array(5 + data.byteLength);
+  new DataView(out.buffer).setUint32(1, data.byteLength);
+  out[0] = flag;
+  out.set(data, 5);
+  return out;
+}
+
+/** gRPC-Web's trailer frame, or Connect streaming's end-stream frame, saying INTERNAL of an unreadable request. */
+function refusedFrame(chunk: Uint8Array, grpcWeb: boolean): Uint8Array | undefined {
+  const data = lastFrame(chunk, grpcWeb ? trailerFlag : endStreamFlag);
+  if (!data) return undefined;
+  if (grpcWeb) {
+    const trailer = trailerParse(data);
+    if (trailer.get("grpc-status") !== "13" || !UNREADABLE.test(percentDecoded(trailer.get("grpc-message") ?? ""))) return undefined;
+    setTrailerStatus(trailer, refusal(percentDecoded(trailer.get("grpc-message") ?? "")));
+    return frame(trailerFlag, trailerSerialize(trailer));
+  }
+  let end: ReturnType<typeof endStreamFromJson>;
+  try {
+    end = endStreamFromJson(data);
+  } catch {
+    return undefined;
+  }
+  if (end.error?.code !== Code.Internal || !UNREADABLE.test(end.error.rawMessage)) return undefined;
+  const json = endStreamToJson(end.metadata, refusal(end.error.rawMessage), {});
+  return frame(endStreamFlag, new TextEncoder().encode(JSON.stringify(json)));
+}
+
 async function reclassify(res: UniversalServerResponse): Promise<UniversalServerResponse> {
   const type = res.header?.get("content-type") ?? "";
   const { trailer, body } = res;
@@ -49,6 +86,17 @@ async function reclassify(res: UniversalServerResponse): Promise<UniversalServer
         if (trailer.get("grpc-status") !== "13") return;
         const message = percentDecoded(trailer.get("grpc-message") ?? "");
         if (UNREADABLE.test(message)) setTrailerStatus(trailer, refusal(message));
+      })(),
+    };
+  }
+  // gRPC-Web and Connect streaming: the status is the body's last frame.
+  const framed = /^application\/(grpc-web|connect)\+/.exec(type);
+  if (framed && body && Symbol.asyncIterator in body) {
+    const grpcWeb = framed[1] === "grpc-web";
+    return {
+      ...res,
+      body: (async function* () {
+        for await (const chunk of body) yield refusedFrame(chunk, grpcWeb) ?? chunk;
       })(),
     };
   }

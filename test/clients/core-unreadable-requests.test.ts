@@ -38,7 +38,7 @@ describe("core's port: unreadable request messages are the caller's error", () =
       req.on("trailers", keep);
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("error", reject);
-      req.on("close", () => resolve({ ...answer, body: Buffer.concat(chunks).toString("utf8") }));
+      req.on("close", () => resolve({ ...answer, body: Buffer.concat(chunks).toString("latin1") }));
       req.end(body);
     });
   const envelope = (bytes: number[], flags = 0) => Buffer.concat([Buffer.from([flags, 0, 0, 0, bytes.length]), Buffer.from(bytes)]);
@@ -64,6 +64,49 @@ describe("core's port: unreadable request messages are the caller's error", () =
       expect(body.details?.[0]?.debug?.reason).to.equal("REASON_INVALID_REQUEST");
     });
   }
+
+  // The status of gRPC-Web, and of Connect's streaming protocol, travels in the body's last frame.
+  const lastFrame = (body: string) => {
+    const bytes = Buffer.from(body, "latin1");
+    let at = 0;
+    let last = { flags: -1, data: "" };
+    while (at + 5 <= bytes.length) {
+      const length = bytes.readUInt32BE(at + 1);
+      last = { flags: bytes[at]!, data: bytes.subarray(at + 5, at + 5 + length).toString("utf8") };
+      at += 5 + length;
+    }
+    return last;
+  };
+  const TAIL = "/vaultgate.audit.v1.AuditService/TailRecords";
+  const operator = () => ({ authorization: `Bearer ${stack.adminToken}` });
+
+  for (const [what, path, auth] of [
+    ["a unary call", ISSUE, () => ({})],
+    ["the operator's audit stream", TAIL, operator],
+  ] as const) {
+    it(`gRPC-Web, ${what}: a string that is not UTF-8 is INVALID_ARGUMENT with its reason`, async () => {
+      const res = await post(path, { "content-type": "application/grpc-web+proto", ...auth() }, envelope(BAD_UTF8));
+      const trailer = lastFrame(res.body);
+      expect(trailer.flags, "a trailer frame").to.equal(0x80);
+      expect(trailer.data).to.match(/grpc-status: 3\r\n/);
+      expect(trailer.data).to.match(/grpc-status-details-bin: /);
+      expect(decodeURIComponent(trailer.data)).to.contain("the request message cannot be read");
+    });
+  }
+
+  it("Connect streaming, the operator's audit stream: bytes that are not protobuf are invalid_argument with reason INVALID_REQUEST", async () => {
+    const res = await post(TAIL, { "content-type": "application/connect+proto", ...operator() }, envelope(TRUNCATED));
+    const end = lastFrame(res.body);
+    expect(end.flags, "an end-stream frame").to.equal(2);
+    const { error } = JSON.parse(end.data) as { error?: { code: string; details?: { debug?: { reason?: string } }[] } };
+    expect(error?.code, end.data).to.equal("invalid_argument");
+    expect(error?.details?.[0]?.debug?.reason).to.equal("REASON_INVALID_REQUEST");
+  });
+
+  it("Connect streaming: a readable request keeps its own answer (an operator credential is still required)", async () => {
+    const res = await post(TAIL, { "content-type": "application/connect+proto" }, envelope(TRUNCATED));
+    expect(JSON.parse(lastFrame(res.body).data).error.code).to.equal("unauthenticated");
+  });
 
   it("gRPC: a compressed frame with no encoding, or that does not decompress, is INVALID_ARGUMENT; an unknown encoding UNIMPLEMENTED", async () => {
     for (const [encoding, status] of [
