@@ -113,6 +113,8 @@ export interface CoreOptions {
   refreshGraceSeconds?: number;
   /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/reference/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
+  /** Passkey and provider sign-ins started without a session, per client address per minute (docs/reference/agent-oauth.md); default 30. */
+  signinFlowStartsPerMinute?: number;
   /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/reference/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;
   /** Name servers and timeout of the lookups for client metadata documents and webhook URLs, and the former's concurrency; default the system's servers. */
@@ -244,6 +246,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const mailer = createMailer({ db, signinCodeKey, smtp: options.smtp });
     const on = (method: string) => !options.signinMethods || options.signinMethods.includes(method);
     const oidcSettings = on("oidc") ? options.oidc : undefined;
+    const identity = { db, audit, clock, logger, sessionTtlMs: SESSION_TTL_MS };
     logger.info(mailer.describe());
     const routes = createRoutes({
       health: createHealthService({ db, keyring, audit, settlementReady: settlement.ready }),
@@ -264,6 +267,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         urnNamespace: options.urnNamespace ?? "vaultgate",
         refreshGraceSeconds: options.refreshGraceSeconds ?? 30,
         registrationLimitPerMinute: options.registrationLimitPerMinute ?? 20,
+        signinFlowStartsPerMinute: options.signinFlowStartsPerMinute,
         clientFailuresPerMinute: options.clientSecretFailuresPerMinute ?? 30,
         clientMetadataAllowPrivate: options.clientMetadataAllowPrivate ?? false,
         signinCodeKey,
@@ -274,26 +278,12 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         vaults: createGrantVaultsStore(),
         oidc: oidcSettings
           ? createOidcSignin({
-              db,
-              audit,
-              clock,
-              logger,
+              ...identity,
               provider: oidcSettings,
               redirectUri: `${(options.appUrl ?? options.issuer).replace(/\/+$/, "")}/signin/oidc/callback`,
-              sessionTtlMs: SESSION_TTL_MS,
             })
           : undefined,
-        passkeys: createPasskeys({
-          db,
-          audit,
-          clock,
-          logger,
-          mailer,
-          appUrl: options.appUrl ?? options.issuer,
-          authUrl: options.authUrl,
-          sessionTtlMs: SESSION_TTL_MS,
-          offered: on("passkey"),
-        }),
+        passkeys: createPasskeys({ ...identity, mailer, appUrl: options.appUrl ?? options.issuer, authUrl: options.authUrl, offered: on("passkey") }),
       }),
       partners: createPartnersService({
         db,

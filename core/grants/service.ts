@@ -13,6 +13,7 @@ import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signi
 import { createKnownBrowsers } from "../identity/known-browsers.js";
 import type { Mailer } from "../identity/mail/mailer.js";
 import type { OidcSignin } from "../identity/oidc.js";
+import { SIGNIN_FLOW_STARTS_PER_MINUTE } from "../identity/flow-starts.js";
 import { completeProviderSignIn, startProviderSignIn } from "../identity/provider-signin.js";
 import type { Passkeys } from "../identity/passkeys.js";
 import {
@@ -67,6 +68,8 @@ export interface GrantsServiceDeps {
   clientFailuresPerMinute?: number;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
+  /** Passkey and provider sign-ins started without a session, per minute per client address (default SIGNIN_FLOW_STARTS_PER_MINUTE). */
+  signinFlowStartsPerMinute?: number;
   /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate?: boolean;
   /** The key outside the database behind sign-in code hashes and the dev outbox (core/keys/outside-keys.ts). */
@@ -148,8 +151,9 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     inFlight: deps.inFlight,
   };
   const owner = { db, sessions, agents, grants, audit, clock, outbox, inFlight: deps.inFlight, cursors: deps.cursors };
-  const provider = { oidc: deps.oidc, sessions, clock, browsers };
-  const passkeys = { passkeys: deps.passkeys, sessions, browsers };
+  const flowStarts = { rateLimits: deps.rateLimits, clock, perMinute: deps.signinFlowStartsPerMinute ?? SIGNIN_FLOW_STARTS_PER_MINUTE };
+  const provider = { oidc: deps.oidc, sessions, clock, browsers, flowStarts };
+  const passkeys = { passkeys: deps.passkeys, sessions, browsers, flowStarts };
 
   return {
     getJwks: () => getJwks({ keyring }),
@@ -178,13 +182,13 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     getSession: (req) => getSession({ sessions }, req),
     endSession: (req) => endSession({ db, sessions, store: signIn.store, clock }, req),
     listOutbox: (req) => listOutbox({ db, outbox }, req),
-    startProviderSignIn: (req) => startProviderSignIn(provider, req),
+    startProviderSignIn: (req, ctx) => startProviderSignIn(provider, req, ctx),
     completeProviderSignIn: (req, ctx) => completeProviderSignIn(provider, req, ctx),
     startPasskeyRegistration: (req) => startPasskeyRegistration(passkeys, req),
     finishPasskeyRegistration: (req, ctx) => finishPasskeyRegistration(passkeys, req, ctx),
     listPasskeys: (req) => listPasskeys(passkeys, req),
     removePasskey: (req, ctx) => removePasskey(passkeys, req, ctx),
-    startPasskeyAssertion: (req) => startPasskeyAssertion(passkeys, req),
+    startPasskeyAssertion: (req, ctx) => startPasskeyAssertion(passkeys, req, ctx),
     finishPasskeyAssertion: (req, ctx) => finishPasskeyAssertion(passkeys, req, ctx),
   };
 }

@@ -10,6 +10,7 @@ import type {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
+import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -19,6 +20,8 @@ export interface PasskeyRpcDeps {
   sessions: SessionVerifier;
   /** Completing a sign-in marks the browser as known (core/identity/known-browsers.ts). */
   browsers: KnownBrowsers;
+  /** Starts without a session are limited per client address (core/identity/flow-starts.ts). */
+  flowStarts: FlowStartLimit;
 }
 
 const seconds = (d: Date | null) => (d ? BigInt(Math.floor(d.getTime() / 1000)) : 0n);
@@ -76,11 +79,11 @@ export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequ
 }
 
 /** GrantsService.StartPasskeyAssertion: step-up options with a session, sign-in options without. */
-export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest) {
+export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest, ctx: HandlerContext) {
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const r = s
     ? await deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId })
-    : await deps.passkeys.authenticationOptions("sign_in");
+    : await limitFlowStart(deps.flowStarts, ctx, () => deps.passkeys.authenticationOptions("sign_in"));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 
