@@ -75,6 +75,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     migrate: false,
     // Every suite registers from 127.0.0.1; the limit has its own test.
     registrationLimitPerMinute: 1_000_000,
+    signinFlowStartsPerMinute: 1_000_000,
     // Every test receiver listens on loopback; the refusal of private receivers has its own test.
     webhookAllowPrivate: true,
     signinMethods,
