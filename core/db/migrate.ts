@@ -45,6 +45,7 @@ import * as m0044 from "./migrations/0044-canonical-emails.js";
 import * as m0045 from "./migrations/0045-budget-endings.js";
 import * as m0046 from "./migrations/0046-decline-revoked-open-payments.js";
 import * as m0047 from "./migrations/0047-agents-by-user.js";
+import * as m0048 from "./migrations/0048-mail-expiry.js";
 
 interface Migration {
   name: string;
@@ -99,6 +100,7 @@ const migrations: Migration[] = [
   { name: "0045-budget-endings", ...m0045 },
   { name: "0046-decline-revoked-open-payments", ...m0046 },
   { name: "0047-agents-by-user", ...m0047 },
+  { name: "0048-mail-expiry", ...m0048 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

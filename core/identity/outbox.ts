@@ -12,6 +12,8 @@ export interface OutboxMessage {
   subject: string;
   body: string;
   at: Date;
+  /** A message carrying a one-time code: the code's expiry (the message is not sent after it). */
+  expiresAt?: Date;
 }
 
 /**
@@ -22,7 +24,8 @@ export function createOutbox(deps: { mailer: Mailer; signinCodeKey: Buffer }) {
   const dev = createDevOutboxStore(mailBoxes(deps.signinCodeKey).dev);
   return {
     mode: deps.mailer.mode,
-    send: (conn: Knex | Knex.Transaction, m: OutboxMessage) => deps.mailer.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at }),
+    send: (conn: Knex | Knex.Transaction, m: OutboxMessage) =>
+      deps.mailer.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at, expiresAt: m.expiresAt }),
     /** The newest dev outbox messages, opened (to one address when given). */
     list: (conn: Knex | Knex.Transaction, email: string | undefined) => dev.list(conn, email),
   };

@@ -124,6 +124,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
       },
     );
   }
+  const expiresAt = new Date(now.getTime() + OTP_TTL_MS);
   await deps.db
     .transaction(async (trx) => {
       await deps.store.insertChallenge(trx, {
@@ -135,7 +136,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
         codeHash: deps.hashCode(id, code),
         attempts: 0,
         createdAt: now,
-        expiresAt: new Date(now.getTime() + OTP_TTL_MS),
+        expiresAt,
         consumedAt: null,
       });
       if (userId) {
@@ -145,6 +146,7 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
           subject: `Your Vaultgate code: ${code}`,
           body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
           at: now,
+          expiresAt,
         });
         await audit(deps, trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
       }

@@ -11,6 +11,8 @@ export interface MailMessage {
   subject: string;
   body: string;
   at: Date;
+  /** A message carrying a one-time code: the code's expiry, after which the message is dropped unsent. */
+  expiresAt?: Date;
 }
 
 /** A leased outbox row, opened. */
@@ -23,6 +25,8 @@ export interface LeasedMail {
   /** The attempt this lease is (1 for the first); results are recorded only for the latest. */
   attempts: number;
   createdAt: Date;
+  /** Past this the message is not sent (null: it never expires). */
+  expiresAt: Date | null;
 }
 
 /** Marks a text sealed under the outside key. */
@@ -50,6 +54,7 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
         body: SEALED + box.seal(m.body),
         created_at: m.at,
         next_attempt_at: m.at,
+        expires_at: m.expiresAt ?? null,
       });
       return id;
     },
@@ -64,7 +69,7 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
         `UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ?
           WHERE seq IN (SELECT seq FROM mail_outbox WHERE state = 'pending' AND next_attempt_at <= ?
                          ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED)
-          RETURNING seq, id, recipient, subject, body, attempts, created_at`,
+          RETURNING seq, id, recipient, subject, body, attempts, created_at, expires_at`,
         [leaseUntil, now, limit],
       );
       const rows = (res.rows ?? []) as {
@@ -75,6 +80,7 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
         body: string;
         attempts: number;
         created_at: Date | string;
+        expires_at: Date | string | null;
       }[];
       return rows
         .map((r) => ({
@@ -85,6 +91,7 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
           body: open(r.body),
           attempts: Number(r.attempts),
           createdAt: new Date(r.created_at),
+          expiresAt: r.expires_at == null ? null : new Date(r.expires_at),
         }))
         .sort((a, b) => a.seq - b.seq);
     },
@@ -95,6 +102,12 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
         `UPDATE mail_outbox SET state = 'sent', sent_at = ?, last_error = NULL WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`,
         [at, seq, attempts],
       );
+      return (res.rows ?? []).length === 1;
+    },
+
+    /** Removes an unsent message that expired; false when a later lease owns the row. */
+    async dropExpired(seq: number, attempts: number): Promise<boolean> {
+      const res = await db.raw(`DELETE FROM mail_outbox WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`, [seq, attempts]);
       return (res.rows ?? []).length === 1;
     },
 

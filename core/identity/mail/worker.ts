@@ -39,7 +39,8 @@ export function mailBackoffMs(attempts: number, baseMs: number, maxMs: number, r
 
 /**
  * Sends the mail outbox: a message leaves only once a server accepted it, and every failure is
- * retried later, so an outage delays mail and loses none (at least once, same Message-ID).
+ * retried later, so an outage delays mail and loses none (at least once, same Message-ID),
+ * except a one-time code's message, dropped once the code has expired.
  */
 export function createMailWorker(options: MailWorkerOptions): MailWorker {
   const baseMs = options.baseDelayMs ?? 5_000;
@@ -54,6 +55,12 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
     const now = options.clock();
     const leased = await outbox.lease(now, new Date(now.getTime() + leaseMs), batchSize);
     for (const m of leased) {
+      // Its code can no longer be used: receiving it late would only confuse the person.
+      if (m.expiresAt && m.expiresAt.getTime() <= options.clock().getTime()) {
+        if (await outbox.dropExpired(m.seq, m.attempts))
+          logger.warn({ mail: m.id, attempts: m.attempts - 1 }, "mail dropped unsent: the one-time code in it has expired");
+        continue;
+      }
       let error: string;
       try {
         await transport.send({ id: m.id, to: m.to, subject: m.subject, body: m.body });
