@@ -111,6 +111,33 @@ describe("mail outbox sent by SMTP", () => {
     expect(log.text()).not.to.match(/10000\d/);
   });
 
+  it("an outage outliving a code drops its message unsent; a code still valid and a notice (no expiry) are delivered once", async () => {
+    const clock = createTestClock();
+    let accepting = false;
+    smtp = await startSmtpServer({ answer: () => (accepting ? { accept: true } : { accept: false, code: 421 }) });
+    const { mailer, worker, log } = setUp(clock);
+    const to = address();
+    const at = clock();
+    const code = (n: string, minutes: number) =>
+      db.transaction((trx) =>
+        mailer.queue(trx, { to, subject: `Your Vaultgate code: ${n}`, body: `Use ${n} to sign in.`, at, expiresAt: new Date(at.getTime() + minutes * 60_000) }),
+      );
+    const expired = await code("141421", 10);
+    await code("173205", 30);
+    await queue(mailer, to, "Vaultgate: kill switch used", "Every agent's access was revoked.", at);
+    await worker.runOnce();
+    expect(smtp.to(to)).to.have.length(0);
+    clock.advance(11 * 60_000);
+    accepting = true;
+    while ((await worker.runOnce()) > 0);
+    expect(smtp.to(to).map((m) => m.subject)).to.have.members(["Your Vaultgate code: 173205", "Vaultgate: kill switch used"]);
+    expect(await db("mail_outbox").where({ id: expired })).to.have.length(0);
+    expect(log.text()).to.include("mail dropped unsent: the one-time code in it has expired");
+    expect(log.text()).to.include(expired);
+    expect(log.text()).not.to.include(to);
+    expect(log.text()).not.to.include("141421");
+  });
+
   it("a mail server that is down (connection refused) delays mail until it is up", async () => {
     smtp = await startSmtpServer();
     const port = smtp.port;
