@@ -25,10 +25,12 @@ export async function limitFlowStart<T>(limit: FlowStartLimit, ctx: HandlerConte
   const key = `signin-flow-start:${ctx.values.get(kClientAddress)}`;
   const now = limit.clock();
   const hit = await limit.rateLimits.hit(key, limit.perMinute, 60, now);
-  if (!hit.allowed)
-    fail(Reason.RATE_LIMITED, `too many sign-ins were started from your network in the last minute; try again in ${hit.retryAfterSeconds} seconds`, {
+  if (!hit.allowed) {
+    const wait = `${hit.retryAfterSeconds} second${hit.retryAfterSeconds === 1 ? "" : "s"}`;
+    fail(Reason.RATE_LIMITED, `too many sign-ins were started from your network in the last minute; try again in ${wait}`, {
       retryAfterSeconds: hit.retryAfterSeconds,
     });
+  }
   try {
     return await start();
   } catch (err) {
