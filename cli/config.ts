@@ -43,6 +43,8 @@ export interface Config {
   gatewayToken: string | undefined;
   tokenIssuanceLimitPerMinute: number;
   registrationLimitPerMinute: number;
+  /** Passkey and provider sign-ins started without a session, per client address per minute. */
+  signinFlowStartsPerMinute: number;
   /** Agent budget provisioning starts per parent vault per minute. */
   provisioningLimitPerMinute: number;
   /** Partner resource requests per minute per partner and operation (docs/reference/partner-api.md). */
@@ -179,6 +181,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     gatewayToken,
     tokenIssuanceLimitPerMinute: intSetting(env, "TOKEN_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
     registrationLimitPerMinute: intSetting(env, "REGISTRATION_RATE_LIMIT_PER_MINUTE", 20, 1, 1_000_000),
+    signinFlowStartsPerMinute: intSetting(env, "SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE", 30, 1, 1_000_000),
     provisioningLimitPerMinute: intSetting(env, "PROVISIONING_RATE_LIMIT_PER_MINUTE", 10, 1, 1_000_000),
     partnerResourceLimitPerMinute: intSetting(env, "PARTNER_RESOURCE_RATE_LIMIT_PER_MINUTE", 1200, 1, 1_000_000_000),
     kycSandboxUrl: env.KYC_SANDBOX_URL ? urlSetting(env, "KYC_SANDBOX_URL", "") : undefined,

@@ -96,6 +96,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
         partnerAudience: config.partnerAudience,
         tokenIssuanceLimitPerMinute: config.tokenIssuanceLimitPerMinute,
         registrationLimitPerMinute: config.registrationLimitPerMinute,
+        signinFlowStartsPerMinute: config.signinFlowStartsPerMinute,
         appUrl: config.appUrl,
         authUrl: config.authUrl,
         provisioningLimitPerMinute: config.provisioningLimitPerMinute,

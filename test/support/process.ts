@@ -25,7 +25,16 @@ export async function startServiceProcess(role: "all" | "core" | "gateway", env:
   // VAULTGATE_PROFILE_DIR: write a V8 CPU profile of each service process (benchmarks).
   const profile = process.env.VAULTGATE_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.VAULTGATE_PROFILE_DIR}`] : [];
   const child = spawn(process.execPath, [...profile, bin, "serve", "--role", role], {
-    env: { ...process.env, PORT: "0", CORE_PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "info", REGISTRATION_RATE_LIMIT_PER_MINUTE: "1000000", ...env },
+    env: {
+      ...process.env,
+      PORT: "0",
+      CORE_PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "info",
+      REGISTRATION_RATE_LIMIT_PER_MINUTE: "1000000",
+      SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE: "1000000",
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";

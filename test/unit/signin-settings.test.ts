@@ -25,6 +25,11 @@ describe("sign-in settings", () => {
     expect(c.signinMethods).to.deep.equal(["oidc", "passkey", "email"]);
   });
 
+  it("limits sign-in flow starts to 30 a minute per client address unless SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE says otherwise", () => {
+    expect(loadConfig({}).signinFlowStartsPerMinute).to.equal(30);
+    expect(loadConfig({ SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE: "300" }).signinFlowStartsPerMinute).to.equal(300);
+  });
+
   const refused: [Record<string, string>, RegExp][] = [
     [{ SMTP_URL: "smtp://mail.example.com" }, /together/],
     [{ SMTP_URL: "https://mail.example.com", MAIL_FROM: "a@example.com" }, /smtp:\/\/ .*smtps:\/\//],
@@ -36,6 +41,8 @@ describe("sign-in settings", () => {
     [{ SIGNIN_METHODS: "email,sms" }, /comma-separated list/],
     [{ SIGNIN_METHODS: "oidc" }, /set OIDC_ISSUER/],
     [{ ...oidc, SIGNIN_METHODS: "email" }, /does not offer oidc/],
+    [{ SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE: "0" }, /SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE/],
+    [{ SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE: "many" }, /SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE/],
   ];
   for (const [env, message] of refused) {
     it(`refuses ${JSON.stringify(env)} at start, naming the setting and never a secret`, () => {
