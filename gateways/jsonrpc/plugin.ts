@@ -4,6 +4,7 @@ import type { CoreClients } from "../core-clients.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
+import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller, type Reply } from "./dispatch.js";
 import { RpcCode, RpcError, rpcErrorFrom } from "./envelope.js";
@@ -54,7 +55,13 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
   app.addContentTypeParser("*", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, _body, done) => done(null, NOT_JSON));
 
+  // A compressed body: the wrong content type's 415, its message naming the coding.
+  app.addHook(
+    "onRequest",
+    refuseEncodedBodies((message) => new EncodingRefused(RpcCode.INVALID_REQUEST, `Invalid Request: ${message}`, { reason_id: "unsupported_media_type" })),
+  );
   app.setErrorHandler((err: unknown, request, reply) => {
+    if (err instanceof EncodingRefused) return send(reply, 415, [errorReply(null, err, request.id)]);
     const status = (err as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
       return send(reply, status, [
@@ -148,6 +155,9 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
 }
 
 const NOT_JSON = Symbol("not json");
+
+/** The JSON-RPC error of a body in a content coding the gateway does not decode. */
+class EncodingRefused extends RpcError {}
 
 function isInitialize(raw: unknown): boolean {
   return isObject(raw) && raw.method === "initialize";

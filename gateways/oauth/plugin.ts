@@ -4,6 +4,7 @@ import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { formDecode, parseForm } from "../shared/form.js";
+import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
 import { agentTokenJson } from "../shared/token-response.js";
@@ -41,6 +42,14 @@ const invalidClient = () => new OAuthRequestError({ status: 401, error: "invalid
  */
 export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOptions) {
   const { grants, urls } = options;
+  // A compressed body is refused as a wrong content type is, with the 415 that names it.
+  app.addHook(
+    "onRequest",
+    refuseEncodedBodies((description, request) => {
+      const error = request.url.startsWith("/oauth2/register") ? "invalid_client_metadata" : "invalid_request";
+      return new OAuthRequestError({ status: 415, error, description });
+    }),
+  );
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   // Registration parses JSON itself, so malformed bodies get RFC 7591's error, not fastify's.
   app.removeContentTypeParser("application/json");

@@ -83,6 +83,11 @@ export function partnerOpenApi(serverUrl: string) {
               headers: requestIdHeader,
               content: { "application/json": { schema: ref("OAuthError") } },
             },
+            "415": {
+              description: "invalid_request: a Content-Encoding other than identity",
+              headers: { ...requestIdHeader, "Accept-Encoding": { schema: { const: "identity" } } },
+              content: { "application/json": { schema: ref("OAuthError") } },
+            },
             "429": {
               description: "rate_limited",
               headers: { ...requestIdHeader, "Retry-After": { schema: { const: "60" } } },
@@ -101,7 +106,7 @@ export function partnerOpenApi(serverUrl: string) {
           responses: {
             "201": json(ref("PreCreateResponse"), "this partner's first pre-create of the e-mail"),
             "200": json(ref("PreCreateResponse"), "repeat: same user_id, created false"),
-            ...resourceErrors(...common, "413"),
+            ...resourceErrors(...common, "413", "415"),
           },
         },
       },
@@ -119,7 +124,7 @@ export function partnerOpenApi(serverUrl: string) {
           summary: "Hosted verification link (kyc:read)",
           parameters: [userIdParam],
           requestBody: { required: false, content: { "application/json": { schema: ref("KycLinkRequest") } } },
-          responses: { "201": json(ref("KycLink"), "hosted link"), ...resourceErrors(...common, "404", "409", "413") },
+          responses: { "201": json(ref("KycLink"), "hosted link"), ...resourceErrors(...common, "404", "409", "413", "415") },
         },
       },
       "/users/{user_id}/wallets": {
@@ -191,6 +196,7 @@ export function partnerOpenApi(serverUrl: string) {
           ["404", "user_not_found; treasury: treasury_not_configured, or not_found for an unknown payout", {}],
           ["409", "kyc_provider_conflict; treasury: insufficient_funds, idempotency_conflict or execution_conflict", {}],
           ["413", "body_too_large", {}],
+          ["415", "unsupported_media_type: a Content-Encoding other than identity", { "Accept-Encoding": { required: true, schema: { const: "identity" } } }],
           ["429", "rate_limited", { "Retry-After": { required: true, schema: { const: "60" } } }],
           ["500", "internal_error", {}],
           ["503", "auth_unavailable, audit_unavailable or provider_unavailable", {}],
@@ -244,6 +250,7 @@ export function partnerOpenApi(serverUrl: string) {
                     "not_found",
                     "kyc_provider_conflict",
                     "body_too_large",
+                    "unsupported_media_type",
                     "rate_limited",
                     "internal_error",
                     "auth_unavailable",

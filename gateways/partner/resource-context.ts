@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { findBadText } from "../shared/text.js";
+import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
@@ -15,6 +16,10 @@ const NOT_JSON = Symbol("not-json");
  * and not-found handlers), so the resource and treasury routes share one envelope.
  */
 export function installResourceContext(app: FastifyInstance, options: { notFoundHandler?: boolean } = {}) {
+  app.addHook(
+    "onRequest",
+    refuseEncodedBodies((message) => new ResourceError(415, "unsupported_media_type", message)),
+  );
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = String(body);

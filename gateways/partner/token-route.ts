@@ -3,6 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
+import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { basicClientId, parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { noteRefusal } from "../request-log.js";
@@ -37,6 +38,10 @@ interface Credentials {
 
 /** POST /oauth/token: partner client_credentials. */
 export async function tokenRoute(app: FastifyInstance, options: TokenRouteOptions) {
+  app.addHook(
+    "onRequest",
+    refuseEncodedBodies((description) => new TokenRequestError({ status: 415, error: "invalid_request", description })),
+  );
   // Raw string so duplicates and malformed encoding can be seen (fastify's parsers hide them).
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   // Any other content type reaches the handler, which refuses it as invalid_request.

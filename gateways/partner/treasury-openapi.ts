@@ -121,7 +121,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
           "200": h.json(h.ref("Batch"), "batch executed, or the replay of the first answer for this key", {
             "Idempotent-Replayed": { description: "present on a replay", required: false, schema: { const: "true" } },
           }),
-          ...h.errors("404", "409", "413"),
+          ...h.errors("404", "409", "413", "415"),
         },
       },
     },

@@ -5,6 +5,7 @@ import type { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.j
 import type { PublicUrls } from "../shared/public-urls.js";
 import { BAD_ADDRESS, createWebContext, FORM_TYPE, PageError, setPageHeaders, wellFormedQuery } from "./context.js";
 import { pageErrorHandler } from "./page-errors.js";
+import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { signInRoutes } from "./routes/signin.js";
 import { providerSignInRoutes } from "./routes/provider-signin.js";
 import { authorizeRoutes } from "./routes/authorize.js";
@@ -26,6 +27,10 @@ const FORM_LIMIT = 16 * 1024;
  * form, every value escaped. This file only assembles, so its hooks and handlers reach every route.
  */
 export async function webGateway(app: FastifyInstance, options: WebGatewayOptions) {
+  app.addHook(
+    "onRequest",
+    refuseEncodedBodies((message) => new PageError(415, "This form could not be read", `${message}.`)),
+  );
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   app.addHook("onSend", async (_request, reply) => {
     setPageHeaders(reply);
