@@ -42,6 +42,11 @@ export interface AccessRequest {
   auditRead?: boolean;
   /** Also return the user's verification record (GET /kyc in one round trip). */
   withKyc?: boolean;
+  /**
+   * A gateway's refusal of the request's shape: after the partner-level checks (token, partner,
+   * rate limit) it is refused invalid_request with this text, audited, and no user is looked at.
+   */
+  requestProblem?: string;
 }
 
 export interface PartnerPrincipal {
@@ -63,40 +68,42 @@ export interface PartnerPrincipal {
 export function createPartnerAccess(deps: PartnerAccessDeps) {
   async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
     const token = await deps.verifier.verify(req.token);
-    if (req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
+    const problem = req.requestProblem || undefined;
+    if (problem === undefined && req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
+    const userId = problem === undefined ? req.userId : undefined;
     seen.actor = `partner:${token.clientId}`;
     const now = deps.clock();
     const windowStart = new Date(Math.floor(now.getTime() / RATE_WINDOW_MS) * RATE_WINDOW_MS);
     const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
-    const auditFault = req.auditRead ? deps.auditFault?.() : undefined;
+    const auditRead = req.auditRead && problem === undefined;
+    const auditFault = auditRead ? deps.auditFault?.() : undefined;
     const tokenHasScope = req.scope !== undefined && token.scopes.includes(req.scope);
     let row: Awaited<ReturnType<typeof deps.resources.readAccess>>;
     try {
       row = await deps.resources.readAccess({
         clientId: token.clientId,
-        userId: req.userId ?? null,
+        userId: userId ?? null,
         rateKey: `partner-resource:${token.clientId}:${req.operation}`,
         windowStart,
         limit,
         scope: req.scope,
         tokenHasScope,
         audit:
-          req.auditRead && !auditFault
-            ? { ...callFacts(ctx), actor: seen.actor, action: `partner.${req.operation}`, subject: req.userId ?? "", at: now }
-            : undefined,
-        withKyc: req.withKyc,
+          auditRead && !auditFault ? { ...callFacts(ctx), actor: seen.actor, action: `partner.${req.operation}`, subject: userId ?? "", at: now } : undefined,
+        withKyc: req.withKyc && problem === undefined,
       });
     } catch (err) {
       // The statement carries the audit INSERT: if it fails, the read is withheld.
-      if (req.auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
+      if (auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
       throw err;
     }
     // A validly signed token for a partner that no longer exists verifies nothing.
     if (!row) fail(Reason.INVALID_TOKEN, "the access token is invalid");
     if (row.partnerStatus !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
     if (row.rateCount > limit) fail(Reason.RATE_LIMITED, "too many requests for this operation", { retryAfterSeconds: 60 });
+    if (problem !== undefined) fail(Reason.INVALID_REQUEST, problem);
     const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
-    if (req.userId === undefined) return principal;
+    if (userId === undefined) return principal;
     // Ids that belong only to another partner look exactly like unknown ids.
     if (!row.userExists || (!row.hasReceipt && !row.hasConsent)) fail(Reason.USER_NOT_FOUND, "no such user for this partner");
     if (row.userStatus !== "active") fail(Reason.USER_INACTIVE, "the user's account is not active");
@@ -105,7 +112,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     if (!isConsentScope || !tokenHasScope || !row.consentCovers) {
       fail(Reason.GRANT_REQUIRED, scope ? `this resource needs ${scope} in both the token and the user's consent` : "grant required");
     }
-    if (req.auditRead) {
+    if (auditRead) {
       if (auditFault) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditFault);
       // Every check above passed, so the statement's guarded INSERT must have run.
       if (!row.audited) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted");

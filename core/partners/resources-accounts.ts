@@ -64,7 +64,14 @@ export async function listWallets(
   req: ListWalletsRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ListWalletsResponseSchema>> {
-  await deps.access.authorize(ctx, { token: req.accessToken, operation: "wallets.read", userId: req.userId, scope: "wallet:read", auditRead: true });
+  await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "wallets.read",
+    userId: req.userId,
+    scope: "wallet:read",
+    auditRead: true,
+    requestProblem: req.requestProblem,
+  });
   const wallets = await deps.resources.listWallets(deps.db, req.userId);
   return { userId: req.userId, wallets };
 }
@@ -75,7 +82,14 @@ export async function getUsAccount(
   req: GetUsAccountRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof GetUsAccountResponseSchema>> {
-  await deps.access.authorize(ctx, { token: req.accessToken, operation: "us_account.read", userId: req.userId, scope: "us_account:read", auditRead: true });
+  await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "us_account.read",
+    userId: req.userId,
+    scope: "us_account:read",
+    auditRead: true,
+    requestProblem: req.requestProblem,
+  });
   const account = await deps.resources.getUsAccount(deps.db, req.userId);
   return usAccountOut(req.userId, account);
 }
@@ -86,7 +100,13 @@ export async function listTransfers(
   req: ListTransfersRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ListTransfersResponseSchema>> {
-  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "transfers.read", userId: req.userId, scope: "transfers:read" });
+  const principal = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "transfers.read",
+    userId: req.userId,
+    scope: "transfers:read",
+    requestProblem: req.requestProblem,
+  });
   const binding = `t:${principal.partnerId}:${req.userId}`;
   const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "transfers.read", req.userId, async () => position(deps, req.page, binding));
   const rows = await listTransfersOf(deps.db, req.userId, after, limit + 1);

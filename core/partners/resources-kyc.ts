@@ -61,6 +61,7 @@ export async function getKycStatus(
     scope: "kyc:read",
     auditRead: true,
     withKyc: true,
+    requestProblem: req.requestProblem,
   });
   return kycOut(principal.kyc ?? { userId: req.userId, status: "not_started", provider: null, updatedAt: principal.userCreatedAt ?? deps.clock() });
 }
@@ -71,7 +72,13 @@ export async function createKycLink(
   req: CreateKycLinkRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof CreateKycLinkResponseSchema>> {
-  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "kyc.link", userId: req.userId, scope: "kyc:read" });
+  const principal = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "kyc.link",
+    userId: req.userId,
+    scope: "kyc:read",
+    requestProblem: req.requestProblem,
+  });
   const name = req.provider || deps.defaultKycProvider;
   const link = await deps.access.refusalsAudited(ctx, principal, "kyc.link", req.userId, async () => {
     const provider = deps.providers.get(name);

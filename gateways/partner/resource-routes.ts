@@ -4,7 +4,7 @@ import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/re
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
-import { invalidRequest } from "./resource-envelope.js";
+import { invalidRequest, ResourceError } from "./resource-envelope.js";
 import { UUID } from "../../lib/uuid.js";
 import { codePointLength } from "../shared/text.js";
 
@@ -21,7 +21,8 @@ type Params = { id: string };
 
 /**
  * The consent-gated partner resources. Checks run in the order docs/reference/partner-api.md
- * documents: body and JSON, bearer present, request shape, then core's access checks and audit.
+ * documents: body and JSON, bearer present, then core's access checks, the request's shape
+ * (checked here, refused and audited by core as `request_problem`) and the rest.
  */
 export async function resourceRoutes(app: FastifyInstance, options: ResourceRoutesOptions) {
   const rpc = options.resources;
@@ -30,47 +31,55 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
 
   app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT }, async (request, reply) => {
     const accessToken = bearerToken(request);
-    noQuery(request);
-    const body = jsonObjectBody(request);
-    onlyFields(body, ["email"]);
-    const email = stringField(body, "email", 3, 254, true)!;
-    const res = await rpc.preCreateUser({ accessToken, email }, withRequestId(request.id, request.clientAddress));
+    const shape = checkShape(() => {
+      noQuery(request);
+      const body = jsonObjectBody(request);
+      onlyFields(body, ["email"]);
+      return stringField(body, "email", 3, 254, true)!;
+    });
+    const email = shape.value ?? "";
+    const res = await shaped(shape, rpc.preCreateUser({ accessToken, email, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
     return reply.code(res.created ? 201 : 200).send({ user_id: res.userId, created: res.created });
   });
 
   app.get<{ Params: Params }>("/users/:id/kyc", async (request) => {
     const accessToken = bearerToken(request);
-    const userId = userIdParam(request);
-    noQuery(request);
-    const res = await rpc.getKycStatus({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
+    const shape = userShape(request);
+    const userId = shape.value ?? "";
+    const res = await shaped(shape, rpc.getKycStatus({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
     return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
   });
 
   app.post<{ Params: Params }>("/users/:id/kyc/link", { bodyLimit: LINK_BODY_LIMIT }, async (request, reply) => {
     const accessToken = bearerToken(request);
-    const userId = userIdParam(request);
-    noQuery(request);
-    const body = jsonObjectBody(request, true);
-    onlyFields(body, ["provider", "redirect_uri"]);
-    const provider = stringField(body, "provider", 1, 64, false) ?? "";
-    const redirectUri = stringField(body, "redirect_uri", 1, 2048, false) ?? "";
-    const res = await rpc.createKycLink({ accessToken, userId, provider, redirectUri }, withRequestId(request.id, request.clientAddress));
+    const shape = checkShape(() => {
+      const userId = userIdParam(request);
+      noQuery(request);
+      const body = jsonObjectBody(request, true);
+      onlyFields(body, ["provider", "redirect_uri"]);
+      return { userId, provider: stringField(body, "provider", 1, 64, false) ?? "", redirectUri: stringField(body, "redirect_uri", 1, 2048, false) ?? "" };
+    });
+    const link = shape.value ?? { userId: "", provider: "", redirectUri: "" };
+    const res = await shaped(
+      shape,
+      rpc.createKycLink({ accessToken, ...link, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
+    );
     return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
   });
 
   app.get<{ Params: Params }>("/users/:id/wallets", async (request) => {
     const accessToken = bearerToken(request);
-    const userId = userIdParam(request);
-    noQuery(request);
-    const res = await rpc.listWallets({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
+    const shape = userShape(request);
+    const userId = shape.value ?? "";
+    const res = await shaped(shape, rpc.listWallets({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
     return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
   });
 
   app.get<{ Params: Params }>("/users/:id/us-account", async (request) => {
     const accessToken = bearerToken(request);
-    const userId = userIdParam(request);
-    noQuery(request);
-    const r = await rpc.getUsAccount({ accessToken, userId }, withRequestId(request.id, request.clientAddress));
+    const shape = userShape(request);
+    const userId = shape.value ?? "";
+    const r = await shaped(shape, rpc.getUsAccount({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
     const v = (s: string) => s || null;
     return {
       user_id: r.userId,
@@ -85,9 +94,12 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
 
   app.get<{ Params: Params }>("/users/:id/transfers", async (request) => {
     const accessToken = bearerToken(request);
-    const userId = userIdParam(request);
-    const page = pageQuery(request);
-    const res = await rpc.listTransfers({ accessToken, userId, page }, withRequestId(request.id, request.clientAddress));
+    const shape = checkShape(() => ({ userId: userIdParam(request), page: pageQuery(request) }));
+    const { userId, page } = shape.value ?? { userId: "", page: undefined };
+    const res = await shaped(
+      shape,
+      rpc.listTransfers({ accessToken, userId, page, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
+    );
     return {
       data: res.data.map((t) => ({
         transfer_id: t.transferId,
@@ -105,14 +117,44 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
 
   app.get("/events", async (request) => {
     const accessToken = bearerToken(request);
-    const page = pageQuery(request);
-    const res = await rpc.listEvents({ accessToken, page }, withRequestId(request.id, request.clientAddress));
+    const shape = checkShape(() => pageQuery(request));
+    const res = await shaped(
+      shape,
+      rpc.listEvents({ accessToken, page: shape.value, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
+    );
     return {
       data: res.data.map((e) => ({ event_id: e.eventId, type: e.type, created_at: e.createdAt, data: JSON.parse(e.dataJson) as unknown })),
       next_cursor: res.nextCursor || null,
       watermark: res.watermark,
     };
   });
+}
+
+/** The outcome of the gateway's shape checks: the values, or the problem core refuses once it has checked the caller. */
+type Shape<T> = { value: T; problem: "" } | { value: undefined; problem: string };
+
+function checkShape<T>(check: () => T): Shape<T> {
+  try {
+    return { value: check(), problem: "" };
+  } catch (err) {
+    if (err instanceof ResourceError && err.code === "invalid_request") return { value: undefined, problem: err.message };
+    throw err;
+  }
+}
+
+/** Path id, then no query: the shape of a plain user read. */
+const userShape = (request: FastifyRequest<{ Params: Params }>) =>
+  checkShape(() => {
+    const userId = userIdParam(request);
+    noQuery(request);
+    return userId;
+  });
+
+/** Core's answer; a core too old to know `request_problem` served it anyway, so it is withheld. */
+async function shaped<T>(shape: Shape<unknown>, call: Promise<T>): Promise<T> {
+  const res = await call;
+  if (shape.problem) throw invalidRequest(shape.problem);
+  return res;
 }
 
 function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
