@@ -54,7 +54,13 @@ export async function getTreasury(
 export async function getPayout(deps: GetPayoutDeps, req: GetPayoutRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetPayoutResponseSchema>> {
   // The access-check order for user resources: token, partner, rate limit, user known to
   // this partner, user active, payouts:receive in both token and consent.
-  const caller = await deps.access.authorize(ctx, { token: req.accessToken, operation: "payouts.read", userId: req.userId, scope: PAYOUTS_RECEIVE });
+  const caller = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "payouts.read",
+    userId: req.userId,
+    scope: PAYOUTS_RECEIVE,
+    requestProblem: req.requestProblem,
+  });
   const userId = req.userId.toLowerCase();
   // An id no payout could have been written under is a request to fix, not an unknown payout.
   if (!isPartnerId(req.payoutId)) {

@@ -4,7 +4,7 @@ import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
-import { ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
+import { invalidRequest, ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 
@@ -93,4 +93,29 @@ export function jsonObjectBody(request: FastifyRequest, optional = false): Recor
 export function onlyFields(body: Record<string, unknown>, allowed: string[]) {
   const unknown = Object.keys(body).filter((k) => !allowed.includes(k));
   if (unknown.length > 0) throw new ResourceError(400, "invalid_request", `unknown field: ${unknown[0]}`);
+}
+
+/** Refuses any query parameter (the routes that take none). */
+export function noQuery(request: FastifyRequest) {
+  const keys = Object.keys((request.query ?? {}) as Record<string, unknown>);
+  if (keys.length > 0) throw invalidRequest(`unknown query parameter: ${keys[0]}`);
+}
+
+/** The outcome of the gateway's shape checks: the values, or the problem core refuses once it has checked the caller. */
+export type Shape<T> = { value: T; problem: "" } | { value: undefined; problem: string };
+
+export function checkShape<T>(check: () => T): Shape<T> {
+  try {
+    return { value: check(), problem: "" };
+  } catch (err) {
+    if (err instanceof ResourceError && err.code === "invalid_request") return { value: undefined, problem: err.message };
+    throw err;
+  }
+}
+
+/** Core's answer; a core too old to know `request_problem` served it anyway, so it is withheld. */
+export async function shaped<T>(shape: Shape<unknown>, call: Promise<T>): Promise<T> {
+  const res = await call;
+  if (shape.problem) throw invalidRequest(shape.problem);
+  return res;
 }

@@ -3,8 +3,8 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { installResourceContext, noStore, jsonObjectBody, onlyFields } from "./resource-context.js";
-import { invalidRequest, ResourceError } from "./resource-envelope.js";
+import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, onlyFields, shaped } from "./resource-context.js";
+import { invalidRequest } from "./resource-envelope.js";
 import { UUID } from "../../lib/uuid.js";
 import { codePointLength } from "../shared/text.js";
 
@@ -130,18 +130,6 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   });
 }
 
-/** The outcome of the gateway's shape checks: the values, or the problem core refuses once it has checked the caller. */
-type Shape<T> = { value: T; problem: "" } | { value: undefined; problem: string };
-
-function checkShape<T>(check: () => T): Shape<T> {
-  try {
-    return { value: check(), problem: "" };
-  } catch (err) {
-    if (err instanceof ResourceError && err.code === "invalid_request") return { value: undefined, problem: err.message };
-    throw err;
-  }
-}
-
 /** Path id, then no query: the shape of a plain user read. */
 const userShape = (request: FastifyRequest<{ Params: Params }>) =>
   checkShape(() => {
@@ -149,13 +137,6 @@ const userShape = (request: FastifyRequest<{ Params: Params }>) =>
     noQuery(request);
     return userId;
   });
-
-/** Core's answer; a core too old to know `request_problem` served it anyway, so it is withheld. */
-async function shaped<T>(shape: Shape<unknown>, call: Promise<T>): Promise<T> {
-  const res = await call;
-  if (shape.problem) throw invalidRequest(shape.problem);
-  return res;
-}
 
 function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
   const id = request.params.id;
@@ -165,11 +146,6 @@ function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
 
 function queryOf(request: FastifyRequest): Record<string, unknown> {
   return (request.query ?? {}) as Record<string, unknown>;
-}
-
-function noQuery(request: FastifyRequest) {
-  const keys = Object.keys(queryOf(request));
-  if (keys.length > 0) throw invalidRequest(`unknown query parameter: ${keys[0]}`);
 }
 
 /** limit (1-100), cursor, since: each at most once; nothing else. */

@@ -3,7 +3,7 @@ import { ConnectError, type Client } from "@connectrpc/connect";
 import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { installResourceContext, noStore, jsonObjectBody } from "./resource-context.js";
+import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, shaped } from "./resource-context.js";
 import { invalidRequest, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
 import { UUID } from "../../lib/uuid.js";
@@ -84,11 +84,18 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
 
   app.get<{ Params: { id: string; payoutId: string } }>("/users/:id/payouts/:payoutId", async (request) => {
     const accessToken = bearerToken(request);
-    if (!UUID.test(request.params.id)) throw invalidRequest("user id must be a UUID");
-    noQuery(request);
-    const res = await rpc.getPayout(
-      { accessToken, userId: request.params.id.toLowerCase(), payoutId: request.params.payoutId },
-      withRequestId(request.id, request.clientAddress),
+    // As on the other user resources: core checks the caller first, then refuses the shape.
+    const shape = checkShape(() => {
+      if (!UUID.test(request.params.id)) throw invalidRequest("user id must be a UUID");
+      noQuery(request);
+      return request.params.id.toLowerCase();
+    });
+    const res = await shaped(
+      shape,
+      rpc.getPayout(
+        { accessToken, userId: shape.value ?? "", payoutId: request.params.payoutId, requestProblem: shape.problem },
+        withRequestId(request.id, request.clientAddress),
+      ),
     );
     return renderPayout(res.payout!);
   });
@@ -141,9 +148,4 @@ function lenientBearer(request: FastifyRequest): string {
   } catch {
     return "";
   }
-}
-
-function noQuery(request: FastifyRequest) {
-  const keys = Object.keys((request.query ?? {}) as Record<string, unknown>);
-  if (keys.length > 0) throw invalidRequest(`unknown query parameter: ${keys[0]}`);
 }
