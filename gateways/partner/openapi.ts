@@ -5,6 +5,7 @@
 
 import { treasuryOpenApi } from "./treasury-openapi.js";
 import { CHAINS } from "../../lib/vocabulary.js";
+import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const resp = (name: string) => ({ $ref: `#/components/responses/${name}` });
@@ -199,7 +200,7 @@ export function partnerOpenApi(serverUrl: string) {
           ["415", "unsupported_media_type: a Content-Encoding other than identity", { "Accept-Encoding": { required: true, schema: { const: "identity" } } }],
           ["429", "rate_limited", { "Retry-After": { required: true, schema: { const: "60" } } }],
           ["500", "internal_error", {}],
-          ["503", "auth_unavailable, audit_unavailable or provider_unavailable", {}],
+          ["503", "temporarily_unavailable, auth_unavailable, audit_unavailable or provider_unavailable", {}],
         ].map(([status, description, headers]) => [
           `E${status as string}`,
           json(ref("ResourceError"), description as string, headers as Record<string, unknown>),
@@ -237,34 +238,7 @@ export function partnerOpenApi(serverUrl: string) {
               type: "object",
               required: ["code", "message", "request_id"],
               properties: {
-                code: {
-                  enum: [
-                    "invalid_request",
-                    "invalid_json",
-                    "invalid_cursor",
-                    "invalid_token",
-                    "grant_required",
-                    "partner_inactive",
-                    "user_inactive",
-                    "user_not_found",
-                    "not_found",
-                    "kyc_provider_conflict",
-                    "body_too_large",
-                    "unsupported_media_type",
-                    "rate_limited",
-                    "internal_error",
-                    "auth_unavailable",
-                    "audit_unavailable",
-                    "provider_unavailable",
-                    "treasury_inactive",
-                    "payer_not_allowed",
-                    "policy_denied",
-                    "treasury_not_configured",
-                    "insufficient_funds",
-                    "idempotency_conflict",
-                    "execution_conflict",
-                  ],
-                },
+                code: { enum: [...RESOURCE_ERROR_CODES] },
                 message: { type: "string" },
                 request_id: uuid,
               },

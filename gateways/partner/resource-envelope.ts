@@ -2,15 +2,46 @@ import { ConnectError } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 
+/** Every code the resource envelope carries; the served OpenAPI document lists exactly these. */
+export const RESOURCE_ERROR_CODES = [
+  "invalid_request",
+  "invalid_json",
+  "invalid_cursor",
+  "invalid_token",
+  "grant_required",
+  "partner_inactive",
+  "user_inactive",
+  "user_not_found",
+  "not_found",
+  "method_not_allowed",
+  "kyc_provider_conflict",
+  "body_too_large",
+  "unsupported_media_type",
+  "rate_limited",
+  "internal_error",
+  "temporarily_unavailable",
+  "auth_unavailable",
+  "audit_unavailable",
+  "provider_unavailable",
+  "treasury_inactive",
+  "payer_not_allowed",
+  "policy_denied",
+  "treasury_not_configured",
+  "insufficient_funds",
+  "idempotency_conflict",
+  "execution_conflict",
+] as const;
+export type ResourceErrorCode = (typeof RESOURCE_ERROR_CODES)[number];
+
 /** A resource-envelope error as it leaves the process. */
 export interface ResourceErrorBody {
   status: number;
-  code: string;
+  code: ResourceErrorCode;
   message: string;
   retryAfterSeconds?: number;
 }
 
-type Row = { status: number; code: string };
+type Row = { status: number; code: ResourceErrorCode };
 const INTERNAL: Row = { status: 500, code: "internal_error" };
 
 /**
@@ -64,7 +95,7 @@ const table = {
 } satisfies Record<Reason, Row>;
 
 /** Fixed texts for 5xx: nothing internal ever reaches a body. */
-const FIXED_5XX: Record<string, string> = {
+const FIXED_5XX: Partial<Record<ResourceErrorCode, string>> = {
   internal_error: "the server could not complete the request",
   temporarily_unavailable: "the service is temporarily unavailable; retry after the Retry-After delay",
   auth_unavailable: "token verification is temporarily unavailable; retry with backoff",
@@ -76,7 +107,7 @@ const FIXED_5XX: Record<string, string> = {
 export class ResourceError extends Error {
   constructor(
     readonly status: number,
-    readonly code: string,
+    readonly code: ResourceErrorCode,
     message: string,
   ) {
     super(message);

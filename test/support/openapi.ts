@@ -47,6 +47,11 @@ export async function loadOpenApi(baseUrl: string) {
 
   return {
     doc,
+    /** Fails the test unless `body` matches the document's named component schema. */
+    matches(schema: string, body: unknown) {
+      const ok = ajv.validate({ $ref: `openapi#/components/schemas/${schema}` }, body);
+      expect(ok, `${schema}: ${ajv.errorsText()} in ${JSON.stringify(body)}`).to.equal(true);
+    },
     /** Fails the test unless the response is described by the document. */
     check(method: string, path: string, res: ApiResponse) {
       const op = doc.paths[templateFor(path)]![method.toLowerCase()];

@@ -10,6 +10,7 @@ import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";
 import { resourceErrorTable } from "../../../gateways/partner/resource-envelope.js";
 import { createCapturedLogger } from "../../support/logs.js";
+import { loadOpenApi } from "../../support/openapi.js";
 
 const USER = "6f1c2b1e-8d1a-4c55-9b1e-2f6a1d7c9e01";
 
@@ -27,12 +28,15 @@ async function gatewayThrowing(thrown: () => never): Promise<{ app: FastifyInsta
 describe("resource envelope", () => {
   const reasons = Object.values(Reason).filter((v): v is Reason => typeof v === "number");
 
-  it("renders every Reason from its table row, with request_id = X-Request-Id", async () => {
+  it("renders every Reason from its table row, with request_id = X-Request-Id, as the served OpenAPI document describes", async () => {
+    let openapi: Awaited<ReturnType<typeof loadOpenApi>> | undefined;
     for (const reason of reasons) {
       const { app, url } = await gatewayThrowing(() => fail(reason, "client-facing text", { retryAfterSeconds: 60 }));
       try {
         const res = await fetch(`${url}/api/partner/users/${USER}/kyc`, { headers: { authorization: "Bearer x.y.z" } });
         const body = (await res.json()) as { error: { code: string; message: string; request_id: string } };
+        openapi ??= await loadOpenApi(url);
+        openapi.matches("ResourceError", body);
         const row = resourceErrorTable[reason];
         expect(res.status, Reason[reason]).to.equal(row.status);
         expect(body.error.code).to.equal(row.code);
@@ -70,13 +74,19 @@ describe("resource envelope", () => {
     }
   });
 
-  it("an unknown partner path answers in the envelope", async () => {
+  it("an unknown partner path, and a method a path does not answer, answer in the envelope the document describes", async () => {
     const { app, url } = await gatewayThrowing(() => fail(Reason.INTERNAL, "x"));
     try {
+      const openapi = await loadOpenApi(url);
       const res = await fetch(`${url}/api/partner/nope`);
       const body = (await res.json()) as { error: { code: string; request_id: string } };
       expect(res.status).to.equal(404);
       expect(body.error.request_id).to.equal(res.headers.get("x-request-id"));
+      openapi.matches("ResourceError", body);
+      const wrongMethod = await fetch(`${url}/api/partner/users/${USER}/kyc`, { method: "DELETE" });
+      const refused = (await wrongMethod.json()) as { error: { code: string } };
+      expect([wrongMethod.status, refused.error.code]).to.deep.equal([405, "method_not_allowed"]);
+      openapi.matches("ResourceError", refused);
     } finally {
       await app.close();
     }
