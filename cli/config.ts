@@ -4,7 +4,7 @@ import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-addr
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
 import { checkMailFrom, checkSmtpUrl } from "../core/identity/mail/settings.js";
-import { rpIdCovers } from "../core/identity/passkeys.js";
+import { rpIdCovers } from "../core/identity/relying-party.js";
 
 /** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {

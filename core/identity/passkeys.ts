@@ -24,6 +24,7 @@ import { createPasskeysStore, type StoredPasskey } from "./passkeys-store.js";
 import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
 import { createUsersStore } from "./users-store.js";
+import { relyingParty, rpIdCovers } from "./relying-party.js";
 
 /** A signed-in person as core verified them from the session token. */
 export interface PasskeySession {
@@ -63,17 +64,6 @@ export interface PasskeyDeps {
 }
 
 export type PasskeyPurpose = "sign_in" | "step_up";
-
-/** True when a passkey made for `rpId` can be used on `host`: the same host, or one under it. */
-export function rpIdCovers(rpId: string, host: string): boolean {
-  return host === rpId || host.endsWith(`.${rpId}`);
-}
-
-/** The relying party of an APP_URL: its origin, and its host as RP ID. */
-export function relyingParty(appUrl: string): { origin: string; rpId: string } {
-  const url = new URL(appUrl);
-  return { origin: url.origin, rpId: url.hostname };
-}
 
 /**
  * Passkeys for sign-in and step-up, user verification always required; challenges are single-use

@@ -1,5 +1,5 @@
 import { CHAINS, type Chain } from "../../lib/vocabulary.js";
-import { getAddress } from "viem";
+import { keccak_256 } from "@noble/hashes/sha3";
 
 /**
  * The rules the payments code applies to a counterparty on a settling chain, as pure
@@ -27,6 +27,15 @@ export const isEvmChain = (chain: string): chain is EvmChain => (EVM_CHAINS as r
 
 export type RailKind = "sandbox" | "evm";
 
+/** EIP-55: a hex letter is upper case where the Keccak-256 of the lower-case address has a nibble of 8 or more. */
+function eip55(hex40: string): string {
+  const lower = hex40.toLowerCase();
+  const hash = keccak_256(new TextEncoder().encode(lower));
+  let out = "";
+  for (let i = 0; i < 40; i++) out += ((hash[i >> 1]! >> (i % 2 ? 0 : 4)) & 0xf) >= 8 ? lower[i]!.toUpperCase() : lower[i]!;
+  return out;
+}
+
 /**
  * Why an EVM address is refused, or undefined when it is good: 0x and 40 hex digits, not all zero;
  * an address in mixed case carries an EIP-55 checksum, which must hold (all lower or all
@@ -38,7 +47,7 @@ export function evmAddressProblem(address: string): string | undefined {
   if (/^0x0{40}$/.test(address)) return "is the zero address, which USDC never pays";
   const body = address.slice(2);
   if (body === body.toLowerCase() || body === body.toUpperCase()) return undefined;
-  return getAddress(address) === address ? undefined : "fails its EIP-55 checksum (mixed-case letters must match it)";
+  return eip55(body) === body ? undefined : "fails its EIP-55 checksum (mixed-case letters must match it)";
 }
 
 /** The token a rail pays in: the evm rail pays only USDC; the sandbox rail takes any allowed token. */

@@ -16,11 +16,11 @@ const TRACE_MODULES = [
     ")",
 ];
 /**
- * The database, the gateways and the RPC stack. The built CLI bundles Connect into the chunk
+ * The database, the gateways, the chain and passkey libraries, and the RPC stack. The built CLI bundles Connect into the chunk
  * that cli/core-client.ts starts (dist/cli/core-client-<hash>.js); the sources load it from
  * node_modules. Either way the client module's own file is the marker for the RPC stack.
  */
-const DATABASE_OR_GATEWAYS = /\/node_modules\/(knex|fastify|@electric-sql\/pglite)\//;
+const DATABASE_OR_GATEWAYS = /\/node_modules\/(knex|fastify|@electric-sql\/pglite|viem|@simplewebauthn)\//;
 const RPC_STACK = /\/node_modules\/@connectrpc\/|\/cli\/core-client(\.ts|-\w+\.js)$/m;
 
 /** Runs main() in this process with stdout captured; `tty` makes stdout look like a terminal. */

@@ -1,3 +1,5 @@
+import { randomBytes } from "node:crypto";
+import { getAddress } from "viem";
 import { mkdtemp, readFile, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,6 +26,19 @@ describe("settlement rules", () => {
     expect(evmAddressProblem(`0x${"0".repeat(40)}`)).to.match(/zero address/);
     expect(evmAddressProblem(`${USDC} `)).to.match(/40 hexadecimal/);
     expect(evmAddressProblem("A0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48")).to.match(/40 hexadecimal/);
+  });
+
+  it("EIP-55 as viem computes it: 500 random addresses checksummed by viem pass, each with one letter's case flipped fails", () => {
+    for (let i = 0; i < 500; i++) {
+      const good = getAddress(`0x${randomBytes(20).toString("hex")}`);
+      expect(evmAddressProblem(good), good).to.equal(undefined);
+      const at = [...good.slice(2)].findIndex((c) => /[a-fA-F]/.test(c));
+      if (at < 0) continue;
+      const c = good[at + 2]!;
+      const flipped = good.slice(0, at + 2) + (c === c.toUpperCase() ? c.toLowerCase() : c.toUpperCase()) + good.slice(at + 3);
+      if (flipped.slice(2) === flipped.slice(2).toLowerCase() || flipped.slice(2) === flipped.slice(2).toUpperCase()) continue;
+      expect(evmAddressProblem(flipped), flipped).to.match(/checksum/);
+    }
   });
 
   it("the evm rail pays only USDC; the sandbox rail takes any allowed token", () => {
