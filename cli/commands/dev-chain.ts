@@ -13,8 +13,7 @@ const CHAINS: readonly EvmChain[] = ["eth", "base"];
  */
 export async function devChainCommand(ctx: CommandContext) {
   if (ctx.positionals[0] !== "chain") throw new UsageError("dev chain [--port P] [--format env]");
-  const port = (ctx.options.port === undefined ? 8545 : intOption(ctx, "port"))!;
-  if (port < 1 || port > 65535) throw new UsageError("--port must be from 1 to 65535");
+  const port = intOption(ctx, "port", false, 1, 65535) ?? 8545;
   const quiet = ctx.options.format === "env";
   const say = (line: string) => process.stderr.write(`${line}\n`);
 

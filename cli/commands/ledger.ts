@@ -13,7 +13,7 @@ export async function ledgerCommand(ctx: CommandContext) {
   const res = await partnerResources.recordLedgerEntry({
     userId: requirePositional(ctx, 1, "USER_ID"),
     direction: requireOption(ctx, "direction"),
-    amountCents: BigInt(intOption(ctx, "amount-cents")!),
+    amountCents: BigInt(intOption(ctx, "amount-cents", true, 1)!),
     currency: (ctx.options.currency as string | undefined) ?? "USD",
     status: (ctx.options.status as string | undefined) ?? "settled",
   });

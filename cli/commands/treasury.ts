@@ -63,7 +63,7 @@ export async function treasuryCommand(ctx: CommandContext) {
     }
     case "fund": {
       const clientId = requirePositional(ctx, 1, "CLIENT_ID");
-      const amount = intOption(ctx, "amount-cents")!;
+      const amount = intOption(ctx, "amount-cents", true, 1)!;
       const res = await (await ctx.admin()).clients.treasury.fundTreasury({ clientId, amountCents: BigInt(amount) });
       return treasuryJson(res.treasury!);
     }

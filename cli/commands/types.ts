@@ -59,14 +59,13 @@ export function listOption(ctx: CommandContext, name: string): string[] | undefi
     .filter(Boolean);
 }
 
-/** A non-negative integer option within 2^53-1. */
-export function intOption(ctx: CommandContext, name: string, required = true): number | undefined {
+/** An integer option from `min` to `max` (default 0 to 2^53-1); any other value names the range. */
+export function intOption(ctx: CommandContext, name: string, required = true, min = 0, max = Number.MAX_SAFE_INTEGER): number | undefined {
   const v = ctx.options[name];
   if (v === undefined && !required) return undefined;
-  if (typeof v !== "string" || !/^\d{1,16}$/.test(v) || !Number.isSafeInteger(Number(v))) {
-    throw new UsageError(`--${name} must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}`);
-  }
-  return Number(v);
+  const n = typeof v === "string" && /^\d{1,16}$/.test(v) ? Number(v) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be an integer from ${min} to ${max}`);
+  return n;
 }
 
 /**
@@ -77,8 +76,7 @@ export async function pages<T>(
   ctx: CommandContext,
   fetch: (limit: number, cursor: string) => Promise<{ items: T[]; nextCursor: string }>,
 ): Promise<{ items: T[]; nextCursor: string | null }> {
-  const limit = intOption(ctx, "limit", false) ?? 50;
-  if (limit < 1 || limit > 200) throw new UsageError("--limit must be from 1 to 200");
+  const limit = intOption(ctx, "limit", false, 1, 200) ?? 50;
   let cursor = typeof ctx.options.cursor === "string" ? ctx.options.cursor : "";
   const items: T[] = [];
   do {

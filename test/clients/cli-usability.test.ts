@@ -71,8 +71,15 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["user", "set-status", "u1"], /active\|inactive is required/],
       [["partner", "create", "--name", "A", "--name=B"], /^vaultgate: --name is given more than once\nsee 'vaultgate partner create --help'\n$/],
       [["vault", "fund", "v1", "--amount-cents", "5", "--amount-cents", "500"], /--amount-cents is given more than once/],
-      [["partner", "list", "--limit", "99999999999999999999"], /--limit must be an integer from 0 to 9007199254740991/],
-      [["vault", "fund", "v1", "--amount-cents", "1e3"], /--amount-cents must be an integer from 0 to 9007199254740991/],
+      // An option's range is the one it takes: a page of 1 to 200, an amount of at least one cent.
+      [["partner", "list", "--limit", "99999999999999999999"], /--limit must be an integer from 1 to 200/],
+      [["partner", "list", "--limit", "abc"], /--limit must be an integer from 1 to 200/],
+      [["partner", "list", "--limit", "0"], /--limit must be an integer from 1 to 200/],
+      [["vault", "fund", "v1", "--amount-cents", "1e3"], /--amount-cents must be an integer from 1 to 9007199254740991/],
+      [["vault", "fund", "v1", "--amount-cents", "0"], /--amount-cents must be an integer from 1 to 9007199254740991/],
+      [["treasury", "fund", "gpc_x_00000000", "--amount-cents", "0"], /--amount-cents must be an integer from 1 to 9007199254740991/],
+      [["ledger", "record", "u1", "--direction", "credit", "--amount-cents", "0"], /--amount-cents must be an integer from 1 to 9007199254740991/],
+      [["dev", "chain", "--port", "0"], /--port must be an integer from 1 to 65535/],
     ];
     for (const [argv, message] of cases) {
       const r = await runCli(argv, proc.env);
