@@ -93,3 +93,14 @@ export function softPasskey() {
 }
 
 export type SoftPasskey = ReturnType<typeof softPasskey>;
+
+/** The ceremony options a passkey page carries in its `data-options` attribute, unescaped. */
+export function passkeyOptionsOf(page: string): string {
+  return /data-options="([^"]*)"/
+    .exec(page)![1]!
+    .replace(/&quot;/g, '"')
+    .replace(/&#39;/g, "'")
+    .replace(/&lt;/g, "<")
+    .replace(/&gt;/g, ">")
+    .replace(/&amp;/g, "&");
+}

@@ -5,17 +5,9 @@ import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
-import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
+import { passkeyOptionsOf, softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 
 const APP = "https://app.vaultgate.test";
-const optionsOf = (page: string) =>
-  /data-options="([^"]*)"/
-    .exec(page)![1]!
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/&amp;/g, "&");
 
 /**
  * Passkey ceremonies behind an https public URL (TLS ends in front of the gateway): the flow's
@@ -60,7 +52,7 @@ describe("web pages: passkey flow cookie over https", function () {
     const done = await jar.post("/dashboard/passkeys/add", {
       ...formFields(page, "/dashboard/passkeys/add"),
       name: "phone",
-      response: key.create(optionsOf(page), APP),
+      response: key.create(passkeyOptionsOf(page), APP),
     });
     expect(done.status).to.equal(303);
     return { jar, key };
@@ -81,7 +73,7 @@ describe("web pages: passkey flow cookie over https", function () {
     const person = createJar(url);
     const page = await (await person.get("/signin/passkey")).text();
     const cookie = [`vg_passkey=${planted}`, ...[...person.cookies].map(([k, v]) => `${k}=${v}`)].join("; ");
-    const body = new URLSearchParams({ ...(formFields(page, "/signin/passkey") as Record<string, string>), response: key.get(optionsOf(page), APP) });
+    const body = new URLSearchParams({ ...(formFields(page, "/signin/passkey") as Record<string, string>), response: key.get(passkeyOptionsOf(page), APP) });
     const res = await fetch(`${url}/signin/passkey`, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded", cookie },

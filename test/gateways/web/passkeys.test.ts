@@ -5,17 +5,8 @@ import { createInProcessTransport } from "../../../core/in-process-transport.js"
 import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
-import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
+import { passkeyOptionsOf, softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-
-const unescapeHtml = (s: string) =>
-  s
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/&amp;/g, "&");
-const optionsOf = (page: string) => unescapeHtml(/data-options="([^"]*)"/.exec(page)![1]!);
 
 /**
  * The passkey pages over HTTP on a real port, with a software authenticator standing in
@@ -51,7 +42,7 @@ describe("web: passkey pages", function () {
     const done = await jar.post("/dashboard/passkeys/add", {
       ...formFields(page, "/dashboard/passkeys/add"),
       name: "work laptop",
-      response: key.create(optionsOf(page), origin),
+      response: key.create(passkeyOptionsOf(page), origin),
     });
     expect(done.status).to.equal(303);
     expect(done.headers.get("location")).to.equal("/dashboard/passkeys");
@@ -108,7 +99,7 @@ describe("web: passkey pages", function () {
     const late = await jar.post("/dashboard/passkeys/add", {
       ...formFields(page, "/dashboard/passkeys/add"),
       name: "too late",
-      response: key.create(optionsOf(page), origin),
+      response: key.create(passkeyOptionsOf(page), origin),
     });
     expect(late.status).to.equal(303);
     expect(late.headers.get("location")).to.equal("/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
@@ -123,7 +114,7 @@ describe("web: passkey pages", function () {
     stack.clock.advance(601_000);
     expect(await (await jar.get("/stepup?return_to=%2Fdashboard%2Fagents")).text()).to.include('href="/stepup/passkey?return_to=%2Fdashboard%2Fagents"');
     const page = await (await jar.get("/stepup/passkey?return_to=%2Fdashboard%2Fagents")).text();
-    const res = await jar.post("/stepup/passkey", { ...formFields(page, "/stepup/passkey"), response: key.get(optionsOf(page), origin) });
+    const res = await jar.post("/stepup/passkey", { ...formFields(page, "/stepup/passkey"), response: key.get(passkeyOptionsOf(page), origin) });
     expect(res.status).to.equal(303);
     expect(res.headers.get("location")).to.equal("/dashboard/agents");
     // Fresh again: adding another passkey goes straight to the ceremony.
@@ -146,11 +137,11 @@ describe("web: passkey pages", function () {
     expect(await (await jar.get("/signin")).text()).to.include('href="/signin/passkey?return_to=');
     const first = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
     const second = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
-    const refused = await jar.post("/signin/passkey", { ...formFields(second, "/signin/passkey"), response: key.get(optionsOf(first), origin) });
+    const refused = await jar.post("/signin/passkey", { ...formFields(second, "/signin/passkey"), response: key.get(passkeyOptionsOf(first), origin) });
     expect(refused.status).to.equal(403);
     expect(await refused.text()).to.include("signing in with a passkey did not work");
     const again = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
-    const ok = await jar.post("/signin/passkey", { ...formFields(again, "/signin/passkey"), response: key.get(optionsOf(again), origin) });
+    const ok = await jar.post("/signin/passkey", { ...formFields(again, "/signin/passkey"), response: key.get(passkeyOptionsOf(again), origin) });
     expect(ok.status).to.equal(303);
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
   });

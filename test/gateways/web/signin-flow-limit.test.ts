@@ -7,18 +7,10 @@ import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
-import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
+import { passkeyOptionsOf, softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 
 const LIMIT = SIGNIN_FLOW_STARTS_PER_MINUTE;
-const unescapeHtml = (s: string) =>
-  s
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/&amp;/g, "&");
-const optionsOf = (page: string) => unescapeHtml(/data-options="([^"]*)"/.exec(page)![1]!);
 /** A documentation-range address of its own per call (the gateway trusts 127.0.0.1 to forward it). */
 const address = () => `198.51.100.${randomInt(1, 255)}`;
 
@@ -86,7 +78,7 @@ describe("web pages: sign-in flow starts are limited per client address", functi
     const added = await jar.post("/dashboard/passkeys/add", {
       ...formFields(page, "/dashboard/passkeys/add"),
       name: "laptop",
-      response: key.create(optionsOf(page), origin),
+      response: key.create(passkeyOptionsOf(page), origin),
     });
     expect(added.status).to.equal(303);
     return { key, jar };
@@ -126,7 +118,7 @@ describe("web pages: sign-in flow starts are limited per client address", functi
     const page = await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys");
     expect(page.status).to.equal(200);
     const text = await page.text();
-    const done = await jar.post("/signin/passkey", { ...formFields(text, "/signin/passkey"), response: key.get(optionsOf(text), origin) });
+    const done = await jar.post("/signin/passkey", { ...formFields(text, "/signin/passkey"), response: key.get(passkeyOptionsOf(text), origin) });
     expect(done.status).to.equal(303);
     expect(done.headers.get("location")).to.equal("/dashboard/passkeys");
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
@@ -142,7 +134,7 @@ describe("web pages: sign-in flow starts are limited per client address", functi
     const page = await jar.get("/stepup/passkey?return_to=%2Fdashboard%2Fagents");
     expect(page.status).to.equal(200);
     const text = await page.text();
-    const done = await jar.post("/stepup/passkey", { ...formFields(text, "/stepup/passkey"), response: key.get(optionsOf(text), origin) });
+    const done = await jar.post("/stepup/passkey", { ...formFields(text, "/stepup/passkey"), response: key.get(passkeyOptionsOf(text), origin) });
     expect(done.status).to.equal(303);
     expect(done.headers.get("location")).to.equal("/dashboard/agents");
   });
