@@ -22,6 +22,9 @@ export const kOperator = createContextKey<boolean>(false, { description: "operat
  */
 export const kClientAddress = createContextKey<string>("", { description: "client address vouched for by a gateway" });
 
+/** The network of kClientAddress that per-address limits and fair shares count (an IPv6 address's /64). */
+export const kClientNetwork = createContextKey<string>("", { description: "network of the vouched client address" });
+
 /**
  * True for calls from a gateway in this process: that gateway logs the request and core's refusal
  * reason, so core does not log the refusal twice.

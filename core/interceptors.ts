@@ -1,4 +1,5 @@
 import { uuidv7 } from "../lib/uuidv7.js";
+import { clientNetwork } from "../lib/client-network.js";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -8,6 +9,7 @@ import {
   CLIENT_ADDRESS_HEADER,
   GATEWAY_CREDENTIAL_HEADER,
   kClientAddress,
+  kClientNetwork,
   kGatewayCaller,
   kInProcess,
   kOperator,
@@ -148,7 +150,9 @@ function callerCredentials(adminToken: string | undefined): Interceptor {
     }
     if (isAdminOnly(req.method) && !req.contextValues.get(kOperator)) fail(Reason.ADMIN_UNAUTHENTICATED, "operator credential required");
     if (req.contextValues.get(kGatewayCaller)) {
-      req.contextValues.set(kClientAddress, (req.header.get(CLIENT_ADDRESS_HEADER) ?? "").slice(0, 64));
+      const address = (req.header.get(CLIENT_ADDRESS_HEADER) ?? "").slice(0, 64);
+      req.contextValues.set(kClientAddress, address);
+      req.contextValues.set(kClientNetwork, clientNetwork(address));
     }
     return next(req);
   };

@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
-import { kClientAddress } from "../context.js";
+import { kClientNetwork } from "../context.js";
 import { constantTimeEqual } from "../../lib/crypto.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createClientSecretChecker } from "../secrets/client-secret-checker.js";
@@ -69,7 +69,7 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
       // A metadata-document client is public (token_endpoint_auth_method none): it proves
       // nothing here; the code it exchanges is bound to its client_id and PKCE verifier.
       if (secret) fail(Reason.INVALID_CLIENT, "a client_id metadata document client is a public client and sends no client_secret");
-      return documents.resolve(clientId, ctx.values.get(kClientAddress));
+      return documents.resolve(clientId, ctx.values.get(kClientNetwork));
     }
     if (clientId.length === 0 || clientId.length > 128 || secret.length > 256) fail(Reason.INVALID_CLIENT, "client authentication failed");
     const client = await find(clientId);
@@ -83,7 +83,7 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
     const remembered = stored !== undefined ? secretCheck.remembered(clientId, secret) : undefined;
     if (client && remembered !== undefined && constantTimeEqual(remembered, stored!)) return client;
     // Unknown clients cost the same derivation as a wrong secret, so timing tells nothing.
-    const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientAddress));
+    const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientNetwork));
     if (!client || !checked.ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
     // A hash of older scrypt parameters is replaced once (a concurrent check may have done it).
     if (checked.upgrade) {

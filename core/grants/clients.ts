@@ -5,7 +5,7 @@ import type { OAuthClientSchema, RegisterClientRequest } from "../../gen/vaultga
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
-import { kClientAddress } from "../context.js";
+import { kClientNetwork } from "../context.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { checkClientMetadata } from "./client-metadata.js";
@@ -24,9 +24,9 @@ export interface RegisterClientDeps extends AuditDeps {
 /** GrantsService.RegisterClient: dynamic client registration; a secret is shown once, stored as a scrypt hash. */
 export async function registerClient(deps: RegisterClientDeps, req: RegisterClientRequest, ctx: HandlerContext) {
   // Before the metadata and the scrypt: a flood costs one upsert per request.
-  // Per client address a gateway vouched for (kClientAddress); every direct caller
+  // Per client network a gateway vouched for (kClientNetwork); every direct caller
   // shares the "" bucket, so forging an address escapes nothing.
-  const limit = await deps.rateLimits.hit(`oauth-register:${ctx.values.get(kClientAddress)}`, deps.registrationLimitPerMinute, 60, deps.clock());
+  const limit = await deps.rateLimits.hit(`oauth-register:${ctx.values.get(kClientNetwork)}`, deps.registrationLimitPerMinute, 60, deps.clock());
   if (!limit.allowed) fail(Reason.RATE_LIMITED, "too many client registrations from this address", { retryAfterSeconds: 60 });
   const meta = checkClientMetadata(req);
   // A public client (method none) gets no secret: PKCE binds its codes, rotation its refresh tokens.

@@ -1,6 +1,6 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { kClientAddress } from "../context.js";
+import { kClientNetwork } from "../context.js";
 import { fail } from "../errors.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 
@@ -22,7 +22,7 @@ export interface FlowStartLimit {
  * the work, so concurrent starts cannot overshoot, and given back when no row was written.
  */
 export async function limitFlowStart<T>(limit: FlowStartLimit, ctx: HandlerContext, start: () => Promise<T>): Promise<T> {
-  const key = `signin-flow-start:${ctx.values.get(kClientAddress)}`;
+  const key = `signin-flow-start:${ctx.values.get(kClientNetwork)}`;
   const now = limit.clock();
   const hit = await limit.rateLimits.hit(key, limit.perMinute, 60, now);
   if (!hit.allowed) {

@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { IssueTokenRequest, IssueTokenResponseSchema } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail, errorDetailOf } from "../errors.js";
-import { callFacts, kClientAddress } from "../context.js";
+import { callFacts, kClientNetwork } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -104,10 +104,10 @@ export async function issueToken(
     // Unknown clients cost the same derivation as a wrong secret.
     const candidate = await store.findByClientId(clientId);
     // Shed from memory, before the count and its audit row: not audited one by one.
-    secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientAddress));
+    secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientNetwork));
     const known = candidate !== undefined;
     const checked = await auditRefusal(deps, ctx, actor, known, () =>
-      secretCheck.check(clientId, secret, candidate?.secretHash, ctx.values.get(kClientAddress)),
+      secretCheck.check(clientId, secret, candidate?.secretHash, ctx.values.get(kClientNetwork)),
     );
     if (!checked.ok) {
       await auditIssueFailure(deps, ctx, actor, known, "invalid_client");
@@ -190,7 +190,7 @@ async function auditFailure(deps: IssuanceAuditDeps, ctx: HandlerContext, actor:
 async function auditIssueFailure(deps: IssuanceAuditDeps & { guards: IssuanceGuards }, ctx: HandlerContext, actor: string, known: boolean, reason: string) {
   const { unknownFailures, failureWrites } = deps.guards;
   if (known) return failureWrites.time(() => auditFailure(deps, ctx, actor, ISSUE_ACTION, reason));
-  const sampled = unknownFailures.take(ctx.values.get(kClientAddress), deps.clock().getTime());
+  const sampled = unknownFailures.take(ctx.values.get(kClientNetwork), deps.clock().getTime());
   if (!sampled) return failureWrites.wait();
   const subject = sampled.unrecorded > 0 ? `unrecorded_before:${sampled.unrecorded}` : "";
   await failureWrites.time(() => auditFailure(deps, ctx, actor, ISSUE_ACTION, reason, subject));

@@ -62,6 +62,15 @@ describe("RegisterClient limits per vouched address", () => {
     expect(await buckets()).to.deep.equal({ "oauth-register:198.51.100.7": 2, "oauth-register:198.51.100.8": 1, "oauth-register:": 1 });
   });
 
+  it("an IPv6 address is counted by its /64: vouched addresses moving within one share its bucket", async () => {
+    const vouch = (address: string) => ({ headers: { [GATEWAY_CREDENTIAL_HEADER]: stack.gatewayToken, [CLIENT_ADDRESS_HEADER]: address } });
+    await stack.clients.grants.registerClient(metadata, vouch("2001:db8:7:1::1"));
+    await stack.clients.grants.registerClient(metadata, vouch("2001:db8:7:1::2"));
+    await expectRefused(stack.clients.grants.registerClient(metadata, vouch("2001:db8:7:1:abcd::3")), Reason.RATE_LIMITED);
+    await stack.clients.grants.registerClient(metadata, vouch("2001:db8:7:2::1"));
+    expect(await buckets()).to.deep.equal({ "oauth-register:2001:db8:7:1::/64": 2, "oauth-register:2001:db8:7:2::/64": 1 });
+  });
+
   it("POST /oauth2/register counts the socket address; forwarding and vouching headers from the client change nothing", async () => {
     const forged = (n: number) => ({
       "x-forwarded-for": `192.0.2.${n}`,

@@ -107,6 +107,12 @@ describe("web pages: sign-in flow starts are limited per client address", functi
     expect((await browserAt(flooder).get("/signin/passkey")).status).to.equal(200);
   });
 
+  it("hostile: a flood moving between IPv6 addresses of one /64 is counted as one client; the next /64 is not", async () => {
+    for (let i = 0; i < LIMIT; i++) expect((await browserAt(`2001:db8:a:b::${(i + 1).toString(16)}`).get("/signin/passkey")).status).to.equal(200);
+    expect((await browserAt("2001:db8:a:b:ffff:ffff:ffff:fffe").get("/signin/passkey")).status).to.equal(429);
+    expect((await browserAt("2001:db8:a:c::1").get("/signin/passkey")).status).to.equal(200);
+  });
+
   it("a person on another address starts a passkey sign-in during the flood and is signed in", async () => {
     const home = address();
     let flooder = address();
