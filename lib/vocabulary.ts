@@ -19,6 +19,12 @@ export const TREASURY_SCOPE = "treasury:write";
 
 export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
 
+/** A user's account status, as the operator sets it. */
+export const USER_STATUSES = ["active", "inactive"] as const;
+
+/** A user's verification status, as partners read it and the operator (or a provider) sets it. */
+export const KYC_STATUSES = ["not_started", "pending", "approved", "rejected"] as const;
+
 /** The chains a budget may allow and a wallet may be on. */
 export const CHAINS = ["eth", "base", "arb", "op", "polygon", "sol"] as const;
 export type Chain = (typeof CHAINS)[number];

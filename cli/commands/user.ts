@@ -1,6 +1,13 @@
 import type { CommandContext } from "./types.js";
 import type { User } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import { pages, requireOption, requirePositional, UsageError } from "./types.js";
+import { KYC_STATUSES, USER_STATUSES } from "../../lib/vocabulary.js";
+
+/** A value core would refuse anyway, refused here as a usage error (exit 2) naming the choices. */
+function oneOf(value: string, allowed: readonly string[], what: string): string {
+  if (!allowed.includes(value)) throw new UsageError(`${what} must be one of ${allowed.join("|")}`);
+  return value;
+}
 
 const userJson = (u: User) => ({ user_id: u.userId, email: u.email, status: u.status, vault_id: u.vaultId || null, created_at: u.createdAt });
 
@@ -30,14 +37,17 @@ export async function userCommand(ctx: CommandContext) {
     case "set-kyc": {
       const res = await partnerResources.setKycStatus({
         userId: requirePositional(ctx, 1, "USER_ID"),
-        status: requireOption(ctx, "status"),
+        status: oneOf(requireOption(ctx, "status"), KYC_STATUSES, "--status"),
         provider: (ctx.options.provider as string | undefined) ?? "",
       });
       const k = res.kyc!;
       return { user_id: k.userId, status: k.status, provider: k.provider || null, updated_at: k.updatedAt };
     }
     case "set-status": {
-      const res = await partnerResources.setUserStatus({ userId: requirePositional(ctx, 1, "USER_ID"), status: requirePositional(ctx, 2, "active|inactive") });
+      const res = await partnerResources.setUserStatus({
+        userId: requirePositional(ctx, 1, "USER_ID"),
+        status: oneOf(requirePositional(ctx, 2, "active|inactive"), USER_STATUSES, "STATUS"),
+      });
       return { user_id: res.userId, status: res.status };
     }
     case "add-wallet": {

@@ -1,6 +1,7 @@
 /** PartnerResourcesService: a user's identity verification (KYC) record and provider links. */
 
 import type { HandlerContext } from "@connectrpc/connect";
+import { KYC_STATUSES } from "../../lib/vocabulary.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   CreateKycLinkRequest,
@@ -19,8 +20,6 @@ import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import type { KycProvider } from "./kyc-providers.js";
 import { checkHttpsUrl, kycJson, kycOut } from "./resources-wire.js";
 import { adminChange, emit, lockUser, type AdminChangeDeps, type EmitDeps, type LockUserDeps } from "./resources-changes.js";
-
-const KYC_STATUSES = ["not_started", "pending", "approved", "rejected"] as const;
 
 /** What PartnerResourcesService.GetKycStatus needs. */
 export interface GetKycStatusDeps {

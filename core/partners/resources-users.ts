@@ -1,6 +1,7 @@
 /** PartnerResourcesService: the access check, users and their consents to partners. */
 
 import type { HandlerContext } from "@connectrpc/connect";
+import { USER_STATUSES } from "../../lib/vocabulary.js";
 import { canonicalEmail } from "../../lib/email.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
@@ -120,7 +121,7 @@ export async function setUserStatus(
   req: SetUserStatusRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof SetUserStatusResponseSchema>> {
-  if (req.status !== "active" && req.status !== "inactive") fail(Reason.INVALID_REQUEST, "status must be active or inactive");
+  if (!(USER_STATUSES as readonly string[]).includes(req.status)) fail(Reason.INVALID_REQUEST, `status must be one of ${USER_STATUSES.join(", ")}`);
   await adminChange(deps, ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
     const { id } = await lockUser(deps, trx, req.userId);
     await deps.users.setUserStatus(trx, id, req.status as "active" | "inactive");

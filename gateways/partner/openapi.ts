@@ -4,7 +4,7 @@
  */
 
 import { treasuryOpenApi } from "./treasury-openapi.js";
-import { CHAINS } from "../../lib/vocabulary.js";
+import { CHAINS, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
@@ -264,7 +264,7 @@ export function partnerOpenApi(serverUrl: string) {
           required: ["user_id", "status", "provider", "updated_at"],
           properties: {
             user_id: uuid,
-            status: { enum: ["not_started", "pending", "approved", "rejected"] },
+            status: { enum: [...KYC_STATUSES] },
             provider: { type: ["string", "null"] },
             updated_at: dateTime,
           },

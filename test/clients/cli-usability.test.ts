@@ -80,6 +80,8 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["treasury", "fund", "gpc_x_00000000", "--amount-cents", "0"], /--amount-cents must be an integer from 1 to 9007199254740991/],
       [["ledger", "record", "u1", "--direction", "credit", "--amount-cents", "0"], /--amount-cents must be an integer from 1 to 9007199254740991/],
       [["dev", "chain", "--port", "0"], /--port must be an integer from 1 to 65535/],
+      [["user", "set-status", "u1", "maybe"], /STATUS must be one of active\|inactive/],
+      [["user", "set-kyc", "u1", "--status", "done"], /--status must be one of not_started\|pending\|approved\|rejected/],
     ];
     for (const [argv, message] of cases) {
       const r = await runCli(argv, proc.env);
