@@ -14,6 +14,11 @@ export const EDGE_REJECTIONS: Partial<Record<EdgeRejection, { label: string; rea
   [EdgeRejection.INVALID_JSON]: { label: "invalid_json", reason: Reason.INVALID_REQUEST, message: "request body is not valid JSON" },
   [EdgeRejection.BEARER_MISSING]: { label: "invalid_token", reason: Reason.INVALID_TOKEN, message: "a bearer access token is required" },
   [EdgeRejection.MALFORMED]: { label: "invalid_request", reason: Reason.INVALID_REQUEST, message: "malformed request" },
+  [EdgeRejection.UNSUPPORTED_ENCODING]: {
+    label: "unsupported_media_type",
+    reason: Reason.INVALID_REQUEST,
+    message: "the request body is in a content coding the service does not read",
+  },
 };
 export const PAYOUTS_RECEIVE = "payouts:receive" satisfies (typeof CONSENT_SCOPES)[number];
 export const MAX_CENTS = Number.MAX_SAFE_INTEGER;

@@ -115,6 +115,7 @@ function edgeRejectionOf(e: ResourceErrorBody): EdgeRejection | undefined {
   if (e.code === "body_too_large") return EdgeRejection.BODY_TOO_LARGE;
   if (e.code === "invalid_json") return EdgeRejection.INVALID_JSON;
   if (e.code === "invalid_token") return EdgeRejection.BEARER_MISSING;
+  if (e.code === "unsupported_media_type") return EdgeRejection.UNSUPPORTED_ENCODING;
   if (e.status >= 400 && e.status < 500) return EdgeRejection.MALFORMED;
   return undefined;
 }

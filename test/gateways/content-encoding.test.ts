@@ -78,6 +78,9 @@ describe("request bodies with a Content-Encoding other than identity are 415 on 
       expectHttpError(zipped, 415, "unsupported_media_type");
       refusedAs415(zipped, "gzip");
       openapi.check("POST", "/treasury/payouts", zipped);
+      // Audited under the partner as what the client got: unsupported_media_type.
+      const rows = await stack.core.db("audit_records").where({ request_id: zipped.headers.get("x-request-id")! });
+      expect(rows.map((r) => [r.action, r.outcome, r.reason])).to.deep.equal([["treasury.batch.execute", "failure", "unsupported_media_type"]]);
       const plain = await send("/api/partner/treasury/payouts", JSON_TYPE, body, { ...bearer(), "idempotency-key": key });
       expect(plain.status, plain.text).to.equal(200);
       expect(plain.headers.get("idempotent-replayed")).to.equal(null);
