@@ -32,10 +32,10 @@ describe("vaultgate ledger verify (real processes)", function () {
     const user = (await runCli(["user", "create", "--email", "ledger-cli@example.test"], cli)).json!;
     expect((await runCli(["vault", "fund", user.vault_id as string, "--amount-cents", "4200"], cli)).code).to.equal(0);
     expect((await runCli(["ledger", "record", user.user_id as string, "--direction", "credit", "--amount-cents", "300"], cli)).code).to.equal(0);
-    // A transfer of nothing is no entry: refused, and nothing is booked.
+    // A transfer of nothing is no entry: a usage error before core is asked, and nothing is booked.
     const nothing = await runCli(["ledger", "record", user.user_id as string, "--direction", "credit", "--amount-cents", "0"], cli);
-    expect([nothing.code, nothing.stdout]).to.deep.equal([1, ""]);
-    expect(nothing.stderr).to.include("amount_cents must be an integer from 1 to 9007199254740991");
+    expect([nothing.code, nothing.stdout]).to.deep.equal([2, ""]);
+    expect(nothing.stderr).to.include("--amount-cents must be an integer from 1 to 9007199254740991");
 
     const clean = await runCli(["ledger", "verify", "--json"], cli);
     expect(clean.code).to.equal(0);

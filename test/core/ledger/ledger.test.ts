@@ -77,6 +77,16 @@ describe("Ledger", function () {
     expect((await stack.admin.audit.verifyLedger({})).ok).to.equal(true);
   });
 
+  it("refuses a transfer of nothing, and books nothing for it", async () => {
+    const u = await user();
+    await expectRefused(
+      stack.admin.partnerResources.recordLedgerEntry({ userId: u.userId, direction: "credit", amountCents: 0n }),
+      Reason.INVALID_REQUEST,
+      /amount_cents must be an integer from 1 to 9007199254740991/,
+    );
+    expect(await db("ledger_postings").where({ account_id: accountId("user", u.userId, "USD") })).to.deep.equal([]);
+  });
+
   it("opens a vault's account with the vault", async () => {
     const u = await user();
     const account = await db("ledger_accounts")
