@@ -6,6 +6,7 @@ import { inexactAsNaN, markInexactNumbers } from "../shared/json-numbers.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
 import { invalidRequest, ResourceError, resourceErrorFrom, sendResourceError } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
+import { UUID } from "../../lib/uuid.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 
 /** Marker body for a request whose content type is not JSON. */
@@ -102,7 +103,7 @@ export function noQuery(request: FastifyRequest) {
 }
 
 /** The outcome of the gateway's shape checks: the values, or the problem core refuses once it has checked the caller. */
-export type Shape<T> = { value: T; problem: "" } | { value: undefined; problem: string };
+type Shape<T> = { value: T; problem: "" } | { value: undefined; problem: string };
 
 export function checkShape<T>(check: () => T): Shape<T> {
   try {
@@ -119,3 +120,17 @@ export async function shaped<T>(shape: Shape<unknown>, call: Promise<T>): Promis
   if (shape.problem) throw invalidRequest(shape.problem);
   return res;
 }
+
+export function userIdParam(request: FastifyRequest<{ Params: { id: string } }>): string {
+  const id = request.params.id;
+  if (!UUID.test(id)) throw invalidRequest("user id must be a UUID");
+  return id.toLowerCase();
+}
+
+/** Path id, then no query: the shape of a plain user read. */
+export const userShape = (request: FastifyRequest<{ Params: { id: string } }>) =>
+  checkShape(() => {
+    const userId = userIdParam(request);
+    noQuery(request);
+    return userId;
+  });

@@ -3,9 +3,8 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, onlyFields, shaped } from "./resource-context.js";
+import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, onlyFields, shaped, userIdParam, userShape } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
-import { UUID } from "../../lib/uuid.js";
 import { codePointLength } from "../shared/text.js";
 
 export interface ResourceRoutesOptions {
@@ -128,20 +127,6 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
       watermark: res.watermark,
     };
   });
-}
-
-/** Path id, then no query: the shape of a plain user read. */
-const userShape = (request: FastifyRequest<{ Params: Params }>) =>
-  checkShape(() => {
-    const userId = userIdParam(request);
-    noQuery(request);
-    return userId;
-  });
-
-function userIdParam(request: FastifyRequest<{ Params: Params }>): string {
-  const id = request.params.id;
-  if (!UUID.test(id)) throw invalidRequest("user id must be a UUID");
-  return id.toLowerCase();
 }
 
 function queryOf(request: FastifyRequest): Record<string, unknown> {

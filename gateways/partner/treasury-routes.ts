@@ -3,10 +3,9 @@ import { ConnectError, type Client } from "@connectrpc/connect";
 import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, shaped } from "./resource-context.js";
-import { invalidRequest, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
+import { installResourceContext, noStore, jsonObjectBody, noQuery, shaped, userShape } from "./resource-context.js";
+import { resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
-import { UUID } from "../../lib/uuid.js";
 import { noteRefusal } from "../request-log.js";
 
 export interface TreasuryRoutesOptions {
@@ -85,11 +84,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   app.get<{ Params: { id: string; payoutId: string } }>("/users/:id/payouts/:payoutId", async (request) => {
     const accessToken = bearerToken(request);
     // As on the other user resources: core checks the caller first, then refuses the shape.
-    const shape = checkShape(() => {
-      if (!UUID.test(request.params.id)) throw invalidRequest("user id must be a UUID");
-      noQuery(request);
-      return request.params.id.toLowerCase();
-    });
+    const shape = userShape(request);
     const res = await shaped(
       shape,
       rpc.getPayout(

@@ -7,7 +7,7 @@ const TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]{1,32}$/;
  * The first content coding named by a request's Content-Encoding other than `identity`
  * (any case), or undefined: an absent header, `identity` and empty list members are accepted.
  */
-export function unsupportedContentEncoding(header: string | undefined): string | undefined {
+function unsupportedContentEncoding(header: string | undefined): string | undefined {
   if (header === undefined) return undefined;
   for (const member of header.split(",")) {
     const coding = member.trim().toLowerCase();
@@ -17,7 +17,7 @@ export function unsupportedContentEncoding(header: string | undefined): string |
 }
 
 /** The refusal's text: which coding, and what to send instead. */
-export function contentEncodingMessage(coding: string): string {
+function contentEncodingMessage(coding: string): string {
   const named = TOKEN.test(coding) ? `Content-Encoding ${coding}` : "this Content-Encoding";
   return `${named} is not supported; send the body uncompressed (identity)`;
 }
