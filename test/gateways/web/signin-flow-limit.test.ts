@@ -159,4 +159,13 @@ describe("web pages: sign-in flow starts are limited per client address", functi
     while (other === flooder) other = address();
     expect((await browserAt(other).get("/signin/passkey")).status).to.equal(200);
   });
+
+  it(`${LIMIT * 2} concurrent starts from as many addresses of one IPv6 /64: exactly ${LIMIT} write a row (PostgreSQL only)`, async function () {
+    requirePostgres(this, "concurrent starts need several connections");
+    const before = await flowRows();
+    const answers = await Promise.all(Array.from({ length: LIMIT * 2 }, (_, i) => browserAt(`2001:db8:c:d::${(i + 1).toString(16)}`).get("/signin/passkey")));
+    expect(answers.filter((a) => a.status === 200)).to.have.length(LIMIT);
+    expect(answers.filter((a) => a.status === 429)).to.have.length(LIMIT);
+    expect(await flowRows()).to.equal(before + LIMIT);
+  });
 });
