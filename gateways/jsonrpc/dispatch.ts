@@ -247,7 +247,8 @@ function describeTool(t: Tool) {
     // The result alone: a refusal carries no structuredContent, so the schema need not allow one.
     outputSchema: t.outputSchema,
     annotations: { title: t.title, ...t.annotations },
-    _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, category: t.category },
+    // `scopes`: every scope any one of which lets a grant call the tool; empty for any valid grant.
+    _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, scopes: t.scope ? [t.scope, ...(t.alsoAccepts ?? [])] : [], category: t.category },
   };
 }
 

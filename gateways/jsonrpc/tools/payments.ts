@@ -136,6 +136,7 @@ export const paymentTools: readonly Tool[] = [
     name: "payments.get",
     category: "read",
     scope: "accounts:read",
+    alsoAccepts: ["payments:initiate"],
     auth: "bearer",
     title: "Get Payment",
     description:

@@ -42,7 +42,7 @@ describe("agent.budget.fund and agent.budget.revoke over JSON-RPC", () => {
       openWorldHint: false,
     });
     for (const t of [fund, revoke]) {
-      expect(t._meta).to.deep.equal({ requiresHumanApproval: false, scope: "agent:budget:create", category: "treasury" });
+      expect(t._meta).to.deep.equal({ requiresHumanApproval: false, scope: "agent:budget:create", scopes: ["agent:budget:create"], category: "treasury" });
       expect(t.inputSchema.additionalProperties).to.equal(false);
       // The result alone: a refusal (isError) carries no structuredContent to validate.
       expect(t.outputSchema).to.not.have.property("anyOf");

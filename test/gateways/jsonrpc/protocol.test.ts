@@ -224,6 +224,14 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     });
     expect(create._meta?.requiresHumanApproval).to.equal(true);
     expect(create._meta?.scope).to.equal("agent:budget:create");
+    // `_meta.scopes` names every scope that lets a grant call the tool, as core decides it.
+    const metaScopes = async (path: string) => Object.fromEntries((await list(path)).map((t) => [t.name, t._meta?.scopes]));
+    expect(await metaScopes("/mcp/read")).to.deep.equal({
+      "accounts.balance": ["accounts:read"],
+      "audit.list": ["audit:stream"],
+      "payments.get": ["accounts:read", "payments:initiate"],
+    });
+    expect((await metaScopes("/mcp/treasury"))["killSwitch.all"]).to.deep.equal([]);
     expect(create.inputSchema.additionalProperties).to.equal(false);
     expect(create.inputSchema.required).to.deep.equal(["purpose", "display_name", "chain_allowlist", "idempotency_key"]);
     // The published outputSchema is the creation result exactly; a refusal (isError) has

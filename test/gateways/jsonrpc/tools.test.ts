@@ -346,5 +346,20 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       const res = await call("/mcp/read", narrow, "accounts.balance", {});
       expect([res.json!.error.code, res.json!.error.data.reason_id]).to.deep.equal([-32002, "insufficient_scope"]);
     });
+
+    it("payments.get reads with accounts:read or payments:initiate, as its _meta.scopes says, and with nothing else", async () => {
+      const id = (await tool("/mcp/write", token, "payments.initiate", pay({ amount_cents: 1 }))).json!.result.structuredContent.payment_id as string;
+      const listed = (await call("/mcp/read", token, "tools/list", {})).json!.result.tools as { name: string; _meta: { scopes: string[] } }[];
+      const scopes = listed.find((t) => t.name === "payments.get")!._meta.scopes;
+      for (const scope of scopes) {
+        const narrow = await grantFor(stack, child, { scopes: [scope] });
+        expect((await call("/mcp/read", narrow, "payments.get", { payment_id: id })).json!.result.payment_id, scope).to.equal(id);
+      }
+      for (const scope of ["payments:simulate", "audit:stream"]) {
+        const narrow = await grantFor(stack, child, { scopes: [scope] });
+        const res = await call("/mcp/read", narrow, "payments.get", { payment_id: id });
+        expect([res.status, res.json!.error.code, res.json!.error.data.reason_id], scope).to.deep.equal([403, -32002, "insufficient_scope"]);
+      }
+    });
   });
 });
