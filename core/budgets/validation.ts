@@ -57,6 +57,8 @@ export function checkWindowOpen(params: Pick<BudgetParams, "timeWindowEnd">, now
   if (params.timeWindowEnd && Date.parse(params.timeWindowEnd) <= now.getTime()) fail(Reason.INVALID_REQUEST, "time_window_end must be in the future");
 }
 
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+
 export interface PaymentInput {
   address: string;
   chain: string;
@@ -69,11 +71,15 @@ export interface PaymentInput {
 /** A payment's arguments; all are required. */
 export function checkPaymentInput(p: PaymentInput): PaymentInput {
   if (!lengthBetween(p.address, 1, 256)) fail(Reason.INVALID_REQUEST, "counterparty.address must be 1 to 256 characters");
+  // Addresses and token symbols are ASCII on every chain; anything else (a bidi control,
+  // a look-alike letter) could show the owner approving a payment another payee.
+  if (!VISIBLE_ASCII.test(p.address)) fail(Reason.INVALID_REQUEST, "counterparty.address must be printable ASCII without spaces");
   if (!(CHAINS as readonly string[]).includes(p.chain)) fail(Reason.INVALID_REQUEST, `counterparty.chain must be one of ${CHAINS.join(", ")}`);
   // An EVM chain takes an EVM address whichever rail settles it, so what passes in development passes in production.
   const problem = isEvmChain(p.chain) ? evmAddressProblem(p.address) : undefined;
   if (problem) fail(Reason.INVALID_REQUEST, `counterparty.address ${problem} on chain ${p.chain}`);
   if (!lengthBetween(p.token, 1, 64)) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
+  if (!VISIBLE_ASCII.test(p.token)) fail(Reason.INVALID_REQUEST, "counterparty.token must be printable ASCII without spaces");
   if (!isAmount(p.amountCents) || p.amountCents < 1) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
   if (!/^[A-Z]{3}$/.test(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   checkKey(p.idempotencyKey);

@@ -243,6 +243,26 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       expect((await call("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents).to.equal(before - 5);
     });
 
+    it("a counterparty that is not printable ASCII is refused before anything is paid: no payee can be shown as another", async () => {
+      const before = (await call("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents;
+      const sol = "7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV";
+      const cases: [string, Record<string, unknown>, RegExp][] = [
+        ["bidi override", { address: `${sol}\u202e`, chain: "sol", token: "SOL" }, /counterparty\.address must be printable ASCII/],
+        ["escape sequence", { address: `\u001b[2K${sol}`, chain: "sol", token: "SOL" }, /counterparty\.address must be printable ASCII/],
+        ["look-alike letter", { address: sol.replace("E", "\u0415"), chain: "sol", token: "SOL" }, /counterparty\.address must be printable ASCII/],
+        ["space", { address: `${sol.slice(0, 20)} ${sol.slice(20)}`, chain: "sol", token: "SOL" }, /counterparty\.address must be printable ASCII/],
+        ["token", { address: sol, chain: "sol", token: "SO\u200bL" }, /counterparty\.token must be printable ASCII/],
+      ];
+      for (const [what, counterparty, message] of cases) {
+        for (const name of ["payments.initiate", "payments.simulate"]) {
+          const res = await tool("/mcp/write", token, name, pay({ counterparty }));
+          expect(res.json!.result._meta?.error.code, `${name}: ${what}`).to.equal(-32602);
+          expect(res.json!.result._meta.error.message, `${name}: ${what}`).to.match(message);
+        }
+      }
+      expect((await call("/mcp/read", token, "accounts.balance", {})).json!.result.balance_cents).to.equal(before);
+    });
+
     it("a numeric id JSON would change is refused by name, never answered under another id", async () => {
       const res = await postRpc(`${stack.url}/mcp/read`, `{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`, { authorization: `Bearer ${token}` });
       expect(res.json!.id).to.equal(null);
