@@ -65,7 +65,8 @@ export function vaultOfResource(prefix: string, resource: string): string {
 
 /** How the consent page names a vault: a budget's by the name its agent gave it. */
 function vaultLabel(v: { id: string; parentVaultId: string | null; budgetName: string | null }) {
-  if (v.budgetName !== null) return `Budget “${v.budgetName}” ${v.id.slice(0, 8)}`;
+  // The agent chose the name: isolated (FSI ... PDI), a bidi override in it cannot reorder the id after it.
+  if (v.budgetName !== null) return `Budget “\u2068${v.budgetName}\u2069” ${v.id.slice(0, 8)}`;
   return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
 }
 

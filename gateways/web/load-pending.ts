@@ -3,6 +3,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary } from "../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../request-log.js";
 import type { Current, WebContext } from "./context.js";
+import { isolated } from "./format.js";
 import { expiredLink, listCursors, pageLink, type ListCursors } from "./page-links.js";
 import type { PendingApprovals } from "./views/pending.js";
 
@@ -52,7 +53,10 @@ export async function loadPending(
   return {
     budgets: pending.draftBudgets,
     payments: pending.pendingPayments,
-    agentName: (id) => names.get(id) ?? (id ? `Agent ${id.slice(0, 8)}` : "An agent"),
+    agentName: (id) => {
+      const name = names.get(id);
+      return name ? isolated(name) : id ? `Agent ${id.slice(0, 8)}` : "An agent";
+    },
     next: pagedAt
       ? {
           // Each list moves on by itself; the other stays where it is.

@@ -45,7 +45,7 @@ describe("browser: approving a pending payment through its step_up_url (headless
 
       expect(new URL(page.url()).pathname).to.equal(review);
       const text = await page.textContent("main");
-      expect(text).to.include("A payment of $75.00 in USDC on base to 0xabc0000000000000000000000000000000000001, requested by Trip budget.");
+      expect(text).to.include("A payment of $75.00 in USDC on base to 0xabc0000000000000000000000000000000000001, requested by \u2068Trip budget\u2069.");
       expect(text).to.include("0xabc0000000000000000000000000000000000001");
       await shot("approval-02-review");
       await page.click(`form[action='${review}/approve'] button[type=submit]`);

@@ -4,7 +4,7 @@ import type { WebSession } from "../../../gen/vaultgate/grants/v1/signin_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { UUID } from "../../../lib/uuid.js";
 import { PageError, type Current, type WebContext } from "../context.js";
-import { money, utcMinute } from "../format.js";
+import { isolated, money, utcMinute } from "../format.js";
 import { loadPending } from "../load-pending.js";
 import { AGENTS_PATH, budgetPath, paymentPath, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
@@ -148,7 +148,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
       200,
       "Activate this budget?",
       html`<section class="card">
-        <p>An agent asked for a new budget <strong>${b.displayName}</strong>: its own agent and vault under yours, with these limits:</p>
+        <p>An agent asked for a new budget <strong>${isolated(b.displayName)}</strong>: its own agent and vault under yours, with these limits:</p>
         <ul>${limitWords(b).map((w) => html`<li>${w}</li>`)}</ul>
         <p class="muted">Agent <code>${b.agentPrincipalId}</code> · vault <code>${b.vaultId}</code>${b.createdAt ? html` · asked ${utcMinute(b.createdAt)}` : ""}</p>
       </section>

@@ -6,6 +6,7 @@ import { noteRefusal } from "../../request-log.js";
 import { oauthErrorFrom } from "../../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { PageError, type WebContext } from "../context.js";
+import { isolated } from "../format.js";
 import { AUTHORIZE_DECISION_PATH, AUTHORIZE_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 
@@ -123,9 +124,9 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return ctx.send(
       reply,
       200,
-      `Allow ${client.clientName}?`,
+      `Allow ${isolated(client.clientName)}?`,
       html`<form class="card" method="post" action="${AUTHORIZE_DECISION_PATH}">
-        <p><strong>${client.clientName}</strong> <span class="muted">(<code>${client.clientId}</code>)</span> wants to act for you. It will be able to:</p>
+        <p><strong>${isolated(client.clientName)}</strong> <span class="muted">(<code>${client.clientId}</code>)</span> wants to act for you. It will be able to:</p>
         <ul class="scopes">${c.scopes.map((s) => html`<li>${AGENT_SCOPE_WORDS[s] ?? s} <span class="muted">(<code>${s}</code>)</span></li>`)}</ul>
         ${vaultChoice}
         ${c.stepUpFresh ? html`<p class="muted">You confirmed it's you a moment ago; this approval is marked as step-up verified.</p>` : ""}

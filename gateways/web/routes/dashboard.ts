@@ -5,7 +5,7 @@ import { noteRefusal } from "../../request-log.js";
 import { PAYMENT_LINK_PARAM } from "../../../lib/app-paths.js";
 import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
-import { money } from "../format.js";
+import { isolated, money } from "../format.js";
 import { loadPending } from "../load-pending.js";
 import { cursorParam, expiredLink, LISTS, listCursors } from "../page-links.js";
 import {
@@ -172,7 +172,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const reach = vaults.filter((v) => v === budget || grantVaults.has(v.vaultId));
     const options = cardOptions(request, csrf, here, vaults);
     const moneySection = reach.length ? html`<h2>${budget ? "Budget" : "Money it can reach"}</h2>${reach.map((v) => vaultCard(v, options))}` : html``;
-    const title = agent?.displayName ?? (budget!.displayName || "Budget agent");
+    const name = agent?.displayName ?? budget!.displayName;
+    const title = name ? isolated(name) : "Budget agent";
     const key = problem ? undefined : ctx.takeNotice(request, reply);
     const done = agent && key === `revoked.${agent.agentId}` ? html`<div class="card ok"><p>${REVOKED_NOTICE}</p></div>` : notice(request, current, key);
     return ctx.send(

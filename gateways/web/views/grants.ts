@@ -1,6 +1,6 @@
 import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
-import { utcMinute } from "../format.js";
+import { isolated, utcMinute } from "../format.js";
 import { pageLink, type ListCursors } from "../page-links.js";
 import { agentPath, revokePath } from "../paths.js";
 import { html, type Html } from "./html.js";
@@ -35,7 +35,7 @@ export function agentsSection(agents: AgentSummary[], paging: { here: string; fi
   const list = agents.length
     ? html`<ul>${agents.map(
         (a) =>
-          html`<li><a href="${agentPath(a.agentId)}">${a.displayName}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
+          html`<li><a href="${agentPath(a.agentId)}">${isolated(a.displayName)}</a> <span class="muted">— ${a.activeGrants} active grant${a.activeGrants === 1 ? "" : "s"}</span></li>`,
       )}</ul>`
     : html`<p class="muted">${paging.first ? "No agent has asked for access yet." : "No more agents."}</p>`;
   const links = [

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { BudgetStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PaymentStatus, type Payment } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { UUID } from "../../../lib/uuid.js";
-import { money, utcMinute } from "../format.js";
+import { isolated, money, utcMinute } from "../format.js";
 import { agentPath, budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";
 import { html, type Html } from "./html.js";
 
@@ -89,7 +89,7 @@ export interface CardOptions {
 
 /** A vault's name in words: a budget's display name, or "Your vault" for the root. */
 function vaultName(v: VaultView, all: VaultView[]): string {
-  if (v.parentVaultId) return v.displayName || `Budget ${v.vaultId.slice(0, 8)}`;
+  if (v.parentVaultId) return v.displayName ? isolated(v.displayName) : `Budget ${v.vaultId.slice(0, 8)}`;
   const roots = all.filter((x) => !x.parentVaultId);
   return roots.length > 1 ? `Vault ${v.vaultId.slice(0, 8)}` : "Your vault";
 }

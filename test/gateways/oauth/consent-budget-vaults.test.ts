@@ -80,7 +80,7 @@ describe("consent: closed and declined budgets' vaults", function () {
     // Each is named as its owner knows it: the budget by the name its agent gave it.
     expect(text)
       .to.include(`Main vault ${b.owner.vaultId.slice(0, 8)}`)
-      .and.include(`Budget “Trip to Lisbon” ${b.open.slice(0, 8)}`);
+      .and.include(`Budget “\u2068Trip to Lisbon\u2069” ${b.open.slice(0, 8)}`);
   });
 
   it("hostile: a budget name an agent chose is shown as text, never as markup", async () => {
@@ -90,7 +90,7 @@ describe("consent: closed and declined budgets' vaults", function () {
     await stack.clients.budgets.createBudget({ accessToken, ...budgetParams({ stepUpAmountCents: undefined, displayName: name }) });
     const { text } = await consentPage(owner);
     expect(text).to.not.include(name);
-    expect(text).to.include("Budget “&lt;img src=x onerror=&quot;alert(1)&quot;&gt;”");
+    expect(text).to.include("Budget “\u2068&lt;img src=x onerror=&quot;alert(1)&quot;&gt;\u2069”");
   });
 
   it("a decision naming a closed or declined budget's vault goes back to the client with invalid_target; no code is made", async () => {

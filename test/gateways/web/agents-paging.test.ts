@@ -78,14 +78,14 @@ describe("web pages: the user's agents, paged", function () {
     expect(first).to.not.include("First agents");
     // The payment's agent (the budget's) is on a later page, and still named by its budget.
     expect(first).to.include(`href="/dashboard/approvals/payments/${paymentId}"`);
-    expect(first).to.include("requested by <strong>Trip budget</strong>");
+    expect(first).to.include("requested by <strong>\u2068Trip budget\u2069</strong>");
     const seen = [...agentLinks(first)];
     let text = first;
     for (let next = moreLink(text); next; next = moreLink(text)) {
       expect(next).to.match(/^\/dashboard\/agents\?agents_after=/);
       text = await page(jar, next);
       expect(text).to.include('<a href="/dashboard/agents">First agents</a>');
-      expect(text).to.include("requested by <strong>Trip budget</strong>");
+      expect(text).to.include("requested by <strong>\u2068Trip budget\u2069</strong>");
       seen.push(...agentLinks(text));
     }
     expect(seen).to.have.length(63);

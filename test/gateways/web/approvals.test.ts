@@ -3,7 +3,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { ALL_AGENT_SCOPES } from "../../support/budgets.js";
 import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
+import { createJar, createUser, formFields, pkce, REDIRECT, registerClient, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 
 /**
  * Pending approvals on the dashboard: draft budgets and payments waiting
@@ -279,5 +279,54 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(res.headers.get("location")).to.equal(`/signin?return_to=${encodeURIComponent(review)}`);
     // Nothing was approved.
     expect(await (await jar.get(review)).text()).to.include("Approve payment");
+  });
+
+  it("a name an agent or a client chose is isolated on every page, so a bidi override in it cannot reorder the words around it", async () => {
+    // U+202E turns the rest of its paragraph right to left unless something closes it.
+    const name = "Groceries \u202eevil";
+    const shown = `\u2068${name}\u2069`;
+    const user = await createUser(stack);
+    const owner = await token(user, user.vaultId, true);
+    const made = await rpc("/mcp/treasury", owner, "agent.budget.create", budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: name }));
+    const agentId = made.json!.result.agent_principal_id as string;
+    await stack.admin.budgets.fundVault({ vaultId: made.json!.result.vault_id, amountCents: 100_000n });
+    const payment = await rpc("/mcp/write", await token(user, made.json!.result.vault_id), "payments.initiate", payArgs(`p-${randomBytes(6).toString("hex")}`));
+    const paymentId = payment.json!.result.payment_id as string;
+    const draft = await rpc(
+      "/mcp/treasury",
+      await token(user),
+      "agent.budget.create",
+      budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: name }),
+    );
+    const jar = await signedIn(user.email);
+    const pages = {
+      dashboard: "/dashboard/agents",
+      review: `/dashboard/approvals/payments/${paymentId}`,
+      draft: `/dashboard/approvals/budgets/${draft.json!.result.agent_principal_id}`,
+      agent: `/dashboard/agents/${agentId}`,
+      money: "/dashboard/money",
+    };
+    for (const [what, path] of Object.entries(pages)) {
+      const res = await jar.get(path);
+      expect(res.status, what).to.equal(200);
+      const text = await res.text();
+      expect(text.split(name).length - 1, what).to.be.greaterThan(0);
+      expect(text.split(shown).length, what).to.equal(text.split(name).length);
+    }
+
+    const client = await registerClient(stack, { client_name: name });
+    const q = new URLSearchParams({
+      response_type: "code",
+      client_id: client.body.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: pkce().challenge,
+      code_challenge_method: "S256",
+      scope: "accounts:read",
+    });
+    const consent = await (await jar.get(`/oauth2/authorize?${q}`)).text();
+    expect(consent).to.include(`<title>Allow ${shown}?`);
+    expect(consent).to.include(`<strong>${shown}</strong>`);
+    // The vaults to choose from include the budgets, named by their agents.
+    expect(consent.split(name).length).to.equal(consent.split(shown).length);
   });
 });

@@ -147,7 +147,7 @@ describe("web pages: the money view", () => {
     const { budget, jar } = await owner();
     const here = `/dashboard/agents/${budget.agentId}`;
     const text = await page(jar, here);
-    expect(text).to.include("<h1>Trip &lt;Lisbon&gt; &amp; co</h1>");
+    expect(text).to.include("<h1>\u2068Trip &lt;Lisbon&gt; &amp; co\u2069</h1>");
     expect(text).to.include("$989.00");
     expect(text).to.include("$11.00 of $200.00");
     expect(text).to.include("<h2>Pending approvals</h2>");
@@ -201,7 +201,7 @@ describe("web pages: the money view", () => {
     expect(detour.headers.get("location")).to.equal(`/stepup?return_to=${encodeURIComponent(back)}`);
     const refused = await jar.post(action, { ...fields, amount: "abc" });
     expect(refused.status).to.equal(400);
-    expect(await refused.text()).to.include("<h1>Trip &lt;Lisbon&gt; &amp; co</h1>");
+    expect(await refused.text()).to.include("<h1>\u2068Trip &lt;Lisbon&gt; &amp; co\u2069</h1>");
   });
 
   it("refuses a bad amount, a missing key, a forged CSRF token and a malformed id with a readable page", async () => {
