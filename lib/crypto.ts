@@ -49,6 +49,13 @@ export function md5Uuid(text: string): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
+/** A UUID that is a pure function of its parts (RFC 9562 version 8: custom, from SHA-256). */
+export function derivedUuid(...parts: string[]): string {
+  const h = sha256Hex(parts.join("\n"));
+  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
 /** HMAC-SHA-256 of `value` under `key`, in the given encoding. */
 export function hmacSha256(key: string | Buffer, value: string, encoding: "hex" | "base64url" | "base64" = "hex"): string {
   return createHmac("sha256", key).update(value).digest(encoding);

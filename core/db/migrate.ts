@@ -46,6 +46,7 @@ import * as m0045 from "./migrations/0045-budget-endings.js";
 import * as m0046 from "./migrations/0046-decline-revoked-open-payments.js";
 import * as m0047 from "./migrations/0047-agents-by-user.js";
 import * as m0048 from "./migrations/0048-mail-expiry.js";
+import * as m0049 from "./migrations/0049-payout-transfer-ids.js";
 
 interface Migration {
   name: string;
@@ -101,6 +102,7 @@ const migrations: Migration[] = [
   { name: "0046-decline-revoked-open-payments", ...m0046 },
   { name: "0047-agents-by-user", ...m0047 },
   { name: "0048-mail-expiry", ...m0048 },
+  { name: "0049-payout-transfer-ids", ...m0049 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -66,7 +66,7 @@ export async function listTransfers(conn: Conn, userId: string, after: FeedPosit
          (SELECT seq, id, user_id, direction, amount_cents, currency, status, created_at, updated_at, xid
             FROM ledger_entries WHERE user_id = ? AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?)
          UNION ALL
-         (SELECT seq, ${PAYOUT_TRANSFER_ID_SQL("partner_id::text", "execution_id")}, recipient_user_id, 'credit', amount_cents, currency, 'settled',
+         (SELECT seq, ${PAYOUT_TRANSFER_ID_SQL}, recipient_user_id, 'credit', amount_cents, currency, 'settled',
                  executed_at, executed_at, xid
             FROM treasury_executions WHERE recipient_user_id = ? AND seq IS NOT NULL AND ${FEED_AFTER_SQL} ORDER BY xid, seq LIMIT ?)
        ) t ORDER BY xid, seq LIMIT ?`,

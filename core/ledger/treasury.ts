@@ -1,5 +1,5 @@
-import { md5Uuid } from "../../lib/crypto.js";
 import type { Knex } from "knex";
+import { derivedUuid } from "../../lib/crypto.js";
 import { externalAccount, treasuryAccount, type ExternalAccount } from "./accounts.js";
 import type { Leg } from "./store.js";
 
@@ -13,15 +13,15 @@ import type { Leg } from "./store.js";
 const FUNDING: ExternalAccount = "funding";
 
 /**
- * A payout's transfer id, derived (as in SQL, md5 of `payout:<partner>:<execution>` as a uuid) from
- * an execution id used once per partner, so each payout has exactly one transfer whose id never changes.
+ * A payout's transfer id (a version 8 UUID), derived from an execution id used once per partner
+ * and stored with the execution, so each payout has exactly one transfer whose id never changes.
  */
 export function payoutTransferId(partnerId: string, executionId: string): string {
-  return md5Uuid(`payout:${partnerId.toLowerCase()}:${executionId}`);
+  return derivedUuid("payout", partnerId.toLowerCase(), executionId);
 }
 
-/** SQL twin of payoutTransferId, over a partner id and an execution id expression. */
-export const PAYOUT_TRANSFER_ID_SQL = (partnerIdSql: string, executionIdSql: string) => `md5('payout:' || ${partnerIdSql} || ':' || ${executionIdSql})::uuid`;
+/** A treasury_executions row's transfer id: payouts stored without one keep the md5 id they were given. */
+export const PAYOUT_TRANSFER_ID_SQL = `coalesce(transfer_id, md5('payout:' || partner_id::text || ':' || execution_id)::uuid)`;
 
 /** Legs of a fund: external:funding pays into the treasury. */
 export function fundLegs(partnerId: string, currency: string, amountCents: number): Leg[] {

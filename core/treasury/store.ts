@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { movementCtes } from "../ledger/store.js";
-import { bindLegs, fundLegs, PAYOUT_TRANSFER_ID_SQL, payoutMovementCtes } from "../ledger/treasury.js";
+import { bindLegs, fundLegs, payoutMovementCtes, payoutTransferId } from "../ledger/treasury.js";
 import { NEXT_TRANSFER_SEQ_SQL } from "../ledger/transfers.js";
 import { createUsersStore } from "../identity/users-store.js";
 import { enqueueCte } from "../partners/webhooks/outbox-store.js";
@@ -39,24 +39,25 @@ function payoutStatement(b: BatchRecord, paid: BatchPayout): { sql: string; bind
       sql: `SELECT 0::bigint AS n, ?::uuid AS partner_id, 'payout.executed' AS type, ?::jsonb AS data
             UNION ALL
             SELECT i.n, c.partner_id, 'transfer.settled',
-                   jsonb_build_object('user_id', i.user_id, 'transfer_id', ${PAYOUT_TRANSFER_ID_SQL("?::text", "i.execution_id")}, 'direction', 'credit',
+                   jsonb_build_object('user_id', i.user_id, 'transfer_id', i.transfer_id, 'direction', 'credit',
                                       'amount_cents', i.amount_cents, 'currency', ?::text, 'status', 'settled',
                                       'created_at', ?::text, 'updated_at', ?::text)
               FROM items i JOIN consents c ON c.user_id = i.user_id AND 'transfers:read' = ANY (c.scopes)
               JOIN partners p ON p.id = c.partner_id AND 'transfers:read' = ANY (p.entitlements)`,
-      bindings: [b.partnerId, JSON.stringify(paid.executedEvent), b.partnerId, paid.currency, at, at],
+      bindings: [b.partnerId, JSON.stringify(paid.executedEvent), paid.currency, at, at],
     },
     b.createdAt,
   );
   return {
     sql: `items AS MATERIALIZED (
-            SELECT i.n, i.execution_id, i.user_id, i.amount_cents
-              FROM unnest(?::text[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, user_id, amount_cents, n)
+            SELECT i.n, i.execution_id, i.transfer_id, i.user_id, i.amount_cents
+              FROM unnest(?::text[], ?::uuid[], ?::uuid[], ?::int8[]) WITH ORDINALITY AS i (execution_id, transfer_id, user_id, amount_cents, n)
           ),
           ${ledger.sql},
           ${events.sql},`,
     bindings: [
       paid.items.map((i) => i.executionId),
+      paid.items.map((i) => payoutTransferId(b.partnerId, i.executionId)),
       paid.items.map((i) => i.recipientUserId),
       paid.items.map((i) => String(i.amountCents)),
       ...ledger.bindings,
@@ -213,11 +214,11 @@ export function createTreasuryStore(db: Db) {
       if (executions.length === 0) return new Set();
       // unnest keeps the statement text and parameter count fixed whatever the batch size.
       const insert = `INSERT INTO treasury_executions (partner_id, execution_id, payout_id, batch_id, recipient_user_id, payer_entity_id,
-                                                    amount_cents, currency, reference, executed_at, xid, seq)
+                                                    amount_cents, currency, reference, executed_at, xid, seq, transfer_id)
          SELECT ?::uuid, e.execution_id, e.payout_id, ?::uuid, e.recipient_user_id, ?::uuid, e.amount_cents, e.currency, e.reference, ?::timestamptz,
-                pg_current_xact_id(), ${NEXT_TRANSFER_SEQ_SQL}
-           FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[])
-                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference)`;
+                pg_current_xact_id(), ${NEXT_TRANSFER_SEQ_SQL}, e.transfer_id
+           FROM unnest(?::text[], ?::text[], ?::uuid[], ?::int8[], ?::text[], ?::text[], ?::uuid[])
+                AS e(execution_id, payout_id, recipient_user_id, amount_cents, currency, reference, transfer_id)`;
       const bindings = [
         executions[0]!.partnerId,
         executions[0]!.batchId,
@@ -229,6 +230,7 @@ export function createTreasuryStore(db: Db) {
         executions.map((e) => String(e.amountCents)),
         executions.map((e) => e.currency),
         executions.map((e) => e.reference),
+        executions.map((e) => payoutTransferId(e.partnerId, e.executionId)),
       ];
       await trx.raw(`SAVEPOINT treasury_executions`);
       try {

@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { payoutTransferId } from "../../../core/ledger/treasury.js";
 import { insertTransferEntry } from "../../../core/ledger/transfers.js";
+import { md5Uuid } from "../../../lib/crypto.js";
 import { feedsSettled } from "../../support/db.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
@@ -279,5 +280,30 @@ describe("payouts in the recipients' transfers (HTTP)", () => {
     expect((await transfersOf(reader.token, userId)).map((t) => [t.transfer_id, t.amount_cents])).to.deep.equal([[id, 600]]);
     const report = await stack.admin.audit.verifyLedger({});
     expect(report.discrepancies.map((d) => d.message)).to.deep.equal([]);
+  });
+
+  it("a payout's transfer_id is an RFC 9562 UUID (version and variant bits), in the transfers list and in transfer.settled alike", async () => {
+    const payer = await partnerWithWebhook(["treasury:write", "transfers:read"]);
+    const payerEntity = await bindTreasury(stack.admin, payer.partner, { balanceCents: 10_000n });
+    const { userId } = await createUserFor(stack, payer.partner, ["payouts:receive", "transfers:read"]);
+    // Sixteen payouts: an id with arbitrary version and variant bits would fail this almost surely.
+    const paid = await post(payer.token, { payer_entity_id: payerEntity, items: Array.from({ length: 16 }, () => item(userId, 10)) });
+    expect(paid.status, paid.text).to.equal(200);
+
+    const listed = (await transfersOf(payer.token, userId)).map((t) => t.transfer_id);
+    const events = await call("GET", "/events?limit=100", { token: payer.token });
+    const settled = (events.body as { data: Delivered[] }).data.filter((e) => e.type === "transfer.settled").map((e) => e.data.transfer_id);
+    expect(listed).to.have.length(16);
+    expect(settled).to.deep.equal(listed);
+    for (const id of listed) expect(id).to.match(/^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+
+    // A payout the version before stored had no transfer_id column: it keeps the id it was listed with.
+    const [first] = (paid.body as { items: { execution_id: string }[] }).items;
+    await stack.core.db.raw(`UPDATE treasury_executions SET transfer_id = NULL WHERE partner_id = ? AND execution_id = ?`, [
+      payer.partner.partnerId,
+      first!.execution_id,
+    ]);
+    const legacy = md5Uuid(`payout:${payer.partner.partnerId}:${first!.execution_id}`);
+    expect((await transfersOf(payer.token, userId)).map((t) => t.transfer_id)).to.deep.equal([legacy, ...listed.slice(1)]);
   });
 });
