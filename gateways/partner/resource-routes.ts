@@ -142,7 +142,8 @@ function pageQuery(request: FastifyRequest) {
   }
   const limitText = q.limit as string | undefined;
   let limit = 0;
-  if (limitText !== undefined) {
+  // An empty value is an omitted one, as for cursor and since (`?limit=${n ?? ""}`).
+  if (limitText !== undefined && limitText !== "") {
     if (!/^\d{1,3}$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > 100) throw invalidRequest("limit must be an integer from 1 to 100");
     limit = Number(limitText);
   }

@@ -95,6 +95,12 @@ describe("partner resources over HTTP: paging", () => {
       }
       expectHttpError(await call("GET", `/events?since=${encodeURIComponent(first.watermark)}`, { token }), 400, "invalid_request");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=0`, { token }), 400, "invalid_request");
+      // Empty values are omitted ones, for every paging parameter alike: the first page, 50 rows at most.
+      for (const q of ["limit=", "cursor=", "since=", "limit=&cursor=&since="]) {
+        const page = await call("GET", `/users/${a.userId}/transfers?${q}`, { token });
+        expect(page.status, q).to.equal(200);
+        expect(page.body, q).to.deep.equal((await call("GET", `/users/${a.userId}/transfers`, { token })).body);
+      }
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?limit=1&limit=2`, { token }), 400, "invalid_request");
       expectHttpError(await call("GET", `/users/${a.userId}/transfers?page=2`, { token }), 400, "invalid_request");
     });
