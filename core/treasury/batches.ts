@@ -21,6 +21,13 @@ import type { PartnersStore } from "../partners/store.js";
 import type { TreasuryStore } from "./store.js";
 import { reasonLabel } from "./wire.js";
 
+/** What a partner is told when its treasury is not active, per status. */
+const INACTIVE_MESSAGE: Record<string, string> = {
+  suspended: "the treasury is suspended",
+  disabled: "the treasury is disabled",
+  mandate_expired: "the treasury's mandate has expired",
+};
+
 /** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
 export interface TreasuryFaults {
   /** Runs inside the batch transaction after every write, just before COMMIT. */
@@ -79,7 +86,7 @@ export async function executeBatch(
       const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
       if (earlier) return { replay: earlier, batch: undefined };
 
-      if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, `treasury is ${treasury.status.replace("_", " ")}`);
+      if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, INACTIVE_MESSAGE[treasury.status] ?? `the treasury is ${treasury.status}`);
       if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
 
       // Every item is inserted as if new; the unique keys on (partner, execution_id) and

@@ -138,12 +138,21 @@ describe("TreasuryService.ExecuteBatch: execution ids, limits and treasury state
   });
 
   describe("treasury state", () => {
-    for (const status of [TreasuryStatus.SUSPENDED, TreasuryStatus.DISABLED, TreasuryStatus.MANDATE_EXPIRED]) {
-      it(`${TreasuryStatus[status].toLowerCase()} is treasury_inactive; after reactivation the same ids succeed`, async () => {
+    const said = {
+      [TreasuryStatus.SUSPENDED]: "the treasury is suspended",
+      [TreasuryStatus.DISABLED]: "the treasury is disabled",
+      [TreasuryStatus.MANDATE_EXPIRED]: "the treasury's mandate has expired",
+    };
+    for (const status of [TreasuryStatus.SUSPENDED, TreasuryStatus.DISABLED, TreasuryStatus.MANDATE_EXPIRED] as const) {
+      it(`${TreasuryStatus[status].toLowerCase()} is treasury_inactive, saying so in words; after reactivation the same ids succeed`, async () => {
         const { partner, payer, user } = await setup();
         await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status });
         const req = batchRequest(partner, payer, [{ recipientUserId: user }]);
-        expect(await refusalOf(treasury().executeBatch(req))).to.include({ reason: Reason.TREASURY_INACTIVE, code: Code.PermissionDenied });
+        expect(await refusalOf(treasury().executeBatch(req))).to.include({
+          reason: Reason.TREASURY_INACTIVE,
+          code: Code.PermissionDenied,
+          message: said[status],
+        });
         await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE });
         expect((await treasury().executeBatch(req)).replayed).to.equal(false);
       });

@@ -154,7 +154,9 @@ describe("partner treasury endpoints (HTTP)", () => {
       .to.contain("per_item_cap")
       .and.not.match(/\d/);
     await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.MANDATE_EXPIRED });
-    expectHttpError(await post(token, body(payer, user)), 403, "treasury_inactive");
+    const expired = await post(token, body(payer, user));
+    expectHttpError(expired, 403, "treasury_inactive");
+    expect((expired.body as { error: { message: string } }).error.message).to.equal("the treasury's mandate has expired");
     const first = body(payer, user);
     await stack.admin.treasury.setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.ACTIVE });
     await stack.admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId: payer, balanceCents: 1_000n });
