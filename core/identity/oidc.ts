@@ -128,6 +128,37 @@ export function createOidcSignin(deps: OidcDeps) {
     );
   }
 
+  /** The user a subject not yet linked is linked to: the one with the address the provider says it verified. */
+  async function userOfVerifiedEmail(claims: client.IDToken): Promise<{ userId?: string; why: string }> {
+    if (claims.email_verified !== true) return { why: "first sign-in without a verified e-mail address" };
+    const email = typeof claims.email === "string" ? canonicalEmail(claims.email) : undefined;
+    if (!email) return { why: "first sign-in without an e-mail address" };
+    const user = await users.findByEmail(db, email);
+    return user ? { userId: user.id, why: "" } : { why: "no account for the provider's e-mail address" };
+  }
+
+  /**
+   * Links the subject (linkNew) or notes its use, holding the user row. An address the provider moved to
+   * another account must not carry the person's account with it: false when the user has another subject here.
+   */
+  async function linkOrTouch(
+    trx: Knex.Transaction,
+    facts: CallFacts,
+    l: { userId: string; iss: string; sub: string; email: unknown; linkNew: boolean; at: Date },
+  ): Promise<boolean> {
+    if (!l.linkNew) {
+      await users.touchLink(trx, l.iss, l.sub, l.at);
+      return true;
+    }
+    const linked = await users.linkedSubject(trx, l.iss, l.userId);
+    if (linked !== undefined && linked !== l.sub) return false;
+    const email = typeof l.email === "string" ? l.email : null;
+    const owner = await users.link(trx, { issuer: l.iss, subject: l.sub, userId: l.userId, email, at: l.at });
+    if (owner !== l.userId) throw new Error("identity link raced to another user");
+    await audit(trx, facts, { actor: `user:${l.userId}`, action: "web.oidc.link", subject: l.iss, outcome: "success" });
+    return true;
+  }
+
   function meetsStepUp(claims: client.IDToken): boolean {
     if (provider.stepUpAcr.length === 0) return true;
     const acr = typeof claims.acr === "string" ? [claims.acr] : [];
@@ -239,16 +270,22 @@ export function createOidcSignin(deps: OidcDeps) {
 
       if (purpose === "step_up") {
         const userId = flow.userId!;
-        if (linkedUserId !== userId) return refuse(facts, purpose, "the provider signed in someone else", `user:${userId}`);
+        // A person who signed in another way is linked here by the same rule as a first sign-in.
+        const byEmail = linkedUserId === undefined ? await userOfVerifiedEmail(claims) : undefined;
+        if (linkedUserId !== userId && byEmail?.userId !== userId)
+          return refuse(facts, purpose, byEmail?.why ?? "the provider signed in someone else", `user:${userId}`);
         const authTime = typeof claims.auth_time === "number" ? claims.auth_time * 1000 : undefined;
         if (authTime === undefined || authTime < flow.createdAt.getTime() - CLOCK_SKEW_SECONDS * 1000)
           return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);
         if (!meetsStepUp(claims)) return refuse(facts, purpose, "acr/amr below the step-up requirement", `user:${userId}`);
-        await db.transaction(async (trx) => {
+        const done = await db.transaction(async (trx) => {
+          await users.lockUser(trx, userId);
+          if (!(await linkOrTouch(trx, facts, { userId, iss, sub, email: claims.email, linkNew: Boolean(byEmail), at: now }))) return false;
           await sessionsStore.setStepUp(trx, flow.sessionId!, now);
-          await users.touchLink(trx, iss, sub, now);
           await audit(trx, facts, { actor: `user:${userId}`, action: "web.step_up", subject: "oidc", outcome: "success" });
+          return true;
         });
+        if (!done) return refuse(facts, purpose, "the account is linked to another subject of this provider", `user:${userId}`);
         return { purpose, userId, sessionId: flow.sessionId! };
       }
 
@@ -256,13 +293,9 @@ export function createOidcSignin(deps: OidcDeps) {
       let linkNew = false;
       if (linkedUserId) userId = linkedUserId;
       else {
-        // The first sign-in links by e-mail, and only an address the provider has verified.
-        if (claims.email_verified !== true) return refuse(facts, purpose, "first sign-in without a verified e-mail address");
-        const email = typeof claims.email === "string" ? canonicalEmail(claims.email) : undefined;
-        if (!email) return refuse(facts, purpose, "first sign-in without an e-mail address");
-        const user = await users.findByEmail(db, email);
-        if (!user) return refuse(facts, purpose, "no account for the provider's e-mail address");
-        userId = user.id;
+        const byEmail = await userOfVerifiedEmail(claims);
+        if (!byEmail.userId) return refuse(facts, purpose, byEmail.why);
+        userId = byEmail.userId;
         linkNew = true;
       }
       const user = await users.findById(db, userId);
@@ -270,17 +303,7 @@ export function createOidcSignin(deps: OidcDeps) {
       const token = await db.transaction(async (trx) => {
         // The user row before the link, in every sign-in: first and later sign-ins of one person lock in one order.
         await users.lockUser(trx, userId);
-        if (linkNew) {
-          // An address the provider moved to another account must not carry the person's account with it:
-          // a user keeps the one subject it was linked to (the user row lock orders concurrent first sign-ins).
-          const linked = await users.linkedSubject(trx, iss, userId);
-          if (linked !== undefined && linked !== sub) return undefined;
-          const owner = await users.link(trx, { issuer: iss, subject: sub, userId, email: typeof claims.email === "string" ? claims.email : null, at: now });
-          if (owner !== userId) throw new Error("identity link raced to another user");
-          await audit(trx, facts, { actor: `user:${userId}`, action: "web.oidc.link", subject: iss, outcome: "success" });
-        } else {
-          await users.touchLink(trx, iss, sub, now);
-        }
+        if (!(await linkOrTouch(trx, facts, { userId, iss, sub, email: claims.email, linkNew, at: now }))) return undefined;
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
         return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs, input.replaces);
       });

@@ -296,5 +296,27 @@ describe("sign-in through a company's OpenID Connect provider", () => {
       expect(await db("identity_links").where({ user_id: p.userId })).to.have.length(1);
       expect(await sessionsOf(p.userId)).to.equal(1);
     });
+    it("an unlinked person's step-ups by many subjects with their verified address at once: one links and counts, the rest are refused", async () => {
+      const signin = oidc();
+      const p = await person();
+      const sessionId = randomUUID();
+      await db("web_sessions").insert({
+        id: sessionId,
+        token_hash: sha256Hex(randomUUID()),
+        user_id: p.userId,
+        created_at: new Date(),
+        expires_at: new Date(Date.now() + 3600_000),
+      });
+      const session = { sessionId, userId: p.userId };
+      const subs = [p.sub, ...Array.from({ length: 7 }, (_, i) => `${p.sub}-up-${i}`)];
+      for (const sub of subs.slice(1)) await idp.addAccount({ sub, email: p.email, email_verified: true });
+      const flows = await Promise.all(subs.map(() => signin.start("step_up", session)));
+      const callbacks = await Promise.all(flows.map((f, i) => idp.signIn(f.authorizationUrl, subs[i]!)));
+      const results = await Promise.allSettled(flows.map((f, i) => signin.complete({ callbackUrl: callbacks[i]!, binding: f.binding, session }, facts())));
+      expect(results.filter((r) => r.status === "fulfilled")).to.have.length(1);
+      for (const r of results) if (r.status === "rejected") expect(reasonOf(r.reason)).to.equal(Reason.ACCESS_DENIED);
+      expect(await db("identity_links").where({ user_id: p.userId })).to.have.length(1);
+      expect((await db("web_sessions").where({ id: sessionId }).first()).step_up_at).to.be.instanceOf(Date);
+    });
   });
 });

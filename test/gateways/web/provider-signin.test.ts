@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createJar, createUser } from "../../support/agent-oauth.js";
+import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { freePort } from "../../support/ports.js";
 
@@ -114,5 +114,42 @@ describe("web pages: sign-in at the organisation's provider", () => {
     const res = await victim.get(callback);
     expect(res.status).to.equal(403);
     expect((await victim.get("/dashboard/agents")).status).to.not.equal(200);
+  });
+  it("a person signed in by e-mailed code confirms at the provider with the same verified address: it counts, and links them", async () => {
+    const user = await createUser(stack);
+    const sub = `code-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    const page = await (await jar.get(`/stepup?return_to=${encodeURIComponent("/dashboard/money")}`)).text();
+    const link = /href="(\/signin\/oidc\?step_up=1&amp;return_to=[^"]+)"/.exec(page)![1]!.replace(/&amp;/g, "&");
+    const back = await jar.get(await idp.signIn((await jar.get(link)).headers.get("location")!, sub));
+    expect(back.status, await back.clone().text()).to.equal(303);
+    expect(back.headers.get("location")).to.equal("/dashboard/money");
+    const token = jar.cookies.get("vg_session")!;
+    expect((await stack.clients.grants.getSession({ sessionToken: token })).session!.stepUpFresh).to.equal(true);
+    // Linked now: a later sign-in at the provider finds the same person by subject.
+    const again = createJar(stack.url);
+    expect((await again.get(await idp.signIn((await again.get("/signin/oidc")).headers.get("location")!, sub))).status).to.equal(303);
+  });
+
+  it("hostile: a step-up at the provider with an unverified, or another, address does not count and links nobody", async () => {
+    const user = await createUser(stack);
+    const jar = createJar(stack.url);
+    await signIn(stack, jar, user.email);
+    const unverified = `unv-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub: unverified, email: user.email, email_verified: false });
+    const stranger = await createUser(stack);
+    const other = `oth-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub: other, email: stranger.email, email_verified: true });
+    for (const who of [unverified, other]) {
+      const back = await jar.get(await idp.signIn((await jar.get("/signin/oidc?step_up=1")).headers.get("location")!, who));
+      expect(back.status, who).to.equal(403);
+      expect(await back.text()).to.match(/try the confirmation again/);
+      expect((await stack.clients.grants.getSession({ sessionToken: jar.cookies.get("vg_session")! })).session!.stepUpFresh).to.equal(false);
+    }
+    // The unverified subject was not linked to the person: signing in with it still finds nobody.
+    const probe = createJar(stack.url);
+    expect((await probe.get(await idp.signIn((await probe.get("/signin/oidc")).headers.get("location")!, unverified))).status).to.equal(403);
   });
 });
