@@ -273,7 +273,7 @@ export function createOidcSignin(deps: OidcDeps) {
         // A person who signed in another way is linked here by the same rule as a first sign-in.
         const byEmail = linkedUserId === undefined ? await userOfVerifiedEmail(claims) : undefined;
         if (linkedUserId !== userId && byEmail?.userId !== userId)
-          return refuse(facts, purpose, byEmail?.why ?? "the provider signed in someone else", `user:${userId}`);
+          return refuse(facts, purpose, byEmail?.why || "the provider signed in someone else", `user:${userId}`);
         const authTime = typeof claims.auth_time === "number" ? claims.auth_time * 1000 : undefined;
         if (authTime === undefined || authTime < flow.createdAt.getTime() - CLOCK_SKEW_SECONDS * 1000)
           return refuse(facts, purpose, "auth_time is not fresh", `user:${userId}`);

@@ -245,6 +245,16 @@ describe("sign-in through a company's OpenID Connect provider", () => {
         Reason.ACCESS_DENIED,
       );
       expect((await failures(h.requestId)).map((r) => r.reason)).to.deep.equal(["the provider signed in someone else"]);
+      // Somebody not linked yet, whose verified address is their own account's: not linked to this person either.
+      const stranger = await person();
+      const unlinked = await signin.start("step_up", p.session);
+      const u = facts();
+      await expectRefused(
+        signin.complete({ callbackUrl: await idp.signIn(unlinked.authorizationUrl, stranger.sub), binding: unlinked.binding, session: p.session }, u),
+        Reason.ACCESS_DENIED,
+      );
+      expect((await failures(u.requestId)).map((r) => r.reason)).to.deep.equal(["the provider signed in someone else"]);
+      expect(await db("identity_links").where({ subject: stranger.sub })).to.have.length(0);
 
       // A step-up flow completed from another session.
       const theirs = await signin.start("step_up", p.session);
