@@ -65,6 +65,9 @@ describe("browser: approving a payment with a step-up at the organisation's prov
       await page.click("text=Sign in with your organisation");
       await loginAtProvider(page, sub);
       expect(new URL(page.url()).pathname).to.equal(review);
+      // Only the provider confirms it is them here: the page promises no e-mailed code.
+      expect(await page.textContent("main")).to.match(/confirm it's you/);
+      expect(await page.textContent("main")).not.to.match(/e-mail/);
 
       await page.click(`form[action='${review}/approve'] button[type=submit]`);
       expect(new URL(page.url()).pathname).to.equal("/stepup");

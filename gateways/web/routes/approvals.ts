@@ -23,7 +23,7 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
   const stepUpNote = (s: WebSession) =>
     s.stepUpFresh
       ? html`<p class="muted">You confirmed it's you a moment ago.</p>`
-      : html`<p class="muted">Before it takes effect we will ask you to confirm it's you with a code sent by e-mail.</p>`;
+      : html`<p class="muted">Before it takes effect we will ask you to confirm it's you.</p>`;
 
   async function signedIn(request: FastifyRequest, reply: FastifyReply, here: string): Promise<Current | undefined> {
     const current = await ctx.session(request);
