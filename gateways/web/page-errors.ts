@@ -63,6 +63,14 @@ export function pageErrorHandler(ctx: WebContext) {
   return (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p>${onward(request)}</div>`);
     const status = (err as { statusCode?: number }).statusCode;
+    if (!(err instanceof ConnectError) && status === 413) {
+      return ctx.send(
+        reply,
+        413,
+        "This form is too large",
+        html`<div class="card error"><p>No form here is that long. Go back and try again.</p>${onward(request)}</div>`,
+      );
+    }
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
       return ctx.send(reply, 400, "Something is wrong with this request", html`<div class="card error"><p>The request could not be read.</p></div>`);
     }

@@ -291,5 +291,15 @@ describe("web pages: sign-in, dashboard, revoke, kill switch", () => {
       body: "csrf=%zz",
     });
     expect(bad.status).to.equal(400);
+    // Larger than any form of ours: a page that says so, not one saying it could not be read.
+    const huge = await jar.request("/signin", {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: `email=${"a".repeat(17 * 1024)}`,
+    });
+    expect(huge.status).to.equal(413);
+    expect(await huge.text())
+      .to.match(/^<!doctype html>/)
+      .and.include("This form is too large");
   });
 });
