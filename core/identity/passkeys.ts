@@ -148,7 +148,11 @@ export function createPasskeys(deps: PasskeyDeps) {
       refuseIfNotOffered();
       const { session } = input;
       const actor = `user:${session.userId}`;
-      const name = input.name.trim().slice(0, 60) || "Passkey";
+      // The person's own label, shown on pages and mailed: no control characters, 60 code points (an emoji stays whole).
+      const name =
+        Array.from(input.name.replace(/\p{Cc}/gu, "").trim())
+          .slice(0, 60)
+          .join("") || "Passkey";
       const flow = await takeFlow(input.binding, "register");
       const refuse = async (why: string): Promise<never> => {
         await audit(db, facts, { actor, action: "passkey.register", outcome: "failure", reason: why });

@@ -26,7 +26,7 @@ describe("web: passkey pages", function () {
     await stack?.close();
   });
 
-  async function ownerWithPasskey(): Promise<{ jar: Jar; email: string; key: SoftPasskey }> {
+  async function ownerWithPasskey(name = "work laptop"): Promise<{ jar: Jar; email: string; key: SoftPasskey }> {
     const user = await createUser(stack);
     const jar = createJar(stack.url);
     await signIn(stack, jar, user.email, "/dashboard/passkeys");
@@ -41,7 +41,7 @@ describe("web: passkey pages", function () {
     const key = softPasskey();
     const done = await jar.post("/dashboard/passkeys/add", {
       ...formFields(page, "/dashboard/passkeys/add"),
-      name: "work laptop",
+      name,
       response: key.create(passkeyOptionsOf(page), origin),
     });
     expect(done.status).to.equal(303);
@@ -73,6 +73,13 @@ describe("web: passkey pages", function () {
     const removed = await jar.post(action, formFields(list, action));
     expect(removed.status).to.equal(303);
     expect(await (await jar.get("/dashboard/passkeys")).text()).to.include("You have no passkeys yet");
+  });
+
+  it("a passkey's name is kept to 60 characters without splitting one, and without control characters", async () => {
+    const { jar } = await ownerWithPasskey(`  \u0007\u001b${"x".repeat(59)}\u{1F511}more`);
+    const list = await (await jar.get("/dashboard/passkeys")).text();
+    expect(list).to.include(`${"x".repeat(59)}\u{1F511}<`);
+    expect(list).to.not.include("\u001b").and.not.include("\u0007").and.not.include("\ufffd");
   });
 
   it("hostile: a session without a fresh step-up (a stolen cookie) removes no passkey; after one it goes, and the owner is told", async () => {
