@@ -133,7 +133,8 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
       sign({
         nonce,
         to: settings.usdc,
-        data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to as Hex, units] }),
+        // viem refuses a mixed- or upper-case address without a valid checksum; all upper case carries none.
+        data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to.toLowerCase() as Hex, units] }),
         gas: TRANSFER_GAS,
         fees,
       }),

@@ -73,6 +73,22 @@ describe("a token and payees that do not behave (anvil)", function () {
     expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
   });
 
+  it("pays an address given in all upper case (no checksum) once, to that address, like its checksummed form", async () => {
+    const a = await agent();
+    const to = freshAddress();
+    const accepted = await a.pay(`0x${to.slice(2).toUpperCase()}`, 700);
+    const id = accepted.json!.result.payment_id as string;
+    await settle();
+    await anvil.mine(2);
+    await settle();
+    const got = await rpc("/mcp/read", a.token, "payments.get", { payment_id: id });
+    expect(got.json!.result).to.deep.include({ status: "completed", failure_reason: null });
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(7_000_000n);
+    expect(await a.balance()).to.equal(100_000 - 700);
+    const chains = await stack.admin.audit.verifyChains({});
+    expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
+  });
+
   it("refuses a payment to the hot wallet itself, in any case: it would move nothing on chain while the books say it was paid", async () => {
     const a = await agent();
     const wallet = stack.core.settlement.evm("base")!.wallet;
@@ -85,11 +101,12 @@ describe("a token and payees that do not behave (anvil)", function () {
     expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
   });
 
-  it("many concurrent payments, half of them to the hot wallet: only the others are accepted and paid, the books match the chain (PostgreSQL)", async function () {
+  it("many concurrent payments, half of them to the hot wallet: only the others are accepted and paid (in any case), the books match the chain (PostgreSQL)", async function () {
     requirePostgres(this, "concurrent payments need several connections");
     const a = await agent();
     const wallet = getAddress(stack.core.settlement.evm("base")!.wallet);
-    const payees = Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? freshAddress() : wallet));
+    const upper = (address: string) => `0x${address.slice(2).toUpperCase()}`;
+    const payees = Array.from({ length: 30 }, (_, i) => (i % 2 === 1 ? wallet : i % 4 === 0 ? upper(freshAddress()) : freshAddress()));
     const results = await Promise.all(payees.map((to) => a.pay(to, 100)));
     expect(results.filter((r) => r.json!.result?.kind === "accepted").length).to.equal(15);
     expect(results.filter((r) => r.json!.error?.code === -32602).length).to.equal(15);
@@ -97,6 +114,8 @@ describe("a token and payees that do not behave (anvil)", function () {
     await anvil.mine(2);
     await settle();
     expect(await a.balance()).to.equal(100_000 - 15 * 100);
+    const paid = await Promise.all(payees.filter((_, i) => i % 2 === 0).map((to) => anvil.usdcBalance(usdc, to.toLowerCase())));
+    expect(paid).to.deep.equal(paid.map(() => 1_000_000n));
     const chains = await stack.admin.audit.verifyChains({});
     expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
     expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
