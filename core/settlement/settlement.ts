@@ -133,7 +133,6 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   const worker = createSettlementWorker({
     store,
     rails: () => verified,
-    waiting: () => [...rails.values()].filter((r) => !verified.has(r.settings.chain)).map((r) => ({ chain: r.settings.chain, wallet: r.wallet })),
     clock: options.clock,
     logger: options.logger,
     hooks: options.hooks,

@@ -169,26 +169,26 @@ export function createSettlementStore(db: Db) {
     },
 
     /**
-     * Leases up to `limit` due payments of these hot wallets to one worker: rows no other worker
-     * holds (or whose holder's lease ran out), skipping rows another claim is locking now;
-     * `expiredUnsigned`: only pending ones past their expiry (a chain whose node has not answered).
+     * Leases up to `limit` due payments of these hot wallets to one worker (rows no lease holds, skipping
+     * rows another claim locks); `expiredUnsignedExcept`: instead, the pending unsigned ones past their
+     * expiry of every other hot wallet (its node not answering, its key replaced, its chain back on sandbox).
      */
     async claim(
       wallets: { chain: string; wallet: string }[],
       now: Date,
       leaseUntil: Date,
       limit: number,
-      only: { expiredUnsigned?: boolean } = {},
+      only: { expiredUnsignedExcept?: boolean } = {},
     ): Promise<SettlementPayment[]> {
-      if (wallets.length === 0) return [];
+      if (wallets.length === 0 && !only.expiredUnsignedExcept) return [];
       const token = randomUUID();
-      const expired = only.expiredUnsigned ? `AND status = 'pending' AND nonce IS NULL AND expires_at <= ?` : "";
+      const expired = only.expiredUnsignedExcept ? `AND status = 'pending' AND nonce IS NULL AND expires_at <= ?` : "";
       const { rows } = await db.raw(
         `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
           WHERE s.payment_id IN (
             SELECT payment_id FROM settlement_payments
              WHERE status <> 'failed' AND NOT final AND next_attempt_at <= ? AND rail = 'evm'
-               AND (chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))
+               AND (chain, wallet) ${expired ? "NOT IN" : "IN"} (SELECT * FROM unnest(?::text[], ?::text[]))
                AND (leased_until IS NULL OR leased_until <= ?) ${expired}
              ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
           RETURNING ${COLUMNS}`,

@@ -20,8 +20,6 @@ export interface SettlementWorkerOptions {
   store: SettlementStore;
   /** The chains on the evm rail this worker serves (only those whose node answered with the right chain id). */
   rails: () => Map<string, EvmRail>;
-  /** Hot wallets of evm chains whose node has not answered yet: only their unsigned payments past expiry are failed. */
-  waiting?: () => { chain: string; wallet: string }[];
   clock: () => Date;
   logger: Logger;
   hooks?: SettlementHooks;
@@ -347,9 +345,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       new Date(now.getTime() + leaseMs),
       batchSize,
     );
-    const waiting = options.waiting?.() ?? [];
-    const expired = waiting.length === 0 ? [] : await store.claim(waiting, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsigned: true });
-    await Promise.all([...claimed, ...expired].map((p) => handle(rails.get(p.chain), p)));
+    // Of a wallet this core does not serve (node not answering, key replaced, sandbox rail): nothing was signed, so they only expire.
+    const served = [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet }));
+    const expired = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsignedExcept: true });
+    await Promise.all([...claimed.map((p) => handle(rails.get(p.chain), p)), ...expired.map((p) => handle(undefined, p))]);
     await Promise.all(reads);
     return claimed.length + expired.length;
   }
