@@ -1,4 +1,16 @@
-import { createPublicClient, encodeFunctionData, erc20Abi, http, keccak256, parseEventLogs, type Hex, type PrivateKeyAccount, type PublicClient } from "viem";
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  createPublicClient,
+  encodeFunctionData,
+  erc20Abi,
+  http,
+  keccak256,
+  parseEventLogs,
+  type Hex,
+  type PrivateKeyAccount,
+  type PublicClient,
+} from "viem";
 import type { EvmChainSettings } from "./config.js";
 import { settlementRpcErrors } from "./metrics.js";
 
@@ -38,6 +50,8 @@ export interface EvmRail {
   /** The hot wallet's ETH for gas, in wei, at a block. */
   gasBalance(atBlock: number): Promise<bigint>;
   fees(): Promise<Fees>;
+  /** Whether the token refuses this transfer from the hot wallet at a block (an eth_call that reverts or answers false). */
+  transferRefused(to: string, units: bigint, atBlock: number): Promise<boolean>;
   signTransfer(nonce: number, to: string, units: bigint, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
   /** A 0-value send to itself with the same nonce: once mined, the transfer never can be. */
   signCancel(nonce: number, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
@@ -128,6 +142,23 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
       rpc("eth_feeHistory", async () => {
         const f = await client.estimateFeesPerGas({ chain: null, type: "eip1559" });
         return { maxFeePerGas: f.maxFeePerGas, priorityFee: f.maxPriorityFeePerGas };
+      }),
+    transferRefused: (to, units, atBlock) =>
+      rpc("eth_call", async () => {
+        try {
+          const { result } = await client.simulateContract({
+            address: settings.usdc,
+            abi: erc20Abi,
+            functionName: "transfer",
+            args: [to.toLowerCase() as Hex, units],
+            account: wallet as Hex,
+            blockNumber: BigInt(atBlock),
+          });
+          return !result;
+        } catch (err) {
+          if (err instanceof BaseError && err.walk((e) => e instanceof ContractFunctionRevertedError)) return true;
+          throw err;
+        }
       }),
     signTransfer: (nonce, to, units, fees) =>
       sign({

@@ -119,6 +119,13 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     ]);
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
     hotWalletGas.set({ chain: p.chain }, Number(formatEther(gasWei)));
+    // Sent, a transfer the token refuses (a payee it blocks, a pause) reverts at the hot wallet's gas. Covered by the
+    // balance, a refusal is not for want of funds, so it fails now, unsigned: an agent cannot make the platform burn gas.
+    if (balanceUnits >= centsToUnits(p.amountCents) && (await rail.transferRefused(p.recipient, centsToUnits(p.amountCents), at))) {
+      logger.warn({ paymentId: p.paymentId, chain: p.chain }, "the token refuses this transfer; it fails as reverted, unsigned and never sent");
+      await move(p, "failed", { failureReason: "reverted" }, hooks.failed);
+      return undefined;
+    }
     const result = await store.submit(
       p,
       clock(),

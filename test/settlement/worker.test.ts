@@ -11,7 +11,7 @@ import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settl
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
 import { requirePostgres } from "../support/db.js";
-import { evmChainSettings, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
+import { evmChainSettings, fundHotWallet, mineWithTokenCode, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 describe("settlement on a local chain (anvil)", function () {
@@ -266,9 +266,11 @@ describe("settlement on a local chain (anvil)", function () {
   it("a reverted transfer fails as reverted", async () => {
     const wallet = await hotWallet();
     const w = worker(createEvmRail(settings(), wallet));
-    const id = await accept(wallet, "0x0000000000000000000000000000000000000000", 100);
-    await w.runOnce();
-    await anvil.mine(2);
+    const id = await accept(wallet, recipient(), 100);
+    await anvil.setAutomine(false);
+    await w.runOnce(); // signed and sent while the token pays; mined while it reverts every call
+    await mineWithTokenCode(anvil, usdc, "0x60006000fd");
+    await anvil.mine(1);
     // Deep enough to count, not yet final: a reorg could still take the revert back.
     await w.runOnce();
     expect((await get(id)).status).to.equal("submitted");
