@@ -87,6 +87,10 @@ export async function initiatePayment(
     if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
     // Paid to itself, a transfer moves nothing on chain while the books would say it left the hot wallet.
     if (input.address.toLowerCase() === rail.wallet) fail(Reason.INVALID_REQUEST, `counterparty.address is the hot wallet chain ${input.chain} pays from`);
+    // USDC held by its own contract can never be sent on again: the payment would be lost, not paid.
+    if (input.address.toLowerCase() === rail.settings.usdc.toLowerCase()) {
+      fail(Reason.INVALID_REQUEST, `counterparty.address is the USDC contract of chain ${input.chain}, which never sends it on`);
+    }
   }
   const hash = sha256Hex(canonicalJson(input));
   type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;

@@ -101,12 +101,22 @@ describe("a token and payees that do not behave (anvil)", function () {
     expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
   });
 
-  it("many concurrent payments, half of them to the hot wallet: only the others are accepted and paid (in any case), the books match the chain (PostgreSQL)", async function () {
+  it("refuses a payment to the USDC contract itself, in any case: the token could never send it back", async () => {
+    const a = await agent();
+    for (const address of [getAddress(usdc), usdc.toLowerCase(), `0x${usdc.slice(2).toUpperCase()}`]) {
+      const refused = expectJsonRpcError(await a.pay(address, 100), -32602, "invalid_params");
+      expect(refused.message, address).to.match(/USDC contract/);
+    }
+    expect(await a.balance()).to.equal(100_000);
+    expect(await anvil.usdcBalance(usdc, usdc)).to.equal(0n);
+  });
+
+  it("many concurrent payments, half of them to the hot wallet or the USDC contract: only the others are accepted and paid (in any case), the books match the chain (PostgreSQL)", async function () {
     requirePostgres(this, "concurrent payments need several connections");
     const a = await agent();
     const wallet = getAddress(stack.core.settlement.evm("base")!.wallet);
     const upper = (address: string) => `0x${address.slice(2).toUpperCase()}`;
-    const payees = Array.from({ length: 30 }, (_, i) => (i % 2 === 1 ? wallet : i % 4 === 0 ? upper(freshAddress()) : freshAddress()));
+    const payees = Array.from({ length: 30 }, (_, i) => (i % 2 === 1 ? (i % 3 === 0 ? usdc : wallet) : i % 4 === 0 ? upper(freshAddress()) : freshAddress()));
     const results = await Promise.all(payees.map((to) => a.pay(to, 100)));
     expect(results.filter((r) => r.json!.result?.kind === "accepted").length).to.equal(15);
     expect(results.filter((r) => r.json!.error?.code === -32602).length).to.equal(15);
