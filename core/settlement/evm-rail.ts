@@ -1,6 +1,7 @@
 import {
   BaseError,
   ContractFunctionRevertedError,
+  ContractFunctionZeroDataError,
   createPublicClient,
   encodeFunctionData,
   erc20Abi,
@@ -45,6 +46,8 @@ export interface EvmRail {
   blockHash(n: number): Promise<string | undefined>;
   /** At the latest block, or at `blockNumber` (an older block needs a node that keeps old state). */
   usdcBalance(address?: string, blockNumber?: number): Promise<bigint>;
+  /** The USDC contract's decimals(); undefined when the address answers no token's decimals (no contract, or another one). */
+  usdcDecimals(): Promise<number | undefined>;
   /** Transactions of the hot wallet mined so far (the next nonce the chain expects), at the head or at a block. */
   minedNonce(atBlock?: number): Promise<number>;
   /** The hot wallet's ETH for gas, in wei, at a block. */
@@ -131,6 +134,16 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
           ...(blockNumber === undefined ? {} : { blockNumber: BigInt(blockNumber) }),
         }),
       ),
+    usdcDecimals: () =>
+      rpc("eth_call", async () => {
+        try {
+          return await client.readContract({ address: settings.usdc, abi: erc20Abi, functionName: "decimals" });
+        } catch (err) {
+          const notToken = (e: unknown) => e instanceof ContractFunctionZeroDataError || e instanceof ContractFunctionRevertedError;
+          if (err instanceof BaseError && err.walk(notToken)) return undefined;
+          throw err;
+        }
+      }),
     gasBalance: (atBlock) => rpc("eth_getBalance", () => client.getBalance({ address: wallet as Hex, blockNumber: BigInt(atBlock) })),
     minedNonce: (atBlock) =>
       rpc("eth_getTransactionCount", () =>

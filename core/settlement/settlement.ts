@@ -89,6 +89,22 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
         `CHAIN_${rail.settings.chain.toUpperCase()}_CHAIN_ID is ${rail.settings.chainId} but the node at CHAIN_${rail.settings.chain.toUpperCase()}_RPC_URL reports chain id ${id}`,
       );
     }
+    // A wrong contract would leave every payment pending (or pay in another token's units) while core reported ready.
+    let decimals: number | undefined;
+    try {
+      decimals = await rail.usdcDecimals();
+    } catch (err) {
+      options.logger.warn(
+        { chain: rail.settings.chain, err: { name: (err as Error).name } },
+        `chain ${rail.settings.chain}: its node does not answer; not ready`,
+      );
+      return false;
+    }
+    if (decimals !== 6) {
+      throw new SettlementConfigError(
+        `CHAIN_${rail.settings.chain.toUpperCase()}_USDC is ${rail.settings.usdc}, which on chain id ${id} is ${decimals === undefined ? "no token contract" : `a token of ${decimals} decimals`}; USDC is a 6-decimal token`,
+      );
+    }
     // Replicas on one database must pay a wallet on one network: its nonce counter and payments are that network's.
     const bound = await store.bindChainId(rail.settings.chain, rail.wallet, id);
     if (bound !== id) {

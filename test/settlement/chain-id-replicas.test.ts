@@ -1,10 +1,10 @@
 import { expect } from "chai";
+import type { Hex } from "viem";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { requirePostgres } from "../support/db.js";
 import { evmChainSettings } from "../support/evm-rail.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
-const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
 const OTHER_CHAIN_ID = 84532;
 
 /**
@@ -14,11 +14,13 @@ const OTHER_CHAIN_ID = 84532;
 describe("the chain id across replicas of one database", function () {
   this.timeout(60_000);
   let anvil: Anvil;
+  let usdc: Hex;
   let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
   const stacks: TestStack[] = [];
 
   before(async () => {
     anvil = await startAnvil();
+    usdc = await anvil.deployUsdc();
     proxy = await startRpcProxy(anvil.url);
     proxy.retarget(anvil.url, OTHER_CHAIN_ID);
   });
@@ -33,7 +35,7 @@ describe("the chain id across replicas of one database", function () {
   /** A core paying base from `keyFile`, on anvil (its own chain id) or on the proxy reporting another one. */
   async function core(keyFile: string, network: "anvil" | "other"): Promise<TestStack> {
     const [url, chainId] = network === "anvil" ? [anvil.url, ANVIL_CHAIN_ID] : [proxy.url, OTHER_CHAIN_ID];
-    const stack = await startStack({ settlement: { evm: [evmChainSettings(url, USDC, { chainId, walletKeyFile: keyFile })] }, settlementPollMs: 0 });
+    const stack = await startStack({ settlement: { evm: [evmChainSettings(url, usdc, { chainId, walletKeyFile: keyFile })] }, settlementPollMs: 0 });
     stacks.push(stack);
     return stack;
   }

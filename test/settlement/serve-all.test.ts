@@ -1,6 +1,7 @@
 import net from "node:net";
 import type { AddressInfo } from "node:net";
 import { expect } from "chai";
+import type { Hex } from "viem";
 import { startAnvil, type Anvil } from "../support/anvil.js";
 import { createScratchDatabase } from "../support/db.js";
 import { evmRailServiceEnv } from "../support/evm-rail.js";
@@ -58,11 +59,11 @@ describe("vaultgate serve --role all with an evm chain (real process)", function
     anvil = undefined;
   });
 
-  const env = (rpcUrl: string, extra: Record<string, string> = {}) => ({ ...evmRailServiceEnv(dir.path, scratch, rpcUrl, USDC), ...extra });
+  const env = (rpcUrl: string, extra: Record<string, string> = {}, usdc: Hex = USDC) => ({ ...evmRailServiceEnv(dir.path, scratch, rpcUrl, usdc), ...extra });
 
   it("prints its ready line on a node that answers, and the gateway answers", async () => {
     anvil = await startAnvil();
-    service = await startServiceProcess("all", env(anvil.url));
+    service = await startServiceProcess("all", env(anvil.url, {}, await anvil.deployUsdc()));
     expect(service.output()).to.include('"msg":"Vaultgate is ready"');
     const res = await fetch(`${service.gatewayUrl}/readyz`);
     expect(res.status).to.equal(200);

@@ -1,5 +1,8 @@
 import { expect } from "chai";
 import type { EvmChainSettings } from "../../core/settlement/config.js";
+import { getContractAddress } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { ANVIL_DEPLOYER_KEY } from "../../cli/local-chain.js";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
 import { evmChainSettings, freshAddress } from "../support/evm-rail.js";
@@ -22,12 +25,15 @@ describe("settlement at start", function () {
 
   it("a chain whose node does not answer starts core not ready, naming settlement in /readyz, and ready once the node answers", async () => {
     const port = await freePort();
-    const stack = await startStack({ gateway: true, settlement: { evm: [chain(port)] }, settlementPollMs: 0 });
+    // Where anvil's first deployment lands: the USDC deployed once the node is up.
+    const usdc = getContractAddress({ from: privateKeyToAccount(ANVIL_DEPLOYER_KEY).address, nonce: 0n });
+    const stack = await startStack({ gateway: true, settlement: { evm: [chain(port, { usdc })] }, settlementPollMs: 0 });
     try {
       const before = await fetch(`${stack.url}/readyz`);
       expect(before.status).to.equal(503);
       expect(((await before.json()) as { failing: string[] }).failing).to.deep.equal(["settlement"]);
       anvil = await startAnvil({ port });
+      expect((await anvil.deployUsdc()).toLowerCase()).to.equal(usdc.toLowerCase());
       // Readiness answers from what core knows and asks the node again behind it, as a probe polls.
       let status = 0;
       for (let i = 0; i < 200 && status !== 200; i++) {
@@ -48,6 +54,17 @@ describe("settlement at start", function () {
       (err: Error) => (message = err.message),
     );
     expect(message).to.equal(`CHAIN_BASE_CHAIN_ID is 8453 but the node at CHAIN_BASE_RPC_URL reports chain id ${ANVIL_CHAIN_ID}`);
+  });
+
+  it("a USDC setting that names no token contract on the node refuses the start, naming the setting", async () => {
+    anvil = await startAnvil();
+    const nothing = freshAddress();
+    let message = "";
+    await startStack({ settlement: { evm: [chain(anvil.port, { usdc: nothing, walletKeyFile: await freshWalletKeyFile() })] }, settlementPollMs: 0 }).then(
+      (s) => s.close(),
+      (err: Error) => (message = err.message),
+    );
+    expect(message).to.equal(`CHAIN_BASE_USDC is ${nothing}, which on chain id ${ANVIL_CHAIN_ID} is no token contract; USDC is a 6-decimal token`);
   });
 
   it("a chain whose node never answered still refunds its unsigned payments once they expire; nothing is signed", async () => {
@@ -78,8 +95,12 @@ describe("settlement at start", function () {
 
   it("two chains on one network paying from one hot wallet refuse the start; on one network with their own wallets they start", async () => {
     anvil = await startAnvil();
+    const usdc = await anvil.deployUsdc();
     const keyFile = await freshWalletKeyFile();
-    const both = (eth: string | undefined) => [chain(anvil!.port, { walletKeyFile: keyFile }), chain(anvil!.port, { chain: "eth", walletKeyFile: eth })];
+    const both = (eth: string | undefined) => [
+      chain(anvil!.port, { usdc, walletKeyFile: keyFile }),
+      chain(anvil!.port, { chain: "eth", usdc, walletKeyFile: eth }),
+    ];
     let message = "";
     await startStack({ settlement: { evm: both(keyFile) }, settlementPollMs: 0 }).then(
       (s) => s.close(),

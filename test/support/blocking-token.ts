@@ -8,6 +8,7 @@ import type { Anvil } from "./anvil.js";
 const SOURCE = `// SPDX-License-Identifier: MIT
 pragma solidity ^0.8.20;
 contract BlockingUSDC {
+    uint8 public constant decimals = 6;
     mapping(address => uint256) public balanceOf;
     mapping(address => bool) public blocked;
     event Transfer(address indexed from, address indexed to, uint256 value);
