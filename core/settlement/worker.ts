@@ -341,6 +341,25 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     }
   }
 
+  /**
+   * The rails of these chains whose node still reports the chain's id, asked once a pass: another network's
+   * nonces, balances and blocks are no evidence about ours, so a switched node's payments wait as if it were down.
+   */
+  async function railsOnTheirNetwork(rails: Map<string, EvmRail>, chains: Set<string>): Promise<Map<string, EvmRail>> {
+    const checked = await Promise.all(
+      [...chains].map(async (chain) => {
+        const rail = rails.get(chain);
+        if (!rail) return undefined;
+        // No answer is not another network: the payment's own steps meet the outage, and are retried as ever.
+        const id = await rail.chainId().catch(() => rail.settings.chainId);
+        if (id === rail.settings.chainId) return rail;
+        logger.error({ chain, expected: rail.settings.chainId, reported: id }, `chain ${chain}: its node now reports another network; its payments wait`);
+        return undefined;
+      }),
+    );
+    return new Map(checked.filter((r): r is EvmRail => r !== undefined).map((r) => [r.settings.chain, r]));
+  }
+
   async function pass(): Promise<number> {
     if (loop.stopped) return 0;
     const rails = options.rails();
@@ -355,7 +374,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     // Of a wallet this core does not serve (node not answering, key replaced, sandbox rail): nothing was signed, so they only expire.
     const served = [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet }));
     const expired = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsignedExcept: true });
-    await Promise.all([...claimed.map((p) => handle(rails.get(p.chain), p)), ...expired.map((p) => handle(undefined, p))]);
+    const onNetwork = await railsOnTheirNetwork(rails, new Set(claimed.map((p) => p.chain)));
+    await Promise.all([...claimed.map((p) => handle(onNetwork.get(p.chain), p)), ...expired.map((p) => handle(undefined, p))]);
     await Promise.all(reads);
     return claimed.length + expired.length;
   }

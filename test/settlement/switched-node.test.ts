@@ -51,4 +51,41 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await anvil.stop();
     }
   });
+
+  it("nothing is signed on the other network's nonces and balance; back on its own, payments take the next nonces and complete", async () => {
+    const { anvil, usdc } = await startAnvilWithUsdc();
+    const other = await startAnvilWithUsdc();
+    const proxy = await startRpcProxy(anvil.url);
+    const { db, store } = queue;
+    const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    const worker = railWorker(store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet));
+    try {
+      expect(other.usdc).to.equal(usdc);
+      await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
+      // On the other network the same key holds USDC too and has used nonces 0 to 2.
+      await fundHotWallet(other.anvil, usdc, wallet.address, centsToUnits(10_000));
+      await other.anvil.rpc("anvil_impersonateAccount", [wallet.address]);
+      for (let i = 0; i < 3; i++) await other.anvil.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
+      await other.anvil.mine(2);
+      proxy.retarget(other.anvil.url, 999);
+      const first = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to: freshAddress(), amountCents: 900 });
+      for (let i = 0; i < 3; i++) await worker.runOnce();
+      expect(await store.get(db, first)).to.include({ status: "pending", nonce: null });
+
+      proxy.retarget(anvil.url);
+      const second = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to: freshAddress(), amountCents: 100 });
+      const done = async () => [(await store.get(db, first))!.status, (await store.get(db, second))!.status];
+      for (let i = 0; i < 20 && (await done()).some((s) => s !== "completed"); i++) {
+        await anvil.mine(1);
+        await worker.runOnce();
+      }
+      expect(await done()).to.deep.equal(["completed", "completed"]);
+      expect([(await store.get(db, first))!.nonce, (await store.get(db, second))!.nonce].sort()).to.deep.equal([0, 1]);
+    } finally {
+      await worker.stop();
+      await proxy.stop();
+      await other.anvil.stop();
+      await anvil.stop();
+    }
+  });
 });
