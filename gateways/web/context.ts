@@ -43,6 +43,12 @@ export const BAD_ADDRESS = {
   detail: "The address contains characters that are not allowed. Check the link, or start again from your dashboard.",
 };
 
+/**
+ * Route options of a GET that starts or finishes a ceremony (a flow row, a one-time callback): no automatic
+ * HEAD twin, so a link checker's HEAD gets 405 instead of spending the person's flow.
+ */
+export const STARTS_A_CEREMONY = { exposeHeadRoute: false } as const;
+
 /** Headers of every page: no caching, no framing, no scripts, no referrer. */
 export function setPageHeaders(reply: FastifyReply): void {
   reply.header("cache-control", "no-store");

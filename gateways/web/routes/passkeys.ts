@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { noteRefusal } from "../../request-log.js";
-import { readCookies, safeReturnTo, PageError, type WebContext } from "../context.js";
+import { readCookies, safeReturnTo, PageError, STARTS_A_CEREMONY, type WebContext } from "../context.js";
 import { UUID } from "../../../lib/uuid.js";
 import { PASSKEYS_PATH, SIGNIN_PASSKEY_PATH, signInPath, STEP_UP_PASSKEY_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
@@ -70,7 +70,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     return ctx.send(reply, 200, "Passkeys", passkeyList(res.passkeys, csrf, { offered, notice }), { email: current.session.email, csrf });
   });
 
-  app.get(`${PASSKEYS_PATH}/add`, async (request, reply) => {
+  app.get(`${PASSKEYS_PATH}/add`, STARTS_A_CEREMONY, async (request, reply) => {
     refuseAddIfNotOffered();
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, `${PASSKEYS_PATH}/add`);
@@ -141,7 +141,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     return reply.redirect(PASSKEYS_PATH, 303);
   });
 
-  app.get(STEP_UP_PASSKEY_PATH, async (request, reply) => {
+  app.get(STEP_UP_PASSKEY_PATH, STARTS_A_CEREMONY, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
@@ -169,7 +169,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     return reply.redirect(returnTo, 303);
   });
 
-  app.get(SIGNIN_PASSKEY_PATH, async (request, reply) => {
+  app.get(SIGNIN_PASSKEY_PATH, STARTS_A_CEREMONY, async (request, reply) => {
     if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
     const returnTo = safeReturnTo(q(request, "return_to"));
     const res = await ctx.grants.startPasskeyAssertion({}, ctx.rpc(request));

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { readCookies, safeReturnTo, type WebContext } from "../context.js";
+import { readCookies, safeReturnTo, STARTS_A_CEREMONY, type WebContext } from "../context.js";
 import { SIGNIN_OIDC_PATH } from "../paths.js";
 
 /** The browser's secret for one provider flow, and where to go afterwards; only the callback path sees them. */
@@ -36,7 +36,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
   const cookie = (name: string, value: string, maxAge: number) =>
     `${name}=${value}; Path=${secure ? "/" : SIGNIN_OIDC_PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
 
-  app.get(SIGNIN_OIDC_PATH, async (request, reply) => {
+  app.get(SIGNIN_OIDC_PATH, STARTS_A_CEREMONY, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
     const current = await ctx.session(request);
     const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
@@ -51,7 +51,7 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
   const authBase = ctx.urls.authUrl.replace(/\/+$/, "");
   const handOn = new URL(ctx.urls.authUrl).hostname !== appHost;
 
-  app.get(`${SIGNIN_OIDC_PATH}/callback`, async (request, reply) => {
+  app.get(`${SIGNIN_OIDC_PATH}/callback`, STARTS_A_CEREMONY, async (request, reply) => {
     const cookies = readCookies(request);
     if (handOn && !cookies[flowCookie] && request.hostname === appHost) {
       const query = request.url.indexOf("?");

@@ -82,6 +82,20 @@ describe("web: passkey pages", function () {
     expect(list).to.not.include("\u001b").and.not.include("\u0007").and.not.include("\ufffd");
   });
 
+  it("a HEAD (a link checker, a prefetch) starts no ceremony: 405 with Allow, and no flow is written or spent", async () => {
+    const { jar } = await ownerWithPasskey();
+    const flows = async () => Number((await stack.core.db("signin_flows").count({ n: "*" }))[0]!.n);
+    const before = await flows();
+    for (const path of ["/signin/passkey", "/stepup/passkey", "/dashboard/passkeys/add", "/signin/oidc", "/signin/oidc/callback?state=x&code=y"]) {
+      const res = await jar.request(path, { method: "HEAD" });
+      expect(res.status, path).to.equal(405);
+      expect(res.headers.get("allow")?.split(", "), path).to.include("GET").and.not.include("HEAD");
+    }
+    expect(await flows()).to.equal(before);
+    // Pages without side effects keep their HEAD.
+    expect((await jar.request("/dashboard/passkeys", { method: "HEAD" })).status).to.equal(200);
+  });
+
   it("hostile: a session without a fresh step-up (a stolen cookie) removes no passkey; after one it goes, and the owner is told", async () => {
     const { jar, email } = await ownerWithPasskey();
     stack.clock.advance(601_000);
