@@ -10,6 +10,9 @@ export type AgentScope = (typeof AGENT_SCOPES)[number];
 /** Agent scopes whose approval needs a fresh step-up: they move money or create spending power. */
 export const STEP_UP_SCOPES: readonly AgentScope[] = ["payments:initiate", "agent:budget:create"];
 
+/** Any one of these reads a payment (payments.get): the agent that pays, or one that reads the accounts. */
+export const PAYMENT_READ_SCOPES = ["accounts:read", "payments:initiate"] as const satisfies readonly AgentScope[];
+
 /** The partner scopes a user consents to; also a partner client's default entitlements. */
 export const CONSENT_SCOPES = ["kyc:read", "wallet:read", "us_account:read", "transfers:read", "payouts:receive"] as const;
 export type ConsentScope = (typeof CONSENT_SCOPES)[number];

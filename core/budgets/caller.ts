@@ -45,13 +45,15 @@ export const actorOf = (g: AgentGrant) => `agent:${g.agentPrincipalId}`;
 
 /**
  * Verifies the caller's access token (ES256, iss, aud, typ, lifetime, skew) and that it
- * carries `scope`. The grant it names is not trusted yet: each RPC reads it afresh with
- * `usable`, inside the transaction that acts on it where there is one.
+ * carries `scope` (or any one of a list). The grant it names is not trusted yet: each RPC
+ * reads it afresh with `usable`, inside the transaction that acts on it where there is one.
  */
-export async function claimsFor(deps: TokenDeps, accessToken: string, scope: string): Promise<AgentTokenClaims> {
+export async function claimsFor(deps: TokenDeps, accessToken: string, scope: string | readonly string[]): Promise<AgentTokenClaims> {
   const claims = accessToken ? await deps.verifier.verify(accessToken) : undefined;
   if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-  if (!hasScope(claims.scope.split(" "), scope)) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${scope} scope`);
+  const anyOf = typeof scope === "string" ? [scope] : scope;
+  const held = claims.scope.split(" ");
+  if (!anyOf.some((s) => hasScope(held, s))) fail(Reason.INSUFFICIENT_SCOPE, `the grant lacks the ${anyOf.join(" or ")} scope`);
   return claims;
 }
 

@@ -21,6 +21,7 @@ import { callFacts } from "../context.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
+import { PAYMENT_READ_SCOPES } from "../../lib/vocabulary.js";
 import { actorOf, auditOutside, claimsFor, SCOPES, usable, type AuditDeps, type TokenDeps } from "./caller.js";
 import { canonicalJson } from "./ids.js";
 import {
@@ -208,8 +209,7 @@ export async function getPayment(
   req: GetPaymentRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof GetPaymentResponseSchema>> {
-  // Either scope reads it: the agent that pays, or one that reads the accounts.
-  const claims = await claimsFor(deps, req.accessToken, SCOPES.accountsRead).catch(() => claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate));
+  const claims = await claimsFor(deps, req.accessToken, PAYMENT_READ_SCOPES);
   const g = usable(deps, await deps.grants.findGrant(deps.db, claims.jti));
   if (!UUID.test(req.paymentId)) fail(Reason.NOT_FOUND, "no such payment");
   const p = await deps.payments.findPaymentById(deps.db, req.paymentId.toLowerCase(), false);

@@ -248,7 +248,7 @@ function describeTool(t: Tool) {
     outputSchema: t.outputSchema,
     annotations: { title: t.title, ...t.annotations },
     // `scopes`: every scope any one of which lets a grant call the tool; empty for any valid grant.
-    _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, scopes: t.scope ? [t.scope, ...(t.alsoAccepts ?? [])] : [], category: t.category },
+    _meta: { requiresHumanApproval: t.requiresHumanApproval, scope: t.scope, scopes: t.anyOf ?? (t.scope ? [t.scope] : []), category: t.category },
   };
 }
 

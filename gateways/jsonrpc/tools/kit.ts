@@ -20,8 +20,8 @@ export interface Tool {
   category: Category;
   /** The scope core requires (informational in tools/list; core enforces it). */
   scope: AgentScope | null;
-  /** Other scopes core accepts in its place (any one suffices), published beside it. */
-  alsoAccepts?: readonly AgentScope[];
+  /** Where core accepts any one of several scopes: all of them, `scope` first. */
+  anyOf?: readonly AgentScope[];
   /** "bearer": the grant token; "none": the tool authenticates with its own params. */
   auth: "bearer" | "none";
   title: string;

@@ -1,5 +1,6 @@
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { PAYMENT_READ_SCOPES } from "../../../lib/vocabulary.js";
 import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, withoutDialect, type ArgsOf, type Tool } from "./kit.js";
 
 const PAYMENT_INPUT = object(
@@ -135,8 +136,8 @@ export const paymentTools: readonly Tool[] = [
   defineTool({
     name: "payments.get",
     category: "read",
-    scope: "accounts:read",
-    alsoAccepts: ["payments:initiate"],
+    scope: PAYMENT_READ_SCOPES[0],
+    anyOf: PAYMENT_READ_SCOPES,
     auth: "bearer",
     title: "Get Payment",
     description:

@@ -371,6 +371,7 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       const id = (await tool("/mcp/write", token, "payments.initiate", pay({ amount_cents: 1 }))).json!.result.structuredContent.payment_id as string;
       const listed = (await call("/mcp/read", token, "tools/list", {})).json!.result.tools as { name: string; _meta: { scopes: string[] } }[];
       const scopes = listed.find((t) => t.name === "payments.get")!._meta.scopes;
+      expect(scopes).to.deep.equal(["accounts:read", "payments:initiate"]);
       for (const scope of scopes) {
         const narrow = await grantFor(stack, child, { scopes: [scope] });
         expect((await call("/mcp/read", narrow, "payments.get", { payment_id: id })).json!.result.payment_id, scope).to.equal(id);
@@ -379,6 +380,7 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
         const narrow = await grantFor(stack, child, { scopes: [scope] });
         const res = await call("/mcp/read", narrow, "payments.get", { payment_id: id });
         expect([res.status, res.json!.error.code, res.json!.error.data.reason_id], scope).to.deep.equal([403, -32002, "insufficient_scope"]);
+        expect(res.json!.error.message, scope).to.contain("accounts:read or payments:initiate");
       }
     });
   });
