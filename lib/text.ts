@@ -42,3 +42,11 @@ export function textProblem(s: string): string | undefined {
 export function hasControlCharacters(s: string): boolean {
   return /\p{Cc}/u.test(s);
 }
+
+/**
+ * A name someone else chose (an agent's budget, a client), isolated from the text around it
+ * (FSI ... PDI, which also closes any bidi override inside): the text can never be reordered by it.
+ */
+export function isolated(name: string): string {
+  return `\u2068${name}\u2069`;
+}

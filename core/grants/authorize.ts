@@ -6,6 +6,7 @@ import { errorDetailOf, fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
 import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
+import { isolated } from "../../lib/text.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
 import { UUID } from "../../lib/uuid.js";
@@ -65,8 +66,8 @@ export function vaultOfResource(prefix: string, resource: string): string {
 
 /** How the consent page names a vault: a budget's by the name its agent gave it. */
 function vaultLabel(v: { id: string; parentVaultId: string | null; budgetName: string | null }) {
-  // The agent chose the name: isolated (FSI ... PDI), a bidi override in it cannot reorder the id after it.
-  if (v.budgetName !== null) return `Budget “\u2068${v.budgetName}\u2069” ${v.id.slice(0, 8)}`;
+  // The agent chose the name: a bidi override in it cannot reorder the id after it.
+  if (v.budgetName !== null) return `Budget “${isolated(v.budgetName)}” ${v.id.slice(0, 8)}`;
   return `${v.parentVaultId ? "Sub-vault" : "Main vault"} ${v.id.slice(0, 8)}`;
 }
 

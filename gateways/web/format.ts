@@ -35,11 +35,3 @@ export function utcMinute(t: Timestamp | bigint | undefined): string {
   const date = typeof t === "bigint" ? new Date(Number(t) * 1000) : timestampDate(t);
   return `${date.toISOString().replace("T", " ").slice(0, 16)} UTC`;
 }
-
-/**
- * A name someone else chose (an agent's budget, a client), isolated from the text around it
- * (FSI ... PDI, which also closes any bidi override inside): a page can never be reordered by it.
- */
-export function isolated(name: string): string {
-  return `\u2068${name}\u2069`;
-}

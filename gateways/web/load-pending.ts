@@ -3,7 +3,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { AgentSummary } from "../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { noteRefusal } from "../request-log.js";
 import type { Current, WebContext } from "./context.js";
-import { isolated } from "./format.js";
+import { isolated } from "../../lib/text.js";
 import { expiredLink, listCursors, pageLink, type ListCursors } from "./page-links.js";
 import type { PendingApprovals } from "./views/pending.js";
 

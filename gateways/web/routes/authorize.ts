@@ -6,7 +6,7 @@ import { noteRefusal } from "../../request-log.js";
 import { oauthErrorFrom } from "../../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
 import { PageError, type WebContext } from "../context.js";
-import { isolated } from "../format.js";
+import { isolated } from "../../../lib/text.js";
 import { AUTHORIZE_DECISION_PATH, AUTHORIZE_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 

@@ -5,7 +5,8 @@ import { noteRefusal } from "../../request-log.js";
 import { PAYMENT_LINK_PARAM } from "../../../lib/app-paths.js";
 import { UUID } from "../../../lib/uuid.js";
 import { moneyReturnTo, PageError, type Current, type WebContext } from "../context.js";
-import { isolated, money } from "../format.js";
+import { isolated } from "../../../lib/text.js";
+import { money } from "../format.js";
 import { loadPending } from "../load-pending.js";
 import { cursorParam, expiredLink, LISTS, listCursors } from "../page-links.js";
 import {

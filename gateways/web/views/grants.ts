@@ -1,6 +1,7 @@
 import type { AgentSummary, GrantSummary } from "../../../gen/vaultgate/grants/v1/dashboard_pb.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
-import { isolated, utcMinute } from "../format.js";
+import { isolated } from "../../../lib/text.js";
+import { utcMinute } from "../format.js";
 import { pageLink, type ListCursors } from "../page-links.js";
 import { agentPath, revokePath } from "../paths.js";
 import { html, type Html } from "./html.js";

@@ -2,7 +2,8 @@ import { randomBytes } from "node:crypto";
 import { BudgetStatus, type VaultView } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PaymentStatus, type Payment } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { UUID } from "../../../lib/uuid.js";
-import { isolated, money, utcMinute } from "../format.js";
+import { isolated } from "../../../lib/text.js";
+import { money, utcMinute } from "../format.js";
 import { agentPath, budgetPath, closePath, fundPath, paymentPath, sweepPath, vaultAnchor } from "../paths.js";
 import { html, type Html } from "./html.js";
 
