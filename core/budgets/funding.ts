@@ -10,7 +10,7 @@ import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { budgetCaller, withBudget, type ActingDeps } from "./caller.js";
-import { derivedId } from "./ids.js";
+import { derivedUuid } from "../../lib/crypto.js";
 import { MAX_AMOUNT } from "./policy.js";
 import type { BudgetRecord, VaultRecord } from "./records.js";
 import type { BudgetsRowStore } from "./stores/budgets.js";
@@ -72,7 +72,7 @@ export async function fundBudget(
   const amountCents = checkFundInput(req.amountCents, req.idempotencyKey);
   const out = await withBudget(deps, ctx, caller, req.vaultId, "agent.budget.fund", async (trx, { budget: b, actor, agent, now }) => {
     // The key's ledger transaction: the same key on the same budget names the same movement.
-    const transferId = derivedId("budget.fund", b.vaultId, req.idempotencyKey);
+    const transferId = derivedUuid("budget.fund", b.vaultId, req.idempotencyKey);
     const current = (await deps.vaults.findVault(trx, b.vaultId))!;
     // A replay answers what the key did, whatever the budget became since.
     const prior = await deps.vaults.findTransfer(trx, transferId, { vaultId: b.vaultId, currency: current.currency });
@@ -146,7 +146,7 @@ export async function sweepInto(
   if (parent.balanceCents + child.balanceCents > MAX_AMOUNT) fail(Reason.INVALID_REQUEST, "the parent vault's balance would exceed 2^53-1 cents");
   // Kept money can be swept more than once (the operator may credit a closed vault), so
   // each such sweep is a movement of its own; a close or decline happens once.
-  const transferId = why === "kept" ? randomUUID() : derivedId("budget.sweep", b.vaultId, why);
+  const transferId = why === "kept" ? randomUUID() : derivedUuid("budget.sweep", b.vaultId, why);
   const moved = await deps.vaults.moveBetweenVaults(trx, child, parent, child.balanceCents, {
     id: transferId,
     kind: "budget.sweep",

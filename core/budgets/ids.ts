@@ -1,5 +1,3 @@
-import { derivedUuid } from "../../lib/crypto.js";
-
 /** JSON with sorted keys: the identity of a request's parameters for idempotency. */
 export function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
@@ -11,6 +9,3 @@ export function canonicalJson(value: unknown): string {
   }
   return JSON.stringify(value);
 }
-
-/** A version 8 UUID of its parts, for ledger transactions whose id is their idempotency key. */
-export const derivedId = derivedUuid;

@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { markUnfinished } from "../../../core/db/migrations/0045-budget-endings.js";
 import { vaultsStore } from "../../../core/budgets/stores/vaults.js";
-import { derivedId } from "../../../core/budgets/ids.js";
+import { derivedUuid } from "../../../lib/crypto.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, grantFor, ownerSession, payment } from "../../support/budgets.js";
 import { expectRefused, reasonOf } from "../../support/refusals.js";
@@ -30,7 +30,7 @@ describe("Budgets below a draft an older release declined", () => {
     await stack.core.db.transaction(async (trx) => {
       const v = await vaultsStore.lockVaults(trx, [owner.vaultId, d.vaultId]);
       const at = stack.clock();
-      const movement = { id: derivedId("budget.sweep", d.vaultId, "decline"), kind: "budget.sweep" as const, reference: `budget:${d.vaultId}`, at };
+      const movement = { id: derivedUuid("budget.sweep", d.vaultId, "decline"), kind: "budget.sweep" as const, reference: `budget:${d.vaultId}`, at };
       await vaultsStore.moveBetweenVaults(trx, v.get(d.vaultId)!, v.get(owner.vaultId)!, v.get(d.vaultId)!.balanceCents, movement);
       await trx("budgets").where({ vault_id: d.vaultId }).update({ status: "declined", updated_at: at });
     });
