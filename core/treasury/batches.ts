@@ -16,19 +16,19 @@ import { checkRecipients, planItems } from "./batch-plan.js";
 import { canonicalBatchHash, validateBatch } from "./batch-request.js";
 import { appendAudit, BATCH_ACTION, rejectAtEdge, treasuryCaller, type CallerDeps, type EdgeDeps } from "./caller.js";
 import { exceededLimit, utcDay } from "./policy.js";
-import type { BatchRecord } from "./records.js";
+import type { BatchRecord, TreasuryStatusName } from "./records.js";
 import type { PartnersStore } from "../partners/store.js";
 import type { TreasuryStore } from "./store.js";
 import { reasonLabel } from "./wire.js";
 
 /** What a partner is told when its treasury is not active, per status. */
-const INACTIVE_MESSAGE: Record<string, string> = {
+const INACTIVE_MESSAGE: Record<Exclude<TreasuryStatusName, "active">, string> = {
   suspended: "the treasury is suspended",
   disabled: "the treasury is disabled",
   mandate_expired: "the treasury's mandate has expired",
 };
 
-/** Test-only seams for failures that cannot be caused for real (STYLE: deliberate seams). */
+/** Test-only seams for failures that cannot be caused for real, named and typed, never reached in production. */
 export interface TreasuryFaults {
   /** Runs inside the batch transaction after every write, just before COMMIT. */
   beforeCommit?: (batchId: string) => Promise<void>;
@@ -86,7 +86,7 @@ export async function executeBatch(
       const earlier = await store.findBatch(partner.id, input.idempotencyKey, trx);
       if (earlier) return { replay: earlier, batch: undefined };
 
-      if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, INACTIVE_MESSAGE[treasury.status] ?? `the treasury is ${treasury.status}`);
+      if (treasury.status !== "active") fail(Reason.TREASURY_INACTIVE, INACTIVE_MESSAGE[treasury.status]);
       if (input.payerEntityId !== treasury.payerEntityId) fail(Reason.PAYER_NOT_ALLOWED, "payer_entity_id is not the one bound to this treasury");
 
       // Every item is inserted as if new; the unique keys on (partner, execution_id) and
