@@ -5,7 +5,7 @@ import pino, { type Logger, type DestinationStream } from "pino";
 type SonicBoom = ReturnType<typeof pino.destination>;
 
 /**
- * What is blanked in every log line and in every child logger's bindings (STYLE: no
+ * What is blanked in every log line and in every child logger's bindings (no
  * secret or token in a log): these keys at the top level, the second-level keys below
  * under any top-level key, and the authorization and cookie headers of a logged request.
  */

@@ -11,18 +11,21 @@ const SHELL = /\.sh$/;
 /** Generated code and build or run output: not written by hand, so not held to the rule. */
 const SKIPPED = new Set(["node_modules", "gen", "dist", "dist-bench", "bench-results", "test-artifacts", "scratch"]);
 
-async function sourceFiles(dir = ""): Promise<string[]> {
+async function sourceFiles(dir = "", wanted = (name: string) => C_LIKE.test(name) || SHELL.test(name)): Promise<string[]> {
   const entries = await readdir(join(root, dir), { withFileTypes: true });
   const nested = await Promise.all(
     entries.map((e) => {
       const path = join(dir, e.name);
       if (e.name.startsWith(".") || SKIPPED.has(path)) return Promise.resolve([]);
-      if (e.isDirectory()) return sourceFiles(path);
-      return Promise.resolve(C_LIKE.test(e.name) || SHELL.test(e.name) ? [path] : []);
+      if (e.isDirectory()) return sourceFiles(path, wanted);
+      return Promise.resolve(wanted(e.name) ? [path] : []);
     }),
   );
   return nested.flat();
 }
+
+/** How notes kept outside the repository get cited: a design or style note, spec sections, issues. */
+const OUTSIDE_CITATION = /\(STYLE\b|\bSTYLE:|\bDESIGN\b|\bSPEC\.md\b|\b[Ss]pec(?: section)? \d{1,2}(?:\.\d+)*\b(?!-)|\bissue #?\d+\b/;
 
 /** A comment block: where it starts and how many of its lines carry text. */
 interface Block {
@@ -191,6 +194,18 @@ describe("comments", () => {
       expect(longBlocks("x.sh", sh)).to.deep.equal(["x.sh:2 (4 lines)"]);
       expect(shellBlocks(sh)).to.have.length(1);
     });
+  });
+
+  it("nothing in source or docs cites a document the repository does not hold", async () => {
+    const self = join("test", "unit", "comments.test.ts");
+    const files = [...(await sourceFiles()), ...(await sourceFiles("", (name) => name.endsWith(".md")))].filter((f) => f !== self);
+    const cites: string[] = [];
+    for (const file of files) {
+      (await readFile(join(root, file), "utf8")).split("\n").forEach((text, i) => {
+        if (OUTSIDE_CITATION.test(text)) cites.push(`${file.split(sep).join("/")}:${i + 1}`);
+      });
+    }
+    expect(cites, "the repository stands alone: say the rule instead of citing where it came from").to.deep.equal([]);
   });
 
   it(`no comment block in hand-written source is over ${MAX_TEXT_LINES} lines of text`, async () => {

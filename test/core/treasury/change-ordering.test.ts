@@ -8,7 +8,7 @@ import { batchRequest, bindTreasury, createRecipient, withToken } from "../../su
 import { reasonOf } from "../../support/refusals.js";
 
 /**
- * A batch that waited for a lock sees what committed meanwhile: a suspension (spec 3.3, access
+ * A batch that waited for a lock sees what committed meanwhile: a suspension (access
  * ends at once) or a revoked payouts:receive consent stops it from paying.
  */
 describe("TreasuryService.ExecuteBatch ordering against partner and consent changes", () => {

@@ -45,7 +45,7 @@ const EXPECTED: Partial<Record<Reason, [number, string]>> = {
   [Reason.TOKEN_UNSUPPORTED]: [-32602, "token_unsupported"],
 };
 
-/** Table-driven: every Reason core can raise renders inside the JSON-RPC envelope. Core is a stub here on purpose (STYLE). */
+/** Table-driven: every Reason core can raise renders inside the JSON-RPC envelope. Core is a stub here on purpose: only the envelope is under test. */
 describe("JSON-RPC envelope for every Reason", () => {
   let app: FastifyInstance;
   let url: string;

@@ -104,7 +104,7 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
     expect([conflict.json!.error.code, conflict.json!.error.data.reason_id]).to.deep.equal([-32602, "idempotency_conflict"]);
   });
 
-  it("time_window_end takes a fraction of seconds of any length (spec 2.1), read to the millisecond", async () => {
+  it("time_window_end takes a fraction of seconds of any length, read to the millisecond", async () => {
     const { token } = await owner();
     const args = budgetArgs({ time_window_end: "2099-02-28T23:59:59.1234567891234Z" });
     const first = await call("/mcp/treasury", token, "agent.budget.create", args);

@@ -7,7 +7,7 @@ import { expectHttpError } from "../../support/refusals.js";
 
 /**
  * A refusal after the access checks passed (the e-mail, paging input, the KYC provider) is
- * audited like the checks' own, under the request id of the answer (spec 7.3).
+ * audited like the checks' own, under the request id of the answer.
  */
 describe("partner resource refusals after the access checks are audited", () => {
   let stack: TestStack;

@@ -41,7 +41,7 @@ describe("partner token endpoint: the OAuth error envelope for every Reason", ()
   const SECRET_MESSAGE = "internal detail that must not leak";
 
   before(async () => {
-    // Core is a stub here on purpose (STYLE): only the envelope is under test.
+    // Core is a stub here on purpose: only the envelope is under test.
     const transport = createRouterTransport(({ rpc }) => {
       rpc(PartnersService.method.issueToken, () =>
         fail(current, current in EXPECTED ? "client-facing message" : SECRET_MESSAGE, {
