@@ -47,6 +47,7 @@ import * as m0046 from "./migrations/0046-decline-revoked-open-payments.js";
 import * as m0047 from "./migrations/0047-agents-by-user.js";
 import * as m0048 from "./migrations/0048-mail-expiry.js";
 import * as m0049 from "./migrations/0049-payout-transfer-ids.js";
+import * as m0050 from "./migrations/0050-evm-recipients-lower-case.js";
 
 interface Migration {
   name: string;
@@ -103,6 +104,7 @@ const migrations: Migration[] = [
   { name: "0047-agents-by-user", ...m0047 },
   { name: "0048-mail-expiry", ...m0048 },
   { name: "0049-payout-transfer-ids", ...m0049 },
+  { name: "0050-evm-recipients-lower-case", ...m0050 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

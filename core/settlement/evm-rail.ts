@@ -53,8 +53,9 @@ export interface EvmRail {
   /** The hot wallet's ETH for gas, in wei, at a block. */
   gasBalance(atBlock: number): Promise<bigint>;
   fees(): Promise<Fees>;
-  /** Whether the token refuses this transfer from the hot wallet at a block (an eth_call that reverts or answers false). */
+  /** Whether the token refuses this transfer (to a lower-case address) from the hot wallet at a block (an eth_call that reverts or answers false). */
   transferRefused(to: string, units: bigint, atBlock: number): Promise<boolean>;
+  /** `to` in lower case, as settlement stores it: viem refuses an all-upper-case address (it has no checksum). */
   signTransfer(nonce: number, to: string, units: bigint, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
   /** A 0-value send to itself with the same nonce: once mined, the transfer never can be. */
   signCancel(nonce: number, fees: Fees): Promise<{ rawTx: string; txHash: string }>;
@@ -163,7 +164,7 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
             address: settings.usdc,
             abi: erc20Abi,
             functionName: "transfer",
-            args: [to.toLowerCase() as Hex, units],
+            args: [to as Hex, units],
             account: wallet as Hex,
             blockNumber: BigInt(atBlock),
           });
@@ -177,8 +178,7 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
       sign({
         nonce,
         to: settings.usdc,
-        // viem refuses a mixed- or upper-case address without a valid checksum; all upper case carries none.
-        data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to.toLowerCase() as Hex, units] }),
+        data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [to as Hex, units] }),
         gas: TRANSFER_GAS,
         fees,
       }),

@@ -55,6 +55,7 @@ export interface NewSettlement {
   chain: string;
   rail: RailKind;
   wallet: string;
+  /** Stored in lower case on the evm rail: the spelling the chain reports, and viem encodes with no checksum to match. */
   recipient: string;
   amountCents: number;
   currency: string;
@@ -148,7 +149,7 @@ export function createSettlementStore(db: Db) {
           p.chain,
           p.rail,
           p.wallet,
-          p.recipient,
+          p.rail === "evm" ? p.recipient.toLowerCase() : p.recipient,
           p.amountCents,
           p.currency,
           status,

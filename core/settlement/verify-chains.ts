@@ -141,14 +141,14 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
           message: `${chain}: payment ${p.payment_id} (${t.txHash}) sent ${t.units} units on chain but the books say ${booked}`,
         });
       }
-      if (p.recipient.toLowerCase() !== t.to) {
+      if (p.recipient !== t.to) {
         diff({
           check: "counterparty_mismatch",
           txHash: t.txHash,
           paymentId: p.payment_id,
           chainUnits: `${t.units}`,
           booksUnits: `${booked}`,
-          message: `${chain}: payment ${p.payment_id} (${t.txHash}) went to ${t.to} on chain but the books say ${p.recipient.toLowerCase()}`,
+          message: `${chain}: payment ${p.payment_id} (${t.txHash}) went to ${t.to} on chain but the books say ${p.recipient}`,
         });
       }
     }

@@ -176,7 +176,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         return later(recheckMs);
       }
       // A token may answer false instead of reverting: only its Transfer log shows the payee was paid.
-      const paid = receipt.transfers.some((t) => t.from === rail.wallet && t.to === p.recipient.toLowerCase() && t.units === centsToUnits(p.amountCents));
+      const paid = receipt.transfers.some((t) => t.from === rail.wallet && t.to === p.recipient && t.units === centsToUnits(p.amountCents));
       if (tx.kind === "transfer" && receipt.success && !paid) {
         logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: tx.txHash }, "transfer mined without moving the USDC it names; it fails as reverted");
       }

@@ -7,6 +7,7 @@ import { requirePostgres } from "../support/db.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { freshAddress, mineWithTokenCode, startEvmRailStack } from "../support/evm-rail.js";
 import { expectJsonRpcError } from "../support/refusals.js";
+import { up as lowerCaseEvmRecipients } from "../../core/db/migrations/0050-evm-recipients-lower-case.js";
 
 /** Code that answers 32 zero bytes to any call: a token whose transfer returns false instead of reverting. */
 const ANSWERS_FALSE = "0x60206000f3";
@@ -87,6 +88,21 @@ describe("a token and payees that do not behave (anvil)", function () {
     expect(await a.balance()).to.equal(100_000 - 700);
     const chains = await stack.admin.audit.verifyChains({});
     expect(chains.differences.map((d) => d.message)).to.deep.equal([]);
+  });
+
+  it("a payee an older release stored in upper case is lower-cased on upgrade, then paid", async () => {
+    const a = await agent();
+    const to = freshAddress();
+    const id = (await a.pay(to, 300)).json!.result.payment_id as string;
+    const row = () => stack.core.db("settlement_payments").where({ payment_id: id });
+    await row().update({ recipient: `0x${to.slice(2).toUpperCase()}` });
+    await lowerCaseEvmRecipients(stack.core.db);
+    expect((await row().first("recipient")).recipient).to.equal(to.toLowerCase());
+    await settle();
+    await anvil.mine(2);
+    await settle();
+    expect((await rpc("/mcp/read", a.token, "payments.get", { payment_id: id })).json!.result.status).to.equal("completed");
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(3_000_000n);
   });
 
   it("refuses a payment to the hot wallet itself, in any case: it would move nothing on chain while the books say it was paid", async () => {
