@@ -25,6 +25,8 @@ export interface EvmChainSettings {
   rpcTimeoutMs: number;
   /** The block the hot wallet was created or first funded in: `ledger verify --chains` reads from it (default 0). */
   startBlock?: number;
+  /** The most the hot wallet offers per gas, in wei (CHAIN_<NAME>_MAX_FEE_GWEI); absent = the node's ask. */
+  maxFeePerGas?: bigint;
 }
 
 export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSettings;
@@ -80,6 +82,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
       walletKeyFile: env[`${p}WALLET_KEY_FILE`] || undefined,
       rpcTimeoutMs: int(env, `${p}RPC_TIMEOUT_MS`, 10_000, 100, 120_000),
       startBlock: int(env, `${p}START_BLOCK`, 0, 0, Number.MAX_SAFE_INTEGER),
+      maxFeePerGas: gwei(env, `${p}MAX_FEE_GWEI`),
     });
   }
   return { evm };
@@ -90,6 +93,16 @@ function int(env: Record<string, string | undefined>, name: string, fallback: nu
   if (raw === undefined || raw === "") return fallback;
   if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) fail(`${name} must be a whole number from ${min} to ${max}`);
   return Number(raw);
+}
+
+/** A fee in gwei (up to 9 decimals, so down to 1 wei), as wei; undefined when unset. */
+function gwei(env: Record<string, string | undefined>, name: string): bigint | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return undefined;
+  const m = /^(\d{1,7})(?:\.(\d{1,9}))?$/.exec(raw);
+  const wei = m ? BigInt(m[1]!) * 1_000_000_000n + BigInt((m[2] ?? "").padEnd(9, "0")) : 0n;
+  if (wei === 0n) fail(`${name} must be a number of gwei above 0 and below 10,000,000, with at most 9 decimals (such as 50 or 0.05)`);
+  return wei;
 }
 
 function fail(message: string): never {

@@ -47,6 +47,13 @@ export const settlementUnderfunded = new Counter({
   registers: [coreRegistry],
 });
 
+export const settlementFeeOverCap = new Counter({
+  name: "vaultgate_settlement_fee_over_cap_total",
+  help: "Times a transfer, fee bump or cancellation was left unsigned because its fee per gas would pass CHAIN_<NAME>_MAX_FEE_GWEI",
+  labelNames: ["chain"] as const,
+  registers: [coreRegistry],
+});
+
 export const settlementNoGas = new Counter({
   name: "vaultgate_settlement_no_gas_total",
   help: "Times a payment stayed pending, or a send was refused, because the hot wallet had too little ETH for gas",

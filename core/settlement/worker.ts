@@ -1,8 +1,18 @@
 import type { Logger } from "pino";
 import { pollLoop } from "../../lib/poll-loop.js";
 import { CANCEL_GAS, refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail.js";
-import { formatEther } from "viem";
-import { hotWalletBalance, hotWalletGas, settlementAcceptToCompleted, settlementNoGas, settlementTransitions, settlementUnderfunded } from "./metrics.js";
+import { formatEther, formatGwei } from "viem";
+import { atBumpCeiling, replacementFees } from "./fees.js";
+import { nonceTakenBy } from "./nonces.js";
+import {
+  hotWalletBalance,
+  hotWalletGas,
+  settlementAcceptToCompleted,
+  settlementFeeOverCap,
+  settlementNoGas,
+  settlementTransitions,
+  settlementUnderfunded,
+} from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
 import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFields, TransitionHook } from "./store.js";
 
@@ -45,16 +55,6 @@ export interface SettlementWorker {
   stop(): Promise<void>;
 }
 
-/** A fee bump raises both fees by at least this fraction (nodes ask 10% for a replacement). */
-const BUMP_NUMERATOR = 1125n;
-const BUMP_DENOMINATOR = 1000n;
-
-/** No bump once the last offer is this many times what the network asks: an outage never compounds fees. */
-const BUMP_CEILING = 2n;
-
-/** The larger of two fees (Math.max takes numbers, not bigints). */
-const larger = (a: bigint, b: bigint): bigint => (a > b ? a : b);
-
 /**
  * Settles evm-rail payments as leased work shared by every replica (docs/settlement.md). Signed
  * bytes are stored before broadcast and a payment is reconciled only by its stored hashes, so an
@@ -89,15 +89,23 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return moved;
   }
 
-  /** A replacement's fees; undefined when the last offer is at the ceiling and `capped` (a cancellation is not). */
-  async function bumped(rail: EvmRail, last: Fees | undefined, capped: boolean): Promise<Fees | undefined> {
+  /** A replacement's fees; undefined when the last offer is at the ceiling and `capped` (a cancellation is not), or over the chain's cap. */
+  async function bumped(rail: EvmRail, last: Fees | undefined, capped: boolean, p: SettlementPayment): Promise<Fees | undefined> {
     const network = await rail.fees();
-    if (!last) return network;
-    if (capped && last.maxFeePerGas >= network.maxFeePerGas * BUMP_CEILING) return undefined;
-    const up = (x: bigint) => (x * BUMP_NUMERATOR) / BUMP_DENOMINATOR + 1n;
-    const priorityFee = larger(network.priorityFee, up(last.priorityFee));
-    const maxFee = larger(network.maxFeePerGas, up(last.maxFeePerGas));
-    return { priorityFee, maxFeePerGas: larger(maxFee, priorityFee) };
+    if (last && capped && atBumpCeiling(last, network)) return undefined;
+    return withinCap(rail, last ? replacementFees(network, last) : network, p);
+  }
+
+  /** The fees, unless they pass the chain's CHAIN_<NAME>_MAX_FEE_GWEI: then nothing is signed until the node asks less. */
+  function withinCap(rail: EvmRail, fees: Fees, p: SettlementPayment): Fees | undefined {
+    const cap = rail.settings.maxFeePerGas;
+    if (cap === undefined || fees.maxFeePerGas <= cap) return fees;
+    settlementFeeOverCap.inc({ chain: p.chain });
+    logger.warn(
+      { paymentId: p.paymentId, chain: p.chain, feeGwei: formatGwei(fees.maxFeePerGas), capGwei: formatGwei(cap) },
+      "fee per gas over the cap; nothing signed",
+    );
+    return undefined;
   }
 
   /** Expired before it had a nonce: nothing was signed, so it fails without asking the node. */
@@ -119,6 +127,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     ]);
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
     hotWalletGas.set({ chain: p.chain }, Number(formatEther(gasWei)));
+    if (!withinCap(rail, fees, p)) return later(recheckMs);
     // Sent, a transfer the token refuses (a payee it blocks, a pause) reverts at the hot wallet's gas. Covered by the
     // balance, a refusal is not for want of funds, so it fails now, unsigned: an agent cannot make the platform burn gas.
     if (balanceUnits >= centsToUnits(p.amountCents) && (await rail.transferRefused(p.recipient, centsToUnits(p.amountCents), at))) {
@@ -221,7 +230,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const cancelled = txs.some((t) => t.kind === "cancel");
     const now = clock();
     if (!cancelled && now >= p.expiresAt) {
-      const fees = (await bumped(rail, lastFees, false))!;
+      const fees = await bumped(rail, lastFees, false, p);
+      if (!fees) return resend(rail, last);
       const signed = { ...(await rail.signCancel(p.nonce!, fees)), ...fees, kind: "cancel" as const, createdAt: now };
       if (!(await store.addTransaction(p, signed))) return undefined;
       logger.info(
@@ -234,7 +244,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     // A node refuses a replacement the wallet's gas cannot pay; signed, it would become the bytes
     // sent again in place of an offer the wallet can pay. So none is signed until the gas covers it.
     const due = last && now.getTime() - last.createdAt.getTime() >= bumpAfterMs;
-    const offer = due ? await bumped(rail, lastFees, true) : undefined;
+    const offer = due ? await bumped(rail, lastFees, true, p) : undefined;
     const fees = offer && (await rail.gasBalance(head)) >= (cancelled ? CANCEL_GAS : TRANSFER_GAS) * offer.maxFeePerGas ? offer : undefined;
     if (fees) {
       const kind = cancelled ? "cancel" : "transfer";
@@ -245,29 +255,13 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       await rail.broadcast(signed.rawTx);
       return later(recheckMs);
     }
-    // Nothing mined: send the latest bytes again (a restarted or dropped-from-mempool transfer).
-    if (last) await rail.broadcast(last.rawTx);
-    return later(recheckMs);
+    return resend(rail, last);
   }
 
-  /**
-   * The hash of the hot wallet's transaction that used `nonce`, from the first block whose mined
-   * count passes it: searched back from `used` (a block where it has), doubling, then halving.
-   */
-  async function nonceTakenBy(rail: EvmRail, nonce: number, used: number): Promise<string | undefined> {
-    let hi = used;
-    let lo = used;
-    for (let step = 1; hi > 0; step *= 2) {
-      lo = Math.max(0, hi - step);
-      if ((await rail.minedNonce(lo)) <= nonce) break;
-      hi = lo;
-    }
-    while (hi - lo > 1) {
-      const mid = Math.floor((lo + hi) / 2);
-      if ((await rail.minedNonce(mid)) > nonce) hi = mid;
-      else lo = mid;
-    }
-    return rail.walletTransactionIn(hi, nonce);
+  /** Sends the latest bytes again (a restarted or dropped-from-mempool transfer), to be looked at again later. */
+  async function resend(rail: EvmRail, last: { rawTx: string } | undefined): Promise<Date> {
+    if (last) await rail.broadcast(last.rawTx);
+    return later(recheckMs);
   }
 
   /** Completed and not yet final: watch for a reorg that removes its block. */

@@ -66,6 +66,9 @@ describe("settlement settings", () => {
     expect(parseSettlementSettings(evm({})).evm[0]!.chainId).to.equal(8453);
     expect(parseSettlementSettings(evm({})).evm[0]!.startBlock).to.equal(0);
     expect(parseSettlementSettings(evm({ CHAIN_BASE_START_BLOCK: "21000000" })).evm[0]!.startBlock).to.equal(21_000_000);
+    expect(parseSettlementSettings(evm({})).evm[0]!.maxFeePerGas, "no cap unless set").to.equal(undefined);
+    expect(parseSettlementSettings(evm({ CHAIN_BASE_MAX_FEE_GWEI: "50" })).evm[0]!.maxFeePerGas).to.equal(50_000_000_000n);
+    expect(parseSettlementSettings(evm({ CHAIN_BASE_MAX_FEE_GWEI: "0.05" })).evm[0]!.maxFeePerGas).to.equal(50_000_000n);
   });
 
   it("a misconfigured chain refuses the start naming the setting", () => {
@@ -77,6 +80,9 @@ describe("settlement settings", () => {
     expect(refused(evm({ CHAIN_BASE_CHAIN_ID: "x" }))).to.match(/^CHAIN_BASE_CHAIN_ID must be/);
     for (const bad of ["-1", "1e6", "0x10", " 5", "9007199254740992"]) {
       expect(refused(evm({ CHAIN_BASE_START_BLOCK: bad }))).to.match(/^CHAIN_BASE_START_BLOCK must be a whole number from 0/);
+    }
+    for (const bad of ["0", "0.0", "-5", "5 gwei", "1e3", "0.0000000001", "99999999", ".5"]) {
+      expect(refused(evm({ CHAIN_BASE_MAX_FEE_GWEI: bad })), bad).to.match(/^CHAIN_BASE_MAX_FEE_GWEI must be a number of gwei above 0/);
     }
     expect(refused({ CHAIN_ETH_RAIL: "lightning" })).to.match(/^CHAIN_ETH_RAIL must be sandbox or evm/);
     expect(refused({ CHAIN_SOL_RAIL: "evm" })).to.match(/^CHAIN_SOL_RAIL must be sandbox/);
