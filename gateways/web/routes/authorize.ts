@@ -53,12 +53,15 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
 
   /** RFC 6749 4.1.2 with RFC 9207's iss. */
   function redirectBack(reply: FastifyReply, p: AuthorizeParams, params: Record<string, string>) {
-    const url = new URL(p.values.get("redirect_uri")!);
-    for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+    const added = new URLSearchParams(params);
     const state = p.values.get("state");
-    if (state !== undefined) url.searchParams.set("state", state);
-    url.searchParams.set("iss", ctx.urls.issuer);
-    return reply.redirect(url.toString(), 303);
+    if (state !== undefined) added.set("state", state);
+    added.set("iss", ctx.urls.issuer);
+    // RFC 6749 3.1.2: the URI's own query is kept as written (a form encoder would rewrite it).
+    // Core verified it: a registered URI (RFC 3986 characters only) or a loopback one as the parser prints it.
+    const uri = p.values.get("redirect_uri")!;
+    const joint = !uri.includes("?") ? "?" : /[?&]$/.test(uri) ? "" : "&";
+    return reply.redirect(`${uri}${joint}${added}`, 303);
   }
 
   /**

@@ -1,7 +1,7 @@
 import type http from "node:http";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createJar, createUser, pkce, registerClient, signIn } from "../../support/agent-oauth.js";
+import { authorize as consent, createJar, createUser, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, type DocumentServer } from "../../support/client-metadata-server.js";
 import { MAX_FETCHES_PER_CALLER } from "../../../core/grants/client-id-metadata.js";
 
@@ -119,5 +119,32 @@ describe("authorize: errors go back to the redirect URI only after core verified
       expect(res.status).to.equal(400);
       expect(res.headers.get("location")).to.equal(null);
     }
+  });
+
+  it("keeps the query of a registered redirect URI as it was written, adding its own parameters after it (RFC 6749 3.1.2)", async () => {
+    // A query a form encoder would rewrite: '/' and '~' left raw, a name without '='.
+    const registered = "http://127.0.0.1:9/callback?next=/a~b&flag";
+    const client = (await registerClient(stack, { redirect_uris: [registered], scope: "accounts:read" })).body;
+    const refused = await authorize(query(client.client_id, registered, { scope: "payments:initiate" }));
+    expect(refused.status).to.equal(303);
+    const location = refused.headers.get("location")!;
+    expect(location.startsWith(`${registered}&error=invalid_scope&`), location).to.equal(true);
+    expect(new URL(location).searchParams.get("state")).to.equal("st");
+
+    const user = await createUser(stack);
+    const { verifier, challenge } = pkce();
+    const q = { response_type: "code", client_id: client.client_id, redirect_uri: registered, code_challenge: challenge, code_challenge_method: "S256" };
+    const back = await consent(stack, createJar(stack.url), user.email, { ...q, scope: "accounts:read", state: "st" });
+    expect(back.href.startsWith(`${registered}&code=`), back.href).to.equal(true);
+    expect([back.searchParams.get("state"), back.searchParams.get("iss")]).to.deep.equal(["st", stack.issuer]);
+    const token = await postForm(`${stack.url}/oauth2/token`, {
+      grant_type: "authorization_code",
+      code: back.searchParams.get("code")!,
+      redirect_uri: registered,
+      code_verifier: verifier,
+      client_id: client.client_id,
+      client_secret: client.client_secret,
+    });
+    expect(token.status).to.equal(200);
   });
 });
