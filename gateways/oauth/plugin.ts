@@ -191,10 +191,14 @@ function readForm(request: FastifyRequest) {
   if (!parsed.ok) throw invalidRequest(parsed.message);
   const repeated = parsed.duplicates.filter((d) => !REPEATABLE.has(d));
   if (repeated.length > 0) throw invalidRequest(`repeated parameter: ${repeated[0]}`);
-  const resources = body
-    .split("&")
-    .filter((p) => p.startsWith("resource="))
-    .map((p) => formDecode(p.slice("resource=".length)) ?? "");
+  // RFC 6749 3.2: a parameter sent without a value is treated as omitted.
+  for (const [name, value] of parsed.params) if (value === "") parsed.params.delete(name);
+  const resources: string[] = [];
+  for (const pair of body.split("&")) {
+    const eq = pair.indexOf("=");
+    const value = eq === -1 ? "" : (formDecode(pair.slice(eq + 1)) ?? "");
+    if (value !== "" && formDecode(eq === -1 ? pair : pair.slice(0, eq)) === "resource") resources.push(value);
+  }
   return { params: parsed.params, resources };
 }
 

@@ -19,15 +19,16 @@ interface AuthorizeParams {
   duplicates: string[];
 }
 
+/** RFC 6749 3.1: a parameter sent without a value is treated as omitted (a repeat still counts). */
 function fromSearch(sp: URLSearchParams): AuthorizeParams {
   const values = new Map<string, string>();
   const duplicates: string[] = [];
   for (const name of PARAMS) {
     const all = sp.getAll(name);
     if (name !== "resource" && all.length > 1) duplicates.push(name);
-    if (all.length > 0) values.set(name, all[0]!);
+    if (all[0]) values.set(name, all[0]);
   }
-  return { values, resources: sp.getAll("resource"), duplicates };
+  return { values, resources: sp.getAll("resource").filter((r) => r !== ""), duplicates };
 }
 
 function toQuery(p: AuthorizeParams): string {
