@@ -112,6 +112,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   if (!/^[a-z0-9][a-z0-9-]{0,31}$/i.test(urnNamespace)) throw new ConfigError("URN_NAMESPACE must be a URN namespace identifier (letters, digits, '-')");
   const databaseUrl = env.DATABASE_URL || undefined;
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError("DATABASE_URL must be a postgres:// URL");
+  if (databaseUrl && !parsesAsDatabaseUrl(databaseUrl)) {
+    // The driver would fall back to localhost:5432 and migrate whatever database is there.
+    throw new ConfigError("DATABASE_URL is not a valid URL (check the port, and percent-encode '#', '/', '?' or '@' in the user name or password)");
+  }
   const coreTls = {
     certFile: pathSetting(env, "CORE_TLS_CERT"),
     keyFile: pathSetting(env, "CORE_TLS_KEY"),
@@ -260,6 +264,20 @@ function originSetting(env: NodeJS.ProcessEnv, name: string): string {
   const url = new URL(urlSetting(env, name, ""));
   if (url.pathname !== "/" || url.search || url.hash) throw new ConfigError(`${name} must be scheme, host and port only, such as http://127.0.0.1:8081`);
   return url.origin;
+}
+
+/** What the pg driver can parse: a URL, or one with an empty host before the path (a socket in `?host=`). */
+function parsesAsDatabaseUrl(raw: string): boolean {
+  const url = / |%[^a-f0-9]|%[a-f0-9][^a-f0-9]/i.test(raw) ? encodeURI(raw).replace(/%25(\d\d)/g, "%$1") : raw;
+  for (const candidate of [url, url.replace("@/", "@x/")]) {
+    try {
+      new URL(candidate);
+      return true;
+    } catch {
+      /* try the next form */
+    }
+  }
+  return false;
 }
 
 function boolSetting(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {

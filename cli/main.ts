@@ -226,7 +226,7 @@ async function runMigrate(config: Config) {
   try {
     return { applied: await migrateLatest(db) };
   } catch (err) {
-    throw loginRefused(err, config);
+    throw (await unreachable(err, config)) ?? loginRefused(err, config);
   } finally {
     await db.destroy();
   }
@@ -254,14 +254,7 @@ async function runServe(config: Config, options: Record<string, string | boolean
   try {
     running = await serve(config, role, logger);
   } catch (err) {
-    // A database that cannot be reached is a setting to fix, not a crash to read.
-    const { databaseOutage } = await import("../core/interceptors.js");
-    if (databaseOutage(err)) {
-      const setting = config.databaseUrl ? `DATABASE_URL (${databaseAddress(config.databaseUrl)})` : `DATA_DIR (${config.dataDir})`;
-      process.stderr.write(`vaultgate: cannot reach the database named by ${setting}: ${(err as Error).message.split("\n")[0]}\n`);
-      return 1;
-    }
-    throw loginRefused(err, config);
+    throw (await unreachable(err, config)) ?? loginRefused(err, config);
   }
   if (running.gatewayUrl) {
     const failing = await readinessProblems(running.gatewayUrl);
@@ -334,6 +327,14 @@ async function readinessProblems(gatewayUrl: string): Promise<string[]> {
   } catch {
     return ["readiness"];
   }
+}
+
+/** A database that cannot be reached is a setting to fix, not a crash to read: name the setting. */
+async function unreachable(err: unknown, config: Config): Promise<Error | undefined> {
+  const { databaseOutage } = await import("../core/interceptors.js");
+  if (!databaseOutage(err)) return undefined;
+  const setting = config.databaseUrl ? `DATABASE_URL (${databaseAddress(config.databaseUrl)})` : `DATA_DIR (${config.dataDir})`;
+  return new Error(`cannot reach the database named by ${setting}: ${(err as Error).message.split("\n")[0]}`);
 }
 
 /** A server that refused the user, password or database (SQLSTATE 28xxx, 3D000) names the setting. */

@@ -31,13 +31,13 @@ describe("vaultgate serve start-up (real processes)", function () {
     }
   });
 
-  it("migrate against an unreachable DATABASE_URL exits 1 with one line per complaint and nothing on stdout", async () => {
+  it("migrate against an unreachable DATABASE_URL names the variable, exits 1 with one line per complaint and nothing on stdout", async () => {
     const dir = await tempDataDir();
     try {
       const res = await runCli(["migrate"], { DATA_DIR: dir.path, DATABASE_URL: "postgres://someone:secret-pw@127.0.0.1:1/vaultgate" });
       expect(res.code).to.equal(1);
       expect(res.stdout).to.equal("");
-      expect(res.stderr).to.include("vaultgate: connect ECONNREFUSED 127.0.0.1:1");
+      expect(res.stderr).to.include("vaultgate: cannot reach the database named by DATABASE_URL (127.0.0.1:1/vaultgate): connect ECONNREFUSED 127.0.0.1:1\n");
       expect(res.stderr).to.not.match(/\n\s+at /);
       expect(res.stderr).to.not.include("secret-pw");
     } finally {

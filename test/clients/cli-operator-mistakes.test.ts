@@ -1,0 +1,33 @@
+import { expect } from "chai";
+import { runCli, tempDataDir, useServiceProcess } from "../support/process.js";
+
+/**
+ * Settings and command lines an operator gets slightly wrong: each is refused with one line
+ * that names what to fix, never a driver's or OpenSSL's text, never a secret.
+ */
+describe("vaultgate: an operator's mistakes are named (real processes)", function () {
+  this.timeout(60_000);
+  const op = useServiceProcess("all");
+
+  it("a DATABASE_URL that does not parse is refused, not replaced by the driver's localhost:5432", async () => {
+    const dir = await tempDataDir();
+    try {
+      // A typo in the port, a '#' not percent-encoded in the password, an unclosed IPv6 host.
+      for (const url of [
+        "postgres://ops:secret-pw@db.internal:54e2/vaultgate",
+        "postgres://ops:se#cret-pw@10.0.0.1/vaultgate",
+        "postgres://ops:secret-pw@[::1",
+      ]) {
+        for (const cmd of ["migrate", "serve"]) {
+          const res = await runCli([cmd], { DATA_DIR: dir.path, DATABASE_URL: url, PORT: "0", CORE_PORT: "0" });
+          expect(res.code, `${cmd} ${res.stderr}`).to.equal(1);
+          expect(res.stderr).to.match(/^vaultgate: DATABASE_URL is not a valid URL \(.*\)\n$/);
+          expect(res.stdout).to.equal("");
+          expect(res.stderr).to.not.include("secret");
+        }
+      }
+    } finally {
+      await dir.remove();
+    }
+  });
+});
