@@ -90,6 +90,13 @@ function explainTlsFailure(err: unknown, coreUrl: string, presentedCert: boolean
   if (!(err instanceof ConnectError) || !coreUrl.startsWith("https:") || err.details.length > 0) return undefined;
   const cause = err.cause as { code?: unknown } | undefined;
   const text = `${typeof cause?.code === "string" ? cause.code : ""} ${err.message}`;
+  // A cleartext core answers the TLS hello with HTTP/2 bytes, which OpenSSL reports as a bad record.
+  if (/WRONG_VERSION_NUMBER|wrong version number|PACKET_LENGTH_TOO_LONG|packet length too long/i.test(text)) {
+    return new ConnectError(
+      `core at ${coreUrl} does not speak TLS: dial it with http:// (CORE_URL), or give core CORE_TLS_CERT and CORE_TLS_KEY`,
+      Code.Unavailable,
+    );
+  }
   if (/CERTIFICATE_REQUIRED|certificate required/i.test(text)) {
     return new ConnectError(`core at ${coreUrl} requires a client certificate: set CORE_TLS_CLIENT_CERT and CORE_TLS_CLIENT_KEY`, Code.Unauthenticated);
   }

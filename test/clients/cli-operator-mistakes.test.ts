@@ -30,4 +30,16 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
       await dir.remove();
     }
   });
+
+  it("https:// to a core that serves cleartext says so, not OpenSSL's record error", async () => {
+    const coreUrl = op.env.CORE_URL!.replace(/^http:/, "https:");
+    const res = await runCli(["partner", "list"], { ...op.env, CORE_URL: coreUrl });
+    expect(res.code).to.equal(1);
+    expect(res.stdout).to.equal("");
+    expect(res.stderr).to.equal(
+      `vaultgate: core at ${coreUrl} does not speak TLS: dial it with http:// (CORE_URL), or give core CORE_TLS_CERT and CORE_TLS_KEY (Unavailable)\n`,
+    );
+    // The same right setting still works: the message pointed at the one thing to change.
+    expect((await runCli(["partner", "list"], op.env)).code).to.equal(0);
+  });
 });
