@@ -42,4 +42,15 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     // The same right setting still works: the message pointed at the one thing to change.
     expect((await runCli(["partner", "list"], op.env)).code).to.equal(0);
   });
+
+  it("dev chain refuses a JSON output it cannot give, before starting a node", async () => {
+    // Core's port is taken: a node started by mistake would fail at once rather than run on.
+    const taken = new URL(op.env.CORE_URL!).port;
+    for (const args of [["--format", "json"], ["--json"]]) {
+      const res = await runCli(["dev", "chain", ...args, "--port", taken], op.env);
+      expect(res.code, res.stderr).to.equal(2);
+      expect(res.stdout).to.equal("");
+      expect(res.stderr).to.match(/^vaultgate: .*\nsee 'vaultgate dev chain --help'\n$/);
+    }
+  });
 });
