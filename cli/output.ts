@@ -22,10 +22,18 @@ export function print(value: unknown, format: Format) {
     return;
   }
   process.stdout.write(`${renderText(value)}\n`);
-  if (value && typeof value === "object" && "client_secret" in value) {
-    process.stderr.write("Store client_secret now: it is not shown again (partner rotate-secret replaces it).\n");
+  for (const [key, replacedBy] of SHOWN_ONCE) {
+    if (value && typeof value === "object" && typeof (value as Record<string, unknown>)[key] === "string") {
+      process.stderr.write(`Store ${key} now: it is not shown again (${replacedBy} replaces it).\n`);
+    }
   }
 }
+
+/** Secrets a command prints once, and the command that makes a new one. */
+const SHOWN_ONCE = [
+  ["client_secret", "partner rotate-secret"],
+  ["webhook_secret", "partner webhook"],
+] as const;
 
 /** `--format env`: KEY=value lines a shell can eval or a .env file can hold. */
 function envLines(value: Record<string, unknown>): string {

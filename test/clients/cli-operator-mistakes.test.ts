@@ -1,3 +1,6 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { expect } from "chai";
 import { runCli, tempDataDir, useServiceProcess } from "../support/process.js";
 
@@ -52,5 +55,16 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
       expect(res.stdout).to.equal("");
       expect(res.stderr).to.match(/^vaultgate: .*\nsee 'vaultgate dev chain --help'\n$/);
     }
+  });
+
+  it("on a terminal, partner webhook reminds the operator that webhook_secret is shown once", async () => {
+    const created = await runCli(["partner", "create", "--name", "Hooked"], op.env);
+    const clientId = (created.json as { client_id: string }).client_id;
+    // script(1) gives the command a terminal, where the text output and the reminder go.
+    const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
+    const line = `'${process.execPath}' '${bin}' partner webhook ${clientId} --url https://hooks.example/in`;
+    const { stdout } = await promisify(execFile)("script", ["-qec", line, "/dev/null"], { env: { ...process.env, ...op.env } });
+    expect(stdout).to.match(/webhook_secret: +whsec_/);
+    expect(stdout).to.include("Store webhook_secret now: it is not shown again (partner webhook replaces it).");
   });
 });
