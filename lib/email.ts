@@ -3,7 +3,9 @@ import { domainToASCII, domainToUnicode } from "node:url";
 // No control characters (it is printed on terminals) and none of the address-list syntax a mailer
 // parses (`,;:<>()[]"\`): `a,b@evil.test` would mail that account's codes to b@evil.test.
 const PART = String.raw`[^\s@\p{Cc},;:<>()[\]"\\]+`;
-const ADDRESS = new RegExp(`^${PART}@${PART}\\.${PART}$`, "u");
+/** The address rule as a JSON Schema (ECMA-262, Unicode) pattern, for API documents. */
+export const EMAIL_PATTERN = `^${PART}@${PART}\\.${PART}$`;
+const ADDRESS = new RegExp(EMAIL_PATTERN, "u");
 
 /**
  * The one spelling of an e-mail address identity keys on, or undefined when it is not one plain

@@ -4,6 +4,7 @@
  */
 
 import { treasuryOpenApi } from "./treasury-openapi.js";
+import { EMAIL_PATTERN } from "../../lib/email.js";
 import { CHAINS, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
 
@@ -250,7 +251,8 @@ export function partnerOpenApi(serverUrl: string) {
         PreCreateRequest: {
           type: "object",
           required: ["email"],
-          properties: { email: { type: "string", format: "email", minLength: 3, maxLength: 254 } },
+          // idn-email, not email: the API takes internationalized addresses (`ada@bücher.example`).
+          properties: { email: { type: "string", format: "idn-email", minLength: 3, maxLength: 254, pattern: EMAIL_PATTERN } },
           additionalProperties: false,
         },
         PreCreateResponse: {
@@ -272,7 +274,10 @@ export function partnerOpenApi(serverUrl: string) {
         },
         KycLinkRequest: {
           type: "object",
-          properties: { provider: { type: "string", minLength: 1, maxLength: 64 }, redirect_uri: { type: "string", format: "uri", maxLength: 2048 } },
+          properties: {
+            provider: { type: "string", minLength: 1, maxLength: 64 },
+            redirect_uri: { type: "string", format: "iri", maxLength: 2048, pattern: "^[Hh][Tt][Tt][Pp][Ss]?://" },
+          },
           additionalProperties: false,
         },
         KycLink: {

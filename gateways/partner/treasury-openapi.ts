@@ -48,7 +48,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
               recipient: { type: "object", additionalProperties: false, required: ["user_id"], properties: { user_id: uuid } },
               amount_cents: { ...int53, minimum: 1 },
               currency: { type: "string", pattern: "^[A-Z]{3}$" },
-              reference: { type: "string", minLength: 1, maxLength: 140 },
+              reference: { type: "string", minLength: 1, maxLength: 140, pattern: "^\\P{Cc}+$" },
             },
           },
         },
@@ -115,7 +115,14 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
           "the original 200 body byte for byte; with a different body, 409 idempotency_conflict. Rejections execute nothing " +
           "and consume no execution ids. Recipients need payouts:receive consent. See docs/reference/treasury.md for the check order.",
         security: bearer,
-        parameters: [{ name: "Idempotency-Key", in: "header", required: true, schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY } }],
+        parameters: [
+          {
+            name: "Idempotency-Key",
+            in: "header",
+            required: true,
+            schema: { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY, pattern: "^[\\x21-\\x7e]+$" },
+          },
+        ],
         requestBody: { required: true, content: { "application/json": { schema: h.ref("BatchRequest") } } },
         responses: {
           "200": h.json(h.ref("Batch"), "batch executed, or the replay of the first answer for this key", {

@@ -6,6 +6,10 @@ import type { ApiResponse } from "./resources.js";
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
 
+type OperationDoc = {
+  parameters?: { name: string; in: string; required?: boolean; schema: unknown }[];
+  requestBody?: { content?: Record<string, { schema: unknown }> };
+};
 type Doc = { paths: Record<string, Record<string, { responses: Record<string, unknown> }>>; components: Record<string, Record<string, unknown>> };
 
 /**
@@ -23,6 +27,9 @@ export async function loadOpenApi(baseUrl: string) {
 
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   addFormats(ajv);
+  // ajv-formats has no idn-email or iri; the document's patterns carry those rules.
+  ajv.addFormat("idn-email", true);
+  ajv.addFormat("iri", true);
   ajv.addSchema({ $id: "openapi", ...(doc as object) });
 
   function deref<T>(v: unknown): T {
@@ -51,6 +58,21 @@ export async function loadOpenApi(baseUrl: string) {
     matches(schema: string, body: unknown) {
       const ok = ajv.validate({ $ref: `openapi#/components/schemas/${schema}` }, body);
       expect(ok, `${schema}: ${ajv.errorsText()} in ${JSON.stringify(body)}`).to.equal(true);
+    },
+    /** Whether the document's schemas accept this request: its JSON body and header parameters. */
+    acceptsRequest(method: string, path: string, body: unknown, headers: Record<string, string> = {}): { ok: boolean; errors: string } {
+      const op = doc.paths[templateFor(path)]![method.toLowerCase()] as unknown as OperationDoc;
+      const failures: string[] = [];
+      const schema = op.requestBody?.content?.["application/json"]?.schema;
+      if (schema && !ajv.validate(resolveRefs(schema), body)) failures.push(`body: ${ajv.errorsText()}`);
+      for (const p of op.parameters ?? []) {
+        if (p.in !== "header") continue;
+        const value = headers[p.name.toLowerCase()];
+        if (value === undefined) {
+          if (p.required) failures.push(`header ${p.name} missing`);
+        } else if (!ajv.validate(resolveRefs(p.schema), value)) failures.push(`header ${p.name}: ${ajv.errorsText()}`);
+      }
+      return { ok: failures.length === 0, errors: failures.join("; ") };
     },
     /** Fails the test unless the response is described by the document. */
     check(method: string, path: string, res: ApiResponse) {

@@ -1,0 +1,69 @@
+import { randomUUID } from "node:crypto";
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { api, createUserFor } from "../../support/resources.js";
+import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
+import { bindTreasury } from "../../support/treasury.js";
+
+/**
+ * A client validating requests against the served OpenAPI document must pass where the API says
+ * yes and stop where it answers 400: each case goes to the real API and through a strict validator.
+ */
+describe("partner OpenAPI request schemas agree with the API", () => {
+  let stack: TestStack;
+  let openapi: OpenApiChecker;
+  before(async () => {
+    stack = await startStack({ gateway: true, webhookPollMs: 0 });
+    openapi = await loadOpenApi(stack.url);
+  });
+  after(() => stack.close());
+
+  /** Sends the request, then asks the document whether it accepts the same request. */
+  async function agree(method: string, path: string, token: string, json: unknown, headers: Record<string, string> = {}) {
+    const res = await api(stack, method, path, { token, json, headers });
+    expect(res.status, res.text).to.be.below(500);
+    const byDoc = openapi.acceptsRequest(method, path, json, headers);
+    const byApi = res.status !== 400;
+    expect(byDoc.ok, `${method} ${path} ${JSON.stringify(json)} ${JSON.stringify(headers)}: API ${res.status} ${res.text}; document: ${byDoc.errors}`).to.equal(
+      byApi,
+    );
+  }
+
+  it("POST /users: internationalized addresses the API takes are valid in the document", async () => {
+    const partner = await createPartner(stack);
+    const token = await mintPartnerToken(stack, partner);
+    const tag = randomUUID().slice(0, 8);
+    for (const email of [`ada-${tag}@bücher.example`, `zoë-${tag}@example.com`, `ada-${tag}@example.com`, `not-an-address-${tag}`]) {
+      await agree("POST", "/users", token, { email });
+    }
+  });
+
+  it("POST /users/{id}/kyc/link: a redirect_uri with non-ASCII characters, as the API takes it", async () => {
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    const token = await mintPartnerToken(stack, partner);
+    const { userId } = await createUserFor(stack, partner, ["kyc:read"]);
+    for (const redirect_uri of ["https://bücher.example/fertig?schritt=é", "https://app.example.com/done", "ftp://app.example.com/"]) {
+      await agree("POST", `/users/${userId}/kyc/link`, token, { provider: "sandbox", redirect_uri });
+    }
+  });
+
+  it("POST /treasury/payouts: the document refuses the keys and references the API refuses", async () => {
+    const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"] });
+    const payer = await bindTreasury(stack.admin, partner);
+    const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
+    const token = await mintPartnerToken(stack, partner);
+    const batch = (reference: string) => ({
+      payer_entity_id: payer,
+      items: [
+        { execution_id: `ex-${randomUUID()}`, payout_id: `po-${randomUUID()}`, recipient: { user_id: userId }, amount_cents: 100, currency: "USD", reference },
+      ],
+    });
+    await agree("POST", "/treasury/payouts", token, batch("May payroll"), { "idempotency-key": `k-${randomUUID()}` });
+    await agree("POST", "/treasury/payouts", token, batch("café ☕"), { "idempotency-key": `k-${randomUUID()}` });
+    await agree("POST", "/treasury/payouts", token, batch("line\nbreak"), { "idempotency-key": `k-${randomUUID()}` });
+    await agree("POST", "/treasury/payouts", token, batch("bell\u0007"), { "idempotency-key": `k-${randomUUID()}` });
+    await agree("POST", "/treasury/payouts", token, batch("May payroll"), { "idempotency-key": "two words" });
+    await agree("POST", "/treasury/payouts", token, batch("May payroll"), { "idempotency-key": "clé" });
+  });
+});
