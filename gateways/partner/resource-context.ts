@@ -41,7 +41,7 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   });
   // Query and path parameters obey the same text rules as the body.
   app.addHook("preValidation", (request, _reply, done) => {
-    const badText = findBadText(request.query) ?? findBadText(request.params);
+    const badText = findBadText(request.query, "", "the query string") ?? findBadText(request.params, "", "the path");
     done(badText ? new ResourceError(400, "invalid_request", badText.message) : undefined);
   });
   app.addContentTypeParser("*", { parseAs: "string" }, (_req, _body, done) => done(null, NOT_JSON));

@@ -14,39 +14,42 @@ export interface BadText {
   message: string;
 }
 
-/** The first string (value or object key) in a parsed JSON value or form that is not acceptable text. */
-export function findBadText(value: unknown, path = ""): BadText | undefined {
+/**
+ * The first string (value or object key) in a parsed JSON value or form that is not acceptable text.
+ * `whole` names the value itself in messages ("the body", "the query string").
+ */
+export function findBadText(value: unknown, path = "", whole = "the body"): BadText | undefined {
   if (typeof value === "string") {
     const problem = textProblem(value);
-    return problem ? bad(path || "the body", problem) : undefined;
+    return problem ? bad(path || whole, problem) : undefined;
   }
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const found = findBadText(value[i], `${path}[${i}]`);
+      const found = findBadText(value[i], `${path}[${i}]`, whole);
       if (found) return found;
     }
     return undefined;
   }
   if (value instanceof Map) {
     for (const [k, v] of value) {
-      const found = checkEntry(String(k), v, path);
+      const found = checkEntry(String(k), v, path, whole);
       if (found) return found;
     }
     return undefined;
   }
   if (value !== null && typeof value === "object") {
     for (const [k, v] of Object.entries(value)) {
-      const found = checkEntry(k, v, path);
+      const found = checkEntry(k, v, path, whole);
       if (found) return found;
     }
   }
   return undefined;
 }
 
-function checkEntry(key: string, v: unknown, path: string): BadText | undefined {
+function checkEntry(key: string, v: unknown, path: string, whole: string): BadText | undefined {
   const keyProblem = textProblem(key);
-  if (keyProblem) return bad(path || "the body", `has a field name that ${keyProblem}`);
-  return findBadText(v, path ? `${path}.${key}` : key);
+  if (keyProblem) return bad(path || whole, `has a field name that ${keyProblem}`);
+  return findBadText(v, path ? `${path}.${key}` : key, whole);
 }
 
 function bad(path: string, problem: string): BadText {

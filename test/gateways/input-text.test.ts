@@ -160,6 +160,15 @@ describe("input text rules on every surface", () => {
       expectHttpError(res, 400, "invalid_request");
     });
 
+    it("a NUL in a query parameter's name is named as the query's, not the body's", async () => {
+      const partner = await createPartner(stack, { entitlements: ["transfers:read"] });
+      const token = await mintPartnerToken(stack, partner);
+      const { userId } = await createUserFor(stack, partner);
+      const res = await api(stack, "GET", `/users/${userId}/transfers?a%00b=1`, { token });
+      expectHttpError(res, 400, "invalid_request");
+      expect((res.body as { error: { message: string } }).error.message).to.equal("the query string has a field name that must not contain NUL characters");
+    });
+
     it("client_id=...%00 at the partner token endpoint is 400 invalid_request", async () => {
       const res = await postToken(stack.url, "grant_type=client_credentials&client_id=abc%00&client_secret=x");
       expect(res.status).to.equal(400);
