@@ -9,6 +9,15 @@ import { noteRefusal } from "../request-log.js";
 import { UUID } from "../../lib/uuid.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 
+/** A NUL or lone surrogate found in a request's query or path, refused with its shape. */
+const badParamText = new WeakMap<FastifyRequest, string>();
+
+/** Refuses a query or path holding text no store can keep; every shape check starts here. */
+export function paramsAreText(request: FastifyRequest) {
+  const problem = badParamText.get(request);
+  if (problem) throw invalidRequest(problem);
+}
+
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
 
@@ -39,10 +48,12 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     if (badText) return done(new ResourceError(400, "invalid_request", badText.message), undefined);
     done(null, parsed);
   });
-  // Query and path parameters obey the same text rules as the body.
+  // Query and path parameters obey the same text rules as the body; a breach is part of the
+  // request's shape, so the route refuses it only after core has checked the caller.
   app.addHook("preValidation", (request, _reply, done) => {
     const badText = findBadText(request.query, "", "the query string") ?? findBadText(request.params, "", "the path");
-    done(badText ? new ResourceError(400, "invalid_request", badText.message) : undefined);
+    if (badText) badParamText.set(request, badText.message);
+    done();
   });
   app.addContentTypeParser("*", { parseAs: "string" }, (_req, _body, done) => done(null, NOT_JSON));
 
@@ -98,6 +109,7 @@ export function onlyFields(body: Record<string, unknown>, allowed: string[]) {
 
 /** Refuses any query parameter (the routes that take none). */
 export function noQuery(request: FastifyRequest) {
+  paramsAreText(request);
   const keys = Object.keys((request.query ?? {}) as Record<string, unknown>);
   if (keys.length > 0) throw invalidRequest(`unknown query parameter: ${keys[0]}`);
 }
@@ -122,6 +134,7 @@ export async function shaped<T>(shape: Shape<unknown>, call: Promise<T>): Promis
 }
 
 export function userIdParam(request: FastifyRequest<{ Params: { id: string } }>): string {
+  paramsAreText(request);
   const id = request.params.id;
   if (!UUID.test(id)) throw invalidRequest("user id must be a UUID");
   return id.toLowerCase();

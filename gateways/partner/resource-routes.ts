@@ -3,7 +3,18 @@ import type { Client } from "@connectrpc/connect";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { checkShape, installResourceContext, noStore, jsonObjectBody, noQuery, onlyFields, shaped, userIdParam, userShape } from "./resource-context.js";
+import {
+  checkShape,
+  installResourceContext,
+  noStore,
+  jsonObjectBody,
+  noQuery,
+  onlyFields,
+  paramsAreText,
+  shaped,
+  userIdParam,
+  userShape,
+} from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
 import { codePointLength } from "../shared/text.js";
 
@@ -135,6 +146,7 @@ function queryOf(request: FastifyRequest): Record<string, unknown> {
 
 /** limit (1-100), cursor, since: each at most once; nothing else. */
 function pageQuery(request: FastifyRequest) {
+  paramsAreText(request);
   const q = queryOf(request);
   for (const [k, v] of Object.entries(q)) {
     if (!["limit", "cursor", "since"].includes(k)) throw invalidRequest(`unknown query parameter: ${k}`);

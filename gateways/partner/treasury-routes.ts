@@ -88,7 +88,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     const res = await shaped(
       shape,
       rpc.getPayout(
-        { accessToken, userId: shape.value ?? "", payoutId: request.params.payoutId, requestProblem: shape.problem },
+        { accessToken, userId: shape.value ?? "", payoutId: shape.problem ? "" : request.params.payoutId, requestProblem: shape.problem },
         withRequestId(request.id, request.clientAddress),
       ),
     );
