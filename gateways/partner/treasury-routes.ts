@@ -23,14 +23,9 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   app.addHook("onSend", noStore);
 
   app.get("/treasury", async (request) => {
-    // A missing or malformed bearer still goes to core, which answers 401 invalid_token (no audit
-    // row: the request proves no partner), so core checks every caller in one order.
-    let accessToken = "";
-    try {
-      accessToken = bearerToken(request);
-    } catch {
-      accessToken = "";
-    }
+    // A missing or malformed bearer is 401 here, as on every resource (no audit row: the request
+    // proves no partner); a sent token goes to core, which checks every caller in one order.
+    const accessToken = bearerToken(request);
     try {
       noQuery(request);
     } catch (edge) {

@@ -60,6 +60,13 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
       const sent = bearers[i % bearers.length]!.authorization ?? "";
       expect(res.headers.get("www-authenticate"), sent).to.equal(sent.startsWith("Bearer ") ? 'Bearer error="invalid_token"' : "Bearer");
     });
+    // The message tells a missing bearer from a bad one the same way on every route.
+    answers.forEach((res, i) => {
+      const sent = bearers[i % bearers.length]!.authorization ?? "";
+      const { message } = (res.body as { error: { message: string } }).error;
+      const expected = sent.startsWith("Bearer ") ? "the access token is invalid" : "a bearer access token is required";
+      expect(message, `${routes[i % routes.length]![1]} with ${sent || "no authorization"}`).to.equal(expected);
+    });
     expect(await auditRows()).to.equal(before);
     // The partner's own token still works and is audited.
     const ok = await api(stack, "GET", "/treasury", { token });
