@@ -18,6 +18,9 @@ export function paramsAreText(request: FastifyRequest) {
   if (problem) throw invalidRequest(problem);
 }
 
+/** JSON is UTF-8 (RFC 8259): other bytes are refused, not read as U+FFFD; a BOM stays and is bad JSON. */
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
 
@@ -31,8 +34,13 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     refuseEncodedBodies((message) => new ResourceError(415, "unsupported_media_type", message)),
   );
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
-    const text = String(body);
+  app.addContentTypeParser("application/json", { parseAs: "buffer" }, (_req, body, done) => {
+    let text: string;
+    try {
+      text = STRICT_UTF8.decode(body as Buffer);
+    } catch {
+      return done(new ResourceError(400, "invalid_json", "request body is not valid UTF-8"), undefined);
+    }
     if (text.trim() === "") return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
     if (jsonTooDeep(text)) return done(new ResourceError(400, "invalid_json", TOO_DEEP), undefined);
     let parsed: unknown;
