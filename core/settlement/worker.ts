@@ -89,10 +89,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return moved;
   }
 
-  /** A replacement's fees; undefined when the last offer is at the ceiling and `capped` (a cancellation is not), or over the chain's cap. */
-  async function bumped(rail: EvmRail, last: Fees | undefined, capped: boolean, p: SettlementPayment): Promise<Fees | undefined> {
+  /** A replacement's fees; undefined when over the chain's fee cap, or at the bump ceiling and `ceiling` holds (a cancellation's does not). */
+  async function bumped(rail: EvmRail, last: Fees | undefined, ceiling: boolean, p: SettlementPayment): Promise<Fees | undefined> {
     const network = await rail.fees();
-    if (last && capped && atBumpCeiling(last, network)) return undefined;
+    if (last && ceiling && atBumpCeiling(last, network)) return undefined;
     return withinCap(rail, last ? replacementFees(network, last) : network, p);
   }
 
