@@ -1,7 +1,7 @@
 import type http from "node:http";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { authorize as consent, createJar, createUser, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
+import { authorize as consent, codeExchangeForm, createJar, createUser, pkce, postForm, registerClient, signIn } from "../../support/agent-oauth.js";
 import { DOCUMENT_REDIRECT, startDocumentServer, type DocumentServer } from "../../support/client-metadata-server.js";
 import { MAX_FETCHES_PER_CALLER } from "../../../core/grants/client-id-metadata.js";
 
@@ -137,14 +137,10 @@ describe("authorize: errors go back to the redirect URI only after core verified
     const back = await consent(stack, createJar(stack.url), user.email, { ...q, scope: "accounts:read", state: "st" });
     expect(back.href.startsWith(`${registered}&code=`), back.href).to.equal(true);
     expect([back.searchParams.get("state"), back.searchParams.get("iss")]).to.deep.equal(["st", stack.issuer]);
-    const token = await postForm(`${stack.url}/oauth2/token`, {
-      grant_type: "authorization_code",
-      code: back.searchParams.get("code")!,
-      redirect_uri: registered,
-      code_verifier: verifier,
-      client_id: client.client_id,
-      client_secret: client.client_secret,
-    });
+    const token = await postForm(
+      `${stack.url}/oauth2/token`,
+      codeExchangeForm({ client, code: back.searchParams.get("code")!, verifier }, { redirect_uri: registered }),
+    );
     expect(token.status).to.equal(200);
   });
 });

@@ -34,14 +34,7 @@ describe("OAuth parameters sent without a value count as omitted", function () {
     const back = await authorize(stack, createJar(stack.url), user.email, { ...q, scope: "accounts:read", state: "", resource: ["", vaultUrn(user.vaultId)] });
     expect(back.searchParams.has("code"), back.href).to.equal(true);
     expect(back.searchParams.has("state"), back.href).to.equal(false);
-    const res = await token({
-      grant_type: "authorization_code",
-      code: back.searchParams.get("code")!,
-      redirect_uri: REDIRECT,
-      code_verifier: verifier,
-      client_id: client.client_id,
-      client_secret: client.client_secret,
-    });
+    const res = await token(codeExchangeForm({ client, code: back.searchParams.get("code")!, verifier }));
     expect(res.status, JSON.stringify(res.body)).to.equal(200);
   });
 
