@@ -5,6 +5,7 @@ import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
+import { requirePostgres } from "../support/db.js";
 import { evmChainSettings, freshAddress, freshHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -35,11 +36,12 @@ describe("a cap on the fee per gas (anvil)", function () {
   const overCap = async () =>
     (await coreRegistry.getSingleMetric("vaultgate_settlement_fee_over_cap_total")!.get()).values.find((v) => v.labels.chain === "op")?.value ?? 0;
 
-  async function capped(maxFeeGwei: bigint) {
+  async function capped(maxFeeGwei: bigint, workers = 1) {
     const { account, wallet } = await freshHotWallet(anvil, usdc, 10_000);
     const clock = createTestClock();
     const rail = createEvmRail(evmChainSettings(anvil.url, usdc, { chain: "op", maxFeePerGas: maxFeeGwei * GWEI }), account);
-    return { wallet, clock, w: railWorker(queue.store, rail, { clock, bumpAfterMs: 120_000 }) };
+    const ws = Array.from({ length: workers }, () => railWorker(queue.store, rail, { clock, bumpAfterMs: 120_000, batchSize: 5 }));
+    return { wallet, clock, w: ws[0]!, ws };
   }
 
   it("leaves a payment unsigned while the node asks more than the cap, and sends it under the cap once fees fall", async () => {
@@ -101,6 +103,38 @@ describe("a cap on the fee per gas (anvil)", function () {
       expect(await anvil.usdcBalance(usdc, to)).to.equal(0n);
     } finally {
       await w.stop();
+    }
+  });
+
+  it("several workers at once over the cap take no nonce and sign nothing; under it, every payment goes out once, nonces contiguous (PostgreSQL)", async function () {
+    requirePostgres(this, "several workers need several connections");
+    const { wallet, clock, ws } = await capped(5n, 4);
+    try {
+      await baseFee(100n);
+      const payees = Array.from({ length: 16 }, () => freshAddress());
+      const ids = await Promise.all(payees.map((to, i) => queuePayment(queue, { chain: "op", wallet, to, amountCents: 100 + i, at: clock() })));
+      const rows = () => Promise.all(ids.map(async (id) => (await queue.store.get(queue.db, id))!));
+      for (let round = 0; round < 3; round++) await Promise.all(ws.map((w) => w.runOnce()));
+      expect((await rows()).map((p) => [p.status, p.nonce])).to.deep.equal(ids.map(() => ["pending", null]));
+      expect(await anvil.client.getTransactionCount({ address: wallet as Hex })).to.equal(0);
+
+      await baseFee(1n);
+      for (let round = 0; round < 30 && !(await rows()).every((p) => p.status === "completed"); round++) {
+        await Promise.all(ws.map((w) => w.runOnce()));
+        await anvil.mine(1);
+      }
+      const done = await rows();
+      expect(done.map((p) => p.status)).to.deep.equal(ids.map(() => "completed"));
+      expect(done.map((p) => p.nonce).sort((a, b) => a! - b!)).to.deep.equal(ids.map((_, i) => i));
+      const sent = (await Promise.all(ids.map((id) => queue.store.transactions(id)))).flat();
+      expect(
+        sent.every((t) => t.maxFeePerGas <= 5n * GWEI),
+        "every transaction offered under the cap",
+      ).to.equal(true);
+      expect(await Promise.all(payees.map((to) => anvil.usdcBalance(usdc, to)))).to.deep.equal(payees.map((_, i) => centsToUnits(100 + i)));
+      expect(await anvil.client.getTransactionCount({ address: wallet as Hex })).to.equal(ids.length);
+    } finally {
+      await Promise.all(ws.map((w) => w.stop()));
     }
   });
 });
