@@ -19,7 +19,7 @@ function movementId(...parts: string[]): string {
 
 /**
  * How many reorgs took the payment's transfer back so far. Its n-th settle and n-th reorg are
- * movements of their own: a transfer can come back in the very block it left (a node behind the head).
+ * movements of their own: a reorg can put a transfer back at the very height it left.
  */
 async function reorgsOf(trx: Knex.Transaction, paymentId: string): Promise<number> {
   let n = 0;

@@ -269,7 +269,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const head = await rail.blockNumber();
     const receipt = await rail.receipt(p.txHash!);
     // A block is its hash: while the chain has it at its height the transfer is in it, whatever a receipt lookup says.
-    const kept = receipt ? receipt.blockHash === p.minedBlockHash : (await rail.blockHash(p.minedBlock!)) === p.minedBlockHash;
+    // No block at that height (a replica behind the head) is no evidence either way: look again later.
+    const atHeight = receipt ? receipt.blockHash : await rail.blockHash(p.minedBlock!);
+    if (atHeight === undefined) return later(recheckMs);
+    const kept = atHeight === p.minedBlockHash;
     if (!kept) {
       logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: p.txHash }, "reorg removed a completed transfer's block; the payment is submitted again");
       await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null }, hooks.reorged);
