@@ -24,6 +24,19 @@ const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
 
+/** A media type as fastify reads one (`type/subtype`, parameters after `;`). */
+const MEDIA_TYPE = /^\s*[\w!#$%&'*+.^`|~-]+\/[\w!#$%&'*+.^`|~-]+\s*(?:;|$)/;
+
+/**
+ * onRequest hook: a Content-Type that names no media type (empty, blank, `json`) labels nothing,
+ * so the body is refused like an unlabelled one, after the caller's checks, not as a bare 415.
+ */
+export function dropEmptyContentType(request: FastifyRequest, _reply: FastifyReply, done: () => void) {
+  const type = request.headers["content-type"];
+  if (type !== undefined && !MEDIA_TYPE.test(type)) delete request.headers["content-type"];
+  done();
+}
+
 /**
  * Makes an encapsulated fastify context speak the resource envelope (its own JSON parser, error
  * and not-found handlers), so the resource and treasury routes share one envelope.
@@ -33,6 +46,7 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     "onRequest",
     refuseEncodedBodies((message) => new ResourceError(415, "unsupported_media_type", message)),
   );
+  app.addHook("onRequest", dropEmptyContentType);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (_req, body, done) => {
     let text: string;

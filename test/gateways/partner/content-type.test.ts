@@ -1,0 +1,92 @@
+import { request } from "node:http";
+import { randomUUID } from "node:crypto";
+import { expect } from "chai";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { createUserFor } from "../../support/resources.js";
+import { expectHttpError, type HttpResponse } from "../../support/refusals.js";
+import { bindTreasury } from "../../support/treasury.js";
+
+/** A JSON route reads a body only when it is labelled application/json; an empty label is no label. */
+describe("partner API: the Content-Type of a JSON body", () => {
+  let stack: TestStack;
+  before(async () => {
+    stack = await startStack({ gateway: true, webhookPollMs: 0 });
+  });
+  after(() => stack.close());
+
+  /** Raw node:http, so the header goes out exactly as given (fetch would drop or rewrite it). */
+  function post(path: string, headers: Record<string, string>, body: string): Promise<HttpResponse> {
+    const url = new URL(`${stack.url}/api/partner${path}`);
+    return new Promise((resolve, reject) => {
+      const req = request(url, { method: "POST", headers: { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => {
+          const h = new Headers();
+          for (const [k, v] of Object.entries(res.headers)) if (typeof v === "string") h.set(k, v);
+          resolve({ status: res.statusCode!, headers: h, body: JSON.parse(text) as unknown, text });
+        });
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+  }
+
+  for (const type of [undefined, "", " ", "text/plain", ";charset=utf-8", "json"]) {
+    it(`POST /users labelled ${type === undefined ? "nothing" : JSON.stringify(type)} is 400 invalid_request and creates no user`, async () => {
+      const partner = await createPartner(stack);
+      const token = await mintPartnerToken(stack, partner);
+      const local = `ct-${randomUUID().slice(0, 8)}`;
+      const res = await post(
+        "/users",
+        { authorization: `Bearer ${token}`, ...(type === undefined ? {} : { "content-type": type }) },
+        JSON.stringify({ email: `${local}@example.com` }),
+      );
+      expectHttpError(res, 400, "invalid_request");
+      expect((res.body as { error: { message: string } }).error.message).to.equal("content type must be application/json");
+      const { rows } = await stack.core.db.raw(`SELECT email FROM users WHERE email LIKE ?`, [`${local}%`]);
+      expect(rows).to.deep.equal([]);
+    });
+  }
+
+  it("POST /treasury/payouts with an empty Content-Type is 400 invalid_request and pays nothing", async () => {
+    const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"] });
+    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 1000n });
+    const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
+    const token = await mintPartnerToken(stack, partner);
+    const item = {
+      execution_id: `ex-${randomUUID()}`,
+      payout_id: `po-${randomUUID()}`,
+      recipient: { user_id: userId },
+      amount_cents: 100,
+      currency: "USD",
+      reference: "rent",
+    };
+    const headers = { authorization: `Bearer ${token}`, "content-type": "", "idempotency-key": `k-${randomUUID()}` };
+    const res = await post("/treasury/payouts", headers, JSON.stringify({ payer_entity_id: payer, items: [item] }));
+    expectHttpError(res, 400, "invalid_request");
+    expect((res.body as { error: { message: string } }).error.message).to.equal("content type must be application/json");
+    const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM treasury_executions WHERE execution_id = ?`, [item.execution_id]);
+    expect(rows[0].n).to.equal(0);
+  });
+
+  it("hostile: a forged token with an empty Content-Type is told 401 first, as with a wrong one", async () => {
+    for (const type of ["", "text/plain"]) {
+      const res = await post("/users", { authorization: "Bearer forged.token.value", "content-type": type }, `{"email":"x@example.com"}`);
+      expectHttpError(res, 401, "invalid_token");
+    }
+  });
+
+  it("a JSON label in any case, with parameters, is read as JSON", async () => {
+    const partner = await createPartner(stack);
+    const token = await mintPartnerToken(stack, partner);
+    const res = await post(
+      "/users",
+      { authorization: `Bearer ${token}`, "content-type": "Application/JSON; charset=utf-8" },
+      JSON.stringify({ email: `ct-${randomUUID().slice(0, 8)}@example.com` }),
+    );
+    expect(res.status, res.text).to.be.oneOf([200, 201]);
+  });
+});
