@@ -116,6 +116,17 @@ export class ResourceError extends Error {
 
 export const invalidRequest = (message: string) => new ResourceError(400, "invalid_request", message);
 
+/** The rule of a partner-chosen id (`payout_id`, `execution_id`), as core words it. */
+export const PARTNER_ID_RULE = "must be 1 to 128 characters of A-Z a-z 0-9 . _ : ~ -";
+
+/** The router refuses a path segment over its limit before any route runs; name the parameter it was. */
+function overlongParamMessage(text: string): string {
+  const path = /'([^']*)'/.exec(text)?.[1] ?? "";
+  const [, userId = "", payoutId] = /\/users\/([^/?]*)(?:\/payouts\/([^/?]*))?/.exec(path) ?? [];
+  if (payoutId !== undefined && payoutId.length > userId.length) return `payout_id ${PARTNER_ID_RULE}`;
+  return path.includes("/users/") ? "user id must be a UUID" : "a path parameter is too long";
+}
+
 /** Maps anything a handler threw to the envelope (edge errors, core reasons, bugs). */
 export function resourceErrorFrom(err: unknown): ResourceErrorBody {
   if (err instanceof ResourceError) return { status: err.status, code: err.code, message: err.message };
@@ -125,6 +136,7 @@ export function resourceErrorFrom(err: unknown): ResourceErrorBody {
     if (edge.code === "FST_ERR_CTP_INVALID_JSON_BODY" || edge.code === "FST_ERR_CTP_EMPTY_JSON_BODY") {
       return { status: 400, code: "invalid_json", message: "request body is not valid JSON" };
     }
+    if (edge.code === "FST_ERR_MAX_PARAM_LENGTH") return { status: 400, code: "invalid_request", message: overlongParamMessage(String(err)) };
     if (typeof edge.statusCode === "number" && edge.statusCode >= 400 && edge.statusCode < 500) {
       return { status: 400, code: "invalid_request", message: "malformed request" };
     }
