@@ -1,11 +1,20 @@
 import { domainToASCII, domainToUnicode } from "node:url";
 
-// No control characters (it is printed on terminals) and none of the address-list syntax a mailer
-// parses (`,;:<>()[]"\`): `a,b@evil.test` would mail that account's codes to b@evil.test.
-const PART = String.raw`[^\s@\p{Cc},;:<>()[\]"\\]+`;
-/** The address rule as a JSON Schema (ECMA-262, Unicode) pattern, for API documents. */
-export const EMAIL_PATTERN = `^${PART}@${PART}\\.${PART}$`;
-const ADDRESS = new RegExp(EMAIL_PATTERN, "u");
+// RFC 5322 atext, plus non-ASCII text as RFC 6531 allows, but no control, format (zero-width,
+// bidi), separator, private-use or unassigned character: the address is shown to people.
+const ATEXT = String.raw`(?:[A-Za-z0-9!#$%&'*+/=?^_\x60{|}~-]|[^\x00-\x7f\p{C}\p{Z}])`;
+const DOT_ATOM = `${ATEXT}+(?:\\.${ATEXT}+)*`;
+const LOCAL_PART = new RegExp(`^${DOT_ATOM}$`, "u");
+/** One DNS label in its ASCII (A-label) form: letters, digits, inner hyphens, 1 to 63 octets. */
+const LDH_LABEL = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
+const U_CHAR = String.raw`(?:[A-Za-z0-9]|[^\x00-\x7f\p{C}\p{Z}])`;
+const U_LABEL = `${U_CHAR}(?:(?:${U_CHAR}|-)*${U_CHAR})?`;
+/** The address rule as a JSON Schema (ECMA-262, Unicode) pattern, for API documents; octet lengths and IDNA are code's. */
+export const EMAIL_PATTERN = `^(?=[^@]{1,64}@)${DOT_ATOM}@(?:${U_LABEL}\\.)+(?![0-9]+$)${U_LABEL}$`;
+
+/** RFC 5321 4.5.3.1: local part 64 octets, the whole address (its path less `<>`) 254. */
+export const MAX_LOCAL_OCTETS = 64;
+export const MAX_ADDRESS_OCTETS = 254;
 
 /**
  * The one spelling of an e-mail address identity keys on, or undefined when it is not one plain
@@ -14,13 +23,19 @@ const ADDRESS = new RegExp(EMAIL_PATTERN, "u");
  */
 export function canonicalEmail(value: string): string | undefined {
   const trimmed = value.trim();
-  const at = trimmed.lastIndexOf("@");
-  if (at <= 0 || trimmed.length > 1024) return undefined;
+  const at = trimmed.indexOf("@");
+  if (at <= 0 || at !== trimmed.lastIndexOf("@") || trimmed.length > 1024) return undefined;
+  const local = trimmed.slice(0, at).normalize("NFC").toLowerCase().normalize("NFC");
+  if (!LOCAL_PART.test(local) || Buffer.byteLength(local, "utf8") > MAX_LOCAL_OCTETS) return undefined;
   const domain = trimmed.slice(at + 1);
   // The URL host parser would percent-decode: an e-mail domain has no such escapes.
   const ascii = domain.includes("%") ? "" : domainToASCII(domain.normalize("NFC"));
-  if (!ascii) return undefined;
-  const email = `${trimmed.slice(0, at).normalize("NFC").toLowerCase().normalize("NFC")}@${domainToUnicode(ascii)}`;
-  if (email.length > 254 || !ADDRESS.test(email)) return undefined;
-  return email;
+  if (!isHostName(ascii) || Buffer.byteLength(local, "utf8") + 1 + ascii.length > MAX_ADDRESS_OCTETS) return undefined;
+  return `${local}@${domainToUnicode(ascii)}`;
+}
+
+/** At least two LDH labels, the last not all digits: no IP address, bracketed literal or bare name. */
+function isHostName(ascii: string): boolean {
+  const labels = ascii.split(".");
+  return labels.length >= 2 && labels.every((l) => LDH_LABEL.test(l)) && !/^[0-9]+$/.test(labels.at(-1)!);
 }

@@ -15,6 +15,8 @@ describe("canonicalEmail: one spelling per address", () => {
       expect(canonicalEmail(spelling), JSON.stringify(spelling)).to.equal(nfc);
     }
     expect(canonicalEmail("Ada@Example.COM")).to.equal("ada@example.com");
+    expect(canonicalEmail(`${"a".repeat(64)}@example.com`)).to.equal(`${"a".repeat(64)}@example.com`);
+    expect(canonicalEmail("o'neil+{x}@sub.example-1.com")).to.equal("o'neil+{x}@sub.example-1.com");
     expect(canonicalEmail("ada@\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com")).to.equal("ada@example.com");
   });
 
@@ -30,6 +32,19 @@ describe("canonicalEmail: one spelling per address", () => {
       "ada@exa\u0000mple.com",
       `${"a".repeat(250)}@example.com`,
       `ada@${"b".repeat(2000)}.com`,
+      ".ada@example.com",
+      "ada.@example.com",
+      "a..da@example.com",
+      `${"a".repeat(65)}@example.com`,
+      `${"\u00e9".repeat(33)}@example.com`,
+      '"ada"@example.com',
+      "ada@[127.0.0.1]",
+      "ada@127.0.0.1",
+      "ada@example.com.",
+      "ada@-example.com",
+      "ada@ex_ample.com",
+      "ada\u200b@example.com",
+      `a@${"b".repeat(63)}.${"c".repeat(63)}.${"d".repeat(63)}.${"e".repeat(60)}.com`,
     ]) {
       expect(canonicalEmail(bad), JSON.stringify(bad)).to.equal(undefined);
     }
