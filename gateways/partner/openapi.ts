@@ -4,6 +4,7 @@
  */
 
 import { treasuryOpenApi } from "./treasury-openapi.js";
+import { eventSchemas } from "./events-openapi.js";
 import { EMAIL_PATTERN } from "../../lib/email.js";
 import { CHAINS, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
@@ -12,6 +13,20 @@ const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const resp = (name: string) => ({ $ref: `#/components/responses/${name}` });
 const dateTime = { type: "string", format: "date-time" };
 const uuid = { type: "string", format: "uuid" };
+const TRANSFER = {
+  type: "object",
+  required: ["transfer_id", "direction", "amount_cents", "currency", "status", "created_at", "updated_at"],
+  properties: {
+    transfer_id: uuid,
+    direction: { enum: ["credit", "debit"] },
+    amount_cents: { type: "integer", minimum: 0, maximum: 9007199254740991 },
+    currency: { type: "string", pattern: "^[A-Z]{3}$" },
+    status: { enum: ["pending", "settled", "failed"] },
+    created_at: dateTime,
+    updated_at: dateTime,
+  },
+  additionalProperties: false,
+};
 const requestIdHeader = { "X-Request-Id": { $ref: "#/components/headers/RequestId" } };
 
 const resourceErrors = (...codes: string[]) => Object.fromEntries(codes.map((c) => [c, resp(`E${c}`)]));
@@ -317,35 +332,11 @@ export function partnerOpenApi(serverUrl: string) {
           },
           additionalProperties: false,
         },
-        Transfer: {
-          type: "object",
-          required: ["transfer_id", "direction", "amount_cents", "currency", "status", "created_at", "updated_at"],
-          properties: {
-            transfer_id: uuid,
-            direction: { enum: ["credit", "debit"] },
-            amount_cents: { type: "integer", minimum: 0, maximum: 9007199254740991 },
-            currency: { type: "string", pattern: "^[A-Z]{3}$" },
-            status: { enum: ["pending", "settled", "failed"] },
-            created_at: dateTime,
-            updated_at: dateTime,
-          },
-          additionalProperties: false,
-        },
+        Transfer: TRANSFER,
         TransferPage: {
           type: "object",
           required: ["data", "next_cursor", "watermark"],
           properties: { data: { type: "array", items: ref("Transfer") }, next_cursor: { type: ["string", "null"] }, watermark: { type: "string" } },
-          additionalProperties: false,
-        },
-        Event: {
-          type: "object",
-          required: ["event_id", "type", "created_at", "data"],
-          properties: {
-            event_id: uuid,
-            type: { enum: ["kyc.status_changed", "transfer.settled", "transfer.failed", "payout.executed"] },
-            created_at: dateTime,
-            data: { type: "object" },
-          },
           additionalProperties: false,
         },
         EventPage: {
@@ -354,12 +345,7 @@ export function partnerOpenApi(serverUrl: string) {
           properties: { data: { type: "array", items: ref("Event") }, next_cursor: { type: ["string", "null"] }, watermark: { type: "string" } },
           additionalProperties: false,
         },
-        WebhookPayload: {
-          type: "object",
-          required: ["type", "timestamp", "data"],
-          properties: { type: { type: "string" }, timestamp: dateTime, data: { type: "object" } },
-          additionalProperties: false,
-        },
+        ...eventSchemas(ref, TRANSFER),
       },
     },
   };

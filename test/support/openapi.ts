@@ -59,6 +59,10 @@ export async function loadOpenApi(baseUrl: string) {
       const ok = ajv.validate({ $ref: `openapi#/components/schemas/${schema}` }, body);
       expect(ok, `${schema}: ${ajv.errorsText()} in ${JSON.stringify(body)}`).to.equal(true);
     },
+    /** Whether `body` matches the document's named component schema (for expected refusals). */
+    accepts(schema: string, body: unknown): boolean {
+      return ajv.validate({ $ref: `openapi#/components/schemas/${schema}` }, body);
+    },
     /** Whether the document's schemas accept this request: its JSON body and header parameters. */
     acceptsRequest(method: string, path: string, body: unknown, headers: Record<string, string> = {}): { ok: boolean; errors: string } {
       const op = doc.paths[templateFor(path)]![method.toLowerCase()] as unknown as OperationDoc;
