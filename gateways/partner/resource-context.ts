@@ -8,6 +8,7 @@ import { invalidRequest, ResourceError, resourceErrorFrom, sendResourceError } f
 import { noteRefusal } from "../request-log.js";
 import { UUID } from "../../lib/uuid.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
+import { dropEmptyContentType } from "./content-type.js";
 
 /** A NUL or lone surrogate found in a request's query or path, refused with its shape. */
 const badParamText = new WeakMap<FastifyRequest, string>();
@@ -23,19 +24,6 @@ const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
-
-/** A media type as fastify reads one (`type/subtype`, parameters after `;`). */
-const MEDIA_TYPE = /^\s*[\w!#$%&'*+.^`|~-]+\/[\w!#$%&'*+.^`|~-]+\s*(?:;|$)/;
-
-/**
- * onRequest hook: a Content-Type that names no media type (empty, blank, `json`) labels nothing,
- * so the body is refused like an unlabelled one, after the caller's checks, not as a bare 415.
- */
-export function dropEmptyContentType(request: FastifyRequest, _reply: FastifyReply, done: () => void) {
-  const type = request.headers["content-type"];
-  if (type !== undefined && !MEDIA_TYPE.test(type)) delete request.headers["content-type"];
-  done();
-}
 
 /**
  * Makes an encapsulated fastify context speak the resource envelope (its own JSON parser, error

@@ -7,6 +7,7 @@ import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { basicClientId, parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { noteRefusal } from "../request-log.js";
+import { dropEmptyContentType } from "./content-type.js";
 
 export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
@@ -42,6 +43,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     "onRequest",
     refuseEncodedBodies((description) => new TokenRequestError({ status: 415, error: "invalid_request", description })),
   );
+  app.addHook("onRequest", dropEmptyContentType);
   // Raw string so duplicates and malformed encoding can be seen (fastify's parsers hide them).
   app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
   // Any other content type reaches the handler, which refuses it as invalid_request.

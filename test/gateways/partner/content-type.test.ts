@@ -2,7 +2,7 @@ import { request } from "node:http";
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createPartner, mintPartnerToken } from "../../support/partners.js";
+import { basic, createPartner, mintPartnerToken } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { expectHttpError, type HttpResponse } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
@@ -16,8 +16,10 @@ describe("partner API: the Content-Type of a JSON body", () => {
   after(() => stack.close());
 
   /** Raw node:http, so the header goes out exactly as given (fetch would drop or rewrite it). */
-  function post(path: string, headers: Record<string, string>, body: string): Promise<HttpResponse> {
-    const url = new URL(`${stack.url}/api/partner${path}`);
+  const post = (path: string, headers: Record<string, string>, body: string) => postRaw(`/api/partner${path}`, headers, body);
+
+  function postRaw(path: string, headers: Record<string, string>, body: string): Promise<HttpResponse> {
+    const url = new URL(`${stack.url}${path}`);
     return new Promise((resolve, reject) => {
       const req = request(url, { method: "POST", headers: { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
         let text = "";
@@ -76,6 +78,19 @@ describe("partner API: the Content-Type of a JSON body", () => {
     for (const type of ["", "text/plain"]) {
       const res = await post("/users", { authorization: "Bearer forged.token.value", "content-type": type }, `{"email":"x@example.com"}`);
       expectHttpError(res, 401, "invalid_token");
+    }
+  });
+
+  it("the token endpoint answers an empty or media-type-less label as it answers a wrong one", async () => {
+    const partner = await createPartner(stack);
+    const auth = basic(partner.clientId, partner.clientSecret);
+    for (const type of ["", "json", "text/plain"]) {
+      const res = await postRaw("/api/partner/oauth/token", { authorization: auth, "content-type": type }, "grant_type=client_credentials");
+      expect(res.status, type).to.equal(400);
+      expect(JSON.parse(res.text), type).to.deep.equal({
+        error: "invalid_request",
+        error_description: "content type must be application/x-www-form-urlencoded",
+      });
     }
   });
 
