@@ -3,7 +3,7 @@ import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { withRequestId } from "../core-clients.js";
-import { formDecode, parseForm } from "../shared/form.js";
+import { parseForm } from "../shared/form.js";
 import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { findBadText } from "../shared/text.js";
 import { parseBasicCredentials } from "../shared/basic-auth.js";
@@ -26,7 +26,7 @@ const FORM_TYPE = "application/x-www-form-urlencoded";
 const FORM_LIMIT = 8192;
 const JSON_LIMIT = 16 * 1024;
 /** RFC 8707: `resource` may repeat; every other parameter must not (RFC 6749 3.1/3.2). */
-const REPEATABLE = new Set(["resource"]);
+const REPEATABLE = ["resource"];
 
 class OAuthRequestError extends Error {
   constructor(readonly oauth: OAuthError) {
@@ -187,18 +187,10 @@ function readForm(request: FastifyRequest) {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
   const body = typeof request.body === "string" ? request.body : "";
-  const parsed = parseForm(body);
+  const parsed = parseForm(body, { repeatable: REPEATABLE, omitEmpty: true });
   if (!parsed.ok) throw invalidRequest(parsed.message);
-  const repeated = parsed.duplicates.filter((d) => !REPEATABLE.has(d));
-  if (repeated.length > 0) throw invalidRequest(`repeated parameter: ${repeated[0]}`);
-  // RFC 6749 3.2: a parameter sent without a value is treated as omitted.
-  for (const [name, value] of parsed.params) if (value === "") parsed.params.delete(name);
-  const resources: string[] = [];
-  for (const pair of body.split("&")) {
-    const eq = pair.indexOf("=");
-    const value = eq === -1 ? "" : (formDecode(pair.slice(eq + 1)) ?? "");
-    if (value !== "" && formDecode(eq === -1 ? pair : pair.slice(0, eq)) === "resource") resources.push(value);
-  }
+  if (parsed.duplicates.length > 0) throw invalidRequest(`repeated parameter: ${parsed.duplicates[0]}`);
+  const resources = parsed.lists.get("resource") ?? [];
   return { params: parsed.params, resources };
 }
 

@@ -5,7 +5,8 @@ import type { CheckAuthorizationResponse } from "../../../gen/vaultgate/grants/v
 import { noteRefusal } from "../../request-log.js";
 import { oauthErrorFrom } from "../../shared/oauth-error.js";
 import { AGENT_SCOPE_WORDS } from "../../shared/public-urls.js";
-import { PageError, type WebContext } from "../context.js";
+import { BAD_ADDRESS, PageError, type WebContext } from "../context.js";
+import { parseForm } from "../../shared/form.js";
 import { isolated } from "../../../lib/text.js";
 import { AUTHORIZE_DECISION_PATH, AUTHORIZE_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
@@ -19,16 +20,15 @@ interface AuthorizeParams {
   duplicates: string[];
 }
 
-/** RFC 6749 3.1: a parameter sent without a value is treated as omitted (a repeat still counts). */
-function fromSearch(sp: URLSearchParams): AuthorizeParams {
+/** Reads the parameters from a query string or form body; an empty one counts as omitted (RFC 6749 3.1). */
+function readParams(encoded: string): AuthorizeParams {
+  const parsed = parseForm(encoded, { repeatable: ["resource"], omitEmpty: true });
+  // The page plugin refused a query that is not percent-encoded UTF-8 or holds NUL, and readForm a bad body.
+  if (!parsed.ok) throw new PageError(400, BAD_ADDRESS.title, BAD_ADDRESS.detail);
   const values = new Map<string, string>();
-  const duplicates: string[] = [];
-  for (const name of PARAMS) {
-    const all = sp.getAll(name);
-    if (name !== "resource" && all.length > 1) duplicates.push(name);
-    if (all[0]) values.set(name, all[0]);
-  }
-  return { values, resources: sp.getAll("resource").filter((r) => r !== ""), duplicates };
+  for (const name of PARAMS) if (parsed.params.has(name)) values.set(name, parsed.params.get(name)!);
+  const duplicates = PARAMS.filter((name) => parsed.duplicates.includes(name));
+  return { values, resources: parsed.lists.get("resource") ?? [], duplicates };
 }
 
 function toQuery(p: AuthorizeParams): string {
@@ -99,7 +99,8 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   }
 
   app.get(AUTHORIZE_PATH, async (request, reply) => {
-    const p = fromSearch(new URL(request.url, "http://local").searchParams);
+    const q = request.url.indexOf("?");
+    const p = readParams(q === -1 ? "" : request.url.slice(q + 1));
     const current = await ctx.session(request);
     const result = await check(request, reply, p, current?.token ?? "");
     if (!result.checked) return result.reply;
@@ -146,12 +147,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   app.post(AUTHORIZE_DECISION_PATH, async (request, reply) => {
     const form = ctx.readForm(request, ["resource"]);
     ctx.checkCsrf(request, form.params);
-    const sp = new URLSearchParams();
-    for (const name of PARAMS) {
-      if (name === "resource") for (const r of form.all("resource")) sp.append("resource", r);
-      else if (form.params.has(name)) sp.set(name, form.params.get(name)!);
-    }
-    const p = fromSearch(sp);
+    const p = readParams(request.body as string);
     const current = await ctx.session(request);
     const result = await check(request, reply, p, current?.token ?? "");
     if (!result.checked) return result.reply;
