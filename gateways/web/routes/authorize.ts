@@ -14,6 +14,16 @@ import { html } from "../views/html.js";
 /** The authorization request's parameters; `resource` may repeat (RFC 8707). */
 const PARAMS = ["response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method", "scope", "resource", "state"] as const;
 
+/** What is wrong with the request's own form, refused once the client and redirect URI are verified, before its scope or PKCE. */
+function formError(p: AuthorizeParams): Record<string, string> | undefined {
+  const refusal = (error: string, description: string) => ({ error, error_description: description });
+  if (p.duplicates.length > 0) return refusal("invalid_request", `repeated parameter: ${p.duplicates[0]}`);
+  const responseType = p.values.get("response_type");
+  if (responseType === undefined) return refusal("invalid_request", "response_type is required");
+  if (responseType !== "code") return refusal("unsupported_response_type", "response_type must be code");
+  return undefined;
+}
+
 interface AuthorizeParams {
   values: Map<string, string>;
   resources: string[];
@@ -76,7 +86,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
     if (!verified || reason === Reason.INVALID_TOKEN) throw err;
     const e = oauthErrorFrom(err);
-    return redirectBack(reply, p, { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
+    return redirectBack(reply, p, formError(p) ?? { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
   }
 
   /** Validates in the order the protocol sets; returns the check when the flow may continue. */
@@ -90,11 +100,8 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     } catch (err) {
       return { reply: refuse(reply, p, err) };
     }
-    if (p.duplicates.length > 0)
-      return { reply: redirectBack(reply, p, { error: "invalid_request", error_description: `repeated parameter: ${p.duplicates[0]}` }) };
-    if (p.values.get("response_type") !== "code") {
-      return { reply: redirectBack(reply, p, { error: "unsupported_response_type", error_description: "response_type must be code" }) };
-    }
+    const refused = formError(p);
+    if (refused) return { reply: redirectBack(reply, p, refused) };
     return { checked };
   }
 
