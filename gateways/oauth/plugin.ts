@@ -90,6 +90,9 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     scopes_supported: scopes,
     response_types_supported: ["code"],
     response_modes_supported: ["query"],
+    // Said outright: OpenID Connect Discovery reads an absent request_uri_parameter_supported as true.
+    request_parameter_supported: false,
+    request_uri_parameter_supported: false,
     grant_types_supported: ["authorization_code", "refresh_token"],
     code_challenge_methods_supported: ["S256"],
     token_endpoint_auth_methods_supported: authMethods,

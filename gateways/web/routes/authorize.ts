@@ -11,16 +11,36 @@ import { isolated } from "../../../lib/text.js";
 import { AUTHORIZE_DECISION_PATH, AUTHORIZE_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 
-/** The authorization request's parameters; `resource` may repeat (RFC 8707). */
-const PARAMS = ["response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method", "scope", "resource", "state"] as const;
+/** The authorization request's parameters; `resource` may repeat (RFC 8707). The last three are read to be refused. */
+const PARAMS = [
+  "response_type",
+  "client_id",
+  "redirect_uri",
+  "code_challenge",
+  "code_challenge_method",
+  "scope",
+  "resource",
+  "state",
+  "response_mode",
+  "request",
+  "request_uri",
+] as const;
 
-/** What is wrong with the request's own form, refused once the client and redirect URI are verified, before its scope or PKCE. */
+/**
+ * What is wrong with the request's own form, refused once the client and redirect URI are
+ * verified and before its scope or PKCE: a client must never get an answer in another
+ * form than it asked for. Request objects get OpenID Connect Core 6's codes.
+ */
 function formError(p: AuthorizeParams): Record<string, string> | undefined {
   const refusal = (error: string, description: string) => ({ error, error_description: description });
   if (p.duplicates.length > 0) return refusal("invalid_request", `repeated parameter: ${p.duplicates[0]}`);
+  if (p.values.has("request")) return refusal("request_not_supported", "request objects are not supported: send the parameters in the query");
+  if (p.values.has("request_uri")) return refusal("request_uri_not_supported", "request_uri is not supported: send the parameters in the query");
   const responseType = p.values.get("response_type");
   if (responseType === undefined) return refusal("invalid_request", "response_type is required");
   if (responseType !== "code") return refusal("unsupported_response_type", "response_type must be code");
+  const mode = p.values.get("response_mode");
+  if (mode !== undefined && mode !== "query") return refusal("invalid_request", "response_mode must be query (the only mode supported)");
   return undefined;
 }
 
