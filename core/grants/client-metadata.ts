@@ -50,6 +50,8 @@ export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = 
   if (responseTypes.length !== 1 || responseTypes[0] !== "code") bad(Reason.INVALID_CLIENT_METADATA, 'response_types must be ["code"]');
   const method = req.tokenEndpointAuthMethod || rules.defaultAuthMethod;
   if (!rules.authMethods.includes(method)) bad(Reason.INVALID_CLIENT_METADATA, `token_endpoint_auth_method must be one of ${rules.authMethods.join(", ")}`);
+  // "" is how an omitted scope arrives (the default below); one that is there but blank names nothing.
+  if (req.scope !== "" && req.scope.trim() === "") bad(Reason.INVALID_CLIENT_METADATA, "scope names no scope: leave it out for the default, or name scopes");
   let scopes = parseScope(req.scope);
   if (!scopes) return bad(Reason.INVALID_CLIENT_METADATA, "scope must be space-separated scope names");
   if (rules.unknownScopes === "ignore") {

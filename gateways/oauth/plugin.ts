@@ -128,7 +128,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         grantTypes: optStringArray(body, "grant_types"),
         responseTypes: optStringArray(body, "response_types"),
         tokenEndpointAuthMethod: optString(body, "token_endpoint_auth_method"),
-        scope: optString(body, "scope"),
+        scope: optScope(body),
       },
       // TRUST_PROXY decides whether a forwarding header may name the address.
       withRequestId(request.id, request.clientAddress),
@@ -253,6 +253,13 @@ function optString(body: JsonObject, name: string): string {
   if (v === undefined || v === null) return "";
   if (typeof v !== "string") throw badMetadata(`${name} must be a string`);
   return v;
+}
+
+/** Core receives an omitted scope as ""; one sent as "" names nothing and is refused like a blank one. */
+function optScope(body: JsonObject): string {
+  const scope = optString(body, "scope");
+  if (scope === "" && body.scope === "") throw badMetadata("scope names no scope: leave it out for the default, or name scopes");
+  return scope;
 }
 
 function optStringArray(body: JsonObject, name: string, error = "invalid_client_metadata"): string[] {
