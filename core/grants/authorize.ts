@@ -76,23 +76,34 @@ function vaultLabel(v: { id: string; parentVaultId: string | null; budgetName: s
  * refusals say so (redirect_uri_verified): only such a refusal may be sent back to the
  * redirect URI; anything else is shown to the user where they are.
  */
-async function afterRedirectVerified<T>(checks: () => Promise<T>): Promise<T> {
+async function afterRedirectVerified<T>(redirectUri: string, checks: () => Promise<T>): Promise<T> {
   try {
     return await checks();
   } catch (err) {
     const detail = errorDetailOf(err);
     if (!detail || !(err instanceof ConnectError)) throw err;
-    throw new ConnectError(err.rawMessage, err.code, err.metadata, [{ desc: ErrorDetailSchema, value: { ...detail, redirectUriVerified: true } }], err.cause);
+    const value = { ...detail, redirectUriVerified: true, redirectUri };
+    throw new ConnectError(err.rawMessage, err.code, err.metadata, [{ desc: ErrorDetailSchema, value }], err.cause);
   }
+}
+
+/** Where the answer goes. RFC 6749 3.1.2.3: a client with one registered URI may leave redirect_uri out; with several it must name one. */
+function redirectUriOf(client: ClientRecord, presented: string): string {
+  if (!presented) {
+    if (client.redirectUris.length !== 1) fail(Reason.INVALID_REQUEST, "redirect_uri is required: this application registered several return addresses");
+    return client.redirectUris[0]!;
+  }
+  // Exact match but for a loopback port (RFC 9700 2.1): the redirect URI is trusted from here on.
+  if (!isRegisteredRedirectUri(client.redirectUris, presented)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
+  return presented;
 }
 
 /** The authorization request's checks, in order; no side effects. */
 async function authorization(deps: CheckAuthorizationDeps, req: CheckAuthorizationRequest, caller: string) {
   const client = req.clientId ? await deps.directory.find(req.clientId, caller) : undefined;
   if (!client) fail(Reason.INVALID_CLIENT, "unknown client_id");
-  // Exact match but for a loopback port (RFC 9700 2.1): the redirect URI is trusted from here on.
-  if (!isRegisteredRedirectUri(client.redirectUris, req.redirectUri)) fail(Reason.INVALID_REDIRECT_URI, "redirect_uri is not registered for this client");
-  return afterRedirectVerified(() => verifiedAuthorization(deps, client, req));
+  const redirectUri = redirectUriOf(client, req.redirectUri);
+  return { redirectUri, ...(await afterRedirectVerified(redirectUri, () => verifiedAuthorization(deps, client, req))) };
 }
 
 /** The checks after the client's and its redirect URI's: their refusals may be sent back to it. */
@@ -145,6 +156,7 @@ export async function checkAuthorization(deps: CheckAuthorizationDeps, req: Chec
     stepUpRequired: r.stepUpRequired,
     vaults: r.vaults,
     stepUpFresh: r.stepUpFresh,
+    redirectUri: r.redirectUri,
   };
 }
 
@@ -154,7 +166,7 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
   const request = req.request;
   const r = await authorization(deps, { ...request, sessionToken: req.sessionToken }, callFacts(ctx).clientAddress);
   // The client and its redirect URI are verified: refusals may go back to it.
-  const verified = { redirectUriVerified: true };
+  const verified = { redirectUriVerified: true, redirectUri: r.redirectUri };
   const s = r.session ?? fail(Reason.ACCESS_DENIED, "sign in first", verified);
   const vaultId = (r.vaultId || req.vaultId).toLowerCase();
   const deadChoice = r.dead.get(vaultId);
@@ -188,6 +200,7 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
       agentPrincipalId,
       vaultId,
       scopes: r.scopes,
+      // As the request named it ("" for none): the exchange must name the same (RFC 6749 4.1.3).
       redirectUri: request.redirectUri,
       codeChallenge: request.codeChallenge,
       stepUp: r.stepUpFresh,
@@ -201,6 +214,15 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
     await appendAudit(deps, trx, ctx, { actor: `user:${s.userId}`, action: "oauth.consent", subject: r.client.clientId });
   });
   return { code, issuer: deps.audience.issuer };
+}
+
+/**
+ * RFC 6749 4.1.3: the exchange names the redirect_uri the authorization request named. A code
+ * asked for without one (stored as "") may be exchanged without one, or naming the only registered URI.
+ */
+function sameRedirectUri(asked: string, presented: string, registered: readonly string[]): boolean {
+  if (asked === presented) return true;
+  return asked === "" && registered.length === 1 && registered[0] === presented;
 }
 
 /** GrantsService.ExchangeCode: an authorization code and its PKCE verifier for the first grant of a lineage. */
@@ -247,7 +269,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
       return { kind: "invalid" as const, why: "replayed code" };
     }
     if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };
-    if (c.redirectUri !== req.redirectUri) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
+    if (!sameRedirectUri(c.redirectUri, req.redirectUri, client.redirectUris)) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
     if (!CODE_VERIFIER.test(req.codeVerifier)) return { kind: "invalid" as const, why: "malformed code_verifier" };
     const computed = sha256Base64url(req.codeVerifier);
     if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };

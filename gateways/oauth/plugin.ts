@@ -160,7 +160,8 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     let token: TokenResponse | undefined;
     if (grantType === "authorization_code") {
       const code = required(form.params, "code");
-      const redirectUri = required(form.params, "redirect_uri");
+      // RFC 6749 4.1.3: required only when the authorization request named one; core compares.
+      const redirectUri = form.params.get("redirect_uri") ?? "";
       const codeVerifier = required(form.params, "code_verifier");
       ({ token } = await grants.exchangeCode(
         { ...client, code, redirectUri, codeVerifier, resources: form.resources },

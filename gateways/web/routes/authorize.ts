@@ -61,6 +61,11 @@ function readParams(encoded: string): AuthorizeParams {
   return { values, resources: parsed.lists.get("resource") ?? [], duplicates };
 }
 
+/** The URI core verified; a core from before it said so verified the request's own. */
+function answerUri(verified: string, p: AuthorizeParams): string {
+  return verified || p.values.get("redirect_uri")!;
+}
+
 function toQuery(p: AuthorizeParams): string {
   const sp = new URLSearchParams();
   for (const name of PARAMS) {
@@ -83,14 +88,13 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
   });
 
   /** RFC 6749 4.1.2 with RFC 9207's iss. */
-  function redirectBack(reply: FastifyReply, p: AuthorizeParams, params: Record<string, string>) {
+  function redirectBack(reply: FastifyReply, p: AuthorizeParams, uri: string, params: Record<string, string>) {
     const added = new URLSearchParams(params);
     const state = p.values.get("state");
     if (state !== undefined) added.set("state", state);
     added.set("iss", ctx.urls.issuer);
     // RFC 6749 3.1.2: the URI's own query is kept as written (a form encoder would rewrite it).
-    // Core verified it: a registered URI (RFC 3986 characters only) or a loopback one as the parser prints it.
-    const uri = p.values.get("redirect_uri")!;
+    // Core verified it (or chose the only one registered): RFC 3986 characters only, or a loopback one as the parser prints it.
     const joint = !uri.includes("?") ? "?" : /[?&]$/.test(uri) ? "" : "&";
     return reply.redirect(`${uri}${joint}${added}`, 303);
   }
@@ -102,11 +106,16 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
    */
   function refuse(reply: FastifyReply, p: AuthorizeParams, err: unknown) {
     const reason = noteRefusal(reply.request, err);
-    const verified = err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.redirectUriVerified === true;
+    const detail = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0] : undefined;
     // A session that ended mid-flow goes back to sign-in (the page error handler), not to the client.
-    if (!verified || reason === Reason.INVALID_TOKEN) throw err;
+    if (!detail?.redirectUriVerified || reason === Reason.INVALID_TOKEN) throw err;
     const e = oauthErrorFrom(err);
-    return redirectBack(reply, p, formError(p) ?? { error: e.error, ...(e.description ? { error_description: e.description } : {}) });
+    return redirectBack(
+      reply,
+      p,
+      answerUri(detail.redirectUri, p),
+      formError(p) ?? { error: e.error, ...(e.description ? { error_description: e.description } : {}) },
+    );
   }
 
   /** Validates in the order the protocol sets; returns the check when the flow may continue. */
@@ -121,7 +130,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       return { reply: refuse(reply, p, err) };
     }
     const refused = formError(p);
-    if (refused) return { reply: redirectBack(reply, p, refused) };
+    if (refused) return { reply: redirectBack(reply, p, answerUri(checked.redirectUri, p), refused) };
     return { checked };
   }
 
@@ -139,7 +148,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
 
     const csrf = ctx.csrfToken(request, reply);
     const client = c.client!;
-    const redirectHost = new URL(p.values.get("redirect_uri")!).host;
+    const redirectHost = new URL(answerUri(c.redirectUri, p)).host;
     const hidden = PARAMS.flatMap((name) =>
       name === "resource"
         ? p.resources.map((r) => html`<input type="hidden" name="resource" value="${r}">`)
@@ -180,14 +189,14 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!result.checked) return result.reply;
     if (!current) return ctx.signInRedirect(reply, `${AUTHORIZE_PATH}?${toQuery(p)}`);
     if (form.params.get("decision") !== "approve") {
-      return redirectBack(reply, p, { error: "access_denied", error_description: "the user denied the request" });
+      return redirectBack(reply, p, answerUri(result.checked.redirectUri, p), { error: "access_denied", error_description: "the user denied the request" });
     }
     try {
       const res = await ctx.grants.approveAuthorization(
         { request: coreRequest(p), sessionToken: current.token, vaultId: form.params.get("vault_id") ?? "" },
         ctx.rpc(request),
       );
-      return redirectBack(reply, p, { code: res.code });
+      return redirectBack(reply, p, answerUri(result.checked.redirectUri, p), { code: res.code });
     } catch (err) {
       if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(`${AUTHORIZE_PATH}?${toQuery(p)}`), 303);
       return refuse(reply, p, err);
