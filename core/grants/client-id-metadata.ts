@@ -259,6 +259,8 @@ function documentClient(clientId: string, body: Buffer, now: Date): ClientRecord
     tokenEndpointAuthMethod: "none",
     scope: str(d, "scope"),
   };
+  // An absent scope means the default; one that is there but empty would arrive looking absent.
+  if (d.scope === "") problem("scope names no scope: leave it out for the default, or name scopes");
   let meta: ReturnType<typeof checkClientMetadata>;
   try {
     meta = checkClientMetadata(fields, { authMethods: ["none"], defaultAuthMethod: "none", unknownScopes: "ignore", reason: Reason.INVALID_CLIENT });

@@ -217,6 +217,8 @@ describe("client ID metadata documents over HTTP", function () {
       ],
       ["not JSON", (_url, path) => docs.serve(path, "client_id=nope", { "content-type": "text/plain" }), /is not JSON/],
       ["bad redirect_uris", (url, path) => docs.serve(path, validDocument(url, { redirect_uris: ["http://agent.example/cb"] })), /http only on loopback/],
+      ["empty scope", (url, path) => docs.serve(path, validDocument(url, { scope: "" })), /scope names no scope/],
+      ["blank scope", (url, path) => docs.serve(path, validDocument(url, { scope: " \t " })), /scope names no scope/],
       [
         "private_key_jwt",
         (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt" })),
