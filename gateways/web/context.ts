@@ -104,7 +104,7 @@ export interface WebContext {
   /** SIGNIN_METHODS, in the order the sign-in page offers them. */
   signinMethods: readonly string[];
   rpc: (request: FastifyRequest) => ReturnType<typeof withRequestId>;
-  readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string>; all(name: string): string[] };
+  readForm(request: FastifyRequest, repeatable?: string[]): { params: Map<string, string> };
   csrfToken(request: FastifyRequest, reply: FastifyReply): string;
   checkCsrf(request: FastifyRequest, form: Map<string, string>): void;
   session(request: FastifyRequest): Promise<Current | undefined>;
@@ -168,11 +168,7 @@ export function createWebContext(options: WebContextOptions): WebContext {
         );
       const repeated = parsed.duplicates.filter((d) => !repeatable.includes(d));
       if (repeated.length > 0) throw new PageError(400, "Something is wrong with this request", "A form field was repeated.");
-      const body = request.body;
-      return {
-        params: parsed.params,
-        all: (name) => [...new URLSearchParams(body).getAll(name)],
-      };
+      return { params: parsed.params };
     },
     csrfToken(request, reply) {
       // Signed in: the token is derived from the HttpOnly session cookie, so a cookie an
