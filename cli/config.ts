@@ -1,5 +1,6 @@
 import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
+import { parse as parseConnectionString } from "pg-connection-string";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
@@ -112,10 +113,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   if (!/^[a-z0-9][a-z0-9-]{0,31}$/i.test(urnNamespace)) throw new ConfigError("URN_NAMESPACE must be a URN namespace identifier (letters, digits, '-')");
   const databaseUrl = env.DATABASE_URL || undefined;
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError("DATABASE_URL must be a postgres:// URL");
-  if (databaseUrl && !parsesAsDatabaseUrl(databaseUrl)) {
-    // The driver would fall back to localhost:5432 and migrate whatever database is there.
-    throw new ConfigError("DATABASE_URL is not a valid URL (check the port, and percent-encode '#', '/', '?' or '@' in the user name or password)");
-  }
+  if (databaseUrl) checkDatabaseUrl(databaseUrl);
   const coreTls = {
     certFile: pathSetting(env, "CORE_TLS_CERT"),
     keyFile: pathSetting(env, "CORE_TLS_KEY"),
@@ -266,18 +264,18 @@ function originSetting(env: NodeJS.ProcessEnv, name: string): string {
   return url.origin;
 }
 
-/** What the pg driver can parse: a URL, or one with an empty host before the path (a socket in `?host=`). */
-function parsesAsDatabaseUrl(raw: string): boolean {
-  const url = / |%[^a-f0-9]|%[a-f0-9][^a-f0-9]/i.test(raw) ? encodeURI(raw).replace(/%25(\d\d)/g, "%$1") : raw;
-  for (const candidate of [url, url.replace("@/", "@x/")]) {
-    try {
-      new URL(candidate);
-      return true;
-    } catch {
-      /* try the next form */
-    }
+/** What the pg driver can parse, by the driver's own parser (it also reads the sslcert/sslkey/sslrootcert files named). */
+function checkDatabaseUrl(raw: string): void {
+  try {
+    parseConnectionString(raw);
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    // An unreadable ssl file: its path comes from a query parameter, never the credentials.
+    if (typeof code === "string" && !code.startsWith("ERR_"))
+      throw new ConfigError(`DATABASE_URL names an ssl file that cannot be read: ${(err as Error).message}`);
+    // The driver would fall back to localhost:5432 and migrate whatever database is there.
+    throw new ConfigError("DATABASE_URL is not a valid URL (check the port, and percent-encode '#', '/', '?' or '@' in the user name or password)");
   }
-  return false;
 }
 
 function boolSetting(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {

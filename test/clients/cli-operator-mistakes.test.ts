@@ -34,6 +34,19 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     }
   });
 
+  it("a DATABASE_URL naming an ssl file that cannot be read is refused before any connection, naming DATABASE_URL", async () => {
+    const dir = await tempDataDir();
+    try {
+      const url = `postgres://ops:secret-pw@127.0.0.1:1/vaultgate?sslrootcert=${dir.path}/missing-ca.pem`;
+      const res = await runCli(["migrate"], { DATA_DIR: dir.path, DATABASE_URL: url });
+      expect(res.code, res.stderr).to.equal(1);
+      expect(res.stderr).to.match(/^vaultgate: DATABASE_URL names an ssl file that cannot be read: .*missing-ca\.pem.*\n$/);
+      expect(res.stderr).to.not.include("secret");
+    } finally {
+      await dir.remove();
+    }
+  });
+
   it("https:// to a core that serves cleartext says so, not OpenSSL's record error", async () => {
     const coreUrl = op.env.CORE_URL!.replace(/^http:/, "https:");
     const res = await runCli(["partner", "list"], { ...op.env, CORE_URL: coreUrl });
