@@ -1,5 +1,5 @@
 import type { CommandContext } from "./types.js";
-import { FailingAnswer, intOption, requireOption, requirePositional, UsageError } from "./types.js";
+import { choiceOption, currencyOption, FailingAnswer, intOption, requirePositional, UsageError } from "./types.js";
 
 /**
  * vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
@@ -9,14 +9,16 @@ export async function ledgerCommand(ctx: CommandContext) {
   if (ctx.positionals[0] === "verify") return verify(ctx);
   if (ctx.positionals[0] !== "record")
     throw new UsageError("ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]");
-  const { partnerResources } = (await ctx.admin()).clients;
-  const res = await partnerResources.recordLedgerEntry({
+  // Every argument is checked before core is dialled: a typo is a usage error (exit 2).
+  const request = {
     userId: requirePositional(ctx, 1, "USER_ID"),
-    direction: requireOption(ctx, "direction"),
+    direction: choiceOption(ctx, "direction", ["credit", "debit"], ""),
     amountCents: BigInt(intOption(ctx, "amount-cents", true, 1)!),
-    currency: (ctx.options.currency as string | undefined) ?? "USD",
-    status: (ctx.options.status as string | undefined) ?? "settled",
-  });
+    currency: currencyOption(ctx),
+    status: choiceOption(ctx, "status", ["pending", "settled", "failed"], "settled"),
+  };
+  const { partnerResources } = (await ctx.admin()).clients;
+  const res = await partnerResources.recordLedgerEntry(request);
   const t = res.transfer!;
   return {
     user_id: requirePositional(ctx, 1, "USER_ID"),

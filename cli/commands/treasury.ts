@@ -1,6 +1,6 @@
 import { TreasuryStatus, type Treasury } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import type { CommandContext } from "./types.js";
-import { intOption, requireOption, requirePositional, UsageError } from "./types.js";
+import { currencyOption, intOption, requireOption, requirePositional, UsageError } from "./types.js";
 
 const statuses: Record<string, TreasuryStatus> = {
   active: TreasuryStatus.ACTIVE,
@@ -40,17 +40,18 @@ export async function treasuryCommand(ctx: CommandContext) {
       const clientId = requireOption(ctx, "partner");
       const payerEntityId = requireOption(ctx, "payer-entity-id");
       const balance = intOption(ctx, "balance-cents")!;
-      const { treasury } = (await ctx.admin()).clients;
-      const res = await treasury.bindTreasury({
+      const request = {
         clientId,
         payerEntityId,
         balanceCents: BigInt(balance),
-        currency: (ctx.options.currency as string | undefined) ?? "USD",
+        currency: currencyOption(ctx),
         capPerItemCents: optionalCents(ctx, "cap-per-item"),
         capPerDayCents: optionalCents(ctx, "cap-per-day"),
         capLifetimeCents: optionalCents(ctx, "cap-lifetime"),
         stepUpAmountCents: optionalCents(ctx, "step-up-amount"),
-      });
+      };
+      const { treasury } = (await ctx.admin()).clients;
+      const res = await treasury.bindTreasury(request);
       return { ...treasuryJson(res.treasury!), created: res.created };
     }
     case "set-status": {

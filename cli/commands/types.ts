@@ -59,6 +59,23 @@ export function listOption(ctx: CommandContext, name: string): string[] | undefi
     .filter(Boolean);
 }
 
+/** `--currency`, default USD: an ISO 4217 code in upper case, the one shape core records. */
+export function currencyOption(ctx: CommandContext): string {
+  const v = ctx.options.currency;
+  if (v === undefined) return "USD";
+  if (typeof v === "string" && /^[A-Z]{3}$/.test(v)) return v;
+  const upper = typeof v === "string" ? v.toUpperCase() : "";
+  const hint = /^[A-Z]{3}$/.test(upper) ? ` (did you mean ${upper}?)` : "";
+  throw new UsageError(`--currency must be an ISO 4217 code in upper case, such as USD or EUR${hint}`);
+}
+
+/** `--name`, one of `allowed` (or `fallback` when absent). */
+export function choiceOption(ctx: CommandContext, name: string, allowed: string[], fallback: string): string {
+  const v = ctx.options[name] ?? fallback;
+  if (typeof v !== "string" || !allowed.includes(v)) throw new UsageError(`--${name} must be ${allowed.slice(0, -1).join(", ")} or ${allowed.at(-1)}`);
+  return v;
+}
+
 /** An integer option from `min` to `max` (default 0 to 2^53-1); any other value names the range. */
 export function intOption(ctx: CommandContext, name: string, required = true, min = 0, max = Number.MAX_SAFE_INTEGER): number | undefined {
   const v = ctx.options[name];

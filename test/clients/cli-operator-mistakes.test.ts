@@ -59,6 +59,38 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     expect((await runCli(["partner", "list"], op.env)).code).to.equal(0);
   });
 
+  it("ledger record and treasury bind refuse a currency core would refuse as a usage error (exit 2), before dialling core", async () => {
+    const user = (await runCli(["user", "create", "--email", `cur-${Date.now()}@example.com`], op.env)).json as { user_id: string };
+    const unreachable = { ...op.env, CORE_URL: "http://127.0.0.1:9" };
+    for (const [currency, hint] of [
+      ["usd", " (did you mean USD?)"],
+      ["dollars", ""],
+      ["", ""],
+    ] as const) {
+      const record = ["ledger", "record", user.user_id, "--direction", "credit", "--amount-cents", "5", "--currency", currency];
+      const bind = ["treasury", "bind", "--partner", "gpc_x_1", "--payer-entity-id", user.user_id, "--balance-cents", "5", "--currency", currency];
+      for (const args of [record, bind]) {
+        const res = await runCli(args, unreachable);
+        expect(res.code, res.stderr).to.equal(2);
+        expect(res.stdout).to.equal("");
+        expect(res.stderr).to.equal(
+          `vaultgate: --currency must be an ISO 4217 code in upper case, such as USD or EUR${hint}\nsee 'vaultgate ${args[0]} ${args[1]} --help'\n`,
+        );
+      }
+    }
+    for (const [direction, status, named] of [
+      ["in", "settled", "--direction must be credit or debit"],
+      ["credit", "done", "--status must be pending, settled or failed"],
+    ]) {
+      const res = await runCli(["ledger", "record", user.user_id, "--direction", direction!, "--amount-cents", "5", "--status", status!], unreachable);
+      expect(res.code, res.stderr).to.equal(2);
+      expect(res.stderr).to.match(new RegExp(`^vaultgate: ${named}\n`));
+    }
+    const recorded = await runCli(["ledger", "record", user.user_id, "--direction", "credit", "--amount-cents", "5", "--currency", "EUR"], op.env);
+    expect(recorded.code, recorded.stderr).to.equal(0);
+    expect(recorded.json).to.include({ currency: "EUR", amount_cents: 5 });
+  });
+
   it("dev chain refuses a JSON output it cannot give, before starting a node", async () => {
     // Core's port is taken: a node started by mistake would fail at once rather than run on.
     const taken = new URL(op.env.CORE_URL!).port;
