@@ -22,7 +22,7 @@ export interface AdminConnection {
 export async function connectAdmin(config: Config): Promise<AdminConnection> {
   const coreUrl = config.coreUrl ?? defaultCoreUrl(config);
   const coreUrlFrom = config.coreUrl ? "CORE_URL" : "CORE_HOST and CORE_PORT; CORE_URL is unset";
-  const dial = loadCoreDial(config, coreUrl);
+  const dial = loadCoreDial(config, coreUrl, config.coreUrl ? undefined : coreUrlFrom);
   const token = await readAdminToken(config.dataDir, config.adminToken);
   if (!token) {
     throw new Error(

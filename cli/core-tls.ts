@@ -50,10 +50,15 @@ export interface CoreDial {
  * How gateways and the CLI reach core. Cleartext `http://` must name a loopback host unless
  * CORE_ALLOW_CLEARTEXT=true: operator and gateway credentials would cross the network in clear.
  */
-export function loadCoreDial(config: Config, baseUrl: string): CoreDial {
+export function loadCoreDial(config: Config, baseUrl: string, from?: string): CoreDial {
   const url = new URL(baseUrl);
   const { certFile, keyFile } = config.coreClientTls;
   if (url.protocol === "http:") {
+    // A trust anchor set but never used would look like protection that is not there.
+    if (config.coreTls.caFile) {
+      const named = from ? `${url.origin} (${from})` : `CORE_URL=${url.origin}`;
+      throw new ConfigError(`CORE_TLS_CA is set but ${named} is not https://: the CA only applies to TLS; dial core with https:// or unset CORE_TLS_CA`);
+    }
     if (!isLoopbackHost(url.hostname) && !config.coreAllowCleartext) {
       throw new ConfigError(
         `CORE_URL=${url.origin} is cleartext to a non-loopback host: use an https:// CORE_URL (core with CORE_TLS_CERT/CORE_TLS_KEY), ` +

@@ -43,9 +43,6 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
   let gatewayToken: string | undefined;
   if (role === "gateway") {
     if (!config.coreUrl) throw new ConfigError("--role gateway needs CORE_URL (where core listens)");
-    // On a gateway the CA only means "core speaks TLS": with a cleartext CORE_URL it would be silently unused.
-    if (config.coreTls.caFile && config.coreUrl.startsWith("http:"))
-      throw new ConfigError(`CORE_TLS_CA is set but CORE_URL=${new URL(config.coreUrl).origin} is not https://`);
     dial = loadCoreDial(config, config.coreUrl);
     // Never generated here: a token core does not know would vouch for nothing.
     gatewayToken = await readGatewayToken(config.dataDir, config.gatewayToken);

@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { expect } from "chai";
@@ -89,6 +90,38 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     const recorded = await runCli(["ledger", "record", user.user_id, "--direction", "credit", "--amount-cents", "5", "--currency", "EUR"], op.env);
     expect(recorded.code, recorded.stderr).to.equal(0);
     expect(recorded.json).to.include({ currency: "EUR", amount_cents: 5 });
+  });
+
+  it("CORE_TLS_CA with a cleartext core URL is refused, not ignored; with https:// it must be a readable PEM certificate", async () => {
+    const dir = await tempDataDir();
+    try {
+      const ca = `${dir.path}/ca.pem`;
+      await writeFile(ca, "not a certificate\n");
+      const core = new URL(op.env.CORE_URL!);
+      const viaDefault = { ...op.env, CORE_URL: "", CORE_PORT: core.port, CORE_TLS_CA: ca };
+      for (const [env, named] of [
+        [{ ...op.env, CORE_TLS_CA: ca }, `CORE_URL=${core.origin}`],
+        [viaDefault, `${core.origin} (CORE_HOST and CORE_PORT; CORE_URL is unset)`],
+      ] as const) {
+        const res = await runCli(["partner", "list"], env);
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stdout).to.equal("");
+        expect(res.stderr).to.equal(
+          `vaultgate: CORE_TLS_CA is set but ${named} is not https://: the CA only applies to TLS; dial core with https:// or unset CORE_TLS_CA\n`,
+        );
+      }
+      const https = { ...op.env, CORE_URL: "https://127.0.0.1:9" };
+      for (const [file, message] of [
+        [`${dir.path}/absent.pem`, `CORE_TLS_CA: cannot read ${dir.path}/absent.pem (ENOENT)`],
+        [ca, `CORE_TLS_CA: ${ca} is not a PEM file`],
+      ]) {
+        const res = await runCli(["partner", "list"], { ...https, CORE_TLS_CA: file! });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.equal(`vaultgate: ${message}\n`);
+      }
+    } finally {
+      await dir.remove();
+    }
   });
 
   it("dev chain refuses a JSON output it cannot give, before starting a node", async () => {

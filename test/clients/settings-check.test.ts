@@ -42,7 +42,9 @@ describe("vaultgate serve: settings refused at start (real processes)", function
       const env = { DATA_DIR: dir.path, PORT: "0", CORE_URL: "http://127.0.0.1:9", GATEWAY_TOKEN: "g".repeat(32), CORE_TLS_CA: `${dir.path}/ca.pem` };
       const res = await runCli(["serve", "--role", "gateway"], env);
       expect(res.code, res.stderr).to.equal(1);
-      expect(res.stderr).to.equal("vaultgate: CORE_TLS_CA is set but CORE_URL=http://127.0.0.1:9 is not https://\n");
+      expect(res.stderr).to.equal(
+        "vaultgate: CORE_TLS_CA is set but CORE_URL=http://127.0.0.1:9 is not https://: the CA only applies to TLS; dial core with https:// or unset CORE_TLS_CA\n",
+      );
     } finally {
       await dir.remove();
     }
