@@ -1,5 +1,6 @@
+import { statSync } from "node:fs";
 import { chmod, lstat, mkdir, readdir } from "node:fs/promises";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import type { Logger } from "pino";
 import { ConfigError } from "./config.js";
 
@@ -44,5 +45,20 @@ export async function secureDataDir(dataDir: string, logger: Logger, when: "star
       { dataDir, tightened: tightened.slice(0, 20), count: tightened.length },
       `DATA_DIR permissions tightened to 0700/0600 for ${tightened.length} entr${tightened.length === 1 ? "y" : "ies"}`,
     );
+  }
+}
+
+/** Every command reads or creates DATA_DIR: one that is (or lies below) a file is named here, not as ENOTDIR later. */
+export function checkDataDirPath(dataDir: string): void {
+  const chain: string[] = [];
+  for (let p = dataDir; !chain.includes(p); p = dirname(p)) chain.unshift(p);
+  for (const p of chain) {
+    let isDir: boolean;
+    try {
+      isDir = statSync(p).isDirectory();
+    } catch {
+      return; // missing (created on first use) or unreadable (reported where it is used)
+    }
+    if (!isDir) throw new ConfigError(`DATA_DIR=${dataDir} is not a directory (${p} is a file): point DATA_DIR at a directory`);
   }
 }

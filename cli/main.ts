@@ -216,8 +216,10 @@ function parseError(err: unknown, known: string[], args: string[]): string {
 
 /** Settings are read only when a command runs: help works even with a broken environment. */
 async function loadSettings(): Promise<Config> {
-  const { loadConfig } = await import("./config.js");
-  return loadConfig(process.env);
+  const [{ loadConfig }, { checkDataDirPath }] = await Promise.all([import("./config.js"), import("./data-dir.js")]);
+  const config = loadConfig(process.env);
+  checkDataDirPath(config.dataDir);
+  return config;
 }
 
 async function runMigrate(config: Config) {

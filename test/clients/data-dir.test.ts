@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { chmod, lstat, mkdir, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { startServiceProcess, tempDataDir } from "../support/process.js";
+import { runCli, startServiceProcess, tempDataDir } from "../support/process.js";
 
 /** Every entry below `dir` (itself included) with its permission bits, links left out. */
 async function modes(dir: string): Promise<Map<string, string>> {
@@ -53,6 +53,28 @@ describe("vaultgate serve: DATA_DIR permissions (real process)", function () {
       expect(line[0]!.tightened).to.include.members([".", "notes.txt"]);
     } finally {
       await proc.stop();
+      await dir.remove();
+    }
+  });
+});
+
+describe("vaultgate: a DATA_DIR that is not a directory (real processes)", function () {
+  this.timeout(90_000);
+
+  it("is one line naming DATA_DIR (exit 1) for every command, never a raw ENOTDIR or EEXIST", async () => {
+    const dir = await tempDataDir();
+    try {
+      const file = join(dir.path, "not-a-dir");
+      await writeFile(file, "x");
+      for (const dataDir of [file, join(file, "below")]) {
+        for (const args of [["serve"], ["migrate"], ["partner", "list"], ["wallet", "address", "--chain", "base"]]) {
+          const res = await runCli(args, { DATA_DIR: dataDir, PORT: "0", CORE_PORT: "0", DATABASE_URL: "", ADMIN_TOKEN: "" });
+          expect(res.code, `${args.join(" ")}: ${res.stderr}`).to.equal(1);
+          expect(res.stdout).to.equal("");
+          expect(res.stderr).to.equal(`vaultgate: DATA_DIR=${dataDir} is not a directory (${file} is a file): point DATA_DIR at a directory\n`);
+        }
+      }
+    } finally {
       await dir.remove();
     }
   });
