@@ -223,14 +223,10 @@ async function loadSettings(): Promise<Config> {
 }
 
 async function runMigrate(config: Config) {
-  const [{ createDb }, { migrateLatest }] = await Promise.all([import("../core/db/knex.js"), import("../core/db/migrate.js")]);
-  const db = createDb(config.databaseUrl ? { url: config.databaseUrl } : { dataDir: `${config.dataDir}/pgdata` });
   try {
-    return { applied: await migrateLatest(db) };
+    return await (await import("./migrate.js")).runMigrate(config);
   } catch (err) {
     throw (await unreachable(err, config)) ?? loginRefused(err, config);
-  } finally {
-    await db.destroy();
   }
 }
 
