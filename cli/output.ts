@@ -22,17 +22,19 @@ export function print(value: unknown, format: Format) {
     return;
   }
   process.stdout.write(`${renderText(value)}\n`);
-  for (const [key, replacedBy] of SHOWN_ONCE) {
+  for (const [key, another] of SHOWN_ONCE) {
     if (value && typeof value === "object" && typeof (value as Record<string, unknown>)[key] === "string") {
-      process.stderr.write(`Store ${key} now: it is not shown again (${replacedBy} replaces it).\n`);
+      process.stderr.write(`Store ${key} now: it is not shown again (${another}).\n`);
     }
   }
 }
 
-/** Secrets a command prints once, and the command that makes a new one. */
+/** Secrets a command prints once, and how to get another. */
 const SHOWN_ONCE = [
-  ["client_secret", "partner rotate-secret"],
-  ["webhook_secret", "partner webhook"],
+  ["client_secret", "partner rotate-secret replaces it"],
+  ["webhook_secret", "partner webhook replaces it"],
+  ["access_token", "grant issue issues a new grant"],
+  ["refresh_token", "grant issue issues a new grant"],
 ] as const;
 
 /** `--format env`: KEY=value lines a shell can eval or a .env file can hold. */

@@ -1,3 +1,6 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { expect } from "chai";
 import { decodeJwt } from "jose";
 import { runCli, useServiceProcess } from "../support/process.js";
@@ -20,6 +23,21 @@ describe("vaultgate grant issue and dev outbox (CLI)", function () {
     expect(claims.jti).to.equal(res.json!.jti);
     expect(claims.vault_id).to.equal(user.vault_id);
     expect(claims.acr).to.equal("step-up");
+  });
+
+  it("on a terminal, grant issue reminds the operator that the tokens are shown once; a pipe gets JSON only", async () => {
+    const user = (await runCli(["user", "create", "--email", "cli-grant-tty@example.com"], proc.env)).json!;
+    const args = ["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read"];
+    // script(1) gives the command a terminal, where the text output and the reminders go.
+    const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
+    const line = `'${process.execPath}' '${bin}' ${args.join(" ")}`;
+    const { stdout } = await promisify(execFile)("script", ["-qec", line, "/dev/null"], { env: { ...process.env, ...proc.env } });
+    expect(stdout).to.match(/refresh_token: +\S+/);
+    expect(stdout).to.include("Store access_token now: it is not shown again (grant issue issues a new grant).");
+    expect(stdout).to.include("Store refresh_token now: it is not shown again (grant issue issues a new grant).");
+    const piped = await runCli(args, proc.env);
+    expect(piped.code, piped.stderr).to.equal(0);
+    expect(piped.stderr).to.not.include("Store");
   });
 
   it("refuses a vault that is not the user's, and a missing --scopes", async () => {
