@@ -1,4 +1,6 @@
+import { cp } from "node:fs/promises";
 import { createServer, type AddressInfo } from "node:net";
+import { join } from "node:path";
 import { expect } from "chai";
 import { requirePostgres } from "../support/db.js";
 import { runCli, startServiceProcess, tempDataDir } from "../support/process.js";
@@ -9,6 +11,21 @@ import { runCli, startServiceProcess, tempDataDir } from "../support/process.js"
  */
 describe("vaultgate serve start-up (real processes)", function () {
   this.timeout(60_000);
+  // Migrating a fresh embedded database is most of a start: migrated once, copied per test.
+  let template: Awaited<ReturnType<typeof tempDataDir>> | undefined;
+  before(async () => {
+    template = await tempDataDir();
+    const res = await runCli(["migrate"], { DATA_DIR: template.path });
+    expect(res.code, res.stderr).to.equal(0);
+  });
+  after(async () => {
+    await template?.remove();
+  });
+  const migratedDataDir = async () => {
+    const dir = await tempDataDir();
+    await cp(join(template!.path, "pgdata"), join(dir.path, "pgdata"), { recursive: true });
+    return dir;
+  };
 
   it("an unreachable DATABASE_URL names the variable and exits 1, without a stack trace", async () => {
     const dir = await tempDataDir();
@@ -46,7 +63,7 @@ describe("vaultgate serve start-up (real processes)", function () {
   });
 
   it("a malformed SIGNING_KEY: the process starts, logs that it is not ready and names the failing check", async () => {
-    const dir = await tempDataDir();
+    const dir = await migratedDataDir();
     const proc = await startServiceProcess("all", { DATA_DIR: dir.path, SIGNING_KEY: "{not a key" });
     try {
       const lines = proc
@@ -68,7 +85,7 @@ describe("vaultgate serve start-up (real processes)", function () {
   });
 
   it("a healthy start logs that it is ready with the public addresses", async () => {
-    const dir = await tempDataDir();
+    const dir = await migratedDataDir();
     const proc = await startServiceProcess("all", { DATA_DIR: dir.path });
     try {
       const ready = proc
@@ -86,7 +103,7 @@ describe("vaultgate serve start-up (real processes)", function () {
   });
 
   it("writes its request lines while it runs and every line, the last included, when it stops", async () => {
-    const dir = await tempDataDir();
+    const dir = await migratedDataDir();
     const proc = await startServiceProcess("all", { DATA_DIR: dir.path });
     const entries = () =>
       proc
@@ -132,7 +149,7 @@ describe("vaultgate serve start-up (real processes)", function () {
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
     const port = String((taken.address() as AddressInfo).port);
-    const dir = await tempDataDir();
+    const dir = await migratedDataDir();
     try {
       const base = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0" };
       for (const [env, setting] of [
