@@ -22,6 +22,15 @@ export const TREASURY_SCOPE = "treasury:write";
 
 export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
 
+/** A currency as the books hold it (the ledger's CHECK says the same): an ISO 4217 code in upper case. */
+export const CURRENCY_PATTERN = "^[A-Z]{3}$";
+const CURRENCY = new RegExp(CURRENCY_PATTERN);
+export const isCurrencyCode = (value: string): boolean => CURRENCY.test(value);
+
+/** A partner-chosen id (`execution_id`, `payout_id`): URL-safe, so it can sit in a path segment. */
+export const MAX_PARTNER_ID = 128;
+export const PARTNER_ID_RULE = `must be 1 to ${MAX_PARTNER_ID} characters of A-Z a-z 0-9 . _ : ~ -`;
+
 /** A user's account status, as the operator sets it. */
 export const USER_STATUSES = ["active", "inactive"] as const;
 

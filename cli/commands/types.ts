@@ -1,5 +1,6 @@
 import type { Config } from "../config.js";
 import type { AdminConnection } from "../core-client.js";
+import { isCurrencyCode } from "../../lib/vocabulary.js";
 
 export interface CommandContext {
   config: Config;
@@ -63,9 +64,9 @@ export function listOption(ctx: CommandContext, name: string): string[] | undefi
 export function currencyOption(ctx: CommandContext): string {
   const v = ctx.options.currency;
   if (v === undefined) return "USD";
-  if (typeof v === "string" && /^[A-Z]{3}$/.test(v)) return v;
+  if (typeof v === "string" && isCurrencyCode(v)) return v;
   const upper = typeof v === "string" ? v.toUpperCase() : "";
-  const hint = /^[A-Z]{3}$/.test(upper) ? ` (did you mean ${upper}?)` : "";
+  const hint = isCurrencyCode(upper) ? ` (did you mean ${upper}?)` : "";
   throw new UsageError(`--currency must be an ISO 4217 code in upper case, such as USD or EUR${hint}`);
 }
 

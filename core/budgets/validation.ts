@@ -4,6 +4,7 @@ import { lengthBetween } from "../../lib/text.js";
 import { evmAddressProblem, isEvmChain } from "../settlement/rules.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./records.js";
+import { isCurrencyCode } from "../../lib/vocabulary.js";
 
 /** A budget's fields as core receives them (proto init shape, already typed). */
 export interface BudgetInput {
@@ -81,7 +82,7 @@ export function checkPaymentInput(p: PaymentInput): PaymentInput {
   if (!lengthBetween(p.token, 1, 64)) fail(Reason.INVALID_REQUEST, "counterparty.token must be 1 to 64 characters");
   if (!VISIBLE_ASCII.test(p.token)) fail(Reason.INVALID_REQUEST, "counterparty.token must be printable ASCII without spaces");
   if (!isAmount(p.amountCents) || p.amountCents < 1) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
-  if (!/^[A-Z]{3}$/.test(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
+  if (!isCurrencyCode(p.currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   checkKey(p.idempotencyKey);
   return p;
 }

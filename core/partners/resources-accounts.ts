@@ -21,7 +21,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import type { UsersStore } from "../identity/users-store.js";
-import { CHAINS } from "../../lib/vocabulary.js";
+import { CHAINS, isCurrencyCode } from "../../lib/vocabulary.js";
 import type { PartnerAccess } from "./access.js";
 import { insertTransferEntry, listTransfers as listTransfersOf, type LedgerEntry } from "../ledger/transfers.js";
 import type { ResourcesStore } from "./resources-store.js";
@@ -166,7 +166,7 @@ export async function recordLedgerEntry(
   const amount = Number(req.amountCents);
   if (!Number.isSafeInteger(amount) || amount < 1) fail(Reason.INVALID_REQUEST, "amount_cents must be an integer from 1 to 9007199254740991");
   const currency = req.currency || "USD";
-  if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
+  if (!isCurrencyCode(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   const status = req.status || "settled";
   if (!["pending", "settled", "failed"].includes(status)) fail(Reason.INVALID_REQUEST, "status must be pending, settled or failed");
   const entry = await adminChange(deps, ctx, "ledger.record", req.userId, async (trx) => {

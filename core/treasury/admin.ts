@@ -17,6 +17,7 @@ import { UUID } from "../../lib/uuid.js";
 import { appendAudit, type AuditDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
 import { cents, MAX_CENTS, optionalCents, statusName, toProto } from "./wire.js";
+import { isCurrencyCode } from "../../lib/vocabulary.js";
 
 /** What the operator's treasury changes need: BindTreasury, SetTreasuryStatus, FundTreasury. */
 export interface AdminDeps extends AuditDeps {
@@ -48,7 +49,7 @@ export async function bindTreasury(
   const partner = await partnerForAdmin(deps, req.clientId);
   if (!UUID.test(req.payerEntityId)) fail(Reason.INVALID_REQUEST, "payer_entity_id must be a UUID");
   const currency = req.currency === "" ? "USD" : req.currency;
-  if (!/^[A-Z]{3}$/.test(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code in upper case");
+  if (!isCurrencyCode(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code in upper case");
   const limits = {
     balanceCents: cents(req.balanceCents, "balance_cents"),
     capPerItemCents: optionalCents(req.capPerItemCents, "cap_per_item_cents"),

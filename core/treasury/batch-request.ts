@@ -1,6 +1,7 @@
 import { sha256Hex } from "../../lib/crypto.js";
 import { hasControlCharacters, lengthBetween } from "../../lib/text.js";
 import { UUID } from "../../lib/uuid.js";
+import { isCurrencyCode, MAX_PARTNER_ID, PARTNER_ID_RULE } from "../../lib/vocabulary.js";
 
 /** A batch item with amounts as numbers, after validation. */
 export interface BatchItemInput {
@@ -27,12 +28,9 @@ export interface RawBatch {
 
 export const MAX_IDEMPOTENCY_KEY = 255;
 export const MAX_ITEMS = 1000;
-export const MAX_ID = 128;
 export const MAX_REFERENCE = 140;
 /** Partner-chosen ids: printable, URL-safe, so a payout_id can sit in a path segment. */
 const PARTNER_ID = /^[A-Za-z0-9._:~-]+$/;
-const CURRENCY = /^[A-Z]{3}$/;
-export const PARTNER_ID_RULE = `must be 1 to ${MAX_ID} characters of A-Z a-z 0-9 . _ : ~ -`;
 
 export type Validation = { ok: true; batch: BatchInput } | { ok: false; message: string };
 
@@ -57,7 +55,7 @@ export function validateBatch(raw: RawBatch): Validation {
     if (item.amountCents < 1n || item.amountCents > BigInt(Number.MAX_SAFE_INTEGER)) {
       return bad(`${at}.amount_cents must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`);
     }
-    if (!CURRENCY.test(item.currency)) return bad(`${at}.currency must be an ISO 4217 code in upper case`);
+    if (!isCurrencyCode(item.currency)) return bad(`${at}.currency must be an ISO 4217 code in upper case`);
     // Characters are code points; unpaired surrogates never get here (core's input guard).
     if (!lengthBetween(item.reference, 1, MAX_REFERENCE) || hasControlCharacters(item.reference)) {
       return bad(`${at}.reference must be 1 to ${MAX_REFERENCE} characters without control characters`);
@@ -73,9 +71,9 @@ export function validateBatch(raw: RawBatch): Validation {
   return { ok: true, batch: { idempotencyKey: key, payerEntityId: raw.payerEntityId.toLowerCase(), items } };
 }
 
-/** A partner-chosen id (`execution_id`, `payout_id`): 1 to MAX_ID URL-safe characters. */
+/** A partner-chosen id (`execution_id`, `payout_id`): 1 to MAX_PARTNER_ID URL-safe characters. */
 export function isPartnerId(v: string): boolean {
-  return v.length > 0 && v.length <= MAX_ID && PARTNER_ID.test(v);
+  return v.length > 0 && v.length <= MAX_PARTNER_ID && PARTNER_ID.test(v);
 }
 
 /**

@@ -1,3 +1,5 @@
+import { CURRENCY_PATTERN } from "../../lib/vocabulary.js";
+
 /** The event kinds of the partner feed and webhooks, each with the schema of its `data`. */
 const EVENT_DATA = {
   "kyc.status_changed": "KycStatus",
@@ -38,7 +40,7 @@ export function eventSchemas(ref: (name: string) => unknown, transfer: { require
       properties: {
         batch_id: uuid,
         payer_entity_id: uuid,
-        currency: { type: "string", pattern: "^[A-Z]{3}$" },
+        currency: { type: "string", pattern: CURRENCY_PATTERN },
         total_cents: int53,
         executed_at: dateTime,
         payouts: {

@@ -6,7 +6,7 @@
 import { treasuryOpenApi } from "./treasury-openapi.js";
 import { eventSchemas } from "./events-openapi.js";
 import { EMAIL_PATTERN } from "../../lib/email.js";
-import { CHAINS, KYC_STATUSES } from "../../lib/vocabulary.js";
+import { CHAINS, CURRENCY_PATTERN, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
@@ -20,7 +20,7 @@ const TRANSFER = {
     transfer_id: uuid,
     direction: { enum: ["credit", "debit"] },
     amount_cents: { type: "integer", minimum: 0, maximum: 9007199254740991 },
-    currency: { type: "string", pattern: "^[A-Z]{3}$" },
+    currency: { type: "string", pattern: CURRENCY_PATTERN },
     status: { enum: ["pending", "settled", "failed"] },
     created_at: dateTime,
     updated_at: dateTime,

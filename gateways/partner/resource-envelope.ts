@@ -1,6 +1,7 @@
 import { ConnectError } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { PARTNER_ID_RULE } from "../../lib/vocabulary.js";
 
 /** Every code the resource envelope carries; the served OpenAPI document lists exactly these. */
 export const RESOURCE_ERROR_CODES = [
@@ -115,9 +116,6 @@ export class ResourceError extends Error {
 }
 
 export const invalidRequest = (message: string) => new ResourceError(400, "invalid_request", message);
-
-/** The rule of a partner-chosen id (`payout_id`, `execution_id`), as core words it. */
-export const PARTNER_ID_RULE = "must be 1 to 128 characters of A-Z a-z 0-9 . _ : ~ -";
 
 /** The router refuses a path segment over its limit before any route runs; name the parameter it was. */
 function overlongParamMessage(text: string): string {

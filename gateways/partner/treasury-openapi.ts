@@ -1,4 +1,5 @@
 import { BATCH_BODY_LIMIT, MAX_IDEMPOTENCY_KEY } from "./treasury-wire.js";
+import { CURRENCY_PATTERN } from "../../lib/vocabulary.js";
 
 /** Helpers of the partner document (gateways/partner/openapi.ts), so treasury paths share its envelope. */
 export interface OpenApiHelpers {
@@ -24,7 +25,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
       properties: {
         status: { enum: ["active", "suspended", "disabled", "mandate_expired"] },
         payer_entity_id: uuid,
-        currency: { type: "string", pattern: "^[A-Z]{3}$" },
+        currency: { type: "string", pattern: CURRENCY_PATTERN },
         available_cents: int53,
       },
     },
@@ -47,7 +48,7 @@ export function treasuryOpenApi(h: OpenApiHelpers) {
               payout_id: partnerId,
               recipient: { type: "object", additionalProperties: false, required: ["user_id"], properties: { user_id: uuid } },
               amount_cents: { ...int53, minimum: 1 },
-              currency: { type: "string", pattern: "^[A-Z]{3}$" },
+              currency: { type: "string", pattern: CURRENCY_PATTERN },
               reference: { type: "string", minLength: 1, maxLength: 140, pattern: "^\\P{Cc}+$" },
             },
           },

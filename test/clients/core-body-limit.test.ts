@@ -3,7 +3,8 @@ import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ExecuteBatchRequestSchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { CORE_READ_MAX_BYTES, startCoreServer, type CoreServer } from "../../core/server.js";
-import { MAX_ID, MAX_IDEMPOTENCY_KEY, MAX_ITEMS, MAX_REFERENCE } from "../../core/treasury/batch-request.js";
+import { MAX_IDEMPOTENCY_KEY, MAX_ITEMS, MAX_REFERENCE } from "../../core/treasury/batch-request.js";
+import { MAX_PARTNER_ID } from "../../lib/vocabulary.js";
 import { startStack, type TestStack } from "../support/stack.js";
 import { connectJson } from "../support/connect-json.js";
 
@@ -40,8 +41,8 @@ describe("core's port: request size", () => {
       idempotencyKey: long(MAX_IDEMPOTENCY_KEY, 0),
       payerEntityId: randomUUID(),
       items: Array.from({ length: MAX_ITEMS }, (_, i) => ({
-        executionId: long(MAX_ID, i),
-        payoutId: long(MAX_ID, -i - 1),
+        executionId: long(MAX_PARTNER_ID, i),
+        payoutId: long(MAX_PARTNER_ID, -i - 1),
         recipientUserId: randomUUID(),
         amountCents: BigInt(Number.MAX_SAFE_INTEGER),
         currency: "EUR",

@@ -1,6 +1,6 @@
 import { Decision, PaymentStatus } from "../../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { PAYMENT_READ_SCOPES } from "../../../lib/vocabulary.js";
+import { CURRENCY_PATTERN, PAYMENT_READ_SCOPES } from "../../../lib/vocabulary.js";
 import { AMOUNT, CHAIN, defineTool, KEY, object, UUID, withoutDialect, type ArgsOf, type Tool } from "./kit.js";
 
 const PAYMENT_INPUT = object(
@@ -21,7 +21,7 @@ const PAYMENT_INPUT = object(
       additionalProperties: false,
     },
     amount_cents: { ...AMOUNT, minimum: 1 },
-    currency: { type: "string", pattern: "^[A-Z]{3}$" },
+    currency: { type: "string", pattern: CURRENCY_PATTERN },
     idempotency_key: KEY,
   },
   ["counterparty", "amount_cents", "currency", "idempotency_key"],
