@@ -110,11 +110,18 @@ describe("secret checks: fair scheduling and shedding", () => {
 describe("secret checks: derivations at the lowest CPU priority", () => {
   /** Id, nice value and scheduling policy of each thread of this process, from /proc (Linux, where CI and the service run). */
   const threads = () =>
-    readdirSync("/proc/self/task").map((tid) => {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
+    readdirSync("/proc/self/task").flatMap((tid) => {
+      let stat: string;
+      try {
+        stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
+      } catch (err) {
+        // A thread (an earlier test's, exiting) can be gone between the listing and the read.
+        if ((err as NodeJS.ErrnoException).code === "ENOENT" || (err as NodeJS.ErrnoException).code === "ESRCH") return [];
+        throw err;
+      }
       // Fields after the command (which may hold spaces): state is field 3, nice field 19, policy field 41.
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      return { tid, nice: Number(f[16]), policy: Number(f[38]) };
+      return [{ tid, nice: Number(f[16]), policy: Number(f[38]) }];
     });
   const SCHED_OTHER = 0;
   const SCHED_IDLE = 5;
