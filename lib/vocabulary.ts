@@ -30,6 +30,8 @@ export const isCurrencyCode = (value: string): boolean => CURRENCY.test(value);
 /** A partner-chosen id (`execution_id`, `payout_id`): URL-safe, so it can sit in a path segment. */
 export const MAX_PARTNER_ID = 128;
 export const PARTNER_ID_RULE = `must be 1 to ${MAX_PARTNER_ID} characters of A-Z a-z 0-9 . _ : ~ -`;
+const PARTNER_ID = /^[A-Za-z0-9._:~-]+$/;
+export const isPartnerId = (value: string): boolean => value.length > 0 && value.length <= MAX_PARTNER_ID && PARTNER_ID.test(value);
 
 /** A user's account status, as the operator sets it. */
 export const USER_STATUSES = ["active", "inactive"] as const;

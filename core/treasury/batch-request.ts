@@ -1,7 +1,7 @@
 import { sha256Hex } from "../../lib/crypto.js";
 import { hasControlCharacters, lengthBetween } from "../../lib/text.js";
 import { UUID } from "../../lib/uuid.js";
-import { isCurrencyCode, MAX_PARTNER_ID, PARTNER_ID_RULE } from "../../lib/vocabulary.js";
+import { isCurrencyCode, isPartnerId, PARTNER_ID_RULE } from "../../lib/vocabulary.js";
 
 /** A batch item with amounts as numbers, after validation. */
 export interface BatchItemInput {
@@ -29,8 +29,6 @@ export interface RawBatch {
 export const MAX_IDEMPOTENCY_KEY = 255;
 export const MAX_ITEMS = 1000;
 export const MAX_REFERENCE = 140;
-/** Partner-chosen ids: printable, URL-safe, so a payout_id can sit in a path segment. */
-const PARTNER_ID = /^[A-Za-z0-9._:~-]+$/;
 
 export type Validation = { ok: true; batch: BatchInput } | { ok: false; message: string };
 
@@ -69,11 +67,6 @@ export function validateBatch(raw: RawBatch): Validation {
   }
   if (total > BigInt(Number.MAX_SAFE_INTEGER)) return bad(`the items' amounts must add up to at most ${Number.MAX_SAFE_INTEGER}`);
   return { ok: true, batch: { idempotencyKey: key, payerEntityId: raw.payerEntityId.toLowerCase(), items } };
-}
-
-/** A partner-chosen id (`execution_id`, `payout_id`): 1 to MAX_PARTNER_ID URL-safe characters. */
-export function isPartnerId(v: string): boolean {
-  return v.length > 0 && v.length <= MAX_PARTNER_ID && PARTNER_ID.test(v);
 }
 
 /**

@@ -12,8 +12,7 @@ import {
 import { fail } from "../errors.js";
 import { appendAudit, refuseAtEdge, treasuryCaller, type CallerDeps } from "./caller.js";
 import type { TreasuryStore } from "./store.js";
-import { PARTNER_ID_RULE } from "../../lib/vocabulary.js";
-import { isPartnerId } from "./batch-request.js";
+import { isPartnerId, PARTNER_ID_RULE } from "../../lib/vocabulary.js";
 import { PAYOUTS_RECEIVE, toProto } from "./wire.js";
 
 /** What TreasuryService.GetTreasury needs. */

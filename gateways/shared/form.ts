@@ -42,7 +42,9 @@ export function parseForm(body: string, options: FormOptions = {}): FormParse {
     if (valueProblem) return { ok: false, message: `${name} ${valueProblem}` };
     const kept = !(options.omitEmpty && value === "");
     if (options.repeatable?.includes(name)) {
-      if (kept) lists.set(name, [...(lists.get(name) ?? []), value]);
+      const list = lists.get(name);
+      if (kept && list) list.push(value);
+      else if (kept) lists.set(name, [value]);
     } else if (seen.has(name)) duplicates.push(name);
     else {
       seen.add(name);
