@@ -8,18 +8,36 @@ import { fail } from "./errors.js";
 
 /** What Connect says, as INTERNAL, about a request message it could not read: all the caller's doing. */
 const UNREADABLE = /^(parse binary: |decompression failed|received compressed envelope, but do not know how to decompress)/;
+/** What Connect says, as RESOURCE_EXHAUSTED (429 on Connect, inviting a retry), of a message over its read limit. */
+const TOO_LARGE = /^message (?:size (?:\d+ )?)?is larger than configured readMaxBytes (\d+)/;
 
-function refusal(what: string): ConnectError {
+function invalid(message: string): ConnectError {
   try {
-    return fail(Reason.INVALID_REQUEST, `the request message cannot be read: ${what}`);
+    return fail(Reason.INVALID_REQUEST, message);
   } catch (err) {
     return err as ConnectError;
   }
 }
 
+function size(bytes: number): string {
+  return bytes % (1024 * 1024) === 0 ? `${bytes / (1024 * 1024)} MiB` : bytes % 1024 === 0 ? `${bytes / 1024} KiB` : `${bytes} bytes`;
+}
+
+/** Core's own refusal for what Connect said of a request message (its code, its message), if it is one of those. */
+function refusal(code: Code | undefined, message: string): ConnectError | undefined {
+  if (code === Code.Internal && UNREADABLE.test(message)) return invalid(`the request message cannot be read: ${message}`);
+  const limit = code === Code.ResourceExhausted ? TOO_LARGE.exec(message) : null;
+  if (limit) return invalid(`the request message is larger than ${size(Number(limit[1]))}, the most core reads for this call`);
+  return undefined;
+}
+
+const GRPC_CODES: Record<string, Code> = { "8": Code.ResourceExhausted, "13": Code.Internal };
+const CONNECT_CODES: Record<string, Code> = { resource_exhausted: Code.ResourceExhausted, internal: Code.Internal };
+
 /**
  * Connect answers a request message it cannot decode (not protobuf, a string that is not UTF-8, an
- * unknown compression) with INTERNAL before any interceptor runs, in every protocol; core answers INVALID_REQUEST.
+ * unknown compression) with INTERNAL, and one over its size limit with RESOURCE_EXHAUSTED, before
+ * any interceptor runs, in every protocol; core answers INVALID_REQUEST to both.
  */
 export function refuseUnreadableRequests(router: ConnectRouter): void {
   for (let i = 0; i < router.handlers.length; i++) {
@@ -59,8 +77,9 @@ function refusedFrame(chunk: Uint8Array, grpcWeb: boolean): Uint8Array | undefin
   if (!data) return undefined;
   if (grpcWeb) {
     const trailer = trailerParse(data);
-    if (trailer.get("grpc-status") !== "13" || !UNREADABLE.test(percentDecoded(trailer.get("grpc-message") ?? ""))) return undefined;
-    setTrailerStatus(trailer, refusal(percentDecoded(trailer.get("grpc-message") ?? "")));
+    const refused = refusal(GRPC_CODES[trailer.get("grpc-status") ?? ""], percentDecoded(trailer.get("grpc-message") ?? ""));
+    if (!refused) return undefined;
+    setTrailerStatus(trailer, refused);
     return frame(trailerFlag, trailerSerialize(trailer));
   }
   let end: ReturnType<typeof endStreamFromJson>;
@@ -69,8 +88,9 @@ function refusedFrame(chunk: Uint8Array, grpcWeb: boolean): Uint8Array | undefin
   } catch {
     return undefined;
   }
-  if (end.error?.code !== Code.Internal || !UNREADABLE.test(end.error.rawMessage)) return undefined;
-  const json = endStreamToJson(end.metadata, refusal(end.error.rawMessage), {});
+  const refused = end.error && refusal(end.error.code, end.error.rawMessage);
+  if (!refused) return undefined;
+  const json = endStreamToJson(end.metadata, refused, {});
   return frame(endStreamFlag, new TextEncoder().encode(JSON.stringify(json)));
 }
 
@@ -83,9 +103,8 @@ async function reclassify(res: UniversalServerResponse): Promise<UniversalServer
       ...res,
       body: (async function* () {
         yield* body;
-        if (trailer.get("grpc-status") !== "13") return;
-        const message = percentDecoded(trailer.get("grpc-message") ?? "");
-        if (UNREADABLE.test(message)) setTrailerStatus(trailer, refusal(message));
+        const refused = refusal(GRPC_CODES[trailer.get("grpc-status") ?? ""], percentDecoded(trailer.get("grpc-message") ?? ""));
+        if (refused) setTrailerStatus(trailer, refused);
       })(),
     };
   }
@@ -100,26 +119,32 @@ async function reclassify(res: UniversalServerResponse): Promise<UniversalServer
       })(),
     };
   }
-  // Connect unary: a 500 whose whole JSON body names the failure.
-  if (res.status === 500 && type === "application/json" && !res.header?.has("content-encoding") && body && Symbol.asyncIterator in body) {
+  // Connect unary: a 500 or 429 whose whole JSON body names the failure.
+  if (
+    (res.status === 500 || res.status === 429) &&
+    type === "application/json" &&
+    !res.header?.has("content-encoding") &&
+    body &&
+    Symbol.asyncIterator in body
+  ) {
     const chunks: Uint8Array[] = [];
     for await (const c of body) chunks.push(c);
     const bytes = Buffer.concat(chunks);
-    let message = "";
+    let refused: ConnectError | undefined;
     try {
       const parsed = JSON.parse(bytes.toString("utf8")) as { code?: unknown; message?: unknown };
-      if (parsed.code === "internal" && typeof parsed.message === "string") message = parsed.message;
+      if (typeof parsed.code === "string" && typeof parsed.message === "string") refused = refusal(CONNECT_CODES[parsed.code], parsed.message);
     } catch {
       // Not an error body Connect wrote: pass it on unchanged.
     }
-    if (!UNREADABLE.test(message))
+    if (!refused)
       return {
         ...res,
         body: (async function* () {
           yield bytes;
         })(),
       };
-    const out = errorToJsonBytes(refusal(message), {});
+    const out = errorToJsonBytes(refused, {});
     const header = new Headers(res.header);
     header.set("content-length", String(out.byteLength));
     return {

@@ -23,13 +23,13 @@ describe("core's port: request size", () => {
 
   const post = (path: string, body: Buffer) => connectJson(server.url, path, body);
 
-  it("refuses a body over the limit with resource_exhausted, without a credential, and keeps serving", async () => {
+  it("refuses a body over the limit as the caller's error (400, not a retryable 429), without a credential, and keeps serving", async () => {
     const padded = Buffer.alloc(CORE_READ_MAX_BYTES + 1024, 0x20);
     padded.write('{"service":""', 0);
     padded.write("}", padded.length - 1);
     const res = await post("/grpc.health.v1.Health/Check", padded);
-    expect(res.status).to.equal(429);
-    expect(res.body.code).to.equal("resource_exhausted");
+    expect(res.status).to.equal(400);
+    expect(res.body.code).to.equal("invalid_argument");
     const health = await post("/grpc.health.v1.Health/Check", Buffer.from('{"service":""}'));
     expect(health.body.status).to.equal("SERVING");
   });

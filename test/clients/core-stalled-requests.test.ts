@@ -64,7 +64,7 @@ describe("core's port: stalled requests", () => {
   });
 
   /** A gRPC reflection stream that sends `frames` and then ends or nothing more: the grpc-status it ends with (if any) and its reset code. */
-  function reflect(frames: Buffer, end = false): Promise<{ grpcStatus?: string; rstCode: number }> {
+  function reflect(frames: Buffer, end = false): Promise<{ grpcStatus?: string; grpcMessage?: string; rstCode: number }> {
     const req = session.request({
       ":method": "POST",
       ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
@@ -73,16 +73,19 @@ describe("core's port: stalled requests", () => {
     });
     req.on("error", () => {});
     let grpcStatus: string | undefined;
+    let grpcMessage: string | undefined;
     req.on("response", (h) => {
       grpcStatus ??= h["grpc-status"] as string | undefined;
+      grpcMessage ??= h["grpc-message"] as string | undefined;
     });
     req.on("trailers", (t) => {
       grpcStatus = t["grpc-status"] as string;
+      grpcMessage = t["grpc-message"] as string;
     });
     req.resume();
     if (end) req.end(frames);
     else req.write(frames);
-    return new Promise((resolve) => req.on("close", () => resolve({ grpcStatus, rstCode: req.rstCode ?? 0 })));
+    return new Promise((resolve) => req.on("close", () => resolve({ grpcStatus, grpcMessage, rstCode: req.rstCode ?? 0 })));
   }
   const envelope = (length: number, payload: Buffer) =>
     Buffer.concat([Buffer.from([0, length >>> 24, (length >>> 16) & 255, (length >>> 8) & 255, length & 255]), payload]);
@@ -98,6 +101,7 @@ describe("core's port: stalled requests", () => {
     const message = Buffer.concat([Buffer.from([0x0a, 0x80, 0x80, 0x06]), host]);
     expect(message.length).to.be.above(REFLECTION_READ_MAX_BYTES);
     const refused = await reflect(envelope(message.length, message), true);
-    expect(refused.grpcStatus).to.equal("8"); // RESOURCE_EXHAUSTED
+    expect(refused.grpcStatus).to.equal("3"); // INVALID_ARGUMENT, as any request over its limit
+    expect(decodeURIComponent(refused.grpcMessage ?? "")).to.equal("the request message is larger than 64 KiB, the most core reads for this call");
   });
 });

@@ -1,4 +1,5 @@
 import http2 from "node:http2";
+import { gzipSync } from "node:zlib";
 import { expect } from "chai";
 import { startCoreServer, type CoreServer } from "../../core/server.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -107,6 +108,56 @@ describe("core's port: unreadable request messages are the caller's error", () =
     const res = await post(TAIL, { "content-type": "application/connect+proto" }, envelope(TRUNCATED));
     expect(JSON.parse(lastFrame(res.body).data).error.code).to.equal("unauthenticated");
   });
+
+  // Connect says RESOURCE_EXHAUSTED (HTTP 429 on Connect, which invites a retry) of a message over its limit.
+  const OVERSIZED = 4 * 1024 * 1024 + 1;
+  const tooLarge = /the request message is larger than 4 MiB, the most core reads for this call/;
+  // An envelope's header names its length: core refuses it from there, before the rest arrives.
+  const oversizedEnvelope = () => {
+    const header = Buffer.from([0, 0, 0, 0, 0]);
+    header.writeUInt32BE(OVERSIZED, 1);
+    return Buffer.concat([header, Buffer.alloc(16)]);
+  };
+
+  it("gRPC: a message over 4 MiB is INVALID_ARGUMENT with reason INVALID_REQUEST, not RESOURCE_EXHAUSTED", async () => {
+    const res = await post(ISSUE, { "content-type": "application/grpc", te: "trailers" }, oversizedEnvelope());
+    const message = decodeURIComponent(res.headers["grpc-message"] ?? "");
+    expect(res.headers["grpc-status"], message).to.equal("3");
+    expect(message).to.match(tooLarge);
+    expect(res.headers["grpc-status-details-bin"], "the reason travels as a detail").to.be.a("string");
+  });
+
+  it("Connect: a message over 4 MiB is 400 invalid_argument with reason INVALID_REQUEST, not 429", async () => {
+    const res = await post(ISSUE, { "content-type": "application/proto" }, Buffer.alloc(OVERSIZED));
+    expect(res.status, res.body).to.equal(400);
+    const body = JSON.parse(res.body) as { code: string; message: string; details?: { debug?: { reason?: string } }[] };
+    expect(body.code).to.equal("invalid_argument");
+    expect(body.message).to.match(tooLarge);
+    expect(body.details?.[0]?.debug?.reason).to.equal("REASON_INVALID_REQUEST");
+  });
+
+  it("gRPC: a gzip frame that inflates past 4 MiB is INVALID_ARGUMENT with its reason", async () => {
+    const packed = gzipSync(Buffer.alloc(OVERSIZED));
+    const header = Buffer.from([1, 0, 0, 0, 0]);
+    header.writeUInt32BE(packed.length, 1);
+    const res = await post(ISSUE, { "content-type": "application/grpc", te: "trailers", "grpc-encoding": "gzip" }, Buffer.concat([header, packed]));
+    const message = decodeURIComponent(res.headers["grpc-message"] ?? "");
+    expect(res.headers["grpc-status"], message).to.equal("3");
+    expect(message).to.match(tooLarge);
+  });
+
+  for (const [what, path, auth] of [
+    ["a unary call", ISSUE, () => ({})],
+    ["the operator's audit stream", TAIL, operator],
+  ] as const) {
+    it(`gRPC-Web, ${what}: a message over 4 MiB is INVALID_ARGUMENT with its reason`, async () => {
+      const res = await post(path, { "content-type": "application/grpc-web+proto", ...auth() }, oversizedEnvelope());
+      const trailer = lastFrame(res.body);
+      expect(trailer.flags, "a trailer frame").to.equal(0x80);
+      expect(trailer.data).to.match(/grpc-status: 3\r\n/);
+      expect(decodeURIComponent(trailer.data)).to.match(tooLarge);
+    });
+  }
 
   it("gRPC: a compressed frame with no encoding, or that does not decompress, is INVALID_ARGUMENT; an unknown encoding UNIMPLEMENTED", async () => {
     for (const [encoding, status] of [
