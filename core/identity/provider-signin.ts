@@ -40,7 +40,11 @@ export async function startProviderSignIn(deps: ProviderSignInDeps, req: StartPr
 /** GrantsService.CompleteProviderSignIn: the provider's redirect, checked; a session, or a step-up on the given one. */
 export async function completeProviderSignIn(deps: ProviderSignInDeps, req: CompleteProviderSignInRequest, ctx: HandlerContext) {
   const oidc = provider(deps);
-  if (req.callbackUrl.length > 4096) fail(Reason.INVALID_REQUEST, "callback_url is too long");
+  if (req.callbackUrl.length > 4096)
+    fail(
+      Reason.INVALID_REQUEST,
+      "the answer from your organisation's sign-in provider is too long (at most 4096 characters); start again from the sign-in page",
+    );
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const done = await oidc.complete(
     {

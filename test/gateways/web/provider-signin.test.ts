@@ -115,6 +115,18 @@ describe("web pages: sign-in at the organisation's provider", () => {
     expect(res.status).to.equal(403);
     expect((await victim.get("/dashboard/agents")).status).to.not.equal(200);
   });
+  it("an over-long callback is a 400 page in words a person reads, naming no field", async () => {
+    const jar = createJar(stack.url);
+    const go = await jar.get("/signin/oidc");
+    expect(go.status).to.equal(303);
+    const res = await jar.get(`/signin/oidc/callback?code=x&state=${"s".repeat(5000)}`);
+    expect(res.status).to.equal(400);
+    const text = await res.text();
+    expect(text).to.match(/the answer from your organisation(&#39;|')s sign-in provider is too long/);
+    expect(text).not.to.match(/callback_url/);
+    expect((await jar.get("/dashboard/agents")).status).to.not.equal(200);
+  });
+
   it("a person signed in by e-mailed code confirms at the provider with the same verified address: it counts, and links them", async () => {
     const user = await createUser(stack);
     const sub = `code-${user.userId.slice(0, 8)}`;
