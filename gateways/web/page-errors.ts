@@ -52,23 +52,35 @@ const pageTable = {
   [Reason.TOKEN_UNSUPPORTED]: { status: 400, title: "Something is wrong with this request" },
 } satisfies Record<Reason, { status: number; title: string } | undefined>;
 
+/** A way on a route offers for its own refusals (not outages), instead of the agents list. */
+const onwardOffers = new WeakMap<FastifyRequest, { href: string; label: string }>();
+
+/** Offers `href` (a same-site path) as the way on should this request be refused. */
+export function offerOnward(request: FastifyRequest, href: string, label: string): void {
+  onwardOffers.set(request, { href, label });
+}
+
 /**
  * The web surface's error handler: a PageError is its own page, core's refusals map through
  * the table above, an ended session goes back to sign-in, anything else is a 500 page.
  */
 export function pageErrorHandler(ctx: WebContext) {
   // Where a person goes next: their agents with a session cookie, else the sign-in page (no core call, which may be what failed).
-  const onward = (request: FastifyRequest) =>
-    ctx.sessionToken(request) ? html`<p><a href="${AGENTS_PATH}">Go to your agents</a></p>` : html`<p><a href="${SIGNIN_PATH}">Sign in</a></p>`;
+  const onward = (request: FastifyRequest, status: number) => {
+    const offer = status < 500 ? onwardOffers.get(request) : undefined;
+    if (offer) return html`<p><a href="${offer.href}">${offer.label}</a></p>`;
+    return ctx.sessionToken(request) ? html`<p><a href="${AGENTS_PATH}">Go to your agents</a></p>` : html`<p><a href="${SIGNIN_PATH}">Sign in</a></p>`;
+  };
   return (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
-    if (err instanceof PageError) return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p>${onward(request)}</div>`);
+    if (err instanceof PageError)
+      return ctx.send(reply, err.status, err.title, html`<div class="card error"><p>${err.detail}</p>${onward(request, err.status)}</div>`);
     const status = (err as { statusCode?: number }).statusCode;
     if (!(err instanceof ConnectError) && status === 413) {
       return ctx.send(
         reply,
         413,
         "This form is too large",
-        html`<div class="card error"><p>No form here is that long. Go back and try again.</p>${onward(request)}</div>`,
+        html`<div class="card error"><p>No form here is that long. Go back and try again.</p>${onward(request, 413)}</div>`,
       );
     }
     if (!(err instanceof ConnectError) && status !== undefined && status >= 400 && status < 500) {
@@ -87,6 +99,6 @@ export function pageErrorHandler(ctx: WebContext) {
     const message = err instanceof ConnectError && row.status < 500 ? err.rawMessage : "Please try again in a moment.";
     const retryAfter = err instanceof ConnectError ? err.findDetails(ErrorDetailSchema)[0]?.retryAfterSeconds : undefined;
     if ((row.status === 503 || row.status === 429) && retryAfter) reply.header("retry-after", String(retryAfter));
-    return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p>${onward(request)}</div>`);
+    return ctx.send(reply, row.status, row.title, html`<div class="card error"><p>${message}</p>${onward(request, row.status)}</div>`);
   };
 }

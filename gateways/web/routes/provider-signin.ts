@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { readCookies, safeReturnTo, STARTS_A_CEREMONY, type WebContext } from "../context.js";
+import { offerOnward } from "../page-errors.js";
 import { SIGNIN_OIDC_PATH } from "../paths.js";
 
 /** The browser's secret for one provider flow, and where to go afterwards; only the callback path sees them. */
@@ -58,6 +59,8 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
       return reply.redirect(`${authBase}${SIGNIN_OIDC_PATH}/callback${query === -1 ? "" : request.url.slice(query)}`, 303);
     }
     const returnTo = safeReturnTo(decoded(cookies[returnCookie] ?? ""));
+    // A refused confirmation leads back to the page that asked for it (a payment, say).
+    offerOnward(request, returnTo, "Go back to where you were");
     const current = await ctx.session(request);
     // The flow is used up whatever happens next; the cookies go with it.
     reply.header("set-cookie", [cookie(flowCookie, "", 0), cookie(returnCookie, "", 0)]);

@@ -69,7 +69,11 @@ describe("web pages: step-up at the organisation's provider", () => {
     await idp.setLogin({ acr: "pwd", amr: ["pwd"] });
     const back = await stepUpAtProvider(jar, sub, "/dashboard/money");
     expect(back.status).to.equal(403);
-    expect(await back.text()).to.match(/try the confirmation again/);
+    const page = await back.text();
+    expect(page).to.match(/try the confirmation again/);
+    // The way on is back to the page that asked for the confirmation, not the agents list.
+    expect(page).to.include('href="/dashboard/money"');
+    expect(page).not.to.include('href="/dashboard/agents"');
     expect(await fresh(jar)).to.equal(false);
   });
 
