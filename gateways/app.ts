@@ -43,6 +43,9 @@ export interface GatewayOptions {
 
 const MCP_PATHS = new Set(MCP_ENDPOINTS.map((e) => e.path));
 
+/** The request line and headers together, in bytes: Node's default, whatever NODE_OPTIONS says. */
+const MAX_HEADER_BYTES = 16 * 1024;
+
 /** Builds (does not listen) the one fastify app that serves every public surface. */
 export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
   const requestTimeout = options.requestTimeoutMs ?? 30_000;
@@ -59,14 +62,15 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     return503OnClosing: false,
     // fastify's default of none let a client that never finished its headers hold a connection.
     requestTimeout,
-    http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000) },
-    // A payout_id in a receipt's path is up to 128 URL-safe characters; fastify's default of 100
-    // refused valid receipts with a 414. Core checks each parameter's own rules.
-    routerOptions: { maxParamLength: 256 },
-    // Router refusals (malformed percent-encoding, over-long parameter) happen before any plugin:
+    // Node's own limit, stated so the router's below cannot fall under it: a longer request line is a 431.
+    http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000), maxHeaderSize: MAX_HEADER_BYTES },
+    // No path parameter can outgrow the request line, so the router never refuses one for length:
+    // each route checks its own parameters (partner routes after the caller's checks, audited).
+    routerOptions: { maxParamLength: MAX_HEADER_BYTES },
+    // Router refusals (malformed percent-encoding) happen before any plugin:
     // pages get an HTML page, the partner API its envelope, other paths fastify's own JSON.
     frameworkErrors: (err, request, reply) => {
-      if (options.urls && isPagePath(request.url)) return sendBadUrlPage(err, request, reply);
+      if (options.urls && isPagePath(request.url)) return sendBadUrlPage(request, reply);
       if (isPartnerPath(request.url)) return sendResourceError(request, reply.header("x-request-id", request.id), resourceErrorFrom(err));
       return sendFrameworkJson(err, request, reply);
     },

@@ -1,7 +1,6 @@
 import { ConnectError } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { PARTNER_ID_RULE } from "../../lib/vocabulary.js";
 
 /** Every code the resource envelope carries; the served OpenAPI document lists exactly these. */
 export const RESOURCE_ERROR_CODES = [
@@ -117,14 +116,6 @@ export class ResourceError extends Error {
 
 export const invalidRequest = (message: string) => new ResourceError(400, "invalid_request", message);
 
-/** The router refuses a path segment over its limit before any route runs; name the parameter it was. */
-function overlongParamMessage(text: string): string {
-  const path = /'([^']*)'/.exec(text)?.[1] ?? "";
-  const [, userId = "", payoutId] = /\/users\/([^/?]*)(?:\/payouts\/([^/?]*))?/.exec(path) ?? [];
-  if (payoutId !== undefined && payoutId.length > userId.length) return `payout_id ${PARTNER_ID_RULE}`;
-  return path.includes("/users/") ? "user id must be a UUID" : "a path parameter is too long";
-}
-
 /** Maps anything a handler threw to the envelope (edge errors, core reasons, bugs). */
 export function resourceErrorFrom(err: unknown): ResourceErrorBody {
   if (err instanceof ResourceError) return { status: err.status, code: err.code, message: err.message };
@@ -134,7 +125,6 @@ export function resourceErrorFrom(err: unknown): ResourceErrorBody {
     if (edge.code === "FST_ERR_CTP_INVALID_JSON_BODY" || edge.code === "FST_ERR_CTP_EMPTY_JSON_BODY") {
       return { status: 400, code: "invalid_json", message: "request body is not valid JSON" };
     }
-    if (edge.code === "FST_ERR_MAX_PARAM_LENGTH") return { status: 400, code: "invalid_request", message: overlongParamMessage(String(err)) };
     if (typeof edge.statusCode === "number" && edge.statusCode >= 400 && edge.statusCode < 500) {
       return { status: 400, code: "invalid_request", message: "malformed request" };
     }

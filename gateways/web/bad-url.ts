@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import { html, page } from "./views/html.js";
 import { BAD_ADDRESS, setPageHeaders } from "./context.js";
 import { AGENTS_PATH, AUTHORIZE_PATH, DASHBOARD_PATH, SIGNIN_PATH, SIGNOUT_PATH, STEP_UP_PATH } from "./paths.js";
@@ -12,20 +12,17 @@ export function isPagePath(url: string): boolean {
 }
 
 /**
- * fastify's `frameworkErrors` for page paths: the router refuses bad percent-encoding or an
- * over-long parameter before any plugin or hook runs, so the page headers and request id are set here.
+ * fastify's `frameworkErrors` for page paths: the router refuses bad percent-encoding before any
+ * plugin or hook runs, so the page headers and request id are set here.
  */
-export function sendBadUrlPage(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const status = err.statusCode === 414 ? 414 : 400;
-  const title = status === 414 ? "This address is too long" : BAD_ADDRESS.title;
-  const detail = status === 414 ? "Check the link, or start again from your dashboard." : BAD_ADDRESS.detail;
+export function sendBadUrlPage(request: FastifyRequest, reply: FastifyReply): FastifyReply {
   reply.header("x-request-id", request.id);
   reply.header("x-content-type-options", "nosniff");
   setPageHeaders(reply);
   return reply
-    .code(status)
+    .code(400)
     .type("text/html; charset=utf-8")
-    .send(page(title, html`<div class="card error"><p>${detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`));
+    .send(page(BAD_ADDRESS.title, html`<div class="card error"><p>${BAD_ADDRESS.detail}</p><p><a href="${AGENTS_PATH}">Go to your agents</a></p></div>`));
 }
 
 /** An unknown address under a page prefix: a page saying so, not fastify's JSON 404. */
