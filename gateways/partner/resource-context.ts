@@ -25,6 +25,11 @@ const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
 
+/** Stands in for a JSON body holding NUL or a lone surrogate, so no route can read its values. */
+class BadBodyText {
+  constructor(readonly message: string) {}
+}
+
 /**
  * Makes an encapsulated fastify context speak the resource envelope (its own JSON parser, error
  * and not-found handlers), so the resource and treasury routes share one envelope.
@@ -54,12 +59,11 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
     }
     const repeated = repeatedMember(text);
     if (repeated !== undefined) return done(new ResourceError(400, "invalid_json", repeatedMemberMessage(repeated)), undefined);
+    // Bad text is part of the request's shape, like a wrong type: refused once core has checked the caller.
     const badText = findBadText(parsed);
-    if (badText) return done(new ResourceError(400, "invalid_request", badText.message), undefined);
-    done(null, parsed);
+    done(null, badText ? new BadBodyText(badText.message) : parsed);
   });
-  // Query and path parameters obey the same text rules as the body; a breach is part of the
-  // request's shape, so the route refuses it only after core has checked the caller.
+  // Query and path parameters obey the same text rules as the body, refused in the same place.
   app.addHook("preValidation", (request, _reply, done) => {
     const badText = findBadText(request.query, "", "the query string") ?? findBadText(request.params, "", "the path");
     if (badText) badParamText.set(request, badText.message);
@@ -107,6 +111,7 @@ export function jsonObjectBody(request: FastifyRequest, optional = false): Recor
     throw new ResourceError(400, "invalid_request", "a JSON body is required");
   }
   if (body === NOT_JSON) throw new ResourceError(400, "invalid_request", "content type must be application/json");
+  if (body instanceof BadBodyText) throw invalidRequest(body.message);
   if (typeof body !== "object" || Array.isArray(body)) throw new ResourceError(400, "invalid_request", "the body must be a JSON object");
   return body as Record<string, unknown>;
 }
