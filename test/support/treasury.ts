@@ -2,7 +2,8 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { BindTreasuryRequestSchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import type { CoreClients } from "../../gateways/core-clients.js";
-import { createPartner, type TestPartner } from "./partners.js";
+import { createPartner, mintPartnerToken, type TestPartner } from "./partners.js";
+import { createUserFor } from "./resources.js";
 import type { TestStack } from "./stack.js";
 
 /** A partner with an access token minted through core (no HTTP). */
@@ -37,6 +38,18 @@ export async function bindTreasury(admin: CoreClients, partner: TestPartner, opt
   const payerEntityId = options.payerEntityId ?? randomUUID();
   await admin.treasury.bindTreasury({ clientId: partner.clientId, payerEntityId, balanceCents: 1_000_000n, currency: "USD", ...options });
   return payerEntityId;
+}
+
+/**
+ * A partner paying over HTTP: `treasury:write` and `payouts:receive` (plus `scopes`) entitled, a
+ * bound treasury, one payee consenting to the same scopes, and a token minted at the token endpoint.
+ */
+export async function partnerWithPayee(stack: TestStack, options: { balanceCents?: bigint; scopes?: string[]; webhookUrl?: string } = {}) {
+  const scopes = [...(options.scopes ?? []), "payouts:receive"];
+  const partner = await createPartner(stack, { entitlements: [...scopes, "treasury:write"], webhookUrl: options.webhookUrl });
+  const payer = await bindTreasury(stack.admin, partner, { balanceCents: options.balanceCents ?? 1000n });
+  const { userId } = await createUserFor(stack, partner, scopes);
+  return { partner, payer, userId, token: await mintPartnerToken(stack, partner) };
 }
 
 export interface ItemSpec {

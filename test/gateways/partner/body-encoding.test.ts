@@ -2,9 +2,8 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { createUserFor } from "../../support/resources.js";
 import { expectHttpError, type HttpResponse } from "../../support/refusals.js";
-import { bindTreasury } from "../../support/treasury.js";
+import { partnerWithPayee } from "../../support/treasury.js";
 
 /** JSON is UTF-8 (RFC 8259): bytes that are not UTF-8 are refused, never stored as U+FFFD. */
 describe("partner API: a body that is not UTF-8", () => {
@@ -35,10 +34,7 @@ describe("partner API: a body that is not UTF-8", () => {
   });
 
   it("POST /treasury/payouts with a Latin-1 reference is 400 invalid_json and pays nothing", async () => {
-    const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"] });
-    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 1000n });
-    const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
-    const token = await mintPartnerToken(stack, partner);
+    const { payer, userId, token } = await partnerWithPayee(stack);
     const item = {
       execution_id: `ex-${randomUUID()}`,
       payout_id: `po-${randomUUID()}`,

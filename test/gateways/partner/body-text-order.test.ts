@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createPartner, mintPartnerToken, type TestPartner } from "../../support/partners.js";
-import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import type { TestPartner } from "../../support/partners.js";
+import { api, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
-import { bindTreasury } from "../../support/treasury.js";
+import { partnerWithPayee } from "../../support/treasury.js";
 import { usingPostgres } from "../../support/db.js";
 
 /**
@@ -21,10 +21,7 @@ describe("partner API: NUL in a JSON body comes after the caller's checks", () =
 
   before(async () => {
     stack = await startStack({ gateway: true, webhookPollMs: 0 });
-    partner = await createPartner(stack, { entitlements: ["kyc:read", "payouts:receive", "treasury:write"] });
-    payer = await bindTreasury(stack.admin, partner, { balanceCents: 10_000n });
-    userId = (await createUserFor(stack, partner, ["kyc:read", "payouts:receive"])).userId;
-    token = await mintPartnerToken(stack, partner);
+    ({ partner, payer, userId, token } = await partnerWithPayee(stack, { balanceCents: 10_000n, scopes: ["kyc:read"] }));
   });
   after(() => stack.close());
 

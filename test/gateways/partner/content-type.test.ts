@@ -3,9 +3,8 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, mintPartnerToken } from "../../support/partners.js";
-import { createUserFor } from "../../support/resources.js";
 import { expectHttpError, type HttpResponse } from "../../support/refusals.js";
-import { bindTreasury } from "../../support/treasury.js";
+import { partnerWithPayee } from "../../support/treasury.js";
 
 /** A JSON route reads a body only when it is labelled application/json; an empty label is no label. */
 describe("partner API: the Content-Type of a JSON body", () => {
@@ -54,10 +53,7 @@ describe("partner API: the Content-Type of a JSON body", () => {
   }
 
   it("POST /treasury/payouts with an empty Content-Type is 400 invalid_request and pays nothing", async () => {
-    const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"] });
-    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 1000n });
-    const { userId } = await createUserFor(stack, partner, ["payouts:receive"]);
-    const token = await mintPartnerToken(stack, partner);
+    const { payer, userId, token } = await partnerWithPayee(stack);
     const item = {
       execution_id: `ex-${randomUUID()}`,
       payout_id: `po-${randomUUID()}`,

@@ -2,10 +2,9 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { Webhook } from "standardwebhooks";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor } from "../../support/resources.js";
+import { api } from "../../support/resources.js";
 import { loadOpenApi, type OpenApiChecker } from "../../support/openapi.js";
-import { bindTreasury } from "../../support/treasury.js";
+import { partnerWithPayee } from "../../support/treasury.js";
 import { startWebhookReceiver } from "../../support/webhook-receiver.js";
 
 interface Event {
@@ -30,14 +29,12 @@ describe("partner events: every kind's data is described by the document", () =>
   });
 
   it("GET /events and the signed deliveries match their kind's schema, and a wrong data does not", async () => {
-    const partner = await createPartner(stack, {
-      entitlements: ["kyc:read", "transfers:read", "payouts:receive", "treasury:write"],
+    const { partner, payer, userId, token } = await partnerWithPayee(stack, {
+      balanceCents: 10_000n,
+      scopes: ["kyc:read", "transfers:read"],
       webhookUrl: receiver.url,
     });
     const { secret } = await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: receiver.url });
-    const payer = await bindTreasury(stack.admin, partner, { balanceCents: 10_000n });
-    const { userId } = await createUserFor(stack, partner, ["kyc:read", "transfers:read", "payouts:receive"]);
-    const token = await mintPartnerToken(stack, partner);
     await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "sandbox" });
     await stack.admin.partnerResources.recordLedgerEntry({ userId, direction: "debit", amountCents: 5n, status: "failed" });
     const item = {

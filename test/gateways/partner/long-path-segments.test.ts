@@ -2,10 +2,10 @@ import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { Outcome } from "../../../gen/vaultgate/audit/v1/audit_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createPartner, mintPartnerToken, type TestPartner } from "../../support/partners.js";
-import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import type { TestPartner } from "../../support/partners.js";
+import { api, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
-import { bindTreasury } from "../../support/treasury.js";
+import { partnerWithPayee } from "../../support/treasury.js";
 import { usingPostgres } from "../../support/db.js";
 
 /**
@@ -20,10 +20,7 @@ describe("partner API: a long path segment is refused by the route, after the ca
 
   before(async () => {
     stack = await startStack({ gateway: true, webhookPollMs: 0 });
-    partner = await createPartner(stack, { entitlements: ["kyc:read", "payouts:receive", "treasury:write"] });
-    await bindTreasury(stack.admin, partner);
-    userId = (await createUserFor(stack, partner, ["kyc:read", "payouts:receive"])).userId;
-    token = await mintPartnerToken(stack, partner);
+    ({ partner, userId, token } = await partnerWithPayee(stack, { scopes: ["kyc:read"] }));
   });
   after(() => stack.close());
 
