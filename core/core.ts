@@ -306,6 +306,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         access: partnerAccess,
         partners: createPartnersStore(db),
         users: createUsersStore(),
+        signIn: createSignInStore(),
         resources,
         outbox,
         audit,

@@ -39,3 +39,19 @@ function isHostName(ascii: string): boolean {
   const labels = ascii.split(".");
   return labels.length >= 2 && labels.every((l) => LDH_LABEL.test(l)) && !/^[0-9]+$/.test(labels.at(-1)!);
 }
+
+/**
+ * The spellings `value` may be stored under, most exact first: trimmed and lower-cased, local part
+ * in NFC with an IDNA domain, canonicalEmail's, then with A-labels. For finding a stored address
+ * that breaks the current rule; [] when not one bounded `x@y`.
+ */
+export function storedEmailSpellings(value: string): string[] {
+  const trimmed = value.trim();
+  const at = trimmed.lastIndexOf("@");
+  if (at <= 0 || at === trimmed.length - 1 || trimmed.length > 1024 || /\p{Cc}/u.test(trimmed)) return [];
+  const domain = trimmed.slice(at + 1);
+  const ascii = domain.includes("%") ? "" : domainToASCII(domain.normalize("NFC"));
+  const local = trimmed.slice(0, at).normalize("NFC").toLowerCase().normalize("NFC");
+  const spellings = [trimmed.toLowerCase(), ascii ? `${local}@${domainToUnicode(ascii)}` : "", canonicalEmail(trimmed) ?? "", ascii ? `${local}@${ascii}` : ""];
+  return [...new Set(spellings.filter(Boolean))];
+}

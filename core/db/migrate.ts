@@ -48,6 +48,7 @@ import * as m0047 from "./migrations/0047-agents-by-user.js";
 import * as m0048 from "./migrations/0048-mail-expiry.js";
 import * as m0049 from "./migrations/0049-payout-transfer-ids.js";
 import * as m0050 from "./migrations/0050-evm-recipients-lower-case.js";
+import * as m0051 from "./migrations/0051-sign-in-by-user.js";
 
 interface Migration {
   name: string;
@@ -105,6 +106,7 @@ const migrations: Migration[] = [
   { name: "0048-mail-expiry", ...m0048 },
   { name: "0049-payout-transfer-ids", ...m0049 },
   { name: "0050-evm-recipients-lower-case", ...m0050 },
+  { name: "0051-sign-in-by-user", ...m0051 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

@@ -59,6 +59,16 @@ export function createSignInStore() {
       await conn("web_sessions").where({ token_hash: tokenHash }).whereNull("ended_at").update({ ended_at: at });
     },
 
+    /** Ends every open session of the user; answers how many. */
+    async endUserSessions(conn: Conn, userId: string, at: Date): Promise<number> {
+      return conn("web_sessions").where({ user_id: userId }).whereNull("ended_at").update({ ended_at: at });
+    },
+
+    /** Expires the user's unused codes (sign-in and step-up): they were mailed to an address the user may no longer have. */
+    async retireUserCodes(conn: Conn, userId: string, at: Date): Promise<void> {
+      await conn("signin_challenges").where({ user_id: userId }).whereNull("consumed_at").where("expires_at", ">", at).update({ expires_at: at });
+    },
+
     async insertChallenge(conn: Conn, c: ChallengeRecord & { createdAt: Date }): Promise<void> {
       await conn("signin_challenges").insert({
         id: c.id,

@@ -54,6 +54,34 @@ export function createUsersStore() {
       return row ? toListing(row) : undefined;
     },
 
+    /** The user stored under the first of `spellings` (storedEmailSpellings, most exact first) that one is stored under. */
+    async findByStoredEmail(conn: Conn, spellings: string[]): Promise<UserListing | undefined> {
+      if (spellings.length === 0) return undefined;
+      const { rows } = await conn.raw(`${USER_LISTING} WHERE u.email = ANY(?::text[])`, [spellings]);
+      const found = (rows as Parameters<typeof toListing>[0][]).map(toListing);
+      return spellings.map((s) => found.find((u) => u.email === s)).find(Boolean);
+    },
+
+    /**
+     * Gives the user (locked by the caller) canonical `email`; answers the address it replaced, or
+     * "taken" when another user holds it under any of `spellings` (the unique index decides races).
+     */
+    async setEmail(trx: Knex.Transaction, userId: string, email: string, spellings: string[]): Promise<{ previous: string } | "taken"> {
+      const { rows } = await trx.raw(`SELECT email FROM users WHERE id = ?::uuid`, [userId]);
+      const previous = String((rows as { email: string }[])[0]!.email);
+      if (previous === email) return { previous };
+      try {
+        const updated = await trx.raw(
+          `UPDATE users SET email = ? WHERE id = ?::uuid AND NOT EXISTS (SELECT 1 FROM users WHERE email = ANY(?::text[]) AND id <> ?::uuid) RETURNING id`,
+          [email, userId, spellings, userId],
+        );
+        return (updated.rows as unknown[]).length > 0 ? { previous } : "taken";
+      } catch (err) {
+        if ((err as { code?: string }).code === "23505") return "taken";
+        throw err;
+      }
+    },
+
     async findById(conn: Conn, id: string): Promise<UserRecord | undefined> {
       const row = await conn("users").where({ id }).first();
       return row ? { id: row.id, email: row.email, status: row.status, createdAt: new Date(row.created_at) } : undefined;

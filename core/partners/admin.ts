@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { canonicalEmail } from "../../lib/email.js";
+import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
@@ -63,7 +63,7 @@ export interface PartnerReadDeps {
 
 export interface UserReadDeps {
   db: Db;
-  users: Pick<UsersStore, "list" | "findByEmail">;
+  users: Pick<UsersStore, "list" | "findByStoredEmail">;
 }
 
 const statusName = {
@@ -208,11 +208,14 @@ export async function listUsers(deps: UserReadDeps, req: ListUsersRequest): Prom
   return { users: page.map(userToProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
 }
 
-/** PartnersService.GetUserByEmail: the user of an e-mail address. */
+/**
+ * PartnersService.GetUserByEmail: the user of an e-mail address, also one stored before the
+ * current rule and breaking it, so that the operator can find that user to fix the address.
+ */
 export async function getUserByEmail(deps: UserReadDeps, req: GetUserByEmailRequest): Promise<MessageInitShape<typeof GetUserByEmailResponseSchema>> {
-  const email = canonicalEmail(req.email);
-  if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
-  const user = await deps.users.findByEmail(deps.db, email);
+  const spellings = storedEmailSpellings(req.email);
+  if (spellings.length === 0) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
+  const user = await deps.users.findByStoredEmail(deps.db, spellings);
   if (!user) fail(Reason.NOT_FOUND, "no such user");
   return { user: userToProto(user) };
 }

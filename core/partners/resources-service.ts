@@ -8,10 +8,12 @@ import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
 import type { ResourcesStore } from "./resources-store.js";
 import type { UsersStore } from "../identity/users-store.js";
+import type { SignInStore } from "../identity/signin-store.js";
 import type { KycProvider } from "./kyc-providers.js";
 import type { OutboxStore } from "./webhooks/outbox-store.js";
 import type { SecretBox } from "./webhooks/signing.js";
 import { authorizePartner, grantConsent, preCreateUser, revokeConsent, setUserStatus } from "./resources-users.js";
+import { setUserEmail } from "./resources-user-email.js";
 import { createKycLink, getKycStatus, setKycStatus } from "./resources-kyc.js";
 import { addWallet, getUsAccount, listTransfers, listWallets, provisionUsAccount, recordLedgerEntry } from "./resources-accounts.js";
 import { listEvents, setWebhook } from "./resources-webhooks.js";
@@ -21,6 +23,7 @@ export interface PartnerResourcesDeps {
   access: PartnerAccess;
   partners: PartnersStore;
   users: UsersStore;
+  signIn: SignInStore;
   resources: ResourcesStore;
   outbox: OutboxStore;
   audit: AuditStore;
@@ -45,6 +48,7 @@ export function createPartnerResourcesService(deps: PartnerResourcesDeps): Servi
     authorizePartner: (req, ctx) => authorizePartner(deps, req, ctx),
     preCreateUser: (req, ctx) => preCreateUser(deps, req, ctx),
     setUserStatus: (req, ctx) => setUserStatus(deps, req, ctx),
+    setUserEmail: (req, ctx) => setUserEmail(deps, req, ctx),
     grantConsent: (req, ctx) => grantConsent(deps, req, ctx),
     revokeConsent: (req, ctx) => revokeConsent(deps, req, ctx),
 

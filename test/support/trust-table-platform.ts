@@ -5,7 +5,7 @@ import { uniqueSlug } from "./stack.js";
 import { bearerMd } from "./grpc-core.js";
 import { batchRequest, bindTreasury } from "./treasury.js";
 
-import { admin, partner, ok, refused, consentingUser, S, type Entry } from "./trust-cases.js";
+import { admin, partner, ok, refused, consentingUser, S, type Ctx, type Entry } from "./trust-cases.js";
 
 /** The reflection response's service list (see WireResponse in ./trust.ts for how it is decoded). */
 type ServicesRes = { list_services_response: { service: { name: string }[] } };
@@ -151,6 +151,7 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     provider: "sandbox",
   })),
   "vaultgate.partners.v1.PartnerResourcesService/SetUserStatus": admin(async (c) => ({ user_id: (await c.f.user()).userId, status: "active" })),
+  "vaultgate.partners.v1.PartnerResourcesService/SetUserEmail": setUserEmailEntry(),
   "vaultgate.partners.v1.PartnerResourcesService/AddWallet": admin(async (c) => ({
     user_id: (await c.f.user()).userId,
     chain: "base",
@@ -231,3 +232,22 @@ export const PLATFORM_TABLE: Record<string, Entry> = {
     },
   ),
 };
+
+/** The operator's e-mail change: the admin cases, and the credentials of everyone else, each leaving the address as it was. */
+function setUserEmailEntry(): Entry {
+  const entry = admin(async (c) => ({ user_id: (await c.f.user()).userId, email: `${uniqueSlug()}@example.test` }));
+  const unchanged = (c: Ctx, user: { userId: string; email: string }) => async () => {
+    expect((await c.stack.admin.partners.getUserByEmail({ email: user.email })).user!.userId).to.equal(user.userId);
+  };
+  const hostile = (name: string, credential: (c: Ctx, user: { userId: string; email: string; vaultId: string }) => Promise<string>) =>
+    refused(name, S.UNAUTHENTICATED, async (c) => {
+      const user = await c.f.user();
+      return { req: { user_id: user.userId, email: `${uniqueSlug()}@example.test` }, md: bearerMd(await credential(c, user)), after: unchanged(c, user) };
+    });
+  entry.cases.push(
+    hostile("with a partner's access token", async (c) => (await c.f.partner()).token),
+    hostile("with the user's own agent grant", async (c, user) => (await c.f.grant(user, { stepUp: true })).accessToken),
+    hostile("with the user's own web session", async (c, user) => c.f.session(user)),
+  );
+  return entry;
+}

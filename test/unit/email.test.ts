@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { canonicalEmail } from "../../lib/email.js";
+import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
 
 describe("canonicalEmail: one spelling per address", () => {
   it("puts every spelling of one address in one form: case, NFC and NFD, IDNA domains", () => {
@@ -47,6 +47,21 @@ describe("canonicalEmail: one spelling per address", () => {
       `a@${"b".repeat(63)}.${"c".repeat(63)}.${"d".repeat(63)}.${"e".repeat(60)}.com`,
     ]) {
       expect(canonicalEmail(bad), JSON.stringify(bad)).to.equal(undefined);
+    }
+  });
+});
+
+describe("storedEmailSpellings: how an address may have been stored", () => {
+  it("lists the spellings of earlier versions, most exact first, for an address the current rule refuses too", () => {
+    expect(storedEmailSpellings(" A..B@Example.COM ")).to.deep.equal(["a..b@example.com"]);
+    expect(storedEmailSpellings("ada@xn--bcher-kva.de")).to.deep.equal(["ada@xn--bcher-kva.de", "ada@bücher.de"]);
+    expect(storedEmailSpellings("Ada@BÜCHER.de")).to.deep.equal(["ada@bücher.de", "ada@xn--bcher-kva.de"]);
+    expect(storedEmailSpellings("ada@x_y.com")).to.include("ada@x_y.com");
+  });
+
+  it("answers nothing for text that is not one bounded x@y", () => {
+    for (const bad of ["", "nope", "@example.com", "ada@", `${"a".repeat(1100)}@example.com`, "a\u0000b@example.com", "a\nb@example.com"]) {
+      expect(storedEmailSpellings(bad), JSON.stringify(bad)).to.deep.equal([]);
     }
   });
 });
