@@ -60,7 +60,7 @@ export const COMMANDS: CommandSpec[] = [
       },
       {
         name: "get",
-        summary: "show one user by e-mail",
+        summary: "show one user by e-mail (also one stored before the current address rule)",
         admin: true,
         options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail (any case)" } },
         examples: ["vaultgate user get --email ada@example.com"],
@@ -82,6 +82,14 @@ export const COMMANDS: CommandSpec[] = [
         admin: true,
         args: ["USER_ID", "active|inactive"],
         examples: ["vaultgate user set-status 6f1c... inactive"],
+      },
+      {
+        name: "set-email",
+        summary: "change a user's e-mail; codes sent to the old one stop working and their web sessions end",
+        admin: true,
+        args: ["USER_ID"],
+        options: { email: { type: "string", value: "EMAIL", required: true, description: "the new e-mail (no other user may have it, in any case)" } },
+        examples: ["vaultgate user get --email old.address@example.com", "vaultgate user set-email 6f1c... --email ada@example.com"],
       },
       {
         name: "add-wallet",

@@ -12,9 +12,9 @@ function oneOf(value: string, allowed: readonly string[], what: string): string 
 const userJson = (u: User) => ({ user_id: u.userId, email: u.email, status: u.status, vault_id: u.vaultId || null, created_at: u.createdAt });
 
 const USAGE =
-  "user create --email E | list | get --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
+  "user create --email E | list | get --email E | set-kyc USER_ID --status S [--provider P] | set-status USER_ID active|inactive | set-email USER_ID --email E | add-wallet USER_ID --chain C --address A | provision-us-account USER_ID";
 
-/** vaultgate user create|list|get|set-kyc|set-status|add-wallet|provision-us-account */
+/** vaultgate user create|list|get|set-kyc|set-status|set-email|add-wallet|provision-us-account */
 export async function userCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
   const { partners, partnerResources } = (await ctx.admin()).clients;
@@ -49,6 +49,10 @@ export async function userCommand(ctx: CommandContext) {
         status: oneOf(requirePositional(ctx, 2, "active|inactive"), USER_STATUSES, "STATUS"),
       });
       return { user_id: res.userId, status: res.status };
+    }
+    case "set-email": {
+      const res = await partnerResources.setUserEmail({ userId: requirePositional(ctx, 1, "USER_ID"), email: requireOption(ctx, "email") });
+      return { user_id: res.userId, email: res.email, previous_email: res.previousEmail, sessions_ended: res.sessionsEnded };
     }
     case "add-wallet": {
       const res = await partnerResources.addWallet({
