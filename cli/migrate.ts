@@ -1,23 +1,49 @@
+import type { Db } from "../core/db/knex.js";
 import type { Config } from "./config.js";
 
 /** knex's own lines about a failed migration: the CLI says the same in one line of its own. */
 const KNEX_MIGRATION_LINE =
   /^(Can't take lock to run migrations|If you are sure migrations are not running|migration file "(.+)" failed$|migration failed with error)/;
 
+/** A driver-warning sink that keeps knex's failed-migration lines (and the migration they name) out of the output. */
+export interface MigrationLines {
+  warn(line: string): void;
+  /** The migration knex named as failing, once it has. */
+  readonly failed: string | undefined;
+}
+
+/** Every other driver warning goes on to `forward` (stderr for `migrate`, the log for `serve`). */
+export function migrationLines(forward: (line: string) => void): MigrationLines {
+  let failed: string | undefined;
+  return {
+    warn(line) {
+      const m = KNEX_MIGRATION_LINE.exec(line);
+      if (!m) forward(line);
+      else if (m[2]) failed = m[2];
+    },
+    get failed() {
+      return failed;
+    },
+  };
+}
+
+/** Applies pending migrations on a database opened with `lines.warn`; a failure is one line naming the migration. */
+export async function applyMigrations(db: Db, lines: MigrationLines): Promise<string[]> {
+  const { migrateLatest } = await import("../core/db/migrate.js");
+  try {
+    return await migrateLatest(db);
+  } catch (err) {
+    throw explain(err, lines.failed);
+  }
+}
+
 /** `vaultgate migrate`: applies pending migrations and answers `{applied}`; any other driver warning still reaches stderr. */
 export async function runMigrate(config: Config): Promise<{ applied: string[] }> {
-  const [{ createDb }, { migrateLatest }] = await Promise.all([import("../core/db/knex.js"), import("../core/db/migrate.js")]);
-  let failed: string | undefined;
-  const warn = (line: string) => {
-    const m = KNEX_MIGRATION_LINE.exec(line);
-    if (!m) process.stderr.write(`${line}\n`);
-    else if (m[2]) failed = m[2];
-  };
-  const db = createDb(config.databaseUrl ? { url: config.databaseUrl, warn } : { dataDir: `${config.dataDir}/pgdata`, warn });
+  const { createDb } = await import("../core/db/knex.js");
+  const lines = migrationLines((line) => process.stderr.write(`${line}\n`));
+  const db = createDb(config.databaseUrl ? { url: config.databaseUrl, warn: lines.warn } : { dataDir: `${config.dataDir}/pgdata`, warn: lines.warn });
   try {
-    return { applied: await migrateLatest(db) };
-  } catch (err) {
-    throw explain(err, failed);
+    return { applied: await applyMigrations(db, lines) };
   } finally {
     await db.destroy();
   }

@@ -18,6 +18,8 @@ import { coreRegistry } from "../core/observability/metrics.js";
 import { gatewayRegistry, tracedTransport } from "../gateways/shared/observability.js";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.js";
 import { startTracing, type Tracing } from "./tracing.js";
+import { createDb, type Db } from "../core/db/knex.js";
+import { applyMigrations, migrationLines } from "./migrate.js";
 
 export type Role = "all" | "core" | "gateway";
 
@@ -54,6 +56,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
   } else {
     gatewayToken = await ensureGatewayToken(config.dataDir, config.gatewayToken);
   }
+  let db: Db | undefined;
   let core: Core | undefined;
   let coreServer: CoreServer | undefined;
   let gateway: FastifyInstance | undefined;
@@ -70,6 +73,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     }
     await coreServer?.close();
     await core?.close();
+    await db?.destroy();
     await tracer?.shutdown();
   };
   const tracing = config.tracing.exporter === "otlp";
@@ -77,8 +81,17 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     if (tracing) tracer = startTracing({ exporter: new OTLPTraceExporter({ url: config.tracing.endpoint }), serviceName: config.tracing.serviceName });
     if (role !== "gateway") {
       const adminToken = await ensureAdminToken(config.dataDir, config.adminToken);
+      // Migrated here, not by core: a failed migration is one line in our words, as with `vaultgate migrate`.
+      const lines = migrationLines((line) => logger.warn(line));
+      db = createDb(
+        config.databaseUrl
+          ? { url: config.databaseUrl, poolMax: config.databasePoolMax, warn: lines.warn }
+          : { dataDir: `${config.dataDir}/pgdata`, warn: lines.warn },
+      );
+      await applyMigrations(db, lines);
       core = await createCore({
-        db: config.databaseUrl ? { url: config.databaseUrl, poolMax: config.databasePoolMax } : { dataDir: `${config.dataDir}/pgdata` },
+        db: { instance: db },
+        migrate: false,
         logger,
         adminToken,
         gatewayToken,
