@@ -267,7 +267,10 @@ function originSetting(env: NodeJS.ProcessEnv, name: string): string {
 /** What the pg driver can parse, by the driver's own parser (it also reads the sslcert/sslkey/sslrootcert files named). */
 function checkDatabaseUrl(raw: string): void {
   try {
-    parseConnectionString(raw);
+    // sslmode changes neither validity nor files read; left in, this parser warns about a meaning that is not
+    // the connection's (docs/configuration.md says what sslmode means here).
+    const query = raw.indexOf("?");
+    parseConnectionString(query < 0 ? raw : raw.slice(0, query) + raw.slice(query).replace(/([?&])sslmode=[^&#]*&?/g, "$1"));
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     // An unreadable ssl file: its path comes from a query parameter, never the credentials.
