@@ -272,9 +272,8 @@ function checkDatabaseUrl(raw: string): void {
     const query = raw.indexOf("?");
     parseConnectionString(query < 0 ? raw : raw.slice(0, query) + raw.slice(query).replace(/([?&])sslmode=[^&#]*&?/g, "$1"));
   } catch (err) {
-    const code = (err as { code?: unknown }).code;
-    // An unreadable ssl file: its path comes from a query parameter, never the credentials.
-    if (typeof code === "string" && !code.startsWith("ERR_"))
+    // A file the parser could not read is a Node system error (it names the failed call); a bad URL is not.
+    if (typeof (err as { syscall?: unknown }).syscall === "string")
       throw new ConfigError(`DATABASE_URL names an ssl file that cannot be read: ${(err as Error).message}`);
     // The driver would fall back to localhost:5432 and migrate whatever database is there.
     throw new ConfigError("DATABASE_URL is not a valid URL (check the port, and percent-encode '#', '/', '?' or '@' in the user name or password)");

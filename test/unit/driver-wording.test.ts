@@ -1,0 +1,168 @@
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "chai";
+import type { Knex } from "knex";
+import { parse } from "pg-connection-string";
+import { ConfigError, loadConfig } from "../../cli/config.js";
+import { applyMigrations, migrationLines } from "../../cli/migrate.js";
+import { createDb } from "../../core/db/knex.js";
+import { createScratchDatabase } from "../support/db.js";
+import { thrownBy, thrownNow } from "../support/refusals.js";
+
+type Step = { name: string; up(knex: Knex): unknown };
+
+/** The CLI reads knex's failed-migration lines by their wording: pinned here against the installed knex. */
+describe("knex's failed-migration lines, as the installed knex writes them", function () {
+  this.timeout(60_000);
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  before(async () => {
+    scratch = await createScratchDatabase();
+  });
+  after(async () => {
+    await scratch?.drop();
+  });
+
+  /** Runs `steps` as knex migrations (table `tableName`) after `setup`; returns what knex threw and wrote. */
+  async function migrate(tableName: string, steps: Step[], setup: string[] = []) {
+    const forwarded: string[] = [];
+    const lines = migrationLines((line) => forwarded.push(line));
+    const db = createDb(scratch ? { url: scratch.url, warn: lines.warn } : { warn: lines.warn });
+    try {
+      for (const sql of setup) await db.raw(sql);
+      const source: Knex.MigrationSource<Step> = {
+        getMigrations: async () => steps,
+        getMigrationName: (s) => s.name,
+        getMigration: async (s) => ({ up: (k: Knex) => s.up(k) as Promise<void>, down: async () => {} }),
+      };
+      const err = await thrownBy(db.migrate.latest({ migrationSource: source, tableName }));
+      return { err: err as Error, forwarded, failed: lines.failed };
+    } finally {
+      await db.destroy();
+    }
+  }
+
+  it("a migration that throws: every line knex writes is recognised, and names that migration", async () => {
+    const res = await migrate("wording_throws", [
+      { name: "0001-fine", up: (k) => k.raw("CREATE TABLE wording_fine (a int)") },
+      {
+        name: "0002-throws",
+        up: async () => {
+          throw new Error("boom");
+        },
+      },
+    ]);
+    expect(res.err.message).to.equal("boom");
+    expect(res.forwarded).to.deep.equal([]);
+    expect(res.failed).to.equal("0002-throws");
+  });
+
+  it("a statement that fails: named, and knex's 'statement - reason' message still ends with the database's reason", async () => {
+    const res = await migrate(
+      "wording_sql",
+      [{ name: "0001-clash", up: (k) => k.raw("CREATE TABLE wording_clash (a int)") }],
+      ["CREATE TABLE wording_clash (b int)"],
+    );
+    expect(res.forwarded).to.deep.equal([]);
+    expect(res.failed).to.equal("0001-clash");
+    expect(res.err.message).to.match(/ - relation "wording_clash" already exists$/);
+  });
+
+  it("the real migrations: the failure the CLI reports is the migration's name and the database's reason", async () => {
+    const lines = migrationLines(() => {});
+    const own = scratch ? await createScratchDatabase() : undefined;
+    const db = createDb(own ? { url: own.url, warn: lines.warn } : { warn: lines.warn });
+    try {
+      await db.raw("CREATE TABLE partners (x int)");
+      const err = (await thrownBy(applyMigrations(db, lines))) as Error;
+      expect(err.message).to.equal('migration 0001-platform failed: relation "partners" already exists');
+    } finally {
+      await db.destroy();
+      await own?.drop();
+    }
+  });
+
+  it("a lock left held: knex throws MigrationLocked (read by name, not wording) and both its lines are recognised", async () => {
+    const res = await migrate(
+      "wording_locked",
+      [{ name: "0001-fine", up: (k) => k.raw("SELECT 1") }],
+      ["CREATE TABLE wording_locked_lock (index serial PRIMARY KEY, is_locked integer)", "INSERT INTO wording_locked_lock (is_locked) VALUES (1)"],
+    );
+    expect(res.err.name).to.equal("MigrationLocked");
+    expect(res.forwarded).to.deep.equal([]);
+    expect(res.failed).to.equal(undefined);
+  });
+
+  it("a warning that is not about a failure still goes through", async () => {
+    const res = await migrate("wording_sync", [
+      { name: "0001-sync", up: () => undefined },
+      {
+        name: "0002-throws",
+        up: async () => {
+          throw new Error("boom");
+        },
+      },
+    ]);
+    expect(res.forwarded).to.deep.equal(["migration 0001-sync did not return a promise"]);
+    expect(res.failed).to.equal("0002-throws");
+  });
+});
+
+/** DATABASE_URL's check tells an unreadable ssl file from a bad URL by the installed pg-connection-string's errors. */
+describe("pg-connection-string's errors, as DATABASE_URL's check classifies them", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "vaultgate-ssl-files-"));
+    await writeFile(join(dir, "file.pem"), "not really a certificate\n");
+    await mkdir(join(dir, "a-directory"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  const check = (url: string) => thrownNow(() => loadConfig({ DATABASE_URL: url, DATA_DIR: dir })) as Error;
+  const base = "postgres://ops:secret-pw@db.internal:5432/vaultgate";
+
+  for (const param of ["sslcert", "sslkey", "sslrootcert"]) {
+    // Reading a directory fails on read(2), after open(2): Node's error then names no path.
+    for (const [what, path, named] of [
+      ["a missing file", "missing.pem", true],
+      ["a directory", "a-directory", false],
+      ["a path through a file", "file.pem/inside", true],
+    ] as const) {
+      it(`${param} naming ${what} is an unreadable ssl file (a Node system error, with its syscall), with or without sslmode`, () => {
+        const url = `${base}?${param}=${join(dir, path)}`;
+        const raw = thrownNow(() => parse(url)) as { syscall?: unknown; path?: unknown };
+        expect(raw.syscall).to.be.a("string");
+        for (const u of [url, `${url}&sslmode=require`, `${base}?sslmode=verify-ca&${param}=${join(dir, path)}`]) {
+          const err = check(u);
+          expect(err).to.be.instanceOf(ConfigError);
+          expect(err.message).to.match(/^DATABASE_URL names an ssl file that cannot be read: /);
+          if (named) expect(err.message).to.include(join(dir, path));
+          expect(err.message).to.not.include("secret-pw");
+        }
+      });
+    }
+  }
+
+  it("a malformed URL is a bad URL (no system call), never an ssl file, even with an ssl file named", () => {
+    for (const url of [
+      "postgres://ops:secret-pw@db.internal:54e2/vaultgate",
+      "postgres://ops:se#cret-pw@10.0.0.1/vaultgate",
+      "postgres://ops:secret-pw@[::1",
+      `postgres://ops:secret-pw@db.internal:99999/vaultgate?sslrootcert=${join(dir, "missing.pem")}`,
+    ]) {
+      const raw = thrownNow(() => parse(url)) as { syscall?: unknown };
+      expect(raw.syscall, url).to.equal(undefined);
+      const err = check(url);
+      expect(err).to.be.instanceOf(ConfigError);
+      expect(err.message, url).to.match(/^DATABASE_URL is not a valid URL \(/);
+    }
+  });
+
+  it("readable files and any sslmode pass the check, and the URL is kept as written (sslmode included)", () => {
+    for (const mode of ["disable", "no-verify", "prefer", "require", "verify-ca", "verify-full"]) {
+      const url = `${base}?sslmode=${mode}&sslrootcert=${join(dir, "file.pem")}&sslcert=${join(dir, "file.pem")}&sslkey=${join(dir, "file.pem")}`;
+      expect(loadConfig({ DATABASE_URL: url, DATA_DIR: dir }).databaseUrl).to.equal(url);
+    }
+  });
+});
