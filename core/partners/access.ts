@@ -9,6 +9,8 @@ import type { AuditStore } from "../audit/store.js";
 import type { PartnerTokenVerifier } from "./access-token.js";
 import type { KycRecord, ResourcesStore } from "./resources-store.js";
 import { UUID } from "../../lib/uuid.js";
+import { EdgeRejection } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { EDGE_REJECTIONS } from "./edge-rejections.js";
 
 /** The resource-rate-limit window (a refusal says Retry-After: 60); the pruner drops ended ones. */
 export const RATE_WINDOW_MS = 60_000;
@@ -47,6 +49,11 @@ export interface AccessRequest {
    * rate limit) it is refused invalid_request with this text, audited, and no user is looked at.
    */
   requestProblem?: string;
+  /**
+   * A gateway's refusal of the request's framing (body too large, invalid JSON, compressed):
+   * checked and audited like `requestProblem`, with the refusal's code as the audit reason.
+   */
+  edgeRejection?: EdgeRejection;
 }
 
 export interface PartnerPrincipal {
@@ -66,9 +73,13 @@ export interface PartnerPrincipal {
  * any data leaves, by the access call itself (`auditRead`) or by the caller through audited().
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
-  async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string }): Promise<PartnerPrincipal> {
+  async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string; reason?: string }): Promise<PartnerPrincipal> {
     const token = await deps.verifier.verify(req.token);
-    const problem = req.requestProblem || undefined;
+    // A missing bearer is not a refusal a proved partner can have made: read as malformed.
+    const edgeRule = req.edgeRejection === EdgeRejection.BEARER_MISSING ? undefined : EDGE_REJECTIONS[req.edgeRejection ?? EdgeRejection.UNSPECIFIED];
+    const edge = req.edgeRejection ? (edgeRule ?? EDGE_REJECTIONS[EdgeRejection.MALFORMED]!) : undefined;
+    // A framing refusal stands in for the shape: no user is looked at either way.
+    const problem = req.requestProblem || (edge ? edge.message : undefined);
     if (problem === undefined && req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
     const userId = problem === undefined ? req.userId : undefined;
     seen.actor = `partner:${token.clientId}`;
@@ -101,6 +112,10 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
     if (!row) fail(Reason.INVALID_TOKEN, "the access token is invalid");
     if (row.partnerStatus !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
     if (row.rateCount > limit) fail(Reason.RATE_LIMITED, "too many requests for this operation", { retryAfterSeconds: 60 });
+    if (edge) {
+      seen.reason = edge.label;
+      fail(edge.reason, edge.message);
+    }
     if (problem !== undefined) fail(Reason.INVALID_REQUEST, problem);
     const principal: PartnerPrincipal = { partnerId: row.partnerId, clientId: token.clientId, tokenScopes: token.scopes, actor: seen.actor };
     if (userId === undefined) return principal;
@@ -127,7 +142,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
      * with audit_unavailable (503, safe to retry), so no answer leaves without its record.
      */
     async authorize(ctx: HandlerContext, req: AccessRequest): Promise<PartnerPrincipal> {
-      const seen = { actor: "partner" };
+      const seen: { actor: string; reason?: string } = { actor: "partner" };
       try {
         return await check(ctx, req, seen);
       } catch (err) {
@@ -139,7 +154,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
               actor: seen.actor,
               action: `partner.${req.operation}`,
               outcome: "failure",
-              reason: (Reason[detail.reason] ?? "unspecified").toLowerCase(),
+              reason: seen.reason ?? (Reason[detail.reason] ?? "unspecified").toLowerCase(),
               subject: req.userId ?? "",
               at: deps.clock(),
             })

@@ -77,6 +77,7 @@ export async function createKycLink(
     userId: req.userId,
     scope: "kyc:read",
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   const name = req.provider || deps.defaultKycProvider;
   const link = await deps.access.refusalsAudited(ctx, principal, "kyc.link", req.userId, async () => {

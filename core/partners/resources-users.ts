@@ -86,7 +86,12 @@ export async function preCreateUser(
   req: PreCreateUserRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof PreCreateUserResponseSchema>> {
-  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "users.create", requestProblem: req.requestProblem });
+  const principal = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "users.create",
+    requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
+  });
   // One transaction: user, receipt and audit row commit together or not at all, so a
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {

@@ -11,7 +11,8 @@ import type { AuditStore } from "../audit/store.js";
 import type { PartnerAccess, PartnerPrincipal } from "../partners/access.js";
 import type { PartnerTokenVerifier } from "../partners/access-token.js";
 import { TREASURY_SCOPE } from "../../lib/vocabulary.js";
-import { EDGE_REJECTIONS, reasonLabel } from "./wire.js";
+import { reasonLabel } from "./wire.js";
+import { EDGE_REJECTIONS } from "../partners/edge-rejections.js";
 
 export const BATCH_ACTION = "treasury.batch.execute";
 /** Audit actor of a request whose token proves no partner. */

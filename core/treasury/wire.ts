@@ -2,24 +2,12 @@
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { EdgeRejection, TreasuryStatus, type TreasurySchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { TreasuryStatus, type TreasurySchema } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
 import type { PartnerRecord } from "../partners/store.js";
 import type { CONSENT_SCOPES } from "../../lib/vocabulary.js";
 import type { TreasuryRecord, TreasuryStatusName } from "./records.js";
 
-/** Edge rejections: the audit reason (the gateway's error code) and core's answer. */
-export const EDGE_REJECTIONS: Partial<Record<EdgeRejection, { label: string; reason: Reason; message: string }>> = {
-  [EdgeRejection.BODY_TOO_LARGE]: { label: "body_too_large", reason: Reason.INVALID_REQUEST, message: "request body is too large" },
-  [EdgeRejection.INVALID_JSON]: { label: "invalid_json", reason: Reason.INVALID_REQUEST, message: "request body is not valid JSON" },
-  [EdgeRejection.BEARER_MISSING]: { label: "invalid_token", reason: Reason.INVALID_TOKEN, message: "a bearer access token is required" },
-  [EdgeRejection.MALFORMED]: { label: "invalid_request", reason: Reason.INVALID_REQUEST, message: "malformed request" },
-  [EdgeRejection.UNSUPPORTED_ENCODING]: {
-    label: "unsupported_media_type",
-    reason: Reason.INVALID_REQUEST,
-    message: "the request body is in a content coding the service does not read",
-  },
-};
 export const PAYOUTS_RECEIVE = "payouts:receive" satisfies (typeof CONSENT_SCOPES)[number];
 export const MAX_CENTS = Number.MAX_SAFE_INTEGER;
 

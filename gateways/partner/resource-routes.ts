@@ -16,6 +16,7 @@ import {
   userShape,
 } from "./resource-context.js";
 import { invalidRequest } from "./resource-envelope.js";
+import { framingAudited } from "./edge-audit.js";
 import { codePointLength } from "../shared/text.js";
 
 export interface ResourceRoutesOptions {
@@ -39,7 +40,16 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   installResourceContext(app);
   app.addHook("onSend", noStore);
 
-  app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT }, async (request, reply) => {
+  // A framing refusal (size, JSON, content coding) of a caller whose bearer core accepts is
+  // audited under the route's action, as on the treasury batch.
+  const preCreateFraming = framingAudited((request, accessToken, edgeRejection) =>
+    rpc.preCreateUser({ accessToken, edgeRejection }, withRequestId(request.id, request.clientAddress)),
+  );
+  const linkFraming = framingAudited((request, accessToken, edgeRejection) =>
+    rpc.createKycLink({ accessToken, edgeRejection }, withRequestId(request.id, request.clientAddress)),
+  );
+
+  app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT, errorHandler: preCreateFraming }, async (request, reply) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => {
       noQuery(request);
@@ -60,7 +70,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
   });
 
-  app.post<{ Params: Params }>("/users/:id/kyc/link", { bodyLimit: LINK_BODY_LIMIT }, async (request, reply) => {
+  app.post<{ Params: Params }>("/users/:id/kyc/link", { bodyLimit: LINK_BODY_LIMIT, errorHandler: linkFraming }, async (request, reply) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => {
       const userId = userIdParam(request);

@@ -3,6 +3,7 @@ import { ConnectError, type Client } from "@connectrpc/connect";
 import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
+import { edgeRejectionOf, lenientBearer } from "./edge-audit.js";
 import { installResourceContext, noStore, jsonObjectBody, noQuery, shaped, userShape } from "./resource-context.js";
 import { resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
@@ -100,16 +101,6 @@ function idempotencyKeyOf(request: FastifyRequest): string {
   return typeof key === "string" ? key : "";
 }
 
-/** Which edge rejection a gateway-made error is, if it is one (core's errors never are). */
-function edgeRejectionOf(e: ResourceErrorBody): EdgeRejection | undefined {
-  if (e.code === "body_too_large") return EdgeRejection.BODY_TOO_LARGE;
-  if (e.code === "invalid_json") return EdgeRejection.INVALID_JSON;
-  if (e.code === "invalid_token") return EdgeRejection.BEARER_MISSING;
-  if (e.code === "unsupported_media_type") return EdgeRejection.UNSUPPORTED_ENCODING;
-  if (e.status >= 400 && e.status < 500) return EdgeRejection.MALFORMED;
-  return undefined;
-}
-
 /**
  * Hands an edge rejection to core to audit; the gateway's answer stands unless the record could
  * not be written (503 audit_unavailable) or core was unreachable (nothing proves the audit: 5xx).
@@ -130,13 +121,4 @@ async function recordEdgeRejection(
     return answer.status >= 500 ? answer : edge;
   }
   return edge;
-}
-
-/** The bearer token if the header carries one, else "" (core then audits "anonymous"). */
-function lenientBearer(request: FastifyRequest): string {
-  try {
-    return bearerToken(request);
-  } catch {
-    return "";
-  }
 }
