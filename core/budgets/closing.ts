@@ -47,11 +47,18 @@ export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx
   // The policies are frozen: a grant issued on these vaults later still pays nothing.
   const frozen = e.status === "closed" ? vaultIds : vaultIds.slice(1);
   if (frozen.length > 0) await deps.budgets.closePolicies(trx, frozen, e.now);
-  const ended = await deps.budgets.updateBudget(trx, root.id, e.status === "closed" ? { status: "closed", closedAt: e.now } : { status: "declined" }, e.now);
+  // Whether its money went up is kept with the budget: a refund arriving later follows the same way.
+  const keepsFunds = !e.sweep;
+  const ended = await deps.budgets.updateBudget(
+    trx,
+    root.id,
+    e.status === "closed" ? { status: "closed", closedAt: e.now, keepsFunds } : { status: "declined", keepsFunds },
+    e.now,
+  );
   // A decline's own audit row is the owner's decision (owner-decision.ts).
   if (e.status === "closed") await audit(deps, trx, ctx, e, "agent.budget.close", root.vaultId, "");
   for (const x of open) {
-    await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: e.now }, e.now);
+    await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: e.now, keepsFunds }, e.now);
     await audit(deps, trx, ctx, e, "agent.budget.close", x.vaultId, e.status === "declined" ? "parent_declined" : "");
   }
   // Deepest first, each budget's money goes up to its parent, so what the budgets below
@@ -67,6 +74,9 @@ export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx
     // A draft declined before (by a release that left its tree open) made its decline's movement then.
     const why = e.status === "closed" ? "close" : root.status === "declined" ? "kept" : "decline";
     swept = await sweepInto(deps, trx, root, vaults, why, e.now);
+    // What the budgets closed before kept went up with it, and so does anything refunded to them later.
+    const keptBefore = all.filter((x) => !openIds.has(x.id));
+    await deps.budgets.markSweptUp(trx, keptBefore, e.now);
   }
   return { ended, revoked, swept, currency: vaults.get(root.vaultId)!.currency };
 }

@@ -219,6 +219,8 @@ export async function sweepBudget(deps: EndingDeps, req: SweepBudgetRequest, ctx
       }
       if (x.id === b.id) own = moved;
     }
+    // The owner asked for the money up: a refund arriving later goes up too.
+    await deps.budgets.markSweptUp(trx, sweeping, now);
     return { b, ...own, currency: vaults.get(b.vaultId)!.currency };
   });
   return {

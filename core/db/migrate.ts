@@ -49,6 +49,7 @@ import * as m0048 from "./migrations/0048-mail-expiry.js";
 import * as m0049 from "./migrations/0049-payout-transfer-ids.js";
 import * as m0050 from "./migrations/0050-evm-recipients-lower-case.js";
 import * as m0051 from "./migrations/0051-sign-in-by-user.js";
+import * as m0052 from "./migrations/0052-budget-keeps-funds.js";
 
 interface Migration {
   name: string;
@@ -107,6 +108,7 @@ const migrations: Migration[] = [
   { name: "0049-payout-transfer-ids", ...m0049 },
   { name: "0050-evm-recipients-lower-case", ...m0050 },
   { name: "0051-sign-in-by-user", ...m0051 },
+  { name: "0052-budget-keeps-funds", ...m0052 },
 ];
 
 const source: Knex.MigrationSource<Migration> = {

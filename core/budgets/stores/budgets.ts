@@ -64,10 +64,11 @@ export const budgetsStore = {
   async updateBudget(
     conn: Conn,
     id: string,
-    fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt" | "closedAt">>,
+    fields: Partial<Pick<BudgetRecord, "status" | "policyVersion" | "steps" | "remaining" | "grantId" | "attempt" | "closedAt">> & { keepsFunds?: boolean },
     at: Date,
   ): Promise<BudgetRecord> {
     const patch: Record<string, unknown> = { updated_at: at };
+    if (fields.keepsFunds !== undefined) patch.keeps_funds = fields.keepsFunds;
     if (fields.status !== undefined) patch.status = fields.status;
     if (fields.policyVersion !== undefined) patch.policy_version = fields.policyVersion;
     if (fields.steps !== undefined) patch.steps = JSON.stringify(fields.steps);
@@ -178,6 +179,33 @@ export const budgetsStore = {
   async listEndings(conn: Conn, limit: number): Promise<string[]> {
     const rows = await conn("budget_endings").orderBy("marked_at").limit(limit).select("budget_id");
     return rows.map((r: { budget_id: string }) => String(r.budget_id));
+  },
+
+  /** Ended budgets whose money went up (a sweep of what they kept): a refund into them follows it. */
+  async markSweptUp(conn: Conn, budgets: Pick<BudgetRecord, "id">[], at: Date) {
+    const ids = budgets.map((b) => b.id);
+    if (ids.length > 0) await conn("budgets").whereIn("id", ids).update({ keeps_funds: false, updated_at: at });
+  },
+
+  /**
+   * A vault and its ancestors through the budgets they belong to, bottom-up, ending at a vault of no
+   * budget; each with its parent, and `sweptUp` when its budget ended and sent its money up.
+   */
+  async refundPath(conn: Conn, vaultId: string): Promise<{ vaultId: string; parentVaultId: string | null; sweptUp: boolean }[]> {
+    const { rows } = await conn.raw(
+      `WITH RECURSIVE up (vault_id, depth) AS (
+         SELECT ?::uuid, 0
+         UNION ALL
+         SELECT b.parent_vault_id, u.depth + 1 FROM up u JOIN budgets b ON b.vault_id = u.vault_id)
+       SELECT u.vault_id, b.parent_vault_id, (b.status IN ('closed', 'declined') AND NOT b.keeps_funds) AS swept_up
+         FROM up u LEFT JOIN budgets b ON b.vault_id = u.vault_id ORDER BY u.depth`,
+      [vaultId],
+    );
+    return (rows as { vault_id: string; parent_vault_id: string | null; swept_up: boolean | null }[]).map((r) => ({
+      vaultId: String(r.vault_id),
+      parentVaultId: r.parent_vault_id === null ? null : String(r.parent_vault_id),
+      sweptUp: r.swept_up === true,
+    }));
   },
 
   /** Closed budgets whose vault still holds money, oldest close first (at most `limit`). */
