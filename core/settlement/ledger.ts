@@ -41,10 +41,37 @@ async function move(trx: Knex.Transaction, id: string, kind: string, p: Settleme
   await trx.raw(`SELECT settlement_move(?, ?, ?, ?, ?, ?, ?, ?)`, [id, kind, p.paymentId, from, to, p.amountCents, p.currency, at]);
 }
 
-/** Hooks that keep the books in step with each status change, plus `also` (audit records) after them. */
+/** A failed payment's refund into the vault it was paid from. */
+export interface Refund {
+  paymentId: string;
+  vaultId: string;
+  amountCents: number;
+  currency: string;
+  at: Date;
+}
+
+/**
+ * What the room owning the vaults does around a refund, in its transaction: it takes its locks, then
+ * runs `refund`, which answers false when the payment was refunded before (a replay moves nothing).
+ */
+export type AroundRefund = (trx: Knex.Transaction, r: Refund, refund: () => Promise<boolean>) => Promise<void>;
+
+/** The refund itself: the vault's balance and spend totals, once per payment. */
+async function refundOnce(trx: Knex.Transaction, p: SettlementPayment, vaultId: string, at: Date): Promise<boolean> {
+  const id = movementId("refund", p.paymentId);
+  if (await transactionExists(trx, id)) return false;
+  await trx.raw(`SELECT settlement_refund(?, ?, ?, ?, ?, ?::date, ?)`, [id, vaultId, p.currency, p.paymentId, p.amountCents, utcDay(p.createdAt), at]);
+  return true;
+}
+
+/**
+ * Hooks that keep the books in step with each status change, plus `also` (audit records) after them;
+ * a refund runs inside `aroundRefund` (core/budgets: into a closed budget, it follows the close up).
+ */
 export function settlementLedgerHooks(
   clock: () => Date,
   also?: (trx: Knex.Transaction, p: SettlementPayment, before: SettlementPayment) => Promise<void>,
+  aroundRefund?: AroundRefund,
 ): SettlementHooks {
   return {
     async submitted(trx, p, before) {
@@ -75,16 +102,12 @@ export function settlementLedgerHooks(
       await also?.(trx, p, before);
     },
     async failed(trx, p, before) {
-      if (p.vaultId) {
-        await trx.raw(`SELECT settlement_refund(?, ?, ?, ?, ?, ?::date, ?)`, [
-          movementId("refund", p.paymentId),
-          p.vaultId,
-          p.currency,
-          p.paymentId,
-          p.amountCents,
-          utcDay(p.createdAt),
-          clock(),
-        ]);
+      const vaultId = p.vaultId;
+      if (vaultId) {
+        const at = clock();
+        const refund = () => refundOnce(trx, p, vaultId, at);
+        if (aroundRefund) await aroundRefund(trx, { paymentId: p.paymentId, vaultId, amountCents: p.amountCents, currency: p.currency, at }, refund);
+        else await refund();
       }
       await also?.(trx, p, before);
     },
