@@ -104,4 +104,41 @@ describe("refunds into closed budgets, racing closes, sweeps and funding (anvil)
     }
     await expectLedgerBalanced(stack);
   });
+
+  it("a refund climbing to a vault a sweep or close holds waits for it, in the one vault order: no deadlock (PostgreSQL only)", async () => {
+    // B's vault in the lower half of the order, and a budget S below it whose vault sorts after it:
+    // a close of B, or a sweep of S, holds B's row while it waits for S's.
+    let t: Awaited<ReturnType<typeof budgetUnderRoot>>;
+    do t = await budgetUnderRoot(stack, { parentCents: 100_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
+    while (t.child.vaultId >= "8");
+    await fund(t.parentToken, t.child.vaultId, 10_000n);
+    const bToken = await grantFor(stack, t.child, { stepUp: true });
+    let s: TestOwner;
+    let made = 0;
+    do {
+      s = await subBudget(stack, t.owner, bToken, 100n);
+      made++;
+    } while (s.vaultId < t.child.vaultId);
+    const paid = await payFrom(stack, s, 30);
+    await budgets().closeBudget({ accessToken: bToken, vaultId: s.vaultId });
+    stack.clock.advance(3_601_000);
+    const waiting = async () =>
+      Number((await stack.core.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0].n);
+    const holder = await stack.core.db.transaction();
+    await holder.raw(`SET LOCAL lock_timeout = '20s'`);
+    await holder.raw(`SELECT id FROM vaults WHERE id = ? FOR UPDATE`, [t.child.vaultId]);
+    const before = await waiting();
+    const logged = stack.logs.lines.length;
+    const settling = settle();
+    while ((await waiting()) < before + 1) await new Promise((r) => setImmediate(r));
+    // The refund waits for B before it touches its own vault, so the holder takes that one next.
+    await holder.raw(`SELECT id FROM vaults WHERE id = ? FOR UPDATE`, [s.vaultId]);
+    await holder.commit();
+    await settling;
+    expect(stack.logs.lines.slice(logged).filter((l) => l.includes("settlement step failed"))).to.deep.equal([]);
+    expect(await settlementOf(stack, paid)).to.equal("failed:expired");
+    // What the budget held and its refund are back in B (open), beside what the other budgets made hold.
+    expect(await Promise.all([t.child.vaultId, s.vaultId].map((v) => balanceOf(stack, v)))).to.deep.equal([10_000 - 100 * (made - 1), 0]);
+    await expectLedgerBalanced(stack);
+  });
 });
