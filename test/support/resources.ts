@@ -36,3 +36,9 @@ export async function api(
   }
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
+
+/** The audit rows of one partner request (by its x-request-id), as [actor, action, outcome, reason, subject]. */
+export async function auditRowsOf(stack: TestStack, res: ApiResponse): Promise<string[][]> {
+  const rows = await stack.core.db("audit_records").where({ request_id: res.headers.get("x-request-id")! });
+  return rows.map((r) => [r.actor, r.action, r.outcome, r.reason, r.subject]);
+}

@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { requirePostgres } from "../../support/db.js";
-import { api, type ApiResponse } from "../../support/resources.js";
+import { api, auditRowsOf, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
 import { partnerWithPayee } from "../../support/treasury.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
@@ -34,14 +34,7 @@ describe("partner resources: framing refusals of a valid caller are audited (HTT
     auditDown = false;
   });
 
-  const rowsOf = async (res: ApiResponse) =>
-    (await stack.core.db("audit_records").where({ request_id: res.headers.get("x-request-id")! })).map((r) => [
-      r.actor,
-      r.action,
-      r.outcome,
-      r.reason,
-      r.subject,
-    ]);
+  const rowsOf = (res: ApiResponse) => auditRowsOf(stack, res);
 
   const routes = [
     { path: () => "/users", action: "partner.users.create" },

@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createPartner, mintPartnerToken } from "../../support/partners.js";
-import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
+import { api, auditRowsOf, createUserFor, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
 
@@ -40,14 +40,7 @@ describe("treasury rejections at the edge are audited (HTTP)", () => {
   });
   const post = (options: { token?: string; json?: unknown; rawBody?: string; headers?: Record<string, string> }) =>
     api(stack, "POST", "/treasury/payouts", { ...options, headers: { "content-type": "application/json", ...options.headers } });
-  const rowsOf = async (res: ApiResponse) =>
-    (await stack.core.db("audit_records").where({ request_id: res.headers.get("x-request-id")! })).map((r) => [
-      r.actor,
-      r.action,
-      r.outcome,
-      r.reason,
-      r.subject,
-    ]);
+  const rowsOf = (res: ApiResponse) => auditRowsOf(stack, res);
 
   const huge = () => ({ ...body(), items: Array.from({ length: 400 }, () => body().items[0]) });
   const cases: { label: string; send: () => Promise<ApiResponse>; status: number; code: string; actor: () => string | undefined; subject: string }[] = [
