@@ -37,11 +37,16 @@ export async function applyMigrations(db: Db, lines: MigrationLines): Promise<st
   }
 }
 
+/** The configured database (DATABASE_URL, else the embedded one in DATA_DIR), its driver warnings to `lines`. */
+export async function openDatabase(config: Config, lines: MigrationLines, poolMax?: number): Promise<Db> {
+  const { createDb } = await import("../core/db/knex.js");
+  return createDb(config.databaseUrl ? { url: config.databaseUrl, poolMax, warn: lines.warn } : { dataDir: `${config.dataDir}/pgdata`, warn: lines.warn });
+}
+
 /** `vaultgate migrate`: applies pending migrations and answers `{applied}`; any other driver warning still reaches stderr. */
 export async function runMigrate(config: Config): Promise<{ applied: string[] }> {
-  const { createDb } = await import("../core/db/knex.js");
   const lines = migrationLines((line) => process.stderr.write(`${line}\n`));
-  const db = createDb(config.databaseUrl ? { url: config.databaseUrl, warn: lines.warn } : { dataDir: `${config.dataDir}/pgdata`, warn: lines.warn });
+  const db = await openDatabase(config, lines);
   try {
     return { applied: await applyMigrations(db, lines) };
   } finally {

@@ -18,8 +18,8 @@ import { coreRegistry } from "../core/observability/metrics.js";
 import { gatewayRegistry, tracedTransport } from "../gateways/shared/observability.js";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.js";
 import { startTracing, type Tracing } from "./tracing.js";
-import { createDb, type Db } from "../core/db/knex.js";
-import { applyMigrations, migrationLines } from "./migrate.js";
+import type { Db } from "../core/db/knex.js";
+import { applyMigrations, migrationLines, openDatabase } from "./migrate.js";
 
 export type Role = "all" | "core" | "gateway";
 
@@ -83,11 +83,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       const adminToken = await ensureAdminToken(config.dataDir, config.adminToken);
       // Migrated here, not by core: a failed migration is one line in our words, as with `vaultgate migrate`.
       const lines = migrationLines((line) => logger.warn(line));
-      db = createDb(
-        config.databaseUrl
-          ? { url: config.databaseUrl, poolMax: config.databasePoolMax, warn: lines.warn }
-          : { dataDir: `${config.dataDir}/pgdata`, warn: lines.warn },
-      );
+      db = await openDatabase(config, lines, config.databasePoolMax);
       await applyMigrations(db, lines);
       core = await createCore({
         db: { instance: db },
