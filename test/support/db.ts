@@ -68,6 +68,14 @@ export async function closeTestDatabase() {
 
 export const usingPostgres = () => Boolean(process.env.TEST_DATABASE_URL);
 
+/** `fn` for each item: all at once on PostgreSQL (a race), one after another on the embedded database. */
+export async function atOnceOnPostgres<T, R>(items: T[], fn: (item: T) => Promise<R>): Promise<R[]> {
+  if (usingPostgres()) return Promise.all(items.map(fn));
+  const out: R[] = [];
+  for (const item of items) out.push(await fn(item));
+  return out;
+}
+
 /**
  * Skips the caller on the embedded database, saying why in the title; CI runs these in its
  * PostgreSQL pass, so the skip never hides a broken feature.

@@ -5,7 +5,7 @@ import type { TestPartner } from "../../support/partners.js";
 import { api, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
 import { partnerWithPayee } from "../../support/treasury.js";
-import { usingPostgres } from "../../support/db.js";
+import { atOnceOnPostgres } from "../../support/db.js";
 
 /**
  * A NUL or lone surrogate in a JSON body is a request-shape problem, as in the query or path:
@@ -77,9 +77,7 @@ describe("partner API: NUL in a JSON body comes after the caller's checks", () =
       const [path, json] = cases()[i % 4]!;
       return send(path, json, i % 2 ? "forged.token.value" : token);
     };
-    const answers = usingPostgres()
-      ? await Promise.all(all.map(one))
-      : await all.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await one(i)], Promise.resolve([]));
+    const answers = await atOnceOnPostgres(all, one);
     answers.forEach((res, i) => {
       if (i % 2) expectHttpError(res, 401, "invalid_token");
       else expectHttpError(res, 400, "invalid_request");

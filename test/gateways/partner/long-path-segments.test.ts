@@ -6,7 +6,7 @@ import type { TestPartner } from "../../support/partners.js";
 import { api, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
 import { partnerWithPayee } from "../../support/treasury.js";
-import { usingPostgres } from "../../support/db.js";
+import { atOnceOnPostgres } from "../../support/db.js";
 
 /**
  * A long path segment is a request-shape problem like any other: the caller's checks come
@@ -69,9 +69,7 @@ describe("partner API: a long path segment is refused by the route, after the ca
     const before = await auditRows();
     const send = (i: number) => api(stack, "GET", cases(400 + i)[i % 3]![0], { token: i % 2 ? "forged.token.value" : token });
     const indexes = Array.from({ length: 30 }, (_, i) => i);
-    const answers = usingPostgres()
-      ? await Promise.all(indexes.map(send))
-      : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
+    const answers = await atOnceOnPostgres(indexes, send);
     answers.forEach((res, i) => {
       if (i % 2) expectHttpError(res, 401, "invalid_token");
       else expectHttpError(res, 400, "invalid_request");

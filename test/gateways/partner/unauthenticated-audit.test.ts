@@ -4,7 +4,7 @@ import { createPartner, mintPartnerToken } from "../../support/partners.js";
 import { api, createUserFor, type ApiResponse } from "../../support/resources.js";
 import { expectHttpError } from "../../support/refusals.js";
 import { bindTreasury } from "../../support/treasury.js";
-import { usingPostgres } from "../../support/db.js";
+import { atOnceOnPostgres } from "../../support/db.js";
 
 /**
  * A partner request with a missing or bad bearer proves no partner: it answers 401
@@ -51,9 +51,7 @@ describe("unauthenticated partner requests write no audit rows (HTTP)", () => {
       return api(stack, method, path, { json, headers });
     };
     const indexes = Array.from({ length: 50 }, (_, i) => i);
-    const answers = usingPostgres()
-      ? await Promise.all(indexes.map(send))
-      : await indexes.reduce<Promise<ApiResponse[]>>(async (acc, i) => [...(await acc), await send(i)], Promise.resolve([]));
+    const answers = await atOnceOnPostgres(indexes, send);
     for (const res of answers) expectHttpError(res, 401, "invalid_token");
     // RFC 6750 3.1: error="invalid_token" only where a bearer token was sent.
     answers.forEach((res, i) => {
