@@ -20,7 +20,7 @@ import { createRoutes } from "./routes.js";
 import { registerCoreMetrics, sharedReader } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore, createGrantVaultsStore, payingAgent } from "./budgets/store.js";
-import { refundsFollowCloses } from "./budgets/refunds.js";
+import { endedBudgetsStopPayments, refundsFollowCloses } from "./budgets/refunds.js";
 import { createResourcesStore } from "./partners/resources-store.js";
 import { createPartnerTokenVerifier } from "./partners/access-token.js";
 import { createPartnerAccess } from "./partners/access.js";
@@ -217,7 +217,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
     const sessions = createSessionVerifier({ db, store: createSignInStore(), clock });
     // Each settlement status change moves the books and is audited under the paying agent; a
-    // refund into a closed budget follows the close's choice of where its money goes (budgets).
+    // refund into a closed budget follows the close's choice of where its money goes, and a
+    // payment its budget's end finds unsigned is cancelled (budgets).
     settlement = await startSettlement({
       db,
       logger,
@@ -226,11 +227,14 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       dataDir: options.dataDir,
       pollMs: options.settlementPollMs ?? 1000,
       worker: options.settlementWorker,
-      hooks: settlementLedgerHooks(
-        clock,
-        async (trx, p) => auditSettlement(trx, audit, p, clock(), await payingAgent(trx, p.paymentId)),
-        refundsFollowCloses({ audit }),
-      ),
+      hooks: {
+        ...settlementLedgerHooks(
+          clock,
+          async (trx, p) => auditSettlement(trx, audit, p, clock(), await payingAgent(trx, p.paymentId)),
+          refundsFollowCloses({ audit }),
+        ),
+        stopped: endedBudgetsStopPayments(db),
+      },
     });
     const budgetsStore = createBudgetsStore(db);
     const budgets = createBudgetsService({

@@ -2,6 +2,8 @@ import type { Knex } from "knex";
 import { derivedUuid } from "../../lib/crypto.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AroundRefund, Refund } from "../settlement/ledger.js";
+import type { StopCheck } from "../settlement/store.js";
+import type { Db } from "../db/knex.js";
 import { MAX_AMOUNT } from "./policy.js";
 import type { VaultRecord } from "./records.js";
 import { budgetsStore } from "./stores/budgets.js";
@@ -9,6 +11,11 @@ import { vaultsStore } from "./stores/vaults.js";
 
 /** The audit actor of a movement the settlement worker makes. */
 const ACTOR = "settlement";
+
+/** A payment not yet signed when its budget closed (or was declined) is never paid: settlement cancels it. */
+export function endedBudgetsStopPayments(db: Db): StopCheck {
+  return async (p, trx) => p.vaultId !== null && (await budgetsStore.hasEnded(trx ?? db, p.vaultId));
+}
 
 /**
  * A failed payment's refund follows its budget's close (core/settlement calls this around the

@@ -48,6 +48,9 @@ export interface SignedTransaction {
 /** Runs inside the transaction that changes a payment's status, with the row as it now is. */
 export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, before: SettlementPayment) => Promise<void>;
 
+/** True when a payment must not be paid any more (the room owning its vault says so; read in `trx` when given). */
+export type StopCheck = (payment: SettlementPayment, trx?: Knex.Transaction) => Promise<boolean>;
+
 export interface NewSettlement {
   paymentId: string;
   /** The vault it was paid from (its refund goes back there). */
@@ -112,6 +115,7 @@ export interface TransitionFields {
 
 export type SubmitResult =
   | { kind: "lost" }
+  | { kind: "stopped" }
   | { kind: "underfunded"; availableUnits: bigint }
   | { kind: "no_gas"; neededWei: bigint }
   | { kind: "submitted"; payment: SettlementPayment; signed: SignedTransaction };
@@ -217,7 +221,7 @@ export function createSettlementStore(db: Db) {
       at: Date,
       chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number | bigint): bigint; gasWei: bigint; gasPerTransferWei: bigint },
       sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
-      hook?: TransitionHook,
+      also: { hook?: TransitionHook; stopped?: StopCheck } = {},
     ): Promise<SubmitResult> {
       return db.transaction(async (trx) => {
         const { rows } = await trx.raw(`SELECT nonce FROM settlement_payments WHERE payment_id = ? AND lease_token = ? AND status = 'pending' FOR UPDATE`, [
@@ -226,6 +230,8 @@ export function createSettlementStore(db: Db) {
         ]);
         const row = (rows as { nonce: string | null }[])[0];
         if (!row) return { kind: "lost" } as const;
+        // Under the payment's lock: an end of its budget committed before this is seen, and nothing is signed.
+        if (row.nonce === null && (await also.stopped?.(p, trx))) return { kind: "stopped" } as const;
         await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [
           p.chain,
           p.wallet,
@@ -258,7 +264,7 @@ export function createSettlementStore(db: Db) {
           [nonce, signed.txHash, at, at, p.paymentId],
         );
         const payment = toPayment((updated.rows as Record<string, unknown>[])[0]!);
-        if (hook) await hook(trx, payment, p);
+        if (also.hook) await also.hook(trx, payment, p);
         return { kind: "submitted", payment, signed } as const;
       });
     },

@@ -14,7 +14,7 @@ import {
   settlementUnderfunded,
 } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
-import type { SettlementPayment, SettlementStatus, SettlementStore, TransitionFields, TransitionHook } from "./store.js";
+import type { SettlementPayment, SettlementStatus, SettlementStore, StopCheck, TransitionFields, TransitionHook } from "./store.js";
 
 /** What the books do when a payment's status changes (core/budgets): run in the transaction that changes it. */
 export interface SettlementHooks {
@@ -24,6 +24,8 @@ export interface SettlementHooks {
   failed?: TransitionHook;
   /** A reorg removed the block of a completed transfer: it is submitted again. */
   reorged?: TransitionHook;
+  /** Asked before an unsigned payment is signed: true cancels it (failed, `cancelled`, refunded). */
+  stopped?: StopCheck;
 }
 
 export interface SettlementWorkerOptions {
@@ -114,9 +116,16 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return undefined;
   }
 
-  /** Pending: expired before it had a nonce -> failed; else nonce, sign, store, broadcast. */
+  /** Its budget ended before anything was signed: it fails without asking the node, and is refunded. */
+  async function cancel(p: SettlementPayment): Promise<undefined> {
+    await move(p, "failed", { failureReason: "cancelled" }, hooks.failed);
+    return undefined;
+  }
+
+  /** Pending: expired or cancelled before it had a nonce -> failed; else nonce, sign, store, broadcast. */
   async function pending(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
     if (p.nonce === null && clock() >= p.expiresAt) return expire(p);
+    if (p.nonce === null && (await hooks.stopped?.(p))) return cancel(p);
     // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
     const at = await rail.blockNumber();
     const [balanceUnits, chainNonce, fees, gasWei] = await Promise.all([
@@ -140,9 +149,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       clock(),
       { balanceUnits, chainNonce, unitsOf: centsToUnits, gasWei, gasPerTransferWei: TRANSFER_GAS * fees.maxFeePerGas },
       (nonce) => rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
-      hooks.submitted,
+      { hook: hooks.submitted, stopped: hooks.stopped },
     );
     if (result.kind === "lost") return undefined;
+    if (result.kind === "stopped") return cancel(p);
     if (result.kind === "underfunded") {
       settlementUnderfunded.inc({ chain: p.chain });
       logger.warn(

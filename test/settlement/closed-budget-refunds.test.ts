@@ -61,14 +61,15 @@ describe("refunds into closed budgets (anvil)", function () {
   });
 
   it("closed with keep_funds: the refund stays in the closed budget, listed as stranded; once the owner sweeps, a later refund goes up", async () => {
-    const t = await paidFromBudget(1_000);
-    stack.clock.advance(1_800_000);
+    const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
+    await fund(t.parentToken, t.child.vaultId, 6_000n);
     const later = await payFrom(stack, t.child, 500);
-    await stack.clients.budgets.closeBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, keepFunds: true });
-    stack.clock.advance(1_801_000);
     await anvil.setAutomine(false);
-    await settle(); // the first payment expires unsigned; the later one is signed and sent, not mined
-    expect([await settlementOf(stack, t.paymentId), await settlementOf(stack, later)]).to.deep.equal(["failed:expired", "submitted:null"]);
+    await settle(); // signed and sent, not mined
+    const unsigned = await payFrom(stack, t.child, 1_000);
+    await stack.clients.budgets.closeBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, keepFunds: true });
+    await settle(); // the payment still unsigned at the close is cancelled, never signed
+    expect([await settlementOf(stack, unsigned), await settlementOf(stack, later)]).to.deep.equal(["failed:cancelled", "submitted:null"]);
     expect(await balances(t.owner.vaultId, t.child.vaultId)).to.deep.equal([4_000, 5_500]);
     expect(await strandedVaults(stack)).to.include(t.child.vaultId);
     expect(await refundSweeps(stack, [t.child.vaultId])).to.deep.equal([]);

@@ -156,7 +156,7 @@ export const paymentTools: readonly Tool[] = [
         counterparty: { type: "string" },
         tx_hash: TX_HASH,
         confirmations: { type: "integer", minimum: 0 },
-        failure_reason: { type: ["string", "null"], enum: ["reverted", "dropped", "expired", null] },
+        failure_reason: { type: ["string", "null"], enum: ["reverted", "dropped", "expired", "cancelled", null] },
         created_at: { type: "string", format: "date-time" },
         updated_at: { type: "string", format: "date-time" },
       },

@@ -164,7 +164,7 @@ export type Payment = Message<"vaultgate.budgets.v1.Payment"> & {
   confirmations: number;
 
   /**
-   * Why it failed: reverted, dropped, expired ("" unless FAILED).
+   * Why it failed: reverted, dropped, expired, cancelled ("" unless FAILED).
    *
    * @generated from field: string failure_reason = 12;
    */
@@ -452,7 +452,7 @@ export enum PaymentStatus {
   SUBMITTED = 6,
 
   /**
-   * Reverted, dropped or expired: refunded to the vault, no longer counted toward caps.
+   * Reverted, dropped, expired or cancelled: refunded to the vault, no longer counted toward caps.
    *
    * @generated from enum value: PAYMENT_STATUS_FAILED = 7;
    */
