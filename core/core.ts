@@ -20,7 +20,7 @@ import { createRoutes } from "./routes.js";
 import { registerCoreMetrics, sharedReader } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore, createGrantVaultsStore, payingAgent } from "./budgets/store.js";
-import { endedBudgetsStopPayments, refundsFollowCloses } from "./budgets/refunds.js";
+import { paymentsStopped, refundsFollowCloses } from "./budgets/settlement-rules.js";
 import { createResourcesStore } from "./partners/resources-store.js";
 import { createPartnerTokenVerifier } from "./partners/access-token.js";
 import { createPartnerAccess } from "./partners/access.js";
@@ -216,9 +216,8 @@ export async function createCore(options: CoreOptions): Promise<Core> {
     // One verifier of agent tokens and one of web sessions for every service that takes them.
     const agentTokens = createAccessTokenVerifier({ keyring, issuer: options.issuer, mcpUrl: options.mcpUrl ?? options.issuer, clock });
     const sessions = createSessionVerifier({ db, store: createSignInStore(), clock });
-    // Each settlement status change moves the books and is audited under the paying agent; a
-    // refund into a closed budget follows the close's choice of where its money goes, and a
-    // payment its budget's end finds unsigned is cancelled (budgets).
+    // Each settlement status change moves the books and is audited under the paying agent; budgets
+    // decide where a refund into a closed budget goes, and which unsigned payments are cancelled.
     settlement = await startSettlement({
       db,
       logger,
@@ -233,7 +232,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           async (trx, p) => auditSettlement(trx, audit, p, clock(), await payingAgent(trx, p.paymentId)),
           refundsFollowCloses({ audit }),
         ),
-        stopped: endedBudgetsStopPayments(db),
+        stopped: paymentsStopped(db),
       },
     });
     const budgetsStore = createBudgetsStore(db);

@@ -230,7 +230,7 @@ export function createSettlementStore(db: Db) {
         ]);
         const row = (rows as { nonce: string | null }[])[0];
         if (!row) return { kind: "lost" } as const;
-        // Under the payment's lock: an end of its budget committed before this is seen, and nothing is signed.
+        // Under the payment's lock: a close or revocation committed before this is seen, and nothing is signed.
         if (row.nonce === null && (await also.stopped?.(p, trx))) return { kind: "stopped" } as const;
         await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [
           p.chain,

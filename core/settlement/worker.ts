@@ -116,7 +116,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return undefined;
   }
 
-  /** Its budget ended before anything was signed: it fails without asking the node, and is refunded. */
+  /** Stopped (its budget ended, its grant revoked) before anything was signed: it fails without asking the node, refunded. */
   async function cancel(p: SettlementPayment): Promise<undefined> {
     await move(p, "failed", { failureReason: "cancelled" }, hooks.failed);
     return undefined;

@@ -1,20 +1,33 @@
 import type { Knex } from "knex";
+import type { Db } from "../db/knex.js";
+import { createBudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { derivedUuid } from "../../lib/crypto.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AroundRefund, Refund } from "../settlement/ledger.js";
 import type { StopCheck } from "../settlement/store.js";
-import type { Db } from "../db/knex.js";
 import { MAX_AMOUNT } from "./policy.js";
 import type { VaultRecord } from "./records.js";
 import { budgetsStore } from "./stores/budgets.js";
+import { createPaymentsStore } from "./stores/payments.js";
 import { vaultsStore } from "./stores/vaults.js";
 
 /** The audit actor of a movement the settlement worker makes. */
 const ACTOR = "settlement";
 
-/** A payment not yet signed when its budget closed (or was declined) is never paid: settlement cancels it. */
-export function endedBudgetsStopPayments(db: Db): StopCheck {
-  return async (p, trx) => p.vaultId !== null && (await budgetsStore.hasEnded(trx ?? db, p.vaultId));
+/**
+ * A payment not yet signed is never paid once its budget was closed or declined, or the grant that
+ * made it was revoked (by its owner, the kill switch, its client, a reused refresh token): the
+ * settlement worker cancels it, as a revocation declines the payments still waiting for approval.
+ */
+export function paymentsStopped(db: Db): StopCheck {
+  const payments = createPaymentsStore(db);
+  const grants = createBudgetGrantsStore();
+  return async (p, trx) => {
+    const conn = trx ?? db;
+    if (p.vaultId !== null && (await budgetsStore.hasEnded(conn, p.vaultId))) return true;
+    const made = await payments.findPaymentById(conn, p.paymentId);
+    return made !== undefined && (await grants.findGrant(conn, made.grantId))?.state === "revoked";
+  };
 }
 
 /**
