@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import { type CoreClients, unavailable } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
+import { partnerParserRefusal } from "./partner/parser-refusals.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
@@ -21,6 +22,7 @@ import { observeRequests } from "./shared/observability.js";
 import { limitRequestTime } from "./shared/request-time.js";
 import { trackRouteMethods } from "./shared/route-methods.js";
 import { requestLogController } from "./request-log.js";
+import { clientErrorHandler } from "./shared/client-errors.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -42,6 +44,8 @@ export interface GatewayOptions {
 }
 
 const MCP_PATHS = new Set(MCP_ENDPOINTS.map((e) => e.path));
+const PARTNER_PREFIX = "/api/partner";
+const isPartnerPath = (url: string) => url === PARTNER_PREFIX || url.startsWith(`${PARTNER_PREFIX}/`) || url.startsWith(`${PARTNER_PREFIX}?`);
 
 /** The request line and headers together, in bytes: Node's default, whatever NODE_OPTIONS says. */
 const MAX_HEADER_BYTES = 16 * 1024;
@@ -67,6 +71,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // No path parameter can outgrow the request line, so the router never refuses one for length:
     // each route checks its own parameters (partner routes after the caller's checks, audited).
     routerOptions: { maxParamLength: MAX_HEADER_BYTES },
+    // A request the HTTP parser refuses (headers over the limit, unreadable) still gets a request
+    // id, and on the partner API its envelope.
+    clientErrorHandler: clientErrorHandler(options.logger as FastifyBaseLogger, (target, status, requestId) =>
+      isPartnerPath(target) ? partnerParserRefusal(target.slice(PARTNER_PREFIX.length), status, requestId) : undefined,
+    ),
     // Router refusals (malformed percent-encoding) happen before any plugin:
     // pages get an HTML page, the partner API its envelope, other paths fastify's own JSON.
     frameworkErrors: (err, request, reply) => {
@@ -150,7 +159,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 
   await app.register(wellKnownRoutes, { clients: options.clients });
   await app.register(partnerGateway, {
-    prefix: "/api/partner",
+    prefix: PARTNER_PREFIX,
     clients: options.clients,
     realm: "vaultgate-partner",
   });
@@ -178,8 +187,6 @@ function tooDeepError(): Error {
   delete err.stack;
   return err;
 }
-
-const isPartnerPath = (url: string) => url === "/api/partner" || url.startsWith("/api/partner/") || url.startsWith("/api/partner?");
 
 /** A known path asked with a method it does not answer, with `Allow`; each surface keeps its envelope. */
 function sendMethodNotAllowed(request: FastifyRequest, reply: FastifyReply, allowed: string, pages: boolean): FastifyReply {

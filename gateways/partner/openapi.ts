@@ -30,7 +30,7 @@ const TRANSFER = {
 const requestIdHeader = { "X-Request-Id": { $ref: "#/components/headers/RequestId" } };
 
 const resourceErrors = (...codes: string[]) => Object.fromEntries(codes.map((c) => [c, resp(`E${c}`)]));
-const common = ["400", "401", "403", "429", "500", "503"];
+const common = ["400", "401", "403", "429", "431", "500", "503"];
 
 function json(schema: unknown, description: string, extraHeaders: Record<string, unknown> = {}) {
   return { description, headers: { ...requestIdHeader, ...extraHeaders }, content: { "application/json": { schema } } };
@@ -215,6 +215,7 @@ export function partnerOpenApi(serverUrl: string) {
           ["413", "body_too_large", {}],
           ["415", "unsupported_media_type: a Content-Encoding other than identity", { "Accept-Encoding": { required: true, schema: { const: "identity" } } }],
           ["429", "rate_limited", { "Retry-After": { required: true, schema: { const: "60" } } }],
+          ["431", "request_header_fields_too_large: the request line and headers pass 16 KiB together; the connection is closed", {}],
           ["500", "internal_error", {}],
           ["503", "temporarily_unavailable, auth_unavailable, audit_unavailable or provider_unavailable", {}],
         ].map(([status, description, headers]) => [

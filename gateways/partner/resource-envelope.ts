@@ -16,6 +16,7 @@ export const RESOURCE_ERROR_CODES = [
   "method_not_allowed",
   "kyc_provider_conflict",
   "body_too_large",
+  "request_header_fields_too_large",
   "unsupported_media_type",
   "rate_limited",
   "internal_error",
