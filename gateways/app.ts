@@ -1,12 +1,13 @@
 import { uuidv7 } from "../lib/uuidv7.js";
 import { MCP_ENDPOINTS } from "../lib/vocabulary.js";
-import { STATUS_CODES } from "node:http";
+import { type IncomingMessage, STATUS_CODES } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { type CoreClients, unavailable } from "./core-clients.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
 import { partnerParserRefusal } from "./partner/parser-refusals.js";
+import { escapeMalformedSegments } from "./partner/malformed-path.js";
 import { wellKnownRoutes } from "./wellknown/plugin.js";
 import { jsonrpcGateway } from "./jsonrpc/plugin.js";
 import { oauthGateway } from "./oauth/plugin.js";
@@ -76,8 +77,10 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     clientErrorHandler: clientErrorHandler(options.logger as FastifyBaseLogger, (target, status, requestId) =>
       isPartnerPath(target) ? partnerParserRefusal(target.slice(PARTNER_PREFIX.length), status, requestId) : undefined,
     ),
-    // Router refusals (malformed percent-encoding) happen before any plugin:
-    // pages get an HTML page, the partner API its envelope, other paths fastify's own JSON.
+    // A partner path the router could not decode reaches its route, which refuses it after the caller's checks.
+    rewriteUrl: (req: IncomingMessage) => (isPartnerPath(req.url ?? "") ? escapeMalformedSegments(req) : (req.url ?? "/")),
+    // Router refusals (malformed percent-encoding) happen before any plugin: pages get an HTML
+    // page, the partner API its envelope (should one pass rewriteUrl), other paths fastify's JSON.
     frameworkErrors: (err, request, reply) => {
       if (options.urls && isPagePath(request.url)) return sendBadUrlPage(request, reply);
       if (isPartnerPath(request.url)) return sendResourceError(request, reply.header("x-request-id", request.id), resourceErrorFrom(err));

@@ -9,6 +9,7 @@ import { noteRefusal } from "../request-log.js";
 import { UUID } from "../../lib/uuid.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 import { dropEmptyContentType } from "./content-type.js";
+import { hasMalformedPath, MALFORMED_PATH } from "./malformed-path.js";
 
 /** A NUL or lone surrogate found in a request's query or path, refused with its shape. */
 const badParamText = new WeakMap<FastifyRequest, string>();
@@ -65,7 +66,8 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   });
   // Query and path parameters obey the same text rules as the body, refused in the same place.
   app.addHook("preValidation", (request, _reply, done) => {
-    const badText = findBadText(request.query, "", "the query string") ?? findBadText(request.params, "", "the path");
+    if (hasMalformedPath(request)) badParamText.set(request, MALFORMED_PATH);
+    const badText = badParamText.has(request) ? undefined : (findBadText(request.query, "", "the query string") ?? findBadText(request.params, "", "the path"));
     if (badText) badParamText.set(request, badText.message);
     done();
   });
