@@ -1,28 +1,33 @@
 import type { Db } from "../core/db/knex.js";
+import type { MigrationFailed } from "../core/db/migrate.js";
 import type { Config } from "./config.js";
 
-/** knex's own lines about a failed migration: the CLI says the same in one line of its own. */
-const KNEX_MIGRATION_LINE =
-  /^(Can't take lock to run migrations|If you are sure migrations are not running|migration file "(.+)" failed$|migration failed with error)/;
-
-/** A driver-warning sink that keeps knex's failed-migration lines (and the migration they name) out of the output. */
+/** A driver-warning sink that holds the warnings written during a migration run, and drops them if it fails. */
 export interface MigrationLines {
   warn(line: string): void;
-  /** The migration knex named as failing, once it has. */
-  readonly failed: string | undefined;
+  /** Runs `run`; what knex warned meanwhile goes on only if it succeeds (a failure is the error's one line). */
+  during<T>(run: () => Promise<T>): Promise<T>;
 }
 
-/** Every other driver warning goes on to `forward` (stderr for `migrate`, the log for `serve`). */
+/** Driver warnings go on to `forward` (stderr for `migrate`, the log for `serve`). */
 export function migrationLines(forward: (line: string) => void): MigrationLines {
-  let failed: string | undefined;
+  let held: string[] | undefined;
   return {
     warn(line) {
-      const m = KNEX_MIGRATION_LINE.exec(line);
-      if (!m) forward(line);
-      else if (m[2]) failed = m[2];
+      if (held) held.push(line);
+      else forward(line);
     },
-    get failed() {
-      return failed;
+    async during(run) {
+      const lines: string[] = [];
+      held = lines;
+      try {
+        const result = await run();
+        held = undefined;
+        for (const line of lines) forward(line);
+        return result;
+      } finally {
+        held = undefined;
+      }
     },
   };
 }
@@ -31,9 +36,9 @@ export function migrationLines(forward: (line: string) => void): MigrationLines 
 export async function applyMigrations(db: Db, lines: MigrationLines): Promise<string[]> {
   const { migrateLatest } = await import("../core/db/migrate.js");
   try {
-    return await migrateLatest(db);
+    return await lines.during(() => migrateLatest(db));
   } catch (err) {
-    throw explain(err, lines.failed);
+    throw explain(err);
   }
 }
 
@@ -54,7 +59,7 @@ export async function runMigrate(config: Config): Promise<{ applied: string[] }>
   }
 }
 
-function explain(err: unknown, migration: string | undefined): unknown {
+function explain(err: unknown): unknown {
   if (!(err instanceof Error)) return err;
   if (err.name === "MigrationLocked") {
     return new Error(
@@ -62,9 +67,11 @@ function explain(err: unknown, migration: string | undefined): unknown {
         "release the lock with UPDATE knex_migrations_lock SET is_locked = 0 and run migrate again",
     );
   }
-  if (!migration) return err;
+  if (err.name !== "MigrationFailed") return err;
+  const { migration, cause } = err as MigrationFailed;
+  const message = cause instanceof Error ? cause.message : String(cause);
   // knex prefixes the database's reason with the statement (multi-line SQL): keep the reason.
-  const at = err.message.lastIndexOf(" - ");
-  const reason = at >= 0 ? err.message.slice(at + 3) : err.message;
-  return Object.assign(new Error(`migration ${migration} failed: ${reason.split("\n")[0]}`), { code: (err as { code?: unknown }).code, cause: err });
+  const at = message.lastIndexOf(" - ");
+  const reason = at >= 0 ? message.slice(at + 3) : message;
+  return Object.assign(new Error(`migration ${migration} failed: ${reason.split("\n")[0]}`), { code: (cause as { code?: unknown }).code, cause });
 }

@@ -111,10 +111,31 @@ const migrations: Migration[] = [
   { name: "0052-budget-keeps-funds", ...m0052 },
 ];
 
+/** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */
+export class MigrationFailed extends Error {
+  override readonly name = "MigrationFailed";
+  constructor(
+    readonly migration: string,
+    override readonly cause: unknown,
+  ) {
+    super(`migration ${migration} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
 const source: Knex.MigrationSource<Migration> = {
   getMigrations: async () => migrations,
   getMigrationName: (m) => m.name,
-  getMigration: async (m) => m,
+  // Whatever else a migration states (a config) stays with it.
+  getMigration: async (m) => ({
+    ...m,
+    up: async (knex: Knex) => {
+      try {
+        await m.up(knex);
+      } catch (err) {
+        throw new MigrationFailed(m.name, err);
+      }
+    },
+  }),
 };
 
 // Migrations keep the previous version working, so a replica of it restarting (or rolled back to)
