@@ -1,6 +1,6 @@
 import { BlockList, isIP } from "node:net";
 import { resolve } from "node:path";
-import { parse as parseConnectionString } from "pg-connection-string";
+import { connectionFromUrl } from "../core/db/database-url.js";
 import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-address.js";
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
@@ -264,13 +264,10 @@ function originSetting(env: NodeJS.ProcessEnv, name: string): string {
   return url.origin;
 }
 
-/** What the pg driver can parse, by the driver's own parser (it also reads the sslcert/sslkey/sslrootcert files named). */
+/** What the connection will parse, by the same function (it also reads the sslcert/sslkey/sslrootcert files named). */
 function checkDatabaseUrl(raw: string): void {
   try {
-    // sslmode changes neither validity nor files read; left in, this parser warns about a meaning that is not
-    // the connection's (docs/configuration.md says what sslmode means here).
-    const query = raw.indexOf("?");
-    parseConnectionString(query < 0 ? raw : raw.slice(0, query) + raw.slice(query).replace(/([?&])sslmode=[^&#]*&?/g, "$1"));
+    connectionFromUrl(raw);
   } catch (err) {
     // A file the parser could not read is a Node system error (it names the failed call); a bad URL is not.
     if (typeof (err as { syscall?: unknown }).syscall === "string")

@@ -32,13 +32,16 @@ export function migrationLines(forward: (line: string) => void): MigrationLines 
   };
 }
 
-/** Applies pending migrations on a database opened with `lines.warn`; a failure is one line naming the migration. */
-export async function applyMigrations(db: Db, lines: MigrationLines): Promise<string[]> {
+/**
+ * Applies pending migrations on a database opened with `lines.warn`; a failure is one line naming the
+ * migration, or DATABASE_URL's setting to change when TLS to the server failed (`url`).
+ */
+export async function applyMigrations(db: Db, lines: MigrationLines, url?: string): Promise<string[]> {
   const { migrateLatest } = await import("../core/db/migrate.js");
   try {
     return await lines.during(() => migrateLatest(db));
   } catch (err) {
-    throw explain(err);
+    throw (url && tlsRefused(err, url)) || explain(err);
   }
 }
 
@@ -53,7 +56,7 @@ export async function runMigrate(config: Config): Promise<{ applied: string[] }>
   const lines = migrationLines((line) => process.stderr.write(`${line}\n`));
   const db = await openDatabase(config, lines);
   try {
-    return { applied: await applyMigrations(db, lines) };
+    return { applied: await applyMigrations(db, lines, config.databaseUrl) };
   } finally {
     await db.destroy();
   }
@@ -74,4 +77,45 @@ function explain(err: unknown): unknown {
   const at = message.lastIndexOf(" - ");
   const reason = at >= 0 ? message.slice(at + 3) : message;
   return Object.assign(new Error(`migration ${migration} failed: ${reason.split("\n")[0]}`), { code: (cause as { code?: unknown }).code, cause });
+}
+
+/** The pg driver's error when the server answers the TLS request with "no". */
+export const NO_TLS_MESSAGE = "The server does not support SSL connections";
+/** Node's codes for a server certificate that does not chain to a trusted CA. */
+const UNTRUSTED_CERTIFICATE = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_UNTRUSTED",
+]);
+
+/** A TLS failure to the database, in one line naming DATABASE_URL and what to change in it (else undefined). */
+export function tlsRefused(err: unknown, url: string): Error | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const code = (err as { code?: unknown }).code;
+  const at = `the database server at DATABASE_URL (${databaseAddress(url)})`;
+  if (err.message === NO_TLS_MESSAGE)
+    return new Error(
+      `${at} does not accept TLS: enable ssl on the server, or set sslmode=disable in DATABASE_URL if the connection never leaves a trusted network`,
+    );
+  if (typeof code !== "string") return undefined;
+  if (UNTRUSTED_CERTIFICATE.has(code))
+    return new Error(
+      `${at} presented a certificate that was not verified (${err.message}): name the CA that signed it with sslrootcert=<file> in DATABASE_URL`,
+    );
+  if (code === "ERR_TLS_CERT_ALTNAME_INVALID")
+    return new Error(`${at} presented a certificate for another name (${err.message}): use a host name or address the certificate names in DATABASE_URL`);
+  return undefined;
+}
+
+/** host:port/db of a postgres:// URL, never its credentials. */
+function databaseAddress(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
+  } catch {
+    return "(unparsable URL)";
+  }
 }

@@ -84,7 +84,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       // Migrated here, not by core: a failed migration is one line in our words, as with `vaultgate migrate`.
       const lines = migrationLines((line) => logger.warn(line));
       db = await openDatabase(config, lines, config.databasePoolMax);
-      await applyMigrations(db, lines);
+      await applyMigrations(db, lines, config.databaseUrl);
       core = await createCore({
         db: { instance: db },
         migrate: false,

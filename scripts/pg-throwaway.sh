@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL on 127.0.0.1 for tests and benchmarks: `start [DIR] [PORT]` prints its
+# A throwaway PostgreSQL on loopback (127.0.0.1 and ::1) for tests and benchmarks: `start [DIR] [PORT]` prints its
 # URL, `stop [DIR]` ends it (CONTRIBUTING.md). Durability is off unless PG_DURABLE=1, since tests
 # need no crash safety; as root the cluster belongs to 'postgres' because initdb refuses root.
 set -euo pipefail
@@ -42,6 +42,6 @@ durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 [ "${PG_DURABLE:-}" = "1" ] && durability=""
 if ! as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
-    -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=300 $durability" start >&2
+    -o "-h 127.0.0.1,::1 -p $port -k $dir -c max_connections=300 $durability" start >&2
 fi
 echo "postgres://vaultgate@127.0.0.1:$port/postgres"

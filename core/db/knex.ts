@@ -1,6 +1,7 @@
 import knexFactory, { type Knex } from "knex";
 import ClientPGLite from "knex-pglite";
 import pg from "pg";
+import { connectionFromUrl } from "./database-url.js";
 import { lockEmbeddedDatabase } from "./embedded-lock.js";
 
 // Money is bigint cents and stays within 2^53-1, so int8 parses to number.
@@ -19,6 +20,9 @@ export interface DbOptions {
 
 export type Db = Knex;
 
+/** How knex's warning about a connection it could not open begins. */
+export const ACQUIRE_FAILED = "Acquire connection error:";
+
 /**
  * Opens the database: Postgres when a URL is given, else embedded PGlite. A failed
  * statement's message carries its SQL with placeholders, never its bound values
@@ -27,11 +31,18 @@ export type Db = Knex;
 export function createDb(options: DbOptions): Db {
   // knex prints a failed connection's stack with console.log, into the JSON log stream and CLI output.
   const warn = options.warn ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const log = { warn: (message: unknown) => warn(String(message).split("\n")[0]!) };
+  const log = {
+    warn: (message: unknown) => {
+      const line = String(message).split("\n")[0]!;
+      // The caller gets the same error thrown: its own report of it is the one the operator reads.
+      if (!line.startsWith(ACQUIRE_FAILED)) warn(line);
+    },
+  };
   if (options.url) {
     return knexFactory({
       client: "pg",
-      connection: options.url,
+      // Parsed here, not by knex: its bundled parser keeps an IPv6 host's brackets.
+      connection: connectionFromUrl(options.url) as Knex.PgConnectionConfig,
       pool: { min: 0, max: options.poolMax ?? 20 },
       compileSqlOnError: false,
       log,

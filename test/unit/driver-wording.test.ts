@@ -1,12 +1,15 @@
+import { once } from "node:events";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import type { Knex } from "knex";
+import knexFactory, { type Knex } from "knex";
 import { parse } from "pg-connection-string";
 import { ConfigError, loadConfig } from "../../cli/config.js";
-import { applyMigrations, migrationLines } from "../../cli/migrate.js";
-import { createDb } from "../../core/db/knex.js";
+import { connectionFromUrl } from "../../core/db/database-url.js";
+import { applyMigrations, migrationLines, NO_TLS_MESSAGE, tlsRefused } from "../../cli/migrate.js";
+import { ACQUIRE_FAILED, createDb } from "../../core/db/knex.js";
 import { createScratchDatabase } from "../support/db.js";
 import { thrownBy, thrownNow } from "../support/refusals.js";
 
@@ -107,7 +110,45 @@ describe("knex's and pg's failures, as the CLI reads them", function () {
     expect(res.err).to.equal(undefined);
     expect(res.forwarded).to.deep.equal(["migration 0001-sync did not return a promise"]);
   });
+
+  it("a connection that cannot be opened: knex warns with the prefix createDb drops, and createDb's sink gets nothing", async () => {
+    const port = await freePort();
+    const url = `postgres://ops:secret-pw@127.0.0.1:${port}/vaultgate`;
+    const written: string[] = [];
+    const plain = knexFactory({ client: "pg", connection: url, pool: { min: 0, max: 1 }, log: { warn: (m: string) => written.push(m) } });
+    await thrownBy(plain.raw("select 1")).finally(() => plain.destroy());
+    expect(written.map((m) => m.slice(0, ACQUIRE_FAILED.length))).to.deep.equal([ACQUIRE_FAILED]);
+    const sunk: string[] = [];
+    const db = createDb({ url, warn: (line) => sunk.push(line) });
+    await thrownBy(db.raw("select 1")).finally(() => db.destroy());
+    expect(sunk).to.deep.equal([]);
+  });
+
+  it("a server that answers the TLS request with no: pg's error is the message the CLI explains", async () => {
+    const server = createServer((socket) => socket.once("data", () => socket.end("N")));
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    const url = `postgres://ops@127.0.0.1:${(server.address() as AddressInfo).port}/vaultgate?sslmode=require`;
+    const db = createDb({ url, warn: () => {} });
+    try {
+      const err = (await thrownBy(db.raw("select 1"))) as Error;
+      expect(err.message).to.equal(NO_TLS_MESSAGE);
+      expect(tlsRefused(err, url)?.message).to.match(/^the database server at DATABASE_URL \(127\.0\.0\.1:\d+\/vaultgate\) does not accept TLS: /);
+    } finally {
+      await db.destroy();
+      server.close();
+    }
+  });
 });
+
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  await once(server, "close");
+  return port;
+}
 
 /** DATABASE_URL's check tells an unreadable ssl file from a bad URL by the installed pg-connection-string's errors. */
 describe("pg-connection-string's errors, as DATABASE_URL's check classifies them", () => {
@@ -165,5 +206,40 @@ describe("pg-connection-string's errors, as DATABASE_URL's check classifies them
       const url = `${base}?sslmode=${mode}&sslrootcert=${join(dir, "file.pem")}&sslcert=${join(dir, "file.pem")}&sslkey=${join(dir, "file.pem")}`;
       expect(loadConfig({ DATABASE_URL: url, DATA_DIR: dir }).databaseUrl).to.equal(url);
     }
+  });
+});
+
+/** The driver's settings DATABASE_URL gives: the installed parser's, except sslmode, whose meaning is ours. */
+describe("DATABASE_URL read for the driver (connectionFromUrl)", () => {
+  const base = "postgres://ops:secret-pw@db.internal:5432/vaultgate";
+
+  it("an IPv6 literal host loses its brackets; ?host= still wins", () => {
+    expect(connectionFromUrl("postgres://ops@[::1]:5433/vaultgate")).to.include({ host: "::1", port: "5433", database: "vaultgate" });
+    expect(connectionFromUrl("postgres://ops@[fd00::2]/vaultgate?host=10.0.0.1").host).to.equal("10.0.0.1");
+  });
+
+  it("sslmode as docs/configuration.md says, with no warning, whatever uselibpqcompat says", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on("warning", onWarning);
+    try {
+      for (const mode of ["prefer", "require", "verify-ca", "verify-full", "allow"]) {
+        for (const extra of ["", "&uselibpqcompat=true"]) expect(connectionFromUrl(`${base}?sslmode=${mode}${extra}`).ssl, mode).to.deep.equal({});
+      }
+      expect(connectionFromUrl(`${base}?sslmode=no-verify`).ssl).to.deep.equal({ rejectUnauthorized: false });
+      expect(connectionFromUrl(`${base}?ssl=true&sslmode=disable`).ssl).to.equal(false);
+      // Keys are read as the URL's query is: percent-encoded, and the last one given wins.
+      expect(connectionFromUrl(`${base}?ssl%6Dode=disable&sslmode=require#x`).ssl).to.deep.equal({});
+      expect(connectionFromUrl(`${base}?sslmode=require&ssl%6Dode=disable`).ssl).to.equal(false);
+      expect(connectionFromUrl(`${base}?sslmode=&application_name=vg`))
+        .to.include({ application_name: "vg" })
+        .and.not.have.property("ssl");
+      expect(connectionFromUrl(base)).to.not.have.property("ssl");
+      // A process warning is emitted on a later tick.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off("warning", onWarning);
+    }
+    expect(warnings).to.deep.equal([]);
   });
 });
