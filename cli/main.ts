@@ -6,6 +6,7 @@ import { FailingAnswer, UsageError, type CommandContext } from "./commands/types
 import type { Config } from "./config.js";
 import type { Role } from "./serve.js";
 import { outputFormat, print } from "./output.js";
+import { databaseAddress } from "./migrate.js";
 
 // Only node built-ins and the command table load up front: each command imports what it
 // needs (the RPC stack, the database, the gateways) when it runs, so help and --version
@@ -340,16 +341,6 @@ function loginRefused(err: unknown, config: Config): unknown {
   const code = (err as { code?: unknown }).code;
   if (!config.databaseUrl || typeof code !== "string" || !(code.startsWith("28") || code === "3D000")) return err;
   return new Error(`the database server at DATABASE_URL (${databaseAddress(config.databaseUrl)}) refused the login: ${(err as Error).message.split("\n")[0]}`);
-}
-
-/** host:port/db of a postgres:// URL, never its credentials. */
-function databaseAddress(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
-  } catch {
-    return "(unparsable URL)";
-  }
 }
 
 let cachedVersion: string | undefined;

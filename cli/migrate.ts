@@ -111,7 +111,7 @@ export function tlsRefused(err: unknown, url: string): Error | undefined {
 }
 
 /** host:port/db of a postgres:// URL, never its credentials. */
-function databaseAddress(url: string): string {
+export function databaseAddress(url: string): string {
   try {
     const u = new URL(url);
     return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
