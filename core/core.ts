@@ -316,6 +316,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         partners: createPartnersStore(db),
         users: createUsersStore(),
         signIn: createSignInStore(),
+        mail: mailer,
         resources,
         outbox,
         audit,

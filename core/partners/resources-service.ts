@@ -9,6 +9,7 @@ import type { PartnersStore } from "./store.js";
 import type { ResourcesStore } from "./resources-store.js";
 import type { UsersStore } from "../identity/users-store.js";
 import type { SignInStore } from "../identity/signin-store.js";
+import type { Mailer } from "../identity/mail/mailer.js";
 import type { KycProvider } from "./kyc-providers.js";
 import type { OutboxStore } from "./webhooks/outbox-store.js";
 import type { SecretBox } from "./webhooks/signing.js";
@@ -24,6 +25,8 @@ export interface PartnerResourcesDeps {
   partners: PartnersStore;
   users: UsersStore;
   signIn: SignInStore;
+  /** Unsent code mails are dropped when an account change ends the user's sign-ins. */
+  mail: Pick<Mailer, "withdrawCodes">;
   resources: ResourcesStore;
   outbox: OutboxStore;
   audit: AuditStore;

@@ -7,19 +7,18 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
 import { fail } from "../errors.js";
 import type { UsersStore } from "../identity/users-store.js";
-import type { SignInStore } from "../identity/signin-store.js";
+import { endSignIns, type EndSignInsDeps } from "../identity/account-changes.js";
 import { adminChange, lockUser, type AdminChangeDeps } from "./resources-changes.js";
 
 /** What PartnerResourcesService.SetUserEmail needs. */
-export interface SetUserEmailDeps extends AdminChangeDeps {
+export interface SetUserEmailDeps extends AdminChangeDeps, EndSignInsDeps {
   users: Pick<UsersStore, "lockUser" | "setEmail">;
-  signIn: Pick<SignInStore, "retireUserCodes" | "endUserSessions">;
 }
 
 /**
  * Gives a user a new address under the current rule, unique in any case or spelling. Codes mailed
- * to the old address stop working and the user's web sessions end: a change of address is when
- * the old mailbox may be someone else's. The audit row names the user, not the addresses.
+ * to the old address stop working, unsent ones are dropped, and the user's web sessions end: the
+ * old mailbox may be someone else's. The audit row names the user, not the addresses.
  */
 export async function setUserEmail(
   deps: SetUserEmailDeps,
@@ -32,9 +31,7 @@ export async function setUserEmail(
     const changed = await deps.users.setEmail(trx, id, email, storedEmailSpellings(email));
     if (changed === "taken") fail(Reason.INVALID_REQUEST, "another user already has this e-mail address");
     if (changed.previous === email) return { userId: id, email, previousEmail: email, sessionsEnded: 0 };
-    const now = deps.clock();
-    await deps.signIn.retireUserCodes(trx, id, now);
-    const sessionsEnded = await deps.signIn.endUserSessions(trx, id, now);
+    const sessionsEnded = await endSignIns(deps, trx, { id, email: changed.previous }, deps.clock());
     return { userId: id, email, previousEmail: changed.previous, sessionsEnded };
   });
 }

@@ -29,6 +29,7 @@ import type { ResourcesStore } from "./resources-store.js";
 import { checkConsentScopes } from "./resources-wire.js";
 import { adminChange, lockUser, type AdminChangeDeps, type LockUserDeps } from "./resources-changes.js";
 import { ensureUserAccount } from "../budgets/user-accounts.js";
+import { endSignIns, type EndSignInsDeps } from "../identity/account-changes.js";
 import { CONSENT_EVENT_TYPES, type OutboxStore } from "./webhooks/outbox-store.js";
 
 /** What PartnerResourcesService.AuthorizePartner needs. */
@@ -48,8 +49,8 @@ export interface PreCreateUserDeps {
 }
 
 /** What PartnerResourcesService.SetUserStatus needs. */
-export interface SetUserStatusDeps extends AdminChangeDeps {
-  users: Pick<UsersStore, "lockUser" | "setUserStatus">;
+export interface SetUserStatusDeps extends AdminChangeDeps, EndSignInsDeps {
+  users: Pick<UsersStore, "lockUser" | "setUserStatus" | "findById">;
   outbox: Pick<OutboxStore, "dropUserEvents">;
 }
 
@@ -130,8 +131,12 @@ export async function setUserStatus(
   await adminChange(deps, ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
     const { id } = await lockUser(deps, trx, req.userId);
     await deps.users.setUserStatus(trx, id, req.status as "active" | "inactive");
+    if (req.status !== "inactive") return;
     // A deactivated user's data stops flowing: what waits or sits in a feed goes (emitters wait on the row lock).
-    if (req.status === "inactive") await deps.outbox.dropUserEvents(trx, id);
+    await deps.outbox.dropUserEvents(trx, id);
+    // Ended, not merely refused while inactive: a reactivation must not bring back what was open before.
+    const { email } = (await deps.users.findById(trx, id))!;
+    await endSignIns(deps, trx, { id, email }, deps.clock());
   });
   return { userId: req.userId, status: req.status };
 }

@@ -8,6 +8,8 @@ export interface Mailer {
   readonly mode: "smtp" | "dev";
   /** Queues a message in the caller's transaction: it is sent only if that commits. */
   queue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string>;
+  /** Drops the unsent code messages to these addresses in the caller's transaction (the dev outbox sends nothing and keeps its rows). */
+  withdrawCodes(conn: Knex | Knex.Transaction, to: string[]): Promise<number>;
   /** The SMTP outbox (undefined in dev mode), for the sender worker. */
   readonly outbox: MailOutboxStore | undefined;
   /** One line for the startup log saying where mail goes. */
@@ -27,6 +29,7 @@ export function createMailer(deps: { db: Db; signinCodeKey: Buffer; smtp?: SmtpS
       mode: "smtp",
       outbox,
       queue: (conn, m) => outbox.enqueue(conn, m),
+      withdrawCodes: (conn, to) => outbox.withdrawCodes(conn, to),
       describe: () => `mail: sign-in codes and notices are sent by SMTP through ${host} from a durable outbox`,
     };
   }
@@ -35,6 +38,7 @@ export function createMailer(deps: { db: Db; signinCodeKey: Buffer; smtp?: SmtpS
     mode: "dev",
     outbox: undefined,
     queue: (conn, m) => dev.enqueue(conn, m),
+    withdrawCodes: async () => 0,
     describe: () => "mail: SMTP_URL is not set; sign-in codes and notices stay in the dev outbox (`vaultgate dev outbox`) and reach nobody's inbox",
   };
 }

@@ -120,6 +120,17 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
       return (res.rows ?? []).length === 1;
     },
 
+    /**
+     * Deletes the unsent one-time code messages to any of `recipients`, in the caller's transaction;
+     * notices stay. A message a sender is handing to the server already may still arrive.
+     */
+    async withdrawCodes(conn: Knex | Knex.Transaction, recipients: string[]): Promise<number> {
+      const res = await conn.raw(`DELETE FROM mail_outbox WHERE state = 'pending' AND expires_at IS NOT NULL AND recipient = ANY(?::text[]) RETURNING seq`, [
+        recipients,
+      ]);
+      return (res.rows ?? []).length;
+    },
+
     /** How many messages wait (for /readyz-like checks and tests). */
     async pending(): Promise<number> {
       const row = await db("mail_outbox").where({ state: "pending" }).count<{ n: number }[]>({ n: "*" }).first();
