@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { canonicalEmail } from "../../lib/email.js";
+import { storedEmailSpellings } from "../../lib/email.js";
 import * as client from "openid-client";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
@@ -128,12 +128,15 @@ export function createOidcSignin(deps: OidcDeps) {
     );
   }
 
-  /** The user a subject not yet linked is linked to: the one with the address the provider says it verified. */
+  /**
+   * The user a subject not yet linked is linked to: the one with the address the provider says it
+   * verified, also as stored before the current address rule (most exact spelling first, as the operator's lookup).
+   */
   async function userOfVerifiedEmail(claims: client.IDToken): Promise<{ userId?: string; why: string }> {
     if (claims.email_verified !== true) return { why: "first sign-in without a verified e-mail address" };
-    const email = typeof claims.email === "string" ? canonicalEmail(claims.email) : undefined;
-    if (!email) return { why: "first sign-in without an e-mail address" };
-    const user = await users.findByEmail(db, email);
+    const spellings = typeof claims.email === "string" ? storedEmailSpellings(claims.email) : [];
+    if (spellings.length === 0) return { why: "first sign-in without an e-mail address" };
+    const user = await users.findByStoredEmail(db, spellings);
     return user ? { userId: user.id, why: "" } : { why: "no account for the provider's e-mail address" };
   }
 

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
@@ -49,6 +50,34 @@ describe("GrantsService provider sign-in RPCs", () => {
       await idp.setLogin({ acr: "urn:idp:pwd", amr: ["pwd"] });
     }
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.stepUpFresh).to.equal(true);
+  });
+
+  it("finds a user stored under an earlier spelling of the provider's address, the most exact spelling first", async () => {
+    const signInAs = async (email: string) => {
+      const sub = `spell-${randomUUID().slice(0, 8)}`;
+      await idp.addAccount({ sub, email, email_verified: true });
+      const start = await stack.clients.grants.startProviderSignIn({});
+      const done = await stack.clients.grants.completeProviderSignIn({
+        callbackUrl: await idp.signIn(start.authorizationUrl, sub),
+        flowSecret: start.flowSecret,
+      });
+      return (await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId;
+    };
+    const legacyUser = async (email: string) => {
+      const id = randomUUID();
+      await stack.core.db("users").insert({ id, email, status: "active", created_at: new Date() });
+      return id;
+    };
+    // Stored before the current address rule, which refuses it.
+    const broken = `a..${randomUUID().slice(0, 8)}@example.com`;
+    const brokenUser = await legacyUser(broken);
+    expect(await signInAs(broken.toUpperCase())).to.equal(brokenUser);
+    // The same mailbox in two spellings, two users (the upgrade left the older row alone): each finds its own.
+    const local = `spell-${randomUUID().slice(0, 8)}`;
+    const ascii = await legacyUser(`${local}@xn--bcher-kva.de`);
+    const unicode = await legacyUser(`${local}@bücher.de`);
+    expect(await signInAs(`${local}@XN--BCHER-KVA.DE`)).to.equal(ascii);
+    expect(await signInAs(`${local}@BÜCHER.de`)).to.equal(unicode);
   });
 
   it("a provider sign-in ends the session the browser held before and marks the browser", async () => {
