@@ -127,6 +127,11 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   const expiresAt = new Date(now.getTime() + OTP_TTL_MS);
   await deps.db
     .transaction(async (trx) => {
+      if (userId) {
+        // A deactivation or new address committed since the user was read retired its codes: this one is not sent either.
+        const held = await deps.users.holdUser(trx, userId);
+        if (held?.status !== "active" || (canonicalEmail(held.email) ?? held.email) !== email) userId = null;
+      }
       await deps.store.insertChallenge(trx, {
         id,
         userId,

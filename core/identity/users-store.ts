@@ -99,6 +99,12 @@ export function createUsersStore() {
       return (rows as { status: UserRecord["status"] }[])[0]?.status;
     },
 
+    /** The user's status and address, held FOR SHARE until the transaction ends: an operator's change waits for the caller or is seen by it. */
+    async holdUser(trx: Knex.Transaction, userId: string): Promise<{ status: UserRecord["status"]; email: string } | undefined> {
+      const { rows } = await trx.raw(`SELECT status, email FROM users WHERE id = ?::uuid FOR SHARE`, [userId]);
+      return (rows as { status: UserRecord["status"]; email: string }[])[0];
+    },
+
     /** Locks those of `userIds` that exist FOR KEY SHARE, in id order, until the transaction ends: lockUser waits for the caller. */
     async holdUsers(trx: Knex.Transaction, userIds: string[]): Promise<void> {
       await trx.raw(`SELECT 1 FROM users WHERE id = ANY(?::uuid[]) ORDER BY id FOR KEY SHARE`, [userIds]);

@@ -3,6 +3,7 @@ import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
 import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
+import { requirePostgres } from "../../support/db.js";
 
 /**
  * An operator's change to an account, with mail sent by SMTP (the test's server): code mails still
@@ -64,6 +65,38 @@ describe("account changes and the mail outbox", () => {
     const done = await stack.clients.grants.completeSignIn({ challengeId: started.challengeId, code });
     expect(done.sessionToken).to.match(/^vgs_/);
   });
+
+  it("PostgreSQL only: a code asked for just before the change commits is not sent, whichever change it was", async function () {
+    requirePostgres(this, "a sign-in held mid-way needs a second connection");
+    for (const change of ["deactivate", "new address"] as const) {
+      const user = await createUser(stack);
+      // The sign-in has read the user and waits on its send limit's row, which this transaction holds.
+      const hold = await stack.core.db.transaction();
+      await hold.raw(`INSERT INTO rate_limit_logs (key, hits, allowed, expires_at) VALUES (?, '{}', true, now() + interval '1 hour')`, [
+        `otp-send-gap:sign_in:${user.email}`,
+      ]);
+      const started = stack.clients.grants.startSignIn({ email: user.email });
+      await waitForLockWait("rate_limit_logs");
+      if (change === "deactivate") await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
+      else await stack.admin.partnerResources.setUserEmail({ userId: user.userId, email: `moved-${randomUUID().slice(0, 8)}@example.com` });
+      await hold.commit();
+      await started;
+      if (change === "deactivate") await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "active" });
+      await sendMail();
+      expect(smtp.to(user.email), change).to.have.length(0);
+    }
+  });
+
+  /** Resolves once a statement on `table` waits for a lock. */
+  async function waitForLockWait(table: string) {
+    for (;;) {
+      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?`, [
+        `%${table}%`,
+      ]);
+      if ((rows as { n: number }[])[0]!.n > 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
 
   it("another user's queued code is not touched", async () => {
     const [a, b] = [await createUser(stack), await createUser(stack)];
