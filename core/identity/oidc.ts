@@ -305,11 +305,13 @@ export function createOidcSignin(deps: OidcDeps) {
       if (user?.status !== "active") return refuse(facts, purpose, "account not active", `user:${userId}`);
       const token = await db.transaction(async (trx) => {
         // The user row before the link, in every sign-in: first and later sign-ins of one person lock in one order.
-        await users.lockUser(trx, userId);
+        // Its status is read again under the lock: a deactivation that committed meanwhile has ended the user's sessions.
+        if ((await users.lockUser(trx, userId))?.status !== "active") return "inactive";
         if (!(await linkOrTouch(trx, facts, { userId, iss, sub, email: claims.email, linkNew, at: now }))) return undefined;
         await audit(trx, facts, { actor: `user:${userId}`, action: "web.sign_in", subject: "oidc", outcome: "success" });
         return openSession(sessionsStore, trx, userId, now, deps.sessionTtlMs, input.replaces);
       });
+      if (token === "inactive") return refuse(facts, purpose, "account not active", `user:${userId}`);
       if (token === undefined) return refuse(facts, purpose, "the account is linked to another subject of this provider", `user:${userId}`);
       return { purpose, userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },

@@ -4,6 +4,7 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
 import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
 import { requirePostgres } from "../../support/db.js";
+import { lockWaits } from "../../support/lock-waits.js";
 
 /**
  * An operator's change to an account, with mail sent by SMTP (the test's server): code mails still
@@ -76,7 +77,7 @@ describe("account changes and the mail outbox", () => {
         `otp-send-gap:sign_in:${user.email}`,
       ]);
       const started = stack.clients.grants.startSignIn({ email: user.email });
-      await waitForLockWait("rate_limit_logs");
+      await lockWaits(stack.core.db, "rate_limit_logs");
       if (change === "deactivate") await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
       else await stack.admin.partnerResources.setUserEmail({ userId: user.userId, email: `moved-${randomUUID().slice(0, 8)}@example.com` });
       await hold.commit();
@@ -86,17 +87,6 @@ describe("account changes and the mail outbox", () => {
       expect(smtp.to(user.email), change).to.have.length(0);
     }
   });
-
-  /** Resolves once a statement on `table` waits for a lock. */
-  async function waitForLockWait(table: string) {
-    for (;;) {
-      const { rows } = await stack.core.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?`, [
-        `%${table}%`,
-      ]);
-      if ((rows as { n: number }[])[0]!.n > 0) return;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  }
 
   it("another user's queued code is not touched", async () => {
     const [a, b] = [await createUser(stack), await createUser(stack)];

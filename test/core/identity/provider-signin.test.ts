@@ -4,6 +4,8 @@ import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { expectRefused } from "../../support/refusals.js";
+import { requirePostgres } from "../../support/db.js";
+import { lockWaits } from "../../support/lock-waits.js";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 
 const APP = "http://app.vaultgate.test";
@@ -78,6 +80,27 @@ describe("GrantsService provider sign-in RPCs", () => {
     const unicode = await legacyUser(`${local}@bücher.de`);
     expect(await signInAs(`${local}@XN--BCHER-KVA.DE`)).to.equal(ascii);
     expect(await signInAs(`${local}@BÜCHER.de`)).to.equal(unicode);
+  });
+
+  it("PostgreSQL only: a sign-in that read the user just before a deactivation committed is refused, not revived by a reactivation", async function () {
+    requirePostgres(this, "a sign-in held mid-way needs a second connection");
+    const user = await createUser(stack);
+    const sub = `race-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const start = await stack.clients.grants.startProviderSignIn({});
+    const callbackUrl = await idp.signIn(start.authorizationUrl, sub);
+    // The deactivation waits on the user row first, then the sign-in, which has read the user active.
+    const hold = await stack.core.db.transaction();
+    await hold.raw(`SELECT 1 FROM users WHERE id = ? FOR UPDATE`, [user.userId]);
+    const deactivated = stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
+    await lockWaits(stack.core.db, "users", 1);
+    const completed = stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret });
+    await lockWaits(stack.core.db, "users", 2);
+    await hold.commit();
+    await deactivated;
+    await expectRefused(completed, Reason.ACCESS_DENIED);
+    await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "active" });
+    expect(await stack.core.db("web_sessions").where({ user_id: user.userId }).whereNull("ended_at")).to.have.length(0);
   });
 
   it("a provider sign-in ends the session the browser held before and marks the browser", async () => {
