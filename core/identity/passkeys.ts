@@ -300,9 +300,12 @@ export function createPasskeys(deps: PasskeyDeps) {
         return { purpose, userId: key.userId };
       }
       const token = await db.transaction(async (trx) => {
+        // Read again, held: a deactivation that committed since the read above has ended the user's sessions.
+        if ((await users.holdUserStatus(trx, key.userId)) !== "active") return undefined;
         await audit(trx, facts, { actor, action: "web.sign_in", subject: "passkey", outcome: "success" });
         return openSession(sessionsStore, trx, key.userId, now, deps.sessionTtlMs, input.replaces);
       });
+      if (token === undefined) return refuse("account not active", actor);
       return { purpose, userId: key.userId, sessionToken: token, expiresIn: Math.floor(deps.sessionTtlMs / 1000) };
     },
 

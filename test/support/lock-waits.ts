@@ -1,8 +1,8 @@
 import type { Db } from "../../core/db/knex.js";
 
 /**
- * Resolves once at least `count` statements naming `table` wait for a lock (PostgreSQL): how a
- * test knows the calls it started reached the row it holds, without timing them.
+ * Resolves once at least `count` statements naming `table` ("" for any) wait for a lock (PostgreSQL):
+ * how a test knows the calls it started reached the row it holds, without timing them.
  */
 export async function lockWaits(db: Db, table: string, count = 1): Promise<void> {
   for (;;) {
