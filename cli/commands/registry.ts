@@ -78,7 +78,7 @@ export const COMMANDS: CommandSpec[] = [
       },
       {
         name: "set-status",
-        summary: "activate or deactivate a user",
+        summary: "activate or deactivate a user; deactivating ends their web sessions and unused codes",
         admin: true,
         args: ["USER_ID", "active|inactive"],
         examples: ["vaultgate user set-status 6f1c... inactive"],
