@@ -94,11 +94,12 @@ describe("GrantsService provider sign-in RPCs", () => {
     await hold.raw(`SELECT 1 FROM users WHERE id = ? FOR UPDATE`, [user.userId]);
     const deactivated = stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
     await lockWaits(stack.core.db, "users", 1);
-    const completed = stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret });
+    // Checked from the start: its refusal arrives while the test awaits the deactivation.
+    const completed = expectRefused(stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret }), Reason.ACCESS_DENIED);
     await lockWaits(stack.core.db, "users", 2);
     await hold.commit();
     await deactivated;
-    await expectRefused(completed, Reason.ACCESS_DENIED);
+    await completed;
     await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "active" });
     expect(await stack.core.db("web_sessions").where({ user_id: user.userId }).whereNull("ended_at")).to.have.length(0);
   });
