@@ -5,6 +5,7 @@ import { expect } from "chai";
 import { makeTestCerts, type TestCerts } from "../support/certs.js";
 import { createScratchDatabase, requirePostgres } from "../support/db.js";
 import { runCli, tempDataDir } from "../support/process.js";
+import { freePort } from "../support/ports.js";
 
 /** A PostgreSQL server's first answer to the driver's TLS request: "N" (no TLS), or "S" and a handshake with `certs`. */
 async function tlsAnswering(host: string, certs?: TestCerts): Promise<Server & { port: number }> {
@@ -20,15 +21,6 @@ async function tlsAnswering(host: string, certs?: TestCerts): Promise<Server & {
   server.listen(0, host);
   await once(server, "listening");
   return Object.assign(server, { port: (server.address() as AddressInfo).port });
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, "close");
-  return port;
 }
 
 /** `command` with DATABASE_URL `url` in a fresh DATA_DIR. */

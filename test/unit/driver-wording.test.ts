@@ -12,6 +12,7 @@ import { applyMigrations, migrationLines, NO_TLS_MESSAGE, tlsRefused } from "../
 import { ACQUIRE_FAILED, createDb } from "../../core/db/knex.js";
 import { createScratchDatabase } from "../support/db.js";
 import { thrownBy, thrownNow } from "../support/refusals.js";
+import { freePort } from "../support/ports.js";
 
 type Step = { name: string; up(knex: Knex): unknown };
 
@@ -140,15 +141,6 @@ describe("knex's and pg's failures, as the CLI reads them", function () {
     }
   });
 });
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 /** DATABASE_URL's check tells an unreadable ssl file from a bad URL by the installed pg-connection-string's errors. */
 describe("pg-connection-string's errors, as DATABASE_URL's check classifies them", () => {
