@@ -1,21 +1,9 @@
-import net from "node:net";
 import { expect } from "chai";
+import { rawExchange } from "../support/raw-http.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
 /** Writes `head` and then nothing more, and returns all the server sends until it closes the connection. */
-function stall(url: string, head: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), hostname, () => socket.write(head));
-    let answer = "";
-    socket.setEncoding("utf8");
-    socket.on("data", (chunk: string) => {
-      answer += chunk;
-    });
-    socket.on("error", reject);
-    socket.on("close", () => resolve(answer));
-  });
-}
+const stall = (url: string, head: string) => rawExchange(url, head, "utf8");
 
 /**
  * A client that starts a request and never finishes it (slowloris) must not hold a

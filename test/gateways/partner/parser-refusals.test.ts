@@ -1,5 +1,5 @@
-import net from "node:net";
 import { expect } from "chai";
+import { rawExchange } from "../../support/raw-http.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { api } from "../../support/resources.js";
 import { partnerWithPayee } from "../../support/treasury.js";
@@ -8,19 +8,7 @@ import { loadOpenApi } from "../../support/openapi.js";
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** Sends `request` on a fresh connection and returns all the server sends until the connection closes. */
-function exchange(url: string, request: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), hostname, () => socket.write(request));
-    let answer = "";
-    socket.setEncoding("latin1");
-    socket.on("data", (chunk: string) => {
-      answer += chunk;
-    });
-    socket.on("error", reject);
-    socket.on("close", () => resolve(answer));
-  });
-}
+const exchange = (url: string, request: string) => rawExchange(url, request);
 
 /** A raw HTTP/1.1 answer: status, lower-cased headers and body. */
 function parse(answer: string) {
