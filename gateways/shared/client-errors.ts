@@ -75,6 +75,8 @@ export function clientErrorHandler(
       `x-request-id: ${requestId}`,
       "x-content-type-options: nosniff",
       "cache-control: no-store",
+      // What a token endpoint's answers carry too (RFC 6749 5.1); harmless on any other.
+      "pragma: no-cache",
       "connection: close",
     ];
     socket.end(`${head.join("\r\n")}\r\n\r\n${answer.body}`);

@@ -69,6 +69,8 @@ describe("partner API: requests the HTTP parser refuses (raw sockets, real port)
     expect(res.status).to.equal(431);
     expect(res.headers["x-request-id"]).to.match(UUID_RE);
     expect(res.body).to.deep.equal({ error: "invalid_request", error_description: "the request line and headers are over the server's 16 KiB limit" });
+    // As every answer of a token endpoint (RFC 6749 5.1).
+    expect([res.headers["cache-control"], res.headers.pragma]).to.deep.equal(["no-store", "no-cache"]);
   });
 
   it("a request line the parser cannot read on a partner path: 400 invalid_request in the envelope, with a request id", async () => {
