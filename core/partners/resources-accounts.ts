@@ -71,6 +71,7 @@ export async function listWallets(
     scope: "wallet:read",
     auditRead: true,
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   const wallets = await deps.resources.listWallets(deps.db, req.userId);
   return { userId: req.userId, wallets };
@@ -89,6 +90,7 @@ export async function getUsAccount(
     scope: "us_account:read",
     auditRead: true,
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   const account = await deps.resources.getUsAccount(deps.db, req.userId);
   return usAccountOut(req.userId, account);
@@ -106,6 +108,7 @@ export async function listTransfers(
     userId: req.userId,
     scope: "transfers:read",
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   const binding = `t:${principal.partnerId}:${req.userId}`;
   const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "transfers.read", req.userId, async () => position(deps, req.page, binding));

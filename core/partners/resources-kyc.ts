@@ -61,6 +61,7 @@ export async function getKycStatus(
     auditRead: true,
     withKyc: true,
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   return kycOut(principal.kyc ?? { userId: req.userId, status: "not_started", provider: null, updatedAt: principal.userCreatedAt ?? deps.clock() });
 }

@@ -35,7 +35,12 @@ export async function listEvents(
   req: ListEventsRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ListEventsResponseSchema>> {
-  const principal = await deps.access.authorize(ctx, { token: req.accessToken, operation: "events.read", requestProblem: req.requestProblem });
+  const principal = await deps.access.authorize(ctx, {
+    token: req.accessToken,
+    operation: "events.read",
+    requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
+  });
   const binding = `e:${principal.partnerId}`;
   const { after, limit } = await deps.access.refusalsAudited(ctx, principal, "events.read", "", async () => position(deps, req.page, binding));
   const rows = await deps.outbox.list(deps.db, principal.partnerId, eventTypesFor(principal.tokenScopes), after, limit + 1);

@@ -60,6 +60,7 @@ export async function getPayout(deps: GetPayoutDeps, req: GetPayoutRequest, ctx:
     userId: req.userId,
     scope: PAYOUTS_RECEIVE,
     requestProblem: req.requestProblem,
+    edgeRejection: req.edgeRejection,
   });
   const userId = req.userId.toLowerCase();
   // An id no payout could have been written under is a request to fix, not an unknown payout.

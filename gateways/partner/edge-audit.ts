@@ -4,6 +4,7 @@ import { EdgeRejection } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { bearerToken } from "./bearer.js";
 import { ResourceError, resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { noteRefusal } from "../request-log.js";
+import { withRequestId } from "../core-clients.js";
 
 /** Which edge rejection a gateway-made error is, if it is one (core's errors never are). */
 export function edgeRejectionOf(e: ResourceErrorBody): EdgeRejection | undefined {
@@ -37,18 +38,20 @@ function framingRefusalOf(err: unknown, e: ResourceErrorBody): EdgeRejection | u
 }
 
 /**
- * A route error handler that hands a bearer-carrying request's framing refusal to core (`record`),
+ * A route error handler that hands a bearer-carrying request's framing refusal to core (`record`, the route's RPC),
  * which checks the caller and audits it under the partner proved. The edge's answer stands, so a
  * caller learns nothing new before the bearer check, unless the record failed (5xx).
  */
-export function framingAudited(record: (request: FastifyRequest, accessToken: string, edgeRejection: EdgeRejection) => Promise<unknown>) {
+export function framingAudited(
+  record: (req: { accessToken: string; edgeRejection: EdgeRejection }, options: ReturnType<typeof withRequestId>) => Promise<unknown>,
+) {
   return async (err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     noteRefusal(request, err);
     let answer = resourceErrorFrom(err);
     const rejection = framingRefusalOf(err, answer);
     const accessToken = rejection === undefined ? "" : lenientBearer(request);
     if (rejection !== undefined && accessToken !== "") {
-      const recorded = await record(request, accessToken, rejection).then(
+      const recorded = await record({ accessToken, edgeRejection: rejection }, withRequestId(request.id, request.clientAddress)).then(
         () => undefined,
         (e: unknown) => resourceErrorFrom(e),
       );

@@ -40,16 +40,9 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   installResourceContext(app);
   app.addHook("onSend", noStore);
 
-  // A framing refusal (size, JSON, content coding) of a caller whose bearer core accepts is
-  // audited under the route's action, as on the treasury batch.
-  const preCreateFraming = framingAudited((request, accessToken, edgeRejection) =>
-    rpc.preCreateUser({ accessToken, edgeRejection }, withRequestId(request.id, request.clientAddress)),
-  );
-  const linkFraming = framingAudited((request, accessToken, edgeRejection) =>
-    rpc.createKycLink({ accessToken, edgeRejection }, withRequestId(request.id, request.clientAddress)),
-  );
-
-  app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT, errorHandler: preCreateFraming }, async (request, reply) => {
+  // A framing refusal (size, JSON, content coding) of a caller whose bearer core accepts is audited
+  // under the route's action, as on the treasury batch; a read's only one is a compressed body (415).
+  app.post("/users", { bodyLimit: PRE_CREATE_BODY_LIMIT, errorHandler: framingAudited(rpc.preCreateUser) }, async (request, reply) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => {
       noQuery(request);
@@ -62,7 +55,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     return reply.code(res.created ? 201 : 200).send({ user_id: res.userId, created: res.created });
   });
 
-  app.get<{ Params: Params }>("/users/:id/kyc", async (request) => {
+  app.get<{ Params: Params }>("/users/:id/kyc", { errorHandler: framingAudited(rpc.getKycStatus) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
@@ -70,24 +63,28 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
   });
 
-  app.post<{ Params: Params }>("/users/:id/kyc/link", { bodyLimit: LINK_BODY_LIMIT, errorHandler: linkFraming }, async (request, reply) => {
-    const accessToken = bearerToken(request);
-    const shape = checkShape(() => {
-      const userId = userIdParam(request);
-      noQuery(request);
-      const body = jsonObjectBody(request, true);
-      onlyFields(body, ["provider", "redirect_uri"]);
-      return { userId, provider: stringField(body, "provider", 1, 64, false) ?? "", redirectUri: stringField(body, "redirect_uri", 1, 2048, false) ?? "" };
-    });
-    const link = shape.value ?? { userId: "", provider: "", redirectUri: "" };
-    const res = await shaped(
-      shape,
-      rpc.createKycLink({ accessToken, ...link, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
-    );
-    return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
-  });
+  app.post<{ Params: Params }>(
+    "/users/:id/kyc/link",
+    { bodyLimit: LINK_BODY_LIMIT, errorHandler: framingAudited(rpc.createKycLink) },
+    async (request, reply) => {
+      const accessToken = bearerToken(request);
+      const shape = checkShape(() => {
+        const userId = userIdParam(request);
+        noQuery(request);
+        const body = jsonObjectBody(request, true);
+        onlyFields(body, ["provider", "redirect_uri"]);
+        return { userId, provider: stringField(body, "provider", 1, 64, false) ?? "", redirectUri: stringField(body, "redirect_uri", 1, 2048, false) ?? "" };
+      });
+      const link = shape.value ?? { userId: "", provider: "", redirectUri: "" };
+      const res = await shaped(
+        shape,
+        rpc.createKycLink({ accessToken, ...link, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
+      );
+      return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
+    },
+  );
 
-  app.get<{ Params: Params }>("/users/:id/wallets", async (request) => {
+  app.get<{ Params: Params }>("/users/:id/wallets", { errorHandler: framingAudited(rpc.listWallets) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
@@ -95,7 +92,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
   });
 
-  app.get<{ Params: Params }>("/users/:id/us-account", async (request) => {
+  app.get<{ Params: Params }>("/users/:id/us-account", { errorHandler: framingAudited(rpc.getUsAccount) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
@@ -112,7 +109,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     };
   });
 
-  app.get<{ Params: Params }>("/users/:id/transfers", async (request) => {
+  app.get<{ Params: Params }>("/users/:id/transfers", { errorHandler: framingAudited(rpc.listTransfers) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => ({ userId: userIdParam(request), page: pageQuery(request) }));
     const { userId, page } = shape.value ?? { userId: "", page: undefined };
@@ -135,7 +132,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     };
   });
 
-  app.get("/events", async (request) => {
+  app.get("/events", { errorHandler: framingAudited(rpc.listEvents) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => pageQuery(request));
     const res = await shaped(

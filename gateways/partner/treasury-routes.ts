@@ -3,7 +3,7 @@ import { ConnectError, type Client } from "@connectrpc/connect";
 import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
-import { edgeRejectionOf, lenientBearer } from "./edge-audit.js";
+import { edgeRejectionOf, framingAudited, lenientBearer } from "./edge-audit.js";
 import { installResourceContext, noStore, jsonObjectBody, noQuery, shaped, userShape } from "./resource-context.js";
 import { resourceErrorFrom, sendResourceError, type ResourceErrorBody } from "./resource-envelope.js";
 import { BATCH_BODY_LIMIT, parseBatchBody, renderBatch, renderPayout, renderTreasury } from "./treasury-wire.js";
@@ -23,7 +23,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
   installResourceContext(app, { notFoundHandler: false });
   app.addHook("onSend", noStore);
 
-  app.get("/treasury", async (request) => {
+  app.get("/treasury", { errorHandler: framingAudited(rpc.getTreasury) }, async (request) => {
     // A missing or malformed bearer is 401 here, as on every resource (no audit row: the request
     // proves no partner); a sent token goes to core, which checks every caller in one order.
     const accessToken = bearerToken(request);
@@ -77,7 +77,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
     });
   });
 
-  app.get<{ Params: { id: string; payoutId: string } }>("/users/:id/payouts/:payoutId", async (request) => {
+  app.get<{ Params: { id: string; payoutId: string } }>("/users/:id/payouts/:payoutId", { errorHandler: framingAudited(rpc.getPayout) }, async (request) => {
     const accessToken = bearerToken(request);
     // As on the other user resources: core checks the caller first, then refuses the shape.
     const shape = userShape(request);

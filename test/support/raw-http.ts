@@ -14,3 +14,11 @@ export function rawExchange(url: string, bytes: string, encoding: "latin1" | "ut
     socket.on("close", () => resolve(answer));
   });
 }
+
+/** A raw HTTP/1.1 answer (no chunked body): status, lower-cased headers and the JSON body. */
+export function parseRawAnswer(answer: string) {
+  const [head = "", body = ""] = answer.split("\r\n\r\n", 2);
+  const [statusLine = "", ...lines] = head.split("\r\n");
+  const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+  return { status: Number(statusLine.split(" ")[1]), headers, body: JSON.parse(body) as Record<string, unknown> };
+}

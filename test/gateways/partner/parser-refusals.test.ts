@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { rawExchange } from "../../support/raw-http.js";
+import { parseRawAnswer, rawExchange } from "../../support/raw-http.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { api } from "../../support/resources.js";
 import { partnerWithPayee } from "../../support/treasury.js";
@@ -10,13 +10,7 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$
 /** Sends `request` on a fresh connection and returns all the server sends until the connection closes. */
 const exchange = (url: string, request: string) => rawExchange(url, request);
 
-/** A raw HTTP/1.1 answer: status, lower-cased headers and body. */
-function parse(answer: string) {
-  const [head = "", body = ""] = answer.split("\r\n\r\n", 2);
-  const [statusLine = "", ...lines] = head.split("\r\n");
-  const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
-  return { status: Number(statusLine.split(" ")[1]), headers, body: JSON.parse(body) as Record<string, unknown> };
-}
+const parse = parseRawAnswer;
 
 /**
  * A request whose request line and headers pass Node's 16 KiB limit never reaches a route: it is
