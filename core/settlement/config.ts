@@ -27,6 +27,8 @@ export interface EvmChainSettings {
   startBlock?: number;
   /** The most the hot wallet offers per gas, in wei (CHAIN_<NAME>_MAX_FEE_GWEI); absent = the node's ask. */
   maxFeePerGas?: bigint;
+  /** Earlier hot wallets of this chain (lower case) whose signed payments a core reconciles without their key. */
+  retiredWallets?: string[];
 }
 
 export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSettings;
@@ -83,6 +85,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
       rpcTimeoutMs: int(env, `${p}RPC_TIMEOUT_MS`, 10_000, 100, 120_000),
       startBlock: int(env, `${p}START_BLOCK`, 0, 0, Number.MAX_SAFE_INTEGER),
       maxFeePerGas: gwei(env, `${p}MAX_FEE_GWEI`),
+      retiredWallets: addresses(env, `${p}RETIRED_WALLETS`),
     });
   }
   return { evm };
@@ -103,6 +106,20 @@ function gwei(env: Record<string, string | undefined>, name: string): bigint | u
   const wei = m ? BigInt(m[1]!) * 1_000_000_000n + BigInt((m[2] ?? "").padEnd(9, "0")) : 0n;
   if (wei === 0n) fail(`${name} must be a number of gwei above 0 and below 10,000,000, with at most 9 decimals (such as 50 or 0.05)`);
   return wei;
+}
+
+/** A comma-separated list of up to 32 addresses, lower case and each once; empty when unset. */
+function addresses(env: Record<string, string | undefined>, name: string): string[] {
+  const items = (env[name] ?? "")
+    .split(",")
+    .map((a) => a.trim())
+    .filter((a) => a !== "");
+  if (items.length > 32) fail(`${name} lists ${items.length} addresses; at most 32`);
+  for (const a of items) {
+    const problem = evmAddressProblem(a);
+    if (problem) fail(`${name}: ${a} ${problem}`);
+  }
+  return [...new Set(items.map((a) => a.toLowerCase()))];
 }
 
 function fail(message: string): never {

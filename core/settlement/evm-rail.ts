@@ -41,6 +41,10 @@ export interface EvmRail {
   settings: EvmChainSettings;
   /** The hot wallet's address, lower case. */
   wallet: string;
+  /** False for a rail that only watches a wallet (see `watching`): its sign calls throw. */
+  signs: boolean;
+  /** The same node watching another of this chain's hot wallets, one this core has no key for: reads and sends of stored bytes only. */
+  watching(address: string): EvmRail;
   chainId(): Promise<number>;
   blockNumber(): Promise<number>;
   blockHash(n: number): Promise<string | undefined>;
@@ -85,8 +89,11 @@ export function refusedForGas(err: unknown): boolean {
 
 export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAccount): EvmRail {
   const client: PublicClient = createPublicClient({ transport: http(settings.rpcUrl, { timeout: settings.rpcTimeoutMs, retryCount: 0 }) });
-  const wallet = account.address.toLowerCase();
+  return railOf(settings, client, account.address.toLowerCase(), account);
+}
 
+/** The rail of `wallet` on the node `client` talks to; without `account` it watches and never signs. */
+function railOf(settings: EvmChainSettings, client: PublicClient, wallet: string, account?: PrivateKeyAccount): EvmRail {
   async function rpc<T>(method: string, call: () => Promise<T>): Promise<T> {
     try {
       return await call();
@@ -97,6 +104,7 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
   }
 
   async function sign(tx: { nonce: number; to: Hex; data?: Hex; gas: bigint; fees: Fees }) {
+    if (!account) throw new Error(`chain ${settings.chain}: this core holds no key for hot wallet ${wallet}`);
     const rawTx = await account.signTransaction({
       type: "eip1559",
       chainId: settings.chainId,
@@ -114,6 +122,8 @@ export function createEvmRail(settings: EvmChainSettings, account: PrivateKeyAcc
   return {
     settings,
     wallet,
+    signs: account !== undefined,
+    watching: (address) => railOf(settings, client, address.toLowerCase()),
     chainId: () => rpc("eth_chainId", () => client.getChainId()),
     blockNumber: () => rpc("eth_blockNumber", async () => Number(await client.getBlockNumber({ cacheTime: 0 }))),
     blockHash: (n) =>

@@ -72,6 +72,18 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   }
   const verified = new Map<string, EvmRail>();
 
+  /** Each retired wallet listed must be one that paid on this chain and network from this database, not the current one. */
+  async function checkRetired(rail: EvmRail, id: number): Promise<void> {
+    const setting = `CHAIN_${rail.settings.chain.toUpperCase()}_RETIRED_WALLETS`;
+    for (const wallet of rail.settings.retiredWallets ?? []) {
+      if (wallet === rail.wallet) throw new SettlementConfigError(`${setting} lists ${wallet}, the hot wallet this core pays from`);
+      const bound = await store.boundChainId(rail.settings.chain, wallet);
+      if (bound === undefined)
+        throw new SettlementConfigError(`${setting} lists ${wallet}, which was never chain ${rail.settings.chain}'s hot wallet in this database`);
+      if (bound !== id) throw new SettlementConfigError(`${setting} lists ${wallet}, which paid on chain id ${bound}; this node is chain id ${id}`);
+    }
+  }
+
   /** Asks a node its chain id: true when it matches, false when it did not answer; throws on a mismatch. */
   async function verify(rail: EvmRail): Promise<boolean> {
     let id: number;
@@ -113,6 +125,7 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
         `${setting}CHAIN_ID is ${id} but this database's ${rail.settings.chain} payments from hot wallet ${rail.wallet} are on chain id ${bound}; a hot wallet pays on one network (give this one its own ${setting}WALLET_KEY_FILE)`,
       );
     }
+    await checkRetired(rail, id);
     verified.set(rail.settings.chain, rail);
     options.logger.info({ chain: rail.settings.chain, chainId: id, wallet: rail.wallet }, `chain ${rail.settings.chain} settles on the evm rail`);
     return true;

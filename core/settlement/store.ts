@@ -174,30 +174,33 @@ export function createSettlementStore(db: Db) {
     },
 
     /**
-     * Leases up to `limit` due payments of these hot wallets to one worker (rows no lease holds, skipping
-     * rows another claim locks); `expiredUnsignedExcept`: instead, the pending unsigned ones past their
-     * expiry of every other hot wallet (its node not answering, its key replaced, its chain back on sandbox).
+     * Leases up to `limit` due payments to one worker (rows no lease holds, skipping rows another claim locks): those of
+     * these hot wallets, and the signed ones of the `watched` (retired) wallets; `expiredUnsignedExcept`: instead, the pending
+     * unsigned ones past their expiry of every other hot wallet (its node not answering, its key replaced, its chain back on sandbox).
      */
     async claim(
       wallets: { chain: string; wallet: string }[],
       now: Date,
       leaseUntil: Date,
       limit: number,
-      only: { expiredUnsignedExcept?: boolean } = {},
+      only: { expiredUnsignedExcept?: boolean; watched?: { chain: string; wallet: string }[] } = {},
     ): Promise<SettlementPayment[]> {
       if (wallets.length === 0 && !only.expiredUnsignedExcept) return [];
       const token = randomUUID();
-      const expired = only.expiredUnsignedExcept ? `AND status = 'pending' AND nonce IS NULL AND expires_at <= ?` : "";
+      const pairs = (ws: { chain: string; wallet: string }[]) => [pgArray(ws.map((w) => w.chain)), pgArray(ws.map((w) => w.wallet))];
+      const among = "(chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))";
+      const which = only.expiredUnsignedExcept
+        ? { sql: `NOT ${among} AND status = 'pending' AND nonce IS NULL AND expires_at <= ?`, bindings: [...pairs(wallets), now] }
+        : { sql: `(${among} OR (status <> 'pending' AND ${among}))`, bindings: [...pairs(wallets), ...pairs(only.watched ?? [])] };
       const { rows } = await db.raw(
         `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
           WHERE s.payment_id IN (
             SELECT payment_id FROM settlement_payments
              WHERE status <> 'failed' AND NOT final AND next_attempt_at <= ? AND rail = 'evm'
-               AND (chain, wallet) ${expired ? "NOT IN" : "IN"} (SELECT * FROM unnest(?::text[], ?::text[]))
-               AND (leased_until IS NULL OR leased_until <= ?) ${expired}
+               AND (leased_until IS NULL OR leased_until <= ?) AND ${which.sql}
              ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
           RETURNING ${COLUMNS}`,
-        [token, leaseUntil, now, pgArray(wallets.map((w) => w.chain)), pgArray(wallets.map((w) => w.wallet)), now, ...(expired ? [now] : []), limit],
+        [token, leaseUntil, now, now, ...which.bindings, limit],
       );
       return (rows as Record<string, unknown>[]).map(toPayment);
     },
@@ -277,6 +280,13 @@ export function createSettlementStore(db: Db) {
         [chain, wallet, chainId],
       );
       return Number((rows as { chain_id: string }[])[0]!.chain_id);
+    },
+
+    /** The chain id a hot wallet was bound to when a core first verified it (undefined: never). */
+    async boundChainId(chain: string, wallet: string): Promise<number | undefined> {
+      const { rows } = await db.raw(`SELECT chain_id::text FROM settlement_nonces WHERE chain = ? AND wallet = ?`, [chain, wallet]);
+      const id = (rows as { chain_id: string | null }[])[0]?.chain_id;
+      return id === undefined || id === null ? undefined : Number(id);
     },
 
     /** Stores another signed transaction for a submitted payment (a fee bump or a cancellation, same nonce). */

@@ -4,6 +4,7 @@ import { CANCEL_GAS, refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from
 import { formatEther, formatGwei } from "viem";
 import { atBumpCeiling, replacementFees } from "./fees.js";
 import { nonceTakenBy } from "./nonces.js";
+import { createRailPicker } from "./rails.js";
 import {
   hotWalletBalance,
   hotWalletGas,
@@ -72,6 +73,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   const walletReadMs = options.walletReadMs ?? 30_000;
   const hooks = options.hooks ?? {};
   const later = (ms: number) => new Date(clock().getTime() + ms);
+  const picker = createRailPicker(logger);
 
   async function move(p: SettlementPayment, to: SettlementStatus, fields: TransitionFields, hook?: TransitionHook) {
     const now = clock();
@@ -239,6 +241,16 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const lastFees = last ? { maxFeePerGas: last.maxFeePerGas, priorityFee: last.priorityFee } : undefined;
     const cancelled = txs.some((t) => t.kind === "cancel");
     const now = clock();
+    // Watched (its key replaced): nothing can be signed here, so its bytes are sent again; only a core with its key cancels.
+    if (!rail.signs) {
+      if (!cancelled && now >= p.expiresAt) {
+        logger.warn(
+          { paymentId: p.paymentId, chain: p.chain, wallet: p.wallet, nonce: p.nonce },
+          "signed payment past its expiry, of a hot wallet this core holds no key for",
+        );
+      }
+      return resend(rail, last);
+    }
     if (!cancelled && now >= p.expiresAt) {
       const fees = await bumped(rail, lastFees, false, p);
       if (!fees) return resend(rail, last);
@@ -348,41 +360,18 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     }
   }
 
-  /**
-   * The rails of these chains whose node still reports the chain's id, asked once a pass: another network's
-   * nonces, balances and blocks are no evidence about ours, so a switched node's payments wait as if it were down.
-   */
-  async function railsOnTheirNetwork(rails: Map<string, EvmRail>, chains: Set<string>): Promise<Map<string, EvmRail>> {
-    const checked = await Promise.all(
-      [...chains].map(async (chain) => {
-        const rail = rails.get(chain);
-        if (!rail) return undefined;
-        // No answer is not another network: the payment's own steps meet the outage, and are retried as ever.
-        const id = await rail.chainId().catch(() => rail.settings.chainId);
-        if (id === rail.settings.chainId) return rail;
-        logger.error({ chain, expected: rail.settings.chainId, reported: id }, `chain ${chain}: its node now reports another network; its payments wait`);
-        return undefined;
-      }),
-    );
-    return new Map(checked.filter((r): r is EvmRail => r !== undefined).map((r) => [r.settings.chain, r]));
-  }
-
   async function pass(): Promise<number> {
     if (loop.stopped) return 0;
     const rails = options.rails();
     const now = clock();
     const reads = [...rails.values()].map((r) => readWallet(r, now));
-    const claimed = await store.claim(
-      [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet })),
-      now,
-      new Date(now.getTime() + leaseMs),
-      batchSize,
-    );
-    // Of a wallet this core does not serve (node not answering, key replaced, sandbox rail): nothing was signed, so they only expire.
     const served = [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet }));
+    const watched = [...rails.values()].flatMap((r) => (r.settings.retiredWallets ?? []).map((wallet) => ({ chain: r.settings.chain, wallet })));
+    const claimed = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { watched });
+    // Unsigned, of a wallet this core does not serve (node not answering, key replaced, sandbox rail): they only expire.
     const expired = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsignedExcept: true });
-    const onNetwork = await railsOnTheirNetwork(rails, new Set(claimed.map((p) => p.chain)));
-    await Promise.all([...claimed.map((p) => handle(onNetwork.get(p.chain), p)), ...expired.map((p) => handle(undefined, p))]);
+    const railOf = await picker.pick(rails, claimed);
+    await Promise.all([...claimed.map((p, i) => handle(railOf[i], p)), ...expired.map((p) => handle(undefined, p))]);
     await Promise.all(reads);
     return claimed.length + expired.length;
   }

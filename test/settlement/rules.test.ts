@@ -69,6 +69,9 @@ describe("settlement settings", () => {
     expect(parseSettlementSettings(evm({})).evm[0]!.maxFeePerGas, "no cap unless set").to.equal(undefined);
     expect(parseSettlementSettings(evm({ CHAIN_BASE_MAX_FEE_GWEI: "50" })).evm[0]!.maxFeePerGas).to.equal(50_000_000_000n);
     expect(parseSettlementSettings(evm({ CHAIN_BASE_MAX_FEE_GWEI: "0.05" })).evm[0]!.maxFeePerGas).to.equal(50_000_000n);
+    expect(parseSettlementSettings(evm({})).evm[0]!.retiredWallets).to.deep.equal([]);
+    const retired = parseSettlementSettings(evm({ CHAIN_BASE_RETIRED_WALLETS: ` ${USDC}, ${USDC.toLowerCase()},0x${"ab".repeat(20)} ` }));
+    expect(retired.evm[0]!.retiredWallets, "lower case, each once").to.deep.equal([USDC.toLowerCase(), `0x${"ab".repeat(20)}`]);
   });
 
   it("a misconfigured chain refuses the start naming the setting", () => {
@@ -84,6 +87,14 @@ describe("settlement settings", () => {
     for (const bad of ["0", "0.0", "-5", "5 gwei", "1e3", "0.0000000001", "99999999", ".5"]) {
       expect(refused(evm({ CHAIN_BASE_MAX_FEE_GWEI: bad })), bad).to.match(/^CHAIN_BASE_MAX_FEE_GWEI must be a number of gwei above 0/);
     }
+    expect(refused(evm({ CHAIN_BASE_RETIRED_WALLETS: `${USDC},0x1234` }))).to.equal(
+      "CHAIN_BASE_RETIRED_WALLETS: 0x1234 must be 0x followed by 40 hexadecimal digits",
+    );
+    expect(refused(evm({ CHAIN_BASE_RETIRED_WALLETS: "0xa0B86991c6218b36c1d19D4a2e9Eb0cE3606eB48" }))).to.match(
+      /^CHAIN_BASE_RETIRED_WALLETS: 0x\S+ fails its EIP-55/,
+    );
+    const many = Array.from({ length: 33 }, (_, i) => `0x${i.toString(16).padStart(40, "1")}`).join(",");
+    expect(refused(evm({ CHAIN_BASE_RETIRED_WALLETS: many }))).to.equal("CHAIN_BASE_RETIRED_WALLETS lists 33 addresses; at most 32");
     expect(refused({ CHAIN_ETH_RAIL: "lightning" })).to.match(/^CHAIN_ETH_RAIL must be sandbox or evm/);
     expect(refused({ CHAIN_SOL_RAIL: "evm" })).to.match(/^CHAIN_SOL_RAIL must be sandbox/);
   });

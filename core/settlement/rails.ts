@@ -1,0 +1,35 @@
+import type { Logger } from "pino";
+import type { EvmRail } from "./evm-rail.js";
+import type { SettlementPayment } from "./store.js";
+
+/**
+ * The rail moving each claimed payment. A node reporting another chain id serves none (its blocks are no
+ * evidence about ours); a retired wallet's signed payments are watched on their chain's node, never signed.
+ */
+export function createRailPicker(logger: Logger) {
+  async function onTheirNetwork(rails: Map<string, EvmRail>, chains: Set<string>): Promise<Map<string, EvmRail>> {
+    const checked = await Promise.all(
+      [...chains].map(async (chain) => {
+        const rail = rails.get(chain);
+        if (!rail) return undefined;
+        // No answer is not another network: the payment's own steps meet the outage, and are retried as ever.
+        const id = await rail.chainId().catch(() => rail.settings.chainId);
+        if (id === rail.settings.chainId) return rail;
+        logger.error({ chain, expected: rail.settings.chainId, reported: id }, `chain ${chain}: its node now reports another network; its payments wait`);
+        return undefined;
+      }),
+    );
+    return new Map(checked.filter((r): r is EvmRail => r !== undefined).map((r) => [r.settings.chain, r]));
+  }
+
+  return {
+    /** The rail of each payment (undefined: none here now), in the order given. */
+    async pick(rails: Map<string, EvmRail>, claimed: SettlementPayment[]): Promise<(EvmRail | undefined)[]> {
+      const onNetwork = await onTheirNetwork(rails, new Set(claimed.map((p) => p.chain)));
+      return claimed.map((p) => {
+        const rail = onNetwork.get(p.chain);
+        return !rail || rail.wallet === p.wallet ? rail : rail.watching(p.wallet);
+      });
+    },
+  };
+}

@@ -1,0 +1,189 @@
+import { randomBytes } from "node:crypto";
+import { expect } from "chai";
+import type { Hex } from "viem";
+import { centsToUnits } from "../../core/settlement/rules.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile } from "../support/anvil.js";
+import { fundedChildBudget, stackRpc } from "../support/budgets.js";
+import { ownDatabase, requirePostgres } from "../support/db.js";
+import { evmRailStackOptions, freshAddress, fundHotWallet, startEvmChain, type EvmChain } from "../support/evm-rail.js";
+import { startMcpStack, type McpStack } from "../support/mcp.js";
+
+/**
+ * Payments signed by a hot wallet whose key file was replaced since (CHAIN_<NAME>_RETIRED_WALLETS): a core holding
+ * only the new key reconciles them by their stored hashes and bytes, so they complete or fail on the chain's evidence.
+ */
+describe("signed payments of a hot wallet whose key was replaced (anvil)", function () {
+  this.timeout(120_000);
+  let chain: EvmChain;
+  let books: Awaited<ReturnType<typeof ownDatabase>>;
+  const stacks: McpStack[] = [];
+
+  before(async () => {
+    books = await ownDatabase();
+    chain = await startEvmChain();
+  });
+  afterEach(async () => {
+    await Promise.all(stacks.splice(0).map((s) => s.close()));
+    await chain.anvil.setAutomine(true);
+  });
+  after(async () => {
+    await chain?.anvil.stop();
+    await books?.drop();
+  });
+
+  async function start(keyFile: string, retiredWallets: string[] = []): Promise<McpStack> {
+    const s = await startMcpStack({ ...evmRailStackOptions({ ...chain.settings, walletKeyFile: keyFile, retiredWallets }), database: books.db });
+    stacks.push(s);
+    return s;
+  }
+
+  async function close(s: McpStack): Promise<void> {
+    stacks.splice(stacks.indexOf(s), 1);
+    await s.close();
+  }
+
+  /** A core on a funded key of its own pays `count` payments of 400 cents and signs them in one pass; mined at once unless the node holds them. */
+  async function signedByOldKey(count: number) {
+    const oldKey = await freshWalletKeyFile();
+    const old = await start(oldKey);
+    const oldWallet = old.core.settlement.evm("base")!.wallet;
+    await fundHotWallet(chain.anvil, chain.usdc, oldWallet, centsToUnits(100_000));
+    const rpc = stackRpc(old);
+    const { agentToken } = await fundedChildBudget(old, { fundCents: 100_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
+    const payees: string[] = [];
+    const ids: string[] = [];
+    for (let i = 0; i < count; i++) {
+      const to = freshAddress();
+      const r = await rpc("/mcp/write", agentToken, "payments.initiate", {
+        counterparty: { address: to, chain: "base", token: "USDC" },
+        amount_cents: 400,
+        currency: "USD",
+        idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+      });
+      expect(r.json!.result).to.deep.include({ kind: "accepted", status: "pending" });
+      payees.push(to);
+      ids.push(r.json!.result.payment_id as string);
+    }
+    while ((await rows(ids)).some((r) => r.status === "pending")) await old.core.settlement.worker.runOnce();
+    return { old, oldKey, oldWallet, agentToken, ids, payees };
+  }
+
+  async function rows(ids: string[]) {
+    const found = await books.db("settlement_payments").whereIn("payment_id", ids).select("payment_id", "status", "failure_reason", "tx_hash", "final");
+    return ids.map((id) => found.find((r: { payment_id: string }) => r.payment_id === id)!) as {
+      status: string;
+      failure_reason: string | null;
+      tx_hash: string;
+      final: boolean;
+    }[];
+  }
+
+  const balance = (of: string) => chain.anvil.usdcBalance(chain.usdc, of);
+  const nonceOf = (s: McpStack) => chain.anvil.client.getTransactionCount({ address: s.core.settlement.evm("base")!.wallet as Hex });
+  const audits = async (ids: string[], action: string) =>
+    Number((await books.db("audit_records").whereIn("subject", ids).where({ action }).count({ n: "*" }))[0]!.n);
+
+  /** Mines and runs the core's worker until every payment is final (bounded by passes, never by time). */
+  async function settle(s: McpStack, ids: string[], passes = 12): Promise<void> {
+    for (let i = 0; i < passes && (await rows(ids)).some((r) => !r.final); i++) {
+      await chain.anvil.mine(2);
+      await s.core.settlement.worker.runOnce();
+    }
+  }
+
+  it("mined before the key was replaced: stays submitted until its wallet is listed as retired, then completes by its stored hash, nothing signed", async () => {
+    const { old, oldWallet, ids, payees } = await signedByOldKey(2);
+    const signed = await rows(ids);
+    expect(signed.map((r) => r.status)).to.deep.equal(["submitted", "submitted"]);
+    await close(old);
+    const newKey = await freshWalletKeyFile();
+    const unlisted = await start(newKey);
+    await settle(unlisted, ids, 3);
+    expect(
+      (await rows(ids)).map((r) => r.status),
+      "not listed: not this core's",
+    ).to.deep.equal(["submitted", "submitted"]);
+    await close(unlisted);
+    const next = await start(newKey, [oldWallet]);
+    await settle(next, ids);
+    const done = await rows(ids);
+    expect(done.map((r) => `${r.status}:${r.final}`)).to.deep.equal(["completed:true", "completed:true"]);
+    expect(done.map((r) => r.tx_hash)).to.deep.equal(signed.map((r) => r.tx_hash));
+    for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
+    expect(await nonceOf(next)).to.equal(0);
+    expect(await audits(ids, "payments.settlement.completed")).to.equal(2);
+    expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("signed and lost from the node's pool before it was mined: the new core sends the stored bytes again, and it completes", async () => {
+    await chain.anvil.setAutomine(false);
+    const { old, oldWallet, ids, payees } = await signedByOldKey(1);
+    const [signed] = await rows(ids);
+    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await close(old);
+    await chain.anvil.setAutomine(true);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    await settle(next, ids);
+    expect((await rows(ids)).map((r) => `${r.status}:${r.tx_hash}`)).to.deep.equal([`completed:${signed!.tx_hash}`]);
+    expect(await balance(payees[0]!)).to.equal(centsToUnits(400));
+    expect(await nonceOf(next)).to.equal(0);
+  });
+
+  it("past its expiry unmined: the new core cannot cancel it and it stays submitted; the old key's core cancels it and it is refunded", async () => {
+    await chain.anvil.setAutomine(false);
+    const { old, oldKey, oldWallet, ids, payees, agentToken } = await signedByOldKey(1);
+    const [signed] = await rows(ids);
+    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await close(old);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    next.clock.advance(3_600_000);
+    await next.core.settlement.worker.runOnce();
+    expect((await rows(ids)).map((r) => r.status)).to.deep.equal(["submitted"]);
+    expect(await nonceOf(next)).to.equal(0);
+    await close(next);
+    // Only the old key can replace the transfer the new core sent again: the node drops it for the cancellation.
+    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await chain.anvil.setAutomine(true);
+    const keyHolder = await start(oldKey);
+    keyHolder.clock.advance(3_600_000);
+    await settle(keyHolder, ids);
+    expect((await rows(ids)).map((r) => `${r.status}:${r.failure_reason}`)).to.deep.equal(["failed:expired"]);
+    expect(await balance(payees[0]!)).to.equal(0n);
+    expect((await stackRpc(keyHolder)("/mcp/read", agentToken, "accounts.balance", {})).json!.result.balance_cents).to.equal(100_000);
+    expect((await keyHolder.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("a retired wallet that is the current one, was never this chain's, or paid on another network refuses the start, naming the setting", async () => {
+    const { old, oldKey, oldWallet } = await signedByOldKey(0);
+    await close(old);
+    const refusal = (keyFile: string, retired: string[]) =>
+      start(keyFile, retired).then(
+        () => "started",
+        (err: Error) => err.message,
+      );
+    expect(await refusal(oldKey, [oldWallet])).to.equal(`CHAIN_BASE_RETIRED_WALLETS lists ${oldWallet}, the hot wallet this core pays from`);
+    const stranger = freshAddress().toLowerCase();
+    expect(await refusal(await freshWalletKeyFile(), [stranger])).to.equal(
+      `CHAIN_BASE_RETIRED_WALLETS lists ${stranger}, which was never chain base's hot wallet in this database`,
+    );
+    await books.db("settlement_nonces").where({ chain: "base", wallet: oldWallet }).update({ chain_id: 999_999 });
+    expect(await refusal(await freshWalletKeyFile(), [oldWallet])).to.equal(
+      `CHAIN_BASE_RETIRED_WALLETS lists ${oldWallet}, which paid on chain id 999999; this node is chain id ${ANVIL_CHAIN_ID}`,
+    );
+  });
+
+  it("many of them, the old and the new key's cores racing over them: each completes once, paid once (PostgreSQL only)", async function () {
+    requirePostgres(this, "two cores racing for one queue need a shared server");
+    const { old, oldWallet, ids, payees } = await signedByOldKey(12);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    for (let i = 0; i < 8 && (await rows(ids)).some((r) => !r.final); i++) {
+      await chain.anvil.mine(2);
+      await Promise.all([old, next, old, next].map((s) => s.core.settlement.worker.runOnce()));
+    }
+    expect((await rows(ids)).map((r) => `${r.status}:${r.final}`)).to.deep.equal(ids.map(() => "completed:true"));
+    for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
+    expect(await audits(ids, "payments.settlement.completed")).to.equal(12);
+    expect(await nonceOf(next)).to.equal(0);
+    expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+});
