@@ -28,7 +28,8 @@ export function createRailPicker(logger: Logger) {
       const onNetwork = await onTheirNetwork(rails, new Set(claimed.map((p) => p.chain)));
       return claimed.map((p) => {
         const rail = onNetwork.get(p.chain);
-        return !rail || rail.wallet === p.wallet ? rail : rail.watching(p.wallet);
+        // Unsigned, a retired wallet's payment is paid by the current one (the worker moves it over first).
+        return !rail || rail.wallet === p.wallet || p.nonce === null ? rail : rail.watching(p.wallet);
       });
     },
   };

@@ -175,7 +175,7 @@ export function createSettlementStore(db: Db) {
 
     /**
      * Leases up to `limit` due payments to one worker (rows no lease holds, skipping rows another claim locks): those of
-     * these hot wallets, and the signed ones of the `watched` (retired) wallets; `expiredUnsignedExcept`: instead, the pending
+     * these hot wallets and of the `watched` (retired) ones; `expiredUnsignedExcept`: instead, the pending
      * unsigned ones past their expiry of every other hot wallet (its node not answering, its key replaced, its chain back on sandbox).
      */
     async claim(
@@ -191,7 +191,7 @@ export function createSettlementStore(db: Db) {
       const among = "(chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))";
       const which = only.expiredUnsignedExcept
         ? { sql: `NOT ${among} AND status = 'pending' AND nonce IS NULL AND expires_at <= ?`, bindings: [...pairs(wallets), now] }
-        : { sql: `(${among} OR (status <> 'pending' AND ${among}))`, bindings: [...pairs(wallets), ...pairs(only.watched ?? [])] };
+        : { sql: `(${among} OR ${among})`, bindings: [...pairs(wallets), ...pairs(only.watched ?? [])] };
       const { rows } = await db.raw(
         `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
           WHERE s.payment_id IN (
@@ -203,6 +203,17 @@ export function createSettlementStore(db: Db) {
         [token, leaseUntil, now, now, ...which.bindings, limit],
       );
       return (rows as Record<string, unknown>[]).map(toPayment);
+    },
+
+    /** Hands a leased payment nothing was signed for to another hot wallet of its chain; undefined when it was signed or the lease passed. */
+    async rehome(p: SettlementPayment, wallet: string, at: Date): Promise<SettlementPayment | undefined> {
+      const { rows } = await db.raw(
+        `UPDATE settlement_payments SET wallet = ?, updated_at = ? WHERE payment_id = ? AND lease_token = ? AND status = 'pending' AND nonce IS NULL
+          RETURNING ${COLUMNS}`,
+        [wallet, at, p.paymentId, p.leaseToken],
+      );
+      const r = (rows as Record<string, unknown>[])[0];
+      return r ? toPayment(r) : undefined;
     },
 
     /** Gives a leased payment back, due again at `next`. False when the lease had passed to another worker. */

@@ -305,9 +305,17 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }
 
-  async function handle(rail: EvmRail | undefined, p: SettlementPayment): Promise<void> {
+  async function handle(rail: EvmRail | undefined, claimed: SettlementPayment): Promise<void> {
     let next: Date | undefined = later(recheckMs);
+    let p = claimed;
     try {
+      // Unsigned, a retired hot wallet's payment is handed to the chain's current one (lease passed on: left alone).
+      if (rail && p.nonce === null && p.wallet !== rail.wallet) {
+        const moved = await store.rehome(p, rail.wallet, clock());
+        if (!moved) return;
+        logger.info({ paymentId: p.paymentId, chain: p.chain, from: p.wallet, to: rail.wallet }, "unsigned payment moves from a retired hot wallet");
+        p = moved;
+      }
       if (!rail) next = p.nonce === null && clock() >= p.expiresAt ? await expire(p) : later(recheckMs);
       else if (p.status === "pending") next = await pending(rail, p);
       else if (p.status === "submitted") next = await submitted(rail, p);

@@ -9,10 +9,10 @@ import { evmRailStackOptions, freshAddress, fundHotWallet, startEvmChain, type E
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
- * Payments signed by a hot wallet whose key file was replaced since (CHAIN_<NAME>_RETIRED_WALLETS): a core holding
- * only the new key reconciles them by their stored hashes and bytes, so they complete or fail on the chain's evidence.
+ * Payments of a hot wallet whose key file was replaced since (CHAIN_<NAME>_RETIRED_WALLETS): a core holding only the new
+ * key pays the unsigned ones from its wallet and reconciles the signed ones by their stored hashes and bytes.
  */
-describe("signed payments of a hot wallet whose key was replaced (anvil)", function () {
+describe("payments of a hot wallet whose key was replaced, listed as retired (anvil)", function () {
   this.timeout(120_000);
   let chain: EvmChain;
   let books: Awaited<ReturnType<typeof ownDatabase>>;
@@ -42,14 +42,20 @@ describe("signed payments of a hot wallet whose key was replaced (anvil)", funct
     await s.close();
   }
 
-  /** A core on a funded key of its own pays `count` payments of 400 cents and signs them in one pass; mined at once unless the node holds them. */
-  async function signedByOldKey(count: number) {
+  /**
+   * A core on a key of its own pays `count` payments of 400 cents; its wallet funded, it signs them (mined at once unless
+   * the node holds them), else they stay pending, unsigned.
+   */
+  async function signedByOldKey(count: number, funded = true) {
     const oldKey = await freshWalletKeyFile();
     const old = await start(oldKey);
     const oldWallet = old.core.settlement.evm("base")!.wallet;
-    await fundHotWallet(chain.anvil, chain.usdc, oldWallet, centsToUnits(100_000));
+    if (funded) await fundHotWallet(chain.anvil, chain.usdc, oldWallet, centsToUnits(100_000));
     const rpc = stackRpc(old);
-    const { agentToken } = await fundedChildBudget(old, { fundCents: 100_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
+    const { agentToken, ownerToken, vaultId } = await fundedChildBudget(old, {
+      fundCents: 100_000n,
+      budget: { display_name: "Chain budget", chain_allowlist: ["base"] },
+    });
     const payees: string[] = [];
     const ids: string[] = [];
     for (let i = 0; i < count; i++) {
@@ -64,17 +70,23 @@ describe("signed payments of a hot wallet whose key was replaced (anvil)", funct
       payees.push(to);
       ids.push(r.json!.result.payment_id as string);
     }
-    while ((await rows(ids)).some((r) => r.status === "pending")) await old.core.settlement.worker.runOnce();
-    return { old, oldKey, oldWallet, agentToken, ids, payees };
+    await old.core.settlement.worker.runOnce();
+    while (funded && (await rows(ids)).some((r) => r.status === "pending")) await old.core.settlement.worker.runOnce();
+    return { old, oldKey, oldWallet, agentToken, ownerToken, vaultId, ids, payees };
   }
 
   async function rows(ids: string[]) {
-    const found = await books.db("settlement_payments").whereIn("payment_id", ids).select("payment_id", "status", "failure_reason", "tx_hash", "final");
+    const found = await books
+      .db("settlement_payments")
+      .whereIn("payment_id", ids)
+      .select("payment_id", "status", "failure_reason", "tx_hash", "final", "wallet", "nonce");
     return ids.map((id) => found.find((r: { payment_id: string }) => r.payment_id === id)!) as {
       status: string;
       failure_reason: string | null;
       tx_hash: string;
       final: boolean;
+      wallet: string;
+      nonce: string | null;
     }[];
   }
 
@@ -112,6 +124,35 @@ describe("signed payments of a hot wallet whose key was replaced (anvil)", funct
     for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
     expect(await nonceOf(next)).to.equal(0);
     expect(await audits(ids, "payments.settlement.completed")).to.equal(2);
+    expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("unsigned when the key was replaced: once its wallet is listed as retired, the current hot wallet pays them", async () => {
+    const { old, oldWallet, ids, payees } = await signedByOldKey(2, false);
+    expect((await rows(ids)).map((r) => `${r.status}:${r.nonce}`)).to.deep.equal(["pending:null", "pending:null"]);
+    await close(old);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    const wallet = next.core.settlement.evm("base")!.wallet;
+    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(10_000));
+    await settle(next, ids);
+    expect((await rows(ids)).map((r) => `${r.status}:${r.final}:${r.wallet}`)).to.deep.equal(ids.map(() => `completed:true:${wallet}`));
+    for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
+    expect(await nonceOf(next)).to.equal(2);
+    expect(await chain.anvil.client.getTransactionCount({ address: oldWallet as Hex })).to.equal(0);
+    expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("unsigned, its budget closed since: the current hot wallet does not pay it; it fails as cancelled, refunded up", async () => {
+    const { old, oldWallet, ids, payees, ownerToken, vaultId } = await signedByOldKey(1, false);
+    const closed = await stackRpc(old)("/mcp/treasury", ownerToken, "agent.budget.revoke", { vault_id: vaultId });
+    expect(closed.json!.result.swept_cents).to.equal(99_600);
+    await close(old);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    await fundHotWallet(chain.anvil, chain.usdc, next.core.settlement.evm("base")!.wallet, centsToUnits(10_000));
+    await settle(next, ids, 3);
+    expect((await rows(ids)).map((r) => `${r.status}:${r.failure_reason}:${r.nonce}`)).to.deep.equal(["failed:cancelled:null"]);
+    expect(await balance(payees[0]!)).to.equal(0n);
+    expect(await nonceOf(next)).to.equal(0);
     expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
   });
 
@@ -185,5 +226,25 @@ describe("signed payments of a hot wallet whose key was replaced (anvil)", funct
     expect(await audits(ids, "payments.settlement.completed")).to.equal(12);
     expect(await nonceOf(next)).to.equal(0);
     expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("many unsigned ones and two replicas of the new key racing to pay them: one nonce each, each payee paid once (PostgreSQL only)", async function () {
+    requirePostgres(this, "two cores racing for one queue need a shared server");
+    const { old, oldWallet, ids, payees } = await signedByOldKey(10, false);
+    await close(old);
+    const newKey = await freshWalletKeyFile();
+    const replicas = [await start(newKey, [oldWallet]), await start(newKey, [oldWallet])];
+    const wallet = replicas[0]!.core.settlement.evm("base")!.wallet;
+    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(10_000));
+    for (let i = 0; i < 10 && (await rows(ids)).some((r) => !r.final); i++) {
+      await Promise.all([...replicas, ...replicas].map((s) => s.core.settlement.worker.runOnce()));
+      await chain.anvil.mine(2);
+    }
+    const done = await rows(ids);
+    expect(done.map((r) => `${r.status}:${r.final}:${r.wallet}`)).to.deep.equal(ids.map(() => `completed:true:${wallet}`));
+    expect(done.map((r) => Number(r.nonce)).sort((a, b) => a - b)).to.deep.equal(ids.map((_, i) => i));
+    for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
+    expect(await audits(ids, "payments.settlement.completed")).to.equal(10);
+    expect((await replicas[0]!.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
   });
 });
