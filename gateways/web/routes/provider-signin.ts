@@ -7,6 +7,9 @@ import { SIGNIN_OIDC_PATH } from "../paths.js";
 const FLOW_COOKIE = "vg_oidc";
 const RETURN_COOKIE = "vg_oidc_return";
 
+/** A flow's cookies are named by its state (its start of it), so flows begun in two tabs do not spoil each other. */
+const flowKey = (state: string | null | undefined) => (state && /^[A-Za-z0-9_-]{16}/.test(state) ? state.slice(0, 16) : "none");
+
 type Query = Record<string, string | string[] | undefined>;
 const q = (request: FastifyRequest, name: string) => {
   const v = (request.query as Query)[name];
@@ -31,8 +34,8 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
   const secure = ctx.urls.appUrl.startsWith("https:");
   // Over https the names carry __Host- (Path=/, host-only), so a sibling subdomain cannot plant its own
   // flow's secret and sign the person in to someone else's account; plain http keeps them on the callback path.
-  const flowCookie = secure ? `__Host-${FLOW_COOKIE}` : FLOW_COOKIE;
-  const returnCookie = secure ? `__Host-${RETURN_COOKIE}` : RETURN_COOKIE;
+  const flowCookie = (key: string) => `${secure ? "__Host-" : ""}${FLOW_COOKIE}.${key}`;
+  const returnCookie = (key: string) => `${secure ? "__Host-" : ""}${RETURN_COOKIE}.${key}`;
   // SameSite=Lax: the provider's redirect back is a top-level navigation, which Lax lets through.
   const cookie = (name: string, value: string, maxAge: number) =>
     `${name}=${value}; Path=${secure ? "/" : SIGNIN_OIDC_PATH}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
@@ -42,7 +45,8 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
     const current = await ctx.session(request);
     const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
     const maxAge = Number(res.expiresIn);
-    reply.header("set-cookie", [cookie(flowCookie, res.flowSecret, maxAge), cookie(returnCookie, encodeURIComponent(returnTo), maxAge)]);
+    const key = flowKey(new URL(res.authorizationUrl).searchParams.get("state"));
+    reply.header("set-cookie", [cookie(flowCookie(key), res.flowSecret, maxAge), cookie(returnCookie(key), encodeURIComponent(returnTo), maxAge)]);
     return reply.redirect(res.authorizationUrl, 303);
   });
 
@@ -54,20 +58,21 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
 
   app.get(`${SIGNIN_OIDC_PATH}/callback`, STARTS_A_CEREMONY, async (request, reply) => {
     const cookies = readCookies(request);
-    if (handOn && !cookies[flowCookie] && request.hostname === appHost) {
+    const key = flowKey(q(request, "state"));
+    if (handOn && !cookies[flowCookie(key)] && request.hostname === appHost) {
       const query = request.url.indexOf("?");
       return reply.redirect(`${authBase}${SIGNIN_OIDC_PATH}/callback${query === -1 ? "" : request.url.slice(query)}`, 303);
     }
-    const returnTo = safeReturnTo(decoded(cookies[returnCookie] ?? ""));
+    const returnTo = safeReturnTo(decoded(cookies[returnCookie(key)] ?? ""));
     // A refused confirmation leads back to the page that asked for it (a payment, say).
     offerOnward(request, returnTo, "Go back to where you were");
     const current = await ctx.session(request);
     // The flow is used up whatever happens next; the cookies go with it.
-    reply.header("set-cookie", [cookie(flowCookie, "", 0), cookie(returnCookie, "", 0)]);
+    reply.header("set-cookie", [cookie(flowCookie(key), "", 0), cookie(returnCookie(key), "", 0)]);
     const res = await ctx.grants.completeProviderSignIn(
       {
         callbackUrl: ctx.urls.appUrl.replace(/\/+$/, "") + request.url,
-        flowSecret: cookies[flowCookie] ?? "",
+        flowSecret: cookies[flowCookie(key)] ?? "",
         sessionToken: current?.token ?? "",
         replacesSessionToken: ctx.sessionToken(request) ?? "",
       },

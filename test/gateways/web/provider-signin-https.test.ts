@@ -54,12 +54,13 @@ describe("web pages: provider sign-in cookies over https", function () {
     return { user, path: callback.slice(APP.length) };
   }
 
-  it("sets __Host-vg_oidc and __Host-vg_oidc_return (Secure, Path=/) and signs the person in at the callback", async () => {
+  it("sets __Host-vg_oidc and __Host-vg_oidc_return named by the flow (Secure, Path=/) and signs the person in at the callback", async () => {
     const jar = createJar(url);
     const go = await jar.get(`/signin/oidc?return_to=${encodeURIComponent("/dashboard/money")}`);
     expect(go.status).to.equal(303);
+    const key = new URL(go.headers.get("location")!).searchParams.get("state")!.slice(0, 16);
     const set = go.headers.getSetCookie().map((line) => line.split(";").map((p) => p.trim()));
-    expect(set.map((parts) => parts[0]!.split("=")[0])).to.deep.equal(["__Host-vg_oidc", "__Host-vg_oidc_return"]);
+    expect(set.map((parts) => parts[0]!.split("=")[0])).to.deep.equal([`__Host-vg_oidc.${key}`, `__Host-vg_oidc_return.${key}`]);
     for (const parts of set) expect(parts.slice(1)).to.include.members(["Path=/", "Secure", "HttpOnly", "SameSite=Lax"]);
     const { path } = await providerCallback(go.headers.get("location")!);
     const back = await jar.get(path);
@@ -71,10 +72,12 @@ describe("web pages: provider sign-in cookies over https", function () {
   it("a flow secret planted under the plain name (as a sibling subdomain can) signs nobody in", async () => {
     const attacker = createJar(url);
     const go = await attacker.get("/signin/oidc");
-    const secret = attacker.cookies.get("__Host-vg_oidc") ?? attacker.cookies.get("vg_oidc")!;
+    const key = new URL(go.headers.get("location")!).searchParams.get("state")!.slice(0, 16);
+    const secret = attacker.cookies.get(`__Host-vg_oidc.${key}`)!;
+    expect(secret).to.be.a("string");
     const { path } = await providerCallback(go.headers.get("location")!);
     const victim = createJar(url);
-    victim.cookies.set("vg_oidc", secret);
+    victim.cookies.set(`vg_oidc.${key}`, secret);
     const res = await victim.get(path);
     expect(res.status).to.equal(403);
     expect(victim.cookies.has("__Host-vg_session")).to.equal(false);
