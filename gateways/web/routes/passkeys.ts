@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { readCookies, safeReturnTo, PageError, STARTS_A_CEREMONY, type WebContext } from "../context.js";
+import { sha256Base64url } from "../../../lib/crypto.js";
 import { UUID } from "../../../lib/uuid.js";
 import { PASSKEYS_PATH, SIGNIN_PASSKEY_PATH, signInPath, STEP_UP_PASSKEY_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
@@ -32,11 +33,21 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
   };
   // Over https a __Host- name, like the session's: a sibling subdomain could otherwise plant its own
   // flow's secret on a narrower path, sent first, and spoil the person's ceremony.
-  const flowName = secure ? `__Host-${FLOW_COOKIE}` : FLOW_COOKIE;
-  const flowCookie = (value: string, maxAge: number) => `${flowName}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
-  const takeFlow = (request: FastifyRequest, reply: FastifyReply) => {
-    reply.header("set-cookie", [flowCookie("", 0)]);
-    return readCookies(request)[flowName] ?? "";
+  // Each ceremony's cookie is named by a digest of its secret, which its form posts back: two tabs keep theirs.
+  const flowName = (key: string) => `${secure ? "__Host-" : ""}${FLOW_COOKIE}.${key}`;
+  const flowCookie = (key: string, value: string, maxAge: number) =>
+    `${flowName(key)}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+  /** Sets a new ceremony's cookie; answers the key its form posts back. */
+  const startFlow = (reply: FastifyReply, flowSecret: string) => {
+    const key = sha256Base64url(flowSecret).slice(0, 16);
+    reply.header("set-cookie", [flowCookie(key, flowSecret, FLOW_SECONDS)]);
+    return key;
+  };
+  const takeFlow = (request: FastifyRequest, reply: FastifyReply, form: Map<string, string>) => {
+    const key = form.get("flow") ?? "";
+    if (!/^[A-Za-z0-9_-]{16}$/.test(key)) return "";
+    reply.header("set-cookie", [flowCookie(key, "", 0)]);
+    return readCookies(request)[flowName(key)] ?? "";
   };
   // Registered after the plugin-wide page headers, so this replaces their script-less policy here.
   app.addHook("onSend", async (_request, reply) => {
@@ -80,7 +91,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       throw err;
     });
     if (!res) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
-    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const flow = startFlow(reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
@@ -91,6 +102,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
         action: `${PASSKEYS_PATH}/add`,
         optionsJson: res.optionsJson,
         csrf,
+        flow,
         button: "Create passkey",
         intro: "Your device will ask for your fingerprint, face or PIN.",
         askName: true,
@@ -105,7 +117,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     ctx.checkCsrf(request, form.params);
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, PASSKEYS_PATH);
-    const flowSecret = takeFlow(request, reply);
+    const flowSecret = takeFlow(request, reply, form.params);
     try {
       await ctx.grants.finishPasskeyRegistration(
         { sessionToken: current.token, flowSecret, responseJson: answer(form.params), name: form.params.get("name") ?? "" },
@@ -146,13 +158,13 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     const res = await ctx.grants.startPasskeyAssertion({ sessionToken: current.token }, ctx.rpc(request));
-    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const flow = startFlow(reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
       200,
       "Confirm it's you",
-      html`${ceremonyForm({ kind: "get", action: STEP_UP_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Confirm with your passkey: your device will ask for your fingerprint, face or PIN." })}
+      html`${ceremonyForm({ kind: "get", action: STEP_UP_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, flow, returnTo, button: "Use my passkey", intro: "Confirm with your passkey: your device will ask for your fingerprint, face or PIN." })}
         <p><a href="${stepUpPath(returnTo)}">Confirm another way</a></p>`,
       { email: current.session.email, csrf },
     );
@@ -164,7 +176,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const returnTo = safeReturnTo(form.params.get("return_to"));
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
-    const flowSecret = takeFlow(request, reply);
+    const flowSecret = takeFlow(request, reply, form.params);
     await ctx.grants.finishPasskeyAssertion({ sessionToken: current.token, flowSecret, responseJson: answer(form.params) }, ctx.rpc(request));
     return reply.redirect(returnTo, 303);
   });
@@ -173,13 +185,13 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
     const returnTo = safeReturnTo(q(request, "return_to"));
     const res = await ctx.grants.startPasskeyAssertion({}, ctx.rpc(request));
-    reply.header("set-cookie", [flowCookie(res.flowSecret, FLOW_SECONDS)]);
+    const flow = startFlow(reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
       200,
       "Sign in with a passkey",
-      html`${ceremonyForm({ kind: "get", action: SIGNIN_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
+      html`${ceremonyForm({ kind: "get", action: SIGNIN_PASSKEY_PATH, optionsJson: res.optionsJson, csrf, flow, returnTo, button: "Use my passkey", intro: "Your device will ask for your fingerprint, face or PIN." })}
         <p><a href="${signInPath(returnTo)}">Sign in another way</a></p>`,
     );
   });
@@ -189,7 +201,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
     const returnTo = safeReturnTo(form.params.get("return_to"));
-    const flowSecret = takeFlow(request, reply);
+    const flowSecret = takeFlow(request, reply, form.params);
     const res = await ctx.grants.finishPasskeyAssertion(
       { flowSecret, responseJson: answer(form.params), replacesSessionToken: ctx.sessionToken(request) ?? "" },
       ctx.rpc(request),

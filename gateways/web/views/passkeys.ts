@@ -13,6 +13,8 @@ export function ceremonyForm(o: {
   action: string;
   optionsJson: string;
   csrf: string;
+  /** Names the ceremony's cookie (not a secret): the POST reads that one. */
+  flow: string;
   returnTo?: string;
   button: string;
   intro: string;
@@ -21,7 +23,7 @@ export function ceremonyForm(o: {
   return html`${NOSCRIPT}
     <form class="card" method="post" action="${o.action}" data-passkey="${o.kind}" data-options="${o.optionsJson}" hidden>
       <p>${o.intro}</p>
-      <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="response" value="">
+      <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="flow" value="${o.flow}"><input type="hidden" name="response" value="">
       ${o.returnTo ? html`<input type="hidden" name="return_to" value="${o.returnTo}">` : ""}
       ${o.askName ? html`<label for="name">A name for this passkey</label><input id="name" type="text" name="name" maxlength="60" placeholder="e.g. work laptop">` : ""}
       <p class="muted" data-passkey-error role="alert"></p>

@@ -44,8 +44,8 @@ describe("web pages: passkey flow cookie over https", function () {
     await stepUp(stack, jar, user.email, "/stepup?return_to=%2Fdashboard%2Fpasskeys%2Fadd");
     const add = await jar.get("/dashboard/passkeys/add");
     const set = add.headers.getSetCookie().map((line) => line.split(";").map((p) => p.trim()));
-    const flow = set.find((parts) => parts[0]!.includes("vg_passkey="))!;
-    expect(flow[0]!.split("=")[0]).to.equal("__Host-vg_passkey");
+    const flow = set.find((parts) => parts[0]!.includes("vg_passkey."))!;
+    expect(flow[0]!.split("=")[0]).to.match(/^__Host-vg_passkey\.[\w-]{16}$/);
     expect(flow.slice(1)).to.include.members(["Path=/", "Secure", "HttpOnly", "SameSite=Strict"]);
     const page = await add.text();
     const key = softPasskey();
@@ -61,18 +61,22 @@ describe("web pages: passkey flow cookie over https", function () {
   it("sets __Host-vg_passkey (Secure, Path=/) for adding a passkey and for signing in with one", async () => {
     await owner();
     const res = await createJar(url).get("/signin/passkey");
-    expect(res.headers.getSetCookie().map((line) => line.split("=")[0])).to.include("__Host-vg_passkey");
+    const key = formFields(await res.text(), "/signin/passkey").flow;
+    expect(res.headers.getSetCookie().map((line) => line.split("=")[0])).to.include(`__Host-vg_passkey.${key}`);
   });
 
   it("hostile: a flow cookie planted under the plain name, sent first, does not spoil the person's passkey sign-in", async () => {
     const { key } = await owner();
     // The attacker's own flow, planted for the sign-in path as a sibling subdomain could.
     const attacker = createJar(url);
-    await attacker.get("/signin/passkey");
-    const planted = attacker.cookies.get("__Host-vg_passkey") ?? attacker.cookies.get("vg_passkey")!;
+    const attackerKey = formFields(await (await attacker.get("/signin/passkey")).text(), "/signin/passkey").flow;
+    const planted = attacker.cookies.get(`__Host-vg_passkey.${attackerKey}`)!;
+    expect(planted).to.be.a("string");
     const person = createJar(url);
     const page = await (await person.get("/signin/passkey")).text();
-    const cookie = [`vg_passkey=${planted}`, ...[...person.cookies].map(([k, v]) => `${k}=${v}`)].join("; ");
+    // Under the plain name of the person's own ceremony (its key is on their page), sent first.
+    const personKey = formFields(page, "/signin/passkey").flow;
+    const cookie = [`vg_passkey.${personKey}=${planted}`, ...[...person.cookies].map(([k, v]) => `${k}=${v}`)].join("; ");
     const body = new URLSearchParams({ ...(formFields(page, "/signin/passkey") as Record<string, string>), response: key.get(passkeyOptionsOf(page), APP) });
     const res = await fetch(`${url}/signin/passkey`, {
       method: "POST",

@@ -167,6 +167,25 @@ describe("web: passkey pages", function () {
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
   });
 
+  it("passkey ceremonies begun in two tabs of one browser: the first still finishes, and both step-ups do", async () => {
+    const { jar: owner, key } = await ownerWithPasskey();
+    const jar = createJar(stack.url);
+    const first = await (await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fpasskeys")).text();
+    await jar.get("/signin/passkey?return_to=%2Fdashboard%2Fagents");
+    expect([...jar.cookies.keys()].filter((name) => name.startsWith("vg_passkey.")).length).to.equal(2);
+    const firstDone = await jar.post("/signin/passkey", { ...formFields(first, "/signin/passkey"), response: key.get(passkeyOptionsOf(first), origin) });
+    expect(firstDone.status).to.equal(303);
+    expect(firstDone.headers.get("location")).to.equal("/dashboard/passkeys");
+    // A step-up keeps the session (and its forms): two tabs' step-ups each finish, in either order.
+    const a = await (await owner.get("/stepup/passkey?return_to=%2Fdashboard%2Fmoney")).text();
+    const b = await (await owner.get("/stepup/passkey?return_to=%2Fdashboard%2Fagents")).text();
+    const bDone = await owner.post("/stepup/passkey", { ...formFields(b, "/stepup/passkey"), response: key.get(passkeyOptionsOf(b), origin) });
+    expect(bDone.headers.get("location")).to.equal("/dashboard/agents");
+    const aDone = await owner.post("/stepup/passkey", { ...formFields(a, "/stepup/passkey"), response: key.get(passkeyOptionsOf(a), origin) });
+    expect(aDone.headers.get("location")).to.equal("/dashboard/money");
+    expect([...owner.cookies.keys()].filter((name) => name.startsWith("vg_passkey"))).to.deep.equal([]);
+  });
+
   describe("a step-up that goes stale between the page's check and core's", () => {
     let racing: FastifyInstance;
     let raceUrl: string;
