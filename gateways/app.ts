@@ -23,7 +23,7 @@ import { observeRequests } from "./shared/observability.js";
 import { limitRequestTime } from "./shared/request-time.js";
 import { trackRouteMethods } from "./shared/route-methods.js";
 import { requestLogController } from "./request-log.js";
-import { clientErrorHandler } from "./shared/client-errors.js";
+import { clientErrorHandler, connectRefusal } from "./shared/client-errors.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -88,6 +88,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     },
   });
 
+  app.server.on("connect", connectRefusal(options.logger as FastifyBaseLogger));
   limitRequestTime(app, requestTimeout);
   trackRouteMethods(app);
 

@@ -1,5 +1,6 @@
-import { STATUS_CODES } from "node:http";
+import { STATUS_CODES, type IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import type { FastifyBaseLogger } from "fastify";
 import { uuidv7 } from "../../lib/uuidv7.js";
 
@@ -64,25 +65,44 @@ export function clientErrorHandler(
       body: JSON.stringify({ error: STATUS_CODES[status], message: PLAIN_MESSAGES[status], statusCode: status }),
     };
     log.info({ reqId: requestId, code: err.code, res: { statusCode: answer.status } }, "refused a request the HTTP parser could not read");
-    if (!socket.writable) {
-      socket.destroy();
-      return;
-    }
-    const head = [
-      `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}`,
-      "content-type: application/json; charset=utf-8",
-      `content-length: ${Buffer.byteLength(answer.body)}`,
-      `x-request-id: ${requestId}`,
-      "x-content-type-options: nosniff",
-      "cache-control: no-store",
-      // What a token endpoint's answers carry too (RFC 6749 5.1); harmless on any other.
-      "pragma: no-cache",
-      "connection: close",
-    ];
-    socket.end(`${head.join("\r\n")}\r\n\r\n${answer.body}`);
-    // Closed by the client once it has read the answer; destroyed at once, unread request bytes
-    // could reset the connection before the answer is read. A client that stays is dropped.
-    const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref();
-    socket.once("close", () => clearTimeout(drop));
+    answerAndClose(socket, answer, requestId);
   };
+}
+
+/**
+ * The http server's `connect` listener: a CONNECT (a proxy tunnel, which no surface serves) is
+ * answered 405 with a request id and a closed connection; without one Node drops the socket unanswered.
+ */
+export function connectRefusal(log: FastifyBaseLogger): (req: IncomingMessage, socket: Duplex) => void {
+  return (_req, socket) => {
+    const requestId = uuidv7();
+    log.info({ reqId: requestId, method: "CONNECT", res: { statusCode: 405 } }, "refused a CONNECT: no tunnel is served here");
+    const body = JSON.stringify({ error: STATUS_CODES[405], message: "CONNECT is not served here", statusCode: 405 });
+    answerAndClose(socket as Socket, { status: 405, body }, requestId, ["allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"]);
+  };
+}
+
+/** Writes a whole JSON answer on a socket no request object owns, and closes the connection. */
+function answerAndClose(socket: Socket, answer: ClientErrorAnswer, requestId: string, extra: string[] = []): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const head = [
+    `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}`,
+    ...extra,
+    "content-type: application/json; charset=utf-8",
+    `content-length: ${Buffer.byteLength(answer.body)}`,
+    `x-request-id: ${requestId}`,
+    "x-content-type-options: nosniff",
+    "cache-control: no-store",
+    // What a token endpoint's answers carry too (RFC 6749 5.1); harmless on any other.
+    "pragma: no-cache",
+    "connection: close",
+  ];
+  socket.end(`${head.join("\r\n")}\r\n\r\n${answer.body}`);
+  // Closed by the client once it has read the answer; destroyed at once, unread request bytes
+  // could reset the connection before the answer is read. A client that stays is dropped.
+  const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref();
+  socket.once("close", () => clearTimeout(drop));
 }

@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { startStack, type TestStack } from "../support/stack.js";
 import { expectHttpError, expectOAuthError } from "../support/refusals.js";
+import { parseRawAnswer, rawExchange } from "../support/raw-http.js";
 import { api } from "../support/resources.js";
 
 /** A known address asked with the wrong method is 405 with `Allow`, in its surface's envelope. */
@@ -57,5 +58,16 @@ describe("Wrong method on a known address: 405 with Allow (HTTP)", () => {
     expect((await call("GET", "/oauth2/nothing")).status).to.equal(404);
     expectHttpError(await api(stack, "GET", "/users/usr_123/nothing"), 404, "not_found");
     expect((await call("GET", "/signout/elsewhere")).status).to.equal(404);
+  });
+
+  it("CONNECT (a proxy tunnel, served nowhere) is 405 with Allow, a request id and a closed connection", async () => {
+    for (const target of ["vaultgate.example:443", "/api/partner/events", "/mcp/write"]) {
+      const answer = parseRawAnswer(await rawExchange(stack.url, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+      expect([answer.status, answer.headers.connection, answer.headers["cache-control"]], target).to.deep.equal([405, "close", "no-store"]);
+      expect(answer.headers.allow, target).to.include("GET");
+      expect(answer.headers["x-request-id"], target).to.match(/^[0-9a-f-]{36}$/);
+      expect(answer.body, target).to.deep.equal({ error: "Method Not Allowed", message: "CONNECT is not served here", statusCode: 405 });
+    }
+    expect((await call("GET", "/healthz")).status).to.equal(200);
   });
 });
