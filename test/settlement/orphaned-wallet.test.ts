@@ -2,9 +2,10 @@ import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { freshWalletKeyFile } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { ownDatabase, requirePostgres } from "../support/db.js";
-import { evmRailStackOptions, freshAddress, startEvmChain, type EvmChain } from "../support/evm-rail.js";
-import { startMcpStack, type McpStack } from "../support/mcp.js";
+import { chainSuite } from "../support/chain-suite.js";
+import { requirePostgres } from "../support/db.js";
+import { evmRailStackOptions, freshAddress } from "../support/evm-rail.js";
+import type { McpStack } from "../support/mcp.js";
 
 /**
  * Payments accepted for a hot wallet that no core holds any more: its key file replaced, or
@@ -13,31 +14,12 @@ import { startMcpStack, type McpStack } from "../support/mcp.js";
  */
 describe("unsigned payments of a hot wallet no core holds any more (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
-  let books: Awaited<ReturnType<typeof ownDatabase>>;
-  const stacks: McpStack[] = [];
-
-  before(async () => {
-    books = await ownDatabase();
-    chain = await startEvmChain();
-  });
-  afterEach(async () => {
-    await Promise.all(stacks.splice(0).map((s) => s.close()));
-  });
-  after(async () => {
-    await chain?.anvil.stop();
-    await books?.drop();
-  });
-
-  async function start(options: Parameters<typeof startMcpStack>[0]): Promise<McpStack> {
-    const s = await startMcpStack({ settlementPollMs: 0, ...options, database: books.db });
-    stacks.push(s);
-    return s;
-  }
+  const suite = chainSuite();
+  const start = suite.start;
 
   /** `count` payments accepted on base by a core whose hot wallet is never funded, so none is signed; the core then stops. */
   async function acceptedThenKeyGone(count: number) {
-    const first = await start(evmRailStackOptions(chain.settings));
+    const first = await start(evmRailStackOptions(suite.chain.settings));
     const rpc = stackRpc(first);
     const { agentToken } = await fundedChildBudget(first, { fundCents: 100_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
     const ids = await Promise.all(
@@ -53,14 +35,13 @@ describe("unsigned payments of a hot wallet no core holds any more (anvil)", fun
       }),
     );
     await first.core.settlement.worker.runOnce();
-    await first.close();
-    stacks.splice(stacks.indexOf(first), 1);
+    await suite.stop(first);
     const statuses = async () =>
-      (await books.db("settlement_payments").whereIn("payment_id", ids).orderBy("payment_id").select("status", "failure_reason", "nonce")).map(
+      (await suite.books.db("settlement_payments").whereIn("payment_id", ids).orderBy("payment_id").select("status", "failure_reason", "nonce")).map(
         (r: { status: string; failure_reason: string | null; nonce: string | null }) => `${r.status}:${r.failure_reason}:${r.nonce}`,
       );
     const failedAudits = async () =>
-      Number((await books.db("audit_records").whereIn("subject", ids).where({ action: "payments.settlement.failed" }).count({ n: "*" }))[0]!.n);
+      Number((await suite.books.db("audit_records").whereIn("subject", ids).where({ action: "payments.settlement.failed" }).count({ n: "*" }))[0]!.n);
     return { ids, agentToken, statuses, failedAudits };
   }
 
@@ -70,7 +51,7 @@ describe("unsigned payments of a hot wallet no core holds any more (anvil)", fun
 
   it("after the hot wallet's key file is replaced: they stay pending until their expiry, then fail as expired and are refunded", async () => {
     const { ids, agentToken, statuses, failedAudits } = await acceptedThenKeyGone(2);
-    const next = await start(evmRailStackOptions({ ...chain.settings, walletKeyFile: await freshWalletKeyFile() }));
+    const next = await start(evmRailStackOptions({ ...suite.chain.settings, walletKeyFile: await freshWalletKeyFile() }));
     await next.core.settlement.worker.runOnce();
     expect(await statuses()).to.deep.equal(ids.map(() => "pending:null:null"));
     next.clock.advance(3_600_000);
@@ -88,13 +69,13 @@ describe("unsigned payments of a hot wallet no core holds any more (anvil)", fun
     await next.core.settlement.worker.runOnce();
     expect(await statuses()).to.deep.equal(ids.map(() => "failed:expired:null"));
     expect(await balanceOf(next, agentToken)).to.equal(100_000);
-    expect(await chain.anvil.client.getTransactionCount({ address: chain.account.address })).to.equal(0);
+    expect(await suite.chain.anvil.client.getTransactionCount({ address: suite.chain.account.address })).to.equal(0);
   });
 
   it("many of them and two cores with other keys racing past their expiry: each is refunded exactly once (PostgreSQL only)", async function () {
     requirePostgres(this, "two cores racing for one queue need a shared server");
     const { ids, agentToken, statuses, failedAudits } = await acceptedThenKeyGone(20);
-    const cores = [await start(evmRailStackOptions({ ...chain.settings, walletKeyFile: await freshWalletKeyFile() })), await start({})];
+    const cores = [await start(evmRailStackOptions({ ...suite.chain.settings, walletKeyFile: await freshWalletKeyFile() })), await start({})];
     for (const s of cores) s.clock.advance(3_600_000);
     await Promise.all(Array.from({ length: 6 }, (_, i) => cores[i % 2]!.core.settlement.worker.runOnce()));
     expect(await statuses()).to.deep.equal(ids.map(() => "failed:expired:null"));

@@ -4,9 +4,10 @@ import type { Hex } from "viem";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { ownDatabase, requirePostgres } from "../support/db.js";
-import { evmRailStackOptions, freshAddress, fundHotWallet, startEvmChain, type EvmChain } from "../support/evm-rail.js";
-import { startMcpStack, type McpStack } from "../support/mcp.js";
+import { chainSuite } from "../support/chain-suite.js";
+import { requirePostgres } from "../support/db.js";
+import { evmRailStackOptions, freshAddress, fundHotWallet } from "../support/evm-rail.js";
+import type { McpStack } from "../support/mcp.js";
 
 /**
  * Payments of a hot wallet whose key file was replaced since (CHAIN_<NAME>_RETIRED_WALLETS): a core holding only the new
@@ -14,33 +15,11 @@ import { startMcpStack, type McpStack } from "../support/mcp.js";
  */
 describe("payments of a hot wallet whose key was replaced, listed as retired (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
-  let books: Awaited<ReturnType<typeof ownDatabase>>;
-  const stacks: McpStack[] = [];
+  const suite = chainSuite();
+  const close = suite.stop;
 
-  before(async () => {
-    books = await ownDatabase();
-    chain = await startEvmChain();
-  });
-  afterEach(async () => {
-    await Promise.all(stacks.splice(0).map((s) => s.close()));
-    await chain.anvil.setAutomine(true);
-  });
-  after(async () => {
-    await chain?.anvil.stop();
-    await books?.drop();
-  });
-
-  async function start(keyFile: string, retiredWallets: string[] = []): Promise<McpStack> {
-    const s = await startMcpStack({ ...evmRailStackOptions({ ...chain.settings, walletKeyFile: keyFile, retiredWallets }), database: books.db });
-    stacks.push(s);
-    return s;
-  }
-
-  async function close(s: McpStack): Promise<void> {
-    stacks.splice(stacks.indexOf(s), 1);
-    await s.close();
-  }
+  const start = (keyFile: string, retiredWallets: string[] = []) =>
+    suite.start(evmRailStackOptions({ ...suite.chain.settings, walletKeyFile: keyFile, retiredWallets }));
 
   /**
    * A core on a key of its own pays `count` payments of 400 cents; its wallet funded, it signs them (mined at once unless
@@ -50,7 +29,7 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     const oldKey = await freshWalletKeyFile();
     const old = await start(oldKey);
     const oldWallet = old.core.settlement.evm("base")!.wallet;
-    if (funded) await fundHotWallet(chain.anvil, chain.usdc, oldWallet, centsToUnits(100_000));
+    if (funded) await fundHotWallet(suite.chain.anvil, suite.chain.usdc, oldWallet, centsToUnits(100_000));
     const rpc = stackRpc(old);
     const { agentToken, ownerToken, vaultId } = await fundedChildBudget(old, {
       fundCents: 100_000n,
@@ -76,7 +55,7 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
   }
 
   async function rows(ids: string[]) {
-    const found = await books
+    const found = await suite.books
       .db("settlement_payments")
       .whereIn("payment_id", ids)
       .select("payment_id", "status", "failure_reason", "tx_hash", "final", "wallet", "nonce");
@@ -90,15 +69,15 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     }[];
   }
 
-  const balance = (of: string) => chain.anvil.usdcBalance(chain.usdc, of);
-  const nonceOf = (s: McpStack) => chain.anvil.client.getTransactionCount({ address: s.core.settlement.evm("base")!.wallet as Hex });
+  const balance = (of: string) => suite.chain.anvil.usdcBalance(suite.chain.usdc, of);
+  const nonceOf = (s: McpStack) => suite.chain.anvil.client.getTransactionCount({ address: s.core.settlement.evm("base")!.wallet as Hex });
   const audits = async (ids: string[], action: string) =>
-    Number((await books.db("audit_records").whereIn("subject", ids).where({ action }).count({ n: "*" }))[0]!.n);
+    Number((await suite.books.db("audit_records").whereIn("subject", ids).where({ action }).count({ n: "*" }))[0]!.n);
 
   /** Mines and runs the core's worker until every payment is final (bounded by passes, never by time). */
   async function settle(s: McpStack, ids: string[], passes = 12): Promise<void> {
     for (let i = 0; i < passes && (await rows(ids)).some((r) => !r.final); i++) {
-      await chain.anvil.mine(2);
+      await suite.chain.anvil.mine(2);
       await s.core.settlement.worker.runOnce();
     }
   }
@@ -133,12 +112,12 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     await close(old);
     const next = await start(await freshWalletKeyFile(), [oldWallet]);
     const wallet = next.core.settlement.evm("base")!.wallet;
-    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(10_000));
+    await fundHotWallet(suite.chain.anvil, suite.chain.usdc, wallet, centsToUnits(10_000));
     await settle(next, ids);
     expect((await rows(ids)).map((r) => `${r.status}:${r.final}:${r.wallet}`)).to.deep.equal(ids.map(() => `completed:true:${wallet}`));
     for (const payee of payees) expect(await balance(payee)).to.equal(centsToUnits(400));
     expect(await nonceOf(next)).to.equal(2);
-    expect(await chain.anvil.client.getTransactionCount({ address: oldWallet as Hex })).to.equal(0);
+    expect(await suite.chain.anvil.client.getTransactionCount({ address: oldWallet as Hex })).to.equal(0);
     expect((await next.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
   });
 
@@ -148,7 +127,7 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     expect(closed.json!.result.swept_cents).to.equal(99_600);
     await close(old);
     const next = await start(await freshWalletKeyFile(), [oldWallet]);
-    await fundHotWallet(chain.anvil, chain.usdc, next.core.settlement.evm("base")!.wallet, centsToUnits(10_000));
+    await fundHotWallet(suite.chain.anvil, suite.chain.usdc, next.core.settlement.evm("base")!.wallet, centsToUnits(10_000));
     await settle(next, ids, 3);
     expect((await rows(ids)).map((r) => `${r.status}:${r.failure_reason}:${r.nonce}`)).to.deep.equal(["failed:cancelled:null"]);
     expect(await balance(payees[0]!)).to.equal(0n);
@@ -157,12 +136,12 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
   });
 
   it("signed and lost from the node's pool before it was mined: the new core sends the stored bytes again, and it completes", async () => {
-    await chain.anvil.setAutomine(false);
+    await suite.chain.anvil.setAutomine(false);
     const { old, oldWallet, ids, payees } = await signedByOldKey(1);
     const [signed] = await rows(ids);
-    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await suite.chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
     await close(old);
-    await chain.anvil.setAutomine(true);
+    await suite.chain.anvil.setAutomine(true);
     const next = await start(await freshWalletKeyFile(), [oldWallet]);
     await settle(next, ids);
     expect((await rows(ids)).map((r) => `${r.status}:${r.tx_hash}`)).to.deep.equal([`completed:${signed!.tx_hash}`]);
@@ -171,10 +150,10 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
   });
 
   it("past its expiry unmined: the new core cannot cancel it and it stays submitted; the old key's core cancels it and it is refunded", async () => {
-    await chain.anvil.setAutomine(false);
+    await suite.chain.anvil.setAutomine(false);
     const { old, oldKey, oldWallet, ids, payees, agentToken } = await signedByOldKey(1);
     const [signed] = await rows(ids);
-    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await suite.chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
     await close(old);
     const next = await start(await freshWalletKeyFile(), [oldWallet]);
     next.clock.advance(3_600_000);
@@ -183,8 +162,8 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     expect(await nonceOf(next)).to.equal(0);
     await close(next);
     // Only the old key can replace the transfer the new core sent again: the node drops it for the cancellation.
-    await chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
-    await chain.anvil.setAutomine(true);
+    await suite.chain.anvil.rpc("anvil_dropTransaction", [signed!.tx_hash]);
+    await suite.chain.anvil.setAutomine(true);
     const keyHolder = await start(oldKey);
     keyHolder.clock.advance(3_600_000);
     await settle(keyHolder, ids);
@@ -207,7 +186,7 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     expect(await refusal(await freshWalletKeyFile(), [stranger])).to.equal(
       `CHAIN_BASE_RETIRED_WALLETS lists ${stranger}, which was never chain base's hot wallet in this database`,
     );
-    await books.db("settlement_nonces").where({ chain: "base", wallet: oldWallet }).update({ chain_id: 999_999 });
+    await suite.books.db("settlement_nonces").where({ chain: "base", wallet: oldWallet }).update({ chain_id: 999_999 });
     expect(await refusal(await freshWalletKeyFile(), [oldWallet])).to.equal(
       `CHAIN_BASE_RETIRED_WALLETS lists ${oldWallet}, which paid on chain id 999999; this node is chain id ${ANVIL_CHAIN_ID}`,
     );
@@ -218,7 +197,7 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     const { old, oldWallet, ids, payees } = await signedByOldKey(12);
     const next = await start(await freshWalletKeyFile(), [oldWallet]);
     for (let i = 0; i < 8 && (await rows(ids)).some((r) => !r.final); i++) {
-      await chain.anvil.mine(2);
+      await suite.chain.anvil.mine(2);
       await Promise.all([old, next, old, next].map((s) => s.core.settlement.worker.runOnce()));
     }
     expect((await rows(ids)).map((r) => `${r.status}:${r.final}`)).to.deep.equal(ids.map(() => "completed:true"));
@@ -235,10 +214,10 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     const newKey = await freshWalletKeyFile();
     const replicas = [await start(newKey, [oldWallet]), await start(newKey, [oldWallet])];
     const wallet = replicas[0]!.core.settlement.evm("base")!.wallet;
-    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(10_000));
+    await fundHotWallet(suite.chain.anvil, suite.chain.usdc, wallet, centsToUnits(10_000));
     for (let i = 0; i < 10 && (await rows(ids)).some((r) => !r.final); i++) {
       await Promise.all([...replicas, ...replicas].map((s) => s.core.settlement.worker.runOnce()));
-      await chain.anvil.mine(2);
+      await suite.chain.anvil.mine(2);
     }
     const done = await rows(ids);
     expect(done.map((r) => `${r.status}:${r.final}:${r.wallet}`)).to.deep.equal(ids.map(() => `completed:true:${wallet}`));
