@@ -1,31 +1,19 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
-import { startCoreServer, type CoreServer } from "../../core/server.js";
-import { startStack, type TestStack } from "../support/stack.js";
+import { cliCoreSuite } from "../support/cli-core.js";
 import { runCli } from "../support/process.js";
 
 /** `vaultgate user set-email` and `user get` for an address stored before the current rule, as real processes. */
 describe("operator CLI: a user's e-mail address", () => {
-  let stack: TestStack;
-  let server: CoreServer;
-  let env: Record<string, string>;
-  before(async () => {
-    stack = await startStack({ webhookPollMs: 0 });
-    server = await startCoreServer(stack.core, 0, "127.0.0.1");
-    env = { CORE_URL: server.url, ADMIN_TOKEN: stack.adminToken };
-  });
-  after(async () => {
-    await server.close();
-    await stack.close();
-  });
+  const suite = cliCoreSuite();
 
-  const vg = (...argv: string[]) => runCli([...argv, "--json"], env);
+  const vg = (...argv: string[]) => runCli([...argv, "--json"], suite.env);
   const tag = () => randomUUID().slice(0, 8);
 
   it("finds a user by a stored address that breaks the current rule and moves them to a new one", async () => {
     const broken = `a..${tag()}@example.com`;
     const id = randomUUID();
-    await stack.core.db("users").insert({ id, email: broken, status: "active", created_at: new Date() });
+    await suite.stack.core.db("users").insert({ id, email: broken, status: "active", created_at: new Date() });
     const found = await vg("user", "get", "--email", broken.toUpperCase());
     expect(found.code, found.stderr).to.equal(0);
     expect(found.json).to.include({ user_id: id, email: broken });
@@ -54,19 +42,19 @@ describe("operator CLI: a user's e-mail address", () => {
     expect(missing.code).to.equal(2);
     expect(missing.stderr).to.include("--email");
     const forged = await runCli(["user", "set-email", String(b.user_id), "--email", `c-${tag()}@example.com`, "--json"], {
-      ...env,
+      ...suite.env,
       ADMIN_TOKEN: "x".repeat(43),
     });
     expect(forged.code).to.equal(1);
     expect(forged.stderr).to.include("(admin_unauthenticated)");
-    expect((await stack.admin.partners.getUserByEmail({ email: emailA })).user!.userId).to.equal(a.user_id);
-    expect((await stack.admin.partners.getUserByEmail({ email: emailB })).user!.userId).to.equal(b.user_id);
+    expect((await suite.stack.admin.partners.getUserByEmail({ email: emailA })).user!.userId).to.equal(a.user_id);
+    expect((await suite.stack.admin.partners.getUserByEmail({ email: emailB })).user!.userId).to.equal(b.user_id);
   });
 
   it("documents the command in the help", async () => {
-    const help = await runCli(["user", "set-email", "--help"], env);
+    const help = await runCli(["user", "set-email", "--help"], suite.env);
     expect(help.code).to.equal(0);
     expect(help.stdout).to.include("vaultgate user set-email USER_ID").and.include("--email EMAIL").and.include("web sessions end");
-    expect((await runCli(["user", "--help"], env)).stdout).to.include("set-email");
+    expect((await runCli(["user", "--help"], suite.env)).stdout).to.include("set-email");
   });
 });
