@@ -177,8 +177,8 @@ function parse(sub: SubcommandSpec, args: string[]) {
 }
 
 /**
- * A key id is base64url and can start with '-', which parseArgs would read as short options.
- * Our only short option is `-h`, so such arguments (not an option's value) move after `--`.
+ * A key id is base64url and can start with '-' or '--', which parseArgs would read as options. Our only short option is
+ * `-h`, and no option is named like a 43-character thumbprint, so such arguments (not an option's value) move after `--`.
  */
 function dashedValuesLast(args: string[], specs: Record<string, { type: string }>): string[] {
   const end = args.indexOf("--");
@@ -188,7 +188,8 @@ function dashedValuesLast(args: string[], specs: Record<string, { type: string }
   head.forEach((a, i) => {
     const prev = head[i - 1];
     const takesValue = prev !== undefined && /^--[^=]+$/.test(prev) && specs[prev.slice(2)]?.type === "string";
-    (/^-[^-]./.test(a) && !takesValue ? dashed : rest).push(a);
+    const thumbprint = /^--[A-Za-z0-9_-]{41}$/.test(a) && !(a.slice(2) in specs);
+    ((/^-[^-]./.test(a) || thumbprint) && !takesValue ? dashed : rest).push(a);
   });
   if (dashed.length === 0) return args;
   return [...rest, "--", ...dashed, ...(end < 0 ? [] : args.slice(end + 1))];

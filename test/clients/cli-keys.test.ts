@@ -38,13 +38,12 @@ describe("vaultgate keys (CLI)", function () {
     expect((await runCli(["keys", "bogus"], proc.env)).code).to.equal(2);
   });
 
-  it("reads a kid that starts with '-' (a thumbprint can) as the kid, before or after other flags", async () => {
-    const dashed = `-6${"x".repeat(41)}`;
-    for (const args of [
+  it("reads a kid that starts with '-' or '--' (a thumbprint can) as the kid, before or after other flags", async () => {
+    for (const args of [`-6${"x".repeat(41)}`, `--t3NxBanyK4u-FZsAQCrZ0H2M4wNskBhXhTtQQw088`].flatMap((dashed) => [
       ["keys", "retire", dashed],
       ["keys", "retire", dashed, "--json"],
       ["keys", "retire", "--json", dashed],
-    ]) {
+    ])) {
       const res = await runCli(args, proc.env);
       expect(res.code, res.stderr).to.equal(1);
       expect(res.stderr).to.include("not_found");
