@@ -240,6 +240,17 @@ export function createWebContext(options: WebContextOptions): WebContext {
   };
 }
 
+/** Ceremonies of one kind a browser keeps at once (two tabs, a retry): starting one more ends them, so cookies stay few. */
+export const CEREMONIES_KEPT = 4;
+
+/** The flow keys of the cookies named `<prefix><key>` this request carries, when there are CEREMONIES_KEPT or more. */
+export function ceremoniesToEnd(request: FastifyRequest, prefix: string): string[] {
+  const keys = Object.keys(readCookies(request))
+    .filter((name) => name.startsWith(prefix))
+    .map((name) => name.slice(prefix.length));
+  return keys.length >= CEREMONIES_KEPT ? keys : [];
+}
+
 export function readCookies(request: FastifyRequest): Record<string, string> {
   const out: Record<string, string> = {};
   for (const part of (request.headers.cookie ?? "").split(";")) {

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { noteRefusal } from "../../request-log.js";
-import { readCookies, safeReturnTo, PageError, STARTS_A_CEREMONY, type WebContext } from "../context.js";
+import { ceremoniesToEnd, readCookies, safeReturnTo, PageError, STARTS_A_CEREMONY, type WebContext } from "../context.js";
 import { sha256Base64url } from "../../../lib/crypto.js";
 import { UUID } from "../../../lib/uuid.js";
 import { PASSKEYS_PATH, SIGNIN_PASSKEY_PATH, signInPath, STEP_UP_PASSKEY_PATH, stepUpPath } from "../paths.js";
@@ -38,9 +38,10 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
   const flowCookie = (key: string, value: string, maxAge: number) =>
     `${flowName(key)}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
   /** Sets a new ceremony's cookie; answers the key its form posts back. */
-  const startFlow = (reply: FastifyReply, flowSecret: string) => {
+  const startFlow = (request: FastifyRequest, reply: FastifyReply, flowSecret: string) => {
     const key = sha256Base64url(flowSecret).slice(0, 16);
-    reply.header("set-cookie", [flowCookie(key, flowSecret, FLOW_SECONDS)]);
+    const ended = ceremoniesToEnd(request, flowName("")).map((k) => flowCookie(k, "", 0));
+    reply.header("set-cookie", [...ended, flowCookie(key, flowSecret, FLOW_SECONDS)]);
     return key;
   };
   const takeFlow = (request: FastifyRequest, reply: FastifyReply, form: Map<string, string>) => {
@@ -91,7 +92,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       throw err;
     });
     if (!res) return reply.redirect(stepUpPath(`${PASSKEYS_PATH}/add`), 303);
-    const flow = startFlow(reply, res.flowSecret);
+    const flow = startFlow(request, reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
@@ -158,7 +159,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     const current = await ctx.session(request);
     if (!current) return ctx.signInRedirect(reply, stepUpPath(returnTo));
     const res = await ctx.grants.startPasskeyAssertion({ sessionToken: current.token }, ctx.rpc(request));
-    const flow = startFlow(reply, res.flowSecret);
+    const flow = startFlow(request, reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,
@@ -185,7 +186,7 @@ export const passkeyRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
     if (!ctx.signinMethods.includes("passkey")) throw new PageError(404, "Not found", "Signing in with a passkey is not offered here.");
     const returnTo = safeReturnTo(q(request, "return_to"));
     const res = await ctx.grants.startPasskeyAssertion({}, ctx.rpc(request));
-    const flow = startFlow(reply, res.flowSecret);
+    const flow = startFlow(request, reply, res.flowSecret);
     const csrf = ctx.csrfToken(request, reply);
     return ctx.send(
       reply,

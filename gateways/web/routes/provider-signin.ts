@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { readCookies, safeReturnTo, STARTS_A_CEREMONY, type WebContext } from "../context.js";
+import { ceremoniesToEnd, readCookies, safeReturnTo, STARTS_A_CEREMONY, type WebContext } from "../context.js";
 import { offerOnward } from "../page-errors.js";
 import { SIGNIN_OIDC_PATH } from "../paths.js";
 
@@ -7,7 +7,7 @@ import { SIGNIN_OIDC_PATH } from "../paths.js";
 const FLOW_COOKIE = "vg_oidc";
 const RETURN_COOKIE = "vg_oidc_return";
 
-/** A flow's cookies are named by its state (its start of it), so flows begun in two tabs do not spoil each other. */
+/** A flow's cookies are named by the start of its state, so flows begun in two tabs do not spoil each other. */
 const flowKey = (state: string | null | undefined) => (state && /^[A-Za-z0-9_-]{16}/.test(state) ? state.slice(0, 16) : "none");
 
 type Query = Record<string, string | string[] | undefined>;
@@ -46,7 +46,8 @@ export const providerSignInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = asy
     const res = await ctx.grants.startProviderSignIn({ sessionToken: q(request, "step_up") === "1" && current ? current.token : "" }, ctx.rpc(request));
     const maxAge = Number(res.expiresIn);
     const key = flowKey(new URL(res.authorizationUrl).searchParams.get("state"));
-    reply.header("set-cookie", [cookie(flowCookie(key), res.flowSecret, maxAge), cookie(returnCookie(key), encodeURIComponent(returnTo), maxAge)]);
+    const ended = ceremoniesToEnd(request, flowCookie("")).flatMap((k) => [cookie(flowCookie(k), "", 0), cookie(returnCookie(k), "", 0)]);
+    reply.header("set-cookie", [...ended, cookie(flowCookie(key), res.flowSecret, maxAge), cookie(returnCookie(key), encodeURIComponent(returnTo), maxAge)]);
     return reply.redirect(res.authorizationUrl, 303);
   });
 

@@ -184,6 +184,14 @@ describe("web: passkey pages", function () {
     const aDone = await owner.post("/stepup/passkey", { ...formFields(a, "/stepup/passkey"), response: key.get(passkeyOptionsOf(a), origin) });
     expect(aDone.headers.get("location")).to.equal("/dashboard/money");
     expect([...owner.cookies.keys()].filter((name) => name.startsWith("vg_passkey"))).to.deep.equal([]);
+    // At most 4 under way: a 5th start ends the others, so a browser's cookies stay few; the newest finishes.
+    let page = "";
+    for (let i = 1; i <= 9; i++) {
+      page = await (await owner.get("/stepup/passkey?return_to=%2Fdashboard%2Fmoney")).text();
+      expect([...owner.cookies.keys()].filter((name) => name.startsWith("vg_passkey")).length, `after start ${i}`).to.be.at.most(4);
+    }
+    const newest = await owner.post("/stepup/passkey", { ...formFields(page, "/stepup/passkey"), response: key.get(passkeyOptionsOf(page), origin) });
+    expect(newest.headers.get("location")).to.equal("/dashboard/money");
   });
 
   describe("a step-up that goes stale between the page's check and core's", () => {

@@ -86,6 +86,21 @@ describe("web pages: sign-in at the organisation's provider", () => {
     expect((await jar.get("/dashboard/agents")).status).to.equal(200);
   });
 
+  it("a browser keeps at most 4 sign-ins under way: a 5th ends the others, so its cookies stay few; the newest finishes", async () => {
+    const user = await createUser(stack);
+    const sub = `many-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const jar = createJar(stack.url);
+    const flows = () => [...jar.cookies.keys()].filter((name) => name.startsWith("vg_oidc"));
+    let last: Response | undefined;
+    for (let i = 1; i <= 9; i++) {
+      last = await jar.get("/signin/oidc");
+      expect(flows().length, `after start ${i}`).to.be.at.most(8);
+    }
+    const back = await jar.get(await idp.signIn(last!.headers.get("location")!, sub));
+    expect(back.status).to.equal(303);
+  });
+
   it("a mangled return cookie does not break the callback: the person lands on the dashboard", async () => {
     const user = await createUser(stack);
     const sub = `web-${user.userId.slice(0, 8)}`;
