@@ -103,6 +103,9 @@ function railOf(settings: EvmChainSettings, client: PublicClient, wallet: string
     }
   }
 
+  /** The rails watching other wallets on this node, made once each (a chain lists at most 32 retired wallets). */
+  const watched = new Map<string, EvmRail>();
+
   async function sign(tx: { nonce: number; to: Hex; data?: Hex; gas: bigint; fees: Fees }) {
     if (!account) throw new Error(`chain ${settings.chain}: this core holds no key for hot wallet ${wallet}`);
     const rawTx = await account.signTransaction({
@@ -123,7 +126,12 @@ function railOf(settings: EvmChainSettings, client: PublicClient, wallet: string
     settings,
     wallet,
     signs: account !== undefined,
-    watching: (address) => railOf(settings, client, address.toLowerCase()),
+    watching(address) {
+      const a = address.toLowerCase();
+      let rail = watched.get(a);
+      if (!rail) watched.set(a, (rail = railOf(settings, client, a)));
+      return rail;
+    },
     chainId: () => rpc("eth_chainId", () => client.getChainId()),
     blockNumber: () => rpc("eth_blockNumber", async () => Number(await client.getBlockNumber({ cacheTime: 0 }))),
     blockHash: (n) =>
