@@ -1,6 +1,5 @@
 import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
-import { createBudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { derivedUuid } from "../../lib/crypto.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AroundRefund, Refund } from "../settlement/ledger.js";
@@ -21,13 +20,11 @@ const ACTOR = "settlement";
  */
 export function paymentsStopped(db: Db): StopCheck {
   const payments = createPaymentsStore(db);
-  const grants = createBudgetGrantsStore();
-  return async (p, trx) => {
-    const conn = trx ?? db;
-    if (p.vaultId !== null && (await budgetsStore.hasEnded(conn, p.vaultId))) return true;
-    const made = await payments.findPaymentById(conn, p.paymentId);
-    return made !== undefined && (await grants.findGrant(conn, made.grantId))?.state === "revoked";
-  };
+  return (ps, trx) =>
+    payments.stoppedAmong(
+      trx ?? db,
+      ps.map((p) => ({ id: p.paymentId, vaultId: p.vaultId })),
+    );
 }
 
 /**

@@ -50,6 +50,7 @@ import * as m0049 from "./migrations/0049-payout-transfer-ids.js";
 import * as m0050 from "./migrations/0050-evm-recipients-lower-case.js";
 import * as m0051 from "./migrations/0051-sign-in-by-user.js";
 import * as m0052 from "./migrations/0052-budget-keeps-funds.js";
+import * as m0053 from "./migrations/0053-unsigned-payments.js";
 
 interface Migration {
   name: string;
@@ -109,6 +110,7 @@ const migrations: Migration[] = [
   { name: "0050-evm-recipients-lower-case", ...m0050 },
   { name: "0051-sign-in-by-user", ...m0051 },
   { name: "0052-budget-keeps-funds", ...m0052 },
+  { name: "0053-unsigned-payments", ...m0053 },
 ];
 
 /** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */

@@ -48,8 +48,8 @@ export interface SignedTransaction {
 /** Runs inside the transaction that changes a payment's status, with the row as it now is. */
 export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, before: SettlementPayment) => Promise<void>;
 
-/** True when a payment must not be paid any more (the room owning its vault says so; read in `trx` when given). */
-export type StopCheck = (payment: SettlementPayment, trx?: Knex.Transaction) => Promise<boolean>;
+/** The ids of those payments that must not be paid any more (the room owning their vaults says so; read in `trx` when given). */
+export type StopCheck = (payments: readonly SettlementPayment[], trx?: Knex.Transaction) => Promise<ReadonlySet<string>>;
 
 export interface NewSettlement {
   paymentId: string;
@@ -174,24 +174,26 @@ export function createSettlementStore(db: Db) {
     },
 
     /**
-     * Leases up to `limit` due payments to one worker (rows no lease holds, skipping rows another claim locks): those of
-     * these hot wallets and of the `watched` (retired) ones; `expiredUnsignedExcept`: instead, the pending
-     * unsigned ones past their expiry of every other hot wallet (its node not answering, its key replaced, its chain back on sandbox).
+     * Leases up to `limit` due payments no lease holds (skipping rows another claim locks): of these and the `watched` (retired) hot
+     * wallets; or, `expiredUnsignedExcept`, the unsigned expired ones of every other wallet (node down, key replaced, chain on sandbox);
+     * or, `unsignedIds`, those of these payments still pending and unsigned.
      */
     async claim(
       wallets: { chain: string; wallet: string }[],
       now: Date,
       leaseUntil: Date,
       limit: number,
-      only: { expiredUnsignedExcept?: boolean; watched?: { chain: string; wallet: string }[] } = {},
+      only: { expiredUnsignedExcept?: boolean; watched?: { chain: string; wallet: string }[]; unsignedIds?: readonly string[] } = {},
     ): Promise<SettlementPayment[]> {
-      if (wallets.length === 0 && !only.expiredUnsignedExcept) return [];
+      if (only.unsignedIds ? only.unsignedIds.length === 0 : wallets.length === 0 && !only.expiredUnsignedExcept) return [];
       const token = randomUUID();
       const pairs = (ws: { chain: string; wallet: string }[]) => [pgArray(ws.map((w) => w.chain)), pgArray(ws.map((w) => w.wallet))];
       const among = "(chain, wallet) IN (SELECT * FROM unnest(?::text[], ?::text[]))";
-      const which = only.expiredUnsignedExcept
-        ? { sql: `NOT ${among} AND status = 'pending' AND nonce IS NULL AND expires_at <= ?`, bindings: [...pairs(wallets), now] }
-        : { sql: `(${among} OR ${among})`, bindings: [...pairs(wallets), ...pairs(only.watched ?? [])] };
+      const which = only.unsignedIds
+        ? { sql: `payment_id = ANY(?::uuid[]) AND status = 'pending' AND nonce IS NULL`, bindings: [pgArray(only.unsignedIds)] }
+        : only.expiredUnsignedExcept
+          ? { sql: `NOT ${among} AND status = 'pending' AND nonce IS NULL AND expires_at <= ?`, bindings: [...pairs(wallets), now] }
+          : { sql: `(${among} OR ${among})`, bindings: [...pairs(wallets), ...pairs(only.watched ?? [])] };
       const { rows } = await db.raw(
         `UPDATE settlement_payments s SET lease_token = ?, leased_until = ?
           WHERE s.payment_id IN (
@@ -201,6 +203,21 @@ export function createSettlementStore(db: Db) {
              ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
           RETURNING ${COLUMNS}`,
         [token, leaseUntil, now, now, ...which.bindings, limit],
+      );
+      return (rows as Record<string, unknown>[]).map(toPayment);
+    },
+
+    /**
+     * Up to `limit` pending unsigned payments no lease holds, of hot wallets other than these, after `after` by id:
+     * a payment no core here can sign is still looked at for a close or revocation that stops it.
+     */
+    async unsignedElsewhere(wallets: { chain: string; wallet: string }[], now: Date, after: string, limit: number): Promise<SettlementPayment[]> {
+      const { rows } = await db.raw(
+        `SELECT ${COLUMNS} FROM settlement_payments
+          WHERE status = 'pending' AND nonce IS NULL AND rail = 'evm' AND payment_id > ?::uuid AND (leased_until IS NULL OR leased_until <= ?)
+            AND (chain, wallet) NOT IN (SELECT * FROM unnest(?::text[], ?::text[]))
+          ORDER BY payment_id LIMIT ?`,
+        [after, now, pgArray(wallets.map((w) => w.chain)), pgArray(wallets.map((w) => w.wallet)), limit],
       );
       return (rows as Record<string, unknown>[]).map(toPayment);
     },
@@ -245,7 +262,7 @@ export function createSettlementStore(db: Db) {
         const row = (rows as { nonce: string | null }[])[0];
         if (!row) return { kind: "lost" } as const;
         // Under the payment's lock: a close or revocation committed before this is seen, and nothing is signed.
-        if (row.nonce === null && (await also.stopped?.(p, trx))) return { kind: "stopped" } as const;
+        if (row.nonce === null && (await also.stopped?.([p], trx))?.has(p.paymentId)) return { kind: "stopped" } as const;
         await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [
           p.chain,
           p.wallet,

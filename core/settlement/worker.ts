@@ -4,7 +4,9 @@ import { CANCEL_GAS, refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from
 import { formatEther, formatGwei } from "viem";
 import { atBumpCeiling, replacementFees } from "./fees.js";
 import { nonceTakenBy } from "./nonces.js";
+import { createElsewhereWalk } from "./elsewhere.js";
 import { createRailPicker } from "./rails.js";
+import { createWalletGauges } from "./wallet-gauges.js";
 import {
   hotWalletBalance,
   hotWalletGas,
@@ -127,7 +129,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   /** Pending: expired or cancelled before it had a nonce -> failed; else nonce, sign, store, broadcast. */
   async function pending(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
     if (p.nonce === null && clock() >= p.expiresAt) return expire(p);
-    if (p.nonce === null && (await hooks.stopped?.(p))) return cancel(p);
+    if (p.nonce === null && (await hooks.stopped?.([p]))?.has(p.paymentId)) return cancel(p);
     // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
     const at = await rail.blockNumber();
     const [balanceUnits, chainNonce, fees, gasWei] = await Promise.all([
@@ -305,7 +307,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }
 
-  async function handle(rail: EvmRail | undefined, claimed: SettlementPayment): Promise<void> {
+  /** `rail` undefined: no core here pays from its wallet, so an unsigned one only expires, or is cancelled once `stopped`. */
+  async function handle(rail: EvmRail | undefined, claimed: SettlementPayment, stopped = false): Promise<void> {
     let next: Date | undefined = later(recheckMs);
     let p = claimed;
     try {
@@ -316,7 +319,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         logger.info({ paymentId: p.paymentId, chain: p.chain, from: p.wallet, to: rail.wallet }, "unsigned payment moves from a retired hot wallet");
         p = moved;
       }
-      if (!rail) next = p.nonce === null && clock() >= p.expiresAt ? await expire(p) : later(recheckMs);
+      if (!rail) next = clock() >= p.expiresAt ? await expire(p) : stopped ? await cancel(p) : later(recheckMs);
       else if (p.status === "pending") next = await pending(rail, p);
       else if (p.status === "submitted") next = await submitted(rail, p);
       else if (p.status === "completed") next = await completed(rail, p);
@@ -347,27 +350,6 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     await store.release(p, next ?? clock()).catch((err: unknown) => logger.error({ err }, "settlement lease release failed"));
   }
 
-  /** Per chain: when its wallet was last read, and whether a read is under way (never two at once). */
-  const walletReads = new Map<string, { at: number; running: boolean }>();
-
-  /** Reads a hot wallet's gas and USDC into the gauges when its last read is `walletReadMs` old. */
-  async function readWallet(rail: EvmRail, now: Date): Promise<void> {
-    const chain = rail.settings.chain;
-    const last = walletReads.get(chain);
-    if (last && (last.running || now.getTime() - last.at < walletReadMs)) return;
-    walletReads.set(chain, { at: now.getTime(), running: true });
-    try {
-      const at = await rail.blockNumber();
-      const [gasWei, balanceUnits] = await Promise.all([rail.gasBalance(at), rail.usdcBalance(undefined, at)]);
-      hotWalletGas.set({ chain }, Number(formatEther(gasWei)));
-      hotWalletBalance.set({ chain }, Number(formatUsdc(balanceUnits)));
-    } catch (err) {
-      logger.warn({ chain, err: { name: (err as Error).name } }, "hot wallet read failed; its gauges keep their last value");
-    } finally {
-      walletReads.set(chain, { at: now.getTime(), running: false });
-    }
-  }
-
   async function pass(): Promise<number> {
     if (loop.stopped) return 0;
     const rails = options.rails();
@@ -375,15 +357,23 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const reads = [...rails.values()].map((r) => readWallet(r, now));
     const served = [...rails.values()].map((r) => ({ chain: r.settings.chain, wallet: r.wallet }));
     const watched = [...rails.values()].flatMap((r) => (r.settings.retiredWallets ?? []).map((wallet) => ({ chain: r.settings.chain, wallet })));
-    const claimed = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { watched });
-    // Unsigned, of a wallet this core does not serve (node not answering, key replaced, sandbox rail): they only expire.
-    const expired = await store.claim(served, now, new Date(now.getTime() + leaseMs), batchSize, { expiredUnsignedExcept: true });
+    const leaseUntil = new Date(now.getTime() + leaseMs);
+    const claimed = await store.claim(served, now, leaseUntil, batchSize, { watched });
+    // Unsigned, of a wallet this core does not serve (node not answering, key replaced, sandbox rail): expired, or stopped.
+    const expired = await store.claim(served, now, leaseUntil, batchSize, { expiredUnsignedExcept: true });
+    const stopped = await stoppedElsewhere([...served, ...watched], now, leaseUntil);
     const railOf = await picker.pick(rails, claimed);
-    await Promise.all([...claimed.map((p, i) => handle(railOf[i], p)), ...expired.map((p) => handle(undefined, p))]);
+    await Promise.all([
+      ...claimed.map((p, i) => handle(railOf[i], p)),
+      ...expired.map((p) => handle(undefined, p)),
+      ...stopped.map((p) => handle(undefined, p, true)),
+    ]);
     await Promise.all(reads);
-    return claimed.length + expired.length;
+    return claimed.length + expired.length + stopped.length;
   }
 
+  const readWallet = createWalletGauges({ logger, everyMs: walletReadMs });
+  const stoppedElsewhere = createElsewhereWalk({ store, stopped: hooks.stopped, pageSize: batchSize });
   const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "settlement pass failed") });
 
   return {

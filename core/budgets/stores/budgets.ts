@@ -31,12 +31,6 @@ export const budgetsStore = {
     return row ? (row.status as BudgetRecord["status"]) : undefined;
   },
 
-  /** True when the vault is a budget's that was closed or declined. */
-  async hasEnded(conn: Conn, vaultId: string): Promise<boolean> {
-    const row = await conn("budgets").where({ vault_id: vaultId }).whereIn("status", ["closed", "declined"]).first("id");
-    return row !== undefined;
-  },
-
   /** Inserts unless the key exists under the parent vault; `inserted` says which. */
   async insertBudget(trx: Conn, b: BudgetRecord): Promise<{ inserted: boolean }> {
     const { rows } = await trx.raw(

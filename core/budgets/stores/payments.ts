@@ -111,6 +111,18 @@ export function createPaymentsStore(db: Db) {
       await trx.raw(`SELECT vault_record_spend(?, ?, ?, ?, ?::date, ?)`, [vault.id, vault.currency, payment.id, payment.amountCents, utcDay(at), at]);
     },
 
+    /** Of these settled payments, the ids never to be paid: their budget closed or declined, or the grant that made them revoked. */
+    async stoppedAmong(conn: Conn, payments: readonly { id: string; vaultId: string | null }[]): Promise<Set<string>> {
+      if (payments.length === 0) return new Set();
+      const { rows } = await conn.raw(
+        `SELECT s.id FROM unnest(?::uuid[], ?::uuid[]) AS s(id, vault_id)
+          WHERE EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = s.vault_id AND b.status IN ('closed', 'declined'))
+             OR EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_REVOKED_SQL("p.grant_id")})`,
+        [pgArray(payments.map((p) => p.id)), pgArray(payments.map((p) => p.vaultId))],
+      );
+      return new Set((rows as { id: string }[]).map((r) => String(r.id)));
+    },
+
     async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {
       const q = conn("agent_payments").where({ id }).first();
       const row = lock ? await q.forUpdate() : await q;
