@@ -20,7 +20,7 @@ import { createRoutes } from "./routes.js";
 import { registerCoreMetrics, sharedReader } from "./observability/metrics.js";
 import { createBudgetsService, type BudgetsFaults } from "./budgets/service.js";
 import { createBudgetsStore, createGrantVaultsStore, payingAgent } from "./budgets/store.js";
-import { paymentsStopped, refundsFollowCloses } from "./budgets/settlement-rules.js";
+import { paymentsSignCheck, refundsFollowCloses } from "./budgets/settlement-rules.js";
 import { createResourcesStore } from "./partners/resources-store.js";
 import { createPartnerTokenVerifier } from "./partners/access-token.js";
 import { createPartnerAccess } from "./partners/access.js";
@@ -232,7 +232,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
           async (trx, p) => auditSettlement(trx, audit, p, clock(), await payingAgent(trx, p.paymentId)),
           refundsFollowCloses({ audit }),
         ),
-        stopped: paymentsStopped(db),
+        signCheck: paymentsSignCheck(db),
       },
     });
     const budgetsStore = createBudgetsStore(db);

@@ -3,7 +3,7 @@ import type { Db } from "../db/knex.js";
 import { derivedUuid } from "../../lib/crypto.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AroundRefund, Refund } from "../settlement/ledger.js";
-import type { StopCheck } from "../settlement/store.js";
+import type { SignCheck } from "../settlement/store.js";
 import { MAX_AMOUNT } from "./policy.js";
 import type { VaultRecord } from "./records.js";
 import { budgetsStore } from "./stores/budgets.js";
@@ -14,14 +14,14 @@ import { vaultsStore } from "./stores/vaults.js";
 const ACTOR = "settlement";
 
 /**
- * A payment not yet signed is never paid once its budget was closed or declined, or the grant that
- * made it was revoked (by its owner, the kill switch, its client, a reused refresh token): the
- * settlement worker cancels it, as a revocation declines the payments still waiting for approval.
+ * A payment not yet signed is never paid once its budget was closed or declined, or the grant that made it
+ * revoked (owner, kill switch, client, reused refresh token): it is cancelled. While its user's account is
+ * not active it is held, unsigned: paid if the account is active again before it expires, else refunded.
  */
-export function paymentsStopped(db: Db): StopCheck {
+export function paymentsSignCheck(db: Db): SignCheck {
   const payments = createPaymentsStore(db);
   return (ps, trx) =>
-    payments.stoppedAmong(
+    payments.withheldAmong(
       trx ?? db,
       ps.map((p) => ({ id: p.paymentId, vaultId: p.vaultId })),
     );

@@ -4,7 +4,7 @@ import { BudgetStatus, type BudgetLimitsSchema, type BudgetSchema } from "../../
 import { PaymentStatus, type PaymentSchema } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { paymentLinkPath } from "../../lib/app-paths.js";
 import type { BudgetRecord, PaymentRecord } from "./records.js";
-import type { SettlementPayment } from "../settlement/store.js";
+import type { SettlementPayment } from "../settlement/records.js";
 
 /** A vault's spending policy as the owner reviews it (budget creation, activation, the money view). */
 export interface LimitsSource {

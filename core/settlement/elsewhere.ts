@@ -1,4 +1,5 @@
-import type { SettlementPayment, SettlementStore, StopCheck } from "./store.js";
+import type { SettlementPayment } from "./records.js";
+import type { SettlementStore, SignCheck } from "./store.js";
 
 type Wallet = { chain: string; wallet: string };
 
@@ -9,14 +10,14 @@ const FIRST = "00000000-0000-0000-0000-000000000000";
  * down, key replaced and not listed, chain back on sandbox): those a close or revocation stopped are
  * leased to be cancelled now, not at their expiry. The rest stay where they are, due as they were.
  */
-export function createElsewhereWalk(options: { store: SettlementStore; stopped?: StopCheck; pageSize: number }) {
-  const { store, stopped, pageSize } = options;
+export function createElsewhereWalk(options: { store: SettlementStore; check?: SignCheck; pageSize: number }) {
+  const { store, check, pageSize } = options;
   let after = FIRST;
   return async function stoppedElsewhere(except: Wallet[], now: Date, leaseUntil: Date): Promise<SettlementPayment[]> {
-    if (!stopped) return [];
+    if (!check) return [];
     const page = await store.unsignedElsewhere(except, now, after, pageSize);
     after = page.length < pageSize ? FIRST : page[page.length - 1]!.paymentId;
-    const ids = await stopped(page);
-    return ids.size === 0 ? [] : store.claim([], now, leaseUntil, pageSize, { unsignedIds: [...ids] });
+    const ids = [...(await check(page))].flatMap(([id, verdict]) => (verdict === "stop" ? [id] : []));
+    return ids.length === 0 ? [] : store.claim([], now, leaseUntil, pageSize, { unsignedIds: ids });
   };
 }

@@ -1,7 +1,7 @@
 import { md5Uuid } from "../../lib/crypto.js";
 import type { Knex } from "knex";
 import { transactionExists } from "../ledger/reads.js";
-import type { SettlementPayment } from "./store.js";
+import type { SettlementPayment } from "./records.js";
 import type { SettlementHooks } from "./worker.js";
 
 /**

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import type { EvmRail } from "./evm-rail.js";
-import type { SettlementPayment } from "./store.js";
+import type { SettlementPayment } from "./records.js";
 
 /**
  * The rail moving each claimed payment. A node reporting another chain id serves none (its blocks are no

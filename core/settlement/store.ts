@@ -3,53 +3,18 @@ import type { Knex } from "knex";
 import type { Db } from "../db/knex.js";
 import { pgArray } from "../db/sql.js";
 import type { RailKind } from "./rules.js";
+import { COLUMNS, toPayment, type SettlementPayment, type SettlementStatus, type SignedTransaction } from "./records.js";
 
 type Conn = Knex | Knex.Transaction;
-
-export type SettlementStatus = "pending" | "submitted" | "completed" | "failed";
-
-export interface SettlementPayment {
-  paymentId: string;
-  vaultId: string | null;
-  chain: string;
-  rail: RailKind;
-  /** The hot wallet's address in lower case ("sandbox" on the sandbox rail). */
-  wallet: string;
-  recipient: string;
-  amountCents: number;
-  currency: string;
-  status: SettlementStatus;
-  nonce: number | null;
-  txHash: string | null;
-  confirmations: number;
-  minedBlock: number | null;
-  minedBlockHash: string | null;
-  failureReason: string | null;
-  attempts: number;
-  final: boolean;
-  leaseToken: string | null;
-  nextAttemptAt: Date;
-  expiresAt: Date;
-  createdAt: Date;
-  updatedAt: Date;
-  submittedAt: Date | null;
-  completedAt: Date | null;
-}
-
-export interface SignedTransaction {
-  txHash: string;
-  kind: "transfer" | "cancel";
-  rawTx: string;
-  maxFeePerGas: bigint;
-  priorityFee: bigint;
-  createdAt: Date;
-}
 
 /** Runs inside the transaction that changes a payment's status, with the row as it now is. */
 export type TransitionHook = (trx: Knex.Transaction, payment: SettlementPayment, before: SettlementPayment) => Promise<void>;
 
-/** The ids of those payments that must not be paid any more (the room owning their vaults says so; read in `trx` when given). */
-export type StopCheck = (payments: readonly SettlementPayment[], trx?: Knex.Transaction) => Promise<ReadonlySet<string>>;
+/** Why an unsigned payment is not to be signed: never (`stop`: cancelled and refunded), or not for now (`hold`). */
+export type SignVerdict = "stop" | "hold";
+
+/** The verdicts of the room owning these payments' vaults (read in `trx` when given); a payment it leaves out may be signed. */
+export type SignCheck = (payments: readonly SettlementPayment[], trx?: Knex.Transaction) => Promise<ReadonlyMap<string, SignVerdict>>;
 
 export interface NewSettlement {
   paymentId: string;
@@ -68,40 +33,6 @@ export interface NewSettlement {
   status?: "pending" | "completed";
 }
 
-const COLUMNS = `payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, nonce, tx_hash, confirmations, mined_block,
-  mined_block_hash, failure_reason, attempts, final, lease_token, next_attempt_at, expires_at, created_at, updated_at, submitted_at, completed_at`;
-
-function toPayment(r: Record<string, unknown>): SettlementPayment {
-  const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
-  const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
-  return {
-    paymentId: r.payment_id as string,
-    vaultId: (r.vault_id as string | null) ?? null,
-    chain: r.chain as string,
-    rail: r.rail as RailKind,
-    wallet: r.wallet as string,
-    recipient: r.recipient as string,
-    amountCents: Number(r.amount_cents),
-    currency: r.currency as string,
-    status: r.status as SettlementStatus,
-    nonce: num(r.nonce),
-    txHash: (r.tx_hash as string | null) ?? null,
-    confirmations: Number(r.confirmations),
-    minedBlock: num(r.mined_block),
-    minedBlockHash: (r.mined_block_hash as string | null) ?? null,
-    failureReason: (r.failure_reason as string | null) ?? null,
-    attempts: Number(r.attempts),
-    final: Boolean(r.final),
-    leaseToken: (r.lease_token as string | null) ?? null,
-    nextAttemptAt: date(r.next_attempt_at)!,
-    expiresAt: date(r.expires_at)!,
-    createdAt: date(r.created_at)!,
-    updatedAt: date(r.updated_at)!,
-    submittedAt: date(r.submitted_at),
-    completedAt: date(r.completed_at),
-  };
-}
-
 /** Fields a transition may set besides the status. */
 export interface TransitionFields {
   txHash?: string;
@@ -116,6 +47,7 @@ export interface TransitionFields {
 export type SubmitResult =
   | { kind: "lost" }
   | { kind: "stopped" }
+  | { kind: "held" }
   | { kind: "underfunded"; availableUnits: bigint }
   | { kind: "no_gas"; neededWei: bigint }
   | { kind: "submitted"; payment: SettlementPayment; signed: SignedTransaction };
@@ -252,7 +184,7 @@ export function createSettlementStore(db: Db) {
       at: Date,
       chain: { balanceUnits: bigint; chainNonce: number; unitsOf(cents: number | bigint): bigint; gasWei: bigint; gasPerTransferWei: bigint },
       sign: (nonce: number) => Promise<Omit<SignedTransaction, "createdAt" | "kind">>,
-      also: { hook?: TransitionHook; stopped?: StopCheck } = {},
+      also: { hook?: TransitionHook; check?: SignCheck } = {},
     ): Promise<SubmitResult> {
       return db.transaction(async (trx) => {
         const { rows } = await trx.raw(`SELECT nonce FROM settlement_payments WHERE payment_id = ? AND lease_token = ? AND status = 'pending' FOR UPDATE`, [
@@ -262,7 +194,8 @@ export function createSettlementStore(db: Db) {
         const row = (rows as { nonce: string | null }[])[0];
         if (!row) return { kind: "lost" } as const;
         // Under the payment's lock: a close or revocation committed before this is seen, and nothing is signed.
-        if (row.nonce === null && (await also.stopped?.([p], trx))?.has(p.paymentId)) return { kind: "stopped" } as const;
+        const verdict = row.nonce === null ? (await also.check?.([p], trx))?.get(p.paymentId) : undefined;
+        if (verdict) return { kind: verdict === "stop" ? "stopped" : "held" } as const;
         await trx.raw(`INSERT INTO settlement_nonces (chain, wallet, next_nonce) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, [
           p.chain,
           p.wallet,

@@ -17,7 +17,8 @@ import {
   settlementUnderfunded,
 } from "./metrics.js";
 import { centsToUnits, formatUsdc } from "./rules.js";
-import type { SettlementPayment, SettlementStatus, SettlementStore, StopCheck, TransitionFields, TransitionHook } from "./store.js";
+import type { SettlementPayment, SettlementStatus } from "./records.js";
+import type { SettlementStore, SignCheck, TransitionFields, TransitionHook } from "./store.js";
 
 /** What the books do when a payment's status changes (core/budgets): run in the transaction that changes it. */
 export interface SettlementHooks {
@@ -27,8 +28,8 @@ export interface SettlementHooks {
   failed?: TransitionHook;
   /** A reorg removed the block of a completed transfer: it is submitted again. */
   reorged?: TransitionHook;
-  /** Asked before an unsigned payment is signed: true cancels it (failed, `cancelled`, refunded). */
-  stopped?: StopCheck;
+  /** Asked before an unsigned payment is signed: `stop` cancels it (failed, `cancelled`, refunded), `hold` leaves it unsigned for now. */
+  signCheck?: SignCheck;
 }
 
 export interface SettlementWorkerOptions {
@@ -126,10 +127,18 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return undefined;
   }
 
+  /** Held (its user's account not active): nothing is signed; looked at again, until it may be signed or expires. */
+  function held(p: SettlementPayment): Date {
+    logger.info({ paymentId: p.paymentId, chain: p.chain }, "payment held: its user's account is not active; nothing signed");
+    return later(underfundedRetryMs);
+  }
+
   /** Pending: expired or cancelled before it had a nonce -> failed; else nonce, sign, store, broadcast. */
   async function pending(rail: EvmRail, p: SettlementPayment): Promise<Date | undefined> {
     if (p.nonce === null && clock() >= p.expiresAt) return expire(p);
-    if (p.nonce === null && (await hooks.stopped?.([p]))?.has(p.paymentId)) return cancel(p);
+    const verdict = p.nonce === null ? (await hooks.signCheck?.([p]))?.get(p.paymentId) : undefined;
+    if (verdict === "stop") return cancel(p);
+    if (verdict === "hold") return held(p);
     // Balance and mined nonce at one block: payments whose nonce that block has not used are what the balance still holds.
     const at = await rail.blockNumber();
     const [balanceUnits, chainNonce, fees, gasWei] = await Promise.all([
@@ -153,10 +162,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       clock(),
       { balanceUnits, chainNonce, unitsOf: centsToUnits, gasWei, gasPerTransferWei: TRANSFER_GAS * fees.maxFeePerGas },
       (nonce) => rail.signTransfer(nonce, p.recipient, centsToUnits(p.amountCents), fees).then((s) => ({ ...s, ...fees })),
-      { hook: hooks.submitted, stopped: hooks.stopped },
+      { hook: hooks.submitted, check: hooks.signCheck },
     );
     if (result.kind === "lost") return undefined;
     if (result.kind === "stopped") return cancel(p);
+    if (result.kind === "held") return held(p);
     if (result.kind === "underfunded") {
       settlementUnderfunded.inc({ chain: p.chain });
       logger.warn(
@@ -373,7 +383,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   }
 
   const readWallet = createWalletGauges({ logger, everyMs: walletReadMs });
-  const stoppedElsewhere = createElsewhereWalk({ store, stopped: hooks.stopped, pageSize: batchSize });
+  const stoppedElsewhere = createElsewhereWalk({ store, check: hooks.signCheck, pageSize: batchSize });
   const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "settlement pass failed") });
 
   return {

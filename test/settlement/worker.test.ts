@@ -6,7 +6,7 @@ import type { EvmChainSettings } from "../../core/settlement/config.js";
 import { createEvmRail, type EvmRail } from "../../core/settlement/evm-rail.js";
 import { coreRegistry } from "../../core/observability/metrics.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import type { SettlementPayment } from "../../core/settlement/store.js";
+import type { SettlementPayment } from "../../core/settlement/records.js";
 import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";

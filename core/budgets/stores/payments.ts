@@ -8,6 +8,7 @@ import {
   AGENT_GRANT_JOIN,
   GRANT_COLUMNS,
   GRANT_REVOKED_SQL,
+  GRANT_USER_INACTIVE_SQL,
   LINEAGE_GRANT_IDS,
   toAgentGrant,
   type AgentGrant,
@@ -111,16 +112,23 @@ export function createPaymentsStore(db: Db) {
       await trx.raw(`SELECT vault_record_spend(?, ?, ?, ?, ?::date, ?)`, [vault.id, vault.currency, payment.id, payment.amountCents, utcDay(at), at]);
     },
 
-    /** Of these settled payments, the ids never to be paid: their budget closed or declined, or the grant that made them revoked. */
-    async stoppedAmong(conn: Conn, payments: readonly { id: string; vaultId: string | null }[]): Promise<Set<string>> {
-      if (payments.length === 0) return new Set();
+    /**
+     * Of these settled payments, those not to be signed: `stop` never (their budget closed or declined, or the grant
+     * that made them revoked), `hold` not while their user's account is not active.
+     */
+    async withheldAmong(conn: Conn, payments: readonly { id: string; vaultId: string | null }[]): Promise<Map<string, "stop" | "hold">> {
+      if (payments.length === 0) return new Map();
       const { rows } = await conn.raw(
-        `SELECT s.id FROM unnest(?::uuid[], ?::uuid[]) AS s(id, vault_id)
-          WHERE EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = s.vault_id AND b.status IN ('closed', 'declined'))
-             OR EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_REVOKED_SQL("p.grant_id")})`,
+        `SELECT id, stop FROM (
+           SELECT s.id,
+                  EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = s.vault_id AND b.status IN ('closed', 'declined'))
+                  OR EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_REVOKED_SQL("p.grant_id")}) AS stop,
+                  EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_USER_INACTIVE_SQL("p.grant_id")}) AS hold
+             FROM unnest(?::uuid[], ?::uuid[]) AS s(id, vault_id)) v
+          WHERE stop OR hold`,
         [pgArray(payments.map((p) => p.id)), pgArray(payments.map((p) => p.vaultId))],
       );
-      return new Set((rows as { id: string }[]).map((r) => String(r.id)));
+      return new Map((rows as { id: string; stop: boolean }[]).map((r) => [String(r.id), r.stop ? "stop" : "hold"]));
     },
 
     async findPaymentById(conn: Conn, id: string, lock = false): Promise<PaymentRecord | undefined> {

@@ -49,6 +49,11 @@ export const GRANT_REVOKED_SQL = (grantIdSql: string, lineageIdSql?: string) =>
   `EXISTS (SELECT 1 FROM grants rg WHERE rg.id = (CASE WHEN ${grantIdSql} ~ '^[0-9a-f-]{36}$' THEN ${grantIdSql}::uuid END)
              AND rg.state = 'revoked'${lineageIdSql ? ` AND rg.lineage_id = ${lineageIdSql}` : ""})`;
 
+/** True when the user of the grant whose id the text `grantIdSql` holds has an account that is not active, for other rooms' statements. */
+export const GRANT_USER_INACTIVE_SQL = (grantIdSql: string) =>
+  `EXISTS (SELECT 1 FROM grants ig JOIN users iu ON iu.id = ig.user_id
+            WHERE ig.id = (CASE WHEN ${grantIdSql} ~ '^[0-9a-f-]{36}$' THEN ${grantIdSql}::uuid END) AND iu.status <> 'active')`;
+
 /** An AgentGrant from a row carrying GRANT_COLUMNS. */
 export function toAgentGrant(r: Record<string, unknown>): AgentGrant {
   return {
