@@ -193,6 +193,8 @@ export function chainEnv(chain: Chain, keyFile: string, replica: string): Record
     [`${p}EXPIRY_SECONDS`]: String(EXPIRY_SECONDS),
     [`${p}RPC_TIMEOUT_MS`]: String(RPC_TIMEOUT_MS),
     [`${p}WALLET_KEY_FILE`]: keyFile,
+    // The payers' amounts start at 1 cent: the campaign checks the books, not the minimum.
+    [`${p}MIN_AMOUNT_CENTS`]: "1",
   };
 }
 

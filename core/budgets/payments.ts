@@ -113,6 +113,9 @@ export async function initiatePayment(
     if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
     // A retry answers the payment's current state, settlement included.
     if (prior && prior.status !== "approved") return { actor, payment: prior, settled: await deps.settlement.store.get(trx, prior.id) };
+    // After the retry check: a payment accepted before the operator raised the minimum still answers its state.
+    const least = rail?.settings.minAmountCents ?? 1;
+    if (!prior && input.amountCents < least) fail(Reason.INVALID_REQUEST, `amount_cents must be at least ${least} on chain ${input.chain}`);
 
     const evaluation = evaluatePayment(
       policy,

@@ -29,6 +29,8 @@ export interface EvmChainSettings {
   maxFeePerGas?: bigint;
   /** Earlier hot wallets of this chain (lower case) whose signed payments a core reconciles without their key. */
   retiredWallets?: string[];
+  /** The smallest payment accepted, in cents (CHAIN_<NAME>_MIN_AMOUNT_CENTS); absent = 1. Each transfer costs the platform gas. */
+  minAmountCents?: number;
 }
 
 export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSettings;
@@ -37,6 +39,9 @@ export interface SettlementSettings {
   /** Chains on the evm rail; every other chain settles on the sandbox rail. */
   evm: EvmChainSettings[];
 }
+
+/** One dollar: below it a transfer's gas can cost the platform more than the payment is worth. */
+export const DEFAULT_MIN_AMOUNT_CENTS = 100;
 
 export class SettlementConfigError extends Error {
   override name = "SettlementConfigError";
@@ -86,6 +91,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
       startBlock: int(env, `${p}START_BLOCK`, 0, 0, Number.MAX_SAFE_INTEGER),
       maxFeePerGas: gwei(env, `${p}MAX_FEE_GWEI`),
       retiredWallets: addresses(env, `${p}RETIRED_WALLETS`),
+      minAmountCents: int(env, `${p}MIN_AMOUNT_CENTS`, DEFAULT_MIN_AMOUNT_CENTS, 1, Number.MAX_SAFE_INTEGER),
     });
   }
   return { evm };

@@ -56,7 +56,7 @@ export const paymentTools: readonly Tool[] = [
     auth: "bearer",
     title: "Initiate Payment",
     description:
-      "Pays a counterparty from the grant's vault under its policy; over the step-up amount the payment waits for the owner's approval. An accepted payment is reserved at once and settles after: status pending (reserved), submitted (signed, tx_hash known), completed, or failed (refunded). On eth, base, arb, op and polygon the address must be an EVM address (0x and 40 hex digits, EIP-55 checksum when mixed case), and when they settle on chain the token must be USDC; sol settles on the sandbox rail (completed at once). A retry with the same idempotency_key answers the current state; payments.get reads it later.",
+      "Pays a counterparty from the grant's vault under its policy; over the step-up amount the payment waits for the owner's approval. An accepted payment is reserved at once and settles after: status pending (reserved), submitted (signed, tx_hash known), completed, or failed (refunded). On eth, base, arb, op and polygon the address must be an EVM address (0x and 40 hex digits, EIP-55 checksum when mixed case), and when they settle on chain the token must be USDC and the amount at least the chain's minimum (one dollar unless the operator set another); sol settles on the sandbox rail (completed at once). A retry with the same idempotency_key answers the current state; payments.get reads it later.",
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     requiresHumanApproval: false,
     inputSchema: PAYMENT_INPUT,
