@@ -105,6 +105,15 @@ export function tlsRefused(err: unknown, url: string): Error | undefined {
     return new Error(
       `${at} presented a certificate that was not verified (${err.message}): name the CA that signed it with sslrootcert=<file> in DATABASE_URL`,
     );
+  // Dates are judged by this machine's clock, so a wrong clock is the other cause.
+  if (code === "CERT_HAS_EXPIRED")
+    return new Error(
+      `${at} presented a certificate that has expired (${err.message}): renew the server's certificate, and check that this machine's clock is right`,
+    );
+  if (code === "CERT_NOT_YET_VALID")
+    return new Error(
+      `${at} presented a certificate that is not valid yet (${err.message}): check that this machine's clock is right, and the dates of the server's certificate`,
+    );
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID")
     return new Error(`${at} presented a certificate for another name (${err.message}): use a host name or address the certificate names in DATABASE_URL`);
   return undefined;

@@ -2,19 +2,19 @@ import { once } from "node:events";
 import { createServer, type AddressInfo, type Server } from "node:net";
 import { TLSSocket } from "node:tls";
 import { expect } from "chai";
-import { makeTestCerts, type TestCerts } from "../support/certs.js";
+import { makeDatedServerCerts, makeTestCerts, type TestCerts } from "../support/certs.js";
 import { createScratchDatabase, requirePostgres } from "../support/db.js";
 import { runCli, tempDataDir } from "../support/process.js";
 import { freePort } from "../support/ports.js";
 
-/** A PostgreSQL server's first answer to the driver's TLS request: "N" (no TLS), or "S" and a handshake with `certs`. */
-async function tlsAnswering(host: string, certs?: TestCerts): Promise<Server & { port: number }> {
+/** A PostgreSQL server's first answer to the driver's TLS request: "N" (no TLS), or "S" and a handshake with `certs` (`cert` instead of its own). */
+async function tlsAnswering(host: string, certs?: TestCerts, cert?: string): Promise<Server & { port: number }> {
   const server = createServer((socket) => {
     socket.on("error", () => {});
     socket.once("data", () => {
       if (!certs) return void socket.end("N");
       socket.write("S");
-      const tls = new TLSSocket(socket, { isServer: true, cert: certs.server.cert, key: certs.server.key });
+      const tls = new TLSSocket(socket, { isServer: true, cert: cert ?? certs.server.cert, key: certs.server.key });
       tls.on("error", () => {});
     });
   });
@@ -52,14 +52,19 @@ describe("DATABASE_URL edges: IPv6 hosts, TLS refusals, one line per failure (re
   let noTls: Server & { port: number };
   let noTlsOnIpv6: Server & { port: number };
   let untrusted: Server & { port: number };
+  let expired: Server & { port: number };
+  let notYetValid: Server & { port: number };
   before(async () => {
     certs = await makeTestCerts();
     noTls = await tlsAnswering("127.0.0.1");
     noTlsOnIpv6 = await tlsAnswering("::1");
     untrusted = await tlsAnswering("127.0.0.1", certs);
+    const dated = await makeDatedServerCerts(certs);
+    expired = await tlsAnswering("127.0.0.1", certs, dated.expired);
+    notYetValid = await tlsAnswering("127.0.0.1", certs, dated.notYetValid);
   });
   after(async () => {
-    for (const s of [noTls, noTlsOnIpv6, untrusted]) s?.close();
+    for (const s of [noTls, noTlsOnIpv6, untrusted, expired, notYetValid]) s?.close();
     await certs?.remove();
   });
 
@@ -104,6 +109,23 @@ describe("DATABASE_URL edges: IPv6 hosts, TLS refusals, one line per failure (re
       expect(res.stderr).to.equal(
         `vaultgate: the database server at DATABASE_URL (127.0.0.1:${untrusted.port}/vaultgate) presented a certificate that was not verified ` +
           "(unable to verify the first certificate): name the CA that signed it with sslrootcert=<file> in DATABASE_URL\n",
+      );
+    });
+
+    it(`${command}: a certificate past its dates, or before them, is one line saying what to check`, async () => {
+      const trusting = (port: number) => `postgres://ops:secret-pw@127.0.0.1:${port}/vaultgate?sslmode=verify-full&sslrootcert=${certs.files.ca}`;
+      const old = await run(command, trusting(expired.port));
+      expect(old.code).to.equal(1);
+      expectNoDriverLines(command, old.stdout);
+      expect(old.stderr).to.equal(
+        `vaultgate: the database server at DATABASE_URL (127.0.0.1:${expired.port}/vaultgate) presented a certificate that has expired ` +
+          "(certificate has expired): renew the server's certificate, and check that this machine's clock is right\n",
+      );
+      const early = await run(command, trusting(notYetValid.port));
+      expect(early.code).to.equal(1);
+      expect(early.stderr).to.equal(
+        `vaultgate: the database server at DATABASE_URL (127.0.0.1:${notYetValid.port}/vaultgate) presented a certificate that is not valid yet ` +
+          "(certificate is not yet valid): check that this machine's clock is right, and the dates of the server's certificate\n",
       );
     });
 

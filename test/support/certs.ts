@@ -101,3 +101,28 @@ export async function makeTestCerts(): Promise<TestCerts> {
     remove: () => rm(dir, { recursive: true, force: true }),
   };
 }
+
+/**
+ * Server certificates for 127.0.0.1 from `certs`' CA whose validity is over (2020) or not begun
+ * (2030): `openssl ca` is the one command here that sets both dates.
+ */
+export async function makeDatedServerCerts(certs: TestCerts): Promise<{ expired: string; notYetValid: string }> {
+  const f = (name: string) => join(certs.dir, name);
+  const ssl = (...args: string[]) => run("openssl", args, { cwd: certs.dir });
+  await writeFile(f("index.txt"), "");
+  await writeFile(f("serial"), "1000\n");
+  await writeFile(
+    f("ca.cnf"),
+    "[ca]\ndefault_ca=test\n[test]\ndatabase=index.txt\nserial=serial\nnew_certs_dir=.\ndefault_md=sha256\npolicy=any\nunique_subject=no\n" +
+      "[any]\ncommonName=supplied\n[leaf]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+  );
+  const dated = async (name: string, start: string, end: string) => {
+    const args = ["-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key", "-in", "server.csr", "-extensions", "leaf"];
+    await ssl("ca", ...args, "-out", f(`${name}.pem`), "-startdate", start, "-enddate", end);
+    return readFile(f(`${name}.pem`), "utf8");
+  };
+  return {
+    expired: await dated("expired-server", "20200101000000Z", "20210101000000Z"),
+    notYetValid: await dated("future-server", "20300101000000Z", "20310101000000Z"),
+  };
+}
