@@ -38,13 +38,17 @@ interface CompletedPayment {
 }
 
 /**
- * Books against the chain, per hot wallet: each outgoing transfer is exactly one completed
- * payment, and the ledger account and wallet balance match the Transfer logs. Read-only.
+ * Books against the chain, per hot wallet (the current one and each retired one): each outgoing transfer is
+ * exactly one completed payment, and the ledger account and wallet balance match the Transfer logs. A move
+ * between a chain's own wallets (an operator's sweep after a key change) is no payment. Read-only.
  */
 export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBlock?: (chain: string) => number | undefined; range?: number } = {}) {
   const chains: ChainBooks[] = [];
   const differences: ChainDifference[] = [];
-  for (const rail of rails) {
+  const wallets = rails.flatMap((r) => [r, ...(r.settings.retiredWallets ?? []).map((w) => r.watching(w))]);
+  const ownWallets = new Map(rails.map((r) => [r.settings.chain, new Set([r.wallet, ...(r.settings.retiredWallets ?? [])])]));
+  for (const rail of wallets) {
+    const own = ownWallets.get(rail.settings.chain)!;
     const chain = rail.settings.chain;
     const diff = (d: Omit<ChainDifference, "chain">) => differences.push({ chain, ...d });
     const fromBlock = options.fromBlock?.(chain) ?? rail.settings.startBlock ?? 0;
@@ -91,7 +95,8 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     }
     logs = logs.sort((a, b) => a.blockNumber - b.blockNumber || a.logIndex - b.logIndex);
     const wallet = rail.wallet;
-    const outgoing = logs.filter((l) => l.from === wallet && l.to !== wallet);
+    const outgoing = logs.filter((l) => l.from === wallet && !own.has(l.to));
+    const moved = logs.filter((l) => l.from === wallet && l.to !== wallet && own.has(l.to));
     const incoming = logs.filter((l) => l.to === wallet && l.from !== wallet);
     const sum = (ls: UsdcTransfer[]) => ls.reduce((t, l) => t + l.units, 0n);
 
@@ -177,7 +182,7 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
         message: `${chain}: transfers out of ${wallet} total ${sentBefore + sentOut} units${sentBefore ? ` (${sentBefore} of them in payments mined before block ${fromBlock})` : ""} but its ledger account holds ${booksOut}`,
       });
     }
-    const fromLogs = opening + sum(incoming) - sentOut;
+    const fromLogs = opening + sum(incoming) - sentOut - sum(moved);
     if (fromLogs !== balance) {
       diff({
         check: "balance_mismatch",

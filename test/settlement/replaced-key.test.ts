@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { centsToUnits } from "../../core/settlement/rules.js";
@@ -171,6 +172,30 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     expect(await balance(payees[0]!)).to.equal(0n);
     expect((await stackRpc(keyHolder)("/mcp/read", agentToken, "accounts.balance", {})).json!.result.balance_cents).to.equal(100_000);
     expect((await keyHolder.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
+  });
+
+  it("ledger verify --chains checks the retired wallet too: its payments match, a sweep to the current wallet is no payment, a send of its own is", async () => {
+    const { old, oldKey, oldWallet, ids } = await signedByOldKey(2);
+    await settle(old, ids);
+    await close(old);
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    const wallet = next.core.settlement.evm("base")!.wallet;
+    const key = (await readFile(oldKey, "utf8")).trim() as Hex;
+    await suite.chain.anvil.fundGas(oldWallet);
+    // The operator sweeps what the old wallet still holds to the current one.
+    await suite.chain.anvil.transferUsdc(suite.chain.usdc, key, wallet, centsToUnits(50_000));
+    const clean = await next.admin.audit.verifyChains({});
+    expect(clean.differences.map((d) => d.message)).to.deep.equal([]);
+    expect(clean.chains.map((c) => [c.wallet, c.outgoingUnits])).to.deep.equal([
+      [wallet, "0"],
+      [oldWallet, `${centsToUnits(800)}`],
+    ]);
+    // A send with the old key that no payment made is a difference of that wallet.
+    const stranger = freshAddress().toLowerCase();
+    await suite.chain.anvil.transferUsdc(suite.chain.usdc, key, stranger, centsToUnits(100));
+    const found = await next.admin.audit.verifyChains({});
+    expect(found.differences.map((d) => d.check)).to.deep.equal(["transfer_without_payment", "ledger_mismatch"]);
+    expect(found.differences[0]!.message).to.include(`to ${stranger} matches no completed payment`);
   });
 
   it("a retired wallet that is the current one, was never this chain's, or paid on another network refuses the start, naming the setting", async () => {

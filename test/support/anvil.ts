@@ -20,6 +20,8 @@ export interface Anvil {
   deployUsdc(): Promise<Hex>;
   mintUsdc(usdc: Hex, to: string, units: bigint): Promise<void>;
   usdcBalance(usdc: Hex, of: string): Promise<bigint>;
+  /** A USDC transfer signed with `key` outside Vaultgate (an operator's own send), mined. */
+  transferUsdc(usdc: Hex, key: Hex, to: string, units: bigint): Promise<void>;
   /** Gives an address ETH for gas. */
   fundGas(address: string, wei?: bigint): Promise<void>;
   stop(): Promise<void>;
@@ -60,6 +62,12 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
     async mintUsdc(usdc, to, units) {
       const { abi } = await usdcArtifact();
       const hash = await wallet.writeContract({ address: usdc, abi, functionName: "mint", args: [to, units], chain });
+      await rpc("anvil_mine", ["0x1"]).catch(() => {});
+      await client.waitForTransactionReceipt({ hash, pollingInterval: 20 });
+    },
+    async transferUsdc(usdc, key, to, units) {
+      const sender = createWalletClient({ account: privateKeyToAccount(key), transport: viemHttp(url) });
+      const hash = await sender.writeContract({ address: usdc, abi: erc20Abi, functionName: "transfer", args: [to as Hex, units], chain });
       await rpc("anvil_mine", ["0x1"]).catch(() => {});
       await client.waitForTransactionReceipt({ hash, pollingInterval: 20 });
     },
