@@ -22,10 +22,11 @@ export const TREASURY_SCOPE = "treasury:write";
 
 export const PARTNER_SCOPES: readonly string[] = [...CONSENT_SCOPES, TREASURY_SCOPE];
 
-/** A currency as the books hold it (the ledger's CHECK says the same): an ISO 4217 code in upper case. */
+/** A currency's shape as the books hold it (the ledger's CHECK says the same); schemas publish this pattern. */
 export const CURRENCY_PATTERN = "^[A-Z]{3}$";
-const CURRENCY = new RegExp(CURRENCY_PATTERN);
-export const isCurrencyCode = (value: string): boolean => CURRENCY.test(value);
+/** ISO 4217 codes in use, from the runtime's ICU data: a made-up code such as XYZ names no money. */
+const CURRENCIES: ReadonlySet<string> = new Set(Intl.supportedValuesOf("currency"));
+export const isCurrencyCode = (value: string): boolean => CURRENCIES.has(value);
 
 /** A partner-chosen id (`execution_id`, `payout_id`): URL-safe, so it can sit in a path segment. */
 export const MAX_PARTNER_ID = 128;

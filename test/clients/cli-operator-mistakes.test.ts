@@ -66,6 +66,7 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     for (const [currency, hint] of [
       ["usd", " (did you mean USD?)"],
       ["dollars", ""],
+      ["XYZ", ""],
       ["", ""],
     ] as const) {
       const record = ["ledger", "record", user.user_id, "--direction", "credit", "--amount-cents", "5", "--currency", currency];

@@ -132,6 +132,10 @@ describe("partner treasury endpoints (HTTP)", () => {
     expect(audit.records.map((r) => [r.action, r.reason])).to.deep.equal([["treasury.batch.execute", "invalid_request"]]);
     const item = { ...(b.items as Record<string, unknown>[])[0]!, payer: payer };
     expectHttpError(await post(token, { ...b, items: [item] }), 400, "invalid_request");
+    // Three capitals that name no ISO 4217 currency.
+    const madeUp = await post(token, { ...b, items: [{ ...(b.items as Record<string, unknown>[])[0]!, currency: "XYZ" }] });
+    expectHttpError(madeUp, 400, "invalid_request");
+    expect((madeUp.body as { error: { message: string } }).error.message).to.equal("items[0].currency must be an ISO 4217 code in upper case");
     expectHttpError(
       await call("POST", "/treasury/payouts", { token, rawBody: "{", headers: { "idempotency-key": "k-1", "content-type": "application/json" } }),
       400,
