@@ -383,7 +383,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   }
 
   const readWallet = createWalletGauges({ logger, everyMs: walletReadMs });
-  const stoppedElsewhere = createElsewhereWalk({ store, check: hooks.signCheck, pageSize: batchSize });
+  const stoppedElsewhere = createElsewhereWalk({ store, check: hooks.signCheck, pageSize: batchSize, everyMs: recheckMs });
   const loop = pollLoop({ intervalMs: options.pollMs, pass, onError: (err) => logger.error({ err }, "settlement pass failed") });
 
   return {
