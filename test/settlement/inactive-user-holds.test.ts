@@ -2,11 +2,11 @@ import { expect } from "chai";
 import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Anvil } from "../support/anvil.js";
-import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
 import { grantFor, payment } from "../support/budgets.js";
 import { requirePostgres } from "../support/db.js";
 import { freshAddress, startEvmRailStack } from "../support/evm-rail.js";
-import { idempotencyKey, payFrom, settlementOf } from "../support/late-refunds.js";
+import { idempotencyKey, payFrom, settlementOf, fundedBaseBudget, signedTransactions } from "../support/late-refunds.js";
 import { reasonOf } from "../support/refusals.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
@@ -29,23 +29,15 @@ describe("payments of a user whose account is not active are held (anvil)", func
 
   const settle = () => stack.core.settlement.worker.runOnce();
   const setStatus = (userId: string, status: "active" | "inactive") => stack.admin.partnerResources.setUserStatus({ userId, status });
-  const signedTransactions = async (paymentId: string) =>
-    Number((await stack.core.db("settlement_transactions").where({ payment_id: paymentId }).count<{ n: string }[]>("* as n"))[0]!.n);
-  /** The user's vault (10,000) and a budget on base funded 6,000 from it. */
-  async function fundedBudget() {
-    const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
-    await stack.clients.budgets.fundBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
-    return t;
-  }
 
   it("deactivated: the unsigned payment is held, nothing signed; active again, it is paid", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const held = await payFrom(stack, t.child, 1_200);
     await setStatus(t.owner.userId, "inactive");
     await settle();
     await settle();
     expect(await settlementOf(stack, held)).to.equal("pending:null");
-    expect(await signedTransactions(held)).to.equal(0);
+    expect(await signedTransactions(stack, held)).to.equal(0);
     await setStatus(t.owner.userId, "active");
     await settle();
     await anvil.mine(4);
@@ -56,20 +48,20 @@ describe("payments of a user whose account is not active are held (anvil)", func
   });
 
   it("held past its expiry: it fails as expired, never signed, and is refunded", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const held = await payFrom(stack, t.child, 900);
     await setStatus(t.owner.userId, "inactive");
     await settle();
     stack.clock.advance(3_601_000);
     await settle();
     expect(await settlementOf(stack, held)).to.equal("failed:expired");
-    expect(await signedTransactions(held)).to.equal(0);
+    expect(await signedTransactions(stack, held)).to.equal(0);
     expect(await balanceOf(stack, t.child.vaultId)).to.equal(6_000);
     await expectLedgerBalanced(stack);
   });
 
   it("a payment signed before the deactivation is paid as ever", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const signed = await payFrom(stack, t.child, 500);
     await settle();
     await setStatus(t.owner.userId, "inactive");
@@ -81,7 +73,7 @@ describe("payments of a user whose account is not active are held (anvil)", func
 
   it("the agent paying while the operator deactivates its user and passes race: nothing unsigned then is signed until the account is active (PostgreSQL only)", async function () {
     requirePostgres(this, "concurrent passes and an operator's change need concurrent transactions");
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const agentToken = await grantFor(stack, t.child);
     const pay = () =>
       stack.clients.budgets.initiatePayment({
@@ -99,9 +91,9 @@ describe("payments of a user whose account is not active are held (anvil)", func
       return r.payment!.paymentId;
     });
     const unsignedAfter = new Set<string>();
-    for (const id of accepted) if ((await signedTransactions(id)) === 0) unsignedAfter.add(id);
+    for (const id of accepted) if ((await signedTransactions(stack, id)) === 0) unsignedAfter.add(id);
     await Promise.all([settle(), settle(), settle()]);
-    for (const id of unsignedAfter) expect(await signedTransactions(id), id).to.equal(0);
+    for (const id of unsignedAfter) expect(await signedTransactions(stack, id), id).to.equal(0);
     await setStatus(t.owner.userId, "active");
     for (let i = 0; i < 2; i++) await settle();
     await anvil.mine(4);

@@ -6,11 +6,11 @@ import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { freshWalletKeyFile, startAnvil, type Anvil } from "../support/anvil.js";
-import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
 import { grantFor, ownerSession, payment } from "../support/budgets.js";
 import { requirePostgres } from "../support/db.js";
 import { evmChainSettings, evmRailStackOptions, freshAddress, fundHotWallet } from "../support/evm-rail.js";
-import { idempotencyKey, payFrom, refundSweeps, settlementOf } from "../support/late-refunds.js";
+import { idempotencyKey, payFrom, refundSweeps, settlementOf, fundedBaseBudget } from "../support/late-refunds.js";
 import { freePort } from "../support/ports.js";
 import { reasonOf } from "../support/refusals.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -44,16 +44,10 @@ describe("payments of a chain whose node is down, stopped by a close or revocati
     for (let i = 0; i < 12; i++) await settle();
   };
   const dueAt = async (id: string) => (await stack.core.db("settlement_payments").where({ payment_id: id }).first("next_attempt_at")).next_attempt_at;
-  /** The user's vault (10,000) and a budget on base funded 6,000 from it. */
-  async function fundedBudget() {
-    const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
-    await stack.clients.budgets.fundBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
-    return t;
-  }
 
   it("closed: the unsigned payment is cancelled before its expiry, its refund up to the parent; another budget's waits for the node, due as it was", async () => {
-    const closing = await fundedBudget();
-    const open = await fundedBudget();
+    const closing = await fundedBaseBudget(stack);
+    const open = await fundedBaseBudget(stack);
     const stopped = await payFrom(stack, closing.child, 1_500);
     const waiting = await payFrom(stack, open.child, 800);
     const due = await dueAt(waiting);
@@ -68,7 +62,7 @@ describe("payments of a chain whose node is down, stopped by a close or revocati
   });
 
   it("the owner's kill switch cancels it, refunded into the open budget", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const stopped = await payFrom(stack, t.child, 1_000);
     await stack.clients.grants.killSwitch({ sessionToken: await ownerSession(stack, t.owner.userId) });
     await settleAll();
@@ -81,7 +75,7 @@ describe("payments of a chain whose node is down, stopped by a close or revocati
 
   it("the budget's agent paying while its owner closes it and passes race: every payment cancelled once, all the money back (PostgreSQL only)", async function () {
     requirePostgres(this, "concurrent passes and an owner's close need concurrent transactions");
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const session = await ownerSession(stack, t.owner.userId, { stepUp: true });
     const agentToken = await grantFor(stack, t.child);
     const pay = () =>
@@ -112,7 +106,7 @@ describe("payments of a chain whose node is down, stopped by a close or revocati
   });
 
   it("once the node answers, the payment no one stopped is paid", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const waiting = await payFrom(stack, t.child, 600);
     anvil = await startAnvil({ port });
     expect((await anvil.deployUsdc()).toLowerCase()).to.equal(usdc.toLowerCase());

@@ -2,11 +2,11 @@ import { expect } from "chai";
 import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { Anvil } from "../support/anvil.js";
-import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../support/budget-life.js";
+import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
 import { grantFor, ownerSession, payment } from "../support/budgets.js";
 import { requirePostgres } from "../support/db.js";
 import { freshAddress, startEvmRailStack } from "../support/evm-rail.js";
-import { idempotencyKey, payFrom, refundSweeps, settlementOf, strandedVaults } from "../support/late-refunds.js";
+import { idempotencyKey, payFrom, refundSweeps, settlementOf, strandedVaults, fundedBaseBudget, signedTransactions } from "../support/late-refunds.js";
 import { reasonOf } from "../support/refusals.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
@@ -29,22 +29,15 @@ describe("payments stopped before they are signed (anvil)", function () {
 
   const settle = () => stack.core.settlement.worker.runOnce();
   /** The user's vault (10,000) and a budget B on base funded 6,000 from it. */
-  async function fundedBudget() {
-    const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
-    await stack.clients.budgets.fundBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
-    return t;
-  }
-  const signedTransactions = async (paymentId: string) =>
-    Number((await stack.core.db("settlement_transactions").where({ payment_id: paymentId }).count<{ n: string }[]>("* as n"))[0]!.n);
 
   it("closed without keep_funds: the unsigned payment fails as cancelled, nothing is signed, its refund goes up to the parent", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const unsigned = await payFrom(stack, t.child, 1_500);
     const closed = await stack.clients.budgets.closeBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId });
     expect(closed.sweptCents).to.equal(4_500n);
     await settle();
     expect(await settlementOf(stack, unsigned)).to.equal("failed:cancelled");
-    expect(await signedTransactions(unsigned)).to.equal(0);
+    expect(await signedTransactions(stack, unsigned)).to.equal(0);
     expect(await balanceOf(stack, t.owner.vaultId)).to.equal(10_000);
     expect(await refundSweeps(stack, [t.child.vaultId])).to.have.length(1);
     const audit = await stack.core.db("audit_records").where({ subject: unsigned, action: "payments.settlement.failed" }).select("outcome", "reason");
@@ -53,7 +46,7 @@ describe("payments stopped before they are signed (anvil)", function () {
   });
 
   it("closed with keep_funds: the cancelled payment's refund stays in the closed budget, listed as stranded", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const unsigned = await payFrom(stack, t.child, 1_000);
     await stack.clients.budgets.closeBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, keepFunds: true });
     await settle();
@@ -64,7 +57,7 @@ describe("payments stopped before they are signed (anvil)", function () {
   });
 
   it("a payment signed before the close is paid as ever", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const signed = await payFrom(stack, t.child, 700);
     await settle();
     await stack.clients.budgets.closeBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId });
@@ -76,7 +69,7 @@ describe("payments stopped before they are signed (anvil)", function () {
   });
 
   it("the owner's kill switch cancels an unsigned payment of an open budget: refunded into it; a signed one is paid", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const signed = await payFrom(stack, t.child, 300);
     await settle();
     const unsigned = await payFrom(stack, t.child, 1_000);
@@ -84,13 +77,13 @@ describe("payments stopped before they are signed (anvil)", function () {
     await anvil.mine(4);
     await settle();
     expect([await settlementOf(stack, unsigned), await settlementOf(stack, signed)]).to.deep.equal(["failed:cancelled", "completed:null"]);
-    expect(await signedTransactions(unsigned)).to.equal(0);
+    expect(await signedTransactions(stack, unsigned)).to.equal(0);
     expect(await balanceOf(stack, t.child.vaultId)).to.equal(6_000 - 300);
     await expectLedgerBalanced(stack);
   });
 
   it("a refresh is no revocation: the payment made under the grant it replaced is paid", async () => {
-    const t = await fundedBudget();
+    const t = await fundedBaseBudget(stack);
     const issued = (await stack.admin.grants.issueGrant({ userId: t.owner.userId, vaultId: t.child.vaultId, scopes: ["payments:initiate"] })).token!;
     const { payment: made } = await stack.clients.budgets.initiatePayment({
       accessToken: issued.accessToken,
@@ -106,7 +99,7 @@ describe("payments stopped before they are signed (anvil)", function () {
   for (const end of ["close", "kill switch"] as const)
     it(`the budget's agent paying while its owner pulls the ${end} and workers settle: each payment paid or cancelled, never both (PostgreSQL only)`, async function () {
       requirePostgres(this, "concurrent workers and an owner's action need concurrent transactions");
-      const t = await fundedBudget();
+      const t = await fundedBaseBudget(stack);
       const session = await ownerSession(stack, t.owner.userId, { stepUp: true });
       const agentToken = await grantFor(stack, t.child);
       const pay = () =>
@@ -132,14 +125,15 @@ describe("payments stopped before they are signed (anvil)", function () {
       });
       // Unsigned now, after the owner's action: never signed.
       const unsignedAfter = new Set<string>();
-      for (const id of accepted) if ((await signedTransactions(id)) === 0) unsignedAfter.add(id);
+      for (const id of accepted) if ((await signedTransactions(stack, id)) === 0) unsignedAfter.add(id);
       // Twice each: what the race left pending is signed or cancelled, then every transfer is deep enough.
       for (let i = 0; i < 2; i++) await settle();
       await anvil.mine(4);
       for (let i = 0; i < 2; i++) await settle();
       const outcomes = await Promise.all(accepted.map((id) => settlementOf(stack, id)));
       for (const [i, id] of accepted.entries()) expect(outcomes[i], id).to.equal(unsignedAfter.has(id) ? "failed:cancelled" : "completed:null");
-      for (const [i, id] of accepted.entries()) expect((await signedTransactions(id)) > 0, `${id} signed iff paid`).to.equal(outcomes[i] === "completed:null");
+      for (const [i, id] of accepted.entries())
+        expect((await signedTransactions(stack, id)) > 0, `${id} signed iff paid`).to.equal(outcomes[i] === "completed:null");
       const paid = outcomes.filter((o) => o === "completed:null").length * 100;
       const [owner, child] = [await balanceOf(stack, t.owner.vaultId), await balanceOf(stack, t.child.vaultId)];
       expect([owner, child]).to.deep.equal(end === "close" ? [10_000 - paid, 0] : [4_000, 6_000 - paid]);

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "chai";
 import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
+import { budgetUnderRoot } from "./budget-life.js";
 import { budgetParams, grantFor, payment, type TestOwner } from "./budgets.js";
 import { freshAddress } from "./evm-rail.js";
 import type { TestStack } from "./stack.js";
@@ -60,4 +61,16 @@ export async function refundSweeps(stack: TestStack, vaultIds: string[]): Promis
     .where({ action: "agent.budget.sweep", reason: "payment_refund" })
     .orderBy("seq")
     .select("subject", "actor", "reason");
+}
+
+/** The user's vault (10,000) and a budget on base funded 6,000 from it, as budgetUnderRoot answers them. */
+export async function fundedBaseBudget(stack: TestStack) {
+  const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { stepUpAmountCents: undefined, chainAllowlist: ["base"] } });
+  await stack.clients.budgets.fundBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
+  return t;
+}
+
+/** How many transactions were signed for a payment (transfers, bumps, cancellations). */
+export async function signedTransactions(stack: TestStack, paymentId: string): Promise<number> {
+  return Number((await stack.core.db("settlement_transactions").where({ payment_id: paymentId }).count<{ n: string }[]>("* as n"))[0]!.n);
 }
