@@ -9,6 +9,7 @@ import type { SecretHasher } from "../secrets/hasher.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { HostResolver } from "../net/resolver.js";
 import { endSession, getSession, type SessionVerifier } from "../identity/sessions.js";
+import { continueSignOut, createSignOutHandoffs } from "../identity/signout-handoff.js";
 import { completeSignIn, createCodeHasher, startSignIn } from "../identity/signin.js";
 import { createKnownBrowsers } from "../identity/known-browsers.js";
 import type { Mailer } from "../identity/mail/mailer.js";
@@ -154,6 +155,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const flowStarts = { rateLimits: deps.rateLimits, clock, perMinute: deps.signinFlowStartsPerMinute ?? SIGNIN_FLOW_STARTS_PER_MINUTE };
   const provider = { oidc: deps.oidc, sessions, clock, browsers, flowStarts };
   const passkeys = { passkeys: deps.passkeys, sessions, browsers, flowStarts };
+  const signOut = { db, sessions, store: signIn.store, clock, handoffs: createSignOutHandoffs({ keyring, issuer: deps.issuer, clock }) };
 
   return {
     getJwks: () => getJwks({ keyring }),
@@ -180,7 +182,8 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     startSignIn: (req, ctx) => startSignIn(signIn, req, ctx),
     completeSignIn: (req, ctx) => completeSignIn(signIn, req, ctx),
     getSession: (req) => getSession({ sessions }, req),
-    endSession: (req) => endSession({ db, sessions, store: signIn.store, clock }, req),
+    endSession: (req) => endSession(signOut, req),
+    continueSignOut: (req) => continueSignOut(signOut, req),
     listOutbox: (req) => listOutbox({ db, outbox }, req),
     startProviderSignIn: (req, ctx) => startProviderSignIn(provider, req, ctx),
     completeProviderSignIn: (req, ctx) => completeProviderSignIn(provider, req, ctx),

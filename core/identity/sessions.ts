@@ -78,10 +78,10 @@ export async function getSession(deps: Pick<SessionRpcDeps, "sessions">, req: Ge
   };
 }
 
-/** GrantsService.EndSession: signs out. */
-export async function endSession(deps: SessionRpcDeps, req: EndSessionRequest) {
+/** GrantsService.EndSession: signs out, answering a handoff that ends the user's session on the other web host. */
+export async function endSession(deps: SessionRpcDeps & { handoffs: { mint(userId: string): string } }, req: EndSessionRequest) {
   // Like every session RPC, only the holder of a live session may end it.
-  await deps.sessions.verify(req.sessionToken);
+  const s = await deps.sessions.verify(req.sessionToken);
   await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock());
-  return {};
+  return { signoutHandoff: deps.handoffs.mint(s.userId) };
 }

@@ -4,6 +4,7 @@ import type { TestUser } from "./trust.js";
 import { grpcRefusalOf } from "./refusals.js";
 import { softPasskey } from "./soft-passkey.js";
 import { session, ok, refused, S, type Ctx, type Entry } from "./trust-cases.js";
+import { decodeJwt, forgeWithFreshKey, resignWithRealKey, unsignedCopy } from "./trust.js";
 
 /** The response fields the checks below read (see WireResponse in ./trust.ts for how they are decoded). */
 type OidcStartRes = { authorization_url: string };
@@ -26,6 +27,52 @@ const ownerPasskey = async (c: Ctx, owner: TestUser) => {
   });
   return { key, origin, passkeyId: r.passkey!.passkeyId };
 };
+
+/** A sign-out handoff naming `owner`, from ending another of their sessions. */
+const handoffFor = async (c: Ctx, owner: TestUser) => (await c.stack.clients.grants.endSession({ sessionToken: await c.f.session(owner) })).signoutHandoff;
+
+/** ContinueSignOut: the session is checked like every other, and the handoff must be core's, live, and name its user. */
+function continueSignOutEntry(): Entry {
+  const ended = async (c: Ctx, token: string) => {
+    const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "GetSession", { session_token: token }));
+    expect(refusal.code).to.equal(S.UNAUTHENTICATED);
+  };
+  const base = session((t, handoff: string) => ({ session_token: t, signout_handoff: handoff }), {
+    setup: handoffFor,
+    otherUser: S.PERMISSION_DENIED,
+    after: (c, _o, _fx, _res, token) => ended(c, token),
+  });
+  const badHandoff = (name: string, make: (c: Ctx, handoff: string) => Promise<string> | string) =>
+    refused(`with the owner's session and ${name}`, S.INVALID_ARGUMENT, async (c) => {
+      const owner = await c.f.user();
+      const token = await c.f.session(owner);
+      const handoff = await make(c, await handoffFor(c, owner));
+      return {
+        req: { session_token: token, signout_handoff: handoff },
+        after: async () => void (await c.stack.clients.grants.getSession({ sessionToken: token })),
+      };
+    });
+  const now = (c: Ctx) => Math.floor(c.stack.clock().getTime() / 1000);
+  return {
+    kind: "session",
+    cases: [
+      ...base.cases,
+      badHandoff("no handoff", () => ""),
+      badHandoff("a random string as handoff", () => randomBytes(24).toString("base64url")),
+      badHandoff("a forged handoff (a fresh P-256 key signs the real kid and claims)", (_c, h) => forgeWithFreshKey(h)),
+      badHandoff("an unsigned handoff (alg none)", (_c, h) => unsignedCopy(h)),
+      badHandoff("an agent access token as handoff", async (c) => (await c.f.grant(await c.f.user(), { stepUp: true })).accessToken),
+      badHandoff("a handoff re-signed by the real key as an access token (typ at+jwt)", (c, h) => resignWithRealKey(c.stack, h, {}, { typ: "at+jwt" })),
+      badHandoff("a handoff re-signed by the real key for another audience", (c, h) => resignWithRealKey(c.stack, h, { aud: c.stack.mcpUrl })),
+      badHandoff("a handoff re-signed by the real key, expired two minutes ago", (c, h) =>
+        resignWithRealKey(c.stack, h, { iat: now(c) - 180, exp: now(c) - 120 }),
+      ),
+      badHandoff("a handoff re-signed by the real key to live an hour", (c, h) =>
+        resignWithRealKey(c.stack, h, { exp: (decodeJwt(h).payload.iat as number) + 3600 }),
+      ),
+    ],
+  };
+}
 
 /** Trust table entries of the grants service's sign-in, session and passkey RPCs. */
 export const IDENTITY_TABLE: Record<string, Entry> = {
@@ -145,6 +192,7 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
   }),
+  "vaultgate.grants.v1.GrantsService/ContinueSignOut": continueSignOutEntry(),
   "vaultgate.grants.v1.GrantsService/StartPasskeyRegistration": session((t) => ({ session_token: t }), {
     stepUp: true,
     after: (_c, _o, _fx, res) => void expect(JSON.parse((res as PasskeyOptionsRes).options_json).challenge).to.be.a("string"),

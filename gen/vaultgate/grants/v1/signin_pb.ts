@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/grants/v1/signin.proto.
  */
 export const file_vaultgate_grants_v1_signin: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL3NpZ25pbi5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSJRChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIVCg1icm93c2VyX3Rva2VuGAMgASgJIisKE1N0YXJ0U2lnbkluUmVzcG9uc2USFAoMY2hhbGxlbmdlX2lkGAEgASgJIokBChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIeChZyZXBsYWNlc19zZXNzaW9uX3Rva2VuGAQgASgJEhUKDWJyb3dzZXJfdG9rZW4YBSABKAkiWgoWQ29tcGxldGVTaWduSW5SZXNwb25zZRIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSFQoNYnJvd3Nlcl90b2tlbhgDIAEoCSIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSIUChJFbmRTZXNzaW9uUmVzcG9uc2UiMwoaU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJhChtTdGFydFByb3ZpZGVyU2lnbkluUmVzcG9uc2USGQoRYXV0aG9yaXphdGlvbl91cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSEgoKZXhwaXJlc19pbhgDIAEoAyKBAQodQ29tcGxldGVQcm92aWRlclNpZ25JblJlcXVlc3QSFAoMY2FsbGJhY2tfdXJsGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJEhUKDXNlc3Npb25fdG9rZW4YAyABKAkSHgoWcmVwbGFjZXNfc2Vzc2lvbl90b2tlbhgEIAEoCSJiCh5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEhUKDWJyb3dzZXJfdG9rZW4YAyABKAkifQoHUGFzc2tleRISCgpwYXNza2V5X2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEgoKY3JlYXRlZF9hdBgDIAEoAxIUCgxsYXN0X3VzZWRfYXQYBCABKAMSEQoJYmFja2VkX3VwGAUgASgIEhMKC2RldmljZV90eXBlGAYgASgJIjgKH1N0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJNCiBTdGFydFBhc3NrZXlSZWdpc3RyYXRpb25SZXNwb25zZRIUCgxvcHRpb25zX2pzb24YASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkicwogRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCRIVCg1yZXNwb25zZV9qc29uGAMgASgJEgwKBG5hbWUYBCABKAkiUgohRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEi0KB3Bhc3NrZXkYASABKAsyHC52YXVsdGdhdGUuZ3JhbnRzLnYxLlBhc3NrZXkiLAoTTGlzdFBhc3NrZXlzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkYKFExpc3RQYXNza2V5c1Jlc3BvbnNlEi4KCHBhc3NrZXlzGAEgAygLMhwudmF1bHRnYXRlLmdyYW50cy52MS5QYXNza2V5IkEKFFJlbW92ZVBhc3NrZXlSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKcGFzc2tleV9pZBgCIAEoCSIXChVSZW1vdmVQYXNza2V5UmVzcG9uc2UiNQocU3RhcnRQYXNza2V5QXNzZXJ0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkoKHVN0YXJ0UGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhQKDG9wdGlvbnNfanNvbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCSKCAQodRmluaXNoUGFzc2tleUFzc2VydGlvblJlcXVlc3QSEwoLZmxvd19zZWNyZXQYASABKAkSFQoNcmVzcG9uc2VfanNvbhgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEh4KFnJlcGxhY2VzX3Nlc3Npb25fdG9rZW4YBCABKAkiYgoeRmluaXNoUGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoAxIVCg1icm93c2VyX3Rva2VuGAMgASgJYgZwcm90bzM");
+  fileDesc("CiB2YXVsdGdhdGUvZ3JhbnRzL3YxL3NpZ25pbi5wcm90bxITdmF1bHRnYXRlLmdyYW50cy52MSJRChJTdGFydFNpZ25JblJlcXVlc3QSDQoFZW1haWwYASABKAkSFQoNc2Vzc2lvbl90b2tlbhgCIAEoCRIVCg1icm93c2VyX3Rva2VuGAMgASgJIisKE1N0YXJ0U2lnbkluUmVzcG9uc2USFAoMY2hhbGxlbmdlX2lkGAEgASgJIokBChVDb21wbGV0ZVNpZ25JblJlcXVlc3QSFAoMY2hhbGxlbmdlX2lkGAEgASgJEgwKBGNvZGUYAiABKAkSFQoNc2Vzc2lvbl90b2tlbhgDIAEoCRIeChZyZXBsYWNlc19zZXNzaW9uX3Rva2VuGAQgASgJEhUKDWJyb3dzZXJfdG9rZW4YBSABKAkiWgoWQ29tcGxldGVTaWduSW5SZXNwb25zZRIVCg1zZXNzaW9uX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSFQoNYnJvd3Nlcl90b2tlbhgDIAEoCSIqChFHZXRTZXNzaW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIlcKCldlYlNlc3Npb24SDwoHdXNlcl9pZBgBIAEoCRINCgVlbWFpbBgCIAEoCRISCgpzdGVwX3VwX2F0GAMgASgDEhUKDXN0ZXBfdXBfZnJlc2gYBCABKAgiRgoSR2V0U2Vzc2lvblJlc3BvbnNlEjAKB3Nlc3Npb24YASABKAsyHy52YXVsdGdhdGUuZ3JhbnRzLnYxLldlYlNlc3Npb24iKgoRRW5kU2Vzc2lvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSItChJFbmRTZXNzaW9uUmVzcG9uc2USFwoPc2lnbm91dF9oYW5kb2ZmGAEgASgJIkgKFkNvbnRpbnVlU2lnbk91dFJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRIXCg9zaWdub3V0X2hhbmRvZmYYAiABKAkiGQoXQ29udGludWVTaWduT3V0UmVzcG9uc2UiMwoaU3RhcnRQcm92aWRlclNpZ25JblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJhChtTdGFydFByb3ZpZGVyU2lnbkluUmVzcG9uc2USGQoRYXV0aG9yaXphdGlvbl91cmwYASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkSEgoKZXhwaXJlc19pbhgDIAEoAyKBAQodQ29tcGxldGVQcm92aWRlclNpZ25JblJlcXVlc3QSFAoMY2FsbGJhY2tfdXJsGAEgASgJEhMKC2Zsb3dfc2VjcmV0GAIgASgJEhUKDXNlc3Npb25fdG9rZW4YAyABKAkSHgoWcmVwbGFjZXNfc2Vzc2lvbl90b2tlbhgEIAEoCSJiCh5Db21wbGV0ZVByb3ZpZGVyU2lnbkluUmVzcG9uc2USFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEhUKDWJyb3dzZXJfdG9rZW4YAyABKAkifQoHUGFzc2tleRISCgpwYXNza2V5X2lkGAEgASgJEgwKBG5hbWUYAiABKAkSEgoKY3JlYXRlZF9hdBgDIAEoAxIUCgxsYXN0X3VzZWRfYXQYBCABKAMSEQoJYmFja2VkX3VwGAUgASgIEhMKC2RldmljZV90eXBlGAYgASgJIjgKH1N0YXJ0UGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCSJNCiBTdGFydFBhc3NrZXlSZWdpc3RyYXRpb25SZXNwb25zZRIUCgxvcHRpb25zX2pzb24YASABKAkSEwoLZmxvd19zZWNyZXQYAiABKAkicwogRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlcXVlc3QSFQoNc2Vzc2lvbl90b2tlbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCRIVCg1yZXNwb25zZV9qc29uGAMgASgJEgwKBG5hbWUYBCABKAkiUgohRmluaXNoUGFzc2tleVJlZ2lzdHJhdGlvblJlc3BvbnNlEi0KB3Bhc3NrZXkYASABKAsyHC52YXVsdGdhdGUuZ3JhbnRzLnYxLlBhc3NrZXkiLAoTTGlzdFBhc3NrZXlzUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkYKFExpc3RQYXNza2V5c1Jlc3BvbnNlEi4KCHBhc3NrZXlzGAEgAygLMhwudmF1bHRnYXRlLmdyYW50cy52MS5QYXNza2V5IkEKFFJlbW92ZVBhc3NrZXlSZXF1ZXN0EhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKcGFzc2tleV9pZBgCIAEoCSIXChVSZW1vdmVQYXNza2V5UmVzcG9uc2UiNQocU3RhcnRQYXNza2V5QXNzZXJ0aW9uUmVxdWVzdBIVCg1zZXNzaW9uX3Rva2VuGAEgASgJIkoKHVN0YXJ0UGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhQKDG9wdGlvbnNfanNvbhgBIAEoCRITCgtmbG93X3NlY3JldBgCIAEoCSKCAQodRmluaXNoUGFzc2tleUFzc2VydGlvblJlcXVlc3QSEwoLZmxvd19zZWNyZXQYASABKAkSFQoNcmVzcG9uc2VfanNvbhgCIAEoCRIVCg1zZXNzaW9uX3Rva2VuGAMgASgJEh4KFnJlcGxhY2VzX3Nlc3Npb25fdG9rZW4YBCABKAkiYgoeRmluaXNoUGFzc2tleUFzc2VydGlvblJlc3BvbnNlEhUKDXNlc3Npb25fdG9rZW4YASABKAkSEgoKZXhwaXJlc19pbhgCIAEoAxIVCg1icm93c2VyX3Rva2VuGAMgASgJYgZwcm90bzM");
 
 /**
  * @generated from message vaultgate.grants.v1.StartSignInRequest
@@ -228,6 +228,13 @@ export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE_
  * @generated from message vaultgate.grants.v1.EndSessionResponse
  */
 export type EndSessionResponse = Message<"vaultgate.grants.v1.EndSessionResponse"> & {
+  /**
+   * A sign-out handoff naming the session's user (core signs it; valid 60 s), for ContinueSignOut
+   * on the deployment's other web host. Empty when core cannot sign just now.
+   *
+   * @generated from field: string signout_handoff = 1;
+   */
+  signoutHandoff: string;
 };
 
 /**
@@ -236,6 +243,45 @@ export type EndSessionResponse = Message<"vaultgate.grants.v1.EndSessionResponse
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
   messageDesc(file_vaultgate_grants_v1_signin, 8);
+
+/**
+ * @generated from message vaultgate.grants.v1.ContinueSignOutRequest
+ */
+export type ContinueSignOutRequest = Message<"vaultgate.grants.v1.ContinueSignOutRequest"> & {
+  /**
+   * The session the browser presents on the other host; ended only when it is the handoff user's.
+   *
+   * @generated from field: string session_token = 1;
+   */
+  sessionToken: string;
+
+  /**
+   * EndSessionResponse.signout_handoff from the host where the person signed out.
+   *
+   * @generated from field: string signout_handoff = 2;
+   */
+  signoutHandoff: string;
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ContinueSignOutRequest.
+ * Use `create(ContinueSignOutRequestSchema)` to create a new message.
+ */
+export const ContinueSignOutRequestSchema: GenMessage<ContinueSignOutRequest> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_signin, 9);
+
+/**
+ * @generated from message vaultgate.grants.v1.ContinueSignOutResponse
+ */
+export type ContinueSignOutResponse = Message<"vaultgate.grants.v1.ContinueSignOutResponse"> & {
+};
+
+/**
+ * Describes the message vaultgate.grants.v1.ContinueSignOutResponse.
+ * Use `create(ContinueSignOutResponseSchema)` to create a new message.
+ */
+export const ContinueSignOutResponseSchema: GenMessage<ContinueSignOutResponse> = /*@__PURE__*/
+  messageDesc(file_vaultgate_grants_v1_signin, 10);
 
 /**
  * @generated from message vaultgate.grants.v1.StartProviderSignInRequest
@@ -254,7 +300,7 @@ export type StartProviderSignInRequest = Message<"vaultgate.grants.v1.StartProvi
  * Use `create(StartProviderSignInRequestSchema)` to create a new message.
  */
 export const StartProviderSignInRequestSchema: GenMessage<StartProviderSignInRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 9);
+  messageDesc(file_vaultgate_grants_v1_signin, 11);
 
 /**
  * @generated from message vaultgate.grants.v1.StartProviderSignInResponse
@@ -285,7 +331,7 @@ export type StartProviderSignInResponse = Message<"vaultgate.grants.v1.StartProv
  * Use `create(StartProviderSignInResponseSchema)` to create a new message.
  */
 export const StartProviderSignInResponseSchema: GenMessage<StartProviderSignInResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 10);
+  messageDesc(file_vaultgate_grants_v1_signin, 12);
 
 /**
  * @generated from message vaultgate.grants.v1.CompleteProviderSignInRequest
@@ -323,7 +369,7 @@ export type CompleteProviderSignInRequest = Message<"vaultgate.grants.v1.Complet
  * Use `create(CompleteProviderSignInRequestSchema)` to create a new message.
  */
 export const CompleteProviderSignInRequestSchema: GenMessage<CompleteProviderSignInRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 11);
+  messageDesc(file_vaultgate_grants_v1_signin, 13);
 
 /**
  * @generated from message vaultgate.grants.v1.CompleteProviderSignInResponse
@@ -354,7 +400,7 @@ export type CompleteProviderSignInResponse = Message<"vaultgate.grants.v1.Comple
  * Use `create(CompleteProviderSignInResponseSchema)` to create a new message.
  */
 export const CompleteProviderSignInResponseSchema: GenMessage<CompleteProviderSignInResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 12);
+  messageDesc(file_vaultgate_grants_v1_signin, 14);
 
 /**
  * @generated from message vaultgate.grants.v1.Passkey
@@ -404,7 +450,7 @@ export type Passkey = Message<"vaultgate.grants.v1.Passkey"> & {
  * Use `create(PasskeySchema)` to create a new message.
  */
 export const PasskeySchema: GenMessage<Passkey> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 13);
+  messageDesc(file_vaultgate_grants_v1_signin, 15);
 
 /**
  * @generated from message vaultgate.grants.v1.StartPasskeyRegistrationRequest
@@ -421,7 +467,7 @@ export type StartPasskeyRegistrationRequest = Message<"vaultgate.grants.v1.Start
  * Use `create(StartPasskeyRegistrationRequestSchema)` to create a new message.
  */
 export const StartPasskeyRegistrationRequestSchema: GenMessage<StartPasskeyRegistrationRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 14);
+  messageDesc(file_vaultgate_grants_v1_signin, 16);
 
 /**
  * @generated from message vaultgate.grants.v1.StartPasskeyRegistrationResponse
@@ -445,7 +491,7 @@ export type StartPasskeyRegistrationResponse = Message<"vaultgate.grants.v1.Star
  * Use `create(StartPasskeyRegistrationResponseSchema)` to create a new message.
  */
 export const StartPasskeyRegistrationResponseSchema: GenMessage<StartPasskeyRegistrationResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 15);
+  messageDesc(file_vaultgate_grants_v1_signin, 17);
 
 /**
  * @generated from message vaultgate.grants.v1.FinishPasskeyRegistrationRequest
@@ -481,7 +527,7 @@ export type FinishPasskeyRegistrationRequest = Message<"vaultgate.grants.v1.Fini
  * Use `create(FinishPasskeyRegistrationRequestSchema)` to create a new message.
  */
 export const FinishPasskeyRegistrationRequestSchema: GenMessage<FinishPasskeyRegistrationRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 16);
+  messageDesc(file_vaultgate_grants_v1_signin, 18);
 
 /**
  * @generated from message vaultgate.grants.v1.FinishPasskeyRegistrationResponse
@@ -498,7 +544,7 @@ export type FinishPasskeyRegistrationResponse = Message<"vaultgate.grants.v1.Fin
  * Use `create(FinishPasskeyRegistrationResponseSchema)` to create a new message.
  */
 export const FinishPasskeyRegistrationResponseSchema: GenMessage<FinishPasskeyRegistrationResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 17);
+  messageDesc(file_vaultgate_grants_v1_signin, 19);
 
 /**
  * @generated from message vaultgate.grants.v1.ListPasskeysRequest
@@ -515,7 +561,7 @@ export type ListPasskeysRequest = Message<"vaultgate.grants.v1.ListPasskeysReque
  * Use `create(ListPasskeysRequestSchema)` to create a new message.
  */
 export const ListPasskeysRequestSchema: GenMessage<ListPasskeysRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 18);
+  messageDesc(file_vaultgate_grants_v1_signin, 20);
 
 /**
  * @generated from message vaultgate.grants.v1.ListPasskeysResponse
@@ -532,7 +578,7 @@ export type ListPasskeysResponse = Message<"vaultgate.grants.v1.ListPasskeysResp
  * Use `create(ListPasskeysResponseSchema)` to create a new message.
  */
 export const ListPasskeysResponseSchema: GenMessage<ListPasskeysResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 19);
+  messageDesc(file_vaultgate_grants_v1_signin, 21);
 
 /**
  * @generated from message vaultgate.grants.v1.RemovePasskeyRequest
@@ -554,7 +600,7 @@ export type RemovePasskeyRequest = Message<"vaultgate.grants.v1.RemovePasskeyReq
  * Use `create(RemovePasskeyRequestSchema)` to create a new message.
  */
 export const RemovePasskeyRequestSchema: GenMessage<RemovePasskeyRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 20);
+  messageDesc(file_vaultgate_grants_v1_signin, 22);
 
 /**
  * @generated from message vaultgate.grants.v1.RemovePasskeyResponse
@@ -567,7 +613,7 @@ export type RemovePasskeyResponse = Message<"vaultgate.grants.v1.RemovePasskeyRe
  * Use `create(RemovePasskeyResponseSchema)` to create a new message.
  */
 export const RemovePasskeyResponseSchema: GenMessage<RemovePasskeyResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 21);
+  messageDesc(file_vaultgate_grants_v1_signin, 23);
 
 /**
  * @generated from message vaultgate.grants.v1.StartPasskeyAssertionRequest
@@ -586,7 +632,7 @@ export type StartPasskeyAssertionRequest = Message<"vaultgate.grants.v1.StartPas
  * Use `create(StartPasskeyAssertionRequestSchema)` to create a new message.
  */
 export const StartPasskeyAssertionRequestSchema: GenMessage<StartPasskeyAssertionRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 22);
+  messageDesc(file_vaultgate_grants_v1_signin, 24);
 
 /**
  * @generated from message vaultgate.grants.v1.StartPasskeyAssertionResponse
@@ -610,7 +656,7 @@ export type StartPasskeyAssertionResponse = Message<"vaultgate.grants.v1.StartPa
  * Use `create(StartPasskeyAssertionResponseSchema)` to create a new message.
  */
 export const StartPasskeyAssertionResponseSchema: GenMessage<StartPasskeyAssertionResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 23);
+  messageDesc(file_vaultgate_grants_v1_signin, 25);
 
 /**
  * @generated from message vaultgate.grants.v1.FinishPasskeyAssertionRequest
@@ -648,7 +694,7 @@ export type FinishPasskeyAssertionRequest = Message<"vaultgate.grants.v1.FinishP
  * Use `create(FinishPasskeyAssertionRequestSchema)` to create a new message.
  */
 export const FinishPasskeyAssertionRequestSchema: GenMessage<FinishPasskeyAssertionRequest> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 24);
+  messageDesc(file_vaultgate_grants_v1_signin, 26);
 
 /**
  * @generated from message vaultgate.grants.v1.FinishPasskeyAssertionResponse
@@ -679,5 +725,5 @@ export type FinishPasskeyAssertionResponse = Message<"vaultgate.grants.v1.Finish
  * Use `create(FinishPasskeyAssertionResponseSchema)` to create a new message.
  */
 export const FinishPasskeyAssertionResponseSchema: GenMessage<FinishPasskeyAssertionResponse> = /*@__PURE__*/
-  messageDesc(file_vaultgate_grants_v1_signin, 25);
+  messageDesc(file_vaultgate_grants_v1_signin, 27);
 
