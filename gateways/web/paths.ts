@@ -9,6 +9,8 @@ export const SIGNIN_CODE_PATH = "/signin/code";
 export const SIGNIN_OIDC_PATH = "/signin/oidc";
 export const SIGNIN_PASSKEY_PATH = "/signin/passkey";
 export const SIGNOUT_PATH = "/signout";
+/** Where the other web host of a split deployment ends its session with a sign-out handoff. */
+export const SIGNOUT_CONTINUE_PATH = "/signout/continue";
 export const STEP_UP_PATH = "/stepup";
 export const STEP_UP_CODE_PATH = "/stepup/code";
 export const STEP_UP_PASSKEY_PATH = "/stepup/passkey";

@@ -7,6 +7,7 @@ import { BAD_ADDRESS, createWebContext, FORM_TYPE, PageError, setPageHeaders, we
 import { pageErrorHandler } from "./page-errors.js";
 import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { signInRoutes } from "./routes/signin.js";
+import { signOutRoutes } from "./routes/signout.js";
 import { providerSignInRoutes } from "./routes/provider-signin.js";
 import { authorizeRoutes } from "./routes/authorize.js";
 import { dashboardRoutes } from "./routes/dashboard.js";
@@ -45,6 +46,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
   app.setErrorHandler(pageErrorHandler(ctx));
 
   await app.register(signInRoutes, { ctx });
+  await app.register(signOutRoutes, { ctx });
   await app.register(providerSignInRoutes, { ctx });
   await app.register(authorizeRoutes, { ctx });
   await app.register(dashboardRoutes, { ctx });

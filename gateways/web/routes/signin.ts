@@ -1,20 +1,9 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorDetailSchema, Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { noteRefusal } from "../../request-log.js";
 import { UUID } from "../../../lib/uuid.js";
 import { safeReturnTo, type WebContext } from "../context.js";
-import {
-  SIGNIN_CODE_PATH,
-  SIGNIN_OIDC_PATH,
-  SIGNIN_PASSKEY_PATH,
-  SIGNIN_PATH,
-  signInPath,
-  SIGNOUT_PATH,
-  STEP_UP_CODE_PATH,
-  STEP_UP_PATH,
-  stepUpPath,
-} from "../paths.js";
+import { SIGNIN_CODE_PATH, SIGNIN_OIDC_PATH, SIGNIN_PASSKEY_PATH, SIGNIN_PATH, signInPath, STEP_UP_CODE_PATH, STEP_UP_PATH, stepUpPath } from "../paths.js";
 import { html } from "../views/html.js";
 import { passkeyStepUpOffer } from "../passkey-offer.js";
 
@@ -24,7 +13,7 @@ const q = (request: FastifyRequest, name: string) => {
   return typeof v === "string" ? v : undefined;
 };
 
-/** E-mail one-time-code sign-in, sign-out and step-up. */
+/** E-mail one-time-code sign-in and step-up (sign-out: ./signout.ts). */
 export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
   function emailForm(reply: FastifyReply, request: FastifyRequest, returnTo: string, status = 200, error?: string) {
     const csrf = ctx.csrfToken(request, reply);
@@ -130,40 +119,6 @@ export const signInRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app,
       });
     }
   });
-
-  app.post(SIGNOUT_PATH, async (request, reply) => {
-    const form = ctx.readForm(request);
-    ctx.checkCsrf(request, form.params);
-    const token = ctx.sessionToken(request);
-    if (token) {
-      try {
-        await ctx.grants.endSession({ sessionToken: token }, ctx.rpc(request));
-      } catch (err) {
-        // A session that had already ended (or never was) has nothing left to end. Any other
-        // failure keeps the cookie, so that trying again can still end the session.
-        if (noteRefusal(request, err) !== Reason.INVALID_TOKEN) return signOutFailed(request, reply, err);
-      }
-    }
-    ctx.clearSession(reply);
-    return reply.redirect(SIGNIN_PATH, 303);
-  });
-
-  /** The session may still be live on the server: say so instead of claiming success. */
-  function signOutFailed(request: FastifyRequest, reply: FastifyReply, err: unknown) {
-    const connectErr = ConnectError.from(err);
-    const detail = connectErr.findDetails(ErrorDetailSchema)[0];
-    const unavailable = detail
-      ? detail.reason === Reason.UNAVAILABLE || detail.reason === Reason.OVERLOADED
-      : connectErr.code === Code.Unavailable || connectErr.code === Code.DeadlineExceeded;
-    if (!unavailable) request.log.error({ err }, "sign-out failure");
-    if (unavailable && detail?.retryAfterSeconds) reply.header("retry-after", String(detail.retryAfterSeconds));
-    return ctx.send(
-      reply,
-      unavailable ? 503 : 500,
-      "Sign-out did not complete",
-      html`<div class="card error"><p>We could not end your session on the server just now, so you are still signed in. Try again in a moment.</p><form method="post" action="${SIGNOUT_PATH}"><input type="hidden" name="csrf" value="${ctx.csrfToken(request, reply)}"><button type="submit">Sign out again</button></form><p>Reference: <code>${request.id}</code></p></div>`,
-    );
-  }
 
   app.get(STEP_UP_PATH, async (request, reply) => {
     const returnTo = safeReturnTo(q(request, "return_to"));
