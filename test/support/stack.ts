@@ -48,6 +48,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
   requestTimeoutMs?: number;
   /** ALLOWED_ORIGINS of the gateway. */
   allowedOrigins?: string[];
+  /** With publicUrls: AUTH_URL's host, another loopback name than APP_URL's 127.0.0.1 (a split deployment). */
+  authHost?: string;
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -60,10 +62,21 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
   const logs = createCapturedLogger();
   const adminToken = randomBytes(16).toString("hex");
   const gatewayToken = randomBytes(16).toString("hex");
-  const { gateway: withGateway, publicUrls, database: _database, signinMethods, port: _port, requestTimeoutMs, allowedOrigins, ...coreOverrides } = options;
+  const {
+    gateway: withGateway,
+    publicUrls,
+    database: _database,
+    signinMethods,
+    port: _port,
+    requestTimeoutMs,
+    allowedOrigins,
+    authHost,
+    ...coreOverrides
+  } = options;
   const port = options.port ?? (publicUrls ? await freePort() : 0);
   const origin = `http://127.0.0.1:${port}`;
-  if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin });
+  const authOrigin = authHost ? `http://${authHost}:${port}` : origin;
+  if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin, ...(authHost ? { appUrl: origin, authUrl: authOrigin } : {}) });
   const core = await createCore({
     db: { instance: db },
     logger: logs.logger,
@@ -97,7 +110,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       clients: createCoreClients(transport, { gatewayToken }),
       logger: logs.logger,
       urls: publicUrls
-        ? { issuer: origin, baseUrl: origin, authUrl: origin, appUrl: origin, mcpUrl: origin }
+        ? { issuer: origin, baseUrl: origin, authUrl: authOrigin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
       signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
       requestTimeoutMs,

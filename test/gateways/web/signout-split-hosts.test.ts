@@ -1,0 +1,153 @@
+import { request as httpRequest } from "node:http";
+import { expect } from "chai";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createJar, createUser, formFields, signIn, type Jar } from "../../support/agent-oauth.js";
+import { expectRefused } from "../../support/refusals.js";
+import { forgeWithFreshKey, resignWithRealKey } from "../../support/trust.js";
+
+/**
+ * APP_URL (127.0.0.1) and AUTH_URL (localhost) on one gateway, each host with its own session
+ * cookie (one jar per host, as a browser keeps host-only cookies): signing out on one host
+ * ends the same person's session on the other, and nothing else.
+ */
+describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)", function () {
+  this.timeout(60_000);
+  let stack: TestStack;
+  let app: string;
+  let auth: string;
+
+  before(async () => {
+    stack = await startStack({ gateway: true, publicUrls: true, authHost: "localhost", scrypt: { N: 1024, r: 8, p: 1 } });
+    app = stack.url;
+    auth = app.replace("127.0.0.1", "localhost");
+  });
+  after(() => stack?.close());
+
+  /** A GET with headers fetch would not send as given (Host), answering its status and Location. */
+  const rawGet = (url: string, headers: Record<string, string>) =>
+    new Promise<{ status: number; location: string | undefined }>((resolve, reject) => {
+      const req = httpRequest(url, { headers }, (res) => {
+        res.resume();
+        resolve({ status: res.statusCode!, location: res.headers.location });
+      });
+      req.on("error", reject).end();
+    });
+  const getSession = (sessionToken: string) => stack.clients.grants.getSession({ sessionToken });
+  const configuredSignIns = () => [`${app}/signin`, `${auth}/signin`, "/signin"];
+
+  /** A jar signed in on `base` as `email` (a new user when none), with its session token and sign-out form. */
+  async function signedIn(base: string, email?: string) {
+    const jar = createJar(base);
+    const address = email ?? (await createUser(stack)).email;
+    await signIn(stack, jar, address);
+    const form = formFields(await (await jar.get("/dashboard/agents")).text(), "/signout");
+    return { jar, email: address, token: jar.cookies.get("vg_session")!, form };
+  }
+
+  /** Signs out in `jar`: the redirect to the other host's continue path, with its handoff. */
+  async function signOut(jar: Jar, form: Record<string, string | string[]>, otherBase: string) {
+    const out = await jar.post("/signout", form);
+    expect(out.status).to.equal(303);
+    const location = new URL(out.headers.get("location")!, "http://relative.invalid");
+    expect(location.origin + location.pathname).to.equal(`${otherBase}/signout/continue`);
+    return { location: location.toString(), handoff: location.searchParams.get("handoff")! };
+  }
+
+  for (const [name, from, to] of [
+    ["on APP_URL's host ends the session on AUTH_URL's host", () => app, () => auth],
+    ["on AUTH_URL's host ends the session on APP_URL's host", () => auth, () => app],
+  ] as const) {
+    it(`signing out ${name}, then lands on sign-in where it began`, async () => {
+      const here = await signedIn(from());
+      stack.clock.advance(31_000);
+      const there = await signedIn(to(), here.email);
+      const { location } = await signOut(here.jar, here.form, to());
+      await expectRefused(getSession(here.token), Reason.INVALID_TOKEN);
+
+      const back = await there.jar.get(location);
+      expect([back.status, back.headers.get("location")]).to.deep.equal([303, `${from()}/signin`]);
+      expect(back.headers.getSetCookie()).to.include("vg_session=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
+      await expectRefused(getSession(there.token), Reason.INVALID_TOKEN);
+      expect((await there.jar.get("/dashboard/agents")).headers.get("location")).to.match(/^\/signin\?/);
+    });
+  }
+
+  it("hostile: a handoff for X brought by a browser signed in as Y on the other host leaves Y signed in", async () => {
+    const x = await signedIn(app);
+    const y = await signedIn(auth);
+    const { location } = await signOut(x.jar, x.form, auth);
+    const res = await y.jar.get(location);
+    expect([res.status, res.headers.get("location")]).to.deep.equal([303, `${app}/signin`]);
+    expect(res.headers.getSetCookie().some((c) => c.startsWith("vg_session="))).to.equal(false);
+    expect((await getSession(y.token)).session!.email).to.equal(y.email);
+    expect((await y.jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
+  it("hostile: forged, expired, foreign, garbage or missing handoffs end nothing and answer no 5xx", async () => {
+    const owner = await signedIn(auth);
+    const other = await signedIn(app);
+    const { handoff } = await signOut(other.jar, other.form, auth);
+    // The owner's own handoff, from another of their sessions, then tampered with.
+    const mine = (await stack.clients.grants.endSession({ sessionToken: (await signedIn(app, owner.email)).token })).signoutHandoff;
+    const now = Math.floor(stack.clock().getTime() / 1000);
+    const bad = [
+      "",
+      "garbage",
+      "a.b.c",
+      "x".repeat(5000),
+      "%00",
+      forgeWithFreshKey(mine),
+      resignWithRealKey(stack, mine, { iat: now - 180, exp: now - 120 }),
+      resignWithRealKey(stack, mine, {}, { typ: "at+jwt" }),
+      resignWithRealKey(stack, mine, { iss: "https://evil.example" }),
+      resignWithRealKey(stack, handoff, { sub: "not-a-user" }),
+    ];
+    for (const h of bad) {
+      const res = await owner.jar.get(`/signout/continue?handoff=${encodeURIComponent(h)}`);
+      expect(res.status, h).to.be.below(500);
+      if (res.status === 303) expect(configuredSignIns(), h).to.include(res.headers.get("location"));
+      expect((await getSession(owner.token)).session!.email, h).to.equal(owner.email);
+    }
+    const none = await owner.jar.get("/signout/continue");
+    expect([none.status, none.headers.get("location")]).to.deep.equal([303, `${app}/signin`]);
+    const twice = await owner.jar.get(`/signout/continue?handoff=${encodeURIComponent(mine)}&handoff=${encodeURIComponent(mine)}`);
+    expect(twice.status).to.be.below(500);
+    expect((await getSession(owner.token)).session!.email).to.equal(owner.email);
+
+    // The real handoff, once its minute (and the clock skew) has passed, ends nothing either.
+    stack.clock.advance(91_000);
+    const late = await owner.jar.get(`/signout/continue?handoff=${encodeURIComponent(mine)}`);
+    expect([late.status, late.headers.get("location")]).to.deep.equal([303, `${app}/signin`]);
+    expect((await getSession(owner.token)).session!.email).to.equal(owner.email);
+  });
+
+  it("hostile: the continue path goes only to the configured hosts' sign-in, whatever the request says", async () => {
+    const { handoff } = await signOut(...(await signedIn(app).then((s) => [s.jar, s.form] as const)), auth);
+    const port = new URL(app).port;
+    for (const headers of <Record<string, string>[]>[
+      { host: `evil.example:${port}` },
+      { host: "evil.example" },
+      { "x-forwarded-host": "evil.example" },
+      { "x-forwarded-proto": "https" },
+    ]) {
+      for (const query of [`handoff=${encodeURIComponent(handoff)}&return_to=https://evil.example/`, "return_to=//evil.example", ""]) {
+        const res = await rawGet(`${app}/signout/continue?${query}`, headers);
+        expect(res.status).to.equal(303);
+        expect(configuredSignIns()).to.include(res.location);
+      }
+    }
+    // No HEAD twin: a link preview or prefetch ends nothing.
+    expect((await fetch(`${auth}/signout/continue?handoff=${encodeURIComponent(handoff)}`, { method: "HEAD" })).status).to.equal(405);
+  });
+
+  it("hostile: a handoff is no access token", async () => {
+    const { handoff } = await signOut(...(await signedIn(app).then((s) => [s.jar, s.form] as const)), auth);
+    const res = await fetch(`${app}/mcp/read`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${handoff}`, "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "accounts.balance", params: {} }),
+    });
+    expect(res.status).to.equal(401);
+  });
+});
