@@ -4,7 +4,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, signIn, type Jar } from "../../support/agent-oauth.js";
 import { expectRefused } from "../../support/refusals.js";
-import { forgeWithFreshKey, resignWithRealKey } from "../../support/trust.js";
+import { fixtures, forgeWithFreshKey, resignWithRealKey } from "../../support/trust.js";
 
 /**
  * APP_URL (127.0.0.1) and AUTH_URL (localhost) on one gateway, each host with its own session
@@ -82,6 +82,30 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     expect(res.headers.getSetCookie().some((c) => c.startsWith("vg_session="))).to.equal(false);
     expect((await getSession(y.token)).session!.email).to.equal(y.email);
     expect((await y.jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
+  it("many browsers at once bring one person's handoff: all of that person's sessions end, nobody else's", async () => {
+    const f = fixtures(stack);
+    const x = await signedIn(app);
+    const y = await createUser(stack);
+    // One e-mailed code at a time per person: the sessions are made in turn, the requests at once.
+    const sessions = async (email: string) => {
+      const out: string[] = [];
+      for (let i = 0; i < 8; i++) out.push(await f.session({ email }));
+      return out;
+    };
+    const [xs, ys] = [await sessions(x.email), await sessions(y.email)];
+    const { location } = await signOut(x.jar, x.form, auth);
+    const answers = await Promise.all(
+      [...xs, ...ys].map((token) => {
+        const jar = createJar(auth);
+        jar.cookies.set("vg_session", token);
+        return jar.get(location);
+      }),
+    );
+    for (const res of answers) expect([res.status, res.headers.get("location")]).to.deep.equal([303, `${app}/signin`]);
+    for (const token of xs) await expectRefused(getSession(token), Reason.INVALID_TOKEN);
+    for (const token of ys) expect((await getSession(token)).session!.email).to.equal(y.email);
   });
 
   it("hostile: forged, expired, foreign, garbage or missing handoffs end nothing and answer no 5xx", async () => {
