@@ -13,7 +13,9 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
+import { createDeadlineSignal, createLinkedAbortController } from "@connectrpc/connect/protocol";
 import { kInProcess } from "./context.js";
+import { NEVER_ABORTED } from "./deadlines.js";
 
 /**
  * Calls core's handlers directly, through the same interceptors, for a gateway in this process:
@@ -40,6 +42,9 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
       const impl = spec.impl as (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;
       const url = `/${method.parent.typeName}/${method.name}`;
 
+      // As Connect's own transports: a timeout of 0 or less is no deadline.
+      const deadlineMs = timeoutMs !== undefined && timeoutMs > 0 ? timeoutMs : undefined;
+      const deadlineAt = deadlineMs === undefined ? undefined : Date.now() + deadlineMs;
       const call = async (req: UnaryRequest<I, O>): Promise<UnaryResponse<I, O>> => {
         const init = {
           service: req.service,
@@ -47,17 +52,23 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
           protocolName: "in-process",
           requestMethod: "POST",
           url,
-          timeoutMs,
           requestSignal: req.signal,
           requestHeader: req.header,
           contextValues: req.contextValues,
         };
-        const ctx = req.signal === NEVER_ABORTED && timeoutMs === undefined ? lightContext(init) : createHandlerContext(init);
+        // req.signal already carries the deadline (linked below); the context only reports what is left of it.
+        const ctx =
+          req.signal === NEVER_ABORTED
+            ? lightContext(init)
+            : { ...createHandlerContext(init), timeoutMs: () => (deadlineAt === undefined ? undefined : deadlineAt - Date.now()) };
         const out = (await impl(req.message, ctx)) as MessageInitShape<O>;
         const message = isMessage(out, method.output) ? out : create(method.output, out);
         return { stream: false, service: req.service, method: req.method, header: ctx.responseHeader, trailer: ctx.responseTrailer, message };
       };
       const chain = interceptors.reduceRight((next, interceptor) => interceptor(next as never) as never, call);
+      // Only a call with a deadline pays for signals, made before the interceptors, which refuse an expired one.
+      const deadline = deadlineMs === undefined ? undefined : createDeadlineSignal(deadlineMs);
+      const linked = deadline && createLinkedAbortController(signal, deadline.signal);
       try {
         return await chain({
           stream: false,
@@ -65,7 +76,7 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
           method,
           requestMethod: "POST",
           url,
-          signal: signal ?? NEVER_ABORTED,
+          signal: linked?.signal ?? signal ?? NEVER_ABORTED,
           header: new Headers(header),
           contextValues,
           message: create(method.input, input),
@@ -78,24 +89,23 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
         const seen = new ConnectError(err.rawMessage, err.code, err.metadata);
         seen.details = err.details;
         throw seen;
+      } finally {
+        deadline?.cleanup();
+        linked?.abort();
       }
     },
     stream: (...args) => streaming.stream(...args),
   };
 }
 
-/** The request signal of a call whose caller gave none (nothing listens to it). */
-const NEVER_ABORTED = new AbortController().signal;
-
 type ContextInit = Parameters<typeof createHandlerContext>[0];
 
 /**
  * createHandlerContext links two AbortControllers and a deadline signal per call, a measurable cost
- * on hot requests, though only streaming handlers read ctx.signal: here it is made on first read.
+ * on hot requests. A call without signal or deadline cannot be aborted: its ctx.signal is NEVER_ABORTED.
  */
 function lightContext(init: ContextInit): ReturnType<typeof createHandlerContext> {
   let controller: AbortController | undefined;
-  const controllerOf = () => (controller ??= new AbortController());
   return {
     service: init.service,
     method: init.method,
@@ -103,15 +113,16 @@ function lightContext(init: ContextInit): ReturnType<typeof createHandlerContext
     requestMethod: init.requestMethod,
     url: init.url,
     get signal() {
-      return controllerOf().signal;
+      return controller?.signal ?? NEVER_ABORTED;
     },
     timeoutMs: () => undefined,
     requestHeader: init.requestHeader instanceof Headers ? init.requestHeader : new Headers(init.requestHeader),
     responseHeader: new Headers(),
     responseTrailer: new Headers(),
     values: init.contextValues ?? createContextValues(),
+    // Only Connect's own handler code aborts a context; a signal read before stays quiet.
     abort(reason?: unknown) {
-      controllerOf().abort(reason);
+      (controller ??= new AbortController()).abort(reason);
     },
   };
 }

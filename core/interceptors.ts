@@ -17,6 +17,7 @@ import {
   REQUEST_ID_HEADER,
 } from "./context.js";
 import { codeOf, errorDetailOf, fail } from "./errors.js";
+import { refuseAbandonedCalls } from "./deadlines.js";
 import { inputGuard } from "./input-guard.js";
 import { observeCalls } from "./observability/tracing.js";
 import { constantTimeEqual } from "../lib/crypto.js";
@@ -32,13 +33,14 @@ export interface InterceptorOptions {
   tracing?: boolean;
 }
 
-/** The interceptors core runs on every transport, in order. */
+/** The interceptors core runs on every transport, in order; the deadline is checked last, just before the handler. */
 export function createCoreInterceptors(options: InterceptorOptions): Interceptor[] {
   return [
     observeCalls({ tracing: options.tracing ?? false }),
     requestContext(options.logger, options.gatewayToken),
     callerCredentials(options.adminToken),
     inputGuard(),
+    refuseAbandonedCalls(),
   ];
 }
 

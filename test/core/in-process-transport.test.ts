@@ -75,6 +75,52 @@ describe("in-process transport", () => {
     expect(operator).to.equal(false);
   });
 
+  describe("deadlines", () => {
+    const interceptors = createCoreInterceptors({ logger: createCapturedLogger().logger, adminToken: undefined, gatewayToken: undefined });
+    const counting = (extra: Interceptor[] = []) => {
+      const seen = { runs: 0, signals: [] as AbortSignal[] };
+      const transport = createInProcessTransport(
+        (router) => {
+          router.service(Health, {
+            check: (_req, ctx) => {
+              seen.runs++;
+              seen.signals.push(ctx.signal);
+              return { status: Status.SERVING };
+            },
+          });
+        },
+        [...extra, ...interceptors],
+      );
+      return { health: createClient(Health, transport), seen };
+    };
+
+    it("runs no handler for a call whose deadline passes before it would start: DeadlineExceeded", async () => {
+      // An interceptor that takes longer than the caller's deadline, as a wait before the handler would.
+      const slow: Interceptor = (next) => async (req) => {
+        await new Promise((r) => setTimeout(r, 50));
+        return next(req);
+      };
+      const { health, seen } = counting([slow]);
+      const err = (await health.check({ service: "" }, { timeoutMs: 5 }).catch((e: unknown) => e)) as ConnectError;
+      expect(Code[err.code]).to.equal("DeadlineExceeded");
+      expect(seen.runs).to.equal(0);
+    });
+
+    it("treats a timeout of 0 or less as no deadline, as Connect's own transports do", async () => {
+      const { health, seen } = counting();
+      for (const timeoutMs of [0, -1]) expect((await health.check({ service: "" }, { timeoutMs })).status).to.equal(Status.SERVING);
+      expect(seen.runs).to.equal(2);
+    });
+
+    it("makes no signal per call for a caller without signal or deadline (the gateways' calls)", async () => {
+      const { health, seen } = counting();
+      await health.check({ service: "" });
+      await health.check({ service: "" });
+      expect(seen.signals[0]!.aborted).to.equal(false);
+      expect(seen.signals[0]).to.equal(seen.signals[1]);
+    });
+  });
+
   describe("core's log of refusals of in-process calls", () => {
     const logs = createCapturedLogger();
     const interceptors = createCoreInterceptors({ logger: logs.logger, adminToken: undefined, gatewayToken: undefined });

@@ -1,0 +1,34 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+
+/** The signal of a call nothing can abort (an in-process call without a signal or a deadline). */
+export const NEVER_ABORTED: AbortSignal = new AbortController().signal;
+
+/** False for no signal and for NEVER_ABORTED: nothing to listen to, so no listener is added. */
+export const canAbort = (signal: AbortSignal | undefined): signal is AbortSignal => signal !== undefined && signal !== NEVER_ABORTED;
+
+/**
+ * What a call whose caller stopped waiting is answered: DeadlineExceeded when its deadline passed,
+ * else what aborted it (the caller's cancel, core's shutdown).
+ */
+export function abandoned(signal: AbortSignal, where: string): ConnectError {
+  const reason: unknown = signal.reason;
+  if (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) return new ConnectError(`deadline exceeded ${where}`, Code.DeadlineExceeded);
+  if (reason instanceof ConnectError) return reason;
+  return new ConnectError(`call cancelled ${where}`, Code.Canceled);
+}
+
+/** Throws `abandoned` when the signal is aborted; nothing when there is none. */
+export function throwIfAbandoned(signal: AbortSignal | undefined, where: string): void {
+  if (signal?.aborted) throw abandoned(signal, where);
+}
+
+/**
+ * Runs no handler for a call whose deadline passed (a zero one included) or whose caller left
+ * before it would start: nothing is written or derived for a caller who no longer waits.
+ */
+export function refuseAbandonedCalls(): Interceptor {
+  return (next) => (req) => {
+    if (req.signal.aborted) throw abandoned(req.signal, "before the call started");
+    return next(req);
+  };
+}
