@@ -44,6 +44,18 @@ export const secretChecksShed = new Counter({
   registers: [coreRegistry],
 });
 
+export const secretChecksAbandoned = new Counter({
+  name: "vaultgate_secret_checks_abandoned_total",
+  help: "Secret checks never derived because their caller's deadline passed (or the caller left) before or while they waited",
+  registers: [coreRegistry],
+});
+
+export const secretDerivations = new Counter({
+  name: "vaultgate_secret_derivations_total",
+  help: "Secret derivations (scrypt) started",
+  registers: [coreRegistry],
+});
+
 export const auditWriteFailures = new Counter({
   name: "vaultgate_audit_write_failures_total",
   help: "Audit record appends that failed (the action they recorded was refused or rolled back)",

@@ -8,6 +8,8 @@ import { createExpiringMap } from "./expiring-map.js";
 import type { SecretFlow, SecretHasher } from "./hasher.js";
 import { createTimingMirror } from "./timing-mirror.js";
 import { hmacSha256 } from "../../lib/crypto.js";
+import { abandoned, canAbort } from "../deadlines.js";
+import { leftBefore } from "./fair-gate.js";
 
 /**
  * Per-client-id counting before any derivation. `failures` reserves a slot before the check, so a
@@ -85,20 +87,25 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
 
   // Checks of the same secret against the same hash that arrive together share one
   // derivation (and one rehash): a client's burst of first requests costs one, not one each.
-  const inFlight = new Map<string, Promise<{ ok: boolean; upgrade?: string }>>();
-  function verifyOnce(clientId: string, secret: string, stored: string | undefined, flow: SecretFlow) {
+  // It waits for its slot while one of its callers still does; each caller may leave before.
+  const inFlight = new Map<string, Shared>();
+  function verifyOnce(clientId: string, secret: string, stored: string | undefined, flow: SecretFlow, signal: AbortSignal | undefined) {
+    if (signal?.aborted) leftBefore(signal);
     const key = `${keyOf(clientId, secret)}\0${stored ?? ""}`;
-    let pending = inFlight.get(key);
-    if (!pending) {
-      pending = (async () => {
-        const ok = await o.hasher.verify(secret, stored ?? o.hasher.dummyHash, flow);
+    let shared = inFlight.get(key);
+    // One all its callers left may still be settling: a newcomer starts its own.
+    if (!shared || shared.left.signal.aborted) {
+      const s: Shared = { waiting: 0, pinned: false, left: new AbortController(), result: Promise.resolve({ ok: false }) };
+      s.result = (async () => {
+        const ok = await o.hasher.verify(secret, stored ?? o.hasher.dummyHash, flow, s.left.signal);
         if (!ok || stored === undefined || !o.hasher.needsRehash(stored)) return { ok };
         // A shed rehash waits for the next success.
-        return { ok, upgrade: await o.hasher.hash(secret, flow).catch(() => undefined) };
-      })().finally(() => inFlight.delete(key));
-      inFlight.set(key, pending);
+        return { ok, upgrade: await o.hasher.hash(secret, flow, s.left.signal).catch(() => undefined) };
+      })().finally(() => inFlight.get(key) === s && inFlight.delete(key));
+      inFlight.set(key, s);
+      shared = s;
     }
-    return pending;
+    return joinCheck(shared, signal);
   }
 
   const flowOf = (clientId: string, stored: string | undefined, address: string): SecretFlow =>
@@ -129,7 +136,7 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
      * Counts, then derives. An unknown client (`stored` undefined) is counted in memory after the same
      * wait a database count takes, and its checks share one flow per vouched `address`.
      */
-    async check(clientId: string, secret: string, stored: string | undefined, address: string): Promise<SecretCheck> {
+    async check(clientId: string, secret: string, stored: string | undefined, address: string, signal?: AbortSignal): Promise<SecretCheck> {
       const now = o.clock();
       const flow = flowOf(clientId, stored, address);
       o.hasher.admit(flow);
@@ -139,9 +146,9 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
       } else await count(clientId, now);
       let verified: { ok: boolean; upgrade?: string };
       try {
-        verified = await verifyOnce(clientId, secret, stored, flow);
+        verified = await verifyOnce(clientId, secret, stored, flow, signal);
       } catch (err) {
-        // Shed: nothing was decided, so it is not a failure.
+        // Shed, or its caller left: nothing was decided, so it is not a failure.
         if (o.budget.counts === "failures") {
           if (stored === undefined) releaseUnknown(clientId, now);
           else await release(clientId, now);
@@ -158,3 +165,38 @@ export function createClientSecretChecker(o: ClientSecretCheckerOptions) {
 }
 
 export type ClientSecretChecker = ReturnType<typeof createClientSecretChecker>;
+
+/** One derivation shared by the checks that arrived together; `left` aborts when every caller has gone. */
+interface Shared {
+  result: Promise<{ ok: boolean; upgrade?: string }>;
+  waiting: number;
+  /** A caller that cannot leave (no signal) joined: the derivation is needed whatever the others do. */
+  pinned: boolean;
+  left: AbortController;
+}
+
+/** The shared check's result for one caller, or DeadlineExceeded (Canceled) as soon as its own signal aborts. */
+function joinCheck(shared: Shared, signal: AbortSignal | undefined): Promise<{ ok: boolean; upgrade?: string }> {
+  if (!canAbort(signal)) {
+    shared.pinned = true;
+    return shared.result;
+  }
+  shared.waiting++;
+  return new Promise((resolve, reject) => {
+    const leave = () => {
+      if (--shared.waiting === 0 && !shared.pinned) shared.left.abort(signal.reason);
+      reject(abandoned(signal, "while waiting for a secret check"));
+    };
+    signal.addEventListener("abort", leave, { once: true });
+    shared.result.then(
+      (v) => {
+        signal.removeEventListener("abort", leave);
+        resolve(v);
+      },
+      (err: unknown) => {
+        signal.removeEventListener("abort", leave);
+        reject(err);
+      },
+    );
+  });
+}

@@ -1,7 +1,8 @@
 import { performance } from "node:perf_hooks";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { secretChecksActive, secretChecksQueued, secretChecksShed } from "../observability/metrics.js";
+import { abandoned, canAbort } from "../deadlines.js";
+import { secretChecksAbandoned, secretChecksActive, secretChecksQueued, secretChecksShed, secretDerivations } from "../observability/metrics.js";
 
 /**
  * Who a derivation is done for. A known client's checks form one flow (its client id);
@@ -36,6 +37,12 @@ interface Flow {
   id: string;
   cls: FlowClass;
   waiters: Waiter[];
+}
+
+/** Refuses a check whose caller's deadline passed (or who left) before it queued: counted, never derived. */
+export function leftBefore(signal: AbortSignal): never {
+  secretChecksAbandoned.inc();
+  throw abandoned(signal, "before a secret check");
 }
 
 /**
@@ -138,7 +145,9 @@ export function createFairGate(o: FairGateOptions) {
       const wait = refusal(cls, flows.get(`${cls}\0${flowOf.key}`));
       if (wait !== undefined) overloaded(wait);
     },
-    async run<T>(work: () => Promise<T>, flowOf: SecretFlow): Promise<T> {
+    /** A waiter whose `signal` aborts (its caller's deadline passed, or it left) leaves the queue, never derived. */
+    async run<T>(work: () => Promise<T>, flowOf: SecretFlow, signal?: AbortSignal): Promise<T> {
+      if (signal?.aborted) leftBefore(signal);
       if (active >= o.max) {
         const cls: FlowClass = flowOf.known ? "known" : "unknown";
         const id = `${cls}\0${flowOf.key}`;
@@ -155,9 +164,20 @@ export function createFairGate(o: FairGateOptions) {
         await new Promise<void>((resolve, reject) => {
           queued++;
           secretChecksQueued.inc({ lane: cls });
-          f.waiters.push({
-            start: resolve,
+          const leave = () => {
+            const at = f.waiters.indexOf(w);
+            if (at >= 0) take(w, f, at);
+            secretChecksAbandoned.inc();
+            reject(abandoned(signal!, "while waiting for a secret check"));
+          };
+          const quiet = () => (canAbort(signal) ? signal.removeEventListener("abort", leave) : undefined);
+          const w: Waiter = {
+            start: () => {
+              quiet();
+              resolve();
+            },
             shed: () => {
+              quiet();
               try {
                 overloaded(drainEstimate(queued));
               } catch (err) {
@@ -165,13 +185,16 @@ export function createFairGate(o: FairGateOptions) {
               }
             },
             enqueuedAt: performance.now(),
-          });
+          };
+          if (canAbort(signal)) signal.addEventListener("abort", leave, { once: true });
+          f.waiters.push(w);
         });
       } else {
         active++;
         secretChecksActive.inc();
       }
       const started = performance.now();
+      secretDerivations.inc();
       try {
         return await work();
       } finally {

@@ -35,11 +35,15 @@ export interface SecretHasherOptions {
 /** Operator hashing (creating a client, rotating a secret): known work, a flow of its own. */
 const HASH_FLOW: SecretFlow = { known: true, key: "\0hash" };
 
+/**
+ * `signal` is the caller's (ctx.signal): a derivation still waiting for its slot when it aborts is
+ * dropped and throws DeadlineExceeded (or Canceled). Shed or dropped, nothing was decided.
+ */
 export interface SecretHasher {
   /** Throws OVERLOADED (with retryAfterSeconds) when the derivation is shed. */
-  hash(secret: string, flow?: SecretFlow): Promise<string>;
+  hash(secret: string, flow?: SecretFlow, signal?: AbortSignal): Promise<string>;
   /** Throws OVERLOADED (with retryAfterSeconds) when the check is shed: nothing was decided. */
-  verify(secret: string, stored: string, flow?: SecretFlow): Promise<boolean>;
+  verify(secret: string, stored: string, flow?: SecretFlow, signal?: AbortSignal): Promise<boolean>;
   /** Throws OVERLOADED at once when a derivation of this flow would be shed now: callers refuse before any other work. */
   admit(flow: SecretFlow): void;
   /** True when `stored` was made with other parameters than the current ones (rehash it after a success). */
@@ -75,15 +79,19 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
   const gate = createFairGate({ max, maxQueue: options.maxQueue ?? 64, maxPerFlow: options.maxPerFlow ?? 8, maxWaitMs: options.maxWaitMs ?? 1000 });
   const workers = createScryptWorkers(max, options.onPriorityShortfall);
 
-  const derive = (secret: string, salt: Buffer, p: ScryptParams, flow: SecretFlow) =>
-    gate.run(() => {
-      const opts: ScryptOptions = { N: p.N, r: p.r, p: p.p, maxmem: 256 * p.N * p.r + 1024 * 1024 };
-      return workers.derive(secret, salt, KEYLEN, opts);
-    }, flow);
+  const derive = (secret: string, salt: Buffer, p: ScryptParams, flow: SecretFlow, signal: AbortSignal | undefined) =>
+    gate.run(
+      () => {
+        const opts: ScryptOptions = { N: p.N, r: p.r, p: p.p, maxmem: 256 * p.N * p.r + 1024 * 1024 };
+        return workers.derive(secret, salt, KEYLEN, opts);
+      },
+      flow,
+      signal,
+    );
 
-  const hash = async (secret: string, flow: SecretFlow = HASH_FLOW) => {
+  const hash = async (secret: string, flow: SecretFlow = HASH_FLOW, signal?: AbortSignal) => {
     const salt = randomBytes(16);
-    const key = await derive(secret, salt, params, flow);
+    const key = await derive(secret, salt, params, flow, signal);
     return `scrypt$${params.N}$${params.r}$${params.p}$${salt.toString("base64url")}$${key.toString("base64url")}`;
   };
 
@@ -103,10 +111,10 @@ export async function createSecretHasher(options: SecretHasherOptions = {}): Pro
       const parsed = parse(stored);
       return !!parsed && (parsed.params.N !== params.N || parsed.params.r !== params.r || parsed.params.p !== params.p);
     },
-    async verify(secret, stored, flow = HASH_FLOW) {
+    async verify(secret, stored, flow = HASH_FLOW, signal) {
       const parsed = parse(stored);
       if (!parsed) return false;
-      const key = await derive(secret, Buffer.from(parsed.salt, "base64url"), parsed.params, flow);
+      const key = await derive(secret, Buffer.from(parsed.salt, "base64url"), parsed.params, flow, signal);
       const want = Buffer.from(parsed.expected, "base64url");
       return constantTimeEqualBytes(key, want);
     },

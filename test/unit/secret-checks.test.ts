@@ -1,8 +1,10 @@
 import { readdirSync, readFileSync } from "node:fs";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { expect } from "chai";
 import { createSecretHasher } from "../../core/secrets/hasher.js";
+import { secretChecksAbandoned, secretDerivations } from "../../core/observability/metrics.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { expectRefused, reasonOf } from "../support/refusals.js";
+import { expectRefused, reasonOf, thrownBy } from "../support/refusals.js";
 
 const params = { N: 1024, r: 8, p: 1 };
 
@@ -82,6 +84,34 @@ describe("secret checks: fair scheduling and shedding", () => {
       await overloaded(hasher.verify("s3cret", stored));
       expect(hasher.load().queued).to.equal(0);
       expect(await first).to.equal(true);
+    } finally {
+      await hasher.close();
+    }
+  });
+
+  it("drops a waiting derivation whose caller's deadline passes: DeadlineExceeded, never derived, and the next waiter takes the slot", async () => {
+    const hasher = await createSecretHasher({ params, maxConcurrent: 1, maxQueue: 100, maxWaitMs: 60_000 });
+    try {
+      const stored = await hasher.hash("s3cret");
+      const derived = async () => (await secretDerivations.get()).values[0]?.value ?? 0;
+      const dropped = async () => (await secretChecksAbandoned.get()).values[0]?.value ?? 0;
+      const before = { derived: await derived(), dropped: await dropped() };
+      const deadline = new AbortController();
+      const first = hasher.verify("s3cret", stored, known("gpc_a"));
+      const late = hasher.verify("s3cret", stored, known("gpc_b"), deadline.signal);
+      const next = hasher.verify("wrong", stored, known("gpc_c"));
+      expect(hasher.load()).to.include({ active: 1, queued: 2 });
+      deadline.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+      const err = (await thrownBy(late)) as ConnectError;
+      expect(err).to.be.instanceOf(ConnectError);
+      expect(Code[err.code]).to.equal("DeadlineExceeded");
+      expect(hasher.load()).to.include({ active: 1, queued: 1 });
+      expect(await Promise.all([first, next])).to.deep.equal([true, false]);
+      // A deadline already spent is refused before it queues.
+      expect(Code[((await thrownBy(hasher.verify("s3cret", stored, known("gpc_d"), deadline.signal))) as ConnectError).code]).to.equal("DeadlineExceeded");
+      expect(hasher.load()).to.include({ active: 0, queued: 0 });
+      // Derived: the first and the next; dropped: the late caller, in the queue and then before it.
+      expect({ derived: await derived(), dropped: await dropped() }).to.deep.equal({ derived: before.derived + 2, dropped: before.dropped + 2 });
     } finally {
       await hasher.close();
     }
