@@ -83,7 +83,7 @@ export function createClientDirectory(deps: ClientAuthDeps): ClientDirectory {
     const remembered = stored !== undefined ? secretCheck.remembered(clientId, secret) : undefined;
     if (client && remembered !== undefined && constantTimeEqual(remembered, stored!)) return client;
     // Unknown clients cost the same derivation as a wrong secret, so timing tells nothing.
-    const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientNetwork));
+    const checked = await secretCheck.check(clientId, secret, stored, ctx.values.get(kClientNetwork), ctx.signal);
     if (!client || !checked.ok) fail(Reason.INVALID_CLIENT, "client authentication failed");
     // A hash of older scrypt parameters is replaced once (a concurrent check may have done it).
     if (checked.upgrade) {

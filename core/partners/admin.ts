@@ -98,7 +98,7 @@ export async function createPartner(
   const webhookUrl = req.webhookUrl ? checkHttpsUrl(req.webhookUrl, "webhook_url") : null;
 
   const clientSecret = generateClientSecret();
-  const secretHash = await deps.secrets.hash(clientSecret);
+  const secretHash = await deps.secrets.hash(clientSecret, undefined, ctx.signal);
   const now = deps.clock();
   for (let attempt = 0; attempt < 5; attempt++) {
     const record: PartnerRecord = {
@@ -127,7 +127,7 @@ export async function rotateSecret(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof RotateSecretResponseSchema>> {
   const clientSecret = generateClientSecret();
-  const secretHash = await deps.secrets.hash(clientSecret);
+  const secretHash = await deps.secrets.hash(clientSecret, undefined, ctx.signal);
   // Replaces the hash at once; client_id and status unchanged.
   await adminChange(deps, ctx, "partner.rotate_secret", req.clientId, async (trx) => {
     const locked = await deps.store.lockByClientId(trx, req.clientId);

@@ -5,6 +5,7 @@ import type { IssueTokenRequest, IssueTokenResponseSchema } from "../../gen/vaul
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail, errorDetailOf } from "../errors.js";
 import { callFacts, kClientNetwork } from "../context.js";
+import { throwIfAbandoned } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -107,7 +108,7 @@ export async function issueToken(
     secretCheck.admit(clientId, candidate?.secretHash, ctx.values.get(kClientNetwork));
     const known = candidate !== undefined;
     const checked = await auditRefusal(deps, ctx, actor, known, () =>
-      secretCheck.check(clientId, secret, candidate?.secretHash, ctx.values.get(kClientNetwork)),
+      secretCheck.check(clientId, secret, candidate?.secretHash, ctx.values.get(kClientNetwork), ctx.signal),
     );
     if (!checked.ok) {
       await auditIssueFailure(deps, ctx, actor, known, "invalid_client");
@@ -120,6 +121,8 @@ export async function issueToken(
   let provenHash = verifiedHash;
   try {
     const issued = await db.transaction(async (trx) => {
+      // First, so a caller whose deadline passed in the check or the pool's queue has nothing done.
+      throwIfAbandoned(ctx.signal, "before the token was issued");
       // The row stays locked through decision and signing so rotation and suspension are
       // ordered against this issuance; the costly derivation ran before the lock, so confirm
       // it checked the hash current under the lock (a rotation in between fails closed).
@@ -207,7 +210,9 @@ async function auditRefusal<T>(
   try {
     return await work();
   } catch (err) {
-    await auditIssueFailure(deps, ctx, actor, known, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
+    // A caller that left while it waited (its deadline passed) was refused nothing: no record.
+    const left = ctx.signal.aborted && errorDetailOf(err) === undefined;
+    if (!left) await auditIssueFailure(deps, ctx, actor, known, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
     throw err;
   }
 }
