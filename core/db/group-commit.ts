@@ -1,3 +1,4 @@
+import { abandoned, canAbort } from "../deadlines.js";
 import { groupCommitBatchSize } from "../observability/metrics.js";
 
 /**
@@ -15,12 +16,19 @@ export interface GroupCommitOptions<I = unknown> {
    * batch holds wait for the next batch instead of blocking a second one on that lock.
    */
   lockKey?: (item: I) => string;
+  /**
+   * The caller's signal (ctx.signal): an item whose signal aborts (its deadline passed) before a batch
+   * takes it leaves the queue unwritten; once in a batch, it commits or rolls back with the batch.
+   */
+  signalOf?: (item: I) => AbortSignal | undefined;
 }
 
 interface Pending<I, O> {
   item: I;
   resolve: (value: O) => void;
   reject: (err: unknown) => void;
+  /** Stops listening to the caller's signal once the item is in a batch. */
+  quiet?: () => void;
 }
 
 export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, options: GroupCommitOptions<I>): (item: I) => Promise<O> {
@@ -89,6 +97,7 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
     while (inFlight < options.maxInFlight && queue.length > 0) {
       const batch = take();
       if (batch.length === 0) return;
+      for (const p of batch) p.quiet?.();
       inFlight++;
       batchSizes.observe(batch.length);
       void runBatch(batch).finally(() => {
@@ -101,7 +110,19 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
 
   return (item: I) =>
     new Promise<O>((resolve, reject) => {
-      queue.push({ item, resolve, reject });
+      const p: Pending<I, O> = { item, resolve, reject };
+      const signal = options.signalOf?.(item);
+      if (canAbort(signal)) {
+        if (signal.aborted) return reject(abandoned(signal, "before its write was queued"));
+        const leave = () => {
+          const at = queue.indexOf(p);
+          if (at >= 0) queue.splice(at, 1);
+          reject(abandoned(signal, "while its write waited for a batch"));
+        };
+        signal.addEventListener("abort", leave, { once: true });
+        p.quiet = () => signal.removeEventListener("abort", leave);
+      }
+      queue.push(p);
       if (!scheduled && inFlight < options.maxInFlight) {
         scheduled = true;
         setImmediate(pump);

@@ -245,6 +245,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
         expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
       },
       { ...callFacts(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
+      ctx.signal,
     );
     if (issued) return { token: signToken(deps, issued, refresh.token) };
   }

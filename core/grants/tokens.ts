@@ -194,6 +194,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
         expiresAt: new Date(now.getTime() + ACCESS_TOKEN_TTL_SECONDS * 1000),
       },
       { ...callFacts(ctx), actor, action: "agent.grant.refresh" },
+      ctx.signal,
     );
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }

@@ -1,5 +1,7 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import { expect } from "chai";
 import { createGroupCommit } from "../../core/db/group-commit.js";
+import { thrownBy } from "../support/refusals.js";
 
 describe("group commit (core/db/group-commit.ts)", () => {
   it("sends the items of one event-loop turn together and answers each caller with its own result", async () => {
@@ -74,5 +76,37 @@ describe("group commit (core/db/group-commit.ts)", () => {
     release();
     expect(await Promise.all([...a, ...later])).to.deep.equal(["a:1", "a:2", "a:3", "b:1", "a:4"]);
     expect(batches.slice(2)).to.deep.equal([["a:3", "a:4"]]);
+  });
+
+  it("withdraws an item whose caller's deadline passes before a batch takes it; an item already in a batch is written", async () => {
+    const batches: string[][] = [];
+    let release!: () => void;
+    const first = new Promise<void>((r) => (release = r));
+    const submit = createGroupCommit<{ name: string; signal?: AbortSignal }, string>(
+      async (items) => {
+        batches.push(items.map((i) => i.name));
+        if (batches.length === 1) await first;
+        return items.map((i) => i.name);
+      },
+      { maxBatch: 100, maxInFlight: 1, signalOf: (i) => i.signal },
+    );
+    const deadline = () => new ConnectError("the operation timed out", Code.DeadlineExceeded);
+    const running = new AbortController();
+    const a = submit({ name: "a", signal: running.signal });
+    await new Promise((r) => setImmediate(r));
+    // "b" waits behind the running batch (maxInFlight 1); its deadline passes there.
+    const waiting = new AbortController();
+    const b = submit({ name: "b", signal: waiting.signal });
+    const c = submit({ name: "c" });
+    waiting.abort(deadline());
+    running.abort(deadline());
+    const err = (await thrownBy(b)) as ConnectError;
+    expect(err).to.be.instanceOf(ConnectError);
+    expect(Code[err.code]).to.equal("DeadlineExceeded");
+    // A deadline already spent never enters the queue.
+    expect(Code[((await thrownBy(submit({ name: "d", signal: AbortSignal.abort(deadline()) }))) as ConnectError).code]).to.equal("DeadlineExceeded");
+    release();
+    expect(await Promise.all([a, c])).to.deep.equal(["a", "c"]);
+    expect(batches).to.deep.equal([["a"], ["c"]]);
   });
 });

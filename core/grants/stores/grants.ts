@@ -113,8 +113,8 @@ export function createGrantsStore(db: Db) {
   // The token endpoint's hot statements, group-committed as PL/pgSQL functions (migrations 0011, 0013).
   // UPDATE ... FROM matches each item to at most its own row, so a code presented twice in one batch
   // is consumed once and the other item takes the locked slow path, as when two statements race.
-  type Exchange = FastExchange & { audit: FastAudit };
-  type Refresh = FastRefresh & { audit: FastAudit };
+  type Exchange = FastExchange & { audit: FastAudit; signal?: AbortSignal };
+  type Refresh = FastRefresh & { audit: FastAudit; signal?: AbortSignal };
   const exchangeBatch = batchFunction<Exchange>("grant_exchange_batch", [
     ["text", (i) => i.codeHash],
     ["text", (i) => i.clientId],
@@ -143,7 +143,7 @@ export function createGrantsStore(db: Db) {
     ["text", (i) => i.audit.action],
     ["text", (i) => i.audit.clientAddress],
   ]);
-  const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT };
+  const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT, signalOf: (i: { signal?: AbortSignal }) => i.signal };
   const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(
     async (ids) => {
       const { rows } = await db.raw(`SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`, [
@@ -249,14 +249,15 @@ export function createGrantsStore(db: Db) {
     /**
      * Code exchange's common case in one group-committed statement (no BEGIN/COMMIT round trips).
      * Undefined when any condition fails, with nothing written: the caller then decides under a lock.
+     * An abort of `signal` (ctx.signal) before the batch takes the item withdraws it (DeadlineExceeded).
      */
-    exchangeCodeFast: (x: FastExchange, audit: FastAudit): Promise<GrantRecord | undefined> => exchangeFast({ ...x, audit }),
+    exchangeCodeFast: (x: FastExchange, audit: FastAudit, signal?: AbortSignal): Promise<GrantRecord | undefined> => exchangeFast({ ...x, audit, signal }),
 
     /**
      * Refresh's common case in one group-committed statement, like exchangeCodeFast. Undefined on
      * reuse, grace retry, revocation, another client or an inactive user (nothing written): the caller decides under a lock.
      */
-    rotateRefreshFast: (x: FastRefresh, audit: FastAudit): Promise<GrantRecord | undefined> => refreshFast({ ...x, audit }),
+    rotateRefreshFast: (x: FastRefresh, audit: FastAudit, signal?: AbortSignal): Promise<GrantRecord | undefined> => refreshFast({ ...x, audit, signal }),
   };
 }
 
