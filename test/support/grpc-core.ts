@@ -16,7 +16,12 @@ const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
  */
 export type WireResponse = Record<string, unknown>;
 
-type Unary = (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: WireResponse) => void) => grpc.ClientUnaryCall;
+type Unary = (
+  req: object,
+  md: grpc.Metadata,
+  options: grpc.CallOptions,
+  cb: (err: grpc.ServiceError | null, res: WireResponse) => void,
+) => grpc.ClientUnaryCall;
 type BidiStream = (md: grpc.Metadata) => grpc.ClientDuplexStream<object, WireResponse>;
 type ServerStream = (req: object, md: grpc.Metadata) => grpc.ClientReadableStream<WireResponse>;
 
@@ -25,9 +30,10 @@ export interface GrpcCore {
   address: string;
   /**
    * Calls `Service/Method` (fully qualified service name) with a stock grpc-js client.
-   * A server-streaming call resolves with its first message and is then cancelled.
+   * A server-streaming call resolves with its first message and is then cancelled. `options` of a
+   * unary call: grpc-js's call options (a deadline).
    */
-  call(service: string, method: string, req: object, md?: grpc.Metadata): Promise<WireResponse>;
+  call(service: string, method: string, req: object, md?: grpc.Metadata, options?: grpc.CallOptions): Promise<WireResponse>;
   close(): Promise<void>;
 }
 
@@ -81,13 +87,13 @@ export async function startGrpcCore(stack: Pick<TestStack, "core">): Promise<Grp
   return {
     server,
     address,
-    call(service, method, req, md = new grpc.Metadata()) {
+    call(service, method, req, md = new grpc.Metadata(), options = {}) {
       const def = definition[service] as unknown as Record<string, { requestStream: boolean; responseStream: boolean }> | undefined;
       const m = def?.[method];
       if (!m) return Promise.reject(new Error(`proto/ defines no method ${service}/${method}`));
       const client = clientFor(service);
       if (!m.responseStream) {
-        return new Promise((resolve, reject) => client[method]!(req, md, (err, res) => (err ? reject(err) : resolve(res))));
+        return new Promise((resolve, reject) => client[method]!(req, md, options, (err, res) => (err ? reject(err) : resolve(res))));
       }
       return new Promise((resolve, reject) => {
         // A bidi call (reflection) sends `req` as its one message, then half-closes.

@@ -12,7 +12,7 @@ export function parseScrape(text: string): Map<string, number> {
   return out;
 }
 
-/** A metrics listener on core's registry (port 0) and a scrape of it: `value(name, labels)` is one series, undefined when absent. */
+/** A metrics listener on core's registry (port 0) and a scrape of it: `value(name, labels)` is one series (no labels: the unlabelled one), undefined when absent. */
 export async function coreMetricsListener() {
   const server = await startMetricsServer({ host: "127.0.0.1", port: 0, registries: [coreRegistry] });
   return {
@@ -23,9 +23,11 @@ export async function coreMetricsListener() {
       return {
         value: (name: string, labels: Record<string, string>) =>
           series.get(
-            `${name}{${Object.entries(labels)
-              .map(([k, v]) => `${k}="${v}"`)
-              .join(",")}}`,
+            Object.keys(labels).length === 0
+              ? name
+              : `${name}{${Object.entries(labels)
+                  .map(([k, v]) => `${k}="${v}"`)
+                  .join(",")}}`,
           ),
       };
     },
