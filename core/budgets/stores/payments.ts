@@ -122,9 +122,9 @@ export function createPaymentsStore(db: Db) {
         `SELECT id, stop FROM (
            SELECT s.id,
                   EXISTS (SELECT 1 FROM budgets b WHERE b.vault_id = s.vault_id AND b.status IN ('closed', 'declined'))
-                  OR EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_REVOKED_SQL("p.grant_id")}) AS stop,
-                  EXISTS (SELECT 1 FROM agent_payments p WHERE p.id = s.id AND ${GRANT_USER_INACTIVE_SQL("p.grant_id")}) AS hold
-             FROM unnest(?::uuid[], ?::uuid[]) AS s(id, vault_id)) v
+                  OR ${GRANT_REVOKED_SQL("p.grant_id")} AS stop,
+                  ${GRANT_USER_INACTIVE_SQL("p.grant_id")} AS hold
+             FROM unnest(?::uuid[], ?::uuid[]) AS s(id, vault_id) LEFT JOIN agent_payments p ON p.id = s.id) v
           WHERE stop OR hold`,
         [pgArray(payments.map((p) => p.id)), pgArray(payments.map((p) => p.vaultId))],
       );
