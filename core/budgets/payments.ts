@@ -41,11 +41,10 @@ import type { BudgetsRowStore } from "./stores/budgets.js";
 import type { PaymentsStore } from "./stores/payments.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
-import { paymentInput } from "./validation.js";
+import { checkRailInput, minimumCents, paymentInput, refuseBelowMinimum } from "./validation.js";
 import { budgetView, paymentView } from "./views.js";
 import { reservePayment } from "../settlement/ledger.js";
 import type { SettlementPort } from "../settlement/settlement.js";
-import { tokenSupported } from "../settlement/rules.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 
 export interface AgentPaymentDeps extends AuditDeps, TokenDeps {
@@ -82,16 +81,10 @@ export async function initiatePayment(
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate);
   const input = paymentInput(req.payment);
   const rail = deps.settlement.evm(input.chain);
-  if (rail) {
-    // The evm rail pays USDC, in dollars (1 cent = 10,000 base units); the address rule holds on every rail.
-    if (!tokenSupported("evm", input.token)) fail(Reason.TOKEN_UNSUPPORTED, `counterparty.token must be USDC on chain ${input.chain}`);
-    if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
-    // Paid to itself, a transfer moves nothing on chain while the books would say it left the hot wallet.
-    if (input.address.toLowerCase() === rail.wallet) fail(Reason.INVALID_REQUEST, `counterparty.address is the hot wallet chain ${input.chain} pays from`);
-    // USDC held by its own contract can never be sent on again: the payment would be lost, not paid.
-    if (input.address.toLowerCase() === rail.settings.usdc.toLowerCase()) {
-      fail(Reason.INVALID_REQUEST, `counterparty.address is the USDC contract of chain ${input.chain}, which never sends it on`);
-    }
+  checkRailInput(rail, input);
+  // Refused before any lock. Only a retry goes on: a payment accepted before the operator raised the minimum answers its state.
+  if (input.amountCents < minimumCents(rail) && !(await payments.findPayment(deps.db, claims.vault_id, input.idempotencyKey))) {
+    refuseBelowMinimum(rail, input);
   }
   const hash = sha256Hex(canonicalJson(input));
   type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;
@@ -113,9 +106,6 @@ export async function initiatePayment(
     if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
     // A retry answers the payment's current state, settlement included.
     if (prior && prior.status !== "approved") return { actor, payment: prior, settled: await deps.settlement.store.get(trx, prior.id) };
-    // After the retry check: a payment accepted before the operator raised the minimum still answers its state.
-    const least = rail?.settings.minAmountCents ?? 1;
-    if (!prior && input.amountCents < least) fail(Reason.INVALID_REQUEST, `amount_cents must be at least ${least} on chain ${input.chain}`);
 
     const evaluation = evaluatePayment(
       policy,
@@ -230,6 +220,10 @@ export async function simulatePayment(
 ): Promise<MessageInitShape<typeof SimulatePaymentResponseSchema>> {
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsSimulate);
   const input = paymentInput(req.payment);
+  // The same input rules as initiate: a payment simulate accepts is one initiate would take.
+  const rail = deps.settlement.evm(input.chain);
+  checkRailInput(rail, input);
+  if (input.amountCents < minimumCents(rail)) refuseBelowMinimum(rail, input);
   const now = deps.clock();
   // One statement reads the grant afresh with everything the decision needs, and
   // writes the read's audit row when the call will answer (audit before data).

@@ -1,7 +1,8 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { lengthBetween } from "../../lib/text.js";
-import { evmAddressProblem, isEvmChain } from "../settlement/rules.js";
+import type { EvmRail } from "../settlement/evm-rail.js";
+import { evmAddressProblem, isEvmChain, tokenSupported } from "../settlement/rules.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./records.js";
 import { isCurrencyCode } from "../../lib/vocabulary.js";
@@ -121,4 +122,27 @@ export function paymentInput(
     currency: p.currency,
     idempotencyKey: p.idempotencyKey,
   });
+}
+
+/**
+ * What the evm rail takes, checked alike by initiate and simulate: USDC in dollars (1 cent = 10,000
+ * base units) to a third party. The sandbox rail (no `rail`) adds nothing.
+ */
+export function checkRailInput(rail: EvmRail | undefined, input: PaymentInput): void {
+  if (!rail) return;
+  if (!tokenSupported("evm", input.token)) fail(Reason.TOKEN_UNSUPPORTED, `counterparty.token must be USDC on chain ${input.chain}`);
+  if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
+  // Paid to itself, a transfer moves nothing on chain while the books would say it left the hot wallet.
+  if (input.address.toLowerCase() === rail.wallet) fail(Reason.INVALID_REQUEST, `counterparty.address is the hot wallet chain ${input.chain} pays from`);
+  // USDC held by its own contract can never be sent on again: the payment would be lost, not paid.
+  if (input.address.toLowerCase() === rail.settings.usdc.toLowerCase()) {
+    fail(Reason.INVALID_REQUEST, `counterparty.address is the USDC contract of chain ${input.chain}, which never sends it on`);
+  }
+}
+
+/** The smallest payment a rail takes, in cents: each evm transfer costs the platform gas; the sandbox takes a cent. */
+export const minimumCents = (rail: EvmRail | undefined): number => rail?.settings.minAmountCents ?? 1;
+
+export function refuseBelowMinimum(rail: EvmRail | undefined, input: PaymentInput): never {
+  return fail(Reason.INVALID_REQUEST, `amount_cents must be at least ${minimumCents(rail)} on chain ${input.chain}`);
 }

@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { parseSettlementSettings } from "../../core/settlement/config.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { testDatabase } from "../support/db.js";
+import { requirePostgres, testDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress } from "../support/evm-rail.js";
 import { startMcpStack } from "../support/mcp.js";
 import { freePort } from "../support/ports.js";
@@ -70,6 +70,55 @@ describe("the smallest payment an evm chain takes", function () {
       payment_id: first.json!.result.structuredContent.payment_id,
       status: "pending",
     });
+  });
+
+  it("payments.simulate refuses what initiate refuses on the chain, with the same answer; what it accepts, initiate takes", async () => {
+    stack = await start(100);
+    const { agentToken } = await fundedChildBudget(stack, { fundCents: 10_000n, budget });
+    const wallet = stack.core.settlement.evm("base")!.wallet;
+    const call = (method: string, over: { to?: string; token?: string; amount?: number; currency?: string }, key: string) =>
+      stackRpc(stack!)("/mcp/write", agentToken, method, {
+        counterparty: { address: over.to ?? payee, chain: "base", token: over.token ?? "USDC" },
+        amount_cents: over.amount ?? 100,
+        currency: over.currency ?? "USD",
+        idempotency_key: key,
+      });
+    const cases: [string, Parameters<typeof call>[1], string][] = [
+      ["below the minimum", { amount: 99 }, "amount_cents must be at least 100 on chain base"],
+      ["another token", { token: "USDT" }, "counterparty.token must be USDC on chain base"],
+      ["another currency", { currency: "EUR" }, "currency must be USD on chain base (it settles in USDC)"],
+      ["the hot wallet", { to: wallet }, "counterparty.address is the hot wallet chain base pays from"],
+      ["the USDC contract", { to: USDC.toLowerCase() }, "counterparty.address is the USDC contract of chain base, which never sends it on"],
+    ];
+    for (const [what, over, message] of cases) {
+      const simulated = await call("payments.simulate", over, `sim-${what.replaceAll(" ", "-")}`);
+      const initiated = await call("payments.initiate", over, `ini-${what.replaceAll(" ", "-")}`);
+      expect(simulated.json!.error, `${what}: ${simulated.text}`).to.deep.include({ message });
+      const answer = (e: { code: number; message: string; data: { reason_id: string } }) => [e.code, e.message, e.data.reason_id];
+      expect(answer(simulated.json!.error), what).to.deep.equal(answer(initiated.json!.error));
+    }
+    expect((await call("payments.simulate", {}, "sim-at-minimum")).json!.result, "at the minimum").to.deep.include({ outcome: "accepted" });
+    expect((await call("payments.initiate", {}, "ini-at-minimum")).json!.result).to.deep.include({ kind: "accepted", status: "pending" });
+  });
+
+  it("a hostile agent racing each key below and at the minimum: only the minimum is ever recorded, once per key (PostgreSQL only)", async function () {
+    requirePostgres(this, "racing payments need concurrent transactions");
+    stack = await start(100);
+    const { agentToken, vaultId } = await fundedChildBudget(stack, { fundCents: 10_000n, budget });
+    const keys = Array.from({ length: 20 }, (_, i) => `race-minimum-${i}`);
+    const answers = await Promise.all(keys.flatMap((key) => [pay(stack!, agentToken, "base", 99, key), pay(stack!, agentToken, "base", 100, key)]));
+    // Before the payment at the minimum committed, the key was unused; after, it names other parameters.
+    const refusals = ["amount_cents must be at least 100 on chain base", "idempotency_key was used with other parameters"];
+    for (const [i, r] of answers.entries()) {
+      const result = r.json!.result;
+      if (i % 2 === 1) expect(result.structuredContent, r.text).to.deep.include({ kind: "accepted", status: "pending" });
+      else expect(refusals, r.text).to.include(result._meta.error.message);
+    }
+    const rows = await stack.core.db("agent_payments").where({ vault_id: vaultId }).select("amount_cents");
+    expect(rows.map((p) => Number(p.amount_cents))).to.deep.equal(keys.map(() => 100));
+    const balance = await stackRpc(stack)("/mcp/read", agentToken, "accounts.balance", {});
+    expect(balance.json!.result.balance_cents).to.equal(10_000 - 100 * keys.length);
+    expect((await stack.admin.audit.verifyLedger({})).discrepancies).to.deep.equal([]);
   });
 
   it("the setting: one dollar unless set; a value that is not a whole number of cents from 1 refuses the start, naming it", () => {
