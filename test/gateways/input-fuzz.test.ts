@@ -1,0 +1,310 @@
+import { expect } from "chai";
+import fc from "fast-check";
+import { createJar, createUser, signIn, stepUp, type Jar } from "../support/agent-oauth.js";
+import { ALL_AGENT_SCOPES, fundedChildBudget } from "../support/budgets.js";
+import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
+import { createPartner, mintPartnerToken } from "../support/partners.js";
+import { startStack, type TestStack } from "../support/stack.js";
+
+/** What a browser or URL encoder can send: a lone surrogate becomes U+FFFD. */
+const wellFormed = (s: string) => s.replace(/\p{Cs}/gu, "\ufffd");
+
+/**
+ * Whatever a caller sends, every public surface answers with a clear refusal, never a 5xx or an
+ * internal error: arguments are built from each tool's and route's own field names with hostile values.
+ */
+describe("hostile input on every public surface: never a 5xx", function () {
+  this.timeout(600_000);
+  const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
+  const SEED = Number(process.env.FUZZ_SEED ?? 20261204);
+  let stack: McpStack;
+  let agentToken: string;
+  let partnerToken: string;
+  let vaultId: string;
+
+  before(async () => {
+    stack = await startMcpStack();
+    ({ agentToken, vaultId } = await fundedChildBudget(stack, { fundCents: 1_000_000n, budget: { display_name: "Fuzz", chain_allowlist: ["base", "sol"] } }));
+    partnerToken = await mintPartnerToken(stack, await createPartner(stack));
+  });
+  after(async () => {
+    await stack?.close();
+  });
+
+  const nastyString = fc.oneof(
+    fc.string({ maxLength: 40 }),
+    fc.string({ unit: "binary", maxLength: 40 }),
+    fc.constantFrom("", " ", "\u0000", "\ud800", "%", "%00", "../..", "0x", "USDC", "base", "sol", "USD", "1e309", "-0", "null", "__proto__"),
+    fc.constantFrom("a".repeat(5000), "\u{1F600}".repeat(300), `0x${"f".repeat(40)}`, "00000000-0000-0000-0000-000000000000"),
+    fc.uuid(),
+  );
+  const nastyNumber = fc.oneof(
+    fc.integer(),
+    fc.double(),
+    fc.constantFrom(0, -1, 1, 2 ** 53, 2 ** 53 + 2, 2 ** 63, -(2 ** 63), 1e308, -1e308, 0.5, Number.MIN_VALUE),
+  );
+  const leaf = fc.oneof(nastyString, nastyNumber, fc.boolean(), fc.constant(null), fc.jsonValue({ maxDepth: 3 }));
+
+  type Schema = { type?: string | string[]; properties?: Record<string, Schema>; items?: Schema };
+  /** Objects with the schema's own field names, each value hostile or (for an object) built the same way. */
+  const fromSchema = (schema: Schema, depth = 0): fc.Arbitrary<unknown> => {
+    const props = Object.entries(schema.properties ?? {});
+    const own =
+      props.length === 0 || depth > 3
+        ? leaf
+        : fc.record(Object.fromEntries(props.map(([k, s]) => [k, fc.oneof(leaf, fromSchema(s, depth + 1))])), { requiredKeys: [] });
+    const array = schema.items ? fc.array(fc.oneof(leaf, fromSchema(schema.items, depth + 1)), { maxLength: 4 }) : leaf;
+    return fc.oneof(own, array, leaf);
+  };
+
+  const refusedWell = (what: string, status: number, text: string) => {
+    expect(status, `${what}: ${text.slice(0, 500)}`).to.be.below(500);
+    expect(text, what).to.not.match(/-32603|internal_error|Internal Server Error/);
+  };
+  const errorLines = () => stack.logs.lines.filter((l) => JSON.parse(l).level >= 50);
+
+  it("MCP tools, as tools/call and as methods, with hostile arguments", async () => {
+    const paths = ["/mcp/read", "/mcp/write", "/mcp/treasury"];
+    for (const path of paths) {
+      const listed = await postRpc(
+        `${stack.url}${path}`,
+        { jsonrpc: "2.0", id: 1, method: "tools/list", params: {} },
+        { authorization: `Bearer ${agentToken}` },
+      );
+      const tools = (listed.json!.result as { tools: { name: string; inputSchema: Schema }[] }).tools.filter((t) => t.name !== "killSwitch.all");
+      for (const tool of tools) {
+        await fc.assert(
+          fc.asyncProperty(fromSchema(tool.inputSchema), fc.boolean(), async (args, direct) => {
+            const body = direct
+              ? { jsonrpc: "2.0", id: 7, method: tool.name, params: args }
+              : { jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: tool.name, arguments: args } };
+            const r = await postRpc(`${stack.url}${path}`, body, { authorization: `Bearer ${agentToken}` });
+            refusedWell(`${path} ${tool.name} ${JSON.stringify(args).slice(0, 300)}`, r.status, r.text);
+          }),
+          { numRuns: RUNS, seed: SEED },
+        );
+      }
+    }
+    expect(errorLines()).to.deep.equal([]);
+  });
+
+  it("MCP tools with one field of a well-formed call made hostile or left out", async () => {
+    const payment = {
+      counterparty: { address: "0xabc0000000000000000000000000000000000001", chain: "base", token: "USDC" },
+      amount_cents: 100,
+      currency: "USD",
+      idempotency_key: "fuzz-payment-1",
+    };
+    const examples: [string, string, Record<string, unknown>][] = [
+      ["/mcp/write", "payments.initiate", payment],
+      ["/mcp/write", "payments.simulate", payment],
+      ["/mcp/read", "payments.get", { payment_id: "00000000-0000-4000-8000-000000000000" }],
+      ["/mcp/read", "audit.list", { limit: 10, cursor: "", since: "2026-01-01T00:00:00Z" }],
+      [
+        "/mcp/treasury",
+        "agent.budget.create",
+        {
+          purpose: "trip",
+          display_name: "Sub",
+          chain_allowlist: ["base"],
+          amount_cap_cents_per_tx: 100,
+          time_window_end: "2099-01-01T00:00:00Z",
+          idempotency_key: "fuzz-sub-1",
+        },
+      ],
+      ["/mcp/treasury", "agent.budget.fund", { vault_id: vaultId, amount_cents: 100, idempotency_key: "fuzz-fund-1" }],
+      ["/mcp/treasury", "agent.budget.sweep", { vault_id: vaultId }],
+      ["/mcp/treasury", "agent.grant.issue", { vault_id: vaultId, scopes: ["accounts:read"] }],
+    ];
+    /** Every path to a value in `v`, objects and arrays included. */
+    const paths = (v: unknown, at: (string | number)[] = []): (string | number)[][] =>
+      v && typeof v === "object"
+        ? [at, ...Object.entries(v).flatMap(([k, x]) => paths(x, [...at, Array.isArray(v) ? Number(k) : k]))].filter((p) => p.length > 0)
+        : [at];
+    const mutate = (v: Record<string, unknown>, path: (string | number)[], to: unknown, drop: boolean) => {
+      const copy = structuredClone(v);
+      let parent = copy as Record<string | number, unknown>;
+      for (const key of path.slice(0, -1)) parent = parent[key] as Record<string | number, unknown>;
+      if (drop) delete parent[path.at(-1)!];
+      else parent[path.at(-1)!] = to;
+      return copy;
+    };
+    for (const [path, tool, example] of examples) {
+      await fc.assert(
+        fc.asyncProperty(fc.constantFrom(...paths(example)), leaf, fc.boolean(), fc.boolean(), async (at, to, drop, direct) => {
+          const args = mutate(example, at, to, drop);
+          const body = direct
+            ? { jsonrpc: "2.0", id: 7, method: tool, params: args }
+            : { jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: tool, arguments: args } };
+          const r = await postRpc(`${stack.url}${path}`, body, { authorization: `Bearer ${agentToken}` });
+          refusedWell(`${path} ${tool} ${JSON.stringify(args).slice(0, 300)}`, r.status, r.text);
+        }),
+        { numRuns: RUNS * 2, seed: SEED },
+      );
+    }
+    expect(errorLines()).to.deep.equal([]);
+  });
+
+  it("partner routes with hostile path segments, queries and bodies", async () => {
+    const routes: [string, (id: string) => string][] = [
+      ["POST", () => "/api/partner/users"],
+      ["GET", (id) => `/api/partner/users/${id}/kyc`],
+      ["POST", (id) => `/api/partner/users/${id}/kyc/link`],
+      ["GET", (id) => `/api/partner/users/${id}/wallets`],
+      ["GET", (id) => `/api/partner/users/${id}/us-account`],
+      ["GET", (id) => `/api/partner/users/${id}/transfers`],
+      ["GET", () => "/api/partner/events"],
+      ["GET", () => "/api/partner/treasury"],
+      ["GET", (id) => `/api/partner/users/${id}/payouts/${id}`],
+      ["POST", () => "/api/partner/treasury/payouts"],
+    ];
+    const queryNames = ["cursor", "since", "limit", "type", "status", "user_id", "after"];
+    const item = { execution_id: {}, payout_id: {}, recipient: { properties: { user_id: {} } }, amount_cents: {}, currency: {}, reference: {} };
+    const bodyNames = { email: {}, status: {}, provider: {}, payer_entity_id: {}, items: { items: { properties: item } }, user_id: {} };
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...routes),
+        fc.oneof(nastyString, fc.uuid()),
+        fc.dictionary(fc.constantFrom(...queryNames), nastyString, { maxKeys: 3 }),
+        fromSchema({ properties: bodyNames }),
+        async ([method, path], id, query, body) => {
+          const qs = new URLSearchParams(query as Record<string, string>).toString();
+          const segment = encodeURIComponent(wellFormed(id));
+          const url = `${stack.url}${path(segment)}${qs ? `?${qs}` : ""}`;
+          const headers: Record<string, string> = { authorization: `Bearer ${partnerToken}`, "idempotency-key": segment.slice(0, 200) || "k" };
+          if (method === "POST") headers["content-type"] = "application/json";
+          const r = await fetch(url, { method, headers, ...(method === "POST" ? { body: JSON.stringify(body) } : {}) });
+          refusedWell(`${method} ${url} ${JSON.stringify(body).slice(0, 300)}`, r.status, await r.text());
+        },
+      ),
+      { numRuns: RUNS * 10, seed: SEED },
+    );
+    expect(errorLines()).to.deep.equal([]);
+  });
+
+  it("OAuth endpoints with hostile registrations, forms and queries", async () => {
+    const reg = {
+      client_name: {},
+      redirect_uris: { items: {} },
+      grant_types: { items: {} },
+      response_types: { items: {} },
+      token_endpoint_auth_method: {},
+      scope: {},
+      client_uri: {},
+      logo_uri: {},
+      contacts: { items: {} },
+      software_id: {},
+    };
+    await fc.assert(
+      fc.asyncProperty(fromSchema({ properties: reg }), async (body) => {
+        const r = await fetch(`${stack.url}/oauth2/register`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+        refusedWell(`register ${JSON.stringify(body).slice(0, 300)}`, r.status, await r.text());
+      }),
+      { numRuns: RUNS * 3, seed: SEED },
+    );
+    const formNames = [
+      "grant_type",
+      "code",
+      "redirect_uri",
+      "client_id",
+      "client_secret",
+      "code_verifier",
+      "refresh_token",
+      "scope",
+      "resource",
+      "token",
+      "token_type_hint",
+    ];
+    for (const path of ["/oauth2/token", "/oauth2/revoke", "/api/partner/oauth/token"]) {
+      await fc.assert(
+        fc.asyncProperty(fc.dictionary(fc.constantFrom(...formNames), nastyString, { maxKeys: 6 }), async (form) => {
+          const r = await fetch(`${stack.url}${path}`, {
+            method: "POST",
+            headers: { "content-type": "application/x-www-form-urlencoded" },
+            body: new URLSearchParams(form as Record<string, string>).toString(),
+          });
+          refusedWell(`${path} ${JSON.stringify(form).slice(0, 300)}`, r.status, await r.text());
+        }),
+        { numRuns: RUNS * 3, seed: SEED },
+      );
+    }
+    const queryNames = ["response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method", "resource", "prompt"];
+    await fc.assert(
+      fc.asyncProperty(fc.dictionary(fc.constantFrom(...queryNames), nastyString, { maxKeys: 7 }), async (query) => {
+        const r = await fetch(`${stack.url}/oauth2/authorize?${new URLSearchParams(query as Record<string, string>)}`, { redirect: "manual" });
+        refusedWell(`authorize ${JSON.stringify(query).slice(0, 300)}`, r.status, await r.text());
+      }),
+      { numRuns: RUNS * 3, seed: SEED },
+    );
+    expect(errorLines()).to.deep.equal([]);
+  });
+});
+
+describe("hostile form posts from a signed-in, stepped-up owner: never a 5xx", function () {
+  this.timeout(600_000);
+  const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
+  const SEED = Number(process.env.FUZZ_SEED ?? 20261204);
+  let stack: TestStack;
+  let jar: Jar;
+  let agentId: string;
+
+  before(async () => {
+    stack = await startStack({ gateway: true, publicUrls: true, scrypt: { N: 1024, r: 8, p: 1 } });
+    const user = await createUser(stack);
+    await stack.admin.budgets.fundVault({ vaultId: user.vaultId, amountCents: 100_000n });
+    const ownerToken = (await stack.admin.grants.issueGrant({ userId: user.userId, vaultId: user.vaultId, scopes: ALL_AGENT_SCOPES, stepUp: true })).token!
+      .accessToken;
+    const created = await postRpc(
+      `${stack.url}/mcp/treasury`,
+      {
+        jsonrpc: "2.0",
+        id: 1,
+        method: "agent.budget.create",
+        params: { purpose: "trip", display_name: "Fuzz", chain_allowlist: ["base"], idempotency_key: "fuzz-budget-1" },
+      },
+      { authorization: `Bearer ${ownerToken}` },
+    );
+    agentId = created.json!.result.agent_principal_id as string;
+    jar = createJar(stack.url);
+    await signIn(stack, jar, user.email, "/dashboard/money");
+    expect((await stepUp(stack, jar, user.email, `/stepup?return_to=${encodeURIComponent("/dashboard/money")}`)).status).to.equal(303);
+  });
+  after(async () => {
+    await stack?.close();
+  });
+
+  /** Every form a page posts, with the names of all its fields and the values it was rendered with. */
+  const formsOf = (html: string) =>
+    [...html.matchAll(/<form\b([^>]*)>([\s\S]*?)<\/form>/g)].flatMap(([, attrs, body]) => {
+      const action = /action="([^"]+)"/.exec(attrs!)?.[1];
+      if (!action || !/method="post"/i.test(attrs!)) return [];
+      const fields: Record<string, string> = {};
+      for (const m of body!.matchAll(/<(?:input|select|textarea)\b[^>]*name="([^"]+)"[^>]*>/g)) fields[m[1]!] = /value="([^"]*)"/.exec(m[0])?.[1] ?? "";
+      return [{ action: action.replace(/&amp;/g, "&"), fields }];
+    });
+
+  it("every form on the owner's pages, with fields dropped, replaced or repeated", async () => {
+    const pages = ["/dashboard/agents", "/dashboard/money", `/dashboard/agents/${agentId}`, "/dashboard/passkeys"];
+    const forms = [];
+    // Signing out would leave every later post unauthenticated, refused before it reached anything.
+    for (const p of pages) forms.push(...formsOf(await (await jar.get(p)).text()).filter((f) => f.action !== "/signout"));
+    expect(forms.length).to.be.greaterThan(3);
+    const value = fc.oneof(fc.string({ maxLength: 30 }), fc.constantFrom("", "0", "-1", "1e309", "9007199254740993", "12.345", "\u0000", "a".repeat(3000)));
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...forms), fc.func(fc.constantFrom("keep", "drop", "replace", "repeat")), value, async (form, choose, replacement) => {
+        const body: Record<string, string | string[]> = {};
+        for (const [name, v] of Object.entries(form.fields)) {
+          const what = choose(name);
+          if (what === "keep") body[name] = v;
+          else if (what === "replace") body[name] = wellFormed(replacement);
+          else if (what === "repeat") body[name] = [v, wellFormed(replacement)];
+        }
+        const r = await jar.post(form.action, body);
+        expect(r.status, `${form.action} ${JSON.stringify(body).slice(0, 300)}: ${(await r.text()).slice(0, 300)}`).to.be.below(500);
+      }),
+      { numRuns: RUNS * 3, seed: SEED },
+    );
+    const errors = stack.logs.lines.filter((l) => JSON.parse(l).level >= 50);
+    expect(errors).to.deep.equal([]);
+  });
+});
