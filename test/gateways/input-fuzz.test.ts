@@ -146,35 +146,57 @@ describe("hostile input on every public surface: never a 5xx", function () {
   });
 
   it("partner routes with hostile path segments, queries and bodies", async () => {
-    const routes: [string, (id: string) => string][] = [
-      ["POST", () => "/api/partner/users"],
-      ["GET", (id) => `/api/partner/users/${id}/kyc`],
-      ["POST", (id) => `/api/partner/users/${id}/kyc/link`],
-      ["GET", (id) => `/api/partner/users/${id}/wallets`],
-      ["GET", (id) => `/api/partner/users/${id}/us-account`],
-      ["GET", (id) => `/api/partner/users/${id}/transfers`],
-      ["GET", () => "/api/partner/events"],
-      ["GET", () => "/api/partner/treasury"],
-      ["GET", (id) => `/api/partner/users/${id}/payouts/${id}`],
-      ["POST", () => "/api/partner/treasury/payouts"],
-    ];
-    const queryNames = ["cursor", "since", "limit", "type", "status", "user_id", "after"];
-    const item = { execution_id: {}, payout_id: {}, recipient: { properties: { user_id: {} } }, amount_cents: {}, currency: {}, reference: {} };
-    const bodyNames = { email: {}, status: {}, provider: {}, payer_entity_id: {}, items: { items: { properties: item } }, user_id: {} };
+    // Every operation the partner API publishes, so a new route is covered without a list to keep.
+    type Operation = { parameters?: { in: string; name: string }[]; requestBody?: { content: Record<string, { schema: Schema }> } };
+    const doc = (await (await fetch(`${stack.url}/api/partner/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, Operation>>;
+      components: { schemas: Record<string, Schema> };
+    };
+    const deref = (v: unknown, depth = 0): Schema => {
+      if (!v || typeof v !== "object" || depth > 6) return {};
+      const ref = (v as { $ref?: string }).$ref;
+      if (ref) return deref(doc.components.schemas[ref.split("/").at(-1)!], depth + 1);
+      const out: Record<string, unknown> = {};
+      for (const [k, x] of Object.entries(v))
+        out[k] =
+          k === "properties"
+            ? Object.fromEntries(Object.entries(x as object).map(([n, y]) => [n, deref(y, depth + 1)]))
+            : k === "items"
+              ? deref(x, depth + 1)
+              : x;
+      return out as Schema;
+    };
+    // The document itself names every error code, internal_error included.
+    const operations = Object.entries(doc.paths)
+      .filter(([path]) => path !== "/openapi.json")
+      .flatMap(([path, methods]) =>
+        Object.entries(methods)
+          .filter(([method]) => ["get", "post", "put", "patch", "delete"].includes(method))
+          .map(([method, op]) => ({
+            method: method.toUpperCase(),
+            path: `/api/partner${path}`,
+            query: (op.parameters ?? []).filter((q) => q.in === "query").map((q) => q.name),
+            body: deref(op.requestBody?.content["application/json"]?.schema),
+          })),
+      );
+    expect(operations.length).to.be.greaterThan(8);
     await fc.assert(
       fc.asyncProperty(
-        fc.constantFrom(...routes),
+        fc
+          .constantFrom(...operations)
+          .chain((op) =>
+            fc.tuple(fc.constant(op), fromSchema(op.body), fc.dictionary(fc.constantFrom("cursor", "limit", ...op.query), nastyString, { maxKeys: 3 })),
+          ),
         fc.oneof(nastyString, fc.uuid()),
-        fc.dictionary(fc.constantFrom(...queryNames), nastyString, { maxKeys: 3 }),
-        fromSchema({ properties: bodyNames }),
-        async ([method, path], id, query, body) => {
+        async ([op, body, query], id) => {
           const qs = new URLSearchParams(query as Record<string, string>).toString();
           const segment = encodeURIComponent(wellFormed(id));
-          const url = `${stack.url}${path(segment)}${qs ? `?${qs}` : ""}`;
+          const url = `${stack.url}${op.path.replace(/\{[^}]+\}/g, segment)}${qs ? `?${qs}` : ""}`;
           const headers: Record<string, string> = { authorization: `Bearer ${partnerToken}`, "idempotency-key": segment.slice(0, 200) || "k" };
-          if (method === "POST") headers["content-type"] = "application/json";
-          const r = await fetch(url, { method, headers, ...(method === "POST" ? { body: JSON.stringify(body) } : {}) });
-          refusedWell(`${method} ${url} ${JSON.stringify(body).slice(0, 300)}`, r.status, await r.text());
+          const withBody = op.method !== "GET" && op.method !== "DELETE";
+          if (withBody) headers["content-type"] = "application/json";
+          const r = await fetch(url, { method: op.method, headers, ...(withBody ? { body: JSON.stringify(body) } : {}) });
+          refusedWell(`${op.method} ${url} ${JSON.stringify(body).slice(0, 300)}`, r.status, await r.text());
         },
       ),
       { numRuns: RUNS * 10, seed: SEED },
