@@ -61,6 +61,13 @@ export const settlementNoGas = new Counter({
   registers: [coreRegistry],
 });
 
+export const settlementHeld = new Counter({
+  name: "vaultgate_settlement_held_total",
+  help: "Times a payment stayed unsigned because its user's account is not active",
+  labelNames: ["chain"] as const,
+  registers: [coreRegistry],
+});
+
 export interface SettlementMetricsSource {
   store: SettlementStore;
   clock: () => Date;

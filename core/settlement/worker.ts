@@ -12,6 +12,7 @@ import {
   hotWalletGas,
   settlementAcceptToCompleted,
   settlementFeeOverCap,
+  settlementHeld,
   settlementNoGas,
   settlementTransitions,
   settlementUnderfunded,
@@ -130,6 +131,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   /** Held (its user's account not active): nothing is signed; looked at again, until it may be signed or expires. */
   function held(p: SettlementPayment): Date {
     logger.info({ paymentId: p.paymentId, chain: p.chain }, "payment held: its user's account is not active; nothing signed");
+    settlementHeld.inc({ chain: p.chain });
     return later(underfundedRetryMs);
   }
 

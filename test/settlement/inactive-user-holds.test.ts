@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { PaymentStatus } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
+import { settlementHeld } from "../../core/settlement/metrics.js";
 import type { Anvil } from "../support/anvil.js";
 import { balanceOf, expectLedgerBalanced } from "../support/budget-life.js";
 import { grantFor, payment } from "../support/budgets.js";
@@ -28,16 +29,20 @@ describe("payments of a user whose account is not active are held (anvil)", func
   });
 
   const settle = () => stack.core.settlement.worker.runOnce();
+  const heldCount = async () => (await settlementHeld.get()).values.find((v) => v.labels.chain === "base")?.value ?? 0;
   const setStatus = (userId: string, status: "active" | "inactive") => stack.admin.partnerResources.setUserStatus({ userId, status });
 
   it("deactivated: the unsigned payment is held, nothing signed; active again, it is paid", async () => {
     const t = await fundedBaseBudget(stack);
     const held = await payFrom(stack, t.child, 1_200);
+    const heldBefore = await heldCount();
     await setStatus(t.owner.userId, "inactive");
     await settle();
     await settle();
     expect(await settlementOf(stack, held)).to.equal("pending:null");
     expect(await signedTransactions(stack, held)).to.equal(0);
+    // The operator is told: the user's agents and pages, where a payment is shown, are shut meanwhile.
+    expect(await heldCount()).to.equal(heldBefore + 2);
     await setStatus(t.owner.userId, "active");
     await settle();
     await anvil.mine(4);
