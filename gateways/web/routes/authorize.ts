@@ -61,9 +61,10 @@ function readParams(encoded: string): AuthorizeParams {
   return { values, resources: parsed.lists.get("resource") ?? [], duplicates };
 }
 
-/** The URI core verified; a core from before it said so verified the request's own. */
-function answerUri(verified: string, p: AuthorizeParams): string {
-  return verified || p.values.get("redirect_uri")!;
+/** The URI core verified: the only place an answer is ever sent (never the request's own). */
+function answerUri(verified: string): string {
+  if (!verified) throw new Error("core verified the client but named no redirect URI");
+  return verified;
 }
 
 function toQuery(p: AuthorizeParams): string {
@@ -113,7 +114,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     return redirectBack(
       reply,
       p,
-      answerUri(detail.redirectUri, p),
+      answerUri(detail.redirectUri),
       formError(p) ?? { error: e.error, ...(e.description ? { error_description: e.description } : {}) },
     );
   }
@@ -130,7 +131,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
       return { reply: refuse(reply, p, err) };
     }
     const refused = formError(p);
-    if (refused) return { reply: redirectBack(reply, p, answerUri(checked.redirectUri, p), refused) };
+    if (refused) return { reply: redirectBack(reply, p, answerUri(checked.redirectUri), refused) };
     return { checked };
   }
 
@@ -148,7 +149,7 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
 
     const csrf = ctx.csrfToken(request, reply);
     const client = c.client!;
-    const redirectHost = new URL(answerUri(c.redirectUri, p)).host;
+    const redirectHost = new URL(answerUri(c.redirectUri)).host;
     const hidden = PARAMS.flatMap((name) =>
       name === "resource"
         ? p.resources.map((r) => html`<input type="hidden" name="resource" value="${r}">`)
@@ -189,14 +190,14 @@ export const authorizeRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     if (!result.checked) return result.reply;
     if (!current) return ctx.signInRedirect(reply, `${AUTHORIZE_PATH}?${toQuery(p)}`);
     if (form.params.get("decision") !== "approve") {
-      return redirectBack(reply, p, answerUri(result.checked.redirectUri, p), { error: "access_denied", error_description: "the user denied the request" });
+      return redirectBack(reply, p, answerUri(result.checked.redirectUri), { error: "access_denied", error_description: "the user denied the request" });
     }
     try {
       const res = await ctx.grants.approveAuthorization(
         { request: coreRequest(p), sessionToken: current.token, vaultId: form.params.get("vault_id") ?? "" },
         ctx.rpc(request),
       );
-      return redirectBack(reply, p, answerUri(result.checked.redirectUri, p), { code: res.code });
+      return redirectBack(reply, p, answerUri(result.checked.redirectUri), { code: res.code });
     } catch (err) {
       if (noteRefusal(request, err) === Reason.ACCESS_DENIED) return reply.redirect(stepUpPath(`${AUTHORIZE_PATH}?${toQuery(p)}`), 303);
       return refuse(reply, p, err);
