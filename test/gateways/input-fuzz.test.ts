@@ -141,6 +141,38 @@ describe("hostile input on every public surface: never a 5xx", function () {
     expect(errorLines()).to.deep.equal([]);
   });
 
+  it("JSON-RPC envelopes and batches of any shape, on every MCP path", async () => {
+    const methods = fc.constantFrom(
+      "initialize",
+      "tools/list",
+      "tools/call",
+      "ping",
+      "notifications/initialized",
+      "payments.initiate",
+      "accounts.balance",
+      "x",
+      "",
+    );
+    const envelope = fc.record(
+      {
+        jsonrpc: fc.oneof(fc.constant("2.0"), leaf),
+        id: fc.oneof(fc.integer(), nastyString, fc.constant(null), leaf),
+        method: fc.oneof(methods, leaf),
+        params: leaf,
+      },
+      { requiredKeys: [] },
+    );
+    const body = fc.oneof(envelope, fc.array(fc.oneof(envelope, leaf), { maxLength: 25 }), leaf);
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom("/mcp/read", "/mcp/write", "/mcp/treasury", "/mcp"), body, fc.boolean(), async (path, b, withToken) => {
+        const r = await postRpc(`${stack.url}${path}`, JSON.stringify(b), withToken ? { authorization: `Bearer ${agentToken}` } : {});
+        refusedWell(`${path} ${JSON.stringify(b).slice(0, 300)}`, r.status, r.text);
+      }),
+      { numRuns: RUNS * 5, seed: SEED },
+    );
+    expect(errorLines()).to.deep.equal([]);
+  });
+
   it("partner routes with hostile path segments, queries and bodies", async () => {
     // Every operation the partner API publishes, so a new route is covered without a list to keep.
     type Operation = { parameters?: { in: string; name: string }[]; requestBody?: { content: Record<string, { schema: Schema }> } };
