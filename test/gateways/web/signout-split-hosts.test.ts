@@ -4,7 +4,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, signIn, type Jar } from "../../support/agent-oauth.js";
 import { expectRefused } from "../../support/refusals.js";
-import { fixtures, forgeWithFreshKey, resignWithRealKey } from "../../support/trust.js";
+import { decodeJwt, fixtures, forgeWithFreshKey, resignWithRealKey, type TestUser } from "../../support/trust.js";
 
 /**
  * APP_URL (127.0.0.1) and AUTH_URL (localhost) on one gateway, each host with its own session
@@ -36,13 +36,13 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
   const getSession = (sessionToken: string) => stack.clients.grants.getSession({ sessionToken });
   const configuredSignIns = () => [`${app}/signin`, `${auth}/signin`, "/signin"];
 
-  /** A jar signed in on `base` as `email` (a new user when none), with its session token and sign-out form. */
-  async function signedIn(base: string, email?: string) {
+  /** A jar signed in on `base` as `as` (a new user when none), with its session token and sign-out form. */
+  async function signedIn(base: string, as?: TestUser) {
     const jar = createJar(base);
-    const address = email ?? (await createUser(stack)).email;
-    await signIn(stack, jar, address);
+    const user = as ?? (await createUser(stack));
+    await signIn(stack, jar, user.email);
     const form = formFields(await (await jar.get("/dashboard/agents")).text(), "/signout");
-    return { jar, email: address, token: jar.cookies.get("vg_session")!, form };
+    return { jar, user, email: user.email, token: jar.cookies.get("vg_session")!, form };
   }
 
   /** Signs out in `jar`: the redirect to the other host's continue path, with its handoff. */
@@ -61,7 +61,7 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     it(`signing out ${name}, then lands on sign-in where it began`, async () => {
       const here = await signedIn(from());
       stack.clock.advance(31_000);
-      const there = await signedIn(to(), here.email);
+      const there = await signedIn(to(), here.user);
       const { location } = await signOut(here.jar, here.form, to());
       await expectRefused(getSession(here.token), Reason.INVALID_TOKEN);
 
@@ -109,12 +109,14 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
   });
 
   it("hostile: forged, expired, foreign, garbage or missing handoffs end nothing and answer no 5xx", async () => {
+    const f = fixtures(stack);
     const owner = await signedIn(auth);
     const other = await signedIn(app);
     const { handoff } = await signOut(other.jar, other.form, auth);
     // The owner's own handoff, from another of their sessions, then tampered with.
-    const mine = (await stack.clients.grants.endSession({ sessionToken: (await signedIn(app, owner.email)).token })).signoutHandoff;
+    const mine = (await stack.clients.grants.endSession({ sessionToken: (await signedIn(app, owner.user)).token })).signoutHandoff;
     const now = Math.floor(stack.clock().getTime() / 1000);
+    const issued = decodeJwt(mine).payload.iat as number;
     const bad = [
       "",
       "garbage",
@@ -124,6 +126,9 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
       forgeWithFreshKey(mine),
       resignWithRealKey(stack, mine, { iat: now - 180, exp: now - 120 }),
       resignWithRealKey(stack, mine, {}, { typ: "at+jwt" }),
+      resignWithRealKey(stack, mine, { exp: issued + 61 }),
+      // An agent access token names its user in `sub` as a handoff does: the owner's own.
+      (await f.grant(owner.user, { stepUp: true })).accessToken,
       resignWithRealKey(stack, mine, { iss: "https://evil.example" }),
       resignWithRealKey(stack, handoff, { sub: "not-a-user" }),
     ];
@@ -165,7 +170,7 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     expect((await fetch(`${auth}/signout/continue?handoff=${encodeURIComponent(handoff)}`, { method: "HEAD" })).status).to.equal(405);
   });
 
-  it("hostile: a handoff is no access token", async () => {
+  it("hostile: a handoff is no access token, for agents or partners", async () => {
     const { handoff } = await signOut(...(await signedIn(app).then((s) => [s.jar, s.form] as const)), auth);
     const res = await fetch(`${app}/mcp/read`, {
       method: "POST",
@@ -173,5 +178,7 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
       body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "accounts.balance", params: {} }),
     });
     expect(res.status).to.equal(401);
+    const partner = await fetch(`${app}/api/partner/events`, { headers: { authorization: `Bearer ${handoff}` } });
+    expect(partner.status).to.equal(401);
   });
 });
