@@ -1,10 +1,9 @@
 import { randomUUID } from "node:crypto";
-import { decodeJwt, jwtVerify } from "jose";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import type { ContinueSignOutRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
-import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { fail } from "../errors.js";
+import { type AccessTokenRules, checkAccessToken } from "../keys/access-token-verifier.js";
 import type { Keyring } from "../keys/keyring.js";
 import type { SessionRpcDeps } from "./sessions.js";
 
@@ -17,7 +16,7 @@ const HANDOFF_AUDIENCE = "urn:vaultgate:signout-handoff";
 const MAX_LENGTH = 2048;
 
 export interface SignOutHandoffDeps {
-  keyring: Pick<Keyring, "current" | "signJwt" | "verificationKey">;
+  keyring: Pick<Keyring, "current" | "signJwt" | "verificationKey" | "hasVerificationKeys">;
   /** `iss` of every token core signs. */
   issuer: string;
   clock: () => Date;
@@ -25,6 +24,15 @@ export interface SignOutHandoffDeps {
 
 /** Sign-out handoffs: ES256 JWTs by core's signing key, naming the user who signed out (docs/deploying.md). */
 export function createSignOutHandoffs(deps: SignOutHandoffDeps) {
+  // Checked by the one verifier of core's JWTs, with the handoff's own typ, audience and lifetime.
+  const rules: AccessTokenRules = {
+    keyring: deps.keyring,
+    issuer: deps.issuer,
+    audience: HANDOFF_AUDIENCE,
+    maxLength: MAX_LENGTH,
+    typ: HANDOFF_HEADER.typ,
+    maxLifetimeSeconds: SIGNOUT_HANDOFF_SECONDS,
+  };
   return {
     /** A handoff for `userId`, or "" when core cannot sign now (sign-out itself must not fail for it). */
     mint(userId: string): string {
@@ -39,32 +47,9 @@ export function createSignOutHandoffs(deps: SignOutHandoffDeps) {
     },
     /** The user a live handoff names, or undefined for a forged, expired, malformed or foreign one. */
     async userOf(handoff: string): Promise<string | undefined> {
-      if (!handoff || handoff.length > MAX_LENGTH) return undefined;
-      try {
-        const { iat, exp } = decodeJwt(handoff);
-        if (!Number.isSafeInteger(iat) || !Number.isSafeInteger(exp) || exp! < iat! || exp! - iat! > SIGNOUT_HANDOFF_SECONDS) return undefined;
-        const { payload } = await jwtVerify(
-          handoff,
-          async (header) => {
-            const key = typeof header.kid === "string" ? await deps.keyring.verificationKey(header.kid, iat!) : undefined;
-            if (!key) throw new Error("no key verifies this handoff");
-            return key;
-          },
-          {
-            algorithms: ["ES256"],
-            typ: HANDOFF_HEADER.typ,
-            issuer: deps.issuer,
-            audience: HANDOFF_AUDIENCE,
-            requiredClaims: ["sub", "iat", "exp"],
-            clockTolerance: CLOCK_SKEW_SECONDS,
-            maxTokenAge: SIGNOUT_HANDOFF_SECONDS,
-            currentDate: deps.clock(),
-          },
-        );
-        return typeof payload.sub === "string" && payload.sub ? payload.sub : undefined;
-      } catch {
-        return undefined;
-      }
+      const checked = await checkAccessToken(handoff, rules, deps.clock());
+      const sub = checked.ok ? checked.claims.sub : undefined;
+      return typeof sub === "string" && sub ? sub : undefined;
     },
   };
 }

@@ -19,6 +19,10 @@ export interface AccessTokenRules {
   audience: string;
   /** Longer tokens are refused unread. */
   maxLength: number;
+  /** The header typ (also as application/<typ>, any case); default at+jwt, so no other JWT of ours passes. */
+  typ?: string;
+  /** The longest `exp - iat`; default MAX_TOKEN_LIFETIME_SECONDS. */
+  maxLifetimeSeconds?: number;
 }
 
 class Refused extends Error {
@@ -28,23 +32,25 @@ class Refused extends Error {
 }
 
 /**
- * The one check of the access tokens the keyring signs (agent and partner): ES256, typ
- * at+jwt, issuer, audience, integer times, `exp - iat` within the longest lifetime and the
- * clock skew on exp, nbf and iat. The keyring decides whether a kid may verify a token issued at `iat`.
+ * The one check of the JWTs the keyring signs (access tokens; sign-out handoffs by their own typ and lifetime):
+ * ES256, typ, issuer, audience, integer times, `exp - iat` within the longest lifetime and the clock skew on
+ * exp, nbf and iat. The keyring decides whether a kid may verify a token issued at `iat`.
  */
 export async function checkAccessToken(token: string, rules: AccessTokenRules, now: Date): Promise<TokenCheck> {
   if (token.length > rules.maxLength) return { ok: false, refusal: "invalid" };
+  const typ = (rules.typ ?? "at+jwt").toLowerCase();
+  const maxLifetime = rules.maxLifetimeSeconds ?? MAX_TOKEN_LIFETIME_SECONDS;
   let kid = "";
   try {
     const { payload } = await jwtVerify(
       token,
       async (header, jws) => {
         // Checked before the key is looked up, so a malformed token never reads as a key problem.
-        if (typeof header.typ !== "string" || !["at+jwt", "application/at+jwt"].includes(header.typ.toLowerCase())) throw new Refused("invalid");
+        if (typeof header.typ !== "string" || ![typ, `application/${typ}`].includes(header.typ.toLowerCase())) throw new Refused("invalid");
         if (typeof header.kid !== "string") throw new Refused("invalid");
         const claims = decodeClaims(typeof jws.payload === "string" ? jws.payload : "");
         if (!claims || !isInt(claims.iat) || !isInt(claims.exp) || (claims.nbf !== undefined && !isInt(claims.nbf))) throw new Refused("invalid");
-        if (claims.exp < claims.iat || claims.exp - claims.iat > MAX_TOKEN_LIFETIME_SECONDS) throw new Refused("invalid");
+        if (claims.exp < claims.iat || claims.exp - claims.iat > maxLifetime) throw new Refused("invalid");
         const key = await rules.keyring.verificationKey(header.kid, claims.iat);
         if (!key) throw new Refused(rules.keyring.hasVerificationKeys() ? "invalid" : "no_keys");
         kid = header.kid;
@@ -52,11 +58,11 @@ export async function checkAccessToken(token: string, rules: AccessTokenRules, n
       },
       {
         algorithms: ["ES256"],
-        typ: "at+jwt",
+        typ,
         issuer: rules.issuer,
         audience: rules.audience,
         clockTolerance: CLOCK_SKEW_SECONDS,
-        maxTokenAge: MAX_TOKEN_LIFETIME_SECONDS,
+        maxTokenAge: maxLifetime,
         currentDate: now,
       },
     );
