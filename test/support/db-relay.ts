@@ -1,14 +1,14 @@
 import { createServer, connect, type Server, type Socket } from "node:net";
 
 /**
- * A TCP relay between core and PostgreSQL that the test can cut: existing connections
- * are torn down (as when the server dies or a network partition drops them) and new ones
- * are refused (as when nothing listens any more), then restored.
+ * A TCP relay between core and PostgreSQL that the test can cut: existing connections torn down (a server
+ * death, a partition), new ones refused (nothing listens), then restored. On another loopback address
+ * (`at`) it also gives a server a second host.
  */
-export async function startRelay(target: { host: string; port: number }) {
+export async function startRelay(target: { host: string; port: number }, at: { host: string; port: number } = { host: "127.0.0.1", port: 0 }) {
   const sockets = new Set<Socket>();
   let server: Server | undefined;
-  let port = 0;
+  let port = at.port;
   const listen = () =>
     new Promise<void>((resolve) => {
       server = createServer((client) => {
@@ -20,7 +20,7 @@ export async function startRelay(target: { host: string; port: number }) {
         }
         client.pipe(upstream).pipe(client);
       });
-      server.listen(port, "127.0.0.1", () => {
+      server.listen(port, at.host, () => {
         port = (server!.address() as { port: number }).port;
         resolve();
       });

@@ -7,6 +7,7 @@ import { createInProcessTransport } from "../../core/in-process-transport.js";
 import { buildGateway } from "../../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
 import { createTestClock, type TestClock } from "./clock.js";
+import { startRelay } from "./db-relay.js";
 import { testDatabase } from "./db.js";
 import { createCapturedLogger } from "./logs.js";
 import { freePort } from "./ports.js";
@@ -50,6 +51,8 @@ export interface StackOptions extends Partial<Omit<CoreOptions, "db" | "logger" 
   allowedOrigins?: string[];
   /** With publicUrls: AUTH_URL's host, another loopback name than APP_URL's 127.0.0.1 (a split deployment). */
   authHost?: string;
+  /** With publicUrls: BASE_URL's host, a third loopback address (127.0.0.2, say), relayed to the gateway. */
+  baseHost?: string;
 }
 
 export const TEST_ISSUER = "http://vaultgate.test";
@@ -71,11 +74,13 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     requestTimeoutMs,
     allowedOrigins,
     authHost,
+    baseHost,
     ...coreOverrides
   } = options;
   const port = options.port ?? (publicUrls ? await freePort() : 0);
   const origin = `http://127.0.0.1:${port}`;
   const authOrigin = authHost ? `http://${authHost}:${port}` : origin;
+  const baseOrigin = baseHost ? `http://${baseHost}:${port}` : origin;
   if (publicUrls) Object.assign(coreOverrides, { issuer: origin, mcpUrl: origin, ...(authHost ? { appUrl: origin, authUrl: authOrigin } : {}) });
   const core = await createCore({
     db: { instance: db },
@@ -110,7 +115,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       clients: createCoreClients(transport, { gatewayToken }),
       logger: logs.logger,
       urls: publicUrls
-        ? { issuer: origin, baseUrl: origin, authUrl: authOrigin, appUrl: origin, mcpUrl: origin }
+        ? { issuer: origin, baseUrl: baseOrigin, authUrl: authOrigin, appUrl: origin, mcpUrl: origin }
         : { issuer, baseUrl: issuer, authUrl: issuer, appUrl: issuer, mcpUrl },
       signinMethods: signinMethods ?? (coreOverrides.oidc ? ["oidc", "email"] : ["email"]),
       requestTimeoutMs,
@@ -119,6 +124,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     await gateway.listen({ port, host: "127.0.0.1" });
     url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
   }
+  const relay = withGateway && publicUrls && baseHost ? await startRelay({ host: "127.0.0.1", port }, { host: baseHost, port }) : undefined;
   return {
     core,
     clock,
@@ -132,6 +138,7 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
     url,
     gateway,
     async close() {
+      await relay?.cut();
       await gateway?.close();
       await core.close();
     },
