@@ -10,21 +10,27 @@ import { html } from "../views/html.js";
 const HANDOFF_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 const HANDOFF_MAX_LENGTH = 2048;
 
+/** The configured addresses a sign-out may begin at, by the name its continue links carry. */
+const STARTS = ["app", "auth", "base", "mcp", "issuer"] as const;
+type Start = (typeof STARTS)[number];
+const isStart = (v: unknown): v is Start => STARTS.includes(v as Start);
+
 /**
- * Sign-out. With AUTH_URL on another host than APP_URL each host has its own session cookie:
- * signing out on one hands the browser to the other with core's sign-out handoff, which ends
- * the session there when it is the same person's, and comes back to sign-in (docs/deploying.md).
+ * Sign-out. Each host has its own session cookie: signing out on one hands the browser, with
+ * core's sign-out handoff, to APP_URL's and AUTH_URL's hosts in turn, each ending the session
+ * there when it is the same person's, and back to sign-in where it began (docs/deploying.md).
  */
 export const signOutRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app, { ctx }) => {
-  const dash = { host: new URL(ctx.urls.appUrl).hostname, base: ctx.urls.appUrl.replace(/\/+$/, "") };
-  const auth = { host: new URL(ctx.urls.authUrl).hostname, base: ctx.urls.authUrl.replace(/\/+$/, "") };
-  /** The other web host's base URL, from configuration only, when the request came to one of two hosts. */
-  function otherHost(request: FastifyRequest): string | undefined {
-    if (dash.host === auth.host) return undefined;
-    if (request.hostname === dash.host) return auth.base;
-    if (request.hostname === auth.host) return dash.base;
-    return undefined;
-  }
+  const { appUrl, authUrl, baseUrl, mcpUrl, issuer } = ctx.urls;
+  const bases: Record<Start, string> = { app: appUrl, auth: authUrl, base: baseUrl, mcp: mcpUrl, issuer };
+  const base = (key: Start) => bases[key].replace(/\/+$/, "");
+  const host = (key: Start) => new URL(bases[key]).hostname;
+  // The dashboard's and the consent page's hosts serve pages by definition; another may not.
+  const pageHosts: Start[] = host("auth") === host("app") ? ["app"] : ["app", "auth"];
+  const startAt = (hostname: string) => STARTS.find((key) => host(key) === hostname);
+  /** The page hosts a sign-out begun at `start` visits after its own, in order. */
+  const chainFrom = (start: Start | undefined) => (start ? pageHosts.filter((key) => host(key) !== host(start)) : []);
+  const continueAt = (to: Start, handoff: string, start: Start) => `${base(to)}${SIGNOUT_CONTINUE_PATH}?handoff=${encodeURIComponent(handoff)}&from=${start}`;
 
   app.post(SIGNOUT_PATH, async (request, reply) => {
     const form = ctx.readForm(request);
@@ -41,18 +47,24 @@ export const signOutRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
       }
     }
     ctx.clearSession(reply);
-    const other = otherHost(request);
-    if (other && handoff) return reply.redirect(`${other}${SIGNOUT_CONTINUE_PATH}?handoff=${encodeURIComponent(handoff)}`, 303);
+    const start = startAt(request.hostname);
+    const next = handoff ? chainFrom(start)[0] : undefined;
+    if (next && start) return reply.redirect(continueAt(next, handoff, start), 303);
     return reply.redirect(SIGNIN_PATH, 303);
   });
 
   // A GET, as the redirect from the other host arrives; no HEAD twin, so a prefetch ends nothing.
   app.get(SIGNOUT_CONTINUE_PATH, STARTS_A_CEREMONY, async (request, reply) => {
-    const other = otherHost(request);
-    const given = (request.query as Record<string, unknown>).handoff;
-    const handoff = typeof given === "string" && given.length <= HANDOFF_MAX_LENGTH && HANDOFF_SHAPE.test(given) ? given : "";
+    const query = request.query as Record<string, unknown>;
+    const given = query.handoff;
+    let handoff = typeof given === "string" && given.length <= HANDOFF_MAX_LENGTH && HANDOFF_SHAPE.test(given) ? given : "";
+    // The link names where the sign-out began; one without (an older gateway's) began on the other page host.
+    const here = pageHosts.find((key) => host(key) === request.hostname);
+    const start = isStart(query.from) ? query.from : here && pageHosts.find((key) => key !== here);
+    const chain = chainFrom(start);
+    const at = chain.findIndex((key) => host(key) === request.hostname);
     const token = ctx.sessionToken(request);
-    if (other && handoff && token) {
+    if (at >= 0 && handoff && token) {
       try {
         await ctx.grants.continueSignOut({ sessionToken: token, signoutHandoff: handoff }, ctx.rpc(request));
         ctx.clearSession(reply);
@@ -62,10 +74,13 @@ export const signOutRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (app
         if (reason !== Reason.INVALID_GRANT && reason !== Reason.ACCESS_DENIED && reason !== Reason.INVALID_TOKEN) {
           return signOutFailed(request, reply, err);
         }
+        if (reason === Reason.INVALID_GRANT) handoff = "";
       }
     }
+    const next = at >= 0 && handoff ? chain[at + 1] : undefined;
+    if (next && start) return reply.redirect(continueAt(next, handoff, start), 303);
     // Back to sign-in where the person signed out: an address from configuration, never the request.
-    return reply.redirect(other ? `${other}${SIGNIN_PATH}` : SIGNIN_PATH, 303);
+    return reply.redirect(start ? `${base(start)}${SIGNIN_PATH}` : SIGNIN_PATH, 303);
   });
 
   /** The session may still be live on the server: say so instead of claiming success. */

@@ -7,20 +7,22 @@ import { expectRefused } from "../../support/refusals.js";
 import { decodeJwt, fixtures, forgeWithFreshKey, resignWithRealKey, type TestUser } from "../../support/trust.js";
 
 /**
- * APP_URL (127.0.0.1) and AUTH_URL (localhost) on one gateway, each host with its own session
- * cookie (one jar per host, as a browser keeps host-only cookies): signing out on one host
- * ends the same person's session on the other, and nothing else.
+ * APP_URL (127.0.0.1), AUTH_URL (localhost) and BASE_URL (127.0.0.2) on one gateway, each host
+ * with its own session cookie (one jar per host, as a browser keeps host-only cookies): signing
+ * out on one host ends the same person's session on the others, and nothing else.
  */
 describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)", function () {
   this.timeout(60_000);
   let stack: TestStack;
   let app: string;
   let auth: string;
+  let third: string;
 
   before(async () => {
-    stack = await startStack({ gateway: true, publicUrls: true, authHost: "localhost", scrypt: { N: 1024, r: 8, p: 1 } });
+    stack = await startStack({ gateway: true, publicUrls: true, authHost: "localhost", baseHost: "127.0.0.2", scrypt: { N: 1024, r: 8, p: 1 } });
     app = stack.url;
     auth = app.replace("127.0.0.1", "localhost");
+    third = app.replace("127.0.0.1", "127.0.0.2");
   });
   after(() => stack?.close());
 
@@ -34,7 +36,7 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
       req.on("error", reject).end();
     });
   const getSession = (sessionToken: string) => stack.clients.grants.getSession({ sessionToken });
-  const configuredSignIns = () => [`${app}/signin`, `${auth}/signin`, "/signin"];
+  const configuredSignIns = () => [`${app}/signin`, `${auth}/signin`, `${third}/signin`, "/signin"];
 
   /** A jar signed in on `base` as `as` (a new user when none), with its session token and sign-out form. */
   async function signedIn(base: string, as?: TestUser) {
@@ -72,6 +74,55 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
       expect((await there.jar.get("/dashboard/agents")).headers.get("location")).to.match(/^\/signin\?/);
     });
   }
+
+  it("signing out on BASE_URL's host (a third) ends the sessions on APP_URL's and AUTH_URL's hosts in turn, then lands on its sign-in", async () => {
+    const here = await signedIn(third);
+    stack.clock.advance(31_000);
+    const onApp = await signedIn(app, here.user);
+    stack.clock.advance(31_000);
+    const onAuth = await signedIn(auth, here.user);
+    const { location } = await signOut(here.jar, here.form, app);
+    await expectRefused(getSession(here.token), Reason.INVALID_TOKEN);
+
+    const hop = await onApp.jar.get(location);
+    expect(hop.status).to.equal(303);
+    const next = new URL(hop.headers.get("location")!);
+    expect(next.origin + next.pathname).to.equal(`${auth}/signout/continue`);
+    await expectRefused(getSession(onApp.token), Reason.INVALID_TOKEN);
+
+    const back = await onAuth.jar.get(next.toString());
+    expect([back.status, back.headers.get("location")]).to.deep.equal([303, `${third}/signin`]);
+    await expectRefused(getSession(onAuth.token), Reason.INVALID_TOKEN);
+    for (const jar of [here.jar, onApp.jar, onAuth.jar]) expect((await jar.get("/dashboard/agents")).headers.get("location")).to.match(/^\/signin\?/);
+  });
+
+  it("a chain passes on through a host where the person is not signed in, and ends nobody else's session there", async () => {
+    const here = await signedIn(third);
+    stack.clock.advance(31_000);
+    const onAuth = await signedIn(auth, here.user);
+    const someoneElse = await signedIn(app);
+    const { location } = await signOut(here.jar, here.form, app);
+    for (const jar of [createJar(app), someoneElse.jar]) {
+      const hop = await jar.get(location);
+      expect(hop.status).to.equal(303);
+      expect(new URL(hop.headers.get("location")!).pathname).to.equal("/signout/continue");
+    }
+    expect((await getSession(someoneElse.token)).session!.email).to.equal(someoneElse.email);
+    const hop = await createJar(app).get(location);
+    const back = await onAuth.jar.get(hop.headers.get("location")!);
+    expect([back.status, back.headers.get("location")]).to.deep.equal([303, `${third}/signin`]);
+    await expectRefused(getSession(onAuth.token), Reason.INVALID_TOKEN);
+  });
+
+  it("hostile: a handoff core refuses ends the chain at once: back to sign-in where it began, nothing ended", async () => {
+    const here = await signedIn(third);
+    stack.clock.advance(31_000);
+    const onApp = await signedIn(app, here.user);
+    const { handoff } = await signOut(here.jar, here.form, app);
+    const res = await onApp.jar.get(`/signout/continue?handoff=${encodeURIComponent(forgeWithFreshKey(handoff))}&from=base`);
+    expect([res.status, res.headers.get("location")]).to.deep.equal([303, `${third}/signin`]);
+    expect((await getSession(onApp.token)).session!.email).to.equal(onApp.email);
+  });
 
   it("hostile: a handoff for X brought by a browser signed in as Y on the other host leaves Y signed in", async () => {
     const x = await signedIn(app);
@@ -166,6 +217,17 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
         expect(configuredSignIns()).to.include(res.location);
       }
     }
+    // Whatever `from` says, a chain goes on only to a configured host's continue path or sign-in.
+    const configured = new Set([app, auth, third]);
+    for (const from of ["base", "mcp", "issuer", "app", "auth", "https://evil.example", "//evil.example", "__proto__", ""]) {
+      for (const headers of <Record<string, string>[]>[{}, { host: "evil.example" }, { "x-forwarded-host": "evil.example" }]) {
+        const res = await rawGet(`${app}/signout/continue?handoff=${encodeURIComponent(handoff)}&from=${encodeURIComponent(from)}`, headers);
+        expect(res.status).to.equal(303);
+        const to = new URL(res.location!, "http://relative.invalid");
+        if (to.origin !== "http://relative.invalid") expect(configured.has(to.origin), res.location).to.equal(true);
+        expect(["/signin", "/signout/continue"]).to.include(to.pathname);
+      }
+    }
     // No HEAD twin: a link preview or prefetch ends nothing.
     expect((await fetch(`${auth}/signout/continue?handoff=${encodeURIComponent(handoff)}`, { method: "HEAD" })).status).to.equal(405);
   });
@@ -180,5 +242,32 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     expect(res.status).to.equal(401);
     const partner = await fetch(`${app}/api/partner/events`, { headers: { authorization: `Bearer ${handoff}` } });
     expect(partner.status).to.equal(401);
+  });
+});
+
+describe("sign-out on BASE_URL's host when APP_URL and AUTH_URL share another", function () {
+  this.timeout(60_000);
+  let stack: TestStack;
+
+  before(async () => {
+    stack = await startStack({ gateway: true, publicUrls: true, baseHost: "127.0.0.2", scrypt: { N: 1024, r: 8, p: 1 } });
+  });
+  after(() => stack?.close());
+
+  it("ends the session on the dashboard's host too, and lands on sign-in where it began", async () => {
+    const [app, third] = [stack.url, stack.url.replace("127.0.0.1", "127.0.0.2")];
+    const user = await createUser(stack);
+    const jars = [createJar(third), createJar(app)];
+    for (const jar of jars) {
+      await signIn(stack, jar, user.email);
+      stack.clock.advance(31_000);
+    }
+    const tokens = jars.map((jar) => jar.cookies.get("vg_session")!);
+    const out = await jars[0]!.post("/signout", formFields(await (await jars[0]!.get("/dashboard/agents")).text(), "/signout"));
+    const hop = new URL(out.headers.get("location")!, "http://relative.invalid");
+    expect(hop.origin + hop.pathname).to.equal(`${app}/signout/continue`);
+    const back = await jars[1]!.get(hop.toString());
+    expect([back.status, back.headers.get("location")]).to.deep.equal([303, `${third}/signin`]);
+    for (const sessionToken of tokens) await expectRefused(stack.clients.grants.getSession({ sessionToken }), Reason.INVALID_TOKEN);
   });
 });
