@@ -10,6 +10,9 @@ import type { SignInStore } from "./signin-store.js";
 /** A step-up counts for this long: approving money or access needs one this recent. */
 export const STEP_UP_WINDOW_SECONDS = 600;
 
+/** A sign-out repeated this soon after its session ended (a double click, a lost answer) still hands off. */
+export const SIGNED_OUT_HANDOFF_SECONDS = 600;
+
 /** A signed-in person, as proven by the web session token they hold. */
 export interface SignedIn {
   sessionId: string;
@@ -27,12 +30,17 @@ export interface SignedIn {
  */
 export function createSessionVerifier(deps: { db: Db; store: SignInStore; clock: () => Date }) {
   return {
-    /** The session's user, or INVALID_TOKEN ("not signed in") for a missing, ended, expired or inactive one. */
-    async verify(token: string): Promise<SignedIn> {
+    /**
+     * The session's user, or INVALID_TOKEN ("not signed in") for a missing, ended, expired or inactive one;
+     * with `endedWithinSeconds`, a session ended no longer ago than that still answers (sign-out only).
+     */
+    async verify(token: string, endedWithinSeconds?: number): Promise<SignedIn> {
       if (!token || token.length > 256) fail(Reason.INVALID_TOKEN, "not signed in");
       const row = await deps.store.findSession(deps.db, sha256Hex(token));
       const now = deps.clock().getTime();
-      if (!row?.userActive || row.endedAt || row.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
+      // Without the option any end refuses, whatever the clock of the replica that recorded it.
+      const ended = row?.endedAt ? endedWithinSeconds === undefined || now - row.endedAt.getTime() > endedWithinSeconds * 1000 : false;
+      if (!row?.userActive || ended || row.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
       const stepUpAt = row.stepUpAt;
       return {
         sessionId: row.id,
@@ -78,10 +86,11 @@ export async function getSession(deps: Pick<SessionRpcDeps, "sessions">, req: Ge
   };
 }
 
-/** GrantsService.EndSession: signs out, answering a handoff that ends the user's session on the other web host. */
+/** GrantsService.EndSession: signs out, answering a handoff that ends the user's session on the other web hosts. */
 export async function endSession(deps: SessionRpcDeps & { handoffs: { mint(userId: string): string } }, req: EndSessionRequest) {
-  // Like every session RPC, only the holder of a live session may end it.
-  const s = await deps.sessions.verify(req.sessionToken);
+  // The holder of a live session, or of one just ended whose sign-out was repeated: a handoff can
+  // only end that same user's sessions, so a token that once was theirs risks a sign-out, never access.
+  const s = await deps.sessions.verify(req.sessionToken, SIGNED_OUT_HANDOFF_SECONDS);
   await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock());
   return { signoutHandoff: deps.handoffs.mint(s.userId) };
 }

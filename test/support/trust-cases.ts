@@ -166,6 +166,8 @@ export interface SessionOpts<F> {
   after?: (c: Ctx, owner: TestUser, fx: F, res: WireResponse | undefined, token: string) => Promise<void> | void;
   /** The code without any session token (default UNAUTHENTICATED). */
   missing?: grpc.status;
+  /** Checks when the owner's just-ended session may still call (a repeated sign-out); else it is refused. */
+  endedOk?: (c: Ctx, owner: TestUser, fx: F, res: WireResponse | undefined) => Promise<void> | void;
 }
 
 export function session<F = undefined>(build: (token: string, fx: F) => object, opts: SessionOpts<F> = {}): Entry {
@@ -197,12 +199,19 @@ export function session<F = undefined>(build: (token: string, fx: F) => object, 
       const { owner, fx } = await start(c);
       return { req: build((await c.f.grant(owner, { stepUp: true })).accessToken, fx) };
     }),
-    refused("with the owner's ended session", S.UNAUTHENTICATED, async (c) => {
-      const { owner, fx } = await start(c);
-      const s = await ownerSession(c, owner);
-      await c.stack.clients.grants.endSession({ sessionToken: s });
-      return { req: build(s, fx) };
-    }),
+    opts.endedOk
+      ? ok("with the owner's just-ended session", async (c) => {
+          const { owner, fx } = await start(c);
+          const s = await ownerSession(c, owner);
+          await c.stack.clients.grants.endSession({ sessionToken: s });
+          return { req: build(s, fx), after: (res) => opts.endedOk!(c, owner, fx, res) };
+        })
+      : refused("with the owner's ended session", S.UNAUTHENTICATED, async (c) => {
+          const { owner, fx } = await start(c);
+          const s = await ownerSession(c, owner);
+          await c.stack.clients.grants.endSession({ sessionToken: s });
+          return { req: build(s, fx) };
+        }),
   ];
   if (opts.stepUp) {
     cases.push(

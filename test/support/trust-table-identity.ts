@@ -12,6 +12,7 @@ type SessionRes = { session: { user_id: string } };
 type PasskeyOptionsRes = { options_json: string };
 type PasskeyRes = { passkey: { name: string } };
 type PasskeysRes = { passkeys: { passkey_id: string }[] };
+type HandoffRes = { signout_handoff: string };
 
 /** A passkey registered for the owner through the RPCs (software authenticator at the app's origin). */
 const ownerPasskey = async (c: Ctx, owner: TestUser) => {
@@ -191,6 +192,8 @@ export const IDENTITY_TABLE: Record<string, Entry> = {
       const refusal = await grpcRefusalOf(c.core.call("vaultgate.grants.v1.GrantsService", "GetSession", { session_token: token }));
       expect(refusal.code).to.equal(S.UNAUTHENTICATED);
     },
+    // A repeated sign-out still answers a handoff naming the owner (it can end only their sessions).
+    endedOk: (_c, owner, _fx, res) => void expect(decodeJwt((res as HandoffRes).signout_handoff).payload.sub).to.equal(owner.userId),
   }),
   "vaultgate.grants.v1.GrantsService/ContinueSignOut": continueSignOutEntry(),
   "vaultgate.grants.v1.GrantsService/StartPasskeyRegistration": session((t) => ({ session_token: t }), {

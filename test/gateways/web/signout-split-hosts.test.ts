@@ -114,6 +114,47 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     await expectRefused(getSession(onAuth.token), Reason.INVALID_TOKEN);
   });
 
+  it("a sign-out repeated after the session had just ended (a double click, a lost answer) still signs out of the other host", async () => {
+    const here = await signedIn(app);
+    stack.clock.advance(31_000);
+    const there = await signedIn(auth, here.user);
+    // The first sign-out ended the session, but its answer never reached the browser.
+    await stack.clients.grants.endSession({ sessionToken: here.token });
+    stack.clock.advance(9 * 60_000);
+    const { location } = await signOut(here.jar, here.form, auth);
+    const back = await there.jar.get(location);
+    expect([back.status, back.headers.get("location")]).to.deep.equal([303, `${app}/signin`]);
+    await expectRefused(getSession(there.token), Reason.INVALID_TOKEN);
+  });
+
+  it("a just-ended session serves nothing but a repeated sign-out, even when the end was recorded by a clock running ahead", async () => {
+    const here = await signedIn(app);
+    await stack.clients.grants.endSession({ sessionToken: here.token });
+    // Another replica, 5 s ahead, recorded the end.
+    stack.clock.advance(-5_000);
+    expect((await here.jar.get("/dashboard/agents")).headers.get("location")).to.match(/^\/signin\?/);
+    await expectRefused(getSession(here.token), Reason.INVALID_TOKEN);
+    stack.clock.advance(5_000);
+  });
+
+  it("a session that ended over ten minutes ago, or expired, hands nothing off: the other host's session stays", async () => {
+    // A browser drops the cookie when its session expires: only a copy kept past its life presents one.
+    const expired = await signedIn(app);
+    stack.clock.advance(11 * 3600_000);
+    const expiredThere = await signedIn(auth, expired.user);
+    stack.clock.advance(3600_000);
+    const ended = await signedIn(app);
+    stack.clock.advance(31_000);
+    const endedThere = await signedIn(auth, ended.user);
+    await stack.clients.grants.endSession({ sessionToken: ended.token });
+    stack.clock.advance(10 * 60_000 + 1_000);
+    for (const { jar, form } of [expired, ended]) {
+      const out = await jar.post("/signout", form);
+      expect([out.status, out.headers.get("location")]).to.deep.equal([303, "/signin"]);
+    }
+    for (const s of [expiredThere, endedThere]) expect((await getSession(s.token)).session!.email).to.equal(s.email);
+  });
+
   it("hostile: a handoff core refuses ends the chain at once: back to sign-in where it began, nothing ended", async () => {
     const here = await signedIn(third);
     stack.clock.advance(31_000);

@@ -1123,7 +1123,8 @@ export const GrantsService: GenService<{
     output: typeof GetSessionResponseSchema;
   },
   /**
-   * EndSession signs out, and answers a sign-out handoff for the deployment's other web host.
+   * EndSession signs out, and answers a sign-out handoff for the deployment's other web hosts;
+   * a session that ended in the last ten minutes (a repeated sign-out) still answers one.
    *
    * @generated from rpc vaultgate.grants.v1.GrantsService.EndSession
    */

@@ -230,7 +230,7 @@ export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE_
 export type EndSessionResponse = Message<"vaultgate.grants.v1.EndSessionResponse"> & {
   /**
    * A sign-out handoff naming the session's user (core signs it; valid 60 s), for ContinueSignOut
-   * on the deployment's other web host. Empty when core cannot sign just now.
+   * on the deployment's other web hosts. Empty when core cannot sign just now.
    *
    * @generated from field: string signout_handoff = 1;
    */
