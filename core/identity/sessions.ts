@@ -5,13 +5,10 @@ import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import type { EndSessionRequest, GetSessionRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
-import type { SignInStore } from "./signin-store.js";
+import { SIGNED_OUT_HANDOFF_SECONDS, type SignInStore } from "./signin-store.js";
 
 /** A step-up counts for this long: approving money or access needs one this recent. */
 export const STEP_UP_WINDOW_SECONDS = 600;
-
-/** A sign-out repeated this soon after its session ended (a double click, a lost answer) still hands off. */
-export const SIGNED_OUT_HANDOFF_SECONDS = 600;
 
 /** A signed-in person, as proven by the web session token they hold. */
 export interface SignedIn {

@@ -1,6 +1,9 @@
 import type { Knex } from "knex";
 import { pruneBatchSql } from "../db/sql.js";
 
+/** A sign-out repeated this soon after its session ended (a double click, a lost answer) still hands off. */
+export const SIGNED_OUT_HANDOFF_SECONDS = 600;
+
 type Conn = Knex | Knex.Transaction;
 
 export interface ChallengeRecord {
@@ -131,5 +134,6 @@ export const PRUNE_WEB_SESSIONS = {
               UNION (SELECT id FROM web_sessions WHERE ended_at IS NOT NULL AND ended_at < ? ORDER BY ended_at LIMIT ?)) s
              WHERE NOT EXISTS (SELECT 1 FROM signin_challenges c WHERE c.session_id = s.id)
              LIMIT ?) RETURNING 1`,
-  bindings: (cutoff: Date, batch: number) => [cutoff, batch, cutoff, batch, batch],
+  // A signed-out session stays while a repeated sign-out may still hand off.
+  bindings: (cutoff: Date, batch: number) => [cutoff, batch, new Date(cutoff.getTime() - SIGNED_OUT_HANDOFF_SECONDS * 1000), batch, batch],
 } as const;

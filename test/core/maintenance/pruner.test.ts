@@ -199,6 +199,19 @@ describe("Pruner (core/maintenance/pruner.ts)", function () {
     expect(await exists("web_sessions", { user_id: user.userId })).to.equal(false);
   });
 
+  it("a signed-out session stays ten minutes, so a repeated sign-out can still hand off, then goes", async () => {
+    const user = await createUser(stack);
+    const token = await ownerSession(stack, user.userId);
+    await stack.clients.grants.endSession({ sessionToken: token });
+    stack.clock.advance(9 * 60_000);
+    await stack.core.prune();
+    expect(await exists("web_sessions", { user_id: user.userId })).to.equal(true);
+    expect((await stack.clients.grants.endSession({ sessionToken: token })).signoutHandoff).to.match(/^ey/);
+    stack.clock.advance(2 * 60_000);
+    await stack.core.prune();
+    expect(await exists("web_sessions", { user_id: user.userId })).to.equal(false);
+  });
+
   it("deletes in bounded batches: a pass stops after its batch limit and the next pass continues", async () => {
     const limits = createRateLimitStore(stack.core.db);
     const tag = randomBytes(4).toString("hex");
