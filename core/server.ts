@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { Code, ConnectError, createConnectRouter } from "@connectrpc/connect";
@@ -44,6 +45,8 @@ export async function startCoreServer(
 ): Promise<CoreServer> {
   // Aborted on close: a stream that never ends by itself (an audit tail) would hold the drain open.
   const shutdown = new AbortController();
+  // Every call in flight listens to it (its signal is linked), so the count is the calls open, not a leak.
+  setMaxListeners(0, shutdown.signal);
   const adapter = connectNodeAdapter({
     routes: (router) => {
       core.routes(router);
