@@ -16,7 +16,7 @@ import {
   type SimulatePaymentResponseSchema,
 } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { fail } from "../errors.js";
+import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
@@ -234,8 +234,11 @@ export async function simulatePayment(
       claims.jti,
       utcDayStart(now),
       auditFault ? undefined : { ...callFacts(ctx), at: now, currency: input.currency },
+      ctx.signal,
     );
   } catch (err) {
+    // A caller that left while its read waited for a batch had nothing read or written.
+    if (ctx.signal.aborted && errorDetailOf(err) === undefined) throw err;
     // The statement carries the audit INSERT: if it fails, the read is withheld.
     return fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
   }

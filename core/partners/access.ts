@@ -102,8 +102,11 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
         audit:
           auditRead && !auditFault ? { ...callFacts(ctx), actor: seen.actor, action: `partner.${req.operation}`, subject: userId ?? "", at: now } : undefined,
         withKyc: req.withKyc && problem === undefined,
+        signal: ctx.signal,
       });
     } catch (err) {
+      // A caller that left while its checks waited for a batch had nothing counted or written.
+      if (ctx.signal.aborted && errorDetailOf(err) === undefined) throw err;
       // The statement carries the audit INSERT: if it fails, the read is withheld.
       if (auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
       throw err;

@@ -46,6 +46,8 @@ export interface AccessInput {
   tokenHasScope?: boolean;
   audit?: { requestId: string; clientAddress: string; actor: string; action: string; subject: string; at: Date };
   withKyc?: boolean;
+  /** The caller's ctx.signal: aborted before a batch takes the checks, they are withdrawn unwritten (see group commit). */
+  signal?: AbortSignal;
 }
 
 export interface KycRecord {
@@ -98,6 +100,7 @@ export function createResourcesStore(db: Db) {
       maxBatch: ACCESS_MAX_BATCH,
       maxInFlight: ACCESS_MAX_IN_FLIGHT,
       name: "partner_access",
+      signalOf: (i) => i.signal,
       lockKey: (i) => `${i.rateKey}\0${i.windowStart.getTime()}`,
     },
   );
@@ -106,7 +109,7 @@ export function createResourcesStore(db: Db) {
     /**
      * A request's access checks, group-committed with its neighbours; with `audit`, the success audit
      * row is inserted in the same statement, so it is committed exactly when the caller may return data.
-     * Undefined when the client id names no partner.
+     * Undefined when the client id names no partner. An abort of `signal` before a batch takes the checks withdraws them (DeadlineExceeded).
      */
     readAccess,
 

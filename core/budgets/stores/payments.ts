@@ -33,6 +33,8 @@ interface SimulateRead {
   grantId: string;
   dayStart: Date;
   audit?: { requestId: string; clientAddress: string; at: Date; currency: string };
+  /** The caller's ctx.signal: aborted before a batch takes the read, it is withdrawn unwritten (see group commit). */
+  signal?: AbortSignal;
 }
 
 /** SQL for agent payments: the decision's context, the payment rows, the spend totals. */
@@ -75,7 +77,7 @@ export function createPaymentsStore(db: Db) {
         return r ? { ...toPaymentContext(r), grant: toAgentGrant(r), audited: r.audited === true } : undefined;
       });
     },
-    { maxBatch: 256, maxInFlight: 2, name: "payment_context" },
+    { maxBatch: 256, maxInFlight: 2, name: "payment_context", signalOf: (k) => k.signal },
   );
 
   const lockedGrantAndVault = prepared(
@@ -182,14 +184,15 @@ export function createPaymentsStore(db: Db) {
     /**
      * The simulate read: the grant and its payment context without locks, read afresh
      * for every call; concurrent calls share one statement (group commit). A non-UUID id
-     * names no grant.
+     * names no grant. An abort of `signal` (ctx.signal) before a batch takes the read withdraws it (DeadlineExceeded).
      */
     currentPaymentContext(
       grantId: string,
       dayStart: Date,
       audit?: SimulateRead["audit"],
+      signal?: AbortSignal,
     ): Promise<(PaymentContext & { grant: AgentGrant; audited: boolean }) | undefined> {
-      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit }) : Promise.resolve(undefined);
+      return UUID.test(grantId) ? unlockedContexts({ grantId: grantId.toLowerCase(), dayStart, audit, signal }) : Promise.resolve(undefined);
     },
 
     /**

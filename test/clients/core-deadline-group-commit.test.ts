@@ -1,0 +1,152 @@
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { expect } from "chai";
+import { groupCommitBatchSize, rpcDuration } from "../../core/observability/metrics.js";
+import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
+import { createOwner, grantFor, payment } from "../support/budgets.js";
+import { grpcCoreSuite } from "../support/grpc-core.js";
+import { createPartner } from "../support/partners.js";
+import { requirePostgres } from "../support/db.js";
+import { thrownBy } from "../support/refusals.js";
+import { createUserFor } from "../support/resources.js";
+
+/** The caller's deadline: far shorter than the queue, which stays blocked until the test frees it. */
+const DEADLINE_MS = 300;
+
+/**
+ * Group-committed reads that write their audit row (SimulatePayment, the partner access checks): with both
+ * batches of a queue waiting for the audit table, a caller whose deadline passes in the queue leaves it at
+ * once with nothing written; callers without a deadline are answered once the table is free.
+ */
+describe("a deadline that passes in a group-commit queue (core on its real port)", function () {
+  this.timeout(60_000);
+  const suite = grpcCoreSuite();
+  beforeEach(function () {
+    requirePostgres(this, "a second session must hold the audit table while the batches wait for it");
+  });
+
+  const transport = () => createGrpcTransport({ baseUrl: suite.core.server.url });
+  const db = () => suite.stack.core.db;
+  /** A histogram's _count read in this process (a scrape would also query the database the test holds). */
+  const count = async (histogram: typeof rpcDuration | typeof groupCommitBatchSize, labels: Record<string, string>) => {
+    const values = (await histogram.get()).values;
+    const hit = values.find((v) => v.metricName?.endsWith("_count") && Object.entries(labels).every(([k, l]) => v.labels[k as never] === l));
+    return hit?.value ?? 0;
+  };
+  const batches = (batcher: string) => count(groupCommitBatchSize, { batcher });
+  const finished = (method: string, code: string) => count(rpcDuration, { service: method.split("/")[0]!, method: method.split("/")[1]!, code });
+  /** A transaction holding audit_records against writes (reads go on) until `release`: every batch above writes its audit rows. */
+  async function holdAuditWrites() {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: () => void;
+    const held = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const trx = db().transaction(async (t) => {
+      await t.raw("LOCK TABLE audit_records IN EXCLUSIVE MODE");
+      locked();
+      await gate;
+    });
+    await Promise.race([held, trx]);
+    return {
+      async release() {
+        release();
+        await trx;
+      },
+    };
+  }
+
+  /** Polls until `done` holds (the server's state, not a time). */
+  async function until(what: string, done: () => Promise<boolean>) {
+    for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await done(), what).to.equal(true);
+  }
+
+  /**
+   * Starts `first` and `second` (no deadline) one after the other, so both batches a queue runs at once
+   * wait for the audit table, then `late` with a deadline; `late` must be DEADLINE_EXCEEDED before the
+   * table is freed. Returns the answers of the first two.
+   */
+  async function behindTwoBatches(
+    batcher: string,
+    method: string,
+    first: () => Promise<unknown>,
+    second: () => Promise<unknown>,
+    late: () => Promise<unknown>,
+  ) {
+    const lock = await holdAuditWrites();
+    let patient: Promise<unknown[]>;
+    try {
+      const before = await batches(batcher);
+      const a = first();
+      await until("the first batch is taken", async () => (await batches(batcher)) >= before + 1);
+      const b = second();
+      await until("the second batch is taken", async () => (await batches(batcher)) >= before + 2);
+      patient = Promise.all([a, b]);
+      const refusedBefore = await finished(method, "DEADLINE_EXCEEDED");
+      const err = (await thrownBy(late)) as ConnectError;
+      expect(err, String(err)).to.be.instanceOf(ConnectError);
+      expect(Code[err.code], err.rawMessage).to.equal("DeadlineExceeded");
+      // Core itself answered it while the batches still wait: it left the queue.
+      await until("core answered the late call from its queue", async () => (await finished(method, "DEADLINE_EXCEEDED")) === refusedBefore + 1);
+      expect(await batches(batcher), "no batch took the late call").to.equal(before + 2);
+    } finally {
+      await lock.release();
+    }
+    return patient;
+  }
+
+  it("SimulatePayment: no audit row for the caller who left; the others are answered and audited", async () => {
+    const budgets = createClient(BudgetsService, transport());
+    const owners = [await createOwner(suite.stack), await createOwner(suite.stack), await createOwner(suite.stack)];
+    const tokens = await Promise.all(owners.map((o) => grantFor(suite.stack, o)));
+    const simulate =
+      (n: number, options = {}) =>
+      () =>
+        budgets.simulatePayment({ accessToken: tokens[n]!, payment: payment() }, options);
+    const answers = await behindTwoBatches(
+      "payment_context",
+      "vaultgate.budgets.v1.BudgetsService/SimulatePayment",
+      simulate(0),
+      simulate(1),
+      simulate(2, { timeoutMs: DEADLINE_MS }),
+    );
+    expect(answers).to.have.length(2);
+    const audited = async (n: number) => db()("audit_records").where({ actor: `agent:${owners[n]!.agentPrincipalId}`, action: "payments.simulate" });
+    expect(await audited(0)).to.have.length(1);
+    expect(await audited(1)).to.have.length(1);
+    expect(await audited(2), "nothing written for the caller who left").to.have.length(0);
+  });
+
+  it("GetKycStatus: no audit row and no rate-limit count for the caller who left; the others are answered", async () => {
+    const resources = createClient(PartnerResourcesService, transport());
+    const partners = [await createPartner(suite.stack), await createPartner(suite.stack), await createPartner(suite.stack)];
+    const users = await Promise.all(partners.map((p) => createUserFor(suite.stack, p, ["kyc:read"])));
+    const tokens = await Promise.all(
+      partners.map(
+        async (p) => (await suite.stack.clients.partners.issueToken({ clientId: p.clientId, clientSecret: p.clientSecret, scope: "kyc:read" })).accessToken,
+      ),
+    );
+    const read =
+      (n: number, options = {}) =>
+      () =>
+        resources.getKycStatus({ accessToken: tokens[n]!, userId: users[n]!.userId }, options);
+    const answers = await behindTwoBatches(
+      "partner_access",
+      "vaultgate.partners.v1.PartnerResourcesService/GetKycStatus",
+      read(0),
+      read(1),
+      read(2, { timeoutMs: DEADLINE_MS }),
+    );
+    expect(answers).to.have.length(2);
+    const audited = async (n: number) => db()("audit_records").where({ actor: `partner:${partners[n]!.clientId}`, action: "partner.kyc.read" });
+    expect(await audited(0)).to.have.length(1);
+    expect(await audited(1)).to.have.length(1);
+    expect(await audited(2), "nothing written for the caller who left").to.have.length(0);
+    expect(await db()("rate_limit_windows").where("key", "like", `%${partners[2]!.clientId}%`), "nothing counted for it").to.have.length(0);
+  });
+});
