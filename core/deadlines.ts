@@ -17,7 +17,11 @@ export function abandoned(signal: AbortSignal, where: string): ConnectError {
   return new ConnectError(`call cancelled ${where}`, Code.Canceled);
 }
 
-/** Throws `abandoned` when the signal is aborted; nothing when there is none. */
+/**
+ * Throws `abandoned` when the signal is aborted; nothing when there is none. Transactions begun for
+ * a caller call it first: knex's transaction() takes no signal, so tarn's abortable acquire is out
+ * of reach and a caller who left in the pool's queue is seen once it holds a connection (BEGIN, ROLLBACK).
+ */
 export function throwIfAbandoned(signal: AbortSignal | undefined, where: string): void {
   if (signal?.aborted) throw abandoned(signal, where);
 }

@@ -3,6 +3,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { throwIfAbandoned } from "../deadlines.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { UUID } from "../../lib/uuid.js";
 import type { AuditDeps } from "./caller.js";
@@ -56,6 +57,8 @@ export async function ownerDecision<R extends { userId: string }>(
   if (d.stepUp !== undefined && !owner.stepUpFresh) fail(Reason.ACCESS_DENIED, d.stepUp);
   if (!UUID.test(of.rawId)) fail(Reason.NOT_FOUND, `no such ${of.noun}`);
   return deps.db.transaction(async (trx) => {
+    // First, so a caller who left while it waited for a connection has nothing written.
+    throwIfAbandoned(ctx.signal, `before ${d.action} began`);
     const record = await of.find(trx, of.rawId.toLowerCase());
     if (!record || record.userId !== owner.userId) fail(Reason.NOT_FOUND, `no such ${of.noun}`);
     if (d.state(record) === "done") return record;

@@ -1,0 +1,97 @@
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { expect } from "chai";
+import { rpcDuration } from "../../core/observability/metrics.js";
+import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { createOwner } from "../support/budgets.js";
+import { grpcCoreSuite } from "../support/grpc-core.js";
+import { createPartner } from "../support/partners.js";
+import { holdPool } from "../support/pool.js";
+import { thrownBy } from "../support/refusals.js";
+import { bindTreasury } from "../support/treasury.js";
+
+/** The operator's deadline: it passes while the call still waits for a database connection. */
+const DEADLINE_MS = 300;
+
+/**
+ * An operator's funding call whose deadline passes while it waits for a database connection is
+ * answered DEADLINE_EXCEEDED, and once a connection frees up nothing is written for it: no money,
+ * no ledger transaction, no audit row (neither call is idempotent, so a retry would have paid twice).
+ */
+describe("a deadline that passes while a write waits for a database connection (core on its real port)", function () {
+  this.timeout(60_000);
+  const suite = grpcCoreSuite();
+
+  const operator: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${suite.stack.adminToken}`);
+    return next(req);
+  };
+  const client = <S extends typeof BudgetsService | typeof TreasuryService>(service: S) =>
+    createClient(service, createGrpcTransport({ baseUrl: suite.core.server.url, interceptors: [operator] }));
+  const db = () => suite.stack.core.db;
+  /** Calls of `Service/Method` core finished, whatever their code (read in this process: the database is held). */
+  const finished = async (service: string, method: string) =>
+    (await rpcDuration.get()).values
+      .filter((v) => v.metricName?.endsWith("_count") && v.labels.service === service && v.labels.method === method)
+      .reduce((n, v) => n + v.value, 0);
+  const codeCount = async (service: string, method: string, code: string) =>
+    (await rpcDuration.get()).values.find(
+      (v) => v.metricName?.endsWith("_count") && v.labels.service === service && v.labels.method === method && v.labels.code === code,
+    )?.value ?? 0;
+
+  /** Runs `call` with the pool held until its deadline passed, then frees the pool and waits for core to finish it. */
+  async function leftInThePool(service: string, method: string, call: () => Promise<unknown>) {
+    const before = { finished: await finished(service, method), answered: await codeCount(service, method, "OK") };
+    const pool = await holdPool(db());
+    try {
+      const err = (await thrownBy(call)) as ConnectError;
+      expect(err, String(err)).to.be.instanceOf(ConnectError);
+      expect(Code[err.code], err.rawMessage).to.equal("DeadlineExceeded");
+      // Core's own deadline starts when the headers arrive, a moment after the client's: held this
+      // much longer, core's signal has aborted by the time the call gets a connection.
+      await new Promise((r) => setTimeout(r, DEADLINE_MS));
+    } finally {
+      await pool.release();
+    }
+    for (let i = 0; i < 1000 && (await finished(service, method)) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await finished(service, method), "core finished the call").to.equal(before.finished + 1);
+    // Refused, whether its own deadline or the client's reset of the stream reached it first.
+    expect(await codeCount(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
+  }
+
+  it("FundVault: the vault's balance, ledger and audit trail are unchanged", async () => {
+    const owner = await createOwner(suite.stack);
+    const budgets = client(BudgetsService);
+    const balance = async () => Number((await db()("vaults").where({ id: owner.vaultId }).first()).balance_cents);
+    const audited = async () => db()("audit_records").where({ action: "vault.fund", subject: owner.vaultId });
+    const ledger = async () => db()("ledger_transactions").where({ kind: "vault.fund", reference: `vault:${owner.vaultId}` });
+    await leftInThePool("vaultgate.budgets.v1.BudgetsService", "FundVault", () =>
+      budgets.fundVault({ vaultId: owner.vaultId, amountCents: 500n }, { timeoutMs: DEADLINE_MS }),
+    );
+    expect(await balance()).to.equal(0);
+    expect(await ledger()).to.have.length(0);
+    expect(await audited()).to.have.length(0);
+    // With time to run, the same call funds the vault once.
+    await budgets.fundVault({ vaultId: owner.vaultId, amountCents: 500n });
+    expect(await balance()).to.equal(500);
+    expect(await ledger()).to.have.length(1);
+    expect(await audited()).to.have.length(1);
+  });
+
+  it("FundTreasury: the treasury's balance and audit trail are unchanged", async () => {
+    const partner = await createPartner(suite.stack, { entitlements: ["treasury:write", "payouts:receive"] });
+    await bindTreasury(suite.stack.admin, partner, { balanceCents: 1000n });
+    const treasury = client(TreasuryService);
+    const balance = async () => Number((await db()("treasuries").where({ partner_id: partner.partnerId }).first()).balance_cents);
+    const audited = async () => db()("audit_records").where({ action: "treasury.fund", subject: partner.clientId });
+    await leftInThePool("vaultgate.treasury.v1.TreasuryService", "FundTreasury", () =>
+      treasury.fundTreasury({ clientId: partner.clientId, amountCents: 500n }, { timeoutMs: DEADLINE_MS }),
+    );
+    expect(await balance()).to.equal(1000);
+    expect(await audited()).to.have.length(0);
+    await treasury.fundTreasury({ clientId: partner.clientId, amountCents: 500n });
+    expect(await balance()).to.equal(1500);
+    expect(await audited()).to.have.length(1);
+  });
+});
