@@ -7,7 +7,8 @@ import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js"
 import { createOwner } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
-import { holdPool } from "../support/pool.js";
+import { holdPool } from "../support/db-holds.js";
+import { countOf } from "../support/metrics.js";
 import { thrownBy } from "../support/refusals.js";
 import { bindTreasury } from "../support/treasury.js";
 
@@ -30,19 +31,11 @@ describe("a deadline that passes while a write waits for a database connection (
   const client = <S extends typeof BudgetsService | typeof TreasuryService>(service: S) =>
     createClient(service, createGrpcTransport({ baseUrl: suite.core.server.url, interceptors: [operator] }));
   const db = () => suite.stack.core.db;
-  /** Calls of `Service/Method` core finished, whatever their code (read in this process: the database is held). */
-  const finished = async (service: string, method: string) =>
-    (await rpcDuration.get()).values
-      .filter((v) => v.metricName?.endsWith("_count") && v.labels.service === service && v.labels.method === method)
-      .reduce((n, v) => n + v.value, 0);
-  const codeCount = async (service: string, method: string, code: string) =>
-    (await rpcDuration.get()).values.find(
-      (v) => v.metricName?.endsWith("_count") && v.labels.service === service && v.labels.method === method && v.labels.code === code,
-    )?.value ?? 0;
-
+  /** Calls of `Service/Method` core finished (with `code`, or any). */
+  const finished = (service: string, method: string, code?: string) => countOf(rpcDuration, { service, method, ...(code ? { code } : {}) });
   /** Runs `call` with the pool held until its deadline passed, then frees the pool and waits for core to finish it. */
   async function leftInThePool(service: string, method: string, call: () => Promise<unknown>) {
-    const before = { finished: await finished(service, method), answered: await codeCount(service, method, "OK") };
+    const before = { finished: await finished(service, method), answered: await finished(service, method, "OK") };
     const pool = await holdPool(db());
     try {
       const err = (await thrownBy(call)) as ConnectError;
@@ -57,7 +50,7 @@ describe("a deadline that passes while a write waits for a database connection (
     for (let i = 0; i < 1000 && (await finished(service, method)) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
     expect(await finished(service, method), "core finished the call").to.equal(before.finished + 1);
     // Refused, whether its own deadline or the client's reset of the stream reached it first.
-    expect(await codeCount(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
+    expect(await finished(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
   }
 
   it("FundVault: the vault's balance, ledger and audit trail are unchanged", async () => {

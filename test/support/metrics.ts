@@ -1,5 +1,5 @@
 import { startMetricsServer } from "../../cli/metrics-server.js";
-import { coreRegistry } from "../../core/observability/metrics.js";
+import { coreRegistry, type groupCommitBatchSize, type rpcDuration } from "../../core/observability/metrics.js";
 
 /** `name{labels} value` lines of a Prometheus text scrape, keyed by `name{labels}` as written. */
 export function parseScrape(text: string): Map<string, number> {
@@ -33,4 +33,15 @@ export async function coreMetricsListener() {
     },
     close: () => server.close(),
   };
+}
+
+/**
+ * The _count of one of core's histograms for `labels` (every series with them, summed), read in this
+ * process: unlike a scrape, it queries no database, so it answers while a test holds the database.
+ */
+export async function countOf(histogram: typeof rpcDuration | typeof groupCommitBatchSize, labels: Record<string, string>): Promise<number> {
+  const series = (await histogram.get()).values;
+  return series
+    .filter((v) => v.metricName?.endsWith("_count") && Object.entries(labels).every(([k, l]) => v.labels[k as never] === l))
+    .reduce((n, v) => n + v.value, 0);
 }
