@@ -1,5 +1,6 @@
 import { hkdfSync } from "node:crypto";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import type { FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
@@ -9,6 +10,7 @@ import { PartnersService } from "../gen/vaultgate/partners/v1/partners_pb.js";
 import { BudgetsService } from "../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { PartnerResourcesService } from "../gen/vaultgate/partners/v1/resources_pb.js";
 import { TreasuryService } from "../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { departureSignal } from "./shared/client-departure.js";
 
 export interface CoreClients {
   health: Client<typeof Health>;
@@ -34,7 +36,7 @@ export interface CoreClientsOptions {
 /** Typed clients over one transport: in-memory router transport or gRPC h2c. */
 export function createCoreClients(base: Transport, options: CoreClientsOptions = {}): CoreClients {
   const { gatewayToken } = options;
-  const transport = gatewayToken ? withGatewayCredential(base, gatewayToken) : base;
+  const transport = whileClientWaits(gatewayToken ? withGatewayCredential(base, gatewayToken) : base);
   return {
     mcpSessionKey: gatewayToken ? new Uint8Array(hkdfSync("sha256", gatewayToken, "", "vaultgate mcp-session-id v1", 32)) : undefined,
     health: createClient(Health, transport),
@@ -71,10 +73,43 @@ function withGatewayCredential(transport: Transport, gatewayToken: string): Tran
 /**
  * Call options that carry the edge request id and the client's address into core (only headers
  * cross both transports); core believes them only from a caller holding the gateway credential.
+ * The call runs even if the client has left: for records of what the edge already refused.
  */
-export function withRequestId(requestId: string, clientAddress?: string): { headers: Record<string, string> } {
+export function withRequestId(requestId: string, clientAddress?: string): { headers: Record<string, string>; signal?: AbortSignal } {
   if (!clientAddress) return { headers: { "x-request-id": requestId } };
   return { headers: { "x-request-id": requestId, "x-vaultgate-client-address": clientAddress } };
+}
+
+/**
+ * withRequestId for a call made to answer `request`, with a signal aborted when its client leaves
+ * before the answer: core then drops the call if it is still queued, and writes nothing for it
+ * (a call that has begun its transaction finishes).
+ */
+export function forRequest(request: FastifyRequest): ReturnType<typeof withRequestId> {
+  const options = withRequestId(request.id, request.clientAddress);
+  const signal = departureSignal(request);
+  return signal ? { ...options, signal } : options;
+}
+
+/**
+ * A call aborted because its client left fails as a retryable outage (UNAVAILABLE), which every
+ * surface answers without logging an error: the answer reaches nobody, and nothing failed.
+ */
+function whileClientWaits(transport: Transport): Transport {
+  const left = (signal: AbortSignal | undefined, err: unknown) =>
+    signal?.aborted && err instanceof ConnectError && err.code === Code.Canceled && err.findDetails(ErrorDetailSchema).length === 0
+      ? unavailable("the client closed the connection before its answer", 0)
+      : err;
+  return {
+    unary: (method, signal, ...rest) =>
+      transport.unary(method, signal, ...rest).catch((err: unknown) => {
+        throw left(signal, err);
+      }),
+    stream: (method, signal, ...rest) =>
+      transport.stream(method, signal, ...rest).catch((err: unknown) => {
+        throw left(signal, err);
+      }),
+  };
 }
 
 /** How long a client should wait before retrying while core cannot be reached. */

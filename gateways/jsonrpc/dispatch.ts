@@ -1,5 +1,5 @@
 import type { FastifyRequest } from "fastify";
-import { withRequestId, type CoreClients } from "../core-clients.js";
+import { forRequest, withRequestId, type CoreClients } from "../core-clients.js";
 import { noteRefusal } from "../request-log.js";
 import { RpcCode, RpcError, rpcErrorFrom, type RpcId } from "./envelope.js";
 import { compileToolSchemas, describeErrors } from "./schemas.js";
@@ -173,7 +173,7 @@ export function createDispatcher(options: DispatcherOptions) {
     // Core verifies the token and reads the grant inside the call that acts on it.
     const result = await tool.call(args, {
       clients,
-      call: withRequestId(caller.requestId, caller.request.clientAddress),
+      call: forRequest(caller.request),
       accessToken: caller.bearer ?? "",
     });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { GrantsService, TokenResponse } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { withRequestId } from "../core-clients.js";
+import { forRequest, withRequestId } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { findBadText } from "../shared/text.js";
@@ -131,7 +131,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
         scope: optScope(body),
       },
       // TRUST_PROXY decides whether a forwarding header may name the address.
-      withRequestId(request.id, request.clientAddress),
+      forRequest(request),
     );
     const c = res.client!;
     return reply
@@ -163,14 +163,11 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       // RFC 6749 4.1.3: required only when the authorization request named one; core compares.
       const redirectUri = form.params.get("redirect_uri") ?? "";
       const codeVerifier = required(form.params, "code_verifier");
-      ({ token } = await grants.exchangeCode(
-        { ...client, code, redirectUri, codeVerifier, resources: form.resources },
-        withRequestId(request.id, request.clientAddress),
-      ));
+      ({ token } = await grants.exchangeCode({ ...client, code, redirectUri, codeVerifier, resources: form.resources }, forRequest(request)));
     } else if (grantType === "refresh_token") {
       const refreshToken = required(form.params, "refresh_token");
       const scope = form.params.get("scope") ?? "";
-      ({ token } = await grants.refreshGrant({ ...client, refreshToken, scope, resources: form.resources }, withRequestId(request.id, request.clientAddress)));
+      ({ token } = await grants.refreshGrant({ ...client, refreshToken, scope, resources: form.resources }, forRequest(request)));
     } else {
       throw new OAuthRequestError({ status: 400, error: "unsupported_grant_type", description: "grant_type must be authorization_code or refresh_token" });
     }
@@ -181,6 +178,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
     const form = readForm(request);
     const client = authenticateClient(request, form.params);
     const token = required(form.params, "token");
+    // A revocation runs even if the client has left: it asked for it, and it must not outlive it.
     await grants.revokeToken({ ...client, token, tokenTypeHint: form.params.get("token_type_hint") ?? "" }, withRequestId(request.id, request.clientAddress));
     // RFC 7009 2.2: 200 with an empty body, whether or not the token was known.
     return reply.header("cache-control", "no-store").code(200).send();

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
-import { withRequestId } from "../core-clients.js";
+import { forRequest } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import {
   checkShape,
@@ -51,7 +51,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
       return stringField(body, "email", 3, 254, true)!;
     });
     const email = shape.value ?? "";
-    const res = await shaped(shape, rpc.preCreateUser({ accessToken, email, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
+    const res = await shaped(shape, rpc.preCreateUser({ accessToken, email, requestProblem: shape.problem }, forRequest(request)));
     return reply.code(res.created ? 201 : 200).send({ user_id: res.userId, created: res.created });
   });
 
@@ -59,7 +59,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
-    const res = await shaped(shape, rpc.getKycStatus({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
+    const res = await shaped(shape, rpc.getKycStatus({ accessToken, userId, requestProblem: shape.problem }, forRequest(request)));
     return { user_id: res.userId, status: res.status, provider: res.provider || null, updated_at: res.updatedAt };
   });
 
@@ -76,10 +76,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
         return { userId, provider: stringField(body, "provider", 1, 64, false) ?? "", redirectUri: stringField(body, "redirect_uri", 1, 2048, false) ?? "" };
       });
       const link = shape.value ?? { userId: "", provider: "", redirectUri: "" };
-      const res = await shaped(
-        shape,
-        rpc.createKycLink({ accessToken, ...link, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
-      );
+      const res = await shaped(shape, rpc.createKycLink({ accessToken, ...link, requestProblem: shape.problem }, forRequest(request)));
       return reply.code(201).send({ url: res.url, provider: res.provider, expires_at: res.expiresAt });
     },
   );
@@ -88,7 +85,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
-    const res = await shaped(shape, rpc.listWallets({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
+    const res = await shaped(shape, rpc.listWallets({ accessToken, userId, requestProblem: shape.problem }, forRequest(request)));
     return { user_id: res.userId, wallets: res.wallets.map((w) => ({ chain: w.chain, address: w.address })) };
   });
 
@@ -96,7 +93,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const shape = userShape(request);
     const userId = shape.value ?? "";
-    const r = await shaped(shape, rpc.getUsAccount({ accessToken, userId, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)));
+    const r = await shaped(shape, rpc.getUsAccount({ accessToken, userId, requestProblem: shape.problem }, forRequest(request)));
     const v = (s: string) => s || null;
     return {
       user_id: r.userId,
@@ -113,10 +110,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
     const accessToken = bearerToken(request);
     const shape = checkShape(() => ({ userId: userIdParam(request), page: pageQuery(request) }));
     const { userId, page } = shape.value ?? { userId: "", page: undefined };
-    const res = await shaped(
-      shape,
-      rpc.listTransfers({ accessToken, userId, page, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
-    );
+    const res = await shaped(shape, rpc.listTransfers({ accessToken, userId, page, requestProblem: shape.problem }, forRequest(request)));
     return {
       data: res.data.map((t) => ({
         transfer_id: t.transferId,
@@ -135,10 +129,7 @@ export async function resourceRoutes(app: FastifyInstance, options: ResourceRout
   app.get("/events", { errorHandler: framingAudited(rpc.listEvents) }, async (request) => {
     const accessToken = bearerToken(request);
     const shape = checkShape(() => pageQuery(request));
-    const res = await shaped(
-      shape,
-      rpc.listEvents({ accessToken, page: shape.value, requestProblem: shape.problem }, withRequestId(request.id, request.clientAddress)),
-    );
+    const res = await shaped(shape, rpc.listEvents({ accessToken, page: shape.value, requestProblem: shape.problem }, forRequest(request)));
     return {
       data: res.data.map((e) => ({ event_id: e.eventId, type: e.type, created_at: e.createdAt, data: JSON.parse(e.dataJson) as unknown })),
       next_cursor: res.nextCursor || null,

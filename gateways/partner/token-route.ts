@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Client } from "@connectrpc/connect";
 import type { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js";
-import { withRequestId } from "../core-clients.js";
+import { forRequest } from "../core-clients.js";
 import { parseForm } from "../shared/form.js";
 import { refuseEncodedBodies } from "../shared/content-encoding.js";
 import { basicClientId, parseBasicCredentials } from "../shared/basic-auth.js";
@@ -67,10 +67,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     rejectDuplicates(params.duplicates);
     const credentials = authenticateClient(request, params.params);
     const scope = checkGrantType(params.params);
-    const token = await options.partners.issueToken(
-      { clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope },
-      withRequestId(request.id, request.clientAddress),
-    );
+    const token = await options.partners.issueToken({ clientId: credentials.clientId, clientSecret: credentials.clientSecret, scope }, forRequest(request));
     return reply
       .header("cache-control", "no-store")
       .header("pragma", "no-cache")

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ConnectError, type Client } from "@connectrpc/connect";
 import { EdgeRejection, type TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
-import { withRequestId } from "../core-clients.js";
+import { forRequest, withRequestId } from "../core-clients.js";
 import { bearerToken } from "./bearer.js";
 import { edgeRejectionOf, framingAudited, lenientBearer } from "./edge-audit.js";
 import { installResourceContext, noStore, jsonObjectBody, noQuery, shaped, userShape } from "./resource-context.js";
@@ -38,7 +38,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
       if (resourceErrorFrom(recorded).code !== "invalid_request") throw recorded;
       throw edge;
     }
-    const res = await rpc.getTreasury({ accessToken }, withRequestId(request.id, request.clientAddress));
+    const res = await rpc.getTreasury({ accessToken }, forRequest(request));
     return renderTreasury(res.treasury!);
   });
 
@@ -70,7 +70,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
         parsed.ok
           ? { accessToken, idempotencyKey, payerEntityId: parsed.payerEntityId, items: parsed.items }
           : { accessToken, idempotencyKey, bodyProblem: parsed.message },
-        withRequestId(request.id, request.clientAddress),
+        forRequest(request),
       );
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return renderBatch(res.batch!);
@@ -85,7 +85,7 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
       shape,
       rpc.getPayout(
         { accessToken, userId: shape.value ?? "", payoutId: shape.problem ? "" : request.params.payoutId, requestProblem: shape.problem },
-        withRequestId(request.id, request.clientAddress),
+        forRequest(request),
       ),
     );
     return renderPayout(res.payout!);
