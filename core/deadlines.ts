@@ -8,12 +8,13 @@ export const canAbort = (signal: AbortSignal | undefined): signal is AbortSignal
 
 /**
  * What a call whose caller stopped waiting is answered: DeadlineExceeded when its deadline passed,
- * else what aborted it (the caller's cancel, core's shutdown).
+ * core's own reason (its shutdown, with an ErrorDetail) as given, else Canceled: a caller's reset
+ * stream is its cancel whatever its code (connect-node resets with INTERNAL_ERROR on a deadline).
  */
 export function abandoned(signal: AbortSignal, where: string): ConnectError {
   const reason: unknown = signal.reason;
   if (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) return new ConnectError(`deadline exceeded ${where}`, Code.DeadlineExceeded);
-  if (reason instanceof ConnectError) return reason;
+  if (reason instanceof ConnectError && reason.details.length > 0) return reason;
   return new ConnectError(`call cancelled ${where}`, Code.Canceled);
 }
 

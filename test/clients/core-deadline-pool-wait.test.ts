@@ -1,8 +1,11 @@
+import http2 from "node:http2";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import { rpcDuration } from "../../core/observability/metrics.js";
 import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
+import { FundVaultRequestSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { createOwner } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
@@ -86,5 +89,41 @@ describe("a deadline that passes while a write waits for a database connection (
     await treasury.fundTreasury({ clientId: partner.clientId, amountCents: 500n });
     expect(await balance()).to.equal(1500);
     expect(await audited()).to.have.length(1);
+  });
+
+  it("FundVault whose caller resets its stream (INTERNAL_ERROR, as connect-node does on a deadline): CANCELLED, nothing written", async () => {
+    const owner = await createOwner(suite.stack);
+    const message = toBinary(FundVaultRequestSchema, create(FundVaultRequestSchema, { vaultId: owner.vaultId, amountCents: 500n }));
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    frame.set(message, 5);
+    const service = "vaultgate.budgets.v1.BudgetsService";
+    const before = { finished: await finished(service, "FundVault"), cancelled: await finished(service, "FundVault", "CANCELED") };
+    const pending = () => (db().client as { pool: { numPendingAcquires(): number } }).pool.numPendingAcquires();
+    const pool = await holdPool(db());
+    const session = http2.connect(suite.core.server.url);
+    try {
+      const stream = session.request({
+        ":method": "POST",
+        ":path": `/${service}/FundVault`,
+        "content-type": "application/grpc",
+        te: "trailers",
+        authorization: `Bearer ${suite.stack.adminToken}`,
+      });
+      stream.on("error", () => {});
+      stream.end(frame);
+      for (let i = 0; i < 1000 && pending() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(pending(), "the call waits for a connection").to.be.greaterThan(0);
+      stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+      // The reset is read by core on its next turns of the event loop, before the pool is freed.
+      await new Promise((r) => setTimeout(r, DEADLINE_MS));
+    } finally {
+      await pool.release();
+      session.close();
+    }
+    for (let i = 0; i < 1000 && (await finished(service, "FundVault")) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await finished(service, "FundVault", "CANCELED"), "a cancel, not an internal error").to.equal(before.cancelled + 1);
+    expect(Number((await db()("vaults").where({ id: owner.vaultId }).first()).balance_cents)).to.equal(0);
+    expect(await db()("audit_records").where({ action: "vault.fund", subject: owner.vaultId })).to.have.length(0);
   });
 });
