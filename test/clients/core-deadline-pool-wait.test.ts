@@ -7,6 +7,7 @@ import { rpcDuration } from "../../core/observability/metrics.js";
 import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { FundVaultRequestSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { balanceOf, budgetUnderRoot } from "../support/budget-life.js";
 import { createOwner } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
@@ -15,13 +16,13 @@ import { countOf } from "../support/metrics.js";
 import { thrownBy } from "../support/refusals.js";
 import { bindTreasury } from "../support/treasury.js";
 
-/** The operator's deadline: it passes while the call still waits for a database connection. */
+/** The caller's deadline: it passes while the call still waits for a database connection. */
 const DEADLINE_MS = 300;
 
 /**
- * An operator's funding call whose deadline passes while it waits for a database connection is
- * answered DEADLINE_EXCEEDED, and once a connection frees up nothing is written for it: no money,
- * no ledger transaction, no audit row (neither call is idempotent, so a retry would have paid twice).
+ * A funding call whose deadline passes while it waits for a database connection is answered
+ * DEADLINE_EXCEEDED, and once a connection frees up nothing is written for it: no money moved, no
+ * ledger transaction, no audit row (FundVault and FundTreasury have no key: a retry paid twice).
  */
 describe("a deadline that passes while a write waits for a database connection (core on its real port)", function () {
   this.timeout(60_000);
@@ -73,6 +74,21 @@ describe("a deadline that passes while a write waits for a database connection (
     expect(await balance()).to.equal(500);
     expect(await ledger()).to.have.length(1);
     expect(await audited()).to.have.length(1);
+  });
+
+  it("FundBudget (an agent, in withBudget): neither vault's balance changes, and the same key then funds once", async () => {
+    const { owner, parentToken, budget } = await budgetUnderRoot(suite.stack, { parentCents: 10_000n });
+    const budgets = createClient(BudgetsService, createGrpcTransport({ baseUrl: suite.core.server.url }));
+    const fund = (options = {}) =>
+      budgets.fundBudget({ accessToken: parentToken, vaultId: budget.vaultId, amountCents: 700n, idempotencyKey: "deadline-fund-0001" }, options);
+    const before = { parent: await balanceOf(suite.stack, owner.vaultId), child: await balanceOf(suite.stack, budget.vaultId) };
+    await leftInThePool("vaultgate.budgets.v1.BudgetsService", "FundBudget", () => fund({ timeoutMs: DEADLINE_MS }));
+    expect({ parent: await balanceOf(suite.stack, owner.vaultId), child: await balanceOf(suite.stack, budget.vaultId) }).to.deep.equal(before);
+    await fund();
+    expect({ parent: await balanceOf(suite.stack, owner.vaultId), child: await balanceOf(suite.stack, budget.vaultId) }).to.deep.equal({
+      parent: before.parent - 700,
+      child: before.child + 700,
+    });
   });
 
   it("FundTreasury: the treasury's balance and audit trail are unchanged", async () => {
