@@ -18,6 +18,7 @@ import {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { throwIfAbandoned } from "../deadlines.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
@@ -92,6 +93,8 @@ export async function initiatePayment(
     | { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined }
     | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
   const outcome = await deps.db.transaction(async (trx): Promise<Outcome> => {
+    // First, so an agent that left while the payment waited for a connection has nothing paid.
+    throwIfAbandoned(ctx.signal, "before the payment was made");
     const now = clock();
     // The grant and the vault are locked: a revocation committed
     // first is seen, none commits in between, and every payment of the vault is ordered.

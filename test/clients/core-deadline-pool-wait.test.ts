@@ -8,7 +8,7 @@ import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { FundVaultRequestSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { balanceOf, budgetUnderRoot } from "../support/budget-life.js";
-import { createOwner } from "../support/budgets.js";
+import { createOwner, grantFor, payment } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
 import { holdPool } from "../support/db-holds.js";
@@ -89,6 +89,21 @@ describe("a deadline that passes while a write waits for a database connection (
       parent: before.parent - 700,
       child: before.child + 700,
     });
+  });
+
+  it("InitiatePayment (an agent): no payment, nothing spent, and the same key then pays once", async () => {
+    const { child } = await budgetUnderRoot(suite.stack, { parentCents: 10_000n });
+    await suite.stack.admin.budgets.fundVault({ vaultId: child.vaultId, amountCents: 5_000n });
+    const agentToken = await grantFor(suite.stack, child);
+    const budgets = createClient(BudgetsService, createGrpcTransport({ baseUrl: suite.core.server.url }));
+    const request = { accessToken: agentToken, payment: payment({ amountCents: 700n, idempotencyKey: "deadline-pay-0001" }) };
+    await leftInThePool("vaultgate.budgets.v1.BudgetsService", "InitiatePayment", () => budgets.initiatePayment(request, { timeoutMs: DEADLINE_MS }));
+    expect(await db()("agent_payments").where({ vault_id: child.vaultId })).to.have.length(0);
+    expect(await balanceOf(suite.stack, child.vaultId)).to.equal(5_000);
+    await budgets.initiatePayment(request);
+    await budgets.initiatePayment(request);
+    expect(await db()("agent_payments").where({ vault_id: child.vaultId })).to.have.length(1);
+    expect(await balanceOf(suite.stack, child.vaultId)).to.equal(4_300);
   });
 
   it("FundTreasury: the treasury's balance and audit trail are unchanged", async () => {
