@@ -57,10 +57,7 @@ export function createInProcessTransport(routes: (router: ConnectRouter) => void
           contextValues: req.contextValues,
         };
         // req.signal already carries the deadline (linked below); the context only reports what is left of it.
-        const ctx =
-          req.signal === NEVER_ABORTED
-            ? lightContext(init)
-            : { ...createHandlerContext(init), timeoutMs: () => (deadlineAt === undefined ? undefined : deadlineAt - Date.now()) };
+        const ctx = deadlineAt === undefined ? lightContext(init) : { ...createHandlerContext(init), timeoutMs: () => deadlineAt - Date.now() };
         const out = (await impl(req.message, ctx)) as MessageInitShape<O>;
         const message = isMessage(out, method.output) ? out : create(method.output, out);
         return { stream: false, service: req.service, method: req.method, header: ctx.responseHeader, trailer: ctx.responseTrailer, message };
@@ -102,10 +99,11 @@ type ContextInit = Parameters<typeof createHandlerContext>[0];
 
 /**
  * createHandlerContext links two AbortControllers and a deadline signal per call, a measurable cost
- * on hot requests. A call without signal or deadline cannot be aborted: its ctx.signal is NEVER_ABORTED.
+ * on hot requests. A call without a deadline needs none: its ctx.signal is the caller's own (or NEVER_ABORTED).
  */
 function lightContext(init: ContextInit): ReturnType<typeof createHandlerContext> {
   let controller: AbortController | undefined;
+  const requestSignal = init.requestSignal;
   return {
     service: init.service,
     method: init.method,
@@ -113,7 +111,7 @@ function lightContext(init: ContextInit): ReturnType<typeof createHandlerContext
     requestMethod: init.requestMethod,
     url: init.url,
     get signal() {
-      return controller?.signal ?? NEVER_ABORTED;
+      return controller?.signal ?? requestSignal ?? NEVER_ABORTED;
     },
     timeoutMs: () => undefined,
     requestHeader: init.requestHeader instanceof Headers ? init.requestHeader : new Headers(init.requestHeader),

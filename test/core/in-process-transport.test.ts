@@ -119,6 +119,14 @@ describe("in-process transport", () => {
       expect(seen.signals[0]!.aborted).to.equal(false);
       expect(seen.signals[0]).to.equal(seen.signals[1]);
     });
+
+    it("hands a caller's own signal (a gateway's client that may leave) to the handler, and its abort", async () => {
+      const { health, seen } = counting();
+      const left = new AbortController();
+      await health.check({ service: "" }, { signal: left.signal });
+      left.abort(new Error("the client left"));
+      expect(seen.signals[0]!.aborted).to.equal(true);
+    });
   });
 
   describe("core's log of refusals of in-process calls", () => {
