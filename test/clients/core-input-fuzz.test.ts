@@ -9,6 +9,7 @@ import { PartnersService } from "../../gen/vaultgate/partners/v1/partners_pb.js"
 import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { connectJson } from "../support/connect-json.js";
+import { FUZZ } from "../support/fuzz.js";
 import { ownDatabase } from "../support/db.js";
 import { startStack, type TestStack } from "../support/stack.js";
 
@@ -19,8 +20,7 @@ import { startStack, type TestStack } from "../support/stack.js";
  */
 describe("hostile requests to every core RPC on its real port: never an internal error", function () {
   this.timeout(600_000);
-  const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
-  const SEED = Number(process.env.FUZZ_SEED ?? 20261204);
+  const { runs: RUNS, seed: SEED } = FUZZ;
   let database: Awaited<ReturnType<typeof ownDatabase>>;
   let stack: TestStack;
   let server: CoreServer;

@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import fc from "fast-check";
 import { fundedChildBudget } from "../support/budgets.js";
-import { wellFormed } from "../support/fuzz.js";
+import { FUZZ, wellFormed } from "../support/fuzz.js";
 import { postRpc, startMcpStack, type McpStack } from "../support/mcp.js";
 import { createPartner, mintPartnerToken } from "../support/partners.js";
 
@@ -11,8 +11,7 @@ import { createPartner, mintPartnerToken } from "../support/partners.js";
  */
 describe("hostile input on every public surface: never a 5xx", function () {
   this.timeout(600_000);
-  const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
-  const SEED = Number(process.env.FUZZ_SEED ?? 20261204);
+  const { runs: RUNS, seed: SEED } = FUZZ;
   let stack: McpStack;
   let agentToken: string;
   let partnerToken: string;

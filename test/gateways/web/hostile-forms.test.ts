@@ -4,13 +4,12 @@ import { createJar, createUser, signIn, stepUp, type Jar } from "../../support/a
 import { ALL_AGENT_SCOPES } from "../../support/budgets.js";
 import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { wellFormed } from "../../support/fuzz.js";
+import { FUZZ, wellFormed } from "../../support/fuzz.js";
 
 /** The pages' forms and passkey ceremonies, posted with hostile fields by a signed-in owner and a stranger. */
 describe("hostile form posts from a signed-in, stepped-up owner: never a 5xx", function () {
   this.timeout(600_000);
-  const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
-  const SEED = Number(process.env.FUZZ_SEED ?? 20261204);
+  const { runs: RUNS, seed: SEED } = FUZZ;
   let stack: TestStack;
   let jar: Jar;
   let agentId: string;
