@@ -173,7 +173,7 @@ export function createDispatcher(options: DispatcherOptions) {
     // Core verifies the token and reads the grant inside the call that acts on it.
     const result = await tool.call(args, {
       clients,
-      call: forRequest(caller.request),
+      call: tool.revokes ? withRequestId(caller.requestId, caller.request.clientAddress) : forRequest(caller.request),
       accessToken: caller.bearer ?? "",
     });
     // Results conform to their outputSchema; a mismatch is our bug, never the caller's.

@@ -70,7 +70,8 @@ export async function treasuryRoutes(app: FastifyInstance, options: TreasuryRout
         parsed.ok
           ? { accessToken, idempotencyKey, payerEntityId: parsed.payerEntityId, items: parsed.items }
           : { accessToken, idempotencyKey, bodyProblem: parsed.message },
-        forRequest(request),
+        // A refused body is recorded even if its client has left, like every edge refusal.
+        parsed.ok ? forRequest(request) : withRequestId(request.id, request.clientAddress),
       );
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return renderBatch(res.batch!);

@@ -115,6 +115,7 @@ export const budgetTools: readonly Tool[] = [
       "Closes one of the budgets created under the grant's vault, and every budget its agent made in turn: revokes every grant on their vaults, declines their payments still waiting for approval, freezes their policies so nothing more is paid, and moves what they hold back to the grant's vault (money kept by budgets below closed earlier included) unless keep_funds. Idempotent: closing a closed budget changes nothing and says already_closed.",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
+    revokes: true,
     inputSchema: object({ vault_id: UUID, keep_funds: { type: "boolean" } }, ["vault_id"]),
     outputSchema: object(
       {

@@ -77,6 +77,7 @@ export const grantTools: readonly Tool[] = [
       "Revokes every grant of the calling grant's user, this one included, and declines every payment of the user still waiting for the owner's approval (or approved and not yet repeated) and every draft budget their agents asked for (its money back to its parent vault).",
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
     requiresHumanApproval: false,
+    revokes: true,
     inputSchema: object({ reason: { type: "string", maxLength: 500 } }, []),
     outputSchema: object({ revoked: { type: "integer", minimum: 0 } }, ["revoked"]),
     async call(args, ctx) {

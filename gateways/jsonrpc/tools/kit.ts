@@ -28,6 +28,8 @@ export interface Tool {
   description: string;
   annotations: { readOnlyHint: boolean; destructiveHint: boolean; idempotentHint: boolean; openWorldHint: boolean };
   requiresHumanApproval: boolean;
+  /** A revocation runs even if its client has left before the answer, like the OAuth revoke endpoint. */
+  revokes?: true;
   inputSchema: Json;
   outputSchema: Json;
   /** Called only with arguments that passed `inputSchema` (the dispatcher validates first). */
