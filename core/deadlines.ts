@@ -1,4 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Knex } from "knex";
+import { errorDetailOf } from "./errors.js";
 
 /** The signal of a call nothing can abort (an in-process call without a signal or a deadline). */
 export const NEVER_ABORTED: AbortSignal = new AbortController().signal;
@@ -37,3 +39,17 @@ export function refuseAbandonedCalls(): Interceptor {
     return next(req);
   };
 }
+
+/**
+ * db.transaction for a caller's write: the caller's signal is checked first inside it, so one who
+ * left while the call waited for a connection (knex offers no abortable acquire) has nothing written.
+ */
+export function callerTransaction<T>(db: Knex, signal: AbortSignal, where: string, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  return db.transaction(async (trx) => {
+    throwIfAbandoned(signal, where);
+    return work(trx);
+  });
+}
+
+/** True when `err` is the caller's own departure (its signal aborted, no domain refusal): nothing to audit or remap. */
+export const leftWhileWaiting = (signal: AbortSignal, err: unknown): boolean => signal.aborted && errorDetailOf(err) === undefined;

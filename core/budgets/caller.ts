@@ -4,7 +4,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { AgentTokenClaims } from "../grants/access-token.js";
@@ -181,9 +181,7 @@ export async function withBudget<T>(
   const vaultId = rawVaultId.toLowerCase();
   const seen: { actor?: string } = {};
   try {
-    return await deps.db.transaction(async (trx) => {
-      // First, so a caller who left while it waited for a connection has nothing written.
-      throwIfAbandoned(ctx.signal, `before ${action} began`);
+    return await callerTransaction(deps.db, ctx.signal, `before ${action} began`, async (trx) => {
       const now = deps.clock();
       const acting = await actingOn(deps, trx, caller, vaultId, seen);
       return work(trx, { ...acting, now });

@@ -7,7 +7,7 @@ import type { FundBudgetRequest, FundBudgetResponseSchema, FundVaultRequest, Fun
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import { budgetCaller, withBudget, type ActingDeps } from "./caller.js";
@@ -36,9 +36,7 @@ export async function fundVault(deps: FundVaultDeps, req: FundVaultRequest, ctx:
   const amountCents = Number(req.amountCents);
   if (!UUID.test(req.vaultId)) fail(Reason.INVALID_REQUEST, "vault_id must be a UUID");
   if (req.amountCents < 1n || req.amountCents > BigInt(MAX_AMOUNT)) fail(Reason.INVALID_REQUEST, `amount_cents must be an integer from 1 to ${MAX_AMOUNT}`);
-  const vault = await deps.db.transaction(async (trx) => {
-    // First, so a caller who left while it waited for a connection has nothing written.
-    throwIfAbandoned(ctx.signal, "before the vault was funded");
+  const vault = await callerTransaction(deps.db, ctx.signal, "before the vault was funded", async (trx) => {
     // The budget row before the vault (the budgets' lock order): a close, decline or cleanup is seen or waits.
     const status = await deps.budgets.lockStatusOfVault(trx, req.vaultId);
     if (status === "closed" || status === "declined") {

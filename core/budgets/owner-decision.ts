@@ -3,7 +3,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import type { SessionVerifier } from "../identity/sessions.js";
 import { UUID } from "../../lib/uuid.js";
 import type { AuditDeps } from "./caller.js";
@@ -56,9 +56,7 @@ export async function ownerDecision<R extends { userId: string }>(
   const owner = await deps.sessions.verify(sessionToken);
   if (d.stepUp !== undefined && !owner.stepUpFresh) fail(Reason.ACCESS_DENIED, d.stepUp);
   if (!UUID.test(of.rawId)) fail(Reason.NOT_FOUND, `no such ${of.noun}`);
-  return deps.db.transaction(async (trx) => {
-    // First, so a caller who left while it waited for a connection has nothing written.
-    throwIfAbandoned(ctx.signal, `before ${d.action} began`);
+  return callerTransaction(deps.db, ctx.signal, `before ${d.action} began`, async (trx) => {
     const record = await of.find(trx, of.rawId.toLowerCase());
     if (!record || record.userId !== owner.userId) fail(Reason.NOT_FOUND, `no such ${of.noun}`);
     if (d.state(record) === "done") return record;

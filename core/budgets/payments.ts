@@ -16,9 +16,9 @@ import {
   type SimulatePaymentResponseSchema,
 } from "../../gen/vaultgate/budgets/v1/payments_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
-import { errorDetailOf, fail } from "../errors.js";
+import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction, leftWhileWaiting } from "../deadlines.js";
 import type { CursorCodec } from "../paging.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { UUID } from "../../lib/uuid.js";
@@ -92,9 +92,7 @@ export async function initiatePayment(
   type Outcome =
     | { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined }
     | { actor: string; vaultId: string; denied: Exclude<Rule, "step_up_amount"> | typeof AWAITING_LIMIT };
-  const outcome = await deps.db.transaction(async (trx): Promise<Outcome> => {
-    // First, so an agent that left while the payment waited for a connection has nothing paid.
-    throwIfAbandoned(ctx.signal, "before the payment was made");
+  const outcome = await callerTransaction(deps.db, ctx.signal, "before the payment was made", async (trx): Promise<Outcome> => {
     const now = clock();
     // The grant and the vault are locked: a revocation committed
     // first is seen, none commits in between, and every payment of the vault is ordered.
@@ -241,7 +239,7 @@ export async function simulatePayment(
     );
   } catch (err) {
     // A caller that left while its read waited for a batch had nothing read or written.
-    if (ctx.signal.aborted && errorDetailOf(err) === undefined) throw err;
+    if (leftWhileWaiting(ctx.signal, err)) throw err;
     // The statement carries the audit INSERT: if it fails, the read is withheld.
     return fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
   }

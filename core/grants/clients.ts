@@ -6,7 +6,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Db } from "../db/knex.js";
 import { kClientNetwork } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { checkClientMetadata } from "./client-metadata.js";
@@ -34,9 +34,7 @@ export async function registerClient(deps: RegisterClientDeps, req: RegisterClie
   const clientSecret = meta.tokenEndpointAuthMethod === "none" ? "" : `ags_${randomBytes(32).toString("base64url")}`;
   const secretHash = clientSecret ? await deps.secrets.hash(clientSecret, undefined, ctx.signal) : null;
   const record: ClientRecord = { ...meta, clientId: `agc_${randomBytes(12).toString("hex")}`, secretHash, createdAt: deps.clock() };
-  await deps.db.transaction(async (trx) => {
-    // First, so a caller whose deadline passed in the hash or the pool's queue has nothing written.
-    throwIfAbandoned(ctx.signal, "before the client was registered");
+  await callerTransaction(deps.db, ctx.signal, "before the client was registered", async (trx) => {
     const { inserted } = await deps.clients.insertClient(trx, record);
     if (!inserted) fail(Reason.INTERNAL, "could not allocate a client id");
     await appendAudit(deps, trx, ctx, { actor: "anonymous", action: "oauth.client.register", subject: record.clientId });

@@ -3,6 +3,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
+import { leftWhileWaiting } from "../deadlines.js";
 import { callFacts } from "../context.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
@@ -106,7 +107,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
       });
     } catch (err) {
       // A caller that left while its checks waited for a batch had nothing counted or written.
-      if (ctx.signal.aborted && errorDetailOf(err) === undefined) throw err;
+      if (leftWhileWaiting(ctx.signal, err)) throw err;
       // The statement carries the audit INSERT: if it fails, the read is withheld.
       if (auditRead) fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, err);
       throw err;

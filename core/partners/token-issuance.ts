@@ -5,7 +5,7 @@ import type { IssueTokenRequest, IssueTokenResponseSchema } from "../../gen/vaul
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail, errorDetailOf } from "../errors.js";
 import { callFacts, kClientNetwork } from "../context.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction, leftWhileWaiting } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
@@ -120,9 +120,7 @@ export async function issueToken(
 
   let provenHash = verifiedHash;
   try {
-    const issued = await db.transaction(async (trx) => {
-      // First, so a caller whose deadline passed in the check or the pool's queue has nothing done.
-      throwIfAbandoned(ctx.signal, "before the token was issued");
+    const issued = await callerTransaction(db, ctx.signal, "before the token was issued", async (trx) => {
       // The row stays locked through decision and signing so rotation and suspension are
       // ordered against this issuance; the costly derivation ran before the lock, so confirm
       // it checked the hash current under the lock (a rotation in between fails closed).
@@ -211,8 +209,7 @@ async function auditRefusal<T>(
     return await work();
   } catch (err) {
     // A caller that left while it waited (its deadline passed) was refused nothing: no record.
-    const left = ctx.signal.aborted && errorDetailOf(err) === undefined;
-    if (!left) await auditIssueFailure(deps, ctx, actor, known, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
+    if (!leftWhileWaiting(ctx.signal, err)) await auditIssueFailure(deps, ctx, actor, known, reasonLabel(errorDetailOf(err)?.reason ?? Reason.INTERNAL));
     throw err;
   }
 }

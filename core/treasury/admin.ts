@@ -12,7 +12,7 @@ import type {
   SetTreasuryStatusResponseSchema,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import { UUID } from "../../lib/uuid.js";
 import { appendAudit, type AuditDeps } from "./caller.js";
@@ -34,9 +34,7 @@ async function partnerForAdmin(deps: Pick<AdminDeps, "partners">, clientId: stri
 
 /** Runs an admin change in one transaction with its audit row. */
 function adminChange<T>(deps: AuditDeps, ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
-  return deps.db.transaction(async (trx) => {
-    // First, so a caller who left while it waited for a connection has nothing written.
-    throwIfAbandoned(ctx.signal, `before ${action} began`);
+  return callerTransaction(deps.db, ctx.signal, `before ${action} began`, async (trx) => {
     const result = await work(trx);
     await appendAudit(deps, trx, ctx, { actor: "admin", action, subject });
     return result;

@@ -11,7 +11,7 @@ import {
   type ExecuteBatchResponseSchema,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
-import { throwIfAbandoned } from "../deadlines.js";
+import { callerTransaction } from "../deadlines.js";
 import { encodeBatch } from "./batch-encoding.js";
 import { checkRecipients, planItems } from "./batch-plan.js";
 import { canonicalBatchHash, validateBatch } from "./batch-request.js";
@@ -77,9 +77,7 @@ export async function executeBatch(
     const input = validation.batch;
     const requestHash = canonicalBatchHash(input);
 
-    const outcome = await db.transaction(async (trx) => {
-      // First, so a caller who left while it waited for a connection has nothing written.
-      throwIfAbandoned(ctx.signal, "before the batch began");
+    const outcome = await callerTransaction(db, ctx.signal, "before the batch began", async (trx) => {
       const treasury = await store.lock(trx, partner.id);
       // Idempotency is read under the lock, so a request with this key committed while we
       // waited is seen. No treasury means no batch can exist, so that refusal can come first.
