@@ -16,6 +16,7 @@ import type { ListStrandedFundsResponseSchema, SweepBudgetRequest, SweepBudgetRe
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { leftWhileWaiting, throwIfAbandoned } from "../deadlines.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { sha256Hex } from "../../lib/crypto.js";
 import { actorOf, auditOutside, budgetCaller, claimsFor, SCOPES, usable, withBudget, type ActingDeps } from "./caller.js";
@@ -76,7 +77,8 @@ export async function createBudget(
   if (replay) return replay;
 
   checkWindowOpen(params, now);
-  // Only starts that pass validation count, replays do not.
+  // Only starts that pass validation count, replays and callers who left while waiting do not.
+  throwIfAbandoned(ctx.signal, "before the budget's provisioning began");
   const limit = await deps.rateLimits.hit(`budget-provisioning:${g.vaultId}`, deps.provisioningLimitPerMinute, 60, now);
   if (!limit.allowed) {
     await auditOutside(deps, ctx, actor, "agent.budget.create", "failure", "rate_limited", g.vaultId);
@@ -85,11 +87,12 @@ export async function createBudget(
 
   let budget: BudgetRecord;
   try {
-    budget = await startSaga(deps, g.id, existing, params, hash, req.idempotencyKey, now);
+    budget = await startSaga(deps, ctx.signal, g.id, existing, params, hash, req.idempotencyKey, now);
     // Another retry of the key ran its saga meanwhile: this one answers what it became.
     if (budget.status !== "provisioning")
       return replayOf(budget, hash) ?? fail(Reason.VAULT_CONTENTION, "this budget is being provisioned; retry with backoff");
   } catch (err) {
+    if (leftWhileWaiting(ctx.signal, err)) throw err;
     const detail = errorDetailOf(err);
     const reason = detail?.reason;
     const limit = detail?.limitName ? `:${detail.limitName}` : "";

@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
@@ -220,9 +221,13 @@ function openParent(b: BudgetRecord | undefined): string | undefined {
   return undefined;
 }
 
-/** Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention. */
+/**
+ * Starts (or restarts, for a failed key) the saga: claims the parent vault or fails with contention.
+ * A caller who left while it waited for a connection starts nothing; once started, the saga runs to its end.
+ */
 export async function startSaga(
   deps: SagaDeps,
+  signal: AbortSignal,
   grantId: string,
   existing: BudgetRecord | undefined,
   params: BudgetRecord["params"],
@@ -231,7 +236,7 @@ export async function startSaga(
   now: Date,
 ) {
   const { budgets, grants } = deps;
-  return deps.db.transaction(async (trx) => {
+  return callerTransaction(deps.db, signal, "before the budget's provisioning began", async (trx) => {
     // Budget rows before grants: the grant's vault never changes, so it is read unlocked
     // first, then the budget of that vault is locked, then the grant.
     const vaultId = usable(deps, await grants.findGrant(trx, grantId)).vaultId;

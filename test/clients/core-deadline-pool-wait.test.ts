@@ -8,7 +8,7 @@ import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { FundVaultRequestSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { balanceOf, budgetUnderRoot } from "../support/budget-life.js";
-import { createOwner, grantFor, payment } from "../support/budgets.js";
+import { budgetParams, createOwner, grantFor, payment } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
 import { holdPool } from "../support/db-holds.js";
@@ -104,6 +104,24 @@ describe("a deadline that passes while a write waits for a database connection (
     await budgets.initiatePayment(request);
     expect(await db()("agent_payments").where({ vault_id: child.vaultId })).to.have.length(1);
     expect(await balanceOf(suite.stack, child.vaultId)).to.equal(4_300);
+  });
+
+  it("CreateBudget (an agent): no budget, no vault, no audit row, no rate-limit start, and the same key then makes one budget", async () => {
+    const owner = await createOwner(suite.stack);
+    const accessToken = await grantFor(suite.stack, owner, { stepUp: true });
+    const budgets = createClient(BudgetsService, createGrpcTransport({ baseUrl: suite.core.server.url }));
+    const request = { accessToken, ...budgetParams({ idempotencyKey: "deadline-budget-0001" }) };
+    const children = async () => db()("vaults").where({ parent_vault_id: owner.vaultId });
+    const audited = async () => db()("audit_records").where({ action: "agent.budget.create", actor: `agent:${owner.agentPrincipalId}` });
+    await leftInThePool("vaultgate.budgets.v1.BudgetsService", "CreateBudget", () => budgets.createBudget(request, { timeoutMs: DEADLINE_MS }));
+    expect(await db()("budgets").where({ parent_vault_id: owner.vaultId })).to.have.length(0);
+    expect(await children()).to.have.length(0);
+    expect(await audited()).to.have.length(0);
+    expect(await db()("rate_limit_logs").where({ key: `budget-provisioning:${owner.vaultId}` })).to.have.length(0);
+    const first = (await budgets.createBudget(request)).budget!;
+    expect((await budgets.createBudget(request)).budget!.vaultId).to.equal(first.vaultId);
+    expect(await children()).to.have.length(1);
+    expect(await audited()).to.have.length(1);
   });
 
   it("FundTreasury: the treasury's balance and audit trail are unchanged", async () => {
