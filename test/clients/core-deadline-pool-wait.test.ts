@@ -1,6 +1,6 @@
 import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import { rpcDuration } from "../../core/observability/metrics.js";
@@ -11,9 +11,8 @@ import { balanceOf, budgetUnderRoot } from "../support/budget-life.js";
 import { budgetParams, createOwner, grantFor, payment } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
-import { holdPool } from "../support/db-holds.js";
+import { holdPool, leftInThePool as sharedLeftInThePool } from "../support/db-holds.js";
 import { countOf } from "../support/metrics.js";
-import { thrownBy } from "../support/refusals.js";
 import { bindTreasury } from "../support/treasury.js";
 
 /** The caller's deadline: it passes while the call still waits for a database connection. */
@@ -37,25 +36,7 @@ describe("a deadline that passes while a write waits for a database connection (
   const db = () => suite.stack.core.db;
   /** Calls of `Service/Method` core finished (with `code`, or any). */
   const finished = (service: string, method: string, code?: string) => countOf(rpcDuration, { service, method, ...(code ? { code } : {}) });
-  /** Runs `call` with the pool held until its deadline passed, then frees the pool and waits for core to finish it. */
-  async function leftInThePool(service: string, method: string, call: () => Promise<unknown>) {
-    const before = { finished: await finished(service, method), answered: await finished(service, method, "OK") };
-    const pool = await holdPool(db());
-    try {
-      const err = (await thrownBy(call)) as ConnectError;
-      expect(err, String(err)).to.be.instanceOf(ConnectError);
-      expect(Code[err.code], err.rawMessage).to.equal("DeadlineExceeded");
-      // Core's own deadline starts when the headers arrive, a moment after the client's: held this
-      // much longer, core's signal has aborted by the time the call gets a connection.
-      await new Promise((r) => setTimeout(r, DEADLINE_MS));
-    } finally {
-      await pool.release();
-    }
-    for (let i = 0; i < 1000 && (await finished(service, method)) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await finished(service, method), "core finished the call").to.equal(before.finished + 1);
-    // Refused, whether its own deadline or the client's reset of the stream reached it first.
-    expect(await finished(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
-  }
+  const leftInThePool = (service: string, method: string, call: () => Promise<unknown>) => sharedLeftInThePool(db(), DEADLINE_MS, service, method, call);
 
   it("FundVault: the vault's balance, ledger and audit trail are unchanged", async () => {
     const owner = await createOwner(suite.stack);

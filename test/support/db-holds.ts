@@ -1,4 +1,9 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { expect } from "chai";
 import type { Db } from "../../core/db/knex.js";
+import { rpcDuration } from "../../core/observability/metrics.js";
+import { countOf } from "./metrics.js";
+import { thrownBy } from "./refusals.js";
 
 /** A transaction kept open until `release`, once `setup` ran in it. */
 async function heldTransaction(db: Db, setup: (trx: Parameters<Parameters<Db["transaction"]>[0]>[0]) => Promise<unknown> = async () => {}) {
@@ -49,4 +54,30 @@ export async function holdAuditWrites(db: Db) {
       await held.release();
     },
   };
+}
+
+/** Calls of `service`/`method` core finished (with `code`, or any). */
+const finished = (service: string, method: string, code?: string) => countOf(rpcDuration, { service, method, ...(code ? { code } : {}) });
+
+/**
+ * Runs `call` (with a deadline of `deadlineMs`) while `db`'s pool is held, frees the pool once the
+ * deadline passed, and checks the caller got DEADLINE_EXCEEDED and core finished the call without OK.
+ */
+export async function leftInThePool(db: Db, deadlineMs: number, service: string, method: string, call: () => Promise<unknown>) {
+  const before = { finished: await finished(service, method), answered: await finished(service, method, "OK") };
+  const pool = await holdPool(db);
+  try {
+    const err = (await thrownBy(call)) as ConnectError;
+    expect(err, String(err)).to.be.instanceOf(ConnectError);
+    expect(Code[err.code], err.rawMessage).to.equal("DeadlineExceeded");
+    // Core's own deadline starts when the headers arrive, a moment after the client's: held this
+    // much longer, core's signal has aborted by the time the call gets a connection.
+    await new Promise((r) => setTimeout(r, deadlineMs));
+  } finally {
+    await pool.release();
+  }
+  for (let i = 0; i < 1000 && (await finished(service, method)) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
+  expect(await finished(service, method), "core finished the call").to.equal(before.finished + 1);
+  // Refused, whether its own deadline or the client's reset of the stream reached it first.
+  expect(await finished(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
 }
