@@ -3,6 +3,7 @@ import { ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { ApproveAuthorizationRequest, CheckAuthorizationRequest, ExchangeCodeRequest } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { ErrorDetailSchema, Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
 import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
@@ -175,7 +176,7 @@ export async function approveAuthorization(deps: ApproveAuthorizationDeps, req: 
   if (r.stepUpRequired && !r.stepUpFresh) fail(Reason.ACCESS_DENIED, "step-up is required to approve these scopes", verified);
   const code = `vgc_${randomBase64url(32)}`;
   const now = deps.clock();
-  await deps.db.transaction(async (trx) => {
+  await callerTransaction(deps.db, ctx.signal, "before the consent was recorded", async (trx) => {
     // A metadata-document client gets (or refreshes) its row: codes and grants refer to it.
     if (r.client.metadataDocument) await deps.clients.upsertDocumentClient(trx, r.client);
     // A budget closed or declined since the check above: refused like the page's own choice.

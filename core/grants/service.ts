@@ -167,7 +167,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     approveAuthorization: (req, ctx) => approveAuthorization(authorization, req, ctx),
     exchangeCode: (req, ctx) => exchangeCode(tokens, req, ctx),
 
-    verifyAgentToken: (req) => verifyAgentToken(tokens, req),
+    verifyAgentToken: (req, ctx) => verifyAgentToken(tokens, req, ctx),
     supersedeGrant: (req, ctx) => supersedeGrant(tokens, req, ctx),
     revokeAllGrants: (req, ctx) => revokeAllGrants({ ...tokens, notice: { outbox, users } }, req, ctx),
     refreshGrant: (req, ctx) => refreshGrant(tokens, req, ctx),

@@ -10,6 +10,7 @@ import type {
 } from "../../gen/vaultgate/grants/v1/grants_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
 import { callFacts, kOperator } from "../context.js";
@@ -84,18 +85,21 @@ export interface RevokeTokenDeps extends AuditDeps {
   grants: GrantsStore;
 }
 
-/** Verifies an agent token and reads its grant afresh, on every call. */
-async function activeGrant(deps: AgentGrantDeps, accessToken: string): Promise<GrantWithUser> {
+/**
+ * Verifies an agent token and reads its grant afresh, on every call. With the caller's `signal`, a
+ * caller who left while the read was queued is dropped; a revocation passes none, so it always goes on.
+ */
+async function activeGrant(deps: AgentGrantDeps, accessToken: string, signal?: AbortSignal): Promise<GrantWithUser> {
   const claims = accessToken ? await deps.verifier.verify(accessToken) : undefined;
   if (!claims) fail(Reason.INVALID_TOKEN, "the access token is missing, invalid or expired");
-  const grant = await deps.grants.findGrantWithUser(claims.jti);
+  const grant = await deps.grants.findGrantWithUser(claims.jti, signal);
   assertGrantUsable(grant, deps.clock());
   return grant;
 }
 
 /** GrantsService.VerifyAgentToken: the grant behind an agent token, if it may still act. */
-export async function verifyAgentToken(deps: AgentGrantDeps, req: VerifyAgentTokenRequest) {
-  const g = await activeGrant(deps, req.accessToken);
+export async function verifyAgentToken(deps: AgentGrantDeps, req: VerifyAgentTokenRequest, ctx: Pick<HandlerContext, "signal">) {
+  const g = await activeGrant(deps, req.accessToken, ctx.signal);
   return {
     grant: {
       grantId: g.id,
@@ -112,7 +116,7 @@ export async function verifyAgentToken(deps: AgentGrantDeps, req: VerifyAgentTok
 
 /** GrantsService.SupersedeGrant: the agent trades its grant for one of the same or narrower scope. */
 export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaults: GrantVaultsStore }, req: SupersedeGrantRequest, ctx: HandlerContext) {
-  const current = await activeGrant(deps, req.accessToken);
+  const current = await activeGrant(deps, req.accessToken, ctx.signal);
   const wanted = parseScope(req.scope);
   if (!wanted) fail(Reason.INVALID_SCOPE, "scope is malformed");
   const scopes = wanted.length === 0 ? current.scopes : wanted;
@@ -120,7 +124,7 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaul
   if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
   // A lineage issued without a refresh token (its client did not register one) stays without.
   const refresh = current.refreshHash === null ? NO_REFRESH : randomRefresh();
-  const next = await deps.db.transaction(async (trx) => {
+  const next = await callerTransaction(deps.db, ctx.signal, "before the grant was superseded", async (trx) => {
     // A closed or declined budget's vault gets no new grant; its budget row is locked first, as a refresh does.
     const dead = await deadBudgetVault(deps.vaults, trx, current.vaultId);
     if (dead) fail(Reason.INVALID_TARGET, dead);
@@ -297,7 +301,7 @@ export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, c
   if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
   const now = deps.clock();
   const refresh = firstRefresh(client);
-  const g = await deps.db.transaction(async (trx) => {
+  const g = await callerTransaction(deps.db, ctx.signal, "before the grant was issued", async (trx) => {
     const vaultId = req.vaultId.toLowerCase();
     const dead = await deadBudgetVault(deps.vaults, trx, vaultId);
     if (dead) fail(Reason.INVALID_TARGET, dead);

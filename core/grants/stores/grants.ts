@@ -144,18 +144,18 @@ export function createGrantsStore(db: Db) {
     ["text", (i) => i.audit.clientAddress],
   ]);
   const tokenBatches = { maxBatch: TOKEN_MAX_BATCH, maxInFlight: TOKEN_MAX_IN_FLIGHT, signalOf: (i: { signal?: AbortSignal }) => i.signal };
-  const grantWithUser = createGroupCommit<string, GrantWithUser | undefined>(
-    async (ids) => {
+  const grantWithUser = createGroupCommit<{ id: string; signal?: AbortSignal }, GrantWithUser | undefined>(
+    async (items) => {
       const { rows } = await db.raw(`SELECT g.*, u.status AS user_status FROM grants g JOIN users u ON u.id = g.user_id WHERE g.id = ANY(?::uuid[])`, [
-        pgArray(ids),
+        pgArray(items.map((i) => i.id)),
       ]);
       const byId = new Map((rows as Record<string, unknown>[]).map((r) => [String(r.id), r]));
-      return ids.map((id) => {
+      return items.map(({ id }) => {
         const r = byId.get(id);
         return r ? { ...toGrant(r), userActive: r.user_status === "active" } : undefined;
       });
     },
-    { maxBatch: 256, maxInFlight: 2, name: "grant_with_user" },
+    { maxBatch: 256, maxInFlight: 2, name: "grant_with_user", signalOf: (i) => i.signal },
   );
   const exchangeFast = createGroupCommit<Exchange, GrantRecord | undefined>(async (items) => byGrantId(items, await exchangeBatch(db, items)), {
     ...tokenBatches,
@@ -198,11 +198,12 @@ export function createGrantsStore(db: Db) {
     },
 
     /**
-     * The grant with its user's status, for verification, read afresh for every call:
-     * concurrent calls share one statement (group commit), whose read starts after each
-     * of its calls arrived. Each caller gets its own record. A non-UUID id names no grant.
+     * The grant with its user's status, read afresh for every call in one group-committed statement
+     * begun after each of its calls arrived; a non-UUID id names no grant. An abort of `signal`
+     * (ctx.signal) before a batch takes the read withdraws it (DeadlineExceeded), as for exchangeCodeFast.
      */
-    findGrantWithUser: (id: string): Promise<GrantWithUser | undefined> => (UUID.test(id) ? grantWithUser(id.toLowerCase()) : Promise.resolve(undefined)),
+    findGrantWithUser: (id: string, signal?: AbortSignal): Promise<GrantWithUser | undefined> =>
+      UUID.test(id) ? grantWithUser({ id: id.toLowerCase(), signal }) : Promise.resolve(undefined),
 
     async lockGrant(trx: Knex.Transaction, id: string): Promise<GrantRecord | undefined> {
       const row = await trx("grants").where({ id }).forUpdate().first();

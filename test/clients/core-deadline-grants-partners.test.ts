@@ -1,0 +1,129 @@
+import { Code, type ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { expect } from "chai";
+import { groupCommitBatchSize, rpcDuration } from "../../core/observability/metrics.js";
+import { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { pkce } from "../support/agent-oauth.js";
+import { createOwner, grantFor, ownerSession } from "../support/budgets.js";
+import { grpcCoreSuite } from "../support/grpc-core.js";
+import { holdPool, leftInThePool } from "../support/db-holds.js";
+import { countOf } from "../support/metrics.js";
+import { thrownBy } from "../support/refusals.js";
+
+/** The caller's deadline: it passes while the call still waits for a database connection. */
+const DEADLINE_MS = 300;
+const REDIRECT = "http://127.0.0.1:9/callback";
+const GRANTS = "vaultgate.grants.v1.GrantsService";
+
+/**
+ * Grant and partner writes that create or grant something: a call whose deadline passes while it waits
+ * for a database connection is answered DEADLINE_EXCEEDED and, once a connection frees up, writes
+ * nothing (no row, no audit row); the same call with time to run then succeeds once.
+ */
+describe("a deadline that passes while a grant or partner write waits for a database connection (core on its real port)", function () {
+  this.timeout(120_000);
+  const suite = grpcCoreSuite({ scrypt: { N: 1024, r: 8, p: 1 } });
+
+  const operator: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${suite.stack.adminToken}`);
+    return next(req);
+  };
+  const transport = (interceptors: Interceptor[] = []) => createGrpcTransport({ baseUrl: suite.core.server.url, interceptors });
+  const grants = () => createClient(GrantsService, transport());
+  const db = () => suite.stack.core.db;
+  const left = (service: string, method: string, call: () => Promise<unknown>) => leftInThePool(db(), DEADLINE_MS, service, method, call);
+  const count = async (table: string, where: Record<string, unknown>) => (await db()(table).where(where)).length;
+  const audits = (action: string, subject?: string) => count("audit_records", { action, ...(subject === undefined ? {} : { subject }) });
+  const deadline = { timeoutMs: DEADLINE_MS };
+
+  it("IssueGrant: no grant, no principal, no audit row; then one grant", async () => {
+    const owner = await createOwner(suite.stack);
+    const issue = (options = {}) =>
+      createClient(GrantsService, transport([operator])).issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] }, options);
+    const before = { audits: await audits("grant.issue"), principals: await count("agent_principals", { user_id: owner.userId }) };
+    await left(GRANTS, "IssueGrant", () => issue(deadline));
+    expect(await count("grants", { user_id: owner.userId })).to.equal(0);
+    expect(await count("agent_principals", { user_id: owner.userId })).to.equal(before.principals);
+    expect(await audits("grant.issue")).to.equal(before.audits);
+    await issue();
+    expect(await count("grants", { user_id: owner.userId })).to.equal(1);
+    expect(await audits("grant.issue")).to.equal(before.audits + 1);
+  });
+
+  it("SupersedeGrant: the grant stays active, no successor, no audit row; then one successor", async () => {
+    const owner = await createOwner(suite.stack);
+    const accessToken = await grantFor(suite.stack, owner);
+    const supersede = (options = {}) => grants().supersedeGrant({ accessToken, scope: "accounts:read" }, options);
+    const issued = () => audits("agent.grant.issue");
+    const before = await issued();
+    await left(GRANTS, "SupersedeGrant", () => supersede(deadline));
+    expect((await db()("grants").where({ user_id: owner.userId })).map((g) => g.state)).to.deep.equal(["active"]);
+    expect(await issued()).to.equal(before);
+    await supersede();
+    expect(await count("grants", { user_id: owner.userId, state: "active" })).to.equal(1);
+    expect(await count("grants", { user_id: owner.userId, state: "superseded" })).to.equal(1);
+    expect(await issued()).to.equal(before + 1);
+  });
+
+  it("ApproveAuthorization (the consent): no code, no audit row; then one code", async () => {
+    const owner = await createOwner(suite.stack);
+    const { client, clientSecret } = await grants().registerClient({
+      clientName: "Deadline agent",
+      redirectUris: [REDIRECT],
+      grantTypes: ["authorization_code", "refresh_token"],
+      responseTypes: ["code"],
+      tokenEndpointAuthMethod: "client_secret_post",
+      scope: "accounts:read",
+    });
+    expect(clientSecret).to.not.equal("");
+    const sessionToken = await ownerSession(suite.stack, owner.userId);
+    const request = {
+      clientId: client!.clientId,
+      redirectUri: REDIRECT,
+      scope: "accounts:read",
+      resources: [`urn:vaultgate:vault:${owner.vaultId}`],
+      codeChallenge: pkce().challenge,
+      codeChallengeMethod: "S256",
+    };
+    const approve = (options = {}) => grants().approveAuthorization({ request, sessionToken }, options);
+    await left(GRANTS, "ApproveAuthorization", () => approve(deadline));
+    expect(await count("authorization_codes", { user_id: owner.userId })).to.equal(0);
+    expect(await audits("oauth.consent", client!.clientId)).to.equal(0);
+    await approve();
+    expect(await count("authorization_codes", { user_id: owner.userId })).to.equal(1);
+    expect(await audits("oauth.consent", client!.clientId)).to.equal(1);
+  });
+
+  it("VerifyAgentToken: a verify whose deadline passes in the grant_with_user queue leaves it at once; the others are answered", async () => {
+    const owners = [await createOwner(suite.stack), await createOwner(suite.stack), await createOwner(suite.stack)];
+    const tokens = await Promise.all(owners.map((o) => grantFor(suite.stack, o)));
+    const verify = (n: number, options = {}) => grants().verifyAgentToken({ accessToken: tokens[n]! }, options);
+    const batches = () => countOf(groupCommitBatchSize, { batcher: "grant_with_user" });
+    const finished = () => countOf(rpcDuration, { service: GRANTS, method: "VerifyAgentToken" });
+    const until = async (what: string, done: () => Promise<boolean>) => {
+      for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await done(), what).to.equal(true);
+    };
+    // Each answered once first: the key states are then fresh, so a verify's one read is its grant's.
+    for (const n of [0, 1, 2]) await verify(n);
+    // With every connection held, the queue's two batches wait for one; a third verify waits behind them.
+    const pool = await holdPool(db());
+    let patient: Promise<{ grant?: { userId: string } }[]>;
+    try {
+      const before = await batches();
+      const first = verify(0);
+      await until("the first batch is taken", async () => (await batches()) >= before + 1);
+      const second = verify(1);
+      await until("the second batch is taken", async () => (await batches()) >= before + 2);
+      patient = Promise.all([first, second]);
+      const finishedBefore = await finished();
+      const err = (await thrownBy(verify(2, deadline))) as ConnectError;
+      expect(Code[err.code], err.rawMessage).to.equal("DeadlineExceeded");
+      await until("core answered the late verify from its queue", async () => (await finished()) === finishedBefore + 1);
+      expect(await batches(), "no batch took the late verify").to.equal(before + 2);
+    } finally {
+      await pool.release();
+    }
+    expect((await patient).map((a) => a.grant?.userId)).to.deep.equal([owners[0]!.userId, owners[1]!.userId]);
+  });
+});
