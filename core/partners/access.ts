@@ -176,6 +176,8 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
       try {
         return await work();
       } catch (err) {
+        // A caller who left while it waited (for a connection, say) was refused nothing: no record.
+        if (leftWhileWaiting(ctx.signal, err)) throw err;
         const reason = errorDetailOf(err)?.reason;
         // Without a reason (a bug), or when the database is the problem, there is nothing to record.
         if (reason === undefined || reason === Reason.AUDIT_UNAVAILABLE || reason === Reason.UNAVAILABLE) throw err;

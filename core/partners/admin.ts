@@ -28,6 +28,7 @@ import {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { callerTransaction } from "../deadlines.js";
 import { UUID } from "../../lib/uuid.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
 import { checkHttpsUrl } from "./resources-wire.js";
@@ -114,7 +115,7 @@ export async function createPartner(
       updatedAt: now,
     };
     // A client_id collision (8 random hex chars) is retried with a fresh suffix.
-    const inserted = await adminChange(deps, ctx, "partner.create", record.clientId, async (trx) => (await deps.store.insert(trx, record)).inserted);
+    const inserted = await adminChange(deps, ctx, "creates", "partner.create", record.clientId, async (trx) => (await deps.store.insert(trx, record)).inserted);
     if (inserted) return { partner: toProto(record), clientSecret };
   }
   return fail(Reason.INTERNAL, "could not allocate a client id");
@@ -129,7 +130,7 @@ export async function rotateSecret(
   const clientSecret = generateClientSecret();
   const secretHash = await deps.secrets.hash(clientSecret, undefined, ctx.signal);
   // Replaces the hash at once; client_id and status unchanged.
-  await adminChange(deps, ctx, "partner.rotate_secret", req.clientId, async (trx) => {
+  await adminChange(deps, ctx, "may-end", "partner.rotate_secret", req.clientId, async (trx) => {
     const locked = await deps.store.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
     return deps.store.update(trx, req.clientId, { secretHash }, deps.clock());
@@ -145,7 +146,9 @@ export async function setPartnerStatus(
 ): Promise<MessageInitShape<typeof SetPartnerStatusResponseSchema>> {
   const status = statusName[req.status];
   if (!status) fail(Reason.INVALID_REQUEST, "status is required");
-  const partner = await adminChange(deps, ctx, `partner.set_status.${status}`, req.clientId, async (trx) => {
+  // Only an activation grants: a suspension or parking goes on whether or not its caller still waits.
+  const kind = status === "active" ? "creates" : "may-end";
+  const partner = await adminChange(deps, ctx, kind, `partner.set_status.${status}`, req.clientId, async (trx) => {
     const locked = await deps.store.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
     return (await deps.store.update(trx, req.clientId, { status }, deps.clock()))!;
@@ -161,7 +164,7 @@ export async function setEntitlements(
 ): Promise<MessageInitShape<typeof SetEntitlementsResponseSchema>> {
   const entitlements = [...new Set(req.entitlements)];
   checkEntitlements(entitlements);
-  const partner = await adminChange(deps, ctx, "partner.set_entitlements", req.clientId, async (trx) => {
+  const partner = await adminChange(deps, ctx, "may-end", "partner.set_entitlements", req.clientId, async (trx) => {
     const locked = await deps.store.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
     return (await deps.store.update(trx, req.clientId, { entitlements }, deps.clock()))!;
@@ -177,7 +180,7 @@ export async function createUser(
 ): Promise<MessageInitShape<typeof CreateUserResponseSchema>> {
   const email = canonicalEmail(req.email);
   if (!email) fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
-  const ids = await deps.db.transaction(async (trx) => {
+  const ids = await callerTransaction(deps.db, ctx.signal, "before the user was created", async (trx) => {
     const result = await ensureUserAccount(trx, deps.users, email, deps.clock());
     await deps.audit.append(trx, {
       ...callFacts(ctx),

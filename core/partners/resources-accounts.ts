@@ -125,7 +125,7 @@ export async function addWallet(deps: AddWalletDeps, req: AddWalletRequest, ctx:
   const evm = /^0x[0-9a-fA-F]{40}$/;
   const solana = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
   if (!(req.chain === "sol" ? solana : evm).test(req.address)) fail(Reason.INVALID_REQUEST, `address is not a ${req.chain} public address`);
-  const wallets = await adminChange(deps, ctx, "user.add_wallet", req.userId, async (trx) => {
+  const wallets = await adminChange(deps, ctx, "creates", "user.add_wallet", req.userId, async (trx) => {
     await lockUser(deps, trx, req.userId);
     await deps.resources.addWallet(trx, req.userId, req.chain, req.address, deps.clock());
     return deps.resources.listWallets(trx, req.userId);
@@ -139,7 +139,7 @@ export async function provisionUsAccount(
   req: ProvisionUsAccountRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ProvisionUsAccountResponseSchema>> {
-  const account = await adminChange(deps, ctx, "user.provision_us_account", req.userId, async (trx) => {
+  const account = await adminChange(deps, ctx, "creates", "user.provision_us_account", req.userId, async (trx) => {
     await lockUser(deps, trx, req.userId);
     const user = await deps.users.findById(trx, req.userId);
     await deps.resources.insertUsAccount(
@@ -172,7 +172,7 @@ export async function recordLedgerEntry(
   if (!isCurrencyCode(currency)) fail(Reason.INVALID_REQUEST, "currency must be an ISO 4217 code");
   const status = req.status || "settled";
   if (!["pending", "settled", "failed"].includes(status)) fail(Reason.INVALID_REQUEST, "status must be pending, settled or failed");
-  const entry = await adminChange(deps, ctx, "ledger.record", req.userId, async (trx) => {
+  const entry = await adminChange(deps, ctx, "creates", "ledger.record", req.userId, async (trx) => {
     const user = await lockUser(deps, trx, req.userId);
     const now = deps.clock();
     const e = await insertTransferEntry(trx, {

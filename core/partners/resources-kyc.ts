@@ -112,7 +112,7 @@ export async function setKycStatus(
   if (!(KYC_STATUSES as readonly string[]).includes(req.status)) fail(Reason.INVALID_REQUEST, `status must be one of ${KYC_STATUSES.join(", ")}`);
   if (req.provider && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(req.provider))
     fail(Reason.INVALID_REQUEST, "provider must be 1-64 lower-case letters, digits, '-' or '_'");
-  const kyc = await adminChange(deps, ctx, "user.set_kyc", req.userId, async (trx) => {
+  const kyc = await adminChange(deps, ctx, "may-end", "user.set_kyc", req.userId, async (trx) => {
     // The id as stored (lower case), whatever case the operator typed: partners match events on it.
     const user = await lockUser(deps, trx, req.userId);
     const userId = user.id;

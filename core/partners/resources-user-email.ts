@@ -26,7 +26,7 @@ export async function setUserEmail(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof SetUserEmailResponseSchema>> {
   const email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
-  return adminChange(deps, ctx, "user.set_email", req.userId, async (trx) => {
+  return adminChange(deps, ctx, "may-end", "user.set_email", req.userId, async (trx) => {
     const { id } = await lockUser(deps, trx, req.userId);
     const changed = await deps.users.setEmail(trx, id, email, storedEmailSpellings(email));
     if (changed === "taken") fail(Reason.INVALID_REQUEST, "another user already has this e-mail address");

@@ -19,6 +19,7 @@ import type {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
+import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { UsersStore } from "../identity/users-store.js";
@@ -97,7 +98,7 @@ export async function preCreateUser(
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
     const email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
-    return deps.db.transaction(async (trx) => {
+    return callerTransaction(deps.db, ctx.signal, "before the user was created", async (trx) => {
       // A suspension that committed after the access check is seen here, or waits for this commit.
       if ((await deps.partners.holdStatus(trx, principal.partnerId)) !== "active") fail(Reason.PARTNER_INACTIVE, "the partner is not active");
       const now = deps.clock();
@@ -128,7 +129,8 @@ export async function setUserStatus(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof SetUserStatusResponseSchema>> {
   if (!(USER_STATUSES as readonly string[]).includes(req.status)) fail(Reason.INVALID_REQUEST, `status must be one of ${USER_STATUSES.join(", ")}`);
-  await adminChange(deps, ctx, `user.set_status.${req.status}`, req.userId, async (trx) => {
+  // Only an activation grants: a deactivation goes on whether or not its caller still waits.
+  await adminChange(deps, ctx, req.status === "active" ? "creates" : "may-end", `user.set_status.${req.status}`, req.userId, async (trx) => {
     const { id } = await lockUser(deps, trx, req.userId);
     await deps.users.setUserStatus(trx, id, req.status as "active" | "inactive");
     if (req.status !== "inactive") return;
@@ -149,7 +151,7 @@ export async function grantConsent(
 ): Promise<MessageInitShape<typeof GrantConsentResponseSchema>> {
   const wanted = req.scopes ? [...new Set(req.scopes.scopes)] : [...CONSENT_SCOPES];
   checkConsentScopes(wanted);
-  const scopes = await adminChange(deps, ctx, "consent.grant", `${req.clientId}:${req.userId}`, async (trx) => {
+  const scopes = await adminChange(deps, ctx, "creates", "consent.grant", `${req.clientId}:${req.userId}`, async (trx) => {
     const partner = await deps.partners.findByClientId(req.clientId, trx);
     if (!partner) fail(Reason.NOT_FOUND, "no such partner");
     await lockUser(deps, trx, req.userId);
@@ -169,7 +171,7 @@ export async function revokeConsent(
 ): Promise<MessageInitShape<typeof RevokeConsentResponseSchema>> {
   const removed = req.scopes ? [...new Set(req.scopes.scopes)] : [...CONSENT_SCOPES];
   checkConsentScopes(removed);
-  const scopes = await adminChange(deps, ctx, "consent.revoke", `${req.clientId}:${req.userId}`, async (trx) => {
+  const scopes = await adminChange(deps, ctx, "may-end", "consent.revoke", `${req.clientId}:${req.userId}`, async (trx) => {
     const partner = await deps.partners.findByClientId(req.clientId, trx);
     if (!partner) fail(Reason.NOT_FOUND, "no such partner");
     await lockUser(deps, trx, req.userId);

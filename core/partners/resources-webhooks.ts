@@ -65,7 +65,7 @@ export async function setWebhook(
     fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in padded base64");
   }
   if (!secret) secret = generateWebhookSecret();
-  const previous = await adminChange(deps, ctx, "partner.set_webhook", req.clientId, async (trx) => {
+  const previous = await adminChange(deps, ctx, "may-end", "partner.set_webhook", req.clientId, async (trx) => {
     const locked = await deps.partners.lockByClientId(trx, req.clientId);
     if (!locked) fail(Reason.NOT_FOUND, "no such partner");
     const before = await deps.outbox.webhookSecrets(trx, req.clientId);

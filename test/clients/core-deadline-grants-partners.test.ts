@@ -1,19 +1,27 @@
+import { randomBytes } from "node:crypto";
 import { Code, type ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { expect } from "chai";
 import { groupCommitBatchSize, rpcDuration } from "../../core/observability/metrics.js";
 import { GrantsService } from "../../gen/vaultgate/grants/v1/grants_pb.js";
+import { PartnersService, PartnerStatus } from "../../gen/vaultgate/partners/v1/partners_pb.js";
+import { PartnerResourcesService } from "../../gen/vaultgate/partners/v1/resources_pb.js";
 import { pkce } from "../support/agent-oauth.js";
 import { createOwner, grantFor, ownerSession } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
+import { createPartner } from "../support/partners.js";
+import { createUserFor } from "../support/resources.js";
 import { holdPool, leftInThePool } from "../support/db-holds.js";
 import { countOf } from "../support/metrics.js";
 import { thrownBy } from "../support/refusals.js";
+import { uniqueSlug } from "../support/stack.js";
 
 /** The caller's deadline: it passes while the call still waits for a database connection. */
 const DEADLINE_MS = 300;
 const REDIRECT = "http://127.0.0.1:9/callback";
 const GRANTS = "vaultgate.grants.v1.GrantsService";
+const PARTNERS = "vaultgate.partners.v1.PartnersService";
+const RESOURCES = "vaultgate.partners.v1.PartnerResourcesService";
 
 /**
  * Grant and partner writes that create or grant something: a call whose deadline passes while it waits
@@ -30,6 +38,8 @@ describe("a deadline that passes while a grant or partner write waits for a data
   };
   const transport = (interceptors: Interceptor[] = []) => createGrpcTransport({ baseUrl: suite.core.server.url, interceptors });
   const grants = () => createClient(GrantsService, transport());
+  const partners = () => createClient(PartnersService, transport([operator]));
+  const resources = (asOperator = true) => createClient(PartnerResourcesService, transport(asOperator ? [operator] : []));
   const db = () => suite.stack.core.db;
   const left = (service: string, method: string, call: () => Promise<unknown>) => leftInThePool(db(), DEADLINE_MS, service, method, call);
   const count = async (table: string, where: Record<string, unknown>) => (await db()(table).where(where)).length;
@@ -125,5 +135,167 @@ describe("a deadline that passes while a grant or partner write waits for a data
       await pool.release();
     }
     expect((await patient).map((a) => a.grant?.userId)).to.deep.equal([owners[0]!.userId, owners[1]!.userId]);
+  });
+
+  it("CreateUser: no user, no vault, no audit row; then one user", async () => {
+    const email = `dl-${randomBytes(6).toString("hex")}@example.test`;
+    const create = (options = {}) => partners().createUser({ email }, options);
+    const before = await audits("user.create");
+    await left(PARTNERS, "CreateUser", () => create(deadline));
+    expect(await count("users", { email })).to.equal(0);
+    expect(await audits("user.create")).to.equal(before);
+    const { userId, vaultId } = await create();
+    expect(await count("users", { email })).to.equal(1);
+    expect(await count("vaults", { id: vaultId })).to.equal(1);
+    expect(await audits("user.create", userId)).to.equal(1);
+  });
+
+  it("PreCreateUser (a partner): no user, no receipt, no audit row (not even a refusal); then one user", async () => {
+    const partner = await createPartner(suite.stack);
+    const { accessToken } = await suite.stack.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
+    const email = `dl-${randomBytes(6).toString("hex")}@example.test`;
+    const create = (options = {}) => resources(false).preCreateUser({ accessToken, email }, options);
+    const audited = () => count("audit_records", { actor: `partner:${partner.clientId}`, action: "partner.users.create" });
+    // Key states fresh (reread each second): the access checks' batch is then the call's first wait,
+    // and it is taken at once, so the call reaches its transaction once the pool is free.
+    await resources(false).authorizePartner({ accessToken });
+    await left(RESOURCES, "PreCreateUser", () => create(deadline));
+    expect(await count("users", { email })).to.equal(0);
+    expect(await count("partner_users", { partner_id: partner.partnerId })).to.equal(0);
+    expect(await audited(), "neither a success nor a failure is recorded").to.equal(0);
+    expect(await create()).to.include({ created: true });
+    expect(await count("users", { email })).to.equal(1);
+    expect(await count("partner_users", { partner_id: partner.partnerId })).to.equal(1);
+    expect(await audited()).to.equal(1);
+  });
+
+  /** An operator change that creates or grants: `written` counts its rows and audit rows. */
+  interface Change {
+    title: string;
+    service: string;
+    method: string;
+    setup: () => Promise<{ call: (options: object) => Promise<unknown>; written: () => Promise<{ rows: number; audits: number }> }>;
+  }
+  const changes: Change[] = [
+    {
+      title: "CreatePartner: no partner",
+      service: PARTNERS,
+      method: "CreatePartner",
+      setup: async () => {
+        const slug = uniqueSlug();
+        const call = (options: object) => partners().createPartner({ name: `Deadline ${slug}`, slug }, options);
+        return {
+          call,
+          written: async () => ({
+            rows: await count("partners", { slug }),
+            audits: (await db()("audit_records").where({ action: "partner.create" }).whereLike("subject", `gpc_${slug}_%`)).length,
+          }),
+        };
+      },
+    },
+    {
+      title: "GrantConsent: no consent",
+      service: RESOURCES,
+      method: "GrantConsent",
+      setup: async () => {
+        const partner = await createPartner(suite.stack);
+        const { userId } = await createUserFor(suite.stack);
+        const call = (options: object) => resources().grantConsent({ clientId: partner.clientId, userId, scopes: { scopes: ["kyc:read"] } }, options);
+        return {
+          call,
+          written: async () => ({
+            rows: await count("consents", { partner_id: partner.partnerId }),
+            audits: await audits("consent.grant", `${partner.clientId}:${userId}`),
+          }),
+        };
+      },
+    },
+    {
+      title: "AddWallet: no wallet",
+      service: RESOURCES,
+      method: "AddWallet",
+      setup: async () => {
+        const { userId } = await createUserFor(suite.stack);
+        const call = (options: object) => resources().addWallet({ userId, chain: "eth", address: `0x${randomBytes(20).toString("hex")}` }, options);
+        return { call, written: async () => ({ rows: await count("user_wallets", { user_id: userId }), audits: await audits("user.add_wallet", userId) }) };
+      },
+    },
+    {
+      title: "ProvisionUsAccount: no account",
+      service: RESOURCES,
+      method: "ProvisionUsAccount",
+      setup: async () => {
+        const { userId } = await createUserFor(suite.stack);
+        const call = (options: object) => resources().provisionUsAccount({ userId }, options);
+        return {
+          call,
+          written: async () => ({ rows: await count("us_accounts", { user_id: userId }), audits: await audits("user.provision_us_account", userId) }),
+        };
+      },
+    },
+    {
+      title: "RecordLedgerEntry: no entry",
+      service: RESOURCES,
+      method: "RecordLedgerEntry",
+      setup: async () => {
+        const { userId } = await createUserFor(suite.stack);
+        const call = (options: object) => resources().recordLedgerEntry({ userId, direction: "credit", amountCents: 500n }, options);
+        return { call, written: async () => ({ rows: await count("ledger_entries", { user_id: userId }), audits: await audits("ledger.record", userId) }) };
+      },
+    },
+    {
+      title: "SetUserStatus active (a reactivation): the user stays inactive",
+      service: RESOURCES,
+      method: "SetUserStatus",
+      setup: async () => {
+        const { userId } = await createUserFor(suite.stack);
+        await suite.stack.admin.partnerResources.setUserStatus({ userId, status: "inactive" });
+        const call = (options: object) => resources().setUserStatus({ userId, status: "active" }, options);
+        return {
+          call,
+          written: async () => ({ rows: await count("users", { id: userId, status: "active" }), audits: await audits("user.set_status.active", userId) }),
+        };
+      },
+    },
+    {
+      title: "SetPartnerStatus active (an activation): the partner stays pending",
+      service: PARTNERS,
+      method: "SetPartnerStatus",
+      setup: async () => {
+        const { partnerId, clientId } = await createPartner(suite.stack, { status: "pending" });
+        const call = (options: object) => partners().setPartnerStatus({ clientId, status: PartnerStatus.ACTIVE }, options);
+        return {
+          call,
+          written: async () => ({
+            rows: await count("partners", { id: partnerId, status: "active" }),
+            audits: await audits("partner.set_status.active", clientId),
+          }),
+        };
+      },
+    },
+  ];
+  for (const c of changes) {
+    it(`${c.title}, no audit row; then done once`, async () => {
+      const { call, written } = await c.setup();
+      await left(c.service, c.method, () => call(deadline));
+      expect(await written()).to.deep.equal({ rows: 0, audits: 0 });
+      await call({});
+      expect(await written()).to.deep.equal({ rows: 1, audits: 1 });
+    });
+  }
+
+  it("SetPartnerStatus suspended (it ends access): done though its caller left while it waited", async () => {
+    const { partnerId, clientId } = await createPartner(suite.stack);
+    const pool = await holdPool(db());
+    try {
+      await thrownBy(partners().setPartnerStatus({ clientId, status: PartnerStatus.SUSPENDED }, deadline));
+      await new Promise((r) => setTimeout(r, DEADLINE_MS));
+    } finally {
+      await pool.release();
+    }
+    const suspended = async () => (await db()("partners").where({ id: partnerId }).first()).status === "suspended";
+    for (let i = 0; i < 1000 && !(await suspended()); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await suspended(), "the suspension went on").to.equal(true);
+    expect(await audits("partner.set_status.suspended", clientId)).to.equal(1);
   });
 });
