@@ -53,3 +53,14 @@ export function callerTransaction<T>(db: Knex, signal: AbortSignal, where: strin
 
 /** True when `err` is the caller's own departure (its signal aborted, no domain refusal): nothing to audit or remap. */
 export const leftWhileWaiting = (signal: AbortSignal, err: unknown): boolean => signal.aborted && errorDetailOf(err) === undefined;
+
+/**
+ * A change's kind for a caller who left while it waited: "creates" (it creates or grants something)
+ * writes nothing then; "may-end" (it may end or narrow access) always goes on.
+ */
+export type ChangeKind = "creates" | "may-end";
+
+/** db.transaction for a change of `kind`: callerTransaction for "creates", a plain one for "may-end". */
+export function changeTransaction<T>(db: Knex, signal: AbortSignal, kind: ChangeKind, where: string, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  return kind === "creates" ? callerTransaction(db, signal, where, work) : db.transaction(work);
+}

@@ -5,7 +5,7 @@ import type { Knex } from "knex";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { callFacts } from "../context.js";
-import { callerTransaction } from "../deadlines.js";
+import { changeTransaction, type ChangeKind } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { UsersStore } from "../identity/users-store.js";
@@ -32,12 +32,6 @@ export interface EmitDeps {
   clock: () => Date;
 }
 
-/**
- * "creates": the change creates or grants something, and is dropped (nothing written) for a caller who
- * left while it waited for a connection. "may-end": it may end or narrow access, so it always goes on.
- */
-export type ChangeKind = "creates" | "may-end";
-
 /** Admin mutation in one transaction with its audit row. */
 export async function adminChange<T>(
   deps: AdminChangeDeps,
@@ -52,7 +46,7 @@ export async function adminChange<T>(
     await deps.audit.append(trx, { ...callFacts(ctx), actor: "admin", action, outcome: "success", subject, at: deps.clock() });
     return result;
   };
-  return kind === "creates" ? callerTransaction(deps.db, ctx.signal, `before ${action} began`, change) : deps.db.transaction(change);
+  return changeTransaction(deps.db, ctx.signal, kind, `before ${action} began`, change);
 }
 
 /** A user held by lockUser until the transaction ends: the status read cannot change under it. */

@@ -12,7 +12,7 @@ import type {
   SetTreasuryStatusResponseSchema,
 } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { fail } from "../errors.js";
-import { callerTransaction } from "../deadlines.js";
+import { changeTransaction, type ChangeKind } from "../deadlines.js";
 import type { PartnerRecord, PartnersStore } from "../partners/store.js";
 import { UUID } from "../../lib/uuid.js";
 import { appendAudit, type AuditDeps } from "./caller.js";
@@ -32,13 +32,14 @@ async function partnerForAdmin(deps: Pick<AdminDeps, "partners">, clientId: stri
   return partner;
 }
 
-/** Runs an admin change in one transaction with its audit row. */
-function adminChange<T>(deps: AuditDeps, ctx: HandlerContext, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
-  return callerTransaction(deps.db, ctx.signal, `before ${action} began`, async (trx) => {
+/** Runs an admin change in one transaction with its audit row; only a "may-end" one goes on for a caller who left. */
+function adminChange<T>(deps: AuditDeps, ctx: HandlerContext, kind: ChangeKind, action: string, subject: string, work: (trx: Knex.Transaction) => Promise<T>) {
+  const change = async (trx: Knex.Transaction) => {
     const result = await work(trx);
     await appendAudit(deps, trx, ctx, { actor: "admin", action, subject });
     return result;
-  });
+  };
+  return changeTransaction(deps.db, ctx.signal, kind, `before ${action} began`, change);
 }
 
 /** TreasuryService.BindTreasury. */
@@ -58,7 +59,7 @@ export async function bindTreasury(
     capLifetimeCents: optionalCents(req.capLifetimeCents, "cap_lifetime_cents"),
     stepUpAmountCents: optionalCents(req.stepUpAmountCents, "step_up_amount_cents"),
   };
-  const result = await adminChange(deps, ctx, "treasury.bind", partner.clientId, (trx) =>
+  const result = await adminChange(deps, ctx, "creates", "treasury.bind", partner.clientId, (trx) =>
     deps.store.bind(
       trx,
       { partnerId: partner.id, payerEntityId: req.payerEntityId.toLowerCase(), currency, ...limits },
@@ -77,7 +78,9 @@ export async function setTreasuryStatus(
   const partner = await partnerForAdmin(deps, req.clientId);
   const status = statusName[req.status];
   if (!status) fail(Reason.INVALID_REQUEST, "status is required");
-  const treasury = await adminChange(deps, ctx, `treasury.set_status.${status}`, partner.clientId, async (trx) => {
+  // Only an activation grants: a suspension goes on whether or not its caller still waits.
+  const kind = status === "active" ? "creates" : "may-end";
+  const treasury = await adminChange(deps, ctx, kind, `treasury.set_status.${status}`, partner.clientId, async (trx) => {
     if (!(await deps.store.lock(trx, partner.id))) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
     return (await deps.store.setStatus(trx, partner.id, status, deps.clock()))!;
   });
@@ -93,7 +96,7 @@ export async function fundTreasury(
   const partner = await partnerForAdmin(deps, req.clientId);
   const amount = cents(req.amountCents, "amount_cents");
   if (amount === 0) fail(Reason.INVALID_REQUEST, "amount_cents must be at least 1");
-  const treasury = await adminChange(deps, ctx, "treasury.fund", partner.clientId, async (trx) => {
+  const treasury = await adminChange(deps, ctx, "creates", "treasury.fund", partner.clientId, async (trx) => {
     const locked = await deps.store.lock(trx, partner.id);
     if (!locked) fail(Reason.TREASURY_NOT_CONFIGURED, "no treasury is bound to this partner");
     if (locked.balanceCents + amount > MAX_CENTS) fail(Reason.INVALID_REQUEST, `the balance would exceed ${MAX_CENTS} cents`);

@@ -6,12 +6,12 @@ import { expect } from "chai";
 import { rpcDuration } from "../../core/observability/metrics.js";
 import { BudgetsService } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { FundVaultRequestSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
-import { TreasuryService } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
+import { TreasuryService, TreasuryStatus } from "../../gen/vaultgate/treasury/v1/treasury_pb.js";
 import { balanceOf, budgetUnderRoot } from "../support/budget-life.js";
 import { budgetParams, createOwner, grantFor, payment } from "../support/budgets.js";
 import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
-import { holdPool, leftInThePool as sharedLeftInThePool } from "../support/db-holds.js";
+import { doneThoughLeft, holdPool, leftInThePool as sharedLeftInThePool } from "../support/db-holds.js";
 import { countOf } from "../support/metrics.js";
 import { bindTreasury } from "../support/treasury.js";
 
@@ -119,6 +119,16 @@ describe("a deadline that passes while a write waits for a database connection (
     await treasury.fundTreasury({ clientId: partner.clientId, amountCents: 500n });
     expect(await balance()).to.equal(1500);
     expect(await audited()).to.have.length(1);
+  });
+
+  it("SetTreasuryStatus suspended (it ends access): done though its caller left while it waited", async () => {
+    const partner = await createPartner(suite.stack, { entitlements: ["treasury:write", "payouts:receive"] });
+    await bindTreasury(suite.stack.admin, partner, { balanceCents: 1000n });
+    const suspended = async () => (await db()("treasuries").where({ partner_id: partner.partnerId }).first()).status === "suspended";
+    const suspend = () =>
+      client(TreasuryService).setTreasuryStatus({ clientId: partner.clientId, status: TreasuryStatus.SUSPENDED }, { timeoutMs: DEADLINE_MS });
+    await doneThoughLeft(db(), DEADLINE_MS, suspend, suspended);
+    expect(await db()("audit_records").where({ action: "treasury.set_status.suspended", subject: partner.clientId })).to.have.length(1);
   });
 
   it("FundVault whose caller resets its stream (INTERNAL_ERROR, as connect-node does on a deadline): CANCELLED, nothing written", async () => {

@@ -81,3 +81,19 @@ export async function leftInThePool(db: Db, deadlineMs: number, service: string,
   // Refused, whether its own deadline or the client's reset of the stream reached it first.
   expect(await finished(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
 }
+
+/**
+ * Runs `call` (with a deadline of `deadlineMs`) while `db`'s pool is held, frees the pool once the
+ * deadline passed, and waits until `done` holds: a change that ends access goes on for a caller who left.
+ */
+export async function doneThoughLeft(db: Db, deadlineMs: number, call: () => Promise<unknown>, done: () => Promise<boolean>) {
+  const pool = await holdPool(db);
+  try {
+    await thrownBy(call);
+    await new Promise((r) => setTimeout(r, deadlineMs));
+  } finally {
+    await pool.release();
+  }
+  for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
+  expect(await done(), "the change went on").to.equal(true);
+}
