@@ -13,7 +13,7 @@ import { grpcCoreSuite } from "../support/grpc-core.js";
 import { createPartner } from "../support/partners.js";
 import { doneThoughLeft, holdPool, leftInThePool as sharedLeftInThePool } from "../support/db-holds.js";
 import { countOf } from "../support/metrics.js";
-import { bindTreasury } from "../support/treasury.js";
+import { batchRequest, bindTreasury, createRecipient, withToken } from "../support/treasury.js";
 
 /** The caller's deadline: it passes while the call still waits for a database connection. */
 const DEADLINE_MS = 300;
@@ -119,6 +119,27 @@ describe("a deadline that passes while a write waits for a database connection (
     await treasury.fundTreasury({ clientId: partner.clientId, amountCents: 500n });
     expect(await balance()).to.equal(1500);
     expect(await audited()).to.have.length(1);
+  });
+
+  it("ExecuteBatch (a partner): no batch, no payout, the balance unchanged; then the same key pays once", async () => {
+    const partner = await createPartner(suite.stack, { entitlements: ["treasury:write", "payouts:receive"] });
+    const payer = await bindTreasury(suite.stack.admin, partner, { balanceCents: 1000n });
+    const recipient = await createRecipient(suite.stack.admin, partner);
+    const paying = await withToken(suite.stack.clients, partner);
+    const treasury = createClient(TreasuryService, createGrpcTransport({ baseUrl: suite.core.server.url }));
+    const request = batchRequest(paying, payer, [{ recipientUserId: recipient, amountCents: 300n }]);
+    const balance = async () => Number((await db()("treasuries").where({ partner_id: partner.partnerId }).first()).balance_cents);
+    const batches = async () => db()("treasury_executions").where({ partner_id: partner.partnerId });
+    // Key states fresh (reread each second): the access checks' batch is taken at once, so the
+    // call's wait for a connection is its own transaction's.
+    await treasury.getTreasury({ accessToken: paying.token });
+    await leftInThePool("vaultgate.treasury.v1.TreasuryService", "ExecuteBatch", () => treasury.executeBatch(request, { timeoutMs: DEADLINE_MS }));
+    expect(await batches()).to.have.length(0);
+    expect(await balance()).to.equal(1000);
+    await treasury.executeBatch(request);
+    await treasury.executeBatch(request);
+    expect(await batches()).to.have.length(1);
+    expect(await balance()).to.equal(700);
   });
 
   it("SetTreasuryStatus suspended (it ends access): done though its caller left while it waited", async () => {
