@@ -51,6 +51,7 @@ import * as m0050 from "./migrations/0050-evm-recipients-lower-case.js";
 import * as m0051 from "./migrations/0051-sign-in-by-user.js";
 import * as m0052 from "./migrations/0052-budget-keeps-funds.js";
 import * as m0053 from "./migrations/0053-unsigned-payments.js";
+import * as m0054 from "./migrations/0054-session-end-reason.js";
 
 interface Migration {
   name: string;
@@ -111,6 +112,7 @@ const migrations: Migration[] = [
   { name: "0051-sign-in-by-user", ...m0051 },
   { name: "0052-budget-keeps-funds", ...m0052 },
   { name: "0053-unsigned-payments", ...m0053 },
+  { name: "0054-session-end-reason", ...m0054 },
 ];
 
 /** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */

@@ -35,8 +35,9 @@ export function createSessionVerifier(deps: { db: Db; store: SignInStore; clock:
       if (!token || token.length > 256) fail(Reason.INVALID_TOKEN, "not signed in");
       const row = await deps.store.findSession(deps.db, sha256Hex(token));
       const now = deps.clock().getTime();
-      // Without the option any end refuses, whatever the clock of the replica that recorded it.
-      const ended = row?.endedAt ? endedWithinSeconds === undefined || now - row.endedAt.getTime() > endedWithinSeconds * 1000 : false;
+      // Without the option any end refuses, whatever the clock of the replica that recorded it; with it, only a sign-out's.
+      const graced = endedWithinSeconds !== undefined && row?.endReason === "signed_out";
+      const ended = row?.endedAt ? !graced || now - row.endedAt.getTime() > endedWithinSeconds * 1000 : false;
       if (!row?.userActive || ended || row.expiresAt.getTime() <= now) fail(Reason.INVALID_TOKEN, "not signed in");
       const stepUpAt = row.stepUpAt;
       return {
@@ -57,7 +58,7 @@ export type SessionVerifier = ReturnType<typeof createSessionVerifier>;
  * `replaces` (the browser's previous session token, if any) ends in the same transaction: whoever copied it is out.
  */
 export async function openSession(store: SignInStore, conn: Knex | Knex.Transaction, userId: string, at: Date, ttlMs: number, replaces = ""): Promise<string> {
-  if (replaces) await store.endSession(conn, sha256Hex(replaces), at);
+  if (replaces) await store.endSession(conn, sha256Hex(replaces), at, "replaced");
   const token = `vgs_${randomBytes(32).toString("base64url")}`;
   await store.insertSession(conn, { id: randomUUID(), tokenHash: sha256Hex(token), userId, at, expiresAt: new Date(at.getTime() + ttlMs) });
   return token;
@@ -85,9 +86,9 @@ export async function getSession(deps: Pick<SessionRpcDeps, "sessions">, req: Ge
 
 /** GrantsService.EndSession: signs out, answering a handoff that ends the user's session on the other web hosts. */
 export async function endSession(deps: SessionRpcDeps & { handoffs: { mint(userId: string): string } }, req: EndSessionRequest) {
-  // The holder of a live session, or of one just ended whose sign-out was repeated: a handoff can
+  // The holder of a live session, or of one just signed out whose sign-out was repeated: a handoff can
   // only end that same user's sessions, so a token that once was theirs risks a sign-out, never access.
   const s = await deps.sessions.verify(req.sessionToken, SIGNED_OUT_HANDOFF_SECONDS);
-  await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock());
+  await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock(), "signed_out");
   return { signoutHandoff: deps.handoffs.mint(s.userId) };
 }

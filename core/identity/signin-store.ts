@@ -27,7 +27,11 @@ export interface SessionRecord {
   expiresAt: Date;
   stepUpAt: Date | null;
   endedAt: Date | null;
+  endReason: SessionEndReason | null;
 }
+
+/** Why a session ended: its holder signed out, a new sign-in in its browser replaced it, or the account changed. */
+export type SessionEndReason = "signed_out" | "replaced" | "account_change";
 
 /** SQL for one-time sign-in codes and the web sessions they open. */
 export function createSignInStore() {
@@ -41,7 +45,7 @@ export function createSignInStore() {
       const row = await conn("web_sessions as s")
         .join("users as u", "u.id", "s.user_id")
         .where({ "s.token_hash": tokenHash })
-        .first("s.id", "s.user_id", "u.email", "u.status", "s.expires_at", "s.step_up_at", "s.ended_at");
+        .first("s.id", "s.user_id", "u.email", "u.status", "s.expires_at", "s.step_up_at", "s.ended_at", "s.end_reason");
       if (!row) return undefined;
       return {
         id: String(row.id),
@@ -51,6 +55,7 @@ export function createSignInStore() {
         expiresAt: new Date(row.expires_at),
         stepUpAt: row.step_up_at ? new Date(row.step_up_at) : null,
         endedAt: row.ended_at ? new Date(row.ended_at) : null,
+        endReason: row.end_reason ?? null,
       };
     },
 
@@ -58,13 +63,13 @@ export function createSignInStore() {
       await conn("web_sessions").where({ id: sessionId }).update({ step_up_at: at });
     },
 
-    async endSession(conn: Conn, tokenHash: string, at: Date): Promise<void> {
-      await conn("web_sessions").where({ token_hash: tokenHash }).whereNull("ended_at").update({ ended_at: at });
+    async endSession(conn: Conn, tokenHash: string, at: Date, reason: Exclude<SessionEndReason, "account_change">): Promise<void> {
+      await conn("web_sessions").where({ token_hash: tokenHash }).whereNull("ended_at").update({ ended_at: at, end_reason: reason });
     },
 
     /** Ends every open session of the user; answers how many. */
     async endUserSessions(conn: Conn, userId: string, at: Date): Promise<number> {
-      return conn("web_sessions").where({ user_id: userId }).whereNull("ended_at").update({ ended_at: at });
+      return conn("web_sessions").where({ user_id: userId }).whereNull("ended_at").update({ ended_at: at, end_reason: "account_change" });
     },
 
     /** Expires the user's unused codes (sign-in and step-up): they were mailed to an address the user may no longer have. */

@@ -63,6 +63,6 @@ export async function continueSignOut(deps: SessionRpcDeps & { handoffs: SignOut
   // The session is checked like every other: only a live one, whose holder presents it.
   const s = await deps.sessions.verify(req.sessionToken);
   if (s.userId !== userId) fail(Reason.ACCESS_DENIED, "the sign-out handoff names another user");
-  await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock());
+  await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock(), "signed_out");
   return {};
 }

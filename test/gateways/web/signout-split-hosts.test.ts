@@ -155,6 +155,32 @@ describe("sign-out in a split deployment (AUTH_URL on another host than APP_URL)
     for (const s of [expiredThere, endedThere]) expect((await getSession(s.token)).session!.email).to.equal(s.email);
   });
 
+  it("hostile: a session replaced by a new sign-in, or ended by an e-mail change, hands nothing off even within ten minutes", async () => {
+    // Replaced: a copy of the old cookie (someone else's) signs the person out of nothing elsewhere.
+    const here = await signedIn(app);
+    const copy = createJar(app);
+    for (const [name, value] of here.jar.cookies) copy.cookies.set(name, value);
+    stack.clock.advance(31_000);
+    await signIn(stack, here.jar, here.email);
+    stack.clock.advance(31_000);
+    const there = await signedIn(auth, here.user);
+    // The account changed: the old address's sessions ended, a sign-in at the new one goes on.
+    const changed = await signedIn(app);
+    const email = `n-${changed.email}`;
+    await stack.admin.partnerResources.setUserEmail({ userId: changed.user.userId, email });
+    const changedThere = await signedIn(auth, { ...changed.user, email });
+    stack.clock.advance(60_000);
+    for (const { jar, form } of [{ jar: copy, form: here.form }, changed]) {
+      const out = await jar.post("/signout", form);
+      expect([out.status, out.headers.get("location")]).to.deep.equal([303, "/signin"]);
+    }
+    for (const s of [there, changedThere]) expect((await getSession(s.token)).session!.email).to.equal(s.email);
+    // The browser's live session still signs out of the other host.
+    const { location } = await signOut(here.jar, formFields(await (await here.jar.get("/dashboard/agents")).text(), "/signout"), auth);
+    expect((await there.jar.get(location)).headers.get("location")).to.equal(`${app}/signin`);
+    await expectRefused(getSession(there.token), Reason.INVALID_TOKEN);
+  });
+
   it("hostile: a handoff core refuses ends the chain at once: back to sign-in where it began, nothing ended", async () => {
     const here = await signedIn(third);
     stack.clock.advance(31_000);
