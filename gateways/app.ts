@@ -4,7 +4,6 @@ import { type IncomingMessage, STATUS_CODES } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { type CoreClients, unavailable } from "./core-clients.js";
-import { watchDeparture } from "./shared/client-departure.js";
 import { partnerGateway } from "./partner/plugin.js";
 import { resourceErrorFrom, sendResourceError } from "./partner/resource-envelope.js";
 import { partnerParserRefusal } from "./partner/parser-refusals.js";
@@ -120,7 +119,6 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     done();
   });
   app.addHook("onRequest", (request, reply, done) => {
-    watchDeparture(request, reply);
     reply.header("x-request-id", request.id);
     reply.header("x-content-type-options", "nosniff");
     if (closing) {
