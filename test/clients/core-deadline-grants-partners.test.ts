@@ -15,6 +15,7 @@ import { doneThoughLeft, holdPool, leftInThePool } from "../support/db-holds.js"
 import { countOf } from "../support/metrics.js";
 import { thrownBy } from "../support/refusals.js";
 import { uniqueSlug } from "../support/stack.js";
+import { until } from "../support/until.js";
 
 /** The caller's deadline: it passes while the call still waits for a database connection. */
 const DEADLINE_MS = 300;
@@ -110,10 +111,6 @@ describe("a deadline that passes while a grant or partner write waits for a data
     const verify = (n: number, options = {}) => grants().verifyAgentToken({ accessToken: tokens[n]! }, options);
     const batches = () => countOf(groupCommitBatchSize, { batcher: "grant_with_user" });
     const finished = () => countOf(rpcDuration, { service: GRANTS, method: "VerifyAgentToken" });
-    const until = async (what: string, done: () => Promise<boolean>) => {
-      for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
-      expect(await done(), what).to.equal(true);
-    };
     // Each answered once first: the key states are then fresh, so a verify's one read is its grant's.
     for (const n of [0, 1, 2]) await verify(n);
     // With every connection held, the queue's two batches wait for one; a third verify waits behind them.

@@ -12,6 +12,7 @@ import { holdAuditWrites } from "../support/db-holds.js";
 import { countOf } from "../support/metrics.js";
 import { thrownBy } from "../support/refusals.js";
 import { createUserFor } from "../support/resources.js";
+import { until } from "../support/until.js";
 
 /** The caller's deadline: far shorter than the queue, which stays blocked until the test frees it. */
 const DEADLINE_MS = 300;
@@ -34,11 +35,6 @@ describe("a deadline that passes in a group-commit queue (core on its real port)
   /** Calls of `Service/Method` core finished, whatever their code. */
   const finished = (method: string) => countOf(rpcDuration, { service: method.split("/")[0]!, method: method.split("/")[1]! });
   /** Polls until `done` holds (the server's state, not a time). */
-  async function until(what: string, done: () => Promise<boolean>) {
-    for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await done(), what).to.equal(true);
-  }
-
   /**
    * Starts `first` and `second` (no deadline) one after the other, so both batches a queue runs at once
    * wait for the audit table, then `late` with a deadline; `late` must be DEADLINE_EXCEEDED before the

@@ -4,6 +4,7 @@ import type { Db } from "../../core/db/knex.js";
 import { rpcDuration } from "../../core/observability/metrics.js";
 import { countOf } from "./metrics.js";
 import { thrownBy } from "./refusals.js";
+import { until } from "./until.js";
 
 /** A transaction kept open until `release`, once `setup` ran in it. */
 async function heldTransaction(db: Db, setup: (trx: Parameters<Parameters<Db["transaction"]>[0]>[0]) => Promise<unknown> = async () => {}) {
@@ -76,8 +77,7 @@ export async function leftInThePool(db: Db, deadlineMs: number, service: string,
   } finally {
     await pool.release();
   }
-  for (let i = 0; i < 1000 && (await finished(service, method)) === before.finished; i++) await new Promise((r) => setTimeout(r, 10));
-  expect(await finished(service, method), "core finished the call").to.equal(before.finished + 1);
+  await until("core finished the call", async () => (await finished(service, method)) === before.finished + 1);
   // Refused, whether its own deadline or the client's reset of the stream reached it first.
   expect(await finished(service, method, "OK"), "core refused it once it had a connection").to.equal(before.answered);
 }
@@ -94,6 +94,5 @@ export async function doneThoughLeft(db: Db, deadlineMs: number, call: () => Pro
   } finally {
     await pool.release();
   }
-  for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
-  expect(await done(), "the change went on").to.equal(true);
+  await until("the change went on", done);
 }

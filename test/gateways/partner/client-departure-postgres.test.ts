@@ -7,6 +7,7 @@ import { countOf } from "../../support/metrics.js";
 import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startStack, type TestStack } from "../../support/stack.js";
+import { until } from "../../support/until.js";
 
 const GET_KYC = { service: "vaultgate.partners.v1.PartnerResourcesService", method: "GetKycStatus" };
 
@@ -23,12 +24,6 @@ describe("a partner read whose client leaves before its answer (PostgreSQL only)
     stack = await startStack({ gateway: true });
   });
   after(() => stack?.close());
-
-  /** Polls until `done` holds (the server's state, not a time). */
-  async function until(what: string, done: () => Promise<boolean>) {
-    for (let i = 0; i < 1000 && !(await done()); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await done(), what).to.equal(true);
-  }
 
   it("GET /users/{id}/kyc: core drops the call of the client who left, and writes nothing for it", async () => {
     const partners = [await createPartner(stack), await createPartner(stack), await createPartner(stack)];
