@@ -29,7 +29,7 @@ import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-provi
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
-import { checkOutsideKey, loadOutsideKey } from "./keys/outside-keys.js";
+import { loadCheckedOutsideKey } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createMailer } from "./identity/mail/mailer.js";
 import { createOidcSignin, type OidcProviderSettings } from "./identity/oidc.js";
@@ -56,6 +56,8 @@ export interface CoreOptions {
   /** Gateway credential: a gateway presenting it may vouch for the client address it saw. */
   gatewayToken?: string;
   signingKey?: string;
+  /** How long signing-key states are cached before a reread (default 1 s). */
+  keyStateTtlMs?: number;
   /** Where a generated dev signing key is kept; absent = in memory. */
   dataDir?: string;
   /** WEBHOOK_SECRET_KEY: encrypts stored webhook secrets; else a key file in dataDir (docs/deploying.md). */
@@ -166,7 +168,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
   let settlement: Settlement | undefined;
   try {
     if (options.migrate !== false) await migrateLatest(db);
-    const keyring = await createKeyring({ signingKey: options.signingKey, dataDir: options.dataDir, db, logger, clock });
+    const keyring = await createKeyring({ signingKey: options.signingKey, keyStateTtlMs: options.keyStateTtlMs, dataDir: options.dataDir, db, logger, clock });
     const audit = createAuditStore(db, options.auditFaults);
     const ledger = createLedgerStore(db);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));
@@ -182,24 +184,22 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       },
     });
     const outbox = createOutboxStore(db);
-    const webhookSecretKey = await loadOutsideKey({
+    const webhookSecretKey = await loadCheckedOutsideKey(db, {
       name: "webhook-secret-key",
       setting: "WEBHOOK_SECRET_KEY",
       fromEnv: options.webhookSecretKey,
       dataDir: options.dataDir,
     });
-    await checkOutsideKey(db, { name: "webhook-secret-key", setting: "WEBHOOK_SECRET_KEY", key: webhookSecretKey });
     const box = createSecretBox(webhookSecretKey);
     await moveWebhookKeyOutOfDatabase(db, box, logger);
     // Client metadata documents' hosts share one bounded resolver; webhooks have their own (worker.ts).
     const hostResolver = createHostResolver(options.hostResolver);
-    const signinCodeKey = await loadOutsideKey({
+    const signinCodeKey = await loadCheckedOutsideKey(db, {
       name: "signin-code-key",
       setting: "SIGNIN_CODE_KEY",
       fromEnv: options.signinCodeKey,
       dataDir: options.dataDir,
     });
-    await checkOutsideKey(db, { name: "signin-code-key", setting: "SIGNIN_CODE_KEY", key: signinCodeKey });
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({

@@ -60,6 +60,13 @@ export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; s
   }
 }
 
+/** loadOutsideKey, then checkOutsideKey: the key every start uses. */
+export async function loadCheckedOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; fromEnv?: string; dataDir?: string }): Promise<Buffer> {
+  const key = await loadOutsideKey(options);
+  await checkOutsideKey(db, { name: options.name, setting: options.setting, key });
+  return key;
+}
+
 /** A sub-key for one purpose, so one outside key never serves two algorithms. */
 export function deriveKey(key: Buffer, purpose: string): Buffer {
   return Buffer.from(hkdfSync("sha256", key, Buffer.alloc(0), `vaultgate ${purpose}`, 32));

@@ -19,6 +19,8 @@ import { until } from "../support/until.js";
 
 /** The caller's deadline: it passes while the call still waits for a database connection. */
 const DEADLINE_MS = 300;
+/** Signing-key states kept this long: however slowly the pool is held, no key-state reread waits behind it. */
+const KEY_STATES_KEPT_MS = 60_000;
 const REDIRECT = "http://127.0.0.1:9/callback";
 const GRANTS = "vaultgate.grants.v1.GrantsService";
 const PARTNERS = "vaultgate.partners.v1.PartnersService";
@@ -31,7 +33,7 @@ const RESOURCES = "vaultgate.partners.v1.PartnerResourcesService";
  */
 describe("a deadline that passes while a grant or partner write waits for a database connection (core on its real port)", function () {
   this.timeout(120_000);
-  const suite = grpcCoreSuite({ scrypt: { N: 1024, r: 8, p: 1 } });
+  const suite = grpcCoreSuite({ scrypt: { N: 1024, r: 8, p: 1 }, keyStateTtlMs: KEY_STATES_KEPT_MS });
 
   const operator: Interceptor = (next) => (req) => {
     req.header.set("authorization", `Bearer ${suite.stack.adminToken}`);
@@ -153,7 +155,7 @@ describe("a deadline that passes while a grant or partner write waits for a data
     const email = `dl-${randomBytes(6).toString("hex")}@example.test`;
     const create = (options = {}) => resources(false).preCreateUser({ accessToken, email }, options);
     const audited = () => count("audit_records", { actor: `partner:${partner.clientId}`, action: "partner.users.create" });
-    // Key states fresh (reread each second): the access checks' batch is then the call's first wait,
+    // Key states fresh: the access checks' batch is then the call's first wait,
     // and it is taken at once, so the call reaches its transaction once the pool is free.
     await resources(false).authorizePartner({ accessToken });
     await left(RESOURCES, "PreCreateUser", () => create(deadline));
