@@ -1,5 +1,5 @@
 import { abandoned, canAbort } from "../deadlines.js";
-import { groupCommitBatchSize } from "../observability/metrics.js";
+import { groupCommitBatchSize, groupCommitQueued } from "../observability/metrics.js";
 
 /**
  * Group commit (docs/architecture.md): items submitted in one event-loop turn go as one
@@ -38,6 +38,7 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
   // Lock keys held by running batches, with how many items of each.
   const held = new Map<string, number>();
   const batchSizes = groupCommitBatchSize.labels(options.name ?? "unnamed");
+  const waiting = groupCommitQueued.labels(options.name ?? "unnamed");
 
   function settle(batch: Pending<I, O>[], outs: O[]) {
     if (outs.length !== batch.length) throw new Error(`group commit: ${outs.length} results for ${batch.length} items`);
@@ -97,6 +98,7 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
     while (inFlight < options.maxInFlight && queue.length > 0) {
       const batch = take();
       if (batch.length === 0) return;
+      waiting.dec(batch.length);
       for (const p of batch) p.quiet?.();
       inFlight++;
       batchSizes.observe(batch.length);
@@ -116,13 +118,17 @@ export function createGroupCommit<I, O>(run: (items: I[]) => Promise<O[]>, optio
         if (signal.aborted) return reject(abandoned(signal, "before its write was queued"));
         const leave = () => {
           const at = queue.indexOf(p);
-          if (at >= 0) queue.splice(at, 1);
+          if (at >= 0) {
+            queue.splice(at, 1);
+            waiting.dec();
+          }
           reject(abandoned(signal, "while its write waited for a batch"));
         };
         signal.addEventListener("abort", leave, { once: true });
         p.quiet = () => signal.removeEventListener("abort", leave);
       }
       queue.push(p);
+      waiting.inc();
       if (!scheduled && inFlight < options.maxInFlight) {
         scheduled = true;
         setImmediate(pump);

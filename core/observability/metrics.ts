@@ -25,6 +25,13 @@ export const groupCommitBatchSize = new Histogram({
   registers: [coreRegistry],
 });
 
+export const groupCommitQueued = new Gauge({
+  name: "vaultgate_group_commit_queued",
+  help: "Items waiting for a batch of each group-commit batcher; sustained non-zero means all its batches are busy",
+  labelNames: ["batcher"] as const,
+  registers: [coreRegistry],
+});
+
 export const secretChecksActive = new Gauge({
   name: "vaultgate_secret_checks_active",
   help: "Secret derivations (scrypt) running now",

@@ -170,6 +170,29 @@ describe("metrics: GET /metrics on the metrics listener", function () {
     expect(value(s, "vaultgate_group_commit_batch_size_sum", { batcher: name })).to.equal(5);
   });
 
+  it("shows the items waiting for a group-commit batch, and none once the batches ran", async () => {
+    const name = `test_${randomBytes(3).toString("hex")}`;
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const submit = createGroupCommit<number, number>(
+      async (items) => {
+        await gate;
+        return items;
+      },
+      { maxBatch: 64, maxInFlight: 1, name },
+    );
+    const first = submit(1);
+    await new Promise((r) => setImmediate(r));
+    // The one batch it may run is busy: these two wait.
+    const rest = [submit(2), submit(3)];
+    expect(value(await scrape(), "vaultgate_group_commit_queued", { batcher: name })).to.equal(2);
+    open();
+    expect(await Promise.all([first, ...rest])).to.deep.equal([1, 2, 3]);
+    expect(value(await scrape(), "vaultgate_group_commit_queued", { batcher: name })).to.equal(0);
+  });
+
   it("shows secret-check shedding", async () => {
     const before = await scrape();
     expect(before.has('vaultgate_secret_checks_queued{lane="unknown"}')).to.equal(true);

@@ -1,5 +1,5 @@
 import { startMetricsServer } from "../../cli/metrics-server.js";
-import { coreRegistry, type groupCommitBatchSize, type rpcDuration } from "../../core/observability/metrics.js";
+import { coreRegistry, type groupCommitBatchSize, groupCommitQueued, type rpcDuration } from "../../core/observability/metrics.js";
 
 /** `name{labels} value` lines of a Prometheus text scrape, keyed by `name{labels}` as written. */
 export function parseScrape(text: string): Map<string, number> {
@@ -44,4 +44,9 @@ export async function countOf(histogram: typeof rpcDuration | typeof groupCommit
   return series
     .filter((v) => v.metricName?.endsWith("_count") && Object.entries(labels).every(([k, l]) => v.labels[k as never] === l))
     .reduce((n, v) => n + v.value, 0);
+}
+
+/** Items waiting for a batch of the group-commit batcher `batcher`, read in this process (like countOf). */
+export async function queuedIn(batcher: string): Promise<number> {
+  return (await groupCommitQueued.get()).values.find((v) => v.labels.batcher === batcher)?.value ?? 0;
 }

@@ -3,7 +3,7 @@ import { expect } from "chai";
 import { groupCommitBatchSize, rpcDuration } from "../../../core/observability/metrics.js";
 import { requirePostgres } from "../../support/db.js";
 import { holdAuditWrites } from "../../support/db-holds.js";
-import { countOf } from "../../support/metrics.js";
+import { countOf, queuedIn } from "../../support/metrics.js";
 import { createPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -41,6 +41,7 @@ describe("a partner read whose client leaves before its answer (PostgreSQL only)
     let patient: Promise<Response[]>;
     try {
       const before = await batches();
+      const waiting = await queuedIn("partner_access");
       // Two reads fill both batches the access queue runs at once; both wait for the audit table.
       const a = read(0);
       await until("the first batch is taken", async () => (await batches()) >= before + 1);
@@ -54,12 +55,13 @@ describe("a partner read whose client leaves before its answer (PostgreSQL only)
       socket.on("error", () => {});
       await new Promise((r) => socket.once("connect", r));
       socket.write(`GET ${path(2)} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${tokens[2]}\r\n\r\n`);
-      // Time for the request to reach core's queue (had it not, its call would be refused before it starts).
-      await new Promise((r) => setTimeout(r, 200));
+      // It reaches core's queue (had it not, its call would be refused before it starts).
+      await until("the third read waits for a batch", async () => (await queuedIn("partner_access")) === waiting + 1);
       socket.destroy();
       // Core finished it while the batches (and so the first two reads) still wait: it left the queue.
       await until("core dropped the call of the client who left", async () => (await countOf(rpcDuration, GET_KYC)) === finishedBefore + 1);
       expect(await batches(), "no batch took it").to.equal(before + 2);
+      expect(await queuedIn("partner_access"), "it left the queue").to.equal(waiting);
     } finally {
       await lock.release();
     }
