@@ -110,6 +110,30 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     expect((await stack.clients.grants.listPasskeys({ sessionToken: mine })).passkeys.map((k) => k.passkeyId)).to.deep.equal([passkeyId]);
   });
 
+  it("a NUL escaped in a browser answer's JSON is bad input, not an internal error, and spends no challenge", async () => {
+    const { user, key } = await withPasskey();
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    const withNul = { ...JSON.parse(key.get(s.optionsJson, origin)), id: "a\u0000b" };
+    await expectRefused(
+      stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: JSON.stringify(withNul) }),
+      Reason.INVALID_REQUEST,
+      /NUL/,
+    );
+    const done = await stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, origin) });
+    expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
+
+    // Registration: the browser's transports are stored as given.
+    const sessionToken = await f.steppedUpSession(user);
+    const r = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
+    const created = JSON.parse(softPasskey().create(r.optionsJson, origin));
+    created.response.transports = ["usb\u0000"];
+    await expectRefused(
+      stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: r.flowSecret, responseJson: JSON.stringify(created), name: "x" }),
+      Reason.INVALID_REQUEST,
+      /NUL/,
+    );
+  });
+
   it("malformed browser answers are bad input", async () => {
     const s = await stack.clients.grants.startPasskeyAssertion({});
     for (const responseJson of ["", "not json", "[]", "{}", JSON.stringify({ id: 1, response: {} }), "x".repeat(70_000)]) {
