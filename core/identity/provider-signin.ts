@@ -45,6 +45,9 @@ export async function completeProviderSignIn(deps: ProviderSignInDeps, req: Comp
       Reason.INVALID_REQUEST,
       "the answer from your organisation's sign-in provider is too long (at most 4096 characters); start again from the sign-in page",
     );
+  // Read as a URL only after the flow is taken, where a parse failure would pass for a provider outage (503).
+  if (!URL.canParse(req.callbackUrl))
+    fail(Reason.INVALID_REQUEST, "the answer from your organisation's sign-in provider is not an address; start again from the sign-in page");
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const done = await oidc.complete(
     {

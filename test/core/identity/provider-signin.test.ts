@@ -148,6 +148,19 @@ describe("GrantsService provider sign-in RPCs", () => {
     for (const t of tokens) expect((await stack.clients.grants.getSession({ sessionToken: t })).session!.stepUpFresh).to.equal(false);
   });
 
+  it("hostile: a callback address that is no URL is bad input, not a provider outage, and spends no flow", async () => {
+    const user = await createUser(stack);
+    const sub = `rpc-${user.userId.slice(0, 8)}`;
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const start = await stack.clients.grants.startProviderSignIn({});
+    for (const callbackUrl of ["", "not a url", "/signin/oidc/callback?code=x&state=y"]) {
+      await expectRefused(stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret }), Reason.INVALID_REQUEST);
+    }
+    const callback = await idp.signIn(start.authorizationUrl, sub);
+    const done = await stack.clients.grants.completeProviderSignIn({ callbackUrl: callback, flowSecret: start.flowSecret });
+    expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
+  });
+
   it("provider down at the callback: unavailable (503 on pages), no session created", async () => {
     const user = await createUser(stack);
     const sub = `rpc-${user.userId.slice(0, 8)}`;
