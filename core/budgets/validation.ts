@@ -134,6 +134,10 @@ export function checkRailInput(rail: EvmRail | undefined, input: PaymentInput): 
   if (input.currency !== "USD") fail(Reason.INVALID_REQUEST, `currency must be USD on chain ${input.chain} (it settles in USDC)`);
   // Paid to itself, a transfer moves nothing on chain while the books would say it left the hot wallet.
   if (input.address.toLowerCase() === rail.wallet) fail(Reason.INVALID_REQUEST, `counterparty.address is the hot wallet chain ${input.chain} pays from`);
+  // A retired wallet is the platform's own too: books that read it as a move between our wallets would never match.
+  if (rail.settings.retiredWallets?.includes(input.address.toLowerCase())) {
+    fail(Reason.INVALID_REQUEST, `counterparty.address is a retired hot wallet of chain ${input.chain}`);
+  }
   // USDC held by its own contract can never be sent on again: the payment would be lost, not paid.
   if (input.address.toLowerCase() === rail.settings.usdc.toLowerCase()) {
     fail(Reason.INVALID_REQUEST, `counterparty.address is the USDC contract of chain ${input.chain}, which never sends it on`);

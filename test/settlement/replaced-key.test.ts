@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { expect } from "chai";
-import type { Hex } from "viem";
+import { getAddress, type Hex } from "viem";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { ANVIL_CHAIN_ID, freshWalletKeyFile } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
@@ -9,6 +9,7 @@ import { chainSuite } from "../support/chain-suite.js";
 import { requirePostgres } from "../support/db.js";
 import { evmRailStackOptions, freshAddress, fundHotWallet } from "../support/evm-rail.js";
 import type { McpStack } from "../support/mcp.js";
+import { expectJsonRpcError } from "../support/refusals.js";
 
 /**
  * Payments of a hot wallet whose key file was replaced since (CHAIN_<NAME>_RETIRED_WALLETS): a core holding only the new
@@ -196,6 +197,25 @@ describe("payments of a hot wallet whose key was replaced, listed as retired (an
     const found = await next.admin.audit.verifyChains({});
     expect(found.differences.map((d) => d.check)).to.deep.equal(["transfer_without_payment", "ledger_mismatch"]);
     expect(found.differences[0]!.message).to.include(`to ${stranger} matches no completed payment`);
+  });
+
+  it("refuses a payment to a retired hot wallet, in any case: the books would say paid out what the platform's own wallet received", async () => {
+    const oldKey = await freshWalletKeyFile();
+    const oldWallet = (await start(oldKey)).core.settlement.evm("base")!.wallet;
+    const next = await start(await freshWalletKeyFile(), [oldWallet]);
+    const { agentToken } = await fundedChildBudget(next, { fundCents: 10_000n, budget: { display_name: "Chain budget", chain_allowlist: ["base"] } });
+    for (const address of [getAddress(oldWallet), oldWallet, `0x${oldWallet.slice(2).toUpperCase()}`]) {
+      for (const method of ["payments.initiate", "payments.simulate"]) {
+        const res = await stackRpc(next)("/mcp/write", agentToken, method, {
+          counterparty: { address, chain: "base", token: "USDC" },
+          amount_cents: 400,
+          currency: "USD",
+          idempotency_key: `p-${randomBytes(6).toString("hex")}`,
+        });
+        expect(expectJsonRpcError(res, -32602, "invalid_params").message, `${method} ${address}`).to.match(/retired hot wallet/);
+      }
+    }
+    expect((await stackRpc(next)("/mcp/read", agentToken, "accounts.balance", {})).json!.result.balance_cents).to.equal(10_000);
   });
 
   it("a retired wallet that is the current one, was never this chain's, or paid on another network refuses the start, naming the setting", async () => {
