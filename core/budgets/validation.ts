@@ -7,6 +7,9 @@ import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
 import type { BudgetParams } from "./records.js";
 import { isCurrencyCode } from "../../lib/vocabulary.js";
 
+/** The last millisecond of the year 9999. */
+const LATEST_TIME = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
 /** A budget's fields as core receives them (proto init shape, already typed). */
 export interface BudgetInput {
   purpose: string;
@@ -38,6 +41,9 @@ export function checkBudgetInput(input: BudgetInput): BudgetParams {
   for (const [name, value] of Object.entries(amounts)) {
     if (value !== undefined && !isAmount(value)) fail(Reason.INVALID_REQUEST, `${name} must be an integer from 0 to ${MAX_AMOUNT}`);
   }
+  // A Timestamp's range, as the gateway's date-time rule: a later one is no Date, or one PostgreSQL cannot read back.
+  if (input.timeWindowEnd && !(input.timeWindowEnd.getTime() <= LATEST_TIME))
+    fail(Reason.INVALID_REQUEST, "time_window_end must be at most 9999-12-31T23:59:59.999Z");
   if (input.chainAllowlist.length === 0) fail(Reason.INVALID_REQUEST, "chain_allowlist needs at least one chain");
   const unknown = input.chainAllowlist.filter((c) => !(CHAINS as readonly string[]).includes(c));
   if (unknown.length > 0) fail(Reason.INVALID_REQUEST, `chain_allowlist items must be among ${CHAINS.join(", ")}`);

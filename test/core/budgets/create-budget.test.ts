@@ -114,6 +114,10 @@ describe("BudgetsService.CreateBudget", () => {
       { idempotencyKey: "k".repeat(129) },
       { amountCapCentsPerTx: 9007199254740992n },
       { timeWindowEnd: futureTimestamp(stack, -1000) },
+      // After the year 9999 (a Timestamp's range; beyond a Date's too): refused, not failed in provisioning or core.
+      { timeWindowEnd: { seconds: 253402300800n, nanos: 0 } },
+      { timeWindowEnd: { seconds: 6n * 10n ** 12n, nanos: 0 } },
+      { timeWindowEnd: { seconds: 10n ** 15n, nanos: 0 } },
     ];
     for (const c of cases) {
       const r = await refusalOf(stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, owner), ...budgetParams(c) }));
@@ -124,7 +128,12 @@ describe("BudgetsService.CreateBudget", () => {
     }
     const boundary = await stack.clients.budgets.createBudget({
       accessToken: await grantFor(stack, owner),
-      ...budgetParams({ displayName: "x".repeat(100), amountCapCentsPerTx: 9007199254740991n, amountCapCentsPerDay: 0n }),
+      ...budgetParams({
+        displayName: "x".repeat(100),
+        amountCapCentsPerTx: 9007199254740991n,
+        amountCapCentsPerDay: 0n,
+        timeWindowEnd: { seconds: 253402300799n, nanos: 999_000_000 },
+      }),
     });
     expect(boundary.budget!.status).to.equal(BudgetStatus.DRAFT);
   });
