@@ -82,12 +82,11 @@ export async function initiatePayment(
   const claims = await claimsFor(deps, req.accessToken, SCOPES.paymentsInitiate);
   const input = paymentInput(req.payment);
   const rail = deps.settlement.evm(input.chain);
-  checkRailInput(rail, input);
-  // Refused before any lock. Only a retry goes on: a payment accepted before the operator raised the minimum answers its state.
-  if (input.amountCents < minimumCents(rail) && !(await payments.findPayment(deps.db, claims.vault_id, input.idempotencyKey))) {
-    refuseBelowMinimum(rail, input);
-  }
   const hash = sha256Hex(canonicalJson(input));
+  // Refused before any lock. Only a retry goes on: a payment made before a rule came (a raised minimum, its chain
+  // moved to the evm rail) answers its state; one approved since is still to be made, so the rule refuses it below.
+  const refusal = railRefusal(rail, input);
+  if (refusal && !madeAs(await payments.findPayment(deps.db, claims.vault_id, input.idempotencyKey), hash)) throw refusal;
   type Settled = Awaited<ReturnType<SettlementPort["store"]["get"]>>;
   type Outcome =
     | { actor: string; payment: PaymentRecord; settled?: Settled; denied?: undefined }
@@ -107,6 +106,7 @@ export async function initiatePayment(
     if (prior?.status === "declined") fail(Reason.ACCESS_DENIED, "the vault owner declined this payment");
     // A retry answers the payment's current state, settlement included.
     if (prior && prior.status !== "approved") return { actor, payment: prior, settled: await deps.settlement.store.get(trx, prior.id) };
+    if (refusal) throw refusal;
 
     const evaluation = evaluatePayment(
       policy,
@@ -189,6 +189,20 @@ export async function initiatePayment(
   }
   return { payment: paymentView(deps.appUrl, outcome.payment, outcome.settled) };
 }
+
+/** What the rail refuses in a payment still to be made (its input rules, its minimum); undefined when it takes it. */
+function railRefusal(rail: ReturnType<SettlementPort["evm"]>, input: ReturnType<typeof paymentInput>): unknown {
+  try {
+    checkRailInput(rail, input);
+    if (input.amountCents < minimumCents(rail)) refuseBelowMinimum(rail, input);
+    return undefined;
+  } catch (err) {
+    return err;
+  }
+}
+
+/** True when `p` is this very payment (same key and parameters), made, waiting or declined: a retry answers it. */
+const madeAs = (p: PaymentRecord | undefined, hash: string): boolean => p !== undefined && p.paramsHash === hash && p.status !== "approved";
 
 export interface GetPaymentDeps extends AuditDeps, TokenDeps {
   payments: PaymentsStore;

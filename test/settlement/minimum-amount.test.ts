@@ -1,10 +1,12 @@
 import { expect } from "chai";
 import { parseSettlementSettings } from "../../core/settlement/config.js";
-import { fundedChildBudget, stackRpc } from "../support/budgets.js";
+import { createOwner, fundedChildBudget, ownerSession, stackRpc } from "../support/budgets.js";
 import { requirePostgres, testDatabase } from "../support/db.js";
 import { evmChainSettings, freshAddress } from "../support/evm-rail.js";
 import { startMcpStack } from "../support/mcp.js";
 import { freePort } from "../support/ports.js";
+import { lockWaits } from "../support/lock-waits.js";
+import { expectJsonRpcError } from "../support/refusals.js";
 import type { TestStack } from "../support/stack.js";
 
 const USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48";
@@ -70,6 +72,59 @@ describe("the smallest payment an evm chain takes", function () {
       payment_id: first.json!.result.structuredContent.payment_id,
       status: "pending",
     });
+  });
+
+  it("a payment made while its chain was on the sandbox rail: its retry answers its state; one still waiting for approval meets the evm rail's rules", async () => {
+    const { db } = await testDatabase();
+    // No evm setting: base settles on the sandbox rail, which takes any token.
+    stack = await startMcpStack({ settlementPollMs: 0, database: db });
+    const owner = await createOwner(stack);
+    const { agentToken } = await fundedChildBudget(stack, { owner, fundCents: 10_000n, budget: { ...budget, step_up_amount_cents: 1_000 } });
+    const args = (amount: number, key: string) => ({
+      counterparty: { address: payee, chain: "base", token: "ETH" },
+      amount_cents: amount,
+      currency: "USD",
+      idempotency_key: key,
+    });
+    const call = (s: TestStack, amount: number, key: string) => stackRpc(s)("/mcp/write", agentToken, "payments.initiate", args(amount, key));
+    const paid = (await call(stack, 500, "sandbox-key-1")).json!.result;
+    expect(paid).to.deep.include({ kind: "accepted", status: "completed" });
+    const waiting = (await call(stack, 2_000, "sandbox-key-2")).json!.result;
+    expect(waiting).to.deep.include({ kind: "pending_step_up" });
+    await stack.clients.budgets.approvePayment({ sessionToken: await ownerSession(stack, owner.userId, { stepUp: true }), paymentId: waiting.payment_id });
+    await stack.close();
+    // The operator moves base to the evm rail, which pays USDC only.
+    stack = await start(100, db);
+    const retry = await call(stack, 500, "sandbox-key-1");
+    expect(retry.json!.result, retry.text).to.deep.include({ kind: "accepted", payment_id: paid.payment_id, status: "completed" });
+    // Approved but not yet made: accepting it now would pay USDC for a payment named in another token.
+    const approved = await call(stack, 2_000, "sandbox-key-2");
+    expect(expectJsonRpcError(approved, -32602, "token_unsupported").message).to.equal("counterparty.token must be USDC on chain base");
+    expect((await stackRpc(stack)("/mcp/read", agentToken, "accounts.balance", {})).json!.result.balance_cents).to.equal(10_000 - 500);
+  });
+
+  it("approved while its retry waited for the vault, after its chain moved to the evm rail: the rail's rules still refuse it (PostgreSQL only)", async function () {
+    requirePostgres(this, "a retry waiting on the vault's lock needs a second connection");
+    const { db } = await testDatabase();
+    stack = await startMcpStack({ settlementPollMs: 0, database: db });
+    const owner = await createOwner(stack);
+    const { agentToken, vaultId } = await fundedChildBudget(stack, { owner, fundCents: 10_000n, budget: { ...budget, step_up_amount_cents: 1_000 } });
+    const args = { counterparty: { address: payee, chain: "base", token: "ETH" }, amount_cents: 2_000, currency: "USD", idempotency_key: "sandbox-key-3" };
+    const waiting = (await stackRpc(stack)("/mcp/write", agentToken, "payments.initiate", args)).json!.result;
+    expect(waiting).to.deep.include({ kind: "pending_step_up" });
+    await stack.close();
+    stack = await start(100, db);
+    const session = await ownerSession(stack, owner.userId, { stepUp: true });
+    // The retry reads the payment still waiting, then waits for the vault the owner's approval does not need.
+    const vault = await db.transaction();
+    await vault.raw(`SELECT 1 FROM vaults WHERE id = ? FOR UPDATE`, [vaultId]);
+    const retry = stackRpc(stack)("/mcp/write", agentToken, "payments.initiate", args);
+    await Promise.race([lockWaits(db, "vaults"), retry]);
+    await stack.clients.budgets.approvePayment({ sessionToken: session, paymentId: waiting.payment_id });
+    await vault.commit();
+    expect(expectJsonRpcError(await retry, -32602, "token_unsupported").message).to.equal("counterparty.token must be USDC on chain base");
+    expect(await stack.core.db("settlement_payments").where({ payment_id: waiting.payment_id })).to.deep.equal([]);
+    expect((await stackRpc(stack)("/mcp/read", agentToken, "accounts.balance", {})).json!.result.balance_cents).to.equal(10_000);
   });
 
   it("payments.simulate refuses what initiate refuses on the chain, with the same answer; what it accepts, initiate takes", async () => {
