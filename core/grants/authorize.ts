@@ -255,7 +255,10 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
     const c = req.code ? await deps.codes.lockCode(trx, sha256Hex(req.code)) : undefined;
     if (!c || c.clientId !== client.clientId) return { kind: "invalid" as const, why: "unknown code" };
     if (c.consumedAt) {
-      // RFC 6749 4.1.2: a code used twice revokes what it issued.
+      // Only a replay with the code's PKCE verifier revokes (RFC 6749 4.1.2): the code alone,
+      // seen in a redirect, must not let anyone end a public client's grant.
+      const proven = CODE_VERIFIER.test(req.codeVerifier) && constantTimeEqual(sha256Base64url(req.codeVerifier), c.codeChallenge);
+      if (!proven) return { kind: "invalid" as const, why: "used code without its PKCE verifier" };
       const issued = c.grantId ? await deps.grants.findGrant(trx, c.grantId) : undefined;
       if (issued) {
         await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");

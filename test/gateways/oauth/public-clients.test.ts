@@ -62,11 +62,33 @@ describe("public clients registered at /oauth2/register", function () {
     await expectOAuthError(await tokenRes(exchange(confidential)), 401, "invalid_client");
   });
 
+  it("hostile: a used code sent again without its PKCE verifier is refused and revokes nothing; with it, the replay revokes", async () => {
+    const c = await consent();
+    const grant = await token(exchange(c));
+    expect(grant.status).to.equal(200);
+    // Anyone who saw the redirect has the code, and a public client's client_id is no secret.
+    for (const verifier of ["x".repeat(43), "short"]) {
+      await expectOAuthError(await tokenRes({ ...exchange(c), code_verifier: verifier }), 400, "invalid_grant");
+    }
+    expect(await verifyReason(stack, grant.body.access_token as string)).to.equal("ok");
+    await expectOAuthError(await tokenRes(exchange(c)), 400, "invalid_grant");
+    expect(await verifyReason(stack, grant.body.access_token as string)).to.not.equal("ok");
+  });
+
   it("PostgreSQL only: 12 concurrent exchanges of one public client's code issue exactly one grant", async function () {
     requirePostgres(this, "racing code exchanges need several connections");
     const c = await consent();
     const answers = await Promise.all(Array.from({ length: 12 }, () => token(exchange(c))));
     expect(answers.filter((a) => a.status === 200)).to.have.length(1);
     for (const a of answers.filter((x) => x.status !== 200)) expect([a.status, a.body.error]).to.deep.equal([400, "invalid_grant"]);
+  });
+
+  it("PostgreSQL only: 12 concurrent replays of a used code without its verifier revoke nothing", async function () {
+    requirePostgres(this, "racing replays need several connections");
+    const c = await consent();
+    const grant = await token(exchange(c));
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => token({ ...exchange(c), code_verifier: `${i}`.padEnd(43, "v") })));
+    for (const a of answers) expect([a.status, a.body.error]).to.deep.equal([400, "invalid_grant"]);
+    expect(await verifyReason(stack, grant.body.access_token as string)).to.equal("ok");
   });
 });
