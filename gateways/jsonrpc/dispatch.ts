@@ -117,6 +117,7 @@ export function createDispatcher(options: DispatcherOptions) {
         return { tools: toolLists.get(category) };
       }
       case "tools/call": {
+        if (msg.params !== undefined && !isObject(msg.params)) return refuse(caller, invalidParams(NAMED_ONLY));
         const params = objectParams(msg.params);
         if (typeof params.name !== "string") return refuse(caller, invalidParams("params.name must be a tool name"));
         const args = params.arguments === undefined ? {} : params.arguments;
@@ -162,6 +163,8 @@ export function createDispatcher(options: DispatcherOptions) {
   /** `routed` is awaited before anything else can throw, so a refusal is never left unhandled. */
   async function callTool(routed: Tool | Promise<never>, params: unknown, caller: Caller) {
     const tool = await routed;
+    // Positional params are refused after the bearer's own check, like every refusal made here.
+    if (params !== undefined && !isObject(params)) return refuse(caller, invalidParams(NAMED_ONLY), tool);
     const args = objectParams(params);
     const v = validators.get(tool.name)!;
     if (!v.input(args))
@@ -290,10 +293,12 @@ function nameOf(params: unknown): string | undefined {
   return isObject(params) && typeof params.name === "string" ? params.name : undefined;
 }
 
+const NAMED_ONLY = "params must be an object of named arguments";
+
 function objectParams(params: unknown): Record<string, unknown> {
   if (params === undefined) return {};
   // Tools take named arguments only.
-  if (!isObject(params)) throw invalidParams("params must be an object of named arguments");
+  if (!isObject(params)) throw invalidParams(NAMED_ONLY);
   return params;
 }
 

@@ -127,6 +127,21 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect([note.status, note.text, note.headers.get("www-authenticate")]).to.deep.equal([401, "", READ_CHALLENGE]);
   });
 
+  it("hostile: positional params with a bad bearer are 401 first, as every refusal the gateway makes itself", async () => {
+    const revoked = await grantFor(stack, await createOwner(stack));
+    await revokeGrant(stack, revoked);
+    for (const body of [
+      '{"jsonrpc":"2.0","id":3,"method":"accounts.balance","params":[]}',
+      '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":["accounts.balance"]}',
+    ]) {
+      const res = await postRpc(at("/mcp/read"), body, { authorization: `Bearer ${revoked}` });
+      expect([res.status, res.headers.get("www-authenticate")], body).to.deep.equal([401, `${READ_CHALLENGE}, error="invalid_token"`]);
+      expectJsonRpcError({ json: res.json, text: res.text }, -32001, "invalid_token");
+      // With a valid bearer the same body is -32602.
+      expectJsonRpcError(await postRpc(at("/mcp/read"), body, auth), -32602, "invalid_params");
+    }
+  });
+
   it("unknown methods are -32601; a tool on another category's endpoint is -32601 wrong_endpoint", async () => {
     const unknown = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 1, method: "payments.refund", params: {} }, auth);
     expect([unknown.json!.error.code, unknown.json!.error.data.reason_id]).to.deep.equal([-32601, "method_not_found"]);
