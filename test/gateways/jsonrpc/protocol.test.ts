@@ -2,6 +2,7 @@ import type { Tool } from "@modelcontextprotocol/sdk/types.js";
 import { expect } from "chai";
 import { startMcpStack, postRpc, TEST_MCP_URL, type JsonRpcReply, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor, revokeGrant } from "../../support/budgets.js";
+import { Ajv2020 } from "ajv/dist/2020.js";
 import { createSchemaAjv } from "../../../gateways/jsonrpc/schemas.js";
 import { expectJsonRpcError } from "../../support/refusals.js";
 
@@ -283,6 +284,21 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
         expect(JSON.stringify(tool.outputSchema), tool.name).to.not.match(/"anyOf"|"error"/);
         expect(ajv.compile(tool.outputSchema!)({ error: { code: -32602, message: "Invalid params", data: {} } }), tool.name).to.equal(false);
       }
+    }
+  });
+
+  it("time_window_end's published schema says what the server takes: UTC with Z, seconds optional, no offset", async () => {
+    const tools = (await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 1, method: "tools/list" }, auth)).json!.result.tools as Tool[];
+    const create = tools.find((t) => t.name === "agent.budget.create")!;
+    // A host's validator without our format code: 2020-12 reads format as an annotation.
+    const published = new Ajv2020({ validateFormats: false }).compile(create.inputSchema);
+    const args = (end: string) => ({ purpose: "trip", display_name: "Trip", chain_allowlist: ["base"], idempotency_key: "key-tw-0001", time_window_end: end });
+    for (const end of ["2030-01-01T00:00Z", "2030-01-01T00:00:00.5Z"]) expect(published(args(end)), end).to.equal(true);
+    for (const end of ["2030-01-01T02:00:00+02:00", "2030-01-01T00:00:00z", "2030-01-01 00:00:00Z"]) {
+      expect(published(args(end)), end).to.equal(false);
+      const res = await postRpc(at("/mcp/treasury"), { jsonrpc: "2.0", id: 2, method: "agent.budget.create", params: args(end) }, auth);
+      expectJsonRpcError(res, -32602, "invalid_params");
+      expect(res.json!.error.data.errors[0].path, end).to.equal("/time_window_end");
     }
   });
 
