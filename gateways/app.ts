@@ -89,6 +89,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   });
 
   app.server.on("connect", connectRefusal(options.logger as FastifyBaseLogger));
+  // Node answers an Expect other than 100-continue with a bare 417 (no request id, no envelope);
+  // RFC 9110 lets a server ignore it, so the request is served like any other.
+  app.server.on("checkExpectation", (req, res) => app.server.emit("request", req, res));
   limitRequestTime(app, requestTimeout);
   trackRouteMethods(app);
 
