@@ -23,7 +23,7 @@ import { observeRequests } from "./shared/observability.js";
 import { limitRequestTime } from "./shared/request-time.js";
 import { trackRouteMethods } from "./shared/route-methods.js";
 import { requestLogController } from "./request-log.js";
-import { clientErrorHandler, connectRefusal } from "./shared/client-errors.js";
+import { clientErrorHandler, connectRefusal, plainAnswer } from "./shared/client-errors.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -47,6 +47,9 @@ export interface GatewayOptions {
 const MCP_PATHS = new Set(MCP_ENDPOINTS.map((e) => e.path));
 const PARTNER_PREFIX = "/api/partner";
 const isPartnerPath = (url: string) => url === PARTNER_PREFIX || url.startsWith(`${PARTNER_PREFIX}/`) || url.startsWith(`${PARTNER_PREFIX}?`);
+/** A request the gateway cannot read, answered in its surface's envelope (undefined: plain JSON). */
+const surfaceRefusal = (target: string, status: number, requestId: string) =>
+  isPartnerPath(target) ? partnerParserRefusal(target.slice(PARTNER_PREFIX.length), status, requestId) : undefined;
 
 /** The request line and headers together, in bytes: Node's default, whatever NODE_OPTIONS says. */
 const MAX_HEADER_BYTES = 16 * 1024;
@@ -68,15 +71,14 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // fastify's default of none let a client that never finished its headers hold a connection.
     requestTimeout,
     // Node's own limit, stated so the router's below cannot fall under it: a longer request line is a 431.
-    http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000), maxHeaderSize: MAX_HEADER_BYTES },
+    // A missing Host is refused by the onRequest hook below: Node's own 400 has no request id.
+    http: { connectionsCheckingInterval: Math.min(requestTimeout / 2, 15_000), maxHeaderSize: MAX_HEADER_BYTES, requireHostHeader: false },
     // No path parameter can outgrow the request line, so the router never refuses one for length:
     // each route checks its own parameters (partner routes after the caller's checks, audited).
     routerOptions: { maxParamLength: MAX_HEADER_BYTES },
     // A request the HTTP parser refuses (headers over the limit, unreadable) still gets a request
     // id, and on the partner API its envelope.
-    clientErrorHandler: clientErrorHandler(options.logger as FastifyBaseLogger, (target, status, requestId) =>
-      isPartnerPath(target) ? partnerParserRefusal(target.slice(PARTNER_PREFIX.length), status, requestId) : undefined,
-    ),
+    clientErrorHandler: clientErrorHandler(options.logger as FastifyBaseLogger, surfaceRefusal),
     // A partner path the router could not decode reaches its route, which refuses it after the caller's checks.
     rewriteUrl: (req: IncomingMessage) => (isPartnerPath(req.url ?? "") ? escapeMalformedSegments(req) : (req.url ?? "/")),
     // Router refusals (malformed percent-encoding) happen before any plugin: pages get an HTML
@@ -127,6 +129,13 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     if (closing) {
       reply.header("connection", "close").header("retry-after", "1");
       return done(shuttingDown());
+    }
+    // RFC 9112 3.2: an HTTP/1.1 request without Host is a 400, answered as a parser refusal is.
+    if (request.raw.httpVersion === "1.1" && !request.headers.host) {
+      const answer = surfaceRefusal(request.url, 400, request.id) ?? plainAnswer(400);
+      reply.code(answer.status).headers({ "cache-control": "no-store", pragma: "no-cache", connection: "close" });
+      reply.type("application/json").send(answer.body);
+      return;
     }
     // DNS-rebinding and cross-site protection: on MCP and state-changing browser or registration
     // endpoints Host and any Origin must be ours (server-to-server endpoints carry no browser

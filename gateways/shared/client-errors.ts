@@ -60,13 +60,15 @@ export function clientErrorHandler(
     const status = clientErrorStatus(err);
     const requestId = uuidv7();
     const target = requestTargetOf(err.rawPacket);
-    const answer = answerFor(target, status, requestId) ?? {
-      status,
-      body: JSON.stringify({ error: STATUS_CODES[status], message: PLAIN_MESSAGES[status], statusCode: status }),
-    };
+    const answer = answerFor(target, status, requestId) ?? plainAnswer(status);
     log.info({ reqId: requestId, code: err.code, res: { statusCode: answer.status } }, "refused a request the HTTP parser could not read");
     answerAndClose(socket, answer, requestId);
   };
+}
+
+/** fastify's JSON for a refusal, on paths no surface answers in an envelope of its own. */
+export function plainAnswer(status: number): ClientErrorAnswer {
+  return { status, body: JSON.stringify({ error: STATUS_CODES[status], message: PLAIN_MESSAGES[status], statusCode: status }) };
 }
 
 /**
