@@ -108,13 +108,14 @@ export function noStore(_request: FastifyRequest, reply: FastifyReply, payload: 
 /** The JSON body as an object, refusing non-JSON content types and non-object bodies. */
 export function jsonObjectBody(request: FastifyRequest, optional = false): Record<string, unknown> {
   const body = request.body as unknown;
-  if (body === undefined || body === null) {
+  if (body === undefined) {
     if (optional) return {};
     throw new ResourceError(400, "invalid_request", "a JSON body is required");
   }
   if (body === NOT_JSON) throw new ResourceError(400, "invalid_request", "content type must be application/json");
   if (body instanceof BadBodyText) throw invalidRequest(body.message);
-  if (typeof body !== "object" || Array.isArray(body)) throw new ResourceError(400, "invalid_request", "the body must be a JSON object");
+  // A sent `null` is a body, and no object: an optional body may be left out, never null.
+  if (body === null || typeof body !== "object" || Array.isArray(body)) throw new ResourceError(400, "invalid_request", "the body must be a JSON object");
   return body as Record<string, unknown>;
 }
 

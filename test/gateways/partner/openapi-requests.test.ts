@@ -50,6 +50,17 @@ describe("partner OpenAPI request schemas agree with the API", () => {
     }
   });
 
+  it("POST /users/{id}/kyc/link: a body that is not a JSON object, null included, is refused as the document refuses it", async () => {
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    const token = await mintPartnerToken(stack, partner);
+    const { userId } = await createUserFor(stack, partner, ["kyc:read"]);
+    for (const body of [null, 5, [], {}]) await agree("POST", `/users/${userId}/kyc/link`, token, body);
+    const res = await api(stack, "POST", `/users/${userId}/kyc/link`, { token, rawBody: "null" });
+    expect((res.body as { error: { message: string } }).error.message).to.equal("the body must be a JSON object");
+    // No body at all is still an empty request.
+    expect((await api(stack, "POST", `/users/${userId}/kyc/link`, { token })).status).to.equal(201);
+  });
+
   it("POST /treasury/payouts: the document refuses the keys and references the API refuses", async () => {
     const partner = await createPartner(stack, { entitlements: ["treasury:write", "payouts:receive"] });
     const payer = await bindTreasury(stack.admin, partner);
