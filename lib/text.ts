@@ -38,6 +38,24 @@ export function textProblem(s: string): string | undefined {
   return m[0] === "\u0000" ? "must not contain NUL characters" : "must be valid Unicode text (it holds an unpaired surrogate)";
 }
 
+/** Why parsed JSON is not acceptable text: its first string (key or value) with NUL or an unpaired surrogate, or its depth. */
+export function jsonTextProblem(value: unknown, depth = 0): string | undefined {
+  if (depth > 32) return "nests too deeply";
+  if (typeof value === "string") return textProblem(value) && `text ${textProblem(value)}`;
+  if (Array.isArray(value)) {
+    for (const v of value) {
+      const p = jsonTextProblem(v, depth + 1);
+      if (p) return p;
+    }
+  } else if (typeof value === "object" && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      const p = jsonTextProblem(k, depth + 1) ?? jsonTextProblem(v, depth + 1);
+      if (p) return p;
+    }
+  }
+  return undefined;
+}
+
 /** True when `s` holds a control character (Unicode Cc: C0, DEL and C1, such as the CSI escape). */
 export function hasControlCharacters(s: string): boolean {
   return /\p{Cc}/u.test(s);

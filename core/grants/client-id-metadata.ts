@@ -1,7 +1,7 @@
 import type http from "node:http";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { textProblem } from "../../lib/text.js";
+import { jsonTextProblem } from "../../lib/text.js";
 import { checkClientMetadata } from "./client-metadata.js";
 import type { ClientRecord } from "./stores/clients.js";
 import { pinnedRequest, urlHost } from "../net/pinned-request.js";
@@ -243,7 +243,7 @@ function documentClient(clientId: string, body: Buffer, now: Date): ClientRecord
     return problem("is not JSON");
   }
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) problem("must be a JSON object");
-  const bad = findBadString(doc);
+  const bad = jsonTextProblem(doc);
   if (bad) problem(bad);
   const d = doc as Record<string, unknown>;
   if (d.client_id !== clientId) problem("its client_id must equal the URL it is served from");
@@ -283,22 +283,4 @@ function strings(d: Record<string, unknown>, name: string): string[] {
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v) || v.some((x) => typeof x !== "string")) return problem(`${name} must be an array of strings`);
   return v as string[];
-}
-
-/** The first string (key or value) holding NUL or an unpaired surrogate: nothing we store may hold one. */
-function findBadString(value: unknown, depth = 0): string | undefined {
-  if (depth > 32) return "nests too deeply";
-  if (typeof value === "string") return textProblem(value) && `text ${textProblem(value)}`;
-  if (Array.isArray(value)) {
-    for (const v of value) {
-      const p = findBadString(v, depth + 1);
-      if (p) return p;
-    }
-  } else if (typeof value === "object" && value !== null) {
-    for (const [k, v] of Object.entries(value)) {
-      const p = findBadString(k, depth + 1) ?? findBadString(v, depth + 1);
-      if (p) return p;
-    }
-  }
-  return undefined;
 }

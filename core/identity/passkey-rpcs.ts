@@ -10,7 +10,7 @@ import type {
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
-import { textProblem } from "../../lib/text.js";
+import { jsonTextProblem } from "../../lib/text.js";
 import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { KnownBrowsers } from "./known-browsers.js";
@@ -39,17 +39,14 @@ const toProto = (k: PasskeyRecord) => ({
 function browserJson(raw: string, field: string): never | Record<string, unknown> {
   if (!raw || raw.length > 64 * 1024) fail(Reason.INVALID_REQUEST, `${field} is missing or too long`);
   let v: unknown;
-  let bad: string | undefined;
   try {
-    // Its strings reach PostgreSQL (the credential id, the transports): a NUL escaped in the JSON
-    // is refused as the input guard refuses a raw one, before any challenge is spent.
-    v = JSON.parse(raw, (_key, value: unknown) => {
-      if (typeof value === "string") bad ??= textProblem(value);
-      return value;
-    });
+    v = JSON.parse(raw);
   } catch {
     fail(Reason.INVALID_REQUEST, `${field} is not JSON`);
   }
+  // Its strings reach PostgreSQL (the credential id, the transports): a NUL escaped in the JSON
+  // is refused as the input guard refuses a raw one, before any challenge is spent.
+  const bad = jsonTextProblem(v);
   if (bad) fail(Reason.INVALID_REQUEST, `${field} ${bad}`);
   if (!v || typeof v !== "object" || Array.isArray(v)) fail(Reason.INVALID_REQUEST, `${field} must be a JSON object`);
   const o = v as Record<string, unknown>;

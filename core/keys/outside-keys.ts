@@ -50,7 +50,7 @@ export async function loadOutsideKey(options: { name: OutsideKeyName; setting: s
  * The first core records a check value (an HMAC under a sub-key, revealing nothing), so a replica
  * with a different key fails at start, naming the setting, not later when reading others' writes.
  */
-export async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; key: Buffer }): Promise<void> {
+async function checkOutsideKey(db: Db, options: { name: OutsideKeyName; setting: string; key: Buffer }): Promise<void> {
   const mine = Buffer.from(hmacSha256(deriveKey(options.key, "key check"), options.name), "hex");
   const recorded = await recordKeyCheck(db, options.name, mine);
   if (!constantTimeEqualBytes(recorded, mine)) {
