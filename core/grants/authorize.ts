@@ -59,6 +59,9 @@ export interface ExchangeCodeDeps extends AuditDeps {
 
 const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
 
+/** True when `verifier` is well formed and its S256 hash is the code's challenge (RFC 7636 4.6). */
+const provesChallenge = (verifier: string, challenge: string) => CODE_VERIFIER.test(verifier) && constantTimeEqual(sha256Base64url(verifier), challenge);
+
 /** The vault a `urn:<ns>:vault:<uuid>` resource names (its UUID in any case, read lower case), or "". */
 export function vaultOfResource(prefix: string, resource: string): string {
   const id = resource.startsWith(prefix) ? resource.slice(prefix.length) : "";
@@ -257,8 +260,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
     if (c.consumedAt) {
       // Only a replay with the code's PKCE verifier revokes (RFC 6749 4.1.2): the code alone,
       // seen in a redirect, must not let anyone end a public client's grant.
-      const proven = CODE_VERIFIER.test(req.codeVerifier) && constantTimeEqual(sha256Base64url(req.codeVerifier), c.codeChallenge);
-      if (!proven) return { kind: "invalid" as const, why: "used code without its PKCE verifier" };
+      if (!provesChallenge(req.codeVerifier, c.codeChallenge)) return { kind: "invalid" as const, why: "used code without its PKCE verifier" };
       const issued = c.grantId ? await deps.grants.findGrant(trx, c.grantId) : undefined;
       if (issued) {
         await deps.grants.revokeLineage(trx, issued.lineageId, now, "code_replay");
@@ -275,9 +277,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
     }
     if (c.expiresAt.getTime() <= now.getTime()) return { kind: "invalid" as const, why: "expired code" };
     if (!sameRedirectUri(c.redirectUri, req.redirectUri, client.redirectUris)) return { kind: "invalid" as const, why: "redirect_uri mismatch" };
-    if (!CODE_VERIFIER.test(req.codeVerifier)) return { kind: "invalid" as const, why: "malformed code_verifier" };
-    const computed = sha256Base64url(req.codeVerifier);
-    if (!constantTimeEqual(computed, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
+    if (!provesChallenge(req.codeVerifier, c.codeChallenge)) return { kind: "invalid" as const, why: "PKCE mismatch" };
     for (const resource of req.resources) {
       if (!mcpResources.has(resource) && vaultOfResource(vaultUrnPrefix, resource) !== c.vaultId) return { kind: "target" as const };
     }

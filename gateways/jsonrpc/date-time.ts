@@ -2,7 +2,7 @@
  * Our date-time: a valid calendar date (leap years honoured), `T`, `HH:MM` with
  * optional `:SS` and an optional fraction of any length after the seconds, and a mandatory `Z`.
  */
-const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(\.\d+)?)?Z$/;
+export const DATE_TIME_SHAPE = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(\.\d+)?)?Z$/;
 
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
@@ -12,7 +12,7 @@ function isLeap(year: number): boolean {
 
 /** The instant such a date-time names (fractions beyond milliseconds are dropped), or undefined. */
 export function parseDateTime(value: string): Date | undefined {
-  const m = DATE_TIME.exec(value);
+  const m = DATE_TIME_SHAPE.exec(value);
   if (!m) return undefined;
   const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
   if (month < 1 || month > 12 || day < 1) return undefined;

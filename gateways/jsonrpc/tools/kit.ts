@@ -1,6 +1,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type AgentScope, CHAINS, type McpCategory } from "../../../lib/vocabulary.js";
 import type { CoreClients, withRequestId } from "../../core-clients.js";
+import { DATE_TIME_SHAPE } from "../date-time.js";
 
 /** What every tool definition is built from: the Tool shape, schema atoms, and argument types derived from schemas. */
 export type Category = McpCategory;
@@ -53,11 +54,7 @@ const DIALECT = "https://json-schema.org/draft/2020-12/schema";
 export const AMOUNT = { type: "integer", minimum: 0, maximum: 9007199254740991 } as const;
 export const UUID = { type: "string", format: "uuid" } as const;
 /** A time we take: the pattern publishes our shape (Z only, seconds optional), which `date-time` alone does not say. */
-export const DATE_TIME = {
-  type: "string",
-  format: "date-time",
-  pattern: "^\\d{4}-\\d{2}-\\d{2}T([01]\\d|2[0-3]):[0-5]\\d(:[0-5]\\d(\\.\\d+)?)?Z$",
-} as const;
+export const DATE_TIME = { type: "string", format: "date-time", pattern: DATE_TIME_SHAPE.source } as const;
 /** A time we answer with: always UTC, written with Z (toISOString). */
 export const UTC_DATE_TIME = { type: "string", format: "date-time", pattern: "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?Z$" } as const;
 export const CHAIN = { type: "string", enum: CHAINS } as const;

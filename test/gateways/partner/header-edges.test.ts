@@ -40,6 +40,14 @@ describe("partner API: a missing Host and an unknown Expect (raw sockets, real p
       expect(res.body).to.deep.equal({ error: "invalid_request", error_description: "malformed request" });
     });
 
+    it("a path no envelope owns (the agent token endpoint): 400 in plain JSON, with X-Request-Id and Connection: close", async () => {
+      const res = await send(["POST /oauth2/token HTTP/1.1", "Content-Type: application/x-www-form-urlencoded", "Content-Length: 0"]);
+      expect(res.status).to.equal(400);
+      expect(res.headers["x-request-id"]).to.match(UUID_RE);
+      expect([res.headers["cache-control"], res.headers.connection]).to.deep.equal(["no-store", "close"]);
+      expect(res.body).to.deep.equal({ error: "Bad Request", message: "Client Error", statusCode: 400 });
+    });
+
     it("an HTTP/1.0 request needs no Host, and the server answers normally afterwards", async () => {
       const res = await send([`GET /api/partner/users/${partner.userId}/kyc HTTP/1.0`, `Authorization: Bearer ${partner.token}`]);
       expect(res.status).to.equal(200);
