@@ -3,6 +3,7 @@ import { fail } from "../errors.js";
 import type { LedgerEntry } from "../ledger/transfers.js";
 import type { KycRecord, UsAccountRecord } from "./resources-store.js";
 import { CONSENT_SCOPES, TREASURY_SCOPE } from "../../lib/vocabulary.js";
+import { isPartnerUrlSpelling } from "../../lib/partner-urls.js";
 
 /** Input checks and the wire shapes (JSON events and RPC answers) of the partner resources. */
 export function checkConsentScopes(scopes: string[]) {
@@ -27,6 +28,9 @@ export function checkHttpsUrl(value: string, name: string): string {
   if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) fail(Reason.INVALID_REQUEST, `${name} must be https (http only on loopback)`);
   // Never sent by core, shown wherever the URL is listed, and the classic disguise of another host.
   if (url.username || url.password) fail(Reason.INVALID_REQUEST, `${name} must not carry credentials (user:password@)`);
+  // The parser forgives spellings (`https:host`, `http://127.1`) the published pattern refuses.
+  if (!isPartnerUrlSpelling(value))
+    fail(Reason.INVALID_REQUEST, `${name} must be written https://host/... (http://127.0.0.1, localhost or [::1] for loopback)`);
   // The limit is on what is stored and sent: escaping ("é" is %C3%A9) can lengthen the URL.
   const normalised = url.toString();
   if (normalised.length > MAX_URL_LENGTH) fail(Reason.INVALID_REQUEST, `${name} must be at most ${MAX_URL_LENGTH} characters once escaped`);

@@ -6,6 +6,7 @@
 import { treasuryOpenApi } from "./treasury-openapi.js";
 import { eventSchemas } from "./events-openapi.js";
 import { EMAIL_PATTERN } from "../../lib/email.js";
+import { PARTNER_URL_PATTERN } from "../../lib/partner-urls.js";
 import { CHAINS, CURRENCY_PATTERN, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
 
@@ -292,7 +293,7 @@ export function partnerOpenApi(serverUrl: string) {
           type: "object",
           properties: {
             provider: { type: "string", minLength: 1, maxLength: 64 },
-            redirect_uri: { type: "string", format: "iri", maxLength: 2048, pattern: "^[Hh][Tt][Tt][Pp][Ss]?://" },
+            redirect_uri: { type: "string", format: "iri", maxLength: 2048, pattern: PARTNER_URL_PATTERN },
           },
           additionalProperties: false,
         },

@@ -50,6 +50,18 @@ describe("partner OpenAPI request schemas agree with the API", () => {
     }
   });
 
+  it("POST /users/{id}/kyc/link: the document takes the redirect_uri spellings the API takes, and no others", async () => {
+    const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
+    const token = await mintPartnerToken(stack, partner);
+    const { userId } = await createUserFor(stack, partner, ["kyc:read"]);
+    const taken = ["HTTPS://App.Example/done", "https://app.example:8443", "http://127.0.0.1:3000/cb", "http://localhost/cb", "http://[::1]:8080/?a=b"];
+    const credentials = ["https://ada@app.example/", "https://ada:pw@app.example/", "http://localhost@evil.example/", "https://app.example\\@evil.example/"];
+    const elsewhere = ["http://app.example.com/", "http://127.1/", "http://localhost.evil.example/", "https:app.example/done", "https:/app.example/"];
+    for (const redirect_uri of [...taken, ...credentials, ...elsewhere]) {
+      await agree("POST", `/users/${userId}/kyc/link`, token, { provider: "sandbox", redirect_uri });
+    }
+  });
+
   it("POST /users/{id}/kyc/link: a body that is not a JSON object, null included, is refused as the document refuses it", async () => {
     const partner = await createPartner(stack, { entitlements: ["kyc:read"] });
     const token = await mintPartnerToken(stack, partner);
