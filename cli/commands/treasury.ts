@@ -57,7 +57,8 @@ export async function treasuryCommand(ctx: CommandContext) {
     case "set-status": {
       const clientId = requirePositional(ctx, 1, "CLIENT_ID");
       const name = requirePositional(ctx, 2, "STATUS");
-      const status = statuses[name];
+      // Own keys only: "constructor" or "__proto__" would find Object.prototype's members.
+      const status = Object.hasOwn(statuses, name) ? statuses[name] : undefined;
       if (status === undefined) throw new UsageError(`status must be one of ${Object.keys(statuses).join("|")}`);
       const res = await (await ctx.admin()).clients.treasury.setTreasuryStatus({ clientId, status });
       return treasuryJson(res.treasury!);

@@ -51,4 +51,18 @@ describe("vaultgate treasury (CLI)", function () {
     const badPayer = await runCli(["treasury", "bind", "--partner", partner.client_id as string, "--payer-entity-id", "x", "--balance-cents", "1"], proc.env);
     expect(badPayer.stderr).to.contain("payer_entity_id must be a UUID");
   });
+
+  it("a status named like a property every object has is a usage error, and the treasury keeps its status", async () => {
+    const id = (await runCli(["partner", "create", "--name", "Proto Co"], proc.env)).json!.client_id as string;
+    const bound = await runCli(["treasury", "bind", "--partner", id, "--payer-entity-id", randomUUID(), "--balance-cents", "5"], proc.env);
+    expect(bound.code, bound.stderr).to.equal(0);
+    for (const name of ["constructor", "toString", "__proto__", "hasOwnProperty"]) {
+      const res = await runCli(["treasury", "set-status", id, name], proc.env);
+      expect(res.code, `${name}: ${res.stderr}`).to.equal(2);
+      expect(res.stdout).to.equal("");
+      expect(res.stderr).to.equal("vaultgate: status must be one of active|suspended|disabled|mandate_expired\nsee 'vaultgate treasury set-status --help'\n");
+    }
+    const still = await runCli(["treasury", "fund", id, "--amount-cents", "1"], proc.env);
+    expect(still.json).to.include({ status: "active", available_cents: 6 });
+  });
 });
