@@ -1,7 +1,7 @@
-import { execFile } from "node:child_process";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { expect } from "chai";
 import { runCli, tempDataDir, useServiceProcess } from "../support/process.js";
 
@@ -139,10 +139,18 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
   it("on a terminal, partner webhook reminds the operator that webhook_secret is shown once", async () => {
     const created = await runCli(["partner", "create", "--name", "Hooked"], op.env);
     const clientId = (created.json as { client_id: string }).client_id;
-    // script(1) gives the command a terminal, where the text output and the reminder go.
+    // script(1) gives the command a terminal, where the text output and the reminder go. It stops
+    // reading the terminal soon after its child exits, so the shell stays until its last line is read.
     const bin = fileURLToPath(new URL("../../bin/vaultgate.mjs", import.meta.url));
-    const line = `'${process.execPath}' '${bin}' partner webhook ${clientId} --url https://hooks.example/in`;
-    const { stdout } = await promisify(execFile)("script", ["-qec", line, "/dev/null"], { env: { ...process.env, ...op.env } });
+    const line = `'${process.execPath}' '${bin}' partner webhook ${clientId} --url https://hooks.example/in; echo "exited $?"; read -r _`;
+    const script = spawn("script", ["-qc", line, "/dev/null"], { env: { ...process.env, ...op.env }, stdio: ["pipe", "pipe", "inherit"] });
+    let stdout = "";
+    script.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk;
+      if (/exited \d+/.test(stdout)) script.stdin.end();
+    });
+    await once(script, "close");
+    expect(stdout).to.match(/exited 0\r?\n/);
     expect(stdout).to.match(/webhook_secret: +whsec_/);
     expect(stdout).to.include("Store webhook_secret now: it is not shown again (partner webhook replaces it).");
   });
