@@ -97,6 +97,8 @@ export async function preCreateUser(
   // One transaction: user, receipt and audit row commit together or not at all, so a
   // retry after audit_unavailable answers exactly as the first call would have.
   return deps.access.refusalsAudited(ctx, principal, "users.create", "", async () => {
+    // A program sends the address it means: spaces around it are a bug the published pattern refuses too.
+    if (req.email.trim() !== req.email) fail(Reason.INVALID_REQUEST, "email must not have spaces around it");
     const email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "email must be an e-mail address");
     return callerTransaction(deps.db, ctx.signal, "before the user was created", async (trx) => {
       // A suspension that committed after the access check is seen here, or waits for this commit.

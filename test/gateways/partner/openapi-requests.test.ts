@@ -35,6 +35,7 @@ describe("partner OpenAPI request schemas agree with the API", () => {
     const token = await mintPartnerToken(stack, partner);
     const tag = randomUUID().slice(0, 8);
     const outside = [`.ada-${tag}@example.com`, `a..b-${tag}@example.com`, `${tag}${"a".repeat(57)}@example.com`, `"ada-${tag}"@example.com`];
+    outside.push(` ada-${tag}@example.com`, `ada-${tag}@example.com `, `ada-${tag}@example.com\t`, `ada-${tag}@example.com\u00a0`);
     outside.push(`ip-${tag}@127.0.0.1`, `ip-${tag}@[127.0.0.1]`, `ada-${tag}@-example.com`, `ada-${tag}@ex_ample.com`, `ada-${tag}@example..com`);
     for (const email of [`ada-${tag}@bücher.example`, `zoë-${tag}@example.com`, `ada-${tag}@example.com`, `not-an-address-${tag}`, ...outside]) {
       await agree("POST", "/users", token, { email });
