@@ -48,17 +48,18 @@ export async function endBudgetTree(deps: EndingDeps, trx: Knex.Transaction, ctx
   const frozen = e.status === "closed" ? vaultIds : vaultIds.slice(1);
   if (frozen.length > 0) await deps.budgets.closePolicies(trx, frozen, e.now);
   // Whether its money went up is kept with the budget: a refund arriving later follows the same way.
-  const keepsFunds = !e.sweep;
+  // A declined budget's owner already sent its money up: a later close with keep_funds cannot undo that.
+  const keepsFunds = (x: BudgetRecord) => !e.sweep && x.status !== "declined";
   const ended = await deps.budgets.updateBudget(
     trx,
     root.id,
-    e.status === "closed" ? { status: "closed", closedAt: e.now, keepsFunds } : { status: "declined", keepsFunds },
+    e.status === "closed" ? { status: "closed", closedAt: e.now, keepsFunds: keepsFunds(root) } : { status: "declined", keepsFunds: keepsFunds(root) },
     e.now,
   );
   // A decline's own audit row is the owner's decision (owner-decision.ts).
   if (e.status === "closed") await audit(deps, trx, ctx, e, "agent.budget.close", root.vaultId, "");
   for (const x of open) {
-    await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: e.now, keepsFunds }, e.now);
+    await deps.budgets.updateBudget(trx, x.id, { status: "closed", closedAt: e.now, keepsFunds: keepsFunds(x) }, e.now);
     await audit(deps, trx, ctx, e, "agent.budget.close", x.vaultId, e.status === "declined" ? "parent_declined" : "");
   }
   // Deepest first, each budget's money goes up to its parent, so what the budgets below

@@ -174,10 +174,8 @@ export async function closeBudget(deps: EndingDeps, req: CloseBudgetRequest, ctx
       const v = (await deps.vaults.findVault(trx, b.vaultId))!;
       return { b, currency: v.currency, sweptCents: 0, transferId: "", revoked: 0, already: true };
     }
-    // The budgets its agent made close with it, all levels down (endBudgetTree). A declined budget's
-    // owner already sent its money up: keep_funds cannot keep a later refund from following it.
-    const sweep = !req.keepFunds || b.status === "declined";
-    const out = await endBudgetTree(deps, trx, ctx, b, { status: "closed", actor, sweep, now });
+    // The budgets its agent made close with it, all levels down (endBudgetTree).
+    const out = await endBudgetTree(deps, trx, ctx, b, { status: "closed", actor, sweep: !req.keepFunds, now });
     return { b: out.ended, ...out.swept, currency: out.currency, revoked: out.revoked, already: false };
   });
   return {

@@ -51,6 +51,27 @@ describe("refunds below a declined budget closed afterwards (anvil)", function (
     });
   }
 
+  it("a declined budget below a budget closed with keep_funds still sends a later refund up to that budget", async () => {
+    const b = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { chainAllowlist: ["base"] } });
+    await stack.clients.budgets.fundBudget({ accessToken: b.parentToken, vaultId: b.child.vaultId, amountCents: 8_000n, idempotencyKey: idempotencyKey() });
+    // D: a draft B's agent asked for without a step-up, funded by the owner; S under it pays 700, then D is declined.
+    const { budget } = await stack.clients.budgets.createBudget({ accessToken: await grantFor(stack, b.child), ...budgetParams({ chainAllowlist: ["base"] }) });
+    const d = { userId: b.owner.userId, vaultId: budget!.vaultId, agentPrincipalId: budget!.agentPrincipalId };
+    const session = await ownerSession(stack, b.owner.userId, { stepUp: true });
+    await stack.clients.budgets.fundBudget({ sessionToken: session, vaultId: d.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
+    const s = await subBudget(stack, b.owner, await grantFor(stack, d, { stepUp: true }), 3_000n);
+    const paymentId = await payFrom(stack, s, 700);
+    await stack.clients.budgets.declineBudget({ sessionToken: session, agentPrincipalId: d.agentPrincipalId });
+    await stack.clients.budgets.closeBudget({ accessToken: b.parentToken, vaultId: b.child.vaultId, keepFunds: true });
+    await stack.core.settlement.worker.runOnce();
+    expect(await settlementOf(stack, paymentId)).to.equal("failed:cancelled");
+    expect(await balances(b.owner.vaultId, b.child.vaultId, d.vaultId, s.vaultId)).to.deep.equal([2_000, 8_000, 0, 0]);
+    expect(await strandedVaults(stack))
+      .to.include(b.child.vaultId)
+      .and.not.include(d.vaultId);
+    await expectLedgerBalanced(stack);
+  });
+
   it("a budget closed with keep_funds that was never declined still keeps a later refund", async () => {
     const t = await budgetUnderRoot(stack, { parentCents: 10_000n, budget: { ...budgetParams({ chainAllowlist: ["base"] }), stepUpAmountCents: undefined } });
     await stack.clients.budgets.fundBudget({ accessToken: t.parentToken, vaultId: t.child.vaultId, amountCents: 6_000n, idempotencyKey: idempotencyKey() });
