@@ -23,7 +23,7 @@ import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { UsersStore } from "../identity/users-store.js";
-import { CONSENT_SCOPES, type ConsentScope } from "../../lib/vocabulary.js";
+import { CONSENT_SCOPES, PARTNER_SCOPES, type ConsentScope } from "../../lib/vocabulary.js";
 import type { PartnerAccess } from "./access.js";
 import type { PartnersStore } from "./store.js";
 import type { ResourcesStore } from "./resources-store.js";
@@ -72,9 +72,11 @@ export async function authorizePartner(
   req: AuthorizePartnerRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof AuthorizePartnerResponseSchema>> {
+  // The scope names a rate-limit key and audit action only when it is one of ours: no caller mints either.
+  const named = !req.scope ? "authorize" : PARTNER_SCOPES.includes(req.scope) ? `authorize.${req.scope}` : "authorize.unknown_scope";
   const principal = await deps.access.authorize(ctx, {
     token: req.accessToken,
-    operation: req.scope ? `authorize.${req.scope}` : "authorize",
+    operation: named,
     userId: req.userId || undefined,
     // From the wire: a scope no consent can hold is refused grant_required, like a missing consent.
     scope: (req.scope || undefined) as ConsentScope | undefined,

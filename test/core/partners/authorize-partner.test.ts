@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { PartnerStatus } from "../../../gen/vaultgate/partners/v1/partners_pb.js";
@@ -38,6 +39,24 @@ describe("PartnerResourcesService.AuthorizePartner (the checks treasury reuses)"
       const { accessToken } = await limited.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
       for (let i = 0; i < 200; i++) await limited.clients.partnerResources.authorizePartner({ accessToken });
       await expectRefused(limited.clients.partnerResources.authorizePartner({ accessToken }), Reason.RATE_LIMITED);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it("refuses a scope that is none of ours under one rate-limit key: long or varied, never a 5xx nor a fresh window", async () => {
+    const limited = await startStack({ webhookPollMs: 0, resourceRateLimits: { default: 4 } });
+    try {
+      const partner = await createPartner(limited, { entitlements: ["kyc:read"] });
+      const { userId } = await createUserFor(limited, partner, ["kyc:read"]);
+      const { accessToken } = await limited.clients.partners.issueToken({ clientId: partner.clientId, clientSecret: partner.clientSecret });
+      const rpc = limited.clients.partnerResources;
+      // Random text does not compress: as a key of its own it would not fit an index entry.
+      await expectRefused(rpc.authorizePartner({ accessToken, userId, scope: randomBytes(3000).toString("base64") }), Reason.GRANT_REQUIRED);
+      for (let i = 0; i < 3; i++) await expectRefused(rpc.authorizePartner({ accessToken, userId, scope: `made-up-${i}` }), Reason.GRANT_REQUIRED);
+      await expectRefused(rpc.authorizePartner({ accessToken, userId, scope: "made-up-3" }), Reason.RATE_LIMITED);
+      // A scope of ours keeps its own count.
+      expect((await rpc.authorizePartner({ accessToken, userId, scope: "kyc:read" })).partnerId).to.equal(partner.partnerId);
     } finally {
       await limited.close();
     }
