@@ -14,10 +14,10 @@ export function checkConsentScopes(scopes: string[]) {
 
 const MAX_URL_LENGTH = 2048;
 
-/** https, or http on loopback only (like webhook and redirect URIs elsewhere), without credentials. */
-export function checkHttpsUrl(value: string, name: string): string {
+/** https, or http on loopback only (like webhook and redirect URIs elsewhere), without credentials, at most `maxLength` characters. */
+export function checkHttpsUrl(value: string, name: string, maxLength = MAX_URL_LENGTH): string {
   // Stored, listed and sent to on every delivery: a URL longer than browsers keep is no endpoint.
-  if (value.length > MAX_URL_LENGTH) fail(Reason.INVALID_REQUEST, `${name} must be at most ${MAX_URL_LENGTH} characters`);
+  if (value.length > maxLength) fail(Reason.INVALID_REQUEST, `${name} must be at most ${maxLength} characters`);
   let url: URL;
   try {
     url = new URL(value);
@@ -33,7 +33,7 @@ export function checkHttpsUrl(value: string, name: string): string {
     fail(Reason.INVALID_REQUEST, `${name} must be written https://host/... (http://127.0.0.1, localhost or [::1] for loopback)`);
   // The limit is on what is stored and sent: escaping ("é" is %C3%A9) can lengthen the URL.
   const normalised = url.toString();
-  if (normalised.length > MAX_URL_LENGTH) fail(Reason.INVALID_REQUEST, `${name} must be at most ${MAX_URL_LENGTH} characters once escaped`);
+  if (normalised.length > maxLength) fail(Reason.INVALID_REQUEST, `${name} must be at most ${maxLength} characters once escaped`);
   return normalised;
 }
 

@@ -346,5 +346,17 @@ describe("partner resources over HTTP", () => {
       await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "acme-id" });
       expectHttpError(await call("POST", `/users/${userId}/kyc/link`, { token, json: {} }), 409, "kyc_provider_conflict");
     });
+
+    it("a redirect_uri within its 2048 characters gets its link, though escaping it in the link makes the link longer", async () => {
+      const partner = await createPartner(stack);
+      const { userId } = await createUserFor(stack, partner);
+      const token = await mintPartnerToken(stack, partner);
+      // Every "/" is "%2F" in the link's query: this one grows to about 6000 characters there.
+      const redirectUri = `https://partner.example/${"a/".repeat(1012)}`;
+      expect(redirectUri.length).to.equal(2048);
+      const link = await call("POST", `/users/${userId}/kyc/link`, { token, json: { redirect_uri: redirectUri } });
+      expect(link.status, link.text).to.equal(201);
+      expect(new URL((link.body as { url: string }).url).searchParams.get("redirect_uri")).to.equal(redirectUri);
+    });
   });
 });
