@@ -74,16 +74,17 @@ export interface PartnerPrincipal {
  * any data leaves, by the access call itself (`auditRead`) or by the caller through audited().
  */
 export function createPartnerAccess(deps: PartnerAccessDeps) {
-  async function check(ctx: HandlerContext, req: AccessRequest, seen: { actor: string; reason?: string }): Promise<PartnerPrincipal> {
+  async function check(ctx: HandlerContext, req: AccessRequest, seen: Seen): Promise<PartnerPrincipal> {
     const token = await deps.verifier.verify(req.token);
     // A missing bearer is not a refusal a proved partner can have made: read as malformed.
     const edgeRule = req.edgeRejection === EdgeRejection.BEARER_MISSING ? undefined : EDGE_REJECTIONS[req.edgeRejection ?? EdgeRejection.UNSPECIFIED];
     const edge = req.edgeRejection ? (edgeRule ?? EDGE_REJECTIONS[EdgeRejection.MALFORMED]!) : undefined;
-    // A framing refusal stands in for the shape: no user is looked at either way.
-    const problem = req.requestProblem || (edge ? edge.message : undefined);
-    if (problem === undefined && req.userId !== undefined && !UUID.test(req.userId)) fail(Reason.INVALID_REQUEST, "user_id must be a UUID");
+    // A framing refusal stands in for the shape, and so does an id that is none: no user is looked at.
+    const badId = req.userId !== undefined && !UUID.test(req.userId) ? "user_id must be a UUID" : undefined;
+    const problem = req.requestProblem || (edge ? edge.message : undefined) || badId;
     const userId = problem === undefined ? req.userId : undefined;
     seen.actor = `partner:${token.clientId}`;
+    seen.subject = userId ?? "";
     const now = deps.clock();
     const windowStart = new Date(Math.floor(now.getTime() / RATE_WINDOW_MS) * RATE_WINDOW_MS);
     const limit = deps.rateLimits[req.operation] ?? deps.rateLimits.default;
@@ -146,7 +147,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
      * with audit_unavailable (503, safe to retry), so no answer leaves without its record.
      */
     async authorize(ctx: HandlerContext, req: AccessRequest): Promise<PartnerPrincipal> {
-      const seen: { actor: string; reason?: string } = { actor: "partner" };
+      const seen: Seen = { actor: "partner", subject: "" };
       try {
         return await check(ctx, req, seen);
       } catch (err) {
@@ -159,7 +160,7 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
               action: `partner.${req.operation}`,
               outcome: "failure",
               reason: seen.reason ?? (Reason[detail.reason] ?? "unspecified").toLowerCase(),
-              subject: req.userId ?? "",
+              subject: seen.subject,
               at: deps.clock(),
             })
             .catch((auditErr: unknown) => fail(Reason.AUDIT_UNAVAILABLE, "audit record could not be persisted", {}, auditErr));
@@ -218,3 +219,6 @@ export function createPartnerAccess(deps: PartnerAccessDeps) {
 }
 
 export type PartnerAccess = ReturnType<typeof createPartnerAccess>;
+
+/** What a refusal's audit record names: the proved partner, and the user only once the id was taken. */
+type Seen = { actor: string; subject: string; reason?: string };
