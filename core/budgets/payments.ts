@@ -28,6 +28,7 @@ import { canonicalJson } from "./ids.js";
 import {
   AWAITING_LIMIT,
   AWAITING_MESSAGE,
+  AWAITING_WORDS,
   brokenRules,
   decide,
   evaluatePayment,
@@ -272,9 +273,15 @@ export async function simulatePayment(
     now,
   );
   const evaluation: Evaluation = decide(broken);
+  const reasons = broken.map((r) => ({ reasonId: r as string, message: RULE_MESSAGES[r] }));
+  // As initiate decides: a payment that would wait is refused while the vault's owner already has the limit waiting.
+  if (evaluation.decision === "step_up" && (await deps.payments.countAwaitingOwner(deps.db, vault.id, MAX_AWAITING_OWNER)) >= MAX_AWAITING_OWNER) {
+    reasons.push({ reasonId: AWAITING_LIMIT, message: AWAITING_WORDS });
+    return { decision: Decision.DENY, rule: AWAITING_LIMIT, brokenRules: reasons };
+  }
   const decision = { accept: Decision.ACCEPT, step_up: Decision.STEP_UP, deny: Decision.DENY }[evaluation.decision];
   const rule: Rule | "" = evaluation.decision === "accept" ? "" : evaluation.rule;
-  return { decision, rule, brokenRules: broken.map((r) => ({ reasonId: r, message: RULE_MESSAGES[r] })) };
+  return { decision, rule, brokenRules: reasons };
 }
 
 /** A payment as the owner names it. */

@@ -100,7 +100,8 @@ export function hasFreshStepUp(stepUp: boolean, authTimeSeconds: number, now: Da
 export const MAX_AWAITING_OWNER = 50;
 /** The limit name a refusal over that bound carries. */
 export const AWAITING_LIMIT = "pending_approvals";
-export const AWAITING_MESSAGE = `${AWAITING_LIMIT}: the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
+export const AWAITING_WORDS = `the vault already has ${MAX_AWAITING_OWNER} payments and draft budgets waiting for its owner`;
+export const AWAITING_MESSAGE = `${AWAITING_LIMIT}: ${AWAITING_WORDS}`;
 
 /** Start of the UTC calendar day of `now` (per-day caps reset at 00:00Z). */
 export function utcDayStart(now: Date): Date {

@@ -198,9 +198,9 @@ export function createPaymentsStore(db: Db) {
     /**
      * Payments awaiting step-up and draft budgets of a vault, each count stopping at `cap` (partial
      * indexes, no history read); a draft whose agent's grant was revoked is ending and does not count.
-     * Call it holding the vault row FOR UPDATE, the lock every payment and saga's final transaction takes.
+     * To decide, call it holding the vault row FOR UPDATE, the lock every payment and saga's final transaction takes.
      */
-    async countAwaitingOwner(trx: Knex.Transaction, vaultId: string, cap: number): Promise<number> {
+    async countAwaitingOwner(trx: Conn, vaultId: string, cap: number): Promise<number> {
       const { rows } = await trx.raw(
         `SELECT (SELECT count(*) FROM (SELECT 1 FROM agent_payments WHERE vault_id = ? AND status = 'pending_step_up' LIMIT ?) p)
               + (SELECT count(*) FROM (SELECT 1 FROM budgets WHERE parent_vault_id = ? AND status = 'draft'

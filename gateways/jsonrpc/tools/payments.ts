@@ -107,7 +107,18 @@ export const paymentTools: readonly Tool[] = [
         outcome: { type: "string", enum: ["accepted", "pending_step_up", "denied"] },
         rule: {
           type: ["string", "null"],
-          enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount", null],
+          enum: [
+            "policy_inactive",
+            "time_window_end",
+            "chain_allowlist",
+            "per_tx_cap",
+            "per_day_cap",
+            "lifetime_cap",
+            "balance",
+            "step_up_amount",
+            "pending_approvals",
+            null,
+          ],
         },
         broken_rules: {
           type: "array",
@@ -116,7 +127,17 @@ export const paymentTools: readonly Tool[] = [
             properties: {
               reason_id: {
                 type: "string",
-                enum: ["policy_inactive", "time_window_end", "chain_allowlist", "per_tx_cap", "per_day_cap", "lifetime_cap", "balance", "step_up_amount"],
+                enum: [
+                  "policy_inactive",
+                  "time_window_end",
+                  "chain_allowlist",
+                  "per_tx_cap",
+                  "per_day_cap",
+                  "lifetime_cap",
+                  "balance",
+                  "step_up_amount",
+                  "pending_approvals",
+                ],
               },
               message: { type: "string" },
             },

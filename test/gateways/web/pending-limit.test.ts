@@ -71,6 +71,30 @@ describe("Pending approvals per vault: the bound", () => {
     expectRefused(await pay(token));
   });
 
+  it("payments.simulate answers as initiate would when the vault is full: denied by pending_approvals", async () => {
+    const { child, token } = await budgetAgent();
+    const simulate = async (amount: number) => {
+      const res = await rpc("/mcp/write", token, "payments.simulate", {
+        counterparty: { address: "0xabc0000000000000000000000000000000000009", chain: "base", token: "USDC" },
+        amount_cents: amount,
+        currency: "USD",
+        idempotency_key: `sim-${randomBytes(8).toString("hex")}`,
+      });
+      expect(res.json!.result, JSON.stringify(res.json)).to.be.an("object");
+      return res.json!.result as { outcome: string; rule: string | null; broken_rules: { reason_id: string }[] };
+    };
+    for (let i = 0; i < 49; i++) await pay(token);
+    expect(await simulate(6_000)).to.deep.include({ outcome: "pending_step_up", rule: "step_up_amount" });
+    await pay(token);
+    const full = await simulate(6_000);
+    expect(full).to.deep.include({ outcome: "denied", rule: "pending_approvals" });
+    expect(full.broken_rules.map((r) => r.reason_id)).to.deep.equal(["step_up_amount", "pending_approvals"]);
+    expectRefused(await pay(token));
+    // A payment that needs no approval is not limited, in simulate as in initiate.
+    expect(await simulate(1_000)).to.deep.include({ outcome: "accepted", rule: null });
+    expect(await pendingOf(child.vaultId)).to.equal(50);
+  });
+
   it("draft budgets count in the same 50: drafts and pending payments together", async () => {
     const { child, token } = await budgetAgent();
     for (let i = 0; i < 48; i++) expect((await pay(token)).json!.result).to.include({ kind: "pending_step_up" });
