@@ -174,6 +174,9 @@ export function createPasskeys(deps: PasskeyDeps) {
       }
       if (!verified.verified) return refuse("registration response not verified");
       const info = verified.registrationInfo;
+      // The browser's transports are hints outside the signed data: only its strings are kept.
+      const given: unknown = info.credential.transports;
+      const transports = Array.isArray(given) ? given.filter((t): t is string => typeof t === "string") : [];
       const now = deps.clock();
       const id = randomUUID();
       await db.transaction(async (trx) => {
@@ -184,7 +187,7 @@ export function createPasskeys(deps: PasskeyDeps) {
           rpId,
           publicKey: info.credential.publicKey,
           counter: info.credential.counter,
-          transports: info.credential.transports ?? [],
+          transports,
           deviceType: info.credentialDeviceType,
           backedUp: info.credentialBackedUp,
           aaguid: info.aaguid,

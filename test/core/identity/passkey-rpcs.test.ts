@@ -134,6 +134,34 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     );
   });
 
+  it("hostile: a registration whose unsigned transports are not a list of strings keeps only its strings, and breaks nothing", async () => {
+    for (const [given, kept] of [
+      [5, []],
+      ["usb", []],
+      [{ usb: true }, []],
+      [[["usb"]], []],
+      [
+        [1, null, "nfc", {}, "usb"],
+        ["nfc", "usb"],
+      ],
+    ] as const) {
+      const user = await f.user();
+      const sessionToken = await f.steppedUpSession(user);
+      const r = await stack.clients.grants.startPasskeyRegistration({ sessionToken });
+      const created = JSON.parse(softPasskey().create(r.optionsJson, origin));
+      created.response.transports = given;
+      await stack.clients.grants.finishPasskeyRegistration({ sessionToken, flowSecret: r.flowSecret, responseJson: JSON.stringify(created), name: "x" });
+      const s = await stack.clients.grants.startPasskeyAssertion({ sessionToken });
+      expect(
+        JSON.parse(s.optionsJson).allowCredentials.map((c: { transports: string[] }) => c.transports),
+        JSON.stringify(given),
+      ).to.deep.equal([kept]);
+    }
+    // Everyone else's calls still work afterwards.
+    const other = await f.session(await f.user());
+    expect((await stack.clients.grants.listPasskeys({ sessionToken: other })).passkeys).to.deep.equal([]);
+  });
+
   it("malformed browser answers are bad input", async () => {
     const s = await stack.clients.grants.startPasskeyAssertion({});
     for (const responseJson of ["", "not json", "[]", "{}", JSON.stringify({ id: 1, response: {} }), "x".repeat(70_000)]) {
