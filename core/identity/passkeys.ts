@@ -17,6 +17,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import { UUID } from "../../lib/uuid.js";
 import { createFlowsStore } from "./flows-store.js";
 import type { Mailer } from "./mail/mailer.js";
 import type { CallFacts } from "./oidc.js";
@@ -327,7 +328,7 @@ export function createPasskeys(deps: PasskeyDeps) {
     async remove(session: PasskeySession, passkeyId: string, facts: CallFacts): Promise<void> {
       // Taking a way in away is as sensitive as adding one: a stolen session must not strip passkeys unseen.
       if (!session.stepUpFresh) fail(Reason.ACCESS_DENIED, "confirm it is you first: removing a passkey needs a fresh confirmation");
-      if (!/^[0-9a-f-]{36}$/i.test(passkeyId)) fail(Reason.NOT_FOUND, "no such passkey");
+      if (!UUID.test(passkeyId)) fail(Reason.NOT_FOUND, "no such passkey");
       const now = deps.clock();
       await db.transaction(async (trx) => {
         const name = (await keys.remove(trx, session.userId, passkeyId.toLowerCase(), now)) ?? fail(Reason.NOT_FOUND, "no such passkey");

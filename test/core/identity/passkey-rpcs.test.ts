@@ -110,6 +110,15 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     expect((await stack.clients.grants.listPasskeys({ sessionToken: mine })).passkeys.map((k) => k.passkeyId)).to.deep.equal([passkeyId]);
   });
 
+  it("hostile: a passkey id that only looks like a UUID is not found, not an internal error, and removes nothing", async () => {
+    const { user, passkeyId } = await withPasskey();
+    const sessionToken = await f.steppedUpSession(user);
+    for (const id of ["-".repeat(36), `${"f".repeat(35)}-`, passkeyId.replace(/-/g, "0")]) {
+      await expectRefused(stack.clients.grants.removePasskey({ sessionToken, passkeyId: id }), Reason.NOT_FOUND);
+    }
+    expect((await stack.clients.grants.listPasskeys({ sessionToken })).passkeys.map((k) => k.passkeyId)).to.deep.equal([passkeyId]);
+  });
+
   it("a NUL escaped in a browser answer's JSON is bad input, not an internal error, and spends no challenge", async () => {
     const { user, key } = await withPasskey();
     const s = await stack.clients.grants.startPasskeyAssertion({});
