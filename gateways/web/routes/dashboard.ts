@@ -24,7 +24,7 @@ import {
   vaultAnchor,
 } from "../paths.js";
 import { html, type Html } from "../views/html.js";
-import { FORM_KEY, MONEY_NOTICES, parseAmount, prefillFrom, STEPPED_UP_NOTICE, vaultCard, type CardOptions } from "../views/money.js";
+import { FORM_KEY, keepFundsFrom, MONEY_NOTICES, parseAmount, prefillFrom, STEPPED_UP_NOTICE, vaultCard, type CardOptions } from "../views/money.js";
 import { pendingSection } from "../views/pending.js";
 import { agentsSection, grantsSection } from "../views/grants.js";
 
@@ -139,6 +139,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     returnTo,
     all,
     prefill: prefillFrom(request.query as Record<string, unknown>),
+    keepFunds: keepFundsFrom(request.query as Record<string, unknown>),
   });
 
   /**
@@ -271,12 +272,14 @@ export const dashboardRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (a
     const refused = (status: number, title: string, detail: string, hint?: string) =>
       show({ status, card: html`<div class="card error" role="alert"><p><strong>${title}.</strong> ${detail}</p>${hint ? html`<p>${hint}</p>` : ""}</div>` });
 
-    // Back here after the step-up, with what was typed still in the form.
+    // Back here after the step-up, with what was typed or chosen still in the form.
     const amount = form.params.get("amount") ?? "";
     const again =
       action === "fund" && amount.length <= 24 && "cents" in parseAmount(amount)
         ? `?done=stepped-up&fund=${vaultId}&amount=${encodeURIComponent(amount)}`
-        : "?done=stepped-up";
+        : action === "close" && form.params.get("keep_funds") === "yes"
+          ? `?done=stepped-up&keep_funds=${vaultId}`
+          : "?done=stepped-up";
     const stepUp = () => reply.redirect(stepUpPath(`${back}${again}#${vaultAnchor(vaultId)}`), 303);
     let input: T;
     try {

@@ -86,6 +86,8 @@ export interface CardOptions {
   all: VaultView[];
   /** An amount to put back in this vault's Fund form (after the step-up detour). */
   prefill?: { vaultId: string; amount: string };
+  /** The vault whose Close form comes back with "keep the remaining funds" ticked (after the step-up detour). */
+  keepFunds?: string;
 }
 
 /** A vault's name in words: a budget's display name, or "Your vault" for the root. */
@@ -147,7 +149,7 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
         ? html`<form class="money-form" method="post" action="${closePath(v.vaultId)}">
           <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="return_to" value="${o.returnTo}">
           <p class="muted">Closing revokes its agents' access and stops all spending. Unless you keep them, the remaining funds go back to ${parentName}.</p>
-          <label class="check"><input type="checkbox" name="keep_funds" value="yes"> Keep the remaining funds in this budget</label>
+          <label class="check"><input type="checkbox" name="keep_funds" value="yes"${o.keepFunds === v.vaultId ? html` checked` : ""}> Keep the remaining funds in this budget</label>
           <button type="submit" class="danger">Close budget</button>
         </form>`
         : ""
@@ -184,4 +186,10 @@ export function prefillFrom(query: Record<string, unknown>): CardOptions["prefil
   const amount = query.amount;
   if (typeof vaultId !== "string" || !UUID.test(vaultId) || typeof amount !== "string" || amount.length > 24) return undefined;
   return "cents" in parseAmount(amount) ? { vaultId: vaultId.toLowerCase(), amount } : undefined;
+}
+
+/** The vault a Close form asked to keep its funds for, before its step-up detour (`?keep_funds=<vault id>`). */
+export function keepFundsFrom(query: Record<string, unknown>): string | undefined {
+  const vaultId = query.keep_funds;
+  return typeof vaultId === "string" && UUID.test(vaultId) ? vaultId.toLowerCase() : undefined;
 }

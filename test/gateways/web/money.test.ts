@@ -190,6 +190,28 @@ describe("web pages: the money view", () => {
     expect(await page(jar, here)).to.include("Active");
   });
 
+  it("without a fresh step-up, Close with keep funds comes back from the step-up page still keeping them; the next Close keeps the money", async () => {
+    const { user, budget, jar } = await owner();
+    const before = await balances(user.vaultId, budget.vaultId);
+    const close = `${MONEY}/budgets/${budget.vaultId}/close`;
+    const here = `/dashboard/agents/${budget.agentId}`;
+    const res = await jar.post(close, { ...formFields(await page(jar, here), close), keep_funds: "yes" });
+    const back = `${here}?done=stepped-up&keep_funds=${budget.vaultId}#v-${budget.vaultId}`;
+    expect(res.headers.get("location")).to.equal(`/stepup?return_to=${encodeURIComponent(back)}`);
+    expect((await stepUp(stack, jar, user.email, res.headers.get("location")!)).headers.get("location")).to.equal(back);
+    const text = await page(jar, back.split("#")[0]);
+    const card = text.slice(text.indexOf(`action="${close}"`));
+    expect(card.slice(0, card.indexOf("</form>"))).to.include('name="keep_funds" value="yes" checked>');
+    // Only that budget's form comes back checked, and never from an id that is not one.
+    expect(text.split('value="yes" checked').length).to.equal(2);
+    expect(await page(jar, `${here}?keep_funds=x`)).to.not.include('value="yes" checked');
+    // The browser sends the checked box with the form again: the budget closes and keeps its money.
+    const done = await jar.post(close, { ...formFields(text, close), keep_funds: "yes" });
+    expect(done.headers.get("location")).to.equal(`${here}#v-${budget.vaultId}`);
+    expect(await balances(user.vaultId, budget.vaultId)).to.deep.equal(before);
+    expect(await page(jar, here)).to.include("its remaining funds stay in it");
+  });
+
   it("an agent page's address in upper case is the same page: the forms return to it, in lower case", async () => {
     const { budget, jar } = await owner();
     const here = `/dashboard/agents/${budget.agentId}`;
