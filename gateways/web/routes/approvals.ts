@@ -26,9 +26,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
       ? html`<p class="muted">You confirmed it's you a moment ago.</p>`
       : html`<p class="muted">Before it takes effect we will ask you to confirm it's you.</p>`;
 
-  async function signedIn(request: FastifyRequest, reply: FastifyReply, here: string): Promise<Current | undefined> {
+  /** Signed out, any id is the sign-in page (back here, or to the agents list for an id that names nothing). */
+  async function signedIn(request: FastifyRequest, reply: FastifyReply, id: string, here: string): Promise<Current | undefined> {
     const current = await ctx.session(request);
-    if (!current) ctx.signInRedirect(reply, here);
+    if (!current) ctx.signInRedirect(reply, UUID.test(id) ? here : AGENTS_PATH);
     return current;
   }
 
@@ -46,10 +47,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
 
   app.get(paymentPath(":paymentId"), async (request, reply) => {
     const { paymentId } = request.params as { paymentId: string };
-    if (!UUID.test(paymentId)) throw nothing("payment");
     const here = paymentPath(paymentId);
-    const current = await signedIn(request, reply, here);
+    const current = await signedIn(request, reply, paymentId, here);
     if (!current) return reply;
+    if (!UUID.test(paymentId)) throw nothing("payment");
     const pending = await loadPending(ctx, request, current, { paymentId: paymentId.toLowerCase() });
     const p = pending.payments.find((x) => x.paymentId === paymentId.toLowerCase());
     if (!p) throw nothing("payment");
@@ -89,10 +90,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     const { paymentId } = request.params as { paymentId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
-    if (!UUID.test(paymentId)) throw nothing("payment");
     const here = paymentPath(paymentId);
-    const current = await signedIn(request, reply, here);
+    const current = await signedIn(request, reply, paymentId, here);
     if (!current) return reply;
+    if (!UUID.test(paymentId)) throw nothing("payment");
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(here), 303);
     const call = () =>
       ctx.budgets.approvePayment({ sessionToken: current.token, paymentId }, ctx.rpc(request)).catch((err: unknown) => {
@@ -109,9 +110,9 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
   async function decline(request: FastifyRequest, reply: FastifyReply, what: "payment" | "budget", id: string, call: (current: Current) => Promise<unknown>) {
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
-    if (!UUID.test(id)) throw nothing(what);
-    const current = await signedIn(request, reply, what === "payment" ? paymentPath(id) : budgetPath(id));
+    const current = await signedIn(request, reply, id, what === "payment" ? paymentPath(id) : budgetPath(id));
     if (!current) return reply;
+    if (!UUID.test(id)) throw nothing(what);
     try {
       await call(current);
     } catch (err) {
@@ -136,10 +137,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
 
   app.get(budgetPath(":agentId"), async (request, reply) => {
     const { agentId } = request.params as { agentId: string };
-    if (!UUID.test(agentId)) throw nothing("budget");
     const here = budgetPath(agentId);
-    const current = await signedIn(request, reply, here);
+    const current = await signedIn(request, reply, agentId, here);
     if (!current) return reply;
+    if (!UUID.test(agentId)) throw nothing("budget");
     const pending = await loadPending(ctx, request, current, { agentId: agentId.toLowerCase() });
     const b = pending.budgets.find((x) => x.agentPrincipalId === agentId.toLowerCase());
     if (!b) throw nothing("budget");
@@ -173,10 +174,10 @@ export const approvalRoutes: FastifyPluginAsync<{ ctx: WebContext }> = async (ap
     const { agentId } = request.params as { agentId: string };
     const form = ctx.readForm(request);
     ctx.checkCsrf(request, form.params);
-    if (!UUID.test(agentId)) throw nothing("budget");
     const here = budgetPath(agentId);
-    const current = await signedIn(request, reply, here);
+    const current = await signedIn(request, reply, agentId, here);
     if (!current) return reply;
+    if (!UUID.test(agentId)) throw nothing("budget");
     if (!current.session.stepUpFresh) return reply.redirect(stepUpPath(here), 303);
     const call = () =>
       ctx.budgets.activateBudget({ sessionToken: current.token, agentPrincipalId: agentId }, ctx.rpc(request)).catch((err: unknown) => {

@@ -73,9 +73,10 @@ describe("web pages: malformed percent-encoding gives a clear HTML page", () => 
 
   it("an over-long id on a page is the page's own answer: signed out a sign-in redirect, signed in a not-found page", async () => {
     const long = "a".repeat(3000);
-    const out = await fetch(`${stack.url}/dashboard/agents/${long}`, { redirect: "manual" });
-    expect(out.status).to.equal(303);
-    expect(out.headers.get("location")).to.equal(`/signin?return_to=${encodeURIComponent("/dashboard/agents")}`);
+    for (const path of [`/dashboard/agents/${long}`, `/dashboard/approvals/payments/${long}`, "/dashboard/approvals/budgets/x"]) {
+      const out = await fetch(`${stack.url}${path}`, { redirect: "manual" });
+      expect([out.status, out.headers.get("location")], path.slice(0, 40)).to.deep.equal([303, `/signin?return_to=${encodeURIComponent("/dashboard/agents")}`]);
+    }
     const user = await createUser(stack);
     const jar = createJar(stack.url);
     await signIn(stack, jar, user.email);
