@@ -31,6 +31,13 @@ export async function connectAdmin(config: Config): Promise<AdminConnection> {
     );
   }
   const tokenFrom = config.adminToken ? "ADMIN_TOKEN" : `${config.dataDir}/admin-token (DATA_DIR=${config.dataDir}; ADMIN_TOKEN is unset)`;
+  // Such a value cannot go in a header, and the header code's error would quote it whole.
+  if (/[^\x20-\x7e]/.test(token)) {
+    throw new Error(
+      `the operator credential from ${tokenFrom} has a line break, control or non-ASCII character: ` +
+        "it must be the server's ADMIN_TOKEN, printable ASCII without spaces",
+    );
+  }
   const auth: Interceptor = (next) => (req) => {
     req.header.set("authorization", `Bearer ${token}`);
     return next(req);
