@@ -102,8 +102,7 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 export function loadConfig(env: NodeJS.ProcessEnv): Config {
   const port = intSetting(env, "PORT", 8080, 0, 65535);
-  const host = env.HOST || "127.0.0.1";
-  if (/[\s/]/.test(host)) throw new ConfigError("HOST must be a host name or IP address");
+  const host = hostSetting(env, "HOST", "PORT");
   const corePort = intSetting(env, "CORE_PORT", 8081, 0, 65535);
   const origin = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
   const baseUrl = urlSetting(env, "BASE_URL", origin);
@@ -128,8 +127,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     throw new ConfigError("GATEWAY_TOKEN must be 16 to 512 printable ASCII characters without spaces");
   }
   const metricsPort = env.METRICS_PORT ? intSetting(env, "METRICS_PORT", 0, 0, 65535) : undefined;
-  const metricsHost = env.METRICS_HOST || "127.0.0.1";
-  if (/[\s/]/.test(metricsHost)) throw new ConfigError("METRICS_HOST must be a host name or IP address");
+  const metricsHost = hostSetting(env, "METRICS_HOST", "METRICS_PORT");
   const metricsToken = env.METRICS_TOKEN || undefined;
   if (metricsToken !== undefined && !/^[\x21-\x7e]{16,512}$/.test(metricsToken)) {
     throw new ConfigError("METRICS_TOKEN must be 16 to 512 printable ASCII characters without spaces");
@@ -153,8 +151,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   } catch (err) {
     throw new ConfigError(`TRUST_PROXY ${(err as Error).message}`);
   }
-  const coreHost = env.CORE_HOST || "127.0.0.1";
-  if (/[\s/]/.test(coreHost)) throw new ConfigError("CORE_HOST must be a host name or IP address");
+  const coreHost = hostSetting(env, "CORE_HOST", "CORE_PORT");
   return {
     port,
     host,
@@ -283,6 +280,16 @@ function boolSetting(env: NodeJS.ProcessEnv, name: string, fallback: boolean): b
   if (raw === "true") return true;
   if (raw === "false") return false;
   throw new ConfigError(`${name} must be true or false`);
+}
+
+/** A bind address (default loopback): a name, an IPv4 or a bare IPv6 address; URLs are built from it. */
+function hostSetting(env: NodeJS.ProcessEnv, name: string, portName: string): string {
+  const host = env[name] || "127.0.0.1";
+  // "0.0.0.0:8080" or "[::1]" would make every URL built from it invalid, or a bind to no address.
+  if (/[\s/[\]]/.test(host) || (host.includes(":") && isIP(host) !== 6)) {
+    throw new ConfigError(`${name} must be a host name or IP address, without a port or brackets (the port is ${portName})`);
+  }
+  return host;
 }
 
 function pathSetting(env: NodeJS.ProcessEnv, name: string): string | undefined {

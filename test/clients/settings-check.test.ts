@@ -36,6 +36,30 @@ describe("vaultgate serve: settings refused at start (real processes)", function
     }
   });
 
+  it("a HOST, CORE_HOST or METRICS_HOST written with a port or brackets stops serve and the CLI, naming the setting", async () => {
+    const dir = await tempDataDir();
+    try {
+      const base = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", ADMIN_TOKEN: "" };
+      for (const [name, value, port] of [
+        ["HOST", "0.0.0.0:8080", "PORT"],
+        ["HOST", "[::1]", "PORT"],
+        ["CORE_HOST", "127.0.0.1:8081", "CORE_PORT"],
+        ["METRICS_HOST", "127.0.0.1:9464", "METRICS_PORT"],
+      ] as const) {
+        for (const args of [["serve"], ["partner", "list"]]) {
+          const res = await runCli(args, { ...base, METRICS_PORT: "0", [name]: value });
+          expect(res.code, res.stderr).to.equal(1);
+          expect(res.stderr).to.equal(`vaultgate: ${name} must be a host name or IP address, without a port or brackets (the port is ${port})\n`);
+        }
+      }
+      // An IPv6 address is written bare: the CLI goes on to look for its credential.
+      const bare = await runCli(["partner", "list"], { ...base, HOST: "::1", CORE_HOST: "::1" });
+      expect(bare.stderr).to.match(/^vaultgate: no operator credential/);
+    } finally {
+      await dir.remove();
+    }
+  });
+
   it("a gateway given CORE_TLS_CA but a cleartext CORE_URL stops the start instead of ignoring the CA", async () => {
     const dir = await tempDataDir();
     try {
