@@ -37,11 +37,11 @@ export async function ledgerCommand(ctx: CommandContext) {
  * `findings`: accounted for, so the books balance and the exit status stays 0.
  */
 async function verify(ctx: CommandContext) {
-  const { audit, budgets } = (await ctx.admin()).clients;
-  const started = performance.now();
   const withChains = ctx.options.chains === true;
   const fromBlock = fromBlockOption(ctx);
   if (fromBlock && !withChains) throw new UsageError("--from-block goes with --chains");
+  const { audit, budgets } = (await ctx.admin()).clients;
+  const started = performance.now();
   const [r, stranded, onChain] = await Promise.all([
     audit.verifyLedger({}),
     budgets.listStrandedFunds({}),

@@ -24,11 +24,12 @@ function partnerJson(p: Partner) {
 /** vaultgate partner create|list|rotate-secret|suspend|activate|entitlements|webhook */
 export async function partnerCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
+  // Checked before connecting: a typo is a usage error even where no credential is found.
+  const status = (ctx.options.status as string | undefined) ?? "active";
+  if (sub === "create" && status !== "active" && status !== "pending") throw new UsageError("--status must be active or pending");
   const { partners } = (await ctx.admin()).clients;
   switch (sub) {
     case "create": {
-      const status = (ctx.options.status as string | undefined) ?? "active";
-      if (status !== "active" && status !== "pending") throw new UsageError("--status must be active or pending");
       const entitlements = listOption(ctx, "entitlements");
       const res = await partners.createPartner({
         name: requireOption(ctx, "name"),

@@ -17,6 +17,9 @@ const USAGE =
 /** vaultgate user create|list|get|set-kyc|set-status|set-email|add-wallet|provision-us-account */
 export async function userCommand(ctx: CommandContext) {
   const [sub] = ctx.positionals;
+  // Checked before connecting: a typo is a usage error even where no credential is found.
+  if (sub === "set-kyc") oneOf(requireOption(ctx, "status"), KYC_STATUSES, "--status");
+  if (sub === "set-status") oneOf(requirePositional(ctx, 2, "active|inactive"), USER_STATUSES, "STATUS");
   const { partners, partnerResources } = (await ctx.admin()).clients;
   switch (sub) {
     case "create": {

@@ -93,6 +93,27 @@ describe("vaultgate: an operator's mistakes are named (real processes)", functio
     expect(recorded.json).to.include({ currency: "EUR", amount_cents: 5 });
   });
 
+  it("a status or block number not in its list is a usage error (exit 2) even where no operator credential is found", async () => {
+    const empty = await tempDataDir();
+    try {
+      const env = { CORE_URL: op.env.CORE_URL!, DATA_DIR: empty.path, ADMIN_TOKEN: "" };
+      for (const [args, named] of [
+        [["user", "set-kyc", "6f1c", "--status", "done"], "--status must be one of not_started|pending|approved|rejected"],
+        [["user", "set-status", "6f1c", "on"], "STATUS must be one of active|inactive"],
+        [["partner", "create", "--name", "Acme", "--status", "live"], "--status must be active or pending"],
+        [["ledger", "verify", "--from-block", "5"], "--from-block goes with --chains"],
+        [["ledger", "verify", "--chains", "--from-block", "latest"], "--from-block must be a block number"],
+      ] as const) {
+        const res = await runCli([...args], env);
+        expect(res.code, res.stderr).to.equal(2);
+        expect(res.stdout).to.equal("");
+        expect(res.stderr).to.match(new RegExp(`^vaultgate: ${named.replace(/[|]/g, "\\|")}.*\nsee 'vaultgate ${args[0]} ${args[1]} --help'\n$`));
+      }
+    } finally {
+      await empty.remove();
+    }
+  });
+
   it("CORE_TLS_CA with a cleartext core URL is refused, not ignored; with https:// it must be a readable PEM certificate", async () => {
     const dir = await tempDataDir();
     try {
