@@ -51,6 +51,22 @@ export class SettlementConfigError extends Error {
 export const MAINNET_CHAIN_IDS: Record<EvmChain, number> = { eth: 1, base: 8453, arb: 42161, op: 10, polygon: 137 };
 const DEFAULT_CONFIRMATIONS: Record<EvmChain, number> = { eth: 12, base: 12, arb: 12, op: 12, polygon: 64 };
 
+/** The CHAIN_<NAME>_ settings besides RAIL, all read only on the evm rail. */
+const EVM_SETTINGS = [
+  "RPC_URL",
+  "USDC",
+  "CHAIN_ID",
+  "CONFIRMATIONS",
+  "FINALITY_BLOCKS",
+  "EXPIRY_SECONDS",
+  "WALLET_KEY_FILE",
+  "RPC_TIMEOUT_MS",
+  "START_BLOCK",
+  "MAX_FEE_GWEI",
+  "RETIRED_WALLETS",
+  "MIN_AMOUNT_CENTS",
+] as const;
+
 export function parseSettlementSettings(env: Record<string, string | undefined>): SettlementSettings {
   const rail = (name: string): RailKind => {
     const setting = `CHAIN_${name.toUpperCase()}_RAIL`;
@@ -61,8 +77,13 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
   if (rail("sol") !== "sandbox") fail("CHAIN_SOL_RAIL must be sandbox: Solana settles on the sandbox rail only");
   const evm: EvmChainSettings[] = [];
   for (const chain of EVM_CHAINS) {
-    if (rail(chain) !== "evm") continue;
     const p = `CHAIN_${chain.toUpperCase()}_`;
+    // A chain configured but with its rail left out would settle on the sandbox rail, paying nothing.
+    const stray = EVM_SETTINGS.find((s) => env[`${p}${s}`]);
+    if (stray && !env[`${p}RAIL`]) {
+      fail(`${p}${stray} is set but ${p}RAIL is not: set ${p}RAIL=evm to settle ${chain} on chain, or ${p}RAIL=sandbox to keep the sandbox rail`);
+    }
+    if (rail(chain) !== "evm") continue;
     const rpcUrl = env[`${p}RPC_URL`] ?? "";
     if (!rpcUrl) fail(`${p}RPC_URL is required when ${p}RAIL=evm`);
     let url: URL;

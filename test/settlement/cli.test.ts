@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import { runCli, tempDataDir } from "../support/process.js";
@@ -62,6 +63,35 @@ describe("vaultgate dev chain and wallet commands", function () {
       expect(r.stderr).to.include("CHAIN_ARB_RAIL=evm");
       // Only a usage error points at the help.
       expect(r.stderr).to.not.include("--help");
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it("a chain's settings without its CHAIN_<NAME>_RAIL stop the CLI and serve naming the setting, not a silent sandbox rail", async () => {
+    const dir = await tempDataDir();
+    try {
+      const keyFile = `${dir.path}/base.key`;
+      await writeFile(keyFile, `0x${"ab".repeat(32)}\n`, { mode: 0o600 });
+      const usdc = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+      const base = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0" };
+      for (const [env, named] of [
+        [{ CHAIN_BASE_WALLET_KEY_FILE: keyFile }, "CHAIN_BASE_WALLET_KEY_FILE"],
+        [{ CHAIN_BASE_RPC_URL: "http://127.0.0.1:9", CHAIN_BASE_USDC: usdc }, "CHAIN_BASE_RPC_URL"],
+      ] as const) {
+        // The wallet command first: before this was refused, serve would have started on the sandbox rail.
+        for (const args of [["wallet", "address", "--chain", "base"], ["serve"]]) {
+          const res = await runCli(args, { ...base, ...env });
+          expect(res.code, res.stderr).to.equal(1);
+          expect(res.stderr).to.equal(
+            `vaultgate: ${named} is set but CHAIN_BASE_RAIL is not: set CHAIN_BASE_RAIL=evm to settle base on chain, or CHAIN_BASE_RAIL=sandbox to keep the sandbox rail\n`,
+          );
+        }
+      }
+      // Said explicitly, the sandbox rail stays, and the other settings wait unused.
+      const kept = await runCli(["wallet", "address", "--chain", "base"], { ...base, CHAIN_BASE_RAIL: "sandbox", CHAIN_BASE_WALLET_KEY_FILE: keyFile });
+      expect(kept.code, kept.stderr).to.equal(0);
+      expect(kept.json).to.include({ rail: "sandbox" });
     } finally {
       await dir.remove();
     }
