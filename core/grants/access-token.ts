@@ -2,7 +2,8 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import type { Keyring } from "../keys/keyring.js";
 import { MAX_TOKEN_LIFETIME_SECONDS } from "../keys/lifecycle.js";
-import { cachedAccessTokenCheck, type CheckedClaims } from "../keys/access-token-verifier.js";
+import { decodeJwt } from "jose";
+import { cachedAccessTokenCheck, checkAccessToken, type CheckedClaims } from "../keys/access-token-verifier.js";
 
 /** Agent grant access tokens live as long as any keyring token may. */
 export const ACCESS_TOKEN_TTL_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
@@ -75,20 +76,45 @@ export interface AccessTokenVerifierOptions {
  * whose claims are not the agent token's. Grant state is the caller's to check.
  */
 export function createAccessTokenVerifier(options: AccessTokenVerifierOptions) {
-  const check = cachedAccessTokenCheck({ keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192, read: agentClaims });
+  const rules = { keyring: options.keyring, issuer: options.issuer, audience: options.mcpUrl, maxLength: 8192 };
+  const check = cachedAccessTokenCheck({ ...rules, read: agentClaims });
+
+  /**
+   * The claims of a valid, unexpired agent token, or undefined; AUTH_UNAVAILABLE when the keys
+   * are unusable, so a server-side key problem never reads as the agent's bad token. Grant state is not checked here.
+   */
+  async function verify(token: string): Promise<AgentTokenClaims | undefined> {
+    const checked = await check(token, options.clock());
+    if (checked.ok) return checked.value;
+    if (checked.refusal === "no_keys") fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
+    return undefined;
+  }
 
   return {
+    verify,
     /**
-     * The claims of a valid, unexpired agent token, or undefined; AUTH_UNAVAILABLE when the keys
-     * are unusable, so a server-side key problem never reads as the agent's bad token. Grant state is not checked here.
+     * verify, but a token that only expired still counts, checked as at its iat: a revocation names a
+     * lineage by any of its tokens. Its key must still verify a token issued then (the keyring decides now).
      */
-    async verify(token: string): Promise<AgentTokenClaims | undefined> {
-      const checked = await check(token, options.clock());
-      if (checked.ok) return checked.value;
-      if (checked.refusal === "no_keys") fail(Reason.AUTH_UNAVAILABLE, "token verification is unavailable");
-      return undefined;
+    async verifyEvenIfExpired(token: string): Promise<AgentTokenClaims | undefined> {
+      const live = await verify(token);
+      if (live) return live;
+      const iat = issuedAtOf(token);
+      if (iat === undefined) return undefined;
+      const checked = await checkAccessToken(token, rules, new Date(iat * 1000));
+      return checked.ok ? agentClaims(checked.claims) : undefined;
     },
   };
+}
+
+/** The unverified iat of a compact JWT, or undefined; checkAccessToken then verifies the token as at that time. */
+function issuedAtOf(token: string): number | undefined {
+  try {
+    const { iat } = decodeJwt(token);
+    return isInt(iat) ? iat : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 const isString = (v: unknown): v is string => typeof v === "string";

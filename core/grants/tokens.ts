@@ -342,7 +342,8 @@ export async function revokeToken(deps: RevokeTokenDeps, req: RevokeTokenRequest
   let grant: GrantRecord | undefined;
   if (req.token.startsWith("vgr_")) grant = await deps.grants.findGrantByRefresh(deps.db, sha256Hex(req.token));
   else {
-    const claims = await deps.verifier.verify(req.token);
+    // An access token past its hour still names its lineage, which may live on through refreshes.
+    const claims = await deps.verifier.verifyEvenIfExpired(req.token);
     grant = claims ? await deps.grants.findGrant(deps.db, claims.jti) : undefined;
   }
   // RFC 7009 2.2: an unknown or already invalid token is not an error.
