@@ -33,7 +33,7 @@ export async function getJwks(deps: Pick<KeyAdminDeps, "keyring">) {
 /** GrantsService.RotateSigningKey: a new current key; the previous one stays published until retired. */
 export async function rotateSigningKey(deps: KeyAdminDeps, _req: unknown, ctx: HandlerContext) {
   try {
-    // The previous key is marked rotated in the same transaction as the audit row.
+    // The audit row is written in the transaction that publishes the new key.
     const rotated = await deps.keyring.rotate(auditKeyChange(deps, ctx, "keys.rotate"));
     return { kid: rotated.kid, publishedKids: rotated.publishedKids };
   } catch (err) {

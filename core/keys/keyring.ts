@@ -119,15 +119,13 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
         }
         const previous = current;
         const next = await toSigningKey(newP256PrivateKey());
-        const at = options.clock();
         // The file first: if the database change then fails, the file goes back, and a
         // crash in between only leaves the old key unrotated (still valid), never a
         // process signing with a key the database calls rotated.
         if (source === "file") await writeKeyFile(options.dataDir!, next.privateKey);
         try {
           await db.transaction(async (trx) => {
-            await store.publish(trx, next.kid, next.publicJwk, at);
-            if (previous) await store.markRotated(trx, previous.kid, at);
+            await store.publish(trx, next.kid, next.publicJwk, options.clock());
             await record?.(trx, { kid: next.kid, previousKid: previous?.kid });
           });
         } catch (err) {
@@ -138,6 +136,13 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
         }
         current = next;
         problem = undefined;
+        // Marked only once nothing signs with it: a token it signed while the new key was
+        // being published is then never later than its rotation (its iat would be refused).
+        try {
+          if (previous) await store.markRotated(db, previous.kid, options.clock());
+        } finally {
+          keys.invalidate();
+        }
         return { kid: next.kid, previousKid: previous?.kid, publishedKids: await publishedKids() };
       });
     },
