@@ -230,9 +230,10 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
       if (successor && successor.state === "active" && !successor.refreshUsedAt) {
         if (!userActive) return { kind: "invalid" as const, why: "user inactive" };
         const fit = refreshFit(g, asked);
-        if (fit.kind !== "fit") return fit;
-        // A retry asks what the lost request asked; another request with a used token gets nothing (and revokes nothing).
-        if (!sameSet(fit.grant.scopes, successor.scopes)) return { kind: "invalid" as const, why: "used refresh token presented with another scope" };
+        // A retry asks what the lost request asked; another request with a used token gets nothing (and revokes nothing),
+        // answered as any used token is, whatever it asked for.
+        if (fit.kind !== "fit" || !sameSet(fit.grant.scopes, successor.scopes))
+          return { kind: "invalid" as const, why: "used refresh token presented with another scope or resource" };
         // The successor's token is derived from the token just presented and the
         // successor's salt; the database alone cannot produce it.
         const again = successor.refreshSalt ? derivedRefreshToken(req.refreshToken, successor.refreshSalt) : "";

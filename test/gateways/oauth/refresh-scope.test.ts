@@ -113,6 +113,19 @@ describe("agent OAuth: scope and resource on refresh", () => {
     expect((await refresh(client, r1.body.refresh_token!)).body.error).to.equal("invalid_grant");
   });
 
+  it("hostile: a used token in the grace window asking beyond the grant is invalid_grant, like any used token, and revokes nothing", async () => {
+    const { token, client } = await oauthGrant(stack, { scope: GIVEN });
+    const rt = token.body.refresh_token as string;
+    const stranger = await createUser(stack);
+    const r1 = await refresh(client, rt);
+    expect(r1.status).to.equal(200);
+    await expectOAuthError(await refreshRes(client, rt, { scope: "payments:initiate" }), 400, "invalid_grant");
+    await expectOAuthError(await refreshRes(client, rt, { resource: vaultUrn(stranger.vaultId) }), 400, "invalid_grant");
+    expect(await verifyReason(stack, r1.body.access_token!)).to.equal("ok");
+    const retry = await refresh(client, rt);
+    expect([retry.body.jti, retry.body.refresh_token]).to.deep.equal([r1.body.jti, r1.body.refresh_token]);
+  });
+
   it("many refreshes of one token at once, asking for different scopes, issue one successor", async () => {
     const { token, client, user } = await oauthGrant(stack, { scope: GIVEN });
     const rt = token.body.refresh_token as string;
