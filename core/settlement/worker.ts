@@ -319,7 +319,10 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }
 
-  /** `rail` undefined: no core here pays from its wallet, so an unsigned one only expires, or is cancelled once `stopped`. */
+  /**
+   * `rail` undefined: no core here pays from its wallet, or its node answers for another network. An unsigned one only
+   * expires, or is cancelled once `stopped`; a signed one waits, since only its own chain's evidence may end it.
+   */
   async function handle(rail: EvmRail | undefined, claimed: SettlementPayment, stopped = false): Promise<void> {
     let next: Date | undefined = later(recheckMs);
     let p = claimed;
@@ -331,7 +334,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         logger.info({ paymentId: p.paymentId, chain: p.chain, from: p.wallet, to: rail.wallet }, "unsigned payment moves from a retired hot wallet");
         p = moved;
       }
-      if (!rail) next = clock() >= p.expiresAt ? await expire(p) : stopped ? await cancel(p) : later(recheckMs);
+      if (!rail) next = p.nonce !== null ? later(recheckMs) : clock() >= p.expiresAt ? await expire(p) : stopped ? await cancel(p) : later(recheckMs);
       else if (p.status === "pending") next = await pending(rail, p);
       else if (p.status === "submitted") next = await submitted(rail, p);
       else if (p.status === "completed") next = await completed(rail, p);
