@@ -6,6 +6,7 @@ import {
   encodeFunctionData,
   erc20Abi,
   http,
+  InternalRpcError,
   keccak256,
   parseEventLogs,
   type Hex,
@@ -188,7 +189,10 @@ function railOf(settings: EvmChainSettings, client: PublicClient, wallet: string
           });
           return !result;
         } catch (err) {
-          if (err instanceof BaseError && err.walk((e) => e instanceof ContractFunctionRevertedError)) return true;
+          const revert =
+            err instanceof BaseError ? (err.walk((e) => e instanceof ContractFunctionRevertedError) as ContractFunctionRevertedError | null) : null;
+          // A node's internal error (-32603) with no revert data is no word of the token's: the call is asked again.
+          if (revert && (revert.raw !== undefined || !(err as BaseError).walk((e) => e instanceof InternalRpcError))) return true;
           throw err;
         }
       }),

@@ -102,17 +102,28 @@ export async function startRpcProxy(target: string): Promise<{
   /** Another node to forward to, and the chain id to report in place of its own (a switched network). */
   retarget(url: string, chainId?: number): void;
   hold(pattern: RegExp): ProxyHold;
+  /** Answers the next `times` requests matching `pattern` with this JSON-RPC error, never forwarding them. */
+  failWith(pattern: RegExp, error: { code: number; message: string }, times?: number): void;
   stop(): Promise<void>;
 }> {
   const stalled = new Set<http.ServerResponse>();
   const state = { mode: "pass" as ProxyMode, target, chainId: undefined as number | undefined };
   const holds: { pattern: RegExp; arrive(): void; released: Promise<void> }[] = [];
   const onAnswer: ((method: string) => void)[] = [];
+  const failures: { pattern: RegExp; error: { code: number; message: string }; left: number }[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks).toString();
+      const failure = failures.find((f) => f.left > 0 && f.pattern.test(body));
+      if (failure) {
+        failure.left--;
+        const { id } = JSON.parse(body) as { id: unknown };
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ jsonrpc: "2.0", id, error: failure.error }));
+        return;
+      }
       const held = holds.find((h) => h.pattern.test(body));
       if (held) {
         held.arrive();
@@ -163,6 +174,9 @@ export async function startRpcProxy(target: string): Promise<{
     retarget(url, chainId) {
       state.target = url;
       state.chainId = chainId;
+    },
+    failWith(pattern, error, times = 1) {
+      failures.push({ pattern, error, left: times });
     },
     hold(pattern) {
       let arrive = () => {};
