@@ -57,6 +57,19 @@ export async function verifyChains(db: Db, rails: EvmRail[], options: { fromBloc
     let opening = 0n;
     let logs: UsdcTransfer[] = [];
     try {
+      // Another network's logs and balances say nothing of this wallet's: compared, they would pass or fail by chance.
+      const reported = await rail.chainId();
+      if (reported !== rail.settings.chainId) {
+        diff({
+          check: "chain_id_mismatch",
+          txHash: "",
+          paymentId: "",
+          chainUnits: "",
+          booksUnits: "",
+          message: `${chain}: the node reports chain id ${reported} but CHAIN_${chain.toUpperCase()}_CHAIN_ID is ${rail.settings.chainId}; nothing was compared`,
+        });
+        continue;
+      }
       toBlock = await rail.blockNumber();
       if (fromBlock > toBlock) {
         diff({

@@ -416,9 +416,9 @@ export type ChainDifference = Message<"vaultgate.audit.v1.ChainDifference"> & {
   chain: string;
 
   /**
-   * transfer_without_payment, payment_without_transfer, amount_mismatch,
-   * counterparty_mismatch, balance_mismatch, ledger_mismatch, chain_unreachable or
-   * start_block_ahead (the start block is after the chain's latest block).
+   * transfer_without_payment, payment_without_transfer, amount_mismatch, counterparty_mismatch,
+   * balance_mismatch, ledger_mismatch, chain_unreachable, chain_id_mismatch (another network's
+   * node) or start_block_ahead (the start block is after the chain's latest block).
    *
    * @generated from field: string check = 2;
    */
