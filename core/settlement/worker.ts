@@ -315,6 +315,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       return later(0);
     }
     const depth = head - p.minedBlock! + 1;
+    // A head below the transfer's own block is a replica behind the chain: no depth to record, look again later.
+    if (depth < 1) return later(recheckMs);
     await move(p, "completed", { confirmations: depth, final: depth >= rail.settings.finalityBlocks });
     return depth >= rail.settings.finalityBlocks ? undefined : later(recheckMs);
   }

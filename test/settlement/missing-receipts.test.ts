@@ -57,6 +57,23 @@ describe("a node that gives no receipt for a mined transfer (anvil)", function (
     expect(await settlementActions(id!)).to.deep.equal(["payments.settlement.submitted", "payments.settlement.completed"]);
   });
 
+  it("a head read from a replica below the transfer's block is no evidence: its confirmations never go below zero", async () => {
+    const [id] = await payOnBase(stack, chain.anvil, [1_300]);
+    const before = await row(id!);
+    expect([before.status, before.final]).to.deep.equal(["completed", false]);
+    proxy.mode = "stale-head";
+    try {
+      await stack.core.settlement.worker.runOnce();
+    } finally {
+      proxy.mode = "pass";
+    }
+    const after = await row(id!);
+    expect([after.status, after.confirmations], "a lagging head changes nothing").to.deep.equal(["completed", before.confirmations]);
+    await chain.anvil.mine(60);
+    await stack.core.settlement.worker.runOnce();
+    expect([(await row(id!)).status, (await row(id!)).final]).to.deep.equal(["completed", true]);
+  });
+
   it("a transfer a reorg takes back and the same bytes put back, twice: the amount moves back to in-flight and out again, each time once", async () => {
     const [id] = await payOnBase(stack, chain.anvil, [1_500]);
     for (let round = 0; round < 2; round++) {

@@ -82,7 +82,7 @@ export async function startAnvil(options: { port?: number } = {}): Promise<Anvil
   };
 }
 
-export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts" | "behind";
+export type ProxyMode = "pass" | "stall" | "stall-send" | "no-receipts" | "behind" | "stale-head";
 
 /** Requests a proxy keeps (unanswered, not forwarded) until `release`; `answered(m)` resolves on the next answer to method m. */
 export interface ProxyHold {
@@ -94,7 +94,7 @@ export interface ProxyHold {
 /**
  * A JSON-RPC proxy in front of a node: it can stall everything or only eth_sendRawTransaction (read,
  * never answered or forwarded), answer every receipt with null (no transaction index), or every
- * receipt and block by number with null (a node behind the head).
+ * receipt and block by number with null (a node behind the head), or the head as block 1 (a stale replica).
  */
 export async function startRpcProxy(target: string): Promise<{
   url: string;
@@ -139,6 +139,12 @@ export async function startRpcProxy(target: string): Promise<{
       const isSend = body.includes("eth_sendRawTransaction");
       if (state.mode === "stall" || (state.mode === "stall-send" && isSend)) {
         stalled.add(res);
+        return;
+      }
+      if (state.mode === "stale-head" && body.includes('"eth_blockNumber"')) {
+        const { id } = JSON.parse(body) as { id: unknown };
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ jsonrpc: "2.0", id, result: "0x1" }));
         return;
       }
       const hidden = state.mode === "behind" ? /eth_getTransactionReceipt|eth_getBlockByNumber/ : /eth_getTransactionReceipt/;
