@@ -7,7 +7,7 @@ import { thrownBy } from "./refusals.js";
 import { until } from "./until.js";
 
 /** A transaction kept open until `release`, once `setup` ran in it. */
-async function heldTransaction(db: Db, setup: (trx: Parameters<Parameters<Db["transaction"]>[0]>[0]) => Promise<unknown> = async () => {}) {
+export async function heldTransaction(db: Db, setup: (trx: Parameters<Parameters<Db["transaction"]>[0]>[0]) => Promise<unknown> = async () => {}) {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => {
     release = resolve;

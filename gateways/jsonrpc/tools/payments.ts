@@ -48,6 +48,19 @@ const SETTLEMENT_STATUS = { type: "string", enum: ["pending", "submitted", "comp
 const TX_HASH = { type: ["string", "null"], pattern: "^0x[0-9a-f]{64}$" } as const;
 
 /** Payments from the grant's vault, made or only evaluated under its policy. */
+
+/** The rules payments.simulate names, in the order it checks them (the last is the vault's room for approvals). */
+const SIMULATE_RULES = [
+  "policy_inactive",
+  "time_window_end",
+  "chain_allowlist",
+  "per_tx_cap",
+  "per_day_cap",
+  "lifetime_cap",
+  "balance",
+  "step_up_amount",
+  "pending_approvals",
+] as const;
 export const paymentTools: readonly Tool[] = [
   defineTool({
     name: "payments.initiate",
@@ -107,18 +120,7 @@ export const paymentTools: readonly Tool[] = [
         outcome: { type: "string", enum: ["accepted", "pending_step_up", "denied"] },
         rule: {
           type: ["string", "null"],
-          enum: [
-            "policy_inactive",
-            "time_window_end",
-            "chain_allowlist",
-            "per_tx_cap",
-            "per_day_cap",
-            "lifetime_cap",
-            "balance",
-            "step_up_amount",
-            "pending_approvals",
-            null,
-          ],
+          enum: [...SIMULATE_RULES, null],
         },
         broken_rules: {
           type: "array",
@@ -127,17 +129,7 @@ export const paymentTools: readonly Tool[] = [
             properties: {
               reason_id: {
                 type: "string",
-                enum: [
-                  "policy_inactive",
-                  "time_window_end",
-                  "chain_allowlist",
-                  "per_tx_cap",
-                  "per_day_cap",
-                  "lifetime_cap",
-                  "balance",
-                  "step_up_amount",
-                  "pending_approvals",
-                ],
+                enum: [...SIMULATE_RULES],
               },
               message: { type: "string" },
             },

@@ -6,6 +6,7 @@ import { basic, createPartner, mintPartnerToken } from "../../support/partners.j
 import { createUserFor } from "../../support/resources.js";
 import { requirePostgres } from "../../support/db.js";
 import { lockWaits } from "../../support/lock-waits.js";
+import { heldTransaction } from "../../support/db-holds.js";
 
 /** Tokens the rotating process signs while its rotation is being written stay good for their hour. */
 describe("signing key rotation: tokens issued while it commits", () => {
@@ -18,24 +19,8 @@ describe("signing key rotation: tokens issued while it commits", () => {
 
   /** Keeps every signing_keys row locked until `release`, so a rotation waits inside its write. */
   async function holdKeys() {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let ready!: () => void;
-    const held = new Promise<void>((resolve) => {
-      ready = resolve;
-    });
-    const trx = stack.core.db.transaction(async (t) => {
-      await t.raw("SELECT kid FROM signing_keys FOR UPDATE");
-      ready();
-      await gate;
-    });
-    await held;
-    return () => {
-      release();
-      return trx;
-    };
+    const held = await heldTransaction(stack.core.db, (t) => t.raw("SELECT kid FROM signing_keys FOR UPDATE"));
+    return () => held.release();
   }
 
   it("an agent refresh and a partner token issued a second after the rotation began both verify once it is done", async () => {
