@@ -13,6 +13,7 @@ import { createFlowsStore } from "./flows-store.js";
 import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
 import { createUsersStore } from "./users-store.js";
+import { clipText } from "../../lib/text.js";
 
 export interface OidcProviderSettings {
   issuer: string;
@@ -256,9 +257,9 @@ export function createOidcSignin(deps: OidcDeps) {
           configuration = undefined;
           return unreachable(err, "token");
         }
-        if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${String(err.error).slice(0, 60)}`);
-        if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${String(err.error).slice(0, 60)}`);
-        if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${err.message.slice(0, 120)}`);
+        if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${clipText(String(err.error), 60)}`);
+        if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${clipText(String(err.error), 60)}`);
+        if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${clipText(err.message, 120)}`);
         configuration = undefined;
         return unreachable(err, "token");
       }

@@ -26,6 +26,7 @@ import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
 import { createUsersStore } from "./users-store.js";
 import { relyingParty, rpIdCovers } from "./relying-party.js";
+import { clipText } from "../../lib/text.js";
 
 /** A signed-in person as core verified them from the session token. */
 export interface PasskeySession {
@@ -171,7 +172,7 @@ export function createPasskeys(deps: PasskeyDeps) {
           requireUserVerification: true,
         });
       } catch (err) {
-        return refuse(`registration response invalid: ${(err as Error).message.slice(0, 120)}`);
+        return refuse(`registration response invalid: ${clipText((err as Error).message, 120)}`);
       }
       if (!verified.verified) return refuse("registration response not verified");
       const info = verified.registrationInfo;
@@ -273,7 +274,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         if (!verified.verified) return refuse("assertion not verified", actor);
         info = verified.authenticationInfo;
       } catch (err) {
-        return refuse(`assertion invalid: ${(err as Error).message.slice(0, 120)}`, actor);
+        return refuse(`assertion invalid: ${clipText((err as Error).message, 120)}`, actor);
       }
       const stored = key.counter;
       const now = deps.clock();
