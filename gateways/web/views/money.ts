@@ -148,8 +148,13 @@ export function vaultCard(v: VaultView, o: CardOptions): Html {
       canClose
         ? html`<form class="money-form" method="post" action="${closePath(v.vaultId)}">
           <input type="hidden" name="csrf" value="${o.csrf}"><input type="hidden" name="return_to" value="${o.returnTo}">
-          <p class="muted">Closing revokes its agents' access and stops all spending. Unless you keep them, the remaining funds go back to ${parentName}.</p>
-          <label class="check"><input type="checkbox" name="keep_funds" value="yes"${o.keepFunds === v.vaultId ? html` checked` : ""}> Keep the remaining funds in this budget</label>
+          ${
+            // Declining already sent its money up, and so will every refund that reaches it: nothing to keep.
+            v.status === BudgetStatus.DECLINED
+              ? html`<p class="muted">Closing revokes its agents' access. Its money, and any refund that reaches it later, goes back to ${parentName}.</p>`
+              : html`<p class="muted">Closing revokes its agents' access and stops all spending. Unless you keep them, the remaining funds go back to ${parentName}.</p>
+          <label class="check"><input type="checkbox" name="keep_funds" value="yes"${o.keepFunds === v.vaultId ? html` checked` : ""}> Keep the remaining funds in this budget</label>`
+          }
           <button type="submit" class="danger">Close budget</button>
         </form>`
         : ""

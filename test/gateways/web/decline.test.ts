@@ -160,6 +160,13 @@ describe("web pages: declining pending approvals", () => {
     expect((await jar.post(`${review}/decline`, formFields(reviewPage, `${review}/decline`))).status).to.equal(303);
     expect(await auditRows("agent.budget.decline", agentId)).to.have.length(1);
 
+    // Its card still offers Close, but no "keep the remaining funds": a declined budget keeps none.
+    const money = await page(jar, "/dashboard/money");
+    const card = money.slice(money.indexOf(`id="v-${draft.json!.result.vault_id}"`));
+    expect(card.slice(0, card.indexOf("</section>")))
+      .to.include("Close budget")
+      .and.not.include("keep_funds");
+
     const replay = await rpc("/mcp/treasury", owner, "agent.budget.create", args);
     expect(replay.json!.error).to.deep.include({ code: -32002, message: "the vault owner declined this budget" });
     expect(replay.json!.error.data.reason_id).to.equal("access_denied");
