@@ -29,7 +29,7 @@ import { createSandboxKycProvider, type KycProvider } from "./partners/kyc-provi
 import { createOutboxStore } from "./partners/webhooks/outbox-store.js";
 import { createSecretBox } from "../lib/crypto.js";
 import { moveWebhookKeyOutOfDatabase } from "./partners/webhooks/key-move.js";
-import { loadCheckedOutsideKey } from "./keys/outside-keys.js";
+import { loadCheckedOutsideKey, type OutsideKeyName } from "./keys/outside-keys.js";
 import { createHostResolver, type HostResolverOptions } from "./net/resolver.js";
 import { createMailer } from "./identity/mail/mailer.js";
 import { createOidcSignin, type OidcProviderSettings } from "./identity/oidc.js";
@@ -184,22 +184,13 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       },
     });
     const outbox = createOutboxStore(db);
-    const webhookSecretKey = await loadCheckedOutsideKey(db, {
-      name: "webhook-secret-key",
-      setting: "WEBHOOK_SECRET_KEY",
-      fromEnv: options.webhookSecretKey,
-      dataDir: options.dataDir,
-    });
-    const box = createSecretBox(webhookSecretKey);
+    const outsideKey = (name: OutsideKeyName, setting: string, fromEnv: string | undefined) =>
+      loadCheckedOutsideKey(db, { name, setting, fromEnv, dataDir: options.dataDir });
+    const box = createSecretBox(await outsideKey("webhook-secret-key", "WEBHOOK_SECRET_KEY", options.webhookSecretKey));
     await moveWebhookKeyOutOfDatabase(db, box, logger);
     // Client metadata documents' hosts share one bounded resolver; webhooks have their own (worker.ts).
     const hostResolver = createHostResolver(options.hostResolver);
-    const signinCodeKey = await loadCheckedOutsideKey(db, {
-      name: "signin-code-key",
-      setting: "SIGNIN_CODE_KEY",
-      fromEnv: options.signinCodeKey,
-      dataDir: options.dataDir,
-    });
+    const signinCodeKey = await outsideKey("signin-code-key", "SIGNIN_CODE_KEY", options.signinCodeKey);
     const resources = createResourcesStore(db);
     const partnerTokens = createPartnerTokenVerifier({ keyring, issuer: options.issuer, audience: options.partnerAudience, clock });
     const partnerAccess = createPartnerAccess({
@@ -301,6 +292,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         audit,
         rateLimits: createRateLimitStore(db),
         secrets,
+        webhookBox: box,
         keyring,
         clock,
         logger,

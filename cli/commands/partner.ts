@@ -1,7 +1,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { PartnerStatus, type Partner } from "../../gen/vaultgate/partners/v1/partners_pb.js";
 import type { CommandContext } from "./types.js";
-import { FailingAnswer, listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
+import { listOption, pages, requireOption, requirePositional, UsageError } from "./types.js";
 
 const statusName: Record<PartnerStatus, string> = {
   [PartnerStatus.UNSPECIFIED]: "unspecified",
@@ -46,18 +46,8 @@ export async function partnerCommand(ctx: CommandContext) {
         status: statusName[p.status],
         entitlements: p.entitlements,
       };
-      if (!p.webhookUrl) return out;
-      // The webhook signing secret is generated with the URL and shown once, like client_secret.
-      const admin = await ctx.admin();
-      try {
-        const hook = await admin.clients.partnerResources.setWebhook({ clientId: p.clientId, url: p.webhookUrl });
-        return { ...out, webhook_url: hook.url, webhook_secret: hook.secret };
-      } catch (err) {
-        // The partner exists: its client_secret is printed now or never.
-        const why = (await import("../core-client.js")).describeRpcError(err, admin).message;
-        const retry = `vaultgate partner webhook ${p.clientId} --url ${p.webhookUrl}`;
-        return new FailingAnswer(out, `the partner was created, but its webhook signing secret could not be set (${why}); run: ${retry}`);
-      }
+      // The webhook signing secret is made with the partner, in the same call, and shown once like client_secret.
+      return p.webhookUrl ? { ...out, webhook_url: p.webhookUrl, webhook_secret: res.webhookSecret } : out;
     }
     case "list": {
       const { items, nextCursor } = await pages(ctx, async (limit, cursor) => {

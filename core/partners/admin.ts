@@ -39,11 +39,14 @@ import { generateClientId, generateClientSecret, isValidSlug, slugFromName } fro
 import type { SecretHasher } from "../secrets/hasher.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES } from "../../lib/vocabulary.js";
 import { ensureUserAccount } from "../budgets/user-accounts.js";
+import { generateWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 
 /** An operator change and its audit row, in one transaction. */
 export interface CreatePartnerDeps extends AdminChangeDeps {
   store: Pick<PartnersStore, "insert">;
   secrets: Pick<SecretHasher, "hash">;
+  /** Seals a new partner's webhook signing secret, as SetWebhook does. */
+  webhookBox: Pick<SecretBox, "seal">;
 }
 
 export interface PartnerUpdateDeps extends AdminChangeDeps {
@@ -97,6 +100,9 @@ export async function createPartner(
   const status = req.status === PartnerStatus.UNSPECIFIED ? "active" : statusName[req.status];
   if (status !== "active" && status !== "pending") fail(Reason.INVALID_REQUEST, "a new partner is active or pending");
   const webhookUrl = req.webhookUrl ? checkHttpsUrl(req.webhookUrl, "webhook_url") : null;
+  // A URL without a secret would never be sent to: the secret comes with it, shown once.
+  const webhookSecret = webhookUrl ? generateWebhookSecret() : "";
+  const webhookSecretEnc = webhookUrl ? deps.webhookBox.seal(webhookSecret) : null;
 
   const clientSecret = generateClientSecret();
   const secretHash = await deps.secrets.hash(clientSecret, undefined, ctx.signal);
@@ -115,8 +121,15 @@ export async function createPartner(
       updatedAt: now,
     };
     // A client_id collision (8 random hex chars) is retried with a fresh suffix.
-    const inserted = await adminChange(deps, ctx, "creates", "partner.create", record.clientId, async (trx) => (await deps.store.insert(trx, record)).inserted);
-    if (inserted) return { partner: toProto(record), clientSecret };
+    const inserted = await adminChange(
+      deps,
+      ctx,
+      "creates",
+      "partner.create",
+      record.clientId,
+      async (trx) => (await deps.store.insert(trx, record, webhookSecretEnc)).inserted,
+    );
+    if (inserted) return { partner: toProto(record), clientSecret, webhookSecret };
   }
   return fail(Reason.INTERNAL, "could not allocate a client id");
 }

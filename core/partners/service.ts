@@ -9,6 +9,7 @@ import type { PartnersStore } from "./store.js";
 import type { UsersStore } from "../identity/users-store.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { createIssuanceGuards, issueToken } from "./token-issuance.js";
+import type { SecretBox } from "./webhooks/signing.js";
 import { createPartner, createUser, getPartner, getUserByEmail, listPartners, listUsers, rotateSecret, setEntitlements, setPartnerStatus } from "./admin.js";
 
 export interface PartnersServiceDeps {
@@ -18,6 +19,8 @@ export interface PartnersServiceDeps {
   audit: AuditStore;
   rateLimits: RateLimitStore;
   secrets: SecretHasher;
+  /** Seals webhook signing secrets (the key outside the database). */
+  webhookBox: SecretBox;
   keyring: Keyring;
   clock: () => Date;
   logger: Logger;
@@ -50,7 +53,7 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
   return {
     issueToken: (req, ctx) => issueToken(issuance, req, ctx),
 
-    createPartner: (req, ctx) => createPartner({ ...admin, secrets }, req, ctx),
+    createPartner: (req, ctx) => createPartner({ ...admin, secrets, webhookBox: deps.webhookBox }, req, ctx),
     rotateSecret: (req, ctx) => rotateSecret({ ...admin, secrets }, req, ctx),
     setPartnerStatus: (req, ctx) => setPartnerStatus(admin, req, ctx),
     setEntitlements: (req, ctx) => setEntitlements(admin, req, ctx),

@@ -22,7 +22,8 @@ type Conn = Knex | Knex.Transaction;
 /** SQL for partner records. */
 export function createPartnersStore(db: Db) {
   return {
-    async insert(conn: Conn, p: PartnerRecord): Promise<{ inserted: boolean }> {
+    /** A new partner; `webhookSecretEnc` is its sealed webhook signing secret when it has a URL. */
+    async insert(conn: Conn, p: PartnerRecord, webhookSecretEnc: string | null = null): Promise<{ inserted: boolean }> {
       try {
         await conn("partners").insert({
           id: p.id,
@@ -33,6 +34,7 @@ export function createPartnersStore(db: Db) {
           status: p.status,
           entitlements: p.entitlements,
           webhook_url: p.webhookUrl,
+          webhook_secret_enc: webhookSecretEnc,
           created_at: p.createdAt,
           updated_at: p.updatedAt,
         });

@@ -52,6 +52,24 @@ describe("partner webhooks", () => {
     expect(mine(receiver.received, userId)).to.have.length(2);
   });
 
+  it("CreatePartner with a webhook URL returns its signing secret once, and deliveries start without SetWebhook", async () => {
+    const stack = await startStack({ webhookPollMs: 0 });
+    stacks.push(stack);
+    const receiver = await startWebhookReceiver(() => 204);
+    receivers.push(receiver);
+    const res = await stack.admin.partners.createPartner({ name: "Hooked at birth", slug: `hb-${Date.now().toString(36)}`, webhookUrl: receiver.url });
+    expect(res.webhookSecret).to.match(/^whsec_/);
+    const partner = { partnerId: res.partner!.partnerId, clientId: res.partner!.clientId, clientSecret: res.clientSecret };
+    const { userId } = await createUserFor(stack, partner);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "approved", provider: "sandbox" });
+    await stack.core.webhooks.runOnce();
+    await receiver.waitFor(1);
+    const [delivery] = mine(receiver.received, userId);
+    expect(new Webhook(res.webhookSecret).verify(delivery!.body, delivery!.headers as Record<string, string>)).to.include({ type: "kyc.status_changed" });
+    // Without a URL there is no secret to show.
+    expect((await stack.admin.partners.createPartner({ name: "No hook", slug: `nh-${Date.now().toString(36)}` })).webhookSecret).to.equal("");
+  });
+
   it("takes an operator's secret only in padded base64, which strict decoders at the receiver read", async () => {
     const { stack, receiver, partner, userId } = await setup();
     const padded = `whsec_${Buffer.alloc(32, 9).toString("base64")}`; // 44 characters, one "="
