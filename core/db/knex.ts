@@ -50,7 +50,7 @@ export function createDb(options: DbOptions): Db {
   }
   const release = options.dataDir ? lockEmbeddedDatabase(options.dataDir) : undefined;
   const db = knexFactory({
-    client: ClientPGLite as unknown as typeof knexFactory.Client,
+    client: EmbeddedClient as unknown as typeof knexFactory.Client,
     dialect: "postgres",
     connection: { connectionString: options.dataDir ?? "memory://" } as Knex.StaticConnectionConfig,
     // PGlite returns int8 as bigint; normalise to number like the pg driver above.
@@ -63,6 +63,35 @@ export function createDb(options: DbOptions): Db {
     Object.defineProperty(db, "destroy", { value: () => destroy().finally(release) });
   }
   return db;
+}
+
+type Serializer = (value: unknown) => unknown;
+
+/**
+ * PGlite's client, whose parameter encoders refuse a value they would pass on unencoded (a
+ * number for a text[] column): sent as is, it breaks the one connection's protocol state.
+ */
+class EmbeddedClient extends (ClientPGLite as unknown as new (config: unknown) => { pglite: { serializers: Record<string, Serializer> } }) {
+  constructor(config: unknown) {
+    super(config);
+    const checked = new Map<Serializer, Serializer>();
+    const check =
+      (encode: Serializer): Serializer =>
+      (value) => {
+        const out = encode(value);
+        if (typeof out === "string" || out instanceof Uint8Array) return out;
+        throw new TypeError(`a ${typeof value} parameter cannot be encoded for this column`);
+      };
+    this.pglite.serializers = new Proxy(this.pglite.serializers, {
+      get(target, key) {
+        const encode = Reflect.get(target, key) as unknown;
+        if (typeof encode !== "function") return encode;
+        let wrapped = checked.get(encode as Serializer);
+        if (!wrapped) checked.set(encode as Serializer, (wrapped = check(encode as Serializer)));
+        return wrapped;
+      },
+    });
+  }
 }
 
 function normaliseBigints(result: unknown): unknown {
