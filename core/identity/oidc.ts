@@ -9,6 +9,7 @@ import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import { textProblem } from "../../lib/text.js";
 import { createFlowsStore } from "./flows-store.js";
 import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
@@ -268,8 +269,10 @@ export function createOidcSignin(deps: OidcDeps) {
         return refuse(facts, purpose, "ID token or response invalid: iat is in the future");
       }
       if (claims.azp !== undefined && claims.azp !== provider.clientId) return refuse(facts, purpose, "ID token or response invalid: azp names another client");
+      // A subject is at most 255 characters of text: anything else could not be looked up or linked.
+      if (!isSubject(claims.sub)) return refuse(facts, purpose, "ID token or response invalid: sub is not 1 to 255 characters of text");
       const iss = String(claims.iss);
-      const sub = String(claims.sub);
+      const sub = claims.sub;
       const linkedUserId = await users.findLinkedUser(db, iss, sub);
 
       if (purpose === "step_up") {
@@ -320,3 +323,8 @@ export function createOidcSignin(deps: OidcDeps) {
 }
 
 export type OidcSignin = ReturnType<typeof createOidcSignin>;
+
+/** An ID token's `sub` as OpenID Connect bounds it (255 characters), with no control character or unpaired surrogate. */
+function isSubject(sub: unknown): sub is string {
+  return typeof sub === "string" && sub.length > 0 && sub.length <= 255 && textProblem(sub) === undefined && !/\p{Cc}/u.test(sub);
+}

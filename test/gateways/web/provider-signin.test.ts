@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
@@ -136,6 +137,25 @@ describe("web pages: sign-in at the organisation's provider", () => {
     const honest = await signIn(sub);
     expect(honest.back.status).to.equal(303);
     expect((await honest.jar.get("/dashboard/agents")).status).to.equal(200);
+  });
+
+  it("hostile provider: a subject holding NUL, or longer than 255 characters, is a 403 page, never a 5xx, and links nobody", async () => {
+    const user = await createUser(stack);
+    // Random hex, which PostgreSQL cannot compress below its index row limit.
+    for (const sub of [`nul\u0000${user.userId}`, randomBytes(2000).toString("hex"), "s".repeat(256)]) {
+      await idp.addAccount({ sub, email: user.email, email_verified: true });
+      const jar = createJar(stack.url);
+      const back = await jar.get(await idp.signIn((await jar.get("/signin/oidc")).headers.get("location")!, sub));
+      expect(back.status, sub.slice(0, 20)).to.equal(403);
+      expect(await back.text()).to.match(/start again from the sign-in page/);
+      expect((await jar.get("/dashboard/agents")).status).to.not.equal(200);
+    }
+    // A well-formed subject of the same person still links and signs in.
+    const sub = "s".repeat(255);
+    await idp.addAccount({ sub, email: user.email, email_verified: true });
+    const jar = createJar(stack.url);
+    expect((await jar.get(await idp.signIn((await jar.get("/signin/oidc")).headers.get("location")!, sub))).status).to.equal(303);
+    expect((await jar.get("/dashboard/agents")).status).to.equal(200);
   });
 
   it("a callback brought to another browser (no flow cookie) is refused", async () => {
