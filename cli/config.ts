@@ -334,8 +334,9 @@ function signinSettings(env: NodeJS.ProcessEnv, authUrl: string, appUrl: string)
   const named = ["OIDC_ISSUER", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET"].filter((n) => env[n]);
   if (named.length > 0) {
     if (named.length < 3) throw new ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET must be set together");
-    const issuer = urlSetting(env, "OIDC_ISSUER", "");
-    const url = new URL(issuer);
+    // Kept exactly as given: discovery compares it with the provider's issuer, a trailing slash included.
+    const url = new URL(urlSetting(env, "OIDC_ISSUER", ""));
+    const issuer = env.OIDC_ISSUER!.trim();
     if (url.protocol !== "https:" && !isLoopbackHost(url.hostname))
       throw new ConfigError("OIDC_ISSUER must be an https:// URL (http:// only on a loopback address, for development)");
     const clientId = env.OIDC_CLIENT_ID!;

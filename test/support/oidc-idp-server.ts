@@ -1,6 +1,6 @@
 // A company's identity provider for tests (node-oidc-provider in its own process); prints its
-// issuer when listening. Env: IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS, IDP_PORT;
-// test controls under /__test.
+// issuer when listening. Env: IDP_CLIENT_ID, IDP_CLIENT_SECRET, IDP_REDIRECT_URIS, IDP_PORT,
+// IDP_PATH; test controls under /__test.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { createPrivateKey, generateKeyPairSync } from "node:crypto";
 import { exportJWK, SignJWT, decodeProtectedHeader, type JWK } from "jose";
@@ -37,7 +37,15 @@ const other = rsaKey();
 
 const server = createServer();
 await new Promise<void>((resolve) => server.listen(Number(process.env.IDP_PORT ?? 0), "127.0.0.1", resolve));
-const issuer = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+// IDP_PATH ("/tenant/v2.0/", say) puts the issuer, and every route of the provider, under that path.
+const mount = (process.env.IDP_PATH ?? "").replace(/\/+$/, "");
+const issuer = `http://127.0.0.1:${(server.address() as { port: number }).port}${process.env.IDP_PATH ?? ""}`;
+// Mounted as node-oidc-provider expects: the path taken off the URL, the original kept.
+server.on("request", (req: IncomingMessage & { originalUrl?: string }) => {
+  if (!mount || !req.url?.startsWith(`${mount}/`)) return;
+  req.originalUrl = req.url;
+  req.url = req.url.slice(mount.length);
+});
 
 const provider = new Provider(issuer, {
   clients: [
@@ -58,7 +66,7 @@ const provider = new Provider(issuer, {
   features: { devInteractions: { enabled: false } },
   pkce: { required: () => true },
   cookies: { keys: ["test-idp-cookie-key"] },
-  interactions: { url: (_ctx: Loose, interaction: Loose) => `/interaction/${interaction.uid}` },
+  interactions: { url: (_ctx: Loose, interaction: Loose) => `${mount}/interaction/${interaction.uid}` },
   async findAccount(_ctx: Loose, sub: string) {
     const a = accounts.get(sub);
     if (!a) return undefined;
@@ -146,7 +154,7 @@ server.on("request", async (req: IncomingMessage, res: ServerResponse) => {
         200,
         "text/html",
         `<!doctype html><title>Example Corp sign-in</title><h1>Example Corp</h1><p>${details.prompt.name}</p>
-         <form method="post" action="/interaction/${m[1]}"><label>Account <select id="account" name="account">${options}</select></label>
+         <form method="post" action="${mount}/interaction/${m[1]}"><label>Account <select id="account" name="account">${options}</select></label>
          <label>Password <input id="password" name="password" type="password"></label><button type="submit">Sign in</button></form>`,
       );
     }

@@ -10,7 +10,7 @@ export type IdpTamper = "none" | "issuer" | "audience" | "nonce" | "signature" |
  * company's identity provider: accounts with e-mail claims, acr/amr of the next sign-in,
  * tampered ID tokens and a discovery outage on demand.
  */
-export async function startIdp(options: { redirectUris: string[]; clientId?: string; clientSecret?: string; port?: number }) {
+export async function startIdp(options: { redirectUris: string[]; clientId?: string; clientSecret?: string; port?: number; issuerPath?: string }) {
   const clientId = options.clientId ?? "vaultgate";
   const clientSecret = options.clientSecret ?? "vaultgate-idp-secret";
   const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", script], {
@@ -20,6 +20,7 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
       IDP_CLIENT_SECRET: clientSecret,
       IDP_REDIRECT_URIS: options.redirectUris.join(","),
       IDP_PORT: String(options.port ?? 0),
+      IDP_PATH: options.issuerPath ?? "",
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -43,8 +44,9 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
       reject(new Error(`identity provider exited (${code}):\n${out}`));
     });
   });
+  const base = issuer.replace(/\/+$/, "");
   const control = async (path: string, body: unknown) => {
-    const res = await fetch(`${issuer}/__test/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const res = await fetch(`${base}/__test/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
     if (!res.ok) throw new Error(`idp control ${path}: ${res.status}`);
   };
   return {
@@ -56,7 +58,7 @@ export async function startIdp(options: { redirectUris: string[]; clientId?: str
     setDown: (down: boolean) => control("down", { down }),
     /** The provider's own time on each request since the last call (path and ms, measured inside it). */
     async takeTimings(): Promise<{ path: string; ms: number }[]> {
-      const res = await fetch(`${issuer}/__test/timings`, { method: "POST" });
+      const res = await fetch(`${base}/__test/timings`, { method: "POST" });
       return (await res.json()) as { path: string; ms: number }[];
     },
     /** The acr and amr the provider reports for the next sign-ins. */
