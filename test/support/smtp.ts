@@ -32,13 +32,13 @@ function parse(raw: string, from: string, to: string[]): ReceivedMail {
 
 /**
  * A real SMTP server (the `smtp-server` package) on 127.0.0.1 that records what it accepts.
- * `answer()` decides each message: tests make it refuse (4xx or 5xx) for a while. With
+ * `answer()` decides each message: tests make it refuse (4xx or 5xx) for a while, or hold its reply. With
  * `auth`, it requires that user and password (AUTH PLAIN/LOGIN without TLS, loopback only).
  */
-export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth?: { user: string; pass: string }; port?: number } = {}) {
+export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Promise<SmtpAnswer>; auth?: { user: string; pass: string }; port?: number } = {}) {
   const received: ReceivedMail[] = [];
   const refused: { code: number }[] = [];
-  let answer = options.answer ?? (() => ({ accept: true }) as SmtpAnswer);
+  let answer: () => SmtpAnswer | Promise<SmtpAnswer> = options.answer ?? (() => ({ accept: true }) as SmtpAnswer);
   let waiters: (() => void)[] = [];
   const server = new SMTPServer({
     secure: false,
@@ -54,8 +54,9 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth
     onData(stream, session, cb) {
       const chunks: Buffer[] = [];
       stream.on("data", (c: Buffer) => chunks.push(c));
-      stream.on("end", () => {
-        const a = answer();
+      stream.on("end", async () => {
+        // A promise holds the reply back: a slow server.
+        const a = await answer();
         if (!a.accept) {
           refused.push({ code: a.code });
           return cb(Object.assign(new Error(a.code >= 500 ? "mailbox unavailable" : "try again later"), { responseCode: a.code }));
@@ -88,7 +89,7 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer; auth
       : `smtp://127.0.0.1:${port}`,
     received,
     refused,
-    setAnswer(f: () => SmtpAnswer) {
+    setAnswer(f: () => SmtpAnswer | Promise<SmtpAnswer>) {
       answer = f;
     },
     /** Messages to one address, oldest first. */

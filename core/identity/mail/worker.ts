@@ -53,8 +53,11 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
   async function pass(): Promise<number> {
     if (loop.stopped) return 0;
     const now = options.clock();
-    const leased = await outbox.lease(now, new Date(now.getTime() + leaseMs), batchSize);
+    const leaseEnd = now.getTime() + leaseMs;
+    const leased = await outbox.lease(now, new Date(leaseEnd), batchSize);
     for (const m of leased) {
+      // A slow server outlasted the lease: the rest are due again, and another sender may hold them now.
+      if (options.clock().getTime() >= leaseEnd) break;
       // Its code can no longer be used: receiving it late would only confuse the person.
       if (m.expiresAt && m.expiresAt.getTime() <= options.clock().getTime()) {
         if (await outbox.dropExpired(m.seq, m.attempts))

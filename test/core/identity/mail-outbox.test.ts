@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { testDatabase, requirePostgres } from "../../support/db.js";
-import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
+import { startSmtpServer, codeIn, type SmtpAnswer, type TestSmtpServer } from "../../support/smtp.js";
 import { createTestClock } from "../../support/clock.js";
 import { createCapturedLogger } from "../../support/logs.js";
 import { createMailer, type Mailer } from "../../../core/identity/mail/mailer.js";
@@ -193,6 +193,39 @@ describe("mail outbox sent by SMTP", () => {
     expect(mailBackoffMs(3, 1000, 16_000, () => 1)).to.equal(4000);
     expect(mailBackoffMs(3, 1000, 16_000, () => 0)).to.equal(2000);
     expect(mailBackoffMs(40, 1000, 16_000, () => 1)).to.equal(16_000);
+  });
+
+  it("a server slow past a sender's lease: what that sender had not begun goes out once, by the sender that leased it since", async () => {
+    const clock = createTestClock();
+    let release = () => {};
+    let holding = () => {};
+    const held = new Promise<void>((resolve) => (holding = resolve));
+    let calls = 0;
+    // The first message's reply is held until the test lets it go.
+    smtp = await startSmtpServer({
+      answer: () => {
+        if (calls++ > 0) return { accept: true };
+        holding();
+        return new Promise<SmtpAnswer>((resolve) => (release = () => resolve({ accept: true })));
+      },
+    });
+    const slow = setUp(clock);
+    const other = setUp(clock);
+    const to = address();
+    const first = await queue(slow.mailer, to, "Vaultgate: kill switch used", "Every agent's access was revoked.", clock());
+    const second = await queue(slow.mailer, to, "Vaultgate: a passkey was added", "A passkey was added to your account.", clock());
+    const pass = slow.worker.runOnce();
+    await held;
+    // Past the slow sender's 120 s lease: the other sender takes both messages and sends them.
+    clock.advance(121_000);
+    expect(await other.worker.runOnce()).to.equal(2);
+    release();
+    expect(await pass).to.equal(2);
+    const got = smtp.to(to);
+    expect(got.filter((m) => m.messageId.includes(second)).length, "the message the slow sender had not begun").to.equal(1);
+    // The one it was handing over when its lease ended may arrive twice, with one Message-ID.
+    expect(got.filter((m) => m.messageId.includes(first)).length).to.be.within(1, 2);
+    expect(await db("mail_outbox").whereIn("id", [first, second]).whereNot({ state: "sent" })).to.deep.equal([]);
   });
 
   describe("on PostgreSQL", () => {
