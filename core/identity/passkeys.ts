@@ -284,6 +284,8 @@ export function createPasskeys(deps: PasskeyDeps) {
         deviceType: info.credentialDeviceType,
         at: now,
       });
+      // A removal that committed since the passkey was read is no clone: the passkey is simply gone.
+      if (!moved && !(await keys.findActive(db, key.credentialId, rpId))) return refuse("passkey removed during the sign-in", actor);
       if (!moved) {
         deps.logger.warn({ passkey: key.id, stored, presented: info.newCounter }, "passkey counter went back: possible cloned authenticator");
         await audit(db, facts, {

@@ -1,5 +1,7 @@
 import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+import { requirePostgres } from "../../support/db.js";
+import { lockWaits } from "../../support/lock-waits.js";
 import { expectRefused } from "../../support/refusals.js";
 import { softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -108,6 +110,30 @@ describe("passkey RPCs: registration, step-up and sign-in through GrantsService"
     expect((await stack.clients.grants.listPasskeys({ sessionToken: other })).passkeys).to.deep.equal([]);
     const mine = await f.session(user);
     expect((await stack.clients.grants.listPasskeys({ sessionToken: mine })).passkeys.map((k) => k.passkeyId)).to.deep.equal([passkeyId]);
+  });
+
+  it("PostgreSQL only: a passkey removed while a sign-in with it is under way refuses that sign-in as removed, not as a clone", async function () {
+    requirePostgres(this, "a sign-in held mid-way needs a second connection");
+    const { user, key, passkeyId } = await withPasskey();
+    const owner = await f.steppedUpSession(user);
+    const s = await stack.clients.grants.startPasskeyAssertion({});
+    // The passkey's row held: the removal queues for it first, then the sign-in's use of it.
+    const hold = await stack.core.db.transaction();
+    await hold.raw("SELECT 1 FROM passkeys WHERE id = ? FOR UPDATE", [passkeyId]);
+    const removed = stack.clients.grants.removePasskey({ sessionToken: owner, passkeyId });
+    await lockWaits(stack.core.db, "passkeys", 1);
+    const signIn = expectRefused(
+      stack.clients.grants.finishPasskeyAssertion({ flowSecret: s.flowSecret, responseJson: key.get(s.optionsJson, origin) }),
+      Reason.ACCESS_DENIED,
+    );
+    await lockWaits(stack.core.db, "passkeys", 2);
+    await hold.commit();
+    await removed;
+    await signIn;
+    const actions = (await stack.core.db("audit_records").where({ actor: `user:${user.userId}` })).map((r: { action: string }) => r.action);
+    expect(actions).to.include("passkey.remove");
+    expect(actions).not.to.include("passkey.clone_suspected");
+    expect(stack.logs.text()).not.to.include("possible cloned authenticator");
   });
 
   it("hostile: a passkey id that only looks like a UUID is not found, not an internal error, and removes nothing", async () => {
