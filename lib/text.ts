@@ -76,3 +76,14 @@ export function hasControlCharacters(s: string): boolean {
 export function isolated(name: string): string {
   return `\u2068${name}\u2069`;
 }
+
+/**
+ * At most `max` code points of text someone else wrote (a library's error quoting a request), fit for
+ * an audit row or a log line: control characters and unpaired surrogates become "?".
+ */
+export function quotedExcerpt(text: string, max: number): string {
+  return Array.from(text.slice(0, max * 2))
+    .slice(0, max)
+    .map((c) => (/\p{Cc}|^[\uD800-\uDFFF]$/u.test(c) ? "?" : c))
+    .join("");
+}

@@ -17,6 +17,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
+import { quotedExcerpt } from "../../lib/text.js";
 import { UUID } from "../../lib/uuid.js";
 import { createFlowsStore } from "./flows-store.js";
 import type { Mailer } from "./mail/mailer.js";
@@ -26,7 +27,6 @@ import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
 import { createUsersStore } from "./users-store.js";
 import { relyingParty, rpIdCovers } from "./relying-party.js";
-import { clipText } from "../../lib/text.js";
 
 /** A signed-in person as core verified them from the session token. */
 export interface PasskeySession {
@@ -172,7 +172,7 @@ export function createPasskeys(deps: PasskeyDeps) {
           requireUserVerification: true,
         });
       } catch (err) {
-        return refuse(`registration response invalid: ${clipText((err as Error).message, 120)}`);
+        return refuse(`registration response invalid: ${quotedExcerpt((err as Error).message, 120)}`);
       }
       if (!verified.verified) return refuse("registration response not verified");
       const info = verified.registrationInfo;
@@ -274,7 +274,7 @@ export function createPasskeys(deps: PasskeyDeps) {
         if (!verified.verified) return refuse("assertion not verified", actor);
         info = verified.authenticationInfo;
       } catch (err) {
-        return refuse(`assertion invalid: ${clipText((err as Error).message, 120)}`, actor);
+        return refuse(`assertion invalid: ${quotedExcerpt((err as Error).message, 120)}`, actor);
       }
       const stored = key.counter;
       const now = deps.clock();

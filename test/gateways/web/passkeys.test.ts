@@ -167,6 +167,24 @@ describe("web: passkey pages", function () {
     expect((await jar.get("/dashboard/passkeys")).status).to.equal(200);
   });
 
+  it("hostile: an answer whose signed client data names an origin holding NUL is a 403 page, never a 5xx, for adding and signing in", async () => {
+    const { jar, key } = await ownerWithPasskey();
+    const forged = "https://evil.example\u0000";
+    const add = await (await jar.get("/dashboard/passkeys/add")).text();
+    const added = await jar.post("/dashboard/passkeys/add", {
+      ...formFields(add, "/dashboard/passkeys/add"),
+      name: "forged",
+      response: softPasskey().create(passkeyOptionsOf(add), forged),
+    });
+    expect(added.status).to.equal(403);
+    const signin = createJar(stack.url);
+    const page = await (await signin.get("/signin/passkey")).text();
+    const refused = await signin.post("/signin/passkey", { ...formFields(page, "/signin/passkey"), response: key.get(passkeyOptionsOf(page), forged) });
+    expect(refused.status).to.equal(403);
+    expect(await refused.text()).to.include("signing in with a passkey did not work");
+    expect((await signin.get("/dashboard/passkeys")).status).to.equal(303);
+  });
+
   it("passkey ceremonies begun in two tabs of one browser: the first still finishes, and both step-ups do", async () => {
     const { jar: owner, key } = await ownerWithPasskey();
     const jar = createJar(stack.url);
