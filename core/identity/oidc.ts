@@ -9,12 +9,11 @@ import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { CLOCK_SKEW_SECONDS } from "../../lib/clock.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { textProblem } from "../../lib/text.js";
+import { quotedExcerpt, textProblem } from "../../lib/text.js";
 import { createFlowsStore } from "./flows-store.js";
 import { openSession } from "./sessions.js";
 import { createSignInStore } from "./signin-store.js";
 import { createUsersStore } from "./users-store.js";
-import { clipText } from "../../lib/text.js";
 
 export interface OidcProviderSettings {
   issuer: string;
@@ -258,9 +257,9 @@ export function createOidcSignin(deps: OidcDeps) {
           configuration = undefined;
           return unreachable(err, "token");
         }
-        if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${clipText(String(err.error), 60)}`);
-        if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${clipText(String(err.error), 60)}`);
-        if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${clipText(err.message, 120)}`);
+        if (err instanceof client.AuthorizationResponseError) return refuse(facts, purpose, `provider answered ${quotedExcerpt(String(err.error), 60)}`);
+        if (err instanceof client.ResponseBodyError) return refuse(facts, purpose, `token endpoint answered ${quotedExcerpt(String(err.error), 60)}`);
+        if (err instanceof client.ClientError) return refuse(facts, purpose, `ID token or response invalid: ${quotedExcerpt(err.message, 120)}`);
         configuration = undefined;
         return unreachable(err, "token");
       }

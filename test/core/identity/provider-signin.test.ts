@@ -161,6 +161,17 @@ describe("GrantsService provider sign-in RPCs", () => {
     expect((await stack.clients.grants.getSession({ sessionToken: done.sessionToken })).session!.userId).to.equal(user.userId);
   });
 
+  it("hostile: a callback whose error parameter holds NUL or a control character is refused, not an internal error", async () => {
+    for (const error of ["%00", "denied%1B%5B31m", "%ED%A0%80"]) {
+      const start = await stack.clients.grants.startProviderSignIn({});
+      const state = new URL(start.authorizationUrl).searchParams.get("state")!;
+      const callbackUrl = `${APP}/signin/oidc/callback?error=${error}&state=${state}&iss=${encodeURIComponent(idp.issuer)}`;
+      await expectRefused(stack.clients.grants.completeProviderSignIn({ callbackUrl, flowSecret: start.flowSecret }), Reason.ACCESS_DENIED, /did not work/);
+    }
+    const audited = await stack.core.db("audit_records").where({ action: "web.oidc.sign_in", outcome: "failure" }).whereLike("reason", "provider answered %");
+    expect(audited.map((r: { reason: string }) => r.reason)).to.include.members(["provider answered ?", "provider answered denied?[31m"]);
+  });
+
   it("provider down at the callback: unavailable (503 on pages), no session created", async () => {
     const user = await createUser(stack);
     const sub = `rpc-${user.userId.slice(0, 8)}`;
