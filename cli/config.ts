@@ -5,7 +5,7 @@ import { parseTrustProxy, type TrustProxy } from "../gateways/shared/client-addr
 import { parseOutsideKey } from "../core/keys/outside-keys.js";
 import { parseSettlementSettings, type SettlementSettings } from "../core/settlement/config.js";
 import { checkMailFrom, checkSmtpUrl } from "../core/identity/mail/settings.js";
-import { rpIdCovers } from "../core/identity/relying-party.js";
+import { passkeyPageProblem, rpIdCovers } from "../core/identity/relying-party.js";
 
 /** Every setting (docs/configuration.md), parsed and checked once. The only reader of process.env. */
 export interface Config {
@@ -363,7 +363,12 @@ function signinSettings(env: NodeJS.ProcessEnv, authUrl: string, appUrl: string)
   // A passkey is registered by a signed-in person, so it cannot be the only way in.
   if (!methods.includes("email") && !methods.includes("oidc"))
     throw new ConfigError("SIGNIN_METHODS must offer email or oidc (a passkey is added after signing in another way)");
-  // Refused, not warned: the consent page would offer a passkey step-up the browser can never complete.
+  // Refused, not warned: the pages would offer passkey ceremonies the browser can never complete.
+  const page = methods.includes("passkey") ? (passkeyPageProblem("APP_URL", appUrl) ?? passkeyPageProblem("AUTH_URL", authUrl)) : undefined;
+  if (page)
+    throw new ConfigError(
+      `SIGNIN_METHODS has passkey, but ${page}. Serve the pages over https under a domain name (http://localhost for development), or leave passkey out of SIGNIN_METHODS`,
+    );
   const [appHost, authHost] = [new URL(appUrl).hostname, new URL(authUrl).hostname];
   if (methods.includes("passkey") && !rpIdCovers(appHost, authHost))
     throw new ConfigError(

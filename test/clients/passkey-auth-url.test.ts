@@ -49,6 +49,30 @@ describe("passkeys and AUTH_URL", function () {
     }
   });
 
+  it("vaultgate serve exits 1 when browsers would never run a passkey on the pages: an IP address, or plain http off localhost", async () => {
+    const dir = await tempDataDir();
+    try {
+      const cases: [Record<string, string>, RegExp][] = [
+        [{}, /APP_URL's host 127\.0\.0\.1 is an IP address/],
+        [{ APP_URL: "https://[2001:db8::1]", AUTH_URL: "https://[2001:db8::1]" }, /APP_URL's host \[2001:db8::1\] is an IP address/],
+        [{ APP_URL: "http://app.example.com", AUTH_URL: "http://app.example.com" }, /APP_URL is plain http on app\.example\.com/],
+        [{ APP_URL: "https://example.com", AUTH_URL: "http://auth.example.com" }, /AUTH_URL is plain http on auth\.example\.com/],
+      ];
+      for (const [urls, message] of cases) {
+        const res = await runCli(["serve"], { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", SIGNIN_METHODS: "email,passkey", ...urls });
+        expect(res.code, JSON.stringify(urls)).to.equal(1);
+        expect(res.stderr).to.match(message);
+        expect(res.stderr).to.match(/leave passkey out of SIGNIN_METHODS/);
+        expect(res.stderr).to.not.match(/\n\s+at /);
+      }
+    } finally {
+      await dir.remove();
+    }
+    // Development on localhost, and https under a domain name, can use passkeys.
+    for (const url of ["http://localhost:8080", "http://vaultgate.localhost", "https://example.com"])
+      expect(loadConfig({ SIGNIN_METHODS: "email,passkey", APP_URL: url, AUTH_URL: url }).signinMethods).to.include("passkey");
+  });
+
   it("a consent page on a subdomain of APP_URL's host can step up with the passkey; another host cannot", async () => {
     const stack = await startStack({ appUrl: "https://example.test", authUrl: "https://auth.example.test" });
     try {

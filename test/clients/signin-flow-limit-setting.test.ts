@@ -13,6 +13,9 @@ describe("SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE reaches the running service", functi
       DATA_DIR: dir.path,
       DATABASE_URL: "",
       SIGNIN_METHODS: "email,passkey",
+      // Passkeys need a domain name: browsers take no IP address as their relying party.
+      APP_URL: "http://localhost",
+      AUTH_URL: "http://localhost",
       SIGNIN_FLOW_RATE_LIMIT_PER_MINUTE: "2",
     });
   });

@@ -19,6 +19,8 @@ describe("sign-in settings", () => {
       ...oidc,
       OIDC_STEP_UP_ACR: "phr, mfa",
       SIGNIN_METHODS: "oidc,passkey,email",
+      APP_URL: "https://app.example.com",
+      AUTH_URL: "https://app.example.com",
     });
     expect(c.smtp).to.deep.equal({ url: "smtps://user:pw@mail.example.com:465", from: "Vaultgate <no-reply@example.com>" });
     expect(c.oidc?.stepUpAcr).to.deep.equal(["phr", "mfa"]);
