@@ -20,14 +20,6 @@ export function codePointLength(s: string): number {
   return n;
 }
 
-/** At most `max` UTF-16 units of `s`, never ending in half of a surrogate pair. */
-export function clipText(s: string, max: number): string {
-  if (s.length <= max) return s;
-  const end = s.charCodeAt(max - 1);
-  // A high surrogate as the last unit kept would be left without its pair.
-  return s.slice(0, end >= 0xd800 && end <= 0xdbff ? max - 1 : max);
-}
-
 /** True when `s` is between min and max code points long, inclusive. */
 export function lengthBetween(s: string, min: number, max: number): boolean {
   // Code points are never more than UTF-16 units, nor fewer than half of them.

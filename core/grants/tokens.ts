@@ -46,7 +46,7 @@ import type { GrantVaultsStore } from "./stores/vaults.js";
 import type { Outbox } from "../identity/outbox.js";
 import type { InFlight } from "./stores/budget-grants.js";
 import { revoking } from "./revoking.js";
-import { clipText } from "../../lib/text.js";
+import { quotedExcerpt } from "../../lib/text.js";
 
 export interface AgentGrantDeps {
   verifier: AccessTokenVerifier;
@@ -153,7 +153,12 @@ export async function revokeAllGrants(
     const n = await deps.grants.revokeAllOfUser(trx, g.userId, deps.clock(), "kill_switch");
     // Everything the agents had waiting for the owner stops with them (docs/reference/agent-tools.md).
     await cancel({ userId: g.userId }, deps.clock());
-    await appendAudit(deps, trx, ctx, { actor: `agent:${g.agentPrincipalId}`, action: "killSwitch.all", subject: g.userId, reason: clipText(req.reason, 200) });
+    await appendAudit(deps, trx, ctx, {
+      actor: `agent:${g.agentPrincipalId}`,
+      action: "killSwitch.all",
+      subject: g.userId,
+      reason: quotedExcerpt(req.reason, 200),
+    });
     // The owner hears of it from us, whoever pulled it.
     const owner = deps.notice ? await deps.notice.users.findById(trx, g.userId) : undefined;
     if (owner)

@@ -21,7 +21,7 @@ import type { BatchRecord, TreasuryStatusName } from "./records.js";
 import type { PartnersStore } from "../partners/store.js";
 import type { TreasuryStore } from "./store.js";
 import { reasonLabel } from "./wire.js";
-import { clipText } from "../../lib/text.js";
+import { quotedExcerpt } from "../../lib/text.js";
 
 /** What a partner is told when its treasury is not active, per status. */
 const INACTIVE_MESSAGE: Record<Exclude<TreasuryStatusName, "active">, string> = {
@@ -60,7 +60,7 @@ export async function executeBatch(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof ExecuteBatchResponseSchema>> {
   const { db, store } = deps;
-  const subject = clipText(req.idempotencyKey, 255);
+  const subject = quotedExcerpt(req.idempotencyKey, 255);
   if (req.edgeRejection !== EdgeRejection.UNSPECIFIED) return rejectAtEdge(deps, ctx, req.accessToken, req.edgeRejection, subject);
   const caller = await treasuryCaller(deps, ctx, req.accessToken, "treasury.payout", BATCH_ACTION, subject);
   const partner = { id: caller.partnerId, clientId: caller.clientId };
@@ -193,7 +193,7 @@ export async function executeBatch(
     // Rejections are audited; the rollback above consumed no ids.
     const detail = errorDetailOf(err);
     if (detail && detail.reason !== Reason.AUDIT_UNAVAILABLE) {
-      await appendAudit(deps, db, ctx, { actor, action: BATCH_ACTION, subject: clipText(req.idempotencyKey, 255), reason: reasonLabel(detail.reason) });
+      await appendAudit(deps, db, ctx, { actor, action: BATCH_ACTION, subject: quotedExcerpt(req.idempotencyKey, 255), reason: reasonLabel(detail.reason) });
     }
     throw err;
   }

@@ -4,7 +4,7 @@ import type { Db } from "../../db/knex.js";
 import { deriveKey } from "../../keys/outside-keys.js";
 import { createSecretBox, type SecretBox } from "../../../lib/crypto.js";
 import { pruneBatchSql } from "../../db/sql.js";
-import { clipText } from "../../../lib/text.js";
+import { quotedExcerpt } from "../../../lib/text.js";
 
 /** A message to queue: who gets it, and its text (sealed before it is stored). */
 export interface MailMessage {
@@ -116,7 +116,7 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
     async markRetry(seq: number, attempts: number, next: Date, error: string): Promise<boolean> {
       const res = await db.raw(
         `UPDATE mail_outbox SET next_attempt_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`,
-        [next, clipText(error, 200), seq, attempts],
+        [next, quotedExcerpt(error, 200), seq, attempts],
       );
       return (res.rows ?? []).length === 1;
     },

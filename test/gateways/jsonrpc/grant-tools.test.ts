@@ -79,12 +79,12 @@ describe("agent tools with real grant tokens", () => {
     expect401(await call("/mcp/read", other.token!.accessToken, "accounts.balance"));
   });
 
-  it("killSwitch.all audits at most 200 units of its reason and never half of an emoji", async () => {
+  it("killSwitch.all audits at most 200 characters of its reason and never half of an emoji", async () => {
     const { owner, token } = await grant();
     const reason = `${"a".repeat(199)}\u{1F600} and the rest`;
     expect((await call("/mcp/treasury", token.accessToken, "killSwitch.all", { reason })).json!.result.revoked).to.equal(1);
     const { records } = await stack.admin.audit.listRecords({ action: "killSwitch.all", limit: 500 });
-    expect(records.filter((r) => r.subject === owner.userId).map((r) => r.reason)).to.deep.equal(["a".repeat(199)]);
+    expect(records.filter((r) => r.subject === owner.userId).map((r) => r.reason)).to.deep.equal([`${"a".repeat(199)}\u{1F600}`]);
   });
 
   it("concurrent payments.simulate calls on several grants each read their own grant and vault; a revocation refuses the next burst", async () => {
