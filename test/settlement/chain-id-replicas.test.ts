@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import type { Hex } from "viem";
-import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, startRpcProxy, type Anvil, type RpcProxy } from "../support/anvil.js";
 import { requirePostgres } from "../support/db.js";
 import { evmChainSettings } from "../support/evm-rail.js";
 import { startStack, type TestStack } from "../support/stack.js";
@@ -15,7 +15,7 @@ describe("the chain id across replicas of one database", function () {
   this.timeout(60_000);
   let anvil: Anvil;
   let usdc: Hex;
-  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let proxy: RpcProxy;
   const stacks: TestStack[] = [];
 
   before(async () => {

@@ -2,9 +2,8 @@ import { expect } from "chai";
 import { accountTotalCents } from "../../core/ledger/reads.js";
 import { IN_FLIGHT_ACCOUNT } from "../../core/settlement/ledger.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { startRpcProxy } from "../support/anvil.js";
-import { ownDatabase } from "../support/db.js";
-import { payOnBase, startEvmChain, evmRailStackOptions, fundHotWallet, type EvmChain } from "../support/evm-rail.js";
+import type { RpcProxy } from "../support/anvil.js";
+import { payOnBase, startProxiedEvmStack, type ProxiedEvmStack } from "../support/evm-rail.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
@@ -13,25 +12,17 @@ import { startMcpStack, type McpStack } from "../support/mcp.js";
  */
 describe("a node that gives no receipt for a mined transfer (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
-  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let chain: ProxiedEvmStack<McpStack>;
+  let proxy: RpcProxy;
   let stack: McpStack;
-  // Its own books: the in-flight total it checks would count other files' payments in the shared database.
-  let books: Awaited<ReturnType<typeof ownDatabase>>;
 
   before(async () => {
-    books = await ownDatabase();
-    chain = await startEvmChain();
-    proxy = await startRpcProxy(chain.anvil.url);
-    const options = evmRailStackOptions({ ...chain.settings, rpcUrl: proxy.url, finalityBlocks: 50 });
-    stack = await startMcpStack({ ...options, database: books.db });
-    await fundHotWallet(chain.anvil, chain.usdc, stack.core.settlement.evm("base")!.wallet, centsToUnits(100_000));
+    // Its own books: the in-flight total it checks would count other files' payments in the shared database.
+    chain = await startProxiedEvmStack(startMcpStack, 100_000, { settings: { finalityBlocks: 50 }, ownBooks: true });
+    ({ proxy, stack } = chain);
   });
   after(async () => {
-    await stack?.close();
-    await proxy?.stop();
-    await chain?.anvil.stop();
-    await books?.drop();
+    await chain?.stop();
   });
 
   const status = async (id: string) => (await stack.core.db("settlement_payments").where({ payment_id: id }).first()).status as string;

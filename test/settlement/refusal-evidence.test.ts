@@ -1,10 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { startRpcProxy } from "../support/anvil.js";
+import type { RpcProxy } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { ownDatabase } from "../support/db.js";
-import { evmRailStackOptions, freshAddress, fundHotWallet, startEvmChain, type EvmChain } from "../support/evm-rail.js";
+import { freshAddress, startProxiedEvmStack, type ProxiedEvmStack } from "../support/evm-rail.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /** The eth_call of a transfer's selector (USDC `transfer`): the worker's question to the token before it signs. */
@@ -16,24 +15,17 @@ const TRANSFER_CALL = /"eth_call".*a9059cbb/;
  */
 describe("a node's error on the question to the token before signing (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
-  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let chain: ProxiedEvmStack<McpStack>;
+  let proxy: RpcProxy;
   let stack: McpStack;
-  // Its own queue: a payment of another file left pending would be asked first and take the node's error.
-  let books: Awaited<ReturnType<typeof ownDatabase>>;
 
   before(async () => {
-    books = await ownDatabase();
-    chain = await startEvmChain();
-    proxy = await startRpcProxy(chain.anvil.url);
-    stack = await startMcpStack({ ...evmRailStackOptions({ ...chain.settings, rpcUrl: proxy.url }), database: books.db });
-    await fundHotWallet(chain.anvil, chain.usdc, stack.core.settlement.evm("base")!.wallet, centsToUnits(100_000));
+    // Its own queue: a payment of another file left pending would be asked first and take the node's error.
+    chain = await startProxiedEvmStack(startMcpStack, 100_000, { ownBooks: true });
+    ({ proxy, stack } = chain);
   });
   after(async () => {
-    await stack?.close();
-    await proxy?.stop();
-    await chain?.anvil.stop();
-    await books?.drop();
+    await chain?.stop();
   });
 
   const row = async (id: string) => stack.core.db("settlement_payments").where({ payment_id: id }).first();

@@ -1,10 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
+import { startAnvil, type Anvil, type RpcProxy } from "../support/anvil.js";
 import { fundedChildBudget, stackRpc } from "../support/budgets.js";
-import { ownDatabase } from "../support/db.js";
-import { evmRailStackOptions, freshAddress, fundHotWallet, startEvmChain, type EvmChain } from "../support/evm-rail.js";
+import { freshAddress, startProxiedEvmStack, type ProxiedEvmStack } from "../support/evm-rail.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
@@ -13,29 +12,20 @@ import { startMcpStack, type McpStack } from "../support/mcp.js";
  */
 describe("signed payments past their expiry while the node is switched to another network (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
+  let chain: ProxiedEvmStack<McpStack>;
   let other: Anvil;
-  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let proxy: RpcProxy;
   let stack: McpStack;
-  let wallet: string;
-  // Its own books: the in-flight total it checks would count other files' payments in the shared database.
-  let books: Awaited<ReturnType<typeof ownDatabase>>;
 
   before(async () => {
-    books = await ownDatabase();
-    chain = await startEvmChain();
+    // Its own books: the in-flight total it checks would count other files' payments in the shared database.
+    chain = await startProxiedEvmStack(startMcpStack, 100_000, { settings: { finalityBlocks: 50 }, ownBooks: true });
+    ({ proxy, stack } = chain);
     other = await startAnvil();
-    proxy = await startRpcProxy(chain.anvil.url);
-    stack = await startMcpStack({ ...evmRailStackOptions({ ...chain.settings, rpcUrl: proxy.url, finalityBlocks: 50 }), database: books.db });
-    wallet = stack.core.settlement.evm("base")!.wallet;
-    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(100_000));
   });
   after(async () => {
-    await stack?.close();
-    await proxy?.stop();
+    await chain?.stop();
     await other?.stop();
-    await chain?.anvil.stop();
-    await books?.drop();
   });
 
   const row = async (id: string) => stack.core.db("settlement_payments").where({ payment_id: id }).first();

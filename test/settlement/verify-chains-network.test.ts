@@ -1,7 +1,6 @@
 import { expect } from "chai";
-import { centsToUnits } from "../../core/settlement/rules.js";
-import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
-import { evmRailStackOptions, fundHotWallet, payOnBase, startAnvilWithUsdc, startEvmChain, type EvmChain } from "../support/evm-rail.js";
+import { ANVIL_CHAIN_ID, type Anvil, type RpcProxy } from "../support/anvil.js";
+import { payOnBase, startAnvilWithUsdc, startProxiedEvmStack, type ProxiedEvmStack } from "../support/evm-rail.js";
 import { startMcpStack, type McpStack } from "../support/mcp.js";
 
 /**
@@ -10,23 +9,19 @@ import { startMcpStack, type McpStack } from "../support/mcp.js";
  */
 describe("books against a node switched to another network (anvil)", function () {
   this.timeout(120_000);
-  let chain: EvmChain;
+  let chain: ProxiedEvmStack<McpStack>;
   let other: Anvil;
-  let proxy: Awaited<ReturnType<typeof startRpcProxy>>;
+  let proxy: RpcProxy;
   let stack: McpStack;
 
   before(async () => {
-    chain = await startEvmChain();
+    chain = await startProxiedEvmStack(startMcpStack, 100_000);
+    ({ proxy, stack } = chain);
     ({ anvil: other } = await startAnvilWithUsdc());
-    proxy = await startRpcProxy(chain.anvil.url);
-    stack = await startMcpStack(evmRailStackOptions({ ...chain.settings, rpcUrl: proxy.url }));
-    await fundHotWallet(chain.anvil, chain.usdc, stack.core.settlement.evm("base")!.wallet, centsToUnits(100_000));
   });
   after(async () => {
-    await stack?.close();
-    await proxy?.stop();
+    await chain?.stop();
     await other?.stop();
-    await chain?.anvil.stop();
   });
 
   it("is one difference naming both chain ids, never a pass; back on its own network, the books are clean", async () => {

@@ -213,6 +213,8 @@ export async function startRpcProxy(target: string): Promise<{
   };
 }
 
+export type RpcProxy = Awaited<ReturnType<typeof startRpcProxy>>;
+
 /**
  * A key file holding a fresh hot wallet key, for a core under test: cores of one test
  * process share the per-process key of a chain otherwise, and with it its nonces.

@@ -7,7 +7,8 @@ import type { EvmChainSettings } from "../../core/settlement/config.js";
 import type { EvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import { localChainSettings } from "../../cli/local-chain.js";
-import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, type Anvil } from "./anvil.js";
+import { ANVIL_CHAIN_ID, freshWalletKeyFile, startAnvil, startRpcProxy, type Anvil, type RpcProxy } from "./anvil.js";
+import { ownDatabase } from "./db.js";
 import { fundedChildBudget, stackRpc } from "./budgets.js";
 import type { StackOptions, TestStack } from "./stack.js";
 
@@ -94,15 +95,68 @@ export async function startEvmRailStack<S extends TestStack>(
   options: StackOptions = {},
 ): Promise<EvmChain & { stack: S; wallet: string }> {
   const chain = await startEvmChain();
-  let stack: S | undefined;
   try {
-    stack = await start({ ...evmRailStackOptions(chain.settings), ...options });
-    const wallet = stack.core.settlement.evm(chain.settings.chain)!.wallet;
-    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(usdcCents));
-    return { ...chain, stack, wallet };
+    return { ...chain, ...(await fundedStack(chain, chain.settings, start, usdcCents, options)) };
   } catch (err) {
-    await stack?.close();
     await chain.anvil.stop();
+    throw err;
+  }
+}
+
+export interface ProxiedEvmStack<S extends TestStack> extends EvmChain {
+  /** Between the stack and anvil: a test switches its mode, holds, fails or retargets requests. */
+  proxy: RpcProxy;
+  stack: S;
+  wallet: string;
+  /** Closes the stack, then the proxy and anvil, then drops the stack's own database if it had one. */
+  stop(): Promise<void>;
+}
+
+/**
+ * startEvmRailStack with the stack's node behind startRpcProxy; `settings` over the chain's. `ownBooks`: on
+ * a database of its own, for a test reading totals or a queue that other files' payments would change.
+ */
+export async function startProxiedEvmStack<S extends TestStack>(
+  start: (options: StackOptions) => Promise<S>,
+  usdcCents: number,
+  over: { settings?: Partial<EvmChainSettings>; ownBooks?: boolean } = {},
+): Promise<ProxiedEvmStack<S>> {
+  const undo: (() => Promise<unknown>)[] = [];
+  const stop = async () => {
+    for (const step of undo.splice(0).reverse()) await step();
+  };
+  try {
+    const books = over.ownBooks ? await ownDatabase() : undefined;
+    if (books) undo.push(() => books.drop());
+    const chain = await startEvmChain();
+    undo.push(() => chain.anvil.stop());
+    const proxy = await startRpcProxy(chain.anvil.url);
+    undo.push(() => proxy.stop());
+    const settings = { ...chain.settings, rpcUrl: proxy.url, ...over.settings };
+    const funded = await fundedStack(chain, settings, start, usdcCents, books ? { database: books.db } : {});
+    undo.push(() => funded.stack.close());
+    return { ...chain, settings, proxy, ...funded, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** A stack paying `settings`' chain on `chain`'s node, its hot wallet given gas and `usdcCents` of USDC; closed again if that fails. */
+async function fundedStack<S extends TestStack>(
+  chain: EvmChain,
+  settings: EvmChainSettings,
+  start: (options: StackOptions) => Promise<S>,
+  usdcCents: number,
+  options: StackOptions,
+): Promise<{ stack: S; wallet: string }> {
+  const stack = await start({ ...evmRailStackOptions(settings), ...options });
+  try {
+    const wallet = stack.core.settlement.evm(settings.chain)!.wallet;
+    await fundHotWallet(chain.anvil, chain.usdc, wallet, centsToUnits(usdcCents));
+    return { stack, wallet };
+  } catch (err) {
+    await stack.close();
     throw err;
   }
 }
