@@ -32,5 +32,15 @@ export function createRailPicker(logger: Logger) {
         return !rail || rail.wallet === p.wallet || p.nonce === null ? rail : rail.watching(p.wallet);
       });
     },
+    /**
+     * Asked again once a payment's step has read what it decides on: `pick` asked before those reads, and a node
+     * switched since answered them for another network. False (logged): nothing is decided on them.
+     */
+    async stillOnItsNetwork(rail: EvmRail, p: SettlementPayment, outcome: string): Promise<boolean> {
+      const chainId = await rail.chainId();
+      if (chainId === rail.settings.chainId) return true;
+      logger.error({ paymentId: p.paymentId, chain: p.chain, chainId, expected: rail.settings.chainId }, `the node now reports another chain id; ${outcome}`);
+      return false;
+    },
   };
 }

@@ -154,7 +154,9 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     if (!withinCap(rail, fees, p)) return later(recheckMs);
     // Sent, a transfer the token refuses (a payee it blocks, a pause) reverts at the hot wallet's gas. Covered by the
     // balance, a refusal is not for want of funds, so it fails now, unsigned: an agent cannot make the platform burn gas.
-    if (balanceUnits >= centsToUnits(p.amountCents) && (await rail.transferRefused(p.recipient, centsToUnits(p.amountCents), at))) {
+    const refused = balanceUnits >= centsToUnits(p.amountCents) && (await rail.transferRefused(p.recipient, centsToUnits(p.amountCents), at));
+    if (!(await picker.stillOnItsNetwork(rail, p, "the payment stays pending, unsigned"))) return later(recheckMs);
+    if (refused) {
       logger.warn({ paymentId: p.paymentId, chain: p.chain }, "the token refuses this transfer; it fails as reverted, unsigned and never sent");
       await move(p, "failed", { failureReason: "reverted" }, hooks.failed);
       return undefined;
@@ -240,14 +242,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
         return later(recheckMs);
       }
       // A node switched to another network shows its own use of our nonces: only this chain's may refund.
-      const chainId = await rail.chainId();
-      if (chainId !== rail.settings.chainId) {
-        logger.error(
-          { paymentId: p.paymentId, chain: p.chain, chainId, expected: rail.settings.chainId },
-          "the node now reports another chain id; the payment stays submitted",
-        );
-        return later(recheckMs);
-      }
+      if (!(await picker.stillOnItsNetwork(rail, p, "the payment stays submitted"))) return later(recheckMs);
       await move(p, "failed", { failureReason: "dropped", final: true }, hooks.failed);
       return undefined;
     }
@@ -310,6 +305,8 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     if (atHeight === undefined) return later(recheckMs);
     const kept = atHeight === p.minedBlockHash;
     if (!kept) {
+      // Another network's block at that height is no reorg of ours.
+      if (!(await picker.stillOnItsNetwork(rail, p, "the payment stays completed"))) return later(recheckMs);
       logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: p.txHash }, "reorg removed a completed transfer's block; the payment is submitted again");
       await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null }, hooks.reorged);
       return later(0);

@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
-import { privateKeyToAccount } from "viem/accounts";
+import type { Hex } from "viem";
+import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { startAnvil, startRpcProxy } from "../support/anvil.js";
+import { startAnvil, startRpcProxy, type RpcProxy } from "../support/anvil.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -85,6 +86,85 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await worker.stop();
       await proxy.stop();
       await other.anvil.stop();
+      await anvil.stop();
+    }
+  });
+
+  /** A worker paying chain eth through `proxy` from `wallet`; its gauges read the wallet once an hour, so a pass reads only for its payments. */
+  const proxiedWorker = (proxy: RpcProxy, usdc: Hex, wallet: PrivateKeyAccount) =>
+    railWorker(queue.store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 5_000 }), wallet), { walletReadMs: 3_600_000 });
+
+  it("switched after the pass looked at the network and before the payment's reads: nothing is signed on them; back, it is paid with nonce 0", async () => {
+    const { anvil, usdc } = await startAnvilWithUsdc();
+    const other = await startAnvilWithUsdc();
+    const proxy = await startRpcProxy(anvil.url);
+    const { db, store } = queue;
+    const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    const to = freshAddress();
+    const worker = proxiedWorker(proxy, usdc, wallet);
+    try {
+      await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
+      // On the other network the same key holds USDC too and has used nonces 0 to 2.
+      await fundHotWallet(other.anvil, usdc, wallet.address, centsToUnits(10_000));
+      await other.anvil.rpc("anvil_impersonateAccount", [wallet.address]);
+      for (let i = 0; i < 3; i++) await other.anvil.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
+      await worker.runOnce(); // the gauges' read of the hour
+      const id = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
+      const reads = proxy.hold(/"eth_blockNumber"/);
+      const pass = worker.runOnce();
+      await reads.arrived;
+      proxy.retarget(other.anvil.url, 999);
+      reads.release();
+      await pass;
+      expect(await store.get(db, id)).to.include({ status: "pending", nonce: null });
+
+      proxy.retarget(anvil.url);
+      for (let i = 0; i < 10 && (await store.get(db, id))!.status !== "completed"; i++) {
+        await worker.runOnce();
+        await anvil.mine(1);
+      }
+      expect(await store.get(db, id)).to.include({ status: "completed", nonce: 0 });
+      expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(900));
+    } finally {
+      await worker.stop();
+      await proxy.stop();
+      await other.anvil.stop();
+      await anvil.stop();
+    }
+  });
+
+  it("switched in the middle of a completed transfer's look: the other network's blocks are no reorg; back, it becomes final, completed once", async () => {
+    const { anvil, usdc } = await startAnvilWithUsdc();
+    const other = await startAnvil();
+    const proxy = await startRpcProxy(anvil.url);
+    const { db, store } = queue;
+    const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    const worker = proxiedWorker(proxy, usdc, wallet);
+    try {
+      await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
+      await other.mine(100); // blocks at every height ours has, with other hashes
+      const id = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to: freshAddress(), amountCents: 900 });
+      await worker.runOnce();
+      await anvil.mine(2);
+      await worker.runOnce();
+      const done = (await store.get(db, id))!;
+      expect(done).to.include({ status: "completed", final: false });
+      const reads = proxy.hold(/"eth_blockNumber"/);
+      const pass = worker.runOnce();
+      await reads.arrived;
+      proxy.retarget(other.url, 999);
+      reads.release();
+      await pass;
+      expect(await store.get(db, id)).to.deep.include({ status: "completed", minedBlockHash: done.minedBlockHash, completedAt: done.completedAt });
+
+      proxy.retarget(anvil.url);
+      await anvil.mine(4);
+      await worker.runOnce();
+      expect(await store.get(db, id)).to.include({ status: "completed", final: true, txHash: done.txHash });
+    } finally {
+      await worker.stop();
+      await proxy.stop();
+      await other.stop();
       await anvil.stop();
     }
   });
