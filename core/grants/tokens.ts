@@ -208,7 +208,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
     );
     if (rotated) return { token: signToken(deps, rotated, refresh.token) };
   }
-  const outcome = await revoking(deps, ctx, actor, async (trx, cancel) => {
+  const outcome = await deps.db.transaction(async (trx) => {
     // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
     // A closed or declined budget's vault gets no new grant: its budget row is locked before the
     // grant's (the budgets' lock order), the vault read from an unlocked look.
@@ -251,15 +251,27 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
         return { kind: "invalid" as const, why: "successor token not reproducible" };
       }
     }
-    if (g.refreshUsedAt) {
-      // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage.
-      await deps.grants.revokeLineage(trx, g.lineageId, now, "refresh_reuse");
-      // What the lineage (perhaps a thief holding it) left waiting for the owner stops with it.
-      await cancel({ userId: g.userId, lineageId: g.lineageId }, now);
-      await appendAudit(deps, trx, ctx, { actor, action: "agent.grant.refresh_reuse", subject: g.lineageId, outcome: "failure", reason: "refresh_reuse" });
-    }
+    // RFC 9700 4.14.2: a used refresh token presented again revokes the lineage (below).
+    if (g.refreshUsedAt) return { kind: "reuse" as const, userId: g.userId, lineageId: g.lineageId };
     return { kind: "invalid" as const, why: "refresh token no longer valid" };
   });
+  if (outcome.kind === "reuse") {
+    // In a transaction of its own: the grant locked above sits mid-lineage, and every revocation
+    // locks a lineage's rows in id order, so revoking while holding it could deadlock with another.
+    await revoking(deps, ctx, actor, async (trx, cancel) => {
+      await deps.grants.revokeLineage(trx, outcome.lineageId, now, "refresh_reuse");
+      // What the lineage (perhaps a thief holding it) left waiting for the owner stops with it.
+      await cancel({ userId: outcome.userId, lineageId: outcome.lineageId }, now);
+      await appendAudit(deps, trx, ctx, {
+        actor,
+        action: "agent.grant.refresh_reuse",
+        subject: outcome.lineageId,
+        outcome: "failure",
+        reason: "refresh_reuse",
+      });
+    });
+    fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, "refresh token reused");
+  }
   if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
   if (outcome.kind === "scope") fail(Reason.INVALID_SCOPE, "scope may not include any scope the grant was not given");
   if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource must be the MCP server URL or the grant's vault URN");
