@@ -4,6 +4,7 @@ import { oauthGrant } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
 import { heldTransaction } from "../../support/db-holds.js";
 import { lockWaits } from "../../support/lock-waits.js";
+import { postRpc } from "../../support/mcp.js";
 import { expectOAuthError } from "../../support/refusals.js";
 import { expectAccessDead, expectRefreshDead, lineageStates, refreshHttp, revokeHttp } from "../../support/token-races.js";
 
@@ -59,6 +60,25 @@ describe("agent OAuth: reuse detection beside other revocations of its lineage (
     await lockWaits(stack.core.db, "grants", 2);
     await l.release();
     expect([(await first).body.error, (await middle).body.error]).to.deep.equal(["invalid_grant", "invalid_grant"]);
+    await expectLineageDead(l);
+  });
+
+  it("the user's kill switch waiting on the lineage's first grant, then a reuse of the middle grant's token: both answer", async () => {
+    const l = await heldLineage();
+    const operator = await stack.admin.grants.issueGrant({ userId: l.user.userId, vaultId: l.user.vaultId, scopes: ["accounts:read"] });
+    const kill = postRpc(
+      `${stack.url}/mcp/treasury`,
+      { jsonrpc: "2.0", id: 1, method: "killSwitch.all", params: { reason: "race" } },
+      { authorization: `Bearer ${operator.token!.accessToken}` },
+    );
+    await lockWaits(stack.core.db, "grants", 1);
+    const reuse = refreshHttp(stack, l.client, l.t1.refresh_token!);
+    await lockWaits(stack.core.db, "grants", 2);
+    await l.release();
+    const killed = await kill;
+    expect(killed.status, killed.text).to.equal(200);
+    expect(killed.json!.result.revoked).to.be.at.least(3);
+    expect((await reuse).body.error).to.equal("invalid_grant");
     await expectLineageDead(l);
   });
 
