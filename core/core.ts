@@ -3,7 +3,7 @@ import { pollLoop } from "../lib/poll-loop.js";
 import type { Logger } from "pino";
 import { createDb, type Db, type DbOptions } from "./db/knex.js";
 import { migrateLatest } from "./db/migrate.js";
-import { createKeyring, type Keyring } from "./keys/keyring.js";
+import { createKeyring, type Keyring, type KeyringOptions } from "./keys/keyring.js";
 import { createAuditStore, type AuditStoreOptions } from "./audit/store.js";
 import { createAuditService } from "./audit/service.js";
 import { createLedgerStore } from "./ledger/store.js";
@@ -48,18 +48,14 @@ import type { SettlementSettings } from "./settlement/config.js";
 import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
 import { settlementLedgerHooks } from "./settlement/ledger.js";
 
-export interface CoreOptions {
+/** The signing key's settings are the keyring's own (core/keys/keyring.ts). */
+export interface CoreOptions extends Pick<KeyringOptions, "signingKey" | "dataDir" | "keyStateTtlMs" | "unknownKidRereadMs"> {
   db: DbOptions | { instance: Db };
   logger: Logger;
   /** Operator credential for admin RPCs. */
   adminToken: string | undefined;
   /** Gateway credential: a gateway presenting it may vouch for the client address it saw. */
   gatewayToken?: string;
-  signingKey?: string;
-  /** How long signing-key states are cached before a reread (default 1 s). */
-  keyStateTtlMs?: number;
-  /** Where a generated dev signing key is kept; absent = in memory. */
-  dataDir?: string;
   /** WEBHOOK_SECRET_KEY: encrypts stored webhook secrets; else a key file in dataDir (docs/deploying.md). */
   webhookSecretKey?: string;
   /** SIGNIN_CODE_KEY: keys sign-in code hashes and the dev outbox; else a key file in dataDir. */
@@ -168,7 +164,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
   let settlement: Settlement | undefined;
   try {
     if (options.migrate !== false) await migrateLatest(db);
-    const keyring = await createKeyring({ signingKey: options.signingKey, keyStateTtlMs: options.keyStateTtlMs, dataDir: options.dataDir, db, logger, clock });
+    const keyring = await createKeyring({ ...options, db, logger, clock });
     const audit = createAuditStore(db, options.auditFaults);
     const ledger = createLedgerStore(db);
     const cursors = createCursorCodec(await loadInstanceSecret(db, "cursor"));

@@ -19,6 +19,8 @@ export interface KeyringOptions {
   clock: () => Date;
   /** How long key states (rotated, retired) are cached before being reread; default 1 s. */
   keyStateTtlMs?: number;
+  /** The least time between rereads for tokens naming a kid the cache lacks; default 100 ms. */
+  unknownKidRereadMs?: number;
 }
 
 export interface SigningKey {
@@ -66,7 +68,13 @@ const KID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
 export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
   const { db } = options;
   const store = createKeysStore(db);
-  const keys = createVerificationKeys({ store, clock: options.clock, logger: options.logger, ttlMs: options.keyStateTtlMs });
+  const keys = createVerificationKeys({
+    store,
+    clock: options.clock,
+    logger: options.logger,
+    ttlMs: options.keyStateTtlMs,
+    unknownKidRereadMs: options.unknownKidRereadMs,
+  });
   const source = options.signingKey !== undefined ? "env" : options.dataDir ? "file" : "memory";
   let current: SigningKey | undefined;
   const headerSegments = new WeakMap<Readonly<Record<string, unknown>>, { kid: string; segment: string }>();

@@ -6,7 +6,7 @@ import type { KeysStore } from "./store.js";
 
 /** How long a snapshot of key states is trusted before it is read again (cross-replica delay). */
 export const KEY_STATE_TTL_MS = 1000;
-/** An unknown kid (another replica may just have rotated it in) rereads sooner, but never more often. */
+/** An unknown kid (another replica may just have rotated it in) rereads sooner, but never more often: it waits. */
 const UNKNOWN_KID_RELOAD_MS = 100;
 
 interface Entry {
@@ -34,8 +34,15 @@ export interface VerificationKeys {
  * Per-process cache of signing_keys states. Key material never changes for a kid, so
  * KeyObjects are reused across reloads; only the states (rotated, retired) are reread.
  */
-export function createVerificationKeys(options: { store: KeysStore; clock: () => Date; logger: Logger; ttlMs?: number }): VerificationKeys {
+export function createVerificationKeys(options: {
+  store: KeysStore;
+  clock: () => Date;
+  logger: Logger;
+  ttlMs?: number;
+  unknownKidRereadMs?: number;
+}): VerificationKeys {
   const ttl = options.ttlMs ?? KEY_STATE_TTL_MS;
+  const unknownKidEvery = options.unknownKidRereadMs ?? UNKNOWN_KID_RELOAD_MS;
   let entries = new Map<string, Entry>();
   let loaded = false;
   let loadedAt = -Infinity;
@@ -62,9 +69,9 @@ export function createVerificationKeys(options: { store: KeysStore; clock: () =>
     }
   }
 
-  /** One read at a time; callers share it unless it began before the last invalidate(). */
-  function reload(): Promise<void> {
-    if (loading && loading.generation === generation) return loading.done;
+  /** One read at a time; callers share it unless it began before the last invalidate(), or `anew` wants one of its own. */
+  function reload(anew = false): Promise<void> {
+    if (!anew && loading && loading.generation === generation) return loading.done;
     const startedAt = generation;
     const prior = loading ? loading.done.catch(() => undefined) : Promise.resolve();
     const done: Promise<void> = prior
@@ -76,6 +83,29 @@ export function createVerificationKeys(options: { store: KeysStore; clock: () =>
     return done;
   }
 
+  let unknownKidRead: { begun: boolean; done: Promise<void> } | undefined;
+  /**
+   * A read begun after the call, for a kid the snapshot lacks (another replica's new key): callers share
+   * one until it begins, and such reads begin at most once per `unknownKidEvery`, the others waiting.
+   */
+  function rereadForUnknownKid(): Promise<void> {
+    if (unknownKidRead && !unknownKidRead.begun) return unknownKidRead.done;
+    const prior = unknownKidRead ? unknownKidRead.done.catch(() => undefined) : Promise.resolve();
+    const read = { begun: false, done: Promise.resolve() };
+    read.done = prior
+      .then(async () => {
+        const wait = unknownKidEvery - (performance.now() - loadedAt);
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        read.begun = true;
+        await reload(true);
+      })
+      .finally(() => {
+        if (unknownKidRead === read) unknownKidRead = undefined;
+      });
+    unknownKidRead = read;
+    return read.done;
+  }
+
   async function fresh(): Promise<void> {
     if (performance.now() - loadedAt > ttl) await reload();
   }
@@ -84,8 +114,8 @@ export function createVerificationKeys(options: { store: KeysStore; clock: () =>
     async keyFor(kid, iat) {
       await fresh();
       let entry = entries.get(kid);
-      if (!entry && performance.now() - loadedAt > UNKNOWN_KID_RELOAD_MS) {
-        await reload();
+      if (!entry) {
+        await rereadForUnknownKid();
         entry = entries.get(kid);
       }
       if (!entry?.key || !keyVerifiesTokenIssuedAt(entry.state, iat, options.clock())) return undefined;
