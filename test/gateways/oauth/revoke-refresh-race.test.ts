@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { oauthGrant } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
+import { postRpc } from "../../support/mcp.js";
 import { expectOAuthError } from "../../support/refusals.js";
 import {
   expectAccessDead,
@@ -90,6 +91,41 @@ describe("agent OAuth: a revocation with an expired access token racing refreshe
       for (const a of outcomes) if (!a.ok) expect(a.error).to.equal("invalid_grant");
       for (const t of new Set([l.r1, ...issued].map((x) => x.access_token))) await expectAccessDead(stack, t);
       for (const t of new Set([l.r1, ...issued].map((x) => x.refresh_token))) await expectRefreshDead(stack, l.client, t);
+      expect(await lineageStates(stack, l.r1.jti)).to.not.include("active");
+    }
+  });
+
+  it("agent.grant.issue calls and refreshes in flight with the revoke: nothing they mint outlives it", async function () {
+    this.timeout(120_000);
+    for (let round = 0; round < 4; round++) {
+      const l = await expiredLineage();
+      const issue = () =>
+        postRpc(
+          `${stack.url}/mcp/treasury`,
+          { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "agent.grant.issue", arguments: {} } },
+          { authorization: `Bearer ${l.r1.access_token}` },
+        );
+      const calls: Promise<Response | RefreshOutcome | Awaited<ReturnType<typeof issue>>>[] = [
+        ...Array.from({ length: 6 }, () => issue()),
+        ...Array.from({ length: 6 }, (_, i) => refreshVia(stack, i % 2 ? "tool" : "http", l.client, l.r1.refresh_token)),
+      ];
+      calls.splice(round * 3, 0, revokeHttp(stack, l.client, l.expired));
+      const minted: Issued[] = [];
+      for (const answer of await Promise.all(calls)) {
+        if (answer instanceof Response) expect(answer.status).to.equal(200);
+        else if ("ok" in answer) {
+          if (answer.ok) minted.push(answer);
+          else expect(answer.error).to.equal("invalid_grant");
+        } else {
+          // The issue tool: a token, or its bearer refused (superseded or revoked) with 401.
+          expect(answer.status, answer.text).to.be.oneOf([200, 401]);
+          if (answer.status === 200) minted.push({ ok: true, ...answer.json!.result.structuredContent });
+        }
+      }
+      for (const t of [l.r1, ...minted]) {
+        await expectAccessDead(stack, t.access_token);
+        await expectRefreshDead(stack, l.client, t.refresh_token);
+      }
       expect(await lineageStates(stack, l.r1.jti)).to.not.include("active");
     }
   });
