@@ -110,7 +110,10 @@ describe("signing keys under load: rotation and retirement during refreshes and 
       await expectPublished(t, decodeJwt(t).aud === TEST_AUDIENCE ? TEST_AUDIENCE : stack.mcpUrl);
     // Once every token the old key signed has expired (with the skew), the old key leaves the JWKS.
     stack.clock.advance(41_000);
-    expect((await jwks()).keys.map((k) => k.kid)).to.deep.equal([rotated.kid]);
+    // Other files' stacks share this database and publish their own keys: only these two matter here.
+    expect((await jwks()).keys.map((k) => k.kid))
+      .to.include(rotated.kid)
+      .and.not.include(oldKid);
   });
 
   it("retiring the old key amid refreshes and mints: its tokens are refused with 401, never a 5xx; every other token stays good", async () => {
