@@ -83,6 +83,16 @@ export function isOutage(err: unknown): boolean {
   return err instanceof ConnectError && err.findDetails(ErrorDetailSchema)[0]?.reason === Reason.UNAVAILABLE;
 }
 
+/**
+ * RFC 6749 5.2: error_description holds only %x20-21 / %x23-5B / %x5D-7E. A `"` reads as `'`; any
+ * other character outside the set (a parameter name the caller chose, say) is percent-encoded.
+ */
+export function oauthDescription(text: string): string {
+  return text.replace(/[^\x20-\x21\x23-\x5B\x5D-\x7E]/gu, (c) => (c === '"' ? "'" : LONE_SURROGATE.test(c) ? "%EF%BF%BD" : encodeURIComponent(c)));
+}
+
+const LONE_SURROGATE = /^[\uD800-\uDFFF]$/;
+
 /** Renders the error; the caller sets surface-specific headers (WWW-Authenticate) first. */
 export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds?: number }) {
   // 429 always says how long to wait; a 503 does when core knows (OVERLOADED
@@ -94,5 +104,5 @@ export function sendOAuthError(reply: FastifyReply, e: OAuthError & { retryAfter
     .header("cache-control", "no-store")
     .header("pragma", "no-cache")
     .type("application/json")
-    .send(e.description ? { error: e.error, error_description: e.description } : { error: e.error });
+    .send(e.description ? { error: e.error, error_description: oauthDescription(e.description) } : { error: e.error });
 }

@@ -60,7 +60,7 @@ describe("JSON objects that repeat a member (HTTP)", () => {
     expect(res.status).to.equal(400);
     expect(await res.json()).to.deep.equal({
       error: "invalid_client_metadata",
-      error_description: `member "redirect_uris" appears twice in one object`,
+      error_description: `member 'redirect_uris' appears twice in one object`,
     });
     expect(await stack.core.db("oauth_clients").where({ client_name: "twice" })).to.have.length(0);
   });
