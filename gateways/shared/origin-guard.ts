@@ -1,5 +1,7 @@
 import type { PublicUrls } from "./public-urls.js";
 
+const DEFAULT_PORTS: Record<string, string> = { "http:": "80", "https:": "443" };
+
 /**
  * DNS-rebinding and cross-site protection (MCP requires Origin validation): the configured public
  * origins, and for Host also loopback literals, since a rebinding attack always arrives under the
@@ -8,7 +10,8 @@ import type { PublicUrls } from "./public-urls.js";
 export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly string[] = []) {
   const configured = [urls.issuer, urls.baseUrl, urls.mcpUrl, urls.authUrl, urls.appUrl, ...allowedOrigins].map((u) => new URL(u));
   const origins = new Set(configured.map((u) => u.origin));
-  const hosts = new Set(configured.map((u) => u.host.toLowerCase()));
+  // RFC 9110 7.2: a Host may name the scheme's default port, which the URL parser leaves out.
+  const hosts = new Set(configured.flatMap((u) => (u.port === "" ? [u.host, `${u.host}:${DEFAULT_PORTS[u.protocol]}`] : [u.host]).map((h) => h.toLowerCase())));
   return {
     /**
      * An absent Origin (non-browser clients) is allowed; a present one must be ours, or
