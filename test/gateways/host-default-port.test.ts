@@ -2,6 +2,7 @@ import { request } from "node:http";
 import { expect } from "chai";
 import { createOwner, grantFor } from "../support/budgets.js";
 import { startStack, type TestStack } from "../support/stack.js";
+import { requirePostgres } from "../support/db.js";
 
 /**
  * RFC 9110 7.2: a client may name the scheme's default port in Host (`vaultgate.test:443` for an
@@ -42,5 +43,12 @@ describe("Host guard: the configured scheme's default port named explicitly", ()
       expect(await rpc(host), host).to.equal(403);
       expect(await register(host), host).to.equal(403);
     }
+  });
+
+  it("PostgreSQL only: 40 concurrent calls, our Host with and without :443 and foreign ones mixed, each get their own answer", async function () {
+    requirePostgres(this, "many grant reads at once need several connections");
+    const hosts = Array.from({ length: 40 }, (_, i) => ["vaultgate.test:443", "evil.example:443", "vaultgate.test", "vaultgate.test:80"][i % 4]!);
+    const statuses = await Promise.all(hosts.map((host) => rpc(host)));
+    expect(statuses).to.deep.equal(hosts.map((h) => (h === "vaultgate.test:443" || h === "vaultgate.test" ? 200 : 403)));
   });
 });
