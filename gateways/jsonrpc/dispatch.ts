@@ -105,7 +105,8 @@ export function createDispatcher(options: DispatcherOptions) {
     switch (msg.method) {
       case "initialize":
         await authenticate(caller);
-        return initialize(msg.params, caller);
+        // Sent as a notification it has no InitializeResult to ride on, so it negotiates nothing.
+        return msg.notification ? undefined : initialize(msg.params, caller);
       case "ping":
         await authenticate(caller);
         return {};

@@ -190,6 +190,15 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect(newest.protocolVersion).to.equal("2025-11-25");
     expect(newest.capabilities).to.deep.equal({ tools: { listChanged: false } });
     expect(newest.serverInfo.name).to.equal("vaultgate");
+    expect((await init("2025-11-25")).headers.get("mcp-session-id")).to.match(/^mcp1\./);
+  });
+
+  it("initialize sent as a notification negotiates nothing: 202, no body and no Mcp-Session-Id", async () => {
+    const params = { protocolVersion: "2025-11-25", capabilities: { elicitation: { url: {} } }, clientInfo: { name: "t", version: "1" } };
+    for (const body of [{ jsonrpc: "2.0", method: "initialize", params }, [{ jsonrpc: "2.0", method: "initialize", params }]]) {
+      const res = await postRpc(at("/mcp/write"), body, auth);
+      expect([res.status, res.text, res.headers.get("mcp-session-id")]).to.deep.equal([202, "", null]);
+    }
   });
 
   it("tools/list per category with 2020-12 input and output schemas and the tool annotations", async () => {
