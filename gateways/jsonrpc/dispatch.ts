@@ -109,6 +109,7 @@ export function createDispatcher(options: DispatcherOptions) {
         return msg.notification ? undefined : initialize(msg.params, caller);
       case "ping":
         await authenticate(caller);
+        objectParams(msg.params);
         return {};
       case "tools/list": {
         await authenticate(caller);

@@ -193,6 +193,16 @@ describe("JSON-RPC 2.0 / MCP protocol on {mcp_url}", () => {
     expect((await init("2025-11-25")).headers.get("mcp-session-id")).to.match(/^mcp1\./);
   });
 
+  it("ping, like every method, takes params as an object only: an array is -32602", async () => {
+    expect((await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 7, method: "ping", params: {} }, auth)).json).to.deep.equal({
+      jsonrpc: "2.0",
+      id: 7,
+      result: {},
+    });
+    const res = await postRpc(at("/mcp/read"), { jsonrpc: "2.0", id: 8, method: "ping", params: [] }, auth);
+    expectJsonRpcError(res, -32602, "invalid_params");
+  });
+
   it("initialize sent as a notification negotiates nothing: 202, no body and no Mcp-Session-Id", async () => {
     const params = { protocolVersion: "2025-11-25", capabilities: { elicitation: { url: {} } }, clientInfo: { name: "t", version: "1" } };
     for (const body of [{ jsonrpc: "2.0", method: "initialize", params }, [{ jsonrpc: "2.0", method: "initialize", params }]]) {
