@@ -104,8 +104,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   const port = intSetting(env, "PORT", 8080, 0, 65535);
   const host = hostSetting(env, "HOST", "PORT");
   const corePort = intSetting(env, "CORE_PORT", 8081, 0, 65535);
-  const origin = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  const baseUrl = urlSetting(env, "BASE_URL", origin);
+  const origin = new URL(`http://${host.includes(":") ? `[${host}]` : host}:${port}`).origin;
+  const baseUrl = publicUrlSetting(env, "BASE_URL", origin);
   const logLevel = env.LOG_LEVEL || "info";
   if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(", ")}`);
   const urnNamespace = env.URN_NAMESPACE || "vaultgate";
@@ -166,10 +166,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     databasePoolMax: intSetting(env, "DATABASE_POOL_MAX", 20, 2, 1000),
     dataDir: resolve(env.DATA_DIR || "./.vaultgate"),
     baseUrl,
-    mcpUrl: urlSetting(env, "MCP_URL", origin),
-    authUrl: urlSetting(env, "AUTH_URL", origin),
-    appUrl: urlSetting(env, "APP_URL", origin),
-    issuer: urlSetting(env, "ISSUER", baseUrl),
+    mcpUrl: publicUrlSetting(env, "MCP_URL", origin),
+    authUrl: publicUrlSetting(env, "AUTH_URL", origin),
+    appUrl: publicUrlSetting(env, "APP_URL", origin),
+    issuer: publicUrlSetting(env, "ISSUER", baseUrl),
     partnerAudience: env.PARTNER_AUDIENCE || "urn:vaultgate:partner-api",
     urnNamespace,
     signingKey: env.SIGNING_KEY,
@@ -196,7 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     metricsToken,
     tracing,
     settlement: settlementSettings(env),
-    ...signinSettings(env, urlSetting(env, "AUTH_URL", origin), urlSetting(env, "APP_URL", origin)),
+    ...signinSettings(env, publicUrlSetting(env, "AUTH_URL", origin), publicUrlSetting(env, "APP_URL", origin)),
   };
 }
 
@@ -252,6 +252,14 @@ function urlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): str
   // Paths are appended to these; a query or fragment would end up inside every URL built from one.
   if (url.search || url.hash || raw.includes("?") || raw.includes("#")) throw new ConfigError(`${name} must not carry a query or fragment`);
   return raw.replace(/\/+$/, "");
+}
+
+/** A public address, written as URLs print it: tokens, resource indicators and Host checks compare it exactly. */
+function publicUrlSetting(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
+  const value = urlSetting(env, name, fallback);
+  const canonical = new URL(value).href.replace(/\/+$/, "");
+  if (value !== canonical) throw new ConfigError(`${name} must be written as ${canonical} (lower-case host, no default port)`);
+  return value;
 }
 
 /** A URL that names a server only (scheme, host, port): core serves its RPCs at fixed paths from the root. */

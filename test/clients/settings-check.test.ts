@@ -36,6 +36,23 @@ describe("vaultgate serve: settings refused at start (real processes)", function
     }
   });
 
+  it("a public address not written as URLs print it stops the start, naming the spelling to use", async () => {
+    const dir = await tempDataDir();
+    try {
+      for (const [name, value, canonical] of [
+        ["MCP_URL", "https://MCP.Example.com:443", "https://mcp.example.com"],
+        ["ISSUER", "https://auth.example.com:443/tenant", "https://auth.example.com/tenant"],
+        ["BASE_URL", "http://api.example.com:80/./v1/", "http://api.example.com/v1"],
+      ]) {
+        const res = await runCli(["serve"], { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", [name!]: value! });
+        expect(res.code, res.stderr).to.equal(1);
+        expect(res.stderr).to.equal(`vaultgate: ${name} must be written as ${canonical} (lower-case host, no default port)\n`);
+      }
+    } finally {
+      await dir.remove();
+    }
+  });
+
   it("a HOST, CORE_HOST or METRICS_HOST written with a port or brackets stops serve and the CLI, naming the setting", async () => {
     const dir = await tempDataDir();
     try {
