@@ -1,6 +1,6 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { lengthBetween } from "../../lib/text.js";
+import { hasControlCharacters, lengthBetween, textProblem } from "../../lib/text.js";
 import type { EvmRail } from "../settlement/evm-rail.js";
 import { evmAddressProblem, isEvmChain, tokenSupported } from "../settlement/rules.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
@@ -30,7 +30,7 @@ export interface BudgetInput {
  */
 export function checkBudgetInput(input: BudgetInput): BudgetParams {
   if (!(PURPOSES as readonly string[]).includes(input.purpose)) fail(Reason.INVALID_REQUEST, `purpose must be one of ${PURPOSES.join(", ")}`);
-  if (!lengthBetween(input.displayName, 1, 100)) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
+  checkDisplayName(input.displayName);
   checkKey(input.idempotencyKey);
   const amounts = {
     amount_cap_cents_per_tx: input.amountCapCentsPerTx,
@@ -58,6 +58,15 @@ export function checkBudgetInput(input: BudgetInput): BudgetParams {
     chainAllowlist: [...new Set(input.chainAllowlist)].sort(),
     timeWindowEnd: input.timeWindowEnd ? input.timeWindowEnd.toISOString() : null,
   };
+}
+
+/** A budget's name is shown to its owner, mailed and printed: the text rules of a client's name, and not blank. */
+function checkDisplayName(name: string): void {
+  if (!lengthBetween(name, 1, 100)) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
+  const problem = textProblem(name);
+  if (problem) fail(Reason.INVALID_REQUEST, `display_name ${problem}`);
+  if (hasControlCharacters(name)) fail(Reason.INVALID_REQUEST, "display_name must not contain control characters");
+  if (name.trim() === "") fail(Reason.INVALID_REQUEST, "display_name must not be blank");
 }
 
 /** A new budget's window must still be open; a replay of a finished one answers whatever its time. */
