@@ -3,6 +3,7 @@ import { isDateTime } from "./date-time.js";
 import type { Tool } from "./tools.js";
 import { UUID } from "../../lib/uuid.js";
 import { findBadText } from "../shared/text.js";
+import { DISPLAY_NAME } from "./tools/kit.js";
 
 /** Ajv for the JSON Schema 2020-12 dialect, with date-time exactly as date-time.ts defines it. */
 export function createSchemaAjv(): Ajv2020 {
@@ -73,6 +74,10 @@ export function describeErrors(errors: ErrorObject[] | null | undefined): { path
   return (errors ?? []).slice(0, 20).map((e) => ({
     path: e.instancePath || "/",
     message:
-      e.keyword === "additionalProperties" ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}` : (e.message ?? e.keyword),
+      e.keyword === "additionalProperties"
+        ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}`
+        : e.keyword === "pattern" && (e.params as { pattern: string }).pattern === DISPLAY_NAME.pattern
+          ? "must hold no control characters and not be blank"
+          : (e.message ?? e.keyword),
   }));
 }

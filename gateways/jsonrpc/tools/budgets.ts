@@ -1,7 +1,7 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { BudgetStatus } from "../../../gen/vaultgate/budgets/v1/budgets_pb.js";
 import { parseDateTime } from "../date-time.js";
-import { AMOUNT, CHAIN, DATE_TIME, defineTool, iso, KEY, object, UTC_DATE_TIME, UUID, type Tool } from "./kit.js";
+import { AMOUNT, CHAIN, DATE_TIME, DISPLAY_NAME, defineTool, iso, KEY, object, UTC_DATE_TIME, UUID, type Tool } from "./kit.js";
 
 const opt = (v: number | undefined) => (v === undefined ? undefined : BigInt(v));
 
@@ -19,7 +19,7 @@ export const budgetTools: readonly Tool[] = [
     inputSchema: object(
       {
         purpose: { type: "string", enum: ["ap", "treasury", "trip", "market-research", "payroll", "multi-chain-concierge", "custom"] },
-        display_name: { type: "string", minLength: 1, maxLength: 100 },
+        display_name: DISPLAY_NAME,
         amount_cap_cents_per_tx: AMOUNT,
         amount_cap_cents_per_day: AMOUNT,
         amount_cap_cents_lifetime: AMOUNT,
