@@ -52,6 +52,7 @@ import * as m0051 from "./migrations/0051-sign-in-by-user.js";
 import * as m0052 from "./migrations/0052-budget-keeps-funds.js";
 import * as m0053 from "./migrations/0053-unsigned-payments.js";
 import * as m0054 from "./migrations/0054-session-end-reason.js";
+import * as m0055 from "./migrations/0055-mail-failed.js";
 
 interface Migration {
   name: string;
@@ -113,6 +114,7 @@ const migrations: Migration[] = [
   { name: "0052-budget-keeps-funds", ...m0052 },
   { name: "0053-unsigned-payments", ...m0053 },
   { name: "0054-session-end-reason", ...m0054 },
+  { name: "0055-mail-failed", ...m0055 },
 ];
 
 /** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */

@@ -20,7 +20,7 @@ export interface Retention {
   partnerEventsMs: number;
   /** Messages in the development outbox older than this are dropped (default 1 day). */
   devOutboxMs: number;
-  /** Sent messages leave the mail outbox this long after they were sent (default 1 day). */
+  /** Sent and given-up messages leave the mail outbox this long after they ended (default 1 day). */
   mailOutboxMs: number;
 }
 
@@ -117,7 +117,7 @@ const TARGETS: readonly Target[] = [
     cutoff: (now, r) => new Date(now.getTime() - r.devOutboxMs),
   },
   {
-    // Mail a server accepted; a message still waiting stays whatever its age.
+    // Mail a server accepted or that was given up; a message still waiting stays whatever its age.
     ...PRUNE_MAIL_OUTBOX,
     cutoff: (now, r) => new Date(now.getTime() - r.mailOutboxMs),
   },

@@ -31,15 +31,17 @@ function parse(raw: string, from: string, to: string[]): ReceivedMail {
 }
 
 /**
- * A real SMTP server (the `smtp-server` package) on 127.0.0.1 that records what it accepts.
- * `answer()` decides each message: tests make it refuse (4xx or 5xx) for a while, or hold its reply. With
- * `auth`, it requires that user and password (AUTH PLAIN/LOGIN without TLS, loopback only).
+ * A real SMTP server (the `smtp-server` package) on 127.0.0.1 that records what it accepts. `answer()`
+ * decides each message at DATA (refuse with 4xx or 5xx, or hold the reply); `refuseRecipient()` one address
+ * at RCPT TO. With `auth`, it requires that user and password (AUTH PLAIN/LOGIN without TLS, loopback only).
  */
 export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Promise<SmtpAnswer>; auth?: { user: string; pass: string }; port?: number } = {}) {
   const received: ReceivedMail[] = [];
   const refused: { code: number }[] = [];
   let answer: () => SmtpAnswer | Promise<SmtpAnswer> = options.answer ?? (() => ({ accept: true }) as SmtpAnswer);
   let waiters: (() => void)[] = [];
+  // Recipients the server refuses at RCPT TO, with the reply code.
+  const refusedRecipients = new Map<string, number>();
   const server = new SMTPServer({
     secure: false,
     disabledCommands: options.auth ? ["STARTTLS"] : ["STARTTLS", "AUTH"],
@@ -50,6 +52,12 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Pro
       if (options.auth && auth.username === options.auth.user && auth.password === options.auth.pass) return cb(null, { user: auth.username });
       const err = Object.assign(new Error("authentication failed"), { responseCode: 535 });
       return cb(err);
+    },
+    onRcptTo(address, _session, cb) {
+      const code = refusedRecipients.get(address.address.toLowerCase());
+      if (code === undefined) return cb();
+      refused.push({ code });
+      return cb(Object.assign(new Error(code >= 500 ? "mailbox unavailable" : "try again later"), { responseCode: code }));
     },
     onData(stream, session, cb) {
       const chunks: Buffer[] = [];
@@ -91,6 +99,11 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Pro
     refused,
     setAnswer(f: () => SmtpAnswer | Promise<SmtpAnswer>) {
       answer = f;
+    },
+    /** Refuses this address at RCPT TO with `code` (e.g. 550 or 451); undefined accepts it again. */
+    refuseRecipient(address: string, code: number | undefined) {
+      if (code === undefined) refusedRecipients.delete(address.toLowerCase());
+      else refusedRecipients.set(address.toLowerCase(), code);
     },
     /** Messages to one address, oldest first. */
     to(address: string) {

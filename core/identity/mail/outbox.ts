@@ -106,6 +106,15 @@ export function createMailOutboxStore(db: Db, box: SecretBox) {
       return (res.rows ?? []).length === 1;
     },
 
+    /** Ends a message that will not be sent; false when a later lease owns the row. */
+    async markFailed(seq: number, attempts: number, at: Date, error: string): Promise<boolean> {
+      const res = await db.raw(
+        `UPDATE mail_outbox SET state = 'failed', failed_at = ?, last_error = ? WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`,
+        [at, quotedExcerpt(error, 200), seq, attempts],
+      );
+      return (res.rows ?? []).length === 1;
+    },
+
     /** Removes an unsent message that expired; false when a later lease owns the row. */
     async dropExpired(seq: number, attempts: number): Promise<boolean> {
       const res = await db.raw(`DELETE FROM mail_outbox WHERE seq = ? AND attempts = ? AND state = 'pending' RETURNING seq`, [seq, attempts]);
@@ -179,5 +188,9 @@ export type DevOutboxStore = ReturnType<typeof createDevOutboxStore>;
 /** The pruner's batch: development messages written before the cutoff. */
 export const PRUNE_DEV_OUTBOX = { table: "dev_outbox", sql: pruneBatchSql("dev_outbox", "created_at < ?", "created_at") } as const;
 
-/** The pruner's batch: messages sent before the cutoff (unsent ones stay). */
-export const PRUNE_MAIL_OUTBOX = { table: "mail_outbox", sql: pruneBatchSql("mail_outbox", "state = 'sent' AND sent_at < ?", "sent_at") } as const;
+/** The pruner's batch: messages sent or given up before the cutoff (pending ones stay). */
+export const PRUNE_MAIL_OUTBOX = {
+  table: "mail_outbox",
+  sql: pruneBatchSql("mail_outbox", "(state = 'sent' AND sent_at < ?) OR (state = 'failed' AND failed_at < ?)", "seq"),
+  bindings: (cutoff: Date, batch: number) => [cutoff, cutoff, batch],
+} as const;

@@ -17,6 +17,8 @@ export class MailSendError extends Error {
     message: string,
     /** The SMTP reply code when the server answered one (4xx or 5xx). */
     readonly responseCode?: number,
+    /** The server refused this recipient or message for good (5xx to RCPT TO or DATA): sending again cannot help. */
+    readonly permanent = false,
   ) {
     super(message);
   }
@@ -40,7 +42,7 @@ export interface SmtpSettings {
 
 /**
  * SMTP through nodemailer, one connection per message so no half-failed state carries over.
- * Every failure rejects with MailSendError and the outbox decides what next: nothing is dropped here.
+ * Every failure rejects with MailSendError (saying whether it is permanent) and the outbox decides what next.
  */
 export function createSmtpTransport(settings: SmtpSettings): MailTransport {
   const problem = checkSmtpUrl(settings.url) ?? checkMailFrom(settings.from);
@@ -69,10 +71,12 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
           messageId: `<${mail.id}@${host}>`,
         });
       } catch (err) {
-        const e = err as { responseCode?: number; code?: string };
+        const e = err as { responseCode?: number; code?: string; command?: string };
         const code = typeof e.responseCode === "number" ? e.responseCode : undefined;
+        // A 5xx to the greeting, AUTH or MAIL FROM is our setup's problem, fixed for every message at once.
+        const permanent = code !== undefined && code >= 500 && code < 600 && (e.command === "RCPT TO" || e.command === "DATA");
         // Only the reply code or the error's code: a server's reply text may quote the message.
-        throw new MailSendError(code !== undefined ? `SMTP ${code}` : `SMTP ${e.code ?? "error"}`, code);
+        throw new MailSendError(code !== undefined ? `SMTP ${code}` : `SMTP ${e.code ?? "error"}`, code, permanent);
       }
     },
     close() {

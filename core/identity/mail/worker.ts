@@ -38,9 +38,9 @@ export function mailBackoffMs(attempts: number, baseMs: number, maxMs: number, r
 }
 
 /**
- * Sends the mail outbox: a message leaves only once a server accepted it, and every failure is
- * retried later, so an outage delays mail and loses none (at least once, same Message-ID),
- * except a one-time code's message, dropped once the code has expired.
+ * Sends the mail outbox: a message leaves only once a server accepted it, and a passing failure is
+ * retried later (at least once, same Message-ID); a permanent refusal ends it at once, and a
+ * one-time code's message is dropped once the code has expired.
  */
 export function createMailWorker(options: MailWorkerOptions): MailWorker {
   const baseMs = options.baseDelayMs ?? 5_000;
@@ -65,6 +65,7 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
         continue;
       }
       let error: string;
+      let permanent = false;
       try {
         await transport.send({ id: m.id, to: m.to, subject: m.subject, body: m.body });
         if (!(await outbox.markSent(m.seq, m.attempts, options.clock()))) {
@@ -73,8 +74,17 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
         continue;
       } catch (err) {
         error = err instanceof MailSendError ? err.message : err instanceof Error ? err.name : "send error";
+        permanent = err instanceof MailSendError && err.permanent;
       }
-      const next = new Date(options.clock().getTime() + mailBackoffMs(m.attempts, baseMs, maxMs, random));
+      const at = options.clock();
+      if (permanent) {
+        // The address and text stay out of the log; the row id finds them.
+        if (await outbox.markFailed(m.seq, m.attempts, at, error))
+          logger.warn({ mail: m.id, attempts: m.attempts, error }, "mail given up unsent: the server refused it permanently; it will not be sent again");
+        else logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");
+        continue;
+      }
+      const next = new Date(at.getTime() + mailBackoffMs(m.attempts, baseMs, maxMs, random));
       // The address and text stay out of the log; the row id finds them.
       logger.warn({ mail: m.id, attempts: m.attempts, error, next: next.toISOString() }, "mail not sent; it stays queued");
       if (!(await outbox.markRetry(m.seq, m.attempts, next, error))) {

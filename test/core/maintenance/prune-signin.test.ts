@@ -36,7 +36,7 @@ describe("pruner: sign-in flows and sent mail", () => {
       flow(live, new Date(now.getTime() + 600_000), null),
       flow(ofEndedSession, new Date(now.getTime() + 600_000), endedSession),
     ]);
-    const mail = (id: string, state: string, sentAt: Date | null) => ({
+    const mail = (id: string, state: string, sentAt: Date | null, failedAt: Date | null = null) => ({
       id,
       recipient: "a@example.test",
       subject: "s",
@@ -45,12 +45,15 @@ describe("pruner: sign-in flows and sent mail", () => {
       state,
       next_attempt_at: now,
       sent_at: sentAt,
+      failed_at: failedAt,
     });
-    const [oldSent, recentSent, waiting] = [randomUUID(), randomUUID(), randomUUID()];
+    const [oldSent, recentSent, waiting, oldFailed, recentFailed] = [randomUUID(), randomUUID(), randomUUID(), randomUUID(), randomUUID()];
     await db("mail_outbox").insert([
       mail(oldSent, "sent", new Date(now.getTime() - 2 * 86_400_000)),
       mail(recentSent, "sent", hourAgo),
       mail(waiting, "pending", null),
+      mail(oldFailed, "failed", null, new Date(now.getTime() - 2 * 86_400_000)),
+      mail(recentFailed, "failed", null, hourAgo),
     ]);
 
     const report = await createPruner({ db, clock: () => now, logger: createCapturedLogger().logger }).runOnce();
@@ -58,6 +61,7 @@ describe("pruner: sign-in flows and sent mail", () => {
     expect(report.mail_outbox).to.be.at.least(1);
     expect((await db("signin_flows").whereIn("id", [expired, live, ofEndedSession])).map((r) => r.id)).to.deep.equal([live]);
     expect(await db("web_sessions").where({ id: endedSession })).to.have.length(0);
-    expect((await db("mail_outbox").whereIn("id", [oldSent, recentSent, waiting]).orderBy("seq")).map((r) => r.id)).to.deep.equal([recentSent, waiting]);
+    const kept = await db("mail_outbox").whereIn("id", [oldSent, recentSent, waiting, oldFailed, recentFailed]).orderBy("seq");
+    expect(kept.map((r) => r.id)).to.deep.equal([recentSent, waiting, recentFailed]);
   });
 });
