@@ -13,6 +13,8 @@ export interface MailWorkerOptions {
   /** First retry delay; doubles per failed attempt up to maxDelayMs, then a random part is taken off. */
   baseDelayMs?: number;
   maxDelayMs?: number;
+  /** How long after it was queued a message still failing for a passing reason is given up. */
+  giveUpAfterMs?: number;
   /** How long a leased message belongs to this sender; must exceed the transport's timeout. */
   leaseMs?: number;
   /** Messages leased per pass, sent one after another. */
@@ -37,14 +39,18 @@ export function mailBackoffMs(attempts: number, baseMs: number, maxMs: number, r
   return Math.round(full / 2 + (full / 2) * random());
 }
 
+/** A mail server's own queue lifetime: past this an outage no longer just delays the message. */
+export const MAIL_GIVE_UP_AFTER_MS = 5 * 24 * 3600_000;
+
 /**
  * Sends the mail outbox: a message leaves only once a server accepted it, and a passing failure is
- * retried later (at least once, same Message-ID); a permanent refusal ends it at once, and a
- * one-time code's message is dropped once the code has expired.
+ * retried later (at least once, same Message-ID) for up to giveUpAfterMs; a permanent refusal ends
+ * it at once, and a one-time code's message is dropped once the code has expired.
  */
 export function createMailWorker(options: MailWorkerOptions): MailWorker {
   const baseMs = options.baseDelayMs ?? 5_000;
   const maxMs = options.maxDelayMs ?? 15 * 60_000;
+  const giveUpMs = options.giveUpAfterMs ?? MAIL_GIVE_UP_AFTER_MS;
   const leaseMs = options.leaseMs ?? 120_000;
   const batchSize = options.batchSize ?? 20;
   const random = options.random ?? Math.random;
@@ -77,10 +83,11 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
         permanent = err instanceof MailSendError && err.permanent;
       }
       const at = options.clock();
-      if (permanent) {
+      if (permanent || at.getTime() - m.createdAt.getTime() >= giveUpMs) {
         // The address and text stay out of the log; the row id finds them.
+        const why = permanent ? "the server refused it permanently" : "it kept failing for too long";
         if (await outbox.markFailed(m.seq, m.attempts, at, error))
-          logger.warn({ mail: m.id, attempts: m.attempts, error }, "mail given up unsent: the server refused it permanently; it will not be sent again");
+          logger.warn({ mail: m.id, attempts: m.attempts, error }, `mail given up unsent: ${why}; it will not be sent again`);
         else logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");
         continue;
       }

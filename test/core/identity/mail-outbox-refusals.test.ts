@@ -5,14 +5,14 @@ import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp
 import { createTestClock, type TestClock } from "../../support/clock.js";
 import { createCapturedLogger } from "../../support/logs.js";
 import { createMailer } from "../../../core/identity/mail/mailer.js";
-import { createMailWorker, type MailWorker } from "../../../core/identity/mail/worker.js";
+import { createMailWorker, MAIL_GIVE_UP_AFTER_MS, type MailWorker } from "../../../core/identity/mail/worker.js";
 import { createSmtpTransport } from "../../../core/identity/mail/transport.js";
 import type { Db } from "../../../core/db/knex.js";
 
 const FROM = "Vaultgate <no-reply@vaultgate.test>";
 const address = (tag: string) => `${tag}-${randomBytes(5).toString("hex")}@example.test`;
 
-describe("mail outbox: permanent refusals", () => {
+describe("mail outbox: permanent and lasting refusals", () => {
   let db: Db;
   let smtp: TestSmtpServer;
   const key = randomBytes(32);
@@ -110,6 +110,27 @@ describe("mail outbox: permanent refusals", () => {
     expect(await worker.runOnce()).to.equal(0);
     expect((await row(refusedId)).state).to.equal("failed");
     expect(smtp.to(to).map(codeIn)).to.deep.equal(["299792"]);
+  });
+
+  it("a notice refused with 4xx for longer than the give-up time ends failed instead of being retried forever", async () => {
+    smtp = await startSmtpServer();
+    const clock = createTestClock();
+    const { worker, log, queue } = setUp(clock);
+    const to = address("full");
+    smtp.refuseRecipient(to, 452);
+    const id = await queue(to, "Vaultgate: kill switch used", "Every agent's access was revoked.");
+    expect(await worker.runOnce()).to.equal(1);
+    expect((await row(id)).state).to.equal("pending");
+    clock.advance(MAIL_GIVE_UP_AFTER_MS);
+    expect(await worker.runOnce()).to.equal(1);
+    const r = await row(id);
+    expect(r.state).to.equal("failed");
+    expect(r.last_error).to.equal("SMTP 452");
+    clock.advance(3_600_000);
+    expect(await worker.runOnce()).to.equal(0);
+    expect(smtp.refused).to.have.length(2);
+    expect(log.text()).to.include("mail given up unsent: it kept failing for too long");
+    expect(log.text()).not.to.include(to);
   });
 
   describe("on PostgreSQL", () => {
