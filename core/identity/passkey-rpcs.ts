@@ -11,7 +11,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import { jsonTextProblem } from "../../lib/text.js";
-import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, limitSessionFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -21,7 +21,7 @@ export interface PasskeyRpcDeps {
   sessions: SessionVerifier;
   /** Completing a sign-in marks the browser as known (core/identity/known-browsers.ts). */
   browsers: KnownBrowsers;
-  /** Starts without a session are limited per client address (core/identity/flow-starts.ts). */
+  /** Starts are limited per session, and without one per client address (core/identity/flow-starts.ts). */
   flowStarts: FlowStartLimit;
 }
 
@@ -57,7 +57,7 @@ function browserJson(raw: string, field: string): never | Record<string, unknown
 /** GrantsService.StartPasskeyRegistration: creation options, only after a fresh step-up. */
 export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest) {
   const s = await deps.sessions.verify(req.sessionToken);
-  const r = await deps.passkeys.registrationOptions(s);
+  const r = await limitSessionFlowStart(deps.flowStarts, s.sessionId, () => deps.passkeys.registrationOptions(s));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 
@@ -87,7 +87,9 @@ export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequ
 export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest, ctx: HandlerContext) {
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const r = s
-    ? await deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId })
+    ? await limitSessionFlowStart(deps.flowStarts, s.sessionId, () =>
+        deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId }),
+      )
     : await limitFlowStart(deps.flowStarts, ctx, () => deps.passkeys.authenticationOptions("sign_in"));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }

@@ -3,7 +3,7 @@ import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
-import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, limitSessionFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { OidcSignin } from "./oidc.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -15,7 +15,7 @@ export interface ProviderSignInDeps {
   clock: () => Date;
   /** Completing a sign-in marks the browser as known (core/identity/known-browsers.ts). */
   browsers: KnownBrowsers;
-  /** Starts without a session are limited per client address (core/identity/flow-starts.ts). */
+  /** Starts are limited per session, and without one per client address (core/identity/flow-starts.ts). */
   flowStarts: FlowStartLimit;
 }
 
@@ -28,7 +28,7 @@ export async function startProviderSignIn(deps: ProviderSignInDeps, req: StartPr
   const oidc = provider(deps);
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const flow = s
-    ? await oidc.start("step_up", { sessionId: s.sessionId, userId: s.userId })
+    ? await limitSessionFlowStart(deps.flowStarts, s.sessionId, () => oidc.start("step_up", { sessionId: s.sessionId, userId: s.userId }))
     : await limitFlowStart(deps.flowStarts, ctx, () => oidc.start("sign_in"));
   return {
     authorizationUrl: flow.authorizationUrl,

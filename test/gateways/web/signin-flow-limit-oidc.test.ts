@@ -5,6 +5,7 @@ import { createInProcessTransport } from "../../../core/in-process-transport.js"
 import { SIGNIN_FLOW_STARTS_PER_MINUTE } from "../../../core/identity/flow-starts.js";
 import { buildGateway } from "../../../gateways/app.js";
 import { createCoreClients } from "../../../gateways/core-clients.js";
+import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { freePort } from "../../support/ports.js";
 import { startStack, type TestStack } from "../../support/stack.js";
@@ -75,5 +76,27 @@ describe("web pages: provider sign-in starts are limited per client address", fu
     expect(await oidcRows()).to.equal(before + LIMIT);
     // Another address still goes to the provider.
     expect((await from(`203.0.113.${randomInt(1, 255)}`, "/signin/oidc")).status).to.equal(303);
+  });
+
+  it(`hostile: one session's provider step-ups are refused after ${LIMIT} a minute, writing no row; another person's session still steps up`, async () => {
+    const session = async () => {
+      const user = await createUser(stack);
+      const jar = createJar(url);
+      await signIn({ ...stack, url }, jar, user.email);
+      return { jar, userId: user.userId };
+    };
+    const thief = await session();
+    const honest = await session();
+    const rows = async () => Number((await stack.core.db.raw(`SELECT count(*)::int AS n FROM signin_flows WHERE user_id = ?`, [thief.userId])).rows[0].n);
+    for (let i = 0; i < LIMIT; i++) expect((await thief.jar.get("/signin/oidc?step_up=1")).status, `start ${i + 1}`).to.equal(303);
+    expect(await rows()).to.equal(LIMIT);
+    const refused = await thief.jar.get("/signin/oidc?step_up=1");
+    expect(refused.status).to.equal(429);
+    expect(refused.headers.get("retry-after")).to.equal("60");
+    expect(await refused.text()).to.include("too many confirmations were started in this session");
+    expect(await rows()).to.equal(LIMIT);
+    const other = await honest.jar.get("/signin/oidc?step_up=1");
+    expect(other.status).to.equal(303);
+    expect(other.headers.get("location")!.startsWith(idp.issuer)).to.equal(true);
   });
 });
