@@ -33,20 +33,25 @@ async function limited<T>(limit: FlowStartLimit, key: string, refusal: string, s
   }
 }
 
-/**
- * Runs `start` inside the address's limit: the slot is taken before the work, so concurrent
- * starts cannot overshoot.
- */
-export function limitFlowStart<T>(limit: FlowStartLimit, ctx: HandlerContext, start: () => Promise<T>): Promise<T> {
-  const key = `signin-flow-start:${ctx.values.get(kClientNetwork)}`;
-  return limited(limit, key, "too many sign-ins were started from your network in the last minute", start);
-}
+/** A start's purpose and, for a step-up, whose session it confirms. */
+export type FlowStart<T> = (purpose: "sign_in" | "step_up", session?: { sessionId: string; userId: string }) => Promise<T>;
 
 /**
- * Runs a signed-in session's start (a step-up or a passkey registration) inside that session's own
- * limit, the same number per minute: a stolen cookie cannot write rows at request rate, and other
- * people's sessions and addresses are untouched.
+ * Runs a start inside its limit, the slot taken before the work so concurrent starts cannot
+ * overshoot: a signed-in session's start (step-up, passkey registration) counts against that
+ * session, so a stolen cookie cannot write rows at request rate; any other against its address.
  */
-export function limitSessionFlowStart<T>(limit: FlowStartLimit, sessionId: string, start: () => Promise<T>): Promise<T> {
-  return limited(limit, `signin-flow-session:${sessionId}`, "too many confirmations were started in this session in the last minute", start);
+export function limitFlowStart<T>(
+  limit: FlowStartLimit,
+  ctx: HandlerContext,
+  session: { sessionId: string; userId: string } | undefined,
+  start: FlowStart<T>,
+): Promise<T> {
+  if (session) {
+    const own = { sessionId: session.sessionId, userId: session.userId };
+    const refusal = "too many confirmations were started in this session in the last minute";
+    return limited(limit, `signin-flow-session:${own.sessionId}`, refusal, () => start("step_up", own));
+  }
+  const refusal = "too many sign-ins were started from your network in the last minute";
+  return limited(limit, `signin-flow-start:${ctx.values.get(kClientNetwork)}`, refusal, () => start("sign_in"));
 }

@@ -11,7 +11,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import { jsonTextProblem } from "../../lib/text.js";
-import { limitFlowStart, limitSessionFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -55,9 +55,9 @@ function browserJson(raw: string, field: string): never | Record<string, unknown
 }
 
 /** GrantsService.StartPasskeyRegistration: creation options, only after a fresh step-up. */
-export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest) {
+export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest, ctx: HandlerContext) {
   const s = await deps.sessions.verify(req.sessionToken);
-  const r = await limitSessionFlowStart(deps.flowStarts, s.sessionId, () => deps.passkeys.registrationOptions(s));
+  const r = await limitFlowStart(deps.flowStarts, ctx, s, () => deps.passkeys.registrationOptions(s));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 
@@ -86,11 +86,7 @@ export async function removePasskey(deps: PasskeyRpcDeps, req: RemovePasskeyRequ
 /** GrantsService.StartPasskeyAssertion: step-up options with a session, sign-in options without. */
 export async function startPasskeyAssertion(deps: PasskeyRpcDeps, req: StartPasskeyAssertionRequest, ctx: HandlerContext) {
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
-  const r = s
-    ? await limitSessionFlowStart(deps.flowStarts, s.sessionId, () =>
-        deps.passkeys.authenticationOptions("step_up", { sessionId: s.sessionId, userId: s.userId }),
-      )
-    : await limitFlowStart(deps.flowStarts, ctx, () => deps.passkeys.authenticationOptions("sign_in"));
+  const r = await limitFlowStart(deps.flowStarts, ctx, s, (purpose, session) => deps.passkeys.authenticationOptions(purpose, session));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 

@@ -3,7 +3,7 @@ import type { CompleteProviderSignInRequest, StartProviderSignInRequest } from "
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
-import { limitFlowStart, limitSessionFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { OidcSignin } from "./oidc.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -27,9 +27,7 @@ function provider(deps: ProviderSignInDeps): OidcSignin {
 export async function startProviderSignIn(deps: ProviderSignInDeps, req: StartProviderSignInRequest, ctx: HandlerContext) {
   const oidc = provider(deps);
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
-  const flow = s
-    ? await limitSessionFlowStart(deps.flowStarts, s.sessionId, () => oidc.start("step_up", { sessionId: s.sessionId, userId: s.userId }))
-    : await limitFlowStart(deps.flowStarts, ctx, () => oidc.start("sign_in"));
+  const flow = await limitFlowStart(deps.flowStarts, ctx, s, (purpose, session) => oidc.start(purpose, session));
   return {
     authorizationUrl: flow.authorizationUrl,
     flowSecret: flow.binding,
