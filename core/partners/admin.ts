@@ -38,6 +38,7 @@ import type { UserListing, UsersStore } from "../identity/users-store.js";
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
 import type { SecretHasher } from "../secrets/hasher.js";
 import { CONSENT_SCOPES, PARTNER_SCOPES } from "../../lib/vocabulary.js";
+import { quotedExcerpt } from "../../lib/text.js";
 import { ensureUserAccount } from "../budgets/user-accounts.js";
 import { generateWebhookSecret, type SecretBox } from "./webhooks/signing.js";
 
@@ -270,7 +271,10 @@ function checkEntitlements(entitlements: string[]): void {
   const unknown = entitlements.filter((s) => !PARTNER_SCOPES.includes(s));
   if (unknown.length === 0) return;
   // Each named briefly, so the allowed ones still show after a long unknown one.
-  const named = unknown.slice(0, 5).map((s) => (s.length > 40 ? `${Array.from(s).slice(0, 40).join("")}…` : s));
+  const named = unknown.slice(0, 5).map((s) => {
+    const cut = quotedExcerpt(s, 40);
+    return cut.length < s.length ? `${cut}…` : cut;
+  });
   fail(Reason.INVALID_REQUEST, `unknown entitlements: ${named.join(", ")}${unknown.length > 5 ? ", …" : ""}; allowed: ${PARTNER_SCOPES.join(", ")}`);
 }
 
