@@ -12,7 +12,8 @@ export function createRailPicker(logger: Logger) {
       [...chains].map(async (chain) => {
         const rail = rails.get(chain);
         if (!rail) return undefined;
-        // No answer is not another network: the payment's own steps meet the outage, and are retried as ever.
+        // No answer is not another network: the payment's steps meet the outage and are retried as ever, and
+        // each decision asks again in stillOnItsNetwork, where no answer decides nothing.
         const id = await rail.chainId().catch(() => rail.settings.chainId);
         if (id === rail.settings.chainId) return rail;
         logger.error({ chain, expected: rail.settings.chainId, reported: id }, `chain ${chain}: its node now reports another network; its payments wait`);
