@@ -1,7 +1,17 @@
 import type { Logger } from "pino";
+import { Counter } from "prom-client";
 import { pollLoop } from "../../../lib/poll-loop.js";
+import { coreRegistry } from "../../observability/metrics.js";
 import type { MailOutboxStore } from "./outbox.js";
 import { MailSendError, type MailTransport } from "./transport.js";
+
+/** What became of each attempt, so an alert can see mail failing without reading the log. */
+export const mailAttempts = new Counter({
+  name: "vaultgate_mail_attempts_total",
+  help: "Outbox mail by outcome: sent, retry (refused for now, stays queued), failed (given up for good), expired (its code expired unsent)",
+  labelNames: ["outcome"] as const,
+  registers: [coreRegistry],
+});
 
 export interface MailWorkerOptions {
   outbox: MailOutboxStore;
@@ -66,14 +76,17 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
       if (options.clock().getTime() >= leaseEnd) break;
       // Its code can no longer be used: receiving it late would only confuse the person.
       if (m.expiresAt && m.expiresAt.getTime() <= options.clock().getTime()) {
-        if (await outbox.dropExpired(m.seq, m.attempts))
+        if (await outbox.dropExpired(m.seq, m.attempts)) {
+          mailAttempts.inc({ outcome: "expired" });
           logger.warn({ mail: m.id, attempts: m.attempts - 1 }, "mail dropped unsent: the one-time code in it has expired");
+        }
         continue;
       }
       let error: string;
       let permanent = false;
       try {
         await transport.send({ id: m.id, to: m.to, subject: m.subject, body: m.body });
+        mailAttempts.inc({ outcome: "sent" });
         if (!(await outbox.markSent(m.seq, m.attempts, options.clock()))) {
           logger.warn({ mail: m.id, attempts: m.attempts }, "mail sent after its lease passed to another attempt; not recorded");
         }
@@ -86,13 +99,15 @@ export function createMailWorker(options: MailWorkerOptions): MailWorker {
       if (permanent || at.getTime() - m.createdAt.getTime() >= giveUpMs) {
         // The address and text stay out of the log; the row id finds them.
         const why = permanent ? "the server refused it permanently" : "it kept failing for too long";
-        if (await outbox.markFailed(m.seq, m.attempts, at, error))
+        if (await outbox.markFailed(m.seq, m.attempts, at, error)) {
+          mailAttempts.inc({ outcome: "failed" });
           logger.warn({ mail: m.id, attempts: m.attempts, error }, `mail given up unsent: ${why}; it will not be sent again`);
-        else logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");
+        } else logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");
         continue;
       }
       const next = new Date(at.getTime() + mailBackoffMs(m.attempts, baseMs, maxMs, random));
       // The address and text stay out of the log; the row id finds them.
+      mailAttempts.inc({ outcome: "retry" });
       logger.warn({ mail: m.id, attempts: m.attempts, error, next: next.toISOString() }, "mail not sent; it stays queued");
       if (!(await outbox.markRetry(m.seq, m.attempts, next, error))) {
         logger.warn({ mail: m.id, attempts: m.attempts }, "mail attempt outlived its lease; result not recorded");

@@ -8,6 +8,7 @@ import { createMailer } from "../../../core/identity/mail/mailer.js";
 import { createMailWorker, MAIL_GIVE_UP_AFTER_MS, type MailWorker } from "../../../core/identity/mail/worker.js";
 import { createSmtpTransport } from "../../../core/identity/mail/transport.js";
 import type { Db } from "../../../core/db/knex.js";
+import { coreMetricsListener } from "../../support/metrics.js";
 
 const FROM = "Vaultgate <no-reply@vaultgate.test>";
 const address = (tag: string) => `${tag}-${randomBytes(5).toString("hex")}@example.test`;
@@ -56,6 +57,13 @@ describe("mail outbox: permanent and lasting refusals", () => {
     const fine = address("fine");
     smtp.refuseRecipient(gone, 550);
     smtp.refuseRecipient(busy, 451);
+    const metrics = await coreMetricsListener();
+    const attempts = async () => {
+      const scrape = await metrics.scrape();
+      const n = (outcome: string) => scrape.value("vaultgate_mail_attempts_total", { outcome }) ?? 0;
+      return { sent: n("sent"), retry: n("retry"), failed: n("failed") };
+    };
+    const before = await attempts();
     const refusedId = await queue(gone, "Your Vaultgate code: 662607", "Use 662607 to sign in.");
     const laterId = await queue(busy, "Vaultgate: a new passkey", "A passkey was added to your account.");
     await queue(fine, "Vaultgate: kill switch used", "Every agent's access was revoked.");
@@ -89,6 +97,11 @@ describe("mail outbox: permanent and lasting refusals", () => {
     expect(log.text()).to.include("mail given up unsent: the server refused it permanently");
     expect(log.text()).to.include(refusedId);
     for (const secret of [gone, busy, "662607", "passkey was added"]) expect(log.text()).not.to.include(secret);
+    const after = await attempts();
+    await metrics.close();
+    expect(after.sent - before.sent, "sent: the fine one and the recovered one").to.equal(2);
+    expect(after.failed - before.failed, "failed: the refused one").to.equal(1);
+    expect(after.retry - before.retry, "each 451 is a retry").to.equal(refusedCodes.filter((c) => c === 451).length);
   });
 
   it("a 554 to the message's data ends it too; the next message to another address is still sent", async () => {
