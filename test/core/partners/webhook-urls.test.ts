@@ -20,13 +20,34 @@ describe("PartnersService SetWebhook URL spellings", () => {
       "http://127.1:9/x",
       "https://hooks.example\\@evil.example/",
       "http://localhost.evil.example/",
+      // Hosts the parser reads as 127.0.0.1, and characters it drops: stored, they would not be what was written.
+      "https://127.1/x",
+      "https://2130706433/x",
+      "https://0x7f.0.0.1/x",
+      "https://0177.0.0.1/x",
+      "https://1.2.3.4./x",
+      "https://%30x7f.1/x",
+      "https://hooks%2eexample/x",
+      "https://\uff11\uff12\uff17.0.0.1/x",
+      "https://hoo\tks.example/x",
+      "https://hooks.example/a\nb",
+      "https://hooks.example/x\r",
+      "https://hooks.example/x ",
     ]) {
       const refusal = await expectRefused(() => stack.admin.partnerResources.setWebhook({ clientId, url }), Reason.INVALID_REQUEST);
       expect(refusal.message, url).to.match(/url must be/);
     }
-    for (const url of ["HTTPS://Hooks.example/x", "http://localhost:9/x", "http://[::1]:9/x"]) {
-      const { secret } = await stack.admin.partnerResources.setWebhook({ clientId, url });
+    for (const url of [
+      "HTTPS://Hooks.example/x",
+      "http://localhost:9/x",
+      "http://[::1]:9/x",
+      "https://203.0.113.7:8443/x",
+      "https://1.2.3.4/x",
+      "https://a.b/c d",
+    ]) {
+      const { secret, url: stored } = await stack.admin.partnerResources.setWebhook({ clientId, url });
       expect(secret, url).to.match(/^whsec_/);
+      expect(stored.toLowerCase(), url).to.equal(url.toLowerCase().replace(" ", "%20"));
     }
   });
 });

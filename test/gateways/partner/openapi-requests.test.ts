@@ -58,8 +58,21 @@ describe("partner OpenAPI request schemas agree with the API", () => {
     const taken = ["HTTPS://App.Example/done", "https://app.example:8443", "http://127.0.0.1:3000/cb", "http://localhost/cb", "http://[::1]:8080/?a=b"];
     const credentials = ["https://ada@app.example/", "https://ada:pw@app.example/", "http://localhost@evil.example/", "https://app.example\\@evil.example/"];
     const elsewhere = ["http://app.example.com/", "http://127.1/", "http://localhost.evil.example/", "https:app.example/done", "https:/app.example/"];
-    for (const redirect_uri of [...taken, ...credentials, ...elsewhere]) {
+    const forgiven = [
+      "https://127.1/",
+      "https://0x7f.1:8443/",
+      "https://2130706433",
+      "https://%30x7f.1/",
+      "https://app.example/a\tb",
+      "https://app.example/done ",
+    ];
+    for (const redirect_uri of [...taken, ...credentials, ...elsewhere, ...forgiven]) {
       await agree("POST", `/users/${userId}/kyc/link`, token, { provider: "sandbox", redirect_uri });
+    }
+    // A host the parser reads as 127.0.0.1, or characters it drops, would not be the URL the partner wrote.
+    for (const redirect_uri of forgiven) {
+      const res = await api(stack, "POST", `/users/${userId}/kyc/link`, { token, json: { provider: "sandbox", redirect_uri } });
+      expect(res.status, redirect_uri).to.equal(400);
     }
   });
 
