@@ -28,6 +28,8 @@ export function checkHttpsUrl(value: string, name: string, maxLength = MAX_URL_L
   if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) fail(Reason.INVALID_REQUEST, `${name} must be https (http only on loopback)`);
   // Never sent by core, shown wherever the URL is listed, and the classic disguise of another host.
   if (url.username || url.password) fail(Reason.INVALID_REQUEST, `${name} must not carry credentials (user:password@)`);
+  // Port 0 parses, yet nothing listens there: every delivery or redirect to it would fail.
+  if (url.port === "0") fail(Reason.INVALID_REQUEST, `${name} must name a port from 1 to 65535`);
   // The parser forgives spellings (`https:host`, `http://127.1`) the published pattern refuses.
   if (!isPartnerUrlSpelling(value))
     fail(Reason.INVALID_REQUEST, `${name} must be written https://host/... (http://127.0.0.1, localhost or [::1] for loopback)`);

@@ -50,4 +50,13 @@ describe("PartnersService SetWebhook URL spellings", () => {
       expect(stored.toLowerCase(), url).to.equal(url.toLowerCase().replace(" ", "%20"));
     }
   });
+  it("refuses port 0, which no receiver listens on, instead of failing every delivery", async () => {
+    const { clientId } = await createPartner(stack);
+    for (const url of ["https://hooks.example:0/x", "https://hooks.example:000", "https://203.0.113.7:0/", "http://127.0.0.1:0/x", "http://[::1]:0/x"]) {
+      const refusal = await expectRefused(() => stack.admin.partnerResources.setWebhook({ clientId, url }), Reason.INVALID_REQUEST);
+      expect(refusal.message, url).to.equal("url must name a port from 1 to 65535");
+    }
+    const { url } = await stack.admin.partnerResources.setWebhook({ clientId, url: "https://hooks.example:1/x" });
+    expect(url).to.equal("https://hooks.example:1/x");
+  });
 });

@@ -66,11 +66,12 @@ describe("partner OpenAPI request schemas agree with the API", () => {
       "https://app.example/a\tb",
       "https://app.example/done ",
     ];
-    for (const redirect_uri of [...taken, ...credentials, ...elsewhere, ...forgiven]) {
+    const portZero = ["https://app.example:0/", "http://localhost:00/cb"];
+    for (const redirect_uri of [...taken, ...credentials, ...elsewhere, ...forgiven, ...portZero]) {
       await agree("POST", `/users/${userId}/kyc/link`, token, { provider: "sandbox", redirect_uri });
     }
-    // A host the parser reads as 127.0.0.1, or characters it drops, would not be the URL the partner wrote.
-    for (const redirect_uri of forgiven) {
+    // A host the parser reads as 127.0.0.1 or characters it drops would not be the URL written; port 0 is no destination.
+    for (const redirect_uri of [...forgiven, ...portZero]) {
       const res = await api(stack, "POST", `/users/${userId}/kyc/link`, { token, json: { provider: "sandbox", redirect_uri } });
       expect(res.status, redirect_uri).to.equal(400);
     }
