@@ -195,11 +195,12 @@ export function createOutboxStore(db: Db) {
           | undefined;
         if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
         // Only the kinds the partner is entitled to now; the others wait, as they would for a suspension.
+        // Feed order (writing xid, then seq): a change that began first is sent first, whichever committed first.
         const types = eventTypesFor(textArray(partner.entitlements));
         const { rows } = await trx.raw(
           `SELECT seq, id, partner_id, type, data, created_at, attempts FROM partner_events
             WHERE partner_id = ? AND delivery_state = 'pending' AND next_attempt_at <= ? AND type = ANY(?::text[])
-            ORDER BY seq LIMIT 1 FOR UPDATE`,
+            ORDER BY xid, seq LIMIT 1 FOR UPDATE`,
           [lane.partnerId, now, types],
         );
         const row = (rows as Record<string, unknown>[])[0];
