@@ -7,7 +7,7 @@ const ENDS_IN_NUMBER = String.raw`(?:[^/?#@\\:]*\.)?(?:[0-9]+|0[Xx][0-9A-Fa-f]*)
 /**
  * How a partner's URL (a webhook, a KYC redirect) must be written: `https://` with no `user@`, or `http://` to 127.0.0.1,
  * localhost or [::1]; nothing the parser drops (tab, newline, trailing space), no `%` in the host, IPv4 hosts dotted, no port 0.
- * The OpenAPI document publishes this pattern and core checks the same text, so they cannot disagree.
+ * The OpenAPI document publishes this pattern and core checks the same text, so they agree on every ASCII spelling.
  */
 export const PARTNER_URL_PATTERN = String.raw`^(?![\s\S]*[\t\n\r])(?![\s\S]*[\x00-\x20]$)(?:[Hh][Tt][Tt][Pp][Ss]://(?![^/?#]*:0+(?:[/?#]|$))(?:${OCTET}(?:\.${OCTET}){3}(?::[0-9]{0,5})?|(?!${ENDS_IN_NUMBER})[^/?#@\\%]+)|[Hh][Tt][Tt][Pp]://(?:127\.0\.0\.1|[Ll][Oo][Cc][Aa][Ll][Hh][Oo][Ss][Tt]|\[::1\])(?::(?!0+(?:[/?#]|$))[0-9]{0,5})?)(?:[/?#]|$)`;
 
