@@ -60,6 +60,8 @@ export async function setWebhook(
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof SetWebhookResponseSchema>> {
   const url = req.url ? checkHttpsUrl(req.url, "url") : null;
+  // Removing the URL forgets every secret: one sent with it would be dropped unseen.
+  if (!url && req.secret) fail(Reason.INVALID_REQUEST, "a secret needs a url; to remove the webhook, send neither");
   let secret = req.secret;
   if (secret && !isCanonicalWebhookSecret(secret)) {
     fail(Reason.INVALID_REQUEST, "secret must be whsec_ followed by 24 to 64 bytes in padded base64");

@@ -109,7 +109,9 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       error = err instanceof Error ? err.name : "delivery error";
     }
     const next = d.attempts >= maxAttempts ? undefined : new Date(now.getTime() + backoffMs(d.attempts, baseMs, maxMs));
-    logger.info({ eventId: d.id, attempts: d.attempts, error, gaveUp: !next }, "webhook delivery failed");
+    // A receiver that never answers 2xx stays unnoticed unless its last attempt says so loudly.
+    if (next) logger.info({ eventId: d.id, attempts: d.attempts, error }, "webhook delivery failed; it will be retried");
+    else logger.warn({ eventId: d.id, partnerId: d.partnerId, attempts: d.attempts, error }, "webhook delivery given up: the event is marked failed");
     if (!(await outbox.markRetry(d.seq, d.attempts, next, error))) {
       logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
     }

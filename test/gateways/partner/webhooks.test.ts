@@ -142,6 +142,40 @@ describe("partner webhooks", () => {
     for (const r of mine(receiver.received, userId)) expect(() => wh.verify(r.body, r.headers as Record<string, string>)).to.not.throw();
   });
 
+  it("gives up after 12 attempts with a warn line naming the event and its partner, never the secret", async () => {
+    const { stack, receiver, partner, userId, secret } = await setup(() => 503);
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+    for (let i = 0; i < 14; i++) {
+      await stack.core.webhooks.runOnce();
+      stack.clock.advance(6 * 3600_000);
+    }
+    expect(mine(receiver.received, userId)).to.have.length(12);
+    const eventId = mine(receiver.received, userId)[0]!.headers["webhook-id"];
+    const gaveUp = stack.logs.lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((e) => e.msg === "webhook delivery given up: the event is marked failed" && e.eventId === eventId);
+    expect(gaveUp).to.have.length(1);
+    expect(gaveUp[0]).to.include({ level: 40, partnerId: partner.partnerId, attempts: 12, error: "HTTP 503" });
+    expect(stack.logs.text()).to.not.include(secret.slice(6));
+  });
+
+  it("refuses a secret sent with no URL, leaving the webhook and its secret as they were", async () => {
+    const { stack, receiver, partner, userId, secret } = await setup();
+    const other = `whsec_${Buffer.alloc(32, 5).toString("base64")}`;
+    await expectRefused(
+      stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: "", secret: other }),
+      Reason.INVALID_REQUEST,
+      /a secret needs a url/,
+    );
+    await stack.admin.partnerResources.setKycStatus({ userId, status: "pending" });
+    await stack.core.webhooks.runOnce();
+    await receiver.waitFor(1);
+    const [delivery] = mine(receiver.received, userId);
+    expect(new Webhook(secret).verify(delivery!.body, delivery!.headers as Record<string, string>)).to.include({ type: "kyc.status_changed" });
+    // Removing without a secret still works.
+    expect((await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: "" })).url).to.equal("");
+  });
+
   it("delivers nothing while the partner is suspended and resumes on reactivation", async () => {
     const { stack, receiver, partner, userId } = await setup();
     await stack.admin.partners.setPartnerStatus({ clientId: partner.clientId, status: PartnerStatus.SUSPENDED });
