@@ -62,6 +62,23 @@ export function hasControlCharacters(s: string): boolean {
 }
 
 /**
+ * What a name people read may not hold, as a regular-expression class (JSON Schema patterns reuse it):
+ * control characters, the line and paragraph separators, and the bidirectional marks, embeddings,
+ * overrides and isolates, which make a name read other than as stored (Trojan Source).
+ */
+export const NAME_FORBIDDEN_CLASS = "\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200E\\u200F\\u2028\\u2029\\u202A-\\u202E\\u2066-\\u2069";
+const NAME_FORBIDDEN = new RegExp(`[${NAME_FORBIDDEN_CLASS}]`);
+
+/** Why `name` (a budget's, a client's, a partner's) may not be shown to a person as written, or undefined; blankness and length are each caller's. */
+export function nameProblem(name: string): string | undefined {
+  const problem = textProblem(name);
+  if (problem) return problem;
+  const found = NAME_FORBIDDEN.exec(name)?.[0];
+  if (found === undefined) return undefined;
+  return /\p{Cc}/u.test(found) ? "must not contain control characters" : "must not contain line or paragraph separators or bidirectional controls";
+}
+
+/**
  * A name someone else chose (an agent's budget, a client), isolated from the text around it
  * (FSI ... PDI, which also closes any bidi override inside): the text can never be reordered by it.
  */

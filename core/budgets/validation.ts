@@ -1,6 +1,6 @@
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
-import { hasControlCharacters, lengthBetween, textProblem } from "../../lib/text.js";
+import { lengthBetween, nameProblem } from "../../lib/text.js";
 import type { EvmRail } from "../settlement/evm-rail.js";
 import { evmAddressProblem, isEvmChain, tokenSupported } from "../settlement/rules.js";
 import { CHAINS, MAX_AMOUNT, PURPOSES } from "./policy.js";
@@ -63,9 +63,8 @@ export function checkBudgetInput(input: BudgetInput): BudgetParams {
 /** A budget's name is shown to its owner, mailed and printed: the text rules of a client's name, and not blank. */
 function checkDisplayName(name: string): void {
   if (!lengthBetween(name, 1, 100)) fail(Reason.INVALID_REQUEST, "display_name must be 1 to 100 characters");
-  const problem = textProblem(name);
+  const problem = nameProblem(name);
   if (problem) fail(Reason.INVALID_REQUEST, `display_name ${problem}`);
-  if (hasControlCharacters(name)) fail(Reason.INVALID_REQUEST, "display_name must not contain control characters");
   if (name.trim() === "") fail(Reason.INVALID_REQUEST, "display_name must not be blank");
 }
 

@@ -77,7 +77,7 @@ export function describeErrors(errors: ErrorObject[] | null | undefined): { path
       e.keyword === "additionalProperties"
         ? `unknown property ${(e.params as { additionalProperty: string }).additionalProperty}`
         : e.keyword === "pattern" && (e.params as { pattern: string }).pattern === DISPLAY_NAME.pattern
-          ? "must hold no control characters and not be blank"
+          ? "must hold no control characters, line separators or bidirectional controls, and not be blank"
           : (e.message ?? e.keyword),
   }));
 }

@@ -2,6 +2,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type AgentScope, CHAINS, type McpCategory } from "../../../lib/vocabulary.js";
 import type { CoreClients, withRequestId } from "../../core-clients.js";
 import { DATE_TIME_SHAPE } from "../date-time.js";
+import { NAME_FORBIDDEN_CLASS } from "../../../lib/text.js";
 
 /** What every tool definition is built from: the Tool shape, schema atoms, and argument types derived from schemas. */
 export type Category = McpCategory;
@@ -59,8 +60,8 @@ export const DATE_TIME = { type: "string", format: "date-time", pattern: DATE_TI
 export const UTC_DATE_TIME = { type: "string", format: "date-time", pattern: "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?Z$" } as const;
 export const CHAIN = { type: "string", enum: CHAINS } as const;
 export const KEY = { type: "string", minLength: 8, maxLength: 128 } as const;
-/** A name people read (a budget's): 1 to 100 characters, no control character, not only spaces; core checks the same. */
-export const DISPLAY_NAME = { type: "string", minLength: 1, maxLength: 100, pattern: "^(?![\\s\\S]*[\\u0000-\\u001F\\u007F-\\u009F])[\\s\\S]*\\S" } as const;
+/** A name people read (a budget's): 1 to 100 characters, none of lib/text.ts's forbidden ones, not only spaces; core checks the same. */
+export const DISPLAY_NAME = { type: "string", minLength: 1, maxLength: 100, pattern: `^(?![\\s\\S]*[${NAME_FORBIDDEN_CLASS}])[\\s\\S]*\\S` } as const;
 
 /** A closed object schema; its literal types are kept so `ArgsOf` can read them. */
 export function object<const P extends Record<string, unknown>, const R extends readonly (keyof P & string)[]>(properties: P, required: R) {

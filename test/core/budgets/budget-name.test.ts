@@ -3,7 +3,7 @@ import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { budgetParams, createOwner, grantFor } from "../../support/budgets.js";
 import { expectRefused } from "../../support/refusals.js";
-import { FINE_NAMES, HOSTILE_NAMES } from "../../support/budget-names.js";
+import { FINE_NAMES, HOSTILE_NAMES } from "../../support/names.js";
 
 /** CreateBudget called directly on core, as any caller could: the name follows the same rules as at the gateway. */
 describe("BudgetsService.CreateBudget: display_name text rules", () => {
@@ -13,7 +13,7 @@ describe("BudgetsService.CreateBudget: display_name text rules", () => {
   });
   after(() => stack.close());
 
-  it("refuses control characters and blank names as INVALID_REQUEST naming the field, and provisions nothing", async () => {
+  it("refuses control characters, line separators, bidi controls and blank names as INVALID_REQUEST naming the field, and provisions nothing", async () => {
     const owner = await createOwner(stack);
     const token = await grantFor(stack, owner, { stepUp: true });
     for (const [name, why] of HOSTILE_NAMES) {

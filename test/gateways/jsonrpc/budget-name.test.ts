@@ -4,9 +4,9 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import { expect } from "chai";
 import { startMcpStack, postRpc, type McpStack } from "../../support/mcp.js";
 import { createOwner, grantFor } from "../../support/budgets.js";
-import { FINE_NAMES, HOSTILE_NAMES } from "../../support/budget-names.js";
+import { FINE_NAMES, HOSTILE_NAMES } from "../../support/names.js";
 import { expectJsonRpcError, expectToolError } from "../../support/refusals.js";
-import { hasControlCharacters } from "../../../lib/text.js";
+import { nameProblem } from "../../../lib/text.js";
 
 /** agent.budget.create's display_name over HTTP: the published schema and the server refuse the same names. */
 describe("agent.budget.create: display_name text rules over JSON-RPC", () => {
@@ -25,7 +25,7 @@ describe("agent.budget.create: display_name text rules over JSON-RPC", () => {
     return new Ajv2020({ validateFormats: false }).compile(tools.find((t) => t.name === "agent.budget.create")!.inputSchema);
   };
 
-  it("control characters and blank names: -32602 invalid_params naming /display_name, as a method and in tools/call; nothing provisioned", async () => {
+  it("control characters, line separators, bidi controls and blank names: -32602 invalid_params naming /display_name, as a method and in tools/call; nothing provisioned", async () => {
     const owner = await createOwner(stack);
     const token = await grantFor(stack, owner, { stepUp: true });
     const validate = await published(token);
@@ -34,7 +34,9 @@ describe("agent.budget.create: display_name text rules over JSON-RPC", () => {
       const a = args(name);
       expect(validate(a), what).to.equal(false);
       const direct = expectJsonRpcError(await rpc(token, "agent.budget.create", a), -32602, "invalid_params");
-      expect(direct.data!.errors, what).to.deep.equal([{ path: "/display_name", message: "must hold no control characters and not be blank" }]);
+      expect(direct.data!.errors, what).to.deep.equal([
+        { path: "/display_name", message: "must hold no control characters, line separators or bidirectional controls, and not be blank" },
+      ]);
       const viaCall = await rpc(token, "tools/call", { name: "agent.budget.create", arguments: a });
       expectToolError(viaCall.json!.result, -32602, "invalid_params");
       const made = await stack.core.db("budgets").where({ parent_vault_id: owner.vaultId, idempotency_key: a.idempotency_key });
@@ -52,14 +54,14 @@ describe("agent.budget.create: display_name text rules over JSON-RPC", () => {
     }
   });
 
-  it("the published pattern agrees with core's rule (a control character anywhere, or only spaces) for every code point", async () => {
+  it("the published pattern agrees with core's rule (a control, separator or bidi character anywhere, or only spaces) for every code point", async () => {
     const validate = await published(await grantFor(stack, await createOwner(stack)));
     const mismatches: string[] = [];
     for (let c = 0; c <= 0x10ffff; c += c < 0x10000 ? 1 : 0x101) {
       if (c >= 0xd800 && c <= 0xdfff) continue;
       const ch = String.fromCodePoint(c);
       for (const name of [ch, `a${ch}`, ` ${ch} `]) {
-        const coreTakes = !hasControlCharacters(name) && name.trim() !== "";
+        const coreTakes = nameProblem(name) === undefined && name.trim() !== "";
         if (validate(args(name)) !== coreTakes) mismatches.push(c.toString(16));
       }
     }

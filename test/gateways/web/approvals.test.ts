@@ -281,14 +281,23 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
     expect(await (await jar.get(review)).text()).to.include("Approve payment");
   });
 
-  it("a name an agent or a client chose is isolated on every page, so a bidi override in it cannot reorder the words around it", async () => {
-    // U+202E turns the rest of its paragraph right to left unless something closes it.
+  it("a name an agent or a client chose before such names were refused is isolated on every page, so its bidi override reorders nothing around it", async () => {
+    // U+202E turns the rest of its paragraph right to left unless something closes it. Such names
+    // are refused now; these are written as stored before that rule, which must still show.
     const name = "Groceries \u202eevil";
+    const storedBefore = async (agentId: string) => {
+      await stack.core.db("agent_principals").where({ id: agentId }).update({ display_name: name });
+      await stack.core.db.raw(`UPDATE budgets SET params = jsonb_set(params, '{displayName}', to_jsonb(?::text)) WHERE agent_principal_id = ?`, [
+        name,
+        agentId,
+      ]);
+    };
     const shown = `\u2068${name}\u2069`;
     const user = await createUser(stack);
     const owner = await token(user, user.vaultId, true);
-    const made = await rpc("/mcp/treasury", owner, "agent.budget.create", budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: name }));
+    const made = await rpc("/mcp/treasury", owner, "agent.budget.create", budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: "Groceries" }));
     const agentId = made.json!.result.agent_principal_id as string;
+    await storedBefore(agentId);
     await stack.admin.budgets.fundVault({ vaultId: made.json!.result.vault_id, amountCents: 100_000n });
     const payment = await rpc("/mcp/write", await token(user, made.json!.result.vault_id), "payments.initiate", payArgs(`p-${randomBytes(6).toString("hex")}`));
     const paymentId = payment.json!.result.payment_id as string;
@@ -296,8 +305,9 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
       "/mcp/treasury",
       await token(user),
       "agent.budget.create",
-      budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: name }),
+      budgetArgs(`b-${randomBytes(6).toString("hex")}`, { display_name: "Groceries" }),
     );
+    await storedBefore(draft.json!.result.agent_principal_id as string);
     const jar = await signedIn(user.email);
     const pages = {
       dashboard: "/dashboard/agents",
@@ -314,7 +324,8 @@ describe("web pages: pending approvals (draft budgets, step-up payments)", () =>
       expect(text.split(shown).length, what).to.equal(text.split(name).length);
     }
 
-    const client = await registerClient(stack, { client_name: name });
+    const client = await registerClient(stack, { client_name: "Groceries" });
+    await stack.core.db("oauth_clients").where({ client_id: client.body.client_id }).update({ client_name: name });
     const q = new URLSearchParams({
       response_type: "code",
       client_id: client.body.client_id,
