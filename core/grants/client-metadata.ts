@@ -4,8 +4,7 @@ import { fail } from "../errors.js";
 import { parseScope } from "../../lib/scopes.js";
 import { AGENT_SCOPES } from "../../lib/vocabulary.js";
 import { isSubset } from "./scopes.js";
-import { codePointLength } from "../../lib/text.js";
-import { hasControlCharacters } from "../../lib/text.js";
+import { codePointLength, nameProblem } from "../../lib/text.js";
 
 const GRANT_TYPES = ["authorization_code", "refresh_token"];
 const AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"];
@@ -62,7 +61,8 @@ export function checkClientMetadata(req: MetadataFields, rules: MetadataRules = 
   if (!isSubset(scopes, AGENT_SCOPES)) bad(Reason.INVALID_CLIENT_METADATA, `scope may hold ${AGENT_SCOPES.join(", ")}`);
   const clientName = req.clientName.trim();
   if (codePointLength(clientName) > 100) bad(Reason.INVALID_CLIENT_METADATA, "client_name is at most 100 characters");
-  if (hasControlCharacters(clientName)) bad(Reason.INVALID_CLIENT_METADATA, "client_name has control characters");
+  const nameWrong = nameProblem(req.clientName);
+  if (nameWrong) bad(Reason.INVALID_CLIENT_METADATA, `client_name ${nameWrong}`);
   return {
     clientName: clientName || "Unnamed agent",
     redirectUris: [...new Set(req.redirectUris)],

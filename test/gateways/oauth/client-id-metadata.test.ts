@@ -220,6 +220,11 @@ describe("client ID metadata documents over HTTP", function () {
       ["empty scope", (url, path) => docs.serve(path, validDocument(url, { scope: "" })), /scope names no scope/],
       ["blank scope", (url, path) => docs.serve(path, validDocument(url, { scope: " \t " })), /scope names no scope/],
       [
+        "bidi client_name",
+        (url, path) => docs.serve(path, validDocument(url, { client_name: "Trusted \u202eliveE" })),
+        /client_name must not contain line or paragraph separators or bidirectional controls/,
+      ],
+      [
         "private_key_jwt",
         (url, path) => docs.serve(path, validDocument(url, { token_endpoint_auth_method: "private_key_jwt" })),
         /private_key_jwt is not supported/,
