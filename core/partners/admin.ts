@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
+import { nameProblem } from "../../lib/text.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
@@ -89,6 +90,8 @@ export async function createPartner(
   req: CreatePartnerRequest,
   ctx: HandlerContext,
 ): Promise<MessageInitShape<typeof CreatePartnerResponseSchema>> {
+  const nameWrong = nameProblem(req.name);
+  if (nameWrong) fail(Reason.INVALID_REQUEST, `name ${nameWrong}`);
   const name = req.name.trim();
   if (name.length === 0 || name.length > 200) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
   const slug = req.slug ? req.slug : slugFromName(name);
