@@ -3,11 +3,11 @@ const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 
 /**
  * Splits a space-separated scope string into a de-duplicated list; undefined when it is not
- * RFC 6749 3.3 syntax (tokens separated by single spaces). A blank string (empty or only
- * whitespace) names no scope and gives []: what that means is each caller's rule.
+ * RFC 6749 3.3 syntax (tokens separated by single spaces), so " " and "a  b" are malformed.
+ * Only "" (omitted, or sent without a value: RFC 6749 3.1) gives []; what that means is each caller's.
  */
 export function parseScope(value: string): string[] | undefined {
-  if (value.trim() === "") return [];
+  if (value === "") return [];
   const tokens = value.split(" ");
   if (tokens.some((t) => !SCOPE_TOKEN.test(t))) return undefined;
   return [...new Set(tokens)];

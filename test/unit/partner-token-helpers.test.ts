@@ -25,9 +25,9 @@ describe("form parsing", () => {
 
 describe("token scopes", () => {
   const ent = ["kyc:read", "wallet:read"];
-  it("omitted or blank means every entitlement", () => {
+  it("omitted or sent without a value means every entitlement", () => {
     expect(resolveTokenScopes(undefined, ent)).to.deep.equal({ ok: true, scopes: ent });
-    expect(resolveTokenScopes("  ", ent)).to.deep.equal({ ok: true, scopes: ent });
+    expect(resolveTokenScopes("", ent)).to.deep.equal({ ok: true, scopes: ent });
   });
   it("a subset is granted, duplicates folded", () => {
     expect(resolveTokenScopes("wallet:read wallet:read", ent)).to.deep.equal({ ok: true, scopes: ["wallet:read"] });
@@ -35,6 +35,7 @@ describe("token scopes", () => {
   it("anything else is refused", () => {
     expect(resolveTokenScopes("treasury:write", ent).ok).to.equal(false);
     expect(resolveTokenScopes("kyc:read  wallet:read", ent).ok).to.equal(false);
+    for (const blank of [" ", "  ", "\t"]) expect(resolveTokenScopes(blank, ent).ok, JSON.stringify(blank)).to.equal(false);
     expect(resolveTokenScopes('kyc:read a"b', [...ent, 'a"b']).ok).to.equal(false);
   });
 });

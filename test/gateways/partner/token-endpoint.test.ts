@@ -201,6 +201,21 @@ describe("POST /api/partner/oauth/token", () => {
       expect(await scopeOf(await viaBasic(partner, `${CC}&scope=`))).to.equal(all);
     });
 
+    it("a scope of only spaces, or with spaces around or doubled, is malformed: invalid_scope, never every entitlement", async () => {
+      for (const scope of ["+", "%20%20", "%09", `+kyc:read`, `kyc:read+`, `kyc:read++wallet:read`]) {
+        await expectOAuthError(await viaBasic(partner, `${CC}&scope=${scope}`), 400, "invalid_scope");
+      }
+    });
+
+    it("hostile: 20 token requests at once, half with a blank scope: each blank one is invalid_scope, each other one mints", async () => {
+      const asks = Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? `${CC}&scope=+` : `${CC}&scope=kyc:read`));
+      const answers = await Promise.all(asks.map(async (body) => ({ body, res: await viaBasic(partner, body) })));
+      for (const { body, res } of answers) {
+        if (body.endsWith("+")) await expectOAuthError(res, 400, "invalid_scope");
+        else expect(await scopeOf(res)).to.equal("kyc:read");
+      }
+    });
+
     it("an explicit subset is granted as asked", async () => {
       expect(await scopeOf(await viaBasic(partner, `${CC}&scope=wallet:read`))).to.equal("wallet:read");
     });
