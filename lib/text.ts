@@ -68,6 +68,12 @@ export function hasControlCharacters(s: string): boolean {
  */
 export const NAME_FORBIDDEN_CLASS = "\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200E\\u200F\\u2028\\u2029\\u202A-\\u202E\\u2066-\\u2069";
 const NAME_FORBIDDEN = new RegExp(`[${NAME_FORBIDDEN_CLASS}]`);
+const NAME_FORBIDDEN_ALL = new RegExp(`[${NAME_FORBIDDEN_CLASS}]`, "g");
+
+/** `name` with every character `nameProblem` refuses taken out: for a label its owner gives once a ceremony is done (a passkey's). */
+export function withoutForbiddenNameCharacters(name: string): string {
+  return name.replace(NAME_FORBIDDEN_ALL, "");
+}
 
 /** Why `name` (a budget's, a client's, a partner's) may not be shown to a person as written, or undefined; blankness and length are each caller's. */
 export function nameProblem(name: string): string | undefined {

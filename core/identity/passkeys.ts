@@ -17,7 +17,7 @@ import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { fail } from "../errors.js";
 import { sha256Hex } from "../../lib/crypto.js";
-import { quotedExcerpt } from "../../lib/text.js";
+import { quotedExcerpt, withoutForbiddenNameCharacters } from "../../lib/text.js";
 import { UUID } from "../../lib/uuid.js";
 import { createFlowsStore } from "./flows-store.js";
 import type { Mailer } from "./mail/mailer.js";
@@ -150,11 +150,9 @@ export function createPasskeys(deps: PasskeyDeps) {
       refuseIfNotOffered();
       const { session } = input;
       const actor = `user:${session.userId}`;
-      // The person's own label, shown on pages and mailed: no control characters, 60 code points (an emoji stays whole).
-      const name =
-        Array.from(input.name.replace(/\p{Cc}/gu, "").trim())
-          .slice(0, 60)
-          .join("") || "Passkey";
+      // The person's own label, shown on pages and mailed: none of the characters names may not hold (refusing
+      // would waste the ceremony just done), 60 code points (an emoji stays whole).
+      const name = Array.from(withoutForbiddenNameCharacters(input.name).trim()).slice(0, 60).join("") || "Passkey";
       const flow = await takeFlow(input.binding, "register");
       const refuse = async (why: string): Promise<never> => {
         await audit(db, facts, { actor, action: "passkey.register", outcome: "failure", reason: why });

@@ -82,6 +82,16 @@ describe("web: passkey pages", function () {
     expect(list).to.not.include("\u001b").and.not.include("\u0007").and.not.include("\ufffd");
   });
 
+  it("a passkey's name loses line separators and bidi controls, so the page and the mail show it as stored; other scripts stay", async () => {
+    const shown = "Work \u05de\u05e4\u05ea\u05d7 \u{1F511}";
+    const { jar, email } = await ownerWithPasskey("\u202eWork\u2066 \u05de\u05e4\u05ea\u05d7\u2069 \u200f\u061c\u202a\u{1F511}\u2028\u2029");
+    expect(await (await jar.get("/dashboard/passkeys")).text()).to.include(`<td>${shown}</td>`);
+    const { messages } = await stack.admin.grants.listOutbox({ email });
+    expect(messages.map((m) => m.body)).to.include(
+      `A passkey named "${shown}" was added to your Vaultgate account. If it was not you, sign in, remove it from the dashboard and use the kill switch.`,
+    );
+  });
+
   it("a HEAD (a link checker, a prefetch) starts no ceremony: 405 with Allow, and no flow is written or spent", async () => {
     const { jar } = await ownerWithPasskey();
     const flows = async () => Number((await stack.core.db("signin_flows").count({ n: "*" }))[0]!.n);
