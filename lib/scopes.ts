@@ -1,5 +1,8 @@
 /** RFC 6749 3.3 scope-token: printable ASCII except space, '"' and '\'. */
-const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
+const TOKEN = "[\\x21\\x23-\\x5B\\x5D-\\x7E]+";
+const SCOPE_TOKEN = new RegExp(`^${TOKEN}$`);
+/** What parseScope takes, as a published schema's `pattern`: "" (omitted) or tokens separated by single spaces. */
+export const SCOPE_PATTERN = `^(${TOKEN}( ${TOKEN})*)?$`;
 
 /**
  * Splits a space-separated scope string into a de-duplicated list; undefined when it is not

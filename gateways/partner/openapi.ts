@@ -6,6 +6,7 @@
 import { treasuryOpenApi } from "./treasury-openapi.js";
 import { eventSchemas } from "./events-openapi.js";
 import { EMAIL_PATTERN } from "../../lib/email.js";
+import { SCOPE_PATTERN } from "../../lib/scopes.js";
 import { PARTNER_URL_PATTERN } from "../../lib/partner-urls.js";
 import { CHAINS, CURRENCY_PATTERN, KYC_STATUSES } from "../../lib/vocabulary.js";
 import { RESOURCE_ERROR_CODES } from "./resource-envelope.js";
@@ -70,7 +71,11 @@ export function partnerOpenApi(serverUrl: string) {
                   required: ["grant_type"],
                   properties: {
                     grant_type: { const: "client_credentials" },
-                    scope: { type: "string" },
+                    scope: {
+                      type: "string",
+                      pattern: SCOPE_PATTERN,
+                      description: "Scope names separated by single spaces; omitted or empty asks for every entitlement, only spaces is invalid_scope",
+                    },
                     client_id: { type: "string" },
                     client_secret: { type: "string" },
                   },

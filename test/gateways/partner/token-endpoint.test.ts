@@ -207,6 +207,31 @@ describe("POST /api/partner/oauth/token", () => {
       }
     });
 
+    it("the published form schema's scope pattern takes exactly the scope strings the endpoint reads", async () => {
+      type FormDoc = {
+        paths: Record<string, { post: { requestBody: { content: Record<string, { schema: { properties: { scope: { pattern: string } } } }> } } }>;
+      };
+      const doc = (await (await fetch(`${stack.url}/api/partner/openapi.json`)).json()) as FormDoc;
+      const form = doc.paths["/oauth/token"]!.post.requestBody.content["application/x-www-form-urlencoded"]!.schema;
+      const pattern = new RegExp(form.properties.scope.pattern, "u");
+      // All within the partner's entitlements, so only their spelling decides.
+      for (const scope of [
+        "",
+        "kyc:read",
+        "kyc:read wallet:read",
+        " ",
+        "  ",
+        " kyc:read",
+        "kyc:read ",
+        "kyc:read  wallet:read",
+        "\t",
+        "kyc:read\twallet:read",
+      ]) {
+        const res = await viaBasic(partner, `${CC}&scope=${encodeURIComponent(scope)}`);
+        expect(res.status, JSON.stringify(scope)).to.equal(pattern.test(scope) ? 200 : 400);
+      }
+    });
+
     it("hostile: 20 token requests at once, half with a blank scope: each blank one is invalid_scope, each other one mints", async () => {
       const asks = Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? `${CC}&scope=+` : `${CC}&scope=kyc:read`));
       const answers = await Promise.all(asks.map(async (body) => ({ body, res: await viaBasic(partner, body) })));
