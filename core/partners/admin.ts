@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
-import { nameProblem } from "../../lib/text.js";
+import { lengthBetween, nameProblem } from "../../lib/text.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
@@ -93,7 +93,7 @@ export async function createPartner(
   const nameWrong = nameProblem(req.name);
   if (nameWrong) fail(Reason.INVALID_REQUEST, `name ${nameWrong}`);
   const name = req.name.trim();
-  if (name.length === 0 || name.length > 200) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
+  if (!lengthBetween(name, 1, 200)) fail(Reason.INVALID_REQUEST, "name must be 1 to 200 characters");
   const slug = req.slug ? req.slug : slugFromName(name);
   if (!req.slug && !slug) {
     fail(Reason.INVALID_REQUEST, "the name has no Latin letters or digits to make a slug of: give a slug of 1-32 lower-case letters, digits or inner '-'");

@@ -34,4 +34,11 @@ describe("PartnersService.CreatePartner: name text rules", () => {
       expect(await rows(slug)).to.deep.equal([{ name: name.trim() }]);
     }
   });
+
+  it("counts characters, not UTF-16 units: 200 emoji are a name, 201 are not", async () => {
+    const slug = uniqueSlug();
+    expect((await create("🦊".repeat(200), slug)).partner!.name).to.equal("🦊".repeat(200));
+    await expectRefused(create("🦊".repeat(201)), Reason.INVALID_REQUEST, /name must be 1 to 200 characters/);
+    await expectRefused(create("   "), Reason.INVALID_REQUEST, /name must be 1 to 200 characters/);
+  });
 });
