@@ -63,10 +63,13 @@ export function createPartnersStore(db: Db) {
     },
 
     /** The partner's status and entitlements, held FOR SHARE like holdStatus (what a webhook about to leave is checked against). */
-    async holdEntitlements(trx: Knex.Transaction, partnerId: string): Promise<{ status: PartnerStatusName; entitlements: string[] } | undefined> {
-      const { rows } = await trx.raw(`SELECT status, entitlements FROM partners WHERE id = ? FOR SHARE`, [partnerId]);
-      const row = (rows as { status: PartnerStatusName; entitlements: unknown }[])[0];
-      return row ? { status: row.status, entitlements: textArray(row.entitlements) } : undefined;
+    async holdForDelivery(
+      trx: Knex.Transaction,
+      partnerId: string,
+    ): Promise<{ status: PartnerStatusName; entitlements: string[]; webhookUrl: string | null } | undefined> {
+      const { rows } = await trx.raw(`SELECT status, entitlements, webhook_url FROM partners WHERE id = ? FOR SHARE`, [partnerId]);
+      const row = (rows as { status: PartnerStatusName; entitlements: unknown; webhook_url: string | null }[])[0];
+      return row ? { status: row.status, entitlements: textArray(row.entitlements), webhookUrl: row.webhook_url } : undefined;
     },
 
     /**

@@ -218,21 +218,23 @@ export function createOutboxStore(db: Db) {
     },
 
     /**
-     * Runs `send` (writing the request) only if the event is still this attempt's, its partner active and entitled,
-     * its user active, holding user and partner FOR SHARE until it resolves: a deactivation, consent withdrawal
-     * or suspension commits before (nothing leaves; `held` gives the attempt back) or after the request is out.
+     * Runs `send` (writing the request) only if the event is still this attempt's, its partner active, entitled and at the
+     * leased URL, its user active, holding user and partner FOR SHARE until it resolves: a deactivation, consent withdrawal,
+     * suspension or URL change commits before (nothing leaves; `held` gives the attempt back) or after the request is out.
      */
     async whileSendable(d: DueDelivery, send: () => Promise<void>): Promise<"sent" | "withdrawn" | "held" | "lost"> {
       return db.transaction(async (trx) => {
         const userId = d.data.user_id;
         if (typeof userId === "string" && (await users.holdUserStatus(trx, userId)) !== "active") return "withdrawn";
-        const partner = await partners.holdEntitlements(trx, d.partnerId);
+        const partner = await partners.holdForDelivery(trx, d.partnerId);
         const event = (await trx.raw(`SELECT attempts FROM partner_events WHERE seq = ? AND delivery_state = 'pending'`, [d.seq])).rows[0] as
           | { attempts: number }
           | undefined;
         if (!event) return "withdrawn";
         if (Number(event.attempts) !== d.attempts) return "lost";
-        if (partner?.status !== "active" || !eventTypesFor(partner.entitlements).includes(d.type)) {
+        // A URL changed or removed since the lease: this request would go where the operator no longer sends.
+        const moved = partner?.webhookUrl !== d.webhookUrl;
+        if (partner?.status !== "active" || moved || !eventTypesFor(partner.entitlements).includes(d.type)) {
           await trx.raw(`UPDATE partner_events SET attempts = attempts - 1, next_attempt_at = created_at WHERE seq = ?`, [d.seq]);
           return "held";
         }

@@ -91,7 +91,10 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
         return;
       }
       if (status === "held") {
-        logger.info({ eventId: d.id, attempts: d.attempts }, "webhook not sent: the partner was suspended or lost the entitlement meanwhile; it waits");
+        logger.info(
+          { eventId: d.id, attempts: d.attempts },
+          "webhook not sent: the partner was suspended, lost the entitlement or had its webhook URL changed meanwhile; it waits",
+        );
         return;
       }
       if (status === "lost") {

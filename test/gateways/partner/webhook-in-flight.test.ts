@@ -74,6 +74,29 @@ describe("webhook deliveries in flight", function () {
     expect(await events(stack, partner)).to.deep.equal([{ delivery_state: "delivered", attempts: 1 }]);
   });
 
+  it("a webhook URL changed while an event is leased sends nothing to the old receiver; the event goes to the new one, its attempt given back", async () => {
+    const { dns, stack, receiver, partner, pass } = await leasedAndWaiting();
+    const moved = await startWebhookReceiver();
+    closers.push(() => moved.close());
+    await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: moved.url });
+    dns.release();
+    await pass;
+    expect(receiver.received).to.deep.equal([]);
+    expect(stack.logs.text()).to.include("had its webhook URL changed meanwhile");
+    expect(moved.received).to.have.length(1);
+    expect(await events(stack, partner)).to.deep.equal([{ delivery_state: "delivered", attempts: 1 }]);
+  });
+
+  it("a webhook URL removed while an event is leased sends nothing; the event waits for a URL", async () => {
+    const { dns, stack, receiver, partner, pass } = await leasedAndWaiting();
+    await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: "" });
+    dns.release();
+    await pass;
+    expect(receiver.received).to.deep.equal([]);
+    expect(await stack.core.webhooks.runOnce()).to.equal(0);
+    expect(await events(stack, partner)).to.deep.equal([{ delivery_state: "pending", attempts: 0 }]);
+  });
+
   it("PostgreSQL only: deliveries racing deactivations send nothing of a user once the deactivation has committed", async function () {
     requirePostgres(this, "deliveries and deactivations on several connections");
     const stack = await startStack({ webhookPollMs: 0 });
