@@ -251,7 +251,7 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
       { ...callFacts(ctx), actor: `client:${client.clientId}`, action: "oauth.code_exchange" },
       ctx.signal,
     );
-    if (issued) return { token: signToken(deps, issued, refresh.token) };
+    if (issued) return { token: await signToken(deps, issued, refresh.token) };
   }
   // Anything else (replay, expiry, mismatch, a vault resource) is decided under a lock.
   const outcome = await revoking(deps, ctx, `client:${client.clientId}`, async (trx, cancel) => {
@@ -309,5 +309,5 @@ export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequ
   if (outcome.kind === "dead") fail(Reason.INVALID_GRANT, `the authorization code cannot be used: ${outcome.why}`);
   // One generic answer; the reason stays in the cause (oidc-provider's pkce.js habit).
   if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the authorization code is invalid, expired or already used", {}, outcome.why);
-  return { token: signToken(deps, outcome.grant, refresh.token) };
+  return { token: await signToken(deps, outcome.grant, refresh.token) };
 }

@@ -79,7 +79,14 @@ export function derivedRefresh(presented: string): NewRefresh & { hash: string; 
  * The token response for a grant; the refresh token is the one issued with it (only its hash is stored).
  * `answeredAt` is set when an earlier grant is answered again: `expires_in` is then what its token has left.
  */
-export function signToken(deps: { keyring: Keyring; audience: GrantAudience }, g: GrantRecord, refreshToken: string, answeredAt?: Date): TokenInit {
+export async function signToken(
+  deps: { keyring: Keyring; audience: GrantAudience },
+  g: GrantRecord,
+  refreshToken: string,
+  answeredAt?: Date,
+): Promise<TokenInit> {
+  // A key another replica withdrew would sign a token every verifier refuses.
+  await deps.keyring.confirmCurrent();
   if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
   const claims = agentTokenClaims({
     issuer: deps.audience.issuer,

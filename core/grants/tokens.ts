@@ -139,7 +139,7 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaul
     await appendAudit(deps, trx, ctx, { actor: `agent:${locked.agentPrincipalId}`, action: "agent.grant.issue", subject: g.id });
     return g;
   });
-  return { token: signToken(deps, next, refresh.token) };
+  return { token: await signToken(deps, next, refresh.token) };
 }
 
 /** GrantsService.RevokeAllGrants: the agent pulls the kill switch on every grant of its user. */
@@ -206,7 +206,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
       { ...callFacts(ctx), actor, action: "agent.grant.refresh" },
       ctx.signal,
     );
-    if (rotated) return { token: signToken(deps, rotated, refresh.token) };
+    if (rotated) return { token: await signToken(deps, rotated, refresh.token) };
   }
   const outcome = await deps.db.transaction(async (trx) => {
     // The row lock orders concurrent refreshes of one token, so the second gets the first's pair.
@@ -275,7 +275,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
   if (outcome.kind === "invalid") fail(Reason.INVALID_GRANT, "the refresh token is invalid, expired or revoked", {}, outcome.why);
   if (outcome.kind === "scope") fail(Reason.INVALID_SCOPE, "scope may not include any scope the grant was not given");
   if (outcome.kind === "target") fail(Reason.INVALID_TARGET, "resource must be the MCP server URL or the grant's vault URN");
-  return { token: signToken(deps, outcome.grant, outcome.refreshToken, outcome.kind === "replayed" ? now : undefined) };
+  return { token: await signToken(deps, outcome.grant, outcome.refreshToken, outcome.kind === "replayed" ? now : undefined) };
 }
 
 /** What a refresh asks for besides rotation: a scope (RFC 6749 6; [] = all it was given) and the vaults its resources name (RFC 8707). */
@@ -352,7 +352,7 @@ export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, c
     await appendAudit(deps, trx, ctx, { actor: "admin", action: "grant.issue", subject: grant.id });
     return grant;
   });
-  return { token: signToken(deps, g, refresh.token) };
+  return { token: await signToken(deps, g, refresh.token) };
 }
 
 /** GrantsService.RevokeToken: a client revokes an access or refresh token it was issued (its whole lineage). */

@@ -8,6 +8,7 @@ import type { Logger } from "pino";
 import type { Db } from "../db/knex.js";
 import { createKeysStore } from "./store.js";
 import { createVerificationKeys } from "./verification-keys.js";
+import type { KeyState } from "./lifecycle.js";
 
 export interface KeyringOptions {
   /** SIGNING_KEY: an ES256 private JWK (JSON) or PKCS#8 PEM. Wins over dataDir. */
@@ -37,6 +38,13 @@ export interface Keyring {
   current(): SigningKey | undefined;
   /** Why current() is undefined, for logs and readiness (never the key itself). */
   problem(): string | undefined;
+  /**
+   * Stops signing (as current() undefined) when the database says the current key is rotated
+   * or retired, as another replica may have done; token issuance awaits it before signing.
+   */
+  confirmCurrent(conn?: Knex | Knex.Transaction): Promise<void>;
+  /** For readiness: current() after a reread of key states when one is due. */
+  signingUsable(): Promise<boolean>;
   /** The published public keys: neither retired nor rotated out (lifecycle.ts). */
   jwks(): Promise<{ keys: JWK[] }>;
   /**
@@ -74,6 +82,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     logger: options.logger,
     ttlMs: options.keyStateTtlMs,
     unknownKidRereadMs: options.unknownKidRereadMs,
+    onRead: (states) => noticeOwnKeyState(states),
   });
   const source = options.signingKey !== undefined ? "env" : options.dataDir ? "file" : "memory";
   let current: SigningKey | undefined;
@@ -90,16 +99,31 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     problem = `signing key unusable: ${err instanceof Error ? err.message : "invalid"}`;
     options.logger.error({ source }, problem);
   }
+  /** Stops signing with `key` (503s, readiness down) if the database says it is rotated or retired. */
+  function dropIfWithdrawn(key: SigningKey, state: KeyState | undefined): void {
+    if (!(state?.retiredAt || state?.rotatedAt) || current !== key) return;
+    problem = `signing key unusable: key ${key.kid} has been ${state.retiredAt ? "retired" : "rotated out"}; configure a new signing key`;
+    options.logger.error({ source, kid: key.kid }, problem);
+    current = undefined;
+  }
+  /** Confirms the current key is neither rotated nor retired in the database (maybe by another replica). */
+  async function confirmCurrent(conn?: Knex | Knex.Transaction): Promise<void> {
+    const key = current;
+    if (key) dropIfWithdrawn(key, await store.get(key.kid, conn));
+  }
+  /** A snapshot lacking the current key may predate its publication: only a direct read decides. */
+  async function noticeOwnKeyState(states: KeyState[]): Promise<void> {
+    const key = current;
+    const state = key && states.find((s) => s.kid === key.kid);
+    if (key && state) dropIfWithdrawn(key, state);
+    else if (key) await confirmCurrent();
+  }
+
   if (current) {
     await store.publish(db, current.kid, current.publicJwk, options.clock());
     // A key already rotated or retired would sign tokens no verifier accepts: refuse to
     // sign with it (503s and readiness down) until a new key is configured or rotated in.
-    const state = await store.get(current.kid);
-    if (state?.retiredAt || state?.rotatedAt) {
-      problem = `signing key unusable: key ${current.kid} has been ${state.retiredAt ? "retired" : "rotated out"}; configure a new signing key`;
-      options.logger.error({ source, kid: current.kid }, problem);
-      current = undefined;
-    }
+    await confirmCurrent();
   }
 
   // Rotations and retirements of this process happen one at a time.
@@ -115,6 +139,12 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     source,
     current: () => current,
     problem: () => problem,
+    confirmCurrent,
+    async signingUsable() {
+      // Rereads key states when due, so a key another replica withdrew is noticed here too.
+      await keys.published().catch(() => undefined);
+      return current !== undefined;
+    },
     async jwks() {
       return { keys: (await keys.published()).map((k) => k.jwk) };
     },

@@ -37,8 +37,8 @@ export function createKeysStore(db: Db) {
         at,
       ]);
     },
-    async get(kid: string): Promise<KeyState | undefined> {
-      const { rows } = await db.raw(`SELECT ${COLUMNS} FROM signing_keys WHERE kid = ?`, [kid]);
+    async get(kid: string, conn: Conn = db): Promise<KeyState | undefined> {
+      const { rows } = await conn.raw(`SELECT ${COLUMNS} FROM signing_keys WHERE kid = ?`, [kid]);
       const row = (rows as KeyRow[])[0];
       return row ? toState(row) : undefined;
     },

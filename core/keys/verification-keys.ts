@@ -40,6 +40,8 @@ export function createVerificationKeys(options: {
   logger: Logger;
   ttlMs?: number;
   unknownKidRereadMs?: number;
+  /** Sees every snapshot read (the keyring checks its own key's state there). */
+  onRead?: (states: KeyState[]) => Promise<void>;
 }): VerificationKeys {
   const ttl = options.ttlMs ?? KEY_STATE_TTL_MS;
   const unknownKidEvery = options.unknownKidRereadMs ?? UNKNOWN_KID_RELOAD_MS;
@@ -59,6 +61,7 @@ export function createVerificationKeys(options: {
       }
       entries = next;
       loaded = true;
+      await options.onRead?.(states);
       // A change made by this process while the read was in flight leaves the snapshot stale.
       loadedAt = startedAt === generation ? performance.now() : -Infinity;
     } catch (err) {

@@ -137,6 +137,7 @@ export async function issueToken(
       }
       const scopes = resolveTokenScopes(req.scope, partner.entitlements);
       if (!scopes.ok) fail(Reason.INVALID_SCOPE, "requested scope exceeds the client's entitlements");
+      await deps.keyring.confirmCurrent(trx);
       if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
 
       const now = deps.clock();

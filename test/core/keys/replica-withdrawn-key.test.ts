@@ -1,0 +1,152 @@
+import { expect } from "chai";
+import { decodeProtectedHeader } from "jose";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { basic, createPartner, mintPartnerToken, postToken, type TestPartner } from "../../support/partners.js";
+import { createUserFor } from "../../support/resources.js";
+import { oauthGrant, verifyReason } from "../../support/agent-oauth.js";
+import { expectOAuthError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
+import { requirePostgres } from "../../support/db.js";
+import { until } from "../../support/until.js";
+import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
+
+/**
+ * Replica B retires (or rotates out) the key replica A signs with. A never hands out a token that
+ * every verifier refuses: it checks its key's state before each signature, stops signing (503) and
+ * reports not ready, until the operator rotates on A.
+ */
+describe("signing keys: a replica whose current key another replica withdrew", function () {
+  this.timeout(120_000);
+  let a: TestStack;
+  let b: TestStack;
+  beforeEach(async () => {
+    // A rereads key states only for kids it has not seen: only its checks before signing see the change.
+    a = await startStack({ gateway: true, keyStateTtlMs: 600_000 });
+    b = await startStack({ gateway: true });
+  });
+  afterEach(async () => {
+    await a?.close();
+    await b?.close();
+  });
+
+  const kyc = (s: TestStack, userId: string, token: string) =>
+    fetch(`${s.url}/api/partner/users/${userId}/kyc`, { headers: { authorization: `Bearer ${token}` } });
+  const mint = (s: TestStack, p: TestPartner) => postToken(s.url, "grant_type=client_credentials", { authorization: basic(p.clientId, p.clientSecret) });
+  const issueAgentToken = async (s: TestStack) => {
+    const owner = await s.admin.partners.createUser({ email: `owner-${crypto.randomUUID()}@example.com` });
+    return s.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] });
+  };
+
+  it("answers 503 without Retry-After on both token endpoints, reports not ready, and signs again after a rotation on it", async () => {
+    const partner = await createPartner(a);
+    const { userId } = await createUserFor(a, partner);
+    const agent = await oauthGrant(a);
+    const kidA = a.core.keyring.current()!.kid;
+    expect((await kyc(b, userId, await mintPartnerToken(a, partner))).status).to.equal(200);
+    expect((await fetch(`${a.url}/readyz`)).status).to.equal(200);
+
+    await b.admin.grants.retireSigningKey({ kid: kidA });
+
+    const partnerAnswer = await mint(a, partner);
+    await expectOAuthError(partnerAnswer, 503, "temporarily_unavailable");
+    expect(partnerAnswer.headers.get("retry-after")).to.equal(null);
+    const refreshed = await fetch(`${a.url}/oauth2/token`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "refresh_token",
+        refresh_token: agent.token.body.refresh_token as string,
+        client_id: agent.client.client_id,
+        client_secret: agent.client.client_secret,
+      }),
+    });
+    expect(refreshed.headers.get("retry-after")).to.equal(null);
+    await expectOAuthError(refreshed, 503, "temporarily_unavailable");
+    await expectRefused(issueAgentToken(a), Reason.SIGNING_UNAVAILABLE);
+    const ready = await fetch(`${a.url}/readyz`);
+    expect(ready.status).to.equal(503);
+    expect(((await ready.json()) as { failing: string[] }).failing).to.include("signing_key");
+    expect(a.logs.text()).to.include(`key ${kidA} has been retired`);
+
+    // The operator's fix: rotate on A. Its new tokens pass on both replicas.
+    const { kid } = await a.admin.grants.rotateSigningKey({});
+    expect((await fetch(`${a.url}/readyz`)).status).to.equal(200);
+    const token = await mintPartnerToken(a, partner);
+    expect(decodeProtectedHeader(token).kid).to.equal(kid);
+    expect([(await kyc(a, userId, token)).status, (await kyc(b, userId, token)).status]).to.deep.equal([200, 200]);
+    const agentToken = (await issueAgentToken(a)).token!.accessToken;
+    expect([await verifyReason(a, agentToken), await verifyReason(b, agentToken)]).to.deep.equal(["ok", "ok"]);
+  });
+
+  it("notices on its own reread too: /readyz of a replica with the usual reread period goes not ready without any mint", async () => {
+    const c = await startStack({ gateway: true, keyStateTtlMs: 50 });
+    try {
+      expect((await fetch(`${c.url}/readyz`)).status).to.equal(200);
+      await b.admin.grants.retireSigningKey({ kid: c.core.keyring.current()!.kid });
+      await until("the replica reports not ready", async () => (await fetch(`${c.url}/readyz`)).status === 503);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it("a key rotated out elsewhere (a process sharing its key file) stops A signing, rather than minting tokens refused for their iat", async () => {
+    const partner = await createPartner(a);
+    const kidA = a.core.keyring.current()!.kid;
+    // What `keys rotate` on a process holding the same key file writes (key files need their own database here).
+    await b.core.db.raw(`UPDATE signing_keys SET rotated_at = ? WHERE kid = ?`, [new Date(), kidA]);
+    await expectOAuthError(await mint(a, partner), 503, "temporarily_unavailable");
+    expect(a.logs.text()).to.include(`key ${kidA} has been rotated out`);
+  });
+
+  it("hostile: a caller without the operator credential cannot rotate A back into signing", async () => {
+    const partner = await createPartner(a);
+    await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
+    await expectOAuthError(await mint(a, partner), 503, "temporarily_unavailable");
+    const refused = await refusalOf(a.clients.grants.rotateSigningKey({}));
+    expect(refused.reason).to.not.equal(undefined);
+    expect(a.core.keyring.current()).to.equal(undefined);
+    await expectOAuthError(await mint(a, partner), 503, "temporarily_unavailable");
+    expect((await fetch(`${a.url}/readyz`)).status).to.equal(503);
+  });
+
+  it("PostgreSQL only: many concurrent mints on A right after B retires its key: none is a 200 with a dead token", async function () {
+    requirePostgres(this, "concurrent token issuance on two replicas of one PostgreSQL database");
+    const partner = await createPartner(a);
+    const { userId } = await createUserFor(a, partner);
+    // Both mint paths are warm: A has verified and signed with its key already.
+    expect((await kyc(a, userId, await mintPartnerToken(a, partner))).status).to.equal(200);
+    await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
+
+    const [partnerAnswers, agentAnswers] = await Promise.all([
+      Promise.all(Array.from({ length: 24 }, () => mint(a, partner))),
+      Promise.all(Array.from({ length: 24 }, () => issueAgentToken(a).then(() => "ok", reasonOf))),
+    ]);
+    expect(partnerAnswers.map((r) => r.status)).to.deep.equal(new Array(24).fill(503));
+    expect(agentAnswers).to.deep.equal(new Array(24).fill(Reason.SIGNING_UNAVAILABLE));
+    expect((await fetch(`${a.url}/readyz`)).status).to.equal(503);
+  });
+
+  it("PostgreSQL only: mints racing the retirement: every 200 is from before it, and none after it is a 200", async function () {
+    requirePostgres(this, "token issuance racing a retirement on two replicas of one PostgreSQL database");
+    // Several partners, so no client meets the per-client limits of the token endpoint.
+    const partners = await Promise.all(Array.from({ length: 10 }, () => createPartner(a)));
+    const { userId } = await createUserFor(a, partners[0]);
+    const kyc0 = (s: TestStack, token: string) => kyc(s, userId, token);
+    const kidA = a.core.keyring.current()!.kid;
+    const mints = partners.flatMap((p) => [mint(a, p), mint(a, p)]);
+    await b.admin.grants.retireSigningKey({ kid: kidA });
+    const after = await Promise.all(partners.map((p) => mint(a, p)));
+    const during = await Promise.all(mints);
+    expect(after.map((r) => r.status)).to.deep.equal(new Array(10).fill(503));
+    expect(during.every((r) => r.status === 200 || r.status === 503)).to.equal(true);
+    // A 200 of the race is a token its key signed before the retirement, which withdraws it with the rest.
+    for (const r of during.filter((x) => x.status === 200)) {
+      const token = ((await r.json()) as { access_token: string }).access_token;
+      expect(decodeProtectedHeader(token).kid).to.equal(kidA);
+    }
+    const { kid } = await a.admin.grants.rotateSigningKey({});
+    const tokens = await Promise.all(partners.slice(0, 1).flatMap((p) => Array.from({ length: 10 }, () => mintPartnerToken(a, p))));
+    const statuses = await Promise.all(tokens.flatMap((t) => [kyc0(a, t), kyc0(b, t)]));
+    expect(statuses.map((r) => r.status)).to.deep.equal(new Array(20).fill(200));
+    expect(new Set(tokens.map((t) => decodeProtectedHeader(t).kid))).to.deep.equal(new Set([kid]));
+  });
+});
