@@ -75,6 +75,12 @@ export function derivedRefresh(presented: string): NewRefresh & { hash: string; 
   return { token, hash: sha256Hex(token), salt };
 }
 
+/** Refuses before a code or refresh token is spent when this process cannot sign (its key may be withdrawn). */
+export async function ensureSigning(keyring: Keyring): Promise<void> {
+  await keyring.confirmCurrent();
+  if (!keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, keyring.problem());
+}
+
 /**
  * The token response for a grant; the refresh token is the one issued with it (only its hash is stored).
  * `answeredAt` is set when an earlier grant is answered again: `expires_in` is then what its token has left.

@@ -36,6 +36,7 @@ import {
   randomRefresh,
   REFRESH_TTL_MS,
   signToken,
+  ensureSigning,
   type GrantAudience,
 } from "./issue.js";
 import { assertGrantUsable } from "./usable.js";
@@ -184,6 +185,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
   }
   // An operator-issued grant (no client) refreshes only with the operator credential.
   else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
+  await ensureSigning(deps.keyring);
   const actor = `client:${clientId || OPERATOR_CLIENT}`;
   const asked = refreshAsks(deps.audience, req);
   const hash = sha256Hex(req.refreshToken);

@@ -3,7 +3,7 @@ import { decodeProtectedHeader } from "jose";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, mintPartnerToken, postToken, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
-import { oauthGrant, verifyReason } from "../../support/agent-oauth.js";
+import { codeExchangeForm, consentCode, createJar, createUser, oauthGrant, verifyReason } from "../../support/agent-oauth.js";
 import { expectOAuthError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
 import { requirePostgres } from "../../support/db.js";
 import { until } from "../../support/until.js";
@@ -31,6 +31,8 @@ describe("signing keys: a replica whose current key another replica withdrew", f
   const kyc = (s: TestStack, userId: string, token: string) =>
     fetch(`${s.url}/api/partner/users/${userId}/kyc`, { headers: { authorization: `Bearer ${token}` } });
   const mint = (s: TestStack, p: TestPartner) => postToken(s.url, "grant_type=client_credentials", { authorization: basic(p.clientId, p.clientSecret) });
+  const oauthToken = (s: TestStack, form: Record<string, string>) =>
+    fetch(`${s.url}/oauth2/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(form) });
   const issueAgentToken = async (s: TestStack) => {
     const owner = await s.admin.partners.createUser({ email: `owner-${crypto.randomUUID()}@example.com` });
     return s.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] });
@@ -75,6 +77,30 @@ describe("signing keys: a replica whose current key another replica withdrew", f
     expect([(await kyc(a, userId, token)).status, (await kyc(b, userId, token)).status]).to.deep.equal([200, 200]);
     const agentToken = (await issueAgentToken(a)).token!.accessToken;
     expect([await verifyReason(a, agentToken), await verifyReason(b, agentToken)]).to.deep.equal(["ok", "ok"]);
+  });
+
+  it("spends no authorization code or refresh token on its 503: both work once A is rotated", async () => {
+    const user = await createUser(a);
+    const code = await consentCode(a, user, createJar(a.url));
+    const agent = await oauthGrant(a);
+    const refreshForm = {
+      grant_type: "refresh_token",
+      refresh_token: agent.token.body.refresh_token as string,
+      client_id: agent.client.client_id,
+      client_secret: agent.client.client_secret,
+    };
+    await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
+    await expectOAuthError(await oauthToken(a, codeExchangeForm(code)), 503, "temporarily_unavailable");
+    await expectOAuthError(await oauthToken(a, refreshForm), 503, "temporarily_unavailable");
+
+    const { kid } = await a.admin.grants.rotateSigningKey({});
+    for (const form of [codeExchangeForm(code), refreshForm]) {
+      const res = await oauthToken(a, form);
+      expect(res.status, await res.clone().text()).to.equal(200);
+      const token = ((await res.json()) as { access_token: string }).access_token;
+      expect(decodeProtectedHeader(token).kid).to.equal(kid);
+      expect(await verifyReason(b, token)).to.equal("ok");
+    }
   });
 
   it("notices on its own reread too: /readyz of a replica with the usual reread period goes not ready without any mint", async () => {
