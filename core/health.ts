@@ -9,7 +9,7 @@ import type { Knex } from "knex";
 /** Only what the probes use, so this platform file depends on no domain room. */
 export interface HealthDeps {
   db: Db;
-  keyring: { signingUsable(): Promise<boolean> };
+  keyring: { readyToSign(): Promise<boolean> };
   audit: {
     append(trx: Knex.Transaction, entry: { requestId: string; actor: string; action: string; outcome: "success"; at: Date }): Promise<unknown>;
   };
@@ -65,7 +65,7 @@ export function createHealthService(deps: HealthDeps, watchIntervalMs = 5_000): 
   const checks: Record<ReadinessCheck, () => Promise<boolean>> = {
     database,
     migrations,
-    signing_key: () => deps.keyring.signingUsable(),
+    signing_key: () => deps.keyring.readyToSign(),
     audit,
     settlement: async () => (deps.settlementReady ? deps.settlementReady().catch(() => false) : true),
   };

@@ -6,6 +6,7 @@ import { errorDetailOf, fail } from "../errors.js";
 import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
+import { requireSigning } from "../keys/require-signing.js";
 import { constantTimeEqual, sha256Base64url, sha256Hex } from "../../lib/crypto.js";
 import { isolated } from "../../lib/text.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
@@ -21,7 +22,7 @@ import { callFacts } from "../context.js";
 import type { ClientDirectory } from "./client-auth.js";
 import { clientInit } from "./clients.js";
 import { isRegisteredRedirectUri } from "./client-metadata.js";
-import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, firstRefresh, signToken, ensureSigning, type GrantAudience } from "./issue.js";
+import { CODE_TTL_MS, deadBudgetStatus, deadBudgetVault, insertGrant, firstRefresh, signToken, type GrantAudience } from "./issue.js";
 import type { ClientRecord, ClientsStore } from "./stores/clients.js";
 import type { AgentsStore } from "./stores/agents.js";
 import type { CodesStore } from "./stores/codes.js";
@@ -233,7 +234,7 @@ function sameRedirectUri(asked: string, presented: string, registered: readonly 
 export async function exchangeCode(deps: ExchangeCodeDeps, req: ExchangeCodeRequest, ctx: HandlerContext) {
   const { mcpResources, vaultUrnPrefix } = deps.audience;
   const client = await deps.directory.authenticate(ctx, req.clientId, req.clientSecret);
-  await ensureSigning(deps.keyring);
+  await requireSigning(deps.keyring);
   const now = deps.clock();
   const refresh = firstRefresh(client);
   if (req.code && CODE_VERIFIER.test(req.codeVerifier) && req.resources.every((r) => mcpResources.has(r))) {

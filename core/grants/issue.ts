@@ -4,6 +4,7 @@ import type { TokenResponseSchema } from "../../gen/vaultgate/grants/v1/grants_p
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { fail } from "../errors.js";
 import { KeyringError, type Keyring } from "../keys/keyring.js";
+import { requireSigning } from "../keys/require-signing.js";
 import { hmacSha256, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
 import { randomBase64url } from "../../lib/random.js";
@@ -75,12 +76,6 @@ export function derivedRefresh(presented: string): NewRefresh & { hash: string; 
   return { token, hash: sha256Hex(token), salt };
 }
 
-/** Refuses before a code or refresh token is spent when this process cannot sign (its key may be withdrawn). */
-export async function ensureSigning(keyring: Keyring): Promise<void> {
-  await keyring.confirmCurrent();
-  if (!keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, keyring.problem());
-}
-
 /**
  * The token response for a grant; the refresh token is the one issued with it (only its hash is stored).
  * `answeredAt` is set when an earlier grant is answered again: `expires_in` is then what its token has left.
@@ -92,8 +87,7 @@ export async function signToken(
   answeredAt?: Date,
 ): Promise<TokenInit> {
   // A key another replica withdrew would sign a token every verifier refuses.
-  await deps.keyring.confirmCurrent();
-  if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
+  await requireSigning(deps.keyring);
   const claims = agentTokenClaims({
     issuer: deps.audience.issuer,
     mcpUrl: deps.audience.mcpUrl,

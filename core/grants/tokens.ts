@@ -13,6 +13,7 @@ import { fail } from "../errors.js";
 import { callerTransaction } from "../deadlines.js";
 import type { Db } from "../db/knex.js";
 import type { Keyring } from "../keys/keyring.js";
+import { requireSigning } from "../keys/require-signing.js";
 import { callFacts, kOperator } from "../context.js";
 import { constantTimeEqual, sha256Hex } from "../../lib/crypto.js";
 import { uuidv7 } from "../../lib/uuidv7.js";
@@ -36,7 +37,6 @@ import {
   randomRefresh,
   REFRESH_TTL_MS,
   signToken,
-  ensureSigning,
   type GrantAudience,
 } from "./issue.js";
 import { assertGrantUsable } from "./usable.js";
@@ -185,7 +185,7 @@ export async function refreshGrant(deps: RefreshGrantDeps, req: RefreshGrantRequ
   }
   // An operator-issued grant (no client) refreshes only with the operator credential.
   else if (!ctx.values.get(kOperator)) fail(Reason.INVALID_CLIENT, "client authentication failed");
-  await ensureSigning(deps.keyring);
+  await requireSigning(deps.keyring);
   const actor = `client:${clientId || OPERATOR_CLIENT}`;
   const asked = refreshAsks(deps.audience, req);
   const hash = sha256Hex(req.refreshToken);

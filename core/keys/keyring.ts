@@ -39,12 +39,11 @@ export interface Keyring {
   /** Why current() is undefined, for logs and readiness (never the key itself). */
   problem(): string | undefined;
   /**
-   * Stops signing (as current() undefined) when the database says the current key is rotated
-   * or retired, as another replica may have done; token issuance awaits it before signing.
+   * The check before every signature and for readiness: rereads key states once they are older than
+   * keyStateTtlMs, dropping a key another replica rotated or retired; true when this process can sign.
+   * Await it before any transaction opens: a reread needs a pool connection of its own.
    */
-  confirmCurrent(conn?: Knex | Knex.Transaction): Promise<void>;
-  /** For readiness: current() after a reread of key states when one is due. */
-  signingUsable(): Promise<boolean>;
+  readyToSign(): Promise<boolean>;
   /** The published public keys: neither retired nor rotated out (lifecycle.ts). */
   jwks(): Promise<{ keys: JWK[] }>;
   /**
@@ -60,7 +59,7 @@ export interface Keyring {
   /** Withdraws a key at once: it verifies nothing and leaves the JWKS. Never the current key. */
   retire(kid: string, record?: KeyChangeRecorder): Promise<{ kid: string; publishedKids: string[] }>;
   /**
-   * Signs a compact JWS (ES256) with the current key. `header` is a constant (its
+   * Signs a compact JWS (ES256) with the current key, after readyToSign(). `header` is a constant (its
    * encoding is kept per kid); `alg` and `kid` are set here. Synchronous: signing on
    * libuv's thread pool was measured slower three times.
    */
@@ -106,24 +105,24 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     options.logger.error({ source, kid: key.kid }, problem);
     current = undefined;
   }
-  /** Confirms the current key is neither rotated nor retired in the database (maybe by another replica). */
-  async function confirmCurrent(conn?: Knex | Knex.Transaction): Promise<void> {
+  /** Reads the current key's state from the database (another replica may have withdrawn it). */
+  async function readOwnState(): Promise<void> {
     const key = current;
-    if (key) dropIfWithdrawn(key, await store.get(key.kid, conn));
+    if (key) dropIfWithdrawn(key, await store.get(key.kid));
   }
   /** A snapshot lacking the current key may predate its publication: only a direct read decides. */
   async function noticeOwnKeyState(states: KeyState[]): Promise<void> {
     const key = current;
     const state = key && states.find((s) => s.kid === key.kid);
     if (key && state) dropIfWithdrawn(key, state);
-    else if (key) await confirmCurrent();
+    else if (key) await readOwnState();
   }
 
   if (current) {
     await store.publish(db, current.kid, current.publicJwk, options.clock());
     // A key already rotated or retired would sign tokens no verifier accepts: refuse to
     // sign with it (503s and readiness down) until a new key is configured or rotated in.
-    await confirmCurrent();
+    await readOwnState();
   }
 
   // Rotations and retirements of this process happen one at a time.
@@ -139,9 +138,8 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     source,
     current: () => current,
     problem: () => problem,
-    confirmCurrent,
-    async signingUsable() {
-      // Rereads key states when due, so a key another replica withdrew is noticed here too.
+    async readyToSign() {
+      // No read per token: the cached states, reread when due, tell (onRead above).
       await keys.published().catch(() => undefined);
       return current !== undefined;
     },

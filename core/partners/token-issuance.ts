@@ -120,6 +120,9 @@ export async function issueToken(
 
   let provenHash = verifiedHash;
   try {
+    // Not inside the transaction: a reread of key states then waits for a connection that
+    // locked transactions hold, and a pool full of them waits forever (until acquire times out).
+    await deps.keyring.readyToSign();
     const issued = await callerTransaction(db, ctx.signal, "before the token was issued", async (trx) => {
       // The row stays locked through decision and signing so rotation and suspension are
       // ordered against this issuance; the costly derivation ran before the lock, so confirm
@@ -137,7 +140,6 @@ export async function issueToken(
       }
       const scopes = resolveTokenScopes(req.scope, partner.entitlements);
       if (!scopes.ok) fail(Reason.INVALID_SCOPE, "requested scope exceeds the client's entitlements");
-      await deps.keyring.confirmCurrent(trx);
       if (!deps.keyring.current()) fail(Reason.SIGNING_UNAVAILABLE, "signing is unavailable", {}, deps.keyring.problem());
 
       const now = deps.clock();
