@@ -85,10 +85,10 @@ export async function getSession(deps: Pick<SessionRpcDeps, "sessions">, req: Ge
 }
 
 /** GrantsService.EndSession: signs out, answering a handoff that ends the user's session on the other web hosts. */
-export async function endSession(deps: SessionRpcDeps & { handoffs: { mint(userId: string): string } }, req: EndSessionRequest) {
+export async function endSession(deps: SessionRpcDeps & { handoffs: { mint(userId: string): Promise<string> } }, req: EndSessionRequest) {
   // The holder of a live session, or of one just signed out whose sign-out was repeated: a handoff can
   // only end that same user's sessions, so a token that once was theirs risks a sign-out, never access.
   const s = await deps.sessions.verify(req.sessionToken, SIGNED_OUT_HANDOFF_SECONDS);
   await deps.store.endSession(deps.db, sha256Hex(req.sessionToken), deps.clock(), "signed_out");
-  return { signoutHandoff: deps.handoffs.mint(s.userId) };
+  return { signoutHandoff: await deps.handoffs.mint(s.userId) };
 }

@@ -16,7 +16,7 @@ const HANDOFF_AUDIENCE = "urn:vaultgate:signout-handoff";
 const MAX_LENGTH = 2048;
 
 export interface SignOutHandoffDeps {
-  keyring: Pick<Keyring, "current" | "signJwt" | "verificationKey" | "hasVerificationKeys">;
+  keyring: Pick<Keyring, "readyToSign" | "signJwt" | "verificationKey" | "hasVerificationKeys">;
   /** `iss` of every token core signs. */
   issuer: string;
   clock: () => Date;
@@ -35,8 +35,9 @@ export function createSignOutHandoffs(deps: SignOutHandoffDeps) {
   };
   return {
     /** A handoff for `userId`, or "" when core cannot sign now (sign-out itself must not fail for it). */
-    mint(userId: string): string {
-      if (!deps.keyring.current()) return "";
+    async mint(userId: string): Promise<string> {
+      // A key another replica withdrew would sign a handoff no host accepts.
+      if (!(await deps.keyring.readyToSign())) return "";
       const iat = Math.floor(deps.clock().getTime() / 1000);
       const claims = { iss: deps.issuer, aud: HANDOFF_AUDIENCE, sub: userId, jti: randomUUID(), iat, exp: iat + SIGNOUT_HANDOFF_SECONDS };
       try {
