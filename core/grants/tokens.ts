@@ -126,6 +126,8 @@ export async function supersedeGrant(deps: SigningDeps & AgentGrantDeps & { vaul
   if (!isSubset(scopes, current.scopes)) fail(Reason.INVALID_SCOPE, "scope may not exceed the current grant's");
   // A lineage issued without a refresh token (its client did not register one) stays without.
   const refresh = current.refreshHash === null ? NO_REFRESH : randomRefresh();
+  // Before the old grant is superseded: a 503 then leaves the agent the grant it holds.
+  await requireSigning(deps.keyring);
   const next = await callerTransaction(deps.db, ctx.signal, "before the grant was superseded", async (trx) => {
     // A closed or declined budget's vault gets no new grant; its budget row is locked first, as a refresh does.
     const dead = await deadBudgetVault(deps.vaults, trx, current.vaultId);
@@ -322,6 +324,8 @@ export async function issueGrant(deps: IssueGrantDeps, req: IssueGrantRequest, c
   if (req.clientId && !client) fail(Reason.NOT_FOUND, "no such client");
   const now = deps.clock();
   const refresh = firstRefresh(client);
+  // Before the grant exists: a 503 leaves no grant without a token.
+  await requireSigning(deps.keyring);
   const g = await callerTransaction(deps.db, ctx.signal, "before the grant was issued", async (trx) => {
     const vaultId = req.vaultId.toLowerCase();
     const dead = await deadBudgetVault(deps.vaults, trx, vaultId);

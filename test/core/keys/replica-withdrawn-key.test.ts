@@ -3,7 +3,7 @@ import { decodeProtectedHeader } from "jose";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { basic, createPartner, mintPartnerToken, postToken, type TestPartner } from "../../support/partners.js";
 import { createUserFor } from "../../support/resources.js";
-import { codeExchangeForm, consentCode, createJar, createUser, oauthGrant, verifyReason } from "../../support/agent-oauth.js";
+import { codeExchangeForm, consentCode, createJar, createUser, oauthGrant, signIn, verifyReason } from "../../support/agent-oauth.js";
 import { expectOAuthError, expectRefused, reasonOf, refusalOf } from "../../support/refusals.js";
 import { requirePostgres } from "../../support/db.js";
 import { until } from "../../support/until.js";
@@ -101,6 +101,23 @@ describe("signing keys: a replica whose current key another replica withdrew", f
       expect(decodeProtectedHeader(token).kid).to.equal(kid);
       expect(await verifyReason(b, token)).to.equal("ok");
     }
+  });
+
+  it("leaves nothing half-done on its 503: an operator's grant is not created, an agent's grant is not superseded", async () => {
+    const owner = await createUser(a);
+    const jar = createJar(a.url);
+    await signIn(a, jar, owner.email);
+    const sessionToken = jar.cookies.get("vg_session")!;
+    // Signed by B's key, which A verifies: only A's signing is broken.
+    const held = (await b.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!;
+    await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
+
+    // First: A's reread for this very verification finds its key withdrawn (later calls refuse as AUTH_UNAVAILABLE).
+    await expectRefused(a.clients.grants.supersedeGrant({ accessToken: held.accessToken, scope: "" }), Reason.SIGNING_UNAVAILABLE);
+    await expectRefused(a.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] }), Reason.SIGNING_UNAVAILABLE);
+    expect(await verifyReason(b, held.accessToken)).to.equal("ok");
+    const { agents } = await a.clients.grants.listAgents({ sessionToken });
+    expect(agents.map((x) => [x.activeGrants, x.grants.map((g) => g.grantId)])).to.deep.equal([[1, [held.jti]]]);
   });
 
   it("notices on its own reread too: /readyz of a replica with the usual reread period goes not ready without any mint", async () => {
