@@ -88,7 +88,7 @@ function timeRefusal(claims: CachedTimes, now: Date): TokenRefusal | undefined {
 }
 
 export interface CachedTokenRules<T> extends AccessTokenRules {
-  keyring: Pick<Keyring, "verificationKey" | "hasVerificationKeys" | "problem">;
+  keyring: Pick<Keyring, "verificationKey" | "hasVerificationKeys" | "configurationProblem">;
   /** The room's claims of a token that passed, read once; undefined refuses the token as invalid. */
   read: (claims: CheckedClaims) => T | undefined;
   /** How many verified tokens are kept (default 10 000). */
@@ -99,14 +99,14 @@ export type CachedTokenCheck<T> = { ok: true; value: T } | { ok: false; refusal:
 
 /**
  * checkAccessToken behind a bounded cache, so a repeat skips the signature check: a cached token
- * meets the same time rules and key question again (unusable keys refuse all as `no_keys`); a
+ * meets the same time rules and key question again (a broken key configuration refuses all as `no_keys`); a
  * refused one leaves the cache, and a full cache drops its oldest.
  */
 export function cachedAccessTokenCheck<T>(rules: CachedTokenRules<T>): (token: string, now: Date) => Promise<CachedTokenCheck<T>> {
   const cacheSize = rules.cacheSize ?? 10_000;
   const cache = new Map<string, { value: T; kid: string; times: CachedTimes }>();
   return async (token, now) => {
-    if (rules.keyring.problem()) return { ok: false, refusal: "no_keys" };
+    if (rules.keyring.configurationProblem()) return { ok: false, refusal: "no_keys" };
     const cached = cache.get(token);
     if (cached) {
       const refusal = timeRefusal(cached.times, now) ?? ((await rules.keyring.verificationKey(cached.kid, cached.times.iat)) ? undefined : "invalid");

@@ -38,6 +38,8 @@ export interface Keyring {
   current(): SigningKey | undefined;
   /** Why current() is undefined, for logs and readiness (never the key itself). */
   problem(): string | undefined;
+  /** problem() when the configured key is missing or malformed; not when another replica withdrew it (then only signing stops). */
+  configurationProblem(): string | undefined;
   /**
    * The check before every signature and for readiness: rereads key states once they are older than
    * keyStateTtlMs, dropping a key another replica rotated or retired; true when this process can sign.
@@ -87,6 +89,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
   let current: SigningKey | undefined;
   const headerSegments = new WeakMap<Readonly<Record<string, unknown>>, { kid: string; segment: string }>();
   let problem: string | undefined;
+  let withdrawn = false;
 
   try {
     if (source === "env") current = await keyFromConfig(options.signingKey!);
@@ -104,6 +107,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     problem = `signing key unusable: key ${key.kid} has been ${state.retiredAt ? "retired" : "rotated out"}; configure a new signing key`;
     options.logger.error({ source, kid: key.kid }, problem);
     current = undefined;
+    withdrawn = true;
   }
   /** Reads the current key's state from the database (another replica may have withdrawn it). */
   async function readOwnState(): Promise<void> {
@@ -138,6 +142,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     source,
     current: () => current,
     problem: () => problem,
+    configurationProblem: () => (withdrawn ? undefined : problem),
     async readyToSign() {
       // No read per token: the cached states, reread when due, tell (onRead above).
       await keys.published().catch(() => undefined);
@@ -172,6 +177,7 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
         }
         current = next;
         problem = undefined;
+        withdrawn = false;
         // Marked only once nothing signs with it: a token it signed while the new key was
         // being published is then never later than its rotation (its iat would be refused).
         try {

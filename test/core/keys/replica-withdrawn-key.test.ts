@@ -68,6 +68,8 @@ describe("signing keys: a replica whose current key another replica withdrew", f
     expect(ready.status).to.equal(503);
     expect(((await ready.json()) as { failing: string[] }).failing).to.include("signing_key");
     expect(a.logs.text()).to.include(`key ${kidA} has been retired`);
+    // A partner with a token from B is still served by A: only A's signing stopped.
+    expect((await kyc(a, userId, await mintPartnerToken(b, partner))).status).to.equal(200);
 
     // The operator's fix: rotate on A. Its new tokens pass on both replicas.
     const { kid } = await a.admin.grants.rotateSigningKey({});
@@ -112,10 +114,11 @@ describe("signing keys: a replica whose current key another replica withdrew", f
     const held = (await b.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!;
     await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
 
-    // First: A's reread for this very verification finds its key withdrawn (later calls refuse as AUTH_UNAVAILABLE).
     await expectRefused(a.clients.grants.supersedeGrant({ accessToken: held.accessToken, scope: "" }), Reason.SIGNING_UNAVAILABLE);
     await expectRefused(a.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] }), Reason.SIGNING_UNAVAILABLE);
     expect(await verifyReason(b, held.accessToken)).to.equal("ok");
+    // Only A's signing stopped: it still verifies the honest agent's token, as B does.
+    expect(await verifyReason(a, held.accessToken)).to.equal("ok");
     const { agents } = await a.clients.grants.listAgents({ sessionToken });
     expect(agents.map((x) => [x.activeGrants, x.grants.map((g) => g.grantId)])).to.deep.equal([[1, [held.jti]]]);
   });
