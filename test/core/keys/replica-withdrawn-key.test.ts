@@ -175,6 +175,26 @@ describe("signing keys: a replica whose current key another replica withdrew", f
     expect((await fetch(`${a.url}/readyz`)).status).to.equal(503);
   });
 
+  it("PostgreSQL only: concurrent supersedes and operator grants on A after B retires its key leave the held grant alone", async function () {
+    requirePostgres(this, "concurrent grant changes on two replicas of one PostgreSQL database");
+    const owner = await createUser(a);
+    const jar = createJar(a.url);
+    await signIn(a, jar, owner.email);
+    const held = (await b.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] })).token!;
+    await b.admin.grants.retireSigningKey({ kid: a.core.keyring.current()!.kid });
+    expect((await fetch(`${a.url}/readyz`)).status).to.equal(503);
+    const answers = await Promise.all([
+      ...Array.from({ length: 12 }, () => a.clients.grants.supersedeGrant({ accessToken: held.accessToken, scope: "" }).then(() => "ok", reasonOf)),
+      ...Array.from({ length: 12 }, () =>
+        a.admin.grants.issueGrant({ userId: owner.userId, vaultId: owner.vaultId, scopes: ["accounts:read"] }).then(() => "ok", reasonOf),
+      ),
+    ]);
+    expect(answers).to.deep.equal(new Array(24).fill(Reason.SIGNING_UNAVAILABLE));
+    expect([await verifyReason(a, held.accessToken), await verifyReason(b, held.accessToken)]).to.deep.equal(["ok", "ok"]);
+    const { agents } = await a.clients.grants.listAgents({ sessionToken: jar.cookies.get("vg_session")! });
+    expect(agents.map((x) => [x.activeGrants, x.grants.map((g) => g.grantId)])).to.deep.equal([[1, [held.jti]]]);
+  });
+
   it("PostgreSQL only: mints racing the retirement: every 200 is from before it, and none after it is a 200", async function () {
     requirePostgres(this, "token issuance racing a retirement on two replicas of one PostgreSQL database");
     // Several partners, so no client meets the per-client limits of the token endpoint.
