@@ -205,7 +205,8 @@ function parseError(err: unknown, known: string[], args: string[]): string {
     return `unknown option ${flag.split("=")[0]}${s ? `; did you mean --${s}?` : ""}`;
   }
   if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") {
-    const flag = /'(-[^' ]+)/.exec(message)?.[1] ?? "";
+    // Node names an option with a short form as '-h, --help': the long form is what was typed.
+    const flag = /'(?:-\w, )?(-[^' ]+)/.exec(message)?.[1] ?? "";
     const name = flag.replace(/^-+/, "");
     const spec = GLOBAL_OPTIONS[name];
     if (/does not take an argument/.test(message) || spec?.type === "boolean") return `${flag} takes no value`;

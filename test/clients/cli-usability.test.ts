@@ -66,6 +66,7 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["partner", "create", "--name"], /^vaultgate: --name needs a value\nsee 'vaultgate partner create --help'\n$/],
       [["partner", "create"], /--name NAME is required/],
       [["partner", "list", "--all=yes"], /--all takes no value/],
+      [["partner", "list", "--help=yes"], /^vaultgate: --help takes no value\n/],
       [["keys", "retire"], /KID is required/],
       [["keys", "rotate", "extra"], /unexpected argument "extra"/],
       [["user", "set-status", "u1"], /active\|inactive is required/],
