@@ -7,6 +7,8 @@ export type Format = "text" | "json" | "env";
 export function outputFormat(options: Record<string, string | boolean | undefined>): Format {
   const f = options.format;
   if (f !== undefined && f !== "text" && f !== "json" && f !== "env") throw new UsageError(`--format must be text, json or env`);
+  // Two outputs asked for: refused before anything runs, as a shown-once secret printed in the wrong one is lost.
+  if (options.json && f !== undefined && f !== "json") throw new UsageError(`--json and --format ${f} ask for different outputs: give one of them`);
   if (options.json) return "json";
   if (f) return f;
   return process.stdout.isTTY ? "text" : "json";

@@ -160,6 +160,11 @@ describe("vaultgate CLI usability (real processes)", function () {
     const list = await runCli(["partner", "list", "--all"], proc.env);
     expect((list.json!.partners as { client_id: string }[]).map((p) => p.client_id)).to.include(clientId);
     expect((await runCli(["partner", "create", "--name", "X", "--format", "yaml"], proc.env)).stderr).to.include("--format must be text, json or env");
+    const both = await runCli(["partner", "create", "--name", "Two Formats", "--json", "--format", "env"], proc.env);
+    expect([both.code, both.stdout]).to.deep.equal([2, ""]);
+    expect(both.stderr).to.match(/^vaultgate: --json and --format env ask for different outputs: give one of them\n/);
+    const after = await runCli(["partner", "list", "--all"], proc.env);
+    expect((after.json!.partners as { name: string }[]).map((p) => p.name)).to.not.include("Two Formats");
   });
 
   it("partner list, user list and user get print JSON when piped, paging with --limit/--cursor or --all", async () => {
