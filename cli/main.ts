@@ -5,7 +5,7 @@ import { commandHelp, fullName, overview, subcommandHelp, suggest } from "./comm
 import { FailingAnswer, UsageError, type CommandContext } from "./commands/types.js";
 import type { Config } from "./config.js";
 import type { Role } from "./serve.js";
-import { outputFormat, print } from "./output.js";
+import { outputFormat, print, watchOutput } from "./output.js";
 import { databaseAddress } from "./migrate.js";
 
 // Only node built-ins and the command table load up front: each command imports what it
@@ -13,6 +13,22 @@ import { databaseAddress } from "./migrate.js";
 // stay fast.
 
 export async function main(argv: string[]): Promise<number> {
+  // serve logs through a stream of its own; every other command's output is checked once written.
+  if (argv[0] === "serve") return run(argv);
+  const outputFailure = watchOutput();
+  const code = await run(argv);
+  const err = await outputFailure();
+  // A reader that went away (`| head -1`) has what it wanted.
+  if (!err || err.code === "EPIPE") return code;
+  const reason = err.code ? `${err.code}: ${err.message.replace(/^\w+: |, write$/g, "")}` : err.message;
+  process.stderr.write(`vaultgate: could not write the output to stdout (${reason})${commandRan && code === 0 ? "; the command itself ran" : ""}\n`);
+  return code === 0 ? 1 : code;
+}
+
+/** Set once a command has done its work: an output then lost is not a change undone. */
+let commandRan = false;
+
+async function run(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === "--version" || first === "-v" || first === "version") {
     process.stdout.write(`${version()}\n`);
@@ -68,7 +84,9 @@ export async function main(argv: string[]): Promise<number> {
     const config = await loadSettings();
     if (cmd.name === "serve") return await runServe(config, parsed.options);
     if (cmd.name === "migrate") {
-      print(await runMigrate(config), format);
+      const applied = await runMigrate(config);
+      commandRan = true;
+      print(applied, format);
       return 0;
     }
     let admin: Awaited<ReturnType<CommandContext["admin"]>> | undefined;
@@ -86,6 +104,7 @@ export async function main(argv: string[]): Promise<number> {
       if (admin) throw await (await import("./core-client.js")).describeRpcError(err, admin);
       throw err;
     }
+    commandRan = true;
     if (result instanceof FailingAnswer) {
       print(result.value, format);
       process.stderr.write(`vaultgate: ${result.complaint}\n`);

@@ -14,6 +14,32 @@ export function outputFormat(options: Record<string, string | boolean | undefine
   return process.stdout.isTTY ? "text" : "json";
 }
 
+let outputFailure: NodeJS.ErrnoException | undefined;
+let watching = false;
+
+/**
+ * Records the first error writing stdout (a closed pipe, a full disk) instead of crashing on it;
+ * the function returned waits for what is still being written and gives that error, if any.
+ */
+export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> {
+  outputFailure = undefined;
+  if (!watching) {
+    watching = true;
+    process.stdout.on("error", (err) => {
+      outputFailure ??= err;
+    });
+    // A closed stderr leaves nowhere to say anything.
+    process.stderr.on("error", () => {});
+  }
+  return async () => {
+    const { stdout } = process;
+    if (stdout.writableLength > 0 && !stdout.destroyed) await new Promise<void>((resolve) => stdout.write("", () => resolve()));
+    // An error is emitted on the next tick, after the write that met it.
+    await new Promise((resolve) => setImmediate(resolve));
+    return outputFailure;
+  };
+}
+
 export function print(value: unknown, format: Format) {
   if (format === "json") {
     process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
