@@ -184,6 +184,7 @@ function parse(sub: SubcommandSpec, args: string[]) {
     throw new UsageError(parseError(err, Object.keys(specs), args));
   }
   if (parsed.values.help) return "help" as const;
+  if (sub.noJson && parsed.values.json) throw new UsageError(sub.noJson);
   const expected = sub.args ?? [];
   if (parsed.positionals.length > expected.length) throw new UsageError(`unexpected argument ${JSON.stringify(parsed.positionals[expected.length])}`);
   const missing = expected.slice(parsed.positionals.length);

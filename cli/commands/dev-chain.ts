@@ -16,7 +16,6 @@ export async function devChainCommand(ctx: CommandContext) {
   // Its output is settings lines, never JSON: refuse a format it would not honour.
   const format = ctx.options.format;
   if (format !== undefined && format !== "text" && format !== "env") throw new UsageError("--format must be text or env");
-  if (ctx.options.json === true) throw new UsageError("dev chain prints KEY=value lines, not JSON (--format env prints only those)");
   const port = intOption(ctx, "port", false, 1, 65535) ?? 8545;
   const quiet = ctx.options.format === "env";
   const say = (line: string) => process.stderr.write(`${line}\n`);

@@ -56,6 +56,7 @@ export function commandHelp(cmd: CommandSpec): string {
 
 export function subcommandHelp(cmd: CommandSpec, sub: SubcommandSpec): string {
   const options = { ...(sub.options ?? {}), ...GLOBAL_OPTIONS };
+  if (sub.noJson) delete options.json;
   const flags = Object.entries(options).map(
     ([name, o]) =>
       [

@@ -191,6 +191,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "chain",
         summary: "run a local EVM node with USDC deployed and the eth and base hot wallets funded; print the settings",
+        noJson: "dev chain prints KEY=value lines, not JSON (--format env prints only those)",
         options: {
           port: { type: "string", value: "P", description: "the node's port (default 8545)" },
           format: { type: "string", value: "text|env", description: "env prints only the KEY=value lines" },

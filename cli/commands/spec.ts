@@ -23,6 +23,8 @@ export interface SubcommandSpec {
   examples: string[];
   /** Extra lines for --help. */
   notes?: string[];
+  /** Why it prints no JSON: its help then offers no --json, and --json is refused with this. */
+  noJson?: string;
   /** Talks to the running core (needs the operator credential). */
   admin?: boolean;
 }

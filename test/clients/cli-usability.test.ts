@@ -125,6 +125,15 @@ describe("vaultgate CLI usability (real processes)", function () {
     for (const c of COMMANDS) expect(overview.stdout).to.include(`  ${c.name}`);
     const perCommand = await runCli(["help", "user", "get"], {});
     expect(perCommand.stdout).to.include("usage: vaultgate user get --email EMAIL").and.include("examples:\n  vaultgate user get --email");
+    // Help offers --json only where the command prints JSON.
+    const chain = await runCli(["dev", "chain", "--help"], {});
+    expect(chain.code).to.equal(0);
+    expect(chain.stdout).to.include("--format text|env").and.not.include("--json");
+    const chainJson = await runCli(["dev", "chain", "--json"], {});
+    expect([chainJson.code, chainJson.stderr.split("\n")[0]]).to.deep.equal([
+      2,
+      "vaultgate: dev chain prints KEY=value lines, not JSON (--format env prints only those)",
+    ]);
     const flag = await runCli(["partner", "create", "-h"], {});
     expect(flag.code).to.equal(0);
     expect(flag.stdout).to.include("--entitlements a,b").and.include("--format text|json|env").and.include("examples:");
