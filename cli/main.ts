@@ -140,7 +140,13 @@ function help(words: string[]): number {
     );
     return 2;
   }
-  if (!subName || !cmd.subcommands[0]!.name) {
+  // A word past the command (and its subcommand, where it has them) is a typo, not help for something else.
+  const extra = words[cmd.subcommands[0]!.name ? 2 : 1];
+  if (extra !== undefined) {
+    process.stderr.write(`vaultgate: unexpected argument ${JSON.stringify(extra)}\nsee 'vaultgate help ${cmd.name}'\n`);
+    return 2;
+  }
+  if (!subName) {
     process.stdout.write(`${commandHelp(cmd)}\n`);
     return 0;
   }

@@ -69,6 +69,8 @@ describe("vaultgate CLI usability (real processes)", function () {
       [["partner", "list", "--help=yes"], /^vaultgate: --help takes no value\n/],
       [["keys", "retire"], /KID is required/],
       [["keys", "rotate", "extra"], /unexpected argument "extra"/],
+      [["help", "serve", "x"], /^vaultgate: unexpected argument "x"\nsee 'vaultgate help serve'\n$/],
+      [["help", "partner", "create", "extra"], /^vaultgate: unexpected argument "extra"\nsee 'vaultgate help partner'\n$/],
       [["user", "set-status", "u1"], /active\|inactive is required/],
       [["partner", "create", "--name", "A", "--name=B"], /^vaultgate: --name is given more than once\nsee 'vaultgate partner create --help'\n$/],
       [["vault", "fund", "v1", "--amount-cents", "5", "--amount-cents", "500"], /--amount-cents is given more than once/],
