@@ -124,7 +124,7 @@ export async function addWallet(deps: AddWalletDeps, req: AddWalletRequest, ctx:
   if (!(CHAINS as readonly string[]).includes(req.chain)) fail(Reason.INVALID_REQUEST, `chain must be one of ${CHAINS.join(", ")}`);
   const evm = /^0x[0-9a-fA-F]{40}$/;
   const solana = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
-  if (!(req.chain === "sol" ? solana : evm).test(req.address)) fail(Reason.INVALID_REQUEST, `address is not a ${req.chain} public address`);
+  if (!(req.chain === "sol" ? solana : evm).test(req.address)) fail(Reason.INVALID_REQUEST, `address is not a valid ${req.chain} address`);
   const wallets = await adminChange(deps, ctx, "creates", "user.add_wallet", req.userId, async (trx) => {
     await lockUser(deps, trx, req.userId);
     await deps.resources.addWallet(trx, req.userId, req.chain, req.address, deps.clock());

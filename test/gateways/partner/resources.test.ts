@@ -281,6 +281,12 @@ describe("partner resources over HTTP", () => {
       const partner = await createPartner(stack);
       const { userId } = await createUserFor(stack, partner);
       await stack.admin.partnerResources.addWallet({ userId, chain: "eth", address: "0x52908400098527886E0F7030069857D2E4169EE7" });
+      for (const chain of ["eth", "sol"])
+        await expectRefused(
+          stack.admin.partnerResources.addWallet({ userId, chain, address: "not-an-address" }),
+          Reason.INVALID_REQUEST,
+          new RegExp(`^address is not a valid ${chain} address$`),
+        );
       const token = await mintPartnerToken(stack, partner);
       const ok = await call("GET", `/users/${userId}/wallets`, { token });
       expect(ok.body).to.deep.equal({ user_id: userId, wallets: [{ chain: "eth", address: "0x52908400098527886E0F7030069857D2E4169EE7" }] });
