@@ -46,6 +46,11 @@ export interface Keyring {
    * Await it before any transaction opens: a reread needs a pool connection of its own.
    */
   readyToSign(): Promise<boolean>;
+  /**
+   * readyToSign() without the answer, for an issuer that decides with current() under its own row
+   * lock: rereads key states when due (dropping a withdrawn key). Await it before any transaction.
+   */
+  refreshIfStale(): Promise<void>;
   /** The published public keys: neither retired nor rotated out (lifecycle.ts). */
   jwks(): Promise<{ keys: JWK[] }>;
   /**
@@ -137,6 +142,11 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     return run;
   }
   const publishedKids = async () => (await keys.published()).map((k) => k.kid);
+  async function refreshIfStale(): Promise<void> {
+    // No read per token: the cached states, reread when due, tell (onRead above). A failed
+    // reread keeps the previous states; the first one failing leaves signing as configured.
+    await keys.refreshIfStale().catch(() => undefined);
+  }
 
   return {
     source,
@@ -144,10 +154,10 @@ export async function createKeyring(options: KeyringOptions): Promise<Keyring> {
     problem: () => problem,
     configurationProblem: () => (withdrawn ? undefined : problem),
     async readyToSign() {
-      // No read per token: the cached states, reread when due, tell (onRead above).
-      await keys.published().catch(() => undefined);
+      await refreshIfStale();
       return current !== undefined;
     },
+    refreshIfStale,
     async jwks() {
       return { keys: (await keys.published()).map((k) => k.jwk) };
     },

@@ -24,6 +24,8 @@ export interface VerificationKeys {
   keyFor(kid: string, iat: number): Promise<KeyObject | undefined>;
   /** The public keys that belong in the JWKS now, newest first. */
   published(): Promise<KeyState[]>;
+  /** Rereads the states when the snapshot is older than the TTL (callers share one read). */
+  refreshIfStale(): Promise<void>;
   /** True when the last snapshot held at least one live key. */
   anyLive(): boolean;
   /** Forget the snapshot: this process just changed key states, the next call rereads. */
@@ -129,6 +131,7 @@ export function createVerificationKeys(options: {
       const now = options.clock();
       return [...entries.values()].filter((e) => keyPublished(e.state, now)).map((e) => e.state);
     },
+    refreshIfStale: fresh,
     anyLive() {
       const now = options.clock();
       for (const e of entries.values()) if (e.key && keyPublished(e.state, now)) return true;

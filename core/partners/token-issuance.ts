@@ -46,7 +46,8 @@ export interface IssuanceAuditDeps {
 
 export interface IssueTokenDeps extends IssuanceAuditDeps {
   store: Pick<PartnersStore, "findByClientId" | "lockByClientId" | "update">;
-  keyring: Keyring;
+  /** refreshIfStale() before the transaction, current() under the row lock: the client's own errors come first. */
+  keyring: Pick<Keyring, "refreshIfStale" | "current" | "problem" | "signJwt">;
   issuer: string;
   audience: string;
   guards: IssuanceGuards;
@@ -122,7 +123,7 @@ export async function issueToken(
   try {
     // Not inside the transaction: a reread of key states then waits for a connection that
     // locked transactions hold, and a pool full of them waits forever (until acquire times out).
-    await deps.keyring.readyToSign();
+    await deps.keyring.refreshIfStale();
     const issued = await callerTransaction(db, ctx.signal, "before the token was issued", async (trx) => {
       // The row stays locked through decision and signing so rotation and suspension are
       // ordered against this issuance; the costly derivation ran before the lock, so confirm
