@@ -9,6 +9,8 @@ export interface ReceivedMail {
   /** The text body, transfer encoding undone. */
   text: string;
   raw: string;
+  /** True when the message came over TLS (STARTTLS). */
+  secure: boolean;
 }
 
 /** What the server answers to a message: accept, or refuse with an SMTP reply code. */
@@ -20,35 +22,45 @@ function decodeQuotedPrintable(s: string): string {
   return Buffer.from(bytes, "latin1").toString("utf8");
 }
 
-function parse(raw: string, from: string, to: string[]): ReceivedMail {
+function parse(raw: string, from: string, to: string[], secure: boolean): ReceivedMail {
   const split = raw.indexOf("\r\n\r\n");
   const head = raw.slice(0, split).replace(/\r\n[ \t]+/g, " ");
   const body = raw.slice(split + 4);
   const header = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, "im").exec(head)?.[1]?.trim() ?? "";
   const encoding = header("Content-Transfer-Encoding").toLowerCase();
   const text = encoding === "quoted-printable" ? decodeQuotedPrintable(body) : encoding === "base64" ? Buffer.from(body, "base64").toString("utf8") : body;
-  return { from, to, subject: header("Subject"), messageId: header("Message-ID"), text: text.replace(/\r\n$/, ""), raw };
+  return { from, to, subject: header("Subject"), messageId: header("Message-ID"), text: text.replace(/\r\n$/, ""), raw, secure };
 }
 
 /**
- * A real SMTP server (the `smtp-server` package) on 127.0.0.1 that records what it accepts. `answer()`
- * decides each message at DATA (refuse with 4xx or 5xx, or hold the reply); `refuseRecipient()` one address
- * at RCPT TO. With `auth`, it requires that user and password (AUTH PLAIN/LOGIN without TLS, loopback only).
+ * A real SMTP server (`smtp-server`) on 127.0.0.1 recording what it accepts. `answer()` decides at DATA (4xx,
+ * 5xx, or a held reply), `refuseRecipient()` at RCPT TO; `auth` requires that user and password; `starttls`
+ * (a certificate for 127.0.0.1) offers STARTTLS, and without it `url` allows plaintext.
  */
-export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Promise<SmtpAnswer>; auth?: { user: string; pass: string }; port?: number } = {}) {
+export async function startSmtpServer(
+  options: {
+    answer?: () => SmtpAnswer | Promise<SmtpAnswer>;
+    auth?: { user: string; pass: string };
+    port?: number;
+    starttls?: { key: string; cert: string };
+  } = {},
+) {
   const received: ReceivedMail[] = [];
   const refused: { code: number }[] = [];
   let answer: () => SmtpAnswer | Promise<SmtpAnswer> = options.answer ?? (() => ({ accept: true }) as SmtpAnswer);
   let waiters: (() => void)[] = [];
   // Recipients the server refuses at RCPT TO, with the reply code.
   const refusedRecipients = new Map<string, number>();
+  const auths: { secure: boolean }[] = [];
   const server = new SMTPServer({
     secure: false,
-    disabledCommands: options.auth ? ["STARTTLS"] : ["STARTTLS", "AUTH"],
+    ...(options.starttls ?? {}),
+    disabledCommands: [...(options.starttls ? [] : ["STARTTLS"]), ...(options.auth ? [] : ["AUTH"])],
     allowInsecureAuth: true,
     authOptional: !options.auth,
     logger: false,
-    onAuth(auth, _session, cb) {
+    onAuth(auth, session, cb) {
+      auths.push({ secure: session.secure });
       if (options.auth && auth.username === options.auth.user && auth.password === options.auth.pass) return cb(null, { user: auth.username });
       const err = Object.assign(new Error("authentication failed"), { responseCode: 535 });
       return cb(err);
@@ -75,6 +87,7 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Pro
             Buffer.concat(chunks).toString("utf8"),
             from,
             session.envelope.rcptTo.map((r) => r.address),
+            session.secure,
           ),
         );
         cb();
@@ -91,11 +104,11 @@ export async function startSmtpServer(options: { answer?: () => SmtpAnswer | Pro
   const port = (server.server.address() as { port: number }).port;
   return {
     port,
-    /** smtp://[user:pass@]127.0.0.1:port */
-    url: options.auth
-      ? `smtp://${encodeURIComponent(options.auth.user)}:${encodeURIComponent(options.auth.pass)}@127.0.0.1:${port}`
-      : `smtp://127.0.0.1:${port}`,
+    /** smtp://[user:pass@]127.0.0.1:port, with ?starttls=optional when the server offers no STARTTLS. */
+    url: `smtp://${options.auth ? `${encodeURIComponent(options.auth.user)}:${encodeURIComponent(options.auth.pass)}@` : ""}127.0.0.1:${port}${options.starttls ? "" : "?starttls=optional"}`,
     received,
+    /** Every AUTH the server was sent, and whether it came over TLS. */
+    auths,
     refused,
     setAnswer(f: () => SmtpAnswer | Promise<SmtpAnswer>) {
       answer = f;

@@ -36,6 +36,7 @@ describe("sign-in settings", () => {
     [{ SMTP_URL: "smtp://mail.example.com" }, /together/],
     [{ SMTP_URL: "https://mail.example.com", MAIL_FROM: "a@example.com" }, /smtp:\/\/ .*smtps:\/\//],
     [{ SMTP_URL: "smtp://mail.example.com", MAIL_FROM: "not an address" }, /MAIL_FROM/],
+    [{ SMTP_URL: "smtp://u:pw@mail.example.com?logger=true", MAIL_FROM: "a@example.com" }, /SMTP_URL takes no query parameter but starttls/],
     [{ OIDC_ISSUER: "https://idp.example.com" }, /set together/],
     [{ ...oidc, OIDC_ISSUER: "http://idp.example.com" }, /https/],
     [{ OIDC_STEP_UP_ACR: "mfa" }, /needs OIDC_ISSUER/],

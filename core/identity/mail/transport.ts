@@ -1,5 +1,5 @@
 import nodemailer from "nodemailer";
-import { checkMailFrom, checkSmtpUrl } from "./settings.js";
+import { checkMailFrom, parseSmtpUrl } from "./settings.js";
 
 /** One message as the outbox hands it to a transport (subject and body already opened). */
 export interface OutgoingMail {
@@ -30,7 +30,7 @@ export interface MailTransport {
 }
 
 export interface SmtpSettings {
-  /** smtp:// (STARTTLS when offered) or smtps:// (TLS from the start), credentials in the URL. */
+  /** smtp:// (STARTTLS required unless `?starttls=optional`) or smtps:// (TLS from the start), credentials in the URL. */
   url: string;
   /** The From address of every message. */
   from: string;
@@ -45,20 +45,27 @@ export interface SmtpSettings {
  * Every failure rejects with MailSendError (saying whether it is permanent) and the outbox decides what next.
  */
 export function createSmtpTransport(settings: SmtpSettings): MailTransport {
-  const problem = checkSmtpUrl(settings.url) ?? checkMailFrom(settings.from);
-  if (problem) throw new Error(problem);
+  const server = parseSmtpUrl(settings.url);
+  const problem = typeof server === "string" ? server : checkMailFrom(settings.from);
+  if (typeof server === "string" || problem) throw new Error(problem);
   const timeoutMs = settings.timeoutMs ?? 20_000;
   const transport = nodemailer.createTransport({
-    url: settings.url,
+    host: server.host,
+    ...(server.port ? { port: server.port } : {}),
+    secure: server.secure,
+    // A code or the password in plaintext on a network is not sent: a stripped STARTTLS fails the attempt.
+    requireTLS: server.requireStartTls,
+    ...(server.auth ? { auth: server.auth } : {}),
     connectionTimeout: timeoutMs,
     greetingTimeout: timeoutMs,
     socketTimeout: timeoutMs,
-    // The password is in the URL; nodemailer must not write it (or messages) to a log.
+    // nodemailer must not write the password (or messages) to a log.
     logger: false,
     debug: false,
     ...(settings.tls ? { tls: settings.tls } : {}),
   } as Parameters<typeof nodemailer.createTransport>[0]);
   const host = new URL(settings.url).hostname;
+  const noStartTls = "SMTP server offers no STARTTLS (use smtps://, or smtp:// with ?starttls=optional to allow plaintext)";
   return {
     async send(mail) {
       try {
@@ -75,6 +82,7 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
         const code = typeof e.responseCode === "number" ? e.responseCode : undefined;
         // A 5xx to the greeting, AUTH or MAIL FROM is our setup's problem, fixed for every message at once.
         const permanent = code !== undefined && code >= 500 && code < 600 && (e.command === "RCPT TO" || e.command === "DATA");
+        if (e.command === "STARTTLS" && code !== undefined) throw new MailSendError(noStartTls, code);
         // Only the reply code or the error's code: a server's reply text may quote the message.
         throw new MailSendError(code !== undefined ? `SMTP ${code}` : `SMTP ${e.code ?? "error"}`, code, permanent);
       }

@@ -143,7 +143,7 @@ describe("mail outbox sent by SMTP", () => {
     const port = smtp.port;
     await smtp.close();
     const clock = createTestClock();
-    const { mailer, worker } = setUp(clock, { url: `smtp://127.0.0.1:${port}` });
+    const { mailer, worker } = setUp(clock, { url: `smtp://127.0.0.1:${port}?starttls=optional` });
     const to = address();
     const id = await queue(mailer, to, "Your Vaultgate code: 271828", "Use 271828 to sign in.", clock());
     expect(await worker.runOnce()).to.equal(1);
@@ -162,7 +162,7 @@ describe("mail outbox sent by SMTP", () => {
   it("signs in with the user and password in SMTP_URL; a wrong password keeps the message queued", async () => {
     smtp = await startSmtpServer({ auth: { user: "vaultgate", pass: "p@ss word" } });
     const clock = createTestClock();
-    const wrong = setUp(clock, { url: `smtp://vaultgate:nope@127.0.0.1:${smtp.port}` });
+    const wrong = setUp(clock, { url: `smtp://vaultgate:nope@127.0.0.1:${smtp.port}?starttls=optional` });
     const to = address();
     await queue(wrong.mailer, to, "Your Vaultgate code: 161803", "Use 161803 to sign in.", clock());
     await wrong.worker.runOnce();
