@@ -28,6 +28,8 @@ export interface SettlementPayment {
   updatedAt: Date;
   submittedAt: Date | null;
   completedAt: Date | null;
+  /** Set when a reorg took back its completed transfer: it was paid once, so it is never cancelled for its expiry. */
+  reorgedAt: Date | null;
 }
 
 export interface SignedTransaction {
@@ -40,7 +42,7 @@ export interface SignedTransaction {
 }
 
 export const COLUMNS = `payment_id, vault_id, chain, rail, wallet, recipient, amount_cents, currency, status, nonce, tx_hash, confirmations, mined_block,
-  mined_block_hash, failure_reason, attempts, final, lease_token, next_attempt_at, expires_at, created_at, updated_at, submitted_at, completed_at`;
+  mined_block_hash, failure_reason, attempts, final, lease_token, next_attempt_at, expires_at, created_at, updated_at, submitted_at, completed_at, reorged_at`;
 
 export function toPayment(r: Record<string, unknown>): SettlementPayment {
   const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
@@ -70,5 +72,6 @@ export function toPayment(r: Record<string, unknown>): SettlementPayment {
     updatedAt: date(r.updated_at)!,
     submittedAt: date(r.submitted_at),
     completedAt: date(r.completed_at),
+    reorgedAt: date(r.reorged_at),
   };
 }

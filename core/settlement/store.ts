@@ -42,6 +42,7 @@ export interface TransitionFields {
   failureReason?: string | null;
   final?: boolean;
   completedAt?: Date | null;
+  reorgedAt?: Date;
 }
 
 export type SubmitResult =
@@ -68,6 +69,7 @@ export function createSettlementStore(db: Db) {
     add("failure_reason", f.failureReason);
     add("final", f.final);
     add("completed_at", f.completedAt);
+    add("reorged_at", f.reorgedAt);
     return { sql: sets.join(", "), bindings };
   };
 

@@ -250,9 +250,11 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     const lastFees = last ? { maxFeePerGas: last.maxFeePerGas, priorityFee: last.priorityFee } : undefined;
     const cancelled = txs.some((t) => t.kind === "cancel");
     const now = clock();
+    // Its payee was told it completed: a reorged transfer goes out again (bumped as any), never cancelled.
+    const expired = !cancelled && !p.reorgedAt && now >= p.expiresAt;
     // Watched (its key replaced): nothing can be signed here, so its bytes are sent again; only a core with its key cancels.
     if (!rail.signs) {
-      if (!cancelled && now >= p.expiresAt) {
+      if (expired) {
         logger.warn(
           { paymentId: p.paymentId, chain: p.chain, wallet: p.wallet, nonce: p.nonce },
           "signed payment past its expiry, of a hot wallet this core holds no key for",
@@ -260,7 +262,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       }
       return resend(rail, last);
     }
-    if (!cancelled && now >= p.expiresAt) {
+    if (expired) {
       const fees = await bumped(rail, lastFees, false, p);
       if (!fees) return resend(rail, last);
       const signed = { ...(await rail.signCancel(p.nonce!, fees)), ...fees, kind: "cancel" as const, createdAt: now };
@@ -308,7 +310,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       // Another network's block at that height is no reorg of ours.
       if (!(await picker.stillOnItsNetwork(rail, p, "the payment stays completed"))) return later(recheckMs);
       logger.warn({ paymentId: p.paymentId, chain: p.chain, txHash: p.txHash }, "reorg removed a completed transfer's block; the payment is submitted again");
-      await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null }, hooks.reorged);
+      await move(p, "submitted", { confirmations: 0, minedBlock: null, minedBlockHash: null, completedAt: null, reorgedAt: clock() }, hooks.reorged);
       return later(0);
     }
     const depth = head - p.minedBlock! + 1;
@@ -341,7 +343,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
       if (rail && refusedForGas(err)) {
         settlementNoGas.inc({ chain: p.chain });
         const overdueMs = clock().getTime() - p.expiresAt.getTime();
-        if (p.nonce !== null && overdueMs >= 0) {
+        if (p.nonce !== null && overdueMs >= 0 && !p.reorgedAt) {
           logger.warn(
             { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, nonce: p.nonce, overdueSeconds: Math.floor(overdueMs / 1000) },
             `chain ${p.chain}: a signed payment is past its expiry and the hot wallet has no ETH for gas to cancel it; it stays submitted, its nonce holding back every later payment of this wallet, until the wallet has gas`,

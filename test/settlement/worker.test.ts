@@ -208,6 +208,29 @@ describe("settlement on a local chain (anvil)", function () {
     expect(await anvil.usdcBalance(usdc, to2)).to.equal(0n);
   });
 
+  it("a completed transfer a reorg takes back past its expiry is sent again, never cancelled, and paid once", async () => {
+    const wallet = await hotWallet();
+    const clock = createTestClock();
+    const w = worker(createEvmRail(settings(undefined, { finalityBlocks: 50 }), wallet), { clock });
+    const to = recipient();
+    const id = await accept(wallet, to, 400, clock(), new Date(clock().getTime() + 60_000));
+    await w.runOnce();
+    await anvil.mine(1);
+    const done = await until(w, id, "completed");
+    await anvil.setAutomine(false);
+    await anvil.rpc("anvil_reorg", [2, []]);
+    clock.advance(61_000);
+    await w.runOnce();
+    expect((await get(id)).status).to.equal("submitted");
+    expect((await get(id)).reorgedAt).to.not.equal(null);
+    await w.runOnce(); // past its expiry: the same bytes again, no cancellation
+    expect((await queue.store.transactions(id)).map((t) => t.kind)).to.deep.equal(["transfer"]);
+    await anvil.mine(2);
+    const again = await until(w, id, "completed");
+    expect(again.txHash).to.equal(done.txHash);
+    expect(await anvil.usdcBalance(usdc, to)).to.equal(4_000_000n);
+  });
+
   it("an expired unmined transfer is cancelled with its nonce and fails as expired; the payee gets nothing", async () => {
     await anvil.setAutomine(false);
     const wallet = await hotWallet();
