@@ -5,7 +5,11 @@ import type { AddressInfo } from "node:net";
 export interface ReceivedWebhook {
   headers: IncomingHttpHeaders;
   body: string;
+  /** Arrival order across every receiver of this process (merges several receivers' deliveries). */
+  arrival: number;
 }
+
+let arrivals = 0;
 
 export interface HeldRequest {
   /** Index into `received`. */
@@ -33,7 +37,7 @@ export async function startWebhookReceiver(status: () => number = () => 204) {
         res.end();
         return;
       }
-      const index = received.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") }) - 1;
+      const index = received.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8"), arrival: arrivals++ }) - 1;
       let answered = false;
       const answer = (code = status()) => {
         if (answered) return;
