@@ -54,6 +54,7 @@ import * as m0053 from "./migrations/0053-unsigned-payments.js";
 import * as m0054 from "./migrations/0054-session-end-reason.js";
 import * as m0055 from "./migrations/0055-mail-failed.js";
 import * as m0056 from "./migrations/0056-settlement-reorged.js";
+import * as m0057 from "./migrations/0057-webhook-gone.js";
 
 interface Migration {
   name: string;
@@ -117,6 +118,7 @@ const migrations: Migration[] = [
   { name: "0054-session-end-reason", ...m0054 },
   { name: "0055-mail-failed", ...m0055 },
   { name: "0056-settlement-reorged", ...m0056 },
+  { name: "0057-webhook-gone", ...m0057 },
 ];
 
 /** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */

@@ -120,7 +120,7 @@ export function createOutboxStore(db: Db) {
       const { rows } = await db.raw(
         `SELECT min(e.next_attempt_at) AS oldest FROM partner_events e JOIN partners p ON p.id = e.partner_id
           WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
-            AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND ${ENTITLED_SQL}`,
+            AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND p.webhook_gone_at IS NULL AND ${ENTITLED_SQL}`,
         [now],
       );
       const oldest = (rows as { oldest: Date | string | null }[])[0]?.oldest;
@@ -157,7 +157,7 @@ export function createOutboxStore(db: Db) {
            SELECT e.partner_id, min(e.seq) AS first_seq
              FROM partner_events e JOIN partners p ON p.id = e.partner_id
             WHERE e.delivery_state = 'pending' AND e.next_attempt_at <= ?
-              AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND ${ENTITLED_SQL}
+              AND p.status = 'active' AND p.webhook_url IS NOT NULL AND p.webhook_secret_enc IS NOT NULL AND p.webhook_gone_at IS NULL AND ${ENTITLED_SQL}
               AND NOT EXISTS (SELECT 1 FROM webhook_lanes l WHERE l.partner_id = e.partner_id AND l.leased_until > ?)
             GROUP BY e.partner_id ORDER BY first_seq LIMIT ?
          )
@@ -186,14 +186,22 @@ export function createOutboxStore(db: Db) {
         if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
         const partner = (
           await trx.raw(
-            `SELECT status, entitlements, webhook_url, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
+            `SELECT status, entitlements, webhook_url, webhook_gone_at, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
                FROM partners WHERE id = ? FOR SHARE`,
             [now, lane.partnerId],
           )
         ).rows[0] as
-          | { status: string; entitlements: unknown; webhook_url: string | null; webhook_secret_enc: string | null; prev_enc: string | null }
+          | {
+              status: string;
+              entitlements: unknown;
+              webhook_url: string | null;
+              webhook_gone_at: unknown;
+              webhook_secret_enc: string | null;
+              prev_enc: string | null;
+            }
           | undefined;
-        if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_secret_enc == null) return { kind: "stop" } as const;
+        if (partner?.status !== "active" || partner.webhook_url == null || partner.webhook_gone_at != null || partner.webhook_secret_enc == null)
+          return { kind: "stop" } as const;
         // Only the kinds the partner is entitled to now; the others wait, as they would for a suspension.
         // Feed order (writing xid, then seq): a change that began first is sent first, whichever committed first.
         const types = eventTypesFor(textArray(partner.entitlements));
@@ -260,6 +268,27 @@ export function createOutboxStore(db: Db) {
       return (res.rows as unknown[]).length > 0;
     },
 
+    /**
+     * Records a 410 Gone for attempt `attempt` of `d`: the event is due again at once (first in order) and, if the
+     * partner's URL is still the one that answered, deliveries pause until SetWebhook sets one. Fenced like markRetry.
+     */
+    async markGone(d: DueDelivery, at: Date): Promise<"paused" | "moved" | "lost"> {
+      return db.transaction(async (trx) => {
+        // The partner row first, as leaseNext takes them, so the two never wait on each other crosswise.
+        const paused = await trx.raw(
+          `UPDATE partners SET webhook_gone_at = ? WHERE id = ? AND webhook_url = ? AND webhook_gone_at IS NULL
+              AND EXISTS (SELECT 1 FROM partner_events WHERE seq = ? AND attempts = ? AND delivery_state = 'pending') RETURNING id`,
+          [at, d.partnerId, d.webhookUrl, d.seq, d.attempts],
+        );
+        const kept = await trx.raw(
+          `UPDATE partner_events SET next_attempt_at = created_at, last_error = 'HTTP 410' WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`,
+          [d.seq, d.attempts],
+        );
+        if ((kept.rows as unknown[]).length === 0) return "lost";
+        return (paused.rows as unknown[]).length > 0 ? "paused" : "moved";
+      });
+    },
+
     /** Records a failed attempt (next try at `next`, or `failed` when undefined); fenced like markDelivered. */
     async markRetry(seq: number, attempt: number, next: Date | undefined, error: string): Promise<boolean> {
       const res = next
@@ -310,6 +339,7 @@ export function createOutboxStore(db: Db) {
         .where({ client_id: clientId })
         .update({
           webhook_url: url,
+          webhook_gone_at: null,
           webhook_secret_enc: secrets.current,
           webhook_secret_prev_enc: secrets.previous?.enc ?? null,
           webhook_secret_prev_until: secrets.previous?.until ?? null,

@@ -107,6 +107,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
         }
         return;
       }
+      if (status === 410) return await gone(d);
       error = `HTTP ${status}`;
     } catch (err) {
       error = err instanceof Error ? err.name : "delivery error";
@@ -118,6 +119,15 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     if (!(await outbox.markRetry(d.seq, d.attempts, next, error))) {
       logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
     }
+  }
+
+  /** A 410 Gone: the endpoint is gone, so the event waits, first in order, for a URL set again; nothing more goes to this one. */
+  async function gone(d: DueDelivery): Promise<void> {
+    const outcome = await outbox.markGone(d, options.clock());
+    if (outcome === "lost") logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
+    else if (outcome === "paused") {
+      logger.warn({ eventId: d.id, partnerId: d.partnerId }, "webhook endpoint answered 410 Gone: deliveries pause until the webhook URL is set again");
+    } else logger.info({ eventId: d.id, attempts: d.attempts }, "webhook endpoint answered 410 Gone after its URL was changed; the event goes to the new one");
   }
 
   /**
