@@ -112,7 +112,7 @@ export interface CoreOptions extends Pick<KeyringOptions, "signingKey" | "dataDi
   refreshGraceSeconds?: number;
   /** Dynamic client registrations per client address (vouched by a gateway) per minute (docs/reference/agent-oauth.md); default 20. */
   registrationLimitPerMinute?: number;
-  /** Passkey and provider sign-ins started without a session, per client address per minute (docs/reference/agent-oauth.md); default 30. */
+  /** Code, passkey and provider sign-ins started without a session, per client address per minute (docs/reference/agent-oauth.md); default 30. */
   signinFlowStartsPerMinute?: number;
   /** Development only: fetch OAuth client metadata documents from private/loopback addresses, http on loopback (docs/reference/agent-oauth.md); default false. */
   clientMetadataAllowPrivate?: boolean;

@@ -69,7 +69,7 @@ export interface GrantsServiceDeps {
   clientFailuresPerMinute?: number;
   /** Dynamic client registrations per minute per client address a gateway vouched for ("" = direct callers, one bucket). */
   registrationLimitPerMinute: number;
-  /** Passkey and provider sign-ins started without a session, per minute per client address (default SIGNIN_FLOW_STARTS_PER_MINUTE). */
+  /** Code, passkey and provider sign-ins started without a session, per minute per client address (default SIGNIN_FLOW_STARTS_PER_MINUTE). */
   signinFlowStartsPerMinute?: number;
   /** Development only: fetch client metadata documents from private addresses, and http on loopback (docs/reference/agent-oauth.md). */
   clientMetadataAllowPrivate?: boolean;
@@ -110,6 +110,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
   const directory = createClientDirectory({ ...deps, clients });
   const outbox = createOutbox({ mailer: deps.mailer, signinCodeKey: deps.signinCodeKey });
   const browsers = createKnownBrowsers(deps.signinCodeKey, clock);
+  const flowStarts = { rateLimits: deps.rateLimits, clock, perMinute: deps.signinFlowStartsPerMinute ?? SIGNIN_FLOW_STARTS_PER_MINUTE };
   const signIn = {
     db,
     store: createSignInStore(),
@@ -123,6 +124,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     hashCode: createCodeHasher(deps.signinCodeKey),
     browsers,
     emailCodesOffered: deps.emailCodesOffered,
+    flowStarts,
   };
   const registration = {
     db,
@@ -152,7 +154,6 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     inFlight: deps.inFlight,
   };
   const owner = { db, sessions, agents, grants, audit, clock, outbox, inFlight: deps.inFlight, cursors: deps.cursors };
-  const flowStarts = { rateLimits: deps.rateLimits, clock, perMinute: deps.signinFlowStartsPerMinute ?? SIGNIN_FLOW_STARTS_PER_MINUTE };
   const provider = { oidc: deps.oidc, sessions, clock, browsers, flowStarts };
   const passkeys = { passkeys: deps.passkeys, sessions, browsers, flowStarts };
   const signOut = { db, sessions, store: signIn.store, clock, handoffs: createSignOutHandoffs({ keyring, issuer: deps.issuer, clock }) };

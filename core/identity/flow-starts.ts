@@ -5,8 +5,8 @@ import { fail } from "../errors.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 
 /**
- * Browser flows started per minute, per client address without a session and per session with
- * one: each start writes a row, and this bounds the rows one address or session keeps alive.
+ * Sign-ins (code, passkey, provider) started per minute, per client address without a session and
+ * per session with one: each start writes a row, and this bounds the rows one address or session keeps alive.
  */
 export const SIGNIN_FLOW_STARTS_PER_MINUTE = 30;
 

@@ -12,6 +12,7 @@ import { constantTimeEqual, hmacSha256 } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { UUID } from "../../lib/uuid.js";
+import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
@@ -52,6 +53,8 @@ export interface SignInDeps {
   browsers: KnownBrowsers;
   /** False when SIGNIN_METHODS leaves out email: the code RPCs refuse instead of mailing codes. */
   emailCodesOffered?: boolean;
+  /** Starts are limited per session, and without one per client address (core/identity/flow-starts.ts). */
+  flowStarts: FlowStartLimit;
 }
 
 export type CodeHasher = (challengeId: string, code: string) => string;
@@ -89,19 +92,24 @@ function refuseIfNotOffered(deps: SignInDeps) {
 /** GrantsService.StartSignIn: e-mails a one-time code to sign in, or (with a session) to step up. */
 export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext) {
   refuseIfNotOffered(deps);
+  const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
+  const email = s ? (canonicalEmail(s.email) ?? s.email) : (canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address"));
+  // Every start writes a challenge row, for unknown addresses too: one client varying the address
+  // must not write rows (or mail accounts) at request rate, so starts share the flow-start limit.
+  return limitFlowStart(deps.flowStarts, ctx, s, () => sendCode(deps, req, ctx, email, s));
+}
+
+/** A challenge for `email` (or the session's step-up), its code mailed when the account is active. */
+async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: { sessionId: string; userId: string } | undefined) {
   const now = deps.clock();
   const id = randomUUID();
   const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
   let userId: string | null = null;
   let sessionId: string | null = null;
-  let email: string;
-  if (req.sessionToken) {
-    const s = await deps.sessions.verify(req.sessionToken);
+  if (s) {
     userId = s.userId;
     sessionId = s.sessionId;
-    email = canonicalEmail(s.email) ?? s.email;
   } else {
-    email = canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address");
     const user = await deps.users.findByEmail(deps.db, email);
     // Unknown or inactive addresses get a challenge that can never succeed, and no
     // message; they are limited exactly like known ones.
