@@ -188,7 +188,7 @@ export function createGrantsService(deps: GrantsServiceDeps): ServiceImpl<typeof
     listOutbox: (req) => listOutbox({ db, outbox }, req),
     startProviderSignIn: (req, ctx) => startProviderSignIn(provider, req, ctx),
     completeProviderSignIn: (req, ctx) => completeProviderSignIn(provider, req, ctx),
-    startPasskeyRegistration: (req, ctx) => startPasskeyRegistration(passkeys, req, ctx),
+    startPasskeyRegistration: (req) => startPasskeyRegistration(passkeys, req),
     finishPasskeyRegistration: (req, ctx) => finishPasskeyRegistration(passkeys, req, ctx),
     listPasskeys: (req) => listPasskeys(passkeys, req),
     removePasskey: (req, ctx) => removePasskey(passkeys, req, ctx),

@@ -33,24 +33,33 @@ async function limited<T>(limit: FlowStartLimit, key: string, refusal: string, s
   }
 }
 
-/** A start's purpose and, for a step-up, whose session it confirms. */
-export type FlowStart<T> = (purpose: "sign_in" | "step_up", session?: { sessionId: string; userId: string }) => Promise<T>;
+/** The signed-in session a start names. */
+export interface FlowSession {
+  sessionId: string;
+  userId: string;
+}
+
+/** A start's purpose and, for a step-up (never a sign-in), whose session it confirms. */
+export type FlowStart<T> = (purpose: "sign_in" | "step_up", session?: FlowSession) => Promise<T>;
+
+/**
+ * Runs a start that always belongs to a session (passkey registration, which has no purpose to
+ * choose) inside that session's limit, so a stolen cookie cannot write rows at request rate.
+ */
+export function limitSessionFlowStart<T>(limit: FlowStartLimit, session: FlowSession, start: () => Promise<T>): Promise<T> {
+  const refusal = "too many confirmations were started in this session in the last minute";
+  return limited(limit, `signin-flow-session:${session.sessionId}`, refusal, start);
+}
 
 /**
  * Runs a start inside its limit, the slot taken before the work so concurrent starts cannot
- * overshoot: a signed-in session's start (step-up, passkey registration) counts against that
- * session, so a stolen cookie cannot write rows at request rate; any other against its address.
+ * overshoot: a signed-in session's start (step-up) counts against that session, any other
+ * against its address.
  */
-export function limitFlowStart<T>(
-  limit: FlowStartLimit,
-  ctx: HandlerContext,
-  session: { sessionId: string; userId: string } | undefined,
-  start: FlowStart<T>,
-): Promise<T> {
+export function limitFlowStart<T>(limit: FlowStartLimit, ctx: HandlerContext, session: FlowSession | undefined, start: FlowStart<T>): Promise<T> {
   if (session) {
     const own = { sessionId: session.sessionId, userId: session.userId };
-    const refusal = "too many confirmations were started in this session in the last minute";
-    return limited(limit, `signin-flow-session:${own.sessionId}`, refusal, () => start("step_up", own));
+    return limitSessionFlowStart(limit, own, () => start("step_up", own));
   }
   const refusal = "too many sign-ins were started from your network in the last minute";
   return limited(limit, `signin-flow-start:${ctx.values.get(kClientNetwork)}`, refusal, () => start("sign_in"));

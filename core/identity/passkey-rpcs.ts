@@ -11,7 +11,7 @@ import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { callFacts } from "../context.js";
 import { fail } from "../errors.js";
 import { jsonTextProblem } from "../../lib/text.js";
-import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, limitSessionFlowStart, type FlowStartLimit } from "./flow-starts.js";
 import type { PasskeyRecord, Passkeys } from "./passkeys.js";
 import type { KnownBrowsers } from "./known-browsers.js";
 import type { SessionVerifier } from "./sessions.js";
@@ -55,9 +55,9 @@ function browserJson(raw: string, field: string): never | Record<string, unknown
 }
 
 /** GrantsService.StartPasskeyRegistration: creation options, only after a fresh step-up. */
-export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest, ctx: HandlerContext) {
+export async function startPasskeyRegistration(deps: PasskeyRpcDeps, req: StartPasskeyRegistrationRequest) {
   const s = await deps.sessions.verify(req.sessionToken);
-  const r = await limitFlowStart(deps.flowStarts, ctx, s, () => deps.passkeys.registrationOptions(s));
+  const r = await limitSessionFlowStart(deps.flowStarts, s, () => deps.passkeys.registrationOptions(s));
   return { optionsJson: JSON.stringify(r.options), flowSecret: r.binding };
 }
 

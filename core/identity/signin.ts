@@ -12,7 +12,7 @@ import { constantTimeEqual, hmacSha256 } from "../../lib/crypto.js";
 import { deriveKey } from "../keys/outside-keys.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import { UUID } from "../../lib/uuid.js";
-import { limitFlowStart, type FlowStartLimit } from "./flow-starts.js";
+import { limitFlowStart, type FlowSession, type FlowStartLimit } from "./flow-starts.js";
 import type { Outbox } from "./outbox.js";
 import { openSession, type SessionVerifier } from "./sessions.js";
 import type { SignInStore } from "./signin-store.js";
@@ -96,11 +96,11 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   const email = s ? (canonicalEmail(s.email) ?? s.email) : (canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address"));
   // Every start writes a challenge row, for unknown addresses too: one client varying the address
   // must not write rows (or mail accounts) at request rate, so starts share the flow-start limit.
-  return limitFlowStart(deps.flowStarts, ctx, s, () => sendCode(deps, req, ctx, email, s));
+  return limitFlowStart(deps.flowStarts, ctx, s, (_purpose, session) => sendCode(deps, req, ctx, email, session));
 }
 
 /** A challenge for `email` (or the session's step-up), its code mailed when the account is active. */
-async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: { sessionId: string; userId: string } | undefined) {
+async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: FlowSession | undefined) {
   const now = deps.clock();
   const id = randomUUID();
   const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
