@@ -92,7 +92,8 @@ describe("web pages: provider sign-in starts are limited per client address", fu
     expect(await rows()).to.equal(LIMIT);
     const refused = await thief.jar.get("/signin/oidc?step_up=1");
     expect(refused.status).to.equal(429);
-    expect(refused.headers.get("retry-after")).to.equal("60");
+    // This stack's clock follows real time (the provider checks it), so the starts took some of the minute.
+    expect(Number(refused.headers.get("retry-after"))).to.be.within(1, 60);
     expect(await refused.text()).to.include("too many confirmations were started in this session");
     expect(await rows()).to.equal(LIMIT);
     const other = await honest.jar.get("/signin/oidc?step_up=1");
