@@ -1,4 +1,10 @@
 import { SMTPServer } from "smtp-server";
+import type { Db } from "../../core/db/knex.js";
+import { createMailer } from "../../core/identity/mail/mailer.js";
+import { createSmtpTransport } from "../../core/identity/mail/transport.js";
+import { createMailWorker } from "../../core/identity/mail/worker.js";
+import type { TestClock } from "./clock.js";
+import { createCapturedLogger } from "./logs.js";
 
 /** A message as the test SMTP server received it. */
 export interface ReceivedMail {
@@ -137,4 +143,23 @@ export function codeIn(mail: ReceivedMail): string {
   const m = /\b(\d{6})\b/.exec(mail.subject) ?? /\b(\d{6})\b/.exec(mail.text);
   if (!m) throw new Error(`no code in message ${JSON.stringify(mail.subject)}`);
   return m[1]!;
+}
+
+/**
+ * A mailer queueing to `db`'s outbox for the SMTP server at `url`, and a worker that drains it when
+ * the test runs a pass (no polling; retries 1 s apart at first, at most 16 s), logging to `log`.
+ */
+export function mailHarness(o: { db: Db; signinCodeKey: Buffer; url: string; from: string; clock: TestClock }) {
+  const mailer = createMailer({ db: o.db, signinCodeKey: o.signinCodeKey, smtp: { url: o.url, from: o.from } });
+  const log = createCapturedLogger();
+  const worker = createMailWorker({
+    outbox: mailer.outbox!,
+    transport: createSmtpTransport({ url: o.url, from: o.from, timeoutMs: 5_000 }),
+    clock: o.clock,
+    logger: log.logger,
+    pollMs: 0,
+    baseDelayMs: 1_000,
+    maxDelayMs: 16_000,
+  });
+  return { mailer, worker, log };
 }

@@ -4,7 +4,7 @@ import type { FastifyInstance } from "fastify";
 import { createCore, type Core, type CoreOptions } from "../../core/core.js";
 import type { Db } from "../../core/db/knex.js";
 import { createInProcessTransport } from "../../core/in-process-transport.js";
-import { buildGateway } from "../../gateways/app.js";
+import { buildGateway, type GatewayOptions } from "../../gateways/app.js";
 import { createCoreClients, type CoreClients } from "../../gateways/core-clients.js";
 import { createTestClock, type TestClock } from "./clock.js";
 import { startRelay } from "./db-relay.js";
@@ -143,6 +143,22 @@ export async function startStack(options: StackOptions = {}): Promise<TestStack>
       await core.close();
     },
   };
+}
+
+/**
+ * The web gateway on `stack`'s core (in-process transport) on a port of its own, offering code and
+ * passkey sign-in unless `extra` says otherwise; `extra` adds to its options (e.g. trustProxy).
+ */
+export async function startSigninGateway(stack: TestStack, extra: Partial<GatewayOptions> = {}): Promise<{ gateway: FastifyInstance; url: string }> {
+  const gateway = await buildGateway({
+    clients: createCoreClients(createInProcessTransport(stack.core.routes, stack.core.interceptors), { gatewayToken: stack.gatewayToken }),
+    logger: stack.logs.logger,
+    urls: { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.issuer },
+    signinMethods: ["email", "passkey"],
+    ...extra,
+  });
+  await gateway.listen({ port: 0, host: "127.0.0.1" });
+  return { gateway, url: `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}` };
 }
 
 /** A unique slug so tests sharing one database never collide. */

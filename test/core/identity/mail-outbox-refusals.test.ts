@@ -1,12 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { testDatabase, requirePostgres } from "../../support/db.js";
-import { startSmtpServer, codeIn, type TestSmtpServer } from "../../support/smtp.js";
+import { startSmtpServer, codeIn, mailHarness, type TestSmtpServer } from "../../support/smtp.js";
 import { createTestClock, type TestClock } from "../../support/clock.js";
-import { createCapturedLogger } from "../../support/logs.js";
-import { createMailer } from "../../../core/identity/mail/mailer.js";
-import { createMailWorker, MAIL_GIVE_UP_AFTER_MS, type MailWorker } from "../../../core/identity/mail/worker.js";
-import { createSmtpTransport } from "../../../core/identity/mail/transport.js";
+import { MAIL_GIVE_UP_AFTER_MS, type MailWorker } from "../../../core/identity/mail/worker.js";
 import type { Db } from "../../../core/db/knex.js";
 import { coreMetricsListener } from "../../support/metrics.js";
 
@@ -30,17 +27,7 @@ describe("mail outbox: permanent and lasting refusals", () => {
   });
 
   function setUp(clock: TestClock) {
-    const mailer = createMailer({ db, signinCodeKey: key, smtp: { url: smtp.url, from: FROM } });
-    const log = createCapturedLogger();
-    const worker = createMailWorker({
-      outbox: mailer.outbox!,
-      transport: createSmtpTransport({ url: smtp.url, from: FROM, timeoutMs: 5_000 }),
-      clock,
-      logger: log.logger,
-      pollMs: 0,
-      baseDelayMs: 1_000,
-      maxDelayMs: 16_000,
-    });
+    const { mailer, worker, log } = mailHarness({ db, signinCodeKey: key, url: smtp.url, from: FROM, clock });
     workers.push(worker);
     const queue = (to: string, subject: string, body: string) => db.transaction((trx) => mailer.queue(trx, { to, subject, body, at: clock() }));
     return { worker, log, queue };

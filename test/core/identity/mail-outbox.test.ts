@@ -1,12 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { expect } from "chai";
 import { testDatabase, requirePostgres } from "../../support/db.js";
-import { startSmtpServer, codeIn, type SmtpAnswer, type TestSmtpServer } from "../../support/smtp.js";
+import { startSmtpServer, codeIn, mailHarness, type SmtpAnswer, type TestSmtpServer } from "../../support/smtp.js";
 import { createTestClock } from "../../support/clock.js";
-import { createCapturedLogger } from "../../support/logs.js";
 import { createMailer, type Mailer } from "../../../core/identity/mail/mailer.js";
-import { createMailWorker, mailBackoffMs, type MailWorker } from "../../../core/identity/mail/worker.js";
-import { createSmtpTransport } from "../../../core/identity/mail/transport.js";
+import { mailBackoffMs, type MailWorker } from "../../../core/identity/mail/worker.js";
 import type { Db } from "../../../core/db/knex.js";
 
 const FROM = "Vaultgate <no-reply@vaultgate.test>";
@@ -30,17 +28,7 @@ describe("mail outbox sent by SMTP", () => {
   });
 
   function setUp(clock = createTestClock(), extra: { url?: string } = {}) {
-    const mailer = createMailer({ db, signinCodeKey: key, smtp: { url: extra.url ?? smtp.url, from: FROM } });
-    const log = createCapturedLogger();
-    const worker = createMailWorker({
-      outbox: mailer.outbox!,
-      transport: createSmtpTransport({ url: extra.url ?? smtp.url, from: FROM, timeoutMs: 5_000 }),
-      clock,
-      logger: log.logger,
-      pollMs: 0,
-      baseDelayMs: 1_000,
-      maxDelayMs: 16_000,
-    });
+    const { mailer, worker, log } = mailHarness({ db, signinCodeKey: key, url: extra.url ?? smtp.url, from: FROM, clock });
     workers.push(worker);
     return { mailer, worker, clock, log };
   }

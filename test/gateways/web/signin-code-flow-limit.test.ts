@@ -1,13 +1,10 @@
 import { randomBytes, randomInt } from "node:crypto";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
-import { createInProcessTransport } from "../../../core/in-process-transport.js";
 import { SIGNIN_FLOW_STARTS_PER_MINUTE } from "../../../core/identity/flow-starts.js";
-import { buildGateway } from "../../../gateways/app.js";
-import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
-import { startStack, type TestStack } from "../../support/stack.js";
+import { startSigninGateway, startStack, type TestStack } from "../../support/stack.js";
 
 const LIMIT = SIGNIN_FLOW_STARTS_PER_MINUTE;
 const NETWORK_REFUSAL = "too many sign-ins were started from your network in the last minute; try again in 60 seconds";
@@ -27,15 +24,7 @@ describe("web pages: code sign-in starts are limited per client address", functi
 
   before(async () => {
     stack = await startStack({ signinFlowStartsPerMinute: LIMIT });
-    gateway = await buildGateway({
-      clients: createCoreClients(createInProcessTransport(stack.core.routes, stack.core.interceptors), { gatewayToken: stack.gatewayToken }),
-      logger: stack.logs.logger,
-      urls: { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.issuer },
-      signinMethods: ["email"],
-      trustProxy: ["127.0.0.1/32"],
-    });
-    await gateway.listen({ port: 0, host: "127.0.0.1" });
-    url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
+    ({ gateway, url } = await startSigninGateway(stack, { signinMethods: ["email"], trustProxy: ["127.0.0.1/32"] }));
   });
   after(async () => {
     await gateway?.close();

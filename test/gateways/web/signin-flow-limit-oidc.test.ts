@@ -1,14 +1,11 @@
 import { randomInt } from "node:crypto";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
-import { createInProcessTransport } from "../../../core/in-process-transport.js";
 import { SIGNIN_FLOW_STARTS_PER_MINUTE } from "../../../core/identity/flow-starts.js";
-import { buildGateway } from "../../../gateways/app.js";
-import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, signIn } from "../../support/agent-oauth.js";
 import { startIdp, type TestIdp } from "../../support/oidc-idp.js";
 import { freePort } from "../../support/ports.js";
-import { startStack, type TestStack } from "../../support/stack.js";
+import { startSigninGateway, startStack, type TestStack } from "../../support/stack.js";
 
 const LIMIT = SIGNIN_FLOW_STARTS_PER_MINUTE;
 
@@ -31,15 +28,7 @@ describe("web pages: provider sign-in starts are limited per client address", fu
       oidc: { issuer: `http://127.0.0.1:${port}`, clientId: "vaultgate", clientSecret: "vaultgate-idp-secret", stepUpAcr: [] },
     });
     idp = await startIdp({ redirectUris: [`${stack.issuer}/signin/oidc/callback`], port });
-    gateway = await buildGateway({
-      clients: createCoreClients(createInProcessTransport(stack.core.routes, stack.core.interceptors), { gatewayToken: stack.gatewayToken }),
-      logger: stack.logs.logger,
-      urls: { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.issuer },
-      signinMethods: ["oidc", "email", "passkey"],
-      trustProxy: ["127.0.0.1/32"],
-    });
-    await gateway.listen({ port: 0, host: "127.0.0.1" });
-    url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
+    ({ gateway, url } = await startSigninGateway(stack, { signinMethods: ["oidc", "email", "passkey"], trustProxy: ["127.0.0.1/32"] }));
     await stack.core.db.raw(`DELETE FROM rate_limit_logs WHERE key LIKE 'signin-flow-start:%'`);
   });
   after(async () => {

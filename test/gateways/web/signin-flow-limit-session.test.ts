@@ -1,12 +1,9 @@
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
-import { createInProcessTransport } from "../../../core/in-process-transport.js";
-import { buildGateway } from "../../../gateways/app.js";
-import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
 import { passkeyOptionsOf, softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
-import { startStack, type TestStack } from "../../support/stack.js";
+import { startSigninGateway, startStack, type TestStack } from "../../support/stack.js";
 
 const LIMIT = 6;
 
@@ -24,14 +21,7 @@ describe("web pages: flow starts of a signed-in session are limited per session"
 
   before(async () => {
     stack = await startStack({ signinMethods: ["email", "passkey"], signinFlowStartsPerMinute: LIMIT });
-    gateway = await buildGateway({
-      clients: createCoreClients(createInProcessTransport(stack.core.routes, stack.core.interceptors), { gatewayToken: stack.gatewayToken }),
-      logger: stack.logs.logger,
-      urls: { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.issuer },
-      signinMethods: ["email", "passkey"],
-    });
-    await gateway.listen({ port: 0, host: "127.0.0.1" });
-    url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
+    ({ gateway, url } = await startSigninGateway(stack));
     origin = new URL(stack.issuer).origin;
     // Code sign-ins share the per-address bucket, and other suites sign in from 127.0.0.1 too.
     await stack.core.db.raw(`DELETE FROM rate_limit_logs WHERE key LIKE 'signin-flow-start:%'`);

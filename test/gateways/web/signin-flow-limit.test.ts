@@ -1,14 +1,11 @@
 import { randomInt } from "node:crypto";
 import { expect } from "chai";
 import type { FastifyInstance } from "fastify";
-import { createInProcessTransport } from "../../../core/in-process-transport.js";
 import { SIGNIN_FLOW_STARTS_PER_MINUTE } from "../../../core/identity/flow-starts.js";
-import { buildGateway } from "../../../gateways/app.js";
-import { createCoreClients } from "../../../gateways/core-clients.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
 import { passkeyOptionsOf, softPasskey, type SoftPasskey } from "../../support/soft-passkey.js";
-import { startStack, type TestStack } from "../../support/stack.js";
+import { startSigninGateway, startStack, type TestStack } from "../../support/stack.js";
 
 const LIMIT = SIGNIN_FLOW_STARTS_PER_MINUTE;
 /** A documentation-range address of its own per call (the gateway trusts 127.0.0.1 to forward it). */
@@ -28,15 +25,7 @@ describe("web pages: sign-in flow starts are limited per client address", functi
 
   before(async () => {
     stack = await startStack({ signinMethods: ["email", "passkey"], signinFlowStartsPerMinute: LIMIT });
-    gateway = await buildGateway({
-      clients: createCoreClients(createInProcessTransport(stack.core.routes, stack.core.interceptors), { gatewayToken: stack.gatewayToken }),
-      logger: stack.logs.logger,
-      urls: { issuer: stack.issuer, baseUrl: stack.issuer, authUrl: stack.issuer, appUrl: stack.issuer, mcpUrl: stack.issuer },
-      signinMethods: ["email", "passkey"],
-      trustProxy: ["127.0.0.1/32"],
-    });
-    await gateway.listen({ port: 0, host: "127.0.0.1" });
-    url = `http://127.0.0.1:${(gateway.server.address() as { port: number }).port}`;
+    ({ gateway, url } = await startSigninGateway(stack, { trustProxy: ["127.0.0.1/32"] }));
     origin = new URL(stack.issuer).origin;
   });
   beforeEach(async () => {
