@@ -5,7 +5,7 @@ import { commandHelp, fullName, overview, subcommandHelp, suggest } from "./comm
 import { FailingAnswer, UsageError, type CommandContext } from "./commands/types.js";
 import type { Config } from "./config.js";
 import type { Role } from "./serve.js";
-import { outputFormat, print, watchOutput } from "./output.js";
+import { lostSecretsLine, outputFormat, print, watchOutput } from "./output.js";
 import { databaseAddress } from "./migrate.js";
 
 // Only node built-ins and the command table load up front: each command imports what it
@@ -18,8 +18,14 @@ export async function main(argv: string[]): Promise<number> {
   const outputFailure = watchOutput();
   const code = await run(argv);
   const err = await outputFailure();
-  // A reader that went away (`| head -1`) has what it wanted.
-  if (!err || err.code === "EPIPE") return code;
+  if (!err) return code;
+  // A reader that went away (`| head -1`) has what it wanted, unless what it left was a secret shown once.
+  if (err.code === "EPIPE") {
+    const lost = lostSecretsLine();
+    if (!lost) return code;
+    process.stderr.write(`vaultgate: ${lost}\n`);
+    return code === 0 ? 1 : code;
+  }
   const reason = err.code ? `${err.code}: ${err.message.replace(/^\w+: |, write$/g, "")}` : err.message;
   process.stderr.write(`vaultgate: could not write the output to stdout (${reason})${commandRan && code === 0 ? "; the command itself ran" : ""}\n`);
   return code === 0 ? 1 : code;

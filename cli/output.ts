@@ -16,6 +16,9 @@ export function outputFormat(options: Record<string, string | boolean | undefine
 
 let outputFailure: NodeJS.ErrnoException | undefined;
 let watching = false;
+/** Shown-once secrets in the output printed since watchOutput: their loss is a failure, even to a closed reader. */
+let secretsPrinted: string[] = [];
+let clientIdPrinted: string | undefined;
 
 /**
  * Records the first error writing stdout (a closed pipe, a full disk) instead of crashing on it;
@@ -23,6 +26,7 @@ let watching = false;
  */
 export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> {
   outputFailure = undefined;
+  secretsPrinted = [];
   if (!watching) {
     watching = true;
     process.stdout.on("error", (err) => {
@@ -41,6 +45,9 @@ export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> 
 }
 
 export function print(value: unknown, format: Format) {
+  secretsPrinted = shownOnceIn(value);
+  const clientId = (value as Record<string, unknown> | null)?.client_id;
+  clientIdPrinted = typeof clientId === "string" ? clientId : undefined;
   if (format === "json") {
     process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
     return;
@@ -55,6 +62,25 @@ export function print(value: unknown, format: Format) {
       process.stderr.write(`Store ${key} now: it is not shown again (${another}).\n`);
     }
   }
+}
+
+/**
+ * The one line saying which shown-once secrets in the last output were lost and what replaces them,
+ * or undefined when that output carried none.
+ */
+export function lostSecretsLine(): string | undefined {
+  if (secretsPrinted.length === 0) return undefined;
+  // The partner's id is no secret and makes the replacing command one to copy.
+  const withId = (how: string) => (clientIdPrinted ? `vaultgate ${how}`.replace(/^(vaultgate partner [\w-]+)/, `$1 ${clientIdPrinted}`) : `vaultgate ${how}`);
+  const replacements = [...new Set(secretsPrinted.map((key) => withId(SHOWN_ONCE.find(([k]) => k === key)![1])))];
+  const names = secretsPrinted.join(" and ");
+  return `stdout was closed before the output was written: ${names} ${secretsPrinted.length > 1 ? "were" : "was"} not delivered and cannot be shown again; ${replacements.join("; ")}`;
+}
+
+function shownOnceIn(value: unknown): string[] {
+  if (!value || typeof value !== "object") return [];
+  const record = value as Record<string, unknown>;
+  return SHOWN_ONCE.filter(([key]) => typeof record[key] === "string" && record[key] !== "").map(([key]) => key);
 }
 
 /** Secrets a command prints once, and how to get another. */

@@ -37,6 +37,35 @@ describe("vaultgate: output nobody can read is not a crash (real processes)", fu
     }
   });
 
+  it("a reader that went away from a shown-once secret (partner create | true) is exit 1 naming what replaces it", async () => {
+    const name = `Closed Pipe ${Math.random().toString(16).slice(2, 8)}`;
+    const created = await runWithStdout(["partner", "create", "--name", name], op.env, "closed");
+    expect(created.code).to.equal(1);
+    expect(created.stderr).to.match(
+      /^vaultgate: stdout was closed before the output was written: client_secret was not delivered and cannot be shown again; vaultgate partner rotate-secret gpc_[\w-]+ replaces it\n$/,
+    );
+    const list = await runCli(["partner", "list", "--all"], op.env);
+    const partner = (list.json!.partners as { name: string; client_id: string }[]).find((p) => p.name === name)!;
+    expect(created.stderr).to.include(`rotate-secret ${partner.client_id} replaces it`);
+
+    const rotated = await runWithStdout(["partner", "rotate-secret", partner.client_id], op.env, "closed");
+    expect([rotated.code, rotated.stderr]).to.deep.equal([
+      1,
+      `vaultgate: stdout was closed before the output was written: client_secret was not delivered and cannot be shown again; vaultgate partner rotate-secret ${partner.client_id} replaces it\n`,
+    ]);
+
+    const user = (await runCli(["user", "create", "--email", `closed-pipe-${Math.random().toString(16).slice(2, 8)}@example.com`], op.env)).json!;
+    const issued = await runWithStdout(
+      ["grant", "issue", "--user", user.user_id as string, "--vault", user.vault_id as string, "--scopes", "accounts:read"],
+      op.env,
+      "closed",
+    );
+    expect([issued.code, issued.stderr]).to.deep.equal([
+      1,
+      "vaultgate: stdout was closed before the output was written: access_token and refresh_token were not delivered and cannot be shown again; vaultgate grant issue issues a new grant\n",
+    ]);
+  });
+
   it("a full disk is one line naming it and exit 1; a partner created meanwhile is said to exist", async () => {
     const help = await runWithStdout(["--help"], op.env, "/dev/full");
     expect(help.code).to.equal(1);
