@@ -22,6 +22,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "",
         summary: "run the service until SIGINT/SIGTERM",
+        noJson: "serve prints no answer to format: its log is JSON lines already (LOG_LEVEL sets how much), so --json does not apply",
         options: { role: { type: "string", value: "all|core|gateway", description: "which part to run (default all)" } },
         examples: [
           "vaultgate serve",

@@ -95,6 +95,16 @@ describe("vaultgate CLI usability (real processes)", function () {
     }
   });
 
+  it("refuses serve --json as a usage error before reading any setting (nothing starts)", async () => {
+    // A PORT serve cannot use: had --json been accepted, the start would fail on it (exit 1), never listen.
+    const r = await runCli(["serve", "--json"], { ...proc.env, PORT: "not-a-port" });
+    expect([r.code, r.stdout, r.stderr]).to.deep.equal([
+      2,
+      "",
+      "vaultgate: serve prints no answer to format: its log is JSON lines already (LOG_LEVEL sets how much), so --json does not apply\nsee 'vaultgate serve --help'\n",
+    ]);
+  });
+
   it("prints --version, help, and help per command without loading the database, gateways or RPC stack", async () => {
     const version = await runCli(["--version"], {}, TRACE_MODULES);
     expect(version.code).to.equal(0);
