@@ -3,7 +3,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { ErrorDetailSchema, Reason } from "../gen/vaultgate/common/v1/errors_pb.js";
 import { createCoreClients, type CoreClients } from "../gateways/core-clients.js";
 import { readAdminToken } from "./admin-token.js";
-import type { Config } from "./config.js";
+import { ConfigError, type Config } from "./config.js";
 import { loadCoreDial } from "./core-tls.js";
 
 export interface AdminConnection {
@@ -84,6 +84,11 @@ export function describeRpcError(err: unknown, conn: Pick<AdminConnection, "core
 
 /** The core of this host: CORE_HOST (loopback for a wildcard bind) and CORE_PORT, https when it serves TLS. */
 function defaultCoreUrl(config: Config): string {
+  if (config.corePort === 0) {
+    throw new ConfigError(
+      "CORE_PORT=0 cannot be dialled: 0 lets a listening core pick any free port. Set CORE_PORT to the port core listens on, or CORE_URL to its address",
+    );
+  }
   const host = config.coreHost === "0.0.0.0" || config.coreHost === "::" ? "127.0.0.1" : config.coreHost;
   const scheme = config.coreTls.certFile ? "https" : "http";
   return `${scheme}://${host.includes(":") ? `[${host}]` : host}:${config.corePort}`;

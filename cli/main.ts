@@ -87,7 +87,7 @@ async function run(argv: string[]): Promise<number> {
       return 0;
     }
     const format = outputFormat(parsed.options);
-    const config = await loadSettings();
+    const config = await loadSettings(cmd.name === "serve");
     if (cmd.name === "serve") return await runServe(config, parsed.options);
     if (cmd.name === "migrate") {
       const applied = await runMigrate(config);
@@ -250,9 +250,13 @@ function parseError(err: unknown, known: string[], args: string[]): string {
 }
 
 /** Settings are read only when a command runs: help works even with a broken environment. */
-async function loadSettings(): Promise<Config> {
-  const [{ loadConfig }, { checkDataDirPath }] = await Promise.all([import("./config.js"), import("./data-dir.js")]);
-  const config = loadConfig(process.env);
+async function loadSettings(serving: boolean): Promise<Config> {
+  const [{ loadConfig }, { loadCommandConfig }, { checkDataDirPath }] = await Promise.all([
+    import("./config.js"),
+    import("./command-config.js"),
+    import("./data-dir.js"),
+  ]);
+  const config = serving ? loadConfig(process.env) : loadCommandConfig(process.env);
   checkDataDirPath(config.dataDir);
   return config;
 }
