@@ -69,8 +69,8 @@ describe("vaultgate serve: settings refused at start (real processes)", function
           expect(res.stderr).to.equal(`vaultgate: ${name} must be a host name or IP address, without a port or brackets (the port is ${port})\n`);
         }
       }
-      // An IPv6 address is written bare: the CLI goes on to look for its credential.
-      const bare = await runCli(["partner", "list"], { ...base, HOST: "::1", CORE_HOST: "::1" });
+      // An IPv6 address is written bare: the CLI goes on to look for its credential (CORE_PORT=0 cannot be dialled).
+      const bare = await runCli(["partner", "list"], { ...base, CORE_PORT: "8081", HOST: "::1", CORE_HOST: "::1" });
       expect(bare.stderr).to.match(/^vaultgate: no operator credential/);
     } finally {
       await dir.remove();
