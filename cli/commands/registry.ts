@@ -172,7 +172,7 @@ export const COMMANDS: CommandSpec[] = [
     subcommands: [
       {
         name: "address",
-        summary: "print a chain's hot wallet address (its key is generated into DATA_DIR on first use)",
+        summary: "print a chain's hot wallet address (its key is the one serve makes in DATA_DIR; never made here)",
         options: { chain: { type: "string", value: "C", required: true, description: "eth, base, arb, op or polygon" } },
         examples: ["vaultgate wallet address --chain base"],
       },

@@ -35,6 +35,15 @@ export async function loadHotWallet(options: { chain: string; keyFile?: string; 
   return (text !== undefined && parse(text)) || fail(`${path} does not hold a private key; restore it or set ${setting}`);
 }
 
+/** The hot wallet as `loadHotWallet` finds it, without making a key: undefined when DATA_DIR holds none. */
+export async function readHotWallet(options: { chain: string; keyFile?: string; dataDir: string }): Promise<PrivateKeyAccount | undefined> {
+  if (options.keyFile) return loadHotWallet(options);
+  const path = walletKeyPath(options.dataDir, options.chain);
+  const text = await readKey(path);
+  if (text === undefined) return undefined;
+  return parse(text) ?? fail(`${path} does not hold a private key; restore it or set CHAIN_${options.chain.toUpperCase()}_WALLET_KEY_FILE`);
+}
+
 function parse(text: string): PrivateKeyAccount | undefined {
   const t = text.trim();
   if (!/^0x[0-9a-fA-F]{64}$/.test(t)) return undefined;

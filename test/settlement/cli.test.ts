@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
-import { writeFile } from "node:fs/promises";
+import { readdir, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
+import { privateKeyToAccount } from "viem/accounts";
 import { runCli, tempDataDir } from "../support/process.js";
 import { freePort } from "../support/ports.js";
 
@@ -88,10 +89,40 @@ describe("vaultgate dev chain and wallet commands", function () {
           );
         }
       }
-      // Said explicitly, the sandbox rail stays, and the other settings wait unused.
+      // Said explicitly, the sandbox rail stays, and the other settings wait unused (the key read is DATA_DIR's).
+      await writeFile(`${dir.path}/settlement-wallet-base.key`, `0x${"cd".repeat(32)}\n`, { mode: 0o600 });
       const kept = await runCli(["wallet", "address", "--chain", "base"], { ...base, CHAIN_BASE_RAIL: "sandbox", CHAIN_BASE_WALLET_KEY_FILE: keyFile });
       expect(kept.code, kept.stderr).to.equal(0);
       expect(kept.json).to.include({ rail: "sandbox" });
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it("wallet address and balance never make a key: a DATA_DIR without one is refused, naming it and how a key is made", async () => {
+    const dir = await tempDataDir();
+    try {
+      const missing = `${dir.path}/missing`;
+      const rpc = { CHAIN_BASE_RAIL: "evm", CHAIN_BASE_RPC_URL: "http://127.0.0.1:9", CHAIN_BASE_USDC: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" };
+      for (const dataDir of [dir.path, missing]) {
+        for (const [args, env] of [
+          [["wallet", "address", "--chain", "base"], {}],
+          [["wallet", "address", "--chain", "base"], rpc],
+          [["wallet", "balance", "--chain", "base"], rpc],
+        ] as const) {
+          const res = await runCli([...args], { DATA_DIR: dataDir, ...env });
+          expect([res.code, res.stdout, res.stderr], args.join(" ")).to.deep.equal([
+            1,
+            "",
+            `vaultgate: no hot-wallet key for base found in DATA_DIR (${dataDir}): 'vaultgate serve' makes one there on start when CHAIN_BASE_RAIL=evm ('vaultgate dev chain' for eth and base), or set CHAIN_BASE_WALLET_KEY_FILE to your key file; run this with the DATA_DIR the service uses\n`,
+          ]);
+        }
+      }
+      expect(await readdir(dir.path), "nothing was made").to.deep.equal([]);
+      // The key serve would make is the one read.
+      await writeFile(`${dir.path}/settlement-wallet-base.key`, `0x${"ab".repeat(32)}\n`, { mode: 0o600 });
+      const found = await runCli(["wallet", "address", "--chain", "base"], { DATA_DIR: dir.path, ...rpc });
+      expect([found.code, found.json?.address]).to.deep.equal([0, privateKeyToAccount(`0x${"ab".repeat(32)}`).address]);
     } finally {
       await dir.remove();
     }
