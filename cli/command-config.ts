@@ -5,15 +5,16 @@ import { ConfigError, loadConfig, type Config } from "./config.js";
  * Config fields taken from each: the public addresses only where PORT gives their default.
  */
 const SERVE_ONLY: Record<string, (env: NodeJS.ProcessEnv) => string[]> = {
-  PORT: (env) => [
-    "port",
-    ...Object.entries({ BASE_URL: "baseUrl", MCP_URL: "mcpUrl", AUTH_URL: "authUrl", APP_URL: "appUrl" })
-      .filter(([name]) => !env[name])
-      .map(([, field]) => field),
-    ...(env.ISSUER || env.BASE_URL ? [] : ["issuer"]),
-  ],
+  PORT: (env) => ["port", ...defaultedByListenAddress(env)],
+  HOST: (env) => ["host", ...defaultedByListenAddress(env)],
   LOG_LEVEL: () => ["logLevel"],
 };
+
+/** The public addresses HOST and PORT give a default to, where no setting of their own is made. */
+function defaultedByListenAddress(env: NodeJS.ProcessEnv): string[] {
+  const urls = Object.entries({ BASE_URL: "baseUrl", MCP_URL: "mcpUrl", AUTH_URL: "authUrl", APP_URL: "appUrl" });
+  return [...urls.filter(([name]) => !env[name]).map(([, field]) => field), ...(env.ISSUER || env.BASE_URL ? [] : ["issuer"])];
+}
 
 /**
  * The settings of an operator command: a bad value of a setting only `serve` reads refuses the

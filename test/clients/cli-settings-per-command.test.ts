@@ -6,17 +6,22 @@ describe("vaultgate: a bad setting refuses only the commands that use it (real p
   this.timeout(120_000);
   const op = useServiceProcess("all");
 
-  it("a bad PORT or LOG_LEVEL leaves operator commands working and still stops serve, naming the setting", async () => {
+  it("a bad PORT, HOST or LOG_LEVEL leaves operator commands working and still stops serve, naming the setting", async () => {
     const email = `settings-use-${Math.random().toString(16).slice(2, 8)}@example.com`;
     const created = await runCli(["user", "create", "--email", email], op.env);
     expect(created.code, created.stderr).to.equal(0);
-    for (const bad of [{ PORT: "99999" }, { LOG_LEVEL: "loud" }, { PORT: "http", LOG_LEVEL: "verbose" }] as Record<string, string>[]) {
+    for (const bad of [{ PORT: "99999" }, { HOST: "0.0.0.0:8080" }, { LOG_LEVEL: "loud" }, { PORT: "http", LOG_LEVEL: "verbose" }] as Record<
+      string,
+      string
+    >[]) {
       const got = await runCli(["user", "get", "--email", email], { ...op.env, ...bad });
       expect([got.code, got.stderr, got.json?.user_id], JSON.stringify(bad)).to.deep.equal([0, "", created.json!.user_id]);
     }
     // serve listens on PORT and logs at LOG_LEVEL: refused before anything starts.
     const port = await runCli(["serve"], { ...op.env, PORT: "99999" });
     expect([port.code, port.stderr]).to.deep.equal([1, "vaultgate: PORT must be an integer from 0 to 65535\n"]);
+    const host = await runCli(["serve"], { ...op.env, HOST: "0.0.0.0:8080" });
+    expect([host.code, host.stderr]).to.deep.equal([1, "vaultgate: HOST must be a host name or IP address, without a port or brackets (the port is PORT)\n"]);
     const level = await runCli(["serve"], { ...op.env, LOG_LEVEL: "loud" });
     expect([level.code, level.stderr]).to.deep.equal([1, "vaultgate: LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent\n"]);
   });
