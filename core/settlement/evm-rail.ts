@@ -67,8 +67,8 @@ export interface EvmRail {
   /** Sends signed bytes; a node that already has them (or has mined their nonce) is not an error. */
   broadcast(rawTx: string): Promise<void>;
   receipt(txHash: string): Promise<Receipt | undefined>;
-  /** The hash (lower case) of the hot wallet's transaction with `nonce` in block `n`, read from the block itself (no transaction index). */
-  walletTransactionIn(n: number, nonce: number): Promise<string | undefined>;
+  /** The hot wallet's transaction with `nonce` in block `n`, read from the block itself (no transaction index): its hash (lower case) and the chain id it was signed for. */
+  walletTransactionIn(n: number, nonce: number): Promise<{ hash: string; chainId: number | undefined } | undefined>;
   /** USDC Transfer logs from or to the hot wallet in blocks [fromBlock, toBlock]. */
   transfers(fromBlock: number, toBlock: number): Promise<UsdcTransfer[]>;
 }
@@ -244,7 +244,8 @@ function railOf(settings: EvmChainSettings, client: PublicClient, wallet: string
     walletTransactionIn: (n, nonce) =>
       rpc("eth_getBlockByNumber", async () => {
         const block = await client.getBlock({ blockNumber: BigInt(n), includeTransactions: true });
-        return block.transactions.find((t) => t.from.toLowerCase() === wallet && t.nonce === nonce)?.hash.toLowerCase();
+        const t = block.transactions.find((t) => t.from.toLowerCase() === wallet && t.nonce === nonce);
+        return t && { hash: t.hash.toLowerCase(), chainId: t.chainId };
       }),
     receipt: (txHash) =>
       rpc("eth_getTransactionReceipt", async () => {

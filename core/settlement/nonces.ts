@@ -1,10 +1,10 @@
 import type { EvmRail } from "./evm-rail.js";
 
 /**
- * The hash of the hot wallet's transaction that used `nonce`, from the first block whose mined
+ * The hot wallet's transaction that used `nonce` (hash and chain id), from the first block whose mined
  * count passes it: searched back from `used` (a block where it has), doubling, then halving.
  */
-export async function nonceTakenBy(rail: EvmRail, nonce: number, used: number): Promise<string | undefined> {
+export async function nonceTakenBy(rail: EvmRail, nonce: number, used: number): Promise<{ hash: string; chainId: number | undefined } | undefined> {
   let hi = used;
   let lo = used;
   for (let step = 1; hi > 0; step *= 2) {

@@ -65,14 +65,22 @@ export async function reconcileSubmitted(step: SubmittedStep, rail: EvmRail, p: 
     // The evidence is the block that used the nonce: a node without a transaction index names no receipt, even of ours.
     const taker = await nonceTakenBy(rail, p.nonce!, finalBlock);
     if (taker === undefined) throw new Error(`the block that used nonce ${p.nonce} holds no transaction of the hot wallet with it`);
-    if (txs.some((t) => t.txHash.toLowerCase() === taker)) {
+    if (txs.some((t) => t.txHash.toLowerCase() === taker.hash)) {
       logger.warn(
-        { paymentId: p.paymentId, chain: p.chain, txHash: taker },
+        { paymentId: p.paymentId, chain: p.chain, txHash: taker.hash },
         "the node gives no receipt for a mined transfer; it stays submitted until it does",
       );
       return later(recheckMs);
     }
-    // A node switched to another network shows its own use of our nonces: only this chain's may refund.
+    // A node switched to another network shows its own use of our nonces: only this chain's may refund. One
+    // answering for two networks at once passes the chain-id check; the transaction names the network it was signed for.
+    if (taker.chainId !== rail.settings.chainId) {
+      logger.error(
+        { paymentId: p.paymentId, chain: p.chain, txHash: taker.hash, chainId: taker.chainId, expected: rail.settings.chainId },
+        "the transaction that used this payment's nonce was signed for another network; the payment stays submitted",
+      );
+      return later(recheckMs);
+    }
     if (!(await picker.stillOnItsNetwork(rail, p, "the payment stays submitted"))) return later(recheckMs);
     await move(p, "failed", { failureReason: "dropped", final: true }, hooks.failed);
     return undefined;

@@ -4,7 +4,7 @@ import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import { startAnvil, startRpcProxy, type RpcProxy } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, startAnvil, startRpcProxy, type RpcProxy } from "../support/anvil.js";
 import { evmChainSettings, freshAddress, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -39,6 +39,42 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       proxy.retarget(other.url, 999);
       for (let i = 0; i < 5; i++) await worker.runOnce();
       expect((await store.get(db, paymentId))!.status).to.equal("submitted");
+
+      proxy.retarget(anvil.url);
+      await anvil.mine(5);
+      for (let i = 0; i < 10 && (await store.get(db, paymentId))!.status !== "completed"; i++) await worker.runOnce();
+      expect((await store.get(db, paymentId))!.status).to.equal("completed");
+      expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(900));
+    } finally {
+      await worker.stop();
+      await proxy.stop();
+      await other.stop();
+      await anvil.stop();
+    }
+  });
+
+  it("a node that reports our chain id with another network's blocks: that network's use of the nonce refunds nothing; back, paid once", async () => {
+    const { anvil, usdc } = await startAnvilWithUsdc();
+    const other = await startAnvil();
+    await other.rpc("anvil_setChainId", [999]);
+    const proxy = await startRpcProxy(anvil.url);
+    const { db, store } = queue;
+    const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
+    const to = freshAddress();
+    const worker = railWorker(store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet));
+    try {
+      await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
+      await anvil.setAutomine(false);
+      const paymentId = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
+      await worker.runOnce();
+      await other.fundGas(wallet.address);
+      await other.rpc("anvil_impersonateAccount", [wallet.address]);
+      await other.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
+      await other.mine(10);
+      // Every chain-id check passes: only the transaction that used the nonce names its network.
+      proxy.retarget(other.url, ANVIL_CHAIN_ID);
+      for (let i = 0; i < 5; i++) await worker.runOnce();
+      expect(await store.get(db, paymentId)).to.include({ status: "submitted", failureReason: null });
 
       proxy.retarget(anvil.url);
       await anvil.mine(5);
