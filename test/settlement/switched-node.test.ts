@@ -16,44 +16,12 @@ describe("settlement when a chain's node is switched to another network (anvil)"
   this.timeout(120_000);
   const queue = ownQueueDatabase();
 
-  it("nothing is failed or refunded on the other network's word; back on its own, the payment completes once", async () => {
-    const { anvil, usdc } = await startAnvilWithUsdc();
-    const other = await startAnvil();
-    const proxy = await startRpcProxy(anvil.url);
-    const { db, store } = queue;
-    const wallet = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`);
-    const to = freshAddress();
-    const worker = railWorker(store, createEvmRail(evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 300 }), wallet));
-    try {
-      await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
-      await anvil.setAutomine(false);
-      const paymentId = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
-      await worker.runOnce(); // signed with nonce 0 and waiting in the network's mempool
-      expect((await store.get(db, paymentId))!.status).to.equal("submitted");
-
-      // On the other network the same key has used nonce 0, long since final.
-      await other.fundGas(wallet.address);
-      await other.rpc("anvil_impersonateAccount", [wallet.address]);
-      await other.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
-      await other.mine(10);
-      proxy.retarget(other.url, 999);
-      for (let i = 0; i < 5; i++) await worker.runOnce();
-      expect((await store.get(db, paymentId))!.status).to.equal("submitted");
-
-      proxy.retarget(anvil.url);
-      await anvil.mine(5);
-      for (let i = 0; i < 10 && (await store.get(db, paymentId))!.status !== "completed"; i++) await worker.runOnce();
-      expect((await store.get(db, paymentId))!.status).to.equal("completed");
-      expect(await anvil.usdcBalance(usdc, to)).to.equal(centsToUnits(900));
-    } finally {
-      await worker.stop();
-      await proxy.stop();
-      await other.stop();
-      await anvil.stop();
-    }
-  });
-
-  it("a node that reports our chain id with another network's blocks: that network's use of the nonce refunds nothing; back, paid once", async () => {
+  /**
+   * A payment signed with nonce 0 and unmined; on another network the same key has used nonce 0, long since
+   * final, and the proxy forwards there reporting `reported` as the chain id. Nothing fails or is refunded on
+   * that network's word; back on its own, the payment completes once.
+   */
+  async function otherNetworkUsesTheNonce(reported: number) {
     const { anvil, usdc } = await startAnvilWithUsdc();
     const other = await startAnvil();
     await other.rpc("anvil_setChainId", [999]);
@@ -66,13 +34,14 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
       await anvil.setAutomine(false);
       const paymentId = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to, amountCents: 900 });
-      await worker.runOnce();
+      await worker.runOnce(); // signed with nonce 0 and waiting in the network's mempool
+      expect((await store.get(db, paymentId))!.status).to.equal("submitted");
+
       await other.fundGas(wallet.address);
       await other.rpc("anvil_impersonateAccount", [wallet.address]);
       await other.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
       await other.mine(10);
-      // Every chain-id check passes: only the transaction that used the nonce names its network.
-      proxy.retarget(other.url, ANVIL_CHAIN_ID);
+      proxy.retarget(other.url, reported);
       for (let i = 0; i < 5; i++) await worker.runOnce();
       expect(await store.get(db, paymentId)).to.include({ status: "submitted", failureReason: null });
 
@@ -87,6 +56,15 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await other.stop();
       await anvil.stop();
     }
+  }
+
+  it("nothing is failed or refunded on the other network's word; back on its own, the payment completes once", async () => {
+    await otherNetworkUsesTheNonce(999);
+  });
+
+  it("a node that reports our chain id with another network's blocks: that network's use of the nonce refunds nothing; back, paid once", async () => {
+    // Every chain-id check passes: only the transaction that used the nonce names its network.
+    await otherNetworkUsesTheNonce(ANVIL_CHAIN_ID);
   });
 
   it("nothing is signed on the other network's nonces and balance; back on its own, payments take the next nonces and complete", async () => {

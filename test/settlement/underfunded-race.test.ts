@@ -1,32 +1,21 @@
 import { expect } from "chai";
-import type { Hex } from "viem";
 import type { PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
-import type { SettlementWorker, SettlementWorkerOptions } from "../../core/settlement/worker.js";
-import { startRpcProxy, type Anvil } from "../support/anvil.js";
+import type { SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import { startRpcProxy } from "../support/anvil.js";
 import { createTestClock, type TestClock } from "../support/clock.js";
-import { evmChainSettings, freshAddress, freshHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
-import { ownQueueDatabase, queuePayment, railWorker } from "../support/settlement-queue.js";
+import { evmChainSettings, freshAddress, freshHotWallet } from "../support/evm-rail.js";
+import { chainQueueSuite, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** Two workers on one hot wallet: the balance one reads must be weighed against what was in flight at the same block. */
 describe("the hot wallet's balance against payments in flight (anvil)", function () {
   this.timeout(120_000);
-  let anvil: Anvil;
-  let usdc: Hex;
-  const queue = ownQueueDatabase();
-  const workers: SettlementWorker[] = [];
-
-  before(async () => {
-    ({ anvil, usdc } = await startAnvilWithUsdc());
-  });
-  after(async () => {
-    await Promise.all(workers.splice(0).map((w) => w.stop()));
-    await anvil?.stop();
-  });
+  const suite = chainQueueSuite();
+  const { queue, workers } = suite;
 
   function worker(rpcUrl: string, account: PrivateKeyAccount, clock: TestClock, over: Partial<SettlementWorkerOptions> = {}) {
-    const rail = createEvmRail(evmChainSettings(rpcUrl, usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), account);
+    const rail = createEvmRail(evmChainSettings(rpcUrl, suite.usdc, { chain: "arb", rpcTimeoutMs: 5_000 }), account);
     const w = railWorker(queue.store, rail, { clock, ...over });
     workers.push(w);
     return w;
@@ -35,6 +24,7 @@ describe("the hot wallet's balance against payments in flight (anvil)", function
   const accept = (wallet: string, to: string, amountCents: number, at: Date) => queuePayment(queue, { chain: "arb", wallet, to, amountCents, at });
 
   it("a transfer mined between another worker's balance read and its signing is still counted: the next payment waits, none reverts", async () => {
+    const { anvil, usdc } = suite;
     const { account, wallet } = await freshHotWallet(anvil, usdc, 1_000);
     const proxy = await startRpcProxy(anvil.url);
     try {

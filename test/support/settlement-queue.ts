@@ -4,7 +4,10 @@ import type { Db } from "../../core/db/knex.js";
 import type { EvmRail } from "../../core/settlement/evm-rail.js";
 import { createSettlementStore, type SettlementStore } from "../../core/settlement/store.js";
 import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
+import type { Hex } from "viem";
+import type { Anvil } from "./anvil.js";
 import { ownDatabase } from "./db.js";
+import { startAnvilWithUsdc } from "./evm-rail.js";
 
 /** A settlement worker over one rail that waits for nothing: a test moves it with runOnce. */
 export function railWorker(store: SettlementStore, rail: EvmRail, over: Partial<SettlementWorkerOptions> = {}): SettlementWorker {
@@ -66,6 +69,33 @@ export function ownQueueDatabase(): OwnQueue {
     },
     get store() {
       return store!;
+    },
+  };
+}
+
+/**
+ * Inside a describe: a local anvil with USDC and a queue database of the suite's own; workers pushed
+ * onto `workers` are stopped, then the node, after the suite.
+ */
+export function chainQueueSuite() {
+  const queue = ownQueueDatabase();
+  const workers: SettlementWorker[] = [];
+  let chain: { anvil: Anvil; usdc: Hex } | undefined;
+  before(async () => {
+    chain = await startAnvilWithUsdc();
+  });
+  after(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await chain?.anvil.stop();
+  });
+  return {
+    queue,
+    workers,
+    get anvil() {
+      return chain!.anvil;
+    },
+    get usdc() {
+      return chain!.usdc;
     },
   };
 }
