@@ -24,8 +24,9 @@ export function createOutbox(deps: { mailer: Mailer; signinCodeKey: Buffer }) {
   const dev = createDevOutboxStore(mailBoxes(deps.signinCodeKey).dev);
   return {
     mode: deps.mailer.mode,
-    send: (conn: Knex | Knex.Transaction, m: OutboxMessage) =>
-      deps.mailer.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at, expiresAt: m.expiresAt }),
+    /** Queues `m`; `deliver` false does the same work and writes nothing (see Mailer.queue). */
+    send: (conn: Knex | Knex.Transaction, m: OutboxMessage, deliver = true) =>
+      deps.mailer.queue(conn, { to: m.email, subject: m.subject, body: m.body, at: m.at, expiresAt: m.expiresAt }, deliver),
     /** The newest dev outbox messages, opened (to one address when given). */
     list: (conn: Knex | Knex.Transaction, email: string | undefined) => dev.list(conn, email),
   };

@@ -21,6 +21,8 @@ import type { UsersStore } from "./users-store.js";
 
 /** How long a web session lasts, however the person signed in. */
 export const SESSION_TTL_MS = 12 * 3600_000;
+/** Stands in for the user an unknown address does not have: its lookup finds no row. */
+const NO_USER = "00000000-0000-0000-0000-000000000000";
 /** A code and a step-up count for 10 minutes. */
 const OTP_TTL_MS = 10 * 60_000;
 const OTP_MAX_ATTEMPTS = 5;
@@ -133,13 +135,13 @@ async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerC
     );
   }
   const expiresAt = new Date(now.getTime() + OTP_TTL_MS);
+  // Every start sends the same statements, whether or not the address has an account: the
+  // answer is the same for both, and its timing must not tell them apart either (docs/reference/agent-oauth.md).
   await deps.db
     .transaction(async (trx) => {
-      if (userId) {
-        // A deactivation or new address committed since the user was read retired its codes: this one is not sent either.
-        const held = await deps.users.holdUser(trx, userId);
-        if (held?.status !== "active" || (canonicalEmail(held.email) ?? held.email) !== email) userId = null;
-      }
+      // A deactivation or new address committed since the user was read retired its codes: this one is not sent either.
+      const held = await deps.users.holdUser(trx, userId ?? NO_USER);
+      if (held?.status !== "active" || (canonicalEmail(held.email) ?? held.email) !== email) userId = null;
       await deps.store.insertChallenge(trx, {
         id,
         userId,
@@ -152,17 +154,17 @@ async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerC
         expiresAt,
         consumedAt: null,
       });
-      if (userId) {
-        const what = sessionId ? "confirm (step-up)" : "sign in to";
-        await deps.outbox.send(trx, {
-          email,
-          subject: `Your Vaultgate code: ${code}`,
-          body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
-          at: now,
-          expiresAt,
-        });
-        await audit(deps, trx, ctx, { actor: `user:${userId}`, action: sessionId ? "web.step_up.start" : "web.sign_in.start", subject: id });
-      }
+      const what = sessionId ? "confirm (step-up)" : "sign in to";
+      const message = {
+        email,
+        subject: `Your Vaultgate code: ${code}`,
+        body: `Use ${code} to ${what} Vaultgate. It expires in 10 minutes. If you did not ask for it, ignore this message.`,
+        at: now,
+        expiresAt,
+      };
+      await deps.outbox.send(trx, message, userId !== null);
+      const action = sessionId ? "web.step_up.start" : "web.sign_in.start";
+      await audit(deps, trx, ctx, { actor: userId ? `user:${userId}` : "anonymous", action, subject: id });
     })
     .catch(async (err: unknown) => {
       // Nothing was queued: the send is not counted, so asking again is not told a code went out moments ago.

@@ -6,7 +6,10 @@ import { createSecretBox, type SecretBox } from "../../../lib/crypto.js";
 import { pruneBatchSql } from "../../db/sql.js";
 import { quotedExcerpt } from "../../../lib/text.js";
 
-/** A message to queue: who gets it, and its text (sealed before it is stored). */
+/**
+ * A message to queue: who gets it, and its text (sealed before it is stored). Queued with
+ * `deliver` false it is sealed and its statement sent all the same, but no row is written.
+ */
 export interface MailMessage {
   to: string;
   subject: string;
@@ -46,17 +49,13 @@ export function mailBoxes(signinCodeKey: Buffer): { smtp: SecretBox; dev: Secret
 export function createMailOutboxStore(db: Db, box: SecretBox) {
   const open = (text: string) => (text.startsWith(SEALED) ? box.open(text.slice(SEALED.length)) : text);
   return {
-    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string> {
+    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage, deliver = true): Promise<string> {
       const id = randomUUID();
-      await conn("mail_outbox").insert({
-        id,
-        recipient: m.to,
-        subject: SEALED + box.seal(m.subject),
-        body: SEALED + box.seal(m.body),
-        created_at: m.at,
-        next_attempt_at: m.at,
-        expires_at: m.expiresAt ?? null,
-      });
+      await conn.raw(
+        `INSERT INTO mail_outbox (id, recipient, subject, body, created_at, next_attempt_at, expires_at)
+         SELECT ?::uuid, ?, ?, ?, ?::timestamptz, ?::timestamptz, ?::timestamptz WHERE ?::boolean`,
+        [id, m.to, SEALED + box.seal(m.subject), SEALED + box.seal(m.body), m.at, m.at, m.expiresAt ?? null, deliver],
+      );
       return id;
     },
 
@@ -162,9 +161,16 @@ export function createDevOutboxStore(box: SecretBox) {
     }
   };
   return {
-    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage): Promise<string> {
+    async enqueue(conn: Knex | Knex.Transaction, m: MailMessage, deliver = true): Promise<string> {
       const id = randomUUID();
-      await conn("dev_outbox").insert({ id, email: m.to, subject: SEALED + box.seal(m.subject), body: SEALED + box.seal(m.body), created_at: m.at });
+      await conn.raw(`INSERT INTO dev_outbox (id, email, subject, body, created_at) SELECT ?::uuid, ?, ?, ?, ?::timestamptz WHERE ?::boolean`, [
+        id,
+        m.to,
+        SEALED + box.seal(m.subject),
+        SEALED + box.seal(m.body),
+        m.at,
+        deliver,
+      ]);
       return id;
     },
 

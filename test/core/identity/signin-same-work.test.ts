@@ -1,0 +1,90 @@
+import { expect } from "chai";
+import { randomBytes } from "node:crypto";
+import { startStack, type TestStack } from "../../support/stack.js";
+import { createUser } from "../../support/agent-oauth.js";
+import { startSmtpServer, type TestSmtpServer } from "../../support/smtp.js";
+
+/**
+ * StartSignIn answers the same for every address, so it must also do the same database work:
+ * a start that sent more statements for an account than for no account would tell an outsider
+ * by its timing which addresses have one. Compared by statement shape, never by the clock.
+ */
+
+/** "insert signin_challenges", "select users", ...: what a statement does to which table. */
+function shape(sql: string): string {
+  const s = sql.replace(/"/g, "").replace(/\s+/g, " ").trim().toLowerCase();
+  const kind = /^(select|insert|update|delete|with)\b/.exec(s)?.[1] ?? s.split(" ")[0]!;
+  const table = /^insert into (\w+)/.exec(s)?.[1] ?? /^update (\w+)/.exec(s)?.[1] ?? /\bfrom (\w+)/.exec(s)?.[1] ?? "";
+  return `${kind} ${table}${/\bfor (update|share|no key update|key share)\b/.test(s) ? " locked" : ""}`;
+}
+
+/** The shapes of the statements core sends while `work` runs. */
+async function statements(stack: TestStack, work: () => Promise<unknown>): Promise<string[]> {
+  const seen: string[] = [];
+  const listener = (q: { sql: string }) => void seen.push(shape(q.sql));
+  stack.core.db.on("query", listener);
+  try {
+    await work();
+  } finally {
+    stack.core.db.off("query", listener);
+  }
+  return seen;
+}
+
+const unknownAddress = () => `nobody-${randomBytes(5).toString("hex")}@example.com`;
+
+function sameWorkCases(mode: "dev outbox" | "SMTP outbox", open: () => Promise<{ stack: TestStack; mailed: (email: string) => Promise<number> }>) {
+  describe(`StartSignIn does the same database work for any address (${mode})`, () => {
+    let stack: TestStack;
+    let mailed: (email: string) => Promise<number>;
+    before(async () => {
+      ({ stack, mailed } = await open());
+    });
+    after(() => stack?.close());
+
+    const start = (email: string) => statements(stack, () => stack.clients.grants.startSignIn({ email }));
+
+    it("an active account's start sends the statements an unknown address's does, and only the account is mailed, once", async () => {
+      const user = await createUser(stack);
+      const nobody = unknownAddress();
+      const known = await start(user.email);
+      const unknown = await start(nobody);
+      expect(known).to.include("insert signin_challenges");
+      expect(known).to.deep.equal(unknown);
+      expect(await mailed(user.email)).to.equal(1);
+      expect(await mailed(nobody)).to.equal(0);
+    });
+
+    it("a deactivated account's start sends those same statements and mails nothing", async () => {
+      const user = await createUser(stack);
+      await stack.admin.partnerResources.setUserStatus({ userId: user.userId, status: "inactive" });
+      const inactive = await start(user.email);
+      const unknown = await start(unknownAddress());
+      expect(inactive).to.deep.equal(unknown);
+      expect(await mailed(user.email)).to.equal(0);
+    });
+  });
+}
+
+sameWorkCases("dev outbox", async () => {
+  const stack = await startStack();
+  return { stack, mailed: async (email) => (await stack.admin.grants.listOutbox({ email })).messages.length };
+});
+
+sameWorkCases("SMTP outbox", async () => {
+  const server: TestSmtpServer = await startSmtpServer();
+  const stack = await startStack({ smtp: { url: server.url, from: "Vaultgate <no-reply@vaultgate.test>" }, mailPollMs: 0 });
+  const close = stack.close.bind(stack);
+  stack.close = async () => {
+    await close();
+    await server.close();
+  };
+  return {
+    stack,
+    mailed: async (email) => {
+      // Other suites' undelivered mail may share the outbox: count this address's only.
+      while ((await stack.core.mail!.runOnce()) > 0);
+      return server.to(email).length;
+    },
+  };
+});
