@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { randomBytes } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createUser } from "../../support/agent-oauth.js";
+import { requirePostgres } from "../../support/db.js";
 import { startSmtpServer, type TestSmtpServer } from "../../support/smtp.js";
 
 /**
@@ -30,6 +31,9 @@ async function statements(stack: TestStack, work: () => Promise<unknown>): Promi
   }
   return seen;
 }
+
+/** All starts here come from one caller: the per-caller flow-start limit is another file's concern. */
+const FLOW_STARTS = 1000;
 
 const unknownAddress = () => `nobody-${randomBytes(5).toString("hex")}@example.com`;
 
@@ -63,17 +67,34 @@ function sameWorkCases(mode: "dev outbox" | "SMTP outbox", open: () => Promise<{
       expect(inactive).to.deep.equal(unknown);
       expect(await mailed(user.email)).to.equal(0);
     });
+
+    it("many concurrent starts for accounts and unknown addresses: each account is mailed its code once, no one else anything (PostgreSQL only)", async function () {
+      requirePostgres(this, "PGlite runs one statement at a time, so nothing is concurrent");
+      const users = await Promise.all(Array.from({ length: 8 }, () => createUser(stack)));
+      const nobodies = Array.from({ length: 8 }, unknownAddress);
+      const emails = [...users.map((u) => u.email), ...nobodies];
+      // Three starts per address at once: the 30 s gap lets exactly one through per address.
+      const answers = await Promise.allSettled(emails.flatMap((email) => [0, 1, 2].map(() => stack.clients.grants.startSignIn({ email }))));
+      const started = answers.filter((a) => a.status === "fulfilled").length;
+      expect(started).to.equal(emails.length);
+      for (const u of users) expect(await mailed(u.email), u.email).to.equal(1);
+      for (const n of nobodies) expect(await mailed(n), n).to.equal(0);
+    });
   });
 }
 
 sameWorkCases("dev outbox", async () => {
-  const stack = await startStack();
+  const stack = await startStack({ signinFlowStartsPerMinute: FLOW_STARTS });
   return { stack, mailed: async (email) => (await stack.admin.grants.listOutbox({ email })).messages.length };
 });
 
 sameWorkCases("SMTP outbox", async () => {
   const server: TestSmtpServer = await startSmtpServer();
-  const stack = await startStack({ smtp: { url: server.url, from: "Vaultgate <no-reply@vaultgate.test>" }, mailPollMs: 0 });
+  const stack = await startStack({
+    smtp: { url: server.url, from: "Vaultgate <no-reply@vaultgate.test>" },
+    mailPollMs: 0,
+    signinFlowStartsPerMinute: FLOW_STARTS,
+  });
   const close = stack.close.bind(stack);
   stack.close = async () => {
     await close();
