@@ -205,7 +205,9 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
       if ((c.purpose === "step_up") !== Boolean(stepUpSession) || (stepUpSession && stepUpSession.sessionId !== c.sessionId))
         return { ok: false as const, wrong: false };
       await deps.store.countAttempt(trx, c.id);
-      if (!c.userId || !constantTimeEqual(deps.hashCode(c.id, req.code.trim()), c.codeHash)) return { ok: false as const, wrong: true, userId: c.userId };
+      // The code is hashed for a challenge no account can pass as well: the same work either way.
+      const right = constantTimeEqual(deps.hashCode(c.id, req.code.trim()), c.codeHash);
+      if (!c.userId || !right) return { ok: false as const, wrong: true, userId: c.userId };
       await deps.store.consumeChallenge(trx, c.id, now);
       if (stepUpSession) {
         await deps.store.setStepUp(trx, stepUpSession.sessionId, now);
@@ -224,14 +226,15 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
   if (!outcome.ok) {
     // The wrong code that filled the window tells the account holder, at most once per window:
     // the window slides, so without its own limit every refill by an outsider would be a message.
+    // An address with no account goes through the same steps, its message inserting no row.
     const notice =
-      outcome.wrong && outcome.userId && slot.count >= OTP_WRONG_PER_BUDGET
+      outcome.wrong && slot.count >= OTP_WRONG_PER_BUDGET
         ? await deps.rateLimits.hit(`otp-lock-notice:${budget}`, 1, OTP_WRONG_WINDOW_SECONDS, now)
         : undefined;
     if (notice?.allowed) {
       const ends = (await deps.rateLimits.windowEnd(slotKey, OTP_WRONG_WINDOW_SECONDS)) ?? new Date(now.getTime() + OTP_WRONG_WINDOW_SECONDS * 1000);
       const until = ends.toISOString().slice(11, 16);
-      await deps.outbox.send(deps.db, {
+      const message = {
         email: account,
         subject: "Vaultgate: code sign-in paused",
         body:
@@ -239,8 +242,9 @@ export async function completeSignIn(deps: SignInDeps, req: CompleteSignInReques
             ? `Someone tried codes for your account; code sign-in is paused until ${until} UTC, except in browsers you signed in with before. If it was not you, your account is safe: no code was accepted.`
             : `Someone tried codes for your account in a browser you signed in with; codes there are paused until ${until} UTC. No code was accepted.`,
         at: now,
-      });
-      deps.logger.warn({ user: outcome.userId }, "code sign-in paused for an account after too many wrong codes");
+      };
+      await deps.outbox.send(deps.db, message, Boolean(outcome.userId));
+      deps.logger.warn({ user: outcome.userId ?? null }, "code sign-in paused for an address after too many wrong codes");
     }
     fail(Reason.INVALID_GRANT, "the code is invalid or expired");
   }

@@ -1,14 +1,15 @@
 import { expect } from "chai";
 import { randomBytes } from "node:crypto";
 import { startStack, type TestStack } from "../../support/stack.js";
-import { createUser } from "../../support/agent-oauth.js";
+import { afterSendGap, createUser } from "../../support/agent-oauth.js";
+import { refusalOf } from "../../support/refusals.js";
 import { requirePostgres } from "../../support/db.js";
 import { startSmtpServer, type TestSmtpServer } from "../../support/smtp.js";
 
 /**
- * StartSignIn answers the same for every address, so it must also do the same database work:
- * a start that sent more statements for an account than for no account would tell an outsider
- * by its timing which addresses have one. Compared by statement shape, never by the clock.
+ * StartSignIn and CompleteSignIn answer the same for every address, so they must also do the
+ * same database work: more statements for an account than for no account would tell an outsider
+ * by their timing which addresses have one. Compared by statement shape, never by the clock.
  */
 
 /** "insert signin_challenges", "select users", ...: what a statement does to which table. */
@@ -38,7 +39,7 @@ const FLOW_STARTS = 1000;
 const unknownAddress = () => `nobody-${randomBytes(5).toString("hex")}@example.com`;
 
 function sameWorkCases(mode: "dev outbox" | "SMTP outbox", open: () => Promise<{ stack: TestStack; mailed: (email: string) => Promise<number> }>) {
-  describe(`StartSignIn does the same database work for any address (${mode})`, () => {
+  describe(`Code sign-in does the same database work for any address (${mode})`, () => {
     let stack: TestStack;
     let mailed: (email: string) => Promise<number>;
     before(async () => {
@@ -79,6 +80,37 @@ function sameWorkCases(mode: "dev outbox" | "SMTP outbox", open: () => Promise<{
       expect(started).to.equal(emails.length);
       for (const u of users) expect(await mailed(u.email), u.email).to.equal(1);
       for (const n of nobodies) expect(await mailed(n), n).to.equal(0);
+    });
+
+    /**
+     * Wrong codes for `email` until its budget is spent and one more: per code, the statements
+     * core sent and the answer (its reason and words).
+     */
+    async function guesses(email: string) {
+      const seen: { statements: string[]; answer: string }[] = [];
+      for (let c = 0; c < 3; c++) {
+        const { challengeId } = await afterSendGap(stack, () => stack.clients.grants.startSignIn({ email }));
+        for (let i = 0; i < (c < 2 ? 5 : 1); i++) {
+          let answer = "";
+          const sent = await statements(stack, async () => {
+            const r = await refusalOf(stack.clients.grants.completeSignIn({ challengeId, code: "0000000" }));
+            answer = `${r.reason} ${r.message}`;
+          });
+          seen.push({ statements: sent, answer });
+        }
+        stack.clock.advance(31_000);
+      }
+      return seen;
+    }
+
+    it("wrong codes for an account's challenges, up to the pause and past it, do the work and get the answers an unknown address's do", async () => {
+      const user = await createUser(stack);
+      const known = await guesses(user.email);
+      const unknown = await guesses(unknownAddress());
+      expect(known.map((g) => g.answer)).to.deep.equal(unknown.map((g) => g.answer));
+      expect(known.map((g) => g.statements)).to.deep.equal(unknown.map((g) => g.statements));
+      // The pause is still told to the account holder, and to nobody else.
+      expect(await mailed(user.email)).to.equal(4);
     });
   });
 }
