@@ -1,5 +1,5 @@
 import { randomInt, randomUUID } from "node:crypto";
-import { canonicalEmail } from "../../lib/email.js";
+import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { CompleteSignInRequest, StartSignInRequest } from "../../gen/vaultgate/grants/v1/signin_pb.js";
@@ -112,7 +112,8 @@ async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerC
     userId = s.userId;
     sessionId = s.sessionId;
   } else {
-    const user = await deps.users.findByEmail(deps.db, email);
+    // Also an account stored under an older spelling of the address (an A-label domain), as provider sign-in finds it.
+    const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(req.email));
     // Unknown or inactive addresses get a challenge that can never succeed, and no
     // message; they are limited exactly like known ones.
     userId = user && user.status === "active" ? user.id : null;

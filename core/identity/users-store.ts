@@ -47,13 +47,6 @@ export function createUsersStore() {
       return (rows as Parameters<typeof toListing>[0][]).map(toListing);
     },
 
-    /** The user with this (already normalised) e-mail. */
-    async findByEmail(conn: Conn, email: string): Promise<UserListing | undefined> {
-      const { rows } = await conn.raw(`${USER_LISTING} WHERE u.email = ?`, [email]);
-      const row = (rows as Parameters<typeof toListing>[0][])[0];
-      return row ? toListing(row) : undefined;
-    },
-
     /** The user stored under the first of `spellings` (storedEmailSpellings, most exact first) that one is stored under. */
     async findByStoredEmail(conn: Conn, spellings: string[]): Promise<UserListing | undefined> {
       if (spellings.length === 0) return undefined;
