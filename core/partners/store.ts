@@ -66,10 +66,10 @@ export function createPartnersStore(db: Db) {
     async holdForDelivery(
       trx: Knex.Transaction,
       partnerId: string,
-    ): Promise<{ status: PartnerStatusName; entitlements: string[]; webhookUrl: string | null } | undefined> {
-      const { rows } = await trx.raw(`SELECT status, entitlements, webhook_url FROM partners WHERE id = ? FOR SHARE`, [partnerId]);
-      const row = (rows as { status: PartnerStatusName; entitlements: unknown; webhook_url: string | null }[])[0];
-      return row ? { status: row.status, entitlements: textArray(row.entitlements), webhookUrl: row.webhook_url } : undefined;
+    ): Promise<{ status: PartnerStatusName; entitlements: string[]; webhookGeneration: number } | undefined> {
+      const { rows } = await trx.raw(`SELECT status, entitlements, webhook_generation FROM partners WHERE id = ? FOR SHARE`, [partnerId]);
+      const row = (rows as { status: PartnerStatusName; entitlements: unknown; webhook_generation: number }[])[0];
+      return row ? { status: row.status, entitlements: textArray(row.entitlements), webhookGeneration: Number(row.webhook_generation) } : undefined;
     },
 
     /**

@@ -50,6 +50,8 @@ export interface PartnerEvent {
 export interface DueDelivery extends PartnerEvent {
   attempts: number;
   webhookUrl: string;
+  /** The partner's SetWebhook count when leased: a later SetWebhook, even of the same URL, supersedes this attempt. */
+  webhookGeneration: number;
   webhookSecretEnc: string;
   /** The secret before the latest rotation, while its overlap lasts: deliveries are signed with both. */
   previousSecretEnc: string | null;
@@ -186,7 +188,7 @@ export function createOutboxStore(db: Db) {
         if ((renewed.rows as unknown[]).length === 0) return { kind: "lost" } as const;
         const partner = (
           await trx.raw(
-            `SELECT status, entitlements, webhook_url, webhook_gone_at, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
+            `SELECT status, entitlements, webhook_url, webhook_generation, webhook_gone_at, webhook_secret_enc, CASE WHEN webhook_secret_prev_until > ? THEN webhook_secret_prev_enc END AS prev_enc
                FROM partners WHERE id = ? FOR SHARE`,
             [now, lane.partnerId],
           )
@@ -195,6 +197,7 @@ export function createOutboxStore(db: Db) {
               status: string;
               entitlements: unknown;
               webhook_url: string | null;
+              webhook_generation: number;
               webhook_gone_at: unknown;
               webhook_secret_enc: string | null;
               prev_enc: string | null;
@@ -218,6 +221,7 @@ export function createOutboxStore(db: Db) {
           ...toEvent(row),
           attempts: Number(row.attempts) + 1,
           webhookUrl: partner.webhook_url,
+          webhookGeneration: Number(partner.webhook_generation),
           webhookSecretEnc: partner.webhook_secret_enc,
           previousSecretEnc: partner.prev_enc ?? null,
         };
@@ -240,8 +244,8 @@ export function createOutboxStore(db: Db) {
           | undefined;
         if (!event) return "withdrawn";
         if (Number(event.attempts) !== d.attempts) return "lost";
-        // A URL changed or removed since the lease: this request would go where the operator no longer sends.
-        const moved = partner?.webhookUrl !== d.webhookUrl;
+        // The webhook set again (even to the same URL) or removed since the lease: the attempt is re-leased under the new one.
+        const moved = partner?.webhookGeneration !== d.webhookGeneration;
         if (partner?.status !== "active" || moved || !eventTypesFor(partner.entitlements).includes(d.type)) {
           await trx.raw(`UPDATE partner_events SET attempts = attempts - 1, next_attempt_at = created_at WHERE seq = ?`, [d.seq]);
           return "held";
@@ -269,16 +273,16 @@ export function createOutboxStore(db: Db) {
     },
 
     /**
-     * Records a 410 Gone for attempt `attempt` of `d`: the event is due again at once (first in order) and, if the
-     * partner's URL is still the one that answered, deliveries pause until SetWebhook sets one. Fenced like markRetry.
+     * Records a 410 Gone for attempt `attempt` of `d`: the event is due again at once (first in order) and, if no SetWebhook
+     * came since the lease (the generation, not the URL string), deliveries pause until one does. Fenced like markRetry.
      */
     async markGone(d: DueDelivery, at: Date): Promise<"paused" | "moved" | "lost"> {
       return db.transaction(async (trx) => {
         // The partner row first, as leaseNext takes them, so the two never wait on each other crosswise.
         const paused = await trx.raw(
-          `UPDATE partners SET webhook_gone_at = ? WHERE id = ? AND webhook_url = ? AND webhook_gone_at IS NULL
+          `UPDATE partners SET webhook_gone_at = ? WHERE id = ? AND webhook_generation = ? AND webhook_gone_at IS NULL
               AND EXISTS (SELECT 1 FROM partner_events WHERE seq = ? AND attempts = ? AND delivery_state = 'pending') RETURNING id`,
-          [at, d.partnerId, d.webhookUrl, d.seq, d.attempts],
+          [at, d.partnerId, d.webhookGeneration, d.seq, d.attempts],
         );
         const kept = await trx.raw(
           `UPDATE partner_events SET next_attempt_at = created_at, last_error = 'HTTP 410' WHERE seq = ? AND attempts = ? AND delivery_state = 'pending' RETURNING seq`,
@@ -340,6 +344,7 @@ export function createOutboxStore(db: Db) {
         .update({
           webhook_url: url,
           webhook_gone_at: null,
+          webhook_generation: trx.raw("webhook_generation + 1"),
           webhook_secret_enc: secrets.current,
           webhook_secret_prev_enc: secrets.previous?.enc ?? null,
           webhook_secret_prev_until: secrets.previous?.until ?? null,

@@ -100,4 +100,41 @@ describe("webhook endpoint answering 410 Gone", function () {
     expect(ids(next)).to.deep.equal(listed);
     expect(stack.logs.text()).to.include("410 Gone after its URL was changed");
   });
+
+  const goneAt = async (p: TestPartner) =>
+    (await stack.core.db.raw(`SELECT webhook_gone_at FROM partners WHERE id = ?`, [p.partnerId])).rows[0].webhook_gone_at as unknown;
+
+  it("a 410 to a request sent before the same URL was set again pauses nothing: the refused event goes again first", async () => {
+    const r = await receiver();
+    r.hold();
+    const { partner, listed } = await queued(r.url, 2);
+    const pass = stack.core.webhooks.runOnce();
+    await r.waitFor(1);
+    await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: r.url });
+    r.release(410);
+    await pass;
+    await drain();
+    expect(await goneAt(partner)).to.equal(null);
+    expect(ids(r)).to.deep.equal([listed[0], ...listed]);
+    expect(stack.logs.text()).to.include("410 Gone after its URL was changed");
+  });
+
+  it("many partners' same URLs set again, all at once, while their 410s are held: none is paused, every event goes", async () => {
+    const set = [];
+    for (let i = 0; i < 8; i++) {
+      const r = await receiver();
+      r.hold();
+      set.push({ r, ...(await queued(r.url, 1)) });
+    }
+    const pass = stack.core.webhooks.runOnce();
+    await Promise.all(set.map((s) => s.r.waitFor(1)));
+    await Promise.all(set.map((s) => stack.admin.partnerResources.setWebhook({ clientId: s.partner.clientId, url: s.r.url })));
+    for (const s of set) s.r.release(410);
+    await pass;
+    await drain();
+    for (const s of set) {
+      expect(await goneAt(s.partner), s.partner.clientId).to.equal(null);
+      expect(ids(s.r)).to.deep.equal([s.listed[0], s.listed[0]]);
+    }
+  });
 });
