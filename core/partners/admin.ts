@@ -3,6 +3,7 @@ import { canonicalEmail, storedEmailSpellings } from "../../lib/email.js";
 import { lengthBetween, nameProblem } from "../../lib/text.js";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   type CreatePartnerRequest,
   type CreatePartnerResponseSchema,
@@ -121,6 +122,7 @@ export async function createPartner(
       status,
       entitlements,
       webhookUrl,
+      webhookGoneAt: null,
       createdAt: now,
       updatedAt: now,
     };
@@ -290,5 +292,6 @@ function toProto(p: PartnerRecord): MessageInitShape<typeof PartnerSchema> & Par
     status: statusEnum[p.status],
     entitlements: p.entitlements,
     webhookUrl: p.webhookUrl ?? "",
+    webhookGoneAt: p.webhookGoneAt ? timestampFromDate(p.webhookGoneAt) : undefined,
   };
 }

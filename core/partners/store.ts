@@ -13,6 +13,8 @@ export interface PartnerRecord {
   status: PartnerStatusName;
   entitlements: string[];
   webhookUrl: string | null;
+  /** When webhookUrl answered 410 Gone (deliveries paused until it is set again); null while they run. */
+  webhookGoneAt: Date | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -112,6 +114,7 @@ function toPartner(r: Record<string, unknown>): PartnerRecord {
     status: r.status as PartnerStatusName,
     entitlements: textArray(r.entitlements),
     webhookUrl: r.webhook_url == null ? null : String(r.webhook_url),
+    webhookGoneAt: r.webhook_gone_at == null ? null : new Date(r.webhook_gone_at as string | Date),
     createdAt: new Date(r.created_at as string | Date),
     updatedAt: new Date(r.updated_at as string | Date),
   };
