@@ -33,12 +33,17 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     return { stack, receiver, partner, secret };
   }
 
+  // The database is shared with other tests' partners: a pass's attempt count includes theirs, so only this test's count.
+  const drain = async (stack: TestStack) => {
+    while ((await stack.core.webhooks.runOnce()) > 0);
+  };
+
   it("resolves the receiver's name with the configured name server and delivers to that address", async () => {
     const dns = await startDnsServer({ "hooks.vaultgate.test": "127.0.0.1" });
     closers.push(() => dns.close());
     const { stack, receiver, secret } = await setUp(dns);
-    expect(await stack.core.webhooks.runOnce()).to.equal(1);
-    await receiver.waitFor(1);
+    await drain(stack);
+    expect(receiver.received).to.have.length(1);
     expect(dns.queries.map((q) => q.name)).to.include("hooks.vaultgate.test");
     const wh = new Webhook(secret);
     expect(
@@ -50,7 +55,7 @@ describe("webhook delivery: receiver host names (real name server)", function ()
     const dns = await startDnsServer({}, { hold: true });
     closers.push(() => dns.close());
     const { stack, receiver, partner } = await setUp(dns);
-    expect(await stack.core.webhooks.runOnce()).to.equal(1);
+    await drain(stack);
     expect(receiver.received).to.have.length(0);
     const { rows } = await stack.core.db.raw(`SELECT delivery_state, attempts, last_error FROM partner_events WHERE partner_id = ?`, [partner.partnerId]);
     expect(rows).to.deep.equal([{ delivery_state: "pending", attempts: 1, last_error: "HostLookupError" }]);

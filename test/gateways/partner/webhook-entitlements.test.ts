@@ -89,7 +89,9 @@ describe("partner events and the partner's entitlements", () => {
     await stack.admin.partners.setEntitlements({ clientId: reader.partner.clientId, entitlements: ["kyc:read"] });
     await stack.core.webhooks.runOnce();
     expect(sent(reader.receiver)).to.deep.equal(["kyc.status_changed"]);
-    expect(await stack.core.webhooks.runOnce()).to.equal(0);
+    // Other tests' partners share the database: passes until nothing is due, then only this receiver counts.
+    while ((await stack.core.webhooks.runOnce()) > 0);
+    expect(sent(reader.receiver)).to.deep.equal(["kyc.status_changed"]);
     await stack.admin.partners.setEntitlements({ clientId: reader.partner.clientId, entitlements: ["kyc:read", "transfers:read"] });
     await stack.core.webhooks.runOnce();
     expect(sent(reader.receiver)).to.deep.equal(["kyc.status_changed", "transfer.settled"]);
