@@ -33,10 +33,10 @@ export function checkHttpsUrl(value: string, name: string, maxLength = MAX_URL_L
   // The parser forgives spellings (`https:host`, `http://127.1`) the published pattern refuses.
   if (!isPartnerUrlSpelling(value))
     fail(Reason.INVALID_REQUEST, `${name} must be written https://host/... (http://127.0.0.1, localhost or [::1] for loopback)`);
-  // The limit is on what is stored and sent: escaping ("é" is %C3%A9) can lengthen the URL.
-  const normalised = url.toString();
-  if (normalised.length > maxLength) fail(Reason.INVALID_REQUEST, `${name} must be at most ${maxLength} characters once escaped`);
-  return normalised;
+  // The limit is on what is sent: escaping ("é" is %C3%A9) can lengthen the URL.
+  if (url.toString().length > maxLength) fail(Reason.INVALID_REQUEST, `${name} must be at most ${maxLength} characters once escaped`);
+  // Kept as written, so the operator reads back what they set; every request parses it to the same address.
+  return value;
 }
 
 export function kycJson(k: KycRecord) {

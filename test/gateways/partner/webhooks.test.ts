@@ -105,7 +105,7 @@ describe("partner webhooks", () => {
     await expectRefused(stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: padded(2049) }), Reason.INVALID_REQUEST, /at most 2048/);
     await expectRefused(createPartner(stack, { webhookUrl: padded(5000) }), Reason.INVALID_REQUEST, /at most 2048/);
     await stack.admin.partnerResources.setWebhook({ clientId: partner.clientId, url: padded(2048) });
-    // The limit holds for the URL as stored and sent: "é" is written %C3%A9, a space %20.
+    // The limit holds for the URL as sent: "é" goes as %C3%A9, a space as %20.
     const escaped = (s: string) => `${receiver.url}/${s.repeat(600)}`;
     for (const url of [escaped("é"), escaped("a b")]) {
       expect(url.length).to.be.below(2048);
