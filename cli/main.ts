@@ -111,13 +111,15 @@ async function run(argv: string[]): Promise<number> {
       throw err;
     }
     commandRan = true;
+    // Only a secret this run made is shown once; one the operator supplied (partner webhook --secret) is theirs.
+    const shownOnce = (sub.shownOnce ?? []).filter((s) => !s.suppliedBy || parsed.options[s.suppliedBy] === undefined);
     if (result instanceof FailingAnswer) {
-      print(result.value, format);
+      print(result.value, format, shownOnce);
       process.stderr.write(`vaultgate: ${result.complaint}\n`);
       return result.exitCode;
     }
     // A command that wrote its own output (dev chain) answers nothing.
-    if (result !== undefined) print(result, format);
+    if (result !== undefined) print(result, format, shownOnce);
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {

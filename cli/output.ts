@@ -1,3 +1,4 @@
+import type { ShownOnceSpec } from "./commands/spec.js";
 import { UsageError } from "./commands/types.js";
 
 // How a command's answer is written out: text for people, json for scripts, env for shells.
@@ -17,7 +18,7 @@ export function outputFormat(options: Record<string, string | boolean | undefine
 let outputFailure: NodeJS.ErrnoException | undefined;
 let watching = false;
 /** Shown-once secrets in the output printed since watchOutput: their loss is a failure, even to a closed reader. */
-let secretsPrinted: string[] = [];
+let secretsPrinted: ShownOnceSpec[] = [];
 let clientIdPrinted: string | undefined;
 
 /**
@@ -44,8 +45,9 @@ export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> 
   };
 }
 
-export function print(value: unknown, format: Format) {
-  secretsPrinted = shownOnceIn(value);
+/** `shownOnce`: the fields the command declares shown once for this run (never guessed from field names). */
+export function print(value: unknown, format: Format, shownOnce: readonly ShownOnceSpec[] = []) {
+  secretsPrinted = shownOnceIn(value, shownOnce);
   const clientId = (value as Record<string, unknown> | null)?.client_id;
   clientIdPrinted = typeof clientId === "string" ? clientId : undefined;
   if (format === "json") {
@@ -57,11 +59,7 @@ export function print(value: unknown, format: Format) {
     return;
   }
   process.stdout.write(`${renderText(value)}\n`);
-  for (const [key, another] of SHOWN_ONCE) {
-    if (value && typeof value === "object" && typeof (value as Record<string, unknown>)[key] === "string") {
-      process.stderr.write(`Store ${key} now: it is not shown again (${another}).\n`);
-    }
-  }
+  for (const { field, replacement } of secretsPrinted) process.stderr.write(`Store ${field} now: it is not shown again (${replacement}).\n`);
 }
 
 /**
@@ -72,24 +70,16 @@ export function lostSecretsLine(): string | undefined {
   if (secretsPrinted.length === 0) return undefined;
   // The partner's id is no secret and makes the replacing command one to copy.
   const withId = (how: string) => (clientIdPrinted ? `vaultgate ${how}`.replace(/^(vaultgate partner [\w-]+)/, `$1 ${clientIdPrinted}`) : `vaultgate ${how}`);
-  const replacements = [...new Set(secretsPrinted.map((key) => withId(SHOWN_ONCE.find(([k]) => k === key)![1])))];
-  const names = secretsPrinted.join(" and ");
+  const replacements = [...new Set(secretsPrinted.map((s) => withId(s.replacement)))];
+  const names = secretsPrinted.map((s) => s.field).join(" and ");
   return `stdout was closed before the output was written: ${names} ${secretsPrinted.length > 1 ? "were" : "was"} not delivered and cannot be shown again; ${replacements.join("; ")}`;
 }
 
-function shownOnceIn(value: unknown): string[] {
+function shownOnceIn(value: unknown, shownOnce: readonly ShownOnceSpec[]): ShownOnceSpec[] {
   if (!value || typeof value !== "object") return [];
   const record = value as Record<string, unknown>;
-  return SHOWN_ONCE.filter(([key]) => typeof record[key] === "string" && record[key] !== "").map(([key]) => key);
+  return shownOnce.filter(({ field }) => typeof record[field] === "string" && record[field] !== "");
 }
-
-/** Secrets a command prints once, and how to get another. */
-const SHOWN_ONCE = [
-  ["client_secret", "partner rotate-secret replaces it"],
-  ["webhook_secret", "partner webhook replaces it"],
-  ["access_token", "grant issue issues a new grant"],
-  ["refresh_token", "grant issue issues a new grant"],
-] as const;
 
 /** `--format env`: KEY=value lines a shell can eval or a .env file can hold. */
 function envLines(value: Record<string, unknown>): string {

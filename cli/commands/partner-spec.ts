@@ -10,6 +10,10 @@ export const PARTNER_COMMAND: CommandSpec = {
       name: "create",
       summary: "create a partner; its client_secret is shown once",
       admin: true,
+      shownOnce: [
+        { field: "client_secret", replacement: "partner rotate-secret replaces it" },
+        { field: "webhook_secret", replacement: "partner webhook replaces it" },
+      ],
       options: {
         name: { type: "string", value: "NAME", required: true, description: "display name" },
         slug: { type: "string", value: "SLUG", description: "client_id infix (default: derived from --name)" },
@@ -35,6 +39,7 @@ export const PARTNER_COMMAND: CommandSpec = {
       name: "rotate-secret",
       summary: "replace a partner's client_secret at once (shown once)",
       admin: true,
+      shownOnce: [{ field: "client_secret", replacement: "partner rotate-secret replaces it" }],
       args: ["CLIENT_ID"],
       examples: ["vaultgate partner rotate-secret gpc_acme_1a2b3c4d"],
     },
@@ -64,6 +69,8 @@ export const PARTNER_COMMAND: CommandSpec = {
       name: "webhook",
       summary: "set or clear a partner's webhook URL; a new signing secret is shown once",
       admin: true,
+      // A secret the operator gave with --secret is theirs already: losing the echo loses nothing.
+      shownOnce: [{ field: "webhook_secret", replacement: "partner webhook replaces it", suppliedBy: "secret" }],
       args: ["CLIENT_ID"],
       options: {
         url: { type: "string", value: "URL", required: true, allowEmpty: true, description: 'https URL (http only on loopback); "" clears it' },

@@ -6,7 +6,7 @@
 import { PARTNER_COMMAND } from "./partner-spec.js";
 import { csv, pagingOptions, type CommandSpec, type OptionSpec, type SubcommandSpec } from "./spec.js";
 
-export type { CommandSpec, OptionSpec, SubcommandSpec } from "./spec.js";
+export type { CommandSpec, OptionSpec, ShownOnceSpec, SubcommandSpec } from "./spec.js";
 
 /** Options every command accepts. */
 export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
@@ -270,6 +270,7 @@ export const COMMANDS: CommandSpec[] = [
         name: "issue",
         summary: "issue an agent access and refresh token for a user's vault",
         admin: true,
+        shownOnce: ["access_token", "refresh_token"].map((field) => ({ field, replacement: "grant issue issues a new grant" })),
         options: {
           user: { type: "string", value: "USER_ID", required: true, description: "the user" },
           vault: { type: "string", value: "VAULT_ID", required: true, description: "one of the user's vaults" },

@@ -27,6 +27,17 @@ export interface SubcommandSpec {
   noJson?: string;
   /** Talks to the running core (needs the operator credential). */
   admin?: boolean;
+  /** Output fields holding a secret this run made and shows only once; a lost one is a failure. */
+  shownOnce?: ShownOnceSpec[];
+}
+
+/** A secret in a command's output that cannot be shown again, and the command that makes another. */
+export interface ShownOnceSpec {
+  field: string;
+  /** e.g. "partner rotate-secret replaces it"; `vaultgate` is put in front. */
+  replacement: string;
+  /** The option by which the operator supplies the value instead: given, it is theirs and not shown once. */
+  suppliedBy?: string;
 }
 
 export interface CommandSpec {

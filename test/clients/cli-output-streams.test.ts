@@ -66,6 +66,21 @@ describe("vaultgate: output nobody can read is not a crash (real processes)", fu
     ]);
   });
 
+  it("a webhook secret the operator supplied is not lost to a closed reader; one made by the command is", async () => {
+    const name = `Webhook Pipe ${Math.random().toString(16).slice(2, 8)}`;
+    const created = await runCli(["partner", "create", "--name", name], op.env);
+    const clientId = created.json!.client_id as string;
+    const supplied = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
+    const given = await runWithStdout(["partner", "webhook", clientId, "--url", "http://127.0.0.1:9/hooks", "--secret", supplied], op.env, "closed");
+    expect([given.code, given.stderr]).to.deep.equal([0, ""]);
+
+    const made = await runWithStdout(["partner", "webhook", clientId, "--url", "http://127.0.0.1:9/hooks"], op.env, "closed");
+    expect([made.code, made.stderr]).to.deep.equal([
+      1,
+      `vaultgate: stdout was closed before the output was written: webhook_secret was not delivered and cannot be shown again; vaultgate partner webhook ${clientId} replaces it\n`,
+    ]);
+  });
+
   it("a full disk is one line naming it and exit 1; a partner created meanwhile is said to exist", async () => {
     const help = await runWithStdout(["--help"], op.env, "/dev/full");
     expect(help.code).to.equal(1);
