@@ -1,14 +1,17 @@
 import { ConfigError, loadConfig, type Config } from "./config.js";
 
 /**
- * Settings only `serve` reads (it listens and logs; an operator command does neither), with the
- * Config fields taken from each: the public addresses only where PORT gives their default.
+ * Settings only `serve` reads (it listens, logs and serves metrics; an operator command does
+ * none of these), in groups checked together, with the Config fields taken from each group:
+ * the public addresses only where PORT gives their default.
  */
-const SERVE_ONLY: Record<string, (env: NodeJS.ProcessEnv) => string[]> = {
-  PORT: (env) => ["port", ...defaultedByListenAddress(env)],
-  HOST: (env) => ["host", ...defaultedByListenAddress(env)],
-  LOG_LEVEL: () => ["logLevel"],
-};
+const SERVE_ONLY: [names: string[], fields: (env: NodeJS.ProcessEnv) => string[]][] = [
+  [["PORT"], (env) => ["port", ...defaultedByListenAddress(env)]],
+  [["HOST"], (env) => ["host", ...defaultedByListenAddress(env)]],
+  [["LOG_LEVEL"], () => ["logLevel"]],
+  // Together: a METRICS_HOST off loopback needs METRICS_TOKEN only when METRICS_PORT is set.
+  [["METRICS_PORT", "METRICS_HOST", "METRICS_TOKEN"], () => ["metricsPort", "metricsHost", "metricsToken"]],
+];
 
 /** The public addresses HOST and PORT give a default to, where no setting of their own is made. */
 function defaultedByListenAddress(env: NodeJS.ProcessEnv): string[] {
@@ -22,20 +25,20 @@ function defaultedByListenAddress(env: NodeJS.ProcessEnv): string[] {
  */
 export function loadCommandConfig(env: NodeJS.ProcessEnv): Config {
   const usable = { ...env };
-  const refused = new Map<string, ConfigError>();
-  for (const name of Object.keys(SERVE_ONLY)) {
-    if (!env[name]) continue;
+  const refused: [ConfigError, string[]][] = [];
+  for (const [names, fields] of SERVE_ONLY) {
+    if (!names.some((name) => env[name])) continue;
     try {
-      loadConfig({ [name]: env[name] });
+      loadConfig(Object.fromEntries(names.map((name) => [name, env[name]])));
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
-      refused.set(name, err);
-      delete usable[name];
+      refused.push([err, fields(env)]);
+      for (const name of names) delete usable[name];
     }
   }
   const config = loadConfig(usable);
-  for (const [name, err] of refused) {
-    for (const field of SERVE_ONLY[name]!(env)) {
+  for (const [err, fields] of refused) {
+    for (const field of fields) {
       Object.defineProperty(config, field, {
         enumerable: true,
         get() {

@@ -53,7 +53,7 @@ describe("vaultgate serve: settings refused at start (real processes)", function
     }
   });
 
-  it("a HOST, CORE_HOST or METRICS_HOST written with a port or brackets stops serve (and the CLI, but for HOST), naming the setting", async () => {
+  it("a HOST, CORE_HOST or METRICS_HOST written with a port or brackets stops serve (and the CLI for CORE_HOST), naming the setting", async () => {
     const dir = await tempDataDir();
     try {
       const base = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", ADMIN_TOKEN: "" };
@@ -66,8 +66,8 @@ describe("vaultgate serve: settings refused at start (real processes)", function
         for (const args of [["serve"], ["partner", "list"]]) {
           const res = await runCli(args, { ...base, METRICS_PORT: "0", [name]: value });
           expect(res.code, res.stderr).to.equal(1);
-          // Only serve listens on HOST: the CLI goes on to dial core, and CORE_PORT=0 cannot be dialled.
-          const dialled = name === "HOST" && args[0] !== "serve";
+          // Only serve listens on HOST and METRICS_HOST: the CLI goes on to dial core, and CORE_PORT=0 cannot be dialled.
+          const dialled = (name === "HOST" || name === "METRICS_HOST") && args[0] !== "serve";
           expect(res.stderr).to.equal(
             dialled
               ? "vaultgate: CORE_PORT=0 cannot be dialled: 0 lets a listening core pick any free port. Set CORE_PORT to the port core listens on, or CORE_URL to its address\n"
