@@ -19,9 +19,9 @@ export async function main(argv: string[]): Promise<number> {
   const code = await run(argv);
   const err = await outputFailure();
   if (!err) return code;
-  // A reader that went away (`| head -1`) has what it wanted, unless what it left was a secret shown once.
-  if (err.code === "EPIPE") {
-    const lost = lostSecretsLine();
+  // A reader that went away (`| head -1`) has what it wanted, unless it left a shown-once secret (lost to `>&-` too).
+  const lost = lostSecretsLine();
+  if (err.code === "EPIPE" || (err.code === "EBADF" && lost)) {
     if (!lost) return code;
     process.stderr.write(`vaultgate: ${lost}\n`);
     return code === 0 ? 1 : code;

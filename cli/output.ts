@@ -1,3 +1,4 @@
+import { constants, readFileSync, readlinkSync } from "node:fs";
 import type { ShownOnceSpec } from "./commands/spec.js";
 import { UsageError } from "./commands/types.js";
 
@@ -30,6 +31,14 @@ export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> 
   secretsPrinted = [];
   if (!watching) {
     watching = true;
+    if (stdoutClosedAtStart()) {
+      // What goes to a closed stdout goes nowhere: the first write is the failure (printing nothing lost nothing).
+      const write = process.stdout.write;
+      process.stdout.write = function (this: NodeJS.WriteStream, ...args: Parameters<typeof write>) {
+        outputFailure ??= Object.assign(new Error("stdout is closed"), { code: "EBADF" });
+        return write.apply(this, args);
+      } as typeof write;
+    }
     process.stdout.on("error", (err) => {
       outputFailure ??= err;
     });
@@ -46,6 +55,23 @@ export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> 
 }
 
 /** `shownOnce`: the fields the command declares shown once for this run (never guessed from field names). */
+/**
+ * Node gives a process started with stdout closed (`>&-`) /dev/null opened read-write in its
+ * place, where a shell's `>/dev/null` opens it write-only: only that says the output went nowhere.
+ * A daemon's stdio, all three /dev/null read-write, is output discarded on purpose.
+ */
+function stdoutClosedAtStart(): boolean {
+  const nullReadWrite = (fd: number) => {
+    try {
+      const flags = /^flags:\s*([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1];
+      return flags !== undefined && (Number.parseInt(flags, 8) & 3) === constants.O_RDWR && readlinkSync(`/proc/self/fd/${fd}`) === "/dev/null";
+    } catch {
+      return false; // no /proc (not Linux): nothing to tell by
+    }
+  };
+  return nullReadWrite(1) && !nullReadWrite(2);
+}
+
 export function print(value: unknown, format: Format, shownOnce: readonly ShownOnceSpec[] = []) {
   secretsPrinted = shownOnceIn(value, shownOnce);
   const clientId = (value as Record<string, unknown> | null)?.client_id;

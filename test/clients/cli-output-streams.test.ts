@@ -23,6 +23,18 @@ async function runWithStdout(args: string[], env: Record<string, string>, stdout
   return { code, stderr };
 }
 
+/** Runs the real CLI through a shell that closes its stdout (`>&-`, as a script may), or redirects it to `redirect`. */
+async function runWithClosedStdout(args: string[], env: Record<string, string>, redirect = ">&-") {
+  const child = spawn("sh", ["-c", `exec "$0" "$@" ${redirect}`, process.execPath, bin, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (c: Buffer) => (stderr += c.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once("close", (c) => resolve(c)));
+  return { code, stderr };
+}
+
 describe("vaultgate: output nobody can read is not a crash (real processes)", function () {
   this.timeout(120_000);
   const op = useServiceProcess("all");
@@ -78,6 +90,29 @@ describe("vaultgate: output nobody can read is not a crash (real processes)", fu
     expect([made.code, made.stderr]).to.deep.equal([
       1,
       `vaultgate: stdout was closed before the output was written: webhook_secret was not delivered and cannot be shown again; vaultgate partner webhook ${clientId} replaces it\n`,
+    ]);
+  });
+
+  it("a closed stdout (>&-) is exit 1 with one line saying so, or naming a lost secret; >/dev/null is no failure", async () => {
+    const version = await runWithClosedStdout(["--version"], op.env);
+    expect([version.code, version.stderr]).to.deep.equal([1, "vaultgate: could not write the output to stdout (EBADF: stdout is closed)\n"]);
+    const list = await runWithClosedStdout(["partner", "list"], op.env);
+    expect([list.code, list.stderr]).to.deep.equal([1, "vaultgate: could not write the output to stdout (EBADF: stdout is closed); the command itself ran\n"]);
+    // Output discarded on purpose is not lost.
+    const discarded = await runWithClosedStdout(["partner", "list"], op.env, ">/dev/null");
+    expect([discarded.code, discarded.stderr]).to.deep.equal([0, ""]);
+    // A command that fails before printing says only why it failed.
+    const usage = await runWithClosedStdout(["partner", "rotate-secret"], op.env);
+    expect([usage.code, usage.stderr]).to.deep.equal([2, "vaultgate: CLIENT_ID is required\nsee 'vaultgate partner rotate-secret --help'\n"]);
+
+    const name = `Closed Stdout ${Math.random().toString(16).slice(2, 8)}`;
+    const created = await runWithClosedStdout(["partner", "create", "--name", name], op.env);
+    const partner = ((await runCli(["partner", "list", "--all"], op.env)).json!.partners as { name: string; client_id: string }[]).find(
+      (p) => p.name === name,
+    )!;
+    expect([created.code, created.stderr]).to.deep.equal([
+      1,
+      `vaultgate: stdout was closed before the output was written: client_secret was not delivered and cannot be shown again; vaultgate partner rotate-secret ${partner.client_id} replaces it\n`,
     ]);
   });
 
