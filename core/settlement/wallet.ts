@@ -14,12 +14,7 @@ const perProcess = new Map<string, PrivateKeyAccount>();
 export const walletKeyPath = (dataDir: string, chain: string) => join(dataDir, `settlement-wallet-${chain}.key`);
 
 export async function loadHotWallet(options: { chain: string; keyFile?: string; dataDir?: string }): Promise<PrivateKeyAccount> {
-  const setting = `CHAIN_${options.chain.toUpperCase()}_WALLET_KEY_FILE`;
-  if (options.keyFile) {
-    const text = await readKey(options.keyFile);
-    if (text === undefined) fail(`${setting} names ${options.keyFile}, which does not exist`);
-    return parse(text) ?? fail(`${options.keyFile} (${setting}) must hold a private key: 0x and 64 hexadecimal digits`);
-  }
+  if (options.keyFile) return (await parseKeyFile(options.chain, options.keyFile, "setting"))!;
   if (!options.dataDir) {
     let account = perProcess.get(options.chain);
     if (!account) perProcess.set(options.chain, (account = privateKeyToAccount(`0x${randomBytes(32).toString("hex")}`)));
@@ -31,17 +26,28 @@ export async function loadHotWallet(options: { chain: string; keyFile?: string; 
   await writeFile(path, `0x${randomBytes(32).toString("hex")}\n`, { mode: 0o600, flag: "wx" }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== "EEXIST") throw err;
   });
-  const text = await readKey(path);
-  return (text !== undefined && parse(text)) || fail(`${path} does not hold a private key; restore it or set ${setting}`);
+  // Gone again between writing and reading (removed meanwhile): as good as a file without a key.
+  return (await parseKeyFile(options.chain, path, "dataDir")) ?? fail(noKeyIn(path, options.chain));
 }
 
 /** The hot wallet as `loadHotWallet` finds it, without making a key: undefined when DATA_DIR holds none. */
 export async function readHotWallet(options: { chain: string; keyFile?: string; dataDir: string }): Promise<PrivateKeyAccount | undefined> {
-  if (options.keyFile) return loadHotWallet(options);
-  const path = walletKeyPath(options.dataDir, options.chain);
+  if (options.keyFile) return parseKeyFile(options.chain, options.keyFile, "setting");
+  return parseKeyFile(options.chain, walletKeyPath(options.dataDir, options.chain), "dataDir");
+}
+
+const keyFileSetting = (chain: string) => `CHAIN_${chain.toUpperCase()}_WALLET_KEY_FILE`;
+const noKeyIn = (path: string, chain: string) => `${path} does not hold a private key; restore it or set ${keyFileSetting(chain)}`;
+
+/**
+ * The account in a key file, read by serve and the wallet commands alike. One the operator named
+ * (`from` "setting") must exist; DATA_DIR's may not yet (undefined). A file without a key is refused.
+ */
+async function parseKeyFile(chain: string, path: string, from: "setting" | "dataDir"): Promise<PrivateKeyAccount | undefined> {
+  const setting = keyFileSetting(chain);
   const text = await readKey(path);
-  if (text === undefined) return undefined;
-  return parse(text) ?? fail(`${path} does not hold a private key; restore it or set CHAIN_${options.chain.toUpperCase()}_WALLET_KEY_FILE`);
+  if (text === undefined) return from === "setting" ? fail(`${setting} names ${path}, which does not exist`) : undefined;
+  return parse(text) ?? fail(from === "setting" ? `${path} (${setting}) must hold a private key: 0x and 64 hexadecimal digits` : noKeyIn(path, chain));
 }
 
 function parse(text: string): PrivateKeyAccount | undefined {

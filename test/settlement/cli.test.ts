@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readdir, writeFile } from "node:fs/promises";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import { privateKeyToAccount } from "viem/accounts";
@@ -123,6 +123,31 @@ describe("vaultgate dev chain and wallet commands", function () {
       await writeFile(`${dir.path}/settlement-wallet-base.key`, `0x${"ab".repeat(32)}\n`, { mode: 0o600 });
       const found = await runCli(["wallet", "address", "--chain", "base"], { DATA_DIR: dir.path, ...rpc });
       expect([found.code, found.json?.address]).to.deep.equal([0, privateKeyToAccount(`0x${"ab".repeat(32)}`).address]);
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it("serve and the wallet commands refuse a key file without a key alike, naming the file and the setting", async () => {
+    const dir = await tempDataDir();
+    try {
+      const rpc = { CHAIN_BASE_RAIL: "evm", CHAIN_BASE_RPC_URL: "http://127.0.0.1:9", CHAIN_BASE_USDC: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" };
+      const env = { DATA_DIR: dir.path, PORT: "0", CORE_PORT: "0", ...rpc };
+      const dataDirKey = `${dir.path}/settlement-wallet-base.key`;
+      const operatorKey = `${dir.path}/operator.key`;
+      await writeFile(dataDirKey, "not a key\n", { mode: 0o600 });
+      await writeFile(operatorKey, "0x1234\n", { mode: 0o600 });
+      for (const [extra, message] of [
+        [{}, `${dataDirKey} does not hold a private key; restore it or set CHAIN_BASE_WALLET_KEY_FILE`],
+        [{ CHAIN_BASE_WALLET_KEY_FILE: operatorKey }, `${operatorKey} (CHAIN_BASE_WALLET_KEY_FILE) must hold a private key: 0x and 64 hexadecimal digits`],
+        [{ CHAIN_BASE_WALLET_KEY_FILE: `${dir.path}/gone.key` }, `CHAIN_BASE_WALLET_KEY_FILE names ${dir.path}/gone.key, which does not exist`],
+      ] as const) {
+        for (const args of [["wallet", "address", "--chain", "base"], ["wallet", "balance", "--chain", "base"], ["serve"]]) {
+          const res = await runCli(args, { ...env, ...extra });
+          expect([res.code, res.stderr], args.join(" ")).to.deep.equal([1, `vaultgate: ${message}\n`]);
+        }
+      }
+      expect(await readFile(dataDirKey, "utf8"), "the bad key is left for the operator to restore").to.equal("not a key\n");
     } finally {
       await dir.remove();
     }
