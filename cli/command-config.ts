@@ -1,4 +1,12 @@
 import { ConfigError, loadConfig, type Config } from "./config.js";
+import { checkDataDirPath } from "./data-dir.js";
+
+/** A command's settings, loaded only when it runs (main imports this then): help works even with a broken environment. */
+export function loadSettings(env: NodeJS.ProcessEnv, serving: boolean): Config {
+  const config = serving ? loadConfig(env) : loadCommandConfig(env);
+  checkDataDirPath(config.dataDir);
+  return config;
+}
 
 /**
  * Settings only `serve` reads (it listens, logs and serves metrics; an operator command does
