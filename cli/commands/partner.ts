@@ -18,6 +18,8 @@ function partnerJson(p: Partner) {
     status: statusName[p.status],
     entitlements: p.entitlements,
     webhook_url: p.webhookUrl || null,
+    // When the URL answered 410 Gone and deliveries paused, until the webhook is set again.
+    webhook_gone_at: p.webhookGoneAt ? timestampDate(p.webhookGoneAt).toISOString() : null,
   };
 }
 

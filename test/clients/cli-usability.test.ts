@@ -198,7 +198,8 @@ describe("vaultgate CLI usability (real processes)", function () {
     expect(all.json!.next_cursor).to.equal(null);
     const listed = partners.filter((p) => made.includes(p.client_id as string));
     expect(listed.map((p) => p.client_id)).to.deep.equal(made);
-    expect(Object.keys(listed[0]!).sort()).to.deep.equal(["client_id", "entitlements", "name", "partner_id", "status", "webhook_url"]);
+    expect(Object.keys(listed[0]!).sort()).to.deep.equal(["client_id", "entitlements", "name", "partner_id", "status", "webhook_gone_at", "webhook_url"]);
+    expect(listed[0]!.webhook_gone_at, "deliveries not paused").to.equal(null);
 
     const first = await runCli(["partner", "list", "--limit", "1"], proc.env);
     expect(first.json!.partners).to.have.length(1);
