@@ -54,7 +54,6 @@ export function watchOutput(): () => Promise<NodeJS.ErrnoException | undefined> 
   };
 }
 
-/** `shownOnce`: the fields the command declares shown once for this run (never guessed from field names). */
 /**
  * Node gives a process started with stdout closed (`>&-`) /dev/null opened read-write in its
  * place, where a shell's `>/dev/null` opens it write-only: only that says the output went nowhere.
@@ -72,6 +71,7 @@ function stdoutClosedAtStart(): boolean {
   return nullReadWrite(1) && !nullReadWrite(2);
 }
 
+/** `shownOnce`: the fields the command declares shown once for this run (never guessed from field names). */
 export function print(value: unknown, format: Format, shownOnce: readonly ShownOnceSpec[] = []) {
   secretsPrinted = shownOnceIn(value, shownOnce);
   const clientId = (value as Record<string, unknown> | null)?.client_id;
