@@ -17,7 +17,9 @@ export async function walletCommand(ctx: CommandContext) {
     );
   const { readHotWallet } = await import("../../core/settlement/wallet.js");
   // Read-only: a key made here would be one no running core pays from, and a wrong DATA_DIR would go unnoticed.
-  const account = await readHotWallet({ chain, keyFile: settings?.walletKeyFile, dataDir: ctx.config.dataDir });
+  // On the sandbox rail too: the key file set is the one serve pays from once the chain is put on the evm rail.
+  const keyFile = settings?.walletKeyFile ?? ctx.config.settlement.sandboxWalletKeyFiles?.[chain];
+  const account = await readHotWallet({ chain, keyFile, dataDir: ctx.config.dataDir });
   if (!account) {
     const name = `CHAIN_${chain.toUpperCase()}`;
     throw new Error(

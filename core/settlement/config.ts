@@ -38,6 +38,8 @@ export type ChainSettings = { chain: string; rail: "sandbox" } | EvmChainSetting
 export interface SettlementSettings {
   /** Chains on the evm rail; every other chain settles on the sandbox rail. */
   evm: EvmChainSettings[];
+  /** CHAIN_<NAME>_WALLET_KEY_FILE of chains kept on the sandbox rail: the key they will pay from on the evm rail. */
+  sandboxWalletKeyFiles?: Partial<Record<string, string>>;
 }
 
 /** One dollar: below it a transfer's gas can cost the platform more than the payment is worth. */
@@ -76,6 +78,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
   };
   if (rail("sol") !== "sandbox") fail("CHAIN_SOL_RAIL must be sandbox: Solana settles on the sandbox rail only");
   const evm: EvmChainSettings[] = [];
+  const sandboxWalletKeyFiles: Partial<Record<string, string>> = {};
   for (const chain of EVM_CHAINS) {
     const p = `CHAIN_${chain.toUpperCase()}_`;
     // A chain configured but with its rail left out would settle on the sandbox rail, paying nothing.
@@ -83,7 +86,10 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
     if (stray && !env[`${p}RAIL`]) {
       fail(`${p}${stray} is set but ${p}RAIL is not: set ${p}RAIL=evm to settle ${chain} on chain, or ${p}RAIL=sandbox to keep the sandbox rail`);
     }
-    if (rail(chain) !== "evm") continue;
+    if (rail(chain) !== "evm") {
+      if (env[`${p}WALLET_KEY_FILE`]) sandboxWalletKeyFiles[chain] = env[`${p}WALLET_KEY_FILE`];
+      continue;
+    }
     const rpcUrl = env[`${p}RPC_URL`] ?? "";
     if (!rpcUrl) fail(`${p}RPC_URL is required when ${p}RAIL=evm`);
     let url: URL;
@@ -115,7 +121,7 @@ export function parseSettlementSettings(env: Record<string, string | undefined>)
       minAmountCents: int(env, `${p}MIN_AMOUNT_CENTS`, DEFAULT_MIN_AMOUNT_CENTS, 1, Number.MAX_SAFE_INTEGER),
     });
   }
-  return { evm };
+  return { evm, sandboxWalletKeyFiles };
 }
 
 function int(env: Record<string, string | undefined>, name: string, fallback: number, min: number, max: number): number {

@@ -89,11 +89,14 @@ describe("vaultgate dev chain and wallet commands", function () {
           );
         }
       }
-      // Said explicitly, the sandbox rail stays, and the other settings wait unused (the key read is DATA_DIR's).
+      // Said explicitly, the sandbox rail stays and the other settings wait unused; the address is the key
+      // file's, the one serve pays from once the chain is on the evm rail (not DATA_DIR's own key).
       await writeFile(`${dir.path}/settlement-wallet-base.key`, `0x${"cd".repeat(32)}\n`, { mode: 0o600 });
       const kept = await runCli(["wallet", "address", "--chain", "base"], { ...base, CHAIN_BASE_RAIL: "sandbox", CHAIN_BASE_WALLET_KEY_FILE: keyFile });
       expect(kept.code, kept.stderr).to.equal(0);
-      expect(kept.json).to.include({ rail: "sandbox" });
+      expect(kept.json).to.deep.equal({ chain: "base", rail: "sandbox", address: privateKeyToAccount(`0x${"ab".repeat(32)}`).address });
+      const own = await runCli(["wallet", "address", "--chain", "base"], { ...base, CHAIN_BASE_RAIL: "sandbox" });
+      expect(own.json).to.deep.equal({ chain: "base", rail: "sandbox", address: privateKeyToAccount(`0x${"cd".repeat(32)}`).address });
     } finally {
       await dir.remove();
     }
