@@ -18,14 +18,23 @@ export function createKnownBrowsers(signinCodeKey: Buffer, clock: () => Date) {
     },
     /** The browser id when `token` is ours, unexpired and issued for `userId`; else undefined (never an error). */
     browserOf(token: string, userId: string | null): string | undefined {
-      if (!userId || !token.startsWith("vgb_") || token.length > 512) return undefined;
-      const [payload, mac, ...rest] = token.slice(4).split(".");
-      if (!payload || !mac || rest.length > 0 || !constantTimeEqual(mac, hmacSha256(key, payload, "base64url"))) return undefined;
-      const [owner, browser, issued] = Buffer.from(payload, "base64url").toString("utf8").split(".");
-      const age = Math.floor(clock().getTime() / 1000) - Number(issued);
-      return owner === userId && browser && age >= -60 && age <= KNOWN_BROWSER_SECONDS ? browser : undefined;
+      const mark = userId ? read(token) : undefined;
+      return mark?.owner === userId ? mark.browser : undefined;
+    },
+    /** The user `token` was issued for, when it is ours and unexpired; else undefined (never an error). */
+    ownerOf(token: string): string | undefined {
+      return read(token)?.owner;
     },
   };
+
+  function read(token: string): { owner: string; browser: string } | undefined {
+    if (!token.startsWith("vgb_") || token.length > 512) return undefined;
+    const [payload, mac, ...rest] = token.slice(4).split(".");
+    if (!payload || !mac || rest.length > 0 || !constantTimeEqual(mac, hmacSha256(key, payload, "base64url"))) return undefined;
+    const [owner, browser, issued] = Buffer.from(payload, "base64url").toString("utf8").split(".");
+    const age = Math.floor(clock().getTime() / 1000) - Number(issued);
+    return owner && browser && age >= -60 && age <= KNOWN_BROWSER_SECONDS ? { owner, browser } : undefined;
+  }
 }
 
 export type KnownBrowsers = ReturnType<typeof createKnownBrowsers>;

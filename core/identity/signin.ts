@@ -96,13 +96,25 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   refuseIfNotOffered(deps);
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const email = s ? (canonicalEmail(s.email) ?? s.email) : (canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address"));
+  // A browser this account signed in with spends only its own send budget: others on its network (an
+  // office behind one address) cannot spend its starts. Only a mark the MAC vouches for costs a lookup.
+  const known = s ? undefined : await accountOfKnownBrowser(deps, req);
+  if (known) return sendCode(deps, req, ctx, email, undefined, known);
   // Every start writes a challenge row, for unknown addresses too: one client varying the address
   // must not write rows (or mail accounts) at request rate, so starts share the flow-start limit.
   return limitFlowStart(deps.flowStarts, ctx, s, (_purpose, session) => sendCode(deps, req, ctx, email, session));
 }
 
-/** A challenge for `email` (or the session's step-up), its code mailed when the account is active. */
-async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: FlowSession | undefined) {
+/** The active account at `req.email` when the request's known-browser mark was issued for it. */
+async function accountOfKnownBrowser(deps: SignInDeps, req: StartSignInRequest): Promise<string | undefined> {
+  const owner = deps.browsers.ownerOf(req.browserToken);
+  if (!owner) return undefined;
+  const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(req.email));
+  return user?.id === owner && user.status === "active" ? owner : undefined;
+}
+
+/** A challenge for `email` (or the session's step-up), its code mailed when the account is active (`known`: already looked up). */
+async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: FlowSession | undefined, known?: string) {
   const now = deps.clock();
   const id = randomUUID();
   const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
@@ -111,6 +123,8 @@ async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerC
   if (s) {
     userId = s.userId;
     sessionId = s.sessionId;
+  } else if (known) {
+    userId = known;
   } else {
     // Also an account stored under an older spelling of the address (an A-label domain), as provider sign-in finds it.
     const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(req.email));

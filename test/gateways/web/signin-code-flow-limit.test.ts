@@ -147,6 +147,57 @@ describe("web pages: code sign-in starts are limited per client address", functi
     expect((await flooder.start(nobody())).status).to.equal(429);
   });
 
+  it("a person in a browser they signed in with before gets a code and signs in behind the flooder's own address", async () => {
+    const office = address();
+    const person = await createUser(stack);
+    const earlier = await browserAt(office);
+    await signIn({ ...stack, url }, earlier, person.email, "/dashboard/agents");
+    const marks = [...earlier.cookies].filter(([name]) => name.includes("vg_browser"));
+    expect(marks, "a sign-in leaves a known-browser mark").to.have.length(1);
+    const flooder = await browserAt(office);
+    for (let i = 0; i < LIMIT; i++) await flooder.start(nobody());
+    expect((await flooder.start(nobody())).status).to.equal(429);
+
+    const returning = await browserAt(office);
+    for (const [name, value] of marks) returning.cookies.set(name, value);
+    const done = await signIn({ ...stack, url }, returning, person.email, "/dashboard/agents");
+    expect(done.headers.get("location")).to.equal("/dashboard/agents");
+    // A browser without the mark, and the flooder, are still refused there.
+    expect((await (await browserAt(office)).start(person.email)).status).to.equal(429);
+    expect((await flooder.start(nobody())).status).to.equal(429);
+  });
+
+  it("hostile: a known-browser mark spares only its own account's starts, never another address's", async () => {
+    const own = await createUser(stack);
+    const signedIn = await browserAt(address());
+    await signIn({ ...stack, url }, signedIn, own.email, "/dashboard/agents");
+    const flooder = await browserAt(address());
+    for (const [name, value] of signedIn.cookies) if (name.includes("vg_browser")) flooder.cookies.set(name, value);
+    const victim = await createUser(stack);
+    for (let i = 0; i < LIMIT; i++) expect((await flooder.start(nobody())).status, `start ${i + 1}`).to.equal(303);
+    expect((await flooder.start(nobody())).status).to.equal(429);
+    expect((await flooder.start(victim.email)).status).to.equal(429);
+    expect(await mailsTo(victim.email)).to.equal(0);
+    stack.clock.advance(31_000); // past the mark's own 30 s send gap, within the minute
+    expect((await flooder.start(own.email)).status, "its own account, on the browser's own budget").to.equal(303);
+    expect((await flooder.start(victim.email)).status).to.equal(429);
+  });
+
+  it("20 concurrent starts from a known browser for its own account mail one code: its own budget still holds (PostgreSQL only)", async function () {
+    requirePostgres(this, "concurrent starts need several connections");
+    const person = await createUser(stack);
+    const signedIn = await browserAt(address());
+    await signIn({ ...stack, url }, signedIn, person.email, "/dashboard/agents");
+    stack.clock.advance(31_000);
+    const before = await mailsTo(person.email);
+    const returning = await browserAt(address());
+    for (const [name, value] of signedIn.cookies) if (name.includes("vg_browser")) returning.cookies.set(name, value);
+    const statuses = (await Promise.all(Array.from({ length: 20 }, () => returning.start(person.email)))).map((r) => r.status);
+    expect(statuses.filter((st) => st === 303)).to.have.length(1);
+    expect(statuses.filter((st) => st === 429)).to.have.length(19);
+    expect(await mailsTo(person.email)).to.equal(before + 1);
+  });
+
   it("a signed-in person's code step-up is counted against their session, not their address", async () => {
     const home = address();
     const person = await createUser(stack);
