@@ -237,7 +237,7 @@ describe("vaultgate CLI usability (real processes)", function () {
       const json = await inProcess(["user", "get", "--email", email, "--json"], true);
       expect(JSON.parse(json.out)).to.include({ email, status: "active" });
       const table = await inProcess(["partner", "list", "--all"], true);
-      expect(table.out).to.match(/^partners:\n {2}PARTNER_ID +CLIENT_ID +NAME +STATUS +ENTITLEMENTS +WEBHOOK_URL\n/);
+      expect(table.out).to.match(/^partners:\n {2}PARTNER_ID +CLIENT_ID +NAME +STATUS +ENTITLEMENTS +WEBHOOK_URL +WEBHOOK_GONE_AT\n/);
       const created = await inProcess(["partner", "create", "--name", "Text Co"], true);
       expect(created.out).to.match(/^partner_id: +\S+\nclient_id: +gpc_text-co_/m);
       expect(created.err).to.include("not shown again");
