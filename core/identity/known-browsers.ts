@@ -21,10 +21,6 @@ export function createKnownBrowsers(signinCodeKey: Buffer, clock: () => Date) {
       const mark = userId ? read(token) : undefined;
       return mark?.owner === userId ? mark.browser : undefined;
     },
-    /** The user `token` was issued for, when it is ours and unexpired; else undefined (never an error). */
-    ownerOf(token: string): string | undefined {
-      return read(token)?.owner;
-    },
   };
 
   function read(token: string): { owner: string; browser: string } | undefined {

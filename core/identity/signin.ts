@@ -96,42 +96,33 @@ export async function startSignIn(deps: SignInDeps, req: StartSignInRequest, ctx
   refuseIfNotOffered(deps);
   const s = req.sessionToken ? await deps.sessions.verify(req.sessionToken) : undefined;
   const email = s ? (canonicalEmail(s.email) ?? s.email) : (canonicalEmail(req.email) ?? fail(Reason.INVALID_REQUEST, "enter a valid e-mail address"));
+  // Looked up once, for a known and an unknown address alike (also an account stored under an older
+  // spelling, as provider sign-in finds it); an inactive one counts as none.
+  const account = s ? s.userId : await activeAccountAt(deps, req.email);
   // A browser this account signed in with spends only its own send budget: others on its network (an
-  // office behind one address) cannot spend its starts. Only a mark the MAC vouches for costs a lookup.
-  const known = s ? undefined : await accountOfKnownBrowser(deps, req);
-  if (known) return sendCode(deps, req, ctx, email, undefined, known);
+  // office behind one address) cannot spend its starts.
+  if (!s && account && deps.browsers.browserOf(req.browserToken, account)) return sendCode(deps, req, ctx, email, undefined, account);
   // Every start writes a challenge row, for unknown addresses too: one client varying the address
   // must not write rows (or mail accounts) at request rate, so starts share the flow-start limit.
-  return limitFlowStart(deps.flowStarts, ctx, s, (_purpose, session) => sendCode(deps, req, ctx, email, session));
+  return limitFlowStart(deps.flowStarts, ctx, s, (_purpose, session) => sendCode(deps, req, ctx, email, session, account));
 }
 
-/** The active account at `req.email` when the request's known-browser mark was issued for it. */
-async function accountOfKnownBrowser(deps: SignInDeps, req: StartSignInRequest): Promise<string | undefined> {
-  const owner = deps.browsers.ownerOf(req.browserToken);
-  if (!owner) return undefined;
-  const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(req.email));
-  return user?.id === owner && user.status === "active" ? owner : undefined;
+/** The active account at `address`, or null (none, or not active). */
+async function activeAccountAt(deps: SignInDeps, address: string): Promise<string | null> {
+  const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(address));
+  return user?.status === "active" ? user.id : null;
 }
 
-/** A challenge for `email` (or the session's step-up), its code mailed when the account is active (`known`: already looked up). */
-async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: FlowSession | undefined, known?: string) {
+/**
+ * A challenge for `email` (or the session's step-up), its code mailed when `account` is set. Unknown
+ * or inactive addresses get a challenge that can never succeed, limited exactly like known ones.
+ */
+async function sendCode(deps: SignInDeps, req: StartSignInRequest, ctx: HandlerContext, email: string, s: FlowSession | undefined, account: string | null) {
   const now = deps.clock();
   const id = randomUUID();
   const code = String(randomInt(0, 1_000_000)).padStart(6, "0");
-  let userId: string | null = null;
-  let sessionId: string | null = null;
-  if (s) {
-    userId = s.userId;
-    sessionId = s.sessionId;
-  } else if (known) {
-    userId = known;
-  } else {
-    // Also an account stored under an older spelling of the address (an A-label domain), as provider sign-in finds it.
-    const user = await deps.users.findByStoredEmail(deps.db, storedEmailSpellings(req.email));
-    // Unknown or inactive addresses get a challenge that can never succeed, and no
-    // message; they are limited exactly like known ones.
-    userId = user && user.status === "active" ? user.id : null;
-  }
+  let userId = account;
+  const sessionId = s?.sessionId ?? null;
   const purpose = sessionId ? "step_up" : "sign_in";
   const budget = codeBudget(deps, sessionId, userId, email, req.browserToken);
   const gapKey = `otp-send-gap:${purpose}:${budget}`;
