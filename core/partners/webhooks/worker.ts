@@ -93,7 +93,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       if (status === "held") {
         logger.info(
           { eventId: d.id, attempts: d.attempts },
-          "webhook not sent: the partner was suspended, lost the entitlement or had its webhook URL changed meanwhile; it waits",
+          "webhook not sent: the partner was suspended, lost the entitlement or had its webhook set again meanwhile; it waits",
         );
         return;
       }
@@ -127,7 +127,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     if (outcome === "lost") logger.warn({ eventId: d.id, attempts: d.attempts }, "webhook attempt outlived its lease; result not recorded");
     else if (outcome === "paused") {
       logger.warn({ eventId: d.id, partnerId: d.partnerId }, "webhook endpoint answered 410 Gone: deliveries pause until the webhook URL is set again");
-    } else logger.info({ eventId: d.id, attempts: d.attempts }, "webhook endpoint answered 410 Gone after its URL was changed; the event goes to the new one");
+    } else logger.info({ eventId: d.id, attempts: d.attempts }, "webhook answered 410 Gone but was set again since; the event goes to the one set now");
   }
 
   /**

@@ -94,7 +94,7 @@ describe("webhook deliveries in flight", function () {
     dns.release();
     await pass;
     expect(receiver.received).to.deep.equal([]);
-    expect(stack.logs.text()).to.include("had its webhook URL changed meanwhile");
+    expect(stack.logs.text()).to.include("had its webhook set again meanwhile");
     expect(moved.received).to.have.length(1);
     expect(await events(stack, partner)).to.deep.equal([{ delivery_state: "delivered", attempts: 1 }]);
   });

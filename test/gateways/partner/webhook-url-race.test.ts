@@ -145,7 +145,7 @@ describe("SetWebhook racing deliveries", function () {
 
   it("PostgreSQL only: a delivery leased before a URL change or removal and held just before its request never reaches the old URL", async function () {
     requirePostgres(this, "the delivery is held on a second connection while the change commits");
-    const held = () => stack.logs.text().split("had its webhook URL changed meanwhile").length - 1;
+    const held = () => stack.logs.text().split("had its webhook set again meanwhile").length - 1;
     const before = held();
     await race(true);
     // Four changes away from a URL, each made while a leased delivery waited: each gave its attempt back. Each of the three
