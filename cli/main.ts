@@ -28,7 +28,7 @@ export async function main(argv: string[]): Promise<number> {
   return code === 0 ? 1 : code;
 }
 
-/** Set once a command has done its work: an output then lost is not a change undone. */
+/** Set once a command that changes something has done so: an output then lost is not a change undone. */
 let commandRan = false;
 
 async function run(argv: string[]): Promise<number> {
@@ -107,7 +107,7 @@ async function run(argv: string[]): Promise<number> {
       if (admin) throw await (await import("./core-client.js")).describeRpcError(err, admin);
       throw err;
     }
-    commandRan = true;
+    commandRan = !sub.readOnly;
     // Only a secret this run made is shown once; one the operator supplied (partner webhook --secret) is theirs.
     const shownOnce = (sub.shownOnce ?? []).filter((s) => !s.suppliedBy || parsed.options[s.suppliedBy] === undefined);
     if (result instanceof FailingAnswer) {

@@ -31,6 +31,7 @@ export const PARTNER_COMMAND: CommandSpec = {
     {
       name: "list",
       summary: "list partners, oldest first (never their secrets)",
+      readOnly: true,
       admin: true,
       options: pagingOptions("partners"),
       examples: ["vaultgate partner list", "vaultgate partner list --all --json | jq -r '.partners[].client_id'"],

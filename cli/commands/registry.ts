@@ -55,6 +55,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "list",
         summary: "list users with their root vaults, oldest first",
+        readOnly: true,
         admin: true,
         options: pagingOptions("users"),
         examples: ["vaultgate user list", "vaultgate user list --limit 10 --cursor <next_cursor>"],
@@ -62,6 +63,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "get",
         summary: "show one user by e-mail (also one stored before the current address rule)",
+        readOnly: true,
         admin: true,
         options: { email: { type: "string", value: "EMAIL", required: true, description: "the user's e-mail (any case)" } },
         examples: ["vaultgate user get --email ada@example.com"],
@@ -149,6 +151,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "verify",
         summary: "prove every ledger transaction balances and every balance equals its postings (exit 1 naming the first discrepancy)",
+        readOnly: true,
         admin: true,
         options: {
           chains: {
@@ -173,12 +176,14 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "address",
         summary: "print a chain's hot wallet address (its key is the one serve makes in DATA_DIR; never made here)",
+        readOnly: true,
         options: { chain: { type: "string", value: "C", required: true, description: "eth, base, arb, op or polygon" } },
         examples: ["vaultgate wallet address --chain base"],
       },
       {
         name: "balance",
         summary: "print a chain's hot wallet USDC balance, read from its node",
+        readOnly: true,
         options: { chain: { type: "string", value: "C", required: true, description: "a chain on the evm rail" } },
         examples: ["vaultgate wallet balance --chain base"],
       },
@@ -202,6 +207,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "outbox",
         summary: "show the e-mails the embedded default delivered (one-time codes)",
+        readOnly: true,
         admin: true,
         options: { email: { type: "string", value: "EMAIL", description: "only this recipient" } },
         examples: ["vaultgate dev outbox --email ada@example.com"],

@@ -27,6 +27,8 @@ export interface SubcommandSpec {
   noJson?: string;
   /** Talks to the running core (needs the operator credential). */
   admin?: boolean;
+  /** Changes nothing: output lost after it ran is not reported as a change made. */
+  readOnly?: boolean;
   /** Output fields holding a secret this run made and shows only once; a lost one is a failure. */
   shownOnce?: ShownOnceSpec[];
 }

@@ -93,11 +93,12 @@ describe("vaultgate: output nobody can read is not a crash (real processes)", fu
     ]);
   });
 
-  it("a closed stdout (>&-) is exit 1 with one line saying so, or naming a lost secret; >/dev/null is no failure", async () => {
+  it("a closed stdout (>&-) is exit 1 with one line saying so (and that a change was made), or naming a lost secret; >/dev/null is no failure", async () => {
     const version = await runWithClosedStdout(["--version"], op.env);
     expect([version.code, version.stderr]).to.deep.equal([1, "vaultgate: could not write the output to stdout (EBADF: stdout is closed)\n"]);
     const list = await runWithClosedStdout(["partner", "list"], op.env);
-    expect([list.code, list.stderr]).to.deep.equal([1, "vaultgate: could not write the output to stdout (EBADF: stdout is closed); the command itself ran\n"]);
+    // A read-only command's lost output is no change made.
+    expect([list.code, list.stderr]).to.deep.equal([1, "vaultgate: could not write the output to stdout (EBADF: stdout is closed)\n"]);
     // Output discarded on purpose is not lost.
     const discarded = await runWithClosedStdout(["partner", "list"], op.env, ">/dev/null");
     expect([discarded.code, discarded.stderr]).to.deep.equal([0, ""]);
@@ -113,6 +114,12 @@ describe("vaultgate: output nobody can read is not a crash (real processes)", fu
     expect([created.code, created.stderr]).to.deep.equal([
       1,
       `vaultgate: stdout was closed before the output was written: client_secret was not delivered and cannot be shown again; vaultgate partner rotate-secret ${partner.client_id} replaces it\n`,
+    ]);
+    // A change without a secret in its output was made: the operator is told so.
+    const suspended = await runWithClosedStdout(["partner", "suspend", partner.client_id], op.env);
+    expect([suspended.code, suspended.stderr]).to.deep.equal([
+      1,
+      "vaultgate: could not write the output to stdout (EBADF: stdout is closed); the command itself ran\n",
     ]);
   });
 
