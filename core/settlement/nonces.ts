@@ -19,3 +19,13 @@ export async function nonceTakenBy(rail: EvmRail, nonce: number, used: number): 
   }
   return rail.walletTransactionIn(hi, nonce);
 }
+
+/**
+ * Whether the chain's mined count (at block `at`) may move the nonce counter past `next`: only when the hot wallet's
+ * transaction below it was signed for this network, since a node answering for two networks may count another's.
+ */
+export async function minedCountIsOurs(rail: EvmRail, chainNonce: number, next: number | undefined, at: number): Promise<boolean> {
+  if (chainNonce <= (next ?? 0)) return true;
+  const taker = await nonceTakenBy(rail, chainNonce - 1, at);
+  return taker?.chainId === rail.settings.chainId;
+}

@@ -235,6 +235,13 @@ export function createSettlementStore(db: Db) {
       });
     },
 
+    /** The next nonce this database would give the hot wallet's payments (undefined: no row yet). */
+    async nextNonce(chain: string, wallet: string): Promise<number | undefined> {
+      const { rows } = await db.raw(`SELECT next_nonce::text FROM settlement_nonces WHERE chain = ? AND wallet = ?`, [chain, wallet]);
+      const next = (rows as { next_nonce: string }[])[0]?.next_nonce;
+      return next === undefined ? undefined : Number(next);
+    },
+
     /** Records the chain id a hot wallet pays on, unless one is recorded already; answers the recorded one. */
     async bindChainId(chain: string, wallet: string, chainId: number): Promise<number> {
       const { rows } = await db.raw(

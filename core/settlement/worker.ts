@@ -4,6 +4,7 @@ import { refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail
 import { formatEther, formatGwei } from "viem";
 import { atBumpCeiling, replacementFees } from "./fees.js";
 import { createElsewhereWalk } from "./elsewhere.js";
+import { minedCountIsOurs } from "./nonces.js";
 import { createRailPicker } from "./rails.js";
 import { reconcileSubmitted, type SubmittedStep } from "./submitted.js";
 import { createWalletGauges } from "./wallet-gauges.js";
@@ -152,6 +153,13 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
     hotWalletBalance.set({ chain: p.chain }, Number(formatUsdc(balanceUnits)));
     hotWalletGas.set({ chain: p.chain }, Number(formatEther(gasWei)));
     if (!withinCap(rail, fees, p)) return later(recheckMs);
+    if (p.nonce === null && !(await minedCountIsOurs(rail, chainNonce, await store.nextNonce(p.chain, p.wallet), at))) {
+      logger.error(
+        { paymentId: p.paymentId, chain: p.chain, wallet: rail.wallet, minedNonce: chainNonce, expected: rail.settings.chainId },
+        "the node counts hot wallet transactions signed for another network; the payment stays pending, unsigned",
+      );
+      return later(recheckMs);
+    }
     // Sent, a transfer the token refuses (a payee it blocks, a pause) reverts at the hot wallet's gas. Covered by the
     // balance, a refusal is not for want of funds, so it fails now, unsigned: an agent cannot make the platform burn gas.
     const refused = balanceUnits >= centsToUnits(p.amountCents) && (await rail.transferRefused(p.recipient, centsToUnits(p.amountCents), at));

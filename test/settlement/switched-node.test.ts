@@ -67,7 +67,11 @@ describe("settlement when a chain's node is switched to another network (anvil)"
     await otherNetworkUsesTheNonce(ANVIL_CHAIN_ID);
   });
 
-  it("nothing is signed on the other network's nonces and balance; back on its own, payments take the next nonces and complete", async () => {
+  /**
+   * On another network the same key holds USDC and has used nonces 0 to 2, and the proxy forwards there
+   * reporting `reported` as the chain id: nothing is signed meanwhile; back, payments take nonces 0 and 1.
+   */
+  async function otherNetworkNoncesAndBalance(reported: number) {
     const { anvil, usdc } = await startAnvilWithUsdc();
     const other = await startAnvilWithUsdc();
     const proxy = await startRpcProxy(anvil.url);
@@ -77,12 +81,13 @@ describe("settlement when a chain's node is switched to another network (anvil)"
     try {
       expect(other.usdc).to.equal(usdc);
       await fundHotWallet(anvil, usdc, wallet.address, centsToUnits(10_000));
-      // On the other network the same key holds USDC too and has used nonces 0 to 2.
+      // On the other network (chain id 999) the same key holds USDC too and has used nonces 0 to 2.
       await fundHotWallet(other.anvil, usdc, wallet.address, centsToUnits(10_000));
+      await other.anvil.rpc("anvil_setChainId", [999]);
       await other.anvil.rpc("anvil_impersonateAccount", [wallet.address]);
       for (let i = 0; i < 3; i++) await other.anvil.rpc("eth_sendTransaction", [{ from: wallet.address, to: wallet.address, value: "0x0" }]);
       await other.anvil.mine(2);
-      proxy.retarget(other.anvil.url, 999);
+      proxy.retarget(other.anvil.url, reported);
       const first = await queuePayment(queue, { chain: "eth", wallet: wallet.address, to: freshAddress(), amountCents: 900 });
       for (let i = 0; i < 3; i++) await worker.runOnce();
       expect(await store.get(db, first)).to.include({ status: "pending", nonce: null });
@@ -102,6 +107,15 @@ describe("settlement when a chain's node is switched to another network (anvil)"
       await other.anvil.stop();
       await anvil.stop();
     }
+  }
+
+  it("nothing is signed on the other network's nonces and balance; back on its own, payments take the next nonces and complete", async () => {
+    await otherNetworkNoncesAndBalance(999);
+  });
+
+  it("a node that reports our chain id with another network's nonces: nothing is signed past them; back, payments take nonces 0 and 1", async () => {
+    // Every chain-id check passes: only the hot wallet's latest transaction names its network.
+    await otherNetworkNoncesAndBalance(ANVIL_CHAIN_ID);
   });
 
   /** A worker paying chain eth through `proxy` from `wallet`; its gauges read the wallet once an hour, so a pass reads only for its payments. */
