@@ -4,10 +4,10 @@ import type { PrivateKeyAccount } from "viem/accounts";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { SettlementHooks } from "../../core/settlement/worker.js";
-import { ANVIL_CHAIN_ID, startAnvil, startRpcProxy, type Anvil } from "../support/anvil.js";
+import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
 import { requirePostgres } from "../support/db.js";
-import { evmChainSettings, freshAddress, freshHotWallet } from "../support/evm-rail.js";
+import { evmChainSettings, freshAddress, freshHotWallet, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { createCapturedLogger } from "../support/logs.js";
 import { chainQueueSuite, queuePayment, railWorker } from "../support/settlement-queue.js";
 
@@ -34,7 +34,7 @@ describe("a switched node's other-network nonces under several workers (anvil)",
     await other?.stop();
   });
 
-  it("none is failed or refunded while switched; back, each completes and is paid once, and only our network's other use fails, once (PostgreSQL)", async function () {
+  it("none is failed or refunded, nor signed past our nonces, while switched; back, each is paid once, and only our network's other use fails, once (PostgreSQL)", async function () {
     requirePostgres(this, "several workers need several connections");
     const { anvil, usdc } = suite;
     const { account, wallet } = await freshHotWallet(anvil, usdc, 100_000);
@@ -46,7 +46,8 @@ describe("a switched node's other-network nonces under several workers (anvil)",
       const hooks: SettlementHooks = { completed: count("completed"), failed: count("failed"), reorged: count("reorged") };
       const log = createCapturedLogger("info");
       const settings = evmChainSettings(proxy.url, usdc, { chain: "eth", rpcTimeoutMs: 5_000 });
-      for (let i = 0; i < 4; i++) workers.push(railWorker(queue.store, createEvmRail(settings, account), { clock, hooks, batchSize: 4, logger: log.logger }));
+      // A frozen clock ties every payment's next look: 4 x 5 covers all 18 in each round, so none waits behind the others.
+      for (let i = 0; i < 4; i++) workers.push(railWorker(queue.store, createEvmRail(settings, account), { clock, hooks, batchSize: 5, logger: log.logger }));
       const race = () => Promise.all(workers.map((w) => w.runOnce()));
 
       const payees = Array.from({ length: 15 }, () => freshAddress());
@@ -71,20 +72,30 @@ describe("a switched node's other-network nonces under several workers (anvil)",
       const pool = await anvil.rpc<{ pending: Record<string, Record<string, unknown>> }>("txpool_content");
       const queued = Object.entries(pool.pending).find(([from]) => from.toLowerCase() === wallet)?.[1] ?? {};
       expect(Object.keys(queued)).to.have.length(ids.length);
-      // On another network the same key has used every one of them, long since final: most signed for it, two for no chain.
-      other = await startAnvil();
+      // On another network the same key holds USDC and has used every one of them and three more, long since final: most
+      // signed for it, two for no chain. Its count, above ours, must sign nothing.
+      const elsewhere = await startAnvilWithUsdc();
+      other = elsewhere.anvil;
+      expect(elsewhere.usdc).to.equal(usdc);
+      await fundHotWallet(other, usdc, wallet, centsToUnits(100_000));
       await other.rpc("anvil_setChainId", [OTHER_CHAIN_ID]);
-      await other.fundGas(account.address);
-      for (let nonce = 0; nonce < ids.length; nonce++) {
+      for (let nonce = 0; nonce < ids.length + 3; nonce++) {
         const tx = await selfSend(account, nonce, nonce % 7 === 3 ? undefined : OTHER_CHAIN_ID);
         await other.client.sendRawTransaction({ serializedTransaction: tx });
       }
       await other.mine(10);
-      expect(await other.client.getTransactionCount({ address: account.address })).to.equal(ids.length);
+      expect(await other.client.getTransactionCount({ address: account.address })).to.equal(ids.length + 3);
 
-      // The node now answers with the other network's blocks, still reporting our chain id.
+      // The node now answers with the other network's blocks, still reporting our chain id; three more payments come.
       proxy.retarget(other.url, ANVIL_CHAIN_ID);
+      const latePayees = [freshAddress(), freshAddress(), freshAddress()];
+      const late = await Promise.all(latePayees.map((to) => queuePayment(queue, { chain: "eth", wallet, to, amountCents: 500, at: clock() })));
+      const lateRows = () => Promise.all(late.map(async (id) => (await queue.store.get(queue.db, id))!));
       for (let round = 0; round < 5; round++) await race();
+      expect(
+        (await lateRows()).map((p) => [p.status, p.nonce]),
+        "nothing signed past our network's nonces",
+      ).to.deep.equal(late.map(() => ["pending", null]));
       const waiting = await rows();
       expect(waiting.map((p) => [p.status, p.failureReason])).to.deep.equal(ids.map(() => ["submitted", null]));
       expect(calls, "nothing completed or refunded on the other network's word").to.deep.equal([]);
@@ -94,9 +105,12 @@ describe("a switched node's other-network nonces under several workers (anvil)",
         .filter(Boolean)
         .map((l) => JSON.parse(l) as { level: number; msg: string; paymentId?: string; chainId?: number })
         .filter((l) => l.level >= 50);
-      const named = new Set(errors.filter((l) => /signed for another network/.test(l.msg)).map((l) => l.paymentId));
+      const used = errors.filter((l) => /used this payment's nonce was signed for another network/.test(l.msg));
+      const named = new Set(used.map((l) => l.paymentId));
       expect([...named].sort(), "each payment's other-network nonce is logged at error").to.deep.equal([...ids].sort());
-      const unprotected = new Set(errors.filter((l) => l.chainId === undefined).map((l) => l.paymentId));
+      const counted = new Set(errors.filter((l) => /counts hot wallet transactions signed for another network/.test(l.msg)).map((l) => l.paymentId));
+      expect([...counted].sort(), "each unsigned payment held is logged at error").to.deep.equal([...late].sort());
+      const unprotected = new Set(used.filter((l) => l.chainId === undefined).map((l) => l.paymentId));
       expect([...unprotected].sort(), "a use signed for no chain is no evidence either").to.deep.equal(
         signed
           .filter((p) => p.nonce! % 7 === 3)
@@ -108,7 +122,7 @@ describe("a switched node's other-network nonces under several workers (anvil)",
       // Back on our network, the transfers are mined; the three nonces our network used otherwise are the only evidence.
       proxy.retarget(anvil.url);
       const settled = (p: { status: string }) => p.status === "completed" || p.status === "failed";
-      for (let round = 0; round < 40 && !(await rows()).every(settled); round++) {
+      for (let round = 0; round < 40 && !(await rows()).concat(await lateRows()).every(settled); round++) {
         await race();
         await anvil.mine(1);
       }
@@ -121,7 +135,14 @@ describe("a switched node's other-network nonces under several workers (anvil)",
       expect(times("reorged")).to.deep.equal(ids.map(() => 0));
       const balances = await Promise.all(payees.map((to) => anvil.usdcBalance(usdc, to)));
       expect(balances, "each payee paid once, and none of the refunded").to.deep.equal(dropped.map((d, i) => (d ? 0n : centsToUnits(100 + i))));
-      expect(await anvil.client.getTransactionCount({ address: account.address })).to.equal(ids.length);
+      const lateDone = await lateRows();
+      expect(lateDone.map((p) => p.status)).to.deep.equal(late.map(() => "completed"));
+      expect(
+        lateDone.map((p) => p.nonce).sort((a, b) => a! - b!),
+        "the next nonces of our network",
+      ).to.deep.equal([15, 16, 17]);
+      expect(await Promise.all(latePayees.map((to) => anvil.usdcBalance(usdc, to)))).to.deep.equal(latePayees.map(() => centsToUnits(500)));
+      expect(await anvil.client.getTransactionCount({ address: account.address })).to.equal(ids.length + 3);
     } finally {
       await anvil.setAutomine(true);
       await proxy.stop();
