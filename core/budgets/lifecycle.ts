@@ -12,7 +12,12 @@ import {
   type DeclineBudgetRequest,
   type DeclineBudgetResponseSchema,
 } from "../../gen/vaultgate/budgets/v1/budgets_pb.js";
-import type { ListStrandedFundsResponseSchema, SweepBudgetRequest, SweepBudgetResponseSchema } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
+import type {
+  ListStrandedFundsRequest,
+  ListStrandedFundsResponseSchema,
+  SweepBudgetRequest,
+  SweepBudgetResponseSchema,
+} from "../../gen/vaultgate/budgets/v1/funds_pb.js";
 import { Reason } from "../../gen/vaultgate/common/v1/errors_pb.js";
 import { errorDetailOf, fail } from "../errors.js";
 import { callFacts } from "../context.js";
@@ -25,7 +30,9 @@ import { endBudgetTree, type EndingDeps } from "./closing.js";
 import { canonicalJson } from "./ids.js";
 import type { BudgetRecord } from "./records.js";
 import { finishSaga, runSteps, startSaga, type SagaDeps } from "./saga.js";
-import type { BudgetsRowStore } from "./stores/budgets.js";
+import type { BudgetsRowStore, StrandedKey } from "./stores/budgets.js";
+import type { CursorCodec } from "../paging.js";
+import { UUID } from "../../lib/uuid.js";
 import type { VaultsStore } from "./stores/vaults.js";
 import type { BudgetGrantsStore } from "../grants/stores/budget-grants.js";
 import { declining, ownerDecision, type OwnedRecord, type OwnerDecisionBase } from "./owner-decision.js";
@@ -44,7 +51,7 @@ export interface OwnerDecisionDeps extends OwnerDecisionBase {
   grants: BudgetGrantsStore;
 }
 
-/** The most stranded vaults ListStrandedFunds names. */
+/** The most stranded vaults a ListStrandedFunds page names, and the default. */
 const MAX_STRANDED = 100;
 
 /** BudgetsService.CreateBudget: an agent makes a budget under its grant's vault (the saga in saga.ts). */
@@ -236,11 +243,26 @@ export async function sweepBudget(deps: EndingDeps, req: SweepBudgetRequest, ctx
   };
 }
 
-/** BudgetsService.ListStrandedFunds: closed budgets whose vault still holds money. */
-export async function listStrandedFunds(deps: Pick<OwnerDecisionDeps, "db" | "budgets">): Promise<MessageInitShape<typeof ListStrandedFundsResponseSchema>> {
-  const rows = await deps.budgets.listStranded(deps.db, MAX_STRANDED + 1);
+/** BudgetsService.ListStrandedFunds: a page of closed budgets whose vault still holds money. */
+export async function listStrandedFunds(
+  deps: Pick<OwnerDecisionDeps, "db" | "budgets"> & { cursors: CursorCodec },
+  req: ListStrandedFundsRequest,
+): Promise<MessageInitShape<typeof ListStrandedFundsResponseSchema>> {
+  if (req.limit > MAX_STRANDED) fail(Reason.INVALID_REQUEST, `limit must be 0 or 1 to ${MAX_STRANDED}`);
+  const limit = req.limit || MAX_STRANDED;
+  // A cursor is bound to this list: one of another list, or altered, is refused.
+  let after: StrandedKey | undefined;
+  if (req.cursor) {
+    const c = deps.cursors.decode(req.cursor);
+    if (c?.l !== "stranded" || typeof c.t !== "string" || typeof c.v !== "string" || !UUID.test(c.v))
+      fail(Reason.INVALID_CURSOR, "cursor is malformed or not a next_cursor of this list");
+    after = { at: c.t, vaultId: c.v };
+  }
+  const rows = await deps.budgets.listStranded(deps.db, limit + 1, after);
+  const page = rows.slice(0, limit);
+  const last = rows.length > limit ? page.at(-1)!.key : undefined;
   return {
-    vaults: rows.slice(0, MAX_STRANDED).map((r) => ({
+    vaults: page.map((r) => ({
       vaultId: r.budget.vaultId,
       parentVaultId: r.budget.parentVaultId,
       userId: r.budget.userId,
@@ -248,6 +270,7 @@ export async function listStrandedFunds(deps: Pick<OwnerDecisionDeps, "db" | "bu
       currency: r.currency,
       closedAt: r.budget.closedAt ? timestampFromDate(r.budget.closedAt) : undefined,
     })),
-    more: rows.length > MAX_STRANDED,
+    more: last !== undefined,
+    nextCursor: last ? deps.cursors.encode({ l: "stranded", t: last.at, v: last.vaultId }) : "",
   };
 }

@@ -68,7 +68,7 @@ export function createBudgetsService(deps: BudgetsServiceDeps): BudgetsServiceIm
     declineBudget: (req, ctx) => declineBudget(d, req, ctx),
     closeBudget: (req, ctx) => closeBudget(d, req, ctx),
     sweepBudget: (req, ctx) => sweepBudget(d, req, ctx),
-    listStrandedFunds: () => listStrandedFunds(d),
+    listStrandedFunds: (req) => listStrandedFunds(d, req),
     initiatePayment: (req, ctx) => initiatePayment(d, req, ctx),
     simulatePayment: (req, ctx) => simulatePayment(d, req, ctx),
     getPayment: (req, ctx) => getPayment(d, req, ctx),

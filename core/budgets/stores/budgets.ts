@@ -208,15 +208,35 @@ export const budgetsStore = {
     }));
   },
 
-  /** Closed budgets whose vault still holds money, oldest close first (at most `limit`). */
-  async listStranded(conn: Conn, limit: number): Promise<{ budget: BudgetRecord; balanceCents: number; currency: string }[]> {
+  /**
+   * Closed budgets whose vault still holds money, oldest close first then by vault (at most
+   * `limit`), strictly after `after`: a keyset page. The key's time is text, exact to the microsecond.
+   */
+  async listStranded(
+    conn: Conn,
+    limit: number,
+    after?: StrandedKey,
+  ): Promise<{ budget: BudgetRecord; balanceCents: number; currency: string; key: StrandedKey }[]> {
     const { rows } = await conn.raw(
-      `SELECT b.*, v.balance_cents AS v_balance_cents, v.currency AS v_currency FROM budgets b JOIN vaults v ON v.id = b.vault_id
-        WHERE b.status = 'closed' AND v.balance_cents > 0 ORDER BY b.closed_at, b.id LIMIT ?`,
-      [limit],
+      `SELECT b.*, v.balance_cents AS v_balance_cents, v.currency AS v_currency, b.closed_at::text AS closed_key
+         FROM budgets b JOIN vaults v ON v.id = b.vault_id
+        WHERE b.status = 'closed' AND v.balance_cents > 0 ${after ? "AND (b.closed_at, b.vault_id) > (?::timestamptz, ?::uuid)" : ""}
+        ORDER BY b.closed_at, b.vault_id LIMIT ?`,
+      after ? [after.at, after.vaultId, limit] : [limit],
     );
-    return (rows as Record<string, unknown>[]).map((r) => ({ budget: toBudget(r), balanceCents: Number(r.v_balance_cents), currency: String(r.v_currency) }));
+    return (rows as Record<string, unknown>[]).map((r) => ({
+      budget: toBudget(r),
+      balanceCents: Number(r.v_balance_cents),
+      currency: String(r.v_currency),
+      key: { at: String(r.closed_key), vaultId: String(r.vault_id) },
+    }));
   },
 };
 
 export type BudgetsRowStore = typeof budgetsStore;
+
+/** Where a stranded vault sorts (listStranded): when its budget closed, its vault id. */
+export interface StrandedKey {
+  at: string;
+  vaultId: string;
+}

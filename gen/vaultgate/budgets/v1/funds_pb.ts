@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file vaultgate/budgets/v1/funds.proto.
  */
 export const file_vaultgate_budgets_v1_funds: GenFile = /*@__PURE__*/
-  fileDesc("CiB2YXVsdGdhdGUvYnVkZ2V0cy92MS9mdW5kcy5wcm90bxIUdmF1bHRnYXRlLmJ1ZGdldHMudjEiOgoQRnVuZFZhdWx0UmVxdWVzdBIQCgh2YXVsdF9pZBgBIAEoCRIUCgxhbW91bnRfY2VudHMYAiABKAMiTgoRRnVuZFZhdWx0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSKBAQoRRnVuZEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCSKlAQoSRnVuZEJ1ZGdldFJlc3BvbnNlEhMKC3RyYW5zZmVyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhcKD3BhcmVudF92YXVsdF9pZBgDIAEoCRIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSFQoNYmFsYW5jZV9jZW50cxgGIAEoAxIQCghyZXBsYXllZBgHIAEoCCJTChJTd2VlcEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkilgEKE1N3ZWVwQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEhMKC3N3ZXB0X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEhMKC3RyYW5zZmVyX2lkGAUgASgJEhgKEG5vdGhpbmdfdG9fc3dlZXAYBiABKAgiGgoYTGlzdFN0cmFuZGVkRnVuZHNSZXF1ZXN0Il4KGUxpc3RTdHJhbmRlZEZ1bmRzUmVzcG9uc2USMwoGdmF1bHRzGAEgAygLMiMudmF1bHRnYXRlLmJ1ZGdldHMudjEuU3RyYW5kZWRGdW5kcxIMCgRtb3JlGAIgASgIIqMBCg1TdHJhbmRlZEZ1bmRzEhAKCHZhdWx0X2lkGAEgASgJEhcKD3BhcmVudF92YXVsdF9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhUKDWJhbGFuY2VfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSLQoJY2xvc2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcGIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiB2YXVsdGdhdGUvYnVkZ2V0cy92MS9mdW5kcy5wcm90bxIUdmF1bHRnYXRlLmJ1ZGdldHMudjEiOgoQRnVuZFZhdWx0UmVxdWVzdBIQCgh2YXVsdF9pZBgBIAEoCRIUCgxhbW91bnRfY2VudHMYAiABKAMiTgoRRnVuZFZhdWx0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFQoNYmFsYW5jZV9jZW50cxgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCSKBAQoRRnVuZEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkSFAoMYW1vdW50X2NlbnRzGAQgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCSKlAQoSRnVuZEJ1ZGdldFJlc3BvbnNlEhMKC3RyYW5zZmVyX2lkGAEgASgJEhAKCHZhdWx0X2lkGAIgASgJEhcKD3BhcmVudF92YXVsdF9pZBgDIAEoCRIUCgxhbW91bnRfY2VudHMYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSFQoNYmFsYW5jZV9jZW50cxgGIAEoAxIQCghyZXBsYXllZBgHIAEoCCJTChJTd2VlcEJ1ZGdldFJlcXVlc3QSFAoMYWNjZXNzX3Rva2VuGAEgASgJEhUKDXNlc3Npb25fdG9rZW4YAiABKAkSEAoIdmF1bHRfaWQYAyABKAkilgEKE1N3ZWVwQnVkZ2V0UmVzcG9uc2USEAoIdmF1bHRfaWQYASABKAkSFwoPcGFyZW50X3ZhdWx0X2lkGAIgASgJEhMKC3N3ZXB0X2NlbnRzGAMgASgDEhAKCGN1cnJlbmN5GAQgASgJEhMKC3RyYW5zZmVyX2lkGAUgASgJEhgKEG5vdGhpbmdfdG9fc3dlZXAYBiABKAgiOQoYTGlzdFN0cmFuZGVkRnVuZHNSZXF1ZXN0Eg4KBmN1cnNvchgBIAEoCRINCgVsaW1pdBgCIAEoDSJzChlMaXN0U3RyYW5kZWRGdW5kc1Jlc3BvbnNlEjMKBnZhdWx0cxgBIAMoCzIjLnZhdWx0Z2F0ZS5idWRnZXRzLnYxLlN0cmFuZGVkRnVuZHMSDAoEbW9yZRgCIAEoCBITCgtuZXh0X2N1cnNvchgDIAEoCSKjAQoNU3RyYW5kZWRGdW5kcxIQCgh2YXVsdF9pZBgBIAEoCRIXCg9wYXJlbnRfdmF1bHRfaWQYAiABKAkSDwoHdXNlcl9pZBgDIAEoCRIVCg1iYWxhbmNlX2NlbnRzGAQgASgDEhAKCGN1cnJlbmN5GAUgASgJEi0KCWNsb3NlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message vaultgate.budgets.v1.FundVaultRequest
@@ -242,6 +242,19 @@ export const SweepBudgetResponseSchema: GenMessage<SweepBudgetResponse> = /*@__P
  * @generated from message vaultgate.budgets.v1.ListStrandedFundsRequest
  */
 export type ListStrandedFundsRequest = Message<"vaultgate.budgets.v1.ListStrandedFundsRequest"> & {
+  /**
+   * Where the list resumes: a next_cursor of an earlier call.
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * At most this many vaults (1 to 100; 0 = 100).
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
 };
 
 /**
@@ -256,18 +269,27 @@ export const ListStrandedFundsRequestSchema: GenMessage<ListStrandedFundsRequest
  */
 export type ListStrandedFundsResponse = Message<"vaultgate.budgets.v1.ListStrandedFundsResponse"> & {
   /**
-   * Closed budgets' vaults holding money, oldest close first (at most 100).
+   * Closed budgets' vaults holding money, oldest close first (then by vault_id).
    *
    * @generated from field: repeated vaultgate.budgets.v1.StrandedFunds vaults = 1;
    */
   vaults: StrandedFunds[];
 
   /**
-   * True when more than those 100 exist.
+   * True when more follow this page (exactly when next_cursor is set).
    *
    * @generated from field: bool more = 2;
    */
   more: boolean;
+
+  /**
+   * Where the next page starts; empty after the last. A budget closed after the cursor was
+   * issued shows on a later page; one closed before it that gains money since (a late refund)
+   * shows on the next pass from the start.
+   *
+   * @generated from field: string next_cursor = 3;
+   */
+  nextCursor: string;
 };
 
 /**
