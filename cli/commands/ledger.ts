@@ -1,12 +1,17 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { StrandedFunds } from "../../gen/vaultgate/budgets/v1/funds_pb.js";
+import { STRANDED_PAGE } from "./spec.js";
 import type { CommandContext } from "./types.js";
-import { choiceOption, currencyOption, FailingAnswer, intOption, requirePositional, UsageError } from "./types.js";
+import { choiceOption, currencyOption, FailingAnswer, intOption, pages, requirePositional, UsageError } from "./types.js";
 
 /**
  * vaultgate ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]
  * vaultgate ledger verify [--chains [--from-block N|CHAIN=N,...]]
+ * vaultgate ledger stranded [--limit N] [--cursor C | --all]
  */
 export async function ledgerCommand(ctx: CommandContext) {
   if (ctx.positionals[0] === "verify") return verify(ctx);
+  if (ctx.positionals[0] === "stranded") return stranded(ctx);
   if (ctx.positionals[0] !== "record")
     throw new UsageError("ledger record USER_ID --direction credit|debit --amount-cents N [--currency USD] [--status settled]");
   // Every argument is checked before core is dialled: a typo is a usage error (exit 2).
@@ -49,11 +54,7 @@ async function verify(ctx: CommandContext) {
   ]);
   const findings = stranded.vaults.map((v) => ({
     check: "stranded_funds",
-    vault_id: v.vaultId,
-    parent_vault_id: v.parentVaultId,
-    user_id: v.userId,
-    balance_cents: Number(v.balanceCents),
-    currency: v.currency,
+    ...strandedFields(v),
     message: `closed budget vault ${v.vaultId} holds ${v.balanceCents} ${v.currency}; sweep it back to vault ${v.parentVaultId}`,
   }));
   const report = {
@@ -64,7 +65,8 @@ async function verify(ctx: CommandContext) {
     seconds: Math.round(performance.now() - started) / 1000,
     discrepancies: r.discrepancies.map((d) => ({ check: d.check, message: d.message })),
     findings,
-    ...(stranded.more ? { more_findings: true } : {}),
+    // The first page only: `ledger stranded --cursor` lists the rest.
+    ...(stranded.more ? { more_findings: true, more_findings_cursor: stranded.nextCursor } : {}),
     ...(onChain
       ? {
           chains: onChain.chains.map((c) => ({
@@ -95,6 +97,27 @@ async function verify(ctx: CommandContext) {
     return new FailingAnswer(report, `the books do not match the chain:\n${onChain.differences.map((d) => d.message).join("\n")}`);
   }
   return report;
+}
+
+/** A page of closed budgets' vaults still holding money, oldest close first, and where the next starts. */
+async function stranded(ctx: CommandContext) {
+  const { budgets } = (await ctx.admin()).clients;
+  const { items, nextCursor } = await pages(
+    ctx,
+    async (limit, cursor) => {
+      const res = await budgets.listStrandedFunds({ limit, cursor });
+      return {
+        items: res.vaults.map((v) => ({ ...strandedFields(v), closed_at: v.closedAt ? timestampDate(v.closedAt).toISOString() : null })),
+        nextCursor: res.nextCursor,
+      };
+    },
+    STRANDED_PAGE,
+  );
+  return { vaults: items, next_cursor: nextCursor };
+}
+
+function strandedFields(v: StrandedFunds) {
+  return { vault_id: v.vaultId, parent_vault_id: v.parentVaultId, user_id: v.userId, balance_cents: Number(v.balanceCents), currency: v.currency };
 }
 
 /** `--from-block N` (every chain: key "*") or `--from-block base=N,eth=M`. */

@@ -4,7 +4,7 @@
  * the database, the gateways or the RPC stack; a command's module is imported when it runs.
  */
 import { PARTNER_COMMAND } from "./partner-spec.js";
-import { csv, pagingOptions, type CommandSpec, type OptionSpec, type SubcommandSpec } from "./spec.js";
+import { csv, pagingOptions, STRANDED_PAGE, type CommandSpec, type OptionSpec, type SubcommandSpec } from "./spec.js";
 
 export type { CommandSpec, OptionSpec, ShownOnceSpec, SubcommandSpec } from "./spec.js";
 
@@ -165,6 +165,17 @@ export const COMMANDS: CommandSpec[] = [
           },
         },
         examples: ["vaultgate ledger verify", "vaultgate ledger verify --chains", "vaultgate ledger verify --chains --from-block base=21000000"],
+        notes: [
+          "findings lists the first 100 closed budgets' vaults still holding money; with more_findings,",
+          "'vaultgate ledger stranded --cursor <more_findings_cursor>' lists the rest.",
+        ],
+      },
+      {
+        name: "stranded",
+        summary: "list closed budgets' vaults still holding money, oldest close first, a page at a time",
+        admin: true,
+        options: pagingOptions("vaults", STRANDED_PAGE),
+        examples: ["vaultgate ledger stranded", "vaultgate ledger stranded --cursor <next_cursor>", "vaultgate ledger stranded --all"],
       },
     ],
   },

@@ -53,8 +53,11 @@ export interface CommandSpec {
 export const csv = (what: string) => `${what}, comma-separated ("" for none)`;
 
 /** The options of a paged list command: the page size, the cursor of the next page, or every page. */
-export const pagingOptions = (items: string): Record<string, OptionSpec> => ({
-  limit: { type: "string", value: "N", description: `${items} per page, 1-200 (default 50)` },
+export const pagingOptions = (items: string, sizes = { max: 200, fallback: 50 }): Record<string, OptionSpec> => ({
+  limit: { type: "string", value: "N", description: `${items} per page, 1-${sizes.max} (default ${sizes.fallback})` },
   cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
   all: { type: "boolean", description: "follow every page" },
 });
+
+/** `ledger stranded --limit`: what one ListStrandedFunds page holds, at most and by default. */
+export const STRANDED_PAGE = { max: 100, fallback: 100 };

@@ -88,13 +88,14 @@ export function intOption(ctx: CommandContext, name: string, required = true, mi
 
 /**
  * `--limit N --cursor C` one page, or `--all` every page; next_cursor is null on the last.
- * `fetch` asks core for one page.
+ * `fetch` asks core for one page; `sizes` as the command's pagingOptions.
  */
 export async function pages<T>(
   ctx: CommandContext,
   fetch: (limit: number, cursor: string) => Promise<{ items: T[]; nextCursor: string }>,
+  sizes = { max: 200, fallback: 50 },
 ): Promise<{ items: T[]; nextCursor: string | null }> {
-  const limit = intOption(ctx, "limit", false, 1, 200) ?? 50;
+  const limit = intOption(ctx, "limit", false, 1, sizes.max) ?? sizes.fallback;
   let cursor = typeof ctx.options.cursor === "string" ? ctx.options.cursor : "";
   const items: T[] = [];
   do {
