@@ -1,12 +1,12 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import { Reason } from "../../../gen/vaultgate/common/v1/errors_pb.js";
 import { createCursorCodec } from "../../../core/paging.js";
-import { budgetUnderRoot } from "../../support/budget-life.js";
-import { budgetParams } from "../../support/budgets.js";
+import { requirePostgres } from "../../support/db.js";
 import { grpcCoreSuite, type WireResponse } from "../../support/grpc-core.js";
 import { expectGrpcRefused, expectRefused } from "../../support/refusals.js";
+import { closeAfterEveryoneElse, strandTogether as strandedTogether } from "../../support/stranded.js";
 
 /**
  * BudgetsService.ListStrandedFunds pages with signed cursors, on core's real port (stock grpc-js).
@@ -23,25 +23,8 @@ describe("BudgetsService.ListStrandedFunds paging", () => {
   };
   const list = (req: { cursor?: string; limit?: number }) => suite.core.call(SERVICE, "ListStrandedFunds", req, admin());
 
-  before(() => {
-    // Past every other file's closes, so this file's vaults come last in the walk.
-    suite.stack.clock.set(new Date(Date.now() + 5 * 365 * 86_400_000));
-  });
-
-  /** An owner whose agent closes `n` funded budgets with keep_funds at one instant; their vaults, as they sort (vault id). */
-  async function strandTogether(n: number): Promise<string[]> {
-    const t = await budgetUnderRoot(suite.stack, { parentCents: 10_000n });
-    const { budgets } = suite.stack.clients;
-    const vaults: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const { budget } = await budgets.createBudget({ accessToken: t.parentToken, ...budgetParams({ stepUpAmountCents: undefined }) });
-      await budgets.fundBudget({ accessToken: t.parentToken, vaultId: budget!.vaultId, amountCents: 100n, idempotencyKey: `k-${randomUUID()}` });
-      vaults.push(budget!.vaultId);
-    }
-    for (const vaultId of vaults) await budgets.closeBudget({ accessToken: t.parentToken, vaultId, keepFunds: true });
-    suite.stack.clock.advance(1000);
-    return vaults.sort();
-  }
+  before(() => closeAfterEveryoneElse(suite.stack));
+  const strandTogether = (n: number) => strandedTogether(suite.stack, n);
 
   /** Every page from the start, `limit` at a time; `between` runs after each page. The pages' vault ids in order. */
   async function walk(limit: number, between: (page: string[]) => Promise<void> = async () => {}): Promise<string[]> {
@@ -98,5 +81,32 @@ describe("BudgetsService.ListStrandedFunds paging", () => {
     }
     // The genuine one still reads on.
     expect(((await list({ cursor: page.next_cursor, limit: 1 })) as { vaults: unknown[] }).vaults).to.have.length(1);
+  });
+
+  it("walkers paging while many budgets close at once each see every vault at most once, in (closed_at, vault_id) order (PostgreSQL only)", async function () {
+    requirePostgres(this, "closes racing the walk need several connections");
+    const before = await strandTogether(3);
+    const racing: Promise<string[]>[] = [];
+    const walks = await Promise.all(
+      Array.from({ length: 3 }, () =>
+        walk(2, async () => {
+          if (racing.length < 6) racing.push(strandTogether(2));
+        }),
+      ),
+    );
+    const during = (await Promise.all(racing)).flat();
+    const rows: { vault_id: string; closed_at: Date }[] = await suite.stack.core
+      .db("budgets")
+      .whereIn("vault_id", [...before, ...during])
+      .select("vault_id", "closed_at");
+    const at = new Map(rows.map((r) => [r.vault_id, new Date(r.closed_at).getTime()]));
+    for (const seen of walks) {
+      expect(new Set(seen).size, "no vault twice").to.equal(seen.length);
+      expect(seen.filter((v) => before.includes(v))).to.deep.equal(before);
+      const mine = seen.filter((v) => at.has(v));
+      // Closes come from the stack's clock (whole milliseconds); ties go by vault id.
+      const sorted = [...mine].sort((a, b) => at.get(a)! - at.get(b)! || (a < b ? -1 : 1));
+      expect(mine).to.deep.equal(sorted);
+    }
   });
 });
