@@ -48,10 +48,8 @@ export async function replayFailure(stack: TestStack, paymentId: string): Promis
     .update({ status: "pending", failure_reason: null, final: false, lease_token: null, leased_until: null, next_attempt_at: stack.clock() });
 }
 
-/** The vaults of closed budgets `ListStrandedFunds` names (what `ledger verify` lists as stranded_funds). */
-export async function strandedVaults(stack: TestStack): Promise<string[]> {
-  return (await stack.admin.budgets.listStrandedFunds({})).vaults.map((v) => v.vaultId);
-}
+/** The vaults of closed budgets `ListStrandedFunds` names, every page (stranded.ts). */
+export { strandedVaults } from "./stranded.js";
 
 /** The sweeps the settlement worker made: the audit rows of refunds that followed a close up, by vault. */
 export async function refundSweeps(stack: TestStack, vaultIds: string[]): Promise<{ subject: string; actor: string; reason: string }[]> {

@@ -6,6 +6,7 @@ import { budgetParams, grantFor, ownerSession, type TestOwner } from "../../supp
 import { expectRefused, reasonOf } from "../../support/refusals.js";
 import { balanceOf, budgetUnderRoot, expectLedgerBalanced } from "../../support/budget-life.js";
 import { requirePostgres } from "../../support/db.js";
+import { strandedVaults } from "../../support/stranded.js";
 
 /** Money a closed sub-budget kept comes back when the budget above it closes without keep_funds. */
 describe("BudgetsService.CloseBudget and money kept below", () => {
@@ -38,7 +39,7 @@ describe("BudgetsService.CloseBudget and money kept below", () => {
     expect(await balances(t.owner.vaultId, t.child.vaultId, t.s.vaultId)).to.deep.equal([10_000, 0, 0]);
     const sweeps = await stack.core.db("audit_records").where({ action: "agent.budget.sweep", subject: t.s.vaultId });
     expect(sweeps.map((a) => a.actor)).to.deep.equal([`agent:${t.owner.agentPrincipalId}`]);
-    expect((await stack.admin.budgets.listStrandedFunds({})).vaults.map((v) => v.vaultId)).to.not.include(t.s.vaultId);
+    expect(await strandedVaults(stack)).to.not.include(t.s.vaultId);
 
     const kept = await keptBelow();
     const keeping = await stack.clients.budgets.closeBudget({ accessToken: kept.parentToken, vaultId: kept.child.vaultId, keepFunds: true });

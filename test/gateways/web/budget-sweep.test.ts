@@ -6,6 +6,7 @@ import { postRpc } from "../../support/mcp.js";
 import { startStack, type TestStack } from "../../support/stack.js";
 import { createJar, createUser, formFields, signIn, stepUp, type Jar } from "../../support/agent-oauth.js";
 import { requirePostgres } from "../../support/db.js";
+import { strandedVaults } from "../../support/stranded.js";
 import { compileToolSchemas } from "../../../gateways/jsonrpc/schemas.js";
 import { TOOLS } from "../../../gateways/jsonrpc/tools.js";
 
@@ -31,7 +32,7 @@ describe("sweeping a closed budget's kept money", () => {
     const rows = await stack.core.db("vaults").whereIn("id", vaultIds).select("id", "balance_cents");
     return vaultIds.map((id) => Number(rows.find((r: { id: string }) => r.id === id).balance_cents));
   };
-  const stranded = async () => (await stack.admin.budgets.listStrandedFunds({})).vaults.map((v) => v.vaultId);
+  const stranded = () => strandedVaults(stack);
 
   /** A user whose root vault made a budget, funded it with $300.00 and closed it keeping the funds. */
   async function keptBudget() {
