@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
-import { main } from "../../cli/main.js";
 import { COMMANDS } from "../../cli/commands/registry.js";
+import { inProcess } from "../support/cli-in-process.js";
 import { runCli, tempDataDir, useServiceProcess } from "../support/process.js";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
@@ -22,31 +22,6 @@ const TRACE_MODULES = [
  */
 const DATABASE_OR_GATEWAYS = /\/node_modules\/(knex|fastify|@electric-sql\/pglite|viem|@simplewebauthn)\//;
 const RPC_STACK = /\/node_modules\/@connectrpc\/|\/cli\/core-client(\.ts|-\w+\.js)$/m;
-
-/** Runs main() in this process with stdout captured; `tty` makes stdout look like a terminal. */
-async function inProcess(argv: string[], tty: boolean): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const write = process.stdout.write.bind(process.stdout);
-  const writeErr = process.stderr.write.bind(process.stderr);
-  const wasTty = process.stdout.isTTY;
-  process.stdout.write = ((chunk: string) => {
-    out += chunk;
-    return true;
-  }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => {
-    err += chunk;
-    return true;
-  }) as typeof process.stderr.write;
-  process.stdout.isTTY = tty;
-  try {
-    return { code: await main(argv), out, err };
-  } finally {
-    process.stdout.write = write;
-    process.stderr.write = writeErr;
-    process.stdout.isTTY = wasTty;
-  }
-}
 
 describe("vaultgate CLI usability (real processes)", function () {
   this.timeout(180_000);

@@ -1,5 +1,6 @@
 import { expect } from "chai";
 import { cliCoreSuite } from "../support/cli-core.js";
+import { inProcess } from "../support/cli-in-process.js";
 import { runCli } from "../support/process.js";
 import { closeAfterEveryoneElse, strandTogether } from "../support/stranded.js";
 
@@ -88,5 +89,25 @@ describe("vaultgate ledger stranded", function () {
     const ids = [...findings, ...(rest.json!.vaults as { vault_id: string }[]).map((v) => v.vault_id)];
     expect(ids.filter((v) => mine.includes(v))).to.deep.equal(mine);
     expect(new Set(ids).size, "no vault twice").to.equal(ids.length);
+  });
+
+  it("prints a table and the next_cursor on a terminal, the same page as JSON with --json (in process)", async () => {
+    const mine = await strandTogether(suite.stack, 2);
+    const cursor = await cursorBefore(mine[0]!);
+    const saved = { ...process.env };
+    Object.assign(process.env, suite.env);
+    try {
+      const text = await inProcess(["ledger", "stranded", "--limit", "1", "--cursor", cursor], true);
+      expect(text.code, text.err).to.equal(0);
+      expect(text.out).to.match(/^vaults:\n {2}VAULT_ID +PARENT_VAULT_ID +USER_ID +BALANCE_CENTS +CURRENCY +CLOSED_AT\n/);
+      expect(text.out)
+        .to.include(`  ${mine[0]}  `)
+        .and.match(/\nnext_cursor: \S+\n$/);
+      const json = await inProcess(["ledger", "stranded", "--limit", "1", "--cursor", cursor, "--json"], true);
+      expect((JSON.parse(json.out).vaults as { vault_id: string }[]).map((v) => v.vault_id)).to.deep.equal([mine[0]]);
+    } finally {
+      for (const k of Object.keys(suite.env)) if (saved[k] === undefined) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
   });
 });
