@@ -173,6 +173,7 @@ export const COMMANDS: CommandSpec[] = [
       {
         name: "stranded",
         summary: "list closed budgets' vaults still holding money, oldest close first, a page at a time",
+        readOnly: true,
         admin: true,
         options: pagingOptions("vaults", STRANDED_PAGE),
         examples: ["vaultgate ledger stranded", "vaultgate ledger stranded --cursor <next_cursor>", "vaultgate ledger stranded --all"],
