@@ -56,6 +56,7 @@ import * as m0055 from "./migrations/0055-mail-failed.js";
 import * as m0056 from "./migrations/0056-settlement-reorged.js";
 import * as m0057 from "./migrations/0057-webhook-gone.js";
 import * as m0058 from "./migrations/0058-webhook-generation.js";
+import * as m0059 from "./migrations/0059-stranded-funds-order.js";
 
 interface Migration {
   name: string;
@@ -121,6 +122,7 @@ const migrations: Migration[] = [
   { name: "0056-settlement-reorged", ...m0056 },
   { name: "0057-webhook-gone", ...m0057 },
   { name: "0058-webhook-generation", ...m0058 },
+  { name: "0059-stranded-funds-order", ...m0059 },
 ];
 
 /** A migration that threw, by name: knex says which only in a log line. `cause` is what it threw. */

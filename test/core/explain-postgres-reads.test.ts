@@ -112,6 +112,8 @@ describe("Hot statements use indexes on a seeded database: reads, deliveries and
       await stack.clients.budgets.sweepBudget({ sessionToken: session, vaultId: active.vaultId });
       await stack.clients.grants.killSwitch({ sessionToken: session });
       await stack.core.reapProvisioning(); // the scheduled sweep of stuck budget creations
+      const stranded = await stack.admin.budgets.listStrandedFunds({ limit: 1 });
+      await stack.admin.budgets.listStrandedFunds({ limit: 1, cursor: stranded.nextCursor });
     });
     expect(
       receiver.received.some((r) => r.body.includes(hookedUser.userId)),
@@ -138,6 +140,7 @@ describe("Hot statements use indexes on a seeded database: reads, deliveries and
       /status = 'draft'\s+AND NOT EXISTS/, // the waiting items a pending payment counts
       /\(created_at, id\) >/, // the next page of pending approvals
       /status IN \('draft', 'active', 'declined', 'closed'\)/, // a sweep's budgets
+      /closed_at::text AS closed_key/, // the operator's stranded funds, a page at a time
     ]);
     expect(checked.length).to.be.greaterThan(40);
   }
