@@ -998,8 +998,8 @@ export const BudgetsService: GenService<{
     output: typeof GetMoneyViewResponseSchema;
   },
   /**
-   * ListStrandedFunds lists closed budgets' vaults that still hold money (operator:
-   * `vaultgate ledger verify` reports them as findings).
+   * ListStrandedFunds lists closed budgets' vaults that still hold money, a page at a time
+   * (operator: `vaultgate ledger stranded`; `vaultgate ledger verify` reports the first page as findings).
    *
    * @generated from rpc vaultgate.budgets.v1.BudgetsService.ListStrandedFunds
    */
