@@ -4,6 +4,7 @@ import type { Transport } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { createCore, type Core } from "../core/core.js";
+import { loadHotWallets } from "../core/settlement/settlement.js";
 import { CORE_IDLE_SESSION_MS, startCoreServer, type CoreServer } from "../core/server.js";
 import { createInProcessTransport } from "../core/in-process-transport.js";
 import { buildGateway } from "../gateways/app.js";
@@ -81,6 +82,8 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
     if (tracing) tracer = startTracing({ exporter: new OTLPTraceExporter({ url: config.tracing.endpoint }), serviceName: config.tracing.serviceName });
     if (role !== "gateway") {
       const adminToken = await ensureAdminToken(config.dataDir, config.adminToken);
+      // A hot wallet's bad key file refuses the start before the database is opened or migrated.
+      const hotWallets = await loadHotWallets(config.settlement, config.dataDir);
       // Migrated here, not by core: a failed migration is one line in our words, as with `vaultgate migrate`.
       const lines = migrationLines((line) => logger.warn(line));
       db = await openDatabase(config, lines, config.databasePoolMax);
@@ -88,6 +91,7 @@ export async function serve(config: Config, role: Role, logger: Logger): Promise
       core = await createCore({
         db: { instance: db },
         migrate: false,
+        hotWallets,
         logger,
         adminToken,
         gatewayToken,

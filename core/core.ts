@@ -1,6 +1,7 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { pollLoop } from "../lib/poll-loop.js";
 import type { Logger } from "pino";
+import type { PrivateKeyAccount } from "viem/accounts";
 import { createDb, type Db, type DbOptions } from "./db/knex.js";
 import { migrateLatest } from "./db/migrate.js";
 import { createKeyring, type Keyring, type KeyringOptions } from "./keys/keyring.js";
@@ -45,7 +46,7 @@ import { createSessionVerifier } from "./identity/sessions.js";
 import { createSignInStore } from "./identity/signin-store.js";
 import { createPruner, type PruneReport, type Retention } from "./maintenance/pruner.js";
 import type { SettlementSettings } from "./settlement/config.js";
-import { auditSettlement, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
+import { auditSettlement, loadHotWallets, startSettlement, type Settlement, type SettlementOptions } from "./settlement/settlement.js";
 import { settlementLedgerHooks } from "./settlement/ledger.js";
 
 /** The signing key's settings are the keyring's own (core/keys/keyring.ts). */
@@ -120,6 +121,8 @@ export interface CoreOptions extends Pick<KeyringOptions, "signingKey" | "dataDi
   hostResolver?: HostResolverOptions;
   /** Which chains settle on the evm rail (core/settlement/config.ts); absent = every chain on the sandbox rail. */
   settlement?: SettlementSettings;
+  /** The evm chains' hot wallets, when the caller loaded them before opening the database (loadHotWallets). */
+  hotWallets?: ReadonlyMap<string, PrivateKeyAccount>;
   /** The settlement worker's loop period in ms (default 1000; 0 = no loop) and its tuning, for tests. */
   settlementPollMs?: number;
   settlementWorker?: SettlementOptions["worker"];
@@ -157,6 +160,8 @@ export interface Core {
 
 /** Composition of core: database, keys, stores and services, ready to serve. */
 export async function createCore(options: CoreOptions): Promise<Core> {
+  // A hot wallet's bad key file refuses the start before the database is opened or migrated.
+  const wallets = options.hotWallets ?? (await loadHotWallets(options.settlement ?? { evm: [] }, options.dataDir));
   const ownsDb = !("instance" in options.db);
   const logger = options.logger;
   const db = "instance" in options.db ? options.db.instance : createDb({ ...options.db, warn: (line) => logger.warn(line) });
@@ -210,7 +215,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
       logger,
       clock,
       settings: options.settlement ?? { evm: [] },
-      dataDir: options.dataDir,
+      wallets,
       pollMs: options.settlementPollMs ?? 1000,
       worker: options.settlementWorker,
       hooks: {

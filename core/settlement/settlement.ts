@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
+import type { PrivateKeyAccount } from "viem/accounts";
 import type { AuditStore } from "../audit/store.js";
 import type { Db } from "../db/knex.js";
 import { SettlementConfigError, type SettlementSettings } from "./config.js";
@@ -17,8 +18,8 @@ export interface SettlementOptions {
   logger: Logger;
   clock: () => Date;
   settings: SettlementSettings;
-  /** Where generated hot wallet keys are kept; absent = one key per process and chain. */
-  dataDir?: string;
+  /** Each evm chain's hot wallet (loadHotWallets). */
+  wallets: ReadonlyMap<string, PrivateKeyAccount>;
   hooks?: SettlementHooks;
   /** The worker's loop period; 0 = no loop. */
   pollMs: number;
@@ -49,6 +50,16 @@ export interface Settlement {
 export type SettlementPort = Pick<Settlement, "store" | "evm">;
 
 /**
+ * Each evm chain's hot wallet, from its key file or DATA_DIR's (made there on first use; absent
+ * DATA_DIR, one key per process). Read before core opens its database, so a bad key file touches nothing.
+ */
+export async function loadHotWallets(settings: SettlementSettings, dataDir?: string): Promise<Map<string, PrivateKeyAccount>> {
+  const wallets = new Map<string, PrivateKeyAccount>();
+  for (const s of settings.evm) wallets.set(s.chain, await loadHotWallet({ chain: s.chain, keyFile: s.walletKeyFile, dataDir }));
+  return wallets;
+}
+
+/**
  * Settlement for one core: a rail per chain, the hot wallets, and the worker. A node that
  * answers with another chain id refuses the start naming CHAIN_<NAME>_CHAIN_ID; a node that
  * does not answer is a readiness failure, asked again until it answers.
@@ -57,7 +68,7 @@ export async function startSettlement(options: SettlementOptions): Promise<Settl
   const store = createSettlementStore(options.db);
   const rails = new Map<string, EvmRail>();
   for (const s of options.settings.evm) {
-    rails.set(s.chain, createEvmRail(s, await loadHotWallet({ chain: s.chain, keyFile: s.walletKeyFile, dataDir: options.dataDir })));
+    rails.set(s.chain, createEvmRail(s, options.wallets.get(s.chain)!));
   }
   // Two chains paying from one wallet on one network would take each other's nonces and read each other's transfers.
   const paying = new Map<string, string>();

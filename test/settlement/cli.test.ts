@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { expect } from "chai";
@@ -134,5 +135,6 @@ describe("vaultgate dev chain and wallet commands", function () {
       }
     }
     expect(await readFile(dataDirKey, "utf8"), "the bad key is left for the operator to restore").to.equal("not a key\n");
+    expect(existsSync(`${scratch.dir}/pgdata`), "serve refused before it made or migrated a database").to.equal(false);
   });
 });
