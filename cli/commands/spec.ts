@@ -1,4 +1,4 @@
-import type { Command } from "./types.js";
+import { LIST_PAGE, type Command } from "./types.js";
 
 /** The shape of the command table: what help prints and what main parses. */
 
@@ -53,7 +53,7 @@ export interface CommandSpec {
 export const csv = (what: string) => `${what}, comma-separated ("" for none)`;
 
 /** The options of a paged list command: the page size, the cursor of the next page, or every page. */
-export const pagingOptions = (items: string, sizes = { max: 200, fallback: 50 }): Record<string, OptionSpec> => ({
+export const pagingOptions = (items: string, sizes = LIST_PAGE): Record<string, OptionSpec> => ({
   limit: { type: "string", value: "N", description: `${items} per page, 1-${sizes.max} (default ${sizes.fallback})` },
   cursor: { type: "string", value: "C", description: "next_cursor of the previous page" },
   all: { type: "boolean", description: "follow every page" },

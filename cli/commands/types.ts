@@ -86,6 +86,9 @@ export function intOption(ctx: CommandContext, name: string, required = true, mi
   return n;
 }
 
+/** A list command's page: at most and by default (pagingOptions, pages). */
+export const LIST_PAGE = { max: 200, fallback: 50 };
+
 /**
  * `--limit N --cursor C` one page, or `--all` every page; next_cursor is null on the last.
  * `fetch` asks core for one page; `sizes` as the command's pagingOptions.
@@ -93,7 +96,7 @@ export function intOption(ctx: CommandContext, name: string, required = true, mi
 export async function pages<T>(
   ctx: CommandContext,
   fetch: (limit: number, cursor: string) => Promise<{ items: T[]; nextCursor: string }>,
-  sizes = { max: 200, fallback: 50 },
+  sizes = LIST_PAGE,
 ): Promise<{ items: T[]; nextCursor: string | null }> {
   const limit = intOption(ctx, "limit", false, 1, sizes.max) ?? sizes.fallback;
   let cursor = typeof ctx.options.cursor === "string" ? ctx.options.cursor : "";
