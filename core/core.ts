@@ -295,6 +295,7 @@ export async function createCore(options: CoreOptions): Promise<Core> {
         secrets,
         webhookBox: box,
         keyring,
+        cursors,
         clock,
         logger,
         issuer: options.issuer,

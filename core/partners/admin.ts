@@ -35,6 +35,7 @@ import { UUID } from "../../lib/uuid.js";
 import { adminChange, type AdminChangeDeps } from "./resources-changes.js";
 import { checkHttpsUrl } from "./resources-wire.js";
 import type { Db } from "../db/knex.js";
+import type { CursorCodec } from "../paging.js";
 import type { PartnersStore, PartnerRecord, PartnerStatusName } from "./store.js";
 import type { UserListing, UsersStore } from "../identity/users-store.js";
 import { generateClientId, generateClientSecret, isValidSlug, slugFromName } from "./credentials.js";
@@ -71,6 +72,11 @@ export interface PartnerReadDeps {
 export interface UserReadDeps {
   db: Db;
   users: Pick<UsersStore, "list" | "findByStoredEmail">;
+}
+
+/** The operator lists sign their cursors. */
+export interface ListDeps {
+  cursors: CursorCodec;
 }
 
 const statusName = {
@@ -215,19 +221,19 @@ export async function createUser(
 }
 
 /** PartnersService.ListPartners: one page of partners, by id. */
-export async function listPartners(deps: PartnerReadDeps, req: ListPartnersRequest): Promise<MessageInitShape<typeof ListPartnersResponseSchema>> {
+export async function listPartners(deps: PartnerReadDeps & ListDeps, req: ListPartnersRequest): Promise<MessageInitShape<typeof ListPartnersResponseSchema>> {
   const limit = pageLimit(req.limit);
-  const rows = await deps.store.list(limit + 1, afterIdOf(req.cursor));
+  const rows = await deps.store.list(limit + 1, afterIdOf(deps.cursors, "partners", req.cursor));
   const page = rows.slice(0, limit);
-  return { partners: page.map(toProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+  return { partners: page.map(toProto), nextCursor: rows.length > limit ? cursorOf(deps.cursors, "partners", page[page.length - 1]!.id) : "" };
 }
 
 /** PartnersService.ListUsers: one page of users, by id. */
-export async function listUsers(deps: UserReadDeps, req: ListUsersRequest): Promise<MessageInitShape<typeof ListUsersResponseSchema>> {
+export async function listUsers(deps: UserReadDeps & ListDeps, req: ListUsersRequest): Promise<MessageInitShape<typeof ListUsersResponseSchema>> {
   const limit = pageLimit(req.limit);
-  const rows = await deps.users.list(deps.db, limit + 1, afterIdOf(req.cursor));
+  const rows = await deps.users.list(deps.db, limit + 1, afterIdOf(deps.cursors, "users", req.cursor));
   const page = rows.slice(0, limit);
-  return { users: page.map(userToProto), nextCursor: rows.length > limit ? cursorOf(page[page.length - 1]!.id) : "" };
+  return { users: page.map(userToProto), nextCursor: rows.length > limit ? cursorOf(deps.cursors, "users", page[page.length - 1]!.id) : "" };
 }
 
 /**
@@ -256,16 +262,16 @@ function pageLimit(limit: number): number {
   return limit === 0 ? DEFAULT_PAGE : Math.min(limit, MAX_PAGE);
 }
 
-/** A list cursor names the last row of the previous page; opaque to callers. */
-function cursorOf(id: string): string {
-  return Buffer.from(id).toString("base64url");
+/** A list cursor names the last row of the previous page, signed and bound to its list. */
+function cursorOf(cursors: CursorCodec, list: "partners" | "users", id: string): string {
+  return cursors.encode({ l: list, i: id });
 }
 
-function afterIdOf(cursor: string): string | undefined {
+function afterIdOf(cursors: CursorCodec, list: "partners" | "users", cursor: string): string | undefined {
   if (!cursor) return undefined;
-  const id = cursor.length <= 64 ? Buffer.from(cursor, "base64url").toString() : "";
-  if (!UUID.test(id)) fail(Reason.INVALID_REQUEST, "cursor must be a next_cursor this list returned");
-  return id;
+  const c = cursor.length <= 256 ? cursors.decode(cursor) : undefined;
+  if (c?.l !== list || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "cursor is malformed or not a next_cursor of this list");
+  return c.i;
 }
 
 function userToProto(u: UserListing) {

@@ -5,6 +5,7 @@ import type { Db } from "../db/knex.js";
 import type { AuditStore } from "../audit/store.js";
 import type { RateLimitStore } from "../rate-limits/store.js";
 import type { Keyring } from "../keys/keyring.js";
+import type { CursorCodec } from "../paging.js";
 import type { PartnersStore } from "./store.js";
 import type { UsersStore } from "../identity/users-store.js";
 import type { SecretHasher } from "../secrets/hasher.js";
@@ -22,6 +23,8 @@ export interface PartnersServiceDeps {
   /** Seals webhook signing secrets (the key outside the database). */
   webhookBox: SecretBox;
   keyring: Keyring;
+  /** Signs the operator lists' cursors. */
+  cursors: CursorCodec;
   clock: () => Date;
   logger: Logger;
   issuer: string;
@@ -37,7 +40,7 @@ export interface PartnersServiceDeps {
  * operator's partner and user RPCs (admin.ts). Each handler takes only the dependencies it uses.
  */
 export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<typeof PartnersService> {
-  const { db, store, users, audit, secrets, clock } = deps;
+  const { db, store, users, audit, secrets, clock, cursors } = deps;
   const issuance = {
     db,
     store,
@@ -59,8 +62,8 @@ export function createPartnersService(deps: PartnersServiceDeps): ServiceImpl<ty
     setEntitlements: (req, ctx) => setEntitlements(admin, req, ctx),
     createUser: (req, ctx) => createUser({ db, users, audit, clock }, req, ctx),
 
-    listPartners: (req) => listPartners({ store }, req),
-    listUsers: (req) => listUsers({ db, users }, req),
+    listPartners: (req) => listPartners({ store, cursors }, req),
+    listUsers: (req) => listUsers({ db, users, cursors }, req),
     getUserByEmail: (req) => getUserByEmail({ db, users }, req),
     getPartner: (req) => getPartner({ store }, req),
   };

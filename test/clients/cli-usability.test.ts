@@ -184,7 +184,7 @@ describe("vaultgate CLI usability (real processes)", function () {
     expect((await runCli(["partner", "list", "--limit", "0"], proc.env)).code).to.equal(2);
     const forged = await runCli(["partner", "list", "--cursor", "forged"], proc.env);
     expect(forged.code).to.equal(1);
-    expect(forged.stderr).to.include("invalid_request");
+    expect(forged.stderr).to.include("invalid_cursor");
 
     const email = `cli-list-${Math.random().toString(16).slice(2)}@example.com`;
     const user = (await runCli(["user", "create", "--email", email], proc.env)).json!;

@@ -69,13 +69,19 @@ describe("PartnersService admin lists", () => {
     expect(found.user).to.include({ userId: created.userId, vaultId: created.vaultId, email: email.toLowerCase(), status: "active" });
   });
 
-  it("refuses a forged cursor or a bad e-mail as invalid_request, an unknown e-mail as not_found", async () => {
-    for (const cursor of ["x", "not-base64!!", Buffer.from("' OR 1=1 --").toString("base64url"), "A".repeat(5000)]) {
-      await expectRefused(stack.admin.partners.listPartners({ cursor }), Reason.INVALID_REQUEST);
-      await expectRefused(stack.admin.partners.listUsers({ cursor }), Reason.INVALID_REQUEST);
-    }
-    // A well-formed cursor for a row that does not exist is an empty page, not an error.
-    expect((await stack.admin.partners.listUsers({ cursor: Buffer.from(crypto.randomUUID()).toString("base64url") })).users).to.deep.equal([]);
+  it("refuses a forged cursor, or one of another list, as invalid_cursor; a bad e-mail as invalid_request, an unknown one as not_found", async () => {
+    for (let i = 0; i < 2; i++) await stack.admin.partners.createUser({ email: `cursor-${crypto.randomUUID()}@example.test` });
+    const partners = (await stack.admin.partners.listPartners({ limit: 1 })).nextCursor;
+    const users = (await stack.admin.partners.listUsers({ limit: 1 })).nextCursor;
+    const stranded = Buffer.from(JSON.stringify({ l: "stranded", t: "2026-01-01", v: crypto.randomUUID() })).toString("base64url");
+    // A cursor the old unsigned format produced names a row by its id alone: forgeable, so refused.
+    const unsigned = Buffer.from(crypto.randomUUID()).toString("base64url");
+    const [body, sig] = users.split(".");
+    const altered = `${Buffer.from(JSON.stringify({ l: "users", i: crypto.randomUUID() })).toString("base64url")}.${sig}`;
+    const forged = ["x", "not-base64!!", unsigned, `${stranded}.${sig}`, altered, `${body}.${sig}x`, "A".repeat(5000)];
+    for (const cursor of [...forged, partners]) await expectRefused(stack.admin.partners.listUsers({ cursor }), Reason.INVALID_CURSOR);
+    for (const cursor of [...forged, users]) await expectRefused(stack.admin.partners.listPartners({ cursor }), Reason.INVALID_CURSOR);
+    for (const cursor of [partners, users]) await expectRefused(stack.admin.budgets.listStrandedFunds({ cursor }), Reason.INVALID_CURSOR);
     await expectRefused(stack.admin.partners.getUserByEmail({ email: "nope" }), Reason.INVALID_REQUEST);
     await expectRefused(stack.admin.partners.getUserByEmail({ email: `nobody-${crypto.randomUUID()}@example.test` }), Reason.NOT_FOUND);
   });

@@ -431,7 +431,8 @@ export type ListPartnersRequest = Message<"vaultgate.partners.v1.ListPartnersReq
   limit: number;
 
   /**
-   * Empty for the first page, else the next_cursor of the previous page (opaque).
+   * Empty for the first page, else the next_cursor of the previous page (opaque and
+   * signed: one altered or of another list is invalid_cursor).
    *
    * @generated from field: string cursor = 2;
    */
@@ -524,7 +525,8 @@ export type ListUsersRequest = Message<"vaultgate.partners.v1.ListUsersRequest">
   limit: number;
 
   /**
-   * Empty for the first page, else the next_cursor of the previous page (opaque).
+   * Empty for the first page, else the next_cursor of the previous page (opaque and
+   * signed: one altered or of another list is invalid_cursor).
    *
    * @generated from field: string cursor = 2;
    */
