@@ -106,7 +106,7 @@ const PLATFORM_ROOMS = ["db", "observability", "net"];
 const DOMAIN_ROOMS = (await readdir(join(root, "core"), { withFileTypes: true }))
   .filter((e) => e.isDirectory() && !PLATFORM_ROOMS.includes(e.name))
   .map((e) => e.name);
-const COMPOSITION_ROOTS = [join("core", "core.ts")];
+const COMPOSITION_ROOTS = [join("core", "core.ts"), join("core", "core-options.ts")];
 
 function roomOf(file: string): string | undefined {
   const parts = file.split(sep);
