@@ -4,7 +4,7 @@ import { refusedForGas, TRANSFER_GAS, type EvmRail, type Fees } from "./evm-rail
 import { formatEther, formatGwei } from "viem";
 import { atBumpCeiling, replacementFees } from "./fees.js";
 import { createElsewhereWalk } from "./elsewhere.js";
-import { minedCountIsOurs } from "./nonces.js";
+import { createMinedCountCheck } from "./nonces.js";
 import { createRailPicker } from "./rails.js";
 import { reconcileSubmitted, type SubmittedStep } from "./submitted.js";
 import { createWalletGauges } from "./wallet-gauges.js";
@@ -79,6 +79,7 @@ export function createSettlementWorker(options: SettlementWorkerOptions): Settle
   const hooks = options.hooks ?? {};
   const later = (ms: number) => new Date(clock().getTime() + ms);
   const picker = createRailPicker(logger);
+  const minedCountIsOurs = createMinedCountCheck();
 
   async function move(p: SettlementPayment, to: SettlementStatus, fields: TransitionFields, hook?: TransitionHook) {
     const now = clock();
