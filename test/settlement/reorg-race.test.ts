@@ -3,18 +3,16 @@ import { createEvmRail } from "../../core/settlement/evm-rail.js";
 import { centsToUnits } from "../../core/settlement/rules.js";
 import type { SettlementHooks } from "../../core/settlement/worker.js";
 import { createTestClock } from "../support/clock.js";
-import { requirePostgres } from "../support/db.js";
 import { evmChainSettings, freshAddress, freshHotWallet } from "../support/evm-rail.js";
 import { chainQueueSuite, queuePayment, railWorker } from "../support/settlement-queue.js";
 
 /** Completed payments a reorg takes back past their expiry, with several workers at once on one queue. */
 describe("reorged completed payments under several workers (anvil)", function () {
   this.timeout(180_000);
-  const suite = chainQueueSuite();
+  const suite = chainQueueSuite({ postgresOnly: "several workers need several connections" });
   const { queue, workers } = suite;
 
-  it("each is sent again, fee-bumped but never cancelled, by one worker at a time: paid once, completed again once (PostgreSQL)", async function () {
-    requirePostgres(this, "several workers need several connections");
+  it("each is sent again, fee-bumped but never cancelled, by one worker at a time: paid once, completed again once (PostgreSQL)", async () => {
     const { anvil, usdc } = suite;
     const { account, wallet } = await freshHotWallet(anvil, usdc, 100_000);
     const clock = createTestClock();

@@ -6,7 +6,6 @@ import { centsToUnits } from "../../core/settlement/rules.js";
 import type { SettlementHooks } from "../../core/settlement/worker.js";
 import { ANVIL_CHAIN_ID, startRpcProxy, type Anvil } from "../support/anvil.js";
 import { createTestClock } from "../support/clock.js";
-import { requirePostgres } from "../support/db.js";
 import { evmChainSettings, freshAddress, freshHotWallet, fundHotWallet, startAnvilWithUsdc } from "../support/evm-rail.js";
 import { createCapturedLogger } from "../support/logs.js";
 import { chainQueueSuite, queuePayment, railWorker } from "../support/settlement-queue.js";
@@ -27,15 +26,14 @@ function selfSend(account: PrivateKeyAccount, nonce: number, chainId: number | u
  */
 describe("a switched node's other-network nonces under several workers (anvil)", function () {
   this.timeout(240_000);
-  const suite = chainQueueSuite();
+  const suite = chainQueueSuite({ postgresOnly: "several workers need several connections" });
   const { queue, workers } = suite;
   let other: Anvil | undefined;
   after(async () => {
     await other?.stop();
   });
 
-  it("none is failed or refunded, nor signed past our nonces, while switched; back, each is paid once, and only our network's other use fails, once (PostgreSQL)", async function () {
-    requirePostgres(this, "several workers need several connections");
+  it("none is failed or refunded, nor signed past our nonces, while switched; back, each is paid once, and only our network's other use fails, once (PostgreSQL)", async () => {
     const { anvil, usdc } = suite;
     const { account, wallet } = await freshHotWallet(anvil, usdc, 100_000);
     const proxy = await startRpcProxy(anvil.url);

@@ -6,7 +6,7 @@ import { createSettlementStore, type SettlementStore } from "../../core/settleme
 import { createSettlementWorker, type SettlementWorker, type SettlementWorkerOptions } from "../../core/settlement/worker.js";
 import type { Hex } from "viem";
 import type { Anvil } from "./anvil.js";
-import { ownDatabase } from "./db.js";
+import { ownDatabase, requirePostgres } from "./db.js";
 import { startAnvilWithUsdc } from "./evm-rail.js";
 
 /** A settlement worker over one rail that waits for nothing: a test moves it with runOnce. */
@@ -75,9 +75,16 @@ export function ownQueueDatabase(): OwnQueue {
 
 /**
  * Inside a describe: a local anvil with USDC and a queue database of the suite's own; workers pushed
- * onto `workers` are stopped, then the node, after the suite.
+ * onto `workers` are stopped, then the node, after the suite. `postgresOnly` (why): every test of the
+ * suite needs PostgreSQL, so on the embedded database all are skipped (why: in the first one's title) and nothing is started.
  */
-export function chainQueueSuite() {
+export function chainQueueSuite(options: { postgresOnly?: string } = {}) {
+  const { postgresOnly } = options;
+  // First of the suite's hooks: skipped there, mocha runs none of the later before-all hooks.
+  if (postgresOnly !== undefined)
+    before(function () {
+      requirePostgres(this, postgresOnly);
+    });
   const queue = ownQueueDatabase();
   const workers: SettlementWorker[] = [];
   let chain: { anvil: Anvil; usdc: Hex } | undefined;
