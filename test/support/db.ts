@@ -82,9 +82,13 @@ export async function atOnceOnPostgres<T, R>(items: T[], fn: (item: T) => Promis
  */
 export function requirePostgres(ctx: Mocha.Context, why: string): void {
   if (usingPostgres()) return;
-  const runnable = (ctx.currentTest ?? ctx.test) as (Mocha.Runnable & { type?: string }) | undefined;
-  const target: { title: string } | undefined = runnable?.type === "hook" ? runnable.parent : runnable;
-  if (target && !target.title.includes("PostgreSQL only")) target.title += ` (PostgreSQL only, skipped on PGlite: ${why})`;
+  const label = (t: { title: string }) => {
+    if (!t.title.includes("PostgreSQL only")) t.title += ` (PostgreSQL only, skipped on PGlite: ${why})`;
+  };
+  // In a hook mocha also sets currentTest (to the suite's first test): every test the hook skips is labelled.
+  const running = ctx.test as (Mocha.Runnable & { type?: string }) | undefined;
+  if (running?.type === "hook") running.parent?.eachTest(label);
+  else if (ctx.currentTest ?? running) label((ctx.currentTest ?? running)!);
   ctx.skip();
 }
 
