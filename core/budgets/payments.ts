@@ -186,7 +186,7 @@ export async function initiatePayment(
     if (rule === "balance") fail(Reason.INSUFFICIENT_FUNDS, "the vault's available balance is below the amount");
     if (rule === AWAITING_LIMIT) fail(Reason.POLICY_DENIED, AWAITING_MESSAGE, { limitName: rule });
     // The limit is named; no remaining allowance is revealed.
-    fail(Reason.POLICY_DENIED, rule, { limitName: rule });
+    fail(Reason.POLICY_DENIED, `${rule}: ${RULE_MESSAGES[rule]}`, { limitName: rule });
   }
   return { payment: paymentView(deps.appUrl, outcome.payment, outcome.settled) };
 }

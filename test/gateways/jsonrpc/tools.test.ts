@@ -287,12 +287,12 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
       // No structuredContent (that is the result's, under its outputSchema): the error is
       // the text, as JSON, and _meta.error.
       expect(denied.json!.result).to.not.have.property("structuredContent");
-      expect(denied.json!.result._meta.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(denied.json!.result._meta.error).to.deep.include({ code: -32002, message: "per_tx_cap: the amount is over the per-transaction cap" });
       expect(denied.json!.result._meta.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
       expect(JSON.parse(denied.json!.result.content[0].text)).to.deep.equal({ error: denied.json!.result._meta.error });
       expect(denied.text).to.not.match(/remaining|allowance/);
       const direct = await call("/write", token, "payments.initiate", pay({ amount_cents: 10_001 }));
-      expect(direct.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap" });
+      expect(direct.json!.error).to.deep.include({ code: -32002, message: "per_tx_cap: the amount is over the per-transaction cap" });
       expect(direct.json!.error.data).to.deep.include({ reason_id: "policy_denied", limit: "per_tx_cap" });
       const chain = await tool("/write", token, "payments.initiate", pay({ counterparty: { address: "x", chain: "sol", token: "USDC" } }));
       expect(chain.json!.result._meta.error.data.limit).to.equal("chain_allowlist");
