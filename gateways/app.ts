@@ -24,6 +24,7 @@ import { limitRequestTime } from "./shared/request-time.js";
 import { trackRouteMethods } from "./shared/route-methods.js";
 import { requestLogController } from "./request-log.js";
 import { clientErrorHandler, connectRefusal, plainAnswer } from "./shared/client-errors.js";
+import { NOT_UTF8, NOT_UTF8_MESSAGE, utf8Text } from "./shared/utf8.js";
 
 export interface GatewayOptions {
   clients: CoreClients;
@@ -101,9 +102,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // surface makes; the partner, JSON-RPC and OAuth surfaces parse in their own envelopes.
   const defaultJson = app.getDefaultJsonParser("error", "error");
   app.removeContentTypeParser("application/json");
-  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
-    if (jsonTooDeep(body as string)) return done(tooDeepError(), undefined);
-    defaultJson(request, body as string, done);
+  app.addContentTypeParser("application/json", { parseAs: "buffer" }, (request, body, done) => {
+    const text = utf8Text(body as Buffer);
+    if (text === NOT_UTF8) return done(badBodyError(NOT_UTF8_MESSAGE), undefined);
+    if (jsonTooDeep(text)) return done(badBodyError(TOO_DEEP), undefined);
+    defaultJson(request, text, done);
   });
 
   // Computed when a route asks (per-address limits), never for other requests.
@@ -198,8 +201,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 }
 
 /** Bad input, not a bug: fastify logs a 4xx error's fields, and this one has no stack to show. */
-function tooDeepError(): Error {
-  const err = Object.assign(new Error(TOO_DEEP), { statusCode: 400, code: "FST_ERR_CTP_INVALID_JSON_BODY" });
+function badBodyError(message: string): Error {
+  const err = Object.assign(new Error(message), { statusCode: 400, code: "FST_ERR_CTP_INVALID_JSON_BODY" });
   delete err.stack;
   return err;
 }

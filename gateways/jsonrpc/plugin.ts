@@ -10,6 +10,7 @@ import { createDispatcher, errorReply, isObject, PROTOCOL_VERSIONS, type Caller,
 import { RpcCode, RpcError, rpcErrorFrom } from "./envelope.js";
 import { createSessionCodec } from "./session.js";
 import type { Category } from "./tools.js";
+import { NOT_UTF8, NOT_UTF8_MESSAGE, utf8Parser } from "../shared/utf8.js";
 
 export { PROTOCOL_VERSIONS } from "./dispatch.js";
 
@@ -52,7 +53,7 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
   // The raw text, so unparsable JSON becomes -32700 rather than a framework error; every
   // other content type (text/plain included) is refused with 415.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("application/json", { parseAs: "buffer", bodyLimit: BODY_LIMIT }, utf8Parser);
   app.addContentTypeParser("*", { parseAs: "string", bodyLimit: BODY_LIMIT }, (_req, _body, done) => done(null, NOT_JSON));
 
   // A compressed body: the wrong content type's 415, its message naming the coding.
@@ -94,6 +95,10 @@ export async function jsonrpcGateway(app: FastifyInstance, options: JsonRpcGatew
     if (request.body === NOT_JSON) {
       const e = new RpcError(RpcCode.INVALID_REQUEST, "Invalid Request", { reason_id: "unsupported_media_type" });
       return send(reply, 415, [errorReply(null, e, request.id)]);
+    }
+    if (request.body === NOT_UTF8) {
+      const e = new RpcError(RpcCode.PARSE_ERROR, `Parse error: ${NOT_UTF8_MESSAGE}`, { reason_id: "parse_error" });
+      return send(reply, 200, [errorReply(null, e, request.id)]);
     }
     let parsed: unknown;
     const text = typeof request.body === "string" ? request.body : "";

@@ -14,6 +14,7 @@ import { MCP_CATEGORY_SCOPES, MCP_ENDPOINTS } from "../../lib/vocabulary.js";
 import { noteRefusal } from "../request-log.js";
 import { jsonTooDeep, TOO_DEEP } from "../shared/json-depth.js";
 import { repeatedMember, repeatedMemberMessage } from "../shared/json-members.js";
+import { NOT_UTF8, NOT_UTF8_MESSAGE, utf8Parser } from "../shared/utf8.js";
 
 export interface OAuthGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -50,10 +51,10 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
       return new OAuthRequestError({ status: 415, error, description });
     }),
   );
-  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "buffer", bodyLimit: FORM_LIMIT }, utf8Parser);
   // Registration parses JSON itself, so malformed bodies get RFC 7591's error, not fastify's.
   app.removeContentTypeParser("application/json");
-  app.addContentTypeParser("application/json", { parseAs: "string", bodyLimit: JSON_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("application/json", { parseAs: "buffer", bodyLimit: JSON_LIMIT }, utf8Parser);
   app.addContentTypeParser("*", { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, _body, done) => done(null, undefined));
 
   app.setErrorHandler((err: unknown, request, reply) => {
@@ -188,6 +189,7 @@ export async function oauthGateway(app: FastifyInstance, options: OAuthGatewayOp
 function readForm(request: FastifyRequest) {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
+  if (request.body === NOT_UTF8) throw invalidRequest(NOT_UTF8_MESSAGE);
   const body = typeof request.body === "string" ? request.body : "";
   const parsed = parseForm(body, { repeatable: REPEATABLE, omitEmpty: true });
   if (!parsed.ok) throw invalidRequest(parsed.message);
@@ -231,6 +233,7 @@ const badMetadata = (description: string, error = "invalid_client_metadata") => 
 function readJson(request: FastifyRequest): JsonObject {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== "application/json") throw badMetadata("content type must be application/json");
+  if (request.body === NOT_UTF8) throw badMetadata(NOT_UTF8_MESSAGE);
   const text = typeof request.body === "string" ? request.body : "";
   if (jsonTooDeep(text)) throw badMetadata(TOO_DEEP);
   let body: unknown;

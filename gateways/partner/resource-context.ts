@@ -10,6 +10,7 @@ import { UUID } from "../../lib/uuid.js";
 import { sendTokenMethodNotAllowed, TOKEN_PATH } from "./token-route.js";
 import { dropEmptyContentType } from "./content-type.js";
 import { hasMalformedPath, MALFORMED_PATH } from "./malformed-path.js";
+import { NOT_UTF8, NOT_UTF8_MESSAGE, utf8Text } from "../shared/utf8.js";
 
 /** A NUL or lone surrogate found in a request's query or path, refused with its shape. */
 const badParamText = new WeakMap<FastifyRequest, string>();
@@ -19,9 +20,6 @@ export function paramsAreText(request: FastifyRequest) {
   const problem = badParamText.get(request);
   if (problem) throw invalidRequest(problem);
 }
-
-/** JSON is UTF-8 (RFC 8259): other bytes are refused, not read as U+FFFD; a BOM stays and is bad JSON. */
-const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** Marker body for a request whose content type is not JSON. */
 const NOT_JSON = Symbol("not-json");
@@ -43,12 +41,8 @@ export function installResourceContext(app: FastifyInstance, options: { notFound
   app.addHook("onRequest", dropEmptyContentType);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (_req, body, done) => {
-    let text: string;
-    try {
-      text = STRICT_UTF8.decode(body as Buffer);
-    } catch {
-      return done(new ResourceError(400, "invalid_json", "request body is not valid UTF-8"), undefined);
-    }
+    const text = utf8Text(body as Buffer);
+    if (text === NOT_UTF8) return done(new ResourceError(400, "invalid_json", NOT_UTF8_MESSAGE), undefined);
     if (text.trim() === "") return done(new ResourceError(400, "invalid_json", "request body is not valid JSON"), undefined);
     if (jsonTooDeep(text)) return done(new ResourceError(400, "invalid_json", TOO_DEEP), undefined);
     let parsed: unknown;

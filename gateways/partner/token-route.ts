@@ -8,6 +8,7 @@ import { basicClientId, parseBasicCredentials } from "../shared/basic-auth.js";
 import { oauthErrorFrom, sendOAuthError, type OAuthError } from "../shared/oauth-error.js";
 import { noteRefusal } from "../request-log.js";
 import { dropEmptyContentType } from "./content-type.js";
+import { NOT_UTF8, NOT_UTF8_MESSAGE, utf8Parser } from "../shared/utf8.js";
 
 export interface TokenRouteOptions {
   partners: Client<typeof PartnersService>;
@@ -45,7 +46,7 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
   );
   app.addHook("onRequest", dropEmptyContentType);
   // Raw string so duplicates and malformed encoding can be seen (fastify's parsers hide them).
-  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "buffer", bodyLimit: FORM_LIMIT }, utf8Parser);
   // Any other content type reaches the handler, which refuses it as invalid_request.
   app.addContentTypeParser("*", { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, _body, done) => done(null, undefined));
 
@@ -89,6 +90,7 @@ function sendTokenError(reply: FastifyReply, e: OAuthError & { retryAfterSeconds
 function readForm(request: FastifyRequest) {
   const type = (request.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== FORM_TYPE) throw invalidRequest(`content type must be ${FORM_TYPE}`);
+  if (request.body === NOT_UTF8) throw invalidRequest(NOT_UTF8_MESSAGE);
   const parsed = parseForm(typeof request.body === "string" ? request.body : "");
   if (!parsed.ok) throw invalidRequest(parsed.message);
   return parsed;

@@ -13,6 +13,7 @@ import { authorizeRoutes } from "./routes/authorize.js";
 import { dashboardRoutes } from "./routes/dashboard.js";
 import { approvalRoutes } from "./routes/approvals.js";
 import { passkeyRoutes } from "./routes/passkeys.js";
+import { utf8Parser } from "../shared/utf8.js";
 
 export interface WebGatewayOptions {
   grants: Client<typeof GrantsService>;
@@ -32,7 +33,7 @@ export async function webGateway(app: FastifyInstance, options: WebGatewayOption
     "onRequest",
     refuseEncodedBodies((message) => new PageError(415, "This form could not be read", `${message}.`)),
   );
-  app.addContentTypeParser(FORM_TYPE, { parseAs: "string", bodyLimit: FORM_LIMIT }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser(FORM_TYPE, { parseAs: "buffer", bodyLimit: FORM_LIMIT }, utf8Parser);
   app.addHook("onSend", async (_request, reply) => {
     setPageHeaders(reply);
   });
