@@ -54,8 +54,10 @@ export async function tokenRoute(app: FastifyInstance, options: TokenRouteOption
     if (err instanceof TokenRequestError) return sendTokenError(reply, err.oauth, options.realm);
     const status = (err as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
-      // Body too large, bad content length and similar edge failures.
-      return sendTokenError(reply, { status: 400, error: "invalid_request", description: "malformed request" }, options.realm);
+      // Body too large, bad content length and similar edge failures; RFC 6749 defines no 413.
+      const tooLarge = (err as { code?: string }).code === "FST_ERR_CTP_BODY_TOO_LARGE";
+      const description = tooLarge ? `request body is over ${FORM_LIMIT} bytes` : "malformed request";
+      return sendTokenError(reply, { status: 400, error: "invalid_request", description }, options.realm);
     }
     // A refusal with a domain reason (wrong secret, rate limited, overloaded...) is named in
     // the request's one line; only bugs and an unreachable core are errors worth a stack.

@@ -166,11 +166,11 @@ describe("POST /api/partner/oauth/token", () => {
       await expectOAuthError(await viaBasic(partner, "grant_type=client_credentials&scope=%zz"), 400, "invalid_request");
     });
 
-    it("refuses a body over 4096 bytes without reaching core", async () => {
+    it("refuses a body over 4096 bytes without reaching core, saying so", async () => {
       const body = `${CC}&pad=${"x".repeat(4096)}`;
       const res = await viaBasic(partner, body);
       const requestId = res.headers.get("x-request-id")!;
-      await expectOAuthError(res, 400, "invalid_request");
+      expect((await expectOAuthError(res, 400, "invalid_request")).error_description).to.equal("request body is over 4096 bytes");
       const { records } = await stack.admin.audit.listRecords({ requestId });
       expect(records).to.have.length(0);
     });
