@@ -47,12 +47,25 @@ function withTextRules(schema: ValidateFunction): ValidateFunction {
       return false;
     }
     const ok = schema(data);
-    validate.errors = schema.errors;
+    // A numeral JSON.parse would change arrives as NaN: "must be integer" would puzzle its sender.
+    validate.errors = schema.errors?.map((e) => (e.keyword === "type" && Number.isNaN(at(data, e.instancePath)) ? { ...e, message: INEXACT } : e));
     return ok;
   }) as ValidateFunction;
   validate.schema = schema.schema;
   validate.schemaEnv = schema.schemaEnv;
   return validate;
+}
+
+const INEXACT = "cannot be carried exactly as a JSON number: send an integer within ±(2^53-1)";
+
+/** The value at a JSON Pointer (Ajv's instancePath) in parsed JSON. */
+function at(data: unknown, path: string): unknown {
+  let value = data;
+  for (const part of path.split("/").slice(1)) {
+    if (value === null || typeof value !== "object") return undefined;
+    value = (value as Record<string, unknown>)[part.replace(/~1/g, "/").replace(/~0/g, "~")];
+  }
+  return value;
 }
 
 /** `a.b[2]` as a JSON Pointer (`/a/b/2`), the way data.errors names places. */

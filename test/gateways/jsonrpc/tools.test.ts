@@ -233,6 +233,9 @@ describe("agent tools over JSON-RPC (every JSON-RPC error code from a real case)
         expect(res.json!.id, amount).to.equal(41);
         expect(res.json!.result.isError, amount).to.equal(true);
         expect(res.json!.result._meta.error.code, amount).to.equal(-32602);
+        expect(res.json!.result._meta.error.data.errors, amount).to.deep.equal([
+          { path: "/amount_cents", message: "cannot be carried exactly as a JSON number: send an integer within ±(2^53-1)" },
+        ]);
       }
       // 5.0 is the integer 5, exactly: JSON Schema and the contract agree.
       const five = JSON.stringify({ name: "payments.initiate", arguments: { ...pay(), amount_cents: "AMOUNT" } }).replace('"AMOUNT"', "5.0");
