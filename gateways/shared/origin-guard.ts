@@ -14,13 +14,15 @@ export function createOriginGuard(urls: PublicUrls, allowedOrigins: readonly str
   const hosts = new Set(configured.flatMap((u) => (u.port === "" ? [u.host, `${u.host}:${DEFAULT_PORTS[u.protocol]}`] : [u.host]).map((h) => h.toLowerCase())));
   return {
     /**
-     * An absent Origin (non-browser clients) is allowed; a present one must be ours, or
-     * the same origin as an allowed Host (our own page, reached by a loopback address).
+     * An absent Origin (non-browser clients) is allowed; a present one must be ours, scheme
+     * included, or the same origin as a loopback Host (our own page, reached by a loopback address).
      */
     originAllowed(origin: string | undefined, host: string | undefined): boolean {
       if (origin === undefined || origins.has(origin)) return true;
       if (!host || !this.hostAllowed(host)) return false;
       const h = host.toLowerCase();
+      // A configured name is served under its configured scheme only: http://ours is not https://ours.
+      if (hosts.has(h)) return false;
       return origin === `http://${h}` || origin === `https://${h}`;
     },
     hostAllowed(host: string | undefined): boolean {

@@ -32,14 +32,19 @@ describe("MCP transport guards (Origin, Host, MCP-Protocol-Version, client respo
     // The configured public origin (the test issuer) and a loopback Host are ours.
     expect((await list({ origin: "http://vaultgate.test" })).status).to.equal(200);
     expect((await list()).status).to.equal(200);
+    // Under our configured name, its configured scheme only: an http page is not our https one.
+    expect(await statusWithHost("/mcp/read", "vaultgate.test", "http://vaultgate.test")).to.equal(200);
+    expect(await statusWithHost("/mcp/read", "vaultgate.test", "https://vaultgate.test")).to.equal(403);
+    const loopback = `127.0.0.1:${new URL(stack.url).port}`;
+    expect(await statusWithHost("/mcp/read", loopback, `http://${loopback}`)).to.equal(200);
   });
 
-  function statusWithHost(path: string, host: string): Promise<number> {
+  function statusWithHost(path: string, host: string, origin?: string): Promise<number> {
     const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" });
     return new Promise((resolve, reject) => {
       const req = request(
         `${stack.url}${path}`,
-        { method: "POST", headers: { host, "content-type": "application/json", authorization: `Bearer ${token}` } },
+        { method: "POST", headers: { host, "content-type": "application/json", authorization: `Bearer ${token}`, ...(origin ? { origin } : {}) } },
         (res) => {
           res.resume();
           res.on("end", () => resolve(res.statusCode!));
