@@ -34,7 +34,12 @@ let commandRan = false;
 async function run(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === "--version" || first === "-v" || first === "version") {
-    process.stdout.write(`${version()}\n`);
+    // Plain even when piped, as scripts expect of --version; --json asks for the JSON shape.
+    if (rest.length > 1 || (rest.length === 1 && rest[0] !== "--json")) {
+      process.stderr.write(`vaultgate: ${first} takes no arguments but --json\nsee 'vaultgate --help'\n`);
+      return 2;
+    }
+    process.stdout.write(rest.length === 1 ? `${JSON.stringify({ version: version() })}\n` : `${version()}\n`);
     return 0;
   }
   if (first === undefined) {

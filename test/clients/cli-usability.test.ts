@@ -84,6 +84,10 @@ describe("vaultgate CLI usability (real processes)", function () {
     const version = await runCli(["--version"], {}, TRACE_MODULES);
     expect(version.code).to.equal(0);
     expect(version.stdout).to.equal(`${pkg.version}\n`);
+    const json = await runCli(["--version", "--json"], {});
+    expect([json.code, JSON.parse(json.stdout)]).to.deep.equal([0, { version: pkg.version }]);
+    const extra = await runCli(["--version", "--format", "env"], {});
+    expect([extra.code, extra.stdout, extra.stderr]).to.deep.equal([2, "", "vaultgate: --version takes no arguments but --json\nsee 'vaultgate --help'\n"]);
     for (const argv of [
       ["--version"],
       ["--help"],
