@@ -76,7 +76,7 @@ export function ownQueueDatabase(): OwnQueue {
 /**
  * Inside a describe: a local anvil with USDC and a queue database of the suite's own; workers pushed
  * onto `workers` are stopped, then the node, after the suite. `postgresOnly` (why): every test of the
- * suite needs PostgreSQL, so on the embedded database all are skipped (why: in the first one's title) and nothing is started.
+ * suite needs PostgreSQL, so on the embedded database all are skipped (why: in each one's title) and nothing is started.
  */
 export function chainQueueSuite(options: { postgresOnly?: string } = {}) {
   const { postgresOnly } = options;
