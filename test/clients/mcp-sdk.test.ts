@@ -97,7 +97,12 @@ describe("MCP SDK client", () => {
     expect(refused.isError).to.equal(true);
     expect(refused.structuredContent).to.equal(undefined);
     const error = (refused._meta as { error: { code: number; message: string; data: Record<string, unknown> } }).error;
-    expect([error.code, error.message, error.data.reason_id, error.data.limit]).to.deep.equal([-32002, "per_tx_cap", "policy_denied", "per_tx_cap"]);
+    expect([error.code, error.message, error.data.reason_id, error.data.limit]).to.deep.equal([
+      -32002,
+      "per_tx_cap: the amount is over the per-transaction cap",
+      "policy_denied",
+      "per_tx_cap",
+    ]);
     expect((refused.content as { type: string; text: string }[])[0]!.text).to.match(/per_tx_cap/);
     // Authentication problems stay protocol errors the SDK throws.
     const unknownTool = await thrownBy(write.callTool({ name: "no.such.tool", arguments: {} }));
