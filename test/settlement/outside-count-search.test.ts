@@ -1,5 +1,3 @@
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import type { Hex } from "viem";
 import { createEvmRail } from "../../core/settlement/evm-rail.js";
@@ -10,34 +8,6 @@ import { evmChainSettings, freshAddress, freshHotWallet, fundHotWallet, startAnv
 import { createCapturedLogger } from "../support/logs.js";
 import type { SettlementWorker } from "../../core/settlement/worker.js";
 import { chainQueueSuite, queuePayment, railWorker } from "../support/settlement-queue.js";
-
-/** A loopback JSON-RPC proxy that forwards everything to `target` and counts the requests by method. */
-async function startCountingProxy(target: string) {
-  const counts = new Map<string, number>();
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks).toString();
-      for (const { method } of [JSON.parse(body)].flat() as { method: string }[]) counts.set(method, (counts.get(method) ?? 0) + 1);
-      fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
-        .then(async (r) => {
-          res.writeHead(r.status, { "content-type": "application/json" });
-          res.end(await r.text());
-        })
-        .catch(() => res.destroy());
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    count: (method: string) => counts.get(method) ?? 0,
-    async stop() {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 /**
  * The hot wallet used outside Vaultgate leaves the node's mined count above the nonce counter: the transaction below it
@@ -75,7 +45,7 @@ describe("the search for the hot wallet's outside use while a payment waits (anv
   it("an underfunded payment's passes search once per mined count, each still deciding on our network's word; funded, it takes the next nonce", async () => {
     const { anvil, usdc } = suite;
     const { key, account, wallet } = await freshHotWallet(anvil, usdc, 100);
-    const counting = await startCountingProxy(anvil.url);
+    const counting = await startRpcProxy(anvil.url);
     try {
       const clock = createTestClock(); // frozen: the underfunded payment is due again at once
       const log = createCapturedLogger("info");

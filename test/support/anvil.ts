@@ -104,8 +104,11 @@ export async function startRpcProxy(target: string): Promise<{
   hold(pattern: RegExp): ProxyHold;
   /** Answers the next `times` requests matching `pattern` with this JSON-RPC error, never forwarding them. */
   failWith(pattern: RegExp, error: { code: number; message: string }, times?: number): void;
+  /** How many calls of `method` arrived so far (each call of a batch counts). */
+  count(method: string): number;
   stop(): Promise<void>;
 }> {
+  const counts = new Map<string, number>();
   const stalled = new Set<http.ServerResponse>();
   const state = { mode: "pass" as ProxyMode, target, chainId: undefined as number | undefined };
   const holds: { pattern: RegExp; arrive(): void; released: Promise<void> }[] = [];
@@ -116,6 +119,7 @@ export async function startRpcProxy(target: string): Promise<{
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks).toString();
+      for (const { method } of [JSON.parse(body)].flat() as { method: string }[]) counts.set(method, (counts.get(method) ?? 0) + 1);
       const failure = failures.find((f) => f.left > 0 && f.pattern.test(body));
       if (failure) {
         failure.left--;
@@ -184,6 +188,7 @@ export async function startRpcProxy(target: string): Promise<{
     failWith(pattern, error, times = 1) {
       failures.push({ pattern, error, left: times });
     },
+    count: (method) => counts.get(method) ?? 0,
     hold(pattern) {
       let arrive = () => {};
       let release = () => {};
