@@ -269,7 +269,7 @@ function cursorOf(cursors: CursorCodec, list: "partners" | "users", id: string):
 
 function afterIdOf(cursors: CursorCodec, list: "partners" | "users", cursor: string): string | undefined {
   if (!cursor) return undefined;
-  const c = cursor.length <= 256 ? cursors.decode(cursor) : undefined;
+  const c = cursors.decode(cursor);
   if (c?.l !== list || typeof c.i !== "string" || !UUID.test(c.i)) fail(Reason.INVALID_CURSOR, "cursor is malformed or not a next_cursor of this list");
   return c.i;
 }
